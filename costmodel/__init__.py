@@ -1,0 +1,1 @@
+"""Cost model: specs, presets, compute, collectives, memory, pipeline, overlap, estimate."""

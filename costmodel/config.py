@@ -1,0 +1,150 @@
+"""The parallel plan (:class:`ParallelConfig`) and the rules that tie it to a model, cluster and workload.
+
+Degrees follow Megatron-LM: ``tp * pp * dp * cp = GPUs``; expert parallelism is folded
+inside the data- and tensor-parallel ranks (``ep`` divides ``tp * dp * cp``), and an expert
+is not split further by TP when ``ep > 1`` (Megatron-Core ``--expert-tensor-parallel-size 1``).
+
+>>> ParallelConfig(tp=8, pp=8, dp=2, mb=1).to_dict()["bucket_mb"]
+40.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .errors import SpecError
+from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
+from .units import MB
+
+RECOMPUTE = ("none", "selective", "full")
+CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    """A parallel plan.
+
+    Attributes
+    ----------
+    tp, pp, dp, ep, cp : tensor, pipeline, data, expert and context parallel degrees (1 = off).
+    sp : Megatron sequence parallelism (TP AllReduce split into AllGather + ReduceScatter).
+    zero : ZeRO stage 0-3 (1 = Megatron's distributed optimizer; 3 = fully sharded parameters).
+    recompute : ``none``, ``selective`` (attention core, Korthikanti et al. 2023) or ``full``.
+    recompute_layers : with ``full``, layers per pipeline stage that are recomputed
+        (``None`` = all of them).
+    mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
+    bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
+    chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
+        CP ring) is split into so it can pipeline with compute; 1 means not chunked.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    cp: int = 1
+    sp: bool = False
+    zero: int = 0
+    recompute: str = "none"
+    recompute_layers: int | None = None
+    mb: int = 1
+    vp: int = 1
+    bucket_bytes: float = 40 * MB
+    chunks: int = 1
+
+    def __post_init__(self):
+        for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
+            _positive_int(f, getattr(self, f))
+        if not isinstance(self.sp, bool):
+            raise SpecError("sp", self.sp, "true or false")
+        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
+            raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("recompute", self.recompute, f"one of {', '.join(RECOMPUTE)}")
+        if self.recompute_layers is not None:
+            _positive_int("recompute_layers", self.recompute_layers, allow_zero=True)
+            if self.recompute != "full":
+                raise SpecError("recompute_layers", self.recompute_layers, "unset unless recompute='full'")
+        if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
+            raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def sp_on(self) -> bool:
+        """Sequence parallelism in effect (it needs tp > 1)."""
+        return self.sp and self.tp > 1
+
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree inside an expert: ``tp`` without EP, 1 with EP."""
+        return self.tp if self.ep == 1 else 1
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["bucket_mb"] = d.pop("bucket_bytes") / MB
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ParallelConfig":
+        d = dict(d)
+        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes"}
+        if unknown:
+            raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
+        if "bucket_mb" in d:
+            v = d.pop("bucket_mb")
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise SpecError("bucket_mb", v, "a non-negative size in MB (0 = no overlap)")
+            d["bucket_bytes"] = v * MB
+        return cls(**d)
+
+
+def micro_batches(workload: Workload, config: ParallelConfig) -> int:
+    """Micro-batches per pipeline per step: global batch / (dp * mb)."""
+    return workload.global_batch // (config.dp * config.mb)
+
+
+def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, c: ParallelConfig) -> None:
+    """Raise :class:`SpecError` naming the first divisibility rule ``c`` breaks.
+
+    >>> from costmodel.presets import load_model, load_cluster
+    >>> m, cl = load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(64)
+    >>> validate_config(m, cl, Workload(global_batch=64, seq_len=2048), ParallelConfig(tp=8, pp=8, dp=1))
+    >>> validate_config(m, cl, Workload(global_batch=64, seq_len=2048), ParallelConfig(tp=7, pp=8, dp=1))
+    Traceback (most recent call last):
+    ...
+    costmodel.errors.SpecError: tp=7: must be a divisor of heads=96
+    """
+    if cluster.num_gpus and c.gpus != cluster.num_gpus:
+        raise SpecError("tp*pp*dp*cp", c.gpus, f"equal to the GPU count {cluster.num_gpus} "
+                        f"(tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})")
+    if model.heads % c.tp:
+        raise SpecError("tp", c.tp, f"a divisor of heads={model.heads}")
+    if model.kv_heads % c.tp and c.tp % model.kv_heads:
+        raise SpecError("tp", c.tp, f"a divisor or multiple of kv_heads={model.kv_heads}")
+    if model.ffn_hidden % c.tp:
+        raise SpecError("tp", c.tp, f"a divisor of ffn_hidden={model.ffn_hidden}")
+    if model.layers % (c.pp * c.vp):
+        raise SpecError("pp*vp", c.pp * c.vp, f"a divisor of layers={model.layers} (pp={c.pp}, vp={c.vp})")
+    if c.vp > 1 and c.pp == 1:
+        raise SpecError("vp", c.vp, "1 when pp=1 (interleaving needs a pipeline)")
+    if workload.global_batch % (c.dp * c.mb):
+        raise SpecError("global_batch", workload.global_batch, f"a multiple of dp*mb={c.dp * c.mb} (dp={c.dp}, mb={c.mb})")
+    m = micro_batches(workload, c)
+    if c.vp > 1 and m % c.pp:
+        raise SpecError("global_batch", workload.global_batch,
+                        f"such that micro-batches ({m}) are a multiple of pp={c.pp} with interleaving (vp={c.vp})")
+    if c.ep > 1:
+        if not model.is_moe:
+            raise SpecError("ep", c.ep, "1 for a dense model")
+        if model.experts % c.ep:
+            raise SpecError("ep", c.ep, f"a divisor of experts={model.experts}")
+        if (c.tp * c.dp * c.cp) % c.ep:
+            raise SpecError("ep", c.ep, f"a divisor of tp*dp*cp={c.tp * c.dp * c.cp} (EP is folded inside DP and TP)")
+    if c.cp > 1 and workload.seq_len % (2 * c.cp):
+        raise SpecError("cp", c.cp, f"such that seq_len={workload.seq_len} divides into 2*cp load-balanced chunks")
+    if c.sp and c.tp > 1 and (workload.seq_len // c.cp) % c.tp:
+        raise SpecError("sp", c.sp, f"off unless seq_len/cp is a multiple of tp={c.tp}")
+    if c.recompute_layers is not None and c.recompute_layers > model.layers // c.pp:
+        raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {model.layers // c.pp}")

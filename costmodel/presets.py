@@ -1,0 +1,178 @@
+"""Load specs from built-in presets, JSON/YAML files, or a Hugging Face ``config.json``.
+
+Preset files live in ``costmodel/presets/{models,clusters}/<name>.json`` and use human units
+(TFLOP/s, GB/s, GiB, microseconds), converted here, once, to SI.
+
+>>> load_model("gpt3-175b").layers
+96
+>>> load_cluster("a100-80g").device.peak_bf16_flops_per_s
+312000000000000.0
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import SpecError
+from .specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSpec, ModelSpec
+from .units import GB, GiB, TFLOPS, US
+
+PRESET_DIR = Path(__file__).parent / "presets"
+#: keys a preset or spec file may carry for people, ignored by the loader
+_DOC_KEYS = {"source", "sources", "notes", "description", "assumptions", "$schema"}
+
+
+def preset_names(kind: str) -> list[str]:
+    """Sorted preset names of ``kind`` ('models' or 'clusters')."""
+    return sorted(p.stem for p in (PRESET_DIR / kind).glob("*.json"))
+
+
+def preset_info(kind: str, name: str) -> dict:
+    """The raw preset document (with its description, sources and assumptions)."""
+    return json.loads((PRESET_DIR / kind / f"{name}.json").read_text())
+
+
+def _read_file(path: Path, field: str) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(field, str(path), f"a readable file ({e.strerror})") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError
+        msg = str(e).splitlines()[0]
+        raise SpecError(field, str(path), f"valid JSON or YAML ({msg})") from None
+    if not isinstance(data, dict):
+        raise SpecError(field, str(path), "a file holding one JSON/YAML object")
+    return data
+
+
+def _resolve(kind: str, name_or_path: str, field: str) -> dict:
+    if not isinstance(name_or_path, str) or not name_or_path:
+        raise SpecError(field, name_or_path, "a preset name or a file path")
+    preset = PRESET_DIR / kind / f"{name_or_path}.json"
+    if preset.is_file():
+        return json.loads(preset.read_text())
+    path = Path(name_or_path)
+    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
+        return _read_file(path, field)
+    raise SpecError(field, name_or_path, f"a preset ({', '.join(preset_names(kind))}) or a JSON/YAML file")
+
+
+def _build(cls, data: dict, field: str, renames: dict | None = None):
+    """Construct a spec dataclass from a dict, naming any unknown key."""
+    allowed = {f.name for f in fields(cls)}
+    kw = {}
+    for k, v in data.items():
+        if k in _DOC_KEYS:
+            continue
+        k2 = (renames or {}).get(k, k)
+        if k2 not in allowed:
+            raise SpecError(f"{field}.{k}", v, f"a known key ({', '.join(sorted(allowed))})")
+        kw[k2] = v
+    try:
+        return cls(**kw)
+    except TypeError as e:
+        missing = str(e).split("argument")[-1].strip(": ")
+        raise SpecError(field, sorted(kw), f"complete: missing {missing}") from None
+
+
+def model_from_dict(data: dict) -> ModelSpec:
+    """A :class:`ModelSpec` from our own keys, or from a Hugging Face ``config.json`` dict."""
+    if "model_type" in data or "architectures" in data:
+        from .hf_config import model_from_hf_config
+        return model_from_hf_config(data)
+    return _build(ModelSpec, data, "model")
+
+
+# human unit of each scaled key -> (SI field name, factor)
+_DEVICE_UNITS = {
+    "peak_bf16_tflops": ("peak_bf16_flops_per_s", TFLOPS),
+    "peak_fp8_tflops": ("peak_fp8_flops_per_s", TFLOPS),
+    "hbm_gib": ("hbm_bytes", GiB),
+    "hbm_bw_gbps": ("hbm_bw_bytes_per_s", GB),
+    "kernel_overhead_us": ("kernel_overhead_s", US),
+}
+_LINK_UNITS = {"bw_gbps": ("bw_bytes_per_s", GB), "latency_us": ("latency_s", US)}
+_ENGINE_UNITS = {"bw_gbps": ("bw_bytes_per_s", GB)}
+
+
+def _scale(data: dict, units: dict, field: str) -> dict:
+    if not isinstance(data, dict):
+        raise SpecError(field, data, "an object")
+    out = {}
+    for k, v in data.items():
+        if k in units:
+            name, factor = units[k]
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise SpecError(f"{field}.{k}", v, "a number")
+            out[name] = v * factor
+        else:
+            out[k] = v
+    return out
+
+
+def cluster_from_dict(data: dict) -> ClusterSpec:
+    """A :class:`ClusterSpec` from a preset-style dict in human units (GB/s, TFLOP/s, GiB, us)."""
+    d = {k: v for k, v in data.items() if k not in _DOC_KEYS}
+    for key in ("device", "intra_link", "inter_link"):
+        if key not in d:
+            raise SpecError(f"cluster.{key}", None, "present")
+    dev = _scale(d["device"], _DEVICE_UNITS, "device")
+    engines = dev.get("dma_engines", [])
+    if not isinstance(engines, list):
+        raise SpecError("device.dma_engines", engines, "a list of engine classes")
+    dev["dma_engines"] = tuple(
+        _build(DmaEngineClass, _scale(e, _ENGINE_UNITS, "dma_engine"), "dma_engine") for e in engines)
+    d["device"] = _build(DeviceSpec, dev, "device")
+    d["intra_link"] = _build(LinkSpec, _scale(d["intra_link"], _LINK_UNITS, "intra_link"), "intra_link")
+    d["inter_link"] = _build(LinkSpec, _scale(d["inter_link"], _LINK_UNITS, "inter_link"), "inter_link")
+    return _build(ClusterSpec, d, "cluster")
+
+
+def cluster_to_dict(c: ClusterSpec) -> dict:
+    """Inverse of :func:`cluster_from_dict` (human units), for writing spec files."""
+    def unscale(obj, units):
+        inv = {si: (human, f) for human, (si, f) in units.items()}
+        out = {}
+        for f in fields(obj):
+            v = getattr(obj, f.name)
+            if f.name in inv:
+                out[inv[f.name][0]] = v / inv[f.name][1]
+            elif isinstance(v, tuple):
+                out[f.name] = [unscale(e, _ENGINE_UNITS) if hasattr(e, "__dataclass_fields__") else e for e in v]
+            else:
+                out[f.name] = v
+        return out
+    d = {"name": c.name, "gpus_per_node": c.gpus_per_node, "num_gpus": c.num_gpus,
+         "device": unscale(c.device, _DEVICE_UNITS),
+         "intra_link": unscale(c.intra_link, _LINK_UNITS), "inter_link": unscale(c.inter_link, _LINK_UNITS)}
+    return d
+
+
+def model_to_dict(m: ModelSpec) -> dict:
+    return {f.name: getattr(m, f.name) for f in fields(m)}
+
+
+@lru_cache(maxsize=256)
+def load_model(name_or_path: str) -> ModelSpec:
+    """A model by preset name, JSON/YAML file, or Hugging Face ``config.json``."""
+    data = _resolve("models", name_or_path, "model")
+    spec = model_from_dict(data)
+    if spec.name == "model":
+        from dataclasses import replace
+        spec = replace(spec, name=Path(name_or_path).stem)
+    return spec
+
+
+@lru_cache(maxsize=256)
+def load_cluster(name_or_path: str) -> ClusterSpec:
+    """A cluster by preset name or JSON/YAML file (human units)."""
+    return cluster_from_dict(_resolve("clusters", name_or_path, "cluster"))

@@ -1,0 +1,1 @@
+"""The planner: Python API and CLI over costmodel and search."""

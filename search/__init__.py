@@ -1,0 +1,1 @@
+"""Search: candidate enumeration, CP-SAT formulation and exhaustive baseline."""
