@@ -1,0 +1,130 @@
+"""Map a Hugging Face ``config.json`` dict to a :class:`~costmodel.specs.ModelSpec`.
+
+Families read: Llama, Mistral/Mixtral, Qwen2/Qwen3, Qwen2-MoE/Qwen3-MoE, DeepSeek-V2/V3 (MLA),
+Nemotron, GPT-2 and GPT-NeoX. Anything with the Llama key names (``num_hidden_layers``,
+``hidden_size``, ...) goes through the same path. A missing required key raises
+:class:`~costmodel.errors.SpecError` naming the Hugging Face key.
+
+>>> m = model_from_hf_config({"_name_or_path": "meta-llama/Meta-Llama-3-8B", "model_type": "llama",
+...     "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+...     "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+...     "hidden_act": "silu", "tie_word_embeddings": False})
+>>> m.name, m.kv_heads, m.activation, round(m.params / 1e9, 2)
+('meta-llama/Meta-Llama-3-8B', 8, 'swiglu', 8.03)
+>>> model_from_hf_config({"model_type": "gpt2", "n_layer": 12})
+Traceback (most recent call last):
+...
+costmodel.errors.SpecError: n_embd=None: must be present in the Hugging Face config (model_type=gpt2)
+"""
+
+from __future__ import annotations
+
+from .errors import SpecError
+from .specs import ModelSpec
+
+_REQUIRED = object()
+
+#: hidden_act -> ModelSpec.activation. Llama-family configs say "silu" for the gated SwiGLU MLP.
+_ACTIVATIONS = {
+    "silu": "swiglu", "swish": "swiglu", "swiglu": "swiglu",
+    "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu",
+    "gelu_python": "gelu", "gelu_accurate": "gelu", "quick_gelu": "gelu",
+    "relu2": "relu2", "squared_relu": "relu2", "squared-relu": "relu2",
+}
+
+
+class _Config:
+    """Typed access to the config dict; errors name the Hugging Face key."""
+
+    def __init__(self, d: dict):
+        self.d = d
+        self.kind = d.get("model_type") or "unknown"
+
+    def get(self, *keys: str, default=_REQUIRED, kind=int):
+        for k in keys:
+            v = self.d.get(k)
+            if v is not None:
+                ok = isinstance(v, kind) and not isinstance(v, bool) if kind is int else isinstance(v, kind)
+                if not ok:
+                    raise SpecError(k, v, f"{'an integer' if kind is int else kind.__name__} "
+                                          f"in the Hugging Face config (model_type={self.kind})")
+                return v
+        if default is _REQUIRED:
+            raise SpecError(keys[0], None, f"present in the Hugging Face config (model_type={self.kind})")
+        return default
+
+
+def _activation(c: _Config, default: str) -> str:
+    act = c.d.get("hidden_act", c.d.get("activation_function", default))
+    if act not in _ACTIVATIONS:
+        raise SpecError("hidden_act", act, f"one of {', '.join(sorted(_ACTIVATIONS))}")
+    return _ACTIVATIONS[act]
+
+
+def _name(d: dict) -> str:
+    return d.get("_name_or_path") or d.get("model_type") or "model"
+
+
+def _gpt2(c: _Config) -> ModelSpec:
+    h = c.get("n_embd")
+    return ModelSpec(
+        name=_name(c.d), layers=c.get("n_layer"), hidden=h, heads=c.get("n_head"),
+        ffn_hidden=c.get("n_inner", default=None) or 4 * h, vocab=c.get("vocab_size"),
+        activation=_activation(c, "gelu_new"),
+        tied_embeddings=c.get("tie_word_embeddings", default=True, kind=bool))
+
+
+def _moe_layer_count(c: _Config, layers: int) -> int:
+    """MoE layers of a Qwen-MoE or DeepSeek config (which layers are sparse)."""
+    if c.d.get("n_routed_experts"):  # DeepSeek-V2/V3
+        first = c.get("first_k_dense_replace", default=0)
+        freq = c.get("moe_layer_freq", default=1)
+        return sum(1 for i in range(first, layers) if i % freq == 0)
+    step = c.get("decoder_sparse_step", default=1)  # Qwen2-MoE / Qwen3-MoE
+    dense = set(c.get("mlp_only_layers", default=[], kind=list))
+    return sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
+
+
+def _decoder(c: _Config) -> ModelSpec:
+    """Llama-style key names: Llama, Mistral, Mixtral, Qwen*, DeepSeek, Nemotron, GPT-NeoX."""
+    layers = c.get("num_hidden_layers", "n_layers", "num_layers")
+    hidden = c.get("hidden_size")
+    heads = c.get("num_attention_heads")
+    neox = c.kind == "gpt_neox"
+    kw = dict(
+        name=_name(c.d), layers=layers, hidden=hidden, heads=heads, vocab=c.get("vocab_size"),
+        kv_heads=c.get("num_key_value_heads", default=None),
+        head_dim=c.get("head_dim", default=None),
+        activation=_activation(c, "gelu" if neox else "silu"),
+        tied_embeddings=c.get("tie_word_embeddings", default=False, kind=bool))
+    experts = c.get("num_local_experts", "num_experts", "n_routed_experts", default=0)
+    moe_ffn = c.get("moe_intermediate_size", default=None)
+    if experts:
+        moe_layers = layers if "num_local_experts" in c.d else _moe_layer_count(c, layers)
+        if moe_ffn is None:
+            moe_ffn = c.get("intermediate_size")
+        shared = c.get("n_shared_experts", default=0)
+        if c.d.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
+            shared = max(1, c.d["shared_expert_intermediate_size"] // moe_ffn)
+        # ModelSpec puts dense layers first; the count (hence params and FLOPs) is what matters.
+        kw.update(experts=experts, topk=c.get("num_experts_per_tok"), moe_ffn_hidden=moe_ffn,
+                  shared_experts=shared, dense_layers=layers - moe_layers)
+    kw["ffn_hidden"] = c.get("intermediate_size", default=None) or moe_ffn or c.get("intermediate_size")
+    if c.get("kv_lora_rank", default=0):  # multi-head latent attention (DeepSeek-V2/V3)
+        kw.update(q_lora_rank=c.get("q_lora_rank", default=0), kv_lora_rank=c.get("kv_lora_rank"),
+                  qk_rope_head_dim=c.get("qk_rope_head_dim"), head_dim=c.get("qk_nope_head_dim"),
+                  v_head_dim=c.get("v_head_dim"))
+    return ModelSpec(**kw)
+
+
+def model_from_hf_config(d: dict) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict (see the module doc)."""
+    if not isinstance(d, dict):
+        raise SpecError("config", type(d).__name__, "a dict read from a Hugging Face config.json")
+    if "hidden_size" not in d and isinstance(d.get("text_config"), dict):  # multimodal wrappers
+        t = d["text_config"]
+        d = {**t, "_name_or_path": d.get("_name_or_path") or t.get("_name_or_path")}
+    c = _Config(d)
+    if c.kind == "gpt2" or ("n_layer" in d and "n_embd" in d):
+        return _gpt2(c)
+    return _decoder(c)
