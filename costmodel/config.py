@@ -36,6 +36,8 @@ class ParallelConfig:
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
         CP ring) is split into so it can pipeline with compute; 1 means not chunked.
+    flash_attention : fused attention that never stores the s x s scores (FlashAttention);
+        False reproduces Megatron-LM 2021/22's unfused softmax (Korthikanti's ``5 a s^2 b`` term).
     """
 
     tp: int = 1
@@ -51,12 +53,14 @@ class ParallelConfig:
     vp: int = 1
     bucket_bytes: float = 40 * MB
     chunks: int = 1
+    flash_attention: bool = True
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
             _positive_int(f, getattr(self, f))
-        if not isinstance(self.sp, bool):
-            raise SpecError("sp", self.sp, "true or false")
+        for f in ("sp", "flash_attention"):
+            if not isinstance(getattr(self, f), bool):
+                raise SpecError(f, getattr(self, f), "true or false")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
             raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")
         if self.recompute not in RECOMPUTE:
@@ -89,7 +93,7 @@ class ParallelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
-        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes"}
+        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:
@@ -116,9 +120,6 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     ...
     costmodel.errors.SpecError: tp=7: must be a divisor of heads=96
     """
-    if cluster.num_gpus and c.gpus != cluster.num_gpus:
-        raise SpecError("tp*pp*dp*cp", c.gpus, f"equal to the GPU count {cluster.num_gpus} "
-                        f"(tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})")
     if model.heads % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of heads={model.heads}")
     if model.kv_heads % c.tp and c.tp % model.kv_heads:
@@ -146,5 +147,8 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("cp", c.cp, f"such that seq_len={workload.seq_len} divides into 2*cp load-balanced chunks")
     if c.sp and c.tp > 1 and (workload.seq_len // c.cp) % c.tp:
         raise SpecError("sp", c.sp, f"off unless seq_len/cp is a multiple of tp={c.tp}")
+    if cluster.num_gpus and c.gpus != cluster.num_gpus:
+        raise SpecError("tp*pp*dp*cp", c.gpus, f"equal to the GPU count {cluster.num_gpus} "
+                        f"(tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})")
     if c.recompute_layers is not None and c.recompute_layers > model.layers // c.pp:
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {model.layers // c.pp}")

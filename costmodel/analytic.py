@@ -1,0 +1,229 @@
+"""Fast analytical stage timing: compute per micro-batch and per-strategy exposed communication.
+
+Each communication is placed where Megatron-LM issues it and exposed through the unified
+formula (:func:`costmodel.overlap.exposed_s`) against the compute it can overlap:
+
+* TP without SP: forward AllReduce after the row-parallel GEMMs sits on the critical path
+  (the next op needs it); in backward the column-parallel data-gradient AllReduce runs
+  alongside the weight-gradient GEMM (``--async-tensor-model-parallel-allreduce``).
+* TP with SP (Korthikanti et al. 2023, section 4.2.2): forward AllGather before and
+  ReduceScatter after each GEMM pair are exposed unless split into ``chunks`` pieces
+  pipelined with the GEMM (TP communication overlap); backward re-gathers the input while the
+  data-gradient GEMM runs and reduce-scatters while the weight-gradient GEMM runs.
+* CP: ring attention passes K/V blocks to the neighbour while the current block computes.
+* EP: dispatch AllToAll depends on the router output (exposed); combine pipelines with the
+  expert GEMMs when chunked.
+* PP: 1F1B send/recv sits between dependent computations; interleaving overlaps it with the
+  next chunk (Megatron ``overlap_p2p_comm``).
+* ZeRO-3: each layer's parameters are gathered behind the previous layer's compute.
+
+The op-graph scheduler (:mod:`costmodel.graph`) replaces these rules with a schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .collectives import collective_time_s, group_stride
+from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops
+from .config import ParallelConfig
+from .memory import GRAD_BYTES, WEIGHT_BYTES, is_moe_layer, stage_params
+from .overlap import CommLedger, exposed_s
+from .pipeline import stage_layers
+from .specs import ClusterSpec, ModelSpec, Workload
+
+INF = math.inf
+COLUMN_PARALLEL = ("qkv", "fc1", "shared_fc1", "lm_head")
+ROW_PARALLEL = ("attn_out", "fc2", "shared_fc2")
+
+WHY_TP = "data dependency: the next op consumes the AllReduce result (TP on the critical path)"
+WHY_SP = "data dependency: not chunked (chunks=1), so the GEMM waits for the whole AllGather/ReduceScatter"
+WHY_WINDOW = "window too short: T_comm > T_compute of the op it overlaps"
+WHY_EP = "data dependency: dispatch needs the router output; combine not chunked"
+WHY_PP = "data dependency: 1F1B send/recv sits between dependent micro-batch computations"
+WHY_CP = "window too short: K/V block transfer longer than the attention block"
+WHY_Z3 = "window too short: parameter AllGather longer than the previous layer's compute"
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """One layer, one micro-batch, one GPU: compute seconds and its communication ledger."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float  # extra forward work when the layer is (selectively or fully) recomputed
+    ledger: CommLedger
+    recompute_ledger: CommLedger  # forward communication repeated by full recompute
+
+
+def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, uses_sm: bool) -> tuple[CommLedger, CommLedger]:
+    """TP/SP communication of one layer: (forward+backward ledger, forward-only ledger)."""
+    fwd, bwd = CommLedger(), CommLedger()
+    k = chunks if chunks > 1 else 0
+    for op in ops:
+        if sp:
+            if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after != "a2a"):
+                fwd.add("sp", t_ag, exposed_s(t_ag, op.fwd_s, k), WHY_SP, uses_compute=uses_sm)
+                dgrad = op.bwd_s - op.wgrad_s
+                bwd.add("sp", t_ag, exposed_s(t_ag, dgrad, INF), WHY_WINDOW, uses_compute=uses_sm)
+                bwd.add("sp", t_rs, exposed_s(t_rs, op.wgrad_s, INF), WHY_WINDOW, uses_compute=uses_sm)
+            if op.comm_after == "rs":
+                fwd.add("sp", t_rs, exposed_s(t_rs, op.fwd_s, k), WHY_SP, uses_compute=uses_sm)
+                bwd.add("sp", t_ag, exposed_s(t_ag, op.bwd_s - op.wgrad_s, k), WHY_SP, uses_compute=uses_sm)
+        else:
+            if op.comm_after == "ar":
+                fwd.add("tp", t_ar, exposed_s(t_ar, op.fwd_s, k), WHY_TP, uses_compute=uses_sm)
+            if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after == "ar"):
+                bwd.add("tp", t_ar, exposed_s(t_ar, op.wgrad_s, INF), WHY_WINDOW, uses_compute=uses_sm)
+    return fwd.merge(bwd), fwd
+
+
+@lru_cache(maxsize=8192)
+def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool) -> LayerTiming:
+    dev = cluster.device
+    ops = layer_ops(model, dev, w, c, moe)
+    fwd = sum(o.fwd_s for o in ops)
+    bwd = sum(o.bwd_s for o in ops)
+    n = c.mb * w.seq_len / c.cp
+    led, fwd_led = CommLedger(), CommLedger()
+    sm = dev.engines_for("intra").uses_compute
+    if c.tp > 1:
+        msg = n * model.hidden * ACT_BYTES
+        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster)
+        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster)
+        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster)
+        both, fonly = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, sm)
+        led, fwd_led = led.merge(both), fwd_led.merge(fonly)
+    attn = next(o for o in ops if o.name == "attn_core")
+    if c.cp > 1:
+        kv_width = 2 * model.kv_dim / min(c.tp, model.kv_heads)
+        t_kv = collective_time_s("p2p", n * kv_width * ACT_BYTES, c.cp, group_stride("cp", c.tp, c.cp, c.dp), cluster)
+        steps = c.cp - 1
+        f = CommLedger()
+        f.add("cp", steps * t_kv, exposed_s(steps * t_kv, attn.fwd_s * steps / c.cp, INF), WHY_CP)
+        led = led.merge(f)
+        fwd_led = fwd_led.merge(f)
+        led.add("cp", 2 * steps * t_kv, exposed_s(2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF), WHY_CP)
+    if moe and c.ep > 1:
+        experts = next(o for o in ops if o.name == "experts")
+        slots = n * model.topk / c.tp
+        t_a2a = collective_time_s("alltoall", slots * model.hidden * ACT_BYTES, c.ep, 1, cluster)
+        k = c.chunks if c.chunks > 1 else 0
+        f = CommLedger()
+        f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
+        f.add("ep", t_a2a, exposed_s(t_a2a, experts.fwd_s, k), WHY_EP)  # combine
+        led, fwd_led = led.merge(f), fwd_led.merge(f)
+        led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
+        led.add("ep", t_a2a, exposed_s(t_a2a, experts.bwd_s, k), WHY_EP)
+    if c.zero == 3 and c.dp * c.cp > 1:
+        params = (model.moe_layer_params if moe else model.dense_layer_params) / c.tp
+        g = c.dp * c.cp
+        stride = group_stride("dp", c.tp, c.cp, c.dp)
+        t_ag = collective_time_s("allgather", params * WEIGHT_BYTES, g, stride, cluster)
+        t_rs = collective_time_s("reducescatter", params * GRAD_BYTES, g, stride, cluster)
+        led.add("zero", t_ag, exposed_s(t_ag, fwd, INF), WHY_Z3)
+        led.add("zero", t_ag, exposed_s(t_ag, bwd / 2, INF), WHY_Z3)
+        led.add("zero", t_rs, exposed_s(t_rs, bwd / 2, INF), WHY_Z3)
+    if c.recompute == "full":
+        recompute = fwd
+    elif c.recompute == "selective":
+        recompute = attn.fwd_s
+    else:
+        recompute = 0.0
+    return LayerTiming(fwd, bwd, recompute, led, fwd_led if c.recompute == "full" else CommLedger())
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    """Per-micro-batch time of one pipeline stage (one GPU of it)."""
+
+    stage: int
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float
+    ledger: CommLedger
+    interference_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.fwd_s + self.bwd_s
+
+    @property
+    def microbatch_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.recompute_s + self.ledger.total_exposed_s + self.interference_s
+
+
+def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:
+    """Compute and exposed communication of one micro-batch on ``stage``."""
+    dev = cluster.device
+    layers = stage_layers(model.layers, c.pp, stage)
+    n_moe = sum(1 for l in layers if is_moe_layer(model, l))
+    counts = ((False, len(layers) - n_moe), (True, n_moe))
+    rec_layers = len(layers) if c.recompute_layers is None else c.recompute_layers
+    fwd = bwd = rec = 0.0
+    led = CommLedger()
+    for moe, count in counts:
+        if not count:
+            continue
+        lt = layer_timing(model, cluster, w, c, moe)
+        k = count if c.recompute != "full" else min(count, rec_layers)
+        fwd += count * lt.fwd_s
+        bwd += count * lt.bwd_s
+        rec += k * lt.recompute_s
+        led = led.merge(lt.ledger.scaled(count))
+        if k:
+            led = led.merge(lt.recompute_ledger.scaled(k))
+    n = c.mb * w.seq_len / c.cp
+    if stage == 0:
+        e = embedding_op(model, dev, w, c)
+        fwd, bwd = fwd + e.fwd_s, bwd + e.bwd_s
+    if stage == c.pp - 1:
+        head, ce = head_ops(model, dev, w, c)
+        fwd += head.fwd_s + ce.fwd_s
+        bwd += head.bwd_s + ce.bwd_s
+        if c.tp > 1:  # data-gradient reduction of the head input, overlapped with its weight gradient
+            kind = "reducescatter" if c.sp_on else "allreduce"
+            t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster)
+            led.add("sp" if c.sp_on else "tp", t, exposed_s(t, head.wgrad_s, INF), WHY_WINDOW)
+    if c.pp > 1:
+        msg = n * model.hidden * ACT_BYTES / c.tp  # scatter-gather optimisation / SP shards
+        t = collective_time_s("p2p", msg, c.pp, group_stride("pp", c.tp, c.cp, c.dp), cluster)
+        chunk_fwd = fwd / c.vp
+        sends = 2 * c.vp  # activation forward and gradient backward per model chunk
+        ex = t if c.vp == 1 else exposed_s(t, chunk_fwd, INF)
+        led.add("pp", t, ex, WHY_PP, times=sends, uses_compute=False)
+    interference = dev.comm_compute_interference * led.hidden_sm_s
+    return StageTiming(stage, fwd, bwd, rec, led, interference)
+
+
+def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds after the last micro-batch of ``stage``.
+
+    ZeRO-0 all-reduces FP32 gradients (Megatron-LM accumulates and reduces BF16 runs' gradients
+    in FP32); ZeRO-1/2 reduce-scatter them and all-gather BF16 parameters after the optimizer
+    step (Megatron distributed optimizer); ZeRO-3 reduces per micro-batch (in the stage ledger).
+    """
+    dense, expert = stage_params(model, c, stage)
+    groups = ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
+              (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+    t_grad = t_param = 0.0
+    for params, size, stride in groups:
+        if size <= 1 or params <= 0:
+            continue
+        if c.zero == 0:
+            t_grad += collective_time_s("allreduce", params * GRAD_BYTES, size, stride, cluster)
+        elif c.zero in (1, 2):
+            t_grad += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster)
+            t_param += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster)
+    if model.tied_embeddings and c.pp > 1 and stage in (0, c.pp - 1):
+        # word-embedding gradient all-reduce between first and last stage (Megatron-LM)
+        t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * GRAD_BYTES, 2,
+                                    group_stride("pp", c.tp, c.cp, c.dp) * (c.pp - 1), cluster)
+    return t_grad, t_param
+
+
+def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:
+    dense, expert = stage_params(model, c, stage)
+    return (dense + expert) * GRAD_BYTES

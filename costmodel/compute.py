@@ -1,0 +1,232 @@
+"""Compute cost of one transformer layer on one GPU, per micro-batch: FLOPs, bytes and time per op.
+
+Each op is timed with a roofline, ``max(FLOPs / achieved FLOP/s, bytes / achieved HBM bandwidth)``
+plus a per-kernel overhead. GEMM throughput falls for small shapes through two factors
+(NVIDIA, "Matrix Multiplication Background User's Guide", sections on tile and wave
+quantization):
+
+* wave quantization: output tiles of 128x128 spread over the SMs; a partial last wave idles
+  SMs. With stream-K/split-K kernels about a quarter wave is lost on average (assumption);
+* short reduction dimension: each tile pays a prologue/epilogue, modelled as ``K / (K + 64)``.
+
+Layer structure and GEMM shapes follow Megatron-LM (Shoeybi et al. 2019, Fig. 3): column-
+parallel QKV and MLP-in, row-parallel attention-out and MLP-out, each split by ``tp``.
+
+>>> from costmodel.presets import load_model, load_cluster
+>>> from costmodel.config import ParallelConfig
+>>> from costmodel.specs import Workload
+>>> ops = layer_ops(load_model("gpt3-175b"), load_cluster("a100-80g").device,
+...                 Workload(global_batch=8, seq_len=2048), ParallelConfig(tp=8, mb=1))
+>>> [o.name for o in ops][:4]
+['ln1', 'qkv', 'attn_core', 'attn_out']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .config import ParallelConfig
+from .specs import DeviceSpec, ModelSpec, Workload
+from .units import DTYPE_BYTES
+
+TILE = 128  # GEMM output tile edge (assumption: cuBLAS-class 128x128 tiles)
+K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (assumption)
+WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)
+ACT_BYTES = 2  # activations are BF16 (also under FP8 GEMMs, whose outputs are BF16)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel of a layer's forward pass on one GPU, with its backward.
+
+    ``fwd_s`` is the forward time; ``bwd_s`` the whole backward (for a GEMM: data-gradient
+    plus weight-gradient); ``wgrad_s`` the weight-gradient part alone, the window in which a
+    data-gradient collective can hide (Megatron's asynchronous TP all-reduce).
+    ``block`` is ``attn`` or ``mlp``; ``comm_after`` names the TP collective that follows it.
+    """
+
+    name: str
+    kind: str  # gemm | attention | elementwise
+    block: str
+    fwd_flops: float
+    fwd_s: float
+    bwd_s: float
+    wgrad_s: float = 0.0
+    comm_after: str = ""
+
+
+def gemm_utilization(m: float, n: float, k: float, sm_count: int) -> float:
+    """Fraction of a device's large-GEMM throughput a GEMM of shape (m x k) @ (k x n) reaches.
+
+    >>> round(gemm_utilization(8192, 8192, 8192, 108), 3)
+    0.986
+    >>> gemm_utilization(128, 128, 64, 108) < 0.01
+    True
+    """
+    tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
+    waves = tiles / sm_count
+    wave_util = waves if waves < 1 - WAVE_TAIL else waves / (waves + WAVE_TAIL)
+    return wave_util * k / (k + K_OVERHEAD)
+
+
+def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch: int = 1) -> float:
+    """Roofline time of ``batch`` GEMMs (m x k) @ (k x n)."""
+    flops = 2.0 * m * n * k * batch
+    rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * gemm_utilization(m, n * batch, k, dev.sm_count)
+    in_bytes = DTYPE_BYTES[dtype] if dtype == "fp8" else ACT_BYTES
+    bytes_moved = batch * ((m * k + k * n) * in_bytes + m * n * ACT_BYTES)
+    return max(flops / rate, bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency)) + dev.kernel_overhead_s
+
+
+def elementwise_time_s(bytes_moved: float, dev: DeviceSpec, kernels: int = 1) -> float:
+    """A memory-bound kernel: bytes over achieved HBM bandwidth, plus launch overhead."""
+    return bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency) + kernels * dev.kernel_overhead_s
+
+
+def _gemm(name, block, m, n, k, dev, dtype, comm_after="") -> Op:
+    t = gemm_time_s(m, n, k, dev, dtype)
+    # backward: dgrad (m x n)@(n x k) and wgrad (k x m)@(m x n), same FLOPs as forward each
+    dgrad = gemm_time_s(m, k, n, dev, dtype)
+    wgrad = gemm_time_s(k, n, m, dev, dtype)
+    if dtype == "fp8":
+        # Transformer Engine casts each GEMM input to FP8 with a fused cast+transpose: forward
+        # reads the BF16 input (2 B) and writes the FP8 copy and its transpose (1 B + 1 B);
+        # backward does the same for the output gradient (NVIDIA Transformer Engine docs, FP8 primer).
+        t += elementwise_time_s(4 * m * k, dev)
+        dgrad += elementwise_time_s(4 * m * n, dev)
+    return Op(name, "gemm", block, 2.0 * m * n * k, t, dgrad + wgrad, wgrad, comm_after)
+
+
+def _elementwise(name, block, bytes_fwd, dev, kernels=1) -> Op:
+    t = elementwise_time_s(bytes_fwd, dev, kernels)
+    return Op(name, "elementwise", block, 0.0, t, 2 * t)
+
+
+def attention_flops(model: ModelSpec, tokens_q: float, seq_kv: float, tp: int) -> float:
+    """Forward FLOPs of scores and context, ``4 * s_q * s_kv * heads * d`` (no causal saving).
+
+    This is the FLOP-counting convention of Narayanan et al. 2021, Eq. 3 (the ``s/6h`` term).
+    """
+    d_qk = model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0)
+    d_v = model.v_head_dim if model.is_mla else model.head_dim
+    return 2.0 * tokens_q * seq_kv * (model.heads / tp) * (d_qk + d_v)
+
+
+def _attention_core(model, dev, w: Workload, c: ParallelConfig) -> Op:
+    b, s = c.mb, w.seq_len
+    sq = s / c.cp  # queries held by this GPU (context parallel shards the sequence)
+    heads = model.heads / c.tp
+    flops = attention_flops(model, b * sq, s, c.tp)
+    if c.flash_attention:
+        # FlashAttention (Dao 2022): fused, skips the masked half of a causal mask; runs in BF16.
+        # Backward is 2.5x the forward FLOPs (5 matmuls instead of 2).
+        rate = dev.peak_bf16_flops_per_s * dev.attention_efficiency
+        t = 0.5 * flops / rate + dev.kernel_overhead_s
+        return Op("attn_core", "attention", "attn", flops, t, 2.5 * (t - dev.kernel_overhead_s) + dev.kernel_overhead_s)
+    # Unfused (Megatron 2021/22): batched QK^T and PV GEMMs over full s x s scores, with the
+    # fused scale-mask-softmax (read 2 B, write 2 B per score) and dropout (read 2, write 2 + 1 B mask).
+    d = model.head_dim
+    bmm = gemm_time_s(sq, s, d, dev, "bf16", batch=int(b * heads)) + gemm_time_s(sq, d, s, dev, "bf16", batch=int(b * heads))
+    scores = b * heads * sq * s
+    ew = elementwise_time_s(9 * scores, dev, kernels=2)
+    return Op("attn_core", "attention", "attn", flops, bmm + ew, 2 * bmm + 2 * ew)
+
+
+def layer_ops(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig,
+              moe: bool = False) -> tuple[Op, ...]:
+    """The forward ops of one (dense or MoE) layer on one GPU for one micro-batch, in order."""
+    return _layer_ops(model, dev, w.seq_len, w.dtype, c.tp, c.cp, c.mb, c.sp_on, c.ep, moe, c.flash_attention)
+
+
+@lru_cache(maxsize=4096)
+def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash):
+    c = ParallelConfig(tp=tp, cp=cp, mb=mb, sp=sp, ep=ep, flash_attention=flash)
+    w = Workload(global_batch=mb, seq_len=seq_len, dtype=dtype)
+    h = model.hidden
+    n = mb * seq_len / cp  # tokens on this GPU
+    n_sp = n / tp if sp else n  # tokens held by element-wise ops (sequence parallel shards them)
+    tp_comm = "rs" if sp else "ar"
+    ops: list[Op] = []
+    ops.append(_elementwise("ln1", "attn", 2 * ACT_BYTES * n_sp * h, dev))
+    if model.is_mla:
+        qkv_width = (model.attn_params - model.heads * model.v_head_dim * h) / h / tp
+        o_in = model.heads * model.v_head_dim / tp
+    else:
+        kv_rep = min(tp, model.kv_heads)
+        qkv_width = model.heads * model.head_dim / tp + 2 * model.kv_dim / kv_rep
+        o_in = model.heads * model.head_dim / tp
+    ops.append(_gemm("qkv", "attn", n, qkv_width, h, dev, dtype))
+    ops.append(_attention_core(model, dev, w, c))
+    ops.append(_gemm("attn_out", "attn", n, h, o_in, dev, dtype, comm_after=tp_comm))
+    # bias-dropout-add: read out and residual, write sum, 1-byte mask
+    ops.append(_elementwise("bda1", "attn", (3 * ACT_BYTES + 1) * n_sp * h, dev))
+    ops.append(_elementwise("ln2", "mlp", 2 * ACT_BYTES * n_sp * h, dev))
+    gated = model.activation == "swiglu"
+    if moe:
+        ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm))
+    else:
+        f = model.ffn_hidden / tp
+        ops.append(_gemm("fc1", "mlp", n, f * (2 if gated else 1), h, dev, dtype))
+        ops.append(_elementwise("act", "mlp", (3 if gated else 2) * ACT_BYTES * n * f, dev))
+        ops.append(_gemm("fc2", "mlp", n, h, f, dev, dtype, comm_after=tp_comm))
+    ops.append(_elementwise("bda2", "mlp", (3 * ACT_BYTES + 1) * n_sp * h, dev))
+    return tuple(ops)
+
+
+def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm) -> list[Op]:
+    """Router, routed experts (grouped GEMM over this GPU's experts) and shared experts.
+
+    Tokens are spread evenly over experts (balanced routing, an assumption). With EP each
+    GPU holds ``experts / ep`` whole experts and receives ``n * topk`` token-slots in total
+    across the EP group; tokens are first split across TP ranks (Megatron-Core requires
+    sequence parallelism for MoE with TP), so each GPU handles ``n * topk / tp`` slots.
+    Without EP every TP rank runs all ``n * topk`` slots on a ``1/tp`` slice of each expert.
+    """
+    h = model.hidden
+    etp = tp if ep == 1 else 1
+    ops = [_gemm("router", "mlp", n, model.experts, h, dev, "bf16")]
+    slots = n * model.topk / (tp if ep > 1 else 1)  # token-slots processed here
+    local_experts = model.experts / ep
+    per_expert = slots / local_experts
+    f = model.moe_ffn_hidden / etp
+    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype)
+    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype)
+    act = _elementwise("expert_act", "mlp", (3 if gated else 2) * ACT_BYTES * slots * f, dev)
+    k = local_experts  # one grouped GEMM covers the local experts: scale per-expert GEMMs
+    ops.append(Op("experts", "gemm", "mlp", k * (up.fwd_flops + down.fwd_flops),
+                  k * (up.fwd_s + down.fwd_s) + act.fwd_s, k * (up.bwd_s + down.bwd_s) + act.bwd_s,
+                  k * (up.wgrad_s + down.wgrad_s), comm_after="a2a" if ep > 1 else tp_comm))
+    if model.shared_experts:
+        fs = model.shared_experts * model.moe_ffn_hidden / tp
+        ops.append(_gemm("shared_fc1", "mlp", n, fs * (2 if gated else 1), h, dev, dtype))
+        ops.append(_gemm("shared_fc2", "mlp", n, h, fs, dev, dtype))
+    return ops
+
+
+def head_ops(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig) -> tuple[Op, ...]:
+    """LM head GEMM and vocab-parallel cross-entropy on the last stage (per micro-batch).
+
+    Cross-entropy reads the BF16 logits and writes FP32 softmax (Megatron computes it in FP32).
+    """
+    n = c.mb * w.seq_len / c.cp
+    v = model.vocab / c.tp
+    head = _gemm("lm_head", "head", n, v, model.hidden, dev, w.dtype, comm_after="")
+    ce = _elementwise("cross_entropy", "head", (ACT_BYTES + 4 + 4) * n * v, dev, kernels=3)
+    return head, ce
+
+
+def embedding_op(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig) -> Op:
+    """Embedding lookup on the first stage: a gather of ``n x h`` rows (memory-bound)."""
+    n = c.mb * w.seq_len / c.cp
+    return _elementwise("embedding", "embed", 3 * ACT_BYTES * n * model.hidden, dev)
+
+
+def optimizer_time_s(params_local: float, dev: DeviceSpec) -> float:
+    """Mixed-precision Adam step over ``params_local`` parameters, HBM-bound.
+
+    Reads FP32 master weight, m, v and gradient (16 B), writes master, m, v (12 B) and the
+    BF16 weight (2 B): 30 B per parameter (Rajbhandari et al. 2020, section 3.1 state layout).
+    """
+    return elementwise_time_s(30.0 * params_local, dev, kernels=4)

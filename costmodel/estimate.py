@@ -1,0 +1,174 @@
+"""``evaluate(model, cluster, workload, config) -> Estimate``: one training step, explained.
+
+Step time (documented sum, every term in ``breakdown``)::
+
+    step = (m + (p-1)/v) * t_mb          pipelined micro-batches on the slowest stage
+         + dp_exposed + zero_exposed      gradient reduction / parameter gather left after backward
+         + optimizer                      Adam update of the local shard
+
+    t_mb = forward + backward + recompute + exposed TP/SP/CP/EP/PP communication + interference
+
+``breakdown`` splits ``(m + (p-1)/v) * t_mb`` into ``compute_s``, ``recompute_s``, one
+``<strategy>_exposed_s`` each, ``interference_s`` and ``bubble_s = (p-1)/v * t_mb``.
+
+>>> from costmodel.presets import load_model, load_cluster
+>>> e = evaluate(load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(64),
+...              Workload(global_batch=64, seq_len=2048), ParallelConfig(tp=8, pp=8, mb=1, vp=3, sp=True,
+...              recompute="selective", flash_attention=False))
+>>> e.fits, 10 < e.step_time_s < 20
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .analytic import dp_comm, stage_timing
+from .config import ParallelConfig, micro_batches, validate_config
+from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
+from .memory import memory_per_stage, stage_params, expert_dp
+from .compute import optimizer_time_s
+from .overlap import exposed_s, overlap_rate
+from .specs import ClusterSpec, ModelSpec, Workload
+from .errors import SpecError
+
+STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The predicted cost of one training step of one plan (SI units)."""
+
+    config: ParallelConfig
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    peak_memory_bytes: float
+    hbm_bytes: float
+    fits: bool
+    breakdown: dict
+    comm_link_s: dict
+    comm_exposed_s: dict
+    overlap: dict
+    memory: list
+    reasons: dict
+    flop_convention: str = CONVENTION
+    status: str = "ok"
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values with the keys of DESIGN.md."""
+        return {
+            "status": self.status,
+            "config": self.config.to_dict(),
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "hbm_bytes": self.hbm_bytes,
+            "fits": self.fits,
+            "breakdown": dict(self.breakdown),
+            "comm_link_s": dict(self.comm_link_s),
+            "comm_exposed_s": dict(self.comm_exposed_s),
+            "overlap": dict(self.overlap),
+            "exposed_reasons": dict(self.reasons),
+            "memory": [dict(m) for m in self.memory],
+            "flop_convention": self.flop_convention,
+            "notes": list(self.notes),
+        }
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig) -> Estimate:
+    """Predict one training step of ``config``; raises :class:`SpecError` for an invalid plan."""
+    if not cluster.num_gpus:
+        cluster = cluster.with_gpus(config.gpus)
+    validate_config(model, cluster, workload, config)
+    if workload.mode != "train":
+        raise SpecError("mode", workload.mode, "'train' (inference planning is not available yet)")
+    c, w, dev = config, workload, cluster.device
+    m = micro_batches(w, c)
+    stages = [stage_timing(model, cluster, w, c, s) for s in range(c.pp)]
+    slow = max(stages, key=lambda st: st.microbatch_s)
+    t_mb = slow.microbatch_s
+    bubble = (c.pp - 1) / c.vp * t_mb
+    pipeline = m * t_mb + bubble
+
+    # gradient reduction after the last backward: bucketed overlap with that backward, and the
+    # drain of later stages gives stage i a head start of i backward steps (1F1B).
+    nb_default = 0
+    dp_exposed = zero_exposed = 0.0
+    dp_link = zero_link = 0.0
+    for st in stages:
+        t_grad, t_param = dp_comm(model, cluster, c, st.stage)
+        dense, expert = stage_params(model, c, st.stage)
+        gbytes = 4 * (dense + expert)
+        buckets = max(1, round(gbytes / c.bucket_bytes)) if c.bucket_bytes > 0 else nb_default
+        window = st.bwd_s + st.recompute_s
+        slack = (c.pp - 1 - st.stage) * 0 + st.stage * (st.bwd_s + st.recompute_s)
+        ex = max(0.0, exposed_s(t_grad, window, buckets) - slack)
+        zx = exposed_s(t_param, st.fwd_s, buckets)
+        if ex + zx >= dp_exposed + zero_exposed:
+            dp_exposed, zero_exposed = ex, zx
+            dp_link, zero_link = t_grad, t_param
+
+    shard_d = c.dp * c.cp if c.zero >= 1 else 1
+    shard_e = expert_dp(c) if c.zero >= 1 else 1
+    optimizer = max(optimizer_time_s(d / shard_d + e / shard_e, dev)
+                    for d, e in (stage_params(model, c, s) for s in range(c.pp)))
+    step = pipeline + dp_exposed + zero_exposed + optimizer
+
+    led = slow.ledger
+    breakdown = {
+        "compute_s": m * slow.compute_s,
+        "recompute_s": m * slow.recompute_s,
+        "interference_s": m * slow.interference_s,
+        "bubble_s": bubble,
+        "optimizer_s": optimizer,
+    }
+    link, exposed = {}, {}
+    for s in STRATEGIES:
+        link[s] = m * led.link_s.get(s, 0.0)
+        exposed[s] = m * led.exposed_s.get(s, 0.0)
+    link["dp"] += dp_link
+    exposed["dp"] += dp_exposed
+    link["zero"] += zero_link
+    exposed["zero"] += zero_exposed
+    for s in STRATEGIES:
+        breakdown[f"{s}_exposed_s"] = exposed[s]
+    overlap = {s: overlap_rate(link[s], exposed[s]) for s in STRATEGIES if link[s] > 0}
+    reasons = {s: r for s, r in led.reasons.items() if exposed.get(s, 0) > 0}
+    if dp_exposed > 0 and dp_link > 0:
+        reasons.setdefault("dp", "no bucketed overlap (bucket_mb=0)" if c.bucket_bytes == 0 else
+                           "window too short: gradient reduction outlasts the last micro-batch's backward"
+                           if dp_link > slow.bwd_s else "the last bucket is reduced after backward ends")
+
+    mem = memory_per_stage(model, w, c)
+    peak = max(sm.total_bytes for sm in mem)
+    gpus = c.gpus
+    model_flops = model_flops_per_step(model, w)
+    hw_flops = hardware_flops_per_step(model, w, c)
+    peak_flops = dev.peak_flops_per_s(w.dtype)
+    return Estimate(
+        config=c,
+        step_time_s=step,
+        tokens_per_s=w.tokens / step,
+        model_tflops_per_gpu=model_flops / step / gpus / 1e12,
+        hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12,
+        mfu=model_flops / step / gpus / peak_flops,
+        hfu=hw_flops / step / gpus / peak_flops,
+        peak_memory_bytes=peak,
+        hbm_bytes=dev.hbm_bytes,
+        fits=peak <= dev.hbm_bytes,
+        breakdown=breakdown,
+        comm_link_s=link,
+        comm_exposed_s=exposed,
+        overlap=overlap,
+        memory=[sm.to_dict() for sm in mem],
+        reasons=reasons,
+    )

@@ -1,0 +1,158 @@
+"""Memory per GPU on each pipeline stage: weights, gradients, optimizer state, activations.
+
+Model state (Rajbhandari et al. 2020, "ZeRO", section 3.1, with Megatron-LM's FP32 gradient
+buffer): BF16 weights 2 B, FP32 main gradients 4 B, Adam FP32 master/m/v 12 B per parameter.
+ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients, ZeRO-3 also the weights, over
+the data-parallel ranks (dense parameters over ``dp * cp``, experts over the expert-data-parallel ranks).
+
+Activations generalise Korthikanti et al. 2023, Table 2, to GQA, SwiGLU and MoE: per layer and
+token, ``10 h`` bytes replicated across TP (layer-norm inputs, QKV and MLP inputs, dropout masks;
+divided by ``t`` under sequence parallelism), the Q/K/V, attention-output and MLP tensors split
+by ``t`` (``24 h`` for GPT), and ``5 a s / t`` for materialised attention scores (absent with
+FlashAttention or selective recompute). Full recompute keeps each layer's ``2 h`` input.
+
+>>> from costmodel.presets import load_model
+>>> from costmodel.specs import Workload
+>>> from costmodel.config import ParallelConfig
+>>> m = load_model("gpt3-175b")
+>>> w = Workload(global_batch=1, seq_len=2048)
+>>> s, b, h, a, t = 2048, 1, 12288, 96, 8
+>>> act = activation_bytes_per_layer(m, w, ParallelConfig(tp=8, sp=True, flash_attention=False))
+>>> act == s * b * h / t * (34 + 5 * a * s / h)     # Korthikanti Table 2, "sequence parallel"
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import ParallelConfig, micro_batches
+from .pipeline import in_flight_chunks, stage_layers
+from .specs import ModelSpec, Workload
+from .units import GiB
+
+WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES = 2, 4, 12
+#: CUDA context, NCCL buffers and allocator fragmentation held outside the model (assumption)
+RESERVED_BYTES = 2 * GiB
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak bytes on one GPU of a pipeline stage."""
+
+    stage: int
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.buffers_bytes + RESERVED_BYTES)
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
+                "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
+                "buffers_bytes": self.buffers_bytes, "reserved_bytes": RESERVED_BYTES,
+                "total_bytes": self.total_bytes}
+
+
+def is_moe_layer(model: ModelSpec, layer: int) -> bool:
+    return model.is_moe and layer >= model.dense_layers
+
+
+def expert_dp(c: ParallelConfig) -> int:
+    """Ranks an expert's weights are replicated over: ``tp*dp*cp / (ep * expert_tp)``."""
+    return max(1, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()))
+
+
+def stage_params(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters held by one GPU of ``stage``, before ZeRO sharding."""
+    dense = expert = 0.0
+    for layer in stage_layers(model.layers, c.pp, stage):
+        if is_moe_layer(model, layer):
+            dense += (model.attn_params + model.shared_experts * model.expert_params) / c.tp \
+                + model.hidden * model.experts + 2 * model.hidden
+            expert += model.experts / c.ep * model.expert_params / c.expert_tp()
+        else:
+            dense += (model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp + 2 * model.hidden
+    if stage == 0:
+        dense += model.embedding_params / c.tp
+    if stage == c.pp - 1:
+        # the LM head; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
+        if not model.tied_embeddings or c.pp > 1:
+            dense += model.embedding_params / c.tp
+    return dense, expert
+
+
+def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes on one GPU of ``stage`` under ZeRO stage ``c.zero``."""
+    dense, expert = stage_params(model, c, stage)
+    shard_d, shard_e = c.dp * c.cp, expert_dp(c)
+    def sharded(nbytes_per_param: float, min_zero: int) -> float:
+        if c.zero >= min_zero:
+            return nbytes_per_param * (dense / shard_d + expert / shard_e)
+        return nbytes_per_param * (dense + expert)
+    return sharded(WEIGHT_BYTES, 3), sharded(GRAD_BYTES, 2), sharded(OPTIM_BYTES, 1)
+
+
+def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe: bool = False) -> float:
+    """Activation bytes one layer stores for backward, per micro-batch, on one GPU (no recompute
+    of the layer as a whole; ``c.recompute == 'selective'`` drops the attention-score term)."""
+    t = c.tp
+    h = model.hidden
+    tokens = c.mb * w.seq_len / c.cp
+    replicated = 10 * h  # 2 LN inputs (4h), QKV input (2h), MLP input (2h), 2 dropout masks (2h)
+    d_v = model.v_head_dim if model.is_mla else model.head_dim
+    q = model.heads * (model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0))
+    kv = model.kv_heads * (model.head_dim + d_v) if not model.is_mla else model.heads * (model.head_dim + model.qk_rope_head_dim + d_v)
+    split = 2 * q + 2 * kv + 2 * model.heads * d_v  # Q, K, V, attention-output input (BF16)
+    gated = model.activation == "swiglu"
+    if moe:
+        f = model.moe_ffn_hidden
+        slot = (6 if gated else 4) * f / c.expert_tp() + 2 * h  # expert MLP tensors + permuted input
+        slots_per_token = model.topk / (t if c.ep > 1 else 1)
+        per_token_split = split / t + slot * slots_per_token
+        per_token_split += (6 if gated else 4) * model.shared_experts * f / t + 4 * model.experts
+    else:
+        f = model.ffn_hidden
+        per_token_split = (split + (6 if gated else 4) * f) / t
+    per_token = replicated / (t if c.sp_on else 1) + per_token_split
+    if not c.flash_attention and c.recompute != "selective":
+        per_token += 5 * model.heads * w.seq_len / t  # softmax (2), dropout mask (1), dropout out (2) per score
+    elif c.flash_attention:
+        per_token += 4 * model.heads / t  # FP32 log-sum-exp per head
+    return tokens * per_token
+
+
+def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:
+    """Peak memory of one GPU of ``stage`` during a training step."""
+    weights, grads, optim = model_state_bytes(model, c, stage)
+    m = micro_batches(w, c)
+    layers = list(stage_layers(model.layers, c.pp, stage))
+    per_layer = [activation_bytes_per_layer(model, w, c, is_moe_layer(model, l)) for l in layers]
+    tokens = c.mb * w.seq_len / c.cp
+    layer_input = 2 * model.hidden * tokens / (c.tp if c.sp_on else 1)
+    if c.recompute == "full":
+        k = len(layers) if c.recompute_layers is None else c.recompute_layers
+        stored = k * layer_input + sum(per_layer[k:])
+        working = max(per_layer)  # one layer re-materialised during its backward
+    else:
+        stored, working = sum(per_layer), 0.0
+    chunks = in_flight_chunks(c.pp, m, c.vp, stage)
+    acts = stored / c.vp * chunks + working
+    if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight
+        acts += 3 * model.hidden * tokens / (c.tp if c.sp_on else 1) * chunks / c.vp
+    if stage == c.pp - 1 and w.mode == "train":  # BF16 logits and FP32 softmax of one micro-batch
+        acts += 6 * tokens * model.vocab / c.tp
+    buffers = 0.0
+    if c.zero == 3:  # all-gathered weights of the current and the prefetched layer
+        dense, expert = stage_params(model, c, stage)
+        buffers = 2 * WEIGHT_BYTES * (dense + expert) / max(1, len(layers))
+    return StageMemory(stage, weights, grads, optim, acts, buffers)
+
+
+def memory_per_stage(model: ModelSpec, w: Workload, c: ParallelConfig) -> list[StageMemory]:
+    return [stage_memory(model, w, c, s) for s in range(c.pp)]

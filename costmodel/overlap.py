@@ -1,0 +1,85 @@
+"""The unified overlap formula (source document, section 2; DIGEST.md).
+
+``T_eff = T_compute + (1 - r) * T_comm``. A communication of ``T_comm`` that can hide behind a
+compute window of ``T_compute`` and is split into ``chunks`` pieces pipelined with ``chunks``
+pieces of that compute (a piece of comm can only start once its piece of compute is done, or
+vice versa) costs
+
+    exposed = max(0, T_comm - T_compute) + min(T_comm, T_compute) / chunks
+
+beyond the compute: the longer of the two sets the pace, and the first (or last) piece of the
+shorter one cannot overlap. With ``chunks -> inf`` this reaches the critical condition of the
+source, ``T_eff = max(T_compute, T_comm)``; with ``chunks = 0`` (not overlappable) it is serial.
+
+>>> exposed_s(1.0, 3.0, 1), exposed_s(1.0, 3.0, 4), exposed_s(3.0, 1.0, 4), exposed_s(1.0, 3.0, 0)
+(1.0, 0.25, 2.25, 1.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def exposed_s(t_comm_s: float, t_window_s: float, chunks: int) -> float:
+    """Exposed part of a communication pipelined in ``chunks`` pieces with a compute window.
+
+    ``chunks = 0`` means it cannot overlap at all (data dependency or synchronous issue).
+    """
+    if t_comm_s <= 0:
+        return 0.0
+    if chunks <= 0 or t_window_s <= 0:
+        return t_comm_s
+    return max(0.0, t_comm_s - t_window_s) + min(t_comm_s, t_window_s) / chunks
+
+
+def overlap_rate(t_comm_s: float, t_exposed_s: float) -> float:
+    """r = 1 - exposed / comm, in [0, 1] (1.0 when there is no communication)."""
+    if t_comm_s <= 0:
+        return 1.0
+    return min(1.0, max(0.0, 1.0 - t_exposed_s / t_comm_s))
+
+
+@dataclass
+class CommLedger:
+    """Raw and exposed communication seconds per strategy, and why any stays exposed.
+
+    Strategies: ``tp`` (AllReduce), ``sp`` (AllGather + ReduceScatter), ``cp``, ``ep``, ``pp``,
+    ``dp`` (gradient reduction), ``zero`` (parameter gathers).
+    """
+
+    link_s: dict = field(default_factory=dict)
+    exposed_s: dict = field(default_factory=dict)
+    hidden_sm_s: float = 0.0  # hidden time of SM-based comms, which slows compute
+    reasons: dict = field(default_factory=dict)
+
+    def add(self, strategy: str, t_comm: float, t_exposed: float, reason: str = "", times: float = 1.0,
+            uses_compute: bool = True) -> None:
+        if t_comm <= 0:
+            return
+        self.link_s[strategy] = self.link_s.get(strategy, 0.0) + times * t_comm
+        self.exposed_s[strategy] = self.exposed_s.get(strategy, 0.0) + times * t_exposed
+        if uses_compute:
+            self.hidden_sm_s += times * (t_comm - t_exposed)
+        if reason and t_exposed > 1e-3 * t_comm:
+            self.reasons.setdefault(strategy, reason)
+
+    def scaled(self, k: float) -> "CommLedger":
+        return CommLedger({s: v * k for s, v in self.link_s.items()},
+                          {s: v * k for s, v in self.exposed_s.items()},
+                          self.hidden_sm_s * k, dict(self.reasons))
+
+    def merge(self, other: "CommLedger") -> "CommLedger":
+        out = CommLedger(dict(self.link_s), dict(self.exposed_s), self.hidden_sm_s + other.hidden_sm_s, dict(self.reasons))
+        for s, v in other.link_s.items():
+            out.link_s[s] = out.link_s.get(s, 0.0) + v
+            out.exposed_s[s] = out.exposed_s.get(s, 0.0) + other.exposed_s[s]
+        for s, r in other.reasons.items():
+            out.reasons.setdefault(s, r)
+        return out
+
+    @property
+    def total_exposed_s(self) -> float:
+        return sum(self.exposed_s.values())
+
+    def rates(self) -> dict:
+        return {s: overlap_rate(self.link_s[s], self.exposed_s[s]) for s in sorted(self.link_s)}
