@@ -158,7 +158,7 @@ class StageTiming:
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:
     """Compute and exposed communication of one micro-batch on ``stage``."""
     dev = cluster.device
-    layers = stage_layers(model.layers, c.pp, stage)
+    layers = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
     n_moe = sum(1 for l in layers if is_moe_layer(model, l))
     counts = ((False, len(layers) - n_moe), (True, n_moe))
     rec_layers = len(layers) if c.recompute_layers is None else c.recompute_layers

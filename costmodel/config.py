@@ -36,6 +36,8 @@ class ParallelConfig:
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
         CP ring) is split into so it can pipeline with compute; 1 means not chunked.
+    layers_per_stage : layers on each pipeline stage, first to last (``None`` = uniform);
+        e.g. fewer layers on the first and last stage, which also hold the embedding and LM head.
     flash_attention : fused attention that never stores the s x s scores (FlashAttention);
         False reproduces Megatron-LM 2021/22's unfused softmax (Korthikanti's ``5 a s^2 b`` term).
     """
@@ -54,6 +56,7 @@ class ParallelConfig:
     bucket_bytes: float = 40 * MB
     chunks: int = 1
     flash_attention: bool = True
+    layers_per_stage: tuple[int, ...] | None = None
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
@@ -69,6 +72,11 @@ class ParallelConfig:
             _positive_int("recompute_layers", self.recompute_layers, allow_zero=True)
             if self.recompute != "full":
                 raise SpecError("recompute_layers", self.recompute_layers, "unset unless recompute='full'")
+        if self.layers_per_stage is not None:
+            lps = tuple(self.layers_per_stage)
+            object.__setattr__(self, "layers_per_stage", lps)
+            if len(lps) != self.pp or any(not isinstance(x, int) or x < 1 for x in lps):
+                raise SpecError("layers_per_stage", list(lps), f"{self.pp} positive integers, one per stage")
         if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
             raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
 
@@ -93,7 +101,7 @@ class ParallelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
-        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention"}
+        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:
@@ -126,7 +134,12 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("tp", c.tp, f"a divisor or multiple of kv_heads={model.kv_heads}")
     if model.ffn_hidden % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of ffn_hidden={model.ffn_hidden}")
-    if model.layers % (c.pp * c.vp):
+    if c.layers_per_stage is not None:
+        if sum(c.layers_per_stage) != model.layers:
+            raise SpecError("layers_per_stage", list(c.layers_per_stage), f"summing to layers={model.layers}")
+        if any(x % c.vp for x in c.layers_per_stage):
+            raise SpecError("layers_per_stage", list(c.layers_per_stage), f"multiples of vp={c.vp}")
+    elif model.layers % (c.pp * c.vp):
         raise SpecError("pp*vp", c.pp * c.vp, f"a divisor of layers={model.layers} (pp={c.pp}, vp={c.vp})")
     if c.vp > 1 and c.pp == 1:
         raise SpecError("vp", c.vp, "1 when pp=1 (interleaving needs a pipeline)")
@@ -150,5 +163,6 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     if cluster.num_gpus and c.gpus != cluster.num_gpus:
         raise SpecError("tp*pp*dp*cp", c.gpus, f"equal to the GPU count {cluster.num_gpus} "
                         f"(tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})")
-    if c.recompute_layers is not None and c.recompute_layers > model.layers // c.pp:
-        raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {model.layers // c.pp}")
+    most = max(c.layers_per_stage) if c.layers_per_stage else model.layers // c.pp
+    if c.recompute_layers is not None and c.recompute_layers > most:
+        raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")

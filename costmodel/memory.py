@@ -71,7 +71,7 @@ def expert_dp(c: ParallelConfig) -> int:
 def stage_params(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters held by one GPU of ``stage``, before ZeRO sharding."""
     dense = expert = 0.0
-    for layer in stage_layers(model.layers, c.pp, stage):
+    for layer in stage_layers(model.layers, c.pp, stage, c.layers_per_stage):
         if is_moe_layer(model, layer):
             dense += (model.attn_params + model.shared_experts * model.expert_params) / c.tp \
                 + model.hidden * model.experts + 2 * model.hidden
@@ -131,12 +131,12 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     """Peak memory of one GPU of ``stage`` during a training step."""
     weights, grads, optim = model_state_bytes(model, c, stage)
     m = micro_batches(w, c)
-    layers = list(stage_layers(model.layers, c.pp, stage))
+    layers = list(stage_layers(model.layers, c.pp, stage, c.layers_per_stage))
     per_layer = [activation_bytes_per_layer(model, w, c, is_moe_layer(model, l)) for l in layers]
     tokens = c.mb * w.seq_len / c.cp
     layer_input = 2 * model.hidden * tokens / (c.tp if c.sp_on else 1)
     if c.recompute == "full":
-        k = len(layers) if c.recompute_layers is None else c.recompute_layers
+        k = len(layers) if c.recompute_layers is None else min(len(layers), c.recompute_layers)
         stored = k * layer_input + sum(per_layer[k:])
         working = max(per_layer)  # one layer re-materialised during its backward
     else:

@@ -38,7 +38,15 @@ def in_flight_chunks(p: int, m: int, v: int, stage: int) -> int:
     return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
 
 
-def stage_layers(layers: int, p: int, stage: int) -> range:
-    """Layer indices held by ``stage`` (uniform split; interleaving changes order, not count)."""
-    per = layers // p
-    return range(stage * per, (stage + 1) * per)
+def stage_layers(layers: int, p: int, stage: int, split: tuple[int, ...] | None = None) -> range:
+    """Layer indices held by ``stage``: a uniform split, or ``split[i]`` layers on stage ``i``
+    (interleaving changes the order in which they run, not how many there are).
+
+    >>> stage_layers(8, 2, 1), stage_layers(8, 2, 1, (5, 3))
+    (range(4, 8), range(5, 8))
+    """
+    if split is None:
+        per = layers // p
+        return range(stage * per, (stage + 1) * per)
+    start = sum(split[:stage])
+    return range(start, start + split[stage])
