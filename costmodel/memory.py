@@ -148,7 +148,7 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     if stage == c.pp - 1 and w.mode == "train":  # BF16 logits and FP32 softmax of one micro-batch
         acts += 6 * tokens * model.vocab / c.tp
     buffers = 0.0
-    if c.zero == 3:  # all-gathered weights of the current and the prefetched layer
+    if c.zero == 3 and c.dp * c.cp > 1:  # all-gathered weights of the current and the prefetched layer
         dense, expert = stage_params(model, c, stage)
         buffers = 2 * WEIGHT_BYTES * (dense + expert) / max(1, len(layers))
     return StageMemory(stage, weights, grads, optim, acts, buffers)

@@ -1,0 +1,60 @@
+"""Collective times: alpha-beta terms, layouts and hierarchy."""
+
+import pytest
+
+from costmodel.collectives import collective_time_s, layout
+from costmodel.presets import load_cluster
+
+
+@pytest.fixture
+def a100():
+    return load_cluster("a100-80g")
+
+
+def test_trivial_groups_cost_nothing(a100):
+    for kind in ("allreduce", "allgather", "reducescatter", "alltoall", "p2p"):
+        assert collective_time_s(kind, 1e9, 1, 1, a100) == 0.0
+        assert collective_time_s(kind, 0, 8, 1, a100) == 0.0
+
+
+def test_ring_allreduce_inside_a_node(a100):
+    # 2 (n-1)/n S / B + 2 (n-1) alpha, B = 300 GB/s * 0.78
+    S, n = 1e9, 8
+    bw = 300e9 * 0.78
+    expected = 2 * (n - 1) / n * S / bw + 2 * (n - 1) * 8e-6
+    assert collective_time_s("allreduce", S, n, 1, a100) == pytest.approx(expected)
+
+
+def test_allreduce_is_reducescatter_plus_allgather(a100):
+    S = 5e8
+    ar = collective_time_s("allreduce", S, 8, 1, a100)
+    rs = collective_time_s("reducescatter", S, 8, 1, a100)
+    ag = collective_time_s("allgather", S, 8, 1, a100)
+    assert ar == pytest.approx(rs + ag)
+
+
+def test_layouts():
+    assert layout(8, 1, 8).scope == "intra"
+    assert layout(8, 8, 8).scope == "inter"
+    assert (layout(64, 1, 8).intra, layout(64, 1, 8).inter) == (8, 8)
+
+
+def test_spanning_nodes_is_slower_than_inside(a100):
+    inside = collective_time_s("allreduce", 1e9, 8, 1, a100)
+    across = collective_time_s("allreduce", 1e9, 8, 8, a100)
+    assert across > 5 * inside
+
+
+def test_hierarchical_uses_every_rail(a100):
+    # 64 ranks = 8 nodes x 8 GPUs: the inter-node phase carries 1/8 of the data per NIC,
+    # so it is much faster than a flat ring of 8 one-GPU-per-node ranks on the same data.
+    hier = collective_time_s("allreduce", 1e9, 64, 1, a100)
+    flat = collective_time_s("allreduce", 1e9, 8, 8, a100)
+    assert hier < flat / 3
+
+
+def test_more_bandwidth_never_slower(a100):
+    from dataclasses import replace
+    fast = replace(a100, inter_link=replace(a100.inter_link, bw_bytes_per_s=2 * a100.inter_link.bw_bytes_per_s))
+    for kind in ("allreduce", "allgather", "alltoall", "p2p"):
+        assert collective_time_s(kind, 1e8, 16, 8, fast) <= collective_time_s(kind, 1e8, 16, 8, a100)
