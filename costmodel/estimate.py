@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .analytic import dp_comm, stage_timing
+from .analytic import dp_comm, grad_bytes, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
 from .memory import memory_per_stage, stage_params, expert_dp
@@ -99,23 +99,18 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     bubble = (c.pp - 1) / c.vp * t_mb
     pipeline = m * t_mb + bubble
 
-    # gradient reduction after the last backward: bucketed overlap with that backward, and the
-    # drain of later stages gives stage i a head start of i backward steps (1F1B).
-    nb_default = 0
-    dp_exposed = zero_exposed = 0.0
-    dp_link = zero_link = 0.0
+    # gradient reduction after the last backward: bucketed overlap with that backward (one bucket
+    # is reduced while the next fills), and in 1F1B stage i finishes its last backward i
+    # backward-steps before stage 0 does, a head start in which its reduction runs unexposed.
+    dp_exposed = zero_exposed = dp_link = zero_link = 0.0
     for st in stages:
         t_grad, t_param = dp_comm(model, cluster, c, st.stage)
-        dense, expert = stage_params(model, c, st.stage)
-        gbytes = 4 * (dense + expert)
-        buckets = max(1, round(gbytes / c.bucket_bytes)) if c.bucket_bytes > 0 else nb_default
-        window = st.bwd_s + st.recompute_s
-        slack = (c.pp - 1 - st.stage) * 0 + st.stage * (st.bwd_s + st.recompute_s)
-        ex = max(0.0, exposed_s(t_grad, window, buckets) - slack)
-        zx = exposed_s(t_param, st.fwd_s, buckets)
+        buckets = max(1, round(grad_bytes(model, c, st.stage) / c.bucket_bytes)) if c.bucket_bytes > 0 else 0
+        backward = st.bwd_s + st.recompute_s
+        ex = max(0.0, exposed_s(t_grad, backward, buckets) - st.stage * backward)
+        zx = exposed_s(t_param, st.fwd_s, buckets)  # parameter gather behind the next forward
         if ex + zx >= dp_exposed + zero_exposed:
-            dp_exposed, zero_exposed = ex, zx
-            dp_link, zero_link = t_grad, t_param
+            dp_exposed, zero_exposed, dp_link, zero_link = ex, zx, t_grad, t_param
 
     shard_d = c.dp * c.cp if c.zero >= 1 else 1
     shard_e = expert_dp(c) if c.zero >= 1 else 1
