@@ -1,0 +1,5 @@
+"""``python -m planner``."""
+
+from .cli import main
+
+raise SystemExit(main())

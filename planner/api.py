@@ -1,0 +1,64 @@
+"""The Python API: one function per question, each accepting specs or preset names.
+
+Add new entry points (``recommend``, ``sweep``) as further top-level functions below and
+re-export them from :mod:`planner`; shared input handling lives in :mod:`planner.problem`.
+"""
+
+from __future__ import annotations
+
+from costmodel.estimate import Estimate
+from costmodel.estimate import evaluate as _evaluate
+from costmodel.errors import SpecError
+from costmodel.config import ParallelConfig
+from costmodel.specs import Workload
+
+from .problem import make_config, make_workload, resolve_cluster, resolve_model
+
+__all__ = ["evaluate"]
+
+
+def evaluate(model, cluster, workload: Workload | None = None, config: ParallelConfig | dict | None = None,
+             *, gpus: int | None = None, global_batch: int | None = None, seq: int | None = None,
+             dtype: str = "bf16", **config_fields) -> Estimate:
+    """Predict one training step of a parallel plan.
+
+    Parameters
+    ----------
+    model, cluster : spec objects, preset names (``planner presets``) or JSON/YAML file paths.
+    workload : a :class:`Workload`; or leave it out and give ``global_batch`` and ``seq``
+        (tokens per sequence) and ``dtype`` (used only when ``workload`` is None).
+    config : a :class:`ParallelConfig` or a dict of its keys; ``config_fields`` (``tp=8,
+        pp=8, ...``) override it or, without it, build it. ``dp`` defaults to
+        ``gpus / (tp * pp * cp)``.
+    gpus : total GPUs; default: the cluster's own count, else ``tp * pp * dp * cp``.
+
+    Raises
+    ------
+    SpecError
+        naming the field, the value and what is allowed, for any invalid input.
+
+    Examples
+    --------
+    >>> e = evaluate("gpt3-175b", "a100-80g", gpus=64, global_batch=64, seq=2048, tp=8, pp=8)
+    >>> e.config.dp, e.fits, 0 < e.mfu < 1
+    (1, True, True)
+    >>> sorted(e.to_dict()["config"])[:4]
+    ['bucket_mb', 'chunks', 'cp', 'dp']
+    >>> evaluate("gpt3-175b", "a100-80g", gpus=64, global_batch=64, seq=2048, tp=7)
+    Traceback (most recent call last):
+    ...
+    costmodel.errors.SpecError: tp*pp*cp=7: must be a divisor of gpus=64 (tp=7 pp=1 cp=1), or give dp
+    """
+    m = resolve_model(model)
+    cl = resolve_cluster(cluster, gpus)
+    if workload is None:
+        workload = make_workload(global_batch, seq, dtype)
+    elif global_batch is not None or seq is not None:
+        field, value = ("global_batch", global_batch) if global_batch is not None else ("seq", seq)
+        raise SpecError(field, value, "unset when a workload is given")
+    if isinstance(config, dict):
+        config = ParallelConfig.from_dict(config)
+    elif config is not None and not isinstance(config, ParallelConfig):
+        raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
+    config = make_config(cl.num_gpus or None, base=config, **config_fields)
+    return _evaluate(m, cl, workload, config)

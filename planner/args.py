@@ -1,0 +1,186 @@
+"""Argparse helpers shared by every subcommand.
+
+Errors are exceptions, never argparse's "usage + exit 2": a bad value raises the
+:class:`~costmodel.errors.SpecError` of its converter (field, value, allowed), and argparse's
+own complaints (unknown option, missing value, unknown subcommand) become a SpecError naming
+the option. :func:`planner.cli.main` turns any of them into exit code 2 and one stderr line.
+
+>>> p = ArgParser(prog="t"); add_problem_args(p); add_config_args(p)
+>>> a = p.parse_args("--model gpt3-175b --cluster a100-80g --gpus 64 --global-batch 64 --seq 2048 --tp 8 --pp 4".split())
+>>> config_from_args(a, a.gpus).dp
+2
+>>> p.parse_args(["--gpus", "0"])
+Traceback (most recent call last):
+...
+costmodel.errors.SpecError: gpus=0: must be a positive integer
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+from costmodel.config import RECOMPUTE
+from costmodel.errors import PlannerError, SpecError
+from costmodel.units import DTYPES
+
+from .problem import make_config, make_workload, resolve_cluster, resolve_model
+
+
+class UsageError(PlannerError):
+    """A command-line mistake argparse reports that names no single field."""
+
+
+class _BadValue(argparse.ArgumentTypeError):
+    """Carries a converter's SpecError through argparse (which only lets these through)."""
+
+    def __init__(self, error: SpecError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _field(option: str) -> str:
+    """``--global-batch`` (or ``--sp/--no-sp``) -> ``global_batch``."""
+    return option.split("/")[0].lstrip("-").replace("-", "_")
+
+
+def _translate(message: str) -> PlannerError:
+    """One of argparse's own error messages as a SpecError naming the option."""
+    if m := re.match(r"the following arguments are required: (.+)", message):
+        first = m.group(1).split(", ")[0]
+        return SpecError(_field(first), None, f"given ({first} is required)")
+    if m := re.match(r"unrecognized arguments: (\S+)", message):
+        return SpecError("argument", m.group(1), "an option of this command (see --help)")
+    if m := re.match(r"argument (\S+): invalid choice: '?([^']*)'? \(choose from (.*)\)", message):
+        return SpecError(_field(m.group(1)), m.group(2), "one of " + m.group(3).replace("'", ""))
+    if m := re.match(r"argument (\S+): ignored explicit argument '(.*)'", message):
+        return SpecError(_field(m.group(1)), m.group(2), "a switch given without a value")
+    if m := re.match(r"argument (\S+): expected one argument", message):
+        return SpecError(_field(m.group(1)), None, f"given a value ({m.group(1).split('/')[0]} VALUE)")
+    return UsageError(" ".join(message.split()))
+
+
+class ArgParser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of printing usage and exiting.
+
+    Subparsers made with ``add_subparsers().add_parser`` are of this class too. Options
+    must be spelled in full (no abbreviations).
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        # argparse calls error() while handling the ArgumentError that a converter's
+        # _BadValue caused, so the original SpecError is on the exception chain.
+        exc = sys.exc_info()[1]
+        while exc is not None:
+            if isinstance(exc, _BadValue):
+                raise exc.error from None
+            exc = exc.__context__
+        raise _translate(message) from None
+
+
+# --------------------------------------------------------------------------- converters
+def _converter(field: str, parse, allowed: str, ok=lambda v: True):
+    """An argparse ``type``: ``parse(text)`` then ``ok(value)``, else SpecError(field, value, allowed).
+
+    The error shows the parsed value when parsing worked (``gpus=0``), the text otherwise.
+    """
+    def convert(text: str):
+        try:
+            value = parse(text)
+        except (TypeError, ValueError, KeyError):
+            raise _BadValue(SpecError(field, text, allowed)) from None
+        if not ok(value):
+            raise _BadValue(SpecError(field, value, allowed))
+        return value
+    convert.__name__ = field
+    return convert
+
+
+def int_arg(field: str, minimum: int = 1):
+    """Integers ``>= minimum``."""
+    allowed = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    return _converter(field, int, allowed, lambda v: v >= minimum)
+
+
+def float_arg(field: str, minimum: float = 0.0):
+    """Finite numbers ``>= minimum``."""
+    return _converter(field, float, f"a finite number >= {minimum:g}",
+                      lambda v: math.isfinite(v) and v >= minimum)
+
+
+def choice_arg(field: str, choices):
+    """One of ``choices`` (strings, or ints given as text)."""
+    by_text = {str(c): c for c in choices}
+    return _converter(field, by_text.__getitem__, "one of " + ", ".join(by_text))
+
+
+# --------------------------------------------------------------------------- argument groups
+def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--model --cluster --gpus --global-batch --seq --dtype`` (the first four, minus --gpus, required)."""
+    g = parser.add_argument_group("problem")
+    g.add_argument("--model", required=required, metavar="NAME|FILE",
+                   help="model preset (see `planner presets`), JSON/YAML spec or HF config.json")
+    g.add_argument("--cluster", required=required, metavar="NAME|FILE",
+                   help="cluster preset or JSON/YAML spec (human units: GB/s, TFLOP/s, GiB, us)")
+    g.add_argument("--gpus", type=int_arg("gpus"), metavar="N",
+                   help="total GPUs (default: tp*pp*dp*cp)")
+    g.add_argument("--global-batch", type=int_arg("global_batch"), required=required, metavar="B",
+                   help="sequences per optimizer step")
+    g.add_argument("--seq", type=int_arg("seq"), required=required, metavar="S", help="tokens per sequence")
+    g.add_argument("--dtype", type=choice_arg("dtype", DTYPES), default="bf16",
+                   metavar="{" + ",".join(DTYPES) + "}", help="GEMM format (default: %(default)s)")
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    """The parallel plan: ``--tp --pp --dp --ep --cp --vp --mb --sp/--no-sp --zero --recompute ...``."""
+    g = parser.add_argument_group("parallel config (unset: 1 / off; dp = gpus/(tp*pp*cp))")
+    for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data"), ("ep", "expert"),
+                       ("cp", "context")):
+        g.add_argument(f"--{flag}", type=int_arg(flag), metavar="N", help=f"{what}-parallel degree")
+    g.add_argument("--vp", type=int_arg("vp"), metavar="N", help="interleaved pipeline chunks per stage")
+    g.add_argument("--mb", type=int_arg("mb"), metavar="N", help="micro-batch size in sequences")
+    g.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                   help="Megatron sequence parallelism (needs tp > 1)")
+    g.add_argument("--zero", type=_converter("zero", int, "one of 0, 1, 2, 3", lambda v: v in (0, 1, 2, 3)),
+                   metavar="{0,1,2,3}",
+                   help="ZeRO stage (1 = distributed optimizer)")
+    g.add_argument("--recompute", type=choice_arg("recompute", RECOMPUTE),
+                   metavar="{" + ",".join(RECOMPUTE) + "}", help="activation recomputation")
+    g.add_argument("--recompute-layers", type=int_arg("recompute_layers", 0), metavar="N",
+                   help="with --recompute full: layers per stage recomputed (default: all)")
+    g.add_argument("--bucket-mb", type=float_arg("bucket_mb"), metavar="MB",
+                   help="DP gradient bucket size in MB (0 = no overlap; default 40)")
+    g.add_argument("--chunks", type=int_arg("chunks"), metavar="N",
+                   help="pieces each overlappable collective is split into")
+    g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
+                   help="unfused attention that stores the s x s scores (Megatron-LM 2021/22)")
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """``--json``: one JSON object on stdout and nothing else there."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+
+
+# --------------------------------------------------------------------------- namespace -> specs
+def problem_from_args(args: argparse.Namespace):
+    """``(model, cluster sized to --gpus, workload)`` from the problem arguments."""
+    model = resolve_model(args.model) if args.model is not None else _missing("model")
+    cluster = resolve_cluster(args.cluster, args.gpus) if args.cluster is not None else _missing("cluster")
+    return model, cluster, make_workload(args.global_batch, args.seq, args.dtype)
+
+
+def config_from_args(args: argparse.Namespace, gpus: int | None):
+    """The :class:`ParallelConfig` of the config arguments; ``dp`` defaults to gpus/(tp*pp*cp)."""
+    keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
+            "recompute_layers", "bucket_mb", "chunks", "flash_attention")
+    return make_config(gpus, **{k: getattr(args, k, None) for k in keys})
+
+
+def _missing(field: str):
+    raise SpecError(field, None, f"given (--{field} NAME|FILE)")

@@ -1,0 +1,75 @@
+"""Turn loose user input (preset names, file paths, plain numbers) into validated specs.
+
+One place for the rules the Python API and every CLI subcommand share: a model or cluster
+may be a spec object, a preset name or a JSON/YAML file; ``dp`` defaults to
+``gpus / (tp * pp * cp)``. Every bad value raises :class:`~costmodel.errors.SpecError`.
+
+>>> make_config(64, tp=8, pp=4).dp
+2
+>>> make_config(64, tp=8, pp=3)
+Traceback (most recent call last):
+...
+costmodel.errors.SpecError: tp*pp*cp=24: must be a divisor of gpus=64 (tp=8 pp=3 cp=1), or give dp
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from costmodel.config import ParallelConfig
+from costmodel.errors import SpecError
+from costmodel.presets import load_cluster, load_model
+from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive_int
+
+
+def resolve_model(model) -> ModelSpec:
+    """A :class:`ModelSpec` from a spec, a preset name, or a JSON/YAML/HF ``config.json`` path."""
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return load_model(os.fspath(model))
+    raise SpecError("model", model, "a ModelSpec, a preset name or a file path")
+
+
+def resolve_cluster(cluster, gpus: int | None = None) -> ClusterSpec:
+    """A :class:`ClusterSpec` (from a spec, preset name or file), sized to ``gpus`` when given."""
+    if isinstance(cluster, ClusterSpec):
+        spec = cluster
+    elif isinstance(cluster, (str, os.PathLike)):
+        spec = load_cluster(os.fspath(cluster))
+    else:
+        raise SpecError("cluster", cluster, "a ClusterSpec, a preset name or a file path")
+    if gpus is not None:
+        _positive_int("gpus", gpus)
+        spec = spec.with_gpus(gpus)
+    return spec
+
+
+def make_workload(global_batch, seq, dtype: str = "bf16") -> Workload:
+    """A training :class:`Workload`; ``seq`` is tokens per sequence."""
+    if global_batch is None:
+        raise SpecError("global_batch", None, "a positive integer (sequences per step)")
+    if seq is None:
+        raise SpecError("seq", None, "a positive integer (tokens per sequence)")
+    return Workload(global_batch=global_batch, seq_len=seq, dtype=dtype)
+
+
+def make_config(gpus: int | None = None, base: ParallelConfig | None = None, **fields) -> ParallelConfig:
+    """A :class:`ParallelConfig` from ``fields`` (``None`` values are ignored) over ``base``.
+
+    Keys are those of :data:`costmodel.config.CONFIG_KEYS` plus ``recompute_layers`` and
+    ``flash_attention``. Without ``base`` and without ``dp``, ``dp = gpus / (tp * pp * cp)``.
+    """
+    given = {k: v for k, v in fields.items() if v is not None}
+    if base is not None:
+        return ParallelConfig.from_dict({**base.to_dict(), **given})
+    config = ParallelConfig.from_dict(given)  # validates types and ranges first
+    if "dp" in given or gpus is None:
+        return config
+    _positive_int("gpus", gpus)
+    inner = config.tp * config.pp * config.cp
+    if gpus % inner:
+        raise SpecError("tp*pp*cp", inner, f"a divisor of gpus={gpus} "
+                        f"(tp={config.tp} pp={config.pp} cp={config.cp}), or give dp")
+    return replace(config, dp=gpus // inner)

@@ -1,0 +1,172 @@
+"""Printing results: strict JSON of plain Python values, and readable text tables.
+
+Human units appear only here, converted once through :mod:`costmodel.units`.
+
+>>> print(table(["name", "s"], [["x", 1.5], ["yy", "22"]]))
+name    s
+----  ---
+x     1.5
+yy     22
+>>> to_plain({"r": float("nan"), "t": (1, 2)})
+{'r': None, 't': [1, 2]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict
+
+from costmodel.estimate import Estimate
+from costmodel.presets import cluster_to_dict, model_to_dict
+from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.units import GiB
+
+
+# --------------------------------------------------------------------------- JSON
+def to_plain(obj):
+    """Plain JSON values: numpy scalars unwrapped, tuples as lists, NaN/inf as None."""
+    if hasattr(obj, "item") and not isinstance(obj, (dict, list, tuple, str)):
+        obj = obj.item()  # numpy scalar
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def print_json(obj, file=None) -> None:
+    """Exactly one strict JSON object on ``file`` (stdout)."""
+    print(json.dumps(to_plain(obj), indent=2, allow_nan=False), file=file or sys.stdout)
+
+
+def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> dict:
+    """``Estimate.to_dict()`` plus an echo of the problem it answers."""
+    d = est.to_dict()
+    d["model"] = model_to_dict(model)
+    d["cluster"] = cluster_to_dict(cluster)
+    d["workload"] = asdict(workload)
+    return d
+
+
+# --------------------------------------------------------------------------- text
+def _is_number(cell) -> bool:
+    try:
+        float(str(cell).replace(",", ""))
+        return True
+    except ValueError:
+        return False
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """A plain-text table; numbers right-aligned, text left-aligned."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [bool(rows) and all(_is_number(r[i]) for r in rows) for i in range(len(headers))]
+
+    def line(r):
+        out = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric)]
+        return "  ".join(out).rstrip()
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])
+
+
+def _s(x: float) -> str:
+    """Seconds to 4 significant digits without exponents (at most 6 decimals)."""
+    if x == 0:
+        return "0"
+    decimals = min(6, max(0, 3 - math.floor(math.log10(abs(x)))))
+    return f"{x:.{decimals}f}"
+
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:.1f}"
+
+
+def _nodes(gpus: int, per_node: int) -> str:
+    n = -(-gpus // per_node)
+    return f"{n} node{'s' if n != 1 else ''} of {per_node}"
+
+
+def _onoff(v) -> str:
+    return {True: "on", False: "off"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+
+
+def config_line(est: Estimate) -> str:
+    d = est.config.to_dict()
+    return " ".join(f"{k}={_onoff(v) if not isinstance(v, float) else f'{v:g}'}"
+                    for k, v in d.items() if v is not None)
+
+
+def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
+    """Peak memory per GPU of each pipeline stage against HBM, and which stages overflow."""
+    stages = est.memory
+    if len(stages) > max_rows:  # keep the first, last and the peak stage
+        peak = max(stages, key=lambda m: m["total_bytes"])
+        keep = {m["stage"] for m in stages[:4] + stages[-2:]} | {peak["stage"]}
+        shown = [m for m in stages if m["stage"] in keep]
+    else:
+        shown = stages
+    rows = [[m["stage"], _gib(m["weights_bytes"]), _gib(m["grads_bytes"]), _gib(m["optimizer_bytes"]),
+             _gib(m["activations_bytes"]), _gib(m["buffers_bytes"] + m["reserved_bytes"]),
+             _gib(m["total_bytes"]), "yes" if m["total_bytes"] <= est.hbm_bytes else "NO"] for m in shown]
+    out = [table(["stage", "weights", "grads", "optimizer", "activations", "other", "total GiB", "fits"], rows)]
+    if len(shown) < len(stages):
+        out.append(f"({len(stages) - len(shown)} more stages not shown; --json lists all)")
+    over = [m["stage"] for m in stages if m["total_bytes"] > est.hbm_bytes]
+    if over:
+        out.append(f"does not fit: stage(s) {', '.join(map(str, over))} exceed {_gib(est.hbm_bytes)} GiB HBM")
+    return out
+
+
+def breakdown_lines(est: Estimate) -> list[str]:
+    """Each step-time component in seconds and % of the step (zero rows left out)."""
+    step = est.step_time_s
+    rows = [[k.removesuffix("_s"), _s(v), f"{100 * v / step:.1f}"] for k, v in est.breakdown.items() if v > 0]
+    rows.append(["total (= step time)", _s(sum(est.breakdown.values())), f"{100 * sum(est.breakdown.values()) / step:.1f}"])
+    return [table(["component", "seconds", "% of step"], rows)]
+
+
+def overlap_lines(est: Estimate) -> list[str]:
+    """Per strategy with communication: link time, exposed time, r = 1 - exposed/link, and why."""
+    if not est.overlap:
+        return ["no communication"]
+    rows = [[s, _s(est.comm_link_s.get(s, 0.0)), _s(est.comm_exposed_s.get(s, 0.0)), f"{r:.2f}",
+             est.reasons.get(s, "fully hidden" if r >= 1 else "-")] for s, r in est.overlap.items()]
+    return [table(["strategy", "link s", "exposed s", "r", "why exposed"], rows)]
+
+
+def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> str:
+    """The human report of one estimate."""
+    gpus = cluster.num_gpus or est.config.gpus
+    peak_stage = max(est.memory, key=lambda m: m["total_bytes"])["stage"] if est.memory else 0
+    lines = [
+        f"{model.name} on {gpus} x {cluster.device.name} ({cluster.name}, "
+        f"{_nodes(gpus, cluster.gpus_per_node)}), "
+        f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
+        f"config: {config_line(est)}",
+        "",
+        f"step time             {_s(est.step_time_s)} s",
+        f"tokens/s              {est.tokens_per_s:,.0f}",
+        f"model TFLOP/s/GPU     {est.model_tflops_per_gpu:.1f}",
+        f"hardware TFLOP/s/GPU  {est.hardware_tflops_per_gpu:.1f}",
+        f"MFU / HFU             {100 * est.mfu:.1f} % / {100 * est.hfu:.1f} %",
+        f"  FLOP convention: {est.flop_convention}",
+        f"peak memory/GPU       {_gib(est.peak_memory_bytes)} GiB of {_gib(est.hbm_bytes)} GiB HBM "
+        f"(stage {peak_stage})",
+        f"fits                  {'yes' if est.fits else 'NO'}",
+        "",
+        "memory per GPU by pipeline stage (GiB)",
+        *memory_lines(est),
+        "",
+        "step time breakdown",
+        *breakdown_lines(est),
+        "",
+        "communication overlap",
+        *overlap_lines(est),
+    ]
+    if est.notes:
+        lines += ["", "notes:", *(f"  - {n}" for n in est.notes)]
+    return "\n".join(lines)
