@@ -40,6 +40,7 @@ ROW_PARALLEL = ("attn_out", "fc2", "shared_fc2")
 
 WHY_TP = "data dependency: the next op consumes the AllReduce result (TP on the critical path)"
 WHY_SP = "data dependency: not chunked (chunks=1), so the GEMM waits for the whole AllGather/ReduceScatter"
+WHY_CHUNKS = "window too short: with chunks>1 the first chunk cannot overlap and T_comm > T_GEMM exposes the rest"
 WHY_WINDOW = "window too short: T_comm > T_compute of the op it overlaps"
 WHY_EP = "data dependency: dispatch needs the router output; combine not chunked"
 WHY_PP = "data dependency: 1F1B send/recv sits between dependent micro-batch computations"
@@ -62,19 +63,20 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, uses_sm: bool) -> t
     """TP/SP communication of one layer: (forward+backward ledger, forward-only ledger)."""
     fwd, bwd = CommLedger(), CommLedger()
     k = chunks if chunks > 1 else 0
+    why_fwd = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
     for op in ops:
         if sp:
             if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after != "a2a"):
-                fwd.add("sp", t_ag, exposed_s(t_ag, op.fwd_s, k), WHY_SP, uses_compute=uses_sm)
+                fwd.add("sp", t_ag, exposed_s(t_ag, op.fwd_s, k), why_fwd, uses_compute=uses_sm)
                 dgrad = op.bwd_s - op.wgrad_s
                 bwd.add("sp", t_ag, exposed_s(t_ag, dgrad, INF), WHY_WINDOW, uses_compute=uses_sm)
                 bwd.add("sp", t_rs, exposed_s(t_rs, op.wgrad_s, INF), WHY_WINDOW, uses_compute=uses_sm)
             if op.comm_after == "rs":
-                fwd.add("sp", t_rs, exposed_s(t_rs, op.fwd_s, k), WHY_SP, uses_compute=uses_sm)
-                bwd.add("sp", t_ag, exposed_s(t_ag, op.bwd_s - op.wgrad_s, k), WHY_SP, uses_compute=uses_sm)
+                fwd.add("sp", t_rs, exposed_s(t_rs, op.fwd_s, k), why_fwd, uses_compute=uses_sm)
+                bwd.add("sp", t_ag, exposed_s(t_ag, op.bwd_s - op.wgrad_s, k), why_fwd, uses_compute=uses_sm)
         else:
             if op.comm_after == "ar":
-                fwd.add("tp", t_ar, exposed_s(t_ar, op.fwd_s, k), WHY_TP, uses_compute=uses_sm)
+                fwd.add("tp", t_ar, exposed_s(t_ar, op.fwd_s, k), why_fwd, uses_compute=uses_sm)
             if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after == "ar"):
                 bwd.add("tp", t_ar, exposed_s(t_ar, op.wgrad_s, INF), WHY_WINDOW, uses_compute=uses_sm)
     return fwd.merge(bwd), fwd

@@ -138,6 +138,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         breakdown[f"{s}_exposed_s"] = exposed[s]
     overlap = {s: overlap_rate(link[s], exposed[s]) for s in STRATEGIES if link[s] > 0}
     reasons = {s: r for s, r in led.reasons.items() if exposed.get(s, 0) > 0}
+    if zero_exposed > 0:
+        reasons.setdefault("zero", "parameter all-gather after the optimizer step: not overlapped (bucket_mb=0)"
+                           if c.bucket_bytes == 0 else "window too short: parameter all-gather outlasts the first forward")
     if dp_exposed > 0 and dp_link > 0:
         reasons.setdefault("dp", "no bucketed overlap (bucket_mb=0)" if c.bucket_bytes == 0 else
                            "window too short: gradient reduction outlasts the last micro-batch's backward"

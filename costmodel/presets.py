@@ -25,9 +25,14 @@ PRESET_DIR = Path(__file__).parent / "presets"
 _DOC_KEYS = {"source", "sources", "notes", "description", "assumptions", "$schema"}
 
 
+@lru_cache(maxsize=2)
+def _names(kind: str) -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in (PRESET_DIR / kind).glob("*.json")))
+
+
 def preset_names(kind: str) -> list[str]:
     """Sorted preset names of ``kind`` ('models' or 'clusters')."""
-    return sorted(p.stem for p in (PRESET_DIR / kind).glob("*.json"))
+    return list(_names(kind))
 
 
 def preset_info(kind: str, name: str) -> dict:
@@ -66,22 +71,32 @@ def _resolve(kind: str, name_or_path: str, field: str) -> dict:
     raise SpecError(field, name_or_path, f"a preset ({', '.join(preset_names(kind))}) or a JSON/YAML file")
 
 
-def _build(cls, data: dict, field: str, renames: dict | None = None):
-    """Construct a spec dataclass from a dict, naming any unknown key."""
+def _build(cls, data: dict, field: str, human: dict | None = None, raw: dict | None = None):
+    """Construct a spec dataclass from a dict, naming any unknown, missing or bad key as the
+    user wrote it (``human`` maps SI field names back to the file's keys)."""
     allowed = {f.name for f in fields(cls)}
+    names = {si: k for k, (si, _) in (human or {}).items()}
     kw = {}
     for k, v in data.items():
         if k in _DOC_KEYS:
             continue
-        k2 = (renames or {}).get(k, k)
-        if k2 not in allowed:
-            raise SpecError(f"{field}.{k}", v, f"a known key ({', '.join(sorted(allowed))})")
-        kw[k2] = v
+        if k not in allowed:
+            raise SpecError(f"{field}.{k}", v, f"a known key ({', '.join(sorted(names.get(a, a) for a in allowed))})")
+        kw[k] = v
     try:
         return cls(**kw)
     except TypeError as e:
-        missing = str(e).split("argument")[-1].strip(": ")
-        raise SpecError(field, sorted(kw), f"complete: missing {missing}") from None
+        msg = str(e)
+        if "required" in msg and "'" in msg:
+            missing = msg.split("'")[1]
+            raise SpecError(f"{field}.{names.get(missing, missing)}", None, "present (a required key)") from None
+        raise SpecError(field, None, f"well-typed ({msg})") from None
+    except SpecError as e:
+        if e.field.startswith(field + "."):
+            raise
+        key = names.get(e.field, e.field)
+        value = (raw if raw is not None else data).get(key, e.value)
+        raise SpecError(f"{field}.{key}", value, e.allowed) from None
 
 
 def model_from_dict(data: dict) -> ModelSpec:
@@ -130,10 +145,11 @@ def cluster_from_dict(data: dict) -> ClusterSpec:
     if not isinstance(engines, list):
         raise SpecError("device.dma_engines", engines, "a list of engine classes")
     dev["dma_engines"] = tuple(
-        _build(DmaEngineClass, _scale(e, _ENGINE_UNITS, "dma_engine"), "dma_engine") for e in engines)
-    d["device"] = _build(DeviceSpec, dev, "device")
-    d["intra_link"] = _build(LinkSpec, _scale(d["intra_link"], _LINK_UNITS, "intra_link"), "intra_link")
-    d["inter_link"] = _build(LinkSpec, _scale(d["inter_link"], _LINK_UNITS, "inter_link"), "inter_link")
+        _build(DmaEngineClass, _scale(e, _ENGINE_UNITS, "dma_engine"), "dma_engine", _ENGINE_UNITS, e)
+        for e in engines)
+    d["device"] = _build(DeviceSpec, dev, "device", _DEVICE_UNITS, d["device"])
+    for link in ("intra_link", "inter_link"):
+        d[link] = _build(LinkSpec, _scale(d[link], _LINK_UNITS, link), link, _LINK_UNITS, d[link])
     return _build(ClusterSpec, d, "cluster")
 
 
@@ -161,18 +177,29 @@ def model_to_dict(m: ModelSpec) -> dict:
     return {f.name: getattr(m, f.name) for f in fields(m)}
 
 
-@lru_cache(maxsize=256)
 def load_model(name_or_path: str) -> ModelSpec:
     """A model by preset name, JSON/YAML file, or Hugging Face ``config.json``."""
-    data = _resolve("models", name_or_path, "model")
-    spec = model_from_dict(data)
+    if isinstance(name_or_path, str) and name_or_path in _names("models"):
+        return _preset_model(name_or_path)
+    spec = model_from_dict(_resolve("models", name_or_path, "model"))
     if spec.name == "model":
         from dataclasses import replace
         spec = replace(spec, name=Path(name_or_path).stem)
     return spec
 
 
-@lru_cache(maxsize=256)
 def load_cluster(name_or_path: str) -> ClusterSpec:
     """A cluster by preset name or JSON/YAML file (human units)."""
+    if isinstance(name_or_path, str) and name_or_path in _names("clusters"):
+        return _preset_cluster(name_or_path)
     return cluster_from_dict(_resolve("clusters", name_or_path, "cluster"))
+
+
+@lru_cache(maxsize=64)
+def _preset_cluster(name: str) -> ClusterSpec:
+    return cluster_from_dict(_resolve("clusters", name, "cluster"))
+
+
+@lru_cache(maxsize=256)
+def _preset_model(name: str) -> ModelSpec:
+    return model_from_dict(_resolve("models", name, "model"))

@@ -172,4 +172,4 @@ def test_invalid_value_names_field(tmp_path):
     p.write_text(yaml.safe_dump(d))
     with pytest.raises(SpecError) as e:
         load_model(str(p))
-    assert e.value.field == "activation"
+    assert e.value.field == "model.activation"
