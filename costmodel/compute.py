@@ -85,18 +85,19 @@ def elementwise_time_s(bytes_moved: float, dev: DeviceSpec, kernels: int = 1) ->
     return bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency) + kernels * dev.kernel_overhead_s
 
 
-def _gemm(name, block, m, n, k, dev, dtype, comm_after="") -> Op:
-    t = gemm_time_s(m, n, k, dev, dtype)
+def _gemm(name, block, m, n, k, dev, dtype, comm_after="", groups: int = 1) -> Op:
+    """A GEMM (or a grouped GEMM of ``groups`` equal problems, as for MoE experts) with its backward."""
+    t = gemm_time_s(m, n, k, dev, dtype, batch=groups)
     # backward: dgrad (m x n)@(n x k) and wgrad (k x m)@(m x n), same FLOPs as forward each
-    dgrad = gemm_time_s(m, k, n, dev, dtype)
-    wgrad = gemm_time_s(k, n, m, dev, dtype)
+    dgrad = gemm_time_s(m, k, n, dev, dtype, batch=groups)
+    wgrad = gemm_time_s(k, n, m, dev, dtype, batch=groups)
     if dtype == "fp8":
         # Transformer Engine casts each GEMM input to FP8 with a fused cast+transpose: forward
         # reads the BF16 input (2 B) and writes the FP8 copy and its transpose (1 B + 1 B);
         # backward does the same for the output gradient (NVIDIA Transformer Engine docs, FP8 primer).
-        t += elementwise_time_s(4 * m * k, dev)
-        dgrad += elementwise_time_s(4 * m * n, dev)
-    return Op(name, "gemm", block, 2.0 * m * n * k, t, dgrad + wgrad, wgrad, comm_after)
+        t += elementwise_time_s(4 * m * k * groups, dev)
+        dgrad += elementwise_time_s(4 * m * n * groups, dev)
+    return Op(name, "gemm", block, 2.0 * m * n * k * groups, t, dgrad + wgrad, wgrad, comm_after)
 
 
 def _elementwise(name, block, bytes_fwd, dev, kernels=1) -> Op:
@@ -188,16 +189,16 @@ def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm) -> list[Op
     etp = tp if ep == 1 else 1
     ops = [_gemm("router", "mlp", n, model.experts, h, dev, "bf16")]
     slots = n * model.topk / (tp if ep > 1 else 1)  # token-slots processed here
-    local_experts = model.experts / ep
+    local_experts = model.experts // ep
     per_expert = slots / local_experts
     f = model.moe_ffn_hidden / etp
-    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype)
-    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype)
+    # one grouped GEMM (Megatron-Core --moe-grouped-gemm) runs the tiles of all local experts at once
+    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=local_experts)
+    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=local_experts)
     act = _elementwise("expert_act", "mlp", (3 if gated else 2) * ACT_BYTES * slots * f, dev)
-    k = local_experts  # one grouped GEMM covers the local experts: scale per-expert GEMMs
-    ops.append(Op("experts", "gemm", "mlp", k * (up.fwd_flops + down.fwd_flops),
-                  k * (up.fwd_s + down.fwd_s) + act.fwd_s, k * (up.bwd_s + down.bwd_s) + act.bwd_s,
-                  k * (up.wgrad_s + down.wgrad_s), comm_after="a2a" if ep > 1 else tp_comm))
+    ops.append(Op("experts", "gemm", "mlp", up.fwd_flops + down.fwd_flops,
+                  up.fwd_s + down.fwd_s + act.fwd_s, up.bwd_s + down.bwd_s + act.bwd_s,
+                  up.wgrad_s + down.wgrad_s, comm_after="a2a" if ep > 1 else tp_comm))
     if model.shared_experts:
         fs = model.shared_experts * model.moe_ffn_hidden / tp
         ops.append(_gemm("shared_fc1", "mlp", n, fs * (2 if gated else 1), h, dev, dtype))
