@@ -64,6 +64,19 @@ def _ring(kind: str, nbytes: float, n: int, bw: float, alpha: float, tree: bool)
     return (n - 1) / n * nbytes / bw + steps * alpha
 
 
+def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str) -> float:
+    """Achievable bandwidth per GPU for one collective at ``scope``: the link's effective
+    bandwidth, capped by the DMA engines that carry it (count x per-engine bandwidth) when the
+    engine class has a bandwidth of its own (source document, section 8: "peak DMA bandwidth
+    bounds T_comm")."""
+    link = cluster.intra_link if scope == "intra" else cluster.inter_link
+    bw = link.effective_bw_bytes_per_s
+    eng = cluster.device.engines_for(scope)
+    if eng.bw_bytes_per_s > 0:
+        bw = min(bw, eng.count * eng.bw_bytes_per_s)
+    return bw
+
+
 def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float:
     """Seconds for one collective.
 
@@ -77,12 +90,13 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
-    bi, be = intra_l.effective_bw_bytes_per_s, inter_l.effective_bw_bytes_per_s
+    bi, be = link_bw_bytes_per_s(cluster, "intra"), link_bw_bytes_per_s(cluster, "inter")
     if kind == "p2p":
         if size <= 1 or nbytes <= 0:
             return 0.0
-        link = inter_l if stride >= cluster.gpus_per_node else intra_l
-        return nbytes / link.effective_bw_bytes_per_s + link.latency_s
+        scope = "inter" if stride >= cluster.gpus_per_node else "intra"
+        link = inter_l if scope == "inter" else intra_l
+        return nbytes / link_bw_bytes_per_s(cluster, scope) + link.latency_s
     lay = layout(size, stride, cluster.gpus_per_node)
     k, nodes = lay.intra, lay.inter
     if kind == "alltoall":

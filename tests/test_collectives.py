@@ -58,3 +58,18 @@ def test_more_bandwidth_never_slower(a100):
     fast = replace(a100, inter_link=replace(a100.inter_link, bw_bytes_per_s=2 * a100.inter_link.bw_bytes_per_s))
     for kind in ("allreduce", "allgather", "alltoall", "p2p"):
         assert collective_time_s(kind, 1e8, 16, 8, fast) <= collective_time_s(kind, 1e8, 16, 8, a100)
+
+
+def test_dedicated_dma_engines_cap_bandwidth():
+    # the sg2262-like preset carries collectives on 4 CDMA engines; halving the engine count
+    # halves the achievable bandwidth when the engines, not the link, are the bottleneck
+    from dataclasses import replace
+    from costmodel.collectives import link_bw_bytes_per_s
+    cl = load_cluster("sg2262-like")
+    eng = cl.device.engines_for("intra")
+    fewer = replace(cl, device=replace(cl.device, dma_engines=(replace(eng, count=2),) + cl.device.dma_engines[1:]))
+    full = link_bw_bytes_per_s(cl, "intra")
+    assert full <= cl.intra_link.effective_bw_bytes_per_s
+    if eng.count * eng.bw_bytes_per_s < cl.intra_link.effective_bw_bytes_per_s:
+        assert link_bw_bytes_per_s(fewer, "intra") < full
+    assert collective_time_s("allreduce", 1e8, 8, 1, fewer) >= collective_time_s("allreduce", 1e8, 8, 1, cl)
