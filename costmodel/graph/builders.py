@@ -1,0 +1,271 @@
+"""Op graphs of one transformer layer, one micro-batch, one GPU: one builder per mechanism.
+
+Durations come from :func:`costmodel.compute.layer_ops` and collective times from
+:func:`costmodel.collectives.collective_time_s` (through :class:`GraphBuilder`). Communication is
+placed where Megatron-LM / Megatron-Core issue it, the same places as :mod:`costmodel.analytic`,
+but its overlap is left to the scheduler:
+
+* **TP** (Shoeybi et al. 2019, Fig. 3): forward AllReduce after the row-parallel GEMM feeds
+  the next op (on the critical path); backward AllReduce of the column-parallel GEMM's input
+  gradient runs while its weight-gradient GEMM computes (``--async-tensor-model-parallel-allreduce``).
+* **TP + SP** (Korthikanti et al. 2023, section 4.2.2): AllGather before the column-parallel and
+  ReduceScatter after the row-parallel GEMM, each split into ``chunks`` pieces pipelined with
+  the GEMM's chunks (source document section 3: "as soon as one chunk is computed, issue its
+  ReduceScatter"); backward re-gathers the input during the data-gradient GEMM and
+  reduce-scatters during the weight-gradient GEMM.
+* **CP** ring attention (Liu et al. 2023, "Ring Attention"): the next K/V block travels while
+  the current block computes; backward also passes the dK/dV partial sums around the ring.
+* **EP** (source section 6): dispatch AllToAll after the router (dependent), experts in
+  ``chunks`` pieces, each piece's combine AllToAll issued as soon as it is computed.
+* **ZeRO-3** (Rajbhandari et al. 2020, section 5; source section 5): the layer's parameter
+  AllGather is prefetched behind the previous layer, its gradient ReduceScatter runs behind the
+  next layer's backward. One layer graph is one period of that steady state: the transfers are
+  issued at the layer's start and must end by its end (``out``).
+
+>>> from costmodel.presets import load_model, load_cluster
+>>> from costmodel.specs import Workload
+>>> from costmodel.config import ParallelConfig
+>>> g = layer_graph(load_model("gpt3-175b"), load_cluster("a100-80g"), Workload(global_batch=8, seq_len=2048),
+...                 ParallelConfig(tp=8), False, "fwd")
+>>> [n for n in g if g.nodes[n]["strategy"]]
+['attn_out.ar', 'fc2.ar']
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import networkx as nx
+
+from ..analytic import COLUMN_PARALLEL
+from ..collectives import group_stride
+from ..compute import ACT_BYTES, Op, head_ops, layer_ops
+from ..config import ParallelConfig
+from ..memory import GRAD_BYTES, WEIGHT_BYTES
+from ..specs import ClusterSpec, ModelSpec, Workload
+from .nodes import GraphBuilder, split_s
+
+
+class _Ctx:
+    """Sizes shared by the mechanism builders of one layer."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool):
+        self.model, self.cluster, self.w, self.c, self.moe = model, cluster, w, c, moe
+        self.ov = cluster.device.kernel_overhead_s
+        self.n = c.mb * w.seq_len / c.cp  # tokens on this GPU
+        self.msg = self.n * model.hidden * ACT_BYTES  # TP/SP activation message (Korthikanti Table 2)
+        self.k = max(1, c.chunks)
+        self.tp, self.sp = c.tp, c.sp_on
+        kv_width = 2 * model.kv_dim / min(c.tp, model.kv_heads)
+        self.kv_bytes = self.n * kv_width * ACT_BYTES
+        self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
+        self.a2a_bytes = self.n * model.topk / c.tp * model.hidden * ACT_BYTES if moe else 0.0
+
+
+def _column_like(op: Op, cx: _Ctx) -> bool:
+    """Column-parallel GEMMs, whose backward reduces the input gradient across TP."""
+    if cx.tp == 1:
+        return False
+    if op.name in COLUMN_PARALLEL:
+        return True
+    return op.name == "experts" and op.comm_after == ("rs" if cx.sp else "ar")
+
+
+def _sfx(i: int, k: int) -> str:
+    return f".{i}" if k > 1 else ""
+
+
+# ----------------------------------------------------------------------------- forward
+def _fwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, tag: str) -> list:
+    """Forward of ``op`` fed by nodes ``x``; returns the nodes its consumer waits for."""
+    name = tag + op.name
+    if op.name == "attn_core" and cx.c.cp > 1:
+        return cp_ring_forward(b, op, x, cx, phase, name)
+    if op.name == "experts" and op.comm_after == "a2a":
+        return ep_forward(b, op, x, cx, phase, name)
+    post = {"rs": ("reducescatter", "sp"), "ar": ("allreduce", "tp")}.get(op.comm_after) if cx.tp > 1 else None
+    pre = cx.sp and _column_like(op, cx)
+    k = cx.k if (pre or post) else 1
+    outs = []
+    for i in range(k):
+        deps = x
+        if pre:  # SP: gather this chunk's sequence shards first
+            deps = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=phase)]
+        y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), deps, phase=phase)
+        if post:  # TP AllReduce / SP ReduceScatter of this chunk's partial sums
+            kind, strat = post
+            y = b.comm(f"{name}.{'ar' if kind == 'allreduce' else 'rs'}{_sfx(i, k)}", kind, cx.msg / k,
+                       cx.tp, 1, strat, [y], phase=phase)
+        outs.append(y)
+    return outs
+
+
+def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str) -> list:
+    """Ring attention: block ``i`` computes while K/V block ``i + 1`` arrives from the neighbour."""
+    cp = cx.c.cp
+    t_blk = split_s(op.fwd_s, cp, cx.ov)
+    blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase=phase)
+    kv = None
+    for i in range(1, cp):
+        kv = b.comm(f"{name}.kv{i}", "p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase=phase)
+        blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [kv], phase=phase)
+    return [blk]
+
+
+def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str) -> list:
+    """Dispatch AllToAll (needs the router output) -> expert chunks -> one combine per chunk."""
+    k, ep = cx.k, cx.c.ep
+    disp = b.comm(f"{name}.dispatch", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase=phase)
+    outs = []
+    for i in range(k):
+        y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), [disp], phase=phase)
+        outs.append(b.comm(f"{name}.combine{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase=phase))
+    return outs
+
+
+# ----------------------------------------------------------------------------- backward
+def _bwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, tag: str) -> list:
+    """Backward of ``op`` fed by its output gradient ``x``; returns its input-gradient nodes."""
+    name, ph = tag + op.name + ".b", "bwd"
+    if op.kind == "attention":
+        if cx.c.recompute == "selective":  # Korthikanti et al. 2023, section 5: recompute attention
+            x = [b.compute(tag + op.name + ".rc", op.kind, op.fwd_s, x, phase="recompute")]
+        if cx.c.cp > 1:
+            return cp_ring_backward(b, op, x, cx, name)
+        return [b.compute(name, op.kind, op.bwd_s, x, phase=ph)]
+    if op.kind != "gemm":
+        return [b.compute(name, op.kind, op.bwd_s, x, phase=ph)]
+    if op.name == "experts" and op.comm_after == "a2a":
+        return ep_backward(b, op, x, cx, name)
+    dgrad_s, wgrad_s = op.bwd_s - op.wgrad_s, op.wgrad_s
+    grads = x
+    if cx.sp and op.comm_after == "rs":  # gather the sequence-sharded output gradient, chunked
+        k = cx.k
+        grads = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=ph)
+                 for i in range(k)]
+        dgr = [b.compute(f"{name}.dgrad{_sfx(i, k)}", "gemm", split_s(dgrad_s, k, cx.ov), [g], phase=ph)
+               for i, g in enumerate(grads)]
+    else:
+        dgr = [b.compute(f"{name}.dgrad", "gemm", dgrad_s, x, phase=ph)]
+    if not _column_like(op, cx):
+        b.compute(f"{name}.wgrad", "gemm", wgrad_s, grads, phase=ph)
+        return dgr
+    if cx.sp:  # re-gather the input for wgrad while dgrad runs; reduce-scatter dgrad while wgrad runs
+        ag_in = b.comm(f"{name}.ag_in", "allgather", cx.msg, cx.tp, 1, "sp", x, phase=ph)
+        red = b.comm(f"{name}.rs", "reducescatter", cx.msg, cx.tp, 1, "sp", dgr, phase=ph)
+        b.compute(f"{name}.wgrad", "gemm", wgrad_s, list(grads) + [ag_in], phase=ph)
+    else:
+        red = b.comm(f"{name}.ar", "allreduce", cx.msg, cx.tp, 1, "tp", dgr, phase=ph)
+        b.compute(f"{name}.wgrad", "gemm", wgrad_s, grads, phase=ph)
+    return [red]
+
+
+def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> list:
+    """Ring attention backward: K/V blocks travel as in forward; dK/dV partial sums follow."""
+    cp = cx.c.cp
+    t_blk = split_s(op.bwd_s, cp, cx.ov)
+    blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase="bwd")
+    kv = dkv = None
+    for i in range(1, cp):
+        kv = b.comm(f"{name}.kv{i}", "p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase="bwd")
+        blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [kv], phase="bwd")
+        dkv = b.comm(f"{name}.dkv{i}", "p2p", cx.kv_bytes, cp, cx.cp_stride, "cp",
+                     [blk] + ([dkv] if dkv else []), phase="bwd")
+    return [blk, dkv]
+
+
+def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> list:
+    """Combine's gradient AllToAll (dependent) -> expert backward chunks -> per-chunk dispatch gradient."""
+    k, ep = cx.k, cx.c.ep
+    comb = b.comm(f"{name}.combine", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase="bwd")
+    outs = []
+    for i in range(k):
+        y = b.compute(name + _sfx(i, k), op.kind, split_s(op.bwd_s, k, cx.ov), [comb], phase="bwd")
+        outs.append(b.comm(f"{name}.dispatch{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase="bwd"))
+    return outs
+
+
+# ----------------------------------------------------------------------------- ZeRO-3
+def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
+    """Parameter AllGather for the next layer (and in backward the gradient ReduceScatter of the
+    previous one), issued at the layer's start with nothing to wait for."""
+    c, model = cx.c, cx.model
+    g = c.dp * c.cp
+    if c.zero != 3 or g <= 1:
+        return []
+    params = (model.moe_layer_params if cx.moe else model.dense_layer_params) / c.tp
+    stride = group_stride("dp", c.tp, c.cp, c.dp)
+    out = [b.comm(f"zero.ag.{phase}", "allgather", params * WEIGHT_BYTES, g, stride, "zero", phase=phase)]
+    if phase == "bwd":
+        out.append(b.comm("zero.rs", "reducescatter", params * GRAD_BYTES, g, stride, "zero", phase=phase))
+    return out
+
+
+# ----------------------------------------------------------------------------- graphs
+def layer_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+                phase: str, recompute: bool = False) -> nx.DiGraph:
+    """One layer's forward (``phase="fwd"``) or backward (``"bwd"``) graph, ending in node ``out``.
+
+    ``recompute=True`` (full recompute) prefixes the backward with the layer's forward again,
+    its communication included (Megatron-LM ``--recompute-granularity full``).
+    """
+    return _layer_graph(model, cluster, w, c, moe, phase, recompute).copy()
+
+
+@lru_cache(maxsize=512)
+def _layer_graph(model, cluster, w, c, moe, phase, recompute) -> nx.DiGraph:
+    if phase not in ("fwd", "bwd"):
+        raise ValueError(f"phase={phase!r}: must be 'fwd' or 'bwd'")
+    cx = _Ctx(model, cluster, w, c, moe)
+    ops = layer_ops(model, cluster.device, w, c, moe)
+    b = GraphBuilder(cluster)
+    zero = zero3_prefetch(b, cx, phase)
+    x: list = []
+    if phase == "fwd":
+        for op in ops:
+            x = _fwd_op(b, op, x, cx, "fwd", "")
+    else:
+        if recompute:
+            for op in ops:
+                x = _fwd_op(b, op, x, cx, "recompute", "rc.")
+        for op in reversed(ops):
+            x = _bwd_op(b, op, x, cx, "")
+    b.sink("out", x + zero, phase=phase)
+    return b.graph
+
+
+def head_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> nx.DiGraph:
+    """The LM head and cross-entropy of the last stage; in backward the head's input gradient is
+    reduced across TP while its weight gradient computes (as :func:`costmodel.analytic.stage_timing`)."""
+    head, ce = head_ops(model, cluster.device, w, c)
+    b = GraphBuilder(cluster)
+    if phase == "fwd":
+        y = b.compute("lm_head", "gemm", head.fwd_s)
+        y = b.compute("cross_entropy", "elementwise", ce.fwd_s, [y])
+        b.sink("out", [y])
+        return b.graph
+    y = b.compute("cross_entropy.b", "elementwise", ce.bwd_s, phase="bwd")
+    d = b.compute("lm_head.b.dgrad", "gemm", head.bwd_s - head.wgrad_s, [y], phase="bwd")
+    out = [d]
+    if c.tp > 1:
+        msg = c.mb * w.seq_len / c.cp * model.hidden * ACT_BYTES
+        kind, strat = ("reducescatter", "sp") if c.sp_on else ("allreduce", "tp")
+        out = [b.comm("lm_head.b." + strat, kind, msg, c.tp, 1, strat, [d], phase="bwd")]
+    b.compute("lm_head.b.wgrad", "gemm", head.wgrad_s, [y], phase="bwd")
+    b.sink("out", out, phase="bwd")
+    return b.graph
+
+
+def pipelined_graph(cluster: ClusterSpec, t_compute_s: float, t_comm_s: float, chunks: int,
+                    kind: str = "reducescatter", strategy: str = "sp", issue: str = "async") -> nx.DiGraph:
+    """A GEMM of ``t_compute_s`` split into ``chunks``, each followed by its share of a collective of
+    ``t_comm_s`` (no latency): the mechanism of SP and EP-combine overlap in isolation. With
+    ``chunks -> inf`` the makespan tends to ``max(T_compute, T_comm)`` (source section 2)."""
+    b = GraphBuilder(cluster)
+    outs = []
+    for i in range(chunks):
+        y = b.compute(f"gemm{_sfx(i, chunks)}", "gemm", t_compute_s / chunks)
+        outs.append(b.comm(f"{kind}{_sfx(i, chunks)}", kind, 0.0, 2, 1, strategy, [y], issue=issue,
+                           duration_s=t_comm_s / chunks))
+    b.sink("out", outs)
+    return b.graph

@@ -1,0 +1,310 @@
+"""Event-driven list scheduler of an op graph on one compute unit and the device's DMA engines.
+
+Resources (source document section 1, "independent execution units"; section 8, hardware):
+
+* **compute**: one stream; compute ops run in program order (``seq``), each once its inputs
+  exist (CUDA-stream semantics: a kernel waits for the one before it).
+* **DMA engines**: ``count`` engines per class; a communication op holds one engine of its
+  class from start to finish (prerequisite 2, hardware concurrency). Ready ops take free
+  engines in priority order: the op whose first consumer comes earliest in program order first.
+* **links**: transfers on one link (``intra``/``inter``) share it; bandwidth goes to the
+  higher-priority transfer first (a fluid, work-conserving share), so adding engines or
+  bandwidth never takes bandwidth from an op that had it.
+* **interference**: while a transfer on an engine class with ``uses_compute`` (NCCL kernels
+  on SMs) progresses, compute runs at ``1 - comm_compute_interference`` of its speed;
+  dedicated DMA engines leave compute alone.
+
+Every gap in the compute stream is charged to the communication op the stalled compute op
+waited for (its latest-finishing input), with the prerequisite that failed: ``no free
+engine`` if the op waited for an engine or for bandwidth, else ``synchronous issue`` if it was
+issued blocking, else ``data dependency`` (the compute that could hide it was too short or
+depended on it). ``T_eff = T_compute + (1 - r) T_comm`` (section 2) then holds per graph with
+``T_eff`` the makespan less interference.
+
+>>> from costmodel.presets import load_cluster
+>>> from costmodel.graph.nodes import GraphBuilder
+>>> b = GraphBuilder(load_cluster("h100-sxm"))
+>>> g1 = b.compute("dgrad", "gemm", 1.0)
+>>> ar = b.comm("ar", "allreduce", 0, 8, 1, "tp", deps=[g1], duration_s=0.6)
+>>> g2 = b.compute("wgrad", "gemm", 0.5)
+>>> nxt = b.compute("next", "elementwise", 0.2, deps=[ar])
+>>> s = schedule(b.graph, Resources(engines=(("nccl-sm", 1),)))
+>>> round(s.makespan_s, 3), round(s.exposed_s["tp"], 3), s.exposures[0].prerequisite
+(1.8, 0.1, 'data dependency')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..specs import DeviceSpec
+from .nodes import COMPUTE
+
+EPS = 1e-15
+NO_ENGINE = "no free engine"
+SYNC = "synchronous issue"
+DATA = "data dependency"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a graph runs on. ``engines``: (class name, count) pairs; ``uses_compute``: classes
+    whose transfers slow compute by ``interference`` (a fraction in [0, 1))."""
+
+    engines: tuple[tuple[str, int], ...]
+    uses_compute: frozenset = frozenset()
+    interference: float = 0.0
+
+
+def resources_for(dev: DeviceSpec) -> Resources:
+    """The compute and DMA resources of one device.
+
+    >>> from costmodel.presets import load_cluster
+    >>> resources_for(load_cluster("a100-80g").device)
+    Resources(engines=(('nccl-sm', 4),), uses_compute=frozenset({'nccl-sm'}), interference=0.1)
+    """
+    return Resources(tuple((e.name, e.count) for e in dev.dma_engines),
+                     frozenset(e.name for e in dev.dma_engines if e.uses_compute), dev.comm_compute_interference)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """Seconds of compute-stream stall charged to one communication op, and why."""
+
+    node: str
+    strategy: str
+    kind: str
+    exposed_s: float
+    prerequisite: str  # data dependency | no free engine | synchronous issue
+    detail: str
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Result of :func:`schedule` (SI units). ``lanes`` maps each node to its lane in a
+    timeline: ``compute`` or ``<engine class>#<index>``."""
+
+    start: dict
+    end: dict
+    lanes: dict
+    makespan_s: float
+    compute_s: float
+    interference_s: float
+    idle_s: float
+    link_s: dict
+    exposed_s: dict
+    exposures: tuple
+    critical_path: tuple
+    compute_critical_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def comm_s(self) -> float:
+        return sum(self.link_s.values())
+
+    @property
+    def exposed_total_s(self) -> float:
+        return sum(self.exposed_s.values())
+
+    def rates(self) -> dict:
+        """Overlap rate ``r = 1 - exposed / T_comm`` per strategy (section 2)."""
+        return {s: min(1.0, max(0.0, 1.0 - self.exposed_s.get(s, 0.0) / t)) if t > 0 else 1.0
+                for s, t in sorted(self.link_s.items())}
+
+    def reasons(self) -> dict:
+        """The prerequisite behind the largest exposure of each strategy."""
+        out: dict = {}
+        for e in sorted(self.exposures, key=lambda e: -e.exposed_s):
+            out.setdefault(e.strategy, f"{e.prerequisite}: {e.detail}")
+        return out
+
+
+def _priorities(g: nx.DiGraph, order: list, is_comm: dict) -> dict:
+    """Program position of the first compute op that (transitively through comm) consumes each node."""
+    prio = {}
+    for n in reversed(order):
+        best = math.inf
+        for s in g.successors(n):
+            best = min(best, prio[s] if is_comm[s] else g.nodes[s]["seq"])
+        prio[n] = best
+    return prio
+
+
+def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
+    """Schedule ``g`` on ``res``; see the module docstring for the rules.
+
+    Raises ``ValueError`` when ``g`` has a cycle or a comm op whose engine class is absent.
+    """
+    order = sorted(g.nodes, key=lambda n: g.nodes[n]["seq"])
+    attrs = g.nodes
+    is_comm = {n: attrs[n]["resource"] != COMPUTE for n in order}
+    counts = dict(res.engines)
+    for n in order:
+        if is_comm[n] and attrs[n]["resource"] not in counts:
+            raise ValueError(f"node {n!r}: no DMA engine class {attrs[n]['resource']!r}")
+    if not nx.is_directed_acyclic_graph(g):
+        raise ValueError("the op graph has a cycle")
+    prio = _priorities(g, order, is_comm)
+    key = {n: (prio[n], attrs[n]["seq"]) for n in order}
+    remaining = {n: attrs[n]["duration_s"] for n in order}
+    npred = {n: g.in_degree(n) for n in order}
+    ready_t, start, end, lanes, wait, binding = {}, {}, {}, {}, {}, {}
+    corder = [n for n in order if not is_comm[n]]
+    free_slots = {name: list(range(c)) for name, c in counts.items()}
+    waiting: list = []  # ready comm ops without an engine
+    active: list = []  # comm ops holding an engine
+    exposures, exposed_by = [], {}
+    t, ci, running, prev_end, idle = 0.0, 0, None, 0.0, 0.0
+    f_int = res.interference
+
+    def finish(n):
+        end[n] = t
+        if is_comm[n]:
+            free_slots[attrs[n]["resource"]].append(int(lanes[n].rsplit("#", 1)[1]))
+        for s in g.successors(n):
+            npred[s] -= 1
+            if npred[s] == 0:
+                ready_t[s] = t
+                if is_comm[s]:
+                    waiting.append(s)
+
+    for n in order:
+        if npred[n] == 0:
+            ready_t[n] = 0.0
+            if is_comm[n]:
+                waiting.append(n)
+    while True:
+        progressed = True
+        while progressed:  # start whatever can start at time t
+            progressed = False
+            if waiting:
+                waiting.sort(key=key.__getitem__)
+                for n in list(waiting):
+                    slots = free_slots[attrs[n]["resource"]]
+                    if slots:
+                        slots.sort()
+                        lanes[n] = f"{attrs[n]['resource']}#{slots.pop(0)}"
+                        start[n] = t
+                        wait[n] = t - ready_t[n]
+                        waiting.remove(n)
+                        active.append(n)
+                        progressed = True
+                for n in [a for a in active if remaining[a] <= EPS]:
+                    active.remove(n)
+                    finish(n)
+                    progressed = True
+            if running is None and ci < len(corder) and npred[corder[ci]] == 0:
+                n = corder[ci]
+                ci += 1
+                start[n], lanes[n] = t, COMPUTE
+                preds = list(g.predecessors(n))
+                last = max(preds, key=lambda p: end[p]) if preds else None
+                binding[n] = last
+                gap = t - prev_end
+                if gap > EPS and last is not None and is_comm[last]:
+                    exposed_by[last] = exposed_by.get(last, 0.0) + gap
+                elif gap > EPS:
+                    idle += gap
+                if remaining[n] <= EPS:
+                    prev_end = t
+                    finish(n)
+                else:
+                    running = n
+                progressed = True
+        if running is None and not active:
+            if ci < len(corder) or waiting:
+                raise ValueError("scheduler stalled: an op can never become ready")
+            break
+        # rates: bandwidth of each link to its highest-priority active transfer first
+        rate = {}
+        taken = set()
+        for n in sorted(active, key=key.__getitem__):
+            link = attrs[n]["link"]
+            rate[n] = 0.0 if link in taken else 1.0
+            taken.add(link)
+        sm_busy = any(rate[n] > 0 and attrs[n]["resource"] in res.uses_compute for n in active)
+        crate = 1.0 - f_int if sm_busy else 1.0
+        dt = math.inf
+        if running is not None:
+            dt = remaining[running] / crate
+        for n in active:
+            if rate[n] > 0:
+                dt = min(dt, remaining[n] / rate[n])
+        t += dt
+        for n in active:
+            if rate[n] > 0:
+                remaining[n] -= dt * rate[n]
+            else:
+                wait[n] += dt
+        done = [n for n in active if remaining[n] <= max(EPS, 1e-12 * t)]
+        for n in done:
+            remaining[n] = 0.0
+            active.remove(n)
+            finish(n)
+        if running is not None:
+            remaining[running] -= dt * crate
+            if remaining[running] <= max(EPS, 1e-12 * t):
+                remaining[running] = 0.0
+                prev_end = t
+                finish(running)
+                running = None
+
+    makespan = max(end.values(), default=0.0)
+    last_compute = max((end[n] for n in corder), default=0.0)
+    if makespan - last_compute > EPS:  # communication left running after the last compute op
+        tail = max((n for n in order if is_comm[n]), key=lambda n: end[n])
+        exposed_by[tail] = exposed_by.get(tail, 0.0) + makespan - last_compute
+    link_s, exposed_s = {}, {}
+    for n in order:
+        if is_comm[n]:
+            s = attrs[n]["strategy"]
+            link_s[s] = link_s.get(s, 0.0) + attrs[n]["duration_s"]
+    for n, x in exposed_by.items():
+        s = attrs[n]["strategy"]
+        exposed_s[s] = exposed_s.get(s, 0.0) + x
+        exposures.append(Exposure(n, s, attrs[n]["kind"], x, *_why(g, n, wait, start, end)))
+    nominal = sum(attrs[n]["duration_s"] for n in corder)
+    interference = sum(end[n] - start[n] for n in corder) - nominal
+    crit = _critical_path(g, order, is_comm, start, end, binding, corder)
+    return Schedule(start, end, lanes, makespan, nominal, max(0.0, interference), idle, link_s, exposed_s,
+                    tuple(exposures), crit, _compute_critical_s(g, order, is_comm))
+
+
+def _why(g, n, wait, start, end) -> tuple[str, str]:
+    a = g.nodes[n]
+    t_comm = a["duration_s"]
+    if wait.get(n, 0.0) > 1e-3 * max(t_comm, EPS):
+        return NO_ENGINE, (f"waited {wait[n] * 1e3:.3f} ms for a {a['resource']} engine or the "
+                           f"{a['link']} link, held by other transfers")
+    if a["issue"] == "sync":
+        return SYNC, "issued blocking: the compute stream waits for it"
+    return DATA, (f"T_comm {t_comm * 1e3:.3f} ms outlasts the independent compute issued after it "
+                  "(its consumer needs the result)")
+
+
+def _critical_path(g, order, is_comm, start, end, binding, corder) -> tuple:
+    """Walk back from the last op through the input or stream predecessor that set each start."""
+    if not order:
+        return ()
+    prev_compute = {b: a for a, b in zip(corder, corder[1:])}
+    n = max(order, key=lambda x: (end[x], -is_comm[x]))
+    path = [n]
+    while True:
+        cands = list(g.predecessors(n))
+        if not is_comm[n] and n in prev_compute:
+            cands.append(prev_compute[n])
+        cands = [p for p in cands if end[p] >= start[n] - 1e-12]
+        if not cands:
+            break
+        n = max(cands, key=lambda p: (end[p], is_comm[p]))
+        path.append(n)
+    return tuple(reversed(path))
+
+
+def _compute_critical_s(g, order, is_comm) -> float:
+    """Longest chain of compute durations when communication takes no time (stream order kept)."""
+    corder = [n for n in order if not is_comm[n]]
+    return sum(g.nodes[n]["duration_s"] for n in corder)
