@@ -84,7 +84,8 @@ class Estimate:
         }
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig) -> Estimate:
+def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
+             engine: str = "analytic") -> Estimate:
     """Predict one training step of ``config``; raises :class:`SpecError` for an invalid plan."""
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
@@ -93,11 +94,22 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         raise SpecError("mode", workload.mode, "'train' (inference planning is not available yet)")
     c, w, dev = config, workload, cluster.device
     m = micro_batches(w, c)
-    stages = [stage_timing(model, cluster, w, c, s) for s in range(c.pp)]
+    if engine not in ("analytic", "graph"):
+        raise SpecError("engine", engine, "'analytic' or 'graph'")
+    gs = None
+    if engine == "graph":  # op graphs scheduled on compute and DMA engines (costmodel.graph)
+        from .graph.compose import graph_step
+        gs = graph_step(model, cluster, w, c)
+        stages = list(gs.stages)
+    else:
+        stages = [stage_timing(model, cluster, w, c, s) for s in range(c.pp)]
     slow = max(stages, key=lambda st: st.microbatch_s)
     t_mb = slow.microbatch_s
     bubble = (c.pp - 1) / c.vp * t_mb
     pipeline = m * t_mb + bubble
+    if gs is not None:  # the simulated pipeline: bubbles and P2P come out of the schedule
+        pipeline = gs.pipeline_s
+        bubble = pipeline - m * t_mb
 
     # gradient reduction after the last backward: bucketed overlap with that backward (one bucket
     # is reduced while the next fills), and in 1F1B stage i finishes its last backward i
@@ -111,6 +123,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         zx = exposed_s(t_param, st.fwd_s, buckets)  # parameter gather behind the next forward
         if ex + zx >= dp_exposed + zero_exposed:
             dp_exposed, zero_exposed, dp_link, zero_link = ex, zx, t_grad, t_param
+    if gs is not None:  # buckets scheduled behind each stage's last backward and drain bubble
+        dp_exposed, zero_exposed = gs.dp_exposed_s, gs.zero_exposed_s
+        dp_link, zero_link = gs.dp_link_s, gs.zero_link_s
 
     shard_d = c.dp * c.cp if c.zero >= 1 else 1
     shard_e = expert_dp(c) if c.zero >= 1 else 1

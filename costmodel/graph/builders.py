@@ -38,7 +38,7 @@ from functools import lru_cache
 import networkx as nx
 
 from ..analytic import COLUMN_PARALLEL
-from ..collectives import group_stride
+from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, Op, head_ops, layer_ops
 from ..config import ParallelConfig
 from ..memory import GRAD_BYTES, WEIGHT_BYTES
@@ -60,6 +60,13 @@ class _Ctx:
         self.kv_bytes = self.n * kv_width * ACT_BYTES
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
         self.a2a_bytes = self.n * model.topk / c.tp * model.hidden * ACT_BYTES if moe else 0.0
+
+    def piece_s(self, kind: str, k: int) -> float:
+        """One of ``k`` pieces of a TP/SP collective pipelined with GEMM chunks. The pieces are the
+        steps of one ring exchange (Wang et al., ASPLOS 2023, "Overlap communication with dependent
+        computation via decomposition"; Transformer Engine userbuffers), not ``k`` collectives, so
+        each is ``1/k`` of the whole collective's time, latency included."""
+        return collective_time_s(kind, self.msg, self.tp, 1, self.cluster) / k
 
 
 def _column_like(op: Op, cx: _Ctx) -> bool:
@@ -90,12 +97,13 @@ def _fwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, tag: str) ->
     for i in range(k):
         deps = x
         if pre:  # SP: gather this chunk's sequence shards first
-            deps = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=phase)]
+            deps = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=phase,
+                           duration_s=cx.piece_s("allgather", k))]
         y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), deps, phase=phase)
         if post:  # TP AllReduce / SP ReduceScatter of this chunk's partial sums
             kind, strat = post
             y = b.comm(f"{name}.{'ar' if kind == 'allreduce' else 'rs'}{_sfx(i, k)}", kind, cx.msg / k,
-                       cx.tp, 1, strat, [y], phase=phase)
+                       cx.tp, 1, strat, [y], phase=phase, duration_s=cx.piece_s(kind, k))
         outs.append(y)
     return outs
 
@@ -141,8 +149,8 @@ def _bwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, tag: str) -> list:
     grads = x
     if cx.sp and op.comm_after == "rs":  # gather the sequence-sharded output gradient, chunked
         k = cx.k
-        grads = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=ph)
-                 for i in range(k)]
+        grads = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=ph,
+                        duration_s=cx.piece_s("allgather", k)) for i in range(k)]
         dgr = [b.compute(f"{name}.dgrad{_sfx(i, k)}", "gemm", split_s(dgrad_s, k, cx.ov), [g], phase=ph)
                for i, g in enumerate(grads)]
     else:

@@ -269,8 +269,11 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     nominal = sum(attrs[n]["duration_s"] for n in corder)
     interference = sum(end[n] - start[n] for n in corder) - nominal
     crit = _critical_path(g, order, is_comm, start, end, binding, corder)
+    phase_s: dict = {}
+    for n in corder:
+        phase_s[attrs[n]["phase"]] = phase_s.get(attrs[n]["phase"], 0.0) + attrs[n]["duration_s"]
     return Schedule(start, end, lanes, makespan, nominal, max(0.0, interference), idle, link_s, exposed_s,
-                    tuple(exposures), crit, _compute_critical_s(g, order, is_comm))
+                    tuple(exposures), crit, _compute_critical_s(g, order, is_comm), {"phase_s": phase_s})
 
 
 def _why(g, n, wait, start, end) -> tuple[str, str]:

@@ -1,0 +1,256 @@
+"""Hierarchical composition: layer graphs -> stage times -> pipeline schedule -> step.
+
+1. Each distinct layer graph (dense or MoE, forward or backward, with or without recompute)
+   is built and scheduled once; the result is cached by the inputs that shape it.
+2. A stage's micro-batch time per model chunk is the sum of its layers' scheduled makespans
+   (compute, interference and exposed TP/SP/CP/EP/ZeRO-3 communication), plus the embedding
+   on the first stage and the LM head on the last.
+3. :func:`costmodel.graph.pipeline.simulate` schedules those chunk times over the micro-batches
+   with point-to-point transfers at the stage boundaries.
+4. Each stage's DP gradient buckets are scheduled behind its last backward; its drain bubble
+   (a later stage finishes before stage 0) is a window in which they run unexposed.
+
+:func:`stage_timing` has the signature and result type of :func:`costmodel.analytic.stage_timing`.
+
+>>> from costmodel.presets import load_model, load_cluster
+>>> from costmodel.specs import Workload
+>>> from costmodel.config import ParallelConfig
+>>> gs = graph_step(load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(64),
+...                 Workload(global_batch=64, seq_len=2048), ParallelConfig(tp=8, pp=8, vp=3, sp=True, chunks=4))
+>>> 10 < gs.pipeline_s < 20, sorted(gs.rates())   # dp: the tied-embedding gradient all-reduce
+(True, ['dp', 'pp', 'sp'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from ..analytic import StageTiming, dp_comm, grad_bytes
+from ..collectives import collective_time_s, group_stride
+from ..compute import ACT_BYTES, embedding_op
+from ..config import ParallelConfig, micro_batches
+from ..memory import is_moe_layer
+from ..overlap import CommLedger, overlap_rate
+from ..pipeline import stage_layers
+from ..specs import ClusterSpec, ModelSpec, Workload
+from .builders import head_graph, layer_graph
+from .dp import dp_tail, param_gather_lateness_s
+from .pipeline import PipelineResult, simulate
+from .scheduler import Schedule, resources_for, schedule
+
+WHY_PP_SYNC = "synchronous issue: 1F1B blocking send/recv between dependent micro-batch computations"
+WHY_PP_DATA = "data dependency: the next stage waits for the activation (or the gradient) in flight"
+
+
+def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig]:
+    """Only what shapes one layer's graph (pipeline and bucket settings do not)."""
+    return (Workload(global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
+            replace(c, pp=1, vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None))
+
+
+def layer_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+                   phase: str, recompute: bool = False) -> Schedule:
+    """The scheduled graph of one layer (cached)."""
+    wk, ck = _layer_key(w, c)
+    return _layer_schedule(model, cluster, wk, ck, moe, phase, recompute)
+
+
+@lru_cache(maxsize=2048)
+def _layer_schedule(model, cluster, w, c, moe, phase, recompute) -> Schedule:
+    return schedule(layer_graph(model, cluster, w, c, moe, phase, recompute), resources_for(cluster.device))
+
+
+def head_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
+    wk, ck = _layer_key(w, c)
+    return _head_schedule(model, cluster, wk, ck, phase)
+
+
+@lru_cache(maxsize=512)
+def _head_schedule(model, cluster, w, c, phase) -> Schedule:
+    return schedule(head_graph(model, cluster, w, c, phase), resources_for(cluster.device))
+
+
+@dataclass(frozen=True)
+class ChunkWork:
+    """One micro-batch through one model chunk of one stage: its scheduled pieces in run order."""
+
+    fwd: tuple  # (name, Schedule, count)
+    bwd: tuple
+
+
+def _pieces(model, cluster, w, c, stage: int) -> list[ChunkWork]:
+    layers = list(stage_layers(model.layers, c.pp, stage, c.layers_per_stage))
+    per = len(layers) // c.vp
+    rec_k = len(layers) if c.recompute_layers is None else c.recompute_layers
+    out = []
+    for ch in range(c.vp):
+        fwd, bwd = [], []
+        if stage == 0 and ch == 0:
+            fwd.append(("embedding", None, 1))
+        for i, layer in enumerate(layers[ch * per:(ch + 1) * per]):
+            moe = is_moe_layer(model, layer)
+            rec = c.recompute == "full" and ch * per + i < rec_k
+            fwd.append((f"layer{layer}", layer_schedule(model, cluster, w, c, moe, "fwd"), 1))
+            bwd.append((f"layer{layer}", layer_schedule(model, cluster, w, c, moe, "bwd", rec), 1))
+        if stage == c.pp - 1 and ch == c.vp - 1:
+            fwd.append(("head", head_schedule(model, cluster, w, c, "fwd"), 1))
+            bwd.append(("head", head_schedule(model, cluster, w, c, "bwd"), 1))
+        if stage == 0 and ch == 0:
+            bwd.append(("embedding", None, 1))
+        out.append(ChunkWork(tuple(fwd), tuple(reversed(bwd))))
+    return out
+
+
+def _span(piece, emb) -> float:
+    _, s, _ = piece
+    return emb if s is None else s.makespan_s
+
+
+@dataclass(frozen=True)
+class GraphStep:
+    """Everything the graph engine computes for one step (SI units)."""
+
+    stages: tuple  # StageTiming per stage (per micro-batch)
+    pipeline: PipelineResult
+    pipeline_s: float
+    dp_link_s: float
+    dp_exposed_s: float
+    zero_link_s: float
+    zero_exposed_s: float
+    dp_stage: int
+    dp_schedules: tuple  # Schedule of each stage's last backward with its DP buckets (or None)
+    chunks: tuple  # ChunkWork per stage per chunk
+    m: int
+
+    def rates(self) -> dict:
+        """Achieved overlap r per strategy on the slowest stage over the whole step."""
+        slow = max(self.stages, key=lambda st: st.microbatch_s)
+        link = {s: self.m * v for s, v in slow.ledger.link_s.items()}
+        exp = {s: self.m * slow.ledger.exposed_s.get(s, 0.0) for s in link}
+        if self.dp_link_s > 0:
+            link["dp"], exp["dp"] = self.dp_link_s, self.dp_exposed_s
+        if self.zero_link_s > 0:
+            link["zero"] = link.get("zero", 0.0) + self.zero_link_s
+            exp["zero"] = exp.get("zero", 0.0) + self.zero_exposed_s
+        return {s: overlap_rate(link[s], exp[s]) for s in sorted(link) if link[s] > 0}
+
+
+def graph_step(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig) -> GraphStep:
+    """Schedule one training step hierarchically (cached)."""
+    if not cluster.num_gpus:
+        cluster = cluster.with_gpus(c.gpus)
+    return _graph_step(model, cluster, w, c)
+
+
+@lru_cache(maxsize=256)
+def _graph_step(model, cluster, w, c) -> GraphStep:
+    dev = cluster.device
+    m = micro_batches(w, c)
+    emb = embedding_op(model, dev, w, c)
+    n = c.mb * w.seq_len / c.cp
+    t_p2p = 0.0
+    if c.pp > 1:  # scatter-gather optimisation / SP shards (Narayanan et al. 2021, section 4.1)
+        t_p2p = collective_time_s("p2p", n * model.hidden * ACT_BYTES / c.tp, c.pp,
+                                  group_stride("pp", c.tp, c.cp, c.dp), cluster)
+    chunks = tuple(tuple(_pieces(model, cluster, w, c, s)) for s in range(c.pp))
+    F = [[sum(_span(p, emb.fwd_s) for p in cw.fwd) for cw in row] for row in chunks]
+    B = [[sum(_span(p, emb.bwd_s) for p in cw.bwd) for cw in row] for row in chunks]
+    pipe = simulate(F, B, m, t_p2p)
+    stages = tuple(_stage_timing(s, chunks[s], emb, pipe, m) for s in range(c.pp))
+
+    dp_link = dp_exp = zero_link = zero_exp = 0.0
+    dp_stage, scheds = 0, []
+    kind = "allreduce" if c.zero == 0 else "reducescatter"
+    size, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
+    worst = -np.inf
+    for s in range(c.pp):
+        t_grad, t_param = dp_comm(model, cluster, c, s)
+        if t_grad <= 0:
+            scheds.append(None)
+            continue
+        window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s))
+        tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride)
+        scheds.append(sched)
+        finish = float(pipe.last_backward_end_s[s]) + tail
+        if finish > worst:
+            worst, dp_stage, dp_link = finish, s, t_grad
+        if t_param > 0:
+            fr, need = _param_need(chunks[s], pipe, s, emb.fwd_s)
+            late = param_gather_lateness_s(t_param, fr, need)
+            if late >= zero_exp:
+                zero_exp, zero_link = late, t_param
+    dp_exp = max(0.0, worst - pipe.makespan_s) if worst > -np.inf else 0.0
+    return GraphStep(stages, pipe, pipe.makespan_s, dp_link, dp_exp, zero_link, zero_exp, dp_stage,
+                     tuple(scheds), chunks, m)
+
+
+def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int) -> StageTiming:
+    fwd = bwd = rec = interference = 0.0
+    led = CommLedger()
+    for cw in row:
+        for pieces, phase in ((cw.fwd, "fwd"), (cw.bwd, "bwd")):
+            for name, s, count in pieces:
+                if s is None:
+                    secs = emb.fwd_s if phase == "fwd" else emb.bwd_s
+                    fwd, bwd = (fwd + secs, bwd) if phase == "fwd" else (fwd, bwd + secs)
+                    continue
+                ph = s.extra["phase_s"]
+                fwd += count * ph.get("fwd", 0.0)
+                bwd += count * ph.get("bwd", 0.0)
+                rec += count * ph.get("recompute", 0.0)
+                interference += count * (s.interference_s + s.idle_s)
+                for strat, t in s.link_s.items():
+                    led.add(strat, t, s.exposed_s.get(strat, 0.0), s.reasons().get(strat, ""), times=count)
+    if pipe.p > 1:
+        sends = pipe.sends(stage) / m
+        why = WHY_PP_SYNC if pipe.sync else WHY_PP_DATA
+        led.add("pp", pipe.t_p2p_s, pipe.pp_exposed_s / m / sends if sends else 0.0, why, times=sends,
+                uses_compute=False)
+    return StageTiming(stage, fwd, bwd, rec, led, interference)
+
+
+def _last_backward_window(row, pipe: PipelineResult, stage: int, emb_bwd_s: float, total_bytes: float) -> tuple:
+    """The stage's backward ops from the last micro-batch's first chunk-backward to the end:
+    each chunk's last backward split by layer (its gradients become ready layer by layer),
+    the other micro-batches' backwards in between as whole ops."""
+    is_b, ch, mb = pipe.is_b[stage], pipe.chunk[stage], pipe.mb[stage]
+    last = {int(ch[j]): j for j in np.nonzero(is_b & (mb == pipe.m - 1))[0]}
+    j0 = min(last.values())
+    n_layers = sum(1 for cw in row for p in cw.bwd if p[0] != "embedding")
+    per_layer = total_bytes / max(1, n_layers)
+    window = []
+    for j in range(j0, pipe.end.shape[1]):
+        secs = float(pipe.end[stage, j] - pipe.start[stage, j])
+        c = int(ch[j])
+        if last.get(c) == j:
+            for name, s, _ in row[c].bwd:
+                span = emb_bwd_s if s is None else s.makespan_s
+                window.append((f"c{c}.{name}", span, 0.0 if name == "embedding" else per_layer))
+        else:
+            window.append((f"op{j}", secs, 0.0))
+    return tuple(window)
+
+
+def _param_need(row, pipe: PipelineResult, stage: int, emb_fwd_s: float) -> tuple[tuple, tuple]:
+    """Per layer of the stage (first forward of each chunk, in run order): its share of the
+    parameters and when the next step's first forward needs it."""
+    is_f = ~pipe.is_b[stage]
+    fr, need = [], []
+    for c, cw in enumerate(row):
+        j = int(np.nonzero(is_f & (pipe.chunk[stage] == c) & (pipe.mb[stage] == 0))[0][0])
+        t = float(pipe.start[stage, j])
+        for name, s, _ in cw.fwd:
+            if name not in ("embedding", "head"):
+                fr.append(1.0)
+                need.append(t)
+            t += emb_fwd_s if s is None else s.makespan_s
+    k = len(fr) or 1
+    return tuple(f / k for f in fr), tuple(need)
+
+
+def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:
+    """Per-micro-batch timing of ``stage`` from the graph engine (same type as the analytic one)."""
+    return graph_step(model, cluster, w, c).stages[stage]
