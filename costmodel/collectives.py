@@ -77,7 +77,8 @@ def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str) -> float:
     return bw
 
 
-def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float:
+def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec,
+                      algorithm: str = "ring") -> float:
     """Seconds for one collective.
 
     Parameters
@@ -86,9 +87,16 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     nbytes : per-GPU buffer: the reduced tensor (all-reduce), the gathered output
         (all-gather), the input (reduce-scatter), the send buffer (all-to-all), the message (p2p).
     size, stride : group size and rank stride (see :func:`group_stride`).
+    algorithm : ``ring`` (NCCL ring/tree, the default) or ``direct``: an all-reduce inside one
+        node done by reading the peers' buffers over NVLink/NVSwitch, as inference engines do
+        for small messages (vLLM ``csrc/custom_all_reduce.cuh``: one-shot, every rank reads the
+        ``size - 1`` peer buffers, one latency; two-shot, reduce-scatter then all-gather, two
+        latencies), whichever is faster. Other kinds and multi-node groups fall back to ``ring``.
     """
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
+    if algorithm not in ("ring", "direct"):
+        raise ValueError(f"algorithm={algorithm!r}: must be 'ring' or 'direct'")
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
     bi, be = link_bw_bytes_per_s(cluster, "intra"), link_bw_bytes_per_s(cluster, "inter")
     if kind == "p2p":
@@ -108,6 +116,9 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
         alpha = intra_l.latency_s + (inter_l.latency_s if nodes > 1 else 0.0)
         return max(t_intra, t_inter) + alpha
     if nodes == 1:
+        if algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
+            alpha = intra_l.latency_s
+            return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
         return _ring(kind, nbytes, k, bi, intra_l.latency_s, tree=False)
     if k == 1:
         return _ring(kind, nbytes, nodes, be, inter_l.latency_s, tree=True)

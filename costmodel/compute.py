@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .config import ParallelConfig
+from .kvcache import kv_dtype_bytes, kv_elements_per_token_layer
 from .specs import DeviceSpec, ModelSpec, Workload
 from .units import DTYPE_BYTES
 
@@ -105,14 +106,33 @@ def _elementwise(name, block, bytes_fwd, dev, kernels=1) -> Op:
     return Op(name, "elementwise", block, 0.0, t, 2 * t)
 
 
-def attention_flops(model: ModelSpec, tokens_q: float, seq_kv: float, tp: int) -> float:
+def attention_flops(model: ModelSpec, tokens_q: float, seq_kv: float, tp: int, mla_absorbed: bool = False) -> float:
     """Forward FLOPs of scores and context, ``4 * s_q * s_kv * heads * d`` (no causal saving).
 
     This is the FLOP-counting convention of Narayanan et al. 2021, Eq. 3 (the ``s/6h`` term).
+    ``mla_absorbed``: MLA decoding with the up-projections absorbed into the query and output
+    projections (DeepSeek-V2, arXiv 2405.04434, section 2.1.2), so every head attends over the
+    cached latent: scores over ``kv_lora_rank + qk_rope_head_dim``, context over ``kv_lora_rank``.
     """
-    d_qk = model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0)
-    d_v = model.v_head_dim if model.is_mla else model.head_dim
+    if mla_absorbed and model.is_mla:
+        d_qk, d_v = model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank
+    else:
+        d_qk = model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0)
+        d_v = model.v_head_dim if model.is_mla else model.head_dim
     return 2.0 * tokens_q * seq_kv * (model.heads / tp) * (d_qk + d_v)
+
+
+def _decode_attention(model, dev, b: int, s: int, tp: int, kv_bytes: int) -> Op:
+    """One new query per sequence against a cache of ``s`` tokens (inference decode step).
+
+    A FlashDecoding-style kernel reads the whole KV cache once, so it is HBM-bound unless
+    many query heads share each cached byte (MLA): roofline of FLOPs and cache bytes.
+    """
+    flops = attention_flops(model, b, s, tp, mla_absorbed=True)
+    cache_bytes = b * s * kv_elements_per_token_layer(model, tp) * kv_bytes
+    t = max(flops / (dev.peak_bf16_flops_per_s * dev.attention_efficiency),
+            cache_bytes / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency)) + dev.kernel_overhead_s
+    return Op("attn_core", "attention", "attn", flops, t, 0.0)
 
 
 def _attention_core(model, dev, w: Workload, c: ParallelConfig) -> Op:
@@ -136,17 +156,23 @@ def _attention_core(model, dev, w: Workload, c: ParallelConfig) -> Op:
 
 
 def layer_ops(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig,
-              moe: bool = False) -> tuple[Op, ...]:
-    """The forward ops of one (dense or MoE) layer on one GPU for one micro-batch, in order."""
-    return _layer_ops(model, dev, w.seq_len, w.dtype, c.tp, c.cp, c.mb, c.sp_on, c.ep, moe, c.flash_attention)
+              moe: bool = False, *, decode: bool = False, kv_dtype: str = "bf16") -> tuple[Op, ...]:
+    """The forward ops of one (dense or MoE) layer on one GPU for one micro-batch, in order.
+
+    ``decode``: an inference decode step, one new token for each of ``c.mb`` sequences whose
+    KV cache (in ``kv_dtype``) holds ``w.seq_len`` tokens; GEMMs then have ``m = c.mb`` rows.
+    """
+    kv_bytes = kv_dtype_bytes(kv_dtype) if decode else 0
+    return _layer_ops(model, dev, w.seq_len, w.dtype, c.tp, c.cp, c.mb, c.sp_on, c.ep, moe, c.flash_attention,
+                      decode, kv_bytes)
 
 
 @lru_cache(maxsize=4096)
-def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash):
+def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0):
     c = ParallelConfig(tp=tp, cp=cp, mb=mb, sp=sp, ep=ep, flash_attention=flash)
     w = Workload(global_batch=mb, seq_len=seq_len, dtype=dtype)
     h = model.hidden
-    n = mb * seq_len / cp  # tokens on this GPU
+    n = mb if decode else mb * seq_len / cp  # tokens on this GPU
     n_sp = n / tp if sp else n  # tokens held by element-wise ops (sequence parallel shards them)
     tp_comm = "rs" if sp else "ar"
     ops: list[Op] = []
@@ -159,7 +185,7 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash):
         qkv_width = model.heads * model.head_dim / tp + 2 * model.kv_dim / kv_rep
         o_in = model.heads * model.head_dim / tp
     ops.append(_gemm("qkv", "attn", n, qkv_width, h, dev, dtype))
-    ops.append(_attention_core(model, dev, w, c))
+    ops.append(_decode_attention(model, dev, mb, seq_len, tp, kv_bytes) if decode else _attention_core(model, dev, w, c))
     ops.append(_gemm("attn_out", "attn", n, h, o_in, dev, dtype, comm_after=tp_comm))
     # bias-dropout-add: read out and residual, write sum, 1-byte mask
     ops.append(_elementwise("bda1", "attn", (3 * ACT_BYTES + 1) * n_sp * h, dev))
@@ -190,11 +216,17 @@ def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm) -> list[Op
     ops = [_gemm("router", "mlp", n, model.experts, h, dev, "bf16")]
     slots = n * model.topk / (tp if ep > 1 else 1)  # token-slots processed here
     local_experts = model.experts // ep
-    per_expert = slots / local_experts
+    # Experts that receive a token: all of them at training sizes; in a small decode batch only
+    # those the routed tokens pick (a token misses an expert with probability 1 - topk/experts),
+    # and only their weights are read.
+    tokens_routed = slots * ep / model.topk
+    hit = 1.0 - (1.0 - model.topk / model.experts) ** tokens_routed
+    active = max(1, min(local_experts, math.ceil(local_experts * hit - 1e-9)))
+    per_expert = slots / active
     f = model.moe_ffn_hidden / etp
-    # one grouped GEMM (Megatron-Core --moe-grouped-gemm) runs the tiles of all local experts at once
-    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=local_experts)
-    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=local_experts)
+    # one grouped GEMM (Megatron-Core --moe-grouped-gemm) runs the tiles of all active local experts at once
+    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=active)
+    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active)
     act = _elementwise("expert_act", "mlp", (3 if gated else 2) * ACT_BYTES * slots * f, dev)
     ops.append(Op("experts", "gemm", "mlp", up.fwd_flops + down.fwd_flops,
                   up.fwd_s + down.fwd_s + act.fwd_s, up.bwd_s + down.bwd_s + act.bwd_s,

@@ -86,12 +86,17 @@ class Estimate:
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
              engine: str = "analytic") -> Estimate:
-    """Predict one training step of ``config``; raises :class:`SpecError` for an invalid plan."""
+    """Predict one training step of ``config``; raises :class:`SpecError` for an invalid plan.
+
+    A workload in mode ``infer`` is served instead: the result is an
+    :class:`~costmodel.inference.InferenceEstimate` (see :func:`~costmodel.inference.evaluate_inference`).
+    """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
+    if workload.mode == "infer":
+        from .inference import evaluate_inference
+        return evaluate_inference(model, cluster, workload, config)
     validate_config(model, cluster, workload, config)
-    if workload.mode != "train":
-        raise SpecError("mode", workload.mode, "'train' (inference planning is not available yet)")
     c, w, dev = config, workload, cluster.device
     m = micro_batches(w, c)
     if engine not in ("analytic", "graph"):

@@ -1,0 +1,301 @@
+"""``evaluate_inference(model, cluster, workload, config) -> InferenceEstimate``: serving cost.
+
+Forward passes only, with the op inventory of training (:func:`costmodel.compute.layer_ops`):
+
+* **prefill** of a batch of prompts: ``mb`` prompts of ``input_len`` tokens, compute-bound;
+* **decode step**: one new token for each running sequence (``decode=True``): GEMMs with
+  ``m = batch`` rows read every weight on the GPU once, attention reads the KV cache of the
+  whole context, so a step is HBM-bound at small batch (DIGEST section 9).
+
+Communication per layer, exposed through the unified formula (:func:`costmodel.overlap.exposed_s`):
+the TP AllReduce after the row-parallel GEMMs sits on the critical path (r = 0) unless it is
+split into ``chunks`` pieces pipelined with the GEMM, as are the SP AllGather/ReduceScatter
+(same placement as training's forward, :func:`costmodel.analytic._tp_ledger`); EP dispatch is
+exposed, the combine pipelines with the expert GEMMs when chunked. Small TP all-reduces use
+the direct (one-/two-shot) algorithm of inference engines. DP replicas are independent.
+
+PP is a throughput pipeline: a replica's ``B`` sequences run as ``m = min(pp, B)``
+micro-batches (vLLM's virtual engines), so the time between two tokens of a sequence is
+``max(sum of stage times + P2P, m * slowest stage)``; with ``m < pp`` stages idle (bubbles).
+
+Serving model (continuous batching, steady state, documented sum)::
+
+    ttft  = prefill of one prefill batch through all stages (+ the decode attention of the
+            other running sequences, which ride in the same iteration)
+    cycle = ttft + (n_prefills - 1) * (slowest prefill stage + riding attention)   all prefills
+          + (output_len - 1 - piggybacked) * decode_step                  the remaining decode steps
+    e2e latency = cycle;  tpot = (cycle - ttft) / (output_len - 1)  (other requests' prefills
+    interleave with this one's decoding, as serving benchmarks measure TPOT)
+    output tokens/s per replica = B * output_len / cycle
+
+A prefill batch holds ``prefill_tokens // input_len`` prompts (vLLM's ``max_num_batched_tokens``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from .analytic import WHY_EP, WHY_TP, _tp_ledger
+from .collectives import collective_time_s
+from .compute import ACT_BYTES, elementwise_time_s, embedding_op, gemm_time_s, layer_ops
+from .config import ParallelConfig, validate_config
+from .errors import SpecError
+from .inference_memory import serving_memory
+from .kvcache import kv_bytes_per_token, kv_dtype_bytes
+from .memory import is_moe_layer
+from .overlap import CommLedger, exposed_s
+from .pipeline import stage_layers
+from .specs import ClusterSpec, ModelSpec, Workload
+
+#: tokens one prefill batch may hold (vLLM's default ``max_num_batched_tokens`` with chunked prefill)
+PREFILL_TOKENS = 8192
+WHY_PP = "data dependency: the next stage needs this micro-batch's activations (pipeline not full)"
+STRATEGIES = ("tp", "sp", "ep", "pp")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One forward pass of one micro-batch through the pipeline (a prefill, or a decode step)."""
+
+    stage_s: tuple[float, ...]  # per stage: compute + exposed communication + interference
+    compute_s: float  # summed over stages (the path one micro-batch takes)
+    attention_s: float  # the attention-core part of compute_s
+    interference_s: float
+    ledger: CommLedger  # summed over stages, P2P included
+    period_s: float  # time between two passes of the same micro-batch (decode) / latency (prefill)
+
+    @property
+    def latency_s(self) -> float:
+        return self.compute_s + self.interference_s + self.ledger.total_exposed_s
+
+    def breakdown(self) -> dict:
+        """Seconds by component; they sum to ``period_s``."""
+        d = {"compute_s": self.compute_s, "interference_s": self.interference_s}
+        for s in STRATEGIES:
+            d[f"{s}_exposed_s"] = self.ledger.exposed_s.get(s, 0.0)
+        d["pipeline_wait_s"] = max(0.0, self.period_s - self.latency_s)
+        return d
+
+
+@lru_cache(maxsize=4096)
+def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+           decode: bool, kv_dtype: str) -> tuple[float, float, CommLedger]:
+    """Forward compute seconds, its attention-core part and the communication ledger of one
+    layer for one micro-batch."""
+    ops = layer_ops(model, cluster.device, w, c, moe, decode=decode, kv_dtype=kv_dtype)
+    tokens = c.mb if decode else c.mb * w.seq_len
+    led = CommLedger()
+    sm = cluster.device.engines_for("intra").uses_compute
+    k = c.chunks
+    if c.tp > 1:
+        msg = tokens * model.hidden * ACT_BYTES
+        # a collective split into k pieces pays k latencies (it is k collectives)
+        t = {kind: k * collective_time_s(kind, msg / k, c.tp, 1, cluster, algorithm="direct")
+             for kind in ("allreduce", "allgather", "reducescatter")}
+        _, fwd = _tp_ledger(ops, t["allgather"], t["reducescatter"], t["allreduce"], c.sp_on, c.chunks, sm)
+        led = led.merge(fwd)
+    if moe and c.ep > 1:
+        experts = next(o for o in ops if o.name == "experts")
+        slots = tokens * model.topk / c.tp
+        t_a2a = k * collective_time_s("alltoall", slots * model.hidden * ACT_BYTES / k, c.ep, 1, cluster)
+        why = WHY_EP if k == 1 else "data dependency: dispatch needs the router output (combine chunked)"
+        led.add("ep", t_a2a, t_a2a, why, uses_compute=sm)  # dispatch
+        led.add("ep", t_a2a, exposed_s(t_a2a, experts.fwd_s, k if k > 1 else 0), why, uses_compute=sm)
+    return sum(o.fwd_s for o in ops), sum(o.fwd_s for o in ops if o.name == "attn_core"), led
+
+
+def _phase(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, *, decode: bool,
+           kv_dtype: str, micro_batches: int) -> Phase:
+    """``c.mb`` sequences (prompts of ``w.seq_len`` tokens, or decode steps at context ``w.seq_len``)."""
+    dev = cluster.device
+    tokens = c.mb if decode else c.mb * w.seq_len
+    stage_s, compute, attention, interference, led = [], 0.0, 0.0, 0.0, CommLedger()
+    for stage in range(c.pp):
+        layers = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
+        n_moe = sum(1 for layer in layers if is_moe_layer(model, layer))
+        t, sl = 0.0, CommLedger()
+        for moe, count in ((False, len(layers) - n_moe), (True, n_moe)):
+            if count:
+                lt, la, ll = _layer(model, cluster, w, c, moe, decode, kv_dtype)
+                t, sl, attention = t + count * lt, sl.merge(ll.scaled(count)), attention + count * la
+        if stage == 0:  # embedding lookup; vocab-parallel embedding all-reduces its output
+            t += embedding_op(model, dev, replace(w, seq_len=1) if decode else w, c).fwd_s
+            if c.tp > 1:
+                ar = collective_time_s("allreduce", tokens * model.hidden * ACT_BYTES, c.tp, 1, cluster, "direct")
+                sl.add("tp", ar, ar, WHY_TP)
+        if stage == c.pp - 1:  # LM head on each sequence's last token, logits gathered, sampling
+            v = model.vocab / c.tp
+            t += gemm_time_s(c.mb, v, model.hidden, dev, w.dtype) + elementwise_time_s(6 * c.mb * v, dev)
+            if c.tp > 1:
+                ag = collective_time_s("allgather", c.mb * model.vocab * ACT_BYTES, c.tp, 1, cluster)
+                sl.add("tp", ag, ag, "data dependency: sampling needs the gathered logits")
+        inter = dev.comm_compute_interference * sl.hidden_sm_s
+        stage_s.append(t + sl.total_exposed_s + inter)
+        compute, interference, led = compute + t, interference + inter, led.merge(sl)
+    path = sum(stage_s)
+    period = path
+    if c.pp > 1:
+        t_p2p = collective_time_s("p2p", tokens * model.hidden * ACT_BYTES, c.pp, c.tp, cluster)
+        link = (c.pp - 1) * t_p2p
+        busy = micro_batches * max(stage_s)  # a full pipeline paces on its slowest stage
+        period = max(path + link, busy)
+        led.add("pp", link, max(0.0, period - max(path, busy)), WHY_PP, uses_compute=False)
+    return Phase(tuple(stage_s), compute, attention, interference, led, period)
+
+
+@dataclass(frozen=True)
+class InferenceEstimate:
+    """Predicted serving cost of one plan (SI units; ``to_dict`` adds milliseconds)."""
+
+    config: ParallelConfig
+    batch: int  # concurrent requests over all replicas
+    batch_per_replica: int
+    prefill_batch: int  # prompts prefilled together
+    ttft_s: float
+    tpot_s: float
+    decode_step_s: float  # one decode step alone (no interleaved prefills)
+    e2e_latency_s: float
+    tokens_per_s: float  # output tokens/s, all replicas
+    tokens_per_s_per_replica: float
+    tokens_per_s_per_gpu: float
+    requests_per_s: float
+    kv_cache_bytes_per_token: float  # whole model, one token
+    kv_cache_bytes_per_sequence_per_gpu: float
+    max_concurrency: int  # over all replicas
+    max_concurrency_per_replica: int
+    peak_memory_bytes: float
+    hbm_bytes: float
+    fits: bool
+    memory: dict
+    breakdown: dict  # {"prefill": {...}, "decode": {...}} seconds by component
+    comm_link_s: dict
+    comm_exposed_s: dict
+    overlap: dict  # {"prefill": {strategy: r}, "decode": {strategy: r}}
+    reasons: dict
+    decode_hbm_utilization: float  # bytes read per decode step / (step time * HBM bandwidth)
+    kv_dtype: str = "bf16"
+    sla: dict = field(default_factory=dict)
+    status: str = "ok"
+    mode: str = "infer"
+    notes: list = field(default_factory=list)
+
+    @property
+    def meets_sla(self) -> bool:
+        return all(v["met"] for v in self.sla.values())
+
+    def to_dict(self) -> dict:
+        ms = {"ttft_ms": self.ttft_s, "tpot_ms": self.tpot_s, "decode_step_ms": self.decode_step_s,
+              "e2e_latency_ms": self.e2e_latency_s}
+        return {
+            "status": self.status, "mode": self.mode, "config": self.config.to_dict(),
+            "batch": self.batch, "batch_per_replica": self.batch_per_replica, "prefill_batch": self.prefill_batch,
+            **{k: v * 1e3 for k, v in ms.items()},
+            "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_replica": self.tokens_per_s_per_replica,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "requests_per_s": self.requests_per_s,
+            "kv_cache_dtype": self.kv_dtype, "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+            "kv_cache_bytes_per_sequence_per_gpu": self.kv_cache_bytes_per_sequence_per_gpu,
+            "max_concurrency": self.max_concurrency, "max_concurrency_per_replica": self.max_concurrency_per_replica,
+            "peak_memory_bytes": self.peak_memory_bytes, "hbm_bytes": self.hbm_bytes, "fits": self.fits,
+            "memory": dict(self.memory), "decode_hbm_utilization": self.decode_hbm_utilization,
+            "breakdown": {p: dict(b) for p, b in self.breakdown.items()},
+            "comm_link_s": {p: dict(b) for p, b in self.comm_link_s.items()},
+            "comm_exposed_s": {p: dict(b) for p, b in self.comm_exposed_s.items()},
+            "overlap": {p: dict(b) for p, b in self.overlap.items()},
+            "exposed_reasons": {p: dict(b) for p, b in self.reasons.items()},
+            "sla": {k: dict(v) for k, v in self.sla.items()}, "meets_sla": self.meets_sla,
+            "notes": list(self.notes),
+        }
+
+
+def validate_inference(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig) -> None:
+    """Raise :class:`SpecError` for a plan or workload inference cannot run."""
+    if w.mode != "infer":
+        raise SpecError("mode", w.mode, "'infer' for an inference estimate")
+    for f, what in (("input_len", "prompt tokens per request"), ("output_len", "generated tokens per request")):
+        if getattr(w, f) < 1:
+            raise SpecError(f, getattr(w, f), f"a positive integer ({what})")
+    for f, ok in (("cp", 1), ("vp", 1), ("zero", 0), ("recompute", "none")):
+        if getattr(c, f) != ok:
+            raise SpecError(f, getattr(c, f), f"{ok!r} in inference mode (not modelled for serving)")
+    validate_config(model, cluster, w, replace(c, sp=False))
+    if c.ep > 1 and c.tp % c.ep and not (c.pp == 1 and c.ep % c.tp == 0):
+        raise SpecError("ep", c.ep, f"a divisor of tp={c.tp}, or a multiple of it with pp=1 "
+                        "(expert groups spanning replicas, DP attention)")
+
+
+def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, *,
+                       kv_dtype: str = "bf16", prefill_tokens: int = PREFILL_TOKENS,
+                       ttft_target_s: float | None = None, tpot_target_s: float | None = None) -> InferenceEstimate:
+    """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config``.
+
+    ``workload.global_batch`` is the number of concurrent requests over all ``dp`` replicas.
+    Raises :class:`SpecError` for invalid input, including a model whose weights cannot fit
+    even when spread over every GPU.
+    """
+    if not cluster.num_gpus:
+        cluster = cluster.with_gpus(config.gpus)
+    kv_dtype_bytes(kv_dtype)
+    for name, v in (("ttft_ms", ttft_target_s), ("tpot_ms", tpot_target_s)):
+        if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+            raise SpecError(name, v if v is None else v * 1e3, "a positive number of milliseconds")
+    if not isinstance(prefill_tokens, int) or isinstance(prefill_tokens, bool) or prefill_tokens < 1:
+        raise SpecError("prefill_tokens", prefill_tokens, "a positive integer")
+    validate_inference(model, cluster, workload, config)
+    c, w, dev = config, workload, cluster.device
+    I, O = w.input_len, w.output_len
+    B = w.global_batch // c.dp
+    pb = max(1, min(B, prefill_tokens // I))
+    n_pf = math.ceil(B / pb)
+    m = min(c.pp, B)
+    mb_dec = math.ceil(B / m)
+    ctx = max(1, round(I + (O - 1) / 2))  # average context over the decode steps
+
+    mem = serving_memory(model, cluster, w, c, kv_dtype, B, pb)  # raises when the weights never fit
+    pf = _phase(model, cluster, Workload(global_batch=pb, seq_len=I, dtype=w.dtype), replace(c, mb=pb),
+                decode=False, kv_dtype=kv_dtype, micro_batches=1)
+    dec = _phase(model, cluster, Workload(global_batch=mb_dec, seq_len=ctx, dtype=w.dtype), replace(c, mb=mb_dec),
+                 decode=True, kv_dtype=kv_dtype, micro_batches=m)
+    # Mixed iterations (continuous batching, Agrawal et al. 2024 "Sarathi-Serve"): the sequences
+    # already decoding advance one token inside each prefill iteration; their GEMM rows are
+    # negligible next to the prompts', their attention reads the KV cache as in a decode step.
+    riding = m * dec.attention_s * (B - pb) / B
+    ttft = pf.period_s + riding
+    piggybacked = n_pf * (B - pb) / B  # decode steps done inside prefill iterations
+    prefills = ttft + (n_pf - 1) * (max(pf.stage_s) + riding / c.pp)
+    cycle = prefills + max(0.0, O - 1 - piggybacked) * dec.period_s
+    tpot = (cycle - ttft) / (O - 1) if O > 1 else 0.0
+    per_replica = B * O / cycle
+
+    read = m * mem["weights_bytes"] + B * ctx * mem["kv_cache_bytes_per_token_per_gpu"]  # per GPU per token period
+    sla, notes = {}, list(mem["notes"])
+    for name, target, got in (("ttft_ms", ttft_target_s, ttft), ("tpot_ms", tpot_target_s, tpot)):
+        if target is not None:
+            sla[name] = {"target": target * 1e3, "predicted": got * 1e3, "met": got <= target}
+    if m < c.pp:
+        notes.append(f"pipeline not full: {B} sequence(s) per replica < pp={c.pp}, stages idle "
+                     f"{100 * (1 - m * sum(dec.stage_s) / c.pp / dec.period_s):.0f}% of a decode step")
+    if c.ep > c.tp:
+        notes.append(f"ep={c.ep} spans {c.ep // c.tp} replicas: their MoE layers run in lockstep (DP attention)")
+    phases = {"prefill": pf, "decode": dec}
+    return InferenceEstimate(
+        config=c, batch=w.global_batch, batch_per_replica=B, prefill_batch=pb,
+        ttft_s=ttft, tpot_s=tpot, decode_step_s=dec.period_s, e2e_latency_s=cycle,
+        tokens_per_s=c.dp * per_replica, tokens_per_s_per_replica=per_replica,
+        tokens_per_s_per_gpu=c.dp * per_replica / c.gpus, requests_per_s=c.dp * B / cycle,
+        kv_cache_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
+        kv_cache_bytes_per_sequence_per_gpu=mem["kv_cache_bytes_per_sequence_per_gpu"],
+        max_concurrency=c.dp * mem["max_concurrency_per_replica"],
+        max_concurrency_per_replica=mem["max_concurrency_per_replica"],
+        peak_memory_bytes=mem["total_bytes"], hbm_bytes=dev.hbm_bytes, fits=mem["total_bytes"] <= dev.hbm_bytes,
+        memory={k: v for k, v in mem.items() if k != "notes"},
+        breakdown={p: ph.breakdown() for p, ph in phases.items()},
+        comm_link_s={p: dict(ph.ledger.link_s) for p, ph in phases.items()},
+        comm_exposed_s={p: dict(ph.ledger.exposed_s) for p, ph in phases.items()},
+        overlap={p: ph.ledger.rates() for p, ph in phases.items()},
+        reasons={p: {s: r for s, r in ph.ledger.reasons.items() if ph.ledger.exposed_s.get(s, 0) > 0}
+                 for p, ph in phases.items()},
+        decode_hbm_utilization=min(1.0, read / (dec.period_s * dev.hbm_bw_bytes_per_s)),
+        kv_dtype=kv_dtype, sla=sla, notes=notes,
+    )

@@ -1,0 +1,89 @@
+"""Memory of one GPU while serving: weights, KV cache, activation workspace, reserve.
+
+* Weights: the stage's parameters (:func:`costmodel.memory.stage_params`; experts split by
+  ``ep``) in the workload's format (BF16 2 B, FP8 1 B per parameter; embeddings and LM head
+  are counted in that format too, an assumption: FP8 checkpoints often keep them in BF16).
+* KV cache: every running sequence of the replica keeps ``input_len + output_len`` tokens of
+  this stage's layers (:mod:`costmodel.kvcache`).
+* Workspace: the activations of one layer of the largest prefill batch
+  (:func:`costmodel.memory.activation_bytes_per_layer`, an upper bound: inference frees
+  each tensor after its consumer) plus the FP32 logits of the prefill batch.
+* Reserve: :data:`costmodel.memory.RESERVED_BYTES` (CUDA context, NCCL, fragmentation).
+
+The largest concurrency a replica holds is ``(HBM - weights - workspace - reserve) / KV per
+sequence`` on its tightest stage.
+
+>>> from costmodel.presets import load_model, load_cluster
+>>> from costmodel.config import ParallelConfig
+>>> from costmodel.specs import Workload
+>>> w = Workload(mode="infer", global_batch=8, input_len=2000, output_len=500)
+>>> m = serving_memory(load_model("llama3-70b"), load_cluster("h100-sxm").with_gpus(8), w,
+...                    ParallelConfig(tp=8), "bf16", 8, 4)
+>>> m["kv_cache_bytes_per_sequence_per_gpu"] == 2500 * 2 * 80 * 1 * 128 * 2   # 1 KV head per GPU at tp=8
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .config import ParallelConfig
+from .errors import SpecError
+from .kvcache import kv_bytes_per_token
+from .memory import RESERVED_BYTES, activation_bytes_per_layer, stage_params
+from .pipeline import stage_layers
+from .specs import ClusterSpec, ModelSpec, Workload
+from .units import DTYPE_BYTES, GiB
+
+
+def check_weights_fit(model: ModelSpec, cluster: ClusterSpec, dtype: str) -> None:
+    """Raise SpecError when the weights cannot fit even spread evenly over every GPU."""
+    n = cluster.num_gpus
+    per_gpu = model.params * DTYPE_BYTES[dtype] / n
+    usable = cluster.device.hbm_bytes - RESERVED_BYTES
+    if per_gpu > usable:
+        raise SpecError("gpus", n, (
+            f"enough to hold the weights at any TP/PP/EP: {model.name} has {model.params / 1e9:.0f}e9 "
+            f"parameters = {model.params * DTYPE_BYTES[dtype] / GiB:.0f} GiB in {dtype}, "
+            f"{per_gpu / GiB:.1f} GiB per GPU even split over all {n} GPUs, more than the "
+            f"{usable / GiB:.1f} GiB usable of {cluster.device.hbm_bytes / GiB:.0f} GiB HBM "
+            f"({RESERVED_BYTES / GiB:.0f} GiB reserved); use more GPUs, fp8 weights or a larger device"))
+
+
+def serving_memory(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, kv_dtype: str,
+                   batch_per_replica: int, prefill_batch: int) -> dict:
+    """Peak bytes on the tightest GPU of a replica and the concurrency it can hold (see module doc)."""
+    check_weights_fit(model, cluster, w.dtype)
+    hbm = cluster.device.hbm_bytes
+    seq = w.input_len + w.output_len
+    wb = DTYPE_BYTES[w.dtype]
+    pf_cfg = replace(c, mb=prefill_batch)
+    pf_w = Workload(global_batch=prefill_batch, seq_len=w.input_len, dtype=w.dtype)
+    workspace = max(activation_bytes_per_layer(model, pf_w, pf_cfg, moe) for moe in {False, model.is_moe})
+    workspace += 4 * prefill_batch * model.vocab / c.tp  # FP32 logits of the last tokens
+    best, cap = None, None
+    for stage in range(c.pp):
+        layers = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
+        dense, expert = stage_params(model, c, stage)
+        weights = (dense + expert) * wb
+        kv_token = kv_bytes_per_token(model, kv_dtype, c.tp, layers=len(layers))
+        kv = batch_per_replica * seq * kv_token
+        total = weights + kv + workspace + RESERVED_BYTES
+        free = hbm - weights - workspace - RESERVED_BYTES
+        hold = max(0, int(free // (seq * kv_token))) if kv_token else batch_per_replica
+        cap = hold if cap is None else min(cap, hold)
+        if best is None or total > best["total_bytes"]:
+            best = {"stage": stage, "weights_bytes": weights, "kv_cache_bytes": kv, "workspace_bytes": workspace,
+                    "reserved_bytes": RESERVED_BYTES, "total_bytes": total,
+                    "kv_cache_bytes_per_token_per_gpu": kv_token,
+                    "kv_cache_bytes_per_sequence_per_gpu": seq * kv_token}
+    best["max_concurrency_per_replica"] = cap
+    notes = []
+    if best["weights_bytes"] + workspace + RESERVED_BYTES > hbm:
+        notes.append(f"weights alone need {best['weights_bytes'] / GiB:.1f} GiB per GPU (stage {best['stage']}) "
+                     f"of {hbm / GiB:.0f} GiB HBM: raise tp, pp or ep")
+    elif cap < batch_per_replica:
+        notes.append(f"KV cache: {batch_per_replica} sequences per replica do not fit; at most {cap} of "
+                     f"{seq} tokens ({best['kv_cache_bytes_per_sequence_per_gpu'] / GiB:.2f} GiB each per GPU)")
+    best["notes"] = notes
+    return best
