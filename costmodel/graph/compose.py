@@ -81,7 +81,13 @@ class ChunkWork:
     bwd: tuple
 
 
-def _pieces(model, cluster, w, c, stage: int) -> list[ChunkWork]:
+def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
+    def sched(moe, phase, rec=False):
+        key = (moe, phase, rec)
+        if key not in memo:
+            memo[key] = layer_schedule(model, cluster, w, c, moe, phase, rec)
+        return memo[key]
+
     layers = list(stage_layers(model.layers, c.pp, stage, c.layers_per_stage))
     per = len(layers) // c.vp
     rec_k = len(layers) if c.recompute_layers is None else c.recompute_layers
@@ -93,8 +99,8 @@ def _pieces(model, cluster, w, c, stage: int) -> list[ChunkWork]:
         for i, layer in enumerate(layers[ch * per:(ch + 1) * per]):
             moe = is_moe_layer(model, layer)
             rec = c.recompute == "full" and ch * per + i < rec_k
-            fwd.append((f"layer{layer}", layer_schedule(model, cluster, w, c, moe, "fwd"), 1))
-            bwd.append((f"layer{layer}", layer_schedule(model, cluster, w, c, moe, "bwd", rec), 1))
+            fwd.append((f"layer{layer}", sched(moe, "fwd"), 1))
+            bwd.append((f"layer{layer}", sched(moe, "bwd", rec), 1))
         if stage == c.pp - 1 and ch == c.vp - 1:
             fwd.append(("head", head_schedule(model, cluster, w, c, "fwd"), 1))
             bwd.append(("head", head_schedule(model, cluster, w, c, "bwd"), 1))
@@ -155,7 +161,8 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     if c.pp > 1:  # scatter-gather optimisation / SP shards (Narayanan et al. 2021, section 4.1)
         t_p2p = collective_time_s("p2p", n * model.hidden * ACT_BYTES / c.tp, c.pp,
                                   group_stride("pp", c.tp, c.cp, c.dp), cluster)
-    chunks = tuple(tuple(_pieces(model, cluster, w, c, s)) for s in range(c.pp))
+    memo: dict = {}
+    chunks = tuple(tuple(_pieces(model, cluster, w, c, s, memo)) for s in range(c.pp))
     F = [[sum(_span(p, emb.fwd_s) for p in cw.fwd) for cw in row] for row in chunks]
     B = [[sum(_span(p, emb.bwd_s) for p in cw.bwd) for cw in row] for row in chunks]
     pipe = simulate(F, B, m, t_p2p)
@@ -165,13 +172,13 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     dp_stage, scheds = 0, []
     kind = "allreduce" if c.zero == 0 else "reducescatter"
     size, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
-    worst = -np.inf
+    worst, windows = -np.inf, {}
     for s in range(c.pp):
         t_grad, t_param = dp_comm(model, cluster, c, s)
         if t_grad <= 0:
             scheds.append(None)
             continue
-        window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s))
+        window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s), windows)
         tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride)
         scheds.append(sched)
         finish = float(pipe.last_backward_end_s[s]) + tail
@@ -212,23 +219,34 @@ def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int) -> StageTi
     return StageTiming(stage, fwd, bwd, rec, led, interference)
 
 
-def _last_backward_window(row, pipe: PipelineResult, stage: int, emb_bwd_s: float, total_bytes: float) -> tuple:
+def _last_backward_window(row, pipe: PipelineResult, stage: int, emb_bwd_s: float, total_bytes: float,
+                          memo: dict) -> tuple:
     """The stage's backward ops from the last micro-batch's first chunk-backward to the end:
     each chunk's last backward split by layer (its gradients become ready layer by layer),
     the other micro-batches' backwards in between as whole ops."""
     is_b, ch, mb = pipe.is_b[stage], pipe.chunk[stage], pipe.mb[stage]
-    last = {int(ch[j]): j for j in np.nonzero(is_b & (mb == pipe.m - 1))[0]}
+    last = {int(ch[j]): int(j) for j in np.nonzero(is_b & (mb == pipe.m - 1))[0]}
     j0 = min(last.values())
-    n_layers = sum(1 for cw in row for p in cw.bwd if p[0] != "embedding")
+    durs = tuple((pipe.end[stage, j0:] - pipe.start[stage, j0:]).tolist())
+    # pieces of each chunk's backward: (label, seconds, makes gradients); stage-independent labels
+    sig = tuple(tuple(("embedding" if s is None else n.split("layer")[0] + "layer", emb_bwd_s if s is None else
+                       s.makespan_s) for n, s, _ in cw.bwd) for cw in row)
+    key = (sig, durs, tuple(ch[j0:].tolist()), tuple(sorted((c, j - j0) for c, j in last.items())), total_bytes)
+    if key not in memo:
+        memo[key] = _window(*key)
+    return memo[key]
+
+
+def _window(sig, durs, chunk_of, last, total_bytes) -> tuple:
+    n_layers = sum(1 for piece in sig for lab, _ in piece if lab != "embedding")
     per_layer = total_bytes / max(1, n_layers)
+    last = dict(last)
     window = []
-    for j in range(j0, pipe.end.shape[1]):
-        secs = float(pipe.end[stage, j] - pipe.start[stage, j])
-        c = int(ch[j])
+    for j, secs in enumerate(durs):
+        c = chunk_of[j]
         if last.get(c) == j:
-            for name, s, _ in row[c].bwd:
-                span = emb_bwd_s if s is None else s.makespan_s
-                window.append((f"c{c}.{name}", span, 0.0 if name == "embedding" else per_layer))
+            for i, (lab, span) in enumerate(sig[c]):
+                window.append((f"c{c}.{lab}{i}", span, 0.0 if lab == "embedding" else per_layer))
         else:
             window.append((f"op{j}", secs, 0.0))
     return tuple(window)

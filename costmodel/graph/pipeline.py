@@ -187,8 +187,7 @@ def _solve_numpy(dur, dep, lag, own_lag, is_b):
     """Round ``j`` computes every stage's ``j``-th op; same-round chains (warm-up forwards down
     the stages, cool-down backwards up) are max-plus prefix scans."""
     p, n = dur.shape
-    flat = np.full(p * n + 1, -np.inf)  # last cell: "no dependency"
-    end = flat[:-1].reshape(p, n)
+    flat = np.full(p * n + 1, -np.inf)  # last cell: "no dependency"; op (s, j) lives at s * n + j
     depx = np.where(dep >= 0, dep, p * n)
     dep_stage, dep_pos = np.divmod(np.where(dep >= 0, dep, 0), n)
     rows = np.arange(p)
@@ -197,19 +196,24 @@ def _solve_numpy(dur, dep, lag, own_lag, is_b):
     chain_b = same & is_b & (dep_stage == rows[:, None] + 1)
     if np.any(same & ~(chain_f | chain_b)):
         raise RuntimeError("pipeline order violates a dependency")
-    any_f, any_b = chain_f.any(axis=0), chain_b.any(axis=0)
+    any_f, any_b = chain_f.any(axis=0).tolist(), chain_b.any(axis=0).tolist()
+    # rounds read columns: store them as contiguous rows
+    durT, depT, lagT, olT = dur.T.copy(), depx.T.copy(), lag.T.copy(), own_lag.T.copy()
+    cfT, cbT = chain_f.T.copy(), chain_b.T.copy()
+    out = np.empty((n, p))
     prev = np.zeros(p)
+    a = np.empty(p)
     for j in range(n):
-        a = np.maximum(prev + own_lag[:, j], flat[depx[:, j]] + lag[:, j]) if j else np.maximum(0.0, flat[depx[:, j]] + lag[:, j])
-        d = dur[:, j]
-        e = a + d
+        np.maximum(prev + olT[j], flat[depT[j]] + lagT[j], out=a)
+        e = a + durT[j]
         if any_f[j]:
-            e = _chain(e, a, d, lag[:, j], chain_f[:, j], reverse=False)
+            e = _chain(e, a, durT[j], lagT[j], cfT[j], reverse=False)
         if any_b[j]:
-            e = _chain(e, a, d, lag[:, j], chain_b[:, j], reverse=True)
-        end[:, j] = e
+            e = _chain(e, a, durT[j], lagT[j], cbT[j], reverse=True)
+        out[j] = e
+        flat[j:p * n:n] = e
         prev = e
-    return end.copy()
+    return out.T.copy()
 
 
 def _chain(e, a, d, lag, link, reverse):
@@ -239,18 +243,22 @@ def _critical(end, start, dep, lag, own_lag):
     p, n = end.shape
     s, j = np.unravel_index(int(np.argmax(end)), end.shape)
     s, j = int(s), int(j)
+    E, S, D, L, O = (a.ravel().item for a in (end, start, dep, lag, own_lag))  # scalar access, no copies
     path, exposed = [(s, j)], 0.0
     tol = 1e-12 * max(1.0, float(end.max()))
+    i = s * n + j
     while True:
-        t0 = start[s, j]
-        x = int(dep[s, j])
-        if x >= 0 and end.flat[x] + lag[s, j] >= t0 - tol and (j == 0 or end.flat[x] + lag[s, j] >= end[s, j - 1] + own_lag[s, j] - tol):
-            exposed += lag[s, j]
-            s, j = divmod(x, n)
+        t0, x = S(i), D(i)
+        arrive = E(x) + L(i) if x >= 0 else -np.inf
+        local = E(i - 1) + O(i) if j > 0 else -np.inf
+        if x >= 0 and arrive >= t0 - tol and arrive >= local - tol:
+            exposed += L(i)
+            i = x
         elif j > 0:
-            exposed += own_lag[s, j] if end[s, j - 1] + own_lag[s, j] >= t0 - tol else 0.0
-            j -= 1
+            exposed += O(i) if local >= t0 - tol else 0.0
+            i -= 1
         else:
             break
+        s, j = divmod(i, n)
         path.append((s, j))
     return tuple(reversed(path)), float(exposed)
