@@ -24,6 +24,8 @@ import sys
 
 from costmodel.config import RECOMPUTE
 from costmodel.errors import PlannerError, SpecError
+from costmodel.kvcache import KV_DTYPES
+from costmodel.specs import MODES, Workload
 from costmodel.units import DTYPES
 
 from .problem import make_config, make_workload, resolve_cluster, resolve_model
@@ -121,8 +123,12 @@ def choice_arg(field: str, choices):
 
 
 # --------------------------------------------------------------------------- argument groups
-def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """``--model --cluster --gpus --global-batch --seq --dtype`` (the first four, minus --gpus, required)."""
+def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, infer: bool = False) -> None:
+    """``--model --cluster --gpus --global-batch --seq --dtype`` (the first four, minus --gpus, required).
+
+    ``infer=True`` (commands that also serve, with :func:`add_inference_args`): ``--global-batch``
+    and ``--seq`` are checked per mode by :func:`problem_from_args` instead of by argparse.
+    """
     g = parser.add_argument_group("problem")
     g.add_argument("--model", required=required, metavar="NAME|FILE",
                    help="model preset (see `planner presets`), JSON/YAML spec or HF config.json")
@@ -130,9 +136,11 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True) 
                    help="cluster preset or JSON/YAML spec (human units: GB/s, TFLOP/s, GiB, us)")
     g.add_argument("--gpus", type=int_arg("gpus"), metavar="N",
                    help="total GPUs (default: tp*pp*dp*cp)")
-    g.add_argument("--global-batch", type=int_arg("global_batch"), required=required, metavar="B",
-                   help="sequences per optimizer step")
-    g.add_argument("--seq", type=int_arg("seq"), required=required, metavar="S", help="tokens per sequence")
+    g.add_argument("--global-batch", type=int_arg("global_batch"), required=required and not infer, metavar="B",
+                   help="sequences per optimizer step" + ("; with --mode infer: concurrent requests over all "
+                                                          "replicas (default: one per replica)" if infer else ""))
+    g.add_argument("--seq", type=int_arg("seq"), required=required and not infer, metavar="S",
+                   help="tokens per sequence" + (" (training only)" if infer else ""))
     g.add_argument("--dtype", type=choice_arg("dtype", DTYPES), default="bf16",
                    metavar="{" + ",".join(DTYPES) + "}", help="GEMM format (default: %(default)s)")
 
@@ -162,6 +170,30 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
                    help="unfused attention that stores the s x s scores (Megatron-LM 2021/22)")
 
 
+def _latency_ms(field: str, minimum: float):
+    """A latency target in milliseconds; values below ``minimum`` are no GPU's latency (seconds given?)."""
+    return _converter(field, float, f"a number of milliseconds >= {minimum:g} (was it given in seconds?)",
+                      lambda v: math.isfinite(v) and v >= minimum)
+
+
+def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True) -> None:
+    """``--mode {train,infer} --input-len --output-len --kv-dtype --prefill-tokens [--ttft-ms --tpot-ms]``."""
+    g = parser.add_argument_group("inference (--mode infer)")
+    g.add_argument("--mode", type=choice_arg("mode", MODES), default="train", metavar="{" + ",".join(MODES) + "}",
+                   help="train: one training step; infer: serving (default: %(default)s)")
+    g.add_argument("--input-len", type=int_arg("input_len"), metavar="N", help="prompt tokens per request")
+    g.add_argument("--output-len", type=int_arg("output_len"), metavar="N", help="generated tokens per request")
+    g.add_argument("--kv-dtype", type=choice_arg("kv_dtype", KV_DTYPES), metavar="{" + ",".join(KV_DTYPES) + "}",
+                   help="KV-cache format (default: bf16)")
+    g.add_argument("--prefill-tokens", type=int_arg("prefill_tokens"), metavar="N",
+                   help="tokens one prefill batch may hold (default 8192, vLLM's max_num_batched_tokens)")
+    if targets:
+        g.add_argument("--ttft-ms", type=_latency_ms("ttft_ms", 1.0), metavar="MS",
+                       help="time-to-first-token target in milliseconds")
+        g.add_argument("--tpot-ms", type=_latency_ms("tpot_ms", 0.1), metavar="MS",
+                       help="time-per-output-token target in milliseconds")
+
+
 def add_output_args(parser: argparse.ArgumentParser) -> None:
     """``--json``: one JSON object on stdout and nothing else there."""
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -169,10 +201,41 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
 
 # --------------------------------------------------------------------------- namespace -> specs
 def problem_from_args(args: argparse.Namespace):
-    """``(model, cluster sized to --gpus, workload)`` from the problem arguments."""
+    """``(model, cluster sized to --gpus, workload)`` from the problem arguments.
+
+    With ``--mode infer`` the workload serves ``--input-len``/``--output-len`` requests;
+    ``global_batch`` is 1 when ``--global-batch`` is unset (see :func:`inference_batch`).
+    """
     model = resolve_model(args.model) if args.model is not None else _missing("model")
     cluster = resolve_cluster(args.cluster, args.gpus) if args.cluster is not None else _missing("cluster")
+    if getattr(args, "mode", "train") == "infer":
+        if args.seq is not None:
+            raise SpecError("seq", args.seq, "unset with --mode infer (give --input-len and --output-len)")
+        for f, what in (("input_len", "prompt"), ("output_len", "generated")):
+            if getattr(args, f) is None:
+                raise SpecError(f, None, f"given with --mode infer (--{f.replace('_', '-')} N, {what} tokens per request)")
+        return model, cluster, Workload(mode="infer", global_batch=args.global_batch or 1, dtype=args.dtype,
+                                        input_len=args.input_len, output_len=args.output_len)
     return model, cluster, make_workload(args.global_batch, args.seq, args.dtype)
+
+
+def inference_batch(args: argparse.Namespace, workload, config):
+    """The serving workload with ``--global-batch`` defaulting to one request per replica (``dp``)."""
+    if args.global_batch is None:
+        from dataclasses import replace
+        return replace(workload, global_batch=config.dp)
+    return workload
+
+
+def inference_options(args: argparse.Namespace) -> dict:
+    """Keyword options of :func:`costmodel.inference.evaluate_inference` from the command line."""
+    opts = {"kv_dtype": args.kv_dtype or "bf16"}
+    if args.prefill_tokens is not None:
+        opts["prefill_tokens"] = args.prefill_tokens
+    for flag in ("ttft_ms", "tpot_ms"):
+        if getattr(args, flag, None) is not None:
+            opts[flag.replace("_ms", "_target_s")] = getattr(args, flag) / 1e3
+    return opts
 
 
 def config_from_args(args: argparse.Namespace, gpus: int | None):

@@ -1,7 +1,9 @@
-"""``planner evaluate``: predict one training step of a given parallel plan.
+"""``planner evaluate``: predict one training step (or, with ``--mode infer``, serving) of a given parallel plan.
 
 A plan that does not fit in memory is not an error: the report says ``fits`` no and
 names the stages that overflow. An invalid plan (e.g. tp not dividing heads) exits 2.
+With ``--mode infer`` it reports TTFT, TPOT, tokens/s, KV cache, the largest concurrency
+that fits and the overlap of prefill and decode (:mod:`costmodel.inference`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ import argparse
 
 from costmodel.estimate import evaluate
 
-from ..args import add_config_args, add_output_args, add_problem_args, config_from_args, problem_from_args
+from costmodel.errors import SpecError
+from costmodel.inference import evaluate_inference
+
+from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
+                    inference_batch, inference_options, problem_from_args)
+from ..inference_report import inference_text
 from ..report import estimate_json, estimate_text, print_json
 
 NAME = "evaluate"
@@ -20,13 +27,36 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         NAME, help="predict step time, throughput, MFU, memory and overlap of one plan",
         description=__doc__.splitlines()[0].split(": ", 1)[1])
-    add_problem_args(p)
+    add_problem_args(p, infer=True)
     add_config_args(p)
+    add_inference_args(p)
     add_output_args(p)
     return p
 
 
+INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms")
+
+
+def _run_infer(args: argparse.Namespace) -> int:
+    model, cluster, workload = problem_from_args(args)
+    config = config_from_args(args, cluster.num_gpus or None)
+    workload = inference_batch(args, workload, config)
+    if not cluster.num_gpus:
+        cluster = cluster.with_gpus(config.gpus)
+    est = evaluate_inference(model, cluster, workload, config, **inference_options(args))
+    if args.json:
+        print_json(estimate_json(est, model, cluster, workload))
+    else:
+        print(inference_text(est, model, cluster, workload))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.mode == "infer":
+        return _run_infer(args)
+    for f in INFER_ONLY:
+        if getattr(args, f, None) is not None:
+            raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
     config = config_from_args(args, cluster.num_gpus or None)
     est = evaluate(model, cluster, workload, config)

@@ -1,0 +1,89 @@
+"""The human report of one serving estimate (``planner evaluate --mode infer``).
+
+Human units (ms, GiB) only here; the estimate itself is in SI units.
+"""
+
+from __future__ import annotations
+
+from costmodel.inference import InferenceEstimate
+from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.units import GiB
+
+from .report import _gib, _nodes, _onoff, table
+
+#: plan keys that matter for serving, in print order
+SERVING_KEYS = ("tp", "pp", "dp", "ep", "sp", "chunks")
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.2f}" if x < 1 else f"{x * 1e3:,.0f}"
+
+
+def _dur(x: float) -> str:
+    """Milliseconds below a second, seconds above."""
+    return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:,.2f} s"
+
+
+def serving_config_line(est: InferenceEstimate) -> str:
+    d = est.config.to_dict()
+    return " ".join(f"{k}={_onoff(d[k])}" for k in SERVING_KEYS)
+
+
+def _breakdown_lines(est: InferenceEstimate) -> list[str]:
+    pf, dec = est.breakdown["prefill"], est.breakdown["decode"]
+    rows = [[k.removesuffix("_s").replace("_", " "), _ms(pf[k]), _ms(dec[k])]
+            for k in pf if pf[k] > 0 or dec[k] > 0]
+    rows.append(["total", _ms(sum(pf.values())), _ms(sum(dec.values()))])
+    return [table(["component", "prefill ms", "decode step ms"], rows)]
+
+
+def _overlap_lines(est: InferenceEstimate) -> list[str]:
+    rows = []
+    for phase in ("prefill", "decode"):
+        for s, r in est.overlap[phase].items():
+            rows.append([phase, s, _ms(est.comm_link_s[phase][s]), _ms(est.comm_exposed_s[phase][s]), f"{r:.2f}",
+                         est.reasons[phase].get(s, "fully hidden" if r >= 1 else "-")])
+    if not rows:
+        return ["no communication"]
+    return [table(["phase", "strategy", "link ms", "exposed ms", "r", "why exposed"], rows)]
+
+
+def _sla_line(est: InferenceEstimate) -> str:
+    parts = [f"{k.removesuffix('_ms').upper()} <= {v['target']:g} ms: {'met' if v['met'] else 'MISSED'} "
+             f"({v['predicted']:.2f} ms)" for k, v in est.sla.items()]
+    return "; ".join(parts)
+
+
+def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpec, w: Workload) -> str:
+    gpus = cluster.num_gpus or est.config.gpus
+    mem = est.memory
+    lines = [
+        f"{model.name} on {gpus} x {cluster.device.name} ({cluster.name}, {_nodes(gpus, cluster.gpus_per_node)}), "
+        f"serving {est.batch} concurrent request{'s' if est.batch != 1 else ''} "
+        f"({est.batch_per_replica} per replica x {est.config.dp}), {w.input_len} in / {w.output_len} out tokens, "
+        f"{w.dtype} weights, {est.kv_dtype} KV cache",
+        f"config: {serving_config_line(est)}  (prefill batch {est.prefill_batch} prompt(s))",
+        "",
+        f"TTFT                  {_dur(est.ttft_s)}",
+        f"TPOT                  {_dur(est.tpot_s)} (decode step alone {_dur(est.decode_step_s)}; "
+        "other requests' prefills interleave)",
+        f"end-to-end latency    {_dur(est.e2e_latency_s)}",
+        f"output tokens/s       {est.tokens_per_s:,.1f} ({est.tokens_per_s_per_replica:,.1f} per replica, "
+        f"{est.tokens_per_s_per_gpu:,.1f} per GPU)",
+        f"requests/s            {est.requests_per_s:.3f}",
+        f"KV cache              {est.kv_cache_bytes_per_token:,.0f} B per token (whole model), "
+        f"{est.kv_cache_bytes_per_sequence_per_gpu / GiB:.3f} GiB per sequence per GPU",
+        f"max concurrency       {est.max_concurrency} ({est.max_concurrency_per_replica} per replica)",
+        f"peak memory/GPU       {_gib(est.peak_memory_bytes)} GiB of {_gib(est.hbm_bytes)} GiB HBM "
+        f"(weights {_gib(mem['weights_bytes'])}, KV {_gib(mem['kv_cache_bytes'])}, "
+        f"workspace {_gib(mem['workspace_bytes'])}, reserved {_gib(mem['reserved_bytes'])})",
+        f"fits                  {'yes' if est.fits else 'NO'}",
+        f"decode HBM use        {100 * est.decode_hbm_utilization:.0f} % of peak bandwidth",
+    ]
+    if est.sla:
+        lines.append(f"latency targets       {_sla_line(est)}")
+    lines += ["", "time breakdown (one prefill batch; one decode step)", *_breakdown_lines(est),
+              "", "communication overlap", *_overlap_lines(est)]
+    if est.notes:
+        lines += ["", "notes:", *(f"  - {n}" for n in est.notes)]
+    return "\n".join(lines)
