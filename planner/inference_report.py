@@ -87,3 +87,12 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
     if est.notes:
         lines += ["", "notes:", *(f"  - {n}" for n in est.notes)]
     return "\n".join(lines)
+
+
+def launch_lines(launch: dict) -> list[str]:
+    """The plan as vLLM and SGLang command lines (:func:`planner.emit_serving.serving_launch`)."""
+    out = ["launch (set MODEL to the checkpoint path or Hugging Face id)"]
+    for name, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        out.append(f"  {title}: {launch[name]['command']}")
+        out += [f"    note: {n}" for n in launch[name]["notes"]]
+    return out

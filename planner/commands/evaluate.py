@@ -17,7 +17,8 @@ from costmodel.inference import evaluate_inference
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
                     inference_batch, inference_options, problem_from_args)
-from ..inference_report import inference_text
+from ..emit_serving import launch_for_estimate
+from ..inference_report import inference_text, launch_lines
 from ..report import estimate_json, estimate_text, print_json
 
 NAME = "evaluate"
@@ -44,10 +45,11 @@ def _run_infer(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     est = evaluate_inference(model, cluster, workload, config, **inference_options(args))
+    launch = launch_for_estimate(est, workload, args.prefill_tokens)
     if args.json:
-        print_json(estimate_json(est, model, cluster, workload))
+        print_json({**estimate_json(est, model, cluster, workload), "launch": launch})
     else:
-        print(inference_text(est, model, cluster, workload))
+        print(inference_text(est, model, cluster, workload) + "\n\n" + "\n".join(launch_lines(launch)))
     return 0
 
 
