@@ -211,11 +211,10 @@ def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int) -> StageTi
                 interference += count * (s.interference_s + s.idle_s)
                 for strat, t in s.link_s.items():
                     led.add(strat, t, s.exposed_s.get(strat, 0.0), s.reasons().get(strat, ""), times=count)
-    if pipe.p > 1:
-        sends = pipe.sends(stage) / m
+    if pipe.p > 1:  # T_comm: the stage's sends and receives; exposed: transfer time on the critical path
+        k = pipe.transfers(stage) / m
         why = WHY_PP_SYNC if pipe.sync else WHY_PP_DATA
-        led.add("pp", pipe.t_p2p_s, pipe.pp_exposed_s / m / sends if sends else 0.0, why, times=sends,
-                uses_compute=False)
+        led.add("pp", pipe.t_p2p_s, pipe.pp_exposed_s / m / k if k else 0.0, why, times=k, uses_compute=False)
     return StageTiming(stage, fwd, bwd, rec, led, interference)
 
 

@@ -69,6 +69,12 @@ class PipelineResult:
             return 0
         return 2 * self.m * self.v - self.m * ((stage == self.p - 1) + (stage == 0))
 
+    def transfers(self, stage: int) -> int:
+        """Transfers ``stage`` takes part in per step: its sends and as many receives (a stage
+        receives an input for every op but the first stage's first-chunk forwards and the last
+        stage's last-chunk backwards, the mirror image of what it sends)."""
+        return 2 * self.sends(stage)
+
     def busy_s(self, stage: int) -> float:
         return float(np.sum(self.end[stage] - self.start[stage]))
 

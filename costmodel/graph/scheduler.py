@@ -16,9 +16,10 @@ Resources (source document section 1, "independent execution units"; section 8, 
 
 Every gap in the compute stream is charged to the communication op the stalled compute op
 waited for (its latest-finishing input), with the prerequisite that failed: ``no free
-engine`` if the op waited for an engine or for bandwidth, else ``synchronous issue`` if it was
-issued blocking, else ``data dependency`` (the compute that could hide it was too short or
-depended on it). ``T_eff = T_compute + (1 - r) T_comm`` (section 2) then holds per graph with
+engine`` if the op waited for an engine, or for its link while another strategy's transfer held
+it (hardware concurrency); else ``synchronous issue`` if it was issued blocking; else ``data
+dependency``: its consumer needed it before enough independent compute had run (including
+waiting behind the same strategy's earlier transfers, when its T_comm exceeds the window). ``T_eff = T_compute + (1 - r) T_comm`` (section 2) then holds per graph with
 ``T_eff`` the makespan less interference.
 
 >>> from costmodel.presets import load_cluster
@@ -85,7 +86,8 @@ class Exposure:
 @dataclass(frozen=True)
 class Schedule:
     """Result of :func:`schedule` (SI units). ``lanes`` maps each node to its lane in a
-    timeline: ``compute`` or ``<engine class>#<index>``."""
+    timeline: ``compute`` or ``<engine class>#<index>``. ``extra``: ``phase_s`` (nominal compute
+    seconds by phase: fwd, bwd, recompute) and ``graph`` (the graph that was scheduled)."""
 
     start: dict
     end: dict
@@ -151,7 +153,9 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     key = {n: (prio[n], attrs[n]["seq"]) for n in order}
     remaining = {n: attrs[n]["duration_s"] for n in order}
     npred = {n: g.in_degree(n) for n in order}
-    ready_t, start, end, lanes, wait, binding = {}, {}, {}, {}, {}, {}
+    ready_t, start, end, lanes, binding = {}, {}, {}, {}, {}
+    wait = {}  # seconds ready but held back by an engine or by another strategy on its link
+    queued = {}  # seconds behind the same strategy's transfers on its link
     corder = [n for n in order if not is_comm[n]]
     free_slots = {name: list(range(c)) for name, c in counts.items()}
     waiting: list = []  # ready comm ops without an engine
@@ -188,7 +192,6 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
                         slots.sort()
                         lanes[n] = f"{attrs[n]['resource']}#{slots.pop(0)}"
                         start[n] = t
-                        wait[n] = t - ready_t[n]
                         waiting.remove(n)
                         active.append(n)
                         progressed = True
@@ -220,11 +223,11 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
             break
         # rates: bandwidth of each link to its highest-priority active transfer first
         rate = {}
-        taken = set()
+        holder = {}
         for n in sorted(active, key=key.__getitem__):
             link = attrs[n]["link"]
-            rate[n] = 0.0 if link in taken else 1.0
-            taken.add(link)
+            rate[n] = 0.0 if link in holder else 1.0
+            holder.setdefault(link, n)
         sm_busy = any(rate[n] > 0 and attrs[n]["resource"] in res.uses_compute for n in active)
         crate = 1.0 - f_int if sm_busy else 1.0
         dt = math.inf
@@ -234,11 +237,19 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
             if rate[n] > 0:
                 dt = min(dt, remaining[n] / rate[n])
         t += dt
+        for n in waiting:  # no engine: behind its own strategy's transfers, or another's
+            cls, strat = attrs[n]["resource"], attrs[n]["strategy"]
+            if all(attrs[a]["strategy"] == strat for a in active if attrs[a]["resource"] == cls):
+                queued[n] = queued.get(n, 0.0) + dt
+            else:
+                wait[n] = wait.get(n, 0.0) + dt
         for n in active:
             if rate[n] > 0:
                 remaining[n] -= dt * rate[n]
+            elif attrs[holder[attrs[n]["link"]]]["strategy"] == attrs[n]["strategy"]:
+                queued[n] = queued.get(n, 0.0) + dt
             else:
-                wait[n] += dt
+                wait[n] = wait.get(n, 0.0) + dt
         done = [n for n in active if remaining[n] <= max(EPS, 1e-12 * t)]
         for n in done:
             remaining[n] = 0.0
@@ -265,7 +276,7 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     for n, x in exposed_by.items():
         s = attrs[n]["strategy"]
         exposed_s[s] = exposed_s.get(s, 0.0) + x
-        exposures.append(Exposure(n, s, attrs[n]["kind"], x, *_why(g, n, wait, start, end)))
+        exposures.append(Exposure(n, s, attrs[n]["kind"], x, *_why(g, n, wait, queued)))
     nominal = sum(attrs[n]["duration_s"] for n in corder)
     interference = sum(end[n] - start[n] for n in corder) - nominal
     crit = _critical_path(g, order, is_comm, start, end, binding, corder)
@@ -273,17 +284,20 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     for n in corder:
         phase_s[attrs[n]["phase"]] = phase_s.get(attrs[n]["phase"], 0.0) + attrs[n]["duration_s"]
     return Schedule(start, end, lanes, makespan, nominal, max(0.0, interference), idle, link_s, exposed_s,
-                    tuple(exposures), crit, _compute_critical_s(g, order, is_comm), {"phase_s": phase_s})
+                    tuple(exposures), crit, _compute_critical_s(g, order, is_comm), {"phase_s": phase_s, "graph": g})
 
 
-def _why(g, n, wait, start, end) -> tuple[str, str]:
+def _why(g, n, wait, queued) -> tuple[str, str]:
     a = g.nodes[n]
     t_comm = a["duration_s"]
     if wait.get(n, 0.0) > 1e-3 * max(t_comm, EPS):
-        return NO_ENGINE, (f"waited {wait[n] * 1e3:.3f} ms for a {a['resource']} engine or the "
-                           f"{a['link']} link, held by other transfers")
+        return NO_ENGINE, (f"waited {wait[n] * 1e3:.3f} ms for a {a['resource']} engine or for the "
+                           f"{a['link']} link held by another strategy's transfer")
     if a["issue"] == "sync":
         return SYNC, "issued blocking: the compute stream waits for it"
+    if queued.get(n, 0.0) > 1e-3 * max(t_comm, EPS):
+        return DATA, (f"queued {queued[n] * 1e3:.3f} ms behind earlier {a['strategy']} transfers on the "
+                      f"{a['link']} link: their T_comm outlasts the compute that could hide them")
     return DATA, (f"T_comm {t_comm * 1e3:.3f} ms outlasts the independent compute issued after it "
                   "(its consumer needs the result)")
 
