@@ -14,10 +14,12 @@ Resources (source document section 1, "independent execution units"; section 8, 
   on SMs) progresses, compute runs at ``1 - comm_compute_interference`` of its speed;
   dedicated DMA engines leave compute alone.
 
-Every gap in the compute stream is charged to the communication op the stalled compute op
-waited for (its latest-finishing input), with the prerequisite that failed: ``no free
-engine`` if the op waited for an engine, or for its link while another strategy's transfer held
-it (hardware concurrency); else ``synchronous issue`` if it was issued blocking; else ``data
+While the compute stream stalls, the transfers in progress are charged the stall (split evenly
+when several progress at once), so each op's exposed time is at most its own duration and
+``T_eff = T_compute + sum_s (1 - r_s) T_comm_s`` holds exactly. Each exposed op gets the
+prerequisite that failed: ``no free engine`` if it waited for an engine, or for its link while
+another strategy's transfer held it, or held the link while the op compute needed waited
+(hardware concurrency); else ``synchronous issue`` if it was issued blocking; else ``data
 dependency``: its consumer needed it before enough independent compute had run (including
 waiting behind the same strategy's earlier transfers, when its T_comm exceeds the window). ``T_eff = T_compute + (1 - r) T_comm`` (section 2) then holds per graph with
 ``T_eff`` the makespan less interference.
@@ -160,8 +162,8 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     free_slots = {name: list(range(c)) for name, c in counts.items()}
     waiting: list = []  # ready comm ops without an engine
     active: list = []  # comm ops holding an engine
-    exposures, exposed_by = [], {}
-    t, ci, running, prev_end, idle = 0.0, 0, None, 0.0, 0.0
+    exposures, exposed_by, blame = [], {}, {}
+    t, ci, running, idle = 0.0, 0, None, 0.0
     f_int = res.interference
 
     def finish(n):
@@ -206,13 +208,7 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
                 preds = list(g.predecessors(n))
                 last = max(preds, key=lambda p: end[p]) if preds else None
                 binding[n] = last
-                gap = t - prev_end
-                if gap > EPS and last is not None and is_comm[last]:
-                    exposed_by[last] = exposed_by.get(last, 0.0) + gap
-                elif gap > EPS:
-                    idle += gap
                 if remaining[n] <= EPS:
-                    prev_end = t
                     finish(n)
                 else:
                     running = n
@@ -236,6 +232,15 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
         for n in active:
             if rate[n] > 0:
                 dt = min(dt, remaining[n] / rate[n])
+        if running is None:  # compute stalls: charge the transfers that progress meanwhile
+            prog = [n for n in active if rate[n] > 0]
+            nxt = corder[ci] if ci < len(corder) else None
+            blockers = [q for q in g.predecessors(nxt) if q not in end] if nxt is not None else []
+            for n in prog:
+                exposed_by[n] = exposed_by.get(n, 0.0) + dt / len(prog)
+                blame.setdefault(n, set()).update(blockers)
+            if not prog:
+                idle += dt
         t += dt
         for n in waiting:  # no engine: behind its own strategy's transfers, or another's
             cls, strat = attrs[n]["resource"], attrs[n]["strategy"]
@@ -259,15 +264,10 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
             remaining[running] -= dt * crate
             if remaining[running] <= max(EPS, 1e-12 * t):
                 remaining[running] = 0.0
-                prev_end = t
                 finish(running)
                 running = None
 
     makespan = max(end.values(), default=0.0)
-    last_compute = max((end[n] for n in corder), default=0.0)
-    if makespan - last_compute > EPS:  # communication left running after the last compute op
-        tail = max((n for n in order if is_comm[n]), key=lambda n: end[n])
-        exposed_by[tail] = exposed_by.get(tail, 0.0) + makespan - last_compute
     link_s, exposed_s = {}, {}
     for n in order:
         if is_comm[n]:
@@ -276,7 +276,7 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     for n, x in exposed_by.items():
         s = attrs[n]["strategy"]
         exposed_s[s] = exposed_s.get(s, 0.0) + x
-        exposures.append(Exposure(n, s, attrs[n]["kind"], x, *_why(g, n, wait, queued)))
+        exposures.append(Exposure(n, s, attrs[n]["kind"], x, *_why(g, n, wait, queued, blame.get(n, ()))))
     nominal = sum(attrs[n]["duration_s"] for n in corder)
     interference = sum(end[n] - start[n] for n in corder) - nominal
     crit = _critical_path(g, order, is_comm, start, end, binding, corder)
@@ -287,9 +287,14 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
                     tuple(exposures), crit, _compute_critical_s(g, order, is_comm), {"phase_s": phase_s, "graph": g})
 
 
-def _why(g, n, wait, queued) -> tuple[str, str]:
+def _why(g, n, wait, queued, blockers) -> tuple[str, str]:
     a = g.nodes[n]
     t_comm = a["duration_s"]
+    others = [b for b in blockers if b != n and not nx.has_path(g, n, b)]
+    if others and len(others) == len(blockers):
+        b = g.nodes[others[0]]
+        return NO_ENGINE, (f"it held the {a['link']} link while {b['strategy']} {b['kind']} {others[0]!r}, "
+                           "which the stalled compute needed, waited for an engine or bandwidth")
     if wait.get(n, 0.0) > 1e-3 * max(t_comm, EPS):
         return NO_ENGINE, (f"waited {wait[n] * 1e3:.3f} ms for a {a['resource']} engine or for the "
                            f"{a['link']} link held by another strategy's transfer")
