@@ -1,0 +1,251 @@
+"""Lower bounds on the table step time of a :class:`~search.tables.Choice` over all its splits.
+
+Used by :mod:`search.presolve` to discard choices that cannot beat an incumbent, and to give
+the CP-SAT model a per-choice bound. Each bound relaxes the stage split and leaves out terms
+that are never negative, so it never exceeds the exact table objective (tests check this):
+
+* **pipeline**: ``M`` times the slowest stage, which is at least the mean stage (layers,
+  recompute, embedding and LM head spread over ``p`` stages), at least the stage that must hold
+  ``ceil(L / p)`` layers, and at least the "water level" ``tau`` at which stages filled up to
+  ``tau`` (each capped by the layers its memory allows) hold all ``L`` layers;
+* **optimizer**: at least that of the stage holding ``ceil(L / p)`` layers, or of the smallest
+  first / last stage;
+* **DP exposure**: on stage 0 (no 1F1B head start) at least ``max(0, t - window)`` for the
+  gradient reduction and the parameter gather, minimised over stage 0's possible sizes.
+
+Memory is bounded below by model state plus the stored activations of the in-flight
+micro-batches and the reserve (no working layer, logits, embedding output or ZeRO-3 buffers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costmodel.analytic import stage_timing
+from costmodel.collectives import collective_time_s, group_stride
+from costmodel.compute import ACT_BYTES
+from costmodel.compute import optimizer_time_s
+from costmodel.memory import RESERVED_BYTES, expert_dp
+from costmodel.pipeline import in_flight_chunks
+
+from .candidates import Shape, stage_kinds
+from .tables import Choice, Tables, probe_split
+
+STAGE_OF = {"first": 0, "only": 0, "mid": 1}
+
+
+class Bounds:
+    """Lower bounds (seconds) and memory screens of choices, cached per sub-choice."""
+
+    def __init__(self, tables: Tables):
+        self.t = tables
+        self.p = tables.p
+        self._extras: dict = {}
+        self._opt: dict = {}
+        self.n = np.arange(self.p.model.layers + 1)
+
+    # ------------------------------------------------------------------ helpers
+    def layers(self, c: Choice):
+        dl = self.t.layer(c, False)
+        return dl, (self.t.layer(c, True) if self.p.model.is_moe else dl)
+
+    def counts(self, kind: str, n):
+        """(dense, MoE) layers of a stage at ``kind`` holding ``n`` layers (dense layers first)."""
+        if not self.p.model.is_moe:
+            return n, n * 0
+        nd = np.minimum(n, self.p.model.dense_layers) if kind in ("first", "only") else n * 0
+        return nd, n - nd
+
+    def extras(self, c: Choice, kind: str) -> tuple[float, float, float]:
+        """(time, forward, backward) of a stage position outside its layers (embedding, LM head,
+        loss), probed once per (tp, cp, mb, sp) on a plain two-stage (one-stage for ``only``)
+        pipeline; the PP send/recv it includes is taken out (see :meth:`p2p_s`)."""
+        s = c.shape
+        key = (s.tp, s.cp, c.mb, c.sp, kind)
+        if key not in self._extras:
+            p = self.p
+            if kind == "mid":
+                self._extras[key] = (0.0, 0.0, 0.0)
+                return self._extras[key]
+            shape = Shape(s.tp, s.cp, 1 if kind == "only" else 2, 1, 1)
+            base = Choice(shape, c.mb, 1, c.sp, 1, 0, "none", None, 40.0)
+            n0 = p.model.layers if kind == "only" else max(1, p.model.dense_layers)
+            lps, stage = probe_split(p, base, kind, n0)
+            st = stage_timing(p.model, p.cluster, p.workload, base.config(p.limits.flash_attention, lps), stage)
+            dl, ml = self.layers(base)
+            nd, nm = self.counts(kind, n0)
+            lay = [nd * dl[i] + nm * ml[i] for i in range(4)]
+            self._extras[key] = (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - lay[0],
+                                 st.fwd_s - lay[2], st.bwd_s - lay[3])
+        return self._extras[key]
+
+    def p2p_s(self, c: Choice) -> float:
+        """One PP send/recv of a micro-batch's activations, as ``stage_timing`` prices it."""
+        s, p = c.shape, self.p
+        if s.pp == 1:
+            return 0.0
+        msg = c.mb * p.workload.seq_len / s.cp * p.model.hidden * ACT_BYTES / s.tp
+        return collective_time_s("p2p", msg, s.pp, group_stride("pp", s.tp, s.cp, s.dp), p.cluster)
+
+    def _opt_s(self, c: Choice, kind: str, n: int) -> float:
+        key = (c.shape, c.zero, kind, n)
+        if key not in self._opt:
+            s = c.shape
+            shard_d = s.dp * s.cp if c.zero >= 1 else 1
+            shard_e = expert_dp(c.config()) if c.zero >= 1 else 1
+            a = self.t.affine(c, kind)
+            self._opt[key] = optimizer_time_s(a["dense"][n] / shard_d + a["expert"][n] / shard_e, self.p.cluster.device)
+        return self._opt[key]
+
+    # ------------------------------------------------------------------ the cheap bound
+    def quick_lb_s(self, c: Choice) -> float:
+        """Mean-stage and largest-stage pipeline bound plus the optimizer bound (no memory)."""
+        return sum(self._quick_parts(c))
+
+    def _quick_parts(self, c: Choice) -> tuple[float, float]:
+        p, s = self.p, c.shape
+        L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
+        dl, ml = self.layers(c)
+        n_dense = d if p.model.is_moe else L
+        u_sum = n_dense * dl[0] + (L - n_dense) * ml[0]
+        r_min = min(dl[1], ml[1])
+        if k is None:
+            r_sum = n_dense * dl[1] + (L - n_dense) * ml[1]
+        else:  # concentrate the layers: (p-1) stages of vp layers and one with the rest
+            r_sum = r_min * ((pp - 1) * min(vp, k) + min(L - (pp - 1) * vp, k))
+        kinds = stage_kinds(pp)
+        x = {kind: self.extras(c, kind) for kind in kinds}
+        p2p_min = 2 * self.p2p_s(c) if vp == 1 else 0.0
+        total = u_sum + r_sum + sum(x[kind][0] for kind in kinds if kind != "mid") + pp * p2p_min
+        n_big = vp * math.ceil(L / (pp * vp))
+        big = n_big * min(dl[0], ml[0]) + (n_big if k is None else min(n_big, k)) * r_min + p2p_min
+        t_lb = c.multiplier(p.workload.global_batch) * max(total / pp, big if pp > 1 else 0.0)
+        return t_lb, self.opt_lb_s(c)
+
+    def opt_lb_s(self, c: Choice) -> float:
+        """Optimizer bound: the stage holding ``ceil(L / p)`` layers, the smallest first / last."""
+        key = (c.shape, c.zero, c.vp)
+        if key not in self._opt:
+            self._opt[key] = self._opt_lb(c)
+        return self._opt[key]
+
+    def _opt_lb(self, c: Choice) -> float:
+        L, d, pp, vp = self.p.model.layers, self.p.model.dense_layers, c.shape.pp, c.vp
+        kinds = stage_kinds(pp)
+        n_big = vp * math.ceil(L / (pp * vp))
+        return max(self._opt_s(c, kinds[0], min(max(vp, d), L)), self._opt_s(c, kinds[-1], L if pp == 1 else vp),
+                   min(self._opt_s(c, kind, min(n_big, L)) for kind in kinds))
+
+    # ------------------------------------------------------------------ memory
+    def mem_lb(self, c: Choice, kind: str):
+        """Lower bound of a stage's peak memory for every layer count ``n`` (array over n)."""
+        p, s, n = self.p, c.shape, self.n
+        dl, ml = self.layers(c)
+        nd, nm = self.counts(kind, n)
+        tokens = c.mb * p.workload.seq_len / s.cp
+        li = 2 * p.model.hidden * tokens / (s.tp if c.sp and s.tp > 1 else 1)
+        if c.recompute == "full":
+            kk = n if c.recompute_layers is None else np.minimum(n, c.recompute_layers)
+            stored = kk * li + np.maximum(0, nd - kk) * dl[5] + (n - np.maximum(kk, nd)) * ml[5]
+        else:
+            stored = nd * dl[5] + nm * ml[5]
+        stage = STAGE_OF.get(kind, s.pp - 1)
+        chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
+        return self.t.affine(c, kind)["state"] + stored / c.vp * chunks + RESERVED_BYTES
+
+    def caps(self, c: Choice) -> dict | None:
+        """``{kind: (fewest, most) layers}`` a stage may hold, or None when no split can fit."""
+        p, vp, L = self.p, c.vp, self.p.model.layers
+        kinds = stage_kinds(c.shape.pp)
+        out = {}
+        for kind in kinds:
+            lo = L if kind == "only" else (max(vp, p.model.dense_layers) if kind == "first" else vp)
+            lo = vp * math.ceil(lo / vp)
+            fits = np.flatnonzero(self.mem_lb(c, kind) <= p.hbm_cap_bytes)
+            hi = int(fits.max()) if len(fits) and fits.min() == 0 else -1  # memory grows with n
+            hi = min(hi, L) // vp * vp if hi >= 0 else -1
+            if hi < lo:
+                return None
+            out[kind] = (lo, hi)
+        mult = {"first": 1, "last": 1, "only": 1, "mid": c.shape.pp - 2}
+        if sum(mult[k] * out[k][1] for k in kinds) < L or sum(mult[k] * out[k][0] for k in kinds) > L:
+            return None
+        return out
+
+    # ------------------------------------------------------------------ the strong bound
+    def strong_lb_s(self, c: Choice, caps: dict) -> float:
+        """:meth:`quick_lb_s` plus the water level under memory caps and the DP exposure bound."""
+        p, s = self.p, c.shape
+        L, pp, vp = p.model.layers, s.pp, c.vp
+        t_quick, o_lb = self._quick_parts(c)
+        if pp == 1:
+            return t_quick + o_lb + self.dp_lb_s(c, caps)
+        dl, ml = self.layers(c)
+        slope = min(dl[0], ml[0]) + (min(dl[1], ml[1]) if c.recompute_layers is None else 0.0)
+        p2p = 2 * self.p2p_s(c) if vp == 1 else 0.0
+        mult = {"first": 1, "last": 1, "mid": pp - 2}
+        kinds = stage_kinds(pp)
+        base = {k: (self.extras(c, k)[0] if k != "mid" else 0.0) + p2p for k in kinds}
+
+        def held(tau):  # layers the stages hold when filled up to time tau
+            return sum(mult[k] * min(caps[k][1], max(caps[k][0], (tau - base[k]) / slope)) for k in kinds)
+
+        lo, hi = 0.0, max(base.values()) + slope * L
+        for _ in range(40):  # held() is nondecreasing in tau
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if held(mid) < L else (lo, mid)
+        water = c.multiplier(p.workload.global_batch) * lo * (1 - 1e-9)
+        return max(t_quick, water) + o_lb + self.dp_lb_s(c, caps)
+
+    def dp_lb_s(self, c: Choice, caps: dict | None = None) -> float:
+        """DP/ZeRO exposure: the least level ``delta`` such that stages whose bound
+        ``g(n) = max(0, t_grad - (1 + i) window) + max(0, t_param - fwd)`` (stage ``i``'s 1F1B
+        head start, ``i = 1`` for the middle stages) stays within ``delta`` can hold all layers."""
+        p, s = self.p, c.shape
+        L, pp, vp = p.model.layers, s.pp, c.vp
+        kinds = stage_kinds(pp)
+        if caps is None:
+            caps = {k: (L if k == "only" else (max(vp, p.model.dense_layers) if k == "first" else vp),
+                        L if pp == 1 else L - (pp - 1) * vp) for k in kinds}
+        dl, ml = self.layers(c)
+        k = c.recompute_layers
+        n = self.n
+        g, held = {}, {}
+        for kind in kinds:
+            nd, nm = self.counts(kind, n)
+            kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if k is not None else (nd, nm)
+            _, x_fwd, x_bwd = self.extras(c, kind)
+            fwd = nd * dl[2] + nm * ml[2] + x_fwd
+            window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
+            a = self.t.affine(c, kind)
+            head_start = STAGE_OF.get(kind, pp - 1) * window
+            if c.bucket_mb <= 0:
+                gk = np.maximum(0.0, a["t_grad"] - head_start) + a["t_param"]
+            else:
+                gk = np.maximum(0.0, a["t_grad"] - window - head_start) + np.maximum(0.0, a["t_param"] - fwd)
+            lo, hi = caps[kind]
+            sizes = np.arange(vp * math.ceil(lo / vp), hi + 1, vp)
+            if not len(sizes):
+                return 0.0
+            g[kind], held[kind] = gk[sizes], sizes
+        mult = {"first": 1, "last": 1, "only": 1, "mid": pp - 2}
+        levels = np.unique(np.concatenate(list(g.values())))
+
+        def enough(delta):  # can stages with g <= delta hold all L layers?
+            total = 0
+            for kind in kinds:
+                ok = held[kind][g[kind] <= delta]
+                if not len(ok):
+                    return False
+                total += mult[kind] * int(ok.max())
+            return total >= L
+
+        lo_i, hi_i = 0, len(levels) - 1
+        if not enough(levels[hi_i]):
+            return float(levels[hi_i])
+        while lo_i < hi_i:
+            mid = (lo_i + hi_i) // 2
+            lo_i, hi_i = (lo_i, mid) if enough(levels[mid]) else (mid + 1, hi_i)
+        return float(levels[lo_i])

@@ -1,0 +1,203 @@
+"""The one source of candidate values: every degree, option and stage split the search may choose.
+
+The exhaustive baseline, the CP-SAT domains and the tests all draw from these functions
+(STYLE.md item 4; Calculon's ``get_all_tensor_parallelisms``). Divisibility follows
+:func:`costmodel.config.validate_config`; user :class:`~search.problem.Limits` filter every list.
+
+>>> divisors(12)
+[1, 2, 3, 4, 6, 12]
+>>> list(splits(layers=6, pp=3, vp=1))[:4]
+[(1, 4, 1), (1, 3, 2), (2, 3, 1), (1, 2, 3)]
+>>> len(list(splits(layers=8, pp=3, vp=1))), list(splits(layers=8, pp=2, vp=2))
+(21, [(2, 0, 6), (4, 0, 4), (6, 0, 2)])
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .problem import Problem
+
+RECOMPUTE_KINDS = ("none", "selective", "full")
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """The degrees that multiply to the GPU count (``tp * cp * pp * dp``), and ``ep`` inside them."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int = 1
+
+
+@dataclass(frozen=True, order=True)
+class Split:
+    """Layers on the first stage, on each middle stage, and on the last stage (Megatron-Core's
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``).
+
+    With ``pp = 1`` only ``first`` is used; with ``pp = 2`` ``mid`` is 0.
+
+    >>> Split(3, 4, 2).layers_per_stage(4)
+    (3, 4, 4, 2)
+    """
+
+    first: int
+    mid: int
+    last: int
+
+    def layers_per_stage(self, pp: int) -> tuple[int, ...]:
+        if pp == 1:
+            return (self.first,)
+        return (self.first,) + (self.mid,) * (pp - 2) + (self.last,)
+
+    def count(self, kind: str) -> int:
+        return {"first": self.first, "mid": self.mid, "last": self.last}[kind]
+
+
+def stage_kinds(pp: int) -> tuple[str, ...]:
+    """Distinct stage positions: ``only`` (pp=1), ``first``/``last``, and ``mid`` when pp >= 3."""
+    if pp == 1:
+        return ("only",)
+    return ("first", "last") if pp == 2 else ("first", "mid", "last")
+
+
+# --------------------------------------------------------------------------- degrees
+def tp_values(p: Problem) -> list[int]:
+    m, lim = p.model, p.limits
+    out = []
+    for tp in divisors(p.gpus):
+        if m.heads % tp or m.ffn_hidden % tp or (m.kv_heads % tp and tp % m.kv_heads):
+            continue
+        if tp > p.cluster.gpus_per_node and not lim.tp_across_nodes:
+            continue
+        out.append(tp)
+    return lim.filter("tp", out)
+
+
+def cp_values(p: Problem) -> list[int]:
+    s, lim = p.workload.seq_len, p.limits
+    out = [cp for cp in divisors(p.gpus)
+           if cp == 1 or (s % (2 * cp) == 0 and s // cp >= lim.min_tokens_per_cp_rank)]
+    return lim.filter("cp", out)
+
+
+def pp_values(p: Problem) -> list[int]:
+    return p.limits.filter("pp", [pp for pp in divisors(p.gpus) if pp <= p.model.layers])
+
+
+def ep_values(p: Problem, tp: int, cp: int, dp: int) -> list[int]:
+    m = p.model
+    if not m.is_moe:
+        return p.limits.filter("ep", [1])
+    return p.limits.filter("ep", [ep for ep in divisors(m.experts) if (tp * dp * cp) % ep == 0])
+
+
+def shapes(p: Problem) -> list[Shape]:
+    """Every ``(tp, cp, pp, dp, ep)`` with ``tp*cp*pp*dp = GPUs`` and ``dp`` dividing the batch."""
+    out = []
+    for tp, cp, pp in itertools.product(tp_values(p), cp_values(p), pp_values(p)):
+        inner = tp * cp * pp
+        if p.gpus % inner:
+            continue
+        dp = p.gpus // inner
+        if p.workload.global_batch % dp or not p.limits.allows("dp", dp):
+            continue
+        out.extend(Shape(tp, cp, pp, dp, ep) for ep in ep_values(p, tp, cp, dp))
+    return sorted(out)
+
+
+def mb_values(p: Problem, dp: int) -> list[int]:
+    per_dp = p.workload.global_batch // dp
+    return p.limits.filter("mb", [mb for mb in divisors(per_dp) if mb <= p.limits.mb_max])
+
+
+def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
+    """Interleave factors: each stage's layers a multiple of ``vp`` (so ``vp`` divides the layers)
+    and, for ``vp > 1``, micro-batches a multiple of ``pp`` (Megatron-LM's interleaved schedule)."""
+    if pp == 1:
+        return p.limits.filter("vp", [1])
+    L = p.model.layers
+    out = [v for v in divisors(L) if v <= p.limits.vp_max and pp * v <= L
+           and (v == 1 or micro_batches % pp == 0)]
+    if not p.limits.uneven_stages:
+        out = [v for v in out if L % (pp * v) == 0]
+    return p.limits.filter("vp", out)
+
+
+def sp_values(p: Problem, s: Shape) -> list[bool]:
+    if s.tp == 1 or (p.workload.seq_len // s.cp) % s.tp:
+        return p.limits.filter("sp", [False])
+    return p.limits.filter("sp", [False, True])
+
+
+def zero_values(p: Problem, s: Shape) -> list[int]:
+    shards = s.dp * s.cp > 1 or (p.model.is_moe and s.tp * s.dp * s.cp // (s.ep * (s.tp if s.ep == 1 else 1)) > 1)
+    return p.limits.filter("zero", [0, 1, 2, 3] if shards else [0])
+
+
+def chunk_values(p: Problem, s: Shape) -> list[int]:
+    overlappable = s.tp > 1 or (p.model.is_moe and s.ep > 1)
+    opts = sorted(set(p.limits.chunk_options)) if overlappable else [1]
+    return p.limits.filter("chunks", opts)
+
+
+def bucket_values(p: Problem, s: Shape) -> list[float]:
+    """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default)."""
+    reduces = s.dp * s.cp > 1 or p.model.is_moe
+    opts = sorted(set(float(b) for b in p.limits.bucket_mb_options)) if reduces else [40.0]
+    return p.limits.filter("bucket_mb", opts)
+
+
+#: layer counts considered for partial full recompute (Megatron ``--recompute-num-layers``)
+RECOMPUTE_LAYER_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
+
+
+def recompute_values(p: Problem, max_stage_layers: int) -> list[tuple[str, int | None]]:
+    """``(kind, layers)``: none, selective, full (all layers) and, with ``partial_recompute``,
+    full recompute of the first ``k`` layers of each stage for ``k`` on a ladder below the
+    largest stage (an MoE model with leading dense layers recomputes all or nothing).
+
+    A fixed or bounded ``recompute_layers`` of 0 means all layers.
+    """
+    lim = p.limits
+    kinds = lim.filter("recompute", list(RECOMPUTE_KINDS))
+    out = [(k, None) for k in kinds]
+    if "full" in kinds and lim.partial_recompute and not p.model.dense_layers:
+        out += [("full", k) for k in RECOMPUTE_LAYER_LADDER if k < max_stage_layers]
+    return [(kind, k) for kind, k in out
+            if kind != "full" or lim.allows("recompute_layers", 0 if k is None else k)]
+
+
+def splits(layers: int, pp: int, vp: int, first_min: int = 1, uneven: bool = True):
+    """Stage splits :class:`Split`-like tuples ``(first, mid, last)``, each a multiple of ``vp``
+    and at least ``vp``; ``first >= first_min`` (an MoE model's leading dense layers stay on stage 0).
+
+    Ordered by the middle stage (largest first), then the first stage.
+    """
+    if pp == 1:
+        if first_min <= layers:
+            yield (layers, 0, 0)
+        return
+    if layers % vp:
+        return
+    units, fmin = layers // vp, -(-first_min // vp)
+    if not uneven:
+        if units % pp == 0 and units // pp >= fmin:
+            n = vp * units // pp
+            yield (n, n if pp > 2 else 0, n)
+        return
+    if pp == 2:
+        for f in range(max(1, fmin), units):
+            yield (vp * f, 0, vp * (units - f))
+        return
+    for m in range((units - 2) // (pp - 2), 0, -1):
+        rest = units - (pp - 2) * m
+        for f in range(max(1, fmin), rest):
+            yield (vp * f, vp * m, vp * (rest - f))

@@ -1,0 +1,123 @@
+"""Why a problem has no plan, and the smallest changes that give it one.
+
+Two causes: no way to divide the GPUs and the batch (divisibility), or no plan fits in memory.
+The changes are found by re-checking relaxed problems: more GPUs, more HBM per GPU, another
+global batch. Feasibility is decided on each shape's leanest choice (micro-batch 1, no
+interleaving, most ZeRO sharding, full recompute, sequence parallel): every other choice of the
+shape needs at least as much memory.
+
+>>> from costmodel.presets import load_model, load_cluster
+>>> from costmodel.specs import Workload
+>>> from search.problem import Problem
+>>> p = Problem(model=load_model("gpt3-175b"), cluster=load_cluster("a100-80g").with_gpus(2),
+...             workload=Workload(global_batch=8, seq_len=2048))
+>>> why, changes = explain_infeasible(p)
+>>> why.startswith("no plan fits in memory"), changes[0].startswith("--gpus")
+(True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from costmodel.units import GiB
+
+from .candidates import (bucket_values, mb_values, recompute_values, shapes, sp_values, stage_kinds, tp_values,
+                         vp_values, zero_values, cp_values, pp_values)
+from .exhaustive import best_splits
+from .problem import Problem
+from .tables import Choice, Tables
+
+
+def lean_choices(p: Problem):
+    """Per shape, the choice needing the least memory."""
+    for s in shapes(p):
+        mbs = mb_values(p, s.dp)
+        if not mbs:
+            continue
+        mb = mbs[0]
+        vps = vp_values(p, s.pp, p.workload.global_batch // (s.dp * mb))
+        if not vps:
+            continue
+        recs = recompute_values(p, 2)
+        rec = "full" if ("full", None) in recs else recs[-1][0]
+        yield Choice(s, mb, vps[0], max(sp_values(p, s)), 1, max(zero_values(p, s)), rec, None,
+                     bucket_values(p, s)[0])
+
+
+def feasible(p: Problem) -> bool:
+    tables = Tables(p)
+    return any(best_splits(tables.stage_table(c), p.model.layers, 1) for c in lean_choices(p))
+
+
+def least_memory_bytes(p: Problem) -> tuple[float, Choice | None]:
+    """The smallest peak memory per GPU any lean plan reaches (HBM ignored), and its choice."""
+    roomy = replace(p, limits=replace(p.limits, headroom_bytes=0.0),
+                    cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=1e30)))
+    tables, best, arg = Tables(roomy), np.inf, None
+    L = p.model.layers
+    for c in lean_choices(roomy):
+        t = tables.stage_table(c)
+        for sc in best_splits(_memory_table(t), L, 1):
+            if sc.objective < best:
+                best, arg = sc.objective, c
+    return best, arg
+
+
+def _memory_table(t):
+    """A copy of a stage table whose objective is the peak stage memory (in MiB ticks)."""
+    from copy import copy
+    m = copy(t)
+    zero = {k: np.zeros_like(v) for k, v in t.time_ticks.items()}
+    m.time_ticks = {k: np.rint(v / 2**20).astype(np.int64) for k, v in t.mem_bytes.items()}
+    m.dp_ticks, m.opt_ticks = zero, zero
+    return m
+
+
+def _why_no_shape(p: Problem) -> str:
+    g, b = p.gpus, p.workload.global_batch
+    parts = [f"tp in {tp_values(p)}", f"cp in {cp_values(p)}", f"pp in {pp_values(p)}"]
+    return (f"no way to divide {g} GPUs as tp*cp*pp*dp with dp dividing the global batch {b} "
+            f"({'; '.join(parts)}; tp divides heads={p.model.heads} and stays within a node of "
+            f"{p.cluster.gpus_per_node})")
+
+
+def explain_infeasible(p: Problem) -> tuple[str, list[str]]:
+    """(why, [smallest changes])."""
+    if not any(True for _ in lean_choices(p)):
+        why = _why_no_shape(p)
+    else:
+        need, c = least_memory_bytes(p)
+        cap = p.hbm_cap_bytes
+        plan = (f"tp={c.shape.tp} pp={c.shape.pp} dp={c.shape.dp} cp={c.shape.cp} ep={c.shape.ep} mb={c.mb} "
+                f"zero={c.zero} recompute={c.recompute}") if c else ""
+        why = (f"no plan fits in memory: the leanest ({plan}) needs {need * 2**20 / GiB:.1f} GiB per GPU, "
+               f"{cap / GiB:.1f} GiB usable")
+    return why, smallest_changes(p)
+
+
+def smallest_changes(p: Problem, max_factor: int = 64) -> list[str]:
+    """Relaxations that make ``p`` feasible, each the smallest of its kind that was found."""
+    out = []
+    g, node = p.gpus, p.cluster.gpus_per_node
+    steps = sorted({g * k for k in range(2, max_factor + 1)} | {node * k for k in range(1, max_factor * g // node + 1)})
+    for g2 in (x for x in steps if x > g):
+        q = replace(p, cluster=p.cluster.with_gpus(g2))
+        if feasible(q):
+            out.append(f"--gpus {g2} (more GPUs: {g2 - g:+d})")
+            break
+    if any(True for _ in lean_choices(p)):
+        need, _ = least_memory_bytes(p)
+        need_hbm = need * 2**20 + p.limits.headroom_bytes
+        out.append(f"HBM >= {need_hbm / GiB:.1f} GiB per GPU (have {p.cluster.device.hbm_bytes / GiB:.1f})")
+    b = p.workload.global_batch
+    tried = sorted({x for k in (1, 2, 4, 8, 16, 32, 64) for x in (b - b % k, b + (-b) % k, k * g, max(1, b // k))
+                    if x > 0 and x != b}, key=lambda x: (abs(x - b), x))
+    for b2 in tried[:24]:
+        q = replace(p, workload=replace(p.workload, global_batch=b2))
+        if feasible(q):
+            out.append(f"--global-batch {b2}")
+            break
+    return out

@@ -1,0 +1,193 @@
+"""Presolve: shrink the space the CP-SAT model holds without losing any optimal plan.
+
+Three exact reductions, each counted in :class:`Presolved`:
+
+* **dominance** — options that only enter one term and never make it worse: the chunk count
+  only changes per-layer exposed communication (kept: the counts that are Pareto-best per
+  layer sub-choice); the bucket size only changes the number of DP buckets, and exposure
+  never grows with more buckets (kept: the smallest positive size);
+* **memory** — a choice whose smallest possible stage already overflows HBM;
+* **bounds** — a choice whose lower bound exceeds an incumbent's exact objective. The bound
+  relaxes the split: the slowest stage is at least the mean stage and at least the stage that
+  must hold ``ceil(L / p)`` layers; the optimizer at least that stage's; DP exposure at least 0.
+
+The exhaustive baseline skips all three, so equal optima on random instances test them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+from .bounds import Bounds
+from .candidates import (bucket_values, chunk_values, mb_values, recompute_values, shapes, sp_values, vp_values,
+                         zero_values)
+from .exhaustive import Scored, best_splits, max_stage_layers
+from .problem import Problem
+from .tables import Choice, Tables
+
+
+@dataclass
+class Presolved:
+    choices: list  # kept choices, by increasing lower bound
+    lower_ticks: dict  # choice -> lower bound (ticks)
+    incumbents: list  # exact Scored plans found while presolving, best first
+    counts: dict = field(default_factory=dict)
+    time_s: float = 0.0
+
+
+def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> list[int]:
+    """Chunk counts not dominated on (U, R) of dense and MoE layers; all of them if the
+    compute or activations differ between counts (then chunks is not a pure overlap knob)."""
+    if len(chunk_opts) == 1:
+        return chunk_opts
+    moe = tables.p.model.is_moe
+    vecs = {}
+    for ch in chunk_opts:
+        c = Choice(base.shape, base.mb, base.vp, base.sp, ch, base.zero, base.recompute, None, base.bucket_mb)
+        vecs[ch] = [tables.layer(c, False)] + ([tables.layer(c, True)] if moe else [])
+    ref = vecs[chunk_opts[0]]
+    if any(v[i][2:] != ref[i][2:] for v in vecs.values() for i in range(len(ref))):
+        return chunk_opts
+    cost = {ch: [x for lay in v for x in lay[:2]] for ch, v in vecs.items()}
+    return [a for a in chunk_opts
+            if not any(all(x <= y for x, y in zip(cost[b], cost[a])) and cost[b] != cost[a] for b in chunk_opts)
+            and not any(cost[b] == cost[a] and b < a for b in chunk_opts)]
+
+
+def _dominant_buckets(opts: list[float]) -> list[float]:
+    positive = [b for b in opts if b > 0]
+    return [min(positive)] if positive else opts
+
+
+def _groups(p: Problem):
+    """``(shape, mb, vp)``: the choices that fix the multiplier ``M = m + (p-1)/v``."""
+    for s in shapes(p):
+        for mb in mb_values(p, s.dp):
+            m = p.workload.global_batch // (s.dp * mb)
+            for vp in vp_values(p, s.pp, m):
+                yield s, mb, vp
+
+
+class Expander:
+    """The choices of a group after dominance (chunks per layer sub-choice, smallest bucket)."""
+
+    def __init__(self, p: Problem, tables: Tables, counts: dict):
+        self.p, self.t, self.counts = p, tables, counts
+        self._chunks: dict = {}
+
+    def chunks(self, base: Choice, opts: list[int]) -> list[int]:
+        s = base.shape
+        key = (s.tp, s.cp, s.ep, s.dp if base.zero == 3 else 1, base.mb, base.sp, base.recompute, base.zero == 3)
+        if key not in self._chunks:
+            self._chunks[key] = _dominant_chunks(self.t, base, opts)
+        return self._chunks[key]
+
+    def choices(self, s, mb: int, vp: int):
+        p = self.p
+        chunk_opts, buckets = chunk_values(p, s), bucket_values(p, s)
+        kept_buckets = _dominant_buckets(buckets)
+        recs = recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else p.model.layers)
+        for sp in sp_values(p, s):
+            for zero in zero_values(p, s):
+                for kind, k in recs:
+                    chs = self.chunks(Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0]), chunk_opts)
+                    self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
+                    for ch in chs:
+                        for b in kept_buckets:
+                            yield Choice(s, mb, vp, sp, ch, zero, kind, k, b)
+
+    def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
+        """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
+        no ZeRO-3 gathers, the most chunks; exposure never grows with more chunks), best sp;
+        plus, per ZeRO stage, the optimizer and (``refined``) the DP exposure with the longest
+        windows (full recompute, no sp). ``refined`` also screens memory with the leanest choice
+        (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
+        p = self.p
+        zeros, sps, recs = zero_values(p, s), sp_values(p, s), recompute_values(p, 2)
+        bucket = _dominant_buckets(bucket_values(p, s))[0]
+        slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
+        if refined and bounds.caps(Choice(s, mb, vp, max(sps), 1, max(zeros), slow_rec, None, bucket)) is None:
+            return None
+        ch, z_fast = max(chunk_values(p, s)), min(zeros, key=lambda z: z == 3)
+        t = min(bounds._quick_parts(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket))[0] for sp in sps)
+        rest = math.inf
+        for z in zeros:
+            c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, bucket)
+            rest = min(rest, bounds.opt_lb_s(c) + (bounds.dp_lb_s(c) if refined else 0.0))
+        return t + rest
+
+
+def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds: bool = True) -> Presolved:
+    """Reduce the space by best-first branch and bound over choices.
+
+    Groups ``(shape, mb, vp)`` are expanded in order of their bound; each choice enters a heap
+    with its cheap bound, which is refined (memory screen, water levels, DP exposure) when it
+    reaches the top. A refined top that no unexpanded group can beat is solved exactly
+    (``probes`` times at most) for an incumbent; the ``top_k``-th incumbent prunes every group
+    and choice whose bound is larger (``bounds=False``: no pruning by bound, only by memory).
+    """
+    start = time.perf_counter()
+    counts = {"groups": 0, "groups_memory": 0, "groups_bound": 0, "dominated": 0, "memory": 0, "bound": 0,
+              "kept": 0, "probed": 0}
+    use_bounds = bounds
+    bounds, ex, res = Bounds(tables), Expander(p, tables, counts), tables.res_s
+
+    def to_ticks(x):
+        return math.floor(x / res) - 2
+
+    groups = sorted((ex.group_lb_s(bounds, *q), q) for q in _groups(p))
+    counts["groups"] = len(groups)
+    incumbents: list[Scored] = []
+    ub = math.inf
+    lower: dict = {}  # choice -> refined bound (ticks)
+    heap: list = []  # (bound, refined?, choice)
+
+    def refine(c):
+        caps = bounds.caps(c)
+        if caps is None:
+            counts["memory"] += 1
+            return None
+        lower[c] = to_ticks(bounds.strong_lb_s(c, caps))
+        return lower[c]
+
+    for i, (glb, q) in enumerate(groups):
+        if to_ticks(glb) > ub:
+            counts["groups_bound"] += len(groups) - i
+            break
+        g_refined = ex.group_lb_s(bounds, *q, refined=True)
+        if g_refined is None:
+            counts["groups_memory"] += 1
+            continue
+        if to_ticks(g_refined) > ub:
+            counts["groups_bound"] += 1
+            continue
+        for c in ex.choices(*q):
+            lb = to_ticks(bounds.quick_lb_s(c))
+            if lb > ub:
+                counts["bound"] += 1
+            else:
+                heapq.heappush(heap, (lb, False, c))
+        next_glb = to_ticks(groups[i + 1][0]) if i + 1 < len(groups) else math.inf
+        while heap and heap[0][0] <= min(ub, next_glb) and (counts["probed"] < probes or (use_bounds and ub == math.inf)):
+            lb, done, c = heapq.heappop(heap)
+            if not done:
+                lb = refine(c)
+                if lb is not None:
+                    heapq.heappush(heap, (lb, True, c))
+                continue
+            counts["probed"] += 1
+            incumbents += best_splits(tables.stage_table(c), p.model.layers, 1)
+            incumbents.sort(key=lambda sc: (sc.objective, sc.choice, sc.split))
+            values = sorted({sc.objective for sc in incumbents})  # twins share a value: count values
+            if len(values) >= top_k and use_bounds:
+                ub = values[top_k - 1]
+    for lb, done, c in heap:
+        if lb <= ub and not done:
+            refine(c)
+    kept = sorted((c for c in lower if lower[c] <= ub), key=lambda c: (lower[c], c))
+    counts["bound"] += len(heap) + counts["probed"] - len(kept) - (counts["memory"])
+    counts["kept"] = len(kept)
+    return Presolved(kept, lower, incumbents, counts, time.perf_counter() - start)

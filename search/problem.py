@@ -1,0 +1,123 @@
+"""What the search answers: a :class:`Problem` (model, cluster, workload) under user :class:`Limits`.
+
+``Limits`` fix, bound or exclude any config variable (``tp=8``, ``pp <= 16``, no ZeRO-3), set
+a memory headroom, and size the candidate lists the search chooses from. Every candidate
+list is built from these by :mod:`search.candidates`, the one source of candidate values.
+
+>>> from costmodel.presets import load_model, load_cluster
+>>> from costmodel.specs import Workload
+>>> p = Problem(model=load_model("gpt3-175b"), cluster=load_cluster("a100-80g").with_gpus(64),
+...             workload=Workload(global_batch=64, seq_len=2048), limits=Limits(fixed={"tp": 8}))
+>>> p.limits.allows("tp", 8), p.limits.allows("tp", 4)
+(True, False)
+>>> Limits(maximum={"pp": 16}).allows("pp", 32)
+False
+>>> Limits(fixed={"warp": 2})
+Traceback (most recent call last):
+...
+costmodel.errors.SpecError: fixed='warp': must be one of tp, pp, dp, ep, cp, vp, mb, sp, zero, recompute, recompute_layers, bucket_mb, chunks
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from costmodel.errors import SpecError
+from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive
+
+#: config variables a user may fix, bound or exclude (``recompute_layers`` 0 = all layers)
+VARIABLES = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers",
+             "bucket_mb", "chunks")
+NUMERIC = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "zero", "recompute_layers", "bucket_mb", "chunks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """User constraints on the plan and the size of the candidate lists.
+
+    Attributes
+    ----------
+    fixed : variable -> the only value allowed (``{"tp": 8, "sp": True}``).
+    minimum, maximum : variable -> inclusive bound (numeric variables only).
+    exclude : variable -> values not allowed (``{"zero": (3,)}``).
+    headroom_bytes : HBM kept free on every GPU beyond the cost model's own reserve.
+    tp_across_nodes : allow tensor parallelism to span nodes (default: within one node).
+    mb_max : largest micro-batch considered. vp_max : largest interleave factor considered.
+    min_tokens_per_cp_rank : context parallelism only while each rank keeps this many tokens.
+    chunk_options : chunk counts for overlappable collectives (used when tp > 1 or ep > 1).
+    bucket_mb_options : DP gradient bucket sizes in MB (0 = no overlap), used when there is DP.
+    partial_recompute : also consider full recompute of only some layers per stage.
+    uneven_stages : let the first and last pipeline stage hold a different number of layers.
+    flash_attention : the attention kernel assumed for every plan.
+    """
+
+    fixed: dict = field(default_factory=dict)
+    minimum: dict = field(default_factory=dict)
+    maximum: dict = field(default_factory=dict)
+    exclude: dict = field(default_factory=dict)
+    headroom_bytes: float = 0.0
+    tp_across_nodes: bool = False
+    mb_max: int = 16
+    vp_max: int = 8
+    min_tokens_per_cp_rank: int = 1024
+    chunk_options: tuple = (1, 2, 4, 8)
+    bucket_mb_options: tuple = (0, 10, 25, 40, 100)
+    partial_recompute: bool = True
+    uneven_stages: bool = True
+    flash_attention: bool = True
+
+    def __post_init__(self):
+        for name in ("fixed", "minimum", "maximum", "exclude"):
+            d = dict(getattr(self, name))
+            object.__setattr__(self, name, d)
+            allowed = NUMERIC if name in ("minimum", "maximum") else VARIABLES
+            for k in d:
+                if k not in allowed:
+                    raise SpecError(name, k, f"one of {', '.join(allowed)}")
+        object.__setattr__(self, "exclude", {k: tuple(v) if isinstance(v, (list, tuple, set, frozenset))
+                                             else (v,) for k, v in self.exclude.items()})
+        _positive("headroom_bytes", self.headroom_bytes, allow_zero=True)
+        for name in ("mb_max", "vp_max", "min_tokens_per_cp_rank"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise SpecError(name, v, "a positive integer")
+
+    def allows(self, var: str, value) -> bool:
+        """Whether ``var = value`` passes the fixed values, bounds and exclusions."""
+        if var in self.fixed and self.fixed[var] != value:
+            return False
+        if value in self.exclude.get(var, ()):
+            return False
+        if var in self.minimum and value < self.minimum[var]:
+            return False
+        if var in self.maximum and value > self.maximum[var]:
+            return False
+        return True
+
+    def filter(self, var: str, values) -> list:
+        return [v for v in values if self.allows(var, v)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One planning question: the cluster carries the GPU count (``cluster.num_gpus``)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self):
+        if not self.cluster.num_gpus:
+            raise SpecError("gpus", self.cluster.num_gpus, "a positive GPU count (--gpus N)")
+        if self.workload.mode != "train":
+            raise SpecError("mode", self.workload.mode, "'train' (inference planning is not available yet)")
+
+    @property
+    def gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def hbm_cap_bytes(self) -> float:
+        """Memory a stage may use: HBM minus the user's headroom."""
+        return self.cluster.device.hbm_bytes - self.limits.headroom_bytes

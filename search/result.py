@@ -1,0 +1,123 @@
+"""What a search returns: plans re-scored by ``costmodel.evaluate``, the solve status, and why.
+
+Every :class:`Plan` carries both the objective the solver optimised (the integer tables, in
+seconds) and ``evaluate``'s step time of the same config; ``agreement`` is their relative
+difference (tested <= 0.5%). :func:`binding_constraints` says what stopped the plan from being
+faster: a stage's memory close to HBM, a user limit it sits on, TP held inside a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from costmodel.config import ParallelConfig
+from costmodel.estimate import Estimate
+from costmodel.units import GiB
+
+from .candidates import Split, tp_values
+from .problem import Problem
+from .tables import Choice
+
+OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN = "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"
+#: a stage at or above this fraction of usable HBM is reported as memory-bound
+MEMORY_BINDING = 0.9
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One recommended plan: the choice, its stage split, the config, and its re-scored estimate."""
+
+    choice: Choice
+    split: Split
+    config: ParallelConfig
+    objective_s: float  # the solver's objective (integer tables) in seconds
+    estimate: Estimate  # costmodel.evaluate of ``config``
+    binding: tuple = ()
+
+    @property
+    def agreement(self) -> float:
+        """|objective - evaluate| / evaluate."""
+        return abs(self.objective_s - self.estimate.step_time_s) / self.estimate.step_time_s
+
+    def to_dict(self) -> dict:
+        d = self.estimate.to_dict()
+        d["config"]["layers_per_stage"] = list(self.config.layers_per_stage or ())
+        d["objective_s"] = self.objective_s
+        d["agreement"] = self.agreement
+        d["binding"] = list(self.binding)
+        return d
+
+
+@dataclass
+class SolveResult:
+    """The answer to one problem: plans best first, the solve status and its proof."""
+
+    status: str
+    plans: list = field(default_factory=list)
+    objective_s: float | None = None
+    bound_s: float | None = None
+    time_s: float = 0.0  # wall time of the whole search (tables, presolve, CP-SAT)
+    solver_time_s: float = 0.0  # CP-SAT alone
+    stats: dict = field(default_factory=dict)
+    explanation: str = ""  # for an infeasible problem: why
+    changes: list = field(default_factory=list)  # smallest changes that make it feasible
+
+    @property
+    def best(self) -> Plan | None:
+        return self.plans[0] if self.plans else None
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective_s is None or self.bound_s is None or self.objective_s <= 0:
+            return None
+        return max(0.0, (self.objective_s - self.bound_s) / self.objective_s)
+
+    def solve_dict(self) -> dict:
+        """The ``solve`` object of the JSON output (DESIGN.md)."""
+        return {"status": self.status, "time_s": self.time_s, "objective_s": self.objective_s,
+                "bound_s": self.bound_s, "gap": self.gap, "solver_time_s": self.solver_time_s,
+                "stats": dict(self.stats), "explanation": self.explanation, "changes": list(self.changes)}
+
+
+def config_of(choice: Choice, split: Split, flash_attention: bool = True) -> ParallelConfig:
+    """The :class:`ParallelConfig` of a plan; an even split is left implicit (``layers_per_stage=None``)."""
+    lps = split.layers_per_stage(choice.shape.pp)
+    return choice.config(flash_attention, None if len(set(lps)) == 1 else lps)
+
+
+def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[str]:
+    """Human-readable constraints the plan sits on."""
+    out = []
+    cap = p.hbm_cap_bytes
+    peak = max(est.memory, key=lambda m: m["total_bytes"])
+    if peak["total_bytes"] >= MEMORY_BINDING * cap:
+        what = "HBM" if not p.limits.headroom_bytes else f"HBM less {p.limits.headroom_bytes / GiB:.1f} GiB headroom"
+        out.append(f"memory of stage {peak['stage']} at {100 * peak['total_bytes'] / cap:.0f}% of {what} "
+                   f"({peak['total_bytes'] / GiB:.1f} of {cap / GiB:.1f} GiB)")
+    s, lim = plan_choice.shape, p.limits
+    if not lim.tp_across_nodes and s.tp == p.cluster.gpus_per_node:
+        wider = [t for t in tp_values(_across(p)) if t > s.tp]
+        if wider:
+            out.append(f"tp limited to {s.tp} GPUs per node (tp={wider[0]} would span nodes)")
+    values = {"tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "cp": s.cp, "vp": plan_choice.vp,
+              "mb": plan_choice.mb, "sp": plan_choice.sp, "zero": plan_choice.zero,
+              "recompute": plan_choice.recompute, "chunks": plan_choice.chunks, "bucket_mb": plan_choice.bucket_mb}
+    for var, v in values.items():
+        if var in lim.fixed:
+            out.append(f"{var}={v} fixed by the user")
+        elif var in lim.maximum and v == lim.maximum[var]:
+            out.append(f"{var} at its maximum {v} (user limit)")
+        elif var in lim.minimum and v == lim.minimum[var]:
+            out.append(f"{var} at its minimum {v} (user limit)")
+    if plan_choice.mb == lim.mb_max:
+        out.append(f"mb at the largest candidate ({lim.mb_max})")
+    if plan_choice.vp == lim.vp_max and s.pp > 1:
+        out.append(f"vp at the largest candidate ({lim.vp_max})")
+    if lim.exclude:
+        out.append("excluded by the user: " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in lim.exclude.items()))
+    return out
+
+
+def _across(p: Problem) -> Problem:
+    from dataclasses import replace
+    return replace(p, limits=replace(p.limits, tp_across_nodes=True))

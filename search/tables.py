@@ -1,0 +1,308 @@
+"""Cost tables: the step time of ``evaluate`` decomposed over the choices each term depends on.
+
+A :class:`Choice` is everything the search picks except the stage split. For one choice the
+step time of ``costmodel.estimate.evaluate`` is (its docstring)::
+
+    step = M * max_stage t_mb(stage) + max_stage dp_exposed(stage) + max_stage optimizer(stage)
+    M    = m + (p - 1) / v                      (pipelined micro-batches plus the bubble)
+
+and every per-stage term is a function of the *number of layers on the stage* and its position:
+``first`` (embedding; the leading dense layers of an MoE model), ``mid`` (the middle stages,
+all holding the same number of layers; stage 1 holds the most in-flight micro-batches, so it
+binds their memory, and has the least 1F1B head start, so it binds their DP exposure),
+``last`` (LM head and loss) and ``only`` (``pp = 1``). :class:`StageTable` holds, per position
+and per layer count ``n``, the micro-batch time, DP exposure, optimizer time and peak memory.
+
+Where the numbers come from (one source each, all in ``costmodel``):
+
+* per layer: :func:`costmodel.analytic.layer_timing` (compute, exposed communication and its
+  SM interference, recompute) and :func:`costmodel.memory.activation_bytes_per_layer`;
+* per stage position: one :func:`costmodel.analytic.stage_timing` and one
+  :func:`costmodel.memory.stage_memory` probe give the embedding / LM-head extras and the PP
+  send/recv time; parameters, ZeRO state and DP collectives are affine in the layer count and
+  come from two probes of :func:`stage_params`, :func:`model_state_bytes` and :func:`dp_comm`.
+
+The assembly (``count * per-layer + extras``, recompute of the first ``k`` layers, PP exposure
+``max(0, t - fwd / v)`` when interleaved) mirrors ``stage_timing`` / ``stage_memory``;
+``tests/test_search_tables.py`` checks it against ``evaluate`` to 1e-9 on random plans, and
+every plan the search returns is re-scored by ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from costmodel.analytic import dp_comm, grad_bytes, layer_timing, stage_timing
+from costmodel.compute import optimizer_time_s
+from costmodel.config import ParallelConfig
+from costmodel.flops import model_flops_per_step
+from costmodel.memory import (RESERVED_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, expert_dp,
+                              model_state_bytes, stage_memory, stage_params)
+from costmodel.pipeline import in_flight_chunks
+from costmodel.units import MB
+
+from .candidates import Shape, stage_kinds
+from .problem import Problem
+
+KIND_INDEX = {"first": 0, "mid": 1, "last": 2, "only": 0}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A plan without its stage split. ``recompute_layers``: with ``full``, layers recomputed
+    per stage (``None`` = all)."""
+
+    shape: Shape
+    mb: int
+    vp: int
+    sp: bool
+    chunks: int
+    zero: int
+    recompute: str
+    recompute_layers: int | None
+    bucket_mb: float
+
+    def key(self) -> tuple:
+        """A total order (``recompute_layers=None``, all layers, sorts after any number)."""
+        return (self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
+                self.recompute_layers if self.recompute_layers is not None else 1 << 30, self.bucket_mb)
+
+    def __lt__(self, other: "Choice") -> bool:
+        return self.key() < other.key()
+
+    def config(self, flash_attention: bool = True, layers_per_stage=None) -> ParallelConfig:
+        s = self.shape
+        return ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep, cp=s.cp, sp=self.sp, zero=self.zero,
+                              recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
+                              vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
+                              flash_attention=flash_attention, layers_per_stage=layers_per_stage)
+
+    def micro_batches(self, global_batch: int) -> int:
+        return global_batch // (self.shape.dp * self.mb)
+
+    def multiplier(self, global_batch: int) -> float:
+        """``M = m + (p - 1) / v``: micro-batch times per step on the slowest stage."""
+        return self.micro_batches(global_batch) + (self.shape.pp - 1) / self.vp
+
+
+def resolution_s(p: Problem) -> float:
+    """The one time resolution of the integer tables: a millionth of the order of magnitude of
+    the ideal step time (model FLOPs at peak on all GPUs), so objectives are about 1e6 ticks."""
+    ideal = model_flops_per_step(p.model, p.workload) / (p.gpus * p.cluster.device.peak_flops_per_s(p.workload.dtype))
+    return 10.0 ** (math.floor(math.log10(max(ideal, 1e-12))) - 6)
+
+
+def ticks(seconds, res_s: float):
+    """Seconds to integer ticks of ``res_s`` (the only conversion to the solver's integers)."""
+    return np.rint(np.asarray(seconds, dtype=float) / res_s).astype(np.int64)
+
+
+def probe_split(p: Problem, choice: Choice, kind: str, n: int) -> tuple[tuple[int, ...], int]:
+    """A ``layers_per_stage`` giving the stage at ``kind`` exactly ``n`` layers, and its index.
+
+    The other stages get a placeholder count; the first holds the leading dense layers so the
+    probed middle or last stage is all-MoE, as in every split the search considers."""
+    pp, d = choice.shape.pp, p.model.dense_layers
+    if kind == "only":
+        return (n,), 0
+    filler = [max(1, d)] + [1] * (pp - 1)
+    stage = {"first": 0, "mid": 1, "last": pp - 1}[kind]
+    filler[stage] = n
+    return tuple(filler), stage
+
+
+def _exposed(t, w, k):
+    """:func:`costmodel.overlap.exposed_s` over arrays (k = 0: not overlappable)."""
+    t, w, k = np.broadcast_arrays(np.asarray(t, float), np.asarray(w, float), np.asarray(k, float))
+    overlap = np.maximum(0.0, t - w) + np.minimum(t, w) / np.where(k > 0, k, 1)
+    return np.where(t <= 0, 0.0, np.where((k <= 0) | (w <= 0), t, overlap))
+
+
+@dataclass
+class StageTable:
+    """Per position (``first``/``mid``/``last``/``only``) arrays indexed by the layer count ``n``.
+
+    ``time_s`` is the stage's micro-batch time, ``dp_s`` its exposed DP/ZeRO reduction and gather,
+    ``opt_s`` its optimizer step, ``mem_bytes`` its peak memory, ``valid`` whether ``n`` layers
+    are allowed there (multiple of ``vp``, dense layers on the first stage, fits in memory).
+    """
+
+    choice: Choice
+    multiplier: float
+    kinds: tuple
+    time_s: dict
+    dp_s: dict
+    opt_s: dict
+    mem_bytes: dict
+    valid: dict
+    res_s: float = 1e-6
+
+    def __post_init__(self):
+        # the solver's integer tables, at the problem's one resolution (see :func:`ticks`)
+        self.time_ticks = {k: ticks(self.multiplier * v, self.res_s) for k, v in self.time_s.items()}
+        self.dp_ticks = {k: ticks(v, self.res_s) for k, v in self.dp_s.items()}
+        self.opt_ticks = {k: ticks(v, self.res_s) for k, v in self.opt_s.items()}
+
+    def step_s(self, split) -> float:
+        """Table step time of ``split`` (a :class:`~search.candidates.Split`) in seconds."""
+        ns = {k: split.count("first" if k == "only" else k) for k in self.kinds}
+        return (self.multiplier * max(self.time_s[k][ns[k]] for k in self.kinds)
+                + max(self.dp_s[k][ns[k]] for k in self.kinds) + max(self.opt_s[k][ns[k]] for k in self.kinds))
+
+    def fits(self, split) -> bool:
+        return all(self.valid[k][split.count("first" if k == "only" else k)] for k in self.kinds)
+
+
+class Tables:
+    """Cost tables of one :class:`Problem`, cached by the sub-choices each quantity depends on."""
+
+    def __init__(self, problem: Problem):
+        self.p = problem
+        self.res_s = resolution_s(problem)
+        self._layer: dict = {}
+        self._affine: dict = {}
+        self._stage: dict = {}
+
+    # ------------------------------------------------------------------ per layer
+    def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
+        """``(U, R, fwd, bwd, rec, act_bytes)`` of one layer and micro-batch: U = fwd + bwd + exposed
+        communication + interference; R = recompute time (with its repeated communication)."""
+        s = choice.shape
+        z3 = choice.zero == 3
+        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe)
+        if key not in self._layer:
+            c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp, chunks=choice.chunks,
+                               recompute=choice.recompute, zero=3 if z3 else 0,
+                               flash_attention=self.p.limits.flash_attention)
+            p, coef = self.p, self.p.cluster.device.comm_compute_interference
+            lt = layer_timing(p.model, p.cluster, p.workload, c, moe)
+            u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + coef * lt.ledger.hidden_sm_s
+            r = lt.recompute_s + lt.recompute_ledger.total_exposed_s + coef * lt.recompute_ledger.hidden_sm_s
+            act = activation_bytes_per_layer(p.model, p.workload, c, moe)
+            self._layer[key] = (u, r, lt.fwd_s, lt.bwd_s, lt.recompute_s, act)
+        return self._layer[key]
+
+    # ------------------------------------------------------------------ affine in the layer count
+    def affine(self, choice: Choice, kind: str) -> dict:
+        """Per-stage quantities affine in the layer count ``n``, as arrays over ``n``: dense and
+        expert parameters, ZeRO model state bytes, DP gradient / parameter collective seconds and
+        gradient bytes. They depend on the shape and ZeRO stage only. (An MoE first stage holding
+        only the dense layers has no expert group, so ``n = dense_layers`` is probed on its own.)"""
+        s = choice.shape
+        key = (s, choice.zero, kind)
+        if key not in self._affine:
+            p, d, L = self.p, self.p.model.dense_layers, self.p.model.layers
+            split_dense = kind in ("first", "only") and p.model.is_moe and d > 0
+            n0 = d + 1 if split_dense else 1
+            probes = [n0, n0 + 1] + ([d] if split_dense else [])
+            vals = []
+            for n in probes:
+                lps, stage = probe_split(p, choice, kind, n)
+                c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None, vp=1)
+                dense, expert = stage_params(p.model, c, stage)
+                state = sum(model_state_bytes(p.model, c, stage))
+                t_grad, t_param = dp_comm(p.model, p.cluster, c, stage)
+                vals.append(dict(dense=dense, expert=expert, state=state, t_grad=t_grad, t_param=t_param,
+                                 grad_bytes=grad_bytes(p.model, c, stage)))
+            n = np.arange(L + 1)
+            out = {}
+            for name in vals[0]:
+                arr = vals[0][name] + (n - n0) * (vals[1][name] - vals[0][name])
+                if len(vals) == 3:
+                    arr[d] = vals[2][name]
+                out[name] = arr
+            self._affine[key] = out
+        return self._affine[key]
+
+    # ------------------------------------------------------------------ one choice
+    def stage_table(self, choice: Choice) -> StageTable:
+        if choice not in self._stage:
+            self._stage[choice] = self._build(choice)
+        return self._stage[choice]
+
+    def _build(self, choice: Choice) -> StageTable:
+        p, s = self.p, choice.shape
+        model, w, dev = p.model, p.workload, p.cluster.device
+        L, d = model.layers, model.dense_layers
+        m = choice.micro_batches(w.global_batch)
+        n = np.arange(L + 1)
+        dense_l, moe_l = self.layer(choice, False), self.layer(choice, True) if model.is_moe else None
+        full, k = choice.recompute == "full", choice.recompute_layers
+        tokens = choice.mb * w.seq_len / s.cp
+        layer_input = 2 * model.hidden * tokens / (s.tp if choice.sp and s.tp > 1 else 1)
+        shard_d = s.dp * s.cp if choice.zero >= 1 else 1
+        shard_e = expert_dp(choice.config()) if choice.zero >= 1 else 1
+        bucket = choice.bucket_mb * MB
+        out = {name: {} for name in ("time", "dp", "opt", "mem", "valid")}
+        for kind in stage_kinds(s.pp):
+            if not model.is_moe:
+                nd, nm = n, np.zeros_like(n)
+            elif kind in ("first", "only"):
+                nd = np.minimum(n, d)
+                nm = n - nd
+            else:
+                nd, nm = np.zeros_like(n), n
+            kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if full and k is not None else (nd, nm)
+
+            def lin(i, counts_d, counts_m):
+                return counts_d * dense_l[i] + (counts_m * moe_l[i] if moe_l else 0)
+
+            layers_time = lin(0, nd, nm) + lin(1, kd, km)
+            fwd, bwd, rec = lin(2, nd, nm), lin(3, nd, nm), lin(4, kd, km)
+            # extras (embedding, LM head, PP send/recv) from one stage_timing probe at n0
+            n0 = max(choice.vp, d) if kind in ("first", "only") else choice.vp
+            if kind == "only":
+                n0 = L
+            lps, stage = probe_split(p, choice, kind, n0)
+            cfg = choice.config(p.limits.flash_attention, lps)
+            st = stage_timing(model, p.cluster, w, cfg, stage)
+            pp_ex0 = st.ledger.exposed_s.get("pp", 0.0)
+            x_time = st.microbatch_s - pp_ex0 - layers_time[n0]
+            x_fwd, x_bwd, x_rec = st.fwd_s - fwd[n0], st.bwd_s - bwd[n0], st.recompute_s - rec[n0]
+            fwd, bwd, rec = fwd + x_fwd, bwd + x_bwd, rec + x_rec
+            time = layers_time + x_time
+            if s.pp > 1:
+                t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * choice.vp)
+                time = time + 2 * choice.vp * (t_p2p if choice.vp == 1 else np.maximum(0.0, t_p2p - fwd / choice.vp))
+            # DP / ZeRO exposure and optimizer, from the affine per-stage quantities
+            a = self.affine(choice, kind)
+
+            def at(name):
+                return a[name]
+
+            gb = at("grad_bytes")
+            kb = np.maximum(1, np.rint(gb / bucket)) if bucket > 0 else np.zeros_like(gb)
+            backward = bwd + rec
+            ex = np.maximum(0.0, _exposed(at("t_grad"), backward, kb) - stage * backward)
+            zx = _exposed(at("t_param"), fwd, kb)
+            dense, expert = at("dense"), at("expert")
+            opt = optimizer_time_s(dense / shard_d + expert / shard_e, dev)
+            # memory: model state (affine) + activations of the in-flight micro-batches + buffers
+            ad = dense_l[5]
+            am = moe_l[5] if moe_l else 0.0
+            if full:
+                kk = n if k is None else np.minimum(n, k)
+                first_k = np.minimum(kk, nd) * ad + (kk - np.minimum(kk, nd)) * am
+                stored = kk * layer_input + nd * ad + nm * am - first_k
+                working = np.maximum(np.where(nd > 0, ad, 0.0), np.where(nm > 0, am, 0.0))
+            else:
+                stored, working = nd * ad + nm * am, np.zeros(L + 1)
+            chunks_in_flight = in_flight_chunks(s.pp, m, choice.vp, stage)
+            acts = stored / choice.vp * chunks_in_flight + working
+            sm = stage_memory(model, w, cfg, stage)
+            acts = acts + (sm.activations_bytes - acts[n0])
+            buffers = (2 * WEIGHT_BYTES * (dense + expert) / np.maximum(1, n)
+                       if choice.zero == 3 and s.dp * s.cp > 1 else 0.0)
+            mem = at("state") + acts + buffers + RESERVED_BYTES
+            valid = (n >= max(choice.vp, 1)) & (n % choice.vp == 0) & (mem <= p.hbm_cap_bytes)
+            if kind in ("first", "only"):
+                valid &= n >= d
+            if kind == "only":
+                valid &= n == L
+            for name, arr in (("time", time), ("dp", ex + zx), ("opt", opt), ("mem", mem), ("valid", valid)):
+                out[name][kind] = np.broadcast_to(arr, (L + 1,)).copy()
+        return StageTable(choice, choice.multiplier(w.global_batch), stage_kinds(s.pp), out["time"], out["dp"],
+                          out["opt"], out["mem"], out["valid"], self.res_s)
