@@ -5,9 +5,12 @@
   are counted in that format too, an assumption: FP8 checkpoints often keep them in BF16).
 * KV cache: every running sequence of the replica keeps ``input_len + output_len`` tokens of
   this stage's layers (:mod:`costmodel.kvcache`).
-* Workspace: the activations of one layer of the largest prefill batch
-  (:func:`costmodel.memory.activation_bytes_per_layer`, an upper bound: inference frees
-  each tensor after its consumer) plus the FP32 logits of the prefill batch.
+* Workspace: the tensors alive at the peak of one layer's forward over the largest prefill
+  batch (inference frees each tensor once consumed, so nothing is kept across layers): the
+  residual stream and its normalised copy (``2 h`` values per token) plus the larger of the
+  attention projections (``q + 2 kv`` in, ``q`` out, split by ``tp``) and the MLP
+  (up-projection ``2 f`` for SwiGLU, activation ``f``; for MoE ``f`` counts the ``topk``
+  routed and the shared experts), BF16, plus the FP32 logits of the prefill batch.
 * Reserve: :data:`costmodel.memory.RESERVED_BYTES` (CUDA context, NCCL, fragmentation).
 
 The largest concurrency a replica holds is ``(HBM - weights - workspace - reserve) / KV per
@@ -25,12 +28,11 @@ True
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .config import ParallelConfig
 from .errors import SpecError
 from .kvcache import kv_bytes_per_token
-from .memory import RESERVED_BYTES, activation_bytes_per_layer, stage_params
+from .compute import ACT_BYTES
+from .memory import RESERVED_BYTES, stage_params
 from .pipeline import stage_layers
 from .specs import ClusterSpec, ModelSpec, Workload
 from .units import DTYPE_BYTES, GiB
@@ -50,6 +52,19 @@ def check_weights_fit(model: ModelSpec, cluster: ClusterSpec, dtype: str) -> Non
             f"({RESERVED_BYTES / GiB:.0f} GiB reserved); use more GPUs, fp8 weights or a larger device"))
 
 
+def prefill_workspace_bytes(model: ModelSpec, tokens: float, c: ParallelConfig) -> float:
+    """Peak live activation bytes of one layer's forward over ``tokens`` tokens on one GPU (see module doc)."""
+    t = c.tp
+    attn = (2 * model.q_dim + 2 * model.kv_heads * model.head_dim) / t
+    if model.is_moe:
+        f = (model.topk * model.moe_ffn_hidden) / c.expert_tp() + model.shared_experts * model.moe_ffn_hidden / t
+        f = max(f, model.ffn_hidden / t if model.dense_layers else 0.0)
+    else:
+        f = model.ffn_hidden / t
+    mlp = (3 if model.activation == "swiglu" else 2) * f
+    return tokens * ACT_BYTES * (2 * model.hidden + max(attn, mlp))
+
+
 def serving_memory(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, kv_dtype: str,
                    batch_per_replica: int, prefill_batch: int) -> dict:
     """Peak bytes on the tightest GPU of a replica and the concurrency it can hold (see module doc)."""
@@ -57,9 +72,7 @@ def serving_memory(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     hbm = cluster.device.hbm_bytes
     seq = w.input_len + w.output_len
     wb = DTYPE_BYTES[w.dtype]
-    pf_cfg = replace(c, mb=prefill_batch)
-    pf_w = Workload(global_batch=prefill_batch, seq_len=w.input_len, dtype=w.dtype)
-    workspace = max(activation_bytes_per_layer(model, pf_w, pf_cfg, moe) for moe in {False, model.is_moe})
+    workspace = prefill_workspace_bytes(model, prefill_batch * w.input_len, c)
     workspace += 4 * prefill_batch * model.vocab / c.tp  # FP32 logits of the last tokens
     best, cap = None, None
     for stage in range(c.pp):

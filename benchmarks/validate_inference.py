@@ -1,0 +1,95 @@
+"""Predicted vs measured serving metrics on published inference benchmarks.
+
+    python benchmarks/validate_inference.py [--source nim_llama33_70b] [--csv out.csv]
+
+Rows (``benchmarks/data/published_inference.csv``) come from public benchmark tables that
+state the hardware, the parallel configuration, the batch or concurrency and the
+input/output lengths; each row cites its source and table. Nothing is fitted to them: the
+device constants are those of the cluster presets (calibrated on training runs only).
+
+How a row is predicted: ``batching=static`` rows (TensorRT-LLM ``gptSessionBenchmark``)
+prefill the whole batch at once (``prefill_tokens = batch * input_len``); ``continuous`` rows
+(NIM / in-flight batching) use the default prefill budget of 8192 tokens. ``tpot_ms`` is
+compared with the published inter-token latency (ITL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from costmodel.config import ParallelConfig  # noqa: E402
+from costmodel.inference import PREFILL_TOKENS, evaluate_inference  # noqa: E402
+from costmodel.presets import load_cluster, load_model  # noqa: E402
+from costmodel.specs import Workload  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "published_inference.csv"
+METRICS = {
+    "ttft_ms": lambda e: e.ttft_s * 1e3,
+    "tpot_ms": lambda e: e.tpot_s * 1e3,
+    "tokens_per_s": lambda e: e.tokens_per_s,
+    "tokens_per_s_per_gpu": lambda e: e.tokens_per_s_per_gpu,
+}
+
+
+def load_rows(path: Path = DATA) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def predict(row: dict):
+    """The :class:`~costmodel.inference.InferenceEstimate` for one published row."""
+    ints = {k: int(row[k]) for k in ("gpus", "tp", "pp", "dp", "batch", "input_len", "output_len")}
+    c = ParallelConfig(tp=ints["tp"], pp=ints["pp"], dp=ints["dp"])
+    w = Workload(mode="infer", global_batch=ints["batch"], input_len=ints["input_len"],
+                 output_len=ints["output_len"], dtype=row["dtype"])
+    cluster = load_cluster(row["cluster"]).with_gpus(ints["gpus"])
+    per_replica = ints["batch"] // ints["dp"]
+    prefill = per_replica * ints["input_len"] if row["batching"] == "static" else PREFILL_TOKENS
+    return evaluate_inference(load_model(row["model"]), cluster, w, c, kv_dtype=row["kv_dtype"],
+                              prefill_tokens=prefill)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", help="only rows of this source_key")
+    ap.add_argument("--csv", help="also write per-row results here")
+    args = ap.parse_args(argv)
+    rows = [r for r in load_rows() if not args.source or r["source_key"] == args.source]
+    out, errs = [], {}
+    print(f"{'row':>3} {'source':<19} {'model':<13} {'hw':<9} {'plan':<9} {'B':>5} {'in/out':>10} "
+          f"{'metric':<21} {'pred':>9} {'meas':>9} {'err%':>7}")
+    for r in rows:
+        e = predict(r)
+        pred, meas = METRICS[r["metric"]](e), float(r["measured"])
+        err = pred / meas - 1
+        errs.setdefault((r["source_key"], r["metric"]), []).append(err)
+        plan = f"tp{r['tp']}pp{r['pp']}dp{r['dp']}" + ("" if e.fits else "!")
+        print(f"{r['row_id']:>3} {r['source_key']:<19} {r['model']:<13} {r['cluster']:<9} {plan:<9} "
+              f"{r['batch']:>5} {r['input_len'] + '/' + r['output_len']:>10} {r['metric']:<21} "
+              f"{pred:9.2f} {meas:9.2f} {100 * err:+7.1f}")
+        out.append({"row_id": r["row_id"], "source": r["source_key"], "metric": r["metric"],
+                    "predicted": pred, "measured": meas, "error": err, "fits": e.fits})
+    print("\n('!' after the plan: the model predicts it does not fit in memory)\n")
+    allerr = [abs(x) for es in errs.values() for x in es]
+    print(f"{'all rows':<42} n={len(allerr):>2}  mean |err| {100 * statistics.mean(allerr):5.1f}%   "
+          f"max |err| {100 * max(allerr):5.1f}%")
+    for (src, metric), es in sorted(errs.items()):
+        a = [abs(x) for x in es]
+        print(f"{src + ' ' + metric:<42} n={len(a):>2}  mean |err| {100 * statistics.mean(a):5.1f}%   "
+              f"max |err| {100 * max(a):5.1f}%   mean signed {100 * statistics.mean(es):+5.1f}%")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=list(out[0]))
+            wr.writeheader()
+            wr.writerows(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
