@@ -137,9 +137,15 @@ def sp_values(p: Problem, s: Shape) -> list[bool]:
     return p.limits.filter("sp", [False, True])
 
 
+def data_parallel(p: Problem, s: Shape) -> bool:
+    """Whether any parameter is replicated (dense over dp*cp, experts over their data-parallel
+    ranks ``tp*dp*cp / (ep * expert_tp)``), i.e. whether ZeRO and DP buckets matter."""
+    expert_dp = s.tp * s.dp * s.cp // (s.ep * (s.tp if s.ep == 1 else 1))
+    return s.dp * s.cp > 1 or (p.model.is_moe and expert_dp > 1)
+
+
 def zero_values(p: Problem, s: Shape) -> list[int]:
-    shards = s.dp * s.cp > 1 or (p.model.is_moe and s.tp * s.dp * s.cp // (s.ep * (s.tp if s.ep == 1 else 1)) > 1)
-    return p.limits.filter("zero", [0, 1, 2, 3] if shards else [0])
+    return p.limits.filter("zero", [0, 1, 2, 3] if data_parallel(p, s) else [0])
 
 
 def chunk_values(p: Problem, s: Shape) -> list[int]:
@@ -150,8 +156,7 @@ def chunk_values(p: Problem, s: Shape) -> list[int]:
 
 def bucket_values(p: Problem, s: Shape) -> list[float]:
     """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default)."""
-    reduces = s.dp * s.cp > 1 or p.model.is_moe
-    opts = sorted(set(float(b) for b in p.limits.bucket_mb_options)) if reduces else [40.0]
+    opts = sorted(set(float(b) for b in p.limits.bucket_mb_options)) if data_parallel(p, s) else [40.0]
     return p.limits.filter("bucket_mb", opts)
 
 

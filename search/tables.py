@@ -116,7 +116,6 @@ def probe_split(p: Problem, choice: Choice, kind: str, n: int) -> tuple[tuple[in
 
 def _exposed(t, w, k):
     """:func:`costmodel.overlap.exposed_s` over arrays (k = 0: not overlappable)."""
-    t, w, k = np.broadcast_arrays(np.asarray(t, float), np.asarray(w, float), np.asarray(k, float))
     overlap = np.maximum(0.0, t - w) + np.minimum(t, w) / np.where(k > 0, k, 1)
     return np.where(t <= 0, 0.0, np.where((k <= 0) | (w <= 0), t, overlap))
 
@@ -165,6 +164,7 @@ class Tables:
         self._layer: dict = {}
         self._affine: dict = {}
         self._stage: dict = {}
+        self._parts: dict = {}
 
     # ------------------------------------------------------------------ per layer
     def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
@@ -223,86 +223,117 @@ class Tables:
             self._stage[choice] = self._build(choice)
         return self._stage[choice]
 
+    def _expert_dp(self, choice: Choice) -> int:
+        key = ("edp", choice.shape)
+        if key not in self._parts:
+            self._parts[key] = expert_dp(choice.config())
+        return self._parts[key]
+
+    def counts(self, kind: str, n):
+        """(dense, MoE) layers of a stage at ``kind`` holding ``n`` layers (leading dense layers
+        on the first stage)."""
+        model = self.p.model
+        if not model.is_moe:
+            return n, np.zeros_like(n)
+        if kind in ("first", "only"):
+            nd = np.minimum(n, model.dense_layers)
+            return nd, n - nd
+        return np.zeros_like(n), n
+
+    def _probe_n(self, choice: Choice, kind: str) -> int:
+        L, d = self.p.model.layers, self.p.model.dense_layers
+        return L if kind == "only" else (max(choice.vp, d) if kind == "first" else choice.vp)
+
+    def timing(self, choice: Choice, kind: str) -> tuple:
+        """(micro-batch time, fwd, bwd, recompute) arrays over ``n``; shared by choices that
+        differ only in bucket size or ZeRO stage 0-2."""
+        s, p = choice.shape, self.p
+        key = ("t", s, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute, choice.recompute_layers,
+               choice.zero == 3, kind)
+        if key in self._parts:
+            return self._parts[key]
+        n = np.arange(p.model.layers + 1)
+        dense_l, moe_l = self.layer(choice, False), self.layer(choice, True) if p.model.is_moe else None
+        nd, nm = self.counts(kind, n)
+        k = choice.recompute_layers
+        kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if choice.recompute == "full" and k is not None else (nd, nm)
+
+        def lin(i, cd, cm):
+            return cd * dense_l[i] + (cm * moe_l[i] if moe_l else 0)
+
+        layers_time = lin(0, nd, nm) + lin(1, kd, km)
+        fwd, bwd, rec = lin(2, nd, nm), lin(3, nd, nm), lin(4, kd, km)
+        # extras (embedding, LM head, PP send/recv) from one stage_timing probe at n0
+        n0 = self._probe_n(choice, kind)
+        lps, stage = probe_split(p, choice, kind, n0)
+        st = stage_timing(p.model, p.cluster, p.workload, choice.config(p.limits.flash_attention, lps), stage)
+        time = layers_time + (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - layers_time[n0])
+        fwd, bwd, rec = fwd + (st.fwd_s - fwd[n0]), bwd + (st.bwd_s - bwd[n0]), rec + (st.recompute_s - rec[n0])
+        if s.pp > 1:
+            vp = choice.vp
+            t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * vp)
+            time = time + 2 * vp * (t_p2p if vp == 1 else np.maximum(0.0, t_p2p - fwd / vp))
+        self._parts[key] = (time, fwd, bwd, rec)
+        return self._parts[key]
+
+    def memory(self, choice: Choice, kind: str):
+        """Peak memory array over ``n``; shared by choices that differ only in chunks or bucket."""
+        s, p = choice.shape, self.p
+        key = ("m", s, choice.mb, choice.vp, choice.sp, choice.zero, choice.recompute, choice.recompute_layers, kind)
+        if key in self._parts:
+            return self._parts[key]
+        model, w, L = p.model, p.workload, p.model.layers
+        n = np.arange(L + 1)
+        nd, nm = self.counts(kind, n)
+        ad = self.layer(choice, False)[5]
+        am = self.layer(choice, True)[5] if model.is_moe else 0.0
+        k = choice.recompute_layers
+        if choice.recompute == "full":
+            tokens = choice.mb * w.seq_len / s.cp
+            layer_input = 2 * model.hidden * tokens / (s.tp if choice.sp and s.tp > 1 else 1)
+            kk = n if k is None else np.minimum(n, k)
+            first_k = np.minimum(kk, nd) * ad + (kk - np.minimum(kk, nd)) * am
+            stored = kk * layer_input + nd * ad + nm * am - first_k
+            working = np.maximum(np.where(nd > 0, ad, 0.0), np.where(nm > 0, am, 0.0))
+        else:
+            stored, working = nd * ad + nm * am, np.zeros(L + 1)
+        n0 = self._probe_n(choice, kind)
+        lps, stage = probe_split(p, choice, kind, n0)
+        m = choice.micro_batches(w.global_batch)
+        acts = stored / choice.vp * in_flight_chunks(s.pp, m, choice.vp, stage) + working
+        sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps), stage)
+        acts = acts + (sm.activations_bytes - acts[n0])  # embedding output, logits of the probe
+        a = self.affine(choice, kind)
+        buffers = (2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n)
+                   if choice.zero == 3 and s.dp * s.cp > 1 else 0.0)
+        self._parts[key] = a["state"] + acts + buffers + RESERVED_BYTES
+        return self._parts[key]
+
     def _build(self, choice: Choice) -> StageTable:
         p, s = self.p, choice.shape
-        model, w, dev = p.model, p.workload, p.cluster.device
-        L, d = model.layers, model.dense_layers
-        m = choice.micro_batches(w.global_batch)
+        L, d, vp = p.model.layers, p.model.dense_layers, choice.vp
         n = np.arange(L + 1)
-        dense_l, moe_l = self.layer(choice, False), self.layer(choice, True) if model.is_moe else None
-        full, k = choice.recompute == "full", choice.recompute_layers
-        tokens = choice.mb * w.seq_len / s.cp
-        layer_input = 2 * model.hidden * tokens / (s.tp if choice.sp and s.tp > 1 else 1)
         shard_d = s.dp * s.cp if choice.zero >= 1 else 1
-        shard_e = expert_dp(choice.config()) if choice.zero >= 1 else 1
+        shard_e = self._expert_dp(choice) if choice.zero >= 1 else 1
         bucket = choice.bucket_mb * MB
         out = {name: {} for name in ("time", "dp", "opt", "mem", "valid")}
         for kind in stage_kinds(s.pp):
-            if not model.is_moe:
-                nd, nm = n, np.zeros_like(n)
-            elif kind in ("first", "only"):
-                nd = np.minimum(n, d)
-                nm = n - nd
-            else:
-                nd, nm = np.zeros_like(n), n
-            kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if full and k is not None else (nd, nm)
-
-            def lin(i, counts_d, counts_m):
-                return counts_d * dense_l[i] + (counts_m * moe_l[i] if moe_l else 0)
-
-            layers_time = lin(0, nd, nm) + lin(1, kd, km)
-            fwd, bwd, rec = lin(2, nd, nm), lin(3, nd, nm), lin(4, kd, km)
-            # extras (embedding, LM head, PP send/recv) from one stage_timing probe at n0
-            n0 = max(choice.vp, d) if kind in ("first", "only") else choice.vp
-            if kind == "only":
-                n0 = L
-            lps, stage = probe_split(p, choice, kind, n0)
-            cfg = choice.config(p.limits.flash_attention, lps)
-            st = stage_timing(model, p.cluster, w, cfg, stage)
-            pp_ex0 = st.ledger.exposed_s.get("pp", 0.0)
-            x_time = st.microbatch_s - pp_ex0 - layers_time[n0]
-            x_fwd, x_bwd, x_rec = st.fwd_s - fwd[n0], st.bwd_s - bwd[n0], st.recompute_s - rec[n0]
-            fwd, bwd, rec = fwd + x_fwd, bwd + x_bwd, rec + x_rec
-            time = layers_time + x_time
-            if s.pp > 1:
-                t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * choice.vp)
-                time = time + 2 * choice.vp * (t_p2p if choice.vp == 1 else np.maximum(0.0, t_p2p - fwd / choice.vp))
-            # DP / ZeRO exposure and optimizer, from the affine per-stage quantities
+            time, fwd, bwd, rec = self.timing(choice, kind)
+            stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
+            # DP / ZeRO exposure after the last backward (head start: ``stage`` backward steps)
             a = self.affine(choice, kind)
-
-            def at(name):
-                return a[name]
-
-            gb = at("grad_bytes")
-            kb = np.maximum(1, np.rint(gb / bucket)) if bucket > 0 else np.zeros_like(gb)
+            kb = np.maximum(1.0, np.rint(a["grad_bytes"] / bucket)) if bucket > 0 else np.zeros(L + 1)
             backward = bwd + rec
-            ex = np.maximum(0.0, _exposed(at("t_grad"), backward, kb) - stage * backward)
-            zx = _exposed(at("t_param"), fwd, kb)
-            dense, expert = at("dense"), at("expert")
-            opt = optimizer_time_s(dense / shard_d + expert / shard_e, dev)
-            # memory: model state (affine) + activations of the in-flight micro-batches + buffers
-            ad = dense_l[5]
-            am = moe_l[5] if moe_l else 0.0
-            if full:
-                kk = n if k is None else np.minimum(n, k)
-                first_k = np.minimum(kk, nd) * ad + (kk - np.minimum(kk, nd)) * am
-                stored = kk * layer_input + nd * ad + nm * am - first_k
-                working = np.maximum(np.where(nd > 0, ad, 0.0), np.where(nm > 0, am, 0.0))
-            else:
-                stored, working = nd * ad + nm * am, np.zeros(L + 1)
-            chunks_in_flight = in_flight_chunks(s.pp, m, choice.vp, stage)
-            acts = stored / choice.vp * chunks_in_flight + working
-            sm = stage_memory(model, w, cfg, stage)
-            acts = acts + (sm.activations_bytes - acts[n0])
-            buffers = (2 * WEIGHT_BYTES * (dense + expert) / np.maximum(1, n)
-                       if choice.zero == 3 and s.dp * s.cp > 1 else 0.0)
-            mem = at("state") + acts + buffers + RESERVED_BYTES
-            valid = (n >= max(choice.vp, 1)) & (n % choice.vp == 0) & (mem <= p.hbm_cap_bytes)
+            ex = np.maximum(0.0, _exposed(a["t_grad"], backward, kb) - stage * backward)
+            zx = _exposed(a["t_param"], fwd, kb)
+            opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device)
+            mem = self.memory(choice, kind)
+            valid = (n >= vp) & (n % vp == 0) & (mem <= p.hbm_cap_bytes)
             if kind in ("first", "only"):
                 valid &= n >= d
             if kind == "only":
                 valid &= n == L
             for name, arr in (("time", time), ("dp", ex + zx), ("opt", opt), ("mem", mem), ("valid", valid)):
-                out[name][kind] = np.broadcast_to(arr, (L + 1,)).copy()
-        return StageTable(choice, choice.multiplier(w.global_batch), stage_kinds(s.pp), out["time"], out["dp"],
-                          out["opt"], out["mem"], out["valid"], self.res_s)
+                out[name][kind] = arr
+        return StageTable(choice, choice.multiplier(p.workload.global_batch), stage_kinds(s.pp), out["time"],
+                          out["dp"], out["opt"], out["mem"], out["valid"], self.res_s)

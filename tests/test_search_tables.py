@@ -1,0 +1,122 @@
+"""Cost tables: their step time is evaluate's, at one integer resolution, and the bounds stay below.
+
+Random plans of dense and MoE models (leading dense layers, uneven stages, interleaving, partial
+recompute, ZeRO 0-3, buckets, chunks) are scored both ways.
+"""
+
+import math
+import random
+
+import pytest
+
+from costmodel.estimate import evaluate
+from costmodel.presets import load_cluster, load_model
+from costmodel.specs import Workload
+from search.bounds import Bounds
+from search.candidates import (Split, bucket_values, chunk_values, mb_values, recompute_values, shapes, sp_values,
+                               splits, vp_values, zero_values)
+from search.exhaustive import best_splits, max_stage_layers
+from search.problem import Limits, Problem
+from search.tables import Choice, Tables, resolution_s, ticks
+
+CASES = [("gpt3-175b", "a100-80g", 64, 64, 2048), ("llama3-8b", "h100-sxm", 32, 64, 4096),
+         ("mixtral-8x7b", "h100-sxm", 64, 128, 4096), ("deepseek-v3", "h800", 256, 512, 4096),
+         ("gpt-1.7b", "a100-80g", 16, 32, 2048)]
+
+
+def problem(model, cluster, gpus, batch, seq, **limits):
+    return Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
+                   workload=Workload(global_batch=batch, seq_len=seq), limits=Limits(**limits))
+
+
+def random_plans(p, rng, n):
+    """``n`` random (choice, split) pairs of ``p``'s space."""
+    out, all_shapes = [], shapes(p)
+    while len(out) < n:
+        s = rng.choice(all_shapes)
+        mb = rng.choice(mb_values(p, s.dp))
+        vps = vp_values(p, s.pp, p.workload.global_batch // (s.dp * mb))
+        if not vps:
+            continue
+        vp = rng.choice(vps)
+        kind, k = rng.choice(recompute_values(p, max_stage_layers(p, s.pp, vp)))
+        c = Choice(s, mb, vp, rng.choice(sp_values(p, s)), rng.choice(chunk_values(p, s)),
+                   rng.choice(zero_values(p, s)), kind, k, rng.choice(bucket_values(p, s)))
+        options = list(splits(p.model.layers, s.pp, vp, max(1, p.model.dense_layers)))
+        if options:
+            sp = Split(*rng.choice(options))
+            if k is None or max(sp.first, sp.mid, sp.last) >= k:
+                out.append((c, sp))
+    return out
+
+
+# --------------------------------------------------------------------------- trivial
+def test_resolution_is_a_millionth_of_the_ideal_step_order():
+    p = problem("gpt3-175b", "a100-80g", 1024, 1536, 2048)
+    # ideal step = 6 * 175e9 * 1536 * 2048 / (1024 * 312e12) = ~10.3 s -> order 10 s -> 1e-5 s ticks
+    assert resolution_s(p) == pytest.approx(1e-5)
+    assert ticks([1.0, 2.5e-5], 1e-5).tolist() == [100000, 2]
+
+
+def test_choice_config_round_trips():
+    p = problem("gpt3-175b", "a100-80g", 64, 64, 2048)
+    c = Choice(shapes(p)[0], 1, 1, False, 1, 1, "full", 2, 25.0)
+    cfg = c.config(layers_per_stage=None)
+    assert (cfg.tp, cfg.zero, cfg.recompute_layers, cfg.bucket_bytes) == (c.shape.tp, 1, 2, 25e6)
+
+
+# --------------------------------------------------------------------------- agreement with evaluate
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_table_step_time_and_memory_equal_evaluate(case):
+    p = problem(*case)
+    tables = Tables(p)
+    for c, sp in random_plans(p, random.Random(hash(case) % 1000), 40):
+        est = evaluate(p.model, p.cluster, p.workload, c.config(True, sp.layers_per_stage(c.shape.pp)))
+        t = tables.stage_table(c)
+        assert t.step_s(sp) == pytest.approx(est.step_time_s, rel=1e-9), (c, sp)
+        peak = max(t.mem_bytes[k][sp.count("first" if k == "only" else k)] for k in t.kinds)
+        assert peak == pytest.approx(est.peak_memory_bytes, rel=1e-9), (c, sp)
+        assert t.fits(sp) == (est.peak_memory_bytes <= p.hbm_cap_bytes)
+
+
+def test_integer_objective_is_within_rounding_of_seconds():
+    p = problem("llama3-8b", "h100-sxm", 32, 64, 4096)
+    tables = Tables(p)
+    for c, sp in random_plans(p, random.Random(3), 30):
+        t = tables.stage_table(c)
+        if not t.fits(sp):
+            continue
+        for sc in best_splits(t, p.model.layers, 1):
+            assert sc.objective * tables.res_s == pytest.approx(t.step_s(sc.split), abs=3 * tables.res_s)
+
+
+def test_ranking_is_stable_across_two_resolutions():
+    p = problem("gpt-1.7b", "a100-80g", 16, 32, 2048)
+    fine, coarse = Tables(p), Tables(p)
+    coarse.res_s = fine.res_s * 10
+    scored = []
+    for c, _ in random_plans(p, random.Random(5), 60):
+        a, b = best_splits(fine.stage_table(c), p.model.layers, 1), best_splits(coarse.stage_table(c), p.model.layers, 1)
+        if a:
+            scored.append((a[0].objective, b[0].objective * 10))
+    scored.sort()
+    for (f1, c1), (f2, c2) in zip(scored, scored[1:]):
+        if f2 - f1 > 30:  # distinct at the coarse resolution too (3 terms x 10 ticks of rounding)
+            assert c1 <= c2
+
+
+# --------------------------------------------------------------------------- bounds
+@pytest.mark.parametrize("case", CASES[:3] + CASES[4:], ids=[c[0] for c in CASES[:3] + CASES[4:]])
+def test_bounds_never_exceed_the_best_split(case):
+    p = problem(*case)
+    tables = Tables(p)
+    bounds = Bounds(tables)
+    for c, _ in random_plans(p, random.Random(7), 40):
+        best = best_splits(tables.stage_table(c), p.model.layers, 1)
+        caps = bounds.caps(c)
+        if caps is None:
+            assert not best  # the memory screen only drops choices without a fitting split
+            continue
+        if best:  # presolve compares floor(bound / resolution) - 2 with integer objectives
+            for lb in (bounds.quick_lb_s(c), bounds.strong_lb_s(c, caps)):
+                assert math.floor(lb / tables.res_s) - 2 <= best[0].objective, c
