@@ -1,0 +1,147 @@
+"""Emitted Megatron-LM arguments and DeepSpeed JSON use the frameworks' documented names and types.
+
+Sources of the documented lists below (checked by hand against the code):
+
+* Megatron-LM ``megatron/training/arguments.py`` (NVIDIA/Megatron-LM, 2024-2025):
+  ``_add_distributed_args`` (``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``,
+  ``--decoder-first-pipeline-num-layers``, ``--decoder-last-pipeline-num-layers``,
+  ``--num-layers-per-virtual-pipeline-stage``, ``--num-virtual-stages-per-pipeline-rank``,
+  ``--overlap-grad-reduce``, ``--ddp-bucket-size`` (int), ``--overlap-param-gather``,
+  ``--use-distributed-optimizer``, ``--use-torch-fsdp2``, ``--context-parallel-size``),
+  ``_add_training_args`` (``--micro-batch-size``, ``--global-batch-size``, ``--recompute-granularity``
+  {full, selective}, ``--recompute-method`` {uniform, block}, ``--recompute-num-layers``,
+  ``--tp-comm-overlap``), ``_add_network_size_args``/``_add_mixed_precision_args``
+  (``--sequence-parallel``, ``--bf16``, ``--fp16``), ``_add_moe_args``
+  (``--expert-model-parallel-size``, ``--expert-tensor-parallel-size``),
+  ``_add_transformer_engine_args`` (``--fp8-format`` {e4m3, hybrid}).
+* DeepSpeed ``docs/_pages/config-json.md`` ("DeepSpeed Configuration JSON") and
+  ``deepspeed/runtime/zero/config.py``: ``train_batch_size``, ``train_micro_batch_size_per_gpu``,
+  ``gradient_accumulation_steps``, ``bf16.enabled``, ``fp16.enabled``, ``zero_optimization``
+  {``stage``, ``overlap_comm``, ``contiguous_gradients``, ``reduce_scatter``, ``reduce_bucket_size``,
+  ``allgather_bucket_size``, ``stage3_prefetch_bucket_size``}; and the identity
+  ``train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * data-parallel GPUs``.
+"""
+
+import argparse
+
+import pytest
+
+from costmodel.config import ParallelConfig
+from planner.emit import bucket_elements, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes
+
+# name -> argparse spec of the documented argument
+MEGATRON = {
+    "--tensor-model-parallel-size": dict(type=int), "--pipeline-model-parallel-size": dict(type=int),
+    "--context-parallel-size": dict(type=int), "--expert-model-parallel-size": dict(type=int),
+    "--expert-tensor-parallel-size": dict(type=int), "--micro-batch-size": dict(type=int),
+    "--global-batch-size": dict(type=int), "--num-layers-per-virtual-pipeline-stage": dict(type=int),
+    "--num-virtual-stages-per-pipeline-rank": dict(type=int),
+    "--decoder-first-pipeline-num-layers": dict(type=int), "--decoder-last-pipeline-num-layers": dict(type=int),
+    "--sequence-parallel": dict(action="store_true"), "--tp-comm-overlap": dict(action="store_true"),
+    "--recompute-granularity": dict(choices=["full", "selective"]),
+    "--recompute-method": dict(choices=["uniform", "block"]), "--recompute-num-layers": dict(type=int),
+    "--use-distributed-optimizer": dict(action="store_true"), "--use-torch-fsdp2": dict(action="store_true"),
+    "--overlap-grad-reduce": dict(action="store_true"), "--overlap-param-gather": dict(action="store_true"),
+    "--ddp-bucket-size": dict(type=int), "--bf16": dict(action="store_true"), "--fp16": dict(action="store_true"),
+    "--fp8-format": dict(choices=["e4m3", "hybrid"]),
+}
+DEEPSPEED_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                 "zero_optimization", "bf16", "fp16"}
+DEEPSPEED_ZERO = {"stage", "overlap_comm", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
+                  "allgather_bucket_size", "stage3_prefetch_bucket_size"}
+
+PLANS = [
+    ParallelConfig(tp=8, pp=2, dp=64, mb=4, vp=8, sp=True, chunks=8, zero=2, bucket_bytes=10e6),
+    ParallelConfig(tp=4, pp=4, dp=8, mb=2, vp=2, sp=True, zero=1, recompute="selective",
+                   layers_per_stage=(22, 26, 26, 22)),
+    ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=2, chunks=4, recompute="full"),
+    ParallelConfig(tp=8, pp=2, dp=4, cp=2, mb=1, recompute="full", recompute_layers=4, zero=3),
+    ParallelConfig(tp=1, pp=1, dp=8, mb=8, zero=0, bucket_bytes=0),
+]
+
+
+def megatron_parser():
+    p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    for name, spec in MEGATRON.items():
+        p.add_argument(name, **spec)
+    return p
+
+
+def tokens(c, **kw):
+    return [t for arg in megatron_args(c, **kw) for t in arg]
+
+
+# --------------------------------------------------------------------------- Megatron
+@pytest.mark.parametrize("c", PLANS)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8"])
+def test_megatron_arguments_are_documented_and_parse(c, dtype):
+    argv = tokens(c, global_batch=512, layers=96, dtype=dtype)
+    assert {t for t in argv if t.startswith("--")} <= set(MEGATRON)
+    args = megatron_parser().parse_args(argv)  # types and choices as Megatron declares them
+    assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size) == (c.tp, c.pp)
+    assert args.context_parallel_size == c.cp and args.micro_batch_size == c.mb
+    assert args.global_batch_size == 512
+
+
+def test_uniform_interleaving_gives_layers_per_virtual_stage():
+    args = megatron_parser().parse_args(tokens(PLANS[0], global_batch=1536, layers=96))
+    assert args.num_layers_per_virtual_pipeline_stage == 96 // (2 * 8)  # 6
+    assert args.decoder_first_pipeline_num_layers is None
+
+
+def test_uneven_stages_give_first_and_last_stage_layers():
+    args = megatron_parser().parse_args(tokens(PLANS[1], global_batch=64, layers=96))
+    assert (args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers) == (22, 22)
+    assert args.num_virtual_stages_per_pipeline_rank == 2
+
+
+def test_recompute_flags():
+    full_all = megatron_parser().parse_args(tokens(PLANS[2], global_batch=8192, layers=61))
+    assert (full_all.recompute_granularity, full_all.recompute_method, full_all.recompute_num_layers) == \
+        ("full", "uniform", 1)
+    block = megatron_parser().parse_args(tokens(PLANS[3], global_batch=64, layers=96))
+    assert (block.recompute_method, block.recompute_num_layers) == ("block", 4)
+
+
+def test_overlap_and_bucket_in_parameters():
+    args = megatron_parser().parse_args(tokens(PLANS[0], global_batch=1536, layers=96))
+    assert args.use_distributed_optimizer and args.overlap_grad_reduce and args.overlap_param_gather
+    assert args.ddp_bucket_size == 10e6 // 4  # 10 MB of FP32 gradients = 2.5 M parameters
+    assert args.sequence_parallel and args.tp_comm_overlap
+    none = megatron_parser().parse_args(tokens(PLANS[4], global_batch=64, layers=24))
+    assert not none.overlap_grad_reduce and none.ddp_bucket_size is None
+
+
+def test_expert_parallel_flags():
+    args = megatron_parser().parse_args(tokens(PLANS[2], global_batch=8192, layers=61))
+    assert (args.expert_model_parallel_size, args.expert_tensor_parallel_size) == (8, 1)
+
+
+def test_notes_say_what_flags_cannot():
+    assert any("ZeRO-2" in n for n in megatron_notes(PLANS[0]))
+    assert any("pipeline" in n for n in megatron_notes(PLANS[3]))
+
+
+# --------------------------------------------------------------------------- DeepSpeed
+@pytest.mark.parametrize("c", PLANS)
+def test_deepspeed_keys_are_documented_and_batch_identity_holds(c):
+    d = deepspeed_config(c, global_batch=512)
+    assert set(d) <= DEEPSPEED_TOP and set(d["zero_optimization"]) <= DEEPSPEED_ZERO
+    assert d["train_batch_size"] == d["train_micro_batch_size_per_gpu"] * d["gradient_accumulation_steps"] * c.dp
+    assert d["zero_optimization"]["stage"] == c.zero
+    assert d["bf16"]["enabled"] and not d["fp16"]["enabled"]
+
+
+def test_deepspeed_buckets_in_elements_and_overlap():
+    d = deepspeed_config(PLANS[3], global_batch=64)
+    z = d["zero_optimization"]
+    assert z["overlap_comm"] and z["reduce_bucket_size"] == bucket_elements(PLANS[3]) == 10_000_000
+    assert z["stage3_prefetch_bucket_size"] == z["allgather_bucket_size"]
+    off = deepspeed_config(PLANS[4], global_batch=64)["zero_optimization"]
+    assert not off["overlap_comm"] and "reduce_bucket_size" not in off
+
+
+def test_deepspeed_fp16_and_notes():
+    d = deepspeed_config(PLANS[4], global_batch=64, dtype="fp16")
+    assert d["fp16"]["enabled"] and not d["bf16"]["enabled"]
+    assert any("tp=8" in n for n in deepspeed_notes(PLANS[0]))
