@@ -62,3 +62,46 @@ def evaluate(model, cluster, workload: Workload | None = None, config: ParallelC
         raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
     config = make_config(cl.num_gpus or None, base=config, **config_fields)
     return _evaluate(m, cl, workload, config)
+
+
+def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | None = None,
+              global_batch: int | None = None, seq: int | None = None, dtype: str = "bf16",
+              time_limit_s: float = 10.0, workers: int = 2, seed: int = 0, top_k: int = 1,
+              limits=None, **fixed):
+    """The best parallel plan (and the next ``top_k - 1``), proven optimal by CP-SAT.
+
+    Parameters
+    ----------
+    model, cluster, workload, gpus, global_batch, seq, dtype : as for :func:`evaluate`;
+        ``gpus`` (or a cluster with its GPU count) is required.
+    time_limit_s, workers, seed, top_k : solver options (:class:`search.solve.SolveOptions`).
+    limits : a :class:`search.problem.Limits` (bounds, exclusions, headroom, candidate lists).
+    fixed : config variables to fix (``tp=8``, ``zero=1``, ``sp=True``), added to ``limits``.
+
+    Returns a :class:`search.result.SolveResult`: ``.status``, ``.plans`` (each with
+    ``.config``, ``.estimate`` re-scored by ``evaluate``, ``.binding``), ``.objective_s``,
+    ``.bound_s``, ``.gap``, ``.time_s``; for an infeasible problem ``.explanation`` and
+    ``.changes``.
+
+    Examples
+    --------
+    >>> r = recommend("llama3-8b", "h100-sxm", gpus=8, global_batch=64, seq=4096, tp=8)
+    >>> r.status, r.best.config.tp, r.best.estimate.fits
+    ('OPTIMAL', 8, True)
+    """
+    from dataclasses import replace
+
+    from search.problem import Limits, Problem
+    from search.solve import SolveOptions, solve
+
+    m = resolve_model(model)
+    cl = resolve_cluster(cluster, gpus)
+    if not cl.num_gpus:
+        raise SpecError("gpus", gpus, "a positive GPU count (gpus=N, or a cluster with num_gpus)")
+    if workload is None:
+        workload = make_workload(global_batch, seq, dtype)
+    limits = limits if limits is not None else Limits()
+    if fixed:
+        limits = replace(limits, fixed={**limits.fixed, **fixed})
+    problem = Problem(model=m, cluster=cl, workload=workload, limits=limits)
+    return solve(problem, SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k))

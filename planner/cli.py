@@ -28,6 +28,7 @@ from .args import ArgParser
 COMMANDS = [
     "evaluate",
     "presets",
+    "recommend",
 ]
 
 

@@ -61,7 +61,7 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     """Best plan (and the next ``top_k - 1``) of ``p``, with status, bound and explanation."""
     start = time.perf_counter()
     tables = tables or Tables(p)
-    pre = presolve(p, tables, options.top_k, bounds=options.presolve_bounds)
+    pre = presolve(p, tables, options.top_k, probes=max(4, 2 * options.top_k), bounds=options.presolve_bounds)
     stats = dict(pre.counts, presolve_s=pre.time_s, resolution_s=tables.res_s)
     if not pre.choices:
         res = SolveResult(INFEASIBLE, time_s=time.perf_counter() - start, stats=stats)

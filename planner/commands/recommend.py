@@ -1,0 +1,142 @@
+"""``planner recommend``: the best parallel plan for a problem, proven optimal by CP-SAT, and why.
+
+Config flags (``--tp 8``, ``--zero 1``, ``--no-sp`` ...) fix that variable; ``--pp-max``,
+``--tp-max``, ``--no-zero3`` and ``--headroom-gib`` bound the rest. The default report puts the
+best plan and ``--top K - 1`` alternatives side by side, with the solve status, its proof (best
+bound, gap) and the constraints each plan sits on. ``--emit megatron`` prints Megatron-LM
+arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config. A problem with no plan
+that fits exits 2 with the reason and the smallest changes that would give it one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from costmodel.errors import InfeasibleConfig
+from costmodel.units import GiB
+
+from ..args import add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args
+from ..emit import FORMATS, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes, megatron_text
+from ..report import _s, estimate_json, print_json, table
+
+NAME = "recommend"
+FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
+           "chunks")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(NAME, help="find the best plan (CP-SAT, proven optimal) and explain it",
+                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    add_problem_args(p)
+    add_config_args(p)
+    g = p.add_argument_group("search")
+    g.add_argument("--time-limit", type=float_arg("time_limit", 0.01), default=10.0, metavar="SECONDS",
+                   help="CP-SAT time limit (default: %(default)s)")
+    g.add_argument("--workers", type=int_arg("workers"), default=2, metavar="N", help="CP-SAT workers (default: 2)")
+    g.add_argument("--seed", type=int_arg("seed", 0), default=0, metavar="N", help="CP-SAT random seed (default: 0)")
+    g.add_argument("--top", type=int_arg("top"), default=1, metavar="K", help="also show the next K-1 plans")
+    g.add_argument("--pp-max", type=int_arg("pp_max"), metavar="N", help="largest pipeline-parallel degree")
+    g.add_argument("--tp-max", type=int_arg("tp_max"), metavar="N", help="largest tensor-parallel degree")
+    g.add_argument("--no-zero3", action="store_true", help="exclude ZeRO-3")
+    g.add_argument("--headroom-gib", type=float_arg("headroom_gib"), default=0.0, metavar="GIB",
+                   help="HBM to keep free on every GPU (default: 0)")
+    g.add_argument("--tp-across-nodes", action="store_true", help="allow tensor parallelism to span nodes")
+    p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
+                   help="print the best plan as Megatron-LM arguments or a DeepSpeed config")
+    add_output_args(p)
+    return p
+
+
+def limits_from_args(args: argparse.Namespace):
+    """:class:`search.problem.Limits` from the flags: given config flags fix their variable."""
+    from search.problem import Limits
+    fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
+    maximum = {k: v for k, v in (("pp", args.pp_max), ("tp", args.tp_max)) if v is not None}
+    exclude = {"zero": (3,)} if args.no_zero3 else {}
+    flash = args.flash_attention if args.flash_attention is not None else True
+    return Limits(fixed=fixed, maximum=maximum, exclude=exclude, headroom_bytes=args.headroom_gib * GiB,
+                  tp_across_nodes=args.tp_across_nodes, flash_attention=flash)
+
+
+def run(args: argparse.Namespace) -> int:
+    from search.problem import Problem
+    from search.solve import SolveOptions, solve
+    model, cluster, workload = problem_from_args(args)
+    if not cluster.num_gpus:
+        from costmodel.errors import SpecError
+        raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
+    problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args))
+    result = solve(problem, SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed,
+                                         top_k=args.top))
+    if not result.plans:
+        if args.json:
+            print_json({"status": "infeasible", "solve": result.solve_dict(), "alternatives": []})
+        changes = "; smallest changes: " + ", ".join(result.changes) if result.changes else ""
+        raise InfeasibleConfig(f"problem=infeasible: {result.explanation}{changes}")
+    best = result.best
+    if args.emit and not args.json:
+        return _emit(args.emit, best.config, workload, model)
+    if args.json:
+        d = estimate_json(best.estimate, model, cluster, workload)
+        d["config"]["layers_per_stage"] = list(best.config.layers_per_stage or ())
+        d["solve"] = result.solve_dict()
+        d["binding"] = list(best.binding)
+        d["objective_s"], d["agreement"] = best.objective_s, best.agreement
+        d["alternatives"] = [p.to_dict() for p in result.plans[1:]]
+        if args.emit == "megatron":
+            d["megatron_args"] = [t for a in megatron_args(best.config, workload.global_batch, model.layers,
+                                                            workload.dtype) for t in a]
+        elif args.emit == "deepspeed":
+            d["deepspeed_config"] = deepspeed_config(best.config, workload.global_batch, workload.dtype)
+        print_json(d)
+        return 0
+    print(report_text(result, model, cluster, workload))
+    return 0
+
+
+def _emit(fmt: str, config, workload, model) -> int:
+    if fmt == "megatron":
+        print(megatron_text(config, workload.global_batch, model.layers, workload.dtype))
+        notes = megatron_notes(config)
+    else:
+        print_json(deepspeed_config(config, workload.global_batch, workload.dtype))
+        notes = deepspeed_notes(config)
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+    return 0
+
+
+def _plan_column(plan) -> list:
+    c, e, sp = plan.config, plan.estimate, plan.split
+    stages = "-" if c.pp == 1 else (f"{sp.first}/{sp.mid}x{c.pp - 2}/{sp.last}" if c.pp > 2 else f"{sp.first}/{sp.last}")
+    rec = c.recompute + (f" ({c.recompute_layers}/stage)" if c.recompute_layers is not None else "")
+    return [c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off", c.zero, rec,
+            f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(e.step_time_s), f"{e.tokens_per_s:,.0f}",
+            f"{100 * e.mfu:.1f}", f"{e.peak_memory_bytes / GiB:.1f}"]
+
+
+ROWS = ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequence parallel", "ZeRO stage",
+        "recompute", "bucket MB", "chunks", "layers first/mid/last", "step time s", "tokens/s", "MFU %",
+        "peak memory GiB"]
+
+
+def report_text(result, model, cluster, workload) -> str:
+    cols = [_plan_column(p) for p in result.plans]
+    headers = [""] + ["best" if i == 0 else f"#{i + 1}" for i in range(len(cols))]
+    rows = [[name] + [col[i] for col in cols] for i, name in enumerate(ROWS)]
+    s = result.stats
+    gap = result.gap
+    lines = [f"{model.name} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
+             f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}", "",
+             table(headers, rows), "",
+             f"solve: {result.status} in {result.time_s:.2f} s (CP-SAT {result.solver_time_s:.2f} s on "
+             f"{s.get('model_choices', 0)} choices; presolve {s.get('presolve_s', 0):.2f} s kept {s.get('kept', 0)}, "
+             f"pruned {s.get('bound', 0)} by bound, {s.get('memory', 0)} by memory, {s.get('dominated', 0)} dominated)",
+             f"objective {_s(result.objective_s)} s, best bound {_s(result.bound_s)} s, gap "
+             f"{'-' if gap is None else f'{100 * gap:.2f}%'}; evaluate agrees within "
+             f"{100 * max(p.agreement for p in result.plans):.3f}%"]
+    for i, p in enumerate(result.plans):
+        if p.binding:
+            lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
+    return "\n".join(lines)
