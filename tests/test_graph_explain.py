@@ -71,3 +71,10 @@ def test_sequential_pipeline_send_is_a_synchronous_issue():
     rows = {r["strategy"]: r for r in explain(m, cl, Workload(global_batch=64, seq_len=2048),
                                                ParallelConfig(tp=8, pp=8))}
     assert rows["pp"]["prerequisite"] == "synchronous issue" and rows["pp"]["t_compute_s"] == 0
+
+
+def test_invalid_plan_is_a_spec_error():
+    from costmodel.errors import SpecError
+    with pytest.raises(SpecError, match="tp"):
+        explain(load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(56), Workload(global_batch=8, seq_len=2048),
+                ParallelConfig(tp=7, pp=8))

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..collectives import collective_time_s
 from ..compute import ACT_BYTES, layer_ops
-from ..config import ParallelConfig
+from ..config import ParallelConfig, validate_config
 from ..overlap import overlap_rate
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .compose import WHY_PP_DATA, WHY_PP_SYNC, graph_step, layer_schedule
@@ -69,6 +69,7 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
     """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
+    validate_config(model, cluster, workload, config)  # SpecError names the field, never a traceback
     if workload.mode == "infer":
         return _explain_forward(model, cluster, workload, config)
     gs = graph_step(model, cluster, workload, config)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ..compute import embedding_op
-from ..config import ParallelConfig
+from ..config import ParallelConfig, validate_config
 from ..errors import PlannerError
 from ..memory import is_moe_layer
 from ..pipeline import stage_layers
@@ -54,6 +54,7 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
+    validate_config(model, cluster, workload, config)  # SpecError names the field, never a traceback
     if workload.mode == "infer":
         return _forward_timeline(model, cluster, workload, config, stage or 0)
     gs = graph_step(model, cluster, workload, config)
