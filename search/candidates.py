@@ -131,8 +131,15 @@ def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
     return p.limits.filter("vp", out)
 
 
+def _moot(p: Problem, var: str, default):
+    """The value of an option that changes nothing for this shape: the user's if fixed."""
+    return [p.limits.fixed.get(var, default)]
+
+
 def sp_values(p: Problem, s: Shape) -> list[bool]:
-    if s.tp == 1 or (p.workload.seq_len // s.cp) % s.tp:
+    if s.tp == 1:
+        return _moot(p, "sp", False)
+    if (p.workload.seq_len // s.cp) % s.tp:
         return p.limits.filter("sp", [False])
     return p.limits.filter("sp", [False, True])
 
@@ -145,19 +152,21 @@ def data_parallel(p: Problem, s: Shape) -> bool:
 
 
 def zero_values(p: Problem, s: Shape) -> list[int]:
-    return p.limits.filter("zero", [0, 1, 2, 3] if data_parallel(p, s) else [0])
+    return p.limits.filter("zero", [0, 1, 2, 3]) if data_parallel(p, s) else _moot(p, "zero", 0)
 
 
 def chunk_values(p: Problem, s: Shape) -> list[int]:
-    overlappable = s.tp > 1 or (p.model.is_moe and s.ep > 1)
-    opts = sorted(set(p.limits.chunk_options)) if overlappable else [1]
-    return p.limits.filter("chunks", opts)
+    if not (s.tp > 1 or (p.model.is_moe and s.ep > 1)):
+        return _moot(p, "chunks", 1)
+    return p.limits.filter("chunks", sorted(set(p.limits.chunk_options) | set(_moot(p, "chunks", 1))))
 
 
 def bucket_values(p: Problem, s: Shape) -> list[float]:
     """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default)."""
-    opts = sorted(set(float(b) for b in p.limits.bucket_mb_options)) if data_parallel(p, s) else [40.0]
-    return p.limits.filter("bucket_mb", opts)
+    if not data_parallel(p, s):
+        return [float(b) for b in _moot(p, "bucket_mb", 40.0)]
+    opts = set(float(b) for b in p.limits.bucket_mb_options) | set(float(b) for b in _moot(p, "bucket_mb", 40.0))
+    return p.limits.filter("bucket_mb", sorted(opts))
 
 
 #: layer counts considered for partial full recompute (Megatron ``--recompute-num-layers``)

@@ -24,8 +24,8 @@ import numpy as np
 
 from costmodel.units import GiB
 
-from .candidates import (bucket_values, mb_values, recompute_values, shapes, sp_values, stage_kinds, tp_values,
-                         vp_values, zero_values, cp_values, pp_values)
+from .candidates import (bucket_values, chunk_values, cp_values, mb_values, pp_values, recompute_values, shapes,
+                         sp_values, tp_values, vp_values, zero_values)
 from .exhaustive import best_splits
 from .problem import Problem
 from .tables import Choice, Tables
@@ -41,10 +41,12 @@ def lean_choices(p: Problem):
         vps = vp_values(p, s.pp, p.workload.global_batch // (s.dp * mb))
         if not vps:
             continue
-        recs = recompute_values(p, 2)
+        recs, sps, zeros = recompute_values(p, 2), sp_values(p, s), zero_values(p, s)
+        chunks, buckets = chunk_values(p, s), bucket_values(p, s)
+        if not (recs and sps and zeros and chunks and buckets):
+            continue
         rec = "full" if ("full", None) in recs else recs[-1][0]
-        yield Choice(s, mb, vps[0], max(sp_values(p, s)), 1, max(zero_values(p, s)), rec, None,
-                     bucket_values(p, s)[0])
+        yield Choice(s, mb, vps[0], max(sps), chunks[0], max(zeros), rec, None, buckets[0])
 
 
 def feasible(p: Problem) -> bool:

@@ -107,6 +107,8 @@ class Expander:
         (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
         p = self.p
         zeros, sps, recs = zero_values(p, s), sp_values(p, s), recompute_values(p, 2)
+        if not (zeros and sps and recs and chunk_values(p, s) and bucket_values(p, s)):
+            return None
         bucket = _dominant_buckets(bucket_values(p, s))[0]
         slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
         if refined and bounds.caps(Choice(s, mb, vp, max(sps), 1, max(zeros), slow_rec, None, bucket)) is None:
@@ -138,8 +140,9 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
     def to_ticks(x):
         return math.floor(x / res) - 2
 
-    groups = sorted((ex.group_lb_s(bounds, *q), q) for q in _groups(p))
+    groups = [(ex.group_lb_s(bounds, *q), q) for q in _groups(p)]
     counts["groups"] = len(groups)
+    groups = sorted(g for g in groups if g[0] is not None)  # None: an option list is empty
     incumbents: list[Scored] = []
     ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks)
