@@ -27,7 +27,9 @@ from .args import ArgParser
 #: subcommand modules under planner.commands, in the order --help lists them
 COMMANDS = [
     "evaluate",
+    "explain",
     "presets",
+    "sweep",
     "recommend",
 ]
 

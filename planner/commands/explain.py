@@ -1,0 +1,71 @@
+"""``planner explain``: why communication is or is not hidden, per strategy (op-graph scheduler).
+
+Prints, for the slowest pipeline stage over one step, each strategy's link time ``T_comm``,
+the compute window it could hide behind, the achieved overlap ``r``, the exposed time, the
+critical condition ``T_comm <= T_compute`` and, where communication stays exposed, which of
+the source document's three prerequisites failed (data dependency, no free DMA engine,
+synchronous issue). ``--trace FILE`` writes a Chrome trace-event JSON (open it in Perfetto or
+chrome://tracing) with one lane per resource; ``--gantt FILE.png`` draws the same timeline.
+Takes the flags of ``planner evaluate``; ``--mode infer`` explains one forward pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from costmodel.graph.explain import explain, format_explain, tp_feasibility
+from costmodel.graph.trace import write_chrome_trace, write_gantt
+
+from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
+                    inference_batch, int_arg, problem_from_args)
+from ..report import print_json
+
+NAME = "explain"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(NAME, help="overlap table per strategy, with the blocking prerequisite; "
+                                         "Chrome trace / Gantt of one step",
+                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    add_problem_args(p, infer=True)
+    add_config_args(p)
+    add_inference_args(p, targets=False)
+    g = p.add_argument_group("timeline")
+    g.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of one step of one stage")
+    g.add_argument("--gantt", metavar="FILE.png", help="draw the same timeline as a PNG (needs matplotlib)")
+    g.add_argument("--stage", type=int_arg("stage", 0), metavar="I",
+                   help="pipeline stage to trace (default: the slowest)")
+    add_output_args(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    model, cluster, workload = problem_from_args(args)
+    config = config_from_args(args, cluster.num_gpus or None)
+    if workload.mode == "infer":
+        workload = inference_batch(args, workload, config)
+    if not cluster.num_gpus:
+        cluster = cluster.with_gpus(config.gpus)
+    if args.stage is not None and args.stage >= config.pp:
+        from costmodel.errors import SpecError
+        raise SpecError("stage", args.stage, f"a pipeline stage index below pp={config.pp}")
+    rows = explain(model, cluster, workload, config)
+    tp = tp_feasibility(model, cluster, workload, config) if config.tp > 1 else None
+    written = []
+    if args.trace:
+        write_chrome_trace(args.trace, model, cluster, workload, config, stage=args.stage)
+        written.append(args.trace)
+    if args.gantt:
+        write_gantt(args.gantt, model, cluster, workload, config, stage=args.stage)
+        written.append(args.gantt)
+    if args.json:
+        print_json({"status": "ok", "config": config.to_dict(), "overlap": rows, "tp_feasibility": tp,
+                    "written": written})
+        return 0
+    print(f"{model.name} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
+          f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
+          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}\n")
+    print(format_explain(rows))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
