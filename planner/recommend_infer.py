@@ -3,15 +3,16 @@ under TTFT/TPOT targets, the throughput/latency Pareto front, and launch argumen
 
 A thin layer over :func:`search.infer.solve_infer`. The ``recommend`` subcommand adds these
 options with :func:`add_arguments` and hands ``--mode infer`` to :func:`run`; parallel-config
-flags (``--tp 8``, ``--sp``) fix that variable for the search. A target no plan meets is not
-an error: the answer has status ``INFEASIBLE`` and says the best TTFT/TPOT any plan reaches.
+flags (``--tp 8``, ``--sp``) fix that variable for the search. A target no plan meets is
+reported like training's infeasible problems: the report (with the Pareto front) is printed,
+then exit code 2 with one line saying the best TTFT/TPOT any plan reaches and with which plan.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from costmodel.errors import SpecError
+from costmodel.errors import InfeasibleConfig, SpecError
 from costmodel.inference import PREFILL_TOKENS
 from search.infer import InferProblem, InferResult, solve_infer
 from search.problem import Limits
@@ -34,6 +35,16 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = True) ->
     g.add_argument("--max-batch", type=int_arg("max_batch"), metavar="N", default=1024,
                    help="largest concurrency per replica considered (default: %(default)s)")
     g.add_argument("--plot", metavar="FILE.png", help="write the throughput/latency Pareto front (needs matplotlib)")
+
+
+SERVING_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "plot")
+
+
+def reject_serving_flags(args: argparse.Namespace) -> None:
+    """Training mode: a serving-only flag is a mistake, not something to ignore."""
+    for f in SERVING_ONLY:
+        if getattr(args, f, None) is not None:
+            raise SpecError(f, getattr(args, f), "unset unless --mode infer")
 
 
 def problem_from_args(args: argparse.Namespace) -> InferProblem:
@@ -128,7 +139,11 @@ def write_plot(p: InferProblem, r: InferResult, path: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     p = problem_from_args(args)
-    options = SolveOptions(time_limit_s=getattr(args, "time_limit", None) or 10.0, top_k=getattr(args, "top_k", None) or 3)
+    if getattr(args, "emit", None):
+        raise SpecError("emit", args.emit, "unset with --mode infer (the vLLM and SGLang launch arguments are printed)")
+    options = SolveOptions(time_limit_s=getattr(args, "time_limit", None) or 10.0,
+                           workers=getattr(args, "workers", None) or 2, seed=getattr(args, "seed", None) or 0,
+                           top_k=max(3, getattr(args, "top", None) or 1))
     r = solve_infer(p, options)
     if args.plot:
         write_plot(p, r, args.plot)
@@ -137,4 +152,6 @@ def run(args: argparse.Namespace) -> int:
         print_json(result_json(p, r, prefill))
     else:
         print(result_text(p, r, prefill))
+    if not r.plans:
+        raise InfeasibleConfig(f"targets=unmet: {r.explanation}")
     return 0

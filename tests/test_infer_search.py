@@ -6,7 +6,7 @@ import pytest
 
 from costmodel.errors import SpecError
 from costmodel.presets import load_cluster, load_model
-from planner import recommend_infer
+from planner import cli, recommend_infer
 from planner.args import ArgParser, add_config_args, add_output_args, add_problem_args
 from search.infer import InferProblem, batch_values, pareto_front, solve_infer, solve_infer_exhaustive
 from search.problem import Limits
@@ -115,10 +115,25 @@ def test_recommend_infer_text_and_fixed_tp(capsys):
     assert rows and all(r[1] == "4" for r in rows)
 
 
-def test_recommend_infer_unmet_target_is_an_answer(capsys):
-    args = parser().parse_args(BASE + ["--tpot-ms", "0.5"])
-    assert recommend_infer.run(args) == 0
-    assert "cannot be met: the lowest reachable is" in capsys.readouterr().out
+def test_recommend_infer_unmet_target_exits_2_after_the_report(capsys):
+    code = cli.main(["recommend"] + BASE + ["--tpot-ms", "0.5"])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Pareto front" in out
+    assert err.startswith("planner: error: targets=unmet: TPOT <= 0.5 ms cannot be met: the lowest reachable is")
+    assert len(err.splitlines()) == 1
+
+
+def test_recommend_cli_dispatches_infer_mode(capsys):
+    assert cli.main(["recommend"] + BASE + ["--tpot-ms", "20", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["mode"] == "infer" and d["plans"][0]["tpot_ms"] <= 20
+
+
+@pytest.mark.parametrize("extra, field", [(["--tpot-ms", "5"], "tpot_ms"), (["--input-len", "100"], "input_len")])
+def test_recommend_training_rejects_serving_flags(capsys, extra, field):
+    code = cli.main(["recommend", "--model", "gpt-1.7b", "--cluster", "a100-80g", "--gpus", "16",
+                     "--global-batch", "64", "--seq", "2048"] + extra)
+    assert code == 2 and f"{field}=" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("extra, field", [(["--tpot-ms", "-3"], "tpot_ms"), (["--ttft-ms", "0.1"], "ttft_ms"),

@@ -6,6 +6,8 @@ best plan and ``--top K - 1`` alternatives side by side, with the solve status, 
 bound, gap) and the constraints each plan sits on. ``--emit megatron`` prints Megatron-LM
 arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config. A problem with no plan
 that fits exits 2 with the reason and the smallest changes that would give it one.
+``--mode infer`` plans serving instead (:mod:`planner.recommend_infer`): ``--input-len``,
+``--output-len``, optional ``--ttft-ms``/``--tpot-ms`` targets, the Pareto front and launch arguments.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from costmodel.units import GiB
 from ..args import add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args
 from ..emit import FORMATS, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes, megatron_text
 from ..report import _s, estimate_json, print_json, table
+from .. import recommend_infer
 
 NAME = "recommend"
 FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
@@ -28,8 +31,9 @@ FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(NAME, help="find the best plan (CP-SAT, proven optimal) and explain it",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
-    add_problem_args(p)
+    add_problem_args(p, infer=True)
     add_config_args(p)
+    recommend_infer.add_arguments(p)
     g = p.add_argument_group("search")
     g.add_argument("--time-limit", type=float_arg("time_limit", 0.01), default=10.0, metavar="SECONDS",
                    help="CP-SAT time limit (default: %(default)s)")
@@ -62,6 +66,9 @@ def limits_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from search.problem import Problem
     from search.solve import SolveOptions, solve
+    if args.mode == "infer":
+        return recommend_infer.run(args)
+    recommend_infer.reject_serving_flags(args)
     model, cluster, workload = problem_from_args(args)
     if not cluster.num_gpus:
         from costmodel.errors import SpecError
