@@ -11,12 +11,13 @@ from costmodel.estimate import Estimate
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSpec, ModelSpec, Workload
 
-from .api import evaluate
+from .api import evaluate, sweep
+from .tuner import Planner, Score
 
 __all__ = [
     "ModelSpec", "ClusterSpec", "DeviceSpec", "LinkSpec", "DmaEngineClass", "Workload",
     "ParallelConfig", "Estimate",
     "PlannerError", "SpecError", "InfeasibleConfig",
     "load_model", "load_cluster",
-    "evaluate",
+    "evaluate", "sweep", "Planner", "Score",
 ]

@@ -64,6 +64,33 @@ def evaluate(model, cluster, workload: Workload | None = None, config: ParallelC
     return _evaluate(m, cl, workload, config)
 
 
+def sweep(models, clusters, gpus, global_batch, seq, *, out, dtype="bf16", dma_engines=None, nvlink_gbps=None,
+          nic_gbps=None, hbm_gib=None, time_limit_s: float = 10.0, workers: int | None = None,
+          backend: str = "local", address: str | None = None, progress: bool = False):
+    """Plan every combination of the given values and write ``out/results.{csv,jsonl}``.
+
+    Each axis is a value or a list of values (models and clusters: preset names or spec file
+    paths); the what-ifs (``dma_engines``, ``nvlink_gbps``, ``nic_gbps`` in GB/s, ``hbm_gib``)
+    default to the cluster as specified. Finished cases already in ``out`` are skipped.
+    Returns a :class:`planner.sweep.SweepSummary`; the rows are in
+    ``planner.sweep.ResultStore(out).read()`` (columns: :mod:`planner.sweep.schema`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> s = sweep("llama3-8b", "h100-sxm", gpus=[8, 16], global_batch=64, seq=2048,
+    ...           out=tempfile.mkdtemp(), workers=1)
+    >>> s.total, s.ok
+    (2, 2)
+    """
+    from .sweep import grid_from_mapping, run_sweep
+    axes = {"models": models, "clusters": clusters, "gpus": gpus, "global_batch": global_batch, "seq": seq,
+            "dtype": dtype, "dma_engines": dma_engines, "nvlink_gbps": nvlink_gbps, "nic_gbps": nic_gbps,
+            "hbm_gib": hbm_gib, "time_limit_s": time_limit_s}
+    grid = grid_from_mapping({k: v for k, v in axes.items() if v is not None})
+    return run_sweep(grid.cases(), out, workers=workers, backend=backend, address=address, progress=progress)
+
+
 def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | None = None,
               global_batch: int | None = None, seq: int | None = None, dtype: str = "bf16",
               time_limit_s: float = 10.0, workers: int = 2, seed: int = 0, top_k: int = 1,

@@ -1,0 +1,101 @@
+"""``planner sweep``: plan every case of a grid and append the results to DIR/results.{csv,jsonl}.
+
+The grid is the product of the comma-separated flags (or the same keys in ``--grid FILE``,
+YAML or JSON; flags override the file). Results are written as each case finishes; run the
+same command again after an interruption and it skips the finished cases. A case that is
+malformed or has no plan that fits is recorded with its reason, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from costmodel.errors import SpecError
+
+from ..args import add_output_args, choice_arg, int_arg
+from ..report import print_json
+from ..sweep.grid import grid_from_mapping, load_grid_file
+from ..sweep.runner import BACKENDS, run_sweep
+from ..sweep.store import CSV, JSONL
+
+NAME = "sweep"
+#: grid flags: (flag, grid key, help)
+GRID_FLAGS = (
+    ("--models", "models", "model presets or spec files, comma-separated"),
+    ("--clusters", "clusters", "cluster presets or spec files, comma-separated"),
+    ("--gpus", "gpus", "GPU counts, e.g. 64,128"),
+    ("--global-batch", "global_batch", "global batches in sequences, e.g. 512,1024"),
+    ("--seq", "seq", "sequence lengths in tokens, e.g. 2048,4096"),
+    ("--dtype", "dtype", "GEMM formats (default bf16)"),
+    ("--dma-engines", "dma_engines", "what-if: DMA engine counts"),
+    ("--nvlink-gbps", "nvlink_gbps", "what-if: intra-node bandwidths per GPU, GB/s"),
+    ("--nic-gbps", "nic_gbps", "what-if: inter-node bandwidths per GPU, GB/s"),
+    ("--hbm-gib", "hbm_gib", "what-if: HBM capacities per GPU, GiB"),
+    ("--time-limit", "time_limit_s", "solver time limit per case in seconds (default 10)"),
+)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(NAME, help="plan a grid of models x clusters x GPUs x batches x sequences",
+                              description=__doc__.split(": ", 1)[1].strip())
+    g = p.add_argument_group("grid (comma-separated values; the product is swept)")
+    g.add_argument("--grid", metavar="FILE", help="YAML/JSON file with the same keys (global_batch or global-batch)")
+    for flag, key, text in GRID_FLAGS:
+        g.add_argument(flag, dest=f"grid_{key}", metavar="LIST", help=text)
+    r = p.add_argument_group("running")
+    r.add_argument("--out", metavar="DIR", help="results directory (created; resumed when it has results)")
+    r.add_argument("--workers", type=int_arg("workers"), metavar="N", help="parallel cases (default: all cores)")
+    r.add_argument("--backend", type=choice_arg("backend", BACKENDS), metavar="{" + ",".join(BACKENDS) + "}",
+                   help="local process pool (default) or Ray")
+    r.add_argument("--address", metavar="ADDR", help="with --backend ray: join this cluster (or 'auto')")
+    r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
+    r.add_argument("--plots", action="store_true", help="also draw the plots into DIR/plots (needs matplotlib)")
+    add_output_args(p)
+    return p
+
+
+def grid_and_run_options(args: argparse.Namespace):
+    """The grid (file, then flags over it) and the run options (flags over the file's)."""
+    data = dict(load_grid_file(args.grid)) if args.grid else {}
+    for _, key, _ in GRID_FLAGS:
+        value = getattr(args, f"grid_{key}")
+        if value is not None:
+            data = {k: v for k, v in data.items() if k.replace("-", "_") != key}
+            data[key] = value
+    grid = grid_from_mapping(data, source="grid")
+    run = dict(grid.run)
+    for key in ("out", "workers", "backend", "address"):
+        if getattr(args, key) is not None:
+            run[key] = getattr(args, key)
+    if "out" not in run:
+        raise SpecError("out", None, "given (--out DIR, or out: in the grid file)")
+    if "workers" in run:
+        int_arg("workers")(str(run["workers"]))
+        run["workers"] = int(run["workers"])
+    return grid, run
+
+
+def run(args: argparse.Namespace) -> int:
+    grid, opts = grid_and_run_options(args)
+    cases = grid.cases()
+    summary = run_sweep(cases, opts["out"], workers=opts.get("workers"), backend=opts.get("backend", "local"),
+                        address=opts.get("address"), progress=args.progress)
+    out = Path(opts["out"])
+    plots = []
+    if args.plots:
+        from ..sweep.plots import plot_sweep
+        plots = [str(p) for p in plot_sweep(out, out / "plots")]
+    if args.json:
+        print_json({**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots})
+        return 0
+    s = summary
+    print(f"{s.total} cases: {s.ok} ok, {s.infeasible} infeasible, {s.unsolved} unsolved, {s.error} error, "
+          f"{s.crashed} crashed "
+          f"({s.resumed} already done, {s.ran} run in {s.wall_s:.1f} s on {s.backend} with {s.workers} workers)")
+    print(f"results: {out / CSV}  {out / JSONL}")
+    for p in plots:
+        print(f"plot: {p}")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,183 @@
+"""Fast scoring of many plans of one problem: :class:`Scorer`, behind :meth:`planner.Planner.evaluate_many`.
+
+It computes the same step time, MFU and peak memory as :func:`costmodel.estimate.evaluate`,
+from the same cost-model functions, with two shortcuts and no formula of its own:
+
+* **one representative per stage class.** Stages holding the same number of (dense, MoE)
+  layers at the same position (first, middle, last) have the same per-micro-batch time, DP
+  collectives, optimizer time and model state; the middle stage nearest the front holds the
+  most in-flight micro-batches (peak memory) and has the least 1F1B head start for its
+  gradient reduction (largest DP exposure), so it stands for its class in every maximum of
+  ``evaluate``. So ``stage_timing``, ``dp_comm`` and ``stage_memory`` run once per class, not
+  once per stage.
+* **caches keyed on what each function reads.** Within one problem, ``stage_timing`` does not
+  read the bucket size, ``stage_memory`` neither the bucket size nor the chunk count, and
+  ``dp_comm``/``stage_params`` only the degrees, ZeRO stage and stage split; configs that differ
+  elsewhere share these results.
+
+``tests/test_tuner.py`` checks both shortcuts against ``evaluate`` on random plans (dense, MoE,
+uneven stages, every ZeRO stage, recompute, interleaving); a cost-model change that breaks one
+of them fails there. The full :class:`~costmodel.estimate.Estimate` (breakdown, overlap,
+reasons, memory per stage) stays :func:`costmodel.estimate.evaluate`'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.analytic import dp_comm, grad_bytes, stage_timing
+from costmodel.compute import optimizer_time_s
+from costmodel.config import ParallelConfig, micro_batches, validate_config
+from costmodel.errors import PlannerError
+from costmodel.estimate import Estimate
+from costmodel.flops import hardware_flops_per_step, model_flops_per_step
+from costmodel.memory import expert_dp, stage_memory, stage_params
+from costmodel.overlap import exposed_s
+from costmodel.pipeline import stage_layers
+from costmodel.specs import ClusterSpec, ModelSpec, Workload
+
+
+@dataclass(frozen=True)
+class Score:
+    """The headline numbers of one plan (SI units); ``status`` is ``ok`` or ``invalid``.
+
+    An invalid plan (it breaks a divisibility rule) has ``reason`` set and ``inf``/``0``
+    numbers, so a list of scores stays aligned with the configs it scores.
+    """
+
+    config: ParallelConfig
+    status: str
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    model_tflops_per_gpu: float
+    peak_memory_bytes: float
+    hbm_bytes: float
+    fits: bool
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Valid and fits in memory."""
+        return self.status == "ok" and self.fits
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values (the DESIGN.md keys it has, and ``reason``)."""
+        inf = float("inf")
+        return {"status": self.status, "config": self.config.to_dict(),
+                "step_time_s": None if self.step_time_s == inf else self.step_time_s,
+                "tokens_per_s": self.tokens_per_s, "mfu": self.mfu, "hfu": self.hfu,
+                "model_tflops_per_gpu": self.model_tflops_per_gpu, "peak_memory_bytes": self.peak_memory_bytes,
+                "hbm_bytes": self.hbm_bytes, "fits": self.fits, "reason": self.reason}
+
+    @classmethod
+    def from_estimate(cls, e: Estimate) -> "Score":
+        return cls(config=e.config, status="ok", step_time_s=e.step_time_s, tokens_per_s=e.tokens_per_s,
+                   mfu=e.mfu, hfu=e.hfu, model_tflops_per_gpu=e.model_tflops_per_gpu,
+                   peak_memory_bytes=e.peak_memory_bytes, hbm_bytes=e.hbm_bytes, fits=e.fits)
+
+    @classmethod
+    def invalid(cls, config: ParallelConfig, reason: str, hbm_bytes: float) -> "Score":
+        return cls(config=config, status="invalid", step_time_s=float("inf"), tokens_per_s=0.0, mfu=0.0, hfu=0.0,
+                   model_tflops_per_gpu=0.0, peak_memory_bytes=0.0, hbm_bytes=hbm_bytes, fits=False,
+                   reason=" ".join(reason.split()))
+
+
+class Scorer:
+    """Scores plans of one (model, cluster sized to its GPUs, workload); caches grow with use."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload):
+        self.model, self.cluster, self.workload = model, cluster, workload
+        self.model_flops = model_flops_per_step(model, workload)
+        self.peak_flops = cluster.device.peak_flops_per_s(workload.dtype)
+        self.hbm = cluster.device.hbm_bytes
+        self._classes: dict = {}
+        self._timing: dict = {}
+        self._dp: dict = {}
+        self._optim: dict = {}
+        self._memory: dict = {}
+
+    # ---- stage classes
+    def classes(self, c: ParallelConfig) -> tuple[int, ...]:
+        """The first stage of each class (same layer counts and position), in stage order."""
+        key = (c.pp, c.layers_per_stage)
+        reps = self._classes.get(key)
+        if reps is None:
+            m, seen, out = self.model, set(), []
+            for s in range(c.pp):
+                r = stage_layers(m.layers, c.pp, s, c.layers_per_stage)
+                n_moe = max(0, r.stop - max(r.start, m.dense_layers)) if m.is_moe else 0
+                k = (len(r), n_moe, s == 0, s == c.pp - 1)
+                if k not in seen:
+                    seen.add(k)
+                    out.append(s)
+            reps = self._classes[key] = tuple(out)
+        return reps
+
+    # ---- cached per-class terms (keys: the fields each cost-model function reads)
+    def _stage(self, c: ParallelConfig, s: int):
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero == 3, c.recompute, c.recompute_layers, c.mb, c.vp,
+               c.chunks, c.flash_attention, c.layers_per_stage)
+        st = self._timing.get(key)
+        if st is None:
+            t = stage_timing(self.model, self.cluster, self.workload, c, s)
+            st = self._timing[key] = (t.microbatch_s, t.fwd_s, t.bwd_s + t.recompute_s)
+        return st
+
+    def _dp_terms(self, c: ParallelConfig, s: int):
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.layers_per_stage)
+        d = self._dp.get(key)
+        if d is None:
+            t_grad, t_param = dp_comm(self.model, self.cluster, c, s)
+            d = self._dp[key] = (t_grad, t_param, grad_bytes(self.model, c, s))
+        return d
+
+    def _optimizer(self, c: ParallelConfig, reps) -> float:
+        key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage)
+        t = self._optim.get(key)
+        if t is None:
+            shard_d = c.dp * c.cp if c.zero >= 1 else 1
+            shard_e = expert_dp(c) if c.zero >= 1 else 1
+            dev = self.cluster.device
+            t = self._optim[key] = max(optimizer_time_s(d / shard_d + e / shard_e, dev)
+                                       for d, e in (stage_params(self.model, c, s) for s in reps))
+        return t
+
+    def _peak_memory(self, c: ParallelConfig, reps) -> float:
+        key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.recompute, c.recompute_layers, c.mb, c.vp,
+               c.flash_attention, c.layers_per_stage)
+        peak = self._memory.get(key)
+        if peak is None:
+            peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)
+        return peak
+
+    # ---- scoring
+    def score(self, c: ParallelConfig) -> Score:
+        """The :class:`Score` of ``c`` (invalid plans scored ``invalid``, never raised)."""
+        try:
+            validate_config(self.model, self.cluster, self.workload, c)
+        except PlannerError as e:
+            return Score.invalid(c, str(e), self.hbm)
+        reps = self.classes(c)
+        m = micro_batches(self.workload, c)
+        t_mb = max(self._stage(c, s)[0] for s in reps)
+        pipeline = m * t_mb + (c.pp - 1) / c.vp * t_mb
+        dp_x = zero_x = 0.0
+        for s in reps:  # the class's first stage has the least head start: it binds
+            _, fwd, backward = self._stage(c, s)
+            t_grad, t_param, gbytes = self._dp_terms(c, s)
+            buckets = max(1, round(gbytes / c.bucket_bytes)) if c.bucket_bytes > 0 else 0
+            ex = max(0.0, exposed_s(t_grad, backward, buckets) - s * backward)
+            zx = exposed_s(t_param, fwd, buckets)
+            if ex + zx >= dp_x + zero_x:
+                dp_x, zero_x = ex, zx
+        step = pipeline + dp_x + zero_x + self._optimizer(c, reps)
+        peak = self._peak_memory(c, reps)
+        gpus = c.gpus
+        hw = hardware_flops_per_step(self.model, self.workload, c)
+        return Score(config=c, status="ok", step_time_s=step, tokens_per_s=self.workload.tokens / step,
+                     mfu=self.model_flops / step / gpus / self.peak_flops,
+                     hfu=hw / step / gpus / self.peak_flops,
+                     model_tflops_per_gpu=self.model_flops / step / gpus / 1e12,
+                     peak_memory_bytes=peak, hbm_bytes=self.hbm, fits=peak <= self.hbm)

@@ -1,0 +1,254 @@
+"""A sweep's grid: models x clusters x GPU counts x global batches x sequence lengths x what-ifs.
+
+The grid comes from flags (comma-separated values) or a YAML/JSON file with the same keys
+(``global_batch`` or ``global-batch``; a scalar or a list each). :meth:`Grid.cases` expands it
+into :class:`Case` objects, each with a deterministic :attr:`Case.id` (a hash of its inputs
+and the solver options), which is what makes a sweep resumable.
+
+Hardware what-ifs change the cluster before planning: ``dma_engines`` (engine count of every
+engine class that carries collectives; it matters only for classes with a per-engine
+bandwidth), ``nvlink_gbps`` and ``nic_gbps`` (link bandwidth per GPU, GB/s) and ``hbm_gib``.
+
+>>> g = grid_from_mapping({"models": "llama3-8b,gpt3-5b", "gpus": [8, 16], "global_batch": 64,
+...                        "seq": 2048, "clusters": "h100-sxm"})
+>>> len(g.cases()), g.cases()[0].inputs()["gpus"]
+(4, 8)
+>>> g.cases()[0].id == grid_from_mapping(g.to_mapping()).cases()[0].id
+True
+>>> grid_from_mapping({"models": "llama3-8b", "gpus": "eight", "global_batch": 64, "seq": 2048,
+...                    "clusters": "h100-sxm"})
+Traceback (most recent call last):
+...
+costmodel.errors.SpecError: gpus='eight': must be positive integers (a list, or comma-separated)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from costmodel.errors import SpecError
+from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.units import DTYPES, GB, GiB
+
+from ..problem import make_workload, resolve_cluster, resolve_model
+
+#: grid keys with the type of one value and whether the key is required
+AXES = {
+    "models": ("name", True),
+    "clusters": ("name", True),
+    "gpus": ("int", True),
+    "global_batch": ("int", True),
+    "seq": ("int", True),
+    "dtype": ("dtype", False),
+    "dma_engines": ("int", False),
+    "nvlink_gbps": ("float", False),
+    "nic_gbps": ("float", False),
+    "hbm_gib": ("float", False),
+}
+#: solver options: part of every case's id (a different time limit is a different case)
+OPTIONS = {"time_limit_s": ("float", 10.0)}
+#: how a sweep runs (not part of a case): may sit in the grid file, flags override them
+RUN_KEYS = ("out", "workers", "backend", "address")
+ALIASES = {"model": "models", "cluster": "clusters", "batch": "global_batch", "time_limit": "time_limit_s"}
+
+_ALLOWED = {"int": "positive integers", "float": "positive numbers", "name": "preset names or spec files",
+            "dtype": f"some of {', '.join(DTYPES)}"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One planning question of a sweep (what-ifs ``None`` = the cluster as specified)."""
+
+    model: str
+    cluster: str
+    gpus: int
+    global_batch: int
+    seq: int
+    dtype: str = "bf16"
+    dma_engines: int | None = None
+    nvlink_gbps: float | None = None
+    nic_gbps: float | None = None
+    hbm_gib: float | None = None
+    time_limit_s: float = OPTIONS["time_limit_s"][1]
+
+    def inputs(self) -> dict:
+        """The input columns of this case's result row."""
+        return {k: getattr(self, k) for k in AXES_COLUMNS}
+
+    @property
+    def id(self) -> str:
+        """16 hex digits of SHA-256 over the inputs and options (stable across runs and machines)."""
+        doc = {**self.inputs(), "time_limit_s": self.time_limit_s}
+        text = json.dumps({k: v for k, v in doc.items() if v is not None}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def problem(self) -> tuple[ModelSpec, ClusterSpec, Workload]:
+        """The specs of this case, what-ifs applied (raises SpecError for a malformed case)."""
+        model = resolve_model(self.model)
+        cluster = apply_whatifs(resolve_cluster(self.cluster, self.gpus), dma_engines=self.dma_engines,
+                                nvlink_gbps=self.nvlink_gbps, nic_gbps=self.nic_gbps, hbm_gib=self.hbm_gib)
+        return model, cluster, make_workload(self.global_batch, self.seq, self.dtype)
+
+
+#: input columns, in schema order
+AXES_COLUMNS = ("model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
+                "nic_gbps", "hbm_gib")
+
+
+def apply_whatifs(cluster: ClusterSpec, *, dma_engines: int | None = None, nvlink_gbps: float | None = None,
+                  nic_gbps: float | None = None, hbm_gib: float | None = None) -> ClusterSpec:
+    """``cluster`` with hardware what-ifs applied (``None`` leaves a property as it is).
+
+    >>> from costmodel.presets import load_cluster
+    >>> c = apply_whatifs(load_cluster("sg2262-like"), dma_engines=8, nic_gbps=200)
+    >>> [e.count for e in c.device.dma_engines if e.scopes][0], c.inter_link.bw_bytes_per_s
+    (8, 200000000000.0)
+    """
+    dev = cluster.device
+    if hbm_gib is not None:
+        dev = replace(dev, hbm_bytes=hbm_gib * GiB)
+    if dma_engines is not None:
+        dev = replace(dev, dma_engines=tuple(replace(e, count=dma_engines) if e.scopes else e
+                                             for e in dev.dma_engines))
+    out = replace(cluster, device=dev) if dev is not cluster.device else cluster
+    if nvlink_gbps is not None:
+        out = replace(out, intra_link=replace(out.intra_link, bw_bytes_per_s=nvlink_gbps * GB))
+    if nic_gbps is not None:
+        out = replace(out, inter_link=replace(out.inter_link, bw_bytes_per_s=nic_gbps * GB))
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grid:
+    """The axes of a sweep (each a tuple of values) and the solver options."""
+
+    models: tuple[str, ...]
+    clusters: tuple[str, ...]
+    gpus: tuple[int, ...]
+    global_batch: tuple[int, ...]
+    seq: tuple[int, ...]
+    dtype: tuple[str, ...] = ("bf16",)
+    dma_engines: tuple[int | None, ...] = (None,)
+    nvlink_gbps: tuple[float | None, ...] = (None,)
+    nic_gbps: tuple[float | None, ...] = (None,)
+    hbm_gib: tuple[float | None, ...] = (None,)
+    time_limit_s: float = OPTIONS["time_limit_s"][1]
+    run: dict = field(default_factory=dict, compare=False)  # out/workers/backend/address from a file
+
+    def cases(self) -> list[Case]:
+        """Every combination, models outermost; duplicates (same id) kept once."""
+        out, seen = [], set()
+        axes = [getattr(self, k) for k in AXES]
+        for values in itertools.product(*axes):
+            kw = dict(zip(AXES, values))
+            case = Case(model=kw.pop("models"), cluster=kw.pop("clusters"), time_limit_s=self.time_limit_s, **kw)
+            if case.id not in seen:
+                seen.add(case.id)
+                out.append(case)
+        return out
+
+    def to_mapping(self) -> dict:
+        """Plain values, readable back by :func:`grid_from_mapping`."""
+        d = {k: [v for v in getattr(self, k)] for k in AXES}
+        d = {k: v for k, v in d.items() if v != [None]}
+        d["time_limit_s"] = self.time_limit_s
+        return d
+
+
+def _split(key: str, value) -> list:
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+        if any(p == "" for p in parts):
+            raise SpecError(key, value, f"{_ALLOWED[AXES[key][0]]} (a list, or comma-separated)")
+        return parts
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def _value(key: str, kind: str, v):
+    bad = SpecError(key, v, f"{_ALLOWED[kind]} (a list, or comma-separated)")
+    if kind == "int":
+        if isinstance(v, bool):
+            raise bad
+        if isinstance(v, str):
+            try:
+                v = int(v)
+            except ValueError:
+                raise bad from None
+        if not isinstance(v, int) or v < 1:
+            raise bad
+        return v
+    if kind == "float":
+        if isinstance(v, bool):
+            raise bad
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise bad from None
+        if not math.isfinite(f) or f <= 0:
+            raise bad
+        return f
+    if not isinstance(v, str) or not v:
+        raise bad
+    if kind == "dtype" and v not in DTYPES:
+        raise bad
+    return v
+
+
+def grid_from_mapping(data: dict, source: str = "grid") -> Grid:
+    """A :class:`Grid` from a dict of axis -> value(s) (flags or a parsed file).
+
+    Raises :class:`SpecError` naming the key, the value and what is allowed; model and cluster
+    names are resolved here, so a typo fails before any case runs.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(source, data, "a mapping of grid keys to values")
+    norm = {}
+    for k, v in data.items():
+        key = ALIASES.get(str(k).replace("-", "_"), str(k).replace("-", "_"))
+        if key not in AXES and key not in OPTIONS and key not in RUN_KEYS:
+            allowed = ", ".join(list(AXES) + list(OPTIONS) + list(RUN_KEYS))
+            raise SpecError(f"{source}.{k}" if source != "grid" else str(k), v, f"a grid key ({allowed})")
+        if v is not None:
+            norm[key] = v
+    kw: dict = {}
+    for key, (kind, required) in AXES.items():
+        if key not in norm:
+            if required:
+                raise SpecError(key, None, f"given ({_ALLOWED[kind]})")
+            continue
+        values = [_value(key, kind, v) for v in _split(key, norm[key])]
+        if not values:
+            raise SpecError(key, norm[key], f"at least one value ({_ALLOWED[kind]})")
+        kw[key] = tuple(dict.fromkeys(values))  # keep order, drop repeats
+    if "time_limit_s" in norm:
+        kw["time_limit_s"] = _value("time_limit_s", "float", norm["time_limit_s"])
+    for name in kw["models"]:
+        resolve_model(name)
+    for name in kw["clusters"]:
+        resolve_cluster(name)
+    run = {k: norm[k] for k in RUN_KEYS if k in norm}
+    return Grid(**kw, run=run)
+
+
+def load_grid_file(path: str | Path) -> dict:
+    """The mapping in a YAML or JSON grid file (SpecError naming the file when unreadable)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError("grid", str(path), f"a readable file ({e.strerror})") from None
+    try:
+        import yaml
+        data = yaml.safe_load(text)  # JSON is YAML
+    except Exception as e:  # yaml.YAMLError
+        raise SpecError("grid", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise SpecError("grid", str(path), "a YAML mapping of grid keys (models, gpus, ...) to values")
+    return data

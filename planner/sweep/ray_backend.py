@@ -1,0 +1,90 @@
+"""Run a sweep's cases as Ray tasks: on a local Ray started here, or on a cluster (``--address``).
+
+Ray is an optional extra (``pip install 'overlap-planner[ray]'``). Each case is one task
+(one CPU). A task whose worker dies (killed, out of memory, node lost) is submitted again
+by this driver, up to ``max_attempts`` starts in all, and then recorded as ``crashed``; an
+exception raised inside the task is recorded as ``error``. Results come back to the driver
+as each task finishes, and the driver alone writes the result files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from costmodel.errors import SpecError
+
+from .grid import Case
+from .solve import outcome
+
+#: tasks kept submitted at once, per CPU of the cluster
+IN_FLIGHT_PER_CPU = 4
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("backend", "ray", "installed first: pip install 'overlap-planner[ray]'") from None
+    return ray
+
+
+def connect(address: str | None = None, workers: int | None = None):
+    """Join the Ray cluster at ``address`` (or ``auto``), or start a local one with ``workers``
+    CPUs. Returns ``(ray, started_here)``; a Ray already initialised in this process is reused."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return ray, False
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            from .runner import default_workers
+            ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False,
+                     job_config=ray.job_config.JobConfig(code_search_path=[REPO_ROOT]))
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = address or "a local Ray"
+        raise SpecError("address", where, f"a Ray cluster that can be joined ({' '.join(str(e).split())[:200]})") \
+            from None
+    return ray, True
+
+
+def _call(solve, case: Case) -> dict:
+    """The Ray task: ``solve(case)`` in a worker."""
+    return solve(case)
+
+
+def run_ray(cases: list[Case], solve, on_result, *, address: str | None = None, workers: int | None = None,
+            max_attempts: int = 3) -> None:
+    """Solve ``cases`` as Ray tasks; ``on_result(case, result, attempts)`` runs in this process."""
+    ray, started = connect(address, workers)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(_call)
+        solve_ref = ray.put(solve)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        limit = max(1, IN_FLIGHT_PER_CPU * cpus)
+        pending = list(reversed(cases))
+        attempts: dict[str, int] = {}
+        inflight: dict = {}
+        while pending or inflight:
+            while pending and len(inflight) < limit:
+                case = pending.pop()
+                attempts[case.id] = attempts.get(case.id, 0) + 1
+                inflight[task.remote(solve_ref, case)] = case
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                case = inflight.pop(ref)
+                n = attempts[case.id]
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:  # the function raised (solve_case never does)
+                    result = outcome("error", f"internal error: {' '.join(str(e.cause).split())}")
+                except ray.exceptions.RayError as e:  # the worker or its node died
+                    if n < max_attempts:
+                        pending.append(case)
+                        continue
+                    result = outcome("crashed", f"its Ray worker died on all {n} attempts ({type(e).__name__})")
+                on_result(case, result, n)
+    finally:
+        if started:
+            ray.shutdown()

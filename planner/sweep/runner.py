@@ -1,0 +1,209 @@
+"""Run a sweep's cases in parallel, append each result as it finishes, resume after a kill.
+
+:func:`run_sweep` opens the result files (:class:`~planner.sweep.store.ResultStore`), skips
+the cases already finished there, runs the rest on a local process pool (default: one
+worker per core) or on Ray (:mod:`planner.sweep.ray_backend`), and writes one record per
+case in the driver process. A worker that dies takes only its case down: the pool is rebuilt
+and the case retried, up to ``max_attempts`` starts, after which it is recorded as
+``crashed``. Workers of the local pool exit by themselves when the driver is killed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+from costmodel.errors import SpecError
+
+from .grid import Case
+from .progress import Progress
+from .schema import NAMES, SCHEMA_VERSION
+from .solve import outcome, solve_case
+from .store import ResultStore
+
+BACKENDS = ("local", "ray")
+
+
+def default_workers() -> int:
+    """Cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class SweepSummary:
+    """What one run of a sweep did. ``resumed``: finished by an earlier run and skipped."""
+
+    out_dir: str
+    total: int
+    resumed: int
+    ran: int
+    ok: int
+    infeasible: int
+    unsolved: int
+    error: int
+    crashed: int
+    wall_s: float
+    backend: str
+    workers: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_record(case: Case, result: dict, attempts: int) -> dict:
+    """One result row: the case's inputs, the solver's outcome, and the meta columns (schema order)."""
+    rec = {"case_id": case.id, **case.inputs(), **result, "attempts": attempts, "schema_version": SCHEMA_VERSION,
+           "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    ordered = {k: rec.get(k) for k in NAMES}
+    ordered["estimate"] = rec.get("estimate")
+    return ordered
+
+
+def crashed(reason: str) -> dict:
+    """The outcome of a case whose worker died on every attempt."""
+    return outcome("crashed", reason)
+
+
+# --------------------------------------------------------------------------- local pool
+def _watch_driver(pid: int) -> None:
+    """In a worker: exit when the driver process is gone (killed with -9 it cannot tell us)."""
+    def loop():
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def _context():
+    methods = mp.get_all_start_methods()
+    if "forkserver" in methods:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["planner.sweep.solve"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+def run_local(cases: list[Case], solve, on_result, *, workers: int, max_attempts: int = 3) -> None:
+    """Solve ``cases`` on a process pool; ``on_result(case, result, attempts)`` in this process.
+
+    When a worker dies the pool breaks under every case in flight; those cases are then run
+    again one at a time (each alone in the pool), so a death is pinned on the case that caused it.
+    """
+    pending, suspects = deque(cases), deque()
+    attempts: dict[str, int] = {}
+    ctx = _context()
+    while pending or suspects:
+        alone = bool(suspects)
+        queue, width = (suspects, 1) if alone else (pending, workers)
+        pool = ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=_watch_driver,
+                                   initargs=(os.getpid(),))
+        inflight: dict = {}
+        broken = False
+        try:
+            while queue and not broken or inflight:
+                while queue and not broken and len(inflight) < width:
+                    case = queue[0]
+                    try:
+                        fut = pool.submit(solve, case)
+                    except BrokenProcessPool:  # broke before we saw which future it took down
+                        broken = True
+                        break
+                    queue.popleft()
+                    attempts[case.id] = attempts.get(case.id, 0) + 1
+                    inflight[fut] = case
+                if not inflight:
+                    break
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    case = inflight.pop(fut)
+                    err = fut.exception()
+                    if isinstance(err, BrokenProcessPool):
+                        broken = True
+                        n = attempts[case.id]
+                        if n >= max_attempts:
+                            on_result(case, crashed(f"its worker process died on all {n} attempts"), n)
+                        else:
+                            suspects.append(case)
+                    elif err is not None:  # e.g. the result could not be pickled
+                        on_result(case, outcome("error", f"internal error: {type(err).__name__}: {err}"),
+                                  attempts[case.id])
+                    else:
+                        on_result(case, fut.result(), attempts[case.id])
+                if alone and not broken:
+                    break  # back to the normal pool once a suspect has cleared
+        finally:
+            pool.shutdown(wait=not broken, cancel_futures=True)
+
+
+def run_serial(cases: list[Case], solve, on_result) -> None:
+    """Solve ``cases`` one after another in this process (``workers=1``: no pool to start)."""
+    for case in cases:
+        on_result(case, solve(case), 1)
+
+
+# --------------------------------------------------------------------------- driver
+def run_sweep(cases: list[Case], out_dir, *, workers: int | None = None, backend: str = "local",
+              address: str | None = None, progress: bool = True, solve=solve_case,
+              max_attempts: int = 3, stream=None) -> SweepSummary:
+    """Run every case not already finished in ``out_dir``; see the module docstring.
+
+    ``solve`` must be a picklable top-level function ``Case -> dict`` (the default plans with
+    the search). Returns a :class:`SweepSummary` of this run.
+    """
+    if backend not in BACKENDS:
+        raise SpecError("backend", backend, f"one of {', '.join(BACKENDS)}")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise SpecError("workers", workers, "a positive integer")
+    if address is not None and backend != "ray":
+        raise SpecError("address", address, "given only with --backend ray")
+    n_workers = workers or default_workers()
+    store = ResultStore(out_dir)
+    done = store.open()
+    todo = [c for c in cases if c.id not in done]
+    resumed = len(cases) - len(todo)
+    bar = Progress(len(cases), skipped=resumed, stream=stream, enabled=progress)
+    counts = {"ok": 0, "infeasible": 0, "unsolved": 0, "error": 0, "crashed": 0}
+    t0 = time.perf_counter()
+
+    def on_result(case: Case, result: dict, attempts: int) -> None:
+        rec = make_record(case, result, attempts)
+        store.append(rec)
+        bar.update(rec["status"])
+
+    try:
+        if not todo:
+            pass
+        elif backend == "ray":
+            from .ray_backend import run_ray
+            run_ray(todo, solve, on_result, address=address, workers=workers, max_attempts=max_attempts)
+        elif n_workers == 1:
+            run_serial(todo, solve, on_result)
+        else:
+            run_local(todo, solve, on_result, workers=min(n_workers, len(todo)), max_attempts=max_attempts)
+    finally:
+        store.close()
+        bar.close()
+    ids = {c.id for c in cases}
+    for rec in store.read():  # statuses over the whole grid, resumed cases included
+        if rec["case_id"] in ids:
+            counts[rec["status"]] = counts.get(rec["status"], 0) + 1
+    return SweepSummary(out_dir=str(out_dir), total=len(cases), resumed=resumed, ran=len(todo),
+                        ok=counts["ok"], infeasible=counts["infeasible"], unsolved=counts["unsolved"],
+                        error=counts["error"],
+                        crashed=counts["crashed"], wall_s=time.perf_counter() - t0, backend=backend,
+                        workers=n_workers)

@@ -1,0 +1,150 @@
+"""The stable schema of a sweep's results: one row per case in ``results.csv`` and ``results.jsonl``.
+
+Both files hold the same flat columns, in the order of :data:`COLUMNS`; a JSONL line also
+carries ``estimate``, the full :meth:`costmodel.estimate.Estimate.to_dict` of the best plan
+(``null`` when there is none). Columns are only ever added at the end, under a new
+:data:`SCHEMA_VERSION`; none is renamed or removed. Units are SI (seconds, bytes) except the
+hardware what-if inputs, which keep the human units of their flags (GB/s, GiB).
+
+In CSV a missing value is an empty cell, booleans are ``true``/``false`` and
+``layers_per_stage`` is dash-joined (``"11-12-12-13"``); in JSONL they are ``null``, JSON
+booleans and a list.
+
+>>> [c.name for c in COLUMNS][:6]
+['case_id', 'model', 'cluster', 'gpus', 'global_batch', 'seq']
+>>> row = csv_row({"case_id": "ab", "sp": True, "layers_per_stage": [3, 5], "mfu": None})
+>>> row["sp"], row["layers_per_stage"], row["mfu"]
+('true', '3-5', '')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 1
+
+#: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
+#: fits or none is valid (``infeasible``); the search found no plan within its time limit
+#: (``unsolved``); the combination is malformed or the case raised (``error``); the worker
+#: running the case died on every attempt (``crashed``).
+STATUSES = ("ok", "infeasible", "unsolved", "error", "crashed")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One result column: its name, type (``str``, ``int``, ``float``, ``bool``) and meaning."""
+
+    name: str
+    type: str
+    group: str
+    doc: str
+
+
+def _cols(group: str, *specs: tuple[str, str, str]) -> list[Column]:
+    return [Column(n, t, group, d) for n, t, d in specs]
+
+
+COLUMNS: tuple[Column, ...] = tuple(
+    _cols("input",
+          ("case_id", "str", "deterministic id of the case: a hash of every input below and the solver options"),
+          ("model", "str", "model preset name or spec file path, as given"),
+          ("cluster", "str", "cluster preset name or spec file path, as given"),
+          ("gpus", "int", "total GPUs"),
+          ("global_batch", "int", "sequences per optimizer step"),
+          ("seq", "int", "tokens per sequence"),
+          ("dtype", "str", "GEMM format: bf16, fp16 or fp8"),
+          ("dma_engines", "int", "what-if: engine count of every collective-carrying DMA engine class (empty: the cluster's)"),
+          ("nvlink_gbps", "float", "what-if: intra-node link bandwidth per GPU in GB/s (empty: the cluster's)"),
+          ("nic_gbps", "float", "what-if: inter-node bandwidth per GPU in GB/s (empty: the cluster's)"),
+          ("hbm_gib", "float", "what-if: HBM capacity per GPU in GiB (empty: the cluster's)"),
+          ("model_params", "int", "total parameters of the model (for ordering by size)"))
+    + _cols("outcome",
+            ("status", "str", "ok | infeasible | unsolved | error | crashed (see STATUSES)"),
+            ("reason", "str", "why there is no plan (one line), empty when status is ok"))
+    + _cols("plan",
+            ("tp", "int", "tensor-parallel degree"), ("pp", "int", "pipeline-parallel degree"),
+            ("dp", "int", "data-parallel degree"), ("ep", "int", "expert-parallel degree"),
+            ("cp", "int", "context-parallel degree"), ("vp", "int", "interleaved chunks per pipeline stage"),
+            ("mb", "int", "micro-batch size in sequences"), ("sp", "bool", "sequence parallelism"),
+            ("zero", "int", "ZeRO stage"), ("recompute", "str", "none | selective | full"),
+            ("recompute_layers", "int", "with full recompute: layers per stage recomputed (empty: all)"),
+            ("bucket_mb", "float", "DP gradient bucket size in MB (0: no overlap)"),
+            ("chunks", "int", "pieces each overlappable collective is split into"),
+            ("layers_per_stage", "str", "layers on each pipeline stage, first to last (empty: uniform)"))
+    + _cols("estimate",
+            ("step_time_s", "float", "predicted seconds per optimizer step"),
+            ("tokens_per_s", "float", "global tokens per second"),
+            ("mfu", "float", "model FLOPs utilisation (0-1)"),
+            ("hfu", "float", "hardware FLOPs utilisation (0-1)"),
+            ("model_tflops_per_gpu", "float", "model TFLOP/s per GPU"),
+            ("peak_memory_bytes", "float", "peak memory of the fullest GPU"),
+            ("hbm_bytes", "float", "HBM capacity per GPU"),
+            ("fits", "bool", "peak memory within HBM"),
+            ("compute_s", "float", "forward + backward compute in the step"),
+            ("bubble_s", "float", "pipeline bubble in the step"),
+            ("exposed_comm_s", "float", "communication left exposed, all strategies (sum of *_exposed_s)"))
+    + _cols("solve",
+            ("solver", "str", "what produced the plan: cp-sat"),
+            ("solve_status", "str", "the solver's status (OPTIMAL, FEASIBLE, INFEASIBLE, ...)"),
+            ("solve_time_s", "float", "solver wall time in seconds"),
+            ("objective_s", "float", "the solver's objective (step time it optimised)"),
+            ("bound_s", "float", "the solver's best bound"),
+            ("gap", "float", "relative gap between objective and bound"),
+            ("case_time_s", "float", "wall time of the whole case, in its worker"),
+            ("attempts", "int", "times the case was started (more than 1 after a worker died)"))
+    + _cols("meta",
+            ("schema_version", "int", "this schema's version"),
+            ("finished_at", "str", "UTC time the case finished (ISO 8601)"))
+)
+
+NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+INPUT_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.group == "input" and c.name not in
+                                     ("case_id", "model_params"))
+PLAN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.group == "plan")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "-".join(str(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def csv_row(record: dict) -> dict:
+    """The CSV cells (strings) of one record: every column of :data:`NAMES`, in order."""
+    return {name: _cell(record.get(name)) for name in NAMES}
+
+
+def parse_cell(column: str, text: str):
+    """A CSV cell back to its JSON value (the inverse of the CSV writer).
+
+    >>> parse_cell("gpus", "64"), parse_cell("fits", "false"), parse_cell("mfu", "")
+    (64, False, None)
+    """
+    if text == "":
+        return None
+    kind = _TYPES[column]
+    if column == "layers_per_stage":
+        return [int(x) for x in text.split("-")]
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "bool":
+        return text == "true"
+    return text
+
+
+_TYPES = {c.name: c.type for c in COLUMNS}
+
+
+def markdown() -> str:
+    """The schema as a Markdown table (for documentation)."""
+    lines = ["| column | type | group | meaning |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{c.name}` | {c.type} | {c.group} | {c.doc} |" for c in COLUMNS]
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""One case of a sweep, solved: ``solve_case(case) -> dict`` (the outcome, plan, estimate and solve columns).
+
+Runs in a worker process (local pool or Ray). It never raises: a malformed case becomes
+``status="error"`` with the one-line reason, a case with no plan that fits becomes
+``status="infeasible"``, so the sweep goes on.
+
+The plan comes from :func:`planner.api.recommend` (the CP-SAT search of ``planner recommend``)
+with default limits, the case's time limit and one CP-SAT worker (the sweep runs cases in
+parallel); the best plan is re-scored by :func:`costmodel.estimate.evaluate`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from costmodel.errors import PlannerError
+
+from .grid import Case
+from .schema import PLAN_NAMES
+
+
+def _flatten(est: dict | None) -> dict:
+    """The estimate columns of :mod:`planner.sweep.schema` from ``Estimate.to_dict()``."""
+    if est is None:
+        return {}
+    b = est.get("breakdown", {})
+    cols = {k: est.get(k) for k in ("step_time_s", "tokens_per_s", "mfu", "hfu", "model_tflops_per_gpu",
+                                    "peak_memory_bytes", "hbm_bytes", "fits")}
+    cols["compute_s"] = b.get("compute_s")
+    cols["bubble_s"] = b.get("bubble_s")
+    cols["exposed_comm_s"] = sum(v for k, v in b.items() if k.endswith("_exposed_s"))
+    return cols
+
+
+def _plan(config: dict | None) -> dict:
+    if config is None:
+        return {}
+    out = {k: config.get(k) for k in PLAN_NAMES}
+    if out.get("layers_per_stage") is not None:
+        out["layers_per_stage"] = list(out["layers_per_stage"])
+    return out
+
+
+def outcome(status: str, reason: str = "", *, config: dict | None = None, estimate: dict | None = None,
+            solve: dict | None = None, model_params: int | None = None) -> dict:
+    """The result of one case: every non-input, non-meta column, plus the nested ``estimate``."""
+    s = solve or {}
+    return {
+        "model_params": model_params,
+        "status": status, "reason": reason or None,
+        **{k: None for k in PLAN_NAMES}, **_plan(config),
+        **_flatten(estimate),
+        "solver": s.get("solver"), "solve_status": s.get("status"), "solve_time_s": s.get("time_s"),
+        "objective_s": s.get("objective_s"), "bound_s": s.get("bound_s"), "gap": s.get("gap"),
+        "estimate": estimate,
+    }
+
+
+def solve_case(case: Case) -> dict:
+    """Plan one case; never raises (see the module docstring)."""
+    t0 = time.perf_counter()
+    params = None
+    try:
+        model, cluster, workload = case.problem()
+        params = model.params
+        out = _solve(case, model, cluster, workload)
+    except (PlannerError, ValueError) as e:
+        out = outcome("error", " ".join(str(e).split()), model_params=params)
+    except Exception as e:  # a bug in the planner: record it, keep sweeping
+        out = outcome("error", f"internal error: {type(e).__name__}: {' '.join(str(e).split())}",
+                      model_params=params)
+    out["model_params"] = params
+    out["case_time_s"] = time.perf_counter() - t0
+    return out
+
+
+def _solve(case: Case, model, cluster, workload) -> dict:
+    """:func:`planner.api.recommend` with one CP-SAT worker (the sweep runs cases in parallel)."""
+    from ..api import recommend
+
+    r = recommend(model, cluster, workload, time_limit_s=case.time_limit_s, workers=1, seed=0, top_k=1)
+    solve_info = {"solver": "cp-sat", "status": r.status, "time_s": r.time_s, "objective_s": r.objective_s,
+                  "bound_s": r.bound_s, "gap": r.gap}
+    if r.best is None:
+        if r.status == "INFEASIBLE":
+            reason = r.explanation or "no plan fits in memory"
+            return outcome("infeasible", " ".join(reason.split()), solve=solve_info)
+        return outcome("unsolved", f"no plan found within the time limit of {case.time_limit_s:g} s ({r.status})",
+                       solve=solve_info)
+    est = r.best.estimate
+    return outcome("ok", config=r.best.config.to_dict(), estimate=est.to_dict(), solve=solve_info)

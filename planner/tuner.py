@@ -1,0 +1,235 @@
+"""``Planner``: one problem, configured once, asked many times (the API for autotuners).
+
+Parameters follow scikit-learn: ``__init__`` only stores them (no file is read, nothing is
+checked or computed there); the specs are resolved on first use and a bad value raises
+:class:`~costmodel.errors.SpecError` then, naming the field.
+
+>>> p = Planner(model="llama3-8b", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
+>>> p.evaluate({"tp": 2, "pp": 1, "mb": 1}).config.dp          # dp fills the GPUs: 8 / 2
+4
+>>> configs = p.space(tp=[1, 2], pp=1, zero=1, bucket_mb=40.0, chunks=1)
+>>> scores = p.evaluate_many(configs)
+>>> len(scores) == len(configs), all(s.status == "ok" for s in scores)
+(True, True)
+>>> best = p.rank(configs)[0]
+>>> best.fits, best.step_time_s == min(s.step_time_s for s in scores if s.fits)
+(True, True)
+>>> [s.step_time_s <= 1.05 * best.step_time_s for s in p.prune(configs, within=0.05)][:1]
+[True]
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import fields
+
+from costmodel.config import ParallelConfig
+from costmodel.errors import InfeasibleConfig, SpecError
+from costmodel.estimate import Estimate
+from costmodel.estimate import evaluate as _evaluate
+from costmodel.specs import ClusterSpec, ModelSpec, Workload
+
+from .fastpath import Score, Scorer
+from .problem import make_config, make_workload, resolve_cluster, resolve_model
+
+__all__ = ["Planner", "Score"]
+
+#: ``space()`` defaults that keep the enumeration to thousands, not millions, of plans
+SPACE_DEFAULTS = {"chunk_options": (1, 4), "bucket_mb_options": (0, 40), "partial_recompute": False,
+                  "uneven_stages": False}
+
+
+class Planner:
+    """Evaluate, enumerate, rank, prune and recommend parallel plans of one training problem.
+
+    Parameters
+    ----------
+    model, cluster : a spec object, a preset name or a JSON/YAML file path.
+    gpus : total GPUs. global_batch : sequences per step. seq : tokens per sequence.
+    dtype : GEMM format (``bf16``, ``fp16``, ``fp8``).
+    """
+
+    def __init__(self, model, cluster, gpus: int, global_batch: int, seq: int, dtype: str = "bf16"):
+        self.model = model
+        self.cluster = cluster
+        self.gpus = gpus
+        self.global_batch = global_batch
+        self.seq = seq
+        self.dtype = dtype
+
+    def get_params(self) -> dict:
+        """The constructor's parameters (scikit-learn convention)."""
+        return {k: getattr(self, k) for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype")}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" if not isinstance(v, (ModelSpec, ClusterSpec)) else f"{k}={v.name!r}"
+                         for k, v in self.get_params().items())
+        return f"Planner({args})"
+
+    # ---- resolved problem (lazily, once per parameter set)
+    def _problem(self) -> tuple[ModelSpec, ClusterSpec, Workload, Scorer]:
+        key = tuple(id(v) if isinstance(v, (ModelSpec, ClusterSpec)) else v for v in self.get_params().values())
+        cached = getattr(self, "_resolved", None)
+        if cached is None or cached[0] != key:
+            m = resolve_model(self.model)
+            cl = resolve_cluster(self.cluster, self.gpus)
+            w = make_workload(self.global_batch, self.seq, self.dtype)
+            self._resolved = (key, (m, cl, w, Scorer(m, cl, w)))
+        return self._resolved[1]
+
+    def config(self, config: ParallelConfig | dict | None = None, **fields_) -> ParallelConfig:
+        """A :class:`ParallelConfig` from a config, a dict of its keys and/or keyword fields
+        (``dp`` defaults to ``gpus / (tp * pp * cp)``)."""
+        if isinstance(config, ParallelConfig) and not fields_:
+            return config
+        if isinstance(config, dict):
+            fields_ = {**config, **fields_}
+            config = None
+        elif config is not None and not isinstance(config, ParallelConfig):
+            raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
+        return make_config(self.gpus, base=config, **fields_)
+
+    def _limits(self, constraints: dict, defaults: dict):
+        """``(search.problem.Limits, {variable: allowed values})`` from keyword constraints."""
+        from search.problem import VARIABLES, Limits
+
+        lim_fields = {f.name for f in fields(Limits)} - {"fixed", "minimum", "maximum", "exclude"}
+        kw = dict(defaults)
+        fixed, minimum, maximum, allowed = {}, {}, {}, {}
+        for k, v in constraints.items():
+            if k in lim_fields:
+                kw[k] = v
+            elif k in VARIABLES:
+                if isinstance(v, (list, tuple, set, frozenset, range)):
+                    allowed[k] = set(v)
+                else:
+                    fixed[k] = v
+            elif k[:4] in ("min_", "max_") and k[4:] in VARIABLES:
+                (minimum if k.startswith("min_") else maximum)[k[4:]] = v
+            else:
+                raise SpecError(k, v, f"a config variable ({', '.join(VARIABLES)}), min_/max_ of one, "
+                                      f"or a search limit ({', '.join(sorted(lim_fields))})")
+        for k in ("chunks", "bucket_mb"):  # a fixed value must be a candidate too
+            opt = "chunk_options" if k == "chunks" else "bucket_mb_options"
+            if k in fixed:
+                kw[opt] = (fixed[k],)
+            elif k in allowed:
+                kw[opt] = tuple(sorted(allowed[k]))
+        return Limits(fixed=fixed, minimum=minimum, maximum=maximum, **kw), allowed
+
+    # ---- questions
+    def evaluate(self, config: ParallelConfig | dict | None = None, *, engine: str = "analytic",
+                 **fields_) -> Estimate:
+        """The full :class:`~costmodel.estimate.Estimate` of one plan (raises SpecError if invalid);
+        ``engine="graph"`` schedules the op graph instead of the analytical overlap rules."""
+        m, cl, w, _ = self._problem()
+        config = self.config(config, **fields_)
+        if engine == "analytic":
+            return _evaluate(m, cl, w, config)
+        return _evaluate(m, cl, w, config, engine=engine)
+
+    def evaluate_many(self, configs, *, exact: bool = False) -> list[Score]:
+        """One :class:`Score` per config, in order; invalid configs get ``status="invalid"``.
+
+        The analytical fast path (:mod:`planner.fastpath`) gives the numbers of ``evaluate``
+        without its per-stage report; ``exact=True`` runs the full ``evaluate`` on each.
+        """
+        m, cl, w, scorer = self._problem()
+        out = []
+        for c in configs:
+            c = c if isinstance(c, ParallelConfig) else self.config(c)
+            if exact:
+                try:
+                    out.append(Score.from_estimate(_evaluate(m, cl, w, c)))
+                except SpecError as e:
+                    out.append(Score.invalid(c, str(e), cl.device.hbm_bytes))
+            else:
+                out.append(scorer.score(c))
+        return out
+
+    def space(self, *, fits: bool = True, limits=None, **constraints) -> list[ParallelConfig]:
+        """Every valid plan, from the search's candidate lists (:mod:`search.candidates`),
+        optionally (``fits``) only those that fit in memory.
+
+        ``constraints``: a config variable fixed (``tp=8``) or limited to some values
+        (``pp=[1, 2, 4]``), ``min_<var>``/``max_<var>`` bounds, or a
+        :class:`search.problem.Limits` option (``mb_max=4``, ``chunk_options=(1, 2)``). Without
+        options, chunks are 1 or 4, buckets 0 or 40 MB, pipeline stages hold equal layer counts and
+        full recompute covers every layer (``uneven_stages=True``, ``partial_recompute=True``
+        widen the space, by a factor of tens to thousands).
+        """
+        from search.candidates import Split, splits
+        from search.exhaustive import all_choices
+        from search.problem import Problem
+
+        m, cl, w, scorer = self._problem()
+        lim, allowed = self._limits(constraints, defaults=SPACE_DEFAULTS)
+        lim = limits or lim
+        problem = Problem(model=m, cluster=cl, workload=w, limits=lim)
+        out = []
+        for choice in all_choices(problem):
+            s = choice.shape
+            stage_splits = [None] if s.pp == 1 or not lim.uneven_stages else \
+                [Split(*t).layers_per_stage(s.pp) for t in splits(m.layers, s.pp, choice.vp)]
+            for lps in stage_splits:
+                c = choice.config(flash_attention=lim.flash_attention, layers_per_stage=lps)
+                if allowed and any(getattr(c, k) not in vals for k, vals in allowed.items() if k != "bucket_mb"):
+                    continue
+                score = scorer.score(c)  # drops plans that break a divisibility rule
+                if score.status != "ok" or (fits and (not score.fits or score.peak_memory_bytes > problem.hbm_cap_bytes)):
+                    continue
+                out.append(c)
+        return out
+
+    def rank(self, configs, *, key: str = "step_time_s") -> list[Score]:
+        """Valid plans that fit, best first by ``key`` (``step_time_s`` ascending; ``mfu`` or
+        ``tokens_per_s`` descending)."""
+        scores = [s for s in self.evaluate_many(configs) if s.ok]
+        if key not in ("step_time_s", "mfu", "tokens_per_s", "peak_memory_bytes"):
+            raise SpecError("key", key, "one of step_time_s, mfu, tokens_per_s, peak_memory_bytes")
+        reverse = key in ("mfu", "tokens_per_s")
+        return sorted(scores, key=lambda s: getattr(s, key), reverse=reverse)
+
+    def prune(self, configs, *, keep: int | None = None, within: float | None = None) -> list[Score]:
+        """The plans worth measuring: those that fit, fastest first, at most ``keep`` of them and
+        only those within ``within`` (a fraction: 0.1 = 10 %) of the fastest step time."""
+        if keep is not None and (not isinstance(keep, int) or keep < 1):
+            raise SpecError("keep", keep, "a positive integer")
+        if within is not None and not within >= 0:
+            raise SpecError("within", within, "a non-negative fraction (0.1 = within 10 % of the best)")
+        ranked = self.rank(configs)
+        if within is not None and ranked:
+            limit = ranked[0].step_time_s * (1 + within)
+            ranked = [s for s in ranked if s.step_time_s <= limit]
+        return ranked[:keep] if keep is not None else ranked
+
+    def recommend(self, k: int = 1, constraints: dict | None = None, *, time_limit_s: float = 10.0,
+                  workers: int = 2, seed: int = 0) -> list:
+        """The ``k`` best plans by the CP-SAT search (:func:`planner.api.recommend`), best first: each a
+        :class:`search.result.Plan` (``.config``, ``.estimate``, ``.to_dict()``).
+
+        ``constraints`` are those of :meth:`space` (``{"tp": 8, "max_pp": 16}``), with the
+        search's own default candidate lists. Raises :class:`~costmodel.errors.InfeasibleConfig`
+        (with the search's explanation) when no plan fits.
+        """
+        from .api import recommend
+
+        m, cl, w, _ = self._problem()
+        limits, allowed = self._limits(constraints or {}, defaults={})
+        if allowed:
+            raise SpecError(sorted(allowed)[0], sorted(allowed[sorted(allowed)[0]], key=str),
+                            "a single value or a min_/max_ bound in recommend (lists only in space)")
+        r = recommend(m, cl, w, limits=limits, time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=k)
+        if not r.plans:
+            raise InfeasibleConfig(" ".join((r.explanation or f"no plan found ({r.status})").split()))
+        return list(r.plans)
+
+
+def grid(**values) -> list[dict]:
+    """Dicts of every combination of the given lists (a quick way to build configs).
+
+    >>> grid(tp=[1, 2], pp=[1])
+    [{'tp': 1, 'pp': 1}, {'tp': 2, 'pp': 1}]
+    """
+    keys = list(values)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*values.values())]
