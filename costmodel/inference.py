@@ -91,15 +91,16 @@ def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
     k = c.chunks
     if c.tp > 1:
         msg = tokens * model.hidden * ACT_BYTES
-        # a collective split into k pieces pays k latencies (it is k collectives)
-        t = {kind: k * collective_time_s(kind, msg / k, c.tp, 1, cluster, algorithm="direct")
+        # chunked: the pieces are the steps of one decomposed collective (as in costmodel.graph),
+        # so the whole collective's time, latency included, is split among them
+        t = {kind: collective_time_s(kind, msg, c.tp, 1, cluster, algorithm="direct")
              for kind in ("allreduce", "allgather", "reducescatter")}
         _, fwd = _tp_ledger(ops, t["allgather"], t["reducescatter"], t["allreduce"], c.sp_on, c.chunks, sm)
         led = led.merge(fwd)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
         slots = tokens * model.topk / c.tp
-        t_a2a = k * collective_time_s("alltoall", slots * model.hidden * ACT_BYTES / k, c.ep, 1, cluster)
+        t_a2a = collective_time_s("alltoall", slots * model.hidden * ACT_BYTES, c.ep, 1, cluster)
         why = WHY_EP if k == 1 else "data dependency: dispatch needs the router output (combine chunked)"
         led.add("ep", t_a2a, t_a2a, why, uses_compute=sm)  # dispatch
         led.add("ep", t_a2a, exposed_s(t_a2a, experts.fwd_s, k if k > 1 else 0), why, uses_compute=sm)
