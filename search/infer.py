@@ -32,7 +32,7 @@ from costmodel.inference_memory import check_weights_fit
 from costmodel.kvcache import kv_dtype_bytes
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 
-from .candidates import divisors, ep_values, pp_values, tp_values
+from .candidates import ep_values, pp_values, tp_values
 from .problem import Limits, Problem
 from .result import INFEASIBLE, OPTIMAL
 from .solve import SolveOptions
