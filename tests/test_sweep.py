@@ -126,6 +126,12 @@ def test_schema_columns_are_stable():
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 
 
+def test_schema_is_printed_for_users(capsys):
+    assert cli.main(["sweep", "--schema"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| column | type | group | meaning |") and all(f"| `{n}` |" in out for n in NAMES)
+
+
 def test_results_follow_the_schema_in_both_files(tmp_path):
     grid = grid_from_mapping({**SMALL, "gpus": "8,1"})  # 1 GPU: no plan fits, recorded with its reason
     summary = run_sweep(grid.cases(), tmp_path, workers=1, progress=False)

@@ -18,6 +18,7 @@ from ..args import add_output_args, choice_arg, int_arg
 from ..report import print_json
 from ..sweep.grid import grid_from_mapping, load_grid_file
 from ..sweep.runner import BACKENDS, run_sweep
+from ..sweep.schema import markdown
 from ..sweep.store import CSV, JSONL
 
 NAME = "sweep"
@@ -52,6 +53,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--address", metavar="ADDR", help="with --backend ray: join this cluster (or 'auto')")
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     r.add_argument("--plots", action="store_true", help="also draw the plots into DIR/plots (needs matplotlib)")
+    r.add_argument("--schema", action="store_true", help="print the result columns (Markdown) and exit")
     add_output_args(p)
     return p
 
@@ -78,6 +80,9 @@ def grid_and_run_options(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.schema:
+        print(markdown())
+        return 0
     grid, opts = grid_and_run_options(args)
     cases = grid.cases()
     summary = run_sweep(cases, opts["out"], workers=opts.get("workers"), backend=opts.get("backend", "local"),
