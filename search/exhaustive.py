@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .candidates import (Split, bucket_values, chunk_values, mb_values, recompute_values, shapes, sp_values,
-                         vp_values, zero_values)
+from .candidates import (Split, bucket_values, chunk_values, mb_values, recompute_values, shapes, splits,
+                         sp_values, vp_values, zero_values)
 from .problem import Problem
 from .tables import Choice, StageTable, Tables
 
@@ -117,7 +117,26 @@ class ExhaustiveResult:
 
 
 def count_choices(p: Problem) -> int:
-    return sum(1 for _ in all_choices(p))
+    return count_space(p)[0]
+
+
+def count_space(p: Problem) -> tuple[int, int]:
+    """(choices, plans) in the space, counted per ``(shape, mb, vp)`` without enumerating;
+    plans count every stage split, before any memory check."""
+    L, choices, plans = p.model.layers, 0, 0
+    n_splits: dict = {}
+    for s in shapes(p):
+        per_shape = (len(sp_values(p, s)) * len(chunk_values(p, s)) * len(zero_values(p, s))
+                     * len(bucket_values(p, s)))
+        for mb in mb_values(p, s.dp):
+            for vp in vp_values(p, s.pp, p.workload.global_batch // (s.dp * mb)):
+                n = per_shape * len(recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else L))
+                key = (s.pp, vp)
+                if key not in n_splits:
+                    n_splits[key] = sum(1 for _ in splits(L, s.pp, vp, max(1, p.model.dense_layers)))
+                choices += n
+                plans += n * n_splits[key]
+    return choices, plans
 
 
 def solve_exhaustive(p: Problem, time_limit_s: float | None = None, top_k: int = 1,

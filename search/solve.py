@@ -39,6 +39,8 @@ class SolveOptions:
     top_k : plans to return: the best and the next best distinct choices (no-good cuts).
     presolve_bounds : discard choices by lower bound before CP-SAT (dominance and memory
         screens always apply); off, CP-SAT holds every choice that can fit.
+    probes : choices presolve solves exactly, best bound first, for the incumbents whose
+        objective sets the pruning threshold (more probes: fewer choices left to CP-SAT).
     """
 
     time_limit_s: float = 10.0
@@ -46,6 +48,7 @@ class SolveOptions:
     seed: int = 0
     top_k: int = 1
     presolve_bounds: bool = True
+    probes: int = 16
     explain: bool = True
 
 
@@ -61,7 +64,8 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     """Best plan (and the next ``top_k - 1``) of ``p``, with status, bound and explanation."""
     start = time.perf_counter()
     tables = tables or Tables(p)
-    pre = presolve(p, tables, options.top_k, probes=max(4, 2 * options.top_k), bounds=options.presolve_bounds)
+    pre = presolve(p, tables, options.top_k, probes=max(options.probes, 2 * options.top_k),
+                   bounds=options.presolve_bounds)
     stats = dict(pre.counts, presolve_s=pre.time_s, resolution_s=tables.res_s)
     if not pre.choices:
         res = SolveResult(INFEASIBLE, time_s=time.perf_counter() - start, stats=stats)

@@ -1,0 +1,91 @@
+"""The recommended plan against the published plan, both predicted by the same cost model.
+
+    python benchmarks/recommend_vs_published.py [--source KEY] [--time-limit SECONDS]
+
+For every usable row of the development set (``benchmarks/data/published_dev.csv``, see
+``benchmarks/published.py``) the published plan is predicted as ``validate_published.py`` does
+(unstated settings filled by one rule per source; the best value for unstated micro-batch and
+interleave), and ``planner recommend`` plans the same model, cluster, GPU count, global batch,
+sequence length and precision, with the attention kernel of the published software (FlashAttention
+or not) and everything else free. Expected: the recommended plan's predicted step time is no worse
+than the published plan's (the published plan lies in the search space whenever its settings do).
+Measured step times are shown for reference; the comparison is prediction against prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from published import load_rows, predict  # noqa: E402
+from search.problem import Limits, Problem  # noqa: E402
+from search.solve import SolveOptions, solve  # noqa: E402
+
+TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate
+
+
+def plan_text(c) -> str:
+    split = "" if c.layers_per_stage is None else f" L{c.layers_per_stage[0]}/{c.layers_per_stage[-1]}"
+    return (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} mb{c.mb} v{c.vp} sp{int(c.sp_on)} z{c.zero} "
+            f"{c.recompute[:4]}{'' if c.recompute_layers is None else c.recompute_layers}{split}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--source", help="only rows of this source_key")
+    ap.add_argument("--time-limit", type=float, default=10.0, help="CP-SAT time limit per row (default 10)")
+    args = ap.parse_args(argv)
+    rows = [r for r in load_rows() if not args.source or r.source == args.source]
+    print(f"{'row':>4} {'model':<18} {'gpus':>5} {'meas s':>8} {'published plan':<40} {'pred s':>8} "
+          f"{'recommended plan':<44} {'pred s':>8} {'rec/pub':>8} {'solve':>8}")
+    better = same = worse = overflow = 0
+    notes = []
+    for r in rows:
+        if r.skip:
+            continue
+        pub, why = predict(r)
+        if pub is None:
+            notes.append(f"row {r.row_id}: published plan not predicted ({why})")
+            continue
+        flash = r.fixed.get("flash_attention", True)
+        p = Problem(model=r.model, cluster=r.cluster, workload=r.workload, limits=Limits(flash_attention=flash))
+        t0 = time.perf_counter()
+        res = solve(p, SolveOptions(time_limit_s=args.time_limit, workers=2))
+        dt = time.perf_counter() - t0
+        if not res.plans:
+            notes.append(f"row {r.row_id}: no recommended plan ({res.explanation})")
+            continue
+        rec = res.best.estimate
+        ratio = rec.step_time_s / pub.step_time_s
+        if not pub.fits:
+            overflow += 1
+            notes.append(f"row {r.row_id}: the published plan needs {pub.peak_memory_bytes / 2**30:.1f} GiB, over "
+                         f"{pub.hbm_bytes / 2**30:.0f} GiB HBM by the cost model: the recommendation must fit "
+                         f"(ratio {ratio:.3f})")
+        elif ratio < 1 - TOLERANCE:
+            better += 1
+        elif ratio <= 1 + TOLERANCE:
+            same += 1
+        else:
+            worse += 1
+            notes.append(f"row {r.row_id}: slower than the published plan (outside the search space, or the "
+                         f"solver stopped at its time limit: {res.status})")
+        meas = f"{r.measured_s:.2f}" if r.measured_s else "-"
+        print(f"{r.row_id:>4} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {meas:>8} {plan_text(pub.config):<40} "
+              f"{pub.step_time_s:>8.3f} {plan_text(rec.config):<44} {rec.step_time_s:>8.3f} {ratio:>8.3f} "
+              f"{res.status[:3]} {dt:>4.1f}s", flush=True)
+    print()
+    print(f"recommended vs published (predicted step time): {better} faster, {same} equal, {worse} slower; "
+          f"{overflow} published plans over HBM by the cost model (not compared)")
+    for n in notes:
+        print("note:", n)
+    return 0 if worse == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
