@@ -7,7 +7,8 @@ the search, then the exhaustive baseline (:mod:`search.exhaustive`: every choice
 every stage split, no pruning) runs on the same space for at most ``--exhaustive-limit``
 seconds. When it is capped, its full time is extrapolated from the time per choice measured
 on blocks of consecutive choices spread over the whole enumeration (building a choice's tables
-dominates; the splits are scored with numpy), and the line says so. Targets (issue 4): proven optimal in <= 2 s for GPT-3 175B / 1024 A100 and
+dominates; the splits are scored with numpy), and the line says so. Targets (issue 4): proven
+optimal in <= 2 s for GPT-3 175B / 1024 A100 and
 <= 10 s for the others on 2 cores; >= 10x faster than exhaustive at the largest case.
 """
 

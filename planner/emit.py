@@ -136,7 +136,8 @@ def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") 
 
 
 def deepspeed_notes(c: ParallelConfig) -> list[str]:
-    parts = [f"{name}={v}" for name, v in (("tp", c.tp), ("pp", c.pp), ("cp", c.cp), ("ep", c.ep), ("vp", c.vp)) if v > 1]
+    degrees = (("tp", c.tp), ("pp", c.pp), ("cp", c.cp), ("ep", c.ep), ("vp", c.vp))
+    parts = [f"{name}={v}" for name, v in degrees if v > 1]
     notes = []
     if parts:
         notes.append("set " + " ".join(parts) + " in the training script (not DeepSpeed JSON keys)")

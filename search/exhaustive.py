@@ -11,7 +11,8 @@ how much of the space it covered so a capped run can be extrapolated.
 >>> from search.problem import Problem, Limits
 >>> p = Problem(model=load_model("gpt-1.7b"), cluster=load_cluster("a100-80g").with_gpus(8),
 ...             workload=Workload(global_batch=16, seq_len=2048),
-...             limits=Limits(fixed={"tp": 2, "pp": 2, "cp": 1, "mb": 1, "zero": 1, "sp": True, "chunks": 2, "bucket_mb": 25}))
+...             limits=Limits(fixed={"tp": 2, "pp": 2, "cp": 1, "mb": 1, "zero": 1, "sp": True, "chunks": 2,
+...                                  "bucket_mb": 25}))
 >>> r = solve_exhaustive(p)
 >>> r.complete, r.best.choice.shape.dp, r.best.split.first + r.best.split.last
 (True, 2, 24)

@@ -147,6 +147,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
     ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks)
     heap: list = []  # (bound, refined?, choice)
+    pushed = 0
 
     def refine(c):
         caps = bounds.caps(c)
@@ -172,9 +173,11 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
             if lb > ub:
                 counts["bound"] += 1
             else:
+                pushed += 1
                 heapq.heappush(heap, (lb, False, c))
         next_glb = to_ticks(groups[i + 1][0]) if i + 1 < len(groups) else math.inf
-        while heap and heap[0][0] <= min(ub, next_glb) and (counts["probed"] < probes or (use_bounds and ub == math.inf)):
+        while heap and heap[0][0] <= min(ub, next_glb) and (
+                counts["probed"] < probes or (use_bounds and ub == math.inf)):
             lb, done, c = heapq.heappop(heap)
             if not done:
                 lb = refine(c)
@@ -191,6 +194,6 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
         if lb <= ub and not done:
             refine(c)
     kept = sorted((c for c in lower if lower[c] <= ub), key=lambda c: (lower[c], c))
-    counts["bound"] += len(heap) + counts["probed"] - len(kept) - (counts["memory"])
+    counts["bound"] += pushed - counts["memory"] - len(kept)
     counts["kept"] = len(kept)
     return Presolved(kept, lower, incumbents, counts, time.perf_counter() - start)

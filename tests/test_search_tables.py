@@ -96,7 +96,8 @@ def test_ranking_is_stable_across_two_resolutions():
     coarse.res_s = fine.res_s * 10
     scored = []
     for c, _ in random_plans(p, random.Random(5), 60):
-        a, b = best_splits(fine.stage_table(c), p.model.layers, 1), best_splits(coarse.stage_table(c), p.model.layers, 1)
+        a = best_splits(fine.stage_table(c), p.model.layers, 1)
+        b = best_splits(coarse.stage_table(c), p.model.layers, 1)
         if a:
             scored.append((a[0].objective, b[0].objective * 10))
     scored.sort()

@@ -116,7 +116,10 @@ def _emit(fmt: str, config, workload, model) -> int:
 
 def _plan_column(plan) -> list:
     c, e, sp = plan.config, plan.estimate, plan.split
-    stages = "-" if c.pp == 1 else (f"{sp.first}/{sp.mid}x{c.pp - 2}/{sp.last}" if c.pp > 2 else f"{sp.first}/{sp.last}")
+    if c.pp == 1:
+        stages = "-"
+    else:
+        stages = f"{sp.first}/{sp.mid}x{c.pp - 2}/{sp.last}" if c.pp > 2 else f"{sp.first}/{sp.last}"
     rec = c.recompute + (f" ({c.recompute_layers}/stage)" if c.recompute_layers is not None else "")
     return [c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off", c.zero, rec,
             f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(e.step_time_s), f"{e.tokens_per_s:,.0f}",
