@@ -110,9 +110,9 @@ def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[
         elif var in lim.minimum and v == lim.minimum[var]:
             out.append(f"{var} at its minimum {v} (user limit)")
     if plan_choice.mb == lim.mb_max:
-        out.append(f"mb at the largest candidate ({lim.mb_max})")
+        out.append(f"mb at the largest candidate ({lim.mb_max}; --mb-max)")
     if plan_choice.vp == lim.vp_max and s.pp > 1:
-        out.append(f"vp at the largest candidate ({lim.vp_max})")
+        out.append(f"vp at the largest candidate ({lim.vp_max}; --vp-max)")
     if lim.exclude:
         out.append("excluded by the user: " + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in lim.exclude.items()))
     return out

@@ -46,6 +46,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--headroom-gib", type=float_arg("headroom_gib"), default=0.0, metavar="GIB",
                    help="HBM to keep free on every GPU (default: 0)")
     g.add_argument("--tp-across-nodes", action="store_true", help="allow tensor parallelism to span nodes")
+    g.add_argument("--mb-max", type=int_arg("mb_max"), default=16, metavar="N",
+                   help="largest micro-batch considered (default: %(default)s)")
+    g.add_argument("--vp-max", type=int_arg("vp_max"), default=8, metavar="N",
+                   help="largest interleave factor considered (default: %(default)s)")
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the best plan as Megatron-LM arguments or a DeepSpeed config")
     add_output_args(p)
@@ -60,7 +64,8 @@ def limits_from_args(args: argparse.Namespace):
     exclude = {"zero": (3,)} if args.no_zero3 else {}
     flash = args.flash_attention if args.flash_attention is not None else True
     return Limits(fixed=fixed, maximum=maximum, exclude=exclude, headroom_bytes=args.headroom_gib * GiB,
-                  tp_across_nodes=args.tp_across_nodes, flash_attention=flash)
+                  tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
+                  vp_max=args.vp_max)
 
 
 def run(args: argparse.Namespace) -> int:
