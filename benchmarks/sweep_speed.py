@@ -64,18 +64,20 @@ def main() -> int:
     print(f"target <= {TARGET_S:.0f} s on {a.workers} cores: {'met' if ok else 'NOT met'}")
     if not a.no_ray:
         import ray
+        t0 = time.perf_counter()
         ray.init(num_cpus=a.workers, include_dashboard=False, log_to_driver=False)
+        print(f"ray   local cluster started in {time.perf_counter() - t0:.1f} s (not counted below)")
         try:
             _, on_ray = run("ray", root / "ray", a.workers)
         finally:
             ray.shutdown()
-        a, b = plans(local), plans(on_ray)
+        pl, pr = plans(local), plans(on_ray)
         by_id = {r["case_id"]: r for r in local}
-        proved = [k for k in a if by_id[k]["solve_status"] in ("OPTIMAL", "INFEASIBLE")]
-        same = all(a[k] == b.get(k) for k in proved)
+        proved = [k for k in pl if by_id[k]["solve_status"] in ("OPTIMAL", "INFEASIBLE")]
+        same = all(pl[k] == pr.get(k) for k in proved)
         print(f"ray plans identical to local on the {len(proved)} cases solved to optimality: {same}")
-        for k in a:
-            if a[k] != b.get(k):
+        for k in pl:
+            if pl[k] != pr.get(k):
                 r = by_id[k]
                 print(f"  differs: {r['model']} {r['gpus']} GPUs (local {r['solve_status']}, "
                       f"{r['step_time_s']:.3f} s vs ray {next(x for x in on_ray if x['case_id'] == k)['step_time_s']:.3f} s)"

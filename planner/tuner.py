@@ -61,6 +61,18 @@ class Planner:
         """The constructor's parameters (scikit-learn convention)."""
         return {k: getattr(self, k) for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype")}
 
+    def set_params(self, **params) -> "Planner":
+        """Change parameters (scikit-learn convention); the problem is resolved again on next use.
+
+        >>> Planner(model="llama3-8b", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096).set_params(gpus=16).gpus
+        16
+        """
+        for k, v in params.items():
+            if k not in self.get_params():
+                raise SpecError(k, v, f"a Planner parameter ({', '.join(self.get_params())})")
+            setattr(self, k, v)
+        return self
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" if not isinstance(v, (ModelSpec, ClusterSpec)) else f"{k}={v.name!r}"
                          for k, v in self.get_params().items())
@@ -211,6 +223,11 @@ class Planner:
         ``constraints`` are those of :meth:`space` (``{"tp": 8, "max_pp": 16}``), with the
         search's own default candidate lists. Raises :class:`~costmodel.errors.InfeasibleConfig`
         (with the search's explanation) when no plan fits.
+
+        >>> p = Planner(model="llama3-8b", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
+        >>> best = p.recommend(k=2, constraints={"tp": 2})
+        >>> [plan.config.tp for plan in best], best[0].estimate.fits
+        ([2, 2], True)
         """
         from .api import recommend
 

@@ -66,6 +66,7 @@ def test_whatifs_change_the_cluster_of_a_case():
     ({**SMALL, "dtype": "int4"}, "dtype='int4': must be some of bf16, fp16, fp8"),
     ({**SMALL, "nic_gbps": -1}, "nic_gbps=-1: must be positive numbers"),
     ({**SMALL, "warp": 2}, "warp=2: must be a grid key"),
+    ({**SMALL, "time_limit_s": "5,10"}, "time_limit_s='5,10': must be one positive number of seconds"),
     ({k: v for k, v in SMALL.items() if k != "seq"}, "seq=None: must be given"),
 ])
 def test_bad_grid_values_name_the_key(data, message):

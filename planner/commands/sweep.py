@@ -44,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g = p.add_argument_group("grid (comma-separated values; the product is swept)")
     g.add_argument("--grid", metavar="FILE", help="YAML/JSON file with the same keys (global_batch or global-batch)")
     for flag, key, text in GRID_FLAGS:
-        g.add_argument(flag, dest=f"grid_{key}", metavar="LIST", help=text)
+        g.add_argument(flag, dest=f"grid_{key}", metavar="S" if key == "time_limit_s" else "LIST", help=text)
     r = p.add_argument_group("running")
     r.add_argument("--out", metavar="DIR", help="results directory (created; resumed when it has results)")
     r.add_argument("--workers", type=int_arg("workers"), metavar="N", help="parallel cases (default: all cores)")

@@ -228,7 +228,11 @@ def grid_from_mapping(data: dict, source: str = "grid") -> Grid:
             raise SpecError(key, norm[key], f"at least one value ({_ALLOWED[kind]})")
         kw[key] = tuple(dict.fromkeys(values))  # keep order, drop repeats
     if "time_limit_s" in norm:
-        kw["time_limit_s"] = _value("time_limit_s", "float", norm["time_limit_s"])
+        v = norm["time_limit_s"]
+        try:
+            kw["time_limit_s"] = _value("time_limit_s", "float", v)
+        except SpecError:
+            raise SpecError("time_limit_s", v, "one positive number of seconds") from None
     for name in kw["models"]:
         resolve_model(name)
     for name in kw["clusters"]:
