@@ -130,14 +130,14 @@ def load_rows(path: Path = DATA) -> list[Row]:
     return rows
 
 
-def predict(row: Row) -> tuple[Estimate | None, str]:
-    """Best estimate over the unstated fields (fits first, then fastest)."""
+def predict(row: Row, engine: str = "graph") -> tuple[Estimate | None, str]:
+    """Best estimate over the unstated fields (fits first, then fastest), by ``engine``."""
     best = None
     keys = list(row.free)
     for values in itertools.product(*(row.free[k] for k in keys)):
         cfg = dict(row.fixed, **dict(zip(keys, values)))
         try:
-            est = evaluate(row.model, row.cluster, row.workload, ParallelConfig(**cfg))
+            est = evaluate(row.model, row.cluster, row.workload, ParallelConfig(**cfg), engine=engine)
         except PlannerError:
             continue
         if best is None or (est.fits, -est.step_time_s) > (best.fits, -best.step_time_s):

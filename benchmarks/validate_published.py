@@ -27,6 +27,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--csv", help="also write per-row results here")
+    ap.add_argument("--engine", choices=("graph", "analytic"), default="graph",
+                    help="op-graph scheduler (default) or the analytical fast path")
     args = ap.parse_args(argv)
     rows = [r for r in load_rows() if not args.source or r.source == args.source]
     out, errs = [], {}
@@ -35,7 +37,7 @@ def main(argv=None) -> int:
         if r.skip:
             print(f"{r.row_id:>4} {r.source:<20} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {'':>9} {'':>9} {'':>7}  skipped: {r.skip}")
             continue
-        est, why = predict(r)
+        est, why = predict(r, args.engine)
         if est is None:
             print(f"{r.row_id:>4} {r.source:<20} {r.label[:18]:<18}  no prediction: {why}")
             continue

@@ -85,7 +85,7 @@ class Estimate:
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-             engine: str = "analytic") -> Estimate:
+             engine: str = "graph") -> Estimate:
     """Predict one training step of ``config``; raises :class:`SpecError` for an invalid plan.
 
     A workload in mode ``infer`` is served instead: the result is an

@@ -136,8 +136,6 @@ class Planner:
         ``engine="graph"`` schedules the op graph instead of the analytical overlap rules."""
         m, cl, w, _ = self._problem()
         config = self.config(config, **fields_)
-        if engine == "analytic":
-            return _evaluate(m, cl, w, config)
         return _evaluate(m, cl, w, config, engine=engine)
 
     def evaluate_many(self, configs, *, exact: bool = False) -> list[Score]:
@@ -152,7 +150,7 @@ class Planner:
             c = c if isinstance(c, ParallelConfig) else self.config(c)
             if exact:
                 try:
-                    out.append(Score.from_estimate(_evaluate(m, cl, w, c)))
+                    out.append(Score.from_estimate(_evaluate(m, cl, w, c, engine="analytic")))
                 except SpecError as e:
                     out.append(Score.invalid(c, str(e), cl.device.hbm_bytes))
             else:

@@ -31,8 +31,10 @@ class Plan:
     split: Split
     config: ParallelConfig
     objective_s: float  # the solver's objective (integer tables) in seconds
-    estimate: Estimate  # costmodel.evaluate of ``config``
+    estimate: Estimate  # costmodel.evaluate(engine="analytic") of ``config``: what the tables encode
     binding: tuple = ()
+    graph_step_time_s: float | None = None  # the same plan scheduled by the op-graph engine
+    graph_overlap: dict | None = None
 
     @property
     def agreement(self) -> float:
@@ -45,6 +47,8 @@ class Plan:
         d["objective_s"] = self.objective_s
         d["agreement"] = self.agreement
         d["binding"] = list(self.binding)
+        d["graph_step_time_s"] = self.graph_step_time_s
+        d["graph_overlap"] = self.graph_overlap
         return d
 
 

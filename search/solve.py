@@ -109,8 +109,10 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     res = SolveResult(status if found else INFEASIBLE, stats=stats, solver_time_s=solver_s)
     for obj, choice, split in found:
         cfg = config_of(choice, split, p.limits.flash_attention)
-        est = evaluate(p.model, p.cluster, p.workload, cfg)
-        res.plans.append(Plan(choice, split, cfg, obj * tables.res_s, est, tuple(binding_constraints(p, choice, est))))
+        est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")  # what the tables encode
+        graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")  # the op-graph schedule
+        res.plans.append(Plan(choice, split, cfg, obj * tables.res_s, est, tuple(binding_constraints(p, choice, est)),
+                              graph_step_time_s=graph.step_time_s, graph_overlap=dict(graph.overlap)))
     if found:
         res.objective_s = found[0][0] * tables.res_s
         res.bound_s = (bound if bound is not None else min(pre.lower_ticks.values())) * tables.res_s

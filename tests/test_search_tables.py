@@ -71,7 +71,8 @@ def test_table_step_time_and_memory_equal_evaluate(case):
     p = problem(*case)
     tables = Tables(p)
     for c, sp in random_plans(p, random.Random(hash(case) % 1000), 40):
-        est = evaluate(p.model, p.cluster, p.workload, c.config(True, sp.layers_per_stage(c.shape.pp)))
+        est = evaluate(p.model, p.cluster, p.workload, c.config(True, sp.layers_per_stage(c.shape.pp)),
+                       engine="analytic")
         t = tables.stage_table(c)
         assert t.step_s(sp) == pytest.approx(est.step_time_s, rel=1e-9), (c, sp)
         peak = max(t.mem_bytes[k][sp.count("first" if k == "only" else k)] for k in t.kinds)

@@ -127,12 +127,14 @@ def _plan_column(plan) -> list:
         stages = f"{sp.first}/{sp.mid}x{c.pp - 2}/{sp.last}" if c.pp > 2 else f"{sp.first}/{sp.last}"
     rec = c.recompute + (f" ({c.recompute_layers}/stage)" if c.recompute_layers is not None else "")
     return [c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off", c.zero, rec,
-            f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(e.step_time_s), f"{e.tokens_per_s:,.0f}",
+            f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(e.step_time_s),
+            "-" if plan.graph_step_time_s is None else _s(plan.graph_step_time_s), f"{e.tokens_per_s:,.0f}",
             f"{100 * e.mfu:.1f}", f"{e.peak_memory_bytes / GiB:.1f}"]
 
 
 ROWS = ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequence parallel", "ZeRO stage",
-        "recompute", "bucket MB", "chunks", "layers first/mid/last", "step time s", "tokens/s", "MFU %",
+        "recompute", "bucket MB", "chunks", "layers first/mid/last", "step time s", "step time s (op graph)",
+        "tokens/s", "MFU %",
         "peak memory GiB"]
 
 
@@ -149,8 +151,9 @@ def report_text(result, model, cluster, workload) -> str:
              f"{s.get('model_choices', 0)} choices; presolve {s.get('presolve_s', 0):.2f} s kept {s.get('kept', 0)}, "
              f"pruned {s.get('bound', 0)} by bound, {s.get('memory', 0)} by memory, {s.get('dominated', 0)} dominated)",
              f"objective {_s(result.objective_s)} s, best bound {_s(result.bound_s)} s, gap "
-             f"{'-' if gap is None else f'{100 * gap:.2f}%'}; evaluate agrees within "
-             f"{100 * max(p.agreement for p in result.plans):.3f}%"]
+             f"{'-' if gap is None else f'{100 * gap:.2f}%'}; evaluate (analytic tables) agrees within "
+             f"{100 * max(p.agreement for p in result.plans):.3f}%; the op-graph scheduler re-scores the best "
+             f"plan at {_s(result.plans[0].graph_step_time_s)} s"]
     for i, p in enumerate(result.plans):
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
