@@ -11,7 +11,7 @@ from costmodel.estimate import Estimate
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSpec, ModelSpec, Workload
 
-from .api import evaluate, sweep
+from .api import evaluate, recommend, sweep
 from .tuner import Planner, Score
 
 __all__ = [
@@ -19,5 +19,5 @@ __all__ = [
     "ParallelConfig", "Estimate",
     "PlannerError", "SpecError", "InfeasibleConfig",
     "load_model", "load_cluster",
-    "evaluate", "sweep", "Planner", "Score",
+    "evaluate", "recommend", "sweep", "Planner", "Score",
 ]
