@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import ray
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local Ray on loopback (see ray_backend)
+import ray  # noqa: E402
 
 from planner import cli
 from planner.sweep import grid_from_mapping, run_sweep

@@ -1,6 +1,7 @@
 """Run a sweep's cases as Ray tasks: on a local Ray started here, or on a cluster (``--address``).
 
-Ray is an optional extra (``pip install 'overlap-planner[ray]'``). Each case is one task
+Ray is an optional extra (``pip install 'overlap-planner[ray]'``). A local Ray listens on
+loopback only (:data:`LOOPBACK_ENV`). Each case is one task
 (one CPU). A task whose worker dies (killed, out of memory, node lost) is submitted again
 by this driver, up to ``max_attempts`` starts in all, and then recorded as ``crashed``; an
 exception raised inside the task is recorded as ``error``. Results come back to the driver
@@ -9,6 +10,8 @@ as each task finishes, and the driver alone writes the result files.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from costmodel.errors import SpecError
@@ -21,7 +24,15 @@ IN_FLIGHT_PER_CPU = 4
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def _import_ray():
+#: Ray binds a local cluster to the host's network address on Linux (and resolves 127.0.0.1 to
+#: it); this keeps a local cluster, or one joined at a loopback address, on loopback. It must be
+#: set before ``import ray``: the test and benchmark modules set it too.
+LOOPBACK_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def _import_ray(local: bool):
+    if local and "ray" not in sys.modules:
+        os.environ.setdefault(*LOOPBACK_ENV)
     try:
         import ray
     except ImportError:
@@ -32,7 +43,8 @@ def _import_ray():
 def connect(address: str | None = None, workers: int | None = None):
     """Join the Ray cluster at ``address`` (or ``auto``), or start a local one with ``workers``
     CPUs. Returns ``(ray, started_here)``; a Ray already initialised in this process is reused."""
-    ray = _import_ray()
+    host = (address or "").split("://")[-1].rsplit(":", 1)[0]
+    ray = _import_ray(local=not address or host in ("localhost", "::1") or host.startswith("127."))
     if ray.is_initialized():
         return ray, False
     try:
