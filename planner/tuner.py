@@ -130,19 +130,23 @@ class Planner:
         return Limits(fixed=fixed, minimum=minimum, maximum=maximum, **kw), allowed
 
     # ---- questions
-    def evaluate(self, config: ParallelConfig | dict | None = None, *, engine: str = "analytic",
+    def evaluate(self, config: ParallelConfig | dict | None = None, *, engine: str | None = None,
                  **fields_) -> Estimate:
-        """The full :class:`~costmodel.estimate.Estimate` of one plan (raises SpecError if invalid);
-        ``engine="graph"`` schedules the op graph instead of the analytical overlap rules."""
+        """The full :class:`~costmodel.estimate.Estimate` of one plan (raises SpecError if invalid),
+        by ``engine`` (``"graph"``: the op-graph scheduler, ``"analytic"``: the overlap rules;
+        default: :func:`costmodel.estimate.evaluate`'s)."""
         m, cl, w, _ = self._problem()
         config = self.config(config, **fields_)
+        if engine is None:
+            return _evaluate(m, cl, w, config)
         return _evaluate(m, cl, w, config, engine=engine)
 
     def evaluate_many(self, configs, *, exact: bool = False) -> list[Score]:
         """One :class:`Score` per config, in order; invalid configs get ``status="invalid"``.
 
-        The analytical fast path (:mod:`planner.fastpath`) gives the numbers of ``evaluate``
-        without its per-stage report; ``exact=True`` runs the full ``evaluate`` on each.
+        The analytical fast path (:mod:`planner.fastpath`) gives the numbers of
+        ``evaluate(engine="analytic")`` without its per-stage report; ``exact=True`` runs that
+        full evaluation on each. :meth:`rank`, :meth:`prune` and :meth:`space` score with it.
         """
         m, cl, w, scorer = self._problem()
         out = []

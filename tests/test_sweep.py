@@ -120,7 +120,7 @@ def test_schema_columns_are_stable():
         "nic_gbps", "hbm_gib", "model_params", "status", "reason",
         "tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
         "chunks", "layers_per_stage",
-        "step_time_s", "tokens_per_s", "mfu", "hfu", "model_tflops_per_gpu", "peak_memory_bytes", "hbm_bytes",
+        "step_time_s", "graph_step_time_s", "tokens_per_s", "mfu", "hfu", "model_tflops_per_gpu", "peak_memory_bytes", "hbm_bytes",
         "fits", "compute_s", "bubble_s", "exposed_comm_s",
         "solver", "solve_status", "solve_time_s", "objective_s", "bound_s", "gap", "case_time_s", "attempts",
         "schema_version", "finished_at"]
@@ -147,6 +147,7 @@ def test_results_follow_the_schema_in_both_files(tmp_path):
             assert j["fits"] is True and j["step_time_s"] > 0 and 0 < j["mfu"] < 1
             assert j["tp"] * j["pp"] * j["dp"] * j["cp"] == j["gpus"] and j["reason"] is None
             assert j["estimate"]["step_time_s"] == j["step_time_s"] and j["solve_status"]
+            assert j["graph_step_time_s"] > 0
         else:
             assert j["reason"] and j["tp"] is None and j["estimate"] is None
 

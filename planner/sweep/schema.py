@@ -72,7 +72,10 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("chunks", "int", "pieces each overlappable collective is split into"),
             ("layers_per_stage", "str", "layers on each pipeline stage, first to last (empty: uniform)"))
     + _cols("estimate",
-            ("step_time_s", "float", "predicted seconds per optimizer step"),
+            ("step_time_s", "float", "predicted seconds per optimizer step (analytical model, which the search "
+                                     "optimises; every estimate column below is the analytical model's)"),
+            ("graph_step_time_s", "float", "the same plan's step time by the op-graph scheduler "
+                                           "(costmodel.evaluate's default engine)"),
             ("tokens_per_s", "float", "global tokens per second"),
             ("mfu", "float", "model FLOPs utilisation (0-1)"),
             ("hfu", "float", "hardware FLOPs utilisation (0-1)"),
