@@ -9,7 +9,8 @@ For each problem, a fresh :class:`planner.Planner` (empty caches) scores
 * **distinct**: plans that differ in their degrees, micro-batch, SP and recompute only (the
   ``benchmarks/eval_speed.py`` set: every one misses the caches);
 
-and, for comparison, the full ``costmodel.estimate.evaluate`` on a sample of the space.
+and, for comparison, the full ``costmodel.estimate.evaluate`` on a sample of the space, with
+the analytical engine (the numbers the fast path reproduces) and the op-graph scheduler.
 Times are the best of three runs, each on a fresh Planner; the space enumeration is not timed.
 """
 
@@ -69,12 +70,14 @@ def main() -> int:
             rates.append((label, r))
             print(f"{name:<34} {label:<9} {len(configs):>8} {valid:>8} {r:>10,.0f}")
         m, cl, w, _ = Planner(**params)._problem()
-        sample = space[:: max(1, len(space) // 300)]
-        t0 = time.perf_counter()
-        for c in sample:
-            evaluate(m, cl, w, c)
-        full = len(sample) / (time.perf_counter() - t0)
-        print(f"{name:<34} {'evaluate':<9} {len(sample):>8} {len(sample):>8} {full:>10,.0f}   (full Estimate, for comparison)")
+        for engine, n in (("analytic", 300), ("graph", 60)):
+            sample = space[:: max(1, len(space) // n)]
+            t0 = time.perf_counter()
+            for c in sample:
+                evaluate(m, cl, w, c, engine=engine)
+            full = len(sample) / (time.perf_counter() - t0)
+            print(f"{name:<34} {engine:<9} {len(sample):>8} {len(sample):>8} {full:>10,.0f}   "
+                  f"(costmodel.evaluate(engine={engine!r}), full Estimate, for comparison)")
     for label in ("space", "distinct"):
         rs = [r for lab, r in rates if lab == label]
         print(f"{label}: median {statistics.median(rs):,.0f} configs/s, min {min(rs):,.0f} "
