@@ -29,9 +29,8 @@ from functools import lru_cache
 from .collectives import collective_time_s, group_stride
 from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops
 from .config import ParallelConfig
-from .memory import GRAD_BYTES, WEIGHT_BYTES, is_moe_layer, stage_params
+from .memory import GRAD_BYTES, WEIGHT_BYTES, layer_counts, stage_params
 from .overlap import CommLedger, exposed_s
-from .pipeline import stage_layers
 from .specs import ClusterSpec, ModelSpec, Workload
 
 INF = math.inf
@@ -160,10 +159,9 @@ class StageTiming:
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:
     """Compute and exposed communication of one micro-batch on ``stage``."""
     dev = cluster.device
-    layers = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
-    n_moe = sum(1 for l in layers if is_moe_layer(model, l))
-    counts = ((False, len(layers) - n_moe), (True, n_moe))
-    rec_layers = len(layers) if c.recompute_layers is None else c.recompute_layers
+    n_dense, n_moe = layer_counts(model, c, stage)
+    counts = ((False, n_dense), (True, n_moe))
+    rec_layers = n_dense + n_moe if c.recompute_layers is None else c.recompute_layers
     fwd = bwd = rec = 0.0
     led = CommLedger()
     for moe, count in counts:

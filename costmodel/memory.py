@@ -68,16 +68,22 @@ def expert_dp(c: ParallelConfig) -> int:
     return max(1, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()))
 
 
+def layer_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[int, int]:
+    """(dense, MoE) layers on ``stage``; the dense ones come first (they lead the model)."""
+    r = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
+    moe = max(0, r.stop - max(r.start, model.dense_layers)) if model.is_moe else 0
+    return len(r) - moe, moe
+
+
 def stage_params(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters held by one GPU of ``stage``, before ZeRO sharding."""
-    dense = expert = 0.0
-    for layer in stage_layers(model.layers, c.pp, stage, c.layers_per_stage):
-        if is_moe_layer(model, layer):
-            dense += (model.attn_params + model.shared_experts * model.expert_params) / c.tp \
-                + model.hidden * model.experts + 2 * model.hidden
-            expert += model.experts / c.ep * model.expert_params / c.expert_tp()
-        else:
-            dense += (model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp + 2 * model.hidden
+    n_dense, n_moe = layer_counts(model, c, stage)
+    dense = n_dense * ((model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp + 2 * model.hidden)
+    expert = 0.0
+    if n_moe:
+        dense += n_moe * ((model.attn_params + model.shared_experts * model.expert_params) / c.tp
+                          + model.hidden * model.experts + 2 * model.hidden)
+        expert = n_moe * model.experts / c.ep * model.expert_params / c.expert_tp()
     if stage == 0:
         dense += model.embedding_params / c.tp
     if stage == c.pp - 1:
@@ -131,16 +137,18 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     """Peak memory of one GPU of ``stage`` during a training step."""
     weights, grads, optim = model_state_bytes(model, c, stage)
     m = micro_batches(w, c)
-    layers = list(stage_layers(model.layers, c.pp, stage, c.layers_per_stage))
-    per_layer = [activation_bytes_per_layer(model, w, c, is_moe_layer(model, l)) for l in layers]
+    n_dense, n_moe = layer_counts(model, c, stage)
+    act = {False: activation_bytes_per_layer(model, w, c, False) if n_dense else 0.0,
+           True: activation_bytes_per_layer(model, w, c, True) if n_moe else 0.0}
     tokens = c.mb * w.seq_len / c.cp
     layer_input = 2 * model.hidden * tokens / (c.tp if c.sp_on else 1)
-    if c.recompute == "full":
-        k = len(layers) if c.recompute_layers is None else min(len(layers), c.recompute_layers)
-        stored = k * layer_input + sum(per_layer[k:])
-        working = max(per_layer)  # one layer re-materialised during its backward
+    if c.recompute == "full":  # the first k layers of the stage (dense ones first) are recomputed
+        k = n_dense + n_moe if c.recompute_layers is None else min(n_dense + n_moe, c.recompute_layers)
+        kept_dense, kept_moe = max(0, n_dense - k), n_moe - max(0, k - n_dense)
+        stored = k * layer_input + kept_dense * act[False] + kept_moe * act[True]
+        working = max(act[False], act[True])  # one layer re-materialised during its backward
     else:
-        stored, working = sum(per_layer), 0.0
+        stored, working = n_dense * act[False] + n_moe * act[True], 0.0
     chunks = in_flight_chunks(c.pp, m, c.vp, stage)
     acts = stored / c.vp * chunks + working
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight
@@ -150,7 +158,7 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     buffers = 0.0
     if c.zero == 3 and c.dp * c.cp > 1:  # all-gathered weights of the current and the prefetched layer
         dense, expert = stage_params(model, c, stage)
-        buffers = 2 * WEIGHT_BYTES * (dense + expert) / max(1, len(layers))
+        buffers = 2 * WEIGHT_BYTES * (dense + expert) / max(1, n_dense + n_moe)
     return StageMemory(stage, weights, grads, optim, acts, buffers)
 
 
