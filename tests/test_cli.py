@@ -125,7 +125,7 @@ def test_presets_lists_models_and_clusters(capsys):
 
 
 def test_to_plain_unwraps_numpy_scalars():
-    np = pytest.importorskip("numpy")
+    import numpy as np
     d = to_plain({"a": np.float64(1.5), "b": np.int64(3), "c": [np.bool_(True)]})
     assert d == {"a": 1.5, "b": 3, "c": [True]}
     assert type(d["a"]) is float and type(d["b"]) is int and type(d["c"][0]) is bool
