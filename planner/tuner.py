@@ -29,7 +29,7 @@ from costmodel.estimate import Estimate
 from costmodel.estimate import evaluate as _evaluate
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 
-from .fastpath import Score, Scorer
+from costmodel.fastpath import Score, Scorer
 from .problem import make_config, make_workload, resolve_cluster, resolve_model
 
 __all__ = ["Planner", "Score"]
@@ -144,7 +144,7 @@ class Planner:
     def evaluate_many(self, configs, *, exact: bool = False) -> list[Score]:
         """One :class:`Score` per config, in order; invalid configs get ``status="invalid"``.
 
-        The analytical fast path (:mod:`planner.fastpath`) gives the numbers of
+        The analytical fast path (:mod:`costmodel.fastpath`) gives the numbers of
         ``evaluate(engine="analytic")`` without its per-stage report; ``exact=True`` runs that
         full evaluation on each. :meth:`rank`, :meth:`prune` and :meth:`space` score with it.
         """

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.analytic import dp_comm, grad_bytes, stage_timing
-from costmodel.compute import optimizer_time_s
-from costmodel.config import ParallelConfig, micro_batches, validate_config
-from costmodel.errors import PlannerError
-from costmodel.estimate import Estimate
-from costmodel.flops import hardware_flops_per_step, model_flops_per_step
-from costmodel.memory import expert_dp, stage_memory, stage_params
-from costmodel.overlap import exposed_s
-from costmodel.pipeline import stage_layers
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from .analytic import dp_comm, grad_bytes, stage_timing
+from .compute import optimizer_time_s
+from .config import ParallelConfig, micro_batches, validate_config
+from .errors import PlannerError
+from .estimate import Estimate
+from .flops import hardware_flops_per_step, model_flops_per_step
+from .memory import expert_dp, stage_memory, stage_params
+from .overlap import exposed_s
+from .pipeline import stage_layers
+from .specs import ClusterSpec, ModelSpec, Workload
 
 
 @dataclass(frozen=True)
