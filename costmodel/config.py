@@ -158,8 +158,10 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
             raise SpecError("ep", c.ep, f"a divisor of tp*dp*cp={c.tp * c.dp * c.cp} (EP is folded inside DP and TP)")
     if c.cp > 1 and workload.seq_len % (2 * c.cp):
         raise SpecError("cp", c.cp, f"such that seq_len={workload.seq_len} divides into 2*cp load-balanced chunks")
-    if c.sp and c.tp > 1 and (workload.seq_len // c.cp) % c.tp:
-        raise SpecError("sp", c.sp, f"off unless seq_len/cp is a multiple of tp={c.tp}")
+    seq = workload.input_len if workload.mode == "infer" and workload.input_len else workload.seq_len
+    if c.sp and c.tp > 1 and (seq // c.cp) % c.tp:
+        what = "input_len" if seq is not workload.seq_len else "seq_len"
+        raise SpecError("sp", c.sp, f"off unless {what}/cp is a multiple of tp={c.tp} ({what}={seq})")
     if cluster.num_gpus and c.gpus != cluster.num_gpus:
         raise SpecError("tp*pp*dp*cp", c.gpus, f"equal to the GPU count {cluster.num_gpus} "
                         f"(tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})")

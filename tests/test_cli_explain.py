@@ -37,4 +37,20 @@ def test_explain_inference_forward(capsys):
     assert main(["explain", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--tp", "8",
                  "--mode", "infer", "--input-len", "1000", "--output-len", "100", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["overlap"][0]["strategy"] == "tp"
+    assert d["overlap"][0]["strategy"] == "tp" and d["overlap"][0]["phase"] == "prefill"
+
+
+def test_explain_inference_shows_prefill_and_decode(tmp_path, capsys):
+    trace = tmp_path / "decode.json"
+    assert main(["explain", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--tp", "8",
+                 "--mode", "infer", "--input-len", "1024", "--output-len", "128", "--global-batch", "16",
+                 "--trace", str(trace), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    phases = {(r["strategy"], r["phase"]) for r in d["overlap"]}
+    assert phases == {("tp", "prefill"), ("tp", "decode")}
+    decode = next(r for r in d["overlap"] if r["phase"] == "decode")
+    prefill = next(r for r in d["overlap"] if r["phase"] == "prefill")
+    # a decode step moves one token per sequence: far less TP traffic than a 1024-token prefill
+    assert decode["t_comm_s"] < prefill["t_comm_s"] and decode["r"] <= 0.3
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("args", {}).get("phase") == "decode" for e in events if e["ph"] == "X")

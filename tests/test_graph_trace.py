@@ -44,10 +44,12 @@ def test_timeline_covers_the_step_of_the_chosen_stage():
         timeline(M, CL, W, C, stage=9)
 
 
-def test_inference_timeline_is_one_forward():
-    tl = timeline(M, CL.with_gpus(4), Workload(mode="infer", global_batch=1, input_len=1024, output_len=1),
-                  ParallelConfig(tp=4))
-    assert {e["args"]["phase"] for e in tl["events"]} == {"fwd"}
+def test_inference_timeline_is_one_decode_step():
+    w = Workload(mode="infer", global_batch=8, input_len=1024, output_len=64)
+    tl = timeline(M, CL.with_gpus(4), w, ParallelConfig(tp=4))
+    assert {e["args"]["phase"] for e in tl["events"]} == {"decode"}
+    prefill = timeline(M, CL.with_gpus(4), Workload(mode="train", global_batch=1, seq_len=1024), ParallelConfig(tp=4))
+    assert tl["step_s"] < prefill["step_s"]  # one token per sequence, not a 1024-token forward and backward
 
 
 def test_gantt_png_is_written(tmp_path):

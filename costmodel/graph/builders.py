@@ -49,10 +49,12 @@ from .nodes import GraphBuilder, split_s
 class _Ctx:
     """Sizes shared by the mechanism builders of one layer."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool):
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+                 decode: bool = False):
         self.model, self.cluster, self.w, self.c, self.moe = model, cluster, w, c, moe
         self.ov = cluster.device.kernel_overhead_s
-        self.n = c.mb * w.seq_len / c.cp  # tokens on this GPU
+        # tokens on this GPU: a decode step carries one new token per sequence
+        self.n = c.mb if decode else c.mb * w.seq_len / c.cp
         self.msg = self.n * model.hidden * ACT_BYTES  # TP/SP activation message (Korthikanti Table 2)
         self.k = max(1, c.chunks)
         self.tp, self.sp = c.tp, c.sp_on
@@ -211,21 +213,25 @@ def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
 
 # ----------------------------------------------------------------------------- graphs
 def layer_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-                phase: str, recompute: bool = False) -> nx.DiGraph:
+                phase: str, recompute: bool = False, decode: bool = False) -> nx.DiGraph:
     """One layer's forward (``phase="fwd"``) or backward (``"bwd"``) graph, ending in node ``out``.
 
     ``recompute=True`` (full recompute) prefixes the backward with the layer's forward again,
     its communication included (Megatron-LM ``--recompute-granularity full``).
+    ``decode=True``: an inference decode step (forward only), one new token for each of
+    ``c.mb`` sequences whose KV cache holds ``w.seq_len`` tokens.
     """
-    return _layer_graph(model, cluster, w, c, moe, phase, recompute).copy()
+    return _layer_graph(model, cluster, w, c, moe, phase, recompute, decode).copy()
 
 
 @lru_cache(maxsize=512)
-def _layer_graph(model, cluster, w, c, moe, phase, recompute) -> nx.DiGraph:
+def _layer_graph(model, cluster, w, c, moe, phase, recompute, decode=False) -> nx.DiGraph:
     if phase not in ("fwd", "bwd"):
         raise ValueError(f"phase={phase!r}: must be 'fwd' or 'bwd'")
-    cx = _Ctx(model, cluster, w, c, moe)
-    ops = layer_ops(model, cluster.device, w, c, moe)
+    if decode and phase != "fwd":
+        raise ValueError("decode: forward only")
+    cx = _Ctx(model, cluster, w, c, moe, decode)
+    ops = layer_ops(model, cluster.device, w, c, moe, decode=decode)
     b = GraphBuilder(cluster)
     zero = zero3_prefetch(b, cx, phase)
     x: list = []

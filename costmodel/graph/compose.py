@@ -52,15 +52,15 @@ def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig
 
 
 def layer_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-                   phase: str, recompute: bool = False) -> Schedule:
-    """The scheduled graph of one layer (cached)."""
+                   phase: str, recompute: bool = False, decode: bool = False) -> Schedule:
+    """The scheduled graph of one layer (cached); ``decode``: an inference decode step."""
     wk, ck = _layer_key(w, c)
-    return _layer_schedule(model, cluster, wk, ck, moe, phase, recompute)
+    return _layer_schedule(model, cluster, wk, ck, moe, phase, recompute, decode)
 
 
 @lru_cache(maxsize=2048)
-def _layer_schedule(model, cluster, w, c, moe, phase, recompute) -> Schedule:
-    return schedule(layer_graph(model, cluster, w, c, moe, phase, recompute), resources_for(cluster.device))
+def _layer_schedule(model, cluster, w, c, moe, phase, recompute, decode=False) -> Schedule:
+    return schedule(layer_graph(model, cluster, w, c, moe, phase, recompute, decode), resources_for(cluster.device))
 
 
 def head_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:

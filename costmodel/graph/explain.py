@@ -20,6 +20,8 @@ strategy   T_comm ms  T_compute ms      r  exposed ms  T_comm<=T_compute  blocki
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 import numpy as np
 
@@ -133,12 +135,32 @@ def _pp_window(pipe, stage: int) -> float:
     return 2.0 * float(np.sum(dur[1:][sends[:-1]]))
 
 
+def serving_phases(w: Workload, c: ParallelConfig) -> list[tuple[str, Workload, ParallelConfig, bool]]:
+    """(phase, workload, config, decode) of an inference request: the prefill of one micro-batch
+    of prompts, and one decode step at the average context (prompt + half the output) with the
+    replica's concurrent sequences (``global_batch / dp``) as its batch."""
+    if not w.input_len:
+        return [("forward", w, c, False)]
+    prefill = (("prefill", replace(w, seq_len=w.input_len), c, False),)
+    ctx = w.input_len + max(1, w.output_len) // 2
+    decode = ("decode", replace(w, seq_len=ctx), replace(c, mb=max(1, w.global_batch // c.dp)), True)
+    return [*prefill, decode]
+
+
 def _explain_forward(model, cluster, w, c) -> list[dict]:
+    rows = []
+    for phase, wp, cfg, decode in serving_phases(w, c):
+        for r in _explain_pass(model, cluster, wp, cfg, decode):
+            rows.append(dict(r, phase=phase))
+    return rows
+
+
+def _explain_pass(model, cluster, w, c, decode) -> list[dict]:
     from ..memory import is_moe_layer
     from ..pipeline import stage_layers
     link, exp, win, why = {}, {}, {}, {}
     for layer in stage_layers(model.layers, c.pp, 0, c.layers_per_stage):
-        s = layer_schedule(model, cluster, w, c, is_moe_layer(model, layer), "fwd")
+        s = layer_schedule(model, cluster, w, c, is_moe_layer(model, layer), "fwd", decode=decode)
         wnd = schedule_windows(s)
         for strat, t in s.link_s.items():
             link[strat] = link.get(strat, 0.0) + t
@@ -147,7 +169,7 @@ def _explain_forward(model, cluster, w, c) -> list[dict]:
         for strat, reason in s.reasons().items():
             why.setdefault(strat, reason)
     rows = [_row(k, link[k], win[k], exp[k], why.get(k, "")) for k in STRATEGIES if link.get(k, 0) > 0]
-    if c.tp > 1 and rows:
+    if c.tp > 1 and rows and not decode:
         rows[0]["feasibility"] = tp_feasibility(model, cluster, w, c)
     return rows
 
@@ -169,13 +191,18 @@ def tp_feasibility(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     return {"msg_bytes": msg, "t_allreduce_s": t_ar, "t_matmul_s": t_mm, "ratio": t_ar / t_mm if t_mm else float("inf")}
 
 
+def _label(row: dict) -> str:
+    return row["strategy"] + (f" ({row['phase']})" if row.get("phase") else "")
+
+
 def format_explain(rows: list[dict]) -> str:
     """The rows as a fixed-width table, with the TP feasibility line when present."""
-    head = (f"{'strategy':<8} {'T_comm ms':>11} {'T_compute ms':>13} {'r':>6} {'exposed ms':>11}  "
+    wide = max([8] + [len(_label(r)) for r in rows])
+    head = (f"{'strategy':<{wide}} {'T_comm ms':>11} {'T_compute ms':>13} {'r':>6} {'exposed ms':>11}  "
             f"{'T_comm<=T_compute':<17}  blocking prerequisite")
     lines = [head]
     for r in rows:
-        lines.append(f"{r['strategy']:<8} {r['t_comm_s'] / MS:11.3f} {r['t_compute_s'] / MS:13.3f} {r['r']:6.2f} "
+        lines.append(f"{_label(r):<{wide}} {r['t_comm_s'] / MS:11.3f} {r['t_compute_s'] / MS:13.3f} {r['r']:6.2f} "
                      f"{r['exposed_s'] / MS:11.3f}  {str(r['critical_condition']).lower():<17}  "
                      f"{r['reason'] or '-'}")
     for r in rows:

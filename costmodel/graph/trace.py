@@ -50,7 +50,7 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     """Events of one step of ``stage`` (default: the slowest) as ``{"stage", "step_s", "events"}``;
     each event has ``name``, ``cat`` (strategy or op kind), ``lane``, ``start_s``, ``dur_s``, ``args``.
 
-    An inference workload gives one micro-batch's forward through the stage's layers.
+    An inference workload gives one decode step through the stage's layers.
     """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
@@ -105,10 +105,13 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
 
 
 def _forward_timeline(model, cluster, w, c, stage) -> dict:
+    """One forward through the stage's layers; for a serving workload, one decode step."""
+    from .explain import serving_phases
+    phase, w, c, decode = serving_phases(w, c)[-1]
     events, t = [], 0.0
     for layer in stage_layers(model.layers, c.pp, stage, c.layers_per_stage):
-        sc = layer_schedule(model, cluster, w, c, is_moe_layer(model, layer), "fwd")
-        _expand(events, sc, t, f"layer{layer}", {"phase": "fwd"})
+        sc = layer_schedule(model, cluster, w, c, is_moe_layer(model, layer), "fwd", decode=decode)
+        _expand(events, sc, t, f"layer{layer}", {"phase": phase})
         t += sc.makespan_s
     return {"stage": stage, "step_s": t, "events": events}
 
