@@ -67,8 +67,10 @@ class _Ctx:
         """One of ``k`` pieces of a TP/SP collective pipelined with GEMM chunks. The pieces are the
         steps of one ring exchange (Wang et al., ASPLOS 2023, "Overlap communication with dependent
         computation via decomposition"; Transformer Engine userbuffers), not ``k`` collectives, so
-        each is ``1/k`` of the whole collective's time, latency included."""
-        return collective_time_s(kind, self.msg, self.tp, 1, self.cluster) / k
+        each is ``1/k`` of the whole collective's time, latency included. Serving workloads use the
+        direct (one-/two-shot) all-reduce of inference engines, as :mod:`costmodel.inference` does."""
+        algorithm = "direct" if self.w.mode == "infer" else "ring"
+        return collective_time_s(kind, self.msg, self.tp, 1, self.cluster, algorithm=algorithm) / k
 
 
 def _column_like(op: Op, cx: _Ctx) -> bool:

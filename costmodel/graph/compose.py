@@ -47,7 +47,7 @@ WHY_PP_DATA = "data dependency: the next stage waits for the activation (or the 
 
 def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig]:
     """Only what shapes one layer's graph (pipeline and bucket settings do not)."""
-    return (Workload(global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
+    return (Workload(mode=w.mode, global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
             replace(c, pp=1, vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None))
 
 
