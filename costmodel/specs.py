@@ -10,7 +10,7 @@ raises :class:`~costmodel.errors.SpecError` naming the field, the value and what
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .errors import SpecError
 from .units import DTYPES

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from .candidates import Split
-from .tables import Choice, StageTable
+from .tables import Choice
 
 POSITIONS = ("first", "mid", "last")
 

@@ -65,7 +65,7 @@ def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):
     ``objective = max_pos time + max_pos dp + max_pos opt`` over the stage positions used.
     """
     c = t.choice
-    pp, vp, k = c.shape.pp, c.vp, c.recompute_layers
+    pp, k = c.shape.pp, c.recompute_layers
     if pp == 1:
         ok = t.valid["only"][layers]
         obj = t.time_ticks["only"][layers] + t.dp_ticks["only"][layers] + t.opt_ticks["only"][layers]
