@@ -55,10 +55,10 @@ WORKLOADS = [
     ("Mixtral 8x7B, 64 H100, EP8 and TP2 SP with chunks=2 (half of the combine can hide), PP2 DP16",
      "mixtral-8x7b", "h100-sxm", 64, dict(global_batch=256, seq_len=4096),
      ParallelConfig(tp=2, pp=2, dp=16, ep=8, mb=1, sp=True, chunks=2, zero=1)),
-    ("Llama-3-70B inference prefill (forward only), 8 H100, TP8, 1 x 4096 tokens",
+    ("Llama-3-70B inference (forward only: prefill and one decode step), 8 H100, TP8, 4096-token prompt",
      "llama3-70b", "h100-sxm", 8, dict(mode="infer", global_batch=1, input_len=4096, output_len=0),
      ParallelConfig(tp=8, mb=1)),
-    ("Llama-3-70B inference prefill, 8 H100, TP8 SP-style chunks=8 (AllReduce split and pipelined)",
+    ("Llama-3-70B inference, 8 H100, TP8 SP-style chunks=8 (AllReduce split and pipelined)",
      "llama3-70b", "h100-sxm", 8, dict(mode="infer", global_batch=1, input_len=4096, output_len=0),
      ParallelConfig(tp=8, mb=1, sp=True, chunks=8)),
 ]
@@ -100,6 +100,8 @@ def run() -> list[dict]:
             ref = REFERENCE.get(key)
             inside = None if ref is None else ref[0] - 1e-9 <= r["r"] <= ref[1] + 1e-9
             why = _why(r, ref, c, w) if inside is False else ""
+            if r.get("phase"):  # serving: a prefill and a decode row per strategy
+                key = f"{key} ({r['phase']})"
             out.append({"workload": label, "strategy": key, "r": r["r"], "reference": ref, "inside": inside,
                         "t_comm_s": r["t_comm_s"], "t_compute_s": r["t_compute_s"], "exposed_s": r["exposed_s"],
                         "why": why})
@@ -121,7 +123,7 @@ def main(argv=None) -> int:
             last = r["workload"]
         ref = "   -     " if r["reference"] is None else f"{r['reference'][0]:.2f}-{r['reference'][1]:.2f}"
         flag = {None: "  ", True: "ok", False: "!!"}[r["inside"]]
-        print(f"  {r['strategy']:<9} r={r['r']:5.2f}  reference {ref}  {flag}  "
+        print(f"  {r['strategy']:<18} r={r['r']:5.2f}  reference {ref}  {flag}  "
               f"T_comm {r['t_comm_s'] * 1e3:9.1f} ms  window {r['t_compute_s'] * 1e3:9.1f} ms"
               + (f"\n            why: {r['why']}" if r["why"] else ""))
     judged = [r for r in rows if r["inside"] is not None]
