@@ -40,7 +40,7 @@ def command_module(name: str):
 
 
 def build_parser() -> ArgParser:
-    parser = ArgParser(prog="planner", description="Overlap-aware parallelism planner for LLM training.")
+    parser = ArgParser(prog="planner", description="Overlap-aware parallelism planner for LLM training and inference.")
     sub = parser.add_subparsers(dest="command", title="commands")
     for name in COMMANDS:
         command_module(name).add_parser(sub)
