@@ -7,7 +7,8 @@ not state a setting, one rule per *source* fills it, never per row:
   ``korthikanti2022``) had unfused attention softmax, no distributed optimizer (ZeRO-0) and no
   overlap of the gradient all-reduce with backward (``bucket_mb=0``; stated for Korthikanti
   Section 6.3). NeMo 24.07 (``nemo_2407``) runs FlashAttention, the distributed optimizer
-  (ZeRO-1), bucketed gradient overlap (Megatron-Core default 40 MB buckets), sequence parallelism
+  (ZeRO-1), bucketed gradient overlap (Megatron-Core's default bucket, 40M elements
+  of the FP32 gradient buffer = 160 MB, ``DistributedDataParallelConfig.bucket_size``), sequence parallelism
   when ``tp > 1`` and TP communication overlap (Transformer Engine userbuffers: ``tp`` chunks),
   the defaults of its performance recipes;
 * micro-batch or interleave factor not stated: the published runs were tuned, so the planner's
@@ -107,7 +108,7 @@ def load_rows(path: Path = DATA) -> list[Row]:
                          recompute="full" if rec.startswith("full") or src == "megatron_readme_2020"
                          else ("selective" if rec.startswith("selective") else "none"),
                          zero=0 if era else 1, flash_attention=not era,
-                         bucket_bytes=0 if era else 40e6, chunks=tp if (not era and tp > 1) else 1)
+                         bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1)
             free = {}
             if _num(r["micro_batch"]):
                 fixed["mb"] = int(float(r["micro_batch"]))

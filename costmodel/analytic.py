@@ -23,6 +23,8 @@ The op-graph scheduler (:mod:`costmodel.graph`) replaces these rules with a sche
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -222,6 +224,34 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
         t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * GRAD_BYTES, 2,
                                     group_stride("pp", c.tp, c.cp, c.dp) * (c.pp - 1), cluster)
     return t_grad, t_param
+
+
+def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
+    """(gradient, parameter) latency of one more bucket: the alpha terms of the collectives of
+    :func:`dp_comm` (a 1-byte message of the same groups), paid again by every extra bucket."""
+    dense, expert = stage_params(model, c, stage)
+    groups = ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
+              (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+    lat_grad = lat_param = 0.0
+    for params, size, stride in groups:
+        if size <= 1 or params <= 0 or c.zero == 3:
+            continue
+        lat_grad += collective_time_s("allreduce" if c.zero == 0 else "reducescatter", 1.0, size, stride, cluster)
+        if c.zero in (1, 2):
+            lat_param += collective_time_s("allgather", 1.0, size, stride, cluster)
+    return lat_grad, lat_param
+
+
+def dp_buckets(grad_bytes_: float, bucket_bytes: float) -> int:
+    """Gradient buckets of ``bucket_bytes`` (0: one reduction after backward, not overlapped)."""
+    return max(1, round(grad_bytes_ / bucket_bytes)) if bucket_bytes > 0 else 0
+
+
+def bucketed_s(t_whole_s, latency_s, buckets):
+    """Seconds of a collective split into ``buckets``: the whole volume once plus the latency of
+    every bucket after the first (PyTorch DDP / Megatron buckets are separate collectives).
+    Works on numpy arrays too."""
+    return t_whole_s + np.maximum(np.asarray(buckets) - 1, 0) * latency_s
 
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .analytic import dp_comm, grad_bytes, stage_timing
+from .analytic import bucketed_s, dp_buckets, dp_comm, dp_latency, grad_bytes, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
 from .memory import memory_per_stage, stage_params, expert_dp
@@ -121,8 +121,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     # backward-steps before stage 0 does, a head start in which its reduction runs unexposed.
     dp_exposed = zero_exposed = dp_link = zero_link = 0.0
     for st in stages:
+        buckets = dp_buckets(grad_bytes(model, c, st.stage), c.bucket_bytes)
+        lat_grad, lat_param = dp_latency(model, cluster, c, st.stage)
         t_grad, t_param = dp_comm(model, cluster, c, st.stage)
-        buckets = max(1, round(grad_bytes(model, c, st.stage) / c.bucket_bytes)) if c.bucket_bytes > 0 else 0
+        t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
+        t_param = float(bucketed_s(t_param, lat_param, buckets))
         backward = st.bwd_s + st.recompute_s
         ex = max(0.0, exposed_s(t_grad, backward, buckets) - st.stage * backward)
         zx = exposed_s(t_param, st.fwd_s, buckets)  # parameter gather behind the next forward

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analytic import dp_comm, grad_bytes, stage_timing
+from .analytic import bucketed_s, dp_buckets, dp_comm, dp_latency, grad_bytes, stage_timing
 from .compute import optimizer_time_s
 from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
@@ -130,7 +130,7 @@ class Scorer:
         d = self._dp.get(key)
         if d is None:
             t_grad, t_param = dp_comm(self.model, self.cluster, c, s)
-            d = self._dp[key] = (t_grad, t_param, grad_bytes(self.model, c, s))
+            d = self._dp[key] = (t_grad, t_param, grad_bytes(self.model, c, s), dp_latency(self.model, self.cluster, c, s))
         return d
 
     def _optimizer(self, c: ParallelConfig, reps) -> float:
@@ -166,8 +166,10 @@ class Scorer:
         dp_x = zero_x = 0.0
         for s in reps:  # the class's first stage has the least head start: it binds
             _, fwd, backward = self._stage(c, s)
-            t_grad, t_param, gbytes = self._dp_terms(c, s)
-            buckets = max(1, round(gbytes / c.bucket_bytes)) if c.bucket_bytes > 0 else 0
+            t_grad, t_param, gbytes, (lat_grad, lat_param) = self._dp_terms(c, s)
+            buckets = dp_buckets(gbytes, c.bucket_bytes)
+            t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
+            t_param = float(bucketed_s(t_param, lat_param, buckets))
             ex = max(0.0, exposed_s(t_grad, backward, buckets) - s * backward)
             zx = exposed_s(t_param, fwd, buckets)
             if ex + zx >= dp_x + zero_x:

@@ -4,8 +4,8 @@ Three exact reductions, each counted in :class:`Presolved`:
 
 * **dominance** — options that only enter one term and never make it worse: the chunk count
   only changes per-layer exposed communication (kept: the counts that are Pareto-best per
-  layer sub-choice); the bucket size only changes the number of DP buckets, and exposure
-  never grows with more buckets (kept: the smallest positive size);
+  layer sub-choice). Bucket sizes are all kept: more buckets overlap more but each pays a
+  collective latency;
 * **memory** — a choice whose smallest possible stage already overflows HBM;
 * **bounds** — a choice whose lower bound exceeds an incumbent's exact objective. The bound
   relaxes the split: the slowest stage is at least the mean stage and at least the stage that
@@ -58,8 +58,9 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
 
 
 def _dominant_buckets(opts: list[float]) -> list[float]:
-    positive = [b for b in opts if b > 0]
-    return [min(positive)] if positive else opts
+    """Every bucket size stays: smaller buckets overlap more but pay one collective latency each
+    (:func:`costmodel.analytic.bucketed_s`), so none dominates."""
+    return list(opts)
 
 
 def _groups(p: Problem):
@@ -109,7 +110,8 @@ class Expander:
         zeros, sps, recs = zero_values(p, s), sp_values(p, s), recompute_values(p, 2)
         if not (zeros and sps and recs and chunk_values(p, s) and bucket_values(p, s)):
             return None
-        bucket = _dominant_buckets(bucket_values(p, s))[0]
+        opts = bucket_values(p, s)  # a positive bucket: its DP bound (no latency) is below every option's
+        bucket = next((b for b in opts if b > 0), opts[0])
         slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
         if refined and bounds.caps(Choice(s, mb, vp, max(sps), 1, max(zeros), slow_rec, None, bucket)) is None:
             return None

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from costmodel.analytic import dp_comm, grad_bytes, layer_timing, stage_timing
+from costmodel.analytic import bucketed_s, dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
 from costmodel.compute import optimizer_time_s
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
@@ -205,8 +205,9 @@ class Tables:
                 dense, expert = stage_params(p.model, c, stage)
                 state = sum(model_state_bytes(p.model, c, stage))
                 t_grad, t_param = dp_comm(p.model, p.cluster, c, stage)
+                lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage)
                 vals.append(dict(dense=dense, expert=expert, state=state, t_grad=t_grad, t_param=t_param,
-                                 grad_bytes=grad_bytes(p.model, c, stage)))
+                                 lat_grad=lat_grad, lat_param=lat_param, grad_bytes=grad_bytes(p.model, c, stage)))
             n = np.arange(L + 1)
             out = {}
             for name in vals[0]:
@@ -324,8 +325,9 @@ class Tables:
             a = self.affine(choice, kind)
             kb = np.maximum(1.0, np.rint(a["grad_bytes"] / bucket)) if bucket > 0 else np.zeros(L + 1)
             backward = bwd + rec
-            ex = np.maximum(0.0, _exposed(a["t_grad"], backward, kb) - stage * backward)
-            zx = _exposed(a["t_param"], fwd, kb)
+            t_grad = bucketed_s(a["t_grad"], a["lat_grad"], kb)
+            ex = np.maximum(0.0, _exposed(t_grad, backward, kb) - stage * backward)
+            zx = _exposed(bucketed_s(a["t_param"], a["lat_param"], kb), fwd, kb)
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device)
             mem = self.memory(choice, kind)
             valid = (n >= vp) & (n % vp == 0) & (mem <= p.hbm_cap_bytes)

@@ -56,11 +56,14 @@ def test_no_bucketing_exposes_the_whole_reduction_as_synchronous():
     assert gs.dp_schedules[0].reasons()["dp"].startswith("synchronous issue")
 
 
-def test_smaller_buckets_hide_more_of_the_reduction():
+def test_bucket_size_trades_overlap_against_latency():
+    # one huge bucket cannot overlap; moderate buckets hide part of the reduction; tiny buckets
+    # pay one collective latency each (2 log2(8) tree steps across nodes), so exposure rises again
     model, w = load_model("gpt-7.5b"), Workload(global_batch=16, seq_len=2048)
-    exposed = [graph_step(model, A100.with_gpus(64), w, ParallelConfig(tp=8, dp=8, bucket_bytes=b)).dp_exposed_s
-               for b in (4e9, 400e6, 40e6)]
-    assert exposed[0] >= exposed[1] >= exposed[2]
+    exposed = {b: graph_step(model, A100.with_gpus(64), w, ParallelConfig(tp=8, dp=8, bucket_bytes=b)).dp_exposed_s
+               for b in (4e9, 400e6, 4e6, 0.5e6)}
+    assert exposed[400e6] < exposed[4e9]
+    assert exposed[0.5e6] > exposed[4e6] > exposed[400e6]
 
 
 def test_drain_bubble_hides_a_later_stages_reduction():

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..analytic import StageTiming, dp_comm, grad_bytes
+from ..analytic import StageTiming, bucketed_s, dp_buckets, dp_comm, dp_latency, grad_bytes
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
 from ..config import ParallelConfig, micro_batches
@@ -175,6 +175,10 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     worst, windows = -np.inf, {}
     for s in range(c.pp):
         t_grad, t_param = dp_comm(model, cluster, c, s)
+        buckets = dp_buckets(grad_bytes(model, c, s), c.bucket_bytes)
+        lat_grad, lat_param = dp_latency(model, cluster, c, s)  # every extra bucket pays its latency
+        t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
+        t_param = float(bucketed_s(t_param, lat_param, buckets))
         if t_grad <= 0:
             scheds.append(None)
             continue
