@@ -7,9 +7,10 @@ of ``bucket_bytes``; a full bucket issues its AllReduce (ZeRO >= 1: ReduceScatte
 distributed optimizer) at once and runs while backward continues (source section 5). With
 ``bucket_bytes = 0`` one reduction is issued after backward ends (synchronous issue).
 
-Bucket seconds are shares (by bytes) of :func:`costmodel.analytic.dp_comm`'s total, so the
-collective formula and the DP/expert-DP group layout stay in one place; the per-bucket latency
-is not charged again (an assumption that slightly favours small buckets).
+Bucket seconds are shares (by bytes) of the stage's total reduction time, which is
+:func:`costmodel.analytic.dp_comm`'s volume plus one collective latency per extra bucket
+(:func:`costmodel.analytic.bucketed_s`), so the collective formula and the DP/expert-DP group
+layout stay in one place.
 
 >>> from costmodel.presets import load_cluster
 >>> g = dp_bucket_graph(load_cluster("a100-80g"), (("l1", 1.0, 100.0), ("l0", 1.0, 100.0)), 2.0, 100.0,
