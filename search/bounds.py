@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from costmodel.analytic import stage_timing
+from costmodel.analytic import bucketed_s, stage_timing
 from costmodel.collectives import collective_time_s, group_stride
 from costmodel.compute import ACT_BYTES
 from costmodel.compute import optimizer_time_s
@@ -31,7 +31,9 @@ from costmodel.memory import RESERVED_BYTES, expert_dp
 from costmodel.pipeline import in_flight_chunks
 
 from .candidates import Shape, stage_kinds
-from .tables import Choice, Tables, probe_split
+from costmodel.units import MB
+
+from .tables import Choice, Tables, _exposed, probe_split
 
 STAGE_OF = {"first": 0, "only": 0, "mid": 1}
 
@@ -221,10 +223,11 @@ class Bounds:
             window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
             a = self.t.affine(c, kind)
             head_start = STAGE_OF.get(kind, pp - 1) * window
-            if c.bucket_mb <= 0:
-                gk = np.maximum(0.0, a["t_grad"] - head_start) + a["t_param"]
-            else:
-                gk = np.maximum(0.0, a["t_grad"] - window - head_start) + np.maximum(0.0, a["t_param"] - fwd)
+            # the stage's exact DP/ZeRO exposure for n layers (as search.tables builds it)
+            bucket = c.bucket_mb * MB
+            kb = np.maximum(1.0, np.rint(a["grad_bytes"] / bucket)) if bucket > 0 else np.zeros_like(window)
+            gk = (np.maximum(0.0, _exposed(bucketed_s(a["t_grad"], a["lat_grad"], kb), window, kb) - head_start)
+                  + _exposed(bucketed_s(a["t_param"], a["lat_param"], kb), fwd, kb))
             lo, hi = caps[kind]
             sizes = np.arange(vp * math.ceil(lo / vp), hi + 1, vp)
             if not len(sizes):

@@ -165,7 +165,9 @@ def bucket_values(p: Problem, s: Shape) -> list[float]:
     """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default)."""
     if not data_parallel(p, s):
         return [float(b) for b in _moot(p, "bucket_mb", 40.0)]
-    opts = set(float(b) for b in p.limits.bucket_mb_options) | set(float(b) for b in _moot(p, "bucket_mb", 40.0))
+    opts = set(float(b) for b in p.limits.bucket_mb_options)
+    if "bucket_mb" in p.limits.fixed:
+        opts.add(float(p.limits.fixed["bucket_mb"]))
     return p.limits.filter("bucket_mb", sorted(opts))
 
 

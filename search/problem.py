@@ -61,7 +61,7 @@ class Limits:
     vp_max: int = 8
     min_tokens_per_cp_rank: int = 1024
     chunk_options: tuple = (1, 2, 4, 8)
-    bucket_mb_options: tuple = (0, 25, 160)  # none, PyTorch DDP's 25 MB, Megatron-Core's 40M FP32 elements
+    bucket_mb_options: tuple = (25, 160)  # PyTorch DDP's 25 MB, Megatron-Core's 40M FP32 elements
     partial_recompute: bool = True
     uneven_stages: bool = True
     flash_attention: bool = True

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,7 +61,17 @@ def _solver(options: SolveOptions, time_left_s: float) -> cp_model.CpSolver:
 
 
 def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | None = None) -> SolveResult:
-    """Best plan (and the next ``top_k - 1``) of ``p``, with status, bound and explanation."""
+    """Best plan (and the next ``top_k - 1``) of ``p``, with status, bound and explanation.
+
+    With several bucket sizes to choose from, each is solved on its own and the answers merged:
+    exact (the optimum is the best of the per-bucket optima, the bound the least of their
+    bounds), and each sub-space keeps presolve's dominance and bounds tight.
+    """
+    buckets = sorted(set(float(b) for b in p.limits.bucket_mb_options))
+    if tables is None and "bucket_mb" not in p.limits.fixed and len(buckets) > 1:
+        start = time.perf_counter()
+        subs = [solve(replace(p, limits=replace(p.limits, bucket_mb_options=(b,))), options) for b in buckets]
+        return _merge(subs, options.top_k, time.perf_counter() - start)
     start = time.perf_counter()
     tables = tables or Tables(p)
     pre = presolve(p, tables, options.top_k, probes=max(options.probes, 2 * options.top_k),
@@ -121,6 +131,39 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     elif options.explain:
         res.explanation, res.changes = explain_infeasible(p)
     res.time_s = time.perf_counter() - start
+    return res
+
+
+def _merge(subs: list, top_k: int, time_s: float) -> SolveResult:
+    """One answer from per-bucket answers: best plans first (a plan whose cost does not depend on
+    the bucket appears once), status OPTIMAL only if every part was proven, bound the least."""
+    solved = [r for r in subs if r.plans]
+    if not solved:
+        subs[0].time_s = time_s
+        return subs[0]
+    plans, seen = [], set()
+    for plan in sorted((pl for r in solved for pl in r.plans), key=lambda pl: pl.objective_s):
+        no_dp = not plan.estimate.comm_link_s.get("dp") and not plan.estimate.comm_link_s.get("zero")
+        key = replace(plan.config, bucket_bytes=0) if no_dp else plan.config  # the bucket changes nothing
+        if key in seen:
+            continue
+        seen.add(key)
+        plans.append(plan)
+    statuses = {r.status for r in subs if r.status != INFEASIBLE}
+    status = OPTIMAL if statuses == {OPTIMAL} else FEASIBLE
+    stats = {}
+    for r in subs:
+        for k, v in r.stats.items():
+            if isinstance(v, (int, float)) and k != "resolution_s":
+                stats[k] = stats.get(k, 0) + v
+            else:
+                stats.setdefault(k, v)
+    bounds = [r.bound_s for r in solved if r.bound_s is not None]
+    res = SolveResult(status, plans=plans[:top_k], objective_s=plans[0].objective_s,
+                      bound_s=min(bounds) if bounds else None, time_s=time_s,
+                      solver_time_s=sum(r.solver_time_s for r in subs), stats=stats)
+    if status == OPTIMAL:
+        res.bound_s = res.objective_s if res.bound_s is None else min(res.bound_s, res.objective_s)
     return res
 
 
