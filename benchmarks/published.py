@@ -144,3 +144,11 @@ def predict(row: Row, engine: str = "graph") -> tuple[Estimate | None, str]:
         if best is None or (est.fits, -est.step_time_s) > (best.fits, -best.step_time_s):
             best = est
     return best, "" if best else "no valid config for the stated degrees"
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    """Per-row results of a validation benchmark as CSV (``--csv``)."""
+    with open(path, "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)

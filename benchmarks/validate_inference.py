@@ -26,6 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from costmodel.config import ParallelConfig  # noqa: E402
 from costmodel.inference import PREFILL_TOKENS, evaluate_inference  # noqa: E402
 from costmodel.presets import load_cluster, load_model  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from published import write_csv  # noqa: E402
 from costmodel.specs import Workload  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "published_inference.csv"
@@ -83,11 +86,8 @@ def main(argv=None) -> int:
         a = [abs(x) for x in es]
         print(f"{src + ' ' + metric:<42} n={len(a):>2}  mean |err| {100 * statistics.mean(a):5.1f}%   "
               f"max |err| {100 * max(a):5.1f}%   mean signed {100 * statistics.mean(es):+5.1f}%")
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            wr = csv.DictWriter(f, fieldnames=list(out[0]))
-            wr.writeheader()
-            wr.writerows(out)
+    if args.csv and out:
+        write_csv(args.csv, out)
     return 0
 
 

@@ -10,7 +10,6 @@ iteration times. See ``benchmarks/published.py`` for how unstated settings are f
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published import load_rows, predict  # noqa: E402
+from published import load_rows, predict, write_csv  # noqa: E402
 
 TABLE5 = {"34", "35", "36", "37", "38", "39", "40", "41"}
 
@@ -59,11 +58,8 @@ def main(argv=None) -> int:
     for s, es in sorted(errs.items()):
         summary(s, es)
     summary("Korthikanti Table 5 (8 rows)", [x for x in allerr if x[0] in TABLE5])
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            wr = csv.DictWriter(f, fieldnames=list(out[0]))
-            wr.writeheader()
-            wr.writerows(out)
+    if args.csv and out:
+        write_csv(args.csv, out)
     return 0
 
 
