@@ -254,6 +254,18 @@ def bucketed_s(t_whole_s, latency_s, buckets):
     return t_whole_s + np.maximum(np.asarray(buckets) - 1, 0) * latency_s
 
 
+def dp_exposure(t_grad: float, t_param: float, lat_grad: float, lat_param: float, buckets: int,
+                backward_s: float, forward_s: float, stage: int) -> tuple[float, float, float, float]:
+    """(gradient exposed, parameter-gather exposed, gradient link, parameter link) seconds of one
+    stage's end-of-step DP traffic: ``buckets`` reductions pipelined with the last backward, less
+    the 1F1B head start of ``stage`` backward steps; the ZeRO-1/2 gather behind the next forward.
+    (``search.tables`` applies the same rule to arrays over the stage's layer count.)"""
+    t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
+    t_param = float(bucketed_s(t_param, lat_param, buckets))
+    ex = max(0.0, exposed_s(t_grad, backward_s, buckets) - stage * backward_s)
+    return ex, exposed_s(t_param, forward_s, buckets), t_grad, t_param
+
+
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:
     dense, expert = stage_params(model, c, stage)
     return (dense + expert) * GRAD_BYTES

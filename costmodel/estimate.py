@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .analytic import bucketed_s, dp_buckets, dp_comm, dp_latency, grad_bytes, stage_timing
+from .analytic import dp_buckets, dp_comm, dp_exposure, dp_latency, grad_bytes, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
 from .memory import memory_per_stage, stage_params, expert_dp
 from .compute import optimizer_time_s
-from .overlap import exposed_s, overlap_rate
+from .overlap import overlap_rate
 from .specs import ClusterSpec, ModelSpec, Workload
 from .errors import SpecError
 
@@ -124,11 +124,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         buckets = dp_buckets(grad_bytes(model, c, st.stage), c.bucket_bytes)
         lat_grad, lat_param = dp_latency(model, cluster, c, st.stage)
         t_grad, t_param = dp_comm(model, cluster, c, st.stage)
-        t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
-        t_param = float(bucketed_s(t_param, lat_param, buckets))
-        backward = st.bwd_s + st.recompute_s
-        ex = max(0.0, exposed_s(t_grad, backward, buckets) - st.stage * backward)
-        zx = exposed_s(t_param, st.fwd_s, buckets)  # parameter gather behind the next forward
+        ex, zx, t_grad, t_param = dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets,
+                                              st.bwd_s + st.recompute_s, st.fwd_s, st.stage)
         if ex + zx >= dp_exposed + zero_exposed:
             dp_exposed, zero_exposed, dp_link, zero_link = ex, zx, t_grad, t_param
     if gs is not None:  # buckets scheduled behind each stage's last backward and drain bubble

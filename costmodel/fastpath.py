@@ -25,14 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analytic import bucketed_s, dp_buckets, dp_comm, dp_latency, grad_bytes, stage_timing
+from .analytic import dp_buckets, dp_comm, dp_exposure, dp_latency, grad_bytes, stage_timing
 from .compute import optimizer_time_s
 from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
 from .estimate import Estimate
 from .flops import hardware_flops_per_step, model_flops_per_step
 from .memory import expert_dp, stage_memory, stage_params
-from .overlap import exposed_s
 from .pipeline import stage_layers
 from .specs import ClusterSpec, ModelSpec, Workload
 
@@ -167,11 +166,8 @@ class Scorer:
         for s in reps:  # the class's first stage has the least head start: it binds
             _, fwd, backward = self._stage(c, s)
             t_grad, t_param, gbytes, (lat_grad, lat_param) = self._dp_terms(c, s)
-            buckets = dp_buckets(gbytes, c.bucket_bytes)
-            t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
-            t_param = float(bucketed_s(t_param, lat_param, buckets))
-            ex = max(0.0, exposed_s(t_grad, backward, buckets) - s * backward)
-            zx = exposed_s(t_param, fwd, buckets)
+            ex, zx, _, _ = dp_exposure(t_grad, t_param, lat_grad, lat_param, dp_buckets(gbytes, c.bucket_bytes),
+                                       backward, fwd, s)
             if ex + zx >= dp_x + zero_x:
                 dp_x, zero_x = ex, zx
         step = pipeline + dp_x + zero_x + self._optimizer(c, reps)
