@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from costmodel.errors import SpecError
 from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive
+from costmodel.units import GiB
 
 #: config variables a user may fix, bound or exclude (``recompute_layers`` 0 = all layers)
 VARIABLES = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers",
@@ -112,6 +113,10 @@ class Problem:
             raise SpecError("gpus", self.cluster.num_gpus, "a positive GPU count (--gpus N)")
         if self.workload.mode != "train":
             raise SpecError("mode", self.workload.mode, "'train' (inference planning is not available yet)")
+        hbm_bytes = self.cluster.device.hbm_bytes
+        if self.limits.headroom_bytes >= hbm_bytes:  # nothing left to plan with
+            raise SpecError("headroom_gib", round(self.limits.headroom_bytes / GiB, 3),
+                            f"below the device HBM {hbm_bytes / GiB:.1f} GiB ({self.cluster.device.name})")
 
     @property
     def gpus(self) -> int:
