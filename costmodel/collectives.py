@@ -9,8 +9,24 @@ rail in parallel, then all-gather inside the node.
 
 Bandwidth terms are the ring algorithm's (Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
 convention, nccl-tests PERFORMANCE.md): all-reduce moves ``2 (n-1)/n`` of the buffer per GPU,
-all-gather and reduce-scatter ``(n-1)/n``. Latency terms: ring steps inside a node, a tree
-(``2 log2 n`` steps) across nodes, as NCCL picks for latency-bound sizes.
+all-gather and reduce-scatter ``(n-1)/n``.
+
+Latency terms follow NCCL's own cost model (``ncclTopoTuneModel`` in ``src/graph/tuning.cc``,
+NCCL 2.19-2.20; analysed in Hu et al. 2025, "Demystifying NCCL", arXiv 2507.04786, sections on
+the ring and tree algorithms). ``link.latency_s`` is the latency of one ring step (hop) on that
+link; a group of ``p = intra * nodes`` ranks pays:
+
+* AllGather / ReduceScatter: NCCL runs them as rings only (tuning.cc skips the tree for every
+  collective but AllReduce), ``p - 1`` steps of which ``nodes - 1`` cross the network:
+  ``(p - nodes) alpha_intra + (nodes - 1) alpha_inter``. The latency grows linearly with the
+  number of ranks. (NCCL 2.23's PAT algorithm, Jeaugey 2025, arXiv 2506.20252, is logarithmic
+  but only for one GPU per node and postdates the published runs; not modelled.)
+* AllReduce, ring: ``2 (p - 1)`` steps, ``2 nodes`` of them across the network (at most all of them);
+  tree (NCCL's double binary tree across nodes, a chain inside each node):
+  ``2 ((intra - 1) alpha_intra + floor(log2 nodes) alpha_inter)`` with 0.92 of the ring's bus
+  bandwidth (tuning.cc: ``busBw*.92`` for Tree). NCCL picks the faster of the two for each
+  message size; the model takes ``min(ring, tree)``, so small messages on many nodes use the
+  tree and large ones the ring.
 
 >>> from costmodel.presets import load_cluster
 >>> cl = load_cluster("a100-80g")
@@ -55,13 +71,80 @@ def layout(size: int, stride: int, gpus_per_node: int) -> GroupLayout:
     return GroupLayout(intra, size // intra)
 
 
-def _ring(kind: str, nbytes: float, n: int, bw: float, alpha: float, tree: bool) -> float:
+#: NCCL's tree all-reduce reaches 0.92 of the ring's bus bandwidth (src/graph/tuning.cc,
+#: ``if (a == NCCL_ALGO_TREE) busBw = std::min(busBw*.92, ...)``)
+TREE_BW_FACTOR = 0.92
+
+
+def _bw_s(kind: str, nbytes: float, n: int, bw: float) -> float:
+    """Bandwidth term of a ring over ``n`` ranks (bus-bandwidth convention, no latency)."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    steps = 2 * math.ceil(math.log2(n)) if tree else (n - 1)
+    return (2 if kind == "allreduce" else 1) * (n - 1) / n * nbytes / bw
+
+
+def ring_latency_s(kind: str, intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
+    """Latency of NCCL's ring over ``intra`` ranks on each of ``inter`` nodes.
+
+    NCCL tuning.cc: ``nsteps = 2 (p-1)`` (all-reduce) or ``p - 1`` (all-gather, reduce-scatter),
+    ``nInterSteps = 2 nodes`` (all-reduce across nodes; capped here at ``nsteps``, which NCCL's
+    formula exceeds for one rank per node) or ``nodes - 1``; latency
+    ``(nsteps - nInterSteps) alpha_intra + nInterSteps alpha_inter``.
+
+    >>> ring_latency_s("allgather", 8, 4, 1.0, 10.0)   # p = 32: 28 intra steps + 3 inter steps
+    58.0
+    >>> ring_latency_s("allreduce", 8, 1, 1.0, 10.0)   # 2 * 7 intra steps
+    14.0
+    """
+    p = intra * inter
+    if p <= 1:
+        return 0.0
     if kind == "allreduce":
-        return 2 * (n - 1) / n * nbytes / bw + 2 * steps * alpha
-    return (n - 1) / n * nbytes / bw + steps * alpha
+        nsteps, n_inter = 2 * (p - 1), (min(2 * inter, 2 * (p - 1)) if inter > 1 else 0)
+    else:
+        nsteps, n_inter = p - 1, inter - 1
+    return (nsteps - n_inter) * alpha_intra_s + n_inter * alpha_inter_s
+
+
+def tree_latency_s(intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
+    """Latency of NCCL's tree all-reduce: up and down a chain of ``intra`` ranks inside each node
+    and a double binary tree over ``inter`` nodes (tuning.cc:
+    ``2 * ((nRanks/nNodes - 1) * intraLat + log2i(nNodes) * interLat)``, ``log2i`` = floor).
+
+    >>> tree_latency_s(8, 32, 1.0, 10.0)   # 2 * (7 * 1 + 5 * 10)
+    114.0
+    """
+    if intra * inter <= 1:
+        return 0.0
+    depth = int(math.floor(math.log2(inter))) if inter > 1 else 0
+    return 2 * ((intra - 1) * alpha_intra_s + depth * alpha_inter_s)
+
+
+def _hier_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
+    """Bandwidth term of a group of ``k`` ranks on each of ``nodes`` nodes: a ring inside the node,
+    a ring across nodes, or hierarchical (intra reduce-scatter / all-gather around an inter-node
+    phase on ``1/k`` of the data on every rail)."""
+    if nodes == 1:
+        return _bw_s(kind, nbytes, k, bi)
+    if k == 1:
+        return _bw_s(kind, nbytes, nodes, be)
+    t_intra = _bw_s("reducescatter", nbytes, k, bi)
+    return _bw_s(kind, nbytes / k, nodes, be) + (2 * t_intra if kind == "allreduce" else t_intra)
+
+
+def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec) -> tuple[float, float]:
+    """(total seconds, latency seconds) of AllReduce/AllGather/ReduceScatter as NCCL would pick it."""
+    if k * nodes <= 1 or nbytes <= 0:
+        return 0.0, 0.0
+    bi, be = link_bw_bytes_per_s(cluster, "intra"), link_bw_bytes_per_s(cluster, "inter")
+    a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
+    t_bw = _hier_bw_s(kind, nbytes, k, nodes, bi, be)
+    lat = ring_latency_s(kind, k, nodes, a_i, a_e)
+    best = (t_bw + lat, lat)
+    if kind == "allreduce" and nodes > 1:
+        lat_tree = tree_latency_s(k, nodes, a_i, a_e)
+        best = min(best, (t_bw / TREE_BW_FACTOR + lat_tree, lat_tree))
+    return best
 
 
 def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str) -> float:
@@ -115,18 +198,28 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
         t_inter = nbytes * (size - k) / size / be
         alpha = intra_l.latency_s + (inter_l.latency_s if nodes > 1 else 0.0)
         return max(t_intra, t_inter) + alpha
-    if nodes == 1:
-        if algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
-            alpha = intra_l.latency_s
-            return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
-        return _ring(kind, nbytes, k, bi, intra_l.latency_s, tree=False)
-    if k == 1:
-        return _ring(kind, nbytes, nodes, be, inter_l.latency_s, tree=True)
-    # hierarchical: intra reduce-scatter / all-gather around an inter-node phase on 1/k of the data
-    t = _ring(kind, nbytes / k, nodes, be, inter_l.latency_s, tree=True)
-    intra_kind = "reducescatter"
-    t_intra = _ring(intra_kind, nbytes, k, bi, intra_l.latency_s, tree=False)
-    return t + (2 * t_intra if kind == "allreduce" else t_intra)
+    if nodes == 1 and algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
+        alpha = intra_l.latency_s
+        return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
+    return _nccl_s(kind, nbytes, k, nodes, cluster)[0]
+
+
+def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec, nbytes: float = 1.0) -> float:
+    """The latency (alpha) part of one AllReduce/AllGather/ReduceScatter of ``nbytes`` under the
+    algorithm NCCL picks for that size (ring, or tree for a small all-reduce across nodes): what
+    every extra bucket or per-module collective pays again.
+
+    >>> from costmodel.presets import load_cluster
+    >>> cl = load_cluster("a100-80g")   # 8 us per NVLink step, 15 us per network step
+    >>> round(collective_latency_s("allgather", 64, 8, cl) * 1e6, 1)   # 64 nodes, 1 GPU each: 63 * 15 us
+    945.0
+    >>> round(collective_latency_s("allreduce", 64, 8, cl) * 1e6, 1)   # small: tree, 2 * 6 * 15 us
+    180.0
+    """
+    if kind not in ("allreduce", "allgather", "reducescatter"):
+        raise ValueError(f"kind={kind!r}: must be allreduce, allgather or reducescatter")
+    lay = layout(size, stride, cluster.gpus_per_node)
+    return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster)[1]
 
 
 def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:

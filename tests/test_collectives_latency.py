@@ -1,0 +1,113 @@
+"""Collective latency as NCCL's cost model charges it (src/graph/tuning.cc; Hu et al. 2025,
+"Demystifying NCCL"): rings for AllGather/ReduceScatter, min(ring, tree) for AllReduce."""
+
+import math
+
+import pytest
+
+from costmodel.collectives import (TREE_BW_FACTOR, collective_latency_s, collective_time_s, ring_latency_s,
+                                   tree_latency_s)
+from costmodel.presets import load_cluster
+
+A_I, A_E = 8e-6, 15e-6  # a100-80g: latency of one NVLink step and of one network step
+
+
+@pytest.fixture
+def a100():
+    return load_cluster("a100-80g")
+
+
+# --------------------------------------------------------------------------- hand-computed
+def test_ring_allgather_one_gpu_per_node(a100):
+    # 64 ranks at stride 8: one GPU on each of 64 nodes, a ring of 63 network steps
+    # t = 63/64 * S / (25 GB/s * 0.9) + 63 * 15 us
+    S = 1e8
+    expected = 63 / 64 * S / (25e9 * 0.9) + 63 * A_E
+    assert collective_time_s("allgather", S, 64, 8, a100) == pytest.approx(expected)
+    assert collective_latency_s("allgather", 64, 8, a100) == pytest.approx(63 * A_E)
+
+
+def test_ring_reducescatter_hierarchical(a100):
+    # 32 ranks at stride 1: 8 GPUs x 4 nodes. Bandwidth: intra reduce-scatter 7/8 S / 234 GB/s,
+    # inter phase on S/8: 3/4 * S/8 / 22.5 GB/s. Latency: p - 1 = 31 steps, nodes - 1 = 3 across
+    # the network: 28 * 8 us + 3 * 15 us = 269 us.
+    S = 1e6
+    bw = 7 / 8 * S / (300e9 * 0.78) + 3 / 4 * S / 8 / (25e9 * 0.9)
+    assert collective_time_s("reducescatter", S, 32, 1, a100) == pytest.approx(bw + 28 * A_I + 3 * A_E)
+
+
+def test_allreduce_ring_and_tree_latencies():
+    # ring over 4 nodes x 8: 2*31 = 62 steps, 2*4 = 8 of them inter: 54*1 + 8*10
+    assert ring_latency_s("allreduce", 8, 4, 1.0, 10.0) == 54 + 80
+    # one rank per node: every one of the 2 (n-1) steps crosses the network
+    assert ring_latency_s("allreduce", 1, 16, 1.0, 10.0) == 30 * 10
+    # tree: 2 * (7 * 1 + floor(log2 4) * 10) = 54; floor(log2 24) = 4
+    assert tree_latency_s(8, 4, 1.0, 10.0) == 54
+    assert tree_latency_s(1, 24, 1.0, 10.0) == 2 * 4 * 10
+
+
+def test_small_allreduce_across_many_nodes_uses_the_tree(a100):
+    # 1 KB over 128 nodes (one GPU each): tree latency 2 * 7 * 15 us = 210 us beats the ring's
+    # 254 * 15 us = 3.81 ms
+    t = collective_time_s("allreduce", 1e3, 128, 8, a100)
+    bw = 2 * 127 / 128 * 1e3 / (25e9 * 0.9)
+    assert t == pytest.approx(bw / TREE_BW_FACTOR + 2 * 7 * A_E)
+    assert collective_latency_s("allreduce", 128, 8, a100, nbytes=1e3) == pytest.approx(2 * 7 * A_E)
+
+
+def test_large_allreduce_on_few_nodes_uses_the_ring(a100):
+    # 1 GB over 2 nodes: the ring's 8% bandwidth advantage outweighs its latency
+    S = 1e9
+    ring = 2 * 1 / 2 * S / (25e9 * 0.9) + 2 * A_E  # one rank per node: 2 (p-1) = 2 network steps
+    assert collective_time_s("allreduce", S, 2, 8, a100) == pytest.approx(ring)
+
+
+def test_inside_a_node_unchanged(a100):
+    # one node: ring, 2 (n-1) steps for all-reduce, n - 1 for the others
+    S = 1e8
+    assert collective_time_s("allgather", S, 8, 1, a100) == pytest.approx(7 / 8 * S / 234e9 + 7 * A_I)
+    assert collective_time_s("allreduce", S, 8, 1, a100) == pytest.approx(2 * 7 / 8 * S / 234e9 + 14 * A_I)
+
+
+def test_issue_claim_allgather_latency_grows_linearly_at_scale(a100):
+    # 1,536 GPUs with TP 8: a DP AllGather over 192 nodes pays 191 network steps (2.9 ms),
+    # where a log-depth tree would pay 2 * 8 = 16
+    lat = collective_latency_s("allgather", 192, 8, a100)
+    assert lat == pytest.approx(191 * A_E)
+    assert lat > 10 * 2 * math.ceil(math.log2(192)) * A_E / 2
+
+
+# --------------------------------------------------------------------------- properties
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
+@pytest.mark.parametrize("stride", [1, 2, 8])
+def test_more_ranks_never_lower_latency(a100, kind, stride):
+    sizes = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    lats = [collective_latency_s(kind, n, stride, a100) for n in sizes]
+    assert all(b >= a for a, b in zip(lats, lats[1:])), lats
+
+
+@pytest.mark.parametrize("kind", ["allgather", "reducescatter"])
+def test_ring_latency_monotone_in_ranks(kind):
+    for inter in (1, 2, 3, 8):
+        lats = [ring_latency_s(kind, k, inter, 1.0, 10.0) for k in range(1, 9)]
+        assert all(b > a for a, b in zip(lats, lats[1:]))
+    for k in (1, 4, 8):
+        lats = [ring_latency_s(kind, k, n, 1.0, 10.0) for n in range(1, 40)]
+        assert all(b > a for a, b in zip(lats, lats[1:]))
+
+
+def test_allreduce_never_slower_than_its_ring(a100):
+    # NCCL picks the faster algorithm, so the ring all-reduce bounds the result from above
+    for size, stride in ((16, 1), (64, 8), (256, 2), (1024, 8)):
+        for S in (1e3, 1e6, 1e8, 1e9):
+            k = min(size, 8 // stride) if stride < 8 else 1
+            ring_lat = ring_latency_s("allreduce", k, size // k, A_I, A_E)
+            bw_ring = collective_time_s("allreduce", S, size, stride, a100) - collective_latency_s(
+                "allreduce", size, stride, a100, nbytes=S)
+            assert collective_latency_s("allreduce", size, stride, a100, nbytes=S) <= ring_lat + 1e-12
+            assert bw_ring > 0
+
+
+def test_latency_kind_checked(a100):
+    with pytest.raises(ValueError):
+        collective_latency_s("alltoall", 8, 1, a100)
