@@ -14,10 +14,23 @@ from costmodel.specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSpec, M
 from .api import evaluate, recommend, sweep
 from .tuner import Planner, Score
 
+
+def _version() -> str:
+    """The installed distribution's version; a source tree that is not installed says so."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("overlap-planner")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+#: the version of the installed ``overlap-planner`` distribution (``planner --version``)
+__version__ = _version()
+
 __all__ = [
     "ModelSpec", "ClusterSpec", "DeviceSpec", "LinkSpec", "DmaEngineClass", "Workload",
     "ParallelConfig", "Estimate",
     "PlannerError", "SpecError", "InfeasibleConfig",
     "load_model", "load_cluster",
-    "evaluate", "recommend", "sweep", "Planner", "Score",
+    "evaluate", "recommend", "sweep", "Planner", "Score", "__version__",
 ]

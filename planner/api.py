@@ -103,22 +103,28 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
         ``gpus`` (or a cluster with its GPU count) is required.
     time_limit_s, workers, seed, top_k : solver options (:class:`search.solve.SolveOptions`).
     limits : a :class:`search.problem.Limits` (bounds, exclusions, headroom, candidate lists).
-    fixed : config variables to fix (``tp=8``, ``zero=1``, ``sp=True``), added to ``limits``.
+    fixed : config variables to fix (``tp=8``, ``zero=1``, ``sp=True``) or bound (``tp_max=8``,
+        ``pp_max=16``, as ``--tp-max``/``--pp-max``; ``<variable>_min`` too), added to ``limits``.
 
     Returns a :class:`search.result.SolveResult`: ``.status``, ``.plans`` (each with
-    ``.config``, ``.estimate`` re-scored by ``evaluate``, ``.binding``), ``.objective_s``,
-    ``.bound_s``, ``.gap``, ``.time_s``; for an infeasible problem ``.explanation`` and
-    ``.changes``.
+    ``.config``, ``.estimate`` re-scored by ``evaluate``, ``.binding``), ``.best`` (the first
+    plan), ``.objective_s``, ``.bound_s``, ``.gap``, ``.time_s``. A problem with no plan that
+    fits does not raise: ``.status`` is ``"INFEASIBLE"``, ``.best`` is None, ``.explanation``
+    says why and ``.changes`` lists the smallest changes that give it a plan
+    (:meth:`planner.Planner.recommend` answers the same way).
 
     Examples
     --------
     >>> r = recommend("llama3-8b", "h100-sxm", gpus=8, global_batch=64, seq=4096, tp=8)
     >>> r.status, r.best.config.tp, r.best.estimate.fits
     ('OPTIMAL', 8, True)
+    >>> r = recommend("llama3-70b", "h100-sxm", gpus=1, global_batch=8, seq=4096)
+    >>> r.status, r.best is None, "no plan fits in memory" in r.explanation
+    ('INFEASIBLE', True, True)
     """
     from dataclasses import replace
 
-    from search.problem import Limits, Problem
+    from search.problem import NUMERIC, Limits, Problem
     from search.solve import SolveOptions, solve
 
     m = resolve_model(model)
@@ -128,7 +134,13 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
     if workload is None:
         workload = make_workload(global_batch, seq, dtype)
     limits = limits if limits is not None else Limits()
+    bounds = {k: v for k, v in fixed.items() if k[-4:] in ("_min", "_max") and k[:-4] in NUMERIC}
+    fixed = {k: v for k, v in fixed.items() if k not in bounds}
     if fixed:
         limits = replace(limits, fixed={**limits.fixed, **fixed})
+    for end, name in (("_min", "minimum"), ("_max", "maximum")):
+        given = {k[:-4]: v for k, v in bounds.items() if k.endswith(end)}
+        if given:
+            limits = replace(limits, **{name: {**getattr(limits, name), **given}})
     problem = Problem(model=m, cluster=cl, workload=workload, limits=limits)
     return solve(problem, SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k))

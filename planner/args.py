@@ -239,10 +239,23 @@ def inference_options(args: argparse.Namespace) -> dict:
 
 
 def config_from_args(args: argparse.Namespace, gpus: int | None):
-    """The :class:`ParallelConfig` of the config arguments; ``dp`` defaults to gpus/(tp*pp*cp)."""
+    """The :class:`ParallelConfig` of the config arguments; ``dp`` defaults to gpus/(tp*pp*cp).
+
+    ``--sp`` with tp = 1 is refused: sequence parallelism splits activations over the
+    tensor-parallel group, and there is none.
+    """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
             "recompute_layers", "bucket_mb", "chunks", "flash_attention")
-    return make_config(gpus, **{k: getattr(args, k, None) for k in keys})
+    config = make_config(gpus, **{k: getattr(args, k, None) for k in keys})
+    if getattr(args, "sp", None) is True and config.tp == 1:
+        raise SpecError("sp", True, "off when tp=1 (sequence parallelism needs --tp 2 or more)")
+    return config
+
+
+def check_contradictions(args: argparse.Namespace) -> None:
+    """Refuse flags that contradict each other (SpecError naming the first one)."""
+    if getattr(args, "no_zero3", False) and getattr(args, "zero", None) == 3:
+        raise SpecError("zero", 3, "0, 1 or 2 with --no-zero3 (ZeRO-3 excluded), or drop --no-zero3")
 
 
 def _missing(field: str):

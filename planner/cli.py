@@ -22,7 +22,7 @@ import sys
 
 from costmodel.errors import PlannerError, SpecError
 
-from .args import ArgParser
+from .args import ArgParser, check_contradictions
 
 #: subcommand modules under planner.commands, in the order --help lists them
 COMMANDS = [
@@ -40,7 +40,9 @@ def command_module(name: str):
 
 
 def build_parser() -> ArgParser:
+    from . import __version__
     parser = ArgParser(prog="planner", description="Overlap-aware parallelism planner for LLM training and inference.")
+    parser.add_argument("--version", action="version", version=f"planner {__version__}")
     sub = parser.add_subparsers(dest="command", title="commands")
     for name in COMMANDS:
         command_module(name).add_parser(sub)
@@ -57,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             return e.code if isinstance(e.code, int) else 0
         if args.command is None:
             raise SpecError("command", None, f"one of {', '.join(COMMANDS)} (see planner --help)")
+        check_contradictions(args)
         code = command_module(args.command).run(args)
         sys.stdout.flush()
         return code

@@ -95,7 +95,9 @@ def _onoff(v) -> str:
 
 
 def config_line(est: Estimate) -> str:
+    """``key=value`` of the plan; ``sp`` is the effective value (on only with tp > 1)."""
     d = est.config.to_dict()
+    d["sp"] = est.config.sp_on
     return " ".join(f"{k}={_onoff(v) if not isinstance(v, float) else f'{v:g}'}"
                     for k, v in d.items() if v is not None)
 

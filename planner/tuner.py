@@ -21,10 +21,11 @@ checked or computed there); the specs are resolved on first use and a bad value 
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import fields
 
 from costmodel.config import ParallelConfig
-from costmodel.errors import InfeasibleConfig, SpecError
+from costmodel.errors import SpecError
 from costmodel.estimate import Estimate
 from costmodel.estimate import evaluate as _evaluate
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
@@ -116,10 +117,15 @@ class Planner:
                     allowed[k] = set(v)
                 else:
                     fixed[k] = v
-            elif k[:4] in ("min_", "max_") and k[4:] in VARIABLES:
+            elif k[-4:] in ("_min", "_max") and k[:-4] in VARIABLES:  # tp_max, as --tp-max
+                (minimum if k.endswith("_min") else maximum)[k[:-4]] = v
+            elif k[:4] in ("min_", "max_") and k[4:] in VARIABLES:  # the old spelling
+                new = f"{k[4:]}_{k[:3]}"
+                warnings.warn(f"{k} is deprecated; write {new} (as --{new.replace('_', '-')})",
+                              DeprecationWarning, stacklevel=3)
                 (minimum if k.startswith("min_") else maximum)[k[4:]] = v
             else:
-                raise SpecError(k, v, f"a config variable ({', '.join(VARIABLES)}), min_/max_ of one, "
+                raise SpecError(k, v, f"a config variable ({', '.join(VARIABLES)}), <variable>_min/_max, "
                                       f"or a search limit ({', '.join(sorted(lim_fields))})")
         for k in ("chunks", "bucket_mb"):  # a fixed value must be a candidate too
             opt = "chunk_options" if k == "chunks" else "bucket_mb_options"
@@ -144,6 +150,10 @@ class Planner:
     def evaluate_many(self, configs, *, exact: bool = False) -> list[Score]:
         """One :class:`Score` per config, in order; invalid configs get ``status="invalid"``.
 
+        A plan that breaks a rule (``{"tp": 3}`` on 8 GPUs: no dp fills them) is scored
+        invalid with the reason, never raised; only a dict that is no config at all (an
+        unknown key, a non-integer degree) raises :class:`SpecError`.
+
         The analytical fast path (:mod:`costmodel.fastpath`) gives the numbers of
         ``evaluate(engine="analytic")`` without its per-stage report; ``exact=True`` runs that
         full evaluation on each. :meth:`rank`, :meth:`prune` and :meth:`space` score with it.
@@ -151,7 +161,12 @@ class Planner:
         m, cl, w, scorer = self._problem()
         out = []
         for c in configs:
-            c = c if isinstance(c, ParallelConfig) else self.config(c)
+            if not isinstance(c, ParallelConfig):
+                try:
+                    c = self.config(c)
+                except SpecError as e:  # well formed, but no valid plan (e.g. tp*pp*cp does not divide gpus)
+                    out.append(Score.invalid(self._as_given(c), str(e), cl.device.hbm_bytes))
+                    continue
             if exact:
                 try:
                     out.append(Score.from_estimate(_evaluate(m, cl, w, c, engine="analytic")))
@@ -161,12 +176,18 @@ class Planner:
                 out.append(scorer.score(c))
         return out
 
+    def _as_given(self, config) -> ParallelConfig:
+        """``config`` as a :class:`ParallelConfig` without filling dp (for an invalid score)."""
+        return make_config(None, base=config if isinstance(config, ParallelConfig) else None,
+                           **(config if isinstance(config, dict) else {}))
+
     def space(self, *, fits: bool = True, limits=None, **constraints) -> list[ParallelConfig]:
         """Every valid plan, from the search's candidate lists (:mod:`search.candidates`),
         optionally (``fits``) only those that fit in memory.
 
         ``constraints``: a config variable fixed (``tp=8``) or limited to some values
-        (``pp=[1, 2, 4]``), ``min_<var>``/``max_<var>`` bounds, or a
+        (``pp=[1, 2, 4]``), ``<var>_min``/``<var>_max`` bounds (``tp_max=8``, as ``--tp-max 8``;
+        the old ``max_tp`` still works, with a DeprecationWarning), or a
         :class:`search.problem.Limits` option (``mb_max=4``, ``chunk_options=(1, 2)``). Without
         options, chunks are 1 or 4, buckets 0 or 40 MB, pipeline stages hold equal layer counts and
         full recompute covers every layer (``uneven_stages=True``, ``partial_recompute=True``
@@ -217,31 +238,35 @@ class Planner:
             ranked = [s for s in ranked if s.step_time_s <= limit]
         return ranked[:keep] if keep is not None else ranked
 
-    def recommend(self, k: int = 1, constraints: dict | None = None, *, time_limit_s: float = 10.0,
-                  workers: int = 2, seed: int = 0) -> list:
-        """The ``k`` best plans by the CP-SAT search (:func:`planner.api.recommend`), best first: each a
-        :class:`search.result.Plan` (``.config``, ``.estimate``, ``.to_dict()``).
+    def recommend(self, top_k: int = 1, constraints: dict | None = None, *, time_limit_s: float = 10.0,
+                  workers: int = 2, seed: int = 0, k: int | None = None):
+        """The CP-SAT search's answer, exactly as :func:`planner.recommend` gives it: a
+        :class:`search.result.SolveResult` with ``.status``, ``.best`` and the ``top_k`` best
+        ``.plans`` (each ``.config``, ``.estimate``, ``.to_dict()``), the bound and gap.
 
-        ``constraints`` are those of :meth:`space` (``{"tp": 8, "max_pp": 16}``), with the
-        search's own default candidate lists. Raises :class:`~costmodel.errors.InfeasibleConfig`
-        (with the search's explanation) when no plan fits.
+        ``constraints`` are those of :meth:`space` (``{"tp": 8, "pp_max": 16}``), with the
+        search's own default candidate lists. A problem with no plan that fits is not an
+        exception: ``.status`` is ``"INFEASIBLE"``, ``.best`` is None, ``.explanation`` says
+        why and ``.changes`` the smallest changes that give it a plan. (``k`` is the old name
+        of ``top_k``, kept with a DeprecationWarning.)
 
         >>> p = Planner(model="llama3-8b", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
-        >>> best = p.recommend(k=2, constraints={"tp": 2})
-        >>> [plan.config.tp for plan in best], best[0].estimate.fits
-        ([2, 2], True)
+        >>> r = p.recommend(top_k=2, constraints={"tp": 2})
+        >>> r.status, [plan.config.tp for plan in r.plans], r.best.estimate.fits
+        ('OPTIMAL', [2, 2], True)
         """
         from .api import recommend
 
+        if k is not None:
+            warnings.warn("Planner.recommend(k=...) is deprecated; write top_k=", DeprecationWarning, stacklevel=2)
+            top_k = k
         m, cl, w, _ = self._problem()
         limits, allowed = self._limits(constraints or {}, defaults={})
         if allowed:
             raise SpecError(sorted(allowed)[0], sorted(allowed[sorted(allowed)[0]], key=str),
-                            "a single value or a min_/max_ bound in recommend (lists only in space)")
-        r = recommend(m, cl, w, limits=limits, time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=k)
-        if not r.plans:
-            raise InfeasibleConfig(" ".join((r.explanation or f"no plan found ({r.status})").split()))
-        return list(r.plans)
+                            "a single value or a <variable>_min/_max bound in recommend (lists only in space)")
+        return recommend(m, cl, w, limits=limits, time_limit_s=time_limit_s, workers=workers, seed=seed,
+                         top_k=top_k)
 
 
 def grid(**values) -> list[dict]:

@@ -13,7 +13,7 @@ from costmodel.estimate import evaluate
 from costmodel.config import ParallelConfig
 from search import candidates as cand
 from search.problem import Limits, Problem
-from planner import InfeasibleConfig, Planner, Score, SpecError
+from planner import Planner, Score, SpecError
 from planner.tuner import grid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def planner():
 
 
 def test_space_respects_constraints_and_fits(planner):
-    space = planner.space(tp=[2, 4], max_pp=2, zero=1, mb=1)
+    space = planner.space(tp=[2, 4], pp_max=2, zero=1, mb=1)
     assert space and all(c.tp in (2, 4) and c.pp <= 2 and c.zero == 1 and c.mb == 1 for c in space)
     assert all(c.gpus == 16 for c in space)
     assert all(s.ok for s in planner.evaluate_many(space))
@@ -148,20 +148,23 @@ def test_rank_and_prune(planner):
 
 
 def test_recommend_uses_the_search_and_returns_plans_best_first(planner):
-    plans = planner.recommend(k=3, constraints={"mb_max": 2, "max_pp": 2})
+    result = planner.recommend(top_k=3, constraints={"mb_max": 2, "pp_max": 2})
+    plans = result.plans
+    assert result.status == "OPTIMAL" and result.best is plans[0]
     assert len(plans) == 3 and all(p.estimate.fits and p.config.pp <= 2 for p in plans)
     objectives = [p.objective_s for p in plans]
     assert objectives == sorted(objectives)
     assert json.loads(json.dumps(plans[0].to_dict()))["config"]["tp"] == plans[0].config.tp
     # the search's space holds the planner's: its best is no slower (tables agree with evaluate to 0.5 %)
-    best = planner.rank(planner.space(mb_max=2, max_pp=2))[0]
+    best = planner.rank(planner.space(mb_max=2, pp_max=2))[0]
     assert plans[0].estimate.step_time_s <= best.step_time_s * 1.005
 
 
 def test_recommend_explains_an_infeasible_problem():
     p = Planner(model="llama3-70b", cluster="h100-sxm", gpus=1, global_batch=8, seq=4096)
-    with pytest.raises(InfeasibleConfig, match="no plan fits in memory"):
-        p.recommend()
+    r = p.recommend()  # as planner.recommend: a result, not an exception
+    assert r.status == "INFEASIBLE" and r.best is None and r.plans == []
+    assert "no plan fits in memory" in r.explanation and r.changes
 
 
 def test_grid_helper():
