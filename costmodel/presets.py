@@ -135,8 +135,23 @@ def _scale(data: dict, units: dict, field: str) -> dict:
 
 
 def cluster_from_dict(data: dict) -> ClusterSpec:
-    """A :class:`ClusterSpec` from a preset-style dict in human units (GB/s, TFLOP/s, GiB, us)."""
+    """A :class:`ClusterSpec` from a preset-style dict in human units (GB/s, TFLOP/s, GiB, us).
+
+    A ``calibrated`` section (written by ``planner calibrate``) records how the constants were
+    fitted; its ``fitted`` names and ``loo_log_residuals`` are kept on the spec.
+    """
     d = {k: v for k, v in data.items() if k not in _DOC_KEYS}
+    if "calibrated" in d:
+        cal = d.pop("calibrated")
+        if not isinstance(cal, dict):
+            raise SpecError("cluster.calibrated", cal, "an object (as written by planner calibrate)")
+        fitted, resid = cal.get("fitted") or [], cal.get("loo_log_residuals") or []
+        if not isinstance(fitted, list) or not all(isinstance(x, str) for x in fitted):
+            raise SpecError("cluster.calibrated.fitted", fitted, "a list of constant names")
+        if not isinstance(resid, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                  for x in resid):
+            raise SpecError("cluster.calibrated.loo_log_residuals", resid, "a list of numbers")
+        d["calibrated_constants"], d["calibration_log_residuals"] = tuple(fitted), tuple(resid)
     for key in ("device", "intra_link", "inter_link"):
         if key not in d:
             raise SpecError(f"cluster.{key}", None, "present")

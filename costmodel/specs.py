@@ -318,6 +318,10 @@ class ClusterSpec:
     """Nodes of identical devices: NVLink-class links inside a node, NICs between nodes.
 
     num_gpus : total GPUs (set from ``--gpus``; 0 until known).
+    calibrated_constants : constants fitted to the user's measured runs (``planner calibrate``;
+        empty: the cluster is not calibrated).
+    calibration_log_residuals : leave-one-out ``ln(predicted / measured)`` of those runs; they
+        narrow the uncertainty band (:mod:`costmodel.uncertainty`).
     """
 
     name: str = "cluster"
@@ -326,10 +330,14 @@ class ClusterSpec:
     intra_link: LinkSpec
     inter_link: LinkSpec
     num_gpus: int = 0
+    calibrated_constants: tuple[str, ...] = ()
+    calibration_log_residuals: tuple[float, ...] = ()
 
     def __post_init__(self):
         _positive_int("gpus_per_node", self.gpus_per_node)
         _positive_int("num_gpus", self.num_gpus, allow_zero=True)
+        object.__setattr__(self, "calibrated_constants", tuple(self.calibrated_constants))
+        object.__setattr__(self, "calibration_log_residuals", tuple(float(x) for x in self.calibration_log_residuals))
 
     def with_gpus(self, num_gpus: int) -> "ClusterSpec":
         return replace(self, num_gpus=num_gpus)

@@ -1,0 +1,394 @@
+"""Calibrate a cluster's efficiency constants to measured step times.
+
+The constants a real cluster changes (achieved GEMM efficiency, network efficiency under real
+traffic, how much concurrent communication slows compute) are the :data:`CONSTANTS` below, each
+with physical bounds. :func:`fit` finds the values that minimise the sum of squared log errors
+``sum_i ln(predicted_i / measured_i)^2`` over the measured runs, holding every other number of
+the cluster fixed, by a bounded Levenberg-Marquardt (damped Gauss-Newton) iteration on
+finite-difference Jacobians (numpy only).
+
+Identifiability. A constant is fitted only if the runs can determine it: the sensitivity
+matrix ``S[i, j] = d ln(predicted_i)`` for a typical error of constant ``j``
+(:attr:`Constant.scale_of`, about 10% of an efficiency) ranks the constants by how much they
+move these runs' predictions; one that moves none by 0.2% is left out, and so is one whose
+effect is nearly a combination of those already chosen (condition number of the chosen,
+unit-normalised columns above :data:`COND_MAX`). At most one constant is fitted to one or two
+runs and at most ``n - 1`` to ``n >= 3`` runs, so a fit always leaves a residual to check
+it by. With three or more runs the report carries leave-one-out errors: each run predicted by
+a fit to the others.
+
+>>> from costmodel.presets import load_cluster
+>>> cl = load_cluster("a100-80g")
+>>> get_value(cl, "intra_link_efficiency")
+0.78
+>>> get_value(apply(cl, {"gemm_efficiency": 0.8}), "gemm_efficiency")
+0.8
+>>> apply(cl, {"gemm_efficiency": 1.5})
+Traceback (most recent call last):
+...
+costmodel.calibration.CalibrationError: gemm_efficiency=1.5: must be within its bounds [0.3, 0.95]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .config import ParallelConfig
+from .errors import PlannerError, SpecError
+from .specs import ClusterSpec, ModelSpec, Workload
+
+#: largest condition number of the chosen (unit-normalised) sensitivity columns
+COND_MAX = 10.0
+#: a constant whose typical error moves no run's prediction by this much (RMS of ln) is not fitted
+MIN_EFFECT = 0.002
+
+
+class CalibrationError(SpecError):
+    """A calibration request the runs cannot answer (too many constants, unknown name...)."""
+
+
+@dataclass(frozen=True)
+class Constant:
+    """One calibratable constant: where it lives in a :class:`ClusterSpec` and its bounds.
+
+    ``part`` is ``device``, ``intra_link`` or ``inter_link``; ``attr`` the field there.
+    ``lo``/``hi`` are physical bounds; ``rel_scale`` (or ``abs_scale``) a typical error of
+    the constant, used for finite differences and to rank constants by their effect.
+    """
+
+    name: str
+    part: str
+    attr: str
+    lo: float
+    hi: float
+    rel_scale: float = 0.1
+    abs_scale: float = 0.0
+    meaning: str = ""
+
+    def scale_of(self, value: float) -> float:
+        return self.abs_scale or self.rel_scale * max(abs(value), 1e-3)
+
+
+#: the constants a user's cluster changes, in the order reports list them
+CONSTANTS: dict[str, Constant] = {c.name: c for c in (
+    Constant("gemm_efficiency", "device", "gemm_efficiency", 0.3, 0.95,
+             meaning="fraction of BF16/FP16 peak a large GEMM sustains"),
+    Constant("fp8_gemm_efficiency", "device", "fp8_gemm_efficiency", 0.2, 0.95,
+             meaning="fraction of FP8 peak a large GEMM sustains"),
+    Constant("attention_efficiency", "device", "attention_efficiency", 0.2, 0.95,
+             meaning="fraction of BF16 peak a fused attention kernel sustains"),
+    Constant("mem_bw_efficiency", "device", "mem_bw_efficiency", 0.4, 0.98,
+             meaning="fraction of HBM bandwidth an element-wise kernel sustains"),
+    Constant("comm_compute_interference", "device", "comm_compute_interference", 0.0, 0.5, abs_scale=0.05,
+             meaning="compute throughput lost while an SM-based collective runs"),
+    Constant("intra_link_efficiency", "intra_link", "efficiency", 0.3, 1.0,
+             meaning="fraction of NVLink bandwidth collectives achieve"),
+    Constant("inter_link_efficiency", "inter_link", "efficiency", 0.3, 1.0,
+             meaning="fraction of NIC bandwidth collectives achieve"),
+)}
+
+
+def constant(name: str) -> Constant:
+    """The :class:`Constant` called ``name``; a :class:`CalibrationError` names the allowed ones."""
+    if name not in CONSTANTS:
+        raise CalibrationError("fit", name, f"one of {', '.join(CONSTANTS)}")
+    return CONSTANTS[name]
+
+
+def get_value(cluster: ClusterSpec, name: str) -> float:
+    """The current value of constant ``name`` in ``cluster``."""
+    c = constant(name)
+    return float(getattr(getattr(cluster, c.part), c.attr))
+
+
+def apply(cluster: ClusterSpec, values: dict) -> ClusterSpec:
+    """``cluster`` with the given constants replaced (each checked against its bounds)."""
+    parts = {}
+    for name, v in values.items():
+        c = constant(name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not c.lo <= v <= c.hi:
+            raise CalibrationError(name, v, f"within its bounds [{c.lo:g}, {c.hi:g}]")
+        parts.setdefault(c.part, {})[c.attr] = float(v)
+    return replace(cluster, **{p: replace(getattr(cluster, p), **kw) for p, kw in parts.items()})
+
+
+# --------------------------------------------------------------------------- runs
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured training run: what ran, on how many GPUs, and its step time."""
+
+    model: ModelSpec
+    workload: Workload
+    config: ParallelConfig
+    measured_s: float
+    label: str = "run"
+
+    @property
+    def gpus(self) -> int:
+        return self.config.gpus
+
+
+def predict(run: MeasuredRun, cluster: ClusterSpec, engine: str = "analytic") -> float:
+    """Predicted step time of ``run`` on ``cluster`` (sized to the run's GPUs)."""
+    from .estimate import evaluate
+    try:
+        return evaluate(run.model, cluster.with_gpus(run.gpus), run.workload, run.config, engine=engine).step_time_s
+    except SpecError as e:
+        raise SpecError(f"{run.label}: {e.field}", e.value, e.allowed) from None
+
+
+def _log_residuals(runs, cluster, engine) -> np.ndarray:
+    return np.array([math.log(predict(r, cluster, engine) / r.measured_s) for r in runs])
+
+
+# --------------------------------------------------------------------------- identifiability
+def max_constants(n_runs: int) -> int:
+    """How many constants ``n_runs`` runs may determine: 1 for one or two runs, else ``n - 1``."""
+    return 0 if n_runs < 1 else (1 if n_runs <= 2 else n_runs - 1)
+
+
+def sensitivity_matrix(runs, cluster: ClusterSpec, names, engine: str = "analytic") -> np.ndarray:
+    """``S[i, j]``: change of ``ln(predicted_i)`` for a typical error of constant ``names[j]``.
+
+    Central differences of +-``scale`` (one-sided at a bound), divided back to one ``scale``.
+    """
+    base = _log_residuals(runs, cluster, engine)
+    S = np.zeros((len(runs), len(names)))
+    for j, name in enumerate(names):
+        c, v = constant(name), get_value(cluster, name)
+        h = c.scale_of(v)
+        up, dn = min(v + h, c.hi), max(v - h, c.lo)
+        r_up = _log_residuals(runs, apply(cluster, {name: up}), engine) if up > v else base
+        r_dn = _log_residuals(runs, apply(cluster, {name: dn}), engine) if dn < v else base
+        S[:, j] = (r_up - r_dn) / (up - dn) * h if up > dn else 0.0
+    return S
+
+
+def _cond(S: np.ndarray) -> float:
+    cols = S / np.maximum(np.linalg.norm(S, axis=0), 1e-300)
+    sv = np.linalg.svd(cols, compute_uv=False)
+    return float(sv[0] / sv[-1]) if sv[-1] > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which constants a set of runs determines, in order of effect, and why the others are not fitted."""
+
+    names: tuple[str, ...]
+    effect: dict  # name -> RMS over runs of S[:, j]
+    skipped: dict  # name -> one-line reason
+    condition: float
+
+
+def select(S: np.ndarray, names, n_runs: int) -> Selection:
+    """Greedy choice of identifiable constants from the sensitivity matrix (see the module doc)."""
+    effect = {n: float(np.sqrt(np.mean(S[:, j] ** 2))) for j, n in enumerate(names)}
+    order = sorted(range(len(names)), key=lambda j: -effect[names[j]])
+    chosen, skipped, cond = [], {}, 1.0
+    limit = max_constants(n_runs)
+    for j in order:
+        n = names[j]
+        if effect[n] < MIN_EFFECT:
+            skipped[n] = f"a {_scale_text(n)} change moves these runs' predictions by under {100 * MIN_EFFECT:g}%"
+        elif len(chosen) >= limit:
+            skipped[n] = f"{n_runs} run{'s' if n_runs > 1 else ''} determine at most {limit} constant{'s' if limit > 1 else ''}"
+        else:
+            c = _cond(S[:, chosen + [j]])
+            if c > COND_MAX:
+                skipped[n] = (f"its effect on these runs is nearly that of {', '.join(names[i] for i in chosen)} "
+                              f"(condition {c:.0f} > {COND_MAX:g})")
+            else:
+                chosen.append(j)
+                cond = c
+    return Selection(tuple(names[j] for j in chosen), effect, skipped, cond)
+
+
+def _scale_text(name: str) -> str:
+    c = CONSTANTS[name]
+    return f"{c.abs_scale:g}" if c.abs_scale else f"{100 * c.rel_scale:g}%"
+
+
+def check_request(requested, selection_all: Selection, S: np.ndarray, names, n_runs: int) -> None:
+    """Refuse (:class:`CalibrationError`, one line) to fit ``requested`` constants the runs cannot determine."""
+    requested = list(dict.fromkeys(requested))
+    for n in requested:
+        constant(n)
+    limit = max_constants(n_runs)
+    if len(requested) > limit:
+        raise CalibrationError("fit", ",".join(requested),
+                               f"at most {limit} constant{'s' if limit > 1 else ''}: {n_runs} run{'s' if n_runs > 1 else ''} "
+                               f"cannot determine {len(requested)} (add runs, or fit fewer)")
+    for n in requested:
+        if selection_all.effect[n] < MIN_EFFECT:
+            raise CalibrationError("fit", n, f"a constant these runs depend on ({selection_all.skipped[n]})")
+    if len(requested) > 1:
+        c = _cond(S[:, [names.index(n) for n in requested]])
+        if c > COND_MAX:
+            raise CalibrationError("fit", ",".join(requested),
+                                   f"constants with distinguishable effects on these runs (condition {c:.0f} > "
+                                   f"{COND_MAX:g}; fit fewer, or add runs that stress them differently)")
+
+
+# --------------------------------------------------------------------------- the fit
+def _solve(runs, cluster: ClusterSpec, names, engine: str, max_iter: int = 30):
+    """Bounded Levenberg-Marquardt on ``sum ln(pred/meas)^2``; returns (values, residuals, jacobian, iterations)."""
+    cons = [constant(n) for n in names]
+    lo = np.array([c.lo for c in cons])
+    hi = np.array([c.hi for c in cons])
+    x = np.array([get_value(cluster, n) for n in names])
+
+    def resid(v):
+        return _log_residuals(runs, apply(cluster, dict(zip(names, map(float, v)))), engine)
+
+    def jac(v, r0):
+        J = np.zeros((len(runs), len(v)))
+        for j, c in enumerate(cons):
+            h = 0.05 * c.scale_of(v[j])
+            step = h if v[j] + h <= hi[j] else -h
+            w = v.copy()
+            w[j] += step
+            J[:, j] = (resid(w) - r0) / step
+        return J
+
+    r = resid(x)
+    cost = float(r @ r)
+    lam, it = 1e-3, 0
+    J = jac(x, r)
+    for it in range(1, max_iter + 1):
+        g = J.T @ r
+        A = J.T @ J
+        improved = False
+        for _ in range(12):
+            D = np.diag(np.maximum(np.diag(A), 1e-12))
+            try:
+                dx = -np.linalg.solve(A + lam * D, g)
+            except np.linalg.LinAlgError:
+                lam *= 10
+                continue
+            xn = np.clip(x + dx, lo, hi)
+            rn = resid(xn)
+            cn = float(rn @ rn)
+            if cn < cost - 1e-15:
+                improved = True
+                small = np.all(np.abs(xn - x) <= 1e-6 * np.maximum(np.abs(x), 1e-3))
+                x, r, cost = xn, rn, cn
+                lam = max(lam / 10, 1e-9)
+                break
+            lam *= 10
+        if not improved or small or cost < 1e-16:
+            break
+        J = jac(x, r)
+    return x, r, J, it
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The result of :func:`fit`. Errors are signed ``predicted / measured - 1``."""
+
+    cluster: ClusterSpec  # the calibrated cluster (GPU count of the input)
+    names: tuple[str, ...]
+    before: dict
+    after: dict
+    stderr: dict  # name -> standard error of the fitted value (None when the fit leaves no residual)
+    selection: Selection
+    errors_before: list
+    errors_after: list
+    loo_errors: list | None
+    engine: str
+    iterations: int
+    labels: list = field(default_factory=list)
+
+    @property
+    def loo_log_residuals(self) -> list | None:
+        return None if self.loo_errors is None else [math.log1p(e) for e in self.loo_errors]
+
+
+def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", loo: bool = True) -> Calibration:
+    """Fit the constants ``runs`` determine (or exactly ``fit_names``, if the runs can) to their step times.
+
+    Parameters
+    ----------
+    runs : :class:`MeasuredRun` objects (at least one).
+    cluster : the cluster they ran on, with the constants' starting values.
+    fit_names : constants to fit; ``None`` chooses them (see the module doc). A request the
+        runs cannot answer raises :class:`CalibrationError`.
+    engine : ``analytic`` (default, fast) or ``graph``.
+    loo : compute leave-one-out errors when there are three or more runs.
+    """
+    runs = list(runs)
+    if not runs:
+        raise CalibrationError("runs", 0, "at least one measured run")
+    names = list(CONSTANTS)
+    S = sensitivity_matrix(runs, cluster, names, engine)
+    auto = select(S, names, len(runs))
+    if fit_names:
+        check_request(fit_names, auto, S, names, len(runs))
+        chosen = tuple(dict.fromkeys(fit_names))
+        skipped = {n: r for n, r in auto.skipped.items() if n not in chosen}
+        for n in auto.names:
+            if n not in chosen:
+                skipped[n] = "not requested (--fit)"
+        selection = Selection(chosen, auto.effect, skipped,
+                              _cond(S[:, [names.index(n) for n in chosen]]))
+    else:
+        selection = auto
+    before = {n: get_value(cluster, n) for n in CONSTANTS}
+    err_before = [math.expm1(x) for x in _log_residuals(runs, cluster, engine)]
+    if not selection.names:
+        raise CalibrationError("runs", len(runs), "runs whose predictions depend on at least one constant "
+                               f"({'; '.join(f'{k}: {v}' for k, v in auto.skipped.items())})")
+    x, r, J, it = _solve(runs, cluster, list(selection.names), engine)
+    fitted = apply(cluster, dict(zip(selection.names, map(float, x))))
+    dof = len(runs) - len(selection.names)
+    stderr = {n: None for n in selection.names}
+    if dof > 0:
+        try:
+            cov = np.linalg.inv(J.T @ J) * float(r @ r) / dof
+            stderr = {n: float(math.sqrt(max(cov[j, j], 0.0))) for j, n in enumerate(selection.names)}
+        except np.linalg.LinAlgError:
+            pass
+    loo_errors = None
+    if loo and len(runs) >= 3:
+        loo_errors = []
+        k = max_constants(len(runs) - 1)
+        for i in range(len(runs)):
+            rest = runs[:i] + runs[i + 1:]
+            xi, *_ = _solve(rest, cluster, list(selection.names[:k]), engine)
+            cl_i = apply(cluster, dict(zip(selection.names[:k], map(float, xi))))
+            loo_errors.append(predict(runs[i], cl_i, engine) / runs[i].measured_s - 1)
+    return Calibration(
+        cluster=fitted, names=selection.names, before=before,
+        after={n: get_value(fitted, n) for n in CONSTANTS}, stderr=stderr, selection=selection,
+        errors_before=err_before, errors_after=[math.expm1(v) for v in r], loo_errors=loo_errors,
+        engine=engine, iterations=it, labels=[run.label for run in runs])
+
+
+def calibrated_section(cal: Calibration, base_name: str, runs_info: list | None = None) -> dict:
+    """The ``calibrated`` section of a calibrated cluster file (plain JSON values).
+
+    ``loo_log_residuals`` (``ln(predicted/measured)``, leave-one-out) is what
+    :mod:`costmodel.uncertainty` uses to narrow the band of a calibrated cluster.
+    """
+    consts = {}
+    for n in CONSTANTS:
+        c = CONSTANTS[n]
+        entry = {"before": cal.before[n], "after": cal.after[n], "bounds": [c.lo, c.hi],
+                 "effect": cal.selection.effect.get(n), "fitted": n in cal.names}
+        if n in cal.names:
+            entry["stderr"] = cal.stderr.get(n)
+        else:
+            entry["why_not_fitted"] = cal.selection.skipped.get(n, "")
+        consts[n] = entry
+    runs = []
+    for i, label in enumerate(cal.labels):
+        d = {"label": label, "error_before": cal.errors_before[i], "error_after": cal.errors_after[i]}
+        if cal.loo_errors is not None:
+            d["loo_error"] = cal.loo_errors[i]
+        if runs_info is not None:
+            d.update(runs_info[i])
+        runs.append(d)
+    return {"from": base_name, "engine": cal.engine, "fitted": list(cal.names), "constants": consts,
+            "runs": runs, "loo_log_residuals": cal.loo_log_residuals}

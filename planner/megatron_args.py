@@ -1,0 +1,219 @@
+"""Megatron-LM / NeMo arguments -> the planner's config, workload and model fields (one mapping).
+
+Megatron-LM prints its arguments at start-up (``  tensor_model_parallel_size ...... 8``) and
+takes them on the command line (``--tensor-model-parallel-size 8``); NeMo prints its YAML
+config (``tensor_model_parallel_size: 8``). All three give a dict of underscore names to the
+values as text, which :func:`config_fields`, :func:`workload_fields` and :func:`model_fields`
+translate. Settings absent from the dict take the defaults of the Megatron-LM release that
+prints them (e.g. no ``overlap_grad_reduce``: the gradient all-reduce is not overlapped).
+
+>>> args = parse_command_line("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 "
+...                           "--sequence-parallel --use-distributed-optimizer --micro-batch-size 2")
+>>> sorted(config_fields(args).items())
+[('chunks', 1), ('mb', 2), ('pp', 4), ('recompute', 'none'), ('sp', True), ('tp', 8), ('zero', 1)]
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from costmodel.errors import SpecError
+from costmodel.units import MB
+
+#: NeMo config names -> the Megatron-LM argument name they set
+SYNONYMS = {
+    "encoder_seq_length": "seq_length",
+    "activations_checkpoint_granularity": "recompute_granularity",
+    "activations_checkpoint_method": "recompute_method",
+    "activations_checkpoint_num_layers": "recompute_num_layers",
+    "ub_tp_comm_overlap": "tp_comm_overlap",
+    "tensor_parallel_size": "tensor_model_parallel_size",
+    "pipeline_parallel_size": "pipeline_model_parallel_size",
+}
+#: Megatron-Core's default DDP bucket: 40M FP32 gradient elements (DistributedDataParallelConfig)
+DEFAULT_BUCKET_BYTES = 40e6 * 4
+
+
+def normalise(args: dict) -> dict:
+    """Lower-case underscore keys, NeMo synonyms mapped to Megatron names, values stripped."""
+    out = {}
+    for k, v in args.items():
+        k = SYNONYMS.get(k.strip().lower().replace("-", "_"), k.strip().lower().replace("-", "_"))
+        out.setdefault(k, v.strip() if isinstance(v, str) else v)
+    return out
+
+
+def parse_command_line(text: str) -> dict:
+    """``--name value`` / ``--flag`` pairs of a Megatron-LM command line as ``{name: text}``.
+
+    A flag without a value (``--sequence-parallel``) is ``"True"``; tokens that are not
+    options (``torchrun``, ``pretrain_gpt.py``) are skipped.
+    """
+    try:
+        tokens = shlex.split(text)
+    except ValueError as e:
+        raise SpecError("baseline", text, f"a command line with balanced quotes ({e})") from None
+    out, i = {}, 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t.startswith("--") and len(t) > 2:
+            name, eq, value = t[2:].partition("=")
+            if not eq:
+                if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                    value = tokens[i + 1]
+                    i += 1
+                else:
+                    value = "True"
+            out[name.replace("-", "_")] = value
+        i += 1
+    return normalise(out)
+
+
+# --------------------------------------------------------------------------- values
+def _none(v) -> bool:
+    return v is None or str(v).strip().lower() in ("none", "null", "", "~")
+
+
+def as_bool(name: str, v) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes", "on"):
+        return True
+    if s in ("false", "0", "no", "off", "none", "null"):
+        return False
+    raise SpecError(name, v, "True or False")
+
+
+def as_int(name: str, v) -> int:
+    if isinstance(v, bool):
+        raise SpecError(name, v, "an integer")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise SpecError(name, v, "an integer") from None
+    if f != int(f):
+        raise SpecError(name, v, "an integer")
+    return int(f)
+
+
+def _get_int(args: dict, name: str):
+    return None if _none(args.get(name)) else as_int(name, args[name])
+
+
+# --------------------------------------------------------------------------- translations
+def config_fields(args: dict, layers: int | None = None) -> dict:
+    """Parallel-config fields (keys of :class:`~costmodel.config.ParallelConfig`) set by ``args``.
+
+    ``layers`` (the model's depth) turns ``num_layers_per_virtual_pipeline_stage`` into ``vp``.
+    """
+    a = normalise(args)
+    f = {}
+    for key, name in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
+                      ("dp", "data_parallel_size"), ("cp", "context_parallel_size"),
+                      ("ep", "expert_model_parallel_size"), ("mb", "micro_batch_size"),
+                      ("vp", "virtual_pipeline_model_parallel_size")):
+        v = _get_int(a, name)
+        if v is not None:
+            f[key] = v
+    per_chunk = _get_int(a, "num_layers_per_virtual_pipeline_stage")
+    if "vp" not in f and per_chunk:
+        layers = layers or _get_int(a, "num_layers")
+        if not layers:
+            raise SpecError("num_layers_per_virtual_pipeline_stage", per_chunk,
+                            "given with the model's num_layers (or give vp)")
+        pp = f.get("pp", 1)
+        if layers % (pp * per_chunk):
+            raise SpecError("num_layers_per_virtual_pipeline_stage", per_chunk,
+                            f"a divisor of num_layers/pp = {layers}/{pp}")
+        f["vp"] = layers // (pp * per_chunk)
+    if "sequence_parallel" in a:
+        f["sp"] = as_bool("sequence_parallel", a["sequence_parallel"])
+    if "use_torch_fsdp2" in a and as_bool("use_torch_fsdp2", a["use_torch_fsdp2"]):
+        f["zero"] = 3
+    elif "use_distributed_optimizer" in a:
+        f["zero"] = 1 if as_bool("use_distributed_optimizer", a["use_distributed_optimizer"]) else 0
+    gran = a.get("recompute_granularity")
+    if _none(gran):
+        f["recompute"] = "none"
+    elif str(gran).lower() in ("full", "selective"):
+        f["recompute"] = str(gran).lower()
+        n = _get_int(a, "recompute_num_layers")
+        if f["recompute"] == "full" and str(a.get("recompute_method", "")).lower() == "block" and n is not None:
+            f["recompute_layers"] = n
+    else:
+        raise SpecError("recompute_granularity", gran, "full, selective or None")
+    if "overlap_grad_reduce" in a:
+        if as_bool("overlap_grad_reduce", a["overlap_grad_reduce"]):
+            elems = _get_int(a, "ddp_bucket_size")
+            f["bucket_mb"] = (elems * 4 if elems else DEFAULT_BUCKET_BYTES) / MB
+        else:
+            f["bucket_mb"] = 0.0
+    tp = f.get("tp", 1)
+    f["chunks"] = tp if tp > 1 and "tp_comm_overlap" in a and as_bool("tp_comm_overlap", a["tp_comm_overlap"]) else 1
+    if "use_flash_attn" in a:
+        f["flash_attention"] = as_bool("use_flash_attn", a["use_flash_attn"])
+    return f
+
+
+def workload_fields(args: dict) -> dict:
+    """``global_batch``, ``seq``, ``dtype`` and ``gpus`` where ``args`` states them."""
+    a = normalise(args)
+    out = {}
+    for key, name in (("global_batch", "global_batch_size"), ("seq", "seq_length"), ("gpus", "world_size")):
+        v = _get_int(a, name)
+        if v is not None:
+            out[key] = v
+    devices, nodes = _get_int(a, "devices"), _get_int(a, "num_nodes")
+    if "gpus" not in out and devices and nodes:  # NeMo's trainer section
+        out["gpus"] = devices * nodes
+    fp8 = a.get("fp8", a.get("fp8_format"))
+    if not _none(fp8) and str(fp8).lower() not in ("false", "0"):
+        out["dtype"] = "fp8"
+    elif "bf16" in a and as_bool("bf16", a["bf16"]):
+        out["dtype"] = "bf16"
+    elif "fp16" in a and as_bool("fp16", a["fp16"]):
+        out["dtype"] = "fp16"
+    return out
+
+
+def model_fields(args: dict) -> dict:
+    """:class:`~costmodel.specs.ModelSpec` keyword arguments from the model-shape arguments.
+
+    Raises :class:`SpecError` naming the first required shape argument that is missing.
+    """
+    a = normalise(args)
+    req = {}
+    for key, name in (("layers", "num_layers"), ("hidden", "hidden_size"), ("heads", "num_attention_heads")):
+        v = _get_int(a, name)
+        if v is None:
+            raise SpecError(name, None, "present in the logged arguments (or give --model)")
+        req[key] = v
+    m = dict(req)
+    m["ffn_hidden"] = _get_int(a, "ffn_hidden_size") or 4 * req["hidden"]
+    vocab = _get_int(a, "padded_vocab_size") or _get_int(a, "vocab_size")
+    if vocab is None:
+        raise SpecError("padded_vocab_size", None, "present in the logged arguments (or give --model)")
+    m["vocab"] = vocab
+    gqa = "group_query_attention" not in a or as_bool("group_query_attention", a["group_query_attention"])
+    groups = _get_int(a, "num_query_groups")
+    if groups and gqa:
+        m["kv_heads"] = groups
+    kv_channels = _get_int(a, "kv_channels")
+    if kv_channels and kv_channels != req["hidden"] // req["heads"]:
+        m["head_dim"] = kv_channels
+    if "swiglu" in a and as_bool("swiglu", a["swiglu"]):
+        m["activation"] = "swiglu"
+    if "untie_embeddings_and_output_weights" in a:
+        m["tied_embeddings"] = not as_bool("untie_embeddings_and_output_weights", a["untie_embeddings_and_output_weights"])
+    experts = _get_int(a, "num_experts")
+    if experts:
+        m["experts"] = experts
+        m["topk"] = _get_int(a, "moe_router_topk") or 2
+        moe_ffn = _get_int(a, "moe_ffn_hidden_size")
+        if moe_ffn:
+            m["moe_ffn_hidden"] = moe_ffn
+        shared = _get_int(a, "moe_shared_expert_intermediate_size")
+        if shared:
+            m["shared_experts"] = max(1, round(shared / (moe_ffn or m["ffn_hidden"])))
+    return m

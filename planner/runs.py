@@ -1,0 +1,338 @@
+"""Read a user's measured training runs: a CSV/YAML table, or Megatron-LM / NeMo training logs.
+
+Table columns (CSV header or YAML keys; a YAML file is a list of runs or ``{runs: [...]}``):
+
+=================  ==========================================================================
+``model``          preset name or spec file (or ``--model``)
+``cluster``        preset name or spec file (optional; ``--cluster`` overrides)
+``gpus``           total GPUs (default ``tp*pp*dp*cp``)
+``global_batch``   sequences per step;  ``seq``: tokens per sequence;  ``dtype``: bf16/fp16/fp8
+plan               ``tp pp dp ep cp vp mb sp zero recompute recompute_layers bucket_mb chunks
+                   flash_attention`` (unset: the planner's defaults; ``dp`` from ``gpus``)
+measured           ``step_time_s``, or ``tokens_per_s`` (whole job), or ``tokens_per_s_per_gpu``
+``label``          a name for the report (optional; ``notes``/``source``/``date`` are ignored)
+=================  ==========================================================================
+
+A log is recognised by its content: the arguments Megatron-LM prints at start-up
+(``  tensor_model_parallel_size ...... 8`` between the ``arguments`` rulers) or NeMo's YAML
+config (``tensor_model_parallel_size: 8``), and the per-iteration timing lines
+(``elapsed time per iteration (ms): 1234.5`` or NeMo's ``train_step_timing in s=1.23``). The
+step time is the median of the logged iterations after warm-up (the first
+:data:`WARMUP_ENTRIES` entries are dropped when more than twice as many were logged, else the
+first one). The model comes from ``--model`` or from the logged shape arguments.
+
+Any bad input raises :class:`~costmodel.errors.SpecError` naming the file, line and field
+(the CLI exits 2 with that one line).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from costmodel.calibration import MeasuredRun
+from costmodel.config import CONFIG_KEYS, ParallelConfig, validate_config
+from costmodel.errors import PlannerError, SpecError
+from costmodel.specs import ModelSpec, Workload
+from costmodel.units import DTYPES
+
+from . import megatron_args as mg
+from .problem import make_config, resolve_cluster, resolve_model
+
+WARMUP_ENTRIES = 3
+PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention")
+MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
+KNOWN = set(PLAN_KEYS) | set(MEASURED_KEYS) | {"model", "cluster", "gpus", "global_batch", "seq", "dtype", "label"}
+IGNORED = {"notes", "note", "source", "date", "comment", "comments"}
+
+_ARG_LINE = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (.*?)\s*$")
+_YAML_LINE = re.compile(r"^\s*([a-z_][a-z0-9_]*):\s+([^#{}\[\]]*?)\s*$")
+_ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*(\S+)")
+_NEMO_S = re.compile(r"train_step_timing in s[=:]\s*([^\s,\]]+)")
+_PADDED = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run as read: where it came from, the problem, and the measured step time."""
+
+    label: str
+    model: ModelSpec
+    model_ref: str  # the preset name or file the model came from ("log" for a logged shape)
+    cluster_ref: str | None
+    workload: Workload
+    config: ParallelConfig
+    measured_s: float
+
+    @property
+    def gpus(self) -> int:
+        return self.config.gpus
+
+    def measured(self) -> MeasuredRun:
+        return MeasuredRun(model=self.model, workload=self.workload, config=self.config,
+                           measured_s=self.measured_s, label=self.label)
+
+    def info(self) -> dict:
+        """Plain values for the ``runs`` list of a calibrated cluster file."""
+        return {"model": self.model_ref, "gpus": self.gpus, "global_batch": self.workload.global_batch,
+                "seq": self.workload.seq_len, "dtype": self.workload.dtype, "config": self.config.to_dict(),
+                "measured_s": self.measured_s}
+
+
+# --------------------------------------------------------------------------- tables
+def _num(where: str, key: str, value, integer: bool = False, positive: bool = True):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: {key}", value, "an integer" if integer else "a number") from None
+    if not math.isfinite(v) or (positive and v <= 0) or (integer and v != int(v)):
+        raise SpecError(f"{where}: {key}", value, "a positive integer" if integer else "a positive number")
+    return int(v) if integer else v
+
+
+def _blank(v) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip())
+
+
+def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None = None) -> Run:
+    """A :class:`Run` from one table row (``where`` names it in errors, e.g. ``runs.csv:3``)."""
+    rec = {str(k).strip().lower(): v for k, v in rec.items() if k is not None}
+    for k in rec:
+        if k not in KNOWN and k not in IGNORED:
+            raise SpecError(f"{where}: column", k, f"one of {', '.join(sorted(KNOWN))}")
+    rec = {k: v for k, v in rec.items() if k in KNOWN and not _blank(v)}
+    model_ref = rec.get("model", model)
+    if model_ref is None:
+        raise SpecError(f"{where}: model", None, "given (a model column or --model)")
+    try:
+        m = resolve_model(_relative(model_ref, base_dir) if isinstance(model_ref, str) else model_ref)
+    except SpecError as e:
+        raise SpecError(f"{where}: {e.field}", e.value, e.allowed) from None
+    for key in ("global_batch", "seq"):
+        if key not in rec:
+            raise SpecError(f"{where}: {key}", None, "given (a positive integer)")
+    batch = _num(where, "global_batch", rec["global_batch"], integer=True)
+    seq = _num(where, "seq", rec["seq"], integer=True)
+    dtype = str(rec.get("dtype", "bf16")).strip().lower()
+    if dtype not in DTYPES:
+        raise SpecError(f"{where}: dtype", dtype, f"one of {', '.join(DTYPES)}")
+    plan = {}
+    for key in PLAN_KEYS:
+        if key not in rec:
+            continue
+        v = rec[key]
+        try:
+            if key in ("sp", "flash_attention"):
+                plan[key] = mg.as_bool(key, v)
+            elif key == "recompute":
+                plan[key] = str(v).strip().lower()
+            elif key == "bucket_mb":
+                plan[key] = _num(where, key, v, positive=False)
+            elif key in ("zero", "recompute_layers"):
+                plan[key] = mg.as_int(key, v)
+            else:
+                plan[key] = _num(where, key, v, integer=True)
+        except SpecError as e:
+            raise SpecError(f"{where}: {key}", e.value, e.allowed) from None
+    gpus = _num(where, "gpus", rec["gpus"], integer=True) if "gpus" in rec else None
+    measured = _measured(rec, where, batch * seq, gpus)
+    try:
+        config = make_config(gpus, **plan)
+        if gpus is not None and config.gpus != gpus:
+            raise SpecError("tp*pp*dp*cp", config.gpus, f"equal to gpus={gpus}")
+        workload = Workload(global_batch=batch, seq_len=seq, dtype=dtype)
+        gpus = config.gpus
+        if measured is None:  # tokens per second per GPU needed the GPU count
+            measured = batch * seq / (float(rec["tokens_per_s_per_gpu"]) * gpus)
+        validate_config(m, _NoCluster(), workload, config)
+    except PlannerError as e:
+        field = getattr(e, "field", None)
+        if field is None:
+            raise SpecError(where, None, f"a valid run ({e})") from None
+        raise SpecError(f"{where}: {field}", e.value, e.allowed) from None
+    label = str(rec.get("label") or where)
+    cluster_ref = str(rec["cluster"]).strip() if "cluster" in rec else None
+    return Run(label, m, str(model_ref) if isinstance(model_ref, str) else m.name, cluster_ref,
+               workload, config, measured)
+
+
+class _NoCluster:
+    """Stands in for a cluster in :func:`validate_config` (which only reads ``num_gpus``)."""
+
+    num_gpus = 0
+
+
+def _relative(ref: str, base_dir: Path | None) -> str:
+    if base_dir is not None and not Path(ref).is_absolute() and not Path(ref).exists() \
+            and (base_dir / ref).exists():
+        return str(base_dir / ref)
+    return ref
+
+
+def _measured(rec: dict, where: str, tokens: int, gpus: int | None):
+    given = [k for k in MEASURED_KEYS if k in rec]
+    if len(given) != 1:
+        raise SpecError(f"{where}: step_time_s", None if not given else ",".join(given),
+                        "exactly one of step_time_s, tokens_per_s, tokens_per_s_per_gpu")
+    k = given[0]
+    v = _num(where, k, rec[k])
+    if k == "step_time_s":
+        return v
+    if k == "tokens_per_s":
+        return tokens / v
+    return tokens / (v * gpus) if gpus else None
+
+
+def read_table(path: Path, *, model=None) -> list[Run]:
+    """Runs from a CSV or YAML table (see the module doc)."""
+    text = _read(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SpecError(str(path), None, f"valid YAML ({str(e).splitlines()[0]})") from None
+        if isinstance(data, dict) and "runs" in data:
+            data = data["runs"]
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise SpecError(str(path), None, "a YAML list of runs (or {runs: [...]}), each a mapping")
+        return [run_from_record(r, f"{path}: run {i + 1}", model=model, base_dir=path.parent)
+                for i, r in enumerate(data)]
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames:
+        raise SpecError(str(path), None, "a CSV file with a header line")
+    runs = []
+    for row in reader:
+        where = f"{path}:{reader.line_num}"
+        if None in row:
+            raise SpecError(where, None, f"a row of {len(reader.fieldnames)} fields (as many as the header)")
+        if all(_blank(v) for v in row.values()):
+            continue
+        runs.append(run_from_record(row, where, model=model, base_dir=path.parent))
+    if not runs:
+        raise SpecError(str(path), None, "a CSV file with at least one run")
+    return runs
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError as e:
+        raise SpecError("runs", str(path), f"a readable file ({e.strerror})") from None
+
+
+# --------------------------------------------------------------------------- logs
+@dataclass(frozen=True)
+class LogSummary:
+    """What a training log states: its arguments (as text) and the per-iteration step times."""
+
+    args: dict
+    step_times_s: list
+    first_line: int
+
+    @property
+    def step_time_s(self) -> float:
+        return median_after_warmup(self.step_times_s)
+
+
+def median_after_warmup(times: list, warmup: int = WARMUP_ENTRIES) -> float:
+    """Median of ``times`` without the warm-up entries.
+
+    >>> median_after_warmup([9.0, 2.0, 1.2, 1.0, 1.1, 1.0, 1.2, 1.1])
+    1.1
+    >>> median_after_warmup([5.0, 1.0, 1.2])
+    1.1
+    """
+    skip = warmup if len(times) > 2 * warmup else min(1, len(times) - 1)
+    return statistics.median(times[skip:])
+
+
+def parse_log(path: Path, text: str | None = None) -> LogSummary:
+    """The arguments and iteration times of a Megatron-LM or NeMo log."""
+    text = _read(path) if text is None else text
+    args, times, in_block, first = {}, [], False, 0
+    lines = text.splitlines()
+    has_block = any("arguments" in ln.lower() and "---" in ln for ln in lines)
+    for n, line in enumerate(lines, 1):
+        low = line.lower()
+        if "arguments" in low and "---" in line:
+            in_block = "end of" not in low
+            continue
+        if m := _ITER_MS.search(line):
+            times.append(_log_number(path, n, m.group(1), "elapsed time per iteration (ms)") / 1e3)
+            first = first or n
+            continue
+        if m := _NEMO_S.search(line):
+            times.append(_log_number(path, n, m.group(1), "train_step_timing in s"))
+            first = first or n
+            continue
+        if m := _PADDED.search(line):
+            args.setdefault("padded_vocab_size", m.group(1))
+            continue
+        m = (_ARG_LINE.search(line) if in_block else None) if has_block else _YAML_LINE.match(line)
+        if m and m.group(2):
+            args.setdefault(m.group(1), m.group(2).strip().strip("'\""))
+    if not times:
+        raise SpecError(str(path), None, "a training log with 'elapsed time per iteration (ms): X' "
+                                         "(Megatron-LM) or 'train_step_timing in s=X' (NeMo) lines")
+    if not args:
+        raise SpecError(str(path), None, "a log that prints its arguments at start-up "
+                                         "(Megatron-LM '  name ..... value' lines or NeMo's YAML config)")
+    return LogSummary(mg.normalise(args), times, first)
+
+
+def _log_number(path, n, text, what) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise SpecError(f"{path}:{n}: {what}", text, "a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise SpecError(f"{path}:{n}: {what}", text, "a positive number")
+    return v
+
+
+def run_from_log(path: Path, *, model=None, text: str | None = None) -> Run:
+    """A :class:`Run` from a Megatron-LM / NeMo log (model from ``model`` or the logged shape)."""
+    log = parse_log(path, text)
+    where = str(path)
+    try:
+        if model is not None:
+            m = resolve_model(model)
+            ref = str(model) if isinstance(model, str) else m.name
+        else:
+            m = ModelSpec(name=path.stem, **mg.model_fields(log.args))
+            ref = "log"
+        rec = {**mg.workload_fields(log.args), **mg.config_fields(log.args, m.layers)}
+    except SpecError as e:
+        raise SpecError(f"{where}: {e.field}", e.value, e.allowed) from None
+    rec["step_time_s"] = log.step_time_s
+    run = run_from_record(rec, where, model=m)
+    return replace(run, label=path.name, model_ref=ref)
+
+
+def looks_like_log(path: Path) -> bool:
+    return path.suffix.lower() not in (".csv", ".yaml", ".yml", ".json")
+
+
+def read_runs(paths, *, model=None) -> list[Run]:
+    """Runs from every path: CSV/YAML tables, and logs (any other file)."""
+    runs = []
+    for p in map(Path, paths):
+        runs.extend([run_from_log(p, model=model)] if looks_like_log(p) else read_table(p, model=model))
+    return runs
+
+
+def cluster_for(runs: list[Run], cluster=None):
+    """The cluster the runs ran on: ``cluster`` (name, file or spec) or the one their ``cluster`` column names."""
+    if cluster is None:
+        refs = sorted({r.cluster_ref for r in runs if r.cluster_ref})
+        if len(refs) != 1:
+            raise SpecError("cluster", ",".join(refs) or None,
+                            "given (--cluster NAME|FILE), or one cluster named by every run")
+        cluster = refs[0]
+    return resolve_cluster(cluster)
