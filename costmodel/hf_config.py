@@ -1,9 +1,16 @@
 """Map a Hugging Face ``config.json`` dict to a :class:`~costmodel.specs.ModelSpec`.
 
 Families read: Llama, Mistral/Mixtral, Qwen2/Qwen3, Qwen2-MoE/Qwen3-MoE, DeepSeek-V2/V3 (MLA),
-Nemotron, GPT-2 and GPT-NeoX. Anything with the Llama key names (``num_hidden_layers``,
-``hidden_size``, ...) goes through the same path. A missing required key raises
+Nemotron, Gemma/Gemma-2/Gemma-3, GPT-2 and GPT-NeoX (:data:`FAMILIES`). Anything else with the
+Llama key names (``num_hidden_layers``, ``hidden_size``, ...) goes through the same path, with
+an :class:`UnknownModelTypeWarning`. A missing required key raises
 :class:`~costmodel.errors.SpecError` naming the Hugging Face key.
+
+Two things a ``config.json`` often leaves to its ``transformers`` config class, read here per
+``model_type``: whether the LM head is tied to the embedding (``save_pretrained`` writes
+``tie_word_embeddings`` only when it differs from the class default: Gemma and GPT-2 tie,
+Llama does not), and whether the MLP is gated (Gemma's ``gelu_pytorch_tanh`` MLP is GeGLU,
+three matrices like SwiGLU, although its activation is named like GPT-2's ungated GELU).
 
 >>> m = model_from_hf_config({"_name_or_path": "meta-llama/Meta-Llama-3-8B", "model_type": "llama",
 ...     "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
@@ -11,6 +18,11 @@ Nemotron, GPT-2 and GPT-NeoX. Anything with the Llama key names (``num_hidden_la
 ...     "hidden_act": "silu", "tie_word_embeddings": False})
 >>> m.name, m.kv_heads, m.activation, round(m.params / 1e9, 2)
 ('meta-llama/Meta-Llama-3-8B', 8, 'swiglu', 8.03)
+>>> g = model_from_hf_config({"model_type": "gemma2", "num_hidden_layers": 46, "hidden_size": 4608,
+...     "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "intermediate_size": 36864,
+...     "vocab_size": 256000, "hidden_activation": "gelu_pytorch_tanh"})
+>>> g.activation, g.tied_embeddings, round(g.params / 1e9, 1)   # Gemma 2 report, Table 2: 27.2B
+('swiglu', True, 27.2)
 >>> model_from_hf_config({"model_type": "gpt2", "n_layer": 12})
 Traceback (most recent call last):
 ...
@@ -18,6 +30,8 @@ costmodel.errors.SpecError: n_embd=None: must be present in the Hugging Face con
 """
 
 from __future__ import annotations
+
+import warnings
 
 from .errors import SpecError
 from .specs import ModelSpec
@@ -31,6 +45,24 @@ _ACTIVATIONS = {
     "gelu_python": "gelu", "gelu_accurate": "gelu", "quick_gelu": "gelu",
     "relu2": "relu2", "squared_relu": "relu2", "squared-relu": "relu2",
 }
+
+
+#: model_type -> the ``tie_word_embeddings`` default of its ``transformers`` config class
+#: (``LlamaConfig``: False, ``GemmaConfig``: True, ...), used when the file leaves the key out.
+#: Qwen2 ties its small models and says so in their files.
+FAMILIES = {
+    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False, "qwen3": False,
+    "qwen3_moe": False, "deepseek_v2": False, "deepseek_v3": False, "nemotron": False, "gpt_neox": False,
+    "gemma": True, "gemma2": True, "gemma3": True, "gemma3_text": True, "gpt2": True,
+}
+#: families whose MLP is gated whatever ``hidden_act`` is called (Gemma: GeGLU, Team et al. 2024)
+GATED_MLP = ("gemma", "gemma2", "gemma3", "gemma3_text")
+#: ``PretrainedConfig``'s default, for a model_type not in :data:`FAMILIES`
+DEFAULT_TIED = True
+
+
+class UnknownModelTypeWarning(UserWarning):
+    """A ``model_type`` the loader has no family rules for: read with Llama key names."""
 
 
 class _Config:
@@ -55,10 +87,20 @@ class _Config:
 
 
 def _activation(c: _Config, default: str) -> str:
-    act = c.d.get("hidden_act", c.d.get("activation_function", default))
+    """``ModelSpec.activation``; ``swiglu`` stands for any gated (3-matrix) MLP, GeGLU included."""
+    key = next((k for k in ("hidden_activation", "hidden_act", "activation_function") if c.d.get(k) is not None),
+               "hidden_act")
+    act = c.d.get(key, default)
     if act not in _ACTIVATIONS:
-        raise SpecError("hidden_act", act, f"one of {', '.join(sorted(_ACTIVATIONS))}")
+        raise SpecError(key, act, f"one of {', '.join(sorted(_ACTIVATIONS))}")
+    if c.kind in GATED_MLP and _ACTIVATIONS[act] == "gelu":
+        return "swiglu"  # GeGLU: gate and up projections, then down, as SwiGLU
     return _ACTIVATIONS[act]
+
+
+def _tied(c: _Config) -> bool:
+    """``tie_word_embeddings`` as written, else the default of the config class of ``model_type``."""
+    return c.get("tie_word_embeddings", default=FAMILIES.get(c.kind, DEFAULT_TIED), kind=bool)
 
 
 def _name(d: dict) -> str:
@@ -70,8 +112,7 @@ def _gpt2(c: _Config) -> ModelSpec:
     return ModelSpec(
         name=_name(c.d), layers=c.get("n_layer"), hidden=h, heads=c.get("n_head"),
         ffn_hidden=c.get("n_inner", default=None) or 4 * h, vocab=c.get("vocab_size"),
-        activation=_activation(c, "gelu_new"),
-        tied_embeddings=c.get("tie_word_embeddings", default=True, kind=bool))
+        activation=_activation(c, "gelu_new"), tied_embeddings=_tied(c))
 
 
 def _moe_layer_count(c: _Config, layers: int) -> int:
@@ -95,8 +136,7 @@ def _decoder(c: _Config) -> ModelSpec:
         name=_name(c.d), layers=layers, hidden=hidden, heads=heads, vocab=c.get("vocab_size"),
         kv_heads=c.get("num_key_value_heads", default=None),
         head_dim=c.get("head_dim", default=None),
-        activation=_activation(c, "gelu" if neox else "silu"),
-        tied_embeddings=c.get("tie_word_embeddings", default=False, kind=bool))
+        activation=_activation(c, "gelu" if neox else "silu"), tied_embeddings=_tied(c))
     experts = c.get("num_local_experts", "num_experts", "n_routed_experts", default=0)
     moe_ffn = c.get("moe_intermediate_size", default=None)
     if experts:
@@ -125,6 +165,12 @@ def model_from_hf_config(d: dict) -> ModelSpec:
         t = d["text_config"]
         d = {**t, "_name_or_path": d.get("_name_or_path") or t.get("_name_or_path")}
     c = _Config(d)
+    if c.kind not in FAMILIES:
+        tied = d.get("tie_word_embeddings", DEFAULT_TIED)
+        warnings.warn(f"model_type={c.kind!r} is not a family the Hugging Face loader knows "
+                      f"({', '.join(sorted(FAMILIES))}): read with Llama key names, "
+                      f"tie_word_embeddings={str(tied).lower()}; check the parameter count",
+                      UnknownModelTypeWarning, stacklevel=2)
     if c.kind == "gpt2" or ("n_layer" in d and "n_embd" in d):
         return _gpt2(c)
     return _decoder(c)

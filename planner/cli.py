@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 from costmodel.errors import PlannerError, SpecError
 
@@ -49,8 +50,19 @@ def build_parser() -> ArgParser:
     return parser
 
 
+def _warn_one_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings (an unknown HF ``model_type``, ...) as one stderr line, like errors."""
+    print(f"planner: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _warn_one_line
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
         try:

@@ -9,7 +9,7 @@ from costmodel.inference import InferenceEstimate
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.units import GiB
 
-from .report import _gib, _nodes, _onoff, table
+from .report import _gib, _nodes, _onoff, model_label, table
 
 #: plan keys that matter for serving, in print order
 SERVING_KEYS = ("tp", "pp", "dp", "ep", "sp", "chunks")
@@ -58,7 +58,8 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
     gpus = cluster.num_gpus or est.config.gpus
     mem = est.memory
     lines = [
-        f"{model.name} on {gpus} x {cluster.device.name} ({cluster.name}, {_nodes(gpus, cluster.gpus_per_node)}), "
+        f"{model_label(model)} on {gpus} x {cluster.device.name} ({cluster.name}, "
+        f"{_nodes(gpus, cluster.gpus_per_node)}), "
         f"serving {est.batch} concurrent request{'s' if est.batch != 1 else ''} "
         f"({est.batch_per_replica} per replica x {est.config.dp}), {w.input_len} in / {w.output_len} out tokens, "
         f"{w.dtype} weights, {est.kv_dtype} KV cache",

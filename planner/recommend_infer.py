@@ -22,7 +22,7 @@ from .args import add_inference_args, int_arg
 from .emit_serving import launch_for_estimate
 from .inference_report import launch_lines
 from .problem import resolve_cluster, resolve_model
-from .report import print_json, table
+from .report import model_json, model_label, print_json, table
 
 FIXABLE = ("tp", "pp", "dp", "ep", "sp", "chunks")
 
@@ -80,7 +80,7 @@ PLAN_HEADERS = ["rank", "tp", "pp", "dp", "ep", "sp", "chunks", "batch/replica",
 
 def result_text(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> str:
     targets = [f"{n} <= {v * 1e3:g} ms" for n, v in (("TTFT", p.ttft_target_s), ("TPOT", p.tpot_target_s)) if v]
-    lines = [f"{p.model.name} on {p.cluster.num_gpus} x {p.cluster.device.name}, serving {p.input_len} in / "
+    lines = [f"{model_label(p.model)} on {p.cluster.num_gpus} x {p.cluster.device.name}, serving {p.input_len} in / "
              f"{p.output_len} out tokens ({p.dtype} weights, {p.kv_dtype} KV cache); "
              f"targets: {', '.join(targets) or 'none'}",
              f"solve: {r.status} in {r.time_s:.2f} s ({r.evaluated} plans that fit evaluated, "
@@ -102,7 +102,7 @@ def result_json(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> 
         return {"config": e.config.to_dict(), "batch_per_replica": e.batch_per_replica,
                 "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "ttft_ms": e.ttft_s * 1e3, "tpot_ms": e.tpot_s * 1e3}
     plans = [{**e.to_dict(), "launch": launch_for_estimate(e, p.workload(e.batch), prefill_tokens)} for e in r.plans]
-    return {"status": r.status, "mode": "infer", "solve": r.solve_dict(), "plans": plans,
+    return {"status": r.status, "mode": "infer", "model": model_json(p.model), "solve": r.solve_dict(), "plans": plans,
             "pareto": [brief(e) for e in r.pareto], "explanation": r.explanation}
 
 

@@ -43,10 +43,16 @@ def print_json(obj, file=None) -> None:
     print(json.dumps(to_plain(obj), indent=2, allow_nan=False), file=file or sys.stdout)
 
 
+def model_json(model: ModelSpec) -> dict:
+    """The ``model`` object of the JSON outputs: the spec, and the parameter counts the planner derived."""
+    return {**model_to_dict(model), "params": model.params, "active_params": model.active_params}
+
+
 def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> dict:
-    """``Estimate.to_dict()`` plus an echo of the problem it answers."""
+    """``Estimate.to_dict()`` plus an echo of the problem it answers (``config.sp``: in effect)."""
     d = est.to_dict()
-    d["model"] = model_to_dict(model)
+    d["config"]["sp"] = est.config.sp_on
+    d["model"] = model_json(model)
     d["cluster"] = cluster_to_dict(cluster)
     d["workload"] = asdict(workload)
     return d
@@ -79,6 +85,21 @@ def _s(x: float) -> str:
         return "0"
     decimals = min(6, max(0, 3 - math.floor(math.log10(abs(x)))))
     return f"{x:.{decimals}f}"
+
+
+def count_text(n: float) -> str:
+    """``8.03B``, ``124M``, ``1.02T``: three significant digits."""
+    for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= factor:
+            return f"{n / factor:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
+def model_label(model: ModelSpec) -> str:
+    """The model's name with the parameter count the planner derived: ``llama3-8b (8.03B params)``;
+    an MoE model adds its active count (``46.7B params, 12.9B active``)."""
+    active = f", {count_text(model.active_params)} active" if model.is_moe else ""
+    return f"{model.name} ({count_text(model.params)} params{active})"
 
 
 def _gib(x: float) -> str:
@@ -145,7 +166,7 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
     gpus = cluster.num_gpus or est.config.gpus
     peak_stage = max(est.memory, key=lambda m: m["total_bytes"])["stage"] if est.memory else 0
     lines = [
-        f"{model.name} on {gpus} x {cluster.device.name} ({cluster.name}, "
+        f"{model_label(model)} on {gpus} x {cluster.device.name} ({cluster.name}, "
         f"{_nodes(gpus, cluster.gpus_per_node)}), "
         f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
         f"config: {config_line(est)}",

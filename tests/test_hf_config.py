@@ -61,6 +61,26 @@ GPT_NEOX_20B = {
     "use_parallel_residual": True, "vocab_size": 50432,
 }
 
+# google/gemma-2-27b config.json (all keys as published)
+GEMMA2_27B = {
+    "architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1,
+    "final_logit_softcapping": 30.0, "head_dim": 128, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 4608, "initializer_range": 0.02,
+    "intermediate_size": 36864, "max_position_embeddings": 8192, "model_type": "gemma2",
+    "num_attention_heads": 32, "num_hidden_layers": 46, "num_key_value_heads": 16, "pad_token_id": 0,
+    "query_pre_attn_scalar": 144, "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096,
+    "sliding_window_size": 4096, "torch_dtype": "float32", "transformers_version": "4.42.0.dev0",
+    "use_cache": True, "vocab_size": 256000,
+}
+# google/gemma-7b config.json (architecture keys)
+GEMMA_7B = {
+    "architectures": ["GemmaForCausalLM"], "head_dim": 256, "hidden_act": "gelu", "hidden_size": 3072,
+    "intermediate_size": 24576, "max_position_embeddings": 8192, "model_type": "gemma",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0, "vocab_size": 256000,
+}
+
 
 def same_shape(a, b):
     return replace(a, name="x") == replace(b, name="x")
@@ -140,6 +160,72 @@ def test_gpt_neox_20b():
     assert not m.tied_embeddings
     assert not model_from_hf_config({k: v for k, v in GPT_NEOX_20B.items() if k != "tie_word_embeddings"}).tied_embeddings
     assert m.params == pytest.approx(20.55e9, rel=0.01)  # Black et al. 2022: 20.55B
+
+
+def test_gemma2_27b_is_gated_tied_and_27_2b():
+    m = model_from_hf_config(GEMMA2_27B)
+    # head_dim 128 is not hidden/heads = 144; the query scale (query_pre_attn_scalar) holds no weights
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.q_dim) == (46, 4608, 32, 16, 128, 4096)
+    assert m.activation == "swiglu" and m.mlp_matrices == 3  # GeGLU: gate, up, down
+    assert m.tied_embeddings  # GemmaConfig ties; the file leaves the key out
+    # Gemma 2 technical report (Team et al. 2024), Table 2: 26,047,480,320 non-embedding
+    # + 1,179,648,000 embedding = 27,227,128,320; the planner leaves out 2 of Gemma-2's 4 norms per layer
+    assert m.params == pytest.approx(27_227_128_320, rel=1e-4)
+
+
+def test_gemma_7b_gelu_is_gated_too():
+    m = model_from_hf_config(GEMMA_7B)
+    assert m.activation == "swiglu" and m.tied_embeddings and m.head_dim == 256
+    assert m.params == pytest.approx(8.54e9, rel=0.005)  # Gemma report (Team et al. 2024), Table 1: 8.54B
+
+
+@pytest.mark.parametrize("model_type,tied", [("gemma", True), ("gemma2", True), ("gemma3_text", True), ("llama", False),
+                                             ("qwen2", False), ("mistral", False), ("gpt_neox", False)])
+def test_tie_word_embeddings_defaults_per_model_type(model_type, tied):
+    d = {k: v for k, v in dict(LLAMA3_8B, model_type=model_type).items() if k != "tie_word_embeddings"}
+    assert model_from_hf_config(d).tied_embeddings is tied
+    assert model_from_hf_config(dict(d, tie_word_embeddings=not tied)).tied_embeddings is (not tied)  # as written
+
+
+def test_unknown_model_type_warns_once_and_loads():
+    from costmodel.hf_config import UnknownModelTypeWarning
+    with pytest.warns(UnknownModelTypeWarning, match="model_type='falcon_x'"):
+        m = model_from_hf_config(dict(LLAMA3_8B, model_type="falcon_x"))
+    assert m.layers == 32 and not m.tied_embeddings  # the file's own tie_word_embeddings
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model_from_hf_config(LLAMA3_8B)  # a known family: no warning
+
+
+def test_cli_shows_the_derived_parameter_count(tmp_path, capsys):
+    import json as json_
+    from planner import cli
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GEMMA2_27B))
+    argv = ["evaluate", "--model", str(path), "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "8",
+            "--seq", "4096", "--tp", "8"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("gemma2 (27.2B params) on 8 x")
+    assert cli.main(argv + ["--json"]) == 0
+    model = json_.loads(capsys.readouterr().out)["model"]
+    assert model["name"] == "gemma2" and model["params"] == pytest.approx(27.2e9, rel=0.002)
+    assert cli.main(["explain", *argv[1:], "--json"]) == 0
+    assert json_.loads(capsys.readouterr().out)["model"]["params"] == model["params"]
+    assert cli.main(["explain", *argv[1:]]) == 0
+    assert capsys.readouterr().out.startswith("gemma2 (27.2B params) on 8 x")
+
+
+def test_cli_warns_in_one_line_on_an_unknown_model_type(tmp_path, capsys):
+    from planner import cli
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(LLAMA3_8B, model_type="falcon_x")))
+    assert cli.main(["evaluate", "--model", str(path), "--cluster", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "8", "--seq", "4096", "--tp", "8", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["model"]["params"] > 0
+    assert err.count("\n") == 1 and err.startswith("planner: warning: model_type='falcon_x'")
 
 
 @pytest.mark.parametrize("act,expected", [("silu", "swiglu"), ("swiglu", "swiglu"), ("gelu", "gelu"),

@@ -18,7 +18,7 @@ from costmodel.graph.trace import write_chrome_trace, write_gantt
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
                     inference_batch, int_arg, problem_from_args)
-from ..report import print_json
+from ..report import model_json, model_label, print_json
 
 NAME = "explain"
 
@@ -59,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
         write_gantt(args.gantt, model, cluster, workload, config, stage=args.stage)
         written.append(args.gantt)
     if args.json:
-        print_json({"status": "ok", "config": config.to_dict(), "overlap": rows, "tp_feasibility": tp,
-                    "written": written})
+        print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
+                    "overlap": rows, "tp_feasibility": tp, "written": written})
         return 0
-    print(f"{model.name} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
+    print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
           f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
           f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}\n")
     print(format_explain(rows))

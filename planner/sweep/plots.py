@@ -27,6 +27,7 @@ from costmodel.estimate import evaluate
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.units import GB
 
+from ..report import count_text
 from .grid import AXES_COLUMNS, Case, apply_whatifs
 from .store import ResultStore
 
@@ -84,7 +85,8 @@ def plot_scaling(records: list[dict], out_dir: Path, stem: str = "scaling") -> l
     fig, ax = _figure(1, 2)
     for (_, model, ctx), rs in sorted(lines.items()):
         rs.sort(key=lambda r: r["gpus"])
-        label = f"{model} {ctx}".strip()
+        label = f"{model} ({count_text(rs[0]['model_params'])} params) {ctx}".strip() if rs[0]["model_params"] \
+            else f"{model} {ctx}".strip()
         x = [r["gpus"] for r in rs]
         ax[0][0].plot(x, [100 * r["mfu"] for r in rs], marker="o", label=label)
         ax[0][1].plot(x, [r["step_time_s"] for r in rs], marker="o", label=label)
