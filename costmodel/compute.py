@@ -7,7 +7,18 @@ quantization):
 
 * wave quantization: output tiles of 128x128 spread over the SMs; a partial last wave idles
   SMs. With stream-K/split-K kernels about a quarter wave is lost on average (assumption);
-* short reduction dimension: each tile pays a prologue/epilogue, modelled as ``K / (K + 64)``.
+* short reduction dimension: each tile pays a prologue/epilogue, modelled as ``K / (K + K0)``
+  with ``K0 = 64`` elements at the BF16 rate. The prologue/epilogue is a fixed time per tile, so
+  at a dtype that runs ``r`` times faster per element (FP8: twice BF16) it costs ``r K0``
+  elements: FP8 gains least on short-K GEMMs. DeepGEMM's FP8 table on H800 shows the effect
+  (README of 2025-03-25: 4096x32768x512 at 751 TFLOP/s against 4096x7168x16384 at 1426).
+
+MoE layers (Megatron-Core ``--moe-grouped-gemm``, alltoall or allgather dispatcher) also pay,
+per layer and micro-batch: the router's softmax/top-k/aux-loss kernels, the token permute and
+unpermute (gathers/scatters of ``topk`` copies of every token), one device-to-host copy of
+``tokens_per_expert`` that the host needs before it can size the AllToAll-V and the grouped
+GEMM, and the ragged per-expert row counts of the grouped GEMM (each expert's rows end in a
+partial tile). The slowest expert-parallel rank sets the pace (``ModelSpec.moe_imbalance``).
 
 Layer structure and GEMM shapes follow Megatron-LM (Shoeybi et al. 2019, Fig. 3): column-
 parallel QKV and MLP-in, row-parallel attention-out and MLP-out, each split by ``tp``.
@@ -26,6 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from statistics import NormalDist
 
 from .config import ParallelConfig
 from .kvcache import kv_dtype_bytes, kv_elements_per_token_layer
@@ -35,6 +47,13 @@ from .units import DTYPE_BYTES
 TILE = 128  # GEMM output tile edge (assumption: cuBLAS-class 128x128 tiles)
 K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (assumption)
 WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)
+#: A blocking device-to-host copy of ``tokens_per_expert`` (Megatron-Core token dispatcher,
+#: ``tokens_per_expert.cpu()`` / the ``.tolist()`` of the AllToAll-V splits and grouped-GEMM sizes):
+#: the copy call alone costs 5-7 us (Wu et al. 2026, "DualPath", arXiv 2602.21548, section 5.2,
+#: measured cudaMemcpyAsync per-call latency); the GPU has drained its queue by then, so the
+#: launches of the kernels that follow are exposed too (counted as 3 kernel overheads below).
+HOST_COPY_S = 7e-6
+SYNC_EXPOSED_LAUNCHES = 3  # kernels launched into the empty queue after the sync (assumption)
 ACT_BYTES = 2  # activations are BF16 (also under FP8 GEMMs, whose outputs are BF16)
 
 
@@ -58,24 +77,49 @@ class Op:
     comm_after: str = ""
 
 
-def gemm_utilization(m: float, n: float, k: float, sm_count: int) -> float:
+def gemm_utilization(m: float, n: float, k: float, sm_count: int, k_overhead: float = K_OVERHEAD,
+                     ragged_groups: int = 0) -> float:
     """Fraction of a device's large-GEMM throughput a GEMM of shape (m x k) @ (k x n) reaches.
+
+    ``ragged_groups``: the ``m`` rows are the rows of that many groups of a grouped GEMM whose
+    sizes vary (MoE experts receive data-dependent token counts), so every group ends in a
+    partial tile: ``m / TILE + 1/2`` tile rows per group on average instead of ``ceil(m / TILE)``
+    (grouped kernels tile each group separately; DeepGEMM README: every expert segment is padded
+    to the GEMM M block). ``m`` is then the rows of one group and ``n`` the columns of all groups.
 
     >>> round(gemm_utilization(8192, 8192, 8192, 108), 3)
     0.986
     >>> gemm_utilization(128, 128, 64, 108) < 0.01
     True
+    >>> gemm_utilization(256, 1536 * 16, 2048, 132, ragged_groups=16) < gemm_utilization(256, 1536 * 16, 2048, 132)
+    True
     """
+    if ragged_groups:
+        tiles = (m / TILE + 0.5) * math.ceil(n / TILE)
+        useful = m / TILE * math.ceil(n / TILE)
+        waves = tiles / sm_count
+        wave_util = waves if waves < 1 - WAVE_TAIL else waves / (waves + WAVE_TAIL)
+        return wave_util * useful / tiles * k / (k + k_overhead)
     tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
     waves = tiles / sm_count
     wave_util = waves if waves < 1 - WAVE_TAIL else waves / (waves + WAVE_TAIL)
-    return wave_util * k / (k + K_OVERHEAD)
+    return wave_util * k / (k + k_overhead)
 
 
-def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch: int = 1) -> float:
-    """Roofline time of ``batch`` GEMMs (m x k) @ (k x n)."""
+def k_overhead(dev: DeviceSpec, dtype: str) -> float:
+    """The per-tile prologue/epilogue in K elements at ``dtype``: fixed time, so it spans as many
+    more elements as the dtype's peak exceeds BF16's (FP8 on Hopper: 2 x 64)."""
+    return K_OVERHEAD * dev.peak_flops_per_s(dtype) / dev.peak_bf16_flops_per_s
+
+
+def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch: int = 1,
+                ragged: bool = False) -> float:
+    """Roofline time of ``batch`` GEMMs (m x k) @ (k x n); ``ragged``: their row counts vary around
+    ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`)."""
     flops = 2.0 * m * n * k * batch
-    rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * gemm_utilization(m, n * batch, k, dev.sm_count)
+    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype),
+                            ragged_groups=batch if ragged and batch > 1 else 0)
+    rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * util
     in_bytes = DTYPE_BYTES[dtype] if dtype == "fp8" else ACT_BYTES
     bytes_moved = batch * ((m * k + k * n) * in_bytes + m * n * ACT_BYTES)
     return max(flops / rate, bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency)) + dev.kernel_overhead_s
@@ -86,11 +130,15 @@ def elementwise_time_s(bytes_moved: float, dev: DeviceSpec, kernels: int = 1) ->
     return bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency) + kernels * dev.kernel_overhead_s
 
 
-def _gemm(name, block, m, n, k, dev, dtype, comm_after="", groups: int = 1) -> Op:
-    """A GEMM (or a grouped GEMM of ``groups`` equal problems, as for MoE experts) with its backward."""
-    t = gemm_time_s(m, n, k, dev, dtype, batch=groups)
+def _gemm(name, block, m, n, k, dev, dtype, comm_after="", groups: int = 1, ragged: bool = False) -> Op:
+    """A GEMM (or a grouped GEMM of ``groups`` problems, as for MoE experts) with its backward.
+
+    ``ragged``: the groups' row counts ``m`` vary (routed tokens per expert): forward and dgrad
+    are M-grouped with a partial last tile per group; wgrad reduces over those rows (its K is
+    ``m``, short for fine-grained experts)."""
+    t = gemm_time_s(m, n, k, dev, dtype, batch=groups, ragged=ragged)
     # backward: dgrad (m x n)@(n x k) and wgrad (k x m)@(m x n), same FLOPs as forward each
-    dgrad = gemm_time_s(m, k, n, dev, dtype, batch=groups)
+    dgrad = gemm_time_s(m, k, n, dev, dtype, batch=groups, ragged=ragged)
     wgrad = gemm_time_s(k, n, m, dev, dtype, batch=groups)
     if dtype == "fp8":
         # Transformer Engine casts each GEMM input to FP8 with a fused cast+transpose: forward
@@ -164,11 +212,11 @@ def layer_ops(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig,
     """
     kv_bytes = kv_dtype_bytes(kv_dtype) if decode else 0
     return _layer_ops(model, dev, w.seq_len, w.dtype, c.tp, c.cp, c.mb, c.sp_on, c.ep, moe, c.flash_attention,
-                      decode, kv_bytes)
+                      decode, kv_bytes, w.mode == "infer")
 
 
 @lru_cache(maxsize=4096)
-def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0):
+def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False):
     c = ParallelConfig(tp=tp, cp=cp, mb=mb, sp=sp, ep=ep, flash_attention=flash)
     w = Workload(global_batch=mb, seq_len=seq_len, dtype=dtype)
     h = model.hidden
@@ -192,7 +240,7 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     ops.append(_elementwise("ln2", "mlp", 2 * ACT_BYTES * n_sp * h, dev))
     gated = model.activation == "swiglu"
     if moe:
-        ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm))
+        ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm, host_sync=not serving))
     else:
         f = model.ffn_hidden / tp
         ops.append(_gemm("fc1", "mlp", n, f * (2 if gated else 1), h, dev, dtype))
@@ -202,35 +250,94 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     return tuple(ops)
 
 
-def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm) -> list[Op]:
-    """Router, routed experts (grouped GEMM over this GPU's experts) and shared experts.
+def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
+    """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean load.
 
-    Tokens are spread evenly over experts (balanced routing, an assumption). With EP each
-    GPU holds ``experts / ep`` whole experts and receives ``n * topk`` token-slots in total
-    across the EP group; tokens are first split across TP ranks (Megatron-Core requires
-    sequence parallelism for MoE with TP), so each GPU handles ``n * topk / tp`` slots.
-    Without EP every TP rank runs all ``n * topk`` slots on a ``1/tp`` slice of each expert.
+    Each expert's token count varies with coefficient of variation
+    ``sqrt(model.moe_load_cv**2 + 1 / slots_per_expert)``: the routing skew the load-balancing
+    loss leaves, plus the multinomial sampling of a finite batch (variance equal to the mean).
+    A rank sums ``experts / ep`` experts, which averages the skew down by ``sqrt(experts / ep)``
+    (independent experts, an assumption), and the step waits for the busiest of ``ep`` ranks: the
+    expected maximum of ``ep`` normal variables, ``z = Phi^-1((ep - 0.375) / (ep + 0.25))``
+    standard deviations above the mean (Blom 1958). Without EP the GPU holds every expert and the
+    skew only moves work between them: 1.
+
+    >>> from costmodel.presets import load_model
+    >>> m = load_model("qwen3-30b-a3b")   # 128 experts; EP 8 -> 16 experts per rank
+    >>> round(moe_imbalance(m, 8, 1e9), 3)   # 1 + 1.434 * 0.3 / sqrt(16)
+    1.108
+    >>> moe_imbalance(m, 1, 256)
+    1.0
+    """
+    if ep <= 1 or not model.is_moe:
+        return 1.0
+    cv = math.sqrt(model.moe_load_cv ** 2 + 1.0 / max(slots_per_expert, 1.0))
+    z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+    return 1.0 + z * cv / math.sqrt(max(1, model.experts // ep))
+
+
+def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True) -> list[Op]:
+    """Router, token permutation, routed experts (grouped GEMM over this GPU's experts), shared experts.
+
+    With EP each GPU holds ``experts / ep`` whole experts and receives ``n * topk`` token-slots in
+    total across the EP group; tokens are first split across TP ranks (Megatron-Core requires
+    sequence parallelism for MoE with TP), so each GPU handles ``n * topk / tp`` slots on average
+    and the slowest EP rank ``moe_imbalance`` times that. Without EP every TP rank runs all
+    ``n * topk`` slots on a ``1/tp`` slice of each expert, and imbalance only moves work between
+    the experts of one GPU.
+
+    ``host_sync``: training frameworks copy ``tokens_per_expert`` to the host once per MoE layer
+    and forward (recompute repeats it); serving engines run MoE under CUDA graphs without it.
     """
     h = model.hidden
     etp = tp if ep == 1 else 1
     ops = [_gemm("router", "mlp", n, model.experts, h, dev, "bf16")]
-    slots = n * model.topk / (tp if ep > 1 else 1)  # token-slots processed here
+    # Router scores, top-k and the auxiliary load-balancing loss (Megatron-Core
+    # transformer/moe/router.py: TopKRouter.routing -> topk_softmax_with_capacity and
+    # switch_load_balancing_loss_func; Fedus et al. 2022, eq. 4), in FP32 over n x experts:
+    # softmax (read + write 8 B), top-k (read 4 B; write k indices and probs, 12 B each), the
+    # aux-loss scores (a second softmax, 8 B), their sum over tokens (4 B) and the routing map
+    # (write + read 2 B): 22 B per score plus 12 B per slot, about 6 unfused kernels.
+    router_bytes = 22 * n * model.experts + 12 * n * model.topk
+    ops.append(_elementwise("router_topk", "mlp", router_bytes, dev, kernels=6))
+    if host_sync:
+        t_sync = HOST_COPY_S + SYNC_EXPOSED_LAUNCHES * dev.kernel_overhead_s
+        ops.append(Op("tokens_per_expert_sync", "elementwise", "mlp", 0.0, t_sync, 0.0))
+    local = n * model.topk / (tp if ep > 1 else 1)  # token-slots this GPU routes (its own tokens)
+    slots = local * moe_imbalance(model, ep, local * ep / model.experts)  # the slowest EP rank's slots
+    # Permute: gather topk copies of each token row into expert order (Megatron-Core
+    # moe_utils.permute: index_select; Transformer Engine moe_permute), read + write of
+    # ``topk * n`` BF16 rows; its backward is the matching scatter, the same bytes.
+    perm = elementwise_time_s(2 * ACT_BYTES * local * h, dev)
+    ops.append(Op("permute", "elementwise", "mlp", 0.0, perm, perm))
     local_experts = model.experts // ep
     # Experts that receive a token: all of them at training sizes; in a small decode batch only
     # those the routed tokens pick (a token misses an expert with probability 1 - topk/experts),
     # and only their weights are read.
-    tokens_routed = slots * ep / model.topk
+    tokens_routed = local * ep / model.topk
     hit = 1.0 - (1.0 - model.topk / model.experts) ** tokens_routed
     active = max(1, min(local_experts, math.ceil(local_experts * hit - 1e-9)))
     per_expert = slots / active
     f = model.moe_ffn_hidden / etp
-    # one grouped GEMM (Megatron-Core --moe-grouped-gemm) runs the tiles of all active local experts at once
-    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=active)
-    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active)
+    # one grouped GEMM (Megatron-Core --moe-grouped-gemm) runs the tiles of all active local
+    # experts at once; their token counts are data-dependent (ragged)
+    ragged = active > 1
+    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=active, ragged=ragged)
+    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active, ragged=ragged)
     act = _elementwise("expert_act", "mlp", (3 if gated else 2) * ACT_BYTES * slots * f, dev)
-    ops.append(Op("experts", "gemm", "mlp", up.fwd_flops + down.fwd_flops,
-                  up.fwd_s + down.fwd_s + act.fwd_s, up.bwd_s + down.bwd_s + act.bwd_s,
+    fwd, bwd = up.fwd_s + down.fwd_s + act.fwd_s, up.bwd_s + down.bwd_s + act.bwd_s
+    if ep > 1 and local_experts > 1:
+        # tokens arriving from the EP ranks are regrouped by local expert before the GEMM and back
+        # after it (Megatron-Core MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs), read + write
+        sort = elementwise_time_s(2 * ACT_BYTES * slots * h, dev)
+        fwd, bwd = fwd + 2 * sort, bwd + 2 * sort
+    ops.append(Op("experts", "gemm", "mlp", up.fwd_flops + down.fwd_flops, fwd, bwd,
                   up.wgrad_s + down.wgrad_s, comm_after="a2a" if ep > 1 else tp_comm))
+    # Unpermute: scale each slot by its router probability and sum the topk copies back into token
+    # order (moe_utils.unpermute: mul + scatter_add): read ``topk * n`` rows, write them weighted,
+    # accumulate; backward is the matching gather.
+    unperm = elementwise_time_s(2 * ACT_BYTES * local * h + ACT_BYTES * n * h / (tp if ep > 1 else 1), dev, kernels=2)
+    ops.append(Op("unpermute", "elementwise", "mlp", 0.0, unperm, unperm))
     if model.shared_experts:
         fs = model.shared_experts * model.moe_ffn_hidden / tp
         ops.append(_gemm("shared_fc1", "mlp", n, fs * (2 if gated else 1), h, dev, dtype))

@@ -26,14 +26,59 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .compute import moe_imbalance
 from .config import ParallelConfig, micro_batches
 from .pipeline import in_flight_chunks, stage_layers
 from .specs import ModelSpec, Workload
 from .units import GiB
 
 WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES = 2, 4, 12
-#: CUDA context, NCCL buffers and allocator fragmentation held outside the model (assumption)
-RESERVED_BYTES = 2 * GiB
+MiB = 2**20
+#: CUDA context with PyTorch's and the framework's kernels loaded lazily (CUDA 11.7+
+#: CUDA_MODULE_LOADING=LAZY); assumption, typical of ``nvidia-smi`` readings of an idle process
+CUDA_CONTEXT_BYTES = 512 * MiB
+#: cuBLAS workspaces: Transformer Engine allocates 32 MiB per stream on Hopper
+#: (``get_cublas_workspace_size_bytes``), PyTorch its own; two of them
+CUBLAS_WORKSPACE_BYTES = 2 * 32 * MiB
+#: NCCL_BUFFSIZE, the buffer of one channel to one peer (NCCL documentation, environment
+#: variables: default 4 MiB); a ring channel receives from one peer and sends to another
+NCCL_BUFFSIZE_BYTES = 4 * MiB
+NCCL_RING_CHANNELS = 16  # channels of one collective communicator on an NVSwitch node (assumption)
+NCCL_P2P_CHANNELS_PER_PEER = 2  # NCCL_NCHANNELS_PER_NET_PEER default (NCCL docs)
+#: allocator fragmentation, as a fraction of activation memory: the caching allocator cannot
+#: reuse blocks freed between differently sized short-lived tensors (Rajbhandari et al. 2020,
+#: ZeRO, section 3.2 "memory fragmentation", sees OOM with over 30% of memory free in extreme
+#: cases; 5% on average is an assumption)
+FRAGMENTATION = 0.05
+#: the reserve of a plan with no communicators and no activations (kept for callers that need
+#: a constant lower bound)
+RESERVED_BYTES = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
+
+
+def reserved_bytes(c: ParallelConfig, activations_bytes=0.0):
+    """Memory outside the model state and activations on one GPU: CUDA context, cuBLAS
+    workspaces, NCCL buffers of every communicator the plan creates, and allocator
+    fragmentation (``FRAGMENTATION`` of the activations). Works on numpy arrays of activations.
+
+    NCCL buffers: each collective communicator of more than one rank (TP, CP, DP, EP, and the
+    expert-data-parallel group when it differs) keeps ``NCCL_RING_CHANNELS`` channels, each
+    receiving from one peer (``NCCL_BUFFSIZE`` per channel per peer, NCCL docs); pipeline send/recv
+    connects two peers and an EP all-to-all ``ep - 1`` peers with ``NCCL_P2P_CHANNELS_PER_PEER``
+    channels each, buffers both ways.
+
+    >>> c = ParallelConfig(tp=8, pp=4, dp=32)
+    >>> # 512 MiB context + 64 MiB cuBLAS + 2 comms x 16 ch x 4 MiB + pp: 2 peers x 2 ch x 2 x 4 MiB + 5% of 10 GiB
+    >>> reserved_bytes(c, 10 * GiB) / MiB == 512 + 64 + 2 * 16 * 4 + 2 * 2 * 2 * 4 + 0.05 * 10 * 1024
+    True
+    """
+    comms = sum(1 for g in (c.tp, c.cp, c.dp * c.cp) if g > 1)
+    edp = expert_dp(c)
+    if c.ep > 1:
+        comms += 1 + (1 if edp > 1 and edp != c.dp * c.cp else 0)
+    nccl = comms * NCCL_RING_CHANNELS * NCCL_BUFFSIZE_BYTES
+    peers = (2 if c.pp > 1 else 0) + (c.ep - 1 if c.ep > 1 else 0)
+    nccl += peers * NCCL_P2P_CHANNELS_PER_PEER * 2 * NCCL_BUFFSIZE_BYTES
+    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + nccl + FRAGMENTATION * activations_bytes
 
 
 @dataclass(frozen=True)
@@ -46,16 +91,17 @@ class StageMemory:
     optimizer_bytes: float
     activations_bytes: float
     buffers_bytes: float
+    reserved_bytes: float = RESERVED_BYTES  # :func:`reserved_bytes` of the plan
 
     @property
     def total_bytes(self) -> float:
         return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.buffers_bytes + RESERVED_BYTES)
+                + self.activations_bytes + self.buffers_bytes + self.reserved_bytes)
 
     def to_dict(self) -> dict:
         return {"stage": self.stage, "weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
-                "buffers_bytes": self.buffers_bytes, "reserved_bytes": RESERVED_BYTES,
+                "buffers_bytes": self.buffers_bytes, "reserved_bytes": self.reserved_bytes,
                 "total_bytes": self.total_bytes}
 
 
@@ -120,6 +166,8 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
         f = model.moe_ffn_hidden
         slot = (6 if gated else 4) * f / c.expert_tp() + 2 * h  # expert MLP tensors + permuted input
         slots_per_token = model.topk / (t if c.ep > 1 else 1)
+        # the busiest EP rank stores its share of the routed slots (costmodel.compute.moe_imbalance)
+        slots_per_token *= moe_imbalance(model, c.ep, tokens * model.topk / (t if c.ep > 1 else 1) * c.ep / model.experts)
         per_token_split = split / t + slot * slots_per_token
         per_token_split += (6 if gated else 4) * model.shared_experts * f / t + 4 * model.experts
     else:
@@ -159,7 +207,7 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     if c.zero == 3 and c.dp * c.cp > 1:  # all-gathered weights of the current and the prefetched layer
         dense, expert = stage_params(model, c, stage)
         buffers = 2 * WEIGHT_BYTES * (dense + expert) / max(1, n_dense + n_moe)
-    return StageMemory(stage, weights, grads, optim, acts, buffers)
+    return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
 
 
 def memory_per_stage(model: ModelSpec, w: Workload, c: ParallelConfig) -> list[StageMemory]:
