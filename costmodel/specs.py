@@ -47,6 +47,13 @@ class ModelSpec:
     topk : experts each token is routed to. moe_ffn_hidden : inner width of one expert.
     shared_experts : always-active experts per MoE layer.
     dense_layers : leading layers that are dense in an MoE model (DeepSeek ``first_k_dense_replace``).
+    moe_load_cv : coefficient of variation of the tokens each routed expert receives under the
+        model's load balancing (0: perfectly balanced). Default 0.3: Wang et al. 2024,
+        "Auxiliary-Loss-Free Load Balancing", arXiv 2408.15664, Table 2, report MaxVio_global
+        (max load over mean, minus 1) of 0.52-0.72 for auxiliary-loss-balanced MoE models with
+        64 routed experts; the expected maximum of 64 normal loads is about 2.4 standard
+        deviations above the mean, so 0.72 / 2.4 = 0.3. Sets the slowest EP rank's load
+        (:func:`costmodel.compute.moe_imbalance`).
     q_lora_rank, kv_lora_rank, qk_rope_head_dim, v_head_dim : multi-head latent attention
         (DeepSeek-V2/V3); ``kv_lora_rank = 0`` means ordinary attention.
     """
@@ -66,6 +73,7 @@ class ModelSpec:
     moe_ffn_hidden: int | None = None
     shared_experts: int = 0
     dense_layers: int = 0
+    moe_load_cv: float = 0.3
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -99,6 +107,7 @@ class ModelSpec:
                 raise SpecError("dense_layers", self.dense_layers, f"less than layers={self.layers}")
         elif self.topk or self.shared_experts:
             raise SpecError("experts", self.experts, "positive when topk or shared_experts is set")
+        _positive("moe_load_cv", self.moe_load_cv, allow_zero=True)
         if self.kv_lora_rank and not self.v_head_dim:
             object.__setattr__(self, "v_head_dim", self.head_dim)
 
