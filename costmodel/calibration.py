@@ -44,6 +44,9 @@ from .specs import ClusterSpec, ModelSpec, Workload
 COND_MAX = 10.0
 #: a constant whose typical error moves no run's prediction by this much (RMS of ln) is not fitted
 MIN_EFFECT = 0.002
+#: weight of the prior: moving a constant by one typical error costs as much as one run
+#: predicted this far off (in ln); it keeps weakly determined constants near their start
+PRIOR = 0.05
 
 
 class CalibrationError(SpecError):
@@ -233,18 +236,22 @@ def check_request(requested, selection_all: Selection, S: np.ndarray, names, n_r
 
 
 # --------------------------------------------------------------------------- the fit
-def _solve(runs, cluster: ClusterSpec, names, engine: str, max_iter: int = 30):
-    """Bounded Levenberg-Marquardt on ``sum ln(pred/meas)^2``; returns (values, residuals, jacobian, iterations)."""
+def _solve(runs, cluster: ClusterSpec, names, engine: str, prior: float = PRIOR, max_iter: int = 30):
+    """Bounded Levenberg-Marquardt on ``sum ln(pred/meas)^2`` plus the prior term; returns
+    (values, run residuals, run jacobian, iterations)."""
     cons = [constant(n) for n in names]
     lo = np.array([c.lo for c in cons])
     hi = np.array([c.hi for c in cons])
     x = np.array([get_value(cluster, n) for n in names])
+    x0, w = x.copy(), np.array([prior / c.scale_of(v) for c, v in zip(cons, x)])
+    n = len(runs)
 
     def resid(v):
-        return _log_residuals(runs, apply(cluster, dict(zip(names, map(float, v)))), engine)
+        r = _log_residuals(runs, apply(cluster, dict(zip(names, map(float, v)))), engine)
+        return np.concatenate([r, w * (v - x0)])
 
     def jac(v, r0):
-        J = np.zeros((len(runs), len(v)))
+        J = np.zeros((n + len(v), len(v)))
         for j, c in enumerate(cons):
             h = 0.05 * c.scale_of(v[j])
             step = h if v[j] + h <= hi[j] else -h
@@ -281,7 +288,7 @@ def _solve(runs, cluster: ClusterSpec, names, engine: str, max_iter: int = 30):
         if not improved or small or cost < 1e-16:
             break
         J = jac(x, r)
-    return x, r, J, it
+    return x, r[:n], J[:n], it
 
 
 @dataclass(frozen=True)
@@ -306,7 +313,8 @@ class Calibration:
         return None if self.loo_errors is None else [math.log1p(e) for e in self.loo_errors]
 
 
-def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", loo: bool = True) -> Calibration:
+def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", loo: bool = True,
+        prior: float = PRIOR) -> Calibration:
     """Fit the constants ``runs`` determine (or exactly ``fit_names``, if the runs can) to their step times.
 
     Parameters
@@ -317,6 +325,7 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
         runs cannot answer raises :class:`CalibrationError`.
     engine : ``analytic`` (default, fast) or ``graph``.
     loo : compute leave-one-out errors when there are three or more runs.
+    prior : weight of the pull towards the starting values (:data:`PRIOR`; 0: none).
     """
     runs = list(runs)
     if not runs:
@@ -340,7 +349,7 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
     if not selection.names:
         raise CalibrationError("runs", len(runs), "runs whose predictions depend on at least one constant "
                                f"({'; '.join(f'{k}: {v}' for k, v in auto.skipped.items())})")
-    x, r, J, it = _solve(runs, cluster, list(selection.names), engine)
+    x, r, J, it = _solve(runs, cluster, list(selection.names), engine, prior)
     fitted = apply(cluster, dict(zip(selection.names, map(float, x))))
     dof = len(runs) - len(selection.names)
     stderr = {n: None for n in selection.names}
@@ -356,7 +365,7 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
         k = max_constants(len(runs) - 1)
         for i in range(len(runs)):
             rest = runs[:i] + runs[i + 1:]
-            xi, *_ = _solve(rest, cluster, list(selection.names[:k]), engine)
+            xi, *_ = _solve(rest, cluster, list(selection.names[:k]), engine, prior)
             cl_i = apply(cluster, dict(zip(selection.names[:k], map(float, xi))))
             loo_errors.append(predict(runs[i], cl_i, engine) / runs[i].measured_s - 1)
     return Calibration(

@@ -35,6 +35,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--gantt", metavar="FILE.png", help="draw the same timeline as a PNG (needs matplotlib)")
     g.add_argument("--stage", type=int_arg("stage", 0), metavar="I",
                    help="pipeline stage to trace (default: the slowest)")
+    p.add_argument("--sensitivity", action="store_true",
+                   help="step time at +-20%% of NVLink, NIC and HBM bandwidth, GEMM efficiency and DMA engine "
+                        "count, and the values where the plan's bottleneck changes (training)")
     add_output_args(p)
     return p
 
@@ -58,14 +61,30 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt:
         write_gantt(args.gantt, model, cluster, workload, config, stage=args.stage)
         written.append(args.gantt)
+    sens = _sensitivity(args, model, cluster, workload, config)
     if args.json:
         print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
-                    "overlap": rows, "tp_feasibility": tp, "written": written})
+                    "overlap": rows, "tp_feasibility": tp, "written": written,
+                    **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {})})
         return 0
     print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
           f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
           f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}\n")
     print(format_explain(rows))
+    if sens is not None:
+        from ..sensitivity_report import sensitivity_text
+        print("\n" + sensitivity_text(sens))
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _sensitivity(args, model, cluster, workload, config):
+    """``--sensitivity``: :func:`costmodel.sensitivity.sensitivity` rows of a training plan, else None."""
+    if not getattr(args, "sensitivity", False):
+        return None
+    if workload.mode != "train":
+        from costmodel.errors import SpecError
+        raise SpecError("sensitivity", True, "used with training plans (--mode train)")
+    from costmodel.sensitivity import sensitivity
+    return sensitivity(model, cluster, workload, config)

@@ -1,0 +1,231 @@
+"""How far to trust a predicted step time: the 80% band.
+
+Meaning. ``band(estimate, regime)`` returns ``(lo_s, hi_s)`` such that, for plans like those the
+model was validated on, the measured step time falls inside ``[lo_s, hi_s]`` for about 80% of
+runs (10% below, 10% above). It is a statement about the cost model's error, not about
+run-to-run noise of one job. tokens/s and MFU bands are the same interval inverted
+(:func:`derived_bands`).
+
+Where it comes from. Two parts, added in log space (errors are ratios):
+
+1. *Validation residuals of the plan's regime.* ``costmodel/data/residuals.json`` holds
+   ``ln(predicted / measured)`` of every row of the development set (written by
+   ``benchmarks/band_coverage.py``), each tagged with its regime: dense/MoE, ZeRO stage bucket
+   (0, 1-2, 3), scale bucket (GPUs 1-8, 9-64, 65-512, 513+) and device family. The pool is the
+   rows of the plan's regime, backing off to coarser regimes (dropping scale, then ZeRO, then
+   device) until it holds :data:`MIN_POOL` rows. The band is the normal prediction interval
+   of that pool, ``mean +- t(n-1) * sd * sqrt(1 + 1/n)``, so a biased regime gets an
+   asymmetric band and a small pool a wider one.
+2. *Sensitivity to the uncertain constants.* The change of this plan's step time for a typical
+   error of each calibratable constant (:mod:`costmodel.calibration`: ~10% of an efficiency,
+   0.05 of the interference), added in quadrature. Fully where the plan's device family has
+   no validation rows; scaled by :data:`VALIDATED_SHARE` where it has (validation already saw
+   those constants' errors on that hardware).
+
+A calibrated cluster (``planner calibrate``; the file's ``calibrated`` section) replaces part 1
+by the calibration's leave-one-out residuals (three or more runs) and drops the fitted
+constants from part 2, which narrows the band when the calibration predicts held-out runs
+well. A floor of :data:`NOISE_SD` stands for run-to-run variation.
+
+>>> r = Regime(kind="dense", zero="0", scale="9-64", device="a100", sens_log_sd=0.0)
+>>> lo, hi = band_log(r, residuals=[{"regime": {"kind": "dense", "zero": "0", "scale": "9-64",
+...                   "device": "a100"}, "log_residual": e} for e in (-0.02, 0.0, 0.01, 0.03, -0.01, 0.02)])
+>>> -0.06 < lo < 0 < hi < 0.06
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .config import ParallelConfig
+from .errors import SpecError
+from .specs import ClusterSpec, ModelSpec, Workload
+
+RESIDUALS = Path(__file__).parent / "data" / "residuals.json"
+LEVEL = 0.8
+MIN_POOL = 6
+#: share of the constants' typical errors left on a device family the validation covers
+VALIDATED_SHARE = 0.5
+#: run-to-run variation of a measured step time (log sd), a floor on every band
+NOISE_SD = 0.01
+KEYS = ("kind", "device", "zero", "scale")  # backoff drops from the right
+SCALES = ((8, "1-8"), (64, "9-64"), (512, "65-512"))
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Where a plan sits for the purpose of its error band (see the module doc).
+
+    kind : ``dense`` or ``moe``. zero : ``0``, ``1-2`` or ``3``. scale : GPU-count bucket.
+    device : device family (``a100``, ``h100``...). sens_log_sd : log-sd of the step time from
+    the uncertain constants' typical errors (full, before :data:`VALIDATED_SHARE`).
+    calibration_log_residuals / calibrated_constants : from a calibrated cluster.
+    """
+
+    kind: str
+    zero: str
+    scale: str
+    device: str
+    sens_log_sd: float = 0.0
+    calibration_log_residuals: tuple = ()
+    calibrated_constants: tuple = ()
+    sens_by_constant: tuple = ()  # ((name, log change for a typical error), ...)
+
+    def keys(self) -> dict:
+        return {"kind": self.kind, "device": self.device, "zero": self.zero, "scale": self.scale}
+
+
+def device_family(cluster: ClusterSpec) -> str:
+    """``A100-SXM4-80GB`` -> ``a100``; the first token of the device name, lower case."""
+    return re.split(r"[-_ ]", cluster.device.name.strip().lower() or "device")[0]
+
+
+def scale_bucket(gpus: int) -> str:
+    for top, name in SCALES:
+        if gpus <= top:
+            return name
+    return f"{SCALES[-1][0] + 1}+"
+
+
+def zero_bucket(zero: int) -> str:
+    return "0" if zero == 0 else ("3" if zero == 3 else "1-2")
+
+
+def regime_keys(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig) -> dict:
+    return {"kind": "moe" if model.is_moe else "dense", "device": device_family(cluster),
+            "zero": zero_bucket(config.zero), "scale": scale_bucket(config.gpus)}
+
+
+def regime_of(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
+              engine: str = "analytic") -> Regime:
+    """The :class:`Regime` of a training plan, with its sensitivity to the uncertain constants.
+
+    Costs 14 evaluations of the plan by ``engine`` (central differences of 7 constants).
+    """
+    if workload.mode != "train":
+        raise SpecError("mode", workload.mode, "train (bands cover training steps)")
+    from .calibration import CONSTANTS, MeasuredRun, sensitivity_matrix
+    names = [n for n in CONSTANTS if n not in cluster.calibrated_constants]
+    run = MeasuredRun(model=model, workload=workload, config=config, measured_s=1.0, label="plan")
+    S = sensitivity_matrix([run], cluster.with_gpus(config.gpus), names, engine)[0] if names else []
+    by = tuple((n, float(s)) for n, s in zip(names, S))
+    sd = math.sqrt(sum(s * s for _, s in by))
+    return Regime(**regime_keys(model, cluster, config), sens_log_sd=sd,
+                  calibration_log_residuals=tuple(cluster.calibration_log_residuals),
+                  calibrated_constants=tuple(cluster.calibrated_constants), sens_by_constant=by)
+
+
+# --------------------------------------------------------------------------- residuals
+@lru_cache(maxsize=1)
+def _stored() -> tuple:
+    try:
+        data = json.loads(RESIDUALS.read_text())
+    except OSError:
+        return ()
+    return tuple(data["rows"])
+
+
+def stored_residuals() -> list[dict]:
+    """Rows of ``costmodel/data/residuals.json`` (``regime``, ``log_residual``, ``source``, ``row_id``)."""
+    return list(_stored())
+
+
+def pool_for(regime: Regime, residuals) -> tuple[list[float], dict]:
+    """The residuals of the most specific regime with :data:`MIN_POOL` rows, and the keys it matched."""
+    want = regime.keys()
+    for n in range(len(KEYS), -1, -1):
+        keys = {k: want[k] for k in KEYS[:n]}
+        pool = [r["log_residual"] for r in residuals if all(r["regime"].get(k) == v for k, v in keys.items())]
+        if len(pool) >= MIN_POOL:
+            return pool, keys
+    return [r["log_residual"] for r in residuals], {}
+
+
+@lru_cache(maxsize=256)
+def t_quantile(p: float, dof: int) -> float:
+    """Student-t quantile by bisection on its CDF (numeric integration; dof >= 1)."""
+    z = _norm_ppf(p)
+    if dof >= 200:
+        return z
+
+    def cdf(t):
+        # regularised incomplete beta via continued fraction would be exact; Simpson on the pdf is plenty
+        n = 400
+        a, b = 0.0, t
+        h = (b - a) / n
+        c = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
+        f = [math.exp(c - (dof + 1) / 2 * math.log1p((a + i * h) ** 2 / dof)) for i in range(n + 1)]
+        s = f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2])
+        return 0.5 + s * h / 3
+    lo, hi = 0.0, 100.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _norm_ppf(p: float) -> float:
+    lo, hi = 0.0, 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 0.5 * math.erfc(-mid / math.sqrt(2)) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _interval(values, level: float) -> tuple[float, float, float]:
+    """(mean, half-width, n) of the normal prediction interval of ``values`` at ``level``."""
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else abs(mean)
+    return mean, t_quantile(0.5 + level / 2, max(n - 1, 1)) * sd * math.sqrt(1 + 1 / n), n
+
+
+def band_log(regime: Regime, level: float = LEVEL, residuals=None) -> tuple[float, float]:
+    """``(lo, hi)`` in ``ln(measured / predicted)``: the band is ``predicted * exp([lo, hi])``."""
+    if not 0 < level < 1:
+        raise SpecError("level", level, "a fraction in (0, 1)")
+    residuals = stored_residuals() if residuals is None else list(residuals)
+    cal = list(regime.calibration_log_residuals)
+    if len(cal) >= 3:
+        mean, half, _ = _interval(cal, level)
+        share = VALIDATED_SHARE
+    else:
+        if not residuals:
+            raise SpecError("residuals", 0, f"validation residuals in {RESIDUALS} (run benchmarks/band_coverage.py)")
+        pool, matched = pool_for(regime, residuals)
+        mean, half, _ = _interval(pool, level)
+        covered = any(r["regime"].get("device") == regime.device for r in residuals)
+        share = VALIDATED_SHARE if covered else 1.0
+    z = _norm_ppf(0.5 + level / 2)
+    sens = share * regime.sens_log_sd
+    half = math.sqrt(half ** 2 + (z * sens) ** 2 + (z * NOISE_SD) ** 2)
+    # residual = ln(pred/meas): measured = predicted * exp(-residual)
+    return -mean - half, -mean + half
+
+
+def band(estimate, regime: Regime, level: float = LEVEL, residuals=None) -> tuple[float, float]:
+    """``(lo_s, hi_s)``: the ``level`` (80%) band of the measured step time of ``estimate``'s plan."""
+    lo, hi = band_log(regime, level, residuals)
+    t = estimate.step_time_s
+    return t * math.exp(lo), t * math.exp(hi)
+
+
+def derived_bands(estimate, step_band: tuple[float, float]) -> dict:
+    """Bands of tokens/s and MFU implied by a step-time band (both scale with 1 / step time)."""
+    lo, hi = step_band
+    t = estimate.step_time_s
+    return {"step_time_band_s": [lo, hi],
+            "tokens_per_s_band": [estimate.tokens_per_s * t / hi, estimate.tokens_per_s * t / lo],
+            "mfu_band": [estimate.mfu * t / hi, estimate.mfu * t / lo]}
+
+
+def band_for(model: ModelSpec, cluster: ClusterSpec, workload: Workload, estimate, level: float = LEVEL):
+    """Convenience: ``band(estimate, regime_of(...))`` for an estimate of a training plan."""
+    cl = cluster if cluster.num_gpus else cluster.with_gpus(estimate.config.gpus)
+    return band(estimate, regime_of(model, cl, workload, estimate.config), level)
