@@ -1,0 +1,159 @@
+"""Compare a recommendation with the plan a user runs today (``recommend --baseline``).
+
+The baseline is written either as ``key=value`` pairs (``"tp=8,pp=8,mb=1,sp=on,zero=1"``; the
+keys of :data:`costmodel.config.CONFIG_KEYS` plus ``recompute_layers`` and ``flash_attention``)
+or as a Megatron-LM argument line (``--tensor-model-parallel-size 8
+--pipeline-model-parallel-size 8 --sequence-parallel ...``; :mod:`planner.megatron_args`).
+:func:`compare` says whether the recommended plan's predicted gain is larger than the model's
+uncertainty band (:mod:`costmodel.uncertainty`).
+
+>>> parse_baseline("tp=8, pp=8, mb=1, sp=on, recompute=selective")
+{'tp': 8, 'pp': 8, 'mb': 1, 'sp': True, 'recompute': 'selective'}
+>>> parse_baseline("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --micro-batch-size 1")
+{'tp': 8, 'pp': 8, 'mb': 1, 'recompute': 'none', 'chunks': 1}
+>>> parse_baseline("tp=8,pp=eight")
+Traceback (most recent call last):
+...
+costmodel.errors.SpecError: baseline.pp='eight': must be an integer
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from costmodel.config import CONFIG_KEYS, RECOMPUTE, ParallelConfig
+from costmodel.errors import SpecError
+
+from . import megatron_args as mg
+from .problem import make_config
+
+KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention")
+ALIASES = {"vpp": "vp", "mbs": "mb", "micro_batch": "mb", "zero_stage": "zero", "sequence_parallel": "sp",
+           "bucket": "bucket_mb"}
+
+
+def parse_baseline(text: str, layers: int | None = None) -> dict:
+    """Config fields of a baseline plan (only those it states).
+
+    ``layers`` (the model's depth) is needed only for Megatron's
+    ``--num-layers-per-virtual-pipeline-stage``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError("baseline", text, "a plan such as 'tp=8,pp=8,mb=1' or Megatron-LM arguments")
+    if "--" in text:
+        args = mg.parse_command_line(text)
+        try:
+            return mg.config_fields(args, layers)
+        except SpecError as e:
+            raise SpecError(f"baseline.{e.field}", e.value, e.allowed) from None
+    out = {}
+    for item in filter(None, (t.strip() for t in re.split(r"[,\s]+", text))):
+        key, eq, value = item.partition("=")
+        key = ALIASES.get(key.strip().lower(), key.strip().lower())
+        if not eq or not value:
+            raise SpecError("baseline", item, "key=value pairs separated by commas (e.g. tp=8,pp=8,mb=1)")
+        if key not in KEYS:
+            raise SpecError("baseline", key, f"one of {', '.join(KEYS)}")
+        out[key] = _value(key, value.strip())
+    return out
+
+
+def _value(key: str, value: str):
+    field = f"baseline.{key}"
+    if key in ("sp", "flash_attention"):
+        try:
+            return mg.as_bool(field, value)
+        except SpecError:
+            raise SpecError(field, value, "on or off") from None
+    if key == "recompute":
+        if value.lower() not in RECOMPUTE:
+            raise SpecError(field, value, f"one of {', '.join(RECOMPUTE)}")
+        return value.lower()
+    if key == "bucket_mb":
+        try:
+            return float(value)
+        except ValueError:
+            raise SpecError(field, value, "a size in MB") from None
+    return mg.as_int(field, value)
+
+
+def baseline_config(text: str, gpus: int | None, layers: int | None = None) -> ParallelConfig:
+    """The :class:`ParallelConfig` of a baseline (``dp`` from ``gpus`` when unstated)."""
+    return make_config(gpus, **parse_baseline(text, layers))
+
+
+def _half_width(band, step_s: float) -> float:
+    if isinstance(band, (int, float)) and not isinstance(band, bool):
+        return float(band)
+    lo, hi = band
+    return (hi - lo) / 2 / step_s
+
+
+def compare(recommended_estimate, baseline_estimate, band) -> str:
+    """One line: is the recommended plan's gain over the baseline larger than the model's band?
+
+    ``band`` is the recommended plan's step-time band ``(lo_s, hi_s)`` or its relative
+    half-width (0.06 for +-6%). Gains are in throughput: ``baseline step / recommended step - 1``.
+
+    >>> from types import SimpleNamespace as E
+    >>> compare(E(step_time_s=10.0, fits=True), E(step_time_s=11.2, fits=True), (9.4, 10.6))
+    "12% faster, outside the model's ±6% band"
+    >>> compare(E(step_time_s=10.0, fits=True), E(step_time_s=10.3, fits=True), 0.06)
+    "3% faster, within the model's ±6% band: keep your plan"
+    """
+    rec, base = recommended_estimate.step_time_s, baseline_estimate.step_time_s
+    half = _half_width(band, rec)
+    gain = base / rec - 1
+    note = "" if getattr(baseline_estimate, "fits", True) else " (your plan does not fit in memory by the model)"
+    if gain < 0:
+        return f"your plan is {-gain:.0%} faster than the recommendation: keep your plan{note}"
+    if gain > half:
+        return f"{gain:.0%} faster, outside the model's ±{half:.0%} band{note}"
+    return f"{gain:.0%} faster, within the model's ±{half:.0%} band: keep your plan{note}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A baseline evaluated next to a recommended plan."""
+
+    baseline: object  # Estimate of the baseline plan
+    recommended: object  # Estimate of the recommended plan
+    band_s: tuple  # the recommended plan's step-time band
+    gain: float  # baseline step / recommended step - 1
+    outside_band: bool
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"baseline": self.baseline.to_dict(), "step_time_band_s": list(self.band_s), "gain": self.gain,
+                "outside_band": self.outside_band, "message": self.message}
+
+
+def compare_with_baseline(model, cluster, workload, recommended_estimate, baseline, *, engine: str = "graph",
+                          band=None) -> Comparison:
+    """Evaluate ``baseline`` (text, dict of fields or :class:`ParallelConfig`) and compare.
+
+    ``band`` defaults to the recommended plan's band from :mod:`costmodel.uncertainty`.
+    """
+    from costmodel.estimate import evaluate
+    from costmodel.uncertainty import band_for
+
+    gpus = cluster.num_gpus or recommended_estimate.config.gpus
+    if isinstance(baseline, str):
+        config = baseline_config(baseline, gpus, model.layers)
+    elif isinstance(baseline, dict):
+        config = make_config(gpus, **baseline)
+    elif isinstance(baseline, ParallelConfig):
+        config = baseline
+    else:
+        raise SpecError("baseline", baseline, "a plan string, a dict of config fields or a ParallelConfig")
+    cl = cluster if cluster.num_gpus else cluster.with_gpus(gpus)
+    est = evaluate(model, cl, workload, config, engine=engine)
+    if band is None:
+        band = band_for(model, cl, workload, recommended_estimate)
+    lo_hi = tuple(band) if not isinstance(band, (int, float)) else (
+        recommended_estimate.step_time_s * (1 - band), recommended_estimate.step_time_s * (1 + band))
+    gain = est.step_time_s / recommended_estimate.step_time_s - 1
+    half = _half_width(lo_hi, recommended_estimate.step_time_s)
+    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half,
+                      compare(recommended_estimate, est, lo_hi))
