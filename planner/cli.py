@@ -32,6 +32,7 @@ COMMANDS = [
     "presets",
     "sweep",
     "recommend",
+    "calibrate",
 ]
 
 
