@@ -82,7 +82,10 @@ def test_ep_dispatch_then_chunked_combine():
     g = layer_graph(MIX, cl, W, c, True, "fwd")
     ep = comm_nodes(g, "ep")
     assert ep[0] == "experts.dispatch" and len(ep) == 5
-    assert list(g.predecessors("experts.dispatch")) == ["router"]
+    # Megatron-Core: router -> softmax/top-k/aux loss -> tokens_per_expert host sync -> permute -> dispatch
+    assert list(g.predecessors("experts.dispatch")) == ["permute"]
+    assert list(g.predecessors("permute")) == ["tokens_per_expert_sync"]
+    assert list(g.predecessors("router_topk")) == ["router"]
     assert list(g.predecessors("experts.combine.2")) == ["experts.2"]
 
 
