@@ -46,7 +46,7 @@ COND_MAX = 10.0
 MIN_EFFECT = 0.002
 #: weight of the prior: moving a constant by one typical error costs as much as one run
 #: predicted this far off (in ln); it keeps weakly determined constants near their start
-PRIOR = 0.05
+PRIOR = 0.02
 
 
 class CalibrationError(SpecError):
