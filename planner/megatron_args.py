@@ -27,6 +27,7 @@ SYNONYMS = {
     "activations_checkpoint_method": "recompute_method",
     "activations_checkpoint_num_layers": "recompute_num_layers",
     "ub_tp_comm_overlap": "tp_comm_overlap",
+    "overlap_grad_sync": "overlap_grad_reduce",
     "tensor_parallel_size": "tensor_model_parallel_size",
     "pipeline_parallel_size": "pipeline_model_parallel_size",
 }

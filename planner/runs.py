@@ -271,12 +271,16 @@ def parse_log(path: Path, text: str | None = None) -> LogSummary:
             times.append(_log_number(path, n, m.group(1), "train_step_timing in s"))
             first = first or n
             continue
-        if m := _PADDED.search(line):
-            args.setdefault("padded_vocab_size", m.group(1))
+        if m := _PADDED.search(line):  # printed after the arguments, which show padded_vocab_size None
+            args["padded_vocab_size"] = m.group(1)
             continue
         m = (_ARG_LINE.search(line) if in_block else None) if has_block else _YAML_LINE.match(line)
         if m and m.group(2):
-            args.setdefault(m.group(1), m.group(2).strip().strip("'\""))
+            value = m.group(2).strip().strip("'\"")
+            if m.group(1) == "name" and value == "distributed_fused_adam":  # NeMo's optim section
+                args.setdefault("use_distributed_optimizer", "True")
+            if m.group(1) != "padded_vocab_size" or "padded_vocab_size" not in args:
+                args.setdefault(m.group(1), value)
     if not times:
         raise SpecError(str(path), None, "a training log with 'elapsed time per iteration (ms): X' "
                                          "(Megatron-LM) or 'train_step_timing in s=X' (NeMo) lines")
