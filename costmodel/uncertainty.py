@@ -22,10 +22,11 @@ Where it comes from. Two parts, added in log space (errors are ratios):
    no validation rows; scaled by :data:`VALIDATED_SHARE` where it has (validation already saw
    those constants' errors on that hardware).
 
-A calibrated cluster (``planner calibrate``; the file's ``calibrated`` section) replaces part 1
-by the calibration's leave-one-out residuals (three or more runs) and drops the fitted
-constants from part 2, which narrows the band when the calibration predicts held-out runs
-well. A floor of :data:`NOISE_SD` stands for run-to-run variation.
+A calibrated cluster (``planner calibrate``; the file's ``calibrated`` section) bases part 1 on
+the calibration's leave-one-out residuals (three or more runs), pooled with the validation
+spread as :data:`PRIOR_RUNS` runs of prior evidence, and drops the fitted constants from
+part 2: the band narrows when the calibration predicts held-out runs well and widens when it
+does not. A floor of :data:`NOISE_SD` stands for run-to-run variation.
 
 >>> r = Regime(kind="dense", zero="0", scale="9-64", device="a100", sens_log_sd=0.0)
 >>> lo, hi = band_log(r, residuals=[{"regime": {"kind": "dense", "zero": "0", "scale": "9-64",
@@ -54,6 +55,8 @@ MIN_POOL = 6
 VALIDATED_SHARE = 0.5
 #: run-to-run variation of a measured step time (log sd), a floor on every band
 NOISE_SD = 0.01
+#: weight of the validation spread next to a calibration's leave-one-out residuals, in runs
+PRIOR_RUNS = 3
 KEYS = ("kind", "device", "zero", "scale")  # backoff drops from the right
 SCALES = ((8, "1-8"), (64, "9-64"), (512, "65-512"))
 
@@ -186,22 +189,34 @@ def _interval(values, level: float) -> tuple[float, float, float]:
     return mean, t_quantile(0.5 + level / 2, max(n - 1, 1)) * sd * math.sqrt(1 + 1 / n), n
 
 
+def _calibrated_interval(cal, pool, level: float) -> tuple[float, float]:
+    """(mean, half-width) of a calibrated cluster: its leave-one-out residuals pooled with the
+    validation pool's spread, which counts as :data:`PRIOR_RUNS` runs' worth of evidence
+    (a normal model with a conjugate prior on the variance; the mean shrinks towards 0 as the
+    fit removed the cluster's bias)."""
+    n, k = len(cal), PRIOR_RUNS
+    m0 = sum(pool) / len(pool)
+    var0 = sum((v - m0) ** 2 for v in pool) / max(len(pool) - 1, 1)
+    var = (k * var0 + sum(e * e for e in cal)) / (k + n)
+    mean = sum(cal) / (n + k)
+    return mean, t_quantile(0.5 + level / 2, n + k - 1) * math.sqrt(var) * math.sqrt(1 + 1 / n)
+
+
 def band_log(regime: Regime, level: float = LEVEL, residuals=None) -> tuple[float, float]:
     """``(lo, hi)`` in ``ln(measured / predicted)``: the band is ``predicted * exp([lo, hi])``."""
     if not 0 < level < 1:
         raise SpecError("level", level, "a fraction in (0, 1)")
     residuals = stored_residuals() if residuals is None else list(residuals)
+    if not residuals:
+        raise SpecError("residuals", 0, f"validation residuals in {RESIDUALS} (run benchmarks/band_coverage.py)")
+    pool, _ = pool_for(regime, residuals)
+    mean, half, _ = _interval(pool, level)
+    covered = any(r["regime"].get("device") == regime.device for r in residuals)
+    share = VALIDATED_SHARE if covered else 1.0
     cal = list(regime.calibration_log_residuals)
     if len(cal) >= 3:
-        mean, half, _ = _interval(cal, level)
+        mean, half = _calibrated_interval(cal, pool, level)
         share = VALIDATED_SHARE
-    else:
-        if not residuals:
-            raise SpecError("residuals", 0, f"validation residuals in {RESIDUALS} (run benchmarks/band_coverage.py)")
-        pool, matched = pool_for(regime, residuals)
-        mean, half, _ = _interval(pool, level)
-        covered = any(r["regime"].get("device") == regime.device for r in residuals)
-        share = VALIDATED_SHARE if covered else 1.0
     z = _norm_ppf(0.5 + level / 2)
     sens = share * regime.sens_log_sd
     half = math.sqrt(half ** 2 + (z * sens) ** 2 + (z * NOISE_SD) ** 2)

@@ -1,0 +1,168 @@
+"""Uncertainty bands on step time (costmodel.uncertainty)."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from costmodel import uncertainty as U
+from costmodel.config import ParallelConfig
+from costmodel.errors import SpecError
+from costmodel.estimate import evaluate
+from costmodel.presets import load_cluster, load_model
+from costmodel.specs import Workload
+
+GPT3 = load_model("gpt3-175b")
+A100 = load_cluster("a100-80g").with_gpus(64)
+W = Workload(global_batch=64, seq_len=2048)
+PLAN = ParallelConfig(tp=8, pp=8, vp=3, sp=True, recompute="selective")
+
+
+def rows(values, **keys):
+    regime = {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64", **keys}
+    return [{"regime": regime, "log_residual": v, "source": "s", "row_id": str(i)} for i, v in enumerate(values)]
+
+
+SPREAD = rows([-0.06, -0.03, -0.01, 0.0, 0.01, 0.02, 0.04, 0.05])
+
+
+def regime(**kw):
+    return U.Regime(**{"kind": "dense", "zero": "0", "scale": "9-64", "device": "a100", **kw})
+
+
+# --------------------------------------------------------------------------- regimes
+def test_regime_of_a_dense_plan():
+    r = U.regime_of(GPT3, A100, W, PLAN)
+    assert r.keys() == {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}
+    sens = dict(r.sens_by_constant)
+    assert sens["gemm_efficiency"] < -0.03  # a 10% better GEMM efficiency: several % faster
+    assert sens["fp8_gemm_efficiency"] == 0  # BF16 plan
+    assert r.sens_log_sd == pytest.approx(math.sqrt(sum(s * s for s in sens.values())))
+    assert r.calibration_log_residuals == ()
+
+
+def test_regime_buckets():
+    assert [U.scale_bucket(g) for g in (1, 8, 9, 64, 512, 513, 4096)] == \
+        ["1-8", "1-8", "9-64", "9-64", "65-512", "513+", "513+"]
+    assert [U.zero_bucket(z) for z in (0, 1, 2, 3)] == ["0", "1-2", "1-2", "3"]
+    assert U.device_family(load_cluster("h100-sxm")) == "h100"
+    moe = U.regime_keys(load_model("mixtral-8x7b"), load_cluster("h100-sxm"), ParallelConfig(ep=8, dp=8, zero=3))
+    assert moe == {"kind": "moe", "device": "h100", "zero": "3", "scale": "1-8"}
+
+
+def test_serving_has_no_band_yet():
+    with pytest.raises(SpecError, match="mode='infer'"):
+        U.regime_of(GPT3, A100, Workload(mode="infer", global_batch=1, input_len=100, output_len=10), PLAN)
+
+
+# --------------------------------------------------------------------------- the band
+def test_band_brackets_the_prediction():
+    est = evaluate(GPT3, A100, W, PLAN, engine="analytic")
+    lo, hi = U.band(est, U.regime_of(GPT3, A100, W, PLAN))
+    assert lo < est.step_time_s < hi
+    assert 0.02 < (hi - lo) / 2 / est.step_time_s < 0.3
+
+
+def test_band_from_residuals_hand_computed():
+    # residuals ln(pred/meas): mean 0.0025, sd 0.0378; t(0.9, 7) = 1.415 -> half 1.415*0.0378*sqrt(9/8) = 0.0567
+    vals = [e["log_residual"] for e in SPREAD]
+    mean = sum(vals) / 8
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / 7)
+    half = math.sqrt((U.t_quantile(0.9, 7) * sd * math.sqrt(9 / 8)) ** 2 + (1.2816 * U.NOISE_SD) ** 2)
+    lo, hi = U.band_log(regime(), residuals=SPREAD)
+    assert (lo, hi) == pytest.approx((-mean - half, -mean + half), rel=1e-3)
+
+
+def test_biased_regime_gives_an_asymmetric_band():
+    lo, hi = U.band_log(regime(), residuals=rows([0.08, 0.09, 0.1, 0.11, 0.12, 0.1]))  # predicts 10% slow
+    assert hi < 0 and lo < -0.1  # measured is faster than predicted
+
+
+def test_more_sensitivity_wider_band():
+    lo0, hi0 = U.band_log(regime(sens_log_sd=0.0), residuals=SPREAD)
+    lo1, hi1 = U.band_log(regime(sens_log_sd=0.1), residuals=SPREAD)
+    assert lo1 < lo0 and hi1 > hi0
+
+
+def test_unvalidated_device_counts_the_full_sensitivity():
+    a100 = U.band_log(regime(sens_log_sd=0.08), residuals=SPREAD)
+    b200 = U.band_log(regime(sens_log_sd=0.08, device="b200"), residuals=SPREAD)  # same pool after backoff
+    assert b200[1] - b200[0] > a100[1] - a100[0]
+
+
+def test_higher_level_wider_band():
+    lo8, hi8 = U.band_log(regime(), level=0.8, residuals=SPREAD)
+    lo9, hi9 = U.band_log(regime(), level=0.9, residuals=SPREAD)
+    assert lo9 < lo8 and hi9 > hi8
+    with pytest.raises(SpecError, match="level"):
+        U.band_log(regime(), level=1.5, residuals=SPREAD)
+
+
+def test_pool_backs_off_to_coarser_regimes():
+    pool, matched = U.pool_for(regime(scale="513+"), SPREAD)
+    assert len(pool) == 8 and matched == {"kind": "dense", "device": "a100", "zero": "0"}
+    pool, matched = U.pool_for(regime(device="b200", kind="moe"), SPREAD)
+    assert len(pool) == 8 and matched == {}
+
+
+def test_calibration_narrows_the_band_when_it_predicts_held_out_runs_well():
+    plain = U.band_log(regime(sens_log_sd=0.05), residuals=SPREAD)
+    good = U.band_log(regime(sens_log_sd=0.03, calibration_log_residuals=(0.01, -0.01, 0.005, -0.004, 0.0)),
+                      residuals=SPREAD)
+    bad = U.band_log(regime(sens_log_sd=0.03, calibration_log_residuals=(0.15, -0.12, 0.1)), residuals=SPREAD)
+    width = lambda b: b[1] - b[0]  # noqa: E731
+    assert width(good) < width(plain) < width(bad)
+
+
+def test_calibrated_cluster_file_carries_its_residuals(tmp_path):
+    from costmodel.presets import cluster_to_dict
+    doc = cluster_to_dict(load_cluster("a100-80g"))
+    doc["device"]["gemm_efficiency"] = 0.7
+    doc["calibrated"] = {"fitted": ["gemm_efficiency"], "loo_log_residuals": [0.01, -0.02, 0.015]}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(doc))
+    cl = load_cluster(str(path)).with_gpus(64)
+    r = U.regime_of(GPT3, cl, W, PLAN)
+    assert r.calibration_log_residuals == (0.01, -0.02, 0.015)
+    assert "gemm_efficiency" not in dict(r.sens_by_constant)  # fitted: no longer uncertain a priori
+    bad = dict(doc, calibrated={"fitted": "gemm_efficiency"})
+    path.write_text(json.dumps(bad))
+    with pytest.raises(SpecError, match="cluster.calibrated.fitted"):
+        load_cluster(str(path))
+
+
+def test_derived_bands_invert_the_step_time_band():
+    est = evaluate(GPT3, A100, W, PLAN, engine="analytic")
+    lo, hi = est.step_time_s * 0.9, est.step_time_s * 1.1
+    d = U.derived_bands(est, (lo, hi))
+    assert d["tokens_per_s_band"] == pytest.approx([est.tokens_per_s / 1.1, est.tokens_per_s / 0.9])
+    assert d["mfu_band"][0] < est.mfu < d["mfu_band"][1]
+
+
+# --------------------------------------------------------------------------- stored residuals
+def test_stored_residuals_cover_the_development_set():
+    stored = U.stored_residuals()
+    assert len(stored) >= 30
+    assert {r["regime"]["device"] for r in stored} >= {"a100", "h100"}
+    assert all(set(r["regime"]) == set(U.KEYS) and abs(r["log_residual"]) < 0.5 for r in stored)
+
+
+def test_in_sample_coverage_of_the_stored_rows_is_near_the_level():
+    stored = U.stored_residuals()
+    inside = 0
+    for r in stored:
+        lo, hi = U.band_log(U.Regime(**r["regime"]))
+        inside += lo <= -r["log_residual"] <= hi  # measured/predicted = exp(-residual)
+    assert 0.7 <= inside / len(stored) <= 1.0
+
+
+def test_t_quantiles():
+    assert U.t_quantile(0.9, 1) == pytest.approx(3.078, abs=2e-3)
+    assert U.t_quantile(0.9, 5) == pytest.approx(1.476, abs=2e-3)
+    assert U.t_quantile(0.9, 1000) == pytest.approx(1.2816, abs=1e-3)
+
+
+def test_band_for_matches_band_of_regime():
+    est = evaluate(GPT3, A100, W, PLAN, engine="analytic")
+    assert U.band_for(GPT3, replace(A100, num_gpus=0), W, est) == U.band(est, U.regime_of(GPT3, A100, W, PLAN))
