@@ -1,8 +1,13 @@
-"""The development set of measured training runs (``benchmarks/data/published_dev.csv``), as specs.
+"""Measured training runs (``benchmarks/data/published_{dev,new}.csv``), as specs.
 
-Each row becomes (model, cluster, workload, config, measured step time). Where a source does
-not state a setting, one rule per *source* fills it, never per row:
+Two sets: ``dev`` (``published_dev.csv``: A100 Megatron-LM 2020-22, NeMo 24.07 H100 FP8) and
+``new`` (``published_new.csv``: issue 10's regimes, 11 sources). :func:`load_set` returns one
+:class:`Row` per CSV row, in file order: (model, cluster, workload, config, measured step time,
+regimes). A row that cannot be predicted carries ``skip`` (a one-line reason) and is printed
+as skipped by the benchmarks, never dropped.
 
+Development set (rules unchanged since issue 3; one rule per *source*, never per row)
+---------------------------------------------------------------------------------
 * software of the era: Megatron-LM 2020-2022 (``megatron_readme_2020``, ``narayanan2021``,
   ``korthikanti2022``) had unfused attention softmax, no distributed optimizer (ZeRO-0) and no
   overlap of the gradient all-reduce with backward (``bucket_mb=0``; stated for Korthikanti
@@ -12,21 +17,76 @@ not state a setting, one rule per *source* fills it, never per row:
   when ``tp > 1`` and TP communication overlap (Transformer Engine userbuffers: ``tp`` chunks),
   the defaults of its performance recipes;
 * micro-batch or interleave factor not stated: the published runs were tuned, so the planner's
-  own best value for the stated degrees is used (smallest predicted step time that fits);
+  own best value for the stated degrees is used (smallest predicted step time that fits). This
+  is the one place a knob is chosen by the planner; the new set never does it (below);
 * Megatron README 2020: sequence length not stated, 1024 assumed (GPT-2's), vocabulary 51200,
   full recompute (its TFLOP/s column equals Narayanan's Eq. 3, which counts the recomputed
   forward, at exactly these values: 1B, batch 16, 1.076 s gives 149.8 TFLOP/s).
 
-Measured step time: ``iteration_time_s`` when given, else tokens per batch over
-``tokens/s/GPU x GPUs``, else the published TFLOP/s converted back with the source's own
-formula (Narayanan et al. 2021 Eq. 3 for Narayanan and the 2020 README).
+New set: unstated knobs are the framework's defaults (never chosen to fit)
+-------------------------------------------------------------------------
+Stated values are always used. What a source leaves out is filled by its framework's default
+(or, for NVIDIA's performance tables, by the default of the performance recipes they ran):
+
+* **Megatron-Core performance recipes** (``megatron_readme_2024``, ``nemo_longseq``,
+  ``megatron_bridge_perf``, ``moe_modelzoo_qwen3``): micro-batch 1 (Megatron has no default;
+  every Megatron-Core example script and NeMo/Bridge recipe uses ``--micro-batch-size 1``);
+  no interleaving when v is not stated (``--num-layers-per-virtual-pipeline-stage`` unset);
+  no recompute when not stated (``--recompute-granularity`` unset); the distributed optimizer
+  (ZeRO-1) unless Megatron-FSDP is stated (ZeRO-3); gradient reduce overlapped in buckets of
+  Megatron-Core's default size, ``max(40M, 1M x dp)`` FP32 elements
+  (``DistributedDataParallel``: BF16 training accumulates and reduces gradients in FP32);
+  sequence parallel and TP communication overlap (``tp`` chunks) whenever ``tp > 1`` (stated
+  as ``--tp-comm-overlap`` by the 2024 README; on in the recipes; MoE with TP requires SP).
+* **Megatron-LM 2023** (``megascale2024`` baseline rows, commit 285068c8): Megatron-LM's
+  defaults of that time: no sequence parallel, no FlashAttention (``--use-flash-attn`` off),
+  no gradient-reduce overlap (``--overlap-grad-reduce`` off), micro-batch 1; ZeRO-2 and v=6 as
+  stated. The MegaScale-algorithm rows (parallel block, sliding-window attention, LAMB) are a
+  different model: skipped.
+* **torchtitan** (``torchtitan_2024``, ``torchtitan_2025_asynctp``): FSDP2 with
+  ``reshard_after_forward=True`` (ZeRO-3 semantics) when PP is off and ``False`` when PP is on
+  (torchtitan ``parallelize_llama.apply_fsdp``: "For PP, do not reshard after forward"),
+  modelled as ZeRO-2; no gradient accumulation, so micro-batch = local batch; with PP the local
+  batch is split into ``pp`` micro-batches (``pipeline_parallel_microbatches`` default = number of
+  stages); an interleaved schedule has 2 stages per rank (``generate_split_points``' default
+  for looped schedules); TP uses torchtitan's SequenceParallel plan (``sp`` on); async TP is
+  TP overlap with ``tp`` chunks, vanilla TP one chunk; SDPA flash attention.
+* **llm-foundry** (``llmfoundry_2024``): Composer FSDP ``FULL_SHARD`` (ZeRO-3), micro-batch =
+  ``device_train_microbatch_size`` as stated, activation checkpointing as stated (full), else none.
+* **Llama 3** (``llama3_2024``): FSDP that shards optimizer state and gradients but keeps
+  parameters after forward (ZeRO-2, as the paper says); micro-batch 1 (not stated); the
+  interleave factor is not stated: 2 (the smallest interleave); TP with sequence parallel;
+  no recompute; stages as the paper says (first and last hold one layer fewer).
+* **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule
+  (its parallelizer follows torchtitan's), micro-batch as stated, no recompute.
+* Uneven pipelines: layers per stage as even as possible with the deficit on the last stage,
+  then the first, alternating inwards (Megatron's ``--account-for-embedding/loss-in-pipeline-split``
+  and torchtitan's ``generate_split_points`` both give the end stages fewer layers).
+  ``costmodel.config`` needs every stage's layers to be a multiple of ``vp``: where the stated
+  ``vp`` cannot meet that, the largest divisor of it that can is used and the row notes
+  ``vp a->b`` (a representation limit of the cost model, which makes the bubble larger).
+* MoE load: ``moe_load_cv = 0`` where the source forced a balanced router (Megatron-Bridge
+  "we force-balance the token distribution", the ModelZoo "forced balance" rows, AutoModel's
+  "fake balanced gate", token-drop at capacity); otherwise the model's default.
+
+Measured step time
+------------------
+``iteration_time_s`` when given; else tokens per batch over ``tokens/s/GPU x GPUs``; else the
+published TFLOP/s converted back with the source's own FLOP count (:data:`CONVENTION`):
+Narayanan et al. 2021 Eq. 3 (Narayanan, README 2020); Megatron-Core
+``num_floating_point_operations`` of r0.8.0 (README 2024: attention counted in full) and of
+2025 (Megatron-MoE-ModelZoo: causal attention halved, which reproduces the ModelZoo's own
+step-time rows 203-207 within 1%); NeMo's ``flops_formulas.llama2`` (NeMo long-sequence
+table; the same count reproduces NeMo 24.07's TFLOP/s and tokens/s of dev rows 123 and 129
+within 0.1%); PaLM's ``6N + 12 L H Q T`` (Chowdhery et al. 2022, Appendix B; Llama 3's "BF16 MFU").
 """
 
 from __future__ import annotations
 
 import csv
 import itertools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costmodel.config import ParallelConfig
@@ -35,9 +95,14 @@ from costmodel.estimate import Estimate, evaluate
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 
+from regimes import regimes_of
+
 DATA = Path(__file__).parent / "data" / "published_dev.csv"
+DATA_NEW = Path(__file__).parent / "data" / "published_new.csv"
+SETS = {"dev": DATA, "new": DATA_NEW}
 
 MODEL_PRESET = {
+    # development set
     "GPT 1.7B": "gpt-1.7b", "GPT 3.6B": "gpt-3.6b", "GPT 7.5B": "gpt-7.5b", "GPT 18.4B": "gpt-18.4b",
     "GPT 39.1B": "gpt-39.1b", "GPT 76.1B": "gpt-76.1b", "GPT 145.6B": "gpt-145.6b",
     "GPT 310.1B": "gpt-310.1b", "GPT 529.6B": "gpt-529.6b", "GPT 1008.0B": "gpt-1t",
@@ -48,8 +113,32 @@ MODEL_PRESET = {
     "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b", "Nemotron-8B": "nemotron-8b",
     "Nemotron-22B": "nemotron-22b", "Nemotron-340B": "nemotron4-340b", "LLAMA3-8B": "llama3-8b",
     "LLAMA3-70B": "llama3-70b",
+    # new set
+    "GPT 1.7B (Megatron weak-scaling)": "mcore-gpt-1.7b", "GPT 7.1B (Megatron weak-scaling)": "mcore-gpt-7.1b",
+    "GPT 16B (Megatron weak-scaling)": "mcore-gpt-16b", "GPT 32B (Megatron weak-scaling)": "mcore-gpt-32b",
+    "GPT 70B (Megatron weak-scaling)": "mcore-gpt-70b", "GPT 119B (Megatron weak-scaling)": "mcore-gpt-119b",
+    "GPT 177B (Megatron weak-scaling)": "mcore-gpt-177b", "GPT 314B (Megatron weak-scaling)": "mcore-gpt-314b",
+    "GPT 462B (Megatron weak-scaling)": "mcore-gpt-462b", "GPT 177B (GPT-3 shape, vocab 131072)": "mcore-gpt-177b",
+    "Llama 3 405B": "llama3.1-405b", "GPT 175B (MegaScale Table 1)": "megascale-gpt-175b",
+    "Llama 3.1 8B": "llama3.1-8b", "Llama 3.1 70B": "llama3.1-70b", "Llama 3.1 405B": "llama3.1-405b",
+    "Llama 3 70B": "llama3-70b", "Llama 3 8B": "llama3-8b", "Llama3 70B": "llama3-70b",
+    "MPT-3B": "mpt-3b", "MPT-7B": "mpt-7b", "MPT-13B": "mpt-13b", "MPT-30B": "mpt-30b", "MPT-70B": "mpt-70b",
+    "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b", "LLAMA3_8B": "llama3-8b",
+    "GPT OSS 120B": "gpt-oss-120b", "GPT-OSS 120B": "gpt-oss-120b", "GPT-OSS 20B": "gpt-oss-20b",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3 MoE 30B": "qwen3-30b-a3b",
+    "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": "qwen3-235b-a22b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "DeepSeekV3 (dropless)": "deepseek-v3", "DeepSeek V3 671B": "deepseek-v3", "DeepSeek-V3 (pre-training)": "deepseek-v3",
+    "Kimi K2": "kimi-k2",
+}
+#: model labels with no preset on purpose: the reason is the row's skip
+NOT_MODELLED = {
+    "GPT 175B (MegaScale Table 1) - MegaScale algorithm":
+        "MegaScale algorithm (parallel attention/MLP block, sliding-window attention, LAMB) is not the standard model",
 }
 MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
+MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
+TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
 
 
 @dataclass
@@ -60,90 +149,364 @@ class Row:
     model: object
     cluster: object
     workload: Workload
-    fixed: dict  # stated config fields
-    free: dict  # unstated fields: candidate values to choose from
+    fixed: dict  # stated config fields (and, for the new set, framework defaults)
+    free: dict  # unstated fields: candidate values to choose from (development set only)
     measured_s: float | None
     skip: str = ""
+    set: str = "dev"
+    gpus: int = 0
+    regimes: tuple = ()
+    notes: list = field(default_factory=list)  # how unstated knobs were filled, approximations
+    measured_how: str = ""
 
 
 def _num(x):
     try:
-        return float(x)
+        v = float(x)
     except (TypeError, ValueError):
         return None
+    return None if math.isnan(v) else v
 
 
-def _measured_s(r: dict, model, seq: int, gpus: int, batch: int) -> float | None:
+def _int(x, default=None):
+    v = _num(x)
+    return int(v) if v is not None else default
+
+
+# ---------------------------------------------------------------- FLOP conventions (per step)
+def flops_narayanan_eq3(model, batch: int, seq: int) -> float:
+    """Narayanan et al. 2021 (arXiv 2104.04473) Eq. 3: GEMM FLOPs incl. the recompute forward."""
+    B, s, l, h, V = batch, seq, model.layers, model.hidden, model.vocab
+    return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def flops_megatron_core(model, batch: int, seq: int, causal: bool = False) -> float:
+    """Megatron-Core ``training.num_floating_point_operations``: model FLOPs (no recompute).
+
+    ``12 B s L h^2 [ (1 + g/a + s/h) q/h + (f/h) k_routed m_gated + (f_sh/h) m_gated + V/(2Lh) ]``
+    with q = heads x head_dim, g/a = kv_heads/heads, k_routed = top-k (1 for dense), m_gated = 3/2
+    for SwiGLU. r0.8.0 (the 2024 README) counts attention in full; the 2025 version
+    (``transformer_flops``, "causal mask (only half of the mask is non-zero)") halves the s/h term.
+    MoE layers and leading dense layers are averaged over L. MLA is not covered (not needed:
+    no MLA row is converted from TFLOP/s)."""
+    if model.is_mla:
+        raise ValueError("Megatron-Core MLA FLOP count not implemented")
+    B, s, L, h = batch, seq, model.layers, model.hidden
+    q_ratio = model.heads * model.head_dim / h
+    gated = 1.5 if model.activation == "swiglu" else 1.0
+    if model.is_moe:
+        dense, moe = model.dense_layers, L - model.dense_layers
+        per_moe = model.moe_ffn_hidden * (model.topk + model.shared_experts)
+        mlp = (dense * model.ffn_hidden + moe * per_moe) / L / h * gated
+    else:
+        mlp = model.ffn_hidden / h * gated
+    attn = (1 + model.kv_heads / model.heads + s / h / (2 if causal else 1)) * q_ratio
+    return 12 * B * s * L * h * h * (attn + mlp + model.vocab / (2 * L * h))
+
+
+def flops_nemo_llama(model, batch: int, seq: int) -> float:
+    """NeMo ``utils/flops_formulas.llama2`` (GQA Llama, attention counted in full):
+    ``gbs s L h^2 (12 + 12 g/a + 18 f/h + 12 s/h + 6 V/(L h))``."""
+    B, s, L, h = batch, seq, model.layers, model.hidden
+    g = model.kv_heads / model.heads
+    return B * s * L * h * h * (12 + 12 * g + 18 * model.ffn_hidden / h + 12 * s / h + 6 * model.vocab / (L * h))
+
+
+def flops_palm(model, batch: int, seq: int) -> float:
+    """PaLM (Chowdhery et al. 2022, Appendix B) model FLOPs: ``(6N + 12 L H Q T)`` per token,
+    N = all parameters, H x Q = heads x head_dim, T = sequence (attention counted in full)."""
+    per_token = 6 * model.params + 12 * model.layers * model.heads * model.head_dim * seq
+    return batch * seq * per_token
+
+
+#: source -> (FLOP count used by its TFLOP/s column, name); None: the source gives no usable rate
+CONVENTION = {
+    "narayanan2021": (flops_narayanan_eq3, "Narayanan 2021 Eq. 3"),
+    "megatron_readme_2020": (flops_narayanan_eq3, "Narayanan 2021 Eq. 3"),
+    "megatron_readme_2024": (lambda m, B, s: flops_megatron_core(m, B, s, causal=False),
+                             "Megatron-Core r0.8.0 num_floating_point_operations"),
+    "moe_modelzoo_qwen3": (lambda m, B, s: flops_megatron_core(m, B, s, causal=True),
+                           "Megatron-Core 2025 num_floating_point_operations (causal)"),
+    "nemo_longseq": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
+    "nemo_2407": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
+    "llama3_2024": (flops_palm, "PaLM 6N + 12LHQT"),
+}
+
+
+def measured_step_s(r: dict, model, seq: int, gpus: int, batch: int) -> tuple[float | None, str]:
+    """Measured seconds per step of CSV row ``r`` and how it was obtained."""
     if _num(r["iteration_time_s"]):
-        return float(r["iteration_time_s"])
+        return float(r["iteration_time_s"]), "iteration time"
     if _num(r["tokens_per_sec_per_gpu"]) and _num(r["tokens_per_batch"]):
-        return float(r["tokens_per_batch"]) / (float(r["tokens_per_sec_per_gpu"]) * gpus)
-    if _num(r["tflops_per_gpu"]):
-        B, s, l, h, V = batch, seq, model.layers, model.hidden, model.vocab
-        flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))  # Narayanan 2021 Eq. 3
-        return flops / (float(r["tflops_per_gpu"]) * 1e12 * gpus)
-    return None
+        return float(r["tokens_per_batch"]) / (float(r["tokens_per_sec_per_gpu"]) * gpus), "tokens/s/GPU"
+    conv = CONVENTION.get(r["source_key"])
+    if _num(r["tflops_per_gpu"]) and conv and model is not None:
+        fn, name = conv
+        return fn(model, batch, seq) / (float(r["tflops_per_gpu"]) * 1e12 * gpus), f"TFLOP/s via {name}"
+    return None, ""
+
+
+# ---------------------------------------------------------------- pipeline layout
+def stage_layout(layers: int, pp: int, vp: int) -> tuple[int, tuple[int, ...] | None]:
+    """``(vp', layers per stage)`` for ``layers`` on ``pp`` stages with interleave ``vp``.
+
+    Uniform when ``pp*vp`` divides ``layers`` (layout ``None``). Otherwise every stage gets the
+    smallest multiple of ``vp'`` that covers ``layers/pp``, and whole chunks are taken back from
+    the last stage, the first, the second-last, ... until the sum is ``layers``; ``vp'`` is the
+    largest divisor of ``vp`` for which that works (``costmodel.config`` needs multiples of vp).
+
+    >>> stage_layout(126, 8, 1)
+    (1, (15, 16, 16, 16, 16, 16, 16, 15))
+    >>> stage_layout(126, 8, 8)
+    (2, (16, 16, 16, 16, 16, 16, 16, 14))
+    >>> stage_layout(96, 8, 6)
+    (6, None)
+    """
+    if pp == 1:
+        return 1, None
+    for v in sorted((d for d in range(1, vp + 1) if vp % d == 0), reverse=True):
+        if layers % (pp * v) == 0:
+            return v, None
+        most = math.ceil(layers / pp / v) * v
+        deficit = most * pp - layers
+        if deficit % v:
+            continue
+        stages = [most] * pp
+        order = [i for k in range(pp // 2 + 1) for i in (pp - 1 - k, k)]
+        order = list(dict.fromkeys(i for i in order if 0 <= i < pp))
+        k = deficit // v
+        i = 0
+        while k and any(x > v for x in stages):
+            s = order[i % pp]
+            if stages[s] > v:
+                stages[s] -= v
+                k -= 1
+            i += 1
+        if not k:
+            return v, tuple(stages)
+    return 1, None
+
+
+# ---------------------------------------------------------------- development set
+def _dev_row(r: dict) -> Row:
+    src = r["source_key"]
+    model = load_model(MODEL_PRESET[r["model"]])
+    gpus = int(float(r["num_gpus"]))
+    gpu = r["gpu_type"]
+    cluster = load_cluster("h100-sxm" if "H100" in gpu else
+                           ("a100-40g" if src == "megatron_readme_2020" else "a100-80g")).with_gpus(gpus)
+    seq = int(float(r["seq_len"])) if _num(r["seq_len"]) else 1024
+    tp, pp = int(float(r["tp"])), int(float(r["pp"]))
+    cp = int(float(r["cp"])) if _num(r["cp"]) else 1
+    dp = gpus // (tp * pp * cp)
+    batch = int(r["global_batch"]) if _num(r["global_batch"]) else None
+    dtype = "fp8" if r["precision"] == "FP8" else "bf16"
+    era = src in MEGATRON_ERA
+    rec = r["recompute"]
+    fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp,
+                 sp=(r["sp"] == "yes") if r["sp"] in ("yes", "no") else (not era and tp > 1),
+                 recompute="full" if rec.startswith("full") or src == "megatron_readme_2020"
+                 else ("selective" if rec.startswith("selective") else "none"),
+                 zero=0 if era else 1, flash_attention=not era,
+                 bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1)
+    free = {}
+    if _num(r["micro_batch"]):
+        fixed["mb"] = int(float(r["micro_batch"]))
+    else:
+        free["mb"] = [1, 2, 4, 8]
+    vp = r["vp"].split(" ")[0]
+    if _num(vp):
+        fixed["vp"] = int(float(vp))
+    elif pp > 1 and ("interleaved" in r["vp"] or "not stated" in r["vp"]):
+        per = model.layers // pp
+        free["vp"] = [v for v in range(1, per + 1) if per % v == 0]
+    else:
+        fixed["vp"] = 1
+    skip = "" if batch else "global batch not stated"
+    wl = Workload(global_batch=batch or 1, seq_len=seq, dtype=dtype)
+    measured, how = measured_step_s(r, model, seq, gpus, batch or 1) if batch else (None, "")
+    if measured is None and not skip:
+        skip = "no step time, throughput or TFLOP/s stated"
+    notes = [f"{k} chosen by the planner from {v}" for k, v in free.items()]
+    row = Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip,
+              set="dev", gpus=gpus, notes=notes, measured_how=how)
+    vp_reg = fixed.get("vp", 1)
+    row.regimes = regimes_of(dict(gpu=cluster.device.name, dtype=dtype, experts=model.experts, topk=model.topk,
+                                  ep=1, gpus=gpus, cp=cp, seq=seq, layers=model.layers, pp=pp, vp=vp_reg,
+                                  sharding="megatron", zero=fixed["zero"]))
+    return row
+
+
+# ---------------------------------------------------------------- new set
+def _cluster_name(gpu: str) -> str:
+    g = gpu.upper()
+    if "B200" in g:
+        return "b200"
+    if "H800" in g:
+        return "h800"
+    if "H200" in g:
+        return "h200"
+    if "H100" in g:
+        return "h100-96g" if "96GB" in g.replace(" ", "") else "h100-sxm"
+    if "A100" in g and "40GB" in g.replace(" ", ""):
+        return "a100-40g"
+    if "A100" in g or "AMPERE" in g:
+        return "a100-80g"
+    raise KeyError(gpu)
+
+
+def _zero(src: str, sharding: str, pp: int, notes: list) -> int:
+    s = sharding.lower()
+    if "megatron-fsdp" in s:
+        return 3
+    if src in TORCHTITAN or src == "nemo_automodel":
+        z = 3 if pp == 1 else 2
+        notes.append(f"FSDP2 reshard_after_forward={'True' if z == 3 else 'False (PP on)'} -> zero {z}")
+        return z
+    if src == "llmfoundry_2024":
+        return 3
+    if src == "llama3_2024":
+        return 2  # FSDP sharding optimizer state and gradients, parameters kept after forward
+    if "zero2" in s:
+        return 2
+    if "zero1" in s or "distributed optimizer" in s or src in MCORE_RECIPES:
+        if not s:
+            notes.append("zero 1 (distributed optimizer of the recipes; not stated)")
+        return 1
+    return 0
+
+
+def _new_row(r: dict) -> Row:
+    src, label = r["source_key"], r["model"]
+    gpus = _int(r["num_gpus"])
+    notes: list[str] = []
+    skip = ""
+    preset = MODEL_PRESET.get(label)
+    model = load_model(preset) if preset else None
+    if model is None:
+        skip = NOT_MODELLED.get(label, f"no model preset for {label!r}")
+    try:
+        cluster = load_cluster(_cluster_name(r["gpu_type"])).with_gpus(gpus)
+    except KeyError:
+        cluster, skip = None, skip or f"no cluster preset for {r['gpu_type']!r}"
+    seq = _int(r["seq_len"])
+    batch = _int(r["global_batch"])
+    tp, pp, cp, ep = _int(r["tp"]), _int(r["pp"]), _int(r["cp"], 1), _int(r["ep"], 1)
+    dtype = "fp8" if r["precision"] == "FP8" else "bf16"
+    if tp is None or pp is None:
+        skip = skip or "TP/PP not stated (strong-scaling end point)"
+        tp, pp = tp or 1, pp or 1
+    dp = _int(r["dp"]) or _int(r["derived_dp"]) or gpus // (tp * pp * cp)
+    if not _num(r["dp"]) and _num(r["derived_dp"]):
+        notes.append("dp from derived_dp (the printed DP is inconsistent with the GPU count)")
+    if tp * pp * dp * cp != gpus and not skip:
+        skip = f"tp*pp*dp*cp = {tp * pp * dp * cp} != {gpus} GPUs"
+    if src == "deepseek_v3_2024":
+        skip = skip or ("measured value is the whole-run average GPU-hour cost (batch ramp, restarts), not a "
+                        "step; DualPipe schedule not modelled")
+    vp_text = r["vp"].strip()
+    vp = _int(vp_text.split(" ")[0])
+    if vp is None:
+        if "interleaved" in vp_text:
+            vp = 2
+            notes.append("v not stated for an interleaved schedule: 2")
+        else:
+            vp = 1
+    mb = _int(r["micro_batch"])
+    if mb is None and dp:
+        if src in TORCHTITAN:
+            mb = max(1, (batch or 1) // (dp * pp))
+            notes.append(f"mb {mb} = local batch / {pp} pipeline micro-batches (torchtitan default)" if pp > 1
+                         else f"mb {mb} = local batch (no accumulation)")
+        else:
+            mb = 1
+            notes.append("mb 1 (not stated)")
+    rec = r["recompute"].lower()
+    recompute = "full" if rec.startswith("full") else ("selective" if rec.startswith("selective") else "none")
+    if not rec:
+        notes.append("no recompute (not stated)")
+    zero = _zero(src, r["zero_or_sharding"], pp, notes)
+    megatron_2023 = src == "megascale2024"
+    if src in MCORE_RECIPES:
+        sp, chunks = tp > 1, (tp if tp > 1 else 1)
+        bucket = max(40e6, 1e6 * dp) * 4  # Megatron-Core default bucket, FP32 gradient elements
+    elif megatron_2023:
+        sp, chunks, bucket = False, 1, 0
+    else:
+        sp = tp > 1
+        chunks = tp if (tp > 1 and "async tp" in r["other_metric"].lower()) else 1
+        bucket = ParallelConfig().bucket_bytes
+    fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
+                 flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp)
+    regime_vp = vp
+    if model is not None:
+        if src == "llama3_2024" and pp == 16 and model.layers == 126:
+            lps = (7,) + (8,) * 14 + (7,)  # paper Section 3.3.2: first and last stage one layer fewer
+            v2 = max(d for d in range(1, vp + 1) if vp % d == 0 and all(x % d == 0 for x in lps))
+        else:
+            v2, lps = stage_layout(model.layers, pp, vp)
+        if v2 != vp:
+            notes.append(f"vp {vp}->{v2}: uneven layout needs layers per stage divisible by vp")
+        fixed["vp"] = v2
+        if lps is not None:
+            fixed["layers_per_stage"] = lps
+        if model.is_moe:
+            other = r["other_metric"].lower()
+            balanced = (src == "megatron_bridge_perf" or src == "nemo_automodel" or "forced balance" in other)
+            if balanced:
+                model = replace(model, moe_load_cv=0.0)
+                notes.append("moe_load_cv 0 (source forced a balanced router / token drop)")
+    if batch is None:
+        skip = skip or "global batch not stated"
+    elif dp and batch % dp:
+        skip = skip or (f"global batch {batch} is not a multiple of dp {dp}: the source's DP, GPU and batch "
+                        "columns disagree")
+    wl = Workload(global_batch=batch or 1, seq_len=seq or 1, dtype=dtype)
+    measured, how = (None, "")
+    if model is not None and batch:
+        measured, how = measured_step_s(r, model, seq, gpus, batch)
+    if measured is None and not skip:
+        skip = "no step time, throughput or TFLOP/s with a known FLOP convention"
+    layers = model.layers if model is not None else _int(r["layers"])
+    row = Row(r["row_id"], src, label, model, cluster, wl, fixed, {}, measured, skip, set="new", gpus=gpus,
+              notes=notes, measured_how=how)
+    row.regimes = regimes_of(dict(
+        gpu=cluster.device.name if cluster else r["gpu_type"], dtype=dtype,
+        experts=_int(r["moe_experts"], 0), topk=_int(r["moe_topk"], 0), ep=ep, gpus=gpus, cp=cp, seq=seq or 0,
+        layers=layers, pp=pp, vp=regime_vp, sharding=r["zero_or_sharding"], zero=zero))
+    return row
 
 
 def load_rows(path: Path = DATA) -> list[Row]:
-    rows = []
+    """Every row of one CSV file (the development set by default), skipped rows included."""
+    is_new = Path(path).resolve() == DATA_NEW.resolve() or "published_new" in Path(path).name
     with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            src = r["source_key"]
-            model = load_model(MODEL_PRESET[r["model"]])
-            gpus = int(float(r["num_gpus"]))
-            gpu = r["gpu_type"]
-            cluster = load_cluster("h100-sxm" if "H100" in gpu else
-                                   ("a100-40g" if src == "megatron_readme_2020" else "a100-80g")).with_gpus(gpus)
-            seq = int(float(r["seq_len"])) if _num(r["seq_len"]) else 1024
-            tp, pp = int(float(r["tp"])), int(float(r["pp"]))
-            cp = int(float(r["cp"])) if _num(r["cp"]) else 1
-            dp = gpus // (tp * pp * cp)
-            batch = int(r["global_batch"]) if _num(r["global_batch"]) else None
-            dtype = "fp8" if r["precision"] == "FP8" else "bf16"
-            era = src in MEGATRON_ERA
-            rec = r["recompute"]
-            fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp,
-                         sp=(r["sp"] == "yes") if r["sp"] in ("yes", "no") else (not era and tp > 1),
-                         recompute="full" if rec.startswith("full") or src == "megatron_readme_2020"
-                         else ("selective" if rec.startswith("selective") else "none"),
-                         zero=0 if era else 1, flash_attention=not era,
-                         bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1)
-            free = {}
-            if _num(r["micro_batch"]):
-                fixed["mb"] = int(float(r["micro_batch"]))
-            else:
-                free["mb"] = [1, 2, 4, 8]
-            vp = r["vp"].split(" ")[0]
-            if _num(vp):
-                fixed["vp"] = int(float(vp))
-            elif pp > 1 and ("interleaved" in r["vp"] or "not stated" in r["vp"]):
-                per = model.layers // pp
-                free["vp"] = [v for v in range(1, per + 1) if per % v == 0]
-            else:
-                fixed["vp"] = 1
-            skip = "" if batch else "global batch not stated"
-            wl = Workload(global_batch=batch or 1, seq_len=seq, dtype=dtype)
-            measured = _measured_s(r, model, seq, gpus, batch or 1) if batch else None
-            if measured is None and not skip:
-                skip = "no step time, throughput or TFLOP/s stated"
-            rows.append(Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip))
-    return rows
+        return [(_new_row if is_new else _dev_row)(r) for r in csv.DictReader(f)]
+
+
+def load_set(name: str = "all") -> list[Row]:
+    """Rows of the ``dev`` set, the ``new`` set, or ``all`` (dev first)."""
+    if name not in ("dev", "new", "all"):
+        raise ValueError(f"set={name!r}: must be dev, new or all")
+    names = ("dev", "new") if name == "all" else (name,)
+    return [r for n in names for r in load_rows(SETS[n])]
 
 
 def predict(row: Row, engine: str = "graph") -> tuple[Estimate | None, str]:
-    """Best estimate over the unstated fields (fits first, then fastest), by ``engine``."""
-    best = None
+    """Best estimate over the unstated fields (fits first, then fastest), by ``engine``.
+    New-set rows have no free fields: one evaluation of the filled plan."""
+    best, why = None, ""
     keys = list(row.free)
     for values in itertools.product(*(row.free[k] for k in keys)):
         cfg = dict(row.fixed, **dict(zip(keys, values)))
         try:
             est = evaluate(row.model, row.cluster, row.workload, ParallelConfig(**cfg), engine=engine)
-        except PlannerError:
+        except PlannerError as e:
+            why = str(e)
             continue
         if best is None or (est.fits, -est.step_time_s) > (best.fits, -best.step_time_s):
             best = est
-    return best, "" if best else "no valid config for the stated degrees"
+    return best, "" if best else (why or "no valid config for the stated degrees")
 
 
 def write_csv(path: str, rows: list[dict]) -> None:
