@@ -1,10 +1,17 @@
-"""Predicted vs measured step time on the development set of published training runs.
+"""Predicted vs measured step time on the published training runs, per row and per regime.
 
-    python benchmarks/validate_published.py [--source korthikanti2022] [--csv out.csv]
+    python benchmarks/validate_published.py [--set dev|new|all] [--engine analytic|graph]
+                                            [--source KEY] [--csv out.csv] [--check]
 
-Prints one line per row (predicted and measured seconds, signed error, the plan used) and the
-mean and max absolute error overall, per source, and on Korthikanti et al.'s eight Table-5
-iteration times. See ``benchmarks/published.py`` for how unstated settings are filled.
+Prints one line per row (predicted and measured seconds, signed error, the plan used, the
+regimes), every skipped row with its reason, the mean and max absolute error per source, and a
+per-regime table (rows, mean |err|, signed mean, max |err|) for the development set, the new
+set and both (regimes: ``benchmarks/regimes.py``; how rows become plans and how unstated
+settings are filled: ``benchmarks/published.py``).
+
+``--check`` exits 1 when the development-set mean |err| exceeds 6% or any regime's mean |err|
+(over the selected rows) exceeds 12%, 0 otherwise. The default engine is the op-graph scheduler
+(the reference; both sets take about 10 s on 2 cores); ``--engine analytic`` uses the closed form.
 """
 
 from __future__ import annotations
@@ -17,49 +24,130 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published import load_rows, predict, write_csv  # noqa: E402
+from published import Row, load_set, predict, write_csv  # noqa: E402
+from regimes import REGIMES  # noqa: E402
 
 TABLE5 = {"34", "35", "36", "37", "38", "39", "40", "41"}
+DEV_MEAN_LIMIT = 0.06  # --check: development-set mean |err|
+REGIME_MEAN_LIMIT = 0.12  # --check: any regime's mean |err|
 
 
-def main(argv=None) -> int:
+def plan_text(est) -> str:
+    c = est.config
+    lps = "" if c.layers_per_stage is None else " lps" + "/".join(map(str, c.layers_per_stage))
+    return (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} mb{c.mb} v{c.vp} sp{int(c.sp)} {c.recompute} z{c.zero}"
+            + lps + ("" if est.fits else " (does not fit)"))
+
+
+def run_rows(rows: list[Row], engine: str, out=print) -> list[dict]:
+    """Predict every row; print one line each; return the results of the predicted rows."""
+    res = []
+    out(f"{'row':>4} {'set':<3} {'source':<22} {'model':<20} {'gpus':>5} {'pred_s':>9} {'meas_s':>9} {'err%':>7}  plan | regimes")
+    for r in rows:
+        head = f"{r.row_id:>4} {r.set:<3} {r.source[:22]:<22} {r.label[:20]:<20} {r.gpus:>5}"
+        if r.skip:
+            out(f"{head} {'':>9} {'':>9} {'':>7}  skipped: {r.skip}")
+            continue
+        est, why = predict(r, engine)
+        if est is None:
+            out(f"{head} {'':>9} {r.measured_s:9.3f} {'':>7}  no prediction: {why}")
+            continue
+        err = est.step_time_s / r.measured_s - 1
+        plan = plan_text(est)
+        out(f"{head} {est.step_time_s:9.3f} {r.measured_s:9.3f} {100 * err:+7.1f}  {plan} | {','.join(r.regimes)}")
+        res.append({"row_id": r.row_id, "set": r.set, "source": r.source, "model": r.label, "gpus": r.gpus,
+                    "predicted_s": est.step_time_s, "measured_s": r.measured_s, "error": err, "plan": plan,
+                    "regimes": ";".join(r.regimes), "measured_how": r.measured_how, "notes": "; ".join(r.notes)})
+    return res
+
+
+def stats(errs: list[float]) -> tuple[int, float, float, float]:
+    """(rows, mean |err|, signed mean, max |err|)."""
+    if not errs:
+        return 0, float("nan"), float("nan"), float("nan")
+    a = [abs(e) for e in errs]
+    return len(errs), statistics.mean(a), statistics.mean(errs), max(a)
+
+
+def regime_table(res: list[dict]) -> dict:
+    """{(set, regime): stats} for set in dev/new/all, regime in REGIMES plus 'ALL'."""
+    table = {}
+    for s in ("dev", "new", "all"):
+        sel = [x for x in res if s == "all" or x["set"] == s]
+        table[(s, "ALL")] = stats([x["error"] for x in sel])
+        for reg in REGIMES:
+            table[(s, reg)] = stats([x["error"] for x in sel if reg in x["regimes"].split(";")])
+    return table
+
+
+def print_regime_table(table: dict, out=print) -> None:
+    out(f"{'regime':<17} | {'dev: n  mean|e| signed  max|e|':<32} | {'new: n  mean|e| signed  max|e|':<32} | "
+        f"{'all: n  mean|e| signed  max|e|'}")
+
+    def cell(st):
+        n, m, sg, mx = st
+        return f"{n:>6} {'':>24}" if not n else f"{n:>6} {100 * m:6.1f}% {100 * sg:+6.1f}% {100 * mx:6.1f}%"
+    for reg in ["ALL", *REGIMES]:
+        out(f"{reg:<17} | {cell(table[('dev', reg)]):<32} | {cell(table[('new', reg)]):<32} | {cell(table[('all', reg)])}")
+
+
+def check(table: dict, out=print) -> int:
+    """1 when the dev-set mean |err| > 6% or any regime's mean |err| > 12% (over all selected rows)."""
+    failures = []
+    n, dev_mean, _, _ = table[("dev", "ALL")]
+    if n and dev_mean > DEV_MEAN_LIMIT:
+        failures.append(f"dev-set mean |err| {100 * dev_mean:.1f}% > {100 * DEV_MEAN_LIMIT:.0f}%")
+    for reg in REGIMES:
+        n, m, _, _ = table[("all", reg)]
+        if n and m > REGIME_MEAN_LIMIT:
+            failures.append(f"regime {reg}: mean |err| {100 * m:.1f}% > {100 * REGIME_MEAN_LIMIT:.0f}% ({n} rows)")
+    for f in failures:
+        out(f"CHECK FAILED: {f}")
+    if not failures:
+        out("CHECK PASSED")
+    return 1 if failures else 0
+
+
+def main(argv=None, rows: list[Row] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", choices=("dev", "new", "all"), default="all", help="which published set (default all)")
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--csv", help="also write per-row results here")
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph",
-                    help="op-graph scheduler (default) or the analytical fast path")
+                    help="op-graph scheduler (default; both sets in about 10 s on 2 cores) or the analytic fast path")
+    ap.add_argument("--check", action="store_true",
+                    help=f"exit 1 if the dev-set mean |err| > {100 * DEV_MEAN_LIMIT:.0f}% "
+                         f"or any regime's mean |err| > {100 * REGIME_MEAN_LIMIT:.0f}%")
     args = ap.parse_args(argv)
-    rows = [r for r in load_rows() if not args.source or r.source == args.source]
-    out, errs = [], {}
-    print(f"{'row':>4} {'source':<20} {'model':<18} {'gpus':>5} {'pred_s':>9} {'meas_s':>9} {'err%':>7}  plan")
-    for r in rows:
-        if r.skip:
-            print(f"{r.row_id:>4} {r.source:<20} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {'':>9} {'':>9} {'':>7}  skipped: {r.skip}")
-            continue
-        est, why = predict(r, args.engine)
-        if est is None:
-            print(f"{r.row_id:>4} {r.source:<20} {r.label[:18]:<18}  no prediction: {why}")
-            continue
-        err = est.step_time_s / r.measured_s - 1
-        errs.setdefault(r.source, []).append((r.row_id, err))
-        c = est.config
-        plan = f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} mb{c.mb} v{c.vp} sp{int(c.sp)} {c.recompute} z{c.zero}" + ("" if est.fits else " (does not fit)")
-        print(f"{r.row_id:>4} {r.source:<20} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {est.step_time_s:9.3f} {r.measured_s:9.3f} {100 * err:+7.1f}  {plan}")
-        out.append({"row_id": r.row_id, "source": r.source, "model": r.label, "gpus": r.cluster.num_gpus,
-                    "predicted_s": est.step_time_s, "measured_s": r.measured_s, "error": err, "plan": plan})
+    rows = load_set(args.set) if rows is None else rows
+    rows = [r for r in rows if not args.source or r.source == args.source]
+    res = run_rows(rows, args.engine)
     print()
-
-    def summary(name, es):
-        a = [abs(e) for _, e in es]
-        if a:
-            print(f"{name:<28} n={len(a):>2}  mean |err| {100 * statistics.mean(a):5.2f}%   max |err| {100 * max(a):5.2f}%")
-    allerr = [x for es in errs.values() for x in es]
-    summary("all rows", allerr)
-    for s, es in sorted(errs.items()):
-        summary(s, es)
-    summary("Korthikanti Table 5 (8 rows)", [x for x in allerr if x[0] in TABLE5])
-    if args.csv and out:
-        write_csv(args.csv, out)
+    skipped = [r for r in rows if r.skip]
+    print(f"{len(rows)} rows: {len(res)} predicted, {len(skipped)} skipped, "
+          f"{len(rows) - len(res) - len(skipped)} not predictable by the cost model (listed above)")
+    print()
+    by_source = {}
+    for x in res:
+        by_source.setdefault((x["set"], x["source"]), []).append(x["error"])
+    print(f"{'source':<32} {'n':>3} {'mean|err|':>9} {'signed':>8} {'max|err|':>9}")
+    for (s, src), es in sorted(by_source.items()):
+        n, m, sg, mx = stats(es)
+        print(f"{s + ' ' + src:<32} {n:>3} {100 * m:8.2f}% {100 * sg:+7.2f}% {100 * mx:8.2f}%")
+    t5 = stats([x["error"] for x in res if x["set"] == "dev" and x["row_id"] in TABLE5])
+    if t5[0]:
+        print(f"{'dev Korthikanti Table 5':<32} {t5[0]:>3} {100 * t5[1]:8.2f}% {100 * t5[2]:+7.2f}% {100 * t5[3]:8.2f}%")
+    print()
+    table = regime_table(res)
+    print(f"per regime ({args.engine} engine; signed: + = predicted slower than measured)")
+    print_regime_table(table)
+    for reg, what in REGIMES.items():
+        print(f"  {reg:<16} {what}")
+    if args.csv and res:
+        write_csv(args.csv, res)
+    if args.check:
+        print()
+        return check(table)
     return 0
 
 
