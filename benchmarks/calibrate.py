@@ -1,17 +1,23 @@
-"""Fit the one device-level constant the dev set can pin down: achieved GEMM efficiency.
+"""Fit the one device-level constant per device family and dtype: achieved GEMM efficiency.
 
-    python benchmarks/calibrate.py
+    python benchmarks/calibrate.py [--set dev|new|all]
 
-For each device family in the development set (A100: BF16 GEMMs; H100: FP8 GEMMs) this
-scans the GEMM efficiency (fraction of dense peak a large GEMM sustains in a training run,
-with clocks under load) and prints the value that minimises the mean absolute step-time
-error over that family's rows, plus leave-one-source-out values so a reader can see how
-much each source pulls. Nothing else is fitted: no per-row or per-model constant. The
+For each device family and dtype in the chosen set (development set by default: A100 BF16
+GEMMs and H100 FP8 GEMMs; the new set adds H100-class BF16 and B200 FP8) this scans the GEMM
+efficiency (fraction of dense peak a large GEMM sustains in a training run, with clocks under
+load) and prints the value that minimises the mean absolute step-time error over that
+family's rows, plus leave-one-source-out values: for every source, the value fitted without it
+and the mean |err| (and signed mean) on its rows at that value, so a reader can see how much
+each source pulls and how well a source is predicted by the others. With ``--set all`` it also
+prints, per new-set source, the error at the value fitted on the development set alone (the
+constants the presets carry). Nothing else is fitted: no per-row or per-model constant. The
 presets record the chosen value and name this script; rerun it when the model changes.
+This script prints; it never writes a preset.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from dataclasses import replace
@@ -20,10 +26,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published import load_rows, predict  # noqa: E402
+from published import load_set, predict  # noqa: E402
 
-FAMILIES = {"A100": ("gemm_efficiency", "A100"), "H100": ("fp8_gemm_efficiency", "H100")}
 GRID = [round(0.35 + 0.01 * i, 2) for i in range(61)]  # 0.35 .. 0.95
+HOPPER = ("H100", "H200", "H800")
+
+
+def family(r) -> tuple[str, str] | None:
+    """(family label, DeviceSpec field fitted) of a row: one constant per device family and dtype."""
+    name, dtype = r.cluster.device.name, r.workload.dtype
+    field = "fp8_gemm_efficiency" if dtype == "fp8" else "gemm_efficiency"
+    if "A100" in name:
+        return f"A100 {dtype.upper()}", field
+    if any(h in name for h in HOPPER):
+        return f"H100-class {dtype.upper()}", field
+    if "B200" in name:
+        return f"B200 {dtype.upper()}", field
+    return None
 
 
 def errors(rows, field: str, value: float) -> list[float]:
@@ -37,26 +56,75 @@ def errors(rows, field: str, value: float) -> list[float]:
     return out
 
 
-def best(rows, field):
-    scored = [(statistics.mean(abs(e) for e in errors(rows, field, v)), v) for v in GRID]
-    return min(scored)
+def error_matrix(rows, field: str) -> dict:
+    """{row_id-and-set: [signed error at each GRID value, or None]} (each row predicted once per value)."""
+    m = {}
+    for r in rows:
+        col = []
+        for v in GRID:
+            e = errors([r], field, v)
+            col.append(e[0] if e else None)
+        m[(r.set, r.row_id)] = col
+    return m
 
 
-def main() -> int:
-    rows = [r for r in load_rows() if not r.skip]
-    for fam, (field, tag) in FAMILIES.items():
-        fam_rows = [r for r in rows if tag in r.cluster.device.name]
-        if not fam_rows:
-            continue
-        err, v = best(fam_rows, field)
-        print(f"{fam}: {field} = {v:.2f}  (mean |err| {100 * err:.2f}% over {len(fam_rows)} rows)")
-        for src in sorted({r.source for r in fam_rows}):
-            rest = [r for r in fam_rows if r.source != src]
-            if rest:
-                e2, v2 = best(rest, field)
-                held = errors([r for r in fam_rows if r.source == src], field, v2)
-                print(f"   without {src:<22} -> {v2:.2f}; held-out mean |err| on it "
-                      f"{100 * statistics.mean(abs(e) for e in held):.2f}%")
+def _mean_abs(E, keys, i):
+    vals = [E[k][i] for k in keys if E[k][i] is not None]
+    return statistics.mean(abs(e) for e in vals) if vals else float("inf")
+
+
+def best(E, keys) -> tuple[float, float]:
+    """(mean |err|, value) minimising the mean |err| over ``keys``."""
+    return min((_mean_abs(E, keys, i), v) for i, v in enumerate(GRID))
+
+
+def held_out(E, keys, v) -> tuple[float, float, int]:
+    i = GRID.index(v)
+    vals = [E[k][i] for k in keys if E[k][i] is not None]
+    if not vals:
+        return float("nan"), float("nan"), 0
+    return statistics.mean(abs(e) for e in vals), statistics.mean(vals), len(vals)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", choices=("dev", "new", "all"), default="dev",
+                    help="rows to fit on (default dev: the constants the presets carry)")
+    args = ap.parse_args(argv)
+    rows = [r for r in load_set(args.set) if not r.skip]
+    fams: dict = {}
+    for r in rows:
+        f = family(r)
+        if f:
+            fams.setdefault(f, []).append(r)
+    for (label, field), fam_rows in sorted(fams.items()):
+        E = error_matrix(fam_rows, field)
+        keys = list(E)
+        err, v = best(E, keys)
+        sets = sorted({r.set for r in fam_rows})
+        print(f"{label}: {field} = {v:.2f}  (mean |err| {100 * err:.2f}% over {len(fam_rows)} rows, set {'+'.join(sets)})")
+        sources = sorted({(r.set, r.source) for r in fam_rows})
+        if len(sources) == 1:
+            print("   one source only: no leave-one-source-out estimate")
+        for s, src in sources:
+            mine = [(r.set, r.row_id) for r in fam_rows if (r.set, r.source) == (s, src)]
+            rest = [k for k in keys if k not in set(mine)]
+            if not rest:
+                continue
+            _, v2 = best(E, rest)
+            m, sg, n = held_out(E, mine, v2)
+            print(f"   without {s} {src:<24} -> {v2:.2f}; held-out on its {n:>2} rows: mean |err| "
+                  f"{100 * m:6.2f}%  signed {100 * sg:+6.2f}%")
+        dev_keys = [k for k in keys if k[0] == "dev"]
+        if args.set == "all" and dev_keys and len(dev_keys) < len(keys):
+            _, vd = best(E, dev_keys)
+            print(f"   fitted on the development set alone -> {vd:.2f}; on each new-set source:")
+            for s, src in sources:
+                if s != "new":
+                    continue
+                mine = [(r.set, r.row_id) for r in fam_rows if (r.set, r.source) == (s, src)]
+                m, sg, n = held_out(E, mine, vd)
+                print(f"      {src:<28} {n:>2} rows: mean |err| {100 * m:6.2f}%  signed {100 * sg:+6.2f}%")
     return 0
 
 
