@@ -1,0 +1,198 @@
+"""Both published training sets load: every row maps to a model and cluster preset or carries a
+skip reason; regimes are assigned as documented; FLOP conventions reproduce the sources' own
+step times; ``validate_published.py --check`` gates on the stated limits."""
+
+import csv
+import doctest
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import published as P  # noqa: E402
+import regimes as R  # noqa: E402
+import validate_published as V  # noqa: E402
+
+from costmodel.config import ParallelConfig  # noqa: E402
+from costmodel.estimate import evaluate  # noqa: E402
+from costmodel.presets import load_cluster, load_model  # noqa: E402
+from costmodel.specs import Workload  # noqa: E402
+
+ROWS = P.load_set("all")
+BY_ID = {(r.set, r.row_id): r for r in ROWS}
+CSV = {name: list(csv.DictReader(open(path, newline=""))) for name, path in P.SETS.items()}
+
+# rows that cannot be predicted, each for a reason printed by the benchmark
+EXPECTED_SKIPS = {
+    ("dev", "43"): "global batch not stated",
+    ("new", "110"): "TP/PP not stated", ("new", "111"): "TP/PP not stated",
+    **{("new", str(i)): "MegaScale algorithm" for i in (119, 120, 121, 122, 127, 128, 129, 130)},
+    ("new", "182"): "not a multiple of dp", ("new", "183"): "not a multiple of dp",
+    ("new", "216"): "whole-run average",
+}
+
+
+def test_doctests_of_the_benchmark_modules():
+    for mod in (P, R):
+        failed, _ = doctest.testmod(mod)
+        assert failed == 0, mod.__name__
+
+
+def test_every_row_of_both_files_is_loaded_in_order():
+    for name, raw in CSV.items():
+        got = [r for r in ROWS if r.set == name]
+        assert [r.row_id for r in got] == [x["row_id"] for x in raw]
+    assert len(CSV["new"]) == 116
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{r.set}-{r.row_id}" for r in ROWS])
+def test_row_maps_to_presets_or_has_a_skip_reason(row):
+    assert row.regimes and set(row.regimes) <= set(R.REGIMES)
+    if row.skip:
+        assert isinstance(row.skip, str) and row.skip.strip()
+        return
+    assert row.model is not None and row.cluster is not None
+    assert row.measured_s and row.measured_s > 0 and row.measured_how
+    cfg = ParallelConfig(**dict(row.fixed, **{k: v[0] for k, v in row.free.items()}))
+    assert cfg.gpus == row.gpus == row.cluster.num_gpus
+    if row.set == "new":
+        assert not row.free  # unstated knobs are filled by framework rules, never searched
+
+
+def test_skipped_rows_are_exactly_the_known_ones():
+    skipped = {(r.set, r.row_id): r.skip for r in ROWS if r.skip}
+    assert set(skipped) == set(EXPECTED_SKIPS)
+    for k, why in EXPECTED_SKIPS.items():
+        assert why in skipped[k], (k, skipped[k])
+
+
+def test_every_model_label_is_mapped_or_declared_not_modelled():
+    for raw in CSV.values():
+        for x in raw:
+            assert x["model"] in P.MODEL_PRESET or x["model"] in P.NOT_MODELLED, x["model"]
+    for name in set(P.MODEL_PRESET.values()):
+        load_model(name)
+
+
+@pytest.mark.parametrize("x", CSV["new"], ids=[x["row_id"] for x in CSV["new"]])
+def test_new_preset_shapes_match_the_row(x):
+    if x["model"] not in P.MODEL_PRESET:
+        return
+    m = load_model(P.MODEL_PRESET[x["model"]])
+    want = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
+            "ffn_hidden": m.moe_ffn_hidden if m.is_moe else m.ffn_hidden,
+            "moe_experts": m.experts or None, "moe_topk": m.topk or None}
+    if not m.is_mla:
+        want["kv_heads"] = m.kv_heads
+    for col, v in want.items():
+        if x[col] != "":
+            assert int(float(x[col])) == v, (col, x[col], v)
+    if x["params_b"]:
+        assert m.params == pytest.approx(float(x["params_b"]) * 1e9, rel=0.03)
+
+
+def test_clusters_of_the_new_rows():
+    assert BY_ID[("new", "131")].cluster.name == "h100-96g"
+    assert BY_ID[("new", "176")].cluster.name == "b200"
+    assert BY_ID[("new", "216")].cluster.name == "h800"
+    assert BY_ID[("new", "163")].cluster.name == "a100-40g"
+    assert BY_ID[("new", "115")].cluster.name == "a100-80g"
+    assert BY_ID[("new", "184")].cluster.name == "h100-sxm"
+
+
+def test_fill_rules_follow_the_frameworks():
+    tt = BY_ID[("new", "134")].fixed  # torchtitan FSDP2 without PP: reshard after forward
+    assert (tt["zero"], tt["mb"], tt["vp"]) == (3, 2, 1)
+    ttpp = BY_ID[("new", "143")].fixed  # with PP: no reshard; local batch 32 in pp=8 micro-batches
+    assert (ttpp["zero"], ttpp["mb"]) == (2, 4)
+    assert ttpp["layers_per_stage"] == (15, 16, 16, 16, 16, 16, 16, 15)
+    assert BY_ID[("new", "150")].fixed["chunks"] == 8 and BY_ID[("new", "149")].fixed["chunks"] == 1  # async TP
+    mc = BY_ID[("new", "109")].fixed  # Megatron-Core r0.8.0 weak scaling: defaults where not stated
+    assert (mc["mb"], mc["vp"], mc["recompute"], mc["zero"], mc["sp"], mc["chunks"]) == (1, 1, "none", 1, True, 8)
+    assert mc["bucket_bytes"] == pytest.approx(4 * 48e6)  # max(40M, 1M x dp) FP32 elements
+    ms = BY_ID[("new", "115")].fixed  # Megatron-LM 2023 defaults, ZeRO-2 and v=6 as stated
+    assert (ms["sp"], ms["flash_attention"], ms["bucket_bytes"], ms["zero"], ms["vp"]) == (False, False, 0, 2, 6)
+    lf = BY_ID[("new", "153")].fixed
+    assert (lf["zero"], lf["recompute"], lf["mb"]) == (3, "full", 8)
+    assert BY_ID[("new", "205")].fixed["zero"] == 3  # Megatron-FSDP
+    assert BY_ID[("new", "187")].model.moe_load_cv == 0.0  # forced balance
+    assert BY_ID[("new", "209")].model.moe_load_cv == load_model("qwen3-235b-a22b").moe_load_cv  # dropless
+    assert BY_ID[("new", "112")].fixed["layers_per_stage"] == (7,) + (8,) * 14 + (7,)  # Llama 3 paper
+
+
+def test_regime_examples():
+    reg = lambda s, i: set(BY_ID[(s, i)].regimes)  # noqa: E731
+    assert reg("dev", "1") == {"a100_megatron"}
+    assert reg("dev", "129") == {"h100_fp8", "long_cp"}
+    assert reg("new", "109") == {"h100_bf16_dense", "gpus_4k"}
+    assert reg("new", "112") == {"h100_bf16_dense", "zero3_fsdp", "gpus_4k", "uneven_pp"}
+    assert reg("new", "187") == {"h100_fp8", "moe_ep", "moe_fine"}  # "ddp (FSDP=0)" is not FSDP
+    assert reg("new", "186") == {"moe_ep"}  # gpt-oss: 128 experts but top-4, BF16 MoE
+    assert reg("new", "205") == {"zero3_fsdp", "moe_ep", "moe_fine"}
+    assert reg("new", "140") == {"h100_fp8", "zero3_fsdp", "long_cp"}
+    assert reg("new", "126") == {"gpus_4k", "a100_megatron"}
+    assert reg("new", "176") == {"other"}
+    assert R.regimes_of(dict(gpu="H200", dtype="bf16", experts=8, topk=2, ep=8, gpus=64, cp=1, seq=4096,
+                             layers=32, pp=1, vp=1, sharding="", zero=1)) == ("moe_ep",)
+    assert "moe_fine" in R.regimes_of(dict(gpu="H100", dtype="fp8", experts=64, topk=6, ep=8, gpus=64, cp=1,
+                                           seq=4096, layers=32, pp=1, vp=1, sharding="", zero=1))
+
+
+def test_nemo_flop_count_reproduces_nemo_2407_throughput():
+    # dev rows 123 (Llama 2 7B) and 129 (Llama 3 8B) state both TFLOP/s and tokens/s: same count
+    for rid in ("123", "129"):
+        x = next(x for x in CSV["dev"] if x["row_id"] == rid)
+        r = BY_ID[("dev", rid)]
+        per_token = P.flops_nemo_llama(r.model, 1, r.workload.seq_len) / r.workload.seq_len
+        assert float(x["tflops_per_gpu"]) * 1e12 / float(x["tokens_per_sec_per_gpu"]) == pytest.approx(per_token, rel=0.005)
+
+
+def test_megatron_core_causal_count_reproduces_modelzoo_step_times():
+    # ModelZoo rows 203-207 state step time and TFLOP/s; the long-context rows only TFLOP/s
+    for rid in ("203", "204", "205", "206", "207"):
+        x = next(x for x in CSV["new"] if x["row_id"] == rid)
+        r = BY_ID[("new", rid)]
+        fl = P.flops_megatron_core(r.model, r.workload.global_batch, r.workload.seq_len, causal=True)
+        step = fl / (float(x["tflops_per_gpu"]) * 1e12 * r.gpus)
+        assert step == pytest.approx(float(x["iteration_time_s"]), rel=0.015), rid
+
+
+def test_megatron_core_count_is_korthikanti_for_a_plain_gpt():
+    m = load_model("mcore-gpt-1.7b")
+    B, s, L, h, V = 192, 4096, m.layers, m.hidden, m.vocab
+    kor = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * h * L))
+    assert P.flops_megatron_core(m, B, s) == pytest.approx(kor, rel=1e-9)
+
+
+# --------------------------------------------------------------------- --check on a synthetic set
+def _synthetic(set_name, row_id, rel_err, regimes):
+    model, cluster = load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8)
+    wl = Workload(global_batch=16, seq_len=2048)
+    fixed = dict(tp=1, pp=1, dp=8, mb=1, zero=1)
+    pred = evaluate(model, cluster, wl, ParallelConfig(**fixed), engine="analytic").step_time_s
+    return P.Row(row_id, "synthetic", "llama3-8b", model, cluster, wl, fixed, {}, pred / (1 + rel_err),
+                 set=set_name, gpus=8, regimes=regimes, measured_how="synthetic")
+
+
+@pytest.mark.parametrize("errs, code", [
+    ([("dev", 0.0, ("a100_megatron",)), ("new", 0.0, ("h100_bf16_dense",))], 0),
+    ([("dev", 0.07, ("a100_megatron",))], 1),                       # dev mean 7% > 6%
+    ([("dev", 0.05, ("a100_megatron",)), ("dev", -0.05, ("a100_megatron",))], 0),
+    ([("dev", 0.0, ("a100_megatron",)), ("new", 0.13, ("moe_ep",))], 1),   # one regime 13% > 12%
+    ([("new", 0.10, ("moe_ep",)), ("new", -0.11, ("moe_ep",))], 0),        # 10.5% mean: passes
+])
+def test_check_exit_code(errs, code, capsys):
+    rows = [_synthetic(s, str(i), e, reg) for i, (s, e, reg) in enumerate(errs)]
+    assert V.main(["--check", "--engine", "analytic"], rows=rows) == code
+    out = capsys.readouterr().out
+    assert ("CHECK PASSED" in out) == (code == 0)
+
+
+def test_without_check_the_script_exits_zero_and_prints_the_regime_table(capsys):
+    assert V.main(["--set", "dev", "--engine", "analytic"]) == 0
+    out = capsys.readouterr().out
+    assert "per regime" in out and "a100_megatron" in out and "skipped: global batch not stated" in out
