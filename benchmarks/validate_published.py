@@ -92,12 +92,15 @@ def print_regime_table(table: dict, out=print) -> None:
 
 
 def check(table: dict, out=print) -> int:
-    """1 when the dev-set mean |err| > 6% or any regime's mean |err| > 12% (over all selected rows)."""
+    """1 when the dev-set mean |err| > 6% or any regime's mean |err| > 12% (over all selected rows;
+    the catch-all ``other`` is not gated)."""
     failures = []
     n, dev_mean, _, _ = table[("dev", "ALL")]
     if n and dev_mean > DEV_MEAN_LIMIT:
         failures.append(f"dev-set mean |err| {100 * dev_mean:.1f}% > {100 * DEV_MEAN_LIMIT:.0f}%")
     for reg in REGIMES:
+        if reg == "other":  # the catch-all (B200 rows) is not one of issue 10's regimes
+            continue
         n, m, _, _ = table[("all", reg)]
         if n and m > REGIME_MEAN_LIMIT:
             failures.append(f"regime {reg}: mean |err| {100 * m:.1f}% > {100 * REGIME_MEAN_LIMIT:.0f}% ({n} rows)")
