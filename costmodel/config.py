@@ -112,6 +112,11 @@ class ParallelConfig:
         return cls(**d)
 
 
+#: micro-batches per step beyond which a plan is refused (a sanity bound: the pipeline schedule
+#: of one step holds every micro-batch; 100,000 evaluate in seconds, millions would not)
+MAX_MICRO_BATCHES = 100_000
+
+
 def micro_batches(workload: Workload, config: ParallelConfig) -> int:
     """Micro-batches per pipeline per step: global batch / (dp * mb)."""
     return workload.global_batch // (config.dp * config.mb)
@@ -146,6 +151,10 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     if workload.global_batch % (c.dp * c.mb):
         raise SpecError("global_batch", workload.global_batch, f"a multiple of dp*mb={c.dp * c.mb} (dp={c.dp}, mb={c.mb})")
     m = micro_batches(workload, c)
+    if m > MAX_MICRO_BATCHES:
+        raise SpecError("global_batch", workload.global_batch,
+                        f"at most {MAX_MICRO_BATCHES:,} micro-batches per step: global_batch/(dp*mb) = {m:,} "
+                        f"(dp={c.dp}, mb={c.mb}; a sanity bound, raise mb or dp)")
     if c.vp > 1 and m % c.pp:
         raise SpecError("global_batch", workload.global_batch,
                         f"such that micro-batches ({m}) are a multiple of pp={c.pp} with interleaving (vp={c.vp})")

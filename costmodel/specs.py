@@ -18,6 +18,23 @@ from .units import DTYPES
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
 MODES = ("train", "infer")
 
+#: sanity bounds on sizes, far beyond any real model or cluster: a typo (an extra three zeros)
+#: is refused at once instead of running out of memory or time
+MAX_SIZE = {
+    "layers": 10_000, "hidden": 1_000_000, "heads": 100_000, "kv_heads": 100_000, "head_dim": 100_000,
+    "ffn_hidden": 10_000_000, "moe_ffn_hidden": 10_000_000, "vocab": 100_000_000, "experts": 100_000,
+    "num_gpus": 1_048_576, "gpus_per_node": 1_024,
+    "global_batch": 1_048_576, "seq_len": 100_000_000, "input_len": 100_000_000, "output_len": 100_000_000,
+}
+
+
+def _bounded(spec) -> None:
+    """Raise SpecError for the first field of ``spec`` above its :data:`MAX_SIZE`."""
+    for name, most in MAX_SIZE.items():
+        value = getattr(spec, name, None)
+        if isinstance(value, int) and value > most:
+            raise SpecError(name, value, f"at most {most:,} (a sanity bound)")
+
 
 def _positive(name: str, value, allow_zero: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -82,6 +99,7 @@ class ModelSpec:
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
             _positive_int(f, getattr(self, f))
+        _bounded(self)
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.head_dim is None:
@@ -345,6 +363,7 @@ class ClusterSpec:
     def __post_init__(self):
         _positive_int("gpus_per_node", self.gpus_per_node)
         _positive_int("num_gpus", self.num_gpus, allow_zero=True)
+        _bounded(self)
         object.__setattr__(self, "calibrated_constants", tuple(self.calibrated_constants))
         object.__setattr__(self, "calibration_log_residuals", tuple(float(x) for x in self.calibration_log_residuals))
 
@@ -385,6 +404,7 @@ class Workload:
         if self.mode == "infer" and not self.seq_len:
             object.__setattr__(self, "seq_len", self.input_len + self.output_len)
         _positive_int("seq_len", self.seq_len)
+        _bounded(self)
 
     @property
     def tokens(self) -> int:

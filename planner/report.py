@@ -91,7 +91,8 @@ def count_text(n: float) -> str:
     """``8.03B``, ``124M``, ``1.02T``: three significant digits."""
     for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= factor:
-            return f"{n / factor:.3g}{suffix}"
+            x = n / factor
+            return f"{x:,.0f}{suffix}" if x >= 1000 else f"{x:.3g}{suffix}"
     return f"{n:.0f}"
 
 

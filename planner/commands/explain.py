@@ -12,7 +12,9 @@ Takes the flags of ``planner evaluate``; ``--mode infer`` explains one forward p
 from __future__ import annotations
 
 import argparse
+import os
 
+from costmodel.errors import SpecError
 from costmodel.graph.explain import explain, format_explain, tp_feasibility
 from costmodel.graph.trace import write_chrome_trace, write_gantt
 
@@ -32,7 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_inference_args(p, targets=False)
     g = p.add_argument_group("timeline")
     g.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of one step of one stage")
-    g.add_argument("--gantt", metavar="FILE.png", help="draw the same timeline as a PNG (needs matplotlib)")
+    g.add_argument("--gantt", metavar="FILE.png", help="draw the same timeline as a PNG, SVG or PDF "
+                                                      "(by the file's suffix; needs matplotlib)")
     g.add_argument("--stage", type=int_arg("stage", 0), metavar="I",
                    help="pipeline stage to trace (default: the slowest)")
     p.add_argument("--sensitivity", action="store_true",
@@ -42,7 +45,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+#: file suffixes ``--gantt`` draws (matplotlib picks the format by the suffix)
+GANTT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_output(flag: str, path: str, suffixes: tuple = ()) -> None:
+    """Refuse, before any work, an output path that cannot be written as asked (SpecError naming the flag)."""
+    field = flag.lstrip("-")
+    if os.path.isdir(path):
+        raise SpecError(field, path, f"a file path, not a directory ({flag} {os.path.join(path, 'step' + (suffixes or ('.json',))[0])})")
+    if suffixes and os.path.splitext(path)[1].lower() not in suffixes:
+        raise SpecError(field, path, f"a file name ending in {', '.join(suffixes[:-1])} or {suffixes[-1]} ({flag} FILE.png)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise SpecError(field, path, f"a path in an existing directory ({flag}: no directory {parent})")
+
+
+def _write(flag: str, path: str, write, *args, **kwargs) -> None:
+    try:
+        write(path, *args, **kwargs)
+    except OSError as e:
+        raise SpecError(flag.lstrip("-"), path, f"a writable file path ({flag}: {e.strerror or e})") from None
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.trace:
+        check_output("--trace", args.trace)
+    if args.gantt:
+        check_output("--gantt", args.gantt, GANTT_SUFFIXES)
     model, cluster, workload = problem_from_args(args)
     config = config_from_args(args, cluster.num_gpus or None)
     if workload.mode == "infer":
@@ -50,16 +80,15 @@ def run(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     if args.stage is not None and args.stage >= config.pp:
-        from costmodel.errors import SpecError
         raise SpecError("stage", args.stage, f"a pipeline stage index below pp={config.pp}")
     rows = explain(model, cluster, workload, config)
     tp = tp_feasibility(model, cluster, workload, config) if config.tp > 1 else None
     written = []
     if args.trace:
-        write_chrome_trace(args.trace, model, cluster, workload, config, stage=args.stage)
+        _write("--trace", args.trace, write_chrome_trace, model, cluster, workload, config, stage=args.stage)
         written.append(args.trace)
     if args.gantt:
-        write_gantt(args.gantt, model, cluster, workload, config, stage=args.stage)
+        _write("--gantt", args.gantt, write_gantt, model, cluster, workload, config, stage=args.stage)
         written.append(args.gantt)
     sens = _sensitivity(args, model, cluster, workload, config)
     if args.json:

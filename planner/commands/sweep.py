@@ -4,12 +4,15 @@ The grid is the product of the comma-separated flags (or the same keys in ``--gr
 YAML or JSON; flags override the file). Results are written as each case finishes; run the
 same command again after an interruption and it skips the finished cases. A case that is
 malformed or has no plan that fits is recorded with its reason, and the sweep goes on.
+Ctrl-C (exit 130) or SIGTERM (exit 143) stops it with one line saying how many cases are written.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from costmodel.errors import SpecError
@@ -17,9 +20,9 @@ from costmodel.errors import SpecError
 from ..args import add_output_args, choice_arg, int_arg
 from ..report import print_json
 from ..sweep.grid import grid_from_mapping, load_grid_file
-from ..sweep.runner import BACKENDS, run_sweep
+from ..sweep.runner import BACKENDS, SweepInterrupted, run_sweep
 from ..sweep.schema import markdown
-from ..sweep.store import CSV, JSONL
+from ..sweep.store import CSV, JSONL, ResultStore
 
 NAME = "sweep"
 #: grid flags: (flag, grid key, help)
@@ -85,9 +88,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     grid, opts = grid_and_run_options(args)
     cases = grid.cases()
-    summary = run_sweep(cases, opts["out"], workers=opts.get("workers"), backend=opts.get("backend", "local"),
-                        address=opts.get("address"), progress=args.progress)
     out = Path(opts["out"])
+    try:
+        with _sigterm_raises():
+            summary = run_sweep(cases, opts["out"], workers=opts.get("workers"),
+                                backend=opts.get("backend", "local"), address=opts.get("address"),
+                                progress=args.progress)
+    except KeyboardInterrupt as e:
+        ids = {c.id for c in cases}
+        written = len({r["case_id"] for r in ResultStore(out).read() if r.get("case_id") in ids})
+        print(f"planner: interrupted: {written} of {len(cases)} cases written to {out}; "
+              "rerun the same command to resume", file=sys.stderr)
+        return 128 + (e.signum if isinstance(e, SweepInterrupted) else signal.SIGINT)
     plots = []
     if args.plots:
         from ..sweep.plots import plot_sweep
@@ -104,3 +116,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot: {p}")
     sys.stdout.flush()
     return 0
+
+
+class _sigterm_raises:
+    """While active (main thread only): SIGTERM raises :class:`SweepInterrupted` in the driver."""
+
+    def __enter__(self):
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise SweepInterrupted(signum)
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGTERM, self.old)
+        return False

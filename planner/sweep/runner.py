@@ -6,12 +6,18 @@ worker per core) or on Ray (:mod:`planner.sweep.ray_backend`), and writes one re
 case in the driver process. A worker that dies takes only its case down: the pool is rebuilt
 and the case retried, up to ``max_attempts`` starts, after which it is recorded as
 ``crashed``. Workers of the local pool exit by themselves when the driver is killed.
+
+Interrupts are the driver's: workers ignore SIGINT (a terminal's Ctrl-C reaches the whole
+process group), and on ``KeyboardInterrupt`` (or :class:`SweepInterrupted`, what the CLI
+turns SIGTERM into) the driver stops the workers, shuts the pool down and closes the result
+files before the exception goes on, so a rerun resumes and no semaphore leaks.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -74,9 +80,20 @@ def crashed(reason: str) -> dict:
     return outcome("crashed", reason)
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """A termination signal (SIGTERM) raised in the driver as an exception, so that the pool
+    and the result files are closed as after Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 # --------------------------------------------------------------------------- local pool
 def _watch_driver(pid: int) -> None:
-    """In a worker: exit when the driver process is gone (killed with -9 it cannot tell us)."""
+    """In a worker: leave SIGINT to the driver, and exit when the driver process is gone
+    (killed with -9 it cannot tell us)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     def loop():
         while True:
             time.sleep(0.5)
@@ -146,8 +163,21 @@ def run_local(cases: list[Case], solve, on_result, *, workers: int, max_attempts
                         on_result(case, fut.result(), attempts[case.id])
                 if alone and not broken:
                     break  # back to the normal pool once a suspect has cleared
+        except BaseException:  # Ctrl-C, SIGTERM: stop the cases in flight, then let the workers go
+            _stop_workers(pool)
+            broken = False  # the pool's threads and queues are joined below, so nothing leaks
+            raise
         finally:
             pool.shutdown(wait=not broken, cancel_futures=True)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes (their cases are lost; a rerun does them)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.terminate()
+        except (OSError, ValueError):  # already gone
+            pass
 
 
 def run_serial(cases: list[Case], solve, on_result) -> None:
