@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from dataclasses import dataclass
 from functools import lru_cache
 
 from .collectives import collective_time_s, group_stride
-from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops
+from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops, optimizer_time_s
 from .config import ParallelConfig
-from .memory import GRAD_BYTES, WEIGHT_BYTES, layer_counts, stage_params
+from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, stage_params
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
+from .step import dp_buckets
 
 INF = math.inf
 COLUMN_PARALLEL = ("qkv", "fc1", "shared_fc1", "lm_head")
@@ -242,28 +242,20 @@ def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage:
     return lat_grad, lat_param
 
 
-def dp_buckets(grad_bytes_: float, bucket_bytes: float) -> int:
-    """Gradient buckets of ``bucket_bytes`` (0: one reduction after backward, not overlapped)."""
-    return max(1, round(grad_bytes_ / bucket_bytes)) if bucket_bytes > 0 else 0
+def stage_dp_terms(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> tuple:
+    """``(t_grad, t_param, lat_grad, lat_param, buckets)`` of ``stage``'s end-of-step DP traffic,
+    the inputs of :func:`costmodel.step.dp_exposure`."""
+    t_grad, t_param = dp_comm(model, cluster, c, stage)
+    lat_grad, lat_param = dp_latency(model, cluster, c, stage)
+    return t_grad, t_param, lat_grad, lat_param, dp_buckets(grad_bytes(model, c, stage), c.bucket_bytes)
 
 
-def bucketed_s(t_whole_s, latency_s, buckets):
-    """Seconds of a collective split into ``buckets``: the whole volume once plus the latency of
-    every bucket after the first (PyTorch DDP / Megatron buckets are separate collectives).
-    Works on numpy arrays too."""
-    return t_whole_s + np.maximum(np.asarray(buckets) - 1, 0) * latency_s
-
-
-def dp_exposure(t_grad: float, t_param: float, lat_grad: float, lat_param: float, buckets: int,
-                backward_s: float, forward_s: float, stage: int) -> tuple[float, float, float, float]:
-    """(gradient exposed, parameter-gather exposed, gradient link, parameter link) seconds of one
-    stage's end-of-step DP traffic: ``buckets`` reductions pipelined with the last backward, less
-    the 1F1B head start of ``stage`` backward steps; the ZeRO-1/2 gather behind the next forward.
-    (``search.tables`` applies the same rule to arrays over the stage's layer count.)"""
-    t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
-    t_param = float(bucketed_s(t_param, lat_param, buckets))
-    ex = max(0.0, exposed_s(t_grad, backward_s, buckets) - stage * backward_s)
-    return ex, exposed_s(t_param, forward_s, buckets), t_grad, t_param
+def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> float:
+    """Adam update of ``stage``'s local shard (sharded over DP x CP with ZeRO >= 1)."""
+    shard_d = c.dp * c.cp if c.zero >= 1 else 1
+    shard_e = expert_dp(c) if c.zero >= 1 else 1
+    d, e = stage_params(model, c, stage)
+    return optimizer_time_s(d / shard_d + e / shard_e, cluster.device)
 
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:

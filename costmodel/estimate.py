@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .analytic import dp_buckets, dp_comm, dp_exposure, dp_latency, grad_bytes, stage_timing
+from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
-from .memory import memory_per_stage, stage_params, expert_dp
-from .compute import optimizer_time_s
+from .memory import memory_per_stage
 from .overlap import overlap_rate
+from .step import Composition, compose
 from .specs import ClusterSpec, ModelSpec, Workload
 from .errors import SpecError
 
@@ -58,6 +58,7 @@ class Estimate:
     flop_convention: str = CONVENTION
     status: str = "ok"
     notes: list = field(default_factory=list)
+    composition: dict = field(default_factory=dict)  # step_s = pipeline + dp + zero + optimizer (seconds)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values with the keys of DESIGN.md."""
@@ -108,35 +109,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         stages = list(gs.stages)
     else:
         stages = [stage_timing(model, cluster, w, c, s) for s in range(c.pp)]
-    slow = max(stages, key=lambda st: st.microbatch_s)
-    t_mb = slow.microbatch_s
-    bubble = (c.pp - 1) / c.vp * t_mb
-    pipeline = m * t_mb + bubble
-    if gs is not None:  # the simulated pipeline: bubbles and P2P come out of the schedule
-        pipeline = gs.pipeline_s
-        bubble = pipeline - m * t_mb
-
-    # gradient reduction after the last backward: bucketed overlap with that backward (one bucket
-    # is reduced while the next fills), and in 1F1B stage i finishes its last backward i
-    # backward-steps before stage 0 does, a head start in which its reduction runs unexposed.
-    dp_exposed = zero_exposed = dp_link = zero_link = 0.0
-    for st in stages:
-        buckets = dp_buckets(grad_bytes(model, c, st.stage), c.bucket_bytes)
-        lat_grad, lat_param = dp_latency(model, cluster, c, st.stage)
-        t_grad, t_param = dp_comm(model, cluster, c, st.stage)
-        ex, zx, t_grad, t_param = dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets,
-                                              st.bwd_s + st.recompute_s, st.fwd_s, st.stage)
-        if ex + zx >= dp_exposed + zero_exposed:
-            dp_exposed, zero_exposed, dp_link, zero_link = ex, zx, t_grad, t_param
-    if gs is not None:  # buckets scheduled behind each stage's last backward and drain bubble
-        dp_exposed, zero_exposed = gs.dp_exposed_s, gs.zero_exposed_s
-        dp_link, zero_link = gs.dp_link_s, gs.zero_link_s
-
-    shard_d = c.dp * c.cp if c.zero >= 1 else 1
-    shard_e = expert_dp(c) if c.zero >= 1 else 1
-    optimizer = max(optimizer_time_s(d / shard_d + e / shard_e, dev)
-                    for d, e in (stage_params(model, c, s) for s in range(c.pp)))
-    step = pipeline + dp_exposed + zero_exposed + optimizer
+    comp = _analytic_composition(model, cluster, c, stages, m) if gs is None else gs.composition
+    slow = stages[comp.slow_stage]
+    bubble, optimizer = comp.bubble_s, comp.optimizer_s
+    dp_exposed, zero_exposed, dp_link, zero_link = comp.dp_s, comp.zero_s, comp.dp_link_s, comp.zero_link_s
+    step = comp.step_s
 
     led = slow.ledger
     breakdown = {
@@ -189,4 +166,14 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         overlap=overlap,
         memory=[sm.to_dict() for sm in mem],
         reasons=reasons,
+        composition=comp.parts(),
     )
+
+
+def _analytic_composition(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stages, m: int) -> Composition:
+    """The closed form of every stage, composed by :func:`costmodel.step.compose`."""
+    terms = [stage_dp_terms(model, cluster, c, st.stage) for st in stages]
+    return compose([st.microbatch_s for st in stages], [st.fwd_s for st in stages],
+                   [st.bwd_s + st.recompute_s for st in stages], *zip(*terms),
+                   [stage_optimizer_s(model, cluster, c, st.stage) for st in stages],
+                   [st.stage for st in stages], m, c.pp, c.vp)

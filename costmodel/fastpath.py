@@ -25,15 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analytic import dp_buckets, dp_comm, dp_exposure, dp_latency, grad_bytes, stage_timing
-from .compute import optimizer_time_s
+from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
 from .estimate import Estimate
 from .flops import hardware_flops_per_step, model_flops_per_step
-from .memory import expert_dp, stage_memory, stage_params
+from .memory import stage_memory
 from .pipeline import stage_layers
 from .specs import ClusterSpec, ModelSpec, Workload
+from .step import compose
 
 
 @dataclass(frozen=True)
@@ -125,22 +125,17 @@ class Scorer:
         return st
 
     def _dp_terms(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.layers_per_stage)
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.layers_per_stage, c.bucket_bytes)
         d = self._dp.get(key)
         if d is None:
-            t_grad, t_param = dp_comm(self.model, self.cluster, c, s)
-            d = self._dp[key] = (t_grad, t_param, grad_bytes(self.model, c, s), dp_latency(self.model, self.cluster, c, s))
+            d = self._dp[key] = stage_dp_terms(self.model, self.cluster, c, s)
         return d
 
-    def _optimizer(self, c: ParallelConfig, reps) -> float:
-        key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage)
+    def _optimizer(self, c: ParallelConfig, s: int) -> float:
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage)
         t = self._optim.get(key)
         if t is None:
-            shard_d = c.dp * c.cp if c.zero >= 1 else 1
-            shard_e = expert_dp(c) if c.zero >= 1 else 1
-            dev = self.cluster.device
-            t = self._optim[key] = max(optimizer_time_s(d / shard_d + e / shard_e, dev)
-                                       for d, e in (stage_params(self.model, c, s) for s in reps))
+            t = self._optim[key] = stage_optimizer_s(self.model, self.cluster, c, s)
         return t
 
     def _peak_memory(self, c: ParallelConfig, reps) -> float:
@@ -159,18 +154,10 @@ class Scorer:
         except PlannerError as e:
             return Score.invalid(c, str(e), self.hbm)
         reps = self.classes(c)
-        m = micro_batches(self.workload, c)
-        t_mb = max(self._stage(c, s)[0] for s in reps)
-        pipeline = m * t_mb + (c.pp - 1) / c.vp * t_mb
-        dp_x = zero_x = 0.0
-        for s in reps:  # the class's first stage has the least head start: it binds
-            _, fwd, backward = self._stage(c, s)
-            t_grad, t_param, gbytes, (lat_grad, lat_param) = self._dp_terms(c, s)
-            ex, zx, _, _ = dp_exposure(t_grad, t_param, lat_grad, lat_param, dp_buckets(gbytes, c.bucket_bytes),
-                                       backward, fwd, s)
-            if ex + zx >= dp_x + zero_x:
-                dp_x, zero_x = ex, zx
-        step = pipeline + dp_x + zero_x + self._optimizer(c, reps)
+        timing = [self._stage(c, s) for s in reps]
+        step = compose([t[0] for t in timing], [t[1] for t in timing], [t[2] for t in timing],
+                       *zip(*(self._dp_terms(c, s) for s in reps)), [self._optimizer(c, s) for s in reps],
+                       reps, micro_batches(self.workload, c), c.pp, c.vp).step_s
         peak = self._peak_memory(c, reps)
         gpus = c.gpus
         hw = hardware_flops_per_step(self.model, self.workload, c)

@@ -19,12 +19,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 
-def exposed_s(t_comm_s: float, t_window_s: float, chunks: int) -> float:
+
+def exposed_s(t_comm_s, t_window_s, chunks):
     """Exposed part of a communication pipelined in ``chunks`` pieces with a compute window.
 
     ``chunks = 0`` means it cannot overlap at all (data dependency or synchronous issue).
+    Any argument may be a numpy array (the result is then an array, broadcast).
     """
+    if isinstance(t_comm_s, np.ndarray) or isinstance(t_window_s, np.ndarray) or isinstance(chunks, np.ndarray):
+        t, w, k = np.asarray(t_comm_s, float), np.asarray(t_window_s, float), np.asarray(chunks, float)
+        overlap = np.maximum(0.0, t - w) + np.minimum(t, w) / np.where(k > 0, k, 1.0)
+        return np.where(t <= 0, 0.0, np.where((k <= 0) | (w <= 0), t, overlap))
     if t_comm_s <= 0:
         return 0.0
     if chunks <= 0 or t_window_s <= 0:

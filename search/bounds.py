@@ -23,17 +23,18 @@ import math
 
 import numpy as np
 
-from costmodel.analytic import bucketed_s, stage_timing
+from costmodel.analytic import stage_timing
+from costmodel.step import dp_buckets, dp_exposure
 from costmodel.collectives import collective_time_s, group_stride
 from costmodel.compute import ACT_BYTES
 from costmodel.compute import optimizer_time_s
-from costmodel.memory import RESERVED_BYTES, expert_dp
+from costmodel.memory import expert_dp, reserved_bytes
 from costmodel.pipeline import in_flight_chunks
 
 from .candidates import Shape, stage_kinds
 from costmodel.units import MB
 
-from .tables import Choice, Tables, _exposed, probe_split
+from .tables import Choice, Tables, probe_split
 
 STAGE_OF = {"first": 0, "only": 0, "mid": 1}
 
@@ -155,7 +156,8 @@ class Bounds:
             stored = nd * dl[5] + nm * ml[5]
         stage = STAGE_OF.get(kind, s.pp - 1)
         chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
-        return self.t.affine(c, kind)["state"] + stored / c.vp * chunks + RESERVED_BYTES
+        acts = stored / c.vp * chunks
+        return self.t.affine(c, kind)["state"] + acts + reserved_bytes(c.config(), acts)
 
     def caps(self, c: Choice) -> dict | None:
         """``{kind: (fewest, most) layers}`` a stage may hold, or None when no split can fit."""
@@ -222,12 +224,12 @@ class Bounds:
             fwd = nd * dl[2] + nm * ml[2] + x_fwd
             window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
             a = self.t.affine(c, kind)
-            head_start = STAGE_OF.get(kind, pp - 1) * window
             # the stage's exact DP/ZeRO exposure for n layers (as search.tables builds it)
             bucket = c.bucket_mb * MB
-            kb = np.maximum(1.0, np.rint(a["grad_bytes"] / bucket)) if bucket > 0 else np.zeros_like(window)
-            gk = (np.maximum(0.0, _exposed(bucketed_s(a["t_grad"], a["lat_grad"], kb), window, kb) - head_start)
-                  + _exposed(bucketed_s(a["t_param"], a["lat_param"], kb), fwd, kb))
+            kb = dp_buckets(a["grad_bytes"], bucket)
+            ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd,
+                                       STAGE_OF.get(kind, pp - 1))
+            gk = ex + zx
             lo, hi = caps[kind]
             sizes = np.arange(vp * math.ceil(lo / vp), hi + 1, vp)
             if not len(sizes):

@@ -59,7 +59,7 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
 
 def _dominant_buckets(opts: list[float]) -> list[float]:
     """Every bucket size stays: smaller buckets overlap more but pay one collective latency each
-    (:func:`costmodel.analytic.bucketed_s`), so none dominates."""
+    (:func:`costmodel.step.bucketed_s`), so none dominates."""
     return list(opts)
 
 

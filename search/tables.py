@@ -35,11 +35,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from costmodel.analytic import bucketed_s, dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
+from costmodel.analytic import dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
 from costmodel.compute import optimizer_time_s
+from costmodel.step import dp_buckets, dp_exposure, multiplier, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
-from costmodel.memory import (RESERVED_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, expert_dp,
+from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp,
                               model_state_bytes, stage_memory, stage_params)
 from costmodel.pipeline import in_flight_chunks
 from costmodel.units import MB
@@ -84,8 +85,8 @@ class Choice:
         return global_batch // (self.shape.dp * self.mb)
 
     def multiplier(self, global_batch: int) -> float:
-        """``M = m + (p - 1) / v``: micro-batch times per step on the slowest stage."""
-        return self.micro_batches(global_batch) + (self.shape.pp - 1) / self.vp
+        """``M = m + (p - 1) / v`` (:func:`costmodel.step.multiplier`)."""
+        return multiplier(self.micro_batches(global_batch), self.shape.pp, self.vp)
 
 
 def resolution_s(p: Problem) -> float:
@@ -114,12 +115,6 @@ def probe_split(p: Problem, choice: Choice, kind: str, n: int) -> tuple[tuple[in
     return tuple(filler), stage
 
 
-def _exposed(t, w, k):
-    """:func:`costmodel.overlap.exposed_s` over arrays (k = 0: not overlappable)."""
-    overlap = np.maximum(0.0, t - w) + np.minimum(t, w) / np.where(k > 0, k, 1)
-    return np.where(t <= 0, 0.0, np.where((k <= 0) | (w <= 0), t, overlap))
-
-
 @dataclass
 class StageTable:
     """Per position (``first``/``mid``/``last``/``only``) arrays indexed by the layer count ``n``.
@@ -138,6 +133,7 @@ class StageTable:
     mem_bytes: dict
     valid: dict
     res_s: float = 1e-6
+    m: int = 1  # micro-batches per step
 
     def __post_init__(self):
         # the solver's integer tables, at the problem's one resolution (see :func:`ticks`)
@@ -147,9 +143,11 @@ class StageTable:
 
     def step_s(self, split) -> float:
         """Table step time of ``split`` (a :class:`~search.candidates.Split`) in seconds."""
-        ns = {k: split.count("first" if k == "only" else k) for k in self.kinds}
-        return (self.multiplier * max(self.time_s[k][ns[k]] for k in self.kinds)
-                + max(self.dp_s[k][ns[k]] for k in self.kinds) + max(self.opt_s[k][ns[k]] for k in self.kinds))
+        ns = [split.count("first" if k == "only" else k) for k in self.kinds]
+
+        def at(table):
+            return np.array([table[k][n] for k, n in zip(self.kinds, ns)])
+        return step_time(at(self.time_s), at(self.dp_s), at(self.opt_s), self.m, self.choice.shape.pp, self.choice.vp)
 
     def fits(self, split) -> bool:
         return all(self.valid[k][split.count("first" if k == "only" else k)] for k in self.kinds)
@@ -307,7 +305,7 @@ class Tables:
         a = self.affine(choice, kind)
         buffers = (2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n)
                    if choice.zero == 3 and s.dp * s.cp > 1 else 0.0)
-        self._parts[key] = a["state"] + acts + buffers + RESERVED_BYTES
+        self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)
         return self._parts[key]
 
     def _build(self, choice: Choice) -> StageTable:
@@ -323,11 +321,9 @@ class Tables:
             stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
             # DP / ZeRO exposure after the last backward (head start: ``stage`` backward steps)
             a = self.affine(choice, kind)
-            kb = np.maximum(1.0, np.rint(a["grad_bytes"] / bucket)) if bucket > 0 else np.zeros(L + 1)
-            backward = bwd + rec
-            t_grad = bucketed_s(a["t_grad"], a["lat_grad"], kb)
-            ex = np.maximum(0.0, _exposed(t_grad, backward, kb) - stage * backward)
-            zx = _exposed(bucketed_s(a["t_param"], a["lat_param"], kb), fwd, kb)
+            kb = dp_buckets(a["grad_bytes"], bucket)
+            ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, bwd + rec,
+                                       fwd, stage)
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device)
             mem = self.memory(choice, kind)
             valid = (n >= vp) & (n % vp == 0) & (mem <= p.hbm_cap_bytes)
@@ -338,4 +334,5 @@ class Tables:
             for name, arr in (("time", time), ("dp", ex + zx), ("opt", opt), ("mem", mem), ("valid", valid)):
                 out[name][kind] = arr
         return StageTable(choice, choice.multiplier(p.workload.global_batch), stage_kinds(s.pp), out["time"],
-                          out["dp"], out["opt"], out["mem"], out["valid"], self.res_s)
+                          out["dp"], out["opt"], out["mem"], out["valid"], self.res_s,
+                          choice.micro_batches(p.workload.global_batch))

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..analytic import StageTiming, bucketed_s, dp_buckets, dp_comm, dp_latency, grad_bytes
+from ..analytic import StageTiming, grad_bytes, stage_dp_terms, stage_optimizer_s
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
 from ..config import ParallelConfig, micro_batches
@@ -36,6 +36,7 @@ from ..memory import is_moe_layer
 from ..overlap import CommLedger, overlap_rate
 from ..pipeline import stage_layers
 from ..specs import ClusterSpec, ModelSpec, Workload
+from ..step import Composition, bucketed_s
 from .builders import head_graph, layer_graph
 from .dp import dp_tail, param_gather_lateness_s
 from .pipeline import PipelineResult, simulate
@@ -130,6 +131,7 @@ class GraphStep:
     dp_schedules: tuple  # Schedule of each stage's last backward with its DP buckets (or None)
     chunks: tuple  # ChunkWork per stage per chunk
     m: int
+    composition: Composition  # the simulated pipeline and DP tail, as costmodel.step reports them
 
     def rates(self) -> dict:
         """Achieved overlap r per strategy on the slowest stage over the whole step."""
@@ -174,11 +176,9 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     size, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
     worst, windows = -np.inf, {}
     for s in range(c.pp):
-        t_grad, t_param = dp_comm(model, cluster, c, s)
-        buckets = dp_buckets(grad_bytes(model, c, s), c.bucket_bytes)
-        lat_grad, lat_param = dp_latency(model, cluster, c, s)  # every extra bucket pays its latency
-        t_grad = float(bucketed_s(t_grad, lat_grad, buckets))
-        t_param = float(bucketed_s(t_param, lat_param, buckets))
+        t_grad, t_param, lat_grad, lat_param, buckets = stage_dp_terms(model, cluster, c, s)
+        t_grad = bucketed_s(t_grad, lat_grad, buckets)  # every extra bucket pays its latency
+        t_param = bucketed_s(t_param, lat_param, buckets)
         if t_grad <= 0:
             scheds.append(None)
             continue
@@ -194,8 +194,13 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
             if late >= zero_exp:
                 zero_exp, zero_link = late, t_param
     dp_exp = max(0.0, worst - pipe.makespan_s) if worst > -np.inf else 0.0
+    slow = max(range(c.pp), key=lambda i: stages[i].microbatch_s)
+    comp = Composition(pipeline_s=pipe.makespan_s, bubble_s=pipe.makespan_s - m * stages[slow].microbatch_s,
+                       dp_s=dp_exp, zero_s=zero_exp, dp_link_s=dp_link, zero_link_s=zero_link,
+                       optimizer_s=max(stage_optimizer_s(model, cluster, c, s) for s in range(c.pp)),
+                       slow_stage=slow, dp_stage=dp_stage)
     return GraphStep(stages, pipe, pipe.makespan_s, dp_link, dp_exp, zero_link, zero_exp, dp_stage,
-                     tuple(scheds), chunks, m)
+                     tuple(scheds), chunks, m, comp)
 
 
 def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int) -> StageTiming:

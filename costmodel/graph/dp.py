@@ -9,7 +9,7 @@ distributed optimizer) at once and runs while backward continues (source section
 
 Bucket seconds are shares (by bytes) of the stage's total reduction time, which is
 :func:`costmodel.analytic.dp_comm`'s volume plus one collective latency per extra bucket
-(:func:`costmodel.analytic.bucketed_s`), so the collective formula and the DP/expert-DP group
+(:func:`costmodel.step.bucketed_s`), so the collective formula and the DP/expert-DP group
 layout stay in one place.
 
 >>> from costmodel.presets import load_cluster

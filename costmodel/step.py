@@ -1,0 +1,122 @@
+"""The one composition of per-stage costs into a training step time (scalars or numpy arrays).
+
+Every caller that turns per-stage, per-micro-batch costs into a step time goes through this
+module: :func:`costmodel.estimate.evaluate` (analytic engine, arrays over the pipeline
+stages), :class:`costmodel.fastpath.Scorer` (arrays over one representative per stage class)
+and :mod:`search.tables` (arrays over the layer count of a stage, for CP-SAT, whose objective
+``M * t + d + o`` with ``t >= time[n]``, ``d >= dp[n]``, ``o >= opt[n]`` is :func:`step_time`
+written as constraints). The op-graph engine simulates the pipeline and the DP tail instead
+and reports the same :class:`Composition`.
+
+::
+
+    step = M * max_s t_mb(s) + max_s (dp_exposed(s) + zero_exposed(s)) + max_s optimizer(s)
+    M    = m + (p - 1) / v        micro-batches plus the bubble of (interleaved) 1F1B
+                                  (Narayanan et al. 2021, sections 2.2.1-2.2.2)
+
+A stage's end-of-step DP traffic (:func:`dp_exposure`): its gradient reduction, split into
+``buckets`` collectives, pipelines with the stage's last backward (one bucket is reduced while
+the next fills: PyTorch DDP, Li et al. 2020, section 3.2.3; Megatron ``--overlap-grad-reduce``)
+less the 1F1B head start of ``stage`` backward steps (stage ``s`` finishes its last backward
+``s`` backward-steps before stage 0); the ZeRO-1/2 parameter gather hides behind the next
+step's first forward, bucket by bucket.
+
+>>> step_time(np.array([2.0, 3.0]), np.array([0.5, 0.1]), np.array([0.2, 0.2]), m=8, p=2, v=1)
+27.7
+>>> round(float(dp_exposure(1.0, 0.0, 0.0, 0.0, 4, 2.0, 1.0, 0)[0]), 3)   # 1 s of comm, 4 buckets, 2 s window
+0.25
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .overlap import exposed_s
+
+
+def multiplier(m, p, v):
+    """``M = m + (p - 1) / v``: micro-batch times per step on the slowest stage."""
+    return m + (p - 1) / v
+
+
+def dp_buckets(grad_bytes, bucket_bytes):
+    """Gradient buckets of ``bucket_bytes`` (0: one reduction after backward, not overlapped)."""
+    if bucket_bytes <= 0:
+        return 0 if np.ndim(grad_bytes) == 0 else np.zeros(np.shape(grad_bytes))
+    out = np.maximum(1.0, np.rint(np.asarray(grad_bytes, float) / bucket_bytes))
+    return int(out) if np.ndim(out) == 0 else out
+
+
+def bucketed_s(t_whole_s, latency_s, buckets):
+    """Seconds of a collective split into ``buckets``: the whole volume once plus the latency of
+    every bucket after the first (PyTorch DDP / Megatron buckets are separate collectives)."""
+    out = t_whole_s + np.maximum(np.asarray(buckets) - 1, 0) * latency_s
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage):
+    """(gradient exposed, parameter-gather exposed, gradient link, parameter link) seconds of a
+    stage's end-of-step DP traffic; every argument may be a numpy array (broadcast)."""
+    t_grad = bucketed_s(t_grad, lat_grad, buckets)
+    t_param = bucketed_s(t_param, lat_param, buckets)
+    ex = np.maximum(0.0, exposed_s(t_grad, backward_s, buckets) - stage * np.asarray(backward_s))
+    zx = exposed_s(t_param, forward_s, buckets)
+    if np.ndim(ex) == 0 and np.ndim(zx) == 0:
+        return float(ex), float(zx), t_grad, t_param
+    return ex, zx, t_grad, t_param
+
+
+def step_time(t_mb, dp_exposed, optimizer, m, p, v):
+    """``M * max t_mb + max dp_exposed + max optimizer`` over the last axis (the stages)."""
+    out = (multiplier(m, p, v) * np.max(t_mb, axis=-1) + np.max(dp_exposed, axis=-1)
+           + np.max(optimizer, axis=-1))
+    return float(out) if np.ndim(out) == 0 else out
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A step time and its parts (seconds): ``step_s = pipeline_s + dp_s + zero_s + optimizer_s``.
+
+    ``pipeline_s`` holds the micro-batches and the bubble; ``dp_s``/``zero_s`` the gradient
+    reduction and parameter gather left after the pipeline; ``slow_stage``/``dp_stage`` the
+    stages that set the pipeline pace and the end-of-step exposure.
+    """
+
+    pipeline_s: float
+    bubble_s: float
+    dp_s: float
+    zero_s: float
+    dp_link_s: float
+    zero_link_s: float
+    optimizer_s: float
+    slow_stage: int
+    dp_stage: int
+
+    @property
+    def step_s(self) -> float:
+        return self.pipeline_s + self.dp_s + self.zero_s + self.optimizer_s
+
+    def parts(self) -> dict:
+        return {"pipeline": self.pipeline_s, "dp": self.dp_s, "zero": self.zero_s, "optimizer": self.optimizer_s}
+
+
+def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, optimizer, stages,
+            m: int, p: int, v: int) -> Composition:
+    """The step of one plan from arrays over (some of) its stages: ``stages`` are their indices
+    (the head start of each), the other arrays their per-micro-batch time, forward, backward
+    (with recompute), DP collective terms, bucket count and optimizer time."""
+    t_mb = np.asarray(t_mb, dtype=float)
+    ex, zx, lg, lp = dp_exposure(np.asarray(t_grad, float), np.asarray(t_param, float), np.asarray(lat_grad, float),
+                                 np.asarray(lat_param, float), np.asarray(buckets), np.asarray(backward, float),
+                                 np.asarray(fwd, float), np.asarray(stages))
+    slow = int(np.argmax(t_mb))
+    # the stage with the most end-of-step exposure (ties: the later stage, as evaluate always did)
+    tot = ex + zx
+    d = int(len(tot) - 1 - np.argmax(tot[::-1]))
+    big_m = multiplier(m, p, v)
+    return Composition(pipeline_s=float(big_m * t_mb[slow]), bubble_s=float((p - 1) / v * t_mb[slow]),
+                       dp_s=float(ex[d]), zero_s=float(zx[d]), dp_link_s=float(lg[d]), zero_link_s=float(lp[d]),
+                       optimizer_s=float(np.max(optimizer)), slow_stage=int(np.asarray(stages)[slow]),
+                       dp_stage=int(np.asarray(stages)[d]))
