@@ -37,7 +37,8 @@ def test_worked_example_in_the_explain_output():
     rows = explain(WORKED, nvlink(900e9), Workload(mode="infer", global_batch=1, seq_len=4096, dtype="fp8"),
                    ParallelConfig(tp=8))
     text = format_explain(rows)
-    assert "58.7 MB" in text and "hideable when chunked" in text
+    assert "58.7 MB" in text and "splitting both into chunks can hide it" in text
+    assert "section" not in text and "source" not in text  # the rule in words, not a citation
     tp = rows[0]
     assert tp["strategy"] == "tp" and tp["r"] <= 0.3  # inference TP: on the critical path
     assert tp["prerequisite"] == "data dependency" and tp["critical_condition"] is False

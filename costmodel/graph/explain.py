@@ -208,7 +208,10 @@ def format_explain(rows: list[dict]) -> str:
     for r in rows:
         f = r.get("feasibility")
         if f:
-            lines.append(f"feasibility ({r['strategy']}, source section 3): one AllReduce of {f['msg_bytes'] / 1e6:.1f} MB "
+            verdict = ("< 1: shorter than the GEMMs it can run beside, so splitting both into chunks can hide it"
+                       if f["ratio"] < 1 else
+                       ">= 1: longer than all the GEMMs it could run beside, so part of it stays exposed")
+            lines.append(f"feasibility ({r['strategy']}): one AllReduce of the layer output ({f['msg_bytes'] / 1e6:.1f} MB) "
                          f"takes {f['t_allreduce_s'] / MS:.3f} ms, the layer's GEMMs {f['t_matmul_s'] / MS:.3f} ms: "
-                         f"ratio {f['ratio']:.2f} ({'< 1, hideable when chunked' if f['ratio'] < 1 else '>= 1, cannot be hidden'})")
+                         f"ratio {f['ratio']:.2f} ({verdict})")
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 One lane per resource: ``compute``, each DMA engine that carried layer communication
 (``<class>#<i>``), and the engines' point-to-point and data-parallel work (``<class>#p2p``,
-``<class>#dp``). The Chrome trace-event format (``ph: "X"`` complete events, times in
+``<class>#dp``; ``<class>#dp<i>`` per engine when gradient buckets hold several engines at once,
+so no two slices on one lane overlap). The Chrome trace-event format (``ph: "X"`` complete events, times in
 microseconds; "Trace Event Format", Google, 2016) opens in Perfetto or ``chrome://tracing``.
 
 >>> import json, tempfile, os
@@ -95,11 +96,13 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         g = dps.extra["graph"]
         comp_end = max(dps.end[n] for n in g if g.nodes[n]["resource"] == COMPUTE)
         off = float(pipe.last_backward_end_s[s]) - comp_end
-        for n in g:
+        comm = [n for n in g if g.nodes[n]["strategy"]]
+        several = len({dps.lanes[n] for n in comm}) > 1  # buckets in flight on more than one engine
+        for n in comm:
             a = g.nodes[n]
-            if a["strategy"]:
-                events.append({"name": n, "cat": "dp", "lane": a["resource"] + "#dp", "start_s": off + dps.start[n],
-                               "dur_s": dps.end[n] - dps.start[n], "args": {"bytes": a["bytes"]}})
+            lane = a["resource"] + "#dp" + (dps.lanes[n].rsplit("#", 1)[1] if several else "")
+            events.append({"name": n, "cat": "dp", "lane": lane, "start_s": off + dps.start[n],
+                           "dur_s": dps.end[n] - dps.start[n], "args": {"bytes": a["bytes"]}})
     step = max((e["start_s"] + e["dur_s"] for e in events), default=0.0)
     return {"stage": s, "step_s": step, "events": events}
 
@@ -117,8 +120,13 @@ def _forward_timeline(model, cluster, w, c, stage) -> dict:
 
 
 def _lanes(events: list) -> list:
-    names = {e["lane"] for e in events}
-    return sorted(names, key=lambda x: (x != COMPUTE, x.split("#")[0], x.split("#")[-1].isdigit() is False, x))
+    """Lane names in display order: compute, then per engine class its layer lanes, p2p, dp."""
+    def key(x):
+        cls, _, tail = x.partition("#")
+        kind = tail.rstrip("0123456789")  # "" for an engine's layer lane, "p2p", "dp"
+        num = tail[len(kind):]
+        return (x != COMPUTE, cls, kind != "", kind, int(num) if num else -1)
+    return sorted({e["lane"] for e in events}, key=key)
 
 
 def write_chrome_trace(path, model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
@@ -142,7 +150,15 @@ def write_chrome_trace(path, model: ModelSpec, cluster: ClusterSpec, workload: W
 
 def write_gantt(path, model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
                 stage: int | None = None) -> None:
-    """Draw the same timeline as a PNG (one row per resource lane), with matplotlib."""
+    """Draw the same timeline as a PNG (one row per resource lane), with matplotlib; the
+    format follows the suffix of ``path`` (``.png``, ``.svg``, ``.pdf``)."""
+    gantt_figure(model, cluster, workload, config, stage).savefig(path, dpi=100)
+
+
+def gantt_figure(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
+                 stage: int | None = None):
+    """The matplotlib ``Figure`` of :func:`write_gantt`; its legend sits right of the axes,
+    outside them, so it covers no lane (the DP tail ends at the right edge)."""
     try:
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
@@ -151,7 +167,7 @@ def write_gantt(path, model: ModelSpec, cluster: ClusterSpec, workload: Workload
     tl = timeline(model, cluster, workload, config, stage)
     lanes = _lanes(tl["events"])
     row = {name: i for i, name in enumerate(lanes)}
-    fig = Figure(figsize=(14, 1.0 + 0.5 * len(lanes)))
+    fig = Figure(figsize=(14, 1.5 + 0.5 * len(lanes)), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     groups: dict = {}
     for e in tl["events"]:
@@ -164,6 +180,6 @@ def write_gantt(path, model: ModelSpec, cluster: ClusterSpec, workload: Workload
     ax.set_xlabel("time (ms)")
     ax.set_title(f"{model.name}: one step of pipeline stage {tl['stage']} ({tl['step_s'] * 1e3:.1f} ms)")
     cats = sorted({c for _, c in groups})
-    ax.legend(handles=[Patch(color=COLORS.get(c, "#333333"), label=c) for c in cats], loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    ax.legend(handles=[Patch(color=COLORS.get(c, "#333333"), label=c) for c in cats], loc="upper left",
+              bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, fontsize=8)
+    return fig

@@ -239,7 +239,9 @@ def plot_codesign(curves: list[CodesignCurve], out_dir: Path, stem: str, title: 
                     fontsize="small")
         b.set_ylabel("exposed fraction 1 - r")
         b.set_ylim(-0.02, 1.02)
-        b.set_title("exposed after overlap (dotted: fully hidden from here)", fontsize="small")
+        dotted = any(c.hidden.get(s) is not None for s in c.link_s)
+        b.set_title("exposed after overlap" + (" (dotted: fully hidden from here)" if dotted else ""),
+                    fontsize="small")
         a.legend(fontsize="x-small")
         b.legend(fontsize="x-small")
     if title:
