@@ -36,8 +36,10 @@ class ParallelConfig:
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
         CP ring) is split into so it can pipeline with compute; 1 means not chunked.
-    layers_per_stage : layers on each pipeline stage, first to last (``None`` = uniform);
-        e.g. fewer layers on the first and last stage, which also hold the embedding and LM head.
+    layers_per_stage : layers on each pipeline stage, first to last (``None`` = uniform), each >= 1
+        and any count (not only multiples of ``vp``); e.g. fewer layers on the first and last stage,
+        which also hold the embedding and LM head. A stage's layers are split into its ``vp`` model
+        chunks by :func:`costmodel.pipeline.chunk_layers`.
     flash_attention : fused attention that never stores the s x s scores (FlashAttention);
         False reproduces Megatron-LM 2021/22's unfused softmax (Korthikanti's ``5 a s^2 b`` term).
     """
@@ -75,8 +77,10 @@ class ParallelConfig:
         if self.layers_per_stage is not None:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
-            if len(lps) != self.pp or any(not isinstance(x, int) or x < 1 for x in lps):
-                raise SpecError("layers_per_stage", list(lps), f"{self.pp} positive integers, one per stage")
+            if len(lps) != self.pp or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lps):
+                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
+                                f"{self.pp} integers >= 1, one per pipeline stage (pp={self.pp}; "
+                                "a stage holds at least one layer)")
         if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
             raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
 
@@ -141,11 +145,11 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("tp", c.tp, f"a divisor of ffn_hidden={model.ffn_hidden}")
     if c.layers_per_stage is not None:
         if sum(c.layers_per_stage) != model.layers:
-            raise SpecError("layers_per_stage", list(c.layers_per_stage), f"summing to layers={model.layers}")
-        if any(x % c.vp for x in c.layers_per_stage):
-            raise SpecError("layers_per_stage", list(c.layers_per_stage), f"multiples of vp={c.vp}")
+            raise SpecError("layers_per_stage", ",".join(map(str, c.layers_per_stage)),
+                            f"{c.pp} counts summing to layers={model.layers} (they sum to {sum(c.layers_per_stage)})")
     elif model.layers % (c.pp * c.vp):
-        raise SpecError("pp*vp", c.pp * c.vp, f"a divisor of layers={model.layers} (pp={c.pp}, vp={c.vp})")
+        raise SpecError("pp*vp", c.pp * c.vp, f"a divisor of layers={model.layers} (pp={c.pp}, vp={c.vp}), "
+                        "or give the layers of each stage (layers_per_stage, --layers-per-stage)")
     if c.vp > 1 and c.pp == 1:
         raise SpecError("vp", c.vp, "1 when pp=1 (interleaving needs a pipeline)")
     if workload.global_batch % (c.dp * c.mb):

@@ -9,6 +9,8 @@ Interleaved 1F1B with ``v`` model chunks per stage (same paper, section 2.2.2): 
 
 from __future__ import annotations
 
+from .errors import SpecError
+
 
 def bubble_fraction(p: int, m: int, v: int = 1) -> float:
     """Pipeline bubble time over ideal time, ``(p - 1) / (v * m)``."""
@@ -50,3 +52,87 @@ def stage_layers(layers: int, p: int, stage: int, split: tuple[int, ...] | None 
         return range(stage * per, (stage + 1) * per)
     start = sum(split[:stage])
     return range(start, start + split[stage])
+
+
+def chunk_layers(n: int, vp: int, stage: int, pp: int) -> tuple[int, ...]:
+    """Layers in each of the ``vp`` model chunks of a stage that holds ``n`` layers, in chunk order.
+
+    As even as possible; where ``vp`` does not divide ``n`` the shorter chunks sit where
+    Megatron-Core puts the embedding and the loss: first on stage 0 (its first virtual stage
+    holds the embedding), last on every other stage (the last virtual stage of the last stage
+    holds the loss). This is what ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split`` build (``transformer_block.get_num_layers_to_build``:
+    one layer fewer in the first / last virtual stage); with ``vp`` dividing ``n`` it is
+    Megatron's even split. A chunk may hold no layer (Megatron's layout allows empty virtual
+    stages) when ``n < vp``.
+
+    >>> chunk_layers(8, 4, 3, 8), chunk_layers(15, 8, 0, 8), chunk_layers(15, 8, 7, 8)
+    ((2, 2, 2, 2), (1, 2, 2, 2, 2, 2, 2, 2), (2, 2, 2, 2, 2, 2, 2, 1))
+    >>> chunk_layers(6, 4, 7, 8), chunk_layers(3, 4, 0, 2)
+    ((2, 2, 1, 1), (0, 1, 1, 1))
+    """
+    base, extra = divmod(n, vp)
+    if stage == 0:
+        return (base,) * (vp - extra) + (base + 1,) * extra
+    return (base + 1,) * extra + (base,) * (vp - extra)
+
+
+def megatron_split(layers: int, pp: int, vp: int = 1, *, first: int | None = None, last: int | None = None,
+                   embedding: bool = False, loss: bool = False) -> tuple[int, ...] | None:
+    """Transformer layers per pipeline stage as Megatron-Core places them (``None``: even, no flag).
+
+    ``first`` / ``last``: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+    (each > 0 and a multiple of ``vp``; the remaining layers divide evenly over the middle stages,
+    each a multiple of ``vp``). ``embedding`` / ``loss``: ``--account-for-embedding-in-pipeline-split``
+    / ``--account-for-loss-in-pipeline-split`` (each counts as one layer: ``layers + e + l`` divisible
+    by ``pp``, per-rank count by ``vp``; the first (last) stage holds one transformer layer fewer).
+    The rules are Megatron-Core's ``TransformerConfig.__post_init__`` and
+    ``megatron/training/arguments.py``; a broken rule raises :class:`SpecError` naming it.
+
+    >>> megatron_split(126, 16, embedding=True, loss=True)[:2], megatron_split(126, 8, 8, embedding=True, loss=True)
+    ((7, 8), (15, 16, 16, 16, 16, 16, 16, 15))
+    >>> megatron_split(61, 8, 1, first=6, last=7)
+    (6, 8, 8, 8, 8, 8, 8, 7)
+    >>> megatron_split(61, 8, 4, first=5)
+    Traceback (most recent call last):
+    ...
+    costmodel.errors.SpecError: first_stage_layers=5: must be a positive multiple of vp=4 (Megatron-Core: first-stage layers divisible by the virtual pipeline size)
+    """
+    given_fl = first is not None or last is not None
+    if given_fl and (embedding or loss):
+        raise SpecError("first_stage_layers" if first is not None else "last_stage_layers", first if first is not None
+                        else last, "unset with --account-for-embedding/--account-for-loss (Megatron-Core refuses both)")
+    if not given_fl and not (embedding or loss):
+        return None
+    if pp == 1:
+        raise SpecError("pp", pp, "greater than 1 with an uneven pipeline split")
+    if given_fl:
+        rest, middle, out = layers, pp, {}
+        for name, v, idx in (("first_stage_layers", first, 0), ("last_stage_layers", last, pp - 1)):
+            if v is None:
+                continue
+            if v < 1 or v % vp:
+                raise SpecError(name, v, f"a positive multiple of vp={vp} (Megatron-Core: {name.split('_')[0]}-stage "
+                                         "layers divisible by the virtual pipeline size)")
+            out[idx] = v
+            rest -= v
+            middle -= 1
+        if middle == 0 and rest != 0 or middle > 0 and (rest <= 0 or rest % middle or (rest // middle) % vp):
+            raise SpecError("first_stage_layers" if first is not None else "last_stage_layers",
+                            first if first is not None else last,
+                            f"such that the remaining {rest} of layers={layers} divide evenly over the {middle} middle "
+                            f"stages, each a positive multiple of vp={vp} (Megatron-Core's uneven pipeline rule)")
+        per = rest // middle if middle else 0
+        return tuple(out.get(i, per) for i in range(pp))
+    total = layers + int(embedding) + int(loss)
+    what = "+".join(["layers"] + ["embedding"] * embedding + ["loss"] * loss)
+    if total % pp or (total // pp) % vp:
+        raise SpecError("layers", layers, f"such that {what} = {total} divides by pp={pp} into a multiple of vp={vp} "
+                                          "per stage (Megatron-Core --account-for-*-in-pipeline-split)")
+    per = total // pp
+    out = [per] * pp
+    out[0] -= int(embedding)
+    out[-1] -= int(loss)
+    if min(out) < 1:
+        raise SpecError("layers", layers, f"at least one transformer layer per stage (pp={pp} leaves a stage empty)")
+    return tuple(out)

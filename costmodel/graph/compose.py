@@ -34,7 +34,7 @@ from ..compute import ACT_BYTES, embedding_op
 from ..config import ParallelConfig, micro_batches
 from ..memory import is_moe_layer
 from ..overlap import CommLedger, overlap_rate
-from ..pipeline import stage_layers
+from ..pipeline import chunk_layers, stage_layers
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..step import Composition, bucketed_s
 from .builders import head_graph, layer_graph
@@ -90,16 +90,17 @@ def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
         return memo[key]
 
     layers = list(stage_layers(model.layers, c.pp, stage, c.layers_per_stage))
-    per = len(layers) // c.vp
+    sizes = chunk_layers(len(layers), c.vp, stage, c.pp)  # uneven chunks: shorter where embedding/loss sit
     rec_k = len(layers) if c.recompute_layers is None else c.recompute_layers
     out = []
     for ch in range(c.vp):
         fwd, bwd = [], []
         if stage == 0 and ch == 0:
             fwd.append(("embedding", None, 1))
-        for i, layer in enumerate(layers[ch * per:(ch + 1) * per]):
+        lo = sum(sizes[:ch])
+        for i, layer in enumerate(layers[lo:lo + sizes[ch]]):
             moe = is_moe_layer(model, layer)
-            rec = c.recompute == "full" and ch * per + i < rec_k
+            rec = c.recompute == "full" and lo + i < rec_k
             fwd.append((f"layer{layer}", sched(moe, "fwd"), 1))
             bwd.append((f"layer{layer}", sched(moe, "bwd", rec), 1))
         if stage == c.pp - 1 and ch == c.vp - 1:
