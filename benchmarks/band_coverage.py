@@ -36,7 +36,6 @@ from published import load_rows, predict  # noqa: E402
 
 from costmodel import uncertainty as U  # noqa: E402
 from costmodel.calibration import MeasuredRun, apply, fit  # noqa: E402
-from costmodel.calibration import predict as predict_run  # noqa: E402
 from costmodel.estimate import evaluate  # noqa: E402
 
 UNCALIBRATED = {"gemm_efficiency": 0.80, "fp8_gemm_efficiency": 0.60}

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .config import ParallelConfig
-from .errors import PlannerError, SpecError
+from .errors import SpecError
 from .specs import ClusterSpec, ModelSpec, Workload
 
 #: largest condition number of the chosen (unit-normalised) sensitivity columns
