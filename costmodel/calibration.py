@@ -197,7 +197,8 @@ def select(S: np.ndarray, names, n_runs: int) -> Selection:
         if effect[n] < MIN_EFFECT:
             skipped[n] = f"a {_scale_text(n)} change moves these runs' predictions by under {100 * MIN_EFFECT:g}%"
         elif len(chosen) >= limit:
-            skipped[n] = f"{n_runs} run{'s' if n_runs > 1 else ''} determine at most {limit} constant{'s' if limit > 1 else ''}"
+            skipped[n] = (f"{n_runs} run{'s determine' if n_runs > 1 else ' determines'} at most {limit} "
+                          f"constant{'s' if limit > 1 else ''}")
         else:
             c = _cond(S[:, chosen + [j]])
             if c > COND_MAX:
