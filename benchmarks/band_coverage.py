@@ -1,6 +1,6 @@
 """Uncertainty bands: write the validation residuals and measure the 80% band's coverage.
 
-    python benchmarks/band_coverage.py [--write] [--calibrated] [--engine graph]
+    python benchmarks/band_coverage.py [--write] [--calibrated] [--engine graph] [--set dev|new|all]
 
 1. Predicts every usable row of the development set as ``validate_published.py`` does (same
    rows, same filled-in settings, the op-graph engine by default) and tags each with its regime
@@ -9,7 +9,8 @@
 2. Coverage, leave-one-source-out: each source's rows get bands built from the *other*
    sources' residuals only (a new source is a new software stack, the honest test), and the
    script prints the share of measured step times inside the 80% band (target 80%-95%) and
-   the mean band width, overall and per source.
+   the mean band width, per set and per source. ``--set all`` builds the bands from the
+   development set and the new set (issue 10's regimes: H100 BF16, FP8, MoE, FSDP, >= 4k GPUs).
 3. ``--calibrated``: for every source, every third triple of its rows calibrates the cluster
    (``planner calibrate``'s fit, analytic engine) starting from the preset and from the
    uncalibrated datasheet-class constants (GEMM efficiency 0.80 BF16 / 0.60 FP8); the
@@ -32,24 +33,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published import load_rows, predict  # noqa: E402
+from published import load_set, predict  # noqa: E402
 
 from costmodel import uncertainty as U  # noqa: E402
 from costmodel.calibration import MeasuredRun, apply, fit  # noqa: E402
+from costmodel.errors import PlannerError  # noqa: E402
 from costmodel.estimate import evaluate  # noqa: E402
 
 UNCALIBRATED = {"gemm_efficiency": 0.80, "fp8_gemm_efficiency": 0.60}
 
 
-def predicted_rows(engine: str):
+def predicted_rows(engine: str, set_name: str = "dev"):
     out = []
-    for r in load_rows():
+    for r in load_set(set_name):
         if r.skip:
             continue
-        est, _ = predict(r, engine)
-        if est is None:
+        try:
+            est, _ = predict(r, engine)
+            if est is None:
+                continue
+            regime = U.regime_of(r.model, r.cluster, r.workload, est.config)
+        except PlannerError as e:
+            print(f"row {r.row_id} ({r.source}) skipped: {e}")
             continue
-        regime = U.regime_of(r.model, r.cluster, r.workload, est.config)
         out.append({"row": r, "est": est, "regime": regime,
                     "log_residual": math.log(est.step_time_s / r.measured_s)})
     return out
@@ -60,25 +66,27 @@ def stored(rows, engine: str) -> dict:
                            "(benchmarks/data/published_dev.csv), by regime; written by "
                            "benchmarks/band_coverage.py --write; read by costmodel/uncertainty.py",
             "engine": engine,
-            "rows": [{"source": x["row"].source, "row_id": x["row"].row_id, "regime": x["regime"].keys(),
+            "rows": [{"set": getattr(x["row"], "set", "dev"), "source": x["row"].source, "row_id": x["row"].row_id,
+                      "regime": x["regime"].keys(),
                       "log_residual": round(x["log_residual"], 6)} for x in rows]}
 
 
 def coverage(rows, residual_rows) -> None:
-    by_src, widths = {}, []
+    by_src, by_set = {}, {}
     for x in rows:
         src = x["row"].source
         pool = [r for r in residual_rows if r["source"] != src]
         lo, hi = U.band(x["est"], x["regime"], residuals=pool)
-        inside = lo <= x["row"].measured_s <= hi
-        by_src.setdefault(src, []).append(inside)
-        widths.append((hi - lo) / 2 / x["est"].step_time_s)
-    allin = [v for vs in by_src.values() for v in vs]
-    print(f"80% band, leave-one-source-out: {sum(allin)}/{len(allin)} measured runs inside "
-          f"= {100 * sum(allin) / len(allin):.0f}% (target 80-95%); mean half-width "
-          f"{100 * statistics.mean(widths):.1f}% of the step time")
+        ok = lo <= x["row"].measured_s <= hi
+        by_src.setdefault(src, []).append(ok)
+        by_set.setdefault(getattr(x["row"], "set", "dev"), []).append((ok, (hi - lo) / 2 / x["est"].step_time_s))
+    for name, vs in by_set.items():
+        n_in = sum(ok for ok, _ in vs)
+        print(f"80% band, leave-one-source-out, {name} set: {n_in}/{len(vs)} measured runs inside "
+              f"= {100 * n_in / len(vs):.0f}% (target 80-95%); mean half-width "
+              f"{100 * statistics.mean(w for _, w in vs):.1f}% of the step time")
     for src, vs in sorted(by_src.items()):
-        print(f"   {src:<22} {sum(vs):>2}/{len(vs):<2} inside")
+        print(f"   {src:<24} {sum(vs):>3}/{len(vs):<3} inside")
     inb = [U.band(x["est"], x["regime"], residuals=residual_rows) for x in rows]
     ins = sum(lo <= x["row"].measured_s <= hi for x, (lo, hi) in zip(rows, inb))
     print(f"   (in-sample, all sources' residuals: {ins}/{len(rows)} inside)")
@@ -135,8 +143,10 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help=f"write {U.RESIDUALS.relative_to(Path.cwd()) if U.RESIDUALS.is_relative_to(Path.cwd()) else U.RESIDUALS}")
     ap.add_argument("--calibrated", action="store_true", help="also measure calibration on 3 rows per source")
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph")
+    ap.add_argument("--set", choices=("dev", "new", "all"), default="dev",
+                    help="published set(s) whose residuals build the bands (default: %(default)s)")
     args = ap.parse_args(argv)
-    rows = predicted_rows(args.engine)
+    rows = predicted_rows(args.engine, args.set)
     doc = stored(rows, args.engine)
     if args.write:
         U.RESIDUALS.parent.mkdir(exist_ok=True)
