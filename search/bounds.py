@@ -31,7 +31,7 @@ from costmodel.compute import optimizer_time_s
 from costmodel.memory import expert_dp, reserved_bytes
 from costmodel.pipeline import in_flight_chunks
 
-from .candidates import Shape, stage_kinds
+from .candidates import Shape, stage_kinds, stage_unit
 from costmodel.units import MB
 
 from .tables import Choice, Tables, probe_split
@@ -110,6 +110,7 @@ class Bounds:
     def _quick_parts(self, c: Choice) -> tuple[float, float]:
         p, s = self.p, c.shape
         L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
+        u = stage_unit(p, vp)  # layer-count step of a stage
         dl, ml = self.layers(c)
         n_dense = d if p.model.is_moe else L
         u_sum = n_dense * dl[0] + (L - n_dense) * ml[0]
@@ -117,12 +118,12 @@ class Bounds:
         if k is None:
             r_sum = n_dense * dl[1] + (L - n_dense) * ml[1]
         else:  # concentrate the layers: (p-1) stages of vp layers and one with the rest
-            r_sum = r_min * ((pp - 1) * min(vp, k) + min(L - (pp - 1) * vp, k))
+            r_sum = r_min * ((pp - 1) * min(u, k) + min(L - (pp - 1) * u, k))
         kinds = stage_kinds(pp)
         x = {kind: self.extras(c, kind) for kind in kinds}
         p2p_min = 2 * self.p2p_s(c) if vp == 1 else 0.0
         total = u_sum + r_sum + sum(x[kind][0] for kind in kinds if kind != "mid") + pp * p2p_min
-        n_big = vp * math.ceil(L / (pp * vp))
+        n_big = u * math.ceil(L / (pp * u))
         big = n_big * min(dl[0], ml[0]) + (n_big if k is None else min(n_big, k)) * r_min + p2p_min
         t_lb = c.multiplier(p.workload.global_batch) * max(total / pp, big if pp > 1 else 0.0)
         return t_lb, self.opt_lb_s(c)
@@ -135,7 +136,7 @@ class Bounds:
         return self._opt[key]
 
     def _opt_lb(self, c: Choice) -> float:
-        L, d, pp, vp = self.p.model.layers, self.p.model.dense_layers, c.shape.pp, c.vp
+        L, d, pp, vp = self.p.model.layers, self.p.model.dense_layers, c.shape.pp, stage_unit(self.p, c.vp)
         kinds = stage_kinds(pp)
         n_big = vp * math.ceil(L / (pp * vp))
         return max(self._opt_s(c, kinds[0], min(max(vp, d), L)), self._opt_s(c, kinds[-1], L if pp == 1 else vp),
@@ -161,7 +162,7 @@ class Bounds:
 
     def caps(self, c: Choice) -> dict | None:
         """``{kind: (fewest, most) layers}`` a stage may hold, or None when no split can fit."""
-        p, vp, L = self.p, c.vp, self.p.model.layers
+        p, vp, L = self.p, stage_unit(self.p, c.vp), self.p.model.layers
         kinds = stage_kinds(c.shape.pp)
         out = {}
         for kind in kinds:
@@ -210,9 +211,10 @@ class Bounds:
         p, s = self.p, c.shape
         L, pp, vp = p.model.layers, s.pp, c.vp
         kinds = stage_kinds(pp)
+        u = stage_unit(p, vp)  # layer-count step of a stage
         if caps is None:
-            caps = {k: (L if k == "only" else (max(vp, p.model.dense_layers) if k == "first" else vp),
-                        L if pp == 1 else L - (pp - 1) * vp) for k in kinds}
+            caps = {k: (L if k == "only" else (max(u, p.model.dense_layers) if k == "first" else u),
+                        L if pp == 1 else L - (pp - 1) * u) for k in kinds}
         dl, ml = self.layers(c)
         k = c.recompute_layers
         n = self.n
@@ -231,7 +233,7 @@ class Bounds:
                                        STAGE_OF.get(kind, pp - 1))
             gk = ex + zx
             lo, hi = caps[kind]
-            sizes = np.arange(vp * math.ceil(lo / vp), hi + 1, vp)
+            sizes = np.arange(u * math.ceil(lo / u), hi + 1, u)
             if not len(sizes):
                 return 0.0
             g[kind], held[kind] = gk[sizes], sizes

@@ -89,7 +89,45 @@ def cp_values(p: Problem) -> list[int]:
 
 
 def pp_values(p: Problem) -> list[int]:
-    return p.limits.filter("pp", [pp for pp in divisors(p.gpus) if pp <= p.model.layers])
+    pinned = p.limits.layers_per_stage
+    return p.limits.filter("pp", [pp for pp in divisors(p.gpus) if pp <= p.model.layers
+                                  and (pinned is None or pp == len(pinned))])
+
+
+def pinned_split(p: Problem) -> Split | None:
+    """The user's pinned stage split (:attr:`Limits.layers_per_stage`) as a :class:`Split`, or None.
+
+    >>> from costmodel.presets import load_model, load_cluster
+    >>> from costmodel.specs import Workload
+    >>> from search.problem import Limits
+    >>> pr = Problem(model=load_model("llama3.1-405b"), cluster=load_cluster("h100-sxm").with_gpus(1024),
+    ...              workload=Workload(global_batch=512, seq_len=8192),
+    ...              limits=Limits(layers_per_stage=(7,) + (8,) * 14 + (7,)))
+    >>> pinned_split(pr), pp_values(pr)
+    (Split(first=7, mid=8, last=7), [16])
+    """
+    lps = p.limits.layers_per_stage
+    if lps is None:
+        return None
+    if len(lps) == 1:
+        return Split(lps[0], 0, 0)
+    return Split(lps[0], lps[1] if len(lps) > 2 else 0, lps[-1])
+
+
+def stage_count_ok(p: Problem, kind: str, vp: int, n):
+    """Whether a stage at position ``kind`` may hold ``n`` layers (``n`` may be a numpy array): a
+    positive multiple of ``vp`` when the search chooses the split, exactly the pinned count when
+    the user pinned one (then any count: :func:`costmodel.pipeline.chunk_layers` splits it over
+    the ``vp`` chunks)."""
+    pin = pinned_split(p)
+    if pin is None:
+        return (n >= vp) & (n % vp == 0)
+    return n == pin.count("first" if kind == "only" else kind)
+
+
+def stage_unit(p: Problem, vp: int) -> int:
+    """The step between the layer counts a stage may hold: ``vp``, or 1 with a pinned split."""
+    return vp if p.limits.layers_per_stage is None else 1
 
 
 def ep_values(p: Problem, tp: int, cp: int, dp: int) -> list[int]:
@@ -124,6 +162,9 @@ def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
     if pp == 1:
         return p.limits.filter("vp", [1])
     L = p.model.layers
+    if p.limits.layers_per_stage is not None:  # a pinned split: any vp (chunk_layers splits each stage)
+        most = max(p.limits.vp_max, p.limits.fixed.get("vp", 1))
+        return p.limits.filter("vp", [v for v in range(1, most + 1) if v == 1 or micro_batches % pp == 0])
     out = [v for v in divisors(L) if v <= p.limits.vp_max and pp * v <= L
            and (v == 1 or micro_batches % pp == 0)]
     if not p.limits.uneven_stages:
@@ -191,12 +232,20 @@ def recompute_values(p: Problem, max_stage_layers: int) -> list[tuple[str, int |
             if kind != "full" or lim.allows("recompute_layers", 0 if k is None else k)]
 
 
-def splits(layers: int, pp: int, vp: int, first_min: int = 1, uneven: bool = True):
+def splits(layers: int, pp: int, vp: int, first_min: int = 1, uneven: bool = True, pinned: Split | None = None):
     """Stage splits :class:`Split`-like tuples ``(first, mid, last)``, each a multiple of ``vp``
     and at least ``vp``; ``first >= first_min`` (an MoE model's leading dense layers stay on stage 0).
+    With ``pinned`` (:func:`pinned_split`) only that split, whatever ``vp``.
 
     Ordered by the middle stage (largest first), then the first stage.
+
+    >>> list(splits(126, 16, 8, pinned=Split(7, 8, 7)))
+    [(7, 8, 7)]
     """
+    if pinned is not None:
+        if pinned.first >= first_min and pinned.first + (pp - 2) * pinned.mid + pinned.last * (pp > 1) == layers:
+            yield (pinned.first, pinned.mid, pinned.last)
+        return
     if pp == 1:
         if first_min <= layers:
             yield (layers, 0, 0)

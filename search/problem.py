@@ -50,6 +50,9 @@ class Limits:
     partial_recompute : also consider full recompute of only some layers per stage.
     uneven_stages : let the first and last pipeline stage hold a different number of layers.
     flash_attention : the attention kernel assumed for every plan.
+    layers_per_stage : a pinned stage split ``(first, mid, ..., mid, last)`` (``None``: searched);
+        it fixes ``pp`` to its length and is the only split considered, with any ``vp`` (a stage's
+        layers need not be a multiple of ``vp``: :func:`costmodel.pipeline.chunk_layers`).
     """
 
     fixed: dict = field(default_factory=dict)
@@ -66,8 +69,18 @@ class Limits:
     partial_recompute: bool = True
     uneven_stages: bool = True
     flash_attention: bool = True
+    layers_per_stage: tuple | None = None
 
     def __post_init__(self):
+        if self.layers_per_stage is not None:
+            lps = tuple(self.layers_per_stage)
+            object.__setattr__(self, "layers_per_stage", lps)
+            if not lps or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lps):
+                raise SpecError("layers_per_stage", ",".join(map(str, lps)), "integers >= 1, one per pipeline stage")
+            if len(lps) > 2 and len(set(lps[1:-1])) > 1:
+                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
+                                "of the form first,mid,...,mid,last to pin in recommend (the search gives every "
+                                "middle stage the same count; evaluate takes any split)")
         for name in ("fixed", "minimum", "maximum", "exclude"):
             d = dict(getattr(self, name))
             object.__setattr__(self, name, d)
@@ -113,6 +126,14 @@ class Problem:
             raise SpecError("gpus", self.cluster.num_gpus, "a positive GPU count (--gpus N)")
         if self.workload.mode != "train":
             raise SpecError("mode", self.workload.mode, "'train' (inference planning is not available yet)")
+        lps = self.limits.layers_per_stage
+        if lps is not None:
+            if sum(lps) != self.model.layers:
+                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
+                                f"counts summing to layers={self.model.layers} (they sum to {sum(lps)})")
+            if self.limits.fixed.get("pp", len(lps)) != len(lps):
+                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
+                                f"{self.limits.fixed['pp']} counts, one per stage of pp={self.limits.fixed['pp']}")
         hbm_bytes = self.cluster.device.hbm_bytes
         if self.limits.headroom_bytes >= hbm_bytes:  # nothing left to plan with
             raise SpecError("headroom_gib", round(self.limits.headroom_bytes / GiB, 3),

@@ -45,7 +45,7 @@ from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per
 from costmodel.pipeline import in_flight_chunks
 from costmodel.units import MB
 
-from .candidates import Shape, stage_kinds
+from .candidates import Shape, stage_count_ok, stage_kinds
 from .problem import Problem
 
 KIND_INDEX = {"first": 0, "mid": 1, "last": 2, "only": 0}
@@ -326,7 +326,7 @@ class Tables:
                                        fwd, stage)
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device)
             mem = self.memory(choice, kind)
-            valid = (n >= vp) & (n % vp == 0) & (mem <= p.hbm_cap_bytes)
+            valid = stage_count_ok(p, kind, vp, n) & (mem <= p.hbm_cap_bytes)  # pinned split: its counts
             if kind in ("first", "only"):
                 valid &= n >= d
             if kind == "only":
