@@ -87,6 +87,7 @@ def _solve(case: Case, model, cluster, workload) -> dict:
             return outcome("infeasible", " ".join(reason.split()), solve=solve_info)
         return outcome("unsolved", f"no plan found within the time limit of {case.time_limit_s:g} s ({r.status})",
                        solve=solve_info)
-    out = outcome("ok", config=r.best.config.to_dict(), estimate=r.best.estimate.to_dict(), solve=solve_info)
+    config = {**r.best.config.to_dict(), "sp": r.best.config.sp_on}  # sequence parallelism in effect (tp > 1)
+    out = outcome("ok", config=config, estimate=r.best.estimate.to_dict(), solve=solve_info)
     out["graph_step_time_s"] = getattr(r.best, "graph_step_time_s", None)
     return out
