@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .collectives import collective_time_s, group_stride
+from .collectives import collective_time_s, group_stride, layout
 from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops, optimizer_time_s
 from .config import ParallelConfig
 from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, stage_params
@@ -60,7 +60,7 @@ class LayerTiming:
     recompute_ledger: CommLedger  # forward communication repeated by full recompute
 
 
-def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, uses_sm: bool) -> tuple[CommLedger, CommLedger]:
+def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tuple[CommLedger, CommLedger]:
     """TP/SP communication of one layer: (forward+backward ledger, forward-only ledger)."""
     fwd, bwd = CommLedger(), CommLedger()
     k = chunks if chunks > 1 else 0
@@ -68,18 +68,18 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, uses_sm: bool) -> t
     for op in ops:
         if sp:
             if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after != "a2a"):
-                fwd.add("sp", t_ag, exposed_s(t_ag, op.fwd_s, k), why_fwd, uses_compute=uses_sm)
+                fwd.overlap("sp", t_ag, op.fwd_s, k, why_fwd, coef)
                 dgrad = op.bwd_s - op.wgrad_s
-                bwd.add("sp", t_ag, exposed_s(t_ag, dgrad, INF), WHY_WINDOW, uses_compute=uses_sm)
-                bwd.add("sp", t_rs, exposed_s(t_rs, op.wgrad_s, INF), WHY_WINDOW, uses_compute=uses_sm)
+                bwd.overlap("sp", t_ag, dgrad, INF, WHY_WINDOW, coef)
+                bwd.overlap("sp", t_rs, op.wgrad_s, INF, WHY_WINDOW, coef)
             if op.comm_after == "rs":
-                fwd.add("sp", t_rs, exposed_s(t_rs, op.fwd_s, k), why_fwd, uses_compute=uses_sm)
-                bwd.add("sp", t_ag, exposed_s(t_ag, op.bwd_s - op.wgrad_s, k), why_fwd, uses_compute=uses_sm)
+                fwd.overlap("sp", t_rs, op.fwd_s, k, why_fwd, coef)
+                bwd.overlap("sp", t_ag, op.bwd_s - op.wgrad_s, k, why_fwd, coef)
         else:
             if op.comm_after == "ar":
-                fwd.add("tp", t_ar, exposed_s(t_ar, op.fwd_s, k), why_fwd, uses_compute=uses_sm)
+                fwd.overlap("tp", t_ar, op.fwd_s, k, why_fwd, coef)
             if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after == "ar"):
-                bwd.add("tp", t_ar, exposed_s(t_ar, op.wgrad_s, INF), WHY_WINDOW, uses_compute=uses_sm)
+                bwd.overlap("tp", t_ar, op.wgrad_s, INF, WHY_WINDOW, coef)
     return fwd.merge(bwd), fwd
 
 
@@ -91,13 +91,13 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     bwd = sum(o.bwd_s for o in ops)
     n = c.mb * w.seq_len / c.cp
     led, fwd_led = CommLedger(), CommLedger()
-    sm = dev.engines_for("intra").uses_compute
+    coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
     if c.tp > 1:
         msg = n * model.hidden * ACT_BYTES
         t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster)
         t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster)
         t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster)
-        both, fonly = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, sm)
+        both, fonly = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
         led, fwd_led = led.merge(both), fwd_led.merge(fonly)
     attn = next(o for o in ops if o.name == "attn_core")
     if c.cp > 1:
@@ -105,10 +105,10 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         t_kv = collective_time_s("p2p", n * kv_width * ACT_BYTES, c.cp, group_stride("cp", c.tp, c.cp, c.dp), cluster)
         steps = c.cp - 1
         f = CommLedger()
-        f.add("cp", steps * t_kv, exposed_s(steps * t_kv, attn.fwd_s * steps / c.cp, INF), WHY_CP)
+        f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
         led = led.merge(f)
         fwd_led = fwd_led.merge(f)
-        led.add("cp", 2 * steps * t_kv, exposed_s(2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF), WHY_CP)
+        led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
         slots = n * model.topk / c.tp
@@ -116,25 +116,30 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         k = c.chunks if c.chunks > 1 else 0
         f = CommLedger()
         f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
-        f.add("ep", t_a2a, exposed_s(t_a2a, experts.fwd_s, k), WHY_EP)  # combine
+        f.overlap("ep", t_a2a, experts.fwd_s, k, WHY_EP, coef)  # combine
         led, fwd_led = led.merge(f), fwd_led.merge(f)
         led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
-        led.add("ep", t_a2a, exposed_s(t_a2a, experts.bwd_s, k), WHY_EP)
-    if c.zero == 3 and c.dp * c.cp > 1:
-        params = (model.moe_layer_params if moe else model.dense_layer_params) / c.tp
-        g = c.dp * c.cp
-        stride = group_stride("dp", c.tp, c.cp, c.dp)
-        t_ag = collective_time_s("allgather", params * WEIGHT_BYTES, g, stride, cluster)
-        t_rs = collective_time_s("reducescatter", params * GRAD_BYTES, g, stride, cluster)
-        led.add("zero", t_ag, exposed_s(t_ag, fwd, INF), WHY_Z3)
-        led.add("zero", t_ag, exposed_s(t_ag, bwd / 2, INF), WHY_Z3)
-        led.add("zero", t_rs, exposed_s(t_rs, bwd / 2, INF), WHY_Z3)
+        led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
     if c.recompute == "full":
         recompute = fwd
     elif c.recompute == "selective":
         recompute = attn.fwd_s
     else:
         recompute = 0.0
+    if c.zero == 3 and c.dp * c.cp > 1:
+        # FSDP / ZeRO-3: the next layer's parameters are gathered behind this layer's forward; in
+        # backward the previous layer's gather and this layer's gradient reduce-scatter run
+        # together (one link, shared) behind its backward and recompute (Rajbhandari et al. 2020,
+        # section 5; PyTorch FSDP, Zhao et al. 2023, section 3.3 "backward prefetching")
+        params = (model.moe_layer_params if moe else model.dense_layer_params) / c.tp
+        g = c.dp * c.cp
+        stride = group_stride("dp", c.tp, c.cp, c.dp)
+        t_ag = collective_time_s("allgather", params * WEIGHT_BYTES, g, stride, cluster)
+        t_rs = collective_time_s("reducescatter", params * GRAD_BYTES, g, stride, cluster)
+        scope = layout(g, stride, cluster.gpus_per_node).scope
+        coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
+        led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef)
+        led.overlap("zero", t_ag + t_rs, bwd + recompute, INF, WHY_Z3, coef)
     return LayerTiming(fwd, bwd, recompute, led, fwd_led if c.recompute == "full" else CommLedger())
 
 
@@ -188,7 +193,8 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         if c.tp > 1:  # data-gradient reduction of the head input, overlapped with its weight gradient
             kind = "reducescatter" if c.sp_on else "allreduce"
             t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster)
-            led.add("sp" if c.sp_on else "tp", t, exposed_s(t, head.wgrad_s, INF), WHY_WINDOW)
+            coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
+            led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, INF, WHY_WINDOW, coef)
     if c.pp > 1:
         msg = n * model.hidden * ACT_BYTES / c.tp  # scatter-gather optimisation / SP shards
         t = collective_time_s("p2p", msg, c.pp, group_stride("pp", c.tp, c.cp, c.dp), cluster)
@@ -196,7 +202,7 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         sends = 2 * c.vp  # activation forward and gradient backward per model chunk
         ex = t if c.vp == 1 else exposed_s(t, chunk_fwd, INF)
         led.add("pp", t, ex, WHY_PP, times=sends, uses_compute=False)
-    interference = dev.comm_compute_interference * led.hidden_sm_s
+    interference = led.interference_s(dev.comm_compute_interference)
     return StageTiming(stage, fwd, bwd, rec, led, interference)
 
 

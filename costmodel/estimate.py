@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
-from .memory import memory_per_stage
+from .memory import layer_counts, memory_per_stage
 from .overlap import overlap_rate
 from .step import Composition, compose
 from .specs import ClusterSpec, ModelSpec, Workload
@@ -176,4 +176,5 @@ def _analytic_composition(model: ModelSpec, cluster: ClusterSpec, c: ParallelCon
     return compose([st.microbatch_s for st in stages], [st.fwd_s for st in stages],
                    [st.bwd_s + st.recompute_s for st in stages], *zip(*terms),
                    [stage_optimizer_s(model, cluster, c, st.stage) for st in stages],
-                   [st.stage for st in stages], m, c.pp, c.vp)
+                   [st.stage for st in stages], [sum(layer_counts(model, c, st.stage)) for st in stages],
+                   m, c.pp, c.vp)

@@ -157,7 +157,8 @@ class Scorer:
         timing = [self._stage(c, s) for s in reps]
         step = compose([t[0] for t in timing], [t[1] for t in timing], [t[2] for t in timing],
                        *zip(*(self._dp_terms(c, s) for s in reps)), [self._optimizer(c, s) for s in reps],
-                       reps, micro_batches(self.workload, c), c.pp, c.vp).step_s
+                       reps, [len(stage_layers(self.model.layers, c.pp, s, c.layers_per_stage)) for s in reps],
+                       micro_batches(self.workload, c), c.pp, c.vp).step_s
         peak = self._peak_memory(c, reps)
         gpus = c.gpus
         hw = hardware_flops_per_step(self.model, self.workload, c)

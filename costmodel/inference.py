@@ -95,7 +95,8 @@ def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
         # so the whole collective's time, latency included, is split among them
         t = {kind: collective_time_s(kind, msg, c.tp, 1, cluster, algorithm="direct")
              for kind in ("allreduce", "allgather", "reducescatter")}
-        _, fwd = _tp_ledger(ops, t["allgather"], t["reducescatter"], t["allreduce"], c.sp_on, c.chunks, sm)
+        coef = cluster.device.comm_compute_interference if sm else 0.0
+        _, fwd = _tp_ledger(ops, t["allgather"], t["reducescatter"], t["allreduce"], c.sp_on, c.chunks, coef)
         led = led.merge(fwd)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
@@ -132,7 +133,7 @@ def _phase(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
             if c.tp > 1:
                 ag = collective_time_s("allgather", c.mb * model.vocab * ACT_BYTES, c.tp, 1, cluster)
                 sl.add("tp", ag, ag, "data dependency: sampling needs the gathered logits")
-        inter = dev.comm_compute_interference * sl.hidden_sm_s
+        inter = sl.interference_s(dev.comm_compute_interference)
         stage_s.append(t + sl.total_exposed_s + inter)
         compute, interference, led = compute + t, interference + inter, led.merge(sl)
     path = sum(stage_s)

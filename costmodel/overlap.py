@@ -56,8 +56,9 @@ class CommLedger:
 
     link_s: dict = field(default_factory=dict)
     exposed_s: dict = field(default_factory=dict)
-    hidden_sm_s: float = 0.0  # hidden time of SM-based comms, which slows compute
+    hidden_sm_s: float = 0.0  # hidden time of SM-based comms added by ``add`` (slows compute)
     reasons: dict = field(default_factory=dict)
+    stretch_s: float = 0.0  # compute slowdown of SM-based comms added by ``overlap``
 
     def add(self, strategy: str, t_comm: float, t_exposed: float, reason: str = "", times: float = 1.0,
             uses_compute: bool = True) -> None:
@@ -70,13 +71,35 @@ class CommLedger:
         if reason and t_exposed > 1e-3 * t_comm:
             self.reasons.setdefault(strategy, reason)
 
+    def overlap(self, strategy: str, t_comm: float, window_s: float, chunks, reason: str = "", coef: float = 0.0,
+                times: float = 1.0) -> None:
+        """Add a communication pipelined in ``chunks`` with a compute window of ``window_s``.
+
+        An SM-based collective (``coef``: the device's ``comm_compute_interference``, 0 for a
+        dedicated DMA engine) slows the compute it overlaps to ``1 - coef`` of its speed, as the
+        op-graph scheduler does (:mod:`costmodel.graph.scheduler`): the window stretches by
+        ``coef * min(t_comm, window / (1 - coef))`` and the communication hides behind the
+        stretched window, so a communication-bound op costs ``max(t_comm, stretched window)``.
+        """
+        if t_comm <= 0:
+            return
+        stretch = coef * min(t_comm, window_s / (1 - coef)) if coef > 0 and chunks > 0 and window_s > 0 else 0.0
+        self.add(strategy, t_comm, exposed_s(t_comm, window_s + stretch, chunks), reason, times, uses_compute=False)
+        self.stretch_s += times * stretch
+
+    def interference_s(self, coef: float) -> float:
+        """Compute slowdown by SM-based communication: ``coef`` per hidden second of what was
+        ``add``-ed, plus the stretch of what was ``overlap``-ped."""
+        return coef * self.hidden_sm_s + self.stretch_s
+
     def scaled(self, k: float) -> "CommLedger":
         return CommLedger({s: v * k for s, v in self.link_s.items()},
                           {s: v * k for s, v in self.exposed_s.items()},
-                          self.hidden_sm_s * k, dict(self.reasons))
+                          self.hidden_sm_s * k, dict(self.reasons), self.stretch_s * k)
 
     def merge(self, other: "CommLedger") -> "CommLedger":
-        out = CommLedger(dict(self.link_s), dict(self.exposed_s), self.hidden_sm_s + other.hidden_sm_s, dict(self.reasons))
+        out = CommLedger(dict(self.link_s), dict(self.exposed_s), self.hidden_sm_s + other.hidden_sm_s, dict(self.reasons),
+                         self.stretch_s + other.stretch_s)
         for s, v in other.link_s.items():
             out.link_s[s] = out.link_s.get(s, 0.0) + v
             out.exposed_s[s] = out.exposed_s.get(s, 0.0) + other.exposed_s[s]

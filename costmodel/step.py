@@ -25,6 +25,8 @@ step's first forward, bucket by bucket.
 27.7
 >>> round(float(dp_exposure(1.0, 0.0, 0.0, 0.0, 4, 2.0, 1.0, 0)[0]), 3)   # 1 s of comm, 4 buckets, 2 s window
 0.25
+>>> dp_exposure(1.0, 0.0, 0.0, 0.0, 0, 2.0, 1.0, 0)[0]   # no buckets: after backward, all exposed
+1.0
 """
 
 from __future__ import annotations
@@ -56,13 +58,43 @@ def bucketed_s(t_whole_s, latency_s, buckets):
     return float(out) if np.ndim(out) == 0 else out
 
 
-def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage):
+def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p=1, v=1, layers=1):
     """(gradient exposed, parameter-gather exposed, gradient link, parameter link) seconds of a
-    stage's end-of-step DP traffic; every argument may be a numpy array (broadcast)."""
+    stage's end-of-step DP traffic; every argument may be a numpy array (broadcast).
+
+    Gradients (the closed form of :mod:`costmodel.graph.dp`'s schedule): a stage's gradients
+    are complete chunk by chunk during the last micro-batch's backward; with ``v`` model chunks
+    the last micro-batch's backward of chunk ``c`` ends ``c * p`` chunk-backwards ``b_c`` before
+    the stage's last one (Megatron's interleaved cool-down runs chunks ``v-1 .. 0``). The
+    reductions queue in that order, ``buckets / v`` pipelined with each chunk's backward, so
+    the stage finishes ``F = max_c [exposed(t_grad (c + 1) / v, b_c, buckets / v) - c p b_c]``
+    after its last backward, and its last backward ends ``stage * b_c`` before stage 0's (the
+    1F1B drain). ``buckets = 0``: one reduction after backward, fully exposed.
+
+    Parameters (ZeRO-1/2, Megatron ``--overlap-param-gather``): gathered in layer order behind
+    the next step's first forward; layer ``i`` of chunk ``c`` is first needed
+    ``(c p + stage + i / n_c) f_c`` into the step (micro-batch 0 passes the ``p v`` virtual
+    stages in turn), and the gather is late by the largest ``t_param (j + 1) / layers - need_j``;
+    linear within a chunk and across chunks, so its maximum is at an end of the first or last
+    chunk. ``buckets = 0``: gathered after the optimizer step, fully exposed.
+    """
     t_grad = bucketed_s(t_grad, lat_grad, buckets)
     t_param = bucketed_s(t_param, lat_param, buckets)
-    ex = np.maximum(0.0, exposed_s(t_grad, backward_s, buckets) - stage * np.asarray(backward_s))
-    zx = exposed_s(t_param, forward_s, buckets)
+    b_c = np.asarray(backward_s, float) / v
+    f_c = np.asarray(forward_s, float) / v
+    on = np.asarray(buckets) > 0
+    k_c = np.maximum(np.asarray(buckets, float) / v, 1.0)
+    tail = np.max([exposed_s(np.asarray(t_grad * (c + 1) / v, float), b_c, k_c) - c * p * b_c for c in range(v)],
+                  axis=0)
+    ex = np.maximum(0.0, np.where(on, tail, t_grad) - np.asarray(stage) * b_c)
+    n = np.maximum(np.asarray(layers, float), 1.0)
+    n_c = n / v
+    late = []
+    for c in {0, v - 1}:
+        start = (c * p + np.asarray(stage)) * f_c
+        late.append(t_param * (c * n_c + 1) / n - start)
+        late.append(t_param * (c + 1) / v - start - (n_c - 1) / n_c * f_c)
+    zx = np.where(on, np.maximum(0.0, np.max(late, axis=0)), t_param)
     if np.ndim(ex) == 0 and np.ndim(zx) == 0:
         return float(ex), float(zx), t_grad, t_param
     return ex, zx, t_grad, t_param
@@ -102,15 +134,15 @@ class Composition:
         return {"pipeline": self.pipeline_s, "dp": self.dp_s, "zero": self.zero_s, "optimizer": self.optimizer_s}
 
 
-def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, optimizer, stages,
+def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, optimizer, stages, layers,
             m: int, p: int, v: int) -> Composition:
     """The step of one plan from arrays over (some of) its stages: ``stages`` are their indices
     (the head start of each), the other arrays their per-micro-batch time, forward, backward
-    (with recompute), DP collective terms, bucket count and optimizer time."""
+    (with recompute), DP collective terms, bucket count, optimizer time and layer count."""
     t_mb = np.asarray(t_mb, dtype=float)
     ex, zx, lg, lp = dp_exposure(np.asarray(t_grad, float), np.asarray(t_param, float), np.asarray(lat_grad, float),
                                  np.asarray(lat_param, float), np.asarray(buckets), np.asarray(backward, float),
-                                 np.asarray(fwd, float), np.asarray(stages))
+                                 np.asarray(fwd, float), np.asarray(stages), p, v, np.asarray(layers))
     slow = int(np.argmax(t_mb))
     # the stage with the most end-of-step exposure (ties: the later stage, as evaluate always did)
     tot = ex + zx

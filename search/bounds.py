@@ -230,7 +230,7 @@ class Bounds:
             bucket = c.bucket_mb * MB
             kb = dp_buckets(a["grad_bytes"], bucket)
             ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd,
-                                       STAGE_OF.get(kind, pp - 1))
+                                       STAGE_OF.get(kind, pp - 1), pp, vp, n)
             gk = ex + zx
             lo, hi = caps[kind]
             sizes = np.arange(u * math.ceil(lo / u), hi + 1, u)

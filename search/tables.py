@@ -177,8 +177,8 @@ class Tables:
                                flash_attention=self.p.limits.flash_attention)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference
             lt = layer_timing(p.model, p.cluster, p.workload, c, moe)
-            u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + coef * lt.ledger.hidden_sm_s
-            r = lt.recompute_s + lt.recompute_ledger.total_exposed_s + coef * lt.recompute_ledger.hidden_sm_s
+            u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + lt.ledger.interference_s(coef)
+            r = lt.recompute_s + lt.recompute_ledger.total_exposed_s + lt.recompute_ledger.interference_s(coef)
             act = activation_bytes_per_layer(p.model, p.workload, c, moe)
             self._layer[key] = (u, r, lt.fwd_s, lt.bwd_s, lt.recompute_s, act)
         return self._layer[key]
@@ -323,7 +323,7 @@ class Tables:
             a = self.affine(choice, kind)
             kb = dp_buckets(a["grad_bytes"], bucket)
             ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, bwd + rec,
-                                       fwd, stage)
+                                       fwd, stage, s.pp, vp, n)
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device)
             mem = self.memory(choice, kind)
             valid = stage_count_ok(p, kind, vp, n) & (mem <= p.hbm_cap_bytes)  # pinned split: its counts

@@ -189,9 +189,9 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
         finish = float(pipe.last_backward_end_s[s]) + tail
         if finish > worst:
             worst, dp_stage, dp_link = finish, s, t_grad
-        if t_param > 0:
+        if t_param > 0:  # without buckets the gather runs after the optimizer step, not overlapped
             fr, need = _param_need(chunks[s], pipe, s, emb.fwd_s)
-            late = param_gather_lateness_s(t_param, fr, need)
+            late = param_gather_lateness_s(t_param, fr, need) if c.bucket_bytes > 0 else t_param
             if late >= zero_exp:
                 zero_exp, zero_link = late, t_param
     dp_exp = max(0.0, worst - pipe.makespan_s) if worst > -np.inf else 0.0
