@@ -12,7 +12,9 @@ from costmodel.errors import SpecError
 from costmodel.config import ParallelConfig
 from costmodel.specs import Workload
 
-from .problem import make_config, make_workload, resolve_cluster, resolve_model
+from dataclasses import replace
+
+from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
 __all__ = ["evaluate"]
 
@@ -29,7 +31,9 @@ def evaluate(model, cluster, workload: Workload | None = None, config: ParallelC
         (tokens per sequence) and ``dtype`` (used only when ``workload`` is None).
     config : a :class:`ParallelConfig` or a dict of its keys; ``config_fields`` (``tp=8,
         pp=8, ...``) override it or, without it, build it. ``dp`` defaults to
-        ``gpus / (tp * pp * cp)``.
+        ``gpus / (tp * pp * cp)``. Uneven stages: ``layers_per_stage=(7, 8, ..., 7)`` (sets
+        ``pp`` when it is not given), or Megatron-Core's rules ``first_stage_layers=``,
+        ``last_stage_layers=``, ``account_for_embedding=True``, ``account_for_loss=True``.
     gpus : total GPUs; default: the cluster's own count, else ``tp * pp * dp * cp``.
 
     Raises
@@ -60,8 +64,22 @@ def evaluate(model, cluster, workload: Workload | None = None, config: ParallelC
         config = ParallelConfig.from_dict(config)
     elif config is not None and not isinstance(config, ParallelConfig):
         raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
-    config = make_config(cl.num_gpus or None, base=config, **config_fields)
+    config = config_with_split(m, cl.num_gpus or None, config, config_fields)
     return _evaluate(m, cl, workload, config)
+
+
+def config_with_split(model, gpus: int | None, config: ParallelConfig | None, fields: dict) -> ParallelConfig:
+    """:func:`make_config` of ``fields`` over ``config``, with the stage split stated by
+    ``layers_per_stage`` or the Megatron keywords (:data:`planner.problem.SPLIT_KEYS`)."""
+    fields = dict(fields)
+    split = {k: fields.pop(k) for k in SPLIT_KEYS if k in fields}
+    if fields.get("layers_per_stage") is not None and fields.get("pp") is None and config is None:
+        fields["pp"] = len(tuple(fields["layers_per_stage"]))
+    config = make_config(gpus, base=config, **fields)
+    if split:
+        lps = stage_split(model.layers, config.pp, config.vp, layers_per_stage=config.layers_per_stage, **split)
+        config = replace(config, layers_per_stage=lps)
+    return config
 
 
 def sweep(models, clusters, gpus, global_batch, seq, *, out, dtype="bf16", dma_engines=None, nvlink_gbps=None,
@@ -104,7 +122,9 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
     time_limit_s, workers, seed, top_k : solver options (:class:`search.solve.SolveOptions`).
     limits : a :class:`search.problem.Limits` (bounds, exclusions, headroom, candidate lists).
     fixed : config variables to fix (``tp=8``, ``zero=1``, ``sp=True``) or bound (``tp_max=8``,
-        ``pp_max=16``, as ``--tp-max``/``--pp-max``; ``<variable>_min`` too), added to ``limits``.
+        ``pp_max=16``, as ``--tp-max``/``--pp-max``; ``<variable>_min`` too), added to ``limits``;
+        a stage split to pin (``layers_per_stage=``, or ``pp=`` with ``first_stage_layers=``,
+        ``last_stage_layers=``, ``account_for_embedding=``, ``account_for_loss=``).
 
     Returns a :class:`search.result.SolveResult`: ``.status``, ``.plans`` (each with
     ``.config``, ``.estimate`` re-scored by ``evaluate``, ``.binding``), ``.best`` (the first
@@ -122,8 +142,6 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
     >>> r.status, r.best is None, "no plan fits in memory" in r.explanation
     ('INFEASIBLE', True, True)
     """
-    from dataclasses import replace
-
     from search.problem import NUMERIC, Limits, Problem
     from search.solve import SolveOptions, solve
 
@@ -134,6 +152,11 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
     if workload is None:
         workload = make_workload(global_batch, seq, dtype)
     limits = limits if limits is not None else Limits()
+    split = {k: fixed.pop(k) for k in SPLIT_KEYS if k in fixed}
+    lps = stage_split(m.layers, fixed.get("pp", limits.fixed.get("pp")), fixed.get("vp", limits.fixed.get("vp")),
+                      layers_per_stage=fixed.pop("layers_per_stage", None), **split)
+    if lps is not None:
+        limits = replace(limits, layers_per_stage=lps)
     bounds = {k: v for k, v in fixed.items() if k[-4:] in ("_min", "_max") and k[:-4] in NUMERIC}
     fixed = {k: v for k, v in fixed.items() if k not in bounds}
     if fixed:

@@ -28,7 +28,7 @@ from costmodel.kvcache import KV_DTYPES
 from costmodel.specs import MODES, Workload
 from costmodel.units import DTYPES
 
-from .problem import make_config, make_workload, resolve_cluster, resolve_model
+from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
 
 class UsageError(PlannerError):
@@ -168,6 +168,38 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
                    help="pieces each overlappable collective is split into")
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
                    help="unfused attention that stores the s x s scores (Megatron-LM 2021/22)")
+    add_split_args(parser)
+
+
+def _layer_counts(text: str) -> tuple[int, ...]:
+    counts = tuple(int(x) for x in text.split(","))
+    if not counts or min(counts) < 1:
+        raise ValueError(text)
+    return counts
+
+
+def add_split_args(parser: argparse.ArgumentParser) -> None:
+    """Uneven pipeline stages: ``--layers-per-stage a,b,...`` or Megatron-Core's first/last or
+    account-for-embedding/loss rules (:func:`planner.problem.stage_split`)."""
+    g = parser.add_argument_group("pipeline stages (unset: even; one way at a time)")
+    g.add_argument("--layers-per-stage", type=_converter("layers_per_stage", _layer_counts,
+                                                         "comma-separated integers >= 1, one per stage (e.g. 7,8,8,7)"),
+                   metavar="A,B,...", help="transformer layers on each pipeline stage, first to last (sets pp)")
+    g.add_argument("--first-stage-layers", type=int_arg("first_stage_layers"), metavar="N",
+                   help="layers on the first stage (Megatron --decoder-first-pipeline-num-layers)")
+    g.add_argument("--last-stage-layers", type=int_arg("last_stage_layers"), metavar="N",
+                   help="layers on the last stage (Megatron --decoder-last-pipeline-num-layers)")
+    g.add_argument("--account-for-embedding", action="store_true", default=None,
+                   help="the embedding counts as a layer (Megatron --account-for-embedding-in-pipeline-split)")
+    g.add_argument("--account-for-loss", action="store_true", default=None,
+                   help="the loss counts as a layer (Megatron --account-for-loss-in-pipeline-split)")
+
+
+def split_from_args(args: argparse.Namespace, layers: int) -> tuple[int, ...] | None:
+    """The stage split the split flags state for a model of ``layers`` layers (None: even)."""
+    return stage_split(layers, getattr(args, "pp", None), getattr(args, "vp", None),
+                       layers_per_stage=getattr(args, "layers_per_stage", None),
+                       **{k: getattr(args, k, None) for k in SPLIT_KEYS})
 
 
 def _latency_ms(field: str, minimum: float):
@@ -238,15 +270,23 @@ def inference_options(args: argparse.Namespace) -> dict:
     return opts
 
 
-def config_from_args(args: argparse.Namespace, gpus: int | None):
+def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | None = None):
     """The :class:`ParallelConfig` of the config arguments; ``dp`` defaults to gpus/(tp*pp*cp).
 
     ``--sp`` with tp = 1 is refused: sequence parallelism splits activations over the
-    tensor-parallel group, and there is none.
+    tensor-parallel group, and there is none. ``layers`` (the model's) turns the split flags
+    into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
             "recompute_layers", "bucket_mb", "chunks", "flash_attention")
-    config = make_config(gpus, **{k: getattr(args, k, None) for k in keys})
+    fields = {k: getattr(args, k, None) for k in keys}
+    lps = getattr(args, "layers_per_stage", None)
+    if lps is not None and fields["pp"] is None:
+        fields["pp"] = len(lps)
+    if layers is not None:
+        fields["layers_per_stage"] = stage_split(layers, fields["pp"], fields["vp"], layers_per_stage=lps,
+                                                 **{k: getattr(args, k, None) for k in SPLIT_KEYS})
+    config = make_config(gpus, **fields)
     if getattr(args, "sp", None) is True and config.tp == 1:
         raise SpecError("sp", True, "off when tp=1 (sequence parallelism needs --tp 2 or more)")
     return config

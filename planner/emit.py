@@ -37,7 +37,9 @@ bucket is bytes of FP32 gradients (:data:`costmodel.memory.GRAD_BYTES` per eleme
 from __future__ import annotations
 
 from costmodel.config import ParallelConfig, micro_batches
+from costmodel.errors import SpecError
 from costmodel.memory import GRAD_BYTES
+from costmodel.pipeline import chunk_layers, megatron_split
 from costmodel.specs import Workload
 
 FORMATS = ("megatron", "deepspeed")
@@ -55,15 +57,7 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
     if c.ep > 1:  # experts are not split by TP when they are spread over EP ranks (cost model assumption)
         out += [["--expert-model-parallel-size", str(c.ep)], ["--expert-tensor-parallel-size", "1"]]
     out += [["--micro-batch-size", str(c.mb)], ["--global-batch-size", str(global_batch)]]
-    split = c.layers_per_stage
-    if c.vp > 1:
-        if split is None:
-            out.append(["--num-layers-per-virtual-pipeline-stage", str(layers // (c.pp * c.vp))])
-        else:
-            out.append(["--num-virtual-stages-per-pipeline-rank", str(c.vp)])
-    if split is not None and c.pp > 1:
-        out += [["--decoder-first-pipeline-num-layers", str(split[0])],
-                ["--decoder-last-pipeline-num-layers", str(split[-1])]]
+    out += pipeline_split_args(c, layers)
     if c.sp_on:
         out.append(["--sequence-parallel"])
         if c.chunks > 1:  # Transformer Engine userbuffers: chunked AG/RS overlapped with GEMMs
@@ -90,9 +84,96 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
     return out
 
 
+def split_form(c: ParallelConfig, layers: int) -> tuple:
+    """How Megatron-Core expresses the plan's layers per stage, as ``(form, values)``:
+
+    ``("even", None)`` (no split flag), ``("first_last", (first, last))``
+    (``--decoder-first/last-pipeline-num-layers``), ``("account", (embedding, loss))``
+    (``--account-for-embedding/loss-in-pipeline-split``) or ``("layout", layout string)``
+    (``--pipeline-model-parallel-layout``). Each form places exactly the layers
+    :func:`costmodel.pipeline.chunk_layers` puts in every model chunk.
+
+    >>> split_form(ParallelConfig(pp=8, vp=8, layers_per_stage=(15,) + (16,) * 6 + (15,)), 126)
+    ('account', (True, True))
+    >>> split_form(ParallelConfig(pp=4, vp=2, layers_per_stage=(22, 26, 26, 22)), 96)
+    ('first_last', (22, 22))
+    >>> split_form(ParallelConfig(pp=4, vp=2, layers_per_stage=(5, 4, 4, 3)), 16)
+    ('layout', 'Ett|(tt|)*3t*3|(tt|)*2tL')
+    """
+    split, pp, vp = c.layers_per_stage, c.pp, c.vp
+    if pp == 1 or split is None or (len(set(split)) == 1 and split[0] % vp == 0):
+        return ("even", None)
+    try:
+        if megatron_split(layers, pp, vp, first=split[0], last=split[-1]) == split:
+            return ("first_last", (split[0], split[-1]))
+    except SpecError:
+        pass
+    for emb, loss in ((True, True), (True, False), (False, True)):
+        try:
+            if megatron_split(layers, pp, vp, embedding=emb, loss=loss) == split:
+                return ("account", (emb, loss))
+        except SpecError:
+            pass
+    return ("layout", pipeline_layout(split, vp))
+
+
+def pipeline_layout(split: tuple[int, ...], vp: int) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` string of a split: ``pp * vp`` virtual
+    stages separated by ``|`` in the order ``vpp_rank * pp + pp_rank``, each its transformer layers
+    (``t``, as many as :func:`costmodel.pipeline.chunk_layers` gives), the embedding ``E`` first
+    and the loss ``L`` last; runs of equal stages written ``(..|)*n`` and ``t*k`` for ``k > 2``
+    (``megatron/core/transformer/pipeline_parallel_layer_layout.py``, ``parse_str_to_list``).
+
+    >>> pipeline_layout((7, 8, 8, 8, 8, 8, 8, 6), 4)   # DeepSeek-V3's 61 layers, pp=8, vp=4
+    'Et|(tt|)*22t|(tt|)*7tL'
+    """
+    pp = len(split)
+    chunks = [chunk_layers(n, vp, s, pp) for s, n in enumerate(split)]
+    stages = [chunks[s][v] for v in range(vp) for s in range(pp)]
+    text = [("E" if i == 0 else "") + ("t" * k if k <= 2 else f"t*{k}") + ("L" if i == len(stages) - 1 else "")
+            for i, k in enumerate(stages)]
+    out, i = [], 0
+    while i < len(text):
+        j = i
+        while j + 1 < len(text) and text[j + 1] == text[i]:
+            j += 1
+        run = j - i + 1
+        if j == len(text) - 1:  # the last stage has no trailing separator
+            out.append((f"({text[i]}|)*{run - 1}" if run > 2 else f"{text[i]}|" * (run - 1)) + text[i])
+        else:
+            out.append(f"({text[i]}|)*{run}" if run > 1 else f"{text[i]}|")
+        i = j + 1
+    return "".join(out)
+
+
+def pipeline_split_args(c: ParallelConfig, layers: int) -> list[list[str]]:
+    """The interleave and stage-split arguments that reproduce ``c.vp`` and ``c.layers_per_stage``
+    exactly (:func:`split_form`); Megatron-LM takes at most one of ``--num-layers-per-virtual-pipeline-stage``,
+    ``--num-virtual-stages-per-pipeline-rank`` and ``--pipeline-model-parallel-layout`` (the layout
+    implies the interleave), and the first/last flags never with the account-for flags."""
+    form, value = split_form(c, layers)
+    out = []
+    if c.vp > 1 and form == "even":
+        out.append(["--num-layers-per-virtual-pipeline-stage", str(layers // (c.pp * c.vp))])
+    elif c.vp > 1 and form != "layout":
+        out.append(["--num-virtual-stages-per-pipeline-rank", str(c.vp)])
+    if form == "first_last":
+        out += [["--decoder-first-pipeline-num-layers", str(value[0])],
+                ["--decoder-last-pipeline-num-layers", str(value[1])]]
+    elif form == "account":
+        out += [[f] for f, on in (("--account-for-embedding-in-pipeline-split", value[0]),
+                                  ("--account-for-loss-in-pipeline-split", value[1])) if on]
+    elif form == "layout":
+        out.append(["--pipeline-model-parallel-layout", value])
+    return out
+
+
 def megatron_text(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16") -> str:
-    """The arguments as shell lines ending in ``\\`` (paste into a ``pretrain_gpt.py`` command)."""
-    lines = [" ".join(a) for a in megatron_args(c, global_batch, layers, dtype)]
+    """The arguments as shell lines ending in ``\\`` (paste into a ``pretrain_gpt.py`` command);
+    a value with shell characters (the layout's ``|``, ``(``, ``*``) is double-quoted."""
+    def word(t: str) -> str:
+        return f'"{t}"' if any(ch in t for ch in "|()*") else t
+    lines = [" ".join(word(t) for t in a) for a in megatron_args(c, global_batch, layers, dtype)]
     return " \\\n".join(lines)
 
 
@@ -106,8 +187,6 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
         notes.append("ZeRO-3 via --use-torch-fsdp2 is documented as not working with pipeline parallelism")
     if c.chunks > 1 and not c.sp_on and c.tp > 1:
         notes.append(f"chunks={c.chunks} without sequence parallelism has no Megatron flag (TP all-reduce overlap)")
-    if c.layers_per_stage is not None and c.pp > 2 and len(set(c.layers_per_stage[1:-1])) > 1:
-        notes.append("middle stages differ in size: use --pipeline-model-parallel-layout")
     return notes
 
 
@@ -144,3 +223,13 @@ def deepspeed_notes(c: ParallelConfig) -> list[str]:
     if c.recompute != "none":
         notes.append(f"recompute={c.recompute}: enable activation checkpointing in the model code")
     return notes
+
+
+def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int) -> tuple[str, list[str]]:
+    """``(text, notes)``: the plan as Megatron-LM arguments (shell lines) or a DeepSpeed config
+    (JSON), and what the format cannot express exactly."""
+    import json
+
+    if fmt == "megatron":
+        return megatron_text(c, workload.global_batch, layers, workload.dtype), megatron_notes(c)
+    return json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)

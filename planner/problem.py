@@ -73,3 +73,43 @@ def make_config(gpus: int | None = None, base: ParallelConfig | None = None, **f
         raise SpecError("tp*pp*cp", inner, f"a divisor of gpus={gpus} "
                         f"(tp={config.tp} pp={config.pp} cp={config.cp}), or give dp")
     return replace(config, dp=gpus // inner)
+
+
+#: Megatron-Core's ways to state an uneven split, as keyword names (CLI: ``--first-stage-layers``,
+#: ``--last-stage-layers``, ``--account-for-embedding``, ``--account-for-loss``)
+SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss")
+
+
+def stage_split(layers: int, pp: int | None, vp: int | None, *, layers_per_stage=None, first_stage_layers=None,
+                last_stage_layers=None, account_for_embedding=False, account_for_loss=False):
+    """Layers per pipeline stage from one way of stating them (``None``: even, nothing stated).
+
+    ``layers_per_stage`` explicitly, or Megatron-Core's ``--decoder-first/last-pipeline-num-layers``
+    (``first_stage_layers``, ``last_stage_layers``) or ``--account-for-embedding/loss-in-pipeline-split``
+    (:func:`costmodel.pipeline.megatron_split`). Two ways at once, or a Megatron way without
+    ``pp``, raise :class:`SpecError`.
+
+    >>> stage_split(126, 16, 1, account_for_embedding=True, account_for_loss=True)[:3]
+    (7, 8, 8)
+    >>> stage_split(126, 16, 1, layers_per_stage=(7,) + (8,) * 14 + (7,), first_stage_layers=7)
+    Traceback (most recent call last):
+    ...
+    costmodel.errors.SpecError: first_stage_layers=7: must be unset with layers_per_stage (give the split one way)
+    """
+    from costmodel.pipeline import megatron_split
+
+    given = {k: v for k, v in (("first_stage_layers", first_stage_layers), ("last_stage_layers", last_stage_layers),
+                               ("account_for_embedding", account_for_embedding),
+                               ("account_for_loss", account_for_loss)) if v not in (None, False)}
+    if layers_per_stage is not None:
+        if given:
+            k = next(iter(given))
+            raise SpecError(k, given[k], "unset with layers_per_stage (give the split one way)")
+        return tuple(layers_per_stage)
+    if not given:
+        return None
+    if pp is None:
+        k = next(iter(given))
+        raise SpecError("pp", None, f"given with {k} (a split has one layer count per pipeline stage)")
+    return megatron_split(layers, pp, vp or 1, first=first_stage_layers, last=last_stage_layers,
+                          embedding=bool(account_for_embedding), loss=bool(account_for_loss))

@@ -31,7 +31,7 @@ from costmodel.estimate import evaluate as _evaluate
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 
 from costmodel.fastpath import Score, Scorer
-from .problem import make_config, make_workload, resolve_cluster, resolve_model
+from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
 __all__ = ["Planner", "Score"]
 
@@ -100,6 +100,9 @@ class Planner:
             config = None
         elif config is not None and not isinstance(config, ParallelConfig):
             raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
+        if any(k in fields_ for k in SPLIT_KEYS) or (config is None and "layers_per_stage" in fields_):
+            from .api import config_with_split  # uneven stages: Megatron's rules need the model's depth
+            return config_with_split(self._problem()[0], self.gpus, config, fields_)
         return make_config(self.gpus, base=config, **fields_)
 
     def _limits(self, constraints: dict, defaults: dict):
@@ -108,6 +111,12 @@ class Planner:
 
         lim_fields = {f.name for f in fields(Limits)} - {"fixed", "minimum", "maximum", "exclude"}
         kw = dict(defaults)
+        split = {k: constraints[k] for k in SPLIT_KEYS if k in constraints}
+        if split:  # a pinned split in Megatron's terms: one layer count per stage
+            constraints = {k: v for k, v in constraints.items() if k not in split}
+            kw["layers_per_stage"] = stage_split(self._problem()[0].layers, constraints.get("pp"),
+                                                 constraints.get("vp"),
+                                                 layers_per_stage=constraints.pop("layers_per_stage", None), **split)
         fixed, minimum, maximum, allowed = {}, {}, {}, {}
         for k, v in constraints.items():
             if k in lim_fields:
@@ -206,6 +215,8 @@ class Planner:
             s = choice.shape
             stage_splits = [None] if s.pp == 1 or not lim.uneven_stages else \
                 [Split(*t).layers_per_stage(s.pp) for t in splits(m.layers, s.pp, choice.vp)]
+            if lim.layers_per_stage is not None:  # a pinned split is the only one
+                stage_splits = [lim.layers_per_stage]
             for lps in stage_splits:
                 c = choice.config(flash_attention=lim.flash_attention, layers_per_stage=lps)
                 if allowed and any(getattr(c, k) not in vals for k, vals in allowed.items() if k != "bucket_mb"):

@@ -9,14 +9,16 @@ that fits and the overlap of prefill and decode (:mod:`costmodel.inference`).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from costmodel.estimate import evaluate
 
 from costmodel.errors import SpecError
 from costmodel.inference import evaluate_inference
 
-from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
-                    inference_batch, inference_options, problem_from_args)
+from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
+                    config_from_args, inference_batch, inference_options, problem_from_args)
+from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
 from ..report import estimate_json, estimate_text, print_json
@@ -31,6 +33,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_problem_args(p, infer=True)
     add_config_args(p)
     add_inference_args(p)
+    p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
+                   help="print the plan as Megatron-LM arguments (the stage split included) or a DeepSpeed config")
     add_output_args(p)
     return p
 
@@ -39,8 +43,10 @@ INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms"
 
 
 def _run_infer(args: argparse.Namespace) -> int:
+    if args.emit:
+        raise SpecError("emit", args.emit, "unset with --mode infer (serving launch arguments are printed)")
     model, cluster, workload = problem_from_args(args)
-    config = config_from_args(args, cluster.num_gpus or None)
+    config = config_from_args(args, cluster.num_gpus or None, model.layers)
     workload = inference_batch(args, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
@@ -60,12 +66,24 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, f, None) is not None:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
-    config = config_from_args(args, cluster.num_gpus or None)
+    config = config_from_args(args, cluster.num_gpus or None, model.layers)
     est = evaluate(model, cluster, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     if args.json:
-        print_json(estimate_json(est, model, cluster, workload))
+        d = estimate_json(est, model, cluster, workload)
+        d["config"]["layers_per_stage"] = list(config.layers_per_stage or ())
+        if args.emit == "megatron":
+            d["megatron_args"] = [t for a in megatron_args(config, workload.global_batch, model.layers,
+                                                            workload.dtype) for t in a]
+        elif args.emit == "deepspeed":
+            d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)
+        print_json(d)
+    elif args.emit:
+        text, notes = emit_text(args.emit, config, workload, model.layers)
+        print(text)
+        for n in notes:
+            print(f"note: {n}", file=sys.stderr)
     else:
         print(estimate_text(est, model, cluster, workload))
     return 0

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gantt:
         check_output("--gantt", args.gantt, GANTT_SUFFIXES)
     model, cluster, workload = problem_from_args(args)
-    config = config_from_args(args, cluster.num_gpus or None)
+    config = config_from_args(args, cluster.num_gpus or None, model.layers)
     if workload.mode == "infer":
         workload = inference_batch(args, workload, config)
     if not cluster.num_gpus:

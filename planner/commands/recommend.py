@@ -18,7 +18,8 @@ import sys
 from costmodel.errors import InfeasibleConfig
 from costmodel.units import GiB
 
-from ..args import add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args
+from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
+                    split_from_args)
 from ..emit import FORMATS, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes, megatron_text
 from ..report import _s, estimate_json, print_json, table
 from .. import recommend_infer
@@ -56,8 +57,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def limits_from_args(args: argparse.Namespace):
-    """:class:`search.problem.Limits` from the flags: given config flags fix their variable."""
+def limits_from_args(args: argparse.Namespace, layers: int | None = None):
+    """:class:`search.problem.Limits` from the flags: given config flags fix their variable
+    (a stage split, for a model of ``layers`` layers, is pinned as ``Limits.layers_per_stage``)."""
     from search.problem import Limits
     fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
     maximum = {k: v for k, v in (("pp", args.pp_max), ("tp", args.tp_max)) if v is not None}
@@ -65,7 +67,7 @@ def limits_from_args(args: argparse.Namespace):
     flash = args.flash_attention if args.flash_attention is not None else True
     return Limits(fixed=fixed, maximum=maximum, exclude=exclude, headroom_bytes=args.headroom_gib * GiB,
                   tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
-                  vp_max=args.vp_max)
+                  vp_max=args.vp_max, layers_per_stage=split_from_args(args, layers) if layers else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         from costmodel.errors import SpecError
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
-    problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args))
+    problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers))
     result = solve(problem, SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed,
                                          top_k=args.top))
     if not result.plans:
