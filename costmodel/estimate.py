@@ -59,6 +59,7 @@ class Estimate:
     status: str = "ok"
     notes: list = field(default_factory=list)
     composition: dict = field(default_factory=dict)  # step_s = pipeline + dp + zero + optimizer (seconds)
+    step_time_band_s: tuple | None = None  # 80% band of the measured step time (costmodel.uncertainty)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values with the keys of DESIGN.md."""
@@ -82,7 +83,16 @@ class Estimate:
             "memory": [dict(m) for m in self.memory],
             "flop_convention": self.flop_convention,
             "notes": list(self.notes),
+            **self._bands(),
         }
+
+    def _bands(self) -> dict:
+        if self.step_time_band_s is None:
+            return {"step_time_band_s": None}
+        lo, hi = self.step_time_band_s
+        t = self.step_time_s
+        return {"step_time_band_s": [lo, hi], "tokens_per_s_band": [self.tokens_per_s * t / hi, self.tokens_per_s * t / lo],
+                "mfu_band": [self.mfu * t / hi, self.mfu * t / lo]}
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+from costmodel.ceilings import mfu_warning
 from costmodel.estimate import Estimate
 from costmodel.presets import cluster_to_dict, model_to_dict
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.units import GiB
+from costmodel.uncertainty import band_for, device_family
 
 
 # --------------------------------------------------------------------------- JSON
@@ -48,9 +50,22 @@ def model_json(model: ModelSpec) -> dict:
     return {**model_to_dict(model), "params": model.params, "active_params": model.active_params}
 
 
+def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> Estimate:
+    """``est`` with its 80% step-time band (:mod:`costmodel.uncertainty`) and, when its MFU beats
+    every published run of its hardware class and dtype, a note saying so (:mod:`costmodel.ceilings`)."""
+    if workload.mode != "train" or not isinstance(est, Estimate):
+        return est
+    notes = list(est.notes)
+    warn = mfu_warning(est.mfu, device_family(cluster), workload.dtype, model.is_moe)
+    if warn and warn not in notes:
+        notes.append(warn)
+    band = est.step_time_band_s or band_for(model, cluster, workload, est)
+    return replace(est, step_time_band_s=tuple(band), notes=notes)
+
+
 def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> dict:
     """``Estimate.to_dict()`` plus an echo of the problem it answers (``config.sp``: in effect)."""
-    d = est.to_dict()
+    d = with_trust(est, model, cluster, workload).to_dict()
     d["config"]["sp"] = est.config.sp_on
     d["model"] = model_json(model)
     d["cluster"] = cluster_to_dict(cluster)
@@ -164,6 +179,7 @@ def overlap_lines(est: Estimate) -> list[str]:
 
 def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> str:
     """The human report of one estimate."""
+    est = with_trust(est, model, cluster, workload)
     gpus = cluster.num_gpus or est.config.gpus
     peak_stage = max(est.memory, key=lambda m: m["total_bytes"])["stage"] if est.memory else 0
     lines = [
@@ -173,6 +189,8 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
         f"config: {config_line(est)}",
         "",
         f"step time             {_s(est.step_time_s)} s",
+        f"  80% band            {_s(est.step_time_band_s[0])} - {_s(est.step_time_band_s[1])} s "
+        "(measured runs of plans like this one fall inside 80% of the time)",
         f"tokens/s              {est.tokens_per_s:,.0f}",
         f"model TFLOP/s/GPU     {est.model_tflops_per_gpu:.1f}",
         f"hardware TFLOP/s/GPU  {est.hardware_tflops_per_gpu:.1f}",
