@@ -61,10 +61,9 @@ Stated values are always used. What a source leaves out is filled by its framewo
   (its parallelizer follows torchtitan's), micro-batch as stated, no recompute.
 * Uneven pipelines: layers per stage as even as possible with the deficit on the last stage,
   then the first, alternating inwards (Megatron's ``--account-for-embedding/loss-in-pipeline-split``
-  and torchtitan's ``generate_split_points`` both give the end stages fewer layers).
-  ``costmodel.config`` needs every stage's layers to be a multiple of ``vp``: where the stated
-  ``vp`` cannot meet that, the largest divisor of it that can is used and the row notes
-  ``vp a->b`` (a representation limit of the cost model, which makes the bubble larger).
+  and torchtitan's ``generate_split_points`` both give the end stages fewer layers), with the
+  stated ``vp``: a stage's layers need not be a multiple of it
+  (:func:`costmodel.pipeline.chunk_layers` splits them over the ``vp`` model chunks).
 * MoE load: ``moe_load_cv = 0`` where the source forced a balanced router (Megatron-Bridge
   "we force-balance the token distribution", the ModelZoo "forced balance" rows, AutoModel's
   "fake balanced gate", token-drop at capacity); otherwise the model's default.
@@ -248,43 +247,31 @@ def measured_step_s(r: dict, model, seq: int, gpus: int, batch: int) -> tuple[fl
 
 # ---------------------------------------------------------------- pipeline layout
 def stage_layout(layers: int, pp: int, vp: int) -> tuple[int, tuple[int, ...] | None]:
-    """``(vp', layers per stage)`` for ``layers`` on ``pp`` stages with interleave ``vp``.
+    """``(vp, layers per stage)`` for ``layers`` on ``pp`` stages with interleave ``vp``.
 
-    Uniform when ``pp*vp`` divides ``layers`` (layout ``None``). Otherwise every stage gets the
-    smallest multiple of ``vp'`` that covers ``layers/pp``, and whole chunks are taken back from
-    the last stage, the first, the second-last, ... until the sum is ``layers``; ``vp'`` is the
-    largest divisor of ``vp`` for which that works (``costmodel.config`` needs multiples of vp).
+    Uniform when ``pp*vp`` divides ``layers`` (layout ``None``). Otherwise every stage gets
+    ``ceil(layers/pp)`` layers and one layer at a time is taken back from the last stage, the
+    first, the second-last, ... until the sum is ``layers``; ``vp`` is kept as stated (a stage's
+    layers need not be a multiple of it: :func:`costmodel.pipeline.chunk_layers`).
 
     >>> stage_layout(126, 8, 1)
     (1, (15, 16, 16, 16, 16, 16, 16, 15))
     >>> stage_layout(126, 8, 8)
-    (2, (16, 16, 16, 16, 16, 16, 16, 14))
-    >>> stage_layout(96, 8, 6)
-    (6, None)
+    (8, (15, 16, 16, 16, 16, 16, 16, 15))
+    >>> stage_layout(96, 8, 6), stage_layout(96, 8, 5)[1][0], stage_layout(61, 8, 4)
+    ((6, None), 12, (4, (7, 8, 8, 8, 8, 8, 7, 7)))
     """
     if pp == 1:
         return 1, None
-    for v in sorted((d for d in range(1, vp + 1) if vp % d == 0), reverse=True):
-        if layers % (pp * v) == 0:
-            return v, None
-        most = math.ceil(layers / pp / v) * v
-        deficit = most * pp - layers
-        if deficit % v:
-            continue
-        stages = [most] * pp
-        order = [i for k in range(pp // 2 + 1) for i in (pp - 1 - k, k)]
-        order = list(dict.fromkeys(i for i in order if 0 <= i < pp))
-        k = deficit // v
-        i = 0
-        while k and any(x > v for x in stages):
-            s = order[i % pp]
-            if stages[s] > v:
-                stages[s] -= v
-                k -= 1
-            i += 1
-        if not k:
-            return v, tuple(stages)
-    return 1, None
+    if layers % (pp * vp) == 0:
+        return vp, None
+    most = math.ceil(layers / pp)
+    stages = [most] * pp
+    order = [i for k in range(pp // 2 + 1) for i in (pp - 1 - k, k)]
+    order = list(dict.fromkeys(i for i in order if 0 <= i < pp))
+    for i in range(most * pp - layers):
+        stages[order[i % pp]] -= 1
+    return vp, tuple(stages)
 
 
 # ---------------------------------------------------------------- development set
@@ -442,12 +429,8 @@ def _new_row(r: dict) -> Row:
     if model is not None:
         if src == "llama3_2024" and pp == 16 and model.layers == 126:
             lps = (7,) + (8,) * 14 + (7,)  # paper Section 3.3.2: first and last stage one layer fewer
-            v2 = max(d for d in range(1, vp + 1) if vp % d == 0 and all(x % d == 0 for x in lps))
         else:
-            v2, lps = stage_layout(model.layers, pp, vp)
-        if v2 != vp:
-            notes.append(f"vp {vp}->{v2}: uneven layout needs layers per stage divisible by vp")
-        fixed["vp"] = v2
+            _, lps = stage_layout(model.layers, pp, vp)
         if lps is not None:
             fixed["layers_per_stage"] = lps
         if model.is_moe:
