@@ -1,4 +1,4 @@
-"""A serving plan as launch arguments for vLLM and SGLang.
+"""A serving plan as launch arguments for vLLM, SGLang and TensorRT-LLM.
 
 Flag names are those the engines document (checked in ``tests/test_emit_serving.py``):
 
@@ -13,8 +13,18 @@ Flag names are those the engines document (checked in ``tests/test_emit_serving.
   ``--max-running-requests``, ``--context-length``, ``--chunked-prefill-size``,
   ``--kv-cache-dtype {auto,fp8_e5m2,fp8_e4m3}``, ``--quantization fp8``.
 
-Concurrency limits (``--max-num-seqs`` / ``--max-running-requests``) are the plan's sequences
-per replica. What an engine cannot express is returned as a note, never silently dropped.
+* TensorRT-LLM ``trtllm-serve`` (https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve.html):
+  ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``, ``--max_seq_len``,
+  ``--max_num_tokens``, ``--extra_llm_api_options FILE`` (YAML; ``kv_cache_config: {dtype: fp8}``).
+  It has no data-parallel flag: replicas are separate servers.
+
+The parallel settings come from :func:`search.infer.server_layout` (the one table of what each
+engine can run, :data:`search.infer.ENGINES`); :func:`search.infer.engine_config` reads them
+back, so ``exact`` says the arguments run the evaluated plan. Concurrency limits
+(``--max-num-seqs`` / ``--max-running-requests`` / ``--max_batch_size``) are the plan's
+sequences per replica. ``replicas`` > 1: run that many identical servers behind a load
+balancer. What an engine cannot express is returned as a note (``exact`` false), never
+silently dropped.
 
 >>> from costmodel.config import ParallelConfig
 >>> launch = serving_launch(ParallelConfig(tp=8), input_len=2000, output_len=500, batch_per_replica=64)
@@ -27,94 +37,136 @@ per replica. What an engine cannot express is returned as a note, never silently
 from __future__ import annotations
 
 from costmodel.config import ParallelConfig
+from search.infer import ENGINES, ServerLayout, server_layout
 
 VLLM_KV = {"bf16": "auto", "fp16": "auto", "fp8": "fp8"}
 SGLANG_KV = {"bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3"}
 MODEL = "$MODEL"
+TRTLLM_OPTIONS = "serve.yaml"
+
+#: each engine's flag for each setting (``None``: the engine has no such flag)
+FLAGS = {
+    "vllm": dict(head="vllm serve {model}", tp="--tensor-parallel-size", pp="--pipeline-parallel-size",
+                 dp="--data-parallel-size", ep=None, expert_parallel="--enable-expert-parallel", dp_attention=None,
+                 seqs="--max-num-seqs", length="--max-model-len", kv="--kv-cache-dtype", kv_values=VLLM_KV,
+                 prefill="--max-num-batched-tokens", quantization="--quantization"),
+    "sglang": dict(head="python -m sglang.launch_server --model-path {model}", tp="--tp-size", pp="--pp-size",
+                   dp="--dp-size", ep="--ep-size", expert_parallel=None, dp_attention="--enable-dp-attention",
+                   seqs="--max-running-requests", length="--context-length", kv="--kv-cache-dtype",
+                   kv_values=SGLANG_KV, prefill="--chunked-prefill-size", quantization="--quantization"),
+    "trtllm": dict(head="trtllm-serve {model}", tp="--tp_size", pp="--pp_size", dp=None, ep="--ep_size",
+                   expert_parallel=None, dp_attention=None, seqs="--max_batch_size", length="--max_seq_len",
+                   kv=None, kv_values=None, prefill="--max_num_tokens", quantization=None),
+}
 
 
-def _common_notes(c: ParallelConfig) -> list[str]:
+def _fallback(engine: str, c: ParallelConfig) -> tuple[ServerLayout, list[str]]:
+    """The nearest layout for a plan the engine cannot run exactly, and what differs."""
     notes = []
     if c.sp or c.chunks > 1:
-        notes.append(f"sp={c.sp} chunks={c.chunks}: no launch flag; the engine's fused TP collectives and "
-                     "kernel-level overlap (if any) decide this")
-    return notes
-
-
-def vllm_args(c: ParallelConfig, *, input_len: int, output_len: int, batch_per_replica: int,
-              kv_dtype: str = "bf16", dtype: str = "bf16", prefill_tokens: int | None = None) -> tuple[list[str], list[str]]:
-    """(arguments after ``vllm serve MODEL``, notes) for one engine serving the whole plan."""
-    args = ["--tensor-parallel-size", str(c.tp)]
-    notes = _common_notes(c)
-    if c.pp > 1:
-        args += ["--pipeline-parallel-size", str(c.pp)]
-    if c.ep > 1 and c.ep == c.tp * c.dp:
-        if c.dp > 1:
-            args += ["--data-parallel-size", str(c.dp)]
-        args += ["--enable-expert-parallel"]  # vLLM: EP = TP x DP
-    elif c.ep > 1 and c.ep == c.tp:
-        args += ["--enable-expert-parallel"]
-        if c.dp > 1:
-            notes.append(f"dp={c.dp} with ep=tp: run {c.dp} such servers behind a load balancer "
-                         "(one server with --data-parallel-size would make EP = TP x DP)")
-    else:
-        if c.dp > 1:
-            args += ["--data-parallel-size", str(c.dp)]
-        if c.ep > 1:
-            notes.append(f"ep={c.ep}: vLLM's expert parallelism spans TP x DP ({c.tp * c.dp}); "
+        notes.append(f"sp={c.sp} chunks={c.chunks}: {ENGINES[engine].title} has no launch setting for this; "
+                     "the prediction assumed it (plan with --engine to search only what it runs)")
+    tp, pp, dp, ep = c.tp, c.pp, c.dp, c.ep
+    if engine == "vllm":
+        if ep > 1 and ep in (tp * dp, tp):
+            return (ServerLayout(tp, pp, dp, ep, expert_parallel=True) if ep == tp * dp else
+                    ServerLayout(tp, pp, 1, ep, expert_parallel=True, replicas=dp)), notes
+        if ep > 1:
+            notes.append(f"ep={ep}: vLLM's expert parallelism spans TP x DP ({tp * dp}); "
                          "no flag gives this degree, experts are TP-sharded instead")
-    args += ["--max-num-seqs", str(batch_per_replica), "--max-model-len", str(input_len + output_len),
-             "--kv-cache-dtype", VLLM_KV[kv_dtype]]
+        return ServerLayout(tp, pp, dp), notes
+    if engine == "sglang":
+        if ep > tp:
+            if ep != tp * dp:
+                notes.append(f"ep={ep} < tp*dp={tp * dp}: SGLang's DP attention spreads experts over all GPUs")
+            return ServerLayout(tp * dp, 1, dp, tp * dp, dp_attention=True), notes
+        return ServerLayout(tp, pp, dp, ep), notes
+    if ep > tp or (ep > 1 and tp % ep):
+        notes.append(f"ep={ep}: TensorRT-LLM's --ep_size divides --tp_size ({tp}); experts are TP-sharded instead")
+        ep = 1
+    return ServerLayout(tp, pp, 1, ep, replicas=dp), notes
+
+
+def engine_launch(engine: str, c: ParallelConfig, *, input_len: int, output_len: int, batch_per_replica: int,
+                  kv_dtype: str = "bf16", dtype: str = "bf16", prefill_tokens: int | None = None,
+                  model: str = MODEL, moe: bool | None = None) -> dict:
+    """``{"args", "command", "notes", "replicas", "exact", "files"}`` of one engine for plan ``c``.
+
+    ``moe``: whether the model has experts (``None``: assumed when ``c.ep > 1``); vLLM runs a
+    MoE model's replicas without EP as separate servers (one server's ``--data-parallel-size``
+    would TP-shard the experts over TP x DP GPUs).
+    """
+    f = FLAGS[engine]
+    lay = server_layout(engine, c, c.ep > 1 if moe is None else moe)
+    exact = lay is not None
+    notes: list[str] = []
+    if lay is None:
+        lay, notes = _fallback(engine, c)
+    args = [f["tp"], str(lay.tp_size)]
+    if lay.pp_size > 1:
+        args += [f["pp"], str(lay.pp_size)]
+    if lay.dp_size > 1:
+        args += [f["dp"], str(lay.dp_size)]
+    if lay.dp_attention:
+        args += [f["dp_attention"]]
+    if lay.expert_parallel:
+        args += [f["expert_parallel"]]
+    elif lay.ep_size > 1:
+        args += [f["ep"], str(lay.ep_size)]
+    if moe is None and engine == "vllm" and c.ep == 1 and lay.dp_size > 1:
+        notes.append("for a MoE model run the replicas as separate servers instead: with --data-parallel-size "
+                     "vLLM shards the experts over TP x DP GPUs")
+    args += [f["seqs"], str(batch_per_replica), f["length"], str(input_len + output_len)]
+    files = {}
+    if f["kv"]:
+        args += [f["kv"], f["kv_values"][kv_dtype]]
+    elif kv_dtype == "fp8":
+        files[TRTLLM_OPTIONS] = "kv_cache_config:\n  dtype: fp8\n"
     if prefill_tokens is not None:
-        args += ["--max-num-batched-tokens", str(prefill_tokens)]
+        args += [f["prefill"], str(prefill_tokens)]
+    if files:
+        args += ["--extra_llm_api_options", TRTLLM_OPTIONS]
+        notes.append(f"{TRTLLM_OPTIONS}: " + files[TRTLLM_OPTIONS].replace("\n", " ").strip())
     if dtype == "fp8":
-        args += ["--quantization", "fp8"]
-        notes.append("fp8 weights: --quantization fp8 quantizes a BF16 checkpoint; drop it for an FP8 checkpoint")
-    return args, notes
+        if f["quantization"]:
+            args += [f["quantization"], "fp8"]
+            if engine == "vllm":
+                notes.append("fp8 weights: --quantization fp8 quantizes a BF16 checkpoint; drop it for an FP8 checkpoint")
+        else:
+            notes.append("fp8 weights: serve an FP8-quantized checkpoint (TensorRT-LLM reads the quantization "
+                         "from it)")
+    if lay.replicas > 1:
+        notes.append(f"run {lay.replicas} such servers behind a load balancer, each on "
+                     f"{lay.tp_size * lay.pp_size * lay.dp_size} GPUs")
+    head = f["head"].format(model=model)
+    return {"args": args, "command": " ".join([head, *args]), "notes": notes, "replicas": lay.replicas,
+            "exact": exact, "files": files}
 
 
-def sglang_args(c: ParallelConfig, *, input_len: int, output_len: int, batch_per_replica: int,
-                kv_dtype: str = "bf16", dtype: str = "bf16", prefill_tokens: int | None = None) -> tuple[list[str], list[str]]:
+def vllm_args(c: ParallelConfig, **kw) -> tuple[list[str], list[str]]:
+    """(arguments after ``vllm serve MODEL``, notes)."""
+    d = engine_launch("vllm", c, **kw)
+    return d["args"], d["notes"]
+
+
+def sglang_args(c: ParallelConfig, **kw) -> tuple[list[str], list[str]]:
     """(arguments after ``python -m sglang.launch_server --model-path MODEL``, notes)."""
-    notes = _common_notes(c)
-    if c.ep > c.tp:  # experts span replicas: DP attention, TP (and EP) over all of their GPUs
-        args = ["--tp-size", str(c.tp * c.dp), "--dp-size", str(c.dp), "--enable-dp-attention"]
-        if c.ep != c.tp * c.dp:
-            notes.append(f"ep={c.ep} < tp*dp={c.tp * c.dp}: SGLang's DP attention spreads experts over all GPUs")
-        args += ["--ep-size", str(c.tp * c.dp)]
-    else:
-        args = ["--tp-size", str(c.tp)]
-        if c.pp > 1:
-            args += ["--pp-size", str(c.pp)]
-        if c.dp > 1:
-            args += ["--dp-size", str(c.dp)]
-        if c.ep > 1:
-            args += ["--ep-size", str(c.ep)]
-    args += ["--max-running-requests", str(batch_per_replica), "--context-length", str(input_len + output_len),
-             "--kv-cache-dtype", SGLANG_KV[kv_dtype]]
-    if prefill_tokens is not None:
-        args += ["--chunked-prefill-size", str(prefill_tokens)]
-    if dtype == "fp8":
-        args += ["--quantization", "fp8"]
-    return args, notes
+    d = engine_launch("sglang", c, **kw)
+    return d["args"], d["notes"]
 
 
 def serving_launch(c: ParallelConfig, *, input_len: int, output_len: int, batch_per_replica: int,
                    kv_dtype: str = "bf16", dtype: str = "bf16", prefill_tokens: int | None = None,
-                   model: str = MODEL) -> dict:
-    """``{"vllm": {...}, "sglang": {...}}``, each with ``args``, ``command`` and ``notes``."""
+                   model: str = MODEL, moe: bool | None = None, engines=("vllm", "sglang")) -> dict:
+    """``{engine: {...}}`` (:func:`engine_launch`) for each of ``engines``."""
     kw = dict(input_len=input_len, output_len=output_len, batch_per_replica=batch_per_replica,
-              kv_dtype=kv_dtype, dtype=dtype, prefill_tokens=prefill_tokens)
-    out = {}
-    for name, fn, head in (("vllm", vllm_args, f"vllm serve {model}"),
-                           ("sglang", sglang_args, f"python -m sglang.launch_server --model-path {model}")):
-        args, notes = fn(c, **kw)
-        out[name] = {"args": args, "command": " ".join([head, *args]), "notes": notes}
-    return out
+              kv_dtype=kv_dtype, dtype=dtype, prefill_tokens=prefill_tokens, model=model, moe=moe)
+    return {name: engine_launch(name, c, **kw) for name in engines}
 
 
-def launch_for_estimate(est, workload, prefill_tokens: int | None = None, model: str = MODEL) -> dict:
+def launch_for_estimate(est, workload, prefill_tokens: int | None = None, model: str = MODEL,
+                        moe: bool | None = None, engines=("vllm", "sglang")) -> dict:
     """:func:`serving_launch` for an :class:`~costmodel.inference.InferenceEstimate` of ``workload``."""
     return serving_launch(est.config, input_len=workload.input_len, output_len=workload.output_len,
                           batch_per_replica=est.batch_per_replica, kv_dtype=est.kv_dtype, dtype=workload.dtype,
-                          prefill_tokens=prefill_tokens, model=model)
+                          prefill_tokens=prefill_tokens, model=model, moe=moe, engines=engines)

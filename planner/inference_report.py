@@ -91,9 +91,12 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
 
 
 def launch_lines(launch: dict) -> list[str]:
-    """The plan as vLLM and SGLang command lines (:func:`planner.emit_serving.serving_launch`)."""
+    """The plan as each engine's command line (:func:`planner.emit_serving.serving_launch`); a
+    plan an engine cannot run exactly says so (its notes name what differs)."""
+    from search.infer import ENGINES
     out = ["launch (set MODEL to the checkpoint path or Hugging Face id)"]
-    for name, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
-        out.append(f"  {title}: {launch[name]['command']}")
-        out += [f"    note: {n}" for n in launch[name]["notes"]]
+    for name, d in launch.items():
+        exact = "" if d.get("exact", True) else " (not this plan exactly, see notes)"
+        out.append(f"  {ENGINES[name].title}{exact}: {d['command']}")
+        out += [f"    note: {n}" for n in d["notes"]]
     return out

@@ -3,7 +3,10 @@ under TTFT/TPOT targets, the throughput/latency Pareto front, and launch argumen
 
 A thin layer over :func:`search.infer.solve_infer`. The ``recommend`` subcommand adds these
 options with :func:`add_arguments` and hands ``--mode infer`` to :func:`run`; parallel-config
-flags (``--tp 8``, ``--sp``) fix that variable for the search. A target no plan meets is
+flags (``--tp 8``) fix that variable for the search. ``--engine vllm|sglang|trtllm`` (default
+vllm) restricts the search to what that engine's launch settings express
+(:data:`search.infer.ENGINES`) and prints its launch command, which runs the top plan exactly;
+the best plans differ in their emitted parallel settings. A target no plan meets is
 reported like training's infeasible problems: the report (with the Pareto front) is printed,
 then exit code 2 with one line saying the best TTFT/TPOT any plan reaches and with which plan.
 """
@@ -14,11 +17,11 @@ import argparse
 
 from costmodel.errors import InfeasibleConfig, SpecError
 from costmodel.inference import PREFILL_TOKENS
-from search.infer import InferProblem, InferResult, solve_infer
+from search.infer import ENGINES, InferProblem, InferResult, shortfall, solve_infer
 from search.problem import Limits
 from search.solve import SolveOptions
 
-from .args import add_inference_args, int_arg
+from .args import add_inference_args, choice_arg, int_arg
 from .emit_serving import launch_for_estimate
 from .inference_report import launch_lines
 from .problem import resolve_cluster, resolve_model
@@ -34,10 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = True) ->
     g = parser.add_argument_group("serving search (--mode infer)")
     g.add_argument("--max-batch", type=int_arg("max_batch"), metavar="N", default=1024,
                    help="largest concurrency per replica considered (default: %(default)s)")
+    g.add_argument("--engine", type=choice_arg("engine", tuple(ENGINES)), metavar="{" + ",".join(ENGINES) + "}",
+                   help="serving engine: search only the settings its launch flags express, and print its "
+                        "launch command (default: vllm)")
     g.add_argument("--plot", metavar="FILE.png", help="write the throughput/latency Pareto front (needs matplotlib)")
 
 
-SERVING_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "plot")
+SERVING_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "plot", "engine")
 
 
 def reject_serving_flags(args: argparse.Namespace) -> None:
@@ -64,46 +70,104 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
         tpot_target_s=None if ms["tpot_ms"] is None else ms["tpot_ms"] / 1e3,
         max_batch_per_replica=getattr(args, "max_batch", 1024) or 1024,
         prefill_tokens=getattr(args, "prefill_tokens", None) or PREFILL_TOKENS,
-        limits=Limits(fixed=fixed))
+        limits=Limits(fixed=fixed), engine=getattr(args, "engine", None) or "vllm")
 
 
-def _plan_row(rank, e) -> list:
+def _plan_row(rank, e, p: InferProblem | None = None, r=None) -> list:
     c = e.config
-    return [rank, c.tp, c.pp, c.dp, c.ep, "on" if c.sp else "off", c.chunks, e.batch_per_replica,
-            f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.ttft_s * 1e3:.1f}", f"{e.tpot_s * 1e3:.2f}",
+    row = [rank, c.tp, c.pp, c.dp, c.ep]
+    if p is None or p.engine is None:
+        row += ["on" if c.sp else "off", c.chunks]
+    else:
+        row += [_launch(p, e, None)["replicas"]]
+    row += [e.batch_per_replica, f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.ttft_s * 1e3:.1f}", f"{e.tpot_s * 1e3:.2f}",
             f"{e.e2e_latency_s:.2f}", f"{e.peak_memory_bytes / 2**30:.1f}"]
+    if r is not None:
+        row.append("met" if p.meets(e) else f"x{shortfall(p, e):.2f}")
+    return row
 
 
 PLAN_HEADERS = ["rank", "tp", "pp", "dp", "ep", "sp", "chunks", "batch/replica", "tok/s/GPU", "TTFT ms",
                 "TPOT ms", "e2e s", "GiB/GPU"]
 
 
+def _headers(p: InferProblem, targets: bool = False) -> list[str]:
+    h = list(PLAN_HEADERS)
+    if p.engine is not None:
+        h[5:7] = ["servers"]
+    return h + (["targets"] if targets else [])
+
+
+def _launch(p: InferProblem, e, prefill_tokens: int | None) -> dict:
+    """The chosen engine's launch (:func:`planner.emit_serving.engine_launch`) for plan ``e``."""
+    engines = (p.engine,) if p.engine else ("vllm", "sglang")
+    d = launch_for_estimate(e, p.workload(e.batch), prefill_tokens, moe=p.model.is_moe, engines=engines)
+    return d[p.engine] if p.engine else d
+
+
+def _describe(e) -> str:
+    c = e.config
+    return (f"tp={c.tp} pp={c.pp} dp={c.dp} ep={c.ep}, {e.batch_per_replica} request(s) per replica: "
+            f"TTFT {e.ttft_s * 1e3:.1f} ms, TPOT {e.tpot_s * 1e3:.2f} ms, {e.tokens_per_s_per_gpu:,.1f} tok/s/GPU")
+
+
+def pareto_lines(p: InferProblem, r: InferResult) -> list[str]:
+    """The Pareto table, or one line saying why there is none; with targets no plan meets, one
+    line naming the closest plan first. Never a table without rows."""
+    has_targets = bool(p.ttft_target_s or p.tpot_target_s)
+    if not r.pareto:
+        return ["throughput/latency Pareto front: none (no plan fits in memory; use more GPUs, fp8 weights or "
+                "KV cache, or shorter requests)"]
+    lines = ["throughput/latency Pareto front (plans that fit; no other plan has both more tokens/s/GPU "
+             "and lower TPOT" + ("; targets: met, or the factor by which the worse one is missed)" if has_targets
+                                 else ")")]
+    if has_targets and not r.plans and r.closest is not None:
+        lines.append(f"no plan meets the targets; closest ({shortfall(p, r.closest):.2f}x the target it misses "
+                     f"most): {_describe(r.closest)}")
+    lines.append(table(_headers(p, has_targets), [_plan_row("-", e, p, r if has_targets else None)
+                                                  for e in r.pareto]))
+    return lines
+
+
 def result_text(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> str:
     targets = [f"{n} <= {v * 1e3:g} ms" for n, v in (("TTFT", p.ttft_target_s), ("TPOT", p.tpot_target_s)) if v]
+    engine = f", engine {ENGINES[p.engine].title}" if p.engine else ""
     lines = [f"{model_label(p.model)} on {p.cluster.num_gpus} x {p.cluster.device.name}, serving {p.input_len} in / "
-             f"{p.output_len} out tokens ({p.dtype} weights, {p.kv_dtype} KV cache); "
+             f"{p.output_len} out tokens ({p.dtype} weights, {p.kv_dtype} KV cache{engine}); "
              f"targets: {', '.join(targets) or 'none'}",
              f"solve: {r.status} in {r.time_s:.2f} s ({r.evaluated} plans that fit evaluated, "
              f"{r.rejected} rejected)", ""]
     if r.plans:
-        lines += ["best plans (output tokens/s per GPU, highest first)",
-                  table(PLAN_HEADERS, [_plan_row(i + 1, e) for i, e in enumerate(r.plans)]), ""]
+        what = "each a different launch layout" if p.engine else "each a different parallel config"
+        lines += [f"best plans (output tokens/s per GPU, highest first; {what})",
+                  table(_headers(p), [_plan_row(i + 1, e, p) for i, e in enumerate(r.plans)]), ""]
     else:
         lines += [f"no plan meets the targets: {r.explanation}", ""]
-    lines += ["throughput/latency Pareto front (plans that fit; no other plan has both more tokens/s/GPU "
-              "and lower TPOT)", table(PLAN_HEADERS, [_plan_row("-", e) for e in r.pareto])]
-    if r.best:
-        lines += ["", *launch_lines(launch_for_estimate(r.best, p.workload(r.best.batch), prefill_tokens))]
+    lines += pareto_lines(p, r)
+    if r.best and p.engine:
+        lines += ["", f"launch ({ENGINES[p.engine].title}; set MODEL to the checkpoint path or Hugging Face id)"]
+        for i, e in enumerate(r.plans):
+            d = _launch(p, e, prefill_tokens)
+            lines.append(f"  {i + 1}: {d['command']}")
+            lines += [f"     note: {n}" for n in d["notes"]]
+    elif r.best:
+        lines += ["", *launch_lines(_launch(p, r.best, prefill_tokens))]
     return "\n".join(lines)
 
 
 def result_json(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> dict:
     def brief(e):
         return {"config": e.config.to_dict(), "batch_per_replica": e.batch_per_replica,
-                "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "ttft_ms": e.ttft_s * 1e3, "tpot_ms": e.tpot_s * 1e3}
-    plans = [{**e.to_dict(), "launch": launch_for_estimate(e, p.workload(e.batch), prefill_tokens)} for e in r.plans]
-    return {"status": r.status, "mode": "infer", "model": model_json(p.model), "solve": r.solve_dict(), "plans": plans,
-            "pareto": [brief(e) for e in r.pareto], "explanation": r.explanation}
+                "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "ttft_ms": e.ttft_s * 1e3, "tpot_ms": e.tpot_s * 1e3,
+                "meets_targets": p.meets(e)}
+    def launch(e):
+        d = _launch(p, e, prefill_tokens)
+        return {p.engine: d} if p.engine else d
+    plans = [{**e.to_dict(), "launch": launch(e)} for e in r.plans]
+    return {"status": r.status, "mode": "infer", "engine": p.engine, "model": model_json(p.model),
+            "solve": r.solve_dict(), "plans": plans, "pareto": [brief(e) for e in r.pareto],
+            "closest": None if r.closest is None else {**brief(r.closest), "launch": launch(r.closest)},
+            "explanation": r.explanation}
 
 
 def write_plot(p: InferProblem, r: InferResult, path: str) -> None:

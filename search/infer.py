@@ -9,6 +9,16 @@ those that fit and meet the targets (one-hot ``add_exactly_one``, integer object
 milli-tokens/s per GPU, STYLE.md item 9); :func:`solve_infer_exhaustive` is the baseline it
 must agree with. A target no plan meets is explained by the best value any plan reaches.
 
+The search covers only what the target serving engine can run (``InferProblem.engine``, one of
+:data:`ENGINES`; ``None``: every shape the cost model accepts). No engine exposes sequence
+parallelism or chunked TP-communication overlap as a setting (vLLM's ``enable_sp`` compilation
+pass rewrites AllReduce into ReduceScatter + RMSNorm + AllGather, the same bytes, unchunked, and
+its gain comes from separate GEMM-collective fusion passes the cost model does not describe), so
+with an engine ``sp`` is off and ``chunks`` is 1. :func:`server_layout` maps a plan to the
+engine's own settings (one server's TP/PP/DP/EP sizes and how many identical servers), and
+:func:`engine_config` reads them back with the engine's semantics; a plan is runnable only when
+the two agree, so the emitted launch arguments are exactly the evaluated plan.
+
 >>> from costmodel.presets import load_model, load_cluster
 >>> p = InferProblem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
 ...                  input_len=1000, output_len=200, tpot_target_s=0.02)
@@ -40,6 +50,88 @@ from .solve import SolveOptions
 MILLI = 1000  # objective ticks per token/s per GPU
 
 
+# --------------------------------------------------------------------------- engines
+@dataclass(frozen=True)
+class EngineSpec:
+    """What one serving engine's launch settings can express.
+
+    dp_in_server : one server runs several data-parallel replicas (``--data-parallel-size`` /
+        ``--dp-size``); otherwise replicas are separate servers behind a load balancer.
+    ep_rule : ``"tp*dp"`` (vLLM: ``--enable-expert-parallel`` makes EP = TP x DP of one server),
+        ``"divides_tp"`` (SGLang ``--ep-size``, TRT-LLM ``--ep_size``: MoE TP = TP / EP).
+    dp_attention : MoE experts over all ``tp*dp`` GPUs with data-parallel attention
+        (SGLang ``--enable-dp-attention``).
+    """
+
+    name: str
+    title: str
+    dp_in_server: bool
+    ep_rule: str
+    dp_attention: bool = False
+    sp: bool = False  # a launch setting turns sequence parallelism on
+    chunks: bool = False  # a launch setting chunks TP/EP collectives against the GEMMs
+
+
+#: each engine's runnable settings (the launch flags are in :mod:`planner.emit_serving`)
+ENGINES = {
+    "vllm": EngineSpec("vllm", "vLLM", dp_in_server=True, ep_rule="tp*dp"),
+    "sglang": EngineSpec("sglang", "SGLang", dp_in_server=True, ep_rule="divides_tp", dp_attention=True),
+    "trtllm": EngineSpec("trtllm", "TensorRT-LLM", dp_in_server=False, ep_rule="divides_tp"),
+}
+
+
+@dataclass(frozen=True)
+class ServerLayout:
+    """One server's parallel settings as the engine spells them, and how many such servers.
+
+    tp_size : the engine's TP size (SGLang with DP attention: all ``tp*dp`` GPUs of the server).
+    dp_size : data-parallel ranks inside one server (1: none).
+    ep_size : expert-parallel size (vLLM: ``tp_size * dp_size`` when ``expert_parallel``).
+    """
+
+    tp_size: int
+    pp_size: int = 1
+    dp_size: int = 1
+    ep_size: int = 1
+    expert_parallel: bool = False
+    dp_attention: bool = False
+    replicas: int = 1
+
+
+def engine_config(engine: str, lay: ServerLayout) -> tuple[int, int, int, int]:
+    """``(tp, pp, dp, ep)`` the engine runs for ``lay`` (its documented semantics)."""
+    if engine == "vllm":
+        ep = lay.tp_size * lay.dp_size if lay.expert_parallel else 1
+        return lay.tp_size, lay.pp_size, lay.dp_size * lay.replicas, ep
+    if engine == "sglang" and lay.dp_attention:
+        return lay.tp_size // lay.dp_size, lay.pp_size, lay.dp_size * lay.replicas, lay.ep_size
+    return lay.tp_size, lay.pp_size, lay.dp_size * lay.replicas, lay.ep_size
+
+
+def server_layout(engine: str, c: ParallelConfig, moe: bool) -> ServerLayout | None:
+    """The engine settings that run ``c`` exactly, or ``None`` when the engine cannot express it."""
+    spec = ENGINES[engine]
+    if (c.sp and not spec.sp) or (c.chunks > 1 and not spec.chunks) or (c.ep > 1 and not moe):
+        return None
+    tp, pp, dp, ep = c.tp, c.pp, c.dp, c.ep
+    lay = None
+    if spec.ep_rule == "tp*dp":
+        if ep > 1 and ep == tp * dp:
+            lay = ServerLayout(tp, pp, dp, ep, expert_parallel=True)
+        elif ep > 1 and ep == tp:  # EP within one server; replicas are separate servers
+            lay = ServerLayout(tp, pp, 1, ep, expert_parallel=True, replicas=dp)
+        elif ep == 1:  # MoE without EP: one server's DP would TP-shard experts over tp*dp GPUs
+            lay = ServerLayout(tp, pp, dp, 1) if not moe else ServerLayout(tp, pp, 1, 1, replicas=dp)
+    else:
+        if spec.dp_attention and moe and dp > 1 and pp == 1 and ep == tp * dp:
+            lay = ServerLayout(tp * dp, 1, dp, ep, dp_attention=True)
+        elif ep == 1 or tp % ep == 0:
+            lay = ServerLayout(tp, pp, dp, ep) if spec.dp_in_server else ServerLayout(tp, pp, 1, ep, replicas=dp)
+    if lay is None or engine_config(engine, lay) != (tp, pp, dp, ep):
+        return None
+    return lay
+
+
 @dataclass(frozen=True, kw_only=True)
 class InferProblem:
     """A serving question: requests of ``input_len``/``output_len`` tokens on ``cluster.num_gpus`` GPUs.
@@ -47,6 +139,8 @@ class InferProblem:
     max_batch_per_replica : largest concurrency per replica considered (a serving engine's cap).
     ttft_target_s, tpot_target_s : latency targets (``None``: none).
     limits : fix, bound or exclude ``tp pp dp ep sp chunks`` as in training (:class:`Limits`).
+    engine : the serving engine whose settings the search is restricted to (:data:`ENGINES`);
+        ``None``: every shape the cost model accepts (sequence parallelism and chunks included).
     """
 
     model: ModelSpec
@@ -60,6 +154,7 @@ class InferProblem:
     max_batch_per_replica: int = 1024
     prefill_tokens: int = PREFILL_TOKENS
     limits: Limits = field(default_factory=Limits)
+    engine: str | None = "vllm"
 
     def __post_init__(self):
         if not self.cluster.num_gpus:
@@ -70,6 +165,16 @@ class InferProblem:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise SpecError(f, v, "a positive integer")
         kv_dtype_bytes(self.kv_dtype)
+        if self.engine is not None:
+            if self.engine not in ENGINES:
+                raise SpecError("engine", self.engine, "one of " + ", ".join(ENGINES))
+            spec, fixed = ENGINES[self.engine], self.limits.fixed
+            if fixed.get("sp") and not spec.sp:
+                raise SpecError("sp", True, f"off with --engine {self.engine} ({spec.title} has no launch "
+                                "setting for sequence parallelism)")
+            if (fixed.get("chunks") or 1) > 1 and not spec.chunks:
+                raise SpecError("chunks", fixed["chunks"], f"1 with --engine {self.engine} ({spec.title} has no "
+                                "launch setting that chunks TP/EP collectives)")
         for f in ("ttft_target_s", "tpot_target_s"):
             v = getattr(self, f)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
@@ -97,6 +202,7 @@ class InferResult:
     time_s: float = 0.0
     objective: float | None = None  # tokens/s per GPU of the best plan
     bound: float | None = None
+    closest: InferenceEstimate | None = None  # no plan meets the targets: the fitting plan nearest them
 
     @property
     def best(self) -> InferenceEstimate | None:
@@ -132,8 +238,15 @@ def shapes(p: InferProblem) -> list[ParallelConfig]:
                 comm = tp > 1 or ep > 1
                 for sp in lim.filter("sp", [False, True] if tp > 1 else [False]):
                     for chunks in lim.filter("chunks", [c for c in lim.chunk_options if c <= 4] if comm else [1]):
-                        out.append(ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, chunks=chunks))
+                        c = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, chunks=chunks)
+                        if p.engine is None or server_layout(p.engine, c, p.model.is_moe) is not None:
+                            out.append(c)
     return out
+
+
+def launch_key(p: InferProblem, c: ParallelConfig):
+    """What the user sets for ``c``: the engine's server layout (the config itself without an engine)."""
+    return c if p.engine is None else server_layout(p.engine, c, p.model.is_moe)
 
 
 def batch_values(largest: int, cap: int) -> list[int]:
@@ -183,12 +296,14 @@ def _key(e: InferenceEstimate):
             e.batch_per_replica)
 
 
-def _distinct_top(ok: list[InferenceEstimate], k: int) -> list[InferenceEstimate]:
-    """The best plan of each of the ``k`` best distinct parallel configs."""
+def _distinct_top(p: InferProblem, ok: list[InferenceEstimate], k: int, first=None) -> list[InferenceEstimate]:
+    """``first`` (if given), then the best plan of each next distinct launch layout, ``k`` in all:
+    plans whose emitted parallel settings are identical count once (the best of them)."""
     out, seen = [], set()
-    for e in sorted(ok, key=_key):
-        if e.config not in seen:
-            seen.add(e.config)
+    for e in ([first] if first is not None else []) + sorted(ok, key=_key):
+        key = launch_key(p, e.config)
+        if key not in seen:
+            seen.add(key)
             out.append(e)
         if len(out) == k:
             break
@@ -215,11 +330,22 @@ def explain(p: InferProblem, plans: list[InferenceEstimate]) -> str:
     return "; ".join(parts)
 
 
+def shortfall(p: InferProblem, e: InferenceEstimate) -> float:
+    """How far ``e`` is from the targets: the largest predicted/target ratio (<= 1: met)."""
+    ratios = [getattr(e, a) / t for t, a in ((p.ttft_target_s, "ttft_s"), (p.tpot_target_s, "tpot_s")) if t]
+    return max(ratios, default=0.0)
+
+
+def closest(p: InferProblem, plans: list[InferenceEstimate]) -> InferenceEstimate | None:
+    """The fitting plan nearest the targets (smallest :func:`shortfall`, then the best keyed)."""
+    return min(plans, key=lambda e: (shortfall(p, e), _key(e))) if plans else None
+
+
 def _finish(p, plans, ok, best, rejected, t0, k) -> InferResult:
     if best is None:
         return InferResult(INFEASIBLE, [], pareto_front(plans), explain(p, plans), len(plans), rejected,
-                           time.perf_counter() - t0)
-    top = [best] + [e for e in _distinct_top(ok, k) if e.config != best.config][:k - 1]
+                           time.perf_counter() - t0, closest=closest(p, plans))
+    top = _distinct_top(p, ok, max(k, 1), first=best)
     obj = best.tokens_per_s_per_gpu
     return InferResult(OPTIMAL, top, pareto_front(plans), "", len(plans), rejected, time.perf_counter() - t0, obj, obj)
 
