@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from . import frameworks
 from .collectives import collective_time_s, group_stride, layout
 from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops, optimizer_time_s
 from .config import ParallelConfig
@@ -126,11 +127,15 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         recompute = attn.fwd_s
     else:
         recompute = 0.0
-    if c.zero == 3 and c.dp * c.cp > 1:
+    sem = frameworks.of(c)
+    if sem.per_microbatch and c.dp * c.cp > 1:
         # FSDP / ZeRO-3: the next layer's parameters are gathered behind this layer's forward; in
         # backward the previous layer's gather and this layer's gradient reduce-scatter run
         # together (one link, shared) behind its backward and recompute (Rajbhandari et al. 2020,
-        # section 5; PyTorch FSDP, Zhao et al. 2023, section 3.3 "backward prefetching")
+        # section 5; PyTorch FSDP, Zhao et al. 2023, section 3.3 "backward prefetching").
+        # DeepSpeed ZeRO-2 only reduce-scatters, every micro-batch (stage_1_and_2.py,
+        # reduce_ipg_grads); FSDP2 without resharding gathers in forward only
+        # (costmodel.frameworks.semantics).
         params = (model.moe_layer_params if moe else model.dense_layer_params) / c.tp
         g = c.dp * c.cp
         stride = group_stride("dp", c.tp, c.cp, c.dp)
@@ -138,8 +143,10 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         t_rs = collective_time_s("reducescatter", params * GRAD_BYTES, g, stride, cluster)
         scope = layout(g, stride, cluster.gpus_per_node).scope
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
-        led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef)
-        led.overlap("zero", t_ag + t_rs, bwd + recompute, INF, WHY_Z3, coef)
+        if sem.gather_forward:
+            led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef)
+        t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
+        led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef)
     return LayerTiming(fwd, bwd, recompute, led, fwd_led if c.recompute == "full" else CommLedger())
 
 
@@ -210,9 +217,12 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
     """(gradient reduction, parameter gather) seconds after the last micro-batch of ``stage``.
 
     ZeRO-0 all-reduces FP32 gradients (Megatron-LM accumulates and reduces BF16 runs' gradients
-    in FP32); ZeRO-1/2 reduce-scatter them and all-gather BF16 parameters after the optimizer
-    step (Megatron distributed optimizer); ZeRO-3 reduces per micro-batch (in the stage ledger).
+    in FP32); ZeRO-1 reduce-scatters them and all-gathers BF16 parameters after the optimizer
+    step (Megatron distributed optimizer); DeepSpeed ZeRO-2 reduces per micro-batch (in the
+    stage ledger) and all-gathers parameters after the step; ZeRO-3 / FSDP2 do both per
+    micro-batch (:func:`costmodel.frameworks.semantics`).
     """
+    sem = frameworks.of(c)
     dense, expert = stage_params(model, c, stage)
     groups = ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
               (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
@@ -220,10 +230,9 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
     for params, size, stride in groups:
         if size <= 1 or params <= 0:
             continue
-        if c.zero == 0:
-            t_grad += collective_time_s("allreduce", params * GRAD_BYTES, size, stride, cluster)
-        elif c.zero in (1, 2):
-            t_grad += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster)
+        if sem.step_grad:
+            t_grad += collective_time_s(sem.step_grad, params * GRAD_BYTES, size, stride, cluster)
+        if sem.step_param_gather:
             t_param += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster)
     if model.tied_embeddings and c.pp > 1 and stage in (0, c.pp - 1):
         # word-embedding gradient all-reduce between first and last stage (Megatron-LM)
@@ -239,11 +248,13 @@ def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage:
     groups = ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
               (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
     lat_grad = lat_param = 0.0
+    sem = frameworks.of(c)
     for params, size, stride in groups:
-        if size <= 1 or params <= 0 or c.zero == 3:
+        if size <= 1 or params <= 0:
             continue
-        lat_grad += collective_time_s("allreduce" if c.zero == 0 else "reducescatter", 1.0, size, stride, cluster)
-        if c.zero in (1, 2):
+        if sem.step_grad:
+            lat_grad += collective_time_s(sem.step_grad, 1.0, size, stride, cluster)
+        if sem.step_param_gather:
             lat_param += collective_time_s("allgather", 1.0, size, stride, cluster)
     return lat_grad, lat_param
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .errors import SpecError
+from .frameworks import FRAMEWORKS, check as check_framework
 from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
 from .units import MB
 
@@ -42,6 +43,8 @@ class ParallelConfig:
         chunks by :func:`costmodel.pipeline.chunk_layers`.
     flash_attention : fused attention that never stores the s x s scores (FlashAttention);
         False reproduces Megatron-LM 2021/22's unfused softmax (Korthikanti's ``5 a s^2 b`` term).
+    framework : ``megatron``, ``deepspeed`` or ``fsdp2``, the framework that runs the plan; its
+        ZeRO semantics are charged and its rules checked (:mod:`costmodel.frameworks`).
     """
 
     tp: int = 1
@@ -59,6 +62,7 @@ class ParallelConfig:
     chunks: int = 1
     flash_attention: bool = True
     layers_per_stage: tuple[int, ...] | None = None
+    framework: str = "megatron"
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
@@ -68,6 +72,8 @@ class ParallelConfig:
                 raise SpecError(f, getattr(self, f), "true or false")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
             raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")
+        if self.framework not in FRAMEWORKS:
+            raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"one of {', '.join(RECOMPUTE)}")
         if self.recompute_layers is not None:
@@ -105,7 +111,8 @@ class ParallelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
-        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage"}
+        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
+                                              "framework"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:
@@ -181,3 +188,5 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     most = max(c.layers_per_stage) if c.layers_per_stage else model.layers // c.pp
     if c.recompute_layers is not None and c.recompute_layers > most:
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")
+    if workload.mode == "train":
+        check_framework(c)  # the settings c.framework can run (costmodel.frameworks)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import frameworks
 from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
@@ -116,7 +117,8 @@ class Scorer:
 
     # ---- cached per-class terms (keys: the fields each cost-model function reads)
     def _stage(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero == 3, c.recompute, c.recompute_layers, c.mb, c.vp,
+        sem = frameworks.of(c)
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, sem if sem.per_microbatch else None, c.recompute, c.recompute_layers, c.mb, c.vp,
                c.chunks, c.flash_attention, c.layers_per_stage)
         st = self._timing.get(key)
         if st is None:
@@ -125,7 +127,7 @@ class Scorer:
         return st
 
     def _dp_terms(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.layers_per_stage, c.bucket_bytes)
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.bucket_bytes)
         d = self._dp.get(key)
         if d is None:
             d = self._dp[key] = stage_dp_terms(self.model, self.cluster, c, s)
@@ -139,7 +141,7 @@ class Scorer:
         return t
 
     def _peak_memory(self, c: ParallelConfig, reps) -> float:
-        key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.recompute, c.recompute_layers, c.mb, c.vp,
+        key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers, c.mb, c.vp,
                c.flash_attention, c.layers_per_stage)
         peak = self._memory.get(key)
         if peak is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import frameworks
 from .compute import moe_imbalance
 from .config import ParallelConfig, micro_batches
 from .pipeline import in_flight_chunks, stage_layers
@@ -140,14 +141,32 @@ def stage_params(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float
 
 
 def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes on one GPU of ``stage`` under ZeRO stage ``c.zero``."""
+    """(weights, grads, optimizer) bytes on one GPU of ``stage`` under ZeRO stage ``c.zero`` as
+    ``c.framework`` shards it (:func:`costmodel.frameworks.semantics`): Megatron's distributed
+    optimizer (zero=1) keeps the full FP32 gradient buffer (``megatron/core/distributed/
+    param_and_grad_buffer.py``) and shards only the optimizer state."""
     dense, expert = stage_params(model, c, stage)
     shard_d, shard_e = c.dp * c.cp, expert_dp(c)
-    def sharded(nbytes_per_param: float, min_zero: int) -> float:
-        if c.zero >= min_zero:
+    sem = frameworks.of(c)
+    def sharded(nbytes_per_param: float, on: bool) -> float:
+        if on:
             return nbytes_per_param * (dense / shard_d + expert / shard_e)
         return nbytes_per_param * (dense + expert)
-    return sharded(WEIGHT_BYTES, 3), sharded(GRAD_BYTES, 2), sharded(OPTIM_BYTES, 1)
+    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(GRAD_BYTES, sem.shard_grads),
+            sharded(OPTIM_BYTES, sem.shard_optimizer))
+
+
+def gathered_weight_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:
+    """Unsharded BF16 weights held besides the shards: FSDP/ZeRO-3 the current and the prefetched
+    layer; FSDP2 without resharding after forward (zero=2) the whole stage from forward to backward."""
+    sem = frameworks.of(c)
+    if sem.unsharded_weights is None or c.dp * c.cp <= 1:
+        return 0.0
+    dense, expert = stage_params(model, c, stage)
+    if sem.unsharded_weights == "stage":
+        return WEIGHT_BYTES * (dense + expert)
+    n_dense, n_moe = layer_counts(model, c, stage)
+    return 2 * WEIGHT_BYTES * (dense + expert) / max(1, n_dense + n_moe)
 
 
 def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe: bool = False) -> float:
@@ -203,10 +222,7 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         acts += 3 * model.hidden * tokens / (c.tp if c.sp_on else 1) * chunks / c.vp
     if stage == c.pp - 1 and w.mode == "train":  # BF16 logits and FP32 softmax of one micro-batch
         acts += 6 * tokens * model.vocab / c.tp
-    buffers = 0.0
-    if c.zero == 3 and c.dp * c.cp > 1:  # all-gathered weights of the current and the prefetched layer
-        dense, expert = stage_params(model, c, stage)
-        buffers = 2 * WEIGHT_BYTES * (dense + expert) / max(1, n_dense + n_moe)
+    buffers = gathered_weight_bytes(model, c, stage)
     return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
 
 

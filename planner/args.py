@@ -24,6 +24,7 @@ import sys
 
 from costmodel.config import RECOMPUTE
 from costmodel.errors import PlannerError, SpecError
+from costmodel.frameworks import FRAMEWORKS
 from costmodel.kvcache import KV_DTYPES
 from costmodel.specs import MODES, Workload
 from costmodel.units import DTYPES
@@ -166,6 +167,9 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
                    help="DP gradient bucket size in MB (0 = no overlap; default 40)")
     g.add_argument("--chunks", type=int_arg("chunks"), metavar="N",
                    help="pieces each overlappable collective is split into")
+    g.add_argument("--framework", type=choice_arg("framework", FRAMEWORKS), metavar="{" + ",".join(FRAMEWORKS) + "}",
+                   help="framework that runs the plan: its ZeRO semantics are charged, only what it can run is "
+                        "searched, --emit prints it (default: megatron)")
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
                    help="unfused attention that stores the s x s scores (Megatron-LM 2021/22)")
     add_split_args(parser)
@@ -278,8 +282,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
-            "recompute_layers", "bucket_mb", "chunks", "flash_attention")
+            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework")
     fields = {k: getattr(args, k, None) for k in keys}
+    fields["framework"] = framework_from_args(args)
     lps = getattr(args, "layers_per_stage", None)
     if lps is not None and fields["pp"] is None:
         fields["pp"] = len(lps)
@@ -290,6 +295,18 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     if getattr(args, "sp", None) is True and config.tp == 1:
         raise SpecError("sp", True, "off when tp=1 (sequence parallelism needs --tp 2 or more)")
     return config
+
+
+def framework_from_args(args: argparse.Namespace) -> str:
+    """``--framework``, else the training format of ``--emit`` (the plan is evaluated for the
+    framework it is emitted for), else ``megatron``; both given and different is refused."""
+    fw, emit = getattr(args, "framework", None), getattr(args, "emit", None)
+    if emit not in FRAMEWORKS:
+        emit = None
+    if fw and emit and fw != emit:
+        raise SpecError("emit", emit, f"{fw} with --framework {fw} (the plan is evaluated for the framework it is "
+                        "emitted for)")
+    return fw or emit or "megatron"
 
 
 def check_contradictions(args: argparse.Namespace) -> None:

@@ -30,19 +30,36 @@ bucket is bytes of FP32 gradients (:data:`costmodel.memory.GRAD_BYTES` per eleme
 --overlap-param-gather \\
 --ddp-bucket-size 10000000 \\
 --bf16
->>> deepspeed_config(c, global_batch=64)["zero_optimization"]["stage"]
+>>> deepspeed_config(ParallelConfig(tp=8, pp=4, dp=2, zero=1, framework="deepspeed"), global_batch=64)["zero_optimization"]["stage"]
 1
 """
 
 from __future__ import annotations
 
+from costmodel import frameworks
 from costmodel.config import ParallelConfig, micro_batches
 from costmodel.errors import SpecError
 from costmodel.memory import GRAD_BYTES
 from costmodel.pipeline import chunk_layers, megatron_split
 from costmodel.specs import Workload
 
-FORMATS = ("megatron", "deepspeed")
+FORMATS = ("megatron", "deepspeed", "fsdp2")
+
+
+def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
+    """Raise :class:`SpecError` (one line) unless ``fmt`` reproduces exactly the evaluated plan
+    ``c``: the format must be the plan's framework (its semantics were charged) and the plan
+    runnable by it (:func:`costmodel.frameworks.check`)."""
+    if fmt != c.framework:
+        raise SpecError("emit", fmt, f"{c.framework}, the framework the plan was evaluated for "
+                        f"(or evaluate it with --framework {fmt}: each framework's ZeRO runs differently)")
+    frameworks.check(c)
+    if fmt in ("deepspeed", "fsdp2") and c.layers_per_stage is not None and len(set(c.layers_per_stage)) > 1:
+        raise SpecError("emit", fmt, f"megatron for an uneven stage split {c.layers_per_stage} "
+                        f"({fmt} is emitted with even stages only)")
+    if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
+        raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
+                        f"({fmt} recomputes every layer or none)")
 
 
 def bucket_elements(c: ParallelConfig) -> int:
@@ -71,13 +88,16 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
         else:  # the first k layers of each stage
             out += [["--recompute-granularity", "full"], ["--recompute-method", "block"],
                     ["--recompute-num-layers", str(c.recompute_layers)]]
-    if c.zero in (1, 2):
+    frameworks.semantics("megatron", c.zero)  # Megatron-Core has no ZeRO-2: refused with the reason
+    if c.zero == 1:  # megatron/core/optimizer/distrib_optimizer.py: full grad buffer, sharded optimizer
         out.append(["--use-distributed-optimizer"])
-    elif c.zero == 3:
-        out.append(["--use-torch-fsdp2"])
+    elif c.zero == 3:  # Megatron FSDP (arguments.py: v1 turns on the distributed optimizer itself;
+        # it needs the fsdp_dtensor checkpoint format); not --use-torch-fsdp2, which refuses pp > 1
+        out += [["--use-megatron-fsdp"], ["--data-parallel-sharding-strategy", "optim_grads_params"],
+                ["--ckpt-format", "fsdp_dtensor"]]
     if c.bucket_bytes > 0 and c.dp * c.cp > 1:
         out.append(["--overlap-grad-reduce"])
-        if c.zero in (1, 2):
+        if c.zero in (1, 3):
             out.append(["--overlap-param-gather"])
         out.append(["--ddp-bucket-size", str(bucket_elements(c))])
     out += {"bf16": [["--bf16"]], "fp16": [["--fp16"]], "fp8": [["--bf16"], ["--fp8-format", "hybrid"]]}[dtype]
@@ -180,11 +200,15 @@ def megatron_text(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
 def megatron_notes(c: ParallelConfig) -> list[str]:
     """What the arguments cannot express exactly."""
     notes = []
-    if c.zero == 2:
-        notes.append("ZeRO-2: Megatron's distributed optimizer shards optimizer state and reduce-scatters "
-                     "gradients into their shard; it is the closest setting")
-    if c.zero == 3 and c.pp > 1:
-        notes.append("ZeRO-3 via --use-torch-fsdp2 is documented as not working with pipeline parallelism")
+    if (c.tp > 1 or c.cp > 1) and c.zero != 3:  # arguments.py asserts it before Blackwell
+        notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it with TP or CP, and TP "
+                     "communication overlap relies on it)")
+    if c.zero == 3 and (c.tp > 1 or c.cp > 1):
+        notes.append("Megatron FSDP requires CUDA_DEVICE_MAX_CONNECTIONS unset or > 1; arguments.py warns "
+                     "that TP/CP prefer 1 (the prediction assumes both overlap)")
+    if c.sp_on and c.chunks > 1:
+        notes.append(f"--tp-comm-overlap pipelines each AllGather/ReduceScatter in Transformer Engine's "
+                     f"userbuffers pieces; the plan assumed chunks={c.chunks}")
     if c.chunks > 1 and not c.sp_on and c.tp > 1:
         notes.append(f"chunks={c.chunks} without sequence parallelism has no Megatron flag (TP all-reduce overlap)")
     return notes
@@ -196,6 +220,7 @@ def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") 
     Tensor, pipeline, context and expert parallel degrees are not DeepSpeed JSON keys (they are
     set by the training script, e.g. Megatron-DeepSpeed's ``--tensor-model-parallel-size``).
     """
+    frameworks.check_fields("deepspeed", zero=c.zero, pp=c.pp, vp=c.vp, cp=c.cp, chunks=c.chunks)
     m = micro_batches(Workload(global_batch=global_batch, seq_len=1), c)
     zero = {"stage": c.zero, "overlap_comm": c.bucket_bytes > 0, "contiguous_gradients": True,
             "reduce_scatter": True}
@@ -225,11 +250,65 @@ def deepspeed_notes(c: ParallelConfig) -> list[str]:
     return notes
 
 
+def torchtitan_lines(c: ParallelConfig, workload: Workload) -> list[str]:
+    """The plan as torchtitan job-config TOML (``torchtitan/config/job_config.py``: ``Parallelism``,
+    ``Training``, ``ActivationCheckpoint``): FSDP2 shards over ``dp`` (zero 2/3) or DDP replicates
+    (zero 0); zero=3 reshards after forward (``fsdp_reshard_after_forward = "always"``), zero=2 not
+    (``"never"``); chunked TP overlap is async TP, which needs ``torch.compile``.
+
+    >>> print("\\n".join(torchtitan_lines(ParallelConfig(tp=8, pp=2, dp=4, sp=True, zero=3, framework="fsdp2"),
+    ...                                    Workload(global_batch=64, seq_len=4096))[:5]))
+    [parallelism]
+    data_parallel_replicate_degree = 1
+    data_parallel_shard_degree = 4
+    fsdp_reshard_after_forward = "always"
+    tensor_parallel_degree = 8
+    """
+    frameworks.check_fields("fsdp2", zero=c.zero, tp=c.tp, sp=c.sp_on, chunks=c.chunks)
+    shard = c.zero >= 2
+    out = ["[parallelism]",
+           f"data_parallel_replicate_degree = {1 if shard else c.dp}",
+           f"data_parallel_shard_degree = {c.dp if shard else 1}"]
+    if shard:
+        out.append(f'fsdp_reshard_after_forward = "{"always" if c.zero == 3 else "never"}"')
+    out += [
+           f"tensor_parallel_degree = {c.tp}",
+           f"enable_async_tensor_parallel = {'true' if c.chunks > 1 and c.tp > 1 else 'false'}",
+           f"pipeline_parallel_degree = {c.pp}"]
+    if c.pp > 1:
+        out += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if c.vp > 1 else "1F1B"}"',
+                f"pipeline_parallel_microbatch_size = {c.mb}"]
+    out += [f"context_parallel_degree = {c.cp}", f"expert_parallel_degree = {c.ep}", "",
+            "[training]", f"global_batch_size = {workload.global_batch}",
+            # gradient accumulation = global / (local * dp); with PP the local batch is split into
+            # pipeline micro-batches of pipeline_parallel_microbatch_size
+            f"local_batch_size = {c.mb if c.pp == 1 else workload.global_batch // c.dp}",
+            f"seq_len = {workload.seq_len}",
+            f'mixed_precision_param = "{"float16" if workload.dtype == "fp16" else "bfloat16"}"', "",
+            "[activation_checkpoint]", f'mode = "{c.recompute}"']
+    if c.recompute == "selective":
+        out.append('selective_ac_option = "op"')
+    if c.chunks > 1 and c.tp > 1:
+        out += ["", "[compile]", "enable = true"]
+    return out
+
+
+def torchtitan_notes(c: ParallelConfig) -> list[str]:
+    notes = []
+    if c.chunks > 1 and c.tp > 1:
+        notes.append(f"async TP decomposes each AllGather/ReduceScatter itself; the plan assumed chunks={c.chunks}")
+    return notes
+
+
 def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int) -> tuple[str, list[str]]:
-    """``(text, notes)``: the plan as Megatron-LM arguments (shell lines) or a DeepSpeed config
-    (JSON), and what the format cannot express exactly."""
+    """``(text, notes)``: the plan as Megatron-LM arguments (shell lines), a DeepSpeed config
+    (JSON) or torchtitan TOML, and what the format cannot express exactly; refuses
+    (:class:`SpecError`) unless the format reproduces exactly the evaluated plan."""
     import json
 
+    refuse_unless_runnable(fmt, c)
+    if fmt == "fsdp2":
+        return "\n".join(torchtitan_lines(c, workload)), torchtitan_notes(c)
     if fmt == "megatron":
         return megatron_text(c, workload.global_batch, layers, workload.dtype), megatron_notes(c)
     return json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)

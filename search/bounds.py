@@ -93,7 +93,7 @@ class Bounds:
         return collective_time_s("p2p", msg, s.pp, group_stride("pp", s.tp, s.cp, s.dp), p.cluster)
 
     def _opt_s(self, c: Choice, kind: str, n: int) -> float:
-        key = (c.shape, c.zero, kind, n)
+        key = (c.shape, c.zero, c.framework, kind, n)
         if key not in self._opt:
             s = c.shape
             shard_d = s.dp * s.cp if c.zero >= 1 else 1
@@ -130,7 +130,7 @@ class Bounds:
 
     def opt_lb_s(self, c: Choice) -> float:
         """Optimizer bound: the stage holding ``ceil(L / p)`` layers, the smallest first / last."""
-        key = (c.shape, c.zero, c.vp)
+        key = (c.shape, c.zero, c.framework, c.vp)
         if key not in self._opt:
             self._opt[key] = self._opt_lb(c)
         return self._opt[key]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from costmodel import frameworks
+
 from .problem import Problem
 
 RECOMPUTE_KINDS = ("none", "selective", "full")
@@ -181,8 +183,8 @@ def sp_values(p: Problem, s: Shape) -> list[bool]:
     if s.tp == 1:
         return _moot(p, "sp", False)
     if (p.workload.seq_len // s.cp) % s.tp:
-        return p.limits.filter("sp", [False])
-    return p.limits.filter("sp", [False, True])
+        return _runnable(p, s, "sp", p.limits.filter("sp", [False]))
+    return _runnable(p, s, "sp", p.limits.filter("sp", [False, True]))
 
 
 def data_parallel(p: Problem, s: Shape) -> bool:
@@ -192,14 +194,22 @@ def data_parallel(p: Problem, s: Shape) -> bool:
     return s.dp * s.cp > 1 or (p.model.is_moe and expert_dp > 1)
 
 
+def _runnable(p: Problem, s: Shape, var: str, values: list) -> list:
+    """``values`` of ``var`` that ``p.framework`` can run with shape ``s`` (costmodel.frameworks)."""
+    return [v for v in values if frameworks.allows(p.framework, var, v, pp=s.pp, tp=s.tp)]
+
+
 def zero_values(p: Problem, s: Shape) -> list[int]:
-    return p.limits.filter("zero", [0, 1, 2, 3]) if data_parallel(p, s) else _moot(p, "zero", 0)
+    if not data_parallel(p, s):
+        return _moot(p, "zero", 0)
+    return _runnable(p, s, "zero", p.limits.filter("zero", [0, 1, 2, 3]))
 
 
 def chunk_values(p: Problem, s: Shape) -> list[int]:
     if not (s.tp > 1 or (p.model.is_moe and s.ep > 1)):
         return _moot(p, "chunks", 1)
-    return p.limits.filter("chunks", sorted(set(p.limits.chunk_options) | set(_moot(p, "chunks", 1))))
+    return _runnable(p, s, "chunks", p.limits.filter("chunks", sorted(set(p.limits.chunk_options)
+                                                                      | set(_moot(p, "chunks", 1)))))
 
 
 def bucket_values(p: Problem, s: Shape) -> list[float]:

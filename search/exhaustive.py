@@ -56,7 +56,7 @@ def all_choices(p: Problem):
                 recs = recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else L)
                 for sp, chunks, zero, bucket in itertools.product(*per_shape):
                     for kind, k in recs:
-                        yield Choice(s, mb, vp, sp, chunks, zero, kind, k, bucket)
+                        yield Choice(s, mb, vp, sp, chunks, zero, kind, k, bucket, p.framework)
 
 
 def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):

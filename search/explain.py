@@ -46,7 +46,7 @@ def lean_choices(p: Problem):
         if not (recs and sps and zeros and chunks and buckets):
             continue
         rec = "full" if ("full", None) in recs else recs[-1][0]
-        yield Choice(s, mb, vps[0], max(sps), chunks[0], max(zeros), rec, None, buckets[0])
+        yield Choice(s, mb, vps[0], max(sps), chunks[0], max(zeros), rec, None, buckets[0], p.framework)
 
 
 def feasible(p: Problem) -> bool:

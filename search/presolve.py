@@ -46,7 +46,8 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
     moe = tables.p.model.is_moe
     vecs = {}
     for ch in chunk_opts:
-        c = Choice(base.shape, base.mb, base.vp, base.sp, ch, base.zero, base.recompute, None, base.bucket_mb)
+        c = Choice(base.shape, base.mb, base.vp, base.sp, ch, base.zero, base.recompute, None, base.bucket_mb,
+                   base.framework)
         vecs[ch] = [tables.layer(c, False)] + ([tables.layer(c, True)] if moe else [])
     ref = vecs[chunk_opts[0]]
     if any(v[i][2:] != ref[i][2:] for v in vecs.values() for i in range(len(ref))):
@@ -81,7 +82,8 @@ class Expander:
 
     def chunks(self, base: Choice, opts: list[int]) -> list[int]:
         s = base.shape
-        key = (s.tp, s.cp, s.ep, s.dp if base.zero == 3 else 1, base.mb, base.sp, base.recompute, base.zero == 3)
+        z3 = base.per_microbatch()
+        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, base.mb, base.sp, base.recompute, z3)
         if key not in self._chunks:
             self._chunks[key] = _dominant_chunks(self.t, base, opts)
         return self._chunks[key]
@@ -94,11 +96,11 @@ class Expander:
         for sp in sp_values(p, s):
             for zero in zero_values(p, s):
                 for kind, k in recs:
-                    chs = self.chunks(Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0]), chunk_opts)
+                    chs = self.chunks(Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework), chunk_opts)
                     self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                     for ch in chs:
                         for b in kept_buckets:
-                            yield Choice(s, mb, vp, sp, ch, zero, kind, k, b)
+                            yield Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework)
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
         """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
@@ -113,13 +115,13 @@ class Expander:
         opts = bucket_values(p, s)  # a positive bucket: its DP bound (no latency) is below every option's
         bucket = next((b for b in opts if b > 0), opts[0])
         slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
-        if refined and bounds.caps(Choice(s, mb, vp, max(sps), 1, max(zeros), slow_rec, None, bucket)) is None:
+        if refined and bounds.caps(Choice(s, mb, vp, max(sps), 1, max(zeros), slow_rec, None, bucket, p.framework)) is None:
             return None
         ch, z_fast = max(chunk_values(p, s)), min(zeros, key=lambda z: z == 3)
-        t = min(bounds._quick_parts(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket))[0] for sp in sps)
+        t = min(bounds._quick_parts(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework))[0] for sp in sps)
         rest = math.inf
         for z in zeros:
-            c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, bucket)
+            c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, bucket, p.framework)
             rest = min(rest, bounds.opt_lb_s(c) + (bounds.dp_lb_s(c) if refined else 0.0))
         return t + rest
 

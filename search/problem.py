@@ -20,9 +20,10 @@ costmodel.errors.SpecError: fixed='warp': must be one of tp, pp, dp, ep, cp, vp,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from costmodel.errors import SpecError
+from costmodel.frameworks import FRAMEWORKS, check_fields
 from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive
 from costmodel.units import GiB
 
@@ -120,8 +121,19 @@ class Problem:
     cluster: ClusterSpec
     workload: Workload
     limits: Limits = field(default_factory=Limits)
+    framework: str = "megatron"  # the framework that runs the plan (costmodel.frameworks)
 
     def __post_init__(self):
+        if self.framework not in FRAMEWORKS:
+            raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
+        pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}
+        if pinned:  # a pinned setting the framework cannot run: say why, before any search
+            check_fields(self.framework, **pinned)
+        if self.framework == "deepspeed":  # no interleaving, ring CP or chunked overlap (costmodel.frameworks)
+            most = {k: min(1, self.limits.maximum.get(k, 1)) for k in ("vp", "cp", "chunks")}
+            object.__setattr__(self, "limits", replace(self.limits, maximum={**self.limits.maximum, **most}))
+        if self.framework != "megatron":  # what planner.emit can state for them: even stages, all-or-no recompute
+            object.__setattr__(self, "limits", replace(self.limits, uneven_stages=False, partial_recompute=False))
         if not self.cluster.num_gpus:
             raise SpecError("gpus", self.cluster.num_gpus, "a positive GPU count (--gpus N)")
         if self.workload.mode != "train":

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from costmodel import frameworks
 from costmodel.analytic import dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
 from costmodel.compute import optimizer_time_s
 from costmodel.step import dp_buckets, dp_exposure, multiplier, step_time
@@ -65,11 +66,13 @@ class Choice:
     recompute: str
     recompute_layers: int | None
     bucket_mb: float
+    framework: str = "megatron"  # costmodel.frameworks: whose ZeRO semantics are charged
 
     def key(self) -> tuple:
         """A total order (``recompute_layers=None``, all layers, sorts after any number)."""
         return (self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
-                self.recompute_layers if self.recompute_layers is not None else 1 << 30, self.bucket_mb)
+                self.recompute_layers if self.recompute_layers is not None else 1 << 30, self.bucket_mb,
+                self.framework)
 
     def __lt__(self, other: "Choice") -> bool:
         return self.key() < other.key()
@@ -79,7 +82,13 @@ class Choice:
         return ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep, cp=s.cp, sp=self.sp, zero=self.zero,
                               recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
                               vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
-                              flash_attention=flash_attention, layers_per_stage=layers_per_stage)
+                              flash_attention=flash_attention, layers_per_stage=layers_per_stage,
+                              framework=self.framework)
+
+    def per_microbatch(self):
+        """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
+        sem = frameworks.lookup(self.framework, self.zero)
+        return sem if sem.per_microbatch and self.shape.dp * self.shape.cp > 1 else None
 
     def micro_batches(self, global_batch: int) -> int:
         return global_batch // (self.shape.dp * self.mb)
@@ -169,12 +178,12 @@ class Tables:
         """``(U, R, fwd, bwd, rec, act_bytes)`` of one layer and micro-batch: U = fwd + bwd + exposed
         communication + interference; R = recompute time (with its repeated communication)."""
         s = choice.shape
-        z3 = choice.zero == 3
+        z3 = choice.per_microbatch()
         key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe)
         if key not in self._layer:
             c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp, chunks=choice.chunks,
-                               recompute=choice.recompute, zero=3 if z3 else 0,
-                               flash_attention=self.p.limits.flash_attention)
+                               recompute=choice.recompute, zero=choice.zero if z3 else 0,
+                               flash_attention=self.p.limits.flash_attention, framework=choice.framework)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference
             lt = layer_timing(p.model, p.cluster, p.workload, c, moe)
             u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + lt.ledger.interference_s(coef)
@@ -190,7 +199,7 @@ class Tables:
         gradient bytes. They depend on the shape and ZeRO stage only. (An MoE first stage holding
         only the dense layers has no expert group, so ``n = dense_layers`` is probed on its own.)"""
         s = choice.shape
-        key = (s, choice.zero, kind)
+        key = (s, choice.zero, choice.framework, kind)
         if key not in self._affine:
             p, d, L = self.p, self.p.model.dense_layers, self.p.model.layers
             split_dense = kind in ("first", "only") and p.model.is_moe and d > 0
@@ -248,7 +257,7 @@ class Tables:
         differ only in bucket size or ZeRO stage 0-2."""
         s, p = choice.shape, self.p
         key = ("t", s, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute, choice.recompute_layers,
-               choice.zero == 3, kind)
+               choice.per_microbatch(), kind)
         if key in self._parts:
             return self._parts[key]
         n = np.arange(p.model.layers + 1)
@@ -278,7 +287,8 @@ class Tables:
     def memory(self, choice: Choice, kind: str):
         """Peak memory array over ``n``; shared by choices that differ only in chunks or bucket."""
         s, p = choice.shape, self.p
-        key = ("m", s, choice.mb, choice.vp, choice.sp, choice.zero, choice.recompute, choice.recompute_layers, kind)
+        key = ("m", s, choice.mb, choice.vp, choice.sp, choice.zero, choice.framework, choice.recompute,
+               choice.recompute_layers, kind)
         if key in self._parts:
             return self._parts[key]
         model, w, L = p.model, p.workload, p.model.layers
@@ -303,8 +313,9 @@ class Tables:
         sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps), stage)
         acts = acts + (sm.activations_bytes - acts[n0])  # embedding output, logits of the probe
         a = self.affine(choice, kind)
-        buffers = (2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n)
-                   if choice.zero == 3 and s.dp * s.cp > 1 else 0.0)
+        held = frameworks.lookup(choice.framework, choice.zero).unsharded_weights if s.dp * s.cp > 1 else None
+        buffers = {None: 0.0, "stage": WEIGHT_BYTES * (a["dense"] + a["expert"]),  # memory.gathered_weight_bytes
+                   "two_layers": 2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n)}[held]
         self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)
         return self._parts[key]
 

@@ -37,6 +37,7 @@ from functools import lru_cache
 
 import networkx as nx
 
+from .. import frameworks
 from ..analytic import COLUMN_PARALLEL
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, Op, head_ops, layer_ops
@@ -200,15 +201,20 @@ def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> list:
 # ----------------------------------------------------------------------------- ZeRO-3
 def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
     """Parameter AllGather for the next layer (and in backward the gradient ReduceScatter of the
-    previous one), issued at the layer's start with nothing to wait for."""
+    previous one), issued at the layer's start with nothing to wait for. Which of them a
+    framework runs per micro-batch is :func:`costmodel.frameworks.semantics` (DeepSpeed ZeRO-2:
+    the ReduceScatter only; FSDP2 without resharding: the forward gather and the ReduceScatter)."""
     c, model = cx.c, cx.model
     g = c.dp * c.cp
-    if c.zero != 3 or g <= 1:
+    sem = frameworks.of(c)
+    if not sem.per_microbatch or g <= 1:
         return []
     params = (model.moe_layer_params if cx.moe else model.dense_layer_params) / c.tp
     stride = group_stride("dp", c.tp, c.cp, c.dp)
-    out = [b.comm(f"zero.ag.{phase}", "allgather", params * WEIGHT_BYTES, g, stride, "zero", phase=phase)]
-    if phase == "bwd":
+    out = []
+    if sem.gather_forward if phase == "fwd" else sem.gather_backward:
+        out.append(b.comm(f"zero.ag.{phase}", "allgather", params * WEIGHT_BYTES, g, stride, "zero", phase=phase))
+    if phase == "bwd" and sem.reduce_per_microbatch:
         out.append(b.comm("zero.rs", "reducescatter", params * GRAD_BYTES, g, stride, "zero", phase=phase))
     return out
 

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .. import frameworks
 from ..analytic import StageTiming, grad_bytes, stage_dp_terms, stage_optimizer_s
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
@@ -173,7 +174,7 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
 
     dp_link = dp_exp = zero_link = zero_exp = 0.0
     dp_stage, scheds = 0, []
-    kind = "allreduce" if c.zero == 0 else "reducescatter"
+    kind = frameworks.of(c).step_grad or "reducescatter"
     size, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
     worst, windows = -np.inf, {}
     for s in range(c.pp):

@@ -18,7 +18,7 @@ from costmodel.inference import evaluate_inference
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
-from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args
+from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
 from ..report import estimate_json, estimate_text, print_json
@@ -73,11 +73,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         d = estimate_json(est, model, cluster, workload)
         d["config"]["layers_per_stage"] = list(config.layers_per_stage or ())
+        if args.emit:
+            refuse_unless_runnable(args.emit, config)
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(config, workload.global_batch, model.layers,
                                                             workload.dtype) for t in a]
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)
+        elif args.emit == "fsdp2":
+            d["torchtitan_config"] = torchtitan_lines(config, workload)
         print_json(d)
     elif args.emit:
         text, notes = emit_text(args.emit, config, workload, model.layers)

@@ -20,7 +20,8 @@ from costmodel.units import GiB
 
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
-from ..emit import FORMATS, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes, megatron_text
+from ..args import framework_from_args
+from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
 from ..report import _s, estimate_json, print_json, table
 from .. import recommend_infer
 
@@ -80,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         from costmodel.errors import SpecError
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
-    problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers))
+    problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
+                      framework=framework_from_args(args))
     result = solve(problem, SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed,
                                          top_k=args.top))
     if not result.plans:
@@ -98,11 +100,15 @@ def run(args: argparse.Namespace) -> int:
         d["binding"] = list(best.binding)
         d["objective_s"], d["agreement"] = best.objective_s, best.agreement
         d["alternatives"] = [p.to_dict() for p in result.plans[1:]]
+        if args.emit:
+            refuse_unless_runnable(args.emit, best.config)
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(best.config, workload.global_batch, model.layers,
                                                             workload.dtype) for t in a]
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(best.config, workload.global_batch, workload.dtype)
+        elif args.emit == "fsdp2":
+            d["torchtitan_config"] = torchtitan_lines(best.config, workload)
         print_json(d)
         return 0
     print(report_text(result, model, cluster, workload))
@@ -110,12 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _emit(fmt: str, config, workload, model) -> int:
-    if fmt == "megatron":
-        print(megatron_text(config, workload.global_batch, model.layers, workload.dtype))
-        notes = megatron_notes(config)
-    else:
-        print_json(deepspeed_config(config, workload.global_batch, workload.dtype))
-        notes = deepspeed_notes(config)
+    text, notes = emit_text(fmt, config, workload, model.layers)  # refuses unless it is the evaluated plan
+    print(text)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     return 0

@@ -1,0 +1,199 @@
+"""Frameworks are real: what each training framework can run and what its ZeRO stages communicate.
+
+A plan is run by a framework (``ParallelConfig.framework``): Megatron-Core, DeepSpeed or PyTorch
+FSDP2 as torchtitan drives it. :func:`semantics` says, for a framework and ZeRO stage, which
+data-parallel collectives run per micro-batch and which once per step, and which model state is
+sharded; the cost model (:mod:`costmodel.analytic`, :mod:`costmodel.memory`,
+:mod:`costmodel.graph.builders`) charges exactly that. :func:`check` raises :class:`SpecError`
+naming the rule a plan breaks for its framework; the search (:mod:`search.candidates`) only
+enumerates what :func:`zero_stages` / :func:`allows` accept, and ``--emit`` prints the same plan.
+
+Megatron-Core (``megatron/training/arguments.py``, ``megatron/core/distributed``):
+
+* zero=0: DDP, FP32 gradient buffer all-reduced once per step in buckets (``--overlap-grad-reduce``).
+* zero=1: distributed optimizer (``--use-distributed-optimizer``): the full FP32 gradient buffer
+  is kept, reduce-scattered once per step, parameters all-gathered after the step
+  (``--overlap-param-gather``); only optimizer state (FP32 master + Adam) is sharded.
+* zero=2: none. Megatron's distributed optimizer is ZeRO-1; the ZeRO-2-like Megatron FSDP
+  ``optim_grads`` strategy is not offered by this planner (refused, see :func:`check`).
+* zero=3: Megatron FSDP (``--use-megatron-fsdp --data-parallel-sharding-strategy
+  optim_grads_params``): parameters gathered per module in forward and again in backward, and
+  gradients reduce-scattered after *every* backward (``megatron_fsdp.py``, ``_post_backward``:
+  ``grad_reduce_every_bprop`` for ``optim_grads``/``optim_grads_params``). ``arguments.py``
+  refuses PP only with ``--use-torch-fsdp2``, not with Megatron FSDP.
+
+DeepSpeed (``deepspeed/runtime/zero/stage_1_and_2.py``, ``stage3.py``, ``pipe/engine.py``):
+
+* zero=1: gradients reduced once at the accumulation boundary, updated partitions all-gathered.
+* zero=2: gradients reduce-scattered in buckets *every* micro-batch during backward
+  (``reduce_ipg_grads`` from the backward hooks, ``overlap_comm``), only the shard kept; the
+  updated partitions all-gathered after the step.
+* zero=3: parameters gathered per module (prefetched) in forward and backward, gradients
+  reduce-scattered per micro-batch.
+* The pipeline engine (``PipelineEngine.__init__``: "ZeRO-2 and ZeRO-3 are incompatible with
+  pipeline parallelism") needs zero <= 1 with pp > 1; it has no interleaved schedule (vp = 1),
+  no ring context parallelism and no TP communication overlap (chunks = 1).
+
+FSDP2 / torchtitan (``torchtitan/models/llama3/infra/parallelize.py``, ``apply_fsdp``):
+
+* zero=0: replicated data parallelism (``data_parallel_replicate_degree``, DDP).
+* zero=1: none (FSDP2 shards parameters; there is no optimizer-only sharding).
+* zero=2: ``reshard_after_forward=False``: parameters gathered once per micro-batch in forward
+  and kept unsharded through backward (a full copy of the stage's weights), gradients
+  reduce-scattered per micro-batch.
+* zero=3: ``reshard_after_forward=True``: gathered in forward and again in backward,
+  reduce-scattered per micro-batch.
+* TP is always sequence-parallel in torchtitan (norms as ``SequenceParallel``); chunked TP
+  overlap exists only as async TP (``enable_async_tensor_parallel``); PP with FSDP2 is allowed.
+
+>>> semantics("deepspeed", 2).reduce_per_microbatch, semantics("megatron", 1).reduce_per_microbatch
+(True, False)
+>>> check_fields("deepspeed", zero=2, pp=4)
+Traceback (most recent call last):
+...
+costmodel.errors.SpecError: zero=2: must be 0 or 1 with pp=4 under framework=deepspeed (DeepSpeed's pipeline engine accepts ZeRO <= 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import SpecError
+
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp2")
+DEFAULT_FRAMEWORK = "megatron"
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """What a framework's ZeRO stage communicates and shards (per data-parallel group).
+
+    Attributes
+    ----------
+    gather_forward, gather_backward : each layer's parameters all-gathered per micro-batch in
+        forward / again in backward (FSDP, ZeRO-3).
+    reduce_per_microbatch : gradients reduce-scattered during every micro-batch's backward.
+    step_grad : the once-per-step gradient collective after the last backward
+        (``"allreduce"``, ``"reducescatter"`` or ``None``).
+    step_param_gather : updated parameters all-gathered after the optimizer step.
+    shard_weights, shard_grads, shard_optimizer : model state sharded over data parallelism.
+    unsharded_weights : gathered BF16 weights kept: ``"two_layers"`` (current and prefetched
+        layer), ``"stage"`` (all of the stage's layers, kept from forward to backward) or ``None``.
+    """
+
+    gather_forward: bool = False
+    gather_backward: bool = False
+    reduce_per_microbatch: bool = False
+    step_grad: str | None = "allreduce"
+    step_param_gather: bool = False
+    shard_weights: bool = False
+    shard_grads: bool = False
+    shard_optimizer: bool = False
+    unsharded_weights: str | None = None
+
+    @property
+    def per_microbatch(self) -> bool:
+        """Any DP collective inside each micro-batch (charged in the layer ledger)."""
+        return self.gather_forward or self.gather_backward or self.reduce_per_microbatch
+
+
+_DDP = Semantics()
+_DISTOPT = Semantics(step_grad="reducescatter", step_param_gather=True, shard_optimizer=True)
+_ZERO2 = Semantics(reduce_per_microbatch=True, step_grad=None, step_param_gather=True, shard_grads=True,
+                   shard_optimizer=True)
+_FSDP_NO_RESHARD = Semantics(gather_forward=True, reduce_per_microbatch=True, step_grad=None, shard_weights=True,
+                             shard_grads=True, shard_optimizer=True, unsharded_weights="stage")
+_FSDP = Semantics(gather_forward=True, gather_backward=True, reduce_per_microbatch=True, step_grad=None,
+                  shard_weights=True, shard_grads=True, shard_optimizer=True, unsharded_weights="two_layers")
+
+_SEMANTICS = {
+    "megatron": {0: _DDP, 1: _DISTOPT, 3: _FSDP},
+    "deepspeed": {0: _DDP, 1: _DISTOPT, 2: _ZERO2, 3: _FSDP},
+    "fsdp2": {0: _DDP, 2: _FSDP_NO_RESHARD, 3: _FSDP},
+}
+
+#: why a ZeRO stage does not exist in a framework
+_NO_STAGE = {
+    ("megatron", 2): "0, 1 or 3 under framework=megatron (Megatron-Core has no ZeRO-2: its distributed optimizer, "
+                     "zero=1, keeps a full FP32 gradient buffer; zero=3 is Megatron FSDP; DeepSpeed runs ZeRO-2)",
+    ("fsdp2", 1): "0, 2 or 3 under framework=fsdp2 (FSDP2 has no optimizer-only sharding; zero=2 is "
+                  "reshard_after_forward=False)",
+}
+
+
+def _framework(name: str) -> str:
+    if name not in FRAMEWORKS:
+        raise SpecError("framework", name, f"one of {', '.join(FRAMEWORKS)}")
+    return name
+
+
+def zero_stages(framework: str, pp: int = 1) -> tuple[int, ...]:
+    """ZeRO stages ``framework`` runs with ``pp`` pipeline stages."""
+    stages = tuple(sorted(_SEMANTICS[_framework(framework)]))
+    if framework == "deepspeed" and pp > 1:  # pipe/engine.py: ZeRO-2/3 incompatible with pipeline parallelism
+        stages = tuple(z for z in stages if z <= 1)
+    return stages
+
+
+def semantics(framework: str, zero: int) -> Semantics:
+    """The :class:`Semantics` of ``zero`` under ``framework`` (a refused stage raises)."""
+    s = _SEMANTICS[_framework(framework)].get(zero)
+    if s is None:
+        raise SpecError("zero", zero, _NO_STAGE.get((framework, zero), f"one of {zero_stages(framework)}"))
+    return s
+
+
+def check_fields(framework: str, *, zero: int = 0, pp: int = 1, vp: int = 1, tp: int = 1, cp: int = 1,
+                 sp: bool = False, chunks: int = 1) -> None:
+    """Raise :class:`SpecError` naming the first rule the settings break under ``framework``."""
+    semantics(framework, zero)
+    if framework == "deepspeed":
+        if pp > 1 and zero >= 2:
+            raise SpecError("zero", zero, f"0 or 1 with pp={pp} under framework=deepspeed (DeepSpeed's pipeline "
+                            "engine accepts ZeRO <= 1)")
+        if vp > 1:
+            raise SpecError("vp", vp, "1 under framework=deepspeed (its pipeline engine has no interleaved schedule)")
+        if cp > 1:
+            raise SpecError("cp", cp, "1 under framework=deepspeed (no ring-attention context parallelism; "
+                            "Ulysses sequence parallelism is a different scheme)")
+        if chunks > 1:
+            raise SpecError("chunks", chunks, "1 under framework=deepspeed (no chunked TP/EP communication overlap)")
+    if framework == "fsdp2":
+        if tp > 1 and not sp:
+            raise SpecError("sp", sp, "on with tp > 1 under framework=fsdp2 (torchtitan's TP is sequence-parallel)")
+        if chunks > 1 and tp == 1:
+            raise SpecError("chunks", chunks, "1 under framework=fsdp2 unless tp > 1 (chunked overlap is async TP)")
+
+
+def allows(framework: str, var: str, value, *, pp: int = 1, tp: int = 1) -> bool:
+    """Whether the search may consider ``var = value`` under ``framework`` (shape ``pp``, ``tp``)."""
+    if var == "zero":
+        return value in zero_stages(framework, pp)
+    try:
+        if var == "sp":
+            check_fields(framework, tp=tp, sp=value)
+        elif var == "chunks":
+            check_fields(framework, tp=tp, sp=True, chunks=value)
+        elif var in ("vp", "cp"):
+            check_fields(framework, **{var: value})
+    except SpecError:
+        return False
+    return True
+
+
+def check(c) -> None:
+    """Raise :class:`SpecError` if plan ``c`` (a :class:`~costmodel.config.ParallelConfig`) is
+    not runnable by ``c.framework``."""
+    check_fields(c.framework, zero=c.zero, pp=c.pp, vp=c.vp, tp=c.tp, cp=c.cp, sp=c.sp_on, chunks=c.chunks)
+
+
+def lookup(framework: str, zero: int) -> Semantics:
+    """The semantics charged for ``zero`` under ``framework``, or (a stage the framework lacks,
+    met only by code that costs plans without validating them) the one DeepSpeed runs."""
+    table = _SEMANTICS.get(framework, _SEMANTICS[DEFAULT_FRAMEWORK])
+    return table.get(zero) or _SEMANTICS["deepspeed"][zero]
+
+
+def of(c) -> Semantics:
+    """The semantics plan ``c`` is charged (:func:`lookup` of its framework and ZeRO stage)."""
+    return lookup(c.framework, c.zero)
