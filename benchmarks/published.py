@@ -88,6 +88,7 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from costmodel.compute import FA2_HOPPER_RATIO, fa2_device
 from costmodel.config import ParallelConfig
 from costmodel.errors import PlannerError
 from costmodel.estimate import Estimate, evaluate
@@ -138,6 +139,13 @@ NOT_MODELLED = {
 MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
 TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
+#: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.compute.FA2_HOPPER_RATIO`)
+FA2_STACKS = {
+    "torchtitan_2024": "PyTorch SDPA flash backend, which is FlashAttention-2",
+    "torchtitan_2025_asynctp": "PyTorch SDPA flash backend, which is FlashAttention-2",
+    "llmfoundry_2024": "MPT attn_impl flash: the flash-attn 2 package (ALiBi)",
+    "nemo_longseq": "NeMo 24.03.01 container: Transformer Engine 1.4 runs flash-attn 2 when installed",
+}
 
 
 @dataclass
@@ -379,6 +387,13 @@ def _new_row(r: dict) -> Row:
     seq = _int(r["seq_len"])
     batch = _int(r["global_batch"])
     tp, pp, cp, ep = _int(r["tp"]), _int(r["pp"]), _int(r["cp"], 1), _int(r["ep"], 1)
+    if (src == "nemo_automodel" and not _num(r["ep"]) and _int(r["moe_experts"], 0)
+            and "deepep" in r["other_metric"].lower()):
+        # AutoModel's table prints EP '-' for the GPT-OSS rows, but they run DeepEP (an EP dispatcher) and
+        # the benchmark configs it names set ep_size to the whole job (examples/llm_benchmark/gpt_oss/
+        # gptoss_20b_te_deepep.yaml: ep_size 8 on 8 GPUs; gptoss_120b_te_deepep.yaml: ep_size 64 on 64)
+        ep = gpus // ((tp or 1) * (pp or 1) * cp)
+        notes.append(f"ep {ep}: EP '-' in the table; DeepEP runs and the named benchmark config sets ep_size = GPUs")
     dtype = "fp8" if r["precision"] == "FP8" else "bf16"
     if tp is None or pp is None:
         skip = skip or "TP/PP not stated (strong-scaling end point)"
@@ -444,6 +459,12 @@ def _new_row(r: dict) -> Row:
     elif dp and batch % dp:
         skip = skip or (f"global batch {batch} is not a multiple of dp {dp}: the source's DP, GPU and batch "
                         "columns disagree")
+    if cluster is not None and src in FA2_STACKS and (src != "nemo_longseq" or "H100" in r["gpu_type"]):
+        fa2 = fa2_device(cluster.device)
+        if fa2 is not cluster.device:
+            cluster = replace(cluster, device=fa2)
+            notes.append(f"attention kernel FlashAttention-2 ({FA2_STACKS[src]}): {FA2_HOPPER_RATIO} x the "
+                         "preset's cuDNN-class attention efficiency")
     wl = Workload(global_batch=batch or 1, seq_len=seq or 1, dtype=dtype)
     measured, how = (None, "")
     if model is not None and batch:

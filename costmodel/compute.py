@@ -35,7 +35,7 @@ parallel QKV and MLP-in, row-parallel attention-out and MLP-out, each split by `
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -55,6 +55,22 @@ WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (ass
 HOST_COPY_S = 7e-6
 SYNC_EXPOSED_LAUNCHES = 3  # kernels launched into the empty queue after the sync (assumption)
 ACT_BYTES = 2  # activations are BF16 (also under FP8 GEMMs, whose outputs are BF16)
+#: FlashAttention-2's throughput over the cuDNN fused-attention kernel's on Hopper (H100 SXM5, head dim
+#: 128, causal, 8k-16k tokens: forward 333-335 against 529-539 TFLOP/s, backward 318-322 against 516-518;
+#: Shah et al. 2024, "FlashAttention-3", arXiv 2407.08608, Figures 5 and 6): 0.62 in both directions. A
+#: Hopper preset's ``attention_efficiency`` is that of the cuDNN/FlashAttention-3-class kernel (Transformer
+#: Engine's fused attention); a software stack that runs FlashAttention-2 there (PyTorch SDPA's flash
+#: backend, the flash-attn 2 package) reaches this fraction of it.
+FA2_HOPPER_RATIO = 0.62
+HOPPER = ("H100", "H200", "H800")
+
+
+def fa2_device(dev: DeviceSpec) -> DeviceSpec:
+    """``dev`` as a FlashAttention-2 stack sees it: on Hopper, attention at :data:`FA2_HOPPER_RATIO` of the
+    preset's (cuDNN-class) attention efficiency; other devices unchanged (FA2 is their native kernel)."""
+    if not any(h in dev.name for h in HOPPER):
+        return dev
+    return replace(dev, attention_efficiency=dev.attention_efficiency * FA2_HOPPER_RATIO)
 
 
 @dataclass(frozen=True)
