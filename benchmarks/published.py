@@ -139,6 +139,13 @@ NOT_MODELLED = {
 MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
 TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
+#: the framework that ran each new-set source (costmodel.frameworks); unlisted: Megatron-Core / Megatron-LM
+FRAMEWORK = {
+    "torchtitan_2024": "fsdp2", "torchtitan_2025_asynctp": "fsdp2",  # torchtitan: FSDP2
+    "nemo_automodel": "fsdp2",  # AutoModel: PyTorch-native FSDP2 trainer (its parallelizer follows torchtitan's)
+    "llmfoundry_2024": "fsdp2",  # Composer FSDP FULL_SHARD: per-module gather in forward and backward, RS per micro-batch
+    "llama3_2024": "fsdp2",  # Meta's FSDP, parameters not resharded after forward (zero=2 under fsdp2)
+}
 #: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.compute.FA2_HOPPER_RATIO`)
 FA2_STACKS = {
     "torchtitan_2024": "PyTorch SDPA flash backend, which is FlashAttention-2",
@@ -438,8 +445,14 @@ def _new_row(r: dict) -> Row:
         sp = tp > 1
         chunks = tp if (tp > 1 and "async tp" in r["other_metric"].lower()) else 1
         bucket = ParallelConfig().bucket_bytes
+    framework = FRAMEWORK.get(src, "megatron")
+    if framework == "megatron" and zero == 2:
+        # MegaScale's "ZeRO-2" is Megatron-LM's distributed optimizer (the system is built on Megatron-LM):
+        # gradients reduce-scattered once per step, optimizer state sharded; Megatron has no per-micro-batch ZeRO-2
+        zero = 1
+        notes.append("zero 1: the stated ZeRO-2 is Megatron-LM's distributed optimizer (costmodel.frameworks)")
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
-                 flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp)
+                 flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework)
     regime_vp = vp
     if model is not None:
         if src == "llama3_2024" and pp == 16 and model.layers == 126:
