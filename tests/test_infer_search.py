@@ -141,3 +141,17 @@ def test_recommend_training_rejects_serving_flags(capsys, extra, field):
 def test_recommend_infer_bad_targets(extra, field):
     with pytest.raises(SpecError, match=field):
         parser().parse_args(BASE + extra)
+
+
+def test_default_recommend_plans_only_what_vllm_runs_and_top_three_differ_in_launch(capsys):
+    # issue 12 item 8: the README example's top plan relied on SP + 4 chunks no vLLM flag sets,
+    # and its 2nd/3rd plans differed only in chunks (identical launch commands)
+    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
+                     "--input-len", "4000", "--output-len", "500", "--ttft-ms", "300", "--tpot-ms", "30",
+                     "--top", "3", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(d["plans"]) == 3
+    assert all(not p["config"]["sp"] and p["config"]["chunks"] == 1 for p in d["plans"])
+    layouts = {tuple(a for a in p["launch"]["vllm"]["args"] if a.startswith("--")) + tuple(
+        p["launch"]["vllm"]["args"][:p["launch"]["vllm"]["args"].index("--max-num-seqs")]) for p in d["plans"]}
+    assert len(layouts) == 3
