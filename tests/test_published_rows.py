@@ -115,8 +115,10 @@ def test_fill_rules_follow_the_frameworks():
     assert (mc["mb"], mc["vp"], mc["recompute"], mc["zero"], mc["sp"], mc["chunks"]) == (1, 1, "none", 1, True, 8)
     assert mc["bucket_bytes"] == pytest.approx(4 * 48e6)  # max(40M, 1M x dp) FP32 elements
     ms = BY_ID[("new", "115")].fixed  # Megatron-LM 2023 defaults, ZeRO-2 and v=6 as stated
-    assert (ms["sp"], ms["flash_attention"], ms["bucket_bytes"], ms["zero"], ms["vp"]) == (False, False, 0, 2, 6)
+    # MegaScale states ZeRO-2: Megatron-LM's distributed optimizer, zero=1 under framework=megatron
+    assert (ms["sp"], ms["flash_attention"], ms["bucket_bytes"], ms["zero"], ms["vp"]) == (False, False, 0, 1, 6)
     lf = BY_ID[("new", "153")].fixed
+    assert (ms["framework"], tt["framework"], lf["framework"]) == ("megatron", "fsdp2", "fsdp2")
     assert (lf["zero"], lf["recompute"], lf["mb"]) == (3, "full", 8)
     assert BY_ID[("new", "205")].fixed["zero"] == 3  # Megatron-FSDP
     assert BY_ID[("new", "187")].model.moe_load_cv == 0.0  # forced balance
