@@ -194,7 +194,7 @@ PUBLISHED = [
     # Llama 3 405B pre-training (Dubey et al. 2024, section 3.3.2 and Table 4): 16384 H100, TP8 PP16
     # CP1 DP128, batch 2048 x 8192; first and last stage one layer fewer (126 + 2 = 128 = 16 x 8).
     ("llama3.1-405b-pp16", "llama3.1-405b", "h100-sxm", 16384, 2048, 8192,
-     dict(tp=8, pp=16, mb=1, sp=True, zero=2), dict(account_for_embedding=True, account_for_loss=True),
+     dict(tp=8, pp=16, mb=1, sp=True, zero=1), dict(account_for_embedding=True, account_for_loss=True),
      (7,) + (8,) * 14 + (7,)),
     # NeMo's Llama 3.1 405B recipe: TP8 PP8 CP2 VP8, account_for_embedding/loss (128 / 8 = 16 = 8 x 2)
     ("llama3.1-405b-pp8v8", "llama3.1-405b", "h100-sxm", 1024, 2048, 8192,
