@@ -1,0 +1,161 @@
+"""Frameworks are real (issue 12 item 1): the search considers only what the framework runs, the
+cost model charges its semantics, and ``--emit`` reproduces exactly the evaluated plan or refuses."""
+
+import pytest
+
+from costmodel.analytic import dp_comm, layer_timing
+from costmodel.config import ParallelConfig, validate_config
+from costmodel.errors import SpecError
+from costmodel.estimate import evaluate
+from costmodel.frameworks import check, semantics
+from costmodel.memory import memory_per_stage
+from costmodel.presets import load_cluster, load_model
+from costmodel.specs import Workload
+from planner.emit import emit_text, megatron_args, refuse_unless_runnable
+from search.problem import Limits, Problem
+from search.solve import SolveOptions, solve
+
+GPT3 = load_model("gpt3-175b")
+A100 = load_cluster("a100-80g")
+W = Workload(global_batch=1536, seq_len=2048)
+README = dict(tp=8, pp=4, dp=32, vp=8, mb=3, sp=True, zero=1, chunks=8, bucket_bytes=160e6)
+
+
+def megatron_validate(argv: list[str], env: dict) -> None:
+    """Megatron-LM's own rules (megatron/training/arguments.py, validate_args), re-implemented."""
+    flags = {}
+    i = 0
+    while i < len(argv):
+        key = argv[i]
+        vals = []
+        while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            i += 1
+            vals.append(argv[i])
+        flags[key] = vals
+        i += 1
+    tp = int(flags["--tensor-model-parallel-size"][0])
+    pp = int(flags["--pipeline-model-parallel-size"][0])
+    cp = int(flags.get("--context-parallel-size", ["1"])[0])
+    if "--use-torch-fsdp2" in flags:
+        assert pp == 1, "--use-torch-fsdp2 is not supported with pipeline parallelism"
+        assert "--use-distributed-optimizer" not in flags
+    if "--sequence-parallel" in flags:
+        assert tp > 1, "sequence parallelism needs tp > 1 (arguments.py turns it off)"
+    if "--tp-comm-overlap" in flags:
+        assert "--sequence-parallel" in flags, "TP comm overlap needs sequence parallelism"
+    if "--overlap-param-gather" in flags:
+        assert "--use-distributed-optimizer" in flags or "--use-megatron-fsdp" in flags
+        assert "--overlap-grad-reduce" in flags
+    if "--use-megatron-fsdp" in flags:
+        assert flags.get("--ckpt-format") == ["fsdp_dtensor"]
+        assert flags["--data-parallel-sharding-strategy"][0] in ("no_shard", "optim", "optim_grads",
+                                                                 "optim_grads_params")
+        assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
+    elif tp > 1 or cp > 1:
+        assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1", "TP/CP need CUDA_DEVICE_MAX_CONNECTIONS=1"
+
+
+def _env(notes):
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in notes) else {}
+
+
+def test_semantics_table():
+    assert semantics("megatron", 1).shard_grads is False       # distributed optimizer: full grad buffer
+    assert semantics("deepspeed", 2).reduce_per_microbatch
+    assert semantics("fsdp2", 2).gather_forward and not semantics("fsdp2", 2).gather_backward
+    with pytest.raises(SpecError, match="no ZeRO-2"):
+        semantics("megatron", 2)
+    with pytest.raises(SpecError, match="pipeline engine"):
+        check(ParallelConfig(pp=4, dp=2, zero=2, framework="deepspeed"))
+
+
+def test_zero2_is_not_free_under_deepspeed():
+    """m > 1 micro-batches: ZeRO-2 reduce-scatters each one, ZeRO-1 once per step."""
+    cl = A100.with_gpus(64)
+    w = Workload(global_batch=64, seq_len=2048)
+    z1 = ParallelConfig(tp=8, dp=8, mb=1, zero=1, framework="deepspeed")
+    z2 = ParallelConfig(tp=8, dp=8, mb=1, zero=2, framework="deepspeed")
+    m = 64 // 8
+    per_mb = layer_timing(GPT3, cl, w, z2, False).ledger.link_s.get("zero", 0.0) * GPT3.layers
+    assert per_mb > 0 and layer_timing(GPT3, cl, w, z1, False).ledger.link_s.get("zero", 0.0) == 0.0
+    assert m * per_mb > dp_comm(GPT3, cl, z1, 0)[0]
+    e1, e2 = evaluate(GPT3, cl, w, z1), evaluate(GPT3, cl, w, z2)
+    assert sum(e2.comm_link_s.values()) > sum(e1.comm_link_s.values())
+    assert e2.step_time_s > e1.step_time_s
+    assert e2.peak_memory_bytes < e1.peak_memory_bytes
+
+
+def test_megatron_zero1_keeps_full_gradient_buffer():
+    c = ParallelConfig(**README)
+    mem = memory_per_stage(GPT3, W, c)[0]
+    assert mem.grads_bytes > 4 * 1.5e9          # full FP32 grads of a stage (175B / tp / pp * 4 B)
+    assert mem.optimizer_bytes < mem.grads_bytes  # optimizer sharded over dp
+
+
+def test_evaluate_refuses_what_the_framework_cannot_run():
+    cl = A100.with_gpus(1024)
+    with pytest.raises(SpecError, match="zero=2"):
+        validate_config(GPT3, cl, W, ParallelConfig(**{**README, "zero": 2}))
+    with pytest.raises(SpecError, match="pipeline engine"):
+        validate_config(GPT3, cl, W, ParallelConfig(**{**README, "zero": 2, "vp": 1, "chunks": 1},
+                                                    framework="deepspeed"))
+
+
+def _recommend(framework, gpus=64, **fixed):
+    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(gpus),
+                workload=Workload(global_batch=256, seq_len=4096), limits=Limits(fixed=fixed), framework=framework)
+    return solve(p, SolveOptions(time_limit_s=20, top_k=5))
+
+
+def test_recommend_megatron_never_zero2_and_emits_valid_flags():
+    r = _recommend("megatron")
+    assert r.plans
+    for plan in r.plans:
+        c = plan.config
+        assert c.zero != 2 and c.framework == "megatron"
+        text, notes = emit_text("megatron", c, Workload(global_batch=256, seq_len=4096), 32)
+        megatron_validate(text.replace("\\\n", " ").replace('"', "").split(), _env(notes))
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_recommend_deepspeed_with_pp_keeps_zero_at_most_1(pp):
+    r = _recommend("deepspeed", pp=pp)
+    assert r.plans
+    for plan in r.plans:
+        assert plan.config.pp == pp and plan.config.zero <= 1 and plan.config.vp == 1
+        check(plan.config)
+
+
+def test_recommend_deepspeed_never_pp_with_zero2_or_3():
+    for plan in _recommend("deepspeed").plans:
+        assert not (plan.config.pp > 1 and plan.config.zero >= 2)
+
+
+def test_emit_refuses_another_framework_and_megatron_zero2():
+    c = ParallelConfig(**README)
+    with pytest.raises(SpecError, match="evaluated for"):
+        refuse_unless_runnable("deepspeed", c)
+    with pytest.raises(SpecError, match="no ZeRO-2"):
+        megatron_args(ParallelConfig(**{**README, "zero": 2}), 1536, 96)
+    z3 = megatron_args(ParallelConfig(**{**README, "zero": 3}), 1536, 96)
+    flat = [t for a in z3 for t in a]
+    assert "--use-megatron-fsdp" in flat and "optim_grads_params" in flat and "--use-torch-fsdp2" not in flat
+
+
+def test_readme_plan_emitted_memory_equals_evaluated(capsys):
+    """The README's GPT-3 recommendation: the flags printed are the plan whose memory was reported."""
+    from planner.cli import main
+    args = ["recommend", "--model", "gpt3-175b", "--cluster", "a100-80g", "--gpus", "1024", "--global-batch", "1536",
+            "--seq", "2048", "--json", "--emit", "megatron"]
+    assert main(args) == 0
+    import json
+    d = json.loads(capsys.readouterr().out)
+    cfg = {k: v for k, v in d["config"].items() if k != "layers_per_stage"}
+    c = ParallelConfig.from_dict({**cfg, "layers_per_stage": tuple(d["config"]["layers_per_stage"]) or None})
+    argv = d["megatron_args"]
+    if c.zero == 1:
+        assert "--use-distributed-optimizer" in argv
+    assert c.zero != 2
+    est = evaluate(GPT3, A100.with_gpus(1024), W, c)
+    assert est.peak_memory_bytes == pytest.approx(d["peak_memory_bytes"], rel=1e-9)
+    assert est.peak_memory_bytes <= A100.device.hbm_bytes
