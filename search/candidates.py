@@ -15,6 +15,7 @@ The exhaustive baseline, the CP-SAT domains and the tests all draw from these fu
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from costmodel import frameworks
@@ -25,7 +26,8 @@ RECOMPUTE_KINDS = ("none", "selective", "full")
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 @dataclass(frozen=True, order=True)
@@ -77,7 +79,7 @@ def tp_values(p: Problem) -> list[int]:
     for tp in divisors(p.gpus):
         if m.heads % tp or m.ffn_hidden % tp or (m.kv_heads % tp and tp % m.kv_heads):
             continue
-        if tp > p.cluster.gpus_per_node and not lim.tp_across_nodes:
+        if tp > p.cluster.gpus_per_node and not lim.tp_across_nodes and not is_pinned(p, "tp", tp):
             continue
         out.append(tp)
     return lim.filter("tp", out)
@@ -86,7 +88,7 @@ def tp_values(p: Problem) -> list[int]:
 def cp_values(p: Problem) -> list[int]:
     s, lim = p.workload.seq_len, p.limits
     out = [cp for cp in divisors(p.gpus)
-           if cp == 1 or (s % (2 * cp) == 0 and s // cp >= lim.min_tokens_per_cp_rank)]
+           if cp == 1 or (s % (2 * cp) == 0 and (s // cp >= lim.min_tokens_per_cp_rank or is_pinned(p, "cp", cp)))]
     return lim.filter("cp", out)
 
 
@@ -155,7 +157,7 @@ def shapes(p: Problem) -> list[Shape]:
 
 def mb_values(p: Problem, dp: int) -> list[int]:
     per_dp = p.workload.global_batch // dp
-    return p.limits.filter("mb", [mb for mb in divisors(per_dp) if mb <= p.limits.mb_max])
+    return p.limits.filter("mb", [mb for mb in divisors(per_dp) if mb <= p.limits.mb_max or is_pinned(p, "mb", mb)])
 
 
 def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
@@ -167,11 +169,18 @@ def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
     if p.limits.layers_per_stage is not None:  # a pinned split: any vp (chunk_layers splits each stage)
         most = max(p.limits.vp_max, p.limits.fixed.get("vp", 1))
         return p.limits.filter("vp", [v for v in range(1, most + 1) if v == 1 or micro_batches % pp == 0])
-    out = [v for v in divisors(L) if v <= p.limits.vp_max and pp * v <= L
+    out = [v for v in divisors(L) if (v <= p.limits.vp_max or is_pinned(p, "vp", v)) and pp * v <= L
            and (v == 1 or micro_batches % pp == 0)]
     if not p.limits.uneven_stages:
         out = [v for v in out if L % (pp * v) == 0]
     return p.limits.filter("vp", out)
+
+
+def is_pinned(p: Problem, var: str, value) -> bool:
+    """Whether the user pinned ``var = value``: a pin joins the candidates even where the search's
+    own sizing (``mb_max``, ``vp_max``, TP within a node, tokens per CP rank) would leave it out;
+    only the plan's own rules refuse it (:mod:`search.pins`)."""
+    return var in p.limits.fixed and p.limits.fixed[var] == value
 
 
 def _moot(p: Problem, var: str, default):
@@ -238,6 +247,9 @@ def recompute_values(p: Problem, max_stage_layers: int) -> list[tuple[str, int |
     out = [(k, None) for k in kinds]
     if "full" in kinds and lim.partial_recompute and not p.model.dense_layers:
         out += [("full", k) for k in RECOMPUTE_LAYER_LADDER if k < max_stage_layers]
+    k = lim.fixed.get("recompute_layers")
+    if "full" in kinds and k and k <= max_stage_layers and ("full", k) not in out:  # a pin (search.pins)
+        out.append(("full", k))
     return [(kind, k) for kind, k in out
             if kind != "full" or lim.allows("recompute_layers", 0 if k is None else k)]
 

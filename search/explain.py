@@ -18,6 +18,7 @@ shape needs at least as much memory.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -26,7 +27,7 @@ from costmodel.units import GiB
 
 from .candidates import (bucket_values, chunk_values, cp_values, mb_values, pp_values, recompute_values, shapes,
                          sp_values, tp_values, vp_values, zero_values)
-from .exhaustive import best_splits
+from .exhaustive import best_splits, max_stage_layers
 from .problem import Problem
 from .tables import Choice, Tables
 
@@ -41,17 +42,24 @@ def lean_choices(p: Problem):
         vps = vp_values(p, s.pp, p.workload.global_batch // (s.dp * mb))
         if not vps:
             continue
-        recs, sps, zeros = recompute_values(p, 2), sp_values(p, s), zero_values(p, s)
+        recs, sps, zeros = recompute_values(p, max_stage_layers(p, s.pp, vps[0])), sp_values(p, s), zero_values(p, s)
         chunks, buckets = chunk_values(p, s), bucket_values(p, s)
         if not (recs and sps and zeros and chunks and buckets):
             continue
-        rec = "full" if ("full", None) in recs else recs[-1][0]
-        yield Choice(s, mb, vps[0], max(sps), chunks[0], max(zeros), rec, None, buckets[0], p.framework)
+        full = [r for r in recs if r[0] == "full"]  # the most recompute: all layers, else the most layers
+        rec, k = ("full", None) if ("full", None) in recs else max(full, key=lambda r: r[1]) if full else recs[-1]
+        yield Choice(s, mb, vps[0], max(sps), chunks[0], max(zeros), rec, k, buckets[0], p.framework)
 
 
-def feasible(p: Problem) -> bool:
+def feasible(p: Problem, deadline: float | None = None) -> bool:
+    """Whether some lean choice of ``p`` has a split that fits (False once past ``deadline``)."""
     tables = Tables(p)
-    return any(best_splits(tables.stage_table(c), p.model.layers, 1) for c in lean_choices(p))
+    return any(best_splits(tables.stage_table(c), p.model.layers, 1) for c in lean_choices(p)
+               if not _late(deadline))
+
+
+def _late(deadline: float | None) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
 
 
 def least_memory_bytes(p: Problem) -> tuple[float, Choice | None]:
@@ -86,8 +94,8 @@ def _why_no_shape(p: Problem) -> str:
             f"{p.cluster.gpus_per_node})")
 
 
-def explain_infeasible(p: Problem) -> tuple[str, list[str]]:
-    """(why, [smallest changes])."""
+def explain_infeasible(p: Problem, deadline: float | None = None) -> tuple[str, list[str]]:
+    """(why, [smallest changes]); the changes looked for until ``deadline`` (``time.perf_counter()``)."""
     if not any(True for _ in lean_choices(p)):
         why = _why_no_shape(p)
     else:
@@ -97,17 +105,21 @@ def explain_infeasible(p: Problem) -> tuple[str, list[str]]:
                 f"zero={c.zero} recompute={c.recompute}") if c else ""
         why = (f"no plan fits in memory: the leanest ({plan}) needs {need * 2**20 / GiB:.1f} GiB per GPU, "
                f"{cap / GiB:.1f} GiB usable")
-    return why, smallest_changes(p)
+    return why, smallest_changes(p, deadline=deadline)
 
 
-def smallest_changes(p: Problem, max_factor: int = 64) -> list[str]:
-    """Relaxations that make ``p`` feasible, each the smallest of its kind that was found."""
+def smallest_changes(p: Problem, max_factor: int = 64, deadline: float | None = None) -> list[str]:
+    """Relaxations that make ``p`` feasible, each the smallest of its kind that was found
+    (before ``deadline``, ``time.perf_counter()`` seconds: a change not reached is left out)."""
     out = []
     g, node = p.gpus, p.cluster.gpus_per_node
     steps = sorted({g * k for k in range(2, max_factor + 1)} | {node * k for k in range(1, max_factor * g // node + 1)})
-    for g2 in (x for x in steps if x > g):
+    pinned_gpus = all(k in p.limits.fixed for k in ("tp", "pp", "dp", "cp"))  # the pins fix the GPU count
+    for g2 in (x for x in steps if x > g and not pinned_gpus):
+        if _late(deadline):
+            break
         q = replace(p, cluster=p.cluster.with_gpus(g2))
-        if feasible(q):
+        if feasible(q, deadline):
             out.append(f"--gpus {g2} (more GPUs: {g2 - g:+d})")
             break
     if any(True for _ in lean_choices(p)):
@@ -118,8 +130,10 @@ def smallest_changes(p: Problem, max_factor: int = 64) -> list[str]:
     tried = sorted({x for k in (1, 2, 4, 8, 16, 32, 64) for x in (b - b % k, b + (-b) % k, k * g, max(1, b // k))
                     if x > 0 and x != b}, key=lambda x: (abs(x - b), x))
     for b2 in tried[:24]:
+        if _late(deadline):
+            break
         q = replace(p, workload=replace(p.workload, global_batch=b2))
-        if feasible(q):
+        if feasible(q, deadline):
             out.append(f"--global-batch {b2}")
             break
     return out

@@ -36,6 +36,9 @@ class Presolved:
     incumbents: list  # exact Scored plans found while presolving, best first
     counts: dict = field(default_factory=dict)
     time_s: float = 0.0
+    near: list = field(default_factory=list)  # choices above the pruning threshold within the slack
+    timed_out: bool = False  # the deadline stopped it before every choice was bounded
+    unexplored_ticks: int | None = None  # with timed_out: a bound below every choice not looked at
 
 
 def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> list[int]:
@@ -109,7 +112,7 @@ class Expander:
         windows (full recompute, no sp). ``refined`` also screens memory with the leanest choice
         (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
         p = self.p
-        zeros, sps, recs = zero_values(p, s), sp_values(p, s), recompute_values(p, 2)
+        zeros, sps, recs = zero_values(p, s), sp_values(p, s), recompute_values(p, max_stage_layers(p, s.pp, vp))
         if not (zeros and sps and recs and chunk_values(p, s) and bucket_values(p, s)):
             return None
         opts = bucket_values(p, s)  # a positive bucket: its DP bound (no latency) is below every option's
@@ -126,7 +129,8 @@ class Expander:
         return t + rest
 
 
-def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds: bool = True) -> Presolved:
+def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds: bool = True,
+             slack: float = 0.0, deadline: float | None = None) -> Presolved:
     """Reduce the space by best-first branch and bound over choices.
 
     Groups ``(shape, mb, vp)`` are expanded in order of their bound; each choice enters a heap
@@ -134,24 +138,46 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
     reaches the top. A refined top that no unexpanded group can beat is solved exactly
     (``probes`` times at most) for an incumbent; the ``top_k``-th incumbent prunes every group
     and choice whose bound is larger (``bounds=False``: no pruning by bound, only by memory).
+
+    ``slack`` (a fraction): choices whose bound lies above the pruning threshold ``ub`` but within
+    ``ub * (1 + slack)`` are kept aside in ``near`` (not for the CP-SAT model: for re-scoring the
+    plans near the optimum). ``deadline`` (``time.perf_counter()`` seconds): past it, presolve
+    stops expanding; ``timed_out`` is set and ``unexplored_ticks`` bounds every choice it did not
+    look at (``None``: not even the group bounds were all computed, so nothing is proven).
     """
     start = time.perf_counter()
     counts = {"groups": 0, "groups_memory": 0, "groups_bound": 0, "dominated": 0, "memory": 0, "bound": 0,
               "kept": 0, "probed": 0}
     use_bounds = bounds
     bounds, ex, res = Bounds(tables), Expander(p, tables, counts), tables.res_s
+    out = Presolved([], {}, [], counts)
 
     def to_ticks(x):
         return math.floor(x / res) - 2
 
-    groups = [(ex.group_lb_s(bounds, *q), q) for q in _groups(p)]
+    def late() -> bool:  # past the deadline with a plan in hand (or far past it without)
+        if deadline is None:
+            return False
+        now = time.perf_counter()
+        return now > deadline and (bool(incumbents) or now > deadline + max(1.0, deadline - start))
+
+    incumbents: list[Scored] = []
+    groups = []
+    for q in _groups(p):
+        if groups and deadline is not None and time.perf_counter() > deadline:
+            # the group bounds are not all known: nothing below can be proven
+            out.timed_out, out.unexplored_ticks = True, None
+            break
+        groups.append((ex.group_lb_s(bounds, *q), q))
     counts["groups"] = len(groups)
     groups = sorted(g for g in groups if g[0] is not None)  # None: an option list is empty
-    incumbents: list[Scored] = []
     ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks)
     heap: list = []  # (bound, refined?, choice)
     pushed = 0
+
+    def thr() -> float:  # choices up to here are kept (for CP-SAT up to ub, near up to thr)
+        return ub if ub == math.inf else math.floor(ub * (1 + slack))
 
     def refine(c):
         caps = bounds.caps(c)
@@ -162,26 +188,30 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
         return lower[c]
 
     for i, (glb, q) in enumerate(groups):
-        if to_ticks(glb) > ub:
+        if late():
+            if not out.timed_out:
+                out.timed_out, out.unexplored_ticks = True, to_ticks(glb)
+            break
+        if to_ticks(glb) > thr():
             counts["groups_bound"] += len(groups) - i
             break
         g_refined = ex.group_lb_s(bounds, *q, refined=True)
         if g_refined is None:
             counts["groups_memory"] += 1
             continue
-        if to_ticks(g_refined) > ub:
+        if to_ticks(g_refined) > thr():
             counts["groups_bound"] += 1
             continue
         for c in ex.choices(*q):
             lb = to_ticks(bounds.quick_lb_s(c))
-            if lb > ub:
+            if lb > thr():
                 counts["bound"] += 1
             else:
                 pushed += 1
                 heapq.heappush(heap, (lb, False, c))
         next_glb = to_ticks(groups[i + 1][0]) if i + 1 < len(groups) else math.inf
         while heap and heap[0][0] <= min(ub, next_glb) and (
-                counts["probed"] < probes or (use_bounds and ub == math.inf)):
+                counts["probed"] < probes or (use_bounds and ub == math.inf)) and not late():
             lb, done, c = heapq.heappop(heap)
             if not done:
                 lb = refine(c)
@@ -195,9 +225,20 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
             if len(values) >= top_k and use_bounds:
                 ub = values[top_k - 1]
     for lb, done, c in heap:
-        if lb <= ub and not done:
+        if lb <= thr() and not done:
+            if late():  # not refined: its quick bound still bounds it
+                if not out.timed_out:
+                    out.timed_out, out.unexplored_ticks = True, lb
+                elif out.unexplored_ticks is not None:
+                    out.unexplored_ticks = min(out.unexplored_ticks, lb)
+                continue
             refine(c)
     kept = sorted((c for c in lower if lower[c] <= ub), key=lambda c: (lower[c], c))
-    counts["bound"] += pushed - counts["memory"] - len(kept)
+    near = sorted((c for c in lower if ub < lower[c] <= thr()), key=lambda c: (lower[c], c))
+    counts["bound"] += pushed - counts["memory"] - len(kept) - len(near)
     counts["kept"] = len(kept)
-    return Presolved(kept, lower, incumbents, counts, time.perf_counter() - start)
+    if near:
+        counts["near"] = len(near)
+    out.choices, out.lower_ticks, out.incumbents, out.near = kept, lower, incumbents, near
+    out.time_s = time.perf_counter() - start
+    return out

@@ -65,6 +65,12 @@ class SolveResult:
     stats: dict = field(default_factory=dict)
     explanation: str = ""  # for an infeasible problem: why
     changes: list = field(default_factory=list)  # smallest changes that make it feasible
+    # the op-graph re-score (search.solve, ``rescore``): plans within ``band`` of the analytic optimum
+    band: float | None = None  # the band, a fraction of the analytic optimum
+    within_band: int = 0  # plans found within the band (at most SolveOptions.rescore_max)
+    rescored: int = 0  # of those, scheduled by the op-graph engine before the time limit
+    graph_objective_s: float | None = None  # the chosen plan's op-graph step time
+    analytic_best_graph_s: float | None = None  # the analytic optimum's op-graph step time
 
     @property
     def best(self) -> Plan | None:
@@ -80,7 +86,18 @@ class SolveResult:
         """The ``solve`` object of the JSON output (DESIGN.md)."""
         return {"status": self.status, "time_s": self.time_s, "objective_s": self.objective_s,
                 "bound_s": self.bound_s, "gap": self.gap, "solver_time_s": self.solver_time_s,
-                "stats": dict(self.stats), "explanation": self.explanation, "changes": list(self.changes)}
+                "stats": dict(self.stats), "explanation": self.explanation, "changes": list(self.changes),
+                **self.rescore_dict()}
+
+    def rescore_dict(self) -> dict:
+        """Both objectives: the analytic optimum CP-SAT proved (``objective_s``, ``bound_s``) and the
+        op-graph step time of the chosen plan, with the band the re-scored plans came from."""
+        if self.band is None:
+            return {}
+        chosen = self.best.objective_s if self.best else None
+        return {"engine": "graph", "band": self.band, "within_band": self.within_band, "rescored": self.rescored,
+                "graph_objective_s": self.graph_objective_s, "chosen_objective_s": chosen,
+                "analytic_best_graph_s": self.analytic_best_graph_s}
 
 
 def config_of(choice: Choice, split: Split, flash_attention: bool = True) -> ParallelConfig:

@@ -1,4 +1,13 @@
-"""The search pipeline: cost tables -> presolve -> CP-SAT -> plans re-scored by ``evaluate``.
+"""The search pipeline: pins -> cost tables -> presolve -> CP-SAT -> plans re-scored by ``evaluate``.
+
+CP-SAT proves the optimum of the fast (analytic) model. With ``rescore`` the plans whose analytic
+objective lies within :data:`RESCORE_BAND` of that optimum are then scheduled by the op-graph
+engine (the default engine of ``evaluate``) and the best of them under the graph is the answer;
+the result keeps both objectives, so "proven optimal" still means the analytic optimum.
+
+A space of at most :data:`SMALL_SPACE` choices (every variable pinned, or nearly) is scored
+exhaustively instead: the exact optimum as fast as ``evaluate``. ``time_limit_s`` bounds the
+whole search: table building, presolve, CP-SAT and the re-score.
 
 >>> from costmodel.presets import load_model, load_cluster
 >>> from costmodel.specs import Workload
@@ -12,28 +21,44 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ortools.sat.python import cp_model
 
+from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
 
 from .cpsat import Space, build_model, tie_break
+from .exhaustive import Scored, all_choices, best_splits
 from .explain import explain_infeasible
+from .pins import check_pins, refusal
 from .presolve import presolve
 from .problem import Problem
 from .result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Plan, SolveResult, binding_constraints, config_of
 from .tables import Tables
+
+#: The analytic-vs-graph error band: plans whose analytic objective is within this fraction of the
+#: analytic optimum are re-scored by the op-graph engine. It stands for the measured p90 relative
+#: disagreement of the two engines (``benchmarks/engine_agreement.py``; issue 9's target, 3%).
+RESCORE_BAND = 0.03
+#: at most this many plans are re-scored by the op-graph engine (each takes ~0.05-0.5 s)
+RESCORE_MAX = 20
+#: a space of at most this many choices is scored exhaustively, without presolve or CP-SAT
+SMALL_SPACE = 64
 
 
 @dataclass(frozen=True, kw_only=True)
 class SolveOptions:
     """Solver options, all explicit (STYLE.md item 11).
 
-    time_limit_s : wall-clock budget of the CP-SAT solves (presolve is not interrupted).
+    time_limit_s : wall-clock budget of the whole search (tables, presolve, CP-SAT, re-score);
+        past it the best plan found so far is returned (FEASIBLE, with its gap).
     workers : CP-SAT search workers. seed : CP-SAT random seed; with an optimal answer the plan
         is also canonicalised (ties broken by a fixed order), so it does not depend on workers.
     top_k : plans to return: the best and the next best distinct choices (no-good cuts).
@@ -41,6 +66,10 @@ class SolveOptions:
         screens always apply); off, CP-SAT holds every choice that can fit.
     probes : choices presolve solves exactly, best bound first, for the incumbents whose
         objective sets the pruning threshold (more probes: fewer choices left to CP-SAT).
+    rescore : re-score the plans within ``band`` of the analytic optimum with the op-graph engine
+        (at most ``rescore_max``) and answer the best under it (``recommend`` does).
+    small_space : a space of at most this many choices is scored exhaustively (exact, no presolve
+        or CP-SAT); -1: never. Off too without ``presolve_bounds`` (then CP-SAT holds every choice).
     """
 
     time_limit_s: float = 10.0
@@ -50,6 +79,22 @@ class SolveOptions:
     presolve_bounds: bool = True
     probes: int = 16
     explain: bool = True
+    rescore: bool = False
+    band: float = RESCORE_BAND
+    rescore_max: int = RESCORE_MAX
+    small_space: int = SMALL_SPACE
+
+
+@dataclass
+class _Part:
+    """The answer over one sub-space, in integer ticks, before plans are built."""
+
+    status: str
+    found: list = field(default_factory=list)  # Scored, best first (the top_k)
+    near: list = field(default_factory=list)  # Scored within the band of the part's optimum
+    bound: float | None = None  # ticks below every plan of the part (inf: none fits)
+    stats: dict = field(default_factory=dict)
+    solver_s: float = 0.0
 
 
 def _solver(options: SolveOptions, time_left_s: float) -> cp_model.CpSolver:
@@ -63,33 +108,83 @@ def _solver(options: SolveOptions, time_left_s: float) -> cp_model.CpSolver:
 def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | None = None) -> SolveResult:
     """Best plan (and the next ``top_k - 1``) of ``p``, with status, bound and explanation.
 
-    With several bucket sizes to choose from, each is solved on its own and the answers merged:
-    exact (the optimum is the best of the per-bucket optima, the bound the least of their
-    bounds), and each sub-space keeps presolve's dominance and bounds tight.
+    A pin no plan can hold gives INFEASIBLE at once, the rule it breaks as the explanation
+    (:func:`search.pins.check_pins`, which ``recommend`` calls first to refuse it as an input error). With several bucket sizes to choose from, each is solved on its own
+    and the answers merged: exact (the optimum is the best of the per-bucket optima, the bound
+    the least of their bounds), and each sub-space keeps presolve's dominance and bounds tight.
     """
-    buckets = sorted(set(float(b) for b in p.limits.bucket_mb_options))
-    if tables is None and "bucket_mb" not in p.limits.fixed and len(buckets) > 1:
-        start = time.perf_counter()
-        subs = [solve(replace(p, limits=replace(p.limits, bucket_mb_options=(b,))), options) for b in buckets]
-        return _merge(subs, options.top_k, time.perf_counter() - start)
     start = time.perf_counter()
+    deadline = start + options.time_limit_s
+    try:
+        check_pins(p)
+    except SpecError as e:  # a pin no plan can hold: infeasible, and the rule is the explanation
+        return SolveResult(INFEASIBLE, explanation=str(e), stats={"refused": e.field},
+                           time_s=time.perf_counter() - start)
     tables = tables or Tables(p)
+    most = options.small_space if options.presolve_bounds else -1  # no bounds asked: CP-SAT holds them all
+    small = list(itertools.islice(all_choices(p), most + 1)) if most >= 0 else []
+    buckets = sorted(set(float(b) for b in p.limits.bucket_mb_options))
+    exhaustive = 0 <= len(small) <= most
+    if exhaustive:
+        parts = [_solve_small(p, small, tables, options)]
+    elif "bucket_mb" not in p.limits.fixed and len(buckets) > 1:
+        parts = []
+        for i, b in enumerate(buckets):  # each part gets its share of the time left
+            share = time.perf_counter() + (deadline - time.perf_counter()) / (len(buckets) - i)
+            sub = replace(p, limits=replace(p.limits, bucket_mb_options=(b,)))
+            parts.append(_solve_space(sub, Tables(sub), options, share))
+    else:
+        parts = [_solve_space(p, tables, options, deadline)]
+    return _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
+
+
+def _solve_small(p: Problem, choices: list, tables: Tables, options: SolveOptions) -> _Part:
+    """Every choice of a small space (a fully pinned plan: one) with its best splits: exact."""
+    t0 = time.perf_counter()
+    scored = []
+    for c in choices:
+        scored += best_splits(tables.stage_table(c), p.model.layers, max(options.top_k, 1))
+    scored.sort(key=lambda sc: (sc.objective, sc.choice, sc.split))
+    stats = {"space": len(choices), "model_choices": len(choices), "kept": len(choices), "probed": len(choices),
+             "exhaustive_s": time.perf_counter() - t0}
+    if not scored:
+        return _Part(INFEASIBLE, bound=math.inf, stats=stats)
+    return _Part(OPTIMAL, found=_distinct(scored, options.top_k), near=scored, bound=scored[0].objective,
+                 stats=stats)
+
+
+def _distinct(scored: list, k: int) -> list:
+    """The ``k`` best, one split per choice."""
+    out, seen = [], set()
+    for sc in scored:
+        if sc.choice not in seen:
+            seen.add(sc.choice)
+            out.append(sc)
+        if len(out) == k:
+            break
+    return out
+
+
+def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: float) -> _Part:
+    """Presolve and CP-SAT over ``p`` (one bucket size), stopping at ``deadline``."""
+    slack = options.band if options.rescore else 0.0
     pre = presolve(p, tables, options.top_k, probes=max(options.probes, 2 * options.top_k),
-                   bounds=options.presolve_bounds)
+                   bounds=options.presolve_bounds, slack=slack, deadline=deadline)
     stats = dict(pre.counts, presolve_s=pre.time_s, resolution_s=tables.res_s)
+    if pre.timed_out:
+        stats["timed_out"] = "presolve"
+    unexplored = math.inf if not pre.timed_out else pre.unexplored_ticks  # None: unknown
     if not pre.choices:
-        res = SolveResult(INFEASIBLE, time_s=time.perf_counter() - start, stats=stats)
-        if options.explain:
-            res.explanation, res.changes = explain_infeasible(p)
-        res.time_s = time.perf_counter() - start
-        return res
+        if pre.incumbents:  # timed out with plans in hand
+            return _Part(FEASIBLE, found=pre.incumbents[:options.top_k], near=list(pre.incumbents),
+                         bound=unexplored, stats=stats)
+        return _Part(INFEASIBLE if not pre.timed_out else UNKNOWN, bound=unexplored, stats=stats)
     hint = (pre.incumbents[0].choice, pre.incumbents[0].split) if pre.incumbents else None
     space = Space(p.model.layers, {c: tables.stage_table(c) for c in pre.choices}, pre.lower_ticks, hint)
     model, v = build_model(space, options)
     stats["model_choices"] = len(space.tables)
     found, solver_s = [], 0.0
     status, bound = UNKNOWN, None
-    deadline = start + options.time_limit_s + pre.time_s
     for i in range(options.top_k):
         solver = _solver(options, deadline - time.perf_counter())
         t0 = time.perf_counter()
@@ -110,61 +205,133 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
             tb = _solver(options, max(1.0, deadline - time.perf_counter()))
             if tb.solve(tb_model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 choice, split, _ = tb_vars.extract(tb)
-        found.append((obj, choice, split))
+        found.append(Scored(obj, choice, split))
         for c in _twins(space, choice):  # next: a choice with different costs
             model.add(v.x[c] == 0)
     if not found and pre.incumbents:  # CP-SAT ran out of time: fall back on presolve's incumbents
-        found = [(s.objective, s.choice, s.split) for s in pre.incumbents[:options.top_k]]
+        found = pre.incumbents[:options.top_k]
         status = FEASIBLE
-    res = SolveResult(status if found else INFEASIBLE, stats=stats, solver_time_s=solver_s)
-    for obj, choice, split in found:
-        cfg = config_of(choice, split, p.limits.flash_attention)
-        est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")  # what the tables encode
-        graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")  # the op-graph schedule
-        res.plans.append(Plan(choice, split, cfg, obj * tables.res_s, est, tuple(binding_constraints(p, choice, est)),
-                              graph_step_time_s=graph.step_time_s, graph_overlap=dict(graph.overlap)))
-    if found:
-        res.objective_s = found[0][0] * tables.res_s
-        res.bound_s = (bound if bound is not None else min(pre.lower_ticks.values())) * tables.res_s
-        if status == OPTIMAL:
-            res.bound_s = res.objective_s
-    elif options.explain:
-        res.explanation, res.changes = explain_infeasible(p)
+    if not found:
+        proven = status == INFEASIBLE and not pre.timed_out
+        return _Part(INFEASIBLE if proven else UNKNOWN, bound=unexplored, stats=stats, solver_s=solver_s)
+    if bound is None:
+        bound = min(pre.lower_ticks[c] for c in pre.choices)
+    if status == OPTIMAL:
+        bound = found[0].objective
+    if pre.timed_out:  # the choices presolve did not reach may hold better plans
+        status = FEASIBLE
+        bound = None if unexplored is None else min(bound, unexplored)
+    near = list(found)
+    if options.rescore:
+        t0 = time.perf_counter()
+        near += _near(p, tables, found[0].objective, pre, options, deadline)
+        stats["near_s"] = time.perf_counter() - t0
+    return _Part(status, found=found, near=near, bound=bound, stats=stats, solver_s=solver_s)
+
+
+def _near(p: Problem, tables: Tables, optimum: int, pre, options: SolveOptions, deadline: float) -> list:
+    """Each choice's best split whose objective is within the band of ``optimum`` (choices in
+    order of their lower bound; presolve kept those whose bound allows it)."""
+    limit = math.floor(optimum * (1 + options.band))
+    out, objectives = [], []  # objectives: sorted, to stop once rescore_max plans beat every bound left
+    for c in sorted(list(pre.choices) + list(pre.near), key=lambda c: (pre.lower_ticks[c], c)):
+        if pre.lower_ticks[c] > limit or time.perf_counter() > deadline:
+            break
+        for sc in best_splits(tables.stage_table(c), p.model.layers, 1):
+            if sc.objective <= limit:
+                out.append(sc)
+                bisect.insort(objectives, sc.objective)
+                if len(objectives) >= options.rescore_max:
+                    limit = objectives[options.rescore_max - 1]
+    return out
+
+
+def _finish(p: Problem, parts: list, tables: Tables, options: SolveOptions, start: float, deadline: float,
+            exhaustive: bool = False) -> SolveResult:
+    """Merge the parts, build and re-score the plans, explain an empty answer."""
+    stats = _merged_stats(parts)
+    if exhaustive:
+        stats["exhaustive"] = True
+    solver_s = sum(pt.solver_s for pt in parts)
+    found = sorted({(sc.objective, sc.choice, sc.split) for pt in parts for sc in pt.found})
+    if not found:
+        unknown = any(pt.status == UNKNOWN for pt in parts)
+        res = SolveResult(UNKNOWN if unknown else INFEASIBLE, stats=stats, solver_time_s=solver_s)
+        if unknown:
+            res.explanation = (f"time limit {options.time_limit_s:g} s reached before any plan was found "
+                               "(raise --time-limit, or pin more variables)")
+        elif options.explain:
+            why = refusal(p)
+            if why is not None:
+                res.explanation = f"no plan holds the pinned values together: {why}"
+            else:
+                res.explanation, res.changes = explain_infeasible(p, deadline=max(deadline, time.perf_counter() + 2))
+        res.time_s = time.perf_counter() - start
+        return res
+    proven = all(pt.status in (OPTIMAL, INFEASIBLE) for pt in parts)
+    status = OPTIMAL if proven else FEASIBLE
+    bounds = [pt.bound for pt in parts if pt.status != INFEASIBLE]
+    bound = None if any(b is None for b in bounds) else min(bounds)
+    optimum = found[0][0]
+    res = SolveResult(status, stats=stats, solver_time_s=solver_s)
+    res.objective_s = optimum * tables.res_s
+    res.bound_s = res.objective_s if status == OPTIMAL else (None if bound is None or bound == math.inf
+                                                             else min(bound, optimum) * tables.res_s)
+    top = _distinct([Scored(*f) for f in found], options.top_k)
+    if options.rescore:
+        res.band = options.band
+        top = _rescore(p, parts, top, optimum, options, deadline, res)
+    for sc in top:
+        res.plans.append(_plan(p, sc, tables.res_s))
     res.time_s = time.perf_counter() - start
     return res
 
 
-def _merge(subs: list, top_k: int, time_s: float) -> SolveResult:
-    """One answer from per-bucket answers: best plans first (a plan whose cost does not depend on
-    the bucket appears once), status OPTIMAL only if every part was proven, bound the least."""
-    solved = [r for r in subs if r.plans]
-    if not solved:
-        subs[0].time_s = time_s
-        return subs[0]
-    plans, seen = [], set()
-    for plan in sorted((pl for r in solved for pl in r.plans), key=lambda pl: pl.objective_s):
-        no_dp = not plan.estimate.comm_link_s.get("dp") and not plan.estimate.comm_link_s.get("zero")
-        key = replace(plan.config, bucket_bytes=0) if no_dp else plan.config  # the bucket changes nothing
-        if key in seen:
-            continue
-        seen.add(key)
-        plans.append(plan)
-    statuses = {r.status for r in subs if r.status != INFEASIBLE}
-    status = OPTIMAL if statuses == {OPTIMAL} else FEASIBLE
-    stats = {}
-    for r in subs:
-        for k, v in r.stats.items():
-            if isinstance(v, (int, float)) and k != "resolution_s":
+def _plan(p: Problem, sc: Scored, res_s: float) -> Plan:
+    cfg = config_of(sc.choice, sc.split, p.limits.flash_attention)
+    est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")  # what the tables encode
+    graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")  # the op-graph schedule
+    return Plan(sc.choice, sc.split, cfg, sc.objective * res_s, est, tuple(binding_constraints(p, sc.choice, est)),
+                graph_step_time_s=graph.step_time_s, graph_overlap=dict(graph.overlap))
+
+
+def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOptions, deadline: float,
+             res: SolveResult) -> list:
+    """The plans within the band of ``optimum`` (at most ``rescore_max``, best analytic first),
+    scheduled by the op-graph engine while time is left (the analytic best always); the answer
+    is the best under the graph, then the rest of ``top`` by graph time, then by objective."""
+    limit = optimum * (1 + options.band)
+    pool = sorted({(sc.objective, sc.choice, sc.split) for pt in parts for sc in pt.near + pt.found
+                   if sc.objective <= limit})
+    pool = _distinct(top[:1] + [Scored(*f) for f in pool], options.rescore_max)  # the analytic best first
+    graph_s = {}
+    t0 = time.perf_counter()
+    for i, sc in enumerate(pool):
+        if i and time.perf_counter() > deadline:
+            break
+        cfg = config_of(sc.choice, sc.split, p.limits.flash_attention)
+        graph_s[sc] = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph").step_time_s
+    ranked = sorted(graph_s, key=lambda sc: (graph_s[sc], sc.objective, sc.choice, sc.split))
+    res.rescored = len(graph_s)
+    res.within_band = len(pool)
+    res.stats["rescore_s"] = time.perf_counter() - t0
+    chosen = ranked[0]
+    res.graph_objective_s = graph_s[chosen]
+    res.analytic_best_graph_s = graph_s[pool[0]]
+    seen = {sc.choice for sc in ranked}
+    rest = [sc for sc in top if sc.choice not in seen]
+    return (ranked + rest)[:options.top_k]
+
+
+def _merged_stats(parts: list) -> dict:
+    stats: dict = {}
+    for pt in parts:
+        for k, v in pt.stats.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "resolution_s":
                 stats[k] = stats.get(k, 0) + v
             else:
                 stats.setdefault(k, v)
-    bounds = [r.bound_s for r in solved if r.bound_s is not None]
-    res = SolveResult(status, plans=plans[:top_k], objective_s=plans[0].objective_s,
-                      bound_s=min(bounds) if bounds else None, time_s=time_s,
-                      solver_time_s=sum(r.solver_time_s for r in subs), stats=stats)
-    if status == OPTIMAL:
-        res.bound_s = res.objective_s if res.bound_s is None else min(res.bound_s, res.objective_s)
-    return res
+    return stats
 
 
 def _twins(space: Space, choice) -> list:

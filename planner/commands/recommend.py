@@ -72,6 +72,7 @@ def limits_from_args(args: argparse.Namespace, layers: int | None = None):
 
 
 def run(args: argparse.Namespace) -> int:
+    from search.pins import check_pins
     from search.problem import Problem
     from search.solve import SolveOptions, solve
     if args.mode == "infer":
@@ -83,15 +84,19 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
     problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
                       framework=framework_from_args(args))
+    check_pins(problem)  # a pin no plan can hold: refused at once, naming the rule (as evaluate does)
     result = solve(problem, SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed,
-                                         top_k=args.top))
+                                         top_k=args.top, rescore=True))
     if not result.plans:
+        what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
         if args.json:
-            print_json({"status": "infeasible", "solve": result.solve_dict(), "alternatives": []})
+            print_json({"status": what, "solve": result.solve_dict(), "alternatives": []})
         changes = "; smallest changes: " + ", ".join(result.changes) if result.changes else ""
-        raise InfeasibleConfig(f"problem=infeasible: {result.explanation}{changes}")
+        raise InfeasibleConfig(f"problem={what}: {result.explanation}{changes}")
     best = result.best
     if args.emit and not args.json:
+        if args.top > 1:  # the plans first, then the flags of the best
+            print(plans_table(result, model, cluster, workload) + "\n")
         return _emit(args.emit, best.config, workload, model)
     if args.json:
         d = estimate_json(best.estimate, model, cluster, workload)
@@ -123,6 +128,38 @@ def _emit(fmt: str, config, workload, model) -> int:
     return 0
 
 
+def _band(plan, model, cluster, workload):
+    """The 80% band of ``plan``'s measured step time around its op-graph prediction, or None
+    (:func:`costmodel.uncertainty.band_for`, when present)."""
+    try:
+        from costmodel.uncertainty import band_for
+        lo, hi = band_for(model, cluster, workload, plan.estimate)
+    except Exception:  # no band model (or no residuals): the column is left out
+        return None
+    scale = (plan.graph_step_time_s or plan.estimate.step_time_s) / plan.estimate.step_time_s
+    return lo * scale, hi * scale
+
+
+def plans_table(result, model, cluster, workload) -> str:
+    """The top plans, one row each: degrees, predicted step time (op graph, analytic), the 80%
+    band when the band model is there, and peak memory (what ``--emit --top K`` prints first)."""
+    bands = [_band(p, model, cluster, workload) for p in result.plans]
+    with_band = all(b is not None for b in bands)
+    headers = ["#", "tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "zero", "recompute", "step s (op graph)",
+               "step s (analytic)"] + (["80% band s"] if with_band else []) + ["peak GiB"]
+    rows = []
+    for i, (p, b) in enumerate(zip(result.plans, bands)):
+        c, e = p.config, p.estimate
+        rec = c.recompute + (f"({c.recompute_layers})" if c.recompute_layers is not None else "")
+        row = ["best" if i == 0 else f"#{i + 1}", c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off",
+               c.zero, rec, "-" if p.graph_step_time_s is None else _s(p.graph_step_time_s), _s(e.step_time_s)]
+        row += [f"{_s(b[0])}-{_s(b[1])}"] if with_band else []
+        rows.append(row + [f"{e.peak_memory_bytes / GiB:.1f}"])
+    title = (f"{model.name} on {cluster.num_gpus} x {cluster.device.name}, global batch {workload.global_batch} x "
+             f"{workload.seq_len} tokens: top {len(rows)} plans ({result.status})")
+    return title + "\n" + table(headers, rows)
+
+
 def _plan_column(plan) -> list:
     c, e, sp = plan.config, plan.estimate, plan.split
     if c.pp == 1:
@@ -142,22 +179,48 @@ ROWS = ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequenc
         "peak memory GiB"]
 
 
+def _opt_s(x) -> str:
+    return "-" if x is None else _s(x)
+
+
+def solve_lines(result) -> list[str]:
+    """How the answer was found and what is proven: the solve, the analytic optimum with its bound,
+    and the op-graph re-score (both objectives and the band), so "OPTIMAL" keeps its exact meaning."""
+    s, gap = result.stats, result.gap
+    if s.get("exhaustive"):
+        how = (f"every plan of the {s.get('space', 0)} choices the pins leave scored exactly "
+               f"in {s.get('exhaustive_s', 0):.2f} s; no presolve or CP-SAT needed")
+    else:
+        how = (f"CP-SAT {result.solver_time_s:.2f} s on {s.get('model_choices', 0)} choices; presolve "
+               f"{s.get('presolve_s', 0):.2f} s kept {s.get('kept', 0)}, pruned {s.get('bound', 0)} by bound, "
+               f"{s.get('memory', 0)} by memory, {s.get('dominated', 0)} dominated")
+    if s.get("timed_out"):
+        how += "; the time limit stopped presolve: the best plan found so far"
+    lines = [f"solve: {result.status} in {result.time_s:.2f} s ({how})",
+             f"analytic optimum {_opt_s(result.objective_s)} s, best bound {_opt_s(result.bound_s)} s, gap "
+             f"{'-' if gap is None else f'{100 * gap:.2f}%'}; evaluate (analytic tables) agrees within "
+             f"{100 * max(p.agreement for p in result.plans):.3f}%"]
+    best = result.plans[0]
+    if result.band is None:
+        lines[-1] += f"; the op-graph scheduler re-scores the best plan at {_opt_s(best.graph_step_time_s)} s"
+    else:
+        left = result.within_band - result.rescored
+        lines.append(f"op-graph re-score: {result.rescored} plan{'s' if result.rescored != 1 else ''} within "
+                     f"{100 * result.band:g}% of the analytic optimum"
+                     + (f" ({left} not reached before the time limit)" if left else "")
+                     + f"; the best under the op graph is the answer: {_opt_s(result.graph_objective_s)} s "
+                     f"(analytic {_opt_s(best.objective_s)} s); the analytic optimum runs "
+                     f"{_opt_s(result.analytic_best_graph_s)} s under the op graph")
+    return lines
+
+
 def report_text(result, model, cluster, workload) -> str:
     cols = [_plan_column(p) for p in result.plans]
     headers = [""] + ["best" if i == 0 else f"#{i + 1}" for i in range(len(cols))]
     rows = [[name] + [col[i] for col in cols] for i, name in enumerate(ROWS)]
-    s = result.stats
-    gap = result.gap
     lines = [f"{model.name} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
              f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}", "",
-             table(headers, rows), "",
-             f"solve: {result.status} in {result.time_s:.2f} s (CP-SAT {result.solver_time_s:.2f} s on "
-             f"{s.get('model_choices', 0)} choices; presolve {s.get('presolve_s', 0):.2f} s kept {s.get('kept', 0)}, "
-             f"pruned {s.get('bound', 0)} by bound, {s.get('memory', 0)} by memory, {s.get('dominated', 0)} dominated)",
-             f"objective {_s(result.objective_s)} s, best bound {_s(result.bound_s)} s, gap "
-             f"{'-' if gap is None else f'{100 * gap:.2f}%'}; evaluate (analytic tables) agrees within "
-             f"{100 * max(p.agreement for p in result.plans):.3f}%; the op-graph scheduler re-scores the best "
-             f"plan at {_s(result.plans[0].graph_step_time_s)} s"]
+             table(headers, rows), "", *solve_lines(result)]
     for i, p in enumerate(result.plans):
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))

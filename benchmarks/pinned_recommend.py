@@ -1,0 +1,97 @@
+"""Pinned ``recommend`` on every problem of the development set: answered as fast as ``evaluate``.
+
+    python benchmarks/pinned_recommend.py [--set dev|new|all] [--limit-s 2] [--time-limit 10]
+
+For every usable row of the set (``benchmarks/published.py``), the row's stated plan is pinned
+(every stated field of ``Row.fixed``: degrees, sp, ZeRO, recompute, bucket, chunks, micro-batch
+and interleave when stated; the fields the source leaves out stay free, as ``validate_published``
+leaves them) and the search answers with the op-graph re-score on, as ``planner recommend`` does.
+Printed per problem: the pins left free, the status, the size of the space the pins leave, the
+search's wall time, and ``evaluate``'s wall time of the same plan (graph engine) for comparison.
+Issue 9's target: every pinned problem answered in <= 2 s (``--limit-s``); exit 1 if one is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from published import load_set  # noqa: E402
+from costmodel.graph import compose  # noqa: E402
+from costmodel.estimate import evaluate  # noqa: E402
+from search.problem import Limits, Problem  # noqa: E402
+from search.solve import SolveOptions, solve  # noqa: E402
+
+#: Row.fixed keys that are not pins of Limits.fixed
+NOT_PINS = ("flash_attention", "bucket_bytes", "layers_per_stage", "framework")
+
+
+def pins_of(row) -> tuple[dict, dict]:
+    """``(Limits.fixed, other Limits fields)`` of a row's stated plan."""
+    fixed = {k: v for k, v in row.fixed.items() if k not in NOT_PINS}
+    if "bucket_bytes" in row.fixed:
+        fixed["bucket_mb"] = row.fixed["bucket_bytes"] / 1e6
+    extra = {"flash_attention": row.fixed.get("flash_attention", True)}
+    if row.fixed.get("layers_per_stage"):
+        extra["layers_per_stage"] = tuple(row.fixed["layers_per_stage"])
+    return fixed, extra
+
+
+def _cold() -> None:
+    """Empty the op-graph caches, so no problem is timed on another's scheduled graphs."""
+    for obj in vars(compose).values():
+        if hasattr(obj, "cache_clear"):
+            obj.cache_clear()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", default="dev", choices=("dev", "new", "all"))
+    ap.add_argument("--limit-s", type=float, default=2.0, help="target seconds per problem (default 2)")
+    ap.add_argument("--time-limit", type=float, default=10.0, help="the search's time limit (default 10)")
+    args = ap.parse_args(argv)
+    rows = [r for r in load_set(args.set) if not r.skip]
+    print(f"{'row':>5}  {'source':22} {'model':16} {'gpus':>5}  {'free':10} {'status':10} {'space':>5}  "
+          f"{'recommend s':>11}  {'evaluate s':>10}")
+    slow, times = [], []
+    for row in rows:
+        fixed, extra = pins_of(row)
+        framework = row.fixed.get("framework", "megatron")
+        kw = {"framework": framework} if "framework" in Problem.__dataclass_fields__ else {}
+        try:
+            p = Problem(model=row.model, cluster=row.cluster, workload=row.workload,
+                        limits=Limits(fixed=fixed, **extra), **kw)
+            _cold()
+            start = time.perf_counter()
+            r = solve(p, SolveOptions(time_limit_s=args.time_limit, rescore=True))
+            took = time.perf_counter() - start
+        except Exception as e:  # a refused pin is a result too: print it
+            print(f"{row.row_id:>5}  {row.source:22} {row.label[:16]:16} {row.gpus:>5}  refused: {e}")
+            continue
+        t_eval = float("nan")
+        if r.best is not None:  # evaluate of the answer, from cold caches as the search was
+            _cold()
+            start = time.perf_counter()
+            evaluate(row.model, row.cluster, row.workload, r.best.config, engine="graph")
+            t_eval = time.perf_counter() - start
+        space = r.stats.get("space", r.stats.get("model_choices", 0))
+        free = ",".join(row.free) or "-"
+        print(f"{row.row_id:>5}  {row.source:22} {row.label[:16]:16} {row.gpus:>5}  {free:10} {r.status:10} "
+              f"{space:>5}  {took:>11.2f}  {t_eval:>10.2f}")
+        times.append(took)
+        if took > args.limit_s:
+            slow.append(row.row_id)
+    if times:
+        times.sort()
+        print(f"\n{len(times)} problems: median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s; "
+              f"{len(slow)} above {args.limit_s:g} s" + (f" ({', '.join(slow)})" if slow else ""))
+    return 1 if slow else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
