@@ -145,14 +145,16 @@ def plans_table(result, model, cluster, workload) -> str:
     band when the band model is there, and peak memory (what ``--emit --top K`` prints first)."""
     bands = [_band(p, model, cluster, workload) for p in result.plans]
     with_band = all(b is not None for b in bands)
-    headers = ["#", "tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "zero", "recompute", "step s (op graph)",
+    headers = ["#", "tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "zero", "recompute", "chunks", "bucket MB",
+               "step s (op graph)",
                "step s (analytic)"] + (["80% band s"] if with_band else []) + ["peak GiB"]
     rows = []
     for i, (p, b) in enumerate(zip(result.plans, bands)):
         c, e = p.config, p.estimate
         rec = c.recompute + (f"({c.recompute_layers})" if c.recompute_layers is not None else "")
         row = ["best" if i == 0 else f"#{i + 1}", c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off",
-               c.zero, rec, "-" if p.graph_step_time_s is None else _s(p.graph_step_time_s), _s(e.step_time_s)]
+               c.zero, rec, c.chunks, f"{c.bucket_bytes / 1e6:g}",
+               "-" if p.graph_step_time_s is None else _s(p.graph_step_time_s), _s(e.step_time_s)]
         row += [f"{_s(b[0])}-{_s(b[1])}"] if with_band else []
         rows.append(row + [f"{e.peak_memory_bytes / GiB:.1f}"])
     title = (f"{model.name} on {cluster.num_gpus} x {cluster.device.name}, global batch {workload.global_batch} x "
