@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
 
 from costmodel.config import ParallelConfig, validate_config
 from costmodel.errors import SpecError
@@ -137,7 +136,8 @@ def _skeletons(p: Problem, limit: int = 4096):
 
 def joint_reason(p: Problem) -> SpecError | None:
     """Why no plan holds all the pins together, as ``evaluate`` would say it of the nearest plan:
-    the rule broken by the most candidate plans (``None`` if some plan passes every rule)."""
+    the first rule broken, the unpinned degrees tried from 1 up (``None`` if some plan passes
+    every rule, so the cause lies elsewhere, e.g. memory)."""
     errors: dict = {}
     lps = p.limits.layers_per_stage
     for values in _skeletons(p):
@@ -181,7 +181,3 @@ def refusal(p: Problem) -> SpecError | None:
         return None
     return joint_reason(p)
 
-
-def with_gpus_free(p: Problem) -> Problem:
-    """``p`` whose pins are dropped: the unpinned problem (for explanations)."""
-    return replace(p, limits=replace(p.limits, fixed={}))
