@@ -44,6 +44,13 @@ MEGATRON = {
     "--overlap-grad-reduce": dict(action="store_true"), "--overlap-param-gather": dict(action="store_true"),
     "--ddp-bucket-size": dict(type=int), "--bf16": dict(action="store_true"), "--fp16": dict(action="store_true"),
     "--fp8-format": dict(choices=["e4m3", "hybrid"]),
+    # Megatron FSDP (arguments.py: --data-parallel-sharding-strategy choices; Megatron-FSDP requires
+    # --ckpt-format fsdp_dtensor) and the uneven-split flags (issue 9)
+    "--use-megatron-fsdp": dict(action="store_true"),
+    "--data-parallel-sharding-strategy": dict(choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]),
+    "--ckpt-format": dict(type=str), "--pipeline-model-parallel-layout": dict(type=str),
+    "--account-for-embedding-in-pipeline-split": dict(action="store_true"),
+    "--account-for-loss-in-pipeline-split": dict(action="store_true"),
 }
 DEEPSPEED_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                  "zero_optimization", "bf16", "fp16"}
@@ -51,10 +58,10 @@ DEEPSPEED_ZERO = {"stage", "overlap_comm", "contiguous_gradients", "reduce_scatt
                   "allgather_bucket_size", "stage3_prefetch_bucket_size"}
 
 PLANS = [
-    ParallelConfig(tp=8, pp=2, dp=64, mb=4, vp=8, sp=True, chunks=8, zero=2, bucket_bytes=10e6),
+    ParallelConfig(tp=8, pp=2, dp=64, mb=4, vp=8, sp=True, chunks=8, zero=1, bucket_bytes=10e6),
     ParallelConfig(tp=4, pp=4, dp=8, mb=2, vp=2, sp=True, zero=1, recompute="selective",
                    layers_per_stage=(22, 26, 26, 22)),
-    ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=2, chunks=4, recompute="full"),
+    ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=1, chunks=4, recompute="full"),
     ParallelConfig(tp=8, pp=2, dp=4, cp=2, mb=1, recompute="full", recompute_layers=4, zero=3),
     ParallelConfig(tp=1, pp=1, dp=8, mb=8, zero=0, bucket_bytes=0),
 ]
@@ -118,12 +125,20 @@ def test_expert_parallel_flags():
 
 
 def test_notes_say_what_flags_cannot():
-    assert any("ZeRO-2" in n for n in megatron_notes(PLANS[0]))
-    assert any("pipeline" in n for n in megatron_notes(PLANS[3]))
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in megatron_notes(PLANS[0]))  # TP comm overlap
+    assert any("Megatron FSDP" in n and "CUDA_DEVICE_MAX_CONNECTIONS" in n for n in megatron_notes(PLANS[3]))
+
+
+DS_PLANS = [  # plans DeepSpeed can run: no vp, no chunks, ZeRO <= 1 with pp > 1
+    ParallelConfig(tp=8, pp=2, dp=64, mb=4, sp=True, zero=1, bucket_bytes=10e6, framework="deepspeed"),
+    ParallelConfig(tp=4, pp=1, dp=32, mb=2, zero=2, recompute="selective", framework="deepspeed"),
+    ParallelConfig(tp=8, pp=1, dp=8, cp=1, mb=1, recompute="full", zero=3, bucket_bytes=40e6, framework="deepspeed"),
+    ParallelConfig(tp=1, pp=1, dp=8, mb=8, zero=0, bucket_bytes=0, framework="deepspeed"),
+]
 
 
 # --------------------------------------------------------------------------- DeepSpeed
-@pytest.mark.parametrize("c", PLANS)
+@pytest.mark.parametrize("c", DS_PLANS)
 def test_deepspeed_keys_are_documented_and_batch_identity_holds(c):
     d = deepspeed_config(c, global_batch=512)
     assert set(d) <= DEEPSPEED_TOP and set(d["zero_optimization"]) <= DEEPSPEED_ZERO
@@ -133,15 +148,15 @@ def test_deepspeed_keys_are_documented_and_batch_identity_holds(c):
 
 
 def test_deepspeed_buckets_in_elements_and_overlap():
-    d = deepspeed_config(PLANS[3], global_batch=64)
+    d = deepspeed_config(DS_PLANS[2], global_batch=64)
     z = d["zero_optimization"]
-    assert z["overlap_comm"] and z["reduce_bucket_size"] == bucket_elements(PLANS[3]) == 10_000_000
+    assert z["overlap_comm"] and z["reduce_bucket_size"] == bucket_elements(DS_PLANS[2]) == 10_000_000
     assert z["stage3_prefetch_bucket_size"] == z["allgather_bucket_size"]
-    off = deepspeed_config(PLANS[4], global_batch=64)["zero_optimization"]
+    off = deepspeed_config(DS_PLANS[3], global_batch=64)["zero_optimization"]
     assert not off["overlap_comm"] and "reduce_bucket_size" not in off
 
 
 def test_deepspeed_fp16_and_notes():
-    d = deepspeed_config(PLANS[4], global_batch=64, dtype="fp16")
+    d = deepspeed_config(DS_PLANS[3], global_batch=64, dtype="fp16")
     assert d["fp16"]["enabled"] and not d["bf16"]["enabled"]
-    assert any("tp=8" in n for n in deepspeed_notes(PLANS[0]))
+    assert any("tp=8" in n for n in deepspeed_notes(DS_PLANS[0]))

@@ -63,7 +63,7 @@ def test_invalid_plan_names_the_rule():
 configs = st.builds(
     ParallelConfig,
     tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2, 4]),
-    mb=st.sampled_from([1, 2]), sp=st.booleans(), zero=st.sampled_from([0, 1, 2, 3]),
+    mb=st.sampled_from([1, 2]), sp=st.booleans(), zero=st.sampled_from([0, 1, 3]),  # Megatron's stages
     recompute=st.sampled_from(["none", "selective", "full"]), chunks=st.sampled_from([1, 2, 4]),
     bucket_bytes=st.sampled_from([0, 25e6, 100e6]))
 

@@ -147,7 +147,7 @@ def test_default_recommend_plans_only_what_vllm_runs_and_top_three_differ_in_lau
     # issue 12 item 8: the README example's top plan relied on SP + 4 chunks no vLLM flag sets,
     # and its 2nd/3rd plans differed only in chunks (identical launch commands)
     code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "4000", "--output-len", "500", "--ttft-ms", "300", "--tpot-ms", "30",
+                     "--input-len", "4000", "--output-len", "500", "--ttft-ms", "400", "--tpot-ms", "30",
                      "--top", "3", "--json"])
     d = json.loads(capsys.readouterr().out)
     assert code == 0 and len(d["plans"]) == 3
