@@ -31,7 +31,7 @@ from . import frameworks
 from .collectives import collective_time_s, group_stride, layout
 from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops, optimizer_time_s
 from .config import ParallelConfig
-from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, stage_params
+from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import dp_buckets
@@ -82,6 +82,18 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tup
             if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after == "ar"):
                 bwd.overlap("tp", t_ar, op.wgrad_s, INF, WHY_WINDOW, coef)
     return fwd.merge(bwd), fwd
+
+
+def zero3_groups(model: ModelSpec, c: ParallelConfig, moe: bool) -> list[tuple[float, int, int]]:
+    """``(parameters per GPU, group size, stride)`` a sharded layer gathers and reduce-scatters
+    over: its dense part over the data-parallel group (DP x CP), its routed experts, already
+    split over EP, only over the expert-data-parallel group that replicates them (FSDP/ZeRO-3
+    shard each parameter over the ranks that hold a copy of it)."""
+    dense, expert = layer_params(model, c, moe)
+    groups = [(dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp))]
+    if expert > 0:
+        groups.append((expert, expert_dp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+    return [(params, size, stride) for params, size, stride in groups if size > 1 and params > 0]
 
 
 @lru_cache(maxsize=8192)
@@ -136,11 +148,11 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         # DeepSpeed ZeRO-2 only reduce-scatters, every micro-batch (stage_1_and_2.py,
         # reduce_ipg_grads); FSDP2 without resharding gathers in forward only
         # (costmodel.frameworks.semantics).
-        params = (model.moe_layer_params if moe else model.dense_layer_params) / c.tp
-        g = c.dp * c.cp
-        stride = group_stride("dp", c.tp, c.cp, c.dp)
-        t_ag = collective_time_s("allgather", params * WEIGHT_BYTES, g, stride, cluster)
-        t_rs = collective_time_s("reducescatter", params * GRAD_BYTES, g, stride, cluster)
+        t_ag = t_rs = 0.0
+        for params, size, stride in zero3_groups(model, c, moe):
+            t_ag += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster)
+            t_rs += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster)
+        g, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
         scope = layout(g, stride, cluster.gpus_per_node).scope
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
         if sem.gather_forward:

@@ -40,7 +40,8 @@ FSDP2 / torchtitan (``torchtitan/models/llama3/infra/parallelize.py``, ``apply_f
 * zero=1: none (FSDP2 shards parameters; there is no optimizer-only sharding).
 * zero=2: ``reshard_after_forward=False``: parameters gathered once per micro-batch in forward
   and kept unsharded through backward (a full copy of the stage's weights), gradients
-  reduce-scattered per micro-batch.
+  reduce-scattered per micro-batch; under a pipeline schedule (pp > 1) gathered and
+  reduce-scattered once per step (:data:`_FSDP_NO_RESHARD_PP`).
 * zero=3: ``reshard_after_forward=True``: gathered in forward and again in backward,
   reduce-scattered per micro-batch.
 * TP is always sequence-parallel in torchtitan (norms as ``SequenceParallel``); chunked TP
@@ -105,6 +106,14 @@ _FSDP_NO_RESHARD = Semantics(gather_forward=True, reduce_per_microbatch=True, st
                              shard_grads=True, shard_optimizer=True, unsharded_weights="stage")
 _FSDP = Semantics(gather_forward=True, gather_backward=True, reduce_per_microbatch=True, step_grad=None,
                   shard_weights=True, shard_grads=True, shard_optimizer=True, unsharded_weights="two_layers")
+
+# FSDP2 without resharding inside a pipeline schedule: torch.distributed.pipelining runs every
+# micro-batch but the last with gradient sync and reshard-after-backward off
+# (``stage.py``, ``backward_maybe_with_nosync``: ``set_requires_gradient_sync(False)``,
+# ``set_reshard_after_backward(False)``), so parameters are gathered once per step and gradients
+# reduce-scattered once, after the last backward (Llama 3 paper, section 3.3.2: no resharding
+# after forward, no per-micro-batch gathers); the stage's weights and gradients stay unsharded.
+_FSDP_NO_RESHARD_PP = Semantics(step_grad="reducescatter", step_param_gather=True, shard_optimizer=True)
 
 _SEMANTICS = {
     "megatron": {0: _DDP, 1: _DISTOPT, 3: _FSDP},
@@ -195,5 +204,8 @@ def lookup(framework: str, zero: int) -> Semantics:
 
 
 def of(c) -> Semantics:
-    """The semantics plan ``c`` is charged (:func:`lookup` of its framework and ZeRO stage)."""
+    """The semantics plan ``c`` is charged (:func:`lookup` of its framework and ZeRO stage; FSDP2
+    without resharding under a pipeline schedule syncs once per step)."""
+    if c.framework == "fsdp2" and c.zero == 2 and c.pp > 1:
+        return _FSDP_NO_RESHARD_PP
     return lookup(c.framework, c.zero)

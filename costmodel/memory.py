@@ -122,15 +122,26 @@ def layer_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[int, 
     return len(r) - moe, moe
 
 
+def layer_params(model: ModelSpec, c: ParallelConfig, moe: bool) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer held by one GPU: attention, dense MLP or shared
+    experts split by TP, router and norms replicated; the routed experts split over EP (and TP
+    inside an expert without EP)."""
+    if not moe:
+        return (model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp + 2 * model.hidden, 0.0
+    dense = ((model.attn_params + model.shared_experts * model.expert_params) / c.tp
+             + model.hidden * model.experts + 2 * model.hidden)
+    return dense, model.experts / c.ep * model.expert_params / c.expert_tp()
+
+
 def stage_params(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters held by one GPU of ``stage``, before ZeRO sharding."""
     n_dense, n_moe = layer_counts(model, c, stage)
-    dense = n_dense * ((model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp + 2 * model.hidden)
+    dense = n_dense * layer_params(model, c, False)[0]
     expert = 0.0
     if n_moe:
-        dense += n_moe * ((model.attn_params + model.shared_experts * model.expert_params) / c.tp
-                          + model.hidden * model.experts + 2 * model.hidden)
-        expert = n_moe * model.experts / c.ep * model.expert_params / c.expert_tp()
+        d, e = layer_params(model, c, True)
+        dense += n_moe * d
+        expert = n_moe * e
     if stage == 0:
         dense += model.embedding_params / c.tp
     if stage == c.pp - 1:

@@ -87,7 +87,7 @@ class Choice:
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
-        sem = frameworks.lookup(self.framework, self.zero)
+        sem = frameworks.of(self.config())
         return sem if sem.per_microbatch and self.shape.dp * self.shape.cp > 1 else None
 
     def micro_batches(self, global_batch: int) -> int:

@@ -38,7 +38,7 @@ from functools import lru_cache
 import networkx as nx
 
 from .. import frameworks
-from ..analytic import COLUMN_PARALLEL
+from ..analytic import COLUMN_PARALLEL, zero3_groups
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, Op, head_ops, layer_ops
 from ..config import ParallelConfig
@@ -209,13 +209,15 @@ def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
     sem = frameworks.of(c)
     if not sem.per_microbatch or g <= 1:
         return []
-    params = (model.moe_layer_params if cx.moe else model.dense_layer_params) / c.tp
-    stride = group_stride("dp", c.tp, c.cp, c.dp)
     out = []
-    if sem.gather_forward if phase == "fwd" else sem.gather_backward:
-        out.append(b.comm(f"zero.ag.{phase}", "allgather", params * WEIGHT_BYTES, g, stride, "zero", phase=phase))
-    if phase == "bwd" and sem.reduce_per_microbatch:
-        out.append(b.comm("zero.rs", "reducescatter", params * GRAD_BYTES, g, stride, "zero", phase=phase))
+    for i, (params, size, stride) in enumerate(zero3_groups(model, c, cx.moe)):
+        sfx = "" if i == 0 else ".experts"
+        if sem.gather_forward if phase == "fwd" else sem.gather_backward:
+            out.append(b.comm(f"zero.ag.{phase}{sfx}", "allgather", params * WEIGHT_BYTES, size, stride, "zero",
+                              phase=phase))
+        if phase == "bwd" and sem.reduce_per_microbatch:
+            out.append(b.comm(f"zero.rs{sfx}", "reducescatter", params * GRAD_BYTES, size, stride, "zero",
+                              phase=phase))
     return out
 
 
