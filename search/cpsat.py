@@ -10,7 +10,9 @@ constraints and returning objective terms (CP-SAT Primer, "coding patterns"):
   the chosen choice allows it there (multiple of ``vp``, dense layers on stage 0, fits in HBM);
 * :func:`add_stage_costs` — slowest-stage variables ``T >= table_c[pos][n]`` (``M`` already in
   the table), ``D`` and ``O`` likewise, each enforced by ``x[c]``; objective ``T + D + O``,
-  with ``T + D + O >= sum_c bound_c x[c]`` from the presolve bounds.
+  with ``T + D + O >= sum_c bound_c x[c]`` from the presolve bounds. With scenarios (robust
+  planning) each scenario gets its own ``T_s, D_s, O_s`` from its own tables and the objective
+  is ``>= T_s + D_s + O_s`` for every one: the worst case, minimised.
 
 All coefficients are integer ticks of the problem's one resolution (:func:`search.tables.ticks`).
 """
@@ -35,6 +37,7 @@ class Space:
     tables: dict  # Choice -> StageTable
     lower_ticks: dict  # Choice -> int
     hint: tuple | None = None  # (Choice, Split) of an incumbent
+    scenarios: list = field(default_factory=list)  # more Choice -> StageTable maps: minimise the worst
 
 
 @dataclass
@@ -98,25 +101,32 @@ def add_split(model: cp_model.CpModel, v: Vars, space: Space) -> None:
             model.add(sum(big) >= 1).only_enforce_if(v.x[c])
 
 
-def add_stage_costs(model: cp_model.CpModel, v: Vars, space: Space) -> list:
-    """Slowest-stage terms, each ``>=`` the chosen choice's table at the chosen layer counts."""
+def add_stage_costs(model: cp_model.CpModel, v: Vars, space: Space, scenario: int = 0) -> list:
+    """Slowest-stage terms, each ``>=`` the chosen choice's table at the chosen layer counts (of
+    ``space.tables``, or with ``scenario > 0`` of ``space.scenarios[scenario - 1]``; layer counts
+    are allowed by the nominal tables, memory does not depend on the scenario)."""
+    tables = space.tables if scenario == 0 else space.scenarios[scenario - 1]
     tabs = {"T": "time_ticks", "D": "dp_ticks", "O": "opt_ticks"}
     hi = {name: 1 for name in tabs}
-    for t in space.tables.values():
+    for c, t in tables.items():
+        valid = space.tables[c].valid
         for name, attr in tabs.items():
             for kind in t.kinds:
-                hi[name] = max(hi[name], int(getattr(t, attr)[kind][t.valid[kind]].max(initial=0)))
-    for name in tabs:
-        v.terms[name] = model.new_int_var(0, hi[name], name)
-    v.upper = sum(hi.values())
-    for c, t in space.tables.items():
+                hi[name] = max(hi[name], int(getattr(t, attr)[kind][valid[kind]].max(initial=0)))
+    sfx = f"_s{scenario}" if scenario else ""
+    terms = {name: model.new_int_var(0, hi[name], name + sfx) for name in tabs}
+    if scenario == 0:
+        v.terms = terms
+    v.upper = max(v.upper, sum(hi.values()))
+    for c, t in tables.items():
+        valid = space.tables[c].valid
         for kind in t.kinds:
             ys = v.y[_pos(kind)]
-            ok = [n for n in ys if n > 0 and t.valid[kind][n]]
+            ok = [n for n in ys if n > 0 and valid[kind][n]]
             for name, attr in tabs.items():
                 table = getattr(t, attr)[kind]
-                model.add(v.terms[name] >= sum(int(table[n]) * ys[n] for n in ok)).only_enforce_if(v.x[c])
-    return list(v.terms.values())
+                model.add(terms[name] >= sum(int(table[n]) * ys[n] for n in ok)).only_enforce_if(v.x[c])
+    return list(terms.values())
 
 
 def build_model(space: Space, options=None) -> tuple[cp_model.CpModel, Vars]:
@@ -125,8 +135,13 @@ def build_model(space: Space, options=None) -> tuple[cp_model.CpModel, Vars]:
     add_choice(model, v, space)
     add_split(model, v, space)
     terms = add_stage_costs(model, v, space)
+    worst = [add_stage_costs(model, v, space, s + 1) for s in range(len(space.scenarios))]
     v.objective = model.new_int_var(0, v.upper, "step")
-    model.add(v.objective == sum(terms))
+    if not worst:
+        model.add(v.objective == sum(terms))
+    else:  # robust: the objective is the worst scenario's step time (t >= T_s for every scenario)
+        for ts in [terms] + worst:
+            model.add(v.objective >= sum(ts))
     model.add(v.objective >= sum(max(0, space.lower_ticks.get(c, 0)) * x for c, x in v.x.items()))
     model.minimize(v.objective)
     if space.hint is not None and space.hint[0] in v.x:

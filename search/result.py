@@ -71,6 +71,7 @@ class SolveResult:
     rescored: int = 0  # of those, scheduled by the op-graph engine before the time limit
     graph_objective_s: float | None = None  # the chosen plan's op-graph step time
     analytic_best_graph_s: float | None = None  # the analytic optimum's op-graph step time
+    robust: dict | None = None  # search.robust: step time per scenario of the robust and nominal plans
 
     @property
     def best(self) -> Plan | None:
@@ -87,7 +88,7 @@ class SolveResult:
         return {"status": self.status, "time_s": self.time_s, "objective_s": self.objective_s,
                 "bound_s": self.bound_s, "gap": self.gap, "solver_time_s": self.solver_time_s,
                 "stats": dict(self.stats), "explanation": self.explanation, "changes": list(self.changes),
-                **self.rescore_dict()}
+                **self.rescore_dict(), **({"robust": self.robust} if self.robust else {})}
 
     def rescore_dict(self) -> dict:
         """Both objectives: the analytic optimum CP-SAT proved (``objective_s``, ``bound_s``) and the

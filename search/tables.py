@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -50,6 +52,12 @@ from .candidates import Shape, stage_count_ok, stage_kinds
 from .problem import Problem
 
 KIND_INDEX = {"first": 0, "mid": 1, "last": 2, "only": 0}
+
+
+@lru_cache(maxsize=None)
+def _per_microbatch(framework: str, zero: int, pp: int, dp_cp: int):
+    sem = frameworks.of(SimpleNamespace(framework=framework, zero=zero, pp=pp))
+    return sem if sem.per_microbatch and dp_cp > 1 else None
 
 
 @dataclass(frozen=True)
@@ -87,8 +95,7 @@ class Choice:
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
-        sem = frameworks.of(self.config())
-        return sem if sem.per_microbatch and self.shape.dp * self.shape.cp > 1 else None
+        return _per_microbatch(self.framework, self.zero, self.shape.pp, self.shape.dp * self.shape.cp)
 
     def micro_batches(self, global_batch: int) -> int:
         return global_batch // (self.shape.dp * self.mb)

@@ -52,6 +52,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="largest micro-batch considered (default: %(default)s)")
     g.add_argument("--vp-max", type=int_arg("vp_max"), default=8, metavar="N",
                    help="largest interleave factor considered (default: %(default)s)")
+    g.add_argument("--robust", action="store_true",
+                   help="minimise the worst step time over scenarios of the uncertain constants (compute, "
+                        "network and interference one typical error slower, and all together)")
+    p.add_argument("--baseline", metavar="PLAN",
+                   help='your current plan, "tp=8,pp=8,mb=1,..." or a Megatron-LM argument line: evaluated and '
+                        "compared with the recommendation against the model's 80%% band")
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the best plan as Megatron-LM arguments or a DeepSpeed config")
     add_output_args(p)
@@ -85,8 +91,13 @@ def run(args: argparse.Namespace) -> int:
     problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
                       framework=framework_from_args(args))
     check_pins(problem)  # a pin no plan can hold: refused at once, naming the rule (as evaluate does)
-    result = solve(problem, SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed,
-                                         top_k=args.top, rescore=True))
+    options = SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed, top_k=args.top,
+                           rescore=not args.robust)
+    if args.robust:
+        from search.robust import solve_robust
+        result = solve_robust(problem, options)
+    else:
+        result = solve(problem, options)
     if not result.plans:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
         if args.json:
@@ -94,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         changes = "; smallest changes: " + ", ".join(result.changes) if result.changes else ""
         raise InfeasibleConfig(f"problem={what}: {result.explanation}{changes}")
     best = result.best
+    comparison = None
+    if args.baseline:
+        from ..baseline import compare_with_baseline
+        comparison = compare_with_baseline(model, cluster, workload, best.estimate, args.baseline, engine="analytic")
     if args.emit and not args.json:
         if args.top > 1:  # the plans first, then the flags of the best
             print(plans_table(result, model, cluster, workload) + "\n")
@@ -105,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         d["binding"] = list(best.binding)
         d["objective_s"], d["agreement"] = best.objective_s, best.agreement
         d["alternatives"] = [p.to_dict() for p in result.plans[1:]]
+        if comparison is not None:
+            d["baseline"] = comparison.to_dict()
         if args.emit:
             refuse_unless_runnable(args.emit, best.config)
         if args.emit == "megatron":
@@ -117,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         print_json(d)
         return 0
     print(report_text(result, model, cluster, workload))
+    if comparison is not None:
+        b = comparison.baseline.config
+        print(f"\nbaseline tp={b.tp} pp={b.pp} dp={b.dp} ep={b.ep} cp={b.cp} vp={b.vp} mb={b.mb} zero={b.zero} "
+              f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s (analytic); {comparison.message}")
     return 0
 
 
@@ -198,11 +219,27 @@ def solve_lines(result) -> list[str]:
                f"{s.get('memory', 0)} by memory, {s.get('dominated', 0)} dominated")
     if s.get("timed_out"):
         how += "; the time limit stopped presolve: the best plan found so far"
+    if result.robust:
+        r = result.robust
+        how = (f"robust over {len(r['scenarios'])} scenarios: branch and bound on {s.get('robust_evaluated', 0)} of "
+               f"{s.get('robust_candidates', 0)} choices within the nominal plan's worst case"
+               + ("; CP-SAT with one table per scenario agrees" if s.get("cpsat_agrees") else ""))
     lines = [f"solve: {result.status} in {result.time_s:.2f} s ({how})",
              f"analytic optimum {_opt_s(result.objective_s)} s, best bound {_opt_s(result.bound_s)} s, gap "
              f"{'-' if gap is None else f'{100 * gap:.2f}%'}; evaluate (analytic tables) agrees within "
              f"{100 * max(p.agreement for p in result.plans):.3f}%"]
     best = result.plans[0]
+    if result.robust:
+        r = result.robust
+        lines[-1] = f"worst-case step time {_opt_s(r['worst_s'])} s (analytic), proven {result.status == 'OPTIMAL'}"
+        per = ", ".join(f"{n} {r['robust_plan'][n]:.2f}" for n in r["scenarios"])
+        nom = ", ".join(f"{n} {r['nominal_plan'][n]:.2f}" for n in r["scenarios"])
+        lines.append(f"robust plan by scenario (s): {per}")
+        lines.append("the nominal optimum is the robust plan" if r["same_as_nominal"] else
+                     f"the nominal optimum differs; by scenario (s): {nom}")
+        if r["top_order_swaps_in"]:
+            lines.append("the top plans swap order in: " + ", ".join(r["top_order_swaps_in"]))
+        return lines
     if result.band is None:
         lines[-1] += f"; the op-graph scheduler re-scores the best plan at {_opt_s(best.graph_step_time_s)} s"
     else:
