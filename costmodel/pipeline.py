@@ -17,11 +17,6 @@ def bubble_fraction(p: int, m: int, v: int = 1) -> float:
     return (p - 1) / (v * m)
 
 
-def pipeline_time_s(t_microbatch_s: float, p: int, m: int, v: int = 1) -> float:
-    """Time of the pipelined part of a step: ``(m + (p - 1) / v) * t`` for the slowest stage's per-micro-batch time."""
-    return (m + (p - 1) / v) * t_microbatch_s
-
-
 def in_flight_chunks(p: int, m: int, v: int, stage: int) -> int:
     """Model chunks whose activations a stage holds at its peak (each chunk is ``L/(p*v)`` layers).
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from costmodel.pipeline import bubble_fraction, in_flight_chunks, pipeline_time_s, stage_layers
+from costmodel.pipeline import bubble_fraction, in_flight_chunks, stage_layers
+from costmodel.step import multiplier
 
 
 def test_no_pipeline_no_bubble():
@@ -17,7 +18,7 @@ def test_bubble_fraction(p, m, v, expected):
 
 def test_pipeline_time_is_ideal_plus_bubble():
     t = 2.0
-    assert pipeline_time_s(t, 8, 64, 1) == pytest.approx(64 * t * (1 + 7 / 64))
+    assert multiplier(64, 8, 1) * t == pytest.approx(64 * t * (1 + 7 / 64))  # the one composition's M
 
 
 def test_first_stage_holds_p_microbatches_in_1f1b():

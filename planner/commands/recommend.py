@@ -22,7 +22,7 @@ from ..args import (add_config_args, add_output_args, add_problem_args, choice_a
                     split_from_args)
 from ..args import framework_from_args
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
-from ..report import _s, estimate_json, print_json, table
+from ..report import _s, estimate_json, model_label, print_json, table, with_trust
 from .. import recommend_infer
 
 NAME = "recommend"
@@ -178,12 +178,12 @@ def plans_table(result, model, cluster, workload) -> str:
                "-" if p.graph_step_time_s is None else _s(p.graph_step_time_s), _s(e.step_time_s)]
         row += [f"{_s(b[0])}-{_s(b[1])}"] if with_band else []
         rows.append(row + [f"{e.peak_memory_bytes / GiB:.1f}"])
-    title = (f"{model.name} on {cluster.num_gpus} x {cluster.device.name}, global batch {workload.global_batch} x "
+    title = (f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, global batch {workload.global_batch} x "
              f"{workload.seq_len} tokens: top {len(rows)} plans ({result.status})")
     return title + "\n" + table(headers, rows)
 
 
-def _plan_column(plan) -> list:
+def _plan_column(plan, band=None) -> list:
     c, e, sp = plan.config, plan.estimate, plan.split
     if c.pp == 1:
         stages = "-"
@@ -192,14 +192,14 @@ def _plan_column(plan) -> list:
     rec = c.recompute + (f" ({c.recompute_layers}/stage)" if c.recompute_layers is not None else "")
     return [c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off", c.zero, rec,
             f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(e.step_time_s),
-            "-" if plan.graph_step_time_s is None else _s(plan.graph_step_time_s), f"{e.tokens_per_s:,.0f}",
-            f"{100 * e.mfu:.1f}", f"{e.peak_memory_bytes / GiB:.1f}"]
+            "-" if plan.graph_step_time_s is None else _s(plan.graph_step_time_s),
+            "-" if band is None else f"{_s(band[0])}-{_s(band[1])}", f"{e.tokens_per_s:,.0f}",
+            f"{100 * e.mfu:.1f}", f"{e.peak_memory_bytes / GiB:.1f}", c.framework]
 
 
 ROWS = ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequence parallel", "ZeRO stage",
         "recompute", "bucket MB", "chunks", "layers first/mid/last", "step time s", "step time s (op graph)",
-        "tokens/s", "MFU %",
-        "peak memory GiB"]
+        "80% band s (op graph)", "tokens/s", "MFU %", "peak memory GiB", "framework"]
 
 
 def _opt_s(x) -> str:
@@ -254,13 +254,20 @@ def solve_lines(result) -> list[str]:
 
 
 def report_text(result, model, cluster, workload) -> str:
-    cols = [_plan_column(p) for p in result.plans]
+    cols = [_plan_column(p, _band(p, model, cluster, workload)) for p in result.plans]
     headers = [""] + ["best" if i == 0 else f"#{i + 1}" for i in range(len(cols))]
     rows = [[name] + [col[i] for col in cols] for i, name in enumerate(ROWS)]
-    lines = [f"{model.name} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
+    lines = [f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
              f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}", "",
              table(headers, rows), "", *solve_lines(result)]
     for i, p in enumerate(result.plans):
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
+    best = result.plans[0].estimate
+    reserved = max((m.get("reserved_bytes", 0.0) for m in best.memory), default=0.0)
+    if reserved:
+        lines.append(f"memory: peak includes {reserved / GiB:.1f} GiB reserved per GPU (CUDA context, cuBLAS "
+                     "workspaces, NCCL buffers of each communicator, 5% allocator fragmentation); "
+                     "--headroom-gib keeps more free")
+    lines += [f"note: {n}" for n in with_trust(best, model, cluster, workload).notes if "MFU" in n]
     return "\n".join(lines)
