@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the step-time band columns
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -98,6 +98,10 @@ COLUMNS: tuple[Column, ...] = tuple(
     + _cols("meta",
             ("schema_version", "int", "this schema's version"),
             ("finished_at", "str", "UTC time the case finished (ISO 8601)"))
+    + _cols("estimate",  # schema version 2
+            ("step_time_band_lo_s", "float", "low end of the 80% band of the measured step time around "
+                                             "step_time_s (costmodel.uncertainty; 10% of runs fall below)"),
+            ("step_time_band_hi_s", "float", "high end of that band (10% of runs fall above)"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

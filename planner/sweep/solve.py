@@ -26,6 +26,8 @@ def _flatten(est: dict | None) -> dict:
     b = est.get("breakdown", {})
     cols = {k: est.get(k) for k in ("step_time_s", "tokens_per_s", "mfu", "hfu", "model_tflops_per_gpu",
                                     "peak_memory_bytes", "hbm_bytes", "fits")}
+    band = est.get("step_time_band_s") or (None, None)
+    cols["step_time_band_lo_s"], cols["step_time_band_hi_s"] = band
     cols["compute_s"] = b.get("compute_s")
     cols["bubble_s"] = b.get("bubble_s")
     cols["exposed_comm_s"] = sum(v for k, v in b.items() if k.endswith("_exposed_s"))
@@ -88,6 +90,8 @@ def _solve(case: Case, model, cluster, workload) -> dict:
         return outcome("unsolved", f"no plan found within the time limit of {case.time_limit_s:g} s ({r.status})",
                        solve=solve_info)
     config = {**r.best.config.to_dict(), "sp": r.best.config.sp_on}  # sequence parallelism in effect (tp > 1)
-    out = outcome("ok", config=config, estimate=r.best.estimate.to_dict(), solve=solve_info)
+    from ..report import with_trust  # the 80% band of the step time
+    est = with_trust(r.best.estimate, model, cluster, workload)
+    out = outcome("ok", config=config, estimate=est.to_dict(), solve=solve_info)
     out["graph_step_time_s"] = getattr(r.best, "graph_step_time_s", None)
     return out
