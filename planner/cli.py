@@ -19,11 +19,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 import warnings
 
 from costmodel.errors import PlannerError, SpecError
 
 from .args import ArgParser, check_contradictions
+
+#: when the command started (the console script imports this module first; main() resets it for
+#: each in-process call): ``recommend --time-limit`` bounds the whole command from here
+STARTED_S = time.perf_counter()
 
 #: subcommand modules under planner.commands, in the order --help lists them
 COMMANDS = [
@@ -58,6 +63,8 @@ def _warn_one_line(message, category, filename, lineno, file=None, line=None) ->
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    global STARTED_S
+    STARTED_S = min(STARTED_S, time.perf_counter()) if argv is None else time.perf_counter()
     with warnings.catch_warnings():
         warnings.showwarning = _warn_one_line
         return _main(argv)

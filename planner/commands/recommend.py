@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from costmodel.errors import InfeasibleConfig
 from costmodel.units import GiB
@@ -91,7 +92,11 @@ def run(args: argparse.Namespace) -> int:
     problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
                       framework=framework_from_args(args))
     check_pins(problem)  # a pin no plan can hold: refused at once, naming the rule (as evaluate does)
-    options = SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed, top_k=args.top,
+    # --time-limit bounds the whole command: what start-up and reading the problem took is
+    # deducted, and a tenth (at most 1 s) is kept for building and printing the plans after
+    from .. import cli
+    left = args.time_limit - (time.perf_counter() - cli.STARTED_S) - min(1.0, 0.1 * args.time_limit)
+    options = SolveOptions(time_limit_s=max(0.05, left), workers=args.workers, seed=args.seed, top_k=args.top,
                            rescore=not args.robust)
     if args.robust:
         from search.robust import solve_robust
