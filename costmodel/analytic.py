@@ -155,10 +155,15 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         g, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
         scope = layout(g, stride, cluster.gpus_per_node).scope
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
+        # the layer's other exposed communication (TP/SP/CP/EP waits) is time the gather runs on too
+        waits_f = fwd_led.total_exposed_s + fwd_led.stretch_s
+        waits_b = led.total_exposed_s + led.stretch_s - waits_f
+        if c.recompute == "full":
+            waits_b += waits_f  # the recompute repeats the forward's communication
         if sem.gather_forward:
-            led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef)
+            led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef, waits_s=waits_f)
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
-        led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef)
+        led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
     return LayerTiming(fwd, bwd, recompute, led, fwd_led if c.recompute == "full" else CommLedger())
 
 

@@ -72,7 +72,7 @@ class CommLedger:
             self.reasons.setdefault(strategy, reason)
 
     def overlap(self, strategy: str, t_comm: float, window_s: float, chunks, reason: str = "", coef: float = 0.0,
-                times: float = 1.0) -> None:
+                times: float = 1.0, waits_s: float = 0.0) -> None:
         """Add a communication pipelined in ``chunks`` with a compute window of ``window_s``.
 
         An SM-based collective (``coef``: the device's ``comm_compute_interference``, 0 for a
@@ -80,11 +80,14 @@ class CommLedger:
         op-graph scheduler does (:mod:`costmodel.graph.scheduler`): the window stretches by
         ``coef * min(t_comm, window / (1 - coef))`` and the communication hides behind the
         stretched window, so a communication-bound op costs ``max(t_comm, stretched window)``.
+        ``waits_s``: time in the window when compute waits on other communication (exposed
+        elsewhere); this one progresses then too, without slowing compute.
         """
         if t_comm <= 0:
             return
         stretch = coef * min(t_comm, window_s / (1 - coef)) if coef > 0 and chunks > 0 and window_s > 0 else 0.0
-        self.add(strategy, t_comm, exposed_s(t_comm, window_s + stretch, chunks), reason, times, uses_compute=False)
+        self.add(strategy, t_comm, exposed_s(t_comm, window_s + stretch + waits_s, chunks), reason, times,
+                 uses_compute=False)
         self.stretch_s += times * stretch
 
     def interference_s(self, coef: float) -> float:

@@ -181,15 +181,15 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
         t_grad, t_param, lat_grad, lat_param, buckets = stage_dp_terms(model, cluster, c, s)
         t_grad = bucketed_s(t_grad, lat_grad, buckets)  # every extra bucket pays its latency
         t_param = bucketed_s(t_param, lat_param, buckets)
-        if t_grad <= 0:
+        if t_grad <= 0:  # no step-end gradient collective (e.g. reduced every micro-batch)
             scheds.append(None)
-            continue
-        window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s), windows)
-        tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride)
-        scheds.append(sched)
-        finish = float(pipe.last_backward_end_s[s]) + tail
-        if finish > worst:
-            worst, dp_stage, dp_link = finish, s, t_grad
+        else:
+            window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s), windows)
+            tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride)
+            scheds.append(sched)
+            finish = float(pipe.last_backward_end_s[s]) + tail
+            if finish > worst:
+                worst, dp_stage, dp_link = finish, s, t_grad
         if t_param > 0:  # without buckets the gather runs after the optimizer step, not overlapped
             fr, need = _param_need(chunks[s], pipe, s, emb.fwd_s)
             late = param_gather_lateness_s(t_param, fr, need) if c.bucket_bytes > 0 else t_param
