@@ -50,7 +50,8 @@ WHY_PP_DATA = "data dependency: the next stage waits for the activation (or the 
 def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig]:
     """Only what shapes one layer's graph (pipeline and bucket settings do not)."""
     return (Workload(mode=w.mode, global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
-            replace(c, pp=1, vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None))
+            # pp only as "a pipeline or not": FSDP2 without resharding syncs once per step under one
+            replace(c, pp=min(c.pp, 2), vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None))
 
 
 def layer_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
