@@ -51,6 +51,9 @@ RESCORE_BAND = 0.03
 RESCORE_MAX = 20
 #: a space of at most this many choices is scored exhaustively, without presolve or CP-SAT
 SMALL_SPACE = 64
+#: presolve leaving more choices than this (weak bounds, e.g. fine-grained MoE) answers with its
+#: best incumbents (FEASIBLE, with the gap) instead of a CP-SAT model it could not solve in time
+CPSAT_MAX_CHOICES = 20000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +182,16 @@ def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: fl
             return _Part(FEASIBLE, found=pre.incumbents[:options.top_k], near=list(pre.incumbents),
                          bound=unexplored, stats=stats)
         return _Part(INFEASIBLE if not pre.timed_out else UNKNOWN, bound=unexplored, stats=stats)
+    if len(pre.choices) > CPSAT_MAX_CHOICES:  # too many for one model in the time left: presolve's best
+        stats["model_choices"] = 0
+        stats["too_many_choices"] = len(pre.choices)
+        bound = min(pre.lower_ticks[c] for c in pre.choices)
+        if pre.timed_out:
+            bound = None if unexplored is None else min(bound, unexplored)
+        if pre.incumbents:
+            return _Part(FEASIBLE, found=pre.incumbents[:options.top_k], near=list(pre.incumbents), bound=bound,
+                         stats=stats)
+        return _Part(UNKNOWN, bound=bound, stats=stats)
     hint = (pre.incumbents[0].choice, pre.incumbents[0].split) if pre.incumbents else None
     space = Space(p.model.layers, {c: tables.stage_table(c) for c in pre.choices}, pre.lower_ticks, hint)
     model, v = build_model(space, options)
@@ -211,6 +224,10 @@ def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: fl
     if not found and pre.incumbents:  # CP-SAT ran out of time: fall back on presolve's incumbents
         found = pre.incumbents[:options.top_k]
         status = FEASIBLE
+    elif status != OPTIMAL and pre.incumbents and pre.incumbents[0].objective < found[0].objective:
+        # CP-SAT stopped short of what presolve already holds: keep the better plans
+        found = sorted({(sc.objective, sc.choice, sc.split) for sc in found + pre.incumbents})
+        found = [Scored(*f) for f in found][:options.top_k]
     if not found:
         proven = status == INFEASIBLE and not pre.timed_out
         return _Part(INFEASIBLE if proven else UNKNOWN, bound=unexplored, stats=stats, solver_s=solver_s)
