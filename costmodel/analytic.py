@@ -155,16 +155,50 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         g, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
         scope = layout(g, stride, cluster.gpus_per_node).scope
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
-        # the layer's other exposed communication (TP/SP/CP/EP waits) is time the gather runs on too
-        waits_f = fwd_led.total_exposed_s + fwd_led.stretch_s
-        waits_b = led.total_exposed_s + led.stretch_s - waits_f
+        # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
+        # gather crosses nodes) is time the gather runs on too; on the same link they share it
+        scopes = {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, cluster.gpus_per_node).scope,
+                  "ep": layout(c.ep, 1, cluster.gpus_per_node).scope}
+
+        def waits(ledger):
+            return ledger.stretch_s + sum(v for k, v in ledger.exposed_s.items() if scopes.get(k, scope) != scope)
+        waits_f = waits(fwd_led)
+        waits_b = waits(led) - waits_f
         if c.recompute == "full":
             waits_b += waits_f  # the recompute repeats the forward's communication
         if sem.gather_forward:
             led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef, waits_s=waits_f)
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
         led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
+    _link_floor(led, fwd + bwd + recompute, c, cluster, fwd_led if c.recompute == "full" else None)
     return LayerTiming(fwd, bwd, recompute, led, fwd_led if c.recompute == "full" else CommLedger())
+
+
+def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: ClusterSpec, rec_led) -> None:
+    """A link carries one byte at a time: the layer lasts at least as long as the communication
+    on its busiest link (overlapping collectives share it, as the op-graph scheduler's links do).
+    The shortfall is charged to the largest communication on that link."""
+    gpn = cluster.gpus_per_node
+    scopes = {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, gpn).scope, "ep": layout(c.ep, 1, gpn).scope,
+              "zero": layout(c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp), gpn).scope}
+    link = dict(led.link_s)
+    if rec_led is not None:  # the recompute's communication runs again
+        for k, v in rec_led.link_s.items():
+            link[k] = link.get(k, 0.0) + v
+    total = compute_s + led.total_exposed_s + led.stretch_s + coef_hidden(led, cluster) + (
+        rec_led.total_exposed_s + rec_led.stretch_s if rec_led is not None else 0.0)
+    for scope in ("intra", "inter"):
+        on = {k: v for k, v in link.items() if scopes.get(k) == scope}
+        short = sum(on.values()) - total
+        if on and short > 1e-12:
+            k = max(on, key=on.get)
+            led.exposed_s[k] = led.exposed_s.get(k, 0.0) + short
+            led.reasons.setdefault(k, "no free link: collectives on the same link share its bandwidth")
+            total += short
+
+
+def coef_hidden(led: CommLedger, cluster: ClusterSpec) -> float:
+    return cluster.device.comm_compute_interference * led.hidden_sm_s
 
 
 @dataclass(frozen=True)
