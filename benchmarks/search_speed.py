@@ -34,6 +34,7 @@ CASES = [
     ("GPT 1T / 3072 A100", "gpt-1t", "a100-80g", 3072, 3072, 2048),  # Narayanan et al. 2021 Table 1
     ("Llama-3.1-405B / 16384 H100", "llama3.1-405b", "h100-sxm", 16384, 2048, 8192),  # 16M-token batches
     ("DeepSeek-V3 / 2048 H800", "deepseek-v3", "h800", 2048, 15360, 4096),  # DeepSeek-V3 report, 15360 x 4K
+    ("Qwen3-30B-A3B / 64 H100", "qwen3-30b-a3b", "h100-sxm", 64, 512, 4096),  # issue 9's fine-grained MoE case
 ]
 
 
