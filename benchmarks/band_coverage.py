@@ -62,8 +62,8 @@ def predicted_rows(engine: str, set_name: str = "dev"):
 
 
 def stored(rows, engine: str) -> dict:
-    return {"description": "ln(predicted/measured step time) of the development set rows "
-                           "(benchmarks/data/published_dev.csv), by regime; written by "
+    return {"description": "ln(predicted/measured step time) of the published rows used "
+                           "(benchmarks/data/published_dev.csv and published_new.csv), by regime; written by "
                            "benchmarks/band_coverage.py --write; read by costmodel/uncertainty.py",
             "engine": engine,
             "rows": [{"set": getattr(x["row"], "set", "dev"), "source": x["row"].source, "row_id": x["row"].row_id,

@@ -119,8 +119,8 @@ def main(argv=None, rows: list[Row] | None = None) -> int:
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph",
                     help="op-graph scheduler (default; both sets in about 10 s on 2 cores) or the analytic fast path")
     ap.add_argument("--check", action="store_true",
-                    help=f"exit 1 if the dev-set mean |err| > {100 * DEV_MEAN_LIMIT:.0f}% "
-                         f"or any regime's mean |err| > {100 * REGIME_MEAN_LIMIT:.0f}%")
+                    help=f"exit 1 if the dev-set mean |err| > {100 * DEV_MEAN_LIMIT:.0f}%% "
+                         f"or any regime's mean |err| > {100 * REGIME_MEAN_LIMIT:.0f}%%")
     args = ap.parse_args(argv)
     rows = load_set(args.set) if rows is None else rows
     rows = [r for r in rows if not args.source or r.source == args.source]

@@ -145,7 +145,11 @@ def test_stored_residuals_cover_the_development_set():
     stored = U.stored_residuals()
     assert len(stored) >= 30
     assert {r["regime"]["device"] for r in stored} >= {"a100", "h100"}
-    assert all(set(r["regime"]) == set(U.KEYS) and abs(r["log_residual"]) < 0.5 for r in stored)
+    assert all(set(r["regime"]) == set(U.KEYS) for r in stored)
+    # the development set is predicted within its gate; the new set keeps its large misses (row 192,
+    # Qwen3 pp2 vp24, -61%): they widen the bands of their regimes, as they should
+    dev = [r for r in stored if r.get("set", "dev") == "dev"]
+    assert len(dev) >= 30 and all(abs(r["log_residual"]) < 0.5 for r in dev)
 
 
 def test_in_sample_coverage_of_the_stored_rows_is_near_the_level():
