@@ -78,6 +78,9 @@ def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forwa
     linear within a chunk and across chunks, so its maximum is at an end of the first or last
     chunk. ``buckets = 0``: gathered after the optimizer step, fully exposed.
     """
+    args = (t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, layers)
+    if not any(isinstance(a, np.ndarray) for a in args):
+        return _dp_exposure_scalar(*args[:8], p, v, args[8])
     t_grad = bucketed_s(t_grad, lat_grad, buckets)
     t_param = bucketed_s(t_param, lat_param, buckets)
     b_c = np.asarray(backward_s, float) / v
@@ -98,6 +101,26 @@ def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forwa
     if np.ndim(ex) == 0 and np.ndim(zx) == 0:
         return float(ex), float(zx), t_grad, t_param
     return ex, zx, t_grad, t_param
+
+
+def _dp_exposure_scalar(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p, v,
+                        layers):
+    """:func:`dp_exposure` on plain numbers (the fast path scores thousands of plans a second)."""
+    extra = max(buckets - 1, 0)
+    t_grad, t_param = t_grad + extra * lat_grad, t_param + extra * lat_param
+    b_c, f_c = backward_s / v, forward_s / v
+    if buckets > 0:
+        k_c = max(buckets / v, 1.0)
+        tail = max(exposed_s(t_grad * (c + 1) / v, b_c, k_c) - c * p * b_c for c in range(v))
+        ex = max(0.0, tail - stage * b_c)
+        n = max(float(layers), 1.0)
+        n_c = n / v
+        late = max(max(t_param * (c * n_c + 1) / n - (c * p + stage) * f_c,
+                       t_param * (c + 1) / v - (c * p + stage) * f_c - (n_c - 1) / n_c * f_c) for c in {0, v - 1})
+        zx = max(0.0, late)
+    else:
+        ex, zx = max(0.0, t_grad - stage * b_c), t_param
+    return float(ex), float(zx), float(t_grad), float(t_param)
 
 
 def step_time(t_mb, dp_exposed, optimizer, m, p, v):
@@ -139,16 +162,13 @@ def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, 
     """The step of one plan from arrays over (some of) its stages: ``stages`` are their indices
     (the head start of each), the other arrays their per-micro-batch time, forward, backward
     (with recompute), DP collective terms, bucket count, optimizer time and layer count."""
-    t_mb = np.asarray(t_mb, dtype=float)
-    ex, zx, lg, lp = dp_exposure(np.asarray(t_grad, float), np.asarray(t_param, float), np.asarray(lat_grad, float),
-                                 np.asarray(lat_param, float), np.asarray(buckets), np.asarray(backward, float),
-                                 np.asarray(fwd, float), np.asarray(stages), p, v, np.asarray(layers))
-    slow = int(np.argmax(t_mb))
+    t_mb, stages = [float(x) for x in t_mb], list(stages)
+    dps = [dp_exposure(*terms, p=p, v=v, layers=n) for terms, n in
+           zip(zip(t_grad, t_param, lat_grad, lat_param, buckets, backward, fwd, stages), layers)]
+    slow = max(range(len(t_mb)), key=lambda i: (t_mb[i], -i))  # the first slowest stage
     # the stage with the most end-of-step exposure (ties: the later stage, as evaluate always did)
-    tot = ex + zx
-    d = int(len(tot) - 1 - np.argmax(tot[::-1]))
-    big_m = multiplier(m, p, v)
-    return Composition(pipeline_s=float(big_m * t_mb[slow]), bubble_s=float((p - 1) / v * t_mb[slow]),
-                       dp_s=float(ex[d]), zero_s=float(zx[d]), dp_link_s=float(lg[d]), zero_link_s=float(lp[d]),
-                       optimizer_s=float(np.max(optimizer)), slow_stage=int(np.asarray(stages)[slow]),
-                       dp_stage=int(np.asarray(stages)[d]))
+    d = max(range(len(dps)), key=lambda i: (dps[i][0] + dps[i][1], i))
+    ex, zx, lg, lp = dps[d]
+    return Composition(pipeline_s=multiplier(m, p, v) * t_mb[slow], bubble_s=(p - 1) / v * t_mb[slow],
+                       dp_s=ex, zero_s=zx, dp_link_s=lg, zero_link_s=lp, optimizer_s=float(max(optimizer)),
+                       slow_stage=int(stages[slow]), dp_stage=int(stages[d]))
