@@ -152,13 +152,11 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         for params, size, stride in zero3_groups(model, c, moe):
             t_ag += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster)
             t_rs += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster)
-        g, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
-        scope = layout(g, stride, cluster.gpus_per_node).scope
+        scopes = _link_scopes(c, cluster)
+        scope = scopes["zero"]
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
         # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
         # gather crosses nodes) is time the gather runs on too; on the same link they share it
-        scopes = {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, cluster.gpus_per_node).scope,
-                  "ep": layout(c.ep, 1, cluster.gpus_per_node).scope}
 
         def waits(ledger):
             return ledger.stretch_s + sum(v for k, v in ledger.exposed_s.items() if scopes.get(k, scope) != scope)
@@ -178,15 +176,14 @@ def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: C
     """A link carries one byte at a time: the layer lasts at least as long as the communication
     on its busiest link (overlapping collectives share it, as the op-graph scheduler's links do).
     The shortfall is charged to the largest communication on that link."""
-    gpn = cluster.gpus_per_node
-    scopes = {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, gpn).scope, "ep": layout(c.ep, 1, gpn).scope,
-              "zero": layout(c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp), gpn).scope}
+    scopes = _link_scopes(c, cluster)
     link = dict(led.link_s)
     if rec_led is not None:  # the recompute's communication runs again
         for k, v in rec_led.link_s.items():
             link[k] = link.get(k, 0.0) + v
-    total = compute_s + led.total_exposed_s + led.stretch_s + coef_hidden(led, cluster) + (
-        rec_led.total_exposed_s + rec_led.stretch_s if rec_led is not None else 0.0)
+    coef = cluster.device.comm_compute_interference
+    total = compute_s + led.total_exposed_s + led.interference_s(coef) + (
+        rec_led.total_exposed_s + rec_led.interference_s(coef) if rec_led is not None else 0.0)
     for scope in ("intra", "inter"):
         on = {k: v for k, v in link.items() if scopes.get(k) == scope}
         short = sum(on.values()) - total
@@ -197,8 +194,11 @@ def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: C
             total += short
 
 
-def coef_hidden(led: CommLedger, cluster: ClusterSpec) -> float:
-    return cluster.device.comm_compute_interference * led.hidden_sm_s
+def _link_scopes(c: ParallelConfig, cluster: ClusterSpec) -> dict:
+    """The link (``intra``/``inter``) each strategy's collectives of one layer cross."""
+    gpn = cluster.gpus_per_node
+    return {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, gpn).scope, "ep": layout(c.ep, 1, gpn).scope,
+            "zero": layout(c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp), gpn).scope}
 
 
 @dataclass(frozen=True)

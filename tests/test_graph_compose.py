@@ -8,7 +8,6 @@ from costmodel import analytic
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
-from costmodel.graph import builders, compose
 from costmodel.graph.compose import graph_step, stage_timing
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload

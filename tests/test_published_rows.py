@@ -5,7 +5,6 @@ step times; ``validate_published.py --check`` gates on the stated limits."""
 import csv
 import doctest
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
