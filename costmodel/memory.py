@@ -31,6 +31,7 @@ from .compute import moe_imbalance
 from .config import ParallelConfig, micro_batches
 from .pipeline import in_flight_chunks, stage_layers
 from .specs import ModelSpec, Workload
+from .units import GiB  # noqa: F401 (used by the doctests)
 
 WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES = 2, 4, 12
 MiB = 2**20
