@@ -446,13 +446,21 @@ def _new_row(r: dict) -> Row:
         chunks = tp if (tp > 1 and "async tp" in r["other_metric"].lower()) else 1
         bucket = ParallelConfig().bucket_bytes
     framework = FRAMEWORK.get(src, "megatron")
+    fused = True
+    if src in TORCHTITAN and "torch.compile no" in r["other_metric"].lower():
+        fused = False  # torchtitan training.compile off: the Llama block's norms, RoPE, SwiGLU run eager
+        notes.append("torch.compile off (stated): eager element-wise kernels (fused_elementwise False)")
+    dispatcher = "deepep" if "deepep" in r["other_metric"].lower() else "alltoall"
+    if dispatcher == "deepep" and ep > 1:
+        notes.append("DeepEP dispatcher (stated): one network copy per destination node")
     if framework == "megatron" and zero == 2:
         # MegaScale's "ZeRO-2" is Megatron-LM's distributed optimizer (the system is built on Megatron-LM):
         # gradients reduce-scattered once per step, optimizer state sharded; Megatron has no per-micro-batch ZeRO-2
         zero = 1
         notes.append("zero 1: the stated ZeRO-2 is Megatron-LM's distributed optimizer (costmodel.frameworks)")
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
-                 flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework)
+                 flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
+                 fused_elementwise=fused, ep_dispatcher=dispatcher)
     regime_vp = vp
     if model is not None:
         if src == "llama3_2024" and pp == 16 and model.layers == 126:

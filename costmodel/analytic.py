@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from . import frameworks
 from .collectives import collective_time_s, group_stride, layout
-from .compute import ACT_BYTES, embedding_op, head_ops, layer_ops, optimizer_time_s
+from .compute import ACT_BYTES, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, optimizer_time_s
 from .config import ParallelConfig
 from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
@@ -124,8 +124,8 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
-        slots = n * model.topk / c.tp
-        t_a2a = collective_time_s("alltoall", slots * model.hidden * ACT_BYTES, c.ep, 1, cluster)
+        a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
+        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster)
         k = c.chunks if c.chunks > 1 else 0
         f = CommLedger()
         f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch

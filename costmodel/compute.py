@@ -63,6 +63,25 @@ ACT_BYTES = 2  # activations are BF16 (also under FP8 GEMMs, whose outputs are B
 #: backend, the flash-attn 2 package) reaches this fraction of it.
 FA2_HOPPER_RATIO = 0.62
 HOPPER = ("H100", "H200", "H800")
+#: PyTorch eager element-wise ops of a Llama block (``ParallelConfig.fused_elementwise=False``): HBM
+#: bytes per element of the forward and kernel launches, read from torchtitan's model as benchmarked in
+#: Dec 2024 (``torchtitan/models/norms.py`` RMSNorm, ``models/llama/model.py`` apply_rotary_emb and
+#: FeedForward at 327b72b, 2024-12-11), one kernel per operator as eager PyTorch runs them:
+#:
+#: * RMSNorm ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * w``: upcast (read 2 B,
+#:   write 4), pow (4 + 4), mean (4), multiply (4 + 4), downcast (4 + 2), weight (2 + 2) = 36 B per
+#:   element in 8 kernels (two on the row statistics); a fused norm reads and writes once, 4 B;
+#: * rotary embedding on q and k, ``view_as_complex(x.float()) * freqs`` then ``type_as``: upcast (2 + 4),
+#:   complex multiply (4 + 4), downcast (4 + 2) = 20 B per q/k element, 3 kernels each; fused stacks
+#:   apply it inside the attention prologue or a fused kernel (not charged there);
+#: * SwiGLU ``silu(w1 x) * w3 x``: silu (2 + 2), multiply (4 + 2) = 10 B per FFN element in 2 kernels
+#:   (fused: read gate and up, write once, 6 B).
+#:
+#: ``torch.compile`` (torchtitan ``training.compile``) fuses each chain into one Triton kernel, which is
+#: the fused case. Residual adds are one kernel either way.
+EAGER_NORM_BYTES, EAGER_NORM_KERNELS = 36, 8
+EAGER_ROPE_BYTES, EAGER_ROPE_KERNELS = 20, 6
+EAGER_SWIGLU_BYTES, EAGER_SWIGLU_KERNELS = 10, 2
 
 
 def fa2_device(dev: DeviceSpec) -> DeviceSpec:
@@ -228,11 +247,12 @@ def layer_ops(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig,
     """
     kv_bytes = kv_dtype_bytes(kv_dtype) if decode else 0
     return _layer_ops(model, dev, w.seq_len, w.dtype, c.tp, c.cp, c.mb, c.sp_on, c.ep, moe, c.flash_attention,
-                      decode, kv_bytes, w.mode == "infer")
+                      decode, kv_bytes, w.mode == "infer", c.fused_elementwise)
 
 
 @lru_cache(maxsize=4096)
-def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False):
+def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False,
+               fused=True):
     c = ParallelConfig(tp=tp, cp=cp, mb=mb, sp=sp, ep=ep, flash_attention=flash)
     w = Workload(global_batch=mb, seq_len=seq_len, dtype=dtype)
     h = model.hidden
@@ -240,27 +260,35 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     n_sp = n / tp if sp else n  # tokens held by element-wise ops (sequence parallel shards them)
     tp_comm = "rs" if sp else "ar"
     ops: list[Op] = []
-    ops.append(_elementwise("ln1", "attn", 2 * ACT_BYTES * n_sp * h, dev))
+    # element-wise ops: fused kernels, or PyTorch eager (EAGER_* above)
+    norm_b, norm_k = (2 * ACT_BYTES, 1) if fused else (EAGER_NORM_BYTES, EAGER_NORM_KERNELS)
+    ops.append(_elementwise("ln1", "attn", norm_b * n_sp * h, dev, norm_k))
     if model.is_mla:
         qkv_width = (model.attn_params - model.heads * model.v_head_dim * h) / h / tp
         o_in = model.heads * model.v_head_dim / tp
+        qk_width = model.heads * model.qk_rope_head_dim / tp + model.qk_rope_head_dim
     else:
         kv_rep = min(tp, model.kv_heads)
         qkv_width = model.heads * model.head_dim / tp + 2 * model.kv_dim / kv_rep
         o_in = model.heads * model.head_dim / tp
+        qk_width = model.heads * model.head_dim / tp + model.kv_dim / kv_rep
     ops.append(_gemm("qkv", "attn", n, qkv_width, h, dev, dtype))
+    if not fused:
+        ops.append(_elementwise("rope", "attn", EAGER_ROPE_BYTES * n * qk_width, dev, EAGER_ROPE_KERNELS))
     ops.append(_decode_attention(model, dev, mb, seq_len, tp, kv_bytes) if decode else _attention_core(model, dev, w, c))
     ops.append(_gemm("attn_out", "attn", n, h, o_in, dev, dtype, comm_after=tp_comm))
     # bias-dropout-add: read out and residual, write sum, 1-byte mask
     ops.append(_elementwise("bda1", "attn", (3 * ACT_BYTES + 1) * n_sp * h, dev))
-    ops.append(_elementwise("ln2", "mlp", 2 * ACT_BYTES * n_sp * h, dev))
+    ops.append(_elementwise("ln2", "mlp", norm_b * n_sp * h, dev, norm_k))
     gated = model.activation == "swiglu"
     if moe:
         ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm, host_sync=not serving))
     else:
         f = model.ffn_hidden / tp
         ops.append(_gemm("fc1", "mlp", n, f * (2 if gated else 1), h, dev, dtype))
-        ops.append(_elementwise("act", "mlp", (3 if gated else 2) * ACT_BYTES * n * f, dev))
+        act_b, act_k = ((EAGER_SWIGLU_BYTES, EAGER_SWIGLU_KERNELS) if gated and not fused
+                        else ((3 if gated else 2) * ACT_BYTES, 1))
+        ops.append(_elementwise("act", "mlp", act_b * n * f, dev, act_k))
         ops.append(_gemm("fc2", "mlp", n, h, f, dev, dtype, comm_after=tp_comm))
     ops.append(_elementwise("bda2", "mlp", (3 * ACT_BYTES + 1) * n_sp * h, dev))
     return tuple(ops)
@@ -290,6 +318,45 @@ def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     cv = math.sqrt(model.moe_load_cv ** 2 + 1.0 / max(slots_per_expert, 1.0))
     z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
     return 1.0 + z * cv / math.sqrt(max(1, model.experts // ep))
+
+
+def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int,
+                      dispatcher: str = "alltoall") -> float:
+    """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes, as
+    :func:`costmodel.collectives.collective_time_s` charges an ``alltoall`` of it.
+
+    ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, NCCL AllToAll-V): one BF16 row per
+    routed copy, ``n * topk / tp`` rows (tokens are split over TP ranks first), a share
+    ``(nodes - 1) / nodes`` of them to other nodes. ``deepep`` (DeepEP normal kernels; DeepSeek-V3
+    technical report, arXiv 2412.19437, section 3.2.2: a token is sent over InfiniBand once to each
+    destination node, to the GPU of the same in-node index, which forwards it over NVLink to the
+    experts there): a token crosses the network once per *distinct* remote node among its top-k
+    experts. With the experts spread evenly over the ``nodes`` of the (consecutive-rank) EP group and
+    uniform routing, a node holds none of a token's experts with probability
+    ``q = C(E - E/nodes, k) / C(E, k)``, so the token reaches ``(nodes - 1)(1 - q)`` remote nodes
+    instead of ``k (nodes - 1) / nodes`` remote copies; the buffer is scaled by that ratio. Inside one
+    node (or one-node EP groups) both send one row per copy: no change. The scaled buffer also scales
+    the NVLink part (local copies and the in-node forwarding), which is the smaller term whenever the
+    group spans nodes (NVLink carries 8-9x a NIC's bandwidth per GPU on DGX H100).
+
+    >>> from costmodel.presets import load_model
+    >>> m = load_model("qwen3-235b-a22b")   # 128 experts, top-8; EP 32 = 4 nodes of 8
+    >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 32, 8, x) for x in ("alltoall", "deepep"))
+    >>> round(d / a, 3)   # 4 nodes x (1 - 0.092) / 8 copies
+    0.454
+    >>> ep_alltoall_bytes(m, 4096, 2, 8, 8, "deepep") == ep_alltoall_bytes(m, 4096, 2, 8, 8)
+    True
+    """
+    rows = n * model.topk / tp
+    nbytes = rows * model.hidden * ACT_BYTES
+    nodes = ep // gpus_per_node if gpus_per_node else 1
+    if dispatcher != "deepep" or nodes <= 1 or not model.is_moe:
+        return nbytes
+    experts, k = model.experts, model.topk
+    q = 1.0
+    for i in range(k):  # C(E - E/nodes, k) / C(E, k)
+        q *= max(0.0, (experts - experts / nodes - i) / (experts - i))
+    return nbytes * (nodes - 1) * (1.0 - q) / (k * (nodes - 1) / nodes)
 
 
 def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True) -> list[Op]:

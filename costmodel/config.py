@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import dma as _dma
 from .errors import SpecError
 from .frameworks import FRAMEWORKS, check as check_framework
 from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
 from .units import MB
 
 RECOMPUTE = ("none", "selective", "full")
+EP_DISPATCHERS = ("alltoall", "deepep")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
@@ -45,6 +47,15 @@ class ParallelConfig:
         False reproduces Megatron-LM 2021/22's unfused softmax (Korthikanti's ``5 a s^2 b`` term).
     framework : ``megatron``, ``deepspeed`` or ``fsdp2``, the framework that runs the plan; its
         ZeRO semantics are charged and its rules checked (:mod:`costmodel.frameworks`).
+    fused_elementwise : the layer's element-wise ops (norms, rotary embedding, gated activation)
+        run as fused kernels (Megatron-Core / Transformer Engine, or PyTorch under
+        ``torch.compile``); False: PyTorch eager, one kernel per operator
+        (:func:`costmodel.compute.layer_ops`; torchtitan ``training.compile = false``).
+    ep_dispatcher : how MoE tokens reach their experts: ``alltoall`` (NCCL AllToAll-V, one copy
+        per routed expert) or ``deepep`` (DeepEP, one copy per destination node over the network,
+        forwarded inside the node over NVLink; Megatron-Core
+        ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``;
+        :func:`costmodel.compute.ep_alltoall_bytes`).
     """
 
     tp: int = 1
@@ -63,15 +74,19 @@ class ParallelConfig:
     flash_attention: bool = True
     layers_per_stage: tuple[int, ...] | None = None
     framework: str = "megatron"
+    fused_elementwise: bool = True
+    ep_dispatcher: str = "alltoall"
 
     def __post_init__(self):
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
             _positive_int(f, getattr(self, f))
-        for f in ("sp", "flash_attention"):
+        for f in ("sp", "flash_attention", "fused_elementwise"):
             if not isinstance(getattr(self, f), bool):
                 raise SpecError(f, getattr(self, f), "true or false")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
             raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")
+        if self.ep_dispatcher not in EP_DISPATCHERS:
+            raise SpecError("ep_dispatcher", self.ep_dispatcher, f"one of {', '.join(EP_DISPATCHERS)}")
         if self.framework not in FRAMEWORKS:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
         if self.recompute not in RECOMPUTE:
@@ -106,13 +121,17 @@ class ParallelConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bucket_mb"] = d.pop("bucket_bytes") / MB
+        if self.dma is None:
+            del d["dma"]  # the default: the keys of plans without an assignment stay as they were
+        else:
+            d["dma"] = str(self.dma)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
-                                              "framework"}
+                                              "framework", "fused_elementwise", "ep_dispatcher"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:
@@ -190,3 +209,4 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")
     if workload.mode == "train":
         check_framework(c)  # the settings c.framework can run (costmodel.frameworks)
+        _dma.check(cluster, c, model)  # the DMA assignment suits the plan and the device

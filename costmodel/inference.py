@@ -39,7 +39,7 @@ from functools import lru_cache
 
 from .analytic import WHY_EP, WHY_TP, _tp_ledger
 from .collectives import collective_time_s
-from .compute import ACT_BYTES, elementwise_time_s, embedding_op, gemm_time_s, layer_ops
+from .compute import ACT_BYTES, elementwise_time_s, embedding_op, ep_alltoall_bytes, gemm_time_s, layer_ops
 from .config import ParallelConfig, validate_config
 from .errors import SpecError
 from .inference_memory import serving_memory
@@ -100,8 +100,8 @@ def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
         led = led.merge(fwd)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
-        slots = tokens * model.topk / c.tp
-        t_a2a = collective_time_s("alltoall", slots * model.hidden * ACT_BYTES, c.ep, 1, cluster)
+        a2a = ep_alltoall_bytes(model, tokens, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
+        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster)
         why = WHY_EP if k == 1 else "data dependency: dispatch needs the router output (combine chunked)"
         led.add("ep", t_a2a, t_a2a, why, uses_compute=sm)  # dispatch
         led.add("ep", t_a2a, exposed_s(t_a2a, experts.fwd_s, k if k > 1 else 0), why, uses_compute=sm)

@@ -40,7 +40,7 @@ import networkx as nx
 from .. import frameworks
 from ..analytic import COLUMN_PARALLEL, zero3_groups
 from ..collectives import collective_time_s, group_stride
-from ..compute import ACT_BYTES, Op, head_ops, layer_ops
+from ..compute import ACT_BYTES, Op, ep_alltoall_bytes, head_ops, layer_ops
 from ..config import ParallelConfig
 from ..memory import GRAD_BYTES, WEIGHT_BYTES
 from ..specs import ClusterSpec, ModelSpec, Workload
@@ -62,7 +62,8 @@ class _Ctx:
         kv_width = 2 * model.kv_dim / min(c.tp, model.kv_heads)
         self.kv_bytes = self.n * kv_width * ACT_BYTES
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
-        self.a2a_bytes = self.n * model.topk / c.tp * model.hidden * ACT_BYTES if moe else 0.0
+        self.a2a_bytes = (ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
+                          if moe else 0.0)
 
     def piece_s(self, kind: str, k: int) -> float:
         """One of ``k`` pieces of a TP/SP collective pipelined with GEMM chunks. The pieces are the
