@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from . import dma as _dma
 from .errors import SpecError
 from .frameworks import FRAMEWORKS, check as check_framework
 from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
@@ -121,10 +120,6 @@ class ParallelConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bucket_mb"] = d.pop("bucket_bytes") / MB
-        if self.dma is None:
-            del d["dma"]  # the default: the keys of plans without an assignment stay as they were
-        else:
-            d["dma"] = str(self.dma)
         return d
 
     @classmethod
@@ -209,4 +204,3 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")
     if workload.mode == "train":
         check_framework(c)  # the settings c.framework can run (costmodel.frameworks)
-        _dma.check(cluster, c, model)  # the DMA assignment suits the plan and the device
