@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import frameworks
+from . import dma, frameworks
 from .collectives import collective_time_s, group_stride, layout
 from .compute import ACT_BYTES, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, optimizer_time_s
 from .config import ParallelConfig
@@ -48,6 +48,8 @@ WHY_EP = "data dependency: dispatch needs the router output; combine not chunked
 WHY_PP = "data dependency: 1F1B send/recv sits between dependent micro-batch computations"
 WHY_CP = "window too short: K/V block transfer longer than the attention block"
 WHY_Z3 = "window too short: parameter AllGather longer than the previous layer's compute"
+WHY_LINK = "no free link: collectives on the same link share its bandwidth"
+WHY_ENGINE = "no free engine: streams that share DMA engines run one at a time"
 
 
 @dataclass(frozen=True)
@@ -105,17 +107,20 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     n = c.mb * w.seq_len / c.cp
     led, fwd_led = CommLedger(), CommLedger()
     coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
+    a = dma.resolve(cluster, c, model)
     if c.tp > 1:
         msg = n * model.hidden * ACT_BYTES
-        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster)
-        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster)
-        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster)
+        tp = dma.engines_of(cluster, a, "tp")
+        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster, engines=tp)
+        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp)
+        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
         both, fonly = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
         led, fwd_led = led.merge(both), fwd_led.merge(fonly)
     attn = next(o for o in ops if o.name == "attn_core")
     if c.cp > 1:
         kv_width = 2 * model.kv_dim / min(c.tp, model.kv_heads)
-        t_kv = collective_time_s("p2p", n * kv_width * ACT_BYTES, c.cp, group_stride("cp", c.tp, c.cp, c.dp), cluster)
+        t_kv = collective_time_s("p2p", n * kv_width * ACT_BYTES, c.cp, group_stride("cp", c.tp, c.cp, c.dp), cluster,
+                                 engines=dma.engines_of(cluster, a, "cp"))
         steps = c.cp - 1
         f = CommLedger()
         f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
@@ -125,7 +130,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
         a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
-        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster)
+        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster, engines=dma.engines_of(cluster, a, "ep"))
         k = c.chunks if c.chunks > 1 else 0
         f = CommLedger()
         f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
@@ -149,17 +154,21 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         # reduce_ipg_grads); FSDP2 without resharding gathers in forward only
         # (costmodel.frameworks.semantics).
         t_ag = t_rs = 0.0
+        zero = dma.engines_of(cluster, a, "zero")
         for params, size, stride in zero3_groups(model, c, moe):
-            t_ag += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster)
-            t_rs += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster)
+            t_ag += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
+            t_rs += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster, engines=zero)
         scopes = _link_scopes(c, cluster)
         scope = scopes["zero"]
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
         # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
-        # gather crosses nodes) is time the gather runs on too; on the same link they share it
+        # gather crosses nodes) is time the gather runs on too; on the same link, or on DMA engines
+        # it shares (costmodel.dma), they share it
+        pool = dma.pool_of(a, "zero")
 
         def waits(ledger):
-            return ledger.stretch_s + sum(v for k, v in ledger.exposed_s.items() if scopes.get(k, scope) != scope)
+            return ledger.stretch_s + sum(v for k, v in ledger.exposed_s.items()
+                                          if scopes.get(k, scope) != scope and (pool is None or dma.pool_of(a, k) != pool))
         waits_f = waits(fwd_led)
         waits_b = waits(led) - waits_f
         if c.recompute == "full":
@@ -168,14 +177,17 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
             led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef, waits_s=waits_f)
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
         led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
-    _link_floor(led, fwd + bwd + recompute, c, cluster, fwd_led if c.recompute == "full" else None)
+    _link_floor(led, fwd + bwd + recompute, c, cluster, fwd_led if c.recompute == "full" else None, a)
     return LayerTiming(fwd, bwd, recompute, led, fwd_led if c.recompute == "full" else CommLedger())
 
 
-def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: ClusterSpec, rec_led) -> None:
+def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: ClusterSpec, rec_led,
+                a: dma.Assignment | None = None) -> None:
     """A link carries one byte at a time: the layer lasts at least as long as the communication
     on its busiest link (overlapping collectives share it, as the op-graph scheduler's links do).
-    The shortfall is charged to the largest communication on that link."""
+    Likewise streams that share DMA engines (a group of the assignment ``a``, :mod:`costmodel.dma`)
+    run one at a time: the layer lasts at least as long as their communication together. The
+    shortfall is charged to the largest communication on that link or those engines."""
     scopes = _link_scopes(c, cluster)
     link = dict(led.link_s)
     if rec_led is not None:  # the recompute's communication runs again
@@ -184,13 +196,15 @@ def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: C
     coef = cluster.device.comm_compute_interference
     total = compute_s + led.total_exposed_s + led.interference_s(coef) + (
         rec_led.total_exposed_s + rec_led.interference_s(coef) if rec_led is not None else 0.0)
-    for scope in ("intra", "inter"):
-        on = {k: v for k, v in link.items() if scopes.get(k) == scope}
+    lanes = [(lambda k, sc=scope: scopes.get(k) == sc, WHY_LINK) for scope in ("intra", "inter")]
+    lanes += [(lambda k, g=group: dma.STREAM_OF.get(k) in g, WHY_ENGINE) for group in dma.shared_pools(a)]
+    for on_lane, why in lanes:
+        on = {k: v for k, v in link.items() if on_lane(k)}
         short = sum(on.values()) - total
         if on and short > 1e-12:
             k = max(on, key=on.get)
             led.exposed_s[k] = led.exposed_s.get(k, 0.0) + short
-            led.reasons.setdefault(k, "no free link: collectives on the same link share its bandwidth")
+            led.reasons.setdefault(k, why)
             total += short
 
 
@@ -250,12 +264,14 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         bwd += head.bwd_s + ce.bwd_s
         if c.tp > 1:  # data-gradient reduction of the head input, overlapped with its weight gradient
             kind = "reducescatter" if c.sp_on else "allreduce"
-            t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster)
+            t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster,
+                                  engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp"))
             coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
             led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, INF, WHY_WINDOW, coef)
     if c.pp > 1:
         msg = n * model.hidden * ACT_BYTES / c.tp  # scatter-gather optimisation / SP shards
-        t = collective_time_s("p2p", msg, c.pp, group_stride("pp", c.tp, c.cp, c.dp), cluster)
+        t = collective_time_s("p2p", msg, c.pp, group_stride("pp", c.tp, c.cp, c.dp), cluster,
+                              engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "pp"))
         chunk_fwd = fwd / c.vp
         sends = 2 * c.vp  # activation forward and gradient backward per model chunk
         ex = t if c.vp == 1 else exposed_s(t, chunk_fwd, INF)
@@ -278,17 +294,19 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
     groups = ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
               (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
     t_grad = t_param = 0.0
+    a = dma.resolve(cluster, c, model)
+    dp, zero = dma.engines_of(cluster, a, "dp"), dma.engines_of(cluster, a, "zero")
     for params, size, stride in groups:
         if size <= 1 or params <= 0:
             continue
         if sem.step_grad:
-            t_grad += collective_time_s(sem.step_grad, params * GRAD_BYTES, size, stride, cluster)
+            t_grad += collective_time_s(sem.step_grad, params * GRAD_BYTES, size, stride, cluster, engines=dp)
         if sem.step_param_gather:
-            t_param += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster)
+            t_param += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
     if model.tied_embeddings and c.pp > 1 and stage in (0, c.pp - 1):
         # word-embedding gradient all-reduce between first and last stage (Megatron-LM)
         t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * GRAD_BYTES, 2,
-                                    group_stride("pp", c.tp, c.cp, c.dp) * (c.pp - 1), cluster)
+                                    group_stride("pp", c.tp, c.cp, c.dp) * (c.pp - 1), cluster, engines=dp)
     return t_grad, t_param
 
 
@@ -300,13 +318,15 @@ def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage:
               (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
     lat_grad = lat_param = 0.0
     sem = frameworks.of(c)
+    a = dma.resolve(cluster, c, model)
+    dp, zero = dma.engines_of(cluster, a, "dp"), dma.engines_of(cluster, a, "zero")
     for params, size, stride in groups:
         if size <= 1 or params <= 0:
             continue
         if sem.step_grad:
-            lat_grad += collective_time_s(sem.step_grad, 1.0, size, stride, cluster)
+            lat_grad += collective_time_s(sem.step_grad, 1.0, size, stride, cluster, engines=dp)
         if sem.step_param_gather:
-            lat_param += collective_time_s("allgather", 1.0, size, stride, cluster)
+            lat_param += collective_time_s("allgather", 1.0, size, stride, cluster, engines=zero)
     return lat_grad, lat_param
 
 

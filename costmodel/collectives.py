@@ -39,8 +39,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
-from .specs import ClusterSpec
+from .specs import ClusterSpec, DmaEngineClass
+
+#: the engines a stream was given: (engine class, number of its engines), see :mod:`costmodel.dma`;
+#: ``None`` means every engine of the class serving the scope (one collective at a time)
+Engines = Optional[Tuple[DmaEngineClass, int]]
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
 
@@ -132,11 +137,12 @@ def _hier_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: floa
     return _bw_s(kind, nbytes / k, nodes, be) + (2 * t_intra if kind == "allreduce" else t_intra)
 
 
-def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec) -> tuple[float, float]:
+def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
+            engines: Engines = None) -> tuple[float, float]:
     """(total seconds, latency seconds) of AllReduce/AllGather/ReduceScatter as NCCL would pick it."""
     if k * nodes <= 1 or nbytes <= 0:
         return 0.0, 0.0
-    bi, be = link_bw_bytes_per_s(cluster, "intra"), link_bw_bytes_per_s(cluster, "inter")
+    bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
     t_bw = _hier_bw_s(kind, nbytes, k, nodes, bi, be)
     lat = ring_latency_s(kind, k, nodes, a_i, a_e)
@@ -147,21 +153,43 @@ def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec) 
     return best
 
 
-def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str) -> float:
+def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str, engines: Engines = None) -> float:
     """Achievable bandwidth per GPU for one collective at ``scope``: the link's effective
-    bandwidth, capped by the DMA engines that carry it (count x per-engine bandwidth) when the
-    engine class has a bandwidth of its own (source document, section 8: "peak DMA bandwidth
-    bounds T_comm")."""
+    bandwidth, capped by the DMA engines that carry it (engines given x per-engine bandwidth)
+    when the engine class has a bandwidth of its own (source document, section 8: "peak DMA
+    bandwidth bounds T_comm"; 0 = link-bound, no cap).
+
+    ``engines``: the ``(class, count)`` a stream was given by its DMA assignment
+    (:mod:`costmodel.dma`); ``None``: all engines of the class serving ``scope``.
+
+    >>> from costmodel.presets import load_cluster
+    >>> cl = load_cluster("sg2262-like")   # 4 CDMA at 64 GB/s, intra link 448 GB/s x 0.85
+    >>> cdma = cl.device.engines_for("intra")
+    >>> [link_bw_bytes_per_s(cl, "intra", e) / 1e9 for e in (None, (cdma, 2), (cdma, 1))]
+    [256.0, 128.0, 64.0]
+    """
     link = cluster.intra_link if scope == "intra" else cluster.inter_link
     bw = link.effective_bw_bytes_per_s
-    eng = cluster.device.engines_for(scope)
+    eng, count = engines if engines is not None else (cluster.device.engines_for(scope), None)
     if eng.bw_bytes_per_s > 0:
-        bw = min(bw, eng.count * eng.bw_bytes_per_s)
+        bw = min(bw, (eng.count if count is None else count) * eng.bw_bytes_per_s)
     return bw
 
 
+def comm_scope(kind: str, size: int, stride: int, gpus_per_node: int) -> str:
+    """``'inter'`` when a group of ``size`` ranks at ``stride`` spans nodes, else ``'intra'``; a
+    point-to-point transfer crosses nodes when its peer is a node or more away.
+
+    >>> comm_scope("allreduce", 8, 1, 8), comm_scope("allreduce", 4, 8, 8), comm_scope("p2p", 2, 8, 8)
+    ('intra', 'inter', 'inter')
+    """
+    if kind == "p2p":
+        return "inter" if stride >= gpus_per_node else "intra"
+    return layout(size, stride, gpus_per_node).scope
+
+
 def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec,
-                      algorithm: str = "ring") -> float:
+                      algorithm: str = "ring", engines: Engines = None) -> float:
     """Seconds for one collective.
 
     Parameters
@@ -175,19 +203,21 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
         for small messages (vLLM ``csrc/custom_all_reduce.cuh``: one-shot, every rank reads the
         ``size - 1`` peer buffers, one latency; two-shot, reduce-scatter then all-gather, two
         latencies), whichever is faster. Other kinds and multi-node groups fall back to ``ring``.
+    engines : the ``(engine class, count)`` the stream carrying it was given
+        (:func:`costmodel.dma.engines_of`); ``None``: all engines of the class serving the scope.
     """
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
     if algorithm not in ("ring", "direct"):
         raise ValueError(f"algorithm={algorithm!r}: must be 'ring' or 'direct'")
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
-    bi, be = link_bw_bytes_per_s(cluster, "intra"), link_bw_bytes_per_s(cluster, "inter")
+    bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     if kind == "p2p":
         if size <= 1 or nbytes <= 0:
             return 0.0
-        scope = "inter" if stride >= cluster.gpus_per_node else "intra"
+        scope = comm_scope(kind, size, stride, cluster.gpus_per_node)
         link = inter_l if scope == "inter" else intra_l
-        return nbytes / link_bw_bytes_per_s(cluster, scope) + link.latency_s
+        return nbytes / link_bw_bytes_per_s(cluster, scope, engines) + link.latency_s
     lay = layout(size, stride, cluster.gpus_per_node)
     k, nodes = lay.intra, lay.inter
     if kind == "alltoall":
@@ -201,10 +231,11 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     if nodes == 1 and algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
         alpha = intra_l.latency_s
         return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
-    return _nccl_s(kind, nbytes, k, nodes, cluster)[0]
+    return _nccl_s(kind, nbytes, k, nodes, cluster, engines)[0]
 
 
-def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec, nbytes: float = 1.0) -> float:
+def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec, nbytes: float = 1.0,
+                         engines: Engines = None) -> float:
     """The latency (alpha) part of one AllReduce/AllGather/ReduceScatter of ``nbytes`` under the
     algorithm NCCL picks for that size (ring, or tree for a small all-reduce across nodes): what
     every extra bucket or per-module collective pays again.
@@ -219,7 +250,7 @@ def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec
     if kind not in ("allreduce", "allgather", "reducescatter"):
         raise ValueError(f"kind={kind!r}: must be allreduce, allgather or reducescatter")
     lay = layout(size, stride, cluster.gpus_per_node)
-    return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster)[1]
+    return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster, engines)[1]
 
 
 def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:

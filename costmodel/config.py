@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import dma as _dma
 from .errors import SpecError
 from .frameworks import FRAMEWORKS, check as check_framework
 from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
@@ -55,6 +56,9 @@ class ParallelConfig:
         forwarded inside the node over NVLink; Megatron-Core
         ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``;
         :func:`costmodel.compute.ep_alltoall_bytes`).
+    dma : the DMA engines each communication stream runs on (:class:`costmodel.dma.Assignment`,
+        or its text ``"tp:cdma*2,dp:cdma*1,pp:cdma*1"`` / dict); ``None`` = the default
+        assignment (:func:`costmodel.dma.default_assignment`).
     """
 
     tp: int = 1
@@ -75,8 +79,11 @@ class ParallelConfig:
     framework: str = "megatron"
     fused_elementwise: bool = True
     ep_dispatcher: str = "alltoall"
+    dma: _dma.Assignment | None = None
 
     def __post_init__(self):
+        if self.dma is not None:
+            object.__setattr__(self, "dma", _dma.parse(self.dma))
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
             _positive_int(f, getattr(self, f))
         for f in ("sp", "flash_attention", "fused_elementwise"):
@@ -120,13 +127,17 @@ class ParallelConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bucket_mb"] = d.pop("bucket_bytes") / MB
+        if self.dma is None:
+            del d["dma"]  # the default: the keys of plans without an assignment stay as they were
+        else:
+            d["dma"] = str(self.dma)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
-                                              "framework", "fused_elementwise", "ep_dispatcher"}
+                                              "framework", "fused_elementwise", "ep_dispatcher", "dma"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:
@@ -204,3 +215,4 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")
     if workload.mode == "train":
         check_framework(c)  # the settings c.framework can run (costmodel.frameworks)
+        _dma.check(cluster, c, model)  # the DMA assignment suits the plan and the device

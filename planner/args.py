@@ -24,6 +24,7 @@ import sys
 
 from costmodel.config import RECOMPUTE
 from costmodel.errors import PlannerError, SpecError
+from costmodel.dma import parse as parse_dma
 from costmodel.frameworks import FRAMEWORKS
 from costmodel.kvcache import KV_DTYPES
 from costmodel.specs import MODES, Workload
@@ -123,6 +124,14 @@ def choice_arg(field: str, choices):
     return _converter(field, by_text.__getitem__, "one of " + ", ".join(by_text))
 
 
+def dma_arg(text: str):
+    """``--dma``: a DMA-engine assignment (:func:`costmodel.dma.parse`; its SpecError names ``dma``)."""
+    try:
+        return parse_dma(text)
+    except SpecError as e:
+        raise _BadValue(e) from None
+
+
 # --------------------------------------------------------------------------- argument groups
 def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, infer: bool = False) -> None:
     """``--model --cluster --gpus --global-batch --seq --dtype`` (the first four, minus --gpus, required).
@@ -170,6 +179,10 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--framework", type=choice_arg("framework", FRAMEWORKS), metavar="{" + ",".join(FRAMEWORKS) + "}",
                    help="framework that runs the plan: its ZeRO semantics are charged, only what it can run is "
                         "searched, --emit prints it (default: megatron)")
+    g.add_argument("--dma", type=dma_arg, metavar="STREAMS:CLASS*N,...",
+                   help="DMA engines of each communication stream (tp cp ep pp dp zero), e.g. "
+                        "'tp:cdma*2,dp:cdma*1,pp:cdma*1'; 'tp+dp:cdma*1' shares one engine "
+                        "(default: the engines split evenly; see costmodel.dma)")
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
                    help="unfused attention that stores the s x s scores (Megatron-LM 2021/22)")
     add_split_args(parser)
@@ -282,7 +295,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
-            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework")
+            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma")
     fields = {k: getattr(args, k, None) for k in keys}
     fields["framework"] = framework_from_args(args)
     lps = getattr(args, "layers_per_stage", None)

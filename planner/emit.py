@@ -308,7 +308,18 @@ def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int) -> t
 
     refuse_unless_runnable(fmt, c)
     if fmt == "fsdp2":
-        return "\n".join(torchtitan_lines(c, workload)), torchtitan_notes(c)
-    if fmt == "megatron":
-        return megatron_text(c, workload.global_batch, layers, workload.dtype), megatron_notes(c)
-    return json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)
+        text, notes = "\n".join(torchtitan_lines(c, workload)), torchtitan_notes(c)
+    elif fmt == "megatron":
+        text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype), megatron_notes(c)
+    else:
+        text, notes = json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)
+    return text, notes + dma_notes(c)
+
+
+def dma_notes(c: ParallelConfig) -> list[str]:
+    """The plan's DMA-engine assignment (:mod:`costmodel.dma`), which no framework has a flag for:
+    said in a comment when the plan names one (unset: the engines split evenly)."""
+    if c.dma is None:
+        return []
+    return [f"DMA engines per stream (no framework flag: bind each stream's communicator/queue to them): "
+            f"{c.dma}; the prediction assumes this assignment"]

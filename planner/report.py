@@ -18,6 +18,7 @@ import math
 import sys
 from dataclasses import asdict, replace
 
+from costmodel import dma
 from costmodel.ceilings import mfu_warning
 from costmodel.estimate import Estimate
 from costmodel.presets import cluster_to_dict, model_to_dict
@@ -70,7 +71,17 @@ def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
     d["model"] = model_json(model)
     d["cluster"] = cluster_to_dict(cluster)
     d["workload"] = asdict(workload)
+    d["dma_assignment"] = dma_assignment_json(model, cluster, workload, est.config)
     return d
+
+
+def dma_assignment_json(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config) -> dict | None:
+    """The DMA engines each stream of a training plan ran on (:meth:`costmodel.dma.Assignment.to_dict`,
+    plus ``text``, the ``--dma`` form); None for serving plans (no assignment)."""
+    if workload.mode != "train":
+        return None
+    a = dma.resolve(cluster, config, model)
+    return {"text": str(a), "streams": a.to_dict()}
 
 
 # --------------------------------------------------------------------------- text

@@ -23,7 +23,8 @@ def test_chrome_trace_is_valid(tmp_path):
     doc = json.loads(path.read_text())
     events = doc["traceEvents"]
     lanes = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert lanes[0] == "compute" and {"nccl-sm#0", "nccl-sm#p2p", "nccl-sm#dp"} <= set(lanes.values())
+    # one lane set per engine pool of the DMA assignment (costmodel.dma): <class>/<stream>
+    assert lanes[0] == "compute" and {"nccl-sm/tp#0", "nccl-sm/pp#p2p", "nccl-sm/dp#dp"} <= set(lanes.values())
     spans = [e for e in events if e["ph"] == "X"]
     assert spans and all(e["ph"] in ("X", "M") for e in events)
     for e in spans:

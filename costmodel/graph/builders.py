@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import networkx as nx
 
-from .. import frameworks
+from .. import dma, frameworks
 from ..analytic import COLUMN_PARALLEL, zero3_groups
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, Op, ep_alltoall_bytes, head_ops, layer_ops
@@ -72,7 +72,8 @@ class _Ctx:
         each is ``1/k`` of the whole collective's time, latency included. Serving workloads use the
         direct (one-/two-shot) all-reduce of inference engines, as :mod:`costmodel.inference` does."""
         algorithm = "direct" if self.w.mode == "infer" else "ring"
-        return collective_time_s(kind, self.msg, self.tp, 1, self.cluster, algorithm=algorithm) / k
+        engines = dma.engines_of(self.cluster, plan_dma(self.model, self.cluster, self.w, self.c), "tp")
+        return collective_time_s(kind, self.msg, self.tp, 1, self.cluster, algorithm=algorithm, engines=engines) / k
 
 
 def _column_like(op: Op, cx: _Ctx) -> bool:
@@ -243,7 +244,7 @@ def _layer_graph(model, cluster, w, c, moe, phase, recompute, decode=False) -> n
         raise ValueError("decode: forward only")
     cx = _Ctx(model, cluster, w, c, moe, decode)
     ops = layer_ops(model, cluster.device, w, c, moe, decode=decode)
-    b = GraphBuilder(cluster)
+    b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
     zero = zero3_prefetch(b, cx, phase)
     x: list = []
     if phase == "fwd":
@@ -259,11 +260,17 @@ def _layer_graph(model, cluster, w, c, moe, phase, recompute, decode=False) -> n
     return b.graph
 
 
+def plan_dma(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig) -> dma.Assignment | None:
+    """The DMA assignment a training plan's graphs run on (:func:`costmodel.dma.resolve`); serving
+    plans keep the engine classes (no assignment)."""
+    return dma.resolve(cluster, c, model) if w.mode == "train" else None
+
+
 def head_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> nx.DiGraph:
     """The LM head and cross-entropy of the last stage; in backward the head's input gradient is
     reduced across TP while its weight gradient computes (as :func:`costmodel.analytic.stage_timing`)."""
     head, ce = head_ops(model, cluster.device, w, c)
-    b = GraphBuilder(cluster)
+    b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
     if phase == "fwd":
         y = b.compute("lm_head", "gemm", head.fwd_s)
         y = b.compute("cross_entropy", "elementwise", ce.fwd_s, [y])

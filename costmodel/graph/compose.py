@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import frameworks
+from .. import dma, frameworks
 from ..analytic import StageTiming, grad_bytes, stage_dp_terms, stage_optimizer_s
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
@@ -38,13 +38,19 @@ from ..overlap import CommLedger, overlap_rate
 from ..pipeline import chunk_layers, stage_layers
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..step import Composition, bucketed_s
-from .builders import head_graph, layer_graph
+from .builders import head_graph, layer_graph, plan_dma
 from .dp import dp_tail, param_gather_lateness_s
 from .pipeline import PipelineResult, simulate
 from .scheduler import Schedule, resources_for, schedule
 
 WHY_PP_SYNC = "synchronous issue: 1F1B blocking send/recv between dependent micro-batch computations"
 WHY_PP_DATA = "data dependency: the next stage waits for the activation (or the gradient) in flight"
+
+
+def _with_dma(model, cluster, w, c) -> ParallelConfig:
+    """``c`` with its DMA assignment resolved, so a layer's cache key holds the plan's engines."""
+    a = plan_dma(model, cluster, w, c)
+    return c if a is None or c.dma == a else replace(c, dma=a)
 
 
 def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig]:
@@ -57,23 +63,24 @@ def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig
 def layer_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
                    phase: str, recompute: bool = False, decode: bool = False) -> Schedule:
     """The scheduled graph of one layer (cached); ``decode``: an inference decode step."""
-    wk, ck = _layer_key(w, c)
+    wk, ck = _layer_key(w, _with_dma(model, cluster, w, c))
     return _layer_schedule(model, cluster, wk, ck, moe, phase, recompute, decode)
 
 
 @lru_cache(maxsize=2048)
 def _layer_schedule(model, cluster, w, c, moe, phase, recompute, decode=False) -> Schedule:
-    return schedule(layer_graph(model, cluster, w, c, moe, phase, recompute, decode), resources_for(cluster.device))
+    return schedule(layer_graph(model, cluster, w, c, moe, phase, recompute, decode),
+                    resources_for(cluster.device, plan_dma(model, cluster, w, c)))
 
 
 def head_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
-    wk, ck = _layer_key(w, c)
+    wk, ck = _layer_key(w, _with_dma(model, cluster, w, c))
     return _head_schedule(model, cluster, wk, ck, phase)
 
 
 @lru_cache(maxsize=512)
 def _head_schedule(model, cluster, w, c, phase) -> Schedule:
-    return schedule(head_graph(model, cluster, w, c, phase), resources_for(cluster.device))
+    return schedule(head_graph(model, cluster, w, c, phase), resources_for(cluster.device, plan_dma(model, cluster, w, c)))
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,8 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     t_p2p = 0.0
     if c.pp > 1:  # scatter-gather optimisation / SP shards (Narayanan et al. 2021, section 4.1)
         t_p2p = collective_time_s("p2p", n * model.hidden * ACT_BYTES / c.tp, c.pp,
-                                  group_stride("pp", c.tp, c.cp, c.dp), cluster)
+                                  group_stride("pp", c.tp, c.cp, c.dp), cluster,
+                                  engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "pp"))
     memo: dict = {}
     chunks = tuple(tuple(_pieces(model, cluster, w, c, s, memo)) for s in range(c.pp))
     F = [[sum(_span(p, emb.fwd_s) for p in cw.fwd) for cw in row] for row in chunks]
@@ -186,7 +194,8 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
             scheds.append(None)
         else:
             window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s), windows)
-            tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride)
+            tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride,
+                                  plan_dma(model, cluster, w, c))
             scheds.append(sched)
             finish = float(pipe.last_backward_end_s[s]) + tail
             if finish > worst:

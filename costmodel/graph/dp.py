@@ -25,13 +25,14 @@ from functools import lru_cache
 
 import networkx as nx
 
+from ..dma import Assignment
 from ..specs import ClusterSpec
 from .nodes import GraphBuilder
 from .scheduler import Schedule, resources_for, schedule
 
 
 def dp_bucket_graph(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket_bytes: float,
-                    kind: str, size: int, stride: int) -> nx.DiGraph:
+                    kind: str, size: int, stride: int, dma: Assignment | None = None) -> nx.DiGraph:
     """The backward window of the step's last micro-batch with bucketed gradient reduction.
 
     Parameters
@@ -41,8 +42,9 @@ def dp_bucket_graph(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket
     t_grad_s : seconds to reduce all of the window's gradients in one collective.
     bucket_bytes : bucket size; 0 means one reduction issued after the window (not overlapped).
     kind, size, stride : the collective and its group (``allreduce`` or ``reducescatter``).
+    dma : the plan's DMA assignment: the buckets run on the ``dp`` stream's engine pool.
     """
-    b = GraphBuilder(cluster)
+    b = GraphBuilder(cluster, dma=dma)
     total = sum(x[2] for x in window)
     buckets, acc, prev, k = [], 0.0, None, 0
     nodes = []
@@ -64,11 +66,11 @@ def dp_bucket_graph(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket
 
 @lru_cache(maxsize=1024)
 def dp_tail(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket_bytes: float, kind: str,
-            size: int, stride: int) -> tuple[float, Schedule]:
+            size: int, stride: int, dma: Assignment | None = None) -> tuple[float, Schedule]:
     """Seconds from the window's last compute (at full speed) to the end of its last bucket,
     including the slowdown of that compute by SM-based reductions; and the schedule."""
-    g = dp_bucket_graph(cluster, window, t_grad_s, bucket_bytes, kind, size, stride)
-    s = schedule(g, resources_for(cluster.device))
+    g = dp_bucket_graph(cluster, window, t_grad_s, bucket_bytes, kind, size, stride, dma)
+    s = schedule(g, resources_for(cluster.device, dma))
     return s.makespan_s - s.compute_s, s
 
 

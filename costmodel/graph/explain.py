@@ -4,8 +4,9 @@ For each strategy the graph engine reports, over one step of the slowest pipelin
 ``T_comm`` (link time of its transfers), the ``T_compute`` window (compute that does not depend
 on those transfers and that they do not depend on: what they could hide behind), the achieved
 overlap ``r``, the exposed seconds, the prerequisite that failed for the largest exposure
-(source document section 1: data dependency, no free DMA engine, synchronous issue) and the
-critical condition ``T_comm <= T_compute`` (section 2).
+(source document section 1: data dependency, no free DMA engine, synchronous issue), the
+critical condition ``T_comm <= T_compute`` (section 2) and the DMA engines its stream ran on
+(``engines``: class and count of the plan's assignment, :mod:`costmodel.dma`).
 
 >>> from costmodel.presets import load_model, load_cluster
 >>> from costmodel.specs import Workload
@@ -15,7 +16,7 @@ critical condition ``T_comm <= T_compute`` (section 2).
 >>> [(r["strategy"], r["critical_condition"]) for r in rows]
 [('tp', True), ('pp', True), ('dp', True)]
 >>> print(format_explain(rows).splitlines()[0])
-strategy   T_comm ms  T_compute ms      r  exposed ms  T_comm<=T_compute  blocking prerequisite
+strategy   T_comm ms  T_compute ms      r  exposed ms  T_comm<=T_compute  engines    blocking prerequisite
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 
+from .. import dma
 from ..collectives import collective_time_s
 from ..compute import ACT_BYTES, layer_ops
 from ..config import ParallelConfig, validate_config
 from ..overlap import overlap_rate
 from ..specs import ClusterSpec, ModelSpec, Workload
+from .builders import plan_dma
 from .compose import WHY_PP_DATA, WHY_PP_SYNC, graph_step, layer_schedule
 from .nodes import COMPUTE, STRATEGIES
 from .scheduler import Schedule
@@ -117,6 +120,9 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
     if config.tp > 1:
         rows[[r["strategy"] for r in rows].index("sp" if config.sp_on else "tp")]["feasibility"] = \
             tp_feasibility(model, cluster, workload, config)
+    a = plan_dma(model, cluster, workload, config)
+    for r in rows:  # the engines each stream ran on (costmodel.dma), e.g. "cdma*2" or "cdma*1 shared with dp"
+        r["engines"] = dma.describe(a, r["strategy"])
     return rows
 
 
@@ -185,7 +191,8 @@ def tp_feasibility(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     (50.3, True)
     """
     msg = c.mb * w.seq_len / c.cp * model.hidden * ACT_BYTES
-    t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster)
+    t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster,
+                             engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "tp"))
     t_mm = sum(o.fwd_s for o in layer_ops(model, cluster.device, w, c, model.is_moe and model.dense_layers == 0)
                if o.kind == "gemm")
     return {"msg_bytes": msg, "t_allreduce_s": t_ar, "t_matmul_s": t_mm, "ratio": t_ar / t_mm if t_mm else float("inf")}
@@ -198,13 +205,14 @@ def _label(row: dict) -> str:
 def format_explain(rows: list[dict]) -> str:
     """The rows as a fixed-width table, with the TP feasibility line when present."""
     wide = max([8] + [len(_label(r)) for r in rows])
+    eng = max([7] + [len(r.get("engines") or "-") for r in rows])
     head = (f"{'strategy':<{wide}} {'T_comm ms':>11} {'T_compute ms':>13} {'r':>6} {'exposed ms':>11}  "
-            f"{'T_comm<=T_compute':<17}  blocking prerequisite")
+            f"{'T_comm<=T_compute':<17}  {'engines':<{eng}}  blocking prerequisite")
     lines = [head]
     for r in rows:
         lines.append(f"{_label(r):<{wide}} {r['t_comm_s'] / MS:11.3f} {r['t_compute_s'] / MS:13.3f} {r['r']:6.2f} "
                      f"{r['exposed_s'] / MS:11.3f}  {str(r['critical_condition']).lower():<17}  "
-                     f"{r['reason'] or '-'}")
+                     f"{r.get('engines') or '-':<{eng}}  {r['reason'] or '-'}")
     for r in rows:
         f = r.get("feasibility")
         if f:

@@ -24,7 +24,8 @@ from typing import Iterable
 
 import networkx as nx
 
-from ..collectives import collective_time_s, layout
+from .. import dma as _dma
+from ..collectives import collective_time_s, comm_scope as _scope
 from ..specs import ClusterSpec
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise", "sink")
@@ -34,16 +35,15 @@ COMPUTE = "compute"
 
 
 def comm_scope(kind: str, size: int, stride: int, cluster: ClusterSpec) -> str:
-    """``'inter'`` when a group of ``size`` ranks at ``stride`` spans nodes, else ``'intra'``.
+    """``'inter'`` when a group of ``size`` ranks at ``stride`` spans nodes, else ``'intra'``
+    (:func:`costmodel.collectives.comm_scope` on the cluster's nodes).
 
     >>> from costmodel.presets import load_cluster
     >>> cl = load_cluster("a100-80g")
     >>> comm_scope("allreduce", 8, 1, cl), comm_scope("allreduce", 4, 8, cl), comm_scope("p2p", 2, 8, cl)
     ('intra', 'inter', 'inter')
     """
-    if kind == "p2p":
-        return "inter" if stride >= cluster.gpus_per_node else "intra"
-    return layout(size, stride, cluster.gpus_per_node).scope
+    return _scope(kind, size, stride, cluster.gpus_per_node)
 
 
 class GraphBuilder:
@@ -53,12 +53,16 @@ class GraphBuilder:
     ----------
     cluster : the cluster whose links and DMA engines time and carry communication.
     prefix : prepended to every node name (to compose graphs without name clashes).
+    dma : the plan's DMA assignment (:mod:`costmodel.dma`): each strategy's communication runs on
+        its stream's engine pool (resource ``<class>/<streams>``) at the bandwidth of the engines
+        it was given; ``None``: on the class serving its scope, with all its engines.
     """
 
-    def __init__(self, cluster: ClusterSpec, prefix: str = ""):
+    def __init__(self, cluster: ClusterSpec, prefix: str = "", dma: _dma.Assignment | None = None):
         self.cluster = cluster
         self.prefix = prefix
-        self.graph = nx.DiGraph()
+        self.dma = dma
+        self.graph = nx.DiGraph(dma_pools=_dma.pool_counts(dma))  # the pools, read by the scheduler
         self._pending_sync: list[str] = []
 
     def _name(self, name: str) -> str:
@@ -101,10 +105,12 @@ class GraphBuilder:
             raise ValueError(f"issue={issue!r}: must be 'async' or 'sync'")
         scope = comm_scope(kind, size, stride, self.cluster)
         if duration_s is None:
-            duration_s = collective_time_s(kind, nbytes, size, stride, self.cluster)
+            duration_s = collective_time_s(kind, nbytes, size, stride, self.cluster,
+                                           engines=_dma.engines_of(self.cluster, self.dma, strategy))
+        resource = _dma.pool_of(self.dma, strategy) or self.cluster.device.engines_for(scope).name
         node = self._name(name)
         self.graph.add_node(node, kind=kind, duration_s=max(0.0, float(duration_s)),
-                            resource=self.cluster.device.engines_for(scope).name, link=scope,
+                            resource=resource, link=scope,
                             bytes=float(nbytes), strategy=strategy, issue=issue, phase=phase,
                             seq=self.graph.number_of_nodes())
         self._wire(node, deps)

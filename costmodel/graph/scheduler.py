@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from .. import dma as _dma
 from ..specs import DeviceSpec
 from .nodes import COMPUTE
 
@@ -62,15 +63,22 @@ class Resources:
     interference: float = 0.0
 
 
-def resources_for(dev: DeviceSpec) -> Resources:
-    """The compute and DMA resources of one device.
+def resources_for(dev: DeviceSpec, dma: _dma.Assignment | None = None) -> Resources:
+    """The compute and DMA resources of one device: its engine classes and, under a DMA
+    assignment (:mod:`costmodel.dma`), one pool per group of streams with the engines it was
+    given (communication that shares a pool queues for its engines).
 
     >>> from costmodel.presets import load_cluster
     >>> resources_for(load_cluster("a100-80g").device)
     Resources(engines=(('nccl-sm', 4),), uses_compute=frozenset({'nccl-sm'}), interference=0.1)
+    >>> resources_for(load_cluster("sg2262-like").device, _dma.parse("tp:cdma*3,dp:cdma*1")).engines[-2:]
+    (('cdma/tp', 3), ('cdma/dp', 1))
     """
-    return Resources(tuple((e.name, e.count) for e in dev.dma_engines),
-                     frozenset(e.name for e in dev.dma_engines if e.uses_compute), dev.comm_compute_interference)
+    pools = _dma.pool_counts(dma)
+    compute = {e.name for e in dev.dma_engines if e.uses_compute}
+    return Resources(tuple((e.name, e.count) for e in dev.dma_engines) + pools,
+                     frozenset(compute | {p for p, _ in pools if p.split("/", 1)[0] in compute}),
+                     dev.comm_compute_interference)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,8 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     attrs = g.nodes
     is_comm = {n: attrs[n]["resource"] != COMPUTE for n in order}
     counts = dict(res.engines)
+    for pool, n in g.graph.get("dma_pools", ()):  # the engine pools the graph was built for (costmodel.dma)
+        counts.setdefault(pool, n)
     for n in order:
         if is_comm[n] and attrs[n]["resource"] not in counts:
             raise ValueError(f"node {n!r}: no DMA engine class {attrs[n]['resource']!r}")
@@ -224,7 +234,7 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
             link = attrs[n]["link"]
             rate[n] = 0.0 if link in holder else 1.0
             holder.setdefault(link, n)
-        sm_busy = any(rate[n] > 0 and attrs[n]["resource"] in res.uses_compute for n in active)
+        sm_busy = any(rate[n] > 0 and attrs[n]["resource"].split("/", 1)[0] in res.uses_compute for n in active)
         crate = 1.0 - f_int if sm_busy else 1.0
         dt = math.inf
         if running is not None:

@@ -1,8 +1,8 @@
 """The scheduled timeline of one step of one pipeline stage: Chrome trace JSON and a Gantt PNG.
 
 One lane per resource: ``compute``, each DMA engine that carried layer communication
-(``<class>#<i>``), and the engines' point-to-point and data-parallel work (``<class>#p2p``,
-``<class>#dp``; ``<class>#dp<i>`` per engine when gradient buckets hold several engines at once,
+(``<pool>#<i>``; a pool is ``<class>/<streams>`` of the plan's DMA assignment, :mod:`costmodel.dma`),
+and the engines' point-to-point and data-parallel work (``<pool>#p2p``, ``<pool>#dp``; ``<class>#dp<i>`` per engine when gradient buckets hold several engines at once,
 so no two slices on one lane overlap). The Chrome trace-event format (``ph: "X"`` complete events, times in
 microseconds; "Trace Event Format", Google, 2016) opens in Perfetto or ``chrome://tracing``.
 
@@ -15,7 +15,7 @@ microseconds; "Trace Event Format", Google, 2016) opens in Perfetto or ``chrome:
 ...                    ParallelConfig(tp=2, pp=2, dp=2, mb=2))
 >>> lanes = {e["args"]["name"] for e in json.load(open(path))["traceEvents"] if e["name"] == "thread_name"}
 >>> sorted(lanes)
-['compute', 'nccl-sm#0', 'nccl-sm#dp', 'nccl-sm#p2p']
+['compute', 'nccl-sm/dp#dp', 'nccl-sm/pp#p2p', 'nccl-sm/tp#0']
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from ..errors import PlannerError
 from ..memory import is_moe_layer
 from ..pipeline import stage_layers
 from ..specs import ClusterSpec, ModelSpec, Workload
+from .. import dma
+from .builders import plan_dma
 from .compose import graph_step, layer_schedule
 from .nodes import COMPUTE
 
@@ -66,8 +68,9 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     e_op = embedding_op(model, cluster.device, workload, config)
     per_op = sum(len(sc.start) for cw in row for _, sc, _ in cw.fwd + cw.bwd if sc is not None)
     detail = per_op / max(1, 2 * config.vp) * pipe.end.shape[1] <= max_events
-    pp_lane = cluster.device.engines_for("inter" if config.tp * config.cp * config.dp >= cluster.gpus_per_node
-                                         else "intra").name + "#p2p"
+    pp_lane = (dma.pool_of(plan_dma(model, cluster, workload, config), "pp")
+               or cluster.device.engines_for("inter" if config.tp * config.cp * config.dp >= cluster.gpus_per_node
+                                             else "intra").name) + "#p2p"
     events: list = []
     for j in range(pipe.end.shape[1]):
         b, c, mb = bool(pipe.is_b[s, j]), int(pipe.chunk[s, j]), int(pipe.mb[s, j])

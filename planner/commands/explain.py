@@ -20,7 +20,7 @@ from costmodel.graph.trace import write_chrome_trace, write_gantt
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
                     inference_batch, int_arg, problem_from_args)
-from ..report import model_json, model_label, print_json
+from ..report import dma_assignment_json, model_json, model_label, print_json
 
 NAME = "explain"
 
@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
                     "overlap": rows, "tp_feasibility": tp, "written": written,
+                    "dma_assignment": dma_assignment_json(model, cluster, workload, config),
                     **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {})})
         return 0
     print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
