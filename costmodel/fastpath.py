@@ -101,19 +101,22 @@ class Scorer:
     # ---- stage classes
     def classes(self, c: ParallelConfig) -> tuple[int, ...]:
         """The first stage of each class (same layer counts and position), in stage order."""
+        return self._class_counts(c)[0]
+
+    def _class_counts(self, c: ParallelConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(first stage of each class, stages in that class)."""
         key = (c.pp, c.layers_per_stage)
-        reps = self._classes.get(key)
-        if reps is None:
-            m, seen, out = self.model, set(), []
+        out = self._classes.get(key)
+        if out is None:
+            m, first, count = self.model, {}, {}
             for s in range(c.pp):
                 r = stage_layers(m.layers, c.pp, s, c.layers_per_stage)
                 n_moe = max(0, r.stop - max(r.start, m.dense_layers)) if m.is_moe else 0
                 k = (len(r), n_moe, s == 0, s == c.pp - 1)
-                if k not in seen:
-                    seen.add(k)
-                    out.append(s)
-            reps = self._classes[key] = tuple(out)
-        return reps
+                first.setdefault(k, s)
+                count[k] = count.get(k, 0) + 1
+            out = self._classes[key] = (tuple(first.values()), tuple(count[k] for k in first))
+        return out
 
     # ---- cached per-class terms (keys: the fields each cost-model function reads)
     def _stage(self, c: ParallelConfig, s: int):
@@ -155,12 +158,12 @@ class Scorer:
             validate_config(self.model, self.cluster, self.workload, c)
         except PlannerError as e:
             return Score.invalid(c, str(e), self.hbm)
-        reps = self.classes(c)
+        reps, weights = self._class_counts(c)
         timing = [self._stage(c, s) for s in reps]
         step = compose([t[0] for t in timing], [t[1] for t in timing], [t[2] for t in timing],
                        *zip(*(self._dp_terms(c, s) for s in reps)), [self._optimizer(c, s) for s in reps],
                        reps, [len(stage_layers(self.model.layers, c.pp, s, c.layers_per_stage)) for s in reps],
-                       micro_batches(self.workload, c), c.pp, c.vp).step_s
+                       micro_batches(self.workload, c), c.pp, c.vp, weights).step_s
         peak = self._peak_memory(c, reps)
         gpus = c.gpus
         hw = hardware_flops_per_step(self.model, self.workload, c)

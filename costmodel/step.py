@@ -4,15 +4,22 @@ Every caller that turns per-stage, per-micro-batch costs into a step time goes t
 module: :func:`costmodel.estimate.evaluate` (analytic engine, arrays over the pipeline
 stages), :class:`costmodel.fastpath.Scorer` (arrays over one representative per stage class)
 and :mod:`search.tables` (arrays over the layer count of a stage, for CP-SAT, whose objective
-``M * t + d + o`` with ``t >= time[n]``, ``d >= dp[n]``, ``o >= opt[n]`` is :func:`step_time`
-written as constraints). The op-graph engine simulates the pipeline and the DP tail instead
-and reports the same :class:`Composition`.
+``(m - 1/v) t + s + d + o`` with ``t >= time[n]``, ``s = sum time[n] / v``, ``d >= dp[n]``,
+``o >= opt[n]`` is :func:`step_time` written as constraints). The op-graph engine simulates the
+pipeline and the DP tail instead and reports the same :class:`Composition`.
 
 ::
 
-    step = M * max_s t_mb(s) + max_s (dp_exposed(s) + zero_exposed(s)) + max_s optimizer(s)
-    M    = m + (p - 1) / v        micro-batches plus the bubble of (interleaved) 1F1B
-                                  (Narayanan et al. 2021, sections 2.2.1-2.2.2)
+    step = (m - 1/v) * max_s t_mb(s) + sum_s t_mb(s) / v
+           + max_s (dp_exposed(s) + zero_exposed(s)) + max_s optimizer(s)
+
+The pipeline term is the makespan of (interleaved) 1F1B with stages of unequal time: the first
+micro-batch passes every stage once (``sum_s t_mb(s)``, in ``v`` chunks of ``1/v`` each) and
+the slowest stage sets the pace of the other ``m - 1/v`` (Alpa, Zheng et al. OSDI 2022, eq. 2:
+``sum_i t_i + (B - 1) max_j t_j``, here for ``v`` model chunks per stage). With equal stages it is
+``M * t`` with ``M = m + (p - 1) / v``, micro-batches plus the bubble (Narayanan et al. 2021,
+sections 2.2.1-2.2.2); it matches :mod:`costmodel.graph.pipeline`'s simulated schedule exactly
+when the slowest stage is the last one or stages are equal, and from above otherwise.
 
 A stage's end-of-step DP traffic (:func:`dp_exposure`): its gradient reduction, split into
 ``buckets`` collectives, pipelines with the stage's last backward (one bucket is reduced while
@@ -22,7 +29,7 @@ less the 1F1B head start of ``stage`` backward steps (stage ``s`` finishes its l
 step's first forward, bucket by bucket.
 
 >>> step_time(np.array([2.0, 3.0]), np.array([0.5, 0.1]), np.array([0.2, 0.2]), m=8, p=2, v=1)
-27.7
+26.7
 >>> round(float(dp_exposure(1.0, 0.0, 0.0, 0.0, 4, 2.0, 1.0, 0)[0]), 3)   # 1 s of comm, 4 buckets, 2 s window
 0.25
 >>> dp_exposure(1.0, 0.0, 0.0, 0.0, 0, 2.0, 1.0, 0)[0]   # no buckets: after backward, all exposed
@@ -39,8 +46,14 @@ from .overlap import exposed_s
 
 
 def multiplier(m, p, v):
-    """``M = m + (p - 1) / v``: micro-batch times per step on the slowest stage."""
+    """``M = m + (p - 1) / v``: micro-batch times per step of a pipeline of equal stages."""
     return m + (p - 1) / v
+
+
+def pipeline_s(t_max, t_sum, m, v):
+    """``(m - 1/v) * t_max + t_sum / v``: the (interleaved) 1F1B makespan of stages whose slowest
+    micro-batch time is ``t_max`` and whose times sum to ``t_sum`` (module docstring)."""
+    return (m - 1.0 / v) * t_max + t_sum / v
 
 
 def dp_buckets(grad_bytes, bucket_bytes):
@@ -123,9 +136,12 @@ def _dp_exposure_scalar(t_grad, t_param, lat_grad, lat_param, buckets, backward_
     return float(ex), float(zx), float(t_grad), float(t_param)
 
 
-def step_time(t_mb, dp_exposed, optimizer, m, p, v):
-    """``M * max t_mb + max dp_exposed + max optimizer`` over the last axis (the stages)."""
-    out = (multiplier(m, p, v) * np.max(t_mb, axis=-1) + np.max(dp_exposed, axis=-1)
+def step_time(t_mb, dp_exposed, optimizer, m, p, v, weights=None):
+    """:func:`pipeline_s` ``+ max dp_exposed + max optimizer`` over the last axis (the stages);
+    ``weights``: how many of the ``p`` stages each entry stands for (default: one each)."""
+    t_mb = np.asarray(t_mb, float)
+    w = np.ones(t_mb.shape[-1]) if weights is None else np.asarray(weights, float)
+    out = (pipeline_s(np.max(t_mb, axis=-1), np.sum(t_mb * w, axis=-1), m, v) + np.max(dp_exposed, axis=-1)
            + np.max(optimizer, axis=-1))
     return float(out) if np.ndim(out) == 0 else out
 
@@ -134,7 +150,8 @@ def step_time(t_mb, dp_exposed, optimizer, m, p, v):
 class Composition:
     """A step time and its parts (seconds): ``step_s = pipeline_s + dp_s + zero_s + optimizer_s``.
 
-    ``pipeline_s`` holds the micro-batches and the bubble; ``dp_s``/``zero_s`` the gradient
+    ``pipeline_s`` holds the micro-batches and the bubble (``bubble_s``: beyond ``m`` times the
+    slowest stage); ``dp_s``/``zero_s`` the gradient
     reduction and parameter gather left after the pipeline; ``slow_stage``/``dp_stage`` the
     stages that set the pipeline pace and the end-of-step exposure.
     """
@@ -158,10 +175,11 @@ class Composition:
 
 
 def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, optimizer, stages, layers,
-            m: int, p: int, v: int) -> Composition:
+            m: int, p: int, v: int, weights=None) -> Composition:
     """The step of one plan from arrays over (some of) its stages: ``stages`` are their indices
     (the head start of each), the other arrays their per-micro-batch time, forward, backward
-    (with recompute), DP collective terms, bucket count, optimizer time and layer count."""
+    (with recompute), DP collective terms, bucket count, optimizer time and layer count;
+    ``weights`` how many stages each stands for (default one each: all ``p`` stages given)."""
     t_mb, stages = [float(x) for x in t_mb], list(stages)
     dps = [dp_exposure(*terms, p=p, v=v, layers=n) for terms, n in
            zip(zip(t_grad, t_param, lat_grad, lat_param, buckets, backward, fwd, stages), layers)]
@@ -169,6 +187,8 @@ def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, 
     # the stage with the most end-of-step exposure (ties: the later stage, as evaluate always did)
     d = max(range(len(dps)), key=lambda i: (dps[i][0] + dps[i][1], i))
     ex, zx, lg, lp = dps[d]
-    return Composition(pipeline_s=multiplier(m, p, v) * t_mb[slow], bubble_s=(p - 1) / v * t_mb[slow],
+    w = [1] * len(t_mb) if weights is None else list(weights)
+    pipe = pipeline_s(t_mb[slow], sum(t * k for t, k in zip(t_mb, w)), m, v)
+    return Composition(pipeline_s=pipe, bubble_s=pipe - m * t_mb[slow],
                        dp_s=ex, zero_s=zx, dp_link_s=lg, zero_link_s=lp, optimizer_s=float(max(optimizer)),
                        slow_stage=int(stages[slow]), dp_stage=int(stages[d]))

@@ -4,10 +4,11 @@ Used by :mod:`search.presolve` to discard choices that cannot beat an incumbent,
 the CP-SAT model a per-choice bound. Each bound relaxes the stage split and leaves out terms
 that are never negative, so it never exceeds the exact table objective (tests check this):
 
-* **pipeline**: ``M`` times the slowest stage, which is at least the mean stage (layers,
-  recompute, embedding and LM head spread over ``p`` stages), at least the stage that must hold
-  ``ceil(L / p)`` layers, and at least the "water level" ``tau`` at which stages filled up to
-  ``tau`` (each capped by the layers its memory allows) hold all ``L`` layers;
+* **pipeline**: ``(m - 1/v) * slowest + sum / v`` (:func:`costmodel.step.pipeline_s`); the sum
+  of the stages is at least ``total``, every layer, recompute, embedding and LM head once; the
+  slowest stage at least the mean ``total / p``, at least the stage that must hold ``ceil(L / p)``
+  layers, and at least the "water level" ``tau`` at which stages filled up to ``tau`` (each
+  capped by the layers its memory allows) hold all ``L`` layers;
 * **optimizer**: at least that of the stage holding ``ceil(L / p)`` layers, or of the smallest
   first / last stage;
 * **DP exposure**: on stage 0 (no 1F1B head start) at least ``max(0, t - window)`` for the
@@ -24,7 +25,7 @@ import math
 import numpy as np
 
 from costmodel.analytic import stage_timing
-from costmodel.step import dp_buckets, dp_exposure
+from costmodel.step import dp_buckets, dp_exposure, pipeline_s
 from costmodel.collectives import collective_time_s, group_stride
 from costmodel.compute import ACT_BYTES
 from costmodel.compute import optimizer_time_s
@@ -108,6 +109,13 @@ class Bounds:
         return sum(self._quick_parts(c))
 
     def _quick_parts(self, c: Choice) -> tuple[float, float]:
+        total, big = self._total_s(c)
+        slow = max(total / c.shape.pp, big if c.shape.pp > 1 else 0.0)
+        return pipeline_s(slow, total, c.micro_batches(self.p.workload.global_batch), c.vp), self.opt_lb_s(c)
+
+    def _total_s(self, c: Choice) -> tuple[float, float]:
+        """(every stage's micro-batch time summed, the least time of the stage holding the most
+        layers), both at most their value for any split."""
         p, s = self.p, c.shape
         L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
@@ -125,8 +133,7 @@ class Bounds:
         total = u_sum + r_sum + sum(x[kind][0] for kind in kinds if kind != "mid") + pp * p2p_min
         n_big = u * math.ceil(L / (pp * u))
         big = n_big * min(dl[0], ml[0]) + (n_big if k is None else min(n_big, k)) * r_min + p2p_min
-        t_lb = c.multiplier(p.workload.global_batch) * max(total / pp, big if pp > 1 else 0.0)
-        return t_lb, self.opt_lb_s(c)
+        return total, big
 
     def opt_lb_s(self, c: Choice) -> float:
         """Optimizer bound: the stage holding ``ceil(L / p)`` layers, the smallest first / last."""
@@ -185,6 +192,7 @@ class Bounds:
         p, s = self.p, c.shape
         L, pp, vp = p.model.layers, s.pp, c.vp
         t_quick, o_lb = self._quick_parts(c)
+        total = self._total_s(c)[0]
         if pp == 1:
             return t_quick + o_lb + self.dp_lb_s(c, caps)
         dl, ml = self.layers(c)
@@ -201,7 +209,7 @@ class Bounds:
         for _ in range(40):  # held() is nondecreasing in tau
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if held(mid) < L else (lo, mid)
-        water = c.multiplier(p.workload.global_batch) * lo * (1 - 1e-9)
+        water = pipeline_s(lo, total, c.micro_batches(p.workload.global_batch), vp) * (1 - 1e-9)
         return max(t_quick, water) + o_lb + self.dp_lb_s(c, caps)
 
     def dp_lb_s(self, c: Choice, caps: dict | None = None) -> float:

@@ -359,7 +359,7 @@ def _twins(space: Space, choice) -> list:
     for c, u in space.tables.items():
         if c.shape == choice.shape and u.kinds == t.kinds and all(
                 np.array_equal(getattr(u, a)[k], getattr(t, a)[k])
-                for a in ("time_ticks", "dp_ticks", "opt_ticks") for k in t.kinds):
+                for a in ("time_ticks", "sum_ticks", "dp_ticks", "opt_ticks") for k in t.kinds):
             same.append(c)
     return same
 

@@ -3,8 +3,8 @@
 A :class:`Choice` is everything the search picks except the stage split. For one choice the
 step time of ``costmodel.estimate.evaluate`` is (its docstring)::
 
-    step = M * max_stage t_mb(stage) + max_stage dp_exposed(stage) + max_stage optimizer(stage)
-    M    = m + (p - 1) / v                      (pipelined micro-batches plus the bubble)
+    step = (m - 1/v) * max_stage t_mb(stage) + sum_stage t_mb(stage) / v
+           + max_stage dp_exposed(stage) + max_stage optimizer(stage)
 
 and every per-stage term is a function of the *number of layers on the stage* and its position:
 ``first`` (embedding; the leading dense layers of an MoE model), ``mid`` (the middle stages,
@@ -52,6 +52,11 @@ from .candidates import Shape, stage_count_ok, stage_kinds
 from .problem import Problem
 
 KIND_INDEX = {"first": 0, "mid": 1, "last": 2, "only": 0}
+
+
+def stage_weight(kind: str, pp: int) -> int:
+    """Stages at position ``kind`` of a ``pp``-stage pipeline (the middle ones share a count)."""
+    return pp - 2 if kind == "mid" else 1
 
 
 @lru_cache(maxsize=None)
@@ -141,7 +146,7 @@ class StageTable:
     """
 
     choice: Choice
-    multiplier: float
+    lead: float  # m - 1/v: micro-batch times the slowest stage sets (costmodel.step.pipeline_s)
     kinds: tuple
     time_s: dict
     dp_s: dict
@@ -153,7 +158,11 @@ class StageTable:
 
     def __post_init__(self):
         # the solver's integer tables, at the problem's one resolution (see :func:`ticks`)
-        self.time_ticks = {k: ticks(self.multiplier * v, self.res_s) for k, v in self.time_s.items()}
+        self.time_ticks = {k: ticks(self.lead * v, self.res_s) for k, v in self.time_s.items()}
+        # the stages' share of the first micro-batch's pass (sum over the stages of time / v), the
+        # middle stages' together
+        pp, vp = self.choice.shape.pp, self.choice.vp
+        self.sum_ticks = {k: ticks(stage_weight(k, pp) * v / vp, self.res_s) for k, v in self.time_s.items()}
         self.dp_ticks = {k: ticks(v, self.res_s) for k, v in self.dp_s.items()}
         self.opt_ticks = {k: ticks(v, self.res_s) for k, v in self.opt_s.items()}
 
@@ -163,7 +172,9 @@ class StageTable:
 
         def at(table):
             return np.array([table[k][n] for k, n in zip(self.kinds, ns)])
-        return step_time(at(self.time_s), at(self.dp_s), at(self.opt_s), self.m, self.choice.shape.pp, self.choice.vp)
+        pp = self.choice.shape.pp
+        return step_time(at(self.time_s), at(self.dp_s), at(self.opt_s), self.m, pp, self.choice.vp,
+                         [stage_weight(k, pp) for k in self.kinds])
 
     def fits(self, split) -> bool:
         return all(self.valid[k][split.count("first" if k == "only" else k)] for k in self.kinds)
@@ -351,6 +362,7 @@ class Tables:
                 valid &= n == L
             for name, arr in (("time", time), ("dp", ex + zx), ("opt", opt), ("mem", mem), ("valid", valid)):
                 out[name][kind] = arr
-        return StageTable(choice, choice.multiplier(p.workload.global_batch), stage_kinds(s.pp), out["time"],
+        m = choice.micro_batches(p.workload.global_batch)
+        return StageTable(choice, m - 1.0 / vp, stage_kinds(s.pp), out["time"],
                           out["dp"], out["opt"], out["mem"], out["valid"], self.res_s,
-                          choice.micro_batches(p.workload.global_batch))
+                          m)
