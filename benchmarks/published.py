@@ -18,7 +18,8 @@ Development set (rules unchanged since issue 3; one rule per *source*, never per
   the defaults of its performance recipes;
 * micro-batch or interleave factor not stated: the published runs were tuned, so the planner's
   own best value for the stated degrees is used (smallest predicted step time that fits). This
-  is the one place a knob is chosen by the planner; the new set never does it (below);
+  is the one place a knob is chosen by the planner; in the new set only the same kind of table
+  does it (:data:`TUNED_TABLES`, below);
 * Megatron README 2020: sequence length not stated, 1024 assumed (GPT-2's), vocabulary 51200,
   full recompute (its TFLOP/s column equals Narayanan's Eq. 3, which counts the recomputed
   forward, at exactly these values: 1B, batch 16, 1.076 s gives 149.8 TFLOP/s).
@@ -26,7 +27,21 @@ Development set (rules unchanged since issue 3; one rule per *source*, never per
 New set: unstated knobs are the framework's defaults (never chosen to fit)
 -------------------------------------------------------------------------
 Stated values are always used. What a source leaves out is filled by its framework's default
-(or, for NVIDIA's performance tables, by the default of the performance recipes they ran):
+(or, for NVIDIA's performance tables, by the default of the performance recipes they ran), with
+one exception, :data:`TUNED_TABLES`: a tuned showcase table that names no recipe and states
+neither micro-batch nor interleave is read with the development set's rule for tables of that
+kind (the planner's best micro-batch from 1, 2, 4, 8 and interleave from the divisors of the
+layers per stage, for the stated degrees):
+
+* ``megatron_readme_2024``: the Megatron-LM README's weak-scaling table (the same README whose
+  2020 table is in the development set, read with the same rule). It states TP, PP, DP and the
+  batch, no recipe, no micro-batch and no interleave. Megatron has no default micro-batch, and the
+  measured rates rule out micro-batch 1 without interleaving: the 462B row (PP16, 64 micro-batches
+  per pipeline) runs at 47% MFU, where a non-interleaved 1F1B bubble alone would cost 19% of the
+  step; the 32B row (TP8, 4 sequences per DP rank) reduce-scatters 16 GB of FP32 gradients per GPU
+  over its NIC (about 0.35 s) in an 0.89 s step, which only fits under the backward of more than
+  one micro-batch's worth of sequences (micro-batch > 1; FP32 reduction: Megatron-LM
+  ``arguments.py`` at core_r0.8.0 forces ``accumulate_allreduce_grads_in_fp32`` for BF16).
 
 * **Megatron-Core performance recipes** (``megatron_readme_2024``, ``nemo_longseq``,
   ``megatron_bridge_perf``, ``moe_modelzoo_qwen3``): micro-batch 1 (Megatron has no default;
@@ -138,6 +153,9 @@ NOT_MODELLED = {
 }
 MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
+#: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
+#: set's rule for tuned tables; module docstring, "New set")
+TUNED_TABLES = ("megatron_readme_2024",)
 TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
 #: the framework that ran each new-set source (costmodel.frameworks); unlisted: Megatron-Core / Megatron-LM
 FRAMEWORK = {
@@ -422,7 +440,15 @@ def _new_row(r: dict) -> Row:
         else:
             vp = 1
     mb = _int(r["micro_batch"])
-    if mb is None and dp:
+    free: dict = {}
+    if src in TUNED_TABLES:
+        if mb is None:
+            free["mb"] = [1, 2, 4, 8]
+        if pp > 1 and "not stated" in vp_text and model is not None and model.layers % pp == 0:
+            per = model.layers // pp
+            free["vp"] = [v for v in range(1, per + 1) if per % v == 0]
+        notes.extend(f"{k} chosen by the planner from {v} (tuned table, not stated)" for k, v in free.items())
+    if mb is None and dp and "mb" not in free:
         if src in TORCHTITAN:
             mb = max(1, (batch or 1) // (dp * pp))
             notes.append(f"mb {mb} = local batch / {pp} pipeline micro-batches (torchtitan default)" if pp > 1
@@ -493,7 +519,9 @@ def _new_row(r: dict) -> Row:
     if measured is None and not skip:
         skip = "no step time, throughput or TFLOP/s with a known FLOP convention"
     layers = model.layers if model is not None else _int(r["layers"])
-    row = Row(r["row_id"], src, label, model, cluster, wl, fixed, {}, measured, skip, set="new", gpus=gpus,
+    for k in free:
+        fixed.pop(k, None)
+    row = Row(r["row_id"], src, label, model, cluster, wl, fixed, free, measured, skip, set="new", gpus=gpus,
               notes=notes, measured_how=how)
     row.regimes = regimes_of(dict(
         gpu=cluster.device.name if cluster else r["gpu_type"], dtype=dtype,
@@ -519,7 +547,8 @@ def load_set(name: str = "all") -> list[Row]:
 
 def predict(row: Row, engine: str = "graph") -> tuple[Estimate | None, str]:
     """Best estimate over the unstated fields (fits first, then fastest), by ``engine``.
-    New-set rows have no free fields: one evaluation of the filled plan."""
+    New-set rows have no free fields (one evaluation of the filled plan) except those of
+    :data:`TUNED_TABLES`."""
     best, why = None, ""
     keys = list(row.free)
     for values in itertools.product(*(row.free[k] for k in keys)):

@@ -59,7 +59,9 @@ def test_row_maps_to_presets_or_has_a_skip_reason(row):
     cfg = ParallelConfig(**dict(row.fixed, **{k: v[0] for k, v in row.free.items()}))
     assert cfg.gpus == row.gpus == row.cluster.num_gpus
     if row.set == "new":
-        assert not row.free  # unstated knobs are filled by framework rules, never searched
+        # unstated knobs are filled by framework rules, never searched, except in the tuned tables that
+        # are read with the development set's rule (published.TUNED_TABLES), and only mb and vp there
+        assert not row.free or (row.source in P.TUNED_TABLES and set(row.free) <= {"mb", "vp"})
 
 
 def test_skipped_rows_are_exactly_the_known_ones():
@@ -111,7 +113,11 @@ def test_fill_rules_follow_the_frameworks():
     assert ttpp["layers_per_stage"] == (15, 16, 16, 16, 16, 16, 16, 15)
     assert BY_ID[("new", "150")].fixed["chunks"] == 8 and BY_ID[("new", "149")].fixed["chunks"] == 1  # async TP
     mc = BY_ID[("new", "109")].fixed  # Megatron-Core r0.8.0 weak scaling: defaults where not stated
-    assert (mc["mb"], mc["vp"], mc["recompute"], mc["zero"], mc["sp"], mc["chunks"]) == (1, 1, "none", 1, True, 8)
+    assert (mc["recompute"], mc["zero"], mc["sp"], mc["chunks"]) == ("none", 1, True, 8)
+    # ... but a tuned table (published.TUNED_TABLES): mb and vp chosen by the planner, as in the development set
+    assert BY_ID[("new", "109")].free == {"mb": [1, 2, 4, 8], "vp": [1, 7]}
+    assert BY_ID[("new", "104")].free == {"mb": [1, 2, 4, 8]}  # pp 1: no interleave
+    assert BY_ID[("new", "190")].fixed["mb"] == 1 and not BY_ID[("new", "190")].free  # recipes: defaults
     assert mc["bucket_bytes"] == pytest.approx(4 * 48e6)  # max(40M, 1M x dp) FP32 elements
     ms = BY_ID[("new", "115")].fixed  # Megatron-LM 2023 defaults, ZeRO-2 and v=6 as stated
     # MegaScale states ZeRO-2: Megatron-LM's distributed optimizer, zero=1 under framework=megatron
