@@ -44,7 +44,7 @@ def test_no_two_slices_on_one_trace_lane_overlap(model, cluster, workload, confi
     lanes: dict = {}
     for e in tl["events"]:
         lanes.setdefault(e["lane"], []).append((e["start_s"], e["start_s"] + e["dur_s"], e["name"]))
-    assert any(lane.startswith("nccl-sm#dp") for lane in lanes)
+    assert any(lane.startswith("nccl-sm/dp#dp") for lane in lanes)  # the dp stream's pool (costmodel.dma)
     for lane, spans in lanes.items():
         spans.sort()
         for (_, end0, a), (start1, _, b) in zip(spans, spans[1:]):
