@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import frameworks
+from . import dma, frameworks
 from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
@@ -122,7 +122,7 @@ class Scorer:
     def _stage(self, c: ParallelConfig, s: int):
         sem = frameworks.of(c)
         key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, sem if sem.per_microbatch else None, c.recompute, c.recompute_layers, c.mb, c.vp,
-               c.chunks, c.flash_attention, c.layers_per_stage)
+               c.chunks, c.flash_attention, c.layers_per_stage, dma.resolve(self.cluster, c, self.model))
         st = self._timing.get(key)
         if st is None:
             t = stage_timing(self.model, self.cluster, self.workload, c, s)
@@ -130,7 +130,8 @@ class Scorer:
         return st
 
     def _dp_terms(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.bucket_bytes)
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.bucket_bytes,
+               dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
         d = self._dp.get(key)
         if d is None:
             d = self._dp[key] = stage_dp_terms(self.model, self.cluster, c, s)
