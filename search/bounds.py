@@ -6,11 +6,11 @@ that are never negative, so it never exceeds the exact table objective (tests ch
 
 * **pipeline**: ``(m - 1/v) * slowest + sum / v`` (:func:`costmodel.step.pipeline_s`); the sum
   of the stages is at least ``total``, every layer, recompute, embedding and LM head once; the
-  slowest stage at least the mean ``total / p``, at least the stage that must hold ``ceil(L / p)``
-  layers, and at least the "water level" ``tau`` at which stages filled up to ``tau`` (each
+  slowest stage at least the mean ``total / p``, at least the largest stage of any split the
+  search allows (first, equal middle stages, last), and at least the "water level" ``tau`` at which stages filled up to ``tau`` (each
   capped by the layers its memory allows) hold all ``L`` layers;
-* **optimizer**: at least that of the stage holding ``ceil(L / p)`` layers, or of the smallest
-  first / last stage;
+* **optimizer**: at least that of the largest stage (:meth:`Bounds.largest_stage`), or of the
+  smallest first / last stage;
 * **DP exposure**: on stage 0 (no 1F1B head start) at least ``max(0, t - window)`` for the
   gradient reduction and the parameter gather, minimised over stage 0's possible sizes.
 
@@ -32,7 +32,7 @@ from costmodel.compute import optimizer_time_s
 from costmodel.memory import expert_dp, reserved_bytes
 from costmodel.pipeline import in_flight_chunks
 
-from .candidates import Shape, stage_kinds, stage_unit
+from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
 from costmodel.units import MB
 
 from .tables import Choice, Tables, probe_split
@@ -46,14 +46,21 @@ class Bounds:
     def __init__(self, tables: Tables):
         self.t = tables
         self.p = tables.p
-        self._extras: dict = {}
-        self._opt: dict = {}
+        self._extras: dict = tables.shared.setdefault("bounds.extras", {})
+        self._opt: dict = tables.shared.setdefault("bounds.opt", {})
         self.n = np.arange(self.p.model.layers + 1)
 
     # ------------------------------------------------------------------ helpers
     def layers(self, c: Choice):
-        dl = self.t.layer(c, False)
-        return dl, (self.t.layer(c, True) if self.p.model.is_moe else dl)
+        """(dense layer, MoE layer) terms of :meth:`search.tables.Tables.layer` (an all-MoE model's
+        dense entry is its MoE layer, a dense model's MoE entry its dense layer: then ``min`` over
+        the two is the cheapest layer the model has)."""
+        m = self.p.model
+        if not m.is_moe:
+            dl = self.t.layer(c, False)
+            return dl, dl
+        ml = self.t.layer(c, True)
+        return (self.t.layer(c, False) if m.dense_layers else ml), ml
 
     def counts(self, kind: str, n):
         """(dense, MoE) layers of a stage at ``kind`` holding ``n`` layers (dense layers first)."""
@@ -109,13 +116,14 @@ class Bounds:
         return sum(self._quick_parts(c))
 
     def _quick_parts(self, c: Choice) -> tuple[float, float]:
-        total, big = self._total_s(c)
-        slow = max(total / c.shape.pp, big if c.shape.pp > 1 else 0.0)
+        total, slow = self._total_s(c)
+        slow = max(total / c.shape.pp, slow)
         return pipeline_s(slow, total, c.micro_batches(self.p.workload.global_batch), c.vp), self.opt_lb_s(c)
 
     def _total_s(self, c: Choice) -> tuple[float, float]:
-        """(every stage's micro-batch time summed, the least time of the stage holding the most
-        layers), both at most their value for any split."""
+        """(every stage's micro-batch time summed, a floor of the slowest stage: the largest stage
+        at its cheapest, and the first and last stages holding their fewest layers with the
+        embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``)."""
         p, s = self.p, c.shape
         L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
@@ -131,9 +139,28 @@ class Bounds:
         x = {kind: self.extras(c, kind) for kind in kinds}
         p2p_min = 2 * self.p2p_s(c) if vp == 1 else 0.0
         total = u_sum + r_sum + sum(x[kind][0] for kind in kinds if kind != "mid") + pp * p2p_min
-        n_big = u * math.ceil(L / (pp * u))
-        big = n_big * min(dl[0], ml[0]) + (n_big if k is None else min(n_big, k)) * r_min + p2p_min
-        return total, big
+        if pp == 1:
+            return total, 0.0
+        u_min = min(dl[0], ml[0])
+
+        def floor(n):  # a stage of n layers, each at its cheapest
+            return n * u_min + (n if k is None else min(n, k)) * r_min + p2p_min
+        lo_first = u * math.ceil(max(1, d) / u)
+        slow = max(floor(self.largest_stage(pp, vp, k)), x["first"][0] + floor(lo_first), x["last"][0] + floor(u))
+        return total, slow
+
+    def largest_stage(self, pp: int, vp: int, k: int | None = None) -> int:
+        """The fewest layers the largest stage can hold over every split the search allows (first,
+        equal middle stages, last; :func:`search.candidates.splits`), with partial recompute of
+        ``k`` layers one stage holding at least ``k`` (:func:`search.cpsat.add_split`)."""
+        key = ("largest", pp, vp, k)
+        if key not in self._opt:
+            p = self.p
+            sizes = [max(sp) for sp in splits(p.model.layers, pp, stage_unit(p, vp), max(1, p.model.dense_layers),
+                                               pinned=pinned_split(p))]
+            sizes = [n for n in sizes if k is None or n >= k]
+            self._opt[key] = min(sizes, default=p.model.layers)
+        return self._opt[key]
 
     def opt_lb_s(self, c: Choice) -> float:
         """Optimizer bound: the stage holding ``ceil(L / p)`` layers, the smallest first / last."""
@@ -145,7 +172,7 @@ class Bounds:
     def _opt_lb(self, c: Choice) -> float:
         L, d, pp, vp = self.p.model.layers, self.p.model.dense_layers, c.shape.pp, stage_unit(self.p, c.vp)
         kinds = stage_kinds(pp)
-        n_big = vp * math.ceil(L / (pp * vp))
+        n_big = self.largest_stage(pp, c.vp)
         return max(self._opt_s(c, kinds[0], min(max(vp, d), L)), self._opt_s(c, kinds[-1], L if pp == 1 else vp),
                    min(self._opt_s(c, kind, min(n_big, L)) for kind in kinds))
 
@@ -209,6 +236,9 @@ class Bounds:
         for _ in range(40):  # held() is nondecreasing in tau
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if held(mid) < L else (lo, mid)
+        k = c.recompute_layers
+        r_min = 0.0 if k is None else min(dl[1], ml[1])  # (with k None it is in the slope)
+        lo = max([lo] + [base[kind] + caps[kind][0] * slope + min(caps[kind][0], k or 0) * r_min for kind in kinds])
         water = pipeline_s(lo, total, c.micro_batches(p.workload.global_batch), vp) * (1 - 1e-9)
         return max(t_quick, water) + o_lb + self.dp_lb_s(c, caps)
 

@@ -81,7 +81,7 @@ class Expander:
 
     def __init__(self, p: Problem, tables: Tables, counts: dict):
         self.p, self.t, self.counts = p, tables, counts
-        self._chunks: dict = {}
+        self._chunks: dict = tables.shared.setdefault("presolve.chunks", {})
 
     def chunks(self, base: Choice, opts: list[int]) -> list[int]:
         s = base.shape
@@ -111,6 +111,16 @@ class Expander:
         plus, per ZeRO stage, the optimizer and (``refined``) the DP exposure with the longest
         windows (full recompute, no sp). ``refined`` also screens memory with the leanest choice
         (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
+        key = (s, mb, vp)
+        cache = self.t.shared.setdefault("presolve.group_lb", {})  # without ``refined``: bucket-free
+        if not refined and key in cache:
+            return cache[key]
+        out = self._group_lb_s(bounds, s, mb, vp, refined)
+        if not refined:
+            cache[key] = out
+        return out
+
+    def _group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool) -> float | None:
         p = self.p
         zeros, sps, recs = zero_values(p, s), sp_values(p, s), recompute_values(p, max_stage_layers(p, s.pp, vp))
         if not (zeros and sps and recs and chunk_values(p, s) and bucket_values(p, s)):
@@ -130,7 +140,7 @@ class Expander:
 
 
 def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds: bool = True,
-             slack: float = 0.0, deadline: float | None = None) -> Presolved:
+             slack: float = 0.0, deadline: float | None = None, incumbent_ticks: float = math.inf) -> Presolved:
     """Reduce the space by best-first branch and bound over choices.
 
     Groups ``(shape, mb, vp)`` are expanded in order of their bound; each choice enters a heap
@@ -144,6 +154,8 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
     plans near the optimum). ``deadline`` (``time.perf_counter()`` seconds): past it, presolve
     stops expanding; ``timed_out`` is set and ``unexplored_ticks`` bounds every choice it did not
     look at (``None``: not even the group bounds were all computed, so nothing is proven).
+    ``incumbent_ticks``: the ``top_k``-th best objective of plans found elsewhere (another part of
+    the space); choices that cannot beat it are pruned as if presolve had found it itself.
     """
     start = time.perf_counter()
     counts = {"groups": 0, "groups_memory": 0, "groups_bound": 0, "dominated": 0, "memory": 0, "bound": 0,
@@ -153,7 +165,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
     out = Presolved([], {}, [], counts)
 
     def to_ticks(x):
-        return math.floor(x / res) - 2
+        return math.floor(x / res) - 4  # the objective sums up to 6 rounded table terms
 
     def late() -> bool:  # past the deadline with a plan in hand (or far past it without)
         if deadline is None:
@@ -171,7 +183,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
         groups.append((ex.group_lb_s(bounds, *q), q))
     counts["groups"] = len(groups)
     groups = sorted(g for g in groups if g[0] is not None)  # None: an option list is empty
-    ub = math.inf
+    ub = incumbent_ticks if use_bounds else math.inf
     lower: dict = {}  # choice -> refined bound (ticks)
     heap: list = []  # (bound, refined?, choice)
     pushed = 0
@@ -223,7 +235,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
             incumbents.sort(key=lambda sc: (sc.objective, sc.choice, sc.split))
             values = sorted({sc.objective for sc in incumbents})  # twins share a value: count values
             if len(values) >= top_k and use_bounds:
-                ub = values[top_k - 1]
+                ub = min(ub, values[top_k - 1])
     for lb, done, c in heap:
         if lb <= thr() and not done:
             if late():  # not refined: its quick bound still bounds it

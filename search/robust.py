@@ -95,7 +95,7 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
         if time.perf_counter() < deadline:  # past it the nominal bound stands alone
             caps = worst_bounds.caps(c)
             if caps is not None:
-                lower[c] = max(lower[c], math.floor(worst_bounds.strong_lb_s(c, caps) / res_s) - 2)
+                lower[c] = max(lower[c], math.floor(worst_bounds.strong_lb_s(c, caps) / res_s) - 4)
     cands = [nom.choice] + sorted((c for c in lower if c != nom.choice), key=lambda c: (lower[c], c))
     lower.setdefault(nom.choice, 0)
     # branch and bound in order of the bound (the nominal plan first: an incumbent in any case)

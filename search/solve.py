@@ -135,7 +135,7 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
         for i, b in enumerate(buckets):  # each part gets its share of the time left
             share = time.perf_counter() + (deadline - time.perf_counter()) / (len(buckets) - i)
             sub = replace(p, limits=replace(p.limits, bucket_mb_options=(b,)))
-            parts.append(_solve_space(sub, Tables(sub), options, share))
+            parts.append(_solve_space(sub, tables.restricted(sub), options, share, _kth_best(parts, options.top_k)))
     else:
         parts = [_solve_space(p, tables, options, deadline)]
     return _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
@@ -168,11 +168,19 @@ def _distinct(scored: list, k: int) -> list:
     return out
 
 
-def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: float) -> _Part:
-    """Presolve and CP-SAT over ``p`` (one bucket size), stopping at ``deadline``."""
+def _kth_best(parts: list, k: int) -> float:
+    """The ``k``-th best distinct objective the solved parts found (inf: fewer than ``k``)."""
+    values = sorted({sc.objective for pt in parts for sc in pt.found + pt.near})
+    return values[k - 1] if len(values) >= k else math.inf
+
+
+def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: float,
+                 incumbent_ticks: float = math.inf) -> _Part:
+    """Presolve and CP-SAT over ``p`` (one bucket size), stopping at ``deadline``; choices that
+    cannot beat ``incumbent_ticks`` (found in other parts) are pruned."""
     slack = options.band if options.rescore else 0.0
     pre = presolve(p, tables, options.top_k, probes=max(options.probes, 2 * options.top_k),
-                   bounds=options.presolve_bounds, slack=slack, deadline=deadline)
+                   bounds=options.presolve_bounds, slack=slack, deadline=deadline, incumbent_ticks=incumbent_ticks)
     stats = dict(pre.counts, presolve_s=pre.time_s, resolution_s=tables.res_s)
     if pre.timed_out:
         stats["timed_out"] = "presolve"
@@ -181,7 +189,9 @@ def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: fl
         if pre.incumbents:  # timed out with plans in hand
             return _Part(FEASIBLE, found=pre.incumbents[:options.top_k], near=list(pre.incumbents),
                          bound=unexplored, stats=stats)
-        return _Part(INFEASIBLE if not pre.timed_out else UNKNOWN, bound=unexplored, stats=stats)
+        # nothing here beats the other parts' plans (or nothing fits): keep what is near them
+        near = _near(p, tables, incumbent_ticks, pre, options, deadline) if options.rescore and pre.near else []
+        return _Part(INFEASIBLE if not pre.timed_out else UNKNOWN, near=near, bound=unexplored, stats=stats)
     if len(pre.choices) > CPSAT_MAX_CHOICES:  # too many for one model in the time left: presolve's best
         stats["model_choices"] = 0
         stats["too_many_choices"] = len(pre.choices)

@@ -190,6 +190,15 @@ class Tables:
         self._affine: dict = {}
         self._stage: dict = {}
         self._parts: dict = {}
+        self.shared: dict = {}  # name -> cache of the search modules above (bounds, presolve)
+
+    def restricted(self, problem: Problem) -> "Tables":
+        """Tables of ``problem``, the same problem with fewer options to choose from (e.g. one
+        bucket size), sharing every cache: no cached quantity depends on the option lists."""
+        out = Tables.__new__(Tables)
+        out.__dict__.update(self.__dict__)
+        out.p = problem
+        return out
 
     # ------------------------------------------------------------------ per layer
     def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
