@@ -5,6 +5,9 @@ YAML or JSON; flags override the file). Results are written as each case finishe
 same command again after an interruption and it skips the finished cases. A case that is
 malformed or has no plan that fits is recorded with its reason, and the sweep goes on.
 Ctrl-C (exit 130) or SIGTERM (exit 143) stops it with one line saying how many cases are written.
+With two or more ``--dma-engines`` counts it ends with a co-design summary per problem: the best
+plan, its chunks, DMA assignment and step time at each engine count, and the count from which
+the critical condition T_comm <= T_compute holds.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from costmodel.errors import SpecError
 
 from ..args import add_output_args, choice_arg, int_arg
 from ..report import print_json
+from ..sweep.codesign import dma_series, format_dma_summary
 from ..sweep.grid import grid_from_mapping, load_grid_file
 from ..sweep.runner import BACKENDS, SweepInterrupted, run_sweep
 from ..sweep.schema import markdown
@@ -100,12 +104,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"planner: interrupted: {written} of {len(cases)} cases written to {out}; "
               "rerun the same command to resume", file=sys.stderr)
         return 128 + (e.signum if isinstance(e, SweepInterrupted) else signal.SIGINT)
+    ids = {c.id for c in cases}
+    series = dma_series([r for r in ResultStore(out).read() if r.get("case_id") in ids])
     plots = []
     if args.plots:
         from ..sweep.plots import plot_sweep
         plots = [str(p) for p in plot_sweep(out, out / "plots")]
     if args.json:
-        print_json({**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots})
+        extra = {"dma_engines": [x.to_dict() for x in series]} if series else {}
+        print_json({**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots, **extra})
         return 0
     s = summary
     print(f"{s.total} cases: {s.ok} ok, {s.infeasible} infeasible, {s.unsolved} unsolved, {s.error} error, "
@@ -114,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"results: {out / CSV}  {out / JSONL}")
     for p in plots:
         print(f"plot: {p}")
+    if series:  # a --dma-engines axis: how the best plan and T_comm <= T_compute change with the count
+        print()
+        print(format_dma_summary(series))
     sys.stdout.flush()
     return 0
 

@@ -3,6 +3,8 @@
 * :mod:`~planner.sweep.grid` parses flags or a YAML file into :class:`Case` objects;
 * :mod:`~planner.sweep.runner` runs them on local processes or Ray and resumes after a kill;
 * :mod:`~planner.sweep.store` and :mod:`~planner.sweep.schema` are the result files and their columns;
+* :mod:`~planner.sweep.codesign` gives each plan its DMA assignment and critical condition, and
+  summarises a sweep over the DMA engine count;
 * :mod:`~planner.sweep.plots` draws scaling, TP x PP and hardware co-design plots.
 """
 

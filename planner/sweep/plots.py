@@ -3,6 +3,9 @@
 * :func:`plot_scaling`: MFU and step time against GPU count, one line per model (and per
   cluster, batch, sequence length or what-if when the sweep varies them).
 * :func:`plot_tp_pp`: the best plan's ``TP x PP`` as a heatmap over model size x GPU count.
+* :func:`plot_dma_engines` (a sweep with a ``dma_engines`` axis): the best plan's step time,
+  chunks and DMA assignment against the engine count, and its binding ``T_comm`` against
+  ``T_compute`` (:mod:`planner.sweep.codesign`; the same numbers as the sweep's text summary).
 * :func:`plot_codesign`: for one problem and plan, each strategy's communication time
   ``T_comm`` against NVLink bandwidth, NIC bandwidth and DMA engine count, with the step's
   compute time ``T_compute``; a marker at the critical point ``T_comm <= T_compute`` (the
@@ -260,6 +263,51 @@ def codesign_for_record(rec: dict) -> list[CodesignCurve]:
     return [codesign_curve(model, cluster, workload, config, k) for k in knobs]
 
 
+# --------------------------------------------------------------------------- DMA engine count
+def plot_dma_engines(records: list[dict], out_dir: Path, stem: str = "dma_engines") -> list[Path]:
+    """For each problem swept over ``--dma-engines`` (:func:`planner.sweep.codesign.dma_series`, at
+    most 6): the best plan's step time against the engine count, each point labelled with its
+    chunks and DMA assignment, and its binding ``T_comm`` against ``T_compute`` (the columns of
+    :func:`~planner.sweep.codesign.critical_columns`), the count from which the critical
+    condition holds marked."""
+    from .codesign import dma_series
+
+    series = [s for s in dma_series(records) if any(r.get("status") == "ok" for r in s.records)][:6]
+    if not series:
+        return []
+    fig, ax = _figure(len(series), 2)
+    for (a, b), s in zip(ax, series):
+        ok = [r for r in s.records if r.get("status") == "ok"]
+        x = [r["dma_engines"] for r in ok]
+        a.plot(x, [r["step_time_s"] for r in ok], marker="o", color="black")
+        for r in ok:
+            a.annotate(f"chunks {r.get('chunks')}\n{r.get('dma_assignment') or ''}", (r["dma_engines"], r["step_time_s"]),
+                       textcoords="offset points", xytext=(4, 4), fontsize="xx-small")
+        a.set_ylabel("step time (s)")
+        a.set_title(s.label(), fontsize="small")
+        crit = [r for r in ok if r.get("t_comm_s") is not None and r.get("t_compute_s") is not None]
+        if crit:
+            xc = [r["dma_engines"] for r in crit]
+            b.plot(xc, [r["t_comm_s"] for r in crit], marker="o", label="T_comm (binding strategy)")
+            b.plot(xc, [r["t_compute_s"] for r in crit], marker="s", linestyle="--", color="black",
+                   label="T_compute (its window)")
+            for r in crit:
+                b.annotate(r.get("critical_strategy") or "", (r["dma_engines"], r["t_comm_s"]),
+                           textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+        if s.holds_from is not None:
+            b.axvline(s.holds_from, color="green", linestyle=":", label=f"T_comm <= T_compute from {s.holds_from}")
+        b.set_ylabel("seconds per step")
+        b.set_title("critical condition T_comm <= T_compute", fontsize="small")
+        b.legend(fontsize="x-small")
+        for axis in (a, b):
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(s.engines, [str(n) for n in s.engines])
+            axis.set_xlabel(f"{KNOBS['dma_engines'][0]} ({KNOBS['dma_engines'][1]})")
+            axis.grid(True, which="both", alpha=0.3)
+    fig.suptitle("best plan vs DMA engine count")
+    return _save(fig, out_dir, stem)
+
+
 # --------------------------------------------------------------------------- all
 def plot_sweep(results_dir, out_dir=None, *, codesign_per_model: int = 1) -> list[Path]:
     """Every plot of the sweep in ``results_dir``, into ``out_dir`` (default ``results_dir/plots``).
@@ -270,7 +318,7 @@ def plot_sweep(results_dir, out_dir=None, *, codesign_per_model: int = 1) -> lis
     results_dir = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else results_dir / "plots"
     records = ResultStore(results_dir).read()
-    paths = plot_scaling(records, out) + plot_tp_pp(records, out)
+    paths = plot_scaling(records, out) + plot_tp_pp(records, out) + plot_dma_engines(records, out)
     best = defaultdict(list)
     for r in records:
         if r["status"] == "ok" and r.get("estimate"):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2  # 2: the step-time band columns
+SCHEMA_VERSION = 3  # 2: the step-time band columns; 3: the DMA assignment and the critical condition
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -102,6 +102,18 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("step_time_band_lo_s", "float", "low end of the 80% band of the measured step time around "
                                              "step_time_s (costmodel.uncertainty; 10% of runs fall below)"),
             ("step_time_band_hi_s", "float", "high end of that band (10% of runs fall above)"))
+    + _cols("estimate",  # schema version 3
+            ("dma_assignment", "str", "DMA engines each communication stream of the plan runs on, in --dma form "
+                                      "(costmodel.dma.resolve, e.g. tp:cdma*2,pp:cdma*1,dp:cdma*1; "
+                                      "'tp+dp:cdma*1': the two share one engine)"),
+            ("critical_strategy", "str", "the plan's binding communication: the strategy with the largest "
+                                         "T_comm / T_compute in `planner explain` (empty: no communication)"),
+            ("t_comm_s", "float", "that strategy's T_comm: link time of its transfers per step on the slowest "
+                                  "stage (op-graph engine, as `planner explain`)"),
+            ("t_compute_s", "float", "the compute window it can hide behind: compute independent of those "
+                                     "transfers, per step (`planner explain`'s T_compute)"),
+            ("critical_holds", "bool", "the critical condition T_comm <= T_compute holds for every strategy "
+                                       "of the plan (true with no communication)"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -6,7 +6,8 @@ Runs in a worker process (local pool or Ray). It never raises: a malformed case 
 
 The plan comes from :func:`planner.api.recommend` (the CP-SAT search of ``planner recommend``)
 with default limits, the case's time limit and one CP-SAT worker (the sweep runs cases in
-parallel); the best plan is re-scored by :func:`costmodel.estimate.evaluate`.
+parallel); the best plan is re-scored by :func:`costmodel.estimate.evaluate`, and its DMA
+assignment and critical condition come from :func:`planner.sweep.codesign.critical_columns`.
 """
 
 from __future__ import annotations
@@ -94,4 +95,6 @@ def _solve(case: Case, model, cluster, workload) -> dict:
     est = with_trust(r.best.estimate, model, cluster, workload)
     out = outcome("ok", config=config, estimate=est.to_dict(), solve=solve_info)
     out["graph_step_time_s"] = getattr(r.best, "graph_step_time_s", None)
+    from .codesign import critical_columns  # the DMA assignment and T_comm <= T_compute (planner explain's)
+    out.update(critical_columns(model, cluster, workload, r.best.config))
     return out

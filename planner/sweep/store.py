@@ -27,7 +27,7 @@ from pathlib import Path
 from costmodel.errors import SpecError
 
 from ..report import to_plain
-from .schema import NAMES, csv_row
+from .schema import NAMES, SCHEMA_VERSION, csv_row
 
 JSONL, CSV = "results.jsonl", "results.csv"
 
@@ -94,8 +94,10 @@ class ResultStore:
 
         lines = _complete_lines(self.csv_path)
         if lines and next(csv.reader([lines[0]])) != list(NAMES):
-            raise SpecError("out", str(self.dir), f"a directory whose {CSV} has this version's columns "
-                            "(it has others: choose a new --out)")
+            old = {r.get("schema_version") for r in records.values()} - {None}
+            was = f"schema version {', '.join(map(str, sorted(old)))}" if old else "other columns"
+            raise SpecError("out", str(self.dir), f"a directory whose {CSV} has schema version {SCHEMA_VERSION}'s "
+                            f"columns (it has {was}: choose a new --out; plots still read it)")
         rows = list(csv.DictReader(lines)) if lines else []
         kept, seen = [], set()
         for r in rows:
