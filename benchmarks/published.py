@@ -65,7 +65,9 @@ layers per stage, for the stated degrees):
   batch is split into ``pp`` micro-batches (``pipeline_parallel_microbatches`` default = number of
   stages); an interleaved schedule has 2 stages per rank (``generate_split_points``' default
   for looped schedules); TP uses torchtitan's SequenceParallel plan (``sp`` on); async TP is
-  TP overlap with ``tp`` chunks, vanilla TP one chunk; SDPA flash attention.
+  TP overlap with ``tp`` chunks, vanilla TP one chunk; SDPA flash attention; "selective" activation
+  checkpointing is torchtitan's per-op policy (``recompute='op_sac'``; ``selective_ac_option = 'op'`` in
+  ``train_configs/llama3_8b.toml`` at 327b72b, the config of those Llama 3 8B rows).
 * **llm-foundry** (``llmfoundry_2024``): Composer FSDP ``FULL_SHARD`` (ZeRO-3), micro-batch =
   ``device_train_microbatch_size`` as stated, activation checkpointing as stated (full), else none.
 * **Llama 3** (``llama3_2024``): FSDP that shards optimizer state and gradients but keeps
@@ -460,6 +462,11 @@ def _new_row(r: dict) -> Row:
     recompute = "full" if rec.startswith("full") else ("selective" if rec.startswith("selective") else "none")
     if not rec:
         notes.append("no recompute (not stated)")
+    if src in TORCHTITAN and recompute == "selective":
+        # torchtitan's selective AC is per-op (selective_ac_option 'op': train_configs/llama3_8b.toml at 327b72b,
+        # the config of these Llama 3 8B rows; rows 151/152 state "per-op SAC"), not Megatron's attention-only
+        recompute = "op_sac"
+        notes.append("selective = torchtitan per-op SAC (recompute op_sac; selective_ac_option 'op')")
     zero = _zero(src, r["zero_or_sharding"], pp, notes)
     megatron_2023 = src == "megascale2024"
     if src in MCORE_RECIPES:

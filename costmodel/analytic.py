@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from . import dma, frameworks
 from .collectives import collective_time_s, group_stride, layout
-from .compute import ACT_BYTES, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, optimizer_time_s
+from .compute import ACT_BYTES, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions, optimizer_time_s
 from .config import ParallelConfig
 from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
@@ -105,9 +105,10 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     fwd = sum(o.fwd_s for o in ops)
     bwd = sum(o.bwd_s for o in ops)
     n = c.mb * w.seq_len / c.cp
-    led, fwd_led = CommLedger(), CommLedger()
+    led, fwd_led, sac_led = CommLedger(), CommLedger(), CommLedger()
     coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
     a = dma.resolve(cluster, c, model)
+    sac = op_sac_fractions(model, ops, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
     if c.tp > 1:
         msg = n * model.hidden * ACT_BYTES
         tp = dma.engines_of(cluster, a, "tp")
@@ -116,6 +117,8 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
         both, fonly = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
         led, fwd_led = led.merge(both), fwd_led.merge(fonly)
+        if sac is not None:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
+            sac_led = _op_sac_ledger(ops, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
     attn = next(o for o in ops if o.name == "attn_core")
     if c.cp > 1:
         kv_width = 2 * model.kv_dim / min(c.tp, model.kv_heads)
@@ -142,6 +145,8 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         recompute = fwd
     elif c.recompute == "selective":
         recompute = attn.fwd_s
+    elif sac is not None:
+        recompute = sum(f * o.fwd_s for f, o in zip(sac, ops))
     else:
         recompute = 0.0
     sem = frameworks.of(c)
@@ -173,12 +178,31 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         waits_b = waits(led) - waits_f
         if c.recompute == "full":
             waits_b += waits_f  # the recompute repeats the forward's communication
+        elif sac is not None:
+            waits_b += waits(sac_led)
         if sem.gather_forward:
             led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef, waits_s=waits_f)
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
         led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
-    _link_floor(led, fwd + bwd + recompute, c, cluster, fwd_led if c.recompute == "full" else None, a)
-    return LayerTiming(fwd, bwd, recompute, led, fwd_led if c.recompute == "full" else CommLedger())
+    rec_led = fwd_led if c.recompute == "full" else (sac_led if sac is not None else None)
+    _link_floor(led, fwd + bwd + recompute, c, cluster, rec_led, a)
+    return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
+
+
+def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> CommLedger:
+    """TP/SP communication of the forward that per-op selective checkpointing replays
+    (:func:`costmodel.compute.op_sac_fractions`): the sequence-parallel all-gather in front of every
+    column-parallel GEMM (pipelined with its replayed share when chunked), or without SP the
+    all-reduce after every row-parallel GEMM; the reduce-scatters' outputs are saved."""
+    led = CommLedger()
+    k = chunks if chunks > 1 else 0
+    why = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
+    for op, f in zip(ops, sac):
+        if sp and (op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after != "a2a")):
+            led.overlap("sp", t_ag, f * op.fwd_s, k, why, coef)
+        elif not sp and op.comm_after == "ar":
+            led.overlap("tp", t_ar, f * op.fwd_s, k, why, coef)
+    return led
 
 
 def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: ClusterSpec, rec_led,

@@ -294,6 +294,54 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     return tuple(ops)
 
 
+def op_sac_matmuls(model: ModelSpec, name: str, tp: int) -> tuple[float, ...]:
+    """Output widths (elements per token on one GPU) of the ``aten.mm`` calls the GEMM op ``name`` stands for, in
+    forward order: ``qkv`` is torchtitan's ``wq``, ``wk``, ``wv``; a gated ``fc1`` its ``w1``, ``w3``
+    (``w2(silu(w1(x)) * w3(x))`` evaluates ``w1`` first); ``attn_out``/``fc2`` (``wo``/``w2``) output the
+    ``h``-wide partial sums; any other GEMM (MLA projections, MoE router and experts, which torchtitan
+    327b72b does not have) counts as one matmul."""
+    if name == "qkv" and not model.is_mla:
+        kv = model.kv_dim / min(tp, model.kv_heads)
+        return (model.heads * model.head_dim / tp, kv, kv)
+    if name == "fc1":
+        return (model.ffn_hidden / tp,) * (2 if model.activation == "swiglu" else 1)
+    if name in ("attn_out", "fc2"):
+        return (float(model.hidden),)
+    return (1.0,)
+
+
+def op_sac_fractions(model: ModelSpec, ops, tp: int, dtype: str, flash: bool = True) -> tuple[float, ...]:
+    """Share of each op's forward that torchtitan's per-op selective activation checkpointing
+    replays in backward (``ParallelConfig.recompute == 'op_sac'``).
+
+    torchtitan ``parallelisms/parallelize_llama.py`` at 327b72b (``_apply_ac_to_transformer_block``,
+    ``selective_ac_option = 'op'``, the default of its Llama 3 8B/70B/405B configs): per transformer
+    block, the outputs of the ops in ``_save_list`` are saved (``aten.mm``, the flash/efficient SDPA
+    kernels, ``reduce_scatter_tensor``, ``abs``/``max``) "except every second mm" (the ``mm`` counter
+    runs over the block's forward); every other op is recomputed (``PREFER_RECOMPUTE``). So: every
+    element-wise op (norms, rotary embedding, activation, residual adds) is replayed; of the matmuls
+    ``wq wk wv wo w1 w3 w2`` the 2nd, 4th and 6th (``wk``, ``wo``, ``w3``); FlashAttention is saved (the
+    unfused math kernel is not in the list: replayed). FP8 linears run ``aten._scaled_mm``, which is not in
+    ``_save_list``: all of them are replayed. The all-gathers of sequence parallelism (functional
+    ``all_gather_into_tensor``) are replayed too, the reduce-scatters saved (charged by the engines).
+    """
+    count, out = 0, []
+    for op in ops:
+        if op.kind == "elementwise":
+            out.append(1.0)
+        elif op.kind == "attention":
+            out.append(0.0 if flash else 1.0)
+        else:
+            parts = op_sac_matmuls(model, op.name, tp)
+            rec = 0.0
+            for width in parts:
+                count += 1
+                if dtype == "fp8" or count % 2 == 0:
+                    rec += width
+            out.append(rec / sum(parts))
+    return tuple(out)
+
+
 def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean load.
 

@@ -18,7 +18,7 @@ from .frameworks import FRAMEWORKS, check as check_framework
 from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
 from .units import MB
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op_sac")
 EP_DISPATCHERS = ("alltoall", "deepep")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
@@ -32,7 +32,11 @@ class ParallelConfig:
     tp, pp, dp, ep, cp : tensor, pipeline, data, expert and context parallel degrees (1 = off).
     sp : Megatron sequence parallelism (TP AllReduce split into AllGather + ReduceScatter).
     zero : ZeRO stage 0-3 (1 = Megatron's distributed optimizer; 3 = fully sharded parameters).
-    recompute : ``none``, ``selective`` (attention core, Korthikanti et al. 2023) or ``full``.
+    recompute : ``none``, ``selective`` (attention core, Korthikanti et al. 2023), ``full``, or
+        ``op_sac``: torchtitan's per-op selective activation checkpointing
+        (``selective_ac_option = 'op'``; FSDP2 only): backward replays every element-wise op, every
+        second matmul and, under sequence parallelism, the all-gathers in front of the column-parallel
+        matmuls (:func:`costmodel.compute.op_sac_fractions`).
     recompute_layers : with ``full``, layers per pipeline stage that are recomputed
         (``None`` = all of them).
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).

@@ -19,7 +19,7 @@ True
 
 from __future__ import annotations
 
-from .compute import attention_flops
+from .compute import attention_flops, op_sac_matmuls
 from .config import ParallelConfig
 from .specs import ModelSpec, Workload
 
@@ -51,6 +51,24 @@ def model_flops_per_step(model: ModelSpec, w: Workload) -> float:
     return 3.0 * (stack + head) * w.tokens
 
 
+def op_sac_flops_per_token(model: ModelSpec, dtype: str, flash: bool, seq_len: int) -> float:
+    """Forward FLOPs per token that per-op selective checkpointing replays over the layer stack:
+    the 2nd, 4th, 6th matmul of each block (every matmul in FP8), and the attention core when it is
+    not a saved FlashAttention kernel (:func:`costmodel.compute.op_sac_fractions`). Counted with the
+    dense block's shape for every layer (torchtitan 327b72b, the source of the policy, has no MoE)."""
+    h = model.hidden
+    inputs = {"qkv": h, "attn_out": model.heads * model.head_dim, "fc1": h, "fc2": model.ffn_hidden}
+    count, per_layer = 0, 0.0
+    for name in ("qkv", "attn_out", "fc1", "fc2"):
+        for width in op_sac_matmuls(model, name, 1):
+            count += 1
+            if dtype == "fp8" or count % 2 == 0:
+                per_layer += 2.0 * inputs[name] * width
+    if not flash:
+        per_layer += attention_flops(model, 1, seq_len, 1)
+    return model.layers * per_layer
+
+
 def hardware_flops_per_step(model: ModelSpec, w: Workload, c: ParallelConfig) -> float:
     stack, _ = forward_flops_per_token(model, w.seq_len)
     extra = 0.0
@@ -59,4 +77,6 @@ def hardware_flops_per_step(model: ModelSpec, w: Workload, c: ParallelConfig) ->
         extra = stack * frac
     elif c.recompute == "selective":
         extra = model.layers * attention_flops(model, 1, w.seq_len, 1)
+    elif c.recompute == "op_sac":  # the replayed matmuls (costmodel.compute.op_sac_fractions), per token
+        extra = op_sac_flops_per_token(model, w.dtype, c.flash_attention, w.seq_len)
     return model_flops_per_step(model, w) + extra * w.tokens

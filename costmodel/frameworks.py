@@ -153,9 +153,12 @@ def semantics(framework: str, zero: int) -> Semantics:
 
 
 def check_fields(framework: str, *, zero: int = 0, pp: int = 1, vp: int = 1, tp: int = 1, cp: int = 1,
-                 sp: bool = False, chunks: int = 1) -> None:
+                 sp: bool = False, chunks: int = 1, recompute: str = "none") -> None:
     """Raise :class:`SpecError` naming the first rule the settings break under ``framework``."""
     semantics(framework, zero)
+    if recompute == "op_sac" and framework != "fsdp2":
+        raise SpecError("recompute", recompute, f"none, selective or full under framework={framework} (per-op "
+                        "selective checkpointing is torchtitan's, on FSDP2: framework=fsdp2)")
     if framework == "deepspeed":
         if pp > 1 and zero >= 2:
             raise SpecError("zero", zero, f"0 or 1 with pp={pp} under framework=deepspeed (DeepSpeed's pipeline "
@@ -193,7 +196,8 @@ def allows(framework: str, var: str, value, *, pp: int = 1, tp: int = 1) -> bool
 def check(c) -> None:
     """Raise :class:`SpecError` if plan ``c`` (a :class:`~costmodel.config.ParallelConfig`) is
     not runnable by ``c.framework``."""
-    check_fields(c.framework, zero=c.zero, pp=c.pp, vp=c.vp, tp=c.tp, cp=c.cp, sp=c.sp_on, chunks=c.chunks)
+    check_fields(c.framework, zero=c.zero, pp=c.pp, vp=c.vp, tp=c.tp, cp=c.cp, sp=c.sp_on, chunks=c.chunks,
+                 recompute=c.recompute)
 
 
 def lookup(framework: str, zero: int) -> Semantics:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import frameworks
-from .compute import moe_imbalance
+from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
 from .pipeline import in_flight_chunks, stage_layers
 from .specs import ModelSpec, Workload
@@ -211,6 +211,32 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     return tokens * per_token
 
 
+def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe: bool = False) -> float:
+    """Activation bytes one dense layer keeps under torchtitan's per-op selective checkpointing
+    (``recompute='op_sac'``; what is saved: :func:`costmodel.compute.op_sac_fractions`): the block's
+    input (checkpoint input, sequence-sharded under SP), the BF16 outputs of the saved matmuls
+    (``wq``, ``wv``, ``w1``, ``w2``; none in FP8, whose ``_scaled_mm`` is not saved), the FlashAttention
+    output and FP32 log-sum-exp, and under SP the two reduce-scatter outputs. MoE layers (not in
+    torchtitan 327b72b) are charged their whole activations (:func:`activation_bytes_per_layer`)."""
+    if moe or model.is_mla or not c.flash_attention:
+        return activation_bytes_per_layer(model, w, c, moe)
+    t = c.tp
+    h = model.hidden
+    tokens = c.mb * w.seq_len / c.cp
+    sp = c.tp if c.sp_on else 1
+    per_token = 2 * h / sp + 2 * model.heads * model.head_dim / t + 4 * model.heads / t
+    if c.sp_on:
+        per_token += 2 * 2 * h / sp
+    if w.dtype != "fp8":
+        count = 0
+        for name in ("qkv", "attn_out", "fc1", "fc2"):  # the dense block's GEMMs in forward order
+            for width in op_sac_matmuls(model, name, t):
+                count += 1
+                if count % 2:
+                    per_token += 2 * width
+    return tokens * per_token
+
+
 def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:
     """Peak memory of one GPU of ``stage`` during a training step."""
     weights, grads, optim = model_state_bytes(model, c, stage)
@@ -225,6 +251,10 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         kept_dense, kept_moe = max(0, n_dense - k), n_moe - max(0, k - n_dense)
         stored = k * layer_input + kept_dense * act[False] + kept_moe * act[True]
         working = max(act[False], act[True])  # one layer re-materialised during its backward
+    elif c.recompute == "op_sac":  # saved op outputs; one layer's replayed forward during its backward
+        stored = ((n_dense * op_sac_bytes_per_layer(model, w, c, False) if n_dense else 0.0)
+                  + (n_moe * op_sac_bytes_per_layer(model, w, c, True) if n_moe else 0.0))
+        working = max(act[False], act[True])
     else:
         stored, working = n_dense * act[False] + n_moe * act[True], 0.0
     chunks = in_flight_chunks(c.pp, m, c.vp, stage)

@@ -285,8 +285,8 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload) -> list[str]:
             f"local_batch_size = {c.mb if c.pp == 1 else workload.global_batch // c.dp}",
             f"seq_len = {workload.seq_len}",
             f'mixed_precision_param = "{"float16" if workload.dtype == "fp16" else "bfloat16"}"', "",
-            "[activation_checkpoint]", f'mode = "{c.recompute}"']
-    if c.recompute == "selective":
+            "[activation_checkpoint]", f'mode = "{"selective" if c.recompute == "op_sac" else c.recompute}"']
+    if c.recompute in ("selective", "op_sac"):  # op_sac is torchtitan's per-op selective checkpointing
         out.append('selective_ac_option = "op"')
     if c.chunks > 1 and c.tp > 1:
         out += ["", "[compile]", "enable = true"]
@@ -295,6 +295,9 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload) -> list[str]:
 
 def torchtitan_notes(c: ParallelConfig) -> list[str]:
     notes = []
+    if c.recompute == "selective":
+        notes.append("torchtitan has no attention-only selective recompute; selective_ac_option = \"op\" replays "
+                     "more (every second matmul, element-wise ops): evaluate recompute=op_sac for that")
     if c.chunks > 1 and c.tp > 1:
         notes.append(f"async TP decomposes each AllGather/ReduceScatter itself; the plan assumed chunks={c.chunks}")
     return notes

@@ -33,6 +33,7 @@ but its overlap is left to the scheduler:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import networkx as nx
@@ -40,7 +41,7 @@ import networkx as nx
 from .. import dma, frameworks
 from ..analytic import COLUMN_PARALLEL, zero3_groups
 from ..collectives import collective_time_s, group_stride
-from ..compute import ACT_BYTES, Op, ep_alltoall_bytes, head_ops, layer_ops
+from ..compute import ACT_BYTES, Op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions
 from ..config import ParallelConfig
 from ..memory import GRAD_BYTES, WEIGHT_BYTES
 from ..specs import ClusterSpec, ModelSpec, Workload
@@ -200,6 +201,27 @@ def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> list:
     return outs
 
 
+def op_sac_replay(b: GraphBuilder, ops, cx: _Ctx) -> list:
+    """The forward that torchtitan's per-op selective checkpointing replays before a layer's
+    backward (:func:`costmodel.compute.op_sac_fractions`): each op's replayed share in order, the
+    sequence-parallel all-gathers in front of the column-parallel GEMMs (chunked as in forward), or
+    without SP the all-reduces after the row-parallel ones; the reduce-scatters' outputs are saved.
+    Expert all-to-alls are not replayed here (torchtitan 327b72b has no MoE)."""
+    fr = op_sac_fractions(cx.model, ops, cx.tp, cx.w.dtype, cx.c.flash_attention)
+    x: list = []
+    for op, f in zip(ops, fr):
+        ag = cx.sp and _column_like(op, cx)
+        ar = cx.tp > 1 and not cx.sp and op.comm_after == "ar"
+        if f <= 0 and not (ag or ar):
+            continue
+        plain = replace(op, fwd_s=f * op.fwd_s, comm_after="ar" if ar else "")
+        if (op.name == "attn_core" and cx.c.cp > 1) or (op.name == "experts" and op.comm_after == "a2a"):
+            x = [b.compute("rc." + op.name, op.kind, f * op.fwd_s, x, phase="recompute")]
+        else:
+            x = _fwd_op(b, plain, x, cx, "recompute", "rc.")
+    return x
+
+
 # ----------------------------------------------------------------------------- ZeRO-3
 def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
     """Parameter AllGather for the next layer (and in backward the gradient ReduceScatter of the
@@ -254,6 +276,8 @@ def _layer_graph(model, cluster, w, c, moe, phase, recompute, decode=False) -> n
         if recompute:
             for op in ops:
                 x = _fwd_op(b, op, x, cx, "recompute", "rc.")
+        elif c.recompute == "op_sac":
+            x = op_sac_replay(b, ops, cx)
         for op in reversed(ops):
             x = _bwd_op(b, op, x, cx, "")
     b.sink("out", x + zero, phase=phase)

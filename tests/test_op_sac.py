@@ -1,0 +1,51 @@
+"""torchtitan per-op selective activation checkpointing (recompute='op_sac')."""
+
+import pytest
+
+from costmodel.compute import layer_ops, op_sac_fractions
+from costmodel.config import ParallelConfig
+from costmodel.errors import SpecError
+from costmodel.estimate import evaluate
+from costmodel.fastpath import Scorer
+from costmodel.flops import hardware_flops_per_step, model_flops_per_step
+from costmodel.memory import stage_memory
+from costmodel.presets import load_cluster, load_model
+from costmodel.specs import Workload
+
+M = load_model("llama3.1-8b")
+CL = load_cluster("h100-sxm").with_gpus(8)
+W = Workload(global_batch=16, seq_len=8192)
+
+
+def test_fractions_follow_the_policy():
+    ops = layer_ops(M, CL.device, W, ParallelConfig(mb=2))
+    fr = dict(zip((o.name for o in ops), op_sac_fractions(M, ops, 1, "bf16")))
+    # wq wk wv -> wk replayed (1024 of 4096 + 1024 + 1024); wo replayed; w1 w3 -> w3; w2 saved
+    assert fr["qkv"] == pytest.approx(1024 / 6144)
+    assert (fr["attn_out"], fr["fc1"], fr["fc2"], fr["attn_core"]) == (1.0, 0.5, 0.0, 0.0)
+    assert all(fr[n] == 1.0 for n in ("ln1", "bda1", "ln2", "act", "bda2"))
+    assert set(op_sac_fractions(M, ops, 1, "fp8")) - {0.0} == {1.0}  # _scaled_mm is not saved
+
+
+def test_only_fsdp2_runs_it():
+    with pytest.raises(SpecError, match="framework=fsdp2"):
+        evaluate(M, CL, W, ParallelConfig(dp=8, recompute="op_sac"))
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_between_selective_and_full(tp):
+    base = dict(tp=tp, dp=8 // tp, mb=2, zero=3, framework="fsdp2", sp=tp > 1)
+    t = {r: evaluate(M, CL, W, ParallelConfig(recompute=r, **base), engine="analytic") for r in ("selective", "op_sac", "full")}
+    assert t["selective"].step_time_s < t["op_sac"].step_time_s < t["full"].step_time_s
+    g = evaluate(M, CL, W, ParallelConfig(recompute="op_sac", **base), engine="graph")
+    assert g.step_time_s == pytest.approx(t["op_sac"].step_time_s, rel=0.02)
+    act = {r: stage_memory(M, W, ParallelConfig(recompute=r, **base), 0).activations_bytes for r in ("none", "op_sac", "full")}
+    assert act["full"] < act["op_sac"] < act["none"]
+
+
+def test_flops_and_fast_path():
+    c = ParallelConfig(dp=8, mb=2, zero=3, framework="fsdp2", recompute="op_sac")
+    extra = hardware_flops_per_step(M, W, c) / model_flops_per_step(M, W) - 1
+    assert 0.05 < extra < 0.1  # about 28% of the stack's forward, a third of the step's 3x
+    est = evaluate(M, CL, W, c, engine="analytic")
+    assert Scorer(M, CL, W).score(c).step_time_s == pytest.approx(est.step_time_s, rel=1e-9)
