@@ -85,11 +85,11 @@ def test_summary_names_the_engine_count_where_the_condition_starts_to_hold(swept
     _, records, text = swept
     assert "DMA engines: gpt-1.7b on 64 x sg2262-like, batch 16 x 4096 tokens, bf16" in text
     table = text[text.index("DMA engines:"):].splitlines()
-    assert table[1].split()[:4] == ["engines", "step", "s", "plan"]
+    assert table[1].split()[:6] == ["engines", "step", "s", "graph", "s", "plan"]
     for n, line in zip(ENGINES, table[3:3 + len(ENGINES)]):
         r = records[n]
         cells = line.split()
-        assert cells[0] == str(n) and cells[1] == f"{r['step_time_s']:.4f}"
+        assert cells[:3] == [str(n), f"{r['step_time_s']:.4f}", f"{r['graph_step_time_s']:.4f}"]
         assert r["dma_assignment"] in cells and cells[-1] == str(r["critical_holds"]).lower()
     holds = [n for n in ENGINES if records[n]["critical_holds"]]
     start = next((n for i, n in enumerate(ENGINES) if all(records[m]["critical_holds"] for m in ENGINES[i:])), None)
