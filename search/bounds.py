@@ -45,22 +45,23 @@ class Bounds:
 
     def __init__(self, tables: Tables):
         self.t = tables
+        self.rt = tables.relaxed()  # the embedding / LM-head probes hold for every DMA assignment
         self.p = tables.p
         self._extras: dict = tables.shared.setdefault("bounds.extras", {})
         self._opt: dict = tables.shared.setdefault("bounds.opt", {})
         self.n = np.arange(self.p.model.layers + 1)
 
     # ------------------------------------------------------------------ helpers
-    def layers(self, c: Choice):
+    def layers(self, c: Choice, tables: Tables | None = None):
         """(dense layer, MoE layer) terms of :meth:`search.tables.Tables.layer` (an all-MoE model's
         dense entry is its MoE layer, a dense model's MoE entry its dense layer: then ``min`` over
         the two is the cheapest layer the model has)."""
-        m = self.p.model
+        m, t = self.p.model, tables or self.t
         if not m.is_moe:
-            dl = self.t.layer(c, False)
+            dl = t.layer(c, False)
             return dl, dl
-        ml = self.t.layer(c, True)
-        return (self.t.layer(c, False) if m.dense_layers else ml), ml
+        ml = t.layer(c, True)
+        return (t.layer(c, False) if m.dense_layers else ml), ml
 
     def counts(self, kind: str, n):
         """(dense, MoE) layers of a stage at ``kind`` holding ``n`` layers (dense layers first)."""
@@ -84,8 +85,8 @@ class Bounds:
             base = Choice(shape, c.mb, 1, c.sp, 1, 0, "none", None, 40.0)
             n0 = p.model.layers if kind == "only" else max(1, p.model.dense_layers)
             lps, stage = probe_split(p, base, kind, n0)
-            st = stage_timing(p.model, p.cluster, p.workload, base.config(p.limits.flash_attention, lps), stage)
-            dl, ml = self.layers(base)
+            st = stage_timing(p.model, self.rt.p.cluster, p.workload, base.config(p.limits.flash_attention, lps), stage)
+            dl, ml = self.layers(base, self.rt)
             nd, nm = self.counts(kind, n0)
             lay = [nd * dl[i] + nm * ml[i] for i in range(4)]
             self._extras[key] = (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - lay[0],

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from costmodel import frameworks
+from costmodel import dma, frameworks
+from costmodel.config import ParallelConfig
+from costmodel.errors import SpecError
 
 from .problem import Problem
 
@@ -219,6 +221,30 @@ def chunk_values(p: Problem, s: Shape) -> list[int]:
         return _moot(p, "chunks", 1)
     return _runnable(p, s, "chunks", p.limits.filter("chunks", sorted(set(p.limits.chunk_options)
                                                                       | set(_moot(p, "chunks", 1)))))
+
+
+def dma_values(p: Problem, s: Shape, zero: int) -> list:
+    """DMA-engine assignments (:mod:`costmodel.dma`) of a plan of shape ``s`` and ZeRO stage
+    ``zero``: every full use of the engines when a stream runs on an engine class with a
+    bandwidth of its own (engine-bound: the split changes the plan's cost, e.g. ``sg2262-like``'s
+    4 CDMA), else only the default (``None``: on link-bound classes such as NVIDIA's NCCL SM
+    channels the split changes no closed-form cost). A pinned assignment is the only one."""
+    c = ParallelConfig(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, zero=zero, framework=p.framework)
+    if "dma" in p.limits.fixed:  # only plans whose streams and scopes the pinned assignment fits
+        try:
+            dma.check(p.cluster, replace(c, dma=p.limits.fixed["dma"]), p.model)
+        except SpecError:
+            return []
+        return [p.limits.fixed["dma"]]
+    if not engine_bound(p.cluster, c, p.model):
+        return [None]
+    return dma.assignments(p.cluster, c, p.model)
+
+
+def engine_bound(cluster, c, model) -> bool:
+    """Whether a stream of plan ``c`` may run on an engine class with a bandwidth of its own."""
+    return any(e.bw_bytes_per_s > 0 for sc in dma.stream_scopes(cluster, c, model).values()
+               for e in dma.classes_for(cluster, sc))
 
 
 def bucket_values(p: Problem, s: Shape) -> list[float]:

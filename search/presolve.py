@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 
 from .bounds import Bounds
-from .candidates import (bucket_values, chunk_values, mb_values, recompute_values, shapes, sp_values, vp_values,
-                         zero_values)
+from .candidates import (bucket_values, chunk_values, dma_values, mb_values, recompute_values, shapes, sp_values,
+                         vp_values, zero_values)
 from .exhaustive import Scored, best_splits, max_stage_layers
 from .problem import Problem
 from .tables import Choice, Tables
@@ -50,7 +50,7 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
     vecs = {}
     for ch in chunk_opts:
         c = Choice(base.shape, base.mb, base.vp, base.sp, ch, base.zero, base.recompute, None, base.bucket_mb,
-                   base.framework)
+                   base.framework, base.dma)
         vecs[ch] = [tables.layer(c, False)] + ([tables.layer(c, True)] if moe else [])
     ref = vecs[chunk_opts[0]]
     if any(v[i][2:] != ref[i][2:] for v in vecs.values() for i in range(len(ref))):
@@ -86,7 +86,7 @@ class Expander:
     def chunks(self, base: Choice, opts: list[int]) -> list[int]:
         s = base.shape
         z3 = base.per_microbatch()
-        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, base.mb, base.sp, base.recompute, z3)
+        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, base.mb, base.sp, base.recompute, z3, base.dma)
         if key not in self._chunks:
             self._chunks[key] = _dominant_chunks(self.t, base, opts)
         return self._chunks[key]
@@ -98,12 +98,14 @@ class Expander:
         recs = recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else p.model.layers)
         for sp in sp_values(p, s):
             for zero in zero_values(p, s):
-                for kind, k in recs:
-                    chs = self.chunks(Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework), chunk_opts)
-                    self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
-                    for ch in chs:
-                        for b in kept_buckets:
-                            yield Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework)
+                for a in dma_values(p, s, zero):
+                    for kind, k in recs:
+                        base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a)
+                        chs = self.chunks(base, chunk_opts)
+                        self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
+                        for ch in chs:
+                            for b in kept_buckets:
+                                yield Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a)
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
         """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
@@ -162,6 +164,8 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
               "kept": 0, "probed": 0}
     use_bounds = bounds
     bounds, ex, res = Bounds(tables), Expander(p, tables, counts), tables.res_s
+    # a group holds every DMA assignment: its bound is taken where each stream has all engines
+    gbounds = bounds if tables.relaxed() is tables else Bounds(tables.relaxed())
     out = Presolved([], {}, [], counts)
 
     def to_ticks(x):
@@ -180,7 +184,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
             # the group bounds are not all known: nothing below can be proven
             out.timed_out, out.unexplored_ticks = True, None
             break
-        groups.append((ex.group_lb_s(bounds, *q), q))
+        groups.append((ex.group_lb_s(gbounds, *q), q))
     counts["groups"] = len(groups)
     groups = sorted(g for g in groups if g[0] is not None)  # None: an option list is empty
     ub = incumbent_ticks if use_bounds else math.inf
@@ -207,7 +211,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
         if to_ticks(glb) > thr():
             counts["groups_bound"] += len(groups) - i
             break
-        g_refined = ex.group_lb_s(bounds, *q, refined=True)
+        g_refined = ex.group_lb_s(gbounds, *q, refined=True)
         if g_refined is None:
             counts["groups_memory"] += 1
             continue

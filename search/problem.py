@@ -29,7 +29,7 @@ from costmodel.units import GiB
 
 #: config variables a user may fix, bound or exclude (``recompute_layers`` 0 = all layers)
 VARIABLES = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers",
-             "bucket_mb", "chunks")
+             "bucket_mb", "chunks", "dma")
 NUMERIC = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "zero", "recompute_layers", "bucket_mb", "chunks")
 
 

@@ -37,7 +37,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from costmodel import frameworks
+from costmodel import dma, frameworks
 from costmodel.analytic import dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
 from costmodel.compute import optimizer_time_s
 from costmodel.step import dp_buckets, dp_exposure, multiplier, step_time
@@ -80,12 +80,14 @@ class Choice:
     recompute_layers: int | None
     bucket_mb: float
     framework: str = "megatron"  # costmodel.frameworks: whose ZeRO semantics are charged
+    dma: object = None  # costmodel.dma.Assignment (None: the default split of the engines)
 
     def key(self) -> tuple:
-        """A total order (``recompute_layers=None``, all layers, sorts after any number)."""
+        """A total order (``recompute_layers=None``, all layers, sorts after any number; the
+        default DMA assignment first)."""
         return (self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
                 self.recompute_layers if self.recompute_layers is not None else 1 << 30, self.bucket_mb,
-                self.framework)
+                self.framework, "" if self.dma is None else str(self.dma))
 
     def __lt__(self, other: "Choice") -> bool:
         return self.key() < other.key()
@@ -96,7 +98,7 @@ class Choice:
                               recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
                               vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
                               flash_attention=flash_attention, layers_per_stage=layers_per_stage,
-                              framework=self.framework)
+                              framework=self.framework, dma=self.dma)
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
@@ -192,6 +194,23 @@ class Tables:
         self._parts: dict = {}
         self.shared: dict = {}  # name -> cache of the search modules above (bounds, presolve)
 
+    def relaxed(self) -> "Tables":
+        """Tables on a cluster where every engine-bound DMA class (:func:`search.candidates.dma_values`)
+        has as many engines per stream as it has in all: each stream of any plan at least as fast
+        as under any assignment (the cost model is monotone in engines, ``tests/test_dma.py``), so
+        bounds computed here hold for every assignment. ``self`` when no class is engine-bound."""
+        if "relaxed" not in self.shared:
+            dev = self.p.cluster.device
+            if not any(e.bw_bytes_per_s > 0 and e.scopes for e in dev.dma_engines):
+                self.shared["relaxed"] = self
+            else:
+                n = len(dma.STREAMS)
+                engines = tuple(replace(e, count=e.count * n) if e.bw_bytes_per_s > 0 else e for e in dev.dma_engines)
+                cluster = replace(self.p.cluster, device=replace(dev, dma_engines=engines))
+                out = self.shared["relaxed"] = Tables(replace(self.p, cluster=cluster))
+                out.shared["relaxed"] = out
+        return self.shared["relaxed"]
+
     def restricted(self, problem: Problem) -> "Tables":
         """Tables of ``problem``, the same problem with fewer options to choose from (e.g. one
         bucket size), sharing every cache: no cached quantity depends on the option lists."""
@@ -206,11 +225,15 @@ class Tables:
         communication + interference; R = recompute time (with its repeated communication)."""
         s = choice.shape
         z3 = choice.per_microbatch()
-        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe)
+        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe,
+               choice.dma)
         if key not in self._layer:
-            c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp, chunks=choice.chunks,
-                               recompute=choice.recompute, zero=choice.zero if z3 else 0,
-                               flash_attention=self.p.limits.flash_attention, framework=choice.framework)
+            if choice.dma is None:
+                c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp,
+                                   chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
+                                   flash_attention=self.p.limits.flash_attention, framework=choice.framework)
+            else:  # an assignment names the plan's streams: a layer of the plan itself
+                c = choice.config(self.p.limits.flash_attention)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference
             lt = layer_timing(p.model, p.cluster, p.workload, c, moe)
             u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + lt.ledger.interference_s(coef)
@@ -226,7 +249,7 @@ class Tables:
         gradient bytes. They depend on the shape and ZeRO stage only. (An MoE first stage holding
         only the dense layers has no expert group, so ``n = dense_layers`` is probed on its own.)"""
         s = choice.shape
-        key = (s, choice.zero, choice.framework, kind)
+        key = (s, choice.zero, choice.framework, kind, choice.dma)
         if key not in self._affine:
             p, d, L = self.p, self.p.model.dense_layers, self.p.model.layers
             split_dense = kind in ("first", "only") and p.model.is_moe and d > 0
@@ -284,7 +307,7 @@ class Tables:
         differ only in bucket size or ZeRO stage 0-2."""
         s, p = choice.shape, self.p
         key = ("t", s, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute, choice.recompute_layers,
-               choice.per_microbatch(), kind)
+               choice.per_microbatch(), kind, choice.dma)
         if key in self._parts:
             return self._parts[key]
         n = np.arange(p.model.layers + 1)

@@ -28,7 +28,7 @@ from .. import recommend_infer
 
 NAME = "recommend"
 FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-           "chunks")
+           "chunks", "dma")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
