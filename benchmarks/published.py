@@ -491,9 +491,15 @@ def _new_row(r: dict) -> Row:
         # gradients reduce-scattered once per step, optimizer state sharded; Megatron has no per-micro-batch ZeRO-2
         zero = 1
         notes.append("zero 1: the stated ZeRO-2 is Megatron-LM's distributed optimizer (costmodel.frameworks)")
+    cp_impl = "ring"
+    if src in TORCHTITAN and cp > 1:
+        # torchtitan 327b72b runs PyTorch's context_parallel (default all-gather rotater) on K/V repeated to the
+        # query heads (repeat_kv before SDPA); costmodel.compute.cp_exchange
+        cp_impl = "torch"
+        notes.append("cp_impl torch: PyTorch context_parallel, K/V (repeat_kv) all-gathered, dK/dV ring in FP32")
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
                  flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
-                 fused_elementwise=fused, ep_dispatcher=dispatcher)
+                 fused_elementwise=fused, ep_dispatcher=dispatcher, cp_impl=cp_impl)
     regime_vp = vp
     if model is not None:
         if src == "llama3_2024" and pp == 16 and model.layers == 126:

@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from . import dma, frameworks
 from .collectives import collective_time_s, group_stride, layout
-from .compute import ACT_BYTES, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions, optimizer_time_s
+from .compute import ACT_BYTES, cp_exchange, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions, optimizer_time_s
 from .config import ParallelConfig
 from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
@@ -121,15 +121,24 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
             sac_led = _op_sac_ledger(ops, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
     attn = next(o for o in ops if o.name == "attn_core")
     if c.cp > 1:
-        kv_width = 2 * model.kv_dim / min(c.tp, model.kv_heads)
-        t_kv = collective_time_s("p2p", n * kv_width * ACT_BYTES, c.cp, group_stride("cp", c.tp, c.cp, c.dp), cluster,
-                                 engines=dma.engines_of(cluster, a, "cp"))
+        x = cp_exchange(model, n, c.tp, c.cp, c.cp_impl)
+        stride, eng = group_stride("cp", c.tp, c.cp, c.dp), dma.engines_of(cluster, a, "cp")
+        t_kv = collective_time_s("p2p", x.kv_bytes, c.cp, stride, cluster, engines=eng)
         steps = c.cp - 1
         f = CommLedger()
-        f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
+        if x.gather_bytes:  # PyTorch context_parallel: one all-gather behind the local block (forward, backward)
+            t_gather = collective_time_s("allgather", x.gather_bytes, c.cp, stride, cluster, engines=eng)
+            t_dkv = collective_time_s("p2p", x.dkv_bytes, c.cp, stride, cluster, engines=eng)
+            f.overlap("cp", t_gather, attn.fwd_s / c.cp, INF, WHY_CP, coef)
+            led.overlap("cp", t_gather, attn.bwd_s / c.cp, INF, WHY_CP, coef)
+            # dK/dV after every block: each behind the next block, the one after the last block waited on
+            led.overlap("cp", steps * t_dkv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
+            led.add("cp", (x.dkv_sends - steps) * t_dkv, (x.dkv_sends - steps) * t_dkv, WHY_CP)
+        else:
+            f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
+            led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
         led = led.merge(f)
         fwd_led = fwd_led.merge(f)
-        led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
         a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)

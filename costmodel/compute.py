@@ -501,3 +501,43 @@ def optimizer_time_s(params_local: float, dev: DeviceSpec) -> float:
     BF16 weight (2 B): 30 B per parameter (Rajbhandari et al. 2020, section 3.1 state layout).
     """
     return elementwise_time_s(30.0 * params_local, dev, kernels=4)
+
+
+@dataclass(frozen=True)
+class CPExchange:
+    """The K/V traffic of one attention under context parallelism (:func:`cp_exchange`).
+
+    ``kv_bytes``: this GPU's K/V shard; ``gather_bytes``: the all-gathered K/V (0 for ``ring``);
+    ``dkv_bytes``: one dK/dV transfer of the backward; ``dkv_sends``: how many the backward makes.
+    """
+
+    kv_bytes: float
+    gather_bytes: float
+    dkv_bytes: float
+    dkv_sends: int
+
+
+def cp_exchange(model: ModelSpec, tokens: float, tp: int, cp: int, cp_impl: str = "ring") -> CPExchange:
+    """What context parallelism moves per attention for ``tokens`` queries on one GPU.
+
+    * ``ring`` (Megatron-Core / Transformer Engine ring attention, Liu et al. 2023): the GQA K/V shard
+      (``kv_heads`` heads, replicated when ``tp > kv_heads``) passes to the neighbour ``cp - 1`` times
+      in forward, and again in backward followed by ``cp - 1`` dK/dV partial sums in BF16; each
+      transfer hides behind one attention block.
+    * ``torch`` (PyTorch ``torch.distributed.tensor.experimental.context_parallel`` as torchtitan
+      327b72b runs it): torchtitan's Llama ``Attention.forward`` calls ``repeat_kv`` before
+      ``F.scaled_dot_product_attention`` (``torchtitan/models/llama/model.py``), so the K/V that CP
+      exchanges have the query head count; PyTorch's default rotater (``_cp_options.rotate_method =
+      _RotateMethod.ALL_GATHER``; torchtitan's ``context_parallel_rotate_method`` defaults to
+      ``allgather`` from c97876e, 2024-12-11) all-gathers every shard once, issued before the local
+      block (``_templated_ring_attention``: ``exchange_buffers`` at ``i == 0``, the wait at ``i == 1``),
+      so only the local block hides it; the backward gathers K/V again the same way and passes dK/dV
+      with an all-to-all rotater in FP32 (``accum_dtype = torch.float32`` under ``convert_to_f32``)
+      after every block, ``cp`` times: each hides behind the next block, the last is waited on after
+      the loop (``_templated_ring_attention_backward``).
+    """
+    if cp_impl == "torch":
+        kv = tokens * 2 * model.heads * model.head_dim / tp * ACT_BYTES
+        return CPExchange(kv, cp * kv, 2 * kv, cp)
+    kv = tokens * 2 * model.kv_dim / min(tp, model.kv_heads) * ACT_BYTES
+    return CPExchange(kv, 0.0, kv, cp - 1)

@@ -20,6 +20,7 @@ from .units import MB
 
 RECOMPUTE = ("none", "selective", "full", "op_sac")
 EP_DISPATCHERS = ("alltoall", "deepep")
+CP_IMPLS = ("ring", "torch")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
@@ -60,6 +61,11 @@ class ParallelConfig:
         forwarded inside the node over NVLink; Megatron-Core
         ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``;
         :func:`costmodel.compute.ep_alltoall_bytes`).
+    cp_impl : how context parallelism exchanges K/V (:func:`costmodel.compute.cp_exchange`): ``ring``
+        (Megatron-Core / Transformer Engine: the GQA K/V shards pass rank to rank, each transfer hidden
+        behind one attention block) or ``torch`` (PyTorch ``context_parallel`` as torchtitan runs it:
+        K/V repeated to the query heads, all-gathered once behind the local block, dK/dV passed
+        around the ring in FP32).
     dma : the DMA engines each communication stream runs on (:class:`costmodel.dma.Assignment`,
         or its text ``"tp:cdma*2,dp:cdma*1,pp:cdma*1"`` / dict); ``None`` = the default
         assignment (:func:`costmodel.dma.default_assignment`).
@@ -83,6 +89,7 @@ class ParallelConfig:
     framework: str = "megatron"
     fused_elementwise: bool = True
     ep_dispatcher: str = "alltoall"
+    cp_impl: str = "ring"
     dma: _dma.Assignment | None = None
 
     def __post_init__(self):
@@ -97,6 +104,8 @@ class ParallelConfig:
             raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")
         if self.ep_dispatcher not in EP_DISPATCHERS:
             raise SpecError("ep_dispatcher", self.ep_dispatcher, f"one of {', '.join(EP_DISPATCHERS)}")
+        if self.cp_impl not in CP_IMPLS:
+            raise SpecError("cp_impl", self.cp_impl, f"one of {', '.join(CP_IMPLS)}")
         if self.framework not in FRAMEWORKS:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
         if self.recompute not in RECOMPUTE:
@@ -141,7 +150,7 @@ class ParallelConfig:
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
-                                              "framework", "fused_elementwise", "ep_dispatcher", "dma"}
+                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "dma"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

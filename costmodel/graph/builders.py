@@ -41,7 +41,7 @@ import networkx as nx
 from .. import dma, frameworks
 from ..analytic import COLUMN_PARALLEL, zero3_groups
 from ..collectives import collective_time_s, group_stride
-from ..compute import ACT_BYTES, Op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions
+from ..compute import ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions
 from ..config import ParallelConfig
 from ..memory import GRAD_BYTES, WEIGHT_BYTES
 from ..specs import ClusterSpec, ModelSpec, Workload
@@ -60,8 +60,8 @@ class _Ctx:
         self.msg = self.n * model.hidden * ACT_BYTES  # TP/SP activation message (Korthikanti Table 2)
         self.k = max(1, c.chunks)
         self.tp, self.sp = c.tp, c.sp_on
-        kv_width = 2 * model.kv_dim / min(c.tp, model.kv_heads)
-        self.kv_bytes = self.n * kv_width * ACT_BYTES
+        self.cpx = cp_exchange(model, self.n, c.tp, c.cp, c.cp_impl)
+        self.kv_bytes = self.cpx.kv_bytes
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
         self.a2a_bytes = (ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
                           if moe else 0.0)
@@ -120,6 +120,12 @@ def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name
     """Ring attention: block ``i`` computes while K/V block ``i + 1`` arrives from the neighbour."""
     cp = cx.c.cp
     t_blk = split_s(op.fwd_s, cp, cx.ov)
+    if cx.cpx.gather_bytes:  # PyTorch context_parallel: all shards gathered once, behind the local block
+        ag = b.comm(f"{name}.kvag", "allgather", cx.cpx.gather_bytes, cp, cx.cp_stride, "cp", x, phase=phase)
+        blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase=phase)
+        for i in range(1, cp):
+            blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [ag, blk], phase=phase)
+        return [blk]
     blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase=phase)
     kv = None
     for i in range(1, cp):
@@ -180,6 +186,14 @@ def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> l
     """Ring attention backward: K/V blocks travel as in forward; dK/dV partial sums follow."""
     cp = cx.c.cp
     t_blk = split_s(op.bwd_s, cp, cx.ov)
+    if cx.cpx.gather_bytes:  # PyTorch context_parallel: K/V gathered again; dK/dV (FP32) sent after every block
+        ag = b.comm(f"{name}.kvag", "allgather", cx.cpx.gather_bytes, cp, cx.cp_stride, "cp", x, phase="bwd")
+        blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase="bwd")
+        dkv = b.comm(f"{name}.dkv0", "p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk], phase="bwd")
+        for i in range(1, cp):
+            blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [ag, blk], phase="bwd")
+            dkv = b.comm(f"{name}.dkv{i}", "p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk, dkv], phase="bwd")
+        return [blk, dkv]
     blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase="bwd")
     kv = dkv = None
     for i in range(1, cp):
