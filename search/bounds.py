@@ -49,6 +49,7 @@ class Bounds:
         self.p = tables.p
         self._extras: dict = tables.shared.setdefault("bounds.extras", {})
         self._opt: dict = tables.shared.setdefault("bounds.opt", {})
+        self._totals: dict = tables.shared.setdefault("bounds.totals", {})
         self.n = np.arange(self.p.model.layers + 1)
 
     # ------------------------------------------------------------------ helpers
@@ -117,14 +118,25 @@ class Bounds:
         return sum(self._quick_parts(c))
 
     def _quick_parts(self, c: Choice) -> tuple[float, float]:
+        return self.pipeline_lb_s(c), self.opt_lb_s(c)
+
+    def pipeline_lb_s(self, c: Choice) -> float:
+        """The pipeline term's bound (:func:`costmodel.step.pipeline_s` of the floors below)."""
         total, slow = self._total_s(c)
         slow = max(total / c.shape.pp, slow)
-        return pipeline_s(slow, total, c.micro_batches(self.p.workload.global_batch), c.vp), self.opt_lb_s(c)
+        return pipeline_s(slow, total, c.micro_batches(self.p.workload.global_batch), c.vp)
 
     def _total_s(self, c: Choice) -> tuple[float, float]:
         """(every stage's micro-batch time summed, a floor of the slowest stage: the largest stage
         at its cheapest, and the first and last stages holding their fewest layers with the
         embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``)."""
+        key = (c.shape, c.mb, c.vp, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma)
+        out = self._totals.get(key)
+        if out is None:
+            out = self._totals[key] = self._total_parts(c)
+        return out
+
+    def _total_parts(self, c: Choice) -> tuple[float, float]:
         p, s = self.p, c.shape
         L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage

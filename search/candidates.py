@@ -229,8 +229,11 @@ def dma_values(p: Problem, s: Shape, zero: int) -> list:
     bandwidth of its own (engine-bound: the split changes the plan's cost, e.g. ``sg2262-like``'s
     4 CDMA), else only the default (``None``: on link-bound classes such as NVIDIA's NCCL SM
     channels the split changes no closed-form cost). A pinned assignment is the only one."""
+    pinned = "dma" in p.limits.fixed
+    if not pinned and not any(e.bw_bytes_per_s > 0 and e.scopes for e in p.cluster.device.dma_engines):
+        return [None]
     c = ParallelConfig(tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, zero=zero, framework=p.framework)
-    if "dma" in p.limits.fixed:  # only plans whose streams and scopes the pinned assignment fits
+    if pinned:  # only plans whose streams and scopes the pinned assignment fits
         try:
             dma.check(p.cluster, replace(c, dma=p.limits.fixed["dma"]), p.model)
         except SpecError:

@@ -110,7 +110,7 @@ class Expander:
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
         """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
         no ZeRO-3 gathers, the most chunks; exposure never grows with more chunks), best sp;
-        plus, per ZeRO stage, the optimizer and (``refined``) the DP exposure with the longest
+        with ``refined`` plus, per ZeRO stage, the optimizer and the DP exposure with the longest
         windows (full recompute, no sp). ``refined`` also screens memory with the leanest choice
         (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
         key = (s, mb, vp)
@@ -133,11 +133,13 @@ class Expander:
         if refined and bounds.caps(Choice(s, mb, vp, max(sps), 1, max(zeros), slow_rec, None, bucket, p.framework)) is None:
             return None
         ch, z_fast = max(chunk_values(p, s)), min(zeros, key=lambda z: z == 3)
-        t = min(bounds._quick_parts(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework))[0] for sp in sps)
+        t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework)) for sp in sps)
+        if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)
+            return t
         rest = math.inf
         for z in zeros:
             c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, bucket, p.framework)
-            rest = min(rest, bounds.opt_lb_s(c) + (bounds.dp_lb_s(c) if refined else 0.0))
+            rest = min(rest, bounds.opt_lb_s(c) + bounds.dp_lb_s(c))
         return t + rest
 
 
