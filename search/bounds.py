@@ -50,6 +50,7 @@ class Bounds:
         self._extras: dict = tables.shared.setdefault("bounds.extras", {})
         self._opt: dict = tables.shared.setdefault("bounds.opt", {})
         self._totals: dict = tables.shared.setdefault("bounds.totals", {})
+        self._caps: dict = tables.shared.setdefault("bounds.caps", {})
         self.n = np.arange(self.p.model.layers + 1)
 
     # ------------------------------------------------------------------ helpers
@@ -208,7 +209,14 @@ class Bounds:
         return self.t.affine(c, kind)["state"] + acts + reserved_bytes(c.config(), acts)
 
     def caps(self, c: Choice) -> dict | None:
-        """``{kind: (fewest, most) layers}`` a stage may hold, or None when no split can fit."""
+        """``{kind: (fewest, most) layers}`` a stage may hold, or None when no split can fit
+        (cached by what memory depends on: not chunks, bucket or DMA assignment)."""
+        key = (c.shape, c.mb, c.vp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers)
+        if key not in self._caps:
+            self._caps[key] = self._caps_of(c)
+        return self._caps[key]
+
+    def _caps_of(self, c: Choice) -> dict | None:
         p, vp, L = self.p, stage_unit(self.p, c.vp), self.p.model.layers
         kinds = stage_kinds(c.shape.pp)
         out = {}
