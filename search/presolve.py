@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .bounds import Bounds
 from .candidates import (bucket_values, chunk_values, dma_values, mb_values, recompute_values, shapes, sp_values,
@@ -91,7 +91,10 @@ class Expander:
             self._chunks[key] = _dominant_chunks(self.t, base, opts)
         return self._chunks[key]
 
-    def choices(self, s, mb: int, vp: int):
+    def choices(self, s, mb: int, vp: int, pruned=None):
+        """The group's choices after dominance; with ``pruned(choice) -> bool`` (a bound test) a
+        sub-group (sp, ZeRO, assignment, recompute) is skipped whole when its choice with the most
+        chunks is pruned (more chunks never make a layer slower: its bound is the sub-group's)."""
         p = self.p
         chunk_opts, buckets = chunk_values(p, s), bucket_values(p, s)
         kept_buckets = _dominant_buckets(buckets)
@@ -101,6 +104,9 @@ class Expander:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
                         base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a)
+                        if pruned is not None and pruned(replace(base, chunks=max(chunk_opts))):
+                            self.counts["bound"] += len(chunk_opts) * len(buckets)
+                            continue
                         chs = self.chunks(base, chunk_opts)
                         self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                         for ch in chs:
@@ -220,7 +226,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
         if to_ticks(g_refined) > thr():
             counts["groups_bound"] += 1
             continue
-        for c in ex.choices(*q):
+        for c in ex.choices(*q, pruned=lambda c: to_ticks(bounds.quick_lb_s(c)) > thr()):
             lb = to_ticks(bounds.quick_lb_s(c))
             if lb > thr():
                 counts["bound"] += 1
