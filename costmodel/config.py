@@ -140,6 +140,8 @@ class ParallelConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bucket_mb"] = d.pop("bucket_bytes") / MB
+        if self.cp_impl == "ring":
+            del d["cp_impl"]  # the default: plans without torch CP keep their keys
         if self.dma is None:
             del d["dma"]  # the default: the keys of plans without an assignment stay as they were
         else:
