@@ -150,7 +150,7 @@ class Expander:
 
 
 def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds: bool = True,
-             slack: float = 0.0, deadline: float | None = None, incumbent_ticks: float = math.inf) -> Presolved:
+             slack: float = 0.0, deadline: float | None = None) -> Presolved:
     """Reduce the space by best-first branch and bound over choices.
 
     Groups ``(shape, mb, vp)`` are expanded in order of their bound; each choice enters a heap
@@ -164,8 +164,6 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
     plans near the optimum). ``deadline`` (``time.perf_counter()`` seconds): past it, presolve
     stops expanding; ``timed_out`` is set and ``unexplored_ticks`` bounds every choice it did not
     look at (``None``: not even the group bounds were all computed, so nothing is proven).
-    ``incumbent_ticks``: the ``top_k``-th best objective of plans found elsewhere (another part of
-    the space); choices that cannot beat it are pruned as if presolve had found it itself.
     """
     start = time.perf_counter()
     counts = {"groups": 0, "groups_memory": 0, "groups_bound": 0, "dominated": 0, "memory": 0, "bound": 0,
@@ -195,7 +193,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
         groups.append((ex.group_lb_s(gbounds, *q), q))
     counts["groups"] = len(groups)
     groups = sorted(g for g in groups if g[0] is not None)  # None: an option list is empty
-    ub = incumbent_ticks if use_bounds else math.inf
+    ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks)
     heap: list = []  # (bound, refined?, choice)
     pushed = 0

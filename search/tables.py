@@ -211,14 +211,6 @@ class Tables:
                 out.shared["relaxed"] = out
         return self.shared["relaxed"]
 
-    def restricted(self, problem: Problem) -> "Tables":
-        """Tables of ``problem``, the same problem with fewer options to choose from (e.g. one
-        bucket size), sharing every cache: no cached quantity depends on the option lists."""
-        out = Tables.__new__(Tables)
-        out.__dict__.update(self.__dict__)
-        out.p = problem
-        return out
-
     # ------------------------------------------------------------------ per layer
     def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
         """``(U, R, fwd, bwd, rec, act_bytes)`` of one layer and micro-batch: U = fwd + bwd + exposed
