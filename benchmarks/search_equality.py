@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
 import time
@@ -225,7 +226,8 @@ def run(seeds, no_bounds_every: int = 4, verbose: bool = False, out=sys.stdout) 
 def report(rows: list[dict], total_s: float, out=sys.stdout) -> int:
     n = len(rows)
     bad = [r for r in rows if not r["ok"]]
-    print(f"instances: {n}   equal: {n - len(bad)}   mismatches: {len(bad)}   total {total_s:.1f} s", file=out)
+    print(f"instances: {n}   equal: {n - len(bad)}   mismatches: {len(bad)}   total {total_s:.1f} s "
+          f"(load average at the end {os.getloadavg()[0]:.1f})", file=out)
     print(f"{'cluster':<16}{'n':>5}{'feasible':>10}{'infeasible':>12}{'choices med':>13}{'max':>7}"
           f"{'ex s':>8}{'search s':>10}{'non-default':>13}{'binds':>7}", file=out)
     by = Counter(r["cluster"] for r in rows)

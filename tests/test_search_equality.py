@@ -28,6 +28,7 @@ BINDS_SEED = 501  # sg2262-like with 2 CDMA engines: 4 engines make the optimum 
 #: dropped and the search answers FEASIBLE instead of OPTIMAL (with presolve_bounds=False CP-SAT
 #: answers OPTIMAL with the bound as its objective, above the true optimum).
 KNOWN = {504: "strong lower bound above the exact objective (search/bounds.py water level)"}
+# and benchmark instance 148 (test below): an invalid group bound under ZeRO-3 with partial recompute
 
 
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s]))
@@ -66,3 +67,15 @@ def test_a_one_tick_difference_is_a_mismatch(monkeypatch):
     monkeypatch.setattr(se, "solve_exhaustive", off_by_one)
     row = se.check(inst, engines_probe=False)
     assert not row["ok"] and "ticks" in row["why"]
+
+
+@pytest.mark.xfail(strict=True, reason="costmodel: partial full recompute charges the layers it does not "
+                   "recompute less than no recompute (ZeRO-3), so presolve's group bound (no recompute "
+                   "fastest) prunes the optimum")
+def test_benchmark_instance_148_partial_recompute_under_zero3():
+    """mixtral-8x7b / 64 a100-80g, tp8 zero3 recompute full k=4 pinned: the search answers OPTIMAL
+    16476590 ticks (pp4), the exhaustive optimum is 15139836 (pp2): the (tp8, pp2, dp4, mb1, vp1)
+    group's bound (17658501 ticks) lies above it."""
+    inst = se.make_instance(148)  # the benchmark's own sizes
+    row = se.check(inst, engines_probe=False)
+    assert row["ok"], row["why"]
