@@ -69,13 +69,15 @@ def test_a_one_tick_difference_is_a_mismatch(monkeypatch):
     assert not row["ok"] and "ticks" in row["why"]
 
 
-@pytest.mark.xfail(strict=True, reason="costmodel: partial full recompute charges the layers it does not "
+@pytest.mark.xfail(strict=False, reason="costmodel: partial full recompute charges the layers it does not "
                    "recompute less than no recompute (ZeRO-3), so presolve's group bound (no recompute "
                    "fastest) prunes the optimum")
 def test_benchmark_instance_148_partial_recompute_under_zero3():
     """mixtral-8x7b / 64 a100-80g, tp8 zero3 recompute full k=4 pinned: the search answers OPTIMAL
     16476590 ticks (pp4), the exhaustive optimum is 15139836 (pp2): the (tp8, pp2, dp4, mb1, vp1)
-    group's bound (17658501 ticks) lies above it."""
+    group's bound (17658501 ticks) lies above it. Not strict: a fix of the closed form was in
+    progress in the working tree when this was written (it passes with it); make the test plain
+    once that lands."""
     inst = se.make_instance(148)  # the benchmark's own sizes
     row = se.check(inst, engines_probe=False)
     assert row["ok"], row["why"]
