@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import dma, frameworks
@@ -284,7 +284,10 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         fwd += count * lt.fwd_s
         bwd += count * lt.bwd_s
         rec += k * lt.recompute_s
-        led = led.merge(lt.ledger.scaled(count))
+        led = led.merge(lt.ledger.scaled(k))
+        if k < count:  # partial recompute: the other layers' backward has no recompute to hide behind
+            plain = layer_timing(model, cluster, w, replace(c, recompute="none", recompute_layers=None), moe)
+            led = led.merge(plain.ledger.scaled(count - k))
         if k:
             led = led.merge(lt.recompute_ledger.scaled(k))
     n = c.mb * w.seq_len / c.cp

@@ -308,10 +308,14 @@ class Tables:
         k = choice.recompute_layers
         kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if choice.recompute == "full" and k is not None else (nd, nm)
 
-        def lin(i, cd, cm):
-            return cd * dense_l[i] + (cm * moe_l[i] if moe_l else 0)
+        def lin(i, cd, cm, d=dense_l, m=moe_l):
+            return cd * d[i] + (cm * m[i] if m else 0)
 
-        layers_time = lin(0, nd, nm) + lin(1, kd, km)
+        layers_time = lin(0, kd, km) + lin(1, kd, km)
+        if choice.recompute == "full" and k is not None:  # the layers not recomputed: a plain layer's U
+            plain = replace(choice, recompute="none", recompute_layers=None)
+            layers_time = layers_time + lin(0, nd - kd, nm - km, self.layer(plain, False),
+                                            self.layer(plain, True) if p.model.is_moe else None)
         fwd, bwd, rec = lin(2, nd, nm), lin(3, nd, nm), lin(4, kd, km)
         # extras (embedding, LM head, PP send/recv) from one stage_timing probe at n0
         n0 = self._probe_n(choice, kind)
