@@ -166,6 +166,10 @@ FRAMEWORK = {
     "llmfoundry_2024": "fsdp2",  # Composer FSDP FULL_SHARD: per-module gather in forward and backward, RS per micro-batch
     "llama3_2024": "fsdp2",  # Meta's FSDP, parameters not resharded after forward (zero=2 under fsdp2)
 }
+#: sources that ran PyTorch FSDP2 (``fully_shard``: per-parameter copy-out after each all-gather, gradient copy-in
+#: before each reduce-scatter, ``ParallelConfig.fsdp_copies``); llm-foundry's Composer wraps FSDP1 (``FlatParameter``:
+#: parameters are views of the gathered buffer) and Meta's Llama 3 FSDP is not PyTorch's: no copies charged
+FSDP2_COPIES = ("torchtitan_2024", "torchtitan_2025_asynctp", "nemo_automodel")
 #: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.compute.FA2_HOPPER_RATIO`)
 FA2_STACKS = {
     "torchtitan_2024": "PyTorch SDPA flash backend, which is FlashAttention-2",
@@ -500,6 +504,8 @@ def _new_row(r: dict) -> Row:
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
                  flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
                  fused_elementwise=fused, ep_dispatcher=dispatcher, cp_impl=cp_impl)
+    if src in FSDP2_COPIES:
+        fixed["fsdp_copies"] = True
     regime_vp = vp
     if model is not None:
         if src == "llama3_2024" and pp == 16 and model.layers == 126:

@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from . import dma, frameworks
 from .collectives import collective_time_s, group_stride, layout
-from .compute import ACT_BYTES, cp_exchange, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions, optimizer_time_s
+from .compute import ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions, optimizer_time_s
 from .config import ParallelConfig
 from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
@@ -98,6 +98,43 @@ def zero3_groups(model: ModelSpec, c: ParallelConfig, moe: bool) -> list[tuple[f
     return [(params, size, stride) for params, size, stride in groups if size > 1 and params > 0]
 
 
+def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of the memory-bound copies PyTorch FSDP2 runs on the compute
+    stream around one layer's per-micro-batch collectives (``framework == "fsdp2"`` with
+    ``c.fsdp_copies``; otherwise none).
+
+    PyTorch ``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``:
+    ``foreach_all_gather_copy_out`` waits for each all-gather on the current (compute) stream and
+    splits the flat gathered buffer back into the per-parameter unsharded tensors
+    (``split_with_sizes_copy``: every gathered BF16 byte read and written once); ``foreach_reduce``
+    copies the unsharded BF16 gradients into the flat reduce-scatter input in the reduce dtype
+    (``foreach_reduce_scatter_copy_in`` / ``torch._chunk_cat``, FP32 here: ``GRAD_BYTES``) on the
+    current stream before the reduce-scatter stream waits for it. The all-gather copy-in (the
+    local shard only, on its own ``all_gather_copy_in_stream``) and the shard-sized gradient
+    divide/accumulate on the reduce-scatter stream are not on the compute stream and are not
+    charged. FSDP1 (``FlatParameter``), Megatron FSDP and DeepSpeed ZeRO-3 gather into flat
+    buffers whose views are the parameters: no copy-out (``fsdp_copies`` False). One copy per
+    gather and per reduce the framework issues per micro-batch
+    (:func:`costmodel.frameworks.semantics`); the once-per-step gathers of FSDP2 under a pipeline
+    schedule are not charged. Both engines charge it as compute (:func:`layer_timing`, the op
+    graph's ``zero.copy.*`` node), never replayed by recompute (FSDP2's hooks skip the recomputed
+    forward: ``_pre_forward`` returns early in ``TrainingState.PRE_BACKWARD``).
+    """
+    sem = frameworks.of(c)
+    if not (c.fsdp_copies and c.framework == "fsdp2") or not sem.per_microbatch:
+        return 0.0, 0.0
+    fwd = bwd = 0.0
+    for params, _size, _stride in zero3_groups(model, c, moe):
+        copy_out = elementwise_time_s(2 * WEIGHT_BYTES * params, dev)
+        if sem.gather_forward:
+            fwd += copy_out
+        if sem.gather_backward:
+            bwd += copy_out
+        if sem.reduce_per_microbatch:
+            bwd += elementwise_time_s((WEIGHT_BYTES + GRAD_BYTES) * params, dev)
+    return fwd, bwd
+
+
 @lru_cache(maxsize=8192)
 def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool) -> LayerTiming:
     dev = cluster.device
@@ -158,6 +195,8 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         recompute = sum(f * o.fwd_s for f, o in zip(sac, ops))
     else:
         recompute = 0.0
+    copy_f, copy_b = fsdp2_copies_s(model, dev, c, moe)  # on the compute stream, not replayed by recompute
+    fwd, bwd = fwd + copy_f, bwd + copy_b
     sem = frameworks.of(c)
     if sem.per_microbatch and c.dp * c.cp > 1:
         # FSDP / ZeRO-3: the next layer's parameters are gathered behind this layer's forward; in

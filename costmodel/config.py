@@ -66,6 +66,11 @@ class ParallelConfig:
         behind one attention block) or ``torch`` (PyTorch ``context_parallel`` as torchtitan runs it:
         K/V repeated to the query heads, all-gathered once behind the local block, dK/dV passed
         around the ring in FP32).
+    fsdp_copies : under ``framework="fsdp2"``, PyTorch FSDP2 (``fully_shard``, per-parameter sharding)
+        copies each gathered parameter out of the flat all-gather buffer and each gradient into the flat
+        reduce-scatter buffer on the compute stream (:func:`costmodel.analytic.fsdp2_copies_s`); False (the
+        default): gathers land in a flat buffer the parameters are views of (FSDP1's ``FlatParameter``,
+        Megatron FSDP, DeepSpeed ZeRO-3), no copies charged.
     dma : the DMA engines each communication stream runs on (:class:`costmodel.dma.Assignment`,
         or its text ``"tp:cdma*2,dp:cdma*1,pp:cdma*1"`` / dict); ``None`` = the default
         assignment (:func:`costmodel.dma.default_assignment`).
@@ -90,6 +95,7 @@ class ParallelConfig:
     fused_elementwise: bool = True
     ep_dispatcher: str = "alltoall"
     cp_impl: str = "ring"
+    fsdp_copies: bool = False
     dma: _dma.Assignment | None = None
 
     def __post_init__(self):
@@ -97,7 +103,7 @@ class ParallelConfig:
             object.__setattr__(self, "dma", _dma.parse(self.dma))
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
             _positive_int(f, getattr(self, f))
-        for f in ("sp", "flash_attention", "fused_elementwise"):
+        for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies"):
             if not isinstance(getattr(self, f), bool):
                 raise SpecError(f, getattr(self, f), "true or false")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
@@ -108,6 +114,8 @@ class ParallelConfig:
             raise SpecError("cp_impl", self.cp_impl, f"one of {', '.join(CP_IMPLS)}")
         if self.framework not in FRAMEWORKS:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
+        if self.fsdp_copies and self.framework != "fsdp2":
+            raise SpecError("fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)")
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"one of {', '.join(RECOMPUTE)}")
         if self.recompute_layers is not None:
@@ -142,6 +150,8 @@ class ParallelConfig:
         d["bucket_mb"] = d.pop("bucket_bytes") / MB
         if self.cp_impl == "ring":
             del d["cp_impl"]  # the default: plans without torch CP keep their keys
+        if not self.fsdp_copies:
+            del d["fsdp_copies"]  # the default: plan keys unchanged
         if self.dma is None:
             del d["dma"]  # the default: the keys of plans without an assignment stay as they were
         else:
@@ -152,7 +162,7 @@ class ParallelConfig:
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
-                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "dma"}
+                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies", "dma"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

@@ -121,7 +121,8 @@ class Scorer:
     # ---- cached per-class terms (keys: the fields each cost-model function reads)
     def _stage(self, c: ParallelConfig, s: int):
         sem = frameworks.of(c)
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, sem if sem.per_microbatch else None, c.recompute, c.recompute_layers, c.mb, c.vp,
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, (sem, c.fsdp_copies) if sem.per_microbatch else None,
+               c.recompute, c.recompute_layers, c.mb, c.vp,
                c.chunks, c.flash_attention, c.cp_impl, c.layers_per_stage, dma.resolve(self.cluster, c, self.model))
         st = self._timing.get(key)
         if st is None:

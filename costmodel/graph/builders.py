@@ -39,7 +39,7 @@ from functools import lru_cache
 import networkx as nx
 
 from .. import dma, frameworks
-from ..analytic import COLUMN_PARALLEL, zero3_groups
+from ..analytic import COLUMN_PARALLEL, fsdp2_copies_s, zero3_groups
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions
 from ..config import ParallelConfig
@@ -283,6 +283,10 @@ def _layer_graph(model, cluster, w, c, moe, phase, recompute, decode=False) -> n
     b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
     zero = zero3_prefetch(b, cx, phase)
     x: list = []
+    if not decode:  # FSDP2's copy-out (and gradient copy-in) on the compute stream, before any recompute
+        copy = fsdp2_copies_s(model, cluster.device, c, moe)[0 if phase == "fwd" else 1]
+        if copy > 0:
+            x = [b.compute(f"zero.copy.{phase}", "elementwise", copy, x, phase=phase)]
     if phase == "fwd":
         for op in ops:
             x = _fwd_op(b, op, x, cx, "fwd", "")
