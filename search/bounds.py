@@ -35,7 +35,7 @@ from costmodel.pipeline import in_flight_chunks
 from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
 from costmodel.units import MB
 
-from .tables import Choice, Tables, probe_split
+from .tables import Choice, Tables, probe_split, stage_weight
 
 STAGE_OF = {"first": 0, "only": 0, "mid": 1}
 
@@ -72,10 +72,15 @@ class Bounds:
         nd = np.minimum(n, self.p.model.dense_layers) if kind in ("first", "only") else n * 0
         return nd, n - nd
 
-    def extras(self, c: Choice, kind: str) -> tuple[float, float, float]:
+    def extras(self, c: Choice, kind: str, exact: bool = False) -> tuple[float, float, float]:
         """(time, forward, backward) of a stage position outside its layers (embedding, LM head,
         loss), probed once per (tp, cp, mb, sp) on a plain two-stage (one-stage for ``only``)
-        pipeline; the PP send/recv it includes is taken out (see :meth:`p2p_s`)."""
+        pipeline; the PP send/recv it includes is taken out (see :meth:`p2p_s`). A choice with a
+        DMA assignment of its own (engine-bound devices: its streams may share engines with the
+        stage's other traffic, which no shared probe reproduces) takes none in the quick bound and,
+        with ``exact`` (the strong bound, far fewer calls), the tables' own."""
+        if c.dma is not None:
+            return self.t.stage_extras(c, kind) if exact else (0.0, 0.0, 0.0)
         s = c.shape
         key = (s.tp, s.cp, c.mb, c.sp, kind)
         if key not in self._extras:
@@ -152,7 +157,7 @@ class Bounds:
         kinds = stage_kinds(pp)
         x = {kind: self.extras(c, kind) for kind in kinds}
         p2p_min = 2 * self.p2p_s(c) if vp == 1 else 0.0
-        total = u_sum + r_sum + sum(x[kind][0] for kind in kinds if kind != "mid") + pp * p2p_min
+        total = u_sum + r_sum + sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds) + pp * p2p_min
         if pp == 1:
             return total, 0.0
         u_min = min(dl[0], ml[0])
@@ -248,7 +253,7 @@ class Bounds:
         p2p = 2 * self.p2p_s(c) if vp == 1 else 0.0
         mult = {"first": 1, "last": 1, "mid": pp - 2}
         kinds = stage_kinds(pp)
-        base = {k: (self.extras(c, k)[0] if k != "mid" else 0.0) + p2p for k in kinds}
+        base = {k: self.extras(c, k, exact=True)[0] + p2p for k in kinds}
 
         def held(tau):  # layers the stages hold when filled up to time tau
             return sum(mult[k] * min(caps[k][1], max(caps[k][0], (tau - base[k]) / slope)) for k in kinds)
@@ -281,7 +286,7 @@ class Bounds:
         for kind in kinds:
             nd, nm = self.counts(kind, n)
             kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if k is not None else (nd, nm)
-            _, x_fwd, x_bwd = self.extras(c, kind)
+            _, x_fwd, x_bwd = self.extras(c, kind, exact=True)
             fwd = nd * dl[2] + nm * ml[2] + x_fwd
             window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
             a = self.t.affine(c, kind)

@@ -321,14 +321,27 @@ class Tables:
         n0 = self._probe_n(choice, kind)
         lps, stage = probe_split(p, choice, kind, n0)
         st = stage_timing(p.model, p.cluster, p.workload, choice.config(p.limits.flash_attention, lps), stage)
-        time = layers_time + (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - layers_time[n0])
-        fwd, bwd, rec = fwd + (st.fwd_s - fwd[n0]), bwd + (st.bwd_s - bwd[n0]), rec + (st.recompute_s - rec[n0])
+        extras = (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - layers_time[n0], st.fwd_s - fwd[n0],
+                  st.bwd_s - bwd[n0])
+        self._parts[("x",) + key] = tuple(float(x) for x in extras)
+        time = layers_time + extras[0]
+        fwd, bwd, rec = fwd + extras[1], bwd + extras[2], rec + (st.recompute_s - rec[n0])
         if s.pp > 1:
             vp = choice.vp
             t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * vp)
             time = time + 2 * vp * (t_p2p if vp == 1 else np.maximum(0.0, t_p2p - fwd / vp))
         self._parts[key] = (time, fwd, bwd, rec)
         return self._parts[key]
+
+    def stage_extras(self, choice: Choice, kind: str) -> tuple[float, float, float]:
+        """(time, forward, backward) a stage at ``kind`` adds to its layers in :meth:`timing` (the
+        embedding / LM head, and whatever the stage probe charges beyond the per-layer terms),
+        without its PP send/recv."""
+        key = ("t", choice.shape, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute,
+               choice.recompute_layers, choice.per_microbatch(), kind, choice.dma)
+        if ("x",) + key not in self._parts:
+            self.timing(choice, kind)
+        return self._parts[("x",) + key]
 
     def memory(self, choice: Choice, kind: str):
         """Peak memory array over ``n``; shared by choices that differ only in chunks or bucket."""

@@ -22,13 +22,10 @@ SMALL = (30, 250)  # choices per instance: about 0.3 s each for both searches
 SEEDS = list(range(500, 518))  # 18 instances, 11 of them on sg2262-like
 NO_BOUNDS = {501, 505, 514}  # also solved with presolve_bounds=False (CP-SAT holds every choice that fits)
 BINDS_SEED = 501  # sg2262-like with 2 CDMA engines: 4 engines make the optimum 47% faster
-#: known mismatches (search/ bugs, reported): presolve's strong lower bound (search/bounds.py,
-#: the water level of Bounds.strong_lb_s) exceeds the exact objective of choices whose streams
-#: all share one CDMA engine (tp+ep+pp+dp:cdma*1, pp=2, vp=2), so the only probed choice is
-#: dropped and the search answers FEASIBLE instead of OPTIMAL (with presolve_bounds=False CP-SAT
-#: answers OPTIMAL with the bound as its objective, above the true optimum).
-KNOWN = {504: "strong lower bound above the exact objective (search/bounds.py water level)"}
-# and benchmark instance 148 (test below): an invalid group bound under ZeRO-3 with partial recompute
+#: known mismatches (search/ bugs, reported and not yet fixed): none. Fixed: 504 (the strong lower
+#: bound mixed a shared probe's embedding/LM-head extras with the choice's own layers when its
+#: streams share one CDMA engine) and benchmark instance 148 (test below).
+KNOWN: dict = {}
 
 
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s]))
@@ -69,15 +66,11 @@ def test_a_one_tick_difference_is_a_mismatch(monkeypatch):
     assert not row["ok"] and "ticks" in row["why"]
 
 
-@pytest.mark.xfail(strict=False, reason="costmodel: partial full recompute charges the layers it does not "
-                   "recompute less than no recompute (ZeRO-3), so presolve's group bound (no recompute "
-                   "fastest) prunes the optimum")
 def test_benchmark_instance_148_partial_recompute_under_zero3():
-    """mixtral-8x7b / 64 a100-80g, tp8 zero3 recompute full k=4 pinned: the search answers OPTIMAL
+    """mixtral-8x7b / 64 a100-80g, tp8 zero3 recompute full k=4 pinned: the search answered OPTIMAL
     16476590 ticks (pp4), the exhaustive optimum is 15139836 (pp2): the (tp8, pp2, dp4, mb1, vp1)
-    group's bound (17658501 ticks) lies above it. Not strict: a fix of the closed form was in
-    progress in the working tree when this was written (it passes with it); make the test plain
-    once that lands."""
+    group's bound (17658501 ticks) lay above it, because the closed form charged the layers a
+    stage does not recompute as if they were recomputed (fixed in 46e9a97)."""
     inst = se.make_instance(148)  # the benchmark's own sizes
     row = se.check(inst, engines_probe=False)
     assert row["ok"], row["why"]
