@@ -69,8 +69,9 @@ class ParallelConfig:
     fsdp_copies : under ``framework="fsdp2"``, PyTorch FSDP2 (``fully_shard``, per-parameter sharding)
         copies each gathered parameter out of the flat all-gather buffer and each gradient into the flat
         reduce-scatter buffer on the compute stream (:func:`costmodel.analytic.fsdp2_copies_s`); False (the
-        default): gathers land in a flat buffer the parameters are views of (FSDP1's ``FlatParameter``,
-        Megatron FSDP, DeepSpeed ZeRO-3), no copies charged.
+        default here; the CLI and the search set it for every ``fsdp2`` plan): gathers land in a flat
+        buffer the parameters are views of (FSDP1's ``FlatParameter``, Megatron FSDP, DeepSpeed
+        ZeRO-3), no copies charged.
     dma : the DMA engines each communication stream runs on (:class:`costmodel.dma.Assignment`,
         or its text ``"tp:cdma*2,dp:cdma*1,pp:cdma*1"`` / dict); ``None`` = the default
         assignment (:func:`costmodel.dma.default_assignment`).
