@@ -29,8 +29,9 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def test_the_band_is_the_documented_three_percent():
-    assert RESCORE_BAND == 0.03
+def test_the_band_covers_the_measured_engine_disagreement():
+    # benchmarks/engine_agreement.py (RESULTS section 2): p90 of |analytic - graph| / graph is 1.88%
+    assert 0.0188 <= RESCORE_BAND == 0.02
 
 
 def test_the_answer_is_the_best_under_the_graph_and_the_proof_stays_analytic():
@@ -77,7 +78,7 @@ def test_json_and_text_state_both_objectives_and_the_band(capsys):
     assert s["graph_objective_s"] > 0 and s["analytic_best_graph_s"] >= s["graph_objective_s"]
     code, out, _ = run(capsys, "recommend", *SMALL, "--time-limit", "60")
     assert "analytic optimum" in out and "best bound" in out
-    assert "op-graph re-score:" in out and "within 3% of the analytic optimum" in out
+    assert "op-graph re-score:" in out and "within 2% of the analytic optimum" in out
 
 
 def test_emit_with_top_k_prints_the_plan_table_then_the_flags(capsys):
