@@ -144,7 +144,7 @@ def parse(value) -> Assignment:
                 engine, engines = v["engine"], v["engines"]
                 pool = v.get("pool") or f"{engine}/{stream}"
             else:
-                _fail(value, f"{{stream: 'class*engines'}} or {{stream: {{'engine', 'engines', 'pool'}}}}")
+                _fail(value, "{stream: 'class*engines'} or {stream: {'engine', 'engines', 'pool'}}")
             prev = pools.setdefault(pool, (engine, engines, []))
             if prev[:2] != (engine, engines):
                 _fail(value, f"the same engine class and count for every stream of pool {pool!r}")

@@ -40,7 +40,7 @@ import numpy as np
 from costmodel import dma, frameworks
 from costmodel.analytic import dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
 from costmodel.compute import optimizer_time_s
-from costmodel.step import dp_buckets, dp_exposure, multiplier, step_time
+from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
 from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp,
@@ -108,9 +108,6 @@ class Choice:
     def micro_batches(self, global_batch: int) -> int:
         return global_batch // (self.shape.dp * self.mb)
 
-    def multiplier(self, global_batch: int) -> float:
-        """``M = m + (p - 1) / v`` (:func:`costmodel.step.multiplier`)."""
-        return multiplier(self.micro_batches(global_batch), self.shape.pp, self.vp)
 
 
 def resolution_s(p: Problem) -> float:
