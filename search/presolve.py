@@ -115,9 +115,10 @@ class Expander:
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
         """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
-        no ZeRO-3 gathers, the most chunks; exposure never grows with more chunks), best sp;
-        with ``refined`` plus, per ZeRO stage, the optimizer and the DP exposure with the longest
-        windows (full recompute, no sp). ``refined`` also screens memory with the leanest choice
+        no ZeRO-3 gathers unless only ZeRO-3 fits, the most chunks; exposure never grows with more
+        chunks), best sp; with ``refined`` only the ZeRO stages whose leanest choice fits in memory,
+        plus, per ZeRO stage, the optimizer and the DP exposure with the longest windows (full
+        recompute, no sp). ``refined`` also screens memory with the leanest choice
         (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
         key = (s, mb, vp)
         cache = self.t.shared.setdefault("presolve.group_lb", {})  # without ``refined``: bucket-free
@@ -136,8 +137,11 @@ class Expander:
         opts = bucket_values(p, s)  # a positive bucket: its DP bound (no latency) is below every option's
         bucket = next((b for b in opts if b > 0), opts[0])
         slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
-        if refined and bounds.caps(Choice(s, mb, vp, max(sps), 1, max(zeros), slow_rec, None, bucket, p.framework)) is None:
-            return None
+        if refined:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
+            zeros = [z for z in zeros
+                     if bounds.caps(Choice(s, mb, vp, max(sps), 1, z, slow_rec, None, bucket, p.framework)) is not None]
+            if not zeros:
+                return None
         ch, z_fast = max(chunk_values(p, s)), min(zeros, key=lambda z: z == 3)
         t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework)) for sp in sps)
         if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)
@@ -192,7 +196,10 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
             break
         groups.append((ex.group_lb_s(gbounds, *q), q))
     counts["groups"] = len(groups)
-    groups = sorted(g for g in groups if g[0] is not None)  # None: an option list is empty
+    # best first; a group is refined when it comes up and goes back in line if that raises it
+    # above the next one (its bound then holds the memory screen, optimizer and DP exposure)
+    groups = [(glb, False, q) for glb, q in groups if glb is not None]  # None: an option list is empty
+    heapq.heapify(groups)
     ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks)
     heap: list = []  # (bound, refined?, choice)
@@ -209,21 +216,26 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
         lower[c] = to_ticks(bounds.strong_lb_s(c, caps))
         return lower[c]
 
-    for i, (glb, q) in enumerate(groups):
+    while groups:
+        glb, refined, q = heapq.heappop(groups)
         if late():
             if not out.timed_out:
                 out.timed_out, out.unexplored_ticks = True, to_ticks(glb)
             break
         if to_ticks(glb) > thr():
-            counts["groups_bound"] += len(groups) - i
+            counts["groups_bound"] += len(groups) + 1
             break
-        g_refined = ex.group_lb_s(gbounds, *q, refined=True)
-        if g_refined is None:
-            counts["groups_memory"] += 1
-            continue
-        if to_ticks(g_refined) > thr():
-            counts["groups_bound"] += 1
-            continue
+        if not refined:
+            g_refined = ex.group_lb_s(gbounds, *q, refined=True)
+            if g_refined is None:
+                counts["groups_memory"] += 1
+                continue
+            if to_ticks(g_refined) > thr():
+                counts["groups_bound"] += 1
+                continue
+            if groups and g_refined > groups[0][0]:
+                heapq.heappush(groups, (g_refined, True, q))
+                continue
         for c in ex.choices(*q, pruned=lambda c: to_ticks(bounds.quick_lb_s(c)) > thr()):
             lb = to_ticks(bounds.quick_lb_s(c))
             if lb > thr():
@@ -231,7 +243,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
             else:
                 pushed += 1
                 heapq.heappush(heap, (lb, False, c))
-        next_glb = to_ticks(groups[i + 1][0]) if i + 1 < len(groups) else math.inf
+        next_glb = to_ticks(groups[0][0]) if groups else math.inf
         while heap and heap[0][0] <= min(ub, next_glb) and (
                 counts["probed"] < probes or (use_bounds and ub == math.inf)) and not late():
             lb, done, c = heapq.heappop(heap)
