@@ -175,9 +175,11 @@ def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: fl
             return _Part(FEASIBLE, found=pre.incumbents[:options.top_k], near=list(pre.incumbents),
                          bound=unexplored, stats=stats)
         return _Part(INFEASIBLE if not pre.timed_out else UNKNOWN, bound=unexplored, stats=stats)
-    if len(pre.choices) > CPSAT_MAX_CHOICES:  # too many for one model in the time left: presolve's best
+    spent = pre.timed_out and time.perf_counter() >= deadline  # no time left to build and solve a model
+    if len(pre.choices) > CPSAT_MAX_CHOICES or (spent and pre.incumbents):  # presolve's best
         stats["model_choices"] = 0
-        stats["too_many_choices"] = len(pre.choices)
+        if not spent:
+            stats["too_many_choices"] = len(pre.choices)
         bound = min(pre.lower_ticks[c] for c in pre.choices)
         if pre.timed_out:
             bound = None if unexplored is None else min(bound, unexplored)
