@@ -7,8 +7,9 @@ that are never negative, so it never exceeds the exact table objective (tests ch
 * **pipeline**: ``(m - 1/v) * slowest + sum / v`` (:func:`costmodel.step.pipeline_s`); the sum
   of the stages is at least ``total``, every layer, recompute, embedding and LM head once; the
   slowest stage at least the mean ``total / p``, at least the largest stage of any split the
-  search allows (first, equal middle stages, last), and at least the "water level" ``tau`` at which stages filled up to ``tau`` (each
-  capped by the layers its memory allows) hold all ``L`` layers;
+  search allows (first, equal middle stages, last), and at least the "water level" ``tau`` at
+  which stages filled up to ``tau`` (each capped by the layers its memory allows) hold all ``L``
+  layers;
 * **optimizer**: at least that of the largest stage (:meth:`Bounds.largest_stage`), or of the
   smallest first / last stage;
 * **DP exposure**: on stage 0 (no 1F1B head start) at least ``max(0, t - window)`` for the
@@ -51,6 +52,7 @@ class Bounds:
         self._opt: dict = tables.shared.setdefault("bounds.opt", {})
         self._totals: dict = tables.shared.setdefault("bounds.totals", {})
         self._caps: dict = tables.shared.setdefault("bounds.caps", {})
+        self._largest: dict = tables.shared.setdefault("bounds.largest", {})
         self.n = np.arange(self.p.model.layers + 1)
 
     # ------------------------------------------------------------------ helpers
@@ -172,17 +174,17 @@ class Bounds:
         """The fewest layers the largest stage can hold over every split the search allows (first,
         equal middle stages, last; :func:`search.candidates.splits`), with partial recompute of
         ``k`` layers one stage holding at least ``k`` (:func:`search.cpsat.add_split`)."""
-        key = ("largest", pp, vp, k)
-        if key not in self._opt:
+        key = (pp, vp, k)
+        if key not in self._largest:
             p = self.p
             sizes = [max(sp) for sp in splits(p.model.layers, pp, stage_unit(p, vp), max(1, p.model.dense_layers),
                                                pinned=pinned_split(p))]
             sizes = [n for n in sizes if k is None or n >= k]
-            self._opt[key] = min(sizes, default=p.model.layers)
-        return self._opt[key]
+            self._largest[key] = min(sizes, default=p.model.layers)
+        return self._largest[key]
 
     def opt_lb_s(self, c: Choice) -> float:
-        """Optimizer bound: the stage holding ``ceil(L / p)`` layers, the smallest first / last."""
+        """Optimizer bound: the largest stage (:meth:`largest_stage`), the smallest first / last."""
         key = (c.shape, c.zero, c.framework, c.vp)
         if key not in self._opt:
             self._opt[key] = self._opt_lb(c)
@@ -234,8 +236,9 @@ class Bounds:
             if hi < lo:
                 return None
             out[kind] = (lo, hi)
-        mult = {"first": 1, "last": 1, "only": 1, "mid": c.shape.pp - 2}
-        if sum(mult[k] * out[k][1] for k in kinds) < L or sum(mult[k] * out[k][0] for k in kinds) > L:
+        pp = c.shape.pp
+        if sum(stage_weight(k, pp) * out[k][1] for k in kinds) < L or sum(stage_weight(k, pp) * out[k][0]
+                                                                            for k in kinds) > L:
             return None
         return out
 
@@ -251,12 +254,11 @@ class Bounds:
         dl, ml = self.layers(c)
         slope = min(dl[0], ml[0]) + (min(dl[1], ml[1]) if c.recompute_layers is None else 0.0)
         p2p = 2 * self.p2p_s(c) if vp == 1 else 0.0
-        mult = {"first": 1, "last": 1, "mid": pp - 2}
         kinds = stage_kinds(pp)
         base = {k: self.extras(c, k, exact=True)[0] + p2p for k in kinds}
 
         def held(tau):  # layers the stages hold when filled up to time tau
-            return sum(mult[k] * min(caps[k][1], max(caps[k][0], (tau - base[k]) / slope)) for k in kinds)
+            return sum(stage_weight(k, pp) * min(caps[k][1], max(caps[k][0], (tau - base[k]) / slope)) for k in kinds)
 
         lo, hi = 0.0, max(base.values()) + slope * L
         for _ in range(40):  # held() is nondecreasing in tau
@@ -301,7 +303,6 @@ class Bounds:
             if not len(sizes):
                 return 0.0
             g[kind], held[kind] = gk[sizes], sizes
-        mult = {"first": 1, "last": 1, "only": 1, "mid": pp - 2}
         levels = np.unique(np.concatenate(list(g.values())))
 
         def enough(delta):  # can stages with g <= delta hold all L layers?
@@ -310,7 +311,7 @@ class Bounds:
                 ok = held[kind][g[kind] <= delta]
                 if not len(ok):
                     return False
-                total += mult[kind] * int(ok.max())
+                total += stage_weight(kind, pp) * int(ok.max())
             return total >= L
 
         lo_i, hi_i = 0, len(levels) - 1

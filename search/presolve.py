@@ -143,7 +143,8 @@ class Expander:
             if not zeros:
                 return None
         ch, z_fast = max(chunk_values(p, s)), min(zeros, key=lambda z: z == 3)
-        t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework)) for sp in sps)
+        t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework))
+                for sp in sps)
         if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)
             return t
         rest = math.inf

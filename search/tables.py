@@ -297,8 +297,7 @@ class Tables:
         """(micro-batch time, fwd, bwd, recompute) arrays over ``n``; shared by choices that
         differ only in bucket size or ZeRO stage 0-2."""
         s, p = choice.shape, self.p
-        key = ("t", s, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute, choice.recompute_layers,
-               choice.per_microbatch(), kind, choice.dma)
+        key = self._timing_key(choice, kind)
         if key in self._parts:
             return self._parts[key]
         n = np.arange(p.model.layers + 1)
@@ -332,12 +331,17 @@ class Tables:
         self._parts[key] = (time, fwd, bwd, rec)
         return self._parts[key]
 
+    @staticmethod
+    def _timing_key(choice: Choice, kind: str) -> tuple:
+        """What a stage's timing depends on (not the ZeRO stage 0-2, bucket or memory)."""
+        return ("t", choice.shape, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute,
+                choice.recompute_layers, choice.per_microbatch(), kind, choice.dma)
+
     def stage_extras(self, choice: Choice, kind: str) -> tuple[float, float, float]:
         """(time, forward, backward) a stage at ``kind`` adds to its layers in :meth:`timing` (the
         embedding / LM head, and whatever the stage probe charges beyond the per-layer terms),
         without its PP send/recv."""
-        key = ("t", choice.shape, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute,
-               choice.recompute_layers, choice.per_microbatch(), kind, choice.dma)
+        key = self._timing_key(choice, kind)
         if ("x",) + key not in self._parts:
             self.timing(choice, kind)
         return self._parts[("x",) + key]
