@@ -154,15 +154,19 @@ class Expander:
         return t + rest
 
 
-def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds: bool = True,
+def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = None, bounds: bool = True,
              slack: float = 0.0, deadline: float | None = None) -> Presolved:
     """Reduce the space by best-first branch and bound over choices.
 
     Groups ``(shape, mb, vp)`` are expanded in order of their bound; each choice enters a heap
     with its cheap bound, which is refined (memory screen, water levels, DP exposure) when it
     reaches the top. A refined top that no unexpanded group can beat is solved exactly
-    (``probes`` times at most) for an incumbent; the ``top_k``-th incumbent prunes every group
-    and choice whose bound is larger (``bounds=False``: no pruning by bound, only by memory).
+    (its best splits) for an incumbent: best-first branch and bound, so the incumbent reaches the
+    optimum as soon as the bounds allow (``probes``: at most that many exact solves; a cap of 16
+    left Qwen3-30B-A3B / 64 H100 with an incumbent 8% above the optimum and 2,673 choices for
+    CP-SAT, which could not prove it in 60 s; uncapped: 179 choices, proven in 7 s). The
+    ``top_k``-th incumbent prunes every group and choice whose bound is larger (``bounds=False``:
+    no pruning by bound, only by memory).
 
     ``slack`` (a fraction): choices whose bound lies above the pruning threshold ``ub`` but within
     ``ub * (1 + slack)`` are kept aside in ``near`` (not for the CP-SAT model: for re-scoring the
@@ -246,7 +250,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int = 4, bounds
                 heapq.heappush(heap, (lb, False, c))
         next_glb = to_ticks(groups[0][0]) if groups else math.inf
         while heap and heap[0][0] <= min(ub, next_glb) and (
-                counts["probed"] < probes or (use_bounds and ub == math.inf)) and not late():
+                probes is None or counts["probed"] < probes or (use_bounds and ub == math.inf)) and not late():
             lb, done, c = heapq.heappop(heap)
             if not done:
                 lb = refine(c)

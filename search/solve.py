@@ -67,8 +67,9 @@ class SolveOptions:
     top_k : plans to return: the best and the next best distinct choices (no-good cuts).
     presolve_bounds : discard choices by lower bound before CP-SAT (dominance and memory
         screens always apply); off, CP-SAT holds every choice that can fit.
-    probes : choices presolve solves exactly, best bound first, for the incumbents whose
-        objective sets the pruning threshold (more probes: fewer choices left to CP-SAT).
+    probes : at most this many choices presolve solves exactly, best bound first, for the
+        incumbents whose objective sets the pruning threshold (None: no cap, a best-first branch
+        and bound; a cap leaves more choices to CP-SAT).
     rescore : re-score the plans within ``band`` of the analytic optimum with the op-graph engine
         (at most ``rescore_max``) and answer the best under it (``recommend`` does).
     small_space : a space of at most this many choices is scored exhaustively (exact, no presolve
@@ -80,7 +81,7 @@ class SolveOptions:
     seed: int = 0
     top_k: int = 1
     presolve_bounds: bool = True
-    probes: int = 16
+    probes: int | None = None
     explain: bool = True
     rescore: bool = False
     band: float = RESCORE_BAND
@@ -164,8 +165,9 @@ def _distinct(scored: list, k: int) -> list:
 def _solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: float) -> _Part:
     """Presolve and CP-SAT over ``p``, stopping at ``deadline``."""
     slack = options.band if options.rescore else 0.0
-    pre = presolve(p, tables, options.top_k, probes=max(options.probes, 2 * options.top_k),
-                   bounds=options.presolve_bounds, slack=slack, deadline=deadline)
+    probes = None if options.probes is None else max(options.probes, 2 * options.top_k)
+    pre = presolve(p, tables, options.top_k, probes=probes, bounds=options.presolve_bounds, slack=slack,
+                   deadline=deadline)
     stats = dict(pre.counts, presolve_s=pre.time_s, resolution_s=tables.res_s)
     if pre.timed_out:
         stats["timed_out"] = "presolve"
