@@ -120,6 +120,7 @@ def main(argv=None) -> int:
         sources = sorted({(r.set, r.source) for r in fam_rows})
         if len(sources) == 1:
             print("   one source only: no leave-one-source-out estimate")
+        pooled = []  # every row's error at the value fitted without its source
         for s, src in sources:
             mine = [(r.set, r.row_id) for r in fam_rows if (r.set, r.source) == (s, src)]
             rest = [k for k in keys if k not in set(mine)]
@@ -127,8 +128,13 @@ def main(argv=None) -> int:
                 continue
             _, v2 = best(E, rest)
             m, sg, n = held_out(E, mine, v2)
+            pooled += [E[k][GRID.index(v2)] for k in mine if E[k][GRID.index(v2)] is not None]
             print(f"   without {s} {src:<24} -> {v2:.2f}; held-out on its {n:>2} rows: mean |err| "
                   f"{100 * m:6.2f}%  signed {100 * sg:+6.2f}%")
+        if pooled:
+            print(f"   leave-one-source-out, all {len(pooled)} rows each at the value fitted without its source: "
+                  f"mean |err| {100 * statistics.mean(abs(e) for e in pooled):.2f}%  "
+                  f"signed {100 * statistics.mean(pooled):+.2f}%")
         dev_keys = [k for k in keys if k[0] == "dev"]
         if args.set == "all" and dev_keys and len(dev_keys) < len(keys):
             _, vd = best(E, dev_keys)
