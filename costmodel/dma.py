@@ -320,7 +320,6 @@ def _assignments(cluster, c, model) -> tuple[Assignment, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=4096)
 def _default(cluster, c, model) -> Assignment:
     streams, scopes, options = _choices(cluster, c, model)
     by_class: dict = {}
@@ -330,8 +329,21 @@ def _default(cluster, c, model) -> Assignment:
 
 
 def default_assignment(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelSpec | None" = None) -> Assignment:
-    """The first class serving each stream's scopes, its engines split as evenly as possible."""
-    return _default(cluster, c if c.dma is None else replace(c, dma=None), model)
+    """The first class serving each stream's scopes, its engines split as evenly as possible.
+
+    Cached by what the streams and their scopes depend on (:func:`used_streams`,
+    :func:`stream_scopes`: the degrees, framework and ZeRO stage), not by the whole plan: the
+    search asks for it once per layer timing, and a plan's micro-batch, chunks or recompute do
+    not change it."""
+    key = (c.tp, c.cp, c.ep, c.pp, c.dp, c.framework, c.zero)
+    return _default_of(cluster, key, model)
+
+
+@lru_cache(maxsize=4096)
+def _default_of(cluster, key: tuple, model) -> Assignment:
+    tp, cp, ep, pp, dp, framework, zero = key
+    from .config import ParallelConfig  # the config module imports this one
+    return _default(cluster, ParallelConfig(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, framework=framework, zero=zero), model)
 
 
 # --------------------------------------------------------------------------- checking and use

@@ -67,6 +67,15 @@ class Bounds:
         ml = t.layer(c, True)
         return (t.layer(c, False) if m.dense_layers else ml), ml
 
+    def activations(self, c: Choice) -> tuple[float, float]:
+        """(dense layer, MoE layer) activation bytes, paired as :meth:`layers` pairs the timings."""
+        m, t = self.p.model, self.t
+        if not m.is_moe:
+            a = t.activations(c, False)
+            return a, a
+        am = t.activations(c, True)
+        return (t.activations(c, False) if m.dense_layers else am), am
+
     def counts(self, kind: str, n):
         """(dense, MoE) layers of a stage at ``kind`` holding ``n`` layers (dense layers first)."""
         if not self.p.model.is_moe:
@@ -201,15 +210,15 @@ class Bounds:
     def mem_lb(self, c: Choice, kind: str):
         """Lower bound of a stage's peak memory for every layer count ``n`` (array over n)."""
         p, s, n = self.p, c.shape, self.n
-        dl, ml = self.layers(c)
+        a_d, a_m = self.activations(c)
         nd, nm = self.counts(kind, n)
         tokens = c.mb * p.workload.seq_len / s.cp
         li = 2 * p.model.hidden * tokens / (s.tp if c.sp and s.tp > 1 else 1)
         if c.recompute == "full":
             kk = n if c.recompute_layers is None else np.minimum(n, c.recompute_layers)
-            stored = kk * li + np.maximum(0, nd - kk) * dl[5] + (n - np.maximum(kk, nd)) * ml[5]
+            stored = kk * li + np.maximum(0, nd - kk) * a_d + (n - np.maximum(kk, nd)) * a_m
         else:
-            stored = nd * dl[5] + nm * ml[5]
+            stored = nd * a_d + nm * a_m
         stage = STAGE_OF.get(kind, s.pp - 1)
         chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
         acts = stored / c.vp * chunks

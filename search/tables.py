@@ -229,9 +229,19 @@ class Tables:
             lt = layer_timing(p.model, p.cluster, p.workload, c, moe)
             u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + lt.ledger.interference_s(coef)
             r = lt.recompute_s + lt.recompute_ledger.total_exposed_s + lt.recompute_ledger.interference_s(coef)
-            act = activation_bytes_per_layer(p.model, p.workload, c, moe)
-            self._layer[key] = (u, r, lt.fwd_s, lt.bwd_s, lt.recompute_s, act)
+            self._layer[key] = (u, r, lt.fwd_s, lt.bwd_s, lt.recompute_s, self.activations(choice, moe))
         return self._layer[key]
+
+    def activations(self, choice: Choice, moe: bool) -> float:
+        """Activation bytes one layer stores per micro-batch (the last entry of :meth:`layer`), without
+        the layer's timing: the memory screens need only this, and it does not depend on chunks,
+        ZeRO stage, bucket or DMA assignment."""
+        s = choice.shape
+        key = ("act", s.tp, s.cp, s.ep, choice.mb, choice.sp, choice.recompute, moe)
+        if key not in self._parts:
+            c = choice.config(self.p.limits.flash_attention)
+            self._parts[key] = activation_bytes_per_layer(self.p.model, self.p.workload, c, moe)
+        return self._parts[key]
 
     # ------------------------------------------------------------------ affine in the layer count
     def affine(self, choice: Choice, kind: str) -> dict:
@@ -356,8 +366,8 @@ class Tables:
         model, w, L = p.model, p.workload, p.model.layers
         n = np.arange(L + 1)
         nd, nm = self.counts(kind, n)
-        ad = self.layer(choice, False)[5]
-        am = self.layer(choice, True)[5] if model.is_moe else 0.0
+        ad = self.activations(choice, False)
+        am = self.activations(choice, True) if model.is_moe else 0.0
         k = choice.recompute_layers
         if choice.recompute == "full":
             tokens = choice.mb * w.seq_len / s.cp
