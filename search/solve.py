@@ -292,28 +292,31 @@ def _finish(p: Problem, parts: list, tables: Tables, options: SolveOptions, star
     res.bound_s = res.objective_s if status == OPTIMAL else (None if bound is None or bound == math.inf
                                                              else min(bound, optimum) * tables.res_s)
     top = _distinct([Scored(*f) for f in found], options.top_k)
+    graphs: dict = {}  # Scored -> its op-graph estimate, from the re-score
     if options.rescore:
         res.band = options.band
-        top = _rescore(p, parts, top, optimum, options, deadline, res)
+        top = _rescore(p, parts, top, optimum, options, deadline, res, graphs)
     for sc in top:
-        res.plans.append(_plan(p, sc, tables.res_s))
+        res.plans.append(_plan(p, sc, tables.res_s, graphs.get(sc)))
     res.time_s = time.perf_counter() - start
     return res
 
 
-def _plan(p: Problem, sc: Scored, res_s: float) -> Plan:
+def _plan(p: Problem, sc: Scored, res_s: float, graph=None) -> Plan:
     cfg = config_of(sc.choice, sc.split, p.limits.flash_attention)
     est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")  # what the tables encode
-    graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")  # the op-graph schedule
+    if graph is None:  # the op-graph schedule (the re-score has it already)
+        graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")
     return Plan(sc.choice, sc.split, cfg, sc.objective * res_s, est, tuple(binding_constraints(p, sc.choice, est)),
                 graph_step_time_s=graph.step_time_s, graph_overlap=dict(graph.overlap))
 
 
 def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOptions, deadline: float,
-             res: SolveResult) -> list:
+             res: SolveResult, graphs: dict) -> list:
     """The plans within the band of ``optimum`` (at most ``rescore_max``, best analytic first),
     scheduled by the op-graph engine while time is left (the analytic best always); the answer
-    is the best under the graph, then the rest of ``top`` by graph time, then by objective."""
+    is the best under the graph, then the rest of ``top`` by graph time, then by objective (the
+    op-graph estimates are left in ``graphs``, for the plans)."""
     limit = optimum * (1 + options.band)
     pool = sorted({(sc.objective, sc.choice, sc.split) for pt in parts for sc in pt.near + pt.found
                    if sc.objective <= limit})
@@ -324,7 +327,8 @@ def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOpt
         if i and time.perf_counter() > deadline:
             break
         cfg = config_of(sc.choice, sc.split, p.limits.flash_attention)
-        graph_s[sc] = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph").step_time_s
+        graphs[sc] = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")
+        graph_s[sc] = graphs[sc].step_time_s
     ranked = sorted(graph_s, key=lambda sc: (graph_s[sc], sc.objective, sc.choice, sc.split))
     res.rescored = len(graph_s)
     res.within_band = len(pool)
