@@ -22,6 +22,7 @@ micro-batches and the reserve (no working layer, logits, embedding output or ZeR
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -75,6 +76,16 @@ class Bounds:
             return a, a
         am = t.activations(c, True)
         return (t.activations(c, False) if m.dense_layers else am), am
+
+    @staticmethod
+    def compute_twin(c: Choice) -> Choice:
+        """A choice whose layers have ``c``'s forward, backward and recompute times, shared by
+        every ZeRO stage and DP degree: a layer's compute does not depend on either (only its
+        communication does), except for FSDP2's copy-out / copy-in, and an explicit DMA
+        assignment names the ZeRO streams (``tests/test_search_tables.py`` holds the rule)."""
+        if c.framework == "fsdp2" or c.dma is not None or c.zero == 0:
+            return c
+        return replace(c, zero=0)
 
     def counts(self, kind: str, n):
         """(dense, MoE) layers of a stage at ``kind`` holding ``n`` layers (dense layers first)."""
@@ -290,7 +301,7 @@ class Bounds:
         if caps is None:
             caps = {k: (L if k == "only" else (max(u, p.model.dense_layers) if k == "first" else u),
                         L if pp == 1 else L - (pp - 1) * u) for k in kinds}
-        dl, ml = self.layers(c)
+        dl, ml = self.layers(self.compute_twin(c))  # only the compute entries (windows) are used
         k = c.recompute_layers
         n = self.n
         g, held = {}, {}

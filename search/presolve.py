@@ -83,6 +83,24 @@ class Expander:
         self.p, self.t, self.counts = p, tables, counts
         self._chunks: dict = tables.shared.setdefault("presolve.chunks", {})
 
+    def values(self, s) -> tuple[list, list, list, list]:
+        """(ZeRO stages, sp, chunk counts, bucket sizes) shape ``s`` may take (search.candidates),
+        computed once per shape: every group of the shape asks."""
+        cache = self.t.shared.setdefault("presolve.values", {})
+        if s not in cache:
+            p = self.p
+            cache[s] = (zero_values(p, s), sp_values(p, s), chunk_values(p, s), bucket_values(p, s))
+        return cache[s]
+
+    def recomputes(self, pp: int, vp: int) -> list:
+        """:func:`search.candidates.recompute_values` for a stage of ``pp`` stages of ``vp`` chunks
+        (all layers on one stage without a pipeline), once per (pp, vp)."""
+        cache = self.t.shared.setdefault("presolve.recomputes", {})
+        if (pp, vp) not in cache:
+            p = self.p
+            cache[(pp, vp)] = recompute_values(p, max_stage_layers(p, pp, vp))
+        return cache[(pp, vp)]
+
     def chunks(self, base: Choice, opts: list[int]) -> list[int]:
         s = base.shape
         z3 = base.per_microbatch()
@@ -96,11 +114,11 @@ class Expander:
         sub-group (sp, ZeRO, assignment, recompute) is skipped whole when its choice with the most
         chunks is pruned (more chunks never make a layer slower: its bound is the sub-group's)."""
         p = self.p
-        chunk_opts, buckets = chunk_values(p, s), bucket_values(p, s)
+        zeros, sps, chunk_opts, buckets = self.values(s)
         kept_buckets = _dominant_buckets(buckets)
-        recs = recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else p.model.layers)
-        for sp in sp_values(p, s):
-            for zero in zero_values(p, s):
+        recs = self.recomputes(s.pp, vp)
+        for sp in sps:
+            for zero in zeros:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
                         base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a)
@@ -131,10 +149,11 @@ class Expander:
 
     def _group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool) -> float | None:
         p = self.p
-        zeros, sps, recs = zero_values(p, s), sp_values(p, s), recompute_values(p, max_stage_layers(p, s.pp, vp))
-        if not (zeros and sps and recs and chunk_values(p, s) and bucket_values(p, s)):
+        zeros, sps, chunk_opts, opts = self.values(s)
+        recs = self.recomputes(s.pp, vp)
+        if not (zeros and sps and recs and chunk_opts and opts):
             return None
-        opts = bucket_values(p, s)  # a positive bucket: its DP bound (no latency) is below every option's
+        # a positive bucket: its DP bound (no latency) is below every option's
         bucket = next((b for b in opts if b > 0), opts[0])
         slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
         if refined:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
@@ -142,7 +161,7 @@ class Expander:
                      if bounds.caps(Choice(s, mb, vp, max(sps), 1, z, slow_rec, None, bucket, p.framework)) is not None]
             if not zeros:
                 return None
-        ch, z_fast = max(chunk_values(p, s)), min(zeros, key=lambda z: z == 3)
+        ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
         t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework))
                 for sp in sps)
         if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)

@@ -122,3 +122,25 @@ def test_bounds_never_exceed_the_best_split(case):
         if best:  # presolve compares floor(bound / resolution) - 4 with integer objectives
             for lb in (bounds.quick_lb_s(c), bounds.strong_lb_s(c, caps)):
                 assert math.floor(lb / tables.res_s) - 4 <= best[0].objective, c
+
+
+@pytest.mark.parametrize("case,framework", [(CASES[0], "megatron"), (CASES[2], "deepspeed"), (CASES[3], "megatron"),
+                                            (CASES[1], "fsdp2")], ids=["gpt3", "mixtral-ds", "deepseek", "llama-fsdp2"])
+def test_compute_twin_has_the_same_compute(case, framework):
+    """The DP bound takes a layer's forward / backward / recompute times from ``Bounds.compute_twin``
+    (ZeRO stage 0: shared by every ZeRO stage and DP degree); they must be the choice's own, and
+    the exposed communication may differ (that is why the twin is not used for the pipeline)."""
+    p = problem(*case)
+    p = Problem(model=p.model, cluster=p.cluster, workload=p.workload, limits=p.limits, framework=framework)
+    tables = Tables(p)
+    differs = 0
+    for c, _ in random_plans(p, random.Random(3), 60):
+        c = Choice(c.shape, c.mb, c.vp, c.sp, c.chunks, c.zero, c.recompute, c.recompute_layers, c.bucket_mb,
+                   framework)
+        twin = Bounds.compute_twin(c)
+        for moe in ([False, True] if p.model.is_moe else [False]):
+            mine, theirs = tables.layer(c, moe), tables.layer(twin, moe)
+            assert mine[2:5] == pytest.approx(theirs[2:5], rel=1e-12, abs=0), (c, moe)
+            differs += mine[0] != theirs[0]
+    if framework != "fsdp2" and case is not CASES[0]:
+        assert differs  # some ZeRO-3 layer exposes its gathers: the twin's U is not the choice's
