@@ -33,7 +33,7 @@ consumes what ``u`` produces). Node attributes:
     ``fwd``, ``bwd`` or ``recompute``.
 
 Modules: :mod:`.nodes` (building graphs), :mod:`.builders` (one builder per mechanism),
-:mod:`.scheduler` (the event-driven list scheduler), :mod:`.pipeline` (1F1B and interleaved
+:mod:`.scheduler` (the event-driven list scheduler, on the node lists of :mod:`.indexed`), :mod:`.pipeline` (1F1B and interleaved
 schedules at stage granularity), :mod:`.compose` (layer -> stage -> step, cached),
 :mod:`.explain` and :mod:`.trace` (reports).
 """

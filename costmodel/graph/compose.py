@@ -218,6 +218,7 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
 def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int) -> StageTiming:
     fwd = bwd = rec = interference = 0.0
     led = CommLedger()
+    reasons: dict = {}  # id(Schedule) -> its reasons (one schedule serves many layers)
     for cw in row:
         for pieces, phase in ((cw.fwd, "fwd"), (cw.bwd, "bwd")):
             for name, s, count in pieces:
@@ -230,8 +231,11 @@ def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int) -> StageTi
                 bwd += count * ph.get("bwd", 0.0)
                 rec += count * ph.get("recompute", 0.0)
                 interference += count * (s.interference_s + s.idle_s)
+                why = reasons.get(id(s))
+                if why is None:
+                    why = reasons[id(s)] = s.reasons()
                 for strat, t in s.link_s.items():
-                    led.add(strat, t, s.exposed_s.get(strat, 0.0), s.reasons().get(strat, ""), times=count)
+                    led.add(strat, t, s.exposed_s.get(strat, 0.0), why.get(strat, ""), times=count)
     if pipe.p > 1:  # T_comm: the stage's sends and receives; exposed: transfer time on the critical path
         k = pipe.transfers(stage) / m
         why = WHY_PP_SYNC if pipe.sync else WHY_PP_DATA

@@ -72,9 +72,7 @@ class GraphBuilder:
         return full
 
     def _wire(self, node: str, deps: Iterable[str]) -> None:
-        for d in deps:
-            if d is not None:
-                self.graph.add_edge(d, node)
+        self.graph.add_edges_from([(d, node) for d in deps if d is not None])
 
     def compute(self, name: str, kind: str, duration_s: float, deps: Iterable[str] = (), *,
                 phase: str = "fwd") -> str:
@@ -84,8 +82,8 @@ class GraphBuilder:
         node = self._name(name)
         self.graph.add_node(node, kind=kind, duration_s=max(0.0, float(duration_s)), resource=COMPUTE,
                             link="", bytes=0.0, strategy="", issue="sync", phase=phase,
-                            seq=self.graph.number_of_nodes())
-        self._wire(node, list(deps) + self._pending_sync)
+                            seq=len(self.graph))
+        self._wire(node, list(deps) + self._pending_sync if self._pending_sync else deps)
         self._pending_sync = []
         return node
 
@@ -112,7 +110,7 @@ class GraphBuilder:
         self.graph.add_node(node, kind=kind, duration_s=max(0.0, float(duration_s)),
                             resource=resource, link=scope,
                             bytes=float(nbytes), strategy=strategy, issue=issue, phase=phase,
-                            seq=self.graph.number_of_nodes())
+                            seq=len(self.graph))
         self._wire(node, deps)
         if issue == "sync":
             self._pending_sync.append(node)

@@ -166,27 +166,29 @@ def simulate(fwd_s, bwd_s, m: int, t_p2p_s: float, sync: bool | None = None) -> 
 
 def _solve_loop(dur, dep, lag, own_lag, is_b):
     p, n = dur.shape
-    d, dp, lg, ol, b = dur.tolist(), dep.tolist(), lag.tolist(), own_lag.tolist(), is_b.tolist()
-    end = [[0.0] * n for _ in range(p)]
-    flat = [None] * (p * n)
+    # column j of each input as a list: round j reads only column j (and each stage's op j - 1)
+    d, dp, lg, ol, b = (a.T.tolist() for a in (dur, dep, lag, own_lag, is_b))
+    prev = [0.0] * p  # end of each stage's latest op
+    flat = [None] * (p * n)  # op (s, j) ends at flat[s * n + j]
     fwd_order, bwd_order = list(range(p)), list(range(p - 1, -1, -1))
     for j in range(n):
+        dj, xj, lj, oj, bj = d[j], dp[j], lg[j], ol[j], b[j]
         for order, want in ((fwd_order, False), (bwd_order, True)):
             for s in order:
-                if b[s][j] != want:
+                if bj[s] != want:
                     continue
-                t = end[s][j - 1] + ol[s][j] if j else 0.0
-                x = dp[s][j]
+                t = prev[s] + oj[s] if j else 0.0
+                x = xj[s]
                 if x >= 0:
                     e = flat[x]
                     if e is None:
                         raise RuntimeError("pipeline order violates a dependency")
-                    e += lg[s][j]
+                    e += lj[s]
                     if e > t:
                         t = e
-                t += d[s][j]
-                end[s][j] = flat[s * n + j] = t
-    return np.array(end)
+                t += dj[s]
+                prev[s] = flat[s * n + j] = t
+    return np.array(flat).reshape(p, n)
 
 
 def _solve_numpy(dur, dep, lag, own_lag, is_b):

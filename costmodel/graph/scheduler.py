@@ -45,6 +45,7 @@ import networkx as nx
 
 from .. import dma as _dma
 from ..specs import DeviceSpec
+from .indexed import IndexedGraph, index
 from .nodes import COMPUTE
 
 EPS = 1e-15
@@ -134,13 +135,14 @@ class Schedule:
         return out
 
 
-def _priorities(g: nx.DiGraph, order: list, is_comm: dict) -> dict:
+def _priorities(ig: IndexedGraph) -> list:
     """Program position of the first compute op that (transitively through comm) consumes each node."""
-    prio = {}
-    for n in reversed(order):
+    prio = [math.inf] * len(ig.names)
+    is_comm, seq = ig.is_comm, ig.seq
+    for n in range(len(prio) - 1, -1, -1):
         best = math.inf
-        for s in g.successors(n):
-            best = min(best, prio[s] if is_comm[s] else g.nodes[s]["seq"])
+        for s in ig.succ[n]:
+            best = min(best, prio[s] if is_comm[s] else seq[s])
         prio[n] = best
     return prio
 
@@ -149,26 +151,30 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     """Schedule ``g`` on ``res``; see the module docstring for the rules.
 
     Raises ``ValueError`` when ``g`` has a cycle or a comm op whose engine class is absent.
+    Nodes are handled by their index in program order (:mod:`.indexed`); results are keyed by name.
     """
-    order = sorted(g.nodes, key=lambda n: g.nodes[n]["seq"])
+    ig = index(g)
+    names, succ, pred, dur = ig.names, ig.succ, ig.pred, ig.duration_s
+    resource, link, strategy, is_comm = ig.resource, ig.link, ig.strategy, ig.is_comm
+    N = len(names)
     attrs = g.nodes
-    is_comm = {n: attrs[n]["resource"] != COMPUTE for n in order}
     counts = dict(res.engines)
     for pool, n in g.graph.get("dma_pools", ()):  # the engine pools the graph was built for (costmodel.dma)
         counts.setdefault(pool, n)
-    for n in order:
-        if is_comm[n] and attrs[n]["resource"] not in counts:
-            raise ValueError(f"node {n!r}: no DMA engine class {attrs[n]['resource']!r}")
-    if not nx.is_directed_acyclic_graph(g):
+    for n in range(N):
+        if is_comm[n] and resource[n] not in counts:
+            raise ValueError(f"node {names[n]!r}: no DMA engine class {resource[n]!r}")
+    if not ig.acyclic():
         raise ValueError("the op graph has a cycle")
-    prio = _priorities(g, order, is_comm)
-    key = {n: (prio[n], attrs[n]["seq"]) for n in order}
-    remaining = {n: attrs[n]["duration_s"] for n in order}
-    npred = {n: g.in_degree(n) for n in order}
-    ready_t, start, end, lanes, binding = {}, {}, {}, {}, {}
-    wait = {}  # seconds ready but held back by an engine or by another strategy on its link
-    queued = {}  # seconds behind the same strategy's transfers on its link
-    corder = [n for n in order if not is_comm[n]]
+    prio = _priorities(ig)
+    key = [(prio[n], ig.seq[n]) for n in range(N)]
+    uses_sm = [is_comm[n] and resource[n].split("/", 1)[0] in res.uses_compute for n in range(N)]
+    remaining = list(dur)
+    npred = [len(p) for p in pred]
+    start, end, lanes, slot_of = {}, {}, {}, {}
+    wait = [0.0] * N  # seconds ready but held back by an engine or by another strategy on its link
+    queued = [0.0] * N  # seconds behind the same strategy's transfers on its link
+    corder = [n for n in range(N) if not is_comm[n]]
     free_slots = {name: list(range(c)) for name, c in counts.items()}
     waiting: list = []  # ready comm ops without an engine
     active: list = []  # comm ops holding an engine
@@ -179,45 +185,43 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     def finish(n):
         end[n] = t
         if is_comm[n]:
-            free_slots[attrs[n]["resource"]].append(int(lanes[n].rsplit("#", 1)[1]))
-        for s in g.successors(n):
+            free_slots[resource[n]].append(slot_of[n])
+        for s in succ[n]:
             npred[s] -= 1
-            if npred[s] == 0:
-                ready_t[s] = t
-                if is_comm[s]:
-                    waiting.append(s)
+            if npred[s] == 0 and is_comm[s]:
+                waiting.append(s)
 
-    for n in order:
-        if npred[n] == 0:
-            ready_t[n] = 0.0
-            if is_comm[n]:
-                waiting.append(n)
+    for n in range(N):
+        if npred[n] == 0 and is_comm[n]:
+            waiting.append(n)
     while True:
         progressed = True
         while progressed:  # start whatever can start at time t
             progressed = False
-            if waiting:
+            if waiting and any(free_slots.values()):
                 waiting.sort(key=key.__getitem__)
-                for n in list(waiting):
-                    slots = free_slots[attrs[n]["resource"]]
+                held, started = [], []
+                for n in waiting:
+                    slots = free_slots[resource[n]]
                     if slots:
                         slots.sort()
-                        lanes[n] = f"{attrs[n]['resource']}#{slots.pop(0)}"
+                        slot_of[n] = slots.pop(0)
+                        lanes[n] = f"{resource[n]}#{slot_of[n]}"
                         start[n] = t
-                        waiting.remove(n)
                         active.append(n)
-                        progressed = True
-                for n in [a for a in active if remaining[a] <= EPS]:
-                    active.remove(n)
-                    finish(n)
-                    progressed = True
+                        started.append(n)
+                    else:
+                        held.append(n)
+                waiting[:] = held
+                progressed = bool(started)
+                for n in started:  # zero-length transfers end at once (the others hold more than EPS)
+                    if remaining[n] <= EPS:
+                        active.remove(n)
+                        finish(n)
             if running is None and ci < len(corder) and npred[corder[ci]] == 0:
                 n = corder[ci]
                 ci += 1
                 start[n], lanes[n] = t, COMPUTE
-                preds = list(g.predecessors(n))
-                last = max(preds, key=lambda p: end[p]) if preds else None
-                binding[n] = last
                 if remaining[n] <= EPS:
                     finish(n)
                 else:
@@ -227,77 +231,89 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
             if ci < len(corder) or waiting:
                 raise ValueError("scheduler stalled: an op can never become ready")
             break
-        # rates: bandwidth of each link to its highest-priority active transfer first
-        rate = {}
+        # rates: bandwidth of each link to its highest-priority active transfer first (rate 1),
+        # the others on that link wait (rate 0)
         holder = {}
-        for n in sorted(active, key=key.__getitem__):
-            link = attrs[n]["link"]
-            rate[n] = 0.0 if link in holder else 1.0
-            holder.setdefault(link, n)
-        sm_busy = any(rate[n] > 0 and attrs[n]["resource"].split("/", 1)[0] in res.uses_compute for n in active)
+        for n in sorted(active, key=key.__getitem__) if len(active) > 1 else active:
+            if link[n] not in holder:
+                holder[link[n]] = n
+        moving = [n for n in active if holder[link[n]] == n]
+        sm_busy = False
+        for n in moving:
+            if uses_sm[n]:
+                sm_busy = True
+                break
         crate = 1.0 - f_int if sm_busy else 1.0
         dt = math.inf
         if running is not None:
             dt = remaining[running] / crate
-        for n in active:
-            if rate[n] > 0:
-                dt = min(dt, remaining[n] / rate[n])
+        for n in moving:
+            dt = min(dt, remaining[n])
         if running is None:  # compute stalls: charge the transfers that progress meanwhile
-            prog = [n for n in active if rate[n] > 0]
             nxt = corder[ci] if ci < len(corder) else None
-            blockers = [q for q in g.predecessors(nxt) if q not in end] if nxt is not None else []
-            for n in prog:
-                exposed_by[n] = exposed_by.get(n, 0.0) + dt / len(prog)
+            blockers = [names[q] for q in pred[nxt] if q not in end] if nxt is not None else []
+            for n in moving:
+                exposed_by[n] = exposed_by.get(n, 0.0) + dt / len(moving)
                 blame.setdefault(n, set()).update(blockers)
-            if not prog:
+            if not moving:
                 idle += dt
         t += dt
-        for n in waiting:  # no engine: behind its own strategy's transfers, or another's
-            cls, strat = attrs[n]["resource"], attrs[n]["strategy"]
-            if all(attrs[a]["strategy"] == strat for a in active if attrs[a]["resource"] == cls):
-                queued[n] = queued.get(n, 0.0) + dt
-            else:
-                wait[n] = wait.get(n, 0.0) + dt
+        if waiting:  # no engine: behind its own strategy's transfers, or another's
+            strats: dict = {}  # engine class -> strategies of the transfers holding its engines
+            for a in active:
+                strats.setdefault(resource[a], set()).add(strategy[a])
+            for n in waiting:
+                held_by = strats.get(resource[n])
+                if held_by is None or (len(held_by) == 1 and strategy[n] in held_by):
+                    queued[n] += dt
+                else:
+                    wait[n] += dt
         for n in active:
-            if rate[n] > 0:
-                remaining[n] -= dt * rate[n]
-            elif attrs[holder[attrs[n]["link"]]]["strategy"] == attrs[n]["strategy"]:
-                queued[n] = queued.get(n, 0.0) + dt
+            h = holder[link[n]]
+            if h == n:
+                remaining[n] -= dt
+            elif strategy[h] == strategy[n]:
+                queued[n] += dt
             else:
-                wait[n] = wait.get(n, 0.0) + dt
-        done = [n for n in active if remaining[n] <= max(EPS, 1e-12 * t)]
+                wait[n] += dt
+        tol = max(EPS, 1e-12 * t)
+        done = [n for n in active if remaining[n] <= tol]
         for n in done:
             remaining[n] = 0.0
             active.remove(n)
             finish(n)
         if running is not None:
             remaining[running] -= dt * crate
-            if remaining[running] <= max(EPS, 1e-12 * t):
+            if remaining[running] <= tol:
                 remaining[running] = 0.0
                 finish(running)
                 running = None
 
     makespan = max(end.values(), default=0.0)
     link_s, exposed_s = {}, {}
-    for n in order:
+    for n in range(N):
         if is_comm[n]:
-            s = attrs[n]["strategy"]
-            link_s[s] = link_s.get(s, 0.0) + attrs[n]["duration_s"]
+            s = strategy[n]
+            link_s[s] = link_s.get(s, 0.0) + dur[n]
     for n, x in exposed_by.items():
-        s = attrs[n]["strategy"]
+        s = strategy[n]
         exposed_s[s] = exposed_s.get(s, 0.0) + x
-        exposures.append(Exposure(n, s, attrs[n]["kind"], x, *_why(g, n, wait, queued, blame.get(n, ()))))
-    nominal = sum(attrs[n]["duration_s"] for n in corder)
+        exposures.append(Exposure(names[n], s, attrs[names[n]]["kind"], x,
+                                  *_why(g, names[n], wait[n], queued[n], blame.get(n, ()))))
+    nominal = sum(dur[n] for n in corder)
     interference = sum(end[n] - start[n] for n in corder) - nominal
-    crit = _critical_path(g, order, is_comm, start, end, binding, corder)
+    crit = _critical_path(ig, start, end, corder)
     phase_s: dict = {}
     for n in corder:
-        phase_s[attrs[n]["phase"]] = phase_s.get(attrs[n]["phase"], 0.0) + attrs[n]["duration_s"]
-    return Schedule(start, end, lanes, makespan, nominal, max(0.0, interference), idle, link_s, exposed_s,
-                    tuple(exposures), crit, _compute_critical_s(g, order, is_comm), {"phase_s": phase_s, "graph": g})
+        ph = attrs[names[n]]["phase"]
+        phase_s[ph] = phase_s.get(ph, 0.0) + dur[n]
+    return Schedule({names[n]: v for n, v in start.items()}, {names[n]: v for n, v in end.items()},
+                    {names[n]: v for n, v in lanes.items()}, makespan, nominal, max(0.0, interference), idle,
+                    link_s, exposed_s, tuple(exposures), crit, _compute_critical_s(ig, corder),
+                    {"phase_s": phase_s, "graph": g})
 
 
-def _why(g, n, wait, queued, blockers) -> tuple[str, str]:
+def _why(g, n, waited_s, queued_s, blockers) -> tuple[str, str]:
     a = g.nodes[n]
     t_comm = a["duration_s"]
     others = [b for b in blockers if b != n and not nx.has_path(g, n, b)]
@@ -305,27 +321,28 @@ def _why(g, n, wait, queued, blockers) -> tuple[str, str]:
         b = g.nodes[others[0]]
         return NO_ENGINE, (f"it held the {a['link']} link while {b['strategy']} {b['kind']} {others[0]!r}, "
                            "which the stalled compute needed, waited for an engine or bandwidth")
-    if wait.get(n, 0.0) > 1e-3 * max(t_comm, EPS):
-        return NO_ENGINE, (f"waited {wait[n] * 1e3:.3f} ms for a {a['resource']} engine or for the "
+    if waited_s > 1e-3 * max(t_comm, EPS):
+        return NO_ENGINE, (f"waited {waited_s * 1e3:.3f} ms for a {a['resource']} engine or for the "
                            f"{a['link']} link held by another strategy's transfer")
     if a["issue"] == "sync":
         return SYNC, "issued blocking: the compute stream waits for it"
-    if queued.get(n, 0.0) > 1e-3 * max(t_comm, EPS):
-        return DATA, (f"queued {queued[n] * 1e3:.3f} ms behind earlier {a['strategy']} transfers on the "
+    if queued_s > 1e-3 * max(t_comm, EPS):
+        return DATA, (f"queued {queued_s * 1e3:.3f} ms behind earlier {a['strategy']} transfers on the "
                       f"{a['link']} link: their T_comm outlasts the compute that could hide them")
     return DATA, (f"T_comm {t_comm * 1e3:.3f} ms outlasts the independent compute issued after it "
                   "(its consumer needs the result)")
 
 
-def _critical_path(g, order, is_comm, start, end, binding, corder) -> tuple:
+def _critical_path(ig: IndexedGraph, start: dict, end: dict, corder: list) -> tuple:
     """Walk back from the last op through the input or stream predecessor that set each start."""
-    if not order:
+    if not ig.names:
         return ()
+    is_comm = ig.is_comm
     prev_compute = {b: a for a, b in zip(corder, corder[1:])}
-    n = max(order, key=lambda x: (end[x], -is_comm[x]))
+    n = max(range(len(ig.names)), key=lambda x: (end[x], -is_comm[x]))
     path = [n]
     while True:
-        cands = list(g.predecessors(n))
+        cands = list(ig.pred[n])
         if not is_comm[n] and n in prev_compute:
             cands.append(prev_compute[n])
         cands = [p for p in cands if end[p] >= start[n] - 1e-12]
@@ -333,10 +350,9 @@ def _critical_path(g, order, is_comm, start, end, binding, corder) -> tuple:
             break
         n = max(cands, key=lambda p: (end[p], is_comm[p]))
         path.append(n)
-    return tuple(reversed(path))
+    return tuple(ig.names[i] for i in reversed(path))
 
 
-def _compute_critical_s(g, order, is_comm) -> float:
+def _compute_critical_s(ig: IndexedGraph, corder: list) -> float:
     """Longest chain of compute durations when communication takes no time (stream order kept)."""
-    corder = [n for n in order if not is_comm[n]]
-    return sum(g.nodes[n]["duration_s"] for n in corder)
+    return sum(ig.duration_s[n] for n in corder)
