@@ -110,7 +110,8 @@ class Expander:
         return self._chunks[key]
 
     def choices(self, s, mb: int, vp: int, pruned=None):
-        """The group's choices after dominance; with ``pruned(choice) -> bool`` (a bound test) a
+        """The group's choices after dominance, as lists of choices that differ only in bucket size
+        (the quick bound does not depend on it); with ``pruned(choice) -> bool`` (a bound test) a
         sub-group (sp, ZeRO, assignment, recompute) is skipped whole when its choice with the most
         chunks is pruned (more chunks never make a layer slower: its bound is the sub-group's)."""
         p = self.p
@@ -121,15 +122,15 @@ class Expander:
             for zero in zeros:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
-                        base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a)
-                        if pruned is not None and pruned(replace(base, chunks=max(chunk_opts))):
+                        if pruned is not None and pruned(Choice(s, mb, vp, sp, max(chunk_opts), zero, kind, k,
+                                                                kept_buckets[0], p.framework, a)):
                             self.counts["bound"] += len(chunk_opts) * len(buckets)
                             continue
+                        base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a)
                         chs = self.chunks(base, chunk_opts)
                         self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                         for ch in chs:
-                            for b in kept_buckets:
-                                yield Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a)
+                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a) for b in kept_buckets]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
         """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
@@ -265,13 +266,14 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             if groups and g_refined > groups[0][0] and not diving():
                 heapq.heappush(groups, (g_refined, True, q))
                 continue
-        for c in ex.choices(*q, pruned=lambda c: to_ticks(bounds.quick_lb_s(c)) > thr()):
-            lb = to_ticks(bounds.quick_lb_s(c))
+        for cs in ex.choices(*q, pruned=lambda c: to_ticks(bounds.quick_lb_s(c)) > thr()):
+            lb = to_ticks(bounds.quick_lb_s(cs[0]))
             if lb > thr():
-                counts["bound"] += 1
+                counts["bound"] += len(cs)
             else:
-                pushed += 1
-                heapq.heappush(heap, (lb, False, c))
+                pushed += len(cs)
+                for c in cs:
+                    heapq.heappush(heap, (lb, False, c))
         next_glb = to_ticks(groups[0][0]) if groups else math.inf
         while heap and (heap[0][0] <= min(ub, next_glb) or diving()) and (
                 probes is None or counts["probed"] < probes or (use_bounds and ub == math.inf)) and not late():
