@@ -218,6 +218,8 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
         return deadline is not None and not incumbents and time.perf_counter() > (start + deadline) / 2
 
     incumbents: list[Scored] = []
+    # exact solves: uncapped with bounds (branch and bound); without, a few for the CP-SAT hint
+    cap = probes if probes is not None else (math.inf if use_bounds else 2 * top_k)
     groups = []
     for q in _groups(p):
         if groups and deadline is not None and time.perf_counter() > deadline:
@@ -231,7 +233,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
     groups = [(glb, False, q) for glb, q in groups if glb is not None]  # None: an option list is empty
     heapq.heapify(groups)
     ub = math.inf
-    lower: dict = {}  # choice -> refined bound (ticks)
+    lower: dict = {}  # choice -> refined bound (ticks); once probed, its exact optimum
     heap: list = []  # (bound, refined?, choice)
     pushed = 0
 
@@ -276,7 +278,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                     heapq.heappush(heap, (lb, False, c))
         next_glb = to_ticks(groups[0][0]) if groups else math.inf
         while heap and (heap[0][0] <= min(ub, next_glb) or diving()) and (
-                probes is None or counts["probed"] < probes or (use_bounds and ub == math.inf)) and not late():
+                counts["probed"] < cap or (use_bounds and ub == math.inf)) and not late():
             lb, done, c = heapq.heappop(heap)
             if not done:
                 lb = refine(c)
@@ -284,7 +286,14 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                     heapq.heappush(heap, (lb, True, c))
                 continue
             counts["probed"] += 1
-            incumbents += best_splits(tables.stage_table(c), p.model.layers, 1)
+            exact = best_splits(tables.stage_table(c), p.model.layers, 1)
+            # the choice's own optimum is its tightest bound (none: no split fits, it is dropped)
+            if exact:
+                lower[c] = exact[0].objective
+            else:
+                del lower[c]
+                counts["memory"] += 1
+            incumbents += exact
             incumbents.sort(key=lambda sc: (sc.objective, sc.choice, sc.split))
             values = sorted({sc.objective for sc in incumbents})  # twins share a value: count values
             if len(values) >= top_k and use_bounds:
