@@ -120,8 +120,10 @@ def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple
     graph's ``zero.copy.*`` node), never replayed by recompute (FSDP2's hooks skip the recomputed
     forward: ``_pre_forward`` returns early in ``TrainingState.PRE_BACKWARD``).
     """
+    if not (c.fsdp_copies and c.framework == "fsdp2"):
+        return 0.0, 0.0
     sem = frameworks.of(c)
-    if not (c.fsdp_copies and c.framework == "fsdp2") or not sem.per_microbatch:
+    if not sem.per_microbatch:
         return 0.0, 0.0
     fwd = bwd = 0.0
     for params, _size, _stride in zero3_groups(model, c, moe):
@@ -139,10 +141,10 @@ def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple
 def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool) -> LayerTiming:
     dev = cluster.device
     ops = layer_ops(model, dev, w, c, moe)
-    fwd = sum(o.fwd_s for o in ops)
-    bwd = sum(o.bwd_s for o in ops)
+    fwd = sum([o.fwd_s for o in ops])
+    bwd = sum([o.bwd_s for o in ops])
     n = c.mb * w.seq_len / c.cp
-    led, fwd_led, sac_led = CommLedger(), CommLedger(), CommLedger()
+    sac_led = CommLedger()
     coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
     a = dma.resolve(cluster, c, model)
     sac = op_sac_fractions(model, ops, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
@@ -152,10 +154,11 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster, engines=tp)
         t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp)
         t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
-        both, fonly = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
-        led, fwd_led = led.merge(both), fwd_led.merge(fonly)
+        led, fwd_led = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
         if sac is not None:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
             sac_led = _op_sac_ledger(ops, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
+    else:
+        led, fwd_led = CommLedger(), CommLedger()
     attn = next(o for o in ops if o.name == "attn_core")
     if c.cp > 1:
         x = cp_exchange(model, n, c.tp, c.cp, c.cp_impl)
@@ -198,6 +201,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     copy_f, copy_b = fsdp2_copies_s(model, dev, c, moe)  # on the compute stream, not replayed by recompute
     fwd, bwd = fwd + copy_f, bwd + copy_b
     sem = frameworks.of(c)
+    scopes = _link_scopes(c, cluster)
     if sem.per_microbatch and c.dp * c.cp > 1:
         # FSDP / ZeRO-3: the next layer's parameters are gathered behind this layer's forward; in
         # backward the previous layer's gather and this layer's gradient reduce-scatter run
@@ -211,7 +215,6 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         for params, size, stride in zero3_groups(model, c, moe):
             t_ag += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
             t_rs += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster, engines=zero)
-        scopes = _link_scopes(c, cluster)
         scope = scopes["zero"]
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
         # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
@@ -233,7 +236,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
         led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
     rec_led = fwd_led if c.recompute == "full" else (sac_led if sac is not None else None)
-    _link_floor(led, fwd + bwd + recompute, c, cluster, rec_led, a)
+    _link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
     return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
 
 
@@ -253,14 +256,14 @@ def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> 
     return led
 
 
-def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: ClusterSpec, rec_led,
+def _link_floor(led: CommLedger, compute_s: float, scopes: dict, cluster: ClusterSpec, rec_led,
                 a: dma.Assignment | None = None) -> None:
     """A link carries one byte at a time: the layer lasts at least as long as the communication
     on its busiest link (overlapping collectives share it, as the op-graph scheduler's links do).
     Likewise streams that share DMA engines (a group of the assignment ``a``, :mod:`costmodel.dma`)
     run one at a time: the layer lasts at least as long as their communication together. The
-    shortfall is charged to the largest communication on that link or those engines."""
-    scopes = _link_scopes(c, cluster)
+    shortfall is charged to the largest communication on that link or those engines. ``scopes``:
+    the link each strategy crosses (:func:`_link_scopes`)."""
     link = dict(led.link_s)
     if rec_led is not None:  # the recompute's communication runs again
         for k, v in rec_led.link_s.items():
@@ -268,10 +271,10 @@ def _link_floor(led: CommLedger, compute_s: float, c: ParallelConfig, cluster: C
     coef = cluster.device.comm_compute_interference
     total = compute_s + led.total_exposed_s + led.interference_s(coef) + (
         rec_led.total_exposed_s + rec_led.interference_s(coef) if rec_led is not None else 0.0)
-    lanes = [(lambda k, sc=scope: scopes.get(k) == sc, WHY_LINK) for scope in ("intra", "inter")]
-    lanes += [(lambda k, g=group: dma.STREAM_OF.get(k) in g, WHY_ENGINE) for group in dma.shared_pools(a)]
-    for on_lane, why in lanes:
-        on = {k: v for k, v in link.items() if on_lane(k)}
+    lanes = [({k: v for k, v in link.items() if scopes.get(k) == scope}, WHY_LINK) for scope in ("intra", "inter")]
+    for group in dma.shared_pools(a):
+        lanes.append(({k: v for k, v in link.items() if dma.STREAM_OF.get(k) in group}, WHY_ENGINE))
+    for on, why in lanes:
         short = sum(on.values()) - total
         if on and short > 1e-12:
             k = max(on, key=on.get)

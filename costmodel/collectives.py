@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional, Tuple
 
 from .specs import ClusterSpec, DmaEngineClass
@@ -62,6 +63,7 @@ class GroupLayout:
         return "inter" if self.inter > 1 else "intra"
 
 
+@lru_cache(maxsize=4096)
 def layout(size: int, stride: int, gpus_per_node: int) -> GroupLayout:
     """Members ``0, stride, 2*stride, ...`` of consecutive ranks; nodes hold ``gpus_per_node`` ranks.
 
@@ -138,11 +140,11 @@ def _hier_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: floa
 
 
 def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
-            engines: Engines = None) -> tuple[float, float]:
-    """(total seconds, latency seconds) of AllReduce/AllGather/ReduceScatter as NCCL would pick it."""
+            bi: float, be: float) -> tuple[float, float]:
+    """(total seconds, latency seconds) of AllReduce/AllGather/ReduceScatter as NCCL would pick it,
+    ``bi``/``be`` the stream's intra-/inter-node bandwidth (:func:`link_bw_bytes_per_s`)."""
     if k * nodes <= 1 or nbytes <= 0:
         return 0.0, 0.0
-    bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
     t_bw = _hier_bw_s(kind, nbytes, k, nodes, bi, be)
     lat = ring_latency_s(kind, k, nodes, a_i, a_e)
@@ -215,9 +217,8 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     if kind == "p2p":
         if size <= 1 or nbytes <= 0:
             return 0.0
-        scope = comm_scope(kind, size, stride, cluster.gpus_per_node)
-        link = inter_l if scope == "inter" else intra_l
-        return nbytes / link_bw_bytes_per_s(cluster, scope, engines) + link.latency_s
+        inter = comm_scope(kind, size, stride, cluster.gpus_per_node) == "inter"
+        return nbytes / (be if inter else bi) + (inter_l if inter else intra_l).latency_s
     lay = layout(size, stride, cluster.gpus_per_node)
     k, nodes = lay.intra, lay.inter
     if kind == "alltoall":
@@ -231,7 +232,7 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     if nodes == 1 and algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
         alpha = intra_l.latency_s
         return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
-    return _nccl_s(kind, nbytes, k, nodes, cluster, engines)[0]
+    return _nccl_s(kind, nbytes, k, nodes, cluster, bi, be)[0]
 
 
 def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec, nbytes: float = 1.0,
@@ -250,7 +251,8 @@ def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec
     if kind not in ("allreduce", "allgather", "reducescatter"):
         raise ValueError(f"kind={kind!r}: must be allreduce, allgather or reducescatter")
     lay = layout(size, stride, cluster.gpus_per_node)
-    return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster, engines)[1]
+    bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
+    return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster, bi, be)[1]
 
 
 def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:
@@ -262,4 +264,14 @@ def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:
     >>> [group_stride(d, tp=8, cp=2, dp=4) for d in ("tp", "cp", "dp", "pp")]
     [1, 8, 16, 64]
     """
-    return {"tp": 1, "cp": tp, "dp": tp * cp, "pp": tp * cp * dp, "ep": 1, "edp": ep}[dim]
+    if dim == "cp":
+        return tp
+    if dim == "dp":
+        return tp * cp
+    if dim == "pp":
+        return tp * cp * dp
+    if dim == "edp":
+        return ep
+    if dim in ("tp", "ep"):
+        return 1
+    raise KeyError(dim)

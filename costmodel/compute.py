@@ -92,7 +92,7 @@ def fa2_device(dev: DeviceSpec) -> DeviceSpec:
     return replace(dev, attention_efficiency=dev.attention_efficiency * FA2_HOPPER_RATIO)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Op:
     """One kernel of a layer's forward pass on one GPU, with its backward.
 
@@ -152,8 +152,7 @@ def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch
     """Roofline time of ``batch`` GEMMs (m x k) @ (k x n); ``ragged``: their row counts vary around
     ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`)."""
     flops = 2.0 * m * n * k * batch
-    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype),
-                            ragged_groups=batch if ragged and batch > 1 else 0)
+    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype), batch if ragged and batch > 1 else 0)
     rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * util
     in_bytes = DTYPE_BYTES[dtype] if dtype == "fp8" else ACT_BYTES
     bytes_moved = batch * ((m * k + k * n) * in_bytes + m * n * ACT_BYTES)
@@ -218,12 +217,13 @@ def _decode_attention(model, dev, b: int, s: int, tp: int, kv_bytes: int) -> Op:
     return Op("attn_core", "attention", "attn", flops, t, 0.0)
 
 
-def _attention_core(model, dev, w: Workload, c: ParallelConfig) -> Op:
-    b, s = c.mb, w.seq_len
-    sq = s / c.cp  # queries held by this GPU (context parallel shards the sequence)
-    heads = model.heads / c.tp
-    flops = attention_flops(model, b * sq, s, c.tp)
-    if c.flash_attention:
+def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool) -> Op:
+    """Attention scores and context of ``b`` sequences of ``s`` tokens, split ``tp`` ways by head and
+    ``cp`` ways by query (``flash``: fused FlashAttention, else Megatron's unfused kernels)."""
+    sq = s / cp  # queries held by this GPU (context parallel shards the sequence)
+    heads = model.heads / tp
+    flops = attention_flops(model, b * sq, s, tp)
+    if flash:
         # FlashAttention (Dao 2022): fused, skips the masked half of a causal mask; runs in BF16.
         # Backward is 2.5x the forward FLOPs (5 matmuls instead of 2).
         rate = dev.peak_bf16_flops_per_s * dev.attention_efficiency
@@ -253,8 +253,6 @@ def layer_ops(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig,
 @lru_cache(maxsize=4096)
 def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False,
                fused=True):
-    c = ParallelConfig(tp=tp, cp=cp, mb=mb, sp=sp, ep=ep, flash_attention=flash)
-    w = Workload(global_batch=mb, seq_len=seq_len, dtype=dtype)
     h = model.hidden
     n = mb if decode else mb * seq_len / cp  # tokens on this GPU
     n_sp = n / tp if sp else n  # tokens held by element-wise ops (sequence parallel shards them)
@@ -275,7 +273,8 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     ops.append(_gemm("qkv", "attn", n, qkv_width, h, dev, dtype))
     if not fused:
         ops.append(_elementwise("rope", "attn", EAGER_ROPE_BYTES * n * qk_width, dev, EAGER_ROPE_KERNELS))
-    ops.append(_decode_attention(model, dev, mb, seq_len, tp, kv_bytes) if decode else _attention_core(model, dev, w, c))
+    ops.append(_decode_attention(model, dev, mb, seq_len, tp, kv_bytes) if decode
+               else _attention_core(model, dev, mb, seq_len, tp, cp, flash))
     ops.append(_gemm("attn_out", "attn", n, h, o_in, dev, dtype, comm_after=tp_comm))
     # bias-dropout-add: read out and residual, write sum, 1-byte mask
     ops.append(_elementwise("bda1", "attn", (3 * ACT_BYTES + 1) * n_sp * h, dev))

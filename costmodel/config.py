@@ -103,9 +103,11 @@ class ParallelConfig:
         if self.dma is not None:
             object.__setattr__(self, "dma", _dma.parse(self.dma))
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
-            _positive_int(f, getattr(self, f))
+            v = getattr(self, f)
+            if type(v) is not int or v < 1:  # only then can it be wrong (the search builds many plans)
+                _positive_int(f, v)
         for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies"):
-            if not isinstance(getattr(self, f), bool):
+            if type(getattr(self, f)) is not bool:
                 raise SpecError(f, getattr(self, f), "true or false")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
             raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")

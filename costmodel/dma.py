@@ -104,7 +104,14 @@ class Assignment:
         return tuple(s for s in STREAMS if self.group_of(s) is not None)
 
     def group_of(self, stream: str) -> Group | None:
-        return next((g for g in self.groups if stream in g.streams), None)
+        by_stream = self.__dict__.get("_by_stream")
+        if by_stream is None:  # each stream's (first) group, built on first use; not a field (no part of eq/hash)
+            by_stream = {}
+            for g in self.groups:
+                for s in g.streams:
+                    by_stream.setdefault(s, g)
+            object.__setattr__(self, "_by_stream", by_stream)
+        return by_stream.get(stream)
 
     def __str__(self) -> str:
         return ",".join(str(g) for g in self.groups)
@@ -376,9 +383,9 @@ def check(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelSpec | None" =
             _fail(text, f"at most {e.count} {g.engine} engines in all (the groups of {g.engine} hold {used[g.engine]})")
 
 
-@lru_cache(maxsize=8192)
 def resolve(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelSpec | None" = None) -> Assignment:
-    """``c.dma``, or the default assignment when it is unset."""
+    """``c.dma``, or the default assignment when it is unset (cached by :func:`default_assignment`
+    on fewer keys than the whole plan: hashing the plan as well cost more than it saved)."""
     return c.dma if c.dma is not None else default_assignment(cluster, c, model)
 
 
@@ -389,7 +396,10 @@ def engines_of(cluster: ClusterSpec, a: Assignment | None, strategy: str):
     g = a.group_of(STREAM_OF[strategy]) if a is not None else None
     if g is None:
         return None
-    return next(e for e in cluster.device.dma_engines if e.name == g.engine), g.engines
+    for e in cluster.device.dma_engines:
+        if e.name == g.engine:
+            return e, g.engines
+    raise SpecError("dma", str(a), f"engine classes of {cluster.device.name} (got {g.engine!r})")
 
 
 def pool_of(a: Assignment | None, strategy: str) -> str | None:

@@ -32,6 +32,11 @@ def exposed_s(t_comm_s, t_window_s, chunks):
         t, w, k = np.asarray(t_comm_s, float), np.asarray(t_window_s, float), np.asarray(chunks, float)
         overlap = np.maximum(0.0, t - w) + np.minimum(t, w) / np.where(k > 0, k, 1.0)
         return np.where(t <= 0, 0.0, np.where((k <= 0) | (w <= 0), t, overlap))
+    return _exposed_scalar_s(t_comm_s, t_window_s, chunks)
+
+
+def _exposed_scalar_s(t_comm_s: float, t_window_s: float, chunks) -> float:
+    """:func:`exposed_s` of plain numbers (no array checks: the ledger's hot path)."""
     if t_comm_s <= 0:
         return 0.0
     if chunks <= 0 or t_window_s <= 0:
@@ -46,7 +51,7 @@ def overlap_rate(t_comm_s: float, t_exposed_s: float) -> float:
     return min(1.0, max(0.0, 1.0 - t_exposed_s / t_comm_s))
 
 
-@dataclass
+@dataclass(slots=True)
 class CommLedger:
     """Raw and exposed communication seconds per strategy, and why any stays exposed.
 
@@ -64,8 +69,9 @@ class CommLedger:
             uses_compute: bool = True) -> None:
         if t_comm <= 0:
             return
-        self.link_s[strategy] = self.link_s.get(strategy, 0.0) + times * t_comm
-        self.exposed_s[strategy] = self.exposed_s.get(strategy, 0.0) + times * t_exposed
+        link, exposed = self.link_s, self.exposed_s
+        link[strategy] = link.get(strategy, 0.0) + times * t_comm
+        exposed[strategy] = exposed.get(strategy, 0.0) + times * t_exposed
         if uses_compute:
             self.hidden_sm_s += times * (t_comm - t_exposed)
         if reason and t_exposed > 1e-3 * t_comm:
@@ -86,8 +92,8 @@ class CommLedger:
         if t_comm <= 0:
             return
         stretch = coef * min(t_comm, window_s / (1 - coef)) if coef > 0 and chunks > 0 and window_s > 0 else 0.0
-        self.add(strategy, t_comm, exposed_s(t_comm, window_s + stretch + waits_s, chunks), reason, times,
-                 uses_compute=False)
+        self.add(strategy, t_comm, _exposed_scalar_s(t_comm, window_s + stretch + waits_s, chunks), reason, times,
+                 False)
         self.stretch_s += times * stretch
 
     def interference_s(self, coef: float) -> float:
@@ -101,14 +107,15 @@ class CommLedger:
                           self.hidden_sm_s * k, dict(self.reasons), self.stretch_s * k)
 
     def merge(self, other: "CommLedger") -> "CommLedger":
-        out = CommLedger(dict(self.link_s), dict(self.exposed_s), self.hidden_sm_s + other.hidden_sm_s, dict(self.reasons),
-                         self.stretch_s + other.stretch_s)
+        link, exposed, reasons = dict(self.link_s), dict(self.exposed_s), dict(self.reasons)
+        other_exposed = other.exposed_s
         for s, v in other.link_s.items():
-            out.link_s[s] = out.link_s.get(s, 0.0) + v
-            out.exposed_s[s] = out.exposed_s.get(s, 0.0) + other.exposed_s[s]
+            link[s] = link.get(s, 0.0) + v
+            exposed[s] = exposed.get(s, 0.0) + other_exposed[s]
         for s, r in other.reasons.items():
-            out.reasons.setdefault(s, r)
-        return out
+            reasons.setdefault(s, r)
+        return CommLedger(link, exposed, self.hidden_sm_s + other.hidden_sm_s, reasons,
+                          self.stretch_s + other.stretch_s)
 
     @property
     def total_exposed_s(self) -> float:
