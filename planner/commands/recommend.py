@@ -219,9 +219,11 @@ def solve_lines(result) -> list[str]:
         how = (f"every plan of the {s.get('space', 0)} choices the pins leave scored exactly "
                f"in {s.get('exhaustive_s', 0):.2f} s; no presolve or CP-SAT needed")
     else:
-        how = (f"CP-SAT {result.solver_time_s:.2f} s on {s.get('model_choices', 0)} choices; presolve "
-               f"{s.get('presolve_s', 0):.2f} s kept {s.get('kept', 0)}, pruned {s.get('bound', 0)} by bound, "
-               f"{s.get('memory', 0)} by memory, {s.get('dominated', 0)} dominated")
+        n = s.get("model_choices", 0)
+        how = (f"presolve {s.get('presolve_s', 0):.2f} s, branch and bound: {s.get('probed', 0)} choices solved "
+               f"exactly, {s.get('bound', 0)} pruned by bound, {s.get('memory', 0)} by memory, "
+               f"{s.get('dominated', 0)} dominated; CP-SAT {result.solver_time_s:.2f} s on the "
+               f"{n} choice{'' if n == 1 else 's'} left")
     if s.get("timed_out"):
         how += "; the time limit stopped presolve: the best plan found so far"
     if result.robust:
