@@ -154,6 +154,14 @@ NOT_MODELLED = {
         "MegaScale algorithm (parallel attention/MLP block, sliding-window attention, LAMB) is not the standard model",
 }
 MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
+#: sources whose FP16 runs reduced the FP16 gradients (``grad_dtype="fp16"``): Megatron-LM v1's LocalDDP
+#: all-reduces each parameter's ``.grad`` in its own dtype unless ``--fp32-allreduce`` (default off;
+#: megatron/model/distributed.py and arguments.py at 9edfdae, Aug 2020, the README tables' era); v2
+#: accumulates and reduces in the parameter dtype unless ``--accumulate-allreduce-grads-in-fp32``
+#: (default off, forced on only for BF16), and its GPT-3 175B example runs ``--fp16`` without it
+#: (examples/pretrain_gpt3_175B.sh at a8d172b, Apr 2021, the SC21 paper's code). Korthikanti et al.
+#: state neither dtype nor flag: FP32, the default, is kept for them and for every later source.
+FP16_GRADS = ("megatron_readme_2020", "narayanan2021")
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
 #: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
 #: set's rule for tuned tables; module docstring, "New set")
@@ -334,7 +342,8 @@ def _dev_row(r: dict) -> Row:
                  recompute="full" if rec.startswith("full") or src == "megatron_readme_2020"
                  else ("selective" if rec.startswith("selective") else "none"),
                  zero=0 if era else 1, flash_attention=not era,
-                 bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1)
+                 bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1,
+                 grad_dtype="fp16" if src in FP16_GRADS else "fp32")
     free = {}
     if _num(r["micro_batch"]):
         fixed["mb"] = int(float(r["micro_batch"]))
@@ -354,6 +363,8 @@ def _dev_row(r: dict) -> Row:
     if measured is None and not skip:
         skip = "no step time, throughput or TFLOP/s stated"
     notes = [f"{k} chosen by the planner from {v}" for k, v in free.items()]
+    if src in FP16_GRADS:
+        notes.append("FP16 gradients reduced (Megatron-LM of the era, FP16 without FP32 all-reduce: FP16_GRADS)")
     row = Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip,
               set="dev", gpus=gpus, notes=notes, measured_how=how)
     vp_reg = fixed.get("vp", 1)

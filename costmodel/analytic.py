@@ -31,7 +31,7 @@ from . import dma, frameworks
 from .collectives import collective_time_s, group_stride, layout
 from .compute import ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions, optimizer_time_s
 from .config import ParallelConfig
-from .memory import GRAD_BYTES, WEIGHT_BYTES, expert_dp, layer_counts, layer_params, stage_params
+from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import dp_buckets
@@ -108,7 +108,7 @@ def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple
     splits the flat gathered buffer back into the per-parameter unsharded tensors
     (``split_with_sizes_copy``: every gathered BF16 byte read and written once); ``foreach_reduce``
     copies the unsharded BF16 gradients into the flat reduce-scatter input in the reduce dtype
-    (``foreach_reduce_scatter_copy_in`` / ``torch._chunk_cat``, FP32 here: ``GRAD_BYTES``) on the
+    (``foreach_reduce_scatter_copy_in`` / ``torch._chunk_cat``, in ``c.grad_dtype``, FP32 by default) on the
     current stream before the reduce-scatter stream waits for it. The all-gather copy-in (the
     local shard only, on its own ``all_gather_copy_in_stream``) and the shard-sized gradient
     divide/accumulate on the reduce-scatter stream are not on the compute stream and are not
@@ -133,7 +133,7 @@ def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple
         if sem.gather_backward:
             bwd += copy_out
         if sem.reduce_per_microbatch:
-            bwd += elementwise_time_s((WEIGHT_BYTES + GRAD_BYTES) * params, dev)
+            bwd += elementwise_time_s((WEIGHT_BYTES + grad_elem_bytes(c)) * params, dev)
     return fwd, bwd
 
 
@@ -214,7 +214,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         zero = dma.engines_of(cluster, a, "zero")
         for params, size, stride in zero3_groups(model, c, moe):
             t_ag += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
-            t_rs += collective_time_s("reducescatter", params * GRAD_BYTES, size, stride, cluster, engines=zero)
+            t_rs += collective_time_s("reducescatter", params * grad_elem_bytes(c), size, stride, cluster, engines=zero)
         scope = scopes["zero"]
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
         # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
@@ -378,12 +378,12 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
         if size <= 1 or params <= 0:
             continue
         if sem.step_grad:
-            t_grad += collective_time_s(sem.step_grad, params * GRAD_BYTES, size, stride, cluster, engines=dp)
+            t_grad += collective_time_s(sem.step_grad, params * grad_elem_bytes(c), size, stride, cluster, engines=dp)
         if sem.step_param_gather:
             t_param += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
     if model.tied_embeddings and c.pp > 1 and stage in (0, c.pp - 1):
         # word-embedding gradient all-reduce between first and last stage (Megatron-LM)
-        t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * GRAD_BYTES, 2,
+        t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * grad_elem_bytes(c), 2,
                                     group_stride("pp", c.tp, c.cp, c.dp) * (c.pp - 1), cluster, engines=dp)
     return t_grad, t_param
 
@@ -426,4 +426,4 @@ def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig,
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:
     dense, expert = stage_params(model, c, stage)
-    return (dense + expert) * GRAD_BYTES
+    return (dense + expert) * grad_elem_bytes(c)

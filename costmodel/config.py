@@ -21,6 +21,8 @@ from .units import MB
 RECOMPUTE = ("none", "selective", "full", "op_sac")
 EP_DISPATCHERS = ("alltoall", "deepep")
 CP_IMPLS = ("ring", "torch")
+#: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)
+GRAD_DTYPES = ("fp32", "fp16", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
@@ -72,6 +74,12 @@ class ParallelConfig:
         default here; the CLI and the search set it for every ``fsdp2`` plan): gathers land in a flat
         buffer the parameters are views of (FSDP1's ``FlatParameter``, Megatron FSDP, DeepSpeed
         ZeRO-3), no copies charged.
+    grad_dtype : the dtype gradients are accumulated in and reduced over data parallelism (bytes
+        per element: :func:`costmodel.memory.grad_elem_bytes`): ``fp32`` (the default: Megatron-LM
+        with ``--accumulate-allreduce-grads-in-fp32``, which ``--bf16`` forces on; Megatron-Core
+        ``grad_reduce_in_fp32``) or ``fp16`` / ``bf16`` (the model's half-precision ``.grad``: Megatron-LM
+        v1 without ``--fp32-allreduce`` and v2 FP16 runs without the accumulate flag; Megatron-Core
+        ``--grad-reduce-in-bf16``). It sets the gradient buffer's memory and every gradient collective.
     dma : the DMA engines each communication stream runs on (:class:`costmodel.dma.Assignment`,
         or its text ``"tp:cdma*2,dp:cdma*1,pp:cdma*1"`` / dict); ``None`` = the default
         assignment (:func:`costmodel.dma.default_assignment`).
@@ -97,6 +105,7 @@ class ParallelConfig:
     ep_dispatcher: str = "alltoall"
     cp_impl: str = "ring"
     fsdp_copies: bool = False
+    grad_dtype: str = "fp32"
     dma: _dma.Assignment | None = None
 
     def __post_init__(self):
@@ -117,6 +126,8 @@ class ParallelConfig:
             raise SpecError("cp_impl", self.cp_impl, f"one of {', '.join(CP_IMPLS)}")
         if self.framework not in FRAMEWORKS:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
+        if self.grad_dtype not in GRAD_DTYPES:
+            raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         if self.fsdp_copies and self.framework != "fsdp2":
             raise SpecError("fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)")
         if self.recompute not in RECOMPUTE:
@@ -155,6 +166,8 @@ class ParallelConfig:
             del d["cp_impl"]  # the default: plans without torch CP keep their keys
         if not self.fsdp_copies:
             del d["fsdp_copies"]  # the default: plan keys unchanged
+        if self.grad_dtype == "fp32":
+            del d["grad_dtype"]  # the default: plan keys unchanged
         if self.dma is None:
             del d["dma"]  # the default: the keys of plans without an assignment stay as they were
         else:
@@ -165,7 +178,8 @@ class ParallelConfig:
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
-                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies", "dma"}
+                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies", "grad_dtype",
+                                              "dma"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

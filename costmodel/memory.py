@@ -163,8 +163,14 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
         if on:
             return nbytes_per_param * (dense / shard_d + expert / shard_e)
         return nbytes_per_param * (dense + expert)
-    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(GRAD_BYTES, sem.shard_grads),
+    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(grad_elem_bytes(c), sem.shard_grads),
             sharded(OPTIM_BYTES, sem.shard_optimizer))
+
+
+def grad_elem_bytes(c: ParallelConfig) -> int:
+    """Bytes of one gradient element as ``c`` accumulates and reduces it (``c.grad_dtype``):
+    :data:`GRAD_BYTES` (FP32) by default, 2 for FP16 / BF16 gradients."""
+    return GRAD_BYTES if c.grad_dtype == "fp32" else 2
 
 
 def gathered_weight_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:

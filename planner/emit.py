@@ -8,7 +8,7 @@ configuration JSON (``docs/_pages/config-json.md``, ``deepspeed/runtime/zero/con
 Units: both frameworks size buckets in *elements*, not bytes (Megatron-Core
 ``DistributedDataParallelConfig.bucket_size``: "maximum number of parameters in each bucket";
 DeepSpeed ``reduce_bucket_size``: "number of elements reduced/allreduced at a time"). The plan's
-bucket is bytes of FP32 gradients (:data:`costmodel.memory.GRAD_BYTES` per element).
+bucket is bytes of gradients (:func:`costmodel.memory.grad_elem_bytes` per element, FP32 by default).
 
 >>> from costmodel.config import ParallelConfig
 >>> c = ParallelConfig(tp=8, pp=4, dp=2, mb=1, vp=2, sp=True, zero=1, chunks=8, recompute="selective",
@@ -39,7 +39,7 @@ from __future__ import annotations
 from costmodel import frameworks
 from costmodel.config import ParallelConfig, micro_batches
 from costmodel.errors import SpecError
-from costmodel.memory import GRAD_BYTES
+from costmodel.memory import grad_elem_bytes
 from costmodel.pipeline import chunk_layers, megatron_split
 from costmodel.specs import Workload
 
@@ -57,14 +57,29 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
     if fmt in ("deepspeed", "fsdp2") and c.layers_per_stage is not None and len(set(c.layers_per_stage)) > 1:
         raise SpecError("emit", fmt, f"megatron for an uneven stage split {c.layers_per_stage} "
                         f"({fmt} is emitted with even stages only)")
+    if fmt in ("deepspeed", "fsdp2") and c.grad_dtype != "fp32":
+        raise SpecError("emit", fmt, f"megatron for {c.grad_dtype} gradient reduction "
+                        f"({fmt} is emitted with FP32 gradient reduction only)")
     if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
         raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
                         f"({fmt} recomputes every layer or none)")
 
 
 def bucket_elements(c: ParallelConfig) -> int:
-    """The DP bucket as gradient elements (FP32, :data:`GRAD_BYTES` each)."""
-    return int(round(c.bucket_bytes / GRAD_BYTES))
+    """The DP bucket as gradient elements (:func:`costmodel.memory.grad_elem_bytes` each)."""
+    return int(round(c.bucket_bytes / grad_elem_bytes(c)))
+
+
+def grad_dtype_args(c: ParallelConfig, dtype: str) -> list[list[str]]:
+    """Megatron-LM's gradient dtype flags (arguments.py: BF16 runs reduce in FP32 unless
+    ``--grad-reduce-in-bf16``; FP16 runs reduce the FP16 gradients unless
+    ``--accumulate-allreduce-grads-in-fp32``); a gradient dtype the run's dtype cannot have is refused."""
+    half = "fp16" if dtype == "fp16" else "bf16"
+    if c.grad_dtype == "fp32":
+        return [["--accumulate-allreduce-grads-in-fp32"]] if dtype == "fp16" else []
+    if c.grad_dtype != half:
+        raise SpecError("grad_dtype", c.grad_dtype, f"fp32 or {half} for a {dtype} run")
+    return [["--grad-reduce-in-bf16"]] if half == "bf16" else []
 
 
 def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16") -> list[list[str]]:
@@ -101,7 +116,7 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
             out.append(["--overlap-param-gather"])
         out.append(["--ddp-bucket-size", str(bucket_elements(c))])
     out += {"bf16": [["--bf16"]], "fp16": [["--fp16"]], "fp8": [["--bf16"], ["--fp8-format", "hybrid"]]}[dtype]
-    return out
+    return out + grad_dtype_args(c, dtype)
 
 
 def split_form(c: ParallelConfig, layers: int) -> tuple:

@@ -27,6 +27,7 @@ import argparse
 import pytest
 
 from costmodel.config import ParallelConfig
+from costmodel.errors import SpecError
 from planner.emit import bucket_elements, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes
 
 # name -> argparse spec of the documented argument
@@ -51,6 +52,8 @@ MEGATRON = {
     "--ckpt-format": dict(type=str), "--pipeline-model-parallel-layout": dict(type=str),
     "--account-for-embedding-in-pipeline-split": dict(action="store_true"),
     "--account-for-loss-in-pipeline-split": dict(action="store_true"),
+    # gradient dtype (arguments.py, mixed precision group)
+    "--accumulate-allreduce-grads-in-fp32": dict(action="store_true"), "--grad-reduce-in-bf16": dict(action="store_true"),
 }
 DEEPSPEED_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                  "zero_optimization", "bf16", "fp16"}
@@ -160,3 +163,17 @@ def test_deepspeed_fp16_and_notes():
     d = deepspeed_config(DS_PLANS[3], global_batch=64, dtype="fp16")
     assert d["fp16"]["enabled"] and not d["bf16"]["enabled"]
     assert any("tp=8" in n for n in deepspeed_notes(DS_PLANS[0]))
+
+
+def test_gradient_dtype_flags_and_bucket_elements():
+    """FP32 gradients: BF16 runs need no flag (Megatron forces FP32 accumulation), FP16 runs the
+    accumulate flag; BF16 gradients ``--grad-reduce-in-bf16``; the bucket holds elements of the
+    gradient dtype; a dtype the run cannot have is refused with the rule."""
+    c = ParallelConfig(tp=2, dp=4, bucket_bytes=40e6)
+    half = ParallelConfig(tp=2, dp=4, bucket_bytes=40e6, grad_dtype="bf16")
+    assert "--grad-reduce-in-bf16" not in tokens(c, global_batch=64, layers=24)
+    assert "--accumulate-allreduce-grads-in-fp32" in tokens(c, global_batch=64, layers=24, dtype="fp16")
+    assert "--grad-reduce-in-bf16" in tokens(half, global_batch=64, layers=24)
+    assert bucket_elements(half) == 2 * bucket_elements(c) == 20_000_000
+    with pytest.raises(SpecError, match="fp32 or bf16 for a bf16 run"):
+        megatron_args(ParallelConfig(tp=2, dp=4, grad_dtype="fp16"), 64, 24)

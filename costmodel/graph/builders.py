@@ -43,7 +43,7 @@ from ..analytic import COLUMN_PARALLEL, fsdp2_copies_s, zero3_groups
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions
 from ..config import ParallelConfig
-from ..memory import GRAD_BYTES, WEIGHT_BYTES
+from ..memory import WEIGHT_BYTES, grad_elem_bytes
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .nodes import GraphBuilder, split_s
 
@@ -254,7 +254,7 @@ def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
             out.append(b.comm(f"zero.ag.{phase}{sfx}", "allgather", params * WEIGHT_BYTES, size, stride, "zero",
                               phase=phase))
         if phase == "bwd" and sem.reduce_per_microbatch:
-            out.append(b.comm(f"zero.rs{sfx}", "reducescatter", params * GRAD_BYTES, size, stride, "zero",
+            out.append(b.comm(f"zero.rs{sfx}", "reducescatter", params * grad_elem_bytes(c), size, stride, "zero",
                               phase=phase))
     return out
 
