@@ -178,8 +178,8 @@ class ParallelConfig:
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
-                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies", "grad_dtype",
-                                              "dma"}
+                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
+                                              "grad_dtype", "dma"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .bounds import Bounds
 from .candidates import (bucket_values, chunk_values, dma_values, mb_values, recompute_values, shapes, sp_values,
@@ -181,20 +181,21 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
     Groups ``(shape, mb, vp)`` are expanded in order of their bound; each choice enters a heap
     with its cheap bound, which is refined (memory screen, water levels, DP exposure) when it
     reaches the top. A refined top that no unexpanded group can beat is solved exactly
-    (its best splits) for an incumbent: best-first branch and bound, so the incumbent reaches the
-    optimum as soon as the bounds allow (``probes``: at most that many exact solves; a cap of 16
-    left Qwen3-30B-A3B / 64 H100 with an incumbent 8% above the optimum and 2,673 choices for
-    CP-SAT, which could not prove it in 60 s; uncapped: 179 choices, proven in 7 s). The
-    ``top_k``-th incumbent prunes every group and choice whose bound is larger (``bounds=False``:
-    no pruning by bound, only by memory).
+    (its best splits) for an incumbent, and its exact optimum becomes its bound: best-first branch
+    and bound, so the incumbent reaches the optimum as soon as the bounds allow (``probes``: at most
+    that many exact solves; a cap of 16 left Qwen3-30B-A3B / 64 H100 with an incumbent 8% above the
+    optimum and 2,673 choices CP-SAT could not prove in 60 s; uncapped it is proven in 3-4 s with
+    one choice left). The ``top_k``-th incumbent prunes every group and choice whose bound is
+    larger (``bounds=False``: no pruning by bound, only by memory, and 2 x ``top_k`` exact solves).
 
     ``slack`` (a fraction): choices whose bound lies above the pruning threshold ``ub`` but within
     ``ub * (1 + slack)`` are kept aside in ``near`` (not for the CP-SAT model: for re-scoring the
     plans near the optimum). ``deadline`` (``time.perf_counter()`` seconds): with half the time
     gone and no plan yet, presolve dives (solves the best refined choice at once instead of
-    waiting for it to beat every group left; Qwen3-30B-A3B / 1,024 H100 with 10 s ran 14.5 s to its
-    first plan, now 10.2 s); past the deadline, presolve stops expanding; ``timed_out`` is set and ``unexplored_ticks`` bounds every choice it did not
-    look at (``None``: not even the group bounds were all computed, so nothing is proven).
+    waiting for it to beat every group left; Qwen3-30B-A3B / 1,024 H100 with 10 s ran 14.5 s to
+    its first plan, now 10.2 s); past the deadline, presolve stops expanding; ``timed_out`` is set
+    and ``unexplored_ticks`` bounds every choice it did not look at (``None``: not even the group
+    bounds were all computed, so nothing is proven).
     """
     start = time.perf_counter()
     counts = {"groups": 0, "groups_memory": 0, "groups_bound": 0, "dominated": 0, "memory": 0, "bound": 0,
