@@ -57,25 +57,25 @@ class Bounds:
         self.n = np.arange(self.p.model.layers + 1)
 
     # ------------------------------------------------------------------ helpers
-    def layers(self, c: Choice, tables: Tables | None = None):
-        """(dense layer, MoE layer) terms of :meth:`search.tables.Tables.layer` (an all-MoE model's
-        dense entry is its MoE layer, a dense model's MoE entry its dense layer: then ``min`` over
-        the two is the cheapest layer the model has)."""
-        m, t = self.p.model, tables or self.t
+    def _pair(self, of) -> tuple:
+        """``(of(dense), of(MoE))`` for the model's layers: an all-MoE model's dense entry is its MoE
+        layer, a dense model's MoE entry its dense layer (then ``min`` over the two is the model's
+        cheapest layer)."""
+        m = self.p.model
         if not m.is_moe:
-            dl = t.layer(c, False)
-            return dl, dl
-        ml = t.layer(c, True)
-        return (t.layer(c, False) if m.dense_layers else ml), ml
+            d = of(False)
+            return d, d
+        moe = of(True)
+        return (of(False) if m.dense_layers else moe), moe
+
+    def layers(self, c: Choice, tables: Tables | None = None):
+        """(dense layer, MoE layer) terms of :meth:`search.tables.Tables.layer` (:meth:`_pair`)."""
+        t = tables or self.t
+        return self._pair(lambda moe: t.layer(c, moe))
 
     def activations(self, c: Choice) -> tuple[float, float]:
-        """(dense layer, MoE layer) activation bytes, paired as :meth:`layers` pairs the timings."""
-        m, t = self.p.model, self.t
-        if not m.is_moe:
-            a = t.activations(c, False)
-            return a, a
-        am = t.activations(c, True)
-        return (t.activations(c, False) if m.dense_layers else am), am
+        """(dense layer, MoE layer) activation bytes (:meth:`search.tables.Tables.activations`)."""
+        return self._pair(lambda moe: self.t.activations(c, moe))
 
     @staticmethod
     def compute_twin(c: Choice) -> Choice:
