@@ -136,6 +136,37 @@ def _framework(name: str) -> str:
     return name
 
 
+#: the recomputation each framework states exactly, so the search offers only these: Megatron-LM
+#: ``--recompute-granularity selective|full``; DeepSpeed (Megatron-DeepSpeed's same flags);
+#: torchtitan's ``[activation_checkpoint] mode = "selective"`` with ``selective_ac_option = "op"``
+#: is per-op (``op_sac``) and ``mode = "full"`` every layer: it has no attention-only selective mode
+_RECOMPUTE = {"megatron": ("none", "selective", "full"), "deepspeed": ("none", "selective", "full"),
+              "fsdp2": ("none", "op_sac", "full")}
+
+
+def recompute_kinds(framework: str) -> tuple[str, ...]:
+    """The recomputation kinds the search offers under ``framework`` (what its flags state exactly)."""
+    return _RECOMPUTE[_framework(framework)]
+
+
+def refuse_unsearchable_recompute(framework: str, recompute: str) -> None:
+    """Raise :class:`SpecError` for a pinned recomputation the search cannot offer under ``framework``."""
+    kinds = recompute_kinds(framework)
+    if recompute not in kinds:
+        why = ("torchtitan has no attention-only selective recompute; its selective_ac_option = 'op' is op_sac"
+               if framework == "fsdp2" else
+               "per-op selective checkpointing is torchtitan's, on FSDP2: framework=fsdp2")
+        raise SpecError("recompute", recompute, f"{', '.join(kinds[:-1])} or {kinds[-1]} under "
+                        f"framework={framework} ({why})")
+
+
+#: DP bucket sizes (MB) a framework fixes rather than exposes: torchtitan wraps replicated data
+#: parallelism as ``replicate(model, device_mesh=dp_mesh, bucket_cap_mb=100)``
+#: (``torchtitan/models/llama3/infra/parallelize.py``, ``apply_ddp``); FSDP2 issues its collectives
+#: per ``fully_shard`` unit (one transformer block), which no configuration key changes
+FIXED_BUCKET_MB = {"fsdp2": 100.0}
+
+
 def zero_stages(framework: str, pp: int = 1) -> tuple[int, ...]:
     """ZeRO stages ``framework`` runs with ``pp`` pipeline stages."""
     stages = tuple(sorted(_SEMANTICS[_framework(framework)]))

@@ -198,7 +198,7 @@ class Bounds:
         if key not in self._largest:
             p = self.p
             sizes = [max(sp) for sp in splits(p.model.layers, pp, stage_unit(p, vp), max(1, p.model.dense_layers),
-                                               pinned=pinned_split(p))]
+                                               p.limits.uneven_stages, pinned_split(p))]
             sizes = [n for n in sizes if k is None or n >= k]
             self._largest[key] = min(sizes, default=p.model.layers)
         return self._largest[key]

@@ -24,9 +24,6 @@ from costmodel.errors import SpecError
 
 from .problem import Problem
 
-RECOMPUTE_KINDS = ("none", "selective", "full")
-
-
 def divisors(n: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return small + [n // d for d in reversed(small) if d * d != n]
@@ -120,14 +117,16 @@ def pinned_split(p: Problem) -> Split | None:
     return Split(lps[0], lps[1] if len(lps) > 2 else 0, lps[-1])
 
 
-def stage_count_ok(p: Problem, kind: str, vp: int, n):
-    """Whether a stage at position ``kind`` may hold ``n`` layers (``n`` may be a numpy array): a
-    positive multiple of ``vp`` when the search chooses the split, exactly the pinned count when
-    the user pinned one (then any count: :func:`costmodel.pipeline.chunk_layers` splits it over
-    the ``vp`` chunks)."""
+def stage_count_ok(p: Problem, kind: str, vp: int, n, pp: int = 1):
+    """Whether a stage at position ``kind`` of ``pp`` may hold ``n`` layers (``n`` may be a numpy
+    array): a positive multiple of ``vp`` when the search chooses the split (without
+    ``uneven_stages``, the even share ``layers / pp`` only), exactly the pinned count when the user
+    pinned one (then any count: :func:`costmodel.pipeline.chunk_layers` splits it over the ``vp``
+    chunks)."""
     pin = pinned_split(p)
     if pin is None:
-        return (n >= vp) & (n % vp == 0)
+        ok = (n >= vp) & (n % vp == 0)
+        return ok if p.limits.uneven_stages or kind == "only" else ok & (n * pp == p.model.layers)
     return n == pin.count("first" if kind == "only" else kind)
 
 
@@ -251,9 +250,13 @@ def engine_bound(cluster, c, model) -> bool:
 
 
 def bucket_values(p: Problem, s: Shape) -> list[float]:
-    """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default)."""
+    """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default); a
+    framework that fixes its bucket (torchtitan's 100 MB, :data:`costmodel.frameworks.FIXED_BUCKET_MB`)
+    runs that one unless the user pins another."""
     if not data_parallel(p, s):
         return [float(b) for b in _moot(p, "bucket_mb", 40.0)]
+    if p.framework in frameworks.FIXED_BUCKET_MB:
+        return [float(b) for b in _moot(p, "bucket_mb", frameworks.FIXED_BUCKET_MB[p.framework])]
     opts = set(float(b) for b in p.limits.bucket_mb_options)
     if "bucket_mb" in p.limits.fixed:
         opts.add(float(p.limits.fixed["bucket_mb"]))
@@ -272,7 +275,7 @@ def recompute_values(p: Problem, max_stage_layers: int) -> list[tuple[str, int |
     A fixed or bounded ``recompute_layers`` of 0 means all layers.
     """
     lim = p.limits
-    kinds = lim.filter("recompute", list(RECOMPUTE_KINDS))
+    kinds = lim.filter("recompute", list(frameworks.recompute_kinds(p.framework)))
     out = [(k, None) for k in kinds]
     if "full" in kinds and lim.partial_recompute and not p.model.dense_layers:
         out += [("full", k) for k in RECOMPUTE_LAYER_LADDER if k < max_stage_layers]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from costmodel.errors import SpecError
-from costmodel.frameworks import FRAMEWORKS, check_fields
+from costmodel.frameworks import FRAMEWORKS, check_fields, refuse_unsearchable_recompute
 from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive
 from costmodel.units import GiB
 
@@ -129,6 +129,8 @@ class Problem:
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}
         if pinned:  # a pinned setting the framework cannot run: say why, before any search
             check_fields(self.framework, **pinned)
+        if "recompute" in self.limits.fixed:
+            refuse_unsearchable_recompute(self.framework, self.limits.fixed["recompute"])
         if self.framework == "deepspeed":  # no interleaving, ring CP or chunked overlap (costmodel.frameworks)
             most = {k: min(1, self.limits.maximum.get(k, 1)) for k in ("vp", "cp", "chunks")}
             object.__setattr__(self, "limits", replace(self.limits, maximum={**self.limits.maximum, **most}))

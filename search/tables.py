@@ -409,7 +409,7 @@ class Tables:
                                        fwd, stage, s.pp, vp, n)
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device)
             mem = self.memory(choice, kind)
-            valid = stage_count_ok(p, kind, vp, n) & (mem <= p.hbm_cap_bytes)  # pinned split: its counts
+            valid = stage_count_ok(p, kind, vp, n, s.pp) & (mem <= p.hbm_cap_bytes)  # pinned split: its counts
             if kind in ("first", "only"):
                 valid &= n >= d
             if kind == "only":

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.estimate import evaluate
+from costmodel import frameworks
 from costmodel.config import ParallelConfig
 from search import candidates as cand
 from search.problem import Limits, Problem
@@ -70,7 +71,7 @@ def random_plans(problem, n, rng):
             if not options:
                 continue
             lps = cand.Split(*rng.choice(options)).layers_per_stage(s.pp)
-        kind = rng.choice(cand.RECOMPUTE_KINDS)
+        kind = rng.choice(frameworks.recompute_kinds(problem.framework))
         rec_layers = rng.choice([None, rng.randint(1, min(lps) if lps else L)]) if kind == "full" else None
         out.append(ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, cp=s.cp, ep=s.ep, mb=mb, vp=vp, layers_per_stage=lps,
                                   sp=rng.choice(cand.sp_values(problem, s)), zero=rng.choice(cand.zero_values(problem, s)),
