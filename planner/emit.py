@@ -257,22 +257,29 @@ def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") 
 def deepspeed_notes(c: ParallelConfig) -> list[str]:
     degrees = (("tp", c.tp), ("pp", c.pp), ("cp", c.cp), ("ep", c.ep), ("vp", c.vp))
     parts = [f"{name}={v}" for name, v in degrees if v > 1]
+    if c.sp_on:
+        parts.append("sequence parallelism on (Megatron-DeepSpeed --sequence-parallel)")
+    if c.pp > 1:  # the even split the plan was evaluated with (Megatron-DeepSpeed GPTModelPipe's default)
+        parts.append("PipelineModule(partition_method='type:transformer'): equal transformer layers per stage")
     notes = []
     if parts:
-        notes.append("set " + " ".join(parts) + " in the training script (not DeepSpeed JSON keys)")
+        notes.append("set " + ", ".join(parts) + " in the training script (not DeepSpeed JSON keys)")
     if c.recompute != "none":
         notes.append(f"recompute={c.recompute}: enable activation checkpointing in the model code")
     return notes
 
 
-def torchtitan_lines(c: ParallelConfig, workload: Workload) -> list[str]:
+def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list[str]:
     """The plan as torchtitan job-config TOML (``torchtitan/config/job_config.py``: ``Parallelism``,
     ``Training``, ``ActivationCheckpoint``): FSDP2 shards over ``dp`` (zero 2/3) or DDP replicates
     (zero 0); zero=3 reshards after forward (``fsdp_reshard_after_forward = "always"``), zero=2 not
-    (``"never"``); chunked TP overlap is async TP, which needs ``torch.compile``.
+    (``"never"``); chunked TP overlap is async TP, which needs ``torch.compile``. With a pipeline,
+    the even split the plan was evaluated with: ``pipeline_parallel_layers_per_stage`` layers per
+    virtual stage and the embedding / output not counted as layers (torchtitan's ``pipeline_llm``
+    counts each as one layer by default, ``pipeline_parallel_first/last_stage_less_layers = 1``).
 
     >>> print("\\n".join(torchtitan_lines(ParallelConfig(tp=8, pp=2, dp=4, sp=True, zero=3, framework="fsdp2"),
-    ...                                    Workload(global_batch=64, seq_len=4096))[:5]))
+    ...                                    Workload(global_batch=64, seq_len=4096), 32)[:5]))
     [parallelism]
     data_parallel_replicate_degree = 1
     data_parallel_shard_degree = 4
@@ -292,7 +299,9 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload) -> list[str]:
            f"pipeline_parallel_degree = {c.pp}"]
     if c.pp > 1:
         out += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if c.vp > 1 else "1F1B"}"',
-                f"pipeline_parallel_microbatch_size = {c.mb}"]
+                f"pipeline_parallel_microbatch_size = {c.mb}",
+                f"pipeline_parallel_layers_per_stage = {layers // (c.pp * c.vp)}",
+                "pipeline_parallel_first_stage_less_layers = 0", "pipeline_parallel_last_stage_less_layers = 0"]
     out += [f"context_parallel_degree = {c.cp}", f"expert_parallel_degree = {c.ep}", "",
             "[training]", f"global_batch_size = {workload.global_batch}",
             # gradient accumulation = global / (local * dp); with PP the local batch is split into
@@ -326,7 +335,7 @@ def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int) -> t
 
     refuse_unless_runnable(fmt, c)
     if fmt == "fsdp2":
-        text, notes = "\n".join(torchtitan_lines(c, workload)), torchtitan_notes(c)
+        text, notes = "\n".join(torchtitan_lines(c, workload, layers)), torchtitan_notes(c)
     elif fmt == "megatron":
         text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype), megatron_notes(c)
     else:

@@ -7,7 +7,7 @@ from costmodel.analytic import dp_comm, layer_timing
 from costmodel.config import ParallelConfig, validate_config
 from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
-from costmodel.frameworks import check, semantics
+from costmodel.frameworks import check, recompute_kinds, semantics
 from costmodel.memory import memory_per_stage
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
@@ -159,3 +159,76 @@ def test_readme_plan_emitted_memory_equals_evaluated(capsys):
     est = evaluate(GPT3, A100.with_gpus(1024), W, c)
     assert est.peak_memory_bytes == pytest.approx(d["peak_memory_bytes"], rel=1e-9)
     assert est.peak_memory_bytes <= A100.device.hbm_bytes
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "fsdp2"])
+def test_every_recommended_plan_is_emitted_for_its_framework(framework):
+    """Llama-3-70B on 16 H100 is memory-tight: the search used to answer an uneven stage split
+    (19, 21, 21, 19) under DeepSpeed that ``--emit deepspeed`` refuses, and could answer
+    attention-only selective or partial recompute that torchtitan cannot state."""
+    w = Workload(global_batch=64, seq_len=8192)
+    p = Problem(model=load_model("llama3-70b"), cluster=load_cluster("h100-sxm").with_gpus(16), workload=w,
+                framework=framework)
+    r = solve(p, SolveOptions(time_limit_s=20, top_k=5))
+    assert r.plans
+    for plan in r.plans:
+        c = plan.config
+        refuse_unless_runnable(framework, c)  # raises for a plan the format cannot reproduce
+        emit_text(framework, c, w, 80)
+        assert c.layers_per_stage is None or len(set(c.layers_per_stage)) == 1
+        assert c.recompute in recompute_kinds(framework)
+
+
+def test_fsdp2_search_offers_op_sac_not_attention_only_selective():
+    assert recompute_kinds("fsdp2") == ("none", "op_sac", "full")
+    assert "op_sac" not in recompute_kinds("megatron") and "op_sac" not in recompute_kinds("deepspeed")
+    r = _recommend("fsdp2", recompute="op_sac")
+    assert r.plans and all(plan.config.recompute == "op_sac" for plan in r.plans)
+
+
+@pytest.mark.parametrize("framework, kind, allowed", [("fsdp2", "selective", "none, op_sac or full"),
+                                                      ("megatron", "op_sac", "none, selective or full"),
+                                                      ("deepspeed", "op_sac", "none, selective or full")])
+def test_a_pinned_recompute_the_framework_cannot_state_is_refused_at_once(framework, kind, allowed):
+    with pytest.raises(SpecError, match=f"recompute='{kind}': must be {allowed} under framework={framework}"):
+        Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
+                workload=Workload(global_batch=64, seq_len=4096), limits=Limits(fixed={"recompute": kind}),
+                framework=framework)
+
+
+def test_fsdp2_runs_torchtitans_fixed_bucket():
+    """torchtitan has no bucket setting (``replicate(..., bucket_cap_mb=100)``): the search does not
+    rank plans by a bucket size the user cannot set."""
+    for plan in _recommend("fsdp2").plans:
+        assert plan.config.bucket_bytes == pytest.approx(100e6) or plan.config.dp * plan.config.cp == 1
+
+
+def torchtitan_stages(toml_lines: list[str], layers: int) -> tuple[int, int]:
+    """``(virtual stages, stages per rank)`` as torchtitan's ``pipeline_llm`` derives them from the
+    job config (torchtitan/distributed/pipeline_parallel.py), re-implemented with its defaults:
+    first/last stage "less layers" 1 each, 2 stages per rank for a looped schedule unless
+    ``pipeline_parallel_layers_per_stage`` is set."""
+    kv = dict(line.split(" = ", 1) for line in toml_lines if " = " in line)
+    pp = int(kv["pipeline_parallel_degree"])
+    single = kv.get("pipeline_parallel_schedule", '"1F1B"') == '"1F1B"'
+    lps = kv.get("pipeline_parallel_layers_per_stage")
+    if lps is None:
+        per_rank = 1 if single else 2
+        return pp * per_rank, per_rank
+    inp = int(kv.get("pipeline_parallel_first_stage_less_layers", 1))
+    out = int(kv.get("pipeline_parallel_last_stage_less_layers", 1))
+    stages = -(-(layers + inp + out) // int(lps))
+    assert stages % pp == 0
+    assert (stages // pp == 1) if single else (stages // pp >= 2)
+    return stages, stages // pp
+
+
+@pytest.mark.parametrize("pp, vp", [(2, 1), (4, 1), (2, 4), (4, 5)])
+def test_torchtitan_emit_reproduces_the_evaluated_even_split(pp, vp):
+    """Without the split fields torchtitan would build 2 stages per rank for a looped schedule and
+    count the embedding and output as a layer each: not the plan that was evaluated."""
+    from planner.emit import torchtitan_lines
+    c = ParallelConfig(tp=8, pp=pp, dp=2, vp=vp, sp=True, zero=2, framework="fsdp2")
+    lines = torchtitan_lines(c, Workload(global_batch=64 * pp, seq_len=8192), 80)
+    assert torchtitan_stages(lines, 80) == (pp * vp, vp)
+    assert f"pipeline_parallel_layers_per_stage = {80 // (pp * vp)}" in lines

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(best.config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
-            d["torchtitan_config"] = torchtitan_lines(best.config, workload)
+            d["torchtitan_config"] = torchtitan_lines(best.config, workload, model.layers)
         print_json(d)
         return 0
     print(report_text(result, model, cluster, workload))
