@@ -45,7 +45,9 @@ FSDP2 / torchtitan (``torchtitan/models/llama3/infra/parallelize.py``, ``apply_f
 * zero=3: ``reshard_after_forward=True``: gathered in forward and again in backward,
   reduce-scattered per micro-batch.
 * TP is always sequence-parallel in torchtitan (norms as ``SequenceParallel``); chunked TP
-  overlap exists only as async TP (``enable_async_tensor_parallel``); PP with FSDP2 is allowed.
+  overlap exists only as async TP (``enable_async_tensor_parallel``: PyTorch's fused
+  all-gather / reduce-scatter matmuls, one step per TP rank, so ``chunks = tp``); PP with FSDP2
+  is allowed.
 
 >>> semantics("deepspeed", 2).reduce_per_microbatch, semantics("megatron", 1).reduce_per_microbatch
 (True, False)
@@ -206,6 +208,9 @@ def check_fields(framework: str, *, zero: int = 0, pp: int = 1, vp: int = 1, tp:
             raise SpecError("sp", sp, "on with tp > 1 under framework=fsdp2 (torchtitan's TP is sequence-parallel)")
         if chunks > 1 and tp == 1:
             raise SpecError("chunks", chunks, "1 under framework=fsdp2 unless tp > 1 (chunked overlap is async TP)")
+        if chunks > 1 and chunks != tp:  # torch's fused all-gather/reduce-scatter matmuls: one step per TP rank
+            raise SpecError("chunks", chunks, f"1 or tp={tp} under framework=fsdp2 (async TP decomposes each "
+                            "AllGather/ReduceScatter into one step per TP rank)")
 
 
 def allows(framework: str, var: str, value, *, pp: int = 1, tp: int = 1) -> bool:

@@ -322,8 +322,6 @@ def torchtitan_notes(c: ParallelConfig) -> list[str]:
     if c.recompute == "selective":
         notes.append("torchtitan has no attention-only selective recompute; selective_ac_option = \"op\" replays "
                      "more (every second matmul, element-wise ops): evaluate recompute=op_sac for that")
-    if c.chunks > 1 and c.tp > 1:
-        notes.append(f"async TP decomposes each AllGather/ReduceScatter itself; the plan assumed chunks={c.chunks}")
     return notes
 
 

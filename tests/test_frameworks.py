@@ -232,3 +232,11 @@ def test_torchtitan_emit_reproduces_the_evaluated_even_split(pp, vp):
     lines = torchtitan_lines(c, Workload(global_batch=64 * pp, seq_len=8192), 80)
     assert torchtitan_stages(lines, 80) == (pp * vp, vp)
     assert f"pipeline_parallel_layers_per_stage = {80 // (pp * vp)}" in lines
+
+
+def test_fsdp2_chunks_are_async_tp_one_step_per_rank():
+    with pytest.raises(SpecError, match="chunks=4: must be 1 or tp=8 under framework=fsdp2"):
+        check(ParallelConfig(tp=8, dp=2, sp=True, chunks=4, zero=2, framework="fsdp2"))
+    check(ParallelConfig(tp=8, dp=2, sp=True, chunks=8, zero=2, framework="fsdp2"))
+    for plan in _recommend("fsdp2").plans:
+        assert plan.config.chunks in (1, plan.config.tp)
