@@ -515,8 +515,8 @@ def _new_row(r: dict) -> Row:
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
                  flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
                  fused_elementwise=fused, ep_dispatcher=dispatcher, cp_impl=cp_impl)
-    if src in FSDP2_COPIES:
-        fixed["fsdp_copies"] = True
+    if framework == "fsdp2":
+        fixed["fsdp_copies"] = src in FSDP2_COPIES  # FSDP1 / Meta's FSDP: no per-parameter copies
     regime_vp = vp
     if model is not None:
         if src == "llama3_2024" and pp == 16 and model.layers == 126:

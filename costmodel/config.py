@@ -70,10 +70,10 @@ class ParallelConfig:
         around the ring in FP32).
     fsdp_copies : under ``framework="fsdp2"``, PyTorch FSDP2 (``fully_shard``, per-parameter sharding)
         copies each gathered parameter out of the flat all-gather buffer and each gradient into the flat
-        reduce-scatter buffer on the compute stream (:func:`costmodel.analytic.fsdp2_copies_s`); False (the
-        default here; the CLI and the search set it for every ``fsdp2`` plan): gathers land in a flat
-        buffer the parameters are views of (FSDP1's ``FlatParameter``, Megatron FSDP, DeepSpeed
-        ZeRO-3), no copies charged.
+        reduce-scatter buffer on the compute stream (:func:`costmodel.analytic.fsdp2_copies_s`). Unset
+        (None): as the framework runs, i.e. True for ``fsdp2``. False: gathers land in a flat buffer the
+        parameters are views of (FSDP1's ``FlatParameter``, Megatron FSDP, DeepSpeed ZeRO-3), no
+        copies charged (published FSDP1 runs evaluated under ``fsdp2``).
     grad_dtype : the dtype gradients are accumulated in and reduced over data parallelism (bytes
         per element: :func:`costmodel.memory.grad_elem_bytes`): ``fp32`` (the default: Megatron-LM
         with ``--accumulate-allreduce-grads-in-fp32``, which ``--bf16`` forces on; Megatron-Core
@@ -104,11 +104,13 @@ class ParallelConfig:
     fused_elementwise: bool = True
     ep_dispatcher: str = "alltoall"
     cp_impl: str = "ring"
-    fsdp_copies: bool = False
+    fsdp_copies: bool | None = None
     grad_dtype: str = "fp32"
     dma: _dma.Assignment | None = None
 
     def __post_init__(self):
+        if self.fsdp_copies is None:  # as the framework runs it
+            object.__setattr__(self, "fsdp_copies", self.framework == "fsdp2")
         if self.dma is not None:
             object.__setattr__(self, "dma", _dma.parse(self.dma))
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
@@ -164,8 +166,8 @@ class ParallelConfig:
         d["bucket_mb"] = d.pop("bucket_bytes") / MB
         if self.cp_impl == "ring":
             del d["cp_impl"]  # the default: plans without torch CP keep their keys
-        if not self.fsdp_copies:
-            del d["fsdp_copies"]  # the default: plan keys unchanged
+        if self.fsdp_copies == (self.framework == "fsdp2"):
+            del d["fsdp_copies"]  # the framework's own: plan keys unchanged
         if self.grad_dtype == "fp32":
             del d["grad_dtype"]  # the default: plan keys unchanged
         if self.dma is None:

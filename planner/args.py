@@ -298,9 +298,6 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
             "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma")
     fields = {k: getattr(args, k, None) for k in keys}
     fields["framework"] = framework_from_args(args)
-    # PyTorch FSDP2 copies gathered parameters out of (and gradients into) flat buffers
-    # (costmodel.analytic.fsdp2_copies_s): charged for every plan run with it
-    fields["fsdp_copies"] = fields["framework"] == "fsdp2"
     lps = getattr(args, "layers_per_stage", None)
     if lps is not None and fields["pp"] is None:
         fields["pp"] = len(lps)

@@ -98,8 +98,7 @@ class Choice:
                               recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
                               vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
                               flash_attention=flash_attention, layers_per_stage=layers_per_stage,
-                              framework=self.framework, dma=self.dma,
-                              fsdp_copies=self.framework == "fsdp2")  # FSDP2's copies: charged
+                              framework=self.framework, dma=self.dma)
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
@@ -221,8 +220,7 @@ class Tables:
             if choice.dma is None:
                 c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp,
                                    chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
-                                   flash_attention=self.p.limits.flash_attention, framework=choice.framework,
-                                   fsdp_copies=choice.framework == "fsdp2")
+                                   flash_attention=self.p.limits.flash_attention, framework=choice.framework)
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference
