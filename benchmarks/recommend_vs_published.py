@@ -1,13 +1,17 @@
 """The recommended plan against the published plan, both predicted by the same cost model.
 
-    python benchmarks/recommend_vs_published.py [--source KEY] [--time-limit SECONDS]
+    python benchmarks/recommend_vs_published.py [--set dev|new|all] [--source KEY] [--time-limit SECONDS]
 
 For every usable row of the development set (``benchmarks/data/published_dev.csv``, see
-``benchmarks/published.py``) the published plan is predicted as ``validate_published.py`` does
-(unstated settings filled by one rule per source; the best value for unstated micro-batch and
-interleave), and ``planner recommend`` plans the same model, cluster, GPU count, global batch,
-sequence length and precision, with the attention kernel of the published software (FlashAttention
-or not) and everything else free. Expected: the recommended plan's predicted step time is no worse
+``benchmarks/published.py``; ``--set new`` or ``all`` for the new set) the published plan is
+predicted as ``validate_published.py`` does (unstated settings filled by one rule per source; the
+best value for unstated micro-batch and interleave), and ``planner recommend`` plans the same model,
+cluster, GPU count, global batch, sequence length and precision, under the framework that ran it
+(Megatron-Core, DeepSpeed or FSDP2), with the attention kernel of the published software
+(FlashAttention or not) and everything else free. Rows whose software stack the search does not
+choose (eager element-wise kernels, PyTorch's context_parallel, the DeepEP dispatcher, FSDP1's flat
+buffers, half-precision gradient reduction) are listed, not compared: the recommendation would run
+another stack. Expected: the recommended plan's predicted step time is no worse
 than the published plan's (the published plan lies in the search space whenever its settings do).
 Measured step times are shown for reference; the comparison is prediction against prediction.
 """
@@ -22,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published import load_rows, predict  # noqa: E402
+from published import load_set, predict  # noqa: E402
 from search.problem import Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
 
@@ -31,16 +35,29 @@ TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate
 
 def plan_text(c) -> str:
     split = "" if c.layers_per_stage is None else f" L{c.layers_per_stage[0]}/{c.layers_per_stage[-1]}"
-    return (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} mb{c.mb} v{c.vp} sp{int(c.sp_on)} z{c.zero} "
+    return (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp}{f' ep{c.ep}' if c.ep > 1 else ''} mb{c.mb} v{c.vp} sp{int(c.sp_on)} z{c.zero} "
             f"{c.recompute[:4]}{'' if c.recompute_layers is None else c.recompute_layers}{split}")
+
+
+def unsearched_stack(fixed: dict) -> str:
+    """What of a row's software stack the search does not choose ('' if nothing)."""
+    framework = fixed.get("framework", "megatron")
+    out = [text for on, text in (
+        (not fixed.get("fused_elementwise", True), "eager element-wise kernels"),
+        (fixed.get("cp_impl", "ring") != "ring", "PyTorch context_parallel"),
+        (fixed.get("ep_dispatcher", "alltoall") != "alltoall", f"the {fixed.get('ep_dispatcher')} dispatcher"),
+        (framework == "fsdp2" and fixed.get("fsdp_copies") is False, "FSDP1-style flat buffers"),
+        (fixed.get("grad_dtype", "fp32") != "fp32", f"{fixed.get('grad_dtype')} gradient reduction")) if on]
+    return ", ".join(out)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", default="dev", choices=("dev", "new", "all"), help="published rows (default dev)")
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--time-limit", type=float, default=10.0, help="CP-SAT time limit per row (default 10)")
     args = ap.parse_args(argv)
-    rows = [r for r in load_rows() if not args.source or r.source == args.source]
+    rows = [r for r in load_set(args.set) if not args.source or r.source == args.source]
     print(f"{'row':>4} {'model':<18} {'gpus':>5} {'meas s':>8} {'published plan':<40} {'pred s':>8} "
           f"{'recommended plan':<44} {'pred s':>8} {'rec/pub':>8} {'solve':>8}")
     better = same = worse = overflow = 0
@@ -52,8 +69,13 @@ def main(argv=None) -> int:
         if pub is None:
             notes.append(f"row {r.row_id}: published plan not predicted ({why})")
             continue
+        stack = unsearched_stack(r.fixed)
+        if stack:
+            notes.append(f"row {r.row_id}: not compared, the published stack runs {stack}")
+            continue
         flash = r.fixed.get("flash_attention", True)
-        p = Problem(model=r.model, cluster=r.cluster, workload=r.workload, limits=Limits(flash_attention=flash))
+        p = Problem(model=r.model, cluster=r.cluster, workload=r.workload, limits=Limits(flash_attention=flash),
+                    framework=r.fixed.get("framework", "megatron"))
         t0 = time.perf_counter()
         res = solve(p, SolveOptions(time_limit_s=args.time_limit, workers=2))
         dt = time.perf_counter() - t0
