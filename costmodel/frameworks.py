@@ -213,6 +213,15 @@ def check_fields(framework: str, *, zero: int = 0, pp: int = 1, vp: int = 1, tp:
                             "AllGather/ReduceScatter into one step per TP rank)")
 
 
+def chunk_options(framework: str, tp: int, options) -> list[int]:
+    """The chunk counts to consider from ``options`` under ``framework``: under FSDP2 chunked
+    overlap is async TP, whose one count is ``tp`` (offered when ``options`` has any count > 1)."""
+    opts = sorted(set(options) | {1})
+    if framework == "fsdp2":
+        return [1, tp] if tp > 1 and opts[-1] > 1 else [1]
+    return opts
+
+
 def allows(framework: str, var: str, value, *, pp: int = 1, tp: int = 1) -> bool:
     """Whether the search may consider ``var = value`` under ``framework`` (shape ``pp``, ``tp``)."""
     if var == "zero":

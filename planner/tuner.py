@@ -26,6 +26,7 @@ from dataclasses import fields
 
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
+from costmodel.frameworks import FRAMEWORKS
 from costmodel.estimate import Estimate
 from costmodel.estimate import evaluate as _evaluate
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
@@ -48,19 +49,25 @@ class Planner:
     model, cluster : a spec object, a preset name or a JSON/YAML file path.
     gpus : total GPUs. global_batch : sequences per step. seq : tokens per sequence.
     dtype : GEMM format (``bf16``, ``fp16``, ``fp8``).
+    framework : ``megatron``, ``deepspeed`` or ``fsdp2``: the framework of every plan this
+        planner builds (a config that names none runs under it), enumerates and recommends
+        (:mod:`costmodel.frameworks`), as ``planner.recommend(framework=...)``.
     """
 
-    def __init__(self, model, cluster, gpus: int, global_batch: int, seq: int, dtype: str = "bf16"):
+    def __init__(self, model, cluster, gpus: int, global_batch: int, seq: int, dtype: str = "bf16",
+                 framework: str = "megatron"):
         self.model = model
         self.cluster = cluster
         self.gpus = gpus
         self.global_batch = global_batch
         self.seq = seq
         self.dtype = dtype
+        self.framework = framework
 
     def get_params(self) -> dict:
         """The constructor's parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype")}
+        return {k: getattr(self, k) for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype",
+                                              "framework")}
 
     def set_params(self, **params) -> "Planner":
         """Change parameters (scikit-learn convention); the problem is resolved again on next use.
@@ -84,6 +91,8 @@ class Planner:
         key = tuple(id(v) if isinstance(v, (ModelSpec, ClusterSpec)) else v for v in self.get_params().values())
         cached = getattr(self, "_resolved", None)
         if cached is None or cached[0] != key:
+            if self.framework not in FRAMEWORKS:
+                raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
             m = resolve_model(self.model)
             cl = resolve_cluster(self.cluster, self.gpus)
             w = make_workload(self.global_batch, self.seq, self.dtype)
@@ -100,6 +109,8 @@ class Planner:
             config = None
         elif config is not None and not isinstance(config, ParallelConfig):
             raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
+        if config is None:  # a plan that names no framework runs under the planner's
+            fields_.setdefault("framework", self.framework)
         if any(k in fields_ for k in SPLIT_KEYS) or (config is None and "layers_per_stage" in fields_):
             from .api import config_with_split  # uneven stages: Megatron's rules need the model's depth
             return config_with_split(self._problem()[0], self.gpus, config, fields_)
@@ -209,7 +220,7 @@ class Planner:
         m, cl, w, scorer = self._problem()
         lim, allowed = self._limits(constraints, defaults=SPACE_DEFAULTS)
         lim = limits or lim
-        problem = Problem(model=m, cluster=cl, workload=w, limits=lim)
+        problem = Problem(model=m, cluster=cl, workload=w, limits=lim, framework=self.framework)
         out = []
         for choice in all_choices(problem):
             s = choice.shape
@@ -277,7 +288,7 @@ class Planner:
             raise SpecError(sorted(allowed)[0], sorted(allowed[sorted(allowed)[0]], key=str),
                             "a single value or a <variable>_min/_max bound in recommend (lists only in space)")
         return recommend(m, cl, w, limits=limits, time_limit_s=time_limit_s, workers=workers, seed=seed,
-                         top_k=top_k)
+                         top_k=top_k, framework=self.framework)
 
 
 def grid(**values) -> list[dict]:

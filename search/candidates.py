@@ -217,9 +217,9 @@ def zero_values(p: Problem, s: Shape) -> list[int]:
 
 def chunk_values(p: Problem, s: Shape) -> list[int]:
     if not (s.tp > 1 or (p.model.is_moe and s.ep > 1)):
-        return _moot(p, "chunks", 1)
-    return _runnable(p, s, "chunks", p.limits.filter("chunks", sorted(set(p.limits.chunk_options)
-                                                                      | set(_moot(p, "chunks", 1)))))
+        return _runnable(p, s, "chunks", _moot(p, "chunks", 1))  # a pin the framework refuses here: no plan
+    opts = frameworks.chunk_options(p.framework, s.tp, set(p.limits.chunk_options) | set(_moot(p, "chunks", 1)))
+    return _runnable(p, s, "chunks", p.limits.filter("chunks", opts))
 
 
 def dma_values(p: Problem, s: Shape, zero: int) -> list:

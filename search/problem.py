@@ -128,7 +128,11 @@ class Problem:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}
         if pinned:  # a pinned setting the framework cannot run: say why, before any search
-            check_fields(self.framework, **pinned)
+            probe = dict(pinned)  # unpinned settings as the search may choose them: never the cause
+            probe.setdefault("sp", True)
+            if probe.get("chunks", 1) > 1:
+                probe.setdefault("tp", probe["chunks"])
+            check_fields(self.framework, **probe)
         if "recompute" in self.limits.fixed:
             refuse_unsearchable_recompute(self.framework, self.limits.fixed["recompute"])
         if self.framework == "deepspeed":  # no interleaving, ring CP or chunked overlap (costmodel.frameworks)

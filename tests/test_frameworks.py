@@ -240,3 +240,29 @@ def test_fsdp2_chunks_are_async_tp_one_step_per_rank():
     check(ParallelConfig(tp=8, dp=2, sp=True, chunks=8, zero=2, framework="fsdp2"))
     for plan in _recommend("fsdp2").plans:
         assert plan.config.chunks in (1, plan.config.tp)
+
+
+def test_fsdp2_pinned_chunks_choose_the_tp_they_fit():
+    """A pinned chunk count under FSDP2 is async TP over that many ranks: the search picks a TP
+    degree it fits (it used to refuse '--chunks 8' alone as if tp were 1, and answered plans with
+    tp=1 and chunks=8 that evaluate refused)."""
+    r = _recommend("fsdp2", chunks=8)
+    assert r.plans and all(pl.config.tp == 8 and pl.config.chunks == 8 for pl in r.plans)
+    with pytest.raises(SpecError, match="chunks=8: must be 1 or tp=4 under framework=fsdp2"):
+        _recommend("fsdp2", chunks=8, tp=4)
+    # an unpinned sp is never the reason for a refusal (the search turns it on where FSDP2 needs it)
+    assert _recommend("fsdp2", chunks=4, tp=4).plans
+
+
+def test_planner_api_runs_one_framework():
+    from planner import Planner
+    p = Planner("llama3-8b", "h100-sxm", gpus=16, global_batch=64, seq=4096, framework="fsdp2")
+    space = p.space(tp=[1, 2], pp=[1, 2], zero=[2, 3])
+    assert space and {c.framework for c in space} == {"fsdp2"}
+    assert {c.recompute for c in space} <= set(recompute_kinds("fsdp2"))
+    assert all(c.chunks in (1, c.tp) for c in space)
+    c = p.config(tp=2, sp=True, zero=3)  # a plan that names no framework runs under the planner's
+    assert c.framework == "fsdp2" and c.fsdp_copies
+    assert p.recommend().best.config.framework == "fsdp2"
+    with pytest.raises(SpecError, match="framework='jax'"):
+        Planner("llama3-8b", "h100-sxm", gpus=16, global_batch=64, seq=4096, framework="jax").evaluate(tp=2)
