@@ -136,7 +136,7 @@ class Bounds:
             s = c.shape
             shard_d = s.dp * s.cp if c.zero >= 1 else 1
             shard_e = expert_dp(c.config()) if c.zero >= 1 else 1
-            a = self.t.affine(c, kind)
+            a = self.t.state(c, kind)
             self._opt[key] = optimizer_time_s(a["dense"][n] / shard_d + a["expert"][n] / shard_e, self.p.cluster.device)
         return self._opt[key]
 
@@ -223,9 +223,8 @@ class Bounds:
         p, s, n = self.p, c.shape, self.n
         a_d, a_m = self.activations(c)
         nd, nm = self.counts(kind, n)
-        tokens = c.mb * p.workload.seq_len / s.cp
-        li = 2 * p.model.hidden * tokens / (s.tp if c.sp and s.tp > 1 else 1)
         if c.recompute == "full":
+            li = self.t.layer_input_bytes(c)
             kk = n if c.recompute_layers is None else np.minimum(n, c.recompute_layers)
             stored = kk * li + np.maximum(0, nd - kk) * a_d + (n - np.maximum(kk, nd)) * a_m
         else:
@@ -233,7 +232,18 @@ class Bounds:
         stage = STAGE_OF.get(kind, s.pp - 1)
         chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
         acts = stored / c.vp * chunks
-        return self.t.affine(c, kind)["state"] + acts + reserved_bytes(c.config(), acts)
+        r0, r1 = self._reserve(c)
+        return self.t.state(c, kind)["state"] + acts + r0 + r1 * acts
+
+    def _reserve(self, c: Choice) -> tuple[float, float]:
+        """:func:`costmodel.memory.reserved_bytes` of ``c``'s shape as ``r0 + r1 * activations``
+        (affine in the activations), once per shape."""
+        key = ("reserve", c.shape)
+        if key not in self._caps:
+            cfg = c.config()
+            r0 = reserved_bytes(cfg, 0.0)
+            self._caps[key] = (r0, reserved_bytes(cfg, 1.0) - r0)
+        return self._caps[key]
 
     def caps(self, c: Choice) -> dict | None:
         """``{kind: (fewest, most) layers}`` a stage may hold, or None when no split can fit

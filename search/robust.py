@@ -46,7 +46,7 @@ from .exhaustive import Scored, split_objectives
 from .presolve import presolve
 from .problem import Problem
 from .result import FEASIBLE, OPTIMAL, SolveResult
-from .solve import SolveOptions, _plan, _solver, solve
+from .solve import SolveOptions, _plan, _solver, cyclic_gc_paused, solve
 from .tables import Tables
 
 #: the CP-SAT confirmation runs when at most this many choices remain after the bound
@@ -70,6 +70,7 @@ def robust_splits(tabs: list, layers: int, k: int = 1) -> list:
     return [Scored(int(obj[i]), tabs[0].choice, Split(int(nf[i]), int(nm[i]), int(nl[i]))) for i in order]
 
 
+@cyclic_gc_paused()
 def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveResult:
     """The plan with the least worst-case step time over the scenarios (see the module doc)."""
     start = time.perf_counter()

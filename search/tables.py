@@ -241,38 +241,64 @@ class Tables:
             self._parts[key] = activation_bytes_per_layer(self.p.model, self.p.workload, c, moe)
         return self._parts[key]
 
+    def layer_input_bytes(self, choice: Choice) -> float:
+        """Bytes one fully recomputed layer keeps per micro-batch: its BF16 input, sharded by SP
+        (Korthikanti et al. 2023, section 5: full recompute stores only each layer's input)."""
+        s = choice.shape
+        tokens = choice.mb * self.p.workload.seq_len / s.cp
+        return 2 * self.p.model.hidden * tokens / (s.tp if choice.sp and s.tp > 1 else 1)
+
     # ------------------------------------------------------------------ affine in the layer count
     def affine(self, choice: Choice, kind: str) -> dict:
         """Per-stage quantities affine in the layer count ``n``, as arrays over ``n``: dense and
-        expert parameters, ZeRO model state bytes, DP gradient / parameter collective seconds and
-        gradient bytes. They depend on the shape and ZeRO stage only. (An MoE first stage holding
-        only the dense layers has no expert group, so ``n = dense_layers`` is probed on its own.)"""
-        s = choice.shape
-        key = (s, choice.zero, choice.framework, kind, choice.dma)
+        expert parameters and ZeRO model state bytes (:meth:`state`), and the DP gradient /
+        parameter collective seconds, their latencies and the gradient bytes. They depend on the
+        shape and ZeRO stage only (the collectives also on the DMA assignment)."""
+        key = ("comm", choice.shape, choice.zero, choice.framework, kind, choice.dma)
         if key not in self._affine:
-            p, d, L = self.p, self.p.model.dense_layers, self.p.model.layers
-            split_dense = kind in ("first", "only") and p.model.is_moe and d > 0
-            n0 = d + 1 if split_dense else 1
-            probes = [n0, n0 + 1] + ([d] if split_dense else [])
-            vals = []
-            for n in probes:
-                lps, stage = probe_split(p, choice, kind, n)
-                c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None, vp=1)
-                dense, expert = stage_params(p.model, c, stage)
-                state = sum(model_state_bytes(p.model, c, stage))
+            p = self.p
+
+            def comm(c, stage):
                 t_grad, t_param = dp_comm(p.model, p.cluster, c, stage)
                 lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage)
-                vals.append(dict(dense=dense, expert=expert, state=state, t_grad=t_grad, t_param=t_param,
-                                 lat_grad=lat_grad, lat_param=lat_param, grad_bytes=grad_bytes(p.model, c, stage)))
-            n = np.arange(L + 1)
-            out = {}
-            for name in vals[0]:
-                arr = vals[0][name] + (n - n0) * (vals[1][name] - vals[0][name])
-                if len(vals) == 3:
-                    arr[d] = vals[2][name]
-                out[name] = arr
-            self._affine[key] = out
+                return dict(t_grad=t_grad, t_param=t_param, lat_grad=lat_grad, lat_param=lat_param,
+                            grad_bytes=grad_bytes(p.model, c, stage))
+            self._affine[key] = dict(self.state(choice, kind), **self._fit(choice, kind, comm))
         return self._affine[key]
+
+    def state(self, choice: Choice, kind: str) -> dict:
+        """The part of :meth:`affine` memory screens and optimizer bounds need (no collectives):
+        ``dense`` and ``expert`` parameters and ZeRO model ``state`` bytes of the stage."""
+        key = ("state", choice.shape, choice.zero, choice.framework, kind)
+        if key not in self._affine:
+            p = self.p
+
+            def state(c, stage):
+                dense, expert = stage_params(p.model, c, stage)
+                return dict(dense=dense, expert=expert, state=sum(model_state_bytes(p.model, c, stage)))
+            self._affine[key] = self._fit(choice, kind, state)
+        return self._affine[key]
+
+    def _fit(self, choice: Choice, kind: str, of) -> dict:
+        """``of(config, stage) -> {name: value}`` probed at two layer counts and extended to every
+        ``n`` (an MoE first stage holding only the dense layers has no expert group, so
+        ``n = dense_layers`` is probed on its own)."""
+        p, d, L = self.p, self.p.model.dense_layers, self.p.model.layers
+        split_dense = kind in ("first", "only") and p.model.is_moe and d > 0
+        n0 = d + 1 if split_dense else 1
+        vals = []
+        for n in [n0, n0 + 1] + ([d] if split_dense else []):
+            lps, stage = probe_split(p, choice, kind, n)
+            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None, vp=1)
+            vals.append(of(c, stage))
+        n = np.arange(L + 1)
+        out = {}
+        for name in vals[0]:
+            arr = vals[0][name] + (n - n0) * (vals[1][name] - vals[0][name])
+            if len(vals) == 3:
+                arr[d] = vals[2][name]
+            out[name] = arr
+        return out
 
     # ------------------------------------------------------------------ one choice
     def stage_table(self, choice: Choice) -> StageTable:
@@ -368,8 +394,7 @@ class Tables:
         am = self.activations(choice, True) if model.is_moe else 0.0
         k = choice.recompute_layers
         if choice.recompute == "full":
-            tokens = choice.mb * w.seq_len / s.cp
-            layer_input = 2 * model.hidden * tokens / (s.tp if choice.sp and s.tp > 1 else 1)
+            layer_input = self.layer_input_bytes(choice)
             kk = n if k is None else np.minimum(n, k)
             first_k = np.minimum(kk, nd) * ad + (kk - np.minimum(kk, nd)) * am
             stored = kk * layer_input + nd * ad + nm * am - first_k

@@ -117,3 +117,29 @@ def test_limits_reject_unknown_variables():
         Limits(fixed={"warp": 2})
     with pytest.raises(ValueError, match="headroom_bytes"):
         Limits(headroom_bytes=-1)
+
+
+# --------------------------------------------------------------------------- the cyclic collector
+def test_search_pauses_the_cyclic_collector_and_restores_its_state():
+    import gc
+
+    from search.solve import cyclic_gc_paused
+    seen = []
+
+    @cyclic_gc_paused()
+    def body(fail):
+        seen.append(gc.isenabled())
+        if fail:
+            raise ValueError("bad input")
+
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            body(False)
+            with pytest.raises(ValueError):
+                body(True)  # an error inside the search restores the collector too
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+    assert seen == [False] * 4
+    assert solve(problem(gpus=8, batch=16)).status == OPTIMAL and gc.isenabled()
