@@ -64,10 +64,6 @@ V_LCM = 840  # lcm(1..8): (m - 1/v) and 1/v as integers for every interleave fac
 STAGE_OF = {"first": 0, "only": 0, "mid": 1}
 
 
-def _index(values) -> dict:
-    return {v: i for i, v in enumerate(sorted(set(values), key=str))}
-
-
 class Factored:
     """The factored model of a problem's relaxation (module docstring)."""
 
@@ -97,7 +93,8 @@ class Factored:
 
 
 def build(p: Problem):
-    """``(Factored, groups)``: the model of ``p``'s relaxation and its group variables."""
+    """``(Factored, x, one, y, timings)``: the model of ``p``'s relaxation, its group, knob and
+    layer-count literals, and the per-layer timings its tables cost."""
     f = Factored(p)
     m, t, b = f.m, f.t, f.b
     L, d, moe_model = p.model.layers, p.model.dense_layers, p.model.is_moe
@@ -124,9 +121,11 @@ def build(p: Problem):
     def by_group(key_of) -> cp_model.LinearExpr:
         return sum(key_of(g) * x[g] for g in groups)
 
-    lay_i = by_group(lambda g: lays.index((g[0].tp, g[0].cp, g[0].ep, g[1])))
-    shape_i = by_group(lambda g: shapes.index(g[0]))
-    group_i = by_group(lambda g: groups.index(g))
+    lay_of = {k: i for i, k in enumerate(lays)}
+    shape_of = {k: i for i, k in enumerate(shapes)}
+    lay_i = by_group(lambda g: lay_of[(g[0].tp, g[0].cp, g[0].ep, g[1])])
+    shape_i = by_group(lambda g: shape_of[g[0]])
+    group_i = sum(i * x[g] for i, g in enumerate(groups))
     timings_before = len(t._layer)
     # ---- per layer: time with recompute (ticks), stored activations (MiB); dense and MoE
     nS, nC, nR = len(spv), len(chv), len(recv)
@@ -226,14 +225,17 @@ def build(p: Problem):
     R0 = f.element("R0", shape_i, r0)
     for pos in POS:
         for kind in kinds_of[pos]:
-            st = []
-            for s in shapes:
-                present = (kind == "only") == (s.pp == 1) and (kind != "mid" or s.pp > 2)
+            s0, s1 = [], []  # state affine in the layer count: its lower envelope s0 + n * s1
+            for sh in shapes:
+                present = (kind == "only") == (sh.pp == 1) and (kind != "mid" or sh.pp > 2)
                 for z in zv:
-                    arr = (t.state(Choice(s, 1, 1, False, 1, z, "none", None, 40.0, p.framework), kind)["state"]
-                           if present else np.zeros(L + 1))
-                    st.extend(int(v) for v in np.floor(arr / MiB))
-            S = f.element(f"S{kind}", (shape_i * len(zv) + oi["z"]) * (L + 1) + n[pos], st)
+                    arr = (t.state(Choice(sh, 1, 1, False, 1, z, "none", None, 40.0, p.framework), kind)["state"]
+                           if present else np.zeros(L + 1)) / MiB
+                    slope = float(np.min(np.diff(arr[1:]))) if L > 1 else 0.0
+                    s1.append(int(np.floor(slope)))
+                    s0.append(int(np.floor(np.min(arr[1:] - np.arange(1, L + 1) * np.floor(slope)))))
+            sz = (shape_i * len(zv) + oi["z"])
+            S0, S1 = f.element(f"S0{kind}", sz, s0), f.element(f"S1{kind}", sz, s1)
             infl = [int(np.floor(V_LCM * (1 + frag) * in_flight_chunks(
                 g[0].pp, p.workload.global_batch // (g[0].dp * g[1]), g[2], STAGE_OF.get(kind, g[0].pp - 1)) / g[2]))
                 for g in groups]
@@ -246,35 +248,51 @@ def build(p: Problem):
             for k, yk in y[pos].items():
                 if k:
                     nd, nm = dense_moe(pos, k)
-                    m.add(V_LCM * (S + R0) + nd * act[False] + nm * act[True] <= V_LCM * cap).only_enforce_if(
+                    m.add(V_LCM * (S0 + k * S1 + R0) + nd * act[False] + nm * act[True] <= V_LCM * cap).only_enforce_if(
                         [yk] + first_kind_literals(kind))
     m.minimize(pipe + fill)
-    return f, x, timings
+    return f, x, one, y, timings
 
 
-def run(case, time_limit_s: float, workers: int) -> dict:
+def hint(f: Factored, x: dict, one: dict, y: dict, plan) -> None:
+    """The search's best plan as CP-SAT's starting solution."""
+    c, split = plan.choice, plan.split
+    for g, lit in x.items():
+        f.m.add_hint(lit, g == (c.shape, c.mb, c.vp))
+    for name, v in (("sp", c.sp), ("ch", c.chunks), ("z", c.zero), ("rec", c.recompute)):
+        for value, lit in one[name].items():
+            f.m.add_hint(lit, value == v)
+    counts = {"first": split.first, "mid": split.mid if c.shape.pp > 2 else 0, "last": split.last if c.shape.pp > 1 else 0}
+    for pos, lits in y.items():
+        for k, lit in lits.items():
+            f.m.add_hint(lit, k == counts[pos])
+
+
+def run(case, time_limit_s: float, workers: int, with_hint: bool) -> dict:
     label, model_name, cluster, gpus, batch, seq = case
     p = Problem(model=load_model(model_name), cluster=load_cluster(cluster).with_gpus(gpus),
                 workload=Workload(global_batch=batch, seq_len=seq), limits=Limits(partial_recompute=False))
     cold()
     t0 = time.perf_counter()
-    f, x, timings = build(p)
+    r = solve(p, SolveOptions(workers=workers, seed=0))
+    bb_s = time.perf_counter() - t0
+    cold()
+    t0 = time.perf_counter()
+    f, x, one, y, timings = build(p)
     build_s = time.perf_counter() - t0
-    model, entries, res_s = f.m, f.entries, f.t.res_s
+    if with_hint and r.best is not None:
+        hint(f, x, one, y, r.best)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
     t0 = time.perf_counter()
-    code = solver.solve(model)
+    code = solver.solve(f.m)
     cp_s = time.perf_counter() - t0
-    status = solver.status_name(code)
-    obj = solver.objective_value / V_LCM * res_s if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-    bound = solver.best_objective_bound / V_LCM * res_s
-    cold()
-    t0 = time.perf_counter()
-    r = solve(p, SolveOptions(workers=workers, seed=0))
-    return dict(label=label, groups=len(x), entries=entries, timings=timings, build_s=build_s, status=status,
-                obj=obj, bound=bound, cp_s=cp_s, bb_status=r.status, bb_s=time.perf_counter() - t0,
+    found = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    scale = f.t.res_s / V_LCM
+    return dict(label=label, groups=len(x), entries=f.entries, timings=timings, build_s=build_s,
+                status=solver.status_name(code), obj=solver.objective_value * scale if found else None,
+                bound=solver.best_objective_bound * scale, cp_s=cp_s, bb_status=r.status, bb_s=bb_s,
                 bb_obj=r.objective_s)
 
 
@@ -283,12 +301,13 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", help="comma-separated substrings of case names (benchmarks/search_speed.py)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="CP-SAT seconds per case (default 60)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--hint", action="store_true", help="start CP-SAT from the search's best plan")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if not args.cases or any(s.lower() in c[0].lower() for s in args.cases.split(","))]
     print(f"{'case':<30} {'groups':>6} {'entries':>8} {'timings':>8} {'build s':>8} {'CP-SAT':>9} {'s':>7} "
           f"{'relaxed obj s':>13} {'bound s':>9} | {'search':>8} {'s':>6} {'objective s':>11}")
     for case in cases:
-        r = run(case, args.time_limit, args.workers)
+        r = run(case, args.time_limit, args.workers, args.hint)
         obj = f"{r['obj']:.3f}" if r["obj"] is not None else "-"
         print(f"{r['label']:<30} {r['groups']:>6} {r['entries']:>8,} {r['timings']:>8,} {r['build_s']:>8.2f} "
               f"{r['status']:>9} {r['cp_s']:>7.1f} {obj:>13} {r['bound']:>9.3f} | {r['bb_status']:>8} "
