@@ -24,16 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published import load_set  # noqa: E402
 from costmodel.graph import compose  # noqa: E402
 from costmodel.estimate import evaluate  # noqa: E402
-from search.problem import Limits, Problem  # noqa: E402
+from search.problem import VARIABLES, Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
 
-#: Row.fixed keys that are not pins of Limits.fixed
-NOT_PINS = ("flash_attention", "bucket_bytes", "layers_per_stage", "framework")
-
-
 def pins_of(row) -> tuple[dict, dict]:
-    """``(Limits.fixed, other Limits fields)`` of a row's stated plan."""
-    fixed = {k: v for k, v in row.fixed.items() if k not in NOT_PINS}
+    """``(Limits.fixed, other Limits fields)`` of a row's stated plan: the fields the search
+    chooses (:data:`search.problem.VARIABLES`); the rest of the row's stack (gradient dtype,
+    kernels, dispatcher) is not a search variable and the search's plans run its defaults."""
+    fixed = {k: v for k, v in row.fixed.items() if k in VARIABLES}
     if "bucket_bytes" in row.fixed:
         fixed["bucket_mb"] = row.fixed["bucket_bytes"] / 1e6
     extra = {"flash_attention": row.fixed.get("flash_attention", True)}
