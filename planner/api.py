@@ -114,7 +114,7 @@ def sweep(models, clusters, gpus, global_batch, seq, *, out, dtype="bf16", dma_e
 def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | None = None,
               global_batch: int | None = None, seq: int | None = None, dtype: str = "bf16",
               time_limit_s: float = 10.0, workers: int = 2, seed: int = 0, top_k: int = 1,
-              limits=None, framework: str = "megatron", robust: bool = False, **fixed):
+              limits=None, framework: str = "megatron", grad_dtype: str = "fp32", robust: bool = False, **fixed):
     """The best parallel plan (and the next ``top_k - 1``), proven optimal by CP-SAT.
 
     Parameters
@@ -125,6 +125,8 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
     limits : a :class:`search.problem.Limits` (bounds, exclusions, headroom, candidate lists).
     framework : ``megatron``, ``deepspeed`` or ``fsdp2``: only what it runs is searched and its
         ZeRO semantics are charged (:mod:`costmodel.frameworks`).
+    grad_dtype : ``fp32``, ``bf16`` or ``fp16``: the dtype every plan accumulates and reduces its
+        gradients in (``ParallelConfig.grad_dtype``; a property of the run, not searched).
     robust : minimise the worst step time over the scenarios of :mod:`costmodel.scenarios`
         (:func:`search.robust.solve_robust`; the result's ``robust`` holds the step time per
         scenario of the robust and the nominal plan). Compare with a plan you run now with
@@ -173,7 +175,8 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
         given = {k[:-4]: v for k, v in bounds.items() if k.endswith(end)}
         if given:
             limits = replace(limits, **{name: {**getattr(limits, name), **given}})
-    problem = Problem(model=m, cluster=cl, workload=workload, limits=limits, framework=framework)
+    problem = Problem(model=m, cluster=cl, workload=workload, limits=limits, framework=framework,
+                      grad_dtype=grad_dtype)
     options = SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k)
     if robust:
         from search.robust import solve_robust

@@ -22,7 +22,7 @@ import math
 import re
 import sys
 
-from costmodel.config import RECOMPUTE
+from costmodel.config import GRAD_DTYPES, RECOMPUTE
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.frameworks import FRAMEWORKS
@@ -179,6 +179,10 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--framework", type=choice_arg("framework", FRAMEWORKS), metavar="{" + ",".join(FRAMEWORKS) + "}",
                    help="framework that runs the plan: its ZeRO semantics are charged, only what it can run is "
                         "searched, --emit prints it (default: megatron)")
+    g.add_argument("--grad-dtype", type=choice_arg("grad_dtype", GRAD_DTYPES), metavar="{" + ",".join(GRAD_DTYPES) + "}",
+                   help="dtype gradients are accumulated and reduced in over data parallelism (default fp32, "
+                        "Megatron's for BF16 runs; bf16 is --grad-reduce-in-bf16); recommend plans every "
+                        "candidate with it")
     g.add_argument("--dma", type=dma_arg, metavar="STREAMS:CLASS*N,...",
                    help="DMA engines of each communication stream (tp cp ep pp dp zero), e.g. "
                         "'tp:cdma*2,dp:cdma*1,pp:cdma*1'; 'tp+dp:cdma*1' shares one engine "
@@ -295,7 +299,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
-            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma")
+            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma", "grad_dtype")
     fields = {k: getattr(args, k, None) for k in keys}
     fields["framework"] = framework_from_args(args)
     lps = getattr(args, "layers_per_stage", None)

@@ -57,12 +57,24 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
     if fmt in ("deepspeed", "fsdp2") and c.layers_per_stage is not None and len(set(c.layers_per_stage)) > 1:
         raise SpecError("emit", fmt, f"megatron for an uneven stage split {c.layers_per_stage} "
                         f"({fmt} is emitted with even stages only)")
-    if fmt in ("deepspeed", "fsdp2") and c.grad_dtype != "fp32":
-        raise SpecError("emit", fmt, f"megatron for {c.grad_dtype} gradient reduction "
-                        f"({fmt} is emitted with FP32 gradient reduction only)")
+    _refuse_half_gradients(fmt, c.grad_dtype)
     if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
         raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
                         f"({fmt} recomputes every layer or none)")
+
+
+def _refuse_half_gradients(fmt: str, grad_dtype: str) -> None:
+    if fmt in ("deepspeed", "fsdp2") and grad_dtype != "fp32":
+        raise SpecError("emit", fmt, f"megatron for {grad_dtype} gradient reduction "
+                        f"({fmt} is emitted with FP32 gradient reduction only)")
+
+
+def refuse_unstated_gradients(fmt: str, grad_dtype: str, dtype: str) -> None:
+    """Raise :class:`SpecError` unless ``fmt`` can state gradients reduced in ``grad_dtype`` for a
+    ``dtype`` run: ``recommend --emit`` checks it before searching for plans that all have it."""
+    _refuse_half_gradients(fmt, grad_dtype)
+    if fmt == "megatron":
+        grad_dtype_args(ParallelConfig(grad_dtype=grad_dtype), dtype)
 
 
 def bucket_elements(c: ParallelConfig) -> int:

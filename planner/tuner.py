@@ -24,7 +24,7 @@ import itertools
 import warnings
 from dataclasses import fields
 
-from costmodel.config import ParallelConfig
+from costmodel.config import GRAD_DTYPES, ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.frameworks import FRAMEWORKS
 from costmodel.estimate import Estimate
@@ -52,10 +52,12 @@ class Planner:
     framework : ``megatron``, ``deepspeed`` or ``fsdp2``: the framework of every plan this
         planner builds (a config that names none runs under it), enumerates and recommends
         (:mod:`costmodel.frameworks`), as ``planner.recommend(framework=...)``.
+    grad_dtype : ``fp32``, ``bf16`` or ``fp16``: the gradient dtype of every plan it builds and
+        recommends (``ParallelConfig.grad_dtype``), as ``planner.recommend(grad_dtype=...)``.
     """
 
     def __init__(self, model, cluster, gpus: int, global_batch: int, seq: int, dtype: str = "bf16",
-                 framework: str = "megatron"):
+                 framework: str = "megatron", grad_dtype: str = "fp32"):
         self.model = model
         self.cluster = cluster
         self.gpus = gpus
@@ -63,11 +65,12 @@ class Planner:
         self.seq = seq
         self.dtype = dtype
         self.framework = framework
+        self.grad_dtype = grad_dtype
 
     def get_params(self) -> dict:
         """The constructor's parameters (scikit-learn convention)."""
         return {k: getattr(self, k) for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype",
-                                              "framework")}
+                                              "framework", "grad_dtype")}
 
     def set_params(self, **params) -> "Planner":
         """Change parameters (scikit-learn convention); the problem is resolved again on next use.
@@ -93,6 +96,8 @@ class Planner:
         if cached is None or cached[0] != key:
             if self.framework not in FRAMEWORKS:
                 raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
+            if self.grad_dtype not in GRAD_DTYPES:
+                raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
             m = resolve_model(self.model)
             cl = resolve_cluster(self.cluster, self.gpus)
             w = make_workload(self.global_batch, self.seq, self.dtype)
@@ -109,8 +114,9 @@ class Planner:
             config = None
         elif config is not None and not isinstance(config, ParallelConfig):
             raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
-        if config is None:  # a plan that names no framework runs under the planner's
+        if config is None:  # a plan that names no framework (gradient dtype) runs under the planner's
             fields_.setdefault("framework", self.framework)
+            fields_.setdefault("grad_dtype", self.grad_dtype)
         if any(k in fields_ for k in SPLIT_KEYS) or (config is None and "layers_per_stage" in fields_):
             from .api import config_with_split  # uneven stages: Megatron's rules need the model's depth
             return config_with_split(self._problem()[0], self.gpus, config, fields_)
@@ -220,7 +226,8 @@ class Planner:
         m, cl, w, scorer = self._problem()
         lim, allowed = self._limits(constraints, defaults=SPACE_DEFAULTS)
         lim = limits or lim
-        problem = Problem(model=m, cluster=cl, workload=w, limits=lim, framework=self.framework)
+        problem = Problem(model=m, cluster=cl, workload=w, limits=lim, framework=self.framework,
+                          grad_dtype=self.grad_dtype)
         out = []
         for choice in all_choices(problem):
             s = choice.shape
@@ -288,7 +295,7 @@ class Planner:
             raise SpecError(sorted(allowed)[0], sorted(allowed[sorted(allowed)[0]], key=str),
                             "a single value or a <variable>_min/_max bound in recommend (lists only in space)")
         return recommend(m, cl, w, limits=limits, time_limit_s=time_limit_s, workers=workers, seed=seed,
-                         top_k=top_k, framework=self.framework)
+                         top_k=top_k, framework=self.framework, grad_dtype=self.grad_dtype)
 
 
 def grid(**values) -> list[dict]:

@@ -50,7 +50,7 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
     vecs = {}
     for ch in chunk_opts:
         c = Choice(base.shape, base.mb, base.vp, base.sp, ch, base.zero, base.recompute, None, base.bucket_mb,
-                   base.framework, base.dma)
+                   base.framework, base.dma, base.grad_dtype)
         vecs[ch] = [tables.layer(c, False)] + ([tables.layer(c, True)] if moe else [])
     ref = vecs[chunk_opts[0]]
     if any(v[i][2:] != ref[i][2:] for v in vecs.values() for i in range(len(ref))):
@@ -123,14 +123,15 @@ class Expander:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
                         if pruned is not None and pruned(Choice(s, mb, vp, sp, max(chunk_opts), zero, kind, k,
-                                                                kept_buckets[0], p.framework, a)):
+                                                                kept_buckets[0], p.framework, a, p.grad_dtype)):
                             self.counts["bound"] += len(chunk_opts) * len(buckets)
                             continue
-                        base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a)
+                        base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a,
+                                      p.grad_dtype)
                         chs = self.chunks(base, chunk_opts)
                         self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                         for ch in chs:
-                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a) for b in kept_buckets]
+                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype) for b in kept_buckets]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
         """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
@@ -159,17 +160,19 @@ class Expander:
         slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
         if refined:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
             zeros = [z for z in zeros
-                     if bounds.caps(Choice(s, mb, vp, max(sps), 1, z, slow_rec, None, bucket, p.framework)) is not None]
+                     if bounds.caps(Choice(s, mb, vp, max(sps), 1, z, slow_rec, None, bucket, p.framework,
+                                              grad_dtype=p.grad_dtype)) is not None]
             if not zeros:
                 return None
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
-        t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework))
+        t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework,
+                                            grad_dtype=p.grad_dtype))
                 for sp in sps)
         if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)
             return t
         rest = math.inf
         for z in zeros:
-            c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, bucket, p.framework)
+            c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, bucket, p.framework, grad_dtype=p.grad_dtype)
             rest = min(rest, bounds.opt_lb_s(c) + bounds.dp_lb_s(c))
         return t + rest
 

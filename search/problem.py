@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from costmodel.config import GRAD_DTYPES
 from costmodel.errors import SpecError
 from costmodel.frameworks import FRAMEWORKS, check_fields, refuse_unsearchable_recompute
 from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive
@@ -122,10 +123,15 @@ class Problem:
     workload: Workload
     limits: Limits = field(default_factory=Limits)
     framework: str = "megatron"  # the framework that runs the plan (costmodel.frameworks)
+    #: the dtype gradients are accumulated and reduced in (``ParallelConfig.grad_dtype``): part of the
+    #: run's numerics, so every plan of the search has it; it is not a search variable
+    grad_dtype: str = "fp32"
 
     def __post_init__(self):
         if self.framework not in FRAMEWORKS:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
+        if self.grad_dtype not in GRAD_DTYPES:
+            raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}
         if pinned:  # a pinned setting the framework cannot run: say why, before any search
             probe = dict(pinned)  # unpinned settings as the search may choose them: never the cause

@@ -81,13 +81,14 @@ class Choice:
     bucket_mb: float
     framework: str = "megatron"  # costmodel.frameworks: whose ZeRO semantics are charged
     dma: object = None  # costmodel.dma.Assignment (None: the default split of the engines)
+    grad_dtype: str = "fp32"  # the problem's (search.problem.Problem.grad_dtype)
 
     def key(self) -> tuple:
         """A total order (``recompute_layers=None``, all layers, sorts after any number; the
         default DMA assignment first)."""
         return (self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
                 self.recompute_layers if self.recompute_layers is not None else 1 << 30, self.bucket_mb,
-                self.framework, "" if self.dma is None else str(self.dma))
+                self.framework, "" if self.dma is None else str(self.dma), self.grad_dtype)
 
     def __lt__(self, other: "Choice") -> bool:
         return self.key() < other.key()
@@ -98,7 +99,7 @@ class Choice:
                               recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
                               vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
                               flash_attention=flash_attention, layers_per_stage=layers_per_stage,
-                              framework=self.framework, dma=self.dma)
+                              framework=self.framework, dma=self.dma, grad_dtype=self.grad_dtype)
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
@@ -215,12 +216,13 @@ class Tables:
         s = choice.shape
         z3 = choice.per_microbatch()
         key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe,
-               choice.dma)
+               choice.dma, choice.grad_dtype)
         if key not in self._layer:
             if choice.dma is None:
                 c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp,
                                    chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
-                                   flash_attention=self.p.limits.flash_attention, framework=choice.framework)
+                                   flash_attention=self.p.limits.flash_attention, framework=choice.framework,
+                                   grad_dtype=choice.grad_dtype)
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_init_does_no_work_and_keeps_its_parameters():
     p = Planner(model="no-such-model", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
     assert p.get_params() == {"model": "no-such-model", "cluster": "h100-sxm", "gpus": 8, "global_batch": 64,
-                              "seq": 4096, "dtype": "bf16", "framework": "megatron"}
+                              "seq": 4096, "dtype": "bf16", "framework": "megatron", "grad_dtype": "fp32"}
     assert "no-such-model" in repr(p)
     with pytest.raises(SpecError, match="model='no-such-model'"):
         p.evaluate(tp=8)

@@ -22,7 +22,8 @@ from costmodel.units import GiB
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
 from ..args import framework_from_args
-from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
+from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
+                    refuse_unstated_gradients, torchtitan_lines)
 from ..report import _s, estimate_json, model_label, print_json, table, with_trust
 from .. import recommend_infer
 
@@ -90,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
         from costmodel.errors import SpecError
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
     problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
-                      framework=framework_from_args(args))
+                      framework=framework_from_args(args), grad_dtype=args.grad_dtype or "fp32")
     check_pins(problem)  # a pin no plan can hold: refused at once, naming the rule (as evaluate does)
+    if args.emit:  # a gradient dtype the emitted format cannot state: refused before the search
+        refuse_unstated_gradients(args.emit, problem.grad_dtype, workload.dtype)
     # --time-limit bounds the whole command: what start-up and reading the problem took is
     # deducted, and a tenth (at most 1 s) is kept for building and printing the plans after
     from .. import cli
