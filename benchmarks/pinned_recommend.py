@@ -29,8 +29,8 @@ from search.solve import SolveOptions, solve  # noqa: E402
 
 def pins_of(row) -> tuple[dict, dict]:
     """``(Limits.fixed, other Limits fields)`` of a row's stated plan: the fields the search
-    chooses (:data:`search.problem.VARIABLES`); the rest of the row's stack (gradient dtype,
-    kernels, dispatcher) is not a search variable and the search's plans run its defaults."""
+    chooses (:data:`search.problem.VARIABLES`); the framework and gradient dtype are the problem's,
+    and the rest of the row's stack (kernels, dispatcher) runs the search's defaults."""
     fixed = {k: v for k, v in row.fixed.items() if k in VARIABLES}
     if "bucket_bytes" in row.fixed:
         fixed["bucket_mb"] = row.fixed["bucket_bytes"] / 1e6
@@ -60,10 +60,10 @@ def main(argv=None) -> int:
     for row in rows:
         fixed, extra = pins_of(row)
         framework = row.fixed.get("framework", "megatron")
-        kw = {"framework": framework} if "framework" in Problem.__dataclass_fields__ else {}
         try:
             p = Problem(model=row.model, cluster=row.cluster, workload=row.workload,
-                        limits=Limits(fixed=fixed, **extra), **kw)
+                        limits=Limits(fixed=fixed, **extra), framework=framework,
+                        grad_dtype=row.fixed.get("grad_dtype", "fp32"))
             _cold()
             start = time.perf_counter()
             r = solve(p, SolveOptions(time_limit_s=args.time_limit, rescore=True))
