@@ -114,7 +114,7 @@ def test_missing_out_exits_2(capsys):
 # --------------------------------------------------------------------------- schema
 def test_schema_columns_are_stable():
     # Appending a column means a new SCHEMA_VERSION; renaming or removing one is not allowed.
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     assert list(NAMES) == [
         "case_id", "model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
         "nic_gbps", "hbm_gib", "model_params", "status", "reason",
@@ -124,7 +124,8 @@ def test_schema_columns_are_stable():
         "fits", "compute_s", "bubble_s", "exposed_comm_s",
         "solver", "solve_status", "solve_time_s", "objective_s", "bound_s", "gap", "case_time_s", "attempts",
         "schema_version", "finished_at", "step_time_band_lo_s", "step_time_band_hi_s",
-        "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s", "critical_holds"]
+        "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s", "critical_holds",
+        "framework", "grad_dtype"]
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 
 
@@ -132,6 +133,29 @@ def test_schema_is_printed_for_users(capsys):
     assert cli.main(["sweep", "--schema"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("| column | type | group | meaning |") and all(f"| `{n}` |" in out for n in NAMES)
+
+
+def test_framework_and_gradient_dtype_are_axes_that_keep_old_case_ids(tmp_path):
+    base = {"models": "llama3-8b", "gpus": 8, "global_batch": 64, "seq": 2048, "clusters": "h100-sxm"}
+    # the id a case had before framework and grad_dtype were axes (computed at 41159bf): unset keeps it
+    assert grid_from_mapping(base).cases()[0].id == "83246fb951839058"
+    grid = grid_from_mapping({**base, "framework": "megatron,fsdp2", "grad_dtype": "fp32,bf16"})
+    cases = grid.cases()
+    assert len({c.id for c in cases}) == 4 and {(c.framework, c.grad_dtype) for c in cases} == {
+        ("megatron", "fp32"), ("megatron", "bf16"), ("fsdp2", "fp32"), ("fsdp2", "bf16")}
+    summary = run_sweep(cases, tmp_path, workers=1, progress=False)
+    assert summary.ok == 4
+    jsonl, _ = rows(tmp_path)
+    from costmodel.config import ParallelConfig
+    from costmodel.frameworks import check
+    for r in jsonl:  # each plan is its framework's, with the gradient dtype of the case
+        c = ParallelConfig.from_dict(r["estimate"]["config"])
+        assert (c.framework, c.grad_dtype) == (r["framework"], r["grad_dtype"])
+        check(c)
+        if r["framework"] == "fsdp2":
+            assert r["zero"] in (0, 2, 3) and r["recompute"] in ("none", "op_sac", "full")
+    with pytest.raises(Exception, match="framework='jax'"):
+        grid_from_mapping({**base, "framework": "jax"})
 
 
 def test_results_follow_the_schema_in_both_files(tmp_path):

@@ -41,6 +41,8 @@ GRID_FLAGS = (
     ("--nvlink-gbps", "nvlink_gbps", "what-if: intra-node bandwidths per GPU, GB/s"),
     ("--nic-gbps", "nic_gbps", "what-if: inter-node bandwidths per GPU, GB/s"),
     ("--hbm-gib", "hbm_gib", "what-if: HBM capacities per GPU, GiB"),
+    ("--framework", "framework", "frameworks that run the plans: megatron, deepspeed, fsdp2 (default megatron)"),
+    ("--grad-dtype", "grad_dtype", "gradient dtypes: fp32, bf16, fp16 (default fp32)"),
     ("--time-limit", "time_limit_s", "solver time limit per case in seconds (default 10)"),
 )
 

@@ -5,6 +5,10 @@ The grid comes from flags (comma-separated values) or a YAML/JSON file with the 
 into :class:`Case` objects, each with a deterministic :attr:`Case.id` (a hash of its inputs
 and the solver options), which is what makes a sweep resumable.
 
+``framework`` (``megatron``, ``deepspeed``, ``fsdp2``) and ``grad_dtype`` (``fp32``, ``bf16``,
+``fp16``) are the software every plan of a case runs (unset: Megatron-Core, FP32 gradients; a
+case that leaves them unset keeps the id it had before they were axes).
+
 Hardware what-ifs change the cluster before planning: ``dma_engines`` (engine count of every
 engine class that carries collectives; it matters only for classes with a per-engine
 bandwidth), ``nvlink_gbps`` and ``nic_gbps`` (link bandwidth per GPU, GB/s) and ``hbm_gib``.
@@ -31,7 +35,9 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from costmodel.config import GRAD_DTYPES
 from costmodel.errors import SpecError
+from costmodel.frameworks import FRAMEWORKS
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.units import DTYPES, GB, GiB
 
@@ -49,6 +55,8 @@ AXES = {
     "nvlink_gbps": ("float", False),
     "nic_gbps": ("float", False),
     "hbm_gib": ("float", False),
+    "framework": ("framework", False),
+    "grad_dtype": ("grad_dtype", False),
 }
 #: solver options: part of every case's id (a different time limit is a different case)
 OPTIONS = {"time_limit_s": ("float", 10.0)}
@@ -57,7 +65,8 @@ RUN_KEYS = ("out", "workers", "backend", "address")
 ALIASES = {"model": "models", "cluster": "clusters", "batch": "global_batch", "time_limit": "time_limit_s"}
 
 _ALLOWED = {"int": "positive integers", "float": "positive numbers", "name": "preset names or spec files",
-            "dtype": f"some of {', '.join(DTYPES)}"}
+            "dtype": f"some of {', '.join(DTYPES)}", "framework": f"some of {', '.join(FRAMEWORKS)}",
+            "grad_dtype": f"some of {', '.join(GRAD_DTYPES)}"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +83,8 @@ class Case:
     nvlink_gbps: float | None = None
     nic_gbps: float | None = None
     hbm_gib: float | None = None
+    framework: str | None = None  # None: megatron (costmodel.frameworks)
+    grad_dtype: str | None = None  # None: fp32 (ParallelConfig.grad_dtype)
     time_limit_s: float = OPTIONS["time_limit_s"][1]
 
     def inputs(self) -> dict:
@@ -95,9 +106,9 @@ class Case:
         return model, cluster, make_workload(self.global_batch, self.seq, self.dtype)
 
 
-#: input columns, in schema order
+#: input columns (schema order, the last two added in schema version 4)
 AXES_COLUMNS = ("model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
-                "nic_gbps", "hbm_gib")
+                "nic_gbps", "hbm_gib", "framework", "grad_dtype")
 
 
 def apply_whatifs(cluster: ClusterSpec, *, dma_engines: int | None = None, nvlink_gbps: float | None = None,
@@ -137,6 +148,8 @@ class Grid:
     nvlink_gbps: tuple[float | None, ...] = (None,)
     nic_gbps: tuple[float | None, ...] = (None,)
     hbm_gib: tuple[float | None, ...] = (None,)
+    framework: tuple[str | None, ...] = (None,)
+    grad_dtype: tuple[str | None, ...] = (None,)
     time_limit_s: float = OPTIONS["time_limit_s"][1]
     run: dict = field(default_factory=dict, compare=False)  # out/workers/backend/address from a file
 
@@ -196,7 +209,8 @@ def _value(key: str, kind: str, v):
         return f
     if not isinstance(v, str) or not v:
         raise bad
-    if kind == "dtype" and v not in DTYPES:
+    if (kind == "dtype" and v not in DTYPES) or (kind == "framework" and v not in FRAMEWORKS) or (
+            kind == "grad_dtype" and v not in GRAD_DTYPES):
         raise bad
     return v
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 3  # 2: the step-time band columns; 3: the DMA assignment and the critical condition
+SCHEMA_VERSION = 4  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
+#                     4: the framework and gradient dtype inputs
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -114,6 +115,11 @@ COLUMNS: tuple[Column, ...] = tuple(
                                      "transfers, per step (`planner explain`'s T_compute)"),
             ("critical_holds", "bool", "the critical condition T_comm <= T_compute holds for every strategy "
                                        "of the plan (true with no communication)"))
+    + _cols("input",  # schema version 4
+            ("framework", "str", "framework every plan of the case runs: megatron, deepspeed or fsdp2 "
+                                 "(empty: megatron)"),
+            ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16 "
+                                  "(empty: fp32)"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
