@@ -137,8 +137,10 @@ def test_schema_is_printed_for_users(capsys):
 
 def test_framework_and_gradient_dtype_are_axes_that_keep_old_case_ids(tmp_path):
     base = {"models": "llama3-8b", "gpus": 8, "global_batch": 64, "seq": 2048, "clusters": "h100-sxm"}
-    # the id a case had before framework and grad_dtype were axes (computed at 41159bf): unset keeps it
+    # the id a case had before framework and grad_dtype were axes (computed at 41159bf): the defaults,
+    # given or not, keep it
     assert grid_from_mapping(base).cases()[0].id == "83246fb951839058"
+    assert grid_from_mapping({**base, "framework": "megatron", "grad_dtype": "fp32"}).cases()[0].id == "83246fb951839058"
     grid = grid_from_mapping({**base, "framework": "megatron,fsdp2", "grad_dtype": "fp32,bf16"})
     cases = grid.cases()
     assert len({c.id for c in cases}) == 4 and {(c.framework, c.grad_dtype) for c in cases} == {

@@ -6,8 +6,8 @@ into :class:`Case` objects, each with a deterministic :attr:`Case.id` (a hash of
 and the solver options), which is what makes a sweep resumable.
 
 ``framework`` (``megatron``, ``deepspeed``, ``fsdp2``) and ``grad_dtype`` (``fp32``, ``bf16``,
-``fp16``) are the software every plan of a case runs (unset: Megatron-Core, FP32 gradients; a
-case that leaves them unset keeps the id it had before they were axes).
+``fp16``) are the software every plan of a case runs (default: Megatron-Core, FP32 gradients; a
+case at the defaults keeps the id it had before they were axes).
 
 Hardware what-ifs change the cluster before planning: ``dma_engines`` (engine count of every
 engine class that carries collectives; it matters only for classes with a per-engine
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from costmodel.config import GRAD_DTYPES
 from costmodel.errors import SpecError
-from costmodel.frameworks import FRAMEWORKS
+from costmodel.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.units import DTYPES, GB, GiB
 
@@ -58,6 +58,8 @@ AXES = {
     "framework": ("framework", False),
     "grad_dtype": ("grad_dtype", False),
 }
+#: the software inputs' defaults (left out of a case's id)
+SOFTWARE_DEFAULTS = {"framework": DEFAULT_FRAMEWORK, "grad_dtype": "fp32"}
 #: solver options: part of every case's id (a different time limit is a different case)
 OPTIONS = {"time_limit_s": ("float", 10.0)}
 #: how a sweep runs (not part of a case): may sit in the grid file, flags override them
@@ -83,8 +85,8 @@ class Case:
     nvlink_gbps: float | None = None
     nic_gbps: float | None = None
     hbm_gib: float | None = None
-    framework: str | None = None  # None: megatron (costmodel.frameworks)
-    grad_dtype: str | None = None  # None: fp32 (ParallelConfig.grad_dtype)
+    framework: str = DEFAULT_FRAMEWORK
+    grad_dtype: str = "fp32"
     time_limit_s: float = OPTIONS["time_limit_s"][1]
 
     def inputs(self) -> dict:
@@ -93,9 +95,12 @@ class Case:
 
     @property
     def id(self) -> str:
-        """16 hex digits of SHA-256 over the inputs and options (stable across runs and machines)."""
+        """16 hex digits of SHA-256 over the inputs and options (stable across runs and machines);
+        the software inputs at their defaults are left out, so a case keeps the id it had before
+        they were axes."""
         doc = {**self.inputs(), "time_limit_s": self.time_limit_s}
-        text = json.dumps({k: v for k, v in doc.items() if v is not None}, sort_keys=True)
+        text = json.dumps({k: v for k, v in doc.items() if v is not None and SOFTWARE_DEFAULTS.get(k) != v},
+                          sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def problem(self) -> tuple[ModelSpec, ClusterSpec, Workload]:
@@ -148,8 +153,8 @@ class Grid:
     nvlink_gbps: tuple[float | None, ...] = (None,)
     nic_gbps: tuple[float | None, ...] = (None,)
     hbm_gib: tuple[float | None, ...] = (None,)
-    framework: tuple[str | None, ...] = (None,)
-    grad_dtype: tuple[str | None, ...] = (None,)
+    framework: tuple[str, ...] = (DEFAULT_FRAMEWORK,)
+    grad_dtype: tuple[str, ...] = ("fp32",)
     time_limit_s: float = OPTIONS["time_limit_s"][1]
     run: dict = field(default_factory=dict, compare=False)  # out/workers/backend/address from a file
 

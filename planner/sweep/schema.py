@@ -116,10 +116,8 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("critical_holds", "bool", "the critical condition T_comm <= T_compute holds for every strategy "
                                        "of the plan (true with no communication)"))
     + _cols("input",  # schema version 4
-            ("framework", "str", "framework every plan of the case runs: megatron, deepspeed or fsdp2 "
-                                 "(empty: megatron)"),
-            ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16 "
-                                  "(empty: fp32)"))
+            ("framework", "str", "framework every plan of the case runs: megatron, deepspeed or fsdp2"),
+            ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -82,7 +82,7 @@ def _solve(case: Case, model, cluster, workload) -> dict:
     from ..api import recommend
 
     r = recommend(model, cluster, workload, time_limit_s=case.time_limit_s, workers=1, seed=0, top_k=1,
-                  framework=case.framework or "megatron", grad_dtype=case.grad_dtype or "fp32")
+                  framework=case.framework, grad_dtype=case.grad_dtype)
     solve_info = {"solver": "cp-sat", "status": r.status, "time_s": r.time_s, "objective_s": r.objective_s,
                   "bound_s": r.bound_s, "gap": r.gap}
     if r.best is None:
