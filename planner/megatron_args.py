@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import shlex
 
+from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
+from costmodel.memory import grad_elem_bytes
 from costmodel.units import MB
 
 #: NeMo config names -> the Megatron-LM argument name they set
@@ -144,10 +146,14 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
             f["recompute_layers"] = n
     else:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
+    grad = grad_dtype(a)
+    if grad != "fp32":
+        f["grad_dtype"] = grad
     if "overlap_grad_reduce" in a:
         if as_bool("overlap_grad_reduce", a["overlap_grad_reduce"]):
-            elems = _get_int(a, "ddp_bucket_size")
-            f["bucket_mb"] = (elems * 4 if elems else DEFAULT_BUCKET_BYTES) / MB
+            elems = _get_int(a, "ddp_bucket_size")  # gradient elements, in the dtype they are reduced in
+            f["bucket_mb"] = (elems * grad_elem_bytes(ParallelConfig(grad_dtype=grad)) if elems
+                              else DEFAULT_BUCKET_BYTES) / MB
         else:
             f["bucket_mb"] = 0.0
     tp = f.get("tp", 1)
@@ -155,6 +161,25 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     if "use_flash_attn" in a:
         f["flash_attention"] = as_bool("use_flash_attn", a["use_flash_attn"])
     return f
+
+
+def grad_dtype(args: dict) -> str:
+    """The dtype the run reduces gradients in (``ParallelConfig.grad_dtype``), as Megatron-LM's
+    ``arguments.py`` decides it: ``--grad-reduce-in-bf16`` reduces in BF16; otherwise
+    ``--accumulate-allreduce-grads-in-fp32`` (which ``--bf16`` turns on) reduces in FP32 and without
+    it an FP16 run reduces its FP16 gradients (the flag's default is off).
+
+    >>> grad_dtype({"bf16": "True"}), grad_dtype({"fp16": "True"}), grad_dtype({"bf16": "True", "grad_reduce_in_bf16": "True"})
+    ('fp32', 'fp16', 'bf16')
+    """
+    a = normalise(args)
+    if "grad_reduce_in_bf16" in a and as_bool("grad_reduce_in_bf16", a["grad_reduce_in_bf16"]):
+        return "bf16"
+    fp16 = "fp16" in a and as_bool("fp16", a["fp16"])
+    if "accumulate_allreduce_grads_in_fp32" in a:
+        return "fp32" if as_bool("accumulate_allreduce_grads_in_fp32", a["accumulate_allreduce_grads_in_fp32"]) \
+            else ("fp16" if fp16 else "fp32")  # BF16 runs: forced on (an older log prints it False)
+    return "fp16" if fp16 else "fp32"
 
 
 def workload_fields(args: dict) -> dict:

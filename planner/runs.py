@@ -45,7 +45,7 @@ from . import megatron_args as mg
 from .problem import make_config, resolve_cluster, resolve_model
 
 WARMUP_ENTRIES = 3
-PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention")
+PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
 KNOWN = set(PLAN_KEYS) | set(MEASURED_KEYS) | {"model", "cluster", "gpus", "global_batch", "seq", "dtype", "label"}
 IGNORED = {"notes", "note", "source", "date", "comment", "comments"}
@@ -129,7 +129,7 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
         try:
             if key in ("sp", "flash_attention"):
                 plan[key] = mg.as_bool(key, v)
-            elif key == "recompute":
+            elif key in ("recompute", "grad_dtype"):
                 plan[key] = str(v).strip().lower()
             elif key == "bucket_mb":
                 plan[key] = _num(where, key, v, positive=False)

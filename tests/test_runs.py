@@ -193,3 +193,24 @@ def test_megatron_arguments_mapping():
     assert f["vp"] == 4 and f["recompute"] == "full" and f["recompute_layers"] == 2
     assert f["bucket_mb"] == pytest.approx(40.0) and f["chunks"] == 4 and f["zero"] == 1
     assert mg.workload_fields(args)["dtype"] == "fp8"
+
+
+@pytest.mark.parametrize("flags, grad, bucket_mb", [
+    ("--bf16", None, 40.0),  # BF16 runs accumulate and reduce in FP32 (4-byte bucket elements)
+    ("--bf16 --grad-reduce-in-bf16", "bf16", 20.0),
+    ("--fp16", "fp16", 20.0),  # the FP16 default: --accumulate-allreduce-grads-in-fp32 off
+    ("--fp16 --accumulate-allreduce-grads-in-fp32", None, 40.0),
+])
+def test_gradient_dtype_and_bucket_elements_from_megatron_arguments(flags, grad, bucket_mb):
+    f = mg.config_fields(mg.parse_command_line(f"--overlap-grad-reduce --ddp-bucket-size 10000000 {flags}"))
+    assert f.get("grad_dtype") == grad and f["bucket_mb"] == pytest.approx(bucket_mb)
+
+
+def test_a_table_of_runs_states_its_gradient_dtype(tmp_path):
+    table = write(tmp_path, "runs.csv", "model,gpus,global_batch,seq,tp,zero,grad_dtype,step_time_s\n"
+                                         "llama3-8b,16,64,4096,2,1,BF16,1.5\nllama3-8b,16,64,4096,2,1,,1.6\n")
+    half, full = read_runs([table])
+    assert (half.config.grad_dtype, full.config.grad_dtype) == ("bf16", "fp32")
+    with pytest.raises(SpecError, match="grad_dtype='int8'"):
+        read_runs([write(tmp_path, "bad.csv", "model,gpus,global_batch,seq,grad_dtype,step_time_s\n"
+                                               "llama3-8b,16,64,4096,int8,1.5\n")])
