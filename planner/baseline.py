@@ -22,13 +22,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from costmodel.config import CONFIG_KEYS, RECOMPUTE, ParallelConfig
+from costmodel.config import CONFIG_KEYS, GRAD_DTYPES, RECOMPUTE, ParallelConfig
 from costmodel.errors import SpecError
 
 from . import megatron_args as mg
 from .problem import make_config
 
-KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention")
+KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype")
 ALIASES = {"vpp": "vp", "mbs": "mb", "micro_batch": "mb", "zero_stage": "zero", "sequence_parallel": "sp",
            "bucket": "bucket_mb"}
 
@@ -69,6 +69,10 @@ def _value(key: str, value: str):
     if key == "recompute":
         if value.lower() not in RECOMPUTE:
             raise SpecError(field, value, f"one of {', '.join(RECOMPUTE)}")
+        return value.lower()
+    if key == "grad_dtype":
+        if value.lower() not in GRAD_DTYPES:
+            raise SpecError(field, value, f"one of {', '.join(GRAD_DTYPES)}")
         return value.lower()
     if key == "bucket_mb":
         try:
@@ -133,16 +137,21 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
                           band=None) -> Comparison:
     """Evaluate ``baseline`` (text, dict of fields or :class:`ParallelConfig`) and compare.
 
-    ``band`` defaults to the recommended plan's band from :mod:`costmodel.uncertainty`.
+    A baseline given as text or fields runs the recommended plan's framework and gradient dtype
+    unless it states its own (a Megatron-LM line states its gradient dtype: a different one is
+    said in the message). ``band`` defaults to the recommended plan's band from
+    :mod:`costmodel.uncertainty`.
     """
     from costmodel.estimate import evaluate
     from costmodel.uncertainty import band_for
 
-    gpus = cluster.num_gpus or recommended_estimate.config.gpus
+    rec = recommended_estimate.config
+    gpus = cluster.num_gpus or rec.gpus
+    software = {"framework": rec.framework, "grad_dtype": rec.grad_dtype}
     if isinstance(baseline, str):
-        config = baseline_config(baseline, gpus, model.layers)
+        config = make_config(gpus, **{**software, **parse_baseline(baseline, model.layers)})
     elif isinstance(baseline, dict):
-        config = make_config(gpus, **baseline)
+        config = make_config(gpus, **{**software, **baseline})
     elif isinstance(baseline, ParallelConfig):
         config = baseline
     else:
@@ -155,5 +164,8 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
         recommended_estimate.step_time_s * (1 - band), recommended_estimate.step_time_s * (1 + band))
     gain = est.step_time_s / recommended_estimate.step_time_s - 1
     half = _half_width(lo_hi, recommended_estimate.step_time_s)
-    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half,
-                      compare(recommended_estimate, est, lo_hi))
+    message = compare(recommended_estimate, est, lo_hi)
+    if config.grad_dtype != rec.grad_dtype:
+        message += (f" (your plan reduces {config.grad_dtype} gradients, the recommendation {rec.grad_dtype}: "
+                    f"--grad-dtype {config.grad_dtype} plans with yours)")
+    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half, message)

@@ -71,3 +71,16 @@ def test_compare_with_baseline_end_to_end():
     assert set(c.to_dict()) == {"baseline", "step_time_band_s", "gain", "outside_band", "message"}
     same = compare_with_baseline(GPT3, A100, W, rec, rec.config, engine="analytic", band=0.05)
     assert same.gain == pytest.approx(0) and "within the model's ±5% band: keep your plan" in same.message
+
+
+def test_a_baseline_runs_the_recommendations_software_unless_it_states_its_own():
+    m, cl, w = load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(16), Workload(global_batch=64, seq_len=4096)
+    rec = evaluate(m, cl, w, ParallelConfig(tp=2, dp=8, sp=True, zero=3, framework="fsdp2", grad_dtype="bf16"))
+    same = compare_with_baseline(m, cl, w, rec, "tp=2,zero=3,sp=on")
+    assert (same.baseline.config.framework, same.baseline.config.grad_dtype) == ("fsdp2", "bf16")
+    assert same.gain == pytest.approx(0.0, abs=1e-9) and "gradients" not in same.message  # the same plan
+    fp32 = compare_with_baseline(m, cl, w, rec, "tp=2,zero=3,sp=on,grad_dtype=fp32")
+    assert fp32.baseline.config.grad_dtype == "fp32" and fp32.gain > 0  # FP32 gradients: more to reduce
+    assert "your plan reduces fp32 gradients, the recommendation bf16: --grad-dtype fp32" in fp32.message
+    with pytest.raises(SpecError, match="baseline.grad_dtype='fp8'"):
+        parse_baseline("tp=2,grad_dtype=fp8")
