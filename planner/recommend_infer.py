@@ -53,15 +53,35 @@ def reject_serving_flags(args: argparse.Namespace) -> None:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
 
 
+#: training-only flags of ``recommend`` (the serving search has none of these settings)
+TRAINING_ONLY = ("cp", "vp", "mb", "zero", "recompute", "recompute_layers", "bucket_mb", "framework", "grad_dtype",
+                 "dma", "flash_attention", "layers_per_stage", "first_stage_layers", "last_stage_layers", "baseline")
+TRAINING_SWITCHES = ("no_zero3", "robust", "account_for_embedding", "account_for_loss")
+
+
+def reject_training_flags(args: argparse.Namespace) -> None:
+    """Serving mode: a training-only flag is a mistake, not something to ignore."""
+    for f in TRAINING_ONLY:
+        if getattr(args, f, None) is not None:
+            raise SpecError(f, getattr(args, f), "unset with --mode infer (a training setting)")
+    for f in TRAINING_SWITCHES:
+        if getattr(args, f, False):
+            raise SpecError(f, True, "unset with --mode infer (a training setting)")
+    if getattr(args, "headroom_gib", 0.0):
+        raise SpecError("headroom_gib", args.headroom_gib, "unset with --mode infer (a training setting)")
+
+
 def problem_from_args(args: argparse.Namespace) -> InferProblem:
     if args.gpus is None:
         raise SpecError("gpus", None, "given for recommend (--gpus N)")
+    reject_training_flags(args)
     for f in ("input_len", "output_len"):
         if getattr(args, f, None) is None:
             raise SpecError(f, None, f"given with --mode infer (--{f.replace('_', '-')} N)")
     if getattr(args, "seq", None) is not None:
         raise SpecError("seq", args.seq, "unset with --mode infer (give --input-len and --output-len)")
     fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
+    maximum = {k: getattr(args, f"{k}_max") for k in ("tp", "pp") if getattr(args, f"{k}_max", None) is not None}
     ms = {f: getattr(args, f, None) for f in ("ttft_ms", "tpot_ms")}
     return InferProblem(
         model=resolve_model(args.model), cluster=resolve_cluster(args.cluster, args.gpus),
@@ -70,7 +90,8 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
         tpot_target_s=None if ms["tpot_ms"] is None else ms["tpot_ms"] / 1e3,
         max_batch_per_replica=getattr(args, "max_batch", 1024) or 1024,
         prefill_tokens=getattr(args, "prefill_tokens", None) or PREFILL_TOKENS,
-        limits=Limits(fixed=fixed), engine=getattr(args, "engine", None) or "vllm")
+        limits=Limits(fixed=fixed, maximum=maximum, tp_across_nodes=getattr(args, "tp_across_nodes", False)),
+        engine=getattr(args, "engine", None) or "vllm")
 
 
 def _plan_row(rank, e, p: InferProblem | None = None, r=None) -> list:

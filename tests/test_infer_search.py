@@ -155,3 +155,20 @@ def test_default_recommend_plans_only_what_vllm_runs_and_top_three_differ_in_lau
     layouts = {tuple(a for a in p["launch"]["vllm"]["args"] if a.startswith("--")) + tuple(
         p["launch"]["vllm"]["args"][:p["launch"]["vllm"]["args"].index("--max-num-seqs")]) for p in d["plans"]}
     assert len(layouts) == 3
+
+
+@pytest.mark.parametrize("extra, field", [(["--zero", "1"], "zero=1"), (["--grad-dtype", "bf16"], "grad_dtype='bf16'"),
+                                          (["--framework", "fsdp2"], "framework='fsdp2'"), (["--no-zero3"], "no_zero3"),
+                                          (["--recompute", "full"], "recompute='full'")])
+def test_recommend_infer_refuses_training_settings(capsys, extra, field):
+    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8",
+                     "--input-len", "1000", "--output-len", "100", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"{field}" in err and "unset with --mode infer" in err
+
+
+def test_recommend_infer_honours_the_degree_bounds(capsys):
+    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
+                     "--input-len", "1000", "--output-len", "100", "--tp-max", "4", "--top", "3", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0 and d["plans"] and all(p["config"]["tp"] <= 4 for p in d["plans"])
