@@ -218,7 +218,8 @@ def validate_inference(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: P
     for f, what in (("input_len", "prompt tokens per request"), ("output_len", "generated tokens per request")):
         if getattr(w, f) < 1:
             raise SpecError(f, getattr(w, f), f"a positive integer ({what})")
-    for f, ok in (("cp", 1), ("vp", 1), ("zero", 0), ("recompute", "none")):
+    for f, ok in (("cp", 1), ("vp", 1), ("zero", 0), ("recompute", "none"), ("grad_dtype", "fp32"),
+                  ("framework", "megatron")):
         if getattr(c, f) != ok:
             raise SpecError(f, getattr(c, f), f"{ok!r} in inference mode (not modelled for serving)")
     validate_config(model, cluster, w, replace(c, sp=False))

@@ -195,6 +195,13 @@ def test_bad_workload_raises_spec_error(changes, field):
         infer(tp=8, **changes)
 
 
+@pytest.mark.parametrize("cfg, field", [({"zero": 1, "dp": 2}, "zero=1"), ({"grad_dtype": "bf16"}, "grad_dtype='bf16'"),
+                                        ({"framework": "fsdp2"}, "framework='fsdp2'"), ({"recompute": "full"}, "recompute")])
+def test_training_settings_are_refused_for_serving(cfg, field):
+    with pytest.raises(SpecError, match=f"{field}.*in inference mode"):
+        infer(tp=8, **cfg)
+
+
 def test_model_too_big_at_any_tp_explains_weights_per_gpu():
     with pytest.raises(SpecError) as e:
         infer(load_model("llama3.1-405b"), tp=2, batch=1)
