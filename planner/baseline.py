@@ -10,7 +10,7 @@ uncertainty band (:mod:`costmodel.uncertainty`).
 >>> parse_baseline("tp=8, pp=8, mb=1, sp=on, recompute=selective")
 {'tp': 8, 'pp': 8, 'mb': 1, 'sp': True, 'recompute': 'selective'}
 >>> parse_baseline("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --micro-batch-size 1")
-{'tp': 8, 'pp': 8, 'mb': 1, 'recompute': 'none', 'chunks': 1}
+{'tp': 8, 'pp': 8, 'mb': 1, 'recompute': 'none', 'chunks': 1, 'framework': 'megatron'}
 >>> parse_baseline("tp=8,pp=eight")
 Traceback (most recent call last):
 ...
@@ -44,7 +44,7 @@ def parse_baseline(text: str, layers: int | None = None) -> dict:
     if "--" in text:
         args = mg.parse_command_line(text)
         try:
-            return mg.config_fields(args, layers)
+            return {**mg.config_fields(args, layers), "framework": "megatron"}  # a Megatron-LM line runs Megatron
         except SpecError as e:
             raise SpecError(f"baseline.{e.field}", e.value, e.allowed) from None
     out = {}
@@ -138,8 +138,9 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     """Evaluate ``baseline`` (text, dict of fields or :class:`ParallelConfig`) and compare.
 
     A baseline given as text or fields runs the recommended plan's framework and gradient dtype
-    unless it states its own (a Megatron-LM line states its gradient dtype: a different one is
-    said in the message). ``band`` defaults to the recommended plan's band from
+    unless it states its own (a Megatron-LM line runs Megatron and states its gradient dtype
+    when it has a dtype flag: a gradient dtype other than the recommendation's is said in the
+    message). ``band`` defaults to the recommended plan's band from
     :mod:`costmodel.uncertainty`.
     """
     from costmodel.estimate import evaluate

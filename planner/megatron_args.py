@@ -147,8 +147,9 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     else:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
     grad = grad_dtype(a)
-    if grad != "fp32":
-        f["grad_dtype"] = grad
+    if grad != "fp32" or any(k in a for k in ("bf16", "fp16", "grad_reduce_in_bf16",
+                                              "accumulate_allreduce_grads_in_fp32")):
+        f["grad_dtype"] = grad  # stated by the arguments (a line without a dtype flag states none)
     if "overlap_grad_reduce" in a:
         if as_bool("overlap_grad_reduce", a["overlap_grad_reduce"]):
             elems = _get_int(a, "ddp_bucket_size")  # gradient elements, in the dtype they are reduced in

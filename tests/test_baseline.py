@@ -31,7 +31,8 @@ def test_megatron_form():
     f = parse_baseline("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --sequence-parallel "
                        "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --recompute-granularity "
                        "selective --use-distributed-optimizer --lr 6e-5", layers=96)
-    assert f == {"tp": 8, "pp": 8, "mb": 1, "vp": 3, "sp": True, "zero": 1, "recompute": "selective", "chunks": 1}
+    assert f == {"tp": 8, "pp": 8, "mb": 1, "vp": 3, "sp": True, "zero": 1, "recompute": "selective", "chunks": 1,
+                 "framework": "megatron"}  # a Megatron-LM line runs Megatron
 
 
 @pytest.mark.parametrize("text, match", [
@@ -82,5 +83,8 @@ def test_a_baseline_runs_the_recommendations_software_unless_it_states_its_own()
     fp32 = compare_with_baseline(m, cl, w, rec, "tp=2,zero=3,sp=on,grad_dtype=fp32")
     assert fp32.baseline.config.grad_dtype == "fp32" and fp32.gain > 0  # FP32 gradients: more to reduce
     assert "your plan reduces fp32 gradients, the recommendation bf16: --grad-dtype fp32" in fp32.message
+    megatron = compare_with_baseline(m, cl, w, rec, "--tensor-model-parallel-size 2 --sequence-parallel --bf16")
+    assert (megatron.baseline.config.framework, megatron.baseline.config.grad_dtype) == ("megatron", "fp32")
+    assert "reduces fp32 gradients" in megatron.message
     with pytest.raises(SpecError, match="baseline.grad_dtype='fp8'"):
         parse_baseline("tp=2,grad_dtype=fp8")

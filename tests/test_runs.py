@@ -196,10 +196,11 @@ def test_megatron_arguments_mapping():
 
 
 @pytest.mark.parametrize("flags, grad, bucket_mb", [
-    ("--bf16", None, 40.0),  # BF16 runs accumulate and reduce in FP32 (4-byte bucket elements)
+    ("", None, 40.0),  # no dtype flag: no gradient dtype stated
+    ("--bf16", "fp32", 40.0),  # BF16 runs accumulate and reduce in FP32 (4-byte bucket elements)
     ("--bf16 --grad-reduce-in-bf16", "bf16", 20.0),
     ("--fp16", "fp16", 20.0),  # the FP16 default: --accumulate-allreduce-grads-in-fp32 off
-    ("--fp16 --accumulate-allreduce-grads-in-fp32", None, 40.0),
+    ("--fp16 --accumulate-allreduce-grads-in-fp32", "fp32", 40.0),
 ])
 def test_gradient_dtype_and_bucket_elements_from_megatron_arguments(flags, grad, bucket_mb):
     f = mg.config_fields(mg.parse_command_line(f"--overlap-grad-reduce --ddp-bucket-size 10000000 {flags}"))
