@@ -213,11 +213,43 @@ def check_fields(framework: str, *, zero: int = 0, pp: int = 1, vp: int = 1, tp:
                             "AllGather/ReduceScatter into one step per TP rank)")
 
 
-def chunk_options(framework: str, tp: int, options) -> list[int]:
-    """The chunk counts to consider from ``options`` under ``framework``: under FSDP2 chunked
-    overlap is async TP, whose one count is ``tp`` (offered when ``options`` has any count > 1)."""
+def userbuffers(framework: str, device) -> bool:
+    """Whether ``framework`` chunks TP communication with Transformer Engine's userbuffers on
+    ``device``: Megatron-Core's ``--tp-comm-overlap`` on a GPU whose intra-node collectives run on
+    its SMs (NVIDIA). On hardware with collective DMA engines of their own (``sg2262-like``) the
+    chunk count stays a co-design variable of the model."""
+    return framework == "megatron" and device.engines_for("intra").uses_compute
+
+
+def check_userbuffers_chunks(*, tp: int, sp: bool, chunks: int) -> None:
+    """Raise :class:`SpecError` unless Megatron-Core with Transformer Engine userbuffers runs
+    ``chunks`` exactly. TE's ``initialize_ub`` overlaps the forward AllGathers (``qkv_fprop``,
+    ``fc1_fprop``) and the backward ones (``proj_dgrad``, ``fc2_dgrad``) by ring exchange, one step
+    per TP rank, and forbids the ``pipeline`` method for an AllGather; the forward ReduceScatters
+    (``proj_fprop``, ``fc2_fprop``) pipeline in ``num_splits`` pieces (4 unless
+    ``--tp-comm-overlap-cfg`` sets it: :func:`planner.emit.megatron_args` does, to ``tp``).
+    Megatron-LM asserts sequence parallelism with ``--tp-comm-overlap``, and has no chunked
+    collective without TP (no chunked EP combine)."""
+    if chunks <= 1:
+        return
+    if tp == 1:
+        raise SpecError("chunks", chunks, "1 with tp=1 under framework=megatron (its chunked overlap is TP "
+                        "communication overlap; it has no chunked EP combine)")
+    if not sp:
+        raise SpecError("chunks", chunks, "1 without sequence parallelism under framework=megatron "
+                        "(--tp-comm-overlap needs --sequence-parallel)")
+    if chunks != tp:
+        raise SpecError("chunks", chunks, f"1 or tp={tp} under framework=megatron (Transformer Engine's "
+                        "userbuffers overlap each AllGather by ring exchange, one step per TP rank)")
+
+
+def chunk_options(framework: str, tp: int, options, device=None) -> list[int]:
+    """The chunk counts to consider from ``options`` under ``framework`` on ``device``: under FSDP2
+    chunked overlap is async TP and under Megatron-Core on NVIDIA GPUs it is Transformer Engine's
+    userbuffers (:func:`check_userbuffers_chunks`), both with one count, ``tp`` (offered when
+    ``options`` has any count > 1)."""
     opts = sorted(set(options) | {1})
-    if framework == "fsdp2":
+    if framework == "fsdp2" or (device is not None and userbuffers(framework, device)):
         return [1, tp] if tp > 1 and opts[-1] > 1 else [1]
     return opts
 

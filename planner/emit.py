@@ -24,6 +24,7 @@ bucket is bytes of gradients (:func:`costmodel.memory.grad_elem_bytes` per eleme
 --decoder-last-pipeline-num-layers 22 \\
 --sequence-parallel \\
 --tp-comm-overlap \\
+--tp-comm-overlap-cfg tp_comm_overlap.yaml \\
 --recompute-granularity selective \\
 --use-distributed-optimizer \\
 --overlap-grad-reduce \\
@@ -58,6 +59,8 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
         raise SpecError("emit", fmt, f"megatron for an uneven stage split {c.layers_per_stage} "
                         f"({fmt} is emitted with even stages only)")
     _refuse_half_gradients(fmt, c.grad_dtype)
+    if fmt == "megatron":  # its only chunked overlap: TE userbuffers, a ring exchange of tp steps
+        frameworks.check_userbuffers_chunks(tp=c.tp, sp=c.sp_on, chunks=c.chunks)
     if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
         raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
                         f"({fmt} recomputes every layer or none)")
@@ -106,6 +109,8 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
         out.append(["--sequence-parallel"])
         if c.chunks > 1:  # Transformer Engine userbuffers: chunked AG/RS overlapped with GEMMs
             out.append(["--tp-comm-overlap"])
+            if c.chunks != TE_PIPELINE_SPLITS:  # the ReduceScatters' pieces (the AllGathers take tp steps)
+                out.append(["--tp-comm-overlap-cfg", TP_OVERLAP_CFG])
     if c.recompute == "selective":
         out.append(["--recompute-granularity", "selective"])
     elif c.recompute == "full":
@@ -233,12 +238,33 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
     if c.zero == 3 and (c.tp > 1 or c.cp > 1):
         notes.append("Megatron FSDP requires CUDA_DEVICE_MAX_CONNECTIONS unset or > 1; arguments.py warns "
                      "that TP/CP prefer 1 (the prediction assumes both overlap)")
-    if c.sp_on and c.chunks > 1:
-        notes.append(f"--tp-comm-overlap pipelines each AllGather/ReduceScatter in Transformer Engine's "
-                     f"userbuffers pieces; the plan assumed chunks={c.chunks}")
-    if c.chunks > 1 and not c.sp_on and c.tp > 1:
-        notes.append(f"chunks={c.chunks} without sequence parallelism has no Megatron flag (TP all-reduce overlap)")
+    if c.chunks > 1 and c.chunks != TE_PIPELINE_SPLITS:
+        notes.append(f"write {TP_OVERLAP_CFG} first: echo '{tp_overlap_cfg(c.chunks)}' > {TP_OVERLAP_CFG} "
+                     f"(the forward ReduceScatters in {c.chunks} pieces, as predicted; TE's default is "
+                     f"{TE_PIPELINE_SPLITS})")
+    if c.chunks > 1 and c.ep > 1:
+        notes.append(f"the prediction also pipelines the EP combine all-to-all in {c.chunks} pieces with the expert "
+                     "GEMMs, which Megatron-Core does not do; it overlaps all-to-all across micro-batches instead "
+                     "(--overlap-moe-expert-parallel-comm, not modelled): see benchmarks/RESULTS.md section 6b")
     return notes
+
+
+#: Transformer Engine's default pieces of a ``pipeline`` ReduceScatter overlap (``initialize_ub``:
+#: ``num_splits=4 if method == "pipeline"``), and the file that sets them to the plan's chunks
+TE_PIPELINE_SPLITS = 4
+TP_OVERLAP_CFG = "tp_comm_overlap.yaml"
+
+
+def tp_overlap_cfg(chunks: int) -> str:
+    """The ``--tp-comm-overlap-cfg`` YAML (flow style, one line) that pipelines the forward
+    ReduceScatters of each layer (``proj_fprop``, ``fc2_fprop``) in ``chunks`` pieces; the other
+    overlaps keep TE's defaults (AllGathers by ring exchange, one step per TP rank = ``chunks``).
+
+    >>> tp_overlap_cfg(8)
+    '{proj_fprop: {method: pipeline, num_splits: 8}, fc2_fprop: {method: pipeline, num_splits: 8}}'
+    """
+    return (f"{{proj_fprop: {{method: pipeline, num_splits: {chunks}}}, "
+            f"fc2_fprop: {{method: pipeline, num_splits: {chunks}}}}}")
 
 
 def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") -> dict:

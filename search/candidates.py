@@ -215,11 +215,20 @@ def zero_values(p: Problem, s: Shape) -> list[int]:
     return _runnable(p, s, "zero", p.limits.filter("zero", [0, 1, 2, 3]))
 
 
-def chunk_values(p: Problem, s: Shape) -> list[int]:
-    if not (s.tp > 1 or (p.model.is_moe and s.ep > 1)):
-        return _runnable(p, s, "chunks", _moot(p, "chunks", 1))  # a pin the framework refuses here: no plan
-    opts = frameworks.chunk_options(p.framework, s.tp, set(p.limits.chunk_options) | set(_moot(p, "chunks", 1)))
+def chunk_values(p: Problem, s: Shape, sp: bool = True) -> list[int]:
+    """Chunk counts of shape ``s`` with sequence parallelism ``sp`` (Megatron's TE userbuffers
+    overlap needs it: :func:`costmodel.frameworks.check_userbuffers_chunks`)."""
+    ub = frameworks.userbuffers(p.framework, p.cluster.device)
+    if not (s.tp > 1 or (p.model.is_moe and s.ep > 1)) or (ub and not sp):
+        return _runnable(p, s, "chunks", p.limits.filter("chunks", [1]) if ub else _moot(p, "chunks", 1))
+    opts = frameworks.chunk_options(p.framework, s.tp, set(p.limits.chunk_options) | set(_moot(p, "chunks", 1)),
+                                    p.cluster.device)
     return _runnable(p, s, "chunks", p.limits.filter("chunks", opts))
+
+
+def sp_chunk_pairs(p: Problem, s: Shape) -> list[tuple[bool, int]]:
+    """``(sp, chunks)`` pairs shape ``s`` may take (:func:`sp_values` x :func:`chunk_values`)."""
+    return [(sp, ch) for sp in sp_values(p, s) for ch in chunk_values(p, s, sp)]
 
 
 def dma_values(p: Problem, s: Shape, zero: int) -> list:

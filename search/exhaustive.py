@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .candidates import (Split, bucket_values, chunk_values, dma_values, mb_values, recompute_values, shapes, splits,
-                         sp_values, vp_values, zero_values)
+from .candidates import (Split, bucket_values, dma_values, mb_values, recompute_values, shapes, sp_chunk_pairs,
+                         splits, vp_values, zero_values)
 from .problem import Problem
 from .tables import Choice, StageTable, Tables
 
@@ -49,12 +49,12 @@ def all_choices(p: Problem):
     """Every :class:`Choice` of the space, in a fixed order."""
     L = p.model.layers
     for s in shapes(p):
-        per_shape = (sp_values(p, s), chunk_values(p, s), zero_values(p, s), bucket_values(p, s))
+        per_shape = (sp_chunk_pairs(p, s), zero_values(p, s), bucket_values(p, s))
         for mb in mb_values(p, s.dp):
             m = p.workload.global_batch // (s.dp * mb)
             for vp in vp_values(p, s.pp, m):
                 recs = recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else L)
-                for sp, chunks, zero, bucket in itertools.product(*per_shape):
+                for (sp, chunks), zero, bucket in itertools.product(*per_shape):
                     for a in dma_values(p, s, zero):
                         for kind, k in recs:
                             yield Choice(s, mb, vp, sp, chunks, zero, kind, k, bucket, p.framework, a, p.grad_dtype)
@@ -132,7 +132,7 @@ def count_space(p: Problem) -> tuple[int, int]:
     L, choices, plans = p.model.layers, 0, 0
     n_splits: dict = {}
     for s in shapes(p):
-        per_shape = (len(sp_values(p, s)) * len(chunk_values(p, s)) * len(bucket_values(p, s))
+        per_shape = (len(sp_chunk_pairs(p, s)) * len(bucket_values(p, s))
                      * sum(len(dma_values(p, s, z)) for z in zero_values(p, s)))
         for mb in mb_values(p, s.dp):
             for vp in vp_values(p, s.pp, p.workload.global_batch // (s.dp * mb)):

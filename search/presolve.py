@@ -92,6 +92,13 @@ class Expander:
             cache[s] = (zero_values(p, s), sp_values(p, s), chunk_values(p, s), bucket_values(p, s))
         return cache[s]
 
+    def sp_chunks(self, s, sp: bool) -> list:
+        """:func:`search.candidates.chunk_values` of shape ``s`` with ``sp``, once per pair."""
+        cache = self.t.shared.setdefault("presolve.sp_chunks", {})
+        if (s, sp) not in cache:
+            cache[(s, sp)] = chunk_values(self.p, s, sp)
+        return cache[(s, sp)]
+
     def recomputes(self, pp: int, vp: int) -> list:
         """:func:`search.candidates.recompute_values` for a stage of ``pp`` stages of ``vp`` chunks
         (all layers on one stage without a pipeline), once per (pp, vp)."""
@@ -115,10 +122,11 @@ class Expander:
         sub-group (sp, ZeRO, assignment, recompute) is skipped whole when its choice with the most
         chunks is pruned (more chunks never make a layer slower: its bound is the sub-group's)."""
         p = self.p
-        zeros, sps, chunk_opts, buckets = self.values(s)
+        zeros, sps, _, buckets = self.values(s)
         kept_buckets = _dominant_buckets(buckets)
         recs = self.recomputes(s.pp, vp)
         for sp in sps:
+            chunk_opts = self.sp_chunks(s, sp)
             for zero in zeros:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
@@ -131,7 +139,8 @@ class Expander:
                         chs = self.chunks(base, chunk_opts)
                         self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                         for ch in chs:
-                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype) for b in kept_buckets]
+                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype)
+                                   for b in kept_buckets]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
         """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from costmodel.config import GRAD_DTYPES
 from costmodel.errors import SpecError
-from costmodel.frameworks import FRAMEWORKS, check_fields, refuse_unsearchable_recompute
+from costmodel.frameworks import (FRAMEWORKS, check_fields, check_userbuffers_chunks, refuse_unsearchable_recompute,
+                                  userbuffers)
 from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive
 from costmodel.units import GiB
 
@@ -139,6 +140,8 @@ class Problem:
             if probe.get("chunks", 1) > 1:
                 probe.setdefault("tp", probe["chunks"])
             check_fields(self.framework, **probe)
+            if probe.get("chunks", 1) > 1 and userbuffers(self.framework, self.cluster.device):
+                check_userbuffers_chunks(tp=probe["tp"], sp=probe["sp"], chunks=probe["chunks"])
         if "recompute" in self.limits.fixed:
             refuse_unsearchable_recompute(self.framework, self.limits.fixed["recompute"])
         if self.framework == "deepspeed":  # no interleaving, ring CP or chunked overlap (costmodel.frameworks)

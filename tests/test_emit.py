@@ -27,6 +27,7 @@ import argparse
 import pytest
 
 from costmodel.config import ParallelConfig
+from costmodel.specs import Workload
 from costmodel.errors import SpecError
 from planner.emit import bucket_elements, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes
 
@@ -39,6 +40,7 @@ MEGATRON = {
     "--num-virtual-stages-per-pipeline-rank": dict(type=int),
     "--decoder-first-pipeline-num-layers": dict(type=int), "--decoder-last-pipeline-num-layers": dict(type=int),
     "--sequence-parallel": dict(action="store_true"), "--tp-comm-overlap": dict(action="store_true"),
+    "--tp-comm-overlap-cfg": dict(type=str),
     "--recompute-granularity": dict(choices=["full", "selective"]),
     "--recompute-method": dict(choices=["uniform", "block"]), "--recompute-num-layers": dict(type=int),
     "--use-distributed-optimizer": dict(action="store_true"), "--use-torch-fsdp2": dict(action="store_true"),
@@ -64,7 +66,7 @@ PLANS = [
     ParallelConfig(tp=8, pp=2, dp=64, mb=4, vp=8, sp=True, chunks=8, zero=1, bucket_bytes=10e6),
     ParallelConfig(tp=4, pp=4, dp=8, mb=2, vp=2, sp=True, zero=1, recompute="selective",
                    layers_per_stage=(22, 26, 26, 22)),
-    ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=1, chunks=4, recompute="full"),
+    ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=1, chunks=2, recompute="full"),
     ParallelConfig(tp=8, pp=2, dp=4, cp=2, mb=1, recompute="full", recompute_layers=4, zero=3),
     ParallelConfig(tp=1, pp=1, dp=8, mb=8, zero=0, bucket_bytes=0),
 ]
@@ -177,3 +179,27 @@ def test_gradient_dtype_flags_and_bucket_elements():
     assert bucket_elements(half) == 2 * bucket_elements(c) == 20_000_000
     with pytest.raises(SpecError, match="fp32 or bf16 for a bf16 run"):
         megatron_args(ParallelConfig(tp=2, dp=4, grad_dtype="fp16"), 64, 24)
+
+
+# --------------------------------------------------------------------------- TE userbuffers: what --tp-comm-overlap runs
+def test_tp_comm_overlap_states_the_reduce_scatter_pieces_and_refuses_what_userbuffers_cannot_run(tmp_path):
+    import yaml
+
+    from planner.emit import emit_text, tp_overlap_cfg
+    w = Workload(global_batch=512, seq_len=4096)
+    tp8 = ParallelConfig(tp=8, dp=8, sp=True, chunks=8, zero=1)
+    args = megatron_parser().parse_args(tokens(tp8, global_batch=512, layers=32))
+    assert args.tp_comm_overlap and args.tp_comm_overlap_cfg == "tp_comm_overlap.yaml"
+    cfg = yaml.safe_load(tp_overlap_cfg(8))  # Megatron's _initialize_tp_communicators reads it so
+    assert cfg == {"proj_fprop": {"method": "pipeline", "num_splits": 8}, "fc2_fprop": {"method": "pipeline",
+                                                                                       "num_splits": 8}}
+    text, notes = emit_text("megatron", tp8, w, 32)
+    assert any(tp_overlap_cfg(8) in n for n in notes)
+    tp4 = megatron_parser().parse_args(tokens(ParallelConfig(tp=4, dp=16, sp=True, chunks=4), global_batch=512,
+                                              layers=32))
+    assert tp4.tp_comm_overlap and tp4.tp_comm_overlap_cfg is None  # TE's default pieces are 4
+    for bad, why in ((ParallelConfig(tp=8, dp=8, sp=True, chunks=4), "1 or tp=8"),
+                     (ParallelConfig(tp=8, dp=8, sp=False, chunks=8), "without sequence parallelism"),
+                     (ParallelConfig(tp=1, dp=8, ep=8, chunks=4), "with tp=1")):
+        with pytest.raises(SpecError, match=why):
+            emit_text("megatron", bad, w, 32)

@@ -266,3 +266,25 @@ def test_planner_api_runs_one_framework():
     assert p.recommend().best.config.framework == "fsdp2"
     with pytest.raises(SpecError, match="framework='jax'"):
         Planner("llama3-8b", "h100-sxm", gpus=16, global_batch=64, seq=4096, framework="jax").evaluate(tp=2)
+
+
+def test_megatron_on_nvidia_offers_only_the_chunks_te_userbuffers_run():
+    """Megatron-Core's --tp-comm-overlap (TE userbuffers) runs each AllGather as a ring exchange of
+    tp steps and needs sequence parallelism; it has no chunked EP combine. On DMA-engine hardware
+    (sg2262-like) the chunk count stays a co-design variable."""
+    from search.candidates import Shape, chunk_values, sp_chunk_pairs
+    from search.problem import Problem
+    nv = Problem(model=load_model("mixtral-8x7b"), cluster=load_cluster("h100-sxm").with_gpus(64),
+                 workload=Workload(global_batch=256, seq_len=4096))
+    assert chunk_values(nv, Shape(8, 1, 1, 8, 8)) == [1, 8] and chunk_values(nv, Shape(8, 1, 1, 8, 8), sp=False) == [1]
+    assert chunk_values(nv, Shape(1, 1, 1, 64, 8)) == [1]  # EP alone: no chunked combine
+    assert {ch for sp, ch in sp_chunk_pairs(nv, Shape(4, 1, 2, 8, 1)) if not sp} == {1}
+    dma = Problem(model=load_model("llama3-8b"), cluster=load_cluster("sg2262-like").with_gpus(16),
+                  workload=Workload(global_batch=16, seq_len=4096))
+    assert chunk_values(dma, Shape(4, 1, 1, 4, 1)) == [1, 2, 4, 8]
+    with pytest.raises(SpecError, match="chunks=4: must be 1 or tp=8 under framework=megatron"):
+        Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(16),
+                workload=Workload(global_batch=64, seq_len=4096), limits=Limits(fixed={"chunks": 4, "tp": 8}))
+    r = _recommend("megatron")
+    assert r.plans and all(pl.config.chunks in (1, pl.config.tp) for pl in r.plans)
+    assert all(pl.config.chunks == 1 or pl.config.sp_on for pl in r.plans)

@@ -57,7 +57,7 @@ def test_gpt3_vp12_pin_answers_instead_of_no_way_to_divide():
 
 def test_fully_pinned_is_scored_exactly_and_fast():
     fixed = {"tp": 4, "pp": 8, "dp": 128, "vp": 12, "mb": 1, "recompute": "none", "zero": 1, "sp": True,
-             "chunks": 2, "bucket_mb": 40}
+             "chunks": 4, "bucket_mb": 40}
     p = problem("gpt3-175b", gpus=4096, batch=4096, seq=2048, fixed=fixed)
     start = time.perf_counter()
     r = solve(p)
