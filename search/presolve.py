@@ -127,6 +127,8 @@ class Expander:
         recs = self.recomputes(s.pp, vp)
         for sp in sps:
             chunk_opts = self.sp_chunks(s, sp)
+            if not chunk_opts:  # e.g. a pinned chunk count Megatron runs only with sequence parallelism
+                continue
             for zero in zeros:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:

@@ -288,3 +288,17 @@ def test_megatron_on_nvidia_offers_only_the_chunks_te_userbuffers_run():
     r = _recommend("megatron")
     assert r.plans and all(pl.config.chunks in (1, pl.config.tp) for pl in r.plans)
     assert all(pl.config.chunks == 1 or pl.config.sp_on for pl in r.plans)
+
+
+def test_a_pinned_chunk_count_leaves_no_choice_without_sp_and_the_search_still_answers():
+    """chunks=8 pinned on NVIDIA Megatron: shapes whose sp may be off have no chunk count there
+    (--tp-comm-overlap needs sequence parallelism); the search skips them instead of failing."""
+    from search.exhaustive import solve_exhaustive
+    from search.tables import Tables
+    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(16),
+                workload=Workload(global_batch=64, seq_len=4096),
+                limits=Limits(fixed={"chunks": 8, "pp": 1, "zero": 1}, bucket_mb_options=(40,)))
+    r = solve(p, SolveOptions(small_space=-1))
+    assert r.status == "OPTIMAL" and all(pl.config.chunks == 8 == pl.config.tp and pl.config.sp_on for pl in r.plans)
+    ex = solve_exhaustive(p)
+    assert ex.complete and ex.best.objective * Tables(p).res_s == pytest.approx(r.objective_s)
