@@ -43,8 +43,8 @@ from costmodel import dma  # noqa: E402
 from costmodel.presets import load_cluster, load_model  # noqa: E402
 from costmodel.specs import Workload  # noqa: E402
 from planner.sweep.grid import apply_whatifs  # noqa: E402
-from search.candidates import (bucket_values, chunk_values, mb_values, recompute_values, shapes,  # noqa: E402
-                               sp_values, vp_values, zero_values)
+from search.candidates import (bucket_values, mb_values, recompute_values, shapes, sp_chunk_pairs,  # noqa: E402
+                               vp_values, zero_values)
 from search.exhaustive import (Scored, all_choices, best_splits, count_space, max_stage_layers,  # noqa: E402
                                solve_exhaustive)
 from search.problem import Limits, Problem  # noqa: E402
@@ -102,11 +102,11 @@ def _random_choice(p: Problem, rng: random.Random) -> dict | None:
     if not vps:
         return None
     vp = rng.choice(vps)
-    lists = [sp_values(p, s), chunk_values(p, s), zero_values(p, s), bucket_values(p, s),
+    lists = [sp_chunk_pairs(p, s), zero_values(p, s), bucket_values(p, s),
              recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else p.model.layers)]
     if not all(lists):
         return None
-    sp, chunks, zero, bucket, (kind, k) = (rng.choice(v) for v in lists)
+    (sp, chunks), zero, bucket, (kind, k) = (rng.choice(v) for v in lists)
     out = dict(tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, mb=mb, vp=vp, sp=sp, chunks=chunks, zero=zero,
                bucket_mb=bucket, recompute=kind)
     if kind == "full":

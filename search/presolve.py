@@ -149,7 +149,7 @@ class Expander:
         no ZeRO-3 gathers unless only ZeRO-3 fits, the most chunks; exposure never grows with more
         chunks), best sp; with ``refined`` only the ZeRO stages whose leanest choice fits in memory,
         plus, per ZeRO stage, the optimizer and the DP exposure with the longest windows (full
-        recompute, no sp). ``refined`` also screens memory with the leanest choice
+        recompute, no sp) at its least over the bucket sizes (more buckets pay more latency). ``refined`` also screens memory with the leanest choice
         (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
         key = (s, mb, vp)
         cache = self.t.shared.setdefault("presolve.group_lb", {})  # without ``refined``: bucket-free
@@ -166,7 +166,7 @@ class Expander:
         recs = self.recomputes(s.pp, vp)
         if not (zeros and sps and recs and chunk_opts and opts):
             return None
-        # a positive bucket: its DP bound (no latency) is below every option's
+        # a positive bucket for the pipeline and memory probes (neither depends on the bucket size)
         bucket = next((b for b in opts if b > 0), opts[0])
         slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
         if refined:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
@@ -182,9 +182,10 @@ class Expander:
         if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)
             return t
         rest = math.inf
-        for z in zeros:
-            c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, bucket, p.framework, grad_dtype=p.grad_dtype)
-            rest = min(rest, bounds.opt_lb_s(c) + bounds.dp_lb_s(c))
+        for z in zeros:  # every bucket size: each extra bucket pays a collective latency (step.bucketed_s)
+            for b in opts:
+                c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype)
+                rest = min(rest, bounds.opt_lb_s(c) + bounds.dp_lb_s(c))
         return t + rest
 
 
