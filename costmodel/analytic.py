@@ -358,7 +358,16 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     return StageTiming(stage, fwd, bwd, rec, led, interference)
 
 
-def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
+def _dp_groups(model: ModelSpec, c: ParallelConfig, stage: int, params) -> tuple:
+    """``(parameters, group size, stride)`` of the dense (DP x CP) and expert (expert-DP) gradient
+    groups of ``stage``; ``params``: its ``(dense, expert)`` parameters, or ``None`` for
+    :func:`~costmodel.memory.stage_params`."""
+    dense, expert = stage_params(model, c, stage) if params is None else params
+    return ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
+            (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+
+
+def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None) -> tuple:
     """(gradient reduction, parameter gather) seconds after the last micro-batch of ``stage``.
 
     ZeRO-0 all-reduces FP32 gradients (Megatron-LM accumulates and reduces BF16 runs' gradients
@@ -366,16 +375,16 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
     step (Megatron distributed optimizer); DeepSpeed ZeRO-2 reduces per micro-batch (in the
     stage ledger) and all-gathers parameters after the step; ZeRO-3 / FSDP2 do both per
     micro-batch (:func:`costmodel.frameworks.semantics`).
+
+    ``params``: the stage's ``(dense, expert)`` parameters (numpy arrays allowed: the cost tables
+    pass one entry per layer count); default :func:`~costmodel.memory.stage_params`.
     """
     sem = frameworks.of(c)
-    dense, expert = stage_params(model, c, stage)
-    groups = ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
-              (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
     t_grad = t_param = 0.0
     a = dma.resolve(cluster, c, model)
     dp, zero = dma.engines_of(cluster, a, "dp"), dma.engines_of(cluster, a, "zero")
-    for params, size, stride in groups:
-        if size <= 1 or params <= 0:
+    for params, size, stride in _dp_groups(model, c, stage, params):
+        if size <= 1:
             continue
         if sem.step_grad:
             t_grad += collective_time_s(sem.step_grad, params * grad_elem_bytes(c), size, stride, cluster, engines=dp)
@@ -388,23 +397,22 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
     return t_grad, t_param
 
 
-def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> tuple[float, float]:
+def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None) -> tuple:
     """(gradient, parameter) latency of one more bucket: the alpha terms of the collectives of
-    :func:`dp_comm` (a 1-byte message of the same groups), paid again by every extra bucket."""
-    dense, expert = stage_params(model, c, stage)
-    groups = ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
-              (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+    :func:`dp_comm` (a 1-byte message of the same groups), paid again by every extra bucket;
+    ``params`` as in :func:`dp_comm` (a group without parameters pays none)."""
     lat_grad = lat_param = 0.0
     sem = frameworks.of(c)
     a = dma.resolve(cluster, c, model)
     dp, zero = dma.engines_of(cluster, a, "dp"), dma.engines_of(cluster, a, "zero")
-    for params, size, stride in groups:
-        if size <= 1 or params <= 0:
+    for params, size, stride in _dp_groups(model, c, stage, params):
+        if size <= 1:
             continue
+        held = params > 0
         if sem.step_grad:
-            lat_grad += collective_time_s(sem.step_grad, 1.0, size, stride, cluster, engines=dp)
+            lat_grad += held * collective_time_s(sem.step_grad, 1.0, size, stride, cluster, engines=dp)
         if sem.step_param_gather:
-            lat_param += collective_time_s("allgather", 1.0, size, stride, cluster, engines=zero)
+            lat_param += held * collective_time_s("allgather", 1.0, size, stride, cluster, engines=zero)
     return lat_grad, lat_param
 
 
@@ -424,6 +432,7 @@ def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig,
     return optimizer_time_s(d / shard_d + e / shard_e, cluster.device)
 
 
-def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:
-    dense, expert = stage_params(model, c, stage)
+def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int, params=None) -> float:
+    """Gradient bytes of ``stage`` (``params`` as in :func:`dp_comm`)."""
+    dense, expert = stage_params(model, c, stage) if params is None else params
     return (dense + expert) * grad_elem_bytes(c)

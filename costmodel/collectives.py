@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional, Tuple
 
+import numpy as np
+
 from .specs import ClusterSpec, DmaEngineClass
 
 #: the engines a stream was given: (engine class, number of its engines), see :mod:`costmodel.dma`;
@@ -84,8 +86,9 @@ TREE_BW_FACTOR = 0.92
 
 
 def _bw_s(kind: str, nbytes: float, n: int, bw: float) -> float:
-    """Bandwidth term of a ring over ``n`` ranks (bus-bandwidth convention, no latency)."""
-    if n <= 1 or nbytes <= 0:
+    """Bandwidth term of a ring over ``n`` ranks (bus-bandwidth convention, no latency);
+    ``nbytes`` may be a numpy array."""
+    if n <= 1:
         return 0.0
     return (2 if kind == "allreduce" else 1) * (n - 1) / n * nbytes / bw
 
@@ -142,17 +145,28 @@ def _hier_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: floa
 def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
             bi: float, be: float) -> tuple[float, float]:
     """(total seconds, latency seconds) of AllReduce/AllGather/ReduceScatter as NCCL would pick it,
-    ``bi``/``be`` the stream's intra-/inter-node bandwidth (:func:`link_bw_bytes_per_s`)."""
-    if k * nodes <= 1 or nbytes <= 0:
+    ``bi``/``be`` the stream's intra-/inter-node bandwidth (:func:`link_bw_bytes_per_s`).
+
+    ``nbytes`` may be a numpy array (the cost tables score every layer count of a stage at once):
+    each entry picks its own algorithm, so the time is exact where the ring/tree choice flips,
+    which an affine fit over the layer count is not.
+    """
+    array = np.ndim(nbytes) > 0
+    if k * nodes <= 1 or (not array and nbytes <= 0):
         return 0.0, 0.0
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
     t_bw = _hier_bw_s(kind, nbytes, k, nodes, bi, be)
     lat = ring_latency_s(kind, k, nodes, a_i, a_e)
-    best = (t_bw + lat, lat)
+    t = t_bw + lat
     if kind == "allreduce" and nodes > 1:
         lat_tree = tree_latency_s(k, nodes, a_i, a_e)
-        best = min(best, (t_bw / TREE_BW_FACTOR + lat_tree, lat_tree))
-    return best
+        t_tree = t_bw / TREE_BW_FACTOR + lat_tree
+        lat = np.where(t_tree <= t, lat_tree, lat) if array else (lat_tree if t_tree <= t else lat)
+        t = np.minimum(t, t_tree) if array else min(t, t_tree)
+    if array:
+        on = np.asarray(nbytes) > 0
+        return np.where(on, t, 0.0), np.where(on, lat, 0.0)
+    return t, lat
 
 
 def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str, engines: Engines = None) -> float:
@@ -198,7 +212,9 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     ----------
     kind : one of ``allreduce``, ``allgather``, ``reducescatter``, ``alltoall``, ``p2p``.
     nbytes : per-GPU buffer: the reduced tensor (all-reduce), the gathered output
-        (all-gather), the input (reduce-scatter), the send buffer (all-to-all), the message (p2p).
+        (all-gather), the input (reduce-scatter), the send buffer (all-to-all), the message (p2p);
+        a numpy array (one time per entry) for all-reduce, all-gather and reduce-scatter under
+        ``ring``.
     size, stride : group size and rank stride (see :func:`group_stride`).
     algorithm : ``ring`` (NCCL ring/tree, the default) or ``direct``: an all-reduce inside one
         node done by reading the peers' buffers over NVLink/NVSwitch, as inference engines do
@@ -212,6 +228,9 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
     if algorithm not in ("ring", "direct"):
         raise ValueError(f"algorithm={algorithm!r}: must be 'ring' or 'direct'")
+    if np.ndim(nbytes) and (kind in ("alltoall", "p2p") or algorithm != "ring"):
+        raise ValueError(f"nbytes: an array only for all-reduce, all-gather and reduce-scatter under 'ring', "
+                         f"not {kind} / {algorithm}")
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
     bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     if kind == "p2p":

@@ -258,14 +258,17 @@ class Tables:
         shape and ZeRO stage only (the collectives also on the DMA assignment)."""
         key = ("comm", choice.shape, choice.zero, choice.framework, kind, choice.dma)
         if key not in self._affine:
-            p = self.p
-
-            def comm(c, stage):
-                t_grad, t_param = dp_comm(p.model, p.cluster, c, stage)
-                lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage)
-                return dict(t_grad=t_grad, t_param=t_param, lat_grad=lat_grad, lat_param=lat_param,
-                            grad_bytes=grad_bytes(p.model, c, stage))
-            self._affine[key] = dict(self.state(choice, kind), **self._fit(choice, kind, comm))
+            p, st = self.p, self.state(choice, kind)
+            # the collectives from the (exactly affine) parameter counts, one time per count: NCCL's
+            # ring / tree choice flips with the message size, so their seconds are not affine
+            lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
+            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None, vp=1)
+            params = (st["dense"], st["expert"])
+            t_grad, t_param = dp_comm(p.model, p.cluster, c, stage, params)
+            lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, params)
+            n = np.zeros(p.model.layers + 1)
+            self._affine[key] = dict(st, t_grad=n + t_grad, t_param=n + t_param, lat_grad=n + lat_grad,
+                                     lat_param=n + lat_param, grad_bytes=grad_bytes(p.model, c, stage, params))
         return self._affine[key]
 
     def state(self, choice: Choice, kind: str) -> dict:

@@ -3,6 +3,8 @@
 
 import math
 
+import numpy as np
+
 import pytest
 
 from costmodel.collectives import (TREE_BW_FACTOR, collective_latency_s, collective_time_s, ring_latency_s,
@@ -111,3 +113,23 @@ def test_allreduce_never_slower_than_its_ring(a100):
 def test_latency_kind_checked(a100):
     with pytest.raises(ValueError):
         collective_latency_s("alltoall", 8, 1, a100)
+
+
+def test_array_of_sizes_picks_the_algorithm_per_entry(a100):
+    # 16 nodes x 8 GPUs: small all-reduces take the tree, large ones the ring; an array of sizes
+    # across the crossover gets each entry's own choice (the cost tables score all layer counts
+    # at once), and empty buffers cost nothing
+    sizes = [0.0, 1e3, 1e6, 1e7, 1e8, 1e9, 1e10]
+    for kind in ("allreduce", "allgather", "reducescatter"):
+        arr = collective_time_s(kind, np.array(sizes), 128, 1, a100)
+        assert arr.tolist() == pytest.approx([collective_time_s(kind, s, 128, 1, a100) for s in sizes], rel=1e-12)
+    # the sizes straddle the crossover: the tree at 1 KB, the ring at 10 GB
+    assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e3) == pytest.approx(tree_latency_s(8, 16, A_I, A_E))
+    assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e10) == pytest.approx(
+        ring_latency_s("allreduce", 8, 16, A_I, A_E))
+    assert collective_time_s("allreduce", np.array(sizes), 128, 1, a100)[0] == 0.0
+
+
+def test_array_of_sizes_refused_where_not_supported(a100):
+    with pytest.raises(ValueError, match="nbytes"):
+        collective_time_s("alltoall", np.array([1e6, 2e6]), 8, 1, a100)
