@@ -151,7 +151,7 @@ def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
     each entry picks its own algorithm, so the time is exact where the ring/tree choice flips,
     which an affine fit over the layer count is not.
     """
-    array = np.ndim(nbytes) > 0
+    array = isinstance(nbytes, np.ndarray)
     if k * nodes <= 1 or (not array and nbytes <= 0):
         return 0.0, 0.0
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
@@ -228,7 +228,7 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
     if algorithm not in ("ring", "direct"):
         raise ValueError(f"algorithm={algorithm!r}: must be 'ring' or 'direct'")
-    if np.ndim(nbytes) and (kind in ("alltoall", "p2p") or algorithm != "ring"):
+    if isinstance(nbytes, np.ndarray) and (kind in ("alltoall", "p2p") or algorithm != "ring"):
         raise ValueError(f"nbytes: an array only for all-reduce, all-gather and reduce-scatter under 'ring', "
                          f"not {kind} / {algorithm}")
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
