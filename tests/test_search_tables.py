@@ -25,7 +25,7 @@ from search.tables import Choice, Tables, probe_split, resolution_s, ticks
 
 CASES = [("gpt3-175b", "a100-80g", 64, 64, 2048), ("llama3-8b", "h100-sxm", 32, 64, 4096),
          ("mixtral-8x7b", "h100-sxm", 64, 128, 4096), ("deepseek-v3", "h800", 256, 512, 4096),
-         ("gpt-1.7b", "a100-80g", 16, 32, 2048)]
+         ("gpt-1.7b", "a100-80g", 16, 32, 2048), ("qwen3-30b-a3b", "h100-sxm", 128, 256, 4096)]
 
 
 def problem(model, cluster, gpus, batch, seq, **limits):
