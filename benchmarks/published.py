@@ -498,9 +498,15 @@ def _new_row(r: dict) -> Row:
     if src in TORCHTITAN and "torch.compile no" in r["other_metric"].lower():
         fused = False  # torchtitan training.compile off: the Llama block's norms, RoPE, SwiGLU run eager
         notes.append("torch.compile off (stated): eager element-wise kernels (fused_elementwise False)")
-    dispatcher = "deepep" if "deepep" in r["other_metric"].lower() else "alltoall"
+    other = r["other_metric"].lower()
+    dispatcher = "deepep" if "deepep" in other else "alltoall"
     if dispatcher == "deepep" and ep > 1:
         notes.append("DeepEP dispatcher (stated): one network copy per destination node")
+    if "hybridep" in other and ep > 1:
+        notes.append("HybridEP backend (in the recipe): not modelled, charged as the all-to-all dispatcher")
+    if ep > 1 and ("moe_a2a_overlap true" in other or "1f1b overlap" in other):
+        # Megatron-Core --overlap-moe-expert-parallel-comm: one micro-batch's all-to-all behind another's compute
+        notes.append("EP all-to-all overlap ran (stated, or in the recipe): not modelled, the all-to-all is charged without it")
     if framework == "megatron" and zero == 2:
         # MegaScale's "ZeRO-2" is Megatron-LM's distributed optimizer (the system is built on Megatron-LM):
         # gradients reduce-scattered once per step, optimizer state sharded; Megatron has no per-micro-batch ZeRO-2

@@ -131,6 +131,19 @@ def test_fill_rules_follow_the_frameworks():
     assert BY_ID[("new", "112")].fixed["layers_per_stage"] == (7,) + (8,) * 14 + (7,)  # Llama 3 paper
 
 
+def test_ep_stack_from_the_recipes():
+    # Megatron-Bridge perf recipes (row notes cite path:line@release): DeepSeek-V3 25.09 ran the flex
+    # dispatcher with DeepEP, the modelled dispatcher; HybridEP (Qwen3-30B 26.04) and the EP all-to-all
+    # overlap (moe_a2a_overlap) are not modelled, and the row says so instead of hiding it
+    notes = lambda i: " ".join(BY_ID[("new", i)].notes)  # noqa: E731
+    assert BY_ID[("new", "194")].fixed["ep_dispatcher"] == "deepep"
+    assert BY_ID[("new", "187")].fixed["ep_dispatcher"] == "alltoall" and "HybridEP" in notes("187")
+    for i in ("188", "192", "193", "194", "204"):
+        assert "overlap ran" in notes(i), i
+    for i in ("186", "187", "195", "203"):
+        assert "overlap ran" not in notes(i), i
+
+
 def test_regime_examples():
     reg = lambda s, i: set(BY_ID[(s, i)].regimes)  # noqa: E731
     assert reg("dev", "1") == {"a100_megatron"}
