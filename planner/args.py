@@ -22,7 +22,7 @@ import math
 import re
 import sys
 
-from costmodel.config import GRAD_DTYPES, RECOMPUTE
+from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, RECOMPUTE
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.frameworks import FRAMEWORKS
@@ -155,8 +155,9 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
                    metavar="{" + ",".join(DTYPES) + "}", help="GEMM format (default: %(default)s)")
 
 
-def add_config_args(parser: argparse.ArgumentParser) -> None:
-    """The parallel plan: ``--tp --pp --dp --ep --cp --vp --mb --sp/--no-sp --zero --recompute ...``."""
+def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -> None:
+    """The parallel plan: ``--tp --pp --dp --ep --cp --vp --mb --sp/--no-sp --zero --recompute ...``;
+    ``dispatcher``: also ``--ep-dispatcher`` (evaluate, explain: the search plans the alltoall one)."""
     g = parser.add_argument_group("parallel config (unset: 1 / off; dp = gpus/(tp*pp*cp))")
     for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data"), ("ep", "expert"),
                        ("cp", "context")):
@@ -183,6 +184,12 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
                    help="dtype gradients are accumulated and reduced in over data parallelism (default fp32, "
                         "Megatron's for BF16 runs; bf16 is --grad-reduce-in-bf16); recommend plans every "
                         "candidate with it")
+    if dispatcher:
+        g.add_argument("--ep-dispatcher", type=choice_arg("ep_dispatcher", EP_DISPATCHERS),
+                       metavar="{" + ",".join(EP_DISPATCHERS) + "}",
+                       help="how MoE tokens reach their experts: alltoall (Megatron --moe-token-dispatcher-type "
+                            "alltoall, the default) or deepep (flex dispatcher, DeepEP backend: one network copy "
+                            "per destination node)")
     g.add_argument("--dma", type=dma_arg, metavar="STREAMS:CLASS*N,...",
                    help="DMA engines of each communication stream (tp cp ep pp dp zero), e.g. "
                         "'tp:cdma*2,dp:cdma*1,pp:cdma*1'; 'tp+dp:cdma*1' shares one engine "
@@ -299,7 +306,8 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
-            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma", "grad_dtype")
+            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma", "grad_dtype",
+            "ep_dispatcher")
     fields = {k: getattr(args, k, None) for k in keys}
     fields["framework"] = framework_from_args(args)
     lps = getattr(args, "layers_per_stage", None)

@@ -97,12 +97,16 @@ def grad_dtype_args(c: ParallelConfig, dtype: str) -> list[list[str]]:
     return [["--grad-reduce-in-bf16"]] if half == "bf16" else []
 
 
-def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16") -> list[list[str]]:
-    """Megatron-LM arguments of plan ``c``, one ``[flag, value...]`` list per argument."""
+def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16",
+                  moe: bool = False) -> list[list[str]]:
+    """Megatron-LM arguments of plan ``c``, one ``[flag, value...]`` list per argument; ``moe``: the
+    model has routed experts (so does any plan with ``ep > 1``)."""
     out = [["--tensor-model-parallel-size", str(c.tp)], ["--pipeline-model-parallel-size", str(c.pp)],
            ["--context-parallel-size", str(c.cp)]]
     if c.ep > 1:  # experts are not split by TP when they are spread over EP ranks (cost model assumption)
         out += [["--expert-model-parallel-size", str(c.ep)], ["--expert-tensor-parallel-size", "1"]]
+    if moe or c.ep > 1:
+        out += moe_args(c)
     out += [["--micro-batch-size", str(c.mb)], ["--global-batch-size", str(global_batch)]]
     out += pipeline_split_args(c, layers)
     if c.sp_on:
@@ -134,6 +138,17 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
         out.append(["--ddp-bucket-size", str(bucket_elements(c))])
     out += {"bf16": [["--bf16"]], "fp16": [["--fp16"]], "fp8": [["--bf16"], ["--fp8-format", "hybrid"]]}[dtype]
     return out + grad_dtype_args(c, dtype)
+
+
+def moe_args(c: ParallelConfig) -> list[list[str]]:
+    """The MoE layer as the cost model charges it (``costmodel.compute._moe_ops``): one grouped GEMM
+    over the local experts and the plan's token dispatcher. Megatron-Core's defaults are neither
+    (``TransformerConfig``: ``moe_grouped_gemm=False``, ``moe_token_dispatcher_type="allgather"``);
+    DeepEP is the flex dispatcher's ``deepep`` backend (``--moe-enable-deepep`` is deprecated)."""
+    out = [["--moe-grouped-gemm"]]
+    if c.ep_dispatcher == "deepep":
+        return out + [["--moe-token-dispatcher-type", "flex"], ["--moe-flex-dispatcher-backend", "deepep"]]
+    return out + [["--moe-token-dispatcher-type", "alltoall"]]
 
 
 def split_form(c: ParallelConfig, layers: int) -> tuple:
@@ -220,12 +235,12 @@ def pipeline_split_args(c: ParallelConfig, layers: int) -> list[list[str]]:
     return out
 
 
-def megatron_text(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16") -> str:
+def megatron_text(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16", moe: bool = False) -> str:
     """The arguments as shell lines ending in ``\\`` (paste into a ``pretrain_gpt.py`` command);
     a value with shell characters (the layout's ``|``, ``(``, ``*``) is double-quoted."""
     def word(t: str) -> str:
         return f'"{t}"' if any(ch in t for ch in "|()*") else t
-    lines = [" ".join(word(t) for t in a) for a in megatron_args(c, global_batch, layers, dtype)]
+    lines = [" ".join(word(t) for t in a) for a in megatron_args(c, global_batch, layers, dtype, moe)]
     return " \\\n".join(lines)
 
 
@@ -363,17 +378,18 @@ def torchtitan_notes(c: ParallelConfig) -> list[str]:
     return notes
 
 
-def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int) -> tuple[str, list[str]]:
+def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe: bool = False) -> tuple[str, list[str]]:
     """``(text, notes)``: the plan as Megatron-LM arguments (shell lines), a DeepSpeed config
     (JSON) or torchtitan TOML, and what the format cannot express exactly; refuses
-    (:class:`SpecError`) unless the format reproduces exactly the evaluated plan."""
+    (:class:`SpecError`) unless the format reproduces exactly the evaluated plan. ``moe``: the
+    model has routed experts."""
     import json
 
     refuse_unless_runnable(fmt, c)
     if fmt == "fsdp2":
         text, notes = "\n".join(torchtitan_lines(c, workload, layers)), torchtitan_notes(c)
     elif fmt == "megatron":
-        text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype), megatron_notes(c)
+        text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype, moe), megatron_notes(c)
     else:
         text, notes = json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)
     return text, notes + dma_notes(c)

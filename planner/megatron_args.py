@@ -161,7 +161,40 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     f["chunks"] = tp if tp > 1 and "tp_comm_overlap" in a and as_bool("tp_comm_overlap", a["tp_comm_overlap"]) else 1
     if "use_flash_attn" in a:
         f["flash_attention"] = as_bool("use_flash_attn", a["use_flash_attn"])
+    dispatcher = moe_dispatcher(a, f.get("ep", 1))
+    if dispatcher is not None:
+        f["ep_dispatcher"] = dispatcher
     return f
+
+
+def moe_dispatcher(a: dict, ep: int) -> str | None:
+    """``ParallelConfig.ep_dispatcher`` of normalised arguments ``a`` (None without expert
+    parallelism: nothing to dispatch over). Megatron-Core's ``TransformerConfig``: the dispatcher
+    type defaults to ``allgather``; ``flex`` runs the ``moe_flex_dispatcher_backend`` (default
+    ``deepep``; ``moe_enable_deepep`` is its deprecated spelling). What the cost model does not
+    charge is refused, naming the argument: the AllGather dispatcher, the HybridEP and NCCL EP
+    backends, and the all-to-all overlap across micro-batches."""
+    if ep <= 1:  # a dense model's logged arguments print the default dispatcher too
+        return None
+    kind = str(a.get("moe_token_dispatcher_type", "")).lower()
+    if "overlap_moe_expert_parallel_comm" in a and as_bool("overlap_moe_expert_parallel_comm",
+                                                          a["overlap_moe_expert_parallel_comm"]):
+        raise SpecError("overlap_moe_expert_parallel_comm", True, "False (the EP all-to-all overlap across "
+                        "micro-batches is not modelled; the prediction would charge the all-to-all without it)")
+    if kind in ("", "none", "allgather"):
+        raise SpecError("moe_token_dispatcher_type", kind or None, "alltoall or flex (Megatron's default, "
+                        "the AllGather dispatcher, is not modelled)")
+    deepep_flag = "moe_enable_deepep" in a and as_bool("moe_enable_deepep", a["moe_enable_deepep"])
+    if kind == "alltoall" and not deepep_flag:
+        return "alltoall"
+    if kind != "flex":
+        raise SpecError("moe_token_dispatcher_type", kind, "flex with moe_enable_deepep (DeepEP runs only in the "
+                        "flex dispatcher)" if deepep_flag else "alltoall or flex")
+    backend = str(a.get("moe_flex_dispatcher_backend", "deepep")).lower()
+    if backend != "deepep":
+        raise SpecError("moe_flex_dispatcher_backend", backend, "deepep (the HybridEP and NCCL EP backends "
+                        "are not modelled)")
+    return "deepep"
 
 
 def grad_dtype(args: dict) -> str:

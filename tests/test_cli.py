@@ -137,3 +137,23 @@ def test_python_dash_m_entry_point():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "gpt3-175b" in {m["name"] for m in json.loads(proc.stdout)["models"]}
+
+
+MOE = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm", "--gpus", "64", "--global-batch", "256",
+           "--seq", "4096", "--tp", "2", "--ep", "16", "--sp"]  # the EP group spans two nodes
+
+
+def test_ep_dispatcher_is_evaluated_and_emitted(capsys):
+    code, out, err = run(capsys, ["evaluate", *MOE, "--json"])
+    a2a = json.loads(out)["step_time_s"]
+    code, out, err = run(capsys, ["evaluate", *MOE, "--ep-dispatcher", "deepep", "--json"])
+    assert code == 0 and json.loads(out)["step_time_s"] < a2a  # one network copy per destination node
+    code, out, err = run(capsys, ["evaluate", *MOE, "--ep-dispatcher", "deepep", "--emit", "megatron"])
+    assert code == 0 and "--moe-token-dispatcher-type flex" in out and "--moe-flex-dispatcher-backend deepep" in out
+    assert "--moe-grouped-gemm" in out
+
+
+def test_ep_dispatcher_is_not_a_search_choice(capsys):
+    # recommend plans the alltoall dispatcher; the flag is refused in one line rather than ignored
+    code, out, err = run(capsys, ["recommend", *MOE[:10], "--ep-dispatcher", "deepep"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--ep-dispatcher" in err

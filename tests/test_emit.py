@@ -54,6 +54,11 @@ MEGATRON = {
     "--ckpt-format": dict(type=str), "--pipeline-model-parallel-layout": dict(type=str),
     "--account-for-embedding-in-pipeline-split": dict(action="store_true"),
     "--account-for-loss-in-pipeline-split": dict(action="store_true"),
+    # MoE (megatron/core/transformer/transformer_config.py at d98e8a64, whose fields arguments.py turns
+    # into flags: moe_grouped_gemm bool, moe_token_dispatcher_type Literal, moe_flex_dispatcher_backend Literal)
+    "--moe-grouped-gemm": dict(action="store_true"),
+    "--moe-token-dispatcher-type": dict(choices=["allgather", "alltoall", "flex"]),
+    "--moe-flex-dispatcher-backend": dict(choices=["deepep", "hybridep", "ncclep"]),
     # gradient dtype (arguments.py, mixed precision group)
     "--accumulate-allreduce-grads-in-fp32": dict(action="store_true"), "--grad-reduce-in-bf16": dict(action="store_true"),
 }
@@ -127,6 +132,20 @@ def test_overlap_and_bucket_in_parameters():
 def test_expert_parallel_flags():
     args = megatron_parser().parse_args(tokens(PLANS[2], global_batch=8192, layers=61))
     assert (args.expert_model_parallel_size, args.expert_tensor_parallel_size) == (8, 1)
+
+
+def test_moe_layer_flags_are_what_the_model_charges():
+    # the model charges one grouped GEMM and the plan's dispatcher; Megatron-Core's defaults are a
+    # loop of expert GEMMs and the AllGather dispatcher, so both are stated for every MoE plan
+    ep = megatron_parser().parse_args(tokens(PLANS[2], global_batch=8192, layers=61))
+    assert ep.moe_grouped_gemm and ep.moe_token_dispatcher_type == "alltoall" and ep.moe_flex_dispatcher_backend is None
+    deepep = ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=1, ep_dispatcher="deepep")
+    d = megatron_parser().parse_args(tokens(deepep, global_batch=8192, layers=61))
+    assert (d.moe_token_dispatcher_type, d.moe_flex_dispatcher_backend) == ("flex", "deepep")
+    dense = megatron_parser().parse_args(tokens(PLANS[0], global_batch=1536, layers=96))
+    assert not dense.moe_grouped_gemm and dense.moe_token_dispatcher_type is None
+    no_ep = megatron_parser().parse_args(tokens(ParallelConfig(tp=2, dp=4), global_batch=64, layers=32, moe=True))
+    assert no_ep.moe_grouped_gemm and no_ep.moe_token_dispatcher_type == "alltoall"
 
 
 def test_notes_say_what_flags_cannot():

@@ -215,3 +215,40 @@ def test_a_table_of_runs_states_its_gradient_dtype(tmp_path):
     with pytest.raises(SpecError, match="grad_dtype='int8'"):
         read_runs([write(tmp_path, "bad.csv", "model,gpus,global_batch,seq,grad_dtype,step_time_s\n"
                                                "llama3-8b,16,64,4096,int8,1.5\n")])
+
+
+def _dispatcher(line):
+    return mg.config_fields(mg.parse_command_line(line)).get("ep_dispatcher")
+
+
+def test_moe_dispatcher_from_megatron_arguments():
+    ep = "--expert-model-parallel-size 8 "
+    assert _dispatcher(ep + "--moe-token-dispatcher-type alltoall") == "alltoall"
+    assert _dispatcher(ep + "--moe-token-dispatcher-type flex") == "deepep"  # the flex backend's default
+    assert _dispatcher(ep + "--moe-token-dispatcher-type flex --moe-enable-deepep") == "deepep"  # deprecated form
+    # a dense model's logged arguments print Megatron's default dispatcher: nothing to refuse without EP
+    assert _dispatcher("--tensor-model-parallel-size 2 --moe-token-dispatcher-type allgather") is None
+
+
+@pytest.mark.parametrize("line, field", [
+    ("--expert-model-parallel-size 8", "moe_token_dispatcher_type=None"),  # Megatron's default: allgather
+    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", "moe_token_dispatcher_type='allgather'"),
+    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep",
+     "moe_flex_dispatcher_backend='hybridep'"),
+    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-enable-deepep",
+     "moe_token_dispatcher_type='alltoall'"),
+    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm",
+     "overlap_moe_expert_parallel_comm=True"),
+])
+def test_moe_stacks_the_model_does_not_charge_are_refused(line, field):
+    with pytest.raises(SpecError, match=f"^{field.replace('(', '[(]')}: must be"):
+        _dispatcher(line)
+
+
+def test_emitted_moe_arguments_parse_back():
+    from costmodel.config import ParallelConfig
+    from planner.emit import megatron_args
+    for disp in ("alltoall", "deepep"):
+        c = ParallelConfig(tp=2, pp=4, dp=8, ep=8, mb=1, sp=True, zero=1, ep_dispatcher=disp)
+        line = " ".join(t for a in megatron_args(c, 256, 48, moe=True) for t in a)
+        assert _dispatcher(line) == disp

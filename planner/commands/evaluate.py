@@ -31,7 +31,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         NAME, help="predict step time, throughput, MFU, memory and overlap of one plan",
         description=__doc__.splitlines()[0].split(": ", 1)[1])
     add_problem_args(p, infer=True)
-    add_config_args(p)
+    add_config_args(p, dispatcher=True)
     add_inference_args(p)
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the plan as Megatron-LM arguments (the stage split included) or a DeepSpeed config")
@@ -77,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
             refuse_unless_runnable(args.emit, config)
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(config, workload.global_batch, model.layers,
-                                                            workload.dtype) for t in a]
+                                                            workload.dtype, model.is_moe) for t in a]
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
             d["torchtitan_config"] = torchtitan_lines(config, workload, model.layers)
         print_json(d)
     elif args.emit:
-        text, notes = emit_text(args.emit, config, workload, model.layers)
+        text, notes = emit_text(args.emit, config, workload, model.layers, model.is_moe)
         print(text)
         for n in notes:
             print(f"note: {n}", file=sys.stderr)

@@ -30,7 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                          "Chrome trace / Gantt of one step",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     add_problem_args(p, infer=True)
-    add_config_args(p)
+    add_config_args(p, dispatcher=True)
     add_inference_args(p, targets=False)
     g = p.add_argument_group("timeline")
     g.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of one step of one stage")

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             refuse_unless_runnable(args.emit, best.config)
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(best.config, workload.global_batch, model.layers,
-                                                            workload.dtype) for t in a]
+                                                            workload.dtype, model.is_moe) for t in a]
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(best.config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _emit(fmt: str, config, workload, model) -> int:
-    text, notes = emit_text(fmt, config, workload, model.layers)  # refuses unless it is the evaluated plan
+    text, notes = emit_text(fmt, config, workload, model.layers, model.is_moe)  # refuses unless it is the evaluated plan
     print(text)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
