@@ -142,6 +142,10 @@ def test_ep_stack_from_the_recipes():
         assert "overlap ran" in notes(i), i
     for i in ("186", "187", "195", "203"):
         assert "overlap ran" not in notes(i), i
+    # the model zoo's run script forces a balanced router for its first table (run_235b.sh@31c5686)
+    for i in ("203", "204", "205", "206", "207"):
+        assert BY_ID[("new", i)].model.moe_load_cv == 0.0, i
+    assert BY_ID[("new", "206")].fixed["ep_dispatcher"] == "alltoall"  # its stated A2A dispatcher
 
 
 def test_regime_examples():
