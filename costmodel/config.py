@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from . import dma as _dma
 from .errors import SpecError
-from .frameworks import FRAMEWORKS, check as check_framework
+from .frameworks import FRAMEWORKS, check as check_framework, check_moe_sequence_parallel
 from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
 from .units import MB
 
@@ -259,4 +259,5 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")
     if workload.mode == "train":
         check_framework(c)  # the settings c.framework can run (costmodel.frameworks)
+        check_moe_sequence_parallel(c.framework, moe=model.is_moe, tp=c.tp, sp=c.sp_on)
         _dma.check(cluster, c, model)  # the DMA assignment suits the plan and the device

@@ -243,6 +243,16 @@ def check_userbuffers_chunks(*, tp: int, sp: bool, chunks: int) -> None:
                         "userbuffers overlap each AllGather by ring exchange, one step per TP rank)")
 
 
+def check_moe_sequence_parallel(framework: str, *, moe: bool, tp: int, sp: bool) -> None:
+    """Raise :class:`SpecError` for an MoE model trained with TP but without sequence parallelism
+    under Megatron-Core: ``MoELayer.forward`` raises in training when the attention TP group is
+    larger than one and ``sequence_parallel`` is off (``megatron/core/transformer/moe/moe_layer.py``
+    at d98e8a64)."""
+    if framework == "megatron" and moe and tp > 1 and not sp:
+        raise SpecError("sp", False, f"on for an MoE model with tp={tp} under framework=megatron (Megatron-Core's "
+                        "MoE layer refuses to train with TP but without sequence parallelism)")
+
+
 def chunk_options(framework: str, tp: int, options, device=None) -> list[int]:
     """The chunk counts to consider from ``options`` under ``framework`` on ``device``: under FSDP2
     chunked overlap is async TP and under Megatron-Core on NVIDIA GPUs it is Transformer Engine's

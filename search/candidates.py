@@ -192,9 +192,10 @@ def _moot(p: Problem, var: str, default):
 def sp_values(p: Problem, s: Shape) -> list[bool]:
     if s.tp == 1:
         return _moot(p, "sp", False)
-    if (p.workload.seq_len // s.cp) % s.tp:
-        return _runnable(p, s, "sp", p.limits.filter("sp", [False]))
-    return _runnable(p, s, "sp", p.limits.filter("sp", [False, True]))
+    values = [False] if (p.workload.seq_len // s.cp) % s.tp else [False, True]
+    if p.framework == "megatron" and p.model.is_moe:  # frameworks.check_moe_sequence_parallel
+        values = [True] if True in values else []
+    return _runnable(p, s, "sp", p.limits.filter("sp", values))
 
 
 def data_parallel(p: Problem, s: Shape) -> bool:

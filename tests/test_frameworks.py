@@ -278,7 +278,11 @@ def test_megatron_on_nvidia_offers_only_the_chunks_te_userbuffers_run():
                  workload=Workload(global_batch=256, seq_len=4096))
     assert chunk_values(nv, Shape(8, 1, 1, 8, 8)) == [1, 8] and chunk_values(nv, Shape(8, 1, 1, 8, 8), sp=False) == [1]
     assert chunk_values(nv, Shape(1, 1, 1, 64, 8)) == [1]  # EP alone: no chunked combine
-    assert {ch for sp, ch in sp_chunk_pairs(nv, Shape(4, 1, 2, 8, 1)) if not sp} == {1}
+    # an MoE model under Megatron trains TP only with sequence parallelism (its MoE layer refuses otherwise)
+    assert sp_chunk_pairs(nv, Shape(4, 1, 2, 8, 1)) == [(True, 1), (True, 4)]
+    dense = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(64),
+                    workload=Workload(global_batch=256, seq_len=4096))
+    assert {ch for sp, ch in sp_chunk_pairs(dense, Shape(4, 1, 2, 8, 1)) if not sp} == {1}
     dma = Problem(model=load_model("llama3-8b"), cluster=load_cluster("sg2262-like").with_gpus(16),
                   workload=Workload(global_batch=16, seq_len=4096))
     assert chunk_values(dma, Shape(4, 1, 1, 4, 1)) == [1, 2, 4, 8]
@@ -288,6 +292,18 @@ def test_megatron_on_nvidia_offers_only_the_chunks_te_userbuffers_run():
     r = _recommend("megatron")
     assert r.plans and all(pl.config.chunks in (1, pl.config.tp) for pl in r.plans)
     assert all(pl.config.chunks == 1 or pl.config.sp_on for pl in r.plans)
+
+
+def test_moe_with_tp_needs_sequence_parallelism_under_megatron():
+    # megatron/core/transformer/moe/moe_layer.py (d98e8a64) raises in training when attention TP > 1
+    # and sequence_parallel is off: evaluate refuses, serving and other frameworks are unaffected
+    m, cl = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm").with_gpus(16)
+    w = Workload(global_batch=64, seq_len=4096)
+    with pytest.raises(SpecError, match="^sp=False: must be on for an MoE model with tp=2 under framework=megatron"):
+        evaluate(m, cl, w, ParallelConfig(tp=2, dp=8, ep=8), engine="analytic")
+    assert evaluate(m, cl, w, ParallelConfig(tp=2, dp=8, ep=8, sp=True), engine="analytic").step_time_s > 0
+    dense = load_model("llama3-8b")
+    assert evaluate(dense, cl, w, ParallelConfig(tp=2, dp=8), engine="analytic").step_time_s > 0
 
 
 def test_a_pinned_chunk_count_leaves_no_choice_without_sp_and_the_search_still_answers():
