@@ -163,12 +163,12 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     if c.cp > 1:
         x = cp_exchange(model, n, c.tp, c.cp, c.cp_impl)
         stride, eng = group_stride("cp", c.tp, c.cp, c.dp), dma.engines_of(cluster, a, "cp")
-        t_kv = collective_time_s("p2p", x.kv_bytes, c.cp, stride, cluster, engines=eng)
+        t_kv = collective_time_s("ring_p2p", x.kv_bytes, c.cp, stride, cluster, engines=eng)
         steps = c.cp - 1
         f = CommLedger()
         if x.gather_bytes:  # PyTorch context_parallel: one all-gather behind the local block (forward, backward)
             t_gather = collective_time_s("allgather", x.gather_bytes, c.cp, stride, cluster, engines=eng)
-            t_dkv = collective_time_s("p2p", x.dkv_bytes, c.cp, stride, cluster, engines=eng)
+            t_dkv = collective_time_s("ring_p2p", x.dkv_bytes, c.cp, stride, cluster, engines=eng)
             f.overlap("cp", t_gather, attn.fwd_s / c.cp, INF, WHY_CP, coef)
             led.overlap("cp", t_gather, attn.bwd_s / c.cp, INF, WHY_CP, coef)
             # dK/dV after every block: each behind the next block, the one after the last block waited on

@@ -50,7 +50,7 @@ from .specs import ClusterSpec, DmaEngineClass
 #: ``None`` means every engine of the class serving the scope (one collective at a time)
 Engines = Optional[Tuple[DmaEngineClass, int]]
 
-KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
+KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p", "ring_p2p")
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,10 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
 
     Parameters
     ----------
-    kind : one of ``allreduce``, ``allgather``, ``reducescatter``, ``alltoall``, ``p2p``.
+    kind : one of ``allreduce``, ``allgather``, ``reducescatter``, ``alltoall``, ``p2p`` (one
+        message to one peer ``stride`` ranks away) or ``ring_p2p`` (every rank of a ring of
+        ``size`` sends one message to its neighbour at once, as ring attention passes K/V blocks:
+        a step lasts as long as its slowest hop, which crosses nodes when the ring spans them).
     nbytes : per-GPU buffer: the reduced tensor (all-reduce), the gathered output
         (all-gather), the input (reduce-scatter), the send buffer (all-to-all), the message (p2p);
         a numpy array (one time per entry) for all-reduce, all-gather and reduce-scatter under
@@ -228,12 +231,12 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
     if algorithm not in ("ring", "direct"):
         raise ValueError(f"algorithm={algorithm!r}: must be 'ring' or 'direct'")
-    if isinstance(nbytes, np.ndarray) and (kind in ("alltoall", "p2p") or algorithm != "ring"):
+    if isinstance(nbytes, np.ndarray) and (kind in ("alltoall", "p2p", "ring_p2p") or algorithm != "ring"):
         raise ValueError(f"nbytes: an array only for all-reduce, all-gather and reduce-scatter under 'ring', "
                          f"not {kind} / {algorithm}")
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
     bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
-    if kind == "p2p":
+    if kind in ("p2p", "ring_p2p"):
         if size <= 1 or nbytes <= 0:
             return 0.0
         inter = comm_scope(kind, size, stride, cluster.gpus_per_node) == "inter"

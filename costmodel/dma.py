@@ -233,7 +233,7 @@ def stream_scopes(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelSpec |
     cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
     dp = [comm_scope("allreduce", n, s, gpn) for n, s in _dp_groups(c)]
     out = {"tp": [comm_scope("allreduce", c.tp, 1, gpn)],
-           "cp": [comm_scope("p2p", c.cp, cp_stride, gpn), comm_scope("allreduce", c.cp, cp_stride, gpn)],
+           "cp": [comm_scope("ring_p2p", c.cp, cp_stride, gpn), comm_scope("allreduce", c.cp, cp_stride, gpn)],
            "ep": [comm_scope("alltoall", c.ep, 1, gpn)],
            "pp": [comm_scope("p2p", c.pp, group_stride("pp", c.tp, c.cp, c.dp), gpn)],
            "dp": dp + [comm_scope("allreduce", n, s, gpn) for n, s in _tied(c, model)],

@@ -129,7 +129,7 @@ def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name
     blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase=phase)
     kv = None
     for i in range(1, cp):
-        kv = b.comm(f"{name}.kv{i}", "p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase=phase)
+        kv = b.comm(f"{name}.kv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase=phase)
         blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [kv], phase=phase)
     return [blk]
 
@@ -189,17 +189,17 @@ def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> l
     if cx.cpx.gather_bytes:  # PyTorch context_parallel: K/V gathered again; dK/dV (FP32) sent after every block
         ag = b.comm(f"{name}.kvag", "allgather", cx.cpx.gather_bytes, cp, cx.cp_stride, "cp", x, phase="bwd")
         blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase="bwd")
-        dkv = b.comm(f"{name}.dkv0", "p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk], phase="bwd")
+        dkv = b.comm(f"{name}.dkv0", "ring_p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk], phase="bwd")
         for i in range(1, cp):
             blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [ag, blk], phase="bwd")
-            dkv = b.comm(f"{name}.dkv{i}", "p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk, dkv], phase="bwd")
+            dkv = b.comm(f"{name}.dkv{i}", "ring_p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk, dkv], phase="bwd")
         return [blk, dkv]
     blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase="bwd")
     kv = dkv = None
     for i in range(1, cp):
-        kv = b.comm(f"{name}.kv{i}", "p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase="bwd")
+        kv = b.comm(f"{name}.kv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase="bwd")
         blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [kv], phase="bwd")
-        dkv = b.comm(f"{name}.dkv{i}", "p2p", cx.kv_bytes, cp, cx.cp_stride, "cp",
+        dkv = b.comm(f"{name}.dkv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp",
                      [blk] + ([dkv] if dkv else []), phase="bwd")
     return [blk, dkv]
 

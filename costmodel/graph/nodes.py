@@ -29,7 +29,7 @@ from ..collectives import collective_time_s, comm_scope as _scope
 from ..specs import ClusterSpec
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise", "sink")
-COMM_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
+COMM_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p", "ring_p2p")
 STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
 COMPUTE = "compute"
 
