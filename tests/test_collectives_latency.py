@@ -133,3 +133,13 @@ def test_array_of_sizes_picks_the_algorithm_per_entry(a100):
 def test_array_of_sizes_refused_where_not_supported(a100):
     with pytest.raises(ValueError, match="nbytes"):
         collective_time_s("alltoall", np.array([1e6, 2e6]), 8, 1, a100)
+
+
+def test_a_ring_step_is_as_slow_as_its_slowest_hop(a100):
+    # ring attention's K/V exchange (kind ring_p2p): every rank sends to its neighbour at once; a ring
+    # of 32 consecutive ranks spans 4 nodes, so one hop per node crosses the network and paces the step
+    S = 1e8
+    assert collective_time_s("ring_p2p", S, 32, 1, a100) == pytest.approx(S / (25e9 * 0.9) + A_E)
+    assert collective_time_s("ring_p2p", S, 8, 1, a100) == pytest.approx(S / 234e9 + A_I)  # inside a node
+    # a single send to a peer 1 rank away stays on NVLink (pipeline sends are p2p)
+    assert collective_time_s("p2p", S, 32, 1, a100) == pytest.approx(S / 234e9 + A_I)
