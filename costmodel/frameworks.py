@@ -243,12 +243,17 @@ def check_userbuffers_chunks(*, tp: int, sp: bool, chunks: int) -> None:
                         "userbuffers overlap each AllGather by ring exchange, one step per TP rank)")
 
 
+def moe_needs_sp(framework: str, *, moe: bool, tp: int) -> bool:
+    """Whether ``framework`` trains an MoE model with ``tp`` only with sequence parallelism:
+    Megatron-Core's ``MoELayer.forward`` raises in training when the attention TP group is larger
+    than one and ``sequence_parallel`` is off (``megatron/core/transformer/moe/moe_layer.py`` at
+    d98e8a64)."""
+    return framework == "megatron" and moe and tp > 1
+
+
 def check_moe_sequence_parallel(framework: str, *, moe: bool, tp: int, sp: bool) -> None:
-    """Raise :class:`SpecError` for an MoE model trained with TP but without sequence parallelism
-    under Megatron-Core: ``MoELayer.forward`` raises in training when the attention TP group is
-    larger than one and ``sequence_parallel`` is off (``megatron/core/transformer/moe/moe_layer.py``
-    at d98e8a64)."""
-    if framework == "megatron" and moe and tp > 1 and not sp:
+    """Raise :class:`SpecError` for a plan :func:`moe_needs_sp` rules out."""
+    if moe_needs_sp(framework, moe=moe, tp=tp) and not sp:
         raise SpecError("sp", False, f"on for an MoE model with tp={tp} under framework=megatron (Megatron-Core's "
                         "MoE layer refuses to train with TP but without sequence parallelism)")
 

@@ -193,7 +193,7 @@ def sp_values(p: Problem, s: Shape) -> list[bool]:
     if s.tp == 1:
         return _moot(p, "sp", False)
     values = [False] if (p.workload.seq_len // s.cp) % s.tp else [False, True]
-    if p.framework == "megatron" and p.model.is_moe:  # frameworks.check_moe_sequence_parallel
+    if frameworks.moe_needs_sp(p.framework, moe=p.model.is_moe, tp=s.tp):
         values = [True] if True in values else []
     return _runnable(p, s, "sp", p.limits.filter("sp", values))
 
