@@ -113,7 +113,8 @@ def check(table: dict, out=print) -> int:
 
 def main(argv=None, rows: list[Row] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", choices=("dev", "new", "all"), default="all", help="which published set (default all)")
+    ap.add_argument("--set", choices=("dev", "new", "all", "sealed"), default="all",
+                    help="which published set (default all: dev and new; sealed is the test split, scored once at the end of an issue)")
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--csv", help="also write per-row results here")
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph",
