@@ -92,7 +92,7 @@ def zero3_groups(model: ModelSpec, c: ParallelConfig, moe: bool) -> list[tuple[f
     split over EP, only over the expert-data-parallel group that replicates them (FSDP/ZeRO-3
     shard each parameter over the ranks that hold a copy of it)."""
     dense, expert = layer_params(model, c, moe)
-    groups = [(dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp))]
+    groups = [(dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp))]
     if expert > 0:
         groups.append((expert, expert_dp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
     return [(params, size, stride) for params, size, stride in groups if size > 1 and params > 0]
@@ -287,7 +287,7 @@ def _link_scopes(c: ParallelConfig, cluster: ClusterSpec) -> dict:
     """The link (``intra``/``inter``) each strategy's collectives of one layer cross."""
     gpn = cluster.gpus_per_node
     return {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, gpn).scope, "ep": layout(c.ep, 1, gpn).scope,
-            "zero": layout(c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp), gpn).scope}
+            "zero": layout(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp), gpn).scope}
 
 
 @dataclass(frozen=True)
@@ -363,7 +363,7 @@ def _dp_groups(model: ModelSpec, c: ParallelConfig, stage: int, params) -> tuple
     groups of ``stage``; ``params``: its ``(dense, expert)`` parameters, or ``None`` for
     :func:`~costmodel.memory.stage_params`."""
     dense, expert = stage_params(model, c, stage) if params is None else params
-    return ((dense, c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)),
+    return ((dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)),
             (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
 
 

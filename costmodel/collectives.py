@@ -280,13 +280,19 @@ def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec
 def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:
     """Rank stride of a parallel dimension under Megatron-LM's default order ``tp-cp-ep-dp-pp``.
 
-    EP groups use stride 1 (experts are not TP-split when ``ep > 1``, so expert ranks are
-    consecutive); the expert-data-parallel group (``edp``) strides over them.
+    ``dpcp`` is the data-parallel group *with* context parallelism (size ``dp * cp``): the gradient
+    reduction and the distributed optimizer's shards span it (Megatron-Core
+    ``parallel_state.get_data_parallel_group(with_context_parallel=True)``, built from the ranks of
+    one tp-rank over all cp and dp indices). Under the order tp-cp-dp its ranks are every ``tp``-th,
+    so its stride is ``tp``, not the pure DP group's ``tp * cp``: with cp 2 and tp 4 on 8-GPU nodes
+    the group of 2 x dp ranks is two per node, not one. EP groups use stride 1 (experts are not
+    TP-split when ``ep > 1``, so expert ranks are consecutive); the expert-data-parallel group
+    (``edp``) strides over them.
 
-    >>> [group_stride(d, tp=8, cp=2, dp=4) for d in ("tp", "cp", "dp", "pp")]
-    [1, 8, 16, 64]
+    >>> [group_stride(d, tp=8, cp=2, dp=4) for d in ("tp", "cp", "dp", "dpcp", "pp")]
+    [1, 8, 16, 8, 64]
     """
-    if dim == "cp":
+    if dim in ("cp", "dpcp"):
         return tp
     if dim == "dp":
         return tp * cp

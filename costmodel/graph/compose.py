@@ -184,7 +184,7 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     dp_link = dp_exp = zero_link = zero_exp = 0.0
     dp_stage, scheds = 0, []
     kind = frameworks.of(c).step_grad or "reducescatter"
-    size, stride = c.dp * c.cp, group_stride("dp", c.tp, c.cp, c.dp)
+    size, stride = c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)
     worst, windows = -np.inf, {}
     for s in range(c.pp):
         t_grad, t_param, lat_grad, lat_param, buckets = stage_dp_terms(model, cluster, c, s)
