@@ -185,6 +185,8 @@ def cluster_to_dict(c: ClusterSpec) -> dict:
     d = {"name": c.name, "gpus_per_node": c.gpus_per_node, "num_gpus": c.num_gpus,
          "device": unscale(c.device, _DEVICE_UNITS),
          "intra_link": unscale(c.intra_link, _LINK_UNITS), "inter_link": unscale(c.inter_link, _LINK_UNITS)}
+    if c.stack != ClusterSpec.__dataclass_fields__["stack"].default:
+        d["stack"] = c.stack
     return d
 
 

@@ -349,6 +349,8 @@ class ClusterSpec:
         empty: the cluster is not calibrated).
     calibration_log_residuals : leave-one-out ``ln(predicted / measured)`` of those runs; they
         narrow the uncertainty band (:mod:`costmodel.uncertainty`).
+    stack : the software stack the device's kernel constants are for (:mod:`costmodel.stacks`;
+        :func:`costmodel.stacks.apply_stack` sets it); the default is the current NVIDIA stack.
     """
 
     name: str = "cluster"
@@ -359,6 +361,7 @@ class ClusterSpec:
     num_gpus: int = 0
     calibrated_constants: tuple[str, ...] = ()
     calibration_log_residuals: tuple[float, ...] = ()
+    stack: str = "mcore-2025"
 
     def __post_init__(self):
         _positive_int("gpus_per_node", self.gpus_per_node)

@@ -28,6 +28,7 @@ from costmodel.dma import parse as parse_dma
 from costmodel.frameworks import FRAMEWORKS
 from costmodel.kvcache import KV_DTYPES
 from costmodel.specs import MODES, Workload
+from costmodel.stacks import DEFAULT_STACK, STACKS, apply_stack, stack_config
 from costmodel.units import DTYPES
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
@@ -153,6 +154,9 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
                    help="tokens per sequence" + (" (training only)" if infer else ""))
     g.add_argument("--dtype", type=choice_arg("dtype", DTYPES), default="bf16",
                    metavar="{" + ",".join(DTYPES) + "}", help="GEMM format (default: %(default)s)")
+    g.add_argument("--stack", type=choice_arg("stack", STACKS), default=None, metavar="{" + ",".join(STACKS) + "}",
+                   help=f"the software stack the plan runs on: its attention kernel, element-wise kernels and "
+                        f"framework (costmodel.stacks; default {DEFAULT_STACK}, the current NVIDIA stack)")
 
 
 def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -> None:
@@ -268,6 +272,7 @@ def problem_from_args(args: argparse.Namespace):
     """
     model = resolve_model(args.model) if args.model is not None else _missing("model")
     cluster = resolve_cluster(args.cluster, args.gpus) if args.cluster is not None else _missing("cluster")
+    cluster = apply_stack(stack_of(args, cluster), cluster)
     if getattr(args, "mode", "train") == "infer":
         if args.seq is not None:
             raise SpecError("seq", args.seq, "unset with --mode infer (give --input-len and --output-len)")
@@ -310,6 +315,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
             "ep_dispatcher")
     fields = {k: getattr(args, k, None) for k in keys}
     fields["framework"] = framework_from_args(args)
+    for k, v in stack_config(stack_of(args)).items():
+        if k != "framework" and fields.get(k) is None:
+            fields[k] = v
     lps = getattr(args, "layers_per_stage", None)
     if lps is not None and fields["pp"] is None:
         fields["pp"] = len(lps)
@@ -322,16 +330,22 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     return config
 
 
+def stack_of(args: argparse.Namespace, cluster=None) -> str:
+    """``--stack``, else the stack a cluster file was prepared for, else :data:`DEFAULT_STACK`."""
+    return getattr(args, "stack", None) or (cluster.stack if cluster is not None else DEFAULT_STACK)
+
+
 def framework_from_args(args: argparse.Namespace) -> str:
     """``--framework``, else the training format of ``--emit`` (the plan is evaluated for the
-    framework it is emitted for), else ``megatron``; both given and different is refused."""
+    framework it is emitted for), else the stack's framework (``megatron`` under the default stack);
+    both given and different is refused."""
     fw, emit = getattr(args, "framework", None), getattr(args, "emit", None)
     if emit not in FRAMEWORKS:
         emit = None
     if fw and emit and fw != emit:
         raise SpecError("emit", emit, f"{fw} with --framework {fw} (the plan is evaluated for the framework it is "
                         "emitted for)")
-    return fw or emit or "megatron"
+    return fw or emit or stack_config(stack_of(args))["framework"]
 
 
 def check_contradictions(args: argparse.Namespace) -> None:

@@ -23,6 +23,7 @@ from costmodel.ceilings import mfu_warning
 from costmodel.estimate import Estimate
 from costmodel.presets import cluster_to_dict, model_to_dict
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.stacks import load_stack
 from costmodel.units import GiB
 from costmodel.uncertainty import band_for, device_family
 
@@ -72,7 +73,20 @@ def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
     d["cluster"] = cluster_to_dict(cluster)
     d["workload"] = asdict(workload)
     d["dma_assignment"] = dma_assignment_json(model, cluster, workload, est.config)
+    d["stack"] = stack_json(cluster)
     return d
+
+
+def stack_json(cluster: ClusterSpec) -> dict:
+    """The software stack the numbers assume (:mod:`costmodel.stacks`): ``name`` and ``title``."""
+    s = load_stack(cluster.stack)
+    return {"name": s.name, "title": s.title}
+
+
+def stack_line(cluster: ClusterSpec) -> str:
+    """``stack: NAME (what it is)``, printed with every result."""
+    s = stack_json(cluster)
+    return f"stack: {s['name']} ({s['title']}; --stack names another)"
 
 
 def dma_assignment_json(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config) -> dict | None:
@@ -197,6 +211,7 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
         f"{model_label(model)} on {gpus} x {cluster.device.name} ({cluster.name}, "
         f"{_nodes(gpus, cluster.gpus_per_node)}), "
         f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
+        stack_line(cluster),
         f"config: {config_line(est)}",
         "",
         f"step time             {_s(est.step_time_s)} s",

@@ -236,7 +236,8 @@ class Planner:
             if lim.layers_per_stage is not None:  # a pinned split is the only one
                 stage_splits = [lim.layers_per_stage]
             for lps in stage_splits:
-                c = choice.config(flash_attention=lim.flash_attention, layers_per_stage=lps)
+                c = choice.config(flash_attention=lim.flash_attention, layers_per_stage=lps,
+                                  fused_elementwise=lim.fused_elementwise)
                 if allowed and any(getattr(c, k) not in vals for k, vals in allowed.items() if k != "bucket_mb"):
                     continue
                 score = scorer.score(c)  # drops plans that break a divisibility rule

@@ -114,7 +114,7 @@ class Bounds:
             base = Choice(shape, c.mb, 1, c.sp, 1, 0, "none", None, 40.0)
             n0 = p.model.layers if kind == "only" else max(1, p.model.dense_layers)
             lps, stage = probe_split(p, base, kind, n0)
-            st = stage_timing(p.model, self.rt.p.cluster, p.workload, base.config(p.limits.flash_attention, lps), stage)
+            st = stage_timing(p.model, self.rt.p.cluster, p.workload, base.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
             dl, ml = self.layers(base, self.rt)
             nd, nm = self.counts(kind, n0)
             lay = [nd * dl[i] + nm * ml[i] for i in range(4)]

@@ -53,6 +53,8 @@ class Limits:
     partial_recompute : also consider full recompute of only some layers per stage.
     uneven_stages : let the first and last pipeline stage hold a different number of layers.
     flash_attention : the attention kernel assumed for every plan.
+    fused_elementwise : element-wise kernels fused (False: PyTorch eager; the stack's,
+        :func:`costmodel.stacks.stack_config`).
     layers_per_stage : a pinned stage split ``(first, mid, ..., mid, last)`` (``None``: searched);
         it fixes ``pp`` to its length and is the only split considered, with any ``vp`` (a stage's
         layers need not be a multiple of ``vp``: :func:`costmodel.pipeline.chunk_layers`).
@@ -72,6 +74,7 @@ class Limits:
     partial_recompute: bool = True
     uneven_stages: bool = True
     flash_attention: bool = True
+    fused_elementwise: bool = True
     layers_per_stage: tuple | None = None
 
     def __post_init__(self):

@@ -101,10 +101,11 @@ class SolveResult:
                 "analytic_best_graph_s": self.analytic_best_graph_s}
 
 
-def config_of(choice: Choice, split: Split, flash_attention: bool = True) -> ParallelConfig:
+def config_of(choice: Choice, split: Split, flash_attention: bool = True,
+              fused_elementwise: bool = True) -> ParallelConfig:
     """The :class:`ParallelConfig` of a plan; an even split is left implicit (``layers_per_stage=None``)."""
     lps = split.layers_per_stage(choice.shape.pp)
-    return choice.config(flash_attention, None if len(set(lps)) == 1 else lps)
+    return choice.config(flash_attention, None if len(set(lps)) == 1 else lps, fused_elementwise)
 
 
 def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[str]:

@@ -324,7 +324,7 @@ def _finish(p: Problem, parts: list, tables: Tables, options: SolveOptions, star
 
 
 def _plan(p: Problem, sc: Scored, res_s: float, graph=None) -> Plan:
-    cfg = config_of(sc.choice, sc.split, p.limits.flash_attention)
+    cfg = config_of(sc.choice, sc.split, p.limits.flash_attention, p.limits.fused_elementwise)
     est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")  # what the tables encode
     if graph is None:  # the op-graph schedule (the re-score has it already)
         graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")
@@ -347,7 +347,7 @@ def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOpt
     for i, sc in enumerate(pool):
         if i and time.perf_counter() > deadline:
             break
-        cfg = config_of(sc.choice, sc.split, p.limits.flash_attention)
+        cfg = config_of(sc.choice, sc.split, p.limits.flash_attention, p.limits.fused_elementwise)
         graphs[sc] = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")
         graph_s[sc] = graphs[sc].step_time_s
     ranked = sorted(graph_s, key=lambda sc: (graph_s[sc], sc.objective, sc.choice, sc.split))

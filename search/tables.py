@@ -93,13 +93,13 @@ class Choice:
     def __lt__(self, other: "Choice") -> bool:
         return self.key() < other.key()
 
-    def config(self, flash_attention: bool = True, layers_per_stage=None) -> ParallelConfig:
+    def config(self, flash_attention: bool = True, layers_per_stage=None, fused_elementwise: bool = True) -> ParallelConfig:
         s = self.shape
         return ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep, cp=s.cp, sp=self.sp, zero=self.zero,
                               recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
                               vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
                               flash_attention=flash_attention, layers_per_stage=layers_per_stage,
-                              framework=self.framework, dma=self.dma, grad_dtype=self.grad_dtype)
+                              fused_elementwise=fused_elementwise, framework=self.framework, dma=self.dma, grad_dtype=self.grad_dtype)
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
@@ -222,9 +222,9 @@ class Tables:
                 c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp,
                                    chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
                                    flash_attention=self.p.limits.flash_attention, framework=choice.framework,
-                                   grad_dtype=choice.grad_dtype)
+                                   grad_dtype=choice.grad_dtype, fused_elementwise=self.p.limits.fused_elementwise)
             else:  # an assignment names the plan's streams: a layer of the plan itself
-                c = choice.config(self.p.limits.flash_attention)
+                c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference
             lt = layer_timing(p.model, p.cluster, p.workload, c, moe)
             u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + lt.ledger.interference_s(coef)
@@ -239,7 +239,7 @@ class Tables:
         s = choice.shape
         key = ("act", s.tp, s.cp, s.ep, choice.mb, choice.sp, choice.recompute, moe)
         if key not in self._parts:
-            c = choice.config(self.p.limits.flash_attention)
+            c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
             self._parts[key] = activation_bytes_per_layer(self.p.model, self.p.workload, c, moe)
         return self._parts[key]
 
@@ -357,7 +357,7 @@ class Tables:
         # extras (embedding, LM head, PP send/recv) from one stage_timing probe at n0
         n0 = self._probe_n(choice, kind)
         lps, stage = probe_split(p, choice, kind, n0)
-        st = stage_timing(p.model, p.cluster, p.workload, choice.config(p.limits.flash_attention, lps), stage)
+        st = stage_timing(p.model, p.cluster, p.workload, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
         extras = (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - layers_time[n0], st.fwd_s - fwd[n0],
                   st.bwd_s - bwd[n0])
         self._parts[("x",) + key] = tuple(float(x) for x in extras)
@@ -410,7 +410,7 @@ class Tables:
         lps, stage = probe_split(p, choice, kind, n0)
         m = choice.micro_batches(w.global_batch)
         acts = stored / choice.vp * in_flight_chunks(s.pp, m, choice.vp, stage) + working
-        sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps), stage)
+        sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
         acts = acts + (sm.activations_bytes - acts[n0])  # embedding output, logits of the probe
         a = self.affine(choice, kind)
         held = frameworks.lookup(choice.framework, choice.zero).unsharded_weights if s.dp * s.cp > 1 else None

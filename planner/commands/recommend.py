@@ -17,14 +17,15 @@ import sys
 import time
 
 from costmodel.errors import InfeasibleConfig
+from costmodel.stacks import stack_config
 from costmodel.units import GiB
 
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
-from ..args import framework_from_args
+from ..args import framework_from_args, stack_of
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
-from ..report import _s, estimate_json, model_label, print_json, table, with_trust
+from ..report import _s, estimate_json, model_label, print_json, stack_line, table, with_trust
 from .. import recommend_infer
 
 NAME = "recommend"
@@ -73,9 +74,11 @@ def limits_from_args(args: argparse.Namespace, layers: int | None = None):
     fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
     maximum = {k: v for k, v in (("pp", args.pp_max), ("tp", args.tp_max)) if v is not None}
     exclude = {"zero": (3,)} if args.no_zero3 else {}
-    flash = args.flash_attention if args.flash_attention is not None else True
+    kernels = stack_config(stack_of(args))
+    flash = args.flash_attention if args.flash_attention is not None else kernels["flash_attention"]
     return Limits(fixed=fixed, maximum=maximum, exclude=exclude, headroom_bytes=args.headroom_gib * GiB,
                   tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
+                  fused_elementwise=kernels["fused_elementwise"],
                   vp_max=args.vp_max, layers_per_stage=split_from_args(args, layers) if layers else None)
 
 
@@ -268,7 +271,7 @@ def report_text(result, model, cluster, workload) -> str:
     headers = [""] + ["best" if i == 0 else f"#{i + 1}" for i in range(len(cols))]
     rows = [[name] + [col[i] for col in cols] for i, name in enumerate(ROWS)]
     lines = [f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
-             f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}", "",
+             f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}", stack_line(cluster), "",
              table(headers, rows), "", *solve_lines(result)]
     for i, p in enumerate(result.plans):
         if p.binding:
