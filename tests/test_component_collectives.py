@@ -3,7 +3,7 @@ against them is what RESULTS.md reports.
 
 The issue's target (<= 10% mean |err| at >= 1,000 GPUs) is not met: one public case is at that
 scale (1,984 H200, predicted +16%), so ``--check`` exits 1 and says so. What is asserted here is
-the structure and the overall error the model actually reaches (13.5% over 44 cases at the commit
+the structure and the overall error the model actually reaches (12.9% over 44 cases at the commit
 that added the last rows; see benchmarks/RESULTS.md, "Collectives against their own
 measurements"), so a change that makes the collectives worse fails.
 """
@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import component_collectives as cc  # noqa: E402
 
-#: the overall mean |err| the model meets on the 44 cases (13.5% measured); not the issue's target
-OVERALL_MEAN_LIMIT = 0.14
+#: the overall mean |err| the model meets on the 44 cases (12.9% measured); not the issue's target
+OVERALL_MEAN_LIMIT = 0.135
 
 
 @pytest.fixture(scope="module")
