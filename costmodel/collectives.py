@@ -3,18 +3,33 @@
 Groups are laid out as Megatron-LM does (rank order tp, cp, dp, pp; see :func:`group_stride`):
 a group of ``size`` ranks at ``stride`` occupies ``intra`` ranks of each node it touches and
 spans ``inter`` nodes. Inside a node traffic uses NVLink, across nodes every GPU uses its own
-NIC (one NIC per GPU, as on DGX A100/H100). Spanning groups run hierarchically, as NCCL does:
-reduce-scatter inside the node, the inter-node collective on 1/intra of the data on every
-rail in parallel, then all-gather inside the node.
+NIC (one NIC per GPU, as on DGX A100/H100).
 
-Bandwidth terms are the ring algorithm's (Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
-convention, nccl-tests PERFORMANCE.md): all-reduce moves ``2 (n-1)/n`` of the buffer per GPU,
-all-gather and reduce-scatter ``(n-1)/n``.
+Bandwidth terms follow NCCL's algorithms and its cost model (``ncclTopoTuneModel`` in
+``src/graph/tuning.cc``, NVIDIA/nccl@5067397 and the 2.8-era @01afd20; Hu et al. 2025,
+"Demystifying NCCL", arXiv 2507.04786), in the bus-bandwidth convention of nccl-tests
+(PERFORMANCE.md): an all-reduce moves ``2 (p-1)/p`` of the buffer per GPU, all-gather and
+reduce-scatter ``(p-1)/p``.
 
-Latency terms follow NCCL's own cost model (``ncclTopoTuneModel`` in ``src/graph/tuning.cc``,
-NCCL 2.19-2.20; analysed in Hu et al. 2025, "Demystifying NCCL", arXiv 2507.04786, sections on
-the ring and tree algorithms). ``link.latency_s`` is the latency of one ring step (hop) on that
-link; a group of ``p = intra * nodes`` ranks pays:
+* Ring (every collective): one ring of ``p = intra * nodes`` ranks per channel, its chunks
+  pipelined through NVLink and NIC hops alike, so the bus bandwidth is the slower of the two
+  (tuning.cc: ``busBw = nChannels * bwInter`` across nodes, one bottleneck, no sum of phases):
+  ``min(nvlink, intra * nic)``: a node's ``intra`` ranks drive ``intra`` NICs in parallel.
+* Tree (AllReduce across nodes): a chain inside each node (up and down: ``2 S`` over NVLink)
+  and NCCL's double binary tree between nodes. Each node sends ``2 S`` over its NICs when there
+  are more than two nodes (tuning.cc: tree algbw = ``busBw * .5``, ring ``busBw * p / 2(p-1)``),
+  but only ``S`` on two nodes (each node is the root of one of the two trees, so the tree can
+  beat the network-bound ring there: nccl-tests issue 196, "on two nodes NCCL uses the tree ...
+  which can go beyond the network bottleneck"); times 1/0.92 (tuning.cc ``busBw * .92``).
+* NVLS (AllReduce inside one node of NVSwitch GPUs, Hopper and later): NVLink SHARP reduces in
+  the switch, so each GPU sends and receives the buffer once (``S``, not ``2 (p-1)/p S``) at
+  ``intra_link.nvls_efficiency`` of the link rate (tuning.cc ``nvlsEfficiency``: 0.85 Hopper,
+  0.74 Blackwell) with a 25 us latency (tuning.cc NVLink ``hwLat`` for NVLS/Simple).
+
+NCCL picks the fastest algorithm for each message size; the model takes the minimum.
+
+Latency terms follow the same cost model. ``link.latency_s`` is the latency of one ring step
+(hop) on that link; a group of ``p = intra * nodes`` ranks pays:
 
 * AllGather / ReduceScatter: NCCL runs them as rings only (tuning.cc skips the tree for every
   collective but AllReduce), ``p - 1`` steps of which ``nodes - 1`` cross the network:
@@ -22,11 +37,7 @@ link; a group of ``p = intra * nodes`` ranks pays:
   number of ranks. (NCCL 2.23's PAT algorithm, Jeaugey 2025, arXiv 2506.20252, is logarithmic
   but only for one GPU per node and postdates the published runs; not modelled.)
 * AllReduce, ring: ``2 (p - 1)`` steps, ``2 nodes`` of them across the network (at most all of them);
-  tree (NCCL's double binary tree across nodes, a chain inside each node):
-  ``2 ((intra - 1) alpha_intra + floor(log2 nodes) alpha_inter)`` with 0.92 of the ring's bus
-  bandwidth (tuning.cc: ``busBw*.92`` for Tree). NCCL picks the faster of the two for each
-  message size; the model takes ``min(ring, tree)``, so small messages on many nodes use the
-  tree and large ones the ring.
+  tree: ``2 ((intra - 1) alpha_intra + floor(log2 nodes) alpha_inter)``.
 
 >>> from costmodel.presets import load_cluster
 >>> cl = load_cluster("a100-80g")
@@ -130,16 +141,45 @@ def tree_latency_s(intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: 
     return 2 * ((intra - 1) * alpha_intra_s + depth * alpha_inter_s)
 
 
-def _hier_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
-    """Bandwidth term of a group of ``k`` ranks on each of ``nodes`` nodes: a ring inside the node,
-    a ring across nodes, or hierarchical (intra reduce-scatter / all-gather around an inter-node
-    phase on ``1/k`` of the data on every rail)."""
+#: latency of an NVLS (NVLink SHARP) all-reduce: NCCL's NVLink ``hwLat`` for NVLS/Simple is
+#: 25 us, with no base latency (src/graph/tuning.cc@5067397, ``ncclTunerConstantsDefaults``)
+NVLS_LATENCY_S = 25e-6
+
+
+def _ring_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
+    """Bandwidth term of NCCL's ring over ``k`` ranks on each of ``nodes`` nodes: one pipelined
+    ring, as fast as its slowest hop, an NVLink hop (``bi``) or a node's ``k`` NICs (``k be``).
+
+    >>> _ring_bw_s("allgather", 8.0, 8, 4, 2.0, 1.0) == 31 / 32 * 8.0 / 2.0   # NVLink-bound
+    True
+    >>> _ring_bw_s("allgather", 8.0, 1, 4, 2.0, 1.0) == 3 / 4 * 8.0 / 1.0     # one NIC per node
+    True
+    """
     if nodes == 1:
         return _bw_s(kind, nbytes, k, bi)
-    if k == 1:
-        return _bw_s(kind, nbytes, nodes, be)
-    t_intra = _bw_s("reducescatter", nbytes, k, bi)
-    return _bw_s(kind, nbytes / k, nodes, be) + (2 * t_intra if kind == "allreduce" else t_intra)
+    return _bw_s(kind, nbytes, k * nodes, min(bi, k * be))
+
+
+def _tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
+    """Bandwidth term of NCCL's tree all-reduce across ``nodes >= 2`` nodes: the chain inside a
+    node moves ``2 S`` over NVLink (reduce up, broadcast down); between nodes each node sends
+    ``2 S`` over its ``k`` NICs, or ``S`` when there are only two nodes (each is the root of one
+    of the two trees); the slower of the two, at 0.92 of the ring's bus bandwidth (tuning.cc).
+
+    >>> _tree_bw_s(1.0, 8, 2, 2.0, 0.125) == 1.0 / 1.0 / TREE_BW_FACTOR   # two nodes: S / (k be)
+    True
+    """
+    t_intra = 2 * nbytes / bi if k > 1 else 0.0
+    t_net = (1 if nodes == 2 else 2) * nbytes / (k * be)
+    return np.maximum(t_intra, t_net) / TREE_BW_FACTOR if isinstance(nbytes, np.ndarray) \
+        else max(t_intra, t_net) / TREE_BW_FACTOR
+
+
+def _pick(array: bool, t, lat, t_alt, lat_alt):
+    """The faster of two (time, latency) candidates, element-wise for arrays."""
+    if array:
+        return np.minimum(t, t_alt), np.where(t_alt < t, lat_alt, lat)
+    return (t_alt, lat_alt) if t_alt < t else (t, lat)
 
 
 def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
@@ -155,14 +195,14 @@ def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
     if k * nodes <= 1 or (not array and nbytes <= 0):
         return 0.0, 0.0
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
-    t_bw = _hier_bw_s(kind, nbytes, k, nodes, bi, be)
     lat = ring_latency_s(kind, k, nodes, a_i, a_e)
-    t = t_bw + lat
+    t = _ring_bw_s(kind, nbytes, k, nodes, bi, be) + lat
     if kind == "allreduce" and nodes > 1:
         lat_tree = tree_latency_s(k, nodes, a_i, a_e)
-        t_tree = t_bw / TREE_BW_FACTOR + lat_tree
-        lat = np.where(t_tree <= t, lat_tree, lat) if array else (lat_tree if t_tree <= t else lat)
-        t = np.minimum(t, t_tree) if array else min(t, t_tree)
+        t, lat = _pick(array, t, lat, _tree_bw_s(nbytes, k, nodes, bi, be) + lat_tree, lat_tree)
+    nvls = cluster.intra_link.nvls_efficiency
+    if kind == "allreduce" and nodes == 1 and nvls > 0:
+        t, lat = _pick(array, t, lat, nbytes / (bi * nvls) + NVLS_LATENCY_S, NVLS_LATENCY_S)
     if array:
         on = np.asarray(nbytes) > 0
         return np.where(on, t, 0.0), np.where(on, lat, 0.0)

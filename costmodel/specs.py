@@ -322,11 +322,15 @@ class LinkSpec:
 
     bw_bytes_per_s : unidirectional bandwidth per GPU. latency_s : per-message latency (alpha).
     efficiency : fraction of ``bw_bytes_per_s`` that NCCL-class collectives achieve (bus bandwidth).
+    nvls_efficiency : NVLink SHARP (in-switch reduction, NCCL's NVLS algorithm) on this link: the
+        fraction of the effective bandwidth an NVLS all-reduce moves its buffer at; 0 means the
+        link has no NVLS (no NVSwitch, or pre-Hopper). See :mod:`costmodel.collectives`.
     """
 
     bw_bytes_per_s: float
     latency_s: float = 5e-6
     efficiency: float = 0.8
+    nvls_efficiency: float = 0.0
 
     def __post_init__(self):
         _positive("bw_bytes_per_s", self.bw_bytes_per_s)
@@ -334,6 +338,9 @@ class LinkSpec:
         _positive("efficiency", self.efficiency)
         if self.efficiency > 1:
             raise SpecError("efficiency", self.efficiency, "a fraction in (0, 1]")
+        _positive("nvls_efficiency", self.nvls_efficiency, allow_zero=True)
+        if self.nvls_efficiency > 1:
+            raise SpecError("nvls_efficiency", self.nvls_efficiency, "a fraction in [0, 1]")
 
     @property
     def effective_bw_bytes_per_s(self) -> float:

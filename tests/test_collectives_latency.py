@@ -29,12 +29,13 @@ def test_ring_allgather_one_gpu_per_node(a100):
     assert collective_latency_s("allgather", 64, 8, a100) == pytest.approx(63 * A_E)
 
 
-def test_ring_reducescatter_hierarchical(a100):
-    # 32 ranks at stride 1: 8 GPUs x 4 nodes. Bandwidth: intra reduce-scatter 7/8 S / 234 GB/s,
-    # inter phase on S/8: 3/4 * S/8 / 22.5 GB/s. Latency: p - 1 = 31 steps, nodes - 1 = 3 across
-    # the network: 28 * 8 us + 3 * 15 us = 269 us.
+def test_ring_reducescatter_across_nodes_is_one_pipelined_ring(a100):
+    # 32 ranks at stride 1: 8 GPUs x 4 nodes, one ring whose hops are NVLink (234 GB/s) or the
+    # node's 8 NICs (8 x 22.5 = 180 GB/s): bus bandwidth min(234, 180) = 180 GB/s (tuning.cc:
+    # busBw = nChannels * bwInter), bandwidth term 31/32 * S / 180 GB/s. Latency: p - 1 = 31
+    # steps, nodes - 1 = 3 across the network: 28 * 8 us + 3 * 15 us = 269 us.
     S = 1e6
-    bw = 7 / 8 * S / (300e9 * 0.78) + 3 / 4 * S / 8 / (25e9 * 0.9)
+    bw = 31 / 32 * S / (8 * 25e9 * 0.9)
     assert collective_time_s("reducescatter", S, 32, 1, a100) == pytest.approx(bw + 28 * A_I + 3 * A_E)
 
 
@@ -50,9 +51,10 @@ def test_allreduce_ring_and_tree_latencies():
 
 def test_small_allreduce_across_many_nodes_uses_the_tree(a100):
     # 1 KB over 128 nodes (one GPU each): tree latency 2 * 7 * 15 us = 210 us beats the ring's
-    # 254 * 15 us = 3.81 ms
+    # 254 * 15 us = 3.81 ms; the tree's bandwidth term: every node sends 2 S over its NIC
+    # (tuning.cc: tree algbw = busBw * .5), at 0.92 of the ring's bus bandwidth
     t = collective_time_s("allreduce", 1e3, 128, 8, a100)
-    bw = 2 * 127 / 128 * 1e3 / (25e9 * 0.9)
+    bw = 2 * 1e3 / (25e9 * 0.9)
     assert t == pytest.approx(bw / TREE_BW_FACTOR + 2 * 7 * A_E)
     assert collective_latency_s("allreduce", 128, 8, a100, nbytes=1e3) == pytest.approx(2 * 7 * A_E)
 
@@ -143,3 +145,63 @@ def test_a_ring_step_is_as_slow_as_its_slowest_hop(a100):
     assert collective_time_s("ring_p2p", S, 8, 1, a100) == pytest.approx(S / 234e9 + A_I)  # inside a node
     # a single send to a peer 1 rank away stays on NVLink (pipeline sends are p2p)
     assert collective_time_s("p2p", S, 32, 1, a100) == pytest.approx(S / 234e9 + A_I)
+
+
+# --------------------------------------------------------------------------- NCCL's algorithms
+def test_ring_across_nodes_is_bound_by_its_slowest_hop():
+    # B200: NVLink 900 GB/s x 0.8 = 720 GB/s per GPU, 8 NICs x 45 GB/s = 360 GB/s per node.
+    # 4 nodes x 8: one ring, bus bandwidth min(720, 360) = 360 GB/s: 31/32 * S / 360 GB/s
+    b200 = load_cluster("b200")
+    S = 1e9
+    expected = 31 / 32 * S / (8 * 50e9 * 0.9) + 28 * 8e-6 + 3 * 15e-6
+    assert collective_time_s("allgather", S, 32, 1, b200) == pytest.approx(expected)
+
+
+def test_two_node_tree_beats_a_network_bound_ring():
+    # H100 nodes with 25 GB/s per GPU (A3-Mega-like): the ring's bus bandwidth is the node's
+    # 8 x 22.5 = 180 GB/s; on two nodes the tree sends S once per node over those NICs, and 2 S
+    # over NVLink (chain up and down): max(2 S / 360, S / 180) / 0.92. Tree latency:
+    # 2 * (7 * 8 us + 1 * 15 us) = 142 us.
+    from dataclasses import replace
+    h = load_cluster("h100-sxm")
+    h = replace(h, inter_link=replace(h.inter_link, bw_bytes_per_s=25e9))
+    S = 8e9
+    tree = max(2 * S / 360e9, S / 180e9) / TREE_BW_FACTOR + 2 * (7 * 8e-6 + 15e-6)
+    ring = 2 * 15 / 16 * S / 180e9
+    assert tree < ring
+    assert collective_time_s("allreduce", S, 16, 1, h) == pytest.approx(tree)
+
+
+def test_nvls_allreduce_inside_a_hopper_node():
+    # H100 node: NVLS moves S once at 0.85 of 360 GB/s, plus 25 us; the ring would move
+    # 2 * 7/8 S at 360 GB/s: 1 GB: 3.29 ms against 4.86 ms
+    h = load_cluster("h100-sxm")
+    S = 1e9
+    assert collective_time_s("allreduce", S, 8, 1, h) == pytest.approx(S / (360e9 * 0.85) + 25e-6)
+    # no NVLS on A100 (nvls_efficiency 0): the ring, as before
+    a = load_cluster("a100-80g")
+    assert collective_time_s("allreduce", S, 8, 1, a) == pytest.approx(2 * 7 / 8 * S / 234e9 + 14 * A_I)
+    # NVLS is an all-reduce algorithm: all-gather stays a ring
+    assert collective_time_s("allgather", S, 8, 1, h) == pytest.approx(7 / 8 * S / 360e9 + 7 * 8e-6)
+
+
+def test_more_nic_bandwidth_never_slows_a_collective():
+    from dataclasses import replace
+    h = load_cluster("h100-sxm")
+    for kind in ("allreduce", "allgather", "reducescatter"):
+        for size, stride in ((16, 1), (64, 1), (32, 2), (128, 8)):
+            prev = None
+            for bw in (12.5e9, 25e9, 50e9, 100e9):
+                c = replace(h, inter_link=replace(h.inter_link, bw_bytes_per_s=bw))
+                t = collective_time_s(kind, 1e8, size, stride, c)
+                assert prev is None or t <= prev + 1e-15
+                prev = t
+
+
+def test_nvls_efficiency_is_validated():
+    from costmodel.errors import SpecError
+    from costmodel.specs import LinkSpec
+    with pytest.raises(SpecError):
+        LinkSpec(bw_bytes_per_s=1e9, nvls_efficiency=1.5)
+    with pytest.raises(SpecError):
+        LinkSpec(bw_bytes_per_s=1e9, nvls_efficiency=-0.1)
