@@ -29,7 +29,7 @@ from costmodel.frameworks import FRAMEWORKS
 from costmodel.kvcache import KV_DTYPES
 from costmodel.specs import MODES, Workload
 from costmodel.stacks import DEFAULT_STACK, STACKS, apply_stack, stack_config
-from costmodel.units import DTYPES
+from costmodel.units import DTYPES, GiB
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
@@ -333,6 +333,25 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
 def stack_of(args: argparse.Namespace, cluster=None) -> str:
     """``--stack``, else the stack a cluster file was prepared for, else :data:`DEFAULT_STACK`."""
     return getattr(args, "stack", None) or (cluster.stack if cluster is not None else DEFAULT_STACK)
+
+
+FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
+           "chunks", "dma")
+
+
+def limits_from_args(args: argparse.Namespace, layers: int | None = None):
+    """:class:`search.problem.Limits` from the flags: given config flags fix their variable
+    (a stage split, for a model of ``layers`` layers, is pinned as ``Limits.layers_per_stage``)."""
+    from search.problem import Limits
+    fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
+    maximum = {k: v for k, v in (("pp", args.pp_max), ("tp", args.tp_max)) if v is not None}
+    exclude = {"zero": (3,)} if args.no_zero3 else {}
+    kernels = stack_config(stack_of(args))
+    flash = args.flash_attention if args.flash_attention is not None else kernels["flash_attention"]
+    return Limits(fixed=fixed, maximum=maximum, exclude=exclude, headroom_bytes=args.headroom_gib * GiB,
+                  tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
+                  fused_elementwise=kernels["fused_elementwise"],
+                  vp_max=args.vp_max, layers_per_stage=split_from_args(args, layers) if layers else None)
 
 
 def framework_from_args(args: argparse.Namespace) -> str:

@@ -19,6 +19,7 @@ from costmodel.inference import evaluate_inference
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
+from ..completion import complete
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
 from ..report import estimate_json, estimate_text, print_json
@@ -32,6 +33,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0].split(": ", 1)[1])
     add_problem_args(p, infer=True)
     add_config_args(p, dispatcher=True)
+    p.add_argument("--framework-defaults", action="store_true",
+                   help="fill the tuning knobs you do not state (mb, vp, sp, zero, recompute, bucket, chunks, the "
+                        "stage split) with the framework's own defaults; without it they are chosen as recommend "
+                        "would, with everything you state pinned (the output lists what was chosen)")
     add_inference_args(p)
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the plan as Megatron-LM arguments (the stage split included) or a DeepSpeed config")
@@ -66,12 +71,14 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, f, None) is not None:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
-    config = config_from_args(args, cluster.num_gpus or None, model.layers)
+    config, chosen, note = complete(args, model, cluster, workload)
     est = evaluate(model, cluster, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     if args.json:
         d = estimate_json(est, model, cluster, workload)
+        d["chosen"] = chosen
+        d["chosen_how"] = note or ("as recommend would, the stated knobs pinned" if chosen else "")
         d["config"]["layers_per_stage"] = list(config.layers_per_stage or ())
         if args.emit:
             refuse_unless_runnable(args.emit, config)
@@ -90,4 +97,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {n}", file=sys.stderr)
     else:
         print(estimate_text(est, model, cluster, workload))
+        if chosen:
+            how = note or "as recommend would, with what you stated pinned; --framework-defaults for the framework's own"
+            print("chosen by the planner: " + " ".join(f"{k}={_fmt(v)}" for k, v in chosen.items()) + f" ({how})")
     return 0
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, list):
+        return "/".join(map(str, v))
+    return str(v)

@@ -17,21 +17,17 @@ import sys
 import time
 
 from costmodel.errors import InfeasibleConfig
-from costmodel.stacks import stack_config
 from costmodel.units import GiB
 
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
-from ..args import framework_from_args, stack_of
+from ..args import framework_from_args, limits_from_args
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
 from ..report import _s, estimate_json, model_label, print_json, stack_line, table, with_trust
 from .. import recommend_infer
 
 NAME = "recommend"
-FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-           "chunks", "dma")
-
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(NAME, help="find the best plan (CP-SAT, proven optimal) and explain it",
@@ -65,21 +61,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="print the best plan as Megatron-LM arguments or a DeepSpeed config")
     add_output_args(p)
     return p
-
-
-def limits_from_args(args: argparse.Namespace, layers: int | None = None):
-    """:class:`search.problem.Limits` from the flags: given config flags fix their variable
-    (a stage split, for a model of ``layers`` layers, is pinned as ``Limits.layers_per_stage``)."""
-    from search.problem import Limits
-    fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
-    maximum = {k: v for k, v in (("pp", args.pp_max), ("tp", args.tp_max)) if v is not None}
-    exclude = {"zero": (3,)} if args.no_zero3 else {}
-    kernels = stack_config(stack_of(args))
-    flash = args.flash_attention if args.flash_attention is not None else kernels["flash_attention"]
-    return Limits(fixed=fixed, maximum=maximum, exclude=exclude, headroom_bytes=args.headroom_gib * GiB,
-                  tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
-                  fused_elementwise=kernels["fused_elementwise"],
-                  vp_max=args.vp_max, layers_per_stage=split_from_args(args, layers) if layers else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,59 @@
+"""The tuning knobs each framework runs when its configuration does not set them.
+
+``planner evaluate --framework-defaults`` fills the knobs a user did not state with these, as the
+framework version would (issue 23); plain ``evaluate`` chooses them as ``recommend`` would instead.
+Each value is read from the framework's code at the commit cited beside it.
+
+>>> framework_defaults("megatron", dp=8, pp=1, global_batch=64)["bucket_mb"]
+0
+>>> framework_defaults("deepspeed", dp=8, pp=1, global_batch=64, zero=3)["bucket_mb"]
+1000.0
+>>> framework_defaults("fsdp2", dp=8, pp=1, global_batch=64)["mb"]
+8
+"""
+
+from __future__ import annotations
+
+from .errors import SpecError
+from .frameworks import FRAMEWORKS
+from .units import MB
+
+#: DeepSpeed ``reduce_bucket_size`` default, 5e8 elements (deepspeed/runtime/zero/config.py at
+#: edaa72212: ``reduce_bucket_size: int = Field(pp_int(5e8))``), reduced in the 2-byte gradient dtype
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
+
+
+def framework_defaults(framework: str, *, dp: int, pp: int, global_batch: int, zero: int | None = None,
+                       tp: int = 1) -> dict:
+    """``{knob: value}`` for ``mb vp sp zero recompute bucket_mb chunks`` as ``framework`` runs them
+    unset; ``zero`` (when stated) changes what DeepSpeed and FSDP2 overlap. ``bucket_mb`` 0 means
+    one gradient reduction after backward (no overlap).
+
+    * ``megatron`` (Megatron-LM ``megatron/training/arguments.py`` and
+      ``megatron/core/distributed/distributed_data_parallel.py`` at d98e8a64): ``--micro-batch-size``
+      has no default (validate_args asserts it is set): 1, as every example script; no interleaving,
+      no sequence parallelism, no distributed optimizer (ZeRO 0), no recompute; ``--overlap-grad-reduce``
+      off, so the gradients are reduced in one piece after backward (``bucket_size = None``); no
+      ``--tp-comm-overlap`` (1 chunk).
+    * ``deepspeed`` (``deepspeed/runtime/zero/config.py`` at edaa72212): ZeRO stage 0;
+      ``overlap_comm`` defaults to ``stage == 3``, in ``reduce_bucket_size`` = 5e8-element buckets;
+      ``gradient_accumulation_steps`` 1, so the micro-batch is the whole local batch.
+    * ``fsdp2`` (torchtitan at b5bcd76): ``fully_shard`` with ``reshard_after_forward`` (ZeRO 3, 2
+      under PP), per-op selective activation checkpointing (``Trainer.Config.activation_checkpoint``
+      defaults to ``SelectiveAC``: ``recompute='op_sac'``), no gradient accumulation (micro-batch =
+      local batch; under PP ``pipeline_parallel_microbatch_size`` 1), TP always sequence-parallel,
+      ``enable_async_tensor_parallel`` off (1 chunk), FSDP2's per-module reduce-scatter overlapped.
+    """
+    if framework not in FRAMEWORKS:
+        raise SpecError("framework", framework, f"one of {', '.join(FRAMEWORKS)}")
+    local = max(1, global_batch // max(1, dp))
+    if framework == "megatron":
+        return {"mb": 1, "vp": 1, "sp": False, "zero": 0 if zero is None else zero, "recompute": "none",
+                "bucket_mb": 0, "chunks": 1}
+    if framework == "deepspeed":
+        z = 0 if zero is None else zero
+        bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2 / MB if z == 3 else 0
+        return {"mb": local, "vp": 1, "sp": False, "zero": z, "recompute": "none", "bucket_mb": bucket, "chunks": 1}
+    z = (2 if pp > 1 else 3) if zero is None else zero
+    return {"mb": 1 if pp > 1 else local, "vp": 1, "sp": tp > 1, "zero": z, "recompute": "op_sac",
+            "bucket_mb": 100, "chunks": 1}
