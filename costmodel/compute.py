@@ -40,6 +40,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from .config import ParallelConfig
+from .kernels import attention_shape_factor
 from .kvcache import kv_dtype_bytes, kv_elements_per_token_layer
 from .specs import DeviceSpec, ModelSpec, Workload
 from .units import DTYPE_BYTES
@@ -225,10 +226,17 @@ def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool) -
     flops = attention_flops(model, b * sq, s, tp)
     if flash:
         # FlashAttention (Dao 2022): fused, skips the masked half of a causal mask; runs in BF16.
-        # Backward is 2.5x the forward FLOPs (5 matmuls instead of 2).
+        # Backward is 2.5x the forward FLOPs (5 matmuls instead of 2). ``attention_efficiency`` is the
+        # kernel's at causal 16k tokens, head dim 128; other shapes scale by the kernel's measured shape
+        # factor (costmodel.kernels, fitted to benchmarks/data/components/kernels.csv). Under context
+        # parallelism each ring step is a kernel over s/cp keys, the diagonal step causal and the others
+        # full blocks (Liu et al. 2023; taken as full blocks of s/cp keys: an approximation).
         rate = dev.peak_bf16_flops_per_s * dev.attention_efficiency
-        t = 0.5 * flops / rate + dev.kernel_overhead_s
-        return Op("attn_core", "attention", "attn", flops, t, 2.5 * (t - dev.kernel_overhead_s) + dev.kernel_overhead_s)
+        d = model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0)
+        kv, causal = s / cp, cp == 1
+        fwd = 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "fwd"))
+        bwd = 2.5 * 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "bwd"))
+        return Op("attn_core", "attention", "attn", flops, fwd + dev.kernel_overhead_s, bwd + dev.kernel_overhead_s)
     # Unfused (Megatron 2021/22): batched QK^T and PV GEMMs over full s x s scores, with the
     # fused scale-mask-softmax (read 2 B, write 2 B per score) and dropout (read 2, write 2 + 1 B mask).
     d = model.head_dim
