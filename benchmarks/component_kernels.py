@@ -38,7 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from costmodel.compute import fa2_device, gemm_time_s  # noqa: E402
-from costmodel.kernels import (ATTENTION_FITS, GEMM_FITS, AttentionFit, GemmFit, attention_fit,  # noqa: E402
+from costmodel.kernels import (ATTENTION_FITS, GEMM_FITS, STREAM_FITS, AttentionFit, GemmFit, StreamFit,  # noqa: E402
+                               attention_fit,
                                attention_shape_factor, attention_time_s, device_family, kernel_device)
 from costmodel.presets import load_cluster  # noqa: E402
 
@@ -79,7 +80,7 @@ def device_of(row: dict):
     return load_cluster(DEVICE_PRESET[row["device"]]).device
 
 
-def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None) -> float:
+def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None, stream: StreamFit | None = None) -> float:
     """A (grouped) GEMM row timed by :func:`costmodel.compute.gemm_time_s` on the preset device
     (``preset``) or with the kernel fits (``kernel``; ``fit`` overrides the table, for --fit)."""
     dev = device_of(row)
@@ -88,6 +89,8 @@ def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None) -> float:
         dev = kernel_device(dev)
         if fit is not None:
             dev = replace(dev, **({"fp8_gemm_efficiency": fit.eta} if dtype == "fp8" else {"gemm_efficiency": fit.eta}))
+        if stream is not None:
+            dev = replace(dev, mem_bw_efficiency=stream.mem_bw_efficiency, kernel_overhead_s=stream.kernel_overhead_s)
     g = int(row["groups"] or 1)
     return gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, batch=g)
 
@@ -194,15 +197,24 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
     """Fit :data:`GEMM_FITS` and :data:`ATTENTION_FITS` to ``rows``: per group, the parameters minimising
     the mean |err| of time on a grid (GEMM: eta in steps of 0.005; attention: L0 in steps of 16 key tokens,
     D0 in steps of 4, eta then the value that zeroes the mean log error, refined on a 0.005 grid)."""
-    gemm_groups, attn_groups = defaultdict(list), defaultdict(list)
+    gemm_groups, attn_groups, stream_groups = defaultdict(list), defaultdict(list), defaultdict(list)
     for r in rows:
         if r["kernel"] == "attention":
             attn_groups[attention_key(r)].append(r)
         elif int(r["m"]) >= SKINNY_M:
             gemm_groups[gemm_key(r)].append(r)
+        else:
+            stream_groups[gemm_key(r)[0]].append(r)
+    stream = {}
+    for fam, rs in sorted(stream_groups.items()):
+        best = min((_mean_abs_err(rs, lambda r, f=f: gemm_row_time_s(r, "kernel", stream=f)), f.mem_bw_efficiency, f)
+                   for f in (StreamFit(mem_bw_efficiency=round(0.5 + 0.01 * i, 2), kernel_overhead_s=0.5e-6 * j, rows=len(rs))
+                             for i in range(51) for j in range(13)))
+        stream[fam] = best[2]
     gemm = {}
     for key, rs in sorted(gemm_groups.items()):
-        best = min((_mean_abs_err(rs, lambda r, e=e: gemm_row_time_s(r, "kernel", GemmFit(eta=e, rows=0, source=""))), e)
+        st = stream.get(key[0].replace("-500W", ""))
+        best = min((_mean_abs_err(rs, lambda r, e=e: gemm_row_time_s(r, "kernel", GemmFit(eta=e, rows=0, source=""), st)), e)
                    for e in (0.3 + 0.005 * i for i in range(141)))
         gemm[key] = GemmFit(eta=round(best[1], 3), rows=len(rs), source="; ".join(sorted({r["impl"] for r in rs})))
     attn = {}
@@ -223,7 +235,7 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
         etas = [f.eta * (1 + 0.005 * i) for i in range(-10, 11)]
         e, eta = min((_mean_abs_err(rs, lambda r, x=x: attention_row_time_s(r, "kernel", replace(f, eta=x))), x) for x in etas)
         attn[key] = replace(f, eta=round(eta, 3))
-    return gemm, attn
+    return gemm, stream, attn
 
 
 def main(argv=None) -> int:
@@ -235,10 +247,14 @@ def main(argv=None) -> int:
     p.add_argument("--fit", action="store_true", help="refit the kernel tables to the data and print them")
     a = p.parse_args(argv)
     if a.fit:
-        gemm, attn = fit_all(load_rows())
+        gemm, stream, attn = fit_all(load_rows())
         print("GEMM_FITS = {")
         for k, f in gemm.items():
             print(f"    {k!r}: GemmFit(eta={f.eta}, rows={f.rows}, source={f.source!r}),")
+        print("}\nSTREAM_FITS = {")
+        for k, f in stream.items():
+            print(f"    {k!r}: StreamFit(mem_bw_efficiency={f.mem_bw_efficiency}, kernel_overhead_s={f.kernel_overhead_s:.1e}, "
+                  f"rows={f.rows}),")
         print("}\nATTENTION_FITS = {")
         for k, f in attn.items():
             print(f"    {k!r}: AttentionFit(eta={f.eta}, l0_tokens={f.l0_tokens}, d0={f.d0}, rows={f.rows}),")

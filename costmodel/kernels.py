@@ -6,7 +6,8 @@ fitted to end-to-end step times. This module holds what single kernels reach on 
 are that command's output; ``tests/test_component_kernels.py`` refits and compares):
 
 * GEMM: the roofline and tile/wave/short-K shape factors of :func:`costmodel.compute.gemm_time_s`
-  unchanged, with one large-GEMM efficiency per device and dtype (:data:`GEMM_FITS`).
+  unchanged, with one large-GEMM efficiency per device and dtype (:data:`GEMM_FITS`), and the HBM
+  bandwidth and per-kernel time of weight-streaming GEMMs (M < 128) per device (:data:`STREAM_FITS`).
 * Attention (FlashAttention-class fused kernels): a fraction ``eta`` of the BF16 peak, lowered by three
   shape factors (:func:`attention_utilization`):
 
@@ -49,6 +50,19 @@ class GemmFit:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StreamFit:
+    """Weight-streaming (HBM-bound, M < 128) GEMMs of isolated kernels on one device family.
+
+    mem_bw_efficiency : fraction of HBM bandwidth reached; kernel_overhead_s : fixed time per kernel in
+    back-to-back timing loops (launch latency hidden by the queue); rows : measurements fitted.
+    """
+
+    mem_bw_efficiency: float
+    kernel_overhead_s: float
+    rows: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AttentionFit:
     """Fused-attention efficiency of one kernel and direction on one device family.
 
@@ -65,17 +79,23 @@ class AttentionFit:
 
 #: (family, dtype) -> fit. Output of ``benchmarks/component_kernels.py --fit``.
 GEMM_FITS: dict[tuple[str, str], GemmFit] = {
-('B200', 'bf16'): GemmFit(eta=1.0, rows=4, source='torch-bf16 (vLLM bench_fp8_gemm.py)'),
-    ('B200', 'fp8'): GemmFit(eta=0.83, rows=4, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
+    ('B200', 'bf16'): GemmFit(eta=0.975, rows=4, source='torch-bf16 (vLLM bench_fp8_gemm.py)'),
+    ('B200', 'fp8'): GemmFit(eta=0.665, rows=4, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
     ('H100', 'bf16'): GemmFit(eta=0.825, rows=7, source='torch-bf16 (vLLM bench_fp8_gemm.py); torch.matmul (PyTorch 2.7.0+cu128, cuBLAS)'),
-    ('H100', 'fp8'): GemmFit(eta=0.465, rows=2, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
+    ('H100', 'fp8'): GemmFit(eta=0.49, rows=2, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
     ('H100-500W', 'bf16'): GemmFit(eta=0.635, rows=3, source='torch bf16 matmul (FBGEMM bench; Meta H100 at 500 W, memory type not stated)'),
     ('H100-500W', 'fp8'): GemmFit(eta=0.635, rows=3, source='FBGEMM fp8 row-wise GEMM (gemm only)'),
-    ('H800', 'fp8'): GemmFit(eta=0.7, rows=22, source='DeepGEMM (1x128/128x128 block-scaled FP8, NVCC 12.8)'),
+    ('H800', 'fp8'): GemmFit(eta=0.695, rows=22, source='DeepGEMM (1x128/128x128 block-scaled FP8, NVCC 12.8)'),
+}
+#: family -> fit. Output of ``benchmarks/component_kernels.py --fit``.
+STREAM_FITS: dict[str, StreamFit] = {
+    'B200': StreamFit(mem_bw_efficiency=1.0, kernel_overhead_s=2.5e-06, rows=6),
+    'H100': StreamFit(mem_bw_efficiency=0.94, kernel_overhead_s=4.5e-06, rows=12),
+    'H800': StreamFit(mem_bw_efficiency=0.73, kernel_overhead_s=0.0e+00, rows=6),
 }
 #: (family, kernel, direction) -> fit, direction in fwd / bwd / fwd_bwd.
 ATTENTION_FITS: dict[tuple[str, str, str], AttentionFit] = {
-('A100', 'fa2', 'fwd_bwd'): AttentionFit(eta=0.745, l0_tokens=192, d0=20, rows=21),
+    ('A100', 'fa2', 'fwd_bwd'): AttentionFit(eta=0.745, l0_tokens=192, d0=20, rows=21),
     ('H100', 'cudnn', 'bwd'): AttentionFit(eta=0.549, l0_tokens=368, d0=0, rows=6),
     ('H100', 'cudnn', 'fwd'): AttentionFit(eta=0.74, l0_tokens=112, d0=48, rows=36),
     ('H100', 'fa2', 'bwd'): AttentionFit(eta=0.501, l0_tokens=272, d0=64, rows=6),
@@ -119,11 +139,19 @@ def gemm_fit(dev: DeviceSpec, dtype: str) -> GemmFit | None:
     return _lookup(GEMM_FITS, fam, key)
 
 
+def stream_fit(dev: DeviceSpec) -> StreamFit | None:
+    fam = device_family(dev)
+    return STREAM_FITS.get(fam) or STREAM_FITS.get(STAND_IN.get(fam, ""))
+
+
 def kernel_device(dev: DeviceSpec) -> DeviceSpec:
-    """``dev`` with the isolated-kernel GEMM efficiencies of :data:`GEMM_FITS` where there are data."""
-    bf, f8 = gemm_fit(dev, "bf16"), gemm_fit(dev, "fp8")
+    """``dev`` with the isolated-kernel GEMM efficiencies of :data:`GEMM_FITS` and the weight-streaming
+    bandwidth and per-kernel time of :data:`STREAM_FITS` where there are data."""
+    bf, f8, st = gemm_fit(dev, "bf16"), gemm_fit(dev, "fp8"), stream_fit(dev)
     return replace(dev, gemm_efficiency=bf.eta if bf else dev.gemm_efficiency,
-                   fp8_gemm_efficiency=f8.eta if f8 and dev.peak_fp8_flops_per_s else dev.fp8_gemm_efficiency)
+                   fp8_gemm_efficiency=f8.eta if f8 and dev.peak_fp8_flops_per_s else dev.fp8_gemm_efficiency,
+                   mem_bw_efficiency=st.mem_bw_efficiency if st else dev.mem_bw_efficiency,
+                   kernel_overhead_s=st.kernel_overhead_s if st else dev.kernel_overhead_s)
 
 
 def attention_fit(dev: DeviceSpec, kernel: str, direction: str) -> AttentionFit | None:
