@@ -79,6 +79,7 @@ class AttentionFit:
 
 #: (family, dtype) -> fit. Output of ``benchmarks/component_kernels.py --fit``.
 GEMM_FITS: dict[tuple[str, str], GemmFit] = {
+    ('A100', 'bf16'): GemmFit(eta=0.965, rows=2, source='CUTLASS (CUDA 11.3); cuBLAS (CUDA 11.3)'),
     ('B200', 'bf16'): GemmFit(eta=0.975, rows=4, source='torch-bf16 (vLLM bench_fp8_gemm.py)'),
     ('B200', 'fp8'): GemmFit(eta=0.665, rows=4, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
     ('H100', 'bf16'): GemmFit(eta=0.825, rows=7, source='torch-bf16 (vLLM bench_fp8_gemm.py); torch.matmul (PyTorch 2.7.0+cu128, cuBLAS)'),
