@@ -37,10 +37,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.compute import fa2_device, gemm_time_s  # noqa: E402
+from costmodel.compute import TILE_SHAPES, fa2_device, gemm_time_s  # noqa: E402
 from costmodel.kernels import (ATTENTION_FITS, GEMM_FITS, STREAM_FITS, AttentionFit, GemmFit, StreamFit,  # noqa: E402
-                               attention_fit,
-                               attention_shape_factor, attention_time_s, device_family, kernel_device)
+                               attention_fit, attention_shape_factor, attention_time_s, device_family,
+                               gemm_fit, kernel_device)
 from costmodel.presets import load_cluster  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "kernels.csv"
@@ -85,14 +85,17 @@ def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None, stream: S
     (``preset``) or with the kernel fits (``kernel``; ``fit`` overrides the table, for --fit)."""
     dev = device_of(row)
     dtype = "bf16" if row["dtype"] == "fp16" else row["dtype"]
-    if model == "kernel":
-        dev = kernel_device(dev)
-        if fit is not None:
-            dev = replace(dev, **({"fp8_gemm_efficiency": fit.eta} if dtype == "fp8" else {"gemm_efficiency": fit.eta}))
-        if stream is not None:
-            dev = replace(dev, mem_bw_efficiency=stream.mem_bw_efficiency, kernel_overhead_s=stream.kernel_overhead_s)
     g = int(row["groups"] or 1)
-    return gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, batch=g)
+    if model != "kernel":
+        return gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, batch=g)
+    fit = fit or gemm_fit(dev, dtype)
+    dev = kernel_device(dev)
+    if fit is not None:
+        dev = replace(dev, **({"fp8_gemm_efficiency": fit.eta} if dtype == "fp8" else {"gemm_efficiency": fit.eta}))
+    if stream is not None:
+        dev = replace(dev, mem_bw_efficiency=stream.mem_bw_efficiency, kernel_overhead_s=stream.kernel_overhead_s)
+    return gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, batch=g,
+                       k0=fit.k0 if fit is not None else None, tile_shapes=TILE_SHAPES)
 
 
 def attention_row_time_s(row: dict, model: str, fit: AttentionFit | None = None) -> float:
@@ -195,7 +198,8 @@ def attention_key(row: dict) -> tuple[str, str, str]:
 
 def fit_all(rows: list[dict]) -> tuple[dict, dict]:
     """Fit :data:`GEMM_FITS` and :data:`ATTENTION_FITS` to ``rows``: per group, the parameters minimising
-    the mean |err| of time on a grid (GEMM: eta in steps of 0.005; attention: L0 in steps of 16 key tokens,
+    the mean |err| of time on a grid (GEMM: eta in steps of 0.005 and K0 in steps of 32 elements, each row on its library's tile choice
+    :data:`costmodel.compute.TILE_SHAPES`; attention: L0 in steps of 16 key tokens,
     D0 in steps of 4, eta then the value that zeroes the mean log error, refined on a 0.005 grid)."""
     gemm_groups, attn_groups, stream_groups = defaultdict(list), defaultdict(list), defaultdict(list)
     for r in rows:
@@ -214,9 +218,14 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
     gemm = {}
     for key, rs in sorted(gemm_groups.items()):
         st = stream.get(key[0].replace("-500W", ""))
-        best = min((_mean_abs_err(rs, lambda r, e=e: gemm_row_time_s(r, "kernel", GemmFit(eta=e, rows=0, source=""), st)), e)
-                   for e in (0.3 + 0.005 * i for i in range(141)))
-        gemm[key] = GemmFit(eta=round(best[1], 3), rows=len(rs), source="; ".join(sorted({r["impl"] for r in rs})))
+        # K0 only where the rows span at least three reduction lengths (else it trades off against eta):
+        # elsewhere the step time's default (costmodel.compute.k_overhead)
+        k0s = [32 * j for j in range(33)] if len({r["k"] for r in rs}) >= 3 else [None]
+        best = min((_mean_abs_err(rs, lambda r, f=f: gemm_row_time_s(r, "kernel", f, st)), f.eta, f.k0 if f.k0 is not None else -1)
+                   for f in (GemmFit(eta=round(0.3 + 0.005 * i, 3), k0=k0, rows=0, source="")
+                             for i in range(141) for k0 in k0s))
+        best = (best[0], best[1], None if best[2] == -1 else best[2])
+        gemm[key] = GemmFit(eta=best[1], k0=best[2], rows=len(rs), source="; ".join(sorted({r["impl"] for r in rs})))
     attn = {}
     for key, rs in sorted(attn_groups.items()):
         best = None
@@ -250,7 +259,7 @@ def main(argv=None) -> int:
         gemm, stream, attn = fit_all(load_rows())
         print("GEMM_FITS = {")
         for k, f in gemm.items():
-            print(f"    {k!r}: GemmFit(eta={f.eta}, rows={f.rows}, source={f.source!r}),")
+            print(f"    {k!r}: GemmFit(eta={f.eta}, k0={f.k0}, rows={f.rows}, source={f.source!r}),")
         print("}\nSTREAM_FITS = {")
         for k, f in stream.items():
             print(f"    {k!r}: StreamFit(mem_bw_efficiency={f.mem_bw_efficiency}, kernel_overhead_s={f.kernel_overhead_s:.1e}, "

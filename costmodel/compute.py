@@ -46,6 +46,13 @@ from .specs import DeviceSpec, ModelSpec, Workload
 from .units import DTYPE_BYTES
 
 TILE = 128  # GEMM output tile edge (assumption: cuBLAS-class 128x128 tiles)
+#: Output tile shapes a GEMM library chooses among when its grid would leave SMs idle (CUTLASS, cuBLAS and
+#: DeepGEMM ship 64- and 128-row tiles with 32-256 columns; DeepGEMM's JIT picks the block N that fills the
+#: SMs): the kernel runs the shape that finishes first (:func:`gemm_utilization` takes the best). A
+#: ``bm x bn`` tile reuses each loaded operand element ``bm bn / (bm + bn)`` times; below the 128x128
+#: tile's reuse (64) the SM's operand bandwidth limits it to that ratio of the tensor-core rate (assumption).
+TILE_SHAPES = ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32))
+STEP_TILE_SHAPES = TILE_SHAPES  # the tile shapes the step time's GEMMs choose among
 K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (assumption)
 WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)
 #: A blocking device-to-host copy of ``tokens_per_expert`` (Megatron-Core token dispatcher,
@@ -114,7 +121,7 @@ class Op:
 
 
 def gemm_utilization(m: float, n: float, k: float, sm_count: int, k_overhead: float = K_OVERHEAD,
-                     ragged_groups: int = 0) -> float:
+                     ragged_groups: int = 0, tile_shapes: tuple[tuple[int, int], ...] = ((128, 128),)) -> float:
     """Fraction of a device's large-GEMM throughput a GEMM of shape (m x k) @ (k x n) reaches.
 
     ``ragged_groups``: the ``m`` rows are the rows of that many groups of a grouped GEMM whose
@@ -130,16 +137,22 @@ def gemm_utilization(m: float, n: float, k: float, sm_count: int, k_overhead: fl
     >>> gemm_utilization(256, 1536 * 16, 2048, 132, ragged_groups=16) < gemm_utilization(256, 1536 * 16, 2048, 132)
     True
     """
+    return max(_tile_utilization(m, n, k, sm_count, k_overhead, ragged_groups, bm, bn) for bm, bn in tile_shapes)
+
+
+def _tile_utilization(m, n, k, sm_count, k_overhead, ragged_groups, bm, bn) -> float:
+    """:func:`gemm_utilization` for one output tile shape ``bm x bn``."""
+    reuse = min(1.0, bm * bn / (bm + bn) / (TILE / 2))
     if ragged_groups:
-        tiles = (m / TILE + 0.5) * math.ceil(n / TILE)
-        useful = m / TILE * math.ceil(n / TILE)
+        tiles = (m / bm + 0.5) * math.ceil(n / bn)
+        useful = m / bm * math.ceil(n / bn)
         waves = tiles / sm_count
         wave_util = waves if waves < 1 - WAVE_TAIL else waves / (waves + WAVE_TAIL)
-        return wave_util * useful / tiles * k / (k + k_overhead)
-    tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
+        return reuse * wave_util * useful / tiles * k / (k + k_overhead)
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
     waves = tiles / sm_count
     wave_util = waves if waves < 1 - WAVE_TAIL else waves / (waves + WAVE_TAIL)
-    return wave_util * k / (k + k_overhead)
+    return reuse * wave_util * k / (k + k_overhead)
 
 
 def k_overhead(dev: DeviceSpec, dtype: str) -> float:
@@ -149,11 +162,16 @@ def k_overhead(dev: DeviceSpec, dtype: str) -> float:
 
 
 def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch: int = 1,
-                ragged: bool = False) -> float:
+                ragged: bool = False, *, k0: float | None = None,
+                tile_shapes: tuple[tuple[int, int], ...] | None = None) -> float:
     """Roofline time of ``batch`` GEMMs (m x k) @ (k x n); ``ragged``: their row counts vary around
-    ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`)."""
+    ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`). ``k0``: the per-tile K overhead in
+    elements (default :func:`k_overhead`); ``tile_shapes``: the tile shapes the kernel chooses among
+    (default :data:`STEP_TILE_SHAPES`)."""
     flops = 2.0 * m * n * k * batch
-    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype), batch if ragged and batch > 1 else 0)
+    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype) if k0 is None else k0,
+                            batch if ragged and batch > 1 else 0,
+                            STEP_TILE_SHAPES if tile_shapes is None else tile_shapes)
     rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * util
     in_bytes = DTYPE_BYTES[dtype] if dtype == "fp8" else ACT_BYTES
     bytes_moved = batch * ((m * k + k * n) * in_bytes + m * n * ACT_BYTES)

@@ -41,10 +41,13 @@ class GemmFit:
     """Large-GEMM efficiency of isolated kernels on one device family and dtype.
 
     eta : fraction of the dense peak, multiplying :func:`costmodel.compute.gemm_utilization`.
-    rows : how many measurements it was fitted on; source : which kernels they time.
+    k0 : the per-tile prologue/epilogue in K elements, fitted only where the rows span three or more K
+    values; None: the step time's :func:`costmodel.compute.k_overhead` (64 at BF16, 128 at FP8 on Hopper). rows : how many measurements it was fitted on; source : which
+    kernels they time.
     """
 
     eta: float
+    k0: float | None
     rows: int
     source: str
 
@@ -79,20 +82,20 @@ class AttentionFit:
 
 #: (family, dtype) -> fit. Output of ``benchmarks/component_kernels.py --fit``.
 GEMM_FITS: dict[tuple[str, str], GemmFit] = {
-    ('A100', 'bf16'): GemmFit(eta=0.965, rows=2, source='CUTLASS (CUDA 11.3); cuBLAS (CUDA 11.3)'),
-    ('B200', 'bf16'): GemmFit(eta=0.975, rows=4, source='torch-bf16 (vLLM bench_fp8_gemm.py)'),
-    ('B200', 'fp8'): GemmFit(eta=0.665, rows=4, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
-    ('H100', 'bf16'): GemmFit(eta=0.825, rows=7, source='torch-bf16 (vLLM bench_fp8_gemm.py); torch.matmul (PyTorch 2.7.0+cu128, cuBLAS)'),
-    ('H100', 'fp8'): GemmFit(eta=0.49, rows=2, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
-    ('H100-500W', 'bf16'): GemmFit(eta=0.635, rows=3, source='torch bf16 matmul (FBGEMM bench; Meta H100 at 500 W, memory type not stated)'),
-    ('H100-500W', 'fp8'): GemmFit(eta=0.635, rows=3, source='FBGEMM fp8 row-wise GEMM (gemm only)'),
-    ('H800', 'fp8'): GemmFit(eta=0.695, rows=22, source='DeepGEMM (1x128/128x128 block-scaled FP8, NVCC 12.8)'),
+    ('A100', 'bf16'): GemmFit(eta=0.965, k0=None, rows=2, source='CUTLASS (CUDA 11.3); cuBLAS (CUDA 11.3)'),
+    ('B200', 'bf16'): GemmFit(eta=0.97, k0=None, rows=4, source='torch-bf16 (vLLM bench_fp8_gemm.py)'),
+    ('B200', 'fp8'): GemmFit(eta=0.66, k0=None, rows=4, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
+    ('H100', 'bf16'): GemmFit(eta=0.815, k0=0, rows=7, source='torch-bf16 (vLLM bench_fp8_gemm.py); torch.matmul (PyTorch 2.7.0+cu128, cuBLAS)'),
+    ('H100', 'fp8'): GemmFit(eta=0.49, k0=None, rows=2, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
+    ('H100-500W', 'bf16'): GemmFit(eta=0.635, k0=None, rows=3, source='torch bf16 matmul (FBGEMM bench; Meta H100 at 500 W, memory type not stated)'),
+    ('H100-500W', 'fp8'): GemmFit(eta=0.635, k0=None, rows=3, source='FBGEMM fp8 row-wise GEMM (gemm only)'),
+    ('H800', 'fp8'): GemmFit(eta=0.76, k0=480, rows=22, source='DeepGEMM (1x128/128x128 block-scaled FP8, NVCC 12.8)'),
 }
 #: family -> fit. Output of ``benchmarks/component_kernels.py --fit``.
 STREAM_FITS: dict[str, StreamFit] = {
     'B200': StreamFit(mem_bw_efficiency=1.0, kernel_overhead_s=2.5e-06, rows=6),
     'H100': StreamFit(mem_bw_efficiency=0.94, kernel_overhead_s=4.5e-06, rows=12),
-    'H800': StreamFit(mem_bw_efficiency=0.73, kernel_overhead_s=0.0e+00, rows=6),
+    'H800': StreamFit(mem_bw_efficiency=0.78, kernel_overhead_s=1.0e-06, rows=6),
 }
 #: (family, kernel, direction) -> fit, direction in fwd / bwd / fwd_bwd.
 ATTENTION_FITS: dict[tuple[str, str, str], AttentionFit] = {
