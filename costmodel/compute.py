@@ -40,11 +40,23 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from .config import ParallelConfig
+from .kernels import attention_shape_factor
 from .kvcache import kv_dtype_bytes, kv_elements_per_token_layer
 from .specs import DeviceSpec, ModelSpec, Workload
 from .units import DTYPE_BYTES
 
 TILE = 128  # GEMM output tile edge (assumption: cuBLAS-class 128x128 tiles)
+#: Output tile shapes a GEMM library chooses among when its grid would leave SMs idle (CUTLASS, cuBLAS and
+#: DeepGEMM ship 64- and 128-row tiles with 32-256 columns; DeepGEMM's JIT picks the block N that fills the
+#: SMs): the kernel runs the shape that finishes first (:func:`gemm_utilization` takes the best). A
+#: ``bm x bn`` tile reuses each loaded operand element ``bm bn / (bm + bn)`` times; below the 128x128
+#: tile's reuse (64) the SM's operand bandwidth limits it to that ratio of the tensor-core rate (assumption).
+TILE_SHAPES = ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32))
+#: The step time's GEMMs stay on 128x128 tiles: with the tile choice the published sets were unchanged
+#: (dev 3.9%, new 9.5%), but one small instance of tests/test_search_cpsat.py (seed 1008, no bound
+#: pruning) no longer reached OPTIMAL within CP-SAT's 10 s (FEASIBLE, gap 5.6%); the kernel benchmark
+#: (benchmarks/component_kernels.py --model kernel) uses TILE_SHAPES.
+STEP_TILE_SHAPES = ((TILE, TILE),)
 K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (assumption)
 WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)
 #: A blocking device-to-host copy of ``tokens_per_expert`` (Megatron-Core token dispatcher,
@@ -113,7 +125,7 @@ class Op:
 
 
 def gemm_utilization(m: float, n: float, k: float, sm_count: int, k_overhead: float = K_OVERHEAD,
-                     ragged_groups: int = 0) -> float:
+                     ragged_groups: int = 0, tile_shapes: tuple[tuple[int, int], ...] = ((128, 128),)) -> float:
     """Fraction of a device's large-GEMM throughput a GEMM of shape (m x k) @ (k x n) reaches.
 
     ``ragged_groups``: the ``m`` rows are the rows of that many groups of a grouped GEMM whose
@@ -129,16 +141,22 @@ def gemm_utilization(m: float, n: float, k: float, sm_count: int, k_overhead: fl
     >>> gemm_utilization(256, 1536 * 16, 2048, 132, ragged_groups=16) < gemm_utilization(256, 1536 * 16, 2048, 132)
     True
     """
+    return max(_tile_utilization(m, n, k, sm_count, k_overhead, ragged_groups, bm, bn) for bm, bn in tile_shapes)
+
+
+def _tile_utilization(m, n, k, sm_count, k_overhead, ragged_groups, bm, bn) -> float:
+    """:func:`gemm_utilization` for one output tile shape ``bm x bn``."""
+    reuse = min(1.0, bm * bn / (bm + bn) / (TILE / 2))
     if ragged_groups:
-        tiles = (m / TILE + 0.5) * math.ceil(n / TILE)
-        useful = m / TILE * math.ceil(n / TILE)
+        tiles = (m / bm + 0.5) * math.ceil(n / bn)
+        useful = m / bm * math.ceil(n / bn)
         waves = tiles / sm_count
         wave_util = waves if waves < 1 - WAVE_TAIL else waves / (waves + WAVE_TAIL)
-        return wave_util * useful / tiles * k / (k + k_overhead)
-    tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
+        return reuse * wave_util * useful / tiles * k / (k + k_overhead)
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
     waves = tiles / sm_count
     wave_util = waves if waves < 1 - WAVE_TAIL else waves / (waves + WAVE_TAIL)
-    return wave_util * k / (k + k_overhead)
+    return reuse * wave_util * k / (k + k_overhead)
 
 
 def k_overhead(dev: DeviceSpec, dtype: str) -> float:
@@ -148,11 +166,16 @@ def k_overhead(dev: DeviceSpec, dtype: str) -> float:
 
 
 def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch: int = 1,
-                ragged: bool = False) -> float:
+                ragged: bool = False, *, k0: float | None = None,
+                tile_shapes: tuple[tuple[int, int], ...] | None = None) -> float:
     """Roofline time of ``batch`` GEMMs (m x k) @ (k x n); ``ragged``: their row counts vary around
-    ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`)."""
+    ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`). ``k0``: the per-tile K overhead in
+    elements (default :func:`k_overhead`); ``tile_shapes``: the tile shapes the kernel chooses among
+    (default :data:`STEP_TILE_SHAPES`)."""
     flops = 2.0 * m * n * k * batch
-    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype), batch if ragged and batch > 1 else 0)
+    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype) if k0 is None else k0,
+                            batch if ragged and batch > 1 else 0,
+                            STEP_TILE_SHAPES if tile_shapes is None else tile_shapes)
     rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * util
     in_bytes = DTYPE_BYTES[dtype] if dtype == "fp8" else ACT_BYTES
     bytes_moved = batch * ((m * k + k * n) * in_bytes + m * n * ACT_BYTES)
@@ -225,10 +248,17 @@ def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool) -
     flops = attention_flops(model, b * sq, s, tp)
     if flash:
         # FlashAttention (Dao 2022): fused, skips the masked half of a causal mask; runs in BF16.
-        # Backward is 2.5x the forward FLOPs (5 matmuls instead of 2).
+        # Backward is 2.5x the forward FLOPs (5 matmuls instead of 2). ``attention_efficiency`` is the
+        # kernel's at causal 16k tokens, head dim 128; other shapes scale by the kernel's measured shape
+        # factor (costmodel.kernels, fitted to benchmarks/data/components/kernels.csv). Under context
+        # parallelism each ring step is a kernel over s/cp keys, the diagonal step causal and the others
+        # full blocks (Liu et al. 2023; taken as full blocks of s/cp keys: an approximation).
         rate = dev.peak_bf16_flops_per_s * dev.attention_efficiency
-        t = 0.5 * flops / rate + dev.kernel_overhead_s
-        return Op("attn_core", "attention", "attn", flops, t, 2.5 * (t - dev.kernel_overhead_s) + dev.kernel_overhead_s)
+        d = model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0)
+        kv, causal = s / cp, cp == 1
+        fwd = 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "fwd"))
+        bwd = 2.5 * 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "bwd"))
+        return Op("attn_core", "attention", "attn", flops, fwd + dev.kernel_overhead_s, bwd + dev.kernel_overhead_s)
     # Unfused (Megatron 2021/22): batched QK^T and PV GEMMs over full s x s scores, with the
     # fused scale-mask-softmax (read 2 B, write 2 B per score) and dropout (read 2, write 2 + 1 B mask).
     d = model.head_dim
