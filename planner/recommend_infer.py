@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 
 from costmodel.errors import InfeasibleConfig, SpecError
-from costmodel.inference import PREFILL_TOKENS
 from search.infer import ENGINES, InferProblem, InferResult, shortfall, solve_infer
 from search.problem import Limits
 from search.solve import SolveOptions
@@ -89,7 +88,7 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
         ttft_target_s=None if ms["ttft_ms"] is None else ms["ttft_ms"] / 1e3,
         tpot_target_s=None if ms["tpot_ms"] is None else ms["tpot_ms"] / 1e3,
         max_batch_per_replica=getattr(args, "max_batch", 1024) or 1024,
-        prefill_tokens=getattr(args, "prefill_tokens", None) or PREFILL_TOKENS,
+        prefill_tokens=getattr(args, "prefill_tokens", None),
         limits=Limits(fixed=fixed, maximum=maximum, tp_across_nodes=getattr(args, "tp_across_nodes", False)),
         engine=getattr(args, "engine", None) or "vllm")
 
