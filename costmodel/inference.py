@@ -48,6 +48,7 @@ from .memory import is_moe_layer
 from .overlap import CommLedger, exposed_s
 from .pipeline import stage_layers
 from .scheduler import simulate
+from .serving_band import serving_bands
 from .serving_engines import scheduler_for
 from .serving_step import step_cost
 from .specs import ClusterSpec, ModelSpec, Workload
@@ -188,6 +189,7 @@ class InferenceEstimate:
     kv_dtype: str = "bf16"
     sla: dict = field(default_factory=dict)
     serving: dict = field(default_factory=dict)  # the engine's scheduler settings and the simulated load
+    bands: dict = field(default_factory=dict)  # 80% bands of ttft_ms, tpot_ms, tokens_per_s (costmodel.serving_band)
     status: str = "ok"
     mode: str = "infer"
     notes: list = field(default_factory=list)
@@ -216,7 +218,8 @@ class InferenceEstimate:
             "overlap": {p: dict(b) for p, b in self.overlap.items()},
             "exposed_reasons": {p: dict(b) for p, b in self.reasons.items()},
             "sla": {k: dict(v) for k, v in self.sla.items()}, "meets_sla": self.meets_sla,
-            "serving": dict(self.serving),
+            "serving": dict(self.serving), "bands": {k: (list(v) if isinstance(v, list) else v)
+                                                     for k, v in self.bands.items()},
             "notes": list(self.notes),
         }
 
@@ -241,7 +244,7 @@ def validate_inference(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: P
 def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, *,
                        kv_dtype: str = "bf16", prefill_tokens: int | None = None, engine: str = "vllm",
                        max_seqs: int | None = None, request_rate: float | None = None,
-                       num_requests: int | None = None, ttft_target_s: float | None = None,
+                       num_requests: int | None = None, measure: str = "steady", ttft_target_s: float | None = None,
                        tpot_target_s: float | None = None) -> InferenceEstimate:
     """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config`` on ``engine``.
 
@@ -249,7 +252,8 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     closed-loop benchmark, :mod:`costmodel.scheduler`), or, with ``request_rate`` (requests/s
     over all replicas), the Poisson arrival rate replaces it. ``prefill_tokens`` is the
     engine's step token budget and ``max_seqs`` its running-request limit (``None``: the
-    engine's default, :func:`costmodel.serving_engines.default_scheduler`). Raises
+    engine's default, :func:`costmodel.serving_engines.default_scheduler`); ``measure`` is
+    ``"steady"`` (after the first wave) or ``"all"`` requests (:func:`costmodel.scheduler.simulate`). Raises
     :class:`SpecError` for invalid input, including a model whose weights cannot fit even when
     spread over every GPU.
     """
@@ -276,7 +280,7 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     rate = None if request_rate is None else request_rate / c.dp
     st = simulate(sc, sched, input_len=I, output_len=O, kv_capacity=max(1, cap),
                   concurrency=None if rate is not None else B, request_rate=rate,
-                  num_requests=num_requests, micro_batches_max=c.pp)
+                  num_requests=num_requests, micro_batches_max=c.pp, measure=measure)
 
     # the two phases the breakdown and overlap report: one prefill chunk, one decode step of the
     # admitted requests at their mean context
@@ -312,8 +316,10 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
                "mixed_batches": sched.mixed, "admitted_per_replica": min(B, limit) if rate is None else limit,
                "queue_ms": st.queue_s * 1e3, "running_mean": st.running_mean, "requests_simulated": st.requests,
                "steps": st.steps, "prefill_steps_per_request": st.prefill_steps_per_request,
-               "load": "poisson" if rate is not None else "closed_loop",
+               "load": "poisson" if rate is not None else "closed_loop", "measure": measure,
                **({"request_rate_per_s": request_rate} if rate is not None else {})}
+    queued = rate is None and B > limit
+    bands = serving_bands(st.ttft_s, st.tpot_s, c.dp * per_replica, engine, "queued" if queued else "admitted")
     return InferenceEstimate(
         config=c, batch=w.global_batch, batch_per_replica=B, prefill_batch=pb,
         ttft_s=st.ttft_s, tpot_s=st.tpot_s, decode_step_s=dec.period_s, e2e_latency_s=st.e2e_s,
@@ -333,5 +339,5 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
         reasons={p: {s: r for s, r in ph.ledger.reasons.items() if ph.ledger.exposed_s.get(s, 0) > 0}
                  for p, ph in phases.items()},
         decode_hbm_utilization=min(1.0, read / (dec.period_s * dev.hbm_bw_bytes_per_s)),
-        kv_dtype=kv_dtype, sla=sla, notes=notes, serving=serving,
+        kv_dtype=kv_dtype, sla=sla, notes=notes, serving=serving, bands=bands,
     )

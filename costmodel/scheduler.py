@@ -19,6 +19,14 @@ there (``chunked``) or waits for a step where it fits whole. Without ``mixed`` (
 default) a step is either a prefill batch of up to ``token_budget`` prompt tokens, run whenever
 one can be formed, or a decode step of every decoding request.
 
+Two measurements (``measure``). ``"steady"`` (the default): the means over the requests sent
+after the first ``C`` (the clients' synchronised first wave, whose prompts all arrive at once,
+is warm-up), and throughput by Little's law for a closed loop, ``C * output_len / mean e2e``
+(e2e including the wait for admission) -- the stable-window measurement of ``perf_analyzer``,
+which genai-perf (NIM's benchmark) runs. ``"all"``: every request, throughput = generated
+tokens / time until the last finished, as ``benchmark_serving`` reports one run (first wave
+and drain included); static-batch rows are one wave and use it.
+
 Request timing, as the benchmarks measure it: TTFT = end of the step in which the prompt's
 last chunk ran - arrival (queueing + every step the prompt spans); TPOT = (finish - first
 token) / (output_len - 1), so prefill steps of other requests that interleave with a
@@ -81,13 +89,15 @@ def _check_int(name: str, v, low: int = 1) -> None:
 
 def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_capacity: int,
              concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
-             micro_batches_max: int = 1, seed: int = 0) -> ServingStats:
+             micro_batches_max: int = 1, seed: int = 0, measure: str = "steady") -> ServingStats:
     """Run the engine loop (module doc). ``cost.time_s(tokens=, sampled=, prefill_pairs=,
     decode_ctx=, micro_batches=)`` prices one step (:class:`costmodel.serving_step.StepCost`)."""
     I, O, T = input_len, output_len, sched.token_budget
     _check_int("input_len", I)
     _check_int("output_len", O)
     _check_int("kv_capacity", kv_capacity, 0)
+    if measure not in ("steady", "all"):
+        raise SpecError("measure", measure, "'steady' or 'all'")
     if (concurrency is None) == (request_rate is None):
         raise SpecError("concurrency", concurrency, "given, or request_rate given instead (exactly one)")
     if concurrency is not None:
@@ -124,15 +134,15 @@ def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_
     g0: dict = {}
     g0sum, d, G, t = 0, 0, 0, 0.0
     done_n, steps, busy_integral = 0, 0, 0.0
-    sum_ttft = sum_tpot = sum_e2e = sum_queue = 0.0
+    ttft, tpot, e2e = {}, {}, {}
     chunk_count = 0
     pp = max(1, micro_batches_max)
 
     def finish(rid: int, at: float) -> None:
-        nonlocal done_n, sum_tpot, sum_e2e, issued
+        nonlocal done_n, issued
         done_n += 1
-        sum_tpot += (at - first[rid]) / (O - 1) if O > 1 else 0.0
-        sum_e2e += at - arr[rid]
+        tpot[rid] = (at - first[rid]) / (O - 1) if O > 1 else 0.0
+        e2e[rid] = at - arr[rid]
         if concurrency is not None and issued < n_req:  # the client sends its next request
             waiting.append((issued, at))
             arr[issued] = at
@@ -163,7 +173,6 @@ def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_
             while waiting and budget > 0 and running < limit and (sched.chunked or I <= budget):
                 rid, _ = waiting.popleft()
                 adm[rid] = t
-                sum_queue += t - arr[rid]
                 e = [rid, 0]
                 prefilling.append(e)
                 running += 1
@@ -214,7 +223,7 @@ def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_
         while prefilling and prefilling[0][1] >= I:
             rid = prefilling.popleft()[0]
             first[rid] = t
-            sum_ttft += t - arr[rid]
+            ttft[rid] = t - arr[rid]
             if O == 1:
                 finish(rid, t)
             else:
@@ -222,8 +231,16 @@ def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_
                 g0sum += G
                 d += 1
                 heapq.heappush(heap, (G + O - 1, rid))
-    n = n_req
-    return ServingStats(ttft_s=sum_ttft / n, tpot_s=sum_tpot / n, e2e_s=sum_e2e / n, queue_s=sum_queue / n,
-                        duration_s=t, output_tokens_per_s=n * O / t, requests_per_s=n / t,
+    steady = measure == "steady" and concurrency is not None and n_req > concurrency
+    ids = range(concurrency, n_req) if steady else range(n_req)
+    n = len(ids)
+
+    def mean(d):
+        return sum(d[i] for i in ids) / n
+    mean_e2e = mean(e2e)
+    rps = concurrency / mean_e2e if steady else n_req / t
+    return ServingStats(ttft_s=mean(ttft), tpot_s=mean(tpot), e2e_s=mean_e2e,
+                        queue_s=sum(adm[i] - arr[i] for i in ids) / n, duration_s=t,
+                        output_tokens_per_s=rps * O, requests_per_s=rps,
                         running_mean=busy_integral / t, admitted_limit=limit, steps=steps,
-                        prefill_steps_per_request=chunk_count / n, requests=n)
+                        prefill_steps_per_request=chunk_count / n_req, requests=n_req)
