@@ -100,14 +100,14 @@ def _plan_row(rank, e, p: InferProblem | None = None, r=None) -> list:
         row += ["on" if c.sp else "off", c.chunks]
     else:
         row += [_launch(p, e, None)["replicas"]]
-    row += [e.batch_per_replica, f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.ttft_s * 1e3:.1f}", f"{e.tpot_s * 1e3:.2f}",
+    row += [e.batch_per_replica, e.serving.get("token_budget", "-"), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.ttft_s * 1e3:.1f}", f"{e.tpot_s * 1e3:.2f}",
             f"{e.e2e_latency_s:.2f}", f"{e.peak_memory_bytes / 2**30:.1f}"]
     if r is not None:
         row.append("met" if p.meets(e) else f"x{shortfall(p, e):.2f}")
     return row
 
 
-PLAN_HEADERS = ["rank", "tp", "pp", "dp", "ep", "sp", "chunks", "batch/replica", "tok/s/GPU", "TTFT ms",
+PLAN_HEADERS = ["rank", "tp", "pp", "dp", "ep", "sp", "chunks", "batch/replica", "tokens/step", "tok/s/GPU", "TTFT ms",
                 "TPOT ms", "e2e s", "GiB/GPU"]
 
 

@@ -32,14 +32,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0].split(": ", 1)[1])
     add_problem_args(p, infer=True)
     add_config_args(p, dispatcher=True)
-    add_inference_args(p)
+    add_inference_args(p, engine=True)
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the plan as Megatron-LM arguments (the stage split included) or a DeepSpeed config")
     add_output_args(p)
     return p
 
 
-INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms")
+INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "engine", "max_seqs",
+              "request_rate")
 
 
 def _run_infer(args: argparse.Namespace) -> int:
@@ -51,7 +52,8 @@ def _run_infer(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     est = evaluate_inference(model, cluster, workload, config, **inference_options(args))
-    launch = launch_for_estimate(est, workload, args.prefill_tokens)
+    engine = args.engine or "vllm"
+    launch = launch_for_estimate(est, workload, args.prefill_tokens, engines=(engine,))
     if args.json:
         print_json({**estimate_json(est, model, cluster, workload), "launch": launch})
     else:
