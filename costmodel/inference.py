@@ -18,17 +18,19 @@ PP is a throughput pipeline: a replica's ``B`` sequences run as ``m = min(pp, B)
 micro-batches (vLLM's virtual engines), so the time between two tokens of a sequence is
 ``max(sum of stage times + P2P, m * slowest stage)``; with ``m < pp`` stages idle (bubbles).
 
-Serving model (continuous batching, steady state, documented sum)::
-
-    ttft  = prefill of one prefill batch through all stages (+ the decode attention of the
-            other running sequences, which ride in the same iteration)
-    cycle = ttft + (n_prefills - 1) * (slowest prefill stage + riding attention)   all prefills
-          + (output_len - 1 - piggybacked) * decode_step                  the remaining decode steps
-    e2e latency = cycle;  tpot = (cycle - ttft) / (output_len - 1)  (other requests' prefills
-    interleave with this one's decoding, as serving benchmarks measure TPOT)
-    output tokens/s per replica = B * output_len / cycle
-
-A prefill batch holds ``prefill_tokens // input_len`` prompts (vLLM's ``max_num_batched_tokens``).
+Serving model (issue 24): the engine's own step loop, not one big prefill batch.
+:mod:`costmodel.serving_engines` holds each engine's scheduler (vLLM V1: chunked prefill mixed
+with decodes under ``max_num_batched_tokens``, ``max_num_seqs``; SGLang: ``chunked_prefill_size``,
+prefill and decode steps apart; TensorRT-LLM: in-flight batching under ``max_num_tokens``,
+whole prompts); :mod:`costmodel.serving_step` prices one step of any mix of prompt chunks and
+decodes from the layer costs below; :mod:`costmodel.scheduler` replays the loop for a closed
+loop of ``global_batch / dp`` clients per replica (or Poisson arrivals), admitting requests
+while the KV cache and the running-request limit allow and queueing the rest. TTFT = queueing
++ the steps the prompt spans; TPOT = (finish - first token) / (output_len - 1), the mixed or
+interleaved steps included; output tokens/s from the simulated load (steady state by default).
+The ``prefill`` and ``decode`` phases of the breakdown are one prompt chunk alone and one decode
+step of the admitted requests at their mean context; their overlap ledgers are the reported
+``overlap``. Bands: :mod:`costmodel.serving_band`.
 """
 
 from __future__ import annotations
