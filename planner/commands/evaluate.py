@@ -52,8 +52,10 @@ def _run_infer(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     est = evaluate_inference(model, cluster, workload, config, **inference_options(args))
-    engine = args.engine or "vllm"
-    launch = launch_for_estimate(est, workload, args.prefill_tokens, engines=(engine,))
+    # with --engine: that engine's launch; without: vLLM's scheduler was simulated, and the same
+    # layout is printed for vLLM and SGLang as before
+    engines = (args.engine,) if args.engine else ("vllm", "sglang")
+    launch = launch_for_estimate(est, workload, args.prefill_tokens, engines=engines)
     if args.json:
         print_json({**estimate_json(est, model, cluster, workload), "launch": launch})
     else:
