@@ -3,8 +3,10 @@ per GPU under TTFT/TPOT targets, and the throughput/latency Pareto front.
 
 The same pipeline as training, on a small space: candidates from :mod:`search.candidates` (the
 one source of TP/PP/EP degrees) x sequence-parallel/chunk options x concurrency per replica
-(powers of two up to the largest that fits, and that largest); a table of
-:func:`costmodel.inference.evaluate_inference` for each; CP-SAT chooses one candidate among
+(powers of two up to the largest that fits, and that largest; the plan's ``--max-num-seqs``)
+x the engine's step token budget (:func:`token_budgets`); a table of
+:func:`costmodel.inference.evaluate_inference` for each, run on the engine's scheduler
+(:mod:`costmodel.scheduler`: chunked prefill mixed with decodes, queueing); CP-SAT chooses one candidate among
 those that fit and meet the targets (one-hot ``add_exactly_one``, integer objective in
 milli-tokens/s per GPU, STYLE.md item 9); :func:`solve_infer_exhaustive` is the baseline it
 must agree with. A target no plan meets is explained by the best value any plan reaches.
@@ -142,6 +144,8 @@ class InferProblem:
     """A serving question: requests of ``input_len``/``output_len`` tokens on ``cluster.num_gpus`` GPUs.
 
     max_batch_per_replica : largest concurrency per replica considered (a serving engine's cap).
+    prefill_tokens : the step token budget, fixed (``None``: the engine's default, and under
+        latency targets also :data:`BUDGETS`).
     ttft_target_s, tpot_target_s : latency targets (``None``: none).
     limits : fix, bound or exclude ``tp pp dp ep sp chunks`` as in training (:class:`Limits`).
     engine : the serving engine whose settings the search is restricted to (:data:`ENGINES`);
