@@ -7,10 +7,17 @@ state the hardware, the parallel configuration, the batch or concurrency and the
 input/output lengths; each row cites its source and table. Nothing is fitted to them: the
 device constants are those of the cluster presets (calibrated on training runs only).
 
-How a row is predicted: ``batching=static`` rows (TensorRT-LLM ``gptSessionBenchmark``)
-prefill the whole batch at once (``prefill_tokens = batch * input_len``); ``continuous`` rows
-(NIM / in-flight batching) use the default prefill budget of 8192 tokens. ``tpot_ms`` is
-compared with the published inter-token latency (ITL).
+How a row is predicted (:mod:`costmodel.scheduler`, the engine's step loop): ``batching=static``
+rows (TensorRT-LLM ``gptSessionBenchmark``) run one wave of ``batch`` requests whose prompts are
+prefilled in one step (token budget ``batch * input_len``, ``max_seqs = batch``);
+``continuous`` rows are a closed loop of ``batch`` clients on the engine's scheduler with its
+default settings, measured in steady state (genai-perf's stable windows) (NIM rows: the TensorRT-LLM scheduler, the backend NIM uses for its optimized
+profiles -- an assumption, the tables do not name the backend). ``tpot_ms`` is compared with
+the published inter-token latency (ITL). Errors are summarised by engine, metric and load:
+``admitted`` (every client runs) or ``queued`` (more clients than the engine admits).
+
+``--write-residuals`` stores ``ln(predicted / measured)`` of every row for the serving bands
+(:mod:`costmodel.serving_band`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.inference import PREFILL_TOKENS, evaluate_inference  # noqa: E402
+from costmodel.inference import evaluate_inference  # noqa: E402
+from costmodel.serving_band import QUANTITY, RESIDUALS, load_state  # noqa: E402
 from costmodel.presets import load_cluster, load_model  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,6 +53,12 @@ def load_rows(path: Path = DATA) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def engine_of(row: dict) -> str:
+    """The scheduler a row ran: vLLM, SGLang, or TensorRT-LLM (NIM's optimized profiles)."""
+    name = row["engine"].lower()
+    return "vllm" if name.startswith("vllm") else "sglang" if name.startswith("sglang") else "trtllm"
+
+
 def predict(row: dict):
     """The :class:`~costmodel.inference.InferenceEstimate` for one published row."""
     ints = {k: int(row[k]) for k in ("gpus", "tp", "pp", "dp", "batch", "input_len", "output_len")}
@@ -53,15 +67,30 @@ def predict(row: dict):
                  output_len=ints["output_len"], dtype=row["dtype"])
     cluster = load_cluster(row["cluster"]).with_gpus(ints["gpus"])
     per_replica = ints["batch"] // ints["dp"]
-    prefill = per_replica * ints["input_len"] if row["batching"] == "static" else PREFILL_TOKENS
+    kw = {}
+    if row["batching"] == "static":
+        kw = dict(prefill_tokens=per_replica * ints["input_len"], max_seqs=per_replica, num_requests=per_replica,
+                  measure="all")
     return evaluate_inference(load_model(row["model"]), cluster, w, c, kv_dtype=row["kv_dtype"],
-                              prefill_tokens=prefill)
+                              engine=engine_of(row), **kw)
+
+
+def write_residuals(out: list[dict]) -> None:
+    """``ln(predicted / measured)`` of every row, tagged for :func:`costmodel.serving_band.pool_for`."""
+    import json
+    import math
+    rows = [{"row_id": o["row_id"], "source": o["source"], "quantity": QUANTITY[o["metric"]], "engine": o["engine"],
+             "load": o["load"], "batch": o["batch"], "log_residual": math.log(o["predicted"] / o["measured"])}
+            for o in out]
+    RESIDUALS.write_text(json.dumps({"written_by": "benchmarks/validate_inference.py --write-residuals",
+                                     "residuals": rows}, indent=1) + "\n")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--csv", help="also write per-row results here")
+    ap.add_argument("--write-residuals", action="store_true", help=f"store the log residuals in {RESIDUALS}")
     args = ap.parse_args(argv)
     rows = [r for r in load_rows() if not args.source or r["source_key"] == args.source]
     out, errs = [], {}
@@ -71,23 +100,38 @@ def main(argv=None) -> int:
         e = predict(r)
         pred, meas = METRICS[r["metric"]](e), float(r["measured"])
         err = pred / meas - 1
-        errs.setdefault((r["source_key"], r["metric"]), []).append(err)
+        load = load_state(e)
+        errs.setdefault((engine_of(r), r["metric"], load), []).append(err)
         plan = f"tp{r['tp']}pp{r['pp']}dp{r['dp']}" + ("" if e.fits else "!")
         print(f"{r['row_id']:>3} {r['source_key']:<19} {r['model']:<13} {r['cluster']:<9} {plan:<9} "
               f"{r['batch']:>5} {r['input_len'] + '/' + r['output_len']:>10} {r['metric']:<21} "
               f"{pred:9.2f} {meas:9.2f} {100 * err:+7.1f}")
-        out.append({"row_id": r["row_id"], "source": r["source_key"], "metric": r["metric"],
-                    "predicted": pred, "measured": meas, "error": err, "fits": e.fits})
+        out.append({"row_id": r["row_id"], "source": r["source_key"], "engine": engine_of(r), "metric": r["metric"],
+                    "load": load, "batch": int(r["batch"]), "predicted": pred, "measured": meas, "error": err,
+                    "fits": e.fits})
     print("\n('!' after the plan: the model predicts it does not fit in memory)\n")
     allerr = [abs(x) for es in errs.values() for x in es]
     print(f"{'all rows':<42} n={len(allerr):>2}  mean |err| {100 * statistics.mean(allerr):5.1f}%   "
           f"max |err| {100 * max(allerr):5.1f}%")
-    for (src, metric), es in sorted(errs.items()):
+    print("\nby engine, metric and load (admitted: every client runs; queued: more clients than the engine admits)")
+    for (eng, metric, load), es in sorted(errs.items()):
         a = [abs(x) for x in es]
-        print(f"{src + ' ' + metric:<42} n={len(a):>2}  mean |err| {100 * statistics.mean(a):5.1f}%   "
+        print(f"{eng + ' ' + metric + ' ' + load:<42} n={len(a):>2}  mean |err| {100 * statistics.mean(a):5.1f}%   "
               f"max |err| {100 * max(a):5.1f}%   mean signed {100 * statistics.mean(es):+5.1f}%")
+    print("\nby concurrency (continuous rows)")
+    for lo, hi in ((1, 1), (2, 16), (17, 64), (65, 10 ** 9)):
+        sel = [o for o in out if lo <= o["batch"] <= hi and o["source"].startswith("nim")]
+        for metric in METRICS:
+            es = [o["error"] for o in sel if o["metric"] == metric]
+            if es:
+                print(f"  concurrency {lo}-{hi if hi < 10 ** 9 else 'up':<5} {metric:<21} n={len(es):>2}  "
+                      f"mean |err| {100 * statistics.mean(abs(x) for x in es):5.1f}%   "
+                      f"mean signed {100 * statistics.mean(es):+5.1f}%")
     if args.csv and out:
         write_csv(args.csv, out)
+    if args.write_residuals:
+        write_residuals(out)
+        print(f"\nwrote {len(out)} residuals to {RESIDUALS}")
     return 0
 
 

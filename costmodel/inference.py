@@ -18,17 +18,19 @@ PP is a throughput pipeline: a replica's ``B`` sequences run as ``m = min(pp, B)
 micro-batches (vLLM's virtual engines), so the time between two tokens of a sequence is
 ``max(sum of stage times + P2P, m * slowest stage)``; with ``m < pp`` stages idle (bubbles).
 
-Serving model (continuous batching, steady state, documented sum)::
-
-    ttft  = prefill of one prefill batch through all stages (+ the decode attention of the
-            other running sequences, which ride in the same iteration)
-    cycle = ttft + (n_prefills - 1) * (slowest prefill stage + riding attention)   all prefills
-          + (output_len - 1 - piggybacked) * decode_step                  the remaining decode steps
-    e2e latency = cycle;  tpot = (cycle - ttft) / (output_len - 1)  (other requests' prefills
-    interleave with this one's decoding, as serving benchmarks measure TPOT)
-    output tokens/s per replica = B * output_len / cycle
-
-A prefill batch holds ``prefill_tokens // input_len`` prompts (vLLM's ``max_num_batched_tokens``).
+Serving model (issue 24): the engine's own step loop, not one big prefill batch.
+:mod:`costmodel.serving_engines` holds each engine's scheduler (vLLM V1: chunked prefill mixed
+with decodes under ``max_num_batched_tokens``, ``max_num_seqs``; SGLang: ``chunked_prefill_size``,
+prefill and decode steps apart; TensorRT-LLM: in-flight batching under ``max_num_tokens``,
+whole prompts); :mod:`costmodel.serving_step` prices one step of any mix of prompt chunks and
+decodes from the layer costs below; :mod:`costmodel.scheduler` replays the loop for a closed
+loop of ``global_batch / dp`` clients per replica (or Poisson arrivals), admitting requests
+while the KV cache and the running-request limit allow and queueing the rest. TTFT = queueing
++ the steps the prompt spans; TPOT = (finish - first token) / (output_len - 1), the mixed or
+interleaved steps included; output tokens/s from the simulated load (steady state by default).
+The ``prefill`` and ``decode`` phases of the breakdown are one prompt chunk alone and one decode
+step of the admitted requests at their mean context; their overlap ledgers are the reported
+``overlap``. Bands: :mod:`costmodel.serving_band`.
 """
 
 from __future__ import annotations
@@ -47,10 +49,15 @@ from .kvcache import kv_bytes_per_token, kv_dtype_bytes
 from .memory import is_moe_layer
 from .overlap import CommLedger, exposed_s
 from .pipeline import stage_layers
+from .scheduler import simulate
+from .serving_band import serving_bands
+from .serving_engines import scheduler_for
+from .serving_step import step_cost
 from .specs import ClusterSpec, ModelSpec, Workload
 
-#: tokens one prefill batch may hold (vLLM's default ``max_num_batched_tokens`` with chunked prefill)
+#: vLLM's step token budget on a >= 70 GiB GPU (``max_num_batched_tokens``, :mod:`costmodel.serving_engines`)
 PREFILL_TOKENS = 8192
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 WHY_PP = "data dependency: the next stage needs this micro-batch's activations (pipeline not full)"
 STRATEGIES = ("tp", "sp", "ep", "pp")
 
@@ -109,8 +116,11 @@ def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
 
 
 def _phase(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, *, decode: bool,
-           kv_dtype: str, micro_batches: int) -> Phase:
-    """``c.mb`` sequences (prompts of ``w.seq_len`` tokens, or decode steps at context ``w.seq_len``)."""
+           kv_dtype: str, micro_batches: int, sampled: int | None = None) -> Phase:
+    """``c.mb`` sequences (prompts of ``w.seq_len`` tokens, or decode steps at context ``w.seq_len``).
+
+    ``sampled``: rows the LM head computes (default ``c.mb``, each sequence's last token; a
+    scheduler step passes the sequences that emit a token, :mod:`costmodel.serving_step`)."""
     dev = cluster.device
     tokens = c.mb if decode else c.mb * w.seq_len
     stage_s, compute, attention, interference, led = [], 0.0, 0.0, 0.0, CommLedger()
@@ -127,11 +137,12 @@ def _phase(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
             if c.tp > 1:
                 ar = collective_time_s("allreduce", tokens * model.hidden * ACT_BYTES, c.tp, 1, cluster, "direct")
                 sl.add("tp", ar, ar, WHY_TP)
-        if stage == c.pp - 1:  # LM head on each sequence's last token, logits gathered, sampling
+        rows = c.mb if sampled is None else sampled
+        if stage == c.pp - 1 and rows:  # LM head on each sequence's last token, logits gathered, sampling
             v = model.vocab / c.tp
-            t += gemm_time_s(c.mb, v, model.hidden, dev, w.dtype) + elementwise_time_s(6 * c.mb * v, dev)
+            t += gemm_time_s(rows, v, model.hidden, dev, w.dtype) + elementwise_time_s(6 * rows * v, dev)
             if c.tp > 1:
-                ag = collective_time_s("allgather", c.mb * model.vocab * ACT_BYTES, c.tp, 1, cluster)
+                ag = collective_time_s("allgather", rows * model.vocab * ACT_BYTES, c.tp, 1, cluster)
                 sl.add("tp", ag, ag, "data dependency: sampling needs the gathered logits")
         inter = sl.interference_s(dev.comm_compute_interference)
         stage_s.append(t + sl.total_exposed_s + inter)
@@ -179,6 +190,8 @@ class InferenceEstimate:
     decode_hbm_utilization: float  # bytes read per decode step / (step time * HBM bandwidth)
     kv_dtype: str = "bf16"
     sla: dict = field(default_factory=dict)
+    serving: dict = field(default_factory=dict)  # the engine's scheduler settings and the simulated load
+    bands: dict = field(default_factory=dict)  # 80% bands of ttft_ms, tpot_ms, tokens_per_s (costmodel.serving_band)
     status: str = "ok"
     mode: str = "infer"
     notes: list = field(default_factory=list)
@@ -207,6 +220,8 @@ class InferenceEstimate:
             "overlap": {p: dict(b) for p, b in self.overlap.items()},
             "exposed_reasons": {p: dict(b) for p, b in self.reasons.items()},
             "sla": {k: dict(v) for k, v in self.sla.items()}, "meets_sla": self.meets_sla,
+            "serving": dict(self.serving), "bands": {k: (list(v) if isinstance(v, list) else v)
+                                                     for k, v in self.bands.items()},
             "notes": list(self.notes),
         }
 
@@ -229,13 +244,20 @@ def validate_inference(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: P
 
 
 def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, *,
-                       kv_dtype: str = "bf16", prefill_tokens: int = PREFILL_TOKENS,
-                       ttft_target_s: float | None = None, tpot_target_s: float | None = None) -> InferenceEstimate:
-    """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config``.
+                       kv_dtype: str = "bf16", prefill_tokens: int | None = None, engine: str = "vllm",
+                       max_seqs: int | None = None, request_rate: float | None = None,
+                       num_requests: int | None = None, measure: str = "steady", ttft_target_s: float | None = None,
+                       tpot_target_s: float | None = None) -> InferenceEstimate:
+    """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config`` on ``engine``.
 
-    ``workload.global_batch`` is the number of concurrent requests over all ``dp`` replicas.
-    Raises :class:`SpecError` for invalid input, including a model whose weights cannot fit
-    even when spread over every GPU.
+    ``workload.global_batch`` is the number of concurrent clients over all ``dp`` replicas (a
+    closed-loop benchmark, :mod:`costmodel.scheduler`), or, with ``request_rate`` (requests/s
+    over all replicas), the Poisson arrival rate replaces it. ``prefill_tokens`` is the
+    engine's step token budget and ``max_seqs`` its running-request limit (``None``: the
+    engine's default, :func:`costmodel.serving_engines.default_scheduler`); ``measure`` is
+    ``"steady"`` (after the first wave) or ``"all"`` requests (:func:`costmodel.scheduler.simulate`). Raises
+    :class:`SpecError` for invalid input, including a model whose weights cannot fit even when
+    spread over every GPU.
     """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
@@ -243,55 +265,74 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     for name, v in (("ttft_ms", ttft_target_s), ("tpot_ms", tpot_target_s)):
         if v is not None and not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
             raise SpecError(name, v if v is None else v * 1e3, "a positive number of milliseconds")
-    if not isinstance(prefill_tokens, int) or isinstance(prefill_tokens, bool) or prefill_tokens < 1:
-        raise SpecError("prefill_tokens", prefill_tokens, "a positive integer")
+    for name, v in (("prefill_tokens", prefill_tokens), ("max_seqs", max_seqs)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise SpecError(name, v, "a positive integer")
     validate_inference(model, cluster, workload, config)
     c, w, dev = config, workload, cluster.device
-    I, O = w.input_len, w.output_len
+    sched = scheduler_for(engine, dev, token_budget=prefill_tokens, max_seqs=max_seqs)
+    I, O, T = w.input_len, w.output_len, sched.token_budget
     B = w.global_batch // c.dp
-    pb = max(1, min(B, prefill_tokens // I))
-    n_pf = math.ceil(B / pb)
-    m = min(c.pp, B)
-    mb_dec = math.ceil(B / m)
-    ctx = max(1, round(I + (O - 1) / 2))  # average context over the decode steps
+    pb = max(1, T // I)  # whole prompts one step can hold (its activation workspace)
+    cap = serving_memory(model, cluster, w, c, kv_dtype, 1, pb)["max_concurrency_per_replica"]
+    limit = cap if sched.max_seqs is None else min(cap, sched.max_seqs)
+    admitted = max(1, min(B, limit)) if request_rate is None else max(1, limit)
+    mem = serving_memory(model, cluster, w, c, kv_dtype, admitted, pb)  # raises when the weights never fit
+    sc = step_cost(model, cluster, w.dtype, c, kv_dtype)
+    rate = None if request_rate is None else request_rate / c.dp
+    st = simulate(sc, sched, input_len=I, output_len=O, kv_capacity=max(1, cap),
+                  concurrency=None if rate is not None else B, request_rate=rate,
+                  num_requests=num_requests, micro_batches_max=c.pp, measure=measure)
 
-    mem = serving_memory(model, cluster, w, c, kv_dtype, B, pb)  # raises when the weights never fit
-    pf = _phase(model, cluster, Workload(global_batch=pb, seq_len=I, dtype=w.dtype), replace(c, mb=pb),
+    # the two phases the breakdown and overlap report: one prefill chunk, one decode step of the
+    # admitted requests at their mean context
+    n = max(1, round(st.running_mean)) if rate is not None else admitted
+    m = min(c.pp, n)
+    mb_dec = math.ceil(n / m)
+    ctx = max(1, round(I + (O - 1) / 2))
+    chunk = min(I, T)
+    pf = _phase(model, cluster, Workload(global_batch=1, seq_len=chunk, dtype=w.dtype), replace(c, mb=1),
                 decode=False, kv_dtype=kv_dtype, micro_batches=1)
     dec = _phase(model, cluster, Workload(global_batch=mb_dec, seq_len=ctx, dtype=w.dtype), replace(c, mb=mb_dec),
                  decode=True, kv_dtype=kv_dtype, micro_batches=m)
-    # Mixed iterations (continuous batching, Agrawal et al. 2024 "Sarathi-Serve"): the sequences
-    # already decoding advance one token inside each prefill iteration; their GEMM rows are
-    # negligible next to the prompts', their attention reads the KV cache as in a decode step.
-    riding = m * dec.attention_s * (B - pb) / B
-    ttft = pf.period_s + riding
-    piggybacked = n_pf * (B - pb) / B  # decode steps done inside prefill iterations
-    prefills = ttft + (n_pf - 1) * (max(pf.stage_s) + riding / c.pp)
-    cycle = prefills + max(0.0, O - 1 - piggybacked) * dec.period_s
-    tpot = (cycle - ttft) / (O - 1) if O > 1 else 0.0
-    per_replica = B * O / cycle
+    per_replica = st.output_tokens_per_s
 
-    read = m * mem["weights_bytes"] + B * ctx * mem["kv_cache_bytes_per_token_per_gpu"]  # per GPU per token period
+    read = m * mem["weights_bytes"] + n * ctx * mem["kv_cache_bytes_per_token_per_gpu"]  # per GPU per decode step
     sla, notes = {}, list(mem["notes"])
-    for name, target, got in (("ttft_ms", ttft_target_s, ttft), ("tpot_ms", tpot_target_s, tpot)):
+    if cap >= 1:
+        notes = [x for x in notes if not x.startswith("KV cache:")]
+    for name, target, got in (("ttft_ms", ttft_target_s, st.ttft_s), ("tpot_ms", tpot_target_s, st.tpot_s)):
         if target is not None:
             sla[name] = {"target": target * 1e3, "predicted": got * 1e3, "met": got <= target}
+    if rate is None and B > limit >= 1:
+        why = "its KV cache" if limit == cap else f"its limit of {limit} running requests"
+        notes.append(f"{B} concurrent requests per replica exceed what {ENGINE_TITLES[engine]} admits ({limit}, "
+                     f"{why}): the rest queue, {st.queue_s * 1e3:,.0f} ms on average before admission")
     if m < c.pp:
-        notes.append(f"pipeline not full: {B} sequence(s) per replica < pp={c.pp}, stages idle "
+        notes.append(f"pipeline not full: {n} sequence(s) per replica < pp={c.pp}, stages idle "
                      f"{100 * (1 - m * sum(dec.stage_s) / c.pp / dec.period_s):.0f}% of a decode step")
     if c.ep > c.tp:
         notes.append(f"ep={c.ep} spans {c.ep // c.tp} replicas: their MoE layers run in lockstep (DP attention)")
     phases = {"prefill": pf, "decode": dec}
+    serving = {"engine": engine, "token_budget": T, "max_seqs": sched.max_seqs, "chunked_prefill": sched.chunked,
+               "mixed_batches": sched.mixed, "admitted_per_replica": min(B, limit) if rate is None else limit,
+               "queue_ms": st.queue_s * 1e3, "running_mean": st.running_mean, "requests_simulated": st.requests,
+               "steps": st.steps, "prefill_steps_per_request": st.prefill_steps_per_request,
+               "load": "poisson" if rate is not None else "closed_loop", "measure": measure,
+               **({"request_rate_per_s": request_rate} if rate is not None else {})}
+    queued = rate is None and B > limit
+    bands = serving_bands(st.ttft_s, st.tpot_s, c.dp * per_replica, engine, "queued" if queued else "admitted")
     return InferenceEstimate(
         config=c, batch=w.global_batch, batch_per_replica=B, prefill_batch=pb,
-        ttft_s=ttft, tpot_s=tpot, decode_step_s=dec.period_s, e2e_latency_s=cycle,
+        ttft_s=st.ttft_s, tpot_s=st.tpot_s, decode_step_s=dec.period_s, e2e_latency_s=st.e2e_s,
         tokens_per_s=c.dp * per_replica, tokens_per_s_per_replica=per_replica,
-        tokens_per_s_per_gpu=c.dp * per_replica / c.gpus, requests_per_s=c.dp * B / cycle,
+        tokens_per_s_per_gpu=c.dp * per_replica / c.gpus, requests_per_s=c.dp * st.requests_per_s,
         kv_cache_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
         kv_cache_bytes_per_sequence_per_gpu=mem["kv_cache_bytes_per_sequence_per_gpu"],
         max_concurrency=c.dp * mem["max_concurrency_per_replica"],
         max_concurrency_per_replica=mem["max_concurrency_per_replica"],
-        peak_memory_bytes=mem["total_bytes"], hbm_bytes=dev.hbm_bytes, fits=mem["total_bytes"] <= dev.hbm_bytes,
+        peak_memory_bytes=mem["total_bytes"], hbm_bytes=dev.hbm_bytes,
+        fits=cap >= 1 and mem["total_bytes"] <= dev.hbm_bytes,
         memory={k: v for k, v in mem.items() if k != "notes"},
         breakdown={p: ph.breakdown() for p, ph in phases.items()},
         comm_link_s={p: dict(ph.ledger.link_s) for p, ph in phases.items()},
@@ -300,5 +341,5 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
         reasons={p: {s: r for s, r in ph.ledger.reasons.items() if ph.ledger.exposed_s.get(s, 0) > 0}
                  for p, ph in phases.items()},
         decode_hbm_utilization=min(1.0, read / (dec.period_s * dev.hbm_bw_bytes_per_s)),
-        kv_dtype=kv_dtype, sla=sla, notes=notes,
+        kv_dtype=kv_dtype, sla=sla, notes=notes, serving=serving, bands=bands,
     )

@@ -240,8 +240,9 @@ def _latency_ms(field: str, minimum: float):
                       lambda v: math.isfinite(v) and v >= minimum)
 
 
-def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True) -> None:
-    """``--mode {train,infer} --input-len --output-len --kv-dtype --prefill-tokens [--ttft-ms --tpot-ms]``."""
+def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True, engine: bool = False) -> None:
+    """``--mode {train,infer} --input-len --output-len --kv-dtype --prefill-tokens [--ttft-ms --tpot-ms]``;
+    ``engine``: also ``--engine --max-seqs --request-rate`` (the serving engine's scheduler and load)."""
     g = parser.add_argument_group("inference (--mode infer)")
     g.add_argument("--mode", type=choice_arg("mode", MODES), default="train", metavar="{" + ",".join(MODES) + "}",
                    help="train: one training step; infer: serving (default: %(default)s)")
@@ -250,7 +251,19 @@ def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True)
     g.add_argument("--kv-dtype", type=choice_arg("kv_dtype", KV_DTYPES), metavar="{" + ",".join(KV_DTYPES) + "}",
                    help="KV-cache format (default: bf16)")
     g.add_argument("--prefill-tokens", type=int_arg("prefill_tokens"), metavar="N",
-                   help="tokens one prefill batch may hold (default 8192, vLLM's max_num_batched_tokens)")
+                   help="step token budget of the engine (vLLM --max-num-batched-tokens, SGLang "
+                        "--chunked-prefill-size, TensorRT-LLM --max_num_tokens; default: the engine's, "
+                        "8192 on an H100)")
+    if engine:
+        from costmodel.serving_engines import ENGINE_NAMES
+        g.add_argument("--engine", type=choice_arg("engine", ENGINE_NAMES), metavar="{" + ",".join(ENGINE_NAMES) + "}",
+                       help="serving engine whose scheduler runs the requests (default: vllm)")
+        g.add_argument("--max-seqs", type=int_arg("max_seqs"), metavar="N",
+                       help="running requests at most per replica (--max-num-seqs / --max-running-requests / "
+                            "--max_batch_size; default: the engine's)")
+        g.add_argument("--request-rate", type=float_arg("request_rate", 1e-9), metavar="R",
+                       help="Poisson arrivals at R requests/s over all replicas instead of a closed loop of "
+                            "--global-batch clients")
     if targets:
         g.add_argument("--ttft-ms", type=_latency_ms("ttft_ms", 1.0), metavar="MS",
                        help="time-to-first-token target in milliseconds")
@@ -297,6 +310,9 @@ def inference_options(args: argparse.Namespace) -> dict:
     opts = {"kv_dtype": args.kv_dtype or "bf16"}
     if args.prefill_tokens is not None:
         opts["prefill_tokens"] = args.prefill_tokens
+    for flag in ("engine", "max_seqs", "request_rate"):
+        if getattr(args, flag, None) is not None:
+            opts[flag] = getattr(args, flag)
     for flag in ("ttft_ms", "tpot_ms"):
         if getattr(args, flag, None) is not None:
             opts[flag.replace("_ms", "_target_s")] = getattr(args, flag) / 1e3

@@ -167,6 +167,8 @@ def serving_launch(c: ParallelConfig, *, input_len: int, output_len: int, batch_
 def launch_for_estimate(est, workload, prefill_tokens: int | None = None, model: str = MODEL,
                         moe: bool | None = None, engines=("vllm", "sglang")) -> dict:
     """:func:`serving_launch` for an :class:`~costmodel.inference.InferenceEstimate` of ``workload``."""
+    if prefill_tokens is None:  # the step token budget the estimate was simulated with
+        prefill_tokens = getattr(est, "serving", {}).get("token_budget")
     return serving_launch(est.config, input_len=workload.input_len, output_len=workload.output_len,
                           batch_per_replica=est.batch_per_replica, kv_dtype=est.kv_dtype, dtype=workload.dtype,
                           prefill_tokens=prefill_tokens, model=model, moe=moe, engines=engines)

@@ -48,6 +48,29 @@ def _overlap_lines(est: InferenceEstimate) -> list[str]:
     return [table(["phase", "strategy", "link ms", "exposed ms", "r", "why exposed"], rows)]
 
 
+def _band(bands: dict, key: str, scale: float) -> str:
+    """`` (80% band lo-hi)`` in the unit :func:`_dur` picks for the band's upper end."""
+    if key not in bands:
+        return ""
+    lo, hi = (v * scale for v in bands[key])
+    return f" (80% band {_dur(lo)}-{_dur(hi)})"
+
+
+def _engine_line(sv: dict) -> str:
+    """The engine's scheduler as simulated: budget, limit, chunking, mixing, load and queueing."""
+    from costmodel.inference import ENGINE_TITLES
+    if not sv:
+        return "-"
+    limit = "KV cache only" if sv["max_seqs"] is None else f"at most {sv['max_seqs']}"
+    load = (f"Poisson arrivals at {sv['request_rate_per_s']:g}/s" if sv["load"] == "poisson"
+            else f"closed loop, {'steady state' if sv['measure'] == 'steady' else 'all requests'}")
+    return (f"{ENGINE_TITLES[sv['engine']]} scheduler, {sv['token_budget']} tokens per step, running requests "
+            f"{limit}, {'chunked' if sv['chunked_prefill'] else 'whole'} prompts, "
+            f"{'prefill mixed with decodes' if sv['mixed_batches'] else 'prefill and decode steps apart'}; "
+            f"{load}; {sv['admitted_per_replica']} admitted per replica, {sv['queue_ms']:,.0f} ms queued on average, "
+            f"{sv['prefill_steps_per_request']:.2f} steps per prompt")
+
+
 def _sla_line(est: InferenceEstimate) -> str:
     parts = [f"{k.removesuffix('_ms').upper()} <= {v['target']:g} ms: {'met' if v['met'] else 'MISSED'} "
              f"({v['predicted']:.2f} ms)" for k, v in est.sla.items()]
@@ -57,20 +80,23 @@ def _sla_line(est: InferenceEstimate) -> str:
 def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpec, w: Workload) -> str:
     gpus = cluster.num_gpus or est.config.gpus
     mem = est.memory
+    sv, bd = est.serving, est.bands
     lines = [
         f"{model_label(model)} on {gpus} x {cluster.device.name} ({cluster.name}, "
         f"{_nodes(gpus, cluster.gpus_per_node)}), "
         f"serving {est.batch} concurrent request{'s' if est.batch != 1 else ''} "
         f"({est.batch_per_replica} per replica x {est.config.dp}), {w.input_len} in / {w.output_len} out tokens, "
         f"{w.dtype} weights, {est.kv_dtype} KV cache",
-        f"config: {serving_config_line(est)}  (prefill batch {est.prefill_batch} prompt(s))",
+        f"config: {serving_config_line(est)}",
+        f"engine: {_engine_line(sv)}",
         "",
-        f"TTFT                  {_dur(est.ttft_s)}",
-        f"TPOT                  {_dur(est.tpot_s)} (decode step alone {_dur(est.decode_step_s)}; "
-        "other requests' prefills interleave)",
+        f"TTFT                  {_dur(est.ttft_s)}{_band(bd, 'ttft_ms', 1e-3)}",
+        f"TPOT                  {_dur(est.tpot_s)}{_band(bd, 'tpot_ms', 1e-3)} (decode step alone "
+        f"{_dur(est.decode_step_s)}; other requests' prefill chunks share or interleave with its steps)",
         f"end-to-end latency    {_dur(est.e2e_latency_s)}",
         f"output tokens/s       {est.tokens_per_s:,.1f} ({est.tokens_per_s_per_replica:,.1f} per replica, "
-        f"{est.tokens_per_s_per_gpu:,.1f} per GPU)",
+        f"{est.tokens_per_s_per_gpu:,.1f} per GPU)"
+        + (f", 80% band {bd['tokens_per_s'][0]:,.0f}-{bd['tokens_per_s'][1]:,.0f}" if "tokens_per_s" in bd else ""),
         f"requests/s            {est.requests_per_s:.3f}",
         f"KV cache              {est.kv_cache_bytes_per_token:,.0f} B per token (whole model), "
         f"{est.kv_cache_bytes_per_sequence_per_gpu / GiB:.3f} GiB per sequence per GPU",
@@ -83,7 +109,10 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
     ]
     if est.sla:
         lines.append(f"latency targets       {_sla_line(est)}")
-    lines += ["", "time breakdown (one prefill batch; one decode step)", *_breakdown_lines(est),
+    if "basis" in bd:
+        lines.append(f"bands                 {bd['basis']}")
+    lines += ["", "time breakdown (one prefill chunk alone; one decode step of the admitted requests)",
+              *_breakdown_lines(est),
               "", "communication overlap", *_overlap_lines(est)]
     if est.notes:
         lines += ["", "notes:", *(f"  - {n}" for n in est.notes)]

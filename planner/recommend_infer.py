@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 
 from costmodel.errors import InfeasibleConfig, SpecError
-from costmodel.inference import PREFILL_TOKENS
 from search.infer import ENGINES, InferProblem, InferResult, shortfall, solve_infer
 from search.problem import Limits
 from search.solve import SolveOptions
@@ -89,7 +88,7 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
         ttft_target_s=None if ms["ttft_ms"] is None else ms["ttft_ms"] / 1e3,
         tpot_target_s=None if ms["tpot_ms"] is None else ms["tpot_ms"] / 1e3,
         max_batch_per_replica=getattr(args, "max_batch", 1024) or 1024,
-        prefill_tokens=getattr(args, "prefill_tokens", None) or PREFILL_TOKENS,
+        prefill_tokens=getattr(args, "prefill_tokens", None),
         limits=Limits(fixed=fixed, maximum=maximum, tp_across_nodes=getattr(args, "tp_across_nodes", False)),
         engine=getattr(args, "engine", None) or "vllm")
 
@@ -101,14 +100,14 @@ def _plan_row(rank, e, p: InferProblem | None = None, r=None) -> list:
         row += ["on" if c.sp else "off", c.chunks]
     else:
         row += [_launch(p, e, None)["replicas"]]
-    row += [e.batch_per_replica, f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.ttft_s * 1e3:.1f}", f"{e.tpot_s * 1e3:.2f}",
+    row += [e.batch_per_replica, e.serving.get("token_budget", "-"), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.ttft_s * 1e3:.1f}", f"{e.tpot_s * 1e3:.2f}",
             f"{e.e2e_latency_s:.2f}", f"{e.peak_memory_bytes / 2**30:.1f}"]
     if r is not None:
         row.append("met" if p.meets(e) else f"x{shortfall(p, e):.2f}")
     return row
 
 
-PLAN_HEADERS = ["rank", "tp", "pp", "dp", "ep", "sp", "chunks", "batch/replica", "tok/s/GPU", "TTFT ms",
+PLAN_HEADERS = ["rank", "tp", "pp", "dp", "ep", "sp", "chunks", "batch/replica", "tokens/step", "tok/s/GPU", "TTFT ms",
                 "TPOT ms", "e2e s", "GiB/GPU"]
 
 

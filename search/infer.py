@@ -3,8 +3,10 @@ per GPU under TTFT/TPOT targets, and the throughput/latency Pareto front.
 
 The same pipeline as training, on a small space: candidates from :mod:`search.candidates` (the
 one source of TP/PP/EP degrees) x sequence-parallel/chunk options x concurrency per replica
-(powers of two up to the largest that fits, and that largest); a table of
-:func:`costmodel.inference.evaluate_inference` for each; CP-SAT chooses one candidate among
+(powers of two up to the largest that fits, and that largest; the plan's ``--max-num-seqs``)
+x the engine's step token budget (:func:`token_budgets`); a table of
+:func:`costmodel.inference.evaluate_inference` for each, run on the engine's scheduler
+(:mod:`costmodel.scheduler`: chunked prefill mixed with decodes, queueing); CP-SAT chooses one candidate among
 those that fit and meet the targets (one-hot ``add_exactly_one``, integer objective in
 milli-tokens/s per GPU, STYLE.md item 9); :func:`solve_infer_exhaustive` is the baseline it
 must agree with. A target no plan meets is explained by the best value any plan reaches.
@@ -37,9 +39,10 @@ from ortools.sat.python import cp_model
 
 from costmodel.config import ParallelConfig
 from costmodel.errors import PlannerError, SpecError
-from costmodel.inference import PREFILL_TOKENS, InferenceEstimate, evaluate_inference
+from costmodel.inference import InferenceEstimate, evaluate_inference
 from costmodel.inference_memory import check_weights_fit
 from costmodel.kvcache import kv_dtype_bytes
+from costmodel.serving_engines import default_scheduler
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 
 from .candidates import ep_values, pp_values, tp_values
@@ -48,6 +51,10 @@ from .result import INFEASIBLE, OPTIMAL
 from .solve import SolveOptions
 
 MILLI = 1000  # objective ticks per token/s per GPU
+#: step token budgets the search tries under latency targets, besides the engine's default
+BUDGETS = (2048, 4096, 8192, 16384)
+#: a concurrency missing the targets by more than this factor stops the budget sweep for larger ones
+PRUNE_FACTOR = 1.5
 
 
 # --------------------------------------------------------------------------- engines
@@ -137,6 +144,8 @@ class InferProblem:
     """A serving question: requests of ``input_len``/``output_len`` tokens on ``cluster.num_gpus`` GPUs.
 
     max_batch_per_replica : largest concurrency per replica considered (a serving engine's cap).
+    prefill_tokens : the step token budget, fixed (``None``: the engine's default, and under
+        latency targets also :data:`BUDGETS`).
     ttft_target_s, tpot_target_s : latency targets (``None``: none).
     limits : fix, bound or exclude ``tp pp dp ep sp chunks`` as in training (:class:`Limits`).
     engine : the serving engine whose settings the search is restricted to (:data:`ENGINES`);
@@ -152,7 +161,7 @@ class InferProblem:
     ttft_target_s: float | None = None
     tpot_target_s: float | None = None
     max_batch_per_replica: int = 1024
-    prefill_tokens: int = PREFILL_TOKENS
+    prefill_tokens: int | None = None
     limits: Limits = field(default_factory=Limits)
     engine: str | None = "vllm"
 
@@ -165,6 +174,9 @@ class InferProblem:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise SpecError(f, v, "a positive integer")
         kv_dtype_bytes(self.kv_dtype)
+        v = self.prefill_tokens
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise SpecError("prefill_tokens", v, "a positive integer (the step token budget)")
         if self.engine is not None:
             if self.engine not in ENGINES:
                 raise SpecError("engine", self.engine, "one of " + ", ".join(ENGINES))
@@ -260,21 +272,55 @@ def batch_values(largest: int, cap: int) -> list[int]:
     return sorted(set(vals + ([top] if top >= 1 else [])))
 
 
+def token_budgets(p: InferProblem, batch: int) -> list[int]:
+    """Step token budgets tried for ``batch`` requests per replica: ``p.prefill_tokens`` when the
+    user fixed it; else the engine's default and, with a TTFT/TPOT target, :data:`BUDGETS` (a
+    smaller budget shortens the steps decodes wait through, a larger one prefills more per step).
+    vLLM requires ``max_num_batched_tokens >= max_num_seqs``; an engine that does not chunk
+    prompts needs ``budget >= input_len``."""
+    sched = default_scheduler(p.engine or "vllm", p.cluster.device)
+    if p.prefill_tokens is not None:
+        vals = [p.prefill_tokens]
+    elif p.ttft_target_s is None and p.tpot_target_s is None:
+        vals = [sched.token_budget]
+    else:
+        vals = sorted({sched.token_budget, *BUDGETS})
+    return [t for t in vals if t >= batch and (sched.chunked or t >= p.input_len)] or [max(batch, p.input_len)]
+
+
 def table(p: InferProblem) -> tuple[list[InferenceEstimate], int]:
-    """(every evaluated plan that fits in memory, number of candidates the cost model rejected)."""
+    """(every evaluated plan that fits in memory, number of candidates the cost model rejected).
+
+    Each shape is evaluated at each concurrency of :func:`batch_values` (the plan's
+    ``--max-num-seqs``: clients per replica, all admitted) and token budget of
+    :func:`token_budgets`. Once a concurrency misses the targets with every budget by more than
+    :data:`PRUNE_FACTOR`, larger ones are evaluated at the default budget only (TTFT and TPOT grow
+    with concurrency; those rows still feed the Pareto front)."""
     check_weights_fit(p.model, p.cluster, p.dtype)  # "too big at any TP" is the user's error
-    opts = dict(kv_dtype=p.kv_dtype, prefill_tokens=p.prefill_tokens)
+    engine = p.engine or "vllm"
+    default = default_scheduler(engine, p.cluster.device).token_budget
+    opts = dict(kv_dtype=p.kv_dtype, engine=engine)
     rows, rejected = [], 0
     for c in shapes(p):
         try:
-            probe = evaluate_inference(p.model, p.cluster, p.workload(c.dp), c, **opts)
+            probe = evaluate_inference(p.model, p.cluster, p.workload(c.dp), c, max_seqs=1, **opts,
+                                       prefill_tokens=token_budgets(p, 1)[-1])
         except PlannerError:
             rejected += 1
             continue
+        hopeless = False
         for b in batch_values(probe.max_concurrency_per_replica, p.max_batch_per_replica):
-            e = probe if b == 1 else evaluate_inference(p.model, p.cluster, p.workload(b * c.dp), c, **opts)
-            if e.fits:
-                rows.append(e)
+            budgets = token_budgets(p, b)
+            if hopeless:
+                budgets = [t for t in budgets if t == (p.prefill_tokens or default)] or budgets[-1:]
+            worst = []
+            for t in budgets:
+                e = evaluate_inference(p.model, p.cluster, p.workload(b * c.dp), c, max_seqs=b, prefill_tokens=t,
+                                       **opts)
+                if e.fits:
+                    rows.append(e)
+                    worst.append(shortfall(p, e))
+            hopeless = hopeless or bool(worst) and min(worst) > PRUNE_FACTOR
     return rows, rejected
 
 
@@ -293,7 +339,7 @@ def _key(e: InferenceEstimate):
     """Best first: tokens/s per GPU, then lower TPOT, then fewer GPUs per replica (deterministic)."""
     c = e.config
     return (-round(e.tokens_per_s_per_gpu * MILLI), e.tpot_s, c.tp * c.pp, c.tp, c.ep, c.sp, c.chunks,
-            e.batch_per_replica)
+            e.batch_per_replica, e.serving.get("token_budget", 0))
 
 
 def _distinct_top(p: InferProblem, ok: list[InferenceEstimate], k: int, first=None) -> list[InferenceEstimate]:

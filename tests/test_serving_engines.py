@@ -30,6 +30,12 @@ NOT_LAYOUT = {"--max-num-seqs", "--max-model-len", "--kv-cache-dtype", "--max-nu
               "--max_seq_len", "--max_num_tokens", "--extra_llm_api_options"}
 
 
+#: each engine's flags for the running-request limit and the step token budget
+SCHED_FLAGS = {"vllm": ("--max-num-seqs", "--max-num-batched-tokens"),
+               "sglang": ("--max-running-requests", "--chunked-prefill-size"),
+               "trtllm": ("--max_batch_size", "--max_num_tokens")}
+
+
 def _val(args, flag, default=1):
     return int(args[args.index(flag) + 1]) if flag in args else default
 
@@ -69,9 +75,13 @@ def test_top_plans_are_runnable_and_the_launch_reproduces_them(engine):
         d = recommend_infer._launch(p, e, None)
         assert d["exact"]
         assert run_as_engine(engine, d["args"], d["replicas"]) == (c.tp, c.pp, c.dp, c.ep)
-        # the plan the flags describe, evaluated afresh, is the prediction shown, and meets the targets
+        # the plan the flags describe (parallel layout, concurrency limit, step token budget), evaluated
+        # afresh on that engine, is the prediction shown, and meets the targets
+        seqs, budget = SCHED_FLAGS[engine]
+        assert _val(d["args"], seqs, None) == e.batch_per_replica
         again = evaluate_inference(p.model, p.cluster, p.workload(e.batch), ParallelConfig(
-            tp=c.tp, pp=c.pp, dp=c.dp, ep=c.ep))
+            tp=c.tp, pp=c.pp, dp=c.dp, ep=c.ep), engine=engine, max_seqs=_val(d["args"], seqs, None),
+            prefill_tokens=_val(d["args"], budget, None))
         assert again.ttft_s == pytest.approx(e.ttft_s) and again.tpot_s == pytest.approx(e.tpot_s)
         assert p.meets(again)
 

@@ -37,14 +37,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="fill the tuning knobs you do not state (mb, vp, sp, zero, recompute, bucket, chunks, the "
                         "stage split) with the framework's own defaults; without it they are chosen as recommend "
                         "would, with everything you state pinned (the output lists what was chosen)")
-    add_inference_args(p)
+    add_inference_args(p, engine=True)
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the plan as Megatron-LM arguments (the stage split included) or a DeepSpeed config")
     add_output_args(p)
     return p
 
 
-INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms")
+INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "engine", "max_seqs",
+              "request_rate")
 
 
 def _run_infer(args: argparse.Namespace) -> int:
@@ -56,7 +57,10 @@ def _run_infer(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     est = evaluate_inference(model, cluster, workload, config, **inference_options(args))
-    launch = launch_for_estimate(est, workload, args.prefill_tokens)
+    # with --engine: that engine's launch; without: vLLM's scheduler was simulated, and the same
+    # layout is printed for vLLM and SGLang as before
+    engines = (args.engine,) if args.engine else ("vllm", "sglang")
+    launch = launch_for_estimate(est, workload, args.prefill_tokens, engines=engines)
     if args.json:
         print_json({**estimate_json(est, model, cluster, workload), "launch": launch})
     else:
