@@ -330,6 +330,10 @@ def model_fields(args: dict) -> dict:
         m["activation"] = "swiglu"
     if "untie_embeddings_and_output_weights" in a:
         m["tied_embeddings"] = not as_bool("untie_embeddings_and_output_weights", a["untie_embeddings_and_output_weights"])
+    elif "share_embeddings_and_output_weights" in a:  # NeMo's name
+        m["tied_embeddings"] = as_bool("share_embeddings_and_output_weights", a["share_embeddings_and_output_weights"])
+    else:  # Megatron-LM's default: --untie-embeddings-and-output-weights off, the output layer shares the embedding
+        m["tied_embeddings"] = True
     experts = _get_int(a, "num_experts")
     if experts:
         m["experts"] = experts

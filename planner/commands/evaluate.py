@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             d["torchtitan_config"] = torchtitan_lines(config, workload, model.layers)
         print_json(d)
     elif args.emit:
-        text, notes = emit_text(args.emit, config, workload, model.layers, model.is_moe)
+        text, notes = emit_text(args.emit, config, workload, model.layers, model.is_moe, model=model)
         print(text)
         for n in notes:
             print(f"note: {n}", file=sys.stderr)

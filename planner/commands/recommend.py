@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _emit(fmt: str, config, workload, model) -> int:
-    text, notes = emit_text(fmt, config, workload, model.layers, model.is_moe)  # refuses unless it is the evaluated plan
+    text, notes = emit_text(fmt, config, workload, model.layers, model.is_moe, model=model)  # refuses unless it is the evaluated plan
     print(text)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
