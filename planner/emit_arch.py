@@ -96,3 +96,9 @@ def attention_notes(c: ParallelConfig) -> list[str]:
     return [] if c.flash_attention else [
         "attention backend: unfused (--attention-backend unfused, TE's kernel that stores the s x s scores), as "
         "predicted; drop it for TE's fused kernels (faster, and less activation memory)"]
+
+
+def model_args_tokens(model: ModelSpec, c: ParallelConfig, workload: Workload) -> list[str]:
+    """The architecture and attention arguments as one token list (the JSON ``megatron_model_args``,
+    to put before the plan's ``megatron_args``)."""
+    return [t for a in megatron_model_args(model, workload) + attention_args(c) for t in a]

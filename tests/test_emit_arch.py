@@ -89,3 +89,13 @@ def test_cli_emit_fsdp2_fp16_is_one_line(capsys):
                "--seq", "4096", "--dtype", "fp16", "--framework", "fsdp2", "--zero", "3", "--emit", "fsdp2"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "float32" in err
+
+
+def test_json_carries_the_architecture_tokens(capsys):
+    import json
+    rc = main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64",
+               "--seq", "4096", "--emit", "megatron", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    tokens = d["megatron_model_args"]
+    assert rc == 0 and tokens[:2] == ["--num-layers", "32"] and "--seq-length" in tokens
+    assert d["megatron_args"][0] == "--tensor-model-parallel-size"

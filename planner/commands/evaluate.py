@@ -19,6 +19,7 @@ from costmodel.inference import evaluate_inference
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
+from ..emit_arch import model_args_tokens
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
 from ..report import estimate_json, estimate_text, print_json
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(config, workload.global_batch, model.layers,
                                                             workload.dtype, model.is_moe) for t in a]
+            d["megatron_model_args"] = model_args_tokens(model, config, workload)  # architecture + attention
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
