@@ -49,6 +49,12 @@ MIN_EFFECT = 0.002
 PRIOR = 0.02
 
 
+#: errors of opposite sign beyond this (each way) after the fit are not reconciled by the fitted
+#: constants: about the mean half-width of the model's 80% band on the development set (9.7%,
+#: benchmarks/RESULTS.md section 11), so such runs disagree by more than the model's stated accuracy
+RECONCILE_TOL = 0.10
+
+
 class CalibrationError(SpecError):
     """A calibration request the runs cannot answer (too many constants, unknown name...)."""
 
@@ -141,6 +147,27 @@ def predict(run: MeasuredRun, cluster: ClusterSpec, engine: str = "analytic") ->
         return evaluate(run.model, cluster.with_gpus(run.gpus), run.workload, run.config, engine=engine).step_time_s
     except SpecError as e:
         raise SpecError(f"{run.label}: {e.field}", e.value, e.allowed) from None
+
+
+def min_step_time_s(run: MeasuredRun, cluster: ClusterSpec) -> float:
+    """A lower bound on ``run``'s step time: its weight-GEMM FLOPs (``3 x 2 x`` active weights per
+    token, :func:`costmodel.flops.forward_flops_per_token` at zero sequence length: no attention, no
+    recompute) at the dense tensor-core peak of all its GPUs in its dtype. No implementation does
+    fewer FLOPs or runs them faster, so a measured time below it is not this model on this cluster."""
+    from .flops import forward_flops_per_token
+    flops = 3.0 * sum(forward_flops_per_token(run.model, 0)) * run.workload.tokens
+    return flops / (run.gpus * cluster.device.peak_flops_per_s(run.workload.dtype))
+
+
+def check_physical(runs, cluster: ClusterSpec) -> None:
+    """Refuse (:class:`CalibrationError`, one line) a run measured faster than the hardware allows."""
+    for r in runs:
+        t = min_step_time_s(r, cluster)
+        if r.measured_s < t:
+            raise CalibrationError(f"{r.label}: step_time_s", r.measured_s,
+                                   f"at least {t:.4g} s, the time its weight GEMMs alone take at the dense "
+                                   f"{r.workload.dtype} peak of {r.gpus} {cluster.device.name} GPUs (a faster run "
+                                   "is not this model, batch and cluster)")
 
 
 def _log_residuals(runs, cluster, engine) -> np.ndarray:
@@ -310,6 +337,26 @@ class Calibration:
     labels: list = field(default_factory=list)
 
     @property
+    def at_bounds(self) -> dict:
+        """Fitted constants that ended at a bound: ``{name: "lower" | "upper"}``."""
+        out = {}
+        for n in self.names:
+            c, v = CONSTANTS[n], self.after[n]
+            if v <= c.lo + 1e-9 * max(abs(c.lo), 1.0):
+                out[n] = "lower"
+            elif v >= c.hi - 1e-9 * max(abs(c.hi), 1.0):
+                out[n] = "upper"
+        return out
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per fitted constant that ended at its bound (the fit wanted a value beyond it)."""
+        return [f"{n} ended at its {side} bound {CONSTANTS[n].lo if side == 'lower' else CONSTANTS[n].hi:g}: "
+                f"these runs ask for a value past what the hardware allows, so the model misses something they "
+                f"do (check the settings read for them: attention kernel, recompute, overlap, dtype)"
+                for n, side in self.at_bounds.items()]
+
+    @property
     def loo_log_residuals(self) -> list | None:
         return None if self.loo_errors is None else [math.log1p(e) for e in self.loo_errors]
 
@@ -331,6 +378,7 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
     runs = list(runs)
     if not runs:
         raise CalibrationError("runs", 0, "at least one measured run")
+    check_physical(runs, cluster)
     names = list(CONSTANTS)
     S = sensitivity_matrix(runs, cluster, names, engine)
     auto = select(S, names, len(runs))
@@ -351,6 +399,7 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
         raise CalibrationError("runs", len(runs), "runs whose predictions depend on at least one constant "
                                f"({'; '.join(f'{k}: {v}' for k, v in auto.skipped.items())})")
     x, r, J, it = _solve(runs, cluster, list(selection.names), engine, prior)
+    check_reconciled(runs, [math.expm1(v) for v in r], selection.names)
     fitted = apply(cluster, dict(zip(selection.names, map(float, x))))
     dof = len(runs) - len(selection.names)
     stderr = {n: None for n in selection.names}
@@ -374,6 +423,20 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
         after={n: get_value(fitted, n) for n in CONSTANTS}, stderr=stderr, selection=selection,
         errors_before=err_before, errors_after=[math.expm1(v) for v in r], loo_errors=loo_errors,
         engine=engine, iterations=it, labels=[run.label for run in runs])
+
+
+def check_reconciled(runs, errors_after, names, tol: float = RECONCILE_TOL) -> None:
+    """Refuse (:class:`CalibrationError`, one line) runs the fitted constants leave off in both
+    directions by more than ``tol``: no value of them reconciles these runs."""
+    hi = max(range(len(runs)), key=lambda i: errors_after[i])
+    lo = min(range(len(runs)), key=lambda i: errors_after[i])
+    if errors_after[hi] > tol and errors_after[lo] < -tol:
+        raise CalibrationError("runs", f"{runs[hi].label},{runs[lo].label}",
+                               f"runs that {', '.join(names)} can reconcile: after the fit {runs[hi].label} is "
+                               f"predicted {100 * errors_after[hi]:+.0f}% and {runs[lo].label} "
+                               f"{100 * errors_after[lo]:+.0f}%, opposite errors beyond +-{100 * tol:g}% (the "
+                               "runs differ in something the model does not read from them; check each run's "
+                               "settings, or calibrate them separately)")
 
 
 def calibrated_section(cal: Calibration, base_name: str, runs_info: list | None = None) -> dict:
@@ -401,4 +464,4 @@ def calibrated_section(cal: Calibration, base_name: str, runs_info: list | None 
             d.update(runs_info[i])
         runs.append(d)
     return {"from": base_name, "engine": cal.engine, "fitted": list(cal.names), "constants": consts,
-            "runs": runs, "loo_log_residuals": cal.loo_log_residuals}
+            "runs": runs, "loo_log_residuals": cal.loo_log_residuals, "warnings": cal.warnings}

@@ -250,9 +250,10 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
     if (c.tp > 1 or c.cp > 1) and c.zero != 3:  # arguments.py asserts it before Blackwell
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it with TP or CP, and TP "
                      "communication overlap relies on it)")
-    if c.zero == 3 and (c.tp > 1 or c.cp > 1):
-        notes.append("Megatron FSDP requires CUDA_DEVICE_MAX_CONNECTIONS unset or > 1; arguments.py warns "
-                     "that TP/CP prefer 1 (the prediction assumes both overlap)")
+    if c.zero == 3:  # arguments.py@d98e8a64 asserts it for --use-megatron-fsdp at any TP, TP 1 included
+        notes.append("unset CUDA_DEVICE_MAX_CONNECTIONS (or set it > 1): Megatron FSDP requires it at any TP"
+                     + ("; arguments.py warns that TP/CP prefer 1 (the prediction assumes both overlap)"
+                        if c.tp > 1 or c.cp > 1 else ""))
     if c.chunks > 1 and c.chunks != TE_PIPELINE_SPLITS:
         notes.append(f"write {TP_OVERLAP_CFG} first: echo '{tp_overlap_cfg(c.chunks)}' > {TP_OVERLAP_CFG} "
                      f"(the forward ReduceScatters in {c.chunks} pieces, as predicted; TE's default is "
@@ -361,13 +362,30 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
             # pipeline micro-batches of pipeline_parallel_microbatch_size
             f"local_batch_size = {c.mb if c.pp == 1 else workload.global_batch // c.dp}",
             f"seq_len = {workload.seq_len}",
-            f'mixed_precision_param = "{"float16" if workload.dtype == "fp16" else "bfloat16"}"', "",
+            f'mixed_precision_param = "{_torchtitan_param_dtype(workload.dtype)}"', "",
             "[activation_checkpoint]", f'mode = "{"selective" if c.recompute == "op_sac" else c.recompute}"']
     if c.recompute in ("selective", "op_sac"):  # op_sac is torchtitan's per-op selective checkpointing
         out.append('selective_ac_option = "op"')
     if c.chunks > 1 and c.tp > 1:
         out += ["", "[compile]", "enable = true"]
     return out
+
+
+#: the torchtitan whose job-config TOML :func:`torchtitan_lines` writes (``torchtitan/config/job_config.py``
+#: at tag v0.2.2, 73a0e69); torchtitan main after it (b5bcd76) takes Python ``Trainer.Config``
+#: functions instead (``torchtitan/config/README.md``), with ``--section.option`` flags kept for old scripts
+TORCHTITAN_VERSION = "v0.2.2"
+TORCHTITAN_HEADER = (f"# torchtitan {TORCHTITAN_VERSION} job config (TOML, --job.config_file): torchtitan main after "
+                     f"{TORCHTITAN_VERSION} configures runs with Python Trainer.Config functions instead")
+
+
+def _torchtitan_param_dtype(dtype: str) -> str:
+    """torchtitan's ``mixed_precision_param`` (``Literal["bfloat16", "float32"]`` at v0.2.2 and at main):
+    FP16 has no torchtitan setting, so it is refused; FP8 runs keep BF16 parameters."""
+    if dtype == "fp16":
+        raise SpecError("dtype", dtype, "bf16 or fp8 for --emit fsdp2 (torchtitan's mixed_precision_param "
+                        "allows bfloat16 or float32 only)")
+    return "bfloat16"
 
 
 def torchtitan_notes(c: ParallelConfig) -> list[str]:
@@ -378,18 +396,23 @@ def torchtitan_notes(c: ParallelConfig) -> list[str]:
     return notes
 
 
-def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe: bool = False) -> tuple[str, list[str]]:
+def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe: bool = False,
+              model=None) -> tuple[str, list[str]]:
     """``(text, notes)``: the plan as Megatron-LM arguments (shell lines), a DeepSpeed config
     (JSON) or torchtitan TOML, and what the format cannot express exactly; refuses
     (:class:`SpecError`) unless the format reproduces exactly the evaluated plan. ``moe``: the
-    model has routed experts."""
+    model has routed experts; ``model`` (a :class:`~costmodel.specs.ModelSpec`): Megatron-LM's
+    lines start with its architecture (:mod:`planner.emit_arch`)."""
     import json
 
     refuse_unless_runnable(fmt, c)
     if fmt == "fsdp2":
-        text, notes = "\n".join(torchtitan_lines(c, workload, layers)), torchtitan_notes(c)
+        text = "\n".join([TORCHTITAN_HEADER] + torchtitan_lines(c, workload, layers))
+        notes = torchtitan_notes(c)
     elif fmt == "megatron":
+        from .emit_arch import with_model_lines
         text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype, moe), megatron_notes(c)
+        text, notes = with_model_lines(text, notes, c, workload, model)
     else:
         text, notes = json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)
     return text, notes + dma_notes(c)

@@ -132,7 +132,14 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
         f["vp"] = layers // (pp * per_chunk)
     if "sequence_parallel" in a:
         f["sp"] = as_bool("sequence_parallel", a["sequence_parallel"])
+    mfsdp = next((k for k in ("use_megatron_fsdp", "use_custom_fsdp") if k in a and as_bool(k, a[k])), None)
     if "use_torch_fsdp2" in a and as_bool("use_torch_fsdp2", a["use_torch_fsdp2"]):
+        f["zero"] = 3
+    elif mfsdp:  # Megatron FSDP (arguments.py: v1 also turns use_distributed_optimizer on)
+        strategy = str(a.get("data_parallel_sharding_strategy", "no_shard")).strip().lower()
+        if strategy != "optim_grads_params":
+            raise SpecError("data_parallel_sharding_strategy", strategy, "optim_grads_params with Megatron FSDP "
+                            "(the sharding the cost model charges as zero=3)")
         f["zero"] = 3
     elif "use_distributed_optimizer" in a:
         f["zero"] = 1 if as_bool("use_distributed_optimizer", a["use_distributed_optimizer"]) else 0
@@ -159,12 +166,56 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
             f["bucket_mb"] = 0.0
     tp = f.get("tp", 1)
     f["chunks"] = tp if tp > 1 and "tp_comm_overlap" in a and as_bool("tp_comm_overlap", a["tp_comm_overlap"]) else 1
-    if "use_flash_attn" in a:
-        f["flash_attention"] = as_bool("use_flash_attn", a["use_flash_attn"])
+    flash = flash_attention(a)
+    if flash is not None:
+        f["flash_attention"] = flash
     dispatcher = moe_dispatcher(a, f.get("ep", 1))
     if dispatcher is not None:
         f["ep_dispatcher"] = dispatcher
     return f
+
+
+def flash_attention(args: dict) -> bool | None:
+    """Whether the run's attention kernel is fused (never stores the s x s scores:
+    ``ParallelConfig.flash_attention``), as the Megatron-LM that printed ``args`` chooses it; None
+    when the arguments do not say (the planner's default, fused, stands).
+
+    Megatron-LM at d98e8a64 parses ``--use-flash-attn`` and reads it nowhere (``arguments.py``
+    defines it; no other module reads ``use_flash_attn``): the kernel follows ``transformer_impl``
+    (``gpt_builders.py`` ``_get_transformer_layer_spec``: ``transformer_engine`` builds TE's
+    ``DotProductAttention``, ``local`` Megatron's own unfused ``DotProductAttention``) and
+    ``attention_backend`` (``megatron/core/models/common/language_module/language_module.py``:
+    TE's flash, fused and unfused kernels are opt-out flags that ``auto`` leaves all on, so TE runs
+    a fused kernel; ``unfused`` and ``local`` turn the fused ones off). Legacy models
+    (``use_legacy_models True`` / ``use_mcore_models False`` in older logs) with
+    ``transformer_impl local`` ran ``ParallelAttention``, which used FlashAttention only with
+    ``--use-flash-attn`` (``megatron/legacy/model/transformer.py``, removed in 8de82388); with
+    ``transformer_engine`` they ran TE's ``TransformerLayer``, fused like the rest.
+
+    >>> flash_attention({"use_flash_attn": "False", "attention_backend": "AttnBackend.auto",
+    ...                  "transformer_impl": "transformer_engine"})
+    True
+    >>> flash_attention({"attention_backend": "AttnBackend.unfused"}), flash_attention({"transformer_impl": "local"})
+    (False, False)
+    """
+    a = normalise(args)
+    backend = str(a.get("attention_backend", "")).strip().lower().rpartition(".")[2]
+    impl = str(a.get("transformer_impl", "")).strip().lower()
+    if backend and backend not in ("auto", "flash", "fused", "unfused", "local"):
+        raise SpecError("attention_backend", a["attention_backend"], "one of auto, flash, fused, unfused, local")
+    if backend in ("unfused", "local"):
+        return False
+    legacy = ("use_legacy_models" in a and as_bool("use_legacy_models", a["use_legacy_models"])) or \
+             ("use_mcore_models" in a and not as_bool("use_mcore_models", a["use_mcore_models"]))
+    if impl == "local":
+        if legacy and "use_flash_attn" in a:
+            return as_bool("use_flash_attn", a["use_flash_attn"])
+        return False
+    if impl or backend:  # transformer_engine (or another TE-based impl), or a TE backend named
+        return True
+    if "use_flash_attn" in a:  # a log older than transformer_impl: the legacy flag decided
+        return as_bool("use_flash_attn", a["use_flash_attn"])
+    return None
 
 
 def moe_dispatcher(a: dict, ep: int) -> str | None:
@@ -228,13 +279,26 @@ def workload_fields(args: dict) -> dict:
     if "gpus" not in out and devices and nodes:  # NeMo's trainer section
         out["gpus"] = devices * nodes
     fp8 = a.get("fp8", a.get("fp8_format"))
+    precision = str(a.get("precision", "")).strip().lower()  # NeMo's trainer.precision (PyTorch Lightning)
     if not _none(fp8) and str(fp8).lower() not in ("false", "0"):
         out["dtype"] = "fp8"
-    elif "bf16" in a and as_bool("bf16", a["bf16"]):
+    elif ("bf16" in a and as_bool("bf16", a["bf16"])) or precision in ("bf16", "bf16-mixed", "bf16-true"):
         out["dtype"] = "bf16"
-    elif "fp16" in a and as_bool("fp16", a["fp16"]):
+    elif ("fp16" in a and as_bool("fp16", a["fp16"])) or precision in ("16", "16-mixed", "fp16"):
         out["dtype"] = "fp16"
+    elif "bf16" in a and "fp16" in a:  # both stated off: Megatron-LM trains in FP32
+        out["dtype"] = "fp32"
     return out
+
+
+#: the model-shape arguments :func:`model_fields` needs (the vocabulary: either name)
+SHAPE_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
+
+
+def missing_shape(args: dict) -> list[str]:
+    """The :data:`SHAPE_ARGS` that ``args`` does not state (``vocab_size`` stands for ``padded_vocab_size``)."""
+    a = normalise(args)
+    return [n for n in SHAPE_ARGS if _none(a.get(n)) and not (n == "padded_vocab_size" and not _none(a.get("vocab_size")))]
 
 
 def model_fields(args: dict) -> dict:
@@ -266,6 +330,10 @@ def model_fields(args: dict) -> dict:
         m["activation"] = "swiglu"
     if "untie_embeddings_and_output_weights" in a:
         m["tied_embeddings"] = not as_bool("untie_embeddings_and_output_weights", a["untie_embeddings_and_output_weights"])
+    elif "share_embeddings_and_output_weights" in a:  # NeMo's name
+        m["tied_embeddings"] = as_bool("share_embeddings_and_output_weights", a["share_embeddings_and_output_weights"])
+    else:  # Megatron-LM's default: --untie-embeddings-and-output-weights off, the output layer shares the embedding
+        m["tied_embeddings"] = True
     experts = _get_int(a, "num_experts")
     if experts:
         m["experts"] = experts

@@ -8,7 +8,8 @@ Table columns (CSV header or YAML keys; a YAML file is a list of runs or ``{runs
 ``gpus``           total GPUs (default ``tp*pp*dp*cp``)
 ``global_batch``   sequences per step;  ``seq``: tokens per sequence;  ``dtype``: bf16/fp16/fp8
 plan               ``tp pp dp ep cp vp mb sp zero recompute recompute_layers bucket_mb chunks
-                   flash_attention`` (unset: the planner's defaults; ``dp`` from ``gpus``)
+                   flash_attention grad_dtype ep_dispatcher`` (unset: the planner's defaults;
+                   ``dp`` from ``gpus``; ``ep_dispatcher``: ``alltoall`` or ``deepep``)
 measured           ``step_time_s``, or ``tokens_per_s`` (whole job), or ``tokens_per_s_per_gpu``
 ``label``          a name for the report (optional; ``notes``/``source``/``date`` are ignored)
 =================  ==========================================================================
@@ -19,7 +20,12 @@ config (``tensor_model_parallel_size: 8``), and the per-iteration timing lines
 (``elapsed time per iteration (ms): 1234.5`` or NeMo's ``train_step_timing in s=1.23``). The
 step time is the median of the logged iterations after warm-up (the first
 :data:`WARMUP_ENTRIES` entries are dropped when more than twice as many were logged, else the
-first one). The model comes from ``--model`` or from the logged shape arguments.
+first one). The model comes from ``--model`` or from the logged shape arguments. An excerpt
+(dump lines without the rulers, or iteration lines only) is read too: what a run needs and the
+excerpt does not state (:data:`LOG_NEEDS`: GPUs, batch, sequence, dtype, TP, PP, micro-batch; the
+model) comes from flags (``--gpus``, ``--global-batch``, ``--seq``, ``--dtype``, ``--tp``, ``--pp``,
+``--mb``, ``--model``), and the error names all that is missing. Other settings the excerpt does
+not state take Megatron-LM's defaults (no overlap, no recompute, no distributed optimizer).
 
 Any bad input raises :class:`~costmodel.errors.SpecError` naming the file, line and field
 (the CLI exits 2 with that one line).
@@ -45,7 +51,7 @@ from . import megatron_args as mg
 from .problem import make_config, resolve_cluster, resolve_model
 
 WARMUP_ENTRIES = 3
-PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype")
+PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype", "ep_dispatcher")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
 KNOWN = set(PLAN_KEYS) | set(MEASURED_KEYS) | {"model", "cluster", "gpus", "global_batch", "seq", "dtype", "label"}
 IGNORED = {"notes", "note", "source", "date", "comment", "comments"}
@@ -55,6 +61,18 @@ _YAML_LINE = re.compile(r"^\s*([a-z_][a-z0-9_]*):\s+([^#{}\[\]]*?)\s*$")
 _ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*(\S+)")
 _NEMO_S = re.compile(r"train_step_timing in s[=:]\s*([^\s,\]]+)")
 _PADDED = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+_GLOBAL_BATCH = re.compile(r"global batch size:\s*(\d+)")  # Megatron-LM's iteration line (training_log)
+_SIZES = re.compile(r"([a-z-]+) size: (\d+)")  # validate_args: "using world size: 16, data-parallel size: 4, ..."
+_SIZE_ARGS = {"world": "world_size", "data-parallel": "data_parallel_size", "context-parallel": "context_parallel_size",
+              "tensor-model-parallel": "tensor_model_parallel_size",
+              "pipeline-model-parallel": "pipeline_model_parallel_size"}
+#: what a log must state (or a flag give) to be a run: (run field, Megatron-LM argument, calibrate flag)
+LOG_NEEDS = (("gpus", "world_size", "--gpus"), ("global_batch", "global_batch_size", "--global-batch"),
+             ("seq", "seq_length", "--seq"), ("dtype", "bf16/fp16/fp8", "--dtype"),
+             ("tp", "tensor_model_parallel_size", "--tp"), ("pp", "pipeline_model_parallel_size", "--pp"),
+             ("mb", "micro_batch_size", "--mb"))
+#: run fields a flag may give for a log (those of LOG_NEEDS, and the other degrees)
+LOG_FLAGS = tuple(k for k, _, _ in LOG_NEEDS) + ("cp", "ep", "vp")
 
 
 @dataclass(frozen=True)
@@ -129,7 +147,7 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
         try:
             if key in ("sp", "flash_attention"):
                 plan[key] = mg.as_bool(key, v)
-            elif key in ("recompute", "grad_dtype"):
+            elif key in ("recompute", "grad_dtype", "ep_dispatcher"):
                 plan[key] = str(v).strip().lower()
             elif key == "bucket_mb":
                 plan[key] = _num(where, key, v, positive=False)
@@ -252,12 +270,20 @@ def median_after_warmup(times: list, warmup: int = WARMUP_ENTRIES) -> float:
     return statistics.median(times[skip:])
 
 
-def parse_log(path: Path, text: str | None = None) -> LogSummary:
-    """The arguments and iteration times of a Megatron-LM or NeMo log."""
+def scan_log(path: Path, text: str | None = None) -> LogSummary:
+    """The arguments and iteration times of a Megatron-LM or NeMo log, or of an excerpt of one.
+
+    Arguments come from Megatron-LM's dump (``  name ..... value``; between the ``arguments``
+    rulers when the log has them, anywhere when an excerpt lost them), else from NeMo's YAML; the
+    start-up line ``using world size: N, data-parallel size: ...`` and the iteration lines'
+    ``global batch size: B`` fill what the dump does not state. Nothing is required here
+    (:func:`parse_log` requires the times); :func:`run_from_log` names whatever else a run needs
+    and the log does not state."""
     text = _read(path) if text is None else text
-    args, times, in_block, first = {}, [], False, 0
+    args, extra, times, in_block, first = {}, {}, [], False, 0
     lines = text.splitlines()
     has_block = any("arguments" in ln.lower() and "---" in ln for ln in lines)
+    dotted = has_block or any(_ARG_LINE.search(ln) for ln in lines)
     for n, line in enumerate(lines, 1):
         low = line.lower()
         if "arguments" in low and "---" in line:
@@ -266,6 +292,8 @@ def parse_log(path: Path, text: str | None = None) -> LogSummary:
         if m := _ITER_MS.search(line):
             times.append(_log_number(path, n, m.group(1), "elapsed time per iteration (ms)") / 1e3)
             first = first or n
+            if g := _GLOBAL_BATCH.search(line):
+                extra.setdefault("global_batch_size", g.group(1))
             continue
         if m := _NEMO_S.search(line):
             times.append(_log_number(path, n, m.group(1), "train_step_timing in s"))
@@ -274,20 +302,36 @@ def parse_log(path: Path, text: str | None = None) -> LogSummary:
         if m := _PADDED.search(line):  # printed after the arguments, which show padded_vocab_size None
             args["padded_vocab_size"] = m.group(1)
             continue
-        m = (_ARG_LINE.search(line) if in_block else None) if has_block else _YAML_LINE.match(line)
+        if "using world size:" in low:
+            for name, value in _SIZES.findall(low):
+                if name in _SIZE_ARGS:
+                    extra.setdefault(_SIZE_ARGS[name], value)
+            continue
+        m = (_ARG_LINE.search(line) if in_block or not has_block else None) if dotted else _YAML_LINE.match(line)
         if m and m.group(2):
             value = m.group(2).strip().strip("'\"")
             if m.group(1) == "name" and value == "distributed_fused_adam":  # NeMo's optim section
                 args.setdefault("use_distributed_optimizer", "True")
             if m.group(1) != "padded_vocab_size" or "padded_vocab_size" not in args:
                 args.setdefault(m.group(1), value)
-    if not times:
+    args = mg.normalise(args)
+    for k, v in extra.items():  # the dump, where it states them, is the run's own record
+        if _none_text(args.get(k)):
+            args[k] = v
+    return LogSummary(args, times, first)
+
+
+def parse_log(path: Path, text: str | None = None) -> LogSummary:
+    """:func:`scan_log`, refused (:class:`SpecError`) without iteration times."""
+    log = scan_log(path, text)
+    if not log.step_times_s:
         raise SpecError(str(path), None, "a training log with 'elapsed time per iteration (ms): X' "
                                          "(Megatron-LM) or 'train_step_timing in s=X' (NeMo) lines")
-    if not args:
-        raise SpecError(str(path), None, "a log that prints its arguments at start-up "
-                                         "(Megatron-LM '  name ..... value' lines or NeMo's YAML config)")
-    return LogSummary(mg.normalise(args), times, first)
+    return log
+
+
+def _none_text(v) -> bool:
+    return v is None or str(v).strip().lower() in ("none", "null", "")
 
 
 def _log_number(path, n, text, what) -> float:
@@ -300,20 +344,41 @@ def _log_number(path, n, text, what) -> float:
     return v
 
 
-def run_from_log(path: Path, *, model=None, text: str | None = None) -> Run:
-    """A :class:`Run` from a Megatron-LM / NeMo log (model from ``model`` or the logged shape)."""
+def run_from_log(path: Path, *, model=None, text: str | None = None, given: dict | None = None) -> Run:
+    """A :class:`Run` from a Megatron-LM / NeMo log (model from ``model`` or the logged shape).
+
+    ``given``: run fields from flags (keys of :data:`LOG_FLAGS`; ``None`` values ignored) for what
+    the log does not state; a flag that contradicts the log is refused. What the run needs and
+    neither states (:data:`LOG_NEEDS`, the model's shape) is named, all of it, in one error."""
     log = parse_log(path, text)
     where = str(path)
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    for k in given:
+        if k not in LOG_FLAGS:
+            raise SpecError(f"{where}: given", k, f"one of {', '.join(LOG_FLAGS)}")
+    missing = []
     try:
         if model is not None:
             m = resolve_model(model)
             ref = str(model) if isinstance(model, str) else m.name
         else:
-            m = ModelSpec(name=path.stem, **mg.model_fields(log.args))
+            missing = [f"{n} (or --model)" for n in mg.missing_shape(log.args)]
+            m = None if missing else ModelSpec(name=path.stem, **mg.model_fields(log.args))
             ref = "log"
-        rec = {**mg.workload_fields(log.args), **mg.config_fields(log.args, m.layers)}
+        rec = {**mg.workload_fields(log.args), **mg.config_fields(log.args, m.layers if m else None)}
     except SpecError as e:
         raise SpecError(f"{where}: {e.field}", e.value, e.allowed) from None
+    if "gpus" not in rec and "dp" in rec:  # a dump without world_size: its degrees multiply to it
+        rec["gpus"] = rec["dp"] * rec.get("tp", 1) * rec.get("pp", 1) * rec.get("cp", 1)
+    flag = {k: f for k, _, f in LOG_NEEDS}
+    for k, v in given.items():
+        if k in rec and rec[k] != v:
+            raise SpecError(f"{where}: {k}", v, f"{rec[k]} as the log states (or leave {flag.get(k, '--' + k)} out)")
+        rec[k] = v
+    missing += [f"{arg} ({f})" for k, arg, f in LOG_NEEDS if k not in rec]
+    if missing:
+        raise SpecError(f"{where}: missing", ", ".join(a.split(" (")[0] for a in missing),
+                        "stated in the log or given: " + ", ".join(missing))
     rec["step_time_s"] = log.step_time_s
     run = run_from_record(rec, where, model=m)
     return replace(run, label=path.name, model_ref=ref)
@@ -323,11 +388,11 @@ def looks_like_log(path: Path) -> bool:
     return path.suffix.lower() not in (".csv", ".yaml", ".yml", ".json")
 
 
-def read_runs(paths, *, model=None) -> list[Run]:
-    """Runs from every path: CSV/YAML tables, and logs (any other file)."""
+def read_runs(paths, *, model=None, given: dict | None = None) -> list[Run]:
+    """Runs from every path: CSV/YAML tables, and logs (any other file; ``given``: see :func:`run_from_log`)."""
     runs = []
     for p in map(Path, paths):
-        runs.extend([run_from_log(p, model=model)] if looks_like_log(p) else read_table(p, model=model))
+        runs.extend([run_from_log(p, model=model, given=given)] if looks_like_log(p) else read_table(p, model=model))
     return runs
 
 

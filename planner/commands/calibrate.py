@@ -12,14 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 from costmodel.calibration import CONSTANTS, calibrated_section, fit
 from costmodel.errors import SpecError
 from costmodel.presets import cluster_to_dict
 
+from costmodel.units import DTYPES
+
+from ..args import choice_arg, int_arg
 from ..report import print_json, table, to_plain
-from ..runs import cluster_for, read_runs
+from ..runs import LOG_FLAGS, cluster_for, read_runs
 
 NAME = "calibrate"
 
@@ -34,6 +38,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="cluster the runs ran on (default: the one their 'cluster' column names)")
     p.add_argument("--model", metavar="NAME|FILE",
                    help="model of runs that name none (logs: instead of the logged shape)")
+    g = p.add_argument_group("what a log excerpt does not state (checked against the log where it does)")
+    g.add_argument("--gpus", type=int_arg("gpus"), metavar="N", help="GPUs of the run (world_size)")
+    g.add_argument("--global-batch", type=int_arg("global_batch"), metavar="B", help="sequences per step")
+    g.add_argument("--seq", type=int_arg("seq"), metavar="S", help="tokens per sequence")
+    g.add_argument("--dtype", type=choice_arg("dtype", DTYPES), metavar="|".join(DTYPES), help="training dtype")
+    for flag in ("tp", "pp", "mb", "cp", "ep", "vp"):
+        g.add_argument(f"--{flag}", type=int_arg(flag), metavar="N", help=f"the run's {flag} degree"
+                       if flag != "mb" else "micro-batch size in sequences")
     p.add_argument("--fit", metavar="A,B", type=_names,
                    help=f"constants to fit (default: those the runs determine); any of {', '.join(CONSTANTS)}")
     p.add_argument("--engine", choices=("analytic", "graph"), default="analytic",
@@ -60,7 +72,7 @@ def _mean_abs(xs) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    runs = read_runs(args.runs, model=args.model)
+    runs = read_runs(args.runs, model=args.model, given={k: getattr(args, k) for k in LOG_FLAGS})
     base = cluster_for(runs, args.cluster)
     if base.calibrated_constants:
         raise SpecError("cluster", base.name, "an uncalibrated cluster (calibrate from the preset or file "
@@ -80,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     summary = {"mean_abs_error_before": _mean_abs(cal.errors_before),
                "mean_abs_error_after": _mean_abs(cal.errors_after),
                "mean_abs_loo_error": _mean_abs(cal.loo_errors or [])}
+    for w in cal.warnings:  # on stderr, so --json keeps stdout one object (the warnings are in it too)
+        print(f"warning: {w}", file=sys.stderr)
     if args.json:
         print_json({"status": "ok", "written": str(out), "cluster": doc["name"], **section, **summary})
         return 0

@@ -20,6 +20,7 @@ from ..args import (add_config_args, add_inference_args, add_output_args, add_pr
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
 from ..completion import complete
+from ..emit_arch import model_args_tokens
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
 from ..report import estimate_json, estimate_text, print_json
@@ -89,13 +90,14 @@ def run(args: argparse.Namespace) -> int:
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(config, workload.global_batch, model.layers,
                                                             workload.dtype, model.is_moe) for t in a]
+            d["megatron_model_args"] = model_args_tokens(model, config, workload)  # architecture + attention
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
             d["torchtitan_config"] = torchtitan_lines(config, workload, model.layers)
         print_json(d)
     elif args.emit:
-        text, notes = emit_text(args.emit, config, workload, model.layers, model.is_moe)
+        text, notes = emit_text(args.emit, config, workload, model.layers, model.is_moe, model=model)
         print(text)
         for n in notes:
             print(f"note: {n}", file=sys.stderr)

@@ -24,6 +24,7 @@ from ..args import (add_config_args, add_output_args, add_problem_args, choice_a
 from ..args import framework_from_args, limits_from_args
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
+from ..emit_arch import model_args_tokens
 from ..report import _s, estimate_json, model_label, print_json, stack_line, table, with_trust
 from .. import recommend_infer
 
@@ -119,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(best.config, workload.global_batch, model.layers,
                                                             workload.dtype, model.is_moe) for t in a]
+            d["megatron_model_args"] = model_args_tokens(model, best.config, workload)  # architecture + attention
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(best.config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
@@ -134,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _emit(fmt: str, config, workload, model) -> int:
-    text, notes = emit_text(fmt, config, workload, model.layers, model.is_moe)  # refuses unless it is the evaluated plan
+    text, notes = emit_text(fmt, config, workload, model.layers, model.is_moe, model=model)  # refuses unless it is the evaluated plan
     print(text)
     for n in notes:
         print(f"note: {n}", file=sys.stderr)

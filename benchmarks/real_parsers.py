@@ -1,0 +1,211 @@
+"""Do emitted plans pass the frameworks' own argument validation? (issue 24: the real-parser check)
+
+    MEGATRON=/path/to/Megatron-LM MEGATRON_PYTHON=/path/to/venv/bin/python \\
+        python benchmarks/real_parsers.py [--plans 40] [--seed 0]
+
+Draws random plans (model, degrees, micro-batch, ZeRO, recompute, overlap, attention kernel, dtype),
+keeps those the planner accepts and emits (``planner.emit.emit_text`` with the model's architecture),
+and runs each through the real parsers in a second Python (``MEGATRON_PYTHON``, with torch CPU, the
+Megatron-LM dependencies and ``deepspeed``; this repository's code is not imported there):
+
+* Megatron-LM: ``megatron.training.arguments.parse_args`` and ``validate_args`` on the emitted
+  arguments, then ``argument_utils.core_transformer_config_from_args`` (the model's
+  ``TransformerConfig``, whose ``__post_init__`` checks heads, groups, experts, MLA), plus a tokenizer (``--tokenizer-type NullTokenizer --vocab-size V``), with
+  ``WORLD_SIZE`` = the plan's GPUs and the environment its notes ask for
+  (``CUDA_DEVICE_MAX_CONNECTIONS``). The CPU host has no GPU and no Transformer Engine: the GPU
+  queries are answered as sm_90 (Hopper), TE version checks as a current TE (the planner's default
+  stack), and RoPE fusion, whose check imports TE's kernels, is off for the ``TransformerConfig`` step.
+* DeepSpeed: ``deepspeed.runtime.config.DeepSpeedConfig`` on the emitted JSON, with a model-parallel
+  unit stating the plan's data-parallel size (the batch identity is checked against it).
+
+Prints how many each accepted and every rejection with its message. Not a CI test: CI has neither
+Megatron-LM nor torch. Without ``MEGATRON``/``MEGATRON_PYTHON`` it says so and stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MODELS = ("llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3")
+
+
+def draw_plans(n: int, framework: str, seed: int) -> list[dict]:
+    """``n`` random plans the planner accepts and emits for ``framework``, as plain values."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from costmodel import frameworks
+    from costmodel.config import ParallelConfig, validate_config
+    from costmodel.errors import PlannerError
+    from costmodel.presets import load_cluster, load_model
+    from costmodel.specs import Workload
+    from planner.emit import emit_text
+
+    rng = random.Random(seed)
+    cluster = load_cluster("h100-sxm")
+    out, tries = [], 0
+    while len(out) < n and tries < 20000:
+        tries += 1
+        m = load_model(rng.choice(MODELS))
+        tp, pp, cp, dp = rng.choice((1, 2, 4, 8)), rng.choice((1, 2, 4)), rng.choice((1, 1, 2)), rng.choice((1, 2, 4, 8))
+        ep = rng.choice((1, 2, 4, 8)) if m.experts and framework == "megatron" else 1
+        vp = rng.choice((1, 2)) if pp > 1 and framework == "megatron" else 1
+        sp = tp > 1 and (m.is_moe or rng.random() < 0.7)
+        zero = rng.choice((0, 1, 3) if framework == "megatron" else (0, 1, 2, 3))
+        fields = dict(tp=tp, pp=pp, cp=cp if framework == "megatron" else 1, dp=dp, ep=ep, vp=vp, sp=sp, zero=zero,
+                      mb=rng.choice((1, 2)), recompute=rng.choice(("none", "selective", "full")),
+                      bucket_bytes=rng.choice((0.0, 10e6, 40e6)), flash_attention=rng.random() < 0.8,
+                      chunks=tp if sp and framework == "megatron" and rng.random() < 0.3 else 1,
+                      framework=framework)
+        dtype = rng.choice(("bf16", "bf16", "fp8", "fp16"))
+        try:
+            c = ParallelConfig(**fields)
+            w = Workload(global_batch=c.dp * c.mb * rng.choice((1, 2, 4, 8)) * max(c.pp, 1),
+                         seq_len=rng.choice((2048, 4096, 8192)), dtype=dtype)
+            frameworks.check(c)
+            validate_config(m, cluster.with_gpus(c.gpus), w, c)
+            text, notes = emit_text(framework, c, w, m.layers, m.is_moe, model=m)
+        except PlannerError:
+            continue
+        out.append({"model": m.name, "vocab": m.vocab, "gpus": c.gpus, "dp": c.dp, "config": c.to_dict(),
+                    "dtype": dtype, "text": text, "notes": notes})
+    return out
+
+
+def broken(plans: dict) -> tuple[list[dict], list[dict]]:
+    """Copies of the first plans, each broken in one way the frameworks must refuse: a control that
+    the checks below can fail (GPUs not a multiple of the model-parallel size; 7 query groups under
+    TP > 1; a layer count the pipeline cannot split; a batch that breaks DeepSpeed's
+    batch identity; a ZeRO stage DeepSpeed does not have)."""
+    import re
+    meg, ds = [], []
+    p = plans["megatron"]
+    big = next(q for q in p if q["config"]["tp"] * q["config"]["pp"] * q["config"]["cp"] > 1)
+    meg.append({**big, "gpus": big["gpus"] + 1})
+    gqa = next(q for q in p if "--num-query-groups" in q["text"] and q["config"]["tp"] > 1)
+    meg.append({**gqa, "text": re.sub(r"--num-query-groups \d+", "--num-query-groups 7", gqa["text"])})
+    piped = next(q for q in p if q["config"]["pp"] > 1)
+    meg.append({**piped, "text": re.sub(r"--num-layers (\d+)", lambda m: f"--num-layers {int(m.group(1)) + 1}",
+                                        piped["text"], count=1)})
+    d = plans["deepspeed"][0]
+    cfg = json.loads(d["text"])
+    ds.append({**d, "text": json.dumps({**cfg, "train_batch_size": cfg["train_batch_size"] + 1})})
+    ds.append({**d, "text": json.dumps({**cfg, "zero_optimization": {**cfg["zero_optimization"], "stage": 4}})})
+    return meg, ds
+
+
+# --------------------------------------------------------------------------- run in MEGATRON_PYTHON
+def check_megatron(plans: list[dict]) -> list[str | None]:
+    """None for each plan Megatron-LM accepts, else the first line of its error."""
+    import contextlib
+    import io
+    import shlex
+
+    import torch
+    from megatron.training import arguments as A
+    from megatron.training.argument_utils import core_transformer_config_from_args
+    import megatron.core.transformer.transformer_config as TC
+    A.get_device_arch_version = lambda: 9
+    torch.cuda.get_device_capability = lambda *a: (9, 0)
+    A.is_te_min_version = TC.is_te_min_version = lambda *a, **k: True  # a current Transformer Engine
+    results = []
+    for p in plans:
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+        os.environ.update({"WORLD_SIZE": str(p["gpus"]), "RANK": "0", "LOCAL_RANK": "0"})
+        if any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in p["notes"]):
+            os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        sys.argv = ["pretrain_gpt.py"] + shlex.split(p["text"].replace("\\\n", " ")) + \
+            ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(p["vocab"])]
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                args = A.parse_args()
+                A.validate_args(args)
+                args.apply_rope_fusion = False  # its check imports Transformer Engine, absent on a CPU host
+                core_transformer_config_from_args(args)  # TransformerConfig.__post_init__'s own checks
+            results.append(None)
+        except BaseException as e:  # argparse exits, assertions, ValueErrors: all are rejections
+            results.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+    return results
+
+
+def check_deepspeed(plans: list[dict]) -> list[str | None]:
+    import deepspeed.runtime.config as dsc
+
+    class MPU:  # the data-parallel size the batch identity is checked against
+        def __init__(self, dp):
+            self.dp = dp
+
+        def get_data_parallel_world_size(self):
+            return self.dp
+
+    dsc.dist.get_rank = lambda *a, **k: 0
+    results = []
+    for p in plans:
+        try:
+            dsc.DeepSpeedConfig(json.loads(p["text"]), mpu=MPU(p["dp"]))
+            results.append(None)
+        except BaseException as e:
+            results.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+    return results
+
+
+def checker_main(path: str) -> int:
+    data = json.loads(Path(path).read_text())
+    sys.path.insert(0, os.environ["MEGATRON"])
+    res = {k: (check_megatron if k.startswith("megatron") else check_deepspeed)(v) for k, v in data.items()}
+    Path(path).with_suffix(".out.json").write_text(json.dumps(res))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plans", type=int, default=40, help="plans per framework (default 40)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check", help=argparse.SUPPRESS)  # the second Python's entry point
+    a = ap.parse_args(argv)
+    if a.check:
+        return checker_main(a.check)
+    meg, py = os.environ.get("MEGATRON"), os.environ.get("MEGATRON_PYTHON")
+    if not meg or not py:
+        print("skipped: set MEGATRON (a Megatron-LM checkout) and MEGATRON_PYTHON (a Python with torch, its "
+              "dependencies and deepspeed)")
+        return 0
+    plans = {"megatron": draw_plans(a.plans, "megatron", a.seed), "deepspeed": draw_plans(a.plans, "deepspeed", a.seed)}
+    plans["megatron_broken"], plans["deepspeed_broken"] = broken(plans)
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "plans.json"
+        f.write_text(json.dumps(plans))
+        r = subprocess.run([py, __file__, "--check", str(f)], env={**os.environ, "MEGATRON": meg},
+                           capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr[-3000:])
+            return 1
+        res = json.loads(f.with_suffix(".out.json").read_text())
+    commit = subprocess.run(["git", "-C", meg, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"Megatron-LM {commit or os.environ.get('MEGATRON_COMMIT', '(commit unknown)')}, "
+          f"DeepSpeed {subprocess.run([py, '-c', 'import deepspeed; print(deepspeed.__version__)'], capture_output=True, text=True).stdout.strip().splitlines()[-1:]}")
+    bad = 0
+    for fw in ("megatron", "deepspeed"):
+        ok = sum(e is None for e in res[fw])
+        bad += len(res[fw]) - ok
+        models = sorted({p["model"] for p in plans[fw]})
+        print(f"{fw}: {ok} of {len(res[fw])} emitted plans accepted (models: {', '.join(models)})")
+        for p, e in zip(plans[fw], res[fw]):
+            if e is not None:
+                print(f"  rejected {p['model']} {p['config']}: {e}")
+    for fw in ("megatron_broken", "deepspeed_broken"):
+        refused = sum(e is not None for e in res[fw])
+        bad += len(res[fw]) - refused
+        print(f"control, {fw.replace('_', ' ')} plans: {refused} of {len(res[fw])} refused")
+        for e in res[fw]:
+            print(f"  {e}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
