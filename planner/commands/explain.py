@@ -20,7 +20,7 @@ from costmodel.graph.trace import write_chrome_trace, write_gantt
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
                     inference_batch, int_arg, problem_from_args)
-from ..report import dma_assignment_json, model_json, model_label, print_json
+from ..report import dma_assignment_json, model_json, model_label, print_json, stack_json, stack_line
 
 NAME = "explain"
 
@@ -95,11 +95,13 @@ def run(args: argparse.Namespace) -> int:
         print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
                     "overlap": rows, "tp_feasibility": tp, "written": written,
                     "dma_assignment": dma_assignment_json(model, cluster, workload, config),
+                    "stack": stack_json(cluster),
                     **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {})})
         return 0
     print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
           f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
-          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}\n")
+          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}\n"
+          f"{stack_line(cluster)}\n")
     print(format_explain(rows))
     if sens is not None:
         from ..sensitivity_report import sensitivity_text
