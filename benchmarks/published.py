@@ -75,7 +75,8 @@ layers per stage, for the stated degrees):
   interleave factor is not stated: 2 (the smallest interleave); TP with sequence parallel;
   no recompute; stages as the paper says (first and last hold one layer fewer).
 * **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule
-  (its parallelizer follows torchtitan's), micro-batch as stated, no recompute.
+  (its parallelizer follows torchtitan's), micro-batch as stated; full recompute where the benchmark config
+  the source names sets ``activation_checkpointing: true`` (:data:`AUTOMODEL_FULL_AC`), else none.
 * Uneven pipelines: layers per stage as even as possible with the deficit on the last stage,
   then the first, alternating inwards (Megatron's ``--account-for-embedding/loss-in-pipeline-split``
   and torchtitan's ``generate_split_points`` both give the end stages fewer layers), with the
@@ -106,7 +107,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costmodel.compute import FA2_HOPPER_RATIO, fa2_device
-from costmodel.config import ParallelConfig
+from costmodel.config import RECOMPUTE_MODULES, ParallelConfig
 from costmodel.errors import PlannerError
 from costmodel.estimate import Estimate, evaluate
 from costmodel.presets import load_cluster, load_model
@@ -178,6 +179,20 @@ FRAMEWORK = {
 #: before each reduce-scatter, ``ParallelConfig.fsdp_copies``); llm-foundry's Composer wraps FSDP1 (``FlatParameter``:
 #: parameters are views of the gathered buffer) and Meta's Llama 3 FSDP is not PyTorch's: no copies charged
 FSDP2_COPIES = ("torchtitan_2024", "torchtitan_2025_asynctp", "nemo_automodel")
+#: NeMo AutoModel rows whose benchmark config (named by the source's table, ``examples/llm_benchmark/`` at the
+#: source's commit cb976544) sets ``distributed.activation_checkpointing: true``: each transformer block is wrapped
+#: in ``checkpoint_wrapper`` (``components/moe/parallelizer.py`` ``apply_ac``, ``components/distributed/
+#: parallelizer.py``), i.e. full recompute. Keyed by (model label, GPUs): the 1,024-GPU DeepSeek V3 config
+#: (``deepseek_v3_te_deepep_1024.yaml``) and ``gptoss_20b_te_deepep.yaml`` set none (default False),
+#: ``gptoss_120b_te_deepep.yaml`` sets false.
+AUTOMODEL_FULL_AC = {
+    ("DeepSeek V3 671B", 256): "deepseek/deepseek_v3_te_deepep.yaml",
+    ("Kimi K2", 256): "kimi/kimi_k2_te_deepep.yaml",
+    ("Qwen3 MoE 30B", 8): "qwen/qwen3_moe_30b_te_deepep.yaml",
+    ("Llama3 70B", 64): "llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
+}
+#: how the Megatron-Core recipe sources name ``--recompute-modules`` (Megatron-MoE-ModelZoo's tables)
+MCORE_MODULE_NAMES = {"norm": "layernorm", "act": "moe_act", "attention core": "core_attn"}
 #: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.compute.FA2_HOPPER_RATIO`)
 FA2_STACKS = {
     "torchtitan_2024": "PyTorch SDPA flash backend, which is FlashAttention-2",
@@ -475,13 +490,26 @@ def _new_row(r: dict) -> Row:
             notes.append("mb 1 (not stated)")
     rec = r["recompute"].lower()
     recompute = "full" if rec.startswith("full") else ("selective" if rec.startswith("selective") else "none")
-    if not rec:
+    if src == "nemo_automodel" and not rec and (label, gpus) in AUTOMODEL_FULL_AC:
+        recompute = "full"
+        notes.append(f"full recompute: activation_checkpointing true in {AUTOMODEL_FULL_AC[label, gpus]} (the named config)")
+    elif not rec:
         notes.append("no recompute (not stated)")
     if src in TORCHTITAN and recompute == "selective":
         # torchtitan's selective AC is per-op (selective_ac_option 'op': train_configs/llama3_8b.toml at 327b72b,
         # the config of these Llama 3 8B rows; rows 151/152 state "per-op SAC"), not Megatron's attention-only
         recompute = "op_sac"
         notes.append("selective = torchtitan per-op SAC (recompute op_sac; selective_ac_option 'op')")
+    modules, extra = None, {}
+    if recompute == "selective" and src in MCORE_RECIPES and "(" in rec:
+        # Megatron-Core --recompute-modules as the source lists them, e.g. "selective (layernorm, moe)"
+        named = tuple(MCORE_MODULE_NAMES.get(m.strip(), m.strip()) for m in rec.split("(", 1)[1].rstrip(")").split(","))
+        if all(m in RECOMPUTE_MODULES for m in named):
+            modules = named
+            notes.append(f"--recompute-modules {' '.join(named)} (stated)")
+        else:
+            notes.append(f"recompute modules {', '.join(named)} stated; not all modelled "
+                         f"({', '.join(RECOMPUTE_MODULES)}): charged as Megatron's default (core attention)")
     zero = _zero(src, r["zero_or_sharding"], pp, notes)
     megatron_2023 = src == "megascale2024"
     if src in MCORE_RECIPES:
@@ -518,9 +546,12 @@ def _new_row(r: dict) -> Row:
         # query heads (repeat_kv before SDPA); costmodel.compute.cp_exchange
         cp_impl = "torch"
         notes.append("cp_impl torch: PyTorch context_parallel, K/V (repeat_kv) all-gathered, dK/dV ring in FP32")
+    if modules is not None:
+        extra["recompute_modules"] = modules
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
                  flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
                  fused_elementwise=fused, ep_dispatcher=dispatcher, cp_impl=cp_impl)
+    fixed.update(extra)
     if framework == "fsdp2":
         fixed["fsdp_copies"] = src in FSDP2_COPIES  # FSDP1 / Meta's FSDP: no per-parameter copies
     regime_vp = vp

@@ -117,6 +117,8 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
                 out.append(["--tp-comm-overlap-cfg", TP_OVERLAP_CFG])
     if c.recompute == "selective":
         out.append(["--recompute-granularity", "selective"])
+        if c.recompute_modules is not None:  # Megatron-Core TransformerConfig.recompute_modules
+            out.append(["--recompute-modules", *c.recompute_modules])
     elif c.recompute == "full":
         if c.recompute_layers is None:  # every layer: keep each layer's input, recompute the rest
             out += [["--recompute-granularity", "full"], ["--recompute-method", "uniform"],

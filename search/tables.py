@@ -237,7 +237,7 @@ class Tables:
         the layer's timing: the memory screens need only this, and it does not depend on chunks,
         ZeRO stage, bucket or DMA assignment."""
         s = choice.shape
-        key = ("act", s.tp, s.cp, s.ep, choice.mb, choice.sp, choice.recompute, moe)
+        key = ("act", s.tp, s.cp, s.ep, choice.mb, choice.sp, choice.recompute, choice.framework, moe)
         if key not in self._parts:
             c = choice.config(self.p.limits.flash_attention)
             self._parts[key] = activation_bytes_per_layer(self.p.model, self.p.workload, c, moe)
