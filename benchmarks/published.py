@@ -163,6 +163,25 @@ MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
 #: (examples/pretrain_gpt3_175B.sh at a8d172b, Apr 2021, the SC21 paper's code). Korthikanti et al.
 #: state neither dtype nor flag: FP32, the default, is kept for them and for every later source.
 FP16_GRADS = ("megatron_readme_2020", "narayanan2021")
+#: NeMo 1.x runs whose launcher recipe reduces gradients in BF16: NeMo-Framework-Launcher 24.07 (the NeMo 24.07
+#: tables' release) ``examples/training/{gpt,llama}/h100/*.sh`` all pass ``+training.model.optim.grad_sync_dtype=bf16``
+#: and ``launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`` sets ``grad_sync_dtype: bf16`` (the Nemotron
+#: 8B/22B examples set none: FP32); NeMo's ``setup_mcore_distributed_parallel`` turns it into Megatron-Core's
+#: ``grad_reduce_in_fp32 = (grad_sync_dtype == 'fp32')``: a BF16 gradient buffer. The long-sequence table ran the
+#: 24.03.01 container; the earliest launcher tag stored, 24.05, sets the same for every Llama H100 example.
+NEMO_BF16_GRADS = {"nemo_2407": ("GPT3-", "LLAMA", "Nemotron-340B"), "nemo_longseq": ("LLAMA",)}
+
+
+def nemo_bf16_grads(src: str, label: str) -> bool:
+    """Whether a NeMo row's recipe reduces gradients in BF16 (:data:`NEMO_BF16_GRADS`)."""
+    return any(label.startswith(prefix) for prefix in NEMO_BF16_GRADS.get(src, ()))
+
+
+#: Megatron-Bridge FP8 recipes on Hopper keep FP8 parameters (``--fp8-param-gather``):
+#: ``src/megatron/bridge/training/mixed_precision.py`` at 4ab94dfa, ``bf16_with_fp8_delayed_scaling_mixed`` and
+#: ``bf16_with_fp8_current_scaling_mixed`` set ``fp8_param_gather = True``; the blockwise (DeepSeek-style) recipe
+#: ``bf16_with_fp8_subchannel_scaling_mixed`` sets it False
+BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
 #: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
 #: set's rule for tuned tables; module docstring, "New set")
@@ -358,7 +377,7 @@ def _dev_row(r: dict) -> Row:
                  else ("selective" if rec.startswith("selective") else "none"),
                  zero=0 if era else 1, flash_attention=not era,
                  bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1,
-                 grad_dtype="fp16" if src in FP16_GRADS else "fp32")
+                 grad_dtype="fp16" if src in FP16_GRADS else ("bf16" if nemo_bf16_grads(src, r["model"]) else "fp32"))
     free = {}
     if _num(r["micro_batch"]):
         fixed["mb"] = int(float(r["micro_batch"]))
@@ -380,6 +399,8 @@ def _dev_row(r: dict) -> Row:
     notes = [f"{k} chosen by the planner from {v}" for k, v in free.items()]
     if src in FP16_GRADS:
         notes.append("FP16 gradients reduced (Megatron-LM of the era, FP16 without FP32 all-reduce: FP16_GRADS)")
+    if nemo_bf16_grads(src, r["model"]):
+        notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipe (NEMO_BF16_GRADS)")
     row = Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip,
               set="dev", gpus=gpus, notes=notes, measured_how=how)
     vp_reg = fixed.get("vp", 1)
@@ -548,6 +569,12 @@ def _new_row(r: dict) -> Row:
         notes.append("cp_impl torch: PyTorch context_parallel, K/V (repeat_kv) all-gathered, dK/dV ring in FP32")
     if modules is not None:
         extra["recompute_modules"] = modules
+    if src == BRIDGE_FP8_PARAMS and dtype == "fp8" and "blockwise" not in r["notes"].lower():
+        extra["fp8_param_gather"] = True
+        notes.append("fp8_param_gather (the Bridge FP8 recipes' FP8 parameters: BRIDGE_FP8_PARAMS)")
+    if nemo_bf16_grads(src, label):
+        extra["grad_dtype"] = "bf16"
+        notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipes (NEMO_BF16_GRADS)")
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
                  flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
                  fused_elementwise=fused, ep_dispatcher=dispatcher, cp_impl=cp_impl)

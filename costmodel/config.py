@@ -50,6 +50,9 @@ class ParallelConfig:
         (``None`` = all of them).
     recompute_modules : with ``selective`` under Megatron-Core, the ``--recompute-modules`` (a tuple from
         :data:`RECOMPUTE_MODULES`; ``None`` = Megatron's default, the core attention alone).
+    fp8_param_gather : Megatron-Core ``--fp8-param-gather``: FP8 training keeps its weights as FP8
+        parameters (no separate FP8 copy beside BF16 weights; :func:`costmodel.memory.fp8_weight_cache_bytes`).
+        Needs the distributed optimizer or FSDP (zero >= 1).
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -103,6 +106,7 @@ class ParallelConfig:
     recompute: str = "none"
     recompute_layers: int | None = None
     recompute_modules: tuple[str, ...] | None = None
+    fp8_param_gather: bool = False
     mb: int = 1
     vp: int = 1
     bucket_bytes: float = 40 * MB
@@ -158,6 +162,13 @@ class ParallelConfig:
                                 "unset unless recompute='selective' under framework=megatron (Megatron-Core's "
                                 "--recompute-modules)")
             object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
+        if not isinstance(self.fp8_param_gather, bool):
+            raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
+        if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
+            # megatron/training/arguments.py at d98e8a64: "--fp8-param-gather only supported with distributed
+            # optimizer, torch fsdp2, megatron fsdp, or inference mode"
+            raise SpecError("fp8_param_gather", self.fp8_param_gather,
+                            "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)")
         if self.layers_per_stage is not None:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
@@ -198,6 +209,8 @@ class ParallelConfig:
             del d["fsdp_copies"]  # the framework's own: plan keys unchanged
         if self.grad_dtype == "fp32":
             del d["grad_dtype"]  # the default: plan keys unchanged
+        if not self.fp8_param_gather:
+            del d["fp8_param_gather"]  # the default: plan keys unchanged
         if self.recompute_modules is None:
             del d["recompute_modules"]  # the default: plan keys unchanged
         else:
@@ -213,7 +226,7 @@ class ParallelConfig:
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
-                                              "grad_dtype", "dma", "recompute_modules"}
+                                              "grad_dtype", "dma", "recompute_modules", "fp8_param_gather"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

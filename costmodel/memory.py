@@ -245,6 +245,37 @@ def fp8_saved_inputs(w: Workload, c: ParallelConfig) -> bool:
     return w.dtype == "fp8" and c.framework == "megatron"
 
 
+#: bytes per GEMM weight of Transformer Engine's cached FP8 copy on Hopper: the row-wise data for the
+#: forward GEMM and the column-wise (transposed) data for the data-gradient GEMM, one byte each
+FP8_WEIGHT_COPY_BYTES = 2
+
+
+def fp8_weight_cache_bytes(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> float:
+    """FP8 weight copies one GPU of ``stage`` keeps beside its BF16 weights: Transformer Engine quantizes
+    each GEMM weight once per step and caches it across micro-batches when Megatron-Core passes
+    ``is_first_microbatch`` (``transformer_engine/pytorch/module/linear.py`` at d0067d0:
+    ``cache_name = "weight"``, kept in ``self._fp8_workspaces``; Megatron-Core
+    ``extensions/transformer_engine.py`` at d98e8a64 passes it unless ``--disable-parameter-transpose-cache``).
+    With ``--fp8-param-gather`` the weights *are* FP8 parameters (row-wise + transposed, as many bytes as BF16):
+    no copy. The GEMM weights are the layers' attention, MLP and expert matrices (not the embedding,
+    the LM head, norms or the router), sharded under ZeRO-3 as the weights are.
+
+    >>> from costmodel.presets import load_model
+    >>> m = load_model("llama3-70b")
+    >>> fp8_weight_cache_bytes(m, Workload(global_batch=8, seq_len=4096, dtype="bf16"), ParallelConfig(tp=8), 0)
+    0.0
+    """
+    if w.dtype != "fp8" or c.framework != "megatron" or c.fp8_param_gather:
+        return 0.0
+    n_dense, n_moe = layer_counts(model, c, stage)
+    dense = n_dense * (model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp
+    dense += n_moe * (model.attn_params + model.shared_experts * model.expert_params) / c.tp
+    expert = n_moe * layer_params(model, c, True)[1] if n_moe else 0.0
+    if frameworks.of(c).shard_weights:  # as model_state_bytes shards the weights
+        dense, expert = dense / (c.dp * c.cp), expert / expert_dp(c)
+    return FP8_WEIGHT_COPY_BYTES * (dense + expert)
+
+
 def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe: bool = False) -> float:
     """Activation bytes one dense layer keeps under torchtitan's per-op selective checkpointing
     (``recompute='op_sac'``; what is saved: :func:`costmodel.compute.op_sac_fractions`): the block's
@@ -274,6 +305,7 @@ def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe
 def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:
     """Peak memory of one GPU of ``stage`` during a training step."""
     weights, grads, optim = model_state_bytes(model, c, stage)
+    weights += fp8_weight_cache_bytes(model, w, c, stage)
     m = micro_batches(w, c)
     n_dense, n_moe = layer_counts(model, c, stage)
     act = {False: activation_bytes_per_layer(model, w, c, False) if n_dense else 0.0,

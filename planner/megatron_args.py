@@ -151,6 +151,8 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
             f["recompute_layers"] = n
     else:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
+    if "fp8_param_gather" in a:
+        f["fp8_param_gather"] = as_bool("fp8_param_gather", a["fp8_param_gather"])
     if f["recompute"] == "selective" and not _none(a.get("recompute_modules")):
         mods = recompute_modules(a["recompute_modules"])
         if mods != ("core_attn",):  # Megatron's default: the plan's default too

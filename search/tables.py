@@ -43,7 +43,7 @@ from costmodel.compute import optimizer_time_s
 from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
-from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp,
+from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp, fp8_weight_cache_bytes,
                               model_state_bytes, stage_memory, stage_params)
 from costmodel.pipeline import in_flight_chunks
 from costmodel.units import MB
@@ -280,7 +280,8 @@ class Tables:
 
             def state(c, stage):
                 dense, expert = stage_params(p.model, c, stage)
-                return dict(dense=dense, expert=expert, state=sum(model_state_bytes(p.model, c, stage)))
+                return dict(dense=dense, expert=expert, state=sum(model_state_bytes(p.model, c, stage))
+                            + fp8_weight_cache_bytes(p.model, p.workload, c, stage))
             self._affine[key] = self._fit(choice, kind, state)
         return self._affine[key]
 
