@@ -77,6 +77,9 @@ layers per stage, for the stated degrees):
 * **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule
   (its parallelizer follows torchtitan's), micro-batch as stated; full recompute where the benchmark config
   the source names sets ``activation_checkpointing: true`` (:data:`AUTOMODEL_FULL_AC`), else none.
+  Its models are built in bfloat16 (``NeMoAutoModelForCausalLM.from_config``: ``torch_dtype`` "auto" defaults to
+  ``torch.bfloat16``, ``_transformers/auto_model.py`` at cb976544) and the benchmark configs' optimizer is
+  ``torch.optim.Adam``: BF16 parameters and moments, no FP32 master (``optimizer_dtype='bf16'``).
 * Uneven pipelines: layers per stage as even as possible with the deficit on the last stage,
   then the first, alternating inwards (Megatron's ``--account-for-embedding/loss-in-pipeline-split``
   and torchtitan's ``generate_split_points`` both give the end stages fewer layers), with the
@@ -572,6 +575,10 @@ def _new_row(r: dict) -> Row:
     if src == BRIDGE_FP8_PARAMS and dtype == "fp8" and "blockwise" not in r["notes"].lower():
         extra["fp8_param_gather"] = True
         notes.append("fp8_param_gather (the Bridge FP8 recipes' FP8 parameters: BRIDGE_FP8_PARAMS)")
+    if src == "nemo_automodel":
+        extra["optimizer_dtype"] = "bf16"
+        notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "
+                     "-> bfloat16) and the configs' torch.optim.Adam updates it in place")
     if nemo_bf16_grads(src, label):
         extra["grad_dtype"] = "bf16"
         notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipes (NEMO_BF16_GRADS)")

@@ -447,7 +447,7 @@ def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig,
     shard_d = c.dp * c.cp if c.zero >= 1 else 1
     shard_e = expert_dp(c) if c.zero >= 1 else 1
     d, e = stage_params(model, c, stage)
-    return optimizer_time_s(d / shard_d + e / shard_e, cluster.device)
+    return optimizer_time_s(d / shard_d + e / shard_e, cluster.device, c.optimizer_dtype)
 
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int, params=None) -> float:

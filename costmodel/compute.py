@@ -516,13 +516,16 @@ def embedding_op(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConf
     return _elementwise("embedding", "embed", 3 * ACT_BYTES * n * model.hidden, dev)
 
 
-def optimizer_time_s(params_local: float, dev: DeviceSpec) -> float:
-    """Mixed-precision Adam step over ``params_local`` parameters, HBM-bound.
+#: HBM bytes an Adam step moves per parameter, by the optimizer's dtype (``ParallelConfig.optimizer_dtype``):
+#: FP32 master, m, v and gradient read (16 B), master, m, v written (12 B) and the BF16 weight (2 B)
+#: (Rajbhandari et al. 2020, section 3.1 state layout); BF16 parameter, m, v and gradient read (8 B), the
+#: three written (6 B)
+ADAM_STEP_BYTES = {"fp32": 30.0, "bf16": 14.0}
 
-    Reads FP32 master weight, m, v and gradient (16 B), writes master, m, v (12 B) and the
-    BF16 weight (2 B): 30 B per parameter (Rajbhandari et al. 2020, section 3.1 state layout).
-    """
-    return elementwise_time_s(30.0 * params_local, dev, kernels=4)
+
+def optimizer_time_s(params_local: float, dev: DeviceSpec, optimizer_dtype: str = "fp32") -> float:
+    """Adam step over ``params_local`` parameters, HBM-bound (:data:`ADAM_STEP_BYTES` per parameter)."""
+    return elementwise_time_s(ADAM_STEP_BYTES[optimizer_dtype] * params_local, dev, kernels=4)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ EP_DISPATCHERS = ("alltoall", "deepep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)
 GRAD_DTYPES = ("fp32", "fp16", "bf16")
+OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
@@ -53,6 +54,10 @@ class ParallelConfig:
     fp8_param_gather : Megatron-Core ``--fp8-param-gather``: FP8 training keeps its weights as FP8
         parameters (no separate FP8 copy beside BF16 weights; :func:`costmodel.memory.fp8_weight_cache_bytes`).
         Needs the distributed optimizer or FSDP (zero >= 1).
+    optimizer_dtype : the dtype of the parameters the optimizer updates and of its Adam moments:
+        ``fp32`` (mixed precision, an FP32 master copy; the default) or ``bf16`` (a model built in
+        BF16 and updated by ``torch.optim.Adam`` in place: no master copy, BF16 moments and sharded
+        gradients; FSDP2 only, e.g. NeMo AutoModel, whose ``from_config`` defaults to bfloat16).
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -107,6 +112,7 @@ class ParallelConfig:
     recompute_layers: int | None = None
     recompute_modules: tuple[str, ...] | None = None
     fp8_param_gather: bool = False
+    optimizer_dtype: str = "fp32"
     mb: int = 1
     vp: int = 1
     bucket_bytes: float = 40 * MB
@@ -162,6 +168,11 @@ class ParallelConfig:
                                 "unset unless recompute='selective' under framework=megatron (Megatron-Core's "
                                 "--recompute-modules)")
             object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
+        if self.optimizer_dtype not in OPTIMIZER_DTYPES:
+            raise SpecError("optimizer_dtype", self.optimizer_dtype, f"one of {', '.join(OPTIMIZER_DTYPES)}")
+        if self.optimizer_dtype == "bf16" and self.framework != "fsdp2":
+            raise SpecError("optimizer_dtype", self.optimizer_dtype, "fp32 unless framework=fsdp2 (a BF16 model under "
+                            "torch.optim.Adam; Megatron and DeepSpeed keep an FP32 master copy)")
         if not isinstance(self.fp8_param_gather, bool):
             raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
         if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
@@ -211,6 +222,8 @@ class ParallelConfig:
             del d["grad_dtype"]  # the default: plan keys unchanged
         if not self.fp8_param_gather:
             del d["fp8_param_gather"]  # the default: plan keys unchanged
+        if self.optimizer_dtype == "fp32":
+            del d["optimizer_dtype"]  # the default: plan keys unchanged
         if self.recompute_modules is None:
             del d["recompute_modules"]  # the default: plan keys unchanged
         else:
@@ -226,7 +239,8 @@ class ParallelConfig:
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
-                                              "grad_dtype", "dma", "recompute_modules", "fp8_param_gather"}
+                                              "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
+                                              "optimizer_dtype"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

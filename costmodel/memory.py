@@ -163,8 +163,18 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
         if on:
             return nbytes_per_param * (dense / shard_d + expert / shard_e)
         return nbytes_per_param * (dense + expert)
-    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(grad_elem_bytes(c), sem.shard_grads),
-            sharded(OPTIM_BYTES, sem.shard_optimizer))
+    grad = grad_elem_bytes(c)
+    if c.optimizer_dtype == "bf16" and sem.shard_grads:
+        grad = 2  # FSDP2 keeps the sharded gradient in the parameter's dtype (reduced in FP32, then cast)
+    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(grad, sem.shard_grads),
+            sharded(optimizer_state_bytes(c), sem.shard_optimizer))
+
+
+def optimizer_state_bytes(c: ParallelConfig) -> int:
+    """Optimizer bytes per parameter: :data:`OPTIM_BYTES` (FP32 master, Adam m and v) with
+    ``optimizer_dtype='fp32'``; with ``bf16`` only the two BF16 moments (``torch.optim.Adam`` keeps its
+    state in the parameter's dtype; the BF16 parameter, counted as the weight, is the one it updates)."""
+    return OPTIM_BYTES if c.optimizer_dtype == "fp32" else 4
 
 
 def grad_elem_bytes(c: ParallelConfig) -> int:
