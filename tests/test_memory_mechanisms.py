@@ -123,3 +123,25 @@ def test_a_bf16_model_under_torch_adam_keeps_no_fp32_master():
 def test_bf16_optimizer_state_only_under_fsdp2():
     with pytest.raises(SpecError, match="optimizer_dtype"):
         ParallelConfig(dp=8, zero=1, optimizer_dtype="bf16")
+
+
+# ------------------------------------------------------------------ the search runs the same options
+def test_a_problem_options_reach_every_plan_of_the_search():
+    from search.problem import Limits, Problem
+    from search.solve import SolveOptions, solve
+    cl, w = H100.with_gpus(256), Workload(global_batch=256, seq_len=16384)  # Megatron-MoE-ModelZoo's Qwen3 rows
+    pins = dict(tp=4, pp=8, dp=8, ep=8, cp=1, sp=True, zero=1, recompute="selective", mb=1, vp=4)
+    lim = Limits(fixed=pins, layers_per_stage=(11, 12, 12, 12, 12, 12, 12, 11))
+    plain = solve(Problem(model=QWEN, cluster=cl, workload=w, limits=lim), SolveOptions(time_limit_s=10))
+    mods = solve(Problem(model=QWEN, cluster=cl, workload=w, limits=lim,
+                         options=(("recompute_modules", ("layernorm", "moe")),)), SolveOptions(time_limit_s=10))
+    assert plain.status == "INFEASIBLE"  # the MoE activations of 4 chunks in flight need more than 80 GB
+    assert mods.status == "OPTIMAL" and mods.best.config.recompute_modules == ("layernorm", "moe")
+
+
+def test_a_problem_refuses_options_its_framework_cannot_run():
+    from search.problem import Problem
+    with pytest.raises(SpecError, match="options"):
+        Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, options=(("tp", 2),))
+    with pytest.raises(SpecError, match="optimizer_dtype"):
+        Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, options=(("optimizer_dtype", "bf16"),))
