@@ -75,7 +75,11 @@ layers per stage, for the stated degrees):
   interleave factor is not stated: 2 (the smallest interleave); TP with sequence parallel;
   no recompute; stages as the paper says (first and last hold one layer fewer).
 * **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule
-  (its parallelizer follows torchtitan's), micro-batch as stated, no recompute.
+  (its parallelizer follows torchtitan's), micro-batch as stated; full recompute where the benchmark config
+  the source names sets ``activation_checkpointing: true`` (:data:`AUTOMODEL_FULL_AC`), else none.
+  Its models are built in bfloat16 (``NeMoAutoModelForCausalLM.from_config``: ``torch_dtype`` "auto" defaults to
+  ``torch.bfloat16``, ``_transformers/auto_model.py`` at cb976544) and the benchmark configs' optimizer is
+  ``torch.optim.Adam``: BF16 parameters and moments, no FP32 master (``optimizer_dtype='bf16'``).
 * Uneven pipelines: layers per stage as even as possible with the deficit on the last stage,
   then the first, alternating inwards (Megatron's ``--account-for-embedding/loss-in-pipeline-split``
   and torchtitan's ``generate_split_points`` both give the end stages fewer layers), with the
@@ -106,7 +110,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costmodel.compute import FA2_HOPPER_RATIO, fa2_device
-from costmodel.config import ParallelConfig
+from costmodel.config import RECOMPUTE_MODULES, ParallelConfig
 from costmodel.errors import PlannerError
 from costmodel.estimate import Estimate, evaluate
 from costmodel.presets import load_cluster, load_model
@@ -166,6 +170,25 @@ MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
 #: (examples/pretrain_gpt3_175B.sh at a8d172b, Apr 2021, the SC21 paper's code). Korthikanti et al.
 #: state neither dtype nor flag: FP32, the default, is kept for them and for every later source.
 FP16_GRADS = ("megatron_readme_2020", "narayanan2021")
+#: NeMo 1.x runs whose launcher recipe reduces gradients in BF16: NeMo-Framework-Launcher 24.07 (the NeMo 24.07
+#: tables' release) ``examples/training/{gpt,llama}/h100/*.sh`` all pass ``+training.model.optim.grad_sync_dtype=bf16``
+#: and ``launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`` sets ``grad_sync_dtype: bf16`` (the Nemotron
+#: 8B/22B examples set none: FP32); NeMo's ``setup_mcore_distributed_parallel`` turns it into Megatron-Core's
+#: ``grad_reduce_in_fp32 = (grad_sync_dtype == 'fp32')``: a BF16 gradient buffer. The long-sequence table ran the
+#: 24.03.01 container; the earliest launcher tag stored, 24.05, sets the same for every Llama H100 example.
+NEMO_BF16_GRADS = {"nemo_2407": ("GPT3-", "LLAMA", "Nemotron-340B"), "nemo_longseq": ("LLAMA",)}
+
+
+def nemo_bf16_grads(src: str, label: str) -> bool:
+    """Whether a NeMo row's recipe reduces gradients in BF16 (:data:`NEMO_BF16_GRADS`)."""
+    return any(label.startswith(prefix) for prefix in NEMO_BF16_GRADS.get(src, ()))
+
+
+#: Megatron-Bridge FP8 recipes on Hopper keep FP8 parameters (``--fp8-param-gather``):
+#: ``src/megatron/bridge/training/mixed_precision.py`` at 4ab94dfa, ``bf16_with_fp8_delayed_scaling_mixed`` and
+#: ``bf16_with_fp8_current_scaling_mixed`` set ``fp8_param_gather = True``; the blockwise (DeepSeek-style) recipe
+#: ``bf16_with_fp8_subchannel_scaling_mixed`` sets it False
+BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
 #: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
 #: set's rule for tuned tables; module docstring, "New set")
@@ -182,6 +205,20 @@ FRAMEWORK = {
 #: before each reduce-scatter, ``ParallelConfig.fsdp_copies``); llm-foundry's Composer wraps FSDP1 (``FlatParameter``:
 #: parameters are views of the gathered buffer) and Meta's Llama 3 FSDP is not PyTorch's: no copies charged
 FSDP2_COPIES = ("torchtitan_2024", "torchtitan_2025_asynctp", "nemo_automodel")
+#: NeMo AutoModel rows whose benchmark config (named by the source's table, ``examples/llm_benchmark/`` at the
+#: source's commit cb976544) sets ``distributed.activation_checkpointing: true``: each transformer block is wrapped
+#: in ``checkpoint_wrapper`` (``components/moe/parallelizer.py`` ``apply_ac``, ``components/distributed/
+#: parallelizer.py``), i.e. full recompute. Keyed by (model label, GPUs): the 1,024-GPU DeepSeek V3 config
+#: (``deepseek_v3_te_deepep_1024.yaml``) and ``gptoss_20b_te_deepep.yaml`` set none (default False),
+#: ``gptoss_120b_te_deepep.yaml`` sets false.
+AUTOMODEL_FULL_AC = {
+    ("DeepSeek V3 671B", 256): "deepseek/deepseek_v3_te_deepep.yaml",
+    ("Kimi K2", 256): "kimi/kimi_k2_te_deepep.yaml",
+    ("Qwen3 MoE 30B", 8): "qwen/qwen3_moe_30b_te_deepep.yaml",
+    ("Llama3 70B", 64): "llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
+}
+#: how the Megatron-Core recipe sources name ``--recompute-modules`` (Megatron-MoE-ModelZoo's tables)
+MCORE_MODULE_NAMES = {"norm": "layernorm", "act": "moe_act", "attention core": "core_attn"}
 #: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.compute.FA2_HOPPER_RATIO`)
 FA2_STACKS = {
     "torchtitan_2024": "PyTorch SDPA flash backend, which is FlashAttention-2",
@@ -347,7 +384,7 @@ def _dev_row(r: dict) -> Row:
                  else ("selective" if rec.startswith("selective") else "none"),
                  zero=0 if era else 1, flash_attention=not era,
                  bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1,
-                 grad_dtype="fp16" if src in FP16_GRADS else "fp32")
+                 grad_dtype="fp16" if src in FP16_GRADS else ("bf16" if nemo_bf16_grads(src, r["model"]) else "fp32"))
     free = {}
     if _num(r["micro_batch"]):
         fixed["mb"] = int(float(r["micro_batch"]))
@@ -369,6 +406,8 @@ def _dev_row(r: dict) -> Row:
     notes = [f"{k} chosen by the planner from {v}" for k, v in free.items()]
     if src in FP16_GRADS:
         notes.append("FP16 gradients reduced (Megatron-LM of the era, FP16 without FP32 all-reduce: FP16_GRADS)")
+    if nemo_bf16_grads(src, r["model"]):
+        notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipe (NEMO_BF16_GRADS)")
     row = Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip,
               set="dev", gpus=gpus, notes=notes, measured_how=how)
     vp_reg = fixed.get("vp", 1)
@@ -479,13 +518,26 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
             notes.append("mb 1 (not stated)")
     rec = r["recompute"].lower()
     recompute = "full" if rec.startswith("full") else ("selective" if rec.startswith("selective") else "none")
-    if not rec:
+    if src == "nemo_automodel" and not rec and (label, gpus) in AUTOMODEL_FULL_AC:
+        recompute = "full"
+        notes.append(f"full recompute: activation_checkpointing true in {AUTOMODEL_FULL_AC[label, gpus]} (the named config)")
+    elif not rec:
         notes.append("no recompute (not stated)")
     if src in TORCHTITAN and recompute == "selective":
         # torchtitan's selective AC is per-op (selective_ac_option 'op': train_configs/llama3_8b.toml at 327b72b,
         # the config of these Llama 3 8B rows; rows 151/152 state "per-op SAC"), not Megatron's attention-only
         recompute = "op_sac"
         notes.append("selective = torchtitan per-op SAC (recompute op_sac; selective_ac_option 'op')")
+    modules, extra = None, {}
+    if recompute == "selective" and src in MCORE_RECIPES and "(" in rec:
+        # Megatron-Core --recompute-modules as the source lists them, e.g. "selective (layernorm, moe)"
+        named = tuple(MCORE_MODULE_NAMES.get(m.strip(), m.strip()) for m in rec.split("(", 1)[1].rstrip(")").split(","))
+        if all(m in RECOMPUTE_MODULES for m in named):
+            modules = named
+            notes.append(f"--recompute-modules {' '.join(named)} (stated)")
+        else:
+            notes.append(f"recompute modules {', '.join(named)} stated; not all modelled "
+                         f"({', '.join(RECOMPUTE_MODULES)}): charged as Megatron's default (core attention)")
     zero = _zero(src, r["zero_or_sharding"], pp, notes)
     megatron_2023 = src == "megascale2024"
     if src in MCORE_RECIPES:
@@ -522,9 +574,22 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         # query heads (repeat_kv before SDPA); costmodel.compute.cp_exchange
         cp_impl = "torch"
         notes.append("cp_impl torch: PyTorch context_parallel, K/V (repeat_kv) all-gathered, dK/dV ring in FP32")
+    if modules is not None:
+        extra["recompute_modules"] = modules
+    if src == BRIDGE_FP8_PARAMS and dtype == "fp8" and "blockwise" not in r["notes"].lower():
+        extra["fp8_param_gather"] = True
+        notes.append("fp8_param_gather (the Bridge FP8 recipes' FP8 parameters: BRIDGE_FP8_PARAMS)")
+    if src == "nemo_automodel":
+        extra["optimizer_dtype"] = "bf16"
+        notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "
+                     "-> bfloat16) and the configs' torch.optim.Adam updates it in place")
+    if nemo_bf16_grads(src, label):
+        extra["grad_dtype"] = "bf16"
+        notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipes (NEMO_BF16_GRADS)")
     fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
                  flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
                  fused_elementwise=fused, ep_dispatcher=dispatcher, cp_impl=cp_impl)
+    fixed.update(extra)
     if framework == "fsdp2":
         fixed["fsdp_copies"] = src in FSDP2_COPIES  # FSDP1 / Meta's FSDP: no per-parameter copies
     regime_vp = vp

@@ -29,7 +29,8 @@ from functools import lru_cache
 
 from . import dma, frameworks
 from .collectives import collective_time_s, group_stride, layout
-from .compute import ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions, optimizer_time_s
+from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops,
+                      module_recompute_fractions, op_sac_fractions, optimizer_time_s)
 from .config import ParallelConfig
 from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
@@ -148,6 +149,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
     a = dma.resolve(cluster, c, model)
     sac = op_sac_fractions(model, ops, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
+    replays = sac is not None  # a replayed forward with communication (sac_led)
     if c.tp > 1:
         msg = n * model.hidden * ACT_BYTES
         tp = dma.engines_of(cluster, a, "tp")
@@ -184,16 +186,24 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
         t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster, engines=dma.engines_of(cluster, a, "ep"))
         k = c.chunks if c.chunks > 1 else 0
-        f = CommLedger()
-        f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
-        f.overlap("ep", t_a2a, experts.fwd_s, k, WHY_EP, coef)  # combine
+        f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
         led, fwd_led = led.merge(f), fwd_led.merge(f)
         led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
         led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
     if c.recompute == "full":
         recompute = fwd
-    elif c.recompute == "selective":
-        recompute = attn.fwd_s
+    elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
+        mods = module_recompute_fractions(ops, c.recomputed_modules, moe)
+        recompute = (attn.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
+            f * o.fwd_s for f, o in zip(mods, ops))
+        replayed = [(o, f) for o, f in zip(ops, mods) if f > 0]
+        if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
+            sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
+                                                   t_ag, t_ar, c.sp_on, c.chunks, coef))
+            replays = True
+        if moe and c.ep > 1 and "moe" in c.recomputed_modules:  # the MoE layer's all-to-alls run again
+            sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
+            replays = True
     elif sac is not None:
         recompute = sum(f * o.fwd_s for f, o in zip(sac, ops))
     else:
@@ -229,15 +239,23 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         waits_b = waits(led) - waits_f
         if c.recompute == "full":
             waits_b += waits_f  # the recompute repeats the forward's communication
-        elif sac is not None:
+        elif replays:
             waits_b += waits(sac_led)
         if sem.gather_forward:
             led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef, waits_s=waits_f)
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
         led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
-    rec_led = fwd_led if c.recompute == "full" else (sac_led if sac is not None else None)
+    rec_led = fwd_led if c.recompute == "full" else (sac_led if replays else None)
     _link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
     return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
+
+
+def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) -> CommLedger:
+    """An MoE layer's forward all-to-alls: the dispatch exposed, the combine behind the experts."""
+    f = CommLedger()
+    f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
+    f.overlap("ep", t_a2a, experts_fwd_s, k, WHY_EP, coef)  # combine
+    return f
 
 
 def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> CommLedger:
@@ -429,7 +447,7 @@ def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig,
     shard_d = c.dp * c.cp if c.zero >= 1 else 1
     shard_e = expert_dp(c) if c.zero >= 1 else 1
     d, e = stage_params(model, c, stage)
-    return optimizer_time_s(d / shard_d + e / shard_e, cluster.device)
+    return optimizer_time_s(d / shard_d + e / shard_e, cluster.device, c.optimizer_dtype)
 
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int, params=None) -> float:

@@ -371,6 +371,29 @@ def op_sac_fractions(model: ModelSpec, ops, tp: int, dtype: str, flash: bool = T
     return tuple(out)
 
 
+#: the ops of an MoE layer's MoE block (:func:`layer_ops`): what Megatron's ``moe`` recompute replays
+MOE_BLOCK_OPS = ("router", "router_topk", "tokens_per_expert_sync", "permute", "experts", "unpermute")
+
+
+def module_recompute_fractions(ops, modules, moe: bool) -> tuple[float, ...]:
+    """Share of each op's forward that Megatron-Core's selective recompute replays in backward for
+    ``modules`` beyond the core attention (:data:`costmodel.config.RECOMPUTE_MODULES`; the core attention
+    is charged by the engines on their own): ``layernorm`` the pre-MLP norm of an MoE layer (``ln2``;
+    the input norm is fused into the QKV GEMM), ``moe`` the MoE block, its all-to-alls included
+    (``megatron/core/transformer/transformer_layer.py`` and ``moe/moe_layer.py`` at d98e8a64).
+
+    >>> from collections import namedtuple
+    >>> O = namedtuple("O", "name")
+    >>> module_recompute_fractions([O("ln2"), O("router"), O("experts"), O("bda2")], {"layernorm", "moe"}, True)
+    (1.0, 1.0, 1.0, 0.0)
+    """
+    out = []
+    for op in ops:
+        on = moe and (("layernorm" in modules and op.name == "ln2") or ("moe" in modules and op.name in MOE_BLOCK_OPS))
+        out.append(1.0 if on else 0.0)
+    return tuple(out)
+
+
 def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean load.
 
@@ -523,13 +546,16 @@ def embedding_op(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConf
     return _elementwise("embedding", "embed", 3 * ACT_BYTES * n * model.hidden, dev)
 
 
-def optimizer_time_s(params_local: float, dev: DeviceSpec) -> float:
-    """Mixed-precision Adam step over ``params_local`` parameters, HBM-bound.
+#: HBM bytes an Adam step moves per parameter, by the optimizer's dtype (``ParallelConfig.optimizer_dtype``):
+#: FP32 master, m, v and gradient read (16 B), master, m, v written (12 B) and the BF16 weight (2 B)
+#: (Rajbhandari et al. 2020, section 3.1 state layout); BF16 parameter, m, v and gradient read (8 B), the
+#: three written (6 B)
+ADAM_STEP_BYTES = {"fp32": 30.0, "bf16": 14.0}
 
-    Reads FP32 master weight, m, v and gradient (16 B), writes master, m, v (12 B) and the
-    BF16 weight (2 B): 30 B per parameter (Rajbhandari et al. 2020, section 3.1 state layout).
-    """
-    return elementwise_time_s(30.0 * params_local, dev, kernels=4)
+
+def optimizer_time_s(params_local: float, dev: DeviceSpec, optimizer_dtype: str = "fp32") -> float:
+    """Adam step over ``params_local`` parameters, HBM-bound (:data:`ADAM_STEP_BYTES` per parameter)."""
+    return elementwise_time_s(ADAM_STEP_BYTES[optimizer_dtype] * params_local, dev, kernels=4)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,17 @@ from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
 from .units import MB
 
 RECOMPUTE = ("none", "selective", "full", "op_sac")
+#: Megatron-Core ``--recompute-modules`` this model charges (``TransformerConfig.recompute_modules`` at
+#: d98e8a64; default ``["core_attn"]``): the core attention; ``layernorm``, the pre-MLP norm's output of an MoE
+#: layer, discarded after use and recomputed (``CheckpointWithoutOutput``; the input norm is fused into the QKV
+#: GEMM in the Transformer Engine spec, an ``IdentityOp``, so nothing to discard there); ``moe``, the whole MoE
+#: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
 EP_DISPATCHERS = ("alltoall", "deepep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)
 GRAD_DTYPES = ("fp32", "fp16", "bf16")
+OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
@@ -42,6 +49,15 @@ class ParallelConfig:
         matmuls (:func:`costmodel.compute.op_sac_fractions`).
     recompute_layers : with ``full``, layers per pipeline stage that are recomputed
         (``None`` = all of them).
+    recompute_modules : with ``selective`` under Megatron-Core, the ``--recompute-modules`` (a tuple from
+        :data:`RECOMPUTE_MODULES`; ``None`` = Megatron's default, the core attention alone).
+    fp8_param_gather : Megatron-Core ``--fp8-param-gather``: FP8 training keeps its weights as FP8
+        parameters (no separate FP8 copy beside BF16 weights; :func:`costmodel.memory.fp8_weight_cache_bytes`).
+        Needs the distributed optimizer or FSDP (zero >= 1).
+    optimizer_dtype : the dtype of the parameters the optimizer updates and of its Adam moments:
+        ``fp32`` (mixed precision, an FP32 master copy; the default) or ``bf16`` (a model built in
+        BF16 and updated by ``torch.optim.Adam`` in place: no master copy, BF16 moments and sharded
+        gradients; FSDP2 only, e.g. NeMo AutoModel, whose ``from_config`` defaults to bfloat16).
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -94,6 +110,9 @@ class ParallelConfig:
     zero: int = 0
     recompute: str = "none"
     recompute_layers: int | None = None
+    recompute_modules: tuple[str, ...] | None = None
+    fp8_param_gather: bool = False
+    optimizer_dtype: str = "fp32"
     mb: int = 1
     vp: int = 1
     bucket_bytes: float = 40 * MB
@@ -138,6 +157,29 @@ class ParallelConfig:
             _positive_int("recompute_layers", self.recompute_layers, allow_zero=True)
             if self.recompute != "full":
                 raise SpecError("recompute_layers", self.recompute_layers, "unset unless recompute='full'")
+        if self.recompute_modules is not None:
+            mods = tuple(self.recompute_modules) if isinstance(self.recompute_modules, (list, tuple)) else None
+            bad = [m for m in (mods or ()) if m not in RECOMPUTE_MODULES]
+            if mods is None or not mods or bad:
+                raise SpecError("recompute_modules", bad[0] if bad else self.recompute_modules,
+                                f"a non-empty list of {', '.join(RECOMPUTE_MODULES)}")
+            if self.recompute != "selective" or self.framework != "megatron":
+                raise SpecError("recompute_modules", ",".join(mods),
+                                "unset unless recompute='selective' under framework=megatron (Megatron-Core's "
+                                "--recompute-modules)")
+            object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
+        if self.optimizer_dtype not in OPTIMIZER_DTYPES:
+            raise SpecError("optimizer_dtype", self.optimizer_dtype, f"one of {', '.join(OPTIMIZER_DTYPES)}")
+        if self.optimizer_dtype == "bf16" and self.framework != "fsdp2":
+            raise SpecError("optimizer_dtype", self.optimizer_dtype, "fp32 unless framework=fsdp2 (a BF16 model under "
+                            "torch.optim.Adam; Megatron and DeepSpeed keep an FP32 master copy)")
+        if not isinstance(self.fp8_param_gather, bool):
+            raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
+        if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
+            # megatron/training/arguments.py at d98e8a64: "--fp8-param-gather only supported with distributed
+            # optimizer, torch fsdp2, megatron fsdp, or inference mode"
+            raise SpecError("fp8_param_gather", self.fp8_param_gather,
+                            "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)")
         if self.layers_per_stage is not None:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
@@ -151,6 +193,14 @@ class ParallelConfig:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def recomputed_modules(self) -> frozenset:
+        """Modules a ``selective`` recompute replays (``recompute_modules``, or the core attention alone);
+        empty otherwise."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules or ("core_attn",))
 
     @property
     def sp_on(self) -> bool:
@@ -170,6 +220,14 @@ class ParallelConfig:
             del d["fsdp_copies"]  # the framework's own: plan keys unchanged
         if self.grad_dtype == "fp32":
             del d["grad_dtype"]  # the default: plan keys unchanged
+        if not self.fp8_param_gather:
+            del d["fp8_param_gather"]  # the default: plan keys unchanged
+        if self.optimizer_dtype == "fp32":
+            del d["optimizer_dtype"]  # the default: plan keys unchanged
+        if self.recompute_modules is None:
+            del d["recompute_modules"]  # the default: plan keys unchanged
+        else:
+            d["recompute_modules"] = list(self.recompute_modules)
         if self.dma is None:
             del d["dma"]  # the default: the keys of plans without an assignment stay as they were
         else:
@@ -181,7 +239,8 @@ class ParallelConfig:
         d = dict(d)
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
-                                              "grad_dtype", "dma"}
+                                              "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
+                                              "optimizer_dtype"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

@@ -122,7 +122,7 @@ class Scorer:
     def _stage(self, c: ParallelConfig, s: int):
         sem = frameworks.of(c)
         key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, (sem, c.fsdp_copies) if sem.per_microbatch else None,
-               c.recompute, c.recompute_layers, c.mb, c.vp,
+               c.recompute, c.recompute_layers, c.recompute_modules, c.mb, c.vp,
                c.chunks, c.flash_attention, c.cp_impl, c.layers_per_stage, dma.resolve(self.cluster, c, self.model))
         st = self._timing.get(key)
         if st is None:
@@ -131,7 +131,7 @@ class Scorer:
         return st
 
     def _dp_terms(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.bucket_bytes,
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.bucket_bytes, c.grad_dtype,
                dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
         d = self._dp.get(key)
         if d is None:
@@ -139,7 +139,7 @@ class Scorer:
         return d
 
     def _optimizer(self, c: ParallelConfig, s: int) -> float:
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage)
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage, c.optimizer_dtype)
         t = self._optim.get(key)
         if t is None:
             t = self._optim[key] = stage_optimizer_s(self.model, self.cluster, c, s)
@@ -147,7 +147,8 @@ class Scorer:
 
     def _peak_memory(self, c: ParallelConfig, reps) -> float:
         key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers, c.mb, c.vp,
-               c.flash_attention, c.layers_per_stage)
+               c.flash_attention, c.layers_per_stage, c.recompute_modules, c.fp8_param_gather, c.optimizer_dtype,
+               c.grad_dtype)
         peak = self._memory.get(key)
         if peak is None:
             peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)

@@ -24,7 +24,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import frameworks
 from .compute import moe_imbalance, op_sac_matmuls
@@ -163,8 +163,18 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
         if on:
             return nbytes_per_param * (dense / shard_d + expert / shard_e)
         return nbytes_per_param * (dense + expert)
-    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(grad_elem_bytes(c), sem.shard_grads),
-            sharded(OPTIM_BYTES, sem.shard_optimizer))
+    grad = grad_elem_bytes(c)
+    if c.optimizer_dtype == "bf16" and sem.shard_grads:
+        grad = 2  # FSDP2 keeps the sharded gradient in the parameter's dtype (reduced in FP32, then cast)
+    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(grad, sem.shard_grads),
+            sharded(optimizer_state_bytes(c), sem.shard_optimizer))
+
+
+def optimizer_state_bytes(c: ParallelConfig) -> int:
+    """Optimizer bytes per parameter: :data:`OPTIM_BYTES` (FP32 master, Adam m and v) with
+    ``optimizer_dtype='fp32'``; with ``bf16`` only the two BF16 moments (``torch.optim.Adam`` keeps its
+    state in the parameter's dtype; the BF16 parameter, counted as the weight, is the one it updates)."""
+    return OPTIM_BYTES if c.optimizer_dtype == "fp32" else 4
 
 
 def grad_elem_bytes(c: ParallelConfig) -> int:
@@ -188,33 +198,92 @@ def gathered_weight_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> fl
 
 def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe: bool = False) -> float:
     """Activation bytes one layer stores for backward, per micro-batch, on one GPU (no recompute
-    of the layer as a whole; ``c.recompute == 'selective'`` drops the attention-score term)."""
+    of the layer as a whole; ``c.recompute == 'selective'`` drops what its modules recompute,
+    :attr:`ParallelConfig.recomputed_modules`: the attention-score term by default)."""
     t = c.tp
     h = model.hidden
     tokens = c.mb * w.seq_len / c.cp
-    replicated = 10 * h  # 2 LN inputs (4h), QKV input (2h), MLP input (2h), 2 dropout masks (2h)
+    x = LINEAR_INPUT_BYTES[fp8_saved_inputs(w, c)]  # bytes of a saved GEMM input element
+    rec = c.recomputed_modules
+    # 2 LN inputs (4h), QKV input (2h, FP8 1h), MLP input (2h: under MoE the router keeps it in BF16; discarded by
+    # Megatron's "layernorm" recompute, and by "moe" as well when both are on), 2 dropout masks (2h)
+    mlp_input = (2 if moe else x) * h
+    if moe and "layernorm" in rec:
+        mlp_input = 0.0
+    replicated = 4 * h + x * h + mlp_input + 2 * h
     d_v = model.v_head_dim if model.is_mla else model.head_dim
     q = model.heads * (model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0))
     kv = model.kv_heads * (model.head_dim + d_v) if not model.is_mla else model.heads * (model.head_dim + model.qk_rope_head_dim + d_v)
-    split = 2 * q + 2 * kv + 2 * model.heads * d_v  # Q, K, V, attention-output input (BF16)
+    # Q, K, V, attention output (BF16, kept by the attention kernel); with FP8 inputs the output projection
+    # keeps its own FP8 copy of that output besides
+    split = 2 * q + 2 * kv + (2 + (x if x < 2 else 0)) * model.heads * d_v
     gated = model.activation == "swiglu"
+    mlp = (4 if gated else 2) * 1 + x  # per FFN unit: fc1 output (2 B, twice gated) and the fc2 input
     if moe:
         f = model.moe_ffn_hidden
-        slot = (6 if gated else 4) * f / c.expert_tp() + 2 * h  # expert MLP tensors + permuted input
+        slot = mlp * f / c.expert_tp() + x * h  # expert MLP tensors + permuted input (the expert fc1's input)
         slots_per_token = model.topk / (t if c.ep > 1 else 1)
         # the busiest EP rank stores its share of the routed slots (costmodel.compute.moe_imbalance)
         slots_per_token *= moe_imbalance(model, c.ep, tokens * model.topk / (t if c.ep > 1 else 1) * c.ep / model.experts)
-        per_token_split = split / t + slot * slots_per_token
-        per_token_split += (6 if gated else 4) * model.shared_experts * f / t + 4 * model.experts
+        moe_layer = slot * slots_per_token + mlp * model.shared_experts * f / t + 4 * model.experts
+        if model.shared_experts and x < 2:  # the shared experts' fc1 keeps an FP8 copy of the (BF16) MLP input
+            moe_layer += x * h / (t if c.sp_on else 1)
+        # Megatron "moe" recompute: the checkpointed MoE layer keeps only its input (the MLP input above)
+        per_token_split = split / t + (0.0 if "moe" in rec else moe_layer)
     else:
         f = model.ffn_hidden
-        per_token_split = (split + (6 if gated else 4) * f) / t
+        per_token_split = (split + mlp * f) / t
     per_token = replicated / (t if c.sp_on else 1) + per_token_split
-    if not c.flash_attention and c.recompute != "selective":
+    if not c.flash_attention and "core_attn" not in rec:
         per_token += 5 * model.heads * w.seq_len / t  # softmax (2), dropout mask (1), dropout out (2) per score
     elif c.flash_attention:
         per_token += 4 * model.heads / t  # FP32 log-sum-exp per head
     return tokens * per_token
+
+
+#: bytes of one saved GEMM-input element: BF16, or FP8 (:func:`fp8_saved_inputs`)
+LINEAR_INPUT_BYTES = {False: 2, True: 1}
+
+
+def fp8_saved_inputs(w: Workload, c: ParallelConfig) -> bool:
+    """Whether the GEMMs save their inputs for backward in FP8: Transformer Engine's FP8 linears under
+    Megatron-Core (``w.dtype == 'fp8'``, ``framework='megatron'``) quantize the input and keep the FP8 copy
+    (``transformer_engine/pytorch/module/linear.py`` at d0067d0: ``saved_inputmat = inputmat``, the
+    quantized input; ``layernorm_linear.py``: ``ln_out_to_save = ln_out``, quantized by ``input_quantizer``;
+    ``GroupedLinear`` likewise for the experts). torchao's ``Float8Linear`` (torchtitan, FSDP2) saves the
+    high-precision input and casts again in backward: BF16."""
+    return w.dtype == "fp8" and c.framework == "megatron"
+
+
+#: bytes per GEMM weight of Transformer Engine's cached FP8 copy on Hopper: the row-wise data for the
+#: forward GEMM and the column-wise (transposed) data for the data-gradient GEMM, one byte each
+FP8_WEIGHT_COPY_BYTES = 2
+
+
+def fp8_weight_cache_bytes(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> float:
+    """FP8 weight copies one GPU of ``stage`` keeps beside its BF16 weights: Transformer Engine quantizes
+    each GEMM weight once per step and caches it across micro-batches when Megatron-Core passes
+    ``is_first_microbatch`` (``transformer_engine/pytorch/module/linear.py`` at d0067d0:
+    ``cache_name = "weight"``, kept in ``self._fp8_workspaces``; Megatron-Core
+    ``extensions/transformer_engine.py`` at d98e8a64 passes it unless ``--disable-parameter-transpose-cache``).
+    With ``--fp8-param-gather`` the weights *are* FP8 parameters (row-wise + transposed, as many bytes as BF16):
+    no copy. The GEMM weights are the layers' attention, MLP and expert matrices (not the embedding,
+    the LM head, norms or the router), sharded under ZeRO-3 as the weights are.
+
+    >>> from costmodel.presets import load_model
+    >>> m = load_model("llama3-70b")
+    >>> fp8_weight_cache_bytes(m, Workload(global_batch=8, seq_len=4096, dtype="bf16"), ParallelConfig(tp=8), 0)
+    0.0
+    """
+    if w.dtype != "fp8" or c.framework != "megatron" or c.fp8_param_gather:
+        return 0.0
+    n_dense, n_moe = layer_counts(model, c, stage)
+    dense = n_dense * (model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp
+    dense += n_moe * (model.attn_params + model.shared_experts * model.expert_params) / c.tp
+    expert = n_moe * layer_params(model, c, True)[1] if n_moe else 0.0
+    if frameworks.of(c).shard_weights:  # as model_state_bytes shards the weights
+        dense, expert = dense / (c.dp * c.cp), expert / expert_dp(c)
+    return FP8_WEIGHT_COPY_BYTES * (dense + expert)
 
 
 def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe: bool = False) -> float:
@@ -246,6 +315,7 @@ def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe
 def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:
     """Peak memory of one GPU of ``stage`` during a training step."""
     weights, grads, optim = model_state_bytes(model, c, stage)
+    weights += fp8_weight_cache_bytes(model, w, c, stage)
     m = micro_batches(w, c)
     n_dense, n_moe = layer_counts(model, c, stage)
     act = {False: activation_bytes_per_layer(model, w, c, False) if n_dense else 0.0,
@@ -263,6 +333,9 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         working = max(act[False], act[True])
     else:
         stored, working = n_dense * act[False] + n_moe * act[True], 0.0
+        if n_moe and c.recomputed_modules - {"core_attn"}:  # one MoE layer re-materialised during its backward
+            plain = replace(c, recompute_modules=None)
+            working = activation_bytes_per_layer(model, w, plain, True) - act[True]
     chunks = in_flight_chunks(c.pp, m, c.vp, stage)
     acts = stored / c.vp * chunks + working
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight

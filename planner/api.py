@@ -114,7 +114,8 @@ def sweep(models, clusters, gpus, global_batch, seq, *, out, dtype="bf16", dma_e
 def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | None = None,
               global_batch: int | None = None, seq: int | None = None, dtype: str = "bf16",
               time_limit_s: float = 10.0, workers: int = 2, seed: int = 0, top_k: int = 1,
-              limits=None, framework: str = "megatron", grad_dtype: str = "fp32", robust: bool = False, **fixed):
+              limits=None, framework: str = "megatron", grad_dtype: str = "fp32", robust: bool = False,
+              plan_options: dict | None = None, **fixed):
     """The best parallel plan (and the next ``top_k - 1``), proven optimal by CP-SAT.
 
     Parameters
@@ -123,6 +124,8 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
         ``gpus`` (or a cluster with its GPU count) is required.
     time_limit_s, workers, seed, top_k : solver options (:class:`search.solve.SolveOptions`).
     limits : a :class:`search.problem.Limits` (bounds, exclusions, headroom, candidate lists).
+    plan_options : settings every plan runs with (:data:`search.problem.PLAN_OPTIONS`), e.g.
+        ``{"fp8_param_gather": True}`` or ``{"recompute_modules": ("layernorm", "moe")}``.
     framework : ``megatron``, ``deepspeed`` or ``fsdp2``: only what it runs is searched and its
         ZeRO semantics are charged (:mod:`costmodel.frameworks`).
     grad_dtype : ``fp32``, ``bf16`` or ``fp16``: the dtype every plan accumulates and reduces its
@@ -176,7 +179,7 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
         if given:
             limits = replace(limits, **{name: {**getattr(limits, name), **given}})
     problem = Problem(model=m, cluster=cl, workload=workload, limits=limits, framework=framework,
-                      grad_dtype=grad_dtype)
+                      grad_dtype=grad_dtype, options=tuple((plan_options or {}).items()))
     options = SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k)
     if robust:
         from search.robust import solve_robust

@@ -117,6 +117,8 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
                 out.append(["--tp-comm-overlap-cfg", TP_OVERLAP_CFG])
     if c.recompute == "selective":
         out.append(["--recompute-granularity", "selective"])
+        if c.recompute_modules is not None:  # Megatron-Core TransformerConfig.recompute_modules
+            out.append(["--recompute-modules", *c.recompute_modules])
     elif c.recompute == "full":
         if c.recompute_layers is None:  # every layer: keep each layer's input, recompute the rest
             out += [["--recompute-granularity", "full"], ["--recompute-method", "uniform"],
@@ -137,6 +139,8 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
             out.append(["--overlap-param-gather"])
         out.append(["--ddp-bucket-size", str(bucket_elements(c))])
     out += {"bf16": [["--bf16"]], "fp16": [["--fp16"]], "fp8": [["--bf16"], ["--fp8-format", "hybrid"]]}[dtype]
+    if c.fp8_param_gather and dtype == "fp8":  # FP8 parameters, no cached FP8 copy (costmodel.memory.fp8_weight_cache_bytes)
+        out.append(["--fp8-param-gather"])
     return out + grad_dtype_args(c, dtype)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shlex
 
-from costmodel.config import ParallelConfig
+from costmodel.config import RECOMPUTE_MODULES, ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.memory import grad_elem_bytes
 from costmodel.units import MB
@@ -33,6 +33,8 @@ SYNONYMS = {
     "tensor_parallel_size": "tensor_model_parallel_size",
     "pipeline_parallel_size": "pipeline_model_parallel_size",
 }
+#: Megatron-LM arguments that take a list of values (``nargs='*'``)
+LIST_ARGS = ("recompute_modules",)
 #: Megatron-Core's default DDP bucket: 40M FP32 gradient elements (DistributedDataParallelConfig)
 DEFAULT_BUCKET_BYTES = 40e6 * 4
 
@@ -65,6 +67,9 @@ def parse_command_line(text: str) -> dict:
                 if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
                     value = tokens[i + 1]
                     i += 1
+                    while name.replace("-", "_") in LIST_ARGS and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                        value += " " + tokens[i + 1]  # nargs='*': every value up to the next option
+                        i += 1
                 else:
                     value = "True"
             out[name.replace("-", "_")] = value
@@ -153,6 +158,12 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
             f["recompute_layers"] = n
     else:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
+    if "fp8_param_gather" in a:
+        f["fp8_param_gather"] = as_bool("fp8_param_gather", a["fp8_param_gather"])
+    if f["recompute"] == "selective" and not _none(a.get("recompute_modules")):
+        mods = recompute_modules(a["recompute_modules"])
+        if mods != ("core_attn",):  # Megatron's default: the plan's default too
+            f["recompute_modules"] = mods
     grad = grad_dtype(a)
     if grad != "fp32" or any(k in a for k in ("bf16", "fp16", "grad_reduce_in_bf16",
                                               "accumulate_allreduce_grads_in_fp32")):
@@ -246,6 +257,21 @@ def moe_dispatcher(a: dict, ep: int) -> str | None:
         raise SpecError("moe_flex_dispatcher_backend", backend, "deepep (the HybridEP and NCCL EP backends "
                         "are not modelled)")
     return "deepep"
+
+
+def recompute_modules(v) -> tuple[str, ...]:
+    """``--recompute-modules`` as a tuple: from a command line (``layernorm moe``) or Megatron-LM's
+    printed arguments (``['layernorm', 'moe']``); only :data:`costmodel.config.RECOMPUTE_MODULES`.
+
+    >>> recompute_modules("['layernorm', 'moe']"), recompute_modules("layernorm moe")
+    (('layernorm', 'moe'), ('layernorm', 'moe'))
+    """
+    names = tuple(m for m in str(v).strip("[]() ").replace(",", " ").replace("'", " ").replace('"', " ").split() if m)
+    bad = [m for m in names if m not in RECOMPUTE_MODULES]
+    if bad or not names:
+        raise SpecError("recompute_modules", bad[0] if bad else v,
+                        f"modules this planner charges: {', '.join(RECOMPUTE_MODULES)}")
+    return names
 
 
 def grad_dtype(args: dict) -> str:

@@ -131,13 +131,14 @@ class Bounds:
         return collective_time_s("p2p", msg, s.pp, group_stride("pp", s.tp, s.cp, s.dp), p.cluster)
 
     def _opt_s(self, c: Choice, kind: str, n: int) -> float:
-        key = (c.shape, c.zero, c.framework, kind, n)
+        key = (c.shape, c.zero, c.framework, kind, n, c.options)
         if key not in self._opt:
             s = c.shape
             shard_d = s.dp * s.cp if c.zero >= 1 else 1
             shard_e = expert_dp(c.config()) if c.zero >= 1 else 1
             a = self.t.state(c, kind)
-            self._opt[key] = optimizer_time_s(a["dense"][n] / shard_d + a["expert"][n] / shard_e, self.p.cluster.device)
+            self._opt[key] = optimizer_time_s(a["dense"][n] / shard_d + a["expert"][n] / shard_e, self.p.cluster.device,
+                                              dict(c.options).get("optimizer_dtype", "fp32"))
         return self._opt[key]
 
     # ------------------------------------------------------------------ the cheap bound

@@ -57,7 +57,8 @@ def all_choices(p: Problem):
                 for (sp, chunks), zero, bucket in itertools.product(*per_shape):
                     for a in dma_values(p, s, zero):
                         for kind, k in recs:
-                            yield Choice(s, mb, vp, sp, chunks, zero, kind, k, bucket, p.framework, a, p.grad_dtype)
+                            yield Choice(s, mb, vp, sp, chunks, zero, kind, k, bucket, p.framework, a, p.grad_dtype,
+                                         p.options)
 
 
 def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):

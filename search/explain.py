@@ -49,7 +49,7 @@ def lean_choices(p: Problem):
         full = [r for r in recs if r[0] == "full"]  # the most recompute: all layers, else the most layers
         rec, k = ("full", None) if ("full", None) in recs else max(full, key=lambda r: r[1]) if full else recs[-1]
         yield Choice(s, mb, vps[0], max(sps), chunks[0], max(zeros), rec, k, buckets[0], p.framework,
-                     grad_dtype=p.grad_dtype)
+                     grad_dtype=p.grad_dtype, options=p.options)
 
 
 def feasible(p: Problem, deadline: float | None = None) -> bool:

@@ -50,7 +50,7 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
     vecs = {}
     for ch in chunk_opts:
         c = Choice(base.shape, base.mb, base.vp, base.sp, ch, base.zero, base.recompute, None, base.bucket_mb,
-                   base.framework, base.dma, base.grad_dtype)
+                   base.framework, base.dma, base.grad_dtype, base.options)
         vecs[ch] = [tables.layer(c, False)] + ([tables.layer(c, True)] if moe else [])
     ref = vecs[chunk_opts[0]]
     if any(v[i][2:] != ref[i][2:] for v in vecs.values() for i in range(len(ref))):
@@ -133,15 +133,16 @@ class Expander:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
                         if pruned is not None and pruned(Choice(s, mb, vp, sp, max(chunk_opts), zero, kind, k,
-                                                                kept_buckets[0], p.framework, a, p.grad_dtype)):
+                                                                kept_buckets[0], p.framework, a, p.grad_dtype,
+                                                                p.options)):
                             self.counts["bound"] += len(chunk_opts) * len(buckets)
                             continue
                         base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a,
-                                      p.grad_dtype)
+                                      p.grad_dtype, p.options)
                         chs = self.chunks(base, chunk_opts)
                         self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                         for ch in chs:
-                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype)
+                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype, p.options)
                                    for b in kept_buckets]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
@@ -172,19 +173,20 @@ class Expander:
         if refined:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
             zeros = [z for z in zeros
                      if bounds.caps(Choice(s, mb, vp, max(sps), 1, z, slow_rec, None, bucket, p.framework,
-                                              grad_dtype=p.grad_dtype)) is not None]
+                                              grad_dtype=p.grad_dtype, options=p.options)) is not None]
             if not zeros:
                 return None
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
         t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework,
-                                            grad_dtype=p.grad_dtype))
+                                            grad_dtype=p.grad_dtype, options=p.options))
                 for sp in sps)
         if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)
             return t
         rest = math.inf
         for z in zeros:  # every bucket size: each extra bucket pays a collective latency (step.bucketed_s)
             for b in opts:
-                c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype)
+                c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype,
+                           options=p.options)
                 rest = min(rest, bounds.opt_lb_s(c) + bounds.dp_lb_s(c))
         return t + rest
 

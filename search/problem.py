@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from costmodel.config import GRAD_DTYPES
+from costmodel.config import GRAD_DTYPES, ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.frameworks import (FRAMEWORKS, check_fields, check_userbuffers_chunks, refuse_unsearchable_recompute,
                                   userbuffers)
@@ -118,6 +118,10 @@ class Limits:
         return [v for v in values if self.allows(var, v)]
 
 
+#: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
+PLAN_OPTIONS = ("fp8_param_gather", "optimizer_dtype", "recompute_modules")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Problem:
     """One planning question: the cluster carries the GPU count (``cluster.num_gpus``)."""
@@ -130,10 +134,23 @@ class Problem:
     #: the dtype gradients are accumulated and reduced in (``ParallelConfig.grad_dtype``): part of the
     #: run's numerics, so every plan of the search has it; it is not a search variable
     grad_dtype: str = "fp32"
+    #: plan settings every plan of the search runs with, as ``(ParallelConfig field, value)`` pairs from
+    #: :data:`PLAN_OPTIONS` (e.g. ``(("fp8_param_gather", True),)``): the run's numerics and recompute
+    #: modules, not search variables (``recompute_modules`` applies to the selective-recompute plans)
+    options: tuple = ()
 
     def __post_init__(self):
         if self.framework not in FRAMEWORKS:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
+        opts = []
+        for k, v in sorted(dict(self.options).items()):
+            if k not in PLAN_OPTIONS:
+                raise SpecError("options", k, f"one of {', '.join(PLAN_OPTIONS)}")
+            v = tuple(v) if k == "recompute_modules" else v
+            probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1)}.get(k, {})
+            ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
+            opts.append((k, v))
+        object.__setattr__(self, "options", tuple(opts))
         if self.grad_dtype not in GRAD_DTYPES:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}

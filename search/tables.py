@@ -43,7 +43,7 @@ from costmodel.compute import optimizer_time_s
 from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
-from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp,
+from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp, fp8_weight_cache_bytes,
                               model_state_bytes, stage_memory, stage_params)
 from costmodel.pipeline import in_flight_chunks
 from costmodel.units import MB
@@ -82,13 +82,14 @@ class Choice:
     framework: str = "megatron"  # costmodel.frameworks: whose ZeRO semantics are charged
     dma: object = None  # costmodel.dma.Assignment (None: the default split of the engines)
     grad_dtype: str = "fp32"  # the problem's (search.problem.Problem.grad_dtype)
+    options: tuple = ()  # the problem's plan options (search.problem.Problem.options)
 
     def key(self) -> tuple:
         """A total order (``recompute_layers=None``, all layers, sorts after any number; the
         default DMA assignment first)."""
         return (self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
                 self.recompute_layers if self.recompute_layers is not None else 1 << 30, self.bucket_mb,
-                self.framework, "" if self.dma is None else str(self.dma), self.grad_dtype)
+                self.framework, "" if self.dma is None else str(self.dma), self.grad_dtype, self.options)
 
     def __lt__(self, other: "Choice") -> bool:
         return self.key() < other.key()
@@ -99,7 +100,19 @@ class Choice:
                               recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
                               vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
                               flash_attention=flash_attention, layers_per_stage=layers_per_stage,
-                              fused_elementwise=fused_elementwise, framework=self.framework, dma=self.dma, grad_dtype=self.grad_dtype)
+                              fused_elementwise=fused_elementwise, framework=self.framework, dma=self.dma,
+                              grad_dtype=self.grad_dtype, **self.config_options())
+
+    def config_options(self) -> dict:
+        """The problem's plan options this choice runs (:data:`search.problem.PLAN_OPTIONS`): recompute
+        modules only with selective recompute, ``fp8_param_gather`` only with ZeRO >= 1 (Megatron refuses it
+        without the distributed optimizer; those plans keep TE's FP8 weight copies)."""
+        opts = dict(self.options)
+        if self.recompute != "selective":
+            opts.pop("recompute_modules", None)
+        if self.zero < 1:
+            opts.pop("fp8_param_gather", None)
+        return opts
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
@@ -216,13 +229,15 @@ class Tables:
         s = choice.shape
         z3 = choice.per_microbatch()
         key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe,
-               choice.dma, choice.grad_dtype)
+               choice.dma, choice.grad_dtype, choice.options)
         if key not in self._layer:
             if choice.dma is None:
                 c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp,
                                    chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
                                    flash_attention=self.p.limits.flash_attention, framework=choice.framework,
-                                   grad_dtype=choice.grad_dtype, fused_elementwise=self.p.limits.fused_elementwise)
+                                   grad_dtype=choice.grad_dtype, fused_elementwise=self.p.limits.fused_elementwise,
+                                   # the timing reads the recompute modules only
+                                   **{k: v for k, v in choice.config_options().items() if k == "recompute_modules"})
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference
@@ -237,7 +252,7 @@ class Tables:
         the layer's timing: the memory screens need only this, and it does not depend on chunks,
         ZeRO stage, bucket or DMA assignment."""
         s = choice.shape
-        key = ("act", s.tp, s.cp, s.ep, choice.mb, choice.sp, choice.recompute, moe)
+        key = ("act", s.tp, s.cp, s.ep, choice.mb, choice.sp, choice.recompute, choice.framework, choice.options, moe)
         if key not in self._parts:
             c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
             self._parts[key] = activation_bytes_per_layer(self.p.model, self.p.workload, c, moe)
@@ -256,13 +271,14 @@ class Tables:
         expert parameters and ZeRO model state bytes (:meth:`state`), and the DP gradient /
         parameter collective seconds, their latencies and the gradient bytes. They depend on the
         shape and ZeRO stage only (the collectives also on the DMA assignment)."""
-        key = ("comm", choice.shape, choice.zero, choice.framework, kind, choice.dma)
+        key = ("comm", choice.shape, choice.zero, choice.framework, kind, choice.dma, choice.options)
         if key not in self._affine:
             p, st = self.p, self.state(choice, kind)
             # the collectives from the (exactly affine) parameter counts, one time per count: NCCL's
             # ring / tree choice flips with the message size, so their seconds are not affine
             lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
-            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None, vp=1)
+            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
+                        recompute_modules=None, vp=1)
             params = (st["dense"], st["expert"])
             t_grad, t_param = dp_comm(p.model, p.cluster, c, stage, params)
             lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, params)
@@ -274,13 +290,14 @@ class Tables:
     def state(self, choice: Choice, kind: str) -> dict:
         """The part of :meth:`affine` memory screens and optimizer bounds need (no collectives):
         ``dense`` and ``expert`` parameters and ZeRO model ``state`` bytes of the stage."""
-        key = ("state", choice.shape, choice.zero, choice.framework, kind)
+        key = ("state", choice.shape, choice.zero, choice.framework, kind, choice.options)
         if key not in self._affine:
             p = self.p
 
             def state(c, stage):
                 dense, expert = stage_params(p.model, c, stage)
-                return dict(dense=dense, expert=expert, state=sum(model_state_bytes(p.model, c, stage)))
+                return dict(dense=dense, expert=expert, state=sum(model_state_bytes(p.model, c, stage))
+                            + fp8_weight_cache_bytes(p.model, p.workload, c, stage))
             self._affine[key] = self._fit(choice, kind, state)
         return self._affine[key]
 
@@ -294,7 +311,8 @@ class Tables:
         vals = []
         for n in [n0, n0 + 1] + ([d] if split_dense else []):
             lps, stage = probe_split(p, choice, kind, n)
-            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None, vp=1)
+            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
+                        recompute_modules=None, vp=1)
             vals.append(of(c, stage))
         n = np.arange(L + 1)
         out = {}
@@ -374,7 +392,7 @@ class Tables:
     def _timing_key(choice: Choice, kind: str) -> tuple:
         """What a stage's timing depends on (not the ZeRO stage 0-2, bucket or memory)."""
         return ("t", choice.shape, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute,
-                choice.recompute_layers, choice.per_microbatch(), kind, choice.dma)
+                choice.recompute_layers, choice.per_microbatch(), kind, choice.dma, choice.options)
 
     def stage_extras(self, choice: Choice, kind: str) -> tuple[float, float, float]:
         """(time, forward, backward) a stage at ``kind`` adds to its layers in :meth:`timing` (the
@@ -389,7 +407,7 @@ class Tables:
         """Peak memory array over ``n``; shared by choices that differ only in chunks or bucket."""
         s, p = choice.shape, self.p
         key = ("m", s, choice.mb, choice.vp, choice.sp, choice.zero, choice.framework, choice.recompute,
-               choice.recompute_layers, kind)
+               choice.recompute_layers, kind, choice.options)
         if key in self._parts:
             return self._parts[key]
         model, w, L = p.model, p.workload, p.model.layers
@@ -435,7 +453,8 @@ class Tables:
             kb = dp_buckets(a["grad_bytes"], bucket)
             ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, bwd + rec,
                                        fwd, stage, s.pp, vp, n)
-            opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device)
+            opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device,
+                                   dict(choice.options).get("optimizer_dtype", "fp32"))
             mem = self.memory(choice, kind)
             valid = stage_count_ok(p, kind, vp, n, s.pp) & (mem <= p.hbm_cap_bytes)  # pinned split: its counts
             if kind in ("first", "only"):

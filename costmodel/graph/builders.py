@@ -41,7 +41,8 @@ import networkx as nx
 from .. import dma, frameworks
 from ..analytic import COLUMN_PARALLEL, fsdp2_copies_s, zero3_groups
 from ..collectives import collective_time_s, group_stride
-from ..compute import ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, op_sac_fractions
+from ..compute import (ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, module_recompute_fractions,
+                       op_sac_fractions)
 from ..config import ParallelConfig
 from ..memory import WEIGHT_BYTES, grad_elem_bytes
 from ..specs import ClusterSpec, ModelSpec, Workload
@@ -150,7 +151,7 @@ def _bwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, tag: str) -> list:
     """Backward of ``op`` fed by its output gradient ``x``; returns its input-gradient nodes."""
     name, ph = tag + op.name + ".b", "bwd"
     if op.kind == "attention":
-        if cx.c.recompute == "selective":  # Korthikanti et al. 2023, section 5: recompute attention
+        if "core_attn" in cx.c.recomputed_modules:  # Korthikanti et al. 2023, section 5: recompute attention
             x = [b.compute(tag + op.name + ".rc", op.kind, op.fwd_s, x, phase="recompute")]
         if cx.c.cp > 1:
             return cp_ring_backward(b, op, x, cx, name)
@@ -236,6 +237,23 @@ def op_sac_replay(b: GraphBuilder, ops, cx: _Ctx) -> list:
     return x
 
 
+def module_replay(b: GraphBuilder, ops, cx: _Ctx) -> list:
+    """The forward Megatron-Core's ``--recompute-modules`` beyond the core attention replay before a
+    layer's backward (:func:`costmodel.compute.module_recompute_fractions`): the MoE block with its
+    dispatch and combine all-to-alls, the pre-MLP norm; TP / SP collectives of a replayed op too."""
+    fr = module_recompute_fractions(ops, cx.c.recomputed_modules, cx.moe)
+    x: list = []
+    for op, f in zip(ops, fr):
+        if f <= 0:
+            continue
+        if op.name == "experts" and op.comm_after == "a2a":
+            x = _fwd_op(b, op, x, cx, "recompute", "rc.")
+            continue
+        ar = cx.tp > 1 and not cx.sp and op.comm_after == "ar"
+        x = _fwd_op(b, replace(op, fwd_s=f * op.fwd_s, comm_after="ar" if ar else ""), x, cx, "recompute", "rc.")
+    return x
+
+
 # ----------------------------------------------------------------------------- ZeRO-3
 def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
     """Parameter AllGather for the next layer (and in backward the gradient ReduceScatter of the
@@ -296,6 +314,8 @@ def _layer_graph(model, cluster, w, c, moe, phase, recompute, decode=False) -> n
                 x = _fwd_op(b, op, x, cx, "recompute", "rc.")
         elif c.recompute == "op_sac":
             x = op_sac_replay(b, ops, cx)
+        elif c.recomputed_modules - {"core_attn"}:
+            x = module_replay(b, ops, cx)
         for op in reversed(ops):
             x = _bwd_op(b, op, x, cx, "")
     b.sink("out", x + zero, phase=phase)

@@ -1,0 +1,147 @@
+"""The memory mechanisms frameworks use to fit (issue 21), each as the framework charges it:
+FP8 saved GEMM inputs (Transformer Engine), TE's cached FP8 weight copies and ``--fp8-param-gather``,
+Megatron-Core ``--recompute-modules``, BF16 optimizer state (FSDP2 with a BF16 model)."""
+
+from dataclasses import replace
+
+import pytest
+
+from costmodel.config import ParallelConfig
+from costmodel.errors import SpecError
+from costmodel.estimate import evaluate
+from costmodel.memory import (activation_bytes_per_layer, fp8_weight_cache_bytes, layer_params,
+                              memory_per_stage, model_state_bytes)
+from costmodel.presets import load_cluster, load_model
+from costmodel.specs import Workload
+from planner.emit import megatron_args
+from planner.megatron_args import config_fields, parse_command_line
+
+LLAMA = load_model("llama3-70b")
+QWEN = load_model("qwen3-235b-a22b")
+H100 = load_cluster("h100-sxm")
+BF16 = Workload(global_batch=64, seq_len=4096, dtype="bf16")
+FP8 = replace(BF16, dtype="fp8")
+
+
+# ------------------------------------------------------------------ FP8 saved inputs
+def test_fp8_linears_save_their_inputs_in_one_byte():
+    c = ParallelConfig(tp=8, sp=True, dp=8)
+    diff = activation_bytes_per_layer(LLAMA, BF16, c) - activation_bytes_per_layer(LLAMA, FP8, c)
+    h, f, t, tokens = LLAMA.hidden, LLAMA.ffn_hidden, 8, 4096
+    # QKV and fc1 inputs 2h -> h each (sequence-sharded), fc2 input 2f -> f; the output projection keeps an
+    # FP8 copy (heads x head_dim bytes) beside the attention's BF16 output
+    assert diff == pytest.approx(tokens * (2 * h / t + (f - LLAMA.heads * LLAMA.head_dim) / t))
+
+
+def test_torchao_float8_saves_bf16_inputs():
+    c = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)
+    assert activation_bytes_per_layer(LLAMA, FP8, c) == activation_bytes_per_layer(LLAMA, BF16, c)
+
+
+# ------------------------------------------------------------------ FP8 weight copies
+def test_te_caches_an_fp8_copy_of_each_gemm_weight_unless_fp8_param_gather():
+    c = ParallelConfig(tp=8, pp=8, dp=4, zero=1)
+    layers = LLAMA.layers // 8
+    gemm = layers * (LLAMA.attn_params + LLAMA.mlp_params(LLAMA.ffn_hidden)) / 8
+    assert fp8_weight_cache_bytes(LLAMA, FP8, c, 3) == pytest.approx(2 * gemm)  # row-wise + transposed
+    assert fp8_weight_cache_bytes(LLAMA, BF16, c, 3) == 0.0
+    assert fp8_weight_cache_bytes(LLAMA, FP8, replace(c, fp8_param_gather=True), 3) == 0.0
+    plain = memory_per_stage(LLAMA, FP8, c)[3]
+    gathered = memory_per_stage(LLAMA, FP8, replace(c, fp8_param_gather=True))[3]
+    assert plain.weights_bytes - gathered.weights_bytes == pytest.approx(2 * gemm)
+
+
+def test_fp8_param_gather_needs_the_distributed_optimizer():
+    with pytest.raises(SpecError, match="fp8_param_gather"):
+        ParallelConfig(tp=8, dp=4, zero=0, fp8_param_gather=True)
+
+
+# ------------------------------------------------------------------ recompute modules
+def test_moe_and_layernorm_modules_keep_only_the_attention_part_of_an_moe_layer():
+    base = ParallelConfig(tp=4, pp=8, dp=8, ep=8, sp=True, zero=1, recompute="selective")
+    mods = replace(base, recompute_modules=("layernorm", "moe"))
+    kept = activation_bytes_per_layer(QWEN, BF16, mods, moe=True)
+    full = activation_bytes_per_layer(QWEN, BF16, base, moe=True)
+    assert kept < 0.3 * full
+    # the attention part is all that is left: no routed slot, no router, no MLP input
+    assert kept == pytest.approx(activation_bytes_per_layer(QWEN, BF16, base, moe=False)
+                                 - 4096 * (2 * QWEN.hidden / 4 + 6 * QWEN.ffn_hidden / 4))
+    # a dense layer is unchanged (the TE spec fuses its norms into the GEMMs)
+    assert activation_bytes_per_layer(QWEN, BF16, mods) == activation_bytes_per_layer(QWEN, BF16, base)
+
+
+def test_moe_recompute_costs_the_replayed_moe_forward_in_both_engines():
+    base = ParallelConfig(tp=4, pp=8, dp=8, ep=8, sp=True, zero=1, recompute="selective", mb=1, vp=4,
+                          layers_per_stage=(11, 12, 12, 12, 12, 12, 12, 11))
+    mods = replace(base, recompute_modules=("layernorm", "moe"))
+    cl, w = H100.with_gpus(256), Workload(global_batch=256, seq_len=4096)
+    a0, a1 = (evaluate(QWEN, cl, w, c, engine="analytic") for c in (base, mods))
+    g1 = evaluate(QWEN, cl, w, mods, engine="graph")
+    assert a1.step_time_s > a0.step_time_s  # the MoE block and its all-to-alls run again
+    assert a1.peak_memory_bytes < a0.peak_memory_bytes
+    assert abs(a1.step_time_s / g1.step_time_s - 1) < 0.02
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(recompute="full", recompute_modules=("moe",)), "recompute_modules"),
+    (dict(recompute="selective", recompute_modules=("moe_act",)), "recompute_modules"),
+    (dict(recompute="selective", recompute_modules=()), "recompute_modules"),
+    (dict(recompute="selective", recompute_modules=("moe",), framework="fsdp2", zero=3), "recompute_modules"),
+])
+def test_recompute_modules_refused_outside_megatron_selective(kw, field):
+    with pytest.raises(SpecError, match=field):
+        ParallelConfig(tp=2, dp=2, **kw)
+
+
+def test_emitted_recompute_modules_and_fp8_param_gather_parse_back():
+    c = ParallelConfig(tp=4, pp=2, dp=2, ep=8, sp=True, zero=1, recompute="selective",
+                       recompute_modules=("layernorm", "moe"), fp8_param_gather=True)
+    line = " ".join(" ".join(a) for a in megatron_args(c, 64, 48, dtype="fp8", moe=True))
+    assert "--recompute-modules layernorm moe" in line and "--fp8-param-gather" in line
+    f = config_fields(parse_command_line(line))
+    assert f["recompute_modules"] == ("layernorm", "moe") and f["fp8_param_gather"] is True
+    # Megatron-LM's printed arguments list the modules as a Python list
+    printed = config_fields({"recompute_granularity": "selective", "recompute_modules": "['moe', 'layernorm']"})
+    assert printed["recompute_modules"] == ("moe", "layernorm")
+
+
+def test_the_megatron_line_parser_refuses_modules_it_cannot_charge():
+    with pytest.raises(SpecError, match="recompute_modules"):
+        config_fields(parse_command_line("--recompute-granularity selective --recompute-modules moe_act"))
+
+
+# ------------------------------------------------------------------ BF16 optimizer state
+def test_a_bf16_model_under_torch_adam_keeps_no_fp32_master():
+    c = ParallelConfig(dp=8, zero=3, framework="fsdp2")
+    dense = sum(model_state_bytes(LLAMA, c, 0))
+    bf16 = sum(model_state_bytes(LLAMA, replace(c, optimizer_dtype="bf16"), 0))
+    params = LLAMA.layers * layer_params(LLAMA, c, False)[0] + 2 * LLAMA.embedding_params
+    # 2 (weight) + 4 (FP32 gradient) + 12 (master, m, v) against 2 + 2 (BF16 gradient) + 4 (m, v), over 8 ranks
+    assert dense == pytest.approx(18 * params / 8) and bf16 == pytest.approx(8 * params / 8)
+
+
+def test_bf16_optimizer_state_only_under_fsdp2():
+    with pytest.raises(SpecError, match="optimizer_dtype"):
+        ParallelConfig(dp=8, zero=1, optimizer_dtype="bf16")
+
+
+# ------------------------------------------------------------------ the search runs the same options
+def test_a_problem_options_reach_every_plan_of_the_search():
+    from search.problem import Limits, Problem
+    from search.solve import SolveOptions, solve
+    cl, w = H100.with_gpus(256), Workload(global_batch=256, seq_len=16384)  # Megatron-MoE-ModelZoo's Qwen3 rows
+    pins = dict(tp=4, pp=8, dp=8, ep=8, cp=1, sp=True, zero=1, recompute="selective", mb=1, vp=4)
+    lim = Limits(fixed=pins, layers_per_stage=(11, 12, 12, 12, 12, 12, 12, 11))
+    plain = solve(Problem(model=QWEN, cluster=cl, workload=w, limits=lim), SolveOptions(time_limit_s=10))
+    mods = solve(Problem(model=QWEN, cluster=cl, workload=w, limits=lim,
+                         options=(("recompute_modules", ("layernorm", "moe")),)), SolveOptions(time_limit_s=10))
+    assert plain.status == "INFEASIBLE"  # the MoE activations of 4 chunks in flight need more than 80 GB
+    assert mods.status == "OPTIMAL" and mods.best.config.recompute_modules == ("layernorm", "moe")
+
+
+def test_a_problem_refuses_options_its_framework_cannot_run():
+    from search.problem import Problem
+    with pytest.raises(SpecError, match="options"):
+        Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, options=(("tp", 2),))
+    with pytest.raises(SpecError, match="optimizer_dtype"):
+        Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, options=(("optimizer_dtype", "bf16"),))
