@@ -183,7 +183,7 @@ def format_layout(lay: Layout) -> str:
             j += 1
         run, t = j - i + 1, text[i]
         if j < len(text) - 1:
-            out.append(f"{t}|" if run == 1 else f"{t}|{t}|" if run == 2 else f"({t}|)*{run}")
+            out.append(f"{t}|" if run == 1 else f"({t}|)*{run}")
         else:  # the last stage has no trailing separator
             out.append(t if run == 1 else f"{t}|{t}" if run == 2 else f"({t}|)*{run - 1}{t}")
         i = j + 1
