@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from . import dma as _dma
+from . import layout as _layout
 from .errors import SpecError
 from .frameworks import FRAMEWORKS, check as check_framework, check_moe_sequence_parallel
 from .specs import ClusterSpec, ModelSpec, Workload, _positive_int
@@ -96,6 +97,11 @@ class ParallelConfig:
         ``grad_reduce_in_fp32``) or ``fp16`` / ``bf16`` (the model's half-precision ``.grad``: Megatron-LM
         v1 without ``--fp32-allreduce`` and v2 FP16 runs without the accumulate flag; Megatron-Core
         ``--grad-reduce-in-bf16``). It sets the gradient buffer's memory and every gradient collective.
+    layout : the pipeline layout (:class:`costmodel.layout.Layout`, or its Megatron-Core text
+        ``"Et*3|(tt|)*29|L"``, read for ``pp`` ranks): the decoder layers, embedding and loss of every
+        virtual stage, empty stages allowed. When set, ``vp`` and ``layers_per_stage`` are the
+        layout's (they are derived, whatever was passed); ``None``: the layout of
+        ``layers_per_stage`` / the even split (:func:`costmodel.layout.of`).
     dma : the DMA engines each communication stream runs on (:class:`costmodel.dma.Assignment`,
         or its text ``"tp:cdma*2,dp:cdma*1,pp:cdma*1"`` / dict); ``None`` = the default
         assignment (:func:`costmodel.dma.default_assignment`).
@@ -126,8 +132,11 @@ class ParallelConfig:
     fsdp_copies: bool | None = None
     grad_dtype: str = "fp32"
     dma: _dma.Assignment | None = None
+    layout: _layout.Layout | None = None
 
     def __post_init__(self):
+        if self.layout is not None:
+            self._take_layout()
         if self.fsdp_copies is None:  # as the framework runs it
             object.__setattr__(self, "fsdp_copies", self.framework == "fsdp2")
         if self.dma is not None:
@@ -180,7 +189,7 @@ class ParallelConfig:
             # optimizer, torch fsdp2, megatron fsdp, or inference mode"
             raise SpecError("fp8_param_gather", self.fp8_param_gather,
                             "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)")
-        if self.layers_per_stage is not None:
+        if self.layers_per_stage is not None and self.layout is None:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
             if len(lps) != self.pp or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lps):
@@ -189,6 +198,20 @@ class ParallelConfig:
                                 "a stage holds at least one layer)")
         if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
             raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
+
+    def _take_layout(self) -> None:
+        lay = self.layout
+        if type(self.pp) is not int or self.pp < 1:
+            _positive_int("pp", self.pp)
+        if isinstance(lay, str):
+            lay = _layout.parse(lay, self.pp)
+        if not isinstance(lay, _layout.Layout):
+            raise SpecError("layout", lay, "a Megatron-Core layout string such as 'Et*3|(tt|)*29|L'")
+        if lay.pp != self.pp:
+            raise SpecError("layout", str(lay), f"a layout for pp={self.pp} pipeline ranks (it is for {lay.pp})")
+        object.__setattr__(self, "layout", lay)
+        object.__setattr__(self, "vp", lay.vp)
+        object.__setattr__(self, "layers_per_stage", lay.per_rank())
 
     @property
     def gpus(self) -> int:
@@ -232,6 +255,10 @@ class ParallelConfig:
             del d["dma"]  # the default: the keys of plans without an assignment stay as they were
         else:
             d["dma"] = str(self.dma)
+        if self.layout is None:
+            del d["layout"]  # the keys of plans without a layout stay as they were
+        else:
+            d["layout"] = str(self.layout)
         return d
 
     @classmethod
@@ -240,7 +267,7 @@ class ParallelConfig:
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
                                               "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
-                                              "optimizer_dtype"}
+                                              "optimizer_dtype", "layout"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:
@@ -278,13 +305,15 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         raise SpecError("tp", c.tp, f"a divisor or multiple of kv_heads={model.kv_heads}")
     if model.ffn_hidden % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of ffn_hidden={model.ffn_hidden}")
-    if c.layers_per_stage is not None:
+    if c.layout is not None:
+        _layout.validate(c.layout, model.layers)
+    elif c.layers_per_stage is not None:
         if sum(c.layers_per_stage) != model.layers:
             raise SpecError("layers_per_stage", ",".join(map(str, c.layers_per_stage)),
                             f"{c.pp} counts summing to layers={model.layers} (they sum to {sum(c.layers_per_stage)})")
     elif model.layers % (c.pp * c.vp):
         raise SpecError("pp*vp", c.pp * c.vp, f"a divisor of layers={model.layers} (pp={c.pp}, vp={c.vp}), "
-                        "or give the layers of each stage (layers_per_stage, --layers-per-stage)")
+                        "or give a layout (--layout) or the layers of each stage (--layers-per-stage)")
     if c.vp > 1 and c.pp == 1:
         raise SpecError("vp", c.vp, "1 when pp=1 (interleaving needs a pipeline)")
     if workload.global_batch % (c.dp * c.mb):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
+from .layout import of as layout_of
 from .memory import layer_counts, memory_per_stage
 from .overlap import overlap_rate
 from .step import Composition, compose
@@ -60,12 +61,14 @@ class Estimate:
     notes: list = field(default_factory=list)
     composition: dict = field(default_factory=dict)  # step_s = pipeline + dp + zero + optimizer (seconds)
     step_time_band_s: tuple | None = None  # 80% band of the measured step time (costmodel.uncertainty)
+    layout: str = ""  # the pipeline layout the step ran (Megatron-Core text, costmodel.layout)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values with the keys of DESIGN.md."""
         return {
             "status": self.status,
             "config": self.config.to_dict(),
+            "layout": self.layout,
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "model_tflops_per_gpu": self.model_tflops_per_gpu,
@@ -177,6 +180,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         memory=[sm.to_dict() for sm in mem],
         reasons=reasons,
         composition=comp.parts(),
+        layout=str(layout_of(model, c)),
     )
 
 

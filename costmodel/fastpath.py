@@ -31,8 +31,7 @@ from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
 from .estimate import Estimate
 from .flops import hardware_flops_per_step, model_flops_per_step
-from .memory import stage_memory
-from .pipeline import stage_layers
+from .memory import chunk_counts, layer_counts, stage_memory
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import compose
 
@@ -105,14 +104,13 @@ class Scorer:
 
     def _class_counts(self, c: ParallelConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(first stage of each class, stages in that class)."""
-        key = (c.pp, c.layers_per_stage)
+        key = (c.pp, c.vp, c.layers_per_stage, c.layout)
         out = self._classes.get(key)
         if out is None:
-            m, first, count = self.model, {}, {}
+            first, count = {}, {}
             for s in range(c.pp):
-                r = stage_layers(m.layers, c.pp, s, c.layers_per_stage)
-                n_moe = max(0, r.stop - max(r.start, m.dense_layers)) if m.is_moe else 0
-                k = (len(r), n_moe, s == 0, s == c.pp - 1)
+                # (dense, MoE) layers of each chunk: stages alike in these hold alike in-flight memory
+                k = (chunk_counts(self.model, c, s), s == 0, s == c.pp - 1)
                 first.setdefault(k, s)
                 count[k] = count.get(k, 0) + 1
             out = self._classes[key] = (tuple(first.values()), tuple(count[k] for k in first))
@@ -123,7 +121,7 @@ class Scorer:
         sem = frameworks.of(c)
         key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, (sem, c.fsdp_copies) if sem.per_microbatch else None,
                c.recompute, c.recompute_layers, c.recompute_modules, c.mb, c.vp,
-               c.chunks, c.flash_attention, c.cp_impl, c.layers_per_stage, dma.resolve(self.cluster, c, self.model))
+               c.chunks, c.flash_attention, c.cp_impl, c.layers_per_stage, c.layout, dma.resolve(self.cluster, c, self.model))
         st = self._timing.get(key)
         if st is None:
             t = stage_timing(self.model, self.cluster, self.workload, c, s)
@@ -131,7 +129,7 @@ class Scorer:
         return st
 
     def _dp_terms(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.bucket_bytes, c.grad_dtype,
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.layout, c.bucket_bytes, c.grad_dtype,
                dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
         d = self._dp.get(key)
         if d is None:
@@ -139,7 +137,7 @@ class Scorer:
         return d
 
     def _optimizer(self, c: ParallelConfig, s: int) -> float:
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage, c.optimizer_dtype)
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage, c.optimizer_dtype, c.layout)
         t = self._optim.get(key)
         if t is None:
             t = self._optim[key] = stage_optimizer_s(self.model, self.cluster, c, s)
@@ -148,7 +146,7 @@ class Scorer:
     def _peak_memory(self, c: ParallelConfig, reps) -> float:
         key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers, c.mb, c.vp,
                c.flash_attention, c.layers_per_stage, c.recompute_modules, c.fp8_param_gather, c.optimizer_dtype,
-               c.grad_dtype)
+               c.grad_dtype, c.layout)
         peak = self._memory.get(key)
         if peak is None:
             peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)
@@ -165,7 +163,7 @@ class Scorer:
         timing = [self._stage(c, s) for s in reps]
         step = compose([t[0] for t in timing], [t[1] for t in timing], [t[2] for t in timing],
                        *zip(*(self._dp_terms(c, s) for s in reps)), [self._optimizer(c, s) for s in reps],
-                       reps, [len(stage_layers(self.model.layers, c.pp, s, c.layers_per_stage)) for s in reps],
+                       reps, [sum(layer_counts(self.model, c, s)) for s in reps],
                        micro_batches(self.workload, c), c.pp, c.vp, weights).step_s
         peak = self._peak_memory(c, reps)
         gpus = c.gpus

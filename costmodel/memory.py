@@ -25,11 +25,13 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from . import frameworks
 from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
-from .pipeline import in_flight_chunks, stage_layers
+from . import layout as _layout
+from .pipeline import in_flight_profile, stage_layers
 from .specs import ModelSpec, Workload
 from .units import GiB  # noqa: F401 (used by the doctests)
 
@@ -117,9 +119,41 @@ def expert_dp(c: ParallelConfig) -> int:
 
 def layer_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[int, int]:
     """(dense, MoE) layers on ``stage``; the dense ones come first (they lead the model)."""
-    r = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
-    moe = max(0, r.stop - max(r.start, model.dense_layers)) if model.is_moe else 0
-    return len(r) - moe, moe
+    return tuple(map(sum, zip(*chunk_counts(model, c, stage))))
+
+
+def chunk_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[tuple[int, int], ...]:
+    """(dense, MoE) layers of each of ``stage``'s model chunks, in chunk order: as many layers as
+    the plan's layout puts in each (:func:`costmodel.layout.of`), taken from the stage's layers
+    :func:`rank_layers` (the dense ones first)."""
+    return _chunk_counts(model.layers, model.dense_layers if model.is_moe else model.layers, c.pp, c.vp,
+                         c.layers_per_stage, c.layout, stage)
+
+
+def rank_layers(model: ModelSpec, c: ParallelConfig, stage: int) -> range:
+    """The model layers charged to ``stage``: its count of them, numbered as if each rank held a
+    contiguous block (as this model always numbered them). Megatron-Core numbers an interleaved
+    rank's layers chunk by chunk across the ranks (``get_layer_offset``); only the dense / MoE kind
+    of a layer depends on its number, so the two differ only where an MoE model's leading dense
+    layers outnumber the first virtual stage's (they are all charged to stage 0 here)."""
+    per = _layout.of(model, c).per_rank() if (c.layout is not None or c.layers_per_stage is not None) else None
+    if per is None:
+        return stage_layers(model.layers, c.pp, stage)
+    return stage_layers(model.layers, c.pp, stage, per)
+
+
+@lru_cache(maxsize=65536)
+def _chunk_counts(layers, dense, pp, vp, split, lay, stage):
+    if lay is None:
+        # the even split (an invalid plan's floor, as before: validate_config refuses it)
+        lay = _layout.from_split(split if split is not None else (layers // pp,) * pp, vp)
+    per = lay.per_rank()
+    start, out = sum(per[:stage]), []
+    for n in lay.chunks(stage):
+        nd = max(0, min(start + n, dense) - start)
+        out.append((nd, n - nd))
+        start += n
+    return tuple(out)
 
 
 def layer_params(model: ModelSpec, c: ParallelConfig, moe: bool) -> tuple[float, float]:
@@ -317,29 +351,37 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     weights, grads, optim = model_state_bytes(model, c, stage)
     weights += fp8_weight_cache_bytes(model, w, c, stage)
     m = micro_batches(w, c)
-    n_dense, n_moe = layer_counts(model, c, stage)
+    per_chunk = chunk_counts(model, c, stage)
+    n_dense, n_moe = map(sum, zip(*per_chunk))
     act = {False: activation_bytes_per_layer(model, w, c, False) if n_dense else 0.0,
            True: activation_bytes_per_layer(model, w, c, True) if n_moe else 0.0}
     tokens = c.mb * w.seq_len / c.cp
     layer_input = 2 * model.hidden * tokens / (c.tp if c.sp_on else 1)
-    if c.recompute == "full":  # the first k layers of the stage (dense ones first) are recomputed
-        k = n_dense + n_moe if c.recompute_layers is None else min(n_dense + n_moe, c.recompute_layers)
-        kept_dense, kept_moe = max(0, n_dense - k), n_moe - max(0, k - n_dense)
-        stored = k * layer_input + kept_dense * act[False] + kept_moe * act[True]
-        working = max(act[False], act[True])  # one layer re-materialised during its backward
-    elif c.recompute == "op_sac":  # saved op outputs; one layer's replayed forward during its backward
-        stored = ((n_dense * op_sac_bytes_per_layer(model, w, c, False) if n_dense else 0.0)
-                  + (n_moe * op_sac_bytes_per_layer(model, w, c, True) if n_moe else 0.0))
-        working = max(act[False], act[True])
-    else:
-        stored, working = n_dense * act[False] + n_moe * act[True], 0.0
-        if n_moe and c.recomputed_modules - {"core_attn"}:  # one MoE layer re-materialised during its backward
-            plain = replace(c, recompute_modules=None)
-            working = activation_bytes_per_layer(model, w, plain, True) - act[True]
-    chunks = in_flight_chunks(c.pp, m, c.vp, stage)
-    acts = stored / c.vp * chunks + working
-    if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight
-        acts += 3 * model.hidden * tokens / (c.tp if c.sp_on else 1) * chunks / c.vp
+    sac = {moe: op_sac_bytes_per_layer(model, w, c, moe) if c.recompute == "op_sac" and n else 0.0
+           for moe, n in ((False, n_dense), (True, n_moe))}
+    k = n_dense + n_moe if c.recompute_layers is None else min(n_dense + n_moe, c.recompute_layers)
+    stored, before = [], 0  # bytes each chunk stores per micro-batch; layers of the earlier chunks
+    for nd, nm in per_chunk:
+        if c.recompute == "full":  # the stage's first k layers (in chunk order) keep only their input
+            kd = min(nd, max(0, k - before))
+            km = min(nm, max(0, k - before - kd))
+            stored.append((kd + km) * layer_input + (nd - kd) * act[False] + (nm - km) * act[True])
+        elif c.recompute == "op_sac":  # saved op outputs
+            stored.append(nd * sac[False] + nm * sac[True])
+        else:
+            stored.append(nd * act[False] + nm * act[True])
+        before += nd + nm
+    # one layer re-materialised during its backward
+    working = max(act[False], act[True]) if c.recompute in ("full", "op_sac") else 0.0
+    if c.recompute not in ("full", "op_sac") and n_moe and c.recomputed_modules - {"core_attn"}:
+        plain = replace(c, recompute_modules=None)  # one MoE layer re-materialised during its backward
+        working = activation_bytes_per_layer(model, w, plain, True) - act[True]
+    # the peak over the schedule of the micro-batches each chunk holds (costmodel.pipeline.in_flight_profile)
+    profile = in_flight_profile(c.pp, m, c.vp, stage)
+    acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working
+    if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight (of an average chunk, as
+        # this model always charged it; the first chunk holds up to 2p, in_flight_profile)
+        acts += 3 * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
     if stage == c.pp - 1 and w.mode == "train":  # BF16 logits and FP32 softmax of one micro-batch
         acts += 6 * tokens * model.vocab / c.tp
     buffers = gathered_weight_bytes(model, c, stage)

@@ -9,6 +9,8 @@ Interleaved 1F1B with ``v`` model chunks per stage (same paper, section 2.2.2): 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .errors import SpecError
 
 
@@ -33,6 +35,54 @@ def in_flight_chunks(p: int, m: int, v: int, stage: int) -> int:
     if v == 1:
         return min(p - stage, m)
     return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+
+
+def warmup_forwards(p: int, m: int, v: int, stage: int) -> int:
+    """Forwards ``stage`` runs before its first backward (Megatron-LM ``get_num_warmup_microbatches``
+    in ``megatron/core/pipeline_parallel/schedules.py``): ``p - s - 1`` for 1F1B,
+    ``2 (p - s - 1) + (v - 1) p`` interleaved, at most all ``m v`` of them.
+
+    >>> [warmup_forwards(4, 8, 1, s) for s in range(4)], [warmup_forwards(4, 8, 2, s) for s in range(4)]
+    ([3, 2, 1, 0], [10, 8, 6, 4])
+    """
+    w = p - stage - 1 if v == 1 else 2 * (p - stage - 1) + (v - 1) * p
+    return min(w, m * v)
+
+
+@lru_cache(maxsize=4096)
+def in_flight_profile(p: int, m: int, v: int, stage: int) -> tuple[tuple[int, ...], ...]:
+    """Micro-batches whose activations each of ``stage``'s ``v`` model chunks holds, at every peak
+    of its schedule (right after a forward), the dominated ones dropped.
+
+    Megatron-LM's (interleaved) 1F1B order (``schedules.py``): :func:`warmup_forwards` forwards,
+    then one forward and one backward alternately, then the remaining backwards; forward ``k`` runs
+    chunk ``(k // p) % v`` and backward ``k`` chunk ``v - 1 - (k // p) % v``. A stage's activation
+    peak is the largest ``sum_c profile[c] * bytes_c`` over the returned vectors; with equal chunks
+    it is :func:`in_flight_chunks` chunks (stage 0's first chunk holds up to ``2p`` micro-batches, its
+    others ``p``).
+
+    >>> in_flight_profile(4, 16, 2, 0), in_flight_profile(4, 16, 2, 3), in_flight_profile(8, 64, 1, 0)
+    (((8, 3), (7, 4)), ((5, 0), (4, 1)), ((8,),))
+    """
+    T = m * v
+    W = warmup_forwards(p, m, v, stage)
+    held = [0] * v
+    seen = set()
+
+    def fwd(k):
+        held[(k // p) % v] += 1
+        seen.add(tuple(held))
+
+    for k in range(W):
+        fwd(k)
+    # the steady state repeats every p v forwards; two periods see every vector it reaches
+    for k in range(min(T - W, 2 * p * v + 1)):
+        fwd(W + k)
+        held[v - 1 - (k // p) % v] -= 1
+    if W == T:
+        seen.add(tuple(held))
+    return tuple(sorted((a for a in seen if not any(b != a and all(x >= y for x, y in zip(b, a)) for b in seen)),
+                        reverse=True))
 
 
 def stage_layers(layers: int, p: int, stage: int, split: tuple[int, ...] | None = None) -> range:

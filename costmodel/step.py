@@ -21,6 +21,12 @@ the slowest stage sets the pace of the other ``m - 1/v`` (Alpa, Zheng et al. OSD
 sections 2.2.1-2.2.2); it matches :mod:`costmodel.graph.pipeline`'s simulated schedule exactly
 when the slowest stage is the last one or stages are equal, and from above otherwise.
 
+Under any pipeline layout (:mod:`costmodel.layout`) a stage's ``t_mb`` is the sum of its virtual
+stages' times, each holding its own layers (and the embedding / LM head where the layout puts
+them); the closed form sees the virtual stages through those sums, while the op-graph engine
+schedules every virtual stage of the layout (:func:`costmodel.graph.pipeline.simulate` takes
+``[stage][chunk]`` times), so unequal chunks within a stage are priced there.
+
 A stage's end-of-step DP traffic (:func:`dp_exposure`): its gradient reduction, split into
 ``buckets`` collectives, pipelines with the stage's last backward (one bucket is reduced while
 the next fills: PyTorch DDP, Li et al. 2020, section 3.2.3; Megatron ``--overlap-grad-reduce``)

@@ -65,6 +65,8 @@ def evaluate(model, cluster, workload: Workload | None = None, config: ParallelC
     elif config is not None and not isinstance(config, ParallelConfig):
         raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
     config = config_with_split(m, cl.num_gpus or None, config, config_fields)
+    from search.layout import with_best_layout  # layers not divisible by pp*vp and no split: the best layout
+    config = with_best_layout(m, cl if cl.num_gpus else cl.with_gpus(config.gpus), workload, config)
     est = _evaluate(m, cl, workload, config)
     from .report import with_trust  # the 80% band and the published-MFU check
     return with_trust(est, m, cl if cl.num_gpus else cl.with_gpus(config.gpus), workload)

@@ -225,6 +225,10 @@ def add_split_args(parser: argparse.ArgumentParser) -> None:
                    help="the embedding counts as a layer (Megatron --account-for-embedding-in-pipeline-split)")
     g.add_argument("--account-for-loss", action="store_true", default=None,
                    help="the loss counts as a layer (Megatron --account-for-loss-in-pipeline-split)")
+    g.add_argument("--layout", metavar="TEXT",
+                   help="the pipeline layout (Megatron --pipeline-model-parallel-layout, e.g. \"Et*3|(tt|)*29|L\": "
+                        "virtual stages split by |, E embedding, t decoder layer, L loss; sets vp; needs --pp). "
+                        "Unset and the layers not divisible by pp*vp: evaluate chooses the best layout")
 
 
 def split_from_args(args: argparse.Namespace, layers: int) -> tuple[int, ...] | None:
@@ -337,7 +341,10 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     lps = getattr(args, "layers_per_stage", None)
     if lps is not None and fields["pp"] is None:
         fields["pp"] = len(lps)
-    if layers is not None:
+    layout = getattr(args, "layout", None)
+    if layout is not None:
+        layout_fields(args, fields, layout)
+    elif layers is not None:
         fields["layers_per_stage"] = stage_split(layers, fields["pp"], fields["vp"], layers_per_stage=lps,
                                                  **{k: getattr(args, k, None) for k in SPLIT_KEYS})
     config = make_config(gpus, **fields)
@@ -368,6 +375,23 @@ def limits_from_args(args: argparse.Namespace, layers: int | None = None):
                   tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
                   fused_elementwise=kernels["fused_elementwise"],
                   vp_max=args.vp_max, layers_per_stage=split_from_args(args, layers) if layers else None)
+
+
+def layout_fields(args: argparse.Namespace, fields: dict, layout: str) -> None:
+    """``--layout``: the one way the split is stated (Megatron-Core refuses it with the first/last or
+    account-for flags, TransformerConfig.__post_init__), for ``--pp`` ranks; a ``--vp`` given must be its
+    virtual stages per rank (transformer_config.py: "virtual_pipeline_model_parallel_size conflicts")."""
+    for k in ("layers_per_stage",) + SPLIT_KEYS:
+        if getattr(args, k, None) not in (None, False):
+            raise SpecError(k, getattr(args, k), "unset with --layout (give the split one way)")
+    if fields["pp"] is None:
+        raise SpecError("pp", None, "given with --layout (the layout's virtual stages are read for pp ranks)")
+    from costmodel.layout import parse
+    lay = parse(layout, fields["pp"])
+    if fields["vp"] is not None and fields["vp"] != lay.vp:
+        raise SpecError("vp", fields["vp"], f"{lay.vp}, the layout's virtual stages per rank ({len(lay.stages)} "
+                                            f"stages / pp={fields['pp']}), or unset")
+    fields["layout"] = lay
 
 
 def framework_from_args(args: argparse.Namespace) -> str:

@@ -23,7 +23,7 @@ from .args import config_from_args, framework_from_args, limits_from_args
 
 #: the tuning knobs evaluate completes (CLI dest names); the stage split is completed as well
 TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")
-SPLIT_FLAGS = ("layers_per_stage", "first_stage_layers", "last_stage_layers", "account_for_embedding",
+SPLIT_FLAGS = ("layout", "layers_per_stage", "first_stage_layers", "last_stage_layers", "account_for_embedding",
                "account_for_loss")
 #: search options evaluate's completion runs with (recommend's defaults; the stated tp may span nodes)
 SEARCH_DEFAULTS = {"pp_max": None, "tp_max": None, "no_zero3": False, "headroom_gib": 0.0,
@@ -111,6 +111,8 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         return config, chosen, f"no completion of the stated plan fits ({why}): unstated knobs at the framework's defaults"
     config = result.best.config
     stated_only = {k: getattr(args, k) for k in ("ep_dispatcher", "dma") if getattr(args, k, None) is not None}
+    if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)
+        stated_only.update(layout=literal.layout, layers_per_stage=literal.layers_per_stage, vp=literal.vp)
     if stated_only:
         config = replace(config, **stated_only)
     return config, _chosen(config, keys), ""

@@ -41,7 +41,8 @@ from costmodel import frameworks
 from costmodel.config import ParallelConfig, micro_batches
 from costmodel.errors import SpecError
 from costmodel.memory import grad_elem_bytes
-from costmodel.pipeline import chunk_layers, megatron_split
+from costmodel.layout import format_layout, from_split
+from costmodel.pipeline import megatron_split
 from costmodel.specs import Workload
 
 FORMATS = ("megatron", "deepspeed", "fsdp2")
@@ -172,6 +173,8 @@ def split_form(c: ParallelConfig, layers: int) -> tuple:
     ('layout', 'Ett|(tt|)*3t*3|(tt|)*2tL')
     """
     split, pp, vp = c.layers_per_stage, c.pp, c.vp
+    if c.layout is not None and c.layout != from_split(split, vp):  # a layout no per-rank rule builds
+        return ("layout", str(c.layout))
     if pp == 1 or split is None or (len(set(split)) == 1 and split[0] % vp == 0):
         return ("even", None)
     try:
@@ -198,23 +201,7 @@ def pipeline_layout(split: tuple[int, ...], vp: int) -> str:
     >>> pipeline_layout((7, 8, 8, 8, 8, 8, 8, 6), 4)   # DeepSeek-V3's 61 layers, pp=8, vp=4
     'Et|(tt|)*22t|(tt|)*7tL'
     """
-    pp = len(split)
-    chunks = [chunk_layers(n, vp, s, pp) for s, n in enumerate(split)]
-    stages = [chunks[s][v] for v in range(vp) for s in range(pp)]
-    text = [("E" if i == 0 else "") + ("t" * k if k <= 2 else f"t*{k}") + ("L" if i == len(stages) - 1 else "")
-            for i, k in enumerate(stages)]
-    out, i = [], 0
-    while i < len(text):
-        j = i
-        while j + 1 < len(text) and text[j + 1] == text[i]:
-            j += 1
-        run = j - i + 1
-        if j == len(text) - 1:  # the last stage has no trailing separator
-            out.append((f"({text[i]}|)*{run - 1}" if run > 2 else f"{text[i]}|" * (run - 1)) + text[i])
-        else:
-            out.append(f"({text[i]}|)*{run}" if run > 1 else f"{text[i]}|")
-        i = j + 1
-    return "".join(out)
+    return format_layout(from_split(tuple(split), vp))  # costmodel.layout: the one formatter
 
 
 def pipeline_split_args(c: ParallelConfig, layers: int) -> list[list[str]]:

@@ -22,6 +22,8 @@ from costmodel.errors import SpecError
 from costmodel.memory import grad_elem_bytes
 from costmodel.units import MB
 
+from .layout_args import split_fields
+
 #: NeMo config names -> the Megatron-LM argument name they set
 SYNONYMS = {
     "encoder_seq_length": "seq_length",
@@ -135,6 +137,7 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
             raise SpecError("num_layers_per_virtual_pipeline_stage", per_chunk,
                             f"a divisor of num_layers/pp = {layers}/{pp}")
         f["vp"] = layers // (pp * per_chunk)
+    f.update(split_fields(a, f.get("pp", 1), layers or _get_int(a, "num_layers"), f.get("vp")))  # layout_args
     if "sequence_parallel" in a:
         f["sp"] = as_bool("sequence_parallel", a["sequence_parallel"])
     mfsdp = next((k for k in ("use_megatron_fsdp", "use_custom_fsdp") if k in a and as_bool(k, a[k])), None)

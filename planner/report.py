@@ -213,6 +213,7 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
         f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
         stack_line(cluster),
         f"config: {config_line(est)}",
+        *([f"pipeline layout: {est.layout}"] if est.config.pp > 1 and est.layout else []),
         "",
         f"step time             {_s(est.step_time_s)} s",
         f"  80% band            {_s(est.step_time_band_s[0])} - {_s(est.step_time_band_s[1])} s "

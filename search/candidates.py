@@ -119,20 +119,24 @@ def pinned_split(p: Problem) -> Split | None:
 
 def stage_count_ok(p: Problem, kind: str, vp: int, n, pp: int = 1):
     """Whether a stage at position ``kind`` of ``pp`` may hold ``n`` layers (``n`` may be a numpy
-    array): a positive multiple of ``vp`` when the search chooses the split (without
+    array): a positive multiple of :func:`stage_unit` when the search chooses the split (without
     ``uneven_stages``, the even share ``layers / pp`` only), exactly the pinned count when the user
-    pinned one (then any count: :func:`costmodel.pipeline.chunk_layers` splits it over the ``vp``
-    chunks)."""
+    pinned one. Where ``vp`` does not divide the layers, a count need not be a multiple of it: the plan's layout (:func:`costmodel.layout.from_split`) places
+    a stage's layers over its ``vp`` chunks as :func:`costmodel.pipeline.chunk_layers` does, and
+    Megatron-Core runs it with ``--pipeline-model-parallel-layout`` (issue 22)."""
     pin = pinned_split(p)
     if pin is None:
-        ok = (n >= vp) & (n % vp == 0)
+        u = stage_unit(p, vp)
+        ok = (n >= u) & (n % u == 0)
         return ok if p.limits.uneven_stages or kind == "only" else ok & (n * pp == p.model.layers)
     return n == pin.count("first" if kind == "only" else kind)
 
 
 def stage_unit(p: Problem, vp: int) -> int:
-    """The step between the layer counts a stage may hold: ``vp``, or 1 with a pinned split."""
-    return vp if p.limits.layers_per_stage is None else 1
+    """The step between the layer counts a stage may hold: ``vp`` where it divides the layers
+    (every stage whole chunks of equal size, Megatron-Core's even chunks), else 1 (any count, the
+    chunks placed by a layout); 1 with a pinned split."""
+    return vp if p.limits.layers_per_stage is None and p.model.layers % vp == 0 else 1
 
 
 def ep_values(p: Problem, tp: int, cp: int, dp: int) -> list[int]:
@@ -162,18 +166,24 @@ def mb_values(p: Problem, dp: int) -> list[int]:
 
 
 def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
-    """Interleave factors: each stage's layers a multiple of ``vp`` (so ``vp`` divides the layers)
-    and, for ``vp > 1``, micro-batches a multiple of ``pp`` (Megatron-LM's interleaved schedule)."""
+    """Interleave factors up to ``vp_max`` (or the pinned one), at most ``layers / pp`` (every virtual stage
+    holds a layer on average), and for ``vp > 1`` micro-batches a multiple of
+    ``pp`` (Megatron-LM's interleaved schedule). ``vp`` need not divide the layers: a layout places
+    them (:func:`stage_count_ok`); without ``uneven_stages`` the even split must exist."""
     if pp == 1:
         return p.limits.filter("vp", [1])
     L = p.model.layers
-    if p.limits.layers_per_stage is not None:  # a pinned split: any vp (chunk_layers splits each stage)
-        most = max(p.limits.vp_max, p.limits.fixed.get("vp", 1))
-        return p.limits.filter("vp", [v for v in range(1, most + 1) if v == 1 or micro_batches % pp == 0])
-    out = [v for v in divisors(L) if (v <= p.limits.vp_max or is_pinned(p, "vp", v)) and pp * v <= L
+    most = max(p.limits.vp_max, p.limits.fixed.get("vp", 1))
+    # the divisors of the layers (even chunks) and, where a layout places the layers, the powers of
+    # two (the interleaves Megatron-Bridge's recipes run: VP4 for DeepSeek-V3 and Qwen3-235B, VP8 for
+    # Llama-3.1-405B); any value when pinned
+    out = [v for v in range(1, most + 1) if (v <= p.limits.vp_max or is_pinned(p, "vp", v))
+           and (L % v == 0 or v & (v - 1) == 0 or is_pinned(p, "vp", v) or p.limits.layers_per_stage is not None)
            and (v == 1 or micro_batches % pp == 0)]
-    if not p.limits.uneven_stages:
-        out = [v for v in out if L % (pp * v) == 0]
+    if p.limits.layers_per_stage is None:  # a pinned split: any vp (chunk_layers splits each stage)
+        out = [v for v in out if pp * v <= L or is_pinned(p, "vp", v)]
+        if not p.limits.uneven_stages:
+            out = [v for v in out if L % (pp * v) == 0]
     return p.limits.filter("vp", out)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .candidates import (Split, bucket_values, dma_values, mb_values, recompute_values, shapes, sp_chunk_pairs,
+from .candidates import (Split, stage_unit, bucket_values, dma_values, mb_values, recompute_values, shapes, sp_chunk_pairs,
                          splits, vp_values, zero_values)
 from .problem import Problem
 from .tables import Choice, StageTable, Tables
@@ -42,7 +42,7 @@ class Scored:
 
 
 def max_stage_layers(p: Problem, pp: int, vp: int) -> int:
-    return p.model.layers if pp == 1 else p.model.layers - (pp - 1) * vp
+    return p.model.layers if pp == 1 else p.model.layers - (pp - 1) * stage_unit(p, vp)
 
 
 def all_choices(p: Problem):
@@ -140,7 +140,7 @@ def count_space(p: Problem) -> tuple[int, int]:
                 n = per_shape * len(recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else L))
                 key = (s.pp, vp)
                 if key not in n_splits:
-                    n_splits[key] = sum(1 for _ in splits(L, s.pp, vp, max(1, p.model.dense_layers)))
+                    n_splits[key] = sum(1 for _ in splits(L, s.pp, stage_unit(p, vp), max(1, p.model.dense_layers)))
                 choices += n
                 plans += n * n_splits[key]
     return choices, plans

@@ -96,9 +96,6 @@ def _single(p: Problem) -> None:
         if pp == 1:
             _validate(p, ("vp",), vp=f["vp"], pp=1, layers_per_stage=(m.layers,))
         if p.limits.layers_per_stage is None:
-            if m.layers % f["vp"]:
-                raise SpecError("vp", f["vp"], f"a divisor of layers={m.layers} (every stage holds whole chunks "
-                                "of vp layers), or give the layers of each stage (--layers-per-stage)")
             if pp and pp * f["vp"] > m.layers:
                 raise SpecError("pp*vp", pp * f["vp"], f"at most layers={m.layers} (pp={pp}, vp={f['vp']})")
     if f.get("sp") and f.get("tp", 1) > 1:
@@ -159,12 +156,12 @@ def joint_reason(p: Problem) -> SpecError | None:
 
 
 def _chunk_split(layers: int, pp: int, vp: int):
-    """Some ``layers_per_stage`` of ``pp`` stages, each a positive multiple of ``vp``, or None."""
-    if layers % vp or layers // vp < pp:
+    """Some ``layers_per_stage`` of ``pp`` stages, each >= 1 (any count: a layout places them over
+    the ``vp`` chunks), or None."""
+    if layers < pp:
         return None
-    units = layers // vp
-    base, extra = divmod(units, pp)
-    return tuple(vp * (base + (i < extra)) for i in range(pp))
+    base, extra = divmod(layers, pp)
+    return tuple(base + (i < extra) for i in range(pp))
 
 
 def check_pins(p: Problem) -> None:

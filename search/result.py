@@ -105,7 +105,8 @@ def config_of(choice: Choice, split: Split, flash_attention: bool = True,
               fused_elementwise: bool = True) -> ParallelConfig:
     """The :class:`ParallelConfig` of a plan; an even split is left implicit (``layers_per_stage=None``)."""
     lps = split.layers_per_stage(choice.shape.pp)
-    return choice.config(flash_attention, None if len(set(lps)) == 1 else lps, fused_elementwise)
+    even = len(set(lps)) == 1 and lps[0] % choice.vp == 0  # Megatron's even split: no layout needed
+    return choice.config(flash_attention, None if even else lps, fused_elementwise)
 
 
 def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[str]:

@@ -45,7 +45,7 @@ from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
 from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp, fp8_weight_cache_bytes,
                               model_state_bytes, stage_memory, stage_params)
-from costmodel.pipeline import in_flight_chunks
+from costmodel.pipeline import in_flight_profile
 from costmodel.units import MB
 
 from .candidates import Shape, stage_count_ok, stage_kinds
@@ -416,18 +416,33 @@ class Tables:
         ad = self.activations(choice, False)
         am = self.activations(choice, True) if model.is_moe else 0.0
         k = choice.recompute_layers
-        if choice.recompute == "full":
-            layer_input = self.layer_input_bytes(choice)
-            kk = n if k is None else np.minimum(n, k)
-            first_k = np.minimum(kk, nd) * ad + (kk - np.minimum(kk, nd)) * am
-            stored = kk * layer_input + nd * ad + nm * am - first_k
-            working = np.maximum(np.where(nd > 0, ad, 0.0), np.where(nm > 0, am, 0.0))
-        else:
-            stored, working = nd * ad + nm * am, np.zeros(L + 1)
         n0 = self._probe_n(choice, kind)
         lps, stage = probe_split(p, choice, kind, n0)
         m = choice.micro_batches(w.global_batch)
-        acts = stored / choice.vp * in_flight_chunks(s.pp, m, choice.vp, stage) + working
+        # per model chunk (costmodel.pipeline.chunk_layers: the shorter chunks first on stage 0, last
+        # elsewhere), the dense layers first, the stage's first k recomputed: memory.stage_memory
+        vp = choice.vp
+        base, extra = np.divmod(n, vp)
+        layer_input = self.layer_input_bytes(choice) if choice.recompute == "full" else 0.0
+        kk = n if k is None else np.minimum(n, k)
+        stored, before = [], np.zeros_like(n)
+        for ch in range(vp):
+            size = base + ((ch >= vp - extra) if stage == 0 else (ch < extra))
+            dn = np.clip(nd - before, 0, size)
+            mo = size - dn
+            if choice.recompute == "full":
+                kd = np.minimum(dn, np.maximum(0, kk - before))
+                km = np.minimum(mo, np.maximum(0, kk - before - kd))
+                stored.append((kd + km) * layer_input + (dn - kd) * ad + (mo - km) * am)
+            else:
+                stored.append(dn * ad + mo * am)
+            before = before + size
+        if choice.recompute == "full":
+            working = np.maximum(np.where(nd > 0, ad, 0.0), np.where(nm > 0, am, 0.0))
+        else:
+            working = np.zeros(L + 1)
+        acts = np.max([sum(h * b for h, b in zip(held, stored)) for held in in_flight_profile(s.pp, m, vp, stage)],
+                      axis=0) + working
         sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
         acts = acts + (sm.activations_bytes - acts[n0])  # embedding output, logits of the probe
         a = self.affine(choice, kind)

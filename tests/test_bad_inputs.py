@@ -72,11 +72,10 @@ CASES = [
     ("recompute_layers_above_stage", {}, ["--recompute", "full", "--recompute-layers", "30"], "recompute_layers"),
     # 96 heads % tp=7
     ("heads_not_divisible_by_tp", {"--gpus": "56", "--tp": "7"}, [], "tp"),
-    # 96 layers % pp=7
-    # (plain evaluate chooses a split for pp=7, as recommend would; the framework default is an even one)
-    ("layers_not_divisible_by_pp", {"--gpus": "56", "--pp": "7"}, ["--framework-defaults"], "pp*vp"),
-    # 96 layers % (pp=8 * vp=5 = 40)
-    ("layers_not_divisible_by_pp_vp", {}, ["--vp", "5"], "pp*vp"),
+    # layers not divisible by pp * vp are given a layout (issue 22); a layout Megatron refuses is refused:
+    # 2 virtual stages for pp=8, and 8 decoder layers of 96
+    ("layout_stage_count", {}, ["--layout", "Et|tL"], "layout"),
+    ("layout_layer_count", {}, ["--layout", "Et|(t|)*6tL"], "layout"),
     ("vp_with_pp_1", {"--pp": "1"}, ["--vp", "2"], "vp"),
     # 8 * 8 * 2 = 128 != 64
     ("gpus_not_product_of_degrees", {}, ["--dp", "2"], "tp*pp*dp*cp"),

@@ -94,7 +94,6 @@ def test_recompute_full_with_layers_works_in_recommend():
     ({"recompute_layers": 2}, "recompute_layers=2: must be unset unless recompute='full'"),
     ({"recompute": "selective", "recompute_layers": 2}, "recompute_layers=2: must be unset unless recompute='full'"),
     ({"recompute": "full", "recompute_layers": 40}, "recompute_layers=40: must be at most layers per stage = 32"),
-    ({"vp": 5}, "vp=5: must be a divisor of layers=32"),
     ({"pp": 4, "vp": 16}, "pp*vp=64: must be at most layers=32"),
     ({"tp": 8, "pp": 8, "dp": 2}, "tp*pp*dp=128: must be a divisor of the GPU count 64"),
     ({"tp": 8, "pp": 2, "dp": 2, "cp": 1}, "tp*pp*dp*cp=32: must be equal to the GPU count 64"),

@@ -33,9 +33,9 @@ from ..analytic import StageTiming, grad_bytes, stage_dp_terms, stage_optimizer_
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
 from ..config import ParallelConfig, micro_batches
-from ..memory import is_moe_layer
+from ..memory import is_moe_layer, rank_layers
 from ..overlap import CommLedger, overlap_rate
-from ..pipeline import chunk_layers, stage_layers
+from ..layout import of as layout_of
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..step import Composition, bucketed_s
 from .builders import head_graph, layer_graph, plan_dma
@@ -57,7 +57,8 @@ def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig
     """Only what shapes one layer's graph (pipeline and bucket settings do not)."""
     return (Workload(mode=w.mode, global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
             # pp only as "a pipeline or not": FSDP2 without resharding syncs once per step under one
-            replace(c, pp=min(c.pp, 2), vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None))
+            replace(c, pp=min(c.pp, 2), vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None,
+                    layout=None))
 
 
 def layer_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
@@ -98,16 +99,17 @@ def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
             memo[key] = layer_schedule(model, cluster, w, c, moe, phase, rec)
         return memo[key]
 
-    layers = list(stage_layers(model.layers, c.pp, stage, c.layers_per_stage))
-    sizes = chunk_layers(len(layers), c.vp, stage, c.pp)  # uneven chunks: shorter where embedding/loss sit
-    rec_k = len(layers) if c.recompute_layers is None else c.recompute_layers
+    # the stage's layers, as many in each chunk as the plan's layout puts there (costmodel.layout)
+    layers, sizes = list(rank_layers(model, c, stage)), layout_of(model, c).chunks(stage)
+    chunk_ids = [layers[sum(sizes[:ch]):sum(sizes[:ch + 1])] for ch in range(c.vp)]
+    rec_k = sum(map(len, chunk_ids)) if c.recompute_layers is None else c.recompute_layers
     out = []
     for ch in range(c.vp):
         fwd, bwd = [], []
         if stage == 0 and ch == 0:
             fwd.append(("embedding", None, 1))
-        lo = sum(sizes[:ch])
-        for i, layer in enumerate(layers[lo:lo + sizes[ch]]):
+        lo = sum(map(len, chunk_ids[:ch]))
+        for i, layer in enumerate(chunk_ids[ch]):
             moe = is_moe_layer(model, layer)
             rec = c.recompute == "full" and lo + i < rec_k
             fwd.append((f"layer{layer}", sched(moe, "fwd"), 1))

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..pipeline import warmup_forwards
+
 NUMPY_MIN_STAGES = 12  # below this a plain loop is faster than numpy rounds
 
 
@@ -85,8 +87,7 @@ def warmup(p: int, m: int, v: int, s: int) -> int:
     >>> [warmup(4, 8, 1, s) for s in range(4)], [warmup(4, 8, 2, s) for s in range(4)]
     ([3, 2, 1, 0], [10, 8, 6, 4])
     """
-    w = p - s - 1 if v == 1 else 2 * (p - s - 1) + (v - 1) * p
-    return min(w, m * v)
+    return warmup_forwards(p, m, v, s)
 
 
 def _layout(p: int, m: int, v: int):

@@ -15,6 +15,7 @@ from costmodel.estimate import evaluate
 
 from costmodel.errors import SpecError
 from costmodel.inference import evaluate_inference
+from search.layout import with_best_layout
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
@@ -77,9 +78,10 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
     config, chosen, note = complete(args, model, cluster, workload)
-    est = evaluate(model, cluster, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
+    config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
+    est = evaluate(model, cluster, workload, config)
     if args.json:
         d = estimate_json(est, model, cluster, workload)
         d["chosen"] = chosen

@@ -18,6 +18,9 @@ from costmodel.errors import SpecError
 from costmodel.graph.explain import explain, format_explain, tp_feasibility
 from costmodel.graph.trace import write_chrome_trace, write_gantt
 
+from costmodel.layout import of as layout_of
+from search.layout import with_best_layout
+
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
                     inference_batch, int_arg, problem_from_args)
 from ..report import dma_assignment_json, model_json, model_label, print_json, stack_json, stack_line
@@ -79,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         workload = inference_batch(args, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
+    config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
     if args.stage is not None and args.stage >= config.pp:
         raise SpecError("stage", args.stage, f"a pipeline stage index below pp={config.pp}")
     rows = explain(model, cluster, workload, config)
@@ -93,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     sens = _sensitivity(args, model, cluster, workload, config)
     if args.json:
         print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
+                    "layout": str(layout_of(model, config)),
                     "overlap": rows, "tp_feasibility": tp, "written": written,
                     "dma_assignment": dma_assignment_json(model, cluster, workload, config),
                     "stack": stack_json(cluster),
@@ -100,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
           f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
-          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}\n"
+          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}"
+          + (f" layout={layout_of(model, config)}" if config.pp > 1 else "") + "\n"
           f"{stack_line(cluster)}\n")
     print(format_explain(rows))
     if sens is not None:
