@@ -46,8 +46,9 @@ def split_fields(a: dict, pp: int, layers: int | None, vp: int | None = None) ->
                         "arguments.py: no more than one of --num-layers-per-virtual-pipeline-stage, "
                         "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout)")
     text = a.get("pipeline_model_parallel_layout") if _given(a, "pipeline_model_parallel_layout") else None
-    first = a.get("decoder_first_pipeline_num_layers")
-    last = a.get("decoder_last_pipeline_num_layers")
+    # a real argument dump prints an unset value as None (Megatron's _print_args)
+    first = a.get("decoder_first_pipeline_num_layers") if _given(a, "decoder_first_pipeline_num_layers") else None
+    last = a.get("decoder_last_pipeline_num_layers") if _given(a, "decoder_last_pipeline_num_layers") else None
     emb = _given(a, "account_for_embedding_in_pipeline_split")
     loss = _given(a, "account_for_loss_in_pipeline_split")
     if text is not None:

@@ -51,7 +51,8 @@ from . import megatron_args as mg
 from .problem import make_config, resolve_cluster, resolve_model
 
 WARMUP_ENTRIES = 3
-PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype", "ep_dispatcher")
+PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype", "ep_dispatcher",
+                                   "fp8_param_gather", "recompute_modules", "layout")
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
 KNOWN = set(PLAN_KEYS) | set(MEASURED_KEYS) | {"model", "cluster", "gpus", "global_batch", "seq", "dtype", "label"}
 IGNORED = {"notes", "note", "source", "date", "comment", "comments"}
@@ -145,8 +146,12 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
             continue
         v = rec[key]
         try:
-            if key in ("sp", "flash_attention"):
+            if key in ("sp", "flash_attention", "fp8_param_gather"):
                 plan[key] = mg.as_bool(key, v)
+            elif key == "recompute_modules":
+                plan[key] = v if isinstance(v, tuple) else mg.recompute_modules(v)
+            elif key == "layout":
+                plan[key] = str(v).strip()
             elif key in ("recompute", "grad_dtype", "ep_dispatcher"):
                 plan[key] = str(v).strip().lower()
             elif key == "bucket_mb":
