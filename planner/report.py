@@ -27,6 +27,10 @@ from costmodel.units import GiB
 from costmodel.uncertainty import band_for, device_family
 
 
+#: how each engine (``Estimate.engine``) is named in text output
+ENGINE_NAMES = {"graph": "op graph", "analytic": "analytic"}
+
+
 # --------------------------------------------------------------------------- JSON
 def to_plain(obj):
     """Plain JSON values: numpy scalars unwrapped, tuples as lists, NaN/inf as None."""
@@ -199,7 +203,7 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
         f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
         f"config: {config_line(est)}",
         "",
-        f"step time             {_s(est.step_time_s)} s",
+        f"step time             {_s(est.step_time_s)} s ({ENGINE_NAMES.get(est.engine, est.engine)} engine)",
         f"  80% band            {_s(est.step_time_band_s[0])} - {_s(est.step_time_band_s[1])} s "
         "(measured runs of plans like this one fall inside 80% of the time)",
         f"tokens/s              {est.tokens_per_s:,.0f}",

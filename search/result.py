@@ -35,6 +35,13 @@ class Plan:
     binding: tuple = ()
     graph_step_time_s: float | None = None  # the same plan scheduled by the op-graph engine
     graph_overlap: dict | None = None
+    graph_estimate: Estimate | None = None  # costmodel.evaluate(engine="graph") of ``config``
+
+    @property
+    def reported(self) -> Estimate:
+        """The estimate reported to users: the default engine's (the op graph, as ``evaluate``
+        reports it), else the analytic one the tables encode."""
+        return self.graph_estimate if self.graph_estimate is not None else self.estimate
 
     @property
     def agreement(self) -> float:
@@ -42,8 +49,11 @@ class Plan:
         return abs(self.objective_s - self.estimate.step_time_s) / self.estimate.step_time_s
 
     def to_dict(self) -> dict:
-        d = self.estimate.to_dict()
+        """:attr:`reported`'s keys (``engine`` says which), with the analytic step time the solver's
+        ``objective_s`` agrees with (``agreement``) beside it."""
+        d = self.reported.to_dict()
         d["config"]["layers_per_stage"] = list(self.config.layers_per_stage or ())
+        d["analytic_step_time_s"] = self.estimate.step_time_s
         d["objective_s"] = self.objective_s
         d["agreement"] = self.agreement
         d["binding"] = list(self.binding)

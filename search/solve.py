@@ -108,6 +108,9 @@ def _solver(options: SolveOptions, time_left_s: float) -> cp_model.CpSolver:
     s.parameters.max_time_in_seconds = max(0.05, time_left_s)
     s.parameters.num_workers = options.workers
     s.parameters.random_seed = options.seed
+    # OR-Tools' own SIGINT handler outlives the solve and leaves SIG_DFL behind: the next Ctrl-C then
+    # kills the process silently (exit 130, no cleanup: `planner sweep` could not say what it wrote)
+    s.parameters.catch_sigint_signal = False
     return s
 
 
@@ -329,7 +332,7 @@ def _plan(p: Problem, sc: Scored, res_s: float, graph=None) -> Plan:
     if graph is None:  # the op-graph schedule (the re-score has it already)
         graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")
     return Plan(sc.choice, sc.split, cfg, sc.objective * res_s, est, tuple(binding_constraints(p, sc.choice, est)),
-                graph_step_time_s=graph.step_time_s, graph_overlap=dict(graph.overlap))
+                graph_step_time_s=graph.step_time_s, graph_overlap=dict(graph.overlap), graph_estimate=graph)
 
 
 def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOptions, deadline: float,

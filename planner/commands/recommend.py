@@ -24,7 +24,9 @@ from ..args import (add_config_args, add_output_args, add_problem_args, choice_a
 from ..args import framework_from_args
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
-from ..report import _s, estimate_json, model_label, print_json, table, with_trust
+from costmodel.estimate import DEFAULT_ENGINE
+
+from ..report import ENGINE_NAMES, _s, estimate_json, model_label, print_json, table, with_trust
 from .. import recommend_infer
 
 NAME = "recommend"
@@ -116,14 +118,17 @@ def run(args: argparse.Namespace) -> int:
     comparison = None
     if args.baseline:
         from ..baseline import compare_with_baseline
-        comparison = compare_with_baseline(model, cluster, workload, best.estimate, args.baseline, engine="analytic")
+        comparison = compare_with_baseline(model, cluster, workload, best.reported, args.baseline,
+                                           engine=best.reported.engine)
     if args.emit and not args.json:
         if args.top > 1:  # the plans first, then the flags of the best
             print(plans_table(result, model, cluster, workload) + "\n")
         return _emit(args.emit, best.config, workload, model)
     if args.json:
-        d = estimate_json(best.estimate, model, cluster, workload)
+        d = estimate_json(best.reported, model, cluster, workload)  # the numbers evaluate --json gives
         d["config"]["layers_per_stage"] = list(best.config.layers_per_stage or ())
+        d["analytic_step_time_s"] = best.estimate.step_time_s  # what CP-SAT's tables encode
+        d["graph_step_time_s"] = best.graph_step_time_s
         d["solve"] = result.solve_dict()
         d["binding"] = list(best.binding)
         d["objective_s"], d["agreement"] = best.objective_s, best.agreement
@@ -145,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if comparison is not None:
         b = comparison.baseline.config
         print(f"\nbaseline tp={b.tp} pp={b.pp} dp={b.dp} ep={b.ep} cp={b.cp} vp={b.vp} mb={b.mb} zero={b.zero} "
-              f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s (analytic); {comparison.message}")
+              f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s ({ENGINE_NAMES[comparison.baseline.engine]}); "
+              f"{comparison.message}")
     return 0
 
 
@@ -158,15 +164,13 @@ def _emit(fmt: str, config, workload, model) -> int:
 
 
 def _band(plan, model, cluster, workload):
-    """The 80% band of ``plan``'s measured step time around its op-graph prediction, or None
-    (:func:`costmodel.uncertainty.band_for`, when present)."""
+    """The 80% band of ``plan``'s measured step time around its reported (op-graph) prediction, or
+    None (:func:`costmodel.uncertainty.band_for`, when present): the band ``--json`` gives."""
     try:
         from costmodel.uncertainty import band_for
-        lo, hi = band_for(model, cluster, workload, plan.estimate)
+        return band_for(model, cluster, workload, plan.reported)
     except Exception:  # no band model (or no residuals): the column is left out
         return None
-    scale = (plan.graph_step_time_s or plan.estimate.step_time_s) / plan.estimate.step_time_s
-    return lo * scale, hi * scale
 
 
 def plans_table(result, model, cluster, workload) -> str:
@@ -198,16 +202,20 @@ def _plan_column(plan, band=None) -> list:
     else:
         stages = f"{sp.first}/{sp.mid}x{c.pp - 2}/{sp.last}" if c.pp > 2 else f"{sp.first}/{sp.last}"
     rec = c.recompute + (f" ({c.recompute_layers}/stage)" if c.recompute_layers is not None else "")
+    r = plan.reported
     return [c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off", c.zero, rec,
-            f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(e.step_time_s),
-            "-" if plan.graph_step_time_s is None else _s(plan.graph_step_time_s),
-            "-" if band is None else f"{_s(band[0])}-{_s(band[1])}", f"{e.tokens_per_s:,.0f}",
-            f"{100 * e.mfu:.1f}", f"{e.peak_memory_bytes / GiB:.1f}", c.framework]
+            f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(r.step_time_s), _s(e.step_time_s),
+            "-" if band is None else f"{_s(band[0])}-{_s(band[1])}", f"{r.tokens_per_s:,.0f}",
+            f"{100 * r.mfu:.1f}", f"{r.peak_memory_bytes / GiB:.1f}", c.framework]
 
 
-ROWS = ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequence parallel", "ZeRO stage",
-        "recompute", "bucket MB", "chunks", "layers first/mid/last", "step time s", "step time s (op graph)",
-        "80% band s (op graph)", "tokens/s", "MFU %", "peak memory GiB", "framework"]
+def _rows(engine: str) -> list[str]:
+    """Row names of the plan table: the reported numbers say the engine that computed them."""
+    name = ENGINE_NAMES[engine]
+    return ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequence parallel", "ZeRO stage",
+            "recompute", "bucket MB", "chunks", "layers first/mid/last", f"step time s ({name})",
+            "step time s (analytic)", f"80% band s ({name})", f"tokens/s ({name})", f"MFU % ({name})",
+            "peak memory GiB", "framework"]
 
 
 def _opt_s(x) -> str:
@@ -266,14 +274,18 @@ def solve_lines(result) -> list[str]:
 def report_text(result, model, cluster, workload) -> str:
     cols = [_plan_column(p, _band(p, model, cluster, workload)) for p in result.plans]
     headers = [""] + ["best" if i == 0 else f"#{i + 1}" for i in range(len(cols))]
-    rows = [[name] + [col[i] for col in cols] for i, name in enumerate(ROWS)]
+    engine = result.plans[0].reported.engine
+    rows = [[name] + [col[i] for col in cols] for i, name in enumerate(_rows(engine))]
     lines = [f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
              f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}", "",
-             table(headers, rows), "", *solve_lines(result)]
+             table(headers, rows), "", *solve_lines(result),
+             f"engine: step time, band, tokens/s and MFU are the {ENGINE_NAMES[engine]}'s"
+             + (" (the default engine, as evaluate reports them); CP-SAT proves the analytic optimum"
+                if engine == DEFAULT_ENGINE else "")]
     for i, p in enumerate(result.plans):
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
-    best = result.plans[0].estimate
+    best = result.plans[0].reported
     reserved = max((m.get("reserved_bytes", 0.0) for m in best.memory), default=0.0)
     if reserved:
         lines.append(f"memory: peak includes {reserved / GiB:.1f} GiB reserved per GPU (CUDA context, cuBLAS "
