@@ -5,8 +5,24 @@ class PlannerError(Exception):
     """Base class: the message is a single line fit for the CLI's stderr."""
 
 
+#: characters of a user's value an error message echoes (a 100,000-character name is cut)
+ECHO_CHARS = 80
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was.
+
+    >>> clip("x" * 300)
+    'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (300 characters)'
+    """
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text):,} characters)"
+
+
 class SpecError(PlannerError, ValueError):
     """A field of a spec or config has a value that is not allowed.
+
+    The field and value are echoed cut to :data:`ECHO_CHARS` (:func:`clip`).
 
     >>> print(SpecError("tp", 3, "a divisor of heads=32"))
     tp=3: must be a divisor of heads=32
@@ -14,7 +30,7 @@ class SpecError(PlannerError, ValueError):
 
     def __init__(self, field: str, value, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field}={value!r}: must be {allowed}")
+        super().__init__(f"{clip(field)}={clip(repr(value))}: must be {allowed}")
 
 
 class InfeasibleConfig(PlannerError):

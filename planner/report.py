@@ -24,7 +24,7 @@ from costmodel.estimate import Estimate
 from costmodel.presets import cluster_to_dict, model_to_dict
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.units import GiB
-from costmodel.uncertainty import band_for, device_family
+from costmodel.uncertainty import band_for, bias_note, device_family
 
 
 #: how each engine (``Estimate.engine``) is named in text output
@@ -65,6 +65,9 @@ def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: 
     if warn and warn not in notes:
         notes.append(warn)
     band = est.step_time_band_s or band_for(model, cluster, workload, est)
+    lean = bias_note(model, cluster, est.config, est.step_time_s, band)
+    if lean and lean not in notes:
+        notes.append(lean)
     return replace(est, step_time_band_s=tuple(band), notes=notes)
 
 

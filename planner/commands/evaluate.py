@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from costmodel.estimate import evaluate
 
 from costmodel.errors import SpecError
+from costmodel.frameworks import check_runnable
 from costmodel.inference import evaluate_inference
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
@@ -34,7 +36,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_config_args(p, dispatcher=True)
     add_inference_args(p)
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
-                   help="print the plan as Megatron-LM arguments (the stage split included) or a DeepSpeed config")
+                   help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
+                        "config (deepspeed) or torchtitan settings for PyTorch FSDP2 (fsdp2)")
     add_output_args(p)
     return p
 
@@ -67,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
     config = config_from_args(args, cluster.num_gpus or None, model.layers)
+    try:  # a plan its framework cannot run is still evaluated as given, but not silently
+        check_runnable(config, cluster.device)
+    except SpecError as e:
+        warnings.warn(f"{e}: evaluated as given, though {config.framework} cannot run it (--emit refuses it)")
     est = evaluate(model, cluster, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)

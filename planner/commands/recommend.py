@@ -4,8 +4,8 @@ Config flags (``--tp 8``, ``--zero 1``, ``--no-sp`` ...) fix that variable; ``--
 ``--tp-max``, ``--no-zero3`` and ``--headroom-gib`` bound the rest. The default report puts the
 best plan and ``--top K - 1`` alternatives side by side, with the solve status, its proof (best
 bound, gap) and the constraints each plan sits on. ``--emit megatron`` prints Megatron-LM
-arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config. A problem with no plan
-that fits exits 2 with the reason and the smallest changes that would give it one.
+arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config, ``--emit fsdp2`` torchtitan
+settings. A problem with no plan that fits exits 2 with the reason and the smallest changes that would give it one.
 ``--mode infer`` plans serving instead (:mod:`planner.recommend_infer`): ``--input-len``,
 ``--output-len``, optional ``--ttft-ms``/``--tpot-ms`` targets, the Pareto front and launch arguments.
 """
@@ -19,6 +19,7 @@ import time
 from costmodel.errors import InfeasibleConfig
 from costmodel.units import GiB
 
+from ..args import _converter
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
 from ..args import framework_from_args
@@ -30,6 +31,9 @@ from ..report import ENGINE_NAMES, _s, estimate_json, model_label, print_json, t
 from .. import recommend_infer
 
 NAME = "recommend"
+#: most plans --top shows: each is scored by both engines after the search (top 50 of Llama-3-70B on
+#: 64 H100 take 13.5 s with the 10 s default limit; --top 100000 ran 38 s, issue 24)
+MAX_TOP = 50
 FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
            "chunks", "dma")
 
@@ -45,7 +49,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="CP-SAT time limit (default: %(default)s)")
     g.add_argument("--workers", type=int_arg("workers"), default=2, metavar="N", help="CP-SAT workers (default: 2)")
     g.add_argument("--seed", type=int_arg("seed", 0), default=0, metavar="N", help="CP-SAT random seed (default: 0)")
-    g.add_argument("--top", type=int_arg("top"), default=1, metavar="K", help="also show the next K-1 plans")
+    g.add_argument("--top", type=_converter("top", int, f"an integer from 1 to {MAX_TOP}", lambda v: 1 <= v <= MAX_TOP),
+                   default=1, metavar="K", help=f"also show the next K-1 plans (K at most {MAX_TOP})")
     g.add_argument("--pp-max", type=int_arg("pp_max"), metavar="N", help="largest pipeline-parallel degree")
     g.add_argument("--tp-max", type=int_arg("tp_max"), metavar="N", help="largest tensor-parallel degree")
     g.add_argument("--no-zero3", action="store_true", help="exclude ZeRO-3")
@@ -63,7 +68,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help='your current plan, "tp=8,pp=8,mb=1,..." or a Megatron-LM argument line: evaluated and '
                         "compared with the recommendation against the model's 80%% band")
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
-                   help="print the best plan as Megatron-LM arguments or a DeepSpeed config")
+                   help="print the best plan as Megatron-LM arguments (megatron), a DeepSpeed config (deepspeed) "
+                        "or torchtitan settings for PyTorch FSDP2 (fsdp2)")
     add_output_args(p)
     return p
 
@@ -108,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         result = solve_robust(problem, options)
     else:
         result = solve(problem, options)
+    result.plans, same = _without_twins(result.plans)
     if not result.plans:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
         if args.json:
@@ -147,12 +154,39 @@ def run(args: argparse.Namespace) -> int:
         print_json(d)
         return 0
     print(report_text(result, model, cluster, workload))
+    for note in same:
+        print(f"note: {note}")
     if comparison is not None:
         b = comparison.baseline.config
         print(f"\nbaseline tp={b.tp} pp={b.pp} dp={b.dp} ep={b.ep} cp={b.cp} vp={b.vp} mb={b.mb} zero={b.zero} "
               f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s ({ENGINE_NAMES[comparison.baseline.engine]}); "
               f"{comparison.message}")
     return 0
+
+
+def _without_twins(plans: list) -> tuple[list, list[str]]:
+    """``plans`` less those that differ from an earlier one only in knobs that change nothing
+    (the same step time under both engines and the same peak memory, e.g. the bucket size under
+    ZeRO-3), and one note per plan left out naming the knobs."""
+    kept, notes = [], []
+    for p in plans:
+        twin = next((k for k in kept if _same_numbers(k, p)), None)
+        if twin is None:
+            kept.append(p)
+            continue
+        a, b = twin.config.to_dict(), p.config.to_dict()
+        knobs = ", ".join(f"{k}={b[k]:g}" if isinstance(b[k], float) else f"{k}={b[k]}"
+                          for k in a if a[k] != b[k])
+        notes.append(f"a plan with {knobs} left out: the same step time and memory as plan "
+                     f"{'best' if twin is kept[0] else '#' + str(kept.index(twin) + 1)} (those knobs change nothing there)")
+    return kept, notes
+
+
+def _same_numbers(a, b, rel: float = 1e-9) -> bool:
+    def close(x, y):
+        return abs(x - y) <= rel * max(abs(x), abs(y))
+    return (close(a.reported.step_time_s, b.reported.step_time_s) and close(a.estimate.step_time_s, b.estimate.step_time_s)
+            and close(a.estimate.peak_memory_bytes, b.estimate.peak_memory_bytes))
 
 
 def _emit(fmt: str, config, workload, model) -> int:
@@ -249,7 +283,9 @@ def solve_lines(result) -> list[str]:
     best = result.plans[0]
     if result.robust:
         r = result.robust
-        lines[-1] = f"worst-case step time {_opt_s(r['worst_s'])} s (analytic), proven {result.status == 'OPTIMAL'}"
+        proof = ("proven optimal over the scenarios" if result.status == "OPTIMAL" else
+                 f"not proven optimal ({result.status}: the time limit stopped the search)")
+        lines[-1] = f"worst-case step time {_opt_s(r['worst_s'])} s (analytic), {proof}"
         per = ", ".join(f"{n} {r['robust_plan'][n]:.2f}" for n in r["scenarios"])
         nom = ", ".join(f"{n} {r['nominal_plan'][n]:.2f}" for n in r["scenarios"])
         lines.append(f"robust plan by scenario (s): {per}")
