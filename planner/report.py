@@ -21,6 +21,7 @@ from dataclasses import asdict, replace
 from costmodel import dma
 from costmodel.ceilings import mfu_warning
 from costmodel.estimate import Estimate
+from costmodel.flops import with_convention
 from costmodel.presets import cluster_to_dict, model_to_dict
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.units import GiB
@@ -61,7 +62,11 @@ def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: 
     if workload.mode != "train" or not isinstance(est, Estimate):
         return est
     notes = list(est.notes)
-    warn = mfu_warning(est.mfu, device_family(cluster), workload.dtype, model.is_moe)
+    # the published ceilings mix counts (most count full s x s attention): checked with the full count
+    full = with_convention(est, model, workload, "full")
+    warn = mfu_warning(full.mfu, device_family(cluster), workload.dtype, model.is_moe)
+    if warn and full.mfu != est.mfu:
+        warn = warn.replace("predicted MFU", "predicted MFU (counting full s x s attention)", 1)
     if warn and warn not in notes:
         notes.append(warn)
     band = est.step_time_band_s or band_for(model, cluster, workload, est)

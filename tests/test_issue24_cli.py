@@ -220,3 +220,33 @@ def test_emit_help_lists_every_format(capsys):
         emit = out[out.index("\n  --emit") + 1:]  # the option's help, not the usage line
         emit = emit[:emit.index("\n  --")] if "\n  --" in emit else emit
         assert code == 0 and all(f in emit for f in ("megatron", "deepspeed", "fsdp2", "torchtitan")), emit
+
+
+# --------------------------------------------------------------------------- item 7: the MFU convention
+def test_model_flops_count_causal_attention_as_megatron_does():
+    from costmodel.flops import model_flops_per_step
+    from costmodel.presets import load_model
+    from costmodel.specs import Workload
+    m = load_model("gpt3-175b")
+    B, s, L, h, V = 8, 32768, 96, 12288, 51200
+    # Megatron-LM num_floating_point_operations (megatron/training/training.py at d98e8a64), per token:
+    # 3 (fwd+bwd) x 2 (FMA) x [L (4h^2 projections + 8h^2 MLP + h s / 2 x 2 causal core) + h V]
+    megatron = B * s * 3 * 2 * (L * (4 * h * h + 8 * h * h + h * s) + h * V)
+    assert model_flops_per_step(m, Workload(global_batch=B, seq_len=s)) == pytest.approx(megatron, rel=2e-3)
+    korthikanti = 72 * B * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L))
+    assert model_flops_per_step(m, Workload(global_batch=B, seq_len=s), "full") == pytest.approx(korthikanti, rel=2e-3)
+
+
+def test_mfu_convention_is_stated_and_the_other_is_a_flag(capsys):
+    argv = ["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "8",
+            "--seq", "32768", "--tp", "8", "--sp", "--json"]
+    _, out, _ = run(capsys, argv)
+    causal = json.loads(out)
+    _, out, _ = run(capsys, argv + ["--mfu-convention", "full"])
+    full = json.loads(out)
+    assert "causal" in causal["flop_convention"] and "full s x s" in full["flop_convention"]
+    assert causal["step_time_s"] == full["step_time_s"]
+    assert causal["mfu"] < 0.8 * full["mfu"]  # at 32k tokens the attention core is a large share
+    _, out, _ = run(capsys, ["recommend", *LLAMA])
+    assert "MFU counts GEMM + attention FLOPs, causal attention" in out
+    _one_line_error(capsys, argv + ["--mfu-convention", "half"], "mfu_convention='half'")

@@ -15,9 +15,11 @@ import warnings
 from costmodel.estimate import evaluate
 
 from costmodel.errors import SpecError
+from costmodel.flops import with_convention
 from costmodel.frameworks import check_runnable
 from costmodel.inference import evaluate_inference
 
+from ..args import add_flop_args
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
@@ -38,6 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
                         "config (deepspeed) or torchtitan settings for PyTorch FSDP2 (fsdp2)")
+    add_flop_args(p)
     add_output_args(p)
     return p
 
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         check_runnable(config, cluster.device)
     except SpecError as e:
         warnings.warn(f"{e}: evaluated as given, though {config.framework} cannot run it (--emit refuses it)")
-    est = evaluate(model, cluster, workload, config)
+    est = with_convention(evaluate(model, cluster, workload, config), model, workload, args.mfu_convention)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     if args.json:

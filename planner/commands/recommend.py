@@ -19,13 +19,14 @@ import time
 from costmodel.errors import InfeasibleConfig
 from costmodel.units import GiB
 
-from ..args import _converter
+from ..args import _converter, add_flop_args
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
 from ..args import framework_from_args
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
 from costmodel.estimate import DEFAULT_ENGINE
+from costmodel.flops import with_convention
 
 from ..report import ENGINE_NAMES, _s, estimate_json, model_label, print_json, table, with_trust
 from .. import recommend_infer
@@ -70,6 +71,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the best plan as Megatron-LM arguments (megatron), a DeepSpeed config (deepspeed) "
                         "or torchtitan settings for PyTorch FSDP2 (fsdp2)")
+    add_flop_args(p)
     add_output_args(p)
     return p
 
@@ -115,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = solve(problem, options)
     result.plans, same = _without_twins(result.plans)
+    result.plans = [_counted(p, model, workload, args.mfu_convention) for p in result.plans]
     if not result.plans:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
         if args.json:
@@ -180,6 +183,14 @@ def _without_twins(plans: list) -> tuple[list, list[str]]:
         notes.append(f"a plan with {knobs} left out: the same step time and memory as plan "
                      f"{'best' if twin is kept[0] else '#' + str(kept.index(twin) + 1)} (those knobs change nothing there)")
     return kept, notes
+
+
+def _counted(plan, model, workload, convention: str):
+    """``plan`` with the MFU, HFU and TFLOP/s of both estimates counted by ``convention``."""
+    from dataclasses import replace
+    graph = plan.graph_estimate
+    return replace(plan, estimate=with_convention(plan.estimate, model, workload, convention),
+                   graph_estimate=None if graph is None else with_convention(graph, model, workload, convention))
 
 
 def _same_numbers(a, b, rel: float = 1e-9) -> bool:
@@ -317,7 +328,8 @@ def report_text(result, model, cluster, workload) -> str:
              table(headers, rows), "", *solve_lines(result),
              f"engine: step time, band, tokens/s and MFU are the {ENGINE_NAMES[engine]}'s"
              + (" (the default engine, as evaluate reports them); CP-SAT proves the analytic optimum"
-                if engine == DEFAULT_ENGINE else "")]
+                if engine == DEFAULT_ENGINE else ""),
+             f"MFU counts {result.plans[0].reported.flop_convention} (--mfu-convention)"]
     for i, p in enumerate(result.plans):
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
