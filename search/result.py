@@ -81,6 +81,8 @@ class SolveResult:
     rescored: int = 0  # of those, scheduled by the op-graph engine before the time limit
     graph_objective_s: float | None = None  # the chosen plan's op-graph step time
     analytic_best_graph_s: float | None = None  # the analytic optimum's op-graph step time
+    fastest_graph_s: float | None = None  # the fastest re-scored plan's (the chosen one is within memory_tie)
+    memory_tie: float | None = None  # fraction of the fastest op-graph time within which less memory wins
     robust: dict | None = None  # search.robust: step time per scenario of the robust and nominal plans
 
     @property
@@ -108,7 +110,8 @@ class SolveResult:
         chosen = self.best.objective_s if self.best else None
         return {"engine": "graph", "band": self.band, "within_band": self.within_band, "rescored": self.rescored,
                 "graph_objective_s": self.graph_objective_s, "chosen_objective_s": chosen,
-                "analytic_best_graph_s": self.analytic_best_graph_s}
+                "analytic_best_graph_s": self.analytic_best_graph_s, "fastest_graph_s": self.fastest_graph_s,
+                "memory_tie": self.memory_tie}
 
 
 def config_of(choice: Choice, split: Split, flash_attention: bool = True) -> ParallelConfig:

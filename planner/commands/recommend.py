@@ -313,7 +313,10 @@ def solve_lines(result) -> list[str]:
                      f"{100 * result.band:g}% of the analytic optimum"
                      + (f" ({left} not reached before the time limit)" if left else "")
                      + f"; the best under the op graph is the answer: {_opt_s(result.graph_objective_s)} s "
-                     f"(analytic {_opt_s(best.objective_s)} s); the analytic optimum runs "
+                     + (f"(the least peak memory of the plans within {100 * result.memory_tie:g}% of the fastest, "
+                        f"{_opt_s(result.fastest_graph_s)} s) "
+                        if result.fastest_graph_s and result.graph_objective_s > result.fastest_graph_s else "")
+                     + f"(analytic {_opt_s(best.objective_s)} s); the analytic optimum runs "
                      f"{_opt_s(result.analytic_best_graph_s)} s under the op graph")
     return lines
 
