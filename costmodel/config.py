@@ -145,6 +145,9 @@ class ParallelConfig:
             v = getattr(self, f)
             if type(v) is not int or v < 1:  # only then can it be wrong (the search builds many plans)
                 _positive_int(f, v)
+        if self.chunks > MAX_CHUNKS:
+            raise SpecError("chunks", self.chunks, f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
+                            "run chunks = tp; the op graph holds a piece per chunk of every collective)")
         for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies"):
             if type(getattr(self, f)) is not bool:
                 raise SpecError(f, getattr(self, f), "true or false")
@@ -277,6 +280,11 @@ class ParallelConfig:
             d["bucket_bytes"] = v * MB
         return cls(**d)
 
+
+#: pieces per overlappable collective beyond which a plan is refused (a sanity bound: the frameworks
+#: that chunk run chunks = tp, and the op graph holds a node per piece: Llama-3-8B on 16 GPUs at
+#: tp=8, chunks=256 evaluates in 1.4 s (the whole command), 100,000 ran over ten minutes at 2 GB, issue 24)
+MAX_CHUNKS = 256
 
 #: micro-batches per step beyond which a plan is refused (a sanity bound: the pipeline schedule
 #: of one step holds every micro-batch; 100,000 evaluate in seconds, millions would not)

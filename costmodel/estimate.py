@@ -34,6 +34,10 @@ from .specs import ClusterSpec, ModelSpec, Workload
 from .errors import SpecError
 
 STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
+#: the engine every reported step time comes from unless one is asked for: the op-graph scheduler,
+#: the reference (DESIGN.md "One model"); ``analytic`` is its closed form, what the search tables encode
+DEFAULT_ENGINE = "graph"
+ENGINES = ("graph", "analytic")
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,13 @@ class Estimate:
     composition: dict = field(default_factory=dict)  # step_s = pipeline + dp + zero + optimizer (seconds)
     step_time_band_s: tuple | None = None  # 80% band of the measured step time (costmodel.uncertainty)
     layout: str = ""  # the pipeline layout the step ran (Megatron-Core text, costmodel.layout)
+    engine: str = DEFAULT_ENGINE  # which engine computed it: "graph" (op-graph scheduler) or "analytic"
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values with the keys of DESIGN.md."""
         return {
             "status": self.status,
+            "engine": self.engine,
             "config": self.config.to_dict(),
             "layout": self.layout,
             "step_time_s": self.step_time_s,
@@ -99,7 +105,7 @@ class Estimate:
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-             engine: str = "graph") -> Estimate:
+             engine: str = DEFAULT_ENGINE) -> Estimate:
     """Predict one training step of ``config``; raises :class:`SpecError` for an invalid plan.
 
     A workload in mode ``infer`` is served instead: the result is an
@@ -113,7 +119,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     validate_config(model, cluster, workload, config)
     c, w, dev = config, workload, cluster.device
     m = micro_batches(w, c)
-    if engine not in ("analytic", "graph"):
+    if engine not in ENGINES:
         raise SpecError("engine", engine, "'analytic' or 'graph'")
     gs = None
     if engine == "graph":  # op graphs scheduled on compute and DMA engines (costmodel.graph)
@@ -181,6 +187,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         reasons=reasons,
         composition=comp.parts(),
         layout=str(layout_of(model, c)),
+        engine=engine,
     )
 
 

@@ -44,7 +44,7 @@ class Score:
     numbers, so a list of scores stays aligned with the configs it scores.
     """
 
-    config: ParallelConfig
+    config: ParallelConfig | None  # None: an invalid entry that is no config at all (``reason`` says why)
     status: str
     step_time_s: float
     tokens_per_s: float
@@ -64,7 +64,7 @@ class Score:
     def to_dict(self) -> dict:
         """Plain JSON-ready values (the DESIGN.md keys it has, and ``reason``)."""
         inf = float("inf")
-        return {"status": self.status, "config": self.config.to_dict(),
+        return {"status": self.status, "config": None if self.config is None else self.config.to_dict(),
                 "step_time_s": None if self.step_time_s == inf else self.step_time_s,
                 "tokens_per_s": self.tokens_per_s, "mfu": self.mfu, "hfu": self.hfu,
                 "model_tflops_per_gpu": self.model_tflops_per_gpu, "peak_memory_bytes": self.peak_memory_bytes,

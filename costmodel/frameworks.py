@@ -292,6 +292,15 @@ def check(c) -> None:
                  recompute=c.recompute)
 
 
+def check_runnable(c, device) -> None:
+    """:func:`check`, and on ``device`` the chunk counts the framework's chunked overlap runs
+    (Megatron-Core's Transformer Engine userbuffers: :func:`check_userbuffers_chunks`), the rule
+    the search's candidates (:func:`chunk_options`) and ``--emit`` hold every plan to."""
+    check(c)
+    if userbuffers(c.framework, device):
+        check_userbuffers_chunks(tp=c.tp, sp=c.sp_on, chunks=c.chunks)
+
+
 def lookup(framework: str, zero: int) -> Semantics:
     """The semantics charged for ``zero`` under ``framework``, or (a stage the framework lacks,
     met only by code that costs plans without validating them) the one DeepSpeed runs."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import warnings
 
-from .errors import SpecError
+from .errors import SpecError, clip
 from .specs import ModelSpec
 
 _REQUIRED = object()
@@ -57,6 +57,10 @@ FAMILIES = {
 }
 #: families whose MLP is gated whatever ``hidden_act`` is called (Gemma: GeGLU, Team et al. 2024)
 GATED_MLP = ("gemma", "gemma2", "gemma3", "gemma3_text")
+#: families that are mixtures of experts by construction: an expert count below 1 is an error
+#: there, not a dense model (``transformers``' MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig,
+#: DeepseekV2Config, DeepseekV3Config hold the count in the keys :func:`_decoder` reads)
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 #: ``PretrainedConfig``'s default, for a model_type not in :data:`FAMILIES`
 DEFAULT_TIED = True
 
@@ -70,7 +74,7 @@ class _Config:
 
     def __init__(self, d: dict):
         self.d = d
-        self.kind = d.get("model_type") or "unknown"
+        self.kind = clip(d.get("model_type") or "unknown")  # echoed in messages: a long one is cut
 
     def get(self, *keys: str, default=_REQUIRED, kind=int):
         for k in keys:
@@ -104,7 +108,7 @@ def _tied(c: _Config) -> bool:
 
 
 def _name(d: dict) -> str:
-    return d.get("_name_or_path") or d.get("model_type") or "model"
+    return clip(d.get("_name_or_path") or d.get("model_type") or "model")
 
 
 def _gpt2(c: _Config) -> ModelSpec:
@@ -137,7 +141,12 @@ def _decoder(c: _Config) -> ModelSpec:
         kv_heads=c.get("num_key_value_heads", default=None),
         head_dim=c.get("head_dim", default=None),
         activation=_activation(c, "gelu" if neox else "silu"), tied_embeddings=_tied(c))
-    experts = c.get("num_local_experts", "num_experts", "n_routed_experts", default=0)
+    expert_keys = ("num_local_experts", "num_experts", "n_routed_experts")
+    experts = c.get(*expert_keys, default=0)
+    if experts < 0 or (experts == 0 and c.kind in MOE_FAMILIES):
+        key = next((k for k in expert_keys if c.d.get(k) is not None), expert_keys[0])
+        raise SpecError(key, experts, f"a positive integer for model_type={c.kind} (a mixture-of-experts family; "
+                        "a dense model has another model_type)")
     moe_ffn = c.get("moe_intermediate_size", default=None)
     if experts:
         moe_layers = layers if "num_local_experts" in c.d else _moe_layer_count(c, layers)

@@ -45,6 +45,8 @@ def _read_file(path: Path, field: str) -> dict:
         text = path.read_text()
     except OSError as e:
         raise SpecError(field, str(path), f"a readable file ({e.strerror})") from None
+    except UnicodeDecodeError as e:  # a binary file (a checkpoint, an archive) given as the spec
+        raise SpecError(field, str(path), f"a UTF-8 text JSON/YAML file (byte {e.start} is not text)") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml
@@ -63,10 +65,15 @@ def _resolve(kind: str, name_or_path: str, field: str) -> dict:
     if not isinstance(name_or_path, str) or not name_or_path:
         raise SpecError(field, name_or_path, "a preset name or a file path")
     preset = PRESET_DIR / kind / f"{name_or_path}.json"
-    if preset.is_file():
-        return json.loads(preset.read_text())
     path = Path(name_or_path)
-    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
+    try:
+        if preset.is_file():
+            return json.loads(preset.read_text())
+        is_file = path.suffix in (".json", ".yaml", ".yml") or path.exists()
+    except OSError as e:  # a name too long for the file system, a bad path component
+        raise SpecError(field, name_or_path, f"a preset ({', '.join(preset_names(kind))}) or a readable "
+                        f"JSON/YAML file ({e.strerror})") from None
+    if is_file:
         return _read_file(path, field)
     raise SpecError(field, name_or_path, f"a preset ({', '.join(preset_names(kind))}) or a JSON/YAML file")
 

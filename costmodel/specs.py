@@ -13,7 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .errors import SpecError
-from .units import DTYPES
+from .units import DTYPES, GiB
+
+#: HBM per device above which a spec is refused: a sanity bound, not a device limit (16 TiB is ~90x
+#: B200's 180 GiB), that catches unit slips (GB given as bytes, ``hbm_gib: 1e30``) and infinities
+MAX_HBM_BYTES = 16 * 1024 * GiB
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
 MODES = ("train", "infer")
@@ -284,6 +288,9 @@ class DeviceSpec:
         _positive("peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
         _positive("peak_fp8_flops_per_s", self.peak_fp8_flops_per_s, allow_zero=True)
         _positive("hbm_bytes", self.hbm_bytes)
+        if not self.hbm_bytes <= MAX_HBM_BYTES:
+            raise SpecError("hbm_gib", self.hbm_bytes / GiB, f"at most {MAX_HBM_BYTES / GiB:,.0f} GiB per device "
+                            "(a sanity bound; was it given in bytes?)")
         _positive("hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s)
         _positive_int("sm_count", self.sm_count)
         for f in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "mem_bw_efficiency"):

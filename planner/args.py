@@ -25,6 +25,7 @@ import sys
 from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, RECOMPUTE
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
+from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
 from costmodel.frameworks import FRAMEWORKS
 from costmodel.kvcache import KV_DTYPES
 from costmodel.specs import MODES, Workload
@@ -273,6 +274,15 @@ def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True,
                        help="time-to-first-token target in milliseconds")
         g.add_argument("--tpot-ms", type=_latency_ms("tpot_ms", 0.1), metavar="MS",
                        help="time-per-output-token target in milliseconds")
+
+
+def add_flop_args(parser: argparse.ArgumentParser) -> None:
+    """``--mfu-convention {causal,full}``: how MFU, HFU and model TFLOP/s count attention."""
+    parser.add_argument("--mfu-convention", type=choice_arg("mfu_convention", tuple(CONVENTIONS)),
+                        default=DEFAULT_CONVENTION, metavar="{" + ",".join(CONVENTIONS) + "}",
+                        help="count the attention core of MFU/HFU causally (half the s x s scores, as Megatron-LM's "
+                             "num_floating_point_operations does; the default) or in full (Korthikanti et al. 2023, "
+                             "Narayanan et al. 2021 Eq. 3); the step time is the same")
 
 
 def add_output_args(parser: argparse.ArgumentParser) -> None:

@@ -20,10 +20,11 @@ costmodel.errors.SpecError: baseline.pp='eight': must be an integer
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 
 from costmodel.config import CONFIG_KEYS, GRAD_DTYPES, RECOMPUTE, ParallelConfig
-from costmodel.errors import SpecError
+from costmodel.errors import SpecError, clip
 
 from . import megatron_args as mg
 from .problem import make_config
@@ -44,7 +45,9 @@ def parse_baseline(text: str, layers: int | None = None) -> dict:
     if "--" in text:
         args = mg.parse_command_line(text)
         try:
-            return {**mg.config_fields(args, layers), "framework": "megatron"}  # a Megatron-LM line runs Megatron
+            fields = mg.config_fields(args, layers)
+            _warn_unread(args, fields, layers)
+            return {**fields, "framework": "megatron"}  # a Megatron-LM line runs Megatron
         except SpecError as e:
             raise SpecError(f"baseline.{e.field}", e.value, e.allowed) from None
     out = {}
@@ -57,6 +60,25 @@ def parse_baseline(text: str, layers: int | None = None) -> dict:
             raise SpecError("baseline", key, f"one of {', '.join(KEYS)}")
         out[key] = _value(key, value.strip())
     return out
+
+
+def _warn_unread(args: dict, fields: dict, layers: int | None) -> None:
+    """Warn (one line) about the flags of a Megatron-LM line that change nothing in the plan it
+    states: a flag whose removal leaves :func:`planner.megatron_args.config_fields` the same is not
+    read (a misspelled flag, or a model, data or optimizer flag the problem flags state instead)."""
+    unread = []
+    for name in args:
+        rest = {k: v for k, v in args.items() if k != name}
+        try:
+            same = mg.config_fields(rest, layers) == fields
+        except SpecError:  # the line needs it (e.g. num_layers for a per-chunk layer count)
+            same = False
+        if same:
+            unread.append("--" + name.replace("_", "-"))
+    if unread:
+        shown = ", ".join(unread[:12]) + (f" and {len(unread) - 12} more" if len(unread) > 12 else "")
+        warnings.warn(f"baseline: {clip(shown, 400)} change{'s' if len(unread) == 1 else ''} nothing in the plan the planner evaluates (misspelled, "
+                      "or model, data and optimizer flags that --model, --global-batch and --seq state)")
 
 
 def _value(key: str, value: str):

@@ -14,6 +14,7 @@ then exit code 2 with one line saying the best TTFT/TPOT any plan reaches and wi
 from __future__ import annotations
 
 import argparse
+import os
 
 from costmodel.errors import InfeasibleConfig, SpecError
 from search.infer import ENGINES, InferProblem, InferResult, shortfall, solve_infer
@@ -190,6 +191,13 @@ def result_json(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> 
             "explanation": r.explanation}
 
 
+def check_plot_path(path: str) -> None:
+    """Refuse a ``--plot`` target that is a directory before the search (savefig would write
+    ``DIR.png`` beside it and say nothing)."""
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):
+        raise SpecError("plot", path, "an image file path such as DIR/pareto.png (it names a directory)")
+
+
 def write_plot(p: InferProblem, r: InferResult, path: str) -> None:
     """The Pareto front (TPOT vs tokens/s per GPU) with the targets and the best plan, as an image."""
     try:
@@ -228,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     options = SolveOptions(time_limit_s=getattr(args, "time_limit", None) or 10.0,
                            workers=getattr(args, "workers", None) or 2, seed=getattr(args, "seed", None) or 0,
                            top_k=max(3, getattr(args, "top", None) or 1))
+    if args.plot:
+        check_plot_path(args.plot)
     r = solve_infer(p, options)
     if args.plot:
         write_plot(p, r, args.plot)

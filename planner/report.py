@@ -21,11 +21,16 @@ from dataclasses import asdict, replace
 from costmodel import dma
 from costmodel.ceilings import mfu_warning
 from costmodel.estimate import Estimate
+from costmodel.flops import with_convention
 from costmodel.presets import cluster_to_dict, model_to_dict
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.stacks import load_stack
 from costmodel.units import GiB
-from costmodel.uncertainty import band_for, device_family
+from costmodel.uncertainty import band_for, bias_note, device_family
+
+
+#: how each engine (``Estimate.engine``) is named in text output
+ENGINE_NAMES = {"graph": "op graph", "analytic": "analytic"}
 
 
 # --------------------------------------------------------------------------- JSON
@@ -58,10 +63,17 @@ def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: 
     if workload.mode != "train" or not isinstance(est, Estimate):
         return est
     notes = list(est.notes)
-    warn = mfu_warning(est.mfu, device_family(cluster), workload.dtype, model.is_moe)
+    # the published ceilings mix counts (most count full s x s attention): checked with the full count
+    full = with_convention(est, model, workload, "full")
+    warn = mfu_warning(full.mfu, device_family(cluster), workload.dtype, model.is_moe)
+    if warn and full.mfu != est.mfu:
+        warn = warn.replace("predicted MFU", "predicted MFU (counting full s x s attention)", 1)
     if warn and warn not in notes:
         notes.append(warn)
     band = est.step_time_band_s or band_for(model, cluster, workload, est)
+    lean = bias_note(model, cluster, est.config, est.step_time_s, band)
+    if lean and lean not in notes:
+        notes.append(lean)
     return replace(est, step_time_band_s=tuple(band), notes=notes)
 
 
@@ -215,7 +227,7 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
         f"config: {config_line(est)}",
         *([f"pipeline layout: {est.layout}"] if est.config.pp > 1 and est.layout else []),
         "",
-        f"step time             {_s(est.step_time_s)} s",
+        f"step time             {_s(est.step_time_s)} s ({ENGINE_NAMES.get(est.engine, est.engine)} engine)",
         f"  80% band            {_s(est.step_time_band_s[0])} - {_s(est.step_time_band_s[1])} s "
         "(measured runs of plans like this one fall inside 80% of the time)",
         f"tokens/s              {est.tokens_per_s:,.0f}",

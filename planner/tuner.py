@@ -26,7 +26,7 @@ from dataclasses import fields
 
 from costmodel.config import GRAD_DTYPES, ParallelConfig
 from costmodel.errors import SpecError
-from costmodel.frameworks import FRAMEWORKS
+from costmodel.frameworks import FRAMEWORKS, check_runnable
 from costmodel.estimate import Estimate
 from costmodel.estimate import evaluate as _evaluate
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
@@ -176,9 +176,11 @@ class Planner:
     def evaluate_many(self, configs, *, exact: bool = False) -> list[Score]:
         """One :class:`Score` per config, in order; invalid configs get ``status="invalid"``.
 
-        A plan that breaks a rule (``{"tp": 3}`` on 8 GPUs: no dp fills them) is scored
-        invalid with the reason, never raised; only a dict that is no config at all (an
-        unknown key, a non-integer degree) raises :class:`SpecError`.
+        Every entry is scored, none raises: a plan that breaks a rule (``{"tp": 3}`` on 8 GPUs:
+        no dp fills them), one its framework cannot run (``tp=4, chunks=8`` under Megatron-Core,
+        whose userbuffers overlap runs ``chunks = tp``: :func:`costmodel.frameworks.check_runnable`)
+        and an entry that is no config at all (an unknown key, a non-integer degree; its
+        ``config`` is None) are scored invalid with the reason.
 
         The analytical fast path (:mod:`costmodel.fastpath`) gives the numbers of
         ``evaluate(engine="analytic")`` without its per-stage report; ``exact=True`` runs that
@@ -190,9 +192,14 @@ class Planner:
             if not isinstance(c, ParallelConfig):
                 try:
                     c = self.config(c)
-                except SpecError as e:  # well formed, but no valid plan (e.g. tp*pp*cp does not divide gpus)
+                except (SpecError, TypeError, ValueError) as e:  # no valid plan, or no config at all
                     out.append(Score.invalid(self._as_given(c), str(e), cl.device.hbm_bytes))
                     continue
+            try:
+                check_runnable(c, cl.device)
+            except SpecError as e:
+                out.append(Score.invalid(c, str(e), cl.device.hbm_bytes))
+                continue
             if exact:
                 try:
                     out.append(Score.from_estimate(_evaluate(m, cl, w, c, engine="analytic")))
@@ -202,10 +209,16 @@ class Planner:
                 out.append(scorer.score(c))
         return out
 
-    def _as_given(self, config) -> ParallelConfig:
-        """``config`` as a :class:`ParallelConfig` without filling dp (for an invalid score)."""
-        return make_config(None, base=config if isinstance(config, ParallelConfig) else None,
-                           **(config if isinstance(config, dict) else {}))
+    def _as_given(self, config) -> ParallelConfig | None:
+        """``config`` as a :class:`ParallelConfig` without filling dp (for an invalid score), or
+        None when it is no config at all."""
+        if not isinstance(config, (dict, ParallelConfig)):
+            return None
+        try:
+            return make_config(None, base=config if isinstance(config, ParallelConfig) else None,
+                               **(config if isinstance(config, dict) else {}))
+        except (SpecError, TypeError, ValueError):
+            return None
 
     def space(self, *, fits: bool = True, limits=None, **constraints) -> list[ParallelConfig]:
         """Every valid plan, from the search's candidate lists (:mod:`search.candidates`),

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from costmodel.specs import MAX_HBM_BYTES
 from costmodel.units import GiB
 
 from .candidates import (bucket_values, chunk_values, cp_values, mb_values, pp_values, recompute_values, shapes,
@@ -64,9 +65,10 @@ def _late(deadline: float | None) -> bool:
 
 
 def least_memory_bytes(p: Problem) -> tuple[float, Choice | None]:
-    """The smallest peak memory per GPU any lean plan reaches (HBM ignored), and its choice."""
+    """The smallest peak memory per GPU any lean plan reaches (HBM ignored: the largest a spec may
+    state, :data:`costmodel.specs.MAX_HBM_BYTES`), and its choice."""
     roomy = replace(p, limits=replace(p.limits, headroom_bytes=0.0),
-                    cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=1e30)))
+                    cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=MAX_HBM_BYTES)))
     tables, best, arg = Tables(roomy), np.inf, None
     L = p.model.layers
     for c in lean_choices(roomy):

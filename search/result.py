@@ -35,6 +35,13 @@ class Plan:
     binding: tuple = ()
     graph_step_time_s: float | None = None  # the same plan scheduled by the op-graph engine
     graph_overlap: dict | None = None
+    graph_estimate: Estimate | None = None  # costmodel.evaluate(engine="graph") of ``config``
+
+    @property
+    def reported(self) -> Estimate:
+        """The estimate reported to users: the default engine's (the op graph, as ``evaluate``
+        reports it), else the analytic one the tables encode."""
+        return self.graph_estimate if self.graph_estimate is not None else self.estimate
 
     @property
     def agreement(self) -> float:
@@ -42,8 +49,11 @@ class Plan:
         return abs(self.objective_s - self.estimate.step_time_s) / self.estimate.step_time_s
 
     def to_dict(self) -> dict:
-        d = self.estimate.to_dict()
+        """:attr:`reported`'s keys (``engine`` says which), with the analytic step time the solver's
+        ``objective_s`` agrees with (``agreement``) beside it."""
+        d = self.reported.to_dict()
         d["config"]["layers_per_stage"] = list(self.config.layers_per_stage or ())
+        d["analytic_step_time_s"] = self.estimate.step_time_s
         d["objective_s"] = self.objective_s
         d["agreement"] = self.agreement
         d["binding"] = list(self.binding)
@@ -71,6 +81,8 @@ class SolveResult:
     rescored: int = 0  # of those, scheduled by the op-graph engine before the time limit
     graph_objective_s: float | None = None  # the chosen plan's op-graph step time
     analytic_best_graph_s: float | None = None  # the analytic optimum's op-graph step time
+    fastest_graph_s: float | None = None  # the fastest re-scored plan's (the chosen one is within memory_tie)
+    memory_tie: float | None = None  # fraction of the fastest op-graph time within which less memory wins
     robust: dict | None = None  # search.robust: step time per scenario of the robust and nominal plans
 
     @property
@@ -98,7 +110,8 @@ class SolveResult:
         chosen = self.best.objective_s if self.best else None
         return {"engine": "graph", "band": self.band, "within_band": self.within_band, "rescored": self.rescored,
                 "graph_objective_s": self.graph_objective_s, "chosen_objective_s": chosen,
-                "analytic_best_graph_s": self.analytic_best_graph_s}
+                "analytic_best_graph_s": self.analytic_best_graph_s, "fastest_graph_s": self.fastest_graph_s,
+                "memory_tie": self.memory_tie}
 
 
 def config_of(choice: Choice, split: Split, flash_attention: bool = True,

@@ -21,7 +21,7 @@ def test_model_flops_match_korthikanti_22b():
     # 22B, B=4, s=2048, 8 GPUs, 1.10 s at 41.5% MFU of 312 TFLOP/s (Korthikanti et al. 2023, Table 5):
     # model FLOPs = 72 B L s h^2 (1 + s/6h + V/12hL) = 1.1435e15
     m = load_model("gpt-22b")
-    f = model_flops_per_step(m, Workload(global_batch=4, seq_len=2048))
+    f = model_flops_per_step(m, Workload(global_batch=4, seq_len=2048), "full")
     assert abs(f / 1.1435e15 - 1) < 0.002
     mfu = f / (1.10 * 8 * 312e12)
     assert abs(mfu - 0.415) < 0.01
@@ -30,10 +30,10 @@ def test_model_flops_match_korthikanti_22b():
 def test_full_recompute_adds_one_forward_of_the_stack():
     m = load_model("gpt-22b")
     w = Workload(global_batch=4, seq_len=2048)
-    model = model_flops_per_step(m, w)
-    full = hardware_flops_per_step(m, w, ParallelConfig(tp=8, recompute="full"))
-    sel = hardware_flops_per_step(m, w, ParallelConfig(tp=8, recompute="selective"))
-    none = hardware_flops_per_step(m, w, ParallelConfig(tp=8))
+    model = model_flops_per_step(m, w, "full")  # the arithmetic below is Korthikanti's full count
+    full = hardware_flops_per_step(m, w, ParallelConfig(tp=8, recompute="full"), "full")
+    sel = hardware_flops_per_step(m, w, ParallelConfig(tp=8, recompute="selective"), "full")
+    none = hardware_flops_per_step(m, w, ParallelConfig(tp=8), "full")
     assert none == model
     assert model < sel < full
     # the stack (no LM head) is recomputed: extra is just under 1/3 of model FLOPs

@@ -102,8 +102,8 @@ def test_evaluate_many_scores_an_impossible_plan_invalid_instead_of_raising():
     scores = p.evaluate_many([{"tp": 3}, {"tp": 2}])
     assert [s.status for s in scores] == ["invalid", "ok"]
     assert scores[0].config.tp == 3 and "tp*pp*cp=3" in scores[0].reason and not scores[0].ok
-    with pytest.raises(SpecError):  # not a config at all
-        p.evaluate_many([{"warp": 2}])
+    bad = p.evaluate_many([{"warp": 2}])[0]  # not a config at all: scored invalid too (issue 24, item 8)
+    assert bad.status == "invalid" and bad.config is None and "warp" in bad.reason
 
 
 def test_version(capsys):

@@ -6,6 +6,7 @@ import pytest
 
 from planner import cli
 from planner.api import recommend
+from search.solve import MEMORY_TIE
 
 LLAMA = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--global-batch", "64", "--seq", "4096"]
 DESIGN_KEYS = {"status", "config", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
@@ -27,8 +28,9 @@ def test_json_has_design_keys_solve_and_alternatives(capsys):
     assert DESIGN_KEYS <= set(d) and CONFIG_KEYS <= set(d["config"])
     assert {"status", "time_s", "objective_s", "bound_s", "gap"} <= set(d["solve"])
     assert d["solve"]["status"] == "OPTIMAL" and d["solve"]["gap"] == 0
-    assert len(d["alternatives"]) == 1 and d["alternatives"][0]["step_time_s"] >= d["step_time_s"]
-    assert d["fits"] and abs(d["objective_s"] / d["step_time_s"] - 1) <= 0.005
+    # the best is the leanest plan within MEMORY_TIE of the fastest (issue 24 item 6)
+    assert len(d["alternatives"]) == 1 and d["alternatives"][0]["step_time_s"] >= d["step_time_s"] * (1 - MEMORY_TIE)
+    assert d["fits"] and abs(d["objective_s"] / d["analytic_step_time_s"] - 1) <= 0.005
 
 
 def test_human_report_puts_plans_side_by_side(capsys):

@@ -11,6 +11,7 @@ import pytest
 
 from costmodel.estimate import evaluate
 from costmodel import frameworks
+from costmodel.frameworks import check_runnable
 from costmodel.config import ParallelConfig
 from search import candidates as cand
 from search.problem import Limits, Problem
@@ -75,7 +76,9 @@ def random_plans(problem, n, rng):
         rec_layers = rng.choice([None, rng.randint(1, min(lps) if lps else L)]) if kind == "full" else None
         out.append(ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, cp=s.cp, ep=s.ep, mb=mb, vp=vp, layers_per_stage=lps,
                                   sp=rng.choice(cand.sp_values(problem, s)), zero=rng.choice(cand.zero_values(problem, s)),
-                                  recompute=kind, recompute_layers=rec_layers, chunks=rng.choice([1, 2, 4]),
+                                  recompute=kind, recompute_layers=rec_layers,
+                                  chunks=rng.choice(frameworks.chunk_options(problem.framework, s.tp, (1, 2, 4),
+                                                                             problem.cluster.device)),
                                   bucket_bytes=rng.choice([0, 10e6, 40e6])))
     return out
 
@@ -88,7 +91,8 @@ def test_evaluate_many_equals_evaluate(model, cluster, gpus, batch, seq):
     sample = random_plans(problem, 60, random.Random(0))
     n_ok = 0
     for score in p.evaluate_many(sample):
-        try:
+        try:  # a plan its framework cannot run on this device is invalid too (costmodel.frameworks)
+            check_runnable(score.config, cl.device)
             e = evaluate(m, cl, w, score.config, engine="analytic")
         except SpecError as err:
             assert score.status == "invalid" and score.reason == str(err)

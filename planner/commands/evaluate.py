@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from costmodel.estimate import evaluate
 
 from costmodel.errors import SpecError
+from costmodel.flops import with_convention
+from costmodel.frameworks import check_runnable
 from costmodel.inference import evaluate_inference
 from search.layout import with_best_layout
 
+from ..args import add_flop_args
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
@@ -41,7 +45,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "would, with everything you state pinned (the output lists what was chosen)")
     add_inference_args(p, engine=True)
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
-                   help="print the plan as Megatron-LM arguments (the stage split included) or a DeepSpeed config")
+                   help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
+                        "config (deepspeed) or torchtitan settings for PyTorch FSDP2 (fsdp2)")
+    add_flop_args(p)
     add_output_args(p)
     return p
 
@@ -78,10 +84,14 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
     config, chosen, note = complete(args, model, cluster, workload)
+    try:  # a plan its framework cannot run is still evaluated as given, but not silently
+        check_runnable(config, cluster.device)
+    except SpecError as e:
+        warnings.warn(f"{e}: evaluated as given, though {config.framework} cannot run it (--emit refuses it)")
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
-    est = evaluate(model, cluster, workload, config)
+    est = with_convention(evaluate(model, cluster, workload, config), model, workload, args.mfu_convention)
     if args.json:
         d = estimate_json(est, model, cluster, workload)
         d["chosen"] = chosen

@@ -4,8 +4,8 @@ Config flags (``--tp 8``, ``--zero 1``, ``--no-sp`` ...) fix that variable; ``--
 ``--tp-max``, ``--no-zero3`` and ``--headroom-gib`` bound the rest. The default report puts the
 best plan and ``--top K - 1`` alternatives side by side, with the solve status, its proof (best
 bound, gap) and the constraints each plan sits on. ``--emit megatron`` prints Megatron-LM
-arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config. A problem with no plan
-that fits exits 2 with the reason and the smallest changes that would give it one.
+arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config, ``--emit fsdp2`` torchtitan
+settings. A problem with no plan that fits exits 2 with the reason and the smallest changes that would give it one.
 ``--mode infer`` plans serving instead (:mod:`planner.recommend_infer`): ``--input-len``,
 ``--output-len``, optional ``--ttft-ms``/``--tpot-ms`` targets, the Pareto front and launch arguments.
 """
@@ -19,16 +19,24 @@ import time
 from costmodel.errors import InfeasibleConfig
 from costmodel.units import GiB
 
+from ..args import _converter, add_flop_args
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
 from ..args import framework_from_args, limits_from_args
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
+from costmodel.estimate import DEFAULT_ENGINE
+from costmodel.flops import with_convention
+
 from ..emit_arch import model_args_tokens
-from ..report import _s, estimate_json, model_label, print_json, stack_line, table, with_trust
+from ..report import ENGINE_NAMES, _s, estimate_json, model_label, print_json, stack_line, table, with_trust
 from .. import recommend_infer
 
 NAME = "recommend"
+#: most plans --top shows: each is scored by both engines after the search (top 50 of Llama-3-70B on
+#: 64 H100 take 13.5 s with the 10 s default limit; --top 100000 ran 38 s, issue 24)
+MAX_TOP = 50
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(NAME, help="find the best plan (CP-SAT, proven optimal) and explain it",
@@ -41,7 +49,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="CP-SAT time limit (default: %(default)s)")
     g.add_argument("--workers", type=int_arg("workers"), default=2, metavar="N", help="CP-SAT workers (default: 2)")
     g.add_argument("--seed", type=int_arg("seed", 0), default=0, metavar="N", help="CP-SAT random seed (default: 0)")
-    g.add_argument("--top", type=int_arg("top"), default=1, metavar="K", help="also show the next K-1 plans")
+    g.add_argument("--top", type=_converter("top", int, f"an integer from 1 to {MAX_TOP}", lambda v: 1 <= v <= MAX_TOP),
+                   default=1, metavar="K", help=f"also show the next K-1 plans (K at most {MAX_TOP})")
     g.add_argument("--pp-max", type=int_arg("pp_max"), metavar="N", help="largest pipeline-parallel degree")
     g.add_argument("--tp-max", type=int_arg("tp_max"), metavar="N", help="largest tensor-parallel degree")
     g.add_argument("--no-zero3", action="store_true", help="exclude ZeRO-3")
@@ -59,7 +68,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help='your current plan, "tp=8,pp=8,mb=1,..." or a Megatron-LM argument line: evaluated and '
                         "compared with the recommendation against the model's 80%% band")
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
-                   help="print the best plan as Megatron-LM arguments or a DeepSpeed config")
+                   help="print the best plan as Megatron-LM arguments (megatron), a DeepSpeed config (deepspeed) "
+                        "or torchtitan settings for PyTorch FSDP2 (fsdp2)")
+    add_flop_args(p)
     add_output_args(p)
     return p
 
@@ -91,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         result = solve_robust(problem, options)
     else:
         result = solve(problem, options)
+    result.plans, same = _without_twins(result.plans)
+    result.plans = [_counted(p, model, workload, args.mfu_convention) for p in result.plans]
     if not result.plans:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
         if args.json:
@@ -101,14 +114,17 @@ def run(args: argparse.Namespace) -> int:
     comparison = None
     if args.baseline:
         from ..baseline import compare_with_baseline
-        comparison = compare_with_baseline(model, cluster, workload, best.estimate, args.baseline, engine="analytic")
+        comparison = compare_with_baseline(model, cluster, workload, best.reported, args.baseline,
+                                           engine=best.reported.engine)
     if args.emit and not args.json:
         if args.top > 1:  # the plans first, then the flags of the best
             print(plans_table(result, model, cluster, workload) + "\n")
         return _emit(args.emit, best.config, workload, model)
     if args.json:
-        d = estimate_json(best.estimate, model, cluster, workload)
+        d = estimate_json(best.reported, model, cluster, workload)  # the numbers evaluate --json gives
         d["config"]["layers_per_stage"] = list(best.config.layers_per_stage or ())
+        d["analytic_step_time_s"] = best.estimate.step_time_s  # what CP-SAT's tables encode
+        d["graph_step_time_s"] = best.graph_step_time_s
         d["solve"] = result.solve_dict()
         d["binding"] = list(best.binding)
         d["objective_s"], d["agreement"] = best.objective_s, best.agreement
@@ -128,11 +144,47 @@ def run(args: argparse.Namespace) -> int:
         print_json(d)
         return 0
     print(report_text(result, model, cluster, workload))
+    for note in same:
+        print(f"note: {note}")
     if comparison is not None:
         b = comparison.baseline.config
         print(f"\nbaseline tp={b.tp} pp={b.pp} dp={b.dp} ep={b.ep} cp={b.cp} vp={b.vp} mb={b.mb} zero={b.zero} "
-              f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s (analytic); {comparison.message}")
+              f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s ({ENGINE_NAMES[comparison.baseline.engine]}); "
+              f"{comparison.message}")
     return 0
+
+
+def _without_twins(plans: list) -> tuple[list, list[str]]:
+    """``plans`` less those that differ from an earlier one only in knobs that change nothing
+    (the same step time under both engines and the same peak memory, e.g. the bucket size under
+    ZeRO-3), and one note per plan left out naming the knobs."""
+    kept, notes = [], []
+    for p in plans:
+        twin = next((k for k in kept if _same_numbers(k, p)), None)
+        if twin is None:
+            kept.append(p)
+            continue
+        a, b = twin.config.to_dict(), p.config.to_dict()
+        knobs = ", ".join(f"{k}={b[k]:g}" if isinstance(b[k], float) else f"{k}={b[k]}"
+                          for k in a if a[k] != b[k])
+        notes.append(f"a plan with {knobs} left out: the same step time and memory as plan "
+                     f"{'best' if twin is kept[0] else '#' + str(kept.index(twin) + 1)} (those knobs change nothing there)")
+    return kept, notes
+
+
+def _counted(plan, model, workload, convention: str):
+    """``plan`` with the MFU, HFU and TFLOP/s of both estimates counted by ``convention``."""
+    from dataclasses import replace
+    graph = plan.graph_estimate
+    return replace(plan, estimate=with_convention(plan.estimate, model, workload, convention),
+                   graph_estimate=None if graph is None else with_convention(graph, model, workload, convention))
+
+
+def _same_numbers(a, b, rel: float = 1e-9) -> bool:
+    def close(x, y):
+        return abs(x - y) <= rel * max(abs(x), abs(y))
+    return (close(a.reported.step_time_s, b.reported.step_time_s) and close(a.estimate.step_time_s, b.estimate.step_time_s)
+            and close(a.estimate.peak_memory_bytes, b.estimate.peak_memory_bytes))
 
 
 def _emit(fmt: str, config, workload, model) -> int:
@@ -144,15 +196,13 @@ def _emit(fmt: str, config, workload, model) -> int:
 
 
 def _band(plan, model, cluster, workload):
-    """The 80% band of ``plan``'s measured step time around its op-graph prediction, or None
-    (:func:`costmodel.uncertainty.band_for`, when present)."""
+    """The 80% band of ``plan``'s measured step time around its reported (op-graph) prediction, or
+    None (:func:`costmodel.uncertainty.band_for`, when present): the band ``--json`` gives."""
     try:
         from costmodel.uncertainty import band_for
-        lo, hi = band_for(model, cluster, workload, plan.estimate)
+        return band_for(model, cluster, workload, plan.reported)
     except Exception:  # no band model (or no residuals): the column is left out
         return None
-    scale = (plan.graph_step_time_s or plan.estimate.step_time_s) / plan.estimate.step_time_s
-    return lo * scale, hi * scale
 
 
 def plans_table(result, model, cluster, workload) -> str:
@@ -184,16 +234,20 @@ def _plan_column(plan, band=None) -> list:
     else:
         stages = f"{sp.first}/{sp.mid}x{c.pp - 2}/{sp.last}" if c.pp > 2 else f"{sp.first}/{sp.last}"
     rec = c.recompute + (f" ({c.recompute_layers}/stage)" if c.recompute_layers is not None else "")
+    r = plan.reported
     return [c.tp, c.pp, c.dp, c.cp, c.ep, c.vp, c.mb, "on" if c.sp_on else "off", c.zero, rec,
-            f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(e.step_time_s),
-            "-" if plan.graph_step_time_s is None else _s(plan.graph_step_time_s),
-            "-" if band is None else f"{_s(band[0])}-{_s(band[1])}", f"{e.tokens_per_s:,.0f}",
-            f"{100 * e.mfu:.1f}", f"{e.peak_memory_bytes / GiB:.1f}", c.framework]
+            f"{c.bucket_bytes / 1e6:g}", c.chunks, stages, _s(r.step_time_s), _s(e.step_time_s),
+            "-" if band is None else f"{_s(band[0])}-{_s(band[1])}", f"{r.tokens_per_s:,.0f}",
+            f"{100 * r.mfu:.1f}", f"{r.peak_memory_bytes / GiB:.1f}", c.framework]
 
 
-ROWS = ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequence parallel", "ZeRO stage",
-        "recompute", "bucket MB", "chunks", "layers first/mid/last", "step time s", "step time s (op graph)",
-        "80% band s (op graph)", "tokens/s", "MFU %", "peak memory GiB", "framework"]
+def _rows(engine: str) -> list[str]:
+    """Row names of the plan table: the reported numbers say the engine that computed them."""
+    name = ENGINE_NAMES[engine]
+    return ["tp", "pp", "dp", "cp", "ep", "vp (interleave)", "micro-batch", "sequence parallel", "ZeRO stage",
+            "recompute", "bucket MB", "chunks", "layers first/mid/last", f"step time s ({name})",
+            "step time s (analytic)", f"80% band s ({name})", f"tokens/s ({name})", f"MFU % ({name})",
+            "peak memory GiB", "framework"]
 
 
 def _opt_s(x) -> str:
@@ -227,7 +281,9 @@ def solve_lines(result) -> list[str]:
     best = result.plans[0]
     if result.robust:
         r = result.robust
-        lines[-1] = f"worst-case step time {_opt_s(r['worst_s'])} s (analytic), proven {result.status == 'OPTIMAL'}"
+        proof = ("proven optimal over the scenarios" if result.status == "OPTIMAL" else
+                 f"not proven optimal ({result.status}: the time limit stopped the search)")
+        lines[-1] = f"worst-case step time {_opt_s(r['worst_s'])} s (analytic), {proof}"
         per = ", ".join(f"{n} {r['robust_plan'][n]:.2f}" for n in r["scenarios"])
         nom = ", ".join(f"{n} {r['nominal_plan'][n]:.2f}" for n in r["scenarios"])
         lines.append(f"robust plan by scenario (s): {per}")
@@ -244,7 +300,10 @@ def solve_lines(result) -> list[str]:
                      f"{100 * result.band:g}% of the analytic optimum"
                      + (f" ({left} not reached before the time limit)" if left else "")
                      + f"; the best under the op graph is the answer: {_opt_s(result.graph_objective_s)} s "
-                     f"(analytic {_opt_s(best.objective_s)} s); the analytic optimum runs "
+                     + (f"(the least peak memory of the plans within {100 * result.memory_tie:g}% of the fastest, "
+                        f"{_opt_s(result.fastest_graph_s)} s) "
+                        if result.fastest_graph_s and result.graph_objective_s > result.fastest_graph_s else "")
+                     + f"(analytic {_opt_s(best.objective_s)} s); the analytic optimum runs "
                      f"{_opt_s(result.analytic_best_graph_s)} s under the op graph")
     return lines
 
@@ -252,14 +311,19 @@ def solve_lines(result) -> list[str]:
 def report_text(result, model, cluster, workload) -> str:
     cols = [_plan_column(p, _band(p, model, cluster, workload)) for p in result.plans]
     headers = [""] + ["best" if i == 0 else f"#{i + 1}" for i in range(len(cols))]
-    rows = [[name] + [col[i] for col in cols] for i, name in enumerate(ROWS)]
+    engine = result.plans[0].reported.engine
+    rows = [[name] + [col[i] for col in cols] for i, name in enumerate(_rows(engine))]
     lines = [f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
              f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}", stack_line(cluster), "",
-             table(headers, rows), "", *solve_lines(result)]
+             table(headers, rows), "", *solve_lines(result),
+             f"engine: step time, band, tokens/s and MFU are the {ENGINE_NAMES[engine]}'s"
+             + (" (the default engine, as evaluate reports them); CP-SAT proves the analytic optimum"
+                if engine == DEFAULT_ENGINE else ""),
+             f"MFU counts {result.plans[0].reported.flop_convention} (--mfu-convention)"]
     for i, p in enumerate(result.plans):
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
-    best = result.plans[0].estimate
+    best = result.plans[0].reported
     reserved = max((m.get("reserved_bytes", 0.0) for m in best.memory), default=0.0)
     if reserved:
         lines.append(f"memory: peak includes {reserved / GiB:.1f} GiB reserved per GPU (CUDA context, cuBLAS "

@@ -19,6 +19,7 @@ matplotlib is an optional extra (``pip install 'overlap-planner[plot]'``).
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -67,8 +68,16 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(str(text)).stem if "/" in str(text) else str(text))
 
 
+def _name(text) -> str:
+    """A model or cluster as a label: a spec file's name without its folders and suffix
+    (``/data/cfg/llama-70b.json`` -> ``llama-70b``), a preset name as it is."""
+    t = str(text)
+    p = Path(t)
+    return p.stem if ("/" in t or os.sep in t or p.suffix in (".json", ".yaml", ".yml")) else t
+
+
 def _context(rec: dict, vary: list[str]) -> str:
-    return " ".join(f"{k}={rec[k]}" for k in vary)
+    return " ".join(f"{k}={_name(rec[k]) if k in ('model', 'cluster') else rec[k]}" for k in vary)
 
 
 def _varying(records: list[dict], keys) -> list[str]:
@@ -88,8 +97,8 @@ def plot_scaling(records: list[dict], out_dir: Path, stem: str = "scaling") -> l
     fig, ax = _figure(1, 2)
     for (_, model, ctx), rs in sorted(lines.items()):
         rs.sort(key=lambda r: r["gpus"])
-        label = f"{model} ({count_text(rs[0]['model_params'])} params) {ctx}".strip() if rs[0]["model_params"] \
-            else f"{model} {ctx}".strip()
+        label = f"{_name(model)} ({count_text(rs[0]['model_params'])} params) {ctx}".strip() if rs[0]["model_params"] \
+            else f"{_name(model)} {ctx}".strip()
         x = [r["gpus"] for r in rs]
         ax[0][0].plot(x, [100 * r["mfu"] for r in rs], marker="o", label=label)
         ax[0][1].plot(x, [r["step_time_s"] for r in rs], marker="o", label=label)
@@ -135,7 +144,7 @@ def plot_tp_pp(records: list[dict], out_dir: Path, stem: str = "tp_pp") -> list[
                 a.text(j, i, text, ha="center", va="center", fontsize="small")
         im = a.imshow(grid, cmap="viridis", aspect="auto", vmin=0, alpha=0.8)
         a.set_xticks(range(len(gpus)), [str(g) for g in gpus])
-        a.set_yticks(range(len(models)), [f"{m} ({p / 1e9:.0f}B)" if p else m for p, m in models])
+        a.set_yticks(range(len(models)), [f"{_name(m)} ({p / 1e9:.0f}B)" if p else _name(m) for p, m in models])
         a.set_xlabel("GPUs")
         a.set_title(f"best TP x PP {key}".strip(), fontsize="medium")
         fig.colorbar(im, ax=a, label="log2(TP x PP)")

@@ -10,8 +10,10 @@ as each task finishes, and the driver alone writes the result files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from costmodel.errors import SpecError
@@ -49,7 +51,8 @@ def connect(address: str | None = None, workers: int | None = None):
         return ray, False
     try:
         if address:
-            ray.init(address=address, log_to_driver=False)
+            with _stderr_held():  # Ray's retries print a line a second on stderr; the error below says it once
+                ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         else:
             from .runner import default_workers
             ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False,
@@ -59,6 +62,21 @@ def connect(address: str | None = None, workers: int | None = None):
         raise SpecError("address", where, f"a Ray cluster that can be joined ({' '.join(str(e).split())[:200]})") \
             from None
     return ray, True
+
+
+@contextlib.contextmanager
+def _stderr_held():
+    """File descriptor 2 pointed at a temporary file while inside (Ray's C++ client writes there,
+    past Python's ``sys.stderr``); what was written is dropped on success and on failure alike."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _call(solve, case: Case) -> dict:
