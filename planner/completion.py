@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from costmodel.errors import PlannerError
 from costmodel.framework_defaults import framework_defaults
 
 from .args import config_from_args, framework_from_args, limits_from_args
@@ -91,6 +92,7 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         return config, chosen, "unstated knobs at the framework's defaults (--framework-defaults)"
     if not keys:
         return literal, {}, ""
+    from search.pins import check_pins
     from search.problem import Problem
     from search.solve import SolveOptions, solve
 
@@ -102,13 +104,18 @@ def complete(args: argparse.Namespace, model, cluster, workload):
     if not cluster.num_gpus:
         d = _degrees(args, gpus)
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])
-    problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(pinned, model.layers),
-                      framework=framework_from_args(args), grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
-    result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True))
-    if not result.plans:
+    try:
+        problem = Problem(model=model, cluster=cluster, workload=workload,
+                          limits=limits_from_args(pinned, model.layers), framework=framework_from_args(args),
+                          grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
+        check_pins(problem)  # a stated knob no runnable plan has (e.g. chunks the framework cannot run)
+        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True))
+        why = "" if result.plans else (result.explanation or result.status)
+    except PlannerError as e:
+        why = str(e)
+    if why:
         config, chosen = with_framework_defaults(args, model, cluster, workload)
-        why = result.explanation or result.status
-        return config, chosen, f"no completion of the stated plan fits ({why}): unstated knobs at the framework's defaults"
+        return config, chosen, f"no runnable completion of the stated plan fits ({why}): unstated knobs at the framework's defaults"
     config = result.best.config
     stated_only = {k: getattr(args, k) for k in ("ep_dispatcher", "dma") if getattr(args, k, None) is not None}
     if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)

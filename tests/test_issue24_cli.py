@@ -196,8 +196,11 @@ def test_the_b200_band_contains_its_own_estimate_and_says_why_it_leans(capsys):
                                 "--global-batch", "128", "--seq", "4096", "--tp", "4", "--pp", "2", "--json"])
     d = json.loads(out)
     lo, hi = d["step_time_band_s"]
-    assert code == 0 and lo <= d["step_time_s"] <= hi and hi > 1.1 * d["step_time_s"]
-    assert any("band lies above the estimate" in n and "device=b200" in n for n in d["notes"])
+    assert code == 0 and lo <= d["step_time_s"] <= hi
+    # (the B200 rows that measured 6-14% slower are in the sealed split now, so the band no longer leans
+    # on them; whichever rows it is drawn from, it contains the estimate and says so when it leans)
+    lean = [n for n in d["notes"] if "band lies" in n]
+    assert bool(lean) == (lo >= d["step_time_s"] * (1 - 1e-9) or hi <= d["step_time_s"] * (1 + 1e-9))
 
 
 def test_robust_says_proven_optimal_in_words(capsys):

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     # deducted, and a tenth (at most 1 s) is kept for building and printing the plans after
     from .. import cli
     left = args.time_limit - (time.perf_counter() - cli.STARTED_S) - min(1.0, 0.1 * args.time_limit)
-    options = SolveOptions(time_limit_s=max(0.05, left), workers=args.workers, seed=args.seed, top_k=args.top,
+    options = SolveOptions(time_limit_s=max(0.05, left), workers=args.workers, seed=args.seed, top_k=_asked(args.top),
                            rescore=not args.robust)
     if args.robust:
         from search.robust import solve_robust
@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = solve(problem, options)
     result.plans, same = _without_twins(result.plans)
+    result.plans = result.plans[:args.top]  # more were asked for, so twins left out leave no gap
     result.plans = [_counted(p, model, workload, args.mfu_convention) for p in result.plans]
     if not result.plans:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
@@ -152,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
               f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s ({ENGINE_NAMES[comparison.baseline.engine]}); "
               f"{comparison.message}")
     return 0
+
+
+def _asked(top: int) -> int:
+    """Plans to ask the search for, so that ``top`` remain after :func:`_without_twins`."""
+    return top if top == 1 else min(2 * top + 2, 2 * MAX_TOP)
 
 
 def _without_twins(plans: list) -> tuple[list, list[str]]:
