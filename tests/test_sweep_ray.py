@@ -25,7 +25,7 @@ SMALL = {"models": "llama3-8b,gpt3-5b", "gpus": "8,16,32", "global_batch": 64, "
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this test module is not importable there
     yield
     ray.shutdown()

@@ -106,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
           f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
           f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}"
-          + (f" layout={layout_of(model, config)}" if config.pp > 1 else "") + "\n"
-          f"{stack_line(cluster)}\n")
+          + (f" layout={layout_of(model, config)}" if config.pp > 1 else "") + "\n")
     print(format_explain(rows))
+    print(stack_line(cluster))
     if sens is not None:
         from ..sensitivity_report import sensitivity_text
         print("\n" + sensitivity_text(sens))

@@ -55,7 +55,9 @@ def connect(address: str | None = None, workers: int | None = None):
                 ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         else:
             from .runner import default_workers
-            ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False,
+            # address="local": always a new local Ray, never a cluster some earlier process left registered in
+            # /tmp/ray/ray_current_cluster (ray.init's default joins it, and then refuses num_cpus)
+            ray.init(address="local", num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False,
                      job_config=ray.job_config.JobConfig(code_search_path=[REPO_ROOT]))
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = address or "a local Ray"
