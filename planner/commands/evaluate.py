@@ -76,13 +76,14 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, f, None) is not None:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
-    config, chosen, note = complete(args, model, cluster, workload)
+    config, chosen, note, spread = complete(args, model, cluster, workload)
     est = evaluate(model, cluster, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     if args.json:
-        d = estimate_json(est, model, cluster, workload)
+        d = estimate_json(est, model, cluster, workload, completion_log_sd=spread)
         d["chosen"] = chosen
+        d["completion_spread_log_sd"] = spread
         d["chosen_how"] = note or ("as recommend would, the stated knobs pinned" if chosen else "")
         d["config"]["layers_per_stage"] = list(config.layers_per_stage or ())
         if args.emit:
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         for n in notes:
             print(f"note: {n}", file=sys.stderr)
     else:
-        print(estimate_text(est, model, cluster, workload))
+        print(estimate_text(est, model, cluster, workload, completion_log_sd=spread))
         if chosen:
             how = note or "as recommend would, with what you stated pinned; --framework-defaults for the framework's own"
             print("chosen by the planner: " + " ".join(f"{k}={_fmt(v)}" for k, v in chosen.items()) + f" ({how})")

@@ -132,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         b = comparison.baseline.config
         print(f"\nbaseline tp={b.tp} pp={b.pp} dp={b.dp} ep={b.ep} cp={b.cp} vp={b.vp} mb={b.mb} zero={b.zero} "
               f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s (analytic); {comparison.message}")
+        for n in comparison.band_notes:
+            print(f"note: band: {n}")
     return 0
 
 
@@ -265,5 +267,7 @@ def report_text(result, model, cluster, workload) -> str:
         lines.append(f"memory: peak includes {reserved / GiB:.1f} GiB reserved per GPU (CUDA context, cuBLAS "
                      "workspaces, NCCL buffers of each communicator, 5% allocator fragmentation); "
                      "--headroom-gib keeps more free")
-    lines += [f"note: {n}" for n in with_trust(best, model, cluster, workload).notes if "MFU" in n]
+    trusted = with_trust(best, model, cluster, workload)
+    lines += [f"note: {n}" for n in trusted.notes if "MFU" in n]
+    lines += [f"note: band: {n}" for n in trusted.band_notes]
     return "\n".join(lines)
