@@ -267,7 +267,8 @@ def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components
         w_mean, w_half, w_keys = widest(residuals, level)
         if w_half > half:
             mean, half = w_mean, w_half
-            notes.append("widest band: " + (", ".join(f"{k}={v}" for k, v in w_keys.items()) or "all rows"))
+            what = ", ".join(f"{k} {v}" for k, v in w_keys.items()) or "all measured runs"
+            notes.append(f"widest band used: that of {what} (80% band +-{100 * (math.exp(w_half) - 1):.0f}%)")
     covered = any(r["regime"].get("device") == regime.device for r in residuals)
     share = VALIDATED_SHARE if covered else 1.0
     cal = list(regime.calibration_log_residuals)
