@@ -58,13 +58,20 @@ def _is_fa2(r) -> bool:
     return any("FlashAttention-2" in n for n in r.notes)
 
 
+def with_constants(r, values: dict):
+    """Row ``r`` with the device constants ``{field: value}`` set (attention at ``FA2_HOPPER_RATIO`` of
+    the value on a FlashAttention-2 stack, as the fit scans it)."""
+    dev = r.cluster.device
+    for field, value in values.items():
+        v = value * FA2_HOPPER_RATIO if field == "attention_efficiency" and _is_fa2(r) else value
+        dev = replace(dev, **{field: v})
+    return replace(r, cluster=replace(r.cluster, device=dev))
+
+
 def errors(rows, field: str, value: float) -> list[float]:
     out = []
     for r in rows:
-        v = value * FA2_HOPPER_RATIO if field == "attention_efficiency" and _is_fa2(r) else value
-        dev = replace(r.cluster.device, **{field: v})
-        r2 = replace(r, cluster=replace(r.cluster, device=dev))
-        est, _ = predict(r2, engine="analytic")  # both engines share the device constants
+        est, _ = predict(with_constants(r, {field: value}), engine="analytic")  # both engines share them
         if est is not None:
             out.append(est.step_time_s / r.measured_s - 1)
     return out
@@ -100,17 +107,53 @@ def held_out(E, keys, v) -> tuple[float, float, int]:
     return statistics.mean(abs(e) for e in vals), statistics.mean(vals), len(vals)
 
 
+def fitted_families(rows) -> dict:
+    """{(family label, field): rows}: every constant fitted per device family and dtype (and the
+    Hopper attention kernel class) with the rows it is fitted on."""
+    fams: dict = {}
+    for r in rows:
+        for f in (family(r), kernel_class(r)):
+            if f:
+                fams.setdefault(f, []).append(r)
+    return fams
+
+
+def held_out_values(rows, fits=None) -> dict:
+    """{(family label, source): (field, value fitted on the family's other sources)} for the families
+    ``fits`` (default: all of :func:`fitted_families`) with two or more sources; a family of one source
+    has no held-out value (its rows keep the preset's, an in-sample constant)."""
+    out = {}
+    for (label, field), fam in sorted(fitted_families(rows).items()):
+        if fits is not None and (label, field) not in fits:
+            continue
+        sources = sorted({r.source for r in fam})
+        if len(sources) < 2:
+            continue
+        E = error_matrix(fam, field)
+        for src in sources:
+            rest = [(r.set, r.row_id) for r in fam if r.source != src]
+            out[(label, src)] = (field, best(E, rest)[1])
+    return out
+
+
+def held_out_constants(r, values: dict) -> dict:
+    """``{field: value}`` of row ``r``'s fitted constants at the values fitted without its source
+    (``values`` from :func:`held_out_values`); constants without a held-out value are left out."""
+    out = {}
+    for f in (family(r), kernel_class(r)):
+        if f and (f[0], r.source) in values:
+            field, v = values[(f[0], r.source)]
+            out[field] = v
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", choices=("dev", "new", "all"), default="dev",
                     help="rows to fit on (default dev: the constants the presets carry)")
     args = ap.parse_args(argv)
     rows = [r for r in load_set(args.set) if not r.skip]
-    fams: dict = {}
-    for r in rows:
-        for f in (family(r), kernel_class(r)):
-            if f:
-                fams.setdefault(f, []).append(r)
+    fams = fitted_families(rows)
     for (label, field), fam_rows in sorted(fams.items()):
         E = error_matrix(fam_rows, field)
         keys = list(E)

@@ -16,42 +16,25 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from calibrate import best, error_matrix, family  # noqa: E402
+from calibrate import held_out_constants, held_out_values, with_constants  # noqa: E402
 from published import load_set, predict  # noqa: E402
 
 #: (family label, device field) whose preset value is fitted on the new set
 NEW_SET_FITS = [("H100-class BF16", "gemm_efficiency")]
 
 
-def held_out_values(rows) -> dict:
-    """{(family, source): value fitted on the family's other sources}."""
-    out = {}
-    for label, field in NEW_SET_FITS:
-        fam = [r for r in rows if family(r) == (label, field)]
-        E = error_matrix(fam, field)
-        for src in sorted({r.source for r in fam}):
-            rest = [(r.set, r.row_id) for r in fam if r.source != src]
-            out[(label, src)] = (field, best(E, rest)[1])
-    return out
-
-
 def main() -> int:
     rows = [r for r in load_set("new") if not r.skip]
-    values = held_out_values(rows)
+    values = held_out_values(rows, NEW_SET_FITS)
     for engine in ("graph", "analytic"):
         held, inside = [], []
         for r in rows:
-            f = family(r)
-            r2 = r
-            if f and (f[0], r.source) in values:
-                field, v = values[(f[0], r.source)]
-                r2 = replace(r, cluster=replace(r.cluster, device=replace(r.cluster.device, **{field: v})))
+            r2 = with_constants(r, held_out_constants(r, values))
             est, _ = predict(r2, engine=engine)
             est0, _ = predict(r, engine=engine)
             if est is None or est0 is None:

@@ -67,6 +67,7 @@ class Estimate:
     step_time_band_s: tuple | None = None  # 80% band of the measured step time (costmodel.uncertainty)
     layout: str = ""  # the pipeline layout the step ran (Megatron-Core text, costmodel.layout)
     engine: str = DEFAULT_ENGINE  # which engine computed it: "graph" (op-graph scheduler) or "analytic"
+    band_notes: list = field(default_factory=list)  # what widened the band, in words (costmodel.band_scope)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values with the keys of DESIGN.md."""
@@ -97,11 +98,11 @@ class Estimate:
 
     def _bands(self) -> dict:
         if self.step_time_band_s is None:
-            return {"step_time_band_s": None}
+            return {"step_time_band_s": None, "band_notes": list(self.band_notes)}
         lo, hi = self.step_time_band_s
         t = self.step_time_s
         return {"step_time_band_s": [lo, hi], "tokens_per_s_band": [self.tokens_per_s * t / hi, self.tokens_per_s * t / lo],
-                "mfu_band": [self.mfu * t / hi, self.mfu * t / lo]}
+                "mfu_band": [self.mfu * t / hi, self.mfu * t / lo], "band_notes": list(self.band_notes)}
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,

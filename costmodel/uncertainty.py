@@ -8,9 +8,11 @@ run-to-run noise of one job. tokens/s and MFU bands are the same interval invert
 
 Where it comes from. Two parts, added in log space (errors are ratios):
 
-1. *Validation residuals of the plan's regime.* ``costmodel/data/residuals.json`` holds
-   ``ln(predicted / measured)`` of every row of the development set (written by
-   ``benchmarks/band_coverage.py``), each tagged with its regime: dense/MoE, ZeRO stage bucket
+1. *Out-of-source validation residuals of the plan's regime.* ``costmodel/data/residuals.json``
+   holds ``ln(predicted / measured)`` of every usable published row outside the sealed split
+   (written by ``benchmarks/band_coverage.py --set all --write``), each row predicted with the
+   constants fitted per device family and dtype *without its own source*
+   (``benchmarks/calibrate.py``'s leave-one-source-out fit), and tagged with its regime: dense/MoE, ZeRO stage bucket
    (0, 1-2, 3), scale bucket (GPUs 1-8, 9-64, 65-512, 513+) and device family. The pool is the
    rows of the plan's regime, backing off to coarser regimes (dropping scale, then ZeRO, then
    device) until it holds :data:`MIN_POOL` rows. The band is the normal prediction interval
@@ -28,6 +30,18 @@ spread as :data:`PRIOR_RUNS` runs of prior evidence, and drops the fitted consta
 part 2: the band narrows when the calibration predicts held-out runs well and widens when it
 does not. A floor of :data:`NOISE_SD` stands for run-to-run variation.
 
+Two widenings, also in quadrature, each with a note in words (:func:`band_detail`):
+
+3. *Unstated knobs.* ``completion_log_sd``: the log-sd of the step times of the plausible
+   completions of what the user stated (``planner evaluate``: the best completions the pinned
+   search returns); 0 with nothing unstated.
+4. *Beyond the data* (:mod:`costmodel.band_scope`). A device, stack, regime or mechanism without
+   measured runs or component data: the band is the widest of the measured regimes' bands. More
+   GPUs than the largest measured run of the regime: the pool's sd is added again per doubling
+   beyond it (:data:`DRIFT_PER_DOUBLING`; an assumption, not fitted: no data lies there).
+
+A band never excludes its own estimate: ``lo <= 0 <= hi`` in log space.
+
 >>> r = Regime(kind="dense", zero="0", scale="9-64", device="a100", sens_log_sd=0.0)
 >>> lo, hi = band_log(r, residuals=[{"regime": {"kind": "dense", "zero": "0", "scale": "9-64",
 ...                   "device": "a100"}, "log_residual": e} for e in (-0.02, 0.0, 0.01, 0.03, -0.01, 0.02)])
@@ -40,7 +54,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -57,6 +71,9 @@ VALIDATED_SHARE = 0.5
 NOISE_SD = 0.01
 #: weight of the validation spread next to a calibration's leave-one-out residuals, in runs
 PRIOR_RUNS = 3
+#: log-sd added per doubling of GPUs beyond the largest measured run of a regime, in units of the
+#: regime pool's sd (an assumption stated, not fitted: by construction no measurement lies there)
+DRIFT_PER_DOUBLING = 1.0
 KEYS = ("kind", "device", "zero", "scale")  # backoff drops from the right
 SCALES = ((8, "1-8"), (64, "9-64"), (512, "65-512"))
 
@@ -79,6 +96,11 @@ class Regime:
     calibration_log_residuals: tuple = ()
     calibrated_constants: tuple = ()
     sens_by_constant: tuple = ()  # ((name, log change for a typical error), ...)
+    gpus: int = 0  # the plan's GPU count (0: unknown, no scale check)
+    stack: str = ""  # ClusterSpec.stack ("": no stack check)
+    mechanisms: tuple = ()  # costmodel.band_scope.mechanisms of the plan
+    device_name: str = ""
+    completion_log_sd: float = 0.0  # spread of the plausible completions of unstated knobs
 
     def keys(self) -> dict:
         return {"kind": self.kind, "device": self.device, "zero": self.zero, "scale": self.scale}
@@ -119,19 +141,31 @@ def regime_of(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config
     S = sensitivity_matrix([run], cluster.with_gpus(config.gpus), names, engine)[0] if names else []
     by = tuple((n, float(s)) for n, s in zip(names, S))
     sd = math.sqrt(sum(s * s for _, s in by))
+    from .band_scope import mechanisms
     return Regime(**regime_keys(model, cluster, config), sens_log_sd=sd,
                   calibration_log_residuals=tuple(cluster.calibration_log_residuals),
-                  calibrated_constants=tuple(cluster.calibrated_constants), sens_by_constant=by)
+                  calibrated_constants=tuple(cluster.calibrated_constants), sens_by_constant=by,
+                  gpus=config.gpus, stack=cluster.stack, device_name=cluster.device.name,
+                  mechanisms=mechanisms(model.is_moe, config.ep, workload.dtype))
 
 
 # --------------------------------------------------------------------------- residuals
 @lru_cache(maxsize=1)
-def _stored() -> tuple:
+def _document() -> dict:
     try:
-        data = json.loads(RESIDUALS.read_text())
+        return json.loads(RESIDUALS.read_text())
     except OSError:
-        return ()
-    return tuple(data["rows"])
+        return {}
+
+
+def _stored() -> tuple:
+    return tuple(_document().get("rows", ()))
+
+
+def stored_components() -> list:
+    """``[component, device class, dtype]`` of the component data (``benchmarks/data/components``)
+    as summarised in ``residuals.json`` (:mod:`costmodel.band_scope`)."""
+    return [tuple(c) for c in _document().get("components", ())]
 
 
 def stored_residuals() -> list[dict]:
@@ -202,15 +236,39 @@ def _calibrated_interval(cal, pool, level: float) -> tuple[float, float]:
     return mean, t_quantile(0.5 + level / 2, n + k - 1) * math.sqrt(var) * math.sqrt(1 + 1 / n)
 
 
-def band_log(regime: Regime, level: float = LEVEL, residuals=None) -> tuple[float, float]:
-    """``(lo, hi)`` in ``ln(measured / predicted)``: the band is ``predicted * exp([lo, hi])``."""
+def widest(residuals, level: float = LEVEL) -> tuple[float, float, dict]:
+    """``(mean, half-width, keys)`` of the widest band over the regimes of ``residuals`` (each
+    regime's pool as :func:`pool_for` builds it): the band of a plan outside the data."""
+    out = None
+    for keys in {tuple(sorted(r["regime"].items())) for r in residuals}:
+        pool, matched = pool_for(Regime(**dict(keys)), residuals)
+        mean, half, _ = _interval(pool, level)
+        if out is None or half > out[1]:
+            out = (mean, half, matched)
+    return out
+
+
+def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components=None) -> tuple:
+    """``(lo, hi, notes)``: :func:`band_log`'s interval and the sentences saying what widened it."""
+    from .band_scope import scope
     if not 0 < level < 1:
         raise SpecError("level", level, "a fraction in (0, 1)")
     residuals = stored_residuals() if residuals is None else list(residuals)
+    components = stored_components() if components is None else list(components)
     if not residuals:
         raise SpecError("residuals", 0, f"validation residuals in {RESIDUALS} (run benchmarks/band_coverage.py)")
     pool, _ = pool_for(regime, residuals)
     mean, half, _ = _interval(pool, level)
+    sd_pool = half / max(t_quantile(0.5 + level / 2, max(len(pool) - 1, 1)), 1e-9)
+    where = scope(regime.keys(), regime.gpus, regime.stack or "", regime.mechanisms, residuals, components,
+                  device_name=regime.device_name or None)
+    notes = list(where.notes)
+    if where.outside:
+        w_mean, w_half, w_keys = widest(residuals, level)
+        if w_half > half:
+            mean, half = w_mean, w_half
+            what = ", ".join(f"{k} {v}" for k, v in w_keys.items()) or "all measured runs"
+            notes.append(f"widest band used: that of {what} (80% band +-{100 * (math.exp(w_half) - 1):.0f}%)")
     covered = any(r["regime"].get("device") == regime.device for r in residuals)
     share = VALIDATED_SHARE if covered else 1.0
     cal = list(regime.calibration_log_residuals)
@@ -219,12 +277,14 @@ def band_log(regime: Regime, level: float = LEVEL, residuals=None) -> tuple[floa
         share = VALIDATED_SHARE
     z = _norm_ppf(0.5 + level / 2)
     sens = share * regime.sens_log_sd
-    half = math.sqrt(half ** 2 + (z * sens) ** 2 + (z * NOISE_SD) ** 2)
-    # residual = ln(pred/meas): measured = predicted * exp(-residual). A biased pool (every B200 row
-    # measured 6-14% slower than predicted) shifts the interval past the prediction; it is widened to
-    # reach it, since the model's own number stays a possible outcome (issue 24): the shift shows
-    # as the band's lean and :func:`bias_note` says it in words
-    return min(-mean - half, 0.0), max(-mean + half, 0.0)
+    drift = DRIFT_PER_DOUBLING * sd_pool * math.log2(where.scale_ratio)
+    comp = regime.completion_log_sd
+    if comp > 0:
+        notes.append(f"unstated knobs: band widened by the spread of the plausible completions "
+                     f"(log sd {comp:.3f}: +-{100 * (math.exp(z * comp) - 1):.1f}% at 80%)")
+    half = math.sqrt(half ** 2 + (z * sens) ** 2 + (z * NOISE_SD) ** 2 + (z * drift) ** 2 + (z * comp) ** 2)
+    # residual = ln(pred/meas): measured = predicted * exp(-residual); the estimate stays inside
+    return min(-mean - half, 0.0), max(-mean + half, 0.0), tuple(notes)
 
 
 def pool_bias(regime: Regime, residuals=None) -> tuple[float, int, dict]:
@@ -252,9 +312,15 @@ def bias_note(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, es
             f"({where}; {n} rows) measured {100 * abs(math.expm1(bias)):.0f}% {side} than predicted on average")
 
 
-def band(estimate, regime: Regime, level: float = LEVEL, residuals=None) -> tuple[float, float]:
+def band_log(regime: Regime, level: float = LEVEL, residuals=None, components=None) -> tuple[float, float]:
+    """``(lo, hi)`` in ``ln(measured / predicted)``: the band is ``predicted * exp([lo, hi])``."""
+    lo, hi, _ = band_detail(regime, level, residuals, components)
+    return lo, hi
+
+
+def band(estimate, regime: Regime, level: float = LEVEL, residuals=None, components=None) -> tuple[float, float]:
     """``(lo_s, hi_s)``: the ``level`` (80%) band of the measured step time of ``estimate``'s plan."""
-    lo, hi = band_log(regime, level, residuals)
+    lo, hi = band_log(regime, level, residuals, components)
     t = estimate.step_time_s
     return t * math.exp(lo), t * math.exp(hi)
 
@@ -268,7 +334,19 @@ def derived_bands(estimate, step_band: tuple[float, float]) -> dict:
             "mfu_band": [estimate.mfu * t / hi, estimate.mfu * t / lo]}
 
 
-def band_for(model: ModelSpec, cluster: ClusterSpec, workload: Workload, estimate, level: float = LEVEL):
-    """Convenience: ``band(estimate, regime_of(...))`` for an estimate of a training plan."""
+def assess(model: ModelSpec, cluster: ClusterSpec, workload: Workload, estimate, level: float = LEVEL,
+           completion_log_sd: float = 0.0) -> tuple:
+    """``(lo_s, hi_s, notes)``: the band of a training plan's estimate and the sentences saying where
+    it rests on unstated choices or lies beyond the data. The one entry point of ``evaluate``,
+    ``recommend`` (and ``--baseline``) and ``sweep``."""
     cl = cluster if cluster.num_gpus else cluster.with_gpus(estimate.config.gpus)
-    return band(estimate, regime_of(model, cl, workload, estimate.config), level)
+    regime = replace(regime_of(model, cl, workload, estimate.config), completion_log_sd=completion_log_sd)
+    lo, hi, notes = band_detail(regime, level)
+    t = estimate.step_time_s
+    return t * math.exp(lo), t * math.exp(hi), list(notes)
+
+
+def band_for(model: ModelSpec, cluster: ClusterSpec, workload: Workload, estimate, level: float = LEVEL):
+    """Convenience: ``(lo_s, hi_s)`` of :func:`assess`."""
+    lo, hi, _ = assess(model, cluster, workload, estimate, level)
+    return lo, hi

@@ -149,10 +149,11 @@ class Comparison:
     gain: float  # baseline step / recommended step - 1
     outside_band: bool
     message: str
+    band_notes: tuple = ()  # what widened the band, in words (costmodel.uncertainty.assess)
 
     def to_dict(self) -> dict:
         return {"baseline": self.baseline.to_dict(), "step_time_band_s": list(self.band_s), "gain": self.gain,
-                "outside_band": self.outside_band, "message": self.message}
+                "outside_band": self.outside_band, "message": self.message, "band_notes": list(self.band_notes)}
 
 
 def compare_with_baseline(model, cluster, workload, recommended_estimate, baseline, *, engine: str = "graph",
@@ -166,7 +167,7 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     :mod:`costmodel.uncertainty`.
     """
     from costmodel.estimate import evaluate
-    from costmodel.uncertainty import band_for
+    from costmodel.uncertainty import assess
 
     rec = recommended_estimate.config
     gpus = cluster.num_gpus or rec.gpus
@@ -181,8 +182,10 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
         raise SpecError("baseline", baseline, "a plan string, a dict of config fields or a ParallelConfig")
     cl = cluster if cluster.num_gpus else cluster.with_gpus(gpus)
     est = evaluate(model, cl, workload, config, engine=engine)
+    notes = ()
     if band is None:
-        band = band_for(model, cl, workload, recommended_estimate)
+        lo, hi, notes = assess(model, cl, workload, recommended_estimate)
+        band = (lo, hi)
     lo_hi = tuple(band) if not isinstance(band, (int, float)) else (
         recommended_estimate.step_time_s * (1 - band), recommended_estimate.step_time_s * (1 + band))
     gain = est.step_time_s / recommended_estimate.step_time_s - 1
@@ -191,4 +194,4 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     if config.grad_dtype != rec.grad_dtype:
         message += (f" (your plan reduces {config.grad_dtype} gradients, the recommendation {rec.grad_dtype}: "
                     f"--grad-dtype {config.grad_dtype} plans with yours)")
-    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half, message)
+    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half, message, tuple(notes))

@@ -9,12 +9,16 @@ when its configuration leaves them out instead (:func:`costmodel.framework_defau
 Degrees (tp, pp, cp, ep) are never chosen: unstated, they are 1, and dp fills the GPUs.
 
 The result lists what was chosen (``chosen``), so a number is never read as the literal plan when it
-is the planner's completion of it.
+is the planner's completion of it, and how much the choice matters: the log-sd of the step times of
+the :data:`TOP_K` best completions the search returns around the chosen one (:func:`spread_log_sd`),
+which widens the 80% band (``costmodel.uncertainty``, part 3). With nothing unstated, or with the
+knobs at the framework's defaults (a stated rule, no choice), there is no spread.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import replace
 
 from costmodel.errors import PlannerError
@@ -30,6 +34,8 @@ SPLIT_FLAGS = ("layout", "layers_per_stage", "first_stage_layers", "last_stage_l
 SEARCH_DEFAULTS = {"pp_max": None, "tp_max": None, "no_zero3": False, "headroom_gib": 0.0,
                    "tp_across_nodes": True, "mb_max": 16, "vp_max": 8}
 TIME_LIMIT_S = 20.0
+#: completions whose step times make the spread of the unstated choices
+TOP_K = 4
 
 
 def unstated(args: argparse.Namespace) -> list[str]:
@@ -79,19 +85,33 @@ def with_framework_defaults(args: argparse.Namespace, model, cluster, workload):
     return config, _chosen(config, [k for k in keys if k != "layers_per_stage"])
 
 
+def spread_log_sd(step_times_s) -> float:
+    """Root-mean-square ``ln(t_k / t_chosen)`` over the completions' step times, the chosen (first)
+    one included: 0 for one completion.
+
+    >>> round(spread_log_sd([1.0, 1.1, 1.2]), 4)
+    0.1204
+    """
+    ts = list(step_times_s)
+    if len(ts) < 2:
+        return 0.0
+    return math.sqrt(sum(math.log(t / ts[0]) ** 2 for t in ts) / len(ts))
+
+
 def complete(args: argparse.Namespace, model, cluster, workload):
-    """``(config, chosen, note)`` for ``evaluate``: the stated plan, its unstated knobs chosen as
-    ``recommend`` would (or at the framework's defaults with ``--framework-defaults``).
+    """``(config, chosen, note, spread)`` for ``evaluate``: the stated plan, its unstated knobs
+    chosen as ``recommend`` would (or at the framework's defaults with ``--framework-defaults``).
 
     ``note`` is empty, or says why the completion fell back to the framework's defaults (no
-    completion of the stated plan fits, or the search found none in its time)."""
+    completion of the stated plan fits, or the search found none in its time). ``spread``: the
+    :func:`spread_log_sd` of the :data:`TOP_K` best completions (0 with nothing chosen)."""
     literal = config_from_args(args, cluster.num_gpus or None, model.layers)  # refuses what is stated wrongly
     keys = unstated(args)
     if getattr(args, "framework_defaults", False):
         config, chosen = with_framework_defaults(args, model, cluster, workload)
-        return config, chosen, "unstated knobs at the framework's defaults (--framework-defaults)"
+        return config, chosen, "unstated knobs at the framework's defaults (--framework-defaults)", 0.0
     if not keys:
-        return literal, {}, ""
+        return literal, {}, "", 0.0
     from search.pins import check_pins
     from search.problem import Problem
     from search.solve import SolveOptions, solve
@@ -109,17 +129,19 @@ def complete(args: argparse.Namespace, model, cluster, workload):
                           limits=limits_from_args(pinned, model.layers), framework=framework_from_args(args),
                           grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
         check_pins(problem)  # a stated knob no runnable plan has (e.g. chunks the framework cannot run)
-        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True))
+        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, top_k=TOP_K))
         why = "" if result.plans else (result.explanation or result.status)
     except PlannerError as e:
         why = str(e)
     if why:
         config, chosen = with_framework_defaults(args, model, cluster, workload)
-        return config, chosen, f"no runnable completion of the stated plan fits ({why}): unstated knobs at the framework's defaults"
+        return (config, chosen, f"no runnable completion of the stated plan fits ({why}): unstated knobs at the "
+                "framework's defaults", 0.0)
     config = result.best.config
     stated_only = {k: getattr(args, k) for k in ("ep_dispatcher", "dma") if getattr(args, k, None) is not None}
     if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)
         stated_only.update(layout=literal.layout, layers_per_stage=literal.layers_per_stage, vp=literal.vp)
     if stated_only:
         config = replace(config, **stated_only)
-    return config, _chosen(config, keys), ""
+    spread = spread_log_sd([p.estimate.step_time_s for p in result.plans])  # one engine for all K
+    return config, _chosen(config, keys), "", spread

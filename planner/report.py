@@ -26,7 +26,7 @@ from costmodel.presets import cluster_to_dict, model_to_dict
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.stacks import load_stack
 from costmodel.units import GiB
-from costmodel.uncertainty import band_for, bias_note, device_family
+from costmodel.uncertainty import assess, bias_note, device_family
 
 
 #: how each engine (``Estimate.engine``) is named in text output
@@ -57,9 +57,12 @@ def model_json(model: ModelSpec) -> dict:
     return {**model_to_dict(model), "params": model.params, "active_params": model.active_params}
 
 
-def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> Estimate:
-    """``est`` with its 80% step-time band (:mod:`costmodel.uncertainty`) and, when its MFU beats
-    every published run of its hardware class and dtype, a note saying so (:mod:`costmodel.ceilings`)."""
+def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+               completion_log_sd: float = 0.0) -> Estimate:
+    """``est`` with its 80% step-time band and the notes saying what widened it
+    (:func:`costmodel.uncertainty.assess`: unstated knobs, ``completion_log_sd``; beyond the data)
+    and, when its MFU beats every published run of its hardware class and dtype, a note saying so
+    (:mod:`costmodel.ceilings`)."""
     if workload.mode != "train" or not isinstance(est, Estimate):
         return est
     notes = list(est.notes)
@@ -70,16 +73,24 @@ def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: 
         warn = warn.replace("predicted MFU", "predicted MFU (counting full s x s attention)", 1)
     if warn and warn not in notes:
         notes.append(warn)
-    band = est.step_time_band_s or band_for(model, cluster, workload, est)
-    lean = bias_note(model, cluster, est.config, est.step_time_s, band)
+    if est.step_time_band_s:
+        return replace(est, notes=notes)
+    lo, hi, band_notes = assess(model, cluster, workload, est, completion_log_sd=completion_log_sd)
+    lean = bias_note(model, cluster, est.config, est.step_time_s, (lo, hi))
     if lean and lean not in notes:
         notes.append(lean)
-    return replace(est, step_time_band_s=tuple(band), notes=notes)
+    return replace(est, step_time_band_s=(lo, hi), band_notes=band_notes, notes=notes)
 
 
-def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> dict:
+def band_note_lines(est: Estimate) -> list[str]:
+    """The band's notes, one indented line each (empty when the plan lies inside the data)."""
+    return [f"  band: {n}" for n in getattr(est, "band_notes", ())]
+
+
+def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                  completion_log_sd: float = 0.0) -> dict:
     """``Estimate.to_dict()`` plus an echo of the problem it answers (``config.sp``: in effect)."""
-    d = with_trust(est, model, cluster, workload).to_dict()
+    d = with_trust(est, model, cluster, workload, completion_log_sd).to_dict()
     d["config"]["sp"] = est.config.sp_on
     d["model"] = model_json(model)
     d["cluster"] = cluster_to_dict(cluster)
@@ -214,9 +225,10 @@ def overlap_lines(est: Estimate) -> list[str]:
     return [table(["strategy", "link s", "exposed s", "r", "why exposed"], rows)]
 
 
-def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> str:
+def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                  completion_log_sd: float = 0.0) -> str:
     """The human report of one estimate."""
-    est = with_trust(est, model, cluster, workload)
+    est = with_trust(est, model, cluster, workload, completion_log_sd)
     gpus = cluster.num_gpus or est.config.gpus
     peak_stage = max(est.memory, key=lambda m: m["total_bytes"])["stage"] if est.memory else 0
     lines = [
@@ -230,6 +242,7 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
         f"step time             {_s(est.step_time_s)} s ({ENGINE_NAMES.get(est.engine, est.engine)} engine)",
         f"  80% band            {_s(est.step_time_band_s[0])} - {_s(est.step_time_band_s[1])} s "
         "(measured runs of plans like this one fall inside 80% of the time)",
+        *band_note_lines(est),
         f"tokens/s              {est.tokens_per_s:,.0f}",
         f"model TFLOP/s/GPU     {est.model_tflops_per_gpu:.1f}",
         f"hardware TFLOP/s/GPU  {est.hardware_tflops_per_gpu:.1f}",

@@ -69,7 +69,7 @@ def test_compare_with_baseline_end_to_end():
     assert lo < rec.step_time_s < hi
     assert c.outside_band == (c.gain > (hi - lo) / 2 / rec.step_time_s)
     assert c.message == compare(rec, c.baseline, c.band_s)
-    assert set(c.to_dict()) == {"baseline", "step_time_band_s", "gain", "outside_band", "message"}
+    assert set(c.to_dict()) == {"baseline", "step_time_band_s", "gain", "outside_band", "message", "band_notes"}
     same = compare_with_baseline(GPT3, A100, W, rec, rec.config, engine="analytic", band=0.05)
     assert same.gain == pytest.approx(0) and "within the model's ±5% band: keep your plan" in same.message
 

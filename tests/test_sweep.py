@@ -114,7 +114,7 @@ def test_missing_out_exits_2(capsys):
 # --------------------------------------------------------------------------- schema
 def test_schema_columns_are_stable():
     # Appending a column means a new SCHEMA_VERSION; renaming or removing one is not allowed.
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     assert list(NAMES) == [
         "case_id", "model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
         "nic_gbps", "hbm_gib", "model_params", "status", "reason",
@@ -125,7 +125,7 @@ def test_schema_columns_are_stable():
         "solver", "solve_status", "solve_time_s", "objective_s", "bound_s", "gap", "case_time_s", "attempts",
         "schema_version", "finished_at", "step_time_band_lo_s", "step_time_band_hi_s",
         "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s", "critical_holds",
-        "framework", "grad_dtype"]
+        "framework", "grad_dtype", "band_notes"]
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 
 

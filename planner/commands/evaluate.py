@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, f, None) is not None:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     model, cluster, workload = problem_from_args(args)
-    config, chosen, note = complete(args, model, cluster, workload)
+    config, chosen, note, spread = complete(args, model, cluster, workload)
     try:  # a plan its framework cannot run is still evaluated as given, but not silently
         check_runnable(config, cluster.device)
     except SpecError as e:
@@ -93,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
     est = with_convention(evaluate(model, cluster, workload, config), model, workload, args.mfu_convention)
     if args.json:
-        d = estimate_json(est, model, cluster, workload)
+        d = estimate_json(est, model, cluster, workload, completion_log_sd=spread)
         d["chosen"] = chosen
+        d["completion_spread_log_sd"] = spread
         d["chosen_how"] = note or ("as recommend would, the stated knobs pinned" if chosen else "")
         d["config"]["layers_per_stage"] = list(config.layers_per_stage or ())
         if args.emit:
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         for n in notes:
             print(f"note: {n}", file=sys.stderr)
     else:
-        print(estimate_text(est, model, cluster, workload))
+        print(estimate_text(est, model, cluster, workload, completion_log_sd=spread))
         if chosen:
             how = note or "as recommend would, with what you stated pinned; --framework-defaults for the framework's own"
             print("chosen by the planner: " + " ".join(f"{k}={_fmt(v)}" for k, v in chosen.items()) + f" ({how})")

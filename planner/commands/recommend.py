@@ -152,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nbaseline tp={b.tp} pp={b.pp} dp={b.dp} ep={b.ep} cp={b.cp} vp={b.vp} mb={b.mb} zero={b.zero} "
               f"recompute={b.recompute}: {comparison.baseline.step_time_s:.2f} s ({ENGINE_NAMES[comparison.baseline.engine]}); "
               f"{comparison.message}")
+        for n in comparison.band_notes:
+            print(f"note: band: {n}")
     return 0
 
 
@@ -335,5 +337,7 @@ def report_text(result, model, cluster, workload) -> str:
         lines.append(f"memory: peak includes {reserved / GiB:.1f} GiB reserved per GPU (CUDA context, cuBLAS "
                      "workspaces, NCCL buffers of each communicator, 5% allocator fragmentation); "
                      "--headroom-gib keeps more free")
-    lines += [f"note: {n}" for n in with_trust(best, model, cluster, workload).notes if "MFU" in n]
+    trusted = with_trust(best, model, cluster, workload)
+    lines += [f"note: {n}" for n in trusted.notes if "MFU" in n]
+    lines += [f"note: band: {n}" for n in trusted.band_notes]
     return "\n".join(lines)

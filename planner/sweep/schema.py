@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 4  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
-#                     4: the framework and gradient dtype inputs
+SCHEMA_VERSION = 5  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
+#                     4: the framework and gradient dtype inputs; 5: the band's notes
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -118,6 +118,9 @@ COLUMNS: tuple[Column, ...] = tuple(
     + _cols("input",  # schema version 4
             ("framework", "str", "framework every plan of the case runs: megatron, deepspeed or fsdp2"),
             ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16"))
+    + _cols("estimate",  # schema version 5
+            ("band_notes", "str", "what widened the 80% band, in words, '; '-separated (costmodel.band_scope: "
+                                  "beyond the measured runs or component data; empty: inside the data)"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
