@@ -36,6 +36,7 @@ from costmodel.graph.dp import dp_bucket_graph  # noqa: E402
 from costmodel.memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts  # noqa: E402
 from costmodel.presets import load_cluster, load_model  # noqa: E402
 from costmodel.specs import Workload  # noqa: E402
+from planner.emit import deepspeed_config  # noqa: E402
 
 MS = 1e-3
 REL = 0.01  # bytes agree within 1% (the model's norms and rounding of the tensor split)
@@ -73,8 +74,9 @@ CASES = (
     Case(name="megatron distopt, overlap, MoE ep8 dp8", model="mixtral-8x7b", cluster="h100-sxm",
          config=dict(tp=1, pp=1, dp=8, ep=8, mb=1, zero=1, bucket_bytes=megatron_bucket_bytes({"dp": 8})),
          graph=False),
-    Case(name="deepspeed ZeRO-3, HF Llama, dp384", model="llama2-70b", cluster="a100-80g", layout="hf",
-         config=dict(tp=1, pp=1, dp=384, mb=1, zero=3, framework="deepspeed", bucket_bytes=1e9), graph=False),
+    Case(name="deepspeed ZeRO-3, Megatron-DeepSpeed Llama, dp384, DeepSpeed's buckets", model="llama2-70b",
+         cluster="a100-80g", config=dict(tp=1, pp=1, dp=384, mb=1, zero=3, framework="deepspeed", bucket_bytes=0),
+         graph=False),
     Case(name="deepspeed ZeRO-3, HF Llama, dp1536", model="llama2-70b", cluster="a100-80g", layout="hf",
          config=dict(tp=1, pp=1, dp=1536, mb=1, zero=3, framework="deepspeed", bucket_bytes=1e9), graph=False),
     Case(name="deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", model="gpt3-175b", cluster="a100-80g",
@@ -171,13 +173,15 @@ def zero3_checks(rules, case: Case) -> list[Check]:
     dense, _expert = mr.layer_tensors(model, c, moe, case.layout)
     n_dense, n_moe = layer_counts(model, c, 0)
     layers = n_dense + n_moe
-    fetch = mr.zero3_fetches(rules, dense)
+    # the buckets DeepSpeed runs with the configuration the planner emits for the plan (defaults where unset)
+    zc = deepspeed_config(c, case.global_batch)["zero_optimization"]
+    fetch = mr.zero3_fetches(rules, dense, zc.get("stage3_prefetch_bucket_size"))
     fwd, bwd = _zero_nodes(model, cluster, w, c, moe, "fwd"), _zero_nodes(model, cluster, w, c, moe, "bwd")
     params, size, stride = zero3_groups(model, c, moe)[0]
     lat_ag = collective_latency_s("allgather", size, stride, cluster)
     lat_rs = collective_latency_s("reducescatter", size, stride, cluster)
     stage_tensors = [t for ch in mr.stage_chunks(model, c, 0, case.layout) for t in ch[0]]
-    rs_fw = mr.zero3_reduce_buckets(rules, stage_tensors)
+    rs_fw = mr.zero3_reduce_buckets(rules, stage_tensors, zc.get("reduce_bucket_size"))
     ag_m, rs_m = fwd.get("allgather", (0, 0.0)), bwd.get("reducescatter", (0, 0.0))
     out = [Check(case.name, "all-gathers per layer, forward", len(fetch), ag_m[0]),
            Check(case.name, "all-gathers per layer, backward", len(fetch), bwd.get("allgather", (0, 0.0))[0]),

@@ -7,11 +7,12 @@ buckets per pipeline stage, DeepSpeed ZeRO-3's per-module parameter fetches and 
 torchtitan / FSDP2's per-unit all-gathers and reduce-scatters. It knows nothing of the cost
 model's timing; :mod:`component_mechanics` compares the two.
 
-Parameter tensors are laid out per layer as the frameworks build them: Megatron-Core (and
+Parameter tensors per layer are :func:`costmodel.zero3_fetch.layer_tensors`: Megatron-Core (and
 Megatron-DeepSpeed) fuse QKV and the gated MLP's first projection (``linear_qkv``,
-``linear_fc1``); Hugging Face Llama modules (what DeepSpeed ZeRO-3 usually wraps) keep
-``q_proj k_proj v_proj o_proj gate_proj up_proj down_proj`` apart. Norm weights are ``hidden``
-elements each; biases are not modelled (as :func:`costmodel.memory.layer_params`).
+``linear_fc1``); Hugging Face Llama modules keep ``q_proj k_proj v_proj o_proj gate_proj up_proj
+down_proj`` apart (``layout="hf"``). Norm weights are ``hidden`` elements each; biases are not
+modelled (as :func:`costmodel.memory.layer_params`). The framework rules (bucket sizes, close
+rules, fetch coalescing) are computed here from the CSV values, independently of the cost model.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from costmodel.memory import layer_counts, layer_params, stage_params
+from costmodel.memory import layer_counts, stage_params
+from costmodel.zero3_fetch import layer_tensors  # the tensor split (a shape fact), shared with the cost model
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "framework_mechanics.csv"
 
@@ -32,37 +34,6 @@ def load_rules(path: Path = DATA) -> dict:
 
 def rule(rules: dict, framework: str, key: str) -> float:
     return float(rules[(framework, key)])
-
-
-def layer_tensors(model, c, moe: bool, layout: str = "fused") -> tuple[list, list]:
-    """(dense, expert) parameter tensors (elements on one GPU) of one layer, in forward order."""
-    h = model.hidden
-    d = model.head_dim or h // model.heads
-    kv = model.kv_heads or model.heads
-    q, k = h * model.heads * d / c.tp, h * kv * d / c.tp
-    o = h * model.heads * d / c.tp
-    rest = model.attn_params / c.tp - (q + 2 * k + o)  # MLA and other shapes: fold the difference into QKV
-    attn = [q + rest, k, k] if layout == "hf" else [q + 2 * k + rest]
-    dense = [float(h)] + attn + [o, float(h)]
-    mats = model.mlp_matrices
-
-    def mlp(ffn: int, split: float) -> list:
-        up = (mats - 1) * h * ffn / split
-        return ([up / (mats - 1)] * (mats - 1) if layout == "hf" else [up]) + [h * ffn / split]
-
-    expert: list = []
-    if not moe:
-        dense += mlp(model.ffn_hidden, c.tp)
-    else:
-        dense += [float(h * model.experts)]  # router
-        for _ in range(model.shared_experts):
-            dense += mlp(model.moe_ffn_hidden, c.tp)
-        for _ in range(model.experts // c.ep):
-            expert += mlp(model.moe_ffn_hidden, c.expert_tp())
-    want_d, want_e = layer_params(model, c, moe)
-    if abs(sum(dense) - want_d) > 1e-6 * want_d or abs(sum(expert) - want_e) > 1e-6 * max(1.0, want_e):
-        raise RuntimeError(f"{model.name}: tensor split {sum(dense)}, {sum(expert)} != layer_params {want_d}, {want_e}")
-    return dense, expert
 
 
 def stage_chunks(model, c, stage: int, layout: str = "fused") -> list[tuple[list, list]]:
@@ -148,14 +119,16 @@ def megatron_grad_kind(c) -> str:
     return "reducescatter" if c.zero >= 1 else "allreduce"
 
 
-def zero3_fetches(rules: dict, tensors: list) -> list[float]:
+def zero3_fetches(rules: dict, tensors: list, prefetch: float | None = None) -> list[float]:
     """DeepSpeed ZeRO-3's all-gathers over one pass of ``tensors`` (rules 20-25): tensors below
     ``stage3_param_persistence_threshold`` stay resident; the rest are fetched per module, the
     prefetch coalescing consecutive tensors into one all-gather until it holds
     ``stage3_prefetch_bucket_size`` elements (a larger tensor is one all-gather of its own).
-    Steady state with a complete trace and ``stage3_max_live_parameters`` not binding."""
+    Steady state with a complete trace and ``stage3_max_live_parameters`` not binding;
+    ``prefetch``: the configured bucket, else the default."""
     keep = rule(rules, "deepspeed", "stage3_param_persistence_threshold")
-    prefetch = rule(rules, "deepspeed", "stage3_prefetch_bucket_size")
+    if prefetch is None:
+        prefetch = rule(rules, "deepspeed", "stage3_prefetch_bucket_size")
     out, acc = [], 0.0
     for t in tensors:
         if t < keep:
@@ -175,9 +148,10 @@ def zero3_persistent(rules: dict, tensors: list) -> float:
     return sum(t for t in tensors if t < keep)
 
 
-def zero3_reduce_buckets(rules: dict, tensors_all_layers: list) -> list[float]:
-    """Reduce-scatters of one micro-batch's backward over the stage's tensors (rules 16, 26, 27)."""
-    return close_gt(tensors_all_layers[::-1], rule(rules, "deepspeed", "reduce_bucket_size"))
+def zero3_reduce_buckets(rules: dict, tensors_all_layers: list, bucket: float | None = None) -> list[float]:
+    """Reduce-scatters of one micro-batch's backward over the stage's tensors (rules 16, 26, 27);
+    ``bucket``: the configured ``reduce_bucket_size``, else the default."""
+    return close_gt(tensors_all_layers[::-1], rule(rules, "deepspeed", "reduce_bucket_size") if bucket is None else bucket)
 
 
 def deepspeed_pipe_grad_buffers(rules: dict, model, c, stage: int) -> list[float]:
