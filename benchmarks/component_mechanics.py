@@ -217,17 +217,27 @@ def fsdp2_checks(rules, case: Case) -> list[Check]:
 
 
 def pipe_checks(rules, case: Case) -> list[Check]:
-    """DeepSpeed's pipeline engine (rules 28-31): gradients all-reduced once per step after the
-    last backward, in 5e8-element buffers, never overlapped; blocking p2p."""
+    """DeepSpeed's pipeline engine (rules 28-31, 35-37) with the configuration the planner emits:
+    gradients reduced once per step after the last backward, never overlapped; blocking p2p. The
+    emitted JSON sets no ``data_types``, so a BF16 run accumulates BF16 gradients (rule 35) and
+    ZeRO-1 runs the ZeRO optimizer: reduce-scatters in ``reduce_bucket_size`` buckets (rule 37)."""
     model, cluster, w, c = _setup(case)
     sem = frameworks.of(c)
+    cfg = deepspeed_config(c, case.global_batch)
+    fp32_accum = cfg.get("data_types", {}).get("grad_accum_dtype") == "fp32"
+    bf16_opt = cfg["bf16"]["enabled"] and fp32_accum and c.zero == 1  # rule 36
+    kind = "allreduce" if (bf16_opt or c.zero == 0) else "reducescatter"
+    elem = 4 if (fp32_accum or not (cfg["bf16"]["enabled"] or cfg["fp16"]["enabled"])) else 2
+    bucket = mr.rule(rules, "deepspeed", "grad_reduce_buffer" if kind == "allreduce" else "reduce_bucket_size")
     out = [Check(case.name, "ZeRO stages accepted with pp>1", tuple(z for z in range(4) if z <= 1),
                  frameworks.zero_stages("deepspeed", pp=c.pp)),
-           Check(case.name, "gradient collective", "allreduce", sem.step_grad),
+           Check(case.name, "gradient collective", kind, sem.step_grad),
+           Check(case.name, "gradient element bytes", elem, grad_elem_bytes(c)),
            Check(case.name, "gradient reduce overlapped with backward", False, c.bucket_bytes > 0),
            Check(case.name, "interleaved schedule allowed", False, frameworks.allows("deepspeed", "vp", 2, pp=c.pp))]
     for s in sorted({0, c.pp - 1}):
-        n_fw = len(mr.deepspeed_pipe_grad_buffers(rules, model, c, s))
+        tensors = [t for ch in mr.stage_chunks(model, c, s) for t in ch[0] + ch[1]]
+        n_fw = len(mr.close_gt(tensors[::-1], bucket))
         *_, buckets = stage_dp_terms(model, cluster, c, s)
         out.append(Check(case.name, f"stage {s}: gradient collectives", n_fw, int(max(1.0, float(buckets)))))
     return out
@@ -251,11 +261,45 @@ def evaluate(cases=CASES, graph: bool = True) -> list[Check]:
     return out
 
 
+def zero3_scaling(dps=(384, 768, 1536), per_module: bool = True) -> list[tuple[int, float]]:
+    """Step seconds (analytic engine) of DeepSpeed ZeRO-3 Llama-2-70B on A100-80G, 1,536 sequences
+    of 2,048 tokens, one micro-batch per GPU-group, as ``dp`` doubles (strong scaling). With
+    ``per_module=False`` the gathers and reduces are charged one per layer, as the cost model did
+    before :mod:`costmodel.zero3_fetch`."""
+    from costmodel import analytic, estimate
+    from costmodel.memory import layer_params
+
+    model, cluster = load_model("llama2-70b"), load_cluster("a100-80g")
+    w = Workload(global_batch=1536, seq_len=2048)
+
+    def one(m, c, moe):
+        d, e = layer_params(m, c, moe)
+        return [d], [e]
+
+    out = []
+    for dp in dps:
+        c = ParallelConfig(dp=dp, mb=1536 // dp, zero=3, framework="deepspeed", bucket_bytes=0)
+        analytic.layer_timing.cache_clear()
+        if per_module:
+            est = estimate.evaluate(model, cluster.with_gpus(dp), w, c, engine="analytic")
+        else:
+            with mock.patch.object(analytic, "gather_pieces", one), mock.patch.object(analytic, "reduce_pieces", one):
+                est = estimate.evaluate(model, cluster.with_gpus(dp), w, c, engine="analytic")
+        analytic.layer_timing.cache_clear()
+        out.append((dp, est.step_time_s))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if any compared quantity mismatches")
     ap.add_argument("--no-graph", action="store_true", help="skip the graph engine's DP bucket count")
+    ap.add_argument("--scaling", action="store_true", help="also print DeepSpeed ZeRO-3 step time as DP doubles")
     args = ap.parse_args(argv)
+    if args.scaling:
+        print("DeepSpeed ZeRO-3 Llama-2-70B, A100-80G, 1,536 x 2,048 tokens: step seconds (analytic)")
+        for (dp, t_mod), (_, t_one) in zip(zero3_scaling(), zero3_scaling(per_module=False)):
+            print(f"  dp {dp:>5}: per-module gathers {t_mod:8.2f}   one gather per layer {t_one:8.2f}")
     checks = evaluate(graph=not args.no_graph)
     case = None
     for k in checks:

@@ -152,12 +152,3 @@ def zero3_reduce_buckets(rules: dict, tensors_all_layers: list, bucket: float | 
     """Reduce-scatters of one micro-batch's backward over the stage's tensors (rules 16, 26, 27);
     ``bucket``: the configured ``reduce_bucket_size``, else the default."""
     return close_gt(tensors_all_layers[::-1], rule(rules, "deepspeed", "reduce_bucket_size") if bucket is None else bucket)
-
-
-def deepspeed_pipe_grad_buffers(rules: dict, model, c, stage: int) -> list[float]:
-    """The pipeline engine's once-per-step all-reduce buffers (rules 29-30): the stage's
-    gradients in ``MEMORY_OPT_ALLREDUCE_SIZE`` pieces, after the last backward, not overlapped."""
-    total = sum(stage_params(model, c, stage))
-    size = rule(rules, "deepspeed", "grad_reduce_buffer")
-    n = int(-(-total // size))
-    return [total / n] * n
