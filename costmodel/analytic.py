@@ -36,6 +36,7 @@ from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, laye
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import dp_buckets
+from .zero3_fetch import gather_pieces, reduce_pieces
 
 INF = math.inf
 COLUMN_PARALLEL = ("qkv", "fc1", "shared_fc1", "lm_head")
@@ -222,9 +223,13 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         # (costmodel.frameworks.semantics).
         t_ag = t_rs = 0.0
         zero = dma.engines_of(cluster, a, "zero")
-        for params, size, stride in zero3_groups(model, c, moe):
-            t_ag += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
-            t_rs += collective_time_s("reducescatter", params * grad_elem_bytes(c), size, stride, cluster, engines=zero)
+        # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.zero3_fetch)
+        gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
+        for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
+            for p in gathers[i]:
+                t_ag += collective_time_s("allgather", p * WEIGHT_BYTES, size, stride, cluster, engines=zero)
+            for p in reduces[i]:
+                t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
         scope = scopes["zero"]
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
         # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the

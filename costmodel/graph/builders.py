@@ -46,6 +46,7 @@ from ..compute import (ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, 
 from ..config import ParallelConfig
 from ..memory import WEIGHT_BYTES, grad_elem_bytes
 from ..specs import ClusterSpec, ModelSpec, Workload
+from ..zero3_fetch import gather_pieces, reduce_pieces
 from .nodes import GraphBuilder, split_s
 
 
@@ -266,14 +267,18 @@ def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
     if not sem.per_microbatch or g <= 1:
         return []
     out = []
+    # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.zero3_fetch)
+    pieces, reduces = gather_pieces(model, c, cx.moe), reduce_pieces(model, c, cx.moe)
     for i, (params, size, stride) in enumerate(zero3_groups(model, c, cx.moe)):
         sfx = "" if i == 0 else ".experts"
         if sem.gather_forward if phase == "fwd" else sem.gather_backward:
-            out.append(b.comm(f"zero.ag.{phase}{sfx}", "allgather", params * WEIGHT_BYTES, size, stride, "zero",
-                              phase=phase))
+            for j, p in enumerate(pieces[i]):
+                out.append(b.comm(f"zero.ag.{phase}{sfx}" + (f".{j}" if j else ""), "allgather", p * WEIGHT_BYTES,
+                                  size, stride, "zero", phase=phase))
         if phase == "bwd" and sem.reduce_per_microbatch:
-            out.append(b.comm(f"zero.rs{sfx}", "reducescatter", params * grad_elem_bytes(c), size, stride, "zero",
-                              phase=phase))
+            for j, p in enumerate(reduces[i]):
+                out.append(b.comm(f"zero.rs{sfx}" + (f".{j}" if j else ""), "reducescatter", p * grad_elem_bytes(c),
+                                  size, stride, "zero", phase=phase))
     return out
 
 

@@ -1,0 +1,98 @@
+"""The framework-mechanics component (issue 20): rules read from the frameworks' code, what they
+issue for a plan, and the quantities where the cost model charges the same.
+
+Trivial -> hand-computed -> the benchmark's verdicts. The quantities that match today are
+asserted to keep matching; the known mismatches (benchmarks/RESULTS.md, "Framework mechanics")
+are asserted to be reported, so ``--check`` exits 1 until they are fixed.
+"""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import component_mechanics as cm  # noqa: E402
+import mechanics_rules as mr  # noqa: E402
+from costmodel.analytic import layer_timing  # noqa: E402
+from costmodel.config import ParallelConfig  # noqa: E402
+from costmodel.graph.builders import layer_graph  # noqa: E402
+from costmodel.presets import load_cluster, load_model  # noqa: E402
+from costmodel.specs import Workload  # noqa: E402
+from costmodel.zero3_fetch import deepspeed_fetches, deepspeed_reduces, gather_pieces  # noqa: E402
+
+
+def test_every_rule_cites_a_commit_and_a_line():
+    with open(mr.DATA, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 30
+    for r in rows:
+        assert r["source_url"].startswith("https://github.com/"), r["rule_id"]
+        assert "@" in r["source_location"] and "line" in r["source_location"], r["rule_id"]
+        assert r["framework"] in ("megatron", "deepspeed", "fsdp2")
+
+
+def test_megatron_bucket_grows_with_dp():
+    rules = mr.load_rules()
+    # max(40e6, 1e6 * dp_cp): 40e6 up to dp 40, then 1e6 per rank
+    assert mr.megatron_bucket_elements(rules, ParallelConfig(dp=32, bucket_bytes=1)) == 40e6
+    assert mr.megatron_bucket_elements(rules, ParallelConfig(dp=64, cp=2, bucket_bytes=1)) == 128e6
+    assert mr.megatron_bucket_elements(rules, ParallelConfig(dp=64, bucket_bytes=0)) is None
+
+
+def test_bucket_close_rules_by_hand():
+    # Megatron: close after the tensor reaching >= 10: [6, 6] -> 12, then [6] left
+    assert mr.close_ge([6, 6, 6], 10) == [12, 6]
+    # DeepSpeed: reduce before exceeding 10: [6], [6], [6]
+    assert mr.close_gt([6, 6, 6], 10) == [6, 6, 6] == deepspeed_reduces([6, 6, 6], 10)
+    # ZeRO-3 fetch: 1e4 persistent (< 1e5), 3e7 + 3e7 coalesce to 6e7 >= 5e7, 8e7 alone
+    assert deepspeed_fetches([1e4, 3e7, 3e7, 8e7]) == [6e7, 8e7]
+
+
+def test_deepspeed_zero3_charges_one_gather_per_module():
+    m, cl = load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(1024)
+    w = Workload(global_batch=1024, seq_len=2048)
+    ds = ParallelConfig(dp=1024, zero=3, framework="deepspeed", bucket_bytes=0)
+    fs = ParallelConfig(dp=1024, zero=3, framework="fsdp2")
+    # GPT layer: QKV 453M, proj 151M, fc1 604M, fc2 604M elements, each above the 5e7 prefetch bucket
+    assert len(gather_pieces(m, ds, False)[0]) == 4 and len(gather_pieces(m, fs, False)[0]) == 1
+    g = layer_graph(m, cl, w, ds, False, "fwd")
+    assert sum(1 for n in g if g.nodes[n].get("strategy") == "zero") == 4
+    # same bytes, four ring latencies over 1,024 ranks instead of one: the link time grows
+    t_ds = layer_timing(m, cl, w, ds, False).ledger.link_s["zero"]
+    t_fs = layer_timing(m, cl, w, fs, False).ledger.link_s["zero"]
+    assert t_ds > t_fs
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return cm.evaluate(graph=False)
+
+
+def test_what_matches_today_keeps_matching(checks):
+    ok = {(k.case, k.quantity) for k in checks if k.compared and k.ok}
+    must = {("deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", "all-gathers per layer, forward"),
+            ("deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", "gathered bytes per layer"),
+            ("megatron DDP, no overlap, dp32", "stage 0: gradient buckets (analytic)"),
+            ("megatron distopt, overlap, tp4 dp48", "gradient collective"),
+            ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "ZeRO stages accepted with pp>1")}
+    assert must <= ok
+    assert len(ok) >= 28
+
+
+def test_known_mismatches_are_reported(checks):
+    bad = {(k.case, k.quantity) for k in checks if not k.ok}
+    # Megatron buckets only on pipeline rank 0 / chunk 0; the model buckets every stage
+    assert ("megatron distopt, overlap, tp8 pp2 vp2 dp48", "stage 1: gradient buckets (analytic)") in bad
+    # torchtitan's embedding and [norm, lm_head] units are not charged
+    assert ("fsdp2 reshard, dp64", "all-gathers per micro-batch, forward") in bad
+
+
+def test_check_exits_one_on_mismatch():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "component_mechanics.py"), "--check", "--no-graph"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1 and "mismatch:" in r.stderr
