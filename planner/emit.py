@@ -366,7 +366,7 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
             "[activation_checkpoint]", f'mode = "{"selective" if c.recompute == "op_sac" else c.recompute}"']
     if c.recompute in ("selective", "op_sac"):  # op_sac is torchtitan's per-op selective checkpointing
         out.append('selective_ac_option = "op"')
-    if c.chunks > 1 and c.tp > 1:
+    if (c.chunks > 1 and c.tp > 1) or c.fused_elementwise:  # async TP needs it; fused element-wise ops are compiled
         out += ["", "[compile]", "enable = true"]
     return out
 
