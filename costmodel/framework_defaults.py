@@ -23,6 +23,12 @@ from .units import MB
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
 
 
+def megatron_global_batch(mb: int, dp: int) -> int:
+    """Megatron-LM's ``--global-batch-size`` when unset: ``micro_batch_size * data_parallel_size``
+    (``megatron/training/arguments.py`` validate_args at d98e8a64; no accumulation)."""
+    return mb * dp
+
+
 def megatron_ddp_bucket_elements(dp: int) -> int:
     """Megatron-Core's DDP bucket with ``--overlap-grad-reduce`` and no ``--ddp-bucket-size``, in gradient
     elements: ``max(40000000, 1000000 * dp_group.size())`` (``megatron/core/distributed/
@@ -41,8 +47,8 @@ def megatron_ddp_bucket_elements(dp: int) -> int:
 #: (``parallelize.py``: reshard unless pipelined), ``pipeline_parallel_microbatch_size = 1``,
 #: ``pipeline_parallel_schedule = "1F1B"``, ``ActivationCheckpoint.mode = "selective"`` with
 #: ``selective_ac_option = "2"`` (every second layer fully checkpointed), ``Compile.enable = False``,
-#: ``Training.mixed_precision_param = "bfloat16"``
-TORCHTITAN_V022_DEFAULTS = {"local_batch_size": 8, "global_batch_size": -1, "data_parallel_replicate_degree": 1,
+#: ``Training.mixed_precision_param = "bfloat16"``, ``Training.seq_len = 2048``
+TORCHTITAN_V022_DEFAULTS = {"local_batch_size": 8, "seq_len": 2048, "global_batch_size": -1, "data_parallel_replicate_degree": 1,
                             "data_parallel_shard_degree": -1, "fsdp_reshard_after_forward": "default",
                             "pipeline_parallel_microbatch_size": 1, "pipeline_parallel_schedule": "1F1B",
                             "mode": "selective", "selective_ac_option": "2", "enable": False,

@@ -137,6 +137,9 @@ def parse_megatron_text(text: str) -> FrameworkInput:
     except SpecError as e:
         raise SpecError(f"megatron_args.{e.field}", e.value, e.allowed) from None
     stated["framework"] = "megatron"
+    for key, name in (("recompute", "recompute_granularity"), ("chunks", "tp_comm_overlap")):
+        if name not in a:  # unstated: the framework's default fills it (and is listed as such)
+            stated.pop(key, None)
     if stated.get("dtype", "fp32") == "fp32":  # arguments.py: params_dtype is FP32 without --bf16/--fp16
         raise SpecError("megatron_args.bf16", None, "given (--bf16, --fp16 or --fp8-format: without them Megatron-LM "
                         "trains in FP32, which the planner does not model)")

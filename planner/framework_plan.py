@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
-from costmodel.framework_defaults import framework_defaults, megatron_ddp_bucket_elements
+from costmodel.framework_defaults import (TORCHTITAN_V022_DEFAULTS, framework_defaults, megatron_ddp_bucket_elements,
+                                          megatron_global_batch)
 from costmodel.memory import grad_elem_bytes
 from costmodel.specs import ModelSpec
 from costmodel.stacks import apply_stack
@@ -92,6 +93,10 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
              src, "stated")
     if fi.source == "torchtitan_config":
         _torchtitan_batch_and_stages(fi, args, ns, src, dp, model.layers)
+    if fi.source == "megatron_args" and ns.global_batch is None:
+        _set(ns, "global_batch", megatron_global_batch(ns.mb or 1, dp), src, "framework_defaults")
+    if fi.source == "torchtitan_config" and ns.seq is None:
+        _set(ns, "seq", TORCHTITAN_V022_DEFAULTS["seq_len"], src, "framework_defaults")
     defaults = framework_defaults(ns.framework, dp=dp, pp=pp, global_batch=ns.global_batch or 1, zero=ns.zero, tp=tp)
     for k in TUNING:
         if getattr(ns, k, None) is None and k in defaults:
