@@ -15,7 +15,7 @@ the configuration states is refused unless it says the same.
   ``--emit fsdp2`` writes (:func:`planner.emit.torchtitan_lines`).
 
 >>> fi = parse_deepspeed_text('{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, '
-...                           '"zero_optimization": {"stage": 2}}')
+...                           '"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}')
 >>> fi.stated["zero"], fi.stated["bucket_mb"], fi.deferred["micro_batch"]
 (2, 0.0, 2)
 """
@@ -108,7 +108,7 @@ def check_megatron_flags(text: str) -> None:
         if name not in known and base not in known:
             raise SpecError("megatron_args", t.partition("=")[0],
                             "an argument of Megatron-LM d98e8a64 (megatron/training/arguments.py)")
-        if name in MEGATRON_REFUSED and not mg._none(name):
+        if name in MEGATRON_REFUSED:
             raise SpecError("megatron_args", t.partition("=")[0], MEGATRON_REFUSED[name])
 
 
@@ -223,7 +223,7 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
             raise SpecError("deepspeed_config.zero_optimization", k, "a field of DeepSpeedZeroConfig "
                             "(deepspeed/runtime/zero/config.py)")
     for k in ("offload_param", "offload_optimizer"):
-        dev = (z.get(k) or {}).get("device", "none") if isinstance(z.get(k), (dict, type(None))) else z.get(k)
+        dev = (z.get(k) or {}).get("device", "none") if isinstance(z.get(k) or {}, dict) else z[k]
         if str(dev).lower() not in ("none", "null"):
             raise SpecError(f"deepspeed_config.zero_optimization.{k}.device", dev, "none (offloading is not modelled)")
     if int(d.get("sequence_parallel_size", 1) or 1) != 1:
@@ -235,17 +235,23 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
     # DeepSpeedZeroConfig.overlap_comm_valid: unset means stage == 3
     overlap = mg.as_bool("deepspeed_config.zero_optimization.overlap_comm", z["overlap_comm"]) \
         if z.get("overlap_comm") is not None else stage == 3
+    bf16 = _enabled(d, "bf16") or _enabled(d, "bfloat16")
+    fp16 = _enabled(d, "fp16")
+    if bf16 and fp16:
+        raise SpecError("deepspeed_config.fp16", "enabled", "off with bf16 enabled (DeepSpeed refuses both)")
+    # engine.py communication_data_type: the stated one, else the half dtype the run trains in, else FP32
     comm = d.get("communication_data_type")
-    grad = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "bfp16": "bf16"}.get(str(comm).lower(), "fp32") \
-        if comm is not None else "fp32"
+    if comm is not None and str(comm).lower() not in ("fp32", "fp16", "bf16"):
+        raise SpecError("deepspeed_config.communication_data_type", comm, "one of fp16, bf16, fp32")
+    grad = str(comm).lower() if comm is not None else "fp16" if fp16 else "bf16" if bf16 else "fp32"
     elems = mg.as_int("deepspeed_config.zero_optimization.reduce_bucket_size",
                       z.get("reduce_bucket_size", DEEPSPEED_REDUCE_BUCKET_ELEMENTS))
     stated = {"framework": "deepspeed", "zero": stage, "grad_dtype": grad,
               "bucket_mb": elems * grad_elem_bytes(ParallelConfig(grad_dtype=grad)) / MB if overlap else 0.0}
-    bf16 = _enabled(d, "bf16") or _enabled(d, "bfloat16")
-    if bf16 and _enabled(d, "fp16"):
-        raise SpecError("deepspeed_config.fp16", "enabled", "off with bf16 enabled (DeepSpeed refuses both)")
-    stated["dtype"] = "bf16" if bf16 else "fp16" if _enabled(d, "fp16") else "fp32"
+    if not (bf16 or fp16):
+        raise SpecError("deepspeed_config.bf16", None, "enabled, or fp16 (without them DeepSpeed trains in FP32, "
+                        "which the planner does not model)")
+    stated["dtype"] = "bf16" if bf16 else "fp16"
     if "activation_checkpointing" in d:
         ac = d["activation_checkpointing"] or {}
         if mg.as_bool("deepspeed_config.activation_checkpointing.cpu_checkpointing", ac.get("cpu_checkpointing", False)):

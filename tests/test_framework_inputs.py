@@ -15,7 +15,6 @@ from costmodel.specs import Workload
 from planner.cli import main
 
 H100 = ["--cluster", "h100-sxm"]
-BF16_ARGS = "--bf16"
 
 
 def run_json(capsys, *argv):
@@ -103,19 +102,27 @@ def ds(tmp_path, d) -> str:
 def test_deepspeed_batch_zero3_defaults(capsys, tmp_path):
     # train 512, accumulation 4 on dp 64: micro = 512 // 64 // 4 = 2 (_set_batch_related_parameters);
     # stage 3 without overlap_comm: overlap on (overlap_comm_valid: stage == 3) in reduce_bucket_size
-    # 5e8 elements x 4 bytes (FP32 reduction) = 2000 MB
+    # 5e8 elements; no communication_data_type under bf16: gradients reduced in BF16 (engine.py
+    # communication_data_type), 2 bytes each -> 1000 MB
     f = ds(tmp_path, {"train_batch_size": 512, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3},
                       "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"}})
     e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "64", "--seq", "4096",
                  "--deepspeed-config", f, "--json")
     c = e["config"]
-    assert (c["framework"], c["zero"], c["mb"], c["dp"], c["bucket_mb"]) == ("deepspeed", 3, 2, 64, 2000.0)
+    assert (c["framework"], c["zero"], c["mb"], c["dp"], c["bucket_mb"]) == ("deepspeed", 3, 2, 64, 1000.0)
+    assert c["grad_dtype"] == "bf16"
+    f = ds(tmp_path, {"train_batch_size": 512, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3},
+                      "bf16": {"enabled": True}, "communication_data_type": "fp32"})
+    e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "64", "--seq", "4096",
+                 "--deepspeed-config", f, "--json")
+    assert e["config"]["bucket_mb"] == 2000.0 and "grad_dtype" not in e["config"]  # FP32: 4 bytes, the default
     assert e["workload"]["global_batch"] == 512 and e["config_source"]["from"] == "the DeepSpeed config"
 
 
 def test_deepspeed_stage1_no_overlap_and_checkpointing(capsys, tmp_path):
     # stage 1, overlap_comm unset -> False (stage != 3): bucket 0. micro 4 alone on dp 16 (tp 4):
     # train = 4 x 16, accumulation 1. The activation_checkpointing section: every layer checkpointed.
+    # fp16 without communication_data_type: FP16 gradient reduction.
     f = ds(tmp_path, {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1},
                       "fp16": {"enabled": True}, "activation_checkpointing": {"partition_activations": True}})
     e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "64", "--seq", "4096", "--tp", "4",
@@ -123,16 +130,19 @@ def test_deepspeed_stage1_no_overlap_and_checkpointing(capsys, tmp_path):
     c = e["config"]
     assert (c["zero"], c["bucket_mb"], c["mb"], c["dp"], c["tp"], c["recompute"]) == (1, 0, 4, 16, 4, "full")
     assert e["workload"]["global_batch"] == 64 and e["workload"]["dtype"] == "fp16"
-    assert e["config_source"]["flags"]["tp"] == 4
+    assert e["config_source"]["flags"]["tp"] == 4 and c["grad_dtype"] == "fp16"
 
 
 @pytest.mark.parametrize("content, words", [
     ({"train_batch_size": 8, "zero_optimisation": {"stage": 2}}, ["zero_optimisation", "DeepSpeed edaa72212"]),
     ({"train_batch_size": 8, "zero_optimization": {"stage": 2, "bucket": 1}}, ["bucket", "DeepSpeedZeroConfig"]),
-    ({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1},
+    ({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+      "bf16": {"enabled": True}},
      ["train_batch_size=100", "2 x 1 x 8"]),
     ({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
      ["offload_param", "not modelled"]),
+    ({"train_batch_size": 8}, ["deepspeed_config.bf16", "FP32"]),
+    ({"train_batch_size": "auto", "bf16": {"enabled": True}}, ["train_batch_size='auto'", "integer"]),
 ])
 def test_deepspeed_bad_configs(capsys, tmp_path, content, words):
     one_line_error(capsys, ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--seq", "2048",
