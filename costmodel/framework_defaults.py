@@ -43,12 +43,14 @@ def megatron_ddp_bucket_elements(dp: int) -> int:
 
 #: torchtitan v0.2.2 job-config defaults the TOML input needs (``torchtitan/config/job_config.py`` at
 #: 73a0e69): ``Training.local_batch_size = 8``, ``global_batch_size = -1`` (local x DP, no accumulation),
-#: ``Parallelism.data_parallel_shard_degree = -1`` (the GPUs left), ``fsdp_reshard_after_forward = "default"``
+#: ``Parallelism.data_parallel_shard_degree = -1`` (the GPUs left),
+#: ``fsdp_reshard_after_forward = "default"``
 #: (``parallelize.py``: reshard unless pipelined), ``pipeline_parallel_microbatch_size = 1``,
 #: ``pipeline_parallel_schedule = "1F1B"``, ``ActivationCheckpoint.mode = "selective"`` with
 #: ``selective_ac_option = "2"`` (every second layer fully checkpointed), ``Compile.enable = False``,
 #: ``Training.mixed_precision_param = "bfloat16"``, ``Training.seq_len = 2048``
-TORCHTITAN_V022_DEFAULTS = {"local_batch_size": 8, "seq_len": 2048, "global_batch_size": -1, "data_parallel_replicate_degree": 1,
+TORCHTITAN_V022_DEFAULTS = {"local_batch_size": 8, "seq_len": 2048, "global_batch_size": -1,
+                            "data_parallel_replicate_degree": 1,
                             "data_parallel_shard_degree": -1, "fsdp_reshard_after_forward": "default",
                             "pipeline_parallel_microbatch_size": 1, "pipeline_parallel_schedule": "1F1B",
                             "mode": "selective", "selective_ac_option": "2", "enable": False,

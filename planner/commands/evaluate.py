@@ -61,6 +61,9 @@ INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms"
 
 
 def _run_infer(args: argparse.Namespace) -> int:
+    for f in ("megatron_args", "deepspeed_config", "torchtitan_config"):
+        if getattr(args, f, None) is not None:
+            raise SpecError(f, getattr(args, f)[:40], "unset with --mode infer (a training configuration)")
     if args.emit:
         raise SpecError("emit", args.emit, "unset with --mode infer (serving launch arguments are printed)")
     model, cluster, workload = problem_from_args(args)
@@ -130,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def source_line(source: dict) -> str:
-    """Where each knob came from: ``from the Megatron line: tp=8 ...; flags: ...; framework defaults: ...``."""
+    """Where each knob came from (``from the Megatron line: tp=8 ...; framework defaults: ...``)."""
     parts = [f"{where}: " + " ".join(f"{k}={_fmt(v)}" for k, v in source[key].items())
              for key, where in (("stated", "from " + source["from"]), ("flags", "from the planner's flags"),
                                 ("framework_defaults", "framework defaults")) if source[key]]
