@@ -91,13 +91,23 @@ MEGATRON_REFUSED = {"pipeline_model_parallel_layout": "unset (the layout string 
                     "optimizer_cpu_offload": "unset (optimizer offloading is not modelled)"}
 
 
-def check_megatron_flags(text: str) -> None:
-    """Refuse (one line naming it) an option Megatron-LM d98e8a64 does not define; a launcher before the
-    script (``torchrun --nproc_per_node 8 pretrain_gpt.py ...``) keeps its own options."""
+#: ``torchrun`` options (``torch/distributed/run.py``), skipped before the script: ``nproc_per_node`` x
+#: ``nnodes`` is the world size when both are numbers
+TORCHRUN = frozenset(("nnodes nproc_per_node node_rank master_addr master_port rdzv_backend rdzv_endpoint rdzv_id "
+                      "rdzv_conf standalone max_restarts monitor_interval start_method role log_dir redirects tee "
+                      "local_addr logs_specs run_path no_python module local_ranks_filter").split())
+
+
+def _tokens(text: str) -> list[str]:
     try:
-        tokens = shlex.split(text, comments=True)
+        return shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as e:
         raise SpecError("megatron_args", text[:40], f"a command line with balanced quotes ({e})") from None
+
+
+def check_megatron_flags(tokens: list[str]) -> None:
+    """Refuse (one line naming it) an option Megatron-LM d98e8a64 does not define; a launcher's options
+    (:data:`TORCHRUN`, or anything before a ``*.py`` script) are not Megatron's."""
     script = next((i for i, t in enumerate(tokens) if t.endswith(".py")), -1)
     known = megatron_names()
     for t in tokens[script + 1:]:
@@ -105,6 +115,8 @@ def check_megatron_flags(text: str) -> None:
             continue
         name = t[2:].partition("=")[0].replace("-", "_")
         base = name.removeprefix("no_").removeprefix("disable_")
+        if script < 0 and name in TORCHRUN:
+            continue
         if name not in known and base not in known:
             raise SpecError("megatron_args", t.partition("=")[0],
                             "an argument of Megatron-LM d98e8a64 (megatron/training/arguments.py)")
@@ -117,8 +129,9 @@ def parse_megatron_text(text: str) -> FrameworkInput:
     if "--" not in text:
         raise SpecError("megatron_args", text[:40], "Megatron-LM arguments (--tensor-model-parallel-size 8 ...), "
                         "@file or a file path")
-    check_megatron_flags(text.replace("\\\n", " "))
-    a = mg.parse_command_line(text.replace("\\\n", " "))
+    tokens = _tokens(text)
+    check_megatron_flags(tokens)
+    a = mg.parse_command_line(shlex.join(tokens))
     layers = mg._get_int(a, "num_layers")
     try:
         stated = mg.config_fields(a, layers)
@@ -137,6 +150,11 @@ def parse_megatron_text(text: str) -> FrameworkInput:
     except SpecError as e:
         raise SpecError(f"megatron_args.{e.field}", e.value, e.allowed) from None
     stated["framework"] = "megatron"
+    if stated.get("tp", 1) == 1 and stated.get("sp"):  # arguments.py validate_args: no sequence parallelism at tp=1
+        stated["sp"] = False
+    per_node, nodes = (a.get(k, "") for k in ("nproc_per_node", "nnodes"))
+    if "gpus" not in stated and str(per_node).isdigit() and str(nodes).isdigit():
+        stated["gpus"] = int(per_node) * int(nodes)
     for key, name in (("recompute", "recompute_granularity"), ("chunks", "tp_comm_overlap")):
         if name not in a:  # unstated: the framework's default fills it (and is listed as such)
             stated.pop(key, None)

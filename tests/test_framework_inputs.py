@@ -215,3 +215,19 @@ def test_emitted_plan_read_back_evaluates_to_the_recommendation(capsys, tmp_path
                    Workload(global_batch=64, seq_len=4096), config)
     assert got["step_time_s"] == pytest.approx(est.step_time_s, rel=1e-9)
     assert got["step_time_s"] == pytest.approx(rec["solve"]["graph_objective_s"], rel=1e-9)
+
+
+def test_megatron_example_script_of_a_real_run(capsys):
+    # Megatron-LM's own Llama-3 8B FP8 recipe (tests/data/megatron_llama3_8b_h100_fp8.args): every option is
+    # a d98e8a64 argument; torchrun 8 x 1 -> 8 GPUs, dp 8; --sequence-parallel at tp 1 is turned off
+    # (validate_args); --grad-reduce-in-bf16: BF16 gradients, so the default bucket max(40e6, 8e6) = 40e6
+    # elements is 80 MB; --fp8-format hybrid: fp8; the model is the line's (no --model): Llama-3 8B's shape
+    from pathlib import Path
+    f = Path(__file__).parent / "data" / "megatron_llama3_8b_h100_fp8.args"
+    e = run_json(capsys, "evaluate", *H100, "--megatron-args", str(f), "--json")
+    c = e["config"]
+    assert (c["tp"], c["cp"], c["pp"], c["dp"], c["sp"], c["zero"], c["mb"]) == (1, 1, 1, 8, False, 1, 1)
+    assert (c["grad_dtype"], c["bucket_mb"], c["chunks"], c["flash_attention"]) == ("bf16", 80.0, 1, True)
+    w = e["workload"]
+    assert (w["global_batch"], w["seq_len"], w["dtype"]) == (128, 8192, "fp8")
+    assert e["model"]["params"] == pytest.approx(load_model("llama3-8b").params, rel=1e-9)
