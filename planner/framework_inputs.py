@@ -11,8 +11,7 @@ the configuration states is refused unless it says the same.
   ``calibrate``), checked against the argument names of Megatron-LM d98e8a64
   (``planner/data/megatron_arguments_d98e8a64.txt``).
 * DeepSpeed JSON (``deepspeed/runtime/config.py``, ``deepspeed/runtime/zero/config.py`` at edaa72212).
-* torchtitan v0.2.2 job TOML (``torchtitan/config/job_config.py`` at 73a0e69), the format
-  ``--emit fsdp2`` writes (:func:`planner.emit.torchtitan_lines`).
+* torchtitan v0.2.2 job TOML (:mod:`planner.torchtitan_input`), the format ``--emit fsdp2`` writes.
 
 >>> fi = parse_deepspeed_text('{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, '
 ...                           '"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}')
@@ -25,14 +24,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
-from costmodel.framework_defaults import (DEEPSPEED_REDUCE_BUCKET_ELEMENTS, TORCHTITAN_V022_DEFAULTS,
-                                          megatron_ddp_bucket_elements)
+from costmodel.framework_defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from costmodel.memory import grad_elem_bytes
 from costmodel.units import MB
 
@@ -136,8 +133,6 @@ def parse_megatron_text(text: str) -> FrameworkInput:
     try:
         stated = mg.config_fields(a, layers)
         stated.update(mg.workload_fields(a))
-        if "vp" not in stated and mg._get_int(a, "num_virtual_stages_per_pipeline_rank"):
-            stated["vp"] = mg.as_int("num_virtual_stages_per_pipeline_rank", a["num_virtual_stages_per_pipeline_rank"])
         for key, name in (("first_stage_layers", "decoder_first_pipeline_num_layers"),
                           ("last_stage_layers", "decoder_last_pipeline_num_layers")):
             if mg._get_int(a, name):
@@ -315,96 +310,13 @@ def deepspeed_batch(train_batch, micro_batch, grad_acc, dp: int | None) -> tuple
     return train_batch, micro_batch
 
 
-# --------------------------------------------------------------------------- torchtitan
-#: the v0.2.2 job-config keys read, by section (torchtitan/config/job_config.py at 73a0e69)
-TORCHTITAN_READ = {
-    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
-                    "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
-                    "pipeline_parallel_degree", "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
-                    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",
-                    "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
-                    "pipeline_parallel_expert_parallel_overlap", "context_parallel_degree",
-                    "context_parallel_load_balancer", "context_parallel_rotate_method", "expert_parallel_degree",
-                    "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
-    "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns",
-                              "early_stop", "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
-                              "determinism_check", "debug"},
-    "compile": {"enable", "components", "backend"},
-}
-SCHEDULES = {"1F1B": False, "Interleaved1F1B": True}
+def _parsers() -> dict:
+    from .torchtitan_input import parse_torchtitan_text
+    return {"megatron_args": (parse_megatron_text, True), "deepspeed_config": (parse_deepspeed_text, False),
+            "torchtitan_config": (parse_torchtitan_text, False)}
 
 
-def parse_torchtitan_text(text: str) -> FrameworkInput:
-    """Planner fields of a torchtitan v0.2.2 job TOML (keys absent: that version's defaults)."""
-    try:
-        t = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError("torchtitan_config", str(e).splitlines()[0], "torchtitan job-config TOML") from None
-    for sec, keys in TORCHTITAN_READ.items():
-        for k in t.get(sec, {}):
-            if k not in keys:
-                raise SpecError(f"torchtitan_config.{sec}", k, "a key of torchtitan v0.2.2's job config")
-    dflt = TORCHTITAN_V022_DEFAULTS
-    par, tr, ac = t.get("parallelism", {}), t.get("training", {}), t.get("activation_checkpoint", {})
-    rep = par.get("data_parallel_replicate_degree", dflt["data_parallel_replicate_degree"])
-    shard = par.get("data_parallel_shard_degree", dflt["data_parallel_shard_degree"])
-    if rep > 1 and shard not in (1,):
-        raise SpecError("torchtitan_config.parallelism.data_parallel_shard_degree", shard,
-                        "1 with data_parallel_replicate_degree > 1 (HSDP is not modelled)")
-    s = {"framework": "fsdp2"}
-    for key, name in (("tp", "tensor_parallel_degree"), ("pp", "pipeline_parallel_degree"),
-                      ("cp", "context_parallel_degree"), ("ep", "expert_parallel_degree")):
-        s[key] = int(par.get(name, 1))
-    s["sp"] = s["tp"] > 1  # torchtitan's TP is always sequence-parallel
-    if rep > 1 or shard > 1:
-        s["dp"] = rep * shard
-    pp = s["pp"]
-    policy = par.get("fsdp_reshard_after_forward", dflt["fsdp_reshard_after_forward"])
-    if policy not in ("default", "always", "never"):
-        raise SpecError("torchtitan_config.parallelism.fsdp_reshard_after_forward", policy, "default, always or never")
-    s["zero"] = 0 if rep > 1 else (3 if policy == "always" or (policy == "default" and pp == 1) else 2)
-    s["chunks"] = s["tp"] if par.get("enable_async_tensor_parallel", False) and s["tp"] > 1 else 1
-    sched = par.get("pipeline_parallel_schedule", dflt["pipeline_parallel_schedule"])
-    if pp > 1 and sched not in SCHEDULES:
-        raise SpecError("torchtitan_config.parallelism.pipeline_parallel_schedule", sched, "1F1B or Interleaved1F1B")
-    deferred = {"layers_per_stage": par.get("pipeline_parallel_layers_per_stage"),
-                "less": (par.get("pipeline_parallel_first_stage_less_layers", 1),
-                         par.get("pipeline_parallel_last_stage_less_layers", 1)),
-                "interleaved": pp > 1 and SCHEDULES.get(sched, False)}
-    local = int(tr.get("local_batch_size", dflt["local_batch_size"]))
-    s["mb"] = local if pp == 1 else int(par.get("pipeline_parallel_microbatch_size",
-                                                dflt["pipeline_parallel_microbatch_size"]))
-    deferred["local_batch"] = local
-    deferred["global_batch"] = int(tr.get("global_batch_size", dflt["global_batch_size"]))
-    if "seq_len" in tr:
-        s["seq"] = int(tr["seq_len"])
-    param = tr.get("mixed_precision_param", dflt["mixed_precision_param"])
-    if param != "bfloat16":
-        raise SpecError("torchtitan_config.training.mixed_precision_param", param, "bfloat16 (the planner's dtypes)")
-    converters = t.get("model", {}).get("converters", [])
-    converters = converters.split(",") if isinstance(converters, str) else converters
-    s["dtype"] = "fp8" if any("float8" in c for c in converters) else "bf16"
-    mode = ac.get("mode", dflt["mode"])
-    option = str(ac.get("selective_ac_option", dflt["selective_ac_option"]))
-    if mode == "none":
-        s["recompute"] = "none"
-    elif mode == "full":
-        s["recompute"] = "full"
-    elif mode == "selective" and option == "op":
-        s["recompute"] = "op_sac"
-    elif mode == "selective" and option.isdigit() and int(option) >= 1:
-        s["recompute"] = "full"  # layer SAC: every option-th block fully checkpointed (apply_ac, ac_freq)
-        deferred["ac_freq"] = int(option)
-    else:
-        raise SpecError("torchtitan_config.activation_checkpoint.mode", f"{mode}/{option}",
-                        "none, full, or selective with selective_ac_option 'op' or a positive integer")
-    s["fused_elementwise"] = bool(t.get("compile", {}).get("enable", dflt["enable"]))
-    s["bucket_mb"] = 100  # FSDP2 reduce-scatters per module, overlapped (costmodel.framework_defaults)
-    return FrameworkInput(source="torchtitan_config", stated=s, deferred=deferred)
-
-
-PARSERS = {"megatron_args": (parse_megatron_text, True), "deepspeed_config": (parse_deepspeed_text, False),
-           "torchtitan_config": (parse_torchtitan_text, False)}
+PARSERS = ("megatron_args", "deepspeed_config", "torchtitan_config")
 
 
 def from_args(args) -> FrameworkInput | None:
@@ -415,5 +327,5 @@ def from_args(args) -> FrameworkInput | None:
                         "(one framework configuration at a time)")
     if not given:
         return None
-    parse, inline = PARSERS[given[0]]
+    parse, inline = _parsers()[given[0]]
     return parse(read_text(given[0], getattr(args, given[0]), inline_ok=inline))
