@@ -72,7 +72,11 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
     cluster = resolve_cluster(args.cluster, ns.gpus)
     cluster = apply_stack(stack_of(ns, cluster), cluster)
     gpus = cluster.num_gpus or None
-    tp, pp, cp = (getattr(ns, k, None) or 1 for k in ("tp", "pp", "cp"))
+    for k in ("tp", "pp", "cp", "ep"):  # unstated degrees: 1, every framework's default
+        if getattr(ns, k, None) is None and not (k == "pp" and getattr(ns, "layers_per_stage", None)):
+            _set(ns, k, 1, src, "framework_defaults")
+    tp, cp = ns.tp, ns.cp
+    pp = ns.pp or len(ns.layers_per_stage)
     dp = getattr(ns, "dp", None) or (gpus // (tp * pp * cp) if gpus else None)
     d = fi.deferred
     if fi.source == "deepspeed_config":

@@ -44,7 +44,7 @@ def test_megatron_line_literal_defaults(capsys):
     assert (c["bucket_mb"], c["chunks"], c["recompute"], c["vp"]) == (0, 1, "none", 1)
     src = e["config_source"]
     assert src["from"] == "the Megatron line"
-    assert set(src["framework_defaults"]) == {"vp", "recompute", "bucket_mb", "chunks"}
+    assert set(src["framework_defaults"]) == {"vp", "recompute", "bucket_mb", "chunks", "cp", "ep"}
     assert e["workload"]["global_batch"] == 256
 
 
