@@ -23,6 +23,40 @@ from .units import MB
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
 
 
+def megatron_global_batch(mb: int, dp: int) -> int:
+    """Megatron-LM's ``--global-batch-size`` when unset: ``micro_batch_size * data_parallel_size``
+    (``megatron/training/arguments.py`` validate_args at d98e8a64; no accumulation)."""
+    return mb * dp
+
+
+def megatron_ddp_bucket_elements(dp: int) -> int:
+    """Megatron-Core's DDP bucket with ``--overlap-grad-reduce`` and no ``--ddp-bucket-size``, in gradient
+    elements: ``max(40000000, 1000000 * dp_group.size())`` (``megatron/core/distributed/
+    distributed_data_parallel.py`` at d98e8a64; ``dp_group`` is the data-parallel group without
+    context parallelism), so the bucket grows with the DP size beyond 40.
+
+    >>> megatron_ddp_bucket_elements(8), megatron_ddp_bucket_elements(128)
+    (40000000, 128000000)
+    """
+    return max(40_000_000, 1_000_000 * dp)
+
+
+#: torchtitan v0.2.2 job-config defaults the TOML input needs (``torchtitan/config/job_config.py`` at
+#: 73a0e69): ``Training.local_batch_size = 8``, ``global_batch_size = -1`` (local x DP, no accumulation),
+#: ``Parallelism.data_parallel_shard_degree = -1`` (the GPUs left),
+#: ``fsdp_reshard_after_forward = "default"``
+#: (``parallelize.py``: reshard unless pipelined), ``pipeline_parallel_microbatch_size = 1``,
+#: ``pipeline_parallel_schedule = "1F1B"``, ``ActivationCheckpoint.mode = "selective"`` with
+#: ``selective_ac_option = "2"`` (every second layer fully checkpointed), ``Compile.enable = False``,
+#: ``Training.mixed_precision_param = "bfloat16"``, ``Training.seq_len = 2048``
+TORCHTITAN_V022_DEFAULTS = {"local_batch_size": 8, "seq_len": 2048, "global_batch_size": -1,
+                            "data_parallel_replicate_degree": 1,
+                            "data_parallel_shard_degree": -1, "fsdp_reshard_after_forward": "default",
+                            "pipeline_parallel_microbatch_size": 1, "pipeline_parallel_schedule": "1F1B",
+                            "mode": "selective", "selective_ac_option": "2", "enable": False,
+                            "mixed_precision_param": "bfloat16"}
+
+
 def framework_defaults(framework: str, *, dp: int, pp: int, global_batch: int, zero: int | None = None,
                        tp: int = 1) -> dict:
     """``{knob: value}`` for ``mb vp sp zero recompute bucket_mb chunks`` as ``framework`` runs them

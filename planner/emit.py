@@ -289,7 +289,7 @@ def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") 
         zero["allgather_bucket_size"] = bucket_elements(c)
         if c.zero == 3:
             zero["stage3_prefetch_bucket_size"] = bucket_elements(c)
-    return {
+    out = {
         "train_batch_size": global_batch,
         "train_micro_batch_size_per_gpu": c.mb,
         "gradient_accumulation_steps": m,
@@ -297,6 +297,11 @@ def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") 
         "bf16": {"enabled": dtype in ("bf16", "fp8")},
         "fp16": {"enabled": dtype == "fp16"},
     }
+    # the plan's FP32 gradient reduction: unset, DeepSpeed reduces in the half dtype it trains in
+    # (deepspeed/runtime/engine.py at edaa72212, communication_data_type: fp16, else bf16, else fp32)
+    if c.grad_dtype == "fp32" and dtype in ("bf16", "fp16", "fp8"):
+        out["communication_data_type"] = "fp32"
+    return out
 
 
 def deepspeed_notes(c: ParallelConfig) -> list[str]:
@@ -357,7 +362,7 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
             "[activation_checkpoint]", f'mode = "{"selective" if c.recompute == "op_sac" else c.recompute}"']
     if c.recompute in ("selective", "op_sac"):  # op_sac is torchtitan's per-op selective checkpointing
         out.append('selective_ac_option = "op"')
-    if c.chunks > 1 and c.tp > 1:
+    if (c.chunks > 1 and c.tp > 1) or c.fused_elementwise:  # async TP needs it; fused element-wise ops are compiled
         out += ["", "[compile]", "enable = true"]
     return out
 

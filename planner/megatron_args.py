@@ -126,6 +126,9 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
         v = _get_int(a, name)
         if v is not None:
             f[key] = v
+    stages = _get_int(a, "num_virtual_stages_per_pipeline_rank")  # arguments.py: sets the interleave itself
+    if "vp" not in f and stages:
+        f["vp"] = stages
     per_chunk = _get_int(a, "num_layers_per_virtual_pipeline_stage")
     if "vp" not in f and per_chunk:
         layers = layers or _get_int(a, "num_layers")

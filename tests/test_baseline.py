@@ -88,3 +88,10 @@ def test_a_baseline_runs_the_recommendations_software_unless_it_states_its_own()
     assert "reduces fp32 gradients" in megatron.message
     with pytest.raises(SpecError, match="baseline.grad_dtype='fp8'"):
         parse_baseline("tp=2,grad_dtype=fp8")
+
+
+def test_megatron_baseline_reads_virtual_stages_per_rank():
+    # --num-virtual-stages-per-pipeline-rank (what --emit megatron writes for an uneven split) sets the
+    # interleave: arguments.py sets virtual_pipeline_model_parallel_size from it
+    from planner.baseline import parse_baseline
+    assert parse_baseline("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2")["vp"] == 2

@@ -63,7 +63,7 @@ MEGATRON = {
     "--accumulate-allreduce-grads-in-fp32": dict(action="store_true"), "--grad-reduce-in-bf16": dict(action="store_true"),
 }
 DEEPSPEED_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                 "zero_optimization", "bf16", "fp16"}
+                 "zero_optimization", "bf16", "fp16", "communication_data_type"}
 DEEPSPEED_ZERO = {"stage", "overlap_comm", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
                   "allgather_bucket_size", "stage3_prefetch_bucket_size"}
 

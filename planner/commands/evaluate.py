@@ -25,6 +25,8 @@ from ..args import (add_config_args, add_inference_args, add_output_args, add_pr
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
 from ..completion import complete
+from ..framework_inputs import from_args as framework_input
+from ..framework_plan import resolve as resolve_framework_input
 from ..emit_arch import model_args_tokens
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
@@ -43,6 +45,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="fill the tuning knobs you do not state (mb, vp, sp, zero, recompute, bucket, chunks, the "
                         "stage split) with the framework's own defaults; without it they are chosen as recommend "
                         "would, with everything you state pinned (the output lists what was chosen)")
+    g = p.add_argument_group("the framework's own configuration (literal: what it omits is the framework's default)")
+    g.add_argument("--megatron-args", metavar="LINE|@FILE",
+                   help="Megatron-LM arguments (--tensor-model-parallel-size 8 ...), @file or a file path; with the "
+                        "model's shape arguments --model may be left out")
+    g.add_argument("--deepspeed-config", metavar="FILE", help="DeepSpeed JSON config (ds.json)")
+    g.add_argument("--torchtitan-config", metavar="FILE", help="torchtitan v0.2.2 job TOML (as --emit fsdp2 writes)")
+    for a in p._actions:  # the Megatron line may state the model
+        if a.dest == "model":
+            a.required = False
     add_inference_args(p, engine=True)
     p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
                    help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
@@ -57,6 +68,9 @@ INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms"
 
 
 def _run_infer(args: argparse.Namespace) -> int:
+    for f in ("megatron_args", "deepspeed_config", "torchtitan_config"):
+        if getattr(args, f, None) is not None:
+            raise SpecError(f, getattr(args, f)[:40], "unset with --mode infer (a training configuration)")
     if args.emit:
         raise SpecError("emit", args.emit, "unset with --mode infer (serving launch arguments are printed)")
     model, cluster, workload = problem_from_args(args)
@@ -82,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
     for f in INFER_ONLY:
         if getattr(args, f, None) is not None:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
-    model, cluster, workload = problem_from_args(args)
-    config, chosen, note, spread = complete(args, model, cluster, workload)
+    fi, source = framework_input(args), None
+    if fi is not None:  # literal: every knob from the configuration or the framework's defaults
+        model, cluster, workload, config, source = resolve_framework_input(fi, args)
+        chosen, note, spread = {}, "", 0.0
+    else:
+        model, cluster, workload = problem_from_args(args)
+        config, chosen, note, spread = complete(args, model, cluster, workload)
     try:  # a plan its framework cannot run is still evaluated as given, but not silently
         check_runnable(config, cluster.device)
     except SpecError as e:
@@ -98,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         d["completion_spread_log_sd"] = spread
         d["chosen_how"] = note or ("as recommend would, the stated knobs pinned" if chosen else "")
         d["config"]["layers_per_stage"] = list(config.layers_per_stage or ())
+        if source is not None:
+            d["config_source"] = source
         if args.emit:
             refuse_unless_runnable(args.emit, config)
         if args.emit == "megatron":
@@ -116,10 +137,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {n}", file=sys.stderr)
     else:
         print(estimate_text(est, model, cluster, workload, completion_log_sd=spread))
+        if source is not None:
+            print(source_line(source))
         if chosen:
             how = note or "as recommend would, with what you stated pinned; --framework-defaults for the framework's own"
             print("chosen by the planner: " + " ".join(f"{k}={_fmt(v)}" for k, v in chosen.items()) + f" ({how})")
     return 0
+
+
+def source_line(source: dict) -> str:
+    """Where each knob came from (``from the Megatron line: tp=8 ...; framework defaults: ...``)."""
+    parts = [f"{where}: " + " ".join(f"{k}={_fmt(v)}" for k, v in source[key].items())
+             for key, where in (("stated", "from " + source["from"]), ("flags", "from the planner's flags"),
+                                ("framework_defaults", "framework defaults")) if source[key]]
+    return "; ".join(parts)
 
 
 def _fmt(v) -> str:

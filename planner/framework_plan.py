@@ -1,0 +1,149 @@
+"""A :class:`~planner.framework_inputs.FrameworkInput` made into the problem and plan ``evaluate`` scores.
+
+What the configuration states is fixed; a planner flag may add what it cannot state (and is refused
+when it says otherwise); every knob left is the framework's default
+(:func:`costmodel.framework_defaults.framework_defaults`). :func:`resolve` returns the sources of
+every knob, for the report (``config_source``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from costmodel.config import ParallelConfig
+from costmodel.errors import SpecError
+from costmodel.framework_defaults import (TORCHTITAN_V022_DEFAULTS, framework_defaults, megatron_ddp_bucket_elements,
+                                          megatron_global_batch)
+from costmodel.memory import grad_elem_bytes
+from costmodel.specs import ModelSpec
+from costmodel.stacks import apply_stack
+from costmodel.units import MB
+
+from .args import config_from_args, stack_of
+from .framework_inputs import FrameworkInput, check_model, deepspeed_batch
+from .problem import make_workload, resolve_cluster, resolve_model
+
+#: knobs a configuration may state (CLI dest names); ``fused_elementwise`` is not a flag
+CLI_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
+            "chunks", "framework", "grad_dtype", "flash_attention", "ep_dispatcher", "first_stage_layers",
+            "last_stage_layers", "account_for_embedding", "account_for_loss", "layers_per_stage",
+            "global_batch", "seq", "gpus")
+TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")
+
+
+def _flag(k: str) -> str:
+    return "--" + k.replace("_", "-")
+
+
+def _refuse_contradictions(fi: FrameworkInput, args: argparse.Namespace) -> None:
+    for k, v in fi.stated.items():
+        cli = getattr(args, k, None)
+        if k == "dtype":
+            cli = None if cli == "bf16" else cli  # argparse's default: not told apart from unstated
+        if cli is not None and cli != v and k in CLI_KEYS + ("dtype",):
+            raise SpecError(k, cli, f"{v!r} as {fi.label} states it (or drop {_flag(k)})")
+
+
+def _set(ns, k, v, sources, where):
+    setattr(ns, k, v)
+    sources[where][k] = v
+
+
+def resolve(fi: FrameworkInput, args: argparse.Namespace):
+    """``(model, cluster, workload, config, config_source)`` for ``evaluate`` with a framework input."""
+    _refuse_contradictions(fi, args)
+    if getattr(args, "mode", "train") != "train":
+        raise SpecError("mode", args.mode, f"train with --{fi.source.replace('_', '-')} (a training configuration)")
+    src = {"from": fi.label, "stated": {}, "flags": {}, "framework_defaults": {}}
+    ns = argparse.Namespace(**vars(args))
+    for k, v in fi.stated.items():
+        if k in CLI_KEYS + ("dtype",):
+            _set(ns, k, v, src, "stated")
+    for k in CLI_KEYS:
+        if k not in fi.stated and getattr(args, k, None) not in (None, False):
+            src["flags"][k] = getattr(args, k)
+    if args.model is None and fi.model is None:
+        raise SpecError("model", None, f"given (--model NAME|FILE; {fi.label} does not state the whole shape)")
+    model = resolve_model(args.model) if args.model is not None else ModelSpec(name="megatron-args", **fi.model)
+    check_model(fi, model, args.model or "")
+    if args.cluster is None:
+        raise SpecError("cluster", None, "given (--cluster NAME|FILE)")
+    cluster = resolve_cluster(args.cluster, ns.gpus)
+    cluster = apply_stack(stack_of(ns, cluster), cluster)
+    gpus = cluster.num_gpus or None
+    for k in ("tp", "pp", "cp", "ep"):  # unstated degrees: 1, every framework's default
+        if getattr(ns, k, None) is None and not (k == "pp" and getattr(ns, "layers_per_stage", None)):
+            _set(ns, k, 1, src, "framework_defaults")
+    tp, cp = ns.tp, ns.cp
+    pp = ns.pp or len(ns.layers_per_stage)
+    dp = getattr(ns, "dp", None) or (gpus // (tp * pp * cp) if gpus else None)
+    d = fi.deferred
+    if fi.source == "deepspeed_config":
+        gb, mb = deepspeed_batch(d["train_batch"], d["micro_batch"], d["grad_acc"], dp)
+        if args.global_batch is not None and args.global_batch != gb:
+            raise SpecError("global_batch", args.global_batch, f"{gb} as {fi.label} states it (or drop --global-batch)")
+        dp = dp or gb // (mb * (d["grad_acc"] or 1))
+        _set(ns, "global_batch", gb, src, "stated")
+        _set(ns, "mb", mb, src, "stated")
+    if dp is None:
+        raise SpecError("gpus", None, f"given (the data-parallel size {fi.label} runs over)")
+    if not gpus:
+        gpus = tp * pp * cp * dp
+        cluster = cluster.with_gpus(gpus)
+    if d.get("megatron_bucket"):  # --overlap-grad-reduce without --ddp-bucket-size
+        elems = megatron_ddp_bucket_elements(dp)
+        _set(ns, "bucket_mb", elems * grad_elem_bytes(ParallelConfig(grad_dtype=ns.grad_dtype or "fp32")) / MB,
+             src, "stated")
+    if fi.source == "torchtitan_config":
+        _torchtitan_batch_and_stages(fi, args, ns, src, dp, model.layers)
+    if fi.source == "megatron_args" and ns.global_batch is None:
+        _set(ns, "global_batch", megatron_global_batch(ns.mb or 1, dp), src, "framework_defaults")
+    if fi.source == "torchtitan_config" and ns.seq is None:
+        _set(ns, "seq", TORCHTITAN_V022_DEFAULTS["seq_len"], src, "framework_defaults")
+    defaults = framework_defaults(ns.framework, dp=dp, pp=pp, global_batch=ns.global_batch or 1, zero=ns.zero, tp=tp)
+    for k in TUNING:
+        if getattr(ns, k, None) is None and k in defaults:
+            _set(ns, k, defaults[k], src, "framework_defaults")
+    workload = make_workload(ns.global_batch, ns.seq, ns.dtype)
+    config = config_from_args(ns, gpus, model.layers)
+    if "fused_elementwise" in fi.stated:
+        config = replace(config, fused_elementwise=fi.stated["fused_elementwise"])
+        src["stated"]["fused_elementwise"] = fi.stated["fused_elementwise"]
+    src["flags"] = {k: v for k, v in src["flags"].items() if k not in src["stated"]}
+    return model, cluster, workload, config, src
+
+
+def _torchtitan_batch_and_stages(fi, args, ns, src, dp: int, layers: int) -> None:
+    d, pp = fi.deferred, ns.pp or 1
+    gb = d["global_batch"] if d["global_batch"] > 0 else d["local_batch"] * dp  # -1: local x DP, no accumulation
+    if args.global_batch is not None and args.global_batch != gb:
+        raise SpecError("global_batch", args.global_batch, f"{gb} as {fi.label} states it (or drop --global-batch)")
+    _set(ns, "global_batch", gb, src, "stated")
+    per_stage = layers // pp
+    if pp > 1:
+        if tuple(d["less"]) == (1, 1):  # torchtitan counts the embedding and the output as one layer each
+            _set(ns, "account_for_embedding", True, src, "stated")
+            _set(ns, "account_for_loss", True, src, "stated")
+        elif tuple(d["less"]) != (0, 0):
+            raise SpecError("torchtitan_config.parallelism.pipeline_parallel_first_stage_less_layers", d["less"][0],
+                            "0 or 1 with last_stage_less_layers the same")
+        lps = d["layers_per_stage"]
+        if d["interleaved"] and not lps:
+            raise SpecError("torchtitan_config.parallelism.pipeline_parallel_layers_per_stage", None,
+                            "given with Interleaved1F1B")
+        if lps:
+            total = layers + (2 if tuple(d["less"]) == (1, 1) else 0)
+            if total % (pp * lps):
+                raise SpecError("torchtitan_config.parallelism.pipeline_parallel_layers_per_stage", lps,
+                                f"a divisor of layers/pp = {total}/{pp}")
+            vp = total // (pp * lps)
+            if not d["interleaved"] and vp != 1:
+                raise SpecError("torchtitan_config.parallelism.pipeline_parallel_layers_per_stage", lps,
+                                f"{total // pp} with 1F1B (one stage per rank)")
+            _set(ns, "vp", vp, src, "stated")
+            per_stage = total // pp
+    else:
+        _set(ns, "vp", 1, src, "stated")
+    if d.get("ac_freq", 1) > 1:  # layer SAC: every ac_freq-th transformer block fully checkpointed
+        _set(ns, "recompute_layers", per_stage // d["ac_freq"], src, "stated")
