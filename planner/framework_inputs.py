@@ -133,14 +133,15 @@ def parse_megatron_text(text: str) -> FrameworkInput:
     try:
         stated = mg.config_fields(a, layers)
         stated.update(mg.workload_fields(a))
-        for key, name in (("first_stage_layers", "decoder_first_pipeline_num_layers"),
-                          ("last_stage_layers", "decoder_last_pipeline_num_layers")):
-            if mg._get_int(a, name):
-                stated[key] = mg._get_int(a, name)
-        for key, name in (("account_for_embedding", "account_for_embedding_in_pipeline_split"),
-                          ("account_for_loss", "account_for_loss_in_pipeline_split")):
-            if name in a and mg.as_bool(name, a[name]):
-                stated[key] = True
+        if "layers_per_stage" not in stated and "layout" not in stated:  # the shared parser read no split
+            for key, name in (("first_stage_layers", "decoder_first_pipeline_num_layers"),
+                              ("last_stage_layers", "decoder_last_pipeline_num_layers")):
+                if mg._get_int(a, name):
+                    stated[key] = mg._get_int(a, name)
+            for key, name in (("account_for_embedding", "account_for_embedding_in_pipeline_split"),
+                              ("account_for_loss", "account_for_loss_in_pipeline_split")):
+                if name in a and mg.as_bool(name, a[name]):
+                    stated[key] = True
         model = None if mg.missing_shape(a) else mg.model_fields(a)
     except SpecError as e:
         raise SpecError(f"megatron_args.{e.field}", e.value, e.allowed) from None
