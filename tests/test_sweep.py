@@ -125,7 +125,7 @@ def test_schema_columns_are_stable():
         "solver", "solve_status", "solve_time_s", "objective_s", "bound_s", "gap", "case_time_s", "attempts",
         "schema_version", "finished_at", "step_time_band_lo_s", "step_time_band_hi_s",
         "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s", "critical_holds",
-        "framework", "grad_dtype", "band_notes"]
+        "framework", "grad_dtype", "band_notes", "analytic_step_time_s"]
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 
 

@@ -72,8 +72,9 @@ def test_fewer_engines_never_make_the_optimum_faster(swept):
         a, b = records[more], records[fewer]
         assert a["solve_status"] == b["solve_status"] == "OPTIMAL"
         plan = lambda r: (r["tp"], r["pp"], r["dp"], r["cp"], r["vp"], r["mb"], r["zero"], r["chunks"],
-                          r["dma_assignment"], r["step_time_s"])
-        assert b["step_time_s"] >= a["step_time_s"] * (1 - 1e-9), (f"{fewer} engines faster than {more}",
+                          r["dma_assignment"], r["analytic_step_time_s"])
+        # the proven (analytic) optimum; the op-graph re-score of the chosen plan need not be monotone
+        assert b["analytic_step_time_s"] >= a["analytic_step_time_s"] * (1 - 1e-9), (f"{fewer} engines faster than {more}",
                                                                   plan(b), plan(a))
 
 
@@ -90,7 +91,7 @@ def test_summary_names_the_engine_count_where_the_condition_starts_to_hold(swept
     for n, line in zip(ENGINES, table[3:3 + len(ENGINES)]):
         r = records[n]
         cells = line.split()
-        assert cells[:3] == [str(n), f"{r['step_time_s']:.4f}", f"{r['graph_step_time_s']:.4f}"]
+        assert cells[:3] == [str(n), f"{r['analytic_step_time_s']:.4f}", f"{r['graph_step_time_s']:.4f}"]
         assert r["dma_assignment"] in cells and cells[-1] == str(r["critical_holds"]).lower()
     holds = [n for n in ENGINES if records[n]["critical_holds"]]
     start = next((n for i, n in enumerate(ENGINES) if all(records[m]["critical_holds"] for m in ENGINES[i:])), None)

@@ -11,7 +11,7 @@ meets the condition when that one does.
 :func:`dma_series` groups a sweep's records into problems (every input but ``dma_engines``)
 swept over the engine count; :func:`format_dma_summary` prints, per engine count, the best plan's
 step time, chunks and DMA assignment and whether ``T_comm <= T_compute`` holds, and names the
-engine count from which it holds. ``step s`` is the analytical model's step time, which the
+engine count from which it holds. ``step s`` is the analytical model's step time (``analytic_step_time_s``), which the
 search optimises; ``graph s`` the same plan's under the op-graph scheduler.
 
 >>> recs = [{"model": "m", "cluster": "c", "gpus": 8, "global_batch": 8, "seq": 1024, "dtype": "bf16",
@@ -106,7 +106,7 @@ class DmaSeries:
                                          if p.get(k) is not None))
 
     def to_dict(self) -> dict:
-        keep = ("dma_engines", "status", "step_time_s", "graph_step_time_s", "chunks", "tp", "pp", "dp", "cp", "ep",
+        keep = ("dma_engines", "status", "step_time_s", "graph_step_time_s", "analytic_step_time_s", "chunks", "tp", "pp", "dp", "cp", "ep",
                 "vp", "mb", "zero", "sp", "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s",
                 "critical_holds")
         return {"problem": dict(self.problem), "holds_from": self.holds_from, "holds_at": self.holds_at,
@@ -183,7 +183,7 @@ def format_dma_summary(series: list[DmaSeries]) -> str:
         for r in s.records:
             ok = r.get("status") == "ok"
             holds = r.get("critical_holds")
-            rows.append([r["dma_engines"], f"{r['step_time_s']:.4f}" if ok and r.get("step_time_s") else "-",
+            rows.append([r["dma_engines"], f"{r['analytic_step_time_s']:.4f}" if ok and r.get("analytic_step_time_s") else "-",
                          f"{r['graph_step_time_s']:.4f}" if ok and r.get("graph_step_time_s") else "-", _plan(r), r.get("chunks") if ok and r.get("chunks") is not None else "-",
                          r.get("dma_assignment") or "-", r.get("critical_strategy") or "-",
                          _ms(r.get("t_comm_s")), _ms(r.get("t_compute_s")),

@@ -22,7 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHEMA_VERSION = 5  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
-#                     4: the framework and gradient dtype inputs; 5: the band's notes
+#                     4: the framework and gradient dtype inputs; 5: the band's notes, and the estimate
+#                     columns are the op-graph engine's (as evaluate and recommend report them),
+#                     analytic_step_time_s added
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -73,10 +75,11 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("chunks", "int", "pieces each overlappable collective is split into"),
             ("layers_per_stage", "str", "layers on each pipeline stage, first to last (empty: uniform)"))
     + _cols("estimate",
-            ("step_time_s", "float", "predicted seconds per optimizer step (analytical model, which the search "
-                                     "optimises; every estimate column below is the analytical model's)"),
-            ("graph_step_time_s", "float", "the same plan's step time by the op-graph scheduler "
-                                           "(costmodel.evaluate's default engine)"),
+            ("step_time_s", "float", "predicted seconds per optimizer step by the op-graph scheduler, the default "
+                                     "engine (every estimate column below is its, as evaluate and recommend "
+                                     "report them; the analytic optimum CP-SAT proves is analytic_step_time_s)"),
+            ("graph_step_time_s", "float", "the same as step_time_s (kept for schema versions <= 4, where "
+                                           "step_time_s was the analytic model's)"),
             ("tokens_per_s", "float", "global tokens per second"),
             ("mfu", "float", "model FLOPs utilisation (0-1)"),
             ("hfu", "float", "hardware FLOPs utilisation (0-1)"),
@@ -120,7 +123,9 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16"))
     + _cols("estimate",  # schema version 5
             ("band_notes", "str", "what widened the 80% band, in words, '; '-separated (costmodel.band_scope: "
-                                  "beyond the measured runs or component data; empty: inside the data)"))
+                                  "beyond the measured runs or component data; empty: inside the data)"),
+            ("analytic_step_time_s", "float", "the plan's step time by the analytic closed form, which the "
+                                              "search optimises and proves optimal"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -94,9 +94,10 @@ def _solve(case: Case, model, cluster, workload) -> dict:
                        solve=solve_info)
     config = {**r.best.config.to_dict(), "sp": r.best.config.sp_on}  # sequence parallelism in effect (tp > 1)
     from ..report import with_trust  # the 80% band of the step time
-    est = with_trust(r.best.estimate, model, cluster, workload)
+    est = with_trust(r.best.reported, model, cluster, workload)  # the default engine's, as recommend reports
     out = outcome("ok", config=config, estimate=est.to_dict(), solve=solve_info)
-    out["graph_step_time_s"] = getattr(r.best, "graph_step_time_s", None)
+    out["graph_step_time_s"] = est.step_time_s if est.engine == "graph" else None
+    out["analytic_step_time_s"] = r.best.estimate.step_time_s
     from .codesign import critical_columns  # the DMA assignment and T_comm <= T_compute (planner explain's)
     out.update(critical_columns(model, cluster, workload, r.best.config))
     return out
