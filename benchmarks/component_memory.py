@@ -16,7 +16,8 @@ it), and one measured peak per GPU, the maximum over the run's GPUs:
 
 The plan is built from the row's columns only (no per-row knob): ``sp`` on whenever ``tp > 1``
 under FSDP2 (torchtitan's TP is always sequence-parallel), ``fused_elementwise`` = the row's
-``compile``, ``cp_impl='torch'`` for FSDP2 context parallelism, ``chunks = tp`` under async TP.
+``compile``, ``cp_impl='torch'`` for FSDP2 context parallelism, ``chunks = tp`` under async TP,
+``loss_impl`` as the row states it (default ``fused``).
 
 ``--check`` exits 1 unless the issue-21 targets hold, and says which fail: tensors <= 3% mean
 |err| and <= 6% max (over ``max_allocated_gib`` rows), reserved <= 5% mean (over
@@ -99,7 +100,7 @@ def parse_row(row: dict) -> Case:
             mb=_int(row, "mb"), zero=_int(row, "zero", 0), recompute=row["recompute"], framework=fw,
             sp=tp > 1, fused_elementwise=row.get("compile", "0") == "1" or fw != "fsdp2",
             cp_impl="torch" if fw == "fsdp2" and _int(row, "cp") > 1 else "ring",
-            chunks=tp if row.get("async_tp") == "1" else 1,
+            chunks=tp if row.get("async_tp") == "1" else 1, loss_impl=row.get("loss_impl") or "fused",
             layers_per_stage=tuple(int(x) for x in split) if split else None)
         workload = Workload(global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
                             dtype=row["dtype"])
