@@ -372,9 +372,16 @@ def loss_bytes_per_logit(c: ParallelConfig) -> int:
     PyTorch (train.py@9dec370 ``loss_fn``; ``del pred`` frees the BF16 logits before ``loss.backward()``):
     the FP32 ``log_softmax`` output is saved (4 B); in backward ``nll_loss_backward`` writes its FP32 gradient
     (4 B) and ``_log_softmax_backward_data`` the FP32 gradient of the logits (4 B) while both are alive: 12 B.
+    Under TP torchtitan runs it as loss parallel (``output_layouts=Shard(-1)``, parallelize_llama.py@9dec370;
+    ``--training.disable_loss_parallel`` off by default), whose fused backward (PyTorch
+    ``torch/distributed/tensor/parallel/loss.py``, ``_nll_loss_and_log_softmax_backward``:
+    ``grad_input = torch.zeros_like(x)`` ... ``return (grad_input + torch.exp(x)) * grad_output``) holds the
+    saved output, ``grad_input``, their sum and the product at once: 16 B.
     (torchtitan compiles the loss under ``training.compile`` from ``components/loss.py``@e7c0cae on, which
     saves less; not modelled: the plan does not say whether the loss was compiled.)"""
-    return 12 if c.loss_impl == "fp32" else 6
+    if c.loss_impl == "fp32":
+        return 16 if c.tp > 1 else 12
+    return 6
 
 
 def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:

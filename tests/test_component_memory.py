@@ -30,9 +30,9 @@ def test_the_benchmark_scores_every_row():
     results = cm.evaluate(cm.load_cases())
     assert len(results) == len(ROWS)
     s = cm.summary(results)
-    # regression bound on what this model reaches today (6.2% mean |err| at e98d7da; issue 21's target is 5%,
-    # not met): a change that loses the FSDP2 state, op-SAC or loss mechanisms fails here
-    assert s["max_reserved_gib"]["n"] == len(ROWS) and s["max_reserved_gib"]["mean"] < 0.07
+    # issue 21's reserved target (5% mean |err|), met at 4.99%: a change that loses the FSDP2 state, op-SAC or
+    # loss mechanisms fails here (without them: 27.3%)
+    assert s["max_reserved_gib"]["n"] == len(ROWS) and s["max_reserved_gib"]["mean"] <= cm.RESERVED_MEAN_LIMIT
     # no row has a measured max allocated, so --check cannot pass: it must say so, not pass silently
     code, failed = cm.check(results)
     assert code == 1 and any("no max-allocated rows" in f for f in failed)
@@ -45,9 +45,11 @@ def test_float8_under_op_sac_costs_what_bf16_costs():
     assert by[10].total_bytes == pytest.approx(by[9].total_bytes, rel=0.01)
 
 
-def test_the_fp32_loss_holds_twice_the_fused_one():
+def test_the_fp32_loss_holds_more_than_the_fused_one():
     assert loss_bytes_per_logit(ParallelConfig(framework="fsdp2", zero=3, dp=8, loss_impl="fp32")) == 12
     assert loss_bytes_per_logit(ParallelConfig()) == 6
+    # loss parallel under TP: the fused backward holds the output, grad_input, their sum and the product
+    assert loss_bytes_per_logit(ParallelConfig(framework="fsdp2", zero=3, tp=8, sp=True, dp=4, loss_impl="fp32")) == 16
     with pytest.raises(SpecError, match="loss_impl"):
         ParallelConfig(loss_impl="chunked")
     assert "loss_impl" not in ParallelConfig().to_dict()
