@@ -30,6 +30,7 @@ EP_DISPATCHERS = ("alltoall", "deepep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)
 GRAD_DTYPES = ("fp32", "fp16", "bf16")
+LOSS_IMPLS = ("fused", "fp32")  # ParallelConfig.loss_impl
 OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
@@ -97,6 +98,10 @@ class ParallelConfig:
         ``grad_reduce_in_fp32``) or ``fp16`` / ``bf16`` (the model's half-precision ``.grad``: Megatron-LM
         v1 without ``--fp32-allreduce`` and v2 FP16 runs without the accumulate flag; Megatron-Core
         ``--grad-reduce-in-bf16``). It sets the gradient buffer's memory and every gradient collective.
+    loss_impl : how the cross-entropy of the logits runs (:func:`costmodel.memory.loss_bytes_per_logit`):
+        ``fused`` (the default: Megatron-Core's vocab-parallel cross-entropy, BF16 logits and an FP32
+        softmax) or ``fp32`` (torchtitan through 2024: eager ``cross_entropy(pred.float(), labels)``,
+        FP32 log-softmax and gradients).
     layout : the pipeline layout (:class:`costmodel.layout.Layout`, or its Megatron-Core text
         ``"Et*3|(tt|)*29|L"``, read for ``pp`` ranks): the decoder layers, embedding and loss of every
         virtual stage, empty stages allowed. When set, ``vp`` and ``layers_per_stage`` are the
@@ -131,6 +136,7 @@ class ParallelConfig:
     cp_impl: str = "ring"
     fsdp_copies: bool | None = None
     grad_dtype: str = "fp32"
+    loss_impl: str = "fused"
     dma: _dma.Assignment | None = None
     layout: _layout.Layout | None = None
 
@@ -161,6 +167,8 @@ class ParallelConfig:
             raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
         if self.grad_dtype not in GRAD_DTYPES:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
+        if self.loss_impl not in LOSS_IMPLS:
+            raise SpecError("loss_impl", self.loss_impl, f"one of {', '.join(LOSS_IMPLS)}")
         if self.fsdp_copies and self.framework != "fsdp2":
             raise SpecError("fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)")
         if self.recompute not in RECOMPUTE:
@@ -246,6 +254,8 @@ class ParallelConfig:
             del d["fsdp_copies"]  # the framework's own: plan keys unchanged
         if self.grad_dtype == "fp32":
             del d["grad_dtype"]  # the default: plan keys unchanged
+        if self.loss_impl == "fused":
+            del d["loss_impl"]  # the default: plan keys unchanged
         if not self.fp8_param_gather:
             del d["fp8_param_gather"]  # the default: plan keys unchanged
         if self.optimizer_dtype == "fp32":
@@ -270,7 +280,7 @@ class ParallelConfig:
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
                                               "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
-                                              "optimizer_dtype", "layout"}
+                                              "optimizer_dtype", "layout", "loss_impl"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

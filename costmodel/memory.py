@@ -200,8 +200,18 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
     grad = grad_elem_bytes(c)
     if c.optimizer_dtype == "bf16" and sem.shard_grads:
         grad = 2  # FSDP2 keeps the sharded gradient in the parameter's dtype (reduced in FP32, then cast)
-    return (sharded(WEIGHT_BYTES, sem.shard_weights), sharded(grad, sem.shard_grads),
-            sharded(optimizer_state_bytes(c), sem.shard_optimizer))
+    weight, optim = WEIGHT_BYTES, optimizer_state_bytes(c)
+    if c.framework == "fsdp2" and c.optimizer_dtype == "fp32":
+        # torchtitan builds the model in FP32 (train.py@9dec370: meta init, ``to_empty``, no cast) and FSDP2's
+        # ``MixedPrecisionPolicy(param_dtype=bf16)`` casts only what it all-gathers: the FP32 parameter *is*
+        # the optimizer's master copy, no BF16 shard beside it (4 + 4 + 8 = 16 B per parameter, not 2 + 4 + 12)
+        weight, optim = FSDP2_PARAM_BYTES, OPTIM_BYTES - FSDP2_PARAM_BYTES
+    return (sharded(weight, sem.shard_weights), sharded(grad, sem.shard_grads),
+            sharded(optim, sem.shard_optimizer))
+
+
+#: bytes of an FSDP2 parameter under torchtitan's mixed precision: FP32, the optimizer's master weights
+FSDP2_PARAM_BYTES = 4
 
 
 def optimizer_state_bytes(c: ParallelConfig) -> int:
@@ -324,9 +334,18 @@ def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe
     """Activation bytes one dense layer keeps under torchtitan's per-op selective checkpointing
     (``recompute='op_sac'``; what is saved: :func:`costmodel.compute.op_sac_fractions`): the block's
     input (checkpoint input, sequence-sharded under SP), the BF16 outputs of the saved matmuls
-    (``wq``, ``wv``, ``w1``, ``w2``; none in FP8, whose ``_scaled_mm`` is not saved), the FlashAttention
-    output and FP32 log-sum-exp, and under SP the two reduce-scatter outputs. MoE layers (not in
-    torchtitan 327b72b) are charged their whole activations (:func:`activation_bytes_per_layer`)."""
+    (``wq``, ``wv``, ``w1``, ``w2``), the FlashAttention output and FP32 log-sum-exp, and under SP the two
+    reduce-scatter outputs. MoE layers (not in torchtitan 327b72b) are charged their whole activations
+    (:func:`activation_bytes_per_layer`).
+
+    FP8 saves the same: torchao's ``Float8Linear`` calls ``torch.mm`` on ``Float8Tensor`` arguments, which
+    reaches the checkpoint's policy mode as ``aten.mm.default`` (a ``TorchDispatchMode`` sees an op before
+    the subclass's ``__torch_dispatch__``, which only then calls ``_scaled_mm``; float8_experimental
+    ``float8_ops.py``: ``@implements([aten.mm.default, aten.matmul.default]) def float8_mm``), so the
+    every-second-``mm`` rule saves its BF16 output as in BF16 training. Measured: torchtitan's Llama 3.1 8B
+    tables (``benchmarks/data/components/memory.csv`` cases 2-3 and 9-10) peak within 0.3% of each other
+    with and without Float8. (:func:`costmodel.compute.op_sac_fractions` still replays every FP8 matmul in
+    its time: not reconciled here.)"""
     if moe or model.is_mla or not c.flash_attention:
         return activation_bytes_per_layer(model, w, c, moe)
     t = c.tp
@@ -336,14 +355,33 @@ def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe
     per_token = 2 * h / sp + 2 * model.heads * model.head_dim / t + 4 * model.heads / t
     if c.sp_on:
         per_token += 2 * 2 * h / sp
-    if w.dtype != "fp8":
-        count = 0
-        for name in ("qkv", "attn_out", "fc1", "fc2"):  # the dense block's GEMMs in forward order
-            for width in op_sac_matmuls(model, name, t):
-                count += 1
-                if count % 2:
-                    per_token += 2 * width
+    count = 0
+    for name in ("qkv", "attn_out", "fc1", "fc2"):  # the dense block's GEMMs in forward order
+        for width in op_sac_matmuls(model, name, t):
+            count += 1
+            if count % 2:
+                per_token += 2 * width
     return tokens * per_token
+
+
+def loss_bytes_per_logit(c: ParallelConfig) -> int:
+    """Peak bytes per logit element of the loss of one micro-batch, held on top of the stored activations.
+
+    ``c.loss_impl='fused'``: the BF16 logits and the FP32 softmax of Megatron-Core's vocab-parallel
+    cross-entropy (6 B). ``'fp32'``, torchtitan: ``cross_entropy(pred.flatten(0, 1).float(), labels)`` in eager
+    PyTorch (train.py@9dec370 ``loss_fn``; ``del pred`` frees the BF16 logits before ``loss.backward()``):
+    the FP32 ``log_softmax`` output is saved (4 B); in backward ``nll_loss_backward`` writes its FP32 gradient
+    (4 B) and ``_log_softmax_backward_data`` the FP32 gradient of the logits (4 B) while both are alive: 12 B.
+    Under TP torchtitan runs it as loss parallel (``output_layouts=Shard(-1)``, parallelize_llama.py@9dec370;
+    ``--training.disable_loss_parallel`` off by default), whose fused backward (PyTorch
+    ``torch/distributed/tensor/parallel/loss.py``, ``_nll_loss_and_log_softmax_backward``:
+    ``grad_input = torch.zeros_like(x)`` ... ``return (grad_input + torch.exp(x)) * grad_output``) holds the
+    saved output, ``grad_input``, their sum and the product at once: 16 B.
+    (torchtitan compiles the loss under ``training.compile`` from ``components/loss.py``@e7c0cae on, which
+    saves less; not modelled: the plan does not say whether the loss was compiled.)"""
+    if c.loss_impl == "fp32":
+        return 16 if c.tp > 1 else 12
+    return 6
 
 
 def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:
@@ -382,8 +420,8 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight (of an average chunk, as
         # this model always charged it; the first chunk holds up to 2p, in_flight_profile)
         acts += 3 * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
-    if stage == c.pp - 1 and w.mode == "train":  # BF16 logits and FP32 softmax of one micro-batch
-        acts += 6 * tokens * model.vocab / c.tp
+    if stage == c.pp - 1 and w.mode == "train":  # the loss of one micro-batch (:func:`loss_bytes_per_logit`)
+        acts += loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
     buffers = gathered_weight_bytes(model, c, stage)
     return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
 

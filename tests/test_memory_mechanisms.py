@@ -116,8 +116,12 @@ def test_a_bf16_model_under_torch_adam_keeps_no_fp32_master():
     dense = sum(model_state_bytes(LLAMA, c, 0))
     bf16 = sum(model_state_bytes(LLAMA, replace(c, optimizer_dtype="bf16"), 0))
     params = LLAMA.layers * layer_params(LLAMA, c, False)[0] + 2 * LLAMA.embedding_params
-    # 2 (weight) + 4 (FP32 gradient) + 12 (master, m, v) against 2 + 2 (BF16 gradient) + 4 (m, v), over 8 ranks
-    assert dense == pytest.approx(18 * params / 8) and bf16 == pytest.approx(8 * params / 8)
+    # torchtitan's FP32 parameter is the master: 4 (FP32 weight) + 4 (FP32 gradient) + 8 (m, v), against
+    # 2 + 2 (BF16 gradient) + 4 (m, v), over 8 ranks
+    assert dense == pytest.approx(16 * params / 8) and bf16 == pytest.approx(8 * params / 8)
+    # Megatron's distributed optimizer keeps the BF16 weight, the FP32 gradient buffer and the 12 B sharded state
+    meg = model_state_bytes(LLAMA, ParallelConfig(dp=8, zero=1), 0)
+    assert meg == pytest.approx((2 * params, 4 * params, 12 * params / 8))
 
 
 def test_bf16_optimizer_state_only_under_fsdp2():

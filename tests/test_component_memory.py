@@ -1,0 +1,69 @@
+"""The memory benchmark against measured peaks (benchmarks/component_memory.py, issue 21)."""
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import component_memory as cm  # noqa: E402
+
+from costmodel.config import ParallelConfig  # noqa: E402
+from costmodel.errors import SpecError  # noqa: E402
+from costmodel.memory import loss_bytes_per_logit  # noqa: E402
+
+ROWS = list(csv.DictReader(open(cm.DATA, newline="")))
+
+
+def test_every_row_is_cited_and_says_what_was_read():
+    assert len(ROWS) >= 15
+    for r in ROWS:
+        assert r["source_url"].startswith("https://"), r["case_id"]
+        assert r["source_location"].strip() and r["notes"].strip(), r["case_id"]
+        assert r["measured_kind"] in cm.KINDS
+
+
+def test_the_benchmark_scores_every_row():
+    results = cm.evaluate(cm.load_cases())
+    assert len(results) == len(ROWS)
+    s = cm.summary(results)
+    # issue 21's reserved target (5% mean |err|), met at 4.99%: a change that loses the FSDP2 state, op-SAC or
+    # loss mechanisms fails here (without them: 27.3%)
+    assert s["max_reserved_gib"]["n"] == len(ROWS) and s["max_reserved_gib"]["mean"] <= cm.RESERVED_MEAN_LIMIT
+    # no row has a measured max allocated, so --check cannot pass: it must say so, not pass silently
+    code, failed = cm.check(results)
+    assert code == 1 and any("no max-allocated rows" in f for f in failed)
+
+
+def test_float8_under_op_sac_costs_what_bf16_costs():
+    # torchtitan Table 1/3: FSDP + compile with and without Float8 peak within 0.3%; so must the model
+    by = {int(c.case_id): r for c, r in ((r.case, r) for r in cm.evaluate(cm.load_cases()))}
+    assert by[3].total_bytes == pytest.approx(by[2].total_bytes, rel=0.01)
+    assert by[10].total_bytes == pytest.approx(by[9].total_bytes, rel=0.01)
+
+
+def test_the_fp32_loss_holds_more_than_the_fused_one():
+    assert loss_bytes_per_logit(ParallelConfig(framework="fsdp2", zero=3, dp=8, loss_impl="fp32")) == 12
+    assert loss_bytes_per_logit(ParallelConfig()) == 6
+    # loss parallel under TP: the fused backward holds the output, grad_input, their sum and the product
+    assert loss_bytes_per_logit(ParallelConfig(framework="fsdp2", zero=3, tp=8, sp=True, dp=4, loss_impl="fp32")) == 16
+    with pytest.raises(SpecError, match="loss_impl"):
+        ParallelConfig(loss_impl="chunked")
+    assert "loss_impl" not in ParallelConfig().to_dict()
+    c = ParallelConfig(framework="fsdp2", zero=3, dp=8, loss_impl="fp32")
+    assert ParallelConfig.from_dict(c.to_dict()) == c
+
+
+def test_a_bad_row_exits_2_with_one_line(tmp_path, capsys):
+    bad = tmp_path / "m.csv"
+    rows = [dict(ROWS[0], tp="zero")]
+    with open(bad, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(ROWS[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert cm.main(["--csv", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tp='zero'" in err[0]
