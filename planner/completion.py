@@ -90,7 +90,7 @@ def spread_log_sd(step_times_s) -> float:
     one included: 0 for one completion.
 
     >>> round(spread_log_sd([1.0, 1.1, 1.2]), 4)
-    0.1204
+    0.1188
     """
     ts = list(step_times_s)
     if len(ts) < 2:
