@@ -221,6 +221,18 @@ class Bounds:
     # ------------------------------------------------------------------ memory
     def mem_lb(self, c: Choice, kind: str):
         """Lower bound of a stage's peak memory for every layer count ``n`` (array over n)."""
+        acts, r1_acts = self._mem_acts(c, kind)
+        r0, _ = self._reserve(c)
+        return self.t.state(c, kind)["state"] + acts + r0 + r1_acts
+
+    def _mem_acts(self, c: Choice, kind: str) -> tuple:
+        """(stored activations of the in-flight micro-batches, their reserve ``r1 * acts``) over n:
+        what :meth:`mem_lb` adds to the model state, shared by every ZeRO stage (the caps of a
+        group's ZeRO stages differ only in the state)."""
+        key = ("acts", c.shape, c.mb, c.vp, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind)
+        out = self._caps.get(key)
+        if out is not None:
+            return out
         p, s, n = self.p, c.shape, self.n
         a_d, a_m = self.activations(c)
         nd, nm = self.counts(kind, n)
@@ -233,8 +245,9 @@ class Bounds:
         stage = STAGE_OF.get(kind, s.pp - 1)
         chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
         acts = stored / c.vp * chunks
-        r0, r1 = self._reserve(c)
-        return self.t.state(c, kind)["state"] + acts + r0 + r1 * acts
+        _, r1 = self._reserve(c)
+        out = self._caps[key] = (acts, r1 * acts)
+        return out
 
     def _reserve(self, c: Choice) -> tuple[float, float]:
         """:func:`costmodel.memory.reserved_bytes` of ``c``'s shape as ``r0 + r1 * activations``
