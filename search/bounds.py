@@ -158,8 +158,13 @@ class Bounds:
     def _total_s(self, c: Choice) -> tuple[float, float]:
         """(every stage's micro-batch time summed, a floor of the slowest stage: the largest stage
         at its cheapest, and the first and last stages holding their fewest layers with the
-        embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``)."""
-        key = (c.shape, c.mb, c.vp, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma)
+        embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``).
+
+        They depend on ``vp`` only through the stage unit and whether it is 1 (the PP send/recv
+        floor), unless a DMA assignment of its own takes the tables' extras: interleaves sharing
+        both (DeepSeek-V3's 61 layers: VP 2, 4 and 8) share one entry."""
+        vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
+        key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma)
         out = self._totals.get(key)
         if out is None:
             out = self._totals[key] = self._total_parts(c)

@@ -202,12 +202,16 @@ class Expander:
         p = self.p
         _, sps, _, opts = self.values(s)
         slow_rec = self._slow_rec(s, vp)
+        # every bucket size: each extra bucket pays a collective latency (step.bucketed_s); by the
+        # optimizer bound first, and a DP exposure (>= 0) only where the optimizer leaves room below
+        # the least so far (the same minimum, fewer dp_lb_s probes)
+        cs = [Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype,
+                     options=p.options) for z in zeros for b in opts]
         rest = math.inf
-        for z in zeros:  # every bucket size: each extra bucket pays a collective latency (step.bucketed_s)
-            for b in opts:
-                c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype,
-                           options=p.options)
-                rest = min(rest, bounds.opt_lb_s(c) + bounds.dp_lb_s(c))
+        for o, _, c in sorted((bounds.opt_lb_s(c), i, c) for i, c in enumerate(cs)):
+            if o >= rest:
+                break
+            rest = min(rest, o + bounds.dp_lb_s(c))
         return rest
 
 
