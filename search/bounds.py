@@ -334,6 +334,7 @@ class Bounds:
         k = c.recompute_layers
         n = self.n
         g, held = {}, {}
+        rows = []  # per position: the arguments of its exact DP/ZeRO exposure over n layers
         for kind in kinds:
             nd, nm = self.counts(kind, n)
             kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if k is not None else (nd, nm)
@@ -341,32 +342,29 @@ class Bounds:
             fwd = nd * dl[2] + nm * ml[2] + x_fwd
             window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
             a = self.t.affine(c, kind)
-            # the stage's exact DP/ZeRO exposure for n layers (as search.tables builds it)
-            bucket = c.bucket_mb * MB
-            kb = dp_buckets(a["grad_bytes"], bucket)
-            ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd,
-                                       STAGE_OF.get(kind, pp - 1), pp, vp, n)
-            gk = ex + zx
+            kb = dp_buckets(a["grad_bytes"], c.bucket_mb * MB)
+            rows.append([a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd])
+        # every position in one call, one row each (dp_exposure is elementwise: the same values as
+        # one call per position, as search.tables builds them)
+        cols = [np.stack([np.broadcast_to(np.asarray(r[i], float), n.shape) for r in rows]) for i in range(7)]
+        stages = np.array([[STAGE_OF.get(kind, pp - 1)] for kind in kinds])
+        ex, zx, _, _ = dp_exposure(*cols, stages, pp, vp, n)
+        gks = ex + zx
+        for i, kind in enumerate(kinds):
+            gk = gks[i]
             lo, hi = caps[kind]
             sizes = np.arange(u * math.ceil(lo / u), hi + 1, u)
             if not len(sizes):
                 return 0.0
             g[kind], held[kind] = gk[sizes], sizes
         levels = np.unique(np.concatenate(list(g.values())))
-
-        def enough(delta):  # can stages with g <= delta hold all L layers?
-            total = 0
-            for kind in kinds:
-                ok = held[kind][g[kind] <= delta]
-                if not len(ok):
-                    return False
-                total += stage_weight(kind, pp) * int(ok.max())
-            return total >= L
-
-        lo_i, hi_i = 0, len(levels) - 1
-        if not enough(levels[hi_i]):
-            return float(levels[hi_i])
-        while lo_i < hi_i:
-            mid = (lo_i + hi_i) // 2
-            lo_i, hi_i = (lo_i, mid) if enough(levels[mid]) else (mid + 1, hi_i)
-        return float(levels[lo_i])
+        # at every level at once: the most layers each position may hold with g <= level (-1: none),
+        # and whether the stages then hold all L; the least level that does (else the highest)
+        total = np.zeros(len(levels), dtype=np.int64)
+        ok = np.ones(len(levels), dtype=bool)
+        for kind in kinds:
+            most = np.where(g[kind][None, :] <= levels[:, None], held[kind][None, :], -1).max(axis=1)
+            ok &= most >= 0
+            total += stage_weight(kind, pp) * most
+        enough = ok & (total >= L)
+        return float(levels[int(np.argmax(enough))] if enough[-1] else levels[-1])
