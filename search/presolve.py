@@ -147,8 +147,10 @@ class Expander:
                                    for b in kept_buckets]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, level: int = 0) -> float | None:
-        """A bound below every choice of the group, at one of three strengths (each at least the one
-        before, so best-first search may refine a group only as far as it needs).
+        """A bound below every choice of the group, at one of three levels of work (each a bound on
+        its own, the later ones tighter as a rule), so best-first search refines a group only as far
+        as it must to come first or be pruned (``tests/test_presolve_bounds.py``: every level <= the
+        group's exact optimum).
 
         Level 0, pipeline: the fastest layers (no recompute, no ZeRO-3 gathers unless only ZeRO-3
         fits, the most chunks; exposure never grows with more chunks), best sp. Level 1 screens
@@ -270,8 +272,8 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             break
         groups.append((ex.group_lb_s(gbounds, *q), q))
     counts["groups"] = len(groups)
-    # best first; a group is refined when it comes up and goes back in line if that raises it
-    # above the next one (its bound then holds the memory screen, optimizer and DP exposure)
+    # best first; a group is refined when it comes up (level 1: the memory screen; level 2: plus the
+    # optimizer and DP exposure) and goes back in line at the level that raised it above the next one
     groups = [(glb, 0, q) for glb, q in groups if glb is not None]  # None: an option list is empty
     heapq.heapify(groups)
     ub = math.inf
