@@ -106,8 +106,9 @@ def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forwa
     f_c = np.asarray(forward_s, float) / v
     on = np.asarray(buckets) > 0
     k_c = np.maximum(np.asarray(buckets, float) / v, 1.0)
-    tail = np.max([exposed_s(np.asarray(t_grad * (c + 1) / v, float), b_c, k_c) - c * p * b_c for c in range(v)],
-                  axis=0)
+    # every chunk c at once along a leading axis (the same elementwise arithmetic as one c at a time)
+    c = np.arange(v).reshape((v,) + (1,) * max(np.ndim(t_grad), np.ndim(b_c), np.ndim(k_c)))
+    tail = np.max(exposed_s(np.asarray(t_grad * (c + 1) / v, float), b_c, k_c) - c * p * b_c, axis=0)
     ex = np.maximum(0.0, np.where(on, tail, t_grad) - np.asarray(stage) * b_c)
     n = np.maximum(np.asarray(layers, float), 1.0)
     n_c = n / v

@@ -158,8 +158,13 @@ class Bounds:
     def _total_s(self, c: Choice) -> tuple[float, float]:
         """(every stage's micro-batch time summed, a floor of the slowest stage: the largest stage
         at its cheapest, and the first and last stages holding their fewest layers with the
-        embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``)."""
-        key = (c.shape, c.mb, c.vp, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma)
+        embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``).
+
+        They depend on ``vp`` only through the stage unit and whether it is 1 (the PP send/recv
+        floor), unless a DMA assignment of its own takes the tables' extras: interleaves sharing
+        both (DeepSeek-V3's 61 layers: VP 2, 4 and 8) share one entry."""
+        vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
+        key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma)
         out = self._totals.get(key)
         if out is None:
             out = self._totals[key] = self._total_parts(c)
@@ -221,6 +226,18 @@ class Bounds:
     # ------------------------------------------------------------------ memory
     def mem_lb(self, c: Choice, kind: str):
         """Lower bound of a stage's peak memory for every layer count ``n`` (array over n)."""
+        acts, r1_acts = self._mem_acts(c, kind)
+        r0, _ = self._reserve(c)
+        return self.t.state(c, kind)["state"] + acts + r0 + r1_acts
+
+    def _mem_acts(self, c: Choice, kind: str) -> tuple:
+        """(stored activations of the in-flight micro-batches, their reserve ``r1 * acts``) over n:
+        what :meth:`mem_lb` adds to the model state, shared by every ZeRO stage (the caps of a
+        group's ZeRO stages differ only in the state)."""
+        key = ("acts", c.shape, c.mb, c.vp, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind)
+        out = self._caps.get(key)
+        if out is not None:
+            return out
         p, s, n = self.p, c.shape, self.n
         a_d, a_m = self.activations(c)
         nd, nm = self.counts(kind, n)
@@ -233,8 +250,9 @@ class Bounds:
         stage = STAGE_OF.get(kind, s.pp - 1)
         chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
         acts = stored / c.vp * chunks
-        r0, r1 = self._reserve(c)
-        return self.t.state(c, kind)["state"] + acts + r0 + r1 * acts
+        _, r1 = self._reserve(c)
+        out = self._caps[key] = (acts, r1 * acts)
+        return out
 
     def _reserve(self, c: Choice) -> tuple[float, float]:
         """:func:`costmodel.memory.reserved_bytes` of ``c``'s shape as ``r0 + r1 * activations``
@@ -316,6 +334,7 @@ class Bounds:
         k = c.recompute_layers
         n = self.n
         g, held = {}, {}
+        rows = []  # per position: the arguments of its exact DP/ZeRO exposure over n layers
         for kind in kinds:
             nd, nm = self.counts(kind, n)
             kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if k is not None else (nd, nm)
@@ -323,32 +342,29 @@ class Bounds:
             fwd = nd * dl[2] + nm * ml[2] + x_fwd
             window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
             a = self.t.affine(c, kind)
-            # the stage's exact DP/ZeRO exposure for n layers (as search.tables builds it)
-            bucket = c.bucket_mb * MB
-            kb = dp_buckets(a["grad_bytes"], bucket)
-            ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd,
-                                       STAGE_OF.get(kind, pp - 1), pp, vp, n)
-            gk = ex + zx
+            kb = dp_buckets(a["grad_bytes"], c.bucket_mb * MB)
+            rows.append([a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd])
+        # every position in one call, one row each (dp_exposure is elementwise: the same values as
+        # one call per position, as search.tables builds them)
+        cols = [np.stack([np.broadcast_to(np.asarray(r[i], float), n.shape) for r in rows]) for i in range(7)]
+        stages = np.array([[STAGE_OF.get(kind, pp - 1)] for kind in kinds])
+        ex, zx, _, _ = dp_exposure(*cols, stages, pp, vp, n)
+        gks = ex + zx
+        for i, kind in enumerate(kinds):
+            gk = gks[i]
             lo, hi = caps[kind]
             sizes = np.arange(u * math.ceil(lo / u), hi + 1, u)
             if not len(sizes):
                 return 0.0
             g[kind], held[kind] = gk[sizes], sizes
         levels = np.unique(np.concatenate(list(g.values())))
-
-        def enough(delta):  # can stages with g <= delta hold all L layers?
-            total = 0
-            for kind in kinds:
-                ok = held[kind][g[kind] <= delta]
-                if not len(ok):
-                    return False
-                total += stage_weight(kind, pp) * int(ok.max())
-            return total >= L
-
-        lo_i, hi_i = 0, len(levels) - 1
-        if not enough(levels[hi_i]):
-            return float(levels[hi_i])
-        while lo_i < hi_i:
-            mid = (lo_i + hi_i) // 2
-            lo_i, hi_i = (lo_i, mid) if enough(levels[mid]) else (mid + 1, hi_i)
-        return float(levels[lo_i])
+        # at every level at once: the most layers each position may hold with g <= level (-1: none),
+        # and whether the stages then hold all L; the least level that does (else the highest)
+        total = np.zeros(len(levels), dtype=np.int64)
+        ok = np.ones(len(levels), dtype=bool)
+        for kind in kinds:
+            most = np.where(g[kind][None, :] <= levels[:, None], held[kind][None, :], -1).max(axis=1)
+            ok &= most >= 0
+            total += stage_weight(kind, pp) * most
+        enough = ok & (total >= L)
+        return float(levels[int(np.argmax(enough))] if enough[-1] else levels[-1])

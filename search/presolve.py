@@ -82,6 +82,7 @@ class Expander:
     def __init__(self, p: Problem, tables: Tables, counts: dict):
         self.p, self.t, self.counts = p, tables, counts
         self._chunks: dict = tables.shared.setdefault("presolve.chunks", {})
+        self._lean: dict = {}  # (shape, mb, vp) -> level 1 bound and the ZeRO stages that fit
 
     def values(self, s) -> tuple[list, list, list, list]:
         """(ZeRO stages, sp, chunk counts, bucket sizes) shape ``s`` may take (search.candidates),
@@ -145,50 +146,75 @@ class Expander:
                             yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype, p.options)
                                    for b in kept_buckets]
 
-    def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool = False) -> float | None:
-        """A bound below every choice of the group. Pipeline: the fastest layers (no recompute,
-        no ZeRO-3 gathers unless only ZeRO-3 fits, the most chunks; exposure never grows with more
-        chunks), best sp; with ``refined`` only the ZeRO stages whose leanest choice fits in memory,
-        plus, per ZeRO stage, the optimizer and the DP exposure with the longest windows (full
-        recompute, no sp) at its least over the bucket sizes (more buckets pay more latency). ``refined`` also screens memory with the leanest choice
-        (most ZeRO sharding, full recompute, sequence parallel): None if that cannot fit."""
-        key = (s, mb, vp)
-        cache = self.t.shared.setdefault("presolve.group_lb", {})  # without ``refined``: bucket-free
-        if not refined and key in cache:
-            return cache[key]
-        out = self._group_lb_s(bounds, s, mb, vp, refined)
-        if not refined:
-            cache[key] = out
-        return out
+    def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, level: int = 0) -> float | None:
+        """A bound below every choice of the group, at one of three levels of work (each a bound on
+        its own, the later ones tighter as a rule), so best-first search refines a group only as far
+        as it must to come first or be pruned (``tests/test_presolve_bounds.py``: every level <= the
+        group's exact optimum).
 
-    def _group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, refined: bool) -> float | None:
+        Level 0, pipeline: the fastest layers (no recompute, no ZeRO-3 gathers unless only ZeRO-3
+        fits, the most chunks; exposure never grows with more chunks), best sp. Level 1 screens
+        memory with the leanest choice (most ZeRO sharding, full recompute, sequence parallel): None
+        if that cannot fit; else the pipeline bound over only the ZeRO stages whose leanest choice
+        fits. Level 2 adds, per ZeRO stage, the optimizer and the DP exposure with the longest windows
+        (full recompute, no sp) at its least over the bucket sizes (more buckets pay more latency).
+        Level 1 alone prunes most groups that memory forces onto ZeRO-3 (DeepSeek-V3 / 2048 H800:
+        1,958 of 2,260), without level 2's DP exposure probes, the costliest part."""
+        key = (s, mb, vp)
+        cache = self.t.shared.setdefault("presolve.group_lb", {})  # level 0: bucket- and memory-free
+        if level == 0:
+            if key not in cache:
+                cache[key] = self._pipeline_lb_s(bounds, s, mb, vp)[0]
+            return cache[key]
+        if key not in self._lean:
+            self._lean[key] = self._pipeline_lb_s(bounds, s, mb, vp, screened=True)
+        t, zeros = self._lean[key]
+        if t is None or level == 1:
+            return t
+        return t + self._rest_lb_s(bounds, s, mb, vp, zeros)
+
+    def _slow_rec(self, s, vp: int) -> str:
+        recs = self.recomputes(s.pp, vp)
+        return "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
+
+    def _pipeline_lb_s(self, bounds: Bounds, s, mb: int, vp: int, screened: bool = False) -> tuple:
+        """(level 0 or, ``screened``, level 1 bound, the ZeRO stages it holds); (None, []) if none."""
         p = self.p
         zeros, sps, chunk_opts, opts = self.values(s)
         recs = self.recomputes(s.pp, vp)
         if not (zeros and sps and recs and chunk_opts and opts):
-            return None
+            return None, []
         # a positive bucket for the pipeline and memory probes (neither depends on the bucket size)
         bucket = next((b for b in opts if b > 0), opts[0])
-        slow_rec = "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
-        if refined:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
+        if screened:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
+            slow_rec = self._slow_rec(s, vp)
             zeros = [z for z in zeros
                      if bounds.caps(Choice(s, mb, vp, max(sps), 1, z, slow_rec, None, bucket, p.framework,
                                               grad_dtype=p.grad_dtype, options=p.options)) is not None]
             if not zeros:
-                return None
+                return None, []
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
         t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework,
                                             grad_dtype=p.grad_dtype, options=p.options))
                 for sp in sps)
-        if not refined:  # the order of expansion: the pipeline alone (the optimizer is small)
-            return t
+        return t, zeros
+
+    def _rest_lb_s(self, bounds: Bounds, s, mb: int, vp: int, zeros: list) -> float:
+        """Level 2's optimizer and DP exposure term (>= 0), at its least over ``zeros`` and buckets."""
+        p = self.p
+        _, sps, _, opts = self.values(s)
+        slow_rec = self._slow_rec(s, vp)
+        # every bucket size: each extra bucket pays a collective latency (step.bucketed_s); by the
+        # optimizer bound first, and a DP exposure (>= 0) only where the optimizer leaves room below
+        # the least so far (the same minimum, fewer dp_lb_s probes)
+        cs = [Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype,
+                     options=p.options) for z in zeros for b in opts]
         rest = math.inf
-        for z in zeros:  # every bucket size: each extra bucket pays a collective latency (step.bucketed_s)
-            for b in opts:
-                c = Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype,
-                           options=p.options)
-                rest = min(rest, bounds.opt_lb_s(c) + bounds.dp_lb_s(c))
-        return t + rest
+        for o, _, c in sorted((bounds.opt_lb_s(c), i, c) for i, c in enumerate(cs)):
+            if o >= rest:
+                break
+            rest = min(rest, o + bounds.dp_lb_s(c))
+        return rest
 
 
 def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = None, bounds: bool = True,
@@ -246,9 +272,9 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             break
         groups.append((ex.group_lb_s(gbounds, *q), q))
     counts["groups"] = len(groups)
-    # best first; a group is refined when it comes up and goes back in line if that raises it
-    # above the next one (its bound then holds the memory screen, optimizer and DP exposure)
-    groups = [(glb, False, q) for glb, q in groups if glb is not None]  # None: an option list is empty
+    # best first; a group is refined when it comes up (level 1: the memory screen; level 2: plus the
+    # optimizer and DP exposure) and goes back in line at the level that raised it above the next one
+    groups = [(glb, 0, q) for glb, q in groups if glb is not None]  # None: an option list is empty
     heapq.heapify(groups)
     ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks); once probed, its exact optimum
@@ -267,7 +293,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
         return lower[c]
 
     while groups:
-        glb, refined, q = heapq.heappop(groups)
+        glb, level, q = heapq.heappop(groups)
         if late():
             if not out.timed_out:
                 out.timed_out, out.unexplored_ticks = True, to_ticks(glb)
@@ -275,8 +301,13 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
         if to_ticks(glb) > thr():
             counts["groups_bound"] += len(groups) + 1
             break
-        if not refined:
-            g_refined = ex.group_lb_s(gbounds, *q, refined=True)
+        if level < 2:  # refined as far as it must be to come first: level 1, then level 2
+            g_refined = None
+            for lv in range(level + 1, 3):
+                g_refined = ex.group_lb_s(gbounds, *q, level=lv)
+                if g_refined is None or to_ticks(g_refined) > thr() or (
+                        groups and g_refined > groups[0][0] and not diving()):
+                    break
             if g_refined is None:
                 counts["groups_memory"] += 1
                 continue
@@ -284,7 +315,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                 counts["groups_bound"] += 1
                 continue
             if groups and g_refined > groups[0][0] and not diving():
-                heapq.heappush(groups, (g_refined, True, q))
+                heapq.heappush(groups, (g_refined, lv, q))
                 continue
         for cs in ex.choices(*q, pruned=lambda c: to_ticks(bounds.quick_lb_s(c)) > thr()):
             lb = to_ticks(bounds.quick_lb_s(cs[0]))

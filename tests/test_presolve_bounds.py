@@ -1,0 +1,76 @@
+"""Presolve's group bounds are true lower bounds: on random small instances each of a group's three
+levels (pipeline; memory-screened pipeline; plus optimizer and DP exposure) is at most the exact
+optimum of its group (every choice of the group, every split, scored by the tables), and a group the
+memory screen refuses holds no plan that fits. Instances include interleaves that do not divide the
+layers (a layout places them: the stage unit is 1), where the pipeline totals are shared by every
+such interleave.
+"""
+
+import importlib.util
+import math
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from search.exhaustive import all_choices, best_splits
+from search.presolve import Expander, _groups
+from search.bounds import Bounds
+from search.tables import Tables
+
+_spec = importlib.util.spec_from_file_location("_cpsat_instances", Path(__file__).with_name("test_search_cpsat.py"))
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
+
+SEEDS = list(range(40, 46))
+
+
+def small_problem(seed: int):
+    """tests/test_search_cpsat.py's random small instance with 5 or 7 layers and interleaves up to 4
+    (VP 2 and 4 then do not divide the layers: a rank may hold any count)."""
+    rng = random.Random(seed)
+    p = _mod.small_problem(seed)
+    model = replace(p.model, name=f"{p.model.name}-l", layers=rng.choice([5, 7]))
+    return replace(p, model=model, limits=replace(p.limits, vp_max=4))
+
+
+def _group_optima(p, tables):
+    """(shape, mb, vp) -> exact optimum in ticks (inf: no plan of the group fits)."""
+    out: dict = {}
+    for c in all_choices(p):
+        key = (c.shape, c.mb, c.vp)
+        best = best_splits(tables.stage_table(c), p.model.layers, 1)
+        out[key] = min(out.get(key, math.inf), best[0].objective if best else math.inf)
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_group_bound_level_is_below_the_group_optimum(seed):
+    p = small_problem(seed)
+    tables = Tables(p)
+    optima = _group_optima(p, tables)
+    ex = Expander(p, tables, {})
+    bounds = Bounds(tables.relaxed())
+    res = tables.res_s
+    checked = 0
+    for q in _groups(p):
+        exact = optima.get(q, math.inf)
+        levels = [ex.group_lb_s(bounds, *q, level=lv) for lv in (0, 1, 2)]
+        if levels[1] is None:  # refused by the memory screen: nothing of the group fits
+            assert exact == math.inf, (q, exact)
+            continue
+        for lv, lb in enumerate(levels):
+            # presolve compares floor(lb / res) - 4 ticks with the exact objective (to_ticks)
+            assert math.floor(lb / res) - 4 <= exact, (q, lv, lb / res, exact)
+        checked += 1
+    assert checked or all(v == math.inf for v in optima.values())
+
+
+def test_instances_include_interleaves_that_do_not_divide_the_layers():
+    """The instances above reach groups whose vp does not divide the layers (layouts)."""
+    hits = 0
+    for seed in SEEDS:
+        p = small_problem(seed)
+        hits += sum(1 for s, mb, vp in _groups(p) if vp > 1 and p.model.layers % vp)
+    assert hits > 0
