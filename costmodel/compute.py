@@ -173,6 +173,8 @@ def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch
     elements (default :func:`k_overhead`); ``tile_shapes``: the tile shapes the kernel chooses among
     (default :data:`STEP_TILE_SHAPES`)."""
     flops = 2.0 * m * n * k * batch
+    if flops <= 0:  # an empty problem (no routed tokens, an empty chunk): no kernel is launched
+        return 0.0
     util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype) if k0 is None else k0,
                             batch if ragged and batch > 1 else 0,
                             STEP_TILE_SHAPES if tile_shapes is None else tile_shapes)

@@ -135,3 +135,13 @@ def test_bad_limit_exits_2(capsys):
     assert ck.main(["--limit", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--limit" in err[0]
+
+
+def test_an_empty_gemm_costs_nothing_and_never_divides_by_zero():
+    # search_equality's exhaustive baseline reached gemm_time_s with an empty dimension (ZeroDivisionError)
+    from costmodel.compute import gemm_time_s
+    from costmodel.presets import load_cluster
+    dev = load_cluster("h100-sxm").device
+    for m, n, k in ((0, 4096, 4096), (4096, 0, 4096), (4096, 4096, 0)):
+        assert gemm_time_s(m, n, k, dev, "bf16") == 0.0
+    assert gemm_time_s(1, 4096, 4096, dev, "bf16") > 0
