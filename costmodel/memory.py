@@ -126,7 +126,9 @@ def chunk_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[tuple
     """(dense, MoE) layers of each of ``stage``'s model chunks, in chunk order: as many layers as
     the plan's layout puts in each (:func:`costmodel.layout.of`), taken from the stage's layers
     :func:`rank_layers` (the dense ones first)."""
-    return _chunk_counts(model.layers, model.dense_layers if model.is_moe else model.layers, c.pp, c.vp,
+    # a dense model's layers are all dense, however many a probe split puts on a stage (the search's
+    # tables probe stages of up to all the model's layers, past the model's own numbering)
+    return _chunk_counts(model.layers, model.dense_layers if model.is_moe else 1 << 30, c.pp, c.vp,
                          c.layers_per_stage, c.layout, stage)
 
 
