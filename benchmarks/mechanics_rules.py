@@ -21,7 +21,8 @@ import csv
 from pathlib import Path
 
 from costmodel.memory import layer_counts, stage_params
-from costmodel.zero3_fetch import layer_tensors  # the tensor split (a shape fact), shared with the cost model
+# the tensor split (a shape fact) and DeepSpeed's coalescing loops are the cost model's, one place each
+from costmodel.zero3_fetch import deepspeed_fetches, deepspeed_reduces, layer_tensors
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "framework_mechanics.csv"
 
@@ -80,18 +81,9 @@ def close_ge(tensors_reversed: list, bucket: float | None) -> list[float]:
     return out
 
 
-def close_gt(tensors_reversed: list, bucket: float) -> list[float]:
-    """DeepSpeed ZeRO-3's reduce bucket (rule 26): a bucket is reduced before a tensor that would
-    make it exceed ``bucket`` elements."""
-    out, acc = [], 0.0
-    for t in tensors_reversed:
-        if acc + t > bucket and acc > 0:
-            out.append(acc)
-            acc = 0.0
-        acc += t
-    if acc > 0:
-        out.append(acc)
-    return out
+#: DeepSpeed ZeRO-3's reduce bucket (rule 26): a bucket is reduced before a tensor that would make it
+#: exceed ``bucket`` elements -- the cost model's loop, :func:`costmodel.zero3_fetch.deepspeed_reduces`
+close_gt = deepspeed_reduces
 
 
 def megatron_bucket_elements(rules: dict, c) -> float | None:
@@ -126,20 +118,10 @@ def zero3_fetches(rules: dict, tensors: list, prefetch: float | None = None) -> 
     ``stage3_prefetch_bucket_size`` elements (a larger tensor is one all-gather of its own).
     Steady state with a complete trace and ``stage3_max_live_parameters`` not binding;
     ``prefetch``: the configured bucket, else the default."""
-    keep = rule(rules, "deepspeed", "stage3_param_persistence_threshold")
     if prefetch is None:
         prefetch = rule(rules, "deepspeed", "stage3_prefetch_bucket_size")
-    out, acc = [], 0.0
-    for t in tensors:
-        if t < keep:
-            continue
-        acc += t
-        if acc >= prefetch:
-            out.append(acc)
-            acc = 0.0
-    if acc > 0:
-        out.append(acc)
-    return out
+    # the coalescing loop is the cost model's (one place); the thresholds are the rules' values
+    return deepspeed_fetches(tensors, prefetch, rule(rules, "deepspeed", "stage3_param_persistence_threshold"))
 
 
 def zero3_persistent(rules: dict, tensors: list) -> float:
@@ -151,4 +133,4 @@ def zero3_persistent(rules: dict, tensors: list) -> float:
 def zero3_reduce_buckets(rules: dict, tensors_all_layers: list, bucket: float | None = None) -> list[float]:
     """Reduce-scatters of one micro-batch's backward over the stage's tensors (rules 16, 26, 27);
     ``bucket``: the configured ``reduce_bucket_size``, else the default."""
-    return close_gt(tensors_all_layers[::-1], rule(rules, "deepspeed", "reduce_bucket_size") if bucket is None else bucket)
+    return deepspeed_reduces(tensors_all_layers[::-1], rule(rules, "deepspeed", "reduce_bucket_size") if bucket is None else bucket)

@@ -77,17 +77,18 @@ def layer_tensors(model, c, moe: bool, layout: str = "fused") -> tuple[list[floa
     return dense, expert
 
 
-def deepspeed_fetches(tensors: list[float], prefetch: float = DS_PREFETCH_BUCKET) -> list[float]:
+def deepspeed_fetches(tensors: list[float], prefetch: float = DS_PREFETCH_BUCKET,
+                      persistence: float = DS_PERSISTENCE_THRESHOLD) -> list[float]:
     """DeepSpeed ZeRO-3's all-gathers over one pass of ``tensors`` in steady state (complete trace,
-    ``stage3_max_live_parameters`` not binding): persistent tensors skipped, the rest coalesced in
-    order until a gather holds ``prefetch`` elements.
+    ``stage3_max_live_parameters`` not binding): tensors below ``persistence`` skipped, the rest
+    coalesced in order until a gather holds ``prefetch`` elements.
 
     >>> deepspeed_fetches([10.0, 6e7, 2e7, 2e7, 2e7, 1e8])
     [60000000.0, 60000000.0, 100000000.0]
     """
     out, acc = [], 0.0
     for t in tensors:
-        if t < DS_PERSISTENCE_THRESHOLD:
+        if t < persistence:
             continue
         acc += t
         if acc >= prefetch:
