@@ -83,6 +83,9 @@ class SolveResult:
     analytic_best_graph_s: float | None = None  # the analytic optimum's op-graph step time
     fastest_graph_s: float | None = None  # the fastest re-scored plan's (the chosen one is within memory_tie)
     memory_tie: float | None = None  # fraction of the fastest op-graph time within which less memory wins
+    memory_margin: float | None = None  # the memory model's measured margin the choice preferred to keep
+    margin_kept: bool | None = None  # the chosen plan's peak is at or below HBM less headroom, less the margin
+    margin_alternative_s: float | None = None  # op-graph time of the plan on the other side of the margin, if solved
     robust: dict | None = None  # search.robust: step time per scenario of the robust and nominal plans
 
     @property
@@ -111,7 +114,8 @@ class SolveResult:
         return {"engine": "graph", "band": self.band, "within_band": self.within_band, "rescored": self.rescored,
                 "graph_objective_s": self.graph_objective_s, "chosen_objective_s": chosen,
                 "analytic_best_graph_s": self.analytic_best_graph_s, "fastest_graph_s": self.fastest_graph_s,
-                "memory_tie": self.memory_tie}
+                "memory_tie": self.memory_tie, "memory_margin": self.memory_margin,
+                "margin_kept": self.margin_kept, "margin_alternative_s": self.margin_alternative_s}
 
 
 def config_of(choice: Choice, split: Split, flash_attention: bool = True,

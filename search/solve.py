@@ -27,7 +27,7 @@ import gc
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from ortools.sat.python import cp_model
 
 from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
+from costmodel.memory_margin import MEMORY_MARGIN, at_risk
 from costmodel.uncertainty import NOISE_SD
 
 from .cpsat import Space, build_model, tie_break
@@ -82,6 +83,10 @@ class SolveOptions:
     rescore : re-score the plans within ``band`` of the analytic optimum with the op-graph engine
         (at most ``rescore_max``) and answer the best under it (``recommend`` does): of those within
         ``memory_tie`` of the fastest op-graph time, the one with the least peak memory (0: the fastest).
+    memory_margin : the memory model's measured margin (:mod:`costmodel.memory_margin`): with
+        ``rescore``, when the fastest re-scored plan is above it (at risk) and a plan that keeps it is
+        within ``band`` of the fastest op-graph time, the answer is chosen among those that keep it
+        (0: no preference). The fit test stays HBM less the headroom.
     small_space : a space of at most this many choices is scored exhaustively (exact, no presolve
         or CP-SAT); -1: never. Off too without ``presolve_bounds`` (then CP-SAT holds every choice).
     """
@@ -96,6 +101,7 @@ class SolveOptions:
     rescore: bool = False
     band: float = RESCORE_BAND
     memory_tie: float = MEMORY_TIE
+    memory_margin: float = MEMORY_MARGIN
     rescore_max: int = RESCORE_MAX
     small_space: int = SMALL_SPACE
 
@@ -165,7 +171,34 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
         parts = [_solve_small(p, small, tables, options)]
     else:
         parts = [_solve_space(p, tables, options, deadline)]
-    return _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
+    res = _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
+    return _keep_margin(p, res, options, start, deadline)
+
+
+def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float) -> SolveResult:
+    """Issue 24 item 6: when the re-scored answer is at risk (its peak within the memory model's
+    measured margin of the usable HBM, :mod:`costmodel.memory_margin`) and no re-scored plan kept the
+    margin, the same problem is solved once more with the margin as a hard limit; its answer is taken
+    when it is within the re-score band of the at-risk one (a gain the model cannot tell from its own
+    engines' disagreement does not buy an out-of-memory risk). Either way the result records the
+    other: ``margin_alternative_s`` is the op-graph step time of the plan not chosen."""
+    if not options.rescore or not options.memory_margin or res.margin_kept is not False or not res.plans:
+        return res
+    if res.status != OPTIMAL or time.perf_counter() >= deadline:  # no time left to look: report it at risk
+        return res
+    lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes
+                                     + options.memory_margin * p.hbm_cap_bytes))
+    alt = solve(lean, replace(options, memory_margin=0.0, time_limit_s=max(0.05, deadline - time.perf_counter())))
+    if not alt.plans or alt.graph_objective_s is None:
+        return res
+    if alt.graph_objective_s <= res.graph_objective_s * (1 + options.band):
+        alt.memory_margin, alt.margin_kept = options.memory_margin, True
+        alt.margin_alternative_s = res.graph_objective_s
+        alt.time_s = time.perf_counter() - start
+        return alt
+    res.margin_alternative_s = alt.graph_objective_s
+    res.time_s = time.perf_counter() - start
+    return res
 
 
 def _solve_small(p: Problem, choices: list, tables: Tables, options: SolveOptions) -> _Part:
@@ -367,10 +400,18 @@ def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOpt
     res.within_band = len(pool)
     res.stats["rescore_s"] = time.perf_counter() - t0
     fastest = ranked[0]
-    tie = [sc for sc in ranked if graph_s[sc] <= graph_s[fastest] * (1 + options.memory_tie)]
+    # issue 24 item 6: a gain inside the band does not buy a plan within the memory model's measured
+    # error of the HBM; then the choice is among the plans that keep the margin, if any is that close
+    usable = p.hbm_cap_bytes
+    safe = [sc for sc in ranked if graph_s[sc] <= graph_s[fastest] * (1 + options.band)
+            and not at_risk(graphs[sc].peak_memory_bytes, usable, options.memory_margin)]
+    pool = safe if safe else ranked
+    tie = [sc for sc in pool if graph_s[sc] <= graph_s[pool[0]] * (1 + options.memory_tie)]
     chosen = min(tie, key=lambda sc: (graphs[sc].peak_memory_bytes, graph_s[sc], sc.objective, sc.choice, sc.split))
     ranked = [chosen] + [sc for sc in ranked if sc is not chosen]
     res.memory_tie = options.memory_tie
+    res.memory_margin = options.memory_margin
+    res.margin_kept = not at_risk(graphs[chosen].peak_memory_bytes, usable, options.memory_margin)
     res.fastest_graph_s = graph_s[fastest]
     res.graph_objective_s = graph_s[chosen]
     res.analytic_best_graph_s = graph_s[pool[0]]

@@ -271,5 +271,5 @@ def test_the_leanest_plan_within_the_memory_tie_is_the_answer():
     assert r.best.graph_estimate.peak_memory_bytes < 0.9 * max(pl.graph_estimate.peak_memory_bytes for pl in near)
     # "OPTIMAL" keeps its meaning: the analytic optimum under the stated headroom, proven
     assert r.bound_s == r.objective_s
-    off = solve(p, SolveOptions(rescore=True, top_k=4, time_limit_s=60, memory_tie=0.0))
+    off = solve(p, SolveOptions(rescore=True, top_k=4, time_limit_s=60, memory_tie=0.0, memory_margin=0.0))
     assert off.graph_objective_s == off.fastest_graph_s <= r.graph_objective_s

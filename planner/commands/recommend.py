@@ -17,6 +17,7 @@ import sys
 import time
 
 from costmodel.errors import InfeasibleConfig
+from costmodel.memory_margin import MEMORY_MARGIN
 from costmodel.units import GiB
 
 from ..args import _converter, add_flop_args
@@ -56,6 +57,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--no-zero3", action="store_true", help="exclude ZeRO-3")
     g.add_argument("--headroom-gib", type=float_arg("headroom_gib"), default=0.0, metavar="GIB",
                    help="HBM to keep free on every GPU (default: 0)")
+    g.add_argument("--memory-margin", type=_converter("memory_margin", float, "a fraction from 0 to 0.5",
+                                                      lambda v: 0.0 <= v <= 0.5),
+                   default=MEMORY_MARGIN, metavar="FRACTION",
+                   help="prefer a plan whose predicted peak stays this fraction below the usable HBM when it "
+                        "costs no more than the re-score band (default: %(default)g, the memory model's largest "
+                        "measured under-prediction; 0: no preference; the fit test stays --headroom-gib)")
     g.add_argument("--tp-across-nodes", action="store_true", help="allow tensor parallelism to span nodes")
     g.add_argument("--mb-max", type=int_arg("mb_max"), default=16, metavar="N",
                    help="largest micro-batch considered (default: %(default)s)")
@@ -96,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import cli
     left = args.time_limit - (time.perf_counter() - cli.STARTED_S) - min(1.0, 0.1 * args.time_limit)
     options = SolveOptions(time_limit_s=max(0.05, left), workers=args.workers, seed=args.seed, top_k=_asked(args.top),
-                           rescore=not args.robust)
+                           rescore=not args.robust, memory_margin=args.memory_margin)
     if args.robust:
         from search.robust import solve_robust
         result = solve_robust(problem, options)
@@ -313,7 +320,26 @@ def solve_lines(result) -> list[str]:
                         if result.fastest_graph_s and result.graph_objective_s > result.fastest_graph_s else "")
                      + f"(analytic {_opt_s(best.objective_s)} s); the analytic optimum runs "
                      f"{_opt_s(result.analytic_best_graph_s)} s under the op graph")
+        if result.memory_margin:
+            lines.append(_margin_line(result))
     return lines
+
+
+def _margin_line(result) -> str:
+    pct = f"{100 * result.memory_margin:g}%"
+    alt = result.margin_alternative_s
+    if result.margin_kept:
+        return (f"memory margin: the plan keeps {pct} of the usable HBM free beyond its predicted peak (the memory "
+                "model's largest measured under-prediction; --memory-margin)"
+                + (f"; the fastest plan without that margin runs {_opt_s(alt)} s "
+                   f"({100 * (alt / result.graph_objective_s - 1):+.1f}%), inside the {100 * result.band:g}% band"
+                   if alt else ""))
+    return (f"memory margin: at risk: the predicted peak is within {pct} of the usable HBM, the memory model's largest "
+            "measured under-prediction; "
+            + (f"the fastest plan that keeps the margin runs {_opt_s(alt)} s "
+               f"({100 * (alt / result.graph_objective_s - 1):+.1f}%, beyond the {100 * result.band:g}% band)"
+               if alt else "no plan that keeps it was found")
+            + "; --headroom-gib requires one")
 
 
 def report_text(result, model, cluster, workload) -> str:
