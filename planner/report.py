@@ -22,6 +22,7 @@ from costmodel import dma
 from costmodel.ceilings import mfu_warning
 from costmodel.estimate import Estimate
 from costmodel.flops import with_convention
+from costmodel.memory_margin import MEMORY_MARGIN, at_risk
 from costmodel.presets import cluster_to_dict, model_to_dict
 from costmodel.specs import ClusterSpec, ModelSpec, Workload
 from costmodel.stacks import load_stack
@@ -97,6 +98,7 @@ def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
     d["workload"] = asdict(workload)
     d["dma_assignment"] = dma_assignment_json(model, cluster, workload, est.config)
     d["stack"] = stack_json(cluster)
+    d["memory_margin"] = {"margin": MEMORY_MARGIN, "at_risk": bool(_risk(est))}
     return d
 
 
@@ -187,6 +189,14 @@ def config_line(est: Estimate) -> str:
                     for k, v in d.items() if v is not None)
 
 
+def _risk(est: Estimate) -> str:
+    """A plan that fits only if the memory model errs less than it did on measured runs says so."""
+    if not est.fits or not at_risk(est.peak_memory_bytes, est.hbm_bytes):
+        return ""
+    return (f" (at risk: within {100 * MEMORY_MARGIN:g}% of HBM, the memory model's largest measured "
+            "under-prediction)")
+
+
 def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
     """Peak memory per GPU of each pipeline stage against HBM, and which stages overflow."""
     stages = est.memory
@@ -250,7 +260,7 @@ def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
         f"  FLOP convention: {est.flop_convention}",
         f"peak memory/GPU       {_gib(est.peak_memory_bytes)} GiB of {_gib(est.hbm_bytes)} GiB HBM "
         f"(stage {peak_stage})",
-        f"fits                  {'yes' if est.fits else 'NO'}",
+        f"fits                  {'yes' if est.fits else 'NO'}" + _risk(est),
         "",
         "memory per GPU by pipeline stage (GiB)",
         *memory_lines(est),

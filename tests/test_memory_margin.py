@@ -70,3 +70,17 @@ def test_cli_margin_flag(capsys):
     solve_json = json.loads(capsys.readouterr().out)["solve"]
     assert solve_json["memory_margin"] == MEMORY_MARGIN and solve_json["margin_kept"] is False
     assert solve_json["margin_alternative_s"] > solve_json["graph_objective_s"]
+
+
+def test_evaluate_says_a_plan_is_at_risk(capsys):
+    import json
+    from planner.cli import main
+    argv = ["evaluate", "--model", "llama2-13b", "--cluster", "a100-80g", "--gpus", "16", "--global-batch", "128",
+            "--seq", "4096", "--tp", "2", "--pp", "1", "--mb", "2", "--recompute", "none", "--zero"]
+    assert main(argv + ["1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits"] and d["memory_margin"]["at_risk"] is at_risk(d["peak_memory_bytes"], d["hbm_bytes"])
+    assert d["memory_margin"]["at_risk"] is True  # 75 of 80 GiB
+    assert main(argv + ["3"]) == 0
+    out = capsys.readouterr().out
+    assert "fits                  yes\n" in out  # ZeRO-3: 29 GiB, not at risk
