@@ -19,9 +19,9 @@ pipeline rank the source logged, e.g. Megatron's TensorBoard writer on rank ``wo
 largest over the stages where it is empty (a maximum over all GPUs).
 
 The plan is built from the row's columns only (no per-row knob): ``sp`` as the row's ``sp`` column
-says (0/1), on whenever ``tp > 1`` where it is empty (torchtitan's TP is always sequence-parallel), ``fused_elementwise`` = the row's
-``compile``, ``cp_impl='torch'`` for FSDP2 context parallelism, ``chunks = tp`` under async TP,
-``loss_impl`` as the row states it (default ``fused``).
+says (0/1), on whenever ``tp > 1`` where it is empty (torchtitan's TP is always sequence-parallel),
+``fused_elementwise`` = the row's ``compile``, ``cp_impl='torch'`` for FSDP2 context parallelism,
+``chunks = tp`` under async TP, ``loss_impl`` as the row states it (default ``fused``).
 
 ``--check`` exits 1 unless the issue-21 targets hold, and says which fail: tensors <= 3% mean
 |err| and <= 6% max (over ``max_allocated_gib`` rows), reserved <= 5% mean (over
@@ -117,7 +117,8 @@ def parse_row(row: dict) -> Case:
         config = ParallelConfig(
             tp=tp, pp=_int(row, "pp"), vp=_int(row, "vp"), dp=_int(row, "dp"), cp=_int(row, "cp"),
             mb=_int(row, "mb"), zero=_int(row, "zero", 0), recompute=row["recompute"], framework=fw,
-            sp=tp > 1 if not sp_col else sp_col == "1", fused_elementwise=row.get("compile", "0") == "1" or fw != "fsdp2",
+            sp=sp_col == "1" if sp_col else tp > 1,
+            fused_elementwise=row.get("compile", "0") == "1" or fw != "fsdp2",
             cp_impl="torch" if fw == "fsdp2" and _int(row, "cp") > 1 else "ring",
             chunks=tp if row.get("async_tp") == "1" else 1, loss_impl=row.get("loss_impl") or "fused",
             layers_per_stage=tuple(int(x) for x in split) if split else None)
@@ -196,7 +197,7 @@ def check(results: list[Result]) -> tuple[int, list[str]]:
 
 
 def report(results: list[Result]) -> None:
-    print(f"{'case':>4} {'source':12} {'model':16} {'plan':40} {'kind':9} {'tensors':>8} {'total':>7} "
+    print(f"{'case':>4} {'source':12} {'model':16} {'plan':50} {'kind':9} {'tensors':>8} {'total':>7} "
           f"{'measured':>8} {'err':>7}")
     for r in results:
         c, p = r.case, r.case.config
@@ -205,7 +206,7 @@ def report(results: list[Result]) -> None:
                 + (" eager" if not p.fused_elementwise else "") + (" sp" if p.sp_on else "")
                 + (f" @stage{c.stage}" if c.stage is not None else ""))
         kind = "reserved" if c.measured_kind == "max_reserved_gib" else "allocated"
-        print(f"{c.case_id:>4} {c.source_key:12} {c.model_preset:16} {plan:40} {kind:9} "
+        print(f"{c.case_id:>4} {c.source_key:12} {c.model_preset:16} {plan:50} {kind:9} "
               f"{r.tensors_bytes / GiB:8.1f} {r.total_bytes / GiB:7.1f} {c.measured_bytes / GiB:8.1f} {r.err:+7.1%}")
     by_source: dict[str, list[float]] = {}
     for r in results:
