@@ -2,6 +2,7 @@
 
 import csv
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,7 @@ def test_the_measured_stage_is_the_one_scored():
     by = {int(c.case_id): r for c, r in ((r.case, r) for r in cm.evaluate(cm.load_cases()))}
     case = by[21].case
     assert case.stage == case.config.pp - 1 == 3
-    from dataclasses import replace as dc_replace
-    first = cm.evaluate([dc_replace(case, stage=0)])[0]
+    first = cm.evaluate([replace(case, stage=0)])[0]
     assert first.tensors_bytes != by[21].tensors_bytes
 
 
