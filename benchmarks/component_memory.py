@@ -14,10 +14,14 @@ it), and one measured peak per GPU, the maximum over the run's GPUs:
 * ``max_allocated_gib``: ``allocated_bytes.all.peak`` (Megatron's ``max allocated``), scored against
   the model's **tensors** (the total less ``reserved_bytes``).
 
-The plan is built from the row's columns only (no per-row knob): ``sp`` on whenever ``tp > 1``
-under FSDP2 (torchtitan's TP is always sequence-parallel), ``fused_elementwise`` = the row's
-``compile``, ``cp_impl='torch'`` for FSDP2 context parallelism, ``chunks = tp`` under async TP,
-``loss_impl`` as the row states it (default ``fused``).
+Both are taken on the stage the row's ``stage`` column names (``last``, ``first`` or an index: the
+pipeline rank the source logged, e.g. Megatron's TensorBoard writer on rank ``world_size - 1``), the
+largest over the stages where it is empty (a maximum over all GPUs).
+
+The plan is built from the row's columns only (no per-row knob): ``sp`` as the row's ``sp`` column
+says (0/1), on whenever ``tp > 1`` where it is empty (torchtitan's TP is always sequence-parallel),
+``fused_elementwise`` = the row's ``compile``, ``cp_impl='torch'`` for FSDP2 context parallelism,
+``chunks = tp`` under async TP, ``loss_impl`` as the row states it (default ``fused``).
 
 ``--check`` exits 1 unless the issue-21 targets hold, and says which fail: tensors <= 3% mean
 |err| and <= 6% max (over ``max_allocated_gib`` rows), reserved <= 5% mean (over
@@ -66,6 +70,18 @@ class Case:
     config: ParallelConfig
     measured_kind: str
     measured_bytes: float
+    stage: int | None = None  # the pipeline stage measured; None: the maximum over the stages
+
+
+def _stage(row: dict, pp: int) -> int | None:
+    v = (row.get("stage") or "").strip()
+    if not v:
+        return None
+    if v in ("last", "first"):
+        return pp - 1 if v == "last" else 0
+    if v.isdigit() and int(v) < pp:
+        return int(v)
+    raise RowError(f"case {row.get('case_id')}: stage={v!r}: empty, 'first', 'last' or an index below pp={pp}")
 
 
 def _int(row: dict, field: str, minimum: int = 1) -> int:
@@ -93,12 +109,16 @@ def parse_row(row: dict) -> Case:
     if not value > 0:
         raise RowError(f"case {cid}: measured_value={row['measured_value']!r}: must be a positive number")
     tp, fw = _int(row, "tp"), row["framework"]
+    sp_col = (row.get("sp") or "").strip()
+    if sp_col not in ("", "0", "1"):
+        raise RowError(f"case {cid}: sp={sp_col!r}: 0, 1 or empty (on whenever tp > 1)")
     split = (row.get("layers_per_stage") or "").split()
     try:
         config = ParallelConfig(
             tp=tp, pp=_int(row, "pp"), vp=_int(row, "vp"), dp=_int(row, "dp"), cp=_int(row, "cp"),
             mb=_int(row, "mb"), zero=_int(row, "zero", 0), recompute=row["recompute"], framework=fw,
-            sp=tp > 1, fused_elementwise=row.get("compile", "0") == "1" or fw != "fsdp2",
+            sp=sp_col == "1" if sp_col else tp > 1,
+            fused_elementwise=row.get("compile", "0") == "1" or fw != "fsdp2",
             cp_impl="torch" if fw == "fsdp2" and _int(row, "cp") > 1 else "ring",
             chunks=tp if row.get("async_tp") == "1" else 1, loss_impl=row.get("loss_impl") or "fused",
             layers_per_stage=tuple(int(x) for x in split) if split else None)
@@ -110,7 +130,7 @@ def parse_row(row: dict) -> Case:
         raise RowError(f"case {cid}: layers_per_stage={row.get('layers_per_stage')!r}: integers separated by spaces") from None
     return Case(case_id=cid, source_key=row["source_key"], model_preset=row["model_preset"],
                 cluster_preset=row["cluster_preset"], gpus=_int(row, "gpus"), workload=workload, config=config,
-                measured_kind=row["measured_kind"], measured_bytes=value * GiB)
+                measured_kind=row["measured_kind"], measured_bytes=value * GiB, stage=_stage(row, config.pp))
 
 
 def load_cases(path: Path = DATA) -> list[Case]:
@@ -121,8 +141,8 @@ def load_cases(path: Path = DATA) -> list[Case]:
 @dataclass(frozen=True)
 class Result:
     case: Case
-    tensors_bytes: float  # the largest stage's total less reserved_bytes
-    total_bytes: float  # the largest stage's total
+    tensors_bytes: float  # the measured stage's (or the largest stage's) total less reserved_bytes
+    total_bytes: float  # the measured stage's (or the largest stage's) total
     hbm_bytes: float
 
     @property
@@ -140,6 +160,8 @@ def evaluate(cases: list[Case]) -> list[Result]:
         if c.config.gpus != c.gpus:
             raise RowError(f"case {c.case_id}: gpus={c.gpus}: must equal tp*pp*dp*cp = {c.config.gpus}")
         mem = memory_per_stage(load_model(c.model_preset), c.workload, c.config)
+        if c.stage is not None:
+            mem = [mem[c.stage]]
         tensors = max(s.total_bytes - s.reserved_bytes for s in mem)
         total = max(s.total_bytes for s in mem)
         out.append(Result(c, tensors, total, load_cluster(c.cluster_preset).device.hbm_bytes))
@@ -175,15 +197,16 @@ def check(results: list[Result]) -> tuple[int, list[str]]:
 
 
 def report(results: list[Result]) -> None:
-    print(f"{'case':>4} {'source':12} {'model':14} {'plan':34} {'kind':9} {'tensors':>8} {'total':>7} "
+    print(f"{'case':>4} {'source':12} {'model':16} {'plan':50} {'kind':9} {'tensors':>8} {'total':>7} "
           f"{'measured':>8} {'err':>7}")
     for r in results:
         c, p = r.case, r.case.config
         plan = (f"{p.framework} z{p.zero} tp{p.tp} pp{p.pp}" + (f"v{p.vp}" if p.vp > 1 else "")
                 + f" dp{p.dp} cp{p.cp} mb{p.mb} {p.recompute} {c.workload.dtype}"
-                + (" eager" if not p.fused_elementwise else ""))
+                + (" eager" if not p.fused_elementwise else "") + (" sp" if p.sp_on else "")
+                + (f" @stage{c.stage}" if c.stage is not None else ""))
         kind = "reserved" if c.measured_kind == "max_reserved_gib" else "allocated"
-        print(f"{c.case_id:>4} {c.source_key:12} {c.model_preset:14} {plan:34} {kind:9} "
+        print(f"{c.case_id:>4} {c.source_key:12} {c.model_preset:16} {plan:50} {kind:9} "
               f"{r.tensors_bytes / GiB:8.1f} {r.total_bytes / GiB:7.1f} {c.measured_bytes / GiB:8.1f} {r.err:+7.1%}")
     by_source: dict[str, list[float]] = {}
     for r in results:

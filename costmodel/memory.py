@@ -379,8 +379,11 @@ def loss_bytes_per_logit(c: ParallelConfig) -> int:
     ``torch/distributed/tensor/parallel/loss.py``, ``_nll_loss_and_log_softmax_backward``:
     ``grad_input = torch.zeros_like(x)`` ... ``return (grad_input + torch.exp(x)) * grad_output``) holds the
     saved output, ``grad_input``, their sum and the product at once: 16 B.
-    (torchtitan compiles the loss under ``training.compile`` from ``components/loss.py``@e7c0cae on, which
-    saves less; not modelled: the plan does not say whether the loss was compiled.)"""
+    torchtitan compiles the loss under ``training.compile`` from ``components/loss.py``@e7c0cae on: charged as
+    ``'fused'``, for it holds the same 6 B. Checked with PyTorch 2.13's ``min_cut_rematerialization_partition``
+    (the partitioner Inductor uses) on that function: the forward graph saves the FP32 ``_log_softmax`` output
+    (4 B per logit, a reduction it will not recompute, not the BF16 input) and the backward graph returns the
+    BF16 gradient (2 B), so 4 + 2 B in backward, the BF16 logits (2 B) + the FP32 output (4 B) in forward."""
     if c.loss_impl == "fp32":
         return 16 if c.tp > 1 else 12
     return 6
