@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     rows = rows_of(args.set, args.source)[:args.limit]
     print(f"{'row':>5} {'source':22} {'gpus':>5} {'meas s':>8} {'eval s':>8} {'err':>7} {'rec s':>8} {'err':>7} "
           f"{'t eval':>7} {'t rec':>7}  stated / chosen")
-    errs_e, errs_r, t_e, t_r, differ = [], [], [], [], []
+    errs_e, errs_r, t_e, t_r, differ, by_set, unanswered = [], [], [], [], [], {}, []
     for row in rows:
         flags = stated_flags(row)
         try:
@@ -152,11 +152,14 @@ def main(argv=None) -> int:
             print(f"{row.row_id:>5} {row.source:22} refused: {e}")
             continue
         if rec is None:
-            print(f"{row.row_id:>5} {row.source:22} recommend found no plan; evaluate {est.step_time_s:.3f} s")
+            print(f"{row.row_id:>5} {row.source:22} recommend found no plan; evaluate {est.step_time_s:.3f} s "
+                  f"({note or 'completed'})")
+            unanswered.append(row.row_id)
             continue
         ee, er = est.step_time_s / row.measured_s - 1, rec.step_time_s / row.measured_s - 1
         errs_e.append(abs(ee))
         errs_r.append(abs(er))
+        by_set.setdefault(row.set, []).append((abs(ee), abs(er)))
         t_e.append(te)
         t_r.append(tr)
         same = abs(est.step_time_s / rec.step_time_s - 1) < 1e-6
@@ -174,8 +177,14 @@ def main(argv=None) -> int:
     print(f"\n{len(errs_e)} rows: mean |err| evaluate {me:.2f}%, pinned recommend {mr:.2f}%, difference "
           f"{me - mr:+.2f} points (target within 0.5); median seconds per call: evaluate "
           f"{statistics.median(t_e):.3f} s, recommend {statistics.median(t_r):.3f} s")
+    for name, es in by_set.items():
+        print(f"   {name} set, {len(es)} rows: mean |err| evaluate {100 * statistics.mean(e for e, _ in es):.2f}%, "
+              f"pinned recommend {100 * statistics.mean(r for _, r in es):.2f}%")
     print(f"{len(differ)} rows where the two return different plans" +
           (": " + ", ".join(d[0] for d in differ) if differ else ""))
+    if unanswered:
+        print(f"{len(unanswered)} rows pinned recommend cannot plan (evaluate falls back to the framework's "
+              f"defaults and says so): {', '.join(unanswered)}")
     for rid, a, b in differ:
         da, db = a.to_dict(), b.to_dict()
         print(f"   {rid}: evaluate " + " ".join(f"{k}={da[k]}" for k in da if da[k] != db.get(k))
