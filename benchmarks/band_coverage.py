@@ -1,6 +1,6 @@
 """Uncertainty bands: write the validation residuals and measure the 80% band's coverage.
 
-    python benchmarks/band_coverage.py [--write] [--calibrated] [--engine graph] [--set dev|new|all]
+    python benchmarks/band_coverage.py [--write] [--calibrated] [--engine graph] [--set dev|new|all|sealed]
 
 1. Predicts every usable row of the chosen set as ``validate_published.py`` does (same rows,
    same filled-in settings, the op-graph engine by default), *out of source*: the constants
@@ -23,6 +23,11 @@
    held-back rows of that source are then predicted with the calibrated cluster and banded
    with the calibration's leave-one-out residuals. Prints held-back error before/after and
    band width and coverage with and without calibration.
+4. ``--set sealed``: the sealed split's rows, predicted with the presets' constants and banded from
+   every stored residual (:func:`sealed`); refuses ``--write`` and ``--calibrated``. Run once, by
+   the lead, at the end of an issue (tests run it on a synthetic split only).
+
+Coverage is printed per set, per source and per regime (kind, device, ZeRO bucket).
 """
 
 from __future__ import annotations
@@ -120,8 +125,15 @@ def stored(rows, engine: str) -> dict:
                       "log_residual": round(x["log_residual"], 6)} for x in rows]}
 
 
-def coverage(rows, residual_rows, comps) -> None:
-    by_src, by_set, noted = {}, {}, 0
+def regime_label(regime) -> str:
+    """``dense a100 ZeRO-0``: the regime a row is reported under (kind, device, ZeRO bucket)."""
+    return f"{regime.kind} {regime.device} ZeRO-{regime.zero}"
+
+
+def coverage(rows, residual_rows, comps, label: str = "leave-one-source-out", in_sample: bool = True) -> None:
+    """Share of measured step times inside each row's 80% band built from ``residual_rows`` less the
+    row's own source's, and the band widths, per set, per source and per regime."""
+    by_src, by_set, by_regime, noted = {}, {}, {}, 0
     for x in rows:
         src = x["row"].source
         pool = [r for r in residual_rows if r["source"] != src]
@@ -132,17 +144,21 @@ def coverage(rows, residual_rows, comps) -> None:
         noted += bool(notes)
         by_src.setdefault(src, []).append((ok, (hi - lo) / t))
         by_set.setdefault(getattr(x["row"], "set", "dev"), []).append((ok, (hi - lo) / t))
+        by_regime.setdefault(regime_label(x["regime"]), []).append((ok, (hi - lo) / t))
     everything = [v for vs in by_set.values() for v in vs]
-    for name, vs in [*by_set.items(), ("dev+new", everything)]:
+    for name, vs in [*by_set.items(), *((("+".join(by_set), everything),) if len(by_set) > 1 else ())]:
         n_in = sum(ok for ok, _ in vs)
-        print(f"80% band, leave-one-source-out, {name} set: {n_in}/{len(vs)} measured runs inside "
+        print(f"80% band, {label}, {name} set: {n_in}/{len(vs)} measured runs inside "
               f"= {100 * n_in / len(vs):.0f}% (target >= 80%); width (hi - lo) / predicted: median "
               f"{100 * statistics.median(w for _, w in vs):.1f}%, mean {100 * statistics.mean(w for _, w in vs):.1f}%"
               " (target median <= 30%)")
     print(f"   {noted}/{len(rows)} rows' bands carry a beyond-the-data note when their source is held out")
-    for src, vs in sorted(by_src.items()):
-        print(f"   {src:<24} {sum(ok for ok, _ in vs):>3}/{len(vs):<3} inside, median width "
-              f"{100 * statistics.median(w for _, w in vs):5.1f}%")
+    for what in (by_src, by_regime):
+        for src, vs in sorted(what.items()):
+            print(f"   {src:<24} {sum(ok for ok, _ in vs):>3}/{len(vs):<3} inside, median width "
+                  f"{100 * statistics.median(w for _, w in vs):5.1f}%")
+    if not in_sample:
+        return
     inb = [U.band(x["est"], x["regime"], residuals=residual_rows, components=comps) for x in rows]
     ins = sum(lo <= x["row"].measured_s <= hi for x, (lo, hi) in zip(rows, inb))
     print(f"   (in-sample, all sources' residuals: {ins}/{len(rows)} inside)")
@@ -194,14 +210,37 @@ def calibrated(rows, residual_rows, engine: str) -> None:
                   f"{100 * sum(ca) / len(ca):>6.0f}%")
 
 
+def sealed(args) -> int:
+    """Coverage of the sealed split (``load_set('sealed')``) by the bands as shipped: its rows predicted
+    with the presets' constants (fitted on the development set, never on the sealed split) and banded
+    from every stored residual (``costmodel/data/residuals.json``: dev and new, no sealed row). Nothing
+    is written and nothing is fitted on the sealed rows."""
+    if args.write or args.calibrated:
+        flag = "--write" if args.write else "--calibrated"
+        print(f"band_coverage: {flag} is refused with --set sealed (the sealed split is scored, never fitted "
+              "or stored)", file=sys.stderr)
+        return 2
+    rows = predicted_rows(args.engine, "sealed", constants={})
+    residual_rows = U.stored_residuals()
+    if not rows or not residual_rows:
+        print(f"band_coverage: no {'sealed rows' if not rows else 'stored residuals'} to score", file=sys.stderr)
+        return 2
+    coverage(rows, residual_rows, U.stored_components(), label="sealed split, bands from the stored dev+new "
+             "residuals", in_sample=False)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {U.RESIDUALS.relative_to(Path.cwd()) if U.RESIDUALS.is_relative_to(Path.cwd()) else U.RESIDUALS}")
     ap.add_argument("--calibrated", action="store_true", help="also measure calibration on 3 rows per source")
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph")
-    ap.add_argument("--set", choices=("dev", "new", "all"), default="dev",
-                    help="published set(s) whose residuals build the bands (default: %(default)s)")
+    ap.add_argument("--set", choices=("dev", "new", "all", "sealed"), default="dev",
+                    help="published set(s) whose residuals build the bands (default: %(default)s); sealed: the "
+                         "sealed split's coverage by the stored bands (scored once, by the lead, at the end)")
     args = ap.parse_args(argv)
+    if args.set == "sealed":
+        return sealed(args)
     rows = predicted_rows(args.engine, args.set)
     doc = stored(rows, args.engine)
     if args.write:

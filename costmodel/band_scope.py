@@ -9,7 +9,7 @@ summarised in the same file) and returns what the plan rests on that no measurem
 * ``outside``: the device family, the software stack (``ClusterSpec.stack``), the regime (kind and
   ZeRO bucket on that device) or a mechanism the plan uses (expert all-to-all, grouped GEMM, FP8
   GEMM, fused attention on that device class) has no measured run / no component data. The band
-  then falls back to the widest band of the measured regimes (:func:`costmodel.uncertainty.band_log`).
+  then falls back to the band of all measured runs pooled (:func:`costmodel.uncertainty.outside_band`).
 * ``scale_ratio``: the plan's GPU count over the largest measured run of its regime (kind, device,
   ZeRO bucket) on its stack, when above 1. The band widens with ``log2`` of it
   (:data:`costmodel.uncertainty.DRIFT_PER_DOUBLING`).
@@ -38,7 +38,7 @@ CLASSES = (("a100", "ampere"), ("a800", "ampere"), ("h100", "hopper"), ("h200", 
 
 @dataclass(frozen=True, kw_only=True)
 class Scope:
-    """What :func:`scope` found: ``outside`` (fall back to the widest band), ``scale_ratio`` (>= 1)
+    """What :func:`scope` found: ``outside`` (fall back to the pooled band), ``scale_ratio`` (>= 1)
     and ``notes`` (one sentence per finding)."""
 
     outside: bool = False
@@ -86,17 +86,17 @@ def scope(keys: dict, gpus: int, stack: str, plan_mechanisms, rows, components,
     on_dev = [r for r in rows if r["regime"].get("device") == dev]
     if not on_dev:
         outside = True
-        notes.append(f"no measured run on {dev}: band at the widest of the measured regimes")
+        notes.append(f"no measured run on {dev}: band of all measured runs pooled")
     stacks = {r.get("stack") for r in rows if r.get("stack")}
     if stacks and stack not in stacks:
         outside = True
-        notes.append(f"no measured run on stack {stack} (measured: {', '.join(sorted(stacks))}): band at the widest "
-                     "of the measured regimes")
+        notes.append(f"no measured run on stack {stack} (measured: {', '.join(sorted(stacks))}): band of all "
+                     "measured runs pooled")
     regime = [r for r in on_dev if r["regime"].get("kind") == kind and r["regime"].get("zero") == zero]
     if on_dev and not regime:
         outside = True
-        notes.append(f"no measured run of {kind} ZeRO-{zero} training on {dev}: band at the widest of the "
-                     "measured regimes")
+        notes.append(f"no measured run of {kind} ZeRO-{zero} training on {dev}: band of all measured "
+                     "runs pooled")
     ratio = 1.0
     sized = [r["gpus"] for r in regime if r.get("gpus") and r.get("stack", stack) == stack]
     if sized and gpus > max(sized):
@@ -109,5 +109,5 @@ def scope(keys: dict, gpus: int, stack: str, plan_mechanisms, rows, components,
         if missing:
             outside = True
             notes.append(f"no component data (benchmarks/data/components) for {', '.join(missing)} on {cls}-class "
-                         "GPUs: band at the widest of the measured regimes")
+                         "GPUs: band of all measured runs pooled")
     return Scope(outside=outside, scale_ratio=ratio, notes=tuple(notes))

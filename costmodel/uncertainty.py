@@ -15,9 +15,13 @@ Where it comes from. Two parts, added in log space (errors are ratios):
    (``benchmarks/calibrate.py``'s leave-one-source-out fit), and tagged with its regime: dense/MoE, ZeRO stage bucket
    (0, 1-2, 3), scale bucket (GPUs 1-8, 9-64, 65-512, 513+) and device family. The pool is the
    rows of the plan's regime, backing off to coarser regimes (dropping scale, then ZeRO, then
-   device) until it holds :data:`MIN_POOL` rows. The band is the normal prediction interval
-   of that pool, ``mean +- t(n-1) * sd * sqrt(1 + 1/n)``, so a biased regime gets an
-   asymmetric band and a small pool a wider one.
+   device) until it holds :data:`MIN_POOL` (9) rows. Bias and spread are read separately
+   (:mod:`costmodel.band_spread`): the band is centred on the pool's signed mean residual (the
+   model's bias on runs like this; the prediction itself is not corrected), and its half-width is
+   the split-conformal 80% quantile of the pool's distances from the centre, each distance taken
+   from a centre computed without that row's source (the error a centre makes on a new source).
+   A biased regime gets a band off-centre (never excluding the estimate), a regime whose sources
+   disagree a wide one.
 2. *Sensitivity to the uncertain constants.* The change of this plan's step time for a typical
    error of each calibratable constant (:mod:`costmodel.calibration`: ~10% of an efficiency,
    0.05 of the interference), added in quadrature. Fully where the plan's device family has
@@ -36,7 +40,8 @@ Two widenings, also in quadrature, each with a note in words (:func:`band_detail
    completions of what the user stated (``planner evaluate``: the best completions the pinned
    search returns); 0 with nothing unstated.
 4. *Beyond the data* (:mod:`costmodel.band_scope`). A device, stack, regime or mechanism without
-   measured runs or component data: the band is the widest of the measured regimes' bands. More
+   measured runs or component data: the band is that of every measured run pooled (never narrower
+   than the plan's own pool; :func:`outside_band`). More
    GPUs than the largest measured run of the regime: the pool's sd is added again per doubling
    beyond it (:data:`DRIFT_PER_DOUBLING`; an assumption, not fitted: no data lies there).
 
@@ -58,13 +63,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from .band_spread import KEYS, MIN_POOL, centre_and_spread, normal_interval, pool_rows  # noqa: F401
 from .config import ParallelConfig
 from .errors import SpecError
 from .specs import ClusterSpec, ModelSpec, Workload
 
 RESIDUALS = Path(__file__).parent / "data" / "residuals.json"
 LEVEL = 0.8
-MIN_POOL = 6
 #: share of the constants' typical errors left on a device family the validation covers
 VALIDATED_SHARE = 0.5
 #: run-to-run variation of a measured step time (log sd), a floor on every band
@@ -74,7 +79,6 @@ PRIOR_RUNS = 3
 #: log-sd added per doubling of GPUs beyond the largest measured run of a regime, in units of the
 #: regime pool's sd (an assumption stated, not fitted: by construction no measurement lies there)
 DRIFT_PER_DOUBLING = 1.0
-KEYS = ("kind", "device", "zero", "scale")  # backoff drops from the right
 SCALES = ((8, "1-8"), (64, "9-64"), (512, "65-512"))
 
 
@@ -174,14 +178,10 @@ def stored_residuals() -> list[dict]:
 
 
 def pool_for(regime: Regime, residuals) -> tuple[list[float], dict]:
-    """The residuals of the most specific regime with :data:`MIN_POOL` rows, and the keys it matched."""
-    want = regime.keys()
-    for n in range(len(KEYS), -1, -1):
-        keys = {k: want[k] for k in KEYS[:n]}
-        pool = [r["log_residual"] for r in residuals if all(r["regime"].get(k) == v for k, v in keys.items())]
-        if len(pool) >= MIN_POOL:
-            return pool, keys
-    return [r["log_residual"] for r in residuals], {}
+    """The residuals of the most specific regime with :data:`MIN_POOL` rows, and the keys it matched
+    (:func:`costmodel.band_spread.pool_rows`)."""
+    pool, keys = pool_rows(regime.keys(), residuals)
+    return [r["log_residual"] for r in pool], keys
 
 
 @lru_cache(maxsize=256)
@@ -216,11 +216,10 @@ def _norm_ppf(p: float) -> float:
 
 
 def _interval(values, level: float) -> tuple[float, float, float]:
-    """(mean, half-width, n) of the normal prediction interval of ``values`` at ``level``."""
-    n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else abs(mean)
-    return mean, t_quantile(0.5 + level / 2, max(n - 1, 1)) * sd * math.sqrt(1 + 1 / n), n
+    """(mean, half-width, n) of the normal prediction interval of ``values`` at ``level``
+    (:func:`costmodel.band_spread.normal_interval`; the serving bands use it)."""
+    mean, half = normal_interval(values, level)
+    return mean, half, len(values)
 
 
 def _calibrated_interval(cal, pool, level: float) -> tuple[float, float]:
@@ -236,16 +235,13 @@ def _calibrated_interval(cal, pool, level: float) -> tuple[float, float]:
     return mean, t_quantile(0.5 + level / 2, n + k - 1) * math.sqrt(var) * math.sqrt(1 + 1 / n)
 
 
-def widest(residuals, level: float = LEVEL) -> tuple[float, float, dict]:
-    """``(mean, half-width, keys)`` of the widest band over the regimes of ``residuals`` (each
-    regime's pool as :func:`pool_for` builds it): the band of a plan outside the data."""
-    out = None
-    for keys in {tuple(sorted(r["regime"].items())) for r in residuals}:
-        pool, matched = pool_for(Regime(**dict(keys)), residuals)
-        mean, half, _ = _interval(pool, level)
-        if out is None or half > out[1]:
-            out = (mean, half, matched)
-    return out
+def outside_band(residuals, level: float = LEVEL) -> tuple[float, float, int]:
+    """``(centre, half-width, rows)`` of the band of a plan outside the measured regimes: every measured run
+    pooled, its spread the error the pooled centre makes on a source it did not see
+    (:func:`costmodel.band_spread.centre_and_spread` with no regime key): regimes taken as exchangeable,
+    the one assumption that lets measured runs speak for an unmeasured regime."""
+    c, half, n, _ = centre_and_spread({}, residuals, level)
+    return c, half, n
 
 
 def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components=None) -> tuple:
@@ -258,24 +254,24 @@ def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components
     if not residuals:
         raise SpecError("residuals", 0, f"validation residuals in {RESIDUALS} (run benchmarks/band_coverage.py)")
     pool, _ = pool_for(regime, residuals)
-    mean, half, _ = _interval(pool, level)
-    sd_pool = half / max(t_quantile(0.5 + level / 2, max(len(pool) - 1, 1)), 1e-9)
+    mean, half, _, _ = centre_and_spread(regime.keys(), residuals, level)  # the bias, then the spread about it
+    z = _norm_ppf(0.5 + level / 2)
+    sd_pool = half / z  # the spread as a normal sd, the unit of the scale drift
     where = scope(regime.keys(), regime.gpus, regime.stack or "", regime.mechanisms, residuals, components,
                   device_name=regime.device_name or None)
     notes = list(where.notes)
     if where.outside:
-        w_mean, w_half, w_keys = widest(residuals, level)
-        if w_half > half:
-            mean, half = w_mean, w_half
-            what = ", ".join(f"{k} {v}" for k, v in w_keys.items()) or "all measured runs"
-            notes.append(f"widest band used: that of {what} (80% band +-{100 * (math.exp(w_half) - 1):.0f}%)")
+        o_mean, o_half, n = outside_band(residuals, level)
+        if o_half > half:  # never narrower than the plan's own (backed-off) pool
+            mean, half = o_mean, o_half
+        notes.append(f"band of all {n} measured runs pooled, as a new source's error "
+                     f"(80% band +-{100 * (math.exp(half) - 1):.0f}% about its centre)")
     covered = any(r["regime"].get("device") == regime.device for r in residuals)
     share = VALIDATED_SHARE if covered else 1.0
     cal = list(regime.calibration_log_residuals)
     if len(cal) >= 3:
         mean, half = _calibrated_interval(cal, pool, level)
         share = VALIDATED_SHARE
-    z = _norm_ppf(0.5 + level / 2)
     sens = share * regime.sens_log_sd
     drift = DRIFT_PER_DOUBLING * sd_pool * math.log2(where.scale_ratio)
     comp = regime.completion_log_sd

@@ -22,7 +22,7 @@ import math
 import re
 import sys
 
-from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, RECOMPUTE
+from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_MODULES
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
@@ -160,6 +160,14 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
                         f"framework (costmodel.stacks; default {DEFAULT_STACK}, the current NVIDIA stack)")
 
 
+def _module_list(text: str) -> tuple[str, ...]:
+    """``--recompute-modules layernorm,moe`` -> ``("layernorm", "moe")``; ValueError for an unknown or no module."""
+    mods = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not mods or any(m not in RECOMPUTE_MODULES for m in mods):
+        raise ValueError(text)
+    return mods
+
+
 def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -> None:
     """The parallel plan: ``--tp --pp --dp --ep --cp --vp --mb --sp/--no-sp --zero --recompute ...``;
     ``dispatcher``: also ``--ep-dispatcher`` (evaluate, explain: the search plans the alltoall one)."""
@@ -176,6 +184,18 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
                    help="ZeRO stage (1 = distributed optimizer)")
     g.add_argument("--recompute", type=choice_arg("recompute", RECOMPUTE),
                    metavar="{" + ",".join(RECOMPUTE) + "}", help="activation recomputation")
+    g.add_argument("--recompute-modules", metavar="M[,M...]",
+                   type=_converter("recompute_modules", _module_list,
+                                   f"a comma-separated list of {', '.join(RECOMPUTE_MODULES)}"),
+                   help="with --recompute selective under Megatron-Core: the --recompute-modules replayed "
+                        "(default core_attn; e.g. layernorm,moe)")
+    g.add_argument("--optimizer-dtype", type=choice_arg("optimizer_dtype", OPTIMIZER_DTYPES),
+                   metavar="{" + ",".join(OPTIMIZER_DTYPES) + "}",
+                   help="dtype of the optimizer's master weights and moments (default fp32; bf16: a model built in "
+                        "bfloat16 whose optimizer updates it in place)")
+    g.add_argument("--fp8-param-gather", action="store_true", default=None,
+                   help="FP8 parameters gathered by the distributed optimizer (Megatron-Core --fp8-param-gather; "
+                        "needs --zero 1 or more)")
     g.add_argument("--recompute-layers", type=int_arg("recompute_layers", 0), metavar="N",
                    help="with --recompute full: layers per stage recomputed (default: all)")
     g.add_argument("--bucket-mb", type=float_arg("bucket_mb"), metavar="MB",
@@ -340,7 +360,8 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     tensor-parallel group, and there is none. ``layers`` (the model's) turns the split flags
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
-    keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
+    keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_modules",
+            "optimizer_dtype", "fp8_param_gather",
             "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma", "grad_dtype",
             "ep_dispatcher")
     fields = {k: getattr(args, k, None) for k in keys}
@@ -385,6 +406,23 @@ def limits_from_args(args: argparse.Namespace, layers: int | None = None):
                   tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
                   fused_elementwise=kernels["fused_elementwise"],
                   vp_max=args.vp_max, layers_per_stage=split_from_args(args, layers) if layers else None)
+
+
+def plan_options(args: argparse.Namespace) -> tuple:
+    """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher, recompute modules,
+    optimizer dtype and FP8 parameter gather (every plan runs them; the modules those with selective
+    recompute, the FP8 gather those with ZeRO >= 1)."""
+    return tuple((k, getattr(args, k)) for k in ("ep_dispatcher", "recompute_modules", "optimizer_dtype",
+                                                 "fp8_param_gather")
+                 if getattr(args, k, None) is not None)
+
+
+def problem_of(args: argparse.Namespace, model, cluster, workload):
+    """The search problem of ``recommend``'s flags: stated config flags pinned, the rest free."""
+    from search.problem import Problem
+    return Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
+                   framework=framework_from_args(args), grad_dtype=getattr(args, "grad_dtype", None) or "fp32",
+                   options=plan_options(args))
 
 
 def layout_fields(args: argparse.Namespace, fields: dict, layout: str) -> None:

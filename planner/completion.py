@@ -9,9 +9,9 @@ when its configuration leaves them out instead (:func:`costmodel.framework_defau
 Degrees (tp, pp, cp, ep) are never chosen: unstated, they are 1, and dp fills the GPUs.
 
 The result lists what was chosen (``chosen``), so a number is never read as the literal plan when it
-is the planner's completion of it, and how much the choice matters: the log-sd of the step times of
-the :data:`TOP_K` best completions the search returns around the chosen one (:func:`spread_log_sd`),
-which widens the 80% band (``costmodel.uncertainty``, part 3). With nothing unstated, or with the
+is the planner's completion of it, and how much the choice matters: the log-sd of the op-graph step
+times of the :data:`TOP_K` best completions the search re-scored around the chosen one
+(:func:`spread_log_sd`; the plans within the re-score band of the analytic optimum), which widens the 80% band (``costmodel.uncertainty``, part 3). With nothing unstated, or with the
 knobs at the framework's defaults (a stated rule, no choice), there is no spread.
 """
 
@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import warnings
 from dataclasses import replace
 
-from costmodel.errors import PlannerError
+from costmodel.errors import PlannerError, SpecError
+from costmodel.estimate import evaluate
 from costmodel.framework_defaults import framework_defaults
+from costmodel.frameworks import moe_needs_sp
 
-from .args import config_from_args, framework_from_args, limits_from_args
+from .args import config_from_args, framework_from_args, problem_of
 
 #: the tuning knobs evaluate completes (CLI dest names); the stage split is completed as well
 TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")
@@ -34,7 +37,8 @@ SPLIT_FLAGS = ("layout", "layers_per_stage", "first_stage_layers", "last_stage_l
 SEARCH_DEFAULTS = {"pp_max": None, "tp_max": None, "no_zero3": False, "headroom_gib": 0.0,
                    "tp_across_nodes": True, "mb_max": 16, "vp_max": 8}
 TIME_LIMIT_S = 20.0
-#: completions whose step times make the spread of the unstated choices
+#: completions whose step times make the spread of the unstated choices (of those the search re-scores:
+#: the search itself is recommend's, one plan asked for, so evaluate answers with recommend's plan and speed)
 TOP_K = 4
 
 
@@ -55,7 +59,9 @@ def _degrees(args: argparse.Namespace, gpus: int | None) -> dict:
     return d
 
 
-def _chosen(config, keys: list[str]) -> dict:
+def chosen_knobs(config, keys: list[str]) -> dict:
+    """``{knob: value}`` of ``config`` for the CLI knob names ``keys`` (``bucket_mb`` in MB, ``sp`` as on/off,
+    ``layers_per_stage`` as a list or ``even``): what the planner chose, as the output lists it."""
     out = {}
     for k in keys:
         if k == "bucket_mb":
@@ -77,12 +83,16 @@ def with_framework_defaults(args: argparse.Namespace, model, cluster, workload):
     fw = framework_from_args(args)
     defaults = framework_defaults(fw, dp=deg["dp"], pp=deg["pp"], global_batch=workload.global_batch,
                                   zero=getattr(args, "zero", None), tp=deg["tp"])
+    if "sp" in keys and moe_needs_sp(fw, moe=model.is_moe, tp=deg["tp"]):
+        # Megatron's --sequence-parallel defaults off, but its MoE layer refuses TP without it: a run of that
+        # model had it on (costmodel.frameworks.moe_needs_sp), so the only runnable default is on
+        defaults = {**defaults, "sp": True}
     filled = argparse.Namespace(**vars(args))
     for k in keys:
         if k in defaults:
             setattr(filled, k, defaults[k])
     config = config_from_args(filled, gpus, model.layers)
-    return config, _chosen(config, [k for k in keys if k != "layers_per_stage"])
+    return config, chosen_knobs(config, [k for k in keys if k != "layers_per_stage"])
 
 
 def spread_log_sd(step_times_s) -> float:
@@ -104,7 +114,7 @@ def complete(args: argparse.Namespace, model, cluster, workload):
 
     ``note`` is empty, or says why the completion fell back to the framework's defaults (no
     completion of the stated plan fits, or the search found none in its time). ``spread``: the
-    :func:`spread_log_sd` of the :data:`TOP_K` best completions (0 with nothing chosen)."""
+    :func:`spread_log_sd` of the :data:`TOP_K` best re-scored completions (0 with nothing chosen)."""
     literal = config_from_args(args, cluster.num_gpus or None, model.layers)  # refuses what is stated wrongly
     keys = unstated(args)
     if getattr(args, "framework_defaults", False):
@@ -113,9 +123,7 @@ def complete(args: argparse.Namespace, model, cluster, workload):
     if not keys:
         return literal, {}, "", 0.0
     from search.pins import check_pins
-    from search.problem import Problem
     from search.solve import SolveOptions, solve
-
 
     gpus = cluster.num_gpus or None
     pinned = argparse.Namespace(**{**SEARCH_DEFAULTS, **vars(args)})
@@ -125,11 +133,9 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         d = _degrees(args, gpus)
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])
     try:
-        problem = Problem(model=model, cluster=cluster, workload=workload,
-                          limits=limits_from_args(pinned, model.layers), framework=framework_from_args(args),
-                          grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
+        problem = problem_of(pinned, model, cluster, workload)  # recommend's problem of the same flags
         check_pins(problem)  # a stated knob no runnable plan has (e.g. chunks the framework cannot run)
-        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, top_k=TOP_K))
+        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True))  # recommend's search
         why = "" if result.plans else (result.explanation or result.status)
     except PlannerError as e:
         why = str(e)
@@ -138,10 +144,52 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         return (config, chosen, f"no runnable completion of the stated plan fits ({why}): unstated knobs at the "
                 "framework's defaults", 0.0)
     config = result.best.config
-    stated_only = {k: getattr(args, k) for k in ("ep_dispatcher", "dma") if getattr(args, k, None) is not None}
+    stated_only = {k: getattr(args, k) for k in ("dma",) if getattr(args, k, None) is not None}
     if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)
         stated_only.update(layout=literal.layout, layers_per_stage=literal.layers_per_stage, vp=literal.vp)
     if stated_only:
         config = replace(config, **stated_only)
-    spread = spread_log_sd([p.estimate.step_time_s for p in result.plans])  # one engine for all K
-    return config, _chosen(config, keys), "", spread
+    spread = spread_log_sd(result.rescored_graph_s[:TOP_K])  # the op-graph times the search re-scored
+    return config, chosen_knobs(config, keys), "", spread
+
+
+def priced(model, cluster, workload, config):
+    """The estimate ``planner evaluate`` prints for ``config`` (the default engine; the stage split
+    chosen when the layers do not divide and none is given). A plan its framework cannot run is still
+    evaluated as given, with a warning (``--emit`` refuses it)."""
+    from costmodel.frameworks import check_runnable
+    from search.layout import with_best_layout
+    try:
+        check_runnable(config, cluster.device)
+    except SpecError as e:
+        warnings.warn(f"{e}: evaluated as given, though {config.framework} cannot run it (--emit refuses it)")
+    if not cluster.num_gpus:
+        cluster = cluster.with_gpus(config.gpus)
+    config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
+    return evaluate(model, cluster, workload, config)
+
+
+def evaluate_stated(args: argparse.Namespace, model, cluster, workload):
+    """``(estimate, config, chosen, note, spread)`` of ``planner evaluate``'s flags ``args`` on the given
+    model, cluster and workload: :func:`complete` and then :func:`priced` (benchmarks/evaluate_partial.py
+    runs it on the published rows)."""
+    config, chosen, note, spread = complete(args, model, cluster, workload)
+    est = priced(model, cluster, workload, config)
+    return est, est.config, chosen, note, spread
+
+
+#: what ``recommend`` may choose beyond the tuning knobs: the degrees (CLI dest names)
+DEGREES = ("tp", "pp", "dp", "cp", "ep")
+
+
+def recommend_choices(args: argparse.Namespace, config) -> tuple[dict, dict]:
+    """``(pinned, chosen)`` of a ``recommend`` answer: the knobs its flags pinned, and every other
+    degree and tuning knob the search chose (the stage split too, where pp > 1)."""
+    from .args import FIXABLE
+    pinned = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None and k != "dma"}
+    if "bucket_mb" in pinned:
+        pinned["bucket_mb"] = round(pinned["bucket_mb"], 3)
+    keys = [k for k in DEGREES + TUNING if k not in pinned]
+    if config.pp > 1 and getattr(args, "layers_per_stage", None) is None:
+        keys.append("layers_per_stage")
+    return pinned, chosen_knobs(config, keys)

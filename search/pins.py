@@ -127,8 +127,11 @@ def _skeletons(p: Problem, limit: int = 4096):
         per_dp = p.workload.global_batch // dp if p.workload.global_batch % dp == 0 else 1
         mbs = [f["mb"]] if "mb" in f else divisors(per_dp)[:8]
         for mb in mbs:
+            # unpinned sp: on for an MoE model (Megatron-Core, whose rules the skeleton is checked by, trains
+            # MoE with TP only with it: costmodel.frameworks.moe_needs_sp), a plan the search may choose
+            sp = bool(f["sp"]) if "sp" in f else p.model.is_moe
             yield dict(tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=f.get("ep", 1), vp=f.get("vp", 1),
-                       sp=bool(f.get("sp", False)) and tp > 1)
+                       sp=sp and tp > 1)
 
 
 def joint_reason(p: Problem) -> SpecError | None:

@@ -119,7 +119,7 @@ class Limits:
 
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
-PLAN_OPTIONS = ("fp8_param_gather", "optimizer_dtype", "recompute_modules")
+PLAN_OPTIONS = ("fp8_param_gather", "optimizer_dtype", "recompute_modules", "ep_dispatcher")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +136,8 @@ class Problem:
     grad_dtype: str = "fp32"
     #: plan settings every plan of the search runs with, as ``(ParallelConfig field, value)`` pairs from
     #: :data:`PLAN_OPTIONS` (e.g. ``(("fp8_param_gather", True),)``): the run's numerics and recompute
-    #: modules, not search variables (``recompute_modules`` applies to the selective-recompute plans)
+    #: modules and the EP dispatcher (a stack choice), not search variables (``recompute_modules`` applies to
+    #: the selective-recompute plans, ``ep_dispatcher`` to those with ep > 1)
     options: tuple = ()
 
     def __post_init__(self):

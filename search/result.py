@@ -79,6 +79,7 @@ class SolveResult:
     band: float | None = None  # the band, a fraction of the analytic optimum
     within_band: int = 0  # plans found within the band (at most SolveOptions.rescore_max)
     rescored: int = 0  # of those, scheduled by the op-graph engine before the time limit
+    rescored_graph_s: tuple = ()  # their op-graph step times, the answer's first, then fastest first
     graph_objective_s: float | None = None  # the chosen plan's op-graph step time
     analytic_best_graph_s: float | None = None  # the analytic optimum's op-graph step time
     fastest_graph_s: float | None = None  # the fastest re-scored plan's (the chosen one is within memory_tie)

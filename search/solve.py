@@ -396,7 +396,6 @@ def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOpt
         graphs[sc] = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")
         graph_s[sc] = graphs[sc].step_time_s
     ranked = sorted(graph_s, key=lambda sc: (graph_s[sc], sc.objective, sc.choice, sc.split))
-    res.rescored = len(graph_s)
     res.within_band = len(pool)
     res.stats["rescore_s"] = time.perf_counter() - t0
     fastest = ranked[0]
@@ -409,6 +408,8 @@ def _rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOpt
     tie = [sc for sc in pool if graph_s[sc] <= graph_s[pool[0]] * (1 + options.memory_tie)]
     chosen = min(tie, key=lambda sc: (graphs[sc].peak_memory_bytes, graph_s[sc], sc.objective, sc.choice, sc.split))
     ranked = [chosen] + [sc for sc in ranked if sc is not chosen]
+    res.rescored = len(graph_s)
+    res.rescored_graph_s = tuple(graph_s[sc] for sc in ranked)
     res.memory_tie = options.memory_tie
     res.memory_margin = options.memory_margin
     res.margin_kept = not at_risk(graphs[chosen].peak_memory_bytes, usable, options.memory_margin)

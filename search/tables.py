@@ -112,6 +112,8 @@ class Choice:
             opts.pop("recompute_modules", None)
         if self.zero < 1:
             opts.pop("fp8_param_gather", None)
+        if self.shape.ep == 1:
+            opts.pop("ep_dispatcher", None)  # no expert-parallel dispatch to run
         return opts
 
     def per_microbatch(self):
@@ -238,8 +240,9 @@ class Tables:
                                    chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
                                    flash_attention=self.p.limits.flash_attention, framework=choice.framework,
                                    grad_dtype=choice.grad_dtype, fused_elementwise=self.p.limits.fused_elementwise,
-                                   # the timing reads the recompute modules only
-                                   **{k: v for k, v in choice.config_options().items() if k == "recompute_modules"})
+                                   # the timing reads the recompute modules and the EP dispatcher only
+                                   **{k: v for k, v in choice.config_options().items()
+                                      if k in ("recompute_modules", "ep_dispatcher")})
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference

@@ -47,3 +47,28 @@ def test_stored_residuals_are_out_of_source():
             assert (field in x["constants"]) == multi, (label, r.row_id)
             assert (field in x["in_sample_constants"]) == (not multi), (label, r.row_id)
     assert stored["components"] == B.components()
+
+
+def test_sealed_coverage_path_runs_on_a_synthetic_split(tmp_path, monkeypatch, capsys):
+    """``band_coverage.py --set sealed`` scores a split with the stored bands, fits and writes nothing;
+    run here on three rows of the (unsealed) new set standing in for the sealed split."""
+    import csv as _csv
+
+    import band_coverage as BC
+    import published as P
+    with open(P.SETS["new"], newline="") as f:
+        recs = [r for r in _csv.DictReader(f) if r["row_id"] in ("101", "102", "103")]
+    fake = tmp_path / "published_sealed_synthetic.csv"
+    with open(fake, "w", newline="") as f:
+        w = _csv.DictWriter(f, fieldnames=list(recs[0]))
+        w.writeheader()
+        w.writerows(recs)
+    monkeypatch.setitem(P.SETS, "sealed", fake)
+    before = BC.U.RESIDUALS.read_text()
+    assert BC.main(["--set", "sealed", "--engine", "analytic"]) == 0
+    out = capsys.readouterr().out
+    assert "80% band, sealed split" in out and "/3 measured runs inside" in out
+    assert "in-sample" not in out  # no second scoring with the split's own rows
+    assert BC.main(["--set", "sealed", "--write"]) == 2
+    assert "refused" in capsys.readouterr().err
+    assert BC.U.RESIDUALS.read_text() == before

@@ -73,12 +73,14 @@ def test_end_to_end_a_plan_at_ten_times_the_data():
     assert lo <= est.step_time_s <= hi and any("extrapolating" in n for n in notes)
 
 
-def test_no_residuals_of_a_regime_falls_back_to_the_widest_and_says_so():
-    mean, half, keys = U.widest(ROWS)
+def test_no_residuals_of_a_regime_falls_back_to_all_runs_pooled_and_says_so():
+    mean, half, n = U.outside_band(ROWS)
+    assert n == len(ROWS)
     for r, said in ((regime(device="b200", device_name="B200"), "no measured run on b200"),
                     (regime(kind="moe", zero="0", mechanisms=()), "no measured run of moe ZeRO-0 training on a100")):
         lo, hi, notes = U.band_detail(replace(r, sens_log_sd=0.0), residuals=ROWS, components=COMPONENTS)
-        assert any(said in n for n in notes) and any(n.startswith("widest band used") for n in notes)
+        assert any(said in n for n in notes) and any(n.startswith(f"band of all {len(ROWS)} measured runs pooled")
+                                                     for n in notes)
         assert hi - lo >= 2 * half - 1e-9
         assert hi - lo > width(regime(sens_log_sd=0.0))[0]  # wider than a measured regime's
 

@@ -153,7 +153,16 @@ def test_ep_dispatcher_is_evaluated_and_emitted(capsys):
     assert "--moe-grouped-gemm" in out
 
 
-def test_ep_dispatcher_is_not_a_search_choice(capsys):
-    # recommend plans the alltoall dispatcher; the flag is refused in one line rather than ignored
-    code, out, err = run(capsys, ["recommend", *MOE[:10], "--ep-dispatcher", "deepep"])
-    assert code == 2 and out == "" and err.count("\n") == 1 and "--ep-dispatcher" in err
+def test_ep_dispatcher_is_stated_not_chosen_by_recommend(capsys):
+    # the dispatcher is a stack choice: recommend plans every candidate with the stated one (issue 23: evaluate's
+    # completion and pinned recommend answer the same plan), and the default stays alltoall
+    pins = [*MOE, "--json"]
+    code, out, _ = run(capsys, ["recommend", *pins, "--ep-dispatcher", "deepep"])
+    deepep = json.loads(out)
+    code2, out2, _ = run(capsys, ["recommend", *pins])
+    a2a = json.loads(out2)
+    assert code == code2 == 0
+    assert deepep["config"]["ep_dispatcher"] == "deepep" and a2a["config"]["ep_dispatcher"] == "alltoall"
+    assert deepep["step_time_s"] < a2a["step_time_s"]  # one network copy per destination node
+    code, out, err = run(capsys, ["recommend", *MOE[:10], "--ep-dispatcher", "nccl"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "ep_dispatcher" in err

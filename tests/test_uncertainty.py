@@ -19,12 +19,14 @@ W = Workload(global_batch=64, seq_len=2048)
 PLAN = ParallelConfig(tp=8, pp=8, vp=3, sp=True, recompute="selective")
 
 
-def rows(values, **keys):
+def rows(values, source=None, **keys):
+    """Residual rows of one regime, each from a source of its own unless ``source`` names one for all."""
     regime = {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64", **keys}
-    return [{"regime": regime, "log_residual": v, "source": "s", "row_id": str(i)} for i, v in enumerate(values)]
+    return [{"regime": regime, "log_residual": v, "source": source or f"s{i}", "row_id": str(i)}
+            for i, v in enumerate(values)]
 
 
-SPREAD = rows([-0.06, -0.03, -0.01, 0.0, 0.01, 0.02, 0.04, 0.05])
+SPREAD = rows([-0.06, -0.03, -0.01, 0.0, 0.01, 0.02, 0.04, 0.05, -0.02, 0.03])
 
 
 def regime(**kw):
@@ -65,19 +67,33 @@ def test_band_brackets_the_prediction():
 
 
 def test_band_from_residuals_hand_computed():
-    # residuals ln(pred/meas): mean 0.0025, sd 0.0378; t(0.9, 7) = 1.415 -> half 1.415*0.0378*sqrt(9/8) = 0.0567
+    # ten sources, sum S = 0.03: centre 0.003. Row i's centre without its own source is (S - r_i) / 9, so its
+    # score is |10 r_i - S| / 9: 0.07, 0.0367, 0.0144, 0.0033, 0.0078, 0.0189, 0.0411, 0.0522, 0.0256, 0.03;
+    # the conformal 80% quantile of 10 is the ceil(0.8 * 11) = 9th smallest, 0.0522 (r = 0.05); the noise floor
+    # adds 1.2816 * 0.01 in quadrature: half = sqrt(0.0522^2 + 0.0128^2) = 0.0538
     vals = [e["log_residual"] for e in SPREAD]
-    mean = sum(vals) / 8
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / 7)
-    half = math.sqrt((U.t_quantile(0.9, 7) * sd * math.sqrt(9 / 8)) ** 2 + (1.2816 * U.NOISE_SD) ** 2)
+    total = sum(vals)
+    scores = sorted(abs(10 * v - total) / 9 for v in vals)
+    half = math.sqrt(scores[8] ** 2 + (1.2816 * U.NOISE_SD) ** 2)
     lo, hi = U.band_log(regime(), residuals=SPREAD)
-    assert (lo, hi) == pytest.approx((-mean - half, -mean + half), rel=1e-3)
+    assert (lo, hi) == pytest.approx((-total / 10 - half, -total / 10 + half), rel=1e-3)
+    assert half == pytest.approx(0.0538, abs=5e-4)
+
+
+def test_one_sources_agreement_is_not_trusted_as_a_new_sources():
+    # the same residuals from one source: no centre can be checked on another source, so the distances
+    # are taken from the uncorrected prediction (centre 0) and the band is wider than from ten sources
+    ten = U.band_log(regime(), residuals=rows([0.08, 0.09, 0.1, 0.11, 0.12, 0.1, 0.09, 0.11, 0.1, 0.1]))
+    one = U.band_log(regime(), residuals=rows([0.08, 0.09, 0.1, 0.11, 0.12, 0.1, 0.09, 0.11, 0.1, 0.1], source="s"))
+    assert ten[1] == 0.0 and -0.14 < ten[0] < -0.1  # ten sources agree: a band about their bias
+    assert one[0] < ten[0] - 0.05 and one[1] > 0.0  # one source: its bias is not taken for a new source's
 
 
 def test_biased_regime_gives_an_asymmetric_band():
-    lo, hi = U.band_log(regime(), residuals=rows([0.08, 0.09, 0.1, 0.11, 0.12, 0.1]))  # predicts 10% slow
+    # predicts 10% slow, in six sources alike: the band is centred on the bias (the prediction is not moved)
+    lo, hi = U.band_log(regime(), residuals=rows([0.08, 0.09, 0.1, 0.11, 0.12, 0.1]))
     # measured is faster than predicted; the band still holds its own estimate (issue 23): hi is 0, not below
-    assert hi == 0.0 and lo < -0.1
+    assert hi == 0.0 and -0.16 < lo < -0.1
 
 
 def test_more_sensitivity_wider_band():
@@ -102,9 +118,9 @@ def test_higher_level_wider_band():
 
 def test_pool_backs_off_to_coarser_regimes():
     pool, matched = U.pool_for(regime(scale="513+"), SPREAD)
-    assert len(pool) == 8 and matched == {"kind": "dense", "device": "a100", "zero": "0"}
+    assert len(pool) == 10 and matched == {"kind": "dense", "device": "a100", "zero": "0"}
     pool, matched = U.pool_for(regime(device="b200", kind="moe"), SPREAD)
-    assert len(pool) == 8 and matched == {}
+    assert len(pool) == 10 and matched == {}
 
 
 def test_calibration_narrows_the_band_when_it_predicts_held_out_runs_well():

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
-
-from costmodel.estimate import evaluate
 
 from costmodel.errors import SpecError
 from costmodel.flops import with_convention
-from costmodel.frameworks import check_runnable
 from costmodel.inference import evaluate_inference
-from search.layout import with_best_layout
 
 from ..args import add_flop_args
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
-from ..completion import complete
+from ..completion import complete, priced
 from ..framework_inputs import from_args as framework_input
 from ..framework_plan import resolve as resolve_framework_input
 from ..emit_arch import model_args_tokens
@@ -103,14 +98,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         model, cluster, workload = problem_from_args(args)
         config, chosen, note, spread = complete(args, model, cluster, workload)
-    try:  # a plan its framework cannot run is still evaluated as given, but not silently
-        check_runnable(config, cluster.device)
-    except SpecError as e:
-        warnings.warn(f"{e}: evaluated as given, though {config.framework} cannot run it (--emit refuses it)")
+    est = priced(model, cluster, workload, config)
+    config = est.config
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
-    config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
-    est = with_convention(evaluate(model, cluster, workload, config), model, workload, args.mfu_convention)
+    est = with_convention(est, model, workload, args.mfu_convention)
     if args.json:
         d = estimate_json(est, model, cluster, workload, completion_log_sd=spread)
         d["chosen"] = chosen

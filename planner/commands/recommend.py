@@ -23,7 +23,8 @@ from costmodel.units import GiB
 from ..args import _converter, add_flop_args
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
-from ..args import framework_from_args, limits_from_args
+from ..args import problem_of
+from ..completion import recommend_choices
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
 from costmodel.estimate import DEFAULT_ENGINE
@@ -43,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(NAME, help="find the best plan (CP-SAT, proven optimal) and explain it",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     add_problem_args(p, infer=True)
-    add_config_args(p)
+    add_config_args(p, dispatcher=True)
     recommend_infer.add_arguments(p)
     g = p.add_argument_group("search")
     g.add_argument("--time-limit", type=float_arg("time_limit", 0.01), default=10.0, metavar="SECONDS",
@@ -84,7 +85,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from search.pins import check_pins
-    from search.problem import Problem
     from search.solve import SolveOptions, solve
     if args.mode == "infer":
         return recommend_infer.run(args)
@@ -93,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if not cluster.num_gpus:
         from costmodel.errors import SpecError
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
-    problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
-                      framework=framework_from_args(args), grad_dtype=args.grad_dtype or "fp32")
+    problem = problem_of(args, model, cluster, workload)
     check_pins(problem)  # a pin no plan can hold: refused at once, naming the rule (as evaluate does)
     if args.emit:  # a gradient dtype the emitted format cannot state: refused before the search
         refuse_unstated_gradients(args.emit, problem.grad_dtype, workload.dtype)
@@ -137,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         d["binding"] = list(best.binding)
         d["objective_s"], d["agreement"] = best.objective_s, best.agreement
         d["alternatives"] = [p.to_dict() for p in result.plans[1:]]
+        d["pinned"], d["chosen"] = recommend_choices(args, best.config)
         if comparison is not None:
             d["baseline"] = comparison.to_dict()
         if args.emit:
@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(d)
         return 0
     print(report_text(result, model, cluster, workload))
+    print(choices_line(*recommend_choices(args, best.config)))
     for note in same:
         print(f"note: {note}")
     if comparison is not None:
@@ -162,6 +163,14 @@ def run(args: argparse.Namespace) -> int:
         for n in comparison.band_notes:
             print(f"note: band: {n}")
     return 0
+
+
+def choices_line(pinned: dict, chosen: dict) -> str:
+    """``pinned by you: tp=8; chosen by the planner: pp=1 ...`` (the best plan's knobs, by who set them)."""
+    from .evaluate import _fmt
+    parts = [f"{who}: " + " ".join(f"{k}={_fmt(v)}" for k, v in d.items())
+             for who, d in (("pinned by you", pinned), ("chosen by the planner", chosen)) if d]
+    return "; ".join(parts)
 
 
 def _asked(top: int) -> int:
