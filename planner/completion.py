@@ -76,7 +76,8 @@ def with_framework_defaults(args: argparse.Namespace, model, cluster, workload):
     deg = _degrees(args, gpus)
     fw = framework_from_args(args)
     defaults = framework_defaults(fw, dp=deg["dp"], pp=deg["pp"], global_batch=workload.global_batch,
-                                  zero=getattr(args, "zero", None), tp=deg["tp"])
+                                  zero=getattr(args, "zero", None), tp=deg["tp"],
+                                  grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
     filled = argparse.Namespace(**vars(args))
     for k in keys:
         if k in defaults:
