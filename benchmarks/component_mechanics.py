@@ -119,10 +119,10 @@ def graph_dp_buckets(model, cluster, w, c) -> dict:
     seen = {}
     real = compose.dp_tail
 
-    def spy(cl, window, t_grad_s, bucket_bytes, kind, size, stride, dma=None):
-        g = dp_bucket_graph(cl, window, t_grad_s, bucket_bytes, kind, size, stride, dma)
+    def spy(cl, window, t_grad_s, bucket_bytes, kind, size, stride, dma=None, buckets=None):
+        g = dp_bucket_graph(cl, window, t_grad_s, bucket_bytes, kind, size, stride, dma, buckets)
         seen[len(seen)] = sum(1 for n in g if g.nodes[n].get("strategy") == "dp")
-        return real(cl, window, t_grad_s, bucket_bytes, kind, size, stride, dma)
+        return real(cl, window, t_grad_s, bucket_bytes, kind, size, stride, dma, buckets)
 
     compose._graph_step.cache_clear()
     with mock.patch.object(compose, "dp_tail", spy):
@@ -138,16 +138,27 @@ def megatron_checks(rules, case: Case) -> list[Check]:
            Check(case.name, "parameter all-gather after the step", c.zero >= 1, sem.step_param_gather)]
     graph = graph_dp_buckets(model, cluster, w, c) if case.graph else {}
     size = c.dp * c.cp
+    # the stages whose DP tail the graph engine schedules, in stage order (the spy's record order)
+    tails = [s for s in range(c.pp) if stage_dp_terms(model, cluster, c, s)[0] > 0]
     for s in sorted({0, c.pp - 1}):
         fw = mr.megatron_dp_buckets(rules, model, c, s)
         # a buffer whose group has one rank (expert DP = 1) issues no collective
         reduced = [b for b, n in ((fw["dense"], c.dp * c.cp), (fw["expert"], expert_dp(c))) if b and n > 1]
         n_fw = sum(len(b) for b in reduced)
-        *_, buckets = stage_dp_terms(model, cluster, c, s)
-        n_model = int(max(1.0, float(buckets))) * len(reduced)  # every group pays every bucket (dp_latency)
+        *_, buckets, pieces = stage_dp_terms(model, cluster, c, s)
+        n_model = int(buckets)
         out.append(Check(case.name, f"stage {s}: gradient buckets (analytic)", n_fw, n_model))
-        if s in graph:
-            out.append(Check(case.name, f"stage {s}: gradient buckets (graph)", n_fw, graph[s]))
+        if s in tails and tails.index(s) in graph:
+            out.append(Check(case.name, f"stage {s}: gradient buckets (graph)", n_fw, graph[tails.index(s)]))
+        # rules 4-5, 10: buckets issued as they fill only on pp rank 0, chunk 0, with --overlap-grad-reduce
+        overlap = c.bucket_bytes > 0
+        fw_first = overlap and mr.megatron_bucketed(rules, s, 0)
+        out.append(Check(case.name, f"stage {s}: chunk 0 reduced bucket by bucket during backward",
+                         fw_first, bool(pieces is not None and pieces[0] > 1)))
+        if c.vp > 1:
+            fw_rest = overlap and mr.megatron_bucketed(rules, s, 1)
+            out.append(Check(case.name, f"stage {s}: later chunks reduced bucket by bucket",
+                             fw_rest, bool(pieces is not None and pieces[1] > 1)))
         fw_bytes = (sum(fw["dense"]) + sum(fw["expert"])) * grad_elem_bytes(c)  # the buffers, reduced or not
         out.append(Check(case.name, f"stage {s}: gradient bytes", fw_bytes, float(grad_bytes(model, c, s))))
         lat = collective_latency_s(sem.step_grad, size, group_stride("dpcp", c.tp, c.cp, c.dp), cluster)
@@ -217,29 +228,36 @@ def fsdp2_checks(rules, case: Case) -> list[Check]:
 
 
 def pipe_checks(rules, case: Case) -> list[Check]:
-    """DeepSpeed's pipeline engine (rules 28-31, 35-37) with the configuration the planner emits:
+    """DeepSpeed's pipeline engine (rules 28-31, 35-38) with the configuration the planner emits:
     gradients reduced once per step after the last backward, never overlapped; blocking p2p. The
     emitted JSON sets no ``data_types``, so a BF16 run accumulates BF16 gradients (rule 35) and
-    ZeRO-1 runs the ZeRO optimizer: reduce-scatters in ``reduce_bucket_size`` buckets (rule 37)."""
+    ZeRO-1 runs the ZeRO optimizer (rule 36): it reduces in ``reduce_bucket_size`` buckets over the
+    parameters in forward order (rule 37), each bucket copied into a buffer of the communication
+    dtype (rule 38: the stated ``communication_data_type``, else the half dtype the run trains in)."""
     model, cluster, w, c = _setup(case)
     sem = frameworks.of(c)
     cfg = deepspeed_config(c, case.global_batch)
     fp32_accum = cfg.get("data_types", {}).get("grad_accum_dtype") == "fp32"
+    half = cfg["bf16"]["enabled"] or cfg["fp16"]["enabled"]
     bf16_opt = cfg["bf16"]["enabled"] and fp32_accum and c.zero == 1  # rule 36
     kind = "allreduce" if (bf16_opt or c.zero == 0) else "reducescatter"
-    elem = 4 if (fp32_accum or not (cfg["bf16"]["enabled"] or cfg["fp16"]["enabled"])) else 2
-    bucket = mr.rule(rules, "deepspeed", "grad_reduce_buffer" if kind == "allreduce" else "reduce_bucket_size")
+    comm = cfg.get("communication_data_type") or ("fp16" if cfg["fp16"]["enabled"] else "bf16" if half else "fp32")
+    elem = 4 if comm == "fp32" else 2
+    zc = cfg["zero_optimization"]
+    bucket = (mr.rule(rules, "deepspeed", "grad_reduce_buffer") if kind == "allreduce"
+              else zc.get("reduce_bucket_size", mr.rule(rules, "deepspeed", "reduce_bucket_size")))
     out = [Check(case.name, "ZeRO stages accepted with pp>1", tuple(z for z in range(4) if z <= 1),
                  frameworks.zero_stages("deepspeed", pp=c.pp)),
            Check(case.name, "gradient collective", kind, sem.step_grad),
-           Check(case.name, "gradient element bytes", elem, grad_elem_bytes(c)),
-           Check(case.name, "gradient reduce overlapped with backward", False, c.bucket_bytes > 0),
-           Check(case.name, "interleaved schedule allowed", False, frameworks.allows("deepspeed", "vp", 2, pp=c.pp))]
+           Check(case.name, "gradient element bytes on the wire", elem, grad_elem_bytes(c))]
     for s in sorted({0, c.pp - 1}):
         tensors = [t for ch in mr.stage_chunks(model, c, s) for t in ch[0] + ch[1]]
-        n_fw = len(mr.close_gt(tensors[::-1], bucket))
-        *_, buckets = stage_dp_terms(model, cluster, c, s)
-        out.append(Check(case.name, f"stage {s}: gradient collectives", n_fw, int(max(1.0, float(buckets)))))
+        n_fw = len(mr.close_gt(tensors, bucket))  # forward order (rule 37)
+        *_, buckets, pieces = stage_dp_terms(model, cluster, c, s)
+        out.append(Check(case.name, f"stage {s}: gradient collectives", n_fw, int(buckets)))
+        out.append(Check(case.name, f"stage {s}: gradient reduce overlapped with backward", False,
+                         bool(pieces is not None and pieces[0] > 0)))
+    out.append(Check(case.name, "interleaved schedule allowed", False, frameworks.allows("deepspeed", "vp", 2, pp=c.pp)))
     return out
 
 

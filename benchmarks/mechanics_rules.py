@@ -20,9 +20,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from costmodel.memory import layer_counts, stage_params
-# the tensor split (a shape fact) and DeepSpeed's coalescing loops are the cost model's, one place each
-from costmodel.zero3_fetch import deepspeed_fetches, deepspeed_reduces, layer_tensors
+# the tensor split (a shape fact) and the frameworks' bucketing and coalescing loops are the cost
+# model's, one place each; the sizes and flags they run with are the rules' values
+from costmodel.grad_buckets import chunk_tensors
+from costmodel.grad_buckets import close_ge as grad_close_ge
+from costmodel.zero3_fetch import deepspeed_fetches, deepspeed_reduces, layer_tensors  # noqa: F401
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "framework_mechanics.csv"
 
@@ -38,47 +40,15 @@ def rule(rules: dict, framework: str, key: str) -> float:
 
 
 def stage_chunks(model, c, stage: int, layout: str = "fused") -> list[tuple[list, list]]:
-    """Per model chunk of ``stage`` (``c.vp`` of them, interleaved schedule): its (dense, expert)
-    tensors in forward order; the embedding in the first chunk of stage 0, the head (and final
-    norm) in the last chunk of the last stage, so the stage's total is
-    :func:`costmodel.memory.stage_params`."""
-    n_dense, n_moe = layer_counts(model, c, stage)
-    kinds = [False] * n_dense + [True] * n_moe
-    per = len(kinds) // c.vp
-    chunks = []
-    for i in range(c.vp):
-        dense, expert = [], []
-        for moe in kinds[i * per:(i + 1) * per if i < c.vp - 1 else len(kinds)]:
-            d, e = layer_tensors(model, c, moe, layout)
-            dense, expert = dense + d, expert + e
-        chunks.append([dense, expert])
-    tot_d, tot_e = stage_params(model, c, stage)
-    layers_d = sum(sum(ch[0]) for ch in chunks)
-    emb = model.embedding_params / c.tp if stage == 0 else 0.0
-    if emb:
-        chunks[0][0].insert(0, emb)
-    head = tot_d - layers_d - emb
-    if head > 0.5:
-        chunks[-1][0].append(head)
-    return [(d, e) for d, e in chunks]
+    """Per model chunk of ``stage`` (the plan's layout): its (dense, expert) tensors in forward
+    order, the embedding first in chunk 0 of stage 0, the head (and final norm) last in the last
+    chunk of the last stage: :func:`costmodel.grad_buckets.chunk_tensors` (a shape fact, one place)."""
+    return chunk_tensors(model, c, stage, layout)
 
 
-def close_ge(tensors_reversed: list, bucket: float | None) -> list[float]:
-    """Megatron-Core's bucket layout (rule 6): tensors in reverse order, a bucket closes after the
-    tensor that brings it to >= ``bucket`` elements; ``None``: one bucket."""
-    if not tensors_reversed:
-        return []
-    if bucket is None:
-        return [sum(tensors_reversed)]
-    out, acc = [], 0.0
-    for t in tensors_reversed:
-        acc += t
-        if acc >= bucket:
-            out.append(acc)
-            acc = 0.0
-    if acc > 0:
-        out.append(acc)
-    return out
+#: Megatron-Core's bucket layout (rule 6): tensors in reverse order, a bucket closes after the tensor
+#: that brings it to >= ``bucket`` elements -- the cost model's loop, :func:`costmodel.grad_buckets.close_ge`
+close_ge = grad_close_ge
 
 
 #: DeepSpeed ZeRO-3's reduce bucket (rule 26): a bucket is reduced before a tensor that would make it
@@ -94,13 +64,20 @@ def megatron_bucket_elements(rules: dict, c) -> float | None:
     return max(rule(rules, "megatron", "bucket_size_base"), rule(rules, "megatron", "bucket_size_per_dp_rank") * c.dp * c.cp)
 
 
+def megatron_bucketed(rules: dict, stage: int, chunk: int) -> bool:
+    """Rules 4-5: bucketing is off on pipeline ranks > 0 and on model chunks after the first."""
+    off_pp = bool(rule(rules, "megatron", "bucketing_disabled_pp_rank_gt0")) and stage > 0
+    off_chunk = bool(rule(rules, "megatron", "bucketing_disabled_chunk_gt0")) and chunk > 0
+    return not (off_pp or off_chunk)
+
+
 def megatron_dp_buckets(rules: dict, model, c, stage: int) -> dict:
     """The gradient buckets Megatron-Core builds on ``stage`` (rules 4-7): ``{"dense": [elements],
     "expert": [...]}`` over all model chunks; bucketing only on pipeline rank 0, chunk 0."""
     size = megatron_bucket_elements(rules, c)
     out = {"dense": [], "expert": []}
     for i, (dense, expert) in enumerate(stage_chunks(model, c, stage)):
-        bucketed = size if (i == 0 and stage == 0) else None
+        bucketed = size if megatron_bucketed(rules, stage, i) else None
         out["dense"] += close_ge(dense[::-1], bucketed)
         out["expert"] += close_ge(expert[::-1], bucketed)
     return out

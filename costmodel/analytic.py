@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -32,6 +34,7 @@ from .collectives import collective_time_s, group_stride, layout
 from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops,
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
 from .config import ParallelConfig
+from .grad_buckets import stage_grad_buckets
 from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, stage_params
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
@@ -420,31 +423,47 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
     return t_grad, t_param
 
 
-def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None) -> tuple:
+def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None,
+               counts=None) -> tuple:
     """(gradient, parameter) latency of one more bucket: the alpha terms of the collectives of
     :func:`dp_comm` (a 1-byte message of the same groups), paid again by every extra bucket;
-    ``params`` as in :func:`dp_comm` (a group without parameters pays none)."""
-    lat_grad = lat_param = 0.0
+    ``params`` as in :func:`dp_comm` (a group without parameters pays none). ``counts``: the
+    ``(dense, expert)`` collectives the framework issues (:mod:`costmodel.grad_buckets`): the
+    latency is then their mean, each group's weighted by its own count (its buffer's buckets)."""
+    lat = [[0.0, 0.0], [0.0, 0.0]]
     sem = frameworks.of(c)
     a = dma.resolve(cluster, c, model)
     dp, zero = dma.engines_of(cluster, a, "dp"), dma.engines_of(cluster, a, "zero")
-    for params, size, stride in _dp_groups(model, c, stage, params):
+    for i, (params, size, stride) in enumerate(_dp_groups(model, c, stage, params)):
         if size <= 1:
             continue
         held = params > 0
         if sem.step_grad:
-            lat_grad += held * collective_time_s(sem.step_grad, 1.0, size, stride, cluster, engines=dp)
+            lat[0][i] = held * collective_time_s(sem.step_grad, 1.0, size, stride, cluster, engines=dp)
         if sem.step_param_gather:
-            lat_param += held * collective_time_s("allgather", 1.0, size, stride, cluster, engines=zero)
-    return lat_grad, lat_param
+            lat[1][i] = held * collective_time_s("allgather", 1.0, size, stride, cluster, engines=zero)
+    if counts is None:
+        return lat[0][0] + lat[0][1], lat[1][0] + lat[1][1]
+    nd, ne = (np.asarray(x, float) for x in counts)
+    n = np.maximum(nd + ne, 1.0)
+    out = tuple((l0 * nd + l1 * ne) / n for l0, l1 in lat)
+    return tuple(float(x) if np.ndim(x) == 0 else x for x in out)
 
 
 def stage_dp_terms(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> tuple:
-    """``(t_grad, t_param, lat_grad, lat_param, buckets)`` of ``stage``'s end-of-step DP traffic,
-    the inputs of :func:`costmodel.step.dp_exposure`."""
+    """``(t_grad, t_param, lat_grad, lat_param, buckets, pieces)`` of ``stage``'s end-of-step DP
+    traffic, the inputs of :func:`costmodel.step.dp_exposure`: ``buckets`` the collectives the
+    framework issues and ``pieces`` how they pipeline with the last backward
+    (:func:`costmodel.grad_buckets.stage_grad_buckets`: Megatron-Core's per-chunk, per-buffer
+    buckets, DeepSpeed's reduce buckets); ``pieces`` ``None`` for the frameworks that module does not
+    model (PyTorch DDP's ``bucket_cap_mb``: ``grad_bytes / bucket_bytes`` buckets, :func:`dp_buckets`)."""
     t_grad, t_param = dp_comm(model, cluster, c, stage)
-    lat_grad, lat_param = dp_latency(model, cluster, c, stage)
-    return t_grad, t_param, lat_grad, lat_param, dp_buckets(grad_bytes(model, c, stage), c.bucket_bytes)
+    gb = stage_grad_buckets(model, c, stage)
+    if gb is None:
+        lat_grad, lat_param = dp_latency(model, cluster, c, stage)
+        return t_grad, t_param, lat_grad, lat_param, dp_buckets(grad_bytes(model, c, stage), c.bucket_bytes), None
+    lat_grad, lat_param = dp_latency(model, cluster, c, stage, counts=(gb.dense_count, gb.expert_count))
+    return t_grad, t_param, lat_grad, lat_param, gb.count, gb.pieces()
 
 
 def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> float:

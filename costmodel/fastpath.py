@@ -129,7 +129,7 @@ class Scorer:
         return st
 
     def _dp_terms(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero, c.framework, c.layers_per_stage, c.layout, c.bucket_bytes, c.grad_dtype,
+        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.vp, c.zero, c.framework, c.layers_per_stage, c.layout, c.bucket_bytes, c.grad_dtype,
                dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
         d = self._dp.get(key)
         if d is None:

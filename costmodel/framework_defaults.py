@@ -7,6 +7,8 @@ Each value is read from the framework's code at the commit cited beside it.
 >>> framework_defaults("megatron", dp=8, pp=1, global_batch=64)["bucket_mb"]
 0
 >>> framework_defaults("deepspeed", dp=8, pp=1, global_batch=64, zero=3)["bucket_mb"]
+2000.0
+>>> framework_defaults("deepspeed", dp=8, pp=1, global_batch=64, zero=3, grad_dtype="bf16")["bucket_mb"]
 1000.0
 >>> framework_defaults("fsdp2", dp=8, pp=1, global_batch=64)["mb"]
 8
@@ -16,10 +18,14 @@ from __future__ import annotations
 
 from .errors import SpecError
 from .frameworks import FRAMEWORKS
+from .memory import GRAD_BYTES
 from .units import MB
 
 #: DeepSpeed ``reduce_bucket_size`` default, 5e8 elements (deepspeed/runtime/zero/config.py at
-#: edaa72212: ``reduce_bucket_size: int = Field(pp_int(5e8))``), reduced in the 2-byte gradient dtype
+#: edaa72212: ``reduce_bucket_size: int = Field(pp_int(5e8))``). The elements are of the communication
+#: dtype: the ZeRO optimizer copies each gradient into a bucket buffer of ``communication_data_type``
+#: (``stage_1_and_2.py@edaa72212`` lines 546 and 869; ``engine.py`` lines 1405-1416: the stated one,
+#: else the half dtype the run trains in), so in bytes it is 5e8 x the plan's gradient element bytes
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
 
 
@@ -58,7 +64,7 @@ TORCHTITAN_V022_DEFAULTS = {"local_batch_size": 8, "seq_len": 2048, "global_batc
 
 
 def framework_defaults(framework: str, *, dp: int, pp: int, global_batch: int, zero: int | None = None,
-                       tp: int = 1) -> dict:
+                       tp: int = 1, grad_dtype: str = "fp32") -> dict:
     """``{knob: value}`` for ``mb vp sp zero recompute bucket_mb chunks`` as ``framework`` runs them
     unset; ``zero`` (when stated) changes what DeepSpeed and FSDP2 overlap. ``bucket_mb`` 0 means
     one gradient reduction after backward (no overlap).
@@ -71,7 +77,9 @@ def framework_defaults(framework: str, *, dp: int, pp: int, global_batch: int, z
       ``--tp-comm-overlap`` (1 chunk).
     * ``deepspeed`` (``deepspeed/runtime/zero/config.py`` at edaa72212): ZeRO stage 0;
       ``overlap_comm`` defaults to ``stage == 3``, in ``reduce_bucket_size`` = 5e8-element buckets;
-      ``gradient_accumulation_steps`` 1, so the micro-batch is the whole local batch.
+      ``gradient_accumulation_steps`` 1, so the micro-batch is the whole local batch. The bucket in
+      bytes is 5e8 elements of the plan's gradient dtype ``grad_dtype`` (the dtype ``--emit`` states
+      as ``communication_data_type``, so the emitted ``reduce_bucket_size`` is DeepSpeed's 5e8).
     * ``fsdp2`` (torchtitan at b5bcd76): ``fully_shard`` with ``reshard_after_forward`` (ZeRO 3, 2
       under PP), per-op selective activation checkpointing (``Trainer.Config.activation_checkpoint``
       defaults to ``SelectiveAC``: ``recompute='op_sac'``), no gradient accumulation (micro-batch =
@@ -86,7 +94,8 @@ def framework_defaults(framework: str, *, dp: int, pp: int, global_batch: int, z
                 "bucket_mb": 0, "chunks": 1}
     if framework == "deepspeed":
         z = 0 if zero is None else zero
-        bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * 2 / MB if z == 3 else 0
+        elem = GRAD_BYTES if grad_dtype == "fp32" else 2  # costmodel.memory.grad_elem_bytes
+        bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * elem / MB if z == 3 else 0
         return {"mb": local, "vp": 1, "sp": False, "zero": z, "recompute": "none", "bucket_mb": bucket, "chunks": 1}
     z = (2 if pp > 1 else 3) if zero is None else zero
     return {"mb": 1 if pp > 1 else local, "vp": 1, "sp": tp > 1, "zero": z, "recompute": "op_sac",

@@ -77,9 +77,24 @@ def bucketed_s(t_whole_s, latency_s, buckets):
     return float(out) if np.ndim(out) == 0 else out
 
 
-def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p=1, v=1, layers=1):
+def even_pieces(buckets, v):
+    """``(k_first, k_rest)`` of ``buckets`` spread evenly over ``v`` chunks, each at least one
+    piece; ``(0, 0)`` (not overlapped) where ``buckets = 0`` (:func:`dp_exposure`)."""
+    k = np.where(np.asarray(buckets) > 0, np.maximum(np.asarray(buckets, float) / v, 1.0), 0.0)
+    k = float(k) if np.ndim(k) == 0 else k
+    return k, k
+
+
+def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p=1, v=1, layers=1,
+                pieces=None):
     """(gradient exposed, parameter-gather exposed, gradient link, parameter link) seconds of a
     stage's end-of-step DP traffic; every argument may be a numpy array (broadcast).
+
+    ``buckets``: the collectives issued (every one after the first pays ``lat_grad`` /
+    ``lat_param`` again). ``pieces``: ``(k_first, k_rest)``, how many pieces the reduction of chunk
+    0 and of each later chunk pipelines with that chunk's last backward
+    (:meth:`costmodel.grad_buckets.GradBuckets.pieces`; ``k_first = 0``: issued after backward, not
+    overlapped); ``None``: ``buckets / v`` pieces each, not overlapped when ``buckets = 0``.
 
     Gradients (the closed form of :mod:`costmodel.graph.dp`'s schedule): a stage's gradients
     are complete chunk by chunk during the last micro-batch's backward; with ``v`` model chunks
@@ -98,16 +113,18 @@ def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forwa
     chunk. ``buckets = 0``: gathered after the optimizer step, fully exposed.
     """
     args = (t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, layers)
-    if not any(isinstance(a, np.ndarray) for a in args):
-        return _dp_exposure_scalar(*args[:8], p, v, args[8])
+    k_first, k_rest = even_pieces(buckets, v) if pieces is None else pieces
+    if not any(isinstance(a, np.ndarray) for a in args + (k_first, k_rest)):
+        return _dp_exposure_scalar(*args[:8], p, v, args[8], k_first, k_rest)
     t_grad = bucketed_s(t_grad, lat_grad, buckets)
     t_param = bucketed_s(t_param, lat_param, buckets)
     b_c = np.asarray(backward_s, float) / v
     f_c = np.asarray(forward_s, float) / v
-    on = np.asarray(buckets) > 0
-    k_c = np.maximum(np.asarray(buckets, float) / v, 1.0)
+    on = np.asarray(k_first) > 0
+    k_f, k_r = np.maximum(np.asarray(k_first, float), 1.0), np.maximum(np.asarray(k_rest, float), 1.0)
     # every chunk c at once along a leading axis (the same elementwise arithmetic as one c at a time)
-    c = np.arange(v).reshape((v,) + (1,) * max(np.ndim(t_grad), np.ndim(b_c), np.ndim(k_c)))
+    c = np.arange(v).reshape((v,) + (1,) * max(np.ndim(t_grad), np.ndim(b_c), np.ndim(k_f), np.ndim(k_r)))
+    k_c = np.where(c == 0, k_f, k_r)
     tail = np.max(exposed_s(np.asarray(t_grad * (c + 1) / v, float), b_c, k_c) - c * p * b_c, axis=0)
     ex = np.maximum(0.0, np.where(on, tail, t_grad) - np.asarray(stage) * b_c)
     n = np.maximum(np.asarray(layers, float), 1.0)
@@ -124,14 +141,14 @@ def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forwa
 
 
 def _dp_exposure_scalar(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p, v,
-                        layers):
+                        layers, k_first, k_rest):
     """:func:`dp_exposure` on plain numbers (the fast path scores thousands of plans a second)."""
     extra = max(buckets - 1, 0)
     t_grad, t_param = t_grad + extra * lat_grad, t_param + extra * lat_param
     b_c, f_c = backward_s / v, forward_s / v
-    if buckets > 0:
-        k_c = max(buckets / v, 1.0)
-        tail = max(exposed_s(t_grad * (c + 1) / v, b_c, k_c) - c * p * b_c for c in range(v))
+    if k_first > 0:
+        k_f, k_r = max(k_first, 1.0), max(k_rest, 1.0)
+        tail = max(exposed_s(t_grad * (c + 1) / v, b_c, k_f if c == 0 else k_r) - c * p * b_c for c in range(v))
         ex = max(0.0, tail - stage * b_c)
         n = max(float(layers), 1.0)
         n_c = n / v
@@ -181,15 +198,16 @@ class Composition:
         return {"pipeline": self.pipeline_s, "dp": self.dp_s, "zero": self.zero_s, "optimizer": self.optimizer_s}
 
 
-def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, optimizer, stages, layers,
+def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, pieces, optimizer, stages, layers,
             m: int, p: int, v: int, weights=None) -> Composition:
     """The step of one plan from arrays over (some of) its stages: ``stages`` are their indices
     (the head start of each), the other arrays their per-micro-batch time, forward, backward
-    (with recompute), DP collective terms, bucket count, optimizer time and layer count;
+    (with recompute), DP collective terms, bucket count and pieces (:func:`dp_exposure`), optimizer
+    time and layer count;
     ``weights`` how many stages each stands for (default one each: all ``p`` stages given)."""
     t_mb, stages = [float(x) for x in t_mb], list(stages)
-    dps = [dp_exposure(*terms, p=p, v=v, layers=n) for terms, n in
-           zip(zip(t_grad, t_param, lat_grad, lat_param, buckets, backward, fwd, stages), layers)]
+    dps = [dp_exposure(*terms, p=p, v=v, layers=n, pieces=k) for terms, n, k in
+           zip(zip(t_grad, t_param, lat_grad, lat_param, buckets, backward, fwd, stages), layers, pieces)]
     slow = max(range(len(t_mb)), key=lambda i: (t_mb[i], -i))  # the first slowest stage
     # the stage with the most end-of-step exposure (ties: the later stage, as evaluate always did)
     d = max(range(len(dps)), key=lambda i: (dps[i][0] + dps[i][1], i))

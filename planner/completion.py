@@ -82,7 +82,8 @@ def with_framework_defaults(args: argparse.Namespace, model, cluster, workload):
     deg = _degrees(args, gpus)
     fw = framework_from_args(args)
     defaults = framework_defaults(fw, dp=deg["dp"], pp=deg["pp"], global_batch=workload.global_batch,
-                                  zero=getattr(args, "zero", None), tp=deg["tp"])
+                                  zero=getattr(args, "zero", None), tp=deg["tp"],
+                                  grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
     if "sp" in keys and moe_needs_sp(fw, moe=model.is_moe, tp=deg["tp"]):
         # Megatron's --sequence-parallel defaults off, but its MoE layer refuses TP without it: a run of that
         # model had it on (costmodel.frameworks.moe_needs_sp), so the only runnable default is on

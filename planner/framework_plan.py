@@ -101,7 +101,8 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
         _set(ns, "global_batch", megatron_global_batch(ns.mb or 1, dp), src, "framework_defaults")
     if fi.source == "torchtitan_config" and ns.seq is None:
         _set(ns, "seq", TORCHTITAN_V022_DEFAULTS["seq_len"], src, "framework_defaults")
-    defaults = framework_defaults(ns.framework, dp=dp, pp=pp, global_batch=ns.global_batch or 1, zero=ns.zero, tp=tp)
+    defaults = framework_defaults(ns.framework, dp=dp, pp=pp, global_batch=ns.global_batch or 1, zero=ns.zero, tp=tp,
+                                  grad_dtype=ns.grad_dtype or "fp32")
     for k in TUNING:
         if getattr(ns, k, None) is None and k in defaults:
             _set(ns, k, defaults[k], src, "framework_defaults")

@@ -27,7 +27,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel.analytic import stage_timing
-from costmodel.step import dp_buckets, dp_exposure, pipeline_s
+from costmodel.step import dp_exposure, even_pieces, pipeline_s
 from costmodel.collectives import collective_time_s, group_stride
 from costmodel.compute import ACT_BYTES
 from costmodel.compute import optimizer_time_s
@@ -35,7 +35,6 @@ from costmodel.memory import expert_dp, reserved_bytes
 from costmodel.pipeline import in_flight_chunks
 
 from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
-from costmodel.units import MB
 
 from .tables import Choice, Tables, probe_split, stage_weight
 
@@ -341,14 +340,15 @@ class Bounds:
             _, x_fwd, x_bwd = self.extras(c, kind, exact=True)
             fwd = nd * dl[2] + nm * ml[2] + x_fwd
             window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
-            a = self.t.affine(c, kind)
-            kb = dp_buckets(a["grad_bytes"], c.bucket_mb * MB)
-            rows.append([a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd])
+            a, b = self.t.affine(c, kind), self.t.dp_buckets(c, kind)
+            k_first, k_rest = even_pieces(b["buckets"], vp) if b["pieces"] is None else b["pieces"]
+            rows.append([a["t_grad"], a["t_param"], b["lat_grad"], b["lat_param"], b["buckets"], window, fwd,
+                         k_first, k_rest])
         # every position in one call, one row each (dp_exposure is elementwise: the same values as
         # one call per position, as search.tables builds them)
-        cols = [np.stack([np.broadcast_to(np.asarray(r[i], float), n.shape) for r in rows]) for i in range(7)]
+        cols = [np.stack([np.broadcast_to(np.asarray(r[i], float), n.shape) for r in rows]) for i in range(9)]
         stages = np.array([[STAGE_OF.get(kind, pp - 1)] for kind in kinds])
-        ex, zx, _, _ = dp_exposure(*cols, stages, pp, vp, n)
+        ex, zx, _, _ = dp_exposure(*cols[:7], stages, pp, vp, n, pieces=(cols[7], cols[8]))
         gks = ex + zx
         for i, kind in enumerate(kinds):
             gk = gks[i]

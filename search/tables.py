@@ -39,6 +39,7 @@ import numpy as np
 
 from costmodel import dma, frameworks
 from costmodel.analytic import dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
+from costmodel.grad_buckets import stage_grad_buckets
 from costmodel.compute import optimizer_time_s
 from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
@@ -292,6 +293,53 @@ class Tables:
                                      lat_param=n + lat_param, grad_bytes=grad_bytes(p.model, c, stage, params))
         return self._affine[key]
 
+    def dp_buckets(self, choice: Choice, kind: str) -> dict:
+        """The step-end gradient collectives of a stage at ``kind`` as arrays over its layer count
+        ``n``, as :func:`costmodel.analytic.stage_dp_terms` charges them: ``buckets`` (how many),
+        ``pieces`` (``(k_first, k_rest)``, or ``None``) and the per-bucket latencies ``lat_grad``,
+        ``lat_param`` (the framework's buckets: :func:`costmodel.grad_buckets.stage_grad_buckets`,
+        one probe split per ``n``)."""
+        key = ("buckets", choice.shape, choice.zero, choice.framework, kind, choice.dma, choice.options, choice.vp,
+               choice.bucket_mb, choice.grad_dtype)
+        if key not in self._affine:
+            p, a = self.p, self.affine(choice, kind)
+            counts = self._bucket_counts(choice, kind)
+            if counts is None:
+                out = dict(buckets=dp_buckets(a["grad_bytes"], choice.bucket_mb * MB), pieces=None,
+                           lat_grad=a["lat_grad"], lat_param=a["lat_param"])
+            else:
+                n_all, nd, ne, k_first, k_rest = counts
+                lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
+                c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
+                            recompute_modules=None, vp=1)
+                st = self.state(choice, kind)
+                lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, (st["dense"], st["expert"]),
+                                                 counts=(nd, ne))
+                out = dict(buckets=n_all, pieces=(k_first, k_rest), lat_grad=lat_grad, lat_param=lat_param)
+            self._affine[key] = out
+        return self._affine[key]
+
+    def _bucket_counts(self, choice: Choice, kind: str):
+        """``(collectives, dense, expert, k_first, k_rest)`` arrays over ``n`` (one probe split
+        per ``n``), or ``None`` where the framework's buckets are not modelled; they depend on the
+        shape, framework, ZeRO stage, interleaving, bucket and gradient dtype only."""
+        key = ("bucket_counts", choice.shape, choice.zero, choice.framework, kind, choice.vp, choice.bucket_mb,
+               choice.grad_dtype)
+        if key not in self._affine:
+            p, L = self.p, self.p.model.layers
+            out = tuple(np.zeros(L + 1) for _ in range(5))
+            base = replace(choice, recompute="none", recompute_layers=None, dma=None, options=())
+            for n in range(L + 1):  # no stage holds 0 layers: its entry is never valid, kept finite
+                lps, stage = probe_split(p, choice, kind, max(n, 1))
+                gb = stage_grad_buckets(p.model, base.config(layers_per_stage=lps), stage)
+                if gb is None:
+                    out = None
+                    break
+                out[0][n], out[1][n], out[2][n] = gb.count, gb.dense_count, gb.expert_count
+                out[3][n], out[4][n] = gb.pieces()
+            self._affine[key] = out
+        return self._affine[key]
+
     def state(self, choice: Choice, kind: str) -> dict:
         """The part of :meth:`affine` memory screens and optimizer bounds need (no collectives):
         ``dense`` and ``expert`` parameters and ZeRO model ``state`` bytes of the stage."""
@@ -470,9 +518,9 @@ class Tables:
             stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
             # DP / ZeRO exposure after the last backward (head start: ``stage`` backward steps)
             a = self.affine(choice, kind)
-            kb = dp_buckets(a["grad_bytes"], bucket)
-            ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, bwd + rec,
-                                       fwd, stage, s.pp, vp, n)
+            b = self.dp_buckets(choice, kind)
+            ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], b["lat_grad"], b["lat_param"], b["buckets"],
+                                       bwd + rec, fwd, stage, s.pp, vp, n, pieces=b["pieces"])
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device,
                                    dict(choice.options).get("optimizer_dtype", "fp32"))
             mem = self.memory(choice, kind)

@@ -56,7 +56,10 @@ def test_framework_defaults_are_megatrons_own(capsys):
 def test_framework_default_rules():
     ds = framework_defaults("deepspeed", dp=16, pp=1, global_batch=256)
     assert (ds["zero"], ds["bucket_mb"], ds["mb"]) == (0, 0, 16)  # overlap_comm only with ZeRO-3; no accumulation
-    assert framework_defaults("deepspeed", dp=16, pp=1, global_batch=256, zero=3)["bucket_mb"] == pytest.approx(1000)
+    # 5e8 elements of the plan's gradient dtype (DeepSpeed's reduce_bucket_size counts communication-dtype elements)
+    assert framework_defaults("deepspeed", dp=16, pp=1, global_batch=256, zero=3)["bucket_mb"] == pytest.approx(2000)
+    assert framework_defaults("deepspeed", dp=16, pp=1, global_batch=256, zero=3,
+                              grad_dtype="bf16")["bucket_mb"] == pytest.approx(1000)
     tt = framework_defaults("fsdp2", dp=8, pp=1, global_batch=64, tp=2)
     assert (tt["zero"], tt["recompute"], tt["sp"], tt["mb"]) == (3, "op_sac", True, 8)
     assert framework_defaults("fsdp2", dp=8, pp=4, global_batch=64)["zero"] == 2  # no reshard under PP

@@ -222,3 +222,15 @@ def test_tp_comm_overlap_states_the_reduce_scatter_pieces_and_refuses_what_userb
                      (ParallelConfig(tp=1, dp=8, ep=8, chunks=4), "with tp=1")):
         with pytest.raises(SpecError, match=why):
             emit_text("megatron", bad, w, 32)
+
+
+def test_deepspeed_default_bucket_is_five_hundred_million_elements_in_either_gradient_dtype():
+    # DeepSpeed's reduce_bucket_size counts elements of the communication dtype (stage_1_and_2.py
+    # at edaa72212: the bucket buffer is allocated in communication_data_type); the framework
+    # defaults state it in bytes of the plan's gradient dtype, and --emit writes it back as 5e8
+    from costmodel.framework_defaults import framework_defaults
+    from costmodel.units import MB
+    for grad in ("fp32", "bf16"):
+        mb = framework_defaults("deepspeed", dp=8, pp=1, global_batch=64, zero=3, grad_dtype=grad)["bucket_mb"]
+        c = ParallelConfig(dp=8, zero=3, framework="deepspeed", grad_dtype=grad, bucket_bytes=mb * MB)
+        assert deepspeed_config(c, 64)["zero_optimization"]["reduce_bucket_size"] == 500_000_000

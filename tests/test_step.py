@@ -97,7 +97,7 @@ def test_dp_exposure_arrays_equal_scalars():
 
 def test_compose_picks_slowest_stage_and_worst_tail():
     comp = compose(t_mb=[1.0, 1.5], fwd=[0.3, 0.5], backward=[0.6, 1.0], t_grad=[0.0, 0.0], t_param=[0.0, 0.0],
-                   lat_grad=[0, 0], lat_param=[0, 0], buckets=[1, 1], optimizer=[0.1, 0.2], stages=[0, 1],
+                   lat_grad=[0, 0], lat_param=[0, 0], buckets=[1, 1], pieces=[None, None], optimizer=[0.1, 0.2], stages=[0, 1],
                    layers=[4, 4], m=4, p=2, v=1)
     # (4 - 1) * 1.5 + (1.0 + 1.5) = 7.0; the bubble is what exceeds m * 1.5 = 6.0
     assert comp.slow_stage == 1 and comp.pipeline_s == pytest.approx(7.0)

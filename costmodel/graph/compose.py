@@ -33,6 +33,7 @@ from ..analytic import StageTiming, grad_bytes, stage_dp_terms, stage_optimizer_
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
 from ..config import ParallelConfig, micro_batches
+from ..grad_buckets import stage_grad_buckets
 from ..memory import is_moe_layer, rank_layers
 from ..overlap import CommLedger, overlap_rate
 from ..layout import of as layout_of
@@ -189,7 +190,7 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     size, stride = c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)
     worst, windows = -np.inf, {}
     for s in range(c.pp):
-        t_grad, t_param, lat_grad, lat_param, buckets = stage_dp_terms(model, cluster, c, s)
+        t_grad, t_param, lat_grad, lat_param, buckets, _pieces_s = stage_dp_terms(model, cluster, c, s)
         t_grad = bucketed_s(t_grad, lat_grad, buckets)  # every extra bucket pays its latency
         t_param = bucketed_s(t_param, lat_param, buckets)
         if t_grad <= 0:  # no step-end gradient collective (e.g. reduced every micro-batch)
@@ -197,14 +198,15 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
         else:
             window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s), windows)
             tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride,
-                                  plan_dma(model, cluster, w, c))
+                                  plan_dma(model, cluster, w, c), stage_grad_buckets(model, c, s))
             scheds.append(sched)
             finish = float(pipe.last_backward_end_s[s]) + tail
             if finish > worst:
                 worst, dp_stage, dp_link = finish, s, t_grad
         if t_param > 0:  # without buckets the gather runs after the optimizer step, not overlapped
             fr, need = _param_need(chunks[s], pipe, s, emb.fwd_s)
-            late = param_gather_lateness_s(t_param, fr, need) if c.bucket_bytes > 0 else t_param
+            overlapped = c.bucket_bytes > 0 if _pieces_s is None else _pieces_s[0] > 0
+            late = param_gather_lateness_s(t_param, fr, need) if overlapped else t_param
             if late >= zero_exp:
                 zero_exp, zero_link = late, t_param
     dp_exp = max(0.0, worst - pipe.makespan_s) if worst > -np.inf else 0.0
@@ -272,9 +274,9 @@ def _window(sig, durs, chunk_of, last, total_bytes) -> tuple:
         c = chunk_of[j]
         if last.get(c) == j:
             for i, (lab, span) in enumerate(sig[c]):
-                window.append((f"c{c}.{lab}{i}", span, 0.0 if lab == "embedding" else per_layer))
+                window.append((f"c{c}.{lab}{i}", span, 0.0 if lab == "embedding" else per_layer, c))
         else:
-            window.append((f"op{j}", secs, 0.0))
+            window.append((f"op{j}", secs, 0.0, -1))
     return tuple(window)
 
 

@@ -26,50 +26,112 @@ from functools import lru_cache
 import networkx as nx
 
 from ..dma import Assignment
+from ..grad_buckets import GradBuckets
 from ..specs import ClusterSpec
 from .nodes import GraphBuilder
 from .scheduler import Schedule, resources_for, schedule
 
 
 def dp_bucket_graph(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket_bytes: float,
-                    kind: str, size: int, stride: int, dma: Assignment | None = None) -> nx.DiGraph:
+                    kind: str, size: int, stride: int, dma: Assignment | None = None,
+                    buckets: GradBuckets | None = None) -> nx.DiGraph:
     """The backward window of the step's last micro-batch with bucketed gradient reduction.
 
     Parameters
     ----------
-    window : ``(name, seconds, grad_bytes)`` compute pieces in the order they run; a piece's
-        gradients (``grad_bytes``, 0 for work that produces none) are ready when it ends.
-    t_grad_s : seconds to reduce all of the window's gradients in one collective.
+    window : ``(name, seconds, grad_bytes[, chunk])`` compute pieces in the order they run; a
+        piece's gradients (``grad_bytes``, 0 for work that produces none) are ready when it ends;
+        ``chunk``: the model chunk they belong to (default 0).
+    t_grad_s : seconds to reduce all of the window's gradients (every bucket's latency included).
     bucket_bytes : bucket size; 0 means one reduction issued after the window (not overlapped).
     kind, size, stride : the collective and its group (``allreduce`` or ``reducescatter``).
     dma : the plan's DMA assignment: the buckets run on the ``dp`` stream's engine pool.
+    buckets : the framework's own buckets (:func:`costmodel.grad_buckets.stage_grad_buckets`);
+        ``bucket_bytes`` is then unused. A bucketed chunk issues each buffer's buckets as the
+        chunk's gradients reach their share of that buffer; an unbucketed chunk issues its
+        collectives after its last piece; not overlapped, all after the window, one after another.
     """
+    if buckets is not None:
+        return _framework_bucket_graph(cluster, window, t_grad_s, kind, size, stride, dma, buckets)
     b = GraphBuilder(cluster, dma=dma)
     total = sum(x[2] for x in window)
-    buckets, acc, prev, k = [], 0.0, None, 0
-    nodes = []
-    for name, secs, nbytes in window:
+    out, acc, prev, k = [], 0.0, None, 0
+    for name, secs, nbytes, *_ in window:
         prev = b.compute(name, "gemm", secs, [prev] if prev else [], phase="bwd")
-        nodes.append(prev)
         acc += nbytes
         if bucket_bytes > 0 and acc >= bucket_bytes and total > 0:
-            buckets.append(b.comm(f"dp.bucket{k}", kind, acc, size, stride, "dp", [prev], phase="bwd",
-                                  duration_s=t_grad_s * acc / total))
+            out.append(b.comm(f"dp.bucket{k}", kind, acc, size, stride, "dp", [prev], phase="bwd",
+                              duration_s=t_grad_s * acc / total))
             acc, k = 0.0, k + 1
     if acc > 0 and total > 0:
         issue = "async" if bucket_bytes > 0 else "sync"
-        buckets.append(b.comm(f"dp.bucket{k}", kind, acc, size, stride, "dp", [prev], issue=issue,
-                              phase="bwd", duration_s=t_grad_s * acc / total))
-    b.sink("out", buckets + ([prev] if prev else []), phase="bwd")
+        out.append(b.comm(f"dp.bucket{k}", kind, acc, size, stride, "dp", [prev], issue=issue,
+                          phase="bwd", duration_s=t_grad_s * acc / total))
+    b.sink("out", out + ([prev] if prev else []), phase="bwd")
+    return b.graph
+
+
+def _framework_bucket_graph(cluster, window, t_grad_s, kind, size, stride, dma, gb: GradBuckets) -> nx.DiGraph:
+    b = GraphBuilder(cluster, dma=dma)
+    elements = sum(x for ch in gb.chunks for buf in ch for x in buf)
+    chunk_bytes: dict = {}
+    for item in window:
+        ch = item[3] if len(item) > 3 else 0
+        chunk_bytes[ch] = chunk_bytes.get(ch, 0.0) + item[2]
+    last = {}  # the index of each chunk's last gradient piece
+    for j, item in enumerate(window):
+        if item[2] > 0:
+            last[item[3] if len(item) > 3 else 0] = j
+    # per chunk, per buffer: the cumulative share of the chunk's gradients at which each bucket closes
+    todo = {}
+    for ch, bufs in enumerate(gb.chunks):
+        todo[ch] = []
+        for buf in bufs:
+            tot, cum = sum(buf), 0.0
+            for x in buf:
+                cum += x
+                due = cum / tot if (gb.overlapped and gb.bucketed[ch] and tot > 0) else 1.0
+                todo[ch].append((due, x))
+        todo[ch].sort(key=lambda d: d[0])
+    out, prev, k, acc = [], None, 0, {}
+    late = []  # not overlapped: issued after the window, in turn
+
+    def issue(ch, x, deps, how):
+        nonlocal k
+        node = b.comm(f"dp.bucket{k}", kind, x, size, stride, "dp", deps, issue=how, phase="bwd",
+                      duration_s=t_grad_s * x / elements if elements > 0 else 0.0)
+        k += 1
+        return node
+
+    for j, item in enumerate(window):
+        name, secs, nbytes = item[:3]
+        ch = item[3] if len(item) > 3 else 0
+        prev = b.compute(name, "gemm", secs, [prev] if prev else [], phase="bwd")
+        if nbytes <= 0 or ch >= len(gb.chunks):
+            continue
+        acc[ch] = acc.get(ch, 0.0) + nbytes
+        share = acc[ch] / chunk_bytes[ch] if chunk_bytes[ch] > 0 else 1.0
+        while todo[ch] and (todo[ch][0][0] <= share + 1e-9 or last.get(ch) == j):
+            _, x = todo[ch].pop(0)
+            if gb.overlapped:
+                out.append(issue(ch, x, [prev], "async"))
+            else:
+                late.append(x)
+    for ch in todo:  # chunks with no gradient piece in the window (nothing ready in it)
+        late += [x for _, x in todo[ch]]
+    for x in late:
+        out.append(issue(None, x, [out[-1] if out else prev] if (out or prev) else [], "sync"))
+    b.sink("out", out + ([prev] if prev else []), phase="bwd")
     return b.graph
 
 
 @lru_cache(maxsize=1024)
 def dp_tail(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket_bytes: float, kind: str,
-            size: int, stride: int, dma: Assignment | None = None) -> tuple[float, Schedule]:
+            size: int, stride: int, dma: Assignment | None = None,
+            buckets: GradBuckets | None = None) -> tuple[float, Schedule]:
     """Seconds from the window's last compute (at full speed) to the end of its last bucket,
     including the slowdown of that compute by SM-based reductions; and the schedule."""
-    g = dp_bucket_graph(cluster, window, t_grad_s, bucket_bytes, kind, size, stride, dma)
+    g = dp_bucket_graph(cluster, window, t_grad_s, bucket_bytes, kind, size, stride, dma, buckets)
     s = schedule(g, resources_for(cluster.device, dma))
     return s.makespan_s - s.compute_s, s
 
