@@ -36,6 +36,7 @@ writes a preset.
 from __future__ import annotations
 
 import argparse
+import csv
 import statistics
 import sys
 from pathlib import Path
@@ -53,6 +54,9 @@ from costmodel.kernels import (ATTENTION_FITS, GEMM_FITS, REF_HEAD_DIM, REF_SEQ,
                                attention_utilization)
 from costmodel.presets import load_cluster  # noqa: E402
 
+CLOCKS = Path(__file__).resolve().parent / "data" / "components" / "sustained_clocks.csv"
+#: fitted family -> the device family of benchmarks/data/components/sustained_clocks.csv
+CLOCK_FAMILY = {"H100-class BF16": "Hopper", "H100-class FP8": "Hopper", "B200 FP8": "B200", "B200 BF16": "B200"}
 #: fitted family (benchmarks/calibrate.py label) -> the component group(s) it is compared with
 GEMM_COMPONENT = {"A100 BF16": ("A100", "bf16"), "H100-class BF16": ("H100", "bf16"),
                   "H100-class FP8": ("H100", "fp8"), "B200 FP8": ("B200", "fp8")}
@@ -110,6 +114,28 @@ def attention_component():
         kr += [r for r in load_rows() if r["kernel"] == "attention" and attention_key(r) == ("H100", "cudnn", direction)]
     band = _kernel_band(kr, lambda r: attention_row_time_s(r, "kernel"))
     return statistics.mean(levels), band, len(kr), "cuDNN fused attention fwd/bwd (FlashAttention-3 paper figures)"
+
+
+def sustained_ratios(path: Path = CLOCKS) -> dict:
+    """{device family: [ratio, ...]}: sustained over short-kernel throughput per published row (the TFLOP/s
+    ratio where the row states both, else the clock ratio: a compute-bound GEMM's rate scales with the clock)."""
+    out: dict = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["throughput_before"] and r["throughput_after"]:
+                ratio = float(r["throughput_after"]) / float(r["throughput_before"])
+            else:
+                ratio = float(r["sustained_clock_mhz"]) / float(r["max_clock_mhz"])
+            out.setdefault(r["device_family"], []).append(ratio)
+    return out
+
+
+def composed_range(label: str, level: float, band: float, ratios: dict):
+    """(lo, hi) of the isolated level at sustained clocks, widened by the kernel band; None without clock data."""
+    rs = ratios.get(CLOCK_FAMILY.get(label, ""))
+    if not rs:
+        return None
+    return level * min(rs) * (1 - band), level * max(rs) * (1 + band)
 
 
 def preset_values(rows, field: str) -> str:
@@ -173,7 +199,8 @@ def main(argv=None) -> int:
     print(f"constants fitted end to end ({args.set} set, unsealed rows; values scanned at preset +- {args.span:g})")
     print(f"{'constant':<44} {'rows':>4} {'src':>3} {'preset':>7} {'fit':>5} {'LOSO range':>11} "
           f"{'component':>9} {'band':>6} {'preset/comp':>11}  verdict")
-    details = []
+    details, composed = [], []
+    ratios = sustained_ratios()
     for (label, field), fam in sorted(fitted_families(rows).items()):
         preset = statistics.mean(getattr(r.cluster.device, field) for r in fam)
         v, loso, err = fit_family(fam, field, grid(preset, args.span))
@@ -187,6 +214,16 @@ def main(argv=None) -> int:
                        f"OUTSIDE band by {100 * (abs(ratio - 1) - band):.0f} pts: a missing mechanism")
             ctext = f"{level:9.3f} {100 * band:5.1f}% {ratio:11.2f}"
             details.append(f"   {label}: component = {src} ({n_k} kernel rows)")
+            if field != "attention_efficiency":
+                rng_c = composed_range(label, level, band, ratios)
+                if rng_c is None:
+                    composed.append(f"   {label}: no published sustained-clock measurement for this device family")
+                else:
+                    inside = rng_c[0] <= preset <= rng_c[1] or rng_c[0] <= v <= rng_c[1]
+                    composed.append(f"   {label}: isolated {level:.3f} x sustained/short ratio "
+                                    f"{min(ratios[CLOCK_FAMILY[label]]):.2f}-{max(ratios[CLOCK_FAMILY[label]]):.2f} "
+                                    f"(+-{100 * band:.1f}% band) = {rng_c[0]:.3f}-{rng_c[1]:.3f}; preset {preset:.2f}, "
+                                    f"fit {v:.2f}: {'inside' if inside else 'OUTSIDE'}")
         else:
             ctext, verdict = f"{'none':>9} {'':>6} {'':>11}", "no component data"
         print(f"{label + ' ' + field:<44} {len(fam):>4} {len({r.source for r in fam}):>3} "
@@ -194,10 +231,15 @@ def main(argv=None) -> int:
         details.append(f"   {label}: fit mean |err| {100 * err:.2f}%; without each source: "
                        + ", ".join(f"{s} {x:.2f}" for s, x in loso.items()))
     print("\n".join(details))
+    print("composed with sustained clocks (benchmarks/data/components/sustained_clocks.csv; not in the cost model):")
+    print("\n".join(composed))
     h800 = GEMM_FITS.get(("H800", "fp8"))
     if h800:
+        comp = gemm_component(("H800", "fp8"))
+        lo, hi = composed_range("H100-class FP8", comp[0], comp[1], ratios)
         print(f"   H100-class FP8: the same die's other FP8 kernel data: {h800.source}, eta {h800.eta:g} over {h800.rows} "
-              "rows (H800); the H100 figure above rests on M = 128 GEMMs only")
+              f"rows (H800; the H100 figure above rests on M = 128 GEMMs only); at sustained clocks "
+              f"{lo:.3f}-{hi:.3f} (+-{100 * comp[1]:.1f}% band)")
     if args.implied:
         print_implied(implied_levels(rows))
     h100 = load_cluster("h100-sxm")

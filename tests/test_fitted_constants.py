@@ -55,3 +55,17 @@ def test_bad_span_exits_2(capsys):
     assert fc.main(["--span", "0.9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "span=0.9" in err[0]
+
+
+def test_sustained_clock_rows_are_cited_and_become_ratios():
+    import csv
+    with open(fc.CLOCKS, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["source_url"].startswith("https://") and r["source_location"] and r["what_read"] for r in rows)
+    ratios = fc.sustained_ratios()
+    # Hopper: clock ratios 1300/1980 and 1575/1980; B200: the stated TFLOP/s ratio 1237/1450, not its clock ratio
+    assert sorted(ratios["Hopper"]) == pytest.approx([1300 / 1980, 1575 / 1980])
+    assert ratios["B200"] == pytest.approx([1237 / 1450])
+    lo, hi = fc.composed_range("H100-class BF16", 0.8, 0.05, ratios)
+    assert lo == pytest.approx(0.8 * 1300 / 1980 * 0.95) and hi == pytest.approx(0.8 * 1575 / 1980 * 1.05)
+    assert fc.composed_range("A100 BF16", 0.965, 0.01, ratios) is None
