@@ -5,10 +5,12 @@ plus a per-kernel overhead. GEMM throughput falls for small shapes through two f
 (NVIDIA, "Matrix Multiplication Background User's Guide", sections on tile and wave
 quantization):
 
-* wave quantization: output tiles of 128x128 spread over the SMs; a partial last wave idles
-  SMs. With stream-K/split-K kernels about a quarter wave is lost on average (assumption);
+* wave quantization: output tiles spread over the SMs; a partial last wave idles SMs. With
+  stream-K/split-K kernels about a quarter wave is lost on average (assumption). The library runs
+  the tile of :data:`TILE_SHAPES` that finishes first (as in the kernel benchmark);
 * short reduction dimension: each tile pays a prologue/epilogue, modelled as ``K / (K + K0)``
-  with ``K0 = 64`` elements at the BF16 rate. The prologue/epilogue is a fixed time per tile, so
+  with ``K0 = 64`` elements at the BF16 rate, or the kernel benchmark's fit where its data span
+  three or more K (:func:`step_k_overhead`). The prologue/epilogue is a fixed time per tile, so
   at a dtype that runs ``r`` times faster per element (FP8: twice BF16) it costs ``r K0``
   elements: FP8 gains least on short-K GEMMs. DeepGEMM's FP8 table on H800 shows the effect
   (README of 2025-03-25: 4096x32768x512 at 751 TFLOP/s against 4096x7168x16384 at 1426).
@@ -40,7 +42,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from .config import ParallelConfig
-from .kernels import attention_shape_factor
+from .kernels import attention_shape_factor, gemm_fit
 from .kvcache import kv_dtype_bytes, kv_elements_per_token_layer
 from .specs import DeviceSpec, ModelSpec, Workload
 from .units import DTYPE_BYTES
@@ -52,11 +54,9 @@ TILE = 128  # GEMM output tile edge (assumption: cuBLAS-class 128x128 tiles)
 #: ``bm x bn`` tile reuses each loaded operand element ``bm bn / (bm + bn)`` times; below the 128x128
 #: tile's reuse (64) the SM's operand bandwidth limits it to that ratio of the tensor-core rate (assumption).
 TILE_SHAPES = ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32))
-#: The step time's GEMMs stay on 128x128 tiles: with the tile choice the published sets were unchanged
-#: (dev 3.9%, new 9.5%), but one small instance of tests/test_search_cpsat.py (seed 1008, no bound
-#: pruning) no longer reached OPTIMAL within CP-SAT's 10 s (FEASIBLE, gap 5.6%); the kernel benchmark
-#: (benchmarks/component_kernels.py --model kernel) uses TILE_SHAPES.
-STEP_TILE_SHAPES = ((TILE, TILE),)
+#: The step time's GEMMs choose among the same tiles as the kernel benchmark (one GEMM shape model for both;
+#: benchmarks/RESULTS.md section 26: the published sets' accuracy and the fitted GEMM levels are unchanged by it).
+STEP_TILE_SHAPES = TILE_SHAPES
 K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (assumption)
 WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)
 #: A blocking device-to-host copy of ``tokens_per_expert`` (Megatron-Core token dispatcher,
@@ -165,17 +165,30 @@ def k_overhead(dev: DeviceSpec, dtype: str) -> float:
     return K_OVERHEAD * dev.peak_flops_per_s(dtype) / dev.peak_bf16_flops_per_s
 
 
+def step_k_overhead(dev: DeviceSpec, dtype: str) -> float:
+    """The per-tile K overhead a GEMM is charged: the kernel benchmark's fit for the device family and dtype
+    where its rows span three or more reduction lengths (:data:`costmodel.kernels.GEMM_FITS`: H100 BF16 0,
+    H800 FP8 480 elements), else :func:`k_overhead`. The isolated kernel and the step time share it.
+
+    >>> from costmodel.presets import load_cluster
+    >>> step_k_overhead(load_cluster("h800").device, "fp8"), step_k_overhead(load_cluster("a100-80g").device, "bf16")
+    (480, 64.0)
+    """
+    fit = gemm_fit(dev, dtype)
+    return fit.k0 if fit is not None and fit.k0 is not None else k_overhead(dev, dtype)
+
+
 def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch: int = 1,
                 ragged: bool = False, *, k0: float | None = None,
                 tile_shapes: tuple[tuple[int, int], ...] | None = None) -> float:
     """Roofline time of ``batch`` GEMMs (m x k) @ (k x n); ``ragged``: their row counts vary around
     ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`). ``k0``: the per-tile K overhead in
-    elements (default :func:`k_overhead`); ``tile_shapes``: the tile shapes the kernel chooses among
+    elements (default :func:`step_k_overhead`); ``tile_shapes``: the tile shapes the kernel chooses among
     (default :data:`STEP_TILE_SHAPES`)."""
     flops = 2.0 * m * n * k * batch
     if flops <= 0:  # an empty problem (no routed tokens, an empty chunk): no kernel is launched
         return 0.0
-    util = gemm_utilization(m, n * batch, k, dev.sm_count, k_overhead(dev, dtype) if k0 is None else k0,
+    util = gemm_utilization(m, n * batch, k, dev.sm_count, step_k_overhead(dev, dtype) if k0 is None else k0,
                             batch if ragged and batch > 1 else 0,
                             STEP_TILE_SHAPES if tile_shapes is None else tile_shapes)
     rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * util
