@@ -19,8 +19,13 @@ Measured values are converted to seconds at the edge, by their definitions only 
 bytes a uniform all-to-all puts on that link, ``S (k-1)/n`` inside a node and ``S (n-k)/n``
 across nodes, over ``bw``.
 
-``--check`` exits 1 when there are no rows at >= 1,000 GPUs or their mean |err| exceeds 10%,
-0 otherwise, and says which.
+Each row says how its number was read (``read_from``): ``text`` (a table or a sentence),
+``figure_label`` (a value printed on a chart, e.g. a bar label) or ``figure_axis`` (read off a
+plotted curve against its axis, to about +-5 GB/s). The issue-20 target is scored on the rows
+read as text or printed labels; rows read off an axis are scored and printed on their own.
+
+``--check`` exits 1 when there are fewer than 10 text/label rows at >= 1,000 GPUs or their mean
+|err| exceeds 10%, 0 otherwise, and says which.
 """
 
 from __future__ import annotations
@@ -42,8 +47,12 @@ DATA = Path(__file__).resolve().parent / "data" / "components" / "collectives.cs
 GB, US = 1e9, 1e-6
 LARGE_GPUS = 1000  # issue 20: "collectives <= 10% mean |err| against its data at >= 1,000 GPUs"
 LARGE_MEAN_LIMIT = 0.10
+#: fewer text/label cases than this at >= 1,000 GPUs and the target counts as unverified (the brief
+#: of the collectives work: "aim for 10+ cases at >= 1,000 GPUs"); one case is not a mean
+MIN_LARGE_CASES = 10
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
 KINDS = ("time_us", "busbw_gbps", "logicalbw_gbps", "linkbw_gbps")
+READ_FROM = ("text", "figure_label", "figure_axis")
 REQUIRED = ("case_id", "source_key", "source_url", "source_location", "fabric", "gpu", "cluster_preset",
             "nodes", "gpus_per_node", "collective", "message_bytes", "measured_kind", "measured_value")
 
@@ -69,6 +78,7 @@ class Case:
     measured_value: float
     inter_bw_bytes_per_s: float  # 0: the preset's
     algorithm_stated: str
+    read_from: str = "text"  # text, figure_label, figure_axis (see the module docstring)
 
     @property
     def gpus(self) -> int:
@@ -95,13 +105,16 @@ def parse_row(row: dict) -> Case:
     if row["measured_kind"] not in KINDS:
         raise RowError(f"case {row['case_id']}: measured_kind={row['measured_kind']!r}: one of {', '.join(KINDS)}")
     inter = (row.get("inter_bw_gbps_per_gpu") or "").strip()
+    read_from = (row.get("read_from") or "").strip() or "text"
+    if read_from not in READ_FROM:
+        raise RowError(f"case {row['case_id']}: read_from={read_from!r}: one of {', '.join(READ_FROM)}")
     return Case(case_id=row["case_id"], source_key=row["source_key"], fabric=row["fabric"], gpu=row["gpu"],
                 cluster_preset=row["cluster_preset"], nodes=_num(row, "nodes", int),
                 gpus_per_node=_num(row, "gpus_per_node", int), collective=row["collective"],
                 message_bytes=_num(row, "message_bytes"), measured_kind=row["measured_kind"],
                 measured_value=_num(row, "measured_value"),
                 inter_bw_bytes_per_s=_num(row, "inter_bw_gbps_per_gpu") * GB if inter else 0.0,
-                algorithm_stated=row.get("algorithm_stated") or "")
+                algorithm_stated=row.get("algorithm_stated") or "", read_from=read_from)
 
 
 def load_cases(path: Path = DATA) -> list[Case]:
@@ -153,21 +166,34 @@ def _stats(errs: list[float]) -> str:
             f"{100 * statistics.fmean(errs):+7.1f}% {100 * max(abs(e) for e in errs):7.1f}%")
 
 
+def in_target(c: Case) -> bool:
+    """A row the issue-20 target counts: read as text or as a printed label, not off an axis."""
+    return c.read_from != "figure_axis"
+
+
 def summary(res: list[dict]) -> dict:
-    """Mean |err| overall and for the rows at >= 1,000 GPUs (None where there are none)."""
+    """Mean |err| over the target's rows (text and printed labels), overall and at >= 1,000 GPUs,
+    and over the rows read off a figure's axis at >= 1,000 GPUs (None where there are none)."""
     def mean(rs):
         return statistics.fmean(abs(r["error"]) for r in rs) if rs else None
-    large = [r for r in res if r["case"].gpus >= LARGE_GPUS]
-    return {"n": len(res), "mean_abs_err": mean(res), "n_large": len(large), "large_mean_abs_err": mean(large),
-            "max_gpus": max((r["case"].gpus for r in res), default=0)}
+    target = [r for r in res if in_target(r["case"])]
+    large = [r for r in target if r["case"].gpus >= LARGE_GPUS]
+    axis_large = [r for r in res if not in_target(r["case"]) and r["case"].gpus >= LARGE_GPUS]
+    return {"n": len(target), "mean_abs_err": mean(target), "n_large": len(large), "large_mean_abs_err": mean(large),
+            "max_gpus": max((r["case"].gpus for r in target), default=0),
+            "n_axis_large": len(axis_large), "axis_large_mean_abs_err": mean(axis_large)}
 
 
 def check(res: list[dict]) -> tuple[int, str]:
-    """(exit code, reason) of the issue-20 target: <= 10% mean |err| at >= 1,000 GPUs."""
+    """(exit code, reason) of the issue-20 target: <= 10% mean |err| at >= 1,000 GPUs, over the rows
+    read as text or printed labels."""
     s = summary(res)
     if not s["n_large"]:
         return 1, (f"no rows at >= {LARGE_GPUS:,} GPUs (largest: {s['max_gpus']} GPUs): "
                    f"the <= {LARGE_MEAN_LIMIT:.0%} target at scale cannot be verified")
+    if s["n_large"] < MIN_LARGE_CASES:
+        return 1, (f"mean |err| {s['large_mean_abs_err']:.1%} over only {s['n_large']} text/label rows at "
+                   f">= {LARGE_GPUS:,} GPUs: fewer than {MIN_LARGE_CASES}, the target cannot be verified")
     if s["large_mean_abs_err"] > LARGE_MEAN_LIMIT:
         return 1, (f"mean |err| {s['large_mean_abs_err']:.1%} over {s['n_large']} rows at >= {LARGE_GPUS:,} GPUs "
                    f"exceeds {LARGE_MEAN_LIMIT:.0%}")
@@ -176,12 +202,12 @@ def check(res: list[dict]) -> tuple[int, str]:
 
 def report(res: list[dict], out=print) -> None:
     out(f"{'case':>4} {'source':<22} {'fabric':<10} {'coll':<13} {'gpus':>5} {'bytes':>11} "
-        f"{'pred_us':>10} {'meas_us':>10} {'err%':>7}  measured as")
+        f"{'pred_us':>10} {'meas_us':>10} {'err%':>7}  measured as (read from)")
     for r in res:
         c = r["case"]
         out(f"{c.case_id:>4} {c.source_key[:22]:<22} {c.fabric:<10} {c.collective:<13} {c.gpus:>5} "
             f"{c.message_bytes:>11.4g} {r['predicted_s'] / US:10.1f} {r['measured_s'] / US:10.1f} "
-            f"{100 * r['error']:+7.1f}  {c.measured_kind}={c.measured_value:g}")
+            f"{100 * r['error']:+7.1f}  {c.measured_kind}={c.measured_value:g} ({c.read_from})")
     out("")
     out(f"{'group':<26} {'n':>6} {'mean|e|':>7} {'signed':>8} {'max|e|':>8}")
     out(f"{'ALL':<26} {_stats([r['error'] for r in res])}")
@@ -189,9 +215,18 @@ def report(res: list[dict], out=print) -> None:
                        ("source", lambda c: c.source_key)):
         for v in sorted({key(r["case"]) for r in res}):
             out(f"{label + ' ' + v:<26} {_stats([r['error'] for r in res if key(r['case']) == v])}")
+    for label, key in (("read_from", lambda c: c.read_from),):
+        for v in sorted({key(r["case"]) for r in res}):
+            out(f"{label + ' ' + v:<26} {_stats([r['error'] for r in res if key(r['case']) == v])}")
+    out("by scale (text and printed labels: the issue-20 target's rows)")
     for label, pred in (("gpus <= 8", lambda c: c.gpus <= 8), ("gpus 9-999", lambda c: 8 < c.gpus < LARGE_GPUS),
+                        (f"gpus < {LARGE_GPUS:,}", lambda c: c.gpus < LARGE_GPUS),
                         (f"gpus >= {LARGE_GPUS:,}", lambda c: c.gpus >= LARGE_GPUS)):
-        out(f"{label:<26} {_stats([r['error'] for r in res if pred(r['case'])])}")
+        out(f"{label:<26} {_stats([r['error'] for r in res if in_target(r['case']) and pred(r['case'])])}")
+    out("by scale (read off a figure's axis, not in the target)")
+    for label, pred in ((f"gpus < {LARGE_GPUS:,}", lambda c: c.gpus < LARGE_GPUS),
+                        (f"gpus >= {LARGE_GPUS:,}", lambda c: c.gpus >= LARGE_GPUS)):
+        out(f"{label:<26} {_stats([r['error'] for r in res if not in_target(r['case']) and pred(r['case'])])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,7 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     report(res)
     code, why = check(res)
     s = summary(res)
-    print(f"\nmean |err| {s['mean_abs_err']:.1%} over {s['n']} cases; at >= {LARGE_GPUS:,} GPUs: {why}")
+    print(f"\nmean |err| {s['mean_abs_err']:.1%} over {s['n']} text/label cases; at >= {LARGE_GPUS:,} GPUs: {why}")
+    if s["n_axis_large"]:
+        print(f"rows read off a figure's axis at >= {LARGE_GPUS:,} GPUs (not in the target): "
+              f"mean |err| {s['axis_large_mean_abs_err']:.1%} over {s['n_axis_large']}")
     return code if a.check else 0
 
 

@@ -26,6 +26,18 @@ reduce-scatter ``(p-1)/p``.
   ``intra_link.nvls_efficiency`` of the link rate (tuning.cc ``nvlsEfficiency``: 0.85 Hopper,
   0.74 Blackwell) with a 25 us latency (tuning.cc NVLink ``hwLat`` for NVLS/Simple).
 
+* NVLSTree (AllReduce across nodes of NVSwitch GPUs, Hopper and later: NCCL's default there at
+  scale): NVLS inside each node, NCCL's tree between nodes. tuning.cc (``NCCL_ALGO_NVLS_TREE``)
+  takes per channel the least of the NVLS rate inside the node, the network rate (doubled on two
+  nodes, where each node roots one of the two trees) and ``perChMaxNVLSTreeBws`` (Hopper 45.5 GB/s
+  per channel across more than two nodes, 57.7 on two; Blackwell 80 / 96), without the tree's 0.92;
+  here the NVLS term is the one-node NVLS time ``S / (nvlink nvls_efficiency)``, the network term
+  the tree's ``2 S`` (``S`` on two nodes) over the node's ``k`` NICs, and the cap ``2 S / (k cap)``
+  with one search channel per NIC (``k`` channels: NVIDIA/nccl issue 1041, 8 NVLSTree channels on
+  an 8-NIC H100 node). NVLS needs at least two GPUs of a node in the group
+  (src/transport/nvls.cc ``ncclNvlsInit``: ``gpuCount < 2`` disables it). Latency (tuning.cc):
+  the NVLink NVLS latency once plus ``2 log2i(nodes)`` network steps, each 20.9 / 14 of a tree step.
+
 NCCL picks the fastest algorithm for each message size; the model takes the minimum.
 
 Latency terms follow the same cost model. ``link.latency_s`` is the latency of one ring step
@@ -145,6 +157,10 @@ def tree_latency_s(intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: 
 #: 25 us, with no base latency (src/graph/tuning.cc@5067397, ``ncclTunerConstantsDefaults``)
 NVLS_LATENCY_S = 25e-6
 
+#: an NVLSTree network step costs NCCL 20.9 us against 14 us for a tree step (tuning.cc@5067397
+#: ``hwLatencies`` NET, Simple): the preset's per-step network latency is scaled by that ratio
+NVLS_TREE_NET_STEP_RATIO = 20.9 / 14.0
+
 
 def _ring_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
     """Bandwidth term of NCCL's ring over ``k`` ranks on each of ``nodes`` nodes: one pipelined
@@ -175,6 +191,39 @@ def _tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float) -> float
         else max(t_intra, t_net) / TREE_BW_FACTOR
 
 
+def nvls_tree_latency_s(inter: int, alpha_inter_s: float) -> float:
+    """Latency of NCCL's NVLSTree all-reduce over ``inter >= 2`` nodes: the NVLS step inside the
+    node once, then up and down the tree between nodes (tuning.cc:
+    ``intraLat + 2 * log2i(nNodes) * interLat``, NVLink ``hwLat`` for NVLSTree/Simple 25 us).
+
+    The preset's network step latency ``alpha_inter_s`` stands for NCCL's tree step (14 us) and is
+    scaled by :data:`NVLS_TREE_NET_STEP_RATIO` (20.9 / 14).
+
+    >>> round(nvls_tree_latency_s(128, 14e-6) * 1e6, 1)   # 25 + 2 * 7 * 20.9
+    317.6
+    """
+    return NVLS_LATENCY_S + 2 * int(math.floor(math.log2(inter))) * alpha_inter_s * NVLS_TREE_NET_STEP_RATIO
+
+
+def _nvls_tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float, nvls: float, cap_ch: float):
+    """Bandwidth term of NCCL's NVLSTree all-reduce across ``nodes >= 2`` nodes of ``k >= 2`` ranks:
+    the slowest of NVLS inside the node, the tree's network traffic over the node's ``k`` NICs
+    (``2 S``; ``S`` on two nodes) and NCCL's per-channel cap ``cap_ch`` on ``k`` channels
+    (tuning.cc ``perChMaxNVLSTreeBws``: busBw ``k cap_ch``, algorithm bandwidth half of it).
+
+    >>> _nvls_tree_bw_s(1.0, 8, 4, 2.0, 0.25, 1.0, 1.0) == 2 * 1.0 / (8 * 0.25)   # network-bound
+    True
+    >>> _nvls_tree_bw_s(1.0, 8, 4, 2.0, 1.0, 1.0, 0.1) == 2 * 1.0 / (8 * 0.1)     # NCCL's cap
+    True
+    """
+    t_nvls = nbytes / (bi * nvls)
+    t_net = (1 if nodes == 2 else 2) * nbytes / (k * be)
+    t_cap = 2 * nbytes / (k * cap_ch)
+    if isinstance(nbytes, np.ndarray):
+        return np.maximum(np.maximum(t_nvls, t_net), t_cap)
+    return max(t_nvls, t_net, t_cap)
+
+
 def _pick(array: bool, t, lat, t_alt, lat_alt):
     """The faster of two (time, latency) candidates, element-wise for arrays."""
     if array:
@@ -200,9 +249,14 @@ def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
     if kind == "allreduce" and nodes > 1:
         lat_tree = tree_latency_s(k, nodes, a_i, a_e)
         t, lat = _pick(array, t, lat, _tree_bw_s(nbytes, k, nodes, bi, be) + lat_tree, lat_tree)
-    nvls = cluster.intra_link.nvls_efficiency
+    intra = cluster.intra_link
+    nvls = intra.nvls_efficiency
     if kind == "allreduce" and nodes == 1 and nvls > 0:
         t, lat = _pick(array, t, lat, nbytes / (bi * nvls) + NVLS_LATENCY_S, NVLS_LATENCY_S)
+    cap_ch = intra.nvls_tree_2node_channel_bw_bytes_per_s if nodes == 2 else intra.nvls_tree_channel_bw_bytes_per_s
+    if kind == "allreduce" and nodes > 1 and k >= 2 and nvls > 0 and cap_ch > 0:
+        lat_nt = nvls_tree_latency_s(nodes, a_e)
+        t, lat = _pick(array, t, lat, _nvls_tree_bw_s(nbytes, k, nodes, bi, be, nvls, cap_ch) + lat_nt, lat_nt)
     if array:
         on = np.asarray(nbytes) > 0
         return np.where(on, t, 0.0), np.where(on, lat, 0.0)

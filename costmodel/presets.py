@@ -122,7 +122,9 @@ _DEVICE_UNITS = {
     "hbm_bw_gbps": ("hbm_bw_bytes_per_s", GB),
     "kernel_overhead_us": ("kernel_overhead_s", US),
 }
-_LINK_UNITS = {"bw_gbps": ("bw_bytes_per_s", GB), "latency_us": ("latency_s", US)}
+_LINK_UNITS = {"bw_gbps": ("bw_bytes_per_s", GB), "latency_us": ("latency_s", US),
+               "nvls_tree_channel_bw_gbps": ("nvls_tree_channel_bw_bytes_per_s", GB),
+               "nvls_tree_2node_channel_bw_gbps": ("nvls_tree_2node_channel_bw_bytes_per_s", GB)}
 _ENGINE_UNITS = {"bw_gbps": ("bw_bytes_per_s", GB)}
 
 

@@ -332,12 +332,19 @@ class LinkSpec:
     nvls_efficiency : NVLink SHARP (in-switch reduction, NCCL's NVLS algorithm) on this link: the
         fraction of the effective bandwidth an NVLS all-reduce moves its buffer at; 0 means the
         link has no NVLS (no NVSwitch, or pre-Hopper). See :mod:`costmodel.collectives`.
+    nvls_tree_channel_bw_bytes_per_s, nvls_tree_2node_channel_bw_bytes_per_s : NCCL's cap on the
+        bus bandwidth of one NVLSTree channel (NVLS inside each node, a tree between nodes: the
+        multi-node all-reduce of NVSwitch nodes) across more than two nodes and across two nodes
+        (``perChMaxNVLSTreeBws`` in NCCL's ``src/graph/tuning.cc``: Hopper 45.5 / 57.7 GB/s,
+        Blackwell 80 / 96 GB/s); 0 means NCCL runs no NVLSTree on this link.
     """
 
     bw_bytes_per_s: float
     latency_s: float = 5e-6
     efficiency: float = 0.8
     nvls_efficiency: float = 0.0
+    nvls_tree_channel_bw_bytes_per_s: float = 0.0
+    nvls_tree_2node_channel_bw_bytes_per_s: float = 0.0
 
     def __post_init__(self):
         _positive("bw_bytes_per_s", self.bw_bytes_per_s)
@@ -348,6 +355,9 @@ class LinkSpec:
         _positive("nvls_efficiency", self.nvls_efficiency, allow_zero=True)
         if self.nvls_efficiency > 1:
             raise SpecError("nvls_efficiency", self.nvls_efficiency, "a fraction in [0, 1]")
+        _positive("nvls_tree_channel_bw_bytes_per_s", self.nvls_tree_channel_bw_bytes_per_s, allow_zero=True)
+        _positive("nvls_tree_2node_channel_bw_bytes_per_s", self.nvls_tree_2node_channel_bw_bytes_per_s,
+                  allow_zero=True)
 
     @property
     def effective_bw_bytes_per_s(self) -> float:

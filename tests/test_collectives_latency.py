@@ -162,14 +162,81 @@ def test_two_node_tree_beats_a_network_bound_ring():
     # 8 x 22.5 = 180 GB/s; on two nodes the tree sends S once per node over those NICs, and 2 S
     # over NVLink (chain up and down): max(2 S / 360, S / 180) / 0.92. Tree latency:
     # 2 * (7 * 8 us + 1 * 15 us) = 142 us.
+    # (NVLSTree switched off here: the next tests cover it)
     from dataclasses import replace
     h = load_cluster("h100-sxm")
-    h = replace(h, inter_link=replace(h.inter_link, bw_bytes_per_s=25e9))
+    h = replace(h, inter_link=replace(h.inter_link, bw_bytes_per_s=25e9),
+                intra_link=replace(h.intra_link, nvls_tree_channel_bw_bytes_per_s=0.0,
+                                   nvls_tree_2node_channel_bw_bytes_per_s=0.0))
     S = 8e9
     tree = max(2 * S / 360e9, S / 180e9) / TREE_BW_FACTOR + 2 * (7 * 8e-6 + 15e-6)
     ring = 2 * 15 / 16 * S / 180e9
     assert tree < ring
     assert collective_time_s("allreduce", S, 16, 1, h) == pytest.approx(tree)
+
+
+# NVLSTree (NCCL tuning.cc NCCL_ALGO_NVLS_TREE): NVLS inside the node, a tree between nodes.
+# H100 preset: NVLink 450 x 0.8 = 360 GB/s, NVLS 0.85 of it = 306 GB/s; 8 NICs x 45 GB/s = 360 GB/s;
+# per-channel caps 45.5 GB/s (> 2 nodes) and 57.7 GB/s (2 nodes) on 8 channels.
+NVLS_TREE_STEP_S = 15e-6 * 20.9 / 14.0
+
+
+def test_nvls_tree_across_many_hopper_nodes():
+    # 1,024 GPUs (128 nodes), 16 GiB: max(S / 306, 2 S / 360, 2 S / (8 x 45.5)) = 2 S / 360 GB/s
+    # (network-bound), latency 25 us + 2 * 7 network steps of 15 us x 20.9 / 14
+    h = load_cluster("h100-sxm")
+    S = 2.0 ** 34
+    expected = 2 * S / 360e9 + 25e-6 + 14 * NVLS_TREE_STEP_S
+    assert collective_time_s("allreduce", S, 1024, 1, h) == pytest.approx(expected)
+    # the tree alone would be 0.92 as fast: NVLSTree is what the model (and NCCL) picks
+    assert expected < 2 * S / 360e9 / TREE_BW_FACTOR
+
+
+def test_nvls_tree_on_two_nodes_is_capped_per_channel():
+    # 2 nodes: the network term halves (S / 360 GB/s) and the cap 8 x 57.7 = 461.6 GB/s binds:
+    # max(S / 306, S / 360, 2 S / 461.6) = 2 S / 461.6 GB/s; latency 25 us + 2 * 1 steps
+    h = load_cluster("h100-sxm")
+    S = 8e9
+    expected = 2 * S / (8 * 57.7e9) + 25e-6 + 2 * NVLS_TREE_STEP_S
+    assert collective_time_s("allreduce", S, 16, 1, h) == pytest.approx(expected)
+
+
+def test_nvls_tree_needs_two_gpus_of_a_node_and_nvls():
+    # one GPU per node (stride 8): no NVLS (nvls.cc: fewer than 2 local GPUs), the tree or ring
+    from dataclasses import replace
+    h = load_cluster("h100-sxm")
+    off = replace(h, intra_link=replace(h.intra_link, nvls_tree_channel_bw_bytes_per_s=0.0,
+                                        nvls_tree_2node_channel_bw_bytes_per_s=0.0))
+    for S in (1e6, 1e9):
+        assert collective_time_s("allreduce", S, 64, 8, h) == collective_time_s("allreduce", S, 64, 8, off)
+    # A100 (no NVLS): unchanged by the caps it does not have
+    a = load_cluster("a100-80g")
+    assert a.intra_link.nvls_tree_channel_bw_bytes_per_s == 0
+    # with NVLSTree the all-reduce is never slower than without it (the model takes the minimum)
+    for S in (1e5, 1e7, 1e9, 1e10):
+        for n in (16, 32, 256, 2048):
+            assert collective_time_s("allreduce", S, n, 1, h) <= collective_time_s("allreduce", S, n, 1, off)
+
+
+def test_nvls_tree_in_the_array_path_matches_scalars():
+    h = load_cluster("h100-sxm")
+    sizes = np.array([1e4, 1e6, 1e8, 1e10])
+    arr = collective_time_s("allreduce", sizes, 256, 1, h)
+    assert arr == pytest.approx([collective_time_s("allreduce", float(s), 256, 1, h) for s in sizes])
+    lat = collective_latency_s("allreduce", 256, 1, h, nbytes=1e10)
+    assert lat == pytest.approx(25e-6 + 2 * 5 * NVLS_TREE_STEP_S)
+
+
+def test_nvls_tree_caps_are_validated_and_round_trip():
+    from costmodel.errors import SpecError
+    from costmodel.presets import cluster_from_dict, cluster_to_dict
+    from costmodel.specs import LinkSpec
+    with pytest.raises(SpecError):
+        LinkSpec(bw_bytes_per_s=1e9, nvls_tree_channel_bw_bytes_per_s=-1.0)
+    h = load_cluster("h100-sxm")
+    assert cluster_from_dict(cluster_to_dict(h)).intra_link == h.intra_link
+    assert h.intra_link.nvls_tree_channel_bw_bytes_per_s == pytest.approx(45.5e9)
+    assert load_cluster("b200").intra_link.nvls_tree_2node_channel_bw_bytes_per_s == pytest.approx(96e9)
 
 
 def test_nvls_allreduce_inside_a_hopper_node():

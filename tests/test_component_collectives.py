@@ -1,11 +1,13 @@
 """The collectives component benchmark (issue 20): its data carry sources, and the model's error
 against them is what RESULTS.md reports.
 
-The issue's target (<= 10% mean |err| at >= 1,000 GPUs) is not met: one public case is at that
-scale (1,984 H200, predicted +16%), so ``--check`` exits 1 and says so. What is asserted here is
-the structure and the overall error the model actually reaches (12.9% over 44 cases at the commit
-that added the last rows; see benchmarks/RESULTS.md, "Collectives against their own
-measurements"), so a change that makes the collectives worse fails.
+The issue's target (<= 10% mean |err| at >= 1,000 GPUs) is not verified: one case read as text is
+at that scale (1,984 H200, predicted +8%), fewer than the 10 the check asks for, so ``--check``
+exits 1 and says so; 20 more cases at 1,024-8,192 GPUs were read off a figure's axis and are
+scored apart. What is asserted here is the structure and the overall error the model actually
+reaches (17.3% over the 63 text/label cases at the commit that added NVLSTree; see
+benchmarks/RESULTS.md, "Collectives against their own measurements"), so a change that makes the
+collectives worse fails.
 """
 
 import csv
@@ -20,8 +22,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import component_collectives as cc  # noqa: E402
 
-#: the overall mean |err| the model meets on the 44 cases (12.9% measured); not the issue's target
-OVERALL_MEAN_LIMIT = 0.135
+#: the mean |err| the model meets on the 63 text/label cases (17.3% measured); not the issue's target
+OVERALL_MEAN_LIMIT = 0.18
+#: the cases read off a figure's axis at >= 1,000 GPUs (13.1% measured, 4.2% at >= 1 GiB)
+AXIS_LARGE_MEAN_LIMIT = 0.14
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +36,12 @@ def results():
 def test_every_row_has_a_source_and_parses():
     with open(cc.DATA, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) >= 44
+    assert len(rows) >= 83
     for r in rows:
         assert r["source_url"].startswith("https://"), r["case_id"]
         assert len(r["source_location"]) > 10, r["case_id"]
         cc.parse_row(r)  # raises RowError on a missing or invalid field
+        assert r["read_from"] in cc.READ_FROM, r["case_id"]
     assert {r["fabric"] for r in rows} >= {"nvlink", "infiniband", "roce"}
     assert {r["collective"] for r in rows} >= {"allreduce", "allgather", "reducescatter", "alltoall"}
 
@@ -52,16 +57,42 @@ def test_measured_conversions_by_definition():
 
 def test_model_error_on_the_data(results):
     s = cc.summary(results)
-    assert s["n"] == len(results) >= 44
+    assert s["n"] == sum(cc.in_target(r["case"]) for r in results) >= 63
     assert s["mean_abs_err"] <= OVERALL_MEAN_LIMIT
+    assert s["n_axis_large"] >= 20 and s["axis_large_mean_abs_err"] <= AXIS_LARGE_MEAN_LIMIT
+
+
+def test_large_messages_at_scale_are_bandwidth_right(results):
+    # at >= 1,024 GPUs and >= 1 GiB NCCL runs at its NVLSTree plateau: the model's bandwidth term
+    # is what is tested there (each case within 15%, mean within 6%; 4.2% measured)
+    big = [r for r in results if r["case"].gpus >= cc.LARGE_GPUS and r["case"].message_bytes >= 2 ** 30]
+    assert len(big) >= 12
+    assert max(abs(r["error"]) for r in big) <= 0.15
+    assert sum(abs(r["error"]) for r in big) / len(big) <= 0.06
 
 
 def test_check_reports_the_unverified_scale_target(results):
     code, why = cc.check(results)
-    if cc.summary(results)["n_large"] == 0:
+    s = cc.summary(results)
+    if s["n_large"] < cc.MIN_LARGE_CASES:
         assert code == 1 and "cannot be verified" in why
     else:
-        assert code == (0 if cc.summary(results)["large_mean_abs_err"] <= cc.LARGE_MEAN_LIMIT else 1)
+        assert code == (0 if s["large_mean_abs_err"] <= cc.LARGE_MEAN_LIMIT else 1)
+
+
+def test_rows_read_off_an_axis_are_not_in_the_target():
+    base = {"case_id": "x", "source_key": "k", "source_url": "https://x", "source_location": "loc",
+            "fabric": "infiniband", "gpu": "H100", "cluster_preset": "h100-sxm", "nodes": "128",
+            "gpus_per_node": "8", "collective": "allreduce", "message_bytes": "1e9",
+            "measured_kind": "busbw_gbps", "measured_value": "300"}
+    axis = cc.parse_row({**base, "read_from": "figure_axis"})
+    text = cc.parse_row(base)
+    assert text.read_from == "text" and cc.in_target(text) and not cc.in_target(axis)
+    s = cc.summary(cc.evaluate([axis]))
+    assert s["n_large"] == 0 and s["n_axis_large"] == 1
+    assert cc.check(cc.evaluate([axis]))[0] == 1
+    with pytest.raises(cc.RowError, match="read_from"):
+        cc.parse_row({**base, "read_from": "guess"})
 
 
 def test_bad_csv_is_one_line_and_exit_2(tmp_path):
