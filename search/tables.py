@@ -211,18 +211,24 @@ class Tables:
         """Tables on a cluster where every engine-bound DMA class (:func:`search.candidates.dma_values`)
         has as many engines per stream as it has in all: each stream of any plan at least as fast
         as under any assignment (the cost model is monotone in engines, ``tests/test_dma.py``), so
-        bounds computed here hold for every assignment. ``self`` when no class is engine-bound."""
+        bounds computed here hold for every assignment. ``self`` when no class is engine-bound.
+
+        ``self`` is stored as ``None``: a reference from the tables to themselves would make them
+        cyclic garbage, left for the collector, whose first pass after the search (the search pauses
+        it, :func:`search.solve.cyclic_gc_paused`) walked their ~300,000 objects (0.2 s of DeepSeek-V3
+        / 2048 H800's 3.3 s); without the cycle reference counting frees them when the search returns."""
         if "relaxed" not in self.shared:
             dev = self.p.cluster.device
             if not any(e.bw_bytes_per_s > 0 and e.scopes for e in dev.dma_engines):
-                self.shared["relaxed"] = self
+                self.shared["relaxed"] = None
             else:
                 n = len(dma.STREAMS)
                 engines = tuple(replace(e, count=e.count * n) if e.bw_bytes_per_s > 0 else e for e in dev.dma_engines)
                 cluster = replace(self.p.cluster, device=replace(dev, dma_engines=engines))
                 out = self.shared["relaxed"] = Tables(replace(self.p, cluster=cluster))
-                out.shared["relaxed"] = out
-        return self.shared["relaxed"]
+                out.shared["relaxed"] = None
+        out = self.shared["relaxed"]
+        return self if out is None else out
 
     # ------------------------------------------------------------------ per layer
     def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
