@@ -279,8 +279,8 @@ class Bounds:
         for kind in kinds:
             lo = L if kind == "only" else (max(vp, p.model.dense_layers) if kind == "first" else vp)
             lo = vp * math.ceil(lo / vp)
-            fits = np.flatnonzero(self.mem_lb(c, kind) <= p.hbm_cap_bytes)
-            hi = int(fits.max()) if len(fits) and fits.min() == 0 else -1  # memory grows with n
+            fits = self.mem_lb(c, kind) <= p.hbm_cap_bytes
+            hi = len(fits) - 1 - int(np.argmax(fits[::-1])) if fits[0] else -1  # the most that fits; memory grows with n
             hi = min(hi, L) // vp * vp if hi >= 0 else -1
             if hi < lo:
                 return None
@@ -346,7 +346,10 @@ class Bounds:
             rows.append([a["t_grad"], a["t_param"], a["lat_grad"], a["lat_param"], kb, window, fwd])
         # every position in one call, one row each (dp_exposure is elementwise: the same values as
         # one call per position, as search.tables builds them)
-        cols = [np.stack([np.broadcast_to(np.asarray(r[i], float), n.shape) for r in rows]) for i in range(7)]
+        cols = np.empty((7, len(rows), len(n)))  # filled by broadcast assignment: fewer numpy calls than stacking
+        for j, r in enumerate(rows):
+            for i in range(7):
+                cols[i, j] = r[i]
         stages = np.array([[STAGE_OF.get(kind, pp - 1)] for kind in kinds])
         ex, zx, _, _ = dp_exposure(*cols, stages, pp, vp, n)
         gks = ex + zx

@@ -103,6 +103,18 @@ class Choice:
                               fused_elementwise=fused_elementwise, framework=self.framework, dma=self.dma,
                               grad_dtype=self.grad_dtype, **self.config_options())
 
+    def plain_config(self, layers_per_stage=None) -> ParallelConfig:
+        """:meth:`config` (default flags) without recompute and with one model chunk (``vp = 1``): the
+        probe of the per-stage parameters, model state and DP collectives, built once (not as
+        ``replace`` of a second config: each construction validates every field)."""
+        s = self.shape
+        opts = self.config_options()
+        opts.pop("recompute_modules", None)
+        return ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep, cp=s.cp, sp=self.sp, zero=self.zero,
+                              recompute="none", recompute_layers=None, mb=self.mb, vp=1,
+                              bucket_bytes=self.bucket_mb * MB, chunks=self.chunks, layers_per_stage=layers_per_stage,
+                              framework=self.framework, dma=self.dma, grad_dtype=self.grad_dtype, **opts)
+
     def config_options(self) -> dict:
         """The problem's plan options this choice runs (:data:`search.problem.PLAN_OPTIONS`): recompute
         modules only with selective recompute, ``fp8_param_gather`` only with ZeRO >= 1 (Megatron refuses it
@@ -285,8 +297,7 @@ class Tables:
             # the collectives from the (exactly affine) parameter counts, one time per count: NCCL's
             # ring / tree choice flips with the message size, so their seconds are not affine
             lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
-            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
-                        recompute_modules=None, vp=1)
+            c = choice.plain_config(lps)
             params = (st["dense"], st["expert"])
             t_grad, t_param = dp_comm(p.model, p.cluster, c, stage, params)
             lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, params)
@@ -319,8 +330,7 @@ class Tables:
         vals = []
         for n in [n0, n0 + 1] + ([d] if split_dense else []):
             lps, stage = probe_split(p, choice, kind, n)
-            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
-                        recompute_modules=None, vp=1)
+            c = choice.plain_config(lps)
             vals.append(of(c, stage))
         n = np.arange(L + 1)
         out = {}
