@@ -145,73 +145,12 @@ def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple
 @lru_cache(maxsize=8192)
 def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool) -> LayerTiming:
     dev = cluster.device
-    ops = layer_ops(model, dev, w, c, moe)
-    fwd = sum([o.fwd_s for o in ops])
-    bwd = sum([o.bwd_s for o in ops])
-    n = c.mb * w.seq_len / c.cp
-    sac_led = CommLedger()
-    coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
     a = dma.resolve(cluster, c, model)
-    sac = op_sac_fractions(model, ops, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
-    replays = sac is not None  # a replayed forward with communication (sac_led)
-    if c.tp > 1:
-        msg = n * model.hidden * ACT_BYTES
-        tp = dma.engines_of(cluster, a, "tp")
-        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster, engines=tp)
-        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp)
-        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
-        led, fwd_led = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
-        if sac is not None:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
-            sac_led = _op_sac_ledger(ops, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
-    else:
-        led, fwd_led = CommLedger(), CommLedger()
-    attn = next(o for o in ops if o.name == "attn_core")
-    if c.cp > 1:
-        x = cp_exchange(model, n, c.tp, c.cp, c.cp_impl)
-        stride, eng = group_stride("cp", c.tp, c.cp, c.dp), dma.engines_of(cluster, a, "cp")
-        t_kv = collective_time_s("ring_p2p", x.kv_bytes, c.cp, stride, cluster, engines=eng)
-        steps = c.cp - 1
-        f = CommLedger()
-        if x.gather_bytes:  # PyTorch context_parallel: one all-gather behind the local block (forward, backward)
-            t_gather = collective_time_s("allgather", x.gather_bytes, c.cp, stride, cluster, engines=eng)
-            t_dkv = collective_time_s("ring_p2p", x.dkv_bytes, c.cp, stride, cluster, engines=eng)
-            f.overlap("cp", t_gather, attn.fwd_s / c.cp, INF, WHY_CP, coef)
-            led.overlap("cp", t_gather, attn.bwd_s / c.cp, INF, WHY_CP, coef)
-            # dK/dV after every block: each behind the next block, the one after the last block waited on
-            led.overlap("cp", steps * t_dkv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
-            led.add("cp", (x.dkv_sends - steps) * t_dkv, (x.dkv_sends - steps) * t_dkv, WHY_CP)
-        else:
-            f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
-            led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
-        led = led.merge(f)
-        fwd_led = fwd_led.merge(f)
-    if moe and c.ep > 1:
-        experts = next(o for o in ops if o.name == "experts")
-        a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
-        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster, engines=dma.engines_of(cluster, a, "ep"))
-        k = c.chunks if c.chunks > 1 else 0
-        f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
-        led, fwd_led = led.merge(f), fwd_led.merge(f)
-        led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
-        led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
-    if c.recompute == "full":
-        recompute = fwd
-    elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
-        mods = module_recompute_fractions(ops, c.recomputed_modules, moe)
-        recompute = (attn.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
-            f * o.fwd_s for f, o in zip(mods, ops))
-        replayed = [(o, f) for o, f in zip(ops, mods) if f > 0]
-        if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
-            sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
-                                                   t_ag, t_ar, c.sp_on, c.chunks, coef))
-            replays = True
-        if moe and c.ep > 1 and "moe" in c.recomputed_modules:  # the MoE layer's all-to-alls run again
-            sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
-            replays = True
-    elif sac is not None:
-        recompute = sum(f * o.fwd_s for f, o in zip(sac, ops))
-    else:
-        recompute = 0.0
+    eng = {k: dma.engines_of(cluster, a, k) for k in ("tp", "cp", "ep")}
+    fwd, bwd, recompute, led, fwd_led, sac_led, replays = _layer_base(model, cluster, w, c, moe, eng)
+    # copies: the base is shared by every plan with the same layer (below, the ledger gains the
+    # ZeRO-3 gathers and the link floor)
+    led, fwd_led, sac_led = _copy(led), _copy(fwd_led), _copy(sac_led)
     copy_f, copy_b = fsdp2_copies_s(model, dev, c, moe)  # on the compute stream, not replayed by recompute
     fwd, bwd = fwd + copy_f, bwd + copy_b
     sem = frameworks.of(c)
@@ -256,6 +195,107 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     rec_led = fwd_led if c.recompute == "full" else (sac_led if replays else None)
     _link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
     return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
+
+
+def _copy(led: CommLedger) -> CommLedger:
+    return CommLedger(dict(led.link_s), dict(led.exposed_s), led.hidden_sm_s, dict(led.reasons), led.stretch_s)
+
+
+_BASE: dict = {}
+#: entries of :func:`_layer_base`'s memo before it starts again (as ``layer_timing``'s ``lru_cache``)
+BASE_ENTRIES = 8192
+
+
+def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict) -> tuple:
+    """The part of :func:`layer_timing` that does not depend on the DP degree or ZeRO stage: compute,
+    TP/SP, CP and EP communication, recompute, ``eng`` the engines of the tp / cp / ep streams.
+    Memoised on exactly what it reads, so the ZeRO-3 layers of every DP degree (which a search
+    times one by one) share it: ``(fwd, bwd, recompute, ledger, forward ledger, replayed ledger,
+    replays)``, the ledgers not to be changed (``layer_timing`` copies them)."""
+    key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.recompute, c.recomputed_modules,
+           c.flash_attention, c.fused_elementwise, c.cp_impl, c.ep_dispatcher, moe,
+           tuple(eng[k] for k in ("tp", "cp", "ep")))
+    out = _BASE.get(key)
+    if out is None:
+        if len(_BASE) >= BASE_ENTRIES:
+            _BASE.clear()
+        out = _BASE[key] = _layer_base_of(model, cluster, w, c, moe, eng)
+    return out
+
+
+_layer_base.cache_clear = _BASE.clear  # as an lru_cache: benchmarks start cold by clearing the caches
+
+
+def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+                   eng: dict) -> tuple:
+    dev = cluster.device
+    ops = layer_ops(model, dev, w, c, moe)
+    fwd = sum([o.fwd_s for o in ops])
+    bwd = sum([o.bwd_s for o in ops])
+    n = c.mb * w.seq_len / c.cp
+    sac_led = CommLedger()
+    coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
+    sac = op_sac_fractions(model, ops, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
+    replays = sac is not None  # a replayed forward with communication (sac_led)
+    if c.tp > 1:
+        msg = n * model.hidden * ACT_BYTES
+        tp = eng["tp"]
+        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster, engines=tp)
+        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp)
+        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
+        led, fwd_led = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
+        if sac is not None:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
+            sac_led = _op_sac_ledger(ops, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
+    else:
+        led, fwd_led = CommLedger(), CommLedger()
+    attn = next(o for o in ops if o.name == "attn_core")
+    if c.cp > 1:
+        x = cp_exchange(model, n, c.tp, c.cp, c.cp_impl)
+        stride, e_cp = group_stride("cp", c.tp, c.cp, c.dp), eng["cp"]
+        t_kv = collective_time_s("ring_p2p", x.kv_bytes, c.cp, stride, cluster, engines=e_cp)
+        steps = c.cp - 1
+        f = CommLedger()
+        if x.gather_bytes:  # PyTorch context_parallel: one all-gather behind the local block (forward, backward)
+            t_gather = collective_time_s("allgather", x.gather_bytes, c.cp, stride, cluster, engines=e_cp)
+            t_dkv = collective_time_s("ring_p2p", x.dkv_bytes, c.cp, stride, cluster, engines=e_cp)
+            f.overlap("cp", t_gather, attn.fwd_s / c.cp, INF, WHY_CP, coef)
+            led.overlap("cp", t_gather, attn.bwd_s / c.cp, INF, WHY_CP, coef)
+            # dK/dV after every block: each behind the next block, the one after the last block waited on
+            led.overlap("cp", steps * t_dkv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
+            led.add("cp", (x.dkv_sends - steps) * t_dkv, (x.dkv_sends - steps) * t_dkv, WHY_CP)
+        else:
+            f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
+            led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
+        led = led.merge(f)
+        fwd_led = fwd_led.merge(f)
+    if moe and c.ep > 1:
+        experts = next(o for o in ops if o.name == "experts")
+        a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
+        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster, engines=eng["ep"])
+        k = c.chunks if c.chunks > 1 else 0
+        f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
+        led, fwd_led = led.merge(f), fwd_led.merge(f)
+        led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
+        led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
+    if c.recompute == "full":
+        recompute = fwd
+    elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
+        mods = module_recompute_fractions(ops, c.recomputed_modules, moe)
+        recompute = (attn.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
+            f * o.fwd_s for f, o in zip(mods, ops))
+        replayed = [(o, f) for o, f in zip(ops, mods) if f > 0]
+        if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
+            sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
+                                                   t_ag, t_ar, c.sp_on, c.chunks, coef))
+            replays = True
+        if moe and c.ep > 1 and "moe" in c.recomputed_modules:  # the MoE layer's all-to-alls run again
+            sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
+            replays = True
+    elif sac is not None:
+        recompute = sum(f * o.fwd_s for f, o in zip(sac, ops))
+    else:
+        recompute = 0.0
+    return fwd, bwd, recompute, led, fwd_led, sac_led, replays
 
 
 def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) -> CommLedger:

@@ -126,8 +126,13 @@ class Bounds:
         s, p = c.shape, self.p
         if s.pp == 1:
             return 0.0
-        msg = c.mb * p.workload.seq_len / s.cp * p.model.hidden * ACT_BYTES / s.tp
-        return collective_time_s("p2p", msg, s.pp, group_stride("pp", s.tp, s.cp, s.dp), p.cluster)
+        key = ("p2p", s, c.mb)
+        out = self._extras.get(key)
+        if out is None:
+            msg = c.mb * p.workload.seq_len / s.cp * p.model.hidden * ACT_BYTES / s.tp
+            out = self._extras[key] = collective_time_s("p2p", msg, s.pp, group_stride("pp", s.tp, s.cp, s.dp),
+                                                        p.cluster)
+        return out
 
     def _opt_s(self, c: Choice, kind: str, n: int) -> float:
         key = (c.shape, c.zero, c.framework, kind, n, c.options)
@@ -271,6 +276,51 @@ class Bounds:
             self._caps[key] = self._caps_of(c)
         return self._caps[key]
 
+    def fitting_zeros(self, c: Choice, zeros: list) -> list:
+        """The ZeRO stages ``z`` of ``zeros`` for which :meth:`caps` of ``c`` at stage ``z`` is not None,
+        their caps cached as :meth:`caps` caches them: the same arithmetic, but the stored activations and
+        reserve, which the stages share, looked up once per position and the stages compared together."""
+        key = (c.shape, c.mb, c.vp, c.sp, None, c.framework, c.recompute, c.recompute_layers)
+        cs = {z: replace(c, zero=z) for z in zeros if key[:4] + (z,) + key[5:] not in self._caps}
+        if cs:
+            for z, caps in zip(cs, self._caps_of_many(list(cs.values()))):
+                self._caps[key[:4] + (z,) + key[5:]] = caps
+        return [z for z in zeros if self._caps[key[:4] + (z,) + key[5:]] is not None]
+
+    def _caps_of_many(self, cs: list) -> list:
+        """:meth:`_caps_of` of choices that differ only in the ZeRO stage (so in the model state only)."""
+        c = cs[0]
+        p, vp, L = self.p, stage_unit(self.p, c.vp), self.p.model.layers
+        kinds = stage_kinds(c.shape.pp)
+        out: list = [{} for _ in cs]
+        alive = list(range(len(cs)))
+        r0, _ = self._reserve(c)
+        for kind in kinds:
+            lo = L if kind == "only" else (max(vp, p.model.dense_layers) if kind == "first" else vp)
+            lo = vp * math.ceil(lo / vp)
+            acts, r1_acts = self._mem_acts(c, kind)
+            fits = np.stack([self.t.state(cs[i], kind)["state"] for i in alive]) + acts + r0 + r1_acts <= p.hbm_cap_bytes
+            last = fits.shape[1] - 1 - np.argmax(fits[:, ::-1], axis=1)
+            still = []
+            for j, i in enumerate(alive):
+                hi = int(last[j]) if fits[j, 0] else -1  # the most that fits; memory grows with n
+                hi = min(hi, L) // vp * vp if hi >= 0 else -1
+                if hi < lo:
+                    out[i] = None
+                    continue
+                out[i][kind] = (lo, hi)
+                still.append(i)
+            alive = still
+            if not alive:
+                break
+        pp = c.shape.pp
+        for i in alive:
+            o = out[i]
+            if sum(stage_weight(k, pp) * o[k][1] for k in kinds) < L or sum(stage_weight(k, pp) * o[k][0]
+                                                                          for k in kinds) > L:
+                out[i] = None
+        return out
+
     def _caps_of(self, c: Choice) -> dict | None:
         p, vp, L = self.p, stage_unit(self.p, c.vp), self.p.model.layers
         kinds = stage_kinds(c.shape.pp)
@@ -278,8 +328,8 @@ class Bounds:
         for kind in kinds:
             lo = L if kind == "only" else (max(vp, p.model.dense_layers) if kind == "first" else vp)
             lo = vp * math.ceil(lo / vp)
-            fits = np.flatnonzero(self.mem_lb(c, kind) <= p.hbm_cap_bytes)
-            hi = int(fits.max()) if len(fits) and fits.min() == 0 else -1  # memory grows with n
+            fits = self.mem_lb(c, kind) <= p.hbm_cap_bytes
+            hi = len(fits) - 1 - int(np.argmax(fits[::-1])) if fits[0] else -1  # the most that fits; memory grows with n
             hi = min(hi, L) // vp * vp if hi >= 0 else -1
             if hi < lo:
                 return None
@@ -346,7 +396,10 @@ class Bounds:
                          k_first, k_rest])
         # every position in one call, one row each (dp_exposure is elementwise: the same values as
         # one call per position, as search.tables builds them)
-        cols = [np.stack([np.broadcast_to(np.asarray(r[i], float), n.shape) for r in rows]) for i in range(9)]
+        cols = np.empty((9, len(rows), len(n)))  # filled by broadcast assignment: fewer numpy calls than stacking
+        for j, r in enumerate(rows):
+            for i in range(9):
+                cols[i, j] = r[i]
         stages = np.array([[STAGE_OF.get(kind, pp - 1)] for kind in kinds])
         ex, zx, _, _ = dp_exposure(*cols[:7], stages, pp, vp, n, pieces=(cols[7], cols[8]))
         gks = ex + zx

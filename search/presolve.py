@@ -188,9 +188,8 @@ class Expander:
         bucket = next((b for b in opts if b > 0), opts[0])
         if screened:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
             slow_rec = self._slow_rec(s, vp)
-            zeros = [z for z in zeros
-                     if bounds.caps(Choice(s, mb, vp, max(sps), 1, z, slow_rec, None, bucket, p.framework,
-                                              grad_dtype=p.grad_dtype, options=p.options)) is not None]
+            zeros = bounds.fitting_zeros(Choice(s, mb, vp, max(sps), 1, zeros[0], slow_rec, None, bucket, p.framework,
+                                                grad_dtype=p.grad_dtype, options=p.options), zeros)
             if not zeros:
                 return None, []
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)

@@ -104,6 +104,18 @@ class Choice:
                               fused_elementwise=fused_elementwise, framework=self.framework, dma=self.dma,
                               grad_dtype=self.grad_dtype, **self.config_options())
 
+    def plain_config(self, layers_per_stage=None) -> ParallelConfig:
+        """:meth:`config` (default flags) without recompute and with one model chunk (``vp = 1``): the
+        probe of the per-stage parameters, model state and DP collectives, built once (not as
+        ``replace`` of a second config: each construction validates every field)."""
+        s = self.shape
+        opts = self.config_options()
+        opts.pop("recompute_modules", None)
+        return ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep, cp=s.cp, sp=self.sp, zero=self.zero,
+                              recompute="none", recompute_layers=None, mb=self.mb, vp=1,
+                              bucket_bytes=self.bucket_mb * MB, chunks=self.chunks, layers_per_stage=layers_per_stage,
+                              framework=self.framework, dma=self.dma, grad_dtype=self.grad_dtype, **opts)
+
     def config_options(self) -> dict:
         """The problem's plan options this choice runs (:data:`search.problem.PLAN_OPTIONS`): recompute
         modules only with selective recompute, ``fp8_param_gather`` only with ZeRO >= 1 (Megatron refuses it
@@ -214,18 +226,24 @@ class Tables:
         """Tables on a cluster where every engine-bound DMA class (:func:`search.candidates.dma_values`)
         has as many engines per stream as it has in all: each stream of any plan at least as fast
         as under any assignment (the cost model is monotone in engines, ``tests/test_dma.py``), so
-        bounds computed here hold for every assignment. ``self`` when no class is engine-bound."""
+        bounds computed here hold for every assignment. ``self`` when no class is engine-bound.
+
+        ``self`` is stored as ``None``: a reference from the tables to themselves would make them
+        cyclic garbage, left for the collector, whose first pass after the search (the search pauses
+        it, :func:`search.solve.cyclic_gc_paused`) walked their ~300,000 objects (0.2 s of DeepSeek-V3
+        / 2048 H800's 3.3 s); without the cycle reference counting frees them when the search returns."""
         if "relaxed" not in self.shared:
             dev = self.p.cluster.device
             if not any(e.bw_bytes_per_s > 0 and e.scopes for e in dev.dma_engines):
-                self.shared["relaxed"] = self
+                self.shared["relaxed"] = None
             else:
                 n = len(dma.STREAMS)
                 engines = tuple(replace(e, count=e.count * n) if e.bw_bytes_per_s > 0 else e for e in dev.dma_engines)
                 cluster = replace(self.p.cluster, device=replace(dev, dma_engines=engines))
                 out = self.shared["relaxed"] = Tables(replace(self.p, cluster=cluster))
-                out.shared["relaxed"] = out
-        return self.shared["relaxed"]
+                out.shared["relaxed"] = None
+        out = self.shared["relaxed"]
+        return self if out is None else out
 
     # ------------------------------------------------------------------ per layer
     def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
@@ -283,8 +301,7 @@ class Tables:
             # the collectives from the (exactly affine) parameter counts, one time per count: NCCL's
             # ring / tree choice flips with the message size, so their seconds are not affine
             lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
-            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
-                        recompute_modules=None, vp=1)
+            c = choice.plain_config(lps)
             params = (st["dense"], st["expert"])
             t_grad, t_param = dp_comm(p.model, p.cluster, c, stage, params)
             lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, params)
@@ -364,8 +381,7 @@ class Tables:
         vals = []
         for n in [n0, n0 + 1] + ([d] if split_dense else []):
             lps, stage = probe_split(p, choice, kind, n)
-            c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
-                        recompute_modules=None, vp=1)
+            c = choice.plain_config(lps)
             vals.append(of(c, stage))
         n = np.arange(L + 1)
         out = {}
