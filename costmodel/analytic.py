@@ -194,7 +194,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     if c.recompute == "full":
         recompute = fwd
     elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
-        mods = module_recompute_fractions(ops, c.recomputed_modules, moe)
+        mods = module_recompute_fractions(ops, c.recomputed_modules, moe, model)
         recompute = (attn.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
             f * o.fwd_s for f, o in zip(mods, ops))
         replayed = [(o, f) for o, f in zip(ops, mods) if f > 0]

@@ -24,8 +24,12 @@ RECOMPUTE = ("none", "selective", "full", "op_sac")
 #: d98e8a64; default ``["core_attn"]``): the core attention; ``layernorm``, the pre-MLP norm's output of an MoE
 #: layer, discarded after use and recomputed (``CheckpointWithoutOutput``; the input norm is fused into the QKV
 #: GEMM in the Transformer Engine spec, an ``IdentityOp``, so nothing to discard there); ``moe``, the whole MoE
-#: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``)
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
+#: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``); ``mla_up_proj``,
+#: MLA's up projections and RoPE (``CheckpointWithoutOutput``: the Q, K, V the core attention read are discarded after
+#: its forward and recomputed from the latents, ``multi_latent_attention.py``); ``mlp``, the dense MLP checkpointed
+#: (``transformer_layer.py``: ``recompute_mlp`` only ``if not self.is_moe_layer``). Megatron's other choices
+#: (``moe_act``, ``shared_experts``, ...) are not charged, so not accepted
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp")
 EP_DISPATCHERS = ("alltoall", "deepep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)

@@ -203,10 +203,12 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
     if c.optimizer_dtype == "bf16" and sem.shard_grads:
         grad = 2  # FSDP2 keeps the sharded gradient in the parameter's dtype (reduced in FP32, then cast)
     weight, optim = WEIGHT_BYTES, optimizer_state_bytes(c)
-    if c.framework == "fsdp2" and c.optimizer_dtype == "fp32":
+    if c.framework == "fsdp2" and c.optimizer_dtype == "fp32" and sem.shard_weights:
         # torchtitan builds the model in FP32 (train.py@9dec370: meta init, ``to_empty``, no cast) and FSDP2's
         # ``MixedPrecisionPolicy(param_dtype=bf16)`` casts only what it all-gathers: the FP32 parameter *is*
-        # the optimizer's master copy, no BF16 shard beside it (4 + 4 + 8 = 16 B per parameter, not 2 + 4 + 12)
+        # the optimizer's master copy, no BF16 shard beside it (4 + 4 + 8 = 16 B per parameter, not 2 + 4 + 12).
+        # Unsharded (FSDP2 inside a pipeline schedule, reshard-after-backward off): the BF16 all-gathered
+        # parameter is what the stage holds all step and the FP32 shard is the master, 2 + 12 / dp as charged
         weight, optim = FSDP2_PARAM_BYTES, OPTIM_BYTES - FSDP2_PARAM_BYTES
     return (sharded(weight, sem.shard_weights), sharded(grad, sem.shard_grads),
             sharded(optim, sem.shard_optimizer))
@@ -253,7 +255,8 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     rec = c.recomputed_modules
     # 2 LN inputs (4h), QKV input (2h, FP8 1h), MLP input (2h: under MoE the router keeps it in BF16; discarded by
     # Megatron's "layernorm" recompute, and by "moe" as well when both are on), 2 dropout masks (2h)
-    mlp_input = (2 if moe else x) * h
+    # (a checkpointed dense MLP, Megatron "mlp", keeps its BF16 input: the checkpoint's argument)
+    mlp_input = (2 if moe or "mlp" in rec else x) * h
     if moe and "layernorm" in rec:
         mlp_input = 0.0
     replicated = 4 * h + x * h + mlp_input + 2 * h
@@ -263,6 +266,8 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     # Q, K, V, attention output (BF16, kept by the attention kernel); with FP8 inputs the output projection
     # keeps its own FP8 copy of that output besides
     split = 2 * q + 2 * kv + (2 + (x if x < 2 else 0)) * model.heads * d_v
+    if model.is_mla and "mla_up_proj" in rec:  # Megatron "mla_up_proj": Q, K, V discarded after the core attention
+        split -= 2 * q + 2 * kv
     gated = model.activation == "swiglu"
     mlp = (4 if gated else 2) * 1 + x  # per FFN unit: fc1 output (2 B, twice gated) and the fc2 input
     if moe:
@@ -278,7 +283,7 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
         per_token_split = split / t + (0.0 if "moe" in rec else moe_layer)
     else:
         f = model.ffn_hidden
-        per_token_split = (split + mlp * f) / t
+        per_token_split = (split + (0.0 if "mlp" in rec else mlp * f)) / t  # Megatron "mlp": the MLP checkpointed
     per_token = replicated / (t if c.sp_on else 1) + per_token_split
     if not c.flash_attention and "core_attn" not in rec:
         per_token += 5 * model.heads * w.seq_len / t  # softmax (2), dropout mask (1), dropout out (2) per score
@@ -413,9 +418,10 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         before += nd + nm
     # one layer re-materialised during its backward
     working = max(act[False], act[True]) if c.recompute in ("full", "op_sac") else 0.0
-    if c.recompute not in ("full", "op_sac") and n_moe and c.recomputed_modules - {"core_attn"}:
-        plain = replace(c, recompute_modules=None)  # one MoE layer re-materialised during its backward
-        working = activation_bytes_per_layer(model, w, plain, True) - act[True]
+    if c.recompute not in ("full", "op_sac") and c.recomputed_modules - {"core_attn"}:
+        plain = replace(c, recompute_modules=None)  # one layer's recomputed modules re-materialised during its backward
+        working = max(activation_bytes_per_layer(model, w, plain, moe) - act[moe]
+                      for moe, n in ((False, n_dense), (True, n_moe)) if n)
     # the peak over the schedule of the micro-batches each chunk holds (costmodel.pipeline.in_flight_profile)
     profile = in_flight_profile(c.pp, m, c.vp, stage)
     acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working

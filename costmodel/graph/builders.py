@@ -242,7 +242,7 @@ def module_replay(b: GraphBuilder, ops, cx: _Ctx) -> list:
     """The forward Megatron-Core's ``--recompute-modules`` beyond the core attention replay before a
     layer's backward (:func:`costmodel.compute.module_recompute_fractions`): the MoE block with its
     dispatch and combine all-to-alls, the pre-MLP norm; TP / SP collectives of a replayed op too."""
-    fr = module_recompute_fractions(ops, cx.c.recomputed_modules, cx.moe)
+    fr = module_recompute_fractions(ops, cx.c.recomputed_modules, cx.moe, cx.model)
     x: list = []
     for op, f in zip(ops, fr):
         if f <= 0:
