@@ -32,7 +32,7 @@ from .collectives import collective_time_s, group_stride, layout
 from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops,
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
 from .config import ParallelConfig
-from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, stage_params
+from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, param_gather_bytes, stage_params
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import dp_buckets
@@ -227,7 +227,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
         for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
             for p in gathers[i]:
-                t_ag += collective_time_s("allgather", p * WEIGHT_BYTES, size, stride, cluster, engines=zero)
+                t_ag += collective_time_s("allgather", p * param_gather_bytes(c), size, stride, cluster, engines=zero)
             for p in reduces[i]:
                 t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
         scope = scopes["zero"]
@@ -412,7 +412,8 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
         if sem.step_grad:
             t_grad += collective_time_s(sem.step_grad, params * grad_elem_bytes(c), size, stride, cluster, engines=dp)
         if sem.step_param_gather:
-            t_param += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
+            t_param += collective_time_s("allgather", params * param_gather_bytes(c), size, stride, cluster,
+                                         engines=zero)
     if model.tied_embeddings and c.pp > 1 and stage in (0, c.pp - 1):
         # word-embedding gradient all-reduce between first and last stage (Megatron-LM)
         t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * grad_elem_bytes(c), 2,

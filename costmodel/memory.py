@@ -231,6 +231,16 @@ def grad_elem_bytes(c: ParallelConfig) -> int:
     return GRAD_BYTES if c.grad_dtype == "fp32" else 2
 
 
+def param_gather_bytes(c: ParallelConfig) -> int:
+    """Bytes per parameter a data-parallel parameter all-gather moves: BF16, or one byte under
+    ``c.fp8_param_gather`` (Megatron-Core keeps FP8 parameters in a ``torch.uint8`` buffer and all-gathers
+    that: ``megatron/core/distributed/param_and_grad_buffer.py`` at d98e8a64, "param_dtype: storage dtype
+    (torch.uint8 for FP8/NVFP4 parameters, else param.dtype)"). Only the GEMM weights are FP8 there; the
+    embedding, LM head and norms, BF16, are charged one byte too (an approximation: their share of the
+    gather is under-charged by half)."""
+    return 1 if c.fp8_param_gather else WEIGHT_BYTES
+
+
 def gathered_weight_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:
     """Unsharded BF16 weights held besides the shards: FSDP/ZeRO-3 the current and the prefetched
     layer; FSDP2 without resharding after forward (zero=2) the whole stage from forward to backward."""

@@ -22,7 +22,7 @@ import math
 import re
 import sys
 
-from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, RECOMPUTE
+from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_MODULES
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
@@ -189,6 +189,7 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
                    help="dtype gradients are accumulated and reduced in over data parallelism (default fp32, "
                         "Megatron's for BF16 runs; bf16 is --grad-reduce-in-bf16); recommend plans every "
                         "candidate with it")
+    add_memory_args(g)
     if dispatcher:
         g.add_argument("--ep-dispatcher", type=choice_arg("ep_dispatcher", EP_DISPATCHERS),
                        metavar="{" + ",".join(EP_DISPATCHERS) + "}",
@@ -319,6 +320,37 @@ def inference_batch(args: argparse.Namespace, workload, config):
     return workload
 
 
+def add_memory_args(g) -> None:
+    """The plan's memory mechanisms (:data:`MEMORY_FIELDS`), each a Megatron-LM flag of the same meaning where
+    Megatron has one (``--emit megatron`` prints it, :mod:`planner.megatron_args` reads it back)."""
+    g.add_argument("--recompute-modules", nargs="+", type=choice_arg("recompute_modules", RECOMPUTE_MODULES),
+                   metavar="M", help="with --recompute selective under Megatron: the modules recomputed "
+                                     f"({', '.join(RECOMPUTE_MODULES)}; Megatron's --recompute-modules; default core_attn)")
+    g.add_argument("--fp8-param-gather", action=argparse.BooleanOptionalAction, default=None,
+                   help="FP8 parameters, no cached FP8 weight copy, FP8 parameter all-gather (Megatron "
+                        "--fp8-param-gather; --dtype fp8 with the distributed optimizer or Megatron FSDP); recommend "
+                        "chooses it for FP8 Megatron plans unless --no-fp8-param-gather")
+    g.add_argument("--optimizer-dtype", type=choice_arg("optimizer_dtype", OPTIMIZER_DTYPES),
+                   metavar="{" + ",".join(OPTIMIZER_DTYPES) + "}",
+                   help="fp32: an FP32 master copy and Adam moments (default); bf16: a BF16 model updated in place "
+                        "by torch.optim.Adam (framework fsdp2 only)")
+    g.add_argument("--loss-impl", type=choice_arg("loss_impl", LOSS_IMPLS), metavar="{" + ",".join(LOSS_IMPLS) + "}",
+                   help="the cross-entropy's memory: fused (Megatron-Core's vocab-parallel cross-entropy, the "
+                        "default) or fp32 (torchtitan's eager FP32 loss)")
+
+
+#: the memory mechanisms of :func:`add_memory_args`, as ``ParallelConfig`` fields
+MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl")
+
+
+def memory_fields(args: argparse.Namespace) -> dict:
+    """The :data:`MEMORY_FIELDS` the command line gives (``recompute_modules`` as a tuple)."""
+    out = {k: getattr(args, k, None) for k in MEMORY_FIELDS}
+    if out["recompute_modules"] is not None:
+        out["recompute_modules"] = tuple(out["recompute_modules"])
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def inference_options(args: argparse.Namespace) -> dict:
     """Keyword options of :func:`costmodel.inference.evaluate_inference` from the command line."""
     opts = {"kv_dtype": args.kv_dtype or "bf16"}
@@ -344,6 +376,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
             "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma", "grad_dtype",
             "ep_dispatcher")
     fields = {k: getattr(args, k, None) for k in keys}
+    fields.update(memory_fields(args))
     fields["framework"] = framework_from_args(args)
     for k, v in stack_config(stack_of(args)).items():
         if k != "framework" and fields.get(k) is None:

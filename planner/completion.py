@@ -24,7 +24,7 @@ from dataclasses import replace
 from costmodel.errors import PlannerError
 from costmodel.framework_defaults import framework_defaults
 
-from .args import config_from_args, framework_from_args, limits_from_args
+from .args import config_from_args, framework_from_args, limits_from_args, memory_fields
 
 #: the tuning knobs evaluate completes (CLI dest names); the stage split is completed as well
 TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")
@@ -127,7 +127,9 @@ def complete(args: argparse.Namespace, model, cluster, workload):
     try:
         problem = Problem(model=model, cluster=cluster, workload=workload,
                           limits=limits_from_args(pinned, model.layers), framework=framework_from_args(args),
-                          grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
+                          grad_dtype=getattr(args, "grad_dtype", None) or "fp32",
+                          # the stated memory mechanisms; FP8 parameters only where stated (evaluate's plan is the user's)
+                          options=tuple({"fp8_param_gather": False, **memory_fields(args)}.items()))
         check_pins(problem)  # a stated knob no runnable plan has (e.g. chunks the framework cannot run)
         result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, top_k=TOP_K))
         why = "" if result.plans else (result.explanation or result.status)

@@ -22,7 +22,7 @@ from costmodel.units import GiB
 from ..args import _converter, add_flop_args
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
-from ..args import framework_from_args, limits_from_args
+from ..args import framework_from_args, limits_from_args, memory_fields
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
 from costmodel.estimate import DEFAULT_ENGINE
@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         from costmodel.errors import SpecError
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
     problem = Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
-                      framework=framework_from_args(args), grad_dtype=args.grad_dtype or "fp32")
+                      framework=framework_from_args(args), grad_dtype=args.grad_dtype or "fp32",
+                      options=tuple(memory_fields(args).items()))
     check_pins(problem)  # a pin no plan can hold: refused at once, naming the rule (as evaluate does)
     if args.emit:  # a gradient dtype the emitted format cannot state: refused before the search
         refuse_unstated_gradients(args.emit, problem.grad_dtype, workload.dtype)
