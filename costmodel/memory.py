@@ -97,6 +97,11 @@ class StageMemory:
     reserved_bytes: float = RESERVED_BYTES  # :func:`reserved_bytes` of the plan
 
     @property
+    def allocated_bytes(self) -> float:
+        """The tensors (what PyTorch reports as allocated): everything but :attr:`reserved_bytes`."""
+        return self.total_bytes - self.reserved_bytes
+
+    @property
     def total_bytes(self) -> float:
         return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
                 + self.activations_bytes + self.buffers_bytes + self.reserved_bytes)
@@ -105,7 +110,7 @@ class StageMemory:
         return {"stage": self.stage, "weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
                 "buffers_bytes": self.buffers_bytes, "reserved_bytes": self.reserved_bytes,
-                "total_bytes": self.total_bytes}
+                "allocated_bytes": self.allocated_bytes, "total_bytes": self.total_bytes}
 
 
 def is_moe_layer(model: ModelSpec, layer: int) -> bool:

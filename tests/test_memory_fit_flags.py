@@ -94,3 +94,14 @@ def test_memory_flags_emit_and_parse_back():
     assert "--fp8-param-gather" in r.stdout and "--recompute-modules core_attn mlp" in r.stdout
     f = config_fields(parse_command_line(r.stdout.replace("\\\n", " ")))
     assert f["fp8_param_gather"] is True and f["recompute_modules"] == ("core_attn", "mlp")
+
+
+def test_outputs_show_allocated_and_reserved_per_stage():
+    import json
+    r = _planner(*BASE, "--pp", "2", "--recompute", "none", "--json")
+    assert r.returncode == 0, r.stderr
+    for m in json.loads(r.stdout)["memory"]:
+        assert m["allocated_bytes"] + m["reserved_bytes"] == pytest.approx(m["total_bytes"])
+        assert m["reserved_bytes"] > 0
+    text = _planner(*BASE, "--pp", "2", "--recompute", "none").stdout
+    assert "allocated" in text and "reserved" in text
