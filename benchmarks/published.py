@@ -54,10 +54,15 @@ layers per stage, for the stated degrees):
   sequence parallel and TP communication overlap (``tp`` chunks) whenever ``tp > 1`` (stated
   as ``--tp-comm-overlap`` by the 2024 README; on in the recipes; MoE with TP requires SP).
 * **Megatron-LM 2023** (``megascale2024`` baseline rows, commit 285068c8): Megatron-LM's
-  defaults of that time: no sequence parallel, no FlashAttention (``--use-flash-attn`` off),
-  no gradient-reduce overlap (``--overlap-grad-reduce`` off), micro-batch 1; ZeRO-2 and v=6 as
-  stated. The MegaScale-algorithm rows (parallel block, sliding-window attention, LAMB) are a
-  different model: skipped.
+  defaults of that time: no FlashAttention (``--use-flash-attn`` off; MegaScale section 3.3 adopts
+  FlashAttention-2 as one of *its* operators), no gradient-reduce overlap (``--overlap-grad-reduce``
+  off), no recompute, micro-batch 1; ZeRO-2 and v=6 as stated. Sequence parallel is on: the paper's
+  section 1 lists it among the strategies combined, section 3.2 overlaps the SP all-gather and
+  reduce-scatter of the baseline's layer (Fig. 3a, "PTB with SP and TP"), and the ablation of Table 3
+  goes from the baseline to MegaScale adding "TP overlap" of those collectives, never SP itself; the
+  README at 285068c8 passes ``--sequence-parallel`` in its model-parallel example. (Without it the
+  plan needs 88-96 GiB of the A100's 80.) The MegaScale-algorithm rows (parallel block,
+  sliding-window attention, LAMB) are a different model: skipped.
 * **torchtitan** (``torchtitan_2024``, ``torchtitan_2025_asynctp``): FSDP2 with
   ``reshard_after_forward=True`` (ZeRO-3 semantics) when PP is off and ``False`` when PP is on
   (torchtitan ``parallelize_llama.apply_fsdp``: "For PP, do not reshard after forward"),
@@ -189,6 +194,17 @@ def nemo_bf16_grads(src: str, label: str) -> bool:
 #: ``bf16_with_fp8_current_scaling_mixed`` set ``fp8_param_gather = True``; the blockwise (DeepSeek-style) recipe
 #: ``bf16_with_fp8_subchannel_scaling_mixed`` sets it False
 BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
+#: Megatron-Bridge's 25.09 performance runs, what ``scripts/performance`` sets beyond the stated degrees (the
+#: "Cherry pick perf 2509" commit a28844195, at tag v0.1.0rc4): DeepSeek-V3 on H100 (``run_script.py``) runs
+#: ``recompute_modules = ["mla_up_proj", "mlp"]`` (selective granularity, the recipe's default) with the layout
+#: ``"Et|(tt|)*30mL"`` (the MTP layer with the loss), and ``configs/deepseek/deepseek_v3_llm_pretrain.yaml`` sets
+#: ``mixed_precision.grad_reduce_in_fp32: false`` (a BF16 gradient buffer). Keyed by (label prefix, GPU).
+#: (The recipe's precision-aware optimizer keeps BF16 Adam moments: not modelled, charged as FP32. MTP's layer and
+#: loss on the last stage are not charged: that stage is not the plan's peak.)
+BRIDGE_2509_RECIPES = {
+    ("DeepSeekV3", "H100"): dict(recompute="selective", recompute_modules=("mla_up_proj", "mlp"),
+                                 layout="Et|(tt|)*30mL", grad_dtype="bf16"),
+}
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
 #: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
 #: set's rule for tuned tables; module docstring, "New set")
@@ -544,7 +560,7 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         sp, chunks = tp > 1, (tp if tp > 1 else 1)
         bucket = max(40e6, 1e6 * dp) * 4  # Megatron-Core default bucket, FP32 gradient elements
     elif megatron_2023:
-        sp, chunks, bucket = False, 1, 0
+        sp, chunks, bucket = tp > 1, 1, 0  # SP on, no TP overlap (MegaScale's own): module docstring
     else:
         sp = tp > 1
         chunks = tp if (tp > 1 and "async tp" in r["other_metric"].lower()) else 1
@@ -579,6 +595,11 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
     if src == BRIDGE_FP8_PARAMS and dtype == "fp8" and "blockwise" not in r["notes"].lower():
         extra["fp8_param_gather"] = True
         notes.append("fp8_param_gather (the Bridge FP8 recipes' FP8 parameters: BRIDGE_FP8_PARAMS)")
+    for (prefix, gpu), recipe in BRIDGE_2509_RECIPES.items():
+        if src == "megatron_bridge_perf" and label.startswith(prefix) and gpu in r["gpu_type"] and not rec:
+            extra.update(recipe)
+            notes.append(f"{', '.join(f'{k} {v}' for k, v in recipe.items())}: the Bridge 25.09 performance script "
+                         "for this model and GPU (BRIDGE_2509_RECIPES)")
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
         notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "
@@ -598,7 +619,7 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
             lps = (7,) + (8,) * 14 + (7,)  # paper Section 3.3.2: first and last stage one layer fewer
         else:
             _, lps = stage_layout(model.layers, pp, vp)
-        if lps is not None:
+        if lps is not None and "layout" not in fixed:
             fixed["layers_per_stage"] = lps
         if model.is_moe:
             other = r["other_metric"].lower()

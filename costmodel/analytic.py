@@ -35,7 +35,7 @@ from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, 
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
 from .config import ParallelConfig
 from .grad_buckets import stage_grad_buckets
-from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, stage_params
+from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, param_gather_bytes, stage_params
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import dp_buckets
@@ -169,7 +169,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
         for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
             for p in gathers[i]:
-                t_ag += collective_time_s("allgather", p * WEIGHT_BYTES, size, stride, cluster, engines=zero)
+                t_ag += collective_time_s("allgather", p * param_gather_bytes(c), size, stride, cluster, engines=zero)
             for p in reduces[i]:
                 t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
         scope = scopes["zero"]
@@ -280,7 +280,7 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     if c.recompute == "full":
         recompute = fwd
     elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
-        mods = module_recompute_fractions(ops, c.recomputed_modules, moe)
+        mods = module_recompute_fractions(ops, c.recomputed_modules, moe, model)
         recompute = (attn.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
             f * o.fwd_s for f, o in zip(mods, ops))
         replayed = [(o, f) for o, f in zip(ops, mods) if f > 0]
@@ -455,7 +455,8 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
         if sem.step_grad:
             t_grad += collective_time_s(sem.step_grad, params * grad_elem_bytes(c), size, stride, cluster, engines=dp)
         if sem.step_param_gather:
-            t_param += collective_time_s("allgather", params * WEIGHT_BYTES, size, stride, cluster, engines=zero)
+            t_param += collective_time_s("allgather", params * param_gather_bytes(c), size, stride, cluster,
+                                         engines=zero)
     if model.tied_embeddings and c.pp > 1 and stage in (0, c.pp - 1):
         # word-embedding gradient all-reduce between first and last stage (Megatron-LM)
         t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * grad_elem_bytes(c), 2,

@@ -390,23 +390,46 @@ def op_sac_fractions(model: ModelSpec, ops, tp: int, dtype: str, flash: bool = T
 MOE_BLOCK_OPS = ("router", "router_topk", "tokens_per_expert_sync", "permute", "experts", "unpermute")
 
 
-def module_recompute_fractions(ops, modules, moe: bool) -> tuple[float, ...]:
+def module_recompute_fractions(ops, modules, moe: bool, model: ModelSpec | None = None) -> tuple[float, ...]:
     """Share of each op's forward that Megatron-Core's selective recompute replays in backward for
     ``modules`` beyond the core attention (:data:`costmodel.config.RECOMPUTE_MODULES`; the core attention
     is charged by the engines on their own): ``layernorm`` the pre-MLP norm of an MoE layer (``ln2``;
     the input norm is fused into the QKV GEMM), ``moe`` the MoE block, its all-to-alls included
-    (``megatron/core/transformer/transformer_layer.py`` and ``moe/moe_layer.py`` at d98e8a64).
+    (``megatron/core/transformer/transformer_layer.py`` and ``moe/moe_layer.py`` at d98e8a64); ``mlp`` a dense
+    layer's MLP (``fc1``, ``act``, ``fc2``); ``mla_up_proj`` (``model`` an MLA model) the up projections' share of
+    the ``qkv`` GEMM (:func:`mla_up_share`) and the rotary embedding (``multi_latent_attention.py``,
+    ``qkv_up_proj_and_rope_apply``).
 
     >>> from collections import namedtuple
     >>> O = namedtuple("O", "name")
     >>> module_recompute_fractions([O("ln2"), O("router"), O("experts"), O("bda2")], {"layernorm", "moe"}, True)
     (1.0, 1.0, 1.0, 0.0)
+    >>> module_recompute_fractions([O("ln2"), O("fc1"), O("act"), O("fc2")], {"mlp"}, False)
+    (0.0, 1.0, 1.0, 1.0)
     """
+    up = mla_up_share(model) if model is not None and model.is_mla and "mla_up_proj" in modules else 0.0
     out = []
     for op in ops:
         on = moe and (("layernorm" in modules and op.name == "ln2") or ("moe" in modules and op.name in MOE_BLOCK_OPS))
-        out.append(1.0 if on else 0.0)
+        on = on or (not moe and "mlp" in modules and op.name in ("fc1", "act", "fc2"))
+        out.append(1.0 if on else up if op.name == "qkv" else (1.0 if up and op.name == "rope" else 0.0))
     return tuple(out)
+
+
+def mla_up_share(model: ModelSpec) -> float:
+    """The up projections' share of an MLA layer's Q/K/V projection FLOPs (:attr:`ModelSpec.attn_params` without
+    the output projection): ``q_lora x heads (d + d_rope)`` and ``kv_lora x heads (d + d_v)`` of the weights; the
+    down projections (``h x q_lora``, ``h x (kv_lora + d_rope)``) stay.
+
+    >>> from costmodel.presets import load_model
+    >>> round(mla_up_share(load_model("deepseek-v3")), 3)
+    0.783
+    """
+    h = model.hidden
+    up = model.kv_lora_rank * model.heads * (model.head_dim + model.v_head_dim)
+    if model.q_lora_rank:
+        up += model.q_lora_rank * model.heads * (model.head_dim + model.qk_rope_head_dim)
+    return up / (model.attn_params - model.heads * model.v_head_dim * h)
 
 
 def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:

@@ -24,8 +24,12 @@ RECOMPUTE = ("none", "selective", "full", "op_sac")
 #: d98e8a64; default ``["core_attn"]``): the core attention; ``layernorm``, the pre-MLP norm's output of an MoE
 #: layer, discarded after use and recomputed (``CheckpointWithoutOutput``; the input norm is fused into the QKV
 #: GEMM in the Transformer Engine spec, an ``IdentityOp``, so nothing to discard there); ``moe``, the whole MoE
-#: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``)
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe")
+#: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``); ``mla_up_proj``,
+#: MLA's up projections and RoPE (``CheckpointWithoutOutput``: the Q, K, V the core attention read are discarded after
+#: its forward and recomputed from the latents, ``multi_latent_attention.py``); ``mlp``, the dense MLP checkpointed
+#: (``transformer_layer.py``: ``recompute_mlp`` only ``if not self.is_moe_layer``). Megatron's other choices
+#: (``moe_act``, ``shared_experts``, ...) are not charged, so not accepted
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp")
 EP_DISPATCHERS = ("alltoall", "deepep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)
@@ -360,6 +364,14 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     if cluster.num_gpus and c.gpus != cluster.num_gpus:
         raise SpecError("tp*pp*dp*cp", c.gpus, f"equal to the GPU count {cluster.num_gpus} "
                         f"(tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})")
+    if c.fp8_param_gather and workload.dtype != "fp8":
+        # megatron/training/arguments.py at d98e8a64: --fp8-param-gather quantizes the parameters with the FP8 recipe
+        raise SpecError("fp8_param_gather", True, f"false unless dtype=fp8 (FP8 parameters of an FP8 run; "
+                        f"dtype={workload.dtype})")
+    if "mla_up_proj" in (c.recompute_modules or ()) and not model.is_mla:
+        # transformer_config.py at d98e8a64: "mla_up_proj in recompute_modules is only supported with MLA"
+        raise SpecError("recompute_modules", "mla_up_proj", "modules without mla_up_proj for a model without "
+                        "multi-latent attention (Megatron-Core refuses it)")
     most = max(c.layers_per_stage) if c.layers_per_stage else model.layers // c.pp
     if c.recompute_layers is not None and c.recompute_layers > most:
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")

@@ -130,7 +130,7 @@ class Scorer:
 
     def _dp_terms(self, c: ParallelConfig, s: int):
         key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.vp, c.zero, c.framework, c.layers_per_stage, c.layout, c.bucket_bytes, c.grad_dtype,
-               dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
+               c.fp8_param_gather, dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
         d = self._dp.get(key)
         if d is None:
             d = self._dp[key] = stage_dp_terms(self.model, self.cluster, c, s)

@@ -97,6 +97,11 @@ class StageMemory:
     reserved_bytes: float = RESERVED_BYTES  # :func:`reserved_bytes` of the plan
 
     @property
+    def allocated_bytes(self) -> float:
+        """The tensors (what PyTorch reports as allocated): everything but :attr:`reserved_bytes`."""
+        return self.total_bytes - self.reserved_bytes
+
+    @property
     def total_bytes(self) -> float:
         return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
                 + self.activations_bytes + self.buffers_bytes + self.reserved_bytes)
@@ -105,7 +110,7 @@ class StageMemory:
         return {"stage": self.stage, "weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
                 "buffers_bytes": self.buffers_bytes, "reserved_bytes": self.reserved_bytes,
-                "total_bytes": self.total_bytes}
+                "allocated_bytes": self.allocated_bytes, "total_bytes": self.total_bytes}
 
 
 def is_moe_layer(model: ModelSpec, layer: int) -> bool:
@@ -203,10 +208,12 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
     if c.optimizer_dtype == "bf16" and sem.shard_grads:
         grad = 2  # FSDP2 keeps the sharded gradient in the parameter's dtype (reduced in FP32, then cast)
     weight, optim = WEIGHT_BYTES, optimizer_state_bytes(c)
-    if c.framework == "fsdp2" and c.optimizer_dtype == "fp32":
+    if c.framework == "fsdp2" and c.optimizer_dtype == "fp32" and sem.shard_weights:
         # torchtitan builds the model in FP32 (train.py@9dec370: meta init, ``to_empty``, no cast) and FSDP2's
         # ``MixedPrecisionPolicy(param_dtype=bf16)`` casts only what it all-gathers: the FP32 parameter *is*
-        # the optimizer's master copy, no BF16 shard beside it (4 + 4 + 8 = 16 B per parameter, not 2 + 4 + 12)
+        # the optimizer's master copy, no BF16 shard beside it (4 + 4 + 8 = 16 B per parameter, not 2 + 4 + 12).
+        # Unsharded (FSDP2 inside a pipeline schedule, reshard-after-backward off): the BF16 all-gathered
+        # parameter is what the stage holds all step and the FP32 shard is the master, 2 + 12 / dp as charged
         weight, optim = FSDP2_PARAM_BYTES, OPTIM_BYTES - FSDP2_PARAM_BYTES
     return (sharded(weight, sem.shard_weights), sharded(grad, sem.shard_grads),
             sharded(optim, sem.shard_optimizer))
@@ -227,6 +234,16 @@ def grad_elem_bytes(c: ParallelConfig) -> int:
     """Bytes of one gradient element as ``c`` accumulates and reduces it (``c.grad_dtype``):
     :data:`GRAD_BYTES` (FP32) by default, 2 for FP16 / BF16 gradients."""
     return GRAD_BYTES if c.grad_dtype == "fp32" else 2
+
+
+def param_gather_bytes(c: ParallelConfig) -> int:
+    """Bytes per parameter a data-parallel parameter all-gather moves: BF16, or one byte under
+    ``c.fp8_param_gather`` (Megatron-Core keeps FP8 parameters in a ``torch.uint8`` buffer and all-gathers
+    that: ``megatron/core/distributed/param_and_grad_buffer.py`` at d98e8a64, "param_dtype: storage dtype
+    (torch.uint8 for FP8/NVFP4 parameters, else param.dtype)"). Only the GEMM weights are FP8 there; the
+    embedding, LM head and norms, BF16, are charged one byte too (an approximation: their share of the
+    gather is under-charged by half)."""
+    return 1 if c.fp8_param_gather else WEIGHT_BYTES
 
 
 def gathered_weight_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> float:
@@ -253,7 +270,8 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     rec = c.recomputed_modules
     # 2 LN inputs (4h), QKV input (2h, FP8 1h), MLP input (2h: under MoE the router keeps it in BF16; discarded by
     # Megatron's "layernorm" recompute, and by "moe" as well when both are on), 2 dropout masks (2h)
-    mlp_input = (2 if moe else x) * h
+    # (a checkpointed dense MLP, Megatron "mlp", keeps its BF16 input: the checkpoint's argument)
+    mlp_input = (2 if moe or "mlp" in rec else x) * h
     if moe and "layernorm" in rec:
         mlp_input = 0.0
     replicated = 4 * h + x * h + mlp_input + 2 * h
@@ -263,6 +281,8 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     # Q, K, V, attention output (BF16, kept by the attention kernel); with FP8 inputs the output projection
     # keeps its own FP8 copy of that output besides
     split = 2 * q + 2 * kv + (2 + (x if x < 2 else 0)) * model.heads * d_v
+    if model.is_mla and "mla_up_proj" in rec:  # Megatron "mla_up_proj": Q, K, V discarded after the core attention
+        split -= 2 * q + 2 * kv
     gated = model.activation == "swiglu"
     mlp = (4 if gated else 2) * 1 + x  # per FFN unit: fc1 output (2 B, twice gated) and the fc2 input
     if moe:
@@ -278,7 +298,7 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
         per_token_split = split / t + (0.0 if "moe" in rec else moe_layer)
     else:
         f = model.ffn_hidden
-        per_token_split = (split + mlp * f) / t
+        per_token_split = (split + (0.0 if "mlp" in rec else mlp * f)) / t  # Megatron "mlp": the MLP checkpointed
     per_token = replicated / (t if c.sp_on else 1) + per_token_split
     if not c.flash_attention and "core_attn" not in rec:
         per_token += 5 * model.heads * w.seq_len / t  # softmax (2), dropout mask (1), dropout out (2) per score
@@ -416,9 +436,10 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         before += nd + nm
     # one layer re-materialised during its backward
     working = max(act[False], act[True]) if c.recompute in ("full", "op_sac") else 0.0
-    if c.recompute not in ("full", "op_sac") and n_moe and c.recomputed_modules - {"core_attn"}:
-        plain = replace(c, recompute_modules=None)  # one MoE layer re-materialised during its backward
-        working = activation_bytes_per_layer(model, w, plain, True) - act[True]
+    if c.recompute not in ("full", "op_sac") and c.recomputed_modules - {"core_attn"}:
+        plain = replace(c, recompute_modules=None)  # one layer's recomputed modules re-materialised during its backward
+        working = max(activation_bytes_per_layer(model, w, plain, moe) - act[moe]
+                      for moe, n in ((False, n_dense), (True, n_moe)) if n)
     # the peak over the schedule of the micro-batches each chunk holds (costmodel.pipeline.in_flight_profile)
     profile = in_flight_profile(c.pp, m, c.vp, stage)
     acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working

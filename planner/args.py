@@ -22,7 +22,7 @@ import math
 import re
 import sys
 
-from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_MODULES
+from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_MODULES
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
@@ -184,18 +184,6 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
                    help="ZeRO stage (1 = distributed optimizer)")
     g.add_argument("--recompute", type=choice_arg("recompute", RECOMPUTE),
                    metavar="{" + ",".join(RECOMPUTE) + "}", help="activation recomputation")
-    g.add_argument("--recompute-modules", metavar="M[,M...]",
-                   type=_converter("recompute_modules", _module_list,
-                                   f"a comma-separated list of {', '.join(RECOMPUTE_MODULES)}"),
-                   help="with --recompute selective under Megatron-Core: the --recompute-modules replayed "
-                        "(default core_attn; e.g. layernorm,moe)")
-    g.add_argument("--optimizer-dtype", type=choice_arg("optimizer_dtype", OPTIMIZER_DTYPES),
-                   metavar="{" + ",".join(OPTIMIZER_DTYPES) + "}",
-                   help="dtype of the optimizer's master weights and moments (default fp32; bf16: a model built in "
-                        "bfloat16 whose optimizer updates it in place)")
-    g.add_argument("--fp8-param-gather", action="store_true", default=None,
-                   help="FP8 parameters gathered by the distributed optimizer (Megatron-Core --fp8-param-gather; "
-                        "needs --zero 1 or more)")
     g.add_argument("--recompute-layers", type=int_arg("recompute_layers", 0), metavar="N",
                    help="with --recompute full: layers per stage recomputed (default: all)")
     g.add_argument("--bucket-mb", type=float_arg("bucket_mb"), metavar="MB",
@@ -209,6 +197,7 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
                    help="dtype gradients are accumulated and reduced in over data parallelism (default fp32, "
                         "Megatron's for BF16 runs; bf16 is --grad-reduce-in-bf16); recommend plans every "
                         "candidate with it")
+    add_memory_args(g)
     if dispatcher:
         g.add_argument("--ep-dispatcher", type=choice_arg("ep_dispatcher", EP_DISPATCHERS),
                        metavar="{" + ",".join(EP_DISPATCHERS) + "}",
@@ -339,6 +328,39 @@ def inference_batch(args: argparse.Namespace, workload, config):
     return workload
 
 
+def add_memory_args(g) -> None:
+    """The plan's memory mechanisms (:data:`MEMORY_FIELDS`), each a Megatron-LM flag of the same meaning where
+    Megatron has one (``--emit megatron`` prints it, :mod:`planner.megatron_args` reads it back)."""
+    g.add_argument("--recompute-modules", nargs="+", metavar="M",
+                   type=_converter("recompute_modules", _module_list,
+                                   f"modules (space- or comma-separated) of {', '.join(RECOMPUTE_MODULES)}"),
+                   help="with --recompute selective under Megatron: the modules recomputed "
+                                     f"({', '.join(RECOMPUTE_MODULES)}; Megatron's --recompute-modules; default core_attn)")
+    g.add_argument("--fp8-param-gather", action=argparse.BooleanOptionalAction, default=None,
+                   help="FP8 parameters, no cached FP8 weight copy, FP8 parameter all-gather (Megatron "
+                        "--fp8-param-gather; --dtype fp8 with the distributed optimizer or Megatron FSDP); recommend "
+                        "chooses it for FP8 Megatron plans unless --no-fp8-param-gather")
+    g.add_argument("--optimizer-dtype", type=choice_arg("optimizer_dtype", OPTIMIZER_DTYPES),
+                   metavar="{" + ",".join(OPTIMIZER_DTYPES) + "}",
+                   help="fp32: an FP32 master copy and Adam moments (default); bf16: a BF16 model updated in place "
+                        "by torch.optim.Adam (framework fsdp2 only)")
+    g.add_argument("--loss-impl", type=choice_arg("loss_impl", LOSS_IMPLS), metavar="{" + ",".join(LOSS_IMPLS) + "}",
+                   help="the cross-entropy's memory: fused (Megatron-Core's vocab-parallel cross-entropy, the "
+                        "default) or fp32 (torchtitan's eager FP32 loss)")
+
+
+#: the memory mechanisms of :func:`add_memory_args`, as ``ParallelConfig`` fields
+MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl")
+
+
+def memory_fields(args: argparse.Namespace) -> dict:
+    """The :data:`MEMORY_FIELDS` the command line gives (``recompute_modules`` as a tuple)."""
+    out = {k: getattr(args, k, None) for k in MEMORY_FIELDS}
+    if out["recompute_modules"] is not None:  # each token a comma-separated list (_module_list)
+        out["recompute_modules"] = tuple(m for tok in out["recompute_modules"] for m in tok)
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def inference_options(args: argparse.Namespace) -> dict:
     """Keyword options of :func:`costmodel.inference.evaluate_inference` from the command line."""
     opts = {"kv_dtype": args.kv_dtype or "bf16"}
@@ -365,6 +387,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
             "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma", "grad_dtype",
             "ep_dispatcher")
     fields = {k: getattr(args, k, None) for k in keys}
+    fields.update(memory_fields(args))
     fields["framework"] = framework_from_args(args)
     for k, v in stack_config(stack_of(args)).items():
         if k != "framework" and fields.get(k) is None:
@@ -409,12 +432,11 @@ def limits_from_args(args: argparse.Namespace, layers: int | None = None):
 
 
 def plan_options(args: argparse.Namespace) -> tuple:
-    """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher, recompute modules,
-    optimizer dtype and FP8 parameter gather (every plan runs them; the modules those with selective
-    recompute, the FP8 gather those with ZeRO >= 1)."""
-    return tuple((k, getattr(args, k)) for k in ("ep_dispatcher", "recompute_modules", "optimizer_dtype",
-                                                 "fp8_param_gather")
-                 if getattr(args, k, None) is not None)
+    """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher and memory mechanisms
+    (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
+    those with ZeRO >= 1)."""
+    given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None), **memory_fields(args)}
+    return tuple((k, v) for k, v in given.items() if v is not None)
 
 
 def problem_of(args: argparse.Namespace, model, cluster, workload):

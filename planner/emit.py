@@ -127,6 +127,9 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
         else:  # the first k layers of each stage
             out += [["--recompute-granularity", "full"], ["--recompute-method", "block"],
                     ["--recompute-num-layers", str(c.recompute_layers)]]
+    if c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
+        raise SpecError("loss_impl", c.loss_impl, "fused for --emit megatron (Megatron-Core's vocab-parallel "
+                        "cross-entropy; fp32 is torchtitan's eager loss)")
     frameworks.semantics("megatron", c.zero)  # Megatron-Core has no ZeRO-2: refused with the reason
     if c.zero == 1:  # megatron/core/optimizer/distrib_optimizer.py: full grad buffer, sharded optimizer
         out.append(["--use-distributed-optimizer"])

@@ -207,9 +207,12 @@ def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
     else:
         shown = stages
     rows = [[m["stage"], _gib(m["weights_bytes"]), _gib(m["grads_bytes"]), _gib(m["optimizer_bytes"]),
-             _gib(m["activations_bytes"]), _gib(m["buffers_bytes"] + m["reserved_bytes"]),
+             _gib(m["activations_bytes"]), _gib(m["buffers_bytes"]),
+             _gib(m.get("allocated_bytes", m["total_bytes"] - m["reserved_bytes"])), _gib(m["reserved_bytes"]),
              _gib(m["total_bytes"]), "yes" if m["total_bytes"] <= est.hbm_bytes else "NO"] for m in shown]
-    out = [table(["stage", "weights", "grads", "optimizer", "activations", "other", "total GiB", "fits"], rows)]
+    # allocated: the tensors; reserved: what the allocator and libraries hold beyond them (costmodel.memory.reserved_bytes)
+    out = [table(["stage", "weights", "grads", "optimizer", "activations", "buffers", "allocated", "reserved",
+                  "total GiB", "fits"], rows)]
     if len(shown) < len(stages):
         out.append(f"({len(stages) - len(shown)} more stages not shown; --json lists all)")
     over = [m["stage"] for m in stages if m["total_bytes"] > est.hbm_bytes]

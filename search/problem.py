@@ -119,7 +119,7 @@ class Limits:
 
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
-PLAN_OPTIONS = ("fp8_param_gather", "optimizer_dtype", "recompute_modules", "ep_dispatcher")
+PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +151,16 @@ class Problem:
             probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1)}.get(k, {})
             ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
             opts.append((k, v))
+        given = dict(opts)
+        if given.get("fp8_param_gather") and self.workload.dtype != "fp8":
+            raise SpecError("fp8_param_gather", True, f"false unless dtype=fp8 (FP8 parameters of an FP8 run; "
+                            f"dtype={self.workload.dtype})")
+        if "fp8_param_gather" not in given and self.workload.dtype == "fp8" and self.framework == "megatron":
+            # chosen where it runs (the distributed optimizer / Megatron FSDP: Choice.config_options): FP8
+            # parameters drop Transformer Engine's FP8 weight copy (costmodel.memory.fp8_weight_cache_bytes) and
+            # halve the parameter all-gather (costmodel.memory.param_gather_bytes), so they are never slower and
+            # never larger; --no-fp8-param-gather states False
+            opts = sorted(opts + [("fp8_param_gather", True)])
         object.__setattr__(self, "options", tuple(opts))
         if self.grad_dtype not in GRAD_DTYPES:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")

@@ -23,18 +23,22 @@ from costmodel.memory import memory_per_stage  # noqa: E402
 
 #: (set, row_id) -> why (the sealed rows keep their new-set ids: "new") the model's plan as filled needs more than the device's HBM (RESULTS.md)
 KNOWN_UNFIT = {
-    ("dev", "128"): "Nemotron-340B tp8 pp8 dp2: FP8 weight copies, BF16 weights, BF16 gradients and the "
-                    "optimizer over 2 ranks alone are 65 GiB; the NeMo 24.07 recipe's memory savings are unknown",
-    ("new", "112"): "Llama 3 405B pp16 8K: 16+ micro-batches in flight on stage 1; Meta's schedule not public",
-    ("new", "113"): "Llama 3 405B pp16 8K, as 112",
-    ("new", "114"): "Llama 3 405B pp16 128K (cp16), as 112",
-    **{("new", r): "MegaScale's Megatron-LM baseline filled with no SP, no FlashAttention and no recompute "
-                   "needs 88-96 GiB; SP or selective recompute alone fits: not stated by the source"
-       for r in ("115", "116", "117", "118", "123", "124", "125", "126")},
-    ("new", "194"): "DeepSeek-V3 Bridge recipe recomputes mla_up_proj and mlp (not modelled) and runs its own "
-                    "pipeline layout with MTP",
-    ("new", "196"): "DeepSeek-V3 on 1,024 GPUs: deepseek_v3_te_deepep_1024.yaml sets no activation checkpointing; "
-                    "its stated layers_per_stage 4 contradicts the table's VP 8",
+    ("dev", "128"): "Nemotron-340B tp8 pp8 vp12 dp2 FP8: BF16 weights and their FP8 copies (20.4 GiB), BF16 gradients "
+                    "and the optimizer over 2 ranks (43 GiB) leave 17 GiB for 23 GiB of activations; the NeMo 24.07 "
+                    "launcher's nemotron_340b.yaml is another plan (tp8 pp12 vp8, fp8 False), so what the table ran "
+                    "(fp8_params, Apex distributed_fused_adam's state) is not known",
+    ("new", "112"): "Llama 3 405B pp16 8K, 32 micro-batches: the paper (3.3.2) runs no activation checkpointing and "
+                    "one layer per virtual stage (the first holds only the embedding: V=8); interleaved 1F1B keeps "
+                    "74-95 GiB of activations on rank 1 at V=8-2, with the FP32 gradient accumulation (11.9 GiB) the "
+                    "model charges FSDP under a pipeline schedule",
+    ("new", "113"): "Llama 3 405B pp16 8K, 16 micro-batches: every micro-batch's 8 layers in flight on rank 1 (67.6 GiB) "
+                    "and the unsharded FP32 gradient accumulation (11.9 GiB): 89.8 GiB; it fits (78 GiB) only if "
+                    "gradients are reduce-scattered per micro-batch, which the paper's 'shards gradients' may mean but "
+                    "no pipeline semantics of the planner does",
+    ("new", "114"): "Llama 3 405B pp16 128K (cp16), as 113",
+    ("new", "196"): "DeepSeek-V3 on 1,024 GPUs at TP1: deepseek_v3_te_deepep_1024.yaml sets no activation checkpointing, "
+                    "and 15-16 MLA+MoE layers a rank (Q/K/V of 128 heads unsharded) over the interleaved warm-up are "
+                    "117 GiB of activations; its layers_per_stage 4 makes 16 virtual stages (VP 4, not the table's 8)",
 }
 
 GiB = 2**30

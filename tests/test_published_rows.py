@@ -135,8 +135,14 @@ def test_fill_rules_follow_the_frameworks():
     assert BY_ID[("sealed", "190")].fixed["mb"] == 1 and not BY_ID[("sealed", "190")].free  # recipes: defaults
     assert mc["bucket_bytes"] == pytest.approx(4 * 48e6)  # max(40M, 1M x dp) FP32 elements
     ms = BY_ID[("new", "115")].fixed  # Megatron-LM 2023 defaults, ZeRO-2 and v=6 as stated
-    # MegaScale states ZeRO-2: Megatron-LM's distributed optimizer, zero=1 under framework=megatron
-    assert (ms["sp"], ms["flash_attention"], ms["bucket_bytes"], ms["zero"], ms["vp"]) == (False, False, 0, 1, 6)
+    # MegaScale states ZeRO-2: Megatron-LM's distributed optimizer, zero=1 under framework=megatron; its baseline
+    # runs sequence parallelism (the paper's TP-overlap ablation overlaps the SP collectives), no TP overlap
+    assert (ms["sp"], ms["chunks"], ms["flash_attention"], ms["bucket_bytes"], ms["zero"], ms["vp"]) == \
+        (True, 1, False, 0, 1, 6)
+    ds = BY_ID[("sealed", "194")].fixed  # the Bridge 25.09 performance script for DeepSeek-V3 on H100
+    assert (ds["recompute"], ds["recompute_modules"], ds["layout"], ds["grad_dtype"]) == \
+        ("selective", ("mla_up_proj", "mlp"), "Et|(tt|)*30mL", "bf16")
+    assert "layers_per_stage" not in ds
     lf = BY_ID[("sealed", "153")].fixed
     assert (ms["framework"], tt["framework"], lf["framework"]) == ("megatron", "fsdp2", "fsdp2")
     assert (lf["zero"], lf["recompute"], lf["mb"]) == (3, "full", 8)

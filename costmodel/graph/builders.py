@@ -44,7 +44,7 @@ from ..collectives import collective_time_s, group_stride
 from ..compute import (ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, module_recompute_fractions,
                        op_sac_fractions)
 from ..config import ParallelConfig
-from ..memory import WEIGHT_BYTES, grad_elem_bytes
+from ..memory import grad_elem_bytes, param_gather_bytes
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..zero3_fetch import gather_pieces, reduce_pieces
 from .nodes import GraphBuilder, split_s
@@ -242,7 +242,7 @@ def module_replay(b: GraphBuilder, ops, cx: _Ctx) -> list:
     """The forward Megatron-Core's ``--recompute-modules`` beyond the core attention replay before a
     layer's backward (:func:`costmodel.compute.module_recompute_fractions`): the MoE block with its
     dispatch and combine all-to-alls, the pre-MLP norm; TP / SP collectives of a replayed op too."""
-    fr = module_recompute_fractions(ops, cx.c.recomputed_modules, cx.moe)
+    fr = module_recompute_fractions(ops, cx.c.recomputed_modules, cx.moe, cx.model)
     x: list = []
     for op, f in zip(ops, fr):
         if f <= 0:
@@ -273,7 +273,7 @@ def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
         sfx = "" if i == 0 else ".experts"
         if sem.gather_forward if phase == "fwd" else sem.gather_backward:
             for j, p in enumerate(pieces[i]):
-                out.append(b.comm(f"zero.ag.{phase}{sfx}" + (f".{j}" if j else ""), "allgather", p * WEIGHT_BYTES,
+                out.append(b.comm(f"zero.ag.{phase}{sfx}" + (f".{j}" if j else ""), "allgather", p * param_gather_bytes(c),
                                   size, stride, "zero", phase=phase))
         if phase == "bwd" and sem.reduce_per_microbatch:
             for j, p in enumerate(reduces[i]):
