@@ -208,12 +208,12 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
     if c.optimizer_dtype == "bf16" and sem.shard_grads:
         grad = 2  # FSDP2 keeps the sharded gradient in the parameter's dtype (reduced in FP32, then cast)
     weight, optim = WEIGHT_BYTES, optimizer_state_bytes(c)
-    if c.framework == "fsdp2" and c.optimizer_dtype == "fp32" and sem.shard_weights:
+    if c.framework == "fsdp2" and c.optimizer_dtype == "fp32":
         # torchtitan builds the model in FP32 (train.py@9dec370: meta init, ``to_empty``, no cast) and FSDP2's
         # ``MixedPrecisionPolicy(param_dtype=bf16)`` casts only what it all-gathers: the FP32 parameter *is*
         # the optimizer's master copy, no BF16 shard beside it (4 + 4 + 8 = 16 B per parameter, not 2 + 4 + 12).
-        # Unsharded (FSDP2 inside a pipeline schedule, reshard-after-backward off): the BF16 all-gathered
-        # parameter is what the stage holds all step and the FP32 shard is the master, 2 + 12 / dp as charged
+        # (Charged so under a pipeline schedule too: the unsharded-weights variant, 2 + 12 / dp, put torchtitan's
+        # measured 405B PP8 rows 10-20% under, benchmarks/component_memory.py cases 13-18; not kept)
         weight, optim = FSDP2_PARAM_BYTES, OPTIM_BYTES - FSDP2_PARAM_BYTES
     return (sharded(weight, sem.shard_weights), sharded(grad, sem.shard_grads),
             sharded(optim, sem.shard_optimizer))

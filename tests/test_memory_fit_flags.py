@@ -48,14 +48,6 @@ def test_recompute_modules_cost_replay_time():
     assert t1.step_time_s > t0.step_time_s and t1.peak_memory_bytes < t0.peak_memory_bytes
 
 
-def test_fsdp2_under_pp_holds_bf16_weights_and_a_sharded_master():
-    m = load_model("llama3-8b")
-    c = ParallelConfig(pp=2, dp=4, zero=2, framework="fsdp2")
-    w, g, o = model_state_bytes(m, c, 0)
-    d = ParallelConfig(pp=2, dp=4, zero=1)  # the distributed optimizer: 2 B weights, 12 B / dp optimizer
-    assert (w, o) == pytest.approx(model_state_bytes(m, d, 0)[::2])
-
-
 def test_fp8_param_gather_halves_the_parameter_gather_and_drops_the_copy():
     m, cl = load_model("llama3-70b"), load_cluster("h100-sxm").with_gpus(64)
     w = Workload(global_batch=64, seq_len=4096, dtype="fp8")
