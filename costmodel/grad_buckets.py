@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from . import frameworks
 from .memory import chunk_counts, expert_dp, grad_elem_bytes, stage_params
-from .zero3_fetch import deepspeed_buckets, deepspeed_reduces, layer_tensors
+from .zero3_fetch import coalesce, deepspeed_buckets, deepspeed_reduces, layer_tensors
 
 #: DeepSpeed ``MEMORY_OPT_ALLREDUCE_SIZE``: the all-reduce buffer of ``allreduce_gradients``
 #: (ZeRO-0 and the BF16 optimizer), elements (``deepspeed/runtime/engine.py@edaa72212`` line 160)
@@ -63,15 +63,7 @@ def close_ge(tensors: list[float], bucket: float | None) -> list[float]:
         return []
     if bucket is None:
         return [float(sum(tensors))]
-    out, acc = [], 0.0
-    for t in tensors:
-        acc += t
-        if acc >= bucket:
-            out.append(acc)
-            acc = 0.0
-    if acc > 0:
-        out.append(acc)
-    return out
+    return coalesce(tensors, bucket)
 
 
 def close_ge_runs(runs, bucket: float | None) -> list[float]:

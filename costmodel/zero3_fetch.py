@@ -86,12 +86,17 @@ def deepspeed_fetches(tensors: list[float], prefetch: float = DS_PREFETCH_BUCKET
     >>> deepspeed_fetches([10.0, 6e7, 2e7, 2e7, 2e7, 1e8])
     [60000000.0, 60000000.0, 100000000.0]
     """
+    return coalesce([t for t in tensors if t >= persistence], prefetch)
+
+
+def coalesce(tensors: list[float], threshold: float) -> list[float]:
+    """``tensors`` in order, grouped into runs that close after the tensor bringing a run to
+    ``>= threshold`` elements (the last run what is left): DeepSpeed's fetch and reduce coalescing and
+    Megatron-Core's gradient buckets (:func:`costmodel.grad_buckets.close_ge`) alike."""
     out, acc = [], 0.0
     for t in tensors:
-        if t < persistence:
-            continue
         acc += t
-        if acc >= prefetch:
+        if acc >= threshold:
             out.append(acc)
             acc = 0.0
     if acc > 0:
