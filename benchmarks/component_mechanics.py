@@ -298,12 +298,14 @@ def zero3_scaling(dps=(384, 768, 1536), per_module: bool = True) -> list[tuple[i
     for dp in dps:
         c = ParallelConfig(dp=dp, mb=1536 // dp, zero=3, framework="deepspeed", bucket_bytes=0)
         analytic.layer_timing.cache_clear()
+        analytic._layer_base.cache_clear()  # the DP-independent part, memoised apart
         if per_module:
             est = estimate.evaluate(model, cluster.with_gpus(dp), w, c, engine="analytic")
         else:
             with mock.patch.object(analytic, "gather_pieces", one), mock.patch.object(analytic, "reduce_pieces", one):
                 est = estimate.evaluate(model, cluster.with_gpus(dp), w, c, engine="analytic")
         analytic.layer_timing.cache_clear()
+        analytic._layer_base.cache_clear()  # the DP-independent part, memoised apart
         out.append((dp, est.step_time_s))
     return out
 
