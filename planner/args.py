@@ -382,12 +382,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     tensor-parallel group, and there is none. ``layers`` (the model's) turns the split flags
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
-    keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_modules",
-            "optimizer_dtype", "fp8_param_gather",
-            "recompute_layers", "bucket_mb", "chunks", "flash_attention", "framework", "dma", "grad_dtype",
-            "ep_dispatcher")
-    fields = {k: getattr(args, k, None) for k in keys}
-    fields.update(memory_fields(args))
+    keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
+            "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher")
+    fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args)}
     fields["framework"] = framework_from_args(args)
     for k, v in stack_config(stack_of(args)).items():
         if k != "framework" and fields.get(k) is None:
