@@ -5,7 +5,7 @@ The issue's target (<= 10% mean |err| at >= 1,000 GPUs) is not verified: two cas
 are at that scale (1,984 H200 all-reduce +8%, 1,024 H100 reduce-scatter -0.3% at an assumed
 size), fewer than the 10 the check asks for, so ``--check`` exits 1 and says so; 20 more cases at
 1,024-8,192 GPUs were read off a figure's axis and are scored apart. What is asserted here is the
-structure and the overall error the model actually reaches (15.6% over the 72 text/label cases
+structure and the overall error the model actually reaches (16.0% over the 73 text/label cases
 with NCCL's medium-size tree correction; 17.3% over 63 at the commit that added NVLSTree; see
 benchmarks/RESULTS.md, "Collectives against their own measurements"), so a change that makes the
 collectives worse fails.
@@ -23,8 +23,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import component_collectives as cc  # noqa: E402
 
-#: the mean |err| the model meets on the 72 text/label cases (15.6% measured with NCCL's tree
-#: correction and the rows of nccl#1229 and nccl-tests#309; 17.3% on the 63 before); not the issue's target
+#: the mean |err| the model meets on the 73 text/label cases (16.0% measured with NCCL's tree
+#: correction and the rows of nccl#1229, nccl-tests#309 and nccl#1244; 17.3% on the 63 before); not the
+#: issue's target
 OVERALL_MEAN_LIMIT = 0.165
 #: the cases read off a figure's axis at >= 1,000 GPUs (12.9% measured, 4.2% at >= 1 GiB)
 AXIS_LARGE_MEAN_LIMIT = 0.135
