@@ -40,6 +40,13 @@ reduce-scatter ``(p-1)/p``.
 
 NCCL picks the fastest algorithm for each message size; the model takes the minimum.
 
+* Medium sizes: NCCL corrects its own tree model there ("Trees are not perfectly sticking to the
+  model for medium sizes", tuning.cc ``treeCorrectionFactor``, ``ncclTopoGetAlgoTime``): the tree
+  all-reduce's bandwidth is scaled by a factor per power of two of the size from 64 B (0.5 at
+  512 KiB-4 MiB, 0.9 from 128 MiB, 1 from 512 MiB), and so is NVLSTree's on Blackwell with x86
+  hosts (``intra_link.nvls_tree_medium_correction``). NCCL both chooses and is timed by the
+  corrected model; the Simple protocol's row is used (the model has no LL / LL128).
+
 Latency terms follow the same cost model. ``link.latency_s`` is the latency of one ring step
 (hop) on that link; a group of ``p = intra * nodes`` ranks pays:
 
@@ -67,6 +74,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from .nccl_correction import NVLS_TREE_CORRECTION_SIZES, tree_correction
 from .specs import ClusterSpec, DmaEngineClass
 
 #: the engines a stream was given: (engine class, number of its engines), see :mod:`costmodel.dma`;
@@ -180,15 +188,16 @@ def _tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float) -> float
     """Bandwidth term of NCCL's tree all-reduce across ``nodes >= 2`` nodes: the chain inside a
     node moves ``2 S`` over NVLink (reduce up, broadcast down); between nodes each node sends
     ``2 S`` over its ``k`` NICs, or ``S`` when there are only two nodes (each is the root of one
-    of the two trees); the slower of the two, at 0.92 of the ring's bus bandwidth (tuning.cc).
+    of the two trees); the slower of the two, at 0.92 of the ring's bus bandwidth and NCCL's
+    medium-size correction (:func:`tree_correction`; tuning.cc).
 
-    >>> _tree_bw_s(1.0, 8, 2, 2.0, 0.125) == 1.0 / 1.0 / TREE_BW_FACTOR   # two nodes: S / (k be)
+    >>> _tree_bw_s(1e9, 8, 2, 2.0, 0.125) == 1e9 / 1.0 / TREE_BW_FACTOR   # two nodes: S / (k be)
     True
     """
     t_intra = 2 * nbytes / bi if k > 1 else 0.0
     t_net = (1 if nodes == 2 else 2) * nbytes / (k * be)
-    return np.maximum(t_intra, t_net) / TREE_BW_FACTOR if isinstance(nbytes, np.ndarray) \
-        else max(t_intra, t_net) / TREE_BW_FACTOR
+    t = np.maximum(t_intra, t_net) if isinstance(nbytes, np.ndarray) else max(t_intra, t_net)
+    return t / (TREE_BW_FACTOR * tree_correction(nbytes))
 
 
 def nvls_tree_latency_s(inter: int, alpha_inter_s: float) -> float:
@@ -256,7 +265,10 @@ def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
     cap_ch = intra.nvls_tree_2node_channel_bw_bytes_per_s if nodes == 2 else intra.nvls_tree_channel_bw_bytes_per_s
     if kind == "allreduce" and nodes > 1 and k >= 2 and nvls > 0 and cap_ch > 0:
         lat_nt = nvls_tree_latency_s(nodes, a_e)
-        t, lat = _pick(array, t, lat, _nvls_tree_bw_s(nbytes, k, nodes, bi, be, nvls, cap_ch) + lat_nt, lat_nt)
+        t_nt = _nvls_tree_bw_s(nbytes, k, nodes, bi, be, nvls, cap_ch)
+        if intra.nvls_tree_medium_correction:
+            t_nt = t_nt / tree_correction(nbytes, NVLS_TREE_CORRECTION_SIZES)
+        t, lat = _pick(array, t, lat, t_nt + lat_nt, lat_nt)
     if array:
         on = np.asarray(nbytes) > 0
         return np.where(on, t, 0.0), np.where(on, lat, 0.0)

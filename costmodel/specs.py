@@ -337,6 +337,9 @@ class LinkSpec:
         multi-node all-reduce of NVSwitch nodes) across more than two nodes and across two nodes
         (``perChMaxNVLSTreeBws`` in NCCL's ``src/graph/tuning.cc``: Hopper 45.5 / 57.7 GB/s,
         Blackwell 80 / 96 GB/s); 0 means NCCL runs no NVLSTree on this link.
+    nvls_tree_medium_correction : NCCL applies its medium-size tree correction (``treeCorrectionFactor``)
+        to the NVLSTree all-reduce too; ``src/graph/tuning.cc`` ``ncclTopoGetAlgoTime`` does so on
+        Blackwell (compute capability >= 10.0) with x86 hosts only.
     """
 
     bw_bytes_per_s: float
@@ -345,6 +348,7 @@ class LinkSpec:
     nvls_efficiency: float = 0.0
     nvls_tree_channel_bw_bytes_per_s: float = 0.0
     nvls_tree_2node_channel_bw_bytes_per_s: float = 0.0
+    nvls_tree_medium_correction: bool = False
 
     def __post_init__(self):
         _positive("bw_bytes_per_s", self.bw_bytes_per_s)
@@ -358,6 +362,8 @@ class LinkSpec:
         _positive("nvls_tree_channel_bw_bytes_per_s", self.nvls_tree_channel_bw_bytes_per_s, allow_zero=True)
         _positive("nvls_tree_2node_channel_bw_bytes_per_s", self.nvls_tree_2node_channel_bw_bytes_per_s,
                   allow_zero=True)
+        if not isinstance(self.nvls_tree_medium_correction, bool):
+            raise SpecError("nvls_tree_medium_correction", self.nvls_tree_medium_correction, "true or false")
 
     @property
     def effective_bw_bytes_per_s(self) -> float:

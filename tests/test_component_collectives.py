@@ -1,11 +1,12 @@
 """The collectives component benchmark (issue 20): its data carry sources, and the model's error
 against them is what RESULTS.md reports.
 
-The issue's target (<= 10% mean |err| at >= 1,000 GPUs) is not verified: one case read as text is
-at that scale (1,984 H200, predicted +8%), fewer than the 10 the check asks for, so ``--check``
-exits 1 and says so; 20 more cases at 1,024-8,192 GPUs were read off a figure's axis and are
-scored apart. What is asserted here is the structure and the overall error the model actually
-reaches (17.3% over the 63 text/label cases at the commit that added NVLSTree; see
+The issue's target (<= 10% mean |err| at >= 1,000 GPUs) is not verified: two cases read as text
+are at that scale (1,984 H200 all-reduce +8%, 1,024 H100 reduce-scatter -0.3% at an assumed
+size), fewer than the 10 the check asks for, so ``--check`` exits 1 and says so; 20 more cases at
+1,024-8,192 GPUs were read off a figure's axis and are scored apart. What is asserted here is the
+structure and the overall error the model actually reaches (16.0% over the 73 text/label cases
+with NCCL's medium-size tree correction; 17.3% over 63 at the commit that added NVLSTree; see
 benchmarks/RESULTS.md, "Collectives against their own measurements"), so a change that makes the
 collectives worse fails.
 """
@@ -22,10 +23,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import component_collectives as cc  # noqa: E402
 
-#: the mean |err| the model meets on the 63 text/label cases (17.3% measured); not the issue's target
-OVERALL_MEAN_LIMIT = 0.18
-#: the cases read off a figure's axis at >= 1,000 GPUs (13.1% measured, 4.2% at >= 1 GiB)
-AXIS_LARGE_MEAN_LIMIT = 0.14
+#: the mean |err| the model meets on the 73 text/label cases (16.0% measured with NCCL's tree
+#: correction and the rows of nccl#1229, nccl-tests#309 and nccl#1244; 17.3% on the 63 before); not the
+#: issue's target
+OVERALL_MEAN_LIMIT = 0.165
+#: the cases read off a figure's axis at >= 1,000 GPUs (12.9% measured, 4.2% at >= 1 GiB)
+AXIS_LARGE_MEAN_LIMIT = 0.135
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +107,14 @@ def test_bad_csv_is_one_line_and_exit_2(tmp_path):
                        capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)}, timeout=60)
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "message_bytes" in p.stderr
+
+
+def test_ring_reduce_scatter_slows_with_the_rank_count(results):
+    # nccl#1229: H100 ReduceScatter busbw 360 -> 260 GB/s from 4 to 128 nodes (the ring's latency
+    # grows with the rank count); the model follows the decline (each row within 10%, scored at
+    # 8 GiB: the issue does not state the size, see the README)
+    rows = sorted((r for r in results if r["case"].source_key == "nccl_1229"), key=lambda r: r["case"].gpus)
+    assert [r["case"].gpus for r in rows] == [32, 64, 128, 256, 512, 1024]
+    pred_busbw = [(c.gpus - 1) / c.gpus * c.message_bytes / r["predicted_s"] for r in rows for c in [r["case"]]]
+    assert all(a > b for a, b in zip(pred_busbw, pred_busbw[1:]))
+    assert max(abs(r["error"]) for r in rows) <= 0.10
