@@ -129,11 +129,13 @@ def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
         k_mtp = lay.at(stage, ch).mtp
         if k_mtp:  # the MTP modules: a decoder layer of the last layer's kind each, and the rest (costmodel.mtp)
             moe = model.is_moe
+            after = lo + len(chunk_ids[ch])  # the MTP layers follow the stage's decoder layers (recompute order)
             for j in range(k_mtp):
+                rec = c.recompute == "full" and (c.recompute_layers is None or after + j < rec_k)
                 fwd.append((f"mtp{j}_extra", mtp_schedule(model, cluster, w, c, "fwd"), 1))
                 fwd.append((f"mtp{j}", sched(moe, "fwd"), 1))
                 bwd.append((f"mtp{j}_extra", mtp_schedule(model, cluster, w, c, "bwd"), 1))
-                bwd.append((f"mtp{j}", sched(moe, "bwd", c.recompute == "full"), 1))
+                bwd.append((f"mtp{j}", sched(moe, "bwd", rec), 1))
         if stage == c.pp - 1 and ch == c.vp - 1:
             for j in range(mtp.heads_on(model, c, stage)):  # the main and every MTP depth's logits and loss
                 fwd.append(("head" if j == 0 else f"head_mtp{j}", head_schedule(model, cluster, w, c, "fwd"), 1))
