@@ -8,8 +8,8 @@ list) and Llama-3.1-405B's production PP16, ``recommend``'s search runs twice wi
 rank where ``vp`` does not divide the layers, :func:`search.candidates.stage_unit`), and restricted
 to what it considered before layouts (``vp`` dividing the layers, every rank whole chunks of ``vp``
 layers: the even-chunk splits). Both answers are re-scored by the op-graph engine (``evaluate``'s
-default), the layout printed in Megatron-Core's form. DeepSeek-V3's MTP layer is not modelled
-(its preset's notes), so its layouts hold no ``m``.
+default), the layout printed in Megatron-Core's form. DeepSeek-V3's MTP layer (its preset's
+``mtp_layers``: 1) sits with the loss, so its layouts end in ``mL`` (:mod:`costmodel.mtp`).
 """
 
 from __future__ import annotations

@@ -199,8 +199,8 @@ BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
 #: ``recompute_modules = ["mla_up_proj", "mlp"]`` (selective granularity, the recipe's default) with the layout
 #: ``"Et|(tt|)*30mL"`` (the MTP layer with the loss), and ``configs/deepseek/deepseek_v3_llm_pretrain.yaml`` sets
 #: ``mixed_precision.grad_reduce_in_fp32: false`` (a BF16 gradient buffer). Keyed by (label prefix, GPU).
-#: (The recipe's precision-aware optimizer keeps BF16 Adam moments: not modelled, charged as FP32. MTP's layer and
-#: loss on the last stage are not charged: that stage is not the plan's peak.)
+#: (The recipe's precision-aware optimizer keeps BF16 Adam moments: not modelled, charged as FP32. The MTP layer
+#: is the model's, ``mtp_layers = 1``: costmodel.mtp.)
 BRIDGE_2509_RECIPES = {
     ("DeepSeekV3", "H100"): dict(recompute="selective", recompute_modules=("mla_up_proj", "mlp"),
                                  layout="Et|(tt|)*30mL", grad_dtype="bf16"),
@@ -600,6 +600,12 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
             extra.update(recipe)
             notes.append(f"{', '.join(f'{k} {v}' for k, v in recipe.items())}: the Bridge 25.09 performance script "
                          "for this model and GPU (BRIDGE_2509_RECIPES)")
+    if src == "nemo_automodel" and model is not None and model.mtp_layers:
+        # AutoModel's DeepseekV3Model builds num_hidden_layers blocks and no MTP module (nemo_automodel/components/
+        # models/deepseek_v3/model.py@cb976544); Megatron-Bridge's recipe sets cfg.model.mtp_num_layers = 1
+        # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py@067f987d): those rows keep the model's
+        model = replace(model, mtp_layers=0)
+        notes.append("mtp_layers 0: AutoModel's DeepSeek-V3 has no MTP module")
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
         notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "

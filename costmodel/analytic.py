@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import dma, frameworks
+from . import mtp
 from .collectives import collective_time_s, group_stride, layout
 from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops,
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
@@ -402,10 +403,13 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     if stage == 0:
         e = embedding_op(model, dev, w, c)
         fwd, bwd = fwd + e.fwd_s, bwd + e.bwd_s
+    mf, mb = mtp.extra_s(model, dev, w, c, stage)  # MTP modules beyond their decoder layers (counted above)
+    fwd, bwd = fwd + mf, bwd + mb
     if stage == c.pp - 1:
         head, ce = head_ops(model, dev, w, c)
-        fwd += head.fwd_s + ce.fwd_s
-        bwd += head.bwd_s + ce.bwd_s
+        k = mtp.heads_on(model, c, stage)  # the main and every MTP depth's logits and loss
+        fwd += k * (head.fwd_s + ce.fwd_s)
+        bwd += k * (head.bwd_s + ce.bwd_s)
         if c.tp > 1:  # data-gradient reduction of the head input, overlapped with its weight gradient
             kind = "reducescatter" if c.sp_on else "allreduce"
             t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster,

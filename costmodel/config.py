@@ -328,7 +328,7 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     if model.ffn_hidden % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of ffn_hidden={model.ffn_hidden}")
     if c.layout is not None:
-        _layout.validate(c.layout, model.layers)
+        _layout.validate(c.layout, model.layers, model.mtp_layers)
     elif c.layers_per_stage is not None:
         if sum(c.layers_per_stage) != model.layers:
             raise SpecError("layers_per_stage", ",".join(map(str, c.layers_per_stage)),

@@ -70,12 +70,17 @@ def layer_forward_flops_per_token(model: ModelSpec, moe: bool, seq_len: int,
 
 
 def forward_flops_per_token(model: ModelSpec, seq_len: int, convention: str = DEFAULT_CONVENTION) -> tuple[float, float]:
-    """(layer stack, LM head) forward FLOPs per token."""
-    dense = model.layers - model.moe_layers
+    """(layer stack, LM head) forward FLOPs per token, the model's MTP modules included as Megatron-LM
+    counts them (``training.py`` ``num_floating_point_operations`` @d98e8a64: each MTP depth adds a decoder
+    layer of the last layer's kind, its norms and ``eh_proj`` ``3h + 2h^2`` FMAs, and one more logit pass:
+    ``* (mtp_num_layers + 1)``)."""
+    k, h = model.mtp_layers, model.hidden
+    dense = model.layers - model.moe_layers + (0 if model.is_moe else k)
     stack = dense * layer_forward_flops_per_token(model, False, seq_len, convention)
     if model.moe_layers:
-        stack += model.moe_layers * layer_forward_flops_per_token(model, True, seq_len, convention)
-    return stack, 2.0 * model.hidden * model.vocab
+        stack += (model.moe_layers + k) * layer_forward_flops_per_token(model, True, seq_len, convention)
+    stack += 2.0 * k * (3 * h + 2 * h * h)
+    return stack, 2.0 * h * model.vocab * (1 + k)
 
 
 def model_flops_per_step(model: ModelSpec, w: Workload, convention: str = DEFAULT_CONVENTION) -> float:

@@ -140,7 +140,8 @@ def _decoder(c: _Config) -> ModelSpec:
         name=_name(c.d), layers=layers, hidden=hidden, heads=heads, vocab=c.get("vocab_size"),
         kv_heads=c.get("num_key_value_heads", default=None),
         head_dim=c.get("head_dim", default=None),
-        activation=_activation(c, "gelu" if neox else "silu"), tied_embeddings=_tied(c))
+        activation=_activation(c, "gelu" if neox else "silu"), tied_embeddings=_tied(c),
+        mtp_layers=c.get("num_nextn_predict_layers", default=0))  # DeepSeek-V3's MTP modules
     expert_keys = ("num_local_experts", "num_experts", "n_routed_experts")
     experts = c.get(*expert_keys, default=0)
     if experts < 0 or (experts == 0 and c.kind in MOE_FAMILIES):

@@ -28,6 +28,8 @@ True
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .config import ParallelConfig
 from .errors import SpecError
 from .kvcache import kv_bytes_per_token
@@ -77,7 +79,8 @@ def serving_memory(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     best, cap = None, None
     for stage in range(c.pp):
         layers = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
-        dense, expert = stage_params(model, c, stage)
+        # serving loads no MTP module (speculative decoding with it is not modelled): the decoder's weights only
+        dense, expert = stage_params(replace(model, mtp_layers=0) if model.mtp_layers else model, c, stage)
         weights = (dense + expert) * wb
         kv_token = kv_bytes_per_token(model, kv_dtype, c.tp, layers=len(layers))
         kv = batch_per_replica * seq * kv_token

@@ -88,6 +88,10 @@ class Layout:
         """Decoder layers in each of ``rank``'s model chunks, in chunk order."""
         return tuple(self.at(rank, c).decoder for c in range(self.vp))
 
+    def mtp_chunks(self, rank: int) -> tuple[int, ...]:
+        """MTP layers in each of ``rank``'s model chunks, in chunk order."""
+        return tuple(self.at(rank, c).mtp for c in range(self.vp))
+
     def per_rank(self) -> tuple[int, ...]:
         """Decoder layers on each pipeline rank."""
         return tuple(sum(self.chunks(r)) for r in range(self.pp))
@@ -221,7 +225,8 @@ def validate(lay: Layout, layers: int, mtp_layers: int = 0) -> None:
                                         "validate_layer_layout: the number of decoder layers must match num_layers)")
     k = sum(s.mtp for s in st)
     if k != mtp_layers:
-        what = "the model has none (MTP is not modelled)" if mtp_layers == 0 else f"the model has {mtp_layers}"
+        what = ("the model has none, or --mtp-layers 0 turned them off" if mtp_layers == 0
+                else f"the model trains {mtp_layers}")
         raise SpecError("layout", text, f"a layout of {mtp_layers} MTP layers m (it has {k}, {what}; Megatron-Core "
                                         "validate_layer_layout: the number of mtp layers must match mtp_num_layers)")
     if k:
@@ -239,35 +244,39 @@ def validate(lay: Layout, layers: int, mtp_layers: int = 0) -> None:
                                             'virtual pipeline stage")')
 
 
-def from_chunks(chunks, pp: int) -> Layout:
-    """The layout of ``chunks[rank][chunk]`` decoder layers, E on virtual stage 0 and L on the last."""
+def from_chunks(chunks, pp: int, mtp: int = 0) -> Layout:
+    """The layout of ``chunks[rank][chunk]`` decoder layers, E on virtual stage 0 and L on the last, and
+    ``mtp`` MTP layers with L: where Megatron-Core builds them without a layout, the last virtual stage of
+    the last rank (``multi_token_prediction.py`` ``get_mtp_num_layers_to_build``: ``is_pipeline_last_stage``)."""
     vp = len(chunks[0])
     k_last = pp * vp - 1
-    return Layout(pp=pp, stages=tuple(VirtualStage(decoder=chunks[k % pp][k // pp], embedding=k == 0, loss=k == k_last)
+    return Layout(pp=pp, stages=tuple(VirtualStage(decoder=chunks[k % pp][k // pp], embedding=k == 0, loss=k == k_last,
+                                                   mtp=mtp if k == k_last else 0)
                                       for k in range(pp * vp)))
 
 
 @lru_cache(maxsize=4096)
-def from_split(split: tuple[int, ...], vp: int) -> Layout:
+def from_split(split: tuple[int, ...], vp: int, mtp: int = 0) -> Layout:
     """The layout of a per-rank split: each rank's layers over its ``vp`` chunks as
     :func:`costmodel.pipeline.chunk_layers` places them (Megatron-Core's first/last and account-for
-    splits; the even split when every count is a multiple of ``vp``)."""
+    splits; the even split when every count is a multiple of ``vp``), ``mtp`` MTP layers with the loss."""
     from .pipeline import chunk_layers
     pp = len(split)
-    return from_chunks([chunk_layers(n, vp, s, pp) for s, n in enumerate(split)], pp)
+    return from_chunks([chunk_layers(n, vp, s, pp) for s, n in enumerate(split)], pp, mtp)
 
 
-def uniform(layers: int, pp: int, vp: int = 1) -> Layout:
-    """The even layout: ``layers / (pp vp)`` decoder layers in every virtual stage."""
+def uniform(layers: int, pp: int, vp: int = 1, mtp: int = 0) -> Layout:
+    """The even layout: ``layers / (pp vp)`` decoder layers in every virtual stage (MTP with the loss)."""
     if layers % (pp * vp):
         raise SpecError("pp*vp", pp * vp, f"a divisor of layers={layers} (pp={pp}, vp={vp}) for an even layout")
-    return from_split((layers // pp,) * pp, vp)
+    return from_split((layers // pp,) * pp, vp, mtp)
 
 
 def of(model, c) -> Layout:
-    """The layout plan ``c`` runs ``model`` with: its own, its per-rank split, or the even one."""
+    """The layout plan ``c`` runs ``model`` with: its own, its per-rank split, or the even one (the
+    model's MTP layers with the loss unless the plan's own layout places them)."""
     if c.layout is not None:
         return c.layout
     if c.layers_per_stage is not None:
-        return from_split(tuple(c.layers_per_stage), c.vp)
-    return uniform(model.layers, c.pp, c.vp)
+        return from_split(tuple(c.layers_per_stage), c.vp, model.mtp_layers)
+    return uniform(model.layers, c.pp, c.vp, model.mtp_layers)

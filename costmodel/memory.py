@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from . import frameworks
+from . import frameworks, mtp
 from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
 from . import layout as _layout
@@ -130,11 +130,14 @@ def layer_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[int, 
 def chunk_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[tuple[int, int], ...]:
     """(dense, MoE) layers of each of ``stage``'s model chunks, in chunk order: as many layers as
     the plan's layout puts in each (:func:`costmodel.layout.of`), taken from the stage's layers
-    :func:`rank_layers` (the dense ones first)."""
+    :func:`rank_layers` (the dense ones first), then the chunk's MTP layers: each holds one decoder
+    layer of the kind of the model's last one (Megatron-Core ``gpt_layer_specs.py``
+    ``get_gpt_mtp_block_spec_for_backend``: "the spec for the last layer of decoder block"), whose weights,
+    activations and compute are those of a decoder layer (:mod:`costmodel.mtp` adds the rest of a module)."""
     # a dense model's layers are all dense, however many a probe split puts on a stage (the search's
     # tables probe stages of up to all the model's layers, past the model's own numbering)
     return _chunk_counts(model.layers, model.dense_layers if model.is_moe else 1 << 30, c.pp, c.vp,
-                         c.layers_per_stage, c.layout, stage)
+                         c.layers_per_stage, c.layout, stage, model.mtp_layers)
 
 
 def rank_layers(model: ModelSpec, c: ParallelConfig, stage: int) -> range:
@@ -150,15 +153,16 @@ def rank_layers(model: ModelSpec, c: ParallelConfig, stage: int) -> range:
 
 
 @lru_cache(maxsize=65536)
-def _chunk_counts(layers, dense, pp, vp, split, lay, stage):
+def _chunk_counts(layers, dense, pp, vp, split, lay, stage, mtp=0):
     if lay is None:
         # the even split (an invalid plan's floor, as before: validate_config refuses it)
-        lay = _layout.from_split(split if split is not None else (layers // pp,) * pp, vp)
+        lay = _layout.from_split(split if split is not None else (layers // pp,) * pp, vp, mtp)
     per = lay.per_rank()
     start, out = sum(per[:stage]), []
-    for n in lay.chunks(stage):
+    for n, k in zip(lay.chunks(stage), lay.mtp_chunks(stage)):
         nd = max(0, min(start + n, dense) - start)
-        out.append((nd, n - nd))
+        md = k if dense > layers else 0  # an MTP layer is MoE in an MoE model (dense < layers)
+        out.append((nd + md, n - nd + k - md))
         start += n
     return tuple(out)
 
@@ -189,6 +193,7 @@ def stage_params(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float
         # the LM head; with tied embeddings and pp > 1 Megatron keeps a copy on the last stage
         if not model.tied_embeddings or c.pp > 1:
             dense += model.embedding_params / c.tp
+    dense += mtp.extra_params(model, c, stage)  # MTP modules beyond their decoder layers
     return dense, expert
 
 
@@ -446,8 +451,9 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight (of an average chunk, as
         # this model always charged it; the first chunk holds up to 2p, in_flight_profile)
         acts += 3 * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
-    if stage == c.pp - 1 and w.mode == "train":  # the loss of one micro-batch (:func:`loss_bytes_per_logit`)
-        acts += loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
+    if stage == c.pp - 1 and w.mode == "train":  # the loss of one micro-batch (:func:`loss_bytes_per_logit`),
+        # once per MTP depth too: process_mtp_loss keeps each depth's loss graph until the backward
+        acts += mtp.heads_on(model, c, stage) * loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
     buffers = gathered_weight_bytes(model, c, stage)
     return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
 

@@ -26,7 +26,7 @@ MODES = ("train", "infer")
 #: is refused at once instead of running out of memory or time
 MAX_SIZE = {
     "layers": 10_000, "hidden": 1_000_000, "heads": 100_000, "kv_heads": 100_000, "head_dim": 100_000,
-    "ffn_hidden": 10_000_000, "moe_ffn_hidden": 10_000_000, "vocab": 100_000_000, "experts": 100_000,
+    "ffn_hidden": 10_000_000, "moe_ffn_hidden": 10_000_000, "vocab": 100_000_000, "experts": 100_000, "mtp_layers": 10_000,
     "num_gpus": 1_048_576, "gpus_per_node": 1_024,
     "global_batch": 1_048_576, "seq_len": 100_000_000, "input_len": 100_000_000, "output_len": 100_000_000,
 }
@@ -77,6 +77,8 @@ class ModelSpec:
         (:func:`costmodel.compute.moe_imbalance`).
     q_lora_rank, kv_lora_rank, qk_rope_head_dim, v_head_dim : multi-head latent attention
         (DeepSeek-V2/V3); ``kv_lora_rank = 0`` means ordinary attention.
+    mtp_layers : multi-token-prediction modules (DeepSeek-V3 ``num_nextn_predict_layers``; Megatron-Core
+        ``--mtp-num-layers``), trained with the model (:mod:`costmodel.mtp`); 0: none.
     """
 
     name: str = "model"
@@ -99,6 +101,7 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    mtp_layers: int = 0
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
@@ -117,7 +120,7 @@ class ModelSpec:
         if self.activation not in ACTIVATIONS:
             raise SpecError("activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
         for f in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank",
-                  "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                  "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
             _positive_int(f, getattr(self, f), allow_zero=True)
         if self.experts:
             if not 1 <= self.topk <= self.experts:

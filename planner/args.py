@@ -153,6 +153,9 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
                                                           "replicas (default: one per replica)" if infer else ""))
     g.add_argument("--seq", type=int_arg("seq"), required=required and not infer, metavar="S",
                    help="tokens per sequence" + (" (training only)" if infer else ""))
+    g.add_argument("--mtp-layers", type=int_arg("mtp_layers", 0), metavar="N",
+                   help="multi-token-prediction modules trained with the model (Megatron --mtp-num-layers; "
+                        "default: the model's, e.g. 1 for deepseek-v3; 0: off)")
     g.add_argument("--dtype", type=choice_arg("dtype", DTYPES), default="bf16",
                    metavar="{" + ",".join(DTYPES) + "}", help="GEMM format (default: %(default)s)")
     g.add_argument("--stack", type=choice_arg("stack", STACKS), default=None, metavar="{" + ",".join(STACKS) + "}",
@@ -307,6 +310,7 @@ def problem_from_args(args: argparse.Namespace):
     ``global_batch`` is 1 when ``--global-batch`` is unset (see :func:`inference_batch`).
     """
     model = resolve_model(args.model) if args.model is not None else _missing("model")
+    model = with_mtp_layers(model, args)
     cluster = resolve_cluster(args.cluster, args.gpus) if args.cluster is not None else _missing("cluster")
     cluster = apply_stack(stack_of(args, cluster), cluster)
     if getattr(args, "mode", "train") == "infer":
@@ -318,6 +322,15 @@ def problem_from_args(args: argparse.Namespace):
         return model, cluster, Workload(mode="infer", global_batch=args.global_batch or 1, dtype=args.dtype,
                                         input_len=args.input_len, output_len=args.output_len)
     return model, cluster, make_workload(args.global_batch, args.seq, args.dtype)
+
+
+def with_mtp_layers(model, args: argparse.Namespace):
+    """``model`` with ``--mtp-layers`` when given (its own MTP modules otherwise)."""
+    n = getattr(args, "mtp_layers", None)
+    if n is None or n == model.mtp_layers:
+        return model
+    from dataclasses import replace
+    return replace(model, mtp_layers=n)
 
 
 def inference_batch(args: argparse.Namespace, workload, config):

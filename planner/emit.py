@@ -99,9 +99,10 @@ def grad_dtype_args(c: ParallelConfig, dtype: str) -> list[list[str]]:
 
 
 def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16",
-                  moe: bool = False) -> list[list[str]]:
+                  moe: bool = False, mtp: int = 0) -> list[list[str]]:
     """Megatron-LM arguments of plan ``c``, one ``[flag, value...]`` list per argument; ``moe``: the
-    model has routed experts (so does any plan with ``ep > 1``)."""
+    model has routed experts (so does any plan with ``ep > 1``); ``mtp``: its MTP modules (a layout
+    string then places them; ``--mtp-num-layers`` is the model's, :mod:`planner.emit_arch`)."""
     out = [["--tensor-model-parallel-size", str(c.tp)], ["--pipeline-model-parallel-size", str(c.pp)],
            ["--context-parallel-size", str(c.cp)]]
     if c.ep > 1:  # experts are not split by TP when they are spread over EP ranks (cost model assumption)
@@ -109,7 +110,7 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
     if moe or c.ep > 1:
         out += moe_args(c)
     out += [["--micro-batch-size", str(c.mb)], ["--global-batch-size", str(global_batch)]]
-    out += pipeline_split_args(c, layers)
+    out += pipeline_split_args(c, layers, mtp)
     if c.sp_on:
         out.append(["--sequence-parallel"])
         if c.chunks > 1:  # Transformer Engine userbuffers: chunked AG/RS overlapped with GEMMs
@@ -159,7 +160,7 @@ def moe_args(c: ParallelConfig) -> list[list[str]]:
     return out + [["--moe-token-dispatcher-type", "alltoall"]]
 
 
-def split_form(c: ParallelConfig, layers: int) -> tuple:
+def split_form(c: ParallelConfig, layers: int, mtp: int = 0) -> tuple:
     """How Megatron-Core expresses the plan's layers per stage, as ``(form, values)``:
 
     ``("even", None)`` (no split flag), ``("first_last", (first, last))``
@@ -176,7 +177,9 @@ def split_form(c: ParallelConfig, layers: int) -> tuple:
     ('layout', 'Ett|(tt|)*3t*3|(tt|)*2tL')
     """
     split, pp, vp = c.layers_per_stage, c.pp, c.vp
-    if c.layout is not None and c.layout != from_split(split, vp):  # a layout no per-rank rule builds
+    if c.layout is not None:  # its MTP layers with the loss is what Megatron does without a layout
+        mtp = sum(s.mtp for s in c.layout.stages)
+    if c.layout is not None and c.layout != from_split(split, vp, mtp):  # a layout no per-rank rule builds
         return ("layout", str(c.layout))
     if pp == 1 or split is None or (len(set(split)) == 1 and split[0] % vp == 0):
         return ("even", None)
@@ -191,10 +194,10 @@ def split_form(c: ParallelConfig, layers: int) -> tuple:
                 return ("account", (emb, loss))
         except SpecError:
             pass
-    return ("layout", pipeline_layout(split, vp))
+    return ("layout", pipeline_layout(split, vp, mtp))
 
 
-def pipeline_layout(split: tuple[int, ...], vp: int) -> str:
+def pipeline_layout(split: tuple[int, ...], vp: int, mtp: int = 0) -> str:
     """Megatron-Core's ``--pipeline-model-parallel-layout`` string of a split: ``pp * vp`` virtual
     stages separated by ``|`` in the order ``vpp_rank * pp + pp_rank``, each its transformer layers
     (``t``, as many as :func:`costmodel.pipeline.chunk_layers` gives), the embedding ``E`` first
@@ -204,15 +207,15 @@ def pipeline_layout(split: tuple[int, ...], vp: int) -> str:
     >>> pipeline_layout((7, 8, 8, 8, 8, 8, 8, 6), 4)   # DeepSeek-V3's 61 layers, pp=8, vp=4
     'Et|(tt|)*22t|(tt|)*7tL'
     """
-    return format_layout(from_split(tuple(split), vp))  # costmodel.layout: the one formatter
+    return format_layout(from_split(tuple(split), vp, mtp))  # costmodel.layout: the one formatter
 
 
-def pipeline_split_args(c: ParallelConfig, layers: int) -> list[list[str]]:
+def pipeline_split_args(c: ParallelConfig, layers: int, mtp: int = 0) -> list[list[str]]:
     """The interleave and stage-split arguments that reproduce ``c.vp`` and ``c.layers_per_stage``
     exactly (:func:`split_form`); Megatron-LM takes at most one of ``--num-layers-per-virtual-pipeline-stage``,
     ``--num-virtual-stages-per-pipeline-rank`` and ``--pipeline-model-parallel-layout`` (the layout
     implies the interleave), and the first/last flags never with the account-for flags."""
-    form, value = split_form(c, layers)
+    form, value = split_form(c, layers, mtp)
     out = []
     if c.vp > 1 and form == "even":
         out.append(["--num-layers-per-virtual-pipeline-stage", str(layers // (c.pp * c.vp))])
@@ -229,12 +232,13 @@ def pipeline_split_args(c: ParallelConfig, layers: int) -> list[list[str]]:
     return out
 
 
-def megatron_text(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16", moe: bool = False) -> str:
+def megatron_text(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16", moe: bool = False,
+                  mtp: int = 0) -> str:
     """The arguments as shell lines ending in ``\\`` (paste into a ``pretrain_gpt.py`` command);
     a value with shell characters (the layout's ``|``, ``(``, ``*``) is double-quoted."""
     def word(t: str) -> str:
         return f'"{t}"' if any(ch in t for ch in "|()*") else t
-    lines = [" ".join(word(t) for t in a) for a in megatron_args(c, global_batch, layers, dtype, moe)]
+    lines = [" ".join(word(t) for t in a) for a in megatron_args(c, global_batch, layers, dtype, moe, mtp)]
     return " \\\n".join(lines)
 
 
@@ -410,7 +414,8 @@ def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe:
         notes = torchtitan_notes(c)
     elif fmt == "megatron":
         from .emit_arch import with_model_lines
-        text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype, moe), megatron_notes(c)
+        mtp = model.mtp_layers if model is not None else 0
+        text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype, moe, mtp), megatron_notes(c)
         text, notes = with_model_lines(text, notes, c, workload, model)
     else:
         text, notes = json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)

@@ -58,6 +58,8 @@ def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]
     out += [["--seq-length", str(workload.seq_len)], ["--max-position-embeddings", str(workload.seq_len)]]
     if not m.tied_embeddings:
         out.append(["--untie-embeddings-and-output-weights"])
+    if m.mtp_layers:  # Megatron-Core trains MTP modules only with --mtp-num-layers (costmodel.mtp)
+        out.append(["--mtp-num-layers", str(m.mtp_layers)])
     return out
 
 

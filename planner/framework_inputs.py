@@ -57,6 +57,7 @@ class FrameworkInput:
     model: dict | None = None
     stated_model: dict = field(default_factory=dict)
     deferred: dict = field(default_factory=dict)
+    mtp_layers: int | None = None  # Megatron's --mtp-num-layers (0 unset: no MTP); None: not stated by the source
 
     @property
     def label(self) -> str:
@@ -143,6 +144,7 @@ def parse_megatron_text(text: str) -> FrameworkInput:
                 if name in a and mg.as_bool(name, a[name]):
                     stated[key] = True
         model = None if mg.missing_shape(a) else mg.model_fields(a)
+        mg.mtp_layers(a)
     except SpecError as e:
         raise SpecError(f"megatron_args.{e.field}", e.value, e.allowed) from None
     stated["framework"] = "megatron"
@@ -162,7 +164,8 @@ def parse_megatron_text(text: str) -> FrameworkInput:
         deferred["megatron_bucket"] = True  # Megatron-Core sizes it from the DP group
     shape = {n: mg._get_int(a, n) for n in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
                                              "num_query_groups", "num_experts") if mg._get_int(a, n)}
-    return FrameworkInput(source="megatron_args", stated=stated, model=model, stated_model=shape, deferred=deferred)
+    return FrameworkInput(source="megatron_args", stated=stated, model=model, stated_model=shape, deferred=deferred,
+                          mtp_layers=mg.mtp_layers(a))
 
 
 #: ModelSpec fields each Megatron shape argument states

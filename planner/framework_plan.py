@@ -20,7 +20,7 @@ from costmodel.specs import ModelSpec
 from costmodel.stacks import apply_stack
 from costmodel.units import MB
 
-from .args import config_from_args, stack_of
+from .args import config_from_args, stack_of, with_mtp_layers
 from .framework_inputs import FrameworkInput, check_model, deepspeed_batch
 from .problem import make_workload, resolve_cluster, resolve_model
 
@@ -67,6 +67,9 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
         raise SpecError("model", None, f"given (--model NAME|FILE; {fi.label} does not state the whole shape)")
     model = resolve_model(args.model) if args.model is not None else ModelSpec(name="megatron-args", **fi.model)
     check_model(fi, model, args.model or "")
+    if fi.mtp_layers is not None and getattr(args, "mtp_layers", None) is None and model.mtp_layers != fi.mtp_layers:
+        model = replace(model, mtp_layers=fi.mtp_layers)  # Megatron trains MTP only with --mtp-num-layers
+    model = with_mtp_layers(model, args)
     if args.cluster is None:
         raise SpecError("cluster", None, "given (--cluster NAME|FILE)")
     cluster = resolve_cluster(args.cluster, ns.gpus)

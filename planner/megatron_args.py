@@ -376,4 +376,13 @@ def model_fields(args: dict) -> dict:
         shared = _get_int(a, "moe_shared_expert_intermediate_size")
         if shared:
             m["shared_experts"] = max(1, round(shared / (moe_ffn or m["ffn_hidden"])))
+    m["mtp_layers"] = mtp_layers(a)
     return m
+
+
+def mtp_layers(args: dict) -> int:
+    """MTP modules the command line trains: ``--mtp-num-layers`` (Megatron-LM arguments.py: default None, no MTP)."""
+    n = _get_int(normalise(args), "mtp_num_layers")
+    if n is not None and n < 0:
+        raise SpecError("mtp_num_layers", n, "a non-negative integer")
+    return n or 0

@@ -69,7 +69,7 @@ def best_layout(model: ModelSpec, cluster: ClusterSpec, workload: Workload, c: P
         if first is not None:
             validate_config(model, cluster, workload, replace(c, layers_per_stage=first, layout=None))
         raise SpecError("pp", c.pp, f"at most layers={model.layers} (a pipeline rank holds at least one layer)")
-    return from_split(best[1], c.vp)
+    return from_split(best[1], c.vp, model.mtp_layers)  # MTP with the loss (costmodel.layout.from_chunks)
 
 
 def with_best_layout(model: ModelSpec, cluster: ClusterSpec, workload: Workload, c: ParallelConfig) -> ParallelConfig:

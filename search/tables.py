@@ -415,6 +415,12 @@ class Tables:
             return nd, n - nd
         return np.zeros_like(n), n
 
+    def mtp_on(self, kind: str) -> int:
+        """MTP layers a stage at ``kind`` holds besides its ``n`` decoder layers: the model's on the last
+        stage (costmodel.layout.from_chunks places them with the loss; their time and state are in the
+        stage probe's extras)."""
+        return self.p.model.mtp_layers if kind in ("last", "only") else 0
+
     def _probe_n(self, choice: Choice, kind: str) -> int:
         L, d = self.p.model.layers, self.p.model.dense_layers
         return L if kind == "only" else (max(choice.vp, d) if kind == "first" else choice.vp)
@@ -506,8 +512,10 @@ class Tables:
             else:
                 stored.append(dn * ad + mo * am)
             before = before + size
+        k_mtp = self.mtp_on(kind)  # its MTP layers (of the MoE kind in an MoE model), after the decoder layers
         if choice.recompute == "full":
-            working = np.maximum(np.where(nd > 0, ad, 0.0), np.where(nm > 0, am, 0.0))
+            working = np.maximum(np.where(nd + (0 if model.is_moe else k_mtp) > 0, ad, 0.0),
+                                 np.where(nm + (k_mtp if model.is_moe else 0) > 0, am, 0.0))
         else:
             working = np.zeros(L + 1)
         acts = np.max([sum(h * b for h, b in zip(held, stored)) for held in in_flight_profile(s.pp, m, vp, stage)],
@@ -517,7 +525,7 @@ class Tables:
         a = self.affine(choice, kind)
         held = frameworks.lookup(choice.framework, choice.zero).unsharded_weights if s.dp * s.cp > 1 else None
         buffers = {None: 0.0, "stage": WEIGHT_BYTES * (a["dense"] + a["expert"]),  # memory.gathered_weight_bytes
-                   "two_layers": 2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n)}[held]
+                   "two_layers": 2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n + k_mtp)}[held]
         self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)
         return self._parts[key]
 
@@ -536,7 +544,7 @@ class Tables:
             a = self.affine(choice, kind)
             b = self.dp_buckets(choice, kind)
             ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], b["lat_grad"], b["lat_param"], b["buckets"],
-                                       bwd + rec, fwd, stage, s.pp, vp, n, pieces=b["pieces"])
+                                       bwd + rec, fwd, stage, s.pp, vp, n + self.mtp_on(kind), pieces=b["pieces"])
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device,
                                    dict(choice.options).get("optimizer_dtype", "fp32"))
             mem = self.memory(choice, kind)

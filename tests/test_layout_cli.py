@@ -52,12 +52,12 @@ def _megatron_layers(text: str, pp: int) -> list[list[int]]:
 
 @pytest.mark.parametrize("case", FLAGSHIP, ids=[c[0] for c in FLAGSHIP])
 def test_a_flagship_plan_evaluates_without_a_written_split_and_emits_a_layout_megatron_accepts(capsys, case):
-    layers = load_model(case[1]).layers
+    layers, mtp = load_model(case[1]).layers, load_model(case[1]).mtp_layers
     assert cli.main(_argv(case) + ["--json", "--emit", "megatron"]) == 0
     d = json.loads(capsys.readouterr().out)
     pp, vp = d["config"]["pp"], d["config"]["vp"]
     lay = parse(d["layout"], pp)
-    validate(lay, layers)  # Megatron-Core's rules (costmodel.layout.validate)
+    validate(lay, layers, mtp)  # Megatron-Core's rules (costmodel.layout.validate)
     argv = d["megatron_args"]
     # the emitted arguments state exactly the evaluated layout, in whichever form Megatron takes
     if "--pipeline-model-parallel-layout" in argv:
@@ -69,15 +69,15 @@ def test_a_flagship_plan_evaluates_without_a_written_split_and_emits_a_layout_me
     got = parse(back["layout"], pp) if "layout" in back else None
     if got is None:
         from costmodel.layout import from_split
-        got = from_split(tuple(back.get("layers_per_stage") or (layers // pp,) * pp), back.get("vp", 1))
+        got = from_split(tuple(back.get("layers_per_stage") or (layers // pp,) * pp), back.get("vp", 1), mtp)
     assert got == lay and back.get("vp", 1) == vp
     assert d["fits"] in (True, False) and d["step_time_s"] > 0
 
 
 def test_a_pinned_layout_is_the_one_evaluated_and_printed(capsys):
-    text = "E|(tt|)*30tL"  # 32 virtual stages (8 ranks x 4 chunks); rank 0's first holds only the embedding
+    text = "E|(tt|)*30tmL"  # 32 virtual stages (8 ranks x 4 chunks); rank 0's first holds only the embedding
     lay = parse(text, 8)
-    validate(lay, 61)
+    validate(lay, 61, 1)  # DeepSeek-V3's MTP layer with the loss
     argv = ["evaluate", "--model", "deepseek-v3", "--cluster", "h800", "--gpus", "1024", "--global-batch", "4096",
             "--seq", "4096", "--tp", "1", "--pp", "8", "--ep", "64", "--mb", "1", "--zero", "1", "--recompute", "full",
             "--layout", text]

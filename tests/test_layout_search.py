@@ -39,5 +39,5 @@ def test_the_search_reaches_interleaved_layouts_megatron_accepts(model, cluster,
     assert res.status == "OPTIMAL" and res.best is not None
     c = res.best.config
     assert c.vp > 1 and m.layers % (c.pp * c.vp) != 0  # interleaved, and only a layout can state it
-    validate(layout_of(m, c), m.layers)  # Megatron-Core's rules
+    validate(layout_of(m, c), m.layers, m.mtp_layers)  # Megatron-Core's rules (DeepSeek-V3: its MTP layer with L)
     assert res.best.estimate.fits

@@ -97,7 +97,14 @@ def megatron_layers(argv: list[str], num_layers: int) -> list[list[int]]:
         _need(flat[-1] == "L", "the last layer must be loss")
         _need(flat.count("E") == 1 and flat.count("L") == 1, "embedding and loss exactly once")
         _need(flat.count("t") == num_layers, "decoder layers must match num_layers")
-        _need(flat.count("m") == 0, "no MTP layers in these models")
+        mtp = int(a.get("mtp_num_layers") or 0)
+        _need(flat.count("m") == mtp, "the number of mtp layers must match mtp_num_layers")
+        if mtp:
+            where = [(r, v) for r in range(pp) for v in range(vp) if "m" in grid[r][v]]
+            _need(len(where) == 1 and grid[where[0][0]][where[0][1]].count("m") == mtp,
+                  "all of the MTP layers must be in the same one virtual pipeline stage")
+            _need(where[0][1] == vp - 1, "MTP should be always in the last virtual pipeline stage of that rank")
+            _need("t" not in "".join(flat[flat.index("m"):]), "decoder layers must be placed before MTP layers")
         return [[grid[r][v].count("t") for v in range(vp)] for r in range(pp)]
     if first is not None or last is not None:
         rest, middle = num_layers, pp

@@ -355,6 +355,20 @@ def head_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelC
     return b.graph
 
 
+def mtp_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> nx.DiGraph:
+    """One MTP module's work beyond its decoder layer (:func:`costmodel.mtp.extra_ops`): the embedding of
+    the shifted tokens, the norms and ``eh_proj``, in a chain (as :func:`costmodel.analytic.stage_timing`)."""
+    from ..mtp import extra_ops
+    b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
+    ops = extra_ops(model, cluster.device, w, c)
+    deps = ()
+    for op in (ops if phase == "fwd" else reversed(ops)):
+        name, secs = (op.name, op.fwd_s) if phase == "fwd" else (op.name + ".b", op.bwd_s)
+        deps = [b.compute(name, op.kind, secs, deps, phase=phase)]
+    b.sink("out", deps, phase=phase)
+    return b.graph
+
+
 def pipelined_graph(cluster: ClusterSpec, t_compute_s: float, t_comm_s: float, chunks: int,
                     kind: str = "reducescatter", strategy: str = "sp", issue: str = "async") -> nx.DiGraph:
     """A GEMM of ``t_compute_s`` split into ``chunks``, each followed by its share of a collective of

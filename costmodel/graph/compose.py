@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .. import dma, frameworks
+from .. import dma, frameworks, mtp
 from ..analytic import StageTiming, grad_bytes, stage_dp_terms, stage_optimizer_s
 from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
@@ -39,7 +39,7 @@ from ..overlap import CommLedger, overlap_rate
 from ..layout import of as layout_of
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..step import Composition, bucketed_s
-from .builders import head_graph, layer_graph, plan_dma
+from .builders import head_graph, layer_graph, mtp_graph, plan_dma
 from .dp import dp_tail, param_gather_lateness_s
 from .pipeline import PipelineResult, simulate
 from .scheduler import Schedule, resources_for, schedule
@@ -85,6 +85,16 @@ def _head_schedule(model, cluster, w, c, phase) -> Schedule:
     return schedule(head_graph(model, cluster, w, c, phase), resources_for(cluster.device, plan_dma(model, cluster, w, c)))
 
 
+def mtp_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
+    wk, ck = _layer_key(w, _with_dma(model, cluster, w, c))
+    return _mtp_schedule(model, cluster, wk, ck, phase)
+
+
+@lru_cache(maxsize=512)
+def _mtp_schedule(model, cluster, w, c, phase) -> Schedule:
+    return schedule(mtp_graph(model, cluster, w, c, phase), resources_for(cluster.device, plan_dma(model, cluster, w, c)))
+
+
 @dataclass(frozen=True)
 class ChunkWork:
     """One micro-batch through one model chunk of one stage: its scheduled pieces in run order."""
@@ -101,7 +111,8 @@ def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
         return memo[key]
 
     # the stage's layers, as many in each chunk as the plan's layout puts there (costmodel.layout)
-    layers, sizes = list(rank_layers(model, c, stage)), layout_of(model, c).chunks(stage)
+    lay = layout_of(model, c)
+    layers, sizes = list(rank_layers(model, c, stage)), lay.chunks(stage)
     chunk_ids = [layers[sum(sizes[:ch]):sum(sizes[:ch + 1])] for ch in range(c.vp)]
     rec_k = sum(map(len, chunk_ids)) if c.recompute_layers is None else c.recompute_layers
     out = []
@@ -115,9 +126,20 @@ def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
             rec = c.recompute == "full" and lo + i < rec_k
             fwd.append((f"layer{layer}", sched(moe, "fwd"), 1))
             bwd.append((f"layer{layer}", sched(moe, "bwd", rec), 1))
+        k_mtp = lay.at(stage, ch).mtp
+        if k_mtp:  # the MTP modules: a decoder layer of the last layer's kind each, and the rest (costmodel.mtp)
+            moe = model.is_moe
+            after = lo + len(chunk_ids[ch])  # the MTP layers follow the stage's decoder layers (recompute order)
+            for j in range(k_mtp):
+                rec = c.recompute == "full" and (c.recompute_layers is None or after + j < rec_k)
+                fwd.append((f"mtp{j}_extra", mtp_schedule(model, cluster, w, c, "fwd"), 1))
+                fwd.append((f"mtp{j}", sched(moe, "fwd"), 1))
+                bwd.append((f"mtp{j}_extra", mtp_schedule(model, cluster, w, c, "bwd"), 1))
+                bwd.append((f"mtp{j}", sched(moe, "bwd", rec), 1))
         if stage == c.pp - 1 and ch == c.vp - 1:
-            fwd.append(("head", head_schedule(model, cluster, w, c, "fwd"), 1))
-            bwd.append(("head", head_schedule(model, cluster, w, c, "bwd"), 1))
+            for j in range(mtp.heads_on(model, c, stage)):  # the main and every MTP depth's logits and loss
+                fwd.append(("head" if j == 0 else f"head_mtp{j}", head_schedule(model, cluster, w, c, "fwd"), 1))
+                bwd.append(("head" if j == 0 else f"head_mtp{j}", head_schedule(model, cluster, w, c, "bwd"), 1))
         if stage == 0 and ch == 0:
             bwd.append(("embedding", None, 1))
         out.append(ChunkWork(tuple(fwd), tuple(reversed(bwd))))

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             refuse_unless_runnable(args.emit, config)
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(config, workload.global_batch, model.layers,
-                                                            workload.dtype, model.is_moe) for t in a]
+                                                            workload.dtype, model.is_moe, model.mtp_layers) for t in a]
             d["megatron_model_args"] = model_args_tokens(model, config, workload)  # architecture + attention
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)

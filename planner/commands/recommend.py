@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             refuse_unless_runnable(args.emit, best.config)
         if args.emit == "megatron":
             d["megatron_args"] = [t for a in megatron_args(best.config, workload.global_batch, model.layers,
-                                                            workload.dtype, model.is_moe) for t in a]
+                                                            workload.dtype, model.is_moe, model.mtp_layers) for t in a]
             d["megatron_model_args"] = model_args_tokens(model, best.config, workload)  # architecture + attention
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(best.config, workload.global_batch, workload.dtype)
