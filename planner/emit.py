@@ -329,7 +329,8 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
     (``"never"``); chunked TP overlap is async TP, which needs ``torch.compile``. With a pipeline,
     the even split the plan was evaluated with: ``pipeline_parallel_layers_per_stage`` layers per
     virtual stage and the embedding / output not counted as layers (torchtitan's ``pipeline_llm``
-    counts each as one layer by default, ``pipeline_parallel_first/last_stage_less_layers = 1``).
+    counts each as one layer by default, ``pipeline_parallel_first/last_stage_less_layers = 1``); an uneven
+    split (per-rank counts, a layout) as ``module_fqns_per_model_part`` (:func:`torchtitan_model_parts`).
 
     >>> print("\\n".join(torchtitan_lines(ParallelConfig(tp=8, pp=2, dp=4, sp=True, zero=3, framework="fsdp2"),
     ...                                    Workload(global_batch=64, seq_len=4096), 32)[:5]))
