@@ -35,9 +35,18 @@ def pins_of(row) -> tuple[dict, dict]:
     if "bucket_bytes" in row.fixed:
         fixed["bucket_mb"] = row.fixed["bucket_bytes"] / 1e6
     extra = {"flash_attention": row.fixed.get("flash_attention", True)}
-    if row.fixed.get("layers_per_stage"):
-        extra["layers_per_stage"] = tuple(row.fixed["layers_per_stage"])
+    lps = row.fixed.get("layers_per_stage")
+    if lps and searchable_split(lps):
+        extra["layers_per_stage"] = tuple(lps)
     return fixed, extra
+
+
+def searchable_split(lps) -> bool:
+    """Whether a stage split can be pinned in ``recommend`` (``first, mid, ..., mid, last``:
+    :class:`search.problem.Limits`). Another split is ``published.stage_layout``'s guess where the
+    source states none (the AutoModel rows 196-198: 15,16,15,15): the search then chooses the split,
+    as it chooses the other unstated knobs (printed ``split`` among the free pins)."""
+    return len(lps) <= 2 or len(set(lps[1:-1])) == 1
 
 
 def _cold() -> None:
@@ -79,7 +88,8 @@ def main(argv=None) -> int:
             evaluate(row.model, row.cluster, row.workload, r.best.config, engine="graph")
             t_eval = time.perf_counter() - start
         space = r.stats.get("space", r.stats.get("model_choices", 0))
-        free = ",".join(row.free) or "-"
+        unpinned = [] if not row.fixed.get("layers_per_stage") or "layers_per_stage" in extra else ["split"]
+        free = ",".join([*row.free, *unpinned]) or "-"
         print(f"{row.row_id:>5}  {row.source:22} {row.label[:16]:16} {row.gpus:>5}  {free:10} {r.status:10} "
               f"{space:>5}  {took:>11.2f}  {t_eval:>10.2f}")
         times.append(took)

@@ -41,7 +41,7 @@ from costmodel import frameworks
 from costmodel.config import ParallelConfig, micro_batches
 from costmodel.errors import SpecError
 from costmodel.memory import grad_elem_bytes
-from costmodel.layout import format_layout, from_split
+from costmodel.layout import Layout, format_layout, from_split
 from costmodel.pipeline import megatron_split
 from costmodel.specs import Workload
 
@@ -56,7 +56,7 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
         raise SpecError("emit", fmt, f"{c.framework}, the framework the plan was evaluated for "
                         f"(or evaluate it with --framework {fmt}: each framework's ZeRO runs differently)")
     frameworks.check(c)
-    if fmt in ("deepspeed", "fsdp2") and c.layers_per_stage is not None and len(set(c.layers_per_stage)) > 1:
+    if fmt == "deepspeed" and c.layers_per_stage is not None and len(set(c.layers_per_stage)) > 1:
         raise SpecError("emit", fmt, f"megatron for an uneven stage split {c.layers_per_stage} "
                         f"({fmt} is emitted with even stages only)")
     _refuse_half_gradients(fmt, c.grad_dtype)
@@ -333,7 +333,8 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
     (``"never"``); chunked TP overlap is async TP, which needs ``torch.compile``. With a pipeline,
     the even split the plan was evaluated with: ``pipeline_parallel_layers_per_stage`` layers per
     virtual stage and the embedding / output not counted as layers (torchtitan's ``pipeline_llm``
-    counts each as one layer by default, ``pipeline_parallel_first/last_stage_less_layers = 1``).
+    counts each as one layer by default, ``pipeline_parallel_first/last_stage_less_layers = 1``); an uneven
+    split (per-rank counts, a layout) as ``module_fqns_per_model_part`` (:func:`torchtitan_model_parts`).
 
     >>> print("\\n".join(torchtitan_lines(ParallelConfig(tp=8, pp=2, dp=4, sp=True, zero=3, framework="fsdp2"),
     ...                                    Workload(global_batch=64, seq_len=4096), 32)[:5]))
@@ -356,9 +357,13 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
            f"pipeline_parallel_degree = {c.pp}"]
     if c.pp > 1:
         out += [f'pipeline_parallel_schedule = "{"Interleaved1F1B" if c.vp > 1 else "1F1B"}"',
-                f"pipeline_parallel_microbatch_size = {c.mb}",
-                f"pipeline_parallel_layers_per_stage = {layers // (c.pp * c.vp)}",
-                "pipeline_parallel_first_stage_less_layers = 0", "pipeline_parallel_last_stage_less_layers = 0"]
+                f"pipeline_parallel_microbatch_size = {c.mb}"]
+        lay = c.layout or (from_split(tuple(c.layers_per_stage), c.vp) if c.layers_per_stage is not None else None)
+        if lay is None or len({s.decoder for s in lay.stages}) == 1:
+            out += [f"pipeline_parallel_layers_per_stage = {layers // (c.pp * c.vp)}",
+                    "pipeline_parallel_first_stage_less_layers = 0", "pipeline_parallel_last_stage_less_layers = 0"]
+        else:
+            out.append(f"module_fqns_per_model_part = {torchtitan_model_parts(lay)}")
     out += [f"context_parallel_degree = {c.cp}", f"expert_parallel_degree = {c.ep}", "",
             "[training]", f"global_batch_size = {workload.global_batch}",
             # gradient accumulation = global / (local * dp); with PP the local batch is split into
@@ -380,6 +385,28 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
 TORCHTITAN_VERSION = "v0.2.2"
 TORCHTITAN_HEADER = (f"# torchtitan {TORCHTITAN_VERSION} job config (TOML, --job.config_file): torchtitan main after "
                      f"{TORCHTITAN_VERSION} configures runs with Python Trainer.Config functions instead")
+
+
+def torchtitan_model_parts(lay: Layout) -> str:
+    """torchtitan's ``module_fqns_per_model_part`` (v0.2.2 ``config/job_config.py``) of an uneven split, as
+    TOML: one list of module names per virtual stage, in stage order; torchtitan's looped schedules
+    (Interleaved1F1B, 1F1B) put stage ``k`` on rank ``k % pp`` (``distributed/pipeline_parallel.py``
+    ``pipeline_module_split._get_stage_indices``, style "loop"), the order of :class:`costmodel.layout.Layout`,
+    so each virtual stage holds the layers the plan was evaluated with. A stage with no module is refused.
+
+    >>> torchtitan_model_parts(from_split((3, 2), 1))
+    '[["tok_embeddings", "layers.0", "layers.1", "layers.2"], ["layers.3", "layers.4", "norm", "output"]]'
+    """
+    parts = []
+    for k, s in enumerate(lay.stages):
+        names = (["tok_embeddings"] if s.embedding else []) + \
+            [f"layers.{i}" for i in lay.layer_ids(k % lay.pp, k // lay.pp)] + (["norm", "output"] if s.loss else [])
+        if not names or s.mtp:
+            raise SpecError("layers_per_stage", ",".join(map(str, lay.per_rank())),
+                            f"a split whose every virtual stage holds a layer, the embedding or the loss, and no MTP "
+                            f"layer, for --emit fsdp2 (virtual stage {k} of rank {k % lay.pp} holds {s.text() or 'nothing'})")
+        parts.append(names)
+    return "[" + ", ".join("[" + ", ".join(f'"{n}"' for n in names) + "]" for names in parts) + "]"
 
 
 def _torchtitan_param_dtype(dtype: str) -> str:

@@ -181,10 +181,23 @@ def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
            and (L % v == 0 or v & (v - 1) == 0 or is_pinned(p, "vp", v) or p.limits.layers_per_stage is not None)
            and (v == 1 or micro_batches % pp == 0)]
     if p.limits.layers_per_stage is None:  # a pinned split: any vp (chunk_layers splits each stage)
-        out = [v for v in out if pp * v <= L or is_pinned(p, "vp", v)]
+        out = [v for v in out if pp * v <= most_virtual_stages(p) or is_pinned(p, "vp", v)]
         if not p.limits.uneven_stages:
             out = [v for v in out if L % (pp * v) == 0]
     return p.limits.filter("vp", out)
+
+
+def most_virtual_stages(p: Problem) -> int:
+    """The most virtual pipeline stages ``pp * vp`` the framework can build for the model's layers.
+
+    Megatron-Core: ``layers + 2``, the embedding and the loss each alone in a virtual stage
+    (``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split``,
+    ``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build`` at d98e8a64, or the
+    same as ``--pipeline-model-parallel-layout "E|(t|)*94L"``, which allows a chunk without a decoder
+    layer: ``pipeline_parallel_layer_layout.py`` ``validate_layer_layout``); the Megatron-MoE-ModelZoo's
+    Qwen3-235B-A22B H100 run is PP32 x VPP3 = 96 virtual stages over 94 layers. Other frameworks: the
+    layers (the split :mod:`planner.emit` states for them gives every virtual stage a layer)."""
+    return p.model.layers + 2 if p.framework == "megatron" else p.model.layers
 
 
 def is_pinned(p: Problem, var: str, value) -> bool:

@@ -26,8 +26,8 @@ import numpy as np
 from costmodel.specs import MAX_HBM_BYTES
 from costmodel.units import GiB
 
-from .candidates import (bucket_values, chunk_values, cp_values, mb_values, pp_values, recompute_values, shapes,
-                         sp_values, tp_values, vp_values, zero_values)
+from .candidates import (bucket_values, chunk_values, cp_values, mb_values, most_virtual_stages, pp_values,
+                         recompute_values, shapes, sp_values, tp_values, vp_values, zero_values)
 from .exhaustive import best_splits, max_stage_layers
 from .problem import Problem
 from .tables import Choice, Tables
@@ -97,10 +97,41 @@ def _why_no_shape(p: Problem) -> str:
             f"{p.cluster.gpus_per_node})")
 
 
+def _why_no_choice(p: Problem) -> str | None:
+    """Where ``tp*cp*pp*dp`` shapes exist but none has a runnable choice: the first shape's knob left
+    without a value, and the rule that empties it (None when no shape exists: :func:`_why_no_shape`)."""
+    for s in shapes(p):
+        plan = f"tp={s.tp} cp={s.cp} pp={s.pp} dp={s.dp} ep={s.ep}"
+        mbs = mb_values(p, s.dp)
+        if not mbs:
+            return f"{plan}: no micro-batch divides the batch per data-parallel rank {p.workload.global_batch // s.dp}"
+        m = p.workload.global_batch // (s.dp * mbs[0])
+        vps = vp_values(p, s.pp, m)
+        if not vps:
+            vp, L = p.limits.fixed.get("vp"), p.model.layers
+            if vp is None:
+                return f"{plan}: no interleave vp fits ({m} micro-batches, layers={L})"
+            if vp > 1 and m % s.pp:
+                rule = f"the interleaved schedule needs micro-batches ({m}) a multiple of pp={s.pp}"
+            elif s.pp * vp > most_virtual_stages(p):
+                rule = f"pp*vp={s.pp * vp} exceeds the {most_virtual_stages(p)} virtual stages layers={L} can fill"
+            else:
+                rule = (f"pp*vp={s.pp * vp} does not divide layers={L} and {p.framework} plans even stages "
+                        "here (no uneven split: --layers-per-stage pins one)")
+            return f"{plan}: vp={vp} cannot run: {rule}"
+        knobs = {"recompute": recompute_values(p, max_stage_layers(p, s.pp, vps[0])), "sp": sp_values(p, s),
+                 "zero": zero_values(p, s), "chunks": chunk_values(p, s), "bucket_mb": bucket_values(p, s)}
+        for name, values in knobs.items():
+            if not values:
+                pin = f" (pinned {name}={p.limits.fixed[name]})" if name in p.limits.fixed else ""
+                return f"{plan}: no {name} the {p.framework} framework can run with this shape{pin}"
+    return None
+
+
 def explain_infeasible(p: Problem, deadline: float | None = None) -> tuple[str, list[str]]:
     """(why, [smallest changes]); the changes looked for until ``deadline`` (``time.perf_counter()``)."""
     if not any(True for _ in lean_choices(p)):
-        why = _why_no_shape(p)
+        why = _why_no_choice(p) or _why_no_shape(p)
     else:
         need, c = least_memory_bytes(p)
         cap = p.hbm_cap_bytes

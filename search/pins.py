@@ -32,7 +32,7 @@ import math
 from costmodel.config import ParallelConfig, validate_config
 from costmodel.errors import SpecError
 
-from .candidates import divisors
+from .candidates import divisors, most_virtual_stages
 from .problem import Problem
 
 DEGREES = ("tp", "pp", "dp", "cp")
@@ -96,8 +96,9 @@ def _single(p: Problem) -> None:
         if pp == 1:
             _validate(p, ("vp",), vp=f["vp"], pp=1, layers_per_stage=(m.layers,))
         if p.limits.layers_per_stage is None:
-            if pp and pp * f["vp"] > m.layers:
-                raise SpecError("pp*vp", pp * f["vp"], f"at most layers={m.layers} (pp={pp}, vp={f['vp']})")
+            if pp and pp * f["vp"] > most_virtual_stages(p):
+                extra = " + 2 (the embedding and the loss may take a virtual stage each)" if p.framework == "megatron" else ""
+                raise SpecError("pp*vp", pp * f["vp"], f"at most layers={m.layers}{extra} (pp={pp}, vp={f['vp']})")
     if f.get("sp") and f.get("tp", 1) > 1:
         _validate(p, ("sp",), tp=f["tp"], cp=f.get("cp", 1), sp=True)
     _recompute_layers(p)

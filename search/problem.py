@@ -178,8 +178,10 @@ class Problem:
         if self.framework == "deepspeed":  # no interleaving, ring CP or chunked overlap (costmodel.frameworks)
             most = {k: min(1, self.limits.maximum.get(k, 1)) for k in ("vp", "cp", "chunks")}
             object.__setattr__(self, "limits", replace(self.limits, maximum={**self.limits.maximum, **most}))
-        if self.framework != "megatron":  # what planner.emit can state for them: even stages, all-or-no recompute
-            object.__setattr__(self, "limits", replace(self.limits, uneven_stages=False, partial_recompute=False))
+        if self.framework != "megatron":  # what planner.emit can state for them: all-or-no recompute; DeepSpeed
+            # even stages (torchtitan takes any split: module_fqns_per_model_part, planner.emit.torchtitan_lines)
+            uneven = self.limits.uneven_stages and self.framework == "fsdp2"
+            object.__setattr__(self, "limits", replace(self.limits, uneven_stages=uneven, partial_recompute=False))
         if not self.cluster.num_gpus:
             raise SpecError("gpus", self.cluster.num_gpus, "a positive GPU count (--gpus N)")
         if self.workload.mode != "train":
