@@ -141,7 +141,7 @@ def reduce_pieces(model, c, moe: bool) -> tuple[list[float], list[float]]:
     micro-batch: one per group, or under DeepSpeed its reduce buckets per layer in steady state
     (buckets span layers: :func:`deepspeed_reduces` over a stage's worth of identical layers,
     ``layers // pp``, divided by that layer count and rounded, in equal pieces). The embedding and
-    head are not charged here.
+    head are charged apart (:mod:`costmodel.zero3_edges`).
 
     >>> from costmodel.presets import load_model
     >>> from costmodel.config import ParallelConfig
