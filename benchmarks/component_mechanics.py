@@ -109,7 +109,9 @@ class Check:
 
 def _setup(case: Case):
     model, cluster = load_model(case.model), load_cluster(case.cluster)
-    c = ParallelConfig(**case.config)
+    # the plan states the model code's module layout (ParallelConfig.module_layout); Megatron builds its own
+    layout = {} if case.config.get("framework", "megatron") == "megatron" else {"module_layout": case.layout}
+    c = ParallelConfig(**case.config, **layout)
     cluster = cluster.with_gpus(c.gpus)
     return model, cluster, Workload(global_batch=case.global_batch, seq_len=case.seq), c
 

@@ -81,7 +81,7 @@ def edge_collectives(model, c, stage: int) -> EdgeCollectives:
                                reduces=tuple(red), exposed_gather=emb if first and sem.gather_forward else 0.0,
                                exposed_reduce=emb if first and sem.reduce_per_microbatch else 0.0)
     # DeepSpeed ZeRO-3 (and ZeRO-2's per-micro-batch reduce): the stage's reduce buckets beyond the layers'
-    tensors = [t for dense, _expert in chunk_tensors(model, c, stage) for t in dense]
+    tensors = [t for dense, _expert in chunk_tensors(model, c, stage, c.module_layout) for t in dense]
     n_stage = len(deepspeed_reduces(tensors[::-1], deepspeed_buckets(c)[1]))
     n_dense, n_moe = layer_counts(model, c, stage)
     charged = n_dense * len(reduce_pieces(model, c, False)[0]) + (n_moe and n_moe * len(reduce_pieces(model, c, True)[0]))

@@ -59,3 +59,14 @@ def test_both_engines_charge_the_exposed_embedding_collectives(engine):
     run()
     micro = w.global_batch // (c.dp * c.mb)
     assert with_edges.step_time_s - without.step_time_s == pytest.approx(micro * (ex_f + ex_b), rel=1e-6)
+
+
+def test_module_layout_is_checked_and_round_trips():
+    from costmodel.errors import SpecError
+    with pytest.raises(SpecError, match="module_layout"):
+        ParallelConfig(module_layout="hf")  # Megatron builds its own fused modules
+    with pytest.raises(SpecError, match="module_layout"):
+        ParallelConfig(framework="deepspeed", zero=3, module_layout="gpt2")
+    c = ParallelConfig(framework="deepspeed", zero=3, module_layout="hf")
+    assert ParallelConfig.from_dict(c.to_dict()) == c
+    assert "module_layout" not in ParallelConfig(framework="deepspeed", zero=3).to_dict()
