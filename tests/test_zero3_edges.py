@@ -70,3 +70,17 @@ def test_module_layout_is_checked_and_round_trips():
     c = ParallelConfig(framework="deepspeed", zero=3, module_layout="hf")
     assert ParallelConfig.from_dict(c.to_dict()) == c
     assert "module_layout" not in ParallelConfig(framework="deepspeed", zero=3).to_dict()
+
+
+def test_zero3_parts_add_up_to_the_step():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import zero3_parts
+    from published import load_set, predict
+    row = next(r for r in load_set("new") if "zero3_fsdp" in r.regimes and r.fixed.get("pp", 1) == 1
+               and r.fixed.get("framework") == "fsdp2" and not r.model.is_moe)
+    est, _ = predict(row)
+    p = zero3_parts.parts(row, est)
+    assert p["copies"] > 0 and p["zero"] > 0  # FSDP2: copies on the compute stream, the embedding's exposed part
+    assert sum(p.values()) == pytest.approx(est.step_time_s, rel=0.01)
