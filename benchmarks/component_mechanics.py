@@ -36,6 +36,7 @@ from costmodel.graph.dp import dp_bucket_graph  # noqa: E402
 from costmodel.memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts  # noqa: E402
 from costmodel.presets import load_cluster, load_model  # noqa: E402
 from costmodel.specs import Workload  # noqa: E402
+from costmodel.zero3_edges import edge_collectives  # noqa: E402
 from planner.emit import deepspeed_config  # noqa: E402
 
 MS = 1e-3
@@ -108,7 +109,9 @@ class Check:
 
 def _setup(case: Case):
     model, cluster = load_model(case.model), load_cluster(case.cluster)
-    c = ParallelConfig(**case.config)
+    # the plan states the model code's module layout (ParallelConfig.module_layout); Megatron builds its own
+    layout = {} if case.config.get("framework", "megatron") == "megatron" else {"module_layout": case.layout}
+    c = ParallelConfig(**case.config, **layout)
     cluster = cluster.with_gpus(c.gpus)
     return model, cluster, Workload(global_batch=case.global_batch, seq_len=case.seq), c
 
@@ -194,14 +197,15 @@ def zero3_checks(rules, case: Case) -> list[Check]:
     stage_tensors = [t for ch in mr.stage_chunks(model, c, 0, case.layout) for t in ch[0]]
     rs_fw = mr.zero3_reduce_buckets(rules, stage_tensors, zc.get("reduce_bucket_size"))
     ag_m, rs_m = fwd.get("allgather", (0, 0.0)), bwd.get("reducescatter", (0, 0.0))
+    edge = edge_collectives(model, c, 0)  # the embedding/head buckets the step charges (pp 1: both on stage 0)
     out = [Check(case.name, "all-gathers per layer, forward", len(fetch), ag_m[0]),
            Check(case.name, "all-gathers per layer, backward", len(fetch), bwd.get("allgather", (0, 0.0))[0]),
            Check(case.name, "gathered bytes per layer", sum(fetch) * WEIGHT_BYTES, ag_m[1]),
-           Check(case.name, "reduce-scatters per micro-batch (stage)", len(rs_fw), rs_m[0] * layers),
+           Check(case.name, "reduce-scatters per micro-batch (stage)", len(rs_fw), rs_m[0] * layers + len(edge.reduces)),
            Check(case.name, "reduce-scattered bytes per micro-batch", sum(rs_fw) * grad_elem_bytes(c),
-                 rs_m[1] * layers + (sum(stage_tensors) - layers * params) * grad_elem_bytes(c), compared=False)]
+                 rs_m[1] * layers + sum(edge.reduces) * grad_elem_bytes(c), compared=False)]
     fw_lat = 2 * layers * len(fetch) * lat_ag + len(rs_fw) * lat_rs
-    m_lat = 2 * layers * ag_m[0] * lat_ag + layers * rs_m[0] * lat_rs
+    m_lat = 2 * layers * ag_m[0] * lat_ag + (layers * rs_m[0] + len(edge.reduces)) * lat_rs
     out.append(Check(case.name, "ZeRO latency ms per micro-batch (alpha x count)", round(fw_lat / MS, 1),
                      round(m_lat / MS, 1), compared=False))
     return out
@@ -215,16 +219,20 @@ def fsdp2_checks(rules, case: Case) -> list[Check]:
     layers = sum(layer_counts(model, c, 0))
     reshard = c.zero == 3
     fwd, bwd = _zero_nodes(model, cluster, w, c, False, "fwd"), _zero_nodes(model, cluster, w, c, False, "bwd")
+    edge = edge_collectives(model, c, 0)  # the embedding/head units the step charges (pp 1: both on stage 0)
     emb = model.embedding_params / c.tp
     head = 0.0 if model.tied_embeddings else emb + model.hidden
     ag_fwd_fw = layers + 1 + (head > 0)
     ag_bwd_fw = (layers + 1) if reshard else 0
     gathered_fw = (layers * sum(dense) + emb + head) * WEIGHT_BYTES
-    return [Check(case.name, "all-gathers per micro-batch, forward", ag_fwd_fw, layers * fwd.get("allgather", (0, 0))[0]),
-            Check(case.name, "all-gathers per micro-batch, backward", ag_bwd_fw, layers * bwd.get("allgather", (0, 0))[0]),
-            Check(case.name, "reduce-scatters per micro-batch", ag_fwd_fw, layers * bwd.get("reducescatter", (0, 0))[0]),
+    return [Check(case.name, "all-gathers per micro-batch, forward", ag_fwd_fw,
+                  layers * fwd.get("allgather", (0, 0))[0] + len(edge.gathers_fwd)),
+            Check(case.name, "all-gathers per micro-batch, backward", ag_bwd_fw,
+                  layers * bwd.get("allgather", (0, 0))[0] + len(edge.gathers_bwd)),
+            Check(case.name, "reduce-scatters per micro-batch", ag_fwd_fw,
+                  layers * bwd.get("reducescatter", (0, 0))[0] + len(edge.reduces)),
             Check(case.name, "forward gathered bytes per micro-batch", gathered_fw,
-                  layers * fwd.get("allgather", (0, 0.0))[1])]
+                  layers * fwd.get("allgather", (0, 0.0))[1] + sum(edge.gathers_fwd) * WEIGHT_BYTES)]
 
 
 def pipe_checks(rules, case: Case) -> list[Check]:

@@ -40,6 +40,7 @@ from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, laye
 from .overlap import CommLedger, exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import dp_buckets
+from .zero3_edges import WHY_EDGE, edge_times
 from .zero3_fetch import gather_pieces, reduce_pieces
 
 INF = math.inf
@@ -416,6 +417,9 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
                                   engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp"))
             coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
             led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, INF, WHY_WINDOW, coef)
+    # FSDP2 / ZeRO-3: the embedding and head units' collectives (costmodel.zero3_edges)
+    edge_link, edge_f, edge_b = edge_times(model, cluster, c, stage)
+    led.add("zero", edge_link, edge_f + edge_b, WHY_EDGE, uses_compute=False)
     if c.pp > 1:
         msg = n * model.hidden * ACT_BYTES / c.tp  # scatter-gather optimisation / SP shards
         t = collective_time_s("p2p", msg, c.pp, group_stride("pp", c.tp, c.cp, c.dp), cluster,

@@ -35,6 +35,7 @@ CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)
 GRAD_DTYPES = ("fp32", "fp16", "bf16")
 LOSS_IMPLS = ("fused", "fp32")  # ParallelConfig.loss_impl
+MODULE_LAYOUTS = ("fused", "hf")  # ParallelConfig.module_layout
 OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
@@ -106,6 +107,11 @@ class ParallelConfig:
         ``fused`` (the default: Megatron-Core's vocab-parallel cross-entropy, BF16 logits and an FP32
         softmax) or ``fp32`` (torchtitan through 2024: eager ``cross_entropy(pred.float(), labels)``,
         FP32 log-softmax and gradients).
+    module_layout : the parameter tensors of a layer as the model code builds them
+        (:func:`costmodel.zero3_fetch.layer_tensors`): ``fused`` (the default: Megatron-LM and
+        Megatron-DeepSpeed, one QKV and one gate/up projection) or ``hf`` (Hugging Face modules: Q, K,
+        V and gate, up apart). It sets DeepSpeed's per-module fetches and reduce buckets; FSDP
+        gathers a block as one unit whatever its modules; Megatron builds its own fused modules only.
     layout : the pipeline layout (:class:`costmodel.layout.Layout`, or its Megatron-Core text
         ``"Et*3|(tt|)*29|L"``, read for ``pp`` ranks): the decoder layers, embedding and loss of every
         virtual stage, empty stages allowed. When set, ``vp`` and ``layers_per_stage`` are the
@@ -141,6 +147,7 @@ class ParallelConfig:
     fsdp_copies: bool | None = None
     grad_dtype: str = "fp32"
     loss_impl: str = "fused"
+    module_layout: str = "fused"
     dma: _dma.Assignment | None = None
     layout: _layout.Layout | None = None
 
@@ -173,6 +180,9 @@ class ParallelConfig:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         if self.loss_impl not in LOSS_IMPLS:
             raise SpecError("loss_impl", self.loss_impl, f"one of {', '.join(LOSS_IMPLS)}")
+        if self.module_layout not in MODULE_LAYOUTS or (self.module_layout != "fused" and self.framework == "megatron"):
+            raise SpecError("module_layout", self.module_layout,
+                            f"one of {', '.join(MODULE_LAYOUTS)} ('fused' only under framework=megatron)")
         if self.fsdp_copies and self.framework != "fsdp2":
             raise SpecError("fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)")
         if self.recompute not in RECOMPUTE:
@@ -260,6 +270,8 @@ class ParallelConfig:
             del d["grad_dtype"]  # the default: plan keys unchanged
         if self.loss_impl == "fused":
             del d["loss_impl"]  # the default: plan keys unchanged
+        if self.module_layout == "fused":
+            del d["module_layout"]  # the default: plan keys unchanged
         if not self.fp8_param_gather:
             del d["fp8_param_gather"]  # the default: plan keys unchanged
         if self.optimizer_dtype == "fp32":
@@ -284,7 +296,7 @@ class ParallelConfig:
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
                                               "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
-                                              "optimizer_dtype", "layout", "loss_impl"}
+                                              "optimizer_dtype", "layout", "loss_impl", "module_layout"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

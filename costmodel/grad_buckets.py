@@ -173,7 +173,7 @@ def stage_grad_buckets(model, c, stage: int) -> GradBuckets | None:
         return None
     # only these fields shape the buckets (a search asks for many plans that differ elsewhere)
     key = (model, c.framework, c.tp, c.pp, c.dp, c.cp, c.ep, c.expert_tp(), c.vp, c.zero, c.bucket_bytes,
-           c.grad_dtype, c.layers_per_stage, c.layout, stage)
+           c.grad_dtype, c.layers_per_stage, c.layout, c.module_layout, stage)
     hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) > 65536:
@@ -187,7 +187,7 @@ _CACHE: dict = {}
 
 def _compute(model, c, stage: int) -> GradBuckets:
     dense_n, expert_n = c.dp * c.cp, expert_dp(c)
-    chunks = _chunk_runs(model, c, stage)
+    chunks = _chunk_runs(model, c, stage, c.module_layout)  # Megatron: always "fused" (ParallelConfig)
     if c.framework == "megatron":
         size = c.bucket_bytes / grad_elem_bytes(c) if c.bucket_bytes > 0 else None
         out, bucketed, nd, ne = [], [], 0, 0

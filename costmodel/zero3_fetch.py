@@ -15,7 +15,7 @@ where a per-layer unit pays one.
 The tensors are those of Megatron-DeepSpeed's GPT/Llama layer (fused QKV and, for a gated MLP,
 fused gate/up projections: four matrices), the model code DeepSpeed's pipeline and ZeRO configs in
 :mod:`planner.emit` run with. Hugging Face modules keep Q, K, V (and gate, up) apart:
-``layout="hf"``.
+``layout="hf"``, the plan's ``ParallelConfig.module_layout``.
 
 >>> from costmodel.presets import load_model
 >>> from costmodel.config import ParallelConfig
@@ -111,7 +111,7 @@ def gather_pieces(model, c, moe: bool) -> tuple[list[float], list[float]]:
     dense, expert = layer_params(model, c, moe)
     if c.framework != "deepspeed":
         return [dense], [expert]
-    t_dense, t_expert = layer_tensors(model, c, moe)
+    t_dense, t_expert = layer_tensors(model, c, moe, c.module_layout)
     prefetch = deepspeed_buckets(c)[0]
     return deepspeed_fetches(t_dense, prefetch) or [dense], deepspeed_fetches(t_expert, prefetch) or [expert]
 
@@ -141,7 +141,7 @@ def reduce_pieces(model, c, moe: bool) -> tuple[list[float], list[float]]:
     micro-batch: one per group, or under DeepSpeed its reduce buckets per layer in steady state
     (buckets span layers: :func:`deepspeed_reduces` over a stage's worth of identical layers,
     ``layers // pp``, divided by that layer count and rounded, in equal pieces). The embedding and
-    head are not charged here.
+    head are charged apart (:mod:`costmodel.zero3_edges`).
 
     >>> from costmodel.presets import load_model
     >>> from costmodel.config import ParallelConfig
@@ -152,7 +152,7 @@ def reduce_pieces(model, c, moe: bool) -> tuple[list[float], list[float]]:
     dense, expert = layer_params(model, c, moe)
     if c.framework != "deepspeed":
         return [dense], [expert]
-    t_dense, t_expert = layer_tensors(model, c, moe)
+    t_dense, t_expert = layer_tensors(model, c, moe, c.module_layout)
     bucket = deepspeed_buckets(c)[1]
     reps = max(1, model.layers // c.pp)
 

@@ -22,7 +22,7 @@ import math
 import re
 import sys
 
-from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_MODULES
+from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_MODULES
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
@@ -201,6 +201,11 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
                         "Megatron's for BF16 runs; bf16 is --grad-reduce-in-bf16); recommend plans every "
                         "candidate with it")
     add_memory_args(g)
+    g.add_argument("--module-layout", type=choice_arg("module_layout", MODULE_LAYOUTS),
+                   metavar="{" + ",".join(MODULE_LAYOUTS) + "}",
+                   help="the model code's layer modules: fused (Megatron / Megatron-DeepSpeed: one QKV and one "
+                        "gate/up projection, the default) or hf (Hugging Face: Q, K, V and gate, up apart); sets "
+                        "DeepSpeed ZeRO-3's per-module fetches and reduce buckets")
     if dispatcher:
         g.add_argument("--ep-dispatcher", type=choice_arg("ep_dispatcher", EP_DISPATCHERS),
                        metavar="{" + ",".join(EP_DISPATCHERS) + "}",
@@ -396,7 +401,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-            "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher")
+            "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher", "module_layout")
     fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args)}
     fields["framework"] = framework_from_args(args)
     for k, v in stack_config(stack_of(args)).items():
@@ -445,7 +450,8 @@ def plan_options(args: argparse.Namespace) -> tuple:
     """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher and memory mechanisms
     (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
     those with ZeRO >= 1)."""
-    given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None), **memory_fields(args)}
+    given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),
+             "module_layout": getattr(args, "module_layout", None), **memory_fields(args)}
     return tuple((k, v) for k, v in given.items() if v is not None)
 
 

@@ -119,7 +119,8 @@ class Limits:
 
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
-PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher")
+PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher",
+                "module_layout")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -88,20 +88,41 @@ def test_what_matches_today_keeps_matching(checks):
              ("megatron DDP, overlap, dp32", "stage 0: gradient buckets (analytic)"),
              ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "stage 0: gradient collectives"),
              ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "gradient element bytes on the wire")}
+    # the embedding and head units (costmodel.zero3_edges): torchtitan's units, DeepSpeed's extra bucket
+    must |= {("fsdp2 reshard, dp64", q) for q in ("all-gathers per micro-batch, forward",
+                                                 "all-gathers per micro-batch, backward",
+                                                 "reduce-scatters per micro-batch", "forward gathered bytes per micro-batch")}
+    must |= {(n, "reduce-scatters per micro-batch (stage)") for n in
+             ("deepspeed ZeRO-3, Megatron-DeepSpeed Llama, dp384, DeepSpeed's buckets",
+              "deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024")}
     assert must <= ok
-    assert len(ok) >= 47  # without the graph engine rows (evaluate(graph=False))
+    assert len(ok) >= 53  # without the graph engine rows (evaluate(graph=False))
 
 
-def test_known_mismatches_are_reported(checks):
+def test_every_compared_quantity_matches(checks):
     bad = {(k.case, k.quantity) for k in checks if not k.ok}
-    # torchtitan's embedding and [norm, lm_head] units are not charged (nor DeepSpeed ZeRO-3's embedding bucket)
-    assert ("fsdp2 reshard, dp64", "all-gathers per micro-batch, forward") in bad
+    # the last one: DeepSpeed ZeRO-3 on Hugging Face modules, now a plan input (ParallelConfig.module_layout)
+    assert bad == set()
+    assert ("deepspeed ZeRO-3, HF Llama, dp1536", "reduce-scatters per micro-batch (stage)") in \
+        {(k.case, k.quantity) for k in checks if k.compared}
 
 
-def test_check_exits_one_on_mismatch():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "component_mechanics.py"), "--check", "--no-graph"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 1 and "mismatch:" in r.stderr
+def test_the_hf_layout_is_what_the_model_charges():
+    m = load_model("llama2-70b")
+    fused = ParallelConfig(dp=1536, zero=3, framework="deepspeed", bucket_bytes=1e9)
+    hf = ParallelConfig(dp=1536, zero=3, framework="deepspeed", bucket_bytes=1e9, module_layout="hf")
+    from costmodel.zero3_fetch import reduce_pieces
+    # reduce bucket 2.5e8 elements: Q 67M, K 8M, V 8M, O 67M, gate/up/down 235M each (HF) vs QKV 84M, fc1 470M (fused)
+    assert len(reduce_pieces(m, hf, False)[0]) > len(reduce_pieces(m, fused, False)[0])
+
+
+def test_check_exits_one_on_mismatch(capsys):
+    from unittest import mock
+    assert subprocess.run([sys.executable, str(ROOT / "benchmarks" / "component_mechanics.py"), "--check",
+                           "--no-graph"], capture_output=True, text=True, cwd=ROOT, timeout=120).returncode == 0
+    with mock.patch.object(cm, "evaluate", lambda graph=True: [cm.Check("case", "quantity", 1, 2)]):
+        assert cm.main(["--check"]) == 1
+    assert "mismatch: case: quantity" in capsys.readouterr().err
 
 
 def test_megatron_buckets_by_hand():

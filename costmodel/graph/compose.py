@@ -39,6 +39,7 @@ from ..overlap import CommLedger, overlap_rate
 from ..layout import of as layout_of
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..step import Composition, bucketed_s
+from ..zero3_edges import WHY_EDGE, edge_times
 from .builders import head_graph, layer_graph, mtp_graph, plan_dma
 from .dp import dp_tail, param_gather_lateness_s
 from .pipeline import PipelineResult, simulate
@@ -201,10 +202,14 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
                                   engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "pp"))
     memo: dict = {}
     chunks = tuple(tuple(_pieces(model, cluster, w, c, s, memo)) for s in range(c.pp))
-    F = [[sum(_span(p, emb.fwd_s) for p in cw.fwd) for cw in row] for row in chunks]
-    B = [[sum(_span(p, emb.bwd_s) for p in cw.bwd) for cw in row] for row in chunks]
+    # the embedding/head units of FSDP2 / ZeRO-3 (costmodel.zero3_edges): the embedding's exposed
+    # forward gather and gradient reduce-scatter lengthen the embedding's forward and backward
+    edges = tuple(edge_times(model, cluster, c, s) for s in range(c.pp))
+    emb_f, emb_b = emb.fwd_s + edges[0][1], emb.bwd_s + edges[0][2]
+    F = [[sum(_span(p, emb_f) for p in cw.fwd) for cw in row] for row in chunks]
+    B = [[sum(_span(p, emb_b) for p in cw.bwd) for cw in row] for row in chunks]
     pipe = simulate(F, B, m, t_p2p)
-    stages = tuple(_stage_timing(s, chunks[s], emb, pipe, m) for s in range(c.pp))
+    stages = tuple(_stage_timing(s, chunks[s], emb, pipe, m, edges[s]) for s in range(c.pp))
 
     dp_link = dp_exp = zero_link = zero_exp = 0.0
     dp_stage, scheds = 0, []
@@ -218,7 +223,7 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
         if t_grad <= 0:  # no step-end gradient collective (e.g. reduced every micro-batch)
             scheds.append(None)
         else:
-            window = _last_backward_window(chunks[s], pipe, s, emb.bwd_s, grad_bytes(model, c, s), windows)
+            window = _last_backward_window(chunks[s], pipe, s, emb_b, grad_bytes(model, c, s), windows)
             tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride,
                                   plan_dma(model, cluster, w, c), stage_grad_buckets(model, c, s))
             scheds.append(sched)
@@ -226,7 +231,7 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
             if finish > worst:
                 worst, dp_stage, dp_link = finish, s, t_grad
         if t_param > 0:  # without buckets the gather runs after the optimizer step, not overlapped
-            fr, need = _param_need(chunks[s], pipe, s, emb.fwd_s)
+            fr, need = _param_need(chunks[s], pipe, s, emb_f)
             overlapped = c.bucket_bytes > 0 if _pieces_s is None else _pieces_s[0] > 0
             late = param_gather_lateness_s(t_param, fr, need) if overlapped else t_param
             if late >= zero_exp:
@@ -241,9 +246,10 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
                      tuple(scheds), chunks, m, comp)
 
 
-def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int) -> StageTiming:
+def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int, edge=(0.0, 0.0, 0.0)) -> StageTiming:
     fwd = bwd = rec = interference = 0.0
     led = CommLedger()
+    led.add("zero", edge[0], edge[1] + edge[2], WHY_EDGE, uses_compute=False)  # costmodel.zero3_edges
     reasons: dict = {}  # id(Schedule) -> its reasons (one schedule serves many layers)
     for cw in row:
         for pieces, phase in ((cw.fwd, "fwd"), (cw.bwd, "bwd")):
