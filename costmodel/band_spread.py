@@ -22,7 +22,7 @@ falls about the centre with variance ``var_between + var_within``:
 
 The half-width is ``z(0.5 + level / 2) * sqrt(var_between + var_within)``. Why this rule (chosen on
 the development set, 4 sources, by leave-one-source-out, before the new set was read; figures in
-``benchmarks/RESULTS.md`` section 25): the earlier rule (split-conformal quantile of per-row
+``benchmarks/RESULTS.md`` section 22): the earlier rule (split-conformal quantile of per-row
 distances, pool >= 9 rows from any number of sources) backed a regime measured by one source off
 to the pool of *all* runs, whose spread is that of the well-predicted dense A100 runs, so the MoE
 runs of a new source fell outside; and it counted the rows of one source as independent draws.
