@@ -13,15 +13,18 @@ Where it comes from. Two parts, added in log space (errors are ratios):
    (written by ``benchmarks/band_coverage.py --set all --write``), each row predicted with the
    constants fitted per device family and dtype *without its own source*
    (``benchmarks/calibrate.py``'s leave-one-source-out fit), and tagged with its regime: dense/MoE, ZeRO stage bucket
-   (0, 1-2, 3), scale bucket (GPUs 1-8, 9-64, 65-512, 513+) and device family. The pool is the
-   rows of the plan's regime, backing off to coarser regimes (dropping scale, then ZeRO, then
-   device) until it holds :data:`MIN_POOL` (9) rows. Bias and spread are read separately
-   (:mod:`costmodel.band_spread`): the band is centred on the pool's signed mean residual (the
-   model's bias on runs like this; the prediction itself is not corrected), and its half-width is
-   the split-conformal 80% quantile of the pool's distances from the centre, each distance taken
-   from a centre computed without that row's source (the error a centre makes on a new source).
-   A biased regime gets a band off-centre (never excluding the estimate), a regime whose sources
-   disagree a wide one.
+   (0, 1-2, 3), scale bucket (GPUs 1-8, 9-64, 65-512, 513+) and device family. The residuals are
+   read as centre + source effect + row noise (:mod:`costmodel.band_spread`). The centre and the
+   between-source spread come from the plan's pool: the rows of its regime, backing off to coarser
+   regimes (dropping scale, then ZeRO, then device) until it holds :data:`MIN_POOL` (9) rows from
+   :data:`~costmodel.band_spread.MIN_SOURCES` (3) sources; the band is centred on the pool's signed
+   mean residual (the model's bias on runs like this; the prediction itself is not corrected), and
+   the between-source variance is that of each source's mean about the mean of the *other*
+   sources (the error a centre makes on a new source). The within-source variance comes from the
+   most specific regime with 8 degrees of freedom about its sources' means, however few its
+   sources (one source's MoE runs still say how far one MoE run falls from the next). Half-width:
+   ``z(0.9) * sqrt(between + within)``. A biased regime gets a band off-centre (never excluding
+   the estimate), a regime whose sources disagree or whose runs scatter a wide one.
 2. *Sensitivity to the uncertain constants.* The change of this plan's step time for a typical
    error of each calibratable constant (:mod:`costmodel.calibration`: ~10% of an efficiency,
    0.05 of the interference), added in quadrature. Fully where the plan's device family has

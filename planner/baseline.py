@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from costmodel.config import CONFIG_KEYS, GRAD_DTYPES, RECOMPUTE, ParallelConfig
 from costmodel.errors import SpecError, clip
@@ -150,10 +150,28 @@ class Comparison:
     outside_band: bool
     message: str
     band_notes: tuple = ()  # what widened the band, in words (costmodel.uncertainty.assess)
+    defaults: dict = field(default_factory=dict)  # tuning knobs the baseline left unstated, at their defaults
+    baseline_band_s: tuple | None = None  # the baseline plan's own 80% band
+    baseline_band_notes: tuple = ()  # and what widened it
 
     def to_dict(self) -> dict:
         return {"baseline": self.baseline.to_dict(), "step_time_band_s": list(self.band_s), "gain": self.gain,
-                "outside_band": self.outside_band, "message": self.message, "band_notes": list(self.band_notes)}
+                "outside_band": self.outside_band, "message": self.message, "band_notes": list(self.band_notes),
+                "baseline_defaults": dict(self.defaults),
+                "baseline_step_time_band_s": list(self.baseline_band_s) if self.baseline_band_s else None,
+                "baseline_band_notes": list(self.baseline_band_notes)}
+
+
+#: the tuning knobs (planner.completion.TUNING's CLI names) and the config fields a baseline states them by
+TUNING_FIELDS = {"mb": "mb", "vp": "vp", "sp": "sp", "zero": "zero", "recompute": "recompute",
+                 "bucket_mb": "bucket_bytes", "chunks": "chunks"}
+
+
+def unstated_defaults(config: ParallelConfig, stated: dict) -> dict:
+    """``{knob: value}`` of the tuning knobs a baseline's ``stated`` fields leave out, at the values
+    ``config`` gave them (its defaults): said with the comparison, so a default is not read as a choice."""
+    from .completion import chosen_knobs
+    return chosen_knobs(config, [k for k, f in TUNING_FIELDS.items() if f not in stated and k not in stated])
 
 
 def compare_with_baseline(model, cluster, workload, recommended_estimate, baseline, *, engine: str = "graph",
@@ -172,9 +190,12 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     rec = recommended_estimate.config
     gpus = cluster.num_gpus or rec.gpus
     software = {"framework": rec.framework, "grad_dtype": rec.grad_dtype}
+    stated = None  # a ParallelConfig states every field
     if isinstance(baseline, str):
-        config = make_config(gpus, **{**software, **parse_baseline(baseline, model.layers)})
+        stated = parse_baseline(baseline, model.layers)
+        config = make_config(gpus, **{**software, **stated})
     elif isinstance(baseline, dict):
+        stated = dict(baseline)
         config = make_config(gpus, **{**software, **baseline})
     elif isinstance(baseline, ParallelConfig):
         config = baseline
@@ -182,6 +203,7 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
         raise SpecError("baseline", baseline, "a plan string, a dict of config fields or a ParallelConfig")
     cl = cluster if cluster.num_gpus else cluster.with_gpus(gpus)
     est = evaluate(model, cl, workload, config, engine=engine)
+    b_lo, b_hi, b_notes = assess(model, cl, workload, est)  # the baseline's own band, beside the comparison
     notes = ()
     if band is None:
         lo, hi, notes = assess(model, cl, workload, recommended_estimate)
@@ -194,4 +216,6 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     if config.grad_dtype != rec.grad_dtype:
         message += (f" (your plan reduces {config.grad_dtype} gradients, the recommendation {rec.grad_dtype}: "
                     f"--grad-dtype {config.grad_dtype} plans with yours)")
-    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half, message, tuple(notes))
+    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half, message, tuple(notes),
+                      defaults=unstated_defaults(config, stated) if stated is not None else {},
+                      baseline_band_s=(b_lo, b_hi), baseline_band_notes=tuple(b_notes))

@@ -69,7 +69,12 @@ def test_compare_with_baseline_end_to_end():
     assert lo < rec.step_time_s < hi
     assert c.outside_band == (c.gain > (hi - lo) / 2 / rec.step_time_s)
     assert c.message == compare(rec, c.baseline, c.band_s)
-    assert set(c.to_dict()) == {"baseline", "step_time_band_s", "gain", "outside_band", "message", "band_notes"}
+    assert set(c.to_dict()) == {"baseline", "step_time_band_s", "gain", "outside_band", "message", "band_notes",
+                                "baseline_defaults", "baseline_step_time_band_s", "baseline_band_notes"}
+    # stated: tp, pp, vp, recompute; the other tuning knobs are said to be defaults, not choices
+    assert set(c.defaults) == {"mb", "sp", "zero", "bucket_mb", "chunks"}
+    b_lo, b_hi = c.baseline_band_s
+    assert b_lo <= c.baseline.step_time_s <= b_hi
     same = compare_with_baseline(GPT3, A100, W, rec, rec.config, engine="analytic", band=0.05)
     assert same.gain == pytest.approx(0) and "within the model's ±5% band: keep your plan" in same.message
 

@@ -114,7 +114,7 @@ def test_missing_out_exits_2(capsys):
 # --------------------------------------------------------------------------- schema
 def test_schema_columns_are_stable():
     # Appending a column means a new SCHEMA_VERSION; renaming or removing one is not allowed.
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert list(NAMES) == [
         "case_id", "model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
         "nic_gbps", "hbm_gib", "model_params", "status", "reason",
@@ -125,7 +125,7 @@ def test_schema_columns_are_stable():
         "solver", "solve_status", "solve_time_s", "objective_s", "bound_s", "gap", "case_time_s", "attempts",
         "schema_version", "finished_at", "step_time_band_lo_s", "step_time_band_hi_s",
         "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s", "critical_holds",
-        "framework", "grad_dtype", "band_notes", "analytic_step_time_s"]
+        "framework", "grad_dtype", "band_notes", "analytic_step_time_s", "stack"]
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 
 
@@ -170,6 +170,7 @@ def test_results_follow_the_schema_in_both_files(tmp_path):
     for j, c in zip(jsonl, table):
         assert j["status"] in STATUSES and j["schema_version"] == SCHEMA_VERSION
         assert {k: parse_cell(k, v) for k, v in c.items()} == {k: j[k] for k in NAMES}  # CSV == JSONL
+        assert j["stack"] == "mcore-2025"  # the stack the numbers assume, for every case that loaded
         if j["status"] == "ok":
             assert j["fits"] is True and j["step_time_s"] > 0 and 0 < j["mfu"] < 1
             assert j["tp"] * j["pp"] * j["dp"] * j["cp"] == j["gpus"] and j["reason"] is None

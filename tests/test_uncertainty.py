@@ -67,17 +67,53 @@ def test_band_brackets_the_prediction():
 
 
 def test_band_from_residuals_hand_computed():
-    # ten sources, sum S = 0.03: centre 0.003. Row i's centre without its own source is (S - r_i) / 9, so its
-    # score is |10 r_i - S| / 9: 0.07, 0.0367, 0.0144, 0.0033, 0.0078, 0.0189, 0.0411, 0.0522, 0.0256, 0.03;
-    # the conformal 80% quantile of 10 is the ceil(0.8 * 11) = 9th smallest, 0.0522 (r = 0.05); the noise floor
-    # adds 1.2816 * 0.01 in quadrature: half = sqrt(0.0522^2 + 0.0128^2) = 0.0538
+    # ten sources of one row each, sum S = 0.03: centre 0.003. Source i's centre without it is (S - r_i) / 9,
+    # so d_i = (10 r_i - S) / 9; no source has two rows, so the within-source variance is 0 and the
+    # between-source variance is mean(d_i^2); half = z(0.9) sqrt(mean d^2), the noise floor in quadrature
     vals = [e["log_residual"] for e in SPREAD]
     total = sum(vals)
-    scores = sorted(abs(10 * v - total) / 9 for v in vals)
-    half = math.sqrt(scores[8] ** 2 + (1.2816 * U.NOISE_SD) ** 2)
+    var_b = sum(((10 * v - total) / 9) ** 2 for v in vals) / 10
+    half = math.sqrt(1.2816 ** 2 * var_b + (1.2816 * U.NOISE_SD) ** 2)
     lo, hi = U.band_log(regime(), residuals=SPREAD)
     assert (lo, hi) == pytest.approx((-total / 10 - half, -total / 10 + half), rel=1e-3)
-    assert half == pytest.approx(0.0538, abs=5e-4)
+    assert half == pytest.approx(0.0479, abs=5e-4)
+
+
+def test_band_of_three_sources_hand_computed():
+    # a: 0.0 0.1 0.2 (mean 0.1), b: -0.1 0.0 0.1 (0.0), c: 0.1 0.2 0.3 (0.2); centre 0.1.
+    # within: each source's sum of squares 0.02, 6 dof: var_w = 0.01. d_a = 0.1 - 0.1 = 0, d_b = 0 - 0.15,
+    # d_c = 0.2 - 0.05: mean d^2 = 0.015, less var_w * mean(1/3) = 0.00333: var_b = 0.011667.
+    # half = 1.2816 * sqrt(0.021667) = 0.18864; noise floor in quadrature: 0.18908
+    three = [{"regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}, "source": s,
+              "log_residual": v} for s, vs in (("a", (0.0, 0.1, 0.2)), ("b", (-0.1, 0.0, 0.1)),
+                                                 ("c", (0.1, 0.2, 0.3))) for v in vs]
+    lo, hi = U.band_log(regime(), residuals=three)
+    assert (lo, hi) == pytest.approx((-0.1 - 0.18908, -0.1 + 0.18908), abs=2e-4)
+
+
+def test_a_regime_of_one_source_keeps_its_own_spread_about_a_centre_of_several():
+    # four dense sources agree within 2%; one MoE source's ten runs scatter by ~20%. The MoE plan's centre
+    # needs three sources, so it backs off to all runs; its spread still carries the MoE runs' own scatter
+    dense = [{"regime": {"kind": "dense", "device": "h100", "zero": "1-2", "scale": "65-512"}, "source": f"d{s}",
+              "log_residual": 0.02 * ((i % 3) - 1)} for s in range(4) for i in range(6)]
+    moe = [{"regime": {"kind": "moe", "device": "h100", "zero": "1-2", "scale": "65-512"}, "source": "m",
+            "log_residual": v} for v in (-0.3, -0.2, -0.1, -0.05, 0.0, 0.0, 0.05, 0.1, 0.2, 0.3)]
+    pool, keys = U.pool_for(regime(kind="moe", device="h100", zero="1-2", scale="65-512"), dense + moe)
+    assert keys == {} and len(pool) == 34  # one MoE source: no centre of its own
+    lo_m, hi_m = U.band_log(regime(kind="moe", device="h100", zero="1-2", scale="65-512"), residuals=dense + moe)
+    lo_d, hi_d = U.band_log(regime(kind="dense", device="h100", zero="1-2", scale="65-512"), residuals=dense + moe)
+    sd_moe = math.sqrt(sum(r["log_residual"] ** 2 for r in moe) / 9)
+    assert (hi_m - lo_m) / 2 >= 1.2816 * sd_moe * 0.99  # at least the MoE runs' own scatter
+    assert hi_d - lo_d < 0.5 * (hi_m - lo_m)  # the dense plan's band stays narrow
+
+
+def test_a_pool_needs_three_sources():
+    two = rows([0.01, 0.02, 0.03, 0.04, 0.05], source="a") + rows([0.0, -0.01, -0.02, -0.03, -0.04], source="b")
+    other = rows([0.2] * 9, source="c", device="h100")
+    _, keys = U.pool_for(regime(), two + other)
+    assert keys == {"kind": "dense"}  # 10 a100 rows from 2 sources: backed off to dense runs of any device
+    _, keys = U.pool_for(regime(), two + rows([0.0], source="d"))
+    assert keys == {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}
 
 
 def test_one_sources_agreement_is_not_trusted_as_a_new_sources():

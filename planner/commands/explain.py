@@ -95,12 +95,13 @@ def run(args: argparse.Namespace) -> int:
         _write("--gantt", args.gantt, write_gantt, model, cluster, workload, config, stage=args.stage)
         written.append(args.gantt)
     sens = _sensitivity(args, model, cluster, workload, config)
+    trust = _trust(args, model, cluster, workload, config)
     if args.json:
         print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
                     "layout": str(layout_of(model, config)),
                     "overlap": rows, "tp_feasibility": tp, "written": written,
                     "dma_assignment": dma_assignment_json(model, cluster, workload, config),
-                    "stack": stack_json(cluster),
+                    "stack": stack_json(cluster), **trust,
                     **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {})})
         return 0
     print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
@@ -109,12 +110,46 @@ def run(args: argparse.Namespace) -> int:
           + (f" layout={layout_of(model, config)}" if config.pp > 1 else "") + "\n")
     print(format_explain(rows))
     print(stack_line(cluster))
+    for line in _trust_lines(trust):
+        print(line)
     if sens is not None:
         from ..sensitivity_report import sensitivity_text
         print("\n" + sensitivity_text(sens))
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _trust(args, model, cluster, workload, config) -> dict:
+    """What a training plan's explained numbers rest on (issue 23): the knobs the flags left unset,
+    explained at the flags' defaults (``planner evaluate`` chooses them as recommend would instead),
+    and the plan's step time with its 80% band and the band's notes (beyond the data, in words).
+    Empty for inference (its knobs are not these)."""
+    if workload.mode != "train":
+        return {}
+    from costmodel.estimate import evaluate
+
+    from ..completion import chosen_knobs, unstated
+    from ..report import with_trust
+    est = with_trust(evaluate(model, cluster, workload, config), model, cluster, workload)
+    return {"unstated_at_defaults": chosen_knobs(config, unstated(args)), "step_time_s": est.step_time_s,
+            "engine": est.engine, "step_time_band_s": list(est.step_time_band_s),
+            "band_notes": list(est.band_notes)}
+
+
+def _trust_lines(trust: dict) -> list[str]:
+    from .evaluate import _fmt
+    lines = []
+    if "step_time_s" in trust:
+        lo, hi = trust["step_time_band_s"]
+        lines.append(f"step time {trust['step_time_s']:.4g} s ({trust['engine']} engine), 80% band "
+                     f"{lo:.4g} - {hi:.4g} s")
+        lines += [f"  band: {n}" for n in trust["band_notes"]]
+    if trust.get("unstated_at_defaults"):
+        lines.append("not stated, explained at the flags' defaults: "
+                     + " ".join(f"{k}={_fmt(v)}" for k, v in trust["unstated_at_defaults"].items())
+                     + " (planner evaluate chooses them as recommend would)")
+    return lines
 
 
 def _sensitivity(args, model, cluster, workload, config):

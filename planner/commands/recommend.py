@@ -162,6 +162,16 @@ def run(args: argparse.Namespace) -> int:
               f"{comparison.message}")
         for n in comparison.band_notes:
             print(f"note: band: {n}")
+        if comparison.defaults:
+            from .evaluate import _fmt
+            print("baseline: not stated, at the defaults: "
+                  + " ".join(f"{k}={_fmt(v)}" for k, v in comparison.defaults.items()))
+        if comparison.baseline_band_s:
+            lo, hi = comparison.baseline_band_s
+            print(f"baseline: 80% band {lo:.2f} - {hi:.2f} s")
+            for n in comparison.baseline_band_notes:
+                if n not in comparison.band_notes:
+                    print(f"note: baseline band: {n}")
     return 0
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 5  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
+SCHEMA_VERSION = 6  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
 #                     4: the framework and gradient dtype inputs; 5: the band's notes, and the estimate
 #                     columns are the op-graph engine's (as evaluate and recommend report them),
-#                     analytic_step_time_s added
+#                     analytic_step_time_s added; 6: the software stack the numbers assume
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -126,6 +126,9 @@ COLUMNS: tuple[Column, ...] = tuple(
                                   "beyond the measured runs or component data; empty: inside the data)"),
             ("analytic_step_time_s", "float", "the plan's step time by the analytic closed form, which the "
                                               "search optimises and proves optimal"))
+    + _cols("estimate",  # schema version 6
+            ("stack", "str", "software stack the numbers assume (costmodel.stacks: the cluster's stack, "
+                             "e.g. mcore-2025); a band's note names a stack without measured runs"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -63,10 +63,11 @@ def outcome(status: str, reason: str = "", *, config: dict | None = None, estima
 def solve_case(case: Case) -> dict:
     """Plan one case; never raises (see the module docstring)."""
     t0 = time.perf_counter()
-    params = None
+    params, stack = None, None
     try:
         model, cluster, workload = case.problem()
         params = model.params
+        stack = cluster.stack
         out = _solve(case, model, cluster, workload)
     except (PlannerError, ValueError) as e:
         out = outcome("error", " ".join(str(e).split()), model_params=params)
@@ -74,6 +75,7 @@ def solve_case(case: Case) -> dict:
         out = outcome("error", f"internal error: {type(e).__name__}: {' '.join(str(e).split())}",
                       model_params=params)
     out["model_params"] = params
+    out["stack"] = stack  # the software stack the numbers assume (None: the case did not load)
     out["case_time_s"] = time.perf_counter() - t0
     return out
 

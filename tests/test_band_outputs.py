@@ -1,0 +1,64 @@
+"""Every output names what its number rests on (issue 23): the software stack, the knobs the planner
+chose (or left at defaults), and where the plan lies beyond the data its band is made of.
+
+The plan is llama3-8b on B200: no published run is on a Blackwell GPU, so every band must say so
+("no measured run on b200") and fall back to the band of all measured runs pooled."""
+
+import json
+
+from planner.cli import main
+from planner.sweep import grid_from_mapping, run_sweep
+
+PROBLEM = ["--model", "llama3-8b", "--cluster", "b200", "--gpus", "16", "--global-batch", "32", "--seq", "4096"]
+OUTSIDE = "no measured run on b200"
+
+
+def out_of(capsys, argv) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_evaluate_text_and_json(capsys):
+    text = out_of(capsys, ["evaluate", *PROBLEM, "--tp", "2"])
+    assert "stack: mcore-2025" in text and "chosen by the planner: mb=" in text
+    assert f"band: {OUTSIDE}" in text
+    d = json.loads(out_of(capsys, ["evaluate", *PROBLEM, "--tp", "2", "--json"]))
+    assert d["stack"]["name"] == "mcore-2025" and "mb" in d["chosen"] and "tp" not in d["chosen"]
+    assert any(OUTSIDE in n for n in d["band_notes"])
+    lo, hi = d["step_time_band_s"]
+    assert lo <= d["step_time_s"] <= hi
+
+
+def test_recommend_and_its_baseline(capsys):
+    text = out_of(capsys, ["recommend", *PROBLEM, "--baseline", "tp=2,pp=1,mb=1,zero=1"])
+    assert "stack: mcore-2025" in text and "chosen by the planner: tp=" in text
+    assert f"note: band: {OUTSIDE}" in text
+    # the baseline's unstated knobs are said to be defaults, and it carries its own band
+    assert "baseline: not stated, at the defaults: vp=1" in text and "baseline: 80% band" in text
+    d = json.loads(out_of(capsys, ["recommend", *PROBLEM, "--baseline", "tp=2,pp=1,mb=1,zero=1", "--json"]))
+    assert d["stack"]["name"] == "mcore-2025" and "tp" in d["chosen"]
+    b = d["baseline"]
+    assert "mb" not in b["baseline_defaults"] and b["baseline_defaults"]["chunks"] == 1
+    assert any(OUTSIDE in n for n in b["band_notes"]) and any(OUTSIDE in n for n in b["baseline_band_notes"])
+    lo, hi = b["baseline_step_time_band_s"]
+    assert lo <= b["baseline"]["step_time_s"] <= hi
+
+
+def test_explain_states_its_defaults_and_band(capsys):
+    text = out_of(capsys, ["explain", *PROBLEM, "--tp", "2", "--mb", "1"])
+    assert "stack: mcore-2025" in text and "80% band" in text and f"band: {OUTSIDE}" in text
+    assert "not stated, explained at the flags' defaults: vp=1" in text and " mb=" not in text.split("defaults:")[1]
+    d = json.loads(out_of(capsys, ["explain", *PROBLEM, "--tp", "2", "--mb", "1", "--json"]))
+    assert d["stack"]["name"] == "mcore-2025" and d["unstated_at_defaults"]["chunks"] == 1
+    assert "mb" not in d["unstated_at_defaults"] and any(OUTSIDE in n for n in d["band_notes"])
+    lo, hi = d["step_time_band_s"]
+    assert lo <= d["step_time_s"] <= hi
+
+
+def test_sweep_rows_carry_stack_and_band_notes(tmp_path):
+    grid = grid_from_mapping({"models": "llama3-8b", "gpus": "16", "global_batch": 32, "seq": 4096,
+                              "clusters": "b200"})
+    run_sweep(grid.cases(), tmp_path, workers=1, progress=False)
+    (row,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert row["status"] == "ok" and row["stack"] == "mcore-2025" and OUTSIDE in row["band_notes"]
+    assert row["tp"] and row["mb"]  # the plan columns: what the search chose
