@@ -152,6 +152,20 @@ def ticks(seconds, res_s: float):
     return np.rint(np.asarray(seconds, dtype=float) / res_s).astype(np.int64)
 
 
+def with_layers_per_stage(c: ParallelConfig, lps: tuple[int, ...]) -> ParallelConfig:
+    """``replace(c, layers_per_stage=lps)`` without validating every field again (a search probes
+    each layer count of a stage: building 60-100 configs per table was a third of GPT-3 175B / 1024
+    A100's search). Safe for the tuples :func:`probe_split` makes: ``pp`` integers >= 1, the one rule
+    ``ParallelConfig.__post_init__`` has for the field; every other field was validated with ``c``,
+    and no field is derived from it (``c.layout`` is ``None``)."""
+    if c.layout is not None or len(lps) != c.pp or type(lps) is not tuple or min(lps) < 1:
+        return replace(c, layers_per_stage=lps)
+    out = object.__new__(ParallelConfig)
+    out.__dict__.update(c.__dict__)
+    object.__setattr__(out, "layers_per_stage", lps)
+    return out
+
+
 def probe_split(p: Problem, choice: Choice, kind: str, n: int) -> tuple[tuple[int, ...], int]:
     """A ``layers_per_stage`` giving the stage at ``kind`` exactly ``n`` layers, and its index.
 
@@ -346,9 +360,10 @@ class Tables:
             p, L = self.p, self.p.model.layers
             out = tuple(np.zeros(L + 1) for _ in range(5))
             base = replace(choice, recompute="none", recompute_layers=None, dma=None, options=())
+            c = base.config(layers_per_stage=probe_split(p, choice, kind, 1)[0])  # validated once
             for n in range(L + 1):  # no stage holds 0 layers: its entry is never valid, kept finite
                 lps, stage = probe_split(p, choice, kind, max(n, 1))
-                gb = stage_grad_buckets(p.model, base.config(layers_per_stage=lps), stage)
+                gb = stage_grad_buckets(p.model, with_layers_per_stage(c, lps), stage)
                 if gb is None:
                     out = None
                     break
