@@ -152,6 +152,20 @@ def ticks(seconds, res_s: float):
     return np.rint(np.asarray(seconds, dtype=float) / res_s).astype(np.int64)
 
 
+def with_layers_per_stage(c: ParallelConfig, lps: tuple[int, ...]) -> ParallelConfig:
+    """``replace(c, layers_per_stage=lps)`` without validating every field again (a search probes
+    each layer count of a stage: building 60-100 configs per table was a third of GPT-3 175B / 1024
+    A100's search). Safe for the tuples :func:`probe_split` makes: ``pp`` integers >= 1, the one rule
+    ``ParallelConfig.__post_init__`` has for the field; every other field was validated with ``c``,
+    and no field is derived from it (``c.layout`` is ``None``)."""
+    if c.layout is not None or len(lps) != c.pp or type(lps) is not tuple or min(lps) < 1:
+        return replace(c, layers_per_stage=lps)
+    out = object.__new__(ParallelConfig)
+    out.__dict__.update(c.__dict__)
+    object.__setattr__(out, "layers_per_stage", lps)
+    return out
+
+
 def probe_split(p: Problem, choice: Choice, kind: str, n: int) -> tuple[tuple[int, ...], int]:
     """A ``layers_per_stage`` giving the stage at ``kind`` exactly ``n`` layers, and its index.
 
@@ -339,23 +353,56 @@ class Tables:
     def _bucket_counts(self, choice: Choice, kind: str):
         """``(collectives, dense, expert, k_first, k_rest)`` arrays over ``n`` (one probe split
         per ``n``), or ``None`` where the framework's buckets are not modelled; they depend on the
-        shape, framework, ZeRO stage, interleaving, bucket and gradient dtype only."""
+        shape, framework, ZeRO stage, interleaving, bucket and gradient dtype only, and under
+        Megatron-Core on less (:meth:`_bucket_class`)."""
         key = ("bucket_counts", choice.shape, choice.zero, choice.framework, kind, choice.vp, choice.bucket_mb,
                choice.grad_dtype)
         if key not in self._affine:
-            p, L = self.p, self.p.model.layers
-            out = tuple(np.zeros(L + 1) for _ in range(5))
-            base = replace(choice, recompute="none", recompute_layers=None, dma=None, options=())
-            for n in range(L + 1):  # no stage holds 0 layers: its entry is never valid, kept finite
-                lps, stage = probe_split(p, choice, kind, max(n, 1))
-                gb = stage_grad_buckets(p.model, base.config(layers_per_stage=lps), stage)
-                if gb is None:
-                    out = None
-                    break
-                out[0][n], out[1][n], out[2][n] = gb.count, gb.dense_count, gb.expert_count
-                out[3][n], out[4][n] = gb.pieces()
-            self._affine[key] = out
+            cls = self._bucket_class(choice, kind)
+            if cls is not None and cls in self._affine:
+                self._affine[key] = self._affine[cls]
+            else:
+                self._affine[key] = self.bucket_counts_of(choice, kind)
+                if cls is not None:
+                    self._affine[cls] = self._affine[key]
         return self._affine[key]
+
+    def _bucket_class(self, choice: Choice, kind: str):
+        """What Megatron-Core's step-end buckets of a probed stage depend on, as a cache key shared by
+        the shapes that differ elsewhere (the searches ask for hundreds of shapes, ~100 probes each);
+        ``None`` for other frameworks. :func:`costmodel.grad_buckets.stage_grad_buckets` (Megatron
+        branch) reads: the layer tensors (``tp``, ``ep``, expert TP = ``tp`` without EP), the stage's
+        chunks (``vp`` and its own layer count ``n``; dense or MoE by the layers before it), whether
+        it holds the embedding (stage 0) and the head (the last stage), bucketing (stage 0 only, the
+        bucket size in gradient elements: ``bucket_mb``, ``grad_dtype``), ``frameworks.of`` (the
+        framework and ZeRO stage under Megatron) and of the DP degree only whether the dense and the
+        expert gradient groups have more than one rank (``dp * cp > 1``, ``expert_dp > 1``). The
+        rest is fixed by ``kind``: :func:`probe_split` puts ``max(1, dense_layers)`` layers on stage 0,
+        so a probed middle or last stage starts past the dense layers for every ``pp`` (all MoE), and
+        ``first`` / ``mid`` / ``last`` / ``only`` say which of stage 0 and the last stage it is
+        (``tests/test_search_tables.py`` checks the class against the probes themselves)."""
+        if choice.framework != "megatron":
+            return None
+        s = choice.shape
+        expert_tp = s.tp if s.ep == 1 else 1
+        edp = max(1, s.tp * s.dp * s.cp // (s.ep * expert_tp))  # costmodel.memory.expert_dp
+        return ("bucket_class", s.tp, s.ep, choice.zero, kind, choice.vp, choice.bucket_mb, choice.grad_dtype,
+                s.dp * s.cp > 1, edp > 1)
+
+    def bucket_counts_of(self, choice: Choice, kind: str):
+        """:meth:`_bucket_counts` probed without its cache: one ``stage_grad_buckets`` per ``n``."""
+        p, L = self.p, self.p.model.layers
+        out = tuple(np.zeros(L + 1) for _ in range(5))
+        base = replace(choice, recompute="none", recompute_layers=None, dma=None, options=())
+        c = base.config(layers_per_stage=probe_split(p, choice, kind, 1)[0])  # validated once
+        for n in range(L + 1):  # no stage holds 0 layers: its entry is never valid, kept finite
+            lps, stage = probe_split(p, choice, kind, max(n, 1))
+            gb = stage_grad_buckets(p.model, with_layers_per_stage(c, lps), stage)
+            if gb is None:
+                return None
+            out[0][n], out[1][n], out[2][n] = gb.count, gb.dense_count, gb.expert_count
+            out[3][n], out[4][n] = gb.pieces()
+        return out
 
     def state(self, choice: Choice, kind: str) -> dict:
         """The part of :meth:`affine` memory screens and optimizer bounds need (no collectives):

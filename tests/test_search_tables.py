@@ -171,3 +171,23 @@ def test_compute_twin_has_the_same_compute(case, framework):
             differs += mine[0] != theirs[0]
     if framework != "fsdp2" and case is not CASES[0]:
         assert differs  # some ZeRO-3 layer exposes its gathers: the twin's U is not the choice's
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[3], CASES[5]], ids=lambda c: c[0])
+def test_bucket_class_shares_only_equal_bucket_counts(case):
+    """Megatron-Core's bucket counts, cached by their class (``Tables._bucket_class``: shapes that differ
+    in pp, dp or cp beyond what the buckets read share one entry), equal each choice's own probes."""
+    p = problem(*case)
+    rng = random.Random(zlib.crc32(case[0].encode()))
+    t, shared = Tables(p), 0
+    from search.candidates import stage_kinds
+    for c, _ in random_plans(p, rng, 60):
+        for kind in stage_kinds(c.shape.pp):
+            key = ("bucket_counts", c.shape, c.zero, c.framework, kind, c.vp, c.bucket_mb, c.grad_dtype)
+            shared += key not in t._affine and t._bucket_class(c, kind) in t._affine  # another shape's entry
+            got, own = t._bucket_counts(c, kind), t.bucket_counts_of(c, kind)
+            assert (got is None) == (own is None)
+            if own is not None:
+                for a, b in zip(got, own):
+                    assert a.tolist() == b.tolist(), (c, kind)
+    assert shared > 0  # another shape's entry was served (else nothing was checked)
