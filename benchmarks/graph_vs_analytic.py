@@ -47,7 +47,7 @@ def clear_caches() -> None:
     analytic.layer_timing.cache_clear()
     analytic._layer_base.cache_clear()  # the DP-independent part, memoised apart
     compute._layer_ops.cache_clear()
-    for f in (compose._graph_step, compose._layer_schedule, compose._head_schedule, builders._layer_graph):
+    for f in (compose._graph_step, compose._layer_schedule, compose._part_schedule, builders._layer_graph):
         f.cache_clear()
 
 

@@ -77,23 +77,22 @@ def _layer_schedule(model, cluster, w, c, moe, phase, recompute, decode=False) -
 
 
 def head_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
-    wk, ck = _layer_key(w, _with_dma(model, cluster, w, c))
-    return _head_schedule(model, cluster, wk, ck, phase)
-
-
-@lru_cache(maxsize=512)
-def _head_schedule(model, cluster, w, c, phase) -> Schedule:
-    return schedule(head_graph(model, cluster, w, c, phase), resources_for(cluster.device, plan_dma(model, cluster, w, c)))
+    """The schedule of the embedding/LM-head/loss ops of one micro-batch's ``phase``."""
+    return _part_schedule("head", model, cluster, *_layer_key(w, _with_dma(model, cluster, w, c)), phase)
 
 
 def mtp_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
-    wk, ck = _layer_key(w, _with_dma(model, cluster, w, c))
-    return _mtp_schedule(model, cluster, wk, ck, phase)
+    """The schedule of the MTP extras (eh_proj, norms, extra LM head and loss) of one micro-batch's ``phase``."""
+    return _part_schedule("mtp", model, cluster, *_layer_key(w, _with_dma(model, cluster, w, c)), phase)
 
 
-@lru_cache(maxsize=512)
-def _mtp_schedule(model, cluster, w, c, phase) -> Schedule:
-    return schedule(mtp_graph(model, cluster, w, c, phase), resources_for(cluster.device, plan_dma(model, cluster, w, c)))
+_PART_GRAPHS = {"head": head_graph, "mtp": mtp_graph}
+
+
+@lru_cache(maxsize=1024)
+def _part_schedule(part, model, cluster, w, c, phase) -> Schedule:
+    return schedule(_PART_GRAPHS[part](model, cluster, w, c, phase),
+                    resources_for(cluster.device, plan_dma(model, cluster, w, c)))
 
 
 @dataclass(frozen=True)
