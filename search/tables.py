@@ -341,8 +341,7 @@ class Tables:
             else:
                 n_all, nd, ne, k_first, k_rest = counts
                 lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
-                c = replace(choice.config(layers_per_stage=lps), recompute="none", recompute_layers=None,
-                            recompute_modules=None, vp=1)
+                c = choice.plain_config(lps)
                 st = self.state(choice, kind)
                 lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, (st["dense"], st["expert"]),
                                                  counts=(nd, ne))
