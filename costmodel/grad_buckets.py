@@ -104,9 +104,9 @@ def _chunk_runs(model, c, stage: int, layout: str = "fused") -> list[tuple[list,
         dense, expert = [], []
         for moe, k in ((False, nd), (True, nm)):
             if k:
-                d, e = layer_tensors(model, c, moe, layout)
-                dense.append((tuple(d), k))
-                expert.append((tuple(e), k))
+                d, e = _layer_tensors(model, c, moe, layout)
+                dense.append((d, k))
+                expert.append((e, k))
         chunks.append([dense, expert])
     tot_d, _ = stage_params(model, c, stage)
     emb = model.embedding_params / c.tp if stage == 0 else 0.0
@@ -116,6 +116,23 @@ def _chunk_runs(model, c, stage: int, layout: str = "fused") -> list[tuple[list,
     if head > 0.5:
         chunks[-1][0].append(((head,), 1))
     return [(d, [(t, k) for t, k in e if t]) for d, e in chunks]
+
+
+_TENSORS: dict = {}
+
+
+def _layer_tensors(model, c, moe: bool, layout: str) -> tuple[tuple, tuple]:
+    """:func:`costmodel.zero3_fetch.layer_tensors` as tuples, memoised on what it reads (``tp``, ``ep``,
+    expert TP, the layer kind and module layout): the searches probe every layer count of hundreds of
+    stages, each asking again for the same few layers."""
+    key = (model, c.tp, c.ep, c.expert_tp(), moe, layout)
+    hit = _TENSORS.get(key)
+    if hit is None:
+        if len(_TENSORS) > 4096:
+            _TENSORS.clear()
+        d, e = layer_tensors(model, c, moe, layout)
+        hit = _TENSORS[key] = (tuple(d), tuple(e))
+    return hit
 
 
 def chunk_tensors(model, c, stage: int, layout: str = "fused") -> list[tuple[list[float], list[float]]]:
@@ -183,7 +200,12 @@ def stage_grad_buckets(model, c, stage: int) -> GradBuckets | None:
 
 
 _CACHE: dict = {}
-stage_grad_buckets.cache_clear = _CACHE.clear  # as an lru_cache (analytic._layer_base): benchmarks start cold
+def _cache_clear() -> None:
+    _CACHE.clear()
+    _TENSORS.clear()
+
+
+stage_grad_buckets.cache_clear = _cache_clear  # as an lru_cache (analytic._layer_base): benchmarks start cold
 
 
 def _compute(model, c, stage: int) -> GradBuckets:

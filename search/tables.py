@@ -373,8 +373,9 @@ class Tables:
         branch) reads: the layer tensors (``tp``, ``ep``, expert TP = ``tp`` without EP), the stage's
         chunks (``vp`` and its own layer count ``n``; dense or MoE by the layers before it), whether
         it holds the embedding (stage 0) and the head (the last stage), bucketing (stage 0 only, the
-        bucket size in gradient elements: ``bucket_mb``, ``grad_dtype``), ``frameworks.of`` (the
-        framework and ZeRO stage under Megatron) and of the DP degree only whether the dense and the
+        bucket size in gradient elements: ``bucket_mb``, ``grad_dtype``; on the other stages only
+        ``overlapped = bucket_bytes > 0``), ``frameworks.of`` (the framework and ZeRO stage under
+        Megatron: whether it has a ``step_grad``, nothing else) and of the DP degree only whether the dense and the
         expert gradient groups have more than one rank (``dp * cp > 1``, ``expert_dp > 1``). The
         rest is fixed by ``kind``: :func:`probe_split` puts ``max(1, dense_layers)`` layers on stage 0,
         so a probed middle or last stage starts past the dense layers for every ``pp`` (all MoE), and
@@ -382,11 +383,15 @@ class Tables:
         (``tests/test_search_tables.py`` checks the class against the probes themselves)."""
         if choice.framework != "megatron":
             return None
+        if not frameworks.lookup(choice.framework, choice.zero).step_grad:
+            return ("bucket_class", None)  # stage_grad_buckets is None (Megatron FSDP): for every shape
         s = choice.shape
         expert_tp = s.tp if s.ep == 1 else 1
         edp = max(1, s.tp * s.dp * s.cp // (s.ep * expert_tp))  # costmodel.memory.expert_dp
-        return ("bucket_class", s.tp, s.ep, choice.zero, kind, choice.vp, choice.bucket_mb, choice.grad_dtype,
-                s.dp * s.cp > 1, edp > 1)
+        # of the ZeRO stage only ``step_grad`` (above) is read; the bucket size and gradient dtype only as
+        # stage 0's bucket size (first / only), elsewhere only whether the buckets overlap (bucket > 0)
+        bucket = (choice.bucket_mb, choice.grad_dtype) if kind in ("first", "only") else choice.bucket_mb > 0
+        return ("bucket_class", s.tp, s.ep, kind, choice.vp, bucket, s.dp * s.cp > 1, edp > 1)
 
     def bucket_counts_of(self, choice: Choice, kind: str):
         """:meth:`_bucket_counts` probed without its cache: one ``stage_grad_buckets`` per ``n``."""

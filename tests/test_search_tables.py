@@ -4,6 +4,7 @@ Random plans of dense and MoE models (leading dense layers, uneven stages, inter
 recompute, ZeRO 0-3, buckets, chunks) are scored both ways.
 """
 
+from dataclasses import replace
 import math
 import random
 import zlib
@@ -181,7 +182,11 @@ def test_bucket_class_shares_only_equal_bucket_counts(case):
     rng = random.Random(zlib.crc32(case[0].encode()))
     t, shared = Tables(p), 0
     from search.candidates import stage_kinds
-    for c, _ in random_plans(p, rng, 60):
+    plans = [c for c, _ in random_plans(p, rng, 60)]
+    # the same plans at every ZeRO stage and another bucket: on stages past the first the bucket size
+    # is read only as "> 0" and the ZeRO stage only as whether it reduces gradients after the step
+    plans += [replace(c, zero=z, bucket_mb=b) for c in plans[:12] for z in (0, 1) for b in (25.0, 160.0)]
+    for c in plans:
         for kind in stage_kinds(c.shape.pp):
             key = ("bucket_counts", c.shape, c.zero, c.framework, kind, c.vp, c.bucket_mb, c.grad_dtype)
             shared += key not in t._affine and t._bucket_class(c, kind) in t._affine  # another shape's entry
