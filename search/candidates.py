@@ -39,6 +39,15 @@ class Shape:
     dp: int
     ep: int = 1
 
+    def __hash__(self) -> int:
+        """The hash of the degrees, computed once (every cache key of the search holds a shape). Integers
+        hash alike in every process, so a pickled copy's stored hash stays right."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.tp, self.cp, self.pp, self.dp, self.ep))
+            object.__setattr__(self, "_hash", h)
+        return h
+
 
 @dataclass(frozen=True, order=True)
 class Split:

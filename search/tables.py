@@ -129,6 +129,20 @@ class Choice:
             opts.pop("ep_dispatcher", None)  # no expert-parallel dispatch to run
         return opts
 
+    def __hash__(self) -> int:
+        """The hash of the fields, computed once: a search hashes a choice tens of times (cache keys,
+        heaps, its tables), and the generated ``__hash__`` builds and hashes the field tuple each time
+        (with the shape's). Not pickled (:meth:`__getstate__`): string hashes differ between processes."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
+                      self.recompute_layers, self.bucket_mb, self.framework, self.dma, self.grad_dtype, self.options))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
         return _per_microbatch(self.framework, self.zero, self.shape.pp, self.shape.dp * self.shape.cp)
