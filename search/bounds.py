@@ -381,18 +381,25 @@ class Bounds:
                         L if pp == 1 else L - (pp - 1) * u) for k in kinds}
         dl, ml = self.layers(self.compute_twin(c))  # only the compute entries (windows) are used
         k = c.recompute_layers
-        n = self.n
         g, held = {}, {}
-        rows = []  # per position: the arguments of its exact DP/ZeRO exposure over n layers
+        for kind in kinds:
+            lo, hi = caps[kind]
+            held[kind] = np.arange(u * math.ceil(lo / u), hi + 1, u)
+            if not len(held[kind]):
+                return 0.0
+        # only the layer counts some position may hold: the buckets are probed there alone
+        # (every term below is elementwise in n, so each entry is the full array's)
+        n = np.unique(np.concatenate(list(held.values())))
+        rows = []  # per position: the arguments of its exact DP/ZeRO exposure over those n
         for kind in kinds:
             nd, nm = self.counts(kind, n)
             kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if k is not None else (nd, nm)
             _, x_fwd, x_bwd = self.extras(c, kind, exact=True)
             fwd = nd * dl[2] + nm * ml[2] + x_fwd
             window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
-            a, b = self.t.affine(c, kind), self.t.dp_buckets(c, kind)
+            a, b = self.t.affine(c, kind), self.t.dp_buckets(c, kind, at=n)
             k_first, k_rest = even_pieces(b["buckets"], vp) if b["pieces"] is None else b["pieces"]
-            rows.append([a["t_grad"], a["t_param"], b["lat_grad"], b["lat_param"], b["buckets"], window, fwd,
+            rows.append([a["t_grad"][n], a["t_param"][n], b["lat_grad"], b["lat_param"], b["buckets"], window, fwd,
                          k_first, k_rest])
         # every position in one call, one row each (dp_exposure is elementwise: the same values as
         # one call per position, as search.tables builds them)
@@ -404,12 +411,7 @@ class Bounds:
         ex, zx, _, _ = dp_exposure(*cols[:7], stages, pp, vp, n, pieces=(cols[7], cols[8]))
         gks = ex + zx
         for i, kind in enumerate(kinds):
-            gk = gks[i]
-            lo, hi = caps[kind]
-            sizes = np.arange(u * math.ceil(lo / u), hi + 1, u)
-            if not len(sizes):
-                return 0.0
-            g[kind], held[kind] = gk[sizes], sizes
+            g[kind] = gks[i][np.searchsorted(n, held[kind])]
         levels = np.unique(np.concatenate(list(g.values())))
         # at every level at once: the most layers each position may hold with g <= level (-1: none),
         # and whether the stages then hold all L; the least level that does (else the highest)

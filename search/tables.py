@@ -338,47 +338,89 @@ class Tables:
                                      lat_param=n + lat_param, grad_bytes=grad_bytes(p.model, c, stage, params))
         return self._affine[key]
 
-    def dp_buckets(self, choice: Choice, kind: str) -> dict:
+    def dp_buckets(self, choice: Choice, kind: str, at=None) -> dict:
         """The step-end gradient collectives of a stage at ``kind`` as arrays over its layer count
         ``n``, as :func:`costmodel.analytic.stage_dp_terms` charges them: ``buckets`` (how many),
         ``pieces`` (``(k_first, k_rest)``, or ``None``) and the per-bucket latencies ``lat_grad``,
         ``lat_param`` (the framework's buckets: :func:`costmodel.grad_buckets.stage_grad_buckets`,
-        one probe split per ``n``)."""
+        one probe split per ``n``). ``at`` (an integer array of layer counts): the same entries at
+        those counts only, probing the buckets only there (the DP bound asks for the few counts a
+        stage's memory allows; every value is elementwise, so each entry equals the full array's)."""
         key = ("buckets", choice.shape, choice.zero, choice.framework, kind, choice.dma, choice.options, choice.vp,
                choice.bucket_mb, choice.grad_dtype)
-        if key not in self._affine:
-            p, a = self.p, self.affine(choice, kind)
-            counts = self._bucket_counts(choice, kind)
-            if counts is None:
-                out = dict(buckets=dp_buckets(a["grad_bytes"], choice.bucket_mb * MB), pieces=None,
-                           lat_grad=a["lat_grad"], lat_param=a["lat_param"])
-            else:
-                n_all, nd, ne, k_first, k_rest = counts
-                lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
-                c = choice.plain_config(lps)
-                st = self.state(choice, kind)
-                lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, (st["dense"], st["expert"]),
-                                                 counts=(nd, ne))
-                out = dict(buckets=n_all, pieces=(k_first, k_rest), lat_grad=lat_grad, lat_param=lat_param)
-            self._affine[key] = out
-        return self._affine[key]
+        full = self._affine.get(key)
+        if full is None and at is None:
+            full = self._affine[key] = self._dp_buckets(choice, kind, None)
+        if at is None:
+            return full
+        if full is not None:
+            return {k: (None if v is None else tuple(np.asarray(x)[at] for x in v)) if k == "pieces"
+                    else np.asarray(v)[at] for k, v in full.items()}
+        return self._dp_buckets(choice, kind, at)
 
-    def _bucket_counts(self, choice: Choice, kind: str):
+    def _dp_buckets(self, choice: Choice, kind: str, at) -> dict:
+        p, a = self.p, self.affine(choice, kind)
+        sel = (lambda x: x) if at is None else (lambda x: x[at])
+        counts = self._bucket_counts(choice, kind, at)
+        if counts is None:
+            return dict(buckets=dp_buckets(sel(a["grad_bytes"]), choice.bucket_mb * MB), pieces=None,
+                        lat_grad=sel(a["lat_grad"]), lat_param=sel(a["lat_param"]))
+        n_all, nd, ne, k_first, k_rest = counts
+        lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
+        c = choice.plain_config(lps)
+        st = self.state(choice, kind)
+        lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, (sel(st["dense"]), sel(st["expert"])),
+                                         counts=(nd, ne))
+        return dict(buckets=n_all, pieces=(k_first, k_rest), lat_grad=lat_grad, lat_param=lat_param)
+
+    def _bucket_counts(self, choice: Choice, kind: str, at=None):
         """``(collectives, dense, expert, k_first, k_rest)`` arrays over ``n`` (one probe split
-        per ``n``), or ``None`` where the framework's buckets are not modelled; they depend on the
-        shape, framework, ZeRO stage, interleaving, bucket and gradient dtype only, and under
-        Megatron-Core on less (:meth:`_bucket_class`)."""
+        per ``n``; ``at``: at those ``n`` only), or ``None`` where the framework's buckets are not
+        modelled; they depend on the shape, framework, ZeRO stage, interleaving, bucket and gradient
+        dtype only, and under Megatron-Core on less (:meth:`_bucket_class`). Each ``n`` is probed once
+        (:meth:`_bucket_points`), whichever call asks first."""
         key = ("bucket_counts", choice.shape, choice.zero, choice.framework, kind, choice.vp, choice.bucket_mb,
                choice.grad_dtype)
         if key not in self._affine:
             cls = self._bucket_class(choice, kind)
             if cls is not None and cls in self._affine:
                 self._affine[key] = self._affine[cls]
+            elif at is not None:
+                return self._bucket_points(choice, kind, cls or key, at)
             else:
-                self._affine[key] = self.bucket_counts_of(choice, kind)
+                self._affine[key] = self._bucket_points(choice, kind, cls or key, np.arange(self.p.model.layers + 1))
                 if cls is not None:
                     self._affine[cls] = self._affine[key]
-        return self._affine[key]
+        out = self._affine[key]
+        return out if at is None or out is None else tuple(x[at] for x in out)
+
+    def _bucket_points(self, choice: Choice, kind: str, key, ns):
+        """:meth:`bucket_counts_of` at the layer counts ``ns``, each probed once per ``key`` (the
+        choice's bucket class) and kept: the same ``stage_grad_buckets`` call per ``n``."""
+        pts = self._parts.setdefault(("bucket_points", key), {})
+        if pts.get("none"):
+            return None
+        todo = [int(n) for n in ns if int(n) not in pts]
+        if todo:
+            p, c = self.p, self._bucket_config(choice, kind)
+            for n in todo:
+                lps, stage = probe_split(p, choice, kind, max(n, 1))
+                gb = stage_grad_buckets(p.model, with_layers_per_stage(c, lps), stage)
+                if gb is None:
+                    pts["none"] = True
+                    return None
+                pts[n] = (gb.count, gb.dense_count, gb.expert_count) + gb.pieces()
+        rows = np.array([pts[int(n)] for n in ns], dtype=float).reshape(len(ns), 5)
+        return tuple(rows[:, i].copy() for i in range(5))
+
+    def _bucket_config(self, choice: Choice, kind: str) -> ParallelConfig:
+        """The validated config :meth:`bucket_counts_of` probes (one layer count changed per probe)."""
+        key = ("bucket_config", choice.shape, choice.zero, choice.framework, kind, choice.vp, choice.bucket_mb,
+               choice.grad_dtype)
+        if key not in self._parts:
+            base = replace(choice, recompute="none", recompute_layers=None, dma=None, options=())
+            self._parts[key] = base.config(layers_per_stage=probe_split(self.p, choice, kind, 1)[0])
+        return self._parts[key]
 
     def _bucket_class(self, choice: Choice, kind: str):
         """What Megatron-Core's step-end buckets of a probed stage depend on, as a cache key shared by
