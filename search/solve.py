@@ -317,7 +317,7 @@ def _near(p: Problem, tables: Tables, optimum: int, pre, options: SolveOptions, 
     for c in sorted(list(pre.choices) + list(pre.near), key=lambda c: (pre.lower_ticks[c], c)):
         if pre.lower_ticks[c] > limit or time.perf_counter() > deadline:
             break
-        for sc in best_splits(tables.stage_table(c), p.model.layers, 1):
+        for sc in best_splits(tables.stage_table(c, valid_only=True), p.model.layers, 1):
             if sc.objective <= limit:
                 out.append(sc)
                 bisect.insort(objectives, sc.objective)

@@ -247,6 +247,7 @@ class Tables:
         self._layer: dict = {}
         self._affine: dict = {}
         self._stage: dict = {}
+        self._valid_only: dict = {}  # stage_table(valid_only=True)
         self._parts: dict = {}
         self.shared: dict = {}  # name -> cache of the search modules above (bounds, presolve)
 
@@ -500,9 +501,18 @@ class Tables:
         return out
 
     # ------------------------------------------------------------------ one choice
-    def stage_table(self, choice: Choice) -> StageTable:
-        if choice not in self._stage:
-            self._stage[choice] = self._build(choice)
+    def stage_table(self, choice: Choice, valid_only: bool = False) -> StageTable:
+        """The choice's tables. ``valid_only``: a table whose DP entries are computed only where a
+        stage may hold ``n`` layers (``valid``; 0 elsewhere), for readers that take valid entries
+        alone (:func:`search.exhaustive.best_splits`: the re-score's near plans); the full table
+        when it is built already. A CP-SAT space takes full tables (its twins compare whole arrays)."""
+        if choice in self._stage:
+            return self._stage[choice]
+        if valid_only:
+            if choice not in self._valid_only:
+                self._valid_only[choice] = self._build(choice, valid_only=True)
+            return self._valid_only[choice]
+        self._stage[choice] = self._build(choice)
         return self._stage[choice]
 
     def _expert_dp(self, choice: Choice) -> int:
@@ -636,7 +646,7 @@ class Tables:
         self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)
         return self._parts[key]
 
-    def _build(self, choice: Choice) -> StageTable:
+    def _build(self, choice: Choice, valid_only: bool = False) -> StageTable:
         p, s = self.p, choice.shape
         L, d, vp = p.model.layers, p.model.dense_layers, choice.vp
         n = np.arange(L + 1)
@@ -647,11 +657,7 @@ class Tables:
         for kind in stage_kinds(s.pp):
             time, fwd, bwd, rec = self.timing(choice, kind)
             stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
-            # DP / ZeRO exposure after the last backward (head start: ``stage`` backward steps)
             a = self.affine(choice, kind)
-            b = self.dp_buckets(choice, kind)
-            ex, zx, _, _ = dp_exposure(a["t_grad"], a["t_param"], b["lat_grad"], b["lat_param"], b["buckets"],
-                                       bwd + rec, fwd, stage, s.pp, vp, n + self.mtp_on(kind), pieces=b["pieces"])
             opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device,
                                    dict(choice.options).get("optimizer_dtype", "fp32"))
             mem = self.memory(choice, kind)
@@ -660,7 +666,17 @@ class Tables:
                 valid &= n >= d
             if kind == "only":
                 valid &= n == L
-            for name, arr in (("time", time), ("dp", ex + zx), ("opt", opt), ("mem", mem), ("valid", valid)):
+            # DP / ZeRO exposure after the last backward (head start: ``stage`` backward steps); with
+            # ``valid_only`` at the valid counts alone (elementwise in n: the full table's entries there)
+            at = np.flatnonzero(valid) if valid_only else n
+            dp = np.zeros(L + 1)
+            if len(at):
+                b = self.dp_buckets(choice, kind, at=at if valid_only else None)
+                ex, zx, _, _ = dp_exposure(a["t_grad"][at], a["t_param"][at], b["lat_grad"], b["lat_param"],
+                                           b["buckets"], (bwd + rec)[at], fwd[at], stage, s.pp, vp,
+                                           (n + self.mtp_on(kind))[at], pieces=b["pieces"])
+                dp[at] = ex + zx
+            for name, arr in (("time", time), ("dp", dp), ("opt", opt), ("mem", mem), ("valid", valid)):
                 out[name][kind] = arr
         m = choice.micro_batches(p.workload.global_batch)
         return StageTable(choice, m - 1.0 / vp, stage_kinds(s.pp), out["time"],

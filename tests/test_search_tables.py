@@ -196,3 +196,28 @@ def test_bucket_class_shares_only_equal_bucket_counts(case):
                 for a, b in zip(got, own):
                     assert a.tolist() == b.tolist(), (c, kind)
     assert shared > 0  # another shape's entry was served (else nothing was checked)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[5]], ids=lambda c: c[0])
+def test_valid_only_tables_equal_the_full_tables_where_valid(case):
+    """``Tables.stage_table(valid_only=True)`` (the re-score's near plans) computes the DP entries at the
+    valid layer counts alone: there they equal the full table's, and so do the best splits; and the
+    DP bound (which probes the buckets only at the counts a stage may hold) is the same whichever
+    entries the tables have probed already."""
+    p = problem(*case)
+    rng = random.Random(zlib.crc32(case[0].encode()) + 1)
+    plans = [c for c, _ in random_plans(p, rng, 25)]
+    sparse, full = Tables(p), Tables(p)
+    compared = 0
+    for c in plans:
+        t_sparse, t_full = sparse.stage_table(c, valid_only=True), full.stage_table(c)
+        assert t_sparse is not t_full and c not in sparse._stage  # built on its own, not stored as full
+        for kind in t_full.kinds:
+            v = t_full.valid[kind]
+            assert v.tolist() == t_sparse.valid[kind].tolist()
+            assert t_sparse.dp_s[kind][v].tolist() == t_full.dp_s[kind][v].tolist(), (c, kind)
+            assert t_sparse.dp_ticks[kind][v].tolist() == t_full.dp_ticks[kind][v].tolist(), (c, kind)
+            compared += int(v.sum())
+        assert best_splits(t_sparse, p.model.layers, 3) == best_splits(t_full, p.model.layers, 3)
+        assert Bounds(sparse).dp_lb_s(c) == Bounds(Tables(p)).dp_lb_s(c)
+    assert compared > 0
