@@ -427,7 +427,8 @@ class Tables:
         """What Megatron-Core's step-end buckets of a probed stage depend on, as a cache key shared by
         the shapes that differ elsewhere (the searches ask for hundreds of shapes, ~100 probes each);
         ``None`` for other frameworks. :func:`costmodel.grad_buckets.stage_grad_buckets` (Megatron
-        branch) reads: the layer tensors (``tp``, ``ep``, expert TP = ``tp`` without EP), the stage's
+        branch) reads: the layer tensors (``tp``, ``ep``, expert TP = ``tp`` without EP; on stage 0
+        only, the one bucketed: elsewhere only which buffers are empty), the stage's
         chunks (``vp`` and its own layer count ``n``; dense or MoE by the layers before it), whether
         it holds the embedding (stage 0) and the head (the last stage), bucketing (stage 0 only, the
         bucket size in gradient elements: ``bucket_mb``, ``grad_dtype``; on the other stages only
@@ -447,8 +448,13 @@ class Tables:
         edp = max(1, s.tp * s.dp * s.cp // (s.ep * expert_tp))  # costmodel.memory.expert_dp
         # of the ZeRO stage only ``step_grad`` (above) is read; the bucket size and gradient dtype only as
         # stage 0's bucket size (first / only), elsewhere only whether the buckets overlap (bucket > 0)
-        bucket = (choice.bucket_mb, choice.grad_dtype) if kind in ("first", "only") else choice.bucket_mb > 0
-        return ("bucket_class", s.tp, s.ep, kind, choice.vp, bucket, s.dp * s.cp > 1, edp > 1)
+        if kind in ("first", "only"):
+            return ("bucket_class", s.tp, s.ep, kind, choice.vp, (choice.bucket_mb, choice.grad_dtype),
+                    s.dp * s.cp > 1, edp > 1)
+        # past stage 0 no chunk is bucketed: each buffer holding any tensor issues one collective
+        # (grad_buckets.close_ge_runs with bucket None), so the tensors' sizes, and with them tp and
+        # ep, are not read; only which chunks hold dense / expert tensors (vp, n, kind)
+        return ("bucket_class", kind, choice.vp, choice.bucket_mb > 0, s.dp * s.cp > 1, edp > 1)
 
     def bucket_counts_of(self, choice: Choice, kind: str):
         """:meth:`_bucket_counts` probed without its cache: one ``stage_grad_buckets`` per ``n``."""
