@@ -242,20 +242,33 @@ class Bounds:
         out = self._caps.get(key)
         if out is not None:
             return out
-        p, s, n = self.p, c.shape, self.n
-        a_d, a_m = self.activations(c)
-        nd, nm = self.counts(kind, n)
-        if c.recompute == "full":
-            li = self.t.layer_input_bytes(c)
-            kk = n if c.recompute_layers is None else np.minimum(n, c.recompute_layers)
-            stored = kk * li + np.maximum(0, nd - kk) * a_d + (n - np.maximum(kk, nd)) * a_m
-        else:
-            stored = nd * a_d + nm * a_m
+        p, s = self.p, c.shape
+        stored = self._stored(c, kind)
         stage = STAGE_OF.get(kind, s.pp - 1)
         chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
         acts = stored / c.vp * chunks
         _, r1 = self._reserve(c)
         out = self._caps[key] = (acts, r1 * acts)
+        return out
+
+    def _stored(self, c: Choice, kind: str):
+        """Activation bytes a stage at ``kind`` stores per micro-batch over its layer count ``n``: they
+        depend on the layers' shape (tp, cp, ep), not on pp or dp, so the groups of every pp and dp
+        share them (:meth:`_mem_acts` scales them by the in-flight chunks)."""
+        s = c.shape
+        key = ("stored", s.tp, s.cp, s.ep, c.mb, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind)
+        out = self._caps.get(key)
+        if out is None:
+            n = self.n
+            a_d, a_m = self.activations(c)
+            nd, nm = self.counts(kind, n)
+            if c.recompute == "full":
+                li = self.t.layer_input_bytes(c)
+                kk = n if c.recompute_layers is None else np.minimum(n, c.recompute_layers)
+                out = kk * li + np.maximum(0, nd - kk) * a_d + (n - np.maximum(kk, nd)) * a_m
+            else:
+                out = nd * a_d + nm * a_m
+            self._caps[key] = out
         return out
 
     def _reserve(self, c: Choice) -> tuple[float, float]:

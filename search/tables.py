@@ -492,10 +492,11 @@ class Tables:
         p, d, L = self.p, self.p.model.dense_layers, self.p.model.layers
         split_dense = kind in ("first", "only") and p.model.is_moe and d > 0
         n0 = d + 1 if split_dense else 1
-        vals = []
+        vals, c = [], None
         for n in [n0, n0 + 1] + ([d] if split_dense else []):
             lps, stage = probe_split(p, choice, kind, n)
-            c = choice.plain_config(lps)
+            # one validated config, its layer counts changed per probe (with_layers_per_stage)
+            c = choice.plain_config(lps) if c is None else with_layers_per_stage(c, lps)
             vals.append(of(c, stage))
         n = np.arange(L + 1)
         out = {}
