@@ -368,8 +368,13 @@ class Bounds:
         kinds = stage_kinds(pp)
         base = {k: self.extras(c, k, exact=True)[0] + p2p for k in kinds}
 
-        def held(tau):  # layers the stages hold when filled up to time tau
-            return sum(stage_weight(k, pp) * min(caps[k][1], max(caps[k][0], (tau - base[k]) / slope)) for k in kinds)
+        terms = [(stage_weight(k, pp), caps[k][0], caps[k][1], base[k]) for k in kinds]
+
+        def held(tau):  # layers the stages hold when filled up to time tau (summed in kinds order, from 0)
+            h = 0
+            for w, lo_k, hi_k, b in terms:
+                h += w * min(hi_k, max(lo_k, (tau - b) / slope))
+            return h
 
         lo, hi = 0.0, max(base.values()) + slope * L
         for _ in range(40):  # held() is nondecreasing in tau

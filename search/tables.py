@@ -357,7 +357,25 @@ class Tables:
         if full is not None:
             return {k: (None if v is None else tuple(np.asarray(x)[at] for x in v)) if k == "pieces"
                     else np.asarray(v)[at] for k, v in full.items()}
-        return self._dp_buckets(choice, kind, at)
+        # entries by layer count, each computed once (the DP bounds of a choice's ZeRO stages and
+        # buckets, and of its refinements, ask again for overlapping counts)
+        pts = self._parts.setdefault(("buckets_at",) + key, {})
+        ns = at.tolist()
+        if not ns:
+            return self._dp_buckets(choice, kind, at)
+        todo = [n for n in ns if n not in pts]
+        if todo:
+            b = self._dp_buckets(choice, kind, np.array(todo))
+            pieces = b["pieces"]
+            for j, n in enumerate(todo):
+                pts[n] = (b["buckets"][j], b["lat_grad"][j], b["lat_param"][j],
+                          None if pieces is None else (pieces[0][j], pieces[1][j]))
+        rows = [pts[n] for n in ns]
+        out = {name: np.array([r[i] for r in rows], dtype=float)
+               for i, name in enumerate(("buckets", "lat_grad", "lat_param"))}
+        out["pieces"] = None if rows[0][3] is None else tuple(np.array([r[3][i] for r in rows], dtype=float)
+                                                              for i in range(2))
+        return out
 
     def _dp_buckets(self, choice: Choice, kind: str, at) -> dict:
         p, a = self.p, self.affine(choice, kind)
