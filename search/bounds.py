@@ -174,16 +174,29 @@ class Bounds:
             out = self._totals[key] = self._total_parts(c)
         return out
 
+    def _layer_sums(self, c: Choice) -> tuple:
+        """``(sum of U, sum of R, least U, least R)`` over the model's layers (:meth:`layers`), cached by
+        :meth:`search.tables.Tables.layer`'s own key: every pp, dp (but ZeRO-3's) and vp shares them."""
+        s = c.shape
+        z3 = c.per_microbatch()
+        key = ("layer_sums", s.tp, s.cp, s.ep, s.dp if z3 else 1, c.mb, c.sp, c.chunks, c.recompute, z3, c.dma,
+               c.grad_dtype, c.options)
+        out = self._totals.get(key)
+        if out is None:
+            L, d = self.p.model.layers, self.p.model.dense_layers
+            dl, ml = self.layers(c)
+            n_dense = d if self.p.model.is_moe else L
+            out = self._totals[key] = (n_dense * dl[0] + (L - n_dense) * ml[0], n_dense * dl[1] + (L - n_dense) * ml[1],
+                                       min(dl[0], ml[0]), min(dl[1], ml[1]))
+        return out
+
     def _total_parts(self, c: Choice) -> tuple[float, float]:
         p, s = self.p, c.shape
         L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
-        dl, ml = self.layers(c)
-        n_dense = d if p.model.is_moe else L
-        u_sum = n_dense * dl[0] + (L - n_dense) * ml[0]
-        r_min = min(dl[1], ml[1])
+        u_sum, r_all, u_min, r_min = self._layer_sums(c)
         if k is None:
-            r_sum = n_dense * dl[1] + (L - n_dense) * ml[1]
+            r_sum = r_all
         else:  # concentrate the layers: (p-1) stages of vp layers and one with the rest
             r_sum = r_min * ((pp - 1) * min(u, k) + min(L - (pp - 1) * u, k))
         kinds = stage_kinds(pp)
@@ -192,7 +205,6 @@ class Bounds:
         total = u_sum + r_sum + sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds) + pp * p2p_min
         if pp == 1:
             return total, 0.0
-        u_min = min(dl[0], ml[0])
 
         def floor(n):  # a stage of n layers, each at its cheapest
             return n * u_min + (n if k is None else min(n, k)) * r_min + p2p_min
