@@ -44,13 +44,15 @@ def test_recommend_and_its_baseline(capsys):
     assert lo <= b["baseline"]["step_time_s"] <= hi
 
 
-def test_explain_states_its_defaults_and_band(capsys):
+def test_explain_states_its_choices_and_band(capsys):
+    # explain completes the unstated knobs as evaluate does (not at the flags' defaults) and says so
     text = out_of(capsys, ["explain", *PROBLEM, "--tp", "2", "--mb", "1"])
     assert "stack: mcore-2025" in text and "80% band" in text and f"band: {OUTSIDE}" in text
-    assert "not stated, explained at the flags' defaults: vp=1" in text and " mb=" not in text.split("defaults:")[1]
+    chosen = text.split("chosen by the planner: ")[1]
+    assert "vp=" in chosen and "chunks=" in chosen and " mb=" not in chosen and "tp=" not in chosen
     d = json.loads(out_of(capsys, ["explain", *PROBLEM, "--tp", "2", "--mb", "1", "--json"]))
-    assert d["stack"]["name"] == "mcore-2025" and d["unstated_at_defaults"]["chunks"] == 1
-    assert "mb" not in d["unstated_at_defaults"] and any(OUTSIDE in n for n in d["band_notes"])
+    assert d["stack"]["name"] == "mcore-2025" and "chunks" in d["chosen"] and "recommend" in d["chosen_how"]
+    assert "mb" not in d["chosen"] and any(OUTSIDE in n for n in d["band_notes"])
     lo, hi = d["step_time_band_s"]
     assert lo <= d["step_time_s"] <= hi
 
