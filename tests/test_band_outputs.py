@@ -64,3 +64,12 @@ def test_sweep_rows_carry_stack_and_band_notes(tmp_path):
     (row,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert row["status"] == "ok" and row["stack"] == "mcore-2025" and OUTSIDE in row["band_notes"]
     assert row["tp"] and row["mb"]  # the plan columns: what the search chose
+
+
+def test_a_plan_inside_the_data_says_it_is_no_extrapolation(capsys):
+    inside = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "64", "--global-batch", "128",
+              "--seq", "8192", "--tp", "2"]
+    for command in ("evaluate", "explain"):
+        text = out_of(capsys, [command, *inside])
+        assert "band: within the data: " in text and "no extrapolation" in text and "stack: mcore-2025" in text
+        assert "chosen by the planner: " in text
