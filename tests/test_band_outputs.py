@@ -73,3 +73,12 @@ def test_a_plan_inside_the_data_says_it_is_no_extrapolation(capsys):
         text = out_of(capsys, [command, *inside])
         assert "band: within the data: " in text and "no extrapolation" in text and "stack: mcore-2025" in text
         assert "chosen by the planner: " in text
+
+
+def test_sweep_summary_names_stack_and_extrapolation(capsys, tmp_path):
+    argv = ["sweep", "--models", "llama3-8b", "--clusters", "b200", "--gpus", "16", "--global-batch", "32",
+            "--seq", "4096", "--out", str(tmp_path), "--no-progress"]
+    text = out_of(capsys, argv)
+    assert "assumed: stack mcore-2025" in text and "1 of 1 banded cases extrapolate" in text
+    d = json.loads(out_of(capsys, argv + ["--json"]))  # resumed: the same case, read back
+    assert d["stacks"] == ["mcore-2025"] and (d["extrapolating_cases"], d["banded_cases"]) == (1, 1)
