@@ -76,9 +76,14 @@ layers per stage, for the stated degrees):
 * **llm-foundry** (``llmfoundry_2024``): Composer FSDP ``FULL_SHARD`` (ZeRO-3), micro-batch =
   ``device_train_microbatch_size`` as stated, activation checkpointing as stated (full), else none.
 * **Llama 3** (``llama3_2024``): FSDP that shards optimizer state and gradients but keeps
-  parameters after forward (ZeRO-2, as the paper says); micro-batch 1 (not stated); the
-  interleave factor is not stated: 2 (the smallest interleave); TP with sequence parallel;
-  no recompute; stages as the paper says (first and last hold one layer fewer).
+  parameters after forward (ZeRO-2, as the paper says), gradients reduce-scattered in every
+  micro-batch's backward under PP too (``pp_grad_reduce='microbatch'``: section 3.3.2, "Our use of
+  FSDP for Llama 3 shards optimizer states and gradients", "reduce-scatter gradients in FP32 across
+  data parallel workers in FSDP"); micro-batch 1 (not stated); the interleave factor
+  :data:`LLAMA3_VP` from the paper's split (first and last stage one layer fewer, "the first model
+  chunk on the first stage has only the embedding": one layer per virtual stage); TP with sequence
+  parallel; no recompute ("we could pre-train Llama 3 on sequences of 8K tokens without activation
+  checkpointing").
 * **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule
   (its parallelizer follows torchtitan's), micro-batch as stated; full recompute where the benchmark config
   the source names sets ``activation_checkpointing: true`` (:data:`AUTOMODEL_FULL_AC`), else none.
@@ -194,6 +199,11 @@ def nemo_bf16_grads(src: str, label: str) -> bool:
 #: ``bf16_with_fp8_current_scaling_mixed`` set ``fp8_param_gather = True``; the blockwise (DeepSeek-style) recipe
 #: ``bf16_with_fp8_subchannel_scaling_mixed`` sets it False
 BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
+#: Llama 3 405B's virtual stages per rank (arXiv 2407.21783 section 3.3.2): "we reduce one Transformer layer each
+#: from the first and the last stages ... This means that the first model chunk on the first stage has only the
+#: embedding, and the last model chunk on the last stage has only output projection and loss calculation": a chunk
+#: of the full stages holds one layer, so 126 layers + the embedding and loss chunks make 16 x 8 virtual stages
+LLAMA3_VP = 8
 #: Megatron-Bridge's 25.09 performance runs, what ``scripts/performance`` sets beyond the stated degrees (the
 #: "Cherry pick perf 2509" commit a28844195, at tag v0.1.0rc4): DeepSeek-V3 on H100 (``run_script.py``) runs
 #: ``recompute_modules = ["mla_up_proj", "mlp"]`` (selective granularity, the recipe's default) with the layout
@@ -509,6 +519,10 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
                         "step; DualPipe schedule not modelled")
     vp_text = r["vp"].strip()
     vp = _int(vp_text.split(" ")[0])
+    if vp is None and src == "llama3_2024" and pp == 16 and model is not None and model.layers == 126:
+        vp = LLAMA3_VP
+        notes.append(f"v {LLAMA3_VP}: the paper's first chunk holds only the embedding once the first stage has one "
+                     "layer fewer (section 3.3.2), so each virtual stage holds one layer: (126 + 2) / 16")
     if vp is None:
         if "interleaved" in vp_text:
             vp = 2
@@ -606,6 +620,11 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py@067f987d): those rows keep the model's
         model = replace(model, mtp_layers=0)
         notes.append("mtp_layers 0: AutoModel's DeepSeek-V3 has no MTP module")
+    if src == "llama3_2024" and framework == "fsdp2" and zero == 2 and pp > 1:
+        extra["pp_grad_reduce"] = "microbatch"
+        notes.append("pp_grad_reduce microbatch: the paper's FSDP 'shards optimizer states and gradients' and "
+                     "reduce-scatters them in FP32 (section 3.3.2): ZeRO-2 under PP, not torch.distributed.pipelining's "
+                     "once-per-step sync")
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
         notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "

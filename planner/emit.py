@@ -62,6 +62,12 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
     _refuse_half_gradients(fmt, c.grad_dtype)
     if fmt == "megatron":  # its only chunked overlap: TE userbuffers, a ring exchange of tp steps
         frameworks.check_userbuffers_chunks(tp=c.tp, sp=c.sp_on, chunks=c.chunks)
+    if fmt == "fsdp2" and c.pp > 1 and c.pp_grad_reduce != "step":
+        # torch.distributed.pipelining turns gradient sync off for every micro-batch but the last
+        # (stage.py, backward_maybe_with_nosync); torchtitan has no setting that reduce-scatters per micro-batch
+        raise SpecError("pp_grad_reduce", c.pp_grad_reduce, "step for --emit fsdp2 with pp > 1 (torchtitan's "
+                        "pipeline schedule reduces gradients once per step; no torchtitan setting runs it per "
+                        "micro-batch)")
     if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
         raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
                         f"({fmt} recomputes every layer or none)")

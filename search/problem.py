@@ -120,7 +120,7 @@ class Limits:
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
 PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher",
-                "module_layout")
+                "module_layout", "pp_grad_reduce")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,7 +149,8 @@ class Problem:
             if k not in PLAN_OPTIONS:
                 raise SpecError("options", k, f"one of {', '.join(PLAN_OPTIONS)}")
             v = tuple(v) if k == "recompute_modules" else v
-            probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1)}.get(k, {})
+            probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1),
+                     "pp_grad_reduce": dict(zero=2)}.get(k, {})
             ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
             opts.append((k, v))
         given = dict(opts)
