@@ -234,11 +234,15 @@ FSDP2_COPIES = ("torchtitan_2024", "torchtitan_2025_asynctp", "nemo_automodel")
 #: NeMo AutoModel rows whose benchmark config (named by the source's table, ``examples/llm_benchmark/`` at the
 #: source's commit cb976544) sets ``distributed.activation_checkpointing: true``: each transformer block is wrapped
 #: in ``checkpoint_wrapper`` (``components/moe/parallelizer.py`` ``apply_ac``, ``components/distributed/
-#: parallelizer.py``), i.e. full recompute. Keyed by (model label, GPUs): the 1,024-GPU DeepSeek V3 config
-#: (``deepseek_v3_te_deepep_1024.yaml``) and ``gptoss_20b_te_deepep.yaml`` set none (default False),
-#: ``gptoss_120b_te_deepep.yaml`` sets false.
+#: parallelizer.py``), i.e. full recompute. Keyed by (model label, GPUs): ``gptoss_20b_te_deepep.yaml`` sets none
+#: (default False), ``gptoss_120b_te_deepep.yaml`` sets false. The 1,024-GPU DeepSeek V3 config sets none at
+#: cb976544, but only since a refactor: as added (2c236e081, 2025-10-08, two days after the table's row, 89e3a9fdd)
+#: ``examples/benchmark/configs/deepseek_v3_te_deepep_1024.yaml`` had ``parallelizer: activation_checkpointing: true``;
+#: "refactor distributed configuration" (194103bfc, 2026-02-12) dropped the key from the MoE configs and "reenable
+#: activation checkpointing in moe configs" (41646cf39, 2026-02-14) put it back in the 256-GPU file, not this one.
 AUTOMODEL_FULL_AC = {
     ("DeepSeek V3 671B", 256): "deepseek/deepseek_v3_te_deepep.yaml",
+    ("DeepSeek V3 671B", 1024): "deepseek_v3_te_deepep_1024.yaml as added (2c236e081; dropped by 194103bfc)",
     ("Kimi K2", 256): "kimi/kimi_k2_te_deepep.yaml",
     ("Qwen3 MoE 30B", 8): "qwen/qwen3_moe_30b_te_deepep.yaml",
     ("Llama3 70B", 64): "llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",

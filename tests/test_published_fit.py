@@ -34,9 +34,6 @@ KNOWN_UNFIT = {
                     "85.5 GiB on rank 1, 141 layer-micro-batches of activations (74.4 GiB) under Megatron's "
                     "interleaved warm-up (V-1)N + 2(p-r-1) + 1 at N=p; the paper's own schedule (N tunable, "
                     "Figure 6) is not given in numbers; rows 113/114 (16 micro-batches) fit at 78.0 GiB",
-    ("new", "196"): "DeepSeek-V3 on 1,024 GPUs at TP1: deepseek_v3_te_deepep_1024.yaml sets no activation checkpointing, "
-                    "and 15-16 MLA+MoE layers a rank (Q/K/V of 128 heads unsharded) over the interleaved warm-up are "
-                    "117 GiB of activations; its layers_per_stage 4 makes 16 virtual stages (VP 4, not the table's 8)",
 }
 
 GiB = 2**30
