@@ -187,6 +187,16 @@ FP16_GRADS = ("megatron_readme_2020", "narayanan2021")
 #: ``grad_reduce_in_fp32 = (grad_sync_dtype == 'fp32')``: a BF16 gradient buffer. The long-sequence table ran the
 #: 24.03.01 container; the earliest launcher tag stored, 24.05, sets the same for every Llama H100 example.
 NEMO_BF16_GRADS = {"nemo_2407": ("GPT3-", "LLAMA", "Nemotron-340B"), "nemo_longseq": ("LLAMA",)}
+#: NeMo 1.x runs whose launcher recipe keeps the optimizer state in BF16 without a master copy
+#: (``optimizer_dtype='bf16'`` under Megatron-Core zero=1): NeMo-Framework-Launcher 24.07's
+#: ``launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`` (the only 24.07 training config that does) runs
+#: ``optim: name: distributed_fused_adam``, ``dtype: bf16``, ``megatron_amp_O2: true``, no ``fp8_params``; NeMo's
+#: ``megatron_base_model.py`` (r2.0.0rc1 579983fb, ``setup_optimization``) then sets ``store_params=False`` ("optim_dtype
+#: == model_dtype"), and Apex's ``DistributedFusedAdam`` (``apex/contrib/optimizers/distributed_fused_adam.py``
+#: @59b80ee8, ``StateBucket``) allocates only ``exp_avg_shard`` and ``exp_avg_sq_shard`` in that dtype: 4 B per
+#: parameter over the data-parallel ranks, the BF16 parameters updated in place. That config is the 768-node
+#: pre-training plan (tp8 pp12 vp8, fp8 False), not the table's: the optimizer is the model's recipe, as the gradients.
+NEMO_BF16_OPTIMIZER = {"nemo_2407": ("Nemotron-340B",)}
 
 
 def nemo_bf16_grads(src: str, label: str) -> bool:
@@ -438,6 +448,10 @@ def _dev_row(r: dict) -> Row:
         notes.append("FP16 gradients reduced (Megatron-LM of the era, FP16 without FP32 all-reduce: FP16_GRADS)")
     if nemo_bf16_grads(src, r["model"]):
         notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipe (NEMO_BF16_GRADS)")
+    if any(r["model"].startswith(p) for p in NEMO_BF16_OPTIMIZER.get(src, ())) and fixed["zero"] == 1:
+        fixed["optimizer_dtype"] = "bf16"
+        notes.append("optimizer_dtype bf16: distributed_fused_adam with optim.dtype bf16 in the NeMo launcher's "
+                     "recipe, no master copy (NEMO_BF16_OPTIMIZER)")
     row = Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip,
               set="dev", gpus=gpus, notes=notes, measured_how=how)
     vp_reg = fixed.get("vp", 1)

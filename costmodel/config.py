@@ -65,7 +65,11 @@ class ParallelConfig:
     optimizer_dtype : the dtype of the parameters the optimizer updates and of its Adam moments:
         ``fp32`` (mixed precision, an FP32 master copy; the default) or ``bf16`` (a model built in
         BF16 and updated by ``torch.optim.Adam`` in place: no master copy, BF16 moments and sharded
-        gradients; FSDP2 only, e.g. NeMo AutoModel, whose ``from_config`` defaults to bfloat16).
+        gradients; under FSDP2, e.g. NeMo AutoModel, whose ``from_config`` defaults to bfloat16; or under
+        Megatron-Core with ``zero=1``, NeMo 1.x's Apex ``distributed_fused_adam`` with ``optim.dtype: bf16``:
+        NeMo ``megatron_base_model.py`` sets ``store_params=False`` when the optimizer dtype is the model's,
+        so Apex's ``DistributedFusedAdam`` keeps only BF16 ``exp_avg``/``exp_avg_sq`` shards and updates the
+        BF16 parameters, the gradient buffer as the distributed optimizer's, ``grad_dtype``).
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -219,11 +223,18 @@ class ParallelConfig:
             object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
         if self.optimizer_dtype not in OPTIMIZER_DTYPES:
             raise SpecError("optimizer_dtype", self.optimizer_dtype, f"one of {', '.join(OPTIMIZER_DTYPES)}")
-        if self.optimizer_dtype == "bf16" and self.framework != "fsdp2":
+        if self.optimizer_dtype == "bf16" and not (self.framework == "fsdp2"
+                                                   or (self.framework == "megatron" and self.zero == 1)):
             raise SpecError("optimizer_dtype", self.optimizer_dtype, "fp32 unless framework=fsdp2 (a BF16 model under "
-                            "torch.optim.Adam; Megatron and DeepSpeed keep an FP32 master copy)")
+                            "torch.optim.Adam) or framework=megatron with zero=1 (NeMo's distributed_fused_adam with "
+                            "optim.dtype bf16); Megatron's other optimizers and DeepSpeed keep an FP32 master copy")
         if not isinstance(self.fp8_param_gather, bool):
             raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
+        if self.fp8_param_gather and self.optimizer_dtype != "fp32":
+            # NeMo megatron_base_model.py (r2.0.0rc1): with fp8_params distributed_fused_adam stores a parameter copy
+            # in the optimizer dtype (store_params=True), a layout this model does not charge
+            raise SpecError("fp8_param_gather", self.fp8_param_gather, "false with optimizer_dtype=bf16 (FP8 "
+                            "parameters make NeMo's distributed_fused_adam keep a BF16 parameter copy; not modelled)")
         if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
             # megatron/training/arguments.py at d98e8a64: "--fp8-param-gather only supported with distributed
             # optimizer, torch fsdp2, megatron fsdp, or inference mode"

@@ -362,7 +362,8 @@ def add_memory_args(g) -> None:
     g.add_argument("--optimizer-dtype", type=choice_arg("optimizer_dtype", OPTIMIZER_DTYPES),
                    metavar="{" + ",".join(OPTIMIZER_DTYPES) + "}",
                    help="fp32: an FP32 master copy and Adam moments (default); bf16: a BF16 model updated in place "
-                        "by torch.optim.Adam (framework fsdp2 only)")
+                        "with BF16 Adam moments (framework fsdp2: torch.optim.Adam; framework megatron with zero 1: "
+                        "NeMo's distributed_fused_adam with optim.dtype bf16)")
     g.add_argument("--loss-impl", type=choice_arg("loss_impl", LOSS_IMPLS), metavar="{" + ",".join(LOSS_IMPLS) + "}",
                    help="the cross-entropy's memory: fused (Megatron-Core's vocab-parallel cross-entropy, the "
                         "default) or fp32 (torchtitan's eager FP32 loss)")

@@ -137,6 +137,10 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
     if c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
         raise SpecError("loss_impl", c.loss_impl, "fused for --emit megatron (Megatron-Core's vocab-parallel "
                         "cross-entropy; fp32 is torchtitan's eager loss)")
+    if c.optimizer_dtype != "fp32":  # Megatron-LM's optimizers keep FP32 (or FP16) main params: --main-params-dtype
+        raise SpecError("optimizer_dtype", c.optimizer_dtype, "fp32 for --emit megatron (Megatron-LM's distributed "
+                        "optimizer keeps main params, --main-params-dtype fp32 or fp16; BF16 Adam state without a "
+                        "master copy is NeMo 1.x's distributed_fused_adam with optim.dtype bf16)")
     frameworks.semantics("megatron", c.zero)  # Megatron-Core has no ZeRO-2: refused with the reason
     if c.zero == 1:  # megatron/core/optimizer/distrib_optimizer.py: full grad buffer, sharded optimizer
         out.append(["--use-distributed-optimizer"])

@@ -23,12 +23,6 @@ from costmodel.memory import memory_per_stage  # noqa: E402
 
 #: (set, row_id) -> why (the sealed rows keep their new-set ids: "new") the model's plan as filled needs more than the device's HBM (RESULTS.md)
 KNOWN_UNFIT = {
-    ("dev", "128"): "Nemotron-340B tp8 pp8 vp12 dp2 FP8: BF16 weights and their FP8 copies (20.4 GiB), BF16 gradients "
-                    "and the optimizer over 2 ranks (43 GiB) leave 17 GiB for 23 GiB of activations; the NeMo 24.07 "
-                    "launcher's nemotron_340b.yaml is another plan (tp8 pp12 vp8, fp8 False); its Dec 2024 revision "
-                    "(630e6544) runs the table's tp8 pp8 vp12 but in BF16 (83.6 GiB charged) with selective "
-                    "recompute (nothing saved beside FlashAttention), so what the FP8 table ran (fp8_params, Apex "
-                    "distributed_fused_adam's state) is not known",
     ("new", "112"): "Llama 3 405B pp16 8K, 32 micro-batches, as the paper runs it (section 3.3.2: no activation "
                     "checkpointing, V=8 one-layer virtual stages, gradients reduce-scattered per micro-batch): "
                     "85.5 GiB on rank 1, 141 layer-micro-batches of activations (74.4 GiB) under Megatron's "
