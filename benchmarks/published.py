@@ -15,7 +15,9 @@ Development set (rules unchanged since issue 3; one rule per *source*, never per
   (ZeRO-1), bucketed gradient overlap (Megatron-Core's default bucket, 40M elements
   of the FP32 gradient buffer = 160 MB, ``DistributedDataParallelConfig.bucket_size``), sequence parallelism
   when ``tp > 1`` and TP communication overlap (Transformer Engine userbuffers: ``tp`` chunks),
-  the defaults of its performance recipes;
+  the defaults of its performance recipes; where the launcher recipe states it, BF16 gradients
+  (:data:`NEMO_BF16_GRADS`) and BF16 Adam state without a master copy (Nemotron-340B,
+  :data:`NEMO_BF16_OPTIMIZER`);
 * micro-batch or interleave factor not stated: the published runs were tuned, so the planner's
   own best value for the stated degrees is used (smallest predicted step time that fits). This
   is the one place a knob is chosen by the planner; in the new set only the same kind of table
