@@ -62,6 +62,17 @@ def test_microbatch_pays_a_gather_and_a_reduce_scatter_per_microbatch():
         a.breakdown["zero_exposed_s"] + a.breakdown["interference_s"])
 
 
+def test_the_fast_path_scores_both_as_evaluate_does_from_one_cache():
+    from costmodel.fastpath import Scorer
+    cl = load_cluster("h100-sxm").with_gpus(32)
+    scorer = Scorer(M70, cl, W)
+    for c in (STEP, MICRO):  # one scorer: a cache key without the option would hand MICRO STEP's terms
+        est = evaluate(M70, cl, W, c, engine="analytic")
+        score = scorer.score(c)
+        assert score.step_time_s == pytest.approx(est.step_time_s, rel=1e-9)
+        assert score.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, rel=1e-9)
+
+
 def test_the_search_charges_the_option_as_evaluate_does():
     """A cap between the two peaks: recommend answers only with the option, and its plan re-scores as fitting."""
     from search.problem import Limits, Problem
