@@ -135,6 +135,10 @@ class Choice:
             opts.pop("ep_dispatcher", None)  # no expert-parallel dispatch to run
         if self.framework != "fsdp2" or self.zero != 2:
             opts.pop("pp_grad_reduce", None)  # only FSDP without resharding has the choice (ParallelConfig)
+        if self.framework == "megatron" and self.zero != 1:
+            # BF16 Adam state under Megatron-Core is the ZeRO-1 distributed_fused_adam: the Problem pins zero=1, so
+            # only the bounds' probes of other stages get here (their memory and DP terms do not read the optimizer)
+            opts.pop("optimizer_dtype", None)
         return opts
 
     def per_microbatch(self):

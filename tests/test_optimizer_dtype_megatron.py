@@ -53,3 +53,14 @@ def test_recommend_pins_zero_1_and_emit_megatron_refuses():
                         "--sp", "--zero", "1", "--recompute", "none", "--bucket-mb", "40", "--chunks", "8",
                         "--optimizer-dtype", "bf16", "--emit", "megatron"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "optimizer_dtype" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_search_answers_with_the_option_on_zero_1_plans():
+    """The bounds probe other ZeRO stages; the option must not make them unbuildable (it did: recommend exited 2)."""
+    from search.problem import Problem
+    from search.solve import SolveOptions, solve
+    from costmodel.specs import Workload
+    m8, cl = load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8)
+    r = solve(Problem(model=m8, cluster=cl, workload=Workload(global_batch=16, seq_len=4096),
+                      options=(("optimizer_dtype", "bf16"),)), SolveOptions(time_limit_s=30))
+    assert r.status == "OPTIMAL" and all(p.config.zero == 1 and p.config.optimizer_dtype == "bf16" for p in r.plans)
