@@ -60,7 +60,7 @@ def test_the_search_answers_with_the_option_on_zero_1_plans():
     from search.problem import Problem
     from search.solve import SolveOptions, solve
     from costmodel.specs import Workload
-    m8, cl = load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8)
-    r = solve(Problem(model=m8, cluster=cl, workload=Workload(global_batch=16, seq_len=4096),
-                      options=(("optimizer_dtype", "bf16"),)), SolveOptions(time_limit_s=30))
+    cl = load_cluster("h100-sxm").with_gpus(64)
+    r = solve(Problem(model=M, cluster=cl, workload=Workload(global_batch=64, seq_len=4096),
+                      options=(("optimizer_dtype", "bf16"),)), SolveOptions(time_limit_s=30, small_space=-1))
     assert r.status == "OPTIMAL" and all(p.config.zero == 1 and p.config.optimizer_dtype == "bf16" for p in r.plans)
