@@ -633,6 +633,12 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
             if balanced:
                 model = replace(model, moe_load_cv=0.0)
                 notes.append("moe_load_cv 0 (source forced a balanced router / token drop)")
+            if src == "nemo_automodel":
+                # every AutoModel benchmark config of these rows sets backend fake_balanced_gate: true (noise 0):
+                # FakeBalancedGate routes token t to experts t*k .. t*k+k-1 mod E (nemo_automodel/components/moe/
+                # layers.py@cb97654), neighbouring experts on one or two ranks (costmodel.ep_dispatch.fanout)
+                model = replace(model, moe_routing="consecutive")
+                notes.append("moe_routing consecutive: AutoModel's FakeBalancedGate (fake_balanced_gate: true)")
     if batch is None:
         skip = skip or "global batch not stated"
     elif dp and batch % dp:
