@@ -19,10 +19,13 @@ Two dispatchers (``ParallelConfig.ep_dispatcher``):
       RDMA bytes   = tokens * row_bytes * nodes_per_token * (1 - 1/nodes)     (the own node's copy stays)
       NVLink bytes = tokens * row_bytes * ranks_per_token * (1 - 1/gpus_in_node)  (the forwarder's own
                      copy stays on the GPU)
-      time         = max(RDMA / NIC bandwidth, NVLink / NVLink bandwidth) + latency
+      time         = max(RDMA / NIC bandwidth, NVLink / NVLink bandwidth, rows / kernel rate) + latency
 
   The two links run at once (the kernels pipeline RDMA sends with NVLink forwarding), so the slower one
-  bounds the time. The combine moves the same rows back (reduced per rank, then per node).
+  bounds the time -- or the internode kernel itself: it moves every delivered row (``tokens * row_bytes *
+  ranks_per_token``, the own rank's included) through its SMs at no more than
+  :data:`DEEPEP_INTERNODE_ROWS_BYTES_PER_S`, whatever the NVLink rate. The combine moves the same rows back
+  (reduced per rank, then per node).
 
 How many distinct ranks and nodes a token reaches depends on the routing (``ModelSpec.moe_routing``):
 
@@ -54,6 +57,16 @@ from .errors import SpecError
 from .specs import MOE_ROUTINGS as ROUTINGS  # one list: ModelSpec validates it
 from .specs import ClusterSpec, ModelSpec
 
+
+
+#: Rows per second (bytes, the own rank's rows included) DeepEP's V1 internode normal kernels deliver per GPU
+#: when neither link limits them, at its tests' 24 SMs: the "NVL" figure test_internode.py prints on 2 x 8 H200
+#: with CX7 400 Gb/s IB (deepseek-ai/DeepEP issue 493, "2 nodes": 145.16 combine, 133.78 BF16 dispatch,
+#: 124.92 GB/s FP8 dispatch; mean 134.6, +-8%), where the NIC carries about half its 50 GB/s and NVLink a
+#: quarter of its 450. The same bound on H800 (160 GB/s NVLink) fits DeepEP's own EP 16 figures
+#: (benchmarks/component_ep.py). Not scaled with the SMs a framework gives DeepEP (Megatron-Core and AutoModel
+#: default to 20): no measurement at another SM count of the V1 internode kernels was found.
+DEEPEP_INTERNODE_ROWS_BYTES_PER_S = 134.6e9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,10 +135,12 @@ def fanout(experts: int, topk: int, ep: int, gpus_per_node: int, routing: str = 
 @dataclass(frozen=True, kw_only=True)
 class DeepEPBytes:
     """Per-GPU bytes of one DeepEP dispatch (normal kernels): ``nvlink_bytes`` leave the GPU over NVLink
-    (its own tokens inside its node, and the tokens it forwards), ``rdma_bytes`` leave it over its NIC."""
+    (its own tokens inside its node, and the tokens it forwards), ``rdma_bytes`` leave it over its NIC,
+    ``rows_bytes`` are the rows it delivers in all (the kernel's work)."""
 
     nvlink_bytes: float
     rdma_bytes: float
+    rows_bytes: float = 0.0  # every row delivered to a rank of the group, the own rank's included
 
 
 def deepep_bytes(model: ModelSpec, tokens: float, ep: int, gpus_per_node: int, row_bytes: float,
@@ -144,19 +159,30 @@ def deepep_bytes(model: ModelSpec, tokens: float, ep: int, gpus_per_node: int, r
     f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing, max_nodes)
     rows = tokens * row_bytes
     return DeepEPBytes(nvlink_bytes=rows * f.ranks * (1 - 1 / g),
-                       rdma_bytes=rows * f.nodes * (1 - 1 / nodes) if nodes > 1 else 0.0)
+                       rdma_bytes=rows * f.nodes * (1 - 1 / nodes) if nodes > 1 else 0.0, rows_bytes=rows * f.ranks)
 
 
-def deepep_time_s(b: DeepEPBytes, ep: int, cluster: ClusterSpec, engines: Engines = None) -> float:
-    """Seconds of one DeepEP dispatch or combine moving ``b``: the slower of the two links, plus one
-    NVLink latency (and one network latency when the group spans nodes), as
-    :func:`costmodel.collectives.collective_time_s` charges an all-to-all's alpha."""
+def deepep_time_s(b: DeepEPBytes, ep: int, cluster: ClusterSpec, engines: Engines = None,
+                  generation: int = 1) -> float:
+    """Seconds of one DeepEP dispatch or combine moving ``b``: the slower of the two links (across nodes
+    also the internode kernel's row rate, :data:`DEEPEP_INTERNODE_ROWS_BYTES_PER_S`), plus one NVLink
+    latency (and one network latency when the group spans nodes), as
+    :func:`costmodel.collectives.collective_time_s` charges an all-to-all's alpha.
+
+    ``generation``: DeepEP's kernels, 1 (V1 normal kernels: what the hybrid-ep branch AutoModel pins and
+    Megatron-Core's flex dispatcher ran through 2025-26, the step time's choice) or 2 (EPv2, DeepEP
+    ``README.md``@dd758ca, released in b306af0 2026-04-30): V2 reaches its links' rates at 6-12 SMs, so no
+    kernel rate is charged for it (none measured below the links)."""
+    if generation not in (1, 2):
+        raise SpecError("generation", generation, "1 (DeepEP V1 normal kernels) or 2 (EPv2)")
     if ep <= 1 or (b.nvlink_bytes <= 0 and b.rdma_bytes <= 0):
         return 0.0
     t = b.nvlink_bytes / link_bw_bytes_per_s(cluster, "intra", engines)
     alpha = cluster.intra_link.latency_s
     if b.rdma_bytes > 0:
         t = max(t, b.rdma_bytes / link_bw_bytes_per_s(cluster, "inter", engines))
+        if generation == 1:
+            t = max(t, b.rows_bytes / DEEPEP_INTERNODE_ROWS_BYTES_PER_S)
         alpha += cluster.inter_link.latency_s
     return t + alpha
 

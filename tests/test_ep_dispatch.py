@@ -85,3 +85,18 @@ def test_both_engines_charge_the_routing():
 def test_bad_routing_names_the_field():
     with pytest.raises(SpecError, match="moe_routing"):
         ModelSpec(layers=2, hidden=64, heads=4, ffn_hidden=128, vocab=100, experts=8, topk=2, moe_routing="hash")
+
+
+def test_v1_internode_kernel_rate_binds_where_links_do_not():
+    # 2 x 8 H200, DeepEP's test shape: NVLink (450 GB/s) and the NIC are both faster than the V1 kernel's
+    # 134.6 GB/s of delivered rows, so V1 takes rows / 134.6 GB/s; EPv2 is charged its links only
+    from costmodel.ep_dispatch import DEEPEP_INTERNODE_ROWS_BYTES_PER_S
+
+    m = ModelSpec(layers=1, hidden=7168, heads=1, ffn_hidden=1, vocab=1, experts=256, topk=8, moe_ffn_hidden=1)
+    cl = load_cluster("h200").with_gpus(16)
+    b = deepep_bytes(m, 4096, 16, 8, 7168 * 2, max_nodes=2)
+    v1, v2 = deepep_time_s(b, 16, cl), deepep_time_s(b, 16, cl, generation=2)
+    assert v1 == pytest.approx(b.rows_bytes / DEEPEP_INTERNODE_ROWS_BYTES_PER_S + 23e-6, rel=1e-6)
+    assert v2 < v1
+    with pytest.raises(SpecError, match="generation"):
+        deepep_time_s(b, 16, cl, generation=3)
