@@ -135,11 +135,11 @@ def main(argv=None) -> int:
     except (OSError, RowError, KeyError, ValueError) as e:
         print(f"--csv: {e}", file=sys.stderr)
         return 2
-    print(f"{'id':>3} {'source':<17} {'phase':<8} {'gpu':<5} {'EP':>3} {'grp':>3} {'ranks':>5} {'nodes':>5} "
+    print(f"{'id':>3} {'source':<20} {'phase':<8} {'gpu':<10} {'EP':>3} {'grp':>3} {'ranks':>5} {'nodes':>5} "
           f"{'NVL MB':>7} {'RDMA MB':>7} | {'meas us':>8} {'deepep us':>9} {'err':>7} | {'a2a us':>8} {'err':>7}")
     for c in cases:
         r = c["row"]
-        print(f"{r['case_id']:>3} {r['source_key']:<17} {r['phase']:<8} {r['gpu']:<5} {r['ep']:>3} "
+        print(f"{r['case_id']:>3} {r['source_key']:<20} {r['phase']:<8} {r['gpu']:<10} {r['ep']:>3} "
               f"{r['topk_groups']:>3} {c['ranks']:5.2f} {c['nodes']:5.2f} {c['bytes'].nvlink_bytes / 1e6:7.1f} "
               f"{c['bytes'].rdma_bytes / 1e6:7.1f} | {1e6 * c['measured_s']:8.1f} {1e6 * c['deepep_s']:9.1f} "
               f"{100 * c['err']:+6.1f}% | {1e6 * c['a2a_s']:8.1f} {100 * c['a2a_err']:+6.1f}%")
