@@ -32,6 +32,7 @@ import csv
 import statistics
 import sys
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,7 @@ class RowError(ValueError):
     """A data row that cannot be read: names the case and the field."""
 
 
+@lru_cache(maxsize=None)
 def test_routing(experts: int, topk: int, ep: int, gpus_per_node: int, topk_groups: int, tokens: int,
                  seed: int = 0) -> tuple[float, float]:
     """Mean distinct ranks and distinct nodes per token under the DeepEP tests' routing, replayed.
