@@ -110,7 +110,7 @@ def fanout(experts: int, topk: int, ep: int, gpus_per_node: int, routing: str = 
     if experts % ep:
         raise SpecError("ep", ep, f"a divisor of experts={experts}")
     g = min(ep, gpus_per_node)
-    nodes = ep // g
+    nodes = ep / g  # a group that fills part of its last node counts that part (ep 12 on 8-GPU nodes: 1.5)
     per_rank = experts // ep
     if routing == "consecutive":
         period = experts // math.gcd(experts, topk)
@@ -122,13 +122,13 @@ def fanout(experts: int, topk: int, ep: int, gpus_per_node: int, routing: str = 
         return Fanout(ranks=ranks / period, nodes=nodes_hit / period)
     if not max_nodes or max_nodes >= nodes:
         return Fanout(ranks=ep * (1 - _miss(experts, per_rank, topk)),
-                      nodes=nodes * (1 - _miss(experts, experts / nodes, topk)))
+                      nodes=nodes * (1 - _miss(experts, per_rank * g, topk)))
     # node-limited: the M nodes are chosen by their best experts' scores, so each holds one of the
     # top-k (DeepEP's test replays 3.98 of 4 nodes at EP 64) and the other k - M experts are uniform
     # among the M nodes' experts; a rank is missed when its node's chosen expert is elsewhere
     # (1 - 1/g) and the k - M others avoid it
     m = max_nodes
-    pool = experts * m // nodes
+    pool = per_rank * g * m
     return Fanout(ranks=m * g * (1 - (1 - 1 / g) * _miss(pool - m, per_rank, topk - m)), nodes=float(m))
 
 
@@ -155,7 +155,7 @@ def deepep_bytes(model: ModelSpec, tokens: float, ep: int, gpus_per_node: int, r
     (0.584, 0.0)
     """
     g = min(ep, gpus_per_node)
-    nodes = ep // g
+    nodes = ep / g
     f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing, max_nodes)
     rows = tokens * row_bytes
     return DeepEPBytes(nvlink_bytes=rows * f.ranks * (1 - 1 / g),
