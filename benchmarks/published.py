@@ -86,8 +86,9 @@ layers per stage, for the stated degrees):
   chunk on the first stage has only the embedding": one layer per virtual stage); TP with sequence
   parallel; no recompute ("we could pre-train Llama 3 on sequences of 8K tokens without activation
   checkpointing").
-* **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule
-  (its parallelizer follows torchtitan's), micro-batch as stated; full recompute where the benchmark config
+* **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule for dense models
+  (its parallelizer follows torchtitan's); MoE models go through its MoE parallelizer, which does not reshard
+  after forward by default (ZeRO-2 under ``fsdp2``, :func:`_zero`); micro-batch as stated; full recompute where the benchmark config
   the source names sets ``activation_checkpointing: true`` (:data:`AUTOMODEL_FULL_AC`), else none.
   Its models are built in bfloat16 (``NeMoAutoModelForCausalLM.from_config``: ``torch_dtype`` "auto" defaults to
   ``torch.bfloat16``, ``_transformers/auto_model.py`` at cb976544) and the benchmark configs' optimizer is
@@ -481,10 +482,17 @@ def _cluster_name(gpu: str) -> str:
     raise KeyError(gpu)
 
 
-def _zero(src: str, sharding: str, pp: int, notes: list) -> int:
+def _zero(src: str, sharding: str, pp: int, notes: list, moe: bool = False) -> int:
     s = sharding.lower()
     if "megatron-fsdp" in s:
         return 3
+    if src == "nemo_automodel" and moe:
+        # AutoModel shards MoE models with its own parallelizer: every block, the embedding and the head
+        # fully_shard(reshard_after_forward=MoEParallelizerConfig.reshard_after_forward), default False
+        # (nemo_automodel/components/moe/parallelizer.py apply_fsdp, components/distributed/config.py
+        # @cb97654); the rows' configs leave it False (deepseek, gptoss_120b: 'moe: reshard_after_forward: false')
+        notes.append("FSDP2 reshard_after_forward=False (AutoModel's MoE parallelizer default) -> zero 2")
+        return 2
     if src in TORCHTITAN or src == "nemo_automodel":
         z = 3 if pp == 1 else 2
         notes.append(f"FSDP2 reshard_after_forward={'True' if z == 3 else 'False (PP on)'} -> zero {z}")
@@ -588,7 +596,7 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         else:
             notes.append(f"recompute modules {', '.join(named)} stated; not all modelled "
                          f"({', '.join(RECOMPUTE_MODULES)}): charged as Megatron's default (core attention)")
-    zero = _zero(src, r["zero_or_sharding"], pp, notes)
+    zero = _zero(src, r["zero_or_sharding"], pp, notes, moe=bool(_int(r["moe_experts"], 0)))
     megatron_2023 = src == "megascale2024"
     if src in MCORE_RECIPES:
         sp, chunks = tp > 1, (tp if tp > 1 else 1)
@@ -672,6 +680,12 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
             if balanced:
                 model = replace(model, moe_load_cv=0.0)
                 notes.append("moe_load_cv 0 (source forced a balanced router / token drop)")
+            if src == "nemo_automodel":
+                # every AutoModel benchmark config of these rows sets backend fake_balanced_gate: true (noise 0):
+                # FakeBalancedGate routes token t to experts t*k .. t*k+k-1 mod E (nemo_automodel/components/moe/
+                # layers.py@cb97654), neighbouring experts on one or two ranks (costmodel.ep_dispatch.fanout)
+                model = replace(model, moe_routing="consecutive")
+                notes.append("moe_routing consecutive: AutoModel's FakeBalancedGate (fake_balanced_gate: true)")
     if batch is None:
         skip = skip or "global batch not stated"
     elif dp and batch % dp:

@@ -32,9 +32,10 @@ from functools import lru_cache
 from . import dma, frameworks
 from . import mtp
 from .collectives import collective_time_s, group_stride, layout
-from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops,
+from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, head_ops, layer_ops,
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
 from .config import ParallelConfig
+from .ep_dispatch import ep_dispatch_time_s
 from .grad_buckets import stage_grad_buckets
 from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, param_gather_bytes, stage_params
 from .overlap import CommLedger, exposed_s
@@ -272,8 +273,7 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         fwd_led = fwd_led.merge(f)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
-        a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
-        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster, engines=eng["ep"])
+        t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
         k = c.chunks if c.chunks > 1 else 0
         f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
         led, fwd_led = led.merge(f), fwd_led.merge(f)

@@ -469,41 +469,29 @@ def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
 
 def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int,
                       dispatcher: str = "alltoall") -> float:
-    """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes, as
-    :func:`costmodel.collectives.collective_time_s` charges an ``alltoall`` of it.
+    """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes.
 
     ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, NCCL AllToAll-V): one BF16 row per
-    routed copy, ``n * topk / tp`` rows (tokens are split over TP ranks first), a share
-    ``(nodes - 1) / nodes`` of them to other nodes. ``deepep`` (DeepEP normal kernels; DeepSeek-V3
-    technical report, arXiv 2412.19437, section 3.2.2: a token is sent over InfiniBand once to each
-    destination node, to the GPU of the same in-node index, which forwards it over NVLink to the
-    experts there): a token crosses the network once per *distinct* remote node among its top-k
-    experts. With the experts spread evenly over the ``nodes`` of the (consecutive-rank) EP group and
-    uniform routing, a node holds none of a token's experts with probability
-    ``q = C(E - E/nodes, k) / C(E, k)``, so the token reaches ``(nodes - 1)(1 - q)`` remote nodes
-    instead of ``k (nodes - 1) / nodes`` remote copies; the buffer is scaled by that ratio. Inside one
-    node (or one-node EP groups) both send one row per copy: no change. The scaled buffer also scales
-    the NVLink part (local copies and the in-node forwarding), which is the smaller term whenever the
-    group spans nodes (NVLink carries 8-9x a NIC's bandwidth per GPU on DGX H100).
+    routed copy, ``n * topk / tp`` rows (tokens are split over TP ranks first), timed by
+    :func:`costmodel.collectives.collective_time_s` ``"alltoall"``. ``deepep``: one row per distinct
+    destination rank (:func:`costmodel.ep_dispatch.fanout`), the rows DeepEP's normal kernels
+    deliver; its time is not an all-to-all of this buffer but the slower of its NVLink and RDMA
+    legs (:func:`costmodel.ep_dispatch.ep_dispatch_time_s`, which both engines charge).
 
     >>> from costmodel.presets import load_model
-    >>> m = load_model("qwen3-235b-a22b")   # 128 experts, top-8; EP 32 = 4 nodes of 8
-    >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 32, 8, x) for x in ("alltoall", "deepep"))
-    >>> round(d / a, 3)   # 4 nodes x (1 - 0.092) / 8 copies
-    0.454
-    >>> ep_alltoall_bytes(m, 4096, 2, 8, 8, "deepep") == ep_alltoall_bytes(m, 4096, 2, 8, 8)
-    True
+    >>> m = load_model("qwen3-235b-a22b")   # 128 experts, top-8; EP 8: 16 experts per rank
+    >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 8, 8, x) for x in ("alltoall", "deepep"))
+    >>> round(d / a, 3)   # 5.34 distinct ranks of 8 copies
+    0.667
     """
     rows = n * model.topk / tp
     nbytes = rows * model.hidden * ACT_BYTES
-    nodes = ep // gpus_per_node if gpus_per_node else 1
-    if dispatcher != "deepep" or nodes <= 1 or not model.is_moe:
+    if dispatcher != "deepep" or ep <= 1 or not model.is_moe:
         return nbytes
-    experts, k = model.experts, model.topk
-    q = 1.0
-    for i in range(k):  # C(E - E/nodes, k) / C(E, k)
-        q *= max(0.0, (experts - experts / nodes - i) / (experts - i))
-    return nbytes * (nodes - 1) * (1.0 - q) / (k * (nodes - 1) / nodes)
+    from .ep_dispatch import fanout  # ep_dispatch imports this module (ACT_BYTES)
+
+    f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing)
+    return nbytes * f.ranks / model.topk
 
 
 def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True) -> list[Op]:
