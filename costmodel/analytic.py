@@ -101,7 +101,7 @@ def zero3_groups(model: ModelSpec, c: ParallelConfig, moe: bool) -> list[tuple[f
     dense, expert = layer_params(model, c, moe)
     groups = [(dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp))]
     if expert > 0:
-        groups.append((expert, expert_dp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+        groups.append((expert, expert_dp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp())))
     return [(params, size, stride) for params, size, stride in groups if size > 1 and params > 0]
 
 
@@ -438,7 +438,7 @@ def _dp_groups(model: ModelSpec, c: ParallelConfig, stage: int, params) -> tuple
     :func:`~costmodel.memory.stage_params`."""
     dense, expert = stage_params(model, c, stage) if params is None else params
     return ((dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)),
-            (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+            (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp())))
 
 
 def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None) -> tuple:
