@@ -34,10 +34,11 @@ from . import mtp
 from .collectives import collective_time_s, group_stride, layout
 from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops,
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
-from .config import ParallelConfig
+from .config import ParallelConfig, micro_batches
 from .grad_buckets import stage_grad_buckets
 from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, param_gather_bytes, stage_params
-from .overlap import CommLedger, exposed_s
+from .overlap import CommLedger
+from .pipeline import interleaved_p2p_exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import dp_buckets
 from .zero3_edges import WHY_EDGE, edge_times
@@ -426,7 +427,7 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
                               engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "pp"))
         chunk_fwd = fwd / c.vp
         sends = 2 * c.vp  # activation forward and gradient backward per model chunk
-        ex = t if c.vp == 1 else exposed_s(t, chunk_fwd, INF)
+        ex = t if c.vp == 1 else float(interleaved_p2p_exposed_s(t, chunk_fwd, c.pp, micro_batches(w, c), c.vp))
         led.add("pp", t, ex, WHY_PP, times=sends, uses_compute=False)
     interference = led.interference_s(dev.comm_compute_interference)
     return StageTiming(stage, fwd, bwd, rec, led, interference)
