@@ -29,10 +29,11 @@ import numpy as np
 from costmodel.analytic import stage_timing
 from costmodel.step import dp_exposure, even_pieces, pipeline_s
 from costmodel.collectives import collective_time_s, group_stride
-from costmodel.compute import ACT_BYTES
+from costmodel.compute import ACT_BYTES, layer_ops
 from costmodel.compute import optimizer_time_s
 from costmodel.memory import expert_dp, reserved_bytes
 from costmodel.pipeline import in_flight_chunks
+from costmodel.split_overhead import with_split_overheads
 
 from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
 
@@ -146,20 +147,50 @@ class Bounds:
         return self._opt[key]
 
     # ------------------------------------------------------------------ the cheap bound
-    def quick_lb_s(self, c: Choice) -> float:
-        """Mean-stage and largest-stage pipeline bound plus the optimizer bound (no memory)."""
-        return sum(self._quick_parts(c))
+    def quick_lb_s(self, c: Choice, any_chunks: bool = False) -> float:
+        """Mean-stage and largest-stage pipeline bound plus the optimizer bound (no memory); with
+        ``any_chunks``, of ``c`` at every chunk count up to its own (:meth:`pipeline_lb_s`)."""
+        return self.pipeline_lb_s(c, any_chunks) + self.opt_lb_s(c)
 
     def _quick_parts(self, c: Choice) -> tuple[float, float]:
         return self.pipeline_lb_s(c), self.opt_lb_s(c)
 
-    def pipeline_lb_s(self, c: Choice) -> float:
-        """The pipeline term's bound (:func:`costmodel.step.pipeline_s` of the floors below)."""
-        total, slow = self._total_s(c)
+    def pipeline_lb_s(self, c: Choice, any_chunks: bool = False) -> float:
+        """The pipeline term's bound (:func:`costmodel.step.pipeline_s` of the floors below).
+
+        ``any_chunks``: a bound for ``c`` at every chunk count ``<= c.chunks`` at once. More chunks
+        never expose more communication, but each piece pays a kernel launch
+        (:mod:`costmodel.split_overhead`), which also widens the windows SM collectives stretch:
+        ``c``'s layers less their split overhead ``X`` times ``1 + 3 coef / (1 - coef)`` (at most
+        three overlapped streams stretch over one window: TP/SP, CP or EP, ZeRO) are below the
+        layers at any fewer chunks."""
+        total, slow = self._total_s(c, any_chunks)
         slow = max(total / c.shape.pp, slow)
         return pipeline_s(slow, total, c.micro_batches(self.p.workload.global_batch), c.vp)
 
-    def _total_s(self, c: Choice) -> tuple[float, float]:
+    def _split_relief(self, c: Choice) -> tuple:
+        """``((dU, dR) dense, (dU, dR) MoE)``: what :meth:`pipeline_lb_s` takes off ``c``'s layer
+        terms for ``any_chunks``."""
+        sh = c.shape
+        key = (sh.tp, sh.cp, sh.ep, c.mb, c.sp, c.chunks, c.recompute != "none")
+        cache = self.t.shared.setdefault("bounds.split_relief", {})
+        if key in cache:
+            return cache[key]
+        coef = self.p.cluster.device.comm_compute_interference
+        k = 1 + 3 * coef / (1 - coef)
+        cfg = c.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
+        dev, ov = self.p.cluster.device, self.p.cluster.device.kernel_overhead_s
+
+        def of(moe):
+            ops = layer_ops(self.p.model, dev, self.p.workload, cfg, moe)
+            split = with_split_overheads(ops, cfg, ov)
+            xf = sum(o.fwd_s for o in split) - sum(o.fwd_s for o in ops)
+            xb = sum(o.bwd_s for o in split) - sum(o.bwd_s for o in ops)
+            return k * (xf + xb), (k * xf if c.recompute != "none" else 0.0)
+        cache[key] = self._pair(of)
+        return cache[key]
+
+    def _total_s(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
         """(every stage's micro-batch time summed, a floor of the slowest stage: the largest stage
         at its cheapest, and the first and last stages holding their fewest layers with the
         embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``).
@@ -168,17 +199,22 @@ class Bounds:
         floor), unless a DMA assignment of its own takes the tables' extras: interleaves sharing
         both (DeepSeek-V3's 61 layers: VP 2, 4 and 8) share one entry."""
         vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
-        key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma)
+        key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma,
+               any_chunks and c.chunks > 1)
         out = self._totals.get(key)
         if out is None:
-            out = self._totals[key] = self._total_parts(c)
+            out = self._totals[key] = self._total_parts(c, any_chunks and c.chunks > 1)
         return out
 
-    def _total_parts(self, c: Choice) -> tuple[float, float]:
+    def _total_parts(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
         p, s = self.p, c.shape
         L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
         dl, ml = self.layers(c)
+        if any_chunks:
+            (du_d, dr_d), (du_m, dr_m) = self._split_relief(c)
+            dl = (max(0.0, dl[0] - du_d), max(0.0, dl[1] - dr_d)) + tuple(dl[2:])
+            ml = (max(0.0, ml[0] - du_m), max(0.0, ml[1] - dr_m)) + tuple(ml[2:])
         n_dense = d if p.model.is_moe else L
         u_sum = n_dense * dl[0] + (L - n_dense) * ml[0]
         r_min = min(dl[1], ml[1])

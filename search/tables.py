@@ -46,7 +46,7 @@ from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
 from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp, fp8_weight_cache_bytes,
                               model_state_bytes, stage_memory, stage_params)
-from costmodel.pipeline import in_flight_profile
+from costmodel.pipeline import in_flight_profile, interleaved_p2p_exposed_s
 from costmodel.units import MB
 
 from .candidates import Shape, stage_count_ok, stage_kinds
@@ -518,7 +518,8 @@ class Tables:
         if s.pp > 1:
             vp = choice.vp
             t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * vp)
-            time = time + 2 * vp * (t_p2p if vp == 1 else np.maximum(0.0, t_p2p - fwd / vp))
+            time = time + 2 * vp * (t_p2p if vp == 1 else interleaved_p2p_exposed_s(
+                t_p2p, fwd / vp, s.pp, choice.micro_batches(p.workload.global_batch), vp))
         self._parts[key] = (time, fwd, bwd, rec)
         return self._parts[key]
 
