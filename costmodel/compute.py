@@ -60,7 +60,8 @@ STEP_TILE_SHAPES = TILE_SHAPES
 #: Routed-expert GEMMs in training run as Transformer Engine's ``GroupedLinear`` (Megatron-Core
 #: ``--moe-grouped-gemm`` -> ``TEGroupedMLP``): one cuBLAS GEMM per expert issued round-robin over TE's compute
 #: streams ("Grouped GEMM via multi-stream cuBLAS", NVIDIA/TransformerEngine PR #853; 4 streams,
-#: ``get_num_compute_streams`` in ``common/util/multi_stream.cpp``), the default on Hopper (the CUTLASS grouped
+#: ``get_num_compute_streams`` in ``common/util/multi_stream.cpp`` and ``multi_stream_cublas_gemm`` in
+#: ``common/gemm/cublaslt_gemm.cu``, TE@d0067d0), the default on Hopper (the CUTLASS grouped
 #: kernel of TE PR #2045 is opt-in, ``NVTE_USE_CUTLASS_GROUPED_GEMM=1``, and no published run sets it). Fewer
 #: expert GEMMs than the streams share the SMs at a time: TE's own H100 BF16 figures (PR #2045, TE 2.7 / CUDA
 #: 12.9: 627.9 TFLOP/s at 8 x 4096x768x2048, 553.9 at 16 x 2048x768x2048; ``kernels.csv`` rows 242-243) are
