@@ -73,6 +73,16 @@ class Bounds:
         t = tables or self.t
         return self._pair(lambda moe: t.layer(c, moe))
 
+    def plain_floor(self, c: Choice) -> tuple[float, float]:
+        """(dense, MoE) per-layer ``U`` floor: with partial recompute (``recompute_layers`` k) the stage runs k
+        layers of ``c`` and the rest as plain layers (:meth:`search.tables.Tables.timing`), whose ``U`` can be
+        the smaller one (their exposed communication differs), so the floor is the lesser of the two."""
+        dl, ml = self.layers(c)
+        if c.recompute_layers is None:
+            return dl[0], ml[0]
+        dp, mp = self.layers(replace(c, recompute="none", recompute_layers=None))
+        return min(dl[0], dp[0]), min(ml[0], mp[0])
+
     def activations(self, c: Choice) -> tuple[float, float]:
         """(dense layer, MoE layer) activation bytes (:meth:`search.tables.Tables.activations`)."""
         return self._pair(lambda moe: self.t.activations(c, moe))
@@ -216,7 +226,8 @@ class Bounds:
             dl = (max(0.0, dl[0] - du_d), max(0.0, dl[1] - dr_d)) + tuple(dl[2:])
             ml = (max(0.0, ml[0] - du_m), max(0.0, ml[1] - dr_m)) + tuple(ml[2:])
         n_dense = d if p.model.is_moe else L
-        u_sum = n_dense * dl[0] + (L - n_dense) * ml[0]
+        ud, um = self.plain_floor(c)
+        u_sum = n_dense * ud + (L - n_dense) * um
         r_min = min(dl[1], ml[1])
         if k is None:
             r_sum = n_dense * dl[1] + (L - n_dense) * ml[1]
@@ -228,7 +239,7 @@ class Bounds:
         total = u_sum + r_sum + sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds) + pp * p2p_min
         if pp == 1:
             return total, 0.0
-        u_min = min(dl[0], ml[0])
+        u_min = min(ud, um)
 
         def floor(n):  # a stage of n layers, each at its cheapest
             return n * u_min + (n if k is None else min(n, k)) * r_min + p2p_min
@@ -386,7 +397,7 @@ class Bounds:
         if pp == 1:
             return t_quick + o_lb + self.dp_lb_s(c, caps)
         dl, ml = self.layers(c)
-        slope = min(dl[0], ml[0]) + (min(dl[1], ml[1]) if c.recompute_layers is None else 0.0)
+        slope = min(self.plain_floor(c)) + (min(dl[1], ml[1]) if c.recompute_layers is None else 0.0)
         p2p = 2 * self.p2p_s(c) if vp == 1 else 0.0
         kinds = stage_kinds(pp)
         base = {k: self.extras(c, k, exact=True)[0] + p2p for k in kinds}
