@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.compute import TILE_SHAPES, fa2_device, gemm_time_s  # noqa: E402
+from costmodel.compute import TE_GROUPED_GEMM_STREAMS, TILE_SHAPES, fa2_device, grouped_gemm_time_s  # noqa: E402
 from costmodel.kernels import (ATTENTION_FITS, GEMM_FITS, STREAM_FITS, AttentionFit, GemmFit, StreamFit,  # noqa: E402
                                attention_fit, attention_shape_factor, attention_time_s, device_family,
                                gemm_fit, kernel_device)
@@ -86,16 +86,26 @@ def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None, stream: S
     dev = device_of(row)
     dtype = "bf16" if row["dtype"] == "fp16" else row["dtype"]
     g = int(row["groups"] or 1)
+    streams = te_streams(row)
     if model != "kernel":
-        return gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, batch=g)
+        return grouped_gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, g, streams=streams)
     fit = fit or gemm_fit(dev, dtype)
     dev = kernel_device(dev)
     if fit is not None:
         dev = replace(dev, **({"fp8_gemm_efficiency": fit.eta} if dtype == "fp8" else {"gemm_efficiency": fit.eta}))
     if stream is not None:
         dev = replace(dev, mem_bw_efficiency=stream.mem_bw_efficiency, kernel_overhead_s=stream.kernel_overhead_s)
-    return gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, batch=g,
-                       k0=fit.k0 if fit is not None else None, tile_shapes=TILE_SHAPES)
+    return grouped_gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, g, streams=streams,
+                               k0=fit.k0 if fit is not None else None, tile_shapes=TILE_SHAPES)
+
+
+def te_streams(row: dict) -> int | None:
+    """Expert GEMMs sharing the SMs at a time for a Transformer Engine multi-stream grouped GEMM row: the step
+    time's :data:`costmodel.compute.TE_GROUPED_GEMM_STREAMS` for TE 2.7 (the current stack), 1 for TE 2.2 (its
+    figures in TE PR #2045 are those of one expert GEMM at a time); ``None`` (one grouped kernel) otherwise."""
+    if row["kernel"] != "grouped_gemm_multistream":
+        return None
+    return 1 if "Transformer Engine 2.2" in row["impl"] else TE_GROUPED_GEMM_STREAMS
 
 
 def attention_row_time_s(row: dict, model: str, fit: AttentionFit | None = None) -> float:
@@ -205,6 +215,8 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
     for r in rows:
         if r["kernel"] == "attention":
             attn_groups[attention_key(r)].append(r)
+        elif te_streams(r) is not None:
+            continue  # TE's multi-stream grouped GEMMs check the dense fit with its concurrency (te_streams), not fit it
         elif int(r["m"]) >= SKINNY_M:
             gemm_groups[gemm_key(r)].append(r)
         else:

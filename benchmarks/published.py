@@ -15,7 +15,9 @@ Development set (rules unchanged since issue 3; one rule per *source*, never per
   (ZeRO-1), bucketed gradient overlap (Megatron-Core's default bucket, 40M elements
   of the FP32 gradient buffer = 160 MB, ``DistributedDataParallelConfig.bucket_size``), sequence parallelism
   when ``tp > 1`` and TP communication overlap (Transformer Engine userbuffers: ``tp`` chunks),
-  the defaults of its performance recipes;
+  the defaults of its performance recipes; where the launcher recipe states it, BF16 gradients
+  (:data:`NEMO_BF16_GRADS`) and BF16 Adam state without a master copy (Nemotron-340B,
+  :data:`NEMO_BF16_OPTIMIZER`);
 * micro-batch or interleave factor not stated: the published runs were tuned, so the planner's
   own best value for the stated degrees is used (smallest predicted step time that fits). This
   is the one place a knob is chosen by the planner; in the new set only the same kind of table
@@ -76,11 +78,17 @@ layers per stage, for the stated degrees):
 * **llm-foundry** (``llmfoundry_2024``): Composer FSDP ``FULL_SHARD`` (ZeRO-3), micro-batch =
   ``device_train_microbatch_size`` as stated, activation checkpointing as stated (full), else none.
 * **Llama 3** (``llama3_2024``): FSDP that shards optimizer state and gradients but keeps
-  parameters after forward (ZeRO-2, as the paper says); micro-batch 1 (not stated); the
-  interleave factor is not stated: 2 (the smallest interleave); TP with sequence parallel;
-  no recompute; stages as the paper says (first and last hold one layer fewer).
-* **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule
-  (its parallelizer follows torchtitan's), micro-batch as stated; full recompute where the benchmark config
+  parameters after forward (ZeRO-2, as the paper says), gradients reduce-scattered in every
+  micro-batch's backward under PP too (``pp_grad_reduce='microbatch'``: section 3.3.2, "Our use of
+  FSDP for Llama 3 shards optimizer states and gradients", "reduce-scatter gradients in FP32 across
+  data parallel workers in FSDP"); micro-batch 1 (not stated); the interleave factor
+  :data:`LLAMA3_VP` from the paper's split (first and last stage one layer fewer, "the first model
+  chunk on the first stage has only the embedding": one layer per virtual stage); TP with sequence
+  parallel; no recompute ("we could pre-train Llama 3 on sequences of 8K tokens without activation
+  checkpointing").
+* **NeMo AutoModel** (``nemo_automodel``): PyTorch FSDP2 with torchtitan's reshard rule for dense models
+  (its parallelizer follows torchtitan's); MoE models go through its MoE parallelizer, which does not reshard
+  after forward by default (ZeRO-2 under ``fsdp2``, :func:`_zero`); micro-batch as stated; full recompute where the benchmark config
   the source names sets ``activation_checkpointing: true`` (:data:`AUTOMODEL_FULL_AC`), else none.
   Its models are built in bfloat16 (``NeMoAutoModelForCausalLM.from_config``: ``torch_dtype`` "auto" defaults to
   ``torch.bfloat16``, ``_transformers/auto_model.py`` at cb976544) and the benchmark configs' optimizer is
@@ -182,6 +190,16 @@ FP16_GRADS = ("megatron_readme_2020", "narayanan2021")
 #: ``grad_reduce_in_fp32 = (grad_sync_dtype == 'fp32')``: a BF16 gradient buffer. The long-sequence table ran the
 #: 24.03.01 container; the earliest launcher tag stored, 24.05, sets the same for every Llama H100 example.
 NEMO_BF16_GRADS = {"nemo_2407": ("GPT3-", "LLAMA", "Nemotron-340B"), "nemo_longseq": ("LLAMA",)}
+#: NeMo 1.x runs whose launcher recipe keeps the optimizer state in BF16 without a master copy
+#: (``optimizer_dtype='bf16'`` under Megatron-Core zero=1): NeMo-Framework-Launcher 24.07's
+#: ``launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`` (the only 24.07 training config that does) runs
+#: ``optim: name: distributed_fused_adam``, ``dtype: bf16``, ``megatron_amp_O2: true``, no ``fp8_params``; NeMo's
+#: ``megatron_base_model.py`` (r2.0.0rc1 579983fb, ``setup_optimization``) then sets ``store_params=False`` ("optim_dtype
+#: == model_dtype"), and Apex's ``DistributedFusedAdam`` (``apex/contrib/optimizers/distributed_fused_adam.py``
+#: @59b80ee8, ``StateBucket``) allocates only ``exp_avg_shard`` and ``exp_avg_sq_shard`` in that dtype: 4 B per
+#: parameter over the data-parallel ranks, the BF16 parameters updated in place. That config is the 768-node
+#: pre-training plan (tp8 pp12 vp8, fp8 False), not the table's: the optimizer is the model's recipe, as the gradients.
+NEMO_BF16_OPTIMIZER = {"nemo_2407": ("Nemotron-340B",)}
 
 
 def nemo_bf16_grads(src: str, label: str) -> bool:
@@ -194,6 +212,11 @@ def nemo_bf16_grads(src: str, label: str) -> bool:
 #: ``bf16_with_fp8_current_scaling_mixed`` set ``fp8_param_gather = True``; the blockwise (DeepSeek-style) recipe
 #: ``bf16_with_fp8_subchannel_scaling_mixed`` sets it False
 BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
+#: Llama 3 405B's virtual stages per rank (arXiv 2407.21783 section 3.3.2): "we reduce one Transformer layer each
+#: from the first and the last stages ... This means that the first model chunk on the first stage has only the
+#: embedding, and the last model chunk on the last stage has only output projection and loss calculation": a chunk
+#: of the full stages holds one layer, so 126 layers + the embedding and loss chunks make 16 x 8 virtual stages
+LLAMA3_VP = 8
 #: Megatron-Bridge's 25.09 performance runs, what ``scripts/performance`` sets beyond the stated degrees (the
 #: "Cherry pick perf 2509" commit a28844195, at tag v0.1.0rc4): DeepSeek-V3 on H100 (``run_script.py``) runs
 #: ``recompute_modules = ["mla_up_proj", "mlp"]`` (selective granularity, the recipe's default) with the layout
@@ -224,11 +247,15 @@ FSDP2_COPIES = ("torchtitan_2024", "torchtitan_2025_asynctp", "nemo_automodel")
 #: NeMo AutoModel rows whose benchmark config (named by the source's table, ``examples/llm_benchmark/`` at the
 #: source's commit cb976544) sets ``distributed.activation_checkpointing: true``: each transformer block is wrapped
 #: in ``checkpoint_wrapper`` (``components/moe/parallelizer.py`` ``apply_ac``, ``components/distributed/
-#: parallelizer.py``), i.e. full recompute. Keyed by (model label, GPUs): the 1,024-GPU DeepSeek V3 config
-#: (``deepseek_v3_te_deepep_1024.yaml``) and ``gptoss_20b_te_deepep.yaml`` set none (default False),
-#: ``gptoss_120b_te_deepep.yaml`` sets false.
+#: parallelizer.py``), i.e. full recompute. Keyed by (model label, GPUs): ``gptoss_20b_te_deepep.yaml`` sets none
+#: (default False), ``gptoss_120b_te_deepep.yaml`` sets false. The 1,024-GPU DeepSeek V3 config sets none at
+#: cb976544, but only since a refactor: as added (2c236e081, 2025-10-08, two days after the table's row, 89e3a9fdd)
+#: ``examples/benchmark/configs/deepseek_v3_te_deepep_1024.yaml`` had ``parallelizer: activation_checkpointing: true``;
+#: "refactor distributed configuration" (194103bfc, 2026-02-12) dropped the key from the MoE configs and "reenable
+#: activation checkpointing in moe configs" (41646cf39, 2026-02-14) put it back in the 256-GPU file, not this one.
 AUTOMODEL_FULL_AC = {
     ("DeepSeek V3 671B", 256): "deepseek/deepseek_v3_te_deepep.yaml",
+    ("DeepSeek V3 671B", 1024): "deepseek_v3_te_deepep_1024.yaml as added (2c236e081; dropped by 194103bfc)",
     ("Kimi K2", 256): "kimi/kimi_k2_te_deepep.yaml",
     ("Qwen3 MoE 30B", 8): "qwen/qwen3_moe_30b_te_deepep.yaml",
     ("Llama3 70B", 64): "llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
@@ -424,6 +451,10 @@ def _dev_row(r: dict) -> Row:
         notes.append("FP16 gradients reduced (Megatron-LM of the era, FP16 without FP32 all-reduce: FP16_GRADS)")
     if nemo_bf16_grads(src, r["model"]):
         notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipe (NEMO_BF16_GRADS)")
+    if any(r["model"].startswith(p) for p in NEMO_BF16_OPTIMIZER.get(src, ())) and fixed["zero"] == 1:
+        fixed["optimizer_dtype"] = "bf16"
+        notes.append("optimizer_dtype bf16: distributed_fused_adam with optim.dtype bf16 in the NeMo launcher's "
+                     "recipe, no master copy (NEMO_BF16_OPTIMIZER)")
     row = Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip,
               set="dev", gpus=gpus, notes=notes, measured_how=how)
     vp_reg = fixed.get("vp", 1)
@@ -451,10 +482,17 @@ def _cluster_name(gpu: str) -> str:
     raise KeyError(gpu)
 
 
-def _zero(src: str, sharding: str, pp: int, notes: list) -> int:
+def _zero(src: str, sharding: str, pp: int, notes: list, moe: bool = False) -> int:
     s = sharding.lower()
     if "megatron-fsdp" in s:
         return 3
+    if src == "nemo_automodel" and moe:
+        # AutoModel shards MoE models with its own parallelizer: every block, the embedding and the head
+        # fully_shard(reshard_after_forward=MoEParallelizerConfig.reshard_after_forward), default False
+        # (nemo_automodel/components/moe/parallelizer.py apply_fsdp, components/distributed/config.py
+        # @cb97654); the rows' configs leave it False (deepseek, gptoss_120b: 'moe: reshard_after_forward: false')
+        notes.append("FSDP2 reshard_after_forward=False (AutoModel's MoE parallelizer default) -> zero 2")
+        return 2
     if src in TORCHTITAN or src == "nemo_automodel":
         z = 3 if pp == 1 else 2
         notes.append(f"FSDP2 reshard_after_forward={'True' if z == 3 else 'False (PP on)'} -> zero {z}")
@@ -509,6 +547,10 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
                         "step; DualPipe schedule not modelled")
     vp_text = r["vp"].strip()
     vp = _int(vp_text.split(" ")[0])
+    if vp is None and src == "llama3_2024" and pp == 16 and model is not None and model.layers == 126:
+        vp = LLAMA3_VP
+        notes.append(f"v {LLAMA3_VP}: the paper's first chunk holds only the embedding once the first stage has one "
+                     "layer fewer (section 3.3.2), so each virtual stage holds one layer: (126 + 2) / 16")
     if vp is None:
         if "interleaved" in vp_text:
             vp = 2
@@ -554,7 +596,7 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         else:
             notes.append(f"recompute modules {', '.join(named)} stated; not all modelled "
                          f"({', '.join(RECOMPUTE_MODULES)}): charged as Megatron's default (core attention)")
-    zero = _zero(src, r["zero_or_sharding"], pp, notes)
+    zero = _zero(src, r["zero_or_sharding"], pp, notes, moe=bool(_int(r["moe_experts"], 0)))
     megatron_2023 = src == "megascale2024"
     if src in MCORE_RECIPES:
         sp, chunks = tp > 1, (tp if tp > 1 else 1)
@@ -606,6 +648,11 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py@067f987d): those rows keep the model's
         model = replace(model, mtp_layers=0)
         notes.append("mtp_layers 0: AutoModel's DeepSeek-V3 has no MTP module")
+    if src == "llama3_2024" and framework == "fsdp2" and zero == 2 and pp > 1:
+        extra["pp_grad_reduce"] = "microbatch"
+        notes.append("pp_grad_reduce microbatch: the paper's FSDP 'shards optimizer states and gradients' and "
+                     "reduce-scatters them in FP32 (section 3.3.2): ZeRO-2 under PP, not torch.distributed.pipelining's "
+                     "once-per-step sync")
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
         notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "
@@ -633,6 +680,12 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
             if balanced:
                 model = replace(model, moe_load_cv=0.0)
                 notes.append("moe_load_cv 0 (source forced a balanced router / token drop)")
+            if src == "nemo_automodel":
+                # every AutoModel benchmark config of these rows sets backend fake_balanced_gate: true (noise 0):
+                # FakeBalancedGate routes token t to experts t*k .. t*k+k-1 mod E (nemo_automodel/components/moe/
+                # layers.py@cb97654), neighbouring experts on one or two ranks (costmodel.ep_dispatch.fanout)
+                model = replace(model, moe_routing="consecutive")
+                notes.append("moe_routing consecutive: AutoModel's FakeBalancedGate (fake_balanced_gate: true)")
     if batch is None:
         skip = skip or "global batch not stated"
     elif dp and batch % dp:

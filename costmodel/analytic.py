@@ -32,19 +32,21 @@ from functools import lru_cache
 from . import dma, frameworks
 from . import mtp
 from .collectives import collective_time_s, group_stride, layout
-from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, ep_alltoall_bytes, head_ops, layer_ops,
+from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, head_ops, layer_ops,
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
-from .config import ParallelConfig
+from .config import ParallelConfig, micro_batches
+from .ep_dispatch import ep_dispatch_time_s
 from .grad_buckets import stage_grad_buckets
 from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, param_gather_bytes, stage_params
-from .overlap import CommLedger, exposed_s
+from .overlap import CommLedger
+from .pipeline import interleaved_p2p_exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
+from .split_overhead import COLUMN_PARALLEL, replay_extra_s, with_split_overheads
 from .step import dp_buckets
 from .zero3_edges import WHY_EDGE, edge_times
 from .zero3_fetch import gather_pieces, reduce_pieces
 
 INF = math.inf
-COLUMN_PARALLEL = ("qkv", "fc1", "shared_fc1", "lm_head")
 ROW_PARALLEL = ("attn_out", "fc2", "shared_fc2")
 
 WHY_TP = "data dependency: the next op consumes the AllReduce result (TP on the critical path)"
@@ -101,7 +103,7 @@ def zero3_groups(model: ModelSpec, c: ParallelConfig, moe: bool) -> list[tuple[f
     dense, expert = layer_params(model, c, moe)
     groups = [(dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp))]
     if expert > 0:
-        groups.append((expert, expert_dp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+        groups.append((expert, expert_dp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp())))
     return [(params, size, stride) for params, size, stride in groups if size > 1 and params > 0]
 
 
@@ -231,13 +233,16 @@ _layer_base.cache_clear = _BASE.clear  # as an lru_cache: benchmarks start cold 
 def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
                    eng: dict) -> tuple:
     dev = cluster.device
-    ops = layer_ops(model, dev, w, c, moe)
+    plain = layer_ops(model, dev, w, c, moe)
+    # a chunked op's pieces each pay the kernel overhead again (costmodel.split_overhead): its
+    # compute and the window it gives the communication it overlaps; replays split their own share
+    ops = with_split_overheads(plain, c, dev.kernel_overhead_s)
     fwd = sum([o.fwd_s for o in ops])
     bwd = sum([o.bwd_s for o in ops])
     n = c.mb * w.seq_len / c.cp
     sac_led = CommLedger()
     coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
-    sac = op_sac_fractions(model, ops, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
+    sac = op_sac_fractions(model, plain, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
     replays = sac is not None  # a replayed forward with communication (sac_led)
     if c.tp > 1:
         msg = n * model.hidden * ACT_BYTES
@@ -247,7 +252,7 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
         led, fwd_led = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
         if sac is not None:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
-            sac_led = _op_sac_ledger(ops, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
+            sac_led = _op_sac_ledger(plain, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
     else:
         led, fwd_led = CommLedger(), CommLedger()
     attn = next(o for o in ops if o.name == "attn_core")
@@ -272,8 +277,7 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         fwd_led = fwd_led.merge(f)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
-        a2a = ep_alltoall_bytes(model, n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
-        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster, engines=eng["ep"])
+        t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
         k = c.chunks if c.chunks > 1 else 0
         f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
         led, fwd_led = led.merge(f), fwd_led.merge(f)
@@ -282,10 +286,11 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     if c.recompute == "full":
         recompute = fwd
     elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
-        mods = module_recompute_fractions(ops, c.recomputed_modules, moe, model)
-        recompute = (attn.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
-            f * o.fwd_s for f, o in zip(mods, ops))
-        replayed = [(o, f) for o, f in zip(ops, mods) if f > 0]
+        mods = module_recompute_fractions(plain, c.recomputed_modules, moe, model)
+        attn0 = next(o for o in plain if o.name == "attn_core")  # the replayed attention is one kernel
+        recompute = (attn0.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
+            f * o.fwd_s for f, o in zip(mods, plain)) + replay_extra_s(plain, mods, c, dev.kernel_overhead_s, False)
+        replayed = [(o, f) for o, f in zip(plain, mods) if f > 0]
         if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
             sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
                                                    t_ag, t_ar, c.sp_on, c.chunks, coef))
@@ -294,7 +299,7 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
             sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
             replays = True
     elif sac is not None:
-        recompute = sum(f * o.fwd_s for f, o in zip(sac, ops))
+        recompute = sum(f * o.fwd_s for f, o in zip(sac, plain)) + replay_extra_s(plain, sac, c, dev.kernel_overhead_s, True)
     else:
         recompute = 0.0
     return fwd, bwd, recompute, led, fwd_led, sac_led, replays
@@ -426,7 +431,7 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
                               engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "pp"))
         chunk_fwd = fwd / c.vp
         sends = 2 * c.vp  # activation forward and gradient backward per model chunk
-        ex = t if c.vp == 1 else exposed_s(t, chunk_fwd, INF)
+        ex = t if c.vp == 1 else float(interleaved_p2p_exposed_s(t, chunk_fwd, c.pp, micro_batches(w, c), c.vp))
         led.add("pp", t, ex, WHY_PP, times=sends, uses_compute=False)
     interference = led.interference_s(dev.comm_compute_interference)
     return StageTiming(stage, fwd, bwd, rec, led, interference)
@@ -438,7 +443,7 @@ def _dp_groups(model: ModelSpec, c: ParallelConfig, stage: int, params) -> tuple
     :func:`~costmodel.memory.stage_params`."""
     dense, expert = stage_params(model, c, stage) if params is None else params
     return ((dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)),
-            (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+            (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp())))
 
 
 def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None) -> tuple:

@@ -14,7 +14,10 @@ summarised in the same file) and returns what the plan rests on that no measurem
   ZeRO bucket) on its stack, when above 1. The band widens with ``log2`` of it
   (:data:`costmodel.uncertainty.DRIFT_PER_DOUBLING`).
 
-Every finding is one sentence in ``notes`` ("extrapolating: no measured run above 512 GPUs ...").
+Every finding is one sentence in ``notes`` ("extrapolating: no measured run above 512 GPUs ..."); a plan
+with no finding gets one sentence saying so ("within the data: 27 measured runs of dense ZeRO-0 training
+on a100 from 3 sources, up to 3,072 GPUs on this stack (mcore-2025): no extrapolation"), so every output
+names whether its number is an extrapolation.
 
 >>> rows = [{"regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "65-512"},
 ...          "gpus": 512, "stack": "mcore-2025", "source": "s"}]
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from .band_spread import MIN_POOL, MIN_SOURCES
 
 #: device classes of the component data (its GPU names are free text: "SM90 (Hopper)", "H100-500W")
 CLASSES = (("a100", "ampere"), ("a800", "ampere"), ("h100", "hopper"), ("h200", "hopper"), ("h800", "hopper"),
@@ -110,4 +115,13 @@ def scope(keys: dict, gpus: int, stack: str, plan_mechanisms, rows, components,
             outside = True
             notes.append(f"no component data (benchmarks/data/components) for {', '.join(missing)} on {cls}-class "
                          "GPUs: band of all measured runs pooled")
+    if not notes:  # say so in words too: the user should know the number is not an extrapolation
+        srcs = len({r.get("source") for r in regime if r.get("source")})
+        notes.append(f"within the data: {len(regime)} measured run{'s' if len(regime) != 1 else ''} of {kind} "
+                     f"ZeRO-{zero} training on {dev} from {srcs} source{'s' if srcs != 1 else ''}"
+                     + (f", up to {max(sized):,} GPUs on this stack ({stack})" if sized else "")
+                     + ": no extrapolation"
+                     + ("" if len(regime) >= MIN_POOL and srcs >= MIN_SOURCES else
+                        f" (fewer than {MIN_POOL} runs from {MIN_SOURCES} sources: the band's centre comes from a "
+                        "coarser pool)"))
     return Scope(outside=outside, scale_ratio=ratio, notes=tuple(notes))

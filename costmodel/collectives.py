@@ -383,7 +383,7 @@ def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec
     return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster, bi, be)[1]
 
 
-def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:
+def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1, etp: int = 1) -> int:
     """Rank stride of a parallel dimension under Megatron-LM's default order ``tp-cp-ep-dp-pp``.
 
     ``dpcp`` is the data-parallel group *with* context parallelism (size ``dp * cp``): the gradient
@@ -393,10 +393,17 @@ def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:
     so its stride is ``tp``, not the pure DP group's ``tp * cp``: with cp 2 and tp 4 on 8-GPU nodes
     the group of 2 x dp ranks is two per node, not one. EP groups use stride 1 (experts are not
     TP-split when ``ep > 1``, so expert ranks are consecutive); the expert-data-parallel group
-    (``edp``) strides over them.
+    (``edp``) strides over the expert-tensor-parallel and EP ranks, ``etp * ep``: Megatron-Core
+    lays the experts out on their own grid, order ``tp-ep-dp-pp`` with ``tp =
+    expert_tensor_parallel_size`` (default: the dense TP) and no CP
+    (``megatron/core/parallel_state.py@d98e8a6``, ``expert_decoder_rank_generator``, lines 871-895;
+    the expert-data-parallel groups are its ``get_ranks("dp")``, line 1457). So experts TP-split
+    over ``tp = 8`` without EP replicate every 8th rank, across nodes, not over 4 neighbours.
 
     >>> [group_stride(d, tp=8, cp=2, dp=4) for d in ("tp", "cp", "dp", "dpcp", "pp")]
     [1, 8, 16, 8, 64]
+    >>> group_stride("edp", tp=8, cp=2, dp=2, ep=1, etp=8), group_stride("edp", tp=8, cp=1, dp=8, ep=4, etp=1)
+    (8, 4)
     """
     if dim in ("cp", "dpcp"):
         return tp
@@ -405,7 +412,7 @@ def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1) -> int:
     if dim == "pp":
         return tp * cp * dp
     if dim == "edp":
-        return ep
+        return ep * etp
     if dim in ("tp", "ep"):
         return 1
     raise KeyError(dim)

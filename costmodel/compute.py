@@ -57,6 +57,17 @@ TILE_SHAPES = ((128, 128), (128, 64), (64, 128), (64, 64), (64, 32))
 #: The step time's GEMMs choose among the same tiles as the kernel benchmark (one GEMM shape model for both;
 #: benchmarks/RESULTS.md section 26: the published sets' accuracy and the fitted GEMM levels are unchanged by it).
 STEP_TILE_SHAPES = TILE_SHAPES
+#: Routed-expert GEMMs in training run as Transformer Engine's ``GroupedLinear`` (Megatron-Core
+#: ``--moe-grouped-gemm`` -> ``TEGroupedMLP``): one cuBLAS GEMM per expert issued round-robin over TE's compute
+#: streams ("Grouped GEMM via multi-stream cuBLAS", NVIDIA/TransformerEngine PR #853; 4 streams,
+#: ``get_num_compute_streams`` in ``common/util/multi_stream.cpp`` and ``multi_stream_cublas_gemm`` in
+#: ``common/gemm/cublaslt_gemm.cu``, TE@d0067d0), the default on Hopper (the CUTLASS grouped
+#: kernel of TE PR #2045 is opt-in, ``NVTE_USE_CUTLASS_GROUPED_GEMM=1``, and no published run sets it). Fewer
+#: expert GEMMs than the streams share the SMs at a time: TE's own H100 BF16 figures (PR #2045, TE 2.7 / CUDA
+#: 12.9: 627.9 TFLOP/s at 8 x 4096x768x2048, 553.9 at 16 x 2048x768x2048; ``kernels.csv`` rows 242-243) are
+#: what 2 concurrent experts give in the kernel model (-4.4%, +0.0%; 4: 13-16% faster than measured; all
+#: groups at once, the single grouped kernel: 18-28% faster). TE 2.2's figures (rows 244-245) are 1 at a time.
+TE_GROUPED_GEMM_STREAMS = 2
 K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (assumption)
 WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)
 #: A blocking device-to-host copy of ``tokens_per_expert`` (Megatron-Core token dispatcher,
@@ -211,16 +222,39 @@ def elementwise_time_s(bytes_moved: float, dev: DeviceSpec, kernels: int = 1) ->
     return bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency) + kernels * dev.kernel_overhead_s
 
 
-def _gemm(name, block, m, n, k, dev, dtype, comm_after="", groups: int = 1, ragged: bool = False) -> Op:
+def grouped_gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, groups: int = 1,
+                        ragged: bool = False, streams: int | None = None, *, k0: float | None = None,
+                        tile_shapes: tuple[tuple[int, int], ...] | None = None) -> float:
+    """``groups`` GEMMs of (m x k) @ (k x n), issued as one grouped kernel (``streams`` None: all groups share
+    the SMs, :func:`gemm_time_s` with ``batch=groups``) or as one GEMM per group over ``streams`` CUDA streams
+    (Transformer Engine's ``GroupedLinear``, "Grouped GEMM via multi-stream cuBLAS", TE PR #853): ``streams``
+    groups run at a time, so the SMs are filled by the tiles of ``streams`` groups, not of all of them, and
+    ``ceil(groups / streams)`` rounds run one after another (:data:`TE_GROUPED_GEMM_STREAMS`). ``k0``,
+    ``tile_shapes``: as :func:`gemm_time_s` (the kernel benchmark passes its fits).
+
+    >>> from costmodel.presets import load_cluster
+    >>> d = load_cluster("h100-sxm").device
+    >>> t = [grouped_gemm_time_s(2048, 768, 2048, d, "bf16", 16, streams=s) for s in (None, 2, 1)]
+    >>> t[0] < t[1] < t[2]
+    True
+    """
+    if streams is None or groups <= 1 or streams >= groups:
+        return gemm_time_s(m, n, k, dev, dtype, batch=groups, ragged=ragged, k0=k0, tile_shapes=tile_shapes)
+    rounds = math.ceil(groups / streams)
+    return rounds * gemm_time_s(m, n, k, dev, dtype, batch=streams, ragged=ragged, k0=k0, tile_shapes=tile_shapes)
+
+
+def _gemm(name, block, m, n, k, dev, dtype, comm_after="", groups: int = 1, ragged: bool = False,
+          streams: int | None = None) -> Op:
     """A GEMM (or a grouped GEMM of ``groups`` problems, as for MoE experts) with its backward.
 
     ``ragged``: the groups' row counts ``m`` vary (routed tokens per expert): forward and dgrad
     are M-grouped with a partial last tile per group; wgrad reduces over those rows (its K is
     ``m``, short for fine-grained experts)."""
-    t = gemm_time_s(m, n, k, dev, dtype, batch=groups, ragged=ragged)
+    t = grouped_gemm_time_s(m, n, k, dev, dtype, groups, ragged, streams)
     # backward: dgrad (m x n)@(n x k) and wgrad (k x m)@(m x n), same FLOPs as forward each
-    dgrad = gemm_time_s(m, k, n, dev, dtype, batch=groups, ragged=ragged)
-    wgrad = gemm_time_s(k, n, m, dev, dtype, batch=groups)
+    dgrad = grouped_gemm_time_s(m, k, n, dev, dtype, groups, ragged, streams)
+    wgrad = grouped_gemm_time_s(k, n, m, dev, dtype, groups, False, streams)
     if dtype == "fp8":
         # Transformer Engine casts each GEMM input to FP8 with a fused cast+transpose: forward
         # reads the BF16 input (2 B) and writes the FP8 copy and its transpose (1 B + 1 B);
@@ -469,41 +503,29 @@ def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
 
 def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int,
                       dispatcher: str = "alltoall") -> float:
-    """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes, as
-    :func:`costmodel.collectives.collective_time_s` charges an ``alltoall`` of it.
+    """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes.
 
     ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, NCCL AllToAll-V): one BF16 row per
-    routed copy, ``n * topk / tp`` rows (tokens are split over TP ranks first), a share
-    ``(nodes - 1) / nodes`` of them to other nodes. ``deepep`` (DeepEP normal kernels; DeepSeek-V3
-    technical report, arXiv 2412.19437, section 3.2.2: a token is sent over InfiniBand once to each
-    destination node, to the GPU of the same in-node index, which forwards it over NVLink to the
-    experts there): a token crosses the network once per *distinct* remote node among its top-k
-    experts. With the experts spread evenly over the ``nodes`` of the (consecutive-rank) EP group and
-    uniform routing, a node holds none of a token's experts with probability
-    ``q = C(E - E/nodes, k) / C(E, k)``, so the token reaches ``(nodes - 1)(1 - q)`` remote nodes
-    instead of ``k (nodes - 1) / nodes`` remote copies; the buffer is scaled by that ratio. Inside one
-    node (or one-node EP groups) both send one row per copy: no change. The scaled buffer also scales
-    the NVLink part (local copies and the in-node forwarding), which is the smaller term whenever the
-    group spans nodes (NVLink carries 8-9x a NIC's bandwidth per GPU on DGX H100).
+    routed copy, ``n * topk / tp`` rows (tokens are split over TP ranks first), timed by
+    :func:`costmodel.collectives.collective_time_s` ``"alltoall"``. ``deepep``: one row per distinct
+    destination rank (:func:`costmodel.ep_dispatch.fanout`), the rows DeepEP's normal kernels
+    deliver; its time is not an all-to-all of this buffer but the slower of its NVLink and RDMA
+    legs (:func:`costmodel.ep_dispatch.ep_dispatch_time_s`, which both engines charge).
 
     >>> from costmodel.presets import load_model
-    >>> m = load_model("qwen3-235b-a22b")   # 128 experts, top-8; EP 32 = 4 nodes of 8
-    >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 32, 8, x) for x in ("alltoall", "deepep"))
-    >>> round(d / a, 3)   # 4 nodes x (1 - 0.092) / 8 copies
-    0.454
-    >>> ep_alltoall_bytes(m, 4096, 2, 8, 8, "deepep") == ep_alltoall_bytes(m, 4096, 2, 8, 8)
-    True
+    >>> m = load_model("qwen3-235b-a22b")   # 128 experts, top-8; EP 8: 16 experts per rank
+    >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 8, 8, x) for x in ("alltoall", "deepep"))
+    >>> round(d / a, 3)   # 5.34 distinct ranks of 8 copies
+    0.667
     """
     rows = n * model.topk / tp
     nbytes = rows * model.hidden * ACT_BYTES
-    nodes = ep // gpus_per_node if gpus_per_node else 1
-    if dispatcher != "deepep" or nodes <= 1 or not model.is_moe:
+    if dispatcher != "deepep" or ep <= 1 or not model.is_moe:
         return nbytes
-    experts, k = model.experts, model.topk
-    q = 1.0
-    for i in range(k):  # C(E - E/nodes, k) / C(E, k)
-        q *= max(0.0, (experts - experts / nodes - i) / (experts - i))
-    return nbytes * (nodes - 1) * (1.0 - q) / (k * (nodes - 1) / nodes)
+    from .ep_dispatch import fanout  # ep_dispatch imports this module (ACT_BYTES)
+
+    f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing)
+    return nbytes * f.ranks / model.topk
 
 
 def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True) -> list[Op]:
@@ -552,8 +574,12 @@ def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync:
     # one grouped GEMM (Megatron-Core --moe-grouped-gemm) runs the tiles of all active local
     # experts at once; their token counts are data-dependent (ragged)
     ragged = active > 1
-    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=active, ragged=ragged)
-    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active, ragged=ragged)
+    # training: TE's multi-stream grouped GEMM; serving engines run one fused/grouped MoE kernel
+    streams = TE_GROUPED_GEMM_STREAMS if host_sync else None
+    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=active, ragged=ragged,
+               streams=streams)
+    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active, ragged=ragged,
+                 streams=streams)
     act = _elementwise("expert_act", "mlp", (3 if gated else 2) * ACT_BYTES * slots * f, dev)
     fwd, bwd = up.fwd_s + down.fwd_s + act.fwd_s, up.bwd_s + down.bwd_s + act.bwd_s
     if ep > 1 and local_experts > 1:

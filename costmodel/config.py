@@ -35,6 +35,7 @@ CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.memory.grad_elem_bytes`)
 GRAD_DTYPES = ("fp32", "fp16", "bf16")
 LOSS_IMPLS = ("fused", "fp32")  # ParallelConfig.loss_impl
+PP_GRAD_REDUCES = ("step", "microbatch")  # ParallelConfig.pp_grad_reduce
 MODULE_LAYOUTS = ("fused", "hf")  # ParallelConfig.module_layout
 OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
@@ -64,7 +65,11 @@ class ParallelConfig:
     optimizer_dtype : the dtype of the parameters the optimizer updates and of its Adam moments:
         ``fp32`` (mixed precision, an FP32 master copy; the default) or ``bf16`` (a model built in
         BF16 and updated by ``torch.optim.Adam`` in place: no master copy, BF16 moments and sharded
-        gradients; FSDP2 only, e.g. NeMo AutoModel, whose ``from_config`` defaults to bfloat16).
+        gradients; under FSDP2, e.g. NeMo AutoModel, whose ``from_config`` defaults to bfloat16; or under
+        Megatron-Core with ``zero=1``, NeMo 1.x's Apex ``distributed_fused_adam`` with ``optim.dtype: bf16``:
+        NeMo ``megatron_base_model.py`` sets ``store_params=False`` when the optimizer dtype is the model's,
+        so Apex's ``DistributedFusedAdam`` keeps only BF16 ``exp_avg``/``exp_avg_sq`` shards and updates the
+        BF16 parameters, the gradient buffer as the distributed optimizer's, ``grad_dtype``).
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -107,6 +112,14 @@ class ParallelConfig:
         ``fused`` (the default: Megatron-Core's vocab-parallel cross-entropy, BF16 logits and an FP32
         softmax) or ``fp32`` (torchtitan through 2024: eager ``cross_entropy(pred.float(), labels)``,
         FP32 log-softmax and gradients).
+    pp_grad_reduce : when FSDP without resharding after forward (``framework='fsdp2'``, ``zero=2``) reduces
+        gradients under a pipeline schedule (:func:`costmodel.frameworks.of`): ``step`` (the default:
+        ``torch.distributed.pipelining`` turns gradient sync and reshard-after-backward off for every
+        micro-batch but the last, so the stage's weights and FP32 gradients stay unsharded and are
+        reduce-scattered once per step) or ``microbatch`` (ZeRO-2 semantics under PP: every micro-batch's
+        backward reduce-scatters its gradients into the FP32 shard and the parameters are gathered again
+        in its forward; Meta's FSDP for Llama 3, whose paper says it "shards optimizer states and
+        gradients" and reduce-scatters them in FP32, arXiv 2407.21783 section 3.3.2). No effect with pp = 1.
     module_layout : the parameter tensors of a layer as the model code builds them
         (:func:`costmodel.zero3_fetch.layer_tensors`): ``fused`` (the default: Megatron-LM and
         Megatron-DeepSpeed, one QKV and one gate/up projection) or ``hf`` (Hugging Face modules: Q, K,
@@ -147,6 +160,7 @@ class ParallelConfig:
     fsdp_copies: bool | None = None
     grad_dtype: str = "fp32"
     loss_impl: str = "fused"
+    pp_grad_reduce: str = "step"
     module_layout: str = "fused"
     dma: _dma.Assignment | None = None
     layout: _layout.Layout | None = None
@@ -180,6 +194,11 @@ class ParallelConfig:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         if self.loss_impl not in LOSS_IMPLS:
             raise SpecError("loss_impl", self.loss_impl, f"one of {', '.join(LOSS_IMPLS)}")
+        if self.pp_grad_reduce != "step" and (self.pp_grad_reduce not in PP_GRAD_REDUCES
+                                             or self.framework != "fsdp2" or self.zero != 2):
+            raise SpecError("pp_grad_reduce", self.pp_grad_reduce,
+                            f"one of {', '.join(PP_GRAD_REDUCES)} ('microbatch' only with framework=fsdp2 and zero=2: "
+                            "the other frameworks' ZeRO stages fix when gradients are reduced)")
         if self.module_layout not in MODULE_LAYOUTS or (self.module_layout != "fused" and self.framework == "megatron"):
             raise SpecError("module_layout", self.module_layout,
                             f"one of {', '.join(MODULE_LAYOUTS)} ('fused' only under framework=megatron)")
@@ -204,11 +223,18 @@ class ParallelConfig:
             object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
         if self.optimizer_dtype not in OPTIMIZER_DTYPES:
             raise SpecError("optimizer_dtype", self.optimizer_dtype, f"one of {', '.join(OPTIMIZER_DTYPES)}")
-        if self.optimizer_dtype == "bf16" and self.framework != "fsdp2":
+        if self.optimizer_dtype == "bf16" and not (self.framework == "fsdp2"
+                                                   or (self.framework == "megatron" and self.zero == 1)):
             raise SpecError("optimizer_dtype", self.optimizer_dtype, "fp32 unless framework=fsdp2 (a BF16 model under "
-                            "torch.optim.Adam; Megatron and DeepSpeed keep an FP32 master copy)")
+                            "torch.optim.Adam) or framework=megatron with zero=1 (NeMo's distributed_fused_adam with "
+                            "optim.dtype bf16); Megatron's other optimizers and DeepSpeed keep an FP32 master copy")
         if not isinstance(self.fp8_param_gather, bool):
             raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
+        if self.fp8_param_gather and self.optimizer_dtype != "fp32":
+            # NeMo megatron_base_model.py (r2.0.0rc1): with fp8_params distributed_fused_adam stores a parameter copy
+            # in the optimizer dtype (store_params=True), a layout this model does not charge
+            raise SpecError("fp8_param_gather", self.fp8_param_gather, "false with optimizer_dtype=bf16 (FP8 "
+                            "parameters make NeMo's distributed_fused_adam keep a BF16 parameter copy; not modelled)")
         if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
             # megatron/training/arguments.py at d98e8a64: "--fp8-param-gather only supported with distributed
             # optimizer, torch fsdp2, megatron fsdp, or inference mode"
@@ -270,6 +296,8 @@ class ParallelConfig:
             del d["grad_dtype"]  # the default: plan keys unchanged
         if self.loss_impl == "fused":
             del d["loss_impl"]  # the default: plan keys unchanged
+        if self.pp_grad_reduce == "step":
+            del d["pp_grad_reduce"]  # the default: plan keys unchanged
         if self.module_layout == "fused":
             del d["module_layout"]  # the default: plan keys unchanged
         if not self.fp8_param_gather:
@@ -296,7 +324,8 @@ class ParallelConfig:
         unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
                                               "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
-                                              "optimizer_dtype", "layout", "loss_impl", "module_layout"}
+                                              "optimizer_dtype", "layout", "loss_impl", "module_layout",
+                                              "pp_grad_reduce"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

@@ -201,7 +201,7 @@ def _dp_groups(c: "ParallelConfig") -> list[tuple[int, int]]:
     """``(size, stride)`` of the gradient/parameter groups: dense over DP x CP, experts over EDP."""
     groups = [(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp))]
     if c.ep > 1:
-        groups.append((_edp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep)))
+        groups.append((_edp(c), group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp())))
     return [(n, s) for n, s in groups if n > 1]
 
 

@@ -130,7 +130,7 @@ class Scorer:
 
     def _dp_terms(self, c: ParallelConfig, s: int):
         key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.vp, c.zero, c.framework, c.layers_per_stage, c.layout, c.bucket_bytes, c.grad_dtype,
-               c.fp8_param_gather, dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
+               c.fp8_param_gather, c.pp_grad_reduce, dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.dma)
         d = self._dp.get(key)
         if d is None:
             d = self._dp[key] = stage_dp_terms(self.model, self.cluster, c, s)
@@ -146,7 +146,7 @@ class Scorer:
     def _peak_memory(self, c: ParallelConfig, reps) -> float:
         key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers, c.mb, c.vp,
                c.flash_attention, c.layers_per_stage, c.recompute_modules, c.fp8_param_gather, c.optimizer_dtype,
-               c.grad_dtype, c.layout)
+               c.grad_dtype, c.layout, c.pp_grad_reduce)
         peak = self._memory.get(key)
         if peak is None:
             peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)

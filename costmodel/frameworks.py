@@ -41,7 +41,9 @@ FSDP2 / torchtitan (``torchtitan/models/llama3/infra/parallelize.py``, ``apply_f
 * zero=2: ``reshard_after_forward=False``: parameters gathered once per micro-batch in forward
   and kept unsharded through backward (a full copy of the stage's weights), gradients
   reduce-scattered per micro-batch; under a pipeline schedule (pp > 1) gathered and
-  reduce-scattered once per step (:data:`_FSDP_NO_RESHARD_PP`).
+  reduce-scattered once per step (:data:`_FSDP_NO_RESHARD_PP`), or per micro-batch as without one
+  when the plan states ``pp_grad_reduce='microbatch'`` (FSDP1-style ZeRO-2 under PP, as Meta's
+  Llama 3 framework runs: ``ParallelConfig.pp_grad_reduce``).
 * zero=3: ``reshard_after_forward=True``: gathered in forward and again in backward,
   reduce-scattered per micro-batch.
 * TP is always sequence-parallel in torchtitan (norms as ``SequenceParallel``); chunked TP
@@ -310,7 +312,9 @@ def lookup(framework: str, zero: int) -> Semantics:
 
 def of(c) -> Semantics:
     """The semantics plan ``c`` is charged (:func:`lookup` of its framework and ZeRO stage; FSDP2
-    without resharding under a pipeline schedule syncs once per step)."""
-    if c.framework == "fsdp2" and c.zero == 2 and c.pp > 1:
+    without resharding under a pipeline schedule syncs once per step, unless ``c.pp_grad_reduce`` is
+    ``'microbatch'``: then it runs as without a pipeline, :data:`_FSDP_NO_RESHARD`, gathering each
+    micro-batch's parameters in its forward and reduce-scattering its gradients in its backward)."""
+    if c.framework == "fsdp2" and c.zero == 2 and c.pp > 1 and getattr(c, "pp_grad_reduce", "step") == "step":
         return _FSDP_NO_RESHARD_PP
     return lookup(c.framework, c.zero)

@@ -41,8 +41,9 @@ from functools import lru_cache
 
 from .analytic import WHY_EP, WHY_TP, _tp_ledger
 from .collectives import collective_time_s
-from .compute import ACT_BYTES, elementwise_time_s, embedding_op, ep_alltoall_bytes, gemm_time_s, layer_ops
+from .compute import ACT_BYTES, elementwise_time_s, embedding_op, gemm_time_s, layer_ops
 from .config import ParallelConfig, validate_config
+from .ep_dispatch import ep_dispatch_time_s
 from .errors import SpecError
 from .inference_memory import serving_memory
 from .kvcache import kv_bytes_per_token, kv_dtype_bytes
@@ -107,8 +108,7 @@ def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
         led = led.merge(fwd)
     if moe and c.ep > 1:
         experts = next(o for o in ops if o.name == "experts")
-        a2a = ep_alltoall_bytes(model, tokens, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
-        t_a2a = collective_time_s("alltoall", a2a, c.ep, 1, cluster)
+        t_a2a = ep_dispatch_time_s(model, tokens, c.tp, c.ep, cluster, c.ep_dispatcher)
         why = WHY_EP if k == 1 else "data dependency: dispatch needs the router output (combine chunked)"
         led.add("ep", t_a2a, t_a2a, why, uses_compute=sm)  # dispatch
         led.add("ep", t_a2a, exposed_s(t_a2a, experts.fwd_s, k if k > 1 else 0), why, uses_compute=sm)

@@ -11,12 +11,35 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
 from .errors import SpecError
 
 
 def bubble_fraction(p: int, m: int, v: int = 1) -> float:
     """Pipeline bubble time over ideal time, ``(p - 1) / (v * m)``."""
     return (p - 1) / (v * m)
+
+
+def interleaved_p2p_exposed_s(t_p2p_s, chunk_fwd_s, p: int, m: int, v: int):
+    """Exposed seconds per PP send of an interleaved (``v > 1``) schedule, for the closed form's
+    per-micro-batch stage time (:func:`costmodel.step.pipeline_s`): the steady state hides a send
+    behind one chunk's forward (``max(0, t - chunk_fwd)``), and the fill and drain do not. The
+    first micro-batch's forward crosses all ``p v - 1`` virtual-stage boundaries one after the
+    other, the last one's backward crosses them back, and Megatron's interleaved order (groups of
+    ``p`` micro-batches per chunk, ``schedules.py``'s warm-up of ``2 (p - s - 1) + (v - 1) p``
+    forwards) leaves no other work to run meanwhile: the step lasts ``2 (p v - 1)`` transfers
+    longer, whatever ``m`` (the op-graph schedule :func:`costmodel.graph.pipeline.simulate`, with
+    asynchronous sends, gives exactly that while ``t <= chunk_fwd``). Spread over the ``M = m +
+    (p - 1) / v`` micro-batch times of the composition and the ``2 v`` sends of a micro-batch:
+    ``(p v - 1) min(t, chunk_fwd) / (v M)`` per send; the part of ``t`` beyond a chunk's forward is
+    already exposed in the steady-state term. Scalars or numpy arrays.
+
+    >>> round(float(interleaved_p2p_exposed_s(0.01, 1.0, 4, 8, 4)) * 2 * 4 * (8 + 3 / 4), 6)   # 2 (p v - 1) t
+    0.3
+    """
+    hidden = np.minimum(t_p2p_s, chunk_fwd_s)
+    return (t_p2p_s - hidden) + (p * v - 1) * hidden / (v * (m + (p - 1) / v))
 
 
 def in_flight_chunks(p: int, m: int, v: int, stage: int) -> int:

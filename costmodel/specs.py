@@ -20,6 +20,7 @@ from .units import DTYPES, GiB
 MAX_HBM_BYTES = 16 * 1024 * GiB
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
+MOE_ROUTINGS = ("uniform", "consecutive")  # costmodel.ep_dispatch.fanout
 MODES = ("train", "infer")
 
 #: sanity bounds on sizes, far beyond any real model or cluster: a typo (an extra three zeros)
@@ -75,6 +76,10 @@ class ModelSpec:
         64 routed experts; the expected maximum of 64 normal loads is about 2.4 standard
         deviations above the mean, so 0.72 / 2.4 = 0.3. Sets the slowest EP rank's load
         (:func:`costmodel.compute.moe_imbalance`).
+    moe_routing : how tokens spread over the experts, which sets how many EP ranks and nodes one
+        token reaches (:func:`costmodel.ep_dispatch.fanout`): ``uniform`` (each token's top-k a random
+        set: a balanced learned router, Megatron-Core's forced load balancing) or ``consecutive``
+        (NeMo AutoModel's ``FakeBalancedGate``: token t to experts ``t*k .. t*k + k - 1`` mod experts).
     q_lora_rank, kv_lora_rank, qk_rope_head_dim, v_head_dim : multi-head latent attention
         (DeepSeek-V2/V3); ``kv_lora_rank = 0`` means ordinary attention.
     mtp_layers : multi-token-prediction modules (DeepSeek-V3 ``num_nextn_predict_layers``; Megatron-Core
@@ -97,6 +102,7 @@ class ModelSpec:
     shared_experts: int = 0
     dense_layers: int = 0
     moe_load_cv: float = 0.3
+    moe_routing: str = "uniform"
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -133,6 +139,8 @@ class ModelSpec:
         elif self.topk or self.shared_experts:
             raise SpecError("experts", self.experts, "positive when topk or shared_experts is set")
         _positive("moe_load_cv", self.moe_load_cv, allow_zero=True)
+        if self.moe_routing not in MOE_ROUTINGS:
+            raise SpecError("moe_routing", self.moe_routing, f"one of {', '.join(MOE_ROUTINGS)}")
         if self.kv_lora_rank and not self.v_head_dim:
             object.__setattr__(self, "v_head_dim", self.head_dim)
 

@@ -6,7 +6,8 @@ runs (10% below, 10% above). It is a statement about the cost model's error, not
 run-to-run noise of one job. tokens/s and MFU bands are the same interval inverted
 (:func:`derived_bands`).
 
-Where it comes from. Two parts, added in log space (errors are ratios):
+Where it comes from. Three estimates of *one* error, of which the band takes the largest (log space;
+errors are ratios), then two widenings for what no residual contains:
 
 1. *Out-of-source validation residuals of the plan's regime.* ``costmodel/data/residuals.json``
    holds ``ln(predicted / measured)`` of every usable published row outside the sealed split
@@ -27,23 +28,31 @@ Where it comes from. Two parts, added in log space (errors are ratios):
    the estimate), a regime whose sources disagree or whose runs scatter a wide one.
 2. *Sensitivity to the uncertain constants.* The change of this plan's step time for a typical
    error of each calibratable constant (:mod:`costmodel.calibration`: ~10% of an efficiency,
-   0.05 of the interference), added in quadrature. Fully where the plan's device family has
-   no validation rows; scaled by :data:`VALIDATED_SHARE` where it has (validation already saw
-   those constants' errors on that hardware).
+   0.05 of the interference), in quadrature: ``z(0.9) * sens_log_sd``.
+3. *Run-to-run variation*, :data:`NOISE_SD`.
+
+Why the largest and not their sum (issue 23, bands 3; ``benchmarks/RESULTS.md`` section 30): the
+residuals are out-of-source errors of these very predictions, made with constants fitted without the
+row's source, so they already contain the constants' errors and the run-to-run noise; adding the
+sensitivity and the noise to them counted those twice (the earlier rule added half the sensitivity,
+``VALIDATED_SHARE`` = 0.5, an assumption, in quadrature). Each of 2 and 3 is a floor on the total
+error (the total error is at least the constants' part of it), so each stands where the residuals
+are fewer or narrower than it: a device without validation rows, a plan far more sensitive than the
+runs its pool holds.
 
 A calibrated cluster (``planner calibrate``; the file's ``calibrated`` section) bases part 1 on
 the calibration's leave-one-out residuals (three or more runs), pooled with the validation
 spread as :data:`PRIOR_RUNS` runs of prior evidence, and drops the fitted constants from
 part 2: the band narrows when the calibration predicts held-out runs well and widens when it
-does not. A floor of :data:`NOISE_SD` stands for run-to-run variation.
+does not.
 
-Two widenings, also in quadrature, each with a note in words (:func:`band_detail`):
+Two widenings, in quadrature (no residual contains them), each with a note in words (:func:`band_detail`):
 
-3. *Unstated knobs.* ``completion_log_sd``: the log-sd of the step times of the plausible
+4. *Unstated knobs.* ``completion_log_sd``: the log-sd of the step times of the plausible
    completions of what the user stated (``planner evaluate``: the best completions the pinned
    search returns); 0 with nothing unstated.
-4. *Beyond the data* (:mod:`costmodel.band_scope`). A device, stack, regime or mechanism without
-   measured runs or component data: the band is that of every measured run pooled (never narrower
+5. *Beyond the data* (:mod:`costmodel.band_scope`). A device, stack, regime or mechanism without
+   measured runs or component data: part 1 is the band of every measured run pooled (never narrower
    than the plan's own pool; :func:`outside_band`). More
    GPUs than the largest measured run of the regime: the pool's sd is added again per doubling
    beyond it (:data:`DRIFT_PER_DOUBLING`; an assumption, not fitted: no data lies there).
@@ -73,8 +82,6 @@ from .specs import ClusterSpec, ModelSpec, Workload
 
 RESIDUALS = Path(__file__).parent / "data" / "residuals.json"
 LEVEL = 0.8
-#: share of the constants' typical errors left on a device family the validation covers
-VALIDATED_SHARE = 0.5
 #: run-to-run variation of a measured step time (log sd), a floor on every band
 NOISE_SD = 0.01
 #: weight of the validation spread next to a calibration's leave-one-out residuals, in runs
@@ -91,7 +98,7 @@ class Regime:
 
     kind : ``dense`` or ``moe``. zero : ``0``, ``1-2`` or ``3``. scale : GPU-count bucket.
     device : device family (``a100``, ``h100``...). sens_log_sd : log-sd of the step time from
-    the uncertain constants' typical errors (full, before :data:`VALIDATED_SHARE`).
+    the uncertain constants' typical errors (a floor on the band, :func:`band_detail`).
     calibration_log_residuals / calibrated_constants : from a calibrated cluster.
     """
 
@@ -269,19 +276,18 @@ def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components
             mean, half = o_mean, o_half
         notes.append(f"band of all {n} measured runs pooled, as a new source's error "
                      f"(80% band +-{100 * (math.exp(half) - 1):.0f}% about its centre)")
-    covered = any(r["regime"].get("device") == regime.device for r in residuals)
-    share = VALIDATED_SHARE if covered else 1.0
     cal = list(regime.calibration_log_residuals)
     if len(cal) >= 3:
         mean, half = _calibrated_interval(cal, pool, level)
-        share = VALIDATED_SHARE
-    sens = share * regime.sens_log_sd
+    # one error, three estimates of it (module doc): the residuals already hold the constants' errors and
+    # the run noise, so the sensitivity and the noise floor it, never add to it
+    half = max(half, z * regime.sens_log_sd, z * NOISE_SD)
     drift = DRIFT_PER_DOUBLING * sd_pool * math.log2(where.scale_ratio)
     comp = regime.completion_log_sd
     if comp > 0:
         notes.append(f"unstated knobs: band widened by the spread of the plausible completions "
                      f"(log sd {comp:.3f}: +-{100 * (math.exp(z * comp) - 1):.1f}% at 80%)")
-    half = math.sqrt(half ** 2 + (z * sens) ** 2 + (z * NOISE_SD) ** 2 + (z * drift) ** 2 + (z * comp) ** 2)
+    half = math.sqrt(half ** 2 + (z * drift) ** 2 + (z * comp) ** 2)  # beyond what any residual holds
     # residual = ln(pred/meas): measured = predicted * exp(-residual); the estimate stays inside
     return min(-mean - half, 0.0), max(-mean + half, 0.0), tuple(notes)
 

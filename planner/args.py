@@ -22,7 +22,8 @@ import math
 import re
 import sys
 
-from costmodel.config import EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, RECOMPUTE, RECOMPUTE_MODULES
+from costmodel.config import (EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, PP_GRAD_REDUCES,
+                              RECOMPUTE, RECOMPUTE_MODULES)
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
@@ -361,14 +362,22 @@ def add_memory_args(g) -> None:
     g.add_argument("--optimizer-dtype", type=choice_arg("optimizer_dtype", OPTIMIZER_DTYPES),
                    metavar="{" + ",".join(OPTIMIZER_DTYPES) + "}",
                    help="fp32: an FP32 master copy and Adam moments (default); bf16: a BF16 model updated in place "
-                        "by torch.optim.Adam (framework fsdp2 only)")
+                        "with BF16 Adam moments (framework fsdp2: torch.optim.Adam; framework megatron with zero 1: "
+                        "NeMo's distributed_fused_adam with optim.dtype bf16)")
     g.add_argument("--loss-impl", type=choice_arg("loss_impl", LOSS_IMPLS), metavar="{" + ",".join(LOSS_IMPLS) + "}",
                    help="the cross-entropy's memory: fused (Megatron-Core's vocab-parallel cross-entropy, the "
                         "default) or fp32 (torchtitan's eager FP32 loss)")
 
+    g.add_argument("--pp-grad-reduce", type=choice_arg("pp_grad_reduce", PP_GRAD_REDUCES),
+                   metavar="{" + ",".join(PP_GRAD_REDUCES) + "}",
+                   help="framework fsdp2, zero 2, with pp > 1: step (torch.distributed.pipelining: gradients kept "
+                        "unsharded and reduce-scattered once per step, the default) or microbatch (reduce-scattered "
+                        "in every micro-batch's backward, parameters gathered in each forward: ZeRO-2 under PP, as "
+                        "Meta's FSDP ran Llama 3)")
+
 
 #: the memory mechanisms of :func:`add_memory_args`, as ``ParallelConfig`` fields
-MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl")
+MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl", "pp_grad_reduce")
 
 
 def memory_fields(args: argparse.Namespace) -> dict:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from costmodel.errors import PlannerError, SpecError
 from costmodel.estimate import evaluate
@@ -177,6 +177,74 @@ def evaluate_stated(args: argparse.Namespace, model, cluster, workload):
     config, chosen, note, spread = complete(args, model, cluster, workload)
     est = priced(model, cluster, workload, config)
     return est, est.config, chosen, note, spread
+
+
+#: how the output says the unstated knobs were filled, when the completion did not fall back (``note`` empty)
+AS_RECOMMEND = "as recommend would, with what you stated pinned; --framework-defaults for the framework's own"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatedPlan:
+    """A training command line resolved to the plan ``evaluate`` prices (and ``explain`` explains).
+
+    estimate : the priced :class:`costmodel.estimate.Estimate` (its ``config`` is the plan).
+    chosen : ``{knob: value}`` the planner chose or filled (empty: nothing unstated, or a framework config).
+    note : why the knobs were filled as they were, when not as recommend would (empty otherwise).
+    spread : log-sd of the plausible completions' step times (:func:`spread_log_sd`; widens the band).
+    source : where each knob came from, for a framework configuration input (None otherwise)."""
+
+    model: object
+    cluster: object
+    workload: object
+    estimate: object
+    chosen: dict = field(default_factory=dict)
+    note: str = ""
+    spread: float = 0.0
+    source: dict | None = None
+
+    @property
+    def chosen_how(self) -> str:
+        """The words beside ``chosen`` (JSON ``chosen_how``; empty with nothing chosen)."""
+        return self.note or (AS_RECOMMEND if self.chosen else "")
+
+
+def stated_plan(args: argparse.Namespace) -> StatedPlan:
+    """The one path from a training command line to its plan, shared by ``planner evaluate`` and ``planner
+    explain`` (so both show the same plan, step time and band for the same flags): a framework's own
+    configuration (``--megatron-args``, ``--deepspeed-config``, ``--torchtitan-config``) is read literally
+    (:mod:`planner.framework_plan`); planner flags are completed by :func:`complete`; then :func:`priced`."""
+    from .framework_inputs import from_args as framework_input
+    from .framework_plan import resolve as resolve_framework_input
+    from .args import problem_from_args
+    fi, source = framework_input(args), None
+    if fi is not None:  # literal: every knob from the configuration or the framework's defaults
+        model, cluster, workload, config, source = resolve_framework_input(fi, args)
+        chosen, note, spread = {}, "", 0.0
+    else:
+        model, cluster, workload = problem_from_args(args)
+        config, chosen, note, spread = complete(args, model, cluster, workload)
+    est = priced(model, cluster, workload, config)
+    if not cluster.num_gpus:
+        cluster = cluster.with_gpus(est.config.gpus)
+    return StatedPlan(model=model, cluster=cluster, workload=workload, estimate=est, chosen=chosen, note=note,
+                      spread=spread, source=source)
+
+
+def chosen_line(plan: StatedPlan) -> str | None:
+    """``chosen by the planner: mb=1 ... (how)``, or None with nothing chosen."""
+    if not plan.chosen:
+        return None
+    return "chosen by the planner: " + " ".join(f"{k}={fmt_knob(v)}" for k, v in plan.chosen.items()) \
+        + f" ({plan.chosen_how})"
+
+
+def fmt_knob(v) -> str:
+    """A knob's value as the outputs print it (``on``/``off``, ``4/4/3`` for a list)."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, list):
+        return "/".join(map(str, v))
+    return str(v)
 
 
 #: what ``recommend`` may choose beyond the tuning knobs: the degrees (CLI dest names)

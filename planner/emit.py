@@ -62,6 +62,12 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
     _refuse_half_gradients(fmt, c.grad_dtype)
     if fmt == "megatron":  # its only chunked overlap: TE userbuffers, a ring exchange of tp steps
         frameworks.check_userbuffers_chunks(tp=c.tp, sp=c.sp_on, chunks=c.chunks)
+    if fmt == "fsdp2" and c.pp > 1 and c.pp_grad_reduce != "step":
+        # torch.distributed.pipelining turns gradient sync off for every micro-batch but the last
+        # (stage.py, backward_maybe_with_nosync); torchtitan has no setting that reduce-scatters per micro-batch
+        raise SpecError("pp_grad_reduce", c.pp_grad_reduce, "step for --emit fsdp2 with pp > 1 (torchtitan's "
+                        "pipeline schedule reduces gradients once per step; no torchtitan setting runs it per "
+                        "micro-batch)")
     if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
         raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
                         f"({fmt} recomputes every layer or none)")
@@ -131,6 +137,10 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
     if c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
         raise SpecError("loss_impl", c.loss_impl, "fused for --emit megatron (Megatron-Core's vocab-parallel "
                         "cross-entropy; fp32 is torchtitan's eager loss)")
+    if c.optimizer_dtype != "fp32":  # Megatron-LM's optimizers keep FP32 (or FP16) main params: --main-params-dtype
+        raise SpecError("optimizer_dtype", c.optimizer_dtype, "fp32 for --emit megatron (Megatron-LM's distributed "
+                        "optimizer keeps main params, --main-params-dtype fp32 or fp16; BF16 Adam state without a "
+                        "master copy is NeMo 1.x's distributed_fused_adam with optim.dtype bf16)")
     frameworks.semantics("megatron", c.zero)  # Megatron-Core has no ZeRO-2: refused with the reason
     if c.zero == 1:  # megatron/core/optimizer/distrib_optimizer.py: full grad buffer, sharded optimizer
         out.append(["--use-distributed-optimizer"])

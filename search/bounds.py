@@ -29,10 +29,11 @@ import numpy as np
 from costmodel.analytic import stage_timing
 from costmodel.step import dp_exposure, even_pieces, pipeline_s
 from costmodel.collectives import collective_time_s, group_stride
-from costmodel.compute import ACT_BYTES
+from costmodel.compute import ACT_BYTES, layer_ops
 from costmodel.compute import optimizer_time_s
 from costmodel.memory import expert_dp, reserved_bytes
 from costmodel.pipeline import in_flight_chunks
+from costmodel.split_overhead import with_split_overheads
 
 from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
 
@@ -71,6 +72,16 @@ class Bounds:
         """(dense layer, MoE layer) terms of :meth:`search.tables.Tables.layer` (:meth:`_pair`)."""
         t = tables or self.t
         return self._pair(lambda moe: t.layer(c, moe))
+
+    def plain_floor(self, c: Choice) -> tuple[float, float]:
+        """(dense, MoE) per-layer ``U`` floor: with partial recompute (``recompute_layers`` k) the stage runs k
+        layers of ``c`` and the rest as plain layers (:meth:`search.tables.Tables.timing`), whose ``U`` can be
+        the smaller one (their exposed communication differs), so the floor is the lesser of the two."""
+        dl, ml = self.layers(c)
+        if c.recompute_layers is None:
+            return dl[0], ml[0]
+        dp, mp = self.layers(replace(c, recompute="none", recompute_layers=None))
+        return min(dl[0], dp[0]), min(ml[0], mp[0])
 
     def activations(self, c: Choice) -> tuple[float, float]:
         """(dense layer, MoE layer) activation bytes (:meth:`search.tables.Tables.activations`)."""
@@ -146,20 +157,50 @@ class Bounds:
         return self._opt[key]
 
     # ------------------------------------------------------------------ the cheap bound
-    def quick_lb_s(self, c: Choice) -> float:
-        """Mean-stage and largest-stage pipeline bound plus the optimizer bound (no memory)."""
-        return sum(self._quick_parts(c))
+    def quick_lb_s(self, c: Choice, any_chunks: bool = False) -> float:
+        """Mean-stage and largest-stage pipeline bound plus the optimizer bound (no memory); with
+        ``any_chunks``, of ``c`` at every chunk count up to its own (:meth:`pipeline_lb_s`)."""
+        return self.pipeline_lb_s(c, any_chunks) + self.opt_lb_s(c)
 
     def _quick_parts(self, c: Choice) -> tuple[float, float]:
         return self.pipeline_lb_s(c), self.opt_lb_s(c)
 
-    def pipeline_lb_s(self, c: Choice) -> float:
-        """The pipeline term's bound (:func:`costmodel.step.pipeline_s` of the floors below)."""
-        total, slow = self._total_s(c)
+    def pipeline_lb_s(self, c: Choice, any_chunks: bool = False) -> float:
+        """The pipeline term's bound (:func:`costmodel.step.pipeline_s` of the floors below).
+
+        ``any_chunks``: a bound for ``c`` at every chunk count ``<= c.chunks`` at once. More chunks
+        never expose more communication, but each piece pays a kernel launch
+        (:mod:`costmodel.split_overhead`), which also widens the windows SM collectives stretch:
+        ``c``'s layers less their split overhead ``X`` times ``1 + 3 coef / (1 - coef)`` (at most
+        three overlapped streams stretch over one window: TP/SP, CP or EP, ZeRO) are below the
+        layers at any fewer chunks."""
+        total, slow = self._total_s(c, any_chunks)
         slow = max(total / c.shape.pp, slow)
         return pipeline_s(slow, total, c.micro_batches(self.p.workload.global_batch), c.vp)
 
-    def _total_s(self, c: Choice) -> tuple[float, float]:
+    def _split_relief(self, c: Choice) -> tuple:
+        """``((dU, dR) dense, (dU, dR) MoE)``: what :meth:`pipeline_lb_s` takes off ``c``'s layer
+        terms for ``any_chunks``."""
+        sh = c.shape
+        key = (sh.tp, sh.cp, sh.ep, c.mb, c.sp, c.chunks, c.recompute != "none")
+        cache = self.t.shared.setdefault("bounds.split_relief", {})
+        if key in cache:
+            return cache[key]
+        coef = self.p.cluster.device.comm_compute_interference
+        k = 1 + 3 * coef / (1 - coef)
+        cfg = c.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
+        dev, ov = self.p.cluster.device, self.p.cluster.device.kernel_overhead_s
+
+        def of(moe):
+            ops = layer_ops(self.p.model, dev, self.p.workload, cfg, moe)
+            split = with_split_overheads(ops, cfg, ov)
+            xf = sum(o.fwd_s for o in split) - sum(o.fwd_s for o in ops)
+            xb = sum(o.bwd_s for o in split) - sum(o.bwd_s for o in ops)
+            return k * (xf + xb), (k * xf if c.recompute != "none" else 0.0)
+        cache[key] = self._pair(of)
+        return cache[key]
+
+    def _total_s(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
         """(every stage's micro-batch time summed, a floor of the slowest stage: the largest stage
         at its cheapest, and the first and last stages holding their fewest layers with the
         embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``).
@@ -168,33 +209,40 @@ class Bounds:
         floor), unless a DMA assignment of its own takes the tables' extras: interleaves sharing
         both (DeepSeek-V3's 61 layers: VP 2, 4 and 8) share one entry."""
         vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
-        key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma)
+        key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma,
+               any_chunks and c.chunks > 1)
         out = self._totals.get(key)
         if out is None:
-            out = self._totals[key] = self._total_parts(c)
+            out = self._totals[key] = self._total_parts(c, any_chunks and c.chunks > 1)
         return out
 
-    def _layer_sums(self, c: Choice) -> tuple:
-        """``(sum of U, sum of R, least U, least R)`` over the model's layers (:meth:`layers`), cached by
+    def _layer_sums(self, c: Choice, any_chunks: bool) -> tuple:
+        """``(sum of U, sum of R, least U, least R)`` over the model's layers (:meth:`layers`; ``U`` at
+        :meth:`plain_floor`; with ``any_chunks`` less :meth:`_split_relief`), cached by
         :meth:`search.tables.Tables.layer`'s own key: every pp, dp (but ZeRO-3's) and vp shares them."""
         s = c.shape
         z3 = c.per_microbatch()
-        key = ("layer_sums", s.tp, s.cp, s.ep, s.dp if z3 else 1, c.mb, c.sp, c.chunks, c.recompute, z3, c.dma,
-               c.grad_dtype, c.options)
+        key = ("layer_sums", s.tp, s.cp, s.ep, s.dp if z3 else 1, c.mb, c.sp, c.chunks, c.recompute,
+               c.recompute_layers is None, z3, c.dma, c.grad_dtype, c.options, any_chunks)
         out = self._totals.get(key)
         if out is None:
             L, d = self.p.model.layers, self.p.model.dense_layers
             dl, ml = self.layers(c)
+            ud, um = self.plain_floor(c)
+            if any_chunks:  # the relief lowers a layer's U whatever its recompute, so the floor's min too
+                (du_d, dr_d), (du_m, dr_m) = self._split_relief(c)
+                dl, ml = (max(0.0, dl[0] - du_d), max(0.0, dl[1] - dr_d)), (max(0.0, ml[0] - du_m), max(0.0, ml[1] - dr_m))
+                ud, um = max(0.0, ud - du_d), max(0.0, um - du_m)
             n_dense = d if self.p.model.is_moe else L
-            out = self._totals[key] = (n_dense * dl[0] + (L - n_dense) * ml[0], n_dense * dl[1] + (L - n_dense) * ml[1],
-                                       min(dl[0], ml[0]), min(dl[1], ml[1]))
+            out = self._totals[key] = (n_dense * ud + (L - n_dense) * um, n_dense * dl[1] + (L - n_dense) * ml[1],
+                                       min(ud, um), min(dl[1], ml[1]))
         return out
 
-    def _total_parts(self, c: Choice) -> tuple[float, float]:
+    def _total_parts(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
         p, s = self.p, c.shape
         L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
-        u_sum, r_all, u_min, r_min = self._layer_sums(c)
+        u_sum, r_all, u_min, r_min = self._layer_sums(c, any_chunks)
         if k is None:
             r_sum = r_all
         else:  # concentrate the layers: (p-1) stages of vp layers and one with the rest
@@ -375,7 +423,7 @@ class Bounds:
         if pp == 1:
             return t_quick + o_lb + self.dp_lb_s(c, caps)
         dl, ml = self.layers(c)
-        slope = min(dl[0], ml[0]) + (min(dl[1], ml[1]) if c.recompute_layers is None else 0.0)
+        slope = min(self.plain_floor(c)) + (min(dl[1], ml[1]) if c.recompute_layers is None else 0.0)
         p2p = 2 * self.p2p_s(c) if vp == 1 else 0.0
         kinds = stage_kinds(pp)
         base = {k: self.extras(c, k, exact=True)[0] + p2p for k in kinds}

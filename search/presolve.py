@@ -119,9 +119,11 @@ class Expander:
 
     def choices(self, s, mb: int, vp: int, pruned=None):
         """The group's choices after dominance, as lists of choices that differ only in bucket size
-        (the quick bound does not depend on it); with ``pruned(choice) -> bool`` (a bound test) a
-        sub-group (sp, ZeRO, assignment, recompute) is skipped whole when its choice with the most
-        chunks is pruned (more chunks never make a layer slower: its bound is the sub-group's)."""
+        (the quick bound does not depend on it); with ``pruned(choice, any_chunks) -> bool`` (a bound test) a
+        sub-group (sp, ZeRO, assignment, recompute) is skipped whole when the bound of its choice with
+        the most chunks over every chunk count (``pruned(choice, True)``,
+        :meth:`search.bounds.Bounds.pipeline_lb_s` ``any_chunks``) is pruned: more chunks never
+        expose more communication, but each piece pays a kernel launch (:mod:`costmodel.split_overhead`)."""
         p = self.p
         zeros, sps, _, buckets = self.values(s)
         kept_buckets = _dominant_buckets(buckets)
@@ -135,7 +137,7 @@ class Expander:
                     for kind, k in recs:
                         if pruned is not None and pruned(Choice(s, mb, vp, sp, max(chunk_opts), zero, kind, k,
                                                                 kept_buckets[0], p.framework, a, p.grad_dtype,
-                                                                p.options)):
+                                                                p.options), True):
                             self.counts["bound"] += len(chunk_opts) * len(buckets)
                             continue
                         base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a,
@@ -153,7 +155,7 @@ class Expander:
         group's exact optimum).
 
         Level 0, pipeline: the fastest layers (no recompute, no ZeRO-3 gathers unless only ZeRO-3
-        fits, the most chunks; exposure never grows with more chunks), best sp. Level 1 screens
+        fits, the most chunks less their kernel launches: ``any_chunks``), best sp. Level 1 screens
         memory with the leanest choice (most ZeRO sharding, full recompute, sequence parallel): None
         if that cannot fit; else the pipeline bound over only the ZeRO stages whose leanest choice
         fits. Level 2 adds, per ZeRO stage, the optimizer and the DP exposure with the longest windows
@@ -194,7 +196,7 @@ class Expander:
                 return None, []
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
         t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework,
-                                            grad_dtype=p.grad_dtype, options=p.options))
+                                            grad_dtype=p.grad_dtype, options=p.options), any_chunks=True)
                 for sp in sps)
         return t, zeros
 
@@ -316,7 +318,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             if groups and g_refined > groups[0][0] and not diving():
                 heapq.heappush(groups, (g_refined, lv, q))
                 continue
-        for cs in ex.choices(*q, pruned=lambda c: to_ticks(bounds.quick_lb_s(c)) > thr()):
+        for cs in ex.choices(*q, pruned=lambda c, any_chunks=False: to_ticks(bounds.quick_lb_s(c, any_chunks)) > thr()):
             lb = to_ticks(bounds.quick_lb_s(cs[0]))
             if lb > thr():
                 counts["bound"] += len(cs)

@@ -120,7 +120,7 @@ class Limits:
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
 PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher",
-                "module_layout")
+                "module_layout", "pp_grad_reduce")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,20 +149,28 @@ class Problem:
             if k not in PLAN_OPTIONS:
                 raise SpecError("options", k, f"one of {', '.join(PLAN_OPTIONS)}")
             v = tuple(v) if k == "recompute_modules" else v
-            probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1)}.get(k, {})
+            probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1),
+                     "pp_grad_reduce": dict(zero=2), "optimizer_dtype": dict(zero=1)}.get(k, {})
             ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
             opts.append((k, v))
         given = dict(opts)
         if given.get("fp8_param_gather") and self.workload.dtype != "fp8":
             raise SpecError("fp8_param_gather", True, f"false unless dtype=fp8 (FP8 parameters of an FP8 run; "
                             f"dtype={self.workload.dtype})")
-        if "fp8_param_gather" not in given and self.workload.dtype == "fp8" and self.framework == "megatron":
+        if ("fp8_param_gather" not in given and self.workload.dtype == "fp8" and self.framework == "megatron"
+                and given.get("optimizer_dtype", "fp32") == "fp32"):
             # chosen where it runs (the distributed optimizer / Megatron FSDP: Choice.config_options): FP8
             # parameters drop Transformer Engine's FP8 weight copy (costmodel.memory.fp8_weight_cache_bytes) and
             # halve the parameter all-gather (costmodel.memory.param_gather_bytes), so they are never slower and
             # never larger; --no-fp8-param-gather states False
             opts = sorted(opts + [("fp8_param_gather", True)])
         object.__setattr__(self, "options", tuple(opts))
+        if self.framework == "megatron" and given.get("optimizer_dtype", "fp32") != "fp32":
+            # BF16 Adam state under Megatron-Core is NeMo's distributed_fused_adam, a ZeRO-1 optimizer (ParallelConfig)
+            if self.limits.fixed.get("zero", 1) != 1:
+                raise SpecError("zero", self.limits.fixed["zero"], "1 with optimizer_dtype=bf16 under framework=megatron "
+                                "(NeMo's distributed_fused_adam shards the optimizer state, ZeRO-1)")
+            object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": 1}))
         if self.grad_dtype not in GRAD_DTYPES:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}

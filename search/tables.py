@@ -46,7 +46,7 @@ from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
 from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp, fp8_weight_cache_bytes,
                               model_state_bytes, stage_memory, stage_params)
-from costmodel.pipeline import in_flight_profile
+from costmodel.pipeline import in_flight_profile, interleaved_p2p_exposed_s
 from costmodel.units import MB
 
 from .candidates import Shape, stage_count_ok, stage_kinds
@@ -61,8 +61,14 @@ def stage_weight(kind: str, pp: int) -> int:
 
 
 @lru_cache(maxsize=None)
-def _per_microbatch(framework: str, zero: int, pp: int, dp_cp: int):
-    sem = frameworks.of(SimpleNamespace(framework=framework, zero=zero, pp=pp))
+def _semantics(framework: str, zero: int, pp: int, pp_grad_reduce: str = "step"):
+    """:func:`costmodel.frameworks.of` of a choice's framework, ZeRO stage, pipeline and gradient-reduce option."""
+    return frameworks.of(SimpleNamespace(framework=framework, zero=zero, pp=pp, pp_grad_reduce=pp_grad_reduce))
+
+
+@lru_cache(maxsize=None)
+def _per_microbatch(framework: str, zero: int, pp: int, dp_cp: int, pp_grad_reduce: str = "step"):
+    sem = _semantics(framework, zero, pp, pp_grad_reduce)
     return sem if sem.per_microbatch and dp_cp > 1 else None
 
 
@@ -127,6 +133,12 @@ class Choice:
             opts.pop("fp8_param_gather", None)
         if self.shape.ep == 1:
             opts.pop("ep_dispatcher", None)  # no expert-parallel dispatch to run
+        if self.framework != "fsdp2" or self.zero != 2:
+            opts.pop("pp_grad_reduce", None)  # only FSDP without resharding has the choice (ParallelConfig)
+        if self.framework == "megatron" and self.zero != 1:
+            # BF16 Adam state under Megatron-Core is the ZeRO-1 distributed_fused_adam: the Problem pins zero=1, so
+            # only the bounds' probes of other stages get here (their memory and DP terms do not read the optimizer)
+            opts.pop("optimizer_dtype", None)
         return opts
 
     def __hash__(self) -> int:
@@ -145,7 +157,8 @@ class Choice:
 
     def per_microbatch(self):
         """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
-        return _per_microbatch(self.framework, self.zero, self.shape.pp, self.shape.dp * self.shape.cp)
+        return _per_microbatch(self.framework, self.zero, self.shape.pp, self.shape.dp * self.shape.cp,
+                               self.config_options().get("pp_grad_reduce", "step"))
 
     def micro_batches(self, global_batch: int) -> int:
         return global_batch // (self.shape.dp * self.mb)
@@ -601,7 +614,8 @@ class Tables:
         if s.pp > 1:
             vp = choice.vp
             t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * vp)
-            time = time + 2 * vp * (t_p2p if vp == 1 else np.maximum(0.0, t_p2p - fwd / vp))
+            time = time + 2 * vp * (t_p2p if vp == 1 else interleaved_p2p_exposed_s(
+                t_p2p, fwd / vp, s.pp, choice.micro_batches(p.workload.global_batch), vp))
         self._parts[key] = (time, fwd, bwd, rec)
         return self._parts[key]
 
@@ -665,7 +679,8 @@ class Tables:
         sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
         acts = acts + (sm.activations_bytes - acts[n0])  # embedding output, logits of the probe
         a = self.affine(choice, kind)
-        held = frameworks.lookup(choice.framework, choice.zero).unsharded_weights if s.dp * s.cp > 1 else None
+        held = _semantics(choice.framework, choice.zero, s.pp, choice.config_options().get("pp_grad_reduce", "step"))
+        held = held.unsharded_weights if s.dp * s.cp > 1 else None  # as memory.gathered_weight_bytes (frameworks.of)
         buffers = {None: 0.0, "stage": WEIGHT_BYTES * (a["dense"] + a["expert"]),  # memory.gathered_weight_bytes
                    "two_layers": 2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n + k_mtp)}[held]
         self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)

@@ -44,13 +44,15 @@ def test_recommend_and_its_baseline(capsys):
     assert lo <= b["baseline"]["step_time_s"] <= hi
 
 
-def test_explain_states_its_defaults_and_band(capsys):
+def test_explain_states_its_choices_and_band(capsys):
+    # explain completes the unstated knobs as evaluate does (not at the flags' defaults) and says so
     text = out_of(capsys, ["explain", *PROBLEM, "--tp", "2", "--mb", "1"])
     assert "stack: mcore-2025" in text and "80% band" in text and f"band: {OUTSIDE}" in text
-    assert "not stated, explained at the flags' defaults: vp=1" in text and " mb=" not in text.split("defaults:")[1]
+    chosen = text.split("chosen by the planner: ")[1]
+    assert "vp=" in chosen and "chunks=" in chosen and " mb=" not in chosen and "tp=" not in chosen
     d = json.loads(out_of(capsys, ["explain", *PROBLEM, "--tp", "2", "--mb", "1", "--json"]))
-    assert d["stack"]["name"] == "mcore-2025" and d["unstated_at_defaults"]["chunks"] == 1
-    assert "mb" not in d["unstated_at_defaults"] and any(OUTSIDE in n for n in d["band_notes"])
+    assert d["stack"]["name"] == "mcore-2025" and "chunks" in d["chosen"] and "recommend" in d["chosen_how"]
+    assert "mb" not in d["chosen"] and any(OUTSIDE in n for n in d["band_notes"])
     lo, hi = d["step_time_band_s"]
     assert lo <= d["step_time_s"] <= hi
 
@@ -62,3 +64,21 @@ def test_sweep_rows_carry_stack_and_band_notes(tmp_path):
     (row,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert row["status"] == "ok" and row["stack"] == "mcore-2025" and OUTSIDE in row["band_notes"]
     assert row["tp"] and row["mb"]  # the plan columns: what the search chose
+
+
+def test_a_plan_inside_the_data_says_it_is_no_extrapolation(capsys):
+    inside = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "64", "--global-batch", "128",
+              "--seq", "8192", "--tp", "2"]
+    for command in ("evaluate", "explain"):
+        text = out_of(capsys, [command, *inside])
+        assert "band: within the data: " in text and "no extrapolation" in text and "stack: mcore-2025" in text
+        assert "chosen by the planner: " in text
+
+
+def test_sweep_summary_names_stack_and_extrapolation(capsys, tmp_path):
+    argv = ["sweep", "--models", "llama3-8b", "--clusters", "b200", "--gpus", "16", "--global-batch", "32",
+            "--seq", "4096", "--out", str(tmp_path), "--no-progress"]
+    text = out_of(capsys, argv)
+    assert "assumed: stack mcore-2025" in text and "1 of 1 banded cases extrapolate" in text
+    d = json.loads(out_of(capsys, argv + ["--json"]))  # resumed: the same case, read back
+    assert d["stacks"] == ["mcore-2025"] and (d["extrapolating_cases"], d["banded_cases"]) == (1, 1)

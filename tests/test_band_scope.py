@@ -58,6 +58,13 @@ def test_ten_times_the_largest_measured_run_widens_and_notes_it():
     w_out, notes_out = width(regime(scale="513+", gpus=10 * top))
     assert w_out > w_in and not any("extrapolating" in n for n in notes_in)
     assert any(n.startswith(f"extrapolating: no measured run above {top:,} GPUs") for n in notes_out)
+    # inside the data the output says that too, with the runs it rests on; beyond it, it does not
+    runs = [x for x in ROWS if x["regime"]["kind"] == "dense" and x["regime"]["device"] == "a100"
+            and x["regime"]["zero"] == "0"]
+    sources = len({x["source"] for x in runs})
+    assert f"within the data: {len(runs)} measured runs of dense ZeRO-0 training on a100 from {sources} sources, " \
+           f"up to {top:,} GPUs on this stack (mcore-2025): no extrapolation" in notes_in
+    assert not any(n.startswith("within the data") for n in notes_out)
     assert width(regime(scale="513+", gpus=100 * top))[0] > w_out  # further out, wider still
 
 
@@ -101,8 +108,9 @@ def test_a_mechanism_without_component_data_is_named():
     assert not any("no component data" in n for n in width(r)[1])
 
 
-def test_inside_the_data_no_note():
-    assert width(regime())[1] == ()
+def test_inside_the_data_one_note_saying_so():
+    (note,) = width(regime())[1]  # no widening note: the one sentence that the plan is inside the data
+    assert note.startswith("within the data: ") and note.endswith(": no extrapolation")
 
 
 def test_device_classes():

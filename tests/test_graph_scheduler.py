@@ -125,3 +125,20 @@ def test_errors():
     g.add_edge("c", "x")
     with pytest.raises(ValueError, match="cycle"):
         schedule(g, ONE)
+
+
+def test_exposure_reasons_do_not_depend_on_the_hash_seed():
+    """The op an exposure blames is the first blocker seen, not a set's hash order (names are strings)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from costmodel.graph.explain import explain; from costmodel.presets import load_model, load_cluster; "
+            "from costmodel.specs import Workload; from costmodel.config import ParallelConfig as P; "
+            "m=load_model('llama3-70b'); c=load_cluster('h100-sxm').with_gpus(64); "
+            "w=Workload(global_batch=512, seq_len=4096); "
+            "print([r['reason'] for r in explain(m, c, w, P(tp=4, pp=2, dp=8, mb=2, vp=8, sp=True, zero=3, recompute='full', bucket_bytes=25e6, chunks=4))])")
+    out = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")]
+    assert "stalled compute" in out[0], out[0]
+    assert out[0] == out[1] == out[2]

@@ -70,7 +70,7 @@ BASE = ["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "
     (["--recompute", "none", "--recompute-modules", "mlp"], "recompute_modules"),
     (["--recompute", "selective", "--recompute-modules", "mla_up_proj"], "recompute_modules"),
     (["--recompute", "none", "--fp8-param-gather"], "fp8_param_gather"),  # a BF16 run
-    (["--recompute", "none", "--optimizer-dtype", "bf16"], "optimizer_dtype"),
+    (["--recompute", "none", "--zero", "0", "--optimizer-dtype", "bf16"], "optimizer_dtype"),  # not a ZeRO-1 run
     (["--recompute", "none", "--loss-impl", "xx"], "loss_impl"),
 ])
 def test_bad_memory_flags_are_one_line_exit_2(flags, field):

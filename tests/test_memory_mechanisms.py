@@ -124,9 +124,12 @@ def test_a_bf16_model_under_torch_adam_keeps_no_fp32_master():
     assert meg == pytest.approx((2 * params, 4 * params, 12 * params / 8))
 
 
-def test_bf16_optimizer_state_only_under_fsdp2():
-    with pytest.raises(SpecError, match="optimizer_dtype"):
-        ParallelConfig(dp=8, zero=1, optimizer_dtype="bf16")
+def test_bf16_optimizer_state_only_under_fsdp2_or_nemo_distributed_adam():
+    # Megatron-Core zero=1 is NeMo's distributed_fused_adam with optim.dtype bf16 (tests/test_optimizer_dtype_megatron.py)
+    assert ParallelConfig(dp=8, zero=1, optimizer_dtype="bf16").optimizer_dtype == "bf16"
+    for kw in (dict(zero=0), dict(zero=1, framework="deepspeed")):
+        with pytest.raises(SpecError, match="optimizer_dtype"):
+            ParallelConfig(dp=8, optimizer_dtype="bf16", **kw)
 
 
 # ------------------------------------------------------------------ the search runs the same options
@@ -148,4 +151,5 @@ def test_a_problem_refuses_options_its_framework_cannot_run():
     with pytest.raises(SpecError, match="options"):
         Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, options=(("tp", 2),))
     with pytest.raises(SpecError, match="optimizer_dtype"):
-        Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, options=(("optimizer_dtype", "bf16"),))
+        Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, framework="deepspeed",
+                options=(("optimizer_dtype", "bf16"),))

@@ -23,24 +23,11 @@ from costmodel.memory import memory_per_stage  # noqa: E402
 
 #: (set, row_id) -> why (the sealed rows keep their new-set ids: "new") the model's plan as filled needs more than the device's HBM (RESULTS.md)
 KNOWN_UNFIT = {
-    ("dev", "128"): "Nemotron-340B tp8 pp8 vp12 dp2 FP8: BF16 weights and their FP8 copies (20.4 GiB), BF16 gradients "
-                    "and the optimizer over 2 ranks (43 GiB) leave 17 GiB for 23 GiB of activations; the NeMo 24.07 "
-                    "launcher's nemotron_340b.yaml is another plan (tp8 pp12 vp8, fp8 False); its Dec 2024 revision "
-                    "(630e6544) runs the table's tp8 pp8 vp12 but in BF16 (83.6 GiB charged) with selective "
-                    "recompute (nothing saved beside FlashAttention), so what the FP8 table ran (fp8_params, Apex "
-                    "distributed_fused_adam's state) is not known",
-    ("new", "112"): "Llama 3 405B pp16 8K, 32 micro-batches: the paper (3.3.2) runs no activation checkpointing and "
-                    "one layer per virtual stage (the first holds only the embedding: V=8); interleaved 1F1B keeps "
-                    "74-95 GiB of activations on rank 1 at V=8-2, with the FP32 gradient accumulation (11.9 GiB) the "
-                    "model charges FSDP under a pipeline schedule",
-    ("new", "113"): "Llama 3 405B pp16 8K, 16 micro-batches: every micro-batch's 8 layers in flight on rank 1 (67.6 GiB) "
-                    "and the unsharded FP32 gradient accumulation (11.9 GiB): 89.8 GiB; it fits (78 GiB) only if "
-                    "gradients are reduce-scattered per micro-batch, which the paper's 'shards gradients' may mean but "
-                    "no pipeline semantics of the planner does",
-    ("new", "114"): "Llama 3 405B pp16 128K (cp16), as 113",
-    ("new", "196"): "DeepSeek-V3 on 1,024 GPUs at TP1: deepseek_v3_te_deepep_1024.yaml sets no activation checkpointing, "
-                    "and 15-16 MLA+MoE layers a rank (Q/K/V of 128 heads unsharded) over the interleaved warm-up are "
-                    "117 GiB of activations; its layers_per_stage 4 makes 16 virtual stages (VP 4, not the table's 8)",
+    ("new", "112"): "Llama 3 405B pp16 8K, 32 micro-batches, as the paper runs it (section 3.3.2: no activation "
+                    "checkpointing, V=8 one-layer virtual stages, gradients reduce-scattered per micro-batch): "
+                    "85.5 GiB on rank 1, 141 layer-micro-batches of activations (74.4 GiB) under Megatron's "
+                    "interleaved warm-up (V-1)N + 2(p-r-1) + 1 at N=p; the paper's own schedule (N tunable, "
+                    "Figure 6) is not given in numbers; rows 113/114 (16 micro-batches) fit at 78.0 GiB",
 }
 
 GiB = 2**30

@@ -69,26 +69,26 @@ def test_band_brackets_the_prediction():
 def test_band_from_residuals_hand_computed():
     # ten sources of one row each, sum S = 0.03: centre 0.003. Source i's centre without it is (S - r_i) / 9,
     # so d_i = (10 r_i - S) / 9; no source has two rows, so the within-source variance is 0 and the
-    # between-source variance is mean(d_i^2); half = z(0.9) sqrt(mean d^2), the noise floor in quadrature
+    # between-source variance is mean(d_i^2); half = z(0.9) sqrt(mean d^2), above the noise floor z * 0.01
     vals = [e["log_residual"] for e in SPREAD]
     total = sum(vals)
     var_b = sum(((10 * v - total) / 9) ** 2 for v in vals) / 10
-    half = math.sqrt(1.2816 ** 2 * var_b + (1.2816 * U.NOISE_SD) ** 2)
+    half = max(1.2816 * math.sqrt(var_b), 1.2816 * U.NOISE_SD)
     lo, hi = U.band_log(regime(), residuals=SPREAD)
     assert (lo, hi) == pytest.approx((-total / 10 - half, -total / 10 + half), rel=1e-3)
-    assert half == pytest.approx(0.0479, abs=5e-4)
+    assert half == pytest.approx(0.0459, abs=5e-4)
 
 
 def test_band_of_three_sources_hand_computed():
     # a: 0.0 0.1 0.2 (mean 0.1), b: -0.1 0.0 0.1 (0.0), c: 0.1 0.2 0.3 (0.2); centre 0.1.
     # within: each source's sum of squares 0.02, 6 dof: var_w = 0.01. d_a = 0.1 - 0.1 = 0, d_b = 0 - 0.15,
     # d_c = 0.2 - 0.05: mean d^2 = 0.015, less var_w * mean(1/3) = 0.00333: var_b = 0.011667.
-    # half = 1.2816 * sqrt(0.021667) = 0.18864; noise floor in quadrature: 0.18908
+    # half = 1.2816 * sqrt(0.021667) = 0.18864 (the noise floor, 0.0128, lies below it)
     three = [{"regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}, "source": s,
               "log_residual": v} for s, vs in (("a", (0.0, 0.1, 0.2)), ("b", (-0.1, 0.0, 0.1)),
                                                  ("c", (0.1, 0.2, 0.3))) for v in vs]
     lo, hi = U.band_log(regime(), residuals=three)
-    assert (lo, hi) == pytest.approx((-0.1 - 0.18908, -0.1 + 0.18908), abs=2e-4)
+    assert (lo, hi) == pytest.approx((-0.1 - 0.18864, -0.1 + 0.18864), abs=2e-4)
 
 
 def test_a_regime_of_one_source_keeps_its_own_spread_about_a_centre_of_several():
@@ -132,16 +132,22 @@ def test_biased_regime_gives_an_asymmetric_band():
     assert hi == 0.0 and -0.16 < lo < -0.1
 
 
-def test_more_sensitivity_wider_band():
+def test_sensitivity_floors_the_band_and_is_not_added_to_it():
+    # the residuals are out-of-source errors of predictions made with held-out constants: they hold the
+    # constants' errors already. A sensitivity below the residuals' spread leaves the band as it is; one
+    # above it sets the half-width to z(0.9) * sens_log_sd (SPREAD's residual half-width is 0.0459)
     lo0, hi0 = U.band_log(regime(sens_log_sd=0.0), residuals=SPREAD)
-    lo1, hi1 = U.band_log(regime(sens_log_sd=0.1), residuals=SPREAD)
-    assert lo1 < lo0 and hi1 > hi0
+    lo1, hi1 = U.band_log(regime(sens_log_sd=0.02), residuals=SPREAD)  # z * 0.02 = 0.026 < 0.046
+    lo2, hi2 = U.band_log(regime(sens_log_sd=0.1), residuals=SPREAD)  # z * 0.1 = 0.128 > 0.046
+    assert (lo1, hi1) == pytest.approx((lo0, hi0), abs=1e-12)
+    assert (hi2 - lo2) / 2 == pytest.approx(1.2816 * 0.1, abs=2e-4)
 
 
-def test_unvalidated_device_counts_the_full_sensitivity():
-    a100 = U.band_log(regime(sens_log_sd=0.08), residuals=SPREAD)
-    b200 = U.band_log(regime(sens_log_sd=0.08, device="b200"), residuals=SPREAD)  # same pool after backoff
-    assert b200[1] - b200[0] > a100[1] - a100[0]
+def test_the_noise_floor_holds_with_no_spread():
+    same = [{"regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}, "source": f"s{i}",
+             "log_residual": 0.0} for i in range(10)]
+    lo, hi = U.band_log(regime(sens_log_sd=0.0), residuals=same)
+    assert (lo, hi) == pytest.approx((-1.2816 * U.NOISE_SD, 1.2816 * U.NOISE_SD), abs=2e-4)
 
 
 def test_higher_level_wider_band():

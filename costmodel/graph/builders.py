@@ -44,6 +44,7 @@ from ..collectives import collective_time_s, group_stride
 from ..compute import (ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, module_recompute_fractions,
                        op_sac_fractions)
 from ..config import ParallelConfig
+from ..ep_dispatch import ep_dispatch_time_s
 from ..memory import grad_elem_bytes, param_gather_bytes
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..zero3_fetch import gather_pieces, reduce_pieces
@@ -67,6 +68,13 @@ class _Ctx:
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
         self.a2a_bytes = (ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
                           if moe else 0.0)
+
+    def a2a_s(self, share: float = 1.0) -> float:
+        """One MoE dispatch or combine (``share`` of its tokens) as the dispatcher runs it
+        (:func:`costmodel.ep_dispatch.ep_dispatch_time_s`, the analytic engine's time too)."""
+        engines = dma.engines_of(self.cluster, plan_dma(self.model, self.cluster, self.w, self.c), "ep")
+        return ep_dispatch_time_s(self.model, self.n, self.c.tp, self.c.ep, self.cluster, self.c.ep_dispatcher,
+                                  engines=engines, share=share)
 
     def piece_s(self, kind: str, k: int) -> float:
         """One of ``k`` pieces of a TP/SP collective pipelined with GEMM chunks. The pieces are the
@@ -139,11 +147,12 @@ def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name
 def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str) -> list:
     """Dispatch AllToAll (needs the router output) -> expert chunks -> one combine per chunk."""
     k, ep = cx.k, cx.c.ep
-    disp = b.comm(f"{name}.dispatch", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase=phase)
+    disp = b.comm(f"{name}.dispatch", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase=phase, duration_s=cx.a2a_s())
     outs = []
     for i in range(k):
         y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), [disp], phase=phase)
-        outs.append(b.comm(f"{name}.combine{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase=phase))
+        outs.append(b.comm(f"{name}.combine{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase=phase,
+                           duration_s=cx.a2a_s(1 / k)))
     return outs
 
 
@@ -209,11 +218,12 @@ def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> l
 def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> list:
     """Combine's gradient AllToAll (dependent) -> expert backward chunks -> per-chunk dispatch gradient."""
     k, ep = cx.k, cx.c.ep
-    comb = b.comm(f"{name}.combine", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase="bwd")
+    comb = b.comm(f"{name}.combine", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase="bwd", duration_s=cx.a2a_s())
     outs = []
     for i in range(k):
         y = b.compute(name + _sfx(i, k), op.kind, split_s(op.bwd_s, k, cx.ov), [comb], phase="bwd")
-        outs.append(b.comm(f"{name}.dispatch{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase="bwd"))
+        outs.append(b.comm(f"{name}.dispatch{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase="bwd",
+                           duration_s=cx.a2a_s(1 / k)))
     return outs
 
 

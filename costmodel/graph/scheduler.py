@@ -254,7 +254,7 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
             blockers = [names[q] for q in pred[nxt] if q not in end] if nxt is not None else []
             for n in moving:
                 exposed_by[n] = exposed_by.get(n, 0.0) + dt / len(moving)
-                blame.setdefault(n, set()).update(blockers)
+                blame.setdefault(n, {}).update(dict.fromkeys(blockers))  # first-seen order: no hash-seed dependence
             if not moving:
                 idle += dt
         t += dt

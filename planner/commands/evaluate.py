@@ -19,9 +19,7 @@ from ..args import add_flop_args
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
-from ..completion import complete, priced
-from ..framework_inputs import from_args as framework_input
-from ..framework_plan import resolve as resolve_framework_input
+from ..completion import chosen_line, fmt_knob, stated_plan
 from ..emit_arch import model_args_tokens
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
@@ -36,6 +34,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0].split(": ", 1)[1])
     add_problem_args(p, infer=True)
     add_config_args(p, dispatcher=True)
+    add_completion_args(p)
+    add_inference_args(p, engine=True)
+    p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
+                   help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
+                        "config (deepspeed) or torchtitan settings for PyTorch FSDP2 (fsdp2)")
+    add_flop_args(p)
+    add_output_args(p)
+    return p
+
+
+def add_completion_args(p: argparse.ArgumentParser) -> None:
+    """How the knobs a command line leaves out are filled (``evaluate`` and ``explain`` alike):
+    ``--framework-defaults`` and the framework's own configuration inputs."""
     p.add_argument("--framework-defaults", action="store_true",
                    help="fill the tuning knobs you do not state (mb, vp, sp, zero, recompute, bucket, chunks, the "
                         "stage split) with the framework's own defaults; without it they are chosen as recommend "
@@ -49,13 +60,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     for a in p._actions:  # the Megatron line may state the model
         if a.dest == "model":
             a.required = False
-    add_inference_args(p, engine=True)
-    p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
-                   help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
-                        "config (deepspeed) or torchtitan settings for PyTorch FSDP2 (fsdp2)")
-    add_flop_args(p)
-    add_output_args(p)
-    return p
 
 
 INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "engine", "max_seqs",
@@ -91,23 +95,15 @@ def run(args: argparse.Namespace) -> int:
     for f in INFER_ONLY:
         if getattr(args, f, None) is not None:
             raise SpecError(f, getattr(args, f), "unset unless --mode infer")
-    fi, source = framework_input(args), None
-    if fi is not None:  # literal: every knob from the configuration or the framework's defaults
-        model, cluster, workload, config, source = resolve_framework_input(fi, args)
-        chosen, note, spread = {}, "", 0.0
-    else:
-        model, cluster, workload = problem_from_args(args)
-        config, chosen, note, spread = complete(args, model, cluster, workload)
-    est = priced(model, cluster, workload, config)
-    config = est.config
-    if not cluster.num_gpus:
-        cluster = cluster.with_gpus(config.gpus)
-    est = with_convention(est, model, workload, args.mfu_convention)
+    plan = stated_plan(args)  # the one path explain shares: same plan, step time and band for the same flags
+    model, cluster, workload, config = plan.model, plan.cluster, plan.workload, plan.estimate.config
+    chosen, spread, source = plan.chosen, plan.spread, plan.source
+    est = with_convention(plan.estimate, model, workload, args.mfu_convention)
     if args.json:
         d = estimate_json(est, model, cluster, workload, completion_log_sd=spread)
         d["chosen"] = chosen
         d["completion_spread_log_sd"] = spread
-        d["chosen_how"] = note or ("as recommend would, the stated knobs pinned" if chosen else "")
+        d["chosen_how"] = plan.chosen_how
         d["config"]["layers_per_stage"] = list(config.layers_per_stage or ())
         if source is not None:
             d["config_source"] = source
@@ -132,8 +128,7 @@ def run(args: argparse.Namespace) -> int:
         if source is not None:
             print(source_line(source))
         if chosen:
-            how = note or "as recommend would, with what you stated pinned; --framework-defaults for the framework's own"
-            print("chosen by the planner: " + " ".join(f"{k}={_fmt(v)}" for k, v in chosen.items()) + f" ({how})")
+            print(chosen_line(plan))
     return 0
 
 
@@ -145,9 +140,4 @@ def source_line(source: dict) -> str:
     return "; ".join(parts)
 
 
-def _fmt(v) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if isinstance(v, list):
-        return "/".join(map(str, v))
-    return str(v)
+_fmt = fmt_knob  # the one formatting of a knob's value (planner.completion)

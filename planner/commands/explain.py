@@ -6,7 +6,11 @@ critical condition ``T_comm <= T_compute`` and, where communication stays expose
 the source document's three prerequisites failed (data dependency, no free DMA engine,
 synchronous issue). ``--trace FILE`` writes a Chrome trace-event JSON (open it in Perfetto or
 chrome://tracing) with one lane per resource; ``--gantt FILE.png`` draws the same timeline.
-Takes the flags of ``planner evaluate``; ``--mode infer`` explains one forward pass.
+Takes the flags of ``planner evaluate`` and resolves them the same way (:func:`planner.completion.stated_plan`):
+the knobs a training command line leaves out are chosen as ``recommend`` would (or, with
+``--framework-defaults``, the framework's own; a ``--megatron-args`` / ``--deepspeed-config`` /
+``--torchtitan-config`` input is read literally), so ``explain`` explains the very plan, step time and
+band ``evaluate`` prints, and lists what was chosen. ``--mode infer`` explains one forward pass.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from search.layout import with_best_layout
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
                     inference_batch, int_arg, problem_from_args)
-from ..report import dma_assignment_json, model_json, model_label, print_json, stack_json, stack_line
+from ..completion import chosen_line, stated_plan
+from ..report import dma_assignment_json, model_json, model_label, print_json, stack_json, stack_line, with_trust
+from .evaluate import add_completion_args
 
 NAME = "explain"
 
@@ -34,6 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     add_problem_args(p, infer=True)
     add_config_args(p, dispatcher=True)
+    add_completion_args(p)
     add_inference_args(p, targets=False)
     g = p.add_argument_group("timeline")
     g.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of one step of one stage")
@@ -76,13 +83,23 @@ def run(args: argparse.Namespace) -> int:
         check_output("--trace", args.trace)
     if args.gantt:
         check_output("--gantt", args.gantt, GANTT_SUFFIXES)
-    model, cluster, workload = problem_from_args(args)
-    config = config_from_args(args, cluster.num_gpus or None, model.layers)
-    if workload.mode == "infer":
+    pp = _stated_pp(args)
+    if args.stage is not None and pp is not None and args.stage >= pp:  # before any search or pricing
+        raise SpecError("stage", args.stage, f"a pipeline stage index below pp={pp}")
+    plan = None
+    if args.mode == "infer":
+        for f in ("framework_defaults", "megatron_args", "deepspeed_config", "torchtitan_config"):
+            if getattr(args, f, None) not in (None, False):
+                raise SpecError(f, str(getattr(args, f))[:40], "unset with --mode infer (training inputs)")
+        model, cluster, workload = problem_from_args(args)
+        config = config_from_args(args, cluster.num_gpus or None, model.layers)
         workload = inference_batch(args, workload, config)
-    if not cluster.num_gpus:
-        cluster = cluster.with_gpus(config.gpus)
-    config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
+        if not cluster.num_gpus:
+            cluster = cluster.with_gpus(config.gpus)
+        config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
+    else:  # evaluate's path: the same plan, step time and band for the same flags
+        plan = stated_plan(args)
+        model, cluster, workload, config = plan.model, plan.cluster, plan.workload, plan.estimate.config
     if args.stage is not None and args.stage >= config.pp:
         raise SpecError("stage", args.stage, f"a pipeline stage index below pp={config.pp}")
     rows = explain(model, cluster, workload, config)
@@ -95,18 +112,19 @@ def run(args: argparse.Namespace) -> int:
         _write("--gantt", args.gantt, write_gantt, model, cluster, workload, config, stage=args.stage)
         written.append(args.gantt)
     sens = _sensitivity(args, model, cluster, workload, config)
-    trust = _trust(args, model, cluster, workload, config)
+    trust = _trust(plan)
     if args.json:
         print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
                     "layout": str(layout_of(model, config)),
                     "overlap": rows, "tp_feasibility": tp, "written": written,
                     "dma_assignment": dma_assignment_json(model, cluster, workload, config),
-                    "stack": stack_json(cluster), **trust,
+                    "stack": stack_json(cluster), **{k: v for k, v in trust.items() if not k.startswith("_")},
                     **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {})})
         return 0
     print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
           f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
-          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks}"
+          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks} "
+          f"zero={config.zero} recompute={config.recompute} bucket_mb={config.bucket_bytes / 1e6:g}"
           + (f" layout={layout_of(model, config)}" if config.pp > 1 else "") + "\n")
     print(format_explain(rows))
     print(stack_line(cluster))
@@ -120,35 +138,44 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trust(args, model, cluster, workload, config) -> dict:
-    """What a training plan's explained numbers rest on (issue 23): the knobs the flags left unset,
-    explained at the flags' defaults (``planner evaluate`` chooses them as recommend would instead),
-    and the plan's step time with its 80% band and the band's notes (beyond the data, in words).
-    Empty for inference (its knobs are not these)."""
-    if workload.mode != "train":
-        return {}
-    from costmodel.estimate import evaluate
+def _stated_pp(args) -> int | None:
+    """The pipeline degree the flags state (the completion never chooses degrees; unstated, pp is 1),
+    or None when a framework configuration states it."""
+    if any(getattr(args, f, None) is not None for f in ("megatron_args", "deepspeed_config", "torchtitan_config")):
+        return None
+    if getattr(args, "pp", None):
+        return args.pp
+    return len(args.layers_per_stage) if getattr(args, "layers_per_stage", None) else 1
 
-    from ..completion import chosen_knobs, unstated
-    from ..report import with_trust
-    est = with_trust(evaluate(model, cluster, workload, config), model, cluster, workload)
-    return {"unstated_at_defaults": chosen_knobs(config, unstated(args)), "step_time_s": est.step_time_s,
-            "engine": est.engine, "step_time_band_s": list(est.step_time_band_s),
-            "band_notes": list(est.band_notes)}
+
+def _trust(plan) -> dict:
+    """What a training plan's explained numbers rest on (issue 23): the knobs the planner chose
+    (``chosen``, ``chosen_how``, as ``planner evaluate`` lists them), and the plan's step time with its
+    80% band, widened by the completions' spread, and the band's notes (beyond the data, in words).
+    Empty for inference (its knobs are not these)."""
+    if plan is None:
+        return {}
+    est = with_trust(plan.estimate, plan.model, plan.cluster, plan.workload, completion_log_sd=plan.spread)
+    out = {"step_time_s": est.step_time_s, "engine": est.engine, "step_time_band_s": list(est.step_time_band_s),
+           "band_notes": list(est.band_notes), "chosen": dict(plan.chosen), "chosen_how": plan.chosen_how,
+           "completion_spread_log_sd": plan.spread, "_chosen_line": chosen_line(plan)}
+    if plan.source is not None:
+        out["config_source"] = plan.source
+    return out
 
 
 def _trust_lines(trust: dict) -> list[str]:
-    from .evaluate import _fmt
     lines = []
     if "step_time_s" in trust:
         lo, hi = trust["step_time_band_s"]
         lines.append(f"step time {trust['step_time_s']:.4g} s ({trust['engine']} engine), 80% band "
                      f"{lo:.4g} - {hi:.4g} s")
         lines += [f"  band: {n}" for n in trust["band_notes"]]
-    if trust.get("unstated_at_defaults"):
-        lines.append("not stated, explained at the flags' defaults: "
-                     + " ".join(f"{k}={_fmt(v)}" for k, v in trust["unstated_at_defaults"].items())
-                     + " (planner evaluate chooses them as recommend would)")
+    if trust.get("config_source") is not None:
+        from .evaluate import source_line
+        lines.append(source_line(trust["config_source"]))
+    if trust.get("_chosen_line"):
+        lines.append(trust["_chosen_line"])
     return lines
 
 

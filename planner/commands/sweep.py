@@ -107,20 +107,27 @@ def run(args: argparse.Namespace) -> int:
               "rerun the same command to resume", file=sys.stderr)
         return 128 + (e.signum if isinstance(e, SweepInterrupted) else signal.SIGINT)
     ids = {c.id for c in cases}
-    series = dma_series([r for r in ResultStore(out).read() if r.get("case_id") in ids])
+    mine = [r for r in ResultStore(out).read() if r.get("case_id") in ids]
+    series = dma_series(mine)
+    trust = assumptions(mine)
     plots = []
     if args.plots:
         from ..sweep.plots import plot_sweep
         plots = [str(p) for p in plot_sweep(out, out / "plots")]
     if args.json:
         extra = {"dma_engines": [x.to_dict() for x in series]} if series else {}
-        print_json({**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots, **extra})
+        print_json({**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots, **trust,
+                    **extra})
         return 0
     s = summary
     print(f"{s.total} cases: {s.ok} ok, {s.infeasible} infeasible, {s.unsolved} unsolved, {s.error} error, "
           f"{s.crashed} crashed "
           f"({s.resumed} already done, {s.ran} run in {s.wall_s:.1f} s on {s.backend} with {s.workers} workers)")
     print(f"results: {out / CSV}  {out / JSONL}")
+    if trust["stacks"]:
+        print(f"assumed: stack {', '.join(trust['stacks'])}; every knob chosen by the search (the plan columns); "
+              f"{trust['extrapolating_cases']} of {trust['banded_cases']} banded cases extrapolate beyond the "
+              "measured data (column band_notes says where)")
     for p in plots:
         print(f"plot: {p}")
     if series:  # a --dma-engines axis: how the best plan and T_comm <= T_compute change with the count
@@ -147,3 +154,17 @@ class _sigterm_raises:
         if self.old is not None:
             signal.signal(signal.SIGTERM, self.old)
         return False
+
+
+def assumptions(rows) -> dict:
+    """What the sweep's numbers rest on (issue 23): the stacks its plans assumed, and how many banded cases
+    lie beyond the measured data (a band note other than the one saying the plan is within it)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    banded = [r for r in ok if r.get("band_notes")]
+    beyond = [r for r in banded if any(not n.startswith("within the data") for n in _notes(r["band_notes"]))]
+    return {"stacks": sorted({r["stack"] for r in ok if r.get("stack")}), "banded_cases": len(banded),
+            "extrapolating_cases": len(beyond)}
+
+
+def _notes(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [n for n in str(value).split("; ") if n]

@@ -123,7 +123,7 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16"))
     + _cols("estimate",  # schema version 5
             ("band_notes", "str", "what widened the 80% band, in words, '; '-separated (costmodel.band_scope: "
-                                  "beyond the measured runs or component data; empty: inside the data)"),
+                                  "beyond the measured runs or component data; inside the data, one sentence saying so)"),
             ("analytic_step_time_s", "float", "the plan's step time by the analytic closed form, which the "
                                               "search optimises and proves optimal"))
     + _cols("estimate",  # schema version 6

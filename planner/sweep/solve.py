@@ -29,7 +29,7 @@ def _flatten(est: dict | None) -> dict:
                                     "peak_memory_bytes", "hbm_bytes", "fits")}
     band = est.get("step_time_band_s") or (None, None)
     cols["step_time_band_lo_s"], cols["step_time_band_hi_s"] = band
-    cols["band_notes"] = "; ".join(est.get("band_notes") or ()) or None  # empty: inside the data
+    cols["band_notes"] = "; ".join(est.get("band_notes") or ()) or None  # inside the data: the sentence saying so
     cols["compute_s"] = b.get("compute_s")
     cols["bubble_s"] = b.get("bubble_s")
     cols["exposed_comm_s"] = sum(v for k, v in b.items() if k.endswith("_exposed_s"))
