@@ -284,6 +284,10 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
         notes.append(f"the prediction also pipelines the EP combine all-to-all in {c.chunks} pieces with the expert "
                      "GEMMs, which Megatron-Core does not do; it overlaps all-to-all across micro-batches instead "
                      "(--overlap-moe-expert-parallel-comm, not modelled): see benchmarks/RESULTS.md section 6b")
+    if c.optimizer_offload_fraction > 0:
+        notes.append("optimizer CPU offload: the predicted optimizer step assumes the nominal PCIe rate and "
+                     "200 GB/s of host memory bandwidth per node for the CPU Adam (costmodel.offload; neither is "
+                     "measured), and needs pinned host memory for the offloaded FP32 master weights and moments")
     return notes
 
 
