@@ -75,3 +75,12 @@ def test_refused(fields, field):
     with pytest.raises(SpecError) as e:
         ParallelConfig(**{**PLAN, **fields})
     assert field in str(e.value)
+
+
+def test_band_says_offload_is_unmeasured():
+    # no component measurement covers the host copies and the CPU Adam: the band falls back to the pooled one
+    from planner import evaluate as planner_evaluate
+    off = planner_evaluate(MODEL, H100, W, ParallelConfig(**PLAN, optimizer_offload_fraction=1.0))
+    base = planner_evaluate(MODEL, H100, W, ParallelConfig(**PLAN))
+    assert any("optimizer CPU offload" in n for n in off.band_notes)
+    assert not any("offload" in n for n in base.band_notes)
