@@ -30,6 +30,7 @@ Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 li
 from __future__ import annotations
 
 from .config import ParallelConfig
+from .errors import SpecError
 from .specs import ClusterSpec
 
 GB = 1e9
@@ -70,9 +71,8 @@ def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[floa
     if params_offloaded <= 0:
         return 0.0, 0.0, 0.0
     if link <= 0:
-        from .errors import SpecError
-        raise SpecError("optimizer_offload_fraction", params_offloaded,
-                        f"0 on device {cluster.device.name} (no host-link bandwidth is known for it)")
+        raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for optimizer "
+                        "CPU offload (no host-link bandwidth is known for this device)")
     cpu_bw = HOST_MEM_BYTES_PER_S / max(1, cluster.gpus_per_node)
     return (D2H_BYTES_PER_PARAM * params_offloaded / link, CPU_ADAM_BYTES_PER_PARAM * params_offloaded / cpu_bw,
             H2D_BYTES_PER_PARAM * params_offloaded / link)

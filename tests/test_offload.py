@@ -84,3 +84,10 @@ def test_band_says_offload_is_unmeasured():
     base = planner_evaluate(MODEL, H100, W, ParallelConfig(**PLAN))
     assert any("optimizer CPU offload" in n for n in off.band_notes)
     assert not any("offload" in n for n in base.band_notes)
+
+
+def test_a_device_without_a_known_host_link_is_refused():
+    other = load_cluster("sg2262-like").with_gpus(8)
+    with pytest.raises(SpecError, match="device"):
+        offload.offload_times_s(1e9, other)
+    assert offload.offload_times_s(0.0, other) == (0.0, 0.0, 0.0)
