@@ -479,6 +479,8 @@ def plan_options(args: argparse.Namespace) -> tuple:
     (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
     those with ZeRO >= 1)."""
     for k, v in offload_fields(args).items():
+        if not v:  # a stated 0: no offload, what the search plans anyway
+            continue
         raise SpecError(k, v, "unset for a search (recommend does not offer optimizer offload; "
                         "evaluate a plan with it)")
     given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),

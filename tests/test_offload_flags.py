@@ -66,6 +66,15 @@ def test_evaluate_charges_it(capsys):
     assert runs[True]["step_time_s"] > runs[False]["step_time_s"]
 
 
+def test_recommend_takes_a_stated_zero():
+    # a stated 0 is no offload: the problem is built (the search itself is not run here)
+    from planner.args import plan_options
+    ns = argparse.Namespace(optimizer_offload_fraction=0.0, overlap_cpu_optimizer_d2h_h2d=None)
+    assert dict(plan_options(ns)).get("optimizer_offload_fraction") is None
+    with pytest.raises(SpecError, match="optimizer_offload_fraction"):
+        plan_options(argparse.Namespace(optimizer_offload_fraction=0.5))
+
+
 @pytest.mark.parametrize("argv, field", [
     (BASE + ["--optimizer-offload-fraction", "1.5"], "optimizer_offload_fraction"),
     (BASE + ["--optimizer-offload-fraction", "half"], "optimizer_offload_fraction"),
