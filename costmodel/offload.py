@@ -14,7 +14,7 @@ Semantics, from NVIDIA/Megatron-LM@d98e8a64 (``megatron/core/optimizer/cpu_offlo
   ``fused=True``) steps the offloaded elements, and a post-step hook copies them host-to-device into
   the BF16 parameters. ``torch.Tensor.copy_`` with ``non_blocking`` converts the dtype on the GPU
   (pytorch ``aten/src/ATen/native/cuda/Copy.cu``, ``copy_kernel_cuda``: "If non_blocking is true - type
-  conversions are performed on the GPU"), so a transfer carries the host side's FP32 bytes: 4 B down, 4 B up.
+  conversions are performed on the GPU"; read in the code index, commit not known), so a transfer carries the host side's FP32 bytes: 4 B down, 4 B up.
 * Without ``--overlap-cpu-optimizer-d2h-h2d`` the copies run on the compute stream and one CPU
   optimizer steps everything: D2H, then the CPU Adam (beside the GPU Adam), then H2D, in sequence. With
   it, one CPU optimizer per parameter and separate D2H / H2D streams pipeline the three, so the
