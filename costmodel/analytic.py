@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import dma, frameworks
-from . import mtp
+from . import mtp, offload
 from .collectives import collective_time_s, group_stride, layout
 from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, head_ops, layer_ops,
                       module_recompute_fractions, op_sac_fractions, optimizer_time_s)
@@ -525,7 +525,13 @@ def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig,
     shard_d = c.dp * c.cp if c.zero >= 1 else 1
     shard_e = expert_dp(c) if c.zero >= 1 else 1
     d, e = stage_params(model, c, stage)
-    return optimizer_time_s(d / shard_d + e / shard_e, cluster.device, c.optimizer_dtype)
+    local = d / shard_d + e / shard_e
+    f = c.optimizer_offload_fraction
+    if f == 0.0:
+        return optimizer_time_s(local, cluster.device, c.optimizer_dtype)
+    # optimizer CPU offload (costmodel.offload): the GPU Adam on the kept part beside the host's part
+    return offload.optimizer_step_s(optimizer_time_s((1.0 - f) * local, cluster.device, c.optimizer_dtype),
+                                    f * local, cluster, c)
 
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int, params=None) -> float:

@@ -60,10 +60,13 @@ def device_class(name: str) -> str:
     return re.split(r"[-_ ()]", low or "device")[0]
 
 
-def mechanisms(is_moe: bool, ep: int, dtype: str) -> tuple:
+def mechanisms(is_moe: bool, ep: int, dtype: str, offload: bool = False) -> tuple:
     """The component kinds a training plan's step rests on beyond dense BF16 GEMMs, as
-    ``(component, dtype or "*", what, in words)``: matched against the component data's kinds."""
+    ``(component, dtype or "*", what, in words)``: matched against the component data's kinds.
+    ``offload``: optimizer CPU offload (:mod:`costmodel.offload`), whose host constants have no measurement."""
     out = [("attention", "*", "fused attention")]
+    if offload:
+        out.append(("host_offload", "*", "optimizer CPU offload (PCIe copies, CPU Adam)"))
     if dtype == "fp8":
         out.append(("gemm", "fp8", "FP8 GEMMs"))
     if is_moe:

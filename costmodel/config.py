@@ -70,6 +70,12 @@ class ParallelConfig:
         NeMo ``megatron_base_model.py`` sets ``store_params=False`` when the optimizer dtype is the model's,
         so Apex's ``DistributedFusedAdam`` keeps only BF16 ``exp_avg``/``exp_avg_sq`` shards and updates the
         BF16 parameters, the gradient buffer as the distributed optimizer's, ``grad_dtype``).
+    optimizer_offload_fraction : Megatron-Core ``--optimizer-cpu-offload --optimizer-offload-fraction``: the
+        fraction (0..1) of the distributed optimizer's local shard whose FP32 master weights and Adam moments
+        live on the host and are stepped by the CPU (:mod:`costmodel.offload`); 0 = off. Needs
+        framework=megatron with zero=1 and optimizer_dtype fp32.
+    overlap_cpu_optimizer_d2h_h2d : Megatron-Core ``--overlap-cpu-optimizer-d2h-h2d``: the offload's
+        gradient D2H, CPU Adam and parameter H2D pipelined on their own streams (false: in sequence).
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -147,6 +153,8 @@ class ParallelConfig:
     recompute_modules: tuple[str, ...] | None = None
     fp8_param_gather: bool = False
     optimizer_dtype: str = "fp32"
+    optimizer_offload_fraction: float = 0.0
+    overlap_cpu_optimizer_d2h_h2d: bool = False
     mb: int = 1
     vp: int = 1
     bucket_bytes: float = 40 * MB
@@ -240,6 +248,8 @@ class ParallelConfig:
             # optimizer, torch fsdp2, megatron fsdp, or inference mode"
             raise SpecError("fp8_param_gather", self.fp8_param_gather,
                             "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)")
+        if self.optimizer_offload_fraction != 0.0 or self.overlap_cpu_optimizer_d2h_h2d is not False:
+            self._check_offload()
         if self.layers_per_stage is not None and self.layout is None:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
@@ -249,6 +259,31 @@ class ParallelConfig:
                                 "a stage holds at least one layer)")
         if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
             raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
+
+    def _check_offload(self) -> None:
+        # megatron/training/arguments.py@d98e8a64 validate_args: --optimizer-cpu-offload asserts
+        # --use-precision-aware-optimizer (and --fp8-recipe delayed with --fp8-param-gather);
+        # megatron/core/optimizer/__init__.py@d98e8a64: the precision-aware optimizer needs the distributed
+        # optimizer; optimizer_config.py@d98e8a64: and --optimizer adam
+        f = self.optimizer_offload_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
+            raise SpecError("optimizer_offload_fraction", f, "a number from 0 to 1 (the fraction of the optimizer "
+                            "state on the CPU; 0 = no offload)")
+        object.__setattr__(self, "optimizer_offload_fraction", float(f))
+        if type(self.overlap_cpu_optimizer_d2h_h2d) is not bool:
+            raise SpecError("overlap_cpu_optimizer_d2h_h2d", self.overlap_cpu_optimizer_d2h_h2d, "true or false")
+        if f > 0 and (self.framework != "megatron" or self.zero != 1):
+            raise SpecError("optimizer_offload_fraction", f, "0 unless framework=megatron with zero=1 (Megatron's "
+                            "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which needs the "
+                            "distributed optimizer)")
+        if f > 0 and self.optimizer_dtype != "fp32":
+            raise SpecError("optimizer_offload_fraction", f, "0 with optimizer_dtype=bf16 (Megatron's "
+                            "HybridDeviceOptimizer keeps FP32 master weights)")
+        if f > 0 and self.fp8_param_gather:
+            raise SpecError("optimizer_offload_fraction", f, "0 with fp8_param_gather (Megatron needs "
+                            "--fp8-recipe delayed then, a recipe this model does not take)")
+        if self.overlap_cpu_optimizer_d2h_h2d and f == 0:
+            raise SpecError("overlap_cpu_optimizer_d2h_h2d", True, "false unless optimizer_offload_fraction > 0")
 
     def _take_layout(self) -> None:
         lay = self.layout
@@ -304,6 +339,10 @@ class ParallelConfig:
             del d["fp8_param_gather"]  # the default: plan keys unchanged
         if self.optimizer_dtype == "fp32":
             del d["optimizer_dtype"]  # the default: plan keys unchanged
+        if self.optimizer_offload_fraction == 0.0:
+            del d["optimizer_offload_fraction"]  # the default: plan keys unchanged
+        if not self.overlap_cpu_optimizer_d2h_h2d:
+            del d["overlap_cpu_optimizer_d2h_h2d"]  # the default: plan keys unchanged
         if self.recompute_modules is None:
             del d["recompute_modules"]  # the default: plan keys unchanged
         else:
@@ -325,7 +364,8 @@ class ParallelConfig:
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
                                               "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
                                               "optimizer_dtype", "layout", "loss_impl", "module_layout",
-                                              "pp_grad_reduce"}
+                                              "pp_grad_reduce", "optimizer_offload_fraction",
+                                              "overlap_cpu_optimizer_d2h_h2d"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

@@ -220,6 +220,9 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
         # (Charged so under a pipeline schedule too: the unsharded-weights variant, 2 + 12 / dp, put torchtitan's
         # measured 405B PP8 rows 10-20% under, benchmarks/component_memory.py cases 13-18; not kept)
         weight, optim = FSDP2_PARAM_BYTES, OPTIM_BYTES - FSDP2_PARAM_BYTES
+    # optimizer CPU offload: the offloaded fraction's FP32 master and Adam moments live on the host
+    # (costmodel.offload; HybridDeviceOptimizer._get_sub_optimizer_param_groups at Megatron-LM@d98e8a64)
+    optim *= 1.0 - c.optimizer_offload_fraction
     return (sharded(weight, sem.shard_weights), sharded(grad, sem.shard_grads),
             sharded(optim, sem.shard_optimizer))
 

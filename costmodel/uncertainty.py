@@ -160,7 +160,8 @@ def regime_of(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config
                   calibration_log_residuals=tuple(cluster.calibration_log_residuals),
                   calibrated_constants=tuple(cluster.calibrated_constants), sens_by_constant=by,
                   gpus=config.gpus, stack=cluster.stack, device_name=cluster.device.name,
-                  mechanisms=mechanisms(model.is_moe, config.ep, workload.dtype))
+                  mechanisms=mechanisms(model.is_moe, config.ep, workload.dtype,
+                                               config.optimizer_offload_fraction > 0))
 
 
 # --------------------------------------------------------------------------- residuals

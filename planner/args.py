@@ -374,6 +374,25 @@ def add_memory_args(g) -> None:
                         "unsharded and reduce-scattered once per step, the default) or microbatch (reduce-scattered "
                         "in every micro-batch's backward, parameters gathered in each forward: ZeRO-2 under PP, as "
                         "Meta's FSDP ran Llama 3)")
+    g.add_argument("--optimizer-offload-fraction", metavar="F",
+                   type=_converter("optimizer_offload_fraction", float, "a number from 0 to 1",
+                                   lambda v: 0.0 <= v <= 1.0),
+                   help="optimizer CPU offload (Megatron --optimizer-cpu-offload --optimizer-offload-fraction F, "
+                        "with the distributed optimizer, --zero 1): F of the FP32 master weights and Adam moments on "
+                        "the host, stepped by the CPU, with the PCIe copies charged; evaluate only (recommend does "
+                        "not search it)")
+    g.add_argument("--overlap-cpu-optimizer-d2h-h2d", action="store_true", default=None,
+                   help="with --optimizer-offload-fraction: pipeline the gradient copy, CPU Adam and parameter copy "
+                        "(Megatron --overlap-cpu-optimizer-d2h-h2d)")
+
+
+#: optimizer CPU offload (:mod:`costmodel.offload`), ``ParallelConfig`` fields a plan states; not searched
+OFFLOAD_FIELDS = ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
+
+
+def offload_fields(args: argparse.Namespace) -> dict:
+    """The :data:`OFFLOAD_FIELDS` the command line gives."""
+    return {k: getattr(args, k) for k in OFFLOAD_FIELDS if getattr(args, k, None) is not None}
 
 
 #: the memory mechanisms of :func:`add_memory_args`, as ``ParallelConfig`` fields
@@ -411,7 +430,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     """
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
             "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher", "module_layout")
-    fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args)}
+    fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
     fields["framework"] = framework_from_args(args)
     for k, v in stack_config(stack_of(args)).items():
         if k != "framework" and fields.get(k) is None:
@@ -459,6 +478,11 @@ def plan_options(args: argparse.Namespace) -> tuple:
     """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher and memory mechanisms
     (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
     those with ZeRO >= 1)."""
+    for k, v in offload_fields(args).items():
+        if not v:  # a stated 0: no offload, what the search plans anyway
+            continue
+        raise SpecError(k, v, "unset for a search (recommend does not offer optimizer offload; "
+                        "evaluate a plan with it)")
     given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),
              "module_layout": getattr(args, "module_layout", None), **memory_fields(args)}
     return tuple((k, v) for k, v in given.items() if v is not None)

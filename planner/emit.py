@@ -148,6 +148,7 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
         # it needs the fsdp_dtensor checkpoint format); not --use-torch-fsdp2, which refuses pp > 1
         out += [["--use-megatron-fsdp"], ["--data-parallel-sharding-strategy", "optim_grads_params"],
                 ["--ckpt-format", "fsdp_dtensor"]]
+    out += offload_args(c)
     if c.bucket_bytes > 0 and c.dp * c.cp > 1:
         out.append(["--overlap-grad-reduce"])
         if c.zero in (1, 3):
@@ -157,6 +158,19 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
     if c.fp8_param_gather and dtype == "fp8":  # FP8 parameters, no cached FP8 copy (costmodel.memory.fp8_weight_cache_bytes)
         out.append(["--fp8-param-gather"])
     return out + grad_dtype_args(c, dtype)
+
+
+def offload_args(c: ParallelConfig) -> list[list[str]]:
+    """Optimizer CPU offload (:mod:`costmodel.offload`) as Megatron-LM d98e8a64 takes it: ``--optimizer-cpu-offload``
+    asserts ``--use-precision-aware-optimizer`` (arguments.py ``validate_args``); ``--optimizer-offload-fraction``
+    defaults to 1.0 there, so it is always stated."""
+    if c.optimizer_offload_fraction == 0.0:
+        return []
+    out = [["--use-precision-aware-optimizer"], ["--optimizer-cpu-offload"],
+           ["--optimizer-offload-fraction", repr(c.optimizer_offload_fraction)]]
+    if c.overlap_cpu_optimizer_d2h_h2d:
+        out.append(["--overlap-cpu-optimizer-d2h-h2d"])
+    return out
 
 
 def moe_args(c: ParallelConfig) -> list[list[str]]:
@@ -270,6 +284,10 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
         notes.append(f"the prediction also pipelines the EP combine all-to-all in {c.chunks} pieces with the expert "
                      "GEMMs, which Megatron-Core does not do; it overlaps all-to-all across micro-batches instead "
                      "(--overlap-moe-expert-parallel-comm, not modelled): see benchmarks/RESULTS.md section 6b")
+    if c.optimizer_offload_fraction > 0:
+        notes.append("optimizer CPU offload: the predicted optimizer step assumes the nominal PCIe rate and "
+                     "200 GB/s of host memory bandwidth per node for the CPU Adam (costmodel.offload; neither is "
+                     "measured), and needs pinned host memory for the offloaded FP32 master weights and moments")
     return notes
 
 

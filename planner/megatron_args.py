@@ -111,6 +111,36 @@ def _get_int(args: dict, name: str):
     return None if _none(args.get(name)) else as_int(name, args[name])
 
 
+def as_fraction(name: str, v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        f = float("nan")
+    if isinstance(v, bool) or not 0.0 <= f <= 1.0:
+        raise SpecError(name, v, "a number from 0 to 1")
+    return f
+
+
+def offload_fields(a: dict) -> dict:
+    """Optimizer CPU offload (``costmodel.offload``): ``--optimizer-cpu-offload`` with
+    ``--optimizer-offload-fraction`` (default 1.0 in Megatron-LM d98e8a64 arguments.py) and
+    ``--overlap-cpu-optimizer-d2h-h2d``; without ``--optimizer-cpu-offload`` the other two do nothing
+    (``optimizer/__init__.py`` builds the HybridDeviceOptimizer only with it)."""
+    if "optimizer_cpu_offload" not in a or not as_bool("optimizer_cpu_offload", a["optimizer_cpu_offload"]):
+        return {}
+    if "use_precision_aware_optimizer" not in a or not as_bool("use_precision_aware_optimizer",
+                                                               a["use_precision_aware_optimizer"]):
+        # arguments.py validate_args asserts it
+        raise SpecError("use_precision_aware_optimizer", a.get("use_precision_aware_optimizer", "unset"),
+                        "set with --optimizer-cpu-offload (Megatron-LM asserts it)")
+    frac = a.get("optimizer_offload_fraction")
+    out = {"optimizer_offload_fraction": 1.0 if _none(frac) else as_fraction("optimizer_offload_fraction", frac)}
+    if "overlap_cpu_optimizer_d2h_h2d" in a and out["optimizer_offload_fraction"] > 0:
+        out["overlap_cpu_optimizer_d2h_h2d"] = as_bool("overlap_cpu_optimizer_d2h_h2d",
+                                                       a["overlap_cpu_optimizer_d2h_h2d"])
+    return out
+
+
 # --------------------------------------------------------------------------- translations
 def config_fields(args: dict, layers: int | None = None) -> dict:
     """Parallel-config fields (keys of :class:`~costmodel.config.ParallelConfig`) set by ``args``.
@@ -166,6 +196,7 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
     if "fp8_param_gather" in a:
         f["fp8_param_gather"] = as_bool("fp8_param_gather", a["fp8_param_gather"])
+    f.update(offload_fields(a))
     if f["recompute"] == "selective" and not _none(a.get("recompute_modules")):
         mods = recompute_modules(a["recompute_modules"])
         if mods != ("core_attn",):  # Megatron's default: the plan's default too

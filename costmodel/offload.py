@@ -1,0 +1,91 @@
+"""Optimizer CPU offload as Megatron-Core runs it: ``HybridDeviceOptimizer``.
+
+Semantics, from NVIDIA/Megatron-LM@d98e8a64 (``megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py``,
+``megatron/core/optimizer/__init__.py``, ``megatron/training/arguments.py``):
+
+* ``--optimizer-cpu-offload --optimizer-offload-fraction f`` (arguments.py default f = 1.0) hands the
+  distributed optimizer's local shard to ``HybridDeviceOptimizer``; ``_get_sub_optimizer_param_groups``
+  moves parameters, in order, to pinned CPU FP32 copies until ``f`` of the shard's elements are offloaded.
+  Those elements' FP32 master weights and Adam moments live on the host; the rest keep an FP32 copy on the
+  GPU (``param_update_in_fp32=True``) and are stepped by the GPU Adam. The BF16 weights and the gradient
+  buffer stay on the GPU either way.
+* Each step (``step``): the offloaded elements' gradients are copied device-to-host into pinned FP32
+  buffers (the CPU copy's dtype), the GPU Adam is launched, the CPU Adam (``torch.optim.AdamW``,
+  ``fused=True``) steps the offloaded elements, and a post-step hook copies them host-to-device into
+  the BF16 parameters. ``torch.Tensor.copy_`` with ``non_blocking`` converts the dtype on the GPU
+  (pytorch ``aten/src/ATen/native/cuda/Copy.cu``, ``copy_kernel_cuda``: "If non_blocking is true - type
+  conversions are performed on the GPU"; read in the code index, commit not known), so a transfer carries the host side's FP32 bytes: 4 B down, 4 B up.
+* Without ``--overlap-cpu-optimizer-d2h-h2d`` the copies run on the compute stream and one CPU
+  optimizer steps everything: D2H, then the CPU Adam (beside the GPU Adam), then H2D, in sequence. With
+  it, one CPU optimizer per parameter and separate D2H / H2D streams pipeline the three, so the
+  slowest of them sets the time.
+* Refused combinations (arguments.py ``validate_args``; ``optimizer/__init__.py``): offload needs
+  ``--use-precision-aware-optimizer``, which needs the distributed optimizer and ``--optimizer adam``;
+  with ``--fp8-param-gather`` it needs ``--fp8-recipe delayed`` (this model refuses fp8_param_gather
+  with offload: the recipe is not a plan field).
+
+Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 link) and
+:data:`HOST_MEM_BYTES_PER_S` (the CPU Adam is memory-bound). See each for its source.
+"""
+from __future__ import annotations
+
+from .config import ParallelConfig
+from .errors import SpecError
+from .specs import ClusterSpec
+
+GB = 1e9
+
+#: one direction of the host link, by device-name prefix. PCIe Gen4 x16 on A100 SXM4: "32+32 GB/s PCIe
+#: Gen4 (H2D)" (glennklockwood.com/garden/processors/A100, citing NVIDIA's A100 datasheet); PCIe Gen5 x16
+#: on H100 SXM5: "PCIe Gen5 Speed: 128 GB/sec" bidirectional (hawkvelt.id.au/post/2024-08-04-nvidia-h100),
+#: 64 GB/s a direction. Nominal link rates, not measured copies (assumed: a pinned copy reaches less;
+#: no measured HGX nvbandwidth figure was found). H200, H800, H100-96GB and B200 are assumed Gen5 x16 as H100.
+HOST_LINK_BYTES_PER_S = {"A100": 32 * GB, "H100": 64 * GB, "H200": 64 * GB, "H800": 64 * GB, "B200": 64 * GB}
+
+#: host memory bandwidth a node's CPU Adam streams at (all its ranks together). ASSUMED (no source found):
+#: 200 GB/s, about a third of a two-socket server's nominal DDR5 bandwidth.
+HOST_MEM_BYTES_PER_S = 200 * GB
+
+#: host bytes a CPU Adam step moves per parameter: FP32 master, gradient, m, v read (16 B); master, m, v
+#: written (12 B) (the state layout of Rajbhandari et al. 2020, section 3.1, as ``compute.ADAM_STEP_BYTES``
+#: without the BF16 weight write, which here is the H2D copy)
+CPU_ADAM_BYTES_PER_PARAM = 28.0
+
+#: bytes per offloaded element over the link: the FP32 gradient down, the FP32 parameter up (module docstring)
+D2H_BYTES_PER_PARAM = 4.0
+H2D_BYTES_PER_PARAM = 4.0
+
+
+def host_link_bytes_per_s(cluster: ClusterSpec) -> float:
+    """One direction of a GPU's host link (:data:`HOST_LINK_BYTES_PER_S`); 0 where the device is not listed."""
+    name = cluster.device.name.upper()
+    return next((bw for k, bw in HOST_LINK_BYTES_PER_S.items() if name.startswith(k)), 0.0)
+
+
+def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[float, float, float]:
+    """(D2H, CPU Adam, H2D) seconds for ``params_offloaded`` elements of one GPU's shard per step.
+
+    The node's CPU memory bandwidth is shared by its ``gpus_per_node`` ranks, each stepping its own shard.
+    """
+    link = host_link_bytes_per_s(cluster)
+    if params_offloaded <= 0:
+        return 0.0, 0.0, 0.0
+    if link <= 0:
+        raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for optimizer "
+                        "CPU offload (no host-link bandwidth is known for this device)")
+    cpu_bw = HOST_MEM_BYTES_PER_S / max(1, cluster.gpus_per_node)
+    return (D2H_BYTES_PER_PARAM * params_offloaded / link, CPU_ADAM_BYTES_PER_PARAM * params_offloaded / cpu_bw,
+            H2D_BYTES_PER_PARAM * params_offloaded / link)
+
+
+def optimizer_step_s(gpu_adam_s: float, params_offloaded: float, cluster: ClusterSpec, c: ParallelConfig) -> float:
+    """The optimizer step with ``c.optimizer_offload_fraction`` of the shard on the CPU.
+
+    ``gpu_adam_s``: the GPU Adam over the elements kept on the GPU. Not overlapped: D2H, then the GPU and
+    CPU Adams side by side, then H2D (``HybridDeviceOptimizer.step`` on one stream); overlapped
+    (``--overlap-cpu-optimizer-d2h-h2d``): the slowest of the GPU Adam and the three pipelined parts.
+    """
+    d2h, cpu, h2d = offload_times_s(params_offloaded, cluster)
+    if c.overlap_cpu_optimizer_d2h_h2d:
+        return max(gpu_adam_s, d2h, cpu, h2d)
+    return d2h + max(gpu_adam_s, cpu) + h2d
