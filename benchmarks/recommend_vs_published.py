@@ -8,7 +8,8 @@ predicted as ``validate_published.py`` does (unstated settings filled by one rul
 best value for unstated micro-batch and interleave), and ``planner recommend`` plans the same model,
 cluster, GPU count, global batch, sequence length and precision, under the framework that ran it
 (Megatron-Core, DeepSpeed or FSDP2) and its gradient dtype, with the attention kernel of the published
-software (FlashAttention or not) and everything else free. Rows whose software stack the search does
+software (FlashAttention or not), the run's numerics (its plan options: optimizer dtype, FP8 parameter
+gather, ...) and an interleave cap that admits the published one, and everything else free. Rows whose software stack the search does
 not choose (eager element-wise kernels, PyTorch's context_parallel, the DeepEP dispatcher, FSDP1's flat
 buffers) are listed, not compared: the recommendation would run another stack. Expected: the recommended plan's predicted step time is no worse
 than the published plan's (the published plan lies in the search space whenever its settings do).
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import load_set, predict  # noqa: E402
-from search.problem import Limits, Problem  # noqa: E402
+from search.problem import PLAN_OPTIONS, Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
 
 TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate
@@ -72,8 +73,10 @@ def main(argv=None) -> int:
             notes.append(f"row {r.row_id}: not compared, the published stack runs {stack}")
             continue
         flash = r.fixed.get("flash_attention", True)
-        p = Problem(model=r.model, cluster=r.cluster, workload=r.workload, limits=Limits(flash_attention=flash),
-                    framework=r.fixed.get("framework", "megatron"), grad_dtype=r.fixed.get("grad_dtype", "fp32"))
+        p = Problem(model=r.model, cluster=r.cluster, workload=r.workload, limits=Limits(flash_attention=flash,
+                                                                                      vp_max=max(Limits().vp_max, pub.config.vp)),
+                    framework=r.fixed.get("framework", "megatron"), grad_dtype=r.fixed.get("grad_dtype", "fp32"),
+                    options=tuple((k, r.fixed[k]) for k in PLAN_OPTIONS if k in r.fixed))  # the run's numerics, as pinned
         t0 = time.perf_counter()
         res = solve(p, SolveOptions(time_limit_s=args.time_limit, workers=2))
         dt = time.perf_counter() - t0
