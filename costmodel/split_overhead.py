@@ -79,8 +79,11 @@ def with_split_overheads(ops, c, ov: float) -> tuple:
     ...                                                        ParallelConfig(tp=8, sp=True, chunks=4), 5e-6)]
     [1015.0]
     """
-    return tuple(replace(o, fwd_s=o.fwd_s + _extra(fwd_pieces(o, c), o.fwd_s, ov),
-                         bwd_s=o.bwd_s + _extra(bwd_pieces(o, c), _bwd_split_s(o), ov)) for o in ops)
+    out = []
+    for o in ops:
+        xf, xb = _extra(fwd_pieces(o, c), o.fwd_s, ov), _extra(bwd_pieces(o, c), _bwd_split_s(o), ov)
+        out.append(replace(o, fwd_s=o.fwd_s + xf, bwd_s=o.bwd_s + xb) if xf or xb else o)  # unsplit ops as they are
+    return tuple(out)
 
 
 def replay_extra_s(ops, fractions, c, ov: float, per_op_sac: bool) -> float:
