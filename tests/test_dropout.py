@@ -150,3 +150,35 @@ def test_megatron_reader_defaults_and_errors():
         mg.dropout_fields({"hidden_dropout": "lots"})
     with pytest.raises(SpecError, match="attention_dropout"):
         mg.dropout_fields({"attention_dropout": "1.0"})
+
+
+def test_a_megatron_line_runs_its_dropout_on_the_given_model():
+    from planner.framework_inputs import parse_megatron_text
+    line = ("--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
+            "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000")
+    assert parse_megatron_text(line).dropout == {"hidden_dropout": 0.1, "attention_dropout": 0.1}  # Megatron's default
+    fi = parse_megatron_text(line + " --hidden-dropout 0.0 --attention-dropout 0.0")
+    assert fi.dropout == {"hidden_dropout": 0.0, "attention_dropout": 0.0} and fi.model["hidden_dropout"] == 0.0
+    with pytest.raises(SpecError, match="megatron_args.hidden_dropout"):
+        parse_megatron_text(line + " --hidden-dropout 2")
+
+
+def test_cli_bad_dropout_in_a_megatron_line_exits_2(capsys):
+    from planner.cli import main
+    rc = main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--megatron-args",
+               "--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 8 --seq-length 4096 --bf16 "
+               "--hidden-dropout lots"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "hidden_dropout" in err[0]
+
+
+def test_evaluate_charges_the_masks_a_megatron_line_runs(capsys):
+    from planner.cli import main
+    line = "--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 8 --seq-length 4096 --bf16"
+    peaks = {}
+    for extra in ("", " --hidden-dropout 0.0 --attention-dropout 0.0"):
+        assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--json",
+                     "--megatron-args", line + extra]) == 0
+        peaks[extra] = json.loads(capsys.readouterr().out)["peak_memory_bytes"]
+    # Megatron's default 0.1 on a Llama: two h-byte masks per token and layer (SP over 8) plus the embedding's
+    assert peaks[""] > peaks[" --hidden-dropout 0.0 --attention-dropout 0.0"]
