@@ -3,11 +3,12 @@
 PyTorch skips dropout entirely at ``p = 0``: ATen's ``dropout`` takes the fused kernel (which
 returns the output and a 1-byte mask) only when ``p > 0 && p < 1`` (``is_fused_kernel_acceptable``),
 and ``_dropout_impl`` returns its input unchanged ``if (p == 0 || !train)``
-(pytorch/pytorch ``aten/src/ATen/native/Dropout.cpp`` @03d697c5; the current file adds
-``|| input.numel() == 0`` to the same test). Under ``torch.compile`` (Megatron-Core's ``jit_fuser``,
-``megatron/core/jit.py`` @d98e8a64, on PyTorch >= 2.2) the ``aten.dropout`` decomposition is
+(pytorch/pytorch ``aten/src/ATen/native/Dropout.cpp`` @03d697c5, an old version; later copies of the
+file read ``if (p == 0 || !train || input.numel() == 0)``). Under ``torch.compile`` (Megatron-Core's
+``jit_fuser``, ``megatron/core/jit.py`` @d98e8a64, on PyTorch >= 2.2) the ``aten.dropout`` decomposition is
 ``if train and p != 0: return aten.native_dropout(...)[0] else: return input.clone()``
-(``torch/_decomp/decompositions.py``): no mask either. So at ``p = 0`` nothing is saved for
+(``torch/_decomp/decompositions.py``, a stored copy read through the search tool, its commit not named):
+no mask either. So at ``p = 0`` nothing is saved for
 backward and no mask is written; in inference (``train`` false) neither.
 
 Megatron-Core applies the hidden dropout in the bias-dropout-add after attention and after the MLP
