@@ -16,9 +16,12 @@ Megatron-Core applies the hidden dropout in the bias-dropout-add after attention
 training=training)`` then ``residual + out``) and to the embedding output
 (``language_model_embedding.py``: ``torch.nn.Dropout(self.config.hidden_dropout)``), and the attention
 dropout to the softmax output of the unfused attention (``dot_product_attention.py``:
-``self.attention_dropout(attention_probs)``); ``TransformerConfig`` defaults both to 0.1. Fused
-attention kernels (FlashAttention, cuDNN) regenerate their dropout from the RNG state and store
-no mask whatever ``p`` is, so the attention dropout only matters for unfused attention here.
+``self.attention_dropout(attention_probs)``); ``TransformerConfig`` defaults both to 0.1.
+Transformer Engine (``transformer_engine/pytorch/attention/dot_product_attention/backends.py`` @d0067d0):
+``UnfusedDotProductAttention`` applies ``torch.nn.Dropout(attention_dropout)`` to the probabilities (as
+above); ``FlashAttention`` and ``FusedAttention`` pass ``dropout_p`` to the kernel, and the fused backward
+gets back ``softmax_lse, rng_state`` (the RNG state, no mask) whatever ``p`` is, so the attention dropout
+only matters for unfused attention here.
 
 >>> mask_bytes(0.1), mask_bytes(0.0), mask_bytes(0.1, train=False)
 (1, 0, 0)
