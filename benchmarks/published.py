@@ -102,6 +102,14 @@ layers per stage, for the stated degrees):
   "we force-balance the token distribution", the ModelZoo "forced balance" rows, AutoModel's
   "fake balanced gate", token-drop at capacity); otherwise the model's default.
 
+Dropout (both sets): the model preset's ``hidden_dropout`` / ``attention_dropout``, which are its recipe's
+(each preset's ``dropout_source``). Megatron-LM runs that state none (README 2020, Narayanan, Korthikanti,
+MegaScale's baseline, README 2024, the Megatron-LM CI memory cases) are filled with its defaults, 0.1 each
+(``--hidden-dropout``/``--attention-dropout`` ``default=0.1`` in ``arguments.py`` at 9edfdae, 285068c8 and
+core_r0.8.0); NeMo 24.07's GPT-3 recipes set 0.1 (``conf/training/gpt3/*.yaml``), its Llama 2/3 and Nemotron
+recipes 0.0; the Llama 3, DeepSeek, Qwen3, Mixtral, Kimi, GPT-OSS and MPT rows (Meta's, ModelZoo, Bridge,
+AutoModel, torchtitan, llm-foundry) 0.0. At 0.0 no mask is stored or written (:mod:`costmodel.dropout`).
+
 Measured step time
 ------------------
 ``iteration_time_s`` when given; else tokens per batch over ``tokens/s/GPU x GPUs``; else the

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 
+from . import dropout as _dropout
 from .config import ParallelConfig
 from .kernels import attention_shape_factor, gemm_fit
 from .kvcache import kv_dtype_bytes, kv_elements_per_token_layer
@@ -298,7 +299,7 @@ def _decode_attention(model, dev, b: int, s: int, tp: int, kv_bytes: int) -> Op:
     return Op("attn_core", "attention", "attn", flops, t, 0.0)
 
 
-def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool) -> Op:
+def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool, train: bool = True) -> Op:
     """Attention scores and context of ``b`` sequences of ``s`` tokens, split ``tp`` ways by head and
     ``cp`` ways by query (``flash``: fused FlashAttention, else Megatron's unfused kernels)."""
     sq = s / cp  # queries held by this GPU (context parallel shards the sequence)
@@ -318,11 +319,13 @@ def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool) -
         bwd = 2.5 * 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "bwd"))
         return Op("attn_core", "attention", "attn", flops, fwd + dev.kernel_overhead_s, bwd + dev.kernel_overhead_s)
     # Unfused (Megatron 2021/22): batched QK^T and PV GEMMs over full s x s scores, with the
-    # fused scale-mask-softmax (read 2 B, write 2 B per score) and dropout (read 2, write 2 + 1 B mask).
+    # fused scale-mask-softmax (read 2 B, write 2 B per score) and dropout (read 2, write 2 + 1 B mask),
+    # which does not run at attention_dropout 0 or in inference (costmodel.dropout)
     d = model.head_dim
     bmm = gemm_time_s(sq, s, d, dev, "bf16", batch=int(b * heads)) + gemm_time_s(sq, d, s, dev, "bf16", batch=int(b * heads))
     scores = b * heads * sq * s
-    ew = elementwise_time_s(9 * scores, dev, kernels=2)
+    per_score, kernels = _dropout.score_kernel_bytes(model.attention_dropout, train)
+    ew = elementwise_time_s(per_score * scores, dev, kernels=kernels)
     return Op("attn_core", "attention", "attn", flops, bmm + ew, 2 * bmm + 2 * ew)
 
 
@@ -362,10 +365,11 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     if not fused:
         ops.append(_elementwise("rope", "attn", EAGER_ROPE_BYTES * n * qk_width, dev, EAGER_ROPE_KERNELS))
     ops.append(_decode_attention(model, dev, mb, seq_len, tp, kv_bytes) if decode
-               else _attention_core(model, dev, mb, seq_len, tp, cp, flash))
+               else _attention_core(model, dev, mb, seq_len, tp, cp, flash, not serving))
     ops.append(_gemm("attn_out", "attn", n, h, o_in, dev, dtype, comm_after=tp_comm))
-    # bias-dropout-add: read out and residual, write sum, 1-byte mask
-    ops.append(_elementwise("bda1", "attn", (3 * ACT_BYTES + 1) * n_sp * h, dev))
+    # bias-dropout-add: read out and residual, write sum, 1-byte mask (none at hidden_dropout 0, costmodel.dropout)
+    bda_bytes = (3 * ACT_BYTES + _dropout.mask_bytes(model.hidden_dropout, not serving)) * n_sp * h
+    ops.append(_elementwise("bda1", "attn", bda_bytes, dev))
     ops.append(_elementwise("ln2", "mlp", norm_b * n_sp * h, dev, norm_k))
     gated = model.activation == "swiglu"
     if moe:
@@ -377,7 +381,7 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
                         else ((3 if gated else 2) * ACT_BYTES, 1))
         ops.append(_elementwise("act", "mlp", act_b * n * f, dev, act_k))
         ops.append(_gemm("fc2", "mlp", n, h, f, dev, dtype, comm_after=tp_comm))
-    ops.append(_elementwise("bda2", "mlp", (3 * ACT_BYTES + 1) * n_sp * h, dev))
+    ops.append(_elementwise("bda2", "mlp", bda_bytes, dev))
     return tuple(ops)
 
 

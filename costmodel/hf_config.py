@@ -10,7 +10,9 @@ Two things a ``config.json`` often leaves to its ``transformers`` config class, 
 ``model_type``: whether the LM head is tied to the embedding (``save_pretrained`` writes
 ``tie_word_embeddings`` only when it differs from the class default: Gemma and GPT-2 tie,
 Llama does not), and whether the MLP is gated (Gemma's ``gelu_pytorch_tanh`` MLP is GeGLU,
-three matrices like SwiGLU, although its activation is named like GPT-2's ungated GELU).
+three matrices like SwiGLU, although its activation is named like GPT-2's ungated GELU). The
+dropout probabilities are read where the file has them (:data:`HIDDEN_DROPOUT_KEYS`,
+:data:`ATTENTION_DROPOUT_KEYS`), else the family's (:data:`DROPOUT_DEFAULTS`: 0.0 but GPT-2's 0.1).
 
 >>> m = model_from_hf_config({"_name_or_path": "meta-llama/Meta-Llama-3-8B", "model_type": "llama",
 ...     "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
@@ -82,7 +84,7 @@ class _Config:
             if v is not None:
                 ok = isinstance(v, kind) and not isinstance(v, bool) if kind is int else isinstance(v, kind)
                 if not ok:
-                    raise SpecError(k, v, f"{'an integer' if kind is int else kind.__name__} "
+                    raise SpecError(k, v, f"{'an integer' if kind is int else getattr(kind, '__name__', 'a number')} "
                                           f"in the Hugging Face config (model_type={self.kind})")
                 return v
         if default is _REQUIRED:
@@ -107,6 +109,31 @@ def _tied(c: _Config) -> bool:
     return c.get("tie_word_embeddings", default=FAMILIES.get(c.kind, DEFAULT_TIED), kind=bool)
 
 
+#: Hugging Face keys of the residual/hidden and the attention dropout, first found wins (GPT-NeoX, BLOOM,
+#: Falcon: ``hidden_dropout``; GPT-2: ``resid_pdrop`` / ``attn_pdrop``; BERT-style: ``*_dropout_prob``)
+HIDDEN_DROPOUT_KEYS = ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob")
+ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+#: model_type -> (hidden, attention) dropout of its ``transformers`` config class when the file leaves the keys
+#: out: ``GPT2Config`` defaults ``resid_pdrop``, ``attn_pdrop`` to 0.1 (``configuration_gpt2.py`` @01ae98ae);
+#: ``LlamaConfig`` has ``attention_dropout`` 0.0 and no residual dropout at all (``configuration_llama.py``
+#: @008e5743), as the other Llama-style families: 0.0 for every other model_type.
+DROPOUT_DEFAULTS = {"gpt2": (0.1, 0.1)}
+
+
+def _dropout(c: _Config) -> dict:
+    """``hidden_dropout`` and ``attention_dropout`` as the file states them, else the family's default."""
+    hidden, attention = DROPOUT_DEFAULTS.get(c.kind, (0.0, 0.0))
+    out = {}
+    for field, keys, default in (("hidden_dropout", HIDDEN_DROPOUT_KEYS, hidden),
+                                 ("attention_dropout", ATTENTION_DROPOUT_KEYS, attention)):
+        key = next((k for k in keys if c.d.get(k) is not None), keys[0])
+        p = c.get(key, default=default, kind=(int, float))
+        if isinstance(p, bool) or not 0 <= p < 1:
+            raise SpecError(key, p, f"a probability in [0, 1) in the Hugging Face config (model_type={c.kind})")
+        out[field] = float(p)
+    return out
+
+
 def _name(d: dict) -> str:
     return clip(d.get("_name_or_path") or d.get("model_type") or "model")
 
@@ -116,7 +143,7 @@ def _gpt2(c: _Config) -> ModelSpec:
     return ModelSpec(
         name=_name(c.d), layers=c.get("n_layer"), hidden=h, heads=c.get("n_head"),
         ffn_hidden=c.get("n_inner", default=None) or 4 * h, vocab=c.get("vocab_size"),
-        activation=_activation(c, "gelu_new"), tied_embeddings=_tied(c))
+        activation=_activation(c, "gelu_new"), tied_embeddings=_tied(c), **_dropout(c))
 
 
 def _moe_layer_count(c: _Config, layers: int) -> int:
@@ -141,7 +168,8 @@ def _decoder(c: _Config) -> ModelSpec:
         kv_heads=c.get("num_key_value_heads", default=None),
         head_dim=c.get("head_dim", default=None),
         activation=_activation(c, "gelu" if neox else "silu"), tied_embeddings=_tied(c),
-        mtp_layers=c.get("num_nextn_predict_layers", default=0))  # DeepSeek-V3's MTP modules
+        mtp_layers=c.get("num_nextn_predict_layers", default=0),  # DeepSeek-V3's MTP modules
+        **_dropout(c))
     expert_keys = ("num_local_experts", "num_experts", "n_routed_experts")
     experts = c.get(*expert_keys, default=0)
     if experts < 0 or (experts == 0 and c.kind in MOE_FAMILIES):

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from . import frameworks, mtp
+from . import dropout as _dropout, frameworks, mtp
 from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
 from . import layout as _layout
@@ -277,12 +277,12 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     x = LINEAR_INPUT_BYTES[fp8_saved_inputs(w, c)]  # bytes of a saved GEMM input element
     rec = c.recomputed_modules
     # 2 LN inputs (4h), QKV input (2h, FP8 1h), MLP input (2h: under MoE the router keeps it in BF16; discarded by
-    # Megatron's "layernorm" recompute, and by "moe" as well when both are on), 2 dropout masks (2h)
-    # (a checkpointed dense MLP, Megatron "mlp", keeps its BF16 input: the checkpoint's argument)
+    # Megatron's "layernorm" recompute, and by "moe" as well when both are on), 2 dropout masks (2h, none at
+    # hidden_dropout 0: costmodel.dropout) (a checkpointed dense MLP, Megatron "mlp", keeps its BF16 input)
     mlp_input = (2 if moe or "mlp" in rec else x) * h
     if moe and "layernorm" in rec:
         mlp_input = 0.0
-    replicated = 4 * h + x * h + mlp_input + 2 * h
+    replicated = 4 * h + x * h + mlp_input + 2 * _dropout.mask_bytes(model.hidden_dropout, w.mode == "train") * h
     d_v = model.v_head_dim if model.is_mla else model.head_dim
     q = model.heads * (model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0))
     kv = model.kv_heads * (model.head_dim + d_v) if not model.is_mla else model.heads * (model.head_dim + model.qk_rope_head_dim + d_v)
@@ -309,7 +309,8 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
         per_token_split = (split + (0.0 if "mlp" in rec else mlp * f)) / t  # Megatron "mlp": the MLP checkpointed
     per_token = replicated / (t if c.sp_on else 1) + per_token_split
     if not c.flash_attention and "core_attn" not in rec:
-        per_token += 5 * model.heads * w.seq_len / t  # softmax (2), dropout mask (1), dropout out (2) per score
+        # softmax (2), dropout mask (1), dropout out (2) per score; the softmax only at attention_dropout 0
+        per_token += _dropout.saved_bytes_per_score(model.attention_dropout, w.mode == "train") * model.heads * w.seq_len / t
     elif c.flash_attention:
         per_token += 4 * model.heads / t  # FP32 log-sum-exp per head
     return tokens * per_token
@@ -452,8 +453,9 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     profile = in_flight_profile(c.pp, m, c.vp, stage)
     acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight (of an average chunk, as
-        # this model always charged it; the first chunk holds up to 2p, in_flight_profile)
-        acts += 3 * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
+        # this model always charged it; the first chunk holds up to 2p, in_flight_profile); no mask at p = 0
+        emb = 2 + _dropout.mask_bytes(model.hidden_dropout, w.mode == "train")
+        acts += emb * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
     if stage == c.pp - 1 and w.mode == "train":  # the loss of one micro-batch (:func:`loss_bytes_per_logit`),
         # once per MTP depth too: process_mtp_loss keeps each depth's loss graph until the backward
         acts += mtp.heads_on(model, c, stage) * loss_bytes_per_logit(c) * tokens * model.vocab / c.tp

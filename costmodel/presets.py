@@ -22,7 +22,7 @@ from .units import GB, GiB, TFLOPS, US
 
 PRESET_DIR = Path(__file__).parent / "presets"
 #: keys a preset or spec file may carry for people, ignored by the loader
-_DOC_KEYS = {"source", "sources", "notes", "description", "assumptions", "$schema"}
+_DOC_KEYS = {"source", "sources", "notes", "description", "assumptions", "dropout_source", "$schema"}
 
 
 @lru_cache(maxsize=2)

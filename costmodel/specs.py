@@ -84,6 +84,10 @@ class ModelSpec:
         (DeepSeek-V2/V3); ``kv_lora_rank = 0`` means ordinary attention.
     mtp_layers : multi-token-prediction modules (DeepSeek-V3 ``num_nextn_predict_layers``; Megatron-Core
         ``--mtp-num-layers``), trained with the model (:mod:`costmodel.mtp`); 0: none.
+    hidden_dropout, attention_dropout : dropout probabilities the model is trained with, on the embedding and
+        residual branches, and on the attention probabilities (Megatron-Core ``TransformerConfig.hidden_dropout``,
+        ``attention_dropout``). Default 0.1 each, Megatron-Core's defaults; Llama-family models and their recipes
+        train with 0.0 (each preset states its own). At 0 no mask is stored or written (:mod:`costmodel.dropout`).
     """
 
     name: str = "model"
@@ -108,6 +112,8 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
@@ -139,6 +145,10 @@ class ModelSpec:
         elif self.topk or self.shared_experts:
             raise SpecError("experts", self.experts, "positive when topk or shared_experts is set")
         _positive("moe_load_cv", self.moe_load_cv, allow_zero=True)
+        for f in ("hidden_dropout", "attention_dropout"):
+            p = getattr(self, f)
+            if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
+                raise SpecError(f, p, "a probability in [0, 1)")
         if self.moe_routing not in MOE_ROUTINGS:
             raise SpecError("moe_routing", self.moe_routing, f"one of {', '.join(MOE_ROUTINGS)}")
         if self.kv_lora_rank and not self.v_head_dim:

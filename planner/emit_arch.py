@@ -5,7 +5,8 @@
 d98e8a64 (``megatron/training/arguments.py`` ``_add_network_size_args``, and the
 ``TransformerConfig`` fields it turns into flags: ``--num-query-groups``, ``--kv-channels``,
 ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, ``--moe-layer-freq``,
-``--multi-latent-attention`` with its ranks); ``benchmarks/real_parsers.py`` runs them through
+``--multi-latent-attention`` with its ranks, ``--hidden-dropout`` and ``--attention-dropout`` where the
+model's differ from Megatron-Core's 0.1); ``benchmarks/real_parsers.py`` runs them through
 Megatron-LM's own ``parse_args`` and ``validate_args``.
 
 What a :class:`~costmodel.specs.ModelSpec` does not record is assumed and said so
@@ -20,13 +21,16 @@ predicted step time. The vocabulary comes from the tokenizer, as in any Megatron
 ...                for t in a))  # doctest: +NORMALIZE_WHITESPACE
 --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention
 --num-query-groups 8 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear
---seq-length 8192 --max-position-embeddings 8192 --untie-embeddings-and-output-weights
+--seq-length 8192 --max-position-embeddings 8192 --untie-embeddings-and-output-weights --hidden-dropout 0.0
+--attention-dropout 0.0
 """
 
 from __future__ import annotations
 
 from costmodel.config import ParallelConfig
 from costmodel.specs import ModelSpec, Workload
+
+from .megatron_args import MEGATRON_DROPOUT
 
 
 def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]:
@@ -60,6 +64,10 @@ def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]
         out.append(["--untie-embeddings-and-output-weights"])
     if m.mtp_layers:  # Megatron-Core trains MTP modules only with --mtp-num-layers (costmodel.mtp)
         out.append(["--mtp-num-layers", str(m.mtp_layers)])
+    for name, default in MEGATRON_DROPOUT.items():  # stated only where the model's differs from Megatron's default
+        p = getattr(m, name)
+        if p != default:
+            out.append(["--" + name.replace("_", "-"), str(float(p))])
     return out
 
 

@@ -58,6 +58,8 @@ class FrameworkInput:
     stated_model: dict = field(default_factory=dict)
     deferred: dict = field(default_factory=dict)
     mtp_layers: int | None = None  # Megatron's --mtp-num-layers (0 unset: no MTP); None: not stated by the source
+    #: ``hidden_dropout``/``attention_dropout`` the configuration runs (Megatron's 0.1 each when unstated); None: the model's
+    dropout: dict | None = None
 
     @property
     def label(self) -> str:
@@ -144,6 +146,7 @@ def parse_megatron_text(text: str) -> FrameworkInput:
                     stated[key] = True
         model = None if mg.missing_shape(a) else mg.model_fields(a)
         mg.mtp_layers(a)
+        mg.dropout_fields(a)
     except SpecError as e:
         raise SpecError(f"megatron_args.{e.field}", e.value, e.allowed) from None
     stated["framework"] = "megatron"
@@ -164,7 +167,7 @@ def parse_megatron_text(text: str) -> FrameworkInput:
     shape = {n: mg._get_int(a, n) for n in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
                                              "num_query_groups", "num_experts") if mg._get_int(a, n)}
     return FrameworkInput(source="megatron_args", stated=stated, model=model, stated_model=shape, deferred=deferred,
-                          mtp_layers=mg.mtp_layers(a))
+                          mtp_layers=mg.mtp_layers(a), dropout=mg.dropout_fields(a))
 
 
 #: ModelSpec fields each Megatron shape argument states

@@ -70,6 +70,8 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
     if fi.mtp_layers is not None and getattr(args, "mtp_layers", None) is None and model.mtp_layers != fi.mtp_layers:
         model = replace(model, mtp_layers=fi.mtp_layers)  # Megatron trains MTP only with --mtp-num-layers
     model = with_mtp_layers(model, args)
+    if fi.dropout and any(getattr(model, k) != v for k, v in fi.dropout.items()):
+        model = replace(model, **fi.dropout)  # the line's dropout (Megatron's 0.1 when unstated) is what runs
     if args.cluster is None:
         raise SpecError("cluster", None, "given (--cluster NAME|FILE)")
     cluster = resolve_cluster(args.cluster, ns.gpus)

@@ -408,7 +408,33 @@ def model_fields(args: dict) -> dict:
         if shared:
             m["shared_experts"] = max(1, round(shared / (moe_ffn or m["ffn_hidden"])))
     m["mtp_layers"] = mtp_layers(a)
+    m.update(dropout_fields(a))
     return m
+
+
+#: Megatron-Core ``TransformerConfig`` defaults (``hidden_dropout: float = 0.1``, ``attention_dropout: float = 0.1``,
+#: ``megatron/core/transformer/transformer_config.py`` @d98e8a64): what an unstated ``--hidden-dropout`` runs
+MEGATRON_DROPOUT = {"hidden_dropout": 0.1, "attention_dropout": 0.1}
+
+
+def dropout_fields(args: dict) -> dict:
+    """``hidden_dropout`` and ``attention_dropout`` as stated (``--hidden-dropout``, NeMo's ``hidden_dropout:``),
+    else Megatron-Core's defaults (:data:`MEGATRON_DROPOUT`)."""
+    a = normalise(args)
+    out = {}
+    for name, default in MEGATRON_DROPOUT.items():
+        v = a.get(name)
+        if _none(v):
+            out[name] = default
+            continue
+        try:
+            p = float(v)
+        except (TypeError, ValueError):
+            raise SpecError(name, v, "a probability in [0, 1)") from None
+        if not 0 <= p < 1:
+            raise SpecError(name, v, "a probability in [0, 1)")
+        out[name] = p
+    return out
 
 
 def mtp_layers(args: dict) -> int:

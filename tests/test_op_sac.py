@@ -8,7 +8,7 @@ from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
 from costmodel.fastpath import Scorer
 from costmodel.flops import hardware_flops_per_step, model_flops_per_step
-from costmodel.memory import stage_memory
+from costmodel.memory import activation_bytes_per_layer, op_sac_bytes_per_layer, stage_memory
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 
@@ -40,7 +40,14 @@ def test_between_selective_and_full(tp):
     g = evaluate(M, CL, W, ParallelConfig(recompute="op_sac", **base), engine="graph")
     assert g.step_time_s == pytest.approx(t["op_sac"].step_time_s, rel=0.02)
     act = {r: stage_memory(M, W, ParallelConfig(recompute=r, **base), 0).activations_bytes for r in ("none", "op_sac", "full")}
-    assert act["full"] < act["op_sac"] < act["none"]
+    assert act["full"] < act["op_sac"]
+    # per layer op_sac keeps less than no recompute; at TP 8 (SP) the saved h-wide partial sums of wo and w2 keep
+    # nearly as much as no recompute does (Llama trains without dropout masks), so the layer re-materialised in
+    # backward puts op_sac's peak above no recompute's there, below it at TP 1
+    c = {r: ParallelConfig(recompute=r, **base) for r in ("none", "op_sac")}
+    assert op_sac_bytes_per_layer(M, W, c["op_sac"]) < activation_bytes_per_layer(M, W, c["none"])
+    if tp == 1:
+        assert act["op_sac"] < act["none"]
 
 
 def test_flops_and_fast_path():

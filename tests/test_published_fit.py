@@ -25,9 +25,10 @@ from costmodel.memory import memory_per_stage  # noqa: E402
 KNOWN_UNFIT = {
     ("new", "112"): "Llama 3 405B pp16 8K, 32 micro-batches, as the paper runs it (section 3.3.2: no activation "
                     "checkpointing, V=8 one-layer virtual stages, gradients reduce-scattered per micro-batch): "
-                    "85.5 GiB on rank 1, 141 layer-micro-batches of activations (74.4 GiB) under Megatron's "
-                    "interleaved warm-up (V-1)N + 2(p-r-1) + 1 at N=p; the paper's own schedule (N tunable, "
-                    "Figure 6) is not given in numbers; rows 113/114 (16 micro-batches) fit at 78.0 GiB",
+                    "80.9 GiB on rank 1 (HBM 80), 141 layer-micro-batches of activations (70.0 GiB, no dropout "
+                    "masks: Llama trains without dropout) under Megatron's interleaved warm-up (V-1)N + 2(p-r-1) + 1 "
+                    "at N=p; the paper's own schedule (N tunable, Figure 6) is not given in numbers; rows 113/114 "
+                    "(16 micro-batches) fit at 73.8 GiB",
 }
 
 GiB = 2**30
