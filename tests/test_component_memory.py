@@ -39,15 +39,18 @@ def test_the_benchmark_scores_every_row():
     assert t["mean"] <= cm.TENSOR_MEAN_LIMIT and t["max"] <= cm.TENSOR_MAX_LIMIT
 
 
-@pytest.mark.xfail(strict=True, reason="reserved mean |err| 5.1% > 5% since the dropout masks Llama does not have "
-                   "are no longer charged (4.99% with them); the torchtitan cases are under-predicted by up to 11.3%: "
-                   "RESULTS.md section 36. strict: passing again fails here, so the mark is dropped once it is met")
-def test_issue_21_reserved_target():
-    # issue 21's reserved target (5% mean |err|): a change that loses the FSDP2 state, op-SAC or loss mechanisms
-    # fails here too (without them: 27.3%)
+#: the reserved mean |err| at the last change of the memory model (5.1%, RESULTS.md section 36): issue 21's 5% target
+#: is NOT met since the dropout masks Llama does not have are no longer charged (4.99% with them; the torchtitan
+#: cases are under-predicted by up to 11.3%). This bound is a regression guard, not the target.
+RESERVED_MEAN_NOW = 0.052
+
+
+def test_reserved_mean_no_worse_than_now():
+    # a change that loses the FSDP2 state, op-SAC or loss mechanisms fails here (without them: 27.3%)
     results = cm.evaluate(cm.load_cases())
-    assert cm.summary(results)["max_reserved_gib"]["mean"] <= cm.RESERVED_MEAN_LIMIT
-    assert cm.check(results) == (0, [])
+    assert cm.summary(results)["max_reserved_gib"]["mean"] <= RESERVED_MEAN_NOW
+    code, failed = cm.check(results)
+    assert failed == [f"reserved mean |err| {cm.summary(results)['max_reserved_gib']['mean']:.1%} > 5%"], failed
 
 
 def test_a_target_without_rows_fails():
