@@ -53,7 +53,8 @@ from search.exhaustive import max_stage_layers  # noqa: E402
 from search.presolve import _groups  # noqa: E402
 from search.problem import Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
-from search.tables import Choice, Tables, ticks  # noqa: E402
+from search.choice import Choice  # noqa: E402
+from search.tables import Tables, ticks  # noqa: E402
 from search_speed import CASES, cold  # noqa: E402
 
 from costmodel.presets import load_cluster, load_model  # noqa: E402

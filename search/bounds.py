@@ -1,4 +1,4 @@
-"""Lower bounds on the table step time of a :class:`~search.tables.Choice` over all its splits.
+"""Lower bounds on the table step time of a :class:`~search.choice.Choice` over all its splits.
 
 Used by :mod:`search.presolve` to discard choices that cannot beat an incumbent, and to give
 the CP-SAT model a per-choice bound. Each bound relaxes the stage split and leaves out terms
@@ -37,7 +37,8 @@ from costmodel.split_overhead import with_split_overheads
 
 from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
 
-from .tables import Choice, Tables, probe_split, stage_weight
+from .choice import Choice
+from .tables import Tables, probe_split, stage_weight
 
 STAGE_OF = {"first": 0, "only": 0, "mid": 1}
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from .candidates import Split
-from .tables import Choice
+from .choice import Choice
 
 POSITIONS = ("first", "mid", "last")
 

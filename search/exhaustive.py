@@ -29,7 +29,8 @@ import numpy as np
 from .candidates import (Split, stage_unit, bucket_values, dma_values, mb_values, recompute_values, shapes, sp_chunk_pairs,
                          splits, vp_values, zero_values)
 from .problem import Problem
-from .tables import Choice, StageTable, Tables
+from .choice import Choice
+from .tables import StageTable, Tables
 
 
 @dataclass(frozen=True)

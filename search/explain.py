@@ -30,7 +30,8 @@ from .candidates import (bucket_values, chunk_values, cp_values, mb_values, most
                          recompute_values, shapes, sp_values, tp_values, vp_values, zero_values)
 from .exhaustive import best_splits, max_stage_layers
 from .problem import Problem
-from .tables import Choice, Tables
+from .choice import Choice
+from .tables import Tables
 
 
 def lean_choices(p: Problem):

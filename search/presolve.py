@@ -26,7 +26,8 @@ from .candidates import (bucket_values, chunk_values, dma_values, mb_values, rec
                          vp_values, zero_values)
 from .exhaustive import Scored, best_splits, max_stage_layers
 from .problem import Problem
-from .tables import Choice, Tables
+from .choice import Choice
+from .tables import Tables
 
 
 @dataclass

@@ -16,7 +16,7 @@ from costmodel.units import GiB
 
 from .candidates import Split, tp_values
 from .problem import Problem
-from .tables import Choice
+from .choice import Choice
 
 OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN = "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"
 #: a stage at or above this fraction of usable HBM is reported as memory-bound

@@ -22,7 +22,8 @@ from search.candidates import (Split, bucket_values, chunk_values, mb_values, re
                                splits, vp_values, zero_values)
 from search.exhaustive import best_splits, max_stage_layers
 from search.problem import Limits, Problem
-from search.tables import Choice, Tables, probe_split, resolution_s, ticks
+from search.choice import Choice
+from search.tables import Tables, probe_split, resolution_s, ticks
 
 CASES = [("gpt3-175b", "a100-80g", 64, 64, 2048), ("llama3-8b", "h100-sxm", 32, 64, 4096),
          ("mixtral-8x7b", "h100-sxm", 64, 128, 4096), ("deepseek-v3", "h800", 256, 512, 4096),
