@@ -172,10 +172,11 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     else:
         parts = [_solve_space(p, tables, options, deadline)]
     res = _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
-    return _keep_margin(p, res, options, start, deadline)
+    return _keep_margin(p, res, options, start, deadline, tables)
 
 
-def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float) -> SolveResult:
+def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float,
+                 tables: Tables) -> SolveResult:
     """Issue 24 item 6: when the re-scored answer is at risk (its peak within the memory model's
     measured margin of the usable HBM, :mod:`costmodel.memory_margin`) and no re-scored plan kept the
     margin, the same problem is solved once more with the margin as a hard limit; its answer is taken
@@ -188,7 +189,8 @@ def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: flo
         return res
     lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes
                                      + options.memory_margin * p.hbm_cap_bytes))
-    alt = solve(lean, replace(options, memory_margin=0.0, time_limit_s=max(0.05, deadline - time.perf_counter())))
+    alt = solve(lean, replace(options, memory_margin=0.0, time_limit_s=max(0.05, deadline - time.perf_counter())),
+                tables.with_problem(lean))  # the times already tabled, the fits anew
     if not alt.plans or alt.graph_objective_s is None:
         return res
     if alt.graph_objective_s <= res.graph_objective_s * (1 + options.band):

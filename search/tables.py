@@ -158,6 +158,18 @@ class Tables:
         self._parts: dict = {}
         self.shared: dict = {}  # name -> cache of the search modules above (bounds, presolve)
 
+    def with_problem(self, problem: Problem) -> "Tables":
+        """Tables of ``problem``, the same problem as ``self``'s but for its memory headroom, sharing every cache
+        that holds times and bytes (layers, affine terms, stage parts: none reads the HBM cap) and none that holds
+        a fit (the stage tables' ``valid``, the search modules' ``shared`` screens): the margin solve of
+        :func:`search.solve._keep_margin` then times nothing twice."""
+        same = replace(problem, limits=replace(problem.limits, headroom_bytes=self.p.limits.headroom_bytes))
+        if same != self.p:  # the caches' keys leave out everything else a problem fixes (flash attention, ...)
+            raise ValueError("Tables.with_problem: only the memory headroom may differ")
+        out = Tables(problem)
+        out._layer, out._affine, out._parts = self._layer, self._affine, self._parts
+        return out
+
     def relaxed(self) -> "Tables":
         """Tables on a cluster where every engine-bound DMA class (:func:`search.candidates.dma_values`)
         has as many engines per stream as it has in all: each stream of any plan at least as fast

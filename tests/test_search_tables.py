@@ -222,3 +222,25 @@ def test_valid_only_tables_equal_the_full_tables_where_valid(case):
         assert best_splits(t_sparse, p.model.layers, 3) == best_splits(t_full, p.model.layers, 3)
         assert Bounds(sparse).dp_lb_s(c) == Bounds(Tables(p)).dp_lb_s(c)
     assert compared > 0
+
+
+def test_tables_with_another_headroom_share_times_not_fits():
+    """The margin solve's tables (search.solve._keep_margin) reuse the times and bytes, refit the memory cap,
+    and refuse a problem that differs in anything else."""
+    from search.solve import SolveOptions, solve
+
+    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
+                workload=Workload(global_batch=32, seq_len=4096))
+    t = Tables(p)
+    first = solve(p, SolveOptions(memory_margin=0.0), t)
+    lean = replace(p, limits=replace(p.limits, headroom_bytes=40 * 2**30))
+    shared = t.with_problem(lean)
+    assert shared._layer is t._layer and shared._stage is not t._stage
+    a = solve(lean, SolveOptions(memory_margin=0.0), shared)
+    b = solve(lean, SolveOptions(memory_margin=0.0))
+    assert a.status == b.status and a.best.estimate.config == b.best.estimate.config
+    assert a.best.estimate.step_time_s == b.best.estimate.step_time_s
+    # the cap binds here (the first plan needs ~78 GiB): tables that kept the first solve's fits would answer it
+    assert a.best.estimate.peak_memory_bytes <= lean.hbm_cap_bytes < first.best.estimate.peak_memory_bytes
+    with pytest.raises(ValueError, match="only the memory headroom"):
+        t.with_problem(replace(p, limits=Limits(flash_attention=False)))
