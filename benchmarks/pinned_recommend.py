@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published import load_set  # noqa: E402
 from costmodel.graph import compose  # noqa: E402
 from costmodel.estimate import evaluate  # noqa: E402
-from search.problem import PLAN_OPTIONS, VARIABLES, Limits, Problem  # noqa: E402
+from search.problem import VARIABLES, Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
 
 def pins_of(row) -> tuple[dict, dict]:
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             p = Problem(model=row.model, cluster=row.cluster, workload=row.workload,
                         limits=Limits(fixed=fixed, **extra), framework=framework,
                         grad_dtype=row.fixed.get("grad_dtype", "fp32"),
-                        options=tuple((k, row.fixed[k]) for k in PLAN_OPTIONS if k in row.fixed))
+                        options=row.plan_options())
             _cold()
             start = time.perf_counter()
             r = solve(p, SolveOptions(time_limit_s=args.time_limit, rescore=True))

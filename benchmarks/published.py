@@ -297,6 +297,12 @@ class Row:
     notes: list = field(default_factory=list)  # how unstated knobs were filled, approximations
     measured_how: str = ""
 
+    def plan_options(self) -> tuple:
+        """The run's plan options (:data:`search.problem.PLAN_OPTIONS`: its numerics, dispatcher, ...) as a
+        search ``Problem`` takes them: what a search for this run keeps as the run had it."""
+        from search.problem import PLAN_OPTIONS
+        return tuple((k, self.fixed[k]) for k in PLAN_OPTIONS if k in self.fixed)
+
 
 def _num(x):
     try:

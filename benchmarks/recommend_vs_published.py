@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import load_set, predict  # noqa: E402
-from search.problem import PLAN_OPTIONS, Limits, Problem  # noqa: E402
+from search.problem import Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
 
 TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         p = Problem(model=r.model, cluster=r.cluster, workload=r.workload, limits=Limits(flash_attention=flash,
                                                                                       vp_max=max(Limits().vp_max, pub.config.vp)),
                     framework=r.fixed.get("framework", "megatron"), grad_dtype=r.fixed.get("grad_dtype", "fp32"),
-                    options=tuple((k, r.fixed[k]) for k in PLAN_OPTIONS if k in r.fixed))  # the run's numerics, as pinned
+                    options=r.plan_options())  # the run's numerics, as pinned_recommend keeps them
         t0 = time.perf_counter()
         res = solve(p, SolveOptions(time_limit_s=args.time_limit, workers=2))
         dt = time.perf_counter() - t0
