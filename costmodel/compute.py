@@ -505,33 +505,6 @@ def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     return 1.0 + z * cv / math.sqrt(max(1, model.experts // ep))
 
 
-def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int,
-                      dispatcher: str = "alltoall") -> float:
-    """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes.
-
-    ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, NCCL AllToAll-V): one BF16 row per
-    routed copy, ``n * topk / tp`` rows (tokens are split over TP ranks first), timed by
-    :func:`costmodel.collectives.collective_time_s` ``"alltoall"``. ``deepep``: one row per distinct
-    destination rank (:func:`costmodel.ep_dispatch.fanout`), the rows DeepEP's normal kernels
-    deliver; its time is not an all-to-all of this buffer but the slower of its NVLink and RDMA
-    legs (:func:`costmodel.ep_dispatch.ep_dispatch_time_s`, which both engines charge).
-
-    >>> from costmodel.presets import load_model
-    >>> m = load_model("qwen3-235b-a22b")   # 128 experts, top-8; EP 8: 16 experts per rank
-    >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 8, 8, x) for x in ("alltoall", "deepep"))
-    >>> round(d / a, 3)   # 5.34 distinct ranks of 8 copies
-    0.667
-    """
-    rows = n * model.topk / tp
-    nbytes = rows * model.hidden * ACT_BYTES
-    if dispatcher != "deepep" or ep <= 1 or not model.is_moe:
-        return nbytes
-    from .ep_dispatch import fanout  # ep_dispatch imports this module (ACT_BYTES)
-
-    f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing)
-    return nbytes * f.ranks / model.topk
-
-
 def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True) -> list[Op]:
     """Router, token permutation, routed experts (grouped GEMM over this GPU's experts), shared experts.
 

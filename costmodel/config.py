@@ -96,7 +96,7 @@ class ParallelConfig:
         per routed expert) or ``deepep`` (DeepEP, one copy per destination node over the network,
         forwarded inside the node over NVLink; Megatron-Core
         ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``;
-        :func:`costmodel.compute.ep_alltoall_bytes`).
+        :func:`costmodel.ep_dispatch.ep_alltoall_bytes`).
     cp_impl : how context parallelism exchanges K/V (:func:`costmodel.compute.cp_exchange`): ``ring``
         (Megatron-Core / Transformer Engine: the GQA K/V shards pass rank to rank, each transfer hidden
         behind one attention block) or ``torch`` (PyTorch ``context_parallel`` as torchtitan runs it:

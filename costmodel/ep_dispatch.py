@@ -6,7 +6,7 @@ Two dispatchers (``ParallelConfig.ep_dispatcher``):
 * ``alltoall`` -- Megatron-Core ``MoEAlltoAllTokenDispatcher`` (NCCL AllToAll-V): the tokens are permuted
   into one row per routed copy, ``topk`` rows per token, and exchanged by
   :func:`costmodel.collectives.collective_time_s` ``"alltoall"`` (the buffer:
-  :func:`costmodel.compute.ep_alltoall_bytes`).
+  :func:`ep_alltoall_bytes`).
 * ``deepep`` -- DeepEP's normal (high-throughput) kernels. A token is sent once to every *rank* that holds
   at least one of its experts, not once per expert (DeepEP ``get_dispatch_layout`` builds
   ``is_token_in_rank``; the legacy test counts the NVLink bytes as ``recv_x.numel()``, one row per
@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .collectives import Engines, collective_time_s, link_bw_bytes_per_s
+from .compute import ACT_BYTES
 from .errors import SpecError
 from .specs import MOE_ROUTINGS as ROUTINGS  # one list: ModelSpec validates it
 from .specs import ClusterSpec, ModelSpec
@@ -187,6 +188,31 @@ def deepep_time_s(b: DeepEPBytes, ep: int, cluster: ClusterSpec, engines: Engine
     return t + alpha
 
 
+def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int,
+                      dispatcher: str = "alltoall") -> float:
+    """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes.
+
+    ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, NCCL AllToAll-V): one BF16 row per
+    routed copy, ``n * topk / tp`` rows (tokens are split over TP ranks first), timed by
+    :func:`costmodel.collectives.collective_time_s` ``"alltoall"``. ``deepep``: one row per distinct
+    destination rank (:func:`fanout`), the rows DeepEP's normal kernels
+    deliver; its time is not an all-to-all of this buffer but the slower of its NVLink and RDMA
+    legs (:func:`ep_dispatch_time_s`, which both engines charge).
+
+    >>> from costmodel.presets import load_model
+    >>> m = load_model("qwen3-235b-a22b")   # 128 experts, top-8; EP 8: 16 experts per rank
+    >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 8, 8, x) for x in ("alltoall", "deepep"))
+    >>> round(d / a, 3)   # 5.34 distinct ranks of 8 copies
+    0.667
+    """
+    rows = n * model.topk / tp
+    nbytes = rows * model.hidden * ACT_BYTES
+    if dispatcher != "deepep" or ep <= 1 or not model.is_moe:
+        return nbytes
+    f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing)
+    return nbytes * f.ranks / model.topk
+
+
 def ep_dispatch_time_s(model: ModelSpec, tokens: float, tp: int, ep: int, cluster: ClusterSpec,
                        dispatcher: str = "alltoall", engines: Engines = None, share: float = 1.0) -> float:
     """Seconds of one MoE dispatch (or combine) of ``tokens`` per GPU under ``dispatcher``, the one
@@ -199,8 +225,6 @@ def ep_dispatch_time_s(model: ModelSpec, tokens: float, tp: int, ep: int, cluste
     >>> round(d / a, 2)   # one node: 5.34 distinct ranks of 8 copies (latency aside)
     0.67
     """
-    from .compute import ACT_BYTES, ep_alltoall_bytes  # compute imports this module's fanout
-
     if ep <= 1:
         return 0.0
     if dispatcher == "deepep" and model.is_moe:

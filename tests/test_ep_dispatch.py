@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.collectives import collective_time_s
-from costmodel.compute import ep_alltoall_bytes
+from costmodel.ep_dispatch import ep_alltoall_bytes
 from costmodel.config import ParallelConfig
 from costmodel.ep_dispatch import Fanout, deepep_bytes, deepep_time_s, ep_dispatch_time_s, fanout
 from costmodel.errors import SpecError

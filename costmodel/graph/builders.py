@@ -41,10 +41,10 @@ import networkx as nx
 from .. import dma, frameworks
 from ..analytic import COLUMN_PARALLEL, fsdp2_copies_s, zero3_groups
 from ..collectives import collective_time_s, group_stride
-from ..compute import (ACT_BYTES, Op, cp_exchange, ep_alltoall_bytes, head_ops, layer_ops, module_recompute_fractions,
+from ..compute import (ACT_BYTES, Op, cp_exchange, head_ops, layer_ops, module_recompute_fractions,
                        op_sac_fractions)
 from ..config import ParallelConfig
-from ..ep_dispatch import ep_dispatch_time_s
+from ..ep_dispatch import ep_alltoall_bytes, ep_dispatch_time_s
 from ..memory import grad_elem_bytes, param_gather_bytes
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..zero3_fetch import gather_pieces, reduce_pieces
