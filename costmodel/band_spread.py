@@ -52,6 +52,15 @@ MIN_SOURCES = 3
 WITHIN_DOF = MIN_POOL - 1
 
 
+def _norm_ppf(p: float) -> float:
+    """The standard normal quantile at ``p`` >= 0.5 (bisection on ``erfc``)."""
+    lo, hi = 0.0, 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 0.5 * math.erfc(-mid / math.sqrt(2)) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
 def _source(r: dict, i: int) -> str:
     return r.get("source") or f"row {i}"  # a row without a source stands for one of its own
 
@@ -164,7 +173,6 @@ def centre_and_spread(keys: dict, residuals, level: float = 0.8) -> tuple[float,
     """``(centre, half-width, rows, keys matched)`` of the band of a plan of regime ``keys`` from the
     out-of-source ``residuals`` (rows with ``regime``, ``source``, ``log_residual``); see the module doc.
     ``rows`` and ``keys matched`` are the centre pool's."""
-    from .uncertainty import _norm_ppf
     residuals = list(residuals)
     pool, matched = pool_rows(keys, residuals)
     if not pool:

@@ -75,7 +75,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from .band_spread import KEYS, MIN_POOL, centre_and_spread, normal_interval, pool_rows  # noqa: F401
+from .band_spread import KEYS, MIN_POOL, _norm_ppf, centre_and_spread, normal_interval, pool_rows  # noqa: F401
 from .config import ParallelConfig
 from .errors import SpecError
 from .specs import ClusterSpec, ModelSpec, Workload
@@ -215,14 +215,6 @@ def t_quantile(p: float, dof: int) -> float:
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
-
-
-def _norm_ppf(p: float) -> float:
-    lo, hi = 0.0, 10.0
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if 0.5 * math.erfc(-mid / math.sqrt(2)) < p else (lo, mid)
     return (lo + hi) / 2
 
 
