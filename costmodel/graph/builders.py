@@ -46,6 +46,7 @@ from ..compute import (ACT_BYTES, Op, cp_exchange, head_ops, layer_ops, module_r
 from ..config import ParallelConfig
 from ..ep_dispatch import ep_alltoall_bytes, ep_dispatch_time_s
 from ..memory import grad_elem_bytes, param_gather_bytes
+from ..mtp import extra_ops
 from ..specs import ClusterSpec, ModelSpec, Workload
 from ..zero3_fetch import gather_pieces, reduce_pieces
 from .nodes import GraphBuilder, split_s
@@ -368,7 +369,6 @@ def head_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelC
 def mtp_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> nx.DiGraph:
     """One MTP module's work beyond its decoder layer (:func:`costmodel.mtp.extra_ops`): the embedding of
     the shifted tokens, the norms and ``eh_proj``, in a chain (as :func:`costmodel.analytic.stage_timing`)."""
-    from ..mtp import extra_ops
     b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
     ops = extra_ops(model, cluster.device, w, c)
     deps = ()
