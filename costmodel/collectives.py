@@ -55,8 +55,10 @@ Latency terms follow the same cost model. ``link.latency_s`` is the latency of o
   ``(p - nodes) alpha_intra + (nodes - 1) alpha_inter``. The latency grows linearly with the
   number of ranks. (NCCL 2.23's PAT algorithm, Jeaugey 2025, arXiv 2506.20252, is logarithmic
   but only for one GPU per node and postdates the published runs; not modelled.)
-* AllReduce, ring: ``2 (p - 1)`` steps, ``2 nodes`` of them across the network (at most all of them);
-  tree: ``2 ((intra - 1) alpha_intra + floor(log2 nodes) alpha_inter)``.
+* AllReduce, ring: ``2 (p - 1)`` steps, ``2 (nodes - 1)`` of them across the network, and across
+  nodes NCCL's "plateau effect of ring": the ring all-reduce's latency times 1.4
+  (:data:`RING_PLATEAU_LATENCY_FACTOR`, :func:`ring_plateau_factor`); tree:
+  ``2 ((intra - 1) alpha_intra + floor(log2 nodes) alpha_inter)``.
 
 >>> from costmodel.presets import load_cluster
 >>> cl = load_cluster("a100-80g")
@@ -127,13 +129,16 @@ def _bw_s(kind: str, nbytes: float, n: int, bw: float) -> float:
 def ring_latency_s(kind: str, intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
     """Latency of NCCL's ring over ``intra`` ranks on each of ``inter`` nodes.
 
-    NCCL tuning.cc: ``nsteps = 2 (p-1)`` (all-reduce) or ``p - 1`` (all-gather, reduce-scatter),
-    ``nInterSteps = 2 nodes`` (all-reduce across nodes; capped here at ``nsteps``, which NCCL's
-    formula exceeds for one rank per node) or ``nodes - 1``; latency
-    ``(nsteps - nInterSteps) alpha_intra + nInterSteps alpha_inter``.
+    NCCL tuning.cc (@5067397 ``ncclTopoTuneModel``; the same since 2.7, @01afd20):
+    ``nsteps = 2 (p-1)`` (all-reduce) or ``p - 1`` (all-gather, reduce-scatter),
+    ``nInterSteps = 2 (nodes - 1)`` (all-reduce across nodes) or ``nodes - 1``; latency
+    ``(nsteps - nInterSteps) alpha_intra + nInterSteps alpha_inter``. (NCCL's "plateau" factor on
+    the multi-node ring all-reduce depends on the size: :func:`ring_plateau_factor`.)
 
     >>> ring_latency_s("allgather", 8, 4, 1.0, 10.0)   # p = 32: 28 intra steps + 3 inter steps
     58.0
+    >>> ring_latency_s("allreduce", 8, 4, 1.0, 10.0)   # 62 steps: 56 intra + 2 * 3 inter
+    116.0
     >>> ring_latency_s("allreduce", 8, 1, 1.0, 10.0)   # 2 * 7 intra steps
     14.0
     """
@@ -141,10 +146,42 @@ def ring_latency_s(kind: str, intra: int, inter: int, alpha_intra_s: float, alph
     if p <= 1:
         return 0.0
     if kind == "allreduce":
-        nsteps, n_inter = 2 * (p - 1), (min(2 * inter, 2 * (p - 1)) if inter > 1 else 0)
+        nsteps, n_inter = 2 * (p - 1), 2 * (inter - 1)
     else:
         nsteps, n_inter = p - 1, inter - 1
     return (nsteps - n_inter) * alpha_intra_s + n_inter * alpha_inter_s
+
+
+#: NCCL's "plateau effect of ring": a ring all-reduce across nodes under the Simple protocol is
+#: expected to take 1.4x its modelled latency on compute capability 8.0 and later (1.9x before),
+#: once every rank's share per channel reaches 64 bytes (NVIDIA/nccl src/graph/tuning.cc@5067397,
+#: ``ncclTopoGetAlgoTime``: ``if (algorithm == NCCL_ALGO_RING && protocol == NCCL_PROTO_SIMPLE &&
+#: comm->nNodes > 1 && coll == ncclFuncAllReduce && nBytes / (comm->nChannels * comm->nRanks) >= 64)
+#: lat *= comm->minCompCap < 80 ? 1.9 : 1.4``; 2.8-era @01afd20: 1.9x). Every preset is sm80 or
+#: later (A100, Hopper, Blackwell), so 1.4.
+RING_PLATEAU_LATENCY_FACTOR = 1.4
+RING_PLATEAU_MIN_BYTES = 64
+
+
+def ring_plateau_factor(nbytes, intra: int, inter: int):
+    """NCCL's factor on the latency of a ring all-reduce of ``nbytes`` over ``intra`` ranks on each
+    of ``inter`` nodes (:data:`RING_PLATEAU_LATENCY_FACTOR` across nodes once
+    ``nbytes / (channels * p) >= 64``, else 1); element-wise for arrays.
+
+    NCCL divides by its channel count, which the model does not carry: it takes one channel per
+    rank of the node (one per NIC, as for NVLSTree: nccl#1041), the fewest an 8-NIC node runs, so
+    the factor starts at the smallest size NCCL could start it at. Below that size the ring's
+    latency (linear in the ranks) has already lost to the tree's across nodes.
+
+    >>> ring_plateau_factor(1e9, 8, 4), ring_plateau_factor(1e3, 8, 4), ring_plateau_factor(1e9, 8, 1)
+    (1.4, 1.0, 1.0)
+    """
+    if inter <= 1:
+        return 1.0
+    threshold = RING_PLATEAU_MIN_BYTES * max(intra, 1) * intra * inter
+    if isinstance(nbytes, np.ndarray):
+        return np.where(nbytes >= threshold, RING_PLATEAU_LATENCY_FACTOR, 1.0)
+    return RING_PLATEAU_LATENCY_FACTOR if nbytes >= threshold else 1.0
 
 
 def tree_latency_s(intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
@@ -254,6 +291,8 @@ def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
         return 0.0, 0.0
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
     lat = ring_latency_s(kind, k, nodes, a_i, a_e)
+    if kind == "allreduce":
+        lat = lat * ring_plateau_factor(nbytes, k, nodes)
     t = _ring_bw_s(kind, nbytes, k, nodes, bi, be) + lat
     if kind == "allreduce" and nodes > 1:
         lat_tree = tree_latency_s(k, nodes, a_i, a_e)

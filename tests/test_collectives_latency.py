@@ -7,8 +7,8 @@ import numpy as np
 
 import pytest
 
-from costmodel.collectives import (TREE_BW_FACTOR, collective_latency_s, collective_time_s, ring_latency_s,
-                                   tree_latency_s)
+from costmodel.collectives import (RING_PLATEAU_LATENCY_FACTOR, TREE_BW_FACTOR, collective_latency_s,
+                                   collective_time_s, ring_latency_s, ring_plateau_factor, tree_latency_s)
 from costmodel.presets import load_cluster
 
 A_I, A_E = 8e-6, 15e-6  # a100-80g: latency of one NVLink step and of one network step
@@ -40,8 +40,9 @@ def test_ring_reducescatter_across_nodes_is_one_pipelined_ring(a100):
 
 
 def test_allreduce_ring_and_tree_latencies():
-    # ring over 4 nodes x 8: 2*31 = 62 steps, 2*4 = 8 of them inter: 54*1 + 8*10
-    assert ring_latency_s("allreduce", 8, 4, 1.0, 10.0) == 54 + 80
+    # ring over 4 nodes x 8: 2*31 = 62 steps, 2*(4-1) = 6 of them inter (tuning.cc nInterSteps):
+    # 56*1 + 6*10
+    assert ring_latency_s("allreduce", 8, 4, 1.0, 10.0) == 56 + 60
     # one rank per node: every one of the 2 (n-1) steps crosses the network
     assert ring_latency_s("allreduce", 1, 16, 1.0, 10.0) == 30 * 10
     # tree: 2 * (7 * 1 + floor(log2 4) * 10) = 54; floor(log2 24) = 4
@@ -62,8 +63,9 @@ def test_small_allreduce_across_many_nodes_uses_the_tree(a100):
 
 def test_large_allreduce_on_few_nodes_uses_the_ring(a100):
     # 1 GB over 2 nodes: the ring's 8% bandwidth advantage outweighs its latency
+    # one rank per node: 2 (p-1) = 2 network steps, times NCCL's ring plateau factor 1.4
     S = 1e9
-    ring = 2 * 1 / 2 * S / (25e9 * 0.9) + 2 * A_E  # one rank per node: 2 (p-1) = 2 network steps
+    ring = 2 * 1 / 2 * S / (25e9 * 0.9) + RING_PLATEAU_LATENCY_FACTOR * 2 * A_E
     assert collective_time_s("allreduce", S, 2, 8, a100) == pytest.approx(ring)
 
 
@@ -109,7 +111,8 @@ def test_allreduce_never_slower_than_its_ring(a100):
             ring_lat = ring_latency_s("allreduce", k, size // k, A_I, A_E)
             bw_ring = collective_time_s("allreduce", S, size, stride, a100) - collective_latency_s(
                 "allreduce", size, stride, a100, nbytes=S)
-            assert collective_latency_s("allreduce", size, stride, a100, nbytes=S) <= ring_lat + 1e-12
+            plateau = ring_plateau_factor(S, k, size // k)
+            assert collective_latency_s("allreduce", size, stride, a100, nbytes=S) <= plateau * ring_lat + 1e-12
             assert bw_ring > 0
 
 
@@ -129,7 +132,7 @@ def test_array_of_sizes_picks_the_algorithm_per_entry(a100):
     # the sizes straddle the crossover: the tree at 1 KB, the ring at 10 GB
     assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e3) == pytest.approx(tree_latency_s(8, 16, A_I, A_E))
     assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e10) == pytest.approx(
-        ring_latency_s("allreduce", 8, 16, A_I, A_E))
+        RING_PLATEAU_LATENCY_FACTOR * ring_latency_s("allreduce", 8, 16, A_I, A_E))
     assert collective_time_s("allreduce", np.array(sizes), 128, 1, a100)[0] == 0.0
 
 
@@ -273,3 +276,24 @@ def test_nvls_efficiency_is_validated():
         LinkSpec(bw_bytes_per_s=1e9, nvls_efficiency=1.5)
     with pytest.raises(SpecError):
         LinkSpec(bw_bytes_per_s=1e9, nvls_efficiency=-0.1)
+
+
+# --------------------------------------------------------------------------- NCCL's ring plateau
+def test_ring_plateau_only_across_nodes_and_only_for_allreduce(a100):
+    # tuning.cc ncclTopoGetAlgoTime: Ring + Simple + nNodes > 1 + AllReduce, once
+    # nBytes / (nChannels * nRanks) >= 64 (one channel per rank of the node here)
+    assert ring_plateau_factor(1e9, 8, 1) == 1.0            # one node: never
+    assert ring_plateau_factor(64 * 8 * 32 - 1, 8, 4) == 1.0  # just below 64 B per rank and channel
+    assert ring_plateau_factor(64 * 8 * 32, 8, 4) == RING_PLATEAU_LATENCY_FACTOR
+    arr = ring_plateau_factor(np.array([1e3, 1e9]), 8, 4)
+    assert arr.tolist() == [1.0, RING_PLATEAU_LATENCY_FACTOR]
+    # all-gather and reduce-scatter rings keep NCCL's unscaled latency across nodes
+    assert collective_latency_s("allgather", 32, 1, a100, nbytes=1e9) == pytest.approx(28 * A_I + 3 * A_E)
+
+
+def test_ring_plateau_raises_a_large_multinode_ring_allreduce(a100):
+    # 1 GB over 2 nodes x 1 GPU: the ring wins and pays 1.4 x its 2 network steps, so its latency
+    # rises by exactly 0.4 x 2 x A_E over the unscaled ring
+    lat = collective_latency_s("allreduce", 2, 8, a100, nbytes=1e9)
+    assert lat == pytest.approx(RING_PLATEAU_LATENCY_FACTOR * ring_latency_s("allreduce", 1, 2, A_I, A_E))
+    assert lat - ring_latency_s("allreduce", 1, 2, A_I, A_E) == pytest.approx(0.4 * 2 * A_E)
