@@ -54,7 +54,9 @@ Latency terms follow the same cost model. ``link.latency_s`` is the latency of o
   collective but AllReduce), ``p - 1`` steps of which ``nodes - 1`` cross the network:
   ``(p - nodes) alpha_intra + (nodes - 1) alpha_inter``. The latency grows linearly with the
   number of ranks. (NCCL 2.23's PAT algorithm, Jeaugey 2025, arXiv 2506.20252, is logarithmic
-  but only for one GPU per node and postdates the published runs; not modelled.)
+  but only for one GPU per node and postdates the published runs; not modelled. Its cost in
+  tuning.cc@5067397 (``ncclPatEnable``: only where ``nNodes == nRanks``): busBw x 0.75, latency 8 us + ``log2i(nodes)`` x 14 / 3.5 us + 2.8 us per rank,
+  still linear in the ranks; no measurement of it was found to check it against.)
 * AllReduce, ring: ``2 (p - 1)`` steps, ``2 (nodes - 1)`` of them across the network, and across
   nodes NCCL's "plateau effect of ring": the ring all-reduce's latency times 1.4
   (:data:`RING_PLATEAU_LATENCY_FACTOR`, :func:`ring_plateau_factor`); tree:
