@@ -60,6 +60,15 @@ def test_counts_row_is_computed_from_the_counts():
     assert cr.case(next(r for r in cr.load() if r["case_id"] == "7"))["measured"] == pytest.approx(1.0842, abs=1e-4)
 
 
+def test_rank_rows_sum_contiguous_experts_and_imply_the_same_skew(cases):
+    layers = cr.load_counts()["7"]
+    ranks = [sum(layers[10][j * 2:(j + 1) * 2]) for j in range(4)]  # EP 4: experts 0-1, 2-3, 4-5, 6-7
+    assert ranks == [781 + 548, 647 + 600, 636 + 566, 713 + 629]
+    # independent experts: summing two or four of them leaves the implied skew where the experts put it
+    for i in ("16", "17"):
+        assert abs(cases[i]["implied"] - cases["7"]["implied"]) < 0.015
+
+
 def test_overflow_fraction_properties():
     assert cr.overflow_fraction(0.3, 1.0) == pytest.approx(0.3 / math.sqrt(2 * math.pi))
     vals = [cr.overflow_fraction(0.3, c) for c in (1.0, 1.125, 1.25, 1.5, 2.0)]
@@ -71,9 +80,9 @@ def test_overflow_fraction_properties():
 def test_recorded_errors(cases):
     g = cr.groups(list(cases.values()))
     aux = g["aux_loss (the default's balancing)"]
-    assert len(aux) == 3 and sum(abs(c["err"]) for c in aux) / 3 <= 0.19  # 18.8% measured
+    assert len(aux) == 5 and sum(abs(c["err"]) for c in aux) / 5 <= 0.17  # 16.2% measured
     # the default is the aux-loss skew: a loss-free router is over-predicted by about 64%
-    assert all(0.6 < c["err"] < 0.7 for c in g["loss_free / maxvio_global"])
+    assert all(0.6 < c["err"] < 0.7 for c in g["loss_free / maxvio_global / expert"])
     # the drop curve's far tail is heavier than the normal assumption: the skew implied rises with capacity
     imp = [cases[i]["implied"] for i in ("8", "12", "13", "14")]
     assert all(a < b for a, b in zip(imp, imp[1:]))
