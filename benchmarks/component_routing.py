@@ -18,7 +18,8 @@ what that assumption predicts, with the default ``moe_load_cv``:
   (Megatron-Core's placement) and predicted with ``ep = ranks``, which tests the averaging over a rank's
   experts (the independence assumption) on the same counts.
 * ``drop_fraction``: the fraction of assignments over a per-expert capacity of ``capacity_factor`` times
-  the mean: the expected overflow of the assumed normal load, :func:`overflow_fraction`.
+  the mean: the expected overflow of the assumed normal load, :func:`overflow_fraction`; with granularity
+  ``rank`` the capacity is per receiving EP rank and the load a sum of ``experts / ranks`` independent experts.
 * ``step_time_ratio``: context only (the plan behind it is not stated); printed, not scored.
 
 Each row also prints the routing skew it implies under the same assumption (``implied cv``: the
@@ -104,7 +105,9 @@ def _predict(row: dict, slots: float, load_cv: float | None = None) -> float:
     if row["statistic"] in ("maxvio_global", "max_over_mean"):
         # granularity expert: one expert a "rank" (the busiest expert over the mean); rank: ``ranks`` EP ranks
         return moe_imbalance(m, _ranks(row), slots)
-    return overflow_fraction(moe_expert_load_cv(m, slots), float(row["capacity_factor"]))
+    # a rank sums experts / ranks independent experts: its cv is the expert's over sqrt of that (moe_imbalance's averaging)
+    per_rank = int(row["experts"]) // _ranks(row) if row["granularity"] == "rank" else 1
+    return overflow_fraction(moe_expert_load_cv(m, slots) / math.sqrt(per_rank), float(row["capacity_factor"]))
 
 
 def implied_cv(row: dict, measured: float, slots: float) -> float | None:
