@@ -105,7 +105,8 @@ def _predict(row: dict, slots: float, load_cv: float | None = None) -> float:
     if row["statistic"] in ("maxvio_global", "max_over_mean"):
         # granularity expert: one expert a "rank" (the busiest expert over the mean); rank: ``ranks`` EP ranks
         return moe_imbalance(m, _ranks(row), slots)
-    # a rank sums experts / ranks independent experts: its cv is the expert's over sqrt of that (moe_imbalance's averaging)
+    # a rank sums experts / ranks independent experts: its cv is the expert's over the square root of that
+    # (the averaging moe_imbalance does)
     per_rank = int(row["experts"]) // _ranks(row) if row["granularity"] == "rank" else 1
     return overflow_fraction(moe_expert_load_cv(m, slots) / math.sqrt(per_rank), float(row["capacity_factor"]))
 
