@@ -479,6 +479,21 @@ def mla_up_share(model: ModelSpec) -> float:
     return up / (model.attn_params - model.heads * model.v_head_dim * h)
 
 
+def moe_expert_load_cv(model: ModelSpec, slots_per_expert: float) -> float:
+    """Coefficient of variation of one routed expert's token count in one batch.
+
+    ``sqrt(model.moe_load_cv**2 + 1 / slots_per_expert)``: the routing skew the load balancing leaves
+    (``ModelSpec.moe_load_cv``), plus the multinomial sampling of a finite batch (variance equal to
+    the mean). The one place of this formula; :func:`moe_imbalance` and the routing component
+    benchmark (``benchmarks/component_routing.py``) use it.
+
+    >>> from costmodel.presets import load_model
+    >>> round(moe_expert_load_cv(load_model("qwen3-30b-a3b"), 100), 4)   # sqrt(0.09 + 0.01)
+    0.3162
+    """
+    return math.sqrt(model.moe_load_cv ** 2 + 1.0 / max(slots_per_expert, 1.0))
+
+
 def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     """Expected load of the busiest of ``ep`` expert-parallel ranks over the mean load.
 
@@ -500,7 +515,7 @@ def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     """
     if ep <= 1 or not model.is_moe:
         return 1.0
-    cv = math.sqrt(model.moe_load_cv ** 2 + 1.0 / max(slots_per_expert, 1.0))
+    cv = moe_expert_load_cv(model, slots_per_expert)
     z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
     return 1.0 + z * cv / math.sqrt(max(1, model.experts // ep))
 

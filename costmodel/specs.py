@@ -75,7 +75,9 @@ class ModelSpec:
         (max load over mean, minus 1) of 0.52-0.72 for auxiliary-loss-balanced MoE models with
         64 routed experts; the expected maximum of 64 normal loads is about 2.4 standard
         deviations above the mean, so 0.72 / 2.4 = 0.3. Sets the slowest EP rank's load
-        (:func:`costmodel.compute.moe_imbalance`).
+        (:func:`costmodel.compute.moe_imbalance`). Checked against published expert-load statistics by
+        ``benchmarks/component_routing.py`` (RESULTS.md section 37: 0.22-0.40 for auxiliary-loss routers,
+        about 0.015 for loss-free ones, 0.12-0.25 for a quantile-balanced one early in training).
     moe_routing : how tokens spread over the experts, which sets how many EP ranks and nodes one
         token reaches (:func:`costmodel.ep_dispatch.fanout`): ``uniform`` (each token's top-k a random
         set: a balanced learned router, Megatron-Core's forced load balancing) or ``consecutive``
