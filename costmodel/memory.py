@@ -283,6 +283,10 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     if moe and "layernorm" in rec:
         mlp_input = 0.0
     replicated = 4 * h + x * h + mlp_input + 2 * _dropout.mask_bytes(model.hidden_dropout, w.mode == "train") * h
+    # under SP, the GEMM inputs the column-parallel linears keep whole, not sequence-sharded (c.sp_saved_inputs)
+    gathered = gathered_gemm_input_bytes(model, w, c) * h if c.sp_on and c.sp_saved_inputs == "gathered" else 0.0
+    if gathered:
+        replicated -= x * h + mlp_input
     d_v = model.v_head_dim if model.is_mla else model.head_dim
     q = model.heads * (model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0))
     kv = model.kv_heads * (model.head_dim + d_v) if not model.is_mla else model.heads * (model.head_dim + model.qk_rope_head_dim + d_v)
@@ -307,13 +311,28 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     else:
         f = model.ffn_hidden
         per_token_split = (split + (0.0 if "mlp" in rec else mlp * f)) / t  # Megatron "mlp": the MLP checkpointed
-    per_token = replicated / (t if c.sp_on else 1) + per_token_split
+    per_token = replicated / (t if c.sp_on else 1) + gathered + per_token_split
     if not c.flash_attention and "core_attn" not in rec:
         # softmax (2), dropout mask (1), dropout out (2) per score; the softmax only at attention_dropout 0
         per_token += _dropout.saved_bytes_per_score(model.attention_dropout, w.mode == "train") * model.heads * w.seq_len / t
     elif c.flash_attention:
         per_token += 4 * model.heads / t  # FP32 log-sum-exp per head
     return tokens * per_token
+
+
+def gathered_gemm_input_bytes(model: ModelSpec, w: Workload, c: ParallelConfig) -> float:
+    """Bytes per token, in units of the hidden size, that the column-parallel GEMMs of one dense layer save of
+    their all-gathered inputs under ``c.sp_saved_inputs == 'gathered'`` (PyTorch DTensor SP, as torchtitan
+    applies it: ``parallelize_llama.py`` @9dec370 ``apply_tp``, ``"attention": prepare_module_input(
+    input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None))`` then ``colwise_parallel()``
+    for ``wq``/``wk``/``wv``, and the same for ``feed_forward`` with ``w1``/``w3``): the QKV input and the MLP
+    input, one tensor each shared by its GEMMs, at the full sequence (not divided by ``t``). BF16 (2 B each);
+    under Float8 torchtitan uses ``PrepareFloat8ModuleInput``, which casts to float8 *before* the Shard ->
+    Replicate all-gather (torchao ``float8/float8_tensor_parallel.py``: "the float8 cast happens before the
+    all-gather"), and ``matmul_with_hp_or_float8_args.forward`` saves that (float8) input as it came
+    (``ctx.save_for_backward(input_hp, weight_hp_t)``): 1 B each. Megatron-Core instead saves the sharded
+    input and all-gathers it again in backward (``sp_saved_inputs='sharded'``)."""
+    return 2 * (1 if w.dtype == "fp8" else 2)
 
 
 #: bytes of one saved GEMM-input element: BF16, or FP8 (:func:`fp8_saved_inputs`)

@@ -34,8 +34,35 @@ def test_fp8_linears_save_their_inputs_in_one_byte():
 
 
 def test_torchao_float8_saves_bf16_inputs():
-    c = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)
+    # torchao's Float8Linear saves the high-precision input it is given (the sharded-input case: no DTensor gather)
+    c = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3, sp_saved_inputs="sharded")
     assert activation_bytes_per_layer(LLAMA, FP8, c) == activation_bytes_per_layer(LLAMA, BF16, c)
+
+
+def test_dtensor_sp_saves_the_qkv_and_mlp_inputs_all_gathered():
+    # torchtitan's TP (parallelize_llama.py@9dec370): PrepareModuleInput gathers the block input, aten.mm saves it;
+    # under Float8 PrepareFloat8ModuleInput casts before the gather, so it is saved in FP8
+    h, t, tokens = LLAMA.hidden, 8, 4096
+    sharded = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3, sp_saved_inputs="sharded")
+    gathered = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)
+    assert gathered.sp_saved_inputs == "gathered"  # the framework's own
+    # BF16: QKV input and MLP input 2 B x h each, whole instead of / t
+    assert (activation_bytes_per_layer(LLAMA, BF16, gathered) - activation_bytes_per_layer(LLAMA, BF16, sharded)
+            == pytest.approx(tokens * (4 * h - 4 * h / t)))
+    # FP8: 1 B x h each, whole, against the BF16 sharded pair
+    assert (activation_bytes_per_layer(LLAMA, FP8, gathered) - activation_bytes_per_layer(LLAMA, FP8, sharded)
+            == pytest.approx(tokens * (2 * h - 4 * h / t)))
+    # no SP, or Megatron: nothing changes; and Megatron cannot state 'gathered'
+    no_sp = ParallelConfig(tp=8, sp=False, dp=8, framework="fsdp2", zero=3)
+    assert activation_bytes_per_layer(LLAMA, BF16, no_sp) == activation_bytes_per_layer(
+        LLAMA, BF16, replace(no_sp, sp_saved_inputs="sharded"))
+    assert ParallelConfig(tp=8, sp=True).sp_saved_inputs == "sharded"
+    with pytest.raises(SpecError, match="sp_saved_inputs"):
+        ParallelConfig(tp=8, sp=True, sp_saved_inputs="gathered")
+    with pytest.raises(SpecError, match="sp_saved_inputs"):
+        ParallelConfig(framework="fsdp2", zero=3, sp_saved_inputs="whole")
+    assert "sp_saved_inputs" not in gathered.to_dict() and "sp_saved_inputs" not in ParallelConfig().to_dict()
+    assert ParallelConfig.from_dict(sharded.to_dict()) == sharded
 
 
 # ------------------------------------------------------------------ FP8 weight copies
