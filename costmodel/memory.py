@@ -414,6 +414,19 @@ def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe
     return tokens * per_token
 
 
+def lm_head_saved_bytes(model: ModelSpec, c: ParallelConfig) -> float:
+    """Bytes per token the output head saves for its backward, alive with the loss of a micro-batch: the final
+    norm's input (the last layer's BF16 output, sequence-sharded under SP; RMSNorm/LayerNorm keep their input) and
+    the LM-head GEMM's BF16 input (the normed output). Under SP Megatron-Core's ``ColumnParallelLinear`` keeps that
+    input sequence-sharded and all-gathers it again in backward; PyTorch DTensor TP (torchtitan ``apply_tp``
+    @9dec370: ``"output": ColwiseParallel(input_layouts=Shard(1), ...)``) all-gathers it first and ``aten.mm``
+    saves the gathered tensor (``c.sp_saved_inputs == 'gathered'``); torchtitan keeps the head in BF16 under
+    Float8 (``float8.py`` @9dec370: ``module_filter_fn=lambda mod, fqn: fqn != "output"``)."""
+    sp = c.tp if c.sp_on else 1
+    head_input = 2 if c.sp_on and c.sp_saved_inputs == "gathered" else 2 / sp
+    return (2 / sp + head_input) * model.hidden
+
+
 def loss_bytes_per_logit(c: ParallelConfig) -> int:
     """Peak bytes per logit element of the loss of one micro-batch, held on top of the stored activations.
 
@@ -477,7 +490,8 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         acts += emb * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
     if stage == c.pp - 1 and w.mode == "train":  # the loss of one micro-batch (:func:`loss_bytes_per_logit`),
         # once per MTP depth too: process_mtp_loss keeps each depth's loss graph until the backward
-        acts += mtp.heads_on(model, c, stage) * loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
+        acts += mtp.heads_on(model, c, stage) * (loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
+                                                 + lm_head_saved_bytes(model, c) * tokens)
     buffers = gathered_weight_bytes(model, c, stage)
     return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
 

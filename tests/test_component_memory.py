@@ -51,13 +51,15 @@ def test_the_reserved_target_is_met():
 def test_dtensor_sp_saves_the_gathered_inputs_and_moves_the_70b_case_up():
     # torchtitan Table 4 (cases 11, 12: 70B, FSDP 32 x TP 8, full AC, Float8): the recomputed layer holds its QKV
     # and MLP inputs all-gathered in FP8 (PrepareFloat8ModuleInput casts before the gather): 2 x 1 B x h per token
-    # at the full micro-batch, where Megatron's SP keeps (2 + 2) B x h / 8 per token
+    # at the full micro-batch, where Megatron's SP keeps (2 + 2) B x h / 8 per token; and the LM head's BF16 input
+    # (ColwiseParallel(input_layouts=Shard(1)): gathered, 2 B x h, not 2 B x h / 8), with the loss
     by = {int(c.case_id): r for c, r in ((r.case, r) for r in cm.evaluate(cm.load_cases()))}
     case = by[11].case
     assert case.config.sp_saved_inputs == "gathered"
     sharded = cm.evaluate([replace(case, config=replace(case.config, sp_saved_inputs="sharded"))])[0]
     tokens, h = case.config.mb * case.workload.seq_len, 8192
-    assert by[11].total_bytes - sharded.total_bytes == pytest.approx(tokens * h * (2 * 1 - 4 / 8) * 1.05, rel=1e-9)
+    assert by[11].total_bytes - sharded.total_bytes == pytest.approx(tokens * h * ((2 * 1 - 4 / 8) + (2 - 2 / 8)) * 1.05,
+                                                                            rel=1e-9)
     measured = case.measured_bytes
     assert abs(by[11].total_bytes - measured) < abs(sharded.total_bytes - measured)
 

@@ -9,7 +9,7 @@ import pytest
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
-from costmodel.memory import (activation_bytes_per_layer, fp8_weight_cache_bytes, layer_params,
+from costmodel.memory import (activation_bytes_per_layer, lm_head_saved_bytes, fp8_weight_cache_bytes, layer_params,
                               memory_per_stage, model_state_bytes)
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
@@ -63,6 +63,26 @@ def test_dtensor_sp_saves_the_qkv_and_mlp_inputs_all_gathered():
         ParallelConfig(framework="fsdp2", zero=3, sp_saved_inputs="whole")
     assert "sp_saved_inputs" not in gathered.to_dict() and "sp_saved_inputs" not in ParallelConfig().to_dict()
     assert ParallelConfig.from_dict(sharded.to_dict()) == sharded
+
+
+def test_the_output_head_keeps_the_final_norm_input_and_its_gemm_input():
+    h = LLAMA.hidden
+    # Megatron SP: both sequence-sharded (2 B x h / t each); no SP: both whole
+    assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=True, dp=8)) == 2 * 2 * h / 8
+    assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=False, dp=8)) == 2 * 2 * h
+    # DTensor SP (torchtitan): the norm input sharded, the head's input all-gathered
+    assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)) == 2 * h / 8 + 2 * h
+
+
+def test_the_output_head_is_charged_on_the_last_stage_with_the_loss(monkeypatch):
+    import costmodel.memory as mem
+    w = Workload(global_batch=16, seq_len=4096)
+    c = ParallelConfig(tp=8, sp=True, pp=2, dp=1)
+    first, last = (mem.stage_memory(LLAMA, w, c, s).activations_bytes for s in (0, 1))
+    per_token = mem.lm_head_saved_bytes(LLAMA, c)
+    monkeypatch.setattr(mem, "lm_head_saved_bytes", lambda model, c: 0.0)
+    assert last - mem.stage_memory(LLAMA, w, c, 1).activations_bytes == pytest.approx(per_token * 4096)  # mb 1
+    assert mem.stage_memory(LLAMA, w, c, 0).activations_bytes == first
 
 
 # ------------------------------------------------------------------ FP8 weight copies
