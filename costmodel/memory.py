@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import dropout as _dropout, frameworks, mtp
+from .eager import eager_extra_bytes_per_token
 from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
 from . import layout as _layout
@@ -311,7 +312,7 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     else:
         f = model.ffn_hidden
         per_token_split = (split + (0.0 if "mlp" in rec else mlp * f)) / t  # Megatron "mlp": the MLP checkpointed
-    per_token = replicated / (t if c.sp_on else 1) + gathered + per_token_split
+    per_token = replicated / (t if c.sp_on else 1) + gathered + per_token_split + eager_extra_bytes_per_token(model, c)
     if not c.flash_attention and "core_attn" not in rec:
         # softmax (2), dropout mask (1), dropout out (2) per score; the softmax only at attention_dropout 0
         per_token += _dropout.saved_bytes_per_score(model.attention_dropout, w.mode == "train") * model.heads * w.seq_len / t
