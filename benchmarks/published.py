@@ -674,6 +674,10 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         extra["sp_saved_inputs"] = "sharded"
         notes.append("sp_saved_inputs sharded: Meta's own TP, not DTensor; the paper's no-checkpointing 8K run does "
                      "not fit with the GEMM inputs saved all-gathered (inferred, not stated)")
+    if src == "llama3_2024" and pp > 1:
+        extra["pp_free_stage_inputs"] = True
+        notes.append("pp_free_stage_inputs: 'we proactively deallocate tensors that will not be used for future "
+                     "computation, including the input and output tensors of each pipeline stage' (section 3.3.2)")
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
         notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "

@@ -134,6 +134,13 @@ class ParallelConfig:
         block input and ``aten.mm`` saves the gathered tensor; in FP8 under torchao's
         ``PrepareFloat8ModuleInput`` the cast precedes the gather, so it is saved in FP8). Unset (None): the
         framework's own, ``gathered`` for ``fsdp2``, ``sharded`` otherwise; ``gathered`` only with ``fsdp2``.
+    pp_free_stage_inputs : under a pipeline schedule, each model chunk's input (the tensor received from the
+        previous stage, which the chunk's first layer would keep as its norm input) is freed once its forward
+        has run, per micro-batch in flight (:func:`costmodel.memory.stage_memory`): Llama 3's schedule, "we
+        proactively deallocate tensors that will not be used for future computation, including the input and
+        output tensors of each pipeline stage" (arXiv 2407.21783 section 3.3.2). No framework the planner emits
+        has it (Megatron-Core frees only the outputs, ``deallocate_pipeline_outputs``, which the activations
+        never charge); no effect with ``pp = 1`` or under full recompute (the checkpoint keeps the input).
     module_layout : the parameter tensors of a layer as the model code builds them
         (:func:`costmodel.zero3_fetch.layer_tensors`): ``fused`` (the default: Megatron-LM and
         Megatron-DeepSpeed, one QKV and one gate/up projection) or ``hf`` (Hugging Face modules: Q, K,
@@ -178,6 +185,7 @@ class ParallelConfig:
     loss_impl: str = "fused"
     pp_grad_reduce: str = "step"
     sp_saved_inputs: str | None = None
+    pp_free_stage_inputs: bool = False
     module_layout: str = "fused"
     dma: _dma.Assignment | None = None
     layout: _layout.Layout | None = None
@@ -198,7 +206,7 @@ class ParallelConfig:
         if self.chunks > MAX_CHUNKS:
             raise SpecError("chunks", self.chunks, f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
                             "run chunks = tp; the op graph holds a piece per chunk of every collective)")
-        for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies"):
+        for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs"):
             if type(getattr(self, f)) is not bool:
                 raise SpecError(f, getattr(self, f), "true or false")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
@@ -345,6 +353,8 @@ class ParallelConfig:
             del d["fsdp_copies"]  # the framework's own: plan keys unchanged
         if self.sp_saved_inputs == ("gathered" if self.framework == "fsdp2" else "sharded"):
             del d["sp_saved_inputs"]  # the framework's own: plan keys unchanged
+        if not self.pp_free_stage_inputs:
+            del d["pp_free_stage_inputs"]  # the default: plan keys unchanged
         if self.grad_dtype == "fp32":
             del d["grad_dtype"]  # the default: plan keys unchanged
         if self.loss_impl == "fused":
@@ -383,6 +393,7 @@ class ParallelConfig:
                                               "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
                                               "optimizer_dtype", "layout", "loss_impl", "module_layout",
                                               "pp_grad_reduce", "optimizer_offload_fraction", "sp_saved_inputs",
+                                              "pp_free_stage_inputs",
                                               "overlap_cpu_optimizer_d2h_h2d"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")

@@ -475,6 +475,10 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
             stored.append(nd * sac[False] + nm * sac[True])
         else:
             stored.append(nd * act[False] + nm * act[True])
+            if c.pp_free_stage_inputs and c.pp > 1 and nd + nm:
+                # the chunk's received input, its first layer's norm input, freed after the chunk's forward
+                # (ParallelConfig.pp_free_stage_inputs: Llama 3, arXiv 2407.21783 section 3.3.2)
+                stored[-1] -= layer_input
         before += nd + nm
     # one layer re-materialised during its backward
     working = max(act[False], act[True]) if c.recompute in ("full", "op_sac") else 0.0

@@ -85,6 +85,28 @@ def test_the_output_head_is_charged_on_the_last_stage_with_the_loss(monkeypatch)
     assert mem.stage_memory(LLAMA, w, c, 0).activations_bytes == first
 
 
+def test_a_chunk_that_frees_its_received_input_holds_one_layer_input_less_per_micro_batch_in_flight():
+    from costmodel.memory import stage_memory
+    from costmodel.pipeline import in_flight_profile
+    w = Workload(global_batch=32, seq_len=4096)
+    c = ParallelConfig(tp=8, sp=True, pp=4, vp=2, dp=1, layers_per_stage=(20, 20, 20, 20))
+    freed = replace(c, pp_free_stage_inputs=True)
+    held = max(map(sum, in_flight_profile(4, 32, 2, 0)))  # chunk-micro-batches in flight on stage 0 (each chunk alike)
+    layer_input = 2 * LLAMA.hidden * 4096 / 8  # the chunk's first norm input, sequence-sharded (mb 1)
+    diff = stage_memory(LLAMA, w, c, 0).activations_bytes - stage_memory(LLAMA, w, freed, 0).activations_bytes
+    assert diff == pytest.approx(held * layer_input)
+    # no pipeline, or full recompute (the checkpoint keeps the input): nothing freed
+    for plain in (ParallelConfig(tp=8, sp=True, dp=4), replace(c, recompute="full")):
+        assert (stage_memory(LLAMA, w, plain, 0).total_bytes
+                == stage_memory(LLAMA, w, replace(plain, pp_free_stage_inputs=True), 0).total_bytes)
+    assert "pp_free_stage_inputs" not in c.to_dict() and ParallelConfig.from_dict(freed.to_dict()) == freed
+    with pytest.raises(SpecError, match="pp_free_stage_inputs"):
+        ParallelConfig(pp_free_stage_inputs="yes")
+    from planner.emit import refuse_unless_runnable
+    with pytest.raises(SpecError, match="pp_free_stage_inputs"):
+        refuse_unless_runnable("megatron", freed)
+
+
 # ------------------------------------------------------------------ FP8 weight copies
 def test_te_caches_an_fp8_copy_of_each_gemm_weight_unless_fp8_param_gather():
     c = ParallelConfig(tp=8, pp=8, dp=4, zero=1)
