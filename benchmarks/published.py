@@ -667,6 +667,17 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         notes.append("pp_grad_reduce microbatch: the paper's FSDP 'shards optimizer states and gradients' and "
                      "reduce-scatters them in FP32 (section 3.3.2): ZeRO-2 under PP, not torch.distributed.pipelining's "
                      "once-per-step sync")
+    if src == "llama3_2024" and framework == "fsdp2" and tp > 1 and sp:
+        # not stated: the paper names no TP implementation. Under PyTorch DTensor SP (the fsdp2 default, 'gathered')
+        # the QKV and MLP inputs are saved whole, and the 8K run it reports "without activation checkpointing"
+        # (section 3.3.2) could not have fit in 80 GiB (rows 113/114: 73.8 -> 132.6 GiB): inferred from that statement
+        extra["sp_saved_inputs"] = "sharded"
+        notes.append("sp_saved_inputs sharded: Meta's own TP, not DTensor; the paper's no-checkpointing 8K run does "
+                     "not fit with the GEMM inputs saved all-gathered (inferred, not stated)")
+    if src == "llama3_2024" and pp > 1:
+        extra["pp_free_stage_inputs"] = True
+        notes.append("pp_free_stage_inputs: 'we proactively deallocate tensors that will not be used for future "
+                     "computation, including the input and output tensors of each pipeline stage' (section 3.3.2)")
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
         notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "

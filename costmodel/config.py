@@ -36,6 +36,7 @@ CP_IMPLS = ("ring", "torch")
 GRAD_DTYPES = ("fp32", "fp16", "bf16")
 LOSS_IMPLS = ("fused", "fp32")  # ParallelConfig.loss_impl
 PP_GRAD_REDUCES = ("step", "microbatch")  # ParallelConfig.pp_grad_reduce
+SP_SAVED_INPUTS = ("sharded", "gathered")  # ParallelConfig.sp_saved_inputs
 MODULE_LAYOUTS = ("fused", "hf")  # ParallelConfig.module_layout
 OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
@@ -126,6 +127,20 @@ class ParallelConfig:
         backward reduce-scatters its gradients into the FP32 shard and the parameters are gathered again
         in its forward; Meta's FSDP for Llama 3, whose paper says it "shards optimizer states and
         gradients" and reduce-scatters them in FP32, arXiv 2407.21783 section 3.3.2). No effect with pp = 1.
+    sp_saved_inputs : under sequence parallelism, what the column-parallel GEMMs (QKV, fc1) save of their
+        all-gathered input for backward (:func:`costmodel.memory.activation_bytes_per_layer`): ``sharded``
+        (Megatron-Core: the sequence-sharded input, all-gathered again in backward) or ``gathered``
+        (PyTorch DTensor tensor parallelism as torchtitan applies it: ``PrepareModuleInput`` all-gathers the
+        block input and ``aten.mm`` saves the gathered tensor; in FP8 under torchao's
+        ``PrepareFloat8ModuleInput`` the cast precedes the gather, so it is saved in FP8). Unset (None): the
+        framework's own, ``gathered`` for ``fsdp2``, ``sharded`` otherwise; ``gathered`` only with ``fsdp2``.
+    pp_free_stage_inputs : under a pipeline schedule, each model chunk's input (the tensor received from the
+        previous stage, which the chunk's first layer would keep as its norm input) is freed once its forward
+        has run, per micro-batch in flight (:func:`costmodel.memory.stage_memory`): Llama 3's schedule, "we
+        proactively deallocate tensors that will not be used for future computation, including the input and
+        output tensors of each pipeline stage" (arXiv 2407.21783 section 3.3.2). No framework the planner emits
+        has it (Megatron-Core frees only the outputs, ``deallocate_pipeline_outputs``, which the activations
+        never charge); no effect with ``pp = 1`` or under full recompute (the checkpoint keeps the input).
     module_layout : the parameter tensors of a layer as the model code builds them
         (:func:`costmodel.zero3_fetch.layer_tensors`): ``fused`` (the default: Megatron-LM and
         Megatron-DeepSpeed, one QKV and one gate/up projection) or ``hf`` (Hugging Face modules: Q, K,
@@ -169,6 +184,8 @@ class ParallelConfig:
     grad_dtype: str = "fp32"
     loss_impl: str = "fused"
     pp_grad_reduce: str = "step"
+    sp_saved_inputs: str | None = None
+    pp_free_stage_inputs: bool = False
     module_layout: str = "fused"
     dma: _dma.Assignment | None = None
     layout: _layout.Layout | None = None
@@ -178,6 +195,8 @@ class ParallelConfig:
             self._take_layout()
         if self.fsdp_copies is None:  # as the framework runs it
             object.__setattr__(self, "fsdp_copies", self.framework == "fsdp2")
+        if self.sp_saved_inputs is None:  # as the framework runs it
+            object.__setattr__(self, "sp_saved_inputs", "gathered" if self.framework == "fsdp2" else "sharded")
         if self.dma is not None:
             object.__setattr__(self, "dma", _dma.parse(self.dma))
         for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
@@ -187,7 +206,7 @@ class ParallelConfig:
         if self.chunks > MAX_CHUNKS:
             raise SpecError("chunks", self.chunks, f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
                             "run chunks = tp; the op graph holds a piece per chunk of every collective)")
-        for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies"):
+        for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs"):
             if type(getattr(self, f)) is not bool:
                 raise SpecError(f, getattr(self, f), "true or false")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
@@ -207,6 +226,11 @@ class ParallelConfig:
             raise SpecError("pp_grad_reduce", self.pp_grad_reduce,
                             f"one of {', '.join(PP_GRAD_REDUCES)} ('microbatch' only with framework=fsdp2 and zero=2: "
                             "the other frameworks' ZeRO stages fix when gradients are reduced)")
+        if self.sp_saved_inputs not in SP_SAVED_INPUTS or (self.sp_saved_inputs == "gathered"
+                                                           and self.framework != "fsdp2"):
+            raise SpecError("sp_saved_inputs", self.sp_saved_inputs,
+                            f"one of {', '.join(SP_SAVED_INPUTS)} ('gathered' only with framework=fsdp2: PyTorch "
+                            "DTensor tensor parallelism)")
         if self.module_layout not in MODULE_LAYOUTS or (self.module_layout != "fused" and self.framework == "megatron"):
             raise SpecError("module_layout", self.module_layout,
                             f"one of {', '.join(MODULE_LAYOUTS)} ('fused' only under framework=megatron)")
@@ -327,6 +351,10 @@ class ParallelConfig:
             del d["cp_impl"]  # the default: plans without torch CP keep their keys
         if self.fsdp_copies == (self.framework == "fsdp2"):
             del d["fsdp_copies"]  # the framework's own: plan keys unchanged
+        if self.sp_saved_inputs == ("gathered" if self.framework == "fsdp2" else "sharded"):
+            del d["sp_saved_inputs"]  # the framework's own: plan keys unchanged
+        if not self.pp_free_stage_inputs:
+            del d["pp_free_stage_inputs"]  # the default: plan keys unchanged
         if self.grad_dtype == "fp32":
             del d["grad_dtype"]  # the default: plan keys unchanged
         if self.loss_impl == "fused":
@@ -364,7 +392,8 @@ class ParallelConfig:
                                               "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
                                               "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
                                               "optimizer_dtype", "layout", "loss_impl", "module_layout",
-                                              "pp_grad_reduce", "optimizer_offload_fraction",
+                                              "pp_grad_reduce", "optimizer_offload_fraction", "sp_saved_inputs",
+                                              "pp_free_stage_inputs",
                                               "overlap_cpu_optimizer_d2h_h2d"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")

@@ -147,7 +147,8 @@ class Scorer:
     def _peak_memory(self, c: ParallelConfig, reps) -> float:
         key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers, c.mb, c.vp,
                c.flash_attention, c.layers_per_stage, c.recompute_modules, c.fp8_param_gather, c.optimizer_dtype,
-               c.grad_dtype, c.layout, c.pp_grad_reduce, c.optimizer_offload_fraction)
+               c.grad_dtype, c.layout, c.pp_grad_reduce, c.optimizer_offload_fraction, c.sp_saved_inputs,
+               c.pp_free_stage_inputs)
         peak = self._memory.get(key)
         if peak is None:
             peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)

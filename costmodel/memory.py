@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import dropout as _dropout, frameworks, mtp
+from .eager import eager_extra_bytes_per_token
 from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
 from . import layout as _layout
@@ -283,6 +284,10 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     if moe and "layernorm" in rec:
         mlp_input = 0.0
     replicated = 4 * h + x * h + mlp_input + 2 * _dropout.mask_bytes(model.hidden_dropout, w.mode == "train") * h
+    # under SP, the GEMM inputs the column-parallel linears keep whole, not sequence-sharded (c.sp_saved_inputs)
+    gathered = gathered_gemm_input_bytes(model, w, c) * h if c.sp_on and c.sp_saved_inputs == "gathered" else 0.0
+    if gathered:
+        replicated -= x * h + mlp_input
     d_v = model.v_head_dim if model.is_mla else model.head_dim
     q = model.heads * (model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0))
     kv = model.kv_heads * (model.head_dim + d_v) if not model.is_mla else model.heads * (model.head_dim + model.qk_rope_head_dim + d_v)
@@ -307,13 +312,28 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     else:
         f = model.ffn_hidden
         per_token_split = (split + (0.0 if "mlp" in rec else mlp * f)) / t  # Megatron "mlp": the MLP checkpointed
-    per_token = replicated / (t if c.sp_on else 1) + per_token_split
+    per_token = replicated / (t if c.sp_on else 1) + gathered + per_token_split + eager_extra_bytes_per_token(model, c)
     if not c.flash_attention and "core_attn" not in rec:
         # softmax (2), dropout mask (1), dropout out (2) per score; the softmax only at attention_dropout 0
         per_token += _dropout.saved_bytes_per_score(model.attention_dropout, w.mode == "train") * model.heads * w.seq_len / t
     elif c.flash_attention:
         per_token += 4 * model.heads / t  # FP32 log-sum-exp per head
     return tokens * per_token
+
+
+def gathered_gemm_input_bytes(model: ModelSpec, w: Workload, c: ParallelConfig) -> float:
+    """Bytes per token, in units of the hidden size, that the column-parallel GEMMs of one dense layer save of
+    their all-gathered inputs under ``c.sp_saved_inputs == 'gathered'`` (PyTorch DTensor SP, as torchtitan
+    applies it: ``parallelize_llama.py`` @9dec370 ``apply_tp``, ``"attention": prepare_module_input(
+    input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None))`` then ``colwise_parallel()``
+    for ``wq``/``wk``/``wv``, and the same for ``feed_forward`` with ``w1``/``w3``): the QKV input and the MLP
+    input, one tensor each shared by its GEMMs, at the full sequence (not divided by ``t``). BF16 (2 B each);
+    under Float8 torchtitan uses ``PrepareFloat8ModuleInput``, which casts to float8 *before* the Shard ->
+    Replicate all-gather (torchao ``float8/float8_tensor_parallel.py``: "the float8 cast happens before the
+    all-gather"), and ``matmul_with_hp_or_float8_args.forward`` saves that (float8) input as it came
+    (``ctx.save_for_backward(input_hp, weight_hp_t)``): 1 B each. Megatron-Core instead saves the sharded
+    input and all-gathers it again in backward (``sp_saved_inputs='sharded'``)."""
+    return 2 * (1 if w.dtype == "fp8" else 2)
 
 
 #: bytes of one saved GEMM-input element: BF16, or FP8 (:func:`fp8_saved_inputs`)
@@ -395,6 +415,19 @@ def op_sac_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig, moe
     return tokens * per_token
 
 
+def lm_head_saved_bytes(model: ModelSpec, c: ParallelConfig) -> float:
+    """Bytes per token the output head saves for its backward, alive with the loss of a micro-batch: the final
+    norm's input (the last layer's BF16 output, sequence-sharded under SP; RMSNorm/LayerNorm keep their input) and
+    the LM-head GEMM's BF16 input (the normed output). Under SP Megatron-Core's ``ColumnParallelLinear`` keeps that
+    input sequence-sharded and all-gathers it again in backward; PyTorch DTensor TP (torchtitan ``apply_tp``
+    @9dec370: ``"output": ColwiseParallel(input_layouts=Shard(1), ...)``) all-gathers it first and ``aten.mm``
+    saves the gathered tensor (``c.sp_saved_inputs == 'gathered'``); torchtitan keeps the head in BF16 under
+    Float8 (``float8.py`` @9dec370: ``module_filter_fn=lambda mod, fqn: fqn != "output"``)."""
+    sp = c.tp if c.sp_on else 1
+    head_input = 2 if c.sp_on and c.sp_saved_inputs == "gathered" else 2 / sp
+    return (2 / sp + head_input) * model.hidden
+
+
 def loss_bytes_per_logit(c: ParallelConfig) -> int:
     """Peak bytes per logit element of the loss of one micro-batch, held on top of the stored activations.
 
@@ -442,6 +475,10 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
             stored.append(nd * sac[False] + nm * sac[True])
         else:
             stored.append(nd * act[False] + nm * act[True])
+            if c.pp_free_stage_inputs and c.pp > 1 and nd + nm:
+                # the chunk's received input, its first layer's norm input, freed after the chunk's forward
+                # (ParallelConfig.pp_free_stage_inputs: Llama 3, arXiv 2407.21783 section 3.3.2)
+                stored[-1] -= layer_input
         before += nd + nm
     # one layer re-materialised during its backward
     working = max(act[False], act[True]) if c.recompute in ("full", "op_sac") else 0.0
@@ -458,7 +495,8 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         acts += emb * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
     if stage == c.pp - 1 and w.mode == "train":  # the loss of one micro-batch (:func:`loss_bytes_per_logit`),
         # once per MTP depth too: process_mtp_loss keeps each depth's loss graph until the backward
-        acts += mtp.heads_on(model, c, stage) * loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
+        acts += mtp.heads_on(model, c, stage) * (loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
+                                                 + lm_head_saved_bytes(model, c) * tokens)
     buffers = gathered_weight_bytes(model, c, stage)
     return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
 

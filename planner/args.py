@@ -23,7 +23,7 @@ import re
 import sys
 
 from costmodel.config import (EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, PP_GRAD_REDUCES,
-                              RECOMPUTE, RECOMPUTE_MODULES)
+                              RECOMPUTE, RECOMPUTE_MODULES, SP_SAVED_INPUTS)
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
@@ -374,6 +374,14 @@ def add_memory_args(g) -> None:
                         "unsharded and reduce-scattered once per step, the default) or microbatch (reduce-scattered "
                         "in every micro-batch's backward, parameters gathered in each forward: ZeRO-2 under PP, as "
                         "Meta's FSDP ran Llama 3)")
+    g.add_argument("--sp-saved-inputs", type=choice_arg("sp_saved_inputs", SP_SAVED_INPUTS),
+                   metavar="{" + ",".join(SP_SAVED_INPUTS) + "}",
+                   help="under sequence parallelism, what the QKV and MLP GEMMs save of their all-gathered input: "
+                        "sharded (Megatron-Core, gathered again in backward) or gathered (PyTorch DTensor TP, "
+                        "torchtitan; framework fsdp2 only); default: the framework's own")
+    g.add_argument("--pp-free-stage-inputs", action="store_true", default=None,
+                   help="with pp > 1: each model chunk frees its received input after its forward (Llama 3's "
+                        "pipeline, arXiv 2407.21783 section 3.3.2); no emitted framework runs it")
     g.add_argument("--optimizer-offload-fraction", metavar="F",
                    type=_converter("optimizer_offload_fraction", float, "a number from 0 to 1",
                                    lambda v: 0.0 <= v <= 1.0),
@@ -396,7 +404,8 @@ def offload_fields(args: argparse.Namespace) -> dict:
 
 
 #: the memory mechanisms of :func:`add_memory_args`, as ``ParallelConfig`` fields
-MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl", "pp_grad_reduce")
+MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl", "pp_grad_reduce",
+                 "sp_saved_inputs", "pp_free_stage_inputs")
 
 
 def memory_fields(args: argparse.Namespace) -> dict:

@@ -68,6 +68,14 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
         raise SpecError("pp_grad_reduce", c.pp_grad_reduce, "step for --emit fsdp2 with pp > 1 (torchtitan's "
                         "pipeline schedule reduces gradients once per step; no torchtitan setting runs it per "
                         "micro-batch)")
+    if fmt == "fsdp2" and c.sp_on and c.sp_saved_inputs != "gathered":
+        # torchtitan's TP is DTensor's: PrepareModuleInput all-gathers the block input and aten.mm saves it
+        raise SpecError("sp_saved_inputs", c.sp_saved_inputs, "gathered for --emit fsdp2 with sequence parallelism "
+                        "(torchtitan's DTensor TP saves the all-gathered GEMM inputs; it has no setting that keeps "
+                        "them sharded)")
+    if c.pp_free_stage_inputs and c.pp > 1:
+        raise SpecError("pp_free_stage_inputs", True, f"false for --emit {fmt} (no setting of it frees a pipeline "
+                        "stage's received input; Megatron-Core's deallocate_pipeline_outputs frees the outputs)")
     if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
         raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
                         f"({fmt} recomputes every layer or none)")

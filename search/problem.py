@@ -120,7 +120,8 @@ class Limits:
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
 PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher",
-                "module_layout", "pp_grad_reduce")
+                "module_layout", "pp_grad_reduce", "sp_saved_inputs",
+                "pp_free_stage_inputs")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,7 +43,7 @@ def _problem():
     from costmodel.specs import Workload
     from search.problem import Problem
     return Problem(model=_model(), cluster=load_cluster("a100-80g").with_gpus(16),
-                   workload=Workload(global_batch=128, seq_len=4096))
+                   workload=Workload(global_batch=256, seq_len=4096))
 
 
 def test_recommend_keeps_the_margin_only_inside_the_band():
@@ -77,7 +77,7 @@ def test_cli_margin_flag(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "memory_margin" in err[0] and "0.7" in err[0]
     assert main(["recommend", "--model", str(model), "--cluster", "a100-80g", "--gpus", "16", "--global-batch",
-                 "128", "--seq", "4096", "--json"]) == 0
+                 "256", "--seq", "4096", "--json"]) == 0
     solve_json = json.loads(capsys.readouterr().out)["solve"]
     assert solve_json["memory_margin"] == MEMORY_MARGIN and solve_json["margin_kept"] is False
     assert solve_json["margin_alternative_s"] > solve_json["graph_objective_s"]

@@ -9,7 +9,7 @@ import pytest
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
-from costmodel.memory import (activation_bytes_per_layer, fp8_weight_cache_bytes, layer_params,
+from costmodel.memory import (activation_bytes_per_layer, lm_head_saved_bytes, fp8_weight_cache_bytes, layer_params,
                               memory_per_stage, model_state_bytes)
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
@@ -34,8 +34,77 @@ def test_fp8_linears_save_their_inputs_in_one_byte():
 
 
 def test_torchao_float8_saves_bf16_inputs():
-    c = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)
+    # torchao's Float8Linear saves the high-precision input it is given (the sharded-input case: no DTensor gather)
+    c = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3, sp_saved_inputs="sharded")
     assert activation_bytes_per_layer(LLAMA, FP8, c) == activation_bytes_per_layer(LLAMA, BF16, c)
+
+
+def test_dtensor_sp_saves_the_qkv_and_mlp_inputs_all_gathered():
+    # torchtitan's TP (parallelize_llama.py@9dec370): PrepareModuleInput gathers the block input, aten.mm saves it;
+    # under Float8 PrepareFloat8ModuleInput casts before the gather, so it is saved in FP8
+    h, t, tokens = LLAMA.hidden, 8, 4096
+    sharded = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3, sp_saved_inputs="sharded")
+    gathered = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)
+    assert gathered.sp_saved_inputs == "gathered"  # the framework's own
+    # BF16: QKV input and MLP input 2 B x h each, whole instead of / t
+    assert (activation_bytes_per_layer(LLAMA, BF16, gathered) - activation_bytes_per_layer(LLAMA, BF16, sharded)
+            == pytest.approx(tokens * (4 * h - 4 * h / t)))
+    # FP8: 1 B x h each, whole, against the BF16 sharded pair
+    assert (activation_bytes_per_layer(LLAMA, FP8, gathered) - activation_bytes_per_layer(LLAMA, FP8, sharded)
+            == pytest.approx(tokens * (2 * h - 4 * h / t)))
+    # no SP, or Megatron: nothing changes; and Megatron cannot state 'gathered'
+    no_sp = ParallelConfig(tp=8, sp=False, dp=8, framework="fsdp2", zero=3)
+    assert activation_bytes_per_layer(LLAMA, BF16, no_sp) == activation_bytes_per_layer(
+        LLAMA, BF16, replace(no_sp, sp_saved_inputs="sharded"))
+    assert ParallelConfig(tp=8, sp=True).sp_saved_inputs == "sharded"
+    with pytest.raises(SpecError, match="sp_saved_inputs"):
+        ParallelConfig(tp=8, sp=True, sp_saved_inputs="gathered")
+    with pytest.raises(SpecError, match="sp_saved_inputs"):
+        ParallelConfig(framework="fsdp2", zero=3, sp_saved_inputs="whole")
+    assert "sp_saved_inputs" not in gathered.to_dict() and "sp_saved_inputs" not in ParallelConfig().to_dict()
+    assert ParallelConfig.from_dict(sharded.to_dict()) == sharded
+
+
+def test_the_output_head_keeps_the_final_norm_input_and_its_gemm_input():
+    h = LLAMA.hidden
+    # Megatron SP: both sequence-sharded (2 B x h / t each); no SP: both whole
+    assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=True, dp=8)) == 2 * 2 * h / 8
+    assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=False, dp=8)) == 2 * 2 * h
+    # DTensor SP (torchtitan): the norm input sharded, the head's input all-gathered
+    assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)) == 2 * h / 8 + 2 * h
+
+
+def test_the_output_head_is_charged_on_the_last_stage_with_the_loss(monkeypatch):
+    import costmodel.memory as mem
+    w = Workload(global_batch=16, seq_len=4096)
+    c = ParallelConfig(tp=8, sp=True, pp=2, dp=1)
+    first, last = (mem.stage_memory(LLAMA, w, c, s).activations_bytes for s in (0, 1))
+    per_token = mem.lm_head_saved_bytes(LLAMA, c)
+    monkeypatch.setattr(mem, "lm_head_saved_bytes", lambda model, c: 0.0)
+    assert last - mem.stage_memory(LLAMA, w, c, 1).activations_bytes == pytest.approx(per_token * 4096)  # mb 1
+    assert mem.stage_memory(LLAMA, w, c, 0).activations_bytes == first
+
+
+def test_a_chunk_that_frees_its_received_input_holds_one_layer_input_less_per_micro_batch_in_flight():
+    from costmodel.memory import stage_memory
+    from costmodel.pipeline import in_flight_profile
+    w = Workload(global_batch=32, seq_len=4096)
+    c = ParallelConfig(tp=8, sp=True, pp=4, vp=2, dp=1, layers_per_stage=(20, 20, 20, 20))
+    freed = replace(c, pp_free_stage_inputs=True)
+    held = max(map(sum, in_flight_profile(4, 32, 2, 0)))  # chunk-micro-batches in flight on stage 0 (each chunk alike)
+    layer_input = 2 * LLAMA.hidden * 4096 / 8  # the chunk's first norm input, sequence-sharded (mb 1)
+    diff = stage_memory(LLAMA, w, c, 0).activations_bytes - stage_memory(LLAMA, w, freed, 0).activations_bytes
+    assert diff == pytest.approx(held * layer_input)
+    # no pipeline, or full recompute (the checkpoint keeps the input): nothing freed
+    for plain in (ParallelConfig(tp=8, sp=True, dp=4), replace(c, recompute="full")):
+        assert (stage_memory(LLAMA, w, plain, 0).total_bytes
+                == stage_memory(LLAMA, w, replace(plain, pp_free_stage_inputs=True), 0).total_bytes)
+    assert "pp_free_stage_inputs" not in c.to_dict() and ParallelConfig.from_dict(freed.to_dict()) == freed
+    with pytest.raises(SpecError, match="pp_free_stage_inputs"):
+        ParallelConfig(pp_free_stage_inputs="yes")
+    from planner.emit import refuse_unless_runnable
+    with pytest.raises(SpecError, match="pp_free_stage_inputs"):
+        refuse_unless_runnable("megatron", freed)
 
 
 # ------------------------------------------------------------------ FP8 weight copies

@@ -22,13 +22,10 @@ from costmodel.config import ParallelConfig  # noqa: E402
 from costmodel.memory import memory_per_stage  # noqa: E402
 
 #: (set, row_id) -> why (the sealed rows keep their new-set ids: "new") the model's plan as filled needs more than the device's HBM (RESULTS.md)
-KNOWN_UNFIT = {
-    ("new", "112"): "Llama 3 405B pp16 8K, 32 micro-batches, as the paper runs it (section 3.3.2: no activation "
-                    "checkpointing, V=8 one-layer virtual stages, gradients reduce-scattered per micro-batch): "
-                    "80.9 GiB on rank 1 (HBM 80), 141 layer-micro-batches of activations (70.0 GiB, no dropout "
-                    "masks: Llama trains without dropout) under Megatron's interleaved warm-up (V-1)N + 2(p-r-1) + 1 "
-                    "at N=p; the paper's own schedule (N tunable, Figure 6) is not given in numbers; rows 113/114 "
-                    "(16 micro-batches) fit at 73.8 GiB",
+KNOWN_UNFIT: dict = {
+    # empty since h-mem4: new 112 (Llama 3 405B pp16 8K, 32 micro-batches) fits at 76.3 GiB once each model chunk
+    # frees its received input, as arXiv 2407.21783 section 3.3.2 says its schedule does (pp_free_stage_inputs;
+    # 80.9 GiB without)
 }
 
 GiB = 2**30
