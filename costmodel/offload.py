@@ -24,8 +24,8 @@ Semantics, from NVIDIA/Megatron-LM@d98e8a64 (``megatron/core/optimizer/cpu_offlo
   with ``--fp8-param-gather`` it needs ``--fp8-recipe delayed`` (this model refuses fp8_param_gather
   with offload: the recipe is not a plan field).
 
-Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 link) and
-:data:`HOST_MEM_BYTES_PER_S` (the CPU Adam is memory-bound). See each for its source.
+Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 link, measured copies) and
+:data:`HOST_MEM_BYTES_PER_S` (the CPU Adam is memory-bound; assumed). See each for its source.
 """
 from __future__ import annotations
 
@@ -35,12 +35,16 @@ from .specs import ClusterSpec
 
 GB = 1e9
 
-#: one direction of the host link, by device-name prefix. PCIe Gen4 x16 on A100 SXM4: "32+32 GB/s PCIe
-#: Gen4 (H2D)" (glennklockwood.com/garden/processors/A100, citing NVIDIA's A100 datasheet); PCIe Gen5 x16
-#: on H100 SXM5: "PCIe Gen5 Speed: 128 GB/sec" bidirectional (hawkvelt.id.au/post/2024-08-04-nvidia-h100),
-#: 64 GB/s a direction. Nominal link rates, not measured copies (assumed: a pinned copy reaches less;
-#: no measured HGX nvbandwidth figure was found). H200, H800, H100-96GB and B200 are assumed Gen5 x16 as H100.
-HOST_LINK_BYTES_PER_S = {"A100": 32 * GB, "H100": 64 * GB, "H200": 64 * GB, "H800": 64 * GB, "B200": 64 * GB}
+#: one direction of the host link, by device-name prefix: nvbandwidth's copy-engine host <-> device copies per GPU
+#: (``benchmarks/data/components/host_link.csv``, the lower direction of a system): H100 80GB HBM3 51 GB/s
+#: (Azure ND H100 v5: H2D 51, D2H 52; samuel-bohman/AI-benchmarking-guide@26d18e9
+#: Azure_Results/ND_H100_v5_results.md, "NV Bandwidth"); H200 52 GB/s (Azure ND H200 v5: 52 / 52;
+#: Azure/AI-benchmarking-guide@7f20e5f Azure_Results/ND_H200_v5_results.md); A100 26 GB/s (Azure ND A100 v4 H2D
+#: 26.28, Azure/AI-benchmarking-guide@3bb66ca Azure_Results/ND_A100_v4_results.md; "around 25-26GB/s" both ways,
+#: github.com/NVIDIA/nvbandwidth/issues/11; that Azure file's D2H 6.27 is not used, see the CSV). One GPU copying
+#: at a time: eight ranks copying at once are not measured. H800, B200: ASSUMED as H100 (PCIe Gen5 x16, no
+#: measurement read).
+HOST_LINK_BYTES_PER_S = {"A100": 26 * GB, "H100": 51 * GB, "H200": 52 * GB, "H800": 51 * GB, "B200": 51 * GB}
 
 #: host memory bandwidth a node's CPU Adam streams at (all its ranks together). ASSUMED (no source found):
 #: 200 GB/s, about a third of a two-socket server's nominal DDR5 bandwidth.
