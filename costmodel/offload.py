@@ -29,6 +29,9 @@ Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 li
 """
 from __future__ import annotations
 
+import numpy as np
+
+from .compute import optimizer_time_s
 from .config import ParallelConfig
 from .errors import SpecError
 from .specs import ClusterSpec
@@ -72,7 +75,7 @@ def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[floa
     The node's CPU memory bandwidth is shared by its ``gpus_per_node`` ranks, each stepping its own shard.
     """
     link = host_link_bytes_per_s(cluster)
-    if params_offloaded <= 0:
+    if np.all(np.asarray(params_offloaded) <= 0):  # (an array over stage sizes: search.tables)
         return 0.0, 0.0, 0.0
     if link <= 0:
         raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for optimizer "
@@ -89,7 +92,29 @@ def optimizer_step_s(gpu_adam_s: float, params_offloaded: float, cluster: Cluste
     CPU Adams side by side, then H2D (``HybridDeviceOptimizer.step`` on one stream); overlapped
     (``--overlap-cpu-optimizer-d2h-h2d``): the slowest of the GPU Adam and the three pipelined parts.
     """
+    return _step_s(gpu_adam_s, params_offloaded, cluster, c.overlap_cpu_optimizer_d2h_h2d)
+
+
+def _step_s(gpu_adam_s, params_offloaded, cluster: ClusterSpec, overlap: bool):
     d2h, cpu, h2d = offload_times_s(params_offloaded, cluster)
-    if c.overlap_cpu_optimizer_d2h_h2d:
-        return max(gpu_adam_s, d2h, cpu, h2d)
-    return d2h + max(gpu_adam_s, cpu) + h2d
+    if overlap:
+        return np.maximum(np.maximum(gpu_adam_s, d2h), np.maximum(cpu, h2d)) if np.ndim(gpu_adam_s) else \
+            max(gpu_adam_s, d2h, cpu, h2d)
+    return d2h + (np.maximum(gpu_adam_s, cpu) if np.ndim(gpu_adam_s) else max(gpu_adam_s, cpu)) + h2d
+
+
+def shard_optimizer_s(local_params, cluster: ClusterSpec, optimizer_dtype: str = "fp32",
+                      optimizer_offload_fraction: float = 0.0, overlap_cpu_optimizer_d2h_h2d: bool = False):
+    """The optimizer step of one GPU's shard of ``local_params`` elements (a number, or an array over stage
+    sizes): the GPU Adam (:func:`costmodel.compute.optimizer_time_s`) without offload, else
+    :func:`optimizer_step_s` with ``optimizer_offload_fraction`` of the shard on the CPU. The one formula of
+    the optimizer step: :func:`costmodel.analytic.stage_optimizer_s` (``evaluate``), the search's tables and
+    its bounds call it (``search.offload_choice.optimizer_s``).
+
+    Nondecreasing in ``local_params`` (every part is affine in it with a nonnegative slope, and max and sum
+    keep that), so a bound that evaluates it at a stage's fewest parameters stays below the stage's step."""
+    f = optimizer_offload_fraction
+    if f == 0.0:
+        return optimizer_time_s(local_params, cluster.device, optimizer_dtype)
+    return _step_s(optimizer_time_s((1.0 - f) * local_params, cluster.device, optimizer_dtype),
+                   f * local_params, cluster, overlap_cpu_optimizer_d2h_h2d)
