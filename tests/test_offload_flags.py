@@ -89,3 +89,22 @@ def test_bad_values_exit_2_with_one_line(capsys, argv, field):
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and field in err
+
+
+def test_free_recommend_reports_and_emits_the_fraction_it_chose(capsys):
+    # Llama-3-70B on 8 H100 fits no plan without offload: recommend chooses it (search.offload_choice)
+    rec = ["recommend"] + BASE[1:11]
+    assert cli.main(rec) == 0
+    out = capsys.readouterr().out
+    assert "optimizer CPU offload: no plan fits without it" in out and "optimizer_offload_fraction=1.0" in out
+    assert cli.main(rec + ["--emit", "megatron"]) == 0
+    text = capsys.readouterr().out
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("note:")]
+    argv = " ".join(ln.rstrip(" \\") for ln in lines).split()
+    for flag in ("--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"):
+        assert flag in argv
+    assert argv[argv.index("--optimizer-offload-fraction") + 1] == "1.0"
+    flags = [t for t in argv if t.startswith("--")]
+    check_megatron_flags(flags)  # Megatron-LM's parser data (planner/data/megatron_arguments_*.txt)
+    f = mg.config_fields(mg.parse_command_line(" ".join(argv)))
+    assert f["optimizer_offload_fraction"] == 1.0 and f["overlap_cpu_optimizer_d2h_h2d"] is True
