@@ -16,9 +16,9 @@ of ``L`` elements let the GPU Adam take ``g(L) = a L + k`` (:func:`costmodel.com
 bytes per element ``a`` and kernel launches ``k``), the CPU Adam ``c f L`` and each copy ``b f L``
 (:func:`costmodel.offload.offload_times_s`). In sequence the step is ``b f L + max(g((1 - f) L), c f L) +
 b f L >= g(L) - a f L + 2 b f L >= g(L)`` since ``2 b >= a`` (a copy over the host link is slower per element
-than the GPU Adam's HBM traffic: 8 B at 26-52 GB/s against ~16 B at 1.6-4.8 TB/s); overlapped it is at least
-``c f L >= g(L)`` once ``f c >= a + k / L``, at ``f >= 0.5`` every shard above ~10^5 elements (the CPU Adam's
-host bandwidth per element is ~100x below HBM's). ``tests/test_offload_search.py`` checks both on every
+than the GPU Adam's HBM traffic: 8 B at 26-52 GB/s against 30 B at 2-8 TB/s, 8-30x); overlapped it is at least
+``c f L >= g(L)`` once ``f c >= a + k / L``, at ``f >= 0.5`` every shard above ~3 x 10^4 elements (the CPU Adam
+takes 60-240x the GPU Adam's time per element on the presets). ``tests/test_offload_search.py`` checks both on every
 preset cluster with a host link. So a plan with offload is slower than the same plan without, whenever that
 one fits; it can win only where its twin does not fit: when it buys a cheaper recompute or a smaller
 pipeline that needs the memory, or makes any plan fit. This module takes the second case (no plan fits), where
