@@ -168,3 +168,10 @@ def test_not_offered_where_megatron_cannot_run_it():
     assert not offered(Problem(**L70, limits=Limits(exclude={"zero": (1,)})))
     assert not offered(Problem(**L70, options=(("optimizer_offload_fraction", 0.5),)))
     assert [dict(q.options)["optimizer_offload_fraction"] for q in offered(Problem(**L70))] == list(FRACTIONS)
+
+
+def test_nothing_fits_even_with_offload_says_so():
+    r = solve(Problem(**{**L70, "cluster": load_cluster("h100-sxm").with_gpus(1)}))
+    assert r.status == "INFEASIBLE" and not r.plans
+    assert [t["status"] for t in r.stats["optimizer_offload"]["tried"]] == ["INFEASIBLE"] * len(FRACTIONS)
+    assert r.explanation.endswith("Optimizer CPU offload (fraction 0.5, 1) does not make a plan fit either.")
