@@ -17,7 +17,7 @@ from costmodel.estimate import evaluate
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 from search.bounds import Bounds
-from search.exhaustive import all_choices, best_splits
+from search.exhaustive import best_splits
 from search.offload_choice import FRACTIONS, offered
 from search.presolve import Expander, _groups
 from search.problem import Limits, Problem
