@@ -33,7 +33,7 @@ from . import dma, frameworks
 from . import mtp, offload
 from .collectives import collective_time_s, group_stride, layout
 from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, head_ops, layer_ops,
-                      module_recompute_fractions, op_sac_fractions, optimizer_time_s)
+                      module_recompute_fractions, op_sac_fractions)
 from .config import ParallelConfig, micro_batches
 from .ep_dispatch import ep_dispatch_time_s
 from .grad_buckets import stage_grad_buckets
@@ -526,12 +526,9 @@ def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig,
     shard_e = expert_dp(c) if c.zero >= 1 else 1
     d, e = stage_params(model, c, stage)
     local = d / shard_d + e / shard_e
-    f = c.optimizer_offload_fraction
-    if f == 0.0:
-        return optimizer_time_s(local, cluster.device, c.optimizer_dtype)
     # optimizer CPU offload (costmodel.offload): the GPU Adam on the kept part beside the host's part
-    return offload.optimizer_step_s(optimizer_time_s((1.0 - f) * local, cluster.device, c.optimizer_dtype),
-                                    f * local, cluster, c)
+    return offload.shard_optimizer_s(local, cluster, c.optimizer_dtype, c.optimizer_offload_fraction,
+                                     c.overlap_cpu_optimizer_d2h_h2d)
 
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int, params=None) -> float:

@@ -24,23 +24,30 @@ Semantics, from NVIDIA/Megatron-LM@d98e8a64 (``megatron/core/optimizer/cpu_offlo
   with ``--fp8-param-gather`` it needs ``--fp8-recipe delayed`` (this model refuses fp8_param_gather
   with offload: the recipe is not a plan field).
 
-Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 link) and
-:data:`HOST_MEM_BYTES_PER_S` (the CPU Adam is memory-bound). See each for its source.
+Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 link, measured copies) and
+:data:`HOST_MEM_BYTES_PER_S` (the CPU Adam is memory-bound; assumed). See each for its source.
 """
 from __future__ import annotations
 
+import numpy as np
+
+from .compute import optimizer_time_s
 from .config import ParallelConfig
 from .errors import SpecError
 from .specs import ClusterSpec
 
 GB = 1e9
 
-#: one direction of the host link, by device-name prefix. PCIe Gen4 x16 on A100 SXM4: "32+32 GB/s PCIe
-#: Gen4 (H2D)" (glennklockwood.com/garden/processors/A100, citing NVIDIA's A100 datasheet); PCIe Gen5 x16
-#: on H100 SXM5: "PCIe Gen5 Speed: 128 GB/sec" bidirectional (hawkvelt.id.au/post/2024-08-04-nvidia-h100),
-#: 64 GB/s a direction. Nominal link rates, not measured copies (assumed: a pinned copy reaches less;
-#: no measured HGX nvbandwidth figure was found). H200, H800, H100-96GB and B200 are assumed Gen5 x16 as H100.
-HOST_LINK_BYTES_PER_S = {"A100": 32 * GB, "H100": 64 * GB, "H200": 64 * GB, "H800": 64 * GB, "B200": 64 * GB}
+#: one direction of the host link, by device-name prefix: nvbandwidth's copy-engine host <-> device copies per GPU
+#: (``benchmarks/data/components/host_link.csv``, the lower direction of a system): H100 80GB HBM3 51 GB/s
+#: (Azure ND H100 v5: H2D 51, D2H 52; samuel-bohman/AI-benchmarking-guide@26d18e9
+#: Azure_Results/ND_H100_v5_results.md, "NV Bandwidth"); H200 52 GB/s (Azure ND H200 v5: 52 / 52;
+#: Azure/AI-benchmarking-guide@7f20e5f Azure_Results/ND_H200_v5_results.md); A100 26 GB/s (Azure ND A100 v4 H2D
+#: 26.28, Azure/AI-benchmarking-guide@3bb66ca Azure_Results/ND_A100_v4_results.md; "around 25-26GB/s" both ways,
+#: github.com/NVIDIA/nvbandwidth/issues/11; that Azure file's D2H 6.27 is not used, see the CSV). One GPU copying
+#: at a time: eight ranks copying at once are not measured. H800, B200: ASSUMED as H100 (PCIe Gen5 x16, no
+#: measurement read).
+HOST_LINK_BYTES_PER_S = {"A100": 26 * GB, "H100": 51 * GB, "H200": 52 * GB, "H800": 51 * GB, "B200": 51 * GB}
 
 #: host memory bandwidth a node's CPU Adam streams at (all its ranks together). ASSUMED (no source found):
 #: 200 GB/s, about a third of a two-socket server's nominal DDR5 bandwidth.
@@ -68,7 +75,7 @@ def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[floa
     The node's CPU memory bandwidth is shared by its ``gpus_per_node`` ranks, each stepping its own shard.
     """
     link = host_link_bytes_per_s(cluster)
-    if params_offloaded <= 0:
+    if np.all(np.asarray(params_offloaded) <= 0):  # (an array over stage sizes: search.tables)
         return 0.0, 0.0, 0.0
     if link <= 0:
         raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for optimizer "
@@ -85,7 +92,29 @@ def optimizer_step_s(gpu_adam_s: float, params_offloaded: float, cluster: Cluste
     CPU Adams side by side, then H2D (``HybridDeviceOptimizer.step`` on one stream); overlapped
     (``--overlap-cpu-optimizer-d2h-h2d``): the slowest of the GPU Adam and the three pipelined parts.
     """
+    return _step_s(gpu_adam_s, params_offloaded, cluster, c.overlap_cpu_optimizer_d2h_h2d)
+
+
+def _step_s(gpu_adam_s, params_offloaded, cluster: ClusterSpec, overlap: bool):
     d2h, cpu, h2d = offload_times_s(params_offloaded, cluster)
-    if c.overlap_cpu_optimizer_d2h_h2d:
-        return max(gpu_adam_s, d2h, cpu, h2d)
-    return d2h + max(gpu_adam_s, cpu) + h2d
+    if overlap:
+        return np.maximum(np.maximum(gpu_adam_s, d2h), np.maximum(cpu, h2d)) if np.ndim(gpu_adam_s) else \
+            max(gpu_adam_s, d2h, cpu, h2d)
+    return d2h + (np.maximum(gpu_adam_s, cpu) if np.ndim(gpu_adam_s) else max(gpu_adam_s, cpu)) + h2d
+
+
+def shard_optimizer_s(local_params, cluster: ClusterSpec, optimizer_dtype: str = "fp32",
+                      optimizer_offload_fraction: float = 0.0, overlap_cpu_optimizer_d2h_h2d: bool = False):
+    """The optimizer step of one GPU's shard of ``local_params`` elements (a number, or an array over stage
+    sizes): the GPU Adam (:func:`costmodel.compute.optimizer_time_s`) without offload, else
+    :func:`optimizer_step_s` with ``optimizer_offload_fraction`` of the shard on the CPU. The one formula of
+    the optimizer step: :func:`costmodel.analytic.stage_optimizer_s` (``evaluate``), the search's tables and
+    its bounds call it (``search.offload_choice.optimizer_s``).
+
+    Nondecreasing in ``local_params`` (every part is affine in it with a nonnegative slope, and max and sum
+    keep that), so a bound that evaluates it at a stage's fewest parameters stays below the stage's step."""
+    f = optimizer_offload_fraction
+    if f == 0.0:
+        return optimizer_time_s(local_params, cluster.device, optimizer_dtype)
+    return _step_s(optimizer_time_s((1.0 - f) * local_params, cluster.device, optimizer_dtype),
+                   f * local_params, cluster, overlap_cpu_optimizer_d2h_h2d)

@@ -387,14 +387,15 @@ def add_memory_args(g) -> None:
                                    lambda v: 0.0 <= v <= 1.0),
                    help="optimizer CPU offload (Megatron --optimizer-cpu-offload --optimizer-offload-fraction F, "
                         "with the distributed optimizer, --zero 1): F of the FP32 master weights and Adam moments on "
-                        "the host, stepped by the CPU, with the PCIe copies charged; evaluate only (recommend does "
-                        "not search it)")
+                        "the host, stepped by the CPU, with the PCIe copies charged; recommend: every plan offloads "
+                        "F (without it, recommend offers F = 0.5 and 1, overlapped, only when no plan fits)")
     g.add_argument("--overlap-cpu-optimizer-d2h-h2d", action="store_true", default=None,
                    help="with --optimizer-offload-fraction: pipeline the gradient copy, CPU Adam and parameter copy "
                         "(Megatron --overlap-cpu-optimizer-d2h-h2d)")
 
 
-#: optimizer CPU offload (:mod:`costmodel.offload`), ``ParallelConfig`` fields a plan states; not searched
+#: optimizer CPU offload (:mod:`costmodel.offload`), ``ParallelConfig`` fields a plan states (recommend: plan
+#: options; unstated, :mod:`search.offload_choice` offers them where nothing fits)
 OFFLOAD_FIELDS = ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
 
 
@@ -484,16 +485,14 @@ def limits_from_args(args: argparse.Namespace, layers: int | None = None):
 
 
 def plan_options(args: argparse.Namespace) -> tuple:
-    """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher and memory mechanisms
+    """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher, memory mechanisms
     (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
-    those with ZeRO >= 1)."""
-    for k, v in offload_fields(args).items():
-        if not v:  # a stated 0: no offload, what the search plans anyway
-            continue
-        raise SpecError(k, v, "unset for a search (recommend does not offer optimizer offload; "
-                        "evaluate a plan with it)")
+    those with ZeRO >= 1) and optimizer CPU offload (:data:`OFFLOAD_FIELDS`)."""
+    # a stated offload fraction is a plan option every plan runs (search.offload_choice; Problem pins ZeRO-1);
+    # a stated 0 is no offload, the search's own first try
+    offload = {k: v for k, v in offload_fields(args).items() if v}
     given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),
-             "module_layout": getattr(args, "module_layout", None), **memory_fields(args)}
+             "module_layout": getattr(args, "module_layout", None), **memory_fields(args), **offload}
     return tuple((k, v) for k, v in given.items() if v is not None)
 
 

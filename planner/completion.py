@@ -27,7 +27,7 @@ from costmodel.estimate import evaluate
 from costmodel.framework_defaults import framework_defaults
 from costmodel.frameworks import moe_needs_sp
 
-from .args import config_from_args, framework_from_args, problem_of
+from .args import config_from_args, framework_from_args, offload_fields, problem_of
 
 #: the tuning knobs evaluate completes (CLI dest names); the stage split is completed as well
 TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")
@@ -136,7 +136,8 @@ def complete(args: argparse.Namespace, model, cluster, workload):
     try:
         problem = problem_of(pinned, model, cluster, workload)  # recommend's problem of the same flags
         check_pins(problem)  # a stated knob no runnable plan has (e.g. chunks the framework cannot run)
-        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True))  # recommend's search
+        # recommend's search, without the optimizer offload the user did not state (search.offload_choice)
+        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, offload=False))
         why = "" if result.plans else (result.explanation or result.status)
     except PlannerError as e:
         why = str(e)
@@ -261,4 +262,11 @@ def recommend_choices(args: argparse.Namespace, config) -> tuple[dict, dict]:
     keys = [k for k in DEGREES + TUNING if k not in pinned]
     if config.pp > 1 and getattr(args, "layers_per_stage", None) is None:
         keys.append("layers_per_stage")
-    return pinned, chosen_knobs(config, keys)
+    chosen = chosen_knobs(config, keys)
+    # optimizer CPU offload: stated (a plan option), or chosen by the search where nothing fit without it
+    stated = {k: v for k, v in offload_fields(args).items() if v}
+    pinned.update(stated)
+    if config.optimizer_offload_fraction > 0 and not stated:
+        chosen.update(optimizer_offload_fraction=config.optimizer_offload_fraction,
+                      overlap_cpu_optimizer_d2h_h2d=config.overlap_cpu_optimizer_d2h_h2d)
+    return pinned, chosen

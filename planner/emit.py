@@ -293,9 +293,10 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
                      "GEMMs, which Megatron-Core does not do; it overlaps all-to-all across micro-batches instead "
                      "(--overlap-moe-expert-parallel-comm, not modelled): see benchmarks/RESULTS.md section 6b")
     if c.optimizer_offload_fraction > 0:
-        notes.append("optimizer CPU offload: the predicted optimizer step assumes the nominal PCIe rate and "
-                     "200 GB/s of host memory bandwidth per node for the CPU Adam (costmodel.offload; neither is "
-                     "measured), and needs pinned host memory for the offloaded FP32 master weights and moments")
+        notes.append("optimizer CPU offload: the predicted optimizer step takes the host link's measured one-GPU copy rate "
+                     "(benchmarks/data/components/host_link.csv) and an assumed 200 GB/s of host memory bandwidth "
+                     "per node for the CPU Adam (costmodel.offload; not measured), and needs pinned host memory for "
+                     "the offloaded FP32 master weights and moments")
     return notes
 
 

@@ -30,7 +30,6 @@ from costmodel.analytic import stage_timing
 from costmodel.step import dp_exposure, even_pieces, pipeline_s
 from costmodel.collectives import collective_time_s, group_stride
 from costmodel.compute import ACT_BYTES, layer_ops
-from costmodel.compute import optimizer_time_s
 from costmodel.memory import expert_dp, reserved_bytes
 from costmodel.pipeline import in_flight_chunks
 from costmodel.split_overhead import with_split_overheads
@@ -38,6 +37,7 @@ from costmodel.split_overhead import with_split_overheads
 from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
 
 from .choice import Choice
+from .offload_choice import optimizer_s
 from .tables import Tables, probe_split, stage_weight
 
 STAGE_OF = {"first": 0, "only": 0, "mid": 1}
@@ -153,8 +153,8 @@ class Bounds:
             shard_d = s.dp * s.cp if c.zero >= 1 else 1
             shard_e = expert_dp(c.config()) if c.zero >= 1 else 1
             a = self.t.state(c, kind)
-            self._opt[key] = optimizer_time_s(a["dense"][n] / shard_d + a["expert"][n] / shard_e, self.p.cluster.device,
-                                              dict(c.options).get("optimizer_dtype", "fp32"))
+            # the tables' optimizer step (offload's too: nondecreasing in the shard, so the bound stays below)
+            self._opt[key] = optimizer_s(c, a["dense"][n] / shard_d + a["expert"][n] / shard_e, self.p.cluster)
         return self._opt[key]
 
     # ------------------------------------------------------------------ the cheap bound

@@ -95,6 +95,11 @@ class Choice:
             # BF16 Adam state under Megatron-Core is the ZeRO-1 distributed_fused_adam: the Problem pins zero=1, so
             # only the bounds' probes of other stages get here (their memory and DP terms do not read the optimizer)
             opts.pop("optimizer_dtype", None)
+        if self.framework != "megatron" or self.zero != 1:
+            # optimizer CPU offload runs on Megatron's distributed optimizer only: the Problem pins zero=1, so only
+            # the bounds' probes of other stages get here (search.offload_choice)
+            opts.pop("optimizer_offload_fraction", None)
+            opts.pop("overlap_cpu_optimizer_d2h_h2d", None)
         return opts
 
     def __hash__(self) -> int:

@@ -120,8 +120,27 @@ class Limits:
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
 PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher",
-                "module_layout", "pp_grad_reduce", "sp_saved_inputs",
-                "pp_free_stage_inputs")
+                "module_layout", "pp_grad_reduce", "sp_saved_inputs", "pp_free_stage_inputs",
+                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
+
+
+def _check_offload(limits: Limits, given: dict) -> None:
+    """Optimizer CPU offload as a plan option (:mod:`search.offload_choice`): what Megatron-LM d98e8a64 refuses
+    with it (``costmodel.config.ParallelConfig._check_offload``) that no single option's probe sees."""
+    f, overlap = given.get("optimizer_offload_fraction", 0.0), given.get("overlap_cpu_optimizer_d2h_h2d", False)
+    if overlap and not f:
+        raise SpecError("overlap_cpu_optimizer_d2h_h2d", True, "false unless optimizer_offload_fraction > 0")
+    if not f:
+        return
+    if not limits.allows("zero", 1):
+        raise SpecError("zero", limits.fixed.get("zero", "excluded 1"), "1 with optimizer_offload_fraction "
+                        "(Megatron's --optimizer-cpu-offload runs on the distributed optimizer, ZeRO-1)")
+    if given.get("optimizer_dtype", "fp32") != "fp32":
+        raise SpecError("optimizer_offload_fraction", f, "0 with optimizer_dtype=bf16 (Megatron's offload keeps FP32 "
+                        "master weights on the host)")
+    if given.get("fp8_param_gather"):
+        raise SpecError("optimizer_offload_fraction", f, "0 with fp8_param_gather (Megatron needs the delayed FP8 "
+                        "recipe for both, which is not a plan field)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,21 +170,26 @@ class Problem:
                 raise SpecError("options", k, f"one of {', '.join(PLAN_OPTIONS)}")
             v = tuple(v) if k == "recompute_modules" else v
             probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1),
-                     "pp_grad_reduce": dict(zero=2), "optimizer_dtype": dict(zero=1)}.get(k, {})
+                     "pp_grad_reduce": dict(zero=2), "optimizer_dtype": dict(zero=1),
+                     "optimizer_offload_fraction": dict(zero=1),
+                     "overlap_cpu_optimizer_d2h_h2d": dict(zero=1, optimizer_offload_fraction=1.0)}.get(k, {})
             ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
             opts.append((k, v))
         given = dict(opts)
+        _check_offload(self.limits, given)
         if given.get("fp8_param_gather") and self.workload.dtype != "fp8":
             raise SpecError("fp8_param_gather", True, f"false unless dtype=fp8 (FP8 parameters of an FP8 run; "
                             f"dtype={self.workload.dtype})")
         if ("fp8_param_gather" not in given and self.workload.dtype == "fp8" and self.framework == "megatron"
-                and given.get("optimizer_dtype", "fp32") == "fp32"):
+                and given.get("optimizer_dtype", "fp32") == "fp32" and not given.get("optimizer_offload_fraction")):
             # chosen where it runs (the distributed optimizer / Megatron FSDP: Choice.config_options): FP8
             # parameters drop Transformer Engine's FP8 weight copy (costmodel.memory.fp8_weight_cache_bytes) and
             # halve the parameter all-gather (costmodel.memory.param_gather_bytes), so they are never slower and
             # never larger; --no-fp8-param-gather states False
             opts = sorted(opts + [("fp8_param_gather", True)])
         object.__setattr__(self, "options", tuple(opts))
+        if given.get("optimizer_offload_fraction"):  # the distributed optimizer's offload: ZeRO-1 (ParallelConfig)
+            object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": 1}))
         if self.framework == "megatron" and given.get("optimizer_dtype", "fp32") != "fp32":
             # BF16 Adam state under Megatron-Core is NeMo's distributed_fused_adam, a ZeRO-1 optimizer (ParallelConfig)
             if self.limits.fixed.get("zero", 1) != 1:

@@ -41,6 +41,7 @@ from costmodel.uncertainty import NOISE_SD
 from .cpsat import Space, build_model, tie_break
 from .exhaustive import Scored, all_choices, best_splits
 from .explain import explain_infeasible
+from .offload_choice import when_nothing_fits
 from .pins import check_pins, refusal
 from .presolve import presolve
 from .problem import Problem
@@ -89,6 +90,8 @@ class SolveOptions:
         (0: no preference). The fit test stays HBM less the headroom.
     small_space : a space of at most this many choices is scored exhaustively (exact, no presolve
         or CP-SAT); -1: never. Off too without ``presolve_bounds`` (then CP-SAT holds every choice).
+    offload : when no plan fits, search again with optimizer CPU offload (:mod:`search.offload_choice`);
+        off for ``evaluate``'s completion of a stated plan (its offload is what the user states).
     """
 
     time_limit_s: float = 10.0
@@ -104,6 +107,7 @@ class SolveOptions:
     memory_margin: float = MEMORY_MARGIN
     rescore_max: int = RESCORE_MAX
     small_space: int = SMALL_SPACE
+    offload: bool = True
 
 
 @dataclass
@@ -172,7 +176,8 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     else:
         parts = [_solve_space(p, tables, options, deadline)]
     res = _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
-    return _keep_margin(p, res, options, start, deadline, tables)
+    res = _keep_margin(p, res, options, start, deadline, tables)
+    return when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits
 
 
 def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float,

@@ -38,7 +38,6 @@ import numpy as np
 from costmodel import dma, frameworks
 from costmodel.analytic import dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
 from costmodel.grad_buckets import stage_grad_buckets
-from costmodel.compute import optimizer_time_s
 from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
@@ -49,6 +48,7 @@ from costmodel.units import MB
 
 from .candidates import stage_count_ok, stage_kinds
 from .choice import Choice, _semantics
+from .offload_choice import optimizer_s
 from .problem import Problem
 
 KIND_INDEX = {"first": 0, "mid": 1, "last": 2, "only": 0}
@@ -604,8 +604,7 @@ class Tables:
             time, fwd, bwd, rec = self.timing(choice, kind)
             stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
             a = self.affine(choice, kind)
-            opt = optimizer_time_s(a["dense"] / shard_d + a["expert"] / shard_e, p.cluster.device,
-                                   dict(choice.options).get("optimizer_dtype", "fp32"))
+            opt = optimizer_s(choice, a["dense"] / shard_d + a["expert"] / shard_e, p.cluster)  # offload's too
             mem = self.memory(choice, kind)
             valid = stage_count_ok(p, kind, vp, n, s.pp) & (mem <= p.hbm_cap_bytes)  # pinned split: its counts
             if kind in ("first", "only"):

@@ -66,13 +66,13 @@ def test_evaluate_charges_it(capsys):
     assert runs[True]["step_time_s"] > runs[False]["step_time_s"]
 
 
-def test_recommend_takes_a_stated_zero():
-    # a stated 0 is no offload: the problem is built (the search itself is not run here)
+def test_recommend_takes_a_stated_fraction_as_a_plan_option():
+    # a stated 0 is no offload; a stated fraction (and the overlap) is an option every plan of the search runs
     from planner.args import plan_options
     ns = argparse.Namespace(optimizer_offload_fraction=0.0, overlap_cpu_optimizer_d2h_h2d=None)
     assert dict(plan_options(ns)).get("optimizer_offload_fraction") is None
-    with pytest.raises(SpecError, match="optimizer_offload_fraction"):
-        plan_options(argparse.Namespace(optimizer_offload_fraction=0.5))
+    opts = dict(plan_options(argparse.Namespace(optimizer_offload_fraction=0.5, overlap_cpu_optimizer_d2h_h2d=True)))
+    assert opts["optimizer_offload_fraction"] == 0.5 and opts["overlap_cpu_optimizer_d2h_h2d"] is True
 
 
 @pytest.mark.parametrize("argv, field", [
@@ -80,9 +80,31 @@ def test_recommend_takes_a_stated_zero():
     (BASE + ["--optimizer-offload-fraction", "half"], "optimizer_offload_fraction"),
     (BASE[:-4] + ["--zero", "0", "--optimizer-offload-fraction", "1"], "optimizer_offload_fraction"),
     (BASE + ["--overlap-cpu-optimizer-d2h-h2d"], "overlap_cpu_optimizer_d2h_h2d"),
-    (["recommend"] + BASE[1:11] + ["--optimizer-offload-fraction", "1"], "optimizer_offload_fraction"),
+    (["recommend"] + BASE[1:11] + ["--optimizer-offload-fraction", "1", "--zero", "3"], "zero"),
+    (["recommend"] + BASE[1:11] + ["--overlap-cpu-optimizer-d2h-h2d"], "overlap_cpu_optimizer_d2h_h2d"),
+    (["recommend"] + BASE[1:11] + ["--optimizer-offload-fraction", "1", "--optimizer-dtype", "bf16"],
+     "optimizer_offload_fraction"),
 ])
 def test_bad_values_exit_2_with_one_line(capsys, argv, field):
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and field in err
+
+
+def test_free_recommend_reports_and_emits_the_fraction_it_chose(capsys):
+    # Llama-3-70B on 8 H100 fits no plan without offload: recommend chooses it (search.offload_choice)
+    rec = ["recommend"] + BASE[1:11]
+    assert cli.main(rec) == 0
+    out = capsys.readouterr().out
+    assert "optimizer CPU offload: no plan fits without it" in out and "optimizer_offload_fraction=1.0" in out
+    assert cli.main(rec + ["--emit", "megatron"]) == 0
+    text = capsys.readouterr().out
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("note:")]
+    argv = " ".join(ln.rstrip(" \\") for ln in lines).split()
+    for flag in ("--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"):
+        assert flag in argv
+    assert argv[argv.index("--optimizer-offload-fraction") + 1] == "1.0"
+    flags = [t for t in argv if t.startswith("--")]
+    check_megatron_flags(flags)  # Megatron-LM's parser data (planner/data/megatron_arguments_*.txt)
+    f = mg.config_fields(mg.parse_command_line(" ".join(argv)))
+    assert f["optimizer_offload_fraction"] == 1.0 and f["overlap_cpu_optimizer_d2h_h2d"] is True

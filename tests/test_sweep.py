@@ -114,7 +114,7 @@ def test_missing_out_exits_2(capsys):
 # --------------------------------------------------------------------------- schema
 def test_schema_columns_are_stable():
     # Appending a column means a new SCHEMA_VERSION; renaming or removing one is not allowed.
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
     assert list(NAMES) == [
         "case_id", "model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
         "nic_gbps", "hbm_gib", "model_params", "status", "reason",
@@ -125,7 +125,7 @@ def test_schema_columns_are_stable():
         "solver", "solve_status", "solve_time_s", "objective_s", "bound_s", "gap", "case_time_s", "attempts",
         "schema_version", "finished_at", "step_time_band_lo_s", "step_time_band_hi_s",
         "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s", "critical_holds",
-        "framework", "grad_dtype", "band_notes", "analytic_step_time_s", "stack"]
+        "framework", "grad_dtype", "band_notes", "analytic_step_time_s", "stack", "optimizer_offload_fraction"]
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 
 
@@ -161,9 +161,11 @@ def test_framework_and_gradient_dtype_are_axes_that_keep_old_case_ids(tmp_path):
 
 
 def test_results_follow_the_schema_in_both_files(tmp_path):
-    grid = grid_from_mapping({**SMALL, "gpus": "8,1"})  # 1 GPU: no plan fits, recorded with its reason
+    # 1 GPU: an 8B model fits only with optimizer CPU offload (search.offload_choice); a 70B model not even so,
+    # recorded with its reason
+    grid = grid_from_mapping({**SMALL, "models": "llama3-8b,llama3-70b", "gpus": "8,1"})
     summary = run_sweep(grid.cases(), tmp_path, workers=1, progress=False)
-    assert (summary.total, summary.ran, summary.ok, summary.infeasible) == (4, 4, 2, 2)
+    assert (summary.total, summary.ran, summary.ok, summary.infeasible) == (4, 4, 3, 1)
     jsonl, table = rows(tmp_path)
     assert [list(r)[:-1] for r in jsonl] == [list(NAMES)] * 4 and all(list(r)[-1] == "estimate" for r in jsonl)
     assert [list(r) for r in table] == [list(NAMES)] * 4
@@ -176,8 +178,11 @@ def test_results_follow_the_schema_in_both_files(tmp_path):
             assert j["tp"] * j["pp"] * j["dp"] * j["cp"] == j["gpus"] and j["reason"] is None
             assert j["estimate"]["step_time_s"] == j["step_time_s"] and j["solve_status"]
             assert j["graph_step_time_s"] > 0
+            assert (j["optimizer_offload_fraction"] > 0) == (j["model"] == "llama3-8b" and j["gpus"] == 1) or (
+                j["model"] == "llama3-70b")  # 70B on 8 GPUs may need it too
+            assert j["estimate"]["config"].get("optimizer_offload_fraction", 0.0) == j["optimizer_offload_fraction"]
         else:
-            assert j["reason"] and j["tp"] is None and j["estimate"] is None
+            assert j["reason"] and j["tp"] is None and j["estimate"] is None and j["optimizer_offload_fraction"] is None
 
 
 def test_a_case_that_raises_is_recorded_and_the_sweep_goes_on(tmp_path):

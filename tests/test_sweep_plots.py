@@ -8,7 +8,7 @@ from costmodel.config import ParallelConfig
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 from planner import cli
-from planner.sweep.plots import codesign_curve, knob_values
+from planner.sweep.plots import codesign_curve, knob_values, plot_tp_pp
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -34,12 +34,17 @@ def test_plots_are_written_as_png_and_svg(swept, capsys):
         assert p.read_text()[:200].lstrip().startswith("<?xml") and "<svg" in p.read_text()[:2000]
 
 
-def test_heatmap_labels_each_cell_with_its_plan_or_outcome(swept):
+def test_heatmap_labels_each_cell_with_its_plan_or_outcome(swept, tmp_path):
     svg = (swept / "plots" / "tp_pp.svg").read_text()
-    assert "no fit" in svg  # 1 GPU: the 1-GPU cases do not fit; recorded, drawn, not an error
     rows = [json.loads(line) for line in (swept / "results.jsonl").read_text().splitlines()]
     ok = [r for r in rows if r["status"] == "ok"]
     assert ok and all(f"{r['tp']}x{r['pp']}" in svg for r in ok)
+    # 1 GPU: the cases fit only with optimizer CPU offload (search.offload_choice), so every cell is a plan; a
+    # case without one is drawn with its outcome (the same records, one marked infeasible)
+    assert all(r["optimizer_offload_fraction"] > 0 for r in rows if r["gpus"] == 1)
+    marked = [dict(r, status="infeasible") if r["gpus"] == 1 else r for r in rows]
+    paths = plot_tp_pp(marked, tmp_path)
+    assert "no fit" in next(p for p in paths if p.suffix == ".svg").read_text()
 
 
 def test_codesign_marks_the_critical_bandwidth():

@@ -326,6 +326,13 @@ def solve_lines(result) -> list[str]:
         if r["top_order_swaps_in"]:
             lines.append("the top plans swap order in: " + ", ".join(r["top_order_swaps_in"]))
         return lines
+    off = s.get("optimizer_offload")
+    if off and off.get("chosen"):  # search.offload_choice: nothing fit without it
+        tried = ", ".join(f"{t['fraction']:g} ({t['status']}" + (f", {t['step_time_s']:.2f} s)" if t["step_time_s"]
+                                                                  else ")") for t in off["tried"])
+        lines.append(f"optimizer CPU offload: no plan fits without it; searched again at fraction {tried}: "
+                     f"{off['chosen']:g} chosen, copies overlapped (Megatron --optimizer-cpu-offload "
+                     f"--optimizer-offload-fraction {off['chosen']:g} --overlap-cpu-optimizer-d2h-h2d)")
     if result.band is None:
         lines[-1] += f"; the op-graph scheduler re-scores the best plan at {_opt_s(best.graph_step_time_s)} s"
     else:

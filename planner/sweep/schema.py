@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 6  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
+SCHEMA_VERSION = 7  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
 #                     4: the framework and gradient dtype inputs; 5: the band's notes, and the estimate
 #                     columns are the op-graph engine's (as evaluate and recommend report them),
-#                     analytic_step_time_s added; 6: the software stack the numbers assume
+#                     analytic_step_time_s added; 6: the software stack the numbers assume; 7: the optimizer
+#                     CPU offload fraction the plan runs
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -129,6 +130,11 @@ COLUMNS: tuple[Column, ...] = tuple(
     + _cols("estimate",  # schema version 6
             ("stack", "str", "software stack the numbers assume (costmodel.stacks: the cluster's stack, "
                              "e.g. mcore-2025); a band's note names a stack without measured runs"))
+    + _cols("plan",  # schema version 7
+            ("optimizer_offload_fraction", "float", "optimizer CPU offload (Megatron --optimizer-cpu-offload "
+                                                    "--optimizer-offload-fraction, copies overlapped): the fraction "
+                                                    "of the optimizer state on the host, 0: none (chosen only where "
+                                                    "no plan fits without it, search.offload_choice)"))
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

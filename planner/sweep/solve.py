@@ -94,7 +94,8 @@ def _solve(case: Case, model, cluster, workload) -> dict:
             return outcome("infeasible", " ".join(reason.split()), solve=solve_info)
         return outcome("unsolved", f"no plan found within the time limit of {case.time_limit_s:g} s ({r.status})",
                        solve=solve_info)
-    config = {**r.best.config.to_dict(), "sp": r.best.config.sp_on}  # sequence parallelism in effect (tp > 1)
+    config = {**r.best.config.to_dict(), "sp": r.best.config.sp_on,  # sequence parallelism in effect (tp > 1)
+              "optimizer_offload_fraction": r.best.config.optimizer_offload_fraction}  # to_dict leaves out a 0
     from ..report import with_trust  # the 80% band of the step time
     est = with_trust(r.best.reported, model, cluster, workload)  # the default engine's, as recommend reports
     out = outcome("ok", config=config, estimate=est.to_dict(), solve=solve_info)
@@ -102,4 +103,7 @@ def _solve(case: Case, model, cluster, workload) -> dict:
     out["analytic_step_time_s"] = r.best.estimate.step_time_s
     from .codesign import critical_columns  # the DMA assignment and T_comm <= T_compute (planner explain's)
     out.update(critical_columns(model, cluster, workload, r.best.config))
+    # no stream to assign (one GPU): null, as the CSV's empty cell reads back (it was never reached before a
+    # one-GPU plan could fit, with optimizer offload)
+    out["dma_assignment"] = out.get("dma_assignment") or None
     return out
