@@ -58,11 +58,21 @@ def extra_s(pieces: int, duration_s: float, overhead_s: float) -> float:
     return (pieces - 1) * min(overhead_s, duration_s) if pieces > 1 else 0.0
 
 
+def column_parallel(op, sp: bool) -> bool:
+    """A column-parallel GEMM under TP (with ``sp``: sequence parallelism): the SP all-gather comes
+    before it, its backward reduces the input gradient across TP. The experts of an MoE layer
+    without EP are TP-split like the MLP (their ``comm_after`` is the MLP's collective).
+
+    >>> from costmodel.compute import Op
+    >>> column_parallel(Op("experts", "gemm", "mlp", 0.0, 1e-3, 2e-3, 1e-3, "rs"), True)
+    True
+    """
+    return op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after == ("rs" if sp else "ar"))
+
+
 def column_like(op, c) -> bool:
-    """Column-parallel GEMMs, whose backward reduces the input gradient across TP."""
-    if c.tp == 1:
-        return False
-    return op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after == ("rs" if c.sp_on else "ar"))
+    """Column-parallel GEMMs of plan ``c`` (:func:`column_parallel`; none without TP)."""
+    return c.tp > 1 and column_parallel(op, c.sp_on)
 
 
 @dataclass(frozen=True, kw_only=True)
