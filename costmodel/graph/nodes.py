@@ -25,12 +25,11 @@ from typing import Iterable
 import networkx as nx
 
 from .. import dma as _dma
-from ..collectives import collective_time_s, comm_scope as _scope
+from ..collectives import KINDS as COMM_KINDS, collective_time_s, comm_scope as _scope
+from ..overlap import STRATEGIES
 from ..specs import ClusterSpec
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise", "sink")
-COMM_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p", "ring_p2p")
-STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
 COMPUTE = "compute"
 
 
