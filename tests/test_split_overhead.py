@@ -38,11 +38,15 @@ def _graph_compute(m, cl, w, c, moe) -> dict:
     return out
 
 
+def _problem(model, plan):
+    """A case of :data:`CASES` on 64 H100s: (model, cluster, workload, config)."""
+    return (load_model(model), load_cluster("h100-sxm").with_gpus(64), Workload(global_batch=64, seq_len=8192),
+            ParallelConfig(**{"dp": 1, **plan}))
+
+
 @pytest.mark.parametrize("model, moe, plan", CASES)
 def test_layer_compute_is_the_graphs(model, moe, plan):
-    m, cl = load_model(model), load_cluster("h100-sxm").with_gpus(64)
-    w = Workload(global_batch=64, seq_len=8192)
-    c = ParallelConfig(**{"dp": 1, **plan})
+    m, cl, w, c = _problem(model, plan)
     lt = analytic.layer_timing(m, cl, w, c, moe)
     g = _graph_compute(m, cl, w, c, moe)
     assert lt.fwd_s == pytest.approx(g["fwd"], rel=1e-9)
@@ -113,9 +117,7 @@ def test_extra_is_the_pieces_overhead():
 @pytest.mark.parametrize("model, moe, plan", CASES)
 def test_graph_builds_the_plans_pieces(model, moe, plan):
     """Each op's forward in the graph has as many compute nodes as fwd_split gives it pieces."""
-    m, cl = load_model(model), load_cluster("h100-sxm").with_gpus(64)
-    w = Workload(global_batch=64, seq_len=8192)
-    c = ParallelConfig(**{"dp": 1, **plan})
+    m, cl, w, c = _problem(model, plan)
     g = layer_graph(m, cl, w, c, moe, "fwd")
     computes = [n for n, a in g.nodes(data=True) if a.get("resource") == COMPUTE and a.get("kind") != "sink"]
     for op in layer_ops(m, cl.device, w, c, moe):
