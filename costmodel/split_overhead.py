@@ -108,6 +108,11 @@ class BwdSplit:
         return op.bwd_s if self.mechanism in (CP_RING, EP) else op.bwd_s - op.wgrad_s
 
 
+_REDUCE = {"rs": "reducescatter", "ar": "allreduce"}  # an op's ``comm_after`` -> the collective after each piece
+_FWD_ONE = FwdSplit(mechanism=ONE, pieces=1)  # the unsplit cases, built once
+_BWD_ONE = BwdSplit(mechanism=ONE, pieces=1)
+
+
 def fwd_split(op, c) -> FwdSplit:
     """``op``'s forward under plan ``c``: ``cp`` ring blocks for the core attention under CP,
     ``chunks`` for EP experts and for a GEMM with an SP all-gather before it or a TP/SP collective
@@ -123,11 +128,11 @@ def fwd_split(op, c) -> FwdSplit:
         return FwdSplit(mechanism=CP_RING, pieces=c.cp)
     if op.name == "experts" and op.comm_after == "a2a":
         return FwdSplit(mechanism=EP, pieces=k)
-    post = {"rs": "reducescatter", "ar": "allreduce"}.get(op.comm_after, "") if c.tp > 1 else ""
+    post = _REDUCE.get(op.comm_after, "") if c.tp > 1 else ""
     pre = c.sp_on and column_like(op, c)
     if pre or post:
         return FwdSplit(mechanism=TP, pieces=k, gather_before=pre, reduce_after=post)
-    return FwdSplit(mechanism=ONE, pieces=1)
+    return _FWD_ONE
 
 
 def bwd_split(op, c) -> BwdSplit:
@@ -141,9 +146,9 @@ def bwd_split(op, c) -> BwdSplit:
     BwdSplit(mechanism='gemm', pieces=1, gather_grad=False, reduce_input_grad='reducescatter')
     """
     if op.kind == "attention":
-        return BwdSplit(mechanism=CP_RING, pieces=c.cp) if c.cp > 1 else BwdSplit(mechanism=ONE, pieces=1)
+        return BwdSplit(mechanism=CP_RING, pieces=c.cp) if c.cp > 1 else _BWD_ONE
     if op.kind != "gemm":
-        return BwdSplit(mechanism=ONE, pieces=1)
+        return _BWD_ONE
     k = max(1, c.chunks)
     if op.name == "experts" and op.comm_after == "a2a":
         return BwdSplit(mechanism=EP, pieces=k)
@@ -176,7 +181,7 @@ def with_split_overheads(ops, c, ov: float) -> tuple:
     out = []
     for o in ops:
         b = bwd_split(o, c)
-        xf, xb = extra_s(fwd_pieces(o, c), o.fwd_s, ov), extra_s(b.pieces, b.split_part_s(o), ov)
+        xf, xb = extra_s(fwd_split(o, c).pieces, o.fwd_s, ov), extra_s(b.pieces, b.split_part_s(o), ov)
         out.append(replace(o, fwd_s=o.fwd_s + xf, bwd_s=o.bwd_s + xb) if xf or xb else o)  # unsplit ops as they are
     return tuple(out)
 
