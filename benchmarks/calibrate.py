@@ -27,10 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import load_set, predict  # noqa: E402
-from costmodel.compute import FA2_HOPPER_RATIO  # noqa: E402
+from costmodel.compute import FA2_HOPPER_RATIO, HOPPER  # noqa: E402
 
 GRID = [round(0.25 + 0.01 * i, 2) for i in range(71)]  # 0.25 .. 0.95
-HOPPER = ("H100", "H200", "H800")
 
 
 def family(r) -> tuple[str, str] | None:

@@ -55,14 +55,14 @@ from search.problem import Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
 from search.choice import Choice  # noqa: E402
 from search.tables import Tables, ticks  # noqa: E402
+from search.bounds import STAGE_OF  # noqa: E402  (stage position -> the stage whose bound stands for it)
+from search.cpsat import POSITIONS as POS  # noqa: E402
 from search_speed import CASES, cold  # noqa: E402
 
 from costmodel.presets import load_cluster, load_model  # noqa: E402
 from costmodel.specs import Workload  # noqa: E402
 
-POS = ("first", "mid", "last")
 V_LCM = 840  # lcm(1..8): (m - 1/v) and 1/v as integers for every interleave factor the search offers
-STAGE_OF = {"first": 0, "only": 0, "mid": 1}
 
 
 class Factored:

@@ -14,6 +14,8 @@ loader filled by a documented rule), never a prediction:
 
 from __future__ import annotations
 
+from costmodel.compute import HOPPER  # the device names counted as Hopper, as the cost model counts them
+
 #: regime key -> what it covers (issue 10's list; ``moe_fine`` is the fine-grained subset of ``moe_ep``)
 REGIMES = {
     "h100_bf16_dense": "Hopper (H100/H200/H800) BF16, dense model",
@@ -27,8 +29,6 @@ REGIMES = {
     "a100_megatron": "A100 Megatron-LM (the old development set; MegaScale's baseline)",
     "other": "in none of the above (e.g. B200)",
 }
-
-HOPPER = ("H100", "H200", "H800")
 
 
 def regimes_of(f: dict) -> tuple[str, ...]:

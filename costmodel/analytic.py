@@ -41,7 +41,7 @@ from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, laye
 from .overlap import CommLedger
 from .pipeline import interleaved_p2p_exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
-from .split_overhead import COLUMN_PARALLEL, replay_extra_s, with_split_overheads
+from .split_overhead import column_parallel, replay_extra_s, with_split_overheads
 from .step import dp_buckets
 from .zero3_edges import WHY_EDGE, edge_times
 from .zero3_fetch import gather_pieces, reduce_pieces
@@ -79,7 +79,7 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tup
     why_fwd = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
     for op in ops:
         if sp:
-            if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after != "a2a"):
+            if column_parallel(op, sp):
                 fwd.overlap("sp", t_ag, op.fwd_s, k, why_fwd, coef)
                 dgrad = op.bwd_s - op.wgrad_s
                 bwd.overlap("sp", t_ag, dgrad, INF, WHY_WINDOW, coef)
@@ -90,7 +90,7 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tup
         else:
             if op.comm_after == "ar":
                 fwd.overlap("tp", t_ar, op.fwd_s, k, why_fwd, coef)
-            if op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after == "ar"):
+            if column_parallel(op, sp):
                 bwd.overlap("tp", t_ar, op.wgrad_s, INF, WHY_WINDOW, coef)
     return fwd.merge(bwd), fwd
 
@@ -322,7 +322,7 @@ def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> 
     k = chunks if chunks > 1 else 0
     why = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
     for op, f in zip(ops, sac):
-        if sp and (op.name in COLUMN_PARALLEL or (op.name == "experts" and op.comm_after != "a2a")):
+        if sp and column_parallel(op, sp):
             led.overlap("sp", t_ag, f * op.fwd_s, k, why, coef)
         elif not sp and op.comm_after == "ar":
             led.overlap("tp", t_ar, f * op.fwd_s, k, why, coef)

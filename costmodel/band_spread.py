@@ -72,15 +72,20 @@ def _matching(keys: dict, residuals, n: int) -> tuple[list, dict] | None:
     return [r for r in residuals if all(r["regime"].get(k) == v for k, v in want.items())], want
 
 
+def _backoff(keys: dict, residuals: list):
+    """``(rows, keys matched)`` of each regime matching ``keys``, the most specific first, keys
+    dropped from the right of :data:`KEYS`, down to all rows (``{}``)."""
+    for n in range(len(KEYS), -1, -1):
+        hit = _matching(keys, residuals, n)
+        if hit is not None:
+            yield hit
+
+
 def pool_rows(keys: dict, residuals, minimum: int = MIN_POOL, sources: int = MIN_SOURCES) -> tuple[list, dict]:
     """The rows of the most specific regime matching ``keys`` with ``minimum`` rows from ``sources``
     sources, and the keys matched (all rows, ``{}``, when none has)."""
     residuals = list(residuals)
-    for n in range(len(KEYS), -1, -1):
-        hit = _matching(keys, residuals, n)
-        if hit is None:
-            continue
-        pool, want = hit
+    for pool, want in _backoff(keys, residuals):
         if len(pool) >= minimum and len({_source(r, i) for i, r in enumerate(pool)}) >= sources:
             return pool, want
     return residuals, {}
@@ -137,13 +142,10 @@ def within_pool(keys: dict, residuals) -> tuple[float, int, dict]:
     """``(variance, dof, keys matched)``: the within-source variance of the most specific regime
     matching ``keys`` with :data:`WITHIN_DOF` degrees of freedom (all rows when none has)."""
     residuals = list(residuals)
-    for n in range(len(KEYS), -1, -1):
-        hit = _matching(keys, residuals, n)
-        if hit is None:
-            continue
-        var, dof = within_variance(hit[0])
+    for pool, want in _backoff(keys, residuals):
+        var, dof = within_variance(pool)
         if dof >= WITHIN_DOF:
-            return var, dof, hit[1]
+            return var, dof, want
     var, dof = within_variance(residuals)
     return var, dof, {}
 

@@ -28,12 +28,11 @@ from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
 from .layout import of as layout_of
 from .memory import layer_counts, memory_per_stage
-from .overlap import overlap_rate
+from .overlap import STRATEGIES, overlap_rate
 from .step import Composition, compose
 from .specs import ClusterSpec, ModelSpec, Workload
 from .errors import SpecError
 
-STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
 #: the engine every reported step time comes from unless one is asked for: the op-graph scheduler,
 #: the reference (DESIGN.md "One model"); ``analytic`` is its closed form, what the search tables encode
 DEFAULT_ENGINE = "graph"

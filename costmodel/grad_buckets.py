@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from . import frameworks
 from .memory import chunk_counts, expert_dp, grad_elem_bytes, stage_params
-from .zero3_fetch import coalesce, deepspeed_buckets, deepspeed_reduces, layer_tensors
+from .zero3_fetch import coalesce, deepspeed_buckets, deepspeed_reduces, fill, layer_tensors
 
 #: DeepSpeed ``MEMORY_OPT_ALLREDUCE_SIZE``: the all-reduce buffer of ``allreduce_gradients``
 #: (ZeRO-0 and the BF16 optimizer), elements (``deepspeed/runtime/engine.py@edaa72212`` line 160)
@@ -82,13 +82,7 @@ def close_ge_runs(runs, bucket: float | None) -> list[float]:
         for _ in range(reps):
             hit = memo.get(acc)
             if hit is None:
-                closed, a = [], acc
-                for t in tensors:
-                    a += t
-                    if a >= bucket:
-                        closed.append(a)
-                        a = 0.0
-                hit = memo[acc] = (closed, a)
+                hit = memo[acc] = fill(tensors, bucket, acc)
             out.extend(hit[0])
             acc = hit[1]
     if acc > 0:

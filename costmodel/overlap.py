@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: the communication strategies a ledger (and an op graph's communication nodes) accounts by, in report order
+STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
+
 
 def exposed_s(t_comm_s, t_window_s, chunks):
     """Exposed part of a communication pipelined in ``chunks`` pieces with a compute window.

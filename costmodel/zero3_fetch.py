@@ -93,15 +93,26 @@ def coalesce(tensors: list[float], threshold: float) -> list[float]:
     """``tensors`` in order, grouped into runs that close after the tensor bringing a run to
     ``>= threshold`` elements (the last run what is left): DeepSpeed's fetch and reduce coalescing and
     Megatron-Core's gradient buckets (:func:`costmodel.grad_buckets.close_ge`) alike."""
-    out, acc = [], 0.0
-    for t in tensors:
-        acc += t
-        if acc >= threshold:
-            out.append(acc)
-            acc = 0.0
+    out, acc = fill(tensors, threshold)
     if acc > 0:
         out.append(acc)
     return out
+
+
+def fill(tensors, threshold: float, acc: float = 0.0) -> tuple[list[float], float]:
+    """The runs of :func:`coalesce` that ``tensors`` close, walked from a run already holding ``acc``
+    elements, and what the open run holds after them.
+
+    >>> fill([30.0, 30.0, 5.0], 50.0, 25.0)
+    ([55.0], 35.0)
+    """
+    closed = []
+    for t in tensors:
+        acc += t
+        if acc >= threshold:
+            closed.append(acc)
+            acc = 0.0
+    return closed, acc
 
 
 def gather_pieces(model, c, moe: bool) -> tuple[list[float], list[float]]:

@@ -21,6 +21,7 @@ from costmodel.stacks import apply_stack
 from costmodel.units import MB
 
 from .args import config_from_args, stack_of, with_mtp_layers
+from .completion import TUNING  # the tuning knobs, filled from the framework's defaults when unstated
 from .framework_inputs import FrameworkInput, check_model, deepspeed_batch
 from .problem import make_workload, resolve_cluster, resolve_model
 
@@ -29,7 +30,6 @@ CLI_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute",
             "chunks", "framework", "grad_dtype", "flash_attention", "ep_dispatcher", "first_stage_layers",
             "last_stage_layers", "account_for_embedding", "account_for_loss", "layers_per_stage",
             "global_batch", "seq", "gpus")
-TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
 def _flag(k: str) -> str:

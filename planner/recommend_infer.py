@@ -23,11 +23,12 @@ from search.solve import SolveOptions
 
 from .args import add_inference_args, choice_arg, int_arg
 from .emit_serving import launch_for_estimate
-from .inference_report import launch_lines
+from .inference_report import SERVING_KEYS, launch_lines
 from .problem import resolve_cluster, resolve_model
 from .report import model_json, model_label, print_json, table
 
-FIXABLE = ("tp", "pp", "dp", "ep", "sp", "chunks")
+#: the serving plan keys; a flag that states one pins it in the search
+FIXABLE = SERVING_KEYS
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = True) -> None:

@@ -33,13 +33,12 @@ but its overlap is left to the scheduler:
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 
 import networkx as nx
 
 from .. import dma, frameworks
-from ..analytic import COLUMN_PARALLEL, fsdp2_copies_s, zero3_groups
+from ..analytic import fsdp2_copies_s, zero3_groups
 from ..collectives import collective_time_s, group_stride
 from ..compute import (ACT_BYTES, Op, cp_exchange, head_ops, layer_ops, module_recompute_fractions,
                        op_sac_fractions)
@@ -48,8 +47,9 @@ from ..ep_dispatch import ep_alltoall_bytes, ep_dispatch_time_s
 from ..memory import grad_elem_bytes, param_gather_bytes
 from ..mtp import extra_ops
 from ..specs import ClusterSpec, ModelSpec, Workload
+from ..split_overhead import CP_RING, EP, GEMM, BwdSplit, bwd_split, fwd_split, replay_plan, split_s
 from ..zero3_fetch import gather_pieces, reduce_pieces
-from .nodes import GraphBuilder, split_s
+from .nodes import GraphBuilder
 
 
 class _Ctx:
@@ -62,7 +62,6 @@ class _Ctx:
         # tokens on this GPU: a decode step carries one new token per sequence
         self.n = c.mb if decode else c.mb * w.seq_len / c.cp
         self.msg = self.n * model.hidden * ACT_BYTES  # TP/SP activation message (Korthikanti Table 2)
-        self.k = max(1, c.chunks)
         self.tp, self.sp = c.tp, c.sp_on
         self.cpx = cp_exchange(model, self.n, c.tp, c.cp, c.cp_impl)
         self.kv_bytes = self.cpx.kv_bytes
@@ -88,48 +87,38 @@ class _Ctx:
         return collective_time_s(kind, self.msg, self.tp, 1, self.cluster, algorithm=algorithm, engines=engines) / k
 
 
-def _column_like(op: Op, cx: _Ctx) -> bool:
-    """Column-parallel GEMMs, whose backward reduces the input gradient across TP."""
-    if cx.tp == 1:
-        return False
-    if op.name in COLUMN_PARALLEL:
-        return True
-    return op.name == "experts" and op.comm_after == ("rs" if cx.sp else "ar")
-
-
 def _sfx(i: int, k: int) -> str:
     return f".{i}" if k > 1 else ""
 
 
 # ----------------------------------------------------------------------------- forward
 def _fwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, tag: str) -> list:
-    """Forward of ``op`` fed by nodes ``x``; returns the nodes its consumer waits for."""
-    name = tag + op.name
-    if op.name == "attn_core" and cx.c.cp > 1:
-        return cp_ring_forward(b, op, x, cx, phase, name)
-    if op.name == "experts" and op.comm_after == "a2a":
-        return ep_forward(b, op, x, cx, phase, name)
-    post = {"rs": ("reducescatter", "sp"), "ar": ("allreduce", "tp")}.get(op.comm_after) if cx.tp > 1 else None
-    pre = cx.sp and _column_like(op, cx)
-    k = cx.k if (pre or post) else 1
+    """Forward of ``op`` fed by nodes ``x``, split as :func:`costmodel.split_overhead.fwd_split`
+    says; returns the nodes its consumer waits for."""
+    name, split = tag + op.name, fwd_split(op, cx.c)
+    if split.mechanism == CP_RING:
+        return cp_ring_forward(b, op, x, cx, phase, name, split.pieces)
+    if split.mechanism == EP:
+        return ep_forward(b, op, x, cx, phase, name, split.pieces)
+    k, kind = split.pieces, split.reduce_after
     outs = []
     for i in range(k):
         deps = x
-        if pre:  # SP: gather this chunk's sequence shards first
+        if split.gather_before:  # SP: gather this chunk's sequence shards first
             deps = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=phase,
                            duration_s=cx.piece_s("allgather", k))]
         y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), deps, phase=phase)
-        if post:  # TP AllReduce / SP ReduceScatter of this chunk's partial sums
-            kind, strat = post
-            y = b.comm(f"{name}.{'ar' if kind == 'allreduce' else 'rs'}{_sfx(i, k)}", kind, cx.msg / k,
-                       cx.tp, 1, strat, [y], phase=phase, duration_s=cx.piece_s(kind, k))
+        if kind:  # TP AllReduce / SP ReduceScatter of this chunk's partial sums
+            short, strat = ("ar", "tp") if kind == "allreduce" else ("rs", "sp")
+            y = b.comm(f"{name}.{short}{_sfx(i, k)}", kind, cx.msg / k, cx.tp, 1, strat, [y], phase=phase,
+                       duration_s=cx.piece_s(kind, k))
         outs.append(y)
     return outs
 
 
-def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str) -> list:
-    """Ring attention: block ``i`` computes while K/V block ``i + 1`` arrives from the neighbour."""
-    cp = cx.c.cp
+def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str, cp: int) -> list:
+    """Ring attention in ``cp`` blocks: block ``i`` computes while K/V block ``i + 1`` arrives from
+    the neighbour."""
     t_blk = split_s(op.fwd_s, cp, cx.ov)
     if cx.cpx.gather_bytes:  # PyTorch context_parallel: all shards gathered once, behind the local block
         ag = b.comm(f"{name}.kvag", "allgather", cx.cpx.gather_bytes, cp, cx.cp_stride, "cp", x, phase=phase)
@@ -145,9 +134,9 @@ def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name
     return [blk]
 
 
-def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str) -> list:
-    """Dispatch AllToAll (needs the router output) -> expert chunks -> one combine per chunk."""
-    k, ep = cx.k, cx.c.ep
+def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str, k: int) -> list:
+    """Dispatch AllToAll (needs the router output) -> ``k`` expert chunks -> one combine per chunk."""
+    ep = cx.c.ep
     disp = b.comm(f"{name}.dispatch", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase=phase, duration_s=cx.a2a_s())
     outs = []
     for i in range(k):
@@ -159,32 +148,33 @@ def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str
 
 # ----------------------------------------------------------------------------- backward
 def _bwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, tag: str) -> list:
-    """Backward of ``op`` fed by its output gradient ``x``; returns its input-gradient nodes."""
-    name, ph = tag + op.name + ".b", "bwd"
-    if op.kind == "attention":
-        if "core_attn" in cx.c.recomputed_modules:  # Korthikanti et al. 2023, section 5: recompute attention
-            x = [b.compute(tag + op.name + ".rc", op.kind, op.fwd_s, x, phase="recompute")]
-        if cx.c.cp > 1:
-            return cp_ring_backward(b, op, x, cx, name)
+    """Backward of ``op`` fed by its output gradient ``x``, split as
+    :func:`costmodel.split_overhead.bwd_split` says; returns its input-gradient nodes."""
+    name, ph, split = tag + op.name + ".b", "bwd", bwd_split(op, cx.c)
+    if op.kind == "attention" and "core_attn" in cx.c.recomputed_modules:
+        # Korthikanti et al. 2023, section 5: recompute attention
+        x = [b.compute(tag + op.name + ".rc", op.kind, op.fwd_s, x, phase="recompute")]
+    if split.mechanism == CP_RING:
+        return cp_ring_backward(b, op, x, cx, name, split)
+    if split.mechanism == EP:
+        return ep_backward(b, op, x, cx, name, split)
+    if split.mechanism != GEMM:
         return [b.compute(name, op.kind, op.bwd_s, x, phase=ph)]
-    if op.kind != "gemm":
-        return [b.compute(name, op.kind, op.bwd_s, x, phase=ph)]
-    if op.name == "experts" and op.comm_after == "a2a":
-        return ep_backward(b, op, x, cx, name)
     dgrad_s, wgrad_s = op.bwd_s - op.wgrad_s, op.wgrad_s
     grads = x
-    if cx.sp and op.comm_after == "rs":  # gather the sequence-sharded output gradient, chunked
-        k = cx.k
+    if split.gather_grad:  # gather the sequence-sharded output gradient, chunked
+        k = split.pieces
         grads = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=ph,
                         duration_s=cx.piece_s("allgather", k)) for i in range(k)]
-        dgr = [b.compute(f"{name}.dgrad{_sfx(i, k)}", "gemm", split_s(dgrad_s, k, cx.ov), [g], phase=ph)
+        dgr = [b.compute(f"{name}.dgrad{_sfx(i, k)}", "gemm", split_s(split.split_part_s(op), k, cx.ov), [g], phase=ph)
                for i, g in enumerate(grads)]
     else:
         dgr = [b.compute(f"{name}.dgrad", "gemm", dgrad_s, x, phase=ph)]
-    if not _column_like(op, cx):
+    if not split.reduce_input_grad:
         b.compute(f"{name}.wgrad", "gemm", wgrad_s, grads, phase=ph)
         return dgr
-    if cx.sp:  # re-gather the input for wgrad while dgrad runs; reduce-scatter dgrad while wgrad runs
+    if split.reduce_input_grad == "reducescatter":
+        # SP: re-gather the input for wgrad while dgrad runs; reduce-scatter dgrad while wgrad runs
         ag_in = b.comm(f"{name}.ag_in", "allgather", cx.msg, cx.tp, 1, "sp", x, phase=ph)
         red = b.comm(f"{name}.rs", "reducescatter", cx.msg, cx.tp, 1, "sp", dgr, phase=ph)
         b.compute(f"{name}.wgrad", "gemm", wgrad_s, list(grads) + [ag_in], phase=ph)
@@ -194,10 +184,11 @@ def _bwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, tag: str) -> list:
     return [red]
 
 
-def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> list:
-    """Ring attention backward: K/V blocks travel as in forward; dK/dV partial sums follow."""
-    cp = cx.c.cp
-    t_blk = split_s(op.bwd_s, cp, cx.ov)
+def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str, split: BwdSplit) -> list:
+    """Ring attention backward in ``split.pieces`` blocks: K/V blocks travel as in forward; dK/dV
+    partial sums follow."""
+    cp = split.pieces
+    t_blk = split_s(split.split_part_s(op), cp, cx.ov)
     if cx.cpx.gather_bytes:  # PyTorch context_parallel: K/V gathered again; dK/dV (FP32) sent after every block
         ag = b.comm(f"{name}.kvag", "allgather", cx.cpx.gather_bytes, cp, cx.cp_stride, "cp", x, phase="bwd")
         blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase="bwd")
@@ -216,13 +207,14 @@ def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> l
     return [blk, dkv]
 
 
-def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str) -> list:
-    """Combine's gradient AllToAll (dependent) -> expert backward chunks -> per-chunk dispatch gradient."""
-    k, ep = cx.k, cx.c.ep
+def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str, split: BwdSplit) -> list:
+    """Combine's gradient AllToAll (dependent) -> ``split.pieces`` expert backward chunks -> per-chunk
+    dispatch gradient."""
+    k, ep = split.pieces, cx.c.ep
     comb = b.comm(f"{name}.combine", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase="bwd", duration_s=cx.a2a_s())
     outs = []
     for i in range(k):
-        y = b.compute(name + _sfx(i, k), op.kind, split_s(op.bwd_s, k, cx.ov), [comb], phase="bwd")
+        y = b.compute(name + _sfx(i, k), op.kind, split_s(split.split_part_s(op), k, cx.ov), [comb], phase="bwd")
         outs.append(b.comm(f"{name}.dispatch{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase="bwd",
                            duration_s=cx.a2a_s(1 / k)))
     return outs
@@ -233,36 +225,29 @@ def op_sac_replay(b: GraphBuilder, ops, cx: _Ctx) -> list:
     backward (:func:`costmodel.compute.op_sac_fractions`): each op's replayed share in order, the
     sequence-parallel all-gathers in front of the column-parallel GEMMs (chunked as in forward), or
     without SP the all-reduces after the row-parallel ones; the reduce-scatters' outputs are saved.
-    Expert all-to-alls are not replayed here (torchtitan 327b72b has no MoE)."""
+    Expert all-to-alls are not replayed here (torchtitan 327b72b has no MoE). Which ops, and how:
+    :func:`costmodel.split_overhead.replay_plan`."""
     fr = op_sac_fractions(cx.model, ops, cx.tp, cx.w.dtype, cx.c.flash_attention)
-    x: list = []
-    for op, f in zip(ops, fr):
-        ag = cx.sp and _column_like(op, cx)
-        ar = cx.tp > 1 and not cx.sp and op.comm_after == "ar"
-        if f <= 0 and not (ag or ar):
-            continue
-        plain = replace(op, fwd_s=f * op.fwd_s, comm_after="ar" if ar else "")
-        if (op.name == "attn_core" and cx.c.cp > 1) or (op.name == "experts" and op.comm_after == "a2a"):
-            x = [b.compute("rc." + op.name, op.kind, f * op.fwd_s, x, phase="recompute")]
-        else:
-            x = _fwd_op(b, plain, x, cx, "recompute", "rc.")
-    return x
+    return _replay(b, replay_plan(ops, fr, cx.c, True), cx)
 
 
 def module_replay(b: GraphBuilder, ops, cx: _Ctx) -> list:
     """The forward Megatron-Core's ``--recompute-modules`` beyond the core attention replay before a
     layer's backward (:func:`costmodel.compute.module_recompute_fractions`): the MoE block with its
-    dispatch and combine all-to-alls, the pre-MLP norm; TP / SP collectives of a replayed op too."""
+    dispatch and combine all-to-alls, the pre-MLP norm; TP / SP collectives of a replayed op too.
+    Which ops, and how: :func:`costmodel.split_overhead.replay_plan`."""
     fr = module_recompute_fractions(ops, cx.c.recomputed_modules, cx.moe, cx.model)
+    return _replay(b, replay_plan(ops, fr, cx.c, False), cx)
+
+
+def _replay(b: GraphBuilder, plan, cx: _Ctx) -> list:
+    """The replayed ops of ``plan`` in a chain: a forward with its pieces, or one whole kernel."""
     x: list = []
-    for op, f in zip(ops, fr):
-        if f <= 0:
-            continue
-        if op.name == "experts" and op.comm_after == "a2a":
+    for op, whole in plan:
+        if whole:
+            x = [b.compute("rc." + op.name, op.kind, op.fwd_s, x, phase="recompute")]
+        else:
             x = _fwd_op(b, op, x, cx, "recompute", "rc.")
-            continue
-        ar = cx.tp > 1 and not cx.sp and op.comm_after == "ar"
-        x = _fwd_op(b, replace(op, fwd_s=f * op.fwd_s, comm_after="ar" if ar else ""), x, cx, "recompute", "rc.")
     return x
 
 

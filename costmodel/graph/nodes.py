@@ -25,12 +25,11 @@ from typing import Iterable
 import networkx as nx
 
 from .. import dma as _dma
-from ..collectives import collective_time_s, comm_scope as _scope
+from ..collectives import KINDS as COMM_KINDS, collective_time_s, comm_scope as _scope
+from ..overlap import STRATEGIES
 from ..specs import ClusterSpec
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise", "sink")
-COMM_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p", "ring_p2p")
-STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
 COMPUTE = "compute"
 
 
@@ -119,16 +118,3 @@ class GraphBuilder:
     def sink(self, name: str, deps: Iterable[str] = (), *, phase: str = "fwd") -> str:
         """A zero-length compute marker: the point where the next layer (or step) may begin."""
         return self.compute(name, "sink", 0.0, deps, phase=phase)
-
-
-def split_s(duration_s: float, pieces: int, overhead_s: float) -> float:
-    """Seconds of one of ``pieces`` equal chunks of a kernel of ``duration_s``: the work divides,
-    the per-kernel overhead does not.
-
-    >>> split_s(1.0, 4, 0.0), split_s(1.0, 4, 0.2)
-    (0.25, 0.4)
-    """
-    if pieces <= 1:
-        return duration_s
-    overhead_s = min(overhead_s, duration_s)
-    return (duration_s - overhead_s) / pieces + overhead_s
