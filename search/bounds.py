@@ -244,25 +244,40 @@ class Bounds:
 
     def _total_parts(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
         p, s = self.p, c.shape
-        L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
+        L, pp, vp, k = p.model.layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
-        u_sum, r_all, u_min, r_min = self._layer_sums(c, any_chunks)
+        u_sum, r_all, u_min, r_min, x_sum, p2p_min, x_first, x_last = self._k_free_parts(c, any_chunks)
         if k is None:
             r_sum = r_all
         else:  # concentrate the layers: (p-1) stages of vp layers and one with the rest
             r_sum = r_min * ((pp - 1) * min(u, k) + min(L - (pp - 1) * u, k))
-        kinds = stage_kinds(pp)
-        x = {kind: self.extras(c, kind) for kind in kinds}
-        p2p_min = 2 * self.p2p_s(c) if vp == 1 else 0.0
-        total = u_sum + r_sum + sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds) + pp * p2p_min
+        total = u_sum + r_sum + x_sum + pp * p2p_min
         if pp == 1:
             return total, 0.0
 
         def floor(n):  # a stage of n layers, each at its cheapest
             return n * u_min + (n if k is None else min(n, k)) * r_min + p2p_min
-        lo_first = u * math.ceil(max(1, d) / u)
-        slow = max(floor(self.largest_stage(pp, vp, k)), x["first"][0] + floor(lo_first), x["last"][0] + floor(u))
+        lo_first = u * math.ceil(max(1, p.model.dense_layers) / u)
+        slow = max(floor(self.largest_stage(pp, vp, k)), x_first + floor(lo_first), x_last + floor(u))
         return total, slow
+
+    def _k_free_parts(self, c: Choice, any_chunks: bool) -> tuple:
+        """What :meth:`_total_parts` reads besides the recompute count ``k`` (a GPT-3 search asks for every
+        ``k`` of one stage: ~12,000 totals over far fewer of these): :meth:`_layer_sums`, the positions'
+        extras summed by their stage counts, the PP send/recv floor, the first and last stages' extras."""
+        vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
+        key = ("k_free", c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers is None,
+               c.per_microbatch(), c.dma, any_chunks)
+        out = self._totals.get(key)
+        if out is None:
+            pp = c.shape.pp
+            kinds = stage_kinds(pp)
+            x = {kind: self.extras(c, kind) for kind in kinds}
+            p2p_min = 2 * self.p2p_s(c) if c.vp == 1 else 0.0
+            x_sum = sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds)
+            out = self._totals[key] = self._layer_sums(c, any_chunks) + (
+                x_sum, p2p_min, x["first"][0] if pp > 1 else 0.0, x["last"][0] if pp > 1 else 0.0)
+        return out
 
     def largest_stage(self, pp: int, vp: int, k: int | None = None) -> int:
         """The fewest layers the largest stage can hold over every split the search allows (first,
