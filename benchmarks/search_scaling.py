@@ -76,8 +76,8 @@ def name(case) -> str:
 def table_sizes(tables: Tables) -> dict:
     """Entries of the factor tables computed (the relaxed tables of the bounds included)."""
     out = {"layer": len(tables._layer), "affine": len(tables._affine), "stage": len(tables._stage)}
-    relaxed = tables.shared.get("relaxed")
-    if relaxed is not None and relaxed is not tables:
+    relaxed = tables._relaxed  # Tables.relaxed(): None when the tables are their own, unset before it is asked
+    if isinstance(relaxed, Tables) and relaxed is not tables:
         for k, v in table_sizes(relaxed).items():
             out[k] += v
     return out

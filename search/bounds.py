@@ -53,7 +53,10 @@ class Bounds:
         self._extras: dict = tables.shared.setdefault("bounds.extras", {})
         self._opt: dict = tables.shared.setdefault("bounds.opt", {})
         self._totals: dict = tables.shared.setdefault("bounds.totals", {})
-        self._caps: dict = tables.shared.setdefault("bounds.caps", {})
+        self._bytes: dict = tables.shared.setdefault("bounds.bytes", {})  # stored activations, reserve: no fit
+        self._caps: dict = tables.fitted.setdefault("bounds.caps", {})  # what fits under the HBM cap
+        self._dp_free: dict = tables.shared.setdefault("bounds.dp_free", {})
+        self._screens: dict = tables.shared.setdefault("bounds.screens", {})  # fitting_zeros at a known cap
         self._largest: dict = tables.shared.setdefault("bounds.largest", {})
         self.n = np.arange(self.p.model.layers + 1)
 
@@ -241,25 +244,40 @@ class Bounds:
 
     def _total_parts(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
         p, s = self.p, c.shape
-        L, d, pp, vp, k = p.model.layers, p.model.dense_layers, s.pp, c.vp, c.recompute_layers
+        L, pp, vp, k = p.model.layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
-        u_sum, r_all, u_min, r_min = self._layer_sums(c, any_chunks)
+        u_sum, r_all, u_min, r_min, x_sum, p2p_min, x_first, x_last = self._k_free_parts(c, any_chunks)
         if k is None:
             r_sum = r_all
         else:  # concentrate the layers: (p-1) stages of vp layers and one with the rest
             r_sum = r_min * ((pp - 1) * min(u, k) + min(L - (pp - 1) * u, k))
-        kinds = stage_kinds(pp)
-        x = {kind: self.extras(c, kind) for kind in kinds}
-        p2p_min = 2 * self.p2p_s(c) if vp == 1 else 0.0
-        total = u_sum + r_sum + sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds) + pp * p2p_min
+        total = u_sum + r_sum + x_sum + pp * p2p_min
         if pp == 1:
             return total, 0.0
 
         def floor(n):  # a stage of n layers, each at its cheapest
             return n * u_min + (n if k is None else min(n, k)) * r_min + p2p_min
-        lo_first = u * math.ceil(max(1, d) / u)
-        slow = max(floor(self.largest_stage(pp, vp, k)), x["first"][0] + floor(lo_first), x["last"][0] + floor(u))
+        lo_first = u * math.ceil(max(1, p.model.dense_layers) / u)
+        slow = max(floor(self.largest_stage(pp, vp, k)), x_first + floor(lo_first), x_last + floor(u))
         return total, slow
+
+    def _k_free_parts(self, c: Choice, any_chunks: bool) -> tuple:
+        """What :meth:`_total_parts` reads besides the recompute count ``k`` (a GPT-3 search asks for every
+        ``k`` of one stage: ~12,000 totals over far fewer of these): :meth:`_layer_sums`, the positions'
+        extras summed by their stage counts, the PP send/recv floor, the first and last stages' extras."""
+        vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
+        key = ("k_free", c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers is None,
+               c.per_microbatch(), c.dma, any_chunks)
+        out = self._totals.get(key)
+        if out is None:
+            pp = c.shape.pp
+            kinds = stage_kinds(pp)
+            x = {kind: self.extras(c, kind) for kind in kinds}
+            p2p_min = 2 * self.p2p_s(c) if c.vp == 1 else 0.0
+            x_sum = sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds)
+            out = self._totals[key] = self._layer_sums(c, any_chunks) + (
+                x_sum, p2p_min, x["first"][0] if pp > 1 else 0.0, x["last"][0] if pp > 1 else 0.0)
+        return out
 
     def largest_stage(self, pp: int, vp: int, k: int | None = None) -> int:
         """The fewest layers the largest stage can hold over every split the search allows (first,
@@ -300,7 +318,7 @@ class Bounds:
         what :meth:`mem_lb` adds to the model state, shared by every ZeRO stage (the caps of a
         group's ZeRO stages differ only in the state)."""
         key = ("acts", c.shape, c.mb, c.vp, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind)
-        out = self._caps.get(key)
+        out = self._bytes.get(key)
         if out is not None:
             return out
         p, s = self.p, c.shape
@@ -309,7 +327,7 @@ class Bounds:
         chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
         acts = stored / c.vp * chunks
         _, r1 = self._reserve(c)
-        out = self._caps[key] = (acts, r1 * acts)
+        out = self._bytes[key] = (acts, r1 * acts)
         return out
 
     def _stored(self, c: Choice, kind: str):
@@ -318,7 +336,7 @@ class Bounds:
         share them (:meth:`_mem_acts` scales them by the in-flight chunks)."""
         s = c.shape
         key = ("stored", s.tp, s.cp, s.ep, c.mb, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind)
-        out = self._caps.get(key)
+        out = self._bytes.get(key)
         if out is None:
             n = self.n
             a_d, a_m = self.activations(c)
@@ -329,18 +347,18 @@ class Bounds:
                 out = kk * li + np.maximum(0, nd - kk) * a_d + (n - np.maximum(kk, nd)) * a_m
             else:
                 out = nd * a_d + nm * a_m
-            self._caps[key] = out
+            self._bytes[key] = out
         return out
 
     def _reserve(self, c: Choice) -> tuple[float, float]:
         """:func:`costmodel.memory.reserved_bytes` of ``c``'s shape as ``r0 + r1 * activations``
         (affine in the activations), once per shape."""
         key = ("reserve", c.shape)
-        if key not in self._caps:
+        if key not in self._bytes:
             cfg = c.config()
             r0 = reserved_bytes(cfg, 0.0)
-            self._caps[key] = (r0, reserved_bytes(cfg, 1.0) - r0)
-        return self._caps[key]
+            self._bytes[key] = (r0, reserved_bytes(cfg, 1.0) - r0)
+        return self._bytes[key]
 
     def caps(self, c: Choice) -> dict | None:
         """``{kind: (fewest, most) layers}`` a stage may hold, or None when no split can fit
@@ -355,29 +373,55 @@ class Bounds:
         their caps cached as :meth:`caps` caches them: the same arithmetic, but the stored activations and
         reserve, which the stages share, looked up once per position and the stages compared together."""
         key = (c.shape, c.mb, c.vp, c.sp, None, c.framework, c.recompute, c.recompute_layers)
-        cs = {z: replace(c, zero=z) for z in zeros if key[:4] + (z,) + key[5:] not in self._caps}
-        if cs:
-            for z, caps in zip(cs, self._caps_of_many(list(cs.values()))):
-                self._caps[key[:4] + (z,) + key[5:]] = caps
+        todo = [z for z in zeros if key[:4] + (z,) + key[5:] not in self._caps]
+        if todo:
+            cap, screens = self.p.hbm_cap_bytes, self._screens
+            cs = {}
+            for z in todo:
+                k = key[:4] + (z,) + key[5:]
+                seen = screens.get(k)  # (cap, caps, witness) of a screen at another cap (the first solve's)
+                if seen is not None and cap <= seen[0] and (seen[1] is None or seen[2] <= cap):
+                    self._caps[k] = seen[1]
+                else:
+                    cs[z] = replace(c, zero=z)
+            if cs:
+                for z, (caps, witness) in zip(cs, self._caps_of_many(list(cs.values()))):
+                    k = key[:4] + (z,) + key[5:]
+                    self._caps[k] = caps
+                    screens[k] = (cap, caps, witness)
         return [z for z in zeros if self._caps[key[:4] + (z,) + key[5:]] is not None]
 
     def _caps_of_many(self, cs: list) -> list:
-        """:meth:`_caps_of` of choices that differ only in the ZeRO stage (so in the model state only)."""
+        """:meth:`_caps_of` of choices that differ only in the ZeRO stage (so in the model state only), each
+        with its witness: the largest of the memory bounds the caps were read at (every position's at 0 layers
+        and at the most that fit; inf when none fits).
+
+        The witness makes a screen reusable at a smaller cap ``C'`` (the margin solve,
+        :func:`search.solve._keep_margin`, screens the same groups with less HBM): fits shrink, so caps that
+        are None stay None (0 layers already overflow, or the most that fit stays below the fewest a split
+        needs, or the positions together hold fewer than ``L``); caps with witness ``<= C'`` are unchanged (at
+        every position the most that fit still fits, nothing beyond it did, and the fewest is not read from
+        memory). Only the screens whose witness lies between ``C'`` and the first cap are computed again: the
+        groups whose memory sits within the margin of the cap."""
         c = cs[0]
         p, vp, L = self.p, stage_unit(self.p, c.vp), self.p.model.layers
         kinds = stage_kinds(c.shape.pp)
         out: list = [{} for _ in cs]
+        witness = [0.0 for _ in cs]
         alive = list(range(len(cs)))
         r0, _ = self._reserve(c)
         for kind in kinds:
             lo = L if kind == "only" else (max(vp, p.model.dense_layers) if kind == "first" else vp)
             lo = vp * math.ceil(lo / vp)
             acts, r1_acts = self._mem_acts(c, kind)
-            fits = np.stack([self.t.state(cs[i], kind)["state"] for i in alive]) + acts + r0 + r1_acts <= p.hbm_cap_bytes
+            mem = np.stack([self.t.state(cs[i], kind)["state"] for i in alive]) + acts + r0 + r1_acts
+            fits = mem <= p.hbm_cap_bytes
             last = fits.shape[1] - 1 - np.argmax(fits[:, ::-1], axis=1)
             still = []
             for j, i in enumerate(alive):
                 hi = int(last[j]) if fits[j, 0] else -1  # the most that fits; memory grows with n
+                if hi >= 0:
+                    witness[i] = max(witness[i], float(mem[j, 0]), float(mem[j, hi]))
                 hi = min(hi, L) // vp * vp if hi >= 0 else -1
                 if hi < lo:
                     out[i] = None
@@ -393,7 +437,7 @@ class Bounds:
             if sum(stage_weight(k, pp) * o[k][1] for k in kinds) < L or sum(stage_weight(k, pp) * o[k][0]
                                                                           for k in kinds) > L:
                 out[i] = None
-        return out
+        return [(o, w if o is not None else math.inf) for o, w in zip(out, witness)]
 
     def _caps_of(self, c: Choice) -> dict | None:
         p, vp, L = self.p, stage_unit(self.p, c.vp), self.p.model.layers
@@ -450,7 +494,18 @@ class Bounds:
     def dp_lb_s(self, c: Choice, caps: dict | None = None) -> float:
         """DP/ZeRO exposure: the least level ``delta`` such that stages whose bound
         ``g(n) = max(0, t_grad - (1 + i) window) + max(0, t_param - fwd)`` (stage ``i``'s 1F1B
-        head start, ``i = 1`` for the middle stages) stays within ``delta`` can hold all layers."""
+        head start, ``i = 1`` for the middle stages) stays within ``delta`` can hold all layers.
+        Without ``caps`` (every count a split allows) it reads no memory: memoised per choice in the
+        tables' memory-free caches, so the margin solve (:meth:`search.tables.Tables.with_problem`)
+        takes the first solve's values."""
+        if caps is not None:
+            return self._dp_lb_s(c, caps)
+        out = self._dp_free.get(c)
+        if out is None:
+            out = self._dp_free[c] = self._dp_lb_s(c, None)
+        return out
+
+    def _dp_lb_s(self, c: Choice, caps: dict | None) -> float:
         p, s = self.p, c.shape
         L, pp, vp = p.model.layers, s.pp, c.vp
         kinds = stage_kinds(pp)

@@ -114,12 +114,18 @@ class Choice:
         return h
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_pmb")}
 
     def per_microbatch(self):
-        """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key."""
-        return _per_microbatch(self.framework, self.zero, self.shape.pp, self.shape.dp * self.shape.cp,
-                               self.config_options().get("pp_grad_reduce", "step"))
+        """The DP collectives this choice runs inside each micro-batch (``None``: none), a cache key;
+        computed once per choice (the bounds' and tables' cache keys ask for it tens of thousands of
+        times, each building :meth:`config_options`), kept beside the hash and, like it, not pickled."""
+        d = self.__dict__
+        if "_pmb" not in d:
+            object.__setattr__(self, "_pmb", _per_microbatch(self.framework, self.zero, self.shape.pp,
+                                                             self.shape.dp * self.shape.cp,
+                                                             self.config_options().get("pp_grad_reduce", "step")))
+        return d["_pmb"]
 
     def micro_batches(self, global_batch: int) -> int:
         return global_batch // (self.shape.dp * self.mb)

@@ -42,6 +42,9 @@ class Presolved:
     unexplored_ticks: int | None = None  # with timed_out: a bound below every choice not looked at
 
 
+_MISSING = object()
+
+
 def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> list[int]:
     """Chunk counts not dominated on (U, R) of dense and MoE layers; all of them if the
     compute or activations differ between counts (then chunks is not a pure overlap knob)."""
@@ -84,11 +87,16 @@ class Expander:
         self.p, self.t, self.counts = p, tables, counts
         self._chunks: dict = tables.shared.setdefault("presolve.chunks", {})
         self._lean: dict = {}  # (shape, mb, vp) -> level 1 bound and the ZeRO stages that fit
+        # the memory-free caches below, looked up once (every one of ~13,000 groups asks each of them)
+        self._values: dict = tables.shared.setdefault("presolve.values", {})
+        self._sp_chunks: dict = tables.shared.setdefault("presolve.sp_chunks", {})
+        self._recomputes: dict = tables.shared.setdefault("presolve.recomputes", {})
+        self._group_lb: dict = tables.shared.setdefault("presolve.group_lb", {})
 
     def values(self, s) -> tuple[list, list, list, list]:
         """(ZeRO stages, sp, chunk counts, bucket sizes) shape ``s`` may take (search.candidates),
         computed once per shape: every group of the shape asks."""
-        cache = self.t.shared.setdefault("presolve.values", {})
+        cache = self._values
         if s not in cache:
             p = self.p
             cache[s] = (zero_values(p, s), sp_values(p, s), chunk_values(p, s), bucket_values(p, s))
@@ -96,7 +104,7 @@ class Expander:
 
     def sp_chunks(self, s, sp: bool) -> list:
         """:func:`search.candidates.chunk_values` of shape ``s`` with ``sp``, once per pair."""
-        cache = self.t.shared.setdefault("presolve.sp_chunks", {})
+        cache = self._sp_chunks
         if (s, sp) not in cache:
             cache[(s, sp)] = chunk_values(self.p, s, sp)
         return cache[(s, sp)]
@@ -104,7 +112,7 @@ class Expander:
     def recomputes(self, pp: int, vp: int) -> list:
         """:func:`search.candidates.recompute_values` for a stage of ``pp`` stages of ``vp`` chunks
         (all layers on one stage without a pipeline), once per (pp, vp)."""
-        cache = self.t.shared.setdefault("presolve.recomputes", {})
+        cache = self._recomputes
         if (pp, vp) not in cache:
             p = self.p
             cache[(pp, vp)] = recompute_values(p, max_stage_layers(p, pp, vp))
@@ -164,11 +172,11 @@ class Expander:
         Level 1 alone prunes most groups that memory forces onto ZeRO-3 (DeepSeek-V3 / 2048 H800:
         1,958 of 2,260), without level 2's DP exposure probes, the costliest part."""
         key = (s, mb, vp)
-        cache = self.t.shared.setdefault("presolve.group_lb", {})  # level 0: bucket- and memory-free
-        if level == 0:
-            if key not in cache:
-                cache[key] = self._pipeline_lb_s(bounds, s, mb, vp)[0]
-            return cache[key]
+        if level == 0:  # bucket- and memory-free
+            out = self._group_lb.get(key, _MISSING)
+            if out is _MISSING:
+                out = self._group_lb[key] = self._pipeline_lb_s(bounds, s, mb, vp)[0]
+            return out
         if key not in self._lean:
             self._lean[key] = self._pipeline_lb_s(bounds, s, mb, vp, screened=True)
         t, zeros = self._lean[key]

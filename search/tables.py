@@ -52,6 +52,7 @@ from .offload_choice import optimizer_s
 from .problem import Problem
 
 KIND_INDEX = {"first": 0, "mid": 1, "last": 2, "only": 0}
+_UNSET = object()  # Tables._relaxed before relaxed() is first asked
 
 
 def stage_weight(kind: str, pp: int) -> int:
@@ -156,18 +157,30 @@ class Tables:
         self._stage: dict = {}
         self._valid_only: dict = {}  # stage_table(valid_only=True)
         self._parts: dict = {}
-        self.shared: dict = {}  # name -> cache of the search modules above (bounds, presolve)
+        # name -> cache of the search modules above (bounds, presolve): ``shared`` holds only times, bytes and
+        # candidate lists (none reads the HBM cap), ``fitted`` what fits under the cap (memory screens)
+        self.shared: dict = {}
+        self.fitted: dict = {}
+        self._relaxed = _UNSET  # relaxed(): the tables of the relaxed cluster (None: these)
 
     def with_problem(self, problem: Problem) -> "Tables":
         """Tables of ``problem``, the same problem as ``self``'s but for its memory headroom, sharing every cache
-        that holds times and bytes (layers, affine terms, stage parts: none reads the HBM cap) and none that holds
-        a fit (the stage tables' ``valid``, the search modules' ``shared`` screens): the margin solve of
-        :func:`search.solve._keep_margin` then times nothing twice."""
+        that holds times and bytes (layers, affine terms, stage parts, and the search modules' ``shared``
+        caches: bounds, level-0 group bounds, candidate lists; none reads the HBM cap) and none that holds a fit
+        (the stage tables' ``valid``, the search modules' ``fitted`` memory screens): the margin solve of
+        :func:`search.solve._keep_margin` then times nothing twice. The headroom enters the search only as
+        :attr:`search.problem.Problem.hbm_cap_bytes`, which only the fit tests read (``StageTable.valid``,
+        :meth:`search.bounds.Bounds.caps` / ``fitting_zeros``); the candidate lists read the limits' pins and
+        options, not the headroom."""
         same = replace(problem, limits=replace(problem.limits, headroom_bytes=self.p.limits.headroom_bytes))
         if same != self.p:  # the caches' keys leave out everything else a problem fixes (flash attention, ...)
             raise ValueError("Tables.with_problem: only the memory headroom may differ")
         out = Tables(problem)
         out._layer, out._affine, out._parts = self._layer, self._affine, self._parts
+        out.shared = self.shared  # one dict: what either search fills, the other reads
+        if self._relaxed is not _UNSET:  # the relaxed cluster's tables, at the new headroom (None: ``self``)
+            rt = self._relaxed
+            out._relaxed = None if rt is None else rt.with_problem(replace(rt.p, limits=problem.limits))
         return out
 
     def relaxed(self) -> "Tables":
@@ -180,17 +193,17 @@ class Tables:
         cyclic garbage, left for the collector, whose first pass after the search (the search pauses
         it, :func:`search.solve.cyclic_gc_paused`) walked their ~300,000 objects (0.2 s of DeepSeek-V3
         / 2048 H800's 3.3 s); without the cycle reference counting frees them when the search returns."""
-        if "relaxed" not in self.shared:
+        if self._relaxed is _UNSET:
             dev = self.p.cluster.device
             if not any(e.bw_bytes_per_s > 0 and e.scopes for e in dev.dma_engines):
-                self.shared["relaxed"] = None
+                self._relaxed = None
             else:
                 n = len(dma.STREAMS)
                 engines = tuple(replace(e, count=e.count * n) if e.bw_bytes_per_s > 0 else e for e in dev.dma_engines)
                 cluster = replace(self.p.cluster, device=replace(dev, dma_engines=engines))
-                out = self.shared["relaxed"] = Tables(replace(self.p, cluster=cluster))
-                out.shared["relaxed"] = None
-        out = self.shared["relaxed"]
+                out = self._relaxed = Tables(replace(self.p, cluster=cluster))
+                out._relaxed = None
+        out = self._relaxed
         return self if out is None else out
 
     # ------------------------------------------------------------------ per layer

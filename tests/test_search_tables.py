@@ -244,3 +244,32 @@ def test_tables_with_another_headroom_share_times_not_fits():
     assert a.best.estimate.peak_memory_bytes <= lean.hbm_cap_bytes < first.best.estimate.peak_memory_bytes
     with pytest.raises(ValueError, match="only the memory headroom"):
         t.with_problem(replace(p, limits=Limits(flash_attention=False)))
+
+
+def test_memory_screens_reused_at_a_smaller_cap_equal_fresh_ones():
+    """Bounds.fitting_zeros at a smaller cap (the margin solve's tables) serves a first screen's caps only where
+    its witness says nothing changed; every answer equals a screen computed afresh at that cap, and some change
+    (so the test would fail if the first solve's fits were served everywhere)."""
+    from search.presolve import Expander, _groups
+
+    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
+                workload=Workload(global_batch=32, seq_len=4096))
+    lean = replace(p, limits=replace(p.limits, headroom_bytes=30 * 2**30))
+    t = Tables(p)
+    shared, fresh = t.with_problem(lean), Tables(lean)
+    ex = Expander(p, t, {"bound": 0, "dominated": 0})
+    first_b, shared_b, fresh_b = Bounds(t), Bounds(shared), Bounds(fresh)
+    changed = compared = 0
+    for s, mb, vp in _groups(p):
+        zeros, sps, _, _ = ex.values(s)
+        for rec in ("none", "full"):
+            c = Choice(s, mb, vp, max(sps), 1, zeros[0], rec, None, 25.0)
+            a = first_b.fitting_zeros(c, zeros)
+            b, f = shared_b.fitting_zeros(c, zeros), fresh_b.fitting_zeros(c, zeros)
+            assert b == f, (c, a, b, f)
+            for z in zeros:
+                cz = replace(c, zero=z)
+                assert shared_b.caps(cz) == fresh_b.caps(cz), cz
+            changed += a != f
+            compared += 1
+    assert compared > 50 and changed > 0
