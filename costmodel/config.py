@@ -42,6 +42,20 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
+def required_zero(framework: str, optimizer_dtype: str = "fp32", optimizer_offload_fraction: float = 0.0) -> int | None:
+    """The one ZeRO stage a plan with these optimizer options can run on, or None where they allow any: under
+    Megatron-Core BF16 Adam state (NeMo's ``distributed_fused_adam``) and optimizer CPU offload (the
+    distributed optimizer's ``HybridDeviceOptimizer``) are both ZeRO-1 (:class:`ParallelConfig` refuses other
+    stages). What an unstated ``zero`` is filled with, before any search, where such an option is stated.
+
+    >>> required_zero("megatron", "bf16"), required_zero("megatron", "fp32", 0.5), required_zero("fsdp2", "bf16")
+    (1, 1, None)
+    """
+    if framework == "megatron" and (optimizer_dtype != "fp32" or optimizer_offload_fraction):
+        return 1
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ParallelConfig:
     """A parallel plan.

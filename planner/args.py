@@ -23,7 +23,7 @@ import re
 import sys
 
 from costmodel.config import (EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, PP_GRAD_REDUCES,
-                              RECOMPUTE, RECOMPUTE_MODULES, SP_SAVED_INPUTS)
+                              RECOMPUTE, RECOMPUTE_MODULES, SP_SAVED_INPUTS, required_zero)
 from costmodel.errors import PlannerError, SpecError
 from costmodel.dma import parse as parse_dma
 from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
@@ -445,6 +445,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     for k, v in stack_config(stack_of(args)).items():
         if k != "framework" and fields.get(k) is None:
             fields[k] = v
+    if fields["zero"] is None:  # unstated: the one stage the stated optimizer options run on, if any
+        fields["zero"] = required_zero(fields["framework"], fields.get("optimizer_dtype", "fp32"),
+                                       fields.get("optimizer_offload_fraction") or 0.0)
     lps = getattr(args, "layers_per_stage", None)
     if lps is not None and fields["pp"] is None:
         fields["pp"] = len(lps)

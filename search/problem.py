@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from costmodel.config import GRAD_DTYPES, ParallelConfig
+from costmodel.config import GRAD_DTYPES, ParallelConfig, required_zero
 from costmodel.errors import SpecError
 from costmodel.frameworks import (FRAMEWORKS, check_fields, check_userbuffers_chunks, refuse_unsearchable_recompute,
                                   userbuffers)
@@ -188,14 +188,13 @@ class Problem:
             # never larger; --no-fp8-param-gather states False
             opts = sorted(opts + [("fp8_param_gather", True)])
         object.__setattr__(self, "options", tuple(opts))
-        if given.get("optimizer_offload_fraction"):  # the distributed optimizer's offload: ZeRO-1 (ParallelConfig)
-            object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": 1}))
-        if self.framework == "megatron" and given.get("optimizer_dtype", "fp32") != "fp32":
-            # BF16 Adam state under Megatron-Core is NeMo's distributed_fused_adam, a ZeRO-1 optimizer (ParallelConfig)
-            if self.limits.fixed.get("zero", 1) != 1:
+        zero = required_zero(self.framework, given.get("optimizer_dtype", "fp32"),
+                             given.get("optimizer_offload_fraction", 0.0))
+        if zero is not None:  # BF16 Adam state or CPU offload under Megatron-Core: ZeRO-1 only (ParallelConfig)
+            if self.limits.fixed.get("zero", zero) != zero:  # (a pinned zero under offload: _check_offload said so)
                 raise SpecError("zero", self.limits.fixed["zero"], "1 with optimizer_dtype=bf16 under framework=megatron "
                                 "(NeMo's distributed_fused_adam shards the optimizer state, ZeRO-1)")
-            object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": 1}))
+            object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": zero}))
         if self.grad_dtype not in GRAD_DTYPES:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}

@@ -64,3 +64,14 @@ def test_the_search_answers_with_the_option_on_zero_1_plans():
     r = solve(Problem(model=M, cluster=cl, workload=Workload(global_batch=64, seq_len=4096),
                       options=(("optimizer_dtype", "bf16"),)), SolveOptions(time_limit_s=30, small_space=-1))
     assert r.status == "OPTIMAL" and all(p.config.zero == 1 and p.config.optimizer_dtype == "bf16" for p in r.plans)
+
+
+def test_evaluate_fills_an_unstated_zero_with_the_stage_the_option_runs_on(capsys):
+    """``evaluate --optimizer-dtype bf16`` without ``--zero`` refused the plan (its literal probe took zero=0):
+    the NeMo Nemotron-340B row had no answer in benchmarks/evaluate_partial.py. A stated wrong zero still exits 2."""
+    from planner.cli import main
+    flags = ["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "32",
+             "--seq", "4096", "--tp", "2", "--optimizer-dtype", "bf16"]
+    assert main(flags) in (0, None)
+    assert "zero=1" in capsys.readouterr().out
+    assert main(flags + ["--zero", "2"]) == 2 and "optimizer_dtype" in capsys.readouterr().err
