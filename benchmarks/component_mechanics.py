@@ -33,7 +33,8 @@ from costmodel.config import ParallelConfig  # noqa: E402
 from costmodel.graph import compose  # noqa: E402
 from costmodel.graph.builders import layer_graph  # noqa: E402
 from costmodel.graph.dp import dp_bucket_graph  # noqa: E402
-from costmodel.memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts  # noqa: E402
+from costmodel.memory import WEIGHT_BYTES, grad_elem_bytes  # noqa: E402
+from costmodel.stage_contents import expert_dp, layer_counts
 from costmodel.presets import load_cluster, load_model  # noqa: E402
 from costmodel.specs import Workload  # noqa: E402
 from costmodel.zero3_edges import edge_collectives  # noqa: E402
@@ -293,7 +294,7 @@ def zero3_scaling(dps=(384, 768, 1536), per_module: bool = True) -> list[tuple[i
     ``per_module=False`` the gathers and reduces are charged one per layer, as the cost model did
     before :mod:`costmodel.zero3_fetch`."""
     from costmodel import analytic, estimate
-    from costmodel.memory import layer_params
+    from costmodel.stage_contents import layer_params
 
     model, cluster = load_model("llama2-70b"), load_cluster("a100-80g")
     w = Workload(global_batch=1536, seq_len=2048)

@@ -11,7 +11,7 @@ Parameter tensors per layer are :func:`costmodel.zero3_fetch.layer_tensors`: Meg
 Megatron-DeepSpeed) fuse QKV and the gated MLP's first projection (``linear_qkv``,
 ``linear_fc1``); Hugging Face Llama modules keep ``q_proj k_proj v_proj o_proj gate_proj up_proj
 down_proj`` apart (``layout="hf"``). Norm weights are ``hidden`` elements each; biases are not
-modelled (as :func:`costmodel.memory.layer_params`). The framework rules (bucket sizes, close
+modelled (as :func:`costmodel.stage_contents.layer_params`). The framework rules (bucket sizes, close
 rules, fetch coalescing) are computed here from the CSV values, independently of the cost model.
 """
 

@@ -28,7 +28,7 @@ from published import load_set, predict  # noqa: E402
 
 from costmodel.analytic import fsdp2_copies_s  # noqa: E402
 from costmodel.config import micro_batches  # noqa: E402
-from costmodel.memory import layer_counts  # noqa: E402
+from costmodel.stage_contents import layer_counts
 
 PARTS = ("compute", "copies", "recompute", "interference", "bubble", "ep", "zero", "other")
 

@@ -37,7 +37,8 @@ from .compute import (ACT_BYTES, cp_exchange, elementwise_time_s, embedding_op, 
 from .config import ParallelConfig, micro_batches
 from .ep_dispatch import ep_dispatch_time_s
 from .grad_buckets import stage_grad_buckets
-from .memory import WEIGHT_BYTES, expert_dp, grad_elem_bytes, layer_counts, layer_params, param_gather_bytes, stage_params
+from .memory import WEIGHT_BYTES, grad_elem_bytes, param_gather_bytes
+from .stage_contents import expert_dp, layer_counts, layer_params, stage_params
 from .overlap import CommLedger
 from .pipeline import interleaved_p2p_exposed_s
 from .specs import ClusterSpec, ModelSpec, Workload
@@ -440,7 +441,7 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
 def _dp_groups(model: ModelSpec, c: ParallelConfig, stage: int, params) -> tuple:
     """``(parameters, group size, stride)`` of the dense (DP x CP) and expert (expert-DP) gradient
     groups of ``stage``; ``params``: its ``(dense, expert)`` parameters, or ``None`` for
-    :func:`~costmodel.memory.stage_params`."""
+    :func:`~costmodel.stage_contents.stage_params`."""
     dense, expert = stage_params(model, c, stage) if params is None else params
     return ((dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)),
             (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp())))
@@ -456,7 +457,7 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
     micro-batch (:func:`costmodel.frameworks.semantics`).
 
     ``params``: the stage's ``(dense, expert)`` parameters (numpy arrays allowed: the cost tables
-    pass one entry per layer count); default :func:`~costmodel.memory.stage_params`.
+    pass one entry per layer count); default :func:`~costmodel.stage_contents.stage_params`.
     """
     sem = frameworks.of(c)
     t_grad = t_param = 0.0

@@ -27,7 +27,8 @@ from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
 from .layout import of as layout_of
-from .memory import layer_counts, memory_per_stage
+from .memory import memory_per_stage
+from .stage_contents import layer_counts
 from .overlap import STRATEGIES, overlap_rate
 from .step import Composition, compose
 from .specs import ClusterSpec, ModelSpec, Workload

@@ -31,7 +31,8 @@ from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
 from .estimate import Estimate
 from .flops import hardware_flops_per_step, model_flops_per_step
-from .memory import chunk_counts, layer_counts, stage_memory
+from .memory import stage_memory
+from .stage_contents import chunk_counts, layer_counts
 from .specs import ClusterSpec, ModelSpec, Workload
 from .step import compose
 

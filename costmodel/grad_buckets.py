@@ -48,7 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import frameworks
-from .memory import chunk_counts, expert_dp, grad_elem_bytes, stage_params
+from .memory import grad_elem_bytes
+from .stage_contents import chunk_counts, expert_dp, stage_params
 from .zero3_fetch import coalesce, deepspeed_buckets, deepspeed_reduces, fill, layer_tensors
 
 #: DeepSpeed ``MEMORY_OPT_ALLREDUCE_SIZE``: the all-reduce buffer of ``allreduce_gradients``
@@ -133,7 +134,7 @@ def chunk_tensors(model, c, stage: int, layout: str = "fused") -> list[tuple[lis
     """Per model chunk of ``stage`` (chunk order, as many layers as the plan's layout puts there):
     its ``(dense, expert)`` parameter tensors in forward order, elements on one GPU; the embedding
     first in chunk 0 of stage 0, the head (and final norm) last in the last chunk of the last
-    stage, so their sums are :func:`costmodel.memory.stage_params`."""
+    stage, so their sums are :func:`costmodel.stage_contents.stage_params`."""
     return [tuple([x for t, k in runs for x in list(t) * k] for runs in ch) for ch in _chunk_runs(model, c, stage, layout)]
 
 

@@ -47,7 +47,7 @@ from .ep_dispatch import ep_dispatch_time_s
 from .errors import SpecError
 from .inference_memory import serving_memory
 from .kvcache import kv_bytes_per_token, kv_dtype_bytes
-from .memory import is_moe_layer
+from .stage_contents import is_moe_layer
 from .overlap import CommLedger, exposed_s
 from .pipeline import stage_layers
 from .scheduler import simulate

@@ -1,6 +1,6 @@
 """Memory of one GPU while serving: weights, KV cache, activation workspace, reserve.
 
-* Weights: the stage's parameters (:func:`costmodel.memory.stage_params`; experts split by
+* Weights: the stage's parameters (:func:`costmodel.stage_contents.stage_params`; experts split by
   ``ep``) in the workload's format (BF16 2 B, FP8 1 B per parameter; embeddings and LM head
   are counted in that format too, an assumption: FP8 checkpoints often keep them in BF16).
 * KV cache: every running sequence of the replica keeps ``input_len + output_len`` tokens of
@@ -34,7 +34,8 @@ from .config import ParallelConfig
 from .errors import SpecError
 from .kvcache import kv_bytes_per_token
 from .compute import ACT_BYTES
-from .memory import RESERVED_BYTES, stage_params
+from .memory import RESERVED_BYTES
+from .stage_contents import stage_params
 from .pipeline import stage_layers
 from .specs import ClusterSpec, ModelSpec, Workload
 from .units import DTYPE_BYTES, GiB

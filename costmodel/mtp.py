@@ -5,7 +5,7 @@ Megatron-Core's ``MultiTokenPredictionLayer`` (``megatron/core/transformer/multi
 at NVIDIA/Megatron-LM@d98e8a64) embeds the shifted tokens with the model's embedding, normalises the
 embedding and the previous hidden state (``enorm``, ``hnorm``), projects their concatenation with
 ``eh_proj`` (a column-parallel linear 2h -> h, no bias), runs one decoder layer (counted with the
-decoder layers, :func:`costmodel.memory.chunk_counts`) and a ``final_layernorm``. The logits and loss
+decoder layers, :func:`costmodel.stage_contents.chunk_counts`) and a ``final_layernorm``. The logits and loss
 of every MTP depth are computed on the last stage with the model's own ``output_layer``
 (``process_mtp_loss``, called from ``GPTModel._postprocess``): the LM head GEMM and the cross-entropy
 run ``1 + mtp_layers`` times there, on the one output weight. A rank that holds MTP layers but not the

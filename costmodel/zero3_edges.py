@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from . import dma, frameworks
 from .collectives import collective_time_s, group_stride
 from .grad_buckets import chunk_tensors
-from .memory import grad_elem_bytes, layer_counts, param_gather_bytes
+from .memory import grad_elem_bytes, param_gather_bytes
+from .stage_contents import layer_counts
 from .zero3_fetch import deepspeed_buckets, deepspeed_reduces, reduce_pieces
 
 WHY_EDGE = "embedding unit: its forward gather and gradient reduce-scatter have no compute of the micro-batch to hide behind"

@@ -29,7 +29,8 @@ fused gate/up projections: four matrices), the model code DeepSpeed's pipeline a
 from __future__ import annotations
 
 from .framework_defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-from .memory import grad_elem_bytes, layer_params
+from .memory import grad_elem_bytes
+from .stage_contents import layer_params
 
 #: ``stage3_param_persistence_threshold`` default, elements (deepspeed/runtime/zero/config.py@edaa72212 line 221)
 DS_PERSISTENCE_THRESHOLD = 1e5
@@ -51,7 +52,7 @@ def deepspeed_buckets(c) -> tuple[float, float]:
 def layer_tensors(model, c, moe: bool, layout: str = "fused") -> tuple[list[float], list[float]]:
     """(dense, expert) parameter tensors of one layer on one GPU (elements), in forward order:
     norm, attention projections, norm, (router, shared experts,) MLP; the routed experts' MLPs in
-    the expert list. Their sums are :func:`costmodel.memory.layer_params`."""
+    the expert list. Their sums are :func:`costmodel.stage_contents.layer_params`."""
     h = model.hidden
     d = model.head_dim or h // model.heads
     kv = model.kv_heads or model.heads

@@ -30,7 +30,8 @@ from costmodel.analytic import stage_timing
 from costmodel.step import dp_exposure, even_pieces, pipeline_s
 from costmodel.collectives import collective_time_s, group_stride
 from costmodel.compute import ACT_BYTES, layer_ops
-from costmodel.memory import expert_dp, reserved_bytes
+from costmodel.memory import reserved_bytes
+from costmodel.stage_contents import expert_dp
 from costmodel.pipeline import in_flight_chunks
 from costmodel.split_overhead import with_split_overheads
 

@@ -41,8 +41,8 @@ from costmodel.grad_buckets import stage_grad_buckets
 from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
-from costmodel.memory import (WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, expert_dp, fp8_weight_cache_bytes,
-                              model_state_bytes, stage_memory, stage_params)
+from costmodel.memory import WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, fp8_weight_cache_bytes, model_state_bytes, stage_memory
+from costmodel.stage_contents import expert_dp, stage_params
 from costmodel.pipeline import in_flight_profile, interleaved_p2p_exposed_s
 from costmodel.units import MB
 
@@ -395,7 +395,7 @@ class Tables:
             return ("bucket_class", None)  # stage_grad_buckets is None (Megatron FSDP): for every shape
         s = choice.shape
         expert_tp = s.tp if s.ep == 1 else 1
-        edp = max(1, s.tp * s.dp * s.cp // (s.ep * expert_tp))  # costmodel.memory.expert_dp
+        edp = max(1, s.tp * s.dp * s.cp // (s.ep * expert_tp))  # costmodel.stage_contents.expert_dp
         # of the ZeRO stage only ``step_grad`` (above) is read; the bucket size and gradient dtype only as
         # stage 0's bucket size (first / only), elsewhere only whether the buckets overlap (bucket > 0)
         if kind in ("first", "only"):

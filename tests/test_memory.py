@@ -79,7 +79,7 @@ def test_a_dense_models_probe_stage_past_its_layers_is_all_dense():
     # the search's tables probe a stage with up to all the model's layers on top of the others'; a
     # dense model's layers there were counted as MoE (an expert GEMM of 0 experts: ZeroDivisionError)
     from costmodel.config import ParallelConfig
-    from costmodel.memory import layer_counts
+    from costmodel.stage_contents import layer_counts
     from costmodel.presets import load_model
     m = load_model("llama3-8b")  # 32 layers
     c = ParallelConfig(pp=2, dp=1, layers_per_stage=(16, 32))  # a probe: 48 layers on two stages

@@ -9,8 +9,8 @@ import pytest
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
-from costmodel.memory import (activation_bytes_per_layer, lm_head_saved_bytes, fp8_weight_cache_bytes, layer_params,
-                              memory_per_stage, model_state_bytes)
+from costmodel.memory import activation_bytes_per_layer, lm_head_saved_bytes, fp8_weight_cache_bytes, memory_per_stage, model_state_bytes
+from costmodel.stage_contents import layer_params
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 from planner.emit import megatron_args

@@ -17,7 +17,8 @@ from costmodel.estimate import evaluate
 from costmodel.flops import forward_flops_per_token
 from costmodel.hf_config import model_from_hf_config
 from costmodel.layout import from_split, of as layout_of, parse, validate
-from costmodel.memory import memory_per_stage, stage_params
+from costmodel.memory import memory_per_stage
+from costmodel.stage_contents import stage_params
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 from planner import megatron_args as mg

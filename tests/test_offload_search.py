@@ -139,7 +139,7 @@ def test_70b_on_8_h100_fits_only_with_offload_and_pays_its_time():
 
 
 def _local(p, cfg, stage):
-    from costmodel.memory import stage_params
+    from costmodel.stage_contents import stage_params
     d, e = stage_params(p.model, cfg, stage)
     return (d + e) / (cfg.dp * cfg.cp)
 

@@ -12,7 +12,8 @@ import pytest
 from costmodel.compute import optimizer_time_s
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
-from costmodel.memory import model_state_bytes, stage_params
+from costmodel.memory import model_state_bytes
+from costmodel.stage_contents import stage_params
 from costmodel.presets import load_cluster, load_model
 
 M = load_model("llama3-70b")

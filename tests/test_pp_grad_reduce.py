@@ -15,7 +15,8 @@ from costmodel import frameworks
 from costmodel.config import ParallelConfig
 from costmodel.errors import SpecError
 from costmodel.estimate import evaluate
-from costmodel.memory import gathered_weight_bytes, memory_per_stage, model_state_bytes, stage_params
+from costmodel.memory import gathered_weight_bytes, memory_per_stage, model_state_bytes
+from costmodel.stage_contents import stage_params
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 

@@ -14,7 +14,8 @@ import pytest
 from costmodel.analytic import dp_comm, grad_bytes
 from costmodel.collectives import collective_latency_s
 from costmodel.estimate import evaluate
-from costmodel.memory import grad_elem_bytes, stage_params
+from costmodel.memory import grad_elem_bytes
+from costmodel.stage_contents import stage_params
 from costmodel.presets import load_cluster, load_model
 from costmodel.specs import Workload
 from search.bounds import Bounds

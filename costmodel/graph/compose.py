@@ -34,7 +34,7 @@ from ..collectives import collective_time_s, group_stride
 from ..compute import ACT_BYTES, embedding_op
 from ..config import ParallelConfig, micro_batches
 from ..grad_buckets import stage_grad_buckets
-from ..memory import is_moe_layer, rank_layers
+from ..stage_contents import is_moe_layer, rank_layers
 from ..overlap import CommLedger, overlap_rate
 from ..layout import of as layout_of
 from ..specs import ClusterSpec, ModelSpec, Workload

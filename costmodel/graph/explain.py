@@ -162,7 +162,7 @@ def _explain_forward(model, cluster, w, c) -> list[dict]:
 
 
 def _explain_pass(model, cluster, w, c, decode) -> list[dict]:
-    from ..memory import is_moe_layer
+    from ..stage_contents import is_moe_layer
     from ..pipeline import stage_layers
     link, exp, win, why = {}, {}, {}, {}
     for layer in stage_layers(model.layers, c.pp, 0, c.layers_per_stage):

@@ -25,7 +25,7 @@ import json
 from ..compute import embedding_op
 from ..config import ParallelConfig, validate_config
 from ..errors import PlannerError
-from ..memory import is_moe_layer
+from ..stage_contents import is_moe_layer
 from ..pipeline import stage_layers
 from ..specs import ClusterSpec, ModelSpec, Workload
 from .. import dma
