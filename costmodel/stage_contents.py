@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from . import layout as _layout, mtp
 from .config import ParallelConfig
-from .pipeline import stage_layers
+from .pipeline import chunk_layers, stage_layers
 from .specs import ModelSpec
 
 
@@ -59,12 +59,31 @@ def rank_layers(model: ModelSpec, c: ParallelConfig, stage: int) -> range:
 
 @lru_cache(maxsize=65536)
 def _chunk_counts(layers, dense, pp, vp, split, lay, stage, mtp=0):
+    if lay is None and _plain_split(split, vp, stage, mtp):
+        # :func:`costmodel.layout.from_split` read without building it (the searches probe a new split
+        # per layer count): rank ``stage``'s chunks are ``chunk_layers(split[stage], vp, stage, pp)``,
+        # its layers start after the ranks before it (``per_rank()`` is the split: a rank's chunks sum
+        # to its count), and the MTP layers sit in the last chunk of the last rank (``from_chunks``)
+        last = stage == len(split) - 1
+        return _counts_of(chunk_layers(split[stage], vp, stage, len(split)),
+                          (0,) * (vp - 1) + (mtp if last else 0,), sum(split[:stage]), layers, dense)
     if lay is None:
         # the even split (an invalid plan's floor, as before: validate_config refuses it)
         lay = _layout.from_split(split if split is not None else (layers // pp,) * pp, vp, mtp)
-    per = lay.per_rank()
-    start, out = sum(per[:stage]), []
-    for n, k in zip(lay.chunks(stage), lay.mtp_chunks(stage)):
+    return _counts_of(lay.chunks(stage), lay.mtp_chunks(stage), sum(lay.per_rank()[:stage]), layers, dense)
+
+
+def _plain_split(split, vp, stage, mtp) -> bool:
+    """Whether :func:`_chunk_counts` may read ``split`` without its layout: the split the layout of
+    every valid plan has (integer counts >= 0, ``vp >= 1``, ``stage`` one of its ranks, ``mtp >= 0``); anything
+    else goes through :func:`costmodel.layout.from_split`, which raises what it raises."""
+    return (split is not None and type(vp) is int and vp >= 1 and type(stage) is int and 0 <= stage < len(split)
+            and type(mtp) is int and mtp >= 0 and all(type(n) is int and n >= 0 for n in split))
+
+
+def _counts_of(chunks, mtp_chunks, start, layers, dense) -> tuple[tuple[int, int], ...]:
+    out = []
+    for n, k in zip(chunks, mtp_chunks):
         nd = max(0, min(start + n, dense) - start)
         md = k if dense > layers else 0  # an MTP layer is MoE in an MoE model (dense < layers)
         out.append((nd + md, n - nd + k - md))

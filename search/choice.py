@@ -122,9 +122,12 @@ class Choice:
         times, each building :meth:`config_options`), kept beside the hash and, like it, not pickled."""
         d = self.__dict__
         if "_pmb" not in d:
+            # config_options() keeps ``pp_grad_reduce`` for FSDP2 ZeRO-2 only (its other rules drop other
+            # keys), read here without building the options dict
+            reduce = (dict(self.options).get("pp_grad_reduce", "step") if self.framework == "fsdp2" and self.zero == 2
+                      else "step")
             object.__setattr__(self, "_pmb", _per_microbatch(self.framework, self.zero, self.shape.pp,
-                                                             self.shape.dp * self.shape.cp,
-                                                             self.config_options().get("pp_grad_reduce", "step")))
+                                                             self.shape.dp * self.shape.cp, reduce))
         return d["_pmb"]
 
     def micro_batches(self, global_batch: int) -> int:
