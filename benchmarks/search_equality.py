@@ -165,7 +165,7 @@ def check(inst: Instance, no_bounds: bool = False, engines_probe: bool = True) -
     tables = Tables(p)
     e = solve_exhaustive(p, tables=tables)
     t1 = time.perf_counter()
-    opts = SolveOptions(workers=1, explain=False, small_space=-1, time_limit_s=60)
+    opts = SolveOptions(workers=1, explain=False, small_space=-1, time_limit_s=60, offload=False)
     r = solve(p, opts, tables=Tables(p))  # cold tables: the search builds its own
     t2 = time.perf_counter()
     row = dict(seed=inst.seed, cluster=inst.cluster, model=p.model.name, choices=inst.choices, plans=inst.plans,
