@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from component_rows import RowError  # noqa: E402
 
 from costmodel.collectives import collective_time_s  # noqa: E402
 from costmodel.presets import load_cluster  # noqa: E402
@@ -55,10 +56,6 @@ KINDS = ("time_us", "busbw_gbps", "logicalbw_gbps", "linkbw_gbps")
 READ_FROM = ("text", "figure_label", "figure_axis")
 REQUIRED = ("case_id", "source_key", "source_url", "source_location", "fabric", "gpu", "cluster_preset",
             "nodes", "gpus_per_node", "collective", "message_bytes", "measured_kind", "measured_value")
-
-
-class RowError(ValueError):
-    """A CSV row that cannot be read: names the case, the field, the value and what is allowed."""
 
 
 @dataclass(frozen=True, kw_only=True)

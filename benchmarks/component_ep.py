@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from component_rows import RowError  # noqa: E402
 
 from costmodel.collectives import collective_time_s  # noqa: E402
 from costmodel.ep_dispatch import deepep_bytes, deepep_time_s  # noqa: E402
@@ -56,10 +57,6 @@ REPLAY_TOKENS = 16384  # tokens replayed per row: the expectation to about 0.2%
 REQUIRED = ("case_id", "source_key", "source_url", "source_location", "phase", "cluster_preset", "nodes",
             "gpus_per_node", "ep", "tokens", "hidden", "topk", "experts", "topk_groups", "row_dtype",
             "measured_kind", "measured_value")
-
-
-class RowError(ValueError):
-    """A data row that cannot be read: names the case and the field."""
 
 
 @lru_cache(maxsize=None)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from component_rows import RowError  # noqa: E402
 
 from costmodel.config import ParallelConfig  # noqa: E402
 from costmodel.errors import SpecError  # noqa: E402
@@ -53,10 +54,6 @@ TENSOR_MEAN_LIMIT, TENSOR_MAX_LIMIT, RESERVED_MEAN_LIMIT = 0.03, 0.06, 0.05
 REQUIRED = ("case_id", "source_key", "source_url", "source_location", "model_preset", "cluster_preset",
             "gpus", "tp", "pp", "vp", "dp", "cp", "mb", "global_batch", "seq_len", "dtype", "framework",
             "zero", "recompute", "measured_kind", "measured_value")
-
-
-class RowError(ValueError):
-    """A CSV row that cannot be read: names the case, the field, the value and what is allowed."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,6 +41,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from component_rows import RowError  # noqa: E402
 
 from costmodel.compute import moe_expert_load_cv, moe_imbalance  # noqa: E402
 from costmodel.specs import ModelSpec  # noqa: E402
@@ -56,10 +57,6 @@ GRANULARITIES = ("expert", "expert_per_sender", "rank", "step")
 REQUIRED = ("case_id", "source_key", "source_url", "source_location", "experts", "balancing", "granularity",
             "statistic", "measured_value", "training_phase", "role")
 _N = NormalDist()
-
-
-class RowError(ValueError):
-    """A data row that cannot be read: names the case and the field."""
 
 
 def overflow_fraction(cv: float, capacity_factor: float) -> float:
