@@ -143,8 +143,9 @@ def offload_fields(a: dict) -> dict:
 
 def act_offload_fields(a: dict) -> dict:
     """Activation CPU offload (``costmodel.act_offload``): ``--cpu-offloading-num-layers N`` (Megatron-LM d98e8a64
-    ``validate_args`` sets ``cpu_offloading`` for N > 0). Weight offload (``--cpu-offloading-weights``) is not
-    modelled, and activations off (``--cpu-offloading-activations`` false) offloads nothing: both refused."""
+    ``validate_args`` sets ``cpu_offloading`` for N > 0). Weight offload (``--cpu-offloading-weights``) and the
+    double buffer (``--cpu-offloading-double-buffering``) are not modelled, and activations off
+    (``--cpu-offloading-activations`` false) offloads nothing: all three refused."""
     n = a.get("cpu_offloading_num_layers")
     n = 0 if _none(n) else as_int("cpu_offloading_num_layers", n)
     on = n > 0 or ("cpu_offloading" in a and as_bool("cpu_offloading", a["cpu_offloading"]))
@@ -152,6 +153,10 @@ def act_offload_fields(a: dict) -> dict:
         return {}
     if "cpu_offloading_weights" in a and as_bool("cpu_offloading_weights", a["cpu_offloading_weights"]):
         raise SpecError("cpu_offloading_weights", a["cpu_offloading_weights"], "false (weight offload is not modelled)")
+    if "cpu_offloading_double_buffering" in a and as_bool("cpu_offloading_double_buffering",
+                                                          a["cpu_offloading_double_buffering"]):
+        raise SpecError("cpu_offloading_double_buffering", a["cpu_offloading_double_buffering"],
+                        "false (the second reload buffer is not modelled)")
     if "cpu_offloading_activations" in a and not as_bool("cpu_offloading_activations", a["cpu_offloading_activations"]):
         raise SpecError("cpu_offloading_activations", a["cpu_offloading_activations"],
                         "true (only activation offload is modelled)")

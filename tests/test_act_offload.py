@@ -109,6 +109,8 @@ def test_parser_refuses_what_is_not_modelled():
     assert "activation_offload_layers" not in read("--tensor-model-parallel-size 2")
     with pytest.raises(SpecError, match="cpu_offloading_weights"):
         read("--cpu-offloading-num-layers 2 --cpu-offloading-weights")
+    with pytest.raises(SpecError, match="cpu_offloading_double_buffering"):
+        read("--cpu-offloading-num-layers 2 --cpu-offloading-double-buffering")
 
 
 def test_cli_evaluate_charges_it(capsys):
