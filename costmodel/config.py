@@ -91,6 +91,9 @@ class ParallelConfig:
         framework=megatron with zero=1 and optimizer_dtype fp32.
     overlap_cpu_optimizer_d2h_h2d : Megatron-Core ``--overlap-cpu-optimizer-d2h-h2d``: the offload's
         gradient D2H, CPU Adam and parameter H2D pipelined on their own streams (false: in sequence).
+    activation_offload_layers : Megatron-Core ``--cpu-offloading-num-layers N``: the saved activations of N
+        transformer layers copied to the host in forward and back in backward (:mod:`costmodel.act_offload`);
+        0 = off. Megatron refuses it with pp > 1, with any recompute and with N >= the model's layers.
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -184,6 +187,7 @@ class ParallelConfig:
     optimizer_dtype: str = "fp32"
     optimizer_offload_fraction: float = 0.0
     overlap_cpu_optimizer_d2h_h2d: bool = False
+    activation_offload_layers: int = 0
     mb: int = 1
     vp: int = 1
     bucket_bytes: float = 40 * MB
@@ -288,6 +292,9 @@ class ParallelConfig:
                             "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)")
         if self.optimizer_offload_fraction != 0.0 or self.overlap_cpu_optimizer_d2h_h2d is not False:
             self._check_offload()
+        if self.activation_offload_layers != 0:
+            from . import act_offload
+            act_offload.check(self)
         if self.layers_per_stage is not None and self.layout is None:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
@@ -385,6 +392,8 @@ class ParallelConfig:
             del d["optimizer_offload_fraction"]  # the default: plan keys unchanged
         if not self.overlap_cpu_optimizer_d2h_h2d:
             del d["overlap_cpu_optimizer_d2h_h2d"]  # the default: plan keys unchanged
+        if not self.activation_offload_layers:
+            del d["activation_offload_layers"]  # the default: plan keys unchanged
         if self.recompute_modules is None:
             del d["recompute_modules"]  # the default: plan keys unchanged
         else:
@@ -408,7 +417,7 @@ class ParallelConfig:
                                               "optimizer_dtype", "layout", "loss_impl", "module_layout",
                                               "pp_grad_reduce", "optimizer_offload_fraction", "sp_saved_inputs",
                                               "pp_free_stage_inputs",
-                                              "overlap_cpu_optimizer_d2h_h2d"}
+                                              "overlap_cpu_optimizer_d2h_h2d", "activation_offload_layers"}
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:
@@ -445,6 +454,9 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     ...
     costmodel.errors.SpecError: tp=7: must be a divisor of heads=96
     """
+    if c.activation_offload_layers:
+        from . import act_offload
+        act_offload.check_model(model, c)
     if model.heads % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of heads={model.heads}")
     if model.kv_heads % c.tp and c.tp % model.kv_heads:

@@ -27,6 +27,7 @@ from .analytic import stage_dp_terms, stage_optimizer_s, stage_timing
 from .config import ParallelConfig, micro_batches, validate_config
 from .flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
 from .layout import of as layout_of
+from . import act_offload
 from .memory import memory_per_stage
 from .stage_contents import layer_counts
 from .overlap import STRATEGIES, overlap_rate
@@ -134,6 +135,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     bubble, optimizer = comp.bubble_s, comp.optimizer_s
     dp_exposed, zero_exposed, dp_link, zero_link = comp.dp_s, comp.zero_s, comp.dp_link_s, comp.zero_link_s
     step = comp.step_s
+    act_link_s = act_exposed_s = 0.0
+    if c.activation_offload_layers:  # pp = 1: stages[0] is the stage (costmodel.act_offload)
+        act_link_s, act_exposed_s = act_offload.step_exposed_s(model, cluster, w, c, stages[0].fwd_s,
+                                                               stages[0].bwd_s + stages[0].recompute_s, m)
+        step += act_exposed_s
 
     led = slow.ledger
     breakdown = {
@@ -153,6 +159,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     exposed["zero"] += zero_exposed
     for s in STRATEGIES:
         breakdown[f"{s}_exposed_s"] = exposed[s]
+    if c.activation_offload_layers:  # the key only with the option on: plans without it keep their keys
+        breakdown["act_offload_exposed_s"] = act_exposed_s
+        link["act_offload"], exposed["act_offload"] = act_link_s, act_exposed_s
     overlap = {s: overlap_rate(link[s], exposed[s]) for s in STRATEGIES if link[s] > 0}
     reasons = {s: r for s, r in led.reasons.items() if exposed.get(s, 0) > 0}
     if zero_exposed > 0:

@@ -31,6 +31,7 @@ from .config import ParallelConfig, micro_batches, validate_config
 from .errors import PlannerError
 from .estimate import Estimate
 from .flops import hardware_flops_per_step, model_flops_per_step
+from . import act_offload
 from .memory import stage_memory
 from .stage_contents import chunk_counts, layer_counts
 from .specs import ClusterSpec, ModelSpec, Workload
@@ -149,7 +150,7 @@ class Scorer:
         key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers, c.mb, c.vp,
                c.flash_attention, c.layers_per_stage, c.recompute_modules, c.fp8_param_gather, c.optimizer_dtype,
                c.grad_dtype, c.layout, c.pp_grad_reduce, c.optimizer_offload_fraction, c.sp_saved_inputs,
-               c.pp_free_stage_inputs)
+               c.pp_free_stage_inputs, c.activation_offload_layers)
         peak = self._memory.get(key)
         if peak is None:
             peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)
@@ -168,6 +169,9 @@ class Scorer:
                        *zip(*(self._dp_terms(c, s) for s in reps)), [self._optimizer(c, s) for s in reps],
                        reps, [sum(layer_counts(self.model, c, s)) for s in reps],
                        micro_batches(self.workload, c), c.pp, c.vp, weights).step_s
+        if c.activation_offload_layers:  # pp = 1: one stage (costmodel.act_offload)
+            step += act_offload.step_exposed_s(self.model, self.cluster, self.workload, c, timing[0][1], timing[0][2],
+                                               micro_batches(self.workload, c))[1]
         peak = self._peak_memory(c, reps)
         gpus = c.gpus
         hw = hardware_flops_per_step(self.model, self.workload, c)

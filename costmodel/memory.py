@@ -30,6 +30,7 @@ from . import dropout as _dropout, frameworks, mtp
 from .eager import eager_extra_bytes_per_token
 from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
+from . import act_offload as _act_offload
 from .pipeline import in_flight_profile
 from .specs import ModelSpec, Workload
 from .stage_contents import chunk_counts, expert_dp, layer_counts, layer_params, stage_params
@@ -404,6 +405,8 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     # the peak over the schedule of the micro-batches each chunk holds (costmodel.pipeline.in_flight_profile)
     profile = in_flight_profile(c.pp, m, c.vp, stage)
     acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working
+    if c.activation_offload_layers:  # pp = 1, no recompute, dense or MoE by the first layers' kind
+        acts -= _act_offload.saved_bytes(c, min(offloaded_layer_bytes(model, w, c)))
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight (of an average chunk, as
         # this model always charged it; the first chunk holds up to 2p, in_flight_profile); no mask at p = 0
         emb = 2 + _dropout.mask_bytes(model.hidden_dropout, w.mode == "train")
@@ -414,6 +417,14 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
                                                  + lm_head_saved_bytes(model, c) * tokens)
     buffers = gathered_weight_bytes(model, c, stage)
     return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
+
+
+def offloaded_layer_bytes(model: ModelSpec, w: Workload, c: ParallelConfig) -> tuple[float, ...]:
+    """Saved activations of one layer of each kind (dense, MoE) the stage holds: where they mix, the memory
+    model frees the smaller per offloaded layer and the time model copies the larger (both conservative)."""
+    per_chunk = chunk_counts(model, c, 0)
+    n_dense, n_moe = map(sum, zip(*per_chunk))
+    return tuple(activation_bytes_per_layer(model, w, c, moe) for moe, n in ((False, n_dense), (True, n_moe)) if n)
 
 
 def memory_per_stage(model: ModelSpec, w: Workload, c: ParallelConfig) -> list[StageMemory]:

@@ -69,6 +69,16 @@ def host_link_bytes_per_s(cluster: ClusterSpec) -> float:
     return next((bw for k, bw in HOST_LINK_BYTES_PER_S.items() if name.startswith(k)), 0.0)
 
 
+def host_link_s(nbytes, cluster: ClusterSpec):
+    """Seconds to copy ``nbytes`` one way over the GPU's host link (:func:`host_link_bytes_per_s`): the one formula
+    of host-link time (optimizer offload here, activation offload in :mod:`costmodel.act_offload`)."""
+    link = host_link_bytes_per_s(cluster)
+    if link <= 0:
+        raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for CPU "
+                        "offload (no host-link bandwidth is known for this device)")
+    return nbytes / link
+
+
 def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[float, float, float]:
     """(D2H, CPU Adam, H2D) seconds for ``params_offloaded`` elements of one GPU's shard per step.
 
@@ -81,8 +91,8 @@ def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[floa
         raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for optimizer "
                         "CPU offload (no host-link bandwidth is known for this device)")
     cpu_bw = HOST_MEM_BYTES_PER_S / max(1, cluster.gpus_per_node)
-    return (D2H_BYTES_PER_PARAM * params_offloaded / link, CPU_ADAM_BYTES_PER_PARAM * params_offloaded / cpu_bw,
-            H2D_BYTES_PER_PARAM * params_offloaded / link)
+    return (host_link_s(D2H_BYTES_PER_PARAM * params_offloaded, cluster),
+            CPU_ADAM_BYTES_PER_PARAM * params_offloaded / cpu_bw, host_link_s(H2D_BYTES_PER_PARAM * params_offloaded, cluster))
 
 
 def optimizer_step_s(gpu_adam_s: float, params_offloaded: float, cluster: ClusterSpec, c: ParallelConfig) -> float:

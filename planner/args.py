@@ -389,6 +389,11 @@ def add_memory_args(g) -> None:
                         "with the distributed optimizer, --zero 1): F of the FP32 master weights and Adam moments on "
                         "the host, stepped by the CPU, with the PCIe copies charged; recommend: every plan offloads "
                         "F (without it, recommend offers F = 0.5 and 1, overlapped, only when no plan fits)")
+    g.add_argument("--activation-offload-layers", metavar="N",
+                   type=_converter("activation_offload_layers", int, "an integer >= 0", lambda v: v >= 0),
+                   help="activation CPU offload (Megatron --cpu-offloading-num-layers N): the saved activations "
+                        "of N layers copied to the host in forward and back in backward, the PCIe copies charged "
+                        "where a layer's compute does not hide them; Megatron refuses it with pp > 1 or recompute")
     g.add_argument("--overlap-cpu-optimizer-d2h-h2d", action="store_true", default=None,
                    help="with --optimizer-offload-fraction: pipeline the gradient copy, CPU Adam and parameter copy "
                         "(Megatron --overlap-cpu-optimizer-d2h-h2d)")
@@ -441,6 +446,8 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
             "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher", "module_layout")
     fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
+    if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.act_offload
+        fields["activation_offload_layers"] = args.activation_offload_layers
     fields["framework"] = framework_from_args(args)
     for k, v in stack_config(stack_of(args)).items():
         if k != "framework" and fields.get(k) is None:
@@ -494,6 +501,9 @@ def plan_options(args: argparse.Namespace) -> tuple:
     # a stated offload fraction is a plan option every plan runs (search.offload_choice; Problem pins ZeRO-1);
     # a stated 0 is no offload, the search's own first try
     offload = {k: v for k, v in offload_fields(args).items() if v}
+    if getattr(args, "activation_offload_layers", None):  # costmodel.act_offload: evaluate only so far
+        raise SpecError("activation_offload_layers", args.activation_offload_layers,
+                        "0 for recommend (activation offload is evaluated, not yet searched)")
     given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),
              "module_layout": getattr(args, "module_layout", None), **memory_fields(args), **offload}
     return tuple((k, v) for k, v in given.items() if v is not None)

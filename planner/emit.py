@@ -157,6 +157,7 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
         out += [["--use-megatron-fsdp"], ["--data-parallel-sharding-strategy", "optim_grads_params"],
                 ["--ckpt-format", "fsdp_dtensor"]]
     out += offload_args(c)
+    out += act_offload_args(c)
     if c.bucket_bytes > 0 and c.dp * c.cp > 1:
         out.append(["--overlap-grad-reduce"])
         if c.zero in (1, 3):
@@ -179,6 +180,13 @@ def offload_args(c: ParallelConfig) -> list[list[str]]:
     if c.overlap_cpu_optimizer_d2h_h2d:
         out.append(["--overlap-cpu-optimizer-d2h-h2d"])
     return out
+
+
+def act_offload_args(c: ParallelConfig) -> list[list[str]]:
+    """Activation CPU offload (:mod:`costmodel.act_offload`): ``--cpu-offloading-num-layers N`` (Megatron-LM
+    d98e8a64 arguments.py ``validate_args``: N > 0 sets ``cpu_offloading``; activations on, weights off by
+    default, as charged)."""
+    return [["--cpu-offloading-num-layers", str(c.activation_offload_layers)]] if c.activation_offload_layers else []
 
 
 def moe_args(c: ParallelConfig) -> list[list[str]]:

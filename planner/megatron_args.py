@@ -141,6 +141,28 @@ def offload_fields(a: dict) -> dict:
     return out
 
 
+def act_offload_fields(a: dict) -> dict:
+    """Activation CPU offload (``costmodel.act_offload``): ``--cpu-offloading-num-layers N`` (Megatron-LM d98e8a64
+    ``validate_args`` sets ``cpu_offloading`` for N > 0). Weight offload (``--cpu-offloading-weights``) and the
+    double buffer (``--cpu-offloading-double-buffering``) are not modelled, and activations off
+    (``--cpu-offloading-activations`` false) offloads nothing: all three refused."""
+    n = a.get("cpu_offloading_num_layers")
+    n = 0 if _none(n) else as_int("cpu_offloading_num_layers", n)
+    on = n > 0 or ("cpu_offloading" in a and as_bool("cpu_offloading", a["cpu_offloading"]))
+    if not on:
+        return {}
+    if "cpu_offloading_weights" in a and as_bool("cpu_offloading_weights", a["cpu_offloading_weights"]):
+        raise SpecError("cpu_offloading_weights", a["cpu_offloading_weights"], "false (weight offload is not modelled)")
+    if "cpu_offloading_double_buffering" in a and as_bool("cpu_offloading_double_buffering",
+                                                          a["cpu_offloading_double_buffering"]):
+        raise SpecError("cpu_offloading_double_buffering", a["cpu_offloading_double_buffering"],
+                        "false (the second reload buffer is not modelled)")
+    if "cpu_offloading_activations" in a and not as_bool("cpu_offloading_activations", a["cpu_offloading_activations"]):
+        raise SpecError("cpu_offloading_activations", a["cpu_offloading_activations"],
+                        "true (only activation offload is modelled)")
+    return {"activation_offload_layers": n}
+
+
 # --------------------------------------------------------------------------- translations
 def config_fields(args: dict, layers: int | None = None) -> dict:
     """Parallel-config fields (keys of :class:`~costmodel.config.ParallelConfig`) set by ``args``.
@@ -197,6 +219,7 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     if "fp8_param_gather" in a:
         f["fp8_param_gather"] = as_bool("fp8_param_gather", a["fp8_param_gather"])
     f.update(offload_fields(a))
+    f.update(act_offload_fields(a))
     if f["recompute"] == "selective" and not _none(a.get("recompute_modules")):
         mods = recompute_modules(a["recompute_modules"])
         if mods != ("core_attn",):  # Megatron's default: the plan's default too
