@@ -373,7 +373,7 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     ops.append(_elementwise("ln2", "mlp", norm_b * n_sp * h, dev, norm_k))
     gated = model.activation == "swiglu"
     if moe:
-        ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm, host_sync=not serving))
+        ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm, host_sync=not serving, n_route=n_sp))
     else:
         f = model.ffn_hidden / tp
         ops.append(_gemm("fc1", "mlp", n, f * (2 if gated else 1), h, dev, dtype))
@@ -520,7 +520,8 @@ def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     return 1.0 + z * cv / math.sqrt(max(1, model.experts // ep))
 
 
-def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True) -> list[Op]:
+def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True,
+             n_route: float | None = None) -> list[Op]:
     """Router, token permutation, routed experts (grouped GEMM over this GPU's experts), shared experts.
 
     With EP each GPU holds ``experts / ep`` whole experts and receives ``n * topk`` token-slots in
@@ -532,17 +533,26 @@ def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync:
 
     ``host_sync``: training frameworks copy ``tokens_per_expert`` to the host once per MoE layer
     and forward (recompute repeats it); serving engines run MoE under CUDA graphs without it.
+
+    ``n_route``: the tokens this GPU routes (default ``n``). Under sequence parallelism each TP rank
+    routes its own ``n / tp`` shard: Megatron-Core ``MoELayer.forward`` requires sequence parallelism
+    with TP in training and ``MoELayer.route`` applies the router to the layer's input as it arrives,
+    the ``[s/tp, b, h]`` shard; only the routing metadata is gathered over TP x EP afterwards
+    (``MoEAlltoAllTokenDispatcher.preprocess``: ``gather_from_sequence_parallel_region`` of the
+    per-expert counts), NVIDIA/Megatron-LM megatron/core/transformer/moe/moe_layer.py and
+    token_dispatcher.py @d98e8a6.
     """
     h = model.hidden
     etp = tp if ep == 1 else 1
-    ops = [_gemm("router", "mlp", n, model.experts, h, dev, "bf16")]
+    nr = n if n_route is None else n_route
+    ops = [_gemm("router", "mlp", nr, model.experts, h, dev, "bf16")]
     # Router scores, top-k and the auxiliary load-balancing loss (Megatron-Core
     # transformer/moe/router.py: TopKRouter.routing -> topk_softmax_with_capacity and
     # switch_load_balancing_loss_func; Fedus et al. 2022, eq. 4), in FP32 over n x experts:
     # softmax (read + write 8 B), top-k (read 4 B; write k indices and probs, 12 B each), the
     # aux-loss scores (a second softmax, 8 B), their sum over tokens (4 B) and the routing map
     # (write + read 2 B): 22 B per score plus 12 B per slot, about 6 unfused kernels.
-    router_bytes = 22 * n * model.experts + 12 * n * model.topk
+    router_bytes = 22 * nr * model.experts + 12 * nr * model.topk
     ops.append(_elementwise("router_topk", "mlp", router_bytes, dev, kernels=6))
     if host_sync:
         t_sync = HOST_COPY_S + SYNC_EXPOSED_LAUNCHES * dev.kernel_overhead_s

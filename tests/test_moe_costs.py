@@ -93,3 +93,17 @@ def test_moe_block_slower_than_before_in_the_measured_direction():
            if o.block == "mlp" and o.name not in ("ln2", "bda2")]
     t = sum(o.fwd_s + o.bwd_s for o in moe)
     assert 3.5e-3 < t < 8.5e-3
+
+
+def test_router_runs_on_the_sequence_parallel_shard():
+    # Megatron-Core MoELayer.route applies the router to the [s/tp, b, h] shard under sequence parallelism
+    # (moe_layer.py @d98e8a6): with tp 4 and SP the router GEMM and top-k see 4096 / 4 = 1024 tokens.
+    # router GEMM flops: 2 * 1024 * 128 experts * 2048 hidden; top-k bytes: 22 B per score + 12 B per slot.
+    w = Workload(global_batch=8, seq_len=4096)
+    sharded = _ops(ParallelConfig(tp=4, ep=2, sp=True), w)
+    assert sharded["router"].fwd_flops == pytest.approx(2 * 1024 * 128 * 2048)
+    expected = elementwise_time_s(22 * 1024 * 128 + 12 * 1024 * 8, H200, kernels=6)
+    assert sharded["router_topk"].fwd_s == pytest.approx(expected)
+    # without sequence parallelism (serving: every TP rank holds all tokens) the router sees all 4096
+    full = _ops(ParallelConfig(tp=4, ep=2, sp=False), w)
+    assert full["router"].fwd_flops == pytest.approx(4 * sharded["router"].fwd_flops)
