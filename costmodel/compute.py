@@ -68,6 +68,8 @@ STEP_TILE_SHAPES = TILE_SHAPES
 #: 12.9: 627.9 TFLOP/s at 8 x 4096x768x2048, 553.9 at 16 x 2048x768x2048; ``kernels.csv`` rows 242-243) are
 #: what 2 concurrent experts give in the kernel model (-4.4%, +0.0%; 4: 13-16% faster than measured; all
 #: groups at once, the single grouped kernel: 18-28% faster). TE 2.2's figures (rows 244-245) are 1 at a time.
+#: NeMo AutoModel's ``experts: gmm`` (nv-grouped-gemm 1.1.4.post8, ``csrc/grouped_gemm.cu``) runs the same
+#: mechanism on Hopper: one cuBLAS GEMM per expert over 4 streams (RESULTS.md section 42).
 TE_GROUPED_GEMM_STREAMS = 2
 K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (assumption)
 WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)

@@ -84,12 +84,8 @@ def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[floa
 
     The node's CPU memory bandwidth is shared by its ``gpus_per_node`` ranks, each stepping its own shard.
     """
-    link = host_link_bytes_per_s(cluster)
     if np.all(np.asarray(params_offloaded) <= 0):  # (an array over stage sizes: search.tables)
         return 0.0, 0.0, 0.0
-    if link <= 0:
-        raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for optimizer "
-                        "CPU offload (no host-link bandwidth is known for this device)")
     cpu_bw = HOST_MEM_BYTES_PER_S / max(1, cluster.gpus_per_node)
     return (host_link_s(D2H_BYTES_PER_PARAM * params_offloaded, cluster),
             CPU_ADAM_BYTES_PER_PARAM * params_offloaded / cpu_bw, host_link_s(H2D_BYTES_PER_PARAM * params_offloaded, cluster))
