@@ -18,15 +18,21 @@ Semantics read in NVIDIA/Megatron-LM@d98e8a64:
   double_buffering, ...)`` (``megatron/core/extensions/transformer_engine.py``) and calls
   ``group_prefetch_offload_commit_async`` on each layer's output: the copies are TE's, issued asynchronously.
 
-What this model charges (the TE side was NOT read: TransformerEngine's ``cpu_offload`` was not fetched; the
-schedule below is the documented intent "offloaded asynchronously", assumed):
+What this model charges, as Transformer Engine's default offload scheduling documents it
+(``docs/features/other_optimizations/cpu_offloading/cpu_offloading.rst``, TransformerEngine@d0067d0, "Default
+Offloading Scheduling"; the scheduler's code was not read):
 
-* memory: the offloaded layers' saved activations leave HBM, except one layer's in flight (the layer whose copy
-  runs while the next computes in forward, the layer reloaded while the next one's backward runs), so an offload
-  of ``N`` layers saves ``N - 1`` layers' activations of the one micro-batch a PP=1 schedule holds.
-* time: each offloaded layer's saved activations go D2H once in forward and H2D once in backward, over the host
-  link (:func:`costmodel.offload.host_link_s`, the one formula of host-link time), on a copy engine beside the
-  compute: a copy is hidden behind one layer's forward (D2H) or backward (H2D), and what is longer is exposed.
+* memory: "the first ``num_layers`` layers are offloaded" and "at most ``(model_layers - num_layers)`` sets of
+  activations are on GPU at any time", so an offload of ``N`` layers saves ``N`` layers' activations of the one
+  micro-batch a PP=1 schedule holds.
+* time (:func:`schedule_s`): each offloaded layer's saved activations go D2H once in forward ("offloading starts
+  as soon as tensors are saved for backward", taken as the layer's start; the set is freed when its copy ends and
+  not before the layer ends) and H2D once in backward ("reloading must complete by the time the tensor is needed
+  for the layer's backward pass"), one copy at a time on the offload stream, over the host link
+  (:func:`costmodel.offload.host_link_s`, the one formula of host-link time); "both compute and reload may be
+  stalled" so that no more than ``L - N`` sets are on the GPU. What the schedule takes beyond the layers' compute
+  is exposed: none with enough sets to spare (the document's Figure 3), stalls when ``N`` nears ``L`` (Figure 4;
+  ``N = L - 1``: "compute and transfers cannot overlap"). The copies' use of HBM bandwidth is not charged.
 """
 from __future__ import annotations
 
@@ -62,20 +68,49 @@ def check_model(model, c) -> None:
 
 
 def saved_bytes(c, layer_act_bytes: float) -> float:
-    """HBM bytes the offload frees on the one stage: ``N - 1`` layers' activations (one layer in flight)."""
-    return max(0, c.activation_offload_layers - 1) * layer_act_bytes
+    """HBM bytes the offload frees on the one stage: ``N`` layers' activations (at most ``L - N`` sets stay)."""
+    return c.activation_offload_layers * layer_act_bytes
 
 
-def exposed_s(c, cluster, layer_act_bytes: float, layer_fwd_s: float, layer_bwd_s: float, micro_batches: int):
-    """(copy seconds on the link, exposed seconds) per step: each of the ``N`` offloaded layers' activations
-    copied D2H (hidden behind one layer's forward) and H2D (behind one layer's backward), per micro-batch."""
+def schedule_s(layers: int, offloaded: int, fwd_s: float, bwd_s: float, copy_s: float) -> float:
+    """Seconds of one micro-batch's forward and backward over ``layers`` equal layers of which the first
+    ``offloaded`` are offloaded, each copy taking ``copy_s`` one way, under TE's limit of ``layers - offloaded``
+    activation sets on the GPU (module docstring)."""
+    cap, inf = layers - offloaded, float("inf")
+    copy_free = now = 0.0
+    freed = []  # when each layer's set leaves the GPU in forward (inf: kept for backward)
+    for j in range(layers):
+        held = sorted(x for x in freed if x > now)  # a layer starts only with a set to spare
+        start = now if len(held) < cap else max(now, held[len(held) - cap])
+        now = start + fwd_s
+        if j < offloaded:
+            copy_free = max(copy_free, start) + copy_s
+            freed.append(max(copy_free, now))
+        else:
+            freed.append(inf)
+    ends = []  # backward ends of the layers above, latest first
+    for j in reversed(range(layers)):
+        start = now
+        if j < offloaded:  # its reload needs a set to spare: the layers above still resident
+            above = sorted(ends)
+            slot = above[len(above) - cap] if len(above) >= cap else 0.0
+            copy_free = max(copy_free, slot) + copy_s
+            start = max(start, copy_free)
+        now = start + bwd_s
+        ends.append(now)
+    return now
+
+
+def exposed_s(c, cluster, layers: int, layer_act_bytes: float, layer_fwd_s: float, layer_bwd_s: float,
+              micro_batches: int):
+    """(copy seconds on the link, exposed seconds) per step: the ``N`` offloaded layers' activations copied D2H
+    and H2D once per micro-batch, exposed where :func:`schedule_s` takes longer than the layers' compute."""
     n = c.activation_offload_layers
     if n == 0:
         return 0.0, 0.0
     t = host_link_s(layer_act_bytes, cluster)
-    link = 2 * n * micro_batches * t
-    exposed = n * micro_batches * (max(0.0, t - layer_fwd_s) + max(0.0, t - layer_bwd_s))
-    return link, exposed
+    stall = schedule_s(layers, n, layer_fwd_s, layer_bwd_s, t) - layers * (layer_fwd_s + layer_bwd_s)
+    return 2 * n * micro_batches * t, micro_batches * max(0.0, stall)
 
 
 def step_exposed_s(model, cluster, w, c, stage_fwd_s: float, stage_bwd_s: float, micro_batches: int):
@@ -87,5 +122,5 @@ def step_exposed_s(model, cluster, w, c, stage_fwd_s: float, stage_bwd_s: float,
     from .memory import offloaded_layer_bytes  # memory imports this module
     from .stage_contents import layer_counts
     n = sum(layer_counts(model, c, 0))
-    return exposed_s(c, cluster, max(offloaded_layer_bytes(model, w, c)), stage_fwd_s / n, stage_bwd_s / n,
+    return exposed_s(c, cluster, n, max(offloaded_layer_bytes(model, w, c)), stage_fwd_s / n, stage_bwd_s / n,
                      micro_batches)

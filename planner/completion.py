@@ -130,6 +130,12 @@ def complete(args: argparse.Namespace, model, cluster, workload):
     pinned = argparse.Namespace(**{**SEARCH_DEFAULTS, **vars(args)})
     for k, v in _degrees(args, gpus).items():
         setattr(pinned, k, v)
+    # activation offload (costmodel.act_offload) is not searched yet: the rest is chosen for the plan without it,
+    # without recompute (Megatron refuses recompute with CPU offloading), and the offload put back on the answer
+    act_offload = getattr(args, "activation_offload_layers", None) or 0
+    if act_offload:
+        pinned.activation_offload_layers = None
+        pinned.recompute = pinned.recompute or "none"
     if not cluster.num_gpus:
         d = _degrees(args, gpus)
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])
@@ -147,6 +153,8 @@ def complete(args: argparse.Namespace, model, cluster, workload):
                 "framework's defaults", 0.0)
     config = result.best.config
     stated_only = {k: getattr(args, k) for k in ("dma",) if getattr(args, k, None) is not None}
+    if act_offload:
+        stated_only["activation_offload_layers"] = act_offload
     if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)
         stated_only.update(layout=literal.layout, layers_per_stage=literal.layers_per_stage, vp=literal.vp)
     if stated_only:
