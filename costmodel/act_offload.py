@@ -22,9 +22,11 @@ What this model charges, as Transformer Engine's default offload scheduling docu
 (``docs/features/other_optimizations/cpu_offloading/cpu_offloading.rst``, TransformerEngine@d0067d0, "Default
 Offloading Scheduling"; the scheduler's code was not read):
 
-* memory: "the first ``num_layers`` layers are offloaded" and "at most ``(model_layers - num_layers)`` sets of
-  activations are on GPU at any time", so an offload of ``N`` layers saves ``N`` layers' activations of the one
-  micro-batch a PP=1 schedule holds.
+* memory (charged in :func:`costmodel.memory.stage_memory`): "the first ``num_layers`` layers are offloaded" and
+  "at most ``(model_layers - num_layers)`` sets of activations are on GPU at any time", so an offload of ``N``
+  layers saves ``N`` layers' activations of the one micro-batch a PP=1 schedule holds. Megatron's refusals
+  (pp > 1, recompute, ``N >= num_layers``) are :class:`costmodel.config.ParallelConfig`'s and
+  :func:`costmodel.config.validate_config`'s.
 * time (:func:`schedule_s`): each offloaded layer's saved activations go D2H once in forward ("offloading starts
   as soon as tensors are saved for backward", taken as the layer's start; the set is freed when its copy ends and
   not before the layer ends) and H2D once in backward ("reloading must complete by the time the tensor is needed
@@ -36,40 +38,9 @@ Offloading Scheduling"; the scheduler's code was not read):
 """
 from __future__ import annotations
 
-from .errors import SpecError
+from .memory import offloaded_layer_bytes
 from .offload import host_link_s
-
-
-def check(c) -> None:
-    """Megatron's refusals that need no model (``transformer_config.py@d98e8a64 __post_init__``)."""
-    n = c.activation_offload_layers
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise SpecError("activation_offload_layers", n, "an integer >= 0 (Megatron --cpu-offloading-num-layers; "
-                        "0 = off)")
-    if n == 0:
-        return
-    if c.framework != "megatron":
-        raise SpecError("activation_offload_layers", n, "0 unless framework=megatron (Megatron-Core's "
-                        "--cpu-offloading-num-layers)")
-    if c.pp > 1:
-        raise SpecError("activation_offload_layers", n, "0 with pp > 1 (Megatron: no support for pipeline "
-                        "parallelism with CPU offloading)")
-    if c.recompute != "none" or c.recompute_modules is not None:
-        raise SpecError("activation_offload_layers", n, "0 with recompute (Megatron: CPU offloading does not "
-                        "work when activation recomputation is enabled)")
-
-
-def check_model(model, c) -> None:
-    """``cpu_offloading_num_layers >= num_layers`` is refused (``transformer_config.py@d98e8a64``)."""
-    if c.activation_offload_layers >= model.layers and c.activation_offload_layers:
-        raise SpecError("activation_offload_layers", c.activation_offload_layers,
-                        f"an integer from 0 to {model.layers - 1} (Megatron offloads fewer layers than "
-                        f"num_layers={model.layers})")
-
-
-def saved_bytes(c, layer_act_bytes: float) -> float:
-    """HBM bytes the offload frees on the one stage: ``N`` layers' activations (at most ``L - N`` sets stay)."""
-    return c.activation_offload_layers * layer_act_bytes
+from .stage_contents import layer_counts
 
 
 def schedule_s(layers: int, offloaded: int, fwd_s: float, bwd_s: float, copy_s: float) -> float:
@@ -119,8 +90,6 @@ def step_exposed_s(model, cluster, w, c, stage_fwd_s: float, stage_bwd_s: float,
     fast path charge the offload's time."""
     if c.activation_offload_layers == 0:
         return 0.0, 0.0
-    from .memory import offloaded_layer_bytes  # memory imports this module
-    from .stage_contents import layer_counts
     n = sum(layer_counts(model, c, 0))
     return exposed_s(c, cluster, n, max(offloaded_layer_bytes(model, w, c)), stage_fwd_s / n, stage_bwd_s / n,
                      micro_batches)

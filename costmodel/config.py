@@ -293,8 +293,7 @@ class ParallelConfig:
         if self.optimizer_offload_fraction != 0.0 or self.overlap_cpu_optimizer_d2h_h2d is not False:
             self._check_offload()
         if self.activation_offload_layers != 0:
-            from . import act_offload
-            act_offload.check(self)
+            self._check_act_offload()
         if self.layers_per_stage is not None and self.layout is None:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
@@ -304,6 +303,23 @@ class ParallelConfig:
                                 "a stage holds at least one layer)")
         if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
             raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
+
+    def _check_act_offload(self) -> None:
+        """Megatron's refusals of ``--cpu-offloading-num-layers`` that need no model
+        (``megatron/core/transformer/transformer_config.py@d98e8a64 __post_init__``; :mod:`costmodel.act_offload`)."""
+        n = self.activation_offload_layers
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise SpecError("activation_offload_layers", n, "an integer >= 0 (Megatron --cpu-offloading-num-layers; "
+                            "0 = off)")
+        if self.framework != "megatron":
+            raise SpecError("activation_offload_layers", n, "0 unless framework=megatron (Megatron-Core's "
+                            "--cpu-offloading-num-layers)")
+        if self.pp > 1:
+            raise SpecError("activation_offload_layers", n, "0 with pp > 1 (Megatron: no support for pipeline "
+                            "parallelism with CPU offloading)")
+        if self.recompute != "none" or self.recompute_modules is not None:
+            raise SpecError("activation_offload_layers", n, "0 with recompute (Megatron: CPU offloading does not "
+                            "work when activation recomputation is enabled)")
 
     def _check_offload(self) -> None:
         # megatron/training/arguments.py@d98e8a64 validate_args: --optimizer-cpu-offload asserts
@@ -454,9 +470,10 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     ...
     costmodel.errors.SpecError: tp=7: must be a divisor of heads=96
     """
-    if c.activation_offload_layers:
-        from . import act_offload
-        act_offload.check_model(model, c)
+    if c.activation_offload_layers >= model.layers and c.activation_offload_layers:  # transformer_config.py@d98e8a64
+        raise SpecError("activation_offload_layers", c.activation_offload_layers,
+                        f"an integer from 0 to {model.layers - 1} (Megatron offloads fewer layers than "
+                        f"num_layers={model.layers})")
     if model.heads % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of heads={model.heads}")
     if model.kv_heads % c.tp and c.tp % model.kv_heads:

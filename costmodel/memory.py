@@ -30,7 +30,6 @@ from . import dropout as _dropout, frameworks, mtp
 from .eager import eager_extra_bytes_per_token
 from .compute import moe_imbalance, op_sac_matmuls
 from .config import ParallelConfig, micro_batches
-from . import act_offload as _act_offload
 from .pipeline import in_flight_profile
 from .specs import ModelSpec, Workload
 from .stage_contents import chunk_counts, expert_dp, layer_counts, layer_params, stage_params
@@ -405,8 +404,9 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     # the peak over the schedule of the micro-batches each chunk holds (costmodel.pipeline.in_flight_profile)
     profile = in_flight_profile(c.pp, m, c.vp, stage)
     acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working
-    if c.activation_offload_layers:  # pp = 1, no recompute, dense or MoE by the first layers' kind
-        acts -= _act_offload.saved_bytes(c, min(offloaded_layer_bytes(model, w, c)))
+    if c.activation_offload_layers:  # pp = 1, no recompute: TE keeps at most L - N layers' activations on the GPU,
+        # so N layers' leave it (costmodel.act_offload; of the smaller layer kind where dense and MoE mix)
+        acts -= c.activation_offload_layers * min(offloaded_layer_bytes(model, w, c))
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight (of an average chunk, as
         # this model always charged it; the first chunk holds up to 2p, in_flight_profile); no mask at p = 0
         emb = 2 + _dropout.mask_bytes(model.hidden_dropout, w.mode == "train")
