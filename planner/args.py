@@ -392,8 +392,9 @@ def add_memory_args(g) -> None:
     g.add_argument("--activation-offload-layers", metavar="N",
                    type=_converter("activation_offload_layers", int, "an integer >= 0", lambda v: v >= 0),
                    help="activation CPU offload (Megatron --cpu-offloading-num-layers N): the saved activations "
-                        "of N layers copied to the host in forward and back in backward, the PCIe copies charged "
-                        "where a layer's compute does not hide them; Megatron refuses it with pp > 1 or recompute")
+                        "of the first N layers copied to the host in forward and back in backward, the PCIe copies "
+                        "charged where Transformer Engine's schedule (at most L - N layers' activations on the GPU) "
+                        "cannot hide them; Megatron refuses it with pp > 1 or recompute")
     g.add_argument("--overlap-cpu-optimizer-d2h-h2d", action="store_true", default=None,
                    help="with --optimizer-offload-fraction: pipeline the gradient copy, CPU Adam and parameter copy "
                         "(Megatron --overlap-cpu-optimizer-d2h-h2d)")
