@@ -498,13 +498,12 @@ def limits_from_args(args: argparse.Namespace, layers: int | None = None):
 def plan_options(args: argparse.Namespace) -> tuple:
     """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher, memory mechanisms
     (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
-    those with ZeRO >= 1) and optimizer CPU offload (:data:`OFFLOAD_FIELDS`)."""
-    # a stated offload fraction is a plan option every plan runs (search.offload_choice; Problem pins ZeRO-1);
-    # a stated 0 is no offload, the search's own first try
+    those with ZeRO >= 1), optimizer CPU offload (:data:`OFFLOAD_FIELDS`) and activation CPU offload."""
+    # a stated offload fraction or layer count is a plan option every plan runs (search.offload_choice,
+    # search.act_offload_choice; Problem pins ZeRO-1, or pp = 1 without recompute); a stated 0 is no offload
     offload = {k: v for k, v in offload_fields(args).items() if v}
-    if getattr(args, "activation_offload_layers", None):  # costmodel.act_offload: evaluate only so far
-        raise SpecError("activation_offload_layers", args.activation_offload_layers,
-                        "0 for recommend (activation offload is evaluated, not yet searched)")
+    if getattr(args, "activation_offload_layers", None):
+        offload["activation_offload_layers"] = args.activation_offload_layers
     given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),
              "module_layout": getattr(args, "module_layout", None), **memory_fields(args), **offload}
     return tuple((k, v) for k, v in given.items() if v is not None)

@@ -130,20 +130,16 @@ def complete(args: argparse.Namespace, model, cluster, workload):
     pinned = argparse.Namespace(**{**SEARCH_DEFAULTS, **vars(args)})
     for k, v in _degrees(args, gpus).items():
         setattr(pinned, k, v)
-    # activation offload (costmodel.act_offload) is not searched yet: the rest is chosen for the plan without it,
-    # without recompute (Megatron refuses recompute with CPU offloading), and the offload put back on the answer
-    act_offload = getattr(args, "activation_offload_layers", None) or 0
-    if act_offload:
-        pinned.activation_offload_layers = None
-        pinned.recompute = pinned.recompute or "none"
     if not cluster.num_gpus:
         d = _degrees(args, gpus)
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])
     try:
         problem = problem_of(pinned, model, cluster, workload)  # recommend's problem of the same flags
         check_pins(problem)  # a stated knob no runnable plan has (e.g. chunks the framework cannot run)
-        # recommend's search, without the optimizer offload the user did not state (search.offload_choice)
-        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, offload=False))
+        # recommend's search, without the offloads the user did not state (search.offload_choice,
+        # search.act_offload_choice); a stated one is a plan option of the problem, as recommend's
+        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, offload=False,
+                                             act_offload=False))
         why = "" if result.plans else (result.explanation or result.status)
     except PlannerError as e:
         why = str(e)
@@ -153,8 +149,6 @@ def complete(args: argparse.Namespace, model, cluster, workload):
                 "framework's defaults", 0.0)
     config = result.best.config
     stated_only = {k: getattr(args, k) for k in ("dma",) if getattr(args, k, None) is not None}
-    if act_offload:
-        stated_only["activation_offload_layers"] = act_offload
     if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)
         stated_only.update(layout=literal.layout, layers_per_stage=literal.layers_per_stage, vp=literal.vp)
     if stated_only:

@@ -336,7 +336,8 @@ class Bounds:
         depend on the layers' shape (tp, cp, ep), not on pp or dp, so the groups of every pp and dp
         share them (:meth:`_mem_acts` scales them by the in-flight chunks)."""
         s = c.shape
-        key = ("stored", s.tp, s.cp, s.ep, c.mb, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind)
+        key = ("stored", s.tp, s.cp, s.ep, c.mb, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind,
+               s.pp == 1)  # (an activation offload runs at pp = 1 only)
         out = self._bytes.get(key)
         if out is None:
             n = self.n
@@ -346,8 +347,8 @@ class Bounds:
                 li = self.t.layer_input_bytes(c)
                 kk = n if c.recompute_layers is None else np.minimum(n, c.recompute_layers)
                 out = kk * li + np.maximum(0, nd - kk) * a_d + (n - np.maximum(kk, nd)) * a_m
-            else:
-                out = nd * a_d + nm * a_m
+            else:  # less what an activation offload frees (a pp = 1 stage: its one count n = L)
+                out = nd * a_d + nm * a_m - self.t.offloaded_bytes(c)
             self._bytes[key] = out
         return out
 

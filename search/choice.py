@@ -100,6 +100,10 @@ class Choice:
             # the bounds' probes of other stages get here (search.offload_choice)
             opts.pop("optimizer_offload_fraction", None)
             opts.pop("overlap_cpu_optimizer_d2h_h2d", None)
+        if self.shape.pp > 1 or self.recompute != "none":
+            # activation offload runs at pp = 1 without recompute only: the Problem pins both, so only the
+            # bounds' probes of other stages get here (search.act_offload_choice)
+            opts.pop("activation_offload_layers", None)
         return opts
 
     def __hash__(self) -> int:

@@ -121,7 +121,24 @@ class Limits:
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
 PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher",
                 "module_layout", "pp_grad_reduce", "sp_saved_inputs", "pp_free_stage_inputs",
-                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
+                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "activation_offload_layers")
+
+
+def _act_offload_limits(p: "Problem", n: int) -> Limits:
+    """Activation CPU offload of ``n`` layers as a plan option (:mod:`costmodel.act_offload`): the limits with
+    ``pp = 1`` and ``recompute = none`` pinned, as Megatron-LM d98e8a64 runs it (``transformer_config.py``
+    ``__post_init__``: no pipeline parallelism, no activation recomputation, ``n`` below the layer count)."""
+    lim = p.limits
+    if n >= p.model.layers:
+        raise SpecError("activation_offload_layers", n, f"below the model's layers={p.model.layers} (Megatron: "
+                        "CPU offloading can be done only for layers less than num_layers)")
+    for var, value, why in (("pp", 1, "no support for pipeline parallelism with CPU offloading"),
+                            ("recompute", "none", "CPU offloading does not work when activation recomputation "
+                                                  "is enabled")):
+        if not lim.allows(var, value):
+            raise SpecError(var, lim.fixed.get(var, f"excluded {value}"),
+                            f"{value} with activation_offload_layers={n} (Megatron: {why})")
+    return replace(lim, fixed={**lim.fixed, "pp": 1, "recompute": "none"})
 
 
 def _check_offload(limits: Limits, given: dict) -> None:
@@ -195,6 +212,8 @@ class Problem:
                 raise SpecError("zero", self.limits.fixed["zero"], "1 with optimizer_dtype=bf16 under framework=megatron "
                                 "(NeMo's distributed_fused_adam shards the optimizer state, ZeRO-1)")
             object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": zero}))
+        if given.get("activation_offload_layers"):
+            object.__setattr__(self, "limits", _act_offload_limits(self, given["activation_offload_layers"]))
         if self.grad_dtype not in GRAD_DTYPES:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}

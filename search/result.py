@@ -144,8 +144,12 @@ def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[
     values = {"tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "cp": s.cp, "vp": plan_choice.vp,
               "mb": plan_choice.mb, "sp": plan_choice.sp, "zero": plan_choice.zero,
               "recompute": plan_choice.recompute, "chunks": plan_choice.chunks, "bucket_mb": plan_choice.bucket_mb}
+    act_offload = dict(p.options).get("activation_offload_layers")
     for var, v in values.items():
-        if var in lim.fixed:
+        if act_offload and var in ("pp", "recompute"):  # the Problem's pins (search.problem._act_offload_limits)
+            out.append(f"{var}={v} with activation offload (Megatron runs --cpu-offloading-num-layers "
+                       f"{act_offload} only at pp=1 without recompute)")
+        elif var in lim.fixed:
             out.append(f"{var}={v} fixed by the user")
         elif var in lim.maximum and v == lim.maximum[var]:
             out.append(f"{var} at its maximum {v} (user limit)")

@@ -41,6 +41,7 @@ from costmodel.uncertainty import NOISE_SD
 from .cpsat import Space, build_model, tie_break
 from .exhaustive import Scored, all_choices, best_splits
 from .explain import explain_infeasible
+from .act_offload_choice import better as act_offload_if_faster
 from .offload_choice import when_nothing_fits
 from .pins import check_pins, refusal
 from .presolve import presolve
@@ -92,6 +93,8 @@ class SolveOptions:
         or CP-SAT); -1: never. Off too without ``presolve_bounds`` (then CP-SAT holds every choice).
     offload : when no plan fits, search again with optimizer CPU offload (:mod:`search.offload_choice`);
         off for ``evaluate``'s completion of a stated plan (its offload is what the user states).
+    act_offload : when the answer is a ``pp = 1`` plan that recomputes, or none fits, look for a faster one with
+        activation CPU offload (:mod:`search.act_offload_choice`); off for ``evaluate``'s completion, as ``offload``.
     """
 
     time_limit_s: float = 10.0
@@ -108,6 +111,7 @@ class SolveOptions:
     rescore_max: int = RESCORE_MAX
     small_space: int = SMALL_SPACE
     offload: bool = True
+    act_offload: bool = True
 
 
 @dataclass
@@ -177,6 +181,7 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
         parts = [_solve_space(p, tables, options, deadline)]
     res = _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
     res = _keep_margin(p, res, options, start, deadline, tables)
+    res = act_offload_if_faster(p, res, options, solve, start, deadline)  # activation CPU offload, if it wins
     return when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits
 
 

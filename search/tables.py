@@ -35,13 +35,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from costmodel import dma, frameworks
+from costmodel import act_offload, dma, frameworks
 from costmodel.analytic import dp_comm, dp_latency, grad_bytes, layer_timing, stage_timing
 from costmodel.grad_buckets import stage_grad_buckets
 from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
-from costmodel.memory import WEIGHT_BYTES, reserved_bytes, activation_bytes_per_layer, fp8_weight_cache_bytes, model_state_bytes, stage_memory
+from costmodel.memory import (WEIGHT_BYTES, activation_bytes_per_layer, fp8_weight_cache_bytes, model_state_bytes,
+                              offloaded_layer_bytes, reserved_bytes, stage_memory)
 from costmodel.stage_contents import expert_dp, stage_params
 from costmodel.pipeline import in_flight_profile, interleaved_p2p_exposed_s
 from costmodel.units import MB
@@ -241,6 +242,19 @@ class Tables:
         if key not in self._parts:
             c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
             self._parts[key] = activation_bytes_per_layer(self.p.model, self.p.workload, c, moe)
+        return self._parts[key]
+
+    def offloaded_bytes(self, choice: Choice) -> float:
+        """Activation bytes the choice's CPU offload frees (0 without it): ``N`` layers' of the one micro-batch a
+        ``pp = 1`` stage holds, as :func:`costmodel.memory.stage_memory` frees them; the memory bounds
+        (:meth:`search.bounds.Bounds._stored`) take them off, so that they stay below the tables' memory."""
+        n = choice.config_options().get("activation_offload_layers", 0)
+        if not n:
+            return 0.0
+        key = ("offloaded", choice.shape, choice.mb, choice.sp, choice.options)
+        if key not in self._parts:
+            c = choice.config(self.p.limits.flash_attention, (self.p.model.layers,), self.p.limits.fused_elementwise)
+            self._parts[key] = n * min(offloaded_layer_bytes(self.p.model, self.p.workload, c))
         return self._parts[key]
 
     def layer_input_bytes(self, choice: Choice) -> float:
@@ -539,6 +553,11 @@ class Tables:
         self._parts[("x",) + key] = tuple(float(x) for x in extras)
         time = layers_time + extras[0]
         fwd, bwd, rec = fwd + extras[1], bwd + extras[2], rec + (st.recompute_s - rec[n0])
+        if choice.config_options().get("activation_offload_layers"):  # pp = 1: the one count n = L
+            c = choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise)
+            L = p.model.layers  # the stall per micro-batch, as evaluate adds it (costmodel.act_offload)
+            time = time.copy()
+            time[L] += act_offload.step_exposed_s(p.model, p.cluster, p.workload, c, fwd[L], bwd[L] + rec[L], 1)[1]
         if s.pp > 1:
             vp = choice.vp
             t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * vp)

@@ -333,6 +333,12 @@ def solve_lines(result) -> list[str]:
         lines.append(f"optimizer CPU offload: no plan fits without it; searched again at fraction {tried}: "
                      f"{off['chosen']:g} chosen, copies overlapped (Megatron --optimizer-cpu-offload "
                      f"--optimizer-offload-fraction {off['chosen']:g} --overlap-cpu-optimizer-d2h-h2d)")
+    act = s.get("activation_offload")
+    if act and act.get("chosen"):  # search.act_offload_choice: nothing fit without it
+        lines.append(f"activation CPU offload: no plan fits without it; {act['twins']} plans at pp=1 without recompute "
+                     f"looked at (fastest first, each with the fewest layers that fit it"
+                     + ("" if act["proven"] else "; not to the end in the time left")
+                     + f"): {act['chosen']} layers chosen (Megatron --cpu-offloading-num-layers {act['chosen']})")
     if result.band is None:
         lines[-1] += f"; the op-graph scheduler re-scores the best plan at {_opt_s(best.graph_step_time_s)} s"
     else:
