@@ -1,4 +1,5 @@
-"""Activation CPU offload as a plan option the search chooses (issue 21): where nothing fits without it.
+"""Activation CPU offload as a plan option the search chooses (issue 21): where nothing fits without it, or where
+the answer is a ``pp = 1`` plan that recomputes (offload could buy its recompute back).
 
 Megatron-Core's ``--cpu-offloading-num-layers N`` (:mod:`costmodel.act_offload`) moves the saved activations of
 the first ``N`` layers to the host; Megatron runs it only at ``pp = 1`` without recompute. A problem that states
@@ -6,26 +7,17 @@ the first ``N`` layers to the host; Megatron runs it only at ``pp = 1`` without 
 ``Problem`` pins ``pp = 1`` and ``recompute = none``, the tables charge the stall (``Tables.timing``) and the freed
 bytes (``stage_memory``), as ``evaluate`` does.
 
-A problem that states none is searched without it first; when no plan fits, :func:`better` searches the plans
-with it. What makes that exact: offload changes two things of a ``pp = 1`` plan without recompute, its memory
-(``N`` layers' activations leave the GPU) and its step (the stall :func:`costmodel.act_offload.schedule_s` adds,
-never negative and not falling as ``N`` grows, ``tests/test_act_offload_search.py``). So for each plan ``x`` (a
-*twin*: ``pp = 1``, no recompute, any memory) with time ``T0(x)`` without offload:
+A problem that states none is searched without it first; :func:`better` then searches the plans with it, in one
+search of the problem pinned at ``pp = 1`` without recompute where each plan offloads the fewest layers ``N``
+that make it fit (``search.problem.FEWEST_FITTING``: ``Tables.with_fewest_fitting`` charges that ``N``'s freed
+bytes and stall; the memory bounds take off the most ``L - 1`` layers can free). That is the optimum over every
+plan with offload: a plan's memory falls with ``N`` (fewer than its fewest do not fit) and its stall
+(:func:`costmodel.act_offload.schedule_s`) does not fall as ``N`` grows (``tests/test_act_offload_search.py``), so
+more layers are never faster. When that optimum beats the answer without offload, its ``N`` is searched as a
+stated option (re-scored as the first search), which answers.
 
-* every offload plan of ``x`` takes at least ``T(x, N_x)``, ``N_x`` the fewest layers that make ``x`` fit (fewer
-  do not fit, more are no faster), and ``T(x, N_x) >= T0(x)``;
-* the twins come in order of ``T0`` from one search of the relaxed problem (``pp = 1``, no recompute, no memory
-  limit but the 16 TiB a device may declare; :func:`relaxed`), its ``top_k`` plans; once a twin's ``T0`` reaches
-  the best ``T(x, N_x)`` found, no twin after it can be faster: the enumeration stops, proven.
-
-The fastest twin's ``N`` is then searched as a stated option (one more search, re-scored as the first), whose
-optimum is the optimum over every offload plan.
-
-Not searched: a faster plan with offload where one without fits (a ``pp = 1`` answer that recomputes could
-trade its recompute for offload). The same enumeration answers it, but its cost is the search's: on
-Qwen3-30B-A3B / 64 H100 (``benchmarks/search_speed.py``, a ``pp = 1`` full-recompute answer) 64 twins lie
-below the answer without reaching the stop (the relaxed optimum 2.11 s against 2.74 s), +3 s on a 1 s search;
-``recommend --activation-offload-layers N`` states it instead.
+Cost: the pinned search runs only when the answer is ``pp = 1`` with recompute or none fits (RESULTS section 45:
+Qwen3-30B-A3B / 64 H100 of ``benchmarks/search_speed.py`` is such a case).
 """
 
 from __future__ import annotations
@@ -35,19 +27,10 @@ import time
 from dataclasses import replace
 
 from costmodel import offload
-from costmodel.estimate import evaluate
 from costmodel.memory import memory_per_stage
-from costmodel.specs import MAX_HBM_BYTES
 
-from .problem import Problem
+from .problem import FEWEST_FITTING, Problem
 from .result import FEASIBLE, INFEASIBLE, OPTIMAL, SolveResult, binding_constraints
-
-#: twins taken from the relaxed search at first; doubled while the enumeration has not stopped, up to TWINS_MAX
-TWINS = 8
-TWINS_MAX = 64
-#: the relaxed problem's HBM: the largest a device may declare (``costmodel.specs``' sanity bound, 16 TiB), so the
-#: twins are every plan whose memory without offload stays below it (16 TiB per GPU: no plan that could fit)
-UNLIMITED_BYTES = MAX_HBM_BYTES
 
 
 def offerable(p: Problem) -> bool:
@@ -59,18 +42,16 @@ def offerable(p: Problem) -> bool:
             and offload.host_link_bytes_per_s(p.cluster) > 0)
 
 
-def relaxed(p: Problem) -> Problem:
-    """The twins' problem: ``p`` at ``pp = 1`` without recompute and without a memory limit (the HBM
-    :data:`UNLIMITED_BYTES`); time never reads the HBM size, so its plans' times are ``p``'s."""
-    dev = replace(p.cluster.device, hbm_bytes=UNLIMITED_BYTES)
-    return replace(p, cluster=replace(p.cluster, device=dev),
-                   limits=replace(p.limits, fixed={**p.limits.fixed, "pp": 1, "recompute": "none"}))
+def with_offload(p: Problem, n: int) -> Problem:
+    """``p`` with ``n`` offloaded layers as a plan option (:data:`search.problem.FEWEST_FITTING`: each plan's
+    fewest that fit); ``Problem`` pins ``pp = 1`` and no recompute."""
+    return replace(p, options=tuple(sorted({**dict(p.options), "activation_offload_layers": n}.items())))
 
 
 def fewest_layers(p: Problem, config) -> int | None:
     """The fewest offloaded layers ``N`` (``1 <= N < L``) with which ``config`` (``pp = 1``, no recompute) fits
-    ``p``'s HBM less headroom (the fit test of the tables: the stage's total bytes), or ``None`` when even
-    ``L - 1`` does not; memory falls with ``N`` (``costmodel.memory.stage_memory``), so a bisection finds it."""
+    ``p``'s HBM less headroom (the stage's total bytes, as the tables' fit test), or ``None`` when even ``L - 1``
+    does not; memory falls with ``N`` (``costmodel.memory.stage_memory``), so a bisection finds it."""
     def fits(n: int) -> bool:
         c = replace(config, activation_offload_layers=n)
         return max(m.total_bytes for m in memory_per_stage(p.model, p.workload, c)) <= p.hbm_cap_bytes
@@ -84,67 +65,66 @@ def fewest_layers(p: Problem, config) -> int | None:
     return lo
 
 
-def _twins(p: Problem, q: Problem, options, solve, best_s: float, deadline: float) -> dict:
-    """The enumeration of the module docstring: ``{"bound_s", "twins", "best": (N, s) or None, "proven"}``."""
-    info = {"bound_s": None, "twins": 0, "best": None, "proven": False}
-    seen, k = 0, TWINS
-    cluster = p.cluster
-    while True:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return info
-        r = solve(q, replace(options, top_k=k, rescore=False, explain=False, offload=False, act_offload=False,
-                             memory_margin=0.0, time_limit_s=left))
-        if not r.plans or r.status != OPTIMAL:  # no twin at all, or not proven in the time left
-            info["proven"] = not r.plans and r.status == INFEASIBLE
-            return info
-        info["bound_s"] = r.objective_s
-        for plan in r.plans[seen:]:
-            if plan.objective_s >= best_s:  # no twin from here on is faster (module docstring)
-                info["proven"] = True
-                return info
-            info["twins"] += 1
-            n = fewest_layers(p, plan.config)
-            if n is None:
-                continue
-            t = evaluate(p.model, cluster, p.workload, replace(plan.config, activation_offload_layers=n),
-                         engine="analytic").step_time_s
-            if t < best_s:
-                best_s, info["best"] = t, (n, t)
-        if len(r.plans) < k:  # every twin seen
-            info["proven"] = True
-            return info
-        if k >= TWINS_MAX:
-            return info
-        seen, k = len(r.plans), 2 * k
+def _fewest_answer(p: Problem, fit: Problem, best_s: float, inner, deadline: float, solve):
+    """``(stats, answer)``: the search of ``fit`` (``p`` or ``p`` with more headroom) where each plan offloads the
+    fewest layers that make it fit, and, where its optimum beats ``best_s``, the search of ``p`` with that
+    optimum's layer count stated (``None`` otherwise)."""
+    r = solve(with_offload(fit, FEWEST_FITTING), replace(
+        inner, rescore=False, explain=False, memory_margin=0.0, top_k=1,
+        time_limit_s=max(0.05, deadline - time.perf_counter())))
+    stats = {"best_s": r.objective_s if r.plans else None, "status": r.status, "chosen": None,
+             "without_s": None if math.isinf(best_s) else best_s}
+    n = fewest_layers(fit, r.best.config) if r.plans and r.objective_s < best_s else None
+    if n is None or time.perf_counter() >= deadline:
+        return stats, None
+    out = solve(with_offload(p, n), replace(inner, time_limit_s=deadline - time.perf_counter()))
+    if not out.plans or out.objective_s >= best_s:
+        return stats, None
+    stats["chosen"] = n
+    if r.status != OPTIMAL and out.status == OPTIMAL:
+        out.status, out.bound_s = FEASIBLE, None
+    return stats, out
 
 
 def better(p: Problem, res: SolveResult, options, solve, start: float, deadline: float) -> SolveResult:
-    """``res``, or the fastest answer with activation offload when no plan of ``res`` fits (INFEASIBLE, not a
-    refused pin) and one with it does (module docstring); ``stats['activation_offload']`` says what was looked
-    at. Runs only with ``options.act_offload``, on a problem :func:`offerable`."""
+    """``res``, or the answer with activation offload where it is faster (module docstring):
+    ``stats['activation_offload']`` says what was looked at. Runs only with ``options.act_offload``, on a problem
+    :func:`offerable`, when ``res`` is a ``pp = 1`` plan that recomputes or no plan fits (not a refused pin).
+
+    The fewest layers that fit leave a plan at the edge of the HBM: where the answer is at risk (within the memory
+    model's measured margin, ``search.solve._keep_margin``), the layer count that keeps the margin is searched too
+    and answers when its op-graph time is within the re-score band."""
     if not options.act_offload or not offerable(p) or "refused" in res.stats:
         return res
-    if res.plans or res.status != INFEASIBLE:
+    if res.plans:
+        c = res.best.config
+        if c.pp != 1 or c.recompute == "none":
+            return res
+        best_s = res.objective_s
+    elif res.status == INFEASIBLE:
+        best_s = math.inf
+    else:
         return res
-    info = _twins(p, relaxed(p), options, solve, math.inf, deadline)
-    stats = {"bound_s": info["bound_s"], "twins": info["twins"], "proven": info["proven"], "chosen": None}
-    if info["best"] is not None and time.perf_counter() < deadline:
-        n, stats["twin_s"] = info["best"]
-        q = replace(p, options=tuple(sorted({**dict(p.options), "activation_offload_layers": n}.items())))
-        r = solve(q, replace(options, offload=False, act_offload=False,
-                             time_limit_s=deadline - time.perf_counter()))
-        if r.plans:
-            stats["chosen"] = n
-            r.stats["activation_offload"] = stats
-            # what binds, against the user's problem (the offload's pins are the re-search's, not the user's)
-            r.plans = [replace(pl, binding=tuple(binding_constraints(p, pl.choice, pl.estimate))) for pl in r.plans]
-            if not info["proven"] and r.status == OPTIMAL:  # a twin past the ones seen may be faster
-                r.status, r.bound_s = FEASIBLE, info["bound_s"]
-            r.time_s = time.perf_counter() - start
-            return r
+    inner = replace(options, offload=False, act_offload=False)
+    stats, out = _fewest_answer(p, p, best_s, inner, deadline, solve)
+    if out is not None and out.margin_kept is False and out.graph_objective_s is not None:
+        lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes
+                                         + options.memory_margin * p.hbm_cap_bytes))
+        kept, alt = _fewest_answer(p, lean, best_s, inner, deadline, solve)
+        if alt is not None and alt.margin_kept and alt.graph_objective_s <= out.graph_objective_s * (1 + options.band):
+            alt.margin_alternative_s, kept["margin_chosen_over"] = out.graph_objective_s, stats["chosen"]
+            stats, out = kept, alt
+    if out is not None:
+        out.stats["activation_offload"] = stats
+        # what binds, against the user's problem (the offload's pins are the re-search's, not the user's)
+        out.plans = [replace(pl, binding=tuple(binding_constraints(p, pl.choice, pl.estimate))) for pl in out.plans]
+        out.time_s = time.perf_counter() - start
+        return out
     res.stats["activation_offload"] = stats
-    res.explanation += (f"; activation CPU offload (Megatron --cpu-offloading-num-layers, up to {p.model.layers - 1} "
-                        "layers, pp = 1 without recompute) does not make a plan fit either.")
+    if stats["status"] not in (OPTIMAL, INFEASIBLE) and res.status == OPTIMAL:  # not searched to the end in time
+        res.status, res.bound_s = FEASIBLE, None
+    if not res.plans:
+        res.explanation += (f"; activation CPU offload (Megatron --cpu-offloading-num-layers, up to "
+                            f"{p.model.layers - 1} layers, pp = 1 without recompute) does not make a plan fit either")
     res.time_s = time.perf_counter() - start
     return res

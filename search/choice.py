@@ -100,9 +100,10 @@ class Choice:
             # the bounds' probes of other stages get here (search.offload_choice)
             opts.pop("optimizer_offload_fraction", None)
             opts.pop("overlap_cpu_optimizer_d2h_h2d", None)
-        if self.shape.pp > 1 or self.recompute != "none":
+        if self.shape.pp > 1 or self.recompute != "none" or opts.get("activation_offload_layers", 0) < 0:
             # activation offload runs at pp = 1 without recompute only: the Problem pins both, so only the
-            # bounds' probes of other stages get here (search.act_offload_choice)
+            # bounds' probes of other stages get here; a negative count (search.problem.FEWEST_FITTING) is the
+            # search's own, charged by the tables per plan (search.act_offload_choice): the config is without it
             opts.pop("activation_offload_layers", None)
         return opts
 

@@ -124,12 +124,17 @@ PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_m
                 "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "activation_offload_layers")
 
 
+#: ``activation_offload_layers`` of the search's own problem where each plan offloads the fewest layers that make it
+#: fit (:mod:`search.act_offload_choice`; the tables charge that count, ``Tables.fewest_fitting``); not a user value
+FEWEST_FITTING = -1
+
+
 def _act_offload_limits(p: "Problem", n: int) -> Limits:
     """Activation CPU offload of ``n`` layers as a plan option (:mod:`costmodel.act_offload`): the limits with
     ``pp = 1`` and ``recompute = none`` pinned, as Megatron-LM d98e8a64 runs it (``transformer_config.py``
     ``__post_init__``: no pipeline parallelism, no activation recomputation, ``n`` below the layer count)."""
     lim = p.limits
-    if n >= p.model.layers:
+    if n != FEWEST_FITTING and n >= p.model.layers:
         raise SpecError("activation_offload_layers", n, f"below the model's layers={p.model.layers} (Megatron: "
                         "CPU offloading can be done only for layers less than num_layers)")
     for var, value, why in (("pp", 1, "no support for pipeline parallelism with CPU offloading"),
@@ -190,7 +195,8 @@ class Problem:
                      "pp_grad_reduce": dict(zero=2), "optimizer_dtype": dict(zero=1),
                      "optimizer_offload_fraction": dict(zero=1),
                      "overlap_cpu_optimizer_d2h_h2d": dict(zero=1, optimizer_offload_fraction=1.0)}.get(k, {})
-            ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
+            if not (k == "activation_offload_layers" and v == FEWEST_FITTING):  # (the search's own value)
+                ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
             opts.append((k, v))
         given = dict(opts)
         _check_offload(self.limits, given)

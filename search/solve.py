@@ -199,7 +199,7 @@ def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: flo
         return res
     lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes
                                      + options.memory_margin * p.hbm_cap_bytes))
-    alt = solve(lean, replace(options, memory_margin=0.0, time_limit_s=max(0.05, deadline - time.perf_counter())),
+    alt = solve(lean, replace(options, memory_margin=0.0, act_offload=False, time_limit_s=max(0.05, deadline - time.perf_counter())),
                 tables.with_problem(lean))  # the times already tabled, the fits anew
     if not alt.plans or alt.graph_objective_s is None:
         return res

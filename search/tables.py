@@ -42,7 +42,7 @@ from costmodel.step import dp_buckets, dp_exposure, step_time
 from costmodel.config import ParallelConfig
 from costmodel.flops import model_flops_per_step
 from costmodel.memory import (WEIGHT_BYTES, activation_bytes_per_layer, fp8_weight_cache_bytes, model_state_bytes,
-                              offloaded_layer_bytes, reserved_bytes, stage_memory)
+                              FRAGMENTATION, offloaded_layer_bytes, reserved_bytes, stage_memory)
 from costmodel.stage_contents import expert_dp, stage_params
 from costmodel.pipeline import in_flight_profile, interleaved_p2p_exposed_s
 from costmodel.units import MB
@@ -246,16 +246,53 @@ class Tables:
 
     def offloaded_bytes(self, choice: Choice) -> float:
         """Activation bytes the choice's CPU offload frees (0 without it): ``N`` layers' of the one micro-batch a
-        ``pp = 1`` stage holds, as :func:`costmodel.memory.stage_memory` frees them; the memory bounds
-        (:meth:`search.bounds.Bounds._stored`) take them off, so that they stay below the tables' memory."""
-        n = choice.config_options().get("activation_offload_layers", 0)
-        if not n:
-            return 0.0
+        ``pp = 1`` stage holds, as :func:`costmodel.memory.stage_memory` frees them (with the fewest fitting, at
+        most ``L - 1``); the memory bounds (:meth:`search.bounds.Bounds._stored`) take them off, so that they stay
+        below the tables' memory."""
+        n = (self.p.model.layers - 1 if self._fewest_fitting(choice)
+             else choice.config_options().get("activation_offload_layers", 0))
+        return n * self._offloaded_layer(choice) if n else 0.0
+
+    def _offloaded_layer(self, choice: Choice) -> float:
         key = ("offloaded", choice.shape, choice.mb, choice.sp, choice.options)
         if key not in self._parts:
             c = choice.config(self.p.limits.flash_attention, (self.p.model.layers,), self.p.limits.fused_elementwise)
-            self._parts[key] = n * min(offloaded_layer_bytes(self.p.model, self.p.workload, c))
+            self._parts[key] = min(offloaded_layer_bytes(self.p.model, self.p.workload, c))
         return self._parts[key]
+
+    @staticmethod
+    def _fewest_fitting(choice: Choice) -> bool:
+        """Whether the choice offloads the fewest layers that make it fit (``search.problem.FEWEST_FITTING``)."""
+        return (choice.shape.pp == 1 and choice.recompute == "none"
+                and dict(choice.options).get("activation_offload_layers", 0) < 0)
+
+    def with_fewest_fitting(self, choice: Choice, time, fwd, bwd, mem):
+        """``(time, mem)`` over ``n`` of a ``pp = 1`` choice of :meth:`_fewest_fitting`, at its one count ``n = L``
+        with the fewest offloaded layers ``N`` that make it fit (:meth:`fewest_layers`): the freed bytes (with the
+        allocator's fragmentation on them, :func:`costmodel.memory.reserved_bytes`) off its memory and the stall
+        on its micro-batch, as ``evaluate`` charges the plan with ``N`` (none where it fits without, left
+        unfitting where ``L - 1`` do not make it fit)."""
+        L = self.p.model.layers
+        n = self.fewest_layers(choice, mem[L])
+        if not n or n >= L:
+            return time, mem
+        p, c = self.p, choice.config(self.p.limits.flash_attention, (L,), self.p.limits.fused_elementwise)
+        c = replace(c, activation_offload_layers=n)
+        time, mem = time.copy(), mem.copy()
+        mem[L] -= n * self._offloaded_layer(choice) * (1 + FRAGMENTATION)
+        time[L] += act_offload.step_exposed_s(p.model, p.cluster, p.workload, c, fwd[L], bwd[L], 1)[1]
+        return time, mem
+
+    def fewest_layers(self, choice: Choice, mem_bytes: float) -> int:
+        """The fewest layers ``N`` (0 to ``L - 1``) whose offload brings ``mem_bytes``, a ``pp = 1`` stage's memory
+        without offload, within the HBM cap, each freeing :meth:`_offloaded_layer` bytes and their fragmentation
+        (``stage_memory``); ``L`` where even ``L - 1`` do not."""
+        over = mem_bytes - self.p.hbm_cap_bytes
+        if over <= 0:
+            return 0
+        per = self._offloaded_layer(choice) * (1 + FRAGMENTATION)
+        n = max(1, math.ceil(over / per)) if per > 0 else self.p.model.layers
+        return n if n < self.p.model.layers else self.p.model.layers
 
     def layer_input_bytes(self, choice: Choice) -> float:
         """Bytes one fully recomputed layer keeps per micro-batch: its BF16 input, sharded by SP
@@ -647,6 +684,8 @@ class Tables:
             a = self.affine(choice, kind)
             opt = optimizer_s(choice, a["dense"] / shard_d + a["expert"] / shard_e, p.cluster)  # offload's too
             mem = self.memory(choice, kind)
+            if kind == "only" and self._fewest_fitting(choice):
+                time, mem = self.with_fewest_fitting(choice, time, fwd, bwd + rec, mem)
             valid = stage_count_ok(p, kind, vp, n, s.pp) & (mem <= p.hbm_cap_bytes)  # pinned split: its counts
             if kind in ("first", "only"):
                 valid &= n >= d

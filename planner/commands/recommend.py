@@ -334,11 +334,15 @@ def solve_lines(result) -> list[str]:
                      f"{off['chosen']:g} chosen, copies overlapped (Megatron --optimizer-cpu-offload "
                      f"--optimizer-offload-fraction {off['chosen']:g} --overlap-cpu-optimizer-d2h-h2d)")
     act = s.get("activation_offload")
-    if act and act.get("chosen"):  # search.act_offload_choice: nothing fit without it
-        lines.append(f"activation CPU offload: no plan fits without it; {act['twins']} plans at pp=1 without recompute "
-                     f"looked at (fastest first, each with the fewest layers that fit it"
-                     + ("" if act["proven"] else "; not to the end in the time left")
-                     + f"): {act['chosen']} layers chosen (Megatron --cpu-offloading-num-layers {act['chosen']})")
+    if act:  # search.act_offload_choice: nothing fit without it, or the answer recomputed at pp=1
+        why = ("no plan fits without it" if act["without_s"] is None else
+               f"the best plan without it recomputes at pp=1 ({_opt_s(act['without_s'])} s analytic)")
+        found = (f"the best with it, each plan offloading the fewest layers that fit it, {_opt_s(act['best_s'])} s "
+                f"({act['status']})" if act["best_s"] is not None else "no plan fits with it either")
+        lines.append(f"activation CPU offload: {why}; {found}: " + (
+            f"{act['chosen']} layers chosen (Megatron --cpu-offloading-num-layers {act['chosen']})" if act["chosen"]
+            else "not chosen") + (f"; with more headroom, to keep the memory margin ({act['margin_chosen_over']} layers "
+                                  "fit without it)" if act.get("margin_chosen_over") else ""))
     if result.band is None:
         lines[-1] += f"; the op-graph scheduler re-scores the best plan at {_opt_s(best.graph_step_time_s)} s"
     else:
