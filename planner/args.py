@@ -394,7 +394,9 @@ def add_memory_args(g) -> None:
                    help="activation CPU offload (Megatron --cpu-offloading-num-layers N): the saved activations "
                         "of the first N layers copied to the host in forward and back in backward, the PCIe copies "
                         "charged where Transformer Engine's schedule (at most L - N layers' activations on the GPU) "
-                        "cannot hide them; Megatron refuses it with pp > 1 or recompute")
+                        "cannot hide them; Megatron refuses it with pp > 1 or recompute; recommend: every plan "
+                        "offloads N at pp=1 without recompute (unstated, recommend looks for it where no plan fits or "
+                        "the answer recomputes at pp=1)")
     g.add_argument("--overlap-cpu-optimizer-d2h-h2d", action="store_true", default=None,
                    help="with --optimizer-offload-fraction: pipeline the gradient copy, CPU Adam and parameter copy "
                         "(Megatron --overlap-cpu-optimizer-d2h-h2d)")
