@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     for i in range(args.instances):
         p, c = instance(rng)
         t0 = time.perf_counter()
-        res = solve(p, SolveOptions(small_space=-1, explain=False, time_limit_s=60, offload=False))
+        res = solve(p, SolveOptions(small_space=-1, explain=False, time_limit_s=60, offload=False, act_offload=False))
         t_cp += time.perf_counter() - t0
         t0 = time.perf_counter()
         unit = stage_unit(p, c.vp)  # the search's layer-count step (vp where it divides the layers)

@@ -165,7 +165,9 @@ def check(inst: Instance, no_bounds: bool = False, engines_probe: bool = True) -
     tables = Tables(p)
     e = solve_exhaustive(p, tables=tables)
     t1 = time.perf_counter()
-    opts = SolveOptions(workers=1, explain=False, small_space=-1, time_limit_s=60, offload=False)
+    # the exhaustive baseline enumerates plans without CPU offload: the offload searches are off here (they are
+    # checked against one search per option value: tests/test_offload_search.py, benchmarks/act_offload_search.py)
+    opts = SolveOptions(workers=1, explain=False, small_space=-1, time_limit_s=60, offload=False, act_offload=False)
     r = solve(p, opts, tables=Tables(p))  # cold tables: the search builds its own
     t2 = time.perf_counter()
     row = dict(seed=inst.seed, cluster=inst.cluster, model=p.model.name, choices=inst.choices, plans=inst.plans,
