@@ -228,10 +228,67 @@ def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
     return out
 
 
-_layer_base.cache_clear = _BASE.clear  # as an lru_cache: benchmarks start cold by clearing the caches
+
+
+def _clear_bases() -> None:
+    _BASE.clear()
+    _CORE.clear()
+
+
+_layer_base.cache_clear = _clear_bases  # as an lru_cache: benchmarks start cold by clearing the caches
 
 
 def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+                   eng: dict) -> tuple:
+    plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef = _layer_core(model, cluster, w, c, moe, eng)
+    dev = cluster.device
+    sac_led = CommLedger()
+    sac = op_sac_fractions(model, plain, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
+    replays = sac is not None  # a replayed forward with communication (sac_led)
+    if sac is not None and c.tp > 1:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
+        sac_led = _op_sac_ledger(plain, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
+    if c.recompute == "full":
+        recompute = fwd
+    elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
+        mods = module_recompute_fractions(plain, c.recomputed_modules, moe, model)
+        attn0 = next(o for o in plain if o.name == "attn_core")  # the replayed attention is one kernel
+        recompute = (attn0.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
+            f * o.fwd_s for f, o in zip(mods, plain)) + replay_extra_s(plain, mods, c, dev.kernel_overhead_s, False)
+        replayed = [(o, f) for o, f in zip(plain, mods) if f > 0]
+        if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
+            sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
+                                                   t_ag, t_ar, c.sp_on, c.chunks, coef))
+            replays = True
+        if moe and c.ep > 1 and "moe" in c.recomputed_modules:  # the MoE layer's all-to-alls run again
+            sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
+            replays = True
+    elif sac is not None:
+        recompute = sum(f * o.fwd_s for f, o in zip(sac, plain)) + replay_extra_s(plain, sac, c, dev.kernel_overhead_s, True)
+    else:
+        recompute = 0.0
+    return fwd, bwd, recompute, led, fwd_led, sac_led, replays
+
+
+_CORE: dict = {}
+
+
+def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict) -> tuple:
+    """The part of :func:`_layer_base` that does not depend on recompute: the ops, their compute with the split
+    overheads, and the TP/SP, CP and EP ledgers, with what the recompute part reads of them
+    (``(plain ops, fwd, bwd, ledger, forward ledger, t_ag, t_ar, t_a2a, experts op, EP chunks, coef)``; the
+    ledgers not to be changed). Memoised on :func:`_layer_base`'s key less the recompute settings: the none,
+    selective and full recompute of a layer share it (DeepSeek-V3 / 2048 H800: 4,410 bases, 3,206 cores)."""
+    key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.flash_attention, c.fused_elementwise,
+           c.cp_impl, c.ep_dispatcher, moe, tuple(eng[k] for k in ("tp", "cp", "ep")))
+    out = _CORE.get(key)
+    if out is None:
+        if len(_CORE) >= BASE_ENTRIES:
+            _CORE.clear()
+        out = _CORE[key] = _layer_core_of(model, cluster, w, c, moe, eng)
+    return out
+
+
+def _layer_core_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
                    eng: dict) -> tuple:
     dev = cluster.device
     plain = layer_ops(model, dev, w, c, moe)
@@ -241,10 +298,9 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     fwd = sum([o.fwd_s for o in ops])
     bwd = sum([o.bwd_s for o in ops])
     n = c.mb * w.seq_len / c.cp
-    sac_led = CommLedger()
     coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
-    sac = op_sac_fractions(model, plain, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
-    replays = sac is not None  # a replayed forward with communication (sac_led)
+    t_ag = t_ar = t_a2a = 0.0
+    experts, k = None, 0
     if c.tp > 1:
         msg = n * model.hidden * ACT_BYTES
         tp = eng["tp"]
@@ -252,8 +308,6 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp)
         t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
         led, fwd_led = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
-        if sac is not None:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
-            sac_led = _op_sac_ledger(plain, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
     else:
         led, fwd_led = CommLedger(), CommLedger()
     attn = next(o for o in ops if o.name == "attn_core")
@@ -284,26 +338,7 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         led, fwd_led = led.merge(f), fwd_led.merge(f)
         led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
         led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
-    if c.recompute == "full":
-        recompute = fwd
-    elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
-        mods = module_recompute_fractions(plain, c.recomputed_modules, moe, model)
-        attn0 = next(o for o in plain if o.name == "attn_core")  # the replayed attention is one kernel
-        recompute = (attn0.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
-            f * o.fwd_s for f, o in zip(mods, plain)) + replay_extra_s(plain, mods, c, dev.kernel_overhead_s, False)
-        replayed = [(o, f) for o, f in zip(plain, mods) if f > 0]
-        if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
-            sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
-                                                   t_ag, t_ar, c.sp_on, c.chunks, coef))
-            replays = True
-        if moe and c.ep > 1 and "moe" in c.recomputed_modules:  # the MoE layer's all-to-alls run again
-            sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
-            replays = True
-    elif sac is not None:
-        recompute = sum(f * o.fwd_s for f, o in zip(sac, plain)) + replay_extra_s(plain, sac, c, dev.kernel_overhead_s, True)
-    else:
-        recompute = 0.0
-    return fwd, bwd, recompute, led, fwd_led, sac_led, replays
+    return plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef
 
 
 def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) -> CommLedger:

@@ -178,12 +178,29 @@ def with_split_overheads(ops, c, ov: float) -> tuple:
     ...                                                        ParallelConfig(tp=8, sp=True, chunks=4), 5e-6)]
     [1015.0]
     """
+    # memoised for the tuples costmodel.compute.layer_ops returns (its own memo hands out the same tuple): the
+    # splits read the plan's tp, sp, cp and chunks only; the entry keeps ``ops`` alive, so its id is not reused
+    key = (id(ops), c.tp, c.sp_on, c.cp, c.chunks, ov) if type(ops) is tuple else None
+    hit = _SPLIT.get(key) if key is not None else None
+    if hit is not None and hit[0] is ops:
+        return hit[1]
     out = []
     for o in ops:
         b = bwd_split(o, c)
         xf, xb = extra_s(fwd_split(o, c).pieces, o.fwd_s, ov), extra_s(b.pieces, b.split_part_s(o), ov)
         out.append(replace(o, fwd_s=o.fwd_s + xf, bwd_s=o.bwd_s + xb) if xf or xb else o)  # unsplit ops as they are
-    return tuple(out)
+    out = tuple(out)
+    if key is not None:
+        if len(_SPLIT) >= SPLIT_ENTRIES:
+            _SPLIT.clear()
+        _SPLIT[key] = (ops, out)
+    return out
+
+
+_SPLIT: dict = {}
+#: entries of :func:`with_split_overheads`' memo before it starts again (as ``layer_ops``' ``lru_cache``)
+SPLIT_ENTRIES = 4096
+with_split_overheads.cache_clear = _SPLIT.clear  # as an lru_cache: benchmarks start cold by clearing the caches
 
 
 def replay_plan(ops, fractions, c, per_op_sac: bool) -> tuple:
