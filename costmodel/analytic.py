@@ -220,14 +220,17 @@ def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
     key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.recompute, c.recomputed_modules,
            c.flash_attention, c.fused_elementwise, c.cp_impl, c.ep_dispatcher, moe,
            tuple(eng[k] for k in ("tp", "cp", "ep")))
-    out = _BASE.get(key)
+    return _memo(_BASE, key, lambda: _layer_base_of(model, cluster, w, c, moe, eng))
+
+
+def _memo(store: dict, key, make):
+    """``store[key]``, made by ``make()`` on a miss; the store starts again past :data:`BASE_ENTRIES` entries."""
+    out = store.get(key)
     if out is None:
-        if len(_BASE) >= BASE_ENTRIES:
-            _BASE.clear()
-        out = _BASE[key] = _layer_base_of(model, cluster, w, c, moe, eng)
+        if len(store) >= BASE_ENTRIES:
+            store.clear()
+        out = store[key] = make()
     return out
-
-
 
 
 def _clear_bases() -> None:
@@ -280,12 +283,7 @@ def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
     selective and full recompute of a layer share it (DeepSeek-V3 / 2048 H800: 4,410 bases, 3,206 cores)."""
     key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.flash_attention, c.fused_elementwise,
            c.cp_impl, c.ep_dispatcher, moe, tuple(eng[k] for k in ("tp", "cp", "ep")))
-    out = _CORE.get(key)
-    if out is None:
-        if len(_CORE) >= BASE_ENTRIES:
-            _CORE.clear()
-        out = _CORE[key] = _layer_core_of(model, cluster, w, c, moe, eng)
-    return out
+    return _memo(_CORE, key, lambda: _layer_core_of(model, cluster, w, c, moe, eng))
 
 
 def _layer_core_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
