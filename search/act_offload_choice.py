@@ -115,6 +115,8 @@ def better(p: Problem, res: SolveResult, options, solve, start: float, deadline:
             alt.margin_alternative_s, kept["margin_chosen_over"] = out.graph_objective_s, stats["chosen"]
             stats, out = kept, alt
     if out is not None:
+        if res.status not in (OPTIMAL, INFEASIBLE) and out.status == OPTIMAL:  # the plans without it: not proven
+            out.status, out.bound_s = FEASIBLE, None
         out.stats["activation_offload"] = stats
         # what binds, against the user's problem (the offload's pins are the re-search's, not the user's)
         out.plans = [replace(pl, binding=tuple(binding_constraints(p, pl.choice, pl.estimate))) for pl in out.plans]

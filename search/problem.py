@@ -125,7 +125,7 @@ PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_m
 
 
 #: ``activation_offload_layers`` of the search's own problem where each plan offloads the fewest layers that make it
-#: fit (:mod:`search.act_offload_choice`; the tables charge that count, ``Tables.fewest_fitting``); not a user value
+#: fit (:mod:`search.act_offload_choice`; the tables charge that count, ``Tables.with_fewest_fitting``); not a user value
 FEWEST_FITTING = -1
 
 

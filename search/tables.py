@@ -276,12 +276,18 @@ class Tables:
         n = self.fewest_layers(choice, mem[L])
         if not n or n >= L:
             return time, mem
-        p, c = self.p, choice.config(self.p.limits.flash_attention, (L,), self.p.limits.fused_elementwise)
-        c = replace(c, activation_offload_layers=n)
         time, mem = time.copy(), mem.copy()
         mem[L] -= n * self._offloaded_layer(choice) * (1 + FRAGMENTATION)
-        time[L] += act_offload.step_exposed_s(p.model, p.cluster, p.workload, c, fwd[L], bwd[L], 1)[1]
+        time[L] += self.offload_stall_s(choice, n, fwd, bwd)
         return time, mem
+
+    def offload_stall_s(self, choice: Choice, n: int, fwd, bwd) -> float:
+        """The stall per micro-batch an offload of ``n`` layers adds to a ``pp = 1`` stage whose forward and
+        backward (with recompute) over ``n = L`` are ``fwd[L]``, ``bwd[L]``: the one place ``evaluate`` charges
+        it (:func:`costmodel.act_offload.step_exposed_s`)."""
+        p, L = self.p, self.p.model.layers
+        c = replace(choice.config(p.limits.flash_attention, (L,), p.limits.fused_elementwise), activation_offload_layers=n)
+        return act_offload.step_exposed_s(p.model, p.cluster, p.workload, c, fwd[L], bwd[L], 1)[1]
 
     def fewest_layers(self, choice: Choice, mem_bytes: float) -> int:
         """The fewest layers ``N`` (0 to ``L - 1``) whose offload brings ``mem_bytes``, a ``pp = 1`` stage's memory
@@ -590,11 +596,10 @@ class Tables:
         self._parts[("x",) + key] = tuple(float(x) for x in extras)
         time = layers_time + extras[0]
         fwd, bwd, rec = fwd + extras[1], bwd + extras[2], rec + (st.recompute_s - rec[n0])
-        if choice.config_options().get("activation_offload_layers"):  # pp = 1: the one count n = L
-            c = choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise)
-            L = p.model.layers  # the stall per micro-batch, as evaluate adds it (costmodel.act_offload)
+        n_off = choice.config_options().get("activation_offload_layers")
+        if n_off:  # pp = 1: the one count n = L
             time = time.copy()
-            time[L] += act_offload.step_exposed_s(p.model, p.cluster, p.workload, c, fwd[L], bwd[L] + rec[L], 1)[1]
+            time[p.model.layers] += self.offload_stall_s(choice, n_off, fwd, bwd + rec)
         if s.pp > 1:
             vp = choice.vp
             t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * vp)
