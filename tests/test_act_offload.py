@@ -147,3 +147,17 @@ def test_bad_values_exit_2_with_one_line(capsys, argv):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "activation_offload_layers" in err
+
+
+def test_explain_has_the_offload_row():
+    """explain's overlap table holds the offload's copies as a row: link and exposed seconds as evaluate charges them,
+    the reason where they stall (TE's limit of L - N sets on the GPU)."""
+    from costmodel.graph.explain import explain
+    for n, stalls in ((8, False), (16, True)):
+        c = ParallelConfig(**PLAN, activation_offload_layers=n)
+        est = evaluate(M, CL, W, c)
+        row = next(r for r in explain(M, CL, W, c) if r["strategy"] == "act_offload")
+        assert row["t_comm_s"] == pytest.approx(est.comm_link_s["act_offload"], rel=1e-12)
+        assert row["exposed_s"] == pytest.approx(est.breakdown["act_offload_exposed_s"], rel=1e-12)
+        assert (row["exposed_s"] > 1e-3 * row["t_comm_s"]) == stalls and (f"at most {32 - n} layers'" in row["reason"]) == stalls
+    assert all(r["strategy"] != "act_offload" for r in explain(M, CL, W, ParallelConfig(**PLAN)))

@@ -26,7 +26,7 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 
-from .. import dma
+from .. import act_offload, dma
 from ..collectives import collective_time_s
 from ..compute import ACT_BYTES, layer_ops
 from ..config import ParallelConfig, validate_config
@@ -38,6 +38,9 @@ from .nodes import COMPUTE, STRATEGIES
 from .scheduler import Schedule
 
 MS = 1e-3
+#: why activation offload copies are exposed: Transformer Engine's limit of sets on the GPU (costmodel.act_offload)
+WHY_ACT_OFFLOAD = ("data dependency: at most {n} layers' activations stay on the GPU, so compute waits for the copies "
+                   "that free them and the backward for the reloads (Transformer Engine's offload schedule)")
 
 
 def schedule_windows(s: Schedule) -> dict:
@@ -115,14 +118,20 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
         else:  # ZeRO-3 per-layer gathers and ZeRO-1/2 end-of-step gathers together
             rows[rows.index(z)] = _row("zero", z["t_comm_s"] + new["t_comm_s"], z["t_compute_s"] + fill,
                                        z["exposed_s"] + new["exposed_s"], z["reason"] or new["reason"])
-    order = {k: i for i, k in enumerate(STRATEGIES)}
+    if config.activation_offload_layers:  # pp = 1: the one stage's copies to the host and back (costmodel.act_offload)
+        one = gs.stages[0]
+        t_link, t_exposed = act_offload.step_exposed_s(model, cluster, workload, config, one.fwd_s,
+                                                       one.bwd_s + one.recompute_s, gs.m)
+        rows.append(_row("act_offload", t_link, gs.m * (one.fwd_s + one.bwd_s + one.recompute_s), t_exposed,
+                         WHY_ACT_OFFLOAD.format(n=model.layers - config.activation_offload_layers)))
+    order = {k: i for i, k in enumerate(STRATEGIES + ("act_offload",))}
     rows.sort(key=lambda r: order[r["strategy"]])
     if config.tp > 1:
         rows[[r["strategy"] for r in rows].index("sp" if config.sp_on else "tp")]["feasibility"] = \
             tp_feasibility(model, cluster, workload, config)
     a = plan_dma(model, cluster, workload, config)
     for r in rows:  # the engines each stream ran on (costmodel.dma), e.g. "cdma*2" or "cdma*1 shared with dp"
-        r["engines"] = dma.describe(a, r["strategy"])
+        r["engines"] = "host link" if r["strategy"] == "act_offload" else dma.describe(a, r["strategy"])
     return rows
 
 
