@@ -150,8 +150,7 @@ def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple
 @lru_cache(maxsize=8192)
 def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool) -> LayerTiming:
     dev = cluster.device
-    a = dma.resolve(cluster, c, model)
-    eng = {k: dma.engines_of(cluster, a, k) for k in ("tp", "cp", "ep")}
+    a, eng, scopes = _streams(model, cluster, c)
     fwd, bwd, recompute, led, fwd_led, sac_led, replays = _layer_base(model, cluster, w, c, moe, eng)
     # copies: the base is shared by every plan with the same layer (below, the ledger gains the
     # ZeRO-3 gathers and the link floor)
@@ -159,7 +158,6 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     copy_f, copy_b = fsdp2_copies_s(model, dev, c, moe)  # on the compute stream, not replayed by recompute
     fwd, bwd = fwd + copy_f, bwd + copy_b
     sem = frameworks.of(c)
-    scopes = _link_scopes(c, cluster)
     if sem.per_microbatch and c.dp * c.cp > 1:
         # FSDP / ZeRO-3: the next layer's parameters are gathered behind this layer's forward; in
         # backward the previous layer's gather and this layer's gradient reduce-scatter run
@@ -168,15 +166,8 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         # DeepSpeed ZeRO-2 only reduce-scatters, every micro-batch (stage_1_and_2.py,
         # reduce_ipg_grads); FSDP2 without resharding gathers in forward only
         # (costmodel.frameworks.semantics).
-        t_ag = t_rs = 0.0
         zero = dma.engines_of(cluster, a, "zero")
-        # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.zero3_fetch)
-        gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
-        for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
-            for p in gathers[i]:
-                t_ag += collective_time_s("allgather", p * param_gather_bytes(c), size, stride, cluster, engines=zero)
-            for p in reduces[i]:
-                t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
+        t_ag, t_rs = _zero3_collectives(model, cluster, c, moe, zero)
         scope = scopes["zero"]
         coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
         # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
@@ -200,6 +191,48 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     rec_led = fwd_led if c.recompute == "full" else (sac_led if replays else None)
     _link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
     return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
+
+
+_STREAMS: dict = {}
+
+
+def _streams(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple:
+    """``(assignment, {tp, cp, ep: engines}, link scopes)`` of ``c``'s streams, memoised
+    on what they read: ``c.dma`` or the default assignment's fields (:func:`costmodel.dma.default_assignment`:
+    the degrees, framework and ZeRO stage), and the degrees :func:`_link_scopes` reads (not to be changed)."""
+    key = (model, cluster, c.dma, c.tp, c.cp, c.ep, c.pp, c.dp, c.framework, c.zero)
+    return _memo(_STREAMS, key, lambda: _streams_of(model, cluster, c))
+
+
+def _streams_of(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple:
+    a = dma.resolve(cluster, c, model)
+    eng = {k: dma.engines_of(cluster, a, k) for k in ("tp", "cp", "ep")}
+    return a, eng, _link_scopes(c, cluster)
+
+
+_ZERO3: dict = {}
+
+
+def _zero3_collectives(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, moe: bool, zero) -> tuple:
+    """``(all-gather, reduce-scatter)`` seconds of one sharded layer's ZeRO-3 / FSDP collectives over its groups
+    (:func:`zero3_groups`) on the ``zero`` engines, memoised on what they read: the degrees, the framework's
+    pieces (:func:`costmodel.zero3_fetch.gather_pieces`, :func:`~costmodel.zero3_fetch.reduce_pieces`: module
+    layout, bucket, pp), the gradient and gathered parameter bytes; not the micro-batch, chunks or recompute."""
+    key = (model, cluster, moe, zero, c.tp, c.cp, c.ep, c.dp, c.pp, c.framework, c.module_layout, c.bucket_bytes,
+           c.grad_dtype, c.fp8_param_gather)
+    return _memo(_ZERO3, key, lambda: _zero3_collectives_of(model, cluster, c, moe, zero))
+
+
+def _zero3_collectives_of(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, moe: bool, zero) -> tuple:
+    t_ag = t_rs = 0.0
+    # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.zero3_fetch)
+    gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
+    for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
+        for p in gathers[i]:
+            t_ag += collective_time_s("allgather", p * param_gather_bytes(c), size, stride, cluster, engines=zero)
+        for p in reduces[i]:
+            t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
+    return t_ag, t_rs
 
 
 def _copy(led: CommLedger) -> CommLedger:
@@ -236,6 +269,8 @@ def _memo(store: dict, key, make):
 def _clear_bases() -> None:
     _BASE.clear()
     _CORE.clear()
+    _STREAMS.clear()
+    _ZERO3.clear()
 
 
 _layer_base.cache_clear = _clear_bases  # as an lru_cache: benchmarks start cold by clearing the caches
