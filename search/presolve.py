@@ -86,7 +86,6 @@ class Expander:
     def __init__(self, p: Problem, tables: Tables, counts: dict):
         self.p, self.t, self.counts = p, tables, counts
         self._chunks: dict = tables.shared.setdefault("presolve.chunks", {})
-        self._lean: dict = {}  # (shape, mb, vp) -> level 1 bound and the ZeRO stages that fit
         # the memory-free caches below, looked up once (every one of ~13,000 groups asks each of them)
         self._values: dict = tables.shared.setdefault("presolve.values", {})
         self._sp_chunks: dict = tables.shared.setdefault("presolve.sp_chunks", {})
@@ -158,43 +157,40 @@ class Expander:
                                    for b in kept_buckets]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, level: int = 0) -> float | None:
-        """A bound below every choice of the group, at one of three levels of work (each a bound on
-        its own, the later ones tighter as a rule), so best-first search refines a group only as far
-        as it must to come first or be pruned (``tests/test_presolve_bounds.py``: every level <= the
-        group's exact optimum).
+        """A bound below every choice of the group, at one of two levels of work (each a bound on its
+        own, the second tighter as a rule), so best-first search screens a group's memory only once it
+        comes first (``tests/test_presolve_bounds.py``: every level <= the group's exact optimum).
 
         Level 0, pipeline: the fastest layers (no recompute, no ZeRO-3 gathers unless only ZeRO-3
         fits, the most chunks less their kernel launches: ``any_chunks``), best sp. Level 1 screens
         memory with the leanest choice (most ZeRO sharding, full recompute, sequence parallel): None
         if that cannot fit; else the pipeline bound over only the ZeRO stages whose leanest choice
-        fits. Level 2 adds, per ZeRO stage, the optimizer and the DP exposure with the longest windows
-        (full recompute, no sp) at its least over the bucket sizes (more buckets pay more latency).
-        Level 1 alone prunes most groups that memory forces onto ZeRO-3 (DeepSeek-V3 / 2048 H800:
-        1,958 of 2,260), without level 2's DP exposure probes, the costliest part."""
+        fits. It prunes most groups that memory forces onto ZeRO-3 (DeepSeek-V3 / 2048 H800: 1,527 of
+        the 1,753 it screens). The optimizer and the DP exposure enter each choice's own bounds
+        (:meth:`search.bounds.Bounds.quick_lb_s`, ``strong_lb_s``), not the group's: a group-level DP
+        exposure bound (a third level, until issue 22's ninth pass) pruned 0, 1 and 7 of the 121, 226
+        and 213 groups it was computed for (GPT-3 / 1024 A100, DeepSeek-V3 / 2048 H800, Qwen3-30B-A3B /
+        64 H100) at 0.4 s of DeepSeek-V3's 2.2 s; without it each of the 24 ``search_scaling`` cases
+        keeps its optimum and is faster."""
         key = (s, mb, vp)
         if level == 0:  # bucket- and memory-free
             out = self._group_lb.get(key, _MISSING)
             if out is _MISSING:
-                out = self._group_lb[key] = self._pipeline_lb_s(bounds, s, mb, vp)[0]
+                out = self._group_lb[key] = self._pipeline_lb_s(bounds, s, mb, vp)
             return out
-        if key not in self._lean:
-            self._lean[key] = self._pipeline_lb_s(bounds, s, mb, vp, screened=True)
-        t, zeros = self._lean[key]
-        if t is None or level == 1:
-            return t
-        return t + self._rest_lb_s(bounds, s, mb, vp, zeros)
+        return self._pipeline_lb_s(bounds, s, mb, vp, screened=True)
 
     def _slow_rec(self, s, vp: int) -> str:
         recs = self.recomputes(s.pp, vp)
         return "full" if ("full", None) in recs else ("selective" if ("selective", None) in recs else recs[0][0])
 
-    def _pipeline_lb_s(self, bounds: Bounds, s, mb: int, vp: int, screened: bool = False) -> tuple:
-        """(level 0 or, ``screened``, level 1 bound, the ZeRO stages it holds); (None, []) if none."""
+    def _pipeline_lb_s(self, bounds: Bounds, s, mb: int, vp: int, screened: bool = False) -> float | None:
+        """The level 0 or, ``screened``, level 1 bound; None if no choice of the group can be built or fit."""
         p = self.p
         zeros, sps, chunk_opts, opts = self.values(s)
         recs = self.recomputes(s.pp, vp)
         if not (zeros and sps and recs and chunk_opts and opts):
-            return None, []
+            return None
         # a positive bucket for the pipeline and memory probes (neither depends on the bucket size)
         bucket = next((b for b in opts if b > 0), opts[0])
         if screened:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
@@ -202,29 +198,28 @@ class Expander:
             zeros = bounds.fitting_zeros(Choice(s, mb, vp, max(sps), 1, zeros[0], slow_rec, None, bucket, p.framework,
                                                 grad_dtype=p.grad_dtype, options=p.options), zeros)
             if not zeros:
-                return None, []
+                return None
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
-        t = min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework,
-                                            grad_dtype=p.grad_dtype, options=p.options), any_chunks=True)
-                for sp in sps)
-        return t, zeros
+        return min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework,
+                                               grad_dtype=p.grad_dtype, options=p.options), any_chunks=True)
+                   for sp in sps)
 
-    def _rest_lb_s(self, bounds: Bounds, s, mb: int, vp: int, zeros: list) -> float:
-        """Level 2's optimizer and DP exposure term (>= 0), at its least over ``zeros`` and buckets."""
-        p = self.p
-        _, sps, _, opts = self.values(s)
-        slow_rec = self._slow_rec(s, vp)
-        # every bucket size: each extra bucket pays a collective latency (step.bucketed_s); by the
-        # optimizer bound first, and a DP exposure (>= 0) only where the optimizer leaves room below
-        # the least so far (the same minimum, fewer dp_lb_s probes)
-        cs = [Choice(s, mb, vp, min(sps), 1, z, slow_rec, None, b, p.framework, grad_dtype=p.grad_dtype,
-                     options=p.options) for z in zeros for b in opts]
-        rest = math.inf
-        for o, _, c in sorted((bounds.opt_lb_s(c), i, c) for i, c in enumerate(cs)):
-            if o >= rest:
-                break
-            rest = min(rest, o + bounds.dp_lb_s(c))
-        return rest
+
+def _seeds(tables: Tables) -> tuple[dict, dict]:
+    """(group -> bound from an earlier presolve to start from, group -> bound to record this one's refinements in).
+
+    A presolve records its refined group bounds (level 1; ``inf`` where the leanest choice does not fit)
+    with the HBM cap they were screened at, in the caches :meth:`search.tables.Tables.with_problem` shares; a
+    later presolve of the same problem at a cap no larger (the margin solve, :func:`search.solve._keep_margin`)
+    starts each group from its recorded bound: its plans are a subset of the earlier problem's, at the same
+    times. The first record stays (the largest cap, so the one every later solve may read)."""
+    cap = tables.p.hbm_cap_bytes
+    seen = tables.shared.get("presolve.refined")
+    if seen is None:
+        refined: dict = {}
+        tables.shared["presolve.refined"] = (cap, refined)
+        return {}, refined
+    return (seen[1] if cap <= seen[0] else {}), {}
 
 
 def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = None, bounds: bool = True,
@@ -274,6 +269,10 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
     incumbents: list[Scored] = []
     # exact solves: uncapped with bounds (branch and bound); without, a few for the CP-SAT hint
     cap = probes if probes is not None else (math.inf if use_bounds else 2 * top_k)
+    # group bounds a presolve of these tables' problem at a cap at least this one's refined (the margin
+    # solve's: every plan fitting under the smaller cap fits under the larger one, at the same time, so
+    # a bound there bounds it here); this presolve's refinements are recorded for the next one
+    seeds, refined = _seeds(tables)
     groups = []
     for q in _groups(p):
         if groups and deadline is not None and time.perf_counter() > deadline:
@@ -282,9 +281,13 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             break
         groups.append((ex.group_lb_s(gbounds, *q), q))
     counts["groups"] = len(groups)
-    # best first; a group is refined when it comes up (level 1: the memory screen; level 2: plus the
-    # optimizer and DP exposure) and goes back in line at the level that raised it above the next one
-    groups = [(glb, 0, q) for glb, q in groups if glb is not None]  # None: an option list is empty
+    # best first; a group is refined when it comes up (level 1: the memory screen) and goes back in line
+    # if that raised it above the next one
+    groups = [(max(glb, seeds.get(q, glb)), 0, q) for glb, q in groups if glb is not None]  # None: an option list is empty
+    if seeds:  # the groups whose leanest choice did not fit at the larger cap
+        kept_groups = [g for g in groups if g[0] < math.inf]
+        counts["groups_memory"] += len(groups) - len(kept_groups)
+        groups = kept_groups
     heapq.heapify(groups)
     ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks); once probed, its exact optimum
@@ -311,13 +314,11 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
         if to_ticks(glb) > thr():
             counts["groups_bound"] += len(groups) + 1
             break
-        if level < 2:  # refined as far as it must be to come first: level 1, then level 2
-            g_refined = None
-            for lv in range(level + 1, 3):
-                g_refined = ex.group_lb_s(gbounds, *q, level=lv)
-                if g_refined is None or to_ticks(g_refined) > thr() or (
-                        groups and g_refined > groups[0][0] and not diving()):
-                    break
+        if level == 0:  # refined once it comes first: the memory screen (level 1)
+            g_refined = ex.group_lb_s(gbounds, *q, level=1)
+            if g_refined is not None:
+                g_refined = max(g_refined, seeds.get(q, g_refined))
+            refined[q] = math.inf if g_refined is None else g_refined
             if g_refined is None:
                 counts["groups_memory"] += 1
                 continue
@@ -325,7 +326,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                 counts["groups_bound"] += 1
                 continue
             if groups and g_refined > groups[0][0] and not diving():
-                heapq.heappush(groups, (g_refined, lv, q))
+                heapq.heappush(groups, (g_refined, 1, q))
                 continue
         for cs in ex.choices(*q, pruned=lambda c, any_chunks=False: to_ticks(bounds.quick_lb_s(c, any_chunks)) > thr()):
             lb = to_ticks(bounds.quick_lb_s(cs[0]))

@@ -1,5 +1,5 @@
-"""Presolve's group bounds are true lower bounds: on random small instances each of a group's three
-levels (pipeline; memory-screened pipeline; plus optimizer and DP exposure) is at most the exact
+"""Presolve's group bounds are true lower bounds: on random small instances each of a group's two
+levels (pipeline; memory-screened pipeline) is at most the exact
 optimum of its group (every choice of the group, every split, scored by the tables), and a group the
 memory screen refuses holds no plan that fits. Instances include interleaves that do not divide the
 layers (a layout places them: the stage unit is 1), where the pipeline totals are shared by every
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from search.exhaustive import all_choices, best_splits
-from search.presolve import Expander, _groups
+from search.presolve import Expander, _groups, _seeds, presolve
 from search.bounds import Bounds
 from search.tables import Tables
 
@@ -56,7 +56,7 @@ def test_every_group_bound_level_is_below_the_group_optimum(seed):
     checked = 0
     for q in _groups(p):
         exact = optima.get(q, math.inf)
-        levels = [ex.group_lb_s(bounds, *q, level=lv) for lv in (0, 1, 2)]
+        levels = [ex.group_lb_s(bounds, *q, level=lv) for lv in (0, 1)]
         if levels[1] is None:  # refused by the memory screen: nothing of the group fits
             assert exact == math.inf, (q, exact)
             continue
@@ -74,3 +74,26 @@ def test_instances_include_interleaves_that_do_not_divide_the_layers():
         p = small_problem(seed)
         hits += sum(1 for s, mb, vp in _groups(p) if vp > 1 and p.model.layers % vp)
     assert hits > 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_presolve_at_a_smaller_cap_seeded_by_a_larger_one_finds_the_same_optimum(seed):
+    """The margin solve (search.solve._keep_margin) starts its groups from the bounds the first presolve
+    refined at the larger cap (search.presolve._seeds): at a smaller cap its optimum is that of a presolve
+    with fresh tables, and a presolve at a larger cap than the record's reads none of it."""
+    p = small_problem(seed)
+    tables = Tables(p)
+    presolve(p, tables)
+    cap, record = tables.shared["presolve.refined"]
+    assert cap == p.hbm_cap_bytes
+    for cut in (0.05, 0.2, 0.5):
+        lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes + cut * p.hbm_cap_bytes))
+        seeded, fresh = presolve(lean, tables.with_problem(lean)), presolve(lean, Tables(lean))
+        best = [min((pre.lower_ticks[c] for c in pre.choices), default=None) for pre in (seeded, fresh)]
+        assert best[0] == best[1], (cut, best)
+        assert [sc.objective for sc in seeded.incumbents[:1]] == [sc.objective for sc in fresh.incumbents[:1]]
+    assert record is tables.shared["presolve.refined"][1]  # the first (largest-cap) record stays
+    lean_tables = Tables(lean)
+    presolve(lean, lean_tables)
+    assert lean_tables.shared["presolve.refined"][1]
+    assert _seeds(lean_tables.with_problem(p))[0] == {}  # recorded at a smaller cap: not read at a larger one
