@@ -108,10 +108,8 @@ def better(p: Problem, res: SolveResult, options, solve, start: float, deadline:
     inner = replace(options, offload=False, act_offload=False)
     stats, out = _fewest_answer(p, p, best_s, inner, deadline, solve)
     if out is not None and out.margin_kept is False and out.graph_objective_s is not None:
-        lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes
-                                         + options.memory_margin * p.hbm_cap_bytes))
-        kept, alt = _fewest_answer(p, lean, best_s, inner, deadline, solve)
-        if alt is not None and alt.margin_kept and alt.graph_objective_s <= out.graph_objective_s * (1 + options.band):
+        kept, alt = _fewest_answer(p, p.with_margin(options.memory_margin), best_s, inner, deadline, solve)
+        if alt is not None and alt.margin_kept and alt.keeps_margin_for(out, options.band):
             alt.margin_alternative_s, kept["margin_chosen_over"] = out.graph_objective_s, stats["chosen"]
             stats, out = kept, alt
     if out is not None:

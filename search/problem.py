@@ -265,3 +265,9 @@ class Problem:
     def hbm_cap_bytes(self) -> float:
         """Memory a stage may use: HBM minus the user's headroom."""
         return self.cluster.device.hbm_bytes - self.limits.headroom_bytes
+
+    def with_margin(self, fraction: float) -> "Problem":
+        """This problem with ``fraction`` of its :attr:`hbm_cap_bytes` added to the headroom: the problem whose plans
+        keep the memory model's measured margin (:mod:`costmodel.memory_margin`, ``search.solve._keep_margin``)."""
+        return replace(self, limits=replace(self.limits,
+                                            headroom_bytes=self.limits.headroom_bytes + fraction * self.hbm_cap_bytes))

@@ -93,6 +93,13 @@ class SolveResult:
     def best(self) -> Plan | None:
         return self.plans[0] if self.plans else None
 
+    def keeps_margin_for(self, at_risk: "SolveResult", band: float) -> bool:
+        """Whether this answer, solved with the memory margin as a hard limit, replaces ``at_risk`` (an answer within
+        the margin of the HBM): its op-graph time is within ``band`` of ``at_risk``'s, so the gain the model gives
+        up is one it cannot tell from its own engines' disagreement (``search.solve._keep_margin``)."""
+        return (bool(self.plans) and self.graph_objective_s is not None and at_risk.graph_objective_s is not None
+                and self.graph_objective_s <= at_risk.graph_objective_s * (1 + band))
+
     @property
     def gap(self) -> float | None:
         if self.objective_s is None or self.bound_s is None or self.objective_s <= 0:

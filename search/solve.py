@@ -197,13 +197,12 @@ def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: flo
         return res
     if res.status != OPTIMAL or time.perf_counter() >= deadline:  # no time left to look: report it at risk
         return res
-    lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes
-                                     + options.memory_margin * p.hbm_cap_bytes))
+    lean = p.with_margin(options.memory_margin)
     alt = solve(lean, replace(options, memory_margin=0.0, act_offload=False, time_limit_s=max(0.05, deadline - time.perf_counter())),
                 tables.with_problem(lean))  # the times already tabled, the fits anew
     if not alt.plans or alt.graph_objective_s is None:
         return res
-    if alt.graph_objective_s <= res.graph_objective_s * (1 + options.band):
+    if alt.keeps_margin_for(res, options.band):
         alt.memory_margin, alt.margin_kept = options.memory_margin, True
         alt.margin_alternative_s = res.graph_objective_s
         alt.time_s = time.perf_counter() - start
