@@ -32,7 +32,7 @@ from costmodel.collectives import collective_time_s, group_stride
 from costmodel.compute import ACT_BYTES, layer_ops
 from costmodel.memory import reserved_bytes
 from costmodel.stage_contents import expert_dp
-from costmodel.pipeline import in_flight_chunks
+from costmodel.pipeline import in_flight_chunks, interleaved_p2p_exposed_s
 from costmodel.split_overhead import with_split_overheads
 
 from .candidates import Shape, pinned_split, splits, stage_kinds, stage_unit
@@ -57,6 +57,7 @@ class Bounds:
         self._bytes: dict = tables.shared.setdefault("bounds.bytes", {})  # stored activations, reserve: no fit
         self._caps: dict = tables.fitted.setdefault("bounds.caps", {})  # what fits under the HBM cap
         self._dp_free: dict = tables.shared.setdefault("bounds.dp_free", {})
+        self._spans: dict = tables.shared.setdefault("bounds.spans", {})  # dp_span_lb_s's widest windows
         self._screens: dict = tables.shared.setdefault("bounds.screens", {})  # fitting_zeros at a known cap
         self._largest: dict = tables.shared.setdefault("bounds.largest", {})
         self.n = np.arange(self.p.model.layers + 1)
@@ -150,6 +151,26 @@ class Bounds:
                                                         p.cluster)
         return out
 
+    def p2p_floor_s(self, c: Choice) -> float:
+        """The least PP send/recv seconds of a stage's micro-batch time, as ``stage_timing`` charges its
+        ``2 vp`` sends: each fully with ``vp = 1``; interleaved,
+        :func:`costmodel.pipeline.interleaved_p2p_exposed_s`, linear in the hidden part ``min(t, chunk
+        forward)``, so at its least at either end (no forward, or a forward covering the send), whatever
+        the stage holds."""
+        pp = c.shape.pp
+        if pp == 1:
+            return 0.0
+        t = self.p2p_s(c)
+        if c.vp == 1:
+            return 2 * t
+        key = ("p2p_floor", c.shape, c.mb, c.vp)
+        out = self._extras.get(key)
+        if out is None:
+            m = c.micro_batches(self.p.workload.global_batch)
+            out = self._extras[key] = 2 * c.vp * min(float(interleaved_p2p_exposed_s(t, f, pp, m, c.vp))
+                                                     for f in (0.0, t))
+        return out
+
     def _opt_s(self, c: Choice, kind: str, n: int) -> float:
         key = (c.shape, c.zero, c.framework, kind, n, c.options)
         if key not in self._opt:
@@ -219,6 +240,9 @@ class Bounds:
         out = self._totals.get(key)
         if out is None:
             out = self._totals[key] = self._total_parts(c, any_chunks and c.chunks > 1)
+        if c.vp > 1 and c.shape.pp > 1:  # the interleaved sends' floor (vp = 1's is in the parts)
+            x = self.p2p_floor_s(c)
+            return out[0] + c.shape.pp * x, out[1] + x
         return out
 
     def _layer_sums(self, c: Choice, any_chunks: bool) -> tuple:
@@ -274,7 +298,7 @@ class Bounds:
             pp = c.shape.pp
             kinds = stage_kinds(pp)
             x = {kind: self.extras(c, kind) for kind in kinds}
-            p2p_min = 2 * self.p2p_s(c) if c.vp == 1 else 0.0
+            p2p_min = self.p2p_floor_s(c) if c.vp == 1 else 0.0  # vp > 1: added by _total_s (it reads m and vp)
             x_sum = sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds)
             out = self._totals[key] = self._layer_sums(c, any_chunks) + (
                 x_sum, p2p_min, x["first"][0] if pp > 1 else 0.0, x["last"][0] if pp > 1 else 0.0)
@@ -471,7 +495,7 @@ class Bounds:
             return t_quick + o_lb + self.dp_lb_s(c, caps)
         dl, ml = self.layers(c)
         slope = min(self.plain_floor(c)) + (min(dl[1], ml[1]) if c.recompute_layers is None else 0.0)
-        p2p = 2 * self.p2p_s(c) if vp == 1 else 0.0
+        p2p = self.p2p_floor_s(c)
         kinds = stage_kinds(pp)
         base = {k: self.extras(c, k, exact=True)[0] + p2p for k in kinds}
 
@@ -507,7 +531,35 @@ class Bounds:
             out = self._dp_free[c] = self._dp_lb_s(c, None)
         return out
 
-    def _dp_lb_s(self, c: Choice, caps: dict | None) -> float:
+    def dp_span_lb_s(self, members: list[Choice]) -> float:
+        """A DP/ZeRO exposure bound below :meth:`dp_lb_s` (without caps) of each of ``members``:
+        choices of one shape, micro-batch, interleave, ZeRO stage, bucket size and DMA assignment that
+        differ in sp, chunks and recompute. Their DP traffic is the same (:meth:`search.tables.Tables.affine`
+        and ``dp_buckets`` read none of those), and :func:`costmodel.step.dp_exposure` is nonincreasing in
+        a stage's forward and backward windows, so the exposure at the widest per-layer and per-position
+        windows any of them has bounds each one's, at one computation for all of them."""
+        c = members[0]
+        # the windows read only (sp, chunks, recompute) of the compute twin: one entry per distinct triple,
+        # shared by the spans of every ZeRO stage (but ZeRO-3's) and bucket size of the group
+        twin = self.compute_twin(c)
+        variants = {(m.sp, m.chunks, m.recompute): m for m in members}
+        key = (c.shape, c.mb, c.vp, twin.zero, c.dma, tuple(sorted(variants)))
+        span = self._spans.get(key)
+        if span is None:
+            span = {}
+            for kind in stage_kinds(c.shape.pp):
+                rows = []
+                for m in variants.values():
+                    dl, ml = self.layers(self.compute_twin(m))
+                    _, x_fwd, x_bwd = self.extras(m, kind, exact=True)
+                    rows.append((dl[2], ml[2], dl[3] + dl[4], ml[3] + ml[4], x_fwd, x_bwd))
+                span[kind] = tuple(max(col) for col in zip(*rows))
+            self._spans[key] = span
+        return self._dp_lb_s(c, None, span)
+
+    def _dp_lb_s(self, c: Choice, caps: dict | None, span: dict | None = None) -> float:
+        """:meth:`dp_lb_s`; ``span`` (per position: forward and backward-window seconds per dense and MoE
+        layer and outside the layers, :meth:`dp_span_lb_s`) replaces ``c``'s own windows."""
         p, s = self.p, c.shape
         L, pp, vp = p.model.layers, s.pp, c.vp
         kinds = stage_kinds(pp)
@@ -515,7 +567,8 @@ class Bounds:
         if caps is None:
             caps = {k: (L if k == "only" else (max(u, p.model.dense_layers) if k == "first" else u),
                         L if pp == 1 else L - (pp - 1) * u) for k in kinds}
-        dl, ml = self.layers(self.compute_twin(c))  # only the compute entries (windows) are used
+        if span is None:
+            dl, ml = self.layers(self.compute_twin(c))  # only the compute entries (windows) are used
         k = c.recompute_layers
         g, held = {}, {}
         for kind in kinds:
@@ -529,10 +582,14 @@ class Bounds:
         rows = []  # per position: the arguments of its exact DP/ZeRO exposure over those n
         for kind in kinds:
             nd, nm = self.counts(kind, n)
-            kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if k is not None else (nd, nm)
-            _, x_fwd, x_bwd = self.extras(c, kind, exact=True)
-            fwd = nd * dl[2] + nm * ml[2] + x_fwd
-            window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
+            if span is None:
+                kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if k is not None else (nd, nm)
+                _, x_fwd, x_bwd = self.extras(c, kind, exact=True)
+                fwd = nd * dl[2] + nm * ml[2] + x_fwd
+                window = nd * dl[3] + nm * ml[3] + x_bwd + kd * dl[4] + km * ml[4]
+            else:
+                f_d, f_m, w_d, w_m, x_fwd, x_bwd = span[kind]
+                fwd, window = nd * f_d + nm * f_m + x_fwd, nd * w_d + nm * w_m + x_bwd
             a, b = self.t.affine(c, kind), self.t.dp_buckets(c, kind, at=n)
             k_first, k_rest = even_pieces(b["buckets"], vp) if b["pieces"] is None else b["pieces"]
             rows.append([a["t_grad"][n], a["t_param"][n], b["lat_grad"], b["lat_param"], b["buckets"], window, fwd,

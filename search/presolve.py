@@ -205,6 +205,14 @@ class Expander:
                    for sp in sps)
 
 
+def _span_key(c: Choice) -> tuple:
+    """What a choice's DP traffic depends on within its problem (:meth:`search.bounds.Bounds.dp_span_lb_s`)
+    and whether it recomputes: the choices that share it share one DP exposure bound, taken at their widest
+    windows (recomputing widens the backward window by about a forward, so recomputing and plain choices
+    are spanned apart: together the plain ones' bound would be taken at the recomputing ones' windows)."""
+    return c.shape, c.mb, c.vp, c.zero, c.bucket_mb, c.dma, c.recompute != "none"
+
+
 def _seeds(tables: Tables) -> tuple[dict, dict]:
     """(group -> bound from an earlier presolve to start from, group -> bound to record this one's refinements in).
 
@@ -291,7 +299,9 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
     heapq.heapify(groups)
     ub = math.inf
     lower: dict = {}  # choice -> refined bound (ticks); once probed, its exact optimum
-    heap: list = []  # (bound, refined?, choice)
+    heap: list = []  # (bound, level: 0 quick, 1 with its span's DP bound, 2 refined, choice)
+    spans: dict = {}  # a group's pushed choices by what their DP traffic depends on (_span_key)
+    span_lb: dict = {}  # span -> its DP exposure bound (Bounds.dp_span_lb_s), once its first choice is popped
     pushed = 0
 
     def thr() -> float:  # choices up to here are kept (for CP-SAT up to ub, near up to thr)
@@ -335,15 +345,28 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             else:
                 pushed += len(cs)
                 for c in cs:
-                    heapq.heappush(heap, (lb, False, c))
+                    heapq.heappush(heap, (lb, 0, c))
+                    spans.setdefault(_span_key(c), []).append(c)
         next_glb = to_ticks(groups[0][0]) if groups else math.inf
         while heap and (heap[0][0] <= min(ub, next_glb) or diving()) and (
                 counts["probed"] < cap or (use_bounds and ub == math.inf)) and not late():
-            lb, done, c = heapq.heappop(heap)
-            if not done:
+            lb, level, c = heapq.heappop(heap)
+            if level == 0:  # its memory screen, then the DP exposure its span shares (one computation for
+                # the span), before its own bounds
+                if bounds.caps(c) is None:
+                    counts["memory"] += 1
+                    continue
+                key = _span_key(c)
+                if key not in span_lb:
+                    span_lb[key] = bounds.dp_span_lb_s(spans[key])
+                raised = to_ticks(bounds.quick_lb_s(c) + span_lb[key])
+                if raised > lb:
+                    heapq.heappush(heap, (raised, 1, c))
+                    continue
+            if level < 2:
                 lb = refine(c)
                 if lb is not None:
-                    heapq.heappush(heap, (lb, True, c))
+                    heapq.heappush(heap, (lb, 2, c))
                 continue
             counts["probed"] += 1
             exact = best_splits(tables.stage_table(c), p.model.layers, 1)
@@ -358,8 +381,8 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             values = sorted({sc.objective for sc in incumbents})  # twins share a value: count values
             if len(values) >= top_k and use_bounds:
                 ub = min(ub, values[top_k - 1])
-    for lb, done, c in heap:
-        if lb <= thr() and not done:
+    for lb, level, c in heap:
+        if lb <= thr() and level < 2:
             if late():  # not refined: its quick bound still bounds it
                 if not out.timed_out:
                     out.timed_out, out.unexplored_ticks = True, lb
