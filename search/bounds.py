@@ -539,10 +539,13 @@ class Bounds:
         a stage's forward and backward windows, so the exposure at the widest per-layer and per-position
         windows any of them has bounds each one's, at one computation for all of them."""
         c = members[0]
-        # the windows read only (sp, chunks, recompute) of the compute twin: one entry per distinct triple,
-        # shared by the spans of every ZeRO stage (but ZeRO-3's) and bucket size of the group
+        # the windows read only sp, chunks and recompute of the compute twin (with a DMA assignment's own
+        # extras, the recompute count too): one entry per variant, shared by the spans of every bucket size
+        # (and ZeRO stage, where the twin drops it) of the group
         twin = self.compute_twin(c)
-        variants = {(m.sp, m.chunks, m.recompute): m for m in members}
+        own = c.dma is not None
+        variants = {(m.sp, m.chunks, m.recompute,
+                     -1 if not own or m.recompute_layers is None else m.recompute_layers): m for m in members}
         key = (c.shape, c.mb, c.vp, twin.zero, c.dma, tuple(sorted(variants)))
         span = self._spans.get(key)
         if span is None:
