@@ -229,21 +229,20 @@ class Bounds:
     def _total_s(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
         """(every stage's micro-batch time summed, a floor of the slowest stage: the largest stage
         at its cheapest, and the first and last stages holding their fewest layers with the
-        embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``).
+        embedding / LM head), both at most their value for any split (0 floor when ``pp = 1``), each
+        stage with its PP sends' floor (:meth:`p2p_floor_s`, added to the cached parts).
 
-        They depend on ``vp`` only through the stage unit and whether it is 1 (the PP send/recv
-        floor), unless a DMA assignment of its own takes the tables' extras: interleaves sharing
-        both (DeepSeek-V3's 61 layers: VP 2, 4 and 8) share one entry."""
-        vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
+        The parts depend on ``vp`` only through the stage unit, unless a DMA assignment of its own
+        takes the tables' extras: interleaves sharing it (DeepSeek-V3's 61 layers: VP 2, 4 and 8)
+        share one entry."""
+        vp_key = stage_unit(self.p, c.vp) if c.dma is None else c.vp
         key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma,
                any_chunks and c.chunks > 1)
         out = self._totals.get(key)
         if out is None:
             out = self._totals[key] = self._total_parts(c, any_chunks and c.chunks > 1)
-        if c.vp > 1 and c.shape.pp > 1:  # the interleaved sends' floor (vp = 1's is in the parts)
-            x = self.p2p_floor_s(c)
-            return out[0] + c.shape.pp * x, out[1] + x
-        return out
+        x = self.p2p_floor_s(c)  # every stage's sends (not in the parts: it reads vp and m)
+        return (out[0] + c.shape.pp * x, out[1] + x) if x else out
 
     def _layer_sums(self, c: Choice, any_chunks: bool) -> tuple:
         """``(sum of U, sum of R, least U, least R)`` over the model's layers (:meth:`layers`; ``U`` at
@@ -271,17 +270,17 @@ class Bounds:
         p, s = self.p, c.shape
         L, pp, vp, k = p.model.layers, s.pp, c.vp, c.recompute_layers
         u = stage_unit(p, vp)  # layer-count step of a stage
-        u_sum, r_all, u_min, r_min, x_sum, p2p_min, x_first, x_last = self._k_free_parts(c, any_chunks)
+        u_sum, r_all, u_min, r_min, x_sum, x_first, x_last = self._k_free_parts(c, any_chunks)
         if k is None:
             r_sum = r_all
         else:  # concentrate the layers: (p-1) stages of vp layers and one with the rest
             r_sum = r_min * ((pp - 1) * min(u, k) + min(L - (pp - 1) * u, k))
-        total = u_sum + r_sum + x_sum + pp * p2p_min
+        total = u_sum + r_sum + x_sum
         if pp == 1:
             return total, 0.0
 
         def floor(n):  # a stage of n layers, each at its cheapest
-            return n * u_min + (n if k is None else min(n, k)) * r_min + p2p_min
+            return n * u_min + (n if k is None else min(n, k)) * r_min
         lo_first = u * math.ceil(max(1, p.model.dense_layers) / u)
         slow = max(floor(self.largest_stage(pp, vp, k)), x_first + floor(lo_first), x_last + floor(u))
         return total, slow
@@ -289,8 +288,8 @@ class Bounds:
     def _k_free_parts(self, c: Choice, any_chunks: bool) -> tuple:
         """What :meth:`_total_parts` reads besides the recompute count ``k`` (a GPT-3 search asks for every
         ``k`` of one stage: ~12,000 totals over far fewer of these): :meth:`_layer_sums`, the positions'
-        extras summed by their stage counts, the PP send/recv floor, the first and last stages' extras."""
-        vp_key = (stage_unit(self.p, c.vp), c.vp == 1) if c.dma is None else c.vp
+        extras summed by their stage counts, the first and last stages' extras."""
+        vp_key = stage_unit(self.p, c.vp) if c.dma is None else c.vp
         key = ("k_free", c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers is None,
                c.per_microbatch(), c.dma, any_chunks)
         out = self._totals.get(key)
@@ -298,10 +297,9 @@ class Bounds:
             pp = c.shape.pp
             kinds = stage_kinds(pp)
             x = {kind: self.extras(c, kind) for kind in kinds}
-            p2p_min = self.p2p_floor_s(c) if c.vp == 1 else 0.0  # vp > 1: added by _total_s (it reads m and vp)
             x_sum = sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds)
             out = self._totals[key] = self._layer_sums(c, any_chunks) + (
-                x_sum, p2p_min, x["first"][0] if pp > 1 else 0.0, x["last"][0] if pp > 1 else 0.0)
+                x_sum, x["first"][0] if pp > 1 else 0.0, x["last"][0] if pp > 1 else 0.0)
         return out
 
     def largest_stage(self, pp: int, vp: int, k: int | None = None) -> int:

@@ -359,7 +359,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                 key = _span_key(c)
                 if key not in span_lb:
                     span_lb[key] = bounds.dp_span_lb_s(spans[key])
-                raised = to_ticks(bounds.quick_lb_s(c) + span_lb[key])
+                raised = lb + math.floor(span_lb[key] / res)  # at most to_ticks(quick + span)
                 if raised > lb:
                     heapq.heappush(heap, (raised, 1, c))
                     continue
