@@ -50,7 +50,7 @@ CLI = [
     " --json",
     # searches
     "recommend --model gpt3-175b --cluster a100-80g --gpus 1024 --global-batch 1536 --seq 2048 --json",
-    "recommend --model llama3-70b --cluster h100-sxm --gpus 128 --global-batch 512 --seq 4096 --top 3 --json",
+    "recommend --model llama3-8b --cluster h100-sxm --gpus 64 --global-batch 256 --seq 8192 --top 3 --json",
     "recommend --model mixtral-8x7b --cluster h100-sxm --gpus 256 --global-batch 1024 --seq 4096 --json",
     "recommend --model llama3-8b --cluster h100-sxm --gpus 64 --global-batch 256 --seq 8192"
     " --framework deepspeed --json",
@@ -96,7 +96,7 @@ def run_cli(line: str) -> str:
 
 def run_api() -> list[str]:
     """The library API's answers (``recommend``, ``Planner``, ``evaluate`` with both engines)."""
-    from costmodel.estimate import evaluate as cm_evaluate
+    from costmodel.api import evaluate as cm_evaluate
     from planner import Planner, evaluate, recommend
     from planner.problem import resolve_cluster, resolve_model, make_workload
     out = []

@@ -1,6 +1,6 @@
 """Configurations per second of ``Planner.evaluate_many`` (the analytical fast path), one core.
 
-    python benchmarks/api_speed.py
+    python -m benchmarks.api_speed
 
 For each problem, a fresh :class:`planner.Planner` (empty caches) scores
 
@@ -9,7 +9,7 @@ For each problem, a fresh :class:`planner.Planner` (empty caches) scores
 * **distinct**: plans that differ in their degrees, micro-batch, SP and recompute only (the
   ``benchmarks/eval_speed.py`` set: every one misses the caches);
 
-and, for comparison, the full ``costmodel.estimate.evaluate`` on a sample of the space, with
+and, for comparison, the full ``costmodel.api.evaluate`` on a sample of the space, with
 the analytical engine (the numbers the fast path reproduces) and the op-graph scheduler.
 Times are the best of three runs, each on a fresh Planner; the space enumeration is not timed.
 """
@@ -20,13 +20,11 @@ import itertools
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
-from planner import Planner  # noqa: E402
+from benchmarks import results_io
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from planner import Planner
 
 PROBLEMS = [  # model, cluster, GPUs, global batch, sequence
     ("gpt3-175b", "a100-80g", 1024, 1536, 2048),
@@ -58,7 +56,7 @@ def rate(params: dict, configs: list, repeats: int = 3) -> tuple[float, int]:
     return len(configs) / best, sum(s.status == "ok" for s in scores)
 
 
-def main() -> int:
+def main(argv=None, record_results: bool = False) -> int:
     print(f"{'problem':<34} {'set':<9} {'configs':>8} {'valid':>8} {'configs/s':>10}")
     rates = []
     for model, cluster, gpus, batch, seq in PROBLEMS:
@@ -78,12 +76,18 @@ def main() -> int:
             full = len(sample) / (time.perf_counter() - t0)
             print(f"{name:<34} {engine:<9} {len(sample):>8} {len(sample):>8} {full:>10,.0f}   "
                   f"(costmodel.evaluate(engine={engine!r}), full Estimate, for comparison)")
+    head, targets = {}, []
     for label in ("space", "distinct"):
         rs = [r for lab, r in rates if lab == label]
         print(f"{label}: median {statistics.median(rs):,.0f} configs/s, min {min(rs):,.0f} "
               f"(target {TARGET:,}: {'met' if min(rs) >= TARGET else 'NOT met'} on every problem)")
+        head.update({f"{label} median configs/s": round(statistics.median(rs)), f"{label} min configs/s": round(min(rs))})
+        targets.append({"name": f"{label}: >= {TARGET:,} configs/s on every problem", "met": min(rs) >= TARGET})
+    results_io.record("api_speed", argv, enabled=record_results, headline=head, targets=targets,
+                      title="configurations per second of Planner.evaluate_many (the analytical fast path), one core",
+                      inputs=["costmodel", "planner", "benchmarks/api_speed.py"])
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

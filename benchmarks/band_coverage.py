@@ -1,20 +1,20 @@
 """Uncertainty bands: write the validation residuals and measure the 80% band's coverage.
 
-    python benchmarks/band_coverage.py [--write] [--calibrated] [--engine graph] [--set dev|new|all|sealed]
+    python -m benchmarks.band_coverage [--write] [--calibrated] [--engine graph] [--set dev|new|all|sealed]
 
 1. Predicts every usable row of the chosen set as ``validate_published.py`` does (same rows,
    same filled-in settings, the op-graph engine by default), *out of source*: the constants
    fitted per device family and dtype are set to the values fitted without the row's own source
    (:func:`calibrate.held_out_values`, the leave-one-source-out fit ``calibrate.py`` prints; a
    family measured by one source only keeps its preset value, flagged ``in_sample_constants``).
-   Each row is tagged with its regime (:func:`costmodel.uncertainty.regime_of`), GPU count and
+   Each row is tagged with its regime (:func:`costmodel.trust.uncertainty.regime_of`), GPU count and
    stack. ``--write`` stores ``ln(predicted/measured)`` per row, the held-out constants used and a
    summary of the component data's kinds (``benchmarks/data/components``) in
    ``costmodel/data/residuals.json``, the package data the bands are built from.
    The sealed split (``benchmarks/data/sealed``) is never read here (``load_set`` excludes it).
 2. Coverage, leave-one-source-out: each source's rows get bands built from the *other*
    sources' residuals only (a new source is a new software stack, the honest test), with the
-   beyond-the-data widening of :mod:`costmodel.band_scope` judged against those other sources,
+   beyond-the-data widening of :mod:`costmodel.trust.band_scope` judged against those other sources,
    and the script prints the share of measured step times inside the 80% band (target >= 80%)
    and the median and mean band width ((hi - lo) / predicted), per set and per source.
 3. ``--calibrated``: for every source, every third triple of its rows calibrates the cluster
@@ -42,18 +42,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks import results_io
+from benchmarks.calibrate import held_out_constants, held_out_values, with_constants
+from benchmarks.calibrate import family, kernel_class
+from benchmarks.published import load_set, predict
 
-from calibrate import held_out_constants, held_out_values, with_constants  # noqa: E402
-from calibrate import family, kernel_class  # noqa: E402
-from published import load_set, predict  # noqa: E402
-
-from costmodel import uncertainty as U  # noqa: E402
-from costmodel.band_scope import device_class  # noqa: E402
-from costmodel.calibration import MeasuredRun, apply, fit  # noqa: E402
-from costmodel.errors import PlannerError  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
+from costmodel.trust import uncertainty as U
+from costmodel.trust.band_scope import device_class
+from costmodel.trust.calibration import MeasuredRun, apply, fit
+from costmodel.spec.errors import PlannerError
+from costmodel.api import evaluate
 
 UNCALIBRATED = {"gemm_efficiency": 0.80, "fp8_gemm_efficiency": 0.60}
 COMPONENTS = Path(__file__).resolve().parent / "data" / "components"
@@ -73,7 +71,7 @@ def stored_constants(doc: dict) -> dict:
 
 def components() -> list:
     """``[component, device class, dtype]`` of every kind of kernel and collective measured in
-    ``benchmarks/data/components`` (read by :mod:`costmodel.band_scope`)."""
+    ``benchmarks/data/components`` (read by :mod:`costmodel.trust.band_scope`)."""
     out = set()
     with open(COMPONENTS / "kernels.csv") as f:
         for r in csv.DictReader(f):
@@ -116,7 +114,7 @@ def stored(rows, engine: str) -> dict:
                            "(constants; in_sample_constants: families of one source, at the preset value), "
                            "by regime, with its GPU count and stack; components: the kinds of kernel and "
                            "collective measured in benchmarks/data/components; written by "
-                           "benchmarks/band_coverage.py --set all --write; read by costmodel/uncertainty.py",
+                           "benchmarks/band_coverage.py --set all --write; read by costmodel/trust/uncertainty.py",
             "engine": engine,
             "components": components(),
             "rows": [{"set": getattr(x["row"], "set", "dev"), "source": x["row"].source, "row_id": x["row"].row_id,
@@ -130,9 +128,10 @@ def regime_label(regime) -> str:
     return f"{regime.kind} {regime.device} ZeRO-{regime.zero}"
 
 
-def coverage(rows, residual_rows, comps, label: str = "leave-one-source-out", in_sample: bool = True) -> None:
+def coverage(rows, residual_rows, comps, label: str = "leave-one-source-out", in_sample: bool = True) -> dict:
     """Share of measured step times inside each row's 80% band built from ``residual_rows`` less the
-    row's own source's, and the band widths, per set, per source and per regime."""
+    row's own source's, and the band widths, per set, per source and per regime. Returns
+    ``{set or "all": (inside, rows, median width)}``."""
     by_src, by_set, by_regime, noted = {}, {}, {}, 0
     for x in rows:
         src = x["row"].source
@@ -146,8 +145,12 @@ def coverage(rows, residual_rows, comps, label: str = "leave-one-source-out", in
         by_set.setdefault(getattr(x["row"], "set", "dev"), []).append((ok, (hi - lo) / t))
         by_regime.setdefault(regime_label(x["regime"]), []).append((ok, (hi - lo) / t))
     everything = [v for vs in by_set.values() for v in vs]
+    summary = {"all": (sum(ok for ok, _ in everything), len(everything),
+                       statistics.median(w for _, w in everything) if everything else None)}
     for name, vs in [*by_set.items(), *((("+".join(by_set), everything),) if len(by_set) > 1 else ())]:
         n_in = sum(ok for ok, _ in vs)
+        if name in by_set:
+            summary[name] = (n_in, len(vs), statistics.median(w for _, w in vs))
         print(f"80% band, {label}, {name} set: {n_in}/{len(vs)} measured runs inside "
               f"= {100 * n_in / len(vs):.0f}% (target >= 80%); width (hi - lo) / predicted: median "
               f"{100 * statistics.median(w for _, w in vs):.1f}%, mean {100 * statistics.mean(w for _, w in vs):.1f}%"
@@ -158,10 +161,11 @@ def coverage(rows, residual_rows, comps, label: str = "leave-one-source-out", in
             print(f"   {src:<24} {sum(ok for ok, _ in vs):>3}/{len(vs):<3} inside, median width "
                   f"{100 * statistics.median(w for _, w in vs):5.1f}%")
     if not in_sample:
-        return
+        return summary
     inb = [U.band(x["est"], x["regime"], residuals=residual_rows, components=comps) for x in rows]
     ins = sum(lo <= x["row"].measured_s <= hi for x, (lo, hi) in zip(rows, inb))
     print(f"   (in-sample, all sources' residuals: {ins}/{len(rows)} inside)")
+    return summary
 
 
 def calibrated(rows, residual_rows, engine: str) -> None:
@@ -230,7 +234,27 @@ def sealed(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def record(argv, summary: dict, enabled: bool) -> None:
+    """``benchmarks/results/band_coverage.json``: the leave-one-source-out coverage of ``--set all``."""
+    head = {}
+    for name in ("dev", "new", "all"):
+        if name in summary:
+            n_in, n, width = summary[name]
+            head.update({f"{name} rows": n, f"{name} inside": n_in, f"{name} inside %": results_io.pct(n_in / n),
+                         f"{name} median width %": results_io.pct(width)})
+    n_in, n, width = summary["all"]
+    results_io.record("band_coverage", argv, enabled=enabled, headline=head,
+                      title="the 80% band's coverage, each source banded from the other sources' residuals",
+                      targets=[{"name": ">= 80% of measured runs inside", "met": n_in >= 0.8 * n},
+                               {"name": "median width <= 30%", "met": width <= 0.30}],
+                      table=[{"set": k, "rows": v[1], "inside": v[0], "median width %": results_io.pct(v[2])}
+                             for k, v in summary.items()],
+                      inputs=["costmodel", "benchmarks/band_coverage.py", "benchmarks/calibrate.py",
+                              "benchmarks/published.py", "benchmarks/data/published_dev.csv",
+                              "benchmarks/data/published_new.csv", "benchmarks/data/components"])
+
+
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"write {U.RESIDUALS.relative_to(Path.cwd()) if U.RESIDUALS.is_relative_to(Path.cwd()) else U.RESIDUALS}")
     ap.add_argument("--calibrated", action="store_true", help="also measure calibration on 3 rows per source")
@@ -247,11 +271,12 @@ def main(argv=None) -> int:
         U.RESIDUALS.parent.mkdir(exist_ok=True)
         U.RESIDUALS.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {len(doc['rows'])} residuals to {U.RESIDUALS}")
-    coverage(rows, doc["rows"], doc["components"])
+    summary = coverage(rows, doc["rows"], doc["components"])
+    record(argv, summary, record_results and args.set == "all" and args.engine == "graph")
     if args.calibrated:
         calibrated(rows, doc["rows"], args.engine)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -2,14 +2,14 @@
 
     python benchmarks/band_rules.py [--set dev|all]
 
-The band (:mod:`costmodel.uncertainty`) rests on out-of-source residuals, the plan's sensitivity to the
+The band (:mod:`costmodel.trust.uncertainty`) rests on out-of-source residuals, the plan's sensitivity to the
 uncertain constants, a run-to-run noise floor, a drift beyond the largest measured run and, outside the
 data, the band of every measured run pooled. This script predicts the rows once (as
 ``band_coverage.py`` does: ``--set dev`` with the constants held out over the dev rows only, the
 selection set; ``--set all``: dev and the unsealed new set) and prints, for each candidate way of
 combining those parts (:data:`CANDIDATES`), the share of measured step times inside the band and the
 median band width ((hi - lo) / predicted), each source's rows banded from the other sources' residuals
-only. It checks first that its ``shipped`` candidate reproduces ``costmodel.uncertainty.band_detail`` on
+only. It checks first that its ``shipped`` candidate reproduces ``costmodel.trust.uncertainty.band_detail`` on
 every row (the candidates re-state the rule here; the shipped one is the package's).
 
 The candidates (``Rule`` fields): ``combine`` ``max`` (the shipped rule: the residual half-width floored
@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from band_coverage import predicted_rows, stored  # noqa: E402
 
-from costmodel import band_spread as BS  # noqa: E402
-from costmodel import uncertainty as U  # noqa: E402
-from costmodel.band_scope import scope  # noqa: E402
+from costmodel.trust import band_spread as BS  # noqa: E402
+from costmodel.trust import uncertainty as U  # noqa: E402
+from costmodel.trust.band_scope import scope  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +72,7 @@ CANDIDATES = {
 
 
 def spread(keys, residuals, sources):
-    """:func:`costmodel.band_spread.centre_and_spread` with a centre pool of ``sources`` sources."""
+    """:func:`costmodel.trust.band_spread.centre_and_spread` with a centre pool of ``sources`` sources."""
     pool, _ = BS.pool_rows(keys, residuals, BS.MIN_POOL, sources)
     if not pool:
         return 0.0, 0.0
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     doc = stored(rows, "graph")
     check_shipped(rows, doc["rows"], doc["components"])
     print(f"leave-one-source-out, --set {args.set} (inside/rows = share, median width); shipped rule checked "
-          "against costmodel.uncertainty.band_detail on every row")
+          "against costmodel.trust.uncertainty.band_detail on every row")
     for name, rule in CANDIDATES.items():
         s = score(rule, rows, doc["rows"], doc["components"])
         print(f"{name:<48} " + " | ".join(f"{k} {i}/{n} = {100 * i / n:.0f}% at {100 * w:.1f}%"

@@ -1,6 +1,6 @@
 """Fit the one device-level constant per device family and dtype: achieved GEMM efficiency.
 
-    python benchmarks/calibrate.py [--set dev|new|all]
+    python -m benchmarks.calibrate [--set dev|new|all]
 
 For each device family and dtype in the chosen set (development set by default: A100 BF16
 GEMMs and H100 FP8 GEMMs; the new set adds H100-class BF16 and B200 FP8) this scans the GEMM
@@ -21,13 +21,9 @@ import argparse
 import statistics
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from published import load_set, predict  # noqa: E402
-from costmodel.compute import FA2_HOPPER_RATIO, HOPPER  # noqa: E402
+from benchmarks.published import load_set, predict
+from costmodel.frameworks.stacks import FA2_HOPPER_RATIO, HOPPER
 
 GRID = [round(0.25 + 0.01 * i, 2) for i in range(71)]  # 0.25 .. 0.95
 

@@ -21,10 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.errors import PlannerError  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
-from costmodel.presets import load_cluster  # noqa: E402
-from costmodel.specs import ModelSpec, Workload  # noqa: E402
+from costmodel.spec.errors import PlannerError  # noqa: E402
+from costmodel.api import evaluate  # noqa: E402
+from costmodel.spec.presets import load_cluster  # noqa: E402
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload  # noqa: E402
 from planner import megatron_args as mg  # noqa: E402
 from planner.problem import make_config  # noqa: E402
 from planner.runs import scan_log  # noqa: E402

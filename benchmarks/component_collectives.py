@@ -1,12 +1,12 @@
 """Collectives on their own measurements: predicted vs measured time per published case.
 
-    python benchmarks/component_collectives.py [--csv PATH] [--check]
+    python -m benchmarks.component_collectives [--csv PATH] [--check]
 
 Every row of ``benchmarks/data/components/collectives.csv`` (sources and conversions in the
 README beside it) is one measured collective: AllReduce, AllGather, ReduceScatter or AllToAll,
 its message size, rank count and fabric. For each row this script builds the row's cluster (the
 named preset, with the inter-node bandwidth per GPU replaced where the row states its own NICs)
-and asks :func:`costmodel.collectives.collective_time_s` for the time, as the planner charges it
+and asks :func:`costmodel.physics.comm.collectives.collective_time_s` for the time, as the planner charges it
 (NCCL's ring, tree and NVLS choice; no per-row knob). It prints predicted vs measured seconds
 and the signed error per case, then mean |err| overall, by fabric, by collective and for the
 rows at >= 1,000 GPUs (issue 20's target: <= 10% there).
@@ -37,12 +37,12 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from component_rows import RowError  # noqa: E402
+from benchmarks import results_io
+from benchmarks.component_rows import RowError
 
-from costmodel.collectives import collective_time_s  # noqa: E402
-from costmodel.presets import load_cluster  # noqa: E402
-from costmodel.specs import ClusterSpec  # noqa: E402
+from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.spec.presets import load_cluster
+from costmodel.spec.specs import ClusterSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "collectives.csv"
 GB, US = 1e9, 1e-6
@@ -226,7 +226,30 @@ def report(res: list[dict], out=print) -> None:
         out(f"{label:<26} {_stats([r['error'] for r in res if not in_target(r['case']) and pred(r['case'])])}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def record(argv, res: list[dict], s: dict, code: int, enabled: bool) -> None:
+    """``benchmarks/results/component_collectives.json``."""
+    axis = [abs(r["error"]) for r in res if not in_target(r["case"])]
+    table = []
+    for coll in sorted({r["case"].collective for r in res}):
+        es = [r["error"] for r in res if r["case"].collective == coll and in_target(r["case"])]
+        if es:
+            table.append({"collective (text/label cases)": coll, "cases": len(es),
+                          "mean |err| %": results_io.pct(statistics.fmean(map(abs, es))),
+                          "signed %": results_io.pct(statistics.fmean(es))})
+    results_io.record("component_collectives", argv, enabled=enabled, table=table,
+                      title="collectives against their own published measurements",
+                      headline={"text/label cases": s["n"], "text/label mean |err| %": results_io.pct(s["mean_abs_err"]),
+                                "cases >= 1,000 GPUs": s["n_large"],
+                                ">= 1,000 GPUs mean |err| %": results_io.pct(s["large_mean_abs_err"]),
+                                "chart-read cases": len(axis),
+                                "chart-read mean |err| %": results_io.pct(statistics.fmean(axis) if axis else None)},
+                      targets=[{"name": f">= {MIN_LARGE_CASES} text/label cases at >= {LARGE_GPUS:,} GPUs, mean |err| "
+                                        f"<= {LARGE_MEAN_LIMIT:.0%}", "met": code == 0}],
+                      inputs=["costmodel", "benchmarks/component_collectives.py",
+                              "benchmarks/data/components/collectives.csv"])
+
+
+def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", type=Path, default=DATA, help="cases to score (default: the repository's data)")
     ap.add_argument("--check", action="store_true", help="exit 1 unless mean |err| <= 10%% at >= 1,000 GPUs")
@@ -244,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     if s["n_axis_large"]:
         print(f"rows read off a figure's axis at >= {LARGE_GPUS:,} GPUs (not in the target): "
               f"mean |err| {s['axis_large_mean_abs_err']:.1%} over {s['n_axis_large']}")
+    record(argv, res, s, code, record_results and a.csv == DATA)
     return code if a.check else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -1,7 +1,7 @@
 """Expert-parallel dispatch and combine on their own measurements: DeepEP's published kernels against
 the time the cost model charges for them.
 
-    python benchmarks/component_ep.py [--csv PATH] [--check]
+    python -m benchmarks.component_ep [--csv PATH] [--check]
 
 Every row of ``benchmarks/data/components/ep_dispatch.csv`` is one published DeepEP measurement (a
 "bottleneck bandwidth" of a dispatch or combine at an EP size; sources in the README beside it). For
@@ -14,13 +14,13 @@ each row this prints:
   destination node), the own node included), so their expectation is taken by replaying the test's routing
   in numpy (:func:`test_routing`: ``randn().abs() + 1`` scores, the top-``topk_groups`` nodes by their best
   expert, the top-k experts among them) -- counting, not physics, and independent of the model.
-* **deepep**: the model's DeepEP time, :func:`costmodel.ep_dispatch.deepep_time_s` of
-  :func:`costmodel.ep_dispatch.deepep_bytes` (its analytic fan-out, node limit included), on the row's
+* **deepep**: the model's DeepEP time, :func:`costmodel.physics.comm.ep_dispatch.deepep_time_s` of
+  :func:`costmodel.physics.comm.ep_dispatch.deepep_bytes` (its analytic fan-out, node limit included), on the row's
   cluster preset (inter-node bandwidth per GPU replaced by the row's NIC where stated).
 * **a2a**: what an NCCL all-to-all of one row per routed copy would take
-  (:func:`costmodel.collectives.collective_time_s`), the ``alltoall`` dispatcher's charge, for contrast.
+  (:func:`costmodel.physics.comm.collectives.collective_time_s`), the ``alltoall`` dispatcher's charge, for contrast.
 
-Rows with ``role`` ``calibrates`` set a model constant (:data:`costmodel.ep_dispatch.DEEPEP_INTERNODE_ROWS_BYTES_PER_S`):
+Rows with ``role`` ``calibrates`` set a model constant (:data:`costmodel.physics.comm.ep_dispatch.DEEPEP_INTERNODE_ROWS_BYTES_PER_S`):
 printed, and scored apart from the rows that check the model. ``--check`` exits 1 when the DeepEP model's mean
 |err| over the checking rows read as text exceeds :data:`MEAN_LIMIT`, 0 otherwise. Nothing is fitted here.
 """
@@ -37,13 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from component_rows import RowError  # noqa: E402
+from benchmarks import results_io
+from benchmarks.component_rows import RowError
 
-from costmodel.collectives import collective_time_s  # noqa: E402
-from costmodel.ep_dispatch import deepep_bytes, deepep_time_s  # noqa: E402
-from costmodel.presets import load_cluster  # noqa: E402
-from costmodel.specs import ClusterSpec, ModelSpec  # noqa: E402
+from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.physics.comm.ep_dispatch import deepep_bytes, deepep_time_s
+from costmodel.spec.presets import load_cluster
+from costmodel.spec.specs import ClusterSpec, ModelSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "ep_dispatch.csv"
 GB = 1e9
@@ -124,7 +124,7 @@ def load(path: Path = DATA) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DATA)
     ap.add_argument("--check", action="store_true", help=f"exit 1 if the DeepEP mean |err| > {MEAN_LIMIT:.0%}")
@@ -158,6 +158,18 @@ def main(argv=None) -> int:
         print(f"{name:<28} {len(cs):>3} {100 * statistics.mean(map(abs, e)):13.1f}% {100 * statistics.mean(e):+6.1f}% "
               f"{100 * max(map(abs, e)):6.1f}% | {100 * statistics.mean(map(abs, a)):10.1f}% {100 * statistics.mean(a):+6.1f}%")
     mean = statistics.mean(abs(c["err"]) for c in text)
+    e = [c["err"] for c in text]
+    results_io.record("component_ep", argv, enabled=record_results and args.csv == DATA,
+                      title="EP dispatch and combine against DeepEP's published kernels",
+                      headline={"text cases": len(text), "deepep mean |err| %": results_io.pct(mean),
+                                "deepep signed %": results_io.pct(statistics.mean(e)),
+                                "deepep max |err| %": results_io.pct(max(map(abs, e))),
+                                "all-to-all charge mean |err| %": results_io.pct(statistics.mean(abs(c["a2a_err"]) for c in text))},
+                      targets=[{"name": f"DeepEP mean |err| <= {MEAN_LIMIT:.0%} (text rows)", "met": mean <= MEAN_LIMIT}],
+                      table=[{"group": g, "cases": len(cs), "deepep mean |err| %": results_io.pct(statistics.mean(abs(c["err"]) for c in cs)),
+                              "deepep signed %": results_io.pct(statistics.mean(c["err"] for c in cs))}
+                             for g, cs in groups.items() if cs],
+                      inputs=["costmodel", "benchmarks/component_ep.py", "benchmarks/data/components/ep_dispatch.csv"])
     if args.check and mean > MEAN_LIMIT:
         print(f"check: DeepEP mean |err| {100 * mean:.1f}% > {100 * MEAN_LIMIT:.0f}%")
         return 1
@@ -165,4 +177,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

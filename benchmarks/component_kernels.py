@@ -1,6 +1,6 @@
 """Kernel component benchmark: the cost model's kernel times against published kernel measurements.
 
-    python benchmarks/component_kernels.py [--model preset|kernel] [--check] [--csv out.csv]
+    python -m benchmarks.component_kernels [--model preset|kernel] [--check] [--csv out.csv]
 
 For every row of ``benchmarks/data/components/kernels.csv`` (GEMM, grouped GEMM, attention forward /
 backward / forward+backward; sources per row in the file and ``README_kernels.md`` beside it) this asks
@@ -11,10 +11,10 @@ device.
 ``--model preset`` (the default) times each kernel as the step-time model does: the preset's levels
 (``gemm_efficiency`` 0.53 for Hopper BF16, ``attention_efficiency`` 0.5, ...), which were fitted to
 end-to-end step times, with the GEMM shape factors and the attention shape factor
-(:func:`costmodel.kernels.attention_shape_factor`) the step time applies. ``--model kernel`` uses the kernel model of :mod:`costmodel.kernels`: the same
-roofline and tile/wave shape factors of :func:`costmodel.compute.gemm_time_s`, the attention saturation
-of :func:`costmodel.kernels.attention_time_s`, with the large-kernel efficiencies fitted to these
-measurements (:data:`costmodel.kernels.GEMM_FITS`, :data:`costmodel.kernels.ATTENTION_FITS`).
+(:func:`costmodel.physics.kernels.kernel_fits.attention_shape_factor`) the step time applies. ``--model kernel`` uses the kernel model of :mod:`costmodel.physics.kernels.kernel_fits`: the same
+roofline and tile/wave shape factors of :func:`costmodel.physics.kernels.gemm.gemm_time_s`, the attention saturation
+of :func:`costmodel.physics.kernels.kernel_fits.attention_time_s`, with the large-kernel efficiencies fitted to these
+measurements (:data:`costmodel.physics.kernels.kernel_fits.GEMM_FITS`, :data:`costmodel.physics.kernels.kernel_fits.ATTENTION_FITS`).
 
 ``--check`` exits 1 when the mean |err| over all rows of the chosen model exceeds ``--limit``
 (default 0.08, issue 20's target for kernels), 0 otherwise.
@@ -35,13 +35,11 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.compute import TE_GROUPED_GEMM_STREAMS, TILE_SHAPES, fa2_device, grouped_gemm_time_s  # noqa: E402
-from costmodel.kernels import (ATTENTION_FITS, GEMM_FITS, STREAM_FITS, AttentionFit, GemmFit, StreamFit,  # noqa: E402
-                               attention_fit, attention_shape_factor, attention_time_s, device_family,
-                               gemm_fit, kernel_device)
-from costmodel.presets import load_cluster  # noqa: E402
+from benchmarks import results_io
+from costmodel.physics.kernels.gemm import TE_GROUPED_GEMM_STREAMS, TILE_SHAPES, grouped_gemm_time_s
+from costmodel.frameworks.stacks import fa2_device
+from costmodel.physics.kernels.kernel_fits import (ATTENTION_FITS, GEMM_FITS, STREAM_FITS, AttentionFit, GemmFit, StreamFit, attention_fit, attention_shape_factor, attention_time_s, device_family, gemm_fit, kernel_device)
+from costmodel.spec.presets import load_cluster
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "kernels.csv"
 DEVICE_PRESET = {"A100-SXM4-80GB": "a100-80g", "A100-SXM4-40GB": "a100-40g", "H100-SXM5-80GB": "h100-sxm", "H100-500W": "h100-96g",
@@ -81,7 +79,7 @@ def device_of(row: dict):
 
 
 def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None, stream: StreamFit | None = None) -> float:
-    """A (grouped) GEMM row timed by :func:`costmodel.compute.gemm_time_s` on the preset device
+    """A (grouped) GEMM row timed by :func:`costmodel.physics.kernels.gemm.gemm_time_s` on the preset device
     (``preset``) or with the kernel fits (``kernel``; ``fit`` overrides the table, for --fit)."""
     dev = device_of(row)
     dtype = "bf16" if row["dtype"] == "fp16" else row["dtype"]
@@ -101,7 +99,7 @@ def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None, stream: S
 
 def te_streams(row: dict) -> int | None:
     """Expert GEMMs sharing the SMs at a time for a Transformer Engine multi-stream grouped GEMM row: the step
-    time's :data:`costmodel.compute.TE_GROUPED_GEMM_STREAMS` for TE 2.7 (the current stack), 1 for TE 2.2 (its
+    time's :data:`costmodel.physics.kernels.gemm.TE_GROUPED_GEMM_STREAMS` for TE 2.7 (the current stack), 1 for TE 2.2 (its
     figures in TE PR #2045 are those of one expert GEMM at a time); ``None`` (one grouped kernel) otherwise."""
     if row["kernel"] != "grouped_gemm_multistream":
         return None
@@ -110,8 +108,8 @@ def te_streams(row: dict) -> int | None:
 
 def attention_row_time_s(row: dict, model: str, fit: AttentionFit | None = None) -> float:
     """An attention row: ``preset`` at the preset's flat ``attention_efficiency`` (FlashAttention-2 rows on
-    Hopper through :func:`costmodel.compute.fa2_device`), as :func:`costmodel.compute._attention_core`
-    charges it; ``kernel`` with :func:`costmodel.kernels.attention_time_s` and the row's fit."""
+    Hopper through :func:`costmodel.frameworks.stacks.fa2_device`), as :func:`costmodel.physics.kernels.compute._attention_core`
+    charges it; ``kernel`` with :func:`costmodel.physics.kernels.kernel_fits.attention_time_s` and the row's fit."""
     dev = device_of(row)
     s, d, causal = int(row["seq_len"]), int(row["head_dim"]), row["causal"] == "1"
     flops = row_flops(row)
@@ -209,7 +207,7 @@ def attention_key(row: dict) -> tuple[str, str, str]:
 def fit_all(rows: list[dict]) -> tuple[dict, dict]:
     """Fit :data:`GEMM_FITS` and :data:`ATTENTION_FITS` to ``rows``: per group, the parameters minimising
     the mean |err| of time on a grid (GEMM: eta in steps of 0.005 and K0 in steps of 32 elements, each row on its library's tile choice
-    :data:`costmodel.compute.TILE_SHAPES`; attention: L0 in steps of 16 key tokens,
+    :data:`costmodel.physics.kernels.gemm.TILE_SHAPES`; attention: L0 in steps of 16 key tokens,
     D0 in steps of 4, eta then the value that zeroes the mean log error, refined on a 0.005 grid)."""
     gemm_groups, attn_groups, stream_groups = defaultdict(list), defaultdict(list), defaultdict(list)
     for r in rows:
@@ -231,7 +229,7 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
     for key, rs in sorted(gemm_groups.items()):
         st = stream.get(key[0].replace("-500W", ""))
         # K0 only where the rows span at least three reduction lengths (else it trades off against eta):
-        # elsewhere the step time's default (costmodel.compute.k_overhead)
+        # elsewhere the step time's default (costmodel.physics.kernels.gemm.k_overhead)
         k0s = [32 * j for j in range(33)] if len({r["k"] for r in rs}) >= 3 else [None]
         best = min((_mean_abs_err(rs, lambda r, f=f: gemm_row_time_s(r, "kernel", f, st)), f.eta, f.k0 if f.k0 is not None else -1)
                    for f in (GemmFit(eta=round(0.3 + 0.005 * i, 3), k0=k0, rows=0, source="")
@@ -259,7 +257,27 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
     return gemm, stream, attn
 
 
-def main(argv=None) -> int:
+def record(argv, model: str, res: list[dict], allm: float, enabled: bool) -> None:
+    """``benchmarks/results/component_kernels.json`` (``--model kernel``) or ``component_kernels_preset.json``."""
+    kinds = defaultdict(list)
+    for x in res:
+        kinds[x["class"] if x["class"].startswith(("gemm", "grouped")) else "attention"].append(x["error"])
+    table = [{"kind": k, "rows": len(e), "mean |err| %": results_io.pct(statistics.mean(map(abs, e))),
+              "signed %": results_io.pct(statistics.mean(e)), "max |err| %": results_io.pct(max(map(abs, e)))}
+             for k, e in sorted(kinds.items())]
+    head = {"rows": len(res), "mean |err| %": results_io.pct(allm),
+            "signed %": results_io.pct(statistics.mean(x["error"] for x in res))}
+    head.update({f"{r['kind']} mean |err| %": r["mean |err| %"] for r in table})
+    kernel = model == "kernel"
+    results_io.record("component_kernels" + ("" if kernel else "_preset"), argv, module="component_kernels",
+                      enabled=enabled, headline=head, table=table,
+                      title="kernel times against published kernel measurements (" +
+                            ("the kernel model's fits)" if kernel else "the presets' step-time levels)"),
+                      targets=[{"name": f"mean |err| <= {100 * LIMIT:.0f}%", "met": allm <= LIMIT}] if kernel else [],
+                      inputs=["costmodel", "benchmarks/component_kernels.py", "benchmarks/data/components/kernels.csv"])
+
+
+def main(argv=None, record_results: bool = False) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=("preset", "kernel"), default="preset")
     p.add_argument("--check", action="store_true")
@@ -284,9 +302,10 @@ def main(argv=None) -> int:
     if not 0 < a.limit < 10:
         print(f"--limit: {a.limit} is not allowed; a fraction in (0, 10)", file=sys.stderr)
         return 2
-    print(f"model: {a.model} ({'preset constants, as in step times' if a.model == 'preset' else 'costmodel.kernels fits'})")
+    print(f"model: {a.model} ({'preset constants, as in step times' if a.model == 'preset' else 'costmodel.physics.kernels.kernel_fits fits'})")
     res = run(a.model)
     allm = summary(res)
+    record(argv, a.model, res, allm, record_results and a.limit == LIMIT)
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(res[0]))
@@ -300,4 +319,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -1,16 +1,16 @@
 """Framework mechanics on their own: what each framework issues vs what the cost model charges.
 
-    python benchmarks/component_mechanics.py [--check] [--no-graph]
+    python -m benchmarks.component_mechanics [--check] [--no-graph]
 
 For a few representative plans per framework, :mod:`mechanics_rules` computes from the rules read
 from the frameworks' code (``benchmarks/data/components/framework_mechanics.csv``, path@commit
 and line per rule) the data-parallel collectives the framework issues: how many per step or per
 micro-batch, of which kind, how many bytes, overlapped or not. The cost model's side is read from
-what it charges: the op graph's nodes (``zero.*`` nodes of :func:`costmodel.graph.builders.layer_graph`,
-the ``dp.bucket*`` nodes of :func:`costmodel.graph.dp.dp_bucket_graph` as the graph engine builds
-them for the plan) and the analytic engine's bucket count (:func:`costmodel.analytic.stage_dp_terms`).
+what it charges: the op graph's nodes (``zero.*`` nodes of :func:`costmodel.engines.graph.builders.layer_graph`,
+the ``dp.bucket*`` nodes of :func:`costmodel.engines.graph.dp.dp_bucket_graph` as the graph engine builds
+them for the plan) and the analytic engine's bucket count (:func:`costmodel.compose.stage_terms.stage_dp_terms`).
 Each quantity prints ``framework``, ``model`` and ``ok``/``MISMATCH``; latency rows show what the
-difference costs (the alpha terms of :func:`costmodel.collectives.collective_latency_s`), for
+difference costs (the alpha terms of :func:`costmodel.physics.comm.collectives.collective_latency_s`), for
 information. ``--check`` exits 1 if any compared quantity mismatches, and lists them.
 """
 
@@ -19,26 +19,26 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import mechanics_rules as mr  # noqa: E402
-from costmodel import frameworks  # noqa: E402
-from costmodel.analytic import grad_bytes, stage_dp_terms, zero3_groups  # noqa: E402
-from costmodel.collectives import collective_latency_s, group_stride  # noqa: E402
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.graph import compose  # noqa: E402
-from costmodel.graph.builders import layer_graph  # noqa: E402
-from costmodel.graph.dp import dp_bucket_graph  # noqa: E402
-from costmodel.memory import WEIGHT_BYTES, grad_elem_bytes  # noqa: E402
-from costmodel.stage_contents import expert_dp, layer_counts
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
-from costmodel.zero3_edges import edge_collectives  # noqa: E402
-from planner.emit import deepspeed_config  # noqa: E402
+from benchmarks import results_io
+from benchmarks import mechanics_rules as mr
+from costmodel.frameworks import rules as frameworks
+from costmodel.compose.stage_terms import grad_bytes, stage_dp_terms
+from costmodel.physics.mechanics.fsdp_copies import zero3_groups
+from costmodel.physics.comm.collectives import collective_latency_s
+from costmodel.physics.comm.groups import group_stride
+from costmodel.spec.plan import ParallelConfig
+from costmodel.engines.graph import compose
+from costmodel.engines.graph.builders import layer_graph
+from costmodel.engines.graph.dp import dp_bucket_graph
+from costmodel.spec.units import WEIGHT_BYTES
+from costmodel.physics.memory.stage_memory import grad_elem_bytes
+from costmodel.physics.memory.stage_contents import expert_dp, layer_counts
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from costmodel.physics.mechanics.zero3_edges import edge_collectives
+from planner.emit import deepspeed_config
 
 MS = 1e-3
 REL = 0.01  # bytes agree within 1% (the model's norms and rounding of the tensor split)
@@ -119,7 +119,7 @@ def _setup(case: Case):
 
 def graph_dp_buckets(model, cluster, w, c) -> dict:
     """``{stage: number of dp.bucket nodes}`` the graph engine builds for the plan (its
-    ``dp_tail`` calls recorded while :func:`costmodel.graph.compose.graph_step` runs)."""
+    ``dp_tail`` calls recorded while :func:`costmodel.engines.graph.compose.graph_step` runs)."""
     seen = {}
     real = compose.dp_tail
 
@@ -292,9 +292,10 @@ def zero3_scaling(dps=(384, 768, 1536), per_module: bool = True) -> list[tuple[i
     """Step seconds (analytic engine) of DeepSpeed ZeRO-3 Llama-2-70B on A100-80G, 1,536 sequences
     of 2,048 tokens, one micro-batch per GPU-group, as ``dp`` doubles (strong scaling). With
     ``per_module=False`` the gathers and reduces are charged one per layer, as the cost model did
-    before :mod:`costmodel.zero3_fetch`."""
-    from costmodel import analytic, estimate
-    from costmodel.stage_contents import layer_params
+    before :mod:`costmodel.physics.mechanics.zero3_fetch`."""
+    from costmodel.engines import analytic
+    from costmodel.training import estimate
+    from costmodel.physics.memory.stage_contents import layer_params
 
     model, cluster = load_model("llama2-70b"), load_cluster("a100-80g")
     w = Workload(global_batch=1536, seq_len=2048)
@@ -319,7 +320,7 @@ def zero3_scaling(dps=(384, 768, 1536), per_module: bool = True) -> list[tuple[i
     return out
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if any compared quantity mismatches")
     ap.add_argument("--no-graph", action="store_true", help="skip the graph engine's DP bucket count")
@@ -342,6 +343,17 @@ def main(argv=None) -> int:
     bad = [k for k in checks if not k.ok]
     n = sum(1 for k in checks if k.compared)
     print(f"\n{n - len(bad)} of {n} compared quantities match; {len(bad)} mismatch")
+    by_case: dict[str, list] = {}
+    for k in checks:
+        if k.compared:
+            by_case.setdefault(str(k.case), []).append(k.ok)
+    results_io.record("component_mechanics", argv, enabled=record_results and not args.no_graph,
+                      title="what each framework issues (rules read from its code) against what the model charges",
+                      headline={"compared": n, "matching": n - len(bad), "mismatches": len(bad)},
+                      targets=[{"name": "every compared quantity matches", "met": not bad}],
+                      table=[{"case": c, "compared": len(oks), "matching": sum(oks)} for c, oks in by_case.items()],
+                      inputs=["costmodel", "benchmarks/component_mechanics.py", "benchmarks/mechanics_rules.py",
+                              "benchmarks/data/components/framework_mechanics.csv"])
     if args.check and bad:
         for k in bad:
             print(f"mismatch: {k.case}: {k.quantity}: framework {k.framework}, model {k.model}", file=sys.stderr)
@@ -350,4 +362,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

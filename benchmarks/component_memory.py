@@ -1,6 +1,6 @@
 """Memory per GPU on its own measurements: predicted vs measured peak per published case.
 
-    python benchmarks/component_memory.py [--csv PATH] [--check]
+    python -m benchmarks.component_memory [--csv PATH] [--check]
 
 Every row of ``benchmarks/data/components/memory.csv`` (sources and conversions in
 ``README_memory.md`` beside it) is one measured training run: its model preset, cluster preset
@@ -8,8 +8,8 @@ and plan (degrees, micro-batch, recompute, dtype, framework and ZeRO stage as th
 it), and one measured peak per GPU, the maximum over the run's GPUs:
 
 * ``max_reserved_gib``: PyTorch's ``reserved_bytes.all.peak`` (what torchtitan logs as
-  ``memory``), scored against the model's **total** (:attr:`costmodel.memory.StageMemory.total_bytes`:
-  model state, activations, gathered weights and :func:`costmodel.memory.reserved_bytes`), the
+  ``memory``), scored against the model's **total** (:attr:`costmodel.physics.memory.stage_memory.StageMemory.total_bytes`:
+  model state, activations, gathered weights and :func:`costmodel.physics.memory.stage_memory.reserved_bytes`), the
   largest over the pipeline stages;
 * ``max_allocated_gib``: ``allocated_bytes.all.peak`` (Megatron's ``max allocated``), scored against
   the model's **tensors** (the total less ``reserved_bytes``).
@@ -37,14 +37,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from component_rows import RowError  # noqa: E402
+from benchmarks import results_io
+from benchmarks.component_rows import RowError
 
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.errors import SpecError  # noqa: E402
-from costmodel.memory import memory_per_stage  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.physics.memory.stage_memory import memory_per_stage
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "memory.csv"
 GiB = 2**30
@@ -212,7 +212,30 @@ def report(results: list[Result]) -> None:
                                                  for k, v in by_source.items()))
 
 
-def main(argv: list[str] | None = None) -> int:
+def record(argv, results: list[Result], s: dict, enabled: bool) -> None:
+    """``benchmarks/results/component_memory.json``."""
+    t, r = s["max_allocated_gib"], s["max_reserved_gib"]
+    by_source: dict[str, list[float]] = {}
+    for x in results:
+        by_source.setdefault(x.case.source_key, []).append(x.err)
+    table = [{"source": k, "cases": len(v), "mean |err| %": results_io.pct(statistics.fmean(map(abs, v))),
+              "signed %": results_io.pct(statistics.fmean(v))} for k, v in by_source.items()]
+    met = {"tensors mean": bool(t["n"]) and t["mean"] <= TENSOR_MEAN_LIMIT,  # a target without rows is not met
+           "tensors max": bool(t["n"]) and t["max"] <= TENSOR_MAX_LIMIT,
+           "reserved mean": bool(r["n"]) and r["mean"] <= RESERVED_MEAN_LIMIT}
+    results_io.record("component_memory", argv, enabled=enabled, table=table,
+                      title="memory per GPU against measured peaks (allocated: tensors; reserved: total)",
+                      headline={"tensor cases": t["n"], "tensors mean |err| %": results_io.pct(t["mean"]),
+                                "tensors max |err| %": results_io.pct(t["max"]), "reserved cases": r["n"],
+                                "reserved mean |err| %": results_io.pct(r["mean"]),
+                                "reserved max |err| %": results_io.pct(r["max"])},
+                      targets=[{"name": f"tensors mean |err| <= {TENSOR_MEAN_LIMIT:.0%}", "met": met["tensors mean"]},
+                               {"name": f"tensors max |err| <= {TENSOR_MAX_LIMIT:.0%}", "met": met["tensors max"]},
+                               {"name": f"reserved mean |err| <= {RESERVED_MEAN_LIMIT:.0%}", "met": met["reserved mean"]}],
+                      inputs=["costmodel", "benchmarks/component_memory.py", "benchmarks/data/components/memory.csv"])
+
+
+def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", type=Path, default=DATA, help="cases to score (default: the repository's data)")
     ap.add_argument("--check", action="store_true", help="exit 1 unless issue 21's memory targets hold")
@@ -231,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     code, failed = check(results)
     print("targets (tensors <= 3% mean, <= 6% max; reserved <= 5% mean): "
           + ("met" if not failed else "NOT met: " + "; ".join(failed)))
+    record(argv, results, s, record_results and a.csv == DATA)
     return code if a.check else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -1,11 +1,11 @@
 """MoE routing imbalance on its own measurements: published per-expert load statistics of MoE training
 against the load distribution the cost model assumes.
 
-    python benchmarks/component_routing.py [--csv PATH] [--check]
+    python -m benchmarks.component_routing [--csv PATH] [--check]
 
-The cost model prices the busiest expert-parallel rank (:func:`costmodel.compute.moe_imbalance`) from one
+The cost model prices the busiest expert-parallel rank (:func:`costmodel.physics.kernels.moe_load.moe_imbalance`) from one
 assumption about a routed expert's token count in one batch: normal, with coefficient of variation
-:func:`costmodel.compute.moe_expert_load_cv` (``ModelSpec.moe_load_cv`` 0.3 of routing skew, plus
+:func:`costmodel.physics.kernels.moe_load.moe_expert_load_cv` (``ModelSpec.moe_load_cv`` 0.3 of routing skew, plus
 multinomial sampling), experts independent. Every row of ``benchmarks/data/components/moe_routing.csv``
 is one published statistic of expert loads (sources in ``README_moe_routing.md``); for each this prints
 what that assumption predicts, with the default ``moe_load_cv``:
@@ -40,11 +40,11 @@ from dataclasses import replace
 from pathlib import Path
 from statistics import NormalDist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from component_rows import RowError  # noqa: E402
+from benchmarks import results_io
+from benchmarks.component_rows import RowError
 
-from costmodel.compute import moe_expert_load_cv, moe_imbalance  # noqa: E402
-from costmodel.specs import ModelSpec  # noqa: E402
+from costmodel.physics.kernels.moe_load import moe_expert_load_cv, moe_imbalance
+from costmodel.spec.specs import ModelSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "moe_routing.csv"
 COUNTS = DATA.with_name("moe_routing_counts.csv")
@@ -173,7 +173,7 @@ def groups(cases: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DATA)
     ap.add_argument("--check", action="store_true",
@@ -207,6 +207,18 @@ def main(argv=None) -> int:
               f"{100 * max(map(abs, e)):7.1f}%")
     aux = g.get("aux_loss (the default's balancing)", [])
     mean = statistics.mean(abs(c["err"]) for c in aux) if aux else math.inf
+    checked = [c["err"] for c in g.get("all checked", [])]
+    results_io.record("component_routing", argv, enabled=record_results and args.csv == DATA,
+                      title="MoE routing imbalance against published expert-load statistics",
+                      headline={"checked cases": len(checked),
+                                "mean |err| %": results_io.pct(statistics.mean(map(abs, checked)) if checked else None),
+                                "signed %": results_io.pct(statistics.mean(checked) if checked else None),
+                                "aux-loss cases": len(aux), "aux-loss mean |err| %": results_io.pct(mean if aux else None)},
+                      targets=[{"name": f"aux-loss rows mean |err| <= {AUX_LOSS_MEAN_LIMIT:.0%}", "met": mean <= AUX_LOSS_MEAN_LIMIT}],
+                      table=[{"group": n, "cases": len(cs), "mean |err| %": results_io.pct(statistics.mean(abs(c["err"]) for c in cs)),
+                              "signed %": results_io.pct(statistics.mean(c["err"] for c in cs))} for n, cs in g.items()],
+                      inputs=["costmodel", "benchmarks/component_routing.py", "benchmarks/data/components/moe_routing.csv",
+                              "benchmarks/data/components/moe_routing_counts.csv"])
     if args.check and mean > AUX_LOSS_MEAN_LIMIT:
         print(f"check: aux-loss rows mean |err| {100 * mean:.1f}% > {100 * AUX_LOSS_MEAN_LIMIT:.0f}%")
         return 1
@@ -214,4 +226,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

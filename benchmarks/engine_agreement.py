@@ -1,6 +1,6 @@
 """How closely the closed form (``engine="analytic"``) tracks the op-graph scheduler (the reference).
 
-    python benchmarks/engine_agreement.py [--per-problem 60] [--seed 0] [--rows]
+    python -m benchmarks.engine_agreement [--per-problem 60] [--seed 0] [--rows]
 
 Draws random plans with :meth:`planner.Planner.space` (valid plans that fit in memory, uneven
 stages, every ZeRO stage, recompute, interleaving, chunks, buckets) from problems covering
@@ -16,14 +16,11 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.estimate import evaluate  # noqa: E402
-from planner.tuner import Planner  # noqa: E402
+from benchmarks import results_io
+from costmodel.api import evaluate
+from planner.tuner import Planner
 
 PROBLEMS = [  # (label, model, cluster, gpus, global batch, seq, dtype)
     ("GPT-3 175B / 1024 A100", "gpt3-175b", "a100-80g", 1024, 1536, 2048, "bf16"),
@@ -44,14 +41,14 @@ def sample(problem, n: int, rng: random.Random) -> list:
     return planner, space[:n]
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-problem", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rows", action="store_true", help="print every plan")
     a = ap.parse_args(argv)
     rng = random.Random(a.seed)
-    all_d, worst = [], []
+    all_d, worst, per = [], [], []
     t0 = time.perf_counter()
     print(f"{'problem':<38} {'plans':>5} {'median%':>8} {'p90%':>7} {'max%':>7} {'mean signed%':>13}")
     for prob in PROBLEMS:
@@ -68,12 +65,24 @@ def main(argv=None) -> int:
                 worst.append((abs(d), prob[0], c, d, cause, pa, pg))
         absd = sorted(abs(x) for x in ds)
         all_d += ds
+        per.append({"problem": prob[0], "plans": len(ds), "median %": results_io.pct(statistics.median(absd), 2),
+                    "p90 %": results_io.pct(absd[int(0.9 * (len(absd) - 1))], 2), "max %": results_io.pct(absd[-1], 2),
+                    "mean signed %": results_io.pct(statistics.mean(ds), 2)})
         print(f"{prob[0]:<38} {len(ds):>5} {100 * statistics.median(absd):>8.2f} "
               f"{100 * absd[int(0.9 * (len(absd) - 1))]:>7.2f} {100 * absd[-1]:>7.2f} {100 * statistics.mean(ds):>+13.2f}")
     absd = sorted(abs(x) for x in all_d)
     print(f"{'all':<38} {len(absd):>5} {100 * statistics.median(absd):>8.2f} "
           f"{100 * absd[int(0.9 * (len(absd) - 1))]:>7.2f} {100 * absd[-1]:>7.2f} {100 * statistics.mean(all_d):>+13.2f}")
     print(f"\n{len(absd)} plans in {time.perf_counter() - t0:.0f} s; targets: median <= 1%, p90 <= 3%, max <= 8%")
+    med, p90, mx = statistics.median(absd), absd[int(0.9 * (len(absd) - 1))], absd[-1]
+    results_io.record("engine_agreement", argv, enabled=record_results and a.per_problem == 60 and a.seed == 0,
+                      title="the closed form (analytic engine) against the op-graph scheduler, random plans",
+                      headline={"plans": len(absd), "median |diff| %": results_io.pct(med, 2),
+                                "p90 |diff| %": results_io.pct(p90, 2), "max |diff| %": results_io.pct(mx, 2),
+                                "plans beyond 3%": sum(abs(x) > 0.03 for x in all_d)},
+                      targets=[{"name": "median <= 1%", "met": med <= 0.01}, {"name": "p90 <= 3%", "met": p90 <= 0.03},
+                               {"name": "max <= 8%", "met": mx <= 0.08}],
+                      table=per, inputs=["costmodel", "planner", "benchmarks/engine_agreement.py"])
     if worst:
         print("\nplans beyond 3% (or all with --rows), worst first: the step component whose estimates differ most")
         for _, label, c, d, cause, pa, pg in sorted(worst, key=lambda x: -x[0])[:25]:
@@ -85,4 +94,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(record_results=True))

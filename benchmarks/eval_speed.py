@@ -1,8 +1,8 @@
 """Evaluations per second of the analytical cost model (one core).
 
-    python benchmarks/eval_speed.py
+    python -m benchmarks.eval_speed
 
-Times ``costmodel.estimate.evaluate`` on GPT-3 175B / 1024 A100 and GPT 1T / 3072 A100 over a
+Times ``costmodel.api.evaluate`` on GPT-3 175B / 1024 A100 and GPT 1T / 3072 A100 over a
 batch of distinct configs (cold: caches cleared first) and repeated configs (warm).
 """
 
@@ -11,16 +11,15 @@ from __future__ import annotations
 import itertools
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel import analytic, compute  # noqa: E402
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.errors import PlannerError  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from benchmarks import results_io
+from costmodel.engines import analytic
+from costmodel.physics.kernels import compute
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import PlannerError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 CASES = [("gpt3-175b", "a100-80g", 1024, 1536, 2048), ("gpt-1t", "a100-80g", 3072, 3072, 2048)]
 
@@ -32,7 +31,8 @@ def configs(gpus):
             yield ParallelConfig(tp=tp, pp=pp, dp=gpus // (tp * pp), mb=mb, sp=sp, recompute=rec)
 
 
-def main() -> int:
+def main(argv=None, record_results: bool = False) -> int:
+    rows = []
     for name, cl, gpus, batch, seq in CASES:
         m, c = load_model(name), load_cluster(cl).with_gpus(gpus)
         w = Workload(global_batch=batch, seq_len=seq)
@@ -51,8 +51,14 @@ def main() -> int:
             dt = time.perf_counter() - t0
             print(f"{name:<10} {gpus:>5} GPUs  {label}: {n} valid configs in {dt * 1e3:7.1f} ms "
                   f"-> {n / dt:8.0f} evaluations/s ({dt / max(n, 1) * 1e3:.2f} ms each)")
+            rows.append({"model": name, "gpus": gpus, "caches": label, "configs": n, "evaluations/s": round(n / dt),
+                         "ms each": round(dt / max(n, 1) * 1e3, 2)})
+    results_io.record("eval_speed", argv, enabled=record_results,
+                      title="evaluations per second of the analytical cost model, one core",
+                      headline={f"{r['model']} {r['caches']} evaluations/s": r["evaluations/s"] for r in rows},
+                      table=rows, inputs=["costmodel", "benchmarks/eval_speed.py"])
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -1,6 +1,6 @@
 """``evaluate`` with what the source states against pinned ``recommend``, on every published row.
 
-    python benchmarks/evaluate_partial.py [--set dev|new|all] [--source KEY] [--limit N]
+    python -m benchmarks.evaluate_partial [--set dev|new|all] [--source KEY] [--limit N]
 
 A user reproducing a published run states what the source states and leaves the rest to the
 planner (issue 23). For every usable row of the set (``benchmarks/published.py``; ``all`` is dev
@@ -31,19 +31,16 @@ import csv
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks import results_io
+from benchmarks.pinned_recommend import _cold
+from benchmarks.published import MEGATRON_ERA, SETS, TORCHTITAN, load_set
 
-from pinned_recommend import _cold  # noqa: E402
-from published import MEGATRON_ERA, SETS, TORCHTITAN, load_set  # noqa: E402
-
-from costmodel.errors import PlannerError  # noqa: E402
-from planner.cli import build_parser  # noqa: E402
-from planner.commands.recommend import problem_of  # noqa: E402
-from planner.completion import evaluate_stated  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
+from costmodel.spec.errors import PlannerError
+from planner.cli import build_parser
+from planner.commands.recommend import problem_of
+from planner.completion import evaluate_stated
+from search.solve import SolveOptions, solve
 
 #: ParallelConfig settings of a row that no planner flag states (left out of both paths, listed)
 UNSTATABLE = {"cp_impl": "ring", "fsdp_copies": True, "fused_elementwise": True}
@@ -133,7 +130,7 @@ def rows_of(set_name: str, source: str | None = None):
     return [r for r in load_set(set_name) if not r.skip and (source is None or r.source == source)]
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="all", choices=("dev", "new", "all"))
     ap.add_argument("--source", help="only rows of this source_key")
@@ -185,6 +182,19 @@ def main(argv=None) -> int:
     if unanswered:
         print(f"{len(unanswered)} rows pinned recommend cannot plan (evaluate falls back to the framework's "
               f"defaults and says so): {', '.join(unanswered)}")
+    results_io.record("evaluate_partial", argv,
+                      enabled=record_results and args.set == "all" and not args.source and args.limit is None,
+                      title="evaluate with what the source states against pinned recommend, every published row",
+                      headline={"rows": len(errs_e), "evaluate mean |err| %": round(me, 2),
+                                "pinned recommend mean |err| %": round(mr, 2), "rows with different plans": len(differ),
+                                "rows recommend cannot plan": len(unanswered),
+                                "evaluate median s": round(statistics.median(t_e), 3),
+                                "recommend median s": round(statistics.median(t_r), 3)},
+                      targets=[{"name": "mean |err| within 0.5 points", "met": abs(me - mr) <= 0.5},
+                               {"name": "evaluate's median seconds <= pinned recommend's",
+                                "met": statistics.median(t_e) <= statistics.median(t_r)}],
+                      inputs=["costmodel", "search", "planner", "benchmarks/evaluate_partial.py", "benchmarks/published.py",
+                              "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
     for rid, a, b in differ:
         da, db = a.to_dict(), b.to_dict()
         print(f"   {rid}: evaluate " + " ".join(f"{k}={da[k]}" for k in da if da[k] != db.get(k))
@@ -193,4 +203,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -44,9 +44,9 @@ from ortools.sat.python import cp_model
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from costmodel.errors import SpecError  # noqa: E402
-from costmodel.pipeline import in_flight_chunks  # noqa: E402
-from costmodel.units import MiB  # noqa: E402
+from costmodel.spec.errors import SpecError  # noqa: E402
+from costmodel.spec.stages import in_flight_chunks  # noqa: E402
+from costmodel.spec.units import MiB  # noqa: E402
 from search.bounds import Bounds  # noqa: E402
 from search.candidates import Shape, chunk_values, recompute_values, sp_values, zero_values  # noqa: E402
 from search.exhaustive import max_stage_layers  # noqa: E402
@@ -59,8 +59,8 @@ from search.bounds import STAGE_OF  # noqa: E402  (stage position -> the stage w
 from search.cpsat import POSITIONS as POS  # noqa: E402
 from search_speed import CASES, cold  # noqa: E402
 
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
 
 V_LCM = 840  # lcm(1..8): (m - 1/v) and 1/v as integers for every interleave factor the search offers
 

@@ -11,8 +11,8 @@ level) this prints
   rows of that family (unsealed rows only: ``published.load_set`` never returns the sealed split);
 * the leave-one-source-out range: the value refitted with each source left out in turn (min-max);
 * the component measurement: the large-kernel level the kernel benchmark fits to isolated-kernel
-  measurements (:data:`costmodel.kernels.GEMM_FITS`; for attention the cuDNN fit of
-  :data:`costmodel.kernels.ATTENTION_FITS` read at the presets' reference shape), with that group's
+  measurements (:data:`costmodel.physics.kernels.kernel_fits.GEMM_FITS`; for attention the cuDNN fit of
+  :data:`costmodel.physics.kernels.kernel_fits.ATTENTION_FITS` read at the presets' reference shape), with that group's
   error band (the kernel model's mean |err| over its rows in ``benchmarks/data/components/kernels.csv``);
 * preset / component, and whether the preset lies outside the component's band: outside means the
   end-to-end fit absorbs a mechanism the step time does not charge (issue 20: "a missing mechanism to
@@ -50,9 +50,8 @@ from calibrate import errors, family, fitted_families, with_constants  # noqa: E
 from component_kernels import (attention_key, attention_row_time_s, gemm_key, gemm_row_time_s,  # noqa: E402
                                kernel_class, load_rows, row_flops)
 from published import load_set, predict  # noqa: E402
-from costmodel.kernels import (ATTENTION_FITS, GEMM_FITS, REF_HEAD_DIM, REF_SEQ, STREAM_FITS,  # noqa: E402
-                               attention_utilization)
-from costmodel.presets import load_cluster  # noqa: E402
+from costmodel.physics.kernels.kernel_fits import (ATTENTION_FITS, GEMM_FITS, REF_HEAD_DIM, REF_SEQ, STREAM_FITS, attention_utilization)
+from costmodel.spec.presets import load_cluster  # noqa: E402
 
 CLOCKS = Path(__file__).resolve().parent / "data" / "components" / "sustained_clocks.csv"
 #: fitted family -> the device family of benchmarks/data/components/sustained_clocks.csv
@@ -106,7 +105,7 @@ def gemm_component(group: tuple[str, str]):
 def attention_component():
     """(level at the reference shape, error band, rows, source) of Hopper's cuDNN fused attention: the mean of
     the forward and backward fits at causal REF_SEQ tokens, head dim REF_HEAD_DIM (the shape a preset's
-    ``attention_efficiency`` is read at, :mod:`costmodel.kernels`)."""
+    ``attention_efficiency`` is read at, :mod:`costmodel.physics.kernels.kernel_fits`)."""
     levels, kr = [], []
     for direction in ("fwd", "bwd"):
         f = ATTENTION_FITS[("H100", "cudnn", direction)]

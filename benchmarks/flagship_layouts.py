@@ -9,7 +9,7 @@ rank where ``vp`` does not divide the layers, :func:`search.candidates.stage_uni
 to what it considered before layouts (``vp`` dividing the layers, every rank whole chunks of ``vp``
 layers: the even-chunk splits). Both answers are re-scored by the op-graph engine (``evaluate``'s
 default), the layout printed in Megatron-Core's form. DeepSeek-V3's MTP layer (its preset's
-``mtp_layers``: 1) sits with the loss, so its layouts end in ``mL`` (:mod:`costmodel.mtp`).
+``mtp_layers``: 1) sits with the loss, so its layouts end in ``mL`` (:mod:`costmodel.physics.kernels.mtp`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.estimate import evaluate  # noqa: E402
-from costmodel.layout import of as layout_of  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from costmodel.api import evaluate  # noqa: E402
+from costmodel.spec.layout import of as layout_of  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
 from search.problem import Limits, Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402
 

@@ -2,8 +2,8 @@
 
     python benchmarks/graph_vs_analytic.py [--rows]
 
-* ``analytic``: :mod:`costmodel.analytic`, the unified overlap formula per communication.
-* ``graph``: :mod:`costmodel.graph`, op graphs scheduled on compute and DMA engines, composed
+* ``analytic``: :mod:`costmodel.engines.analytic`, the unified overlap formula per communication.
+* ``graph``: :mod:`costmodel.engines.graph`, op graphs scheduled on compute and DMA engines, composed
   layer -> stage -> simulated pipeline -> DP buckets.
 
 Prints the development-set error of each engine (``benchmarks/data/published_dev.csv``, the
@@ -25,12 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import published  # noqa: E402
-from costmodel import analytic, compute  # noqa: E402
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
-from costmodel.graph import builders, compose  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from costmodel.engines import analytic
+from costmodel.physics.kernels import compute  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.api import evaluate  # noqa: E402
+from costmodel.engines.graph import builders, compose  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
 
 ENGINES = ("analytic", "graph")
 SPEED = [  # (label, model, cluster, gpus, batch, seq, config)

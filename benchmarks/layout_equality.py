@@ -1,11 +1,11 @@
 """CP-SAT's pipeline layout against an exhaustive layout search, on random small instances.
 
-    python benchmarks/layout_equality.py [--instances N] [--seed S]
+    python -m benchmarks.layout_equality [--instances N] [--seed S]
 
 Each instance is a small random model and cluster with every degree and option pinned (tp, pp,
 dp, vp, mb, sp, ZeRO, recompute, bucket, chunks), so the search decides only the layout: the
 layers of each pipeline rank (first, middle ones, last) and with them every virtual stage's
-(:func:`costmodel.layout.from_split`), under per-rank memory. CP-SAT decides it (``small_space=-1``:
+(:func:`costmodel.spec.layout.from_split`), under per-rank memory. CP-SAT decides it (``small_space=-1``:
 no exhaustive shortcut; OPTIMAL required). The exhaustive search scores every
 ``(first, mid, ..., mid, last)`` split of the search's space (:func:`search.layout.rank_splits`,
 counts multiples of :func:`search.candidates.stage_unit`: ``vp`` where it divides the layers, else
@@ -18,24 +18,24 @@ to say how often the search's space misses the optimum over all per-rank layouts
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import random
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.fastpath import Scorer  # noqa: E402
-from costmodel.presets import load_cluster  # noqa: E402
-from costmodel.specs import ModelSpec, Workload  # noqa: E402
-from costmodel.units import GiB, MB  # noqa: E402
-from search.candidates import stage_unit  # noqa: E402
-from search.layout import rank_splits  # noqa: E402
-from search.problem import Limits, Problem  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
+from benchmarks import results_io
+from costmodel.spec.plan import ParallelConfig
+from costmodel.training.fastpath import Scorer
+from costmodel.spec.presets import load_cluster
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import GiB, MB
+from search.candidates import stage_unit
+from search.layout import rank_splits
+from search.problem import Limits, Problem
+from search.solve import SolveOptions, solve
 
 
 def instance(rng: random.Random):
@@ -79,13 +79,14 @@ def all_compositions(layers: int, pp: int):
         yield tuple(b[i + 1] - b[i] for i in range(pp))
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=int, default=100)
     ap.add_argument("--seed", type=int, default=22)
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     equal = optimal = infeasible_both = mismatched = beaten = checked_all = 0
+    answers = []
     t_cp = t_ex = 0.0
     for i in range(args.instances):
         p, c = instance(rng)
@@ -105,6 +106,7 @@ def main(argv=None) -> int:
             cp_s = exhaustive(p, c, [tuple(cp_split)])[0]
             ok = ex_split is not None and abs(cp_s - ex_s) <= 1e-6 * ex_s
         equal += ok
+        answers.append(f"{i} {ok} {None if res.best is None else res.best.config.layers_per_stage} {ex_split}")
         if not ok:
             mismatched += 1
             print(f"instance {i}: CP-SAT {res.status} {None if res.best is None else res.best.config.layers_per_stage} "
@@ -121,8 +123,16 @@ def main(argv=None) -> int:
     print(f"the search's layouts beaten by one with any per-rank counts (unequal middle ranks, counts not "
           f"multiples of a vp dividing the layers): {beaten} of {checked_all} checked")
     print(f"time: CP-SAT search {t_cp:.1f} s, exhaustive {t_ex:.1f} s")
+    results_io.record("layout_equality", argv, enabled=record_results and (args.instances, args.seed) == (100, 22),
+                      title="CP-SAT's pipeline layout against an exhaustive layout search, random small instances",
+                      headline={"instances": args.instances, "equal": equal, "no layout fits (both)": infeasible_both,
+                                "OPTIMAL": optimal, "mismatches": mismatched, "checked": checked_all, "beaten": beaten,
+                                "answers digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12],
+                                "CP-SAT s": round(t_cp, 1), "exhaustive s": round(t_ex, 1)},
+                      targets=[{"name": "every instance equal", "met": mismatched == 0}],
+                      inputs=["costmodel", "search", "benchmarks/layout_equality.py"])
     return 0 if mismatched == 0 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

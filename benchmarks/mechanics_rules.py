@@ -7,11 +7,11 @@ buckets per pipeline stage, DeepSpeed ZeRO-3's per-module parameter fetches and 
 torchtitan / FSDP2's per-unit all-gathers and reduce-scatters. It knows nothing of the cost
 model's timing; :mod:`component_mechanics` compares the two.
 
-Parameter tensors per layer are :func:`costmodel.zero3_fetch.layer_tensors`: Megatron-Core (and
+Parameter tensors per layer are :func:`costmodel.physics.mechanics.zero3_fetch.layer_tensors`: Megatron-Core (and
 Megatron-DeepSpeed) fuse QKV and the gated MLP's first projection (``linear_qkv``,
 ``linear_fc1``); Hugging Face Llama modules keep ``q_proj k_proj v_proj o_proj gate_proj up_proj
 down_proj`` apart (``layout="hf"``). Norm weights are ``hidden`` elements each; biases are not
-modelled (as :func:`costmodel.stage_contents.layer_params`). The framework rules (bucket sizes, close
+modelled (as :func:`costmodel.physics.memory.stage_contents.layer_params`). The framework rules (bucket sizes, close
 rules, fetch coalescing) are computed here from the CSV values, independently of the cost model.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 # the tensor split (a shape fact) and the frameworks' bucketing and coalescing loops are the cost
 # model's, one place each; the sizes and flags they run with are the rules' values
-from costmodel.grad_buckets import chunk_tensors
-from costmodel.grad_buckets import close_ge as grad_close_ge
-from costmodel.zero3_fetch import deepspeed_fetches, deepspeed_reduces, layer_tensors  # noqa: F401
+from costmodel.physics.mechanics.grad_buckets import chunk_tensors
+from costmodel.physics.mechanics.grad_buckets import close_ge as grad_close_ge
+from costmodel.physics.mechanics.zero3_fetch import deepspeed_fetches, deepspeed_reduces, layer_tensors  # noqa: F401
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "framework_mechanics.csv"
 
@@ -42,17 +42,17 @@ def rule(rules: dict, framework: str, key: str) -> float:
 def stage_chunks(model, c, stage: int, layout: str = "fused") -> list[tuple[list, list]]:
     """Per model chunk of ``stage`` (the plan's layout): its (dense, expert) tensors in forward
     order, the embedding first in chunk 0 of stage 0, the head (and final norm) last in the last
-    chunk of the last stage: :func:`costmodel.grad_buckets.chunk_tensors` (a shape fact, one place)."""
+    chunk of the last stage: :func:`costmodel.physics.mechanics.grad_buckets.chunk_tensors` (a shape fact, one place)."""
     return chunk_tensors(model, c, stage, layout)
 
 
 #: Megatron-Core's bucket layout (rule 6): tensors in reverse order, a bucket closes after the tensor
-#: that brings it to >= ``bucket`` elements -- the cost model's loop, :func:`costmodel.grad_buckets.close_ge`
+#: that brings it to >= ``bucket`` elements -- the cost model's loop, :func:`costmodel.physics.mechanics.grad_buckets.close_ge`
 close_ge = grad_close_ge
 
 
 #: DeepSpeed ZeRO-3's reduce bucket (rule 26): a bucket is reduced before a tensor that would make it
-#: exceed ``bucket`` elements -- the cost model's loop, :func:`costmodel.zero3_fetch.deepspeed_reduces`
+#: exceed ``bucket`` elements -- the cost model's loop, :func:`costmodel.physics.mechanics.zero3_fetch.deepspeed_reduces`
 close_gt = deepspeed_reduces
 
 

@@ -6,7 +6,7 @@ Part 1, for every published row of the ``moe_ep`` regime (``benchmarks/regimes.p
 predicted step (seconds, signed error: + = predicted slower), the predicted step's parts over the
 slowest stage as ``estimate.evaluate`` reports them (``breakdown``: compute, recompute, bubble, exposed
 EP / ZeRO / other communication), the shares of one MoE layer's forward + backward op time
-(:func:`costmodel.compute.layer_ops` with ``moe=True``: routed experts' grouped GEMMs, attention core,
+(:func:`costmodel.physics.kernels.compute.layer_ops` with ``moe=True``: routed experts' grouped GEMMs, attention core,
 the other GEMMs, permute + unpermute + router) and the rows per expert of the grouped GEMM (``M/exp``,
 read back from the ``experts`` op's FLOPs), the size the kernel data of ``component_kernels.py`` covers
 (DeepGEMM contiguous layout: 4096-8192 rows per group).
@@ -14,7 +14,7 @@ read back from the ``experts`` op's FLOPs), the size the kernel data of ``compon
 Part 2, the rows a source ran twice with one change, forced-balanced routing against its learned router
 (the Megatron-MoE-ModelZoo long-context table: ``--moe-router-force-load-balancing`` or dropless, same
 plan): the measured ratio of the two step times, the ratio the model predicts (``moe_load_cv`` 0 against
-the default), and the per-EP-rank load (busiest rank over the mean, :func:`costmodel.compute.moe_imbalance`)
+the default), and the per-EP-rank load (busiest rank over the mean, :func:`costmodel.physics.kernels.moe_load.moe_imbalance`)
 at which the model would reproduce the dropless row from the forced one. The implied figure is a
 diagnostic read off measured step times: it is printed, never used by the model (nothing here is fitted),
 and the sealed split is never read (``--set`` offers no ``sealed``).
@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import load_set, predict  # noqa: E402
 
-from costmodel.compute import layer_ops, moe_imbalance  # noqa: E402
+from costmodel.physics.kernels.compute import layer_ops
+from costmodel.physics.kernels.moe_load import moe_imbalance  # noqa: E402
 
 PARTS = ("compute", "recompute", "bubble", "ep", "zero", "other")
 SHARES = ("experts", "attn_core", "other_gemm", "perm_router")

@@ -4,7 +4,7 @@
 
 For each plan (1,024 H800, global batch 4096 x 4096 tokens, tp 1, ep 64, ZeRO-1, full recompute):
 the predicted step time (op-graph and closed-form engines), MFU (Megatron-LM's FLOP count, which
-counts the MTP layer and its logits: :func:`costmodel.flops.forward_flops_per_token`), the peak memory
+counts the MTP layer and its logits: :func:`costmodel.physics.kernels.flops.forward_flops_per_token`), the peak memory
 per GPU and that of the rank holding ``m`` and of the last rank, with the model's MTP layer
 (``mtp_layers`` 1) and with it off (``--mtp-layers 0``; the same layout without ``m``). Predictions,
 not measurements.
@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
-from costmodel.layout import parse  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
-from costmodel.units import GiB  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.api import evaluate  # noqa: E402
+from costmodel.spec.layout import parse  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
+from costmodel.spec.units import GiB  # noqa: E402
 
 PLANS = [  # (name, pp, layout with m): Megatron-Bridge's DeepSeek-V3 layouts (benchmarks/published.py, issue 22)
     ("PP8 VP4 Et|(tt|)*30mL", 8, "Et|(tt|)*30mL"),

@@ -2,11 +2,11 @@
 
     python benchmarks/overlap_rates.py [--json]
 
-The rates are computed by scheduling op graphs (:mod:`costmodel.graph`), never looked up. The
+The rates are computed by scheduling op graphs (:mod:`costmodel.engines.graph`), never looked up. The
 reference ranges are the source document's table (``shared/seeds/DIGEST.md`` section 7):
 TP inference 0-0.3, TP training 0.3-0.7, SP 0.7-0.9, PP 0.3-0.6, DP 0.7-0.95, EP 0.3-0.6.
 Where a rate falls outside, the line says why: the blocking prerequisite and whether the
-critical condition T_comm <= T_compute holds (from :func:`costmodel.graph.explain.explain`).
+critical condition T_comm <= T_compute holds (from :func:`costmodel.engines.graph.explain.explain`).
 Workloads are written down below; plans follow Megatron-LM / NeMo practice for each model.
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.graph.explain import explain  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
-from costmodel.units import MB  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.engines.graph.explain import explain  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
+from costmodel.spec.units import MB  # noqa: E402
 
 REFERENCE = {"tp-infer": (0.0, 0.3), "tp": (0.3, 0.7), "sp": (0.7, 0.9), "pp": (0.3, 0.6), "dp": (0.7, 0.95),
              "ep": (0.3, 0.6), "cp": None, "zero": None}

@@ -1,6 +1,6 @@
 """Pinned ``recommend`` on every problem of the development set: answered as fast as ``evaluate``.
 
-    python benchmarks/pinned_recommend.py [--set dev|new|all] [--limit-s 2] [--time-limit 10]
+    python -m benchmarks.pinned_recommend [--set dev|new|all] [--limit-s 2] [--time-limit 10]
 
 For every usable row of the set (``benchmarks/published.py``), the row's stated plan is pinned
 (every stated field of ``Row.fixed``: degrees, sp, ZeRO, recompute, bucket, chunks, micro-batch
@@ -16,16 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from published import load_set  # noqa: E402
-from costmodel.graph import compose  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
-from search.problem import VARIABLES, Limits, Problem  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
+from benchmarks import results_io
+from benchmarks.published import load_set
+from costmodel.engines.graph import compose
+from costmodel.api import evaluate
+from search.problem import VARIABLES, Limits, Problem
+from search.solve import SolveOptions, solve
 
 def pins_of(row) -> tuple[dict, dict]:
     """``(Limits.fixed, other Limits fields)`` of a row's stated plan: the fields the search
@@ -56,7 +53,7 @@ def _cold() -> None:
             obj.cache_clear()
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="dev", choices=("dev", "new", "all"))
     ap.add_argument("--limit-s", type=float, default=2.0, help="target seconds per problem (default 2)")
@@ -65,7 +62,7 @@ def main(argv=None) -> int:
     rows = [r for r in load_set(args.set) if not r.skip]
     print(f"{'row':>5}  {'source':22} {'model':16} {'gpus':>5}  {'free':10} {'status':10} {'space':>5}  "
           f"{'recommend s':>11}  {'evaluate s':>10}")
-    slow, times = [], []
+    slow, times, statuses = [], [], {}
     for row in rows:
         fixed, extra = pins_of(row)
         framework = row.fixed.get("framework", "megatron")
@@ -93,14 +90,24 @@ def main(argv=None) -> int:
         print(f"{row.row_id:>5}  {row.source:22} {row.label[:16]:16} {row.gpus:>5}  {free:10} {r.status:10} "
               f"{space:>5}  {took:>11.2f}  {t_eval:>10.2f}")
         times.append(took)
+        statuses[r.status] = statuses.get(r.status, 0) + 1
         if took > args.limit_s:
             slow.append(row.row_id)
     if times:
         times.sort()
         print(f"\n{len(times)} problems: median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s; "
               f"{len(slow)} above {args.limit_s:g} s" + (f" ({', '.join(slow)})" if slow else ""))
+    results_io.record("pinned_recommend", argv,
+                      enabled=record_results and times and args.set == "all" and (args.limit_s, args.time_limit) == (2.0, 10.0),
+                      title="pinned recommend on every published plan, the search's wall time",
+                      headline={"problems": len(times), **{f"status {k}": v for k, v in sorted(statuses.items())},
+                                "median s": round(times[len(times) // 2], 2) if times else None,
+                                "max s": round(times[-1], 2) if times else None, f"above {args.limit_s:g} s": len(slow)},
+                      targets=[{"name": f"every pinned problem answered in <= {args.limit_s:g} s", "met": not slow}],
+                      inputs=["costmodel", "search", "benchmarks/pinned_recommend.py", "benchmarks/published.py",
+                              "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
     return 1 if slow else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

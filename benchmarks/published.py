@@ -97,7 +97,7 @@ layers per stage, for the stated degrees):
   then the first, alternating inwards (Megatron's ``--account-for-embedding/loss-in-pipeline-split``
   and torchtitan's ``generate_split_points`` both give the end stages fewer layers), with the
   stated ``vp``: a stage's layers need not be a multiple of it
-  (:func:`costmodel.pipeline.chunk_layers` splits them over the ``vp`` model chunks).
+  (:func:`costmodel.spec.stages.chunk_layers` splits them over the ``vp`` model chunks).
 * MoE load: ``moe_load_cv = 0`` where the source forced a balanced router (Megatron-Bridge
   "we force-balance the token distribution", the ModelZoo "forced balance" rows, AutoModel's
   "fake balanced gate", token-drop at capacity); otherwise the model's default.
@@ -108,7 +108,7 @@ MegaScale's baseline, README 2024, the Megatron-LM CI memory cases) are filled w
 (``--hidden-dropout``/``--attention-dropout`` ``default=0.1`` in ``arguments.py`` at 9edfdae, 285068c8 and
 core_r0.8.0); NeMo 24.07's GPT-3 recipes set 0.1 (``conf/training/gpt3/*.yaml``), its Llama 2/3 and Nemotron
 recipes 0.0; the Llama 3, DeepSeek, Qwen3, Mixtral, Kimi, GPT-OSS and MPT rows (Meta's, ModelZoo, Bridge,
-AutoModel, torchtitan, llm-foundry) 0.0. At 0.0 no mask is stored or written (:mod:`costmodel.dropout`).
+AutoModel, torchtitan, llm-foundry) 0.0. At 0.0 no mask is stored or written (:mod:`costmodel.physics.kernels.dropout`).
 
 Measured step time
 ------------------
@@ -130,14 +130,15 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from costmodel.compute import FA2_HOPPER_RATIO, fa2_device
-from costmodel.config import RECOMPUTE_MODULES, ParallelConfig
-from costmodel.errors import PlannerError
-from costmodel.estimate import Estimate, evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.frameworks.stacks import FA2_HOPPER_RATIO, fa2_device
+from costmodel.spec.plan import RECOMPUTE_MODULES, ParallelConfig
+from costmodel.spec.errors import PlannerError
+from costmodel.training.estimate import Estimate
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
-from regimes import regimes_of
+from benchmarks.regimes import regimes_of
 
 DATA = Path(__file__).parent / "data" / "published_dev.csv"
 DATA_NEW = Path(__file__).parent / "data" / "published_new.csv"
@@ -231,7 +232,7 @@ LLAMA3_VP = 8
 #: ``"Et|(tt|)*30mL"`` (the MTP layer with the loss), and ``configs/deepseek/deepseek_v3_llm_pretrain.yaml`` sets
 #: ``mixed_precision.grad_reduce_in_fp32: false`` (a BF16 gradient buffer). Keyed by (label prefix, GPU).
 #: (The recipe's precision-aware optimizer keeps BF16 Adam moments: not modelled, charged as FP32. The MTP layer
-#: is the model's, ``mtp_layers = 1``: costmodel.mtp.)
+#: is the model's, ``mtp_layers = 1``: costmodel.physics.kernels.mtp.)
 BRIDGE_2509_RECIPES = {
     ("DeepSeekV3", "H100"): dict(recompute="selective", recompute_modules=("mla_up_proj", "mlp"),
                                  layout="Et|(tt|)*30mL", grad_dtype="bf16"),
@@ -241,7 +242,7 @@ MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf",
 #: set's rule for tuned tables; module docstring, "New set")
 TUNED_TABLES = ("megatron_readme_2024",)
 TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
-#: the framework that ran each new-set source (costmodel.frameworks); unlisted: Megatron-Core / Megatron-LM
+#: the framework that ran each new-set source (costmodel.frameworks.rules); unlisted: Megatron-Core / Megatron-LM
 FRAMEWORK = {
     "torchtitan_2024": "fsdp2", "torchtitan_2025_asynctp": "fsdp2",  # torchtitan: FSDP2
     "nemo_automodel": "fsdp2",  # AutoModel: PyTorch-native FSDP2 trainer (its parallelizer follows torchtitan's)
@@ -270,7 +271,7 @@ AUTOMODEL_FULL_AC = {
 }
 #: how the Megatron-Core recipe sources name ``--recompute-modules`` (Megatron-MoE-ModelZoo's tables)
 MCORE_MODULE_NAMES = {"norm": "layernorm", "act": "moe_act", "attention core": "core_attn"}
-#: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.compute.FA2_HOPPER_RATIO`)
+#: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.frameworks.stacks.FA2_HOPPER_RATIO`)
 FA2_STACKS = {
     "torchtitan_2024": "PyTorch SDPA flash backend, which is FlashAttention-2",
     "torchtitan_2025_asynctp": "PyTorch SDPA flash backend, which is FlashAttention-2",
@@ -397,7 +398,7 @@ def stage_layout(layers: int, pp: int, vp: int) -> tuple[int, tuple[int, ...] | 
     Uniform when ``pp*vp`` divides ``layers`` (layout ``None``). Otherwise every stage gets
     ``ceil(layers/pp)`` layers and one layer at a time is taken back from the last stage, the
     first, the second-last, ... until the sum is ``layers``; ``vp`` is kept as stated (a stage's
-    layers need not be a multiple of it: :func:`costmodel.pipeline.chunk_layers`).
+    layers need not be a multiple of it: :func:`costmodel.spec.stages.chunk_layers`).
 
     >>> stage_layout(126, 8, 1)
     (1, (15, 16, 16, 16, 16, 16, 16, 15))
@@ -639,11 +640,11 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
         # MegaScale's "ZeRO-2" is Megatron-LM's distributed optimizer (the system is built on Megatron-LM):
         # gradients reduce-scattered once per step, optimizer state sharded; Megatron has no per-micro-batch ZeRO-2
         zero = 1
-        notes.append("zero 1: the stated ZeRO-2 is Megatron-LM's distributed optimizer (costmodel.frameworks)")
+        notes.append("zero 1: the stated ZeRO-2 is Megatron-LM's distributed optimizer (costmodel.frameworks.rules)")
     cp_impl = "ring"
     if src in TORCHTITAN and cp > 1:
         # torchtitan 327b72b runs PyTorch's context_parallel (default all-gather rotater) on K/V repeated to the
-        # query heads (repeat_kv before SDPA); costmodel.compute.cp_exchange
+        # query heads (repeat_kv before SDPA); costmodel.physics.kernels.compute.cp_exchange
         cp_impl = "torch"
         notes.append("cp_impl torch: PyTorch context_parallel, K/V (repeat_kv) all-gathered, dK/dV ring in FP32")
     if modules is not None:
@@ -708,7 +709,7 @@ def _new_row(r: dict, set_name: str = "new") -> Row:
             if src == "nemo_automodel":
                 # every AutoModel benchmark config of these rows sets backend fake_balanced_gate: true (noise 0):
                 # FakeBalancedGate routes token t to experts t*k .. t*k+k-1 mod E (nemo_automodel/components/moe/
-                # layers.py@cb97654), neighbouring experts on one or two ranks (costmodel.ep_dispatch.fanout)
+                # layers.py@cb97654), neighbouring experts on one or two ranks (costmodel.physics.comm.ep_dispatch.fanout)
                 model = replace(model, moe_routing="consecutive")
                 notes.append("moe_routing consecutive: AutoModel's FakeBalancedGate (fake_balanced_gate: true)")
     if batch is None:

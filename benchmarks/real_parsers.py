@@ -39,11 +39,12 @@ MODELS = ("llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "mixtral-8x7b", "
 def draw_plans(n: int, framework: str, seed: int) -> list[dict]:
     """``n`` random plans the planner accepts and emits for ``framework``, as plain values."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from costmodel import frameworks
-    from costmodel.config import ParallelConfig, validate_config
-    from costmodel.errors import PlannerError
-    from costmodel.presets import load_cluster, load_model
-    from costmodel.specs import Workload
+    from costmodel.frameworks import rules as frameworks
+    from costmodel.spec.plan import ParallelConfig
+    from costmodel.physics.validity import validate_config
+    from costmodel.spec.errors import PlannerError
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
     from planner.emit import emit_text
 
     rng = random.Random(seed)

@@ -1,6 +1,6 @@
 """The recommended plan against the published plan, both predicted by the same cost model.
 
-    python benchmarks/recommend_vs_published.py [--set dev|new|all] [--source KEY] [--time-limit SECONDS]
+    python -m benchmarks.recommend_vs_published [--set dev|new|all] [--source KEY] [--time-limit SECONDS]
 
 For every usable row of the development set (``benchmarks/data/published_dev.csv``, see
 ``benchmarks/published.py``; ``--set new`` or ``all`` for the new set) the published plan is
@@ -19,16 +19,14 @@ Measured step times are shown for reference; the comparison is prediction agains
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from published import load_set, predict  # noqa: E402
-from search.problem import Limits, Problem  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
+from benchmarks import results_io
+from benchmarks.published import load_set, predict
+from search.problem import Limits, Problem
+from search.solve import SolveOptions, solve
 
 TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate
 
@@ -50,7 +48,7 @@ def unsearched_stack(fixed: dict) -> str:
     return ", ".join(out)
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="dev", choices=("dev", "new", "all"), help="published rows (default dev)")
     ap.add_argument("--source", help="only rows of this source_key")
@@ -60,7 +58,7 @@ def main(argv=None) -> int:
     print(f"{'row':>4} {'model':<18} {'gpus':>5} {'meas s':>8} {'published plan':<40} {'pred s':>8} "
           f"{'recommended plan':<44} {'pred s':>8} {'rec/pub':>8} {'solve':>8}")
     better = same = worse = overflow = 0
-    notes = []
+    notes, answers = [], []
     for r in rows:
         if r.skip:
             continue
@@ -98,6 +96,7 @@ def main(argv=None) -> int:
             worse += 1
             notes.append(f"row {r.row_id}: slower than the published plan (outside the search space, or the "
                          f"solver stopped at its time limit: {res.status})")
+        answers.append(f"{r.row_id} {plan_text(rec.config)}")
         meas = f"{r.measured_s:.2f}" if r.measured_s else "-"
         print(f"{r.row_id:>4} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {meas:>8} {plan_text(pub.config):<40} "
               f"{pub.step_time_s:>8.3f} {plan_text(rec.config):<44} {rec.step_time_s:>8.3f} {ratio:>8.3f} "
@@ -107,8 +106,17 @@ def main(argv=None) -> int:
           f"{overflow} published plans over HBM by the cost model (not compared)")
     for n in notes:
         print("note:", n)
+    results_io.record("recommend_vs_published", argv,
+                      enabled=record_results and args.set == "all" and not args.source and args.time_limit == 10.0,
+                      title="the recommended plan against the published plan, both predicted by the cost model",
+                      headline={"recommended": len(answers), "faster": better, "equal": same, "slower": worse,
+                                "published plans over HBM": overflow,
+                                "plans digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12]},
+                      targets=[{"name": "no recommended plan slower than the published one", "met": worse == 0}],
+                      inputs=["costmodel", "search", "benchmarks/recommend_vs_published.py", "benchmarks/published.py",
+                              "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
     return 0 if worse == 0 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -14,7 +14,7 @@ loader filled by a documented rule), never a prediction:
 
 from __future__ import annotations
 
-from costmodel.compute import HOPPER  # the device names counted as Hopper, as the cost model counts them
+from costmodel.frameworks.stacks import HOPPER  # the device names counted as Hopper, as the cost model counts them
 
 #: regime key -> what it covers (issue 10's list; ``moe_fine`` is the fine-grained subset of ``moe_ep``)
 REGIMES = {

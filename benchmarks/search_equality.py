@@ -1,6 +1,6 @@
 """CP-SAT's optimum equals the exhaustive optimum on random small instances (issue 13).
 
-    python benchmarks/search_equality.py [--instances N] [--seed S] [--no-bounds-every K] [--verbose]
+    python -m benchmarks.search_equality [--instances N] [--seed S] [--no-bounds-every K] [--verbose]
 
 Each instance is a preset model (gpt-1.7b, llama3-8b (GQA), llama3.1-8b (GQA), mixtral-8x7b
 (MoE), gpt-oss-20b (MoE, GQA)) on a preset cluster (a100-80g, h100-sxm, or sg2262-like with
@@ -28,6 +28,7 @@ A mismatch prints a reproducer line (``--instance-seed``). Seeded and determinis
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import random
@@ -35,22 +36,20 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel import dma  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
-from planner.sweep.grid import apply_whatifs  # noqa: E402
-from search.candidates import (bucket_values, mb_values, recompute_values, shapes, sp_chunk_pairs,  # noqa: E402
+from benchmarks import results_io
+from costmodel.physics.comm import dma
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from planner.sweep.grid import apply_whatifs
+from search.candidates import (bucket_values, mb_values, recompute_values, shapes, sp_chunk_pairs,
                                vp_values, zero_values)
-from search.exhaustive import (Scored, all_choices, best_splits, count_space, max_stage_layers,  # noqa: E402
+from search.exhaustive import (Scored, all_choices, best_splits, count_space, max_stage_layers,
                                solve_exhaustive)
-from search.problem import Limits, Problem  # noqa: E402
-from search.result import INFEASIBLE, OPTIMAL  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
-from search.tables import Tables  # noqa: E402
+from search.problem import Limits, Problem
+from search.result import INFEASIBLE, OPTIMAL
+from search.solve import SolveOptions, solve
+from search.tables import Tables
 
 MODELS = ("gpt-1.7b", "llama3-8b", "llama3.1-8b", "mixtral-8x7b", "gpt-oss-20b")
 CLUSTERS = ("a100-80g", "h100-sxm", "sg2262-like", "sg2262-like")  # sg2262-like drawn half the time
@@ -70,7 +69,7 @@ class Instance:
     plans: int
 
     def reproducer(self) -> str:
-        return f"python benchmarks/search_equality.py --instance-seed {self.seed}"
+        return f"python -m benchmarks.search_equality --instance-seed {self.seed}"
 
     def describe(self) -> str:
         p = self.problem
@@ -269,7 +268,7 @@ def report(rows: list[dict], total_s: float, out=sys.stdout) -> int:
     return 1 if bad else 0
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--instances", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0, help="instance i uses seed SEED*100003 + i")
@@ -281,8 +280,35 @@ def main(argv=None) -> int:
     seeds = [a.instance_seed] if a.instance_seed is not None else [a.seed * 100003 + i for i in range(a.instances)]
     start = time.perf_counter()
     rows = run(seeds, a.no_bounds_every, a.verbose or a.instance_seed is not None)
-    return report(rows, time.perf_counter() - start)
+    code = report(rows, time.perf_counter() - start)
+    record(argv, rows, record_results and a.instance_seed is None and (a.instances, a.seed, a.no_bounds_every) == (200, 0, 4))
+    return code
+
+
+def record(argv, rows: list[dict], enabled: bool) -> None:
+    """``benchmarks/results/search_equality.json``; ``answers digest`` hashes every instance's
+    (reproducer, equal, exhaustive ticks, CP-SAT ticks), so two runs with the same answers share it."""
+    nb = [r for r in rows if r.get("nb_checked")]
+    probed = [r for r in rows if "binds" in r]
+    digest = hashlib.sha256("\n".join(f"{r['reproducer']} {r['ok']} {r['ex_ticks']} {r['cp_ticks']}"
+                                      for r in rows).encode()).hexdigest()[:12]
+    table = []
+    for cl in sorted({r["cluster"] for r in rows}):
+        rs = [r for r in rows if r["cluster"] == cl]
+        table.append({"cluster": cl, "instances": len(rs), "equal": sum(r["ok"] for r in rs),
+                      "feasible": sum(r["ex_ticks"] is not None for r in rs),
+                      "exhaustive s": round(sum(r["ex_s"] for r in rs), 1), "search s": round(sum(r["cp_s"] for r in rs), 1)})
+    bad = sum(not r["ok"] for r in rows)
+    results_io.record("search_equality", argv, enabled=enabled, table=table,
+                      title="CP-SAT's optimum against the exhaustive optimum on random small instances",
+                      headline={"instances": len(rows), "equal": len(rows) - bad, "mismatches": bad,
+                                "also without presolve bounds": len(nb), "equal without bounds": sum(r["nb_ok"] for r in nb),
+                                "engine count binds": sum(r["binds"] for r in probed),
+                                "monotonicity violations": sum(not r["monotone"] for r in probed),
+                                "answers digest": digest},
+                      targets=[{"name": "every instance equal", "met": bad == 0}],
+                      inputs=["costmodel", "search", "planner/sweep/grid.py", "benchmarks/search_equality.py"])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
 from search.exhaustive import count_space  # noqa: E402
 from search.problem import Problem  # noqa: E402
 from search.solve import SolveOptions, solve  # noqa: E402

@@ -1,13 +1,13 @@
 """Predicted vs measured serving metrics on published inference benchmarks.
 
-    python benchmarks/validate_inference.py [--source nim_llama33_70b] [--csv out.csv]
+    python -m benchmarks.validate_inference [--source nim_llama33_70b] [--csv out.csv]
 
 Rows (``benchmarks/data/published_inference.csv``) come from public benchmark tables that
 state the hardware, the parallel configuration, the batch or concurrency and the
 input/output lengths; each row cites its source and table. Nothing is fitted to them: the
 device constants are those of the cluster presets (calibrated on training runs only).
 
-How a row is predicted (:mod:`costmodel.scheduler`, the engine's step loop): ``batching=static``
+How a row is predicted (:mod:`costmodel.serving.scheduler`, the engine's step loop): ``batching=static``
 rows (TensorRT-LLM ``gptSessionBenchmark``) run one wave of ``batch`` requests whose prompts are
 prefilled in one step (token budget ``batch * input_len``, ``max_seqs = batch``);
 ``continuous`` rows are a closed loop of ``batch`` clients on the engine's scheduler with its
@@ -17,7 +17,7 @@ the published inter-token latency (ITL). Errors are summarised by engine, metric
 ``admitted`` (every client runs) or ``queued`` (more clients than the engine admits).
 
 ``--write-residuals`` stores ``ln(predicted / measured)`` of every row for the serving bands
-(:mod:`costmodel.serving_band`).
+(:mod:`costmodel.trust.serving_band`).
 """
 
 from __future__ import annotations
@@ -28,16 +28,14 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import results_io
+from costmodel.spec.plan import ParallelConfig
+from costmodel.serving.inference import evaluate_inference
+from costmodel.trust.serving_band import QUANTITY, RESIDUALS, load_state
+from costmodel.spec.presets import load_cluster, load_model
 
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.inference import evaluate_inference  # noqa: E402
-from costmodel.serving_band import QUANTITY, RESIDUALS, load_state  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from published import write_csv  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from benchmarks.published import write_csv
+from costmodel.spec.workload import Workload
 
 DATA = Path(__file__).resolve().parent / "data" / "published_inference.csv"
 METRICS = {
@@ -60,7 +58,7 @@ def engine_of(row: dict) -> str:
 
 
 def predict(row: dict):
-    """The :class:`~costmodel.inference.InferenceEstimate` for one published row."""
+    """The :class:`~costmodel.serving.inference.InferenceEstimate` for one published row."""
     ints = {k: int(row[k]) for k in ("gpus", "tp", "pp", "dp", "batch", "input_len", "output_len")}
     c = ParallelConfig(tp=ints["tp"], pp=ints["pp"], dp=ints["dp"])
     w = Workload(mode="infer", global_batch=ints["batch"], input_len=ints["input_len"],
@@ -76,7 +74,7 @@ def predict(row: dict):
 
 
 def write_residuals(out: list[dict]) -> None:
-    """``ln(predicted / measured)`` of every row, tagged for :func:`costmodel.serving_band.pool_for`."""
+    """``ln(predicted / measured)`` of every row, tagged for :func:`costmodel.trust.serving_band.pool_for`."""
     import json
     import math
     rows = [{"row_id": o["row_id"], "source": o["source"], "quantity": QUANTITY[o["metric"]], "engine": o["engine"],
@@ -86,7 +84,7 @@ def write_residuals(out: list[dict]) -> None:
                                      "residuals": rows}, indent=1) + "\n")
 
 
-def main(argv=None) -> int:
+def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--csv", help="also write per-row results here")
@@ -129,6 +127,15 @@ def main(argv=None) -> int:
                       f"mean signed {100 * statistics.mean(es):+5.1f}%")
     if args.csv and out:
         write_csv(args.csv, out)
+    groups = [{"engine metric load": " ".join(k), "rows": len(es), "mean |err| %": results_io.pct(statistics.mean(map(abs, es))),
+               "max |err| %": results_io.pct(max(map(abs, es))), "signed %": results_io.pct(statistics.mean(es))}
+              for k, es in sorted(errs.items())]
+    results_io.record("validate_inference", argv, enabled=record_results and not args.source, table=groups,
+                      title="serving metrics against published TensorRT-LLM and NIM benchmarks (nothing fitted)",
+                      headline={"rows": len(allerr), "mean |err| %": results_io.pct(statistics.mean(allerr)),
+                                "max |err| %": results_io.pct(max(allerr)),
+                                "rows predicted not to fit": sum(not o["fits"] for o in out)},
+                      inputs=["costmodel", "benchmarks/validate_inference.py", "benchmarks/data/published_inference.csv"])
     if args.write_residuals:
         write_residuals(out)
         print(f"\nwrote {len(out)} residuals to {RESIDUALS}")
@@ -136,4 +143,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -1,6 +1,6 @@
 """Predicted vs measured step time on the published training runs, per row and per regime.
 
-    python benchmarks/validate_published.py [--set dev|new|all] [--engine analytic|graph]
+    python -m benchmarks.validate_published [--set dev|new|all] [--engine analytic|graph]
                                             [--source KEY] [--csv out.csv] [--check]
 
 Prints one line per row (predicted and measured seconds, signed error, the plan used, the
@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from published import Row, load_set, predict, write_csv  # noqa: E402
-from regimes import REGIMES  # noqa: E402
+from benchmarks import results_io
+from benchmarks.published import Row, load_set, predict, write_csv
+from benchmarks.regimes import REGIMES
 
 TABLE5 = {"34", "35", "36", "37", "38", "39", "40", "41"}
 DEV_MEAN_LIMIT = 0.06  # --check: development-set mean |err|
@@ -111,7 +108,31 @@ def check(table: dict, out=print) -> int:
     return 1 if failures else 0
 
 
-def main(argv=None, rows: list[Row] | None = None) -> int:
+def record(argv, engine: str, res: list[dict], table: dict, enabled: bool) -> None:
+    """``benchmarks/results/validate_published[_analytic].json`` of a ``--set all`` run."""
+    h = {"rows predicted": len(res)}
+    for s in ("dev", "new", "all"):
+        n, m, sg, mx = table[(s, "ALL")]
+        h.update({f"{s} rows": n, f"{s} mean |err| %": results_io.pct(m), f"{s} signed %": results_io.pct(sg),
+                  f"{s} max |err| %": results_io.pct(mx)})
+    h["published plans predicted over HBM"] = sum(x["plan"].endswith("(does not fit)") for x in res)
+    rows = [{"group": g, "rows": n, "mean |err| %": results_io.pct(m), "signed %": results_io.pct(sg),
+             "max |err| %": results_io.pct(mx)}
+            for g, (n, m, sg, mx) in [*((f"set {s}", table[(s, "ALL")]) for s in ("dev", "new", "all")),
+                                      *((reg, table[("all", reg)]) for reg in REGIMES)] if n]
+    gated = [table[("all", reg)] for reg in REGIMES if reg != "other" and table[("all", reg)][0]]
+    targets = [{"name": f"dev mean |err| <= {100 * DEV_MEAN_LIMIT:.0f}%", "met": table[("dev", "ALL")][1] <= DEV_MEAN_LIMIT},
+               {"name": f"every regime's mean |err| <= {100 * REGIME_MEAN_LIMIT:.0f}% (other not gated)",
+                "met": all(m <= REGIME_MEAN_LIMIT for _, m, _, _ in gated)}]
+    name = "validate_published" + ("" if engine == "graph" else "_analytic")
+    results_io.record(name, argv, module="validate_published", enabled=enabled, headline=h, table=rows, targets=targets,
+                      title=f"step time against published training runs, dev + new sets ({engine} engine)",
+                      inputs=["costmodel", "benchmarks/validate_published.py", "benchmarks/published.py",
+                              "benchmarks/regimes.py", "benchmarks/data/published_dev.csv",
+                              "benchmarks/data/published_new.csv"])
+
+
+def main(argv=None, rows: list[Row] | None = None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", choices=("dev", "new", "all", "sealed"), default="all",
                     help="which published set (default all: dev and new; sealed is the test split, scored once at the end of an issue)")
@@ -123,6 +144,7 @@ def main(argv=None, rows: list[Row] | None = None) -> int:
                     help=f"exit 1 if the dev-set mean |err| > {100 * DEV_MEAN_LIMIT:.0f}%% "
                          f"or any regime's mean |err| > {100 * REGIME_MEAN_LIMIT:.0f}%%")
     args = ap.parse_args(argv)
+    canonical = rows is None and args.set == "all" and not args.source  # what benchmarks/results records
     rows = load_set(args.set) if rows is None else rows
     rows = [r for r in rows if not args.source or r.source == args.source]
     res = run_rows(rows, args.engine)
@@ -149,6 +171,7 @@ def main(argv=None, rows: list[Row] | None = None) -> int:
         print(f"  {reg:<16} {what}")
     if args.csv and res:
         write_csv(args.csv, res)
+    record(argv, args.engine, res, table, record_results and canonical)
     if args.check:
         print()
         return check(table)
@@ -156,4 +179,4 @@ def main(argv=None, rows: list[Row] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(record_results=True))

@@ -16,10 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.graph.explain import tp_feasibility  # noqa: E402
-from costmodel.presets import load_cluster  # noqa: E402
-from costmodel.specs import LinkSpec, ModelSpec, Workload  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.engines.graph.explain import tp_feasibility  # noqa: E402
+from costmodel.spec.presets import load_cluster  # noqa: E402
+from costmodel.spec.specs import LinkSpec, ModelSpec
+from costmodel.spec.workload import Workload  # noqa: E402
 
 MODEL = ModelSpec(name="h7168", layers=1, hidden=7168, heads=56, ffn_hidden=4 * 7168, vocab=32000)
 W = Workload(global_batch=1, seq_len=4096, dtype="fp8")

@@ -5,7 +5,7 @@
 For every published row of the ``zero3_fsdp`` regime (``benchmarks/regimes.py``) this prints the
 measured and predicted step (seconds, signed error) and the predicted step's parts, summed over
 the micro-batches of the slowest stage as ``estimate.evaluate`` reports them (``breakdown``):
-compute (without FSDP2's copies), FSDP2's copy-out / copy-in (:func:`costmodel.analytic.fsdp2_copies_s`,
+compute (without FSDP2's copies), FSDP2's copy-out / copy-in (:func:`costmodel.physics.mechanics.fsdp_copies.fsdp2_copies_s`,
 charged as compute), recompute, interference, pipeline bubble, and the exposed communication per
 strategy (``zero``: the per-layer gathers and reduce-scatters, the embedding/head units and the
 step-end gather). ``no-fsdp err`` is the error with the sharded-DP parts (exposed ``zero`` and the
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import load_set, predict  # noqa: E402
 
-from costmodel.analytic import fsdp2_copies_s  # noqa: E402
-from costmodel.config import micro_batches  # noqa: E402
-from costmodel.stage_contents import layer_counts
+from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s  # noqa: E402
+from costmodel.spec.plan import micro_batches  # noqa: E402
+from costmodel.physics.memory.stage_contents import layer_counts
 
 PARTS = ("compute", "copies", "recompute", "interference", "bubble", "ep", "zero", "other")
 

@@ -5,13 +5,15 @@
 1
 """
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import InfeasibleConfig, PlannerError, SpecError
-from costmodel.estimate import Estimate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSpec, ModelSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import InfeasibleConfig, PlannerError, SpecError
+from costmodel.training.estimate import Estimate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSpec, ModelSpec
+from costmodel.spec.workload import Workload
 
-from .api import evaluate, recommend, sweep
+from .api import evaluate, recommend
+from .sweep.api import sweep  # after the package: the name planner.sweep is this function
 from .tuner import Planner, Score
 
 

@@ -1,16 +1,16 @@
 """The Python API: one function per question, each accepting specs or preset names.
 
-Add new entry points (``recommend``, ``sweep``) as further top-level functions below and
-re-export them from :mod:`planner`; shared input handling lives in :mod:`planner.problem`.
+Add new entry points as further top-level functions below and re-export them from :mod:`planner`;
+shared input handling lives in :mod:`planner.problem`. ``sweep`` is :func:`planner.sweep.api.sweep`.
 """
 
 from __future__ import annotations
 
-from costmodel.estimate import Estimate
-from costmodel.estimate import evaluate as _evaluate
-from costmodel.errors import SpecError
-from costmodel.config import ParallelConfig
-from costmodel.specs import Workload
+from costmodel.training.estimate import Estimate
+from costmodel.api import evaluate as _evaluate
+from costmodel.spec.errors import SpecError
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.workload import Workload
 
 from dataclasses import replace
 
@@ -51,7 +51,7 @@ def evaluate(model, cluster, workload: Workload | None = None, config: ParallelC
     >>> evaluate("gpt3-175b", "a100-80g", gpus=64, global_batch=64, seq=2048, tp=7)
     Traceback (most recent call last):
     ...
-    costmodel.errors.SpecError: tp*pp*cp=7: must be a divisor of gpus=64 (tp=7 pp=1 cp=1), or give dp
+    costmodel.spec.errors.SpecError: tp*pp*cp=7: must be a divisor of gpus=64 (tp=7 pp=1 cp=1), or give dp
     """
     m = resolve_model(model)
     cl = resolve_cluster(cluster, gpus)
@@ -86,33 +86,6 @@ def config_with_split(model, gpus: int | None, config: ParallelConfig | None, fi
     return config
 
 
-def sweep(models, clusters, gpus, global_batch, seq, *, out, dtype="bf16", dma_engines=None, nvlink_gbps=None,
-          nic_gbps=None, hbm_gib=None, time_limit_s: float = 10.0, workers: int | None = None,
-          backend: str = "local", address: str | None = None, progress: bool = False):
-    """Plan every combination of the given values and write ``out/results.{csv,jsonl}``.
-
-    Each axis is a value or a list of values (models and clusters: preset names or spec file
-    paths); the what-ifs (``dma_engines``, ``nvlink_gbps``, ``nic_gbps`` in GB/s, ``hbm_gib``)
-    default to the cluster as specified. Finished cases already in ``out`` are skipped.
-    Returns a :class:`planner.sweep.SweepSummary`; the rows are in
-    ``planner.sweep.ResultStore(out).read()`` (columns: :mod:`planner.sweep.schema`).
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> s = sweep("llama3-8b", "h100-sxm", gpus=[8, 16], global_batch=64, seq=2048,
-    ...           out=tempfile.mkdtemp(), workers=1)
-    >>> s.total, s.ok
-    (2, 2)
-    """
-    from .sweep import grid_from_mapping, run_sweep
-    axes = {"models": models, "clusters": clusters, "gpus": gpus, "global_batch": global_batch, "seq": seq,
-            "dtype": dtype, "dma_engines": dma_engines, "nvlink_gbps": nvlink_gbps, "nic_gbps": nic_gbps,
-            "hbm_gib": hbm_gib, "time_limit_s": time_limit_s}
-    grid = grid_from_mapping({k: v for k, v in axes.items() if v is not None})
-    return run_sweep(grid.cases(), out, workers=workers, backend=backend, address=address, progress=progress)
-
-
 def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | None = None,
               global_batch: int | None = None, seq: int | None = None, dtype: str = "bf16",
               time_limit_s: float = 10.0, workers: int = 2, seed: int = 0, top_k: int = 1,
@@ -129,10 +102,10 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
     plan_options : settings every plan runs with (:data:`search.problem.PLAN_OPTIONS`), e.g.
         ``{"fp8_param_gather": True}`` or ``{"recompute_modules": ("layernorm", "moe")}``.
     framework : ``megatron``, ``deepspeed`` or ``fsdp2``: only what it runs is searched and its
-        ZeRO semantics are charged (:mod:`costmodel.frameworks`).
+        ZeRO semantics are charged (:mod:`costmodel.frameworks.rules`).
     grad_dtype : ``fp32``, ``bf16`` or ``fp16``: the dtype every plan accumulates and reduces its
         gradients in (``ParallelConfig.grad_dtype``; a property of the run, not searched).
-    robust : minimise the worst step time over the scenarios of :mod:`costmodel.scenarios`
+    robust : minimise the worst step time over the scenarios of :mod:`costmodel.trust.scenarios`
         (:func:`search.robust.solve_robust`; the result's ``robust`` holds the step time per
         scenario of the robust and the nominal plan). Compare with a plan you run now with
         :func:`planner.baseline.compare_with_baseline`.

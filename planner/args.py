@@ -1,7 +1,7 @@
 """Argparse helpers shared by every subcommand.
 
 Errors are exceptions, never argparse's "usage + exit 2": a bad value raises the
-:class:`~costmodel.errors.SpecError` of its converter (field, value, allowed), and argparse's
+:class:`~costmodel.spec.errors.SpecError` of its converter (field, value, allowed), and argparse's
 own complaints (unknown option, missing value, unknown subcommand) become a SpecError naming
 the option. :func:`planner.cli.main` turns any of them into exit code 2 and one stderr line.
 
@@ -12,7 +12,7 @@ the option. :func:`planner.cli.main` turns any of them into exit code 2 and one 
 >>> p.parse_args(["--gpus", "0"])
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: gpus=0: must be a positive integer
+costmodel.spec.errors.SpecError: gpus=0: must be a positive integer
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ import math
 import re
 import sys
 
-from costmodel.config import (EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, PP_GRAD_REDUCES,
-                              RECOMPUTE, RECOMPUTE_MODULES, SP_SAVED_INPUTS, required_zero)
-from costmodel.errors import PlannerError, SpecError
-from costmodel.dma import parse as parse_dma
-from costmodel.flops import CONVENTIONS, DEFAULT_CONVENTION
-from costmodel.frameworks import FRAMEWORKS
-from costmodel.kvcache import KV_DTYPES
-from costmodel.specs import MODES, Workload
-from costmodel.stacks import DEFAULT_STACK, STACKS, apply_stack, stack_config
-from costmodel.units import DTYPES, GiB
+from costmodel.spec.plan import (EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, PP_GRAD_REDUCES, RECOMPUTE, RECOMPUTE_MODULES, SP_SAVED_INPUTS)
+from costmodel.frameworks.rules import required_zero
+from costmodel.spec.errors import PlannerError, SpecError
+from costmodel.spec.dma_plan import parse as parse_dma
+from costmodel.physics.kernels.flops import CONVENTIONS, DEFAULT_CONVENTION
+from costmodel.spec.plan import FRAMEWORKS
+from costmodel.physics.kernels.kvcache import KV_DTYPES
+from costmodel.spec.workload import MODES, Workload
+from costmodel.frameworks.stacks import DEFAULT_STACK, STACKS, apply_stack, stack_config
+from costmodel.spec.units import DTYPES, GiB
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
@@ -128,7 +128,7 @@ def choice_arg(field: str, choices):
 
 
 def dma_arg(text: str):
-    """``--dma``: a DMA-engine assignment (:func:`costmodel.dma.parse`; its SpecError names ``dma``)."""
+    """``--dma``: a DMA-engine assignment (:func:`costmodel.spec.dma_plan.parse`; its SpecError names ``dma``)."""
     try:
         return parse_dma(text)
     except SpecError as e:
@@ -161,7 +161,7 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
                    metavar="{" + ",".join(DTYPES) + "}", help="GEMM format (default: %(default)s)")
     g.add_argument("--stack", type=choice_arg("stack", STACKS), default=None, metavar="{" + ",".join(STACKS) + "}",
                    help=f"the software stack the plan runs on: its attention kernel, element-wise kernels and "
-                        f"framework (costmodel.stacks; default {DEFAULT_STACK}, the current NVIDIA stack)")
+                        f"framework (costmodel.frameworks.stacks; default {DEFAULT_STACK}, the current NVIDIA stack)")
 
 
 def _module_list(text: str) -> tuple[str, ...]:
@@ -216,7 +216,7 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
     g.add_argument("--dma", type=dma_arg, metavar="STREAMS:CLASS*N,...",
                    help="DMA engines of each communication stream (tp cp ep pp dp zero), e.g. "
                         "'tp:cdma*2,dp:cdma*1,pp:cdma*1'; 'tp+dp:cdma*1' shares one engine "
-                        "(default: the engines split evenly; see costmodel.dma)")
+                        "(default: the engines split evenly; see costmodel.physics.comm.dma)")
     g.add_argument("--no-flash-attention", dest="flash_attention", action="store_false", default=None,
                    help="unfused attention that stores the s x s scores (Megatron-LM 2021/22)")
     add_split_args(parser)
@@ -278,7 +278,7 @@ def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True,
                         "--chunked-prefill-size, TensorRT-LLM --max_num_tokens; default: the engine's, "
                         "8192 on an H100)")
     if engine:
-        from costmodel.serving_engines import ENGINE_NAMES
+        from costmodel.serving.engines import ENGINE_NAMES
         g.add_argument("--engine", type=choice_arg("engine", ENGINE_NAMES), metavar="{" + ",".join(ENGINE_NAMES) + "}",
                        help="serving engine whose scheduler runs the requests (default: vllm)")
         g.add_argument("--max-seqs", type=int_arg("max_seqs"), metavar="N",
@@ -402,7 +402,7 @@ def add_memory_args(g) -> None:
                         "(Megatron --overlap-cpu-optimizer-d2h-h2d)")
 
 
-#: optimizer CPU offload (:mod:`costmodel.offload`), ``ParallelConfig`` fields a plan states (recommend: plan
+#: optimizer CPU offload (:mod:`costmodel.physics.mechanics.offload`), ``ParallelConfig`` fields a plan states (recommend: plan
 #: options; unstated, :mod:`search.offload_choice` offers them where nothing fits)
 OFFLOAD_FIELDS = ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
 
@@ -426,7 +426,7 @@ def memory_fields(args: argparse.Namespace) -> dict:
 
 
 def inference_options(args: argparse.Namespace) -> dict:
-    """Keyword options of :func:`costmodel.inference.evaluate_inference` from the command line."""
+    """Keyword options of :func:`costmodel.serving.inference.evaluate_inference` from the command line."""
     opts = {"kv_dtype": args.kv_dtype or "bf16"}
     if args.prefill_tokens is not None:
         opts["prefill_tokens"] = args.prefill_tokens
@@ -449,7 +449,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
             "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher", "module_layout")
     fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
-    if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.act_offload
+    if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.physics.mechanics.act_offload
         fields["activation_offload_layers"] = args.activation_offload_layers
     fields["framework"] = framework_from_args(args)
     for k, v in stack_config(stack_of(args)).items():
@@ -528,7 +528,7 @@ def layout_fields(args: argparse.Namespace, fields: dict, layout: str) -> None:
             raise SpecError(k, getattr(args, k), "unset with --layout (give the split one way)")
     if fields["pp"] is None:
         raise SpecError("pp", None, "given with --layout (the layout's virtual stages are read for pp ranks)")
-    from costmodel.layout import parse
+    from costmodel.spec.layout import parse
     lay = parse(layout, fields["pp"])
     if fields["vp"] is not None and fields["vp"] != lay.vp:
         raise SpecError("vp", fields["vp"], f"{lay.vp}, the layout's virtual stages per rank ({len(lay.stages)} "

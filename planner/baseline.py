@@ -1,11 +1,11 @@
 """Compare a recommendation with the plan a user runs today (``recommend --baseline``).
 
 The baseline is written either as ``key=value`` pairs (``"tp=8,pp=8,mb=1,sp=on,zero=1"``; the
-keys of :data:`costmodel.config.CONFIG_KEYS` plus ``recompute_layers`` and ``flash_attention``)
+keys of :data:`costmodel.spec.plan.CONFIG_KEYS` plus ``recompute_layers`` and ``flash_attention``)
 or as a Megatron-LM argument line (``--tensor-model-parallel-size 8
 --pipeline-model-parallel-size 8 --sequence-parallel ...``; :mod:`planner.megatron_args`).
 :func:`compare` says whether the recommended plan's predicted gain is larger than the model's
-uncertainty band (:mod:`costmodel.uncertainty`).
+uncertainty band (:mod:`costmodel.trust.uncertainty`).
 
 >>> parse_baseline("tp=8, pp=8, mb=1, sp=on, recompute=selective")
 {'tp': 8, 'pp': 8, 'mb': 1, 'sp': True, 'recompute': 'selective'}
@@ -14,7 +14,7 @@ uncertainty band (:mod:`costmodel.uncertainty`).
 >>> parse_baseline("tp=8,pp=eight")
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: baseline.pp='eight': must be an integer
+costmodel.spec.errors.SpecError: baseline.pp='eight': must be an integer
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
-from costmodel.config import CONFIG_KEYS, GRAD_DTYPES, RECOMPUTE, ParallelConfig
-from costmodel.errors import SpecError, clip
+from costmodel.spec.plan import CONFIG_KEYS, GRAD_DTYPES, RECOMPUTE, ParallelConfig
+from costmodel.spec.errors import SpecError, clip
 
 from . import megatron_args as mg
 from .problem import make_config
@@ -149,7 +149,7 @@ class Comparison:
     gain: float  # baseline step / recommended step - 1
     outside_band: bool
     message: str
-    band_notes: tuple = ()  # what widened the band, in words (costmodel.uncertainty.assess)
+    band_notes: tuple = ()  # what widened the band, in words (costmodel.trust.uncertainty.assess)
     defaults: dict = field(default_factory=dict)  # tuning knobs the baseline left unstated, at their defaults
     baseline_band_s: tuple | None = None  # the baseline plan's own 80% band
     baseline_band_notes: tuple = ()  # and what widened it
@@ -162,7 +162,7 @@ class Comparison:
                 "baseline_band_notes": list(self.baseline_band_notes)}
 
 
-#: the tuning knobs (planner.completion.TUNING's CLI names) and the config fields a baseline states them by
+#: the tuning knobs (planner.tuning.TUNING's CLI names) and the config fields a baseline states them by
 TUNING_FIELDS = {"mb": "mb", "vp": "vp", "sp": "sp", "zero": "zero", "recompute": "recompute",
                  "bucket_mb": "bucket_bytes", "chunks": "chunks"}
 
@@ -170,7 +170,7 @@ TUNING_FIELDS = {"mb": "mb", "vp": "vp", "sp": "sp", "zero": "zero", "recompute"
 def unstated_defaults(config: ParallelConfig, stated: dict) -> dict:
     """``{knob: value}`` of the tuning knobs a baseline's ``stated`` fields leave out, at the values
     ``config`` gave them (its defaults): said with the comparison, so a default is not read as a choice."""
-    from .completion import chosen_knobs
+    from .tuning import chosen_knobs
     return chosen_knobs(config, [k for k, f in TUNING_FIELDS.items() if f not in stated and k not in stated])
 
 
@@ -182,10 +182,10 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     unless it states its own (a Megatron-LM line runs Megatron and states its gradient dtype
     when it has a dtype flag: a gradient dtype other than the recommendation's is said in the
     message). ``band`` defaults to the recommended plan's band from
-    :mod:`costmodel.uncertainty`.
+    :mod:`costmodel.trust.uncertainty`.
     """
-    from costmodel.estimate import evaluate
-    from costmodel.uncertainty import assess
+    from costmodel.api import evaluate
+    from costmodel.trust.uncertainty import assess
 
     rec = recommended_estimate.config
     gpus = cluster.num_gpus or rec.gpus

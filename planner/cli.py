@@ -3,7 +3,7 @@
 Each subcommand is a module ``planner.commands.<name>`` with ``add_parser(subparsers)``
 and ``run(args) -> int``; to add one, append its name to :data:`COMMANDS`.
 
-User errors (:class:`~costmodel.errors.PlannerError`, and ``ValueError`` raised by specs)
+User errors (:class:`~costmodel.spec.errors.PlannerError`, and ``ValueError`` raised by specs)
 exit with code 2 and one line on stderr: ``planner: error: <field>=<value>: must be <allowed>``.
 
 >>> import contextlib, io
@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 
-from costmodel.errors import PlannerError, SpecError
+from costmodel.spec.errors import PlannerError, SpecError
 
 from .args import ArgParser, check_contradictions
 

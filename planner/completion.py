@@ -5,13 +5,13 @@ was tuned by whoever ran it. So by default every unstated tuning knob (:data:`TU
 interleave, sequence parallelism, ZeRO stage, recompute, bucket size, chunks, the stage split) is
 chosen as ``recommend`` would, with everything stated pinned: a pinned search over exactly the
 completions of the stated plan. ``--framework-defaults`` fills them with what the framework runs
-when its configuration leaves them out instead (:func:`costmodel.framework_defaults.framework_defaults`).
+when its configuration leaves them out instead (:func:`costmodel.frameworks.defaults.framework_defaults`).
 Degrees (tp, pp, cp, ep) are never chosen: unstated, they are 1, and dp fills the GPUs.
 
 The result lists what was chosen (``chosen``), so a number is never read as the literal plan when it
 is the planner's completion of it, and how much the choice matters: the log-sd of the op-graph step
 times of the :data:`TOP_K` best completions the search re-scored around the chosen one
-(:func:`spread_log_sd`; the plans within the re-score band of the analytic optimum), which widens the 80% band (``costmodel.uncertainty``, part 3). With nothing unstated, or with the
+(:func:`spread_log_sd`; the plans within the re-score band of the analytic optimum), which widens the 80% band (``costmodel.trust.uncertainty``, part 3). With nothing unstated, or with the
 knobs at the framework's defaults (a stated rule, no choice), there is no spread.
 """
 
@@ -22,15 +22,15 @@ import math
 import warnings
 from dataclasses import dataclass, field, replace
 
-from costmodel.errors import PlannerError, SpecError
-from costmodel.estimate import evaluate
-from costmodel.framework_defaults import framework_defaults
-from costmodel.frameworks import moe_needs_sp
+from costmodel.spec.errors import PlannerError, SpecError
+from costmodel.api import evaluate
+from costmodel.frameworks.defaults import framework_defaults
+from costmodel.frameworks.rules import moe_needs_sp
 
-from .args import config_from_args, framework_from_args, offload_fields, problem_of
+from .args import config_from_args, framework_from_args, problem_of
+from .tuning import TUNING, chosen_knobs, fmt_knob
 
-#: the tuning knobs evaluate completes (CLI dest names); the stage split is completed as well
-TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")
+#: the flags that state a stage split (with pp > 1 and none of them, the split is completed too)
 SPLIT_FLAGS = ("layout", "layers_per_stage", "first_stage_layers", "last_stage_layers", "account_for_embedding",
                "account_for_loss")
 #: search options evaluate's completion runs with (recommend's defaults; the stated tp may span nodes)
@@ -59,22 +59,6 @@ def _degrees(args: argparse.Namespace, gpus: int | None) -> dict:
     return d
 
 
-def chosen_knobs(config, keys: list[str]) -> dict:
-    """``{knob: value}`` of ``config`` for the CLI knob names ``keys`` (``bucket_mb`` in MB, ``sp`` as on/off,
-    ``layers_per_stage`` as a list or ``even``): what the planner chose, as the output lists it."""
-    out = {}
-    for k in keys:
-        if k == "bucket_mb":
-            out[k] = round(config.bucket_bytes / 1e6, 3)
-        elif k == "layers_per_stage":
-            out[k] = list(config.layers_per_stage) if config.layers_per_stage else "even"
-        elif k == "sp":
-            out[k] = config.sp_on
-        else:
-            out[k] = getattr(config, k)
-    return out
-
-
 def with_framework_defaults(args: argparse.Namespace, model, cluster, workload):
     """``(config, chosen)``: the unstated knobs at the framework's own defaults."""
     keys = unstated(args)
@@ -86,7 +70,7 @@ def with_framework_defaults(args: argparse.Namespace, model, cluster, workload):
                                   grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
     if "sp" in keys and moe_needs_sp(fw, moe=model.is_moe, tp=deg["tp"]):
         # Megatron's --sequence-parallel defaults off, but its MoE layer refuses TP without it: a run of that
-        # model had it on (costmodel.frameworks.moe_needs_sp), so the only runnable default is on
+        # model had it on (costmodel.frameworks.rules.moe_needs_sp), so the only runnable default is on
         defaults = {**defaults, "sp": True}
     filled = argparse.Namespace(**vars(args))
     for k in keys:
@@ -161,7 +145,7 @@ def priced(model, cluster, workload, config):
     """The estimate ``planner evaluate`` prints for ``config`` (the default engine; the stage split
     chosen when the layers do not divide and none is given). A plan its framework cannot run is still
     evaluated as given, with a warning (``--emit`` refuses it)."""
-    from costmodel.frameworks import check_runnable
+    from costmodel.frameworks.rules import check_runnable
     from search.layout import with_best_layout
     try:
         check_runnable(config, cluster.device)
@@ -190,7 +174,7 @@ AS_RECOMMEND = "as recommend would, with what you stated pinned; --framework-def
 class StatedPlan:
     """A training command line resolved to the plan ``evaluate`` prices (and ``explain`` explains).
 
-    estimate : the priced :class:`costmodel.estimate.Estimate` (its ``config`` is the plan).
+    estimate : the priced :class:`costmodel.training.estimate.Estimate` (its ``config`` is the plan).
     chosen : ``{knob: value}`` the planner chose or filled (empty: nothing unstated, or a framework config).
     note : why the knobs were filled as they were, when not as recommend would (empty otherwise).
     spread : log-sd of the plausible completions' step times (:func:`spread_log_sd`; widens the band).
@@ -216,7 +200,7 @@ def stated_plan(args: argparse.Namespace) -> StatedPlan:
     explain`` (so both show the same plan, step time and band for the same flags): a framework's own
     configuration (``--megatron-args``, ``--deepspeed-config``, ``--torchtitan-config``) is read literally
     (:mod:`planner.framework_plan`); planner flags are completed by :func:`complete`; then :func:`priced`."""
-    from .framework_inputs import from_args as framework_input
+    from .inputs import from_args as framework_input
     from .framework_plan import resolve as resolve_framework_input
     from .args import problem_from_args
     fi, source = framework_input(args), None
@@ -239,36 +223,3 @@ def chosen_line(plan: StatedPlan) -> str | None:
         return None
     return "chosen by the planner: " + " ".join(f"{k}={fmt_knob(v)}" for k, v in plan.chosen.items()) \
         + f" ({plan.chosen_how})"
-
-
-def fmt_knob(v) -> str:
-    """A knob's value as the outputs print it (``on``/``off``, ``4/4/3`` for a list)."""
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if isinstance(v, list):
-        return "/".join(map(str, v))
-    return str(v)
-
-
-#: what ``recommend`` may choose beyond the tuning knobs: the degrees (CLI dest names)
-DEGREES = ("tp", "pp", "dp", "cp", "ep")
-
-
-def recommend_choices(args: argparse.Namespace, config) -> tuple[dict, dict]:
-    """``(pinned, chosen)`` of a ``recommend`` answer: the knobs its flags pinned, and every other
-    degree and tuning knob the search chose (the stage split too, where pp > 1)."""
-    from .args import FIXABLE
-    pinned = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None and k != "dma"}
-    if "bucket_mb" in pinned:
-        pinned["bucket_mb"] = round(pinned["bucket_mb"], 3)
-    keys = [k for k in DEGREES + TUNING if k not in pinned]
-    if config.pp > 1 and getattr(args, "layers_per_stage", None) is None:
-        keys.append("layers_per_stage")
-    chosen = chosen_knobs(config, keys)
-    # optimizer CPU offload: stated (a plan option), or chosen by the search where nothing fit without it
-    stated = {k: v for k, v in offload_fields(args).items() if v}
-    pinned.update(stated)
-    if config.optimizer_offload_fraction > 0 and not stated:
-        chosen.update(optimizer_offload_fraction=config.optimizer_offload_fraction,
-                      overlap_cpu_optimizer_d2h_h2d=config.overlap_cpu_optimizer_d2h_h2d)
-    return pinned, chosen

@@ -8,9 +8,9 @@ configuration JSON (``docs/_pages/config-json.md``, ``deepspeed/runtime/zero/con
 Units: both frameworks size buckets in *elements*, not bytes (Megatron-Core
 ``DistributedDataParallelConfig.bucket_size``: "maximum number of parameters in each bucket";
 DeepSpeed ``reduce_bucket_size``: "number of elements reduced/allreduced at a time"). The plan's
-bucket is bytes of gradients (:func:`costmodel.memory.grad_elem_bytes` per element, FP32 by default).
+bucket is bytes of gradients (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes` per element, FP32 by default).
 
->>> from costmodel.config import ParallelConfig
+>>> from costmodel.spec.plan import ParallelConfig
 >>> c = ParallelConfig(tp=8, pp=4, dp=2, mb=1, vp=2, sp=True, zero=1, chunks=8, recompute="selective",
 ...                    layers_per_stage=(22, 26, 26, 22))
 >>> print(megatron_text(c, global_batch=64, layers=96))  # doctest: +NORMALIZE_WHITESPACE
@@ -37,13 +37,13 @@ bucket is bytes of gradients (:func:`costmodel.memory.grad_elem_bytes` per eleme
 
 from __future__ import annotations
 
-from costmodel import frameworks
-from costmodel.config import ParallelConfig, micro_batches
-from costmodel.errors import SpecError
-from costmodel.memory import grad_elem_bytes
-from costmodel.layout import Layout, format_layout, from_split
-from costmodel.pipeline import megatron_split
-from costmodel.specs import Workload
+from costmodel.frameworks import rules as frameworks
+from costmodel.spec.plan import ParallelConfig, micro_batches
+from costmodel.spec.errors import SpecError
+from costmodel.physics.memory.stage_memory import grad_elem_bytes
+from costmodel.spec.layout import Layout, format_layout, from_split
+from costmodel.spec.stages import megatron_split
+from costmodel.spec.workload import Workload
 
 FORMATS = ("megatron", "deepspeed", "fsdp2")
 
@@ -51,7 +51,7 @@ FORMATS = ("megatron", "deepspeed", "fsdp2")
 def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
     """Raise :class:`SpecError` (one line) unless ``fmt`` reproduces exactly the evaluated plan
     ``c``: the format must be the plan's framework (its semantics were charged) and the plan
-    runnable by it (:func:`costmodel.frameworks.check`)."""
+    runnable by it (:func:`costmodel.frameworks.rules.check`)."""
     if fmt != c.framework:
         raise SpecError("emit", fmt, f"{c.framework}, the framework the plan was evaluated for "
                         f"(or evaluate it with --framework {fmt}: each framework's ZeRO runs differently)")
@@ -96,7 +96,7 @@ def refuse_unstated_gradients(fmt: str, grad_dtype: str, dtype: str) -> None:
 
 
 def bucket_elements(c: ParallelConfig) -> int:
-    """The DP bucket as gradient elements (:func:`costmodel.memory.grad_elem_bytes` each)."""
+    """The DP bucket as gradient elements (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes` each)."""
     return int(round(c.bucket_bytes / grad_elem_bytes(c)))
 
 
@@ -164,13 +164,13 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
             out.append(["--overlap-param-gather"])
         out.append(["--ddp-bucket-size", str(bucket_elements(c))])
     out += {"bf16": [["--bf16"]], "fp16": [["--fp16"]], "fp8": [["--bf16"], ["--fp8-format", "hybrid"]]}[dtype]
-    if c.fp8_param_gather and dtype == "fp8":  # FP8 parameters, no cached FP8 copy (costmodel.memory.fp8_weight_cache_bytes)
+    if c.fp8_param_gather and dtype == "fp8":  # FP8 parameters, no cached FP8 copy (costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes)
         out.append(["--fp8-param-gather"])
     return out + grad_dtype_args(c, dtype)
 
 
 def offload_args(c: ParallelConfig) -> list[list[str]]:
-    """Optimizer CPU offload (:mod:`costmodel.offload`) as Megatron-LM d98e8a64 takes it: ``--optimizer-cpu-offload``
+    """Optimizer CPU offload (:mod:`costmodel.physics.mechanics.offload`) as Megatron-LM d98e8a64 takes it: ``--optimizer-cpu-offload``
     asserts ``--use-precision-aware-optimizer`` (arguments.py ``validate_args``); ``--optimizer-offload-fraction``
     defaults to 1.0 there, so it is always stated."""
     if c.optimizer_offload_fraction == 0.0:
@@ -183,14 +183,14 @@ def offload_args(c: ParallelConfig) -> list[list[str]]:
 
 
 def act_offload_args(c: ParallelConfig) -> list[list[str]]:
-    """Activation CPU offload (:mod:`costmodel.act_offload`): ``--cpu-offloading-num-layers N`` (Megatron-LM
+    """Activation CPU offload (:mod:`costmodel.physics.mechanics.act_offload`): ``--cpu-offloading-num-layers N`` (Megatron-LM
     d98e8a64 arguments.py ``validate_args``: N > 0 sets ``cpu_offloading``; activations on, weights off by
     default, as charged)."""
     return [["--cpu-offloading-num-layers", str(c.activation_offload_layers)]] if c.activation_offload_layers else []
 
 
 def moe_args(c: ParallelConfig) -> list[list[str]]:
-    """The MoE layer as the cost model charges it (``costmodel.compute._moe_ops``): one grouped GEMM
+    """The MoE layer as the cost model charges it (``costmodel.physics.kernels.compute._moe_ops``): one grouped GEMM
     over the local experts and the plan's token dispatcher. Megatron-Core's defaults are neither
     (``TransformerConfig``: ``moe_grouped_gemm=False``, ``moe_token_dispatcher_type="allgather"``);
     DeepEP is the flex dispatcher's ``deepep`` backend (``--moe-enable-deepep`` is deprecated)."""
@@ -207,7 +207,7 @@ def split_form(c: ParallelConfig, layers: int, mtp: int = 0) -> tuple:
     (``--decoder-first/last-pipeline-num-layers``), ``("account", (embedding, loss))``
     (``--account-for-embedding/loss-in-pipeline-split``) or ``("layout", layout string)``
     (``--pipeline-model-parallel-layout``). Each form places exactly the layers
-    :func:`costmodel.pipeline.chunk_layers` puts in every model chunk.
+    :func:`costmodel.spec.stages.chunk_layers` puts in every model chunk.
 
     >>> split_form(ParallelConfig(pp=8, vp=8, layers_per_stage=(15,) + (16,) * 6 + (15,)), 126)
     ('account', (True, True))
@@ -240,14 +240,14 @@ def split_form(c: ParallelConfig, layers: int, mtp: int = 0) -> tuple:
 def pipeline_layout(split: tuple[int, ...], vp: int, mtp: int = 0) -> str:
     """Megatron-Core's ``--pipeline-model-parallel-layout`` string of a split: ``pp * vp`` virtual
     stages separated by ``|`` in the order ``vpp_rank * pp + pp_rank``, each its transformer layers
-    (``t``, as many as :func:`costmodel.pipeline.chunk_layers` gives), the embedding ``E`` first
+    (``t``, as many as :func:`costmodel.spec.stages.chunk_layers` gives), the embedding ``E`` first
     and the loss ``L`` last; runs of equal stages written ``(..|)*n`` and ``t*k`` for ``k > 2``
     (``megatron/core/transformer/pipeline_parallel_layer_layout.py``, ``parse_str_to_list``).
 
     >>> pipeline_layout((7, 8, 8, 8, 8, 8, 8, 6), 4)   # DeepSeek-V3's 61 layers, pp=8, vp=4
     'Et|(tt|)*22t|(tt|)*7tL'
     """
-    return format_layout(from_split(tuple(split), vp, mtp))  # costmodel.layout: the one formatter
+    return format_layout(from_split(tuple(split), vp, mtp))  # costmodel.spec.layout: the one formatter
 
 
 def pipeline_split_args(c: ParallelConfig, layers: int, mtp: int = 0) -> list[list[str]]:
@@ -303,7 +303,7 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
     if c.optimizer_offload_fraction > 0:
         notes.append("optimizer CPU offload: the predicted optimizer step takes the host link's measured one-GPU copy rate "
                      "(benchmarks/data/components/host_link.csv) and an assumed 200 GB/s of host memory bandwidth "
-                     "per node for the CPU Adam (costmodel.offload; not measured), and needs pinned host memory for "
+                     "per node for the CPU Adam (costmodel.physics.mechanics.offload; not measured), and needs pinned host memory for "
                      "the offloaded FP32 master weights and moments")
     return notes
 
@@ -436,7 +436,7 @@ def torchtitan_model_parts(lay: Layout) -> str:
     """torchtitan's ``module_fqns_per_model_part`` (v0.2.2 ``config/job_config.py``) of an uneven split, as
     TOML: one list of module names per virtual stage, in stage order; torchtitan's looped schedules
     (Interleaved1F1B, 1F1B) put stage ``k`` on rank ``k % pp`` (``distributed/pipeline_parallel.py``
-    ``pipeline_module_split._get_stage_indices``, style "loop"), the order of :class:`costmodel.layout.Layout`,
+    ``pipeline_module_split._get_stage_indices``, style "loop"), the order of :class:`costmodel.spec.layout.Layout`,
     so each virtual stage holds the layers the plan was evaluated with. A stage with no module is refused.
 
     >>> torchtitan_model_parts(from_split((3, 2), 1))
@@ -476,7 +476,7 @@ def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe:
     """``(text, notes)``: the plan as Megatron-LM arguments (shell lines), a DeepSpeed config
     (JSON) or torchtitan TOML, and what the format cannot express exactly; refuses
     (:class:`SpecError`) unless the format reproduces exactly the evaluated plan. ``moe``: the
-    model has routed experts; ``model`` (a :class:`~costmodel.specs.ModelSpec`): Megatron-LM's
+    model has routed experts; ``model`` (a :class:`~costmodel.spec.specs.ModelSpec`): Megatron-LM's
     lines start with its architecture (:mod:`planner.emit_arch`)."""
     import json
 
@@ -495,7 +495,7 @@ def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe:
 
 
 def dma_notes(c: ParallelConfig) -> list[str]:
-    """The plan's DMA-engine assignment (:mod:`costmodel.dma`), which no framework has a flag for:
+    """The plan's DMA-engine assignment (:mod:`costmodel.physics.comm.dma`), which no framework has a flag for:
     said in a comment when the plan names one (unset: the engines split evenly)."""
     if c.dma is None:
         return []

@@ -9,14 +9,14 @@ d98e8a64 (``megatron/training/arguments.py`` ``_add_network_size_args``, and the
 model's differ from Megatron-Core's 0.1); ``benchmarks/real_parsers.py`` runs them through
 Megatron-LM's own ``parse_args`` and ``validate_args``.
 
-What a :class:`~costmodel.specs.ModelSpec` does not record is assumed and said so
+What a :class:`~costmodel.spec.specs.ModelSpec` does not record is assumed and said so
 (:func:`megatron_model_notes`): normalisation, position embedding and linear biases follow the
 family the activation marks (SwiGLU: the Llama family's RMSNorm, RoPE and no biases; otherwise
 Megatron-LM's defaults, LayerNorm and learned absolute positions). None of them changes the
 predicted step time. The vocabulary comes from the tokenizer, as in any Megatron-LM run.
 
->>> from costmodel.presets import load_model
->>> from costmodel.specs import Workload
+>>> from costmodel.spec.presets import load_model
+>>> from costmodel.spec.workload import Workload
 >>> print(" ".join(t for a in megatron_model_args(load_model("llama3-8b"), Workload(global_batch=8, seq_len=8192))
 ...                for t in a))  # doctest: +NORMALIZE_WHITESPACE
 --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention
@@ -27,8 +27,9 @@ predicted step time. The vocabulary comes from the tokenizer, as in any Megatron
 
 from __future__ import annotations
 
-from costmodel.config import ParallelConfig
-from costmodel.specs import ModelSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload
 
 from .megatron_args import MEGATRON_DROPOUT
 
@@ -62,7 +63,7 @@ def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]
     out += [["--seq-length", str(workload.seq_len)], ["--max-position-embeddings", str(workload.seq_len)]]
     if not m.tied_embeddings:
         out.append(["--untie-embeddings-and-output-weights"])
-    if m.mtp_layers:  # Megatron-Core trains MTP modules only with --mtp-num-layers (costmodel.mtp)
+    if m.mtp_layers:  # Megatron-Core trains MTP modules only with --mtp-num-layers (costmodel.physics.kernels.mtp)
         out.append(["--mtp-num-layers", str(m.mtp_layers)])
     for name, default in MEGATRON_DROPOUT.items():  # stated only where the model's differs from Megatron's default
         p = getattr(m, name)

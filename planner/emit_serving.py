@@ -26,7 +26,7 @@ sequences per replica. ``replicas`` > 1: run that many identical servers behind 
 balancer. What an engine cannot express is returned as a note (``exact`` false), never
 silently dropped.
 
->>> from costmodel.config import ParallelConfig
+>>> from costmodel.spec.plan import ParallelConfig
 >>> launch = serving_launch(ParallelConfig(tp=8), input_len=2000, output_len=500, batch_per_replica=64)
 >>> launch["vllm"]["command"]
 'vllm serve $MODEL --tensor-parallel-size 8 --max-num-seqs 64 --max-model-len 2500 --kv-cache-dtype auto'
@@ -36,7 +36,7 @@ silently dropped.
 
 from __future__ import annotations
 
-from costmodel.config import ParallelConfig
+from costmodel.spec.plan import ParallelConfig
 from search.infer import ENGINES, ServerLayout, server_layout
 
 VLLM_KV = {"bf16": "auto", "fp16": "auto", "fp8": "fp8"}
@@ -166,7 +166,7 @@ def serving_launch(c: ParallelConfig, *, input_len: int, output_len: int, batch_
 
 def launch_for_estimate(est, workload, prefill_tokens: int | None = None, model: str = MODEL,
                         moe: bool | None = None, engines=("vllm", "sglang")) -> dict:
-    """:func:`serving_launch` for an :class:`~costmodel.inference.InferenceEstimate` of ``workload``."""
+    """:func:`serving_launch` for an :class:`~costmodel.serving.inference.InferenceEstimate` of ``workload``."""
     if prefill_tokens is None:  # the step token budget the estimate was simulated with
         prefill_tokens = getattr(est, "serving", {}).get("token_budget")
     return serving_launch(est.config, input_len=workload.input_len, output_len=workload.output_len,

@@ -1,8 +1,8 @@
-"""A :class:`~planner.framework_inputs.FrameworkInput` made into the problem and plan ``evaluate`` scores.
+"""A :class:`~planner.inputs.FrameworkInput` made into the problem and plan ``evaluate`` scores.
 
 What the configuration states is fixed; a planner flag may add what it cannot state (and is refused
 when it says otherwise); every knob left is the framework's default
-(:func:`costmodel.framework_defaults.framework_defaults`). :func:`resolve` returns the sources of
+(:func:`costmodel.frameworks.defaults.framework_defaults`). :func:`resolve` returns the sources of
 every knob, for the report (``config_source``).
 """
 
@@ -11,18 +11,19 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.framework_defaults import (TORCHTITAN_V022_DEFAULTS, framework_defaults, megatron_ddp_bucket_elements,
-                                          megatron_global_batch)
-from costmodel.memory import grad_elem_bytes
-from costmodel.specs import ModelSpec
-from costmodel.stacks import apply_stack
-from costmodel.units import MB
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.frameworks.defaults import (TORCHTITAN_V022_DEFAULTS, framework_defaults, megatron_ddp_bucket_elements, megatron_global_batch)
+from costmodel.physics.memory.stage_memory import grad_elem_bytes
+from costmodel.spec.specs import ModelSpec
+from costmodel.frameworks.stacks import apply_stack
+from costmodel.spec.units import MB
 
 from .args import config_from_args, stack_of, with_mtp_layers
-from .completion import TUNING  # the tuning knobs, filled from the framework's defaults when unstated
-from .framework_inputs import FrameworkInput, check_model, deepspeed_batch
+from .tuning import TUNING  # the tuning knobs, filled from the framework's defaults when unstated
+from .inputs import FrameworkInput
+from .inputs.deepspeed import deepspeed_batch
+from .inputs.megatron import check_model
 from .problem import make_workload, resolve_cluster, resolve_model
 
 #: knobs a configuration may state (CLI dest names); ``fused_elementwise`` is not a flag

@@ -5,9 +5,10 @@ Human units (ms, GiB) only here; the estimate itself is in SI units.
 
 from __future__ import annotations
 
-from costmodel.inference import InferenceEstimate
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
-from costmodel.units import GiB
+from costmodel.serving.inference import InferenceEstimate
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import GiB
 
 from .report import _gib, _nodes, _onoff, model_label, table
 
@@ -58,7 +59,7 @@ def _band(bands: dict, key: str, scale: float) -> str:
 
 def _engine_line(sv: dict) -> str:
     """The engine's scheduler as simulated: budget, limit, chunking, mixing, load and queueing."""
-    from costmodel.inference import ENGINE_TITLES
+    from costmodel.serving.inference import ENGINE_TITLES
     if not sv:
         return "-"
     limit = "KV cache only" if sv["max_seqs"] is None else f"at most {sv['max_seqs']}"

@@ -1,4 +1,4 @@
-"""The pipeline split of a Megatron-LM command line, as :class:`~costmodel.config.ParallelConfig` fields.
+"""The pipeline split of a Megatron-LM command line, as :class:`~costmodel.spec.plan.ParallelConfig` fields.
 
 Megatron-LM states it one of four ways (``megatron/training/arguments.py`` and
 ``megatron/core/transformer/transformer_config.py`` at NVIDIA/Megatron-LM@d98e8a64):
@@ -17,14 +17,14 @@ read for ``pp`` ranks by :class:`ParallelConfig`) or ``layers_per_stage``, and `
 >>> split_fields({"pipeline_model_parallel_layout": "Et|tL", "num_virtual_stages_per_pipeline_rank": "2"}, 2, 2)
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: pipeline_model_parallel_layout='Et|tL': must be unset with --num-virtual-stages-per-pipeline-rank (Megatron-LM arguments.py: no more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout)
+costmodel.spec.errors.SpecError: pipeline_model_parallel_layout='Et|tL': must be unset with --num-virtual-stages-per-pipeline-rank (Megatron-LM arguments.py: no more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout)
 """
 
 from __future__ import annotations
 
-from costmodel.errors import SpecError
-from costmodel.layout import parse
-from costmodel.pipeline import megatron_split
+from costmodel.spec.errors import SpecError
+from costmodel.spec.layout import parse
+from costmodel.spec.stages import megatron_split
 
 INTERLEAVE = ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
               "pipeline_model_parallel_layout")

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import shlex
 
-from costmodel.config import RECOMPUTE_MODULES, ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.memory import grad_elem_bytes
-from costmodel.units import MB
+from costmodel.spec.plan import RECOMPUTE_MODULES, ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.physics.memory.stage_memory import grad_elem_bytes
+from costmodel.spec.units import MB
 
 from .layout_args import split_fields
 
@@ -122,7 +122,7 @@ def as_fraction(name: str, v) -> float:
 
 
 def offload_fields(a: dict) -> dict:
-    """Optimizer CPU offload (``costmodel.offload``): ``--optimizer-cpu-offload`` with
+    """Optimizer CPU offload (``costmodel.physics.mechanics.offload``): ``--optimizer-cpu-offload`` with
     ``--optimizer-offload-fraction`` (default 1.0 in Megatron-LM d98e8a64 arguments.py) and
     ``--overlap-cpu-optimizer-d2h-h2d``; without ``--optimizer-cpu-offload`` the other two do nothing
     (``optimizer/__init__.py`` builds the HybridDeviceOptimizer only with it)."""
@@ -142,7 +142,7 @@ def offload_fields(a: dict) -> dict:
 
 
 def act_offload_fields(a: dict) -> dict:
-    """Activation CPU offload (``costmodel.act_offload``): ``--cpu-offloading-num-layers N`` (Megatron-LM d98e8a64
+    """Activation CPU offload (``costmodel.physics.mechanics.act_offload``): ``--cpu-offloading-num-layers N`` (Megatron-LM d98e8a64
     ``validate_args`` sets ``cpu_offloading`` for N > 0). Weight offload (``--cpu-offloading-weights``) and the
     double buffer (``--cpu-offloading-double-buffering``) are not modelled, and activations off
     (``--cpu-offloading-activations`` false) offloads nothing: all three refused."""
@@ -165,7 +165,7 @@ def act_offload_fields(a: dict) -> dict:
 
 # --------------------------------------------------------------------------- translations
 def config_fields(args: dict, layers: int | None = None) -> dict:
-    """Parallel-config fields (keys of :class:`~costmodel.config.ParallelConfig`) set by ``args``.
+    """Parallel-config fields (keys of :class:`~costmodel.spec.plan.ParallelConfig`) set by ``args``.
 
     ``layers`` (the model's depth) turns ``num_layers_per_virtual_pipeline_stage`` into ``vp``.
     """
@@ -321,7 +321,7 @@ def moe_dispatcher(a: dict, ep: int) -> str | None:
 
 def recompute_modules(v) -> tuple[str, ...]:
     """``--recompute-modules`` as a tuple: from a command line (``layernorm moe``) or Megatron-LM's
-    printed arguments (``['layernorm', 'moe']``); only :data:`costmodel.config.RECOMPUTE_MODULES`.
+    printed arguments (``['layernorm', 'moe']``); only :data:`costmodel.spec.plan.RECOMPUTE_MODULES`.
 
     >>> recompute_modules("['layernorm', 'moe']"), recompute_modules("layernorm moe")
     (('layernorm', 'moe'), ('layernorm', 'moe'))
@@ -388,7 +388,7 @@ def missing_shape(args: dict) -> list[str]:
 
 
 def model_fields(args: dict) -> dict:
-    """:class:`~costmodel.specs.ModelSpec` keyword arguments from the model-shape arguments.
+    """:class:`~costmodel.spec.specs.ModelSpec` keyword arguments from the model-shape arguments.
 
     Raises :class:`SpecError` naming the first required shape argument that is missing.
     """

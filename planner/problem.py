@@ -2,14 +2,14 @@
 
 One place for the rules the Python API and every CLI subcommand share: a model or cluster
 may be a spec object, a preset name or a JSON/YAML file; ``dp`` defaults to
-``gpus / (tp * pp * cp)``. Every bad value raises :class:`~costmodel.errors.SpecError`.
+``gpus / (tp * pp * cp)``. Every bad value raises :class:`~costmodel.spec.errors.SpecError`.
 
 >>> make_config(64, tp=8, pp=4).dp
 2
 >>> make_config(64, tp=8, pp=3)
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: tp*pp*cp=24: must be a divisor of gpus=64 (tp=8 pp=3 cp=1), or give dp
+costmodel.spec.errors.SpecError: tp*pp*cp=24: must be a divisor of gpus=64 (tp=8 pp=3 cp=1), or give dp
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive_int
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.specs import ClusterSpec, ModelSpec, _positive_int
+from costmodel.spec.workload import Workload
 
 
 def resolve_model(model) -> ModelSpec:
@@ -58,7 +59,7 @@ def make_workload(global_batch, seq, dtype: str = "bf16") -> Workload:
 def make_config(gpus: int | None = None, base: ParallelConfig | None = None, **fields) -> ParallelConfig:
     """A :class:`ParallelConfig` from ``fields`` (``None`` values are ignored) over ``base``.
 
-    Keys are those of :data:`costmodel.config.CONFIG_KEYS` plus ``recompute_layers`` and
+    Keys are those of :data:`costmodel.spec.plan.CONFIG_KEYS` plus ``recompute_layers`` and
     ``flash_attention``. Without ``base`` and without ``dp``, ``dp = gpus / (tp * pp * cp)``.
     """
     given = {k: v for k, v in fields.items() if v is not None}
@@ -86,7 +87,7 @@ def stage_split(layers: int, pp: int | None, vp: int | None, *, layers_per_stage
 
     ``layers_per_stage`` explicitly, or Megatron-Core's ``--decoder-first/last-pipeline-num-layers``
     (``first_stage_layers``, ``last_stage_layers``) or ``--account-for-embedding/loss-in-pipeline-split``
-    (:func:`costmodel.pipeline.megatron_split`). Two ways at once, or a Megatron way without
+    (:func:`costmodel.spec.stages.megatron_split`). Two ways at once, or a Megatron way without
     ``pp``, raise :class:`SpecError`.
 
     >>> stage_split(126, 16, 1, account_for_embedding=True, account_for_loss=True)[:3]
@@ -94,9 +95,9 @@ def stage_split(layers: int, pp: int | None, vp: int | None, *, layers_per_stage
     >>> stage_split(126, 16, 1, layers_per_stage=(7,) + (8,) * 14 + (7,), first_stage_layers=7)
     Traceback (most recent call last):
     ...
-    costmodel.errors.SpecError: first_stage_layers=7: must be unset with layers_per_stage (give the split one way)
+    costmodel.spec.errors.SpecError: first_stage_layers=7: must be unset with layers_per_stage (give the split one way)
     """
-    from costmodel.pipeline import megatron_split
+    from costmodel.spec.stages import megatron_split
 
     given = {k: v for k, v in (("first_stage_layers", first_stage_layers), ("last_stage_layers", last_stage_layers),
                                ("account_for_embedding", account_for_embedding),

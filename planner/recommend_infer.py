@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from costmodel.errors import InfeasibleConfig, SpecError
+from costmodel.spec.errors import InfeasibleConfig, SpecError
 from search.infer import ENGINES, InferProblem, InferResult, shortfall, solve_infer
 from search.problem import Limits
 from search.solve import SolveOptions

@@ -1,6 +1,6 @@
 """Printing results: strict JSON of plain Python values, and readable text tables.
 
-Human units appear only here, converted once through :mod:`costmodel.units`.
+Human units appear only here, converted once through :mod:`costmodel.spec.units`.
 
 >>> print(table(["name", "s"], [["x", 1.5], ["yy", "22"]]))
 name    s
@@ -18,16 +18,17 @@ import math
 import sys
 from dataclasses import asdict, replace
 
-from costmodel import dma
-from costmodel.ceilings import mfu_warning
-from costmodel.estimate import Estimate
-from costmodel.flops import with_convention
-from costmodel.memory_margin import MEMORY_MARGIN, at_risk
-from costmodel.presets import cluster_to_dict, model_to_dict
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
-from costmodel.stacks import load_stack
-from costmodel.units import GiB
-from costmodel.uncertainty import assess, bias_note, device_family
+from costmodel.physics.comm import dma
+from costmodel.trust.ceilings import mfu_warning
+from costmodel.training.estimate import Estimate
+from costmodel.physics.kernels.flops import with_convention
+from costmodel.trust.memory_margin import MEMORY_MARGIN, at_risk
+from costmodel.spec.presets import cluster_to_dict, model_to_dict
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.frameworks.stacks import load_stack
+from costmodel.spec.units import GiB
+from costmodel.trust.uncertainty import assess, bias_note, device_family
 
 
 #: how each engine (``Estimate.engine``) is named in text output
@@ -61,9 +62,9 @@ def model_json(model: ModelSpec) -> dict:
 def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
                completion_log_sd: float = 0.0) -> Estimate:
     """``est`` with its 80% step-time band and the notes saying what widened it
-    (:func:`costmodel.uncertainty.assess`: unstated knobs, ``completion_log_sd``; beyond the data)
+    (:func:`costmodel.trust.uncertainty.assess`: unstated knobs, ``completion_log_sd``; beyond the data)
     and, when its MFU beats every published run of its hardware class and dtype, a note saying so
-    (:mod:`costmodel.ceilings`)."""
+    (:mod:`costmodel.trust.ceilings`)."""
     if workload.mode != "train" or not isinstance(est, Estimate):
         return est
     notes = list(est.notes)
@@ -103,7 +104,7 @@ def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workloa
 
 
 def stack_json(cluster: ClusterSpec) -> dict:
-    """The software stack the numbers assume (:mod:`costmodel.stacks`): ``name`` and ``title``."""
+    """The software stack the numbers assume (:mod:`costmodel.frameworks.stacks`): ``name`` and ``title``."""
     s = load_stack(cluster.stack)
     return {"name": s.name, "title": s.title}
 
@@ -115,7 +116,7 @@ def stack_line(cluster: ClusterSpec) -> str:
 
 
 def dma_assignment_json(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config) -> dict | None:
-    """The DMA engines each stream of a training plan ran on (:meth:`costmodel.dma.Assignment.to_dict`,
+    """The DMA engines each stream of a training plan ran on (:meth:`costmodel.spec.dma_plan.Assignment.to_dict`,
     plus ``text``, the ``--dma`` form); None for serving plans (no assignment)."""
     if workload.mode != "train":
         return None
@@ -210,7 +211,7 @@ def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
              _gib(m["activations_bytes"]), _gib(m["buffers_bytes"]),
              _gib(m.get("allocated_bytes", m["total_bytes"] - m["reserved_bytes"])), _gib(m["reserved_bytes"]),
              _gib(m["total_bytes"]), "yes" if m["total_bytes"] <= est.hbm_bytes else "NO"] for m in shown]
-    # allocated: the tensors; reserved: what the allocator and libraries hold beyond them (costmodel.memory.reserved_bytes)
+    # allocated: the tensors; reserved: what the allocator and libraries hold beyond them (costmodel.physics.memory.stage_memory.reserved_bytes)
     out = [table(["stage", "weights", "grads", "optimizer", "activations", "buffers", "allocated", "reserved",
                   "total GiB", "fits"], rows)]
     if len(shown) < len(stages):

@@ -27,7 +27,7 @@ model) comes from flags (``--gpus``, ``--global-batch``, ``--seq``, ``--dtype``,
 ``--mb``, ``--model``), and the error names all that is missing. Other settings the excerpt does
 not state take Megatron-LM's defaults (no overlap, no recompute, no distributed optimizer).
 
-Any bad input raises :class:`~costmodel.errors.SpecError` naming the file, line and field
+Any bad input raises :class:`~costmodel.spec.errors.SpecError` naming the file, line and field
 (the CLI exits 2 with that one line).
 """
 
@@ -41,11 +41,13 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from costmodel.calibration import MeasuredRun
-from costmodel.config import CONFIG_KEYS, ParallelConfig, validate_config
-from costmodel.errors import PlannerError, SpecError
-from costmodel.specs import ModelSpec, Workload
-from costmodel.units import DTYPES
+from costmodel.trust.calibration import MeasuredRun
+from costmodel.spec.plan import CONFIG_KEYS, ParallelConfig
+from costmodel.physics.validity import validate_config
+from costmodel.spec.errors import PlannerError, SpecError
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import DTYPES
 
 from . import megatron_args as mg
 from .problem import make_config, resolve_cluster, resolve_model

@@ -1,8 +1,8 @@
-"""Text and JSON of ``planner explain --sensitivity`` (:mod:`costmodel.sensitivity`)."""
+"""Text and JSON of ``planner explain --sensitivity`` (:mod:`costmodel.trust.sensitivity`)."""
 
 from __future__ import annotations
 
-from costmodel.sensitivity import DELTA, FACTOR_RANGE
+from costmodel.trust.sensitivity import DELTA, FACTOR_RANGE
 
 from .report import table
 

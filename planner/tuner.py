@@ -2,7 +2,7 @@
 
 Parameters follow scikit-learn: ``__init__`` only stores them (no file is read, nothing is
 checked or computed there); the specs are resolved on first use and a bad value raises
-:class:`~costmodel.errors.SpecError` then, naming the field.
+:class:`~costmodel.spec.errors.SpecError` then, naming the field.
 
 >>> p = Planner(model="llama3-8b", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
 >>> p.evaluate({"tp": 2, "pp": 1, "mb": 1}).config.dp          # dp fills the GPUs: 8 / 2
@@ -24,14 +24,16 @@ import itertools
 import warnings
 from dataclasses import fields
 
-from costmodel.config import GRAD_DTYPES, ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.frameworks import FRAMEWORKS, check_runnable
-from costmodel.estimate import Estimate
-from costmodel.estimate import evaluate as _evaluate
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.spec.plan import GRAD_DTYPES, ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.spec.plan import FRAMEWORKS
+from costmodel.frameworks.rules import check_runnable
+from costmodel.training.estimate import Estimate
+from costmodel.api import evaluate as _evaluate
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
 
-from costmodel.fastpath import Score, Scorer
+from costmodel.training.fastpath import Score, Scorer
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
 __all__ = ["Planner", "Score"]
@@ -51,7 +53,7 @@ class Planner:
     dtype : GEMM format (``bf16``, ``fp16``, ``fp8``).
     framework : ``megatron``, ``deepspeed`` or ``fsdp2``: the framework of every plan this
         planner builds (a config that names none runs under it), enumerates and recommends
-        (:mod:`costmodel.frameworks`), as ``planner.recommend(framework=...)``.
+        (:mod:`costmodel.frameworks.rules`), as ``planner.recommend(framework=...)``.
     grad_dtype : ``fp32``, ``bf16`` or ``fp16``: the gradient dtype of every plan it builds and
         recommends (``ParallelConfig.grad_dtype``), as ``planner.recommend(grad_dtype=...)``.
     """
@@ -164,9 +166,9 @@ class Planner:
     # ---- questions
     def evaluate(self, config: ParallelConfig | dict | None = None, *, engine: str | None = None,
                  **fields_) -> Estimate:
-        """The full :class:`~costmodel.estimate.Estimate` of one plan (raises SpecError if invalid),
+        """The full :class:`~costmodel.training.estimate.Estimate` of one plan (raises SpecError if invalid),
         by ``engine`` (``"graph"``: the op-graph scheduler, ``"analytic"``: the overlap rules;
-        default: :func:`costmodel.estimate.evaluate`'s)."""
+        default: :func:`costmodel.api.evaluate`'s)."""
         m, cl, w, _ = self._problem()
         config = self.config(config, **fields_)
         if engine is None:
@@ -178,11 +180,11 @@ class Planner:
 
         Every entry is scored, none raises: a plan that breaks a rule (``{"tp": 3}`` on 8 GPUs:
         no dp fills them), one its framework cannot run (``tp=4, chunks=8`` under Megatron-Core,
-        whose userbuffers overlap runs ``chunks = tp``: :func:`costmodel.frameworks.check_runnable`)
+        whose userbuffers overlap runs ``chunks = tp``: :func:`costmodel.frameworks.rules.check_runnable`)
         and an entry that is no config at all (an unknown key, a non-integer degree; its
         ``config`` is None) are scored invalid with the reason.
 
-        The analytical fast path (:mod:`costmodel.fastpath`) gives the numbers of
+        The analytical fast path (:mod:`costmodel.training.fastpath`) gives the numbers of
         ``evaluate(engine="analytic")`` without its per-stage report; ``exact=True`` runs that
         full evaluation on each. :meth:`rank`, :meth:`prune` and :meth:`space` score with it.
         """

@@ -1,7 +1,7 @@
 """Activation CPU offload as a plan option the search chooses (issue 21): where nothing fits without it, or where
 the answer is a ``pp = 1`` plan that recomputes (offload could buy its recompute back).
 
-Megatron-Core's ``--cpu-offloading-num-layers N`` (:mod:`costmodel.act_offload`) moves the saved activations of
+Megatron-Core's ``--cpu-offloading-num-layers N`` (:mod:`costmodel.physics.mechanics.act_offload`) moves the saved activations of
 the first ``N`` layers to the host; Megatron runs it only at ``pp = 1`` without recompute. A problem that states
 ``N`` (``Problem.options``, ``recommend --activation-offload-layers N``) is searched with it like any plan option:
 ``Problem`` pins ``pp = 1`` and ``recompute = none``, the tables charge the stall (``Tables.timing``) and the freed
@@ -12,7 +12,7 @@ search of the problem pinned at ``pp = 1`` without recompute where each plan off
 that make it fit (``search.problem.FEWEST_FITTING``: ``Tables.with_fewest_fitting`` charges that ``N``'s freed
 bytes and stall; the memory bounds take off the most ``L - 1`` layers can free). That is the optimum over every
 plan with offload: a plan's memory falls with ``N`` (fewer than its fewest do not fit) and its stall
-(:func:`costmodel.act_offload.schedule_s`) does not fall as ``N`` grows (``tests/test_act_offload_search.py``), so
+(:func:`costmodel.physics.mechanics.act_offload.schedule_s`) does not fall as ``N`` grows (``tests/test_act_offload_search.py``), so
 more layers are never faster. When that optimum beats the answer without offload, its ``N`` is searched as a
 stated option (re-scored as the first search), which answers.
 
@@ -26,8 +26,8 @@ import math
 import time
 from dataclasses import replace
 
-from costmodel import offload
-from costmodel.memory import memory_per_stage
+from costmodel.physics.mechanics import offload
+from costmodel.physics.memory.stage_memory import memory_per_stage
 
 from .problem import FEWEST_FITTING, Problem
 from .result import FEASIBLE, INFEASIBLE, OPTIMAL, SolveResult, binding_constraints
@@ -51,7 +51,7 @@ def with_offload(p: Problem, n: int) -> Problem:
 def fewest_layers(p: Problem, config) -> int | None:
     """The fewest offloaded layers ``N`` (``1 <= N < L``) with which ``config`` (``pp = 1``, no recompute) fits
     ``p``'s HBM less headroom (the stage's total bytes, as the tables' fit test), or ``None`` when even ``L - 1``
-    does not; memory falls with ``N`` (``costmodel.memory.stage_memory``), so a bisection finds it."""
+    does not; memory falls with ``N`` (``costmodel.physics.memory.stage_memory.stage_memory``), so a bisection finds it."""
     def fits(n: int) -> bool:
         c = replace(config, activation_offload_layers=n)
         return max(m.total_bytes for m in memory_per_stage(p.model, p.workload, c)) <= p.hbm_cap_bytes
@@ -88,13 +88,13 @@ def _fewest_answer(p: Problem, fit: Problem, best_s: float, inner, deadline: flo
 
 def better(p: Problem, res: SolveResult, options, solve, start: float, deadline: float) -> SolveResult:
     """``res``, or the answer with activation offload where it is faster (module docstring):
-    ``stats['activation_offload']`` says what was looked at. Runs only with ``options.act_offload``, on a problem
+    ``stats.activation_offload`` says what was looked at. Runs only with ``options.act_offload``, on a problem
     :func:`offerable`, when ``res`` is a ``pp = 1`` plan that recomputes or no plan fits (not a refused pin).
 
     The fewest layers that fit leave a plan at the edge of the HBM: where the answer is at risk (within the memory
     model's measured margin, ``search.solve._keep_margin``), the layer count that keeps the margin is searched too
     and answers when its op-graph time is within the re-score band."""
-    if not options.act_offload or not offerable(p) or "refused" in res.stats:
+    if not options.act_offload or not offerable(p) or res.stats.refused is not None:
         return res
     if res.plans:
         c = res.best.config
@@ -115,12 +115,12 @@ def better(p: Problem, res: SolveResult, options, solve, start: float, deadline:
     if out is not None:
         if res.status not in (OPTIMAL, INFEASIBLE) and out.status == OPTIMAL:  # the plans without it: not proven
             out.status, out.bound_s = FEASIBLE, None
-        out.stats["activation_offload"] = stats
+        out.stats.activation_offload = stats
         # what binds, against the user's problem (the offload's pins are the re-search's, not the user's)
         out.plans = [replace(pl, binding=tuple(binding_constraints(p, pl.choice, pl.estimate))) for pl in out.plans]
         out.time_s = time.perf_counter() - start
         return out
-    res.stats["activation_offload"] = stats
+    res.stats.activation_offload = stats
     if stats["status"] not in (OPTIMAL, INFEASIBLE) and res.status == OPTIMAL:  # not searched to the end in time
         res.status, res.bound_s = FEASIBLE, None
     if not res.plans:

@@ -2,7 +2,7 @@
 
 The exhaustive baseline, the CP-SAT domains and the tests all draw from these functions
 (STYLE.md item 4; Calculon's ``get_all_tensor_parallelisms``). Divisibility follows
-:func:`costmodel.config.validate_config`; user :class:`~search.problem.Limits` filter every list.
+:func:`costmodel.physics.validity.validate_config`; user :class:`~search.problem.Limits` filter every list.
 
 >>> divisors(12)
 [1, 2, 3, 4, 6, 12]
@@ -18,9 +18,10 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-from costmodel import dma, frameworks
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
+from costmodel.physics.comm import dma
+from costmodel.frameworks import rules as frameworks
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
 
 from .problem import Problem
 
@@ -109,8 +110,8 @@ def pp_values(p: Problem) -> list[int]:
 def pinned_split(p: Problem) -> Split | None:
     """The user's pinned stage split (:attr:`Limits.layers_per_stage`) as a :class:`Split`, or None.
 
-    >>> from costmodel.presets import load_model, load_cluster
-    >>> from costmodel.specs import Workload
+    >>> from costmodel.spec.presets import load_model, load_cluster
+    >>> from costmodel.spec.workload import Workload
     >>> from search.problem import Limits
     >>> pr = Problem(model=load_model("llama3.1-405b"), cluster=load_cluster("h100-sxm").with_gpus(1024),
     ...              workload=Workload(global_batch=512, seq_len=8192),
@@ -130,8 +131,8 @@ def stage_count_ok(p: Problem, kind: str, vp: int, n, pp: int = 1):
     """Whether a stage at position ``kind`` of ``pp`` may hold ``n`` layers (``n`` may be a numpy
     array): a positive multiple of :func:`stage_unit` when the search chooses the split (without
     ``uneven_stages``, the even share ``layers / pp`` only), exactly the pinned count when the user
-    pinned one. Where ``vp`` does not divide the layers, a count need not be a multiple of it: the plan's layout (:func:`costmodel.layout.from_split`) places
-    a stage's layers over its ``vp`` chunks as :func:`costmodel.pipeline.chunk_layers` does, and
+    pinned one. Where ``vp`` does not divide the layers, a count need not be a multiple of it: the plan's layout (:func:`costmodel.spec.layout.from_split`) places
+    a stage's layers over its ``vp`` chunks as :func:`costmodel.spec.stages.chunk_layers` does, and
     Megatron-Core runs it with ``--pipeline-model-parallel-layout`` (issue 22)."""
     pin = pinned_split(p)
     if pin is None:
@@ -238,7 +239,7 @@ def data_parallel(p: Problem, s: Shape) -> bool:
 
 
 def _runnable(p: Problem, s: Shape, var: str, values: list) -> list:
-    """``values`` of ``var`` that ``p.framework`` can run with shape ``s`` (costmodel.frameworks)."""
+    """``values`` of ``var`` that ``p.framework`` can run with shape ``s`` (costmodel.frameworks.rules)."""
     return [v for v in values if frameworks.allows(p.framework, var, v, pp=s.pp, tp=s.tp)]
 
 
@@ -250,7 +251,7 @@ def zero_values(p: Problem, s: Shape) -> list[int]:
 
 def chunk_values(p: Problem, s: Shape, sp: bool = True) -> list[int]:
     """Chunk counts of shape ``s`` with sequence parallelism ``sp`` (Megatron's TE userbuffers
-    overlap needs it: :func:`costmodel.frameworks.check_userbuffers_chunks`)."""
+    overlap needs it: :func:`costmodel.frameworks.rules.check_userbuffers_chunks`)."""
     ub = frameworks.userbuffers(p.framework, p.cluster.device)
     if not (s.tp > 1 or (p.model.is_moe and s.ep > 1)) or (ub and not sp):
         return _runnable(p, s, "chunks", p.limits.filter("chunks", [1]) if ub else _moot(p, "chunks", 1))
@@ -265,7 +266,7 @@ def sp_chunk_pairs(p: Problem, s: Shape) -> list[tuple[bool, int]]:
 
 
 def dma_values(p: Problem, s: Shape, zero: int) -> list:
-    """DMA-engine assignments (:mod:`costmodel.dma`) of a plan of shape ``s`` and ZeRO stage
+    """DMA-engine assignments (:mod:`costmodel.physics.comm.dma`) of a plan of shape ``s`` and ZeRO stage
     ``zero``: every full use of the engines when a stream runs on an engine class with a
     bandwidth of its own (engine-bound: the split changes the plan's cost, e.g. ``sg2262-like``'s
     4 CDMA), else only the default (``None``: on link-bound classes such as NVIDIA's NCCL SM
@@ -293,7 +294,7 @@ def engine_bound(cluster, c, model) -> bool:
 
 def bucket_values(p: Problem, s: Shape) -> list[float]:
     """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default); a
-    framework that fixes its bucket (torchtitan's 100 MB, :data:`costmodel.frameworks.FIXED_BUCKET_MB`)
+    framework that fixes its bucket (torchtitan's 100 MB, :data:`costmodel.frameworks.rules.FIXED_BUCKET_MB`)
     runs that one unless the user pins another."""
     if not data_parallel(p, s):
         return [float(b) for b in _moot(p, "bucket_mb", 40.0)]

@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
 
-from costmodel import frameworks
-from costmodel.config import ParallelConfig
-from costmodel.units import MB
+from costmodel.frameworks import rules as frameworks
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.units import MB
 
 from .candidates import Shape
 
 
 @lru_cache(maxsize=None)
 def _semantics(framework: str, zero: int, pp: int, pp_grad_reduce: str = "step"):
-    """:func:`costmodel.frameworks.of` of a choice's framework, ZeRO stage, pipeline and gradient-reduce option."""
+    """:func:`costmodel.frameworks.rules.of` of a choice's framework, ZeRO stage, pipeline and gradient-reduce option."""
     return frameworks.of(SimpleNamespace(framework=framework, zero=zero, pp=pp, pp_grad_reduce=pp_grad_reduce))
 
 
@@ -42,8 +42,8 @@ class Choice:
     recompute: str
     recompute_layers: int | None
     bucket_mb: float
-    framework: str = "megatron"  # costmodel.frameworks: whose ZeRO semantics are charged
-    dma: object = None  # costmodel.dma.Assignment (None: the default split of the engines)
+    framework: str = "megatron"  # costmodel.frameworks.rules: whose ZeRO semantics are charged
+    dma: object = None  # costmodel.spec.dma_plan.Assignment (None: the default split of the engines)
     grad_dtype: str = "fp32"  # the problem's (search.problem.Problem.grad_dtype)
     options: tuple = ()  # the problem's plan options (search.problem.Problem.options)
 

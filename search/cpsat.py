@@ -11,7 +11,7 @@ constraints and returning objective terms (CP-SAT Primer, "coding patterns"):
 * :func:`add_stage_costs` — slowest-stage variables ``T >= table_c[pos][n]`` (``m - 1/v``
   already in the table), ``D`` and ``O`` likewise, and the pipeline fill ``S >= sum_pos
   share_c[pos][n]`` (the stages at ``pos`` together, each ``1/v`` of the first micro-batch,
-  :func:`costmodel.step.pipeline_s`), each enforced by ``x[c]``; objective ``T + S + D + O``,
+  :func:`costmodel.compose.step.pipeline_s`), each enforced by ``x[c]``; objective ``T + S + D + O``,
   with ``T + S + D + O >= sum_c bound_c x[c]`` from the presolve bounds. With scenarios (robust
   planning) each scenario gets its own ``T_s, D_s, O_s`` from its own tables and the objective
   is ``>= T_s + D_s + O_s`` for every one: the worst case, minimised.

@@ -6,8 +6,8 @@ what the CP-SAT search is tested against (equal optimal objectives on small inst
 timed against (``benchmarks/search_speed.py``); ``time_limit_s`` caps it, and the result says
 how much of the space it covered so a capped run can be extrapolated.
 
->>> from costmodel.presets import load_model, load_cluster
->>> from costmodel.specs import Workload
+>>> from costmodel.spec.presets import load_model, load_cluster
+>>> from costmodel.spec.workload import Workload
 >>> from search.problem import Problem, Limits
 >>> p = Problem(model=load_model("gpt-1.7b"), cluster=load_cluster("a100-80g").with_gpus(8),
 ...             workload=Workload(global_batch=16, seq_len=2048),
@@ -67,7 +67,7 @@ def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):
 
     ``objective = max_pos time + sum_stages share + max_pos dp + max_pos opt`` over the stage
     positions used (``time``: the slowest stage's ``(m - 1/v)`` micro-batches; ``share``: each
-    stage's ``1/v`` of the first micro-batch's pass, :func:`costmodel.step.pipeline_s`).
+    stage's ``1/v`` of the first micro-batch's pass, :func:`costmodel.compose.step.pipeline_s`).
     """
     c = t.choice
     pp, k = c.shape.pp, c.recompute_layers

@@ -6,8 +6,8 @@ global batch. Feasibility is decided on each shape's leanest choice (micro-batch
 interleaving, most ZeRO sharding, full recompute, sequence parallel): every other choice of the
 shape needs at least as much memory.
 
->>> from costmodel.presets import load_model, load_cluster
->>> from costmodel.specs import Workload
+>>> from costmodel.spec.presets import load_model, load_cluster
+>>> from costmodel.spec.workload import Workload
 >>> from search.problem import Problem
 >>> p = Problem(model=load_model("gpt3-175b"), cluster=load_cluster("a100-80g").with_gpus(2),
 ...             workload=Workload(global_batch=8, seq_len=2048))
@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from costmodel.specs import MAX_HBM_BYTES
-from costmodel.units import GiB
+from costmodel.spec.specs import MAX_HBM_BYTES
+from costmodel.spec.units import GiB
 
 from .candidates import (bucket_values, chunk_values, cp_values, mb_values, most_virtual_stages, pp_values,
                          recompute_values, shapes, sp_values, tp_values, vp_values, zero_values)
@@ -67,7 +67,7 @@ def _late(deadline: float | None) -> bool:
 
 def least_memory_bytes(p: Problem) -> tuple[float, Choice | None]:
     """The smallest peak memory per GPU any lean plan reaches (HBM ignored: the largest a spec may
-    state, :data:`costmodel.specs.MAX_HBM_BYTES`), and its choice."""
+    state, :data:`costmodel.spec.specs.MAX_HBM_BYTES`), and its choice."""
     roomy = replace(p, limits=replace(p.limits, headroom_bytes=0.0),
                     cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=MAX_HBM_BYTES)))
     tables, best, arg = Tables(roomy), np.inf, None

@@ -5,8 +5,8 @@ The same pipeline as training, on a small space: candidates from :mod:`search.ca
 one source of TP/PP/EP degrees) x sequence-parallel/chunk options x concurrency per replica
 (powers of two up to the largest that fits, and that largest; the plan's ``--max-num-seqs``)
 x the engine's step token budget (:func:`token_budgets`); a table of
-:func:`costmodel.inference.evaluate_inference` for each, run on the engine's scheduler
-(:mod:`costmodel.scheduler`: chunked prefill mixed with decodes, queueing); CP-SAT chooses one candidate among
+:func:`costmodel.serving.inference.evaluate_inference` for each, run on the engine's scheduler
+(:mod:`costmodel.serving.scheduler`: chunked prefill mixed with decodes, queueing); CP-SAT chooses one candidate among
 those that fit and meet the targets (one-hot ``add_exactly_one``, integer objective in
 milli-tokens/s per GPU, STYLE.md item 9); :func:`solve_infer_exhaustive` is the baseline it
 must agree with. A target no plan meets is explained by the best value any plan reaches.
@@ -21,7 +21,7 @@ engine's own settings (one server's TP/PP/DP/EP sizes and how many identical ser
 :func:`engine_config` reads them back with the engine's semantics; a plan is runnable only when
 the two agree, so the emitted launch arguments are exactly the evaluated plan.
 
->>> from costmodel.presets import load_model, load_cluster
+>>> from costmodel.spec.presets import load_model, load_cluster
 >>> p = InferProblem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
 ...                  input_len=1000, output_len=200, tpot_target_s=0.02)
 >>> r = solve_infer(p)
@@ -37,18 +37,20 @@ from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import PlannerError, SpecError
-from costmodel.inference import InferenceEstimate, evaluate_inference
-from costmodel.inference_memory import check_weights_fit
-from costmodel.kvcache import kv_dtype_bytes
-from costmodel.serving_engines import default_scheduler
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import PlannerError, SpecError
+from costmodel.serving.inference import InferenceEstimate, evaluate_inference
+from costmodel.trust.serving_band import with_serving_bands
+from costmodel.serving.memory import check_weights_fit
+from costmodel.physics.kernels.kvcache import kv_dtype_bytes
+from costmodel.serving.engines import default_scheduler
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
 
 from .candidates import ep_values, pp_values, tp_values
 from .problem import Limits, Problem
 from .result import INFEASIBLE, OPTIMAL
-from .solve import SolveOptions
+from .options import SolveOptions
 
 MILLI = 1000  # objective ticks per token/s per GPU
 #: step token budgets the search tries under latency targets, besides the engine's default
@@ -318,7 +320,7 @@ def table(p: InferProblem) -> tuple[list[InferenceEstimate], int]:
                 e = evaluate_inference(p.model, p.cluster, p.workload(b * c.dp), c, max_seqs=b, prefill_tokens=t,
                                        **opts)
                 if e.fits:
-                    rows.append(e)
+                    rows.append(with_serving_bands(e))
                     worst.append(shortfall(p, e))
             hopeless = hopeless or bool(worst) and min(worst) > PRUNE_FACTOR
     return rows, rejected

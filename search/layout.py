@@ -5,14 +5,14 @@ Megatron-Core refuses ``pp * vp`` not dividing the layers unless a layout says w
 the per-rank layer counts ``(first, mid, ..., mid, last)`` (any counts >= 1, the middle ranks
 equal, as the search's splits) with the lowest closed-form step time among those that fit in
 memory (the fastest of all if none fits: the report then says it does not fit), each rank's layers placed over its ``vp`` chunks as
-:func:`costmodel.pipeline.chunk_layers` places them (the embedding on virtual stage 0, the loss
-on the last: Megatron-Core's rule). Candidates are scored by :class:`costmodel.fastpath.Scorer`,
+:func:`costmodel.spec.stages.chunk_layers` places them (the embedding on virtual stage 0, the loss
+on the last: Megatron-Core's rule). Candidates are scored by :class:`costmodel.training.fastpath.Scorer`,
 the closed form of ``evaluate``; every split of that form is scored (exhaustive), so the choice
 is the optimum of the closed form over them.
 
->>> from costmodel.presets import load_model, load_cluster
->>> from costmodel.specs import Workload
->>> from costmodel.config import ParallelConfig
+>>> from costmodel.spec.presets import load_model, load_cluster
+>>> from costmodel.spec.workload import Workload
+>>> from costmodel.spec.plan import ParallelConfig
 >>> lay = best_layout(load_model("llama3.1-405b"), load_cluster("h100-sxm").with_gpus(1024),
 ...                   Workload(global_batch=1024, seq_len=4096), ParallelConfig(tp=8, pp=16, dp=8, sp=True, zero=1))
 >>> sum(lay.per_rank()), lay.vp, max(lay.per_rank())
@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.config import ParallelConfig, validate_config
-from costmodel.errors import SpecError
-from costmodel.fastpath import Scorer
-from costmodel.layout import Layout, from_split
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.validity import validate_config
+from costmodel.spec.errors import SpecError
+from costmodel.training.fastpath import Scorer
+from costmodel.spec.layout import Layout, from_split
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
 
 
 def rank_splits(layers: int, pp: int, first_min: int = 1):
@@ -69,7 +71,7 @@ def best_layout(model: ModelSpec, cluster: ClusterSpec, workload: Workload, c: P
         if first is not None:
             validate_config(model, cluster, workload, replace(c, layers_per_stage=first, layout=None))
         raise SpecError("pp", c.pp, f"at most layers={model.layers} (a pipeline rank holds at least one layer)")
-    return from_split(best[1], c.vp, model.mtp_layers)  # MTP with the loss (costmodel.layout.from_chunks)
+    return from_split(best[1], c.vp, model.mtp_layers)  # MTP with the loss (costmodel.spec.layout.from_chunks)
 
 
 def with_best_layout(model: ModelSpec, cluster: ClusterSpec, workload: Workload, c: ParallelConfig) -> ParallelConfig:

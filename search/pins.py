@@ -5,10 +5,10 @@ Every pinned value (:attr:`search.problem.Limits.fixed`) joins the candidate lis
 ``--vp-max``, ``mb`` above ``--mb-max``, ``tp`` across nodes, a ``cp`` rank holding few tokens,
 any ``recompute_layers``). A pin is refused only by a rule every plan holding it breaks, and
 :func:`check_pins` names that rule before any table is built, in the words of
-:func:`costmodel.config.validate_config` (what ``evaluate`` says) wherever it has one.
+:func:`costmodel.physics.validity.validate_config` (what ``evaluate`` says) wherever it has one.
 
->>> from costmodel.presets import load_model, load_cluster
->>> from costmodel.specs import Workload
+>>> from costmodel.spec.presets import load_model, load_cluster
+>>> from costmodel.spec.workload import Workload
 >>> from search.problem import Limits
 >>> def pinned(**fixed):
 ...     return Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(64),
@@ -16,11 +16,11 @@ any ``recompute_layers``). A pin is refused only by a rule every plan holding it
 >>> check_pins(pinned(tp=3))
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: tp=3: must be a divisor of heads=32
+costmodel.spec.errors.SpecError: tp=3: must be a divisor of heads=32
 >>> check_pins(pinned(ep=2))
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: ep=2: must be 1 for a dense model
+costmodel.spec.errors.SpecError: ep=2: must be 1 for a dense model
 >>> check_pins(pinned(tp=16))  # a multiple of kv_heads=8: honoured (across nodes, because pinned)
 """
 
@@ -29,8 +29,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from costmodel.config import ParallelConfig, validate_config
-from costmodel.errors import SpecError
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.validity import validate_config
+from costmodel.spec.errors import SpecError
 
 from .candidates import divisors, most_virtual_stages
 from .problem import Problem
@@ -129,7 +130,7 @@ def _skeletons(p: Problem, limit: int = 4096):
         mbs = [f["mb"]] if "mb" in f else divisors(per_dp)[:8]
         for mb in mbs:
             # unpinned sp: on for an MoE model (Megatron-Core, whose rules the skeleton is checked by, trains
-            # MoE with TP only with it: costmodel.frameworks.moe_needs_sp), a plan the search may choose
+            # MoE with TP only with it: costmodel.frameworks.rules.moe_needs_sp), a plan the search may choose
             sp = bool(f["sp"]) if "sp" in f else p.model.is_moe
             yield dict(tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=f.get("ep", 1), vp=f.get("vp", 1),
                        sp=sp and tp > 1)

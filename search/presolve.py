@@ -27,6 +27,7 @@ from .candidates import (bucket_values, chunk_values, dma_values, mb_values, rec
 from .exhaustive import Scored, best_splits, max_stage_layers
 from .problem import Problem
 from .choice import Choice
+from .stats import PresolveCounts
 from .tables import Tables
 
 
@@ -35,7 +36,7 @@ class Presolved:
     choices: list  # kept choices, by increasing lower bound
     lower_ticks: dict  # choice -> lower bound (ticks)
     incumbents: list  # exact Scored plans found while presolving, best first
-    counts: dict = field(default_factory=dict)
+    counts: PresolveCounts = field(default_factory=PresolveCounts)
     time_s: float = 0.0
     near: list = field(default_factory=list)  # choices above the pruning threshold within the slack
     timed_out: bool = False  # the deadline stopped it before every choice was bounded
@@ -67,7 +68,7 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
 
 def _dominant_buckets(opts: list[float]) -> list[float]:
     """Every bucket size stays: smaller buckets overlap more but pay one collective latency each
-    (:func:`costmodel.step.bucketed_s`), so none dominates."""
+    (:func:`costmodel.compose.step.bucketed_s`), so none dominates."""
     return list(opts)
 
 
@@ -83,7 +84,7 @@ def _groups(p: Problem):
 class Expander:
     """The choices of a group after dominance (chunks per layer sub-choice, smallest bucket)."""
 
-    def __init__(self, p: Problem, tables: Tables, counts: dict):
+    def __init__(self, p: Problem, tables: Tables, counts: PresolveCounts):
         self.p, self.t, self.counts = p, tables, counts
         self._chunks: dict = tables.shared.setdefault("presolve.chunks", {})
         # the memory-free caches below, looked up once (every one of ~13,000 groups asks each of them)
@@ -131,7 +132,7 @@ class Expander:
         sub-group (sp, ZeRO, assignment, recompute) is skipped whole when the bound of its choice with
         the most chunks over every chunk count (``pruned(choice, True)``,
         :meth:`search.bounds.Bounds.pipeline_lb_s` ``any_chunks``) is pruned: more chunks never
-        expose more communication, but each piece pays a kernel launch (:mod:`costmodel.split_overhead`)."""
+        expose more communication, but each piece pays a kernel launch (:mod:`costmodel.physics.comm.split_overhead`)."""
         p = self.p
         zeros, sps, _, buckets = self.values(s)
         kept_buckets = _dominant_buckets(buckets)
@@ -146,12 +147,12 @@ class Expander:
                         if pruned is not None and pruned(Choice(s, mb, vp, sp, max(chunk_opts), zero, kind, k,
                                                                 kept_buckets[0], p.framework, a, p.grad_dtype,
                                                                 p.options), True):
-                            self.counts["bound"] += len(chunk_opts) * len(buckets)
+                            self.counts.bound += len(chunk_opts) * len(buckets)
                             continue
                         base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a,
                                       p.grad_dtype, p.options)
                         chs = self.chunks(base, chunk_opts)
-                        self.counts["dominated"] += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
+                        self.counts.dominated += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                         for ch in chs:
                             yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype, p.options)
                                    for b in kept_buckets]
@@ -254,8 +255,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
     bounds were all computed, so nothing is proven).
     """
     start = time.perf_counter()
-    counts = {"groups": 0, "groups_memory": 0, "groups_bound": 0, "dominated": 0, "memory": 0, "bound": 0,
-              "kept": 0, "probed": 0}
+    counts = PresolveCounts()
     use_bounds = bounds
     bounds, ex, res = Bounds(tables), Expander(p, tables, counts), tables.res_s
     # a group holds every DMA assignment: its bound is taken where each stream has all engines
@@ -288,13 +288,13 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             out.timed_out, out.unexplored_ticks = True, None
             break
         groups.append((ex.group_lb_s(gbounds, *q), q))
-    counts["groups"] = len(groups)
+    counts.groups = len(groups)
     # best first; a group is refined when it comes up (level 1: the memory screen) and goes back in line
     # if that raised it above the next one
     groups = [(max(glb, seeds.get(q, glb)), 0, q) for glb, q in groups if glb is not None]  # None: an option list is empty
     if seeds:  # the groups whose leanest choice did not fit at the larger cap
         kept_groups = [g for g in groups if g[0] < math.inf]
-        counts["groups_memory"] += len(groups) - len(kept_groups)
+        counts.groups_memory += len(groups) - len(kept_groups)
         groups = kept_groups
     heapq.heapify(groups)
     ub = math.inf
@@ -310,7 +310,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
     def refine(c):
         caps = bounds.caps(c)
         if caps is None:
-            counts["memory"] += 1
+            counts.memory += 1
             return None
         lower[c] = to_ticks(bounds.strong_lb_s(c, caps))
         return lower[c]
@@ -322,7 +322,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                 out.timed_out, out.unexplored_ticks = True, to_ticks(glb)
             break
         if to_ticks(glb) > thr():
-            counts["groups_bound"] += len(groups) + 1
+            counts.groups_bound += len(groups) + 1
             break
         if level == 0:  # refined once it comes first: the memory screen (level 1)
             g_refined = ex.group_lb_s(gbounds, *q, level=1)
@@ -330,10 +330,10 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                 g_refined = max(g_refined, seeds.get(q, g_refined))
             refined[q] = math.inf if g_refined is None else g_refined
             if g_refined is None:
-                counts["groups_memory"] += 1
+                counts.groups_memory += 1
                 continue
             if to_ticks(g_refined) > thr():
-                counts["groups_bound"] += 1
+                counts.groups_bound += 1
                 continue
             if groups and g_refined > groups[0][0] and not diving():
                 heapq.heappush(groups, (g_refined, 1, q))
@@ -341,7 +341,7 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
         for cs in ex.choices(*q, pruned=lambda c, any_chunks=False: to_ticks(bounds.quick_lb_s(c, any_chunks)) > thr()):
             lb = to_ticks(bounds.quick_lb_s(cs[0]))
             if lb > thr():
-                counts["bound"] += len(cs)
+                counts.bound += len(cs)
             else:
                 pushed += len(cs)
                 for c in cs:
@@ -349,12 +349,12 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                     spans.setdefault(_span_key(c), []).append(c)
         next_glb = to_ticks(groups[0][0]) if groups else math.inf
         while heap and (heap[0][0] <= min(ub, next_glb) or diving()) and (
-                counts["probed"] < cap or (use_bounds and ub == math.inf)) and not late():
+                counts.probed < cap or (use_bounds and ub == math.inf)) and not late():
             lb, level, c = heapq.heappop(heap)
             if level == 0:  # its memory screen, then the DP exposure its span shares (one computation for
                 # the span), before its own bounds
                 if bounds.caps(c) is None:
-                    counts["memory"] += 1
+                    counts.memory += 1
                     continue
                 key = _span_key(c)
                 if key not in span_lb:
@@ -368,14 +368,14 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                 if lb is not None:
                     heapq.heappush(heap, (lb, 2, c))
                 continue
-            counts["probed"] += 1
+            counts.probed += 1
             exact = best_splits(tables.stage_table(c), p.model.layers, 1)
             # the choice's own optimum is its tightest bound (none: no split fits, it is dropped)
             if exact:
                 lower[c] = exact[0].objective
             else:
                 del lower[c]
-                counts["memory"] += 1
+                counts.memory += 1
             incumbents += exact
             incumbents.sort(key=lambda sc: (sc.objective, sc.choice, sc.split))
             values = sorted({sc.objective for sc in incumbents})  # twins share a value: count values
@@ -392,10 +392,10 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
             refine(c)
     kept = sorted((c for c in lower if lower[c] <= ub), key=lambda c: (lower[c], c))
     near = sorted((c for c in lower if ub < lower[c] <= thr()), key=lambda c: (lower[c], c))
-    counts["bound"] += pushed - counts["memory"] - len(kept) - len(near)
-    counts["kept"] = len(kept)
+    counts.bound += pushed - counts.memory - len(kept) - len(near)
+    counts.kept = len(kept)
     if near:
-        counts["near"] = len(near)
+        counts.near = len(near)
     out.choices, out.lower_ticks, out.incumbents, out.near = kept, lower, incumbents, near
     out.time_s = time.perf_counter() - start
     return out

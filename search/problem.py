@@ -4,8 +4,8 @@
 a memory headroom, and size the candidate lists the search chooses from. Every candidate
 list is built from these by :mod:`search.candidates`, the one source of candidate values.
 
->>> from costmodel.presets import load_model, load_cluster
->>> from costmodel.specs import Workload
+>>> from costmodel.spec.presets import load_model, load_cluster
+>>> from costmodel.spec.workload import Workload
 >>> p = Problem(model=load_model("gpt3-175b"), cluster=load_cluster("a100-80g").with_gpus(64),
 ...             workload=Workload(global_batch=64, seq_len=2048), limits=Limits(fixed={"tp": 8}))
 >>> p.limits.allows("tp", 8), p.limits.allows("tp", 4)
@@ -15,19 +15,21 @@ False
 >>> Limits(fixed={"warp": 2})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: fixed='warp': must be one of tp, pp, dp, ep, cp, vp, mb, sp, zero, recompute, ...
+costmodel.spec.errors.SpecError: fixed='warp': must be one of tp, pp, dp, ep, cp, vp, mb, sp, zero, recompute, ...
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from costmodel.config import GRAD_DTYPES, ParallelConfig, required_zero
-from costmodel.errors import SpecError
-from costmodel.frameworks import (FRAMEWORKS, check_fields, check_userbuffers_chunks, refuse_unsearchable_recompute,
-                                  userbuffers)
-from costmodel.specs import ClusterSpec, ModelSpec, Workload, _positive
-from costmodel.units import GiB
+from costmodel.spec.plan import GRAD_DTYPES, ParallelConfig
+from costmodel.frameworks.rules import required_zero
+from costmodel.spec.errors import SpecError
+from costmodel.spec.plan import FRAMEWORKS
+from costmodel.frameworks.rules import (check_fields, check_userbuffers_chunks, refuse_unsearchable_recompute, userbuffers)
+from costmodel.spec.specs import ClusterSpec, ModelSpec, _positive
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import GiB
 
 #: config variables a user may fix, bound or exclude (``recompute_layers`` 0 = all layers)
 VARIABLES = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers",
@@ -54,10 +56,10 @@ class Limits:
     uneven_stages : let the first and last pipeline stage hold a different number of layers.
     flash_attention : the attention kernel assumed for every plan.
     fused_elementwise : element-wise kernels fused (False: PyTorch eager; the stack's,
-        :func:`costmodel.stacks.stack_config`).
+        :func:`costmodel.frameworks.stacks.stack_config`).
     layers_per_stage : a pinned stage split ``(first, mid, ..., mid, last)`` (``None``: searched);
         it fixes ``pp`` to its length and is the only split considered, with any ``vp`` (a stage's
-        layers need not be a multiple of ``vp``: :func:`costmodel.pipeline.chunk_layers`).
+        layers need not be a multiple of ``vp``: :func:`costmodel.spec.stages.chunk_layers`).
     """
 
     fixed: dict = field(default_factory=dict)
@@ -130,7 +132,7 @@ FEWEST_FITTING = -1
 
 
 def _act_offload_limits(p: "Problem", n: int) -> Limits:
-    """Activation CPU offload of ``n`` layers as a plan option (:mod:`costmodel.act_offload`): the limits with
+    """Activation CPU offload of ``n`` layers as a plan option (:mod:`costmodel.physics.mechanics.act_offload`): the limits with
     ``pp = 1`` and ``recompute = none`` pinned, as Megatron-LM d98e8a64 runs it (``transformer_config.py``
     ``__post_init__``: no pipeline parallelism, no activation recomputation, ``n`` below the layer count)."""
     lim = p.limits
@@ -148,7 +150,7 @@ def _act_offload_limits(p: "Problem", n: int) -> Limits:
 
 def _check_offload(limits: Limits, given: dict) -> None:
     """Optimizer CPU offload as a plan option (:mod:`search.offload_choice`): what Megatron-LM d98e8a64 refuses
-    with it (``costmodel.config.ParallelConfig._check_offload``) that no single option's probe sees."""
+    with it (``costmodel.spec.plan.ParallelConfig._check_offload``) that no single option's probe sees."""
     f, overlap = given.get("optimizer_offload_fraction", 0.0), given.get("overlap_cpu_optimizer_d2h_h2d", False)
     if overlap and not f:
         raise SpecError("overlap_cpu_optimizer_d2h_h2d", True, "false unless optimizer_offload_fraction > 0")
@@ -173,7 +175,7 @@ class Problem:
     cluster: ClusterSpec
     workload: Workload
     limits: Limits = field(default_factory=Limits)
-    framework: str = "megatron"  # the framework that runs the plan (costmodel.frameworks)
+    framework: str = "megatron"  # the framework that runs the plan (costmodel.frameworks.rules)
     #: the dtype gradients are accumulated and reduced in (``ParallelConfig.grad_dtype``): part of the
     #: run's numerics, so every plan of the search has it; it is not a search variable
     grad_dtype: str = "fp32"
@@ -206,8 +208,8 @@ class Problem:
         if ("fp8_param_gather" not in given and self.workload.dtype == "fp8" and self.framework == "megatron"
                 and given.get("optimizer_dtype", "fp32") == "fp32" and not given.get("optimizer_offload_fraction")):
             # chosen where it runs (the distributed optimizer / Megatron FSDP: Choice.config_options): FP8
-            # parameters drop Transformer Engine's FP8 weight copy (costmodel.memory.fp8_weight_cache_bytes) and
-            # halve the parameter all-gather (costmodel.memory.param_gather_bytes), so they are never slower and
+            # parameters drop Transformer Engine's FP8 weight copy (costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes) and
+            # halve the parameter all-gather (costmodel.physics.memory.stage_memory.param_gather_bytes), so they are never slower and
             # never larger; --no-fp8-param-gather states False
             opts = sorted(opts + [("fp8_param_gather", True)])
         object.__setattr__(self, "options", tuple(opts))
@@ -233,7 +235,7 @@ class Problem:
                 check_userbuffers_chunks(tp=probe["tp"], sp=probe["sp"], chunks=probe["chunks"])
         if "recompute" in self.limits.fixed:
             refuse_unsearchable_recompute(self.framework, self.limits.fixed["recompute"])
-        if self.framework == "deepspeed":  # no interleaving, ring CP or chunked overlap (costmodel.frameworks)
+        if self.framework == "deepspeed":  # no interleaving, ring CP or chunked overlap (costmodel.frameworks.rules)
             most = {k: min(1, self.limits.maximum.get(k, 1)) for k in ("vp", "cp", "chunks")}
             object.__setattr__(self, "limits", replace(self.limits, maximum={**self.limits.maximum, **most}))
         if self.framework != "megatron":  # what planner.emit can state for them: all-or-no recompute; DeepSpeed
@@ -268,6 +270,6 @@ class Problem:
 
     def with_margin(self, fraction: float) -> "Problem":
         """This problem with ``fraction`` of its :attr:`hbm_cap_bytes` added to the headroom: the problem whose plans
-        keep the memory model's measured margin (:mod:`costmodel.memory_margin`, ``search.solve._keep_margin``)."""
+        keep the memory model's measured margin (:mod:`costmodel.trust.memory_margin`, ``search.solve._keep_margin``)."""
         return replace(self, limits=replace(self.limits,
                                             headroom_bytes=self.limits.headroom_bytes + fraction * self.hbm_cap_bytes))

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costmodel.config import ParallelConfig
-from costmodel.estimate import Estimate
-from costmodel.units import GiB
+from costmodel.spec.plan import ParallelConfig
+from costmodel.training.estimate import Estimate
+from costmodel.spec.units import GiB
 
 from .candidates import Split, tp_values
 from .problem import Problem
 from .choice import Choice
+from .stats import SearchStats
 
 OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN = "OPTIMAL", "FEASIBLE", "INFEASIBLE", "UNKNOWN"
 #: a stage at or above this fraction of usable HBM is reported as memory-bound
@@ -72,7 +73,7 @@ class SolveResult:
     bound_s: float | None = None
     time_s: float = 0.0  # wall time of the whole search (tables, presolve, CP-SAT)
     solver_time_s: float = 0.0  # CP-SAT alone
-    stats: dict = field(default_factory=dict)
+    stats: SearchStats = field(default_factory=SearchStats)  # what the search counted and timed
     explanation: str = ""  # for an infeasible problem: why
     changes: list = field(default_factory=list)  # smallest changes that make it feasible
     # the op-graph re-score (search.solve, ``rescore``): plans within ``band`` of the analytic optimum
@@ -110,7 +111,7 @@ class SolveResult:
         """The ``solve`` object of the JSON output (DESIGN.md)."""
         return {"status": self.status, "time_s": self.time_s, "objective_s": self.objective_s,
                 "bound_s": self.bound_s, "gap": self.gap, "solver_time_s": self.solver_time_s,
-                "stats": dict(self.stats), "explanation": self.explanation, "changes": list(self.changes),
+                "stats": self.stats.to_dict(), "explanation": self.explanation, "changes": list(self.changes),
                 **self.rescore_dict(), **({"robust": self.robust} if self.robust else {})}
 
     def rescore_dict(self) -> dict:

@@ -3,7 +3,7 @@
 ``solve_robust(p, options)``:
 
 1. the nominal optimum ``N`` (:func:`search.solve.solve`) and its worst step time over the
-   scenarios (:func:`costmodel.scenarios.scenarios`), ``R0``;
+   scenarios (:func:`costmodel.trust.scenarios.scenarios`), ``R0``;
 2. presolve with slack ``R0 / N - 1``: every choice whose *nominal* lower bound is at most ``R0``
    is kept. That loses no robust optimum: a choice's worst case is at least its nominal step
    time, which is at least its bound, and the nominal plan already achieves ``R0`` (the chunk
@@ -12,14 +12,14 @@
    worst scenario (all splits, vectorised), until the bound exceeds the best worst case found;
 4. one CP-SAT model over the choices the bound could not rule out and the stage split, with one
    cost table per scenario and the objective ``t >= T_s(choice, split)`` for every scenario
-   (:mod:`search.cpsat`), which must agree (``stats["cpsat_agrees"]``).
+   (:mod:`search.cpsat`), which must agree (``stats.cpsat_agrees``).
 
 The result is a :class:`~search.result.SolveResult` of the robust optimum, whose ``robust``
 attribute holds, for the robust and the nominal plan, the step time in every scenario, and the
 scenarios in which the top plans swap order.
 
->>> from costmodel.presets import load_model, load_cluster
->>> from costmodel.specs import Workload
+>>> from costmodel.spec.presets import load_model, load_cluster
+>>> from costmodel.spec.workload import Workload
 >>> from search.problem import Problem
 >>> p = Problem(model=load_model("gpt-1.7b"), cluster=load_cluster("a100-80g").with_gpus(16),
 ...             workload=Workload(global_batch=64, seq_len=2048))
@@ -37,7 +37,7 @@ from dataclasses import replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from costmodel.scenarios import scenarios
+from costmodel.trust.scenarios import scenarios
 
 from .bounds import Bounds
 from .candidates import Split
@@ -46,7 +46,11 @@ from .exhaustive import Scored, split_objectives
 from .presolve import presolve
 from .problem import Problem
 from .result import FEASIBLE, OPTIMAL, SolveResult
-from .solve import SolveOptions, _plan, _solver, cyclic_gc_paused, solve
+from .options import SolveOptions
+from .part import solver_for
+from .rescore import build_plan
+from .solve import cyclic_gc_paused, solve
+from .stats import SearchStats
 from .tables import Tables
 
 #: the CP-SAT confirmation runs when at most this many choices remain after the bound
@@ -113,8 +117,8 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
         found += robust_splits([t.stage_table(c) for t in tables], L, 1)
         found.sort(key=lambda sc: (sc.objective, sc.choice, sc.split))
     res = SolveResult(FEASIBLE if timed_out else OPTIMAL,
-                      stats={"robust_candidates": len(cands), "robust_evaluated": len(visited), "scenarios": len(names),
-                             "presolve_s": pre.time_s, "nominal_s": nominal.time_s})
+                      stats=SearchStats(robust_candidates=len(cands), robust_evaluated=len(visited),
+                                        scenarios=len(names), presolve_s=pre.time_s, nominal_s=nominal.time_s))
     # CP-SAT over the choices the bound could not rule out, one table per scenario, objective
     # t >= T_s for every scenario: it must agree with the branch and bound
     best_obj = found[0].objective
@@ -123,11 +127,11 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
         space = Space(L, {c: tables[0].stage_table(c) for c in close}, lower, (found[0].choice, found[0].split),
                       [{c: t.stage_table(c) for c in close} for t in tables[1:]])
         model, v = build_model(space, options)
-        solver = _solver(options, max(1.0, deadline - time.perf_counter()))
+        solver = solver_for(options, max(1.0, deadline - time.perf_counter()))
         code = solver.solve(model)
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            res.stats["cpsat_objective_ticks"] = int(solver.objective_value)
-            res.stats["cpsat_agrees"] = int(solver.objective_value) == best_obj
+            res.stats.cpsat_objective_ticks = int(solver.objective_value)
+            res.stats.cpsat_agrees = int(solver.objective_value) == best_obj
             res.solver_time_s = solver.wall_time
     top = []
     for sc in found:
@@ -136,7 +140,7 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
         if len(top) == options.top_k:
             break
     for sc in top:
-        res.plans.append(_plan(p, sc, tables[0].res_s))
+        res.plans.append(build_plan(p, sc, tables[0].res_s))
     best = res.plans[0]
     res.objective_s = best_obj * tables[0].res_s
     res.bound_s = res.objective_s if res.status == OPTIMAL else None

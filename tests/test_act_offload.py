@@ -3,18 +3,18 @@ import json
 
 import pytest
 
-from costmodel import act_offload, offload
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.fastpath import Scorer
-from costmodel.memory import activation_bytes_per_layer
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.mechanics import act_offload, offload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.training.fastpath import Scorer
+from costmodel.physics.memory.stage_memory import activation_bytes_per_layer
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner import cli
 from planner import megatron_args as mg
 from planner.emit import megatron_args
-from planner.framework_inputs import check_megatron_flags
+from planner.inputs.megatron import check_megatron_flags
 
 M, CL, W = load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8), Workload(global_batch=16, seq_len=8192)
 PLAN = dict(tp=2, dp=4, sp=True, zero=1)
@@ -152,7 +152,7 @@ def test_bad_values_exit_2_with_one_line(capsys, argv):
 def test_explain_has_the_offload_row():
     """explain's overlap table holds the offload's copies as a row: link and exposed seconds as evaluate charges them,
     the reason where they stall (TE's limit of L - N sets on the GPU)."""
-    from costmodel.graph.explain import explain
+    from costmodel.engines.graph.explain import explain
     for n, stalls in ((8, False), (16, True)):
         c = ParallelConfig(**PLAN, activation_offload_layers=n)
         est = evaluate(M, CL, W, c)

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel import act_offload
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.memory import memory_per_stage
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.mechanics import act_offload
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.physics.memory.stage_memory import memory_per_stage
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from search.act_offload_choice import fewest_layers, offerable, with_offload
 from search.bounds import Bounds
 from search.candidates import Split, splits

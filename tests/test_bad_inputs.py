@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from costmodel.presets import preset_info
+from costmodel.spec.presets import preset_info
 from planner import cli
 
 BASE = {"--model": "gpt3-175b", "--cluster": "a100-80g", "--gpus": "64", "--global-batch": "64",

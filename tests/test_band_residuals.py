@@ -1,7 +1,7 @@
 """The stored band residuals are the current model's: ``costmodel/data/residuals.json`` (what every
 80% band is built from) must equal ``ln(predicted/measured)`` of the published rows under the model as
 it is, so a change to the model or the rows that moves a prediction fails here until
-``python benchmarks/band_coverage.py --set all --write`` is rerun (the file once lagged the model by
+``python -m benchmarks.band_coverage --set all --write`` is rerun (the file once lagged the model by
 many commits: 106 of 142 residuals had moved). Each row is predicted out of source, with the
 per-family constants fitted without its source; the test reuses the constants stored with each row
 (refitting them scans 71 values per row, ~30 s) and checks that they are held out and that every
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import band_coverage as B  # noqa: E402
+from benchmarks import band_coverage as B  # noqa: E402
 
-from costmodel import uncertainty as U  # noqa: E402
+from costmodel.trust import uncertainty as U  # noqa: E402
 
 
 def test_stored_residuals_are_the_current_models():
@@ -30,12 +30,12 @@ def test_stored_residuals_are_the_current_models():
     assert set(have) == set(want)
     moved = [k for k in want if have[k]["regime"] != want[k]["regime"]
              or have[k]["log_residual"] != pytest.approx(want[k]["log_residual"], abs=2e-6)]
-    assert not moved, f"rerun benchmarks/band_coverage.py --set all --write: rows {moved[:10]} moved"
+    assert not moved, f"rerun python -m benchmarks.band_coverage --set all --write: rows {moved[:10]} moved"
 
 
 def test_stored_residuals_are_out_of_source():
-    from calibrate import fitted_families
-    from published import load_set
+    from benchmarks.calibrate import fitted_families
+    from benchmarks.published import load_set
     stored = json.loads(U.RESIDUALS.read_text())
     by_key = {(r["set"], r["row_id"]): r for r in stored["rows"]}
     for (label, field), rows in fitted_families([r for r in load_set("all") if not r.skip]).items():
@@ -54,8 +54,8 @@ def test_sealed_coverage_path_runs_on_a_synthetic_split(tmp_path, monkeypatch, c
     run here on three rows of the (unsealed) new set standing in for the sealed split."""
     import csv as _csv
 
-    import band_coverage as BC
-    import published as P
+    from benchmarks import band_coverage as BC
+    from benchmarks import published as P
     with open(P.SETS["new"], newline="") as f:
         recs = [r for r in _csv.DictReader(f) if r["row_id"] in ("101", "102", "103")]
     fake = tmp_path / "published_sealed_synthetic.csv"
@@ -79,7 +79,7 @@ def test_stored_residuals_hold_no_sealed_row():
     its sources (only the sealed file's ``source_key`` column is read here, never a measured time)."""
     import csv as _csv
 
-    import published as P
+    from benchmarks import published as P
     stored = json.loads(U.RESIDUALS.read_text())
     with open(P.SETS["sealed"], newline="") as f:
         sealed_sources = {r["source_key"] for r in _csv.DictReader(f)}

@@ -1,6 +1,6 @@
 """Bands that know what they do not know (issue 23): a band holds its own estimate, widens with the
 spread of the plausible completions of unstated knobs and beyond the data (scale, device, stack,
-regime, mechanism), and says so in words (``costmodel.band_scope``)."""
+regime, mechanism), and says so in words (``costmodel.trust.band_scope``)."""
 
 import math
 import random
@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel import uncertainty as U
-from costmodel.band_scope import device_class, mechanisms, scope
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.trust import uncertainty as U
+from costmodel.trust.band_scope import device_class, mechanisms, scope
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 ROWS = U.stored_residuals()
 COMPONENTS = U.stored_components()

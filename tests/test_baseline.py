@@ -4,11 +4,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner.baseline import baseline_config, compare, compare_with_baseline, parse_baseline
 
 GPT3 = load_model("gpt3-175b")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from costmodel import calibration as calib
-from costmodel.calibration import CalibrationError, MeasuredRun, fit
-from costmodel.config import ParallelConfig
-from costmodel.presets import load_cluster, load_model
-from costmodel.errors import SpecError
-from costmodel.specs import Workload
+from costmodel.trust import calibration as calib
+from costmodel.trust.calibration import CalibrationError, MeasuredRun, fit
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.errors import SpecError
+from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
 from planner.cli import main
 from planner.runs import read_table, run_from_log
@@ -100,7 +100,7 @@ def test_refuses_opposite_errors_the_fit_cannot_reconcile():
 
 def test_fit_refuses_runs_no_constant_can_reconcile():
     base = _run(1.0)
-    from costmodel.calibration import predict
+    from costmodel.trust.calibration import predict
     t = predict(base, H100)
     # the same plan measured 1.6x slower and 1.6x faster: one run is always off by far more than 10%
     runs = [_run(t * 1.6, "slow"), _run(t / 1.6, "fast")]
@@ -109,7 +109,7 @@ def test_fit_refuses_runs_no_constant_can_reconcile():
 
 
 def test_warns_when_a_fitted_constant_ends_at_its_bound():
-    from costmodel.calibration import predict
+    from costmodel.trust.calibration import predict
     t = predict(_run(1.0), H100)
     cal = fit([_run(t * 0.5, "too_fast")], H100, ["gemm_efficiency"], loo=False)
     assert cal.at_bounds == {"gemm_efficiency": "upper"}
@@ -119,7 +119,7 @@ def test_warns_when_a_fitted_constant_ends_at_its_bound():
 
 
 def test_cli_warns_on_stderr_and_records_it(tmp_path, capsys):
-    from costmodel.calibration import predict
+    from costmodel.trust.calibration import predict
     t = predict(_run(1.0), H100)
     csv = write(tmp_path, "runs.csv", f"model,gpus,global_batch,seq,tp,mb,zero,step_time_s\n"
                                       f"llama3-8b,8,512,4096,1,1,1,{t * 0.5}\n")

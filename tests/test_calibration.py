@@ -1,4 +1,4 @@
-"""Calibration of a cluster's efficiency constants to measured runs (costmodel.calibration, planner calibrate)."""
+"""Calibration of a cluster's efficiency constants to measured runs (costmodel.trust.calibration, planner calibrate)."""
 
 import json
 import math
@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.calibration import (CONSTANTS, CalibrationError, MeasuredRun, apply, fit,
-                                   get_value, max_constants, predict, select, sensitivity_matrix)
-from costmodel.config import ParallelConfig
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.trust.calibration import (CONSTANTS, CalibrationError, MeasuredRun, apply, fit, get_value, max_constants, predict, select, sensitivity_matrix)
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner import cli
 from planner.runs import read_runs
 

@@ -1,12 +1,13 @@
-"""``costmodel.stage_contents.chunk_counts`` reads a per-rank split without building its layout (speed):
-the counts must be exactly those of :func:`costmodel.layout.from_split`'s layout."""
+"""``costmodel.physics.memory.stage_contents.chunk_counts`` reads a per-rank split without building its layout (speed):
+the counts must be exactly those of :func:`costmodel.spec.layout.from_split`'s layout."""
 
 import random
 
 import pytest
 
-from costmodel import layout, stage_contents
-from costmodel.errors import SpecError
+from costmodel.spec import layout
+from costmodel.physics.memory import stage_contents
+from costmodel.spec.errors import SpecError
 
 
 def _via_layout(layers, dense, vp, split, stage, mtp):

@@ -99,7 +99,7 @@ def test_not_fitting_is_reported_not_an_error(capsys):
 
 
 def test_spec_files_work_like_presets(capsys, tmp_path):
-    from costmodel.presets import preset_info
+    from costmodel.spec.presets import preset_info
     model = tmp_path / "tiny.yaml"
     model.write_text(yaml.safe_dump({"layers": 8, "hidden": 1024, "heads": 16, "ffn_hidden": 4096,
                                      "vocab": 32000}))

@@ -2,8 +2,9 @@
 
 import pytest
 
-from costmodel.collectives import collective_time_s, layout
-from costmodel.presets import load_cluster
+from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.physics.comm.groups import layout
+from costmodel.spec.presets import load_cluster
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_dedicated_dma_engines_cap_bandwidth():
     # the sg2262-like preset carries collectives on 4 CDMA engines; halving the engine count
     # halves the achievable bandwidth when the engines, not the link, are the bottleneck
     from dataclasses import replace
-    from costmodel.collectives import link_bw_bytes_per_s
+    from costmodel.physics.comm.collectives import link_bw_bytes_per_s
     cl = load_cluster("sg2262-like")
     eng = cl.device.engines_for("intra")
     fewer = replace(cl, device=replace(cl.device, dma_engines=(replace(eng, count=2),) + cl.device.dma_engines[1:]))

@@ -7,9 +7,8 @@ import numpy as np
 
 import pytest
 
-from costmodel.collectives import (RING_PLATEAU_LATENCY_FACTOR, TREE_BW_FACTOR, collective_latency_s,
-                                   collective_time_s, ring_latency_s, ring_plateau_factor, tree_latency_s)
-from costmodel.presets import load_cluster
+from costmodel.physics.comm.collectives import (RING_PLATEAU_LATENCY_FACTOR, TREE_BW_FACTOR, collective_latency_s, collective_time_s, ring_latency_s, ring_plateau_factor, tree_latency_s)
+from costmodel.spec.presets import load_cluster
 
 A_I, A_E = 8e-6, 15e-6  # a100-80g: latency of one NVLink step and of one network step
 
@@ -232,9 +231,9 @@ def test_nvls_tree_in_the_array_path_matches_scalars():
 
 
 def test_nvls_tree_caps_are_validated_and_round_trip():
-    from costmodel.errors import SpecError
-    from costmodel.presets import cluster_from_dict, cluster_to_dict
-    from costmodel.specs import LinkSpec
+    from costmodel.spec.errors import SpecError
+    from costmodel.spec.presets import cluster_from_dict, cluster_to_dict
+    from costmodel.spec.specs import LinkSpec
     with pytest.raises(SpecError):
         LinkSpec(bw_bytes_per_s=1e9, nvls_tree_channel_bw_bytes_per_s=-1.0)
     h = load_cluster("h100-sxm")
@@ -270,8 +269,8 @@ def test_more_nic_bandwidth_never_slows_a_collective():
 
 
 def test_nvls_efficiency_is_validated():
-    from costmodel.errors import SpecError
-    from costmodel.specs import LinkSpec
+    from costmodel.spec.errors import SpecError
+    from costmodel.spec.specs import LinkSpec
     with pytest.raises(SpecError):
         LinkSpec(bw_bytes_per_s=1e9, nvls_efficiency=1.5)
     with pytest.raises(SpecError):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from costmodel.framework_defaults import framework_defaults
+from costmodel.frameworks.defaults import framework_defaults
 from planner.cli import main
 
 PROBLEM = ["--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "64", "--global-batch", "128", "--seq", "8192"]
@@ -63,7 +63,7 @@ def test_framework_default_rules():
     tt = framework_defaults("fsdp2", dp=8, pp=1, global_batch=64, tp=2)
     assert (tt["zero"], tt["recompute"], tt["sp"], tt["mb"]) == (3, "op_sac", True, 8)
     assert framework_defaults("fsdp2", dp=8, pp=4, global_batch=64)["zero"] == 2  # no reshard under PP
-    from costmodel.errors import SpecError
+    from costmodel.spec.errors import SpecError
     with pytest.raises(SpecError, match="framework"):
         framework_defaults("jax", dp=1, pp=1, global_batch=1)
 

@@ -1,4 +1,4 @@
-"""The kernel component benchmark (benchmarks/component_kernels.py) and the kernel model (costmodel.kernels).
+"""The kernel component benchmark (benchmarks/component_kernels.py) and the kernel model (costmodel.physics.kernels.kernel_fits).
 
 Order: the data are cited; the attention shape factor's arithmetic; the fitted constants are the fit's
 optimum on the data; the kernel model meets its error bound; the step time's attention uses the shape
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import component_kernels as ck  # noqa: E402
+from benchmarks import component_kernels as ck  # noqa: E402
 
-from costmodel import kernels  # noqa: E402
-from costmodel.presets import load_cluster  # noqa: E402
+from costmodel.physics.kernels import kernel_fits as kernels  # noqa: E402
+from costmodel.spec.presets import load_cluster  # noqa: E402
 
 ROWS = ck.load_rows()
 
@@ -114,10 +114,10 @@ def test_kernel_model_meets_its_bound_and_the_preset_levels_do_not():
 
 
 def test_step_time_attention_uses_the_shape_factor():
-    from costmodel.compute import layer_ops
-    from costmodel.config import ParallelConfig
-    from costmodel.presets import load_model
-    from costmodel.specs import Workload
+    from costmodel.physics.kernels.compute import layer_ops
+    from costmodel.spec.plan import ParallelConfig
+    from costmodel.spec.presets import load_model
+    from costmodel.spec.workload import Workload
 
     m, dev = load_model("llama3-8b"), load_cluster("h100-sxm").device
     per_token = []
@@ -140,8 +140,8 @@ def test_bad_limit_exits_2(capsys):
 
 def test_an_empty_gemm_costs_nothing_and_never_divides_by_zero():
     # search_equality's exhaustive baseline reached gemm_time_s with an empty dimension (ZeroDivisionError)
-    from costmodel.compute import gemm_time_s
-    from costmodel.presets import load_cluster
+    from costmodel.physics.kernels.gemm import gemm_time_s
+    from costmodel.spec.presets import load_cluster
     dev = load_cluster("h100-sxm").device
     for m, n, k in ((0, 4096, 4096), (4096, 0, 4096), (4096, 4096, 0)):
         assert gemm_time_s(m, n, k, dev, "bf16") == 0.0

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import component_mechanics as cm  # noqa: E402
-import mechanics_rules as mr  # noqa: E402
-from costmodel.analytic import layer_timing  # noqa: E402
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.graph.builders import layer_graph  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
-from costmodel.zero3_fetch import deepspeed_fetches, deepspeed_reduces, gather_pieces  # noqa: E402
+from benchmarks import component_mechanics as cm  # noqa: E402
+from benchmarks import mechanics_rules as mr  # noqa: E402
+from costmodel.engines.analytic import layer_timing  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.engines.graph.builders import layer_graph  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
+from costmodel.physics.mechanics.zero3_fetch import deepspeed_fetches, deepspeed_reduces, gather_pieces  # noqa: E402
 
 
 def test_every_rule_cites_a_commit_and_a_line():
@@ -88,7 +88,7 @@ def test_what_matches_today_keeps_matching(checks):
              ("megatron DDP, overlap, dp32", "stage 0: gradient buckets (analytic)"),
              ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "stage 0: gradient collectives"),
              ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "gradient element bytes on the wire")}
-    # the embedding and head units (costmodel.zero3_edges): torchtitan's units, DeepSpeed's extra bucket
+    # the embedding and head units (costmodel.physics.mechanics.zero3_edges): torchtitan's units, DeepSpeed's extra bucket
     must |= {("fsdp2 reshard, dp64", q) for q in ("all-gathers per micro-batch, forward",
                                                  "all-gathers per micro-batch, backward",
                                                  "reduce-scatters per micro-batch", "forward gathered bytes per micro-batch")}
@@ -111,14 +111,14 @@ def test_the_hf_layout_is_what_the_model_charges():
     m = load_model("llama2-70b")
     fused = ParallelConfig(dp=1536, zero=3, framework="deepspeed", bucket_bytes=1e9)
     hf = ParallelConfig(dp=1536, zero=3, framework="deepspeed", bucket_bytes=1e9, module_layout="hf")
-    from costmodel.zero3_fetch import reduce_pieces
+    from costmodel.physics.mechanics.zero3_fetch import reduce_pieces
     # reduce bucket 2.5e8 elements: Q 67M, K 8M, V 8M, O 67M, gate/up/down 235M each (HF) vs QKV 84M, fc1 470M (fused)
     assert len(reduce_pieces(m, hf, False)[0]) > len(reduce_pieces(m, fused, False)[0])
 
 
 def test_check_exits_one_on_mismatch(capsys):
     from unittest import mock
-    assert subprocess.run([sys.executable, str(ROOT / "benchmarks" / "component_mechanics.py"), "--check",
+    assert subprocess.run([sys.executable, "-m", "benchmarks.component_mechanics", "--check",
                            "--no-graph"], capture_output=True, text=True, cwd=ROOT, timeout=120).returncode == 0
     with mock.patch.object(cm, "evaluate", lambda graph=True: [cm.Check("case", "quantity", 1, 2)]):
         assert cm.main(["--check"]) == 1
@@ -126,7 +126,7 @@ def test_check_exits_one_on_mismatch(capsys):
 
 
 def test_megatron_buckets_by_hand():
-    from costmodel.grad_buckets import close_ge, close_ge_runs, stage_grad_buckets
+    from costmodel.physics.mechanics.grad_buckets import close_ge, close_ge_runs, stage_grad_buckets
     # reverse order [head 6, layer 4+4, emb 6], bucket 8: 6+4 -> 10, 4+6 -> 10: two buckets
     assert close_ge([6, 4, 4, 6], 8) == [10, 10]
     assert close_ge_runs([((6.0,), 1), ((4.0, 4.0), 1), ((6.0,), 1)], 8) == [10.0, 10.0]

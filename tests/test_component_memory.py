@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import component_memory as cm  # noqa: E402
+from benchmarks import component_memory as cm  # noqa: E402
 
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.errors import SpecError  # noqa: E402
-from costmodel.memory import loss_bytes_per_logit  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.spec.errors import SpecError  # noqa: E402
+from costmodel.physics.memory.stage_memory import loss_bytes_per_logit  # noqa: E402
 
 ROWS = list(csv.DictReader(open(cm.DATA, newline="")))
 
@@ -66,7 +66,7 @@ def test_dtensor_sp_saves_the_gathered_inputs_and_moves_the_70b_case_up():
 
 def test_eager_torchtitan_keeps_the_element_wise_saves_in_the_recomputed_layer():
     # torchtitan Table 1/3 without torch.compile (cases 1, 8) peak 5.0-5.4 GiB above the compiled runs (2, 9); the
-    # eager RMSNorm / RoPE / SwiGLU saves (costmodel.eager) add to the one layer op-SAC re-materialises in backward
+    # eager RMSNorm / RoPE / SwiGLU saves (costmodel.physics.kernels.eager) add to the one layer op-SAC re-materialises in backward
     by = {int(c.case_id): r for c, r in ((r.case, r) for r in cm.evaluate(cm.load_cases()))}
     for eager, compiled in ((1, 2), (8, 9)):
         fused = cm.evaluate([replace(by[eager].case, config=replace(by[eager].case.config, fused_elementwise=True))])[0]

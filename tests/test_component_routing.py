@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import component_routing as cr  # noqa: E402
-from costmodel.compute import moe_expert_load_cv, moe_imbalance  # noqa: E402
-from costmodel.presets import load_model  # noqa: E402
+from benchmarks import component_routing as cr  # noqa: E402
+from costmodel.physics.kernels.moe_load import moe_expert_load_cv, moe_imbalance  # noqa: E402
+from costmodel.spec.presets import load_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.collectives import group_stride, layout
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.comm.groups import group_stride, layout
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 
 def test_dpcp_group_stride_is_tp():

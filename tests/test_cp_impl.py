@@ -1,13 +1,13 @@
-"""PyTorch context_parallel as torchtitan runs it (ParallelConfig.cp_impl = 'torch'; costmodel.compute.cp_exchange)."""
+"""PyTorch context_parallel as torchtitan runs it (ParallelConfig.cp_impl = 'torch'; costmodel.physics.kernels.compute.cp_exchange)."""
 
 import pytest
 
-from costmodel.compute import cp_exchange
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.kernels.compute import cp_exchange
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 
 def test_torch_exchange_moves_repeated_kv_and_fp32_grads():

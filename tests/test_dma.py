@@ -1,4 +1,4 @@
-"""The DMA-engine assignment (costmodel.dma): enumeration, parsing, bandwidth, monotonicity, engines agree."""
+"""The DMA-engine assignment (costmodel.physics.comm.dma): enumeration, parsing, bandwidth, monotonicity, engines agree."""
 
 import functools
 import json
@@ -9,13 +9,16 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel import dma
-from costmodel.collectives import collective_time_s
-from costmodel.config import ParallelConfig, validate_config
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import DmaEngineClass, Workload
+from costmodel.physics.comm import dma
+from costmodel.spec import dma_plan
+from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.validity import validate_config
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.specs import DmaEngineClass
+from costmodel.spec.workload import Workload
 
 SG = load_cluster("sg2262-like").with_gpus(64)
 GPT = load_model("gpt-1.7b") if True else None
@@ -88,23 +91,23 @@ def test_only_classes_serving_the_scope():
 # --------------------------------------------------------------------------- parse / format
 @pytest.mark.parametrize("text", ["tp:cdma*2,pp:cdma*1,dp:cdma*1", "tp+dp:cdma*1,pp:cdma*3", "zero:nccl-sm*4"])
 def test_round_trip(text):
-    a = dma.parse(text)
-    assert str(a) == text and dma.parse(str(a)) == a and dma.parse(a.to_dict()) == a
-    assert dma.parse(json.loads(json.dumps(a.to_dict()))) == a
+    a = dma_plan.parse(text)
+    assert str(a) == text and dma_plan.parse(str(a)) == a and dma_plan.parse(a.to_dict()) == a
+    assert dma_plan.parse(json.loads(json.dumps(a.to_dict()))) == a
 
 
 def test_parse_is_order_free_and_takes_the_short_dict():
-    assert dma.parse("dp:cdma*1, pp:cdma*1 ,tp:cdma*2") == dma.parse("tp:cdma*2,pp:cdma*1,dp:cdma*1")
-    assert dma.parse({"tp": "cdma*2", "dp": "cdma*2"}) == dma.parse("tp:cdma*2,dp:cdma*2")
+    assert dma_plan.parse("dp:cdma*1, pp:cdma*1 ,tp:cdma*2") == dma_plan.parse("tp:cdma*2,pp:cdma*1,dp:cdma*1")
+    assert dma_plan.parse({"tp": "cdma*2", "dp": "cdma*2"}) == dma_plan.parse("tp:cdma*2,dp:cdma*2")
     c = ParallelConfig.from_dict({**PLAN.to_dict(), "dma": "tp:cdma*2,pp:cdma*1,dp:cdma*1"})
-    assert c.dma == dma.parse("tp:cdma*2,pp:cdma*1,dp:cdma*1") and c.to_dict()["dma"] == str(c.dma)
+    assert c.dma == dma_plan.parse("tp:cdma*2,pp:cdma*1,dp:cdma*1") and c.to_dict()["dma"] == str(c.dma)
     assert "dma" not in PLAN.to_dict()  # plans without an assignment keep their keys
 
 
 @pytest.mark.parametrize("bad", ["tp", "tp:cdma", "tp:cdma*0", "tp:cdma*x", "xx:cdma*1", "", "tp:*2", 3])
 def test_parse_errors_name_the_field(bad):
     with pytest.raises(SpecError) as e:
-        dma.parse(bad)
+        dma_plan.parse(bad)
     assert str(e.value).startswith("dma=") and "must be" in str(e.value) and "\n" not in str(e.value)
 
 

@@ -1,4 +1,4 @@
-"""Dropout as the framework runs it: a mask stored and written only at p > 0 (costmodel.dropout).
+"""Dropout as the framework runs it: a mask stored and written only at p > 0 (costmodel.physics.kernels.dropout).
 
 Spec: ModelSpec.hidden_dropout / attention_dropout (default 0.1, Megatron-Core's; the Llama-family presets 0.0
 from their recipes); memory charges the two residual masks, the embedding's and the unfused attention's per-score
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from costmodel import dropout
-from costmodel.compute import layer_ops
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.hf_config import model_from_hf_config
-from costmodel.memory import activation_bytes_per_layer, stage_memory
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import ModelSpec, Workload
+from costmodel.physics.kernels import dropout
+from costmodel.physics.kernels.compute import layer_ops
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.spec.hf_config import model_from_hf_config
+from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, stage_memory
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
 from planner.emit import emit_text
 
@@ -153,7 +154,7 @@ def test_megatron_reader_defaults_and_errors():
 
 
 def test_a_megatron_line_runs_its_dropout_on_the_given_model():
-    from planner.framework_inputs import parse_megatron_text
+    from planner.inputs.megatron import parse_megatron_text
     line = ("--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
             "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000")
     assert parse_megatron_text(line).dropout == {"hidden_dropout": 0.1, "attention_dropout": 0.1}  # Megatron's default

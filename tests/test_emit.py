@@ -26,9 +26,9 @@ import argparse
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.specs import Workload
-from costmodel.errors import SpecError
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.workload import Workload
+from costmodel.spec.errors import SpecError
 from planner.emit import bucket_elements, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes
 
 # name -> argparse spec of the documented argument
@@ -228,8 +228,8 @@ def test_deepspeed_default_bucket_is_five_hundred_million_elements_in_either_gra
     # DeepSpeed's reduce_bucket_size counts elements of the communication dtype (stage_1_and_2.py
     # at edaa72212: the bucket buffer is allocated in communication_data_type); the framework
     # defaults state it in bytes of the plan's gradient dtype, and --emit writes it back as 5e8
-    from costmodel.framework_defaults import framework_defaults
-    from costmodel.units import MB
+    from costmodel.frameworks.defaults import framework_defaults
+    from costmodel.spec.units import MB
     for grad in ("fp32", "bf16"):
         mb = framework_defaults("deepspeed", dp=8, pp=1, global_batch=64, zero=3, grad_dtype=grad)["bucket_mb"]
         c = ParallelConfig(dp=8, zero=3, framework="deepspeed", grad_dtype=grad, bucket_bytes=mb * MB)

@@ -11,10 +11,11 @@ import shlex
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.presets import load_model
-from costmodel.specs import ModelSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import load_model
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
 from planner.cli import main
 from planner.emit import emit_text

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from costmodel.config import ParallelConfig
+from costmodel.spec.plan import ParallelConfig
 from planner import cli
 from planner.emit_serving import serving_launch
 

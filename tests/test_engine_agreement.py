@@ -5,10 +5,10 @@ import statistics
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 PLANS = [  # one per mechanism: (model, cluster, gpus, global batch, seq, plan)
     ("gpt3-175b", "a100-80g", 64, 64, 2048, dict(tp=8, pp=8, vp=3, sp=True, chunks=4, recompute="selective")),

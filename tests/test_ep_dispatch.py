@@ -1,4 +1,4 @@
-"""Expert-parallel dispatch (costmodel.ep_dispatch): how many ranks and nodes a token reaches, the
+"""Expert-parallel dispatch (costmodel.physics.comm.ep_dispatch): how many ranks and nodes a token reaches, the
 bytes DeepEP moves on each link, and its time, as both engines charge it."""
 
 import sys
@@ -7,18 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.collectives import collective_time_s
-from costmodel.ep_dispatch import ep_alltoall_bytes
-from costmodel.config import ParallelConfig
-from costmodel.ep_dispatch import Fanout, deepep_bytes, deepep_time_s, ep_dispatch_time_s, fanout
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import ModelSpec, Workload
+from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.physics.comm.ep_dispatch import ep_alltoall_bytes
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.comm.ep_dispatch import Fanout, deepep_bytes, deepep_time_s, ep_dispatch_time_s, fanout
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
 
-import component_ep as ce  # noqa: E402
+from benchmarks import component_ep as ce  # noqa: E402
 
 
 def test_one_rank_holds_every_expert():
@@ -90,7 +91,7 @@ def test_bad_routing_names_the_field():
 def test_v1_internode_kernel_rate_binds_where_links_do_not():
     # 2 x 8 H200, DeepEP's test shape: NVLink (450 GB/s) and the NIC are both faster than the V1 kernel's
     # 134.6 GB/s of delivered rows, so V1 takes rows / 134.6 GB/s; EPv2 is charged its links only
-    from costmodel.ep_dispatch import DEEPEP_INTERNODE_ROWS_BYTES_PER_S
+    from costmodel.physics.comm.ep_dispatch import DEEPEP_INTERNODE_ROWS_BYTES_PER_S
 
     m = ModelSpec(layers=1, hidden=7168, heads=1, ffn_hidden=1, vocab=1, experts=256, topk=8, moe_ffn_hidden=1)
     cl = load_cluster("h200").with_gpus(16)

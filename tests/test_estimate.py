@@ -5,11 +5,11 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 M = load_model("gpt3-175b")
 CL = load_cluster("a100-80g")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
 
-import evaluate_partial as EP  # noqa: E402
+from benchmarks import evaluate_partial as EP  # noqa: E402
 
 from planner.cli import main  # noqa: E402
-from planner.completion import TUNING  # noqa: E402
+from planner.tuning import TUNING  # noqa: E402
 
 # (set, row): an era row (Megatron-LM 2021, unstated micro-batch), a tuned-table row, an FSDP2 row with BF16
 # optimizer state, an MoE row with DeepEP and named recompute modules

@@ -7,14 +7,14 @@ every 8th rank, across nodes. The stride ``ep`` alone once put Mixtral's ZeRO-3 
 
 import pytest
 
-from costmodel import analytic
-from costmodel.collectives import group_stride, layout
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.graph.builders import layer_graph, plan_dma
-from costmodel.graph.scheduler import resources_for, schedule
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.engines import analytic
+from costmodel.physics.comm.groups import group_stride, layout
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.engines.graph.builders import layer_graph, plan_dma
+from costmodel.engines.graph.scheduler import resources_for, schedule
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 
 def _expert_dp_ranks(etp: int, ep: int, edp: int, pp: int) -> list[list[int]]:

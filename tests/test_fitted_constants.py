@@ -18,7 +18,7 @@ import fitted_constants as fc  # noqa: E402
 from calibrate import with_constants  # noqa: E402
 from published import load_set, predict  # noqa: E402
 
-from costmodel.kernels import GEMM_FITS  # noqa: E402
+from costmodel.physics.kernels.kernel_fits import GEMM_FITS  # noqa: E402
 
 
 def test_grid_spans_the_preset_in_hundredths_within_bounds():

@@ -2,10 +2,10 @@
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.flops import hardware_flops_per_step, model_flops_per_step
-from costmodel.presets import load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.kernels.flops import hardware_flops_per_step, model_flops_per_step
+from costmodel.spec.presets import load_model
+from costmodel.spec.workload import Workload
 
 
 def test_gpt3_parameter_count():

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner.cli import main
 
 H100 = ["--cluster", "h100-sxm"]

@@ -3,14 +3,16 @@ cost model charges its semantics, and ``--emit`` reproduces exactly the evaluate
 
 import pytest
 
-from costmodel.analytic import dp_comm, layer_timing
-from costmodel.config import ParallelConfig, validate_config
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.frameworks import check, recompute_kinds, semantics
-from costmodel.memory import memory_per_stage
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.compose.stage_terms import dp_comm
+from costmodel.engines.analytic import layer_timing
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.validity import validate_config
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.frameworks.rules import check, recompute_kinds, semantics
+from costmodel.physics.memory.stage_memory import memory_per_stage
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner.emit import emit_text, megatron_args, refuse_unless_runnable
 from search.problem import Limits, Problem
 from search.solve import SolveOptions, solve

@@ -1,16 +1,17 @@
 """PyTorch FSDP2's copy-out / gradient copy-in on the compute stream (ParallelConfig.fsdp_copies;
-costmodel.analytic.fsdp2_copies_s)."""
+costmodel.physics.mechanics.fsdp_copies.fsdp2_copies_s)."""
 
 import pytest
 
-from costmodel.analytic import fsdp2_copies_s, layer_timing, zero3_groups
-from costmodel.compute import elementwise_time_s
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.memory import GRAD_BYTES, WEIGHT_BYTES
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s, zero3_groups
+from costmodel.engines.analytic import layer_timing
+from costmodel.physics.kernels.gemm import elementwise_time_s
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.units import GRAD_BYTES, WEIGHT_BYTES
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 M, CL, W = load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(64), Workload(global_batch=64, seq_len=8192)
 

@@ -2,13 +2,13 @@
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.memory import model_state_bytes
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
-from costmodel.analytic import dp_comm
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.physics.memory.stage_memory import model_state_bytes
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from costmodel.compose.stage_terms import dp_comm
 
 MODEL = load_model("gpt-1.7b")
 CLUSTER = load_cluster("a100-80g").with_gpus(64)

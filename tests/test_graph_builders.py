@@ -4,12 +4,12 @@ analytical model agree on how much communication there is (one formula for colle
 import networkx as nx
 import pytest
 
-from costmodel.analytic import layer_timing
-from costmodel.config import ParallelConfig
-from costmodel.graph.builders import head_graph, layer_graph, pipelined_graph
-from costmodel.graph.scheduler import resources_for, schedule
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.engines.analytic import layer_timing
+from costmodel.spec.plan import ParallelConfig
+from costmodel.engines.graph.builders import head_graph, layer_graph, pipelined_graph
+from costmodel.engines.graph.scheduler import resources_for, schedule
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 GPT = load_model("gpt3-175b")
 MIX = load_model("mixtral-8x7b")

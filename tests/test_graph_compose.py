@@ -4,13 +4,13 @@ buckets behind the last backward, and the speed of the hierarchical composition.
 
 import pytest
 
-from costmodel import analytic
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.graph.compose import graph_step, stage_timing
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.engines import analytic
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.engines.graph.compose import graph_step, stage_timing
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 GPT = load_model("gpt3-175b")
 A100 = load_cluster("a100-80g")
@@ -57,7 +57,7 @@ def test_no_bucketing_exposes_the_whole_reduction_as_synchronous():
 def test_bucket_size_trades_overlap_against_latency():
     # one huge bucket cannot overlap; moderate buckets hide part of the reduction; tiny buckets
     # pay one collective latency each (2 log2(8) tree steps across nodes), so exposure rises again.
-    # Megatron-Core closes a bucket only after a whole parameter (costmodel.grad_buckets): below the
+    # Megatron-Core closes a bucket only after a whole parameter (costmodel.physics.mechanics.grad_buckets): below the
     # smallest weight matrix (4096 x 512 elements per GPU at tp 8, 8.4 MB of FP32 gradients) every
     # bucket is one matrix (the norms join the next one), so 4 MB and 0.5 MB buckets are the same
     model, w = load_model("gpt-7.5b"), Workload(global_batch=16, seq_len=2048)

@@ -4,10 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.graph.explain import explain, format_explain, tp_feasibility
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import LinkSpec, ModelSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.engines.graph.explain import explain, format_explain, tp_feasibility
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.specs import LinkSpec, ModelSpec
+from costmodel.spec.workload import Workload
 
 KEYS = {"strategy", "t_comm_s", "t_compute_s", "r", "exposed_s", "prerequisite", "reason", "critical_condition", "ratio"}
 
@@ -75,7 +76,7 @@ def test_sequential_pipeline_send_is_a_synchronous_issue():
 
 
 def test_invalid_plan_is_a_spec_error():
-    from costmodel.errors import SpecError
+    from costmodel.spec.errors import SpecError
     with pytest.raises(SpecError, match="tp"):
         explain(load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(56), Workload(global_batch=8, seq_len=2048),
                 ParallelConfig(tp=7, pp=8))

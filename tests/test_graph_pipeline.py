@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from costmodel.graph import pipeline as P
-from costmodel.graph.pipeline import simulate, warmup
+from costmodel.engines.graph import pipeline as P
+from costmodel.engines.graph.pipeline import simulate, warmup
 
 
 def uniform(p, v, f, b):

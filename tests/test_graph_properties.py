@@ -9,14 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from costmodel.config import ParallelConfig
-from costmodel.graph.builders import layer_graph, pipelined_graph
-from costmodel.graph.compose import graph_step
-from costmodel.graph.nodes import GraphBuilder
-from costmodel.graph.scheduler import Resources, resources_for, schedule
-from costmodel.overlap import exposed_s
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import DmaEngineClass, LinkSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.engines.graph.builders import layer_graph, pipelined_graph
+from costmodel.engines.graph.compose import graph_step
+from costmodel.engines.graph.nodes import GraphBuilder
+from costmodel.engines.graph.scheduler import Resources, resources_for, schedule
+from costmodel.compose.overlap import exposed_s
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.specs import DmaEngineClass, LinkSpec
+from costmodel.spec.workload import Workload
 
 CLUSTER = load_cluster("h100-sxm")
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,7 +118,7 @@ def test_more_bandwidth_never_slower_step(bw_factor, c):
 def test_chunked_pipeline_follows_the_unified_formula(t_comp, t_comm, chunks):
     g = pipelined_graph(dedicated(CLUSTER), t_comp, t_comm, chunks)
     s = schedule(g, Resources((("dma", 1),)))
-    # exposed = max(0, T_comm - T_compute) + min(T_comm, T_compute) / chunks (costmodel.overlap)
+    # exposed = max(0, T_comm - T_compute) + min(T_comm, T_compute) / chunks (costmodel.compose.overlap)
     assert s.makespan_s == pytest.approx(t_comp + exposed_s(t_comm, t_comp, chunks), rel=1e-9)
 
 

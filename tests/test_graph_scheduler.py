@@ -3,9 +3,9 @@
 import networkx as nx
 import pytest
 
-from costmodel.graph.nodes import GraphBuilder
-from costmodel.graph.scheduler import DATA, NO_ENGINE, SYNC, Resources, resources_for, schedule
-from costmodel.presets import load_cluster
+from costmodel.engines.graph.nodes import GraphBuilder
+from costmodel.engines.graph.scheduler import DATA, NO_ENGINE, SYNC, Resources, resources_for, schedule
+from costmodel.spec.presets import load_cluster
 
 CL = load_cluster("h100-sxm").with_gpus(64)
 ONE = Resources((("nccl-sm", 1),))
@@ -133,8 +133,8 @@ def test_exposure_reasons_do_not_depend_on_the_hash_seed():
     import subprocess
     import sys
 
-    code = ("from costmodel.graph.explain import explain; from costmodel.presets import load_model, load_cluster; "
-            "from costmodel.specs import Workload; from costmodel.config import ParallelConfig as P; "
+    code = ("from costmodel.engines.graph.explain import explain; from costmodel.spec.presets import load_model, load_cluster; "
+            "from costmodel.spec.workload import Workload; from costmodel.spec.plan import ParallelConfig as P; "
             "m=load_model('llama3-70b'); c=load_cluster('h100-sxm').with_gpus(64); "
             "w=Workload(global_batch=512, seq_len=4096); "
             "print([r['reason'] for r in explain(m, c, w, P(tp=4, pp=2, dp=8, mb=2, vp=8, sp=True, zero=3, recompute='full', bucket_bytes=25e6, chunks=4))])")

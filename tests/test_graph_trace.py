@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import PlannerError
-from costmodel.graph.trace import timeline, write_chrome_trace, write_gantt
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import PlannerError
+from costmodel.engines.graph.trace import timeline, write_chrome_trace, write_gantt
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 M = load_model("llama2-13b")
 CL = load_cluster("h100-sxm").with_gpus(32)
@@ -23,7 +23,7 @@ def test_chrome_trace_is_valid(tmp_path):
     doc = json.loads(path.read_text())
     events = doc["traceEvents"]
     lanes = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    # one lane set per engine pool of the DMA assignment (costmodel.dma): <class>/<stream>
+    # one lane set per engine pool of the DMA assignment (costmodel.physics.comm.dma): <class>/<stream>
     assert lanes[0] == "compute" and {"nccl-sm/tp#0", "nccl-sm/pp#p2p", "nccl-sm/dp#dp"} <= set(lanes.values())
     spans = [e for e in events if e["ph"] == "X"]
     assert spans and all(e["ph"] in ("X", "M") for e in events)

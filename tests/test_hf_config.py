@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.errors import SpecError
-from costmodel.hf_config import model_from_hf_config
-from costmodel.presets import load_model
+from costmodel.spec.errors import SpecError
+from costmodel.spec.hf_config import model_from_hf_config
+from costmodel.spec.presets import load_model
 
 # meta-llama/Meta-Llama-3-8B config.json
 LLAMA3_8B = {
@@ -188,7 +188,7 @@ def test_tie_word_embeddings_defaults_per_model_type(model_type, tied):
 
 
 def test_unknown_model_type_warns_once_and_loads():
-    from costmodel.hf_config import UnknownModelTypeWarning
+    from costmodel.spec.hf_config import UnknownModelTypeWarning
     with pytest.warns(UnknownModelTypeWarning, match="model_type='falcon_x'"):
         m = model_from_hf_config(dict(LLAMA3_8B, model_type="falcon_x"))
     assert m.layers == 32 and not m.tied_embeddings  # the file's own tie_word_embeddings

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from costmodel.errors import SpecError
-from costmodel.presets import load_cluster, load_model
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import load_cluster, load_model
 from planner import cli, recommend_infer
 from planner.args import ArgParser, add_config_args, add_output_args, add_problem_args
 from search.infer import InferProblem, batch_values, pareto_front, solve_infer, solve_infer_exhaustive

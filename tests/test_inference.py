@@ -8,15 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.collectives import collective_time_s
-from costmodel.compute import gemm_time_s, layer_ops
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.inference import InferenceEstimate, evaluate_inference
-from costmodel.kvcache import kv_bytes_per_token
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.physics.kernels.gemm import gemm_time_s
+from costmodel.physics.kernels.compute import layer_ops
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.serving.inference import InferenceEstimate, evaluate_inference
+from costmodel.physics.kernels.kvcache import kv_bytes_per_token
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 H100 = load_cluster("h100-sxm")
 L70 = load_model("llama3.1-70b")

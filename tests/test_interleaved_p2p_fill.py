@@ -6,13 +6,13 @@ was 4.5% fast on a Llama-3-8B plan with 268 MB sends over the NIC (RESULTS.md se
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.graph.pipeline import simulate
-from costmodel.pipeline import interleaved_p2p_exposed_s
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
-from costmodel.step import pipeline_s
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.engines.graph.pipeline import simulate
+from costmodel.compose.schedule import interleaved_p2p_exposed_s
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from costmodel.compose.step import pipeline_s
 
 
 @pytest.mark.parametrize("p, v, m", [(2, 2, 2), (4, 2, 16), (4, 8, 4), (8, 4, 64), (32, 3, 32)])

@@ -12,8 +12,8 @@ import warnings
 import pytest
 
 import planner
-from costmodel.errors import SpecError
-from costmodel.units import GiB
+from costmodel.spec.errors import SpecError
+from costmodel.spec.units import GiB
 from planner import Planner, cli, evaluate
 from planner.report import estimate_text
 from search.problem import Limits
@@ -63,8 +63,8 @@ def test_sp_without_tensor_parallelism_is_refused(capsys, command, tp):
 
 def test_reports_show_the_effective_sequence_parallelism(capsys):
     e = evaluate("llama3-8b", "h100-sxm", gpus=8, global_batch=64, seq=4096, sp=True)  # tp=1: sp has no effect
-    from costmodel.presets import load_cluster, load_model
-    from costmodel.specs import Workload
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
     text = estimate_text(e, load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8),
                          Workload(global_batch=64, seq_len=4096))
     assert " sp=off " in text and "sp=on" not in text

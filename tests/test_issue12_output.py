@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.graph.trace import gantt_figure, timeline
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.engines.graph.trace import gantt_figure, timeline
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner import cli
 from planner.sweep import plots
 
@@ -44,7 +44,7 @@ def test_no_two_slices_on_one_trace_lane_overlap(model, cluster, workload, confi
     lanes: dict = {}
     for e in tl["events"]:
         lanes.setdefault(e["lane"], []).append((e["start_s"], e["start_s"] + e["dur_s"], e["name"]))
-    assert any(lane.startswith("nccl-sm/dp#dp") for lane in lanes)  # the dp stream's pool (costmodel.dma)
+    assert any(lane.startswith("nccl-sm/dp#dp") for lane in lanes)  # the dp stream's pool (costmodel.physics.comm.dma)
     for lane, spans in lanes.items():
         spans.sort()
         for (_, end0, a), (start1, _, b) in zip(spans, spans[1:]):

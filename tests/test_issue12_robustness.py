@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from costmodel.errors import SpecError
-from costmodel.specs import MAX_SIZE, ModelSpec, Workload
+from costmodel.spec.errors import SpecError
+from costmodel.spec.specs import MAX_SIZE, ModelSpec
+from costmodel.spec.workload import Workload
 from planner import cli
 
 SMALL = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq", "4096"]

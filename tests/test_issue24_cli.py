@@ -50,7 +50,7 @@ def test_text_outputs_name_the_engine(capsys):
 def test_evaluate_many_scores_what_the_framework_cannot_run_invalid():
     from planner.tuner import Planner
     p = Planner(model="llama3-8b", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
-    # Megatron-Core's only chunked overlap is TE userbuffers: chunks = tp (costmodel.frameworks)
+    # Megatron-Core's only chunked overlap is TE userbuffers: chunks = tp (costmodel.frameworks.rules)
     bad, good = p.evaluate_many([{"tp": 4, "sp": True, "chunks": 8}, {"tp": 4, "sp": True, "chunks": 4}])
     assert bad.status == "invalid" and "chunks=8" in bad.reason and not bad.ok
     assert good.status == "ok"
@@ -127,7 +127,7 @@ def test_zero_experts_in_an_moe_family_is_refused(capsys, tmp_path):
 
 
 def test_hbm_beyond_any_device_is_refused(capsys, tmp_path):
-    from costmodel.presets import preset_info
+    from costmodel.spec.presets import preset_info
     d = preset_info("clusters", "h100-sxm")
     d["device"]["hbm_gib"] = 1e30
     f = tmp_path / "cluster.json"
@@ -164,7 +164,7 @@ def test_an_unreachable_ray_address_is_one_line(capfd, monkeypatch):
     import os
     import sys
     import types
-    from costmodel.errors import SpecError
+    from costmodel.spec.errors import SpecError
     from planner.sweep import ray_backend
 
     def init(**kw):
@@ -227,9 +227,9 @@ def test_emit_help_lists_every_format(capsys):
 
 # --------------------------------------------------------------------------- item 7: the MFU convention
 def test_model_flops_count_causal_attention_as_megatron_does():
-    from costmodel.flops import model_flops_per_step
-    from costmodel.presets import load_model
-    from costmodel.specs import Workload
+    from costmodel.physics.kernels.flops import model_flops_per_step
+    from costmodel.spec.presets import load_model
+    from costmodel.spec.workload import Workload
     m = load_model("gpt3-175b")
     B, s, L, h, V = 8, 32768, 96, 12288, 51200
     # Megatron-LM num_floating_point_operations (megatron/training/training.py at d98e8a64), per token:
@@ -257,8 +257,8 @@ def test_mfu_convention_is_stated_and_the_other_is_a_flag(capsys):
 
 # --------------------------------------------------------------------------- item 6: the leaner plan
 def test_the_leanest_plan_within_the_memory_tie_is_the_answer():
-    from costmodel.presets import load_cluster, load_model
-    from costmodel.specs import Workload
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
     from search.problem import Limits, Problem
     from search.solve import MEMORY_TIE, SolveOptions, solve
     p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),

@@ -1,4 +1,4 @@
-"""Pipeline layouts (costmodel.layout): Megatron-Core's text form, its rules, and the splits as layouts.
+"""Pipeline layouts (costmodel.spec.layout): Megatron-Core's text form, its rules, and the splits as layouts.
 
 Rules: megatron/core/transformer/pipeline_parallel_layer_layout.py at NVIDIA/Megatron-LM@d98e8a64.
 """
@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.layout import Layout, VirtualStage, format_layout, from_split, parse, uniform, validate
-from costmodel.pipeline import chunk_layers, megatron_split
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.spec.layout import Layout, VirtualStage, format_layout, from_split, parse, uniform, validate
+from costmodel.spec.stages import chunk_layers, megatron_split
 
 
 def megatron_parse(text: str) -> list[list[str]]:

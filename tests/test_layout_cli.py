@@ -10,8 +10,8 @@ import shlex
 
 import pytest
 
-from costmodel.layout import parse, validate
-from costmodel.presets import load_model
+from costmodel.spec.layout import parse, validate
+from costmodel.spec.presets import load_model
 from planner import cli
 from planner.megatron_args import config_fields, parse_command_line
 
@@ -57,7 +57,7 @@ def test_a_flagship_plan_evaluates_without_a_written_split_and_emits_a_layout_me
     d = json.loads(capsys.readouterr().out)
     pp, vp = d["config"]["pp"], d["config"]["vp"]
     lay = parse(d["layout"], pp)
-    validate(lay, layers, mtp)  # Megatron-Core's rules (costmodel.layout.validate)
+    validate(lay, layers, mtp)  # Megatron-Core's rules (costmodel.spec.layout.validate)
     argv = d["megatron_args"]
     # the emitted arguments state exactly the evaluated layout, in whichever form Megatron takes
     if "--pipeline-model-parallel-layout" in argv:
@@ -68,7 +68,7 @@ def test_a_flagship_plan_evaluates_without_a_written_split_and_emits_a_layout_me
     back = config_fields(parse_command_line(" ".join(shlex.quote(t) for t in argv)), layers)
     got = parse(back["layout"], pp) if "layout" in back else None
     if got is None:
-        from costmodel.layout import from_split
+        from costmodel.spec.layout import from_split
         got = from_split(tuple(back.get("layers_per_stage") or (layers // pp,) * pp), back.get("vp", 1), mtp)
     assert got == lay and back.get("vp", 1) == vp
     assert d["fits"] in (True, False) and d["step_time_s"] > 0

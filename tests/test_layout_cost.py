@@ -1,17 +1,17 @@
-"""The cost model takes any pipeline layout (costmodel.layout): uniform and per-rank splits are the
+"""The cost model takes any pipeline layout (costmodel.spec.layout): uniform and per-rank splits are the
 same plans stated as layouts; memory counts the micro-batches each virtual stage holds."""
 
 from dataclasses import replace
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.layout import from_split, parse, uniform
-from costmodel.memory import stage_memory
-from costmodel.pipeline import in_flight_chunks, in_flight_profile
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.spec.layout import from_split, parse, uniform
+from costmodel.physics.memory.stage_memory import stage_memory
+from costmodel.spec.stages import in_flight_chunks, in_flight_profile
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 M, CL = load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(64)
 W = Workload(global_batch=64, seq_len=2048)
@@ -49,7 +49,7 @@ def test_layers_moved_to_a_later_chunk_of_the_first_rank_need_less_memory():
     per_layer = (a.activations_bytes - b.activations_bytes)
     # moving 4 layers from chunk 0 to chunk 1: max(8*14 + 3*10, 7*14 + 4*10) - max(8*10 + 3*14, 7*10 + 4*14)
     # = 142 - 126 = 16 layer-micro-batches of activations less (the 5% fragmentation reserve aside)
-    from costmodel.memory import activation_bytes_per_layer
+    from costmodel.physics.memory.stage_memory import activation_bytes_per_layer
     assert per_layer == pytest.approx(16 * activation_bytes_per_layer(M, w, c), rel=1e-9)
     assert a.weights_bytes == b.weights_bytes  # the same 24 layers on the rank
 

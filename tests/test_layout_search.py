@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.layout import of as layout_of, validate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.layout import of as layout_of, validate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from search.problem import Limits, Problem
 from search.solve import SolveOptions, solve
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.memory import activation_bytes_per_layer, memory_per_stage, model_state_bytes
-from costmodel.presets import load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, memory_per_stage, model_state_bytes
+from costmodel.spec.presets import load_model
+from costmodel.spec.workload import Workload
 
 M = load_model("gpt3-175b")
 W = Workload(global_batch=64, seq_len=2048)
@@ -78,9 +78,9 @@ def test_experts_sharded_by_ep():
 def test_a_dense_models_probe_stage_past_its_layers_is_all_dense():
     # the search's tables probe a stage with up to all the model's layers on top of the others'; a
     # dense model's layers there were counted as MoE (an expert GEMM of 0 experts: ZeroDivisionError)
-    from costmodel.config import ParallelConfig
-    from costmodel.stage_contents import layer_counts
-    from costmodel.presets import load_model
+    from costmodel.spec.plan import ParallelConfig
+    from costmodel.physics.memory.stage_contents import layer_counts
+    from costmodel.spec.presets import load_model
     m = load_model("llama3-8b")  # 32 layers
     c = ParallelConfig(pp=2, dp=1, layers_per_stage=(16, 32))  # a probe: 48 layers on two stages
     assert layer_counts(m, c, 1) == (32, 0)

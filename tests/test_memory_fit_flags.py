@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.analytic import dp_comm
-from costmodel.compute import mla_up_share
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.memory import activation_bytes_per_layer, model_state_bytes, stage_memory
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.compose.stage_terms import dp_comm
+from costmodel.physics.kernels.recompute import mla_up_share
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, model_state_bytes, stage_memory
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 DS = load_model("deepseek-v3")
 W = Workload(global_batch=64, seq_len=4096)

@@ -1,4 +1,4 @@
-"""The measured memory margin (costmodel.memory_margin) is what the memory benchmark measures, and
+"""The measured memory margin (costmodel.trust.memory_margin) is what the memory benchmark measures, and
 ``recommend`` prefers a plan that keeps it when that costs no more than the re-score band."""
 
 import sys
@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import component_memory  # noqa: E402
-from costmodel.memory_margin import MEMORY_MARGIN, at_risk, safe_bytes  # noqa: E402
+from costmodel.trust.memory_margin import MEMORY_MARGIN, at_risk, safe_bytes  # noqa: E402
 
 
 def test_margin_is_the_benchmarks_largest_under_prediction():
@@ -34,13 +34,13 @@ def _model():
     """Llama 2 13B as Megatron-LM runs it without dropout flags (its 0.1 defaults: the masks make the fastest
     plan sit inside the margin; the preset trains at 0.0, as NeMo's recipe, where it does not)."""
     from dataclasses import replace
-    from costmodel.presets import load_model
+    from costmodel.spec.presets import load_model
     return replace(load_model("llama2-13b"), hidden_dropout=0.1, attention_dropout=0.1)
 
 
 def _problem():
-    from costmodel.presets import load_cluster
-    from costmodel.specs import Workload
+    from costmodel.spec.presets import load_cluster
+    from costmodel.spec.workload import Workload
     from search.problem import Problem
     return Problem(model=_model(), cluster=load_cluster("a100-80g").with_gpus(16),
                    workload=Workload(global_batch=256, seq_len=4096))

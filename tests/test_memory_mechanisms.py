@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.memory import activation_bytes_per_layer, lm_head_saved_bytes, fp8_weight_cache_bytes, memory_per_stage, model_state_bytes
-from costmodel.stage_contents import layer_params
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.physics.memory.stage_memory import (activation_bytes_per_layer, lm_head_saved_bytes, fp8_weight_cache_bytes, memory_per_stage, model_state_bytes)
+from costmodel.physics.memory.stage_contents import layer_params
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner.emit import megatron_args
 from planner.megatron_args import config_fields, parse_command_line
 
@@ -75,7 +75,7 @@ def test_the_output_head_keeps_the_final_norm_input_and_its_gemm_input():
 
 
 def test_the_output_head_is_charged_on_the_last_stage_with_the_loss(monkeypatch):
-    import costmodel.memory as mem
+    import costmodel.physics.memory.stage_memory as mem
     w = Workload(global_batch=16, seq_len=4096)
     c = ParallelConfig(tp=8, sp=True, pp=2, dp=1)
     first, last = (mem.stage_memory(LLAMA, w, c, s).activations_bytes for s in (0, 1))
@@ -86,8 +86,8 @@ def test_the_output_head_is_charged_on_the_last_stage_with_the_loss(monkeypatch)
 
 
 def test_a_chunk_that_frees_its_received_input_holds_one_layer_input_less_per_micro_batch_in_flight():
-    from costmodel.memory import stage_memory
-    from costmodel.pipeline import in_flight_profile
+    from costmodel.physics.memory.stage_memory import stage_memory
+    from costmodel.spec.stages import in_flight_profile
     w = Workload(global_batch=32, seq_len=4096)
     c = ParallelConfig(tp=8, sp=True, pp=4, vp=2, dp=1, layers_per_stage=(20, 20, 20, 20))
     freed = replace(c, pp_free_stage_inputs=True)

@@ -1,12 +1,11 @@
-"""The memory reserve outside model state and activations (costmodel.memory.reserved_bytes)."""
+"""The memory reserve outside model state and activations (costmodel.physics.memory.stage_memory.reserved_bytes)."""
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.memory import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BUFFSIZE_BYTES,
-                              NCCL_RING_CHANNELS, RESERVED_BYTES, memory_per_stage, reserved_bytes)
-from costmodel.presets import load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.memory.stage_memory import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BUFFSIZE_BYTES, NCCL_RING_CHANNELS, RESERVED_BYTES, memory_per_stage, reserved_bytes)
+from costmodel.spec.presets import load_model
+from costmodel.spec.workload import Workload
 
 MiB, GiB = 2**20, 2**30
 

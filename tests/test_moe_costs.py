@@ -1,16 +1,17 @@
 """MoE per-layer costs: router top-k/aux loss, permute/unpermute, the tokens_per_expert host sync,
-routing imbalance across EP ranks and ragged grouped GEMMs (costmodel.compute)."""
+routing imbalance across EP ranks and ragged grouped GEMMs (costmodel.physics.kernels.compute)."""
 
 import math
 from dataclasses import replace
 
 import pytest
 
-from costmodel.compute import (ACT_BYTES, HOST_COPY_S, SYNC_EXPOSED_LAUNCHES, elementwise_time_s,
-                               gemm_utilization, k_overhead, layer_ops, moe_imbalance)
-from costmodel.config import ParallelConfig
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.kernels.gemm import ACT_BYTES, elementwise_time_s, gemm_utilization, k_overhead
+from costmodel.physics.kernels.compute import HOST_COPY_S, SYNC_EXPOSED_LAUNCHES, layer_ops
+from costmodel.physics.kernels.moe_load import moe_imbalance
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 QWEN = load_model("qwen3-30b-a3b")  # hidden 2048, 128 experts, top-8, moe_ffn_hidden 768
 H200 = load_cluster("h200").device

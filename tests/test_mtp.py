@@ -1,5 +1,5 @@
 """Multi-token prediction (issue 22): DeepSeek-V3's MTP module counted, placed and priced as
-Megatron-Core builds it (costmodel.mtp), stated on the command line and emitted / read back."""
+Megatron-Core builds it (costmodel.physics.kernels.mtp), stated on the command line and emitted / read back."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel import mtp
-from costmodel.analytic import layer_timing, stage_timing
-from costmodel.compute import head_ops
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.flops import forward_flops_per_token
-from costmodel.hf_config import model_from_hf_config
-from costmodel.layout import from_split, of as layout_of, parse, validate
-from costmodel.memory import memory_per_stage
-from costmodel.stage_contents import stage_params
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.kernels import mtp
+from costmodel.engines.analytic import layer_timing, stage_timing
+from costmodel.physics.kernels.compute import head_ops
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.physics.kernels.flops import forward_flops_per_token
+from costmodel.spec.hf_config import model_from_hf_config
+from costmodel.spec.layout import from_split, of as layout_of, parse, validate
+from costmodel.physics.memory.stage_memory import memory_per_stage
+from costmodel.physics.memory.stage_contents import stage_params
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
 from planner.cli import main
 from tests.test_hf_config import DEEPSEEK_V3

@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from costmodel.collectives import collective_time_s, _tree_bw_s, TREE_BW_FACTOR
-from costmodel.errors import SpecError
-from costmodel.nccl_correction import TREE_CORRECTION_SIMPLE, tree_correction
-from costmodel.presets import load_cluster
-from costmodel.specs import LinkSpec
+from costmodel.physics.comm.collectives import collective_time_s, _tree_bw_s, TREE_BW_FACTOR
+from costmodel.spec.errors import SpecError
+from costmodel.physics.comm.nccl_correction import TREE_CORRECTION_SIMPLE, tree_correction
+from costmodel.spec.presets import load_cluster
+from costmodel.spec.specs import LinkSpec
 
 
 def test_factor_per_power_of_two_from_64_bytes():

@@ -1,13 +1,13 @@
-"""Optimizer CPU offload (costmodel.offload): Megatron-Core's HybridDeviceOptimizer, its memory and its time."""
+"""Optimizer CPU offload (costmodel.physics.mechanics.offload): Megatron-Core's HybridDeviceOptimizer, its memory and its time."""
 import pytest
 
-from costmodel import offload
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.memory import model_state_bytes
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.mechanics import offload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.physics.memory.stage_memory import model_state_bytes
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 MODEL, W = load_model("llama3-70b"), Workload(global_batch=16, seq_len=4096)
 H100, A100 = load_cluster("h100-sxm").with_gpus(8), load_cluster("a100-80g").with_gpus(8)

@@ -3,12 +3,12 @@ import argparse
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
 from planner import cli
 from planner import megatron_args as mg
 from planner.emit import megatron_args
-from planner.framework_inputs import check_megatron_flags
+from planner.inputs.megatron import check_megatron_flags
 
 # the flags as Megatron-LM d98e8a64 declares them (megatron/training/arguments.py, _add_training_args and the
 # precision-aware optimizer group): store_true, type=float default 1.0, store_true, store_true

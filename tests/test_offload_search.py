@@ -1,4 +1,4 @@
-"""Optimizer CPU offload in the search (search.offload_choice): the tables and bounds charge costmodel.offload's
+"""Optimizer CPU offload in the search (search.offload_choice): the tables and bounds charge costmodel.physics.mechanics.offload's
 step exactly, the bounds stay below the optimum, a problem that fits is searched as before, and one that fits
 only with offload is answered with it."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from costmodel import offload
-from costmodel.analytic import stage_optimizer_s
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.mechanics import offload
+from costmodel.compose.stage_terms import stage_optimizer_s
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from search.bounds import Bounds
 from search.exhaustive import best_splits
 from search.offload_choice import FRACTIONS, offered
@@ -131,7 +131,7 @@ def test_70b_on_8_h100_fits_only_with_offload_and_pays_its_time():
     assert cfg.optimizer_offload_fraction == info["chosen"] > 0 and cfg.overlap_cpu_optimizer_d2h_h2d and cfg.zero == 1
     est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")
     assert est.fits and res.objective_s == pytest.approx(est.step_time_s, rel=1e-6)
-    # the step includes costmodel.offload's time: the CPU Adam of the largest stage's offloaded shard
+    # the step includes costmodel.physics.mechanics.offload's time: the CPU Adam of the largest stage's offloaded shard
     cpu = max(offload.offload_times_s(cfg.optimizer_offload_fraction * _local(p, cfg, i), p.cluster)[1]
               for i in range(cfg.pp))
     assert est.breakdown["optimizer_s"] >= cpu > 1.0
@@ -139,7 +139,7 @@ def test_70b_on_8_h100_fits_only_with_offload_and_pays_its_time():
 
 
 def _local(p, cfg, stage):
-    from costmodel.stage_contents import stage_params
+    from costmodel.physics.memory.stage_contents import stage_params
     d, e = stage_params(p.model, cfg, stage)
     return (d + e) / (cfg.dp * cfg.cp)
 

@@ -2,15 +2,16 @@
 
 import pytest
 
-from costmodel.compute import layer_ops, op_sac_fractions
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.fastpath import Scorer
-from costmodel.flops import hardware_flops_per_step, model_flops_per_step
-from costmodel.memory import activation_bytes_per_layer, op_sac_bytes_per_layer, stage_memory
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.physics.kernels.compute import layer_ops
+from costmodel.physics.kernels.recompute import op_sac_fractions
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.training.fastpath import Scorer
+from costmodel.physics.kernels.flops import hardware_flops_per_step, model_flops_per_step
+from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, op_sac_bytes_per_layer, stage_memory
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 M = load_model("llama3.1-8b")
 CL = load_cluster("h100-sxm").with_gpus(8)

@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel.compute import optimizer_time_s
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.memory import model_state_bytes
-from costmodel.stage_contents import stage_params
-from costmodel.presets import load_cluster, load_model
+from costmodel.physics.kernels.compute import optimizer_time_s
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.physics.memory.stage_memory import model_state_bytes
+from costmodel.physics.memory.stage_contents import stage_params
+from costmodel.spec.presets import load_cluster, load_model
 
 M = load_model("llama3-70b")
 FP32 = ParallelConfig(tp=8, pp=4, dp=2, sp=True, zero=1, grad_dtype="bf16")
@@ -43,7 +43,7 @@ def test_other_plans_keep_a_master_copy(kw):
 
 def test_recommend_pins_zero_1_and_emit_megatron_refuses():
     from search.problem import Limits, Problem
-    from costmodel.specs import Workload
+    from costmodel.spec.workload import Workload
     cl, w = load_cluster("h100-sxm").with_gpus(16), Workload(global_batch=32, seq_len=4096)
     p = Problem(model=M, cluster=cl, workload=w, options=(("optimizer_dtype", "bf16"),))
     assert p.limits.fixed["zero"] == 1
@@ -60,7 +60,7 @@ def test_the_search_answers_with_the_option_on_zero_1_plans():
     """The bounds probe other ZeRO stages; the option must not make them unbuildable (it did: recommend exited 2)."""
     from search.problem import Problem
     from search.solve import SolveOptions, solve
-    from costmodel.specs import Workload
+    from costmodel.spec.workload import Workload
     cl = load_cluster("h100-sxm").with_gpus(64)
     r = solve(Problem(model=M, cluster=cl, workload=Workload(global_batch=64, seq_len=4096),
                       options=(("optimizer_dtype", "bf16"),)), SolveOptions(time_limit_s=30, small_space=-1))

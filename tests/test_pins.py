@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from costmodel.errors import SpecError
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner.cli import main
 from search.candidates import is_pinned, mb_values, recompute_values, tp_values, vp_values
 from search.pins import check_pins, joint_reason

@@ -2,8 +2,9 @@
 
 import pytest
 
-from costmodel.pipeline import bubble_fraction, in_flight_chunks, stage_layers
-from costmodel.step import multiplier
+from costmodel.compose.schedule import bubble_fraction
+from costmodel.spec.stages import in_flight_chunks, stage_layers
+from costmodel.compose.step import multiplier
 
 
 def test_no_pipeline_no_bubble():

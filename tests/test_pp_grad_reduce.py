@@ -11,14 +11,14 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel import frameworks
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.memory import gathered_weight_bytes, memory_per_stage, model_state_bytes
-from costmodel.stage_contents import stage_params
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.frameworks import rules as frameworks
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.physics.memory.stage_memory import gathered_weight_bytes, memory_per_stage, model_state_bytes
+from costmodel.physics.memory.stage_contents import stage_params
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 GiB = 2**30
 M70 = load_model("llama3-70b")
@@ -64,7 +64,7 @@ def test_microbatch_pays_a_gather_and_a_reduce_scatter_per_microbatch():
 
 
 def test_the_fast_path_scores_both_as_evaluate_does_from_one_cache():
-    from costmodel.fastpath import Scorer
+    from costmodel.training.fastpath import Scorer
     cl = load_cluster("h100-sxm").with_gpus(32)
     scorer = Scorer(M70, cl, W)
     for c in (STEP, MICRO):  # one scorer: a cache key without the option would hand MICRO STEP's terms

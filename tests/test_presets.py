@@ -5,10 +5,9 @@ import json
 import pytest
 import yaml
 
-from costmodel.errors import SpecError
-from costmodel.presets import (cluster_to_dict, load_cluster, load_model, model_to_dict, preset_info,
-                               preset_names)
-from costmodel.specs import ClusterSpec, ModelSpec
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import cluster_to_dict, load_cluster, load_model, model_to_dict, preset_info, preset_names
+from costmodel.spec.specs import ClusterSpec, ModelSpec
 
 MODELS = preset_names("models")
 CLUSTERS = preset_names("clusters")

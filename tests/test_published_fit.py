@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import published  # noqa: E402
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.memory import memory_per_stage  # noqa: E402
+from benchmarks import published  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.physics.memory.stage_memory import memory_per_stage  # noqa: E402
 
 #: (set, row_id) -> why (the sealed rows keep their new-set ids: "new") the model's plan as filled needs more than the device's HBM (RESULTS.md)
 KNOWN_UNFIT: dict = {

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import published as P  # noqa: E402
-import regimes as R  # noqa: E402
-import validate_published as V  # noqa: E402
+from benchmarks import published as P  # noqa: E402
+from benchmarks import regimes as R  # noqa: E402
+from benchmarks import validate_published as V  # noqa: E402
 
-from costmodel.config import ParallelConfig  # noqa: E402
-from costmodel.estimate import evaluate  # noqa: E402
-from costmodel.presets import load_cluster, load_model  # noqa: E402
-from costmodel.specs import Workload  # noqa: E402
+from costmodel.spec.plan import ParallelConfig  # noqa: E402
+from costmodel.api import evaluate  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
+from costmodel.spec.workload import Workload  # noqa: E402
 
 # the sealed split's rows are loaded here only to check that they parse into plans (never scored here)
 ROWS = P.load_set("all") + P.load_set("sealed")

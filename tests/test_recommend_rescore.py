@@ -4,9 +4,9 @@ output states both objectives and the band (issue 9; issue 12 item 2 for ``--emi
 
 import json
 
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner.cli import main
 from search.exhaustive import solve_exhaustive
 from search.problem import Limits, Problem

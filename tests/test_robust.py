@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from costmodel.presets import load_cluster, load_model
-from costmodel.scenarios import GROUPS, pessimistic, scenarios
-from costmodel.specs import Workload
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.trust.scenarios import GROUPS, pessimistic, scenarios
+from costmodel.spec.workload import Workload
 from planner import recommend
 from search.problem import Problem
 from search.robust import solve_robust

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.errors import SpecError
-from costmodel.presets import load_model
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import load_model
 from planner import megatron_args as mg
 from planner.runs import cluster_for, median_after_warmup, parse_log, read_runs, run_from_log
 
@@ -249,7 +249,7 @@ def test_moe_stacks_the_model_does_not_charge_are_refused(line, field):
 
 
 def test_emitted_moe_arguments_parse_back():
-    from costmodel.config import ParallelConfig
+    from costmodel.spec.plan import ParallelConfig
     from planner.emit import megatron_args
     for disp in ("alltoall", "deepep"):
         c = ParallelConfig(tp=2, pp=4, dp=8, ep=8, mb=1, sp=True, zero=1, ep_dispatcher=disp)

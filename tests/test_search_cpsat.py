@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
-from costmodel.presets import load_cluster
-from costmodel.specs import ModelSpec, Workload
-from costmodel.units import GiB
+from costmodel.spec.presets import load_cluster
+from costmodel.spec.specs import ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import GiB
 from search.candidates import Split
 from search.cpsat import Space, build_model
 from search.exhaustive import best_splits, solve_exhaustive

@@ -82,8 +82,8 @@ def test_the_group_bound_holds_for_every_bucket_size():
     """The refined group bound is the least DP exposure over the bucket sizes: with 25 and 160 MB
     buckets it took 25 MB's (more buckets, more collective latencies), 14.24 M ticks above the
     optimum of 12.57 M (pp1 dp8 at 160 MB), and the search answered a wrong OPTIMAL 13.20 M."""
-    from costmodel.presets import load_cluster, load_model
-    from costmodel.specs import Workload
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
     from search.exhaustive import solve_exhaustive
     from search.problem import Limits, Problem
     from search.solve import SolveOptions, solve

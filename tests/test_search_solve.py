@@ -2,9 +2,9 @@
 
 import pytest
 
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
-from costmodel.units import GiB
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import GiB
 from search.explain import explain_infeasible
 from search.problem import Limits, Problem
 from search.result import FEASIBLE, INFEASIBLE, OPTIMAL

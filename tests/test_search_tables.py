@@ -11,13 +11,13 @@ import zlib
 
 import pytest
 
-from costmodel.analytic import dp_comm, grad_bytes
-from costmodel.collectives import collective_latency_s
-from costmodel.estimate import evaluate
-from costmodel.memory import grad_elem_bytes
-from costmodel.stage_contents import stage_params
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.compose.stage_terms import dp_comm, grad_bytes
+from costmodel.physics.comm.collectives import collective_latency_s
+from costmodel.api import evaluate
+from costmodel.physics.memory.stage_memory import grad_elem_bytes
+from costmodel.physics.memory.stage_contents import stage_params
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from search.bounds import Bounds
 from search.candidates import (Split, bucket_values, chunk_values, mb_values, recompute_values, shapes, sp_values,
                                splits, vp_values, zero_values)
@@ -91,7 +91,7 @@ def test_dp_collectives_are_exact_where_nccl_switches_ring_and_tree():
     # Mixtral on H100, DP x CP across nodes: a middle stage's gradient all-reduce takes the tree
     # at few layers and the ring past them, so an affine fit through 1 and 2 layers was 6e-5 s off
     # at 13 layers (a CI failure on 64 GPUs, DP 8); the tables now price every layer count on its
-    # own. With NCCL's pipelined ring (costmodel.collectives) the flip happens on 128 GPUs, DP 16.
+    # own. With NCCL's pipelined ring (costmodel.physics.comm.collectives) the flip happens on 128 GPUs, DP 16.
     p = problem("mixtral-8x7b", "h100-sxm", 128, 128, 4096)
     s = next(x for x in shapes(p) if (x.tp, x.cp, x.pp, x.dp, x.ep) == (1, 2, 4, 16, 4))
     c = Choice(s, 1, 1, False, 1, 0, "full", 12, 25.0)

@@ -1,14 +1,14 @@
-"""Step-time sensitivity to hardware constants and the bottleneck's critical values (costmodel.sensitivity)."""
+"""Step-time sensitivity to hardware constants and the bottleneck's critical values (costmodel.trust.sensitivity)."""
 
 import json
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.sensitivity import KNOBS, bottleneck, knob_value, scaled, sensitivity
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.trust.sensitivity import KNOBS, bottleneck, knob_value, scaled, sensitivity
+from costmodel.spec.workload import Workload
 from planner import cli
 
 LLAMA = load_model("llama3-8b")

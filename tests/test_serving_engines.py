@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.inference import evaluate_inference
-from costmodel.presets import load_cluster, load_model
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.serving.inference import evaluate_inference
+from costmodel.spec.presets import load_cluster, load_model
 from planner import cli, recommend_infer
 from search.infer import ENGINES, InferProblem, InferResult, shapes, solve_infer
 from search.solve import SolveOptions

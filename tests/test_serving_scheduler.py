@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.inference import evaluate_inference
-from costmodel.presets import load_cluster, load_model
-from costmodel.scheduler import simulate
-from costmodel.serving_engines import SchedulerSpec, default_scheduler
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.serving.inference import evaluate_inference
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.serving.scheduler import simulate
+from costmodel.serving.engines import SchedulerSpec, default_scheduler
+from costmodel.spec.workload import Workload
 from planner import cli
 from search.infer import InferProblem, solve_infer
 

@@ -1,4 +1,4 @@
-"""Both engines charge a chunked op's extra kernel launches (costmodel.split_overhead): a layer's
+"""Both engines charge a chunked op's extra kernel launches (costmodel.physics.comm.split_overhead): a layer's
 compute in the closed form equals the compute the op graph schedules, phase by phase. Before, the
 closed form charged none, and was 3% fast on plans with 8 TP chunks (RESULTS.md section 33)."""
 
@@ -6,15 +6,14 @@ import re
 
 import pytest
 
-from costmodel import analytic
-from costmodel.compute import Op, layer_ops
-from costmodel.config import ParallelConfig
-from costmodel.graph.builders import layer_graph
-from costmodel.graph.nodes import COMPUTE
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
-from costmodel.split_overhead import (CP_RING, EP, GEMM, ONE, TP, BwdSplit, FwdSplit, bwd_split, extra_s, fwd_split,
-                                      replay_extra_s, replay_plan, split_s)
+from costmodel.engines import analytic
+from costmodel.physics.kernels.compute import Op, layer_ops
+from costmodel.spec.plan import ParallelConfig
+from costmodel.engines.graph.builders import layer_graph
+from costmodel.engines.graph.nodes import COMPUTE
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from costmodel.physics.comm.split_overhead import (CP_RING, EP, GEMM, ONE, TP, BwdSplit, FwdSplit, bwd_split, extra_s, fwd_split, replay_extra_s, replay_plan, split_s)
 
 CASES = [  # (model, moe, plan)
     ("llama3-8b", False, dict(tp=8, sp=True, chunks=8)),

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from costmodel.errors import SpecError
-from costmodel.presets import cluster_from_dict, cluster_to_dict, load_cluster
-from costmodel.stacks import DEFAULT_STACK, STACKS, apply_stack, load_stack, stack_config
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import cluster_from_dict, cluster_to_dict, load_cluster
+from costmodel.frameworks.stacks import DEFAULT_STACK, STACKS, apply_stack, load_stack, stack_config
 from planner.cli import main
 
 PROBLEM = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "16", "--seq", "8192"]

@@ -1,9 +1,9 @@
-"""The one step composition (costmodel/step.py), by hand-computed cases, on scalars and arrays."""
+"""The one step composition (costmodel/compose/step.py), by hand-computed cases, on scalars and arrays."""
 
 import numpy as np
 import pytest
 
-from costmodel.step import bucketed_s, compose, dp_buckets, dp_exposure, multiplier, step_time
+from costmodel.compose.step import bucketed_s, compose, dp_buckets, dp_exposure, multiplier, step_time
 
 
 def test_multiplier_is_microbatches_plus_interleaved_bubble():
@@ -28,8 +28,8 @@ def test_step_time_is_fill_plus_slowest_stage_pace_plus_worst_tails():
 def test_pipeline_term_is_the_simulated_makespan_of_unequal_stages():
     """The closed form against the event-driven 1F1B / interleaved schedule of the op-graph engine:
     exact when the slowest stage is last (or all are equal), never below the simulation."""
-    from costmodel.graph.pipeline import simulate
-    from costmodel.step import pipeline_s
+    from costmodel.engines.graph.pipeline import simulate
+    from costmodel.compose.step import pipeline_s
     rng = np.random.default_rng(3)
     over, old_over = [], []
     for _ in range(30):   # stage times 3x apart at random: far more uneven than real splits

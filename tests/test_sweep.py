@@ -148,8 +148,8 @@ def test_framework_and_gradient_dtype_are_axes_that_keep_old_case_ids(tmp_path):
     summary = run_sweep(cases, tmp_path, workers=1, progress=False)
     assert summary.ok == 4
     jsonl, _ = rows(tmp_path)
-    from costmodel.config import ParallelConfig
-    from costmodel.frameworks import check
+    from costmodel.spec.plan import ParallelConfig
+    from costmodel.frameworks.rules import check
     for r in jsonl:  # each plan is its framework's, with the gradient dtype of the case
         c = ParallelConfig.from_dict(r["estimate"]["config"])
         assert (c.framework, c.grad_dtype) == (r["framework"], r["grad_dtype"])

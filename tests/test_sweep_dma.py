@@ -10,9 +10,10 @@ from collections import defaultdict
 
 import pytest
 
-from costmodel import dma
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
+from costmodel.physics.comm import dma
+from costmodel.spec import dma_plan
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
 from planner import cli
 from planner.sweep import ResultStore
 from planner.sweep.codesign import COLUMNS, dma_series, format_dma_summary
@@ -54,7 +55,7 @@ def test_columns_are_filled_and_agree_with_the_plan(swept):
         _, cluster, _ = Case(**{k: r[k] for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype",
                                                     "dma_engines")}).problem()
         config = ParallelConfig.from_dict(r["estimate"]["config"])
-        a = dma.parse(r["dma_assignment"])
+        a = dma_plan.parse(r["dma_assignment"])
         assert str(dma.resolve(cluster, config)) == r["dma_assignment"]
         per_class = defaultdict(int)
         for g in a.groups:

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner import cli
 from planner.sweep.plots import codesign_curve, knob_values, plot_tp_pp
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.estimate import evaluate
-from costmodel import frameworks
-from costmodel.frameworks import check_runnable
-from costmodel.config import ParallelConfig
+from costmodel.api import evaluate
+from costmodel.frameworks import rules as frameworks
+from costmodel.frameworks.rules import check_runnable
+from costmodel.spec.plan import ParallelConfig
 from search import candidates as cand
 from search.problem import Limits, Problem
 from planner import Planner, Score, SpecError
@@ -91,7 +91,7 @@ def test_evaluate_many_equals_evaluate(model, cluster, gpus, batch, seq):
     sample = random_plans(problem, 60, random.Random(0))
     n_ok = 0
     for score in p.evaluate_many(sample):
-        try:  # a plan its framework cannot run on this device is invalid too (costmodel.frameworks)
+        try:  # a plan its framework cannot run on this device is invalid too (costmodel.frameworks.rules)
             check_runnable(score.config, cl.device)
             e = evaluate(m, cl, w, score.config, engine="analytic")
         except SpecError as err:

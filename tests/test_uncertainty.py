@@ -1,4 +1,4 @@
-"""Uncertainty bands on step time (costmodel.uncertainty)."""
+"""Uncertainty bands on step time (costmodel.trust.uncertainty)."""
 
 import json
 import math
@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from costmodel import uncertainty as U
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.trust import uncertainty as U
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 GPT3 = load_model("gpt3-175b")
 A100 = load_cluster("a100-80g").with_gpus(64)
@@ -175,7 +175,7 @@ def test_calibration_narrows_the_band_when_it_predicts_held_out_runs_well():
 
 
 def test_calibrated_cluster_file_carries_its_residuals(tmp_path):
-    from costmodel.presets import cluster_to_dict
+    from costmodel.spec.presets import cluster_to_dict
     doc = cluster_to_dict(load_cluster("a100-80g"))
     doc["device"]["gemm_efficiency"] = 0.7
     doc["calibrated"] = {"fitted": ["gemm_efficiency"], "loo_log_residuals": [0.01, -0.02, 0.015]}

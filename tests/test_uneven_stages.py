@@ -15,12 +15,13 @@ import shlex
 
 import pytest
 
-from costmodel.config import ParallelConfig, validate_config
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.pipeline import chunk_layers, megatron_split
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.validity import validate_config
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.stages import chunk_layers, megatron_split
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner import cli
 from planner.emit import megatron_args, megatron_text, split_form
 

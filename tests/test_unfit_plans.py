@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.layout import from_split
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.spec.layout import from_split
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 from planner.emit import megatron_args, torchtitan_lines, torchtitan_model_parts
 from search.explain import explain_infeasible
 from search.pins import check_pins

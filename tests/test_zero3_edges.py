@@ -1,16 +1,17 @@
-"""The embedding and head units of FSDP2 / DeepSpeed ZeRO-3 plans (costmodel.zero3_edges): what is
+"""The embedding and head units of FSDP2 / DeepSpeed ZeRO-3 plans (costmodel.physics.mechanics.zero3_edges): what is
 issued per micro-batch, by hand, and that both engines charge the embedding's exposed part."""
 
 from unittest import mock
 
 import pytest
 
-from costmodel import analytic, estimate
-from costmodel.config import ParallelConfig
-from costmodel.graph import compose
-from costmodel.presets import load_cluster, load_model
-from costmodel.specs import Workload
-from costmodel.zero3_edges import edge_collectives, edge_times
+from costmodel.engines import analytic
+from costmodel.training import estimate
+from costmodel.spec.plan import ParallelConfig
+from costmodel.engines.graph import compose
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from costmodel.physics.mechanics.zero3_edges import edge_collectives, edge_times
 
 
 def test_fsdp2_units_by_hand():
@@ -62,7 +63,7 @@ def test_both_engines_charge_the_exposed_embedding_collectives(engine):
 
 
 def test_module_layout_is_checked_and_round_trips():
-    from costmodel.errors import SpecError
+    from costmodel.spec.errors import SpecError
     with pytest.raises(SpecError, match="module_layout"):
         ParallelConfig(module_layout="hf")  # Megatron builds its own fused modules
     with pytest.raises(SpecError, match="module_layout"):

@@ -1,7 +1,7 @@
 """``planner calibrate``: fit the cluster's efficiency constants to your own measured runs.
 
 Reads measured runs (CSV/YAML tables, or Megatron-LM / NeMo training logs; see
-:mod:`planner.runs`), fits the constants the runs can determine (:mod:`costmodel.calibration`;
+:mod:`planner.runs`), fits the constants the runs can determine (:mod:`costmodel.trust.calibration`;
 ``--fit`` names them, and is refused when the runs cannot determine them), prints each run's
 error before and after (and leave-one-out errors with three or more runs), and writes a
 calibrated cluster file that every command takes as ``--cluster FILE``.
@@ -15,11 +15,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from costmodel.calibration import CONSTANTS, calibrated_section, fit
-from costmodel.errors import SpecError
-from costmodel.presets import cluster_to_dict
+from costmodel.trust.calibration import CONSTANTS, fit
+from costmodel.trust.calibrated_section import calibrated_section
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import cluster_to_dict
 
-from costmodel.units import DTYPES
+from costmodel.spec.units import DTYPES
 
 from ..args import choice_arg, int_arg
 from ..report import print_json, table, to_plain

@@ -3,7 +3,7 @@
 A plan that does not fit in memory is not an error: the report says ``fits`` no and
 names the stages that overflow. An invalid plan (e.g. tp not dividing heads) exits 2.
 With ``--mode infer`` it reports TTFT, TPOT, tokens/s, KV cache, the largest concurrency
-that fits and the overlap of prefill and decode (:mod:`costmodel.inference`).
+that fits and the overlap of prefill and decode (:mod:`costmodel.serving.inference`).
 """
 
 from __future__ import annotations
@@ -11,15 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from costmodel.errors import SpecError
-from costmodel.flops import with_convention
-from costmodel.inference import evaluate_inference
+from costmodel.spec.errors import SpecError
+from costmodel.physics.kernels.flops import with_convention
+from costmodel.serving.inference import evaluate_inference
+from costmodel.trust.serving_band import with_serving_bands
 
 from ..args import add_flop_args
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
                     config_from_args, inference_batch, inference_options, problem_from_args)
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
-from ..completion import chosen_line, fmt_knob, stated_plan
+from ..completion import chosen_line, stated_plan
+from ..tuning import fmt_knob
 from ..emit_arch import model_args_tokens
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
@@ -77,7 +79,7 @@ def _run_infer(args: argparse.Namespace) -> int:
     workload = inference_batch(args, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
-    est = evaluate_inference(model, cluster, workload, config, **inference_options(args))
+    est = with_serving_bands(evaluate_inference(model, cluster, workload, config, **inference_options(args)))
     # with --engine: that engine's launch; without: vLLM's scheduler was simulated, and the same
     # layout is printed for vLLM and SGLang as before
     engines = (args.engine,) if args.engine else ("vllm", "sglang")
@@ -140,4 +142,4 @@ def source_line(source: dict) -> str:
     return "; ".join(parts)
 
 
-_fmt = fmt_knob  # the one formatting of a knob's value (planner.completion)
+_fmt = fmt_knob  # the one formatting of a knob's value (planner.tuning)

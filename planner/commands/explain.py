@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from costmodel.errors import SpecError
-from costmodel.graph.explain import explain, format_explain, tp_feasibility
-from costmodel.graph.trace import write_chrome_trace, write_gantt
+from costmodel.spec.errors import SpecError
+from costmodel.engines.graph.explain import explain, format_explain, tp_feasibility
+from costmodel.engines.graph.trace import write_chrome_trace, write_gantt
 
-from costmodel.layout import of as layout_of
+from costmodel.spec.layout import of as layout_of
 from search.layout import with_best_layout
 
 from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
@@ -180,11 +180,11 @@ def _trust_lines(trust: dict) -> list[str]:
 
 
 def _sensitivity(args, model, cluster, workload, config):
-    """``--sensitivity``: :func:`costmodel.sensitivity.sensitivity` rows of a training plan, else None."""
+    """``--sensitivity``: :func:`costmodel.trust.sensitivity.sensitivity` rows of a training plan, else None."""
     if not getattr(args, "sensitivity", False):
         return None
     if workload.mode != "train":
-        from costmodel.errors import SpecError
+        from costmodel.spec.errors import SpecError
         raise SpecError("sensitivity", True, "used with training plans (--mode train)")
-    from costmodel.sensitivity import sensitivity
+    from costmodel.trust.sensitivity import sensitivity
     return sensitivity(model, cluster, workload, config)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.presets import load_cluster, load_model, preset_info, preset_names
+from costmodel.spec.presets import load_cluster, load_model, preset_info, preset_names
 
-from costmodel.units import TFLOPS, GiB
+from costmodel.spec.units import TFLOPS, GiB
 
 from ..args import add_output_args
 from ..report import print_json, table

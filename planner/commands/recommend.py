@@ -16,19 +16,19 @@ import argparse
 import sys
 import time
 
-from costmodel.errors import InfeasibleConfig
-from costmodel.memory_margin import MEMORY_MARGIN
-from costmodel.units import GiB
+from costmodel.spec.errors import InfeasibleConfig
+from costmodel.trust.memory_margin import MEMORY_MARGIN
+from costmodel.spec.units import GiB
 
 from ..args import _converter, add_flop_args
 from ..args import (add_config_args, add_output_args, add_problem_args, choice_arg, float_arg, int_arg, problem_from_args,
                     split_from_args)
 from ..args import problem_of
-from ..completion import recommend_choices
+from ..tuning import recommend_choices
 from ..emit import (FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable,
                     refuse_unstated_gradients, torchtitan_lines)
-from costmodel.estimate import DEFAULT_ENGINE
-from costmodel.flops import with_convention
+from costmodel.training.estimate import DEFAULT_ENGINE
+from costmodel.physics.kernels.flops import with_convention
 
 from ..emit_arch import model_args_tokens
 from ..report import ENGINE_NAMES, _s, estimate_json, model_label, print_json, stack_line, table, with_trust
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     recommend_infer.reject_serving_flags(args)
     model, cluster, workload = problem_from_args(args)
     if not cluster.num_gpus:
-        from costmodel.errors import SpecError
+        from costmodel.spec.errors import SpecError
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
     problem = problem_of(args, model, cluster, workload)
     check_pins(problem)  # a pin no plan can hold: refused at once, naming the rule (as evaluate does)
@@ -231,9 +231,9 @@ def _emit(fmt: str, config, workload, model) -> int:
 
 def _band(plan, model, cluster, workload):
     """The 80% band of ``plan``'s measured step time around its reported (op-graph) prediction, or
-    None (:func:`costmodel.uncertainty.band_for`, when present): the band ``--json`` gives."""
+    None (:func:`costmodel.trust.uncertainty.band_for`, when present): the band ``--json`` gives."""
     try:
-        from costmodel.uncertainty import band_for
+        from costmodel.trust.uncertainty import band_for
         return band_for(model, cluster, workload, plan.reported)
     except Exception:  # no band model (or no residuals): the column is left out
         return None

@@ -18,13 +18,14 @@ import sys
 import threading
 from pathlib import Path
 
-from costmodel.errors import SpecError
+from costmodel.spec.errors import SpecError
 
 from ..args import add_output_args, choice_arg, int_arg
 from ..report import print_json
 from ..sweep.codesign import dma_series, format_dma_summary
 from ..sweep.grid import grid_from_mapping, load_grid_file
-from ..sweep.runner import BACKENDS, SweepInterrupted, run_sweep
+from ..sweep.api import BACKENDS, run_sweep
+from ..sweep.runner import SweepInterrupted
 from ..sweep.schema import markdown
 from ..sweep.store import CSV, JSONL, ResultStore
 

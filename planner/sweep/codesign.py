@@ -3,7 +3,7 @@ plan, and the summary of a sweep over the DMA engine count (``--dma-engines 1,2,
 
 The critical condition is the source document's ``T_comm <= T_compute`` (section 2): a
 communication can be hidden only if the compute it can run beside lasts at least as long.
-:func:`critical_columns` takes it from :func:`costmodel.graph.explain.explain`, the rows of
+:func:`critical_columns` takes it from :func:`costmodel.engines.graph.explain.explain`, the rows of
 ``planner explain`` (one formula: ``T_comm`` per strategy, the compute window independent of its
 transfers, ``critical_condition``), and names the strategy with the largest ratio: the plan
 meets the condition when that one does.
@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from costmodel.config import ParallelConfig
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
 
 from ..report import table
 from .grid import AXES_COLUMNS
@@ -45,14 +46,14 @@ def critical_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     A serving workload has no assignment and no explain rows of a training step: every column
     is ``None``.
 
-    >>> from costmodel.presets import load_cluster, load_model
+    >>> from costmodel.spec.presets import load_cluster, load_model
     >>> cl = load_cluster("sg2262-like").with_gpus(16)
     >>> c = critical_columns(load_model("llama3-8b"), cl, Workload(global_batch=16, seq_len=4096),
     ...                      ParallelConfig(tp=8, dp=2, sp=True, zero=1))
     >>> c["dma_assignment"], c["critical_strategy"], c["critical_holds"] == (c["t_comm_s"] <= c["t_compute_s"])
     ('tp:cdma*2,dp:cdma*1,zero:cdma*1', 'sp', True)
     """
-    from costmodel.graph.explain import explain
+    from costmodel.engines.graph.explain import explain
 
     from ..report import dma_assignment_json
 

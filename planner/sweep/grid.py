@@ -23,7 +23,7 @@ True
 ...                    "clusters": "h100-sxm"})
 Traceback (most recent call last):
 ...
-costmodel.errors.SpecError: gpus='eight': must be positive integers (a list, or comma-separated)
+costmodel.spec.errors.SpecError: gpus='eight': must be positive integers (a list, or comma-separated)
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from costmodel.config import GRAD_DTYPES
-from costmodel.errors import SpecError
-from costmodel.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
-from costmodel.units import DTYPES, GB, GiB
+from costmodel.spec.plan import GRAD_DTYPES
+from costmodel.spec.errors import SpecError
+from costmodel.spec.plan import DEFAULT_FRAMEWORK, FRAMEWORKS
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import DTYPES, GB, GiB
 
 from ..problem import make_workload, resolve_cluster, resolve_model
 
@@ -120,7 +121,7 @@ def apply_whatifs(cluster: ClusterSpec, *, dma_engines: int | None = None, nvlin
                   nic_gbps: float | None = None, hbm_gib: float | None = None) -> ClusterSpec:
     """``cluster`` with hardware what-ifs applied (``None`` leaves a property as it is).
 
-    >>> from costmodel.presets import load_cluster
+    >>> from costmodel.spec.presets import load_cluster
     >>> c = apply_whatifs(load_cluster("sg2262-like"), dma_engines=8, nic_gbps=200)
     >>> [e.count for e in c.device.dma_engines if e.scopes][0], c.inter_link.bw_bytes_per_s
     (8, 200000000000.0)

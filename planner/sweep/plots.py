@@ -11,7 +11,7 @@
   compute time ``T_compute``; a marker at the critical point ``T_comm <= T_compute`` (the
   source document's condition for hiding communication) and the exposed fraction ``1 - r``
   the overlap schedule leaves (:func:`codesign_curve` computes the numbers with
-  :func:`costmodel.estimate.evaluate`).
+  :func:`costmodel.api.evaluate`).
 
 matplotlib is an optional extra (``pip install 'overlap-planner[plot]'``).
 """
@@ -25,11 +25,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costmodel.config import ParallelConfig
-from costmodel.errors import SpecError
-from costmodel.estimate import evaluate
-from costmodel.specs import ClusterSpec, ModelSpec, Workload
-from costmodel.units import GB
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.errors import SpecError
+from costmodel.api import evaluate
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.spec.units import GB
 
 from ..report import count_text
 from .grid import AXES_COLUMNS, Case, apply_whatifs
@@ -191,7 +192,7 @@ def codesign_curve(model: ModelSpec, cluster: ClusterSpec, workload: Workload, c
                    knob: str, values=None) -> CodesignCurve:
     """Evaluate ``config`` with ``knob`` set to each of ``values`` (default :func:`knob_values`).
 
-    >>> from costmodel.presets import load_cluster, load_model
+    >>> from costmodel.spec.presets import load_cluster, load_model
     >>> cl = load_cluster("h100-sxm").with_gpus(64)
     >>> c = codesign_curve(load_model("llama3-70b"), cl, Workload(global_batch=128, seq_len=4096),
     ...                    ParallelConfig(tp=8, pp=4, dp=2, sp=True, zero=1, recompute="selective"), "nic_gbps")

@@ -16,10 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from costmodel.errors import SpecError
+from costmodel.spec.errors import SpecError
 
 from .grid import Case
 from .solve import outcome
+from .worker import default_workers
 
 #: tasks kept submitted at once, per CPU of the cluster
 IN_FLIGHT_PER_CPU = 4
@@ -54,7 +55,6 @@ def connect(address: str | None = None, workers: int | None = None):
             with _stderr_held():  # Ray's retries print a line a second on stderr; the error below says it once
                 ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         else:
-            from .runner import default_workers
             # address="local": always a new local Ray, never a cluster some earlier process left registered in
             # /tmp/ray/ray_current_cluster (ray.init's default joins it, and then refuses num_cpus)
             ray.init(address="local", num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False,
@@ -86,7 +86,7 @@ def _call(solve, case: Case) -> dict:
     return solve(case)
 
 
-def run_ray(cases: list[Case], solve, on_result, *, address: str | None = None, workers: int | None = None,
+def run_ray(cases: list[Case], solve, on_result, *, workers: int | None = None, address: str | None = None,
             max_attempts: int = 3) -> None:
     """Solve ``cases`` as Ray tasks; ``on_result(case, result, attempts)`` runs in this process."""
     ray, started = connect(address, workers)

@@ -1,11 +1,10 @@
-"""Run a sweep's cases in parallel, append each result as it finishes, resume after a kill.
+"""Run a sweep's cases on a local process pool, and the records and summary every backend shares.
 
-:func:`run_sweep` opens the result files (:class:`~planner.sweep.store.ResultStore`), skips
-the cases already finished there, runs the rest on a local process pool (default: one
-worker per core) or on Ray (:mod:`planner.sweep.ray_backend`), and writes one record per
-case in the driver process. A worker that dies takes only its case down: the pool is rebuilt
-and the case retried, up to ``max_attempts`` starts, after which it is recorded as
-``crashed``. Workers of the local pool exit by themselves when the driver is killed.
+:func:`run_pool` runs cases on a local process pool (one worker per core by default; one worker:
+in this process). A worker that dies takes only its case down: the pool is rebuilt and the case
+retried, up to ``max_attempts`` starts, after which it is recorded as ``crashed``. Workers of the
+local pool exit by themselves when the driver is killed. The driver that opens the result files,
+skips finished cases and picks this backend or Ray is :func:`planner.sweep.api.run_sweep`.
 
 Interrupts are the driver's: workers ignore SIGINT (a terminal's Ctrl-C reaches the whole
 process group), and on ``KeyboardInterrupt`` (or :class:`SweepInterrupted`, what the CLI
@@ -26,23 +25,10 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
-from costmodel.errors import SpecError
-
 from .grid import Case
-from .progress import Progress
 from .schema import NAMES, SCHEMA_VERSION
-from .solve import outcome, solve_case
-from .store import ResultStore
-
-BACKENDS = ("local", "ray")
-
-
-def default_workers() -> int:
-    """Cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+from .solve import outcome
+from .worker import default_workers
 
 
 @dataclass
@@ -186,54 +172,12 @@ def run_serial(cases: list[Case], solve, on_result) -> None:
         on_result(case, solve(case), 1)
 
 
-# --------------------------------------------------------------------------- driver
-def run_sweep(cases: list[Case], out_dir, *, workers: int | None = None, backend: str = "local",
-              address: str | None = None, progress: bool = True, solve=solve_case,
-              max_attempts: int = 3, stream=None) -> SweepSummary:
-    """Run every case not already finished in ``out_dir``; see the module docstring.
-
-    ``solve`` must be a picklable top-level function ``Case -> dict`` (the default plans with
-    the search). Returns a :class:`SweepSummary` of this run.
-    """
-    if backend not in BACKENDS:
-        raise SpecError("backend", backend, f"one of {', '.join(BACKENDS)}")
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise SpecError("workers", workers, "a positive integer")
-    if address is not None and backend != "ray":
-        raise SpecError("address", address, "given only with --backend ray")
-    n_workers = workers or default_workers()
-    store = ResultStore(out_dir)
-    done = store.open()
-    todo = [c for c in cases if c.id not in done]
-    resumed = len(cases) - len(todo)
-    bar = Progress(len(cases), skipped=resumed, stream=stream, enabled=progress)
-    counts = {"ok": 0, "infeasible": 0, "unsolved": 0, "error": 0, "crashed": 0}
-    t0 = time.perf_counter()
-
-    def on_result(case: Case, result: dict, attempts: int) -> None:
-        rec = make_record(case, result, attempts)
-        store.append(rec)
-        bar.update(rec["status"])
-
-    try:
-        if not todo:
-            pass
-        elif backend == "ray":
-            from .ray_backend import run_ray
-            run_ray(todo, solve, on_result, address=address, workers=workers, max_attempts=max_attempts)
-        elif n_workers == 1:
-            run_serial(todo, solve, on_result)
-        else:
-            run_local(todo, solve, on_result, workers=min(n_workers, len(todo)), max_attempts=max_attempts)
-    finally:
-        store.close()
-        bar.close()
-    ids = {c.id for c in cases}
-    for rec in store.read():  # statuses over the whole grid, resumed cases included
-        if rec["case_id"] in ids:
-            counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-    return SweepSummary(out_dir=str(out_dir), total=len(cases), resumed=resumed, ran=len(todo),
-                        ok=counts["ok"], infeasible=counts["infeasible"], unsolved=counts["unsolved"],
-                        error=counts["error"],
-                        crashed=counts["crashed"], wall_s=time.perf_counter() - t0, backend=backend,
-                        workers=n_workers)
+def run_pool(cases: list[Case], solve, on_result, *, workers: int | None = None, address: str | None = None,
+             max_attempts: int = 3) -> None:
+    """The local backend: ``cases`` on a process pool of ``workers`` (default: one per core), or in this
+    process with one worker; ``address`` is Ray's and must be None here."""
+    n = workers or default_workers()
+    if n == 1:
+        run_serial(cases, solve, on_result)
+    else:
+        run_local(cases, solve, on_result, workers=min(n, len(cases)), max_attempts=max_attempts)

@@ -1,7 +1,7 @@
 """The stable schema of a sweep's results: one row per case in ``results.csv`` and ``results.jsonl``.
 
 Both files hold the same flat columns, in the order of :data:`COLUMNS`; a JSONL line also
-carries ``estimate``, the full :meth:`costmodel.estimate.Estimate.to_dict` of the best plan
+carries ``estimate``, the full :meth:`costmodel.training.estimate.Estimate.to_dict` of the best plan
 (``null`` when there is none). Columns are only ever added at the end, under a new
 :data:`SCHEMA_VERSION`; none is renamed or removed. Units are SI (seconds, bytes) except the
 hardware what-if inputs, which keep the human units of their flags (GB/s, GiB).
@@ -105,11 +105,11 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("finished_at", "str", "UTC time the case finished (ISO 8601)"))
     + _cols("estimate",  # schema version 2
             ("step_time_band_lo_s", "float", "low end of the 80% band of the measured step time around "
-                                             "step_time_s (costmodel.uncertainty; 10% of runs fall below)"),
+                                             "step_time_s (costmodel.trust.uncertainty; 10% of runs fall below)"),
             ("step_time_band_hi_s", "float", "high end of that band (10% of runs fall above)"))
     + _cols("estimate",  # schema version 3
             ("dma_assignment", "str", "DMA engines each communication stream of the plan runs on, in --dma form "
-                                      "(costmodel.dma.resolve, e.g. tp:cdma*2,pp:cdma*1,dp:cdma*1; "
+                                      "(costmodel.physics.comm.dma.resolve, e.g. tp:cdma*2,pp:cdma*1,dp:cdma*1; "
                                       "'tp+dp:cdma*1': the two share one engine)"),
             ("critical_strategy", "str", "the plan's binding communication: the strategy with the largest "
                                          "T_comm / T_compute in `planner explain` (empty: no communication)"),
@@ -123,12 +123,12 @@ COLUMNS: tuple[Column, ...] = tuple(
             ("framework", "str", "framework every plan of the case runs: megatron, deepspeed or fsdp2"),
             ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16"))
     + _cols("estimate",  # schema version 5
-            ("band_notes", "str", "what widened the 80% band, in words, '; '-separated (costmodel.band_scope: "
+            ("band_notes", "str", "what widened the 80% band, in words, '; '-separated (costmodel.trust.band_scope: "
                                   "beyond the measured runs or component data; inside the data, one sentence saying so)"),
             ("analytic_step_time_s", "float", "the plan's step time by the analytic closed form, which the "
                                               "search optimises and proves optimal"))
     + _cols("estimate",  # schema version 6
-            ("stack", "str", "software stack the numbers assume (costmodel.stacks: the cluster's stack, "
+            ("stack", "str", "software stack the numbers assume (costmodel.frameworks.stacks: the cluster's stack, "
                              "e.g. mcore-2025); a band's note names a stack without measured runs"))
     + _cols("plan",  # schema version 7
             ("optimizer_offload_fraction", "float", "optimizer CPU offload (Megatron --optimizer-cpu-offload "

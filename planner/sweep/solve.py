@@ -6,7 +6,7 @@ Runs in a worker process (local pool or Ray). It never raises: a malformed case 
 
 The plan comes from :func:`planner.api.recommend` (the CP-SAT search of ``planner recommend``)
 with default limits, the case's time limit and one CP-SAT worker (the sweep runs cases in
-parallel); the best plan is re-scored by :func:`costmodel.estimate.evaluate`, and its DMA
+parallel); the best plan is re-scored by :func:`costmodel.api.evaluate`, and its DMA
 assignment and critical condition come from :func:`planner.sweep.codesign.critical_columns`.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from costmodel.errors import PlannerError
+from costmodel.spec.errors import PlannerError
 
 from .grid import Case
 from .schema import PLAN_NAMES

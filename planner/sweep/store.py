@@ -24,7 +24,7 @@ import json
 import os
 from pathlib import Path
 
-from costmodel.errors import SpecError
+from costmodel.spec.errors import SpecError
 
 from ..report import to_plain
 from .schema import NAMES, SCHEMA_VERSION, csv_row

@@ -1,0 +1,67 @@
+"""The TP/SP communication ledger of one layer and the reasons an exposed transfer gives (``WHY_*``): shared by
+the closed form, the op-graph engine's reports and the serving phases, so each names a failed overlap alike."""
+
+from __future__ import annotations
+
+import math
+from costmodel.compose.overlap import CommLedger
+from costmodel.physics.comm.split_overhead import column_parallel
+
+
+INF = math.inf
+
+
+ROW_PARALLEL = ("attn_out", "fc2", "shared_fc2")
+
+
+WHY_TP = "data dependency: the next op consumes the AllReduce result (TP on the critical path)"
+
+
+WHY_SP = "data dependency: not chunked (chunks=1), so the GEMM waits for the whole AllGather/ReduceScatter"
+
+
+WHY_CHUNKS = "window too short: with chunks>1 the first chunk cannot overlap and T_comm > T_GEMM exposes the rest"
+
+
+WHY_WINDOW = "window too short: T_comm > T_compute of the op it overlaps"
+
+
+WHY_EP = "data dependency: dispatch needs the router output; combine not chunked"
+
+
+WHY_PP = "data dependency: 1F1B send/recv sits between dependent micro-batch computations"
+
+
+WHY_CP = "window too short: K/V block transfer longer than the attention block"
+
+
+WHY_Z3 = "window too short: parameter AllGather longer than the previous layer's compute"
+
+
+WHY_LINK = "no free link: collectives on the same link share its bandwidth"
+
+
+WHY_ENGINE = "no free engine: streams that share DMA engines run one at a time"
+
+
+def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tuple[CommLedger, CommLedger]:
+    """TP/SP communication of one layer: (forward+backward ledger, forward-only ledger)."""
+    fwd, bwd = CommLedger(), CommLedger()
+    k = chunks if chunks > 1 else 0
+    why_fwd = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
+    for op in ops:
+        if sp:
+            if column_parallel(op, sp):
+                fwd.overlap("sp", t_ag, op.fwd_s, k, why_fwd, coef)
+                dgrad = op.bwd_s - op.wgrad_s
+                bwd.overlap("sp", t_ag, dgrad, INF, WHY_WINDOW, coef)
+                bwd.overlap("sp", t_rs, op.wgrad_s, INF, WHY_WINDOW, coef)
+            if op.comm_after == "rs":
+                fwd.overlap("sp", t_rs, op.fwd_s, k, why_fwd, coef)
+                bwd.overlap("sp", t_ag, op.bwd_s - op.wgrad_s, k, why_fwd, coef)
+        else:
+            if op.comm_after == "ar":
+                fwd.overlap("tp", t_ar, op.fwd_s, k, why_fwd, coef)
+            if column_parallel(op, sp):
+                bwd.overlap("tp", t_ar, op.wgrad_s, INF, WHY_WINDOW, coef)
+    return fwd.merge(bwd), fwd

@@ -1,0 +1,403 @@
+"""Fast analytical stage timing: compute per micro-batch and per-strategy exposed communication.
+
+Each communication is placed where Megatron-LM issues it and exposed through the unified
+formula (:func:`costmodel.compose.overlap.exposed_s`) against the compute it can overlap:
+
+* TP without SP: forward AllReduce after the row-parallel GEMMs sits on the critical path
+  (the next op needs it); in backward the column-parallel data-gradient AllReduce runs
+  alongside the weight-gradient GEMM (``--async-tensor-model-parallel-allreduce``).
+* TP with SP (Korthikanti et al. 2023, section 4.2.2): forward AllGather before and
+  ReduceScatter after each GEMM pair are exposed unless split into ``chunks`` pieces
+  pipelined with the GEMM (TP communication overlap); backward re-gathers the input while the
+  data-gradient GEMM runs and reduce-scatters while the weight-gradient GEMM runs.
+* CP: ring attention passes K/V blocks to the neighbour while the current block computes.
+* EP: dispatch AllToAll depends on the router output (exposed); combine pipelines with the
+  expert GEMMs when chunked.
+* PP: 1F1B send/recv sits between dependent computations; interleaving overlaps it with the
+  next chunk (Megatron ``overlap_p2p_comm``).
+* ZeRO-3: each layer's parameters are gathered behind the previous layer's compute.
+
+The op-graph scheduler (:mod:`costmodel.engines.graph`) replaces these rules with a schedule.
+"""
+
+from __future__ import annotations
+
+
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from costmodel.physics.comm import dma
+from costmodel.frameworks import rules as frameworks
+from costmodel.physics.kernels import mtp
+from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.physics.comm.groups import group_stride, layout
+from costmodel.physics.kernels.gemm import ACT_BYTES
+from costmodel.physics.kernels.compute import cp_exchange, embedding_op, head_ops, layer_ops
+from costmodel.physics.kernels.recompute import module_recompute_fractions, op_sac_fractions
+from costmodel.spec.plan import ParallelConfig, micro_batches
+from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
+from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_bytes
+from costmodel.physics.memory.stage_contents import layer_counts
+from costmodel.compose.overlap import CommLedger
+from costmodel.compose.schedule import interleaved_p2p_exposed_s
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.physics.comm.split_overhead import column_parallel, replay_extra_s, with_split_overheads
+from costmodel.physics.mechanics.zero3_edges import WHY_EDGE, edge_times
+from costmodel.physics.mechanics.zero3_fetch import gather_pieces, reduce_pieces
+from costmodel.compose.stage_terms import StageTiming
+from costmodel.physics.mechanics.fsdp_copies import zero3_groups, fsdp2_copies_s
+from costmodel.compose.comm_ledgers import (INF, WHY_TP, WHY_SP, WHY_CHUNKS, WHY_WINDOW, WHY_EP, WHY_PP, WHY_CP, WHY_Z3, WHY_LINK, WHY_ENGINE, _tp_ledger)
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """One layer, one micro-batch, one GPU: compute seconds and its communication ledger."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float  # extra forward work when the layer is (selectively or fully) recomputed
+    ledger: CommLedger
+    recompute_ledger: CommLedger  # forward communication repeated by full recompute
+
+
+@lru_cache(maxsize=8192)
+def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool) -> LayerTiming:
+    dev = cluster.device
+    a, eng, scopes = _streams(model, cluster, c)
+    fwd, bwd, recompute, led, fwd_led, sac_led, replays = _layer_base(model, cluster, w, c, moe, eng)
+    # copies: the base is shared by every plan with the same layer (below, the ledger gains the
+    # ZeRO-3 gathers and the link floor)
+    led, fwd_led, sac_led = _copy(led), _copy(fwd_led), _copy(sac_led)
+    copy_f, copy_b = fsdp2_copies_s(model, dev, c, moe)  # on the compute stream, not replayed by recompute
+    fwd, bwd = fwd + copy_f, bwd + copy_b
+    sem = frameworks.of(c)
+    if sem.per_microbatch and c.dp * c.cp > 1:
+        # FSDP / ZeRO-3: the next layer's parameters are gathered behind this layer's forward; in
+        # backward the previous layer's gather and this layer's gradient reduce-scatter run
+        # together (one link, shared) behind its backward and recompute (Rajbhandari et al. 2020,
+        # section 5; PyTorch FSDP, Zhao et al. 2023, section 3.3 "backward prefetching").
+        # DeepSpeed ZeRO-2 only reduce-scatters, every micro-batch (stage_1_and_2.py,
+        # reduce_ipg_grads); FSDP2 without resharding gathers in forward only
+        # (costmodel.frameworks.rules.semantics).
+        zero = dma.engines_of(cluster, a, "zero")
+        t_ag, t_rs = _zero3_collectives(model, cluster, c, moe, zero)
+        scope = scopes["zero"]
+        coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
+        # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
+        # gather crosses nodes) is time the gather runs on too; on the same link, or on DMA engines
+        # it shares (costmodel.physics.comm.dma), they share it
+        pool = dma.pool_of(a, "zero")
+
+        def waits(ledger):
+            return ledger.stretch_s + sum(v for k, v in ledger.exposed_s.items()
+                                          if scopes.get(k, scope) != scope and (pool is None or dma.pool_of(a, k) != pool))
+        waits_f = waits(fwd_led)
+        waits_b = waits(led) - waits_f
+        if c.recompute == "full":
+            waits_b += waits_f  # the recompute repeats the forward's communication
+        elif replays:
+            waits_b += waits(sac_led)
+        if sem.gather_forward:
+            led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef, waits_s=waits_f)
+        t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
+        led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
+    rec_led = fwd_led if c.recompute == "full" else (sac_led if replays else None)
+    _link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
+    return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
+
+
+_STREAMS: dict = {}
+
+
+def _streams(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple:
+    """``(assignment, {tp, cp, ep: engines}, link scopes)`` of ``c``'s streams, memoised
+    on what they read: ``c.dma`` or the default assignment's fields (:func:`costmodel.physics.comm.dma.default_assignment`:
+    the degrees, framework and ZeRO stage), and the degrees :func:`_link_scopes` reads (not to be changed)."""
+    key = (model, cluster, c.dma, c.tp, c.cp, c.ep, c.pp, c.dp, c.framework, c.zero)
+    return _memo(_STREAMS, key, lambda: _streams_of(model, cluster, c))
+
+
+def _streams_of(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple:
+    a = dma.resolve(cluster, c, model)
+    eng = {k: dma.engines_of(cluster, a, k) for k in ("tp", "cp", "ep")}
+    return a, eng, _link_scopes(c, cluster)
+
+
+_ZERO3: dict = {}
+
+
+def _zero3_collectives(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, moe: bool, zero) -> tuple:
+    """``(all-gather, reduce-scatter)`` seconds of one sharded layer's ZeRO-3 / FSDP collectives over its groups
+    (:func:`zero3_groups`) on the ``zero`` engines, memoised on what they read: the degrees, the framework's
+    pieces (:func:`costmodel.physics.mechanics.zero3_fetch.gather_pieces`, :func:`~costmodel.physics.mechanics.zero3_fetch.reduce_pieces`: module
+    layout, bucket, pp), the gradient and gathered parameter bytes; not the micro-batch, chunks or recompute."""
+    key = (model, cluster, moe, zero, c.tp, c.cp, c.ep, c.dp, c.pp, c.framework, c.module_layout, c.bucket_bytes,
+           c.grad_dtype, c.fp8_param_gather)
+    return _memo(_ZERO3, key, lambda: _zero3_collectives_of(model, cluster, c, moe, zero))
+
+
+def _zero3_collectives_of(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, moe: bool, zero) -> tuple:
+    t_ag = t_rs = 0.0
+    # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.physics.mechanics.zero3_fetch)
+    gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
+    for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
+        for p in gathers[i]:
+            t_ag += collective_time_s("allgather", p * param_gather_bytes(c), size, stride, cluster, engines=zero)
+        for p in reduces[i]:
+            t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
+    return t_ag, t_rs
+
+
+def _copy(led: CommLedger) -> CommLedger:
+    return CommLedger(dict(led.link_s), dict(led.exposed_s), led.hidden_sm_s, dict(led.reasons), led.stretch_s)
+
+
+_BASE: dict = {}
+#: entries of :func:`_layer_base`'s memo before it starts again (as ``layer_timing``'s ``lru_cache``)
+BASE_ENTRIES = 8192
+
+
+def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict) -> tuple:
+    """The part of :func:`layer_timing` that does not depend on the DP degree or ZeRO stage: compute,
+    TP/SP, CP and EP communication, recompute, ``eng`` the engines of the tp / cp / ep streams.
+    Memoised on exactly what it reads, so the ZeRO-3 layers of every DP degree (which a search
+    times one by one) share it: ``(fwd, bwd, recompute, ledger, forward ledger, replayed ledger,
+    replays)``, the ledgers not to be changed (``layer_timing`` copies them)."""
+    key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.recompute, c.recomputed_modules,
+           c.flash_attention, c.fused_elementwise, c.cp_impl, c.ep_dispatcher, moe,
+           tuple(eng[k] for k in ("tp", "cp", "ep")))
+    return _memo(_BASE, key, lambda: _layer_base_of(model, cluster, w, c, moe, eng))
+
+
+def _memo(store: dict, key, make):
+    """``store[key]``, made by ``make()`` on a miss; the store starts again past :data:`BASE_ENTRIES` entries."""
+    out = store.get(key)
+    if out is None:
+        if len(store) >= BASE_ENTRIES:
+            store.clear()
+        out = store[key] = make()
+    return out
+
+
+def _clear_bases() -> None:
+    _BASE.clear()
+    _CORE.clear()
+    _STREAMS.clear()
+    _ZERO3.clear()
+
+
+_layer_base.cache_clear = _clear_bases  # as an lru_cache: benchmarks start cold by clearing the caches
+
+
+def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+                   eng: dict) -> tuple:
+    plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef = _layer_core(model, cluster, w, c, moe, eng)
+    dev = cluster.device
+    sac_led = CommLedger()
+    sac = op_sac_fractions(model, plain, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
+    replays = sac is not None  # a replayed forward with communication (sac_led)
+    if sac is not None and c.tp > 1:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
+        sac_led = _op_sac_ledger(plain, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
+    if c.recompute == "full":
+        recompute = fwd
+    elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
+        mods = module_recompute_fractions(plain, c.recomputed_modules, moe, model)
+        attn0 = next(o for o in plain if o.name == "attn_core")  # the replayed attention is one kernel
+        recompute = (attn0.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
+            f * o.fwd_s for f, o in zip(mods, plain)) + replay_extra_s(plain, mods, c, dev.kernel_overhead_s, False)
+        replayed = [(o, f) for o, f in zip(plain, mods) if f > 0]
+        if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
+            sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
+                                                   t_ag, t_ar, c.sp_on, c.chunks, coef))
+            replays = True
+        if moe and c.ep > 1 and "moe" in c.recomputed_modules:  # the MoE layer's all-to-alls run again
+            sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
+            replays = True
+    elif sac is not None:
+        recompute = sum(f * o.fwd_s for f, o in zip(sac, plain)) + replay_extra_s(plain, sac, c, dev.kernel_overhead_s, True)
+    else:
+        recompute = 0.0
+    return fwd, bwd, recompute, led, fwd_led, sac_led, replays
+
+
+_CORE: dict = {}
+
+
+def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict) -> tuple:
+    """The part of :func:`_layer_base` that does not depend on recompute: the ops, their compute with the split
+    overheads, and the TP/SP, CP and EP ledgers, with what the recompute part reads of them
+    (``(plain ops, fwd, bwd, ledger, forward ledger, t_ag, t_ar, t_a2a, experts op, EP chunks, coef)``; the
+    ledgers not to be changed). Memoised on :func:`_layer_base`'s key less the recompute settings: the none,
+    selective and full recompute of a layer share it (DeepSeek-V3 / 2048 H800: 4,410 bases, 3,206 cores)."""
+    key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.flash_attention, c.fused_elementwise,
+           c.cp_impl, c.ep_dispatcher, moe, tuple(eng[k] for k in ("tp", "cp", "ep")))
+    return _memo(_CORE, key, lambda: _layer_core_of(model, cluster, w, c, moe, eng))
+
+
+def _layer_core_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
+                   eng: dict) -> tuple:
+    dev = cluster.device
+    plain = layer_ops(model, dev, w, c, moe)
+    # a chunked op's pieces each pay the kernel overhead again (costmodel.physics.comm.split_overhead): its
+    # compute and the window it gives the communication it overlaps; replays split their own share
+    ops = with_split_overheads(plain, c, dev.kernel_overhead_s)
+    fwd = sum([o.fwd_s for o in ops])
+    bwd = sum([o.bwd_s for o in ops])
+    n = c.mb * w.seq_len / c.cp
+    coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
+    t_ag = t_ar = t_a2a = 0.0
+    experts, k = None, 0
+    if c.tp > 1:
+        msg = n * model.hidden * ACT_BYTES
+        tp = eng["tp"]
+        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster, engines=tp)
+        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp)
+        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
+        led, fwd_led = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
+    else:
+        led, fwd_led = CommLedger(), CommLedger()
+    attn = next(o for o in ops if o.name == "attn_core")
+    if c.cp > 1:
+        x = cp_exchange(model, n, c.tp, c.cp, c.cp_impl)
+        stride, e_cp = group_stride("cp", c.tp, c.cp, c.dp), eng["cp"]
+        t_kv = collective_time_s("ring_p2p", x.kv_bytes, c.cp, stride, cluster, engines=e_cp)
+        steps = c.cp - 1
+        f = CommLedger()
+        if x.gather_bytes:  # PyTorch context_parallel: one all-gather behind the local block (forward, backward)
+            t_gather = collective_time_s("allgather", x.gather_bytes, c.cp, stride, cluster, engines=e_cp)
+            t_dkv = collective_time_s("ring_p2p", x.dkv_bytes, c.cp, stride, cluster, engines=e_cp)
+            f.overlap("cp", t_gather, attn.fwd_s / c.cp, INF, WHY_CP, coef)
+            led.overlap("cp", t_gather, attn.bwd_s / c.cp, INF, WHY_CP, coef)
+            # dK/dV after every block: each behind the next block, the one after the last block waited on
+            led.overlap("cp", steps * t_dkv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
+            led.add("cp", (x.dkv_sends - steps) * t_dkv, (x.dkv_sends - steps) * t_dkv, WHY_CP)
+        else:
+            f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
+            led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
+        led = led.merge(f)
+        fwd_led = fwd_led.merge(f)
+    if moe and c.ep > 1:
+        experts = next(o for o in ops if o.name == "experts")
+        t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
+        k = c.chunks if c.chunks > 1 else 0
+        f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
+        led, fwd_led = led.merge(f), fwd_led.merge(f)
+        led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
+        led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
+    return plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef
+
+
+def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) -> CommLedger:
+    """An MoE layer's forward all-to-alls: the dispatch exposed, the combine behind the experts."""
+    f = CommLedger()
+    f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
+    f.overlap("ep", t_a2a, experts_fwd_s, k, WHY_EP, coef)  # combine
+    return f
+
+
+def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> CommLedger:
+    """TP/SP communication of the forward that per-op selective checkpointing replays
+    (:func:`costmodel.physics.kernels.recompute.op_sac_fractions`): the sequence-parallel all-gather in front of every
+    column-parallel GEMM (pipelined with its replayed share when chunked), or without SP the
+    all-reduce after every row-parallel GEMM; the reduce-scatters' outputs are saved."""
+    led = CommLedger()
+    k = chunks if chunks > 1 else 0
+    why = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
+    for op, f in zip(ops, sac):
+        if sp and column_parallel(op, sp):
+            led.overlap("sp", t_ag, f * op.fwd_s, k, why, coef)
+        elif not sp and op.comm_after == "ar":
+            led.overlap("tp", t_ar, f * op.fwd_s, k, why, coef)
+    return led
+
+
+def _link_floor(led: CommLedger, compute_s: float, scopes: dict, cluster: ClusterSpec, rec_led,
+                a: dma.Assignment | None = None) -> None:
+    """A link carries one byte at a time: the layer lasts at least as long as the communication
+    on its busiest link (overlapping collectives share it, as the op-graph scheduler's links do).
+    Likewise streams that share DMA engines (a group of the assignment ``a``, :mod:`costmodel.physics.comm.dma`)
+    run one at a time: the layer lasts at least as long as their communication together. The
+    shortfall is charged to the largest communication on that link or those engines. ``scopes``:
+    the link each strategy crosses (:func:`_link_scopes`)."""
+    link = dict(led.link_s)
+    if rec_led is not None:  # the recompute's communication runs again
+        for k, v in rec_led.link_s.items():
+            link[k] = link.get(k, 0.0) + v
+    coef = cluster.device.comm_compute_interference
+    total = compute_s + led.total_exposed_s + led.interference_s(coef) + (
+        rec_led.total_exposed_s + rec_led.interference_s(coef) if rec_led is not None else 0.0)
+    lanes = [({k: v for k, v in link.items() if scopes.get(k) == scope}, WHY_LINK) for scope in ("intra", "inter")]
+    for group in dma.shared_pools(a):
+        lanes.append(({k: v for k, v in link.items() if dma.STREAM_OF.get(k) in group}, WHY_ENGINE))
+    for on, why in lanes:
+        short = sum(on.values()) - total
+        if on and short > 1e-12:
+            k = max(on, key=on.get)
+            led.exposed_s[k] = led.exposed_s.get(k, 0.0) + short
+            led.reasons.setdefault(k, why)
+            total += short
+
+
+def _link_scopes(c: ParallelConfig, cluster: ClusterSpec) -> dict:
+    """The link (``intra``/``inter``) each strategy's collectives of one layer cross."""
+    gpn = cluster.gpus_per_node
+    return {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, gpn).scope, "ep": layout(c.ep, 1, gpn).scope,
+            "zero": layout(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp), gpn).scope}
+
+
+def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:
+    """Compute and exposed communication of one micro-batch on ``stage``."""
+    dev = cluster.device
+    n_dense, n_moe = layer_counts(model, c, stage)
+    counts = ((False, n_dense), (True, n_moe))
+    rec_layers = n_dense + n_moe if c.recompute_layers is None else c.recompute_layers
+    fwd = bwd = rec = 0.0
+    led = CommLedger()
+    for moe, count in counts:
+        if not count:
+            continue
+        lt = layer_timing(model, cluster, w, c, moe)
+        k = count if c.recompute != "full" else min(count, rec_layers)
+        fwd += count * lt.fwd_s
+        bwd += count * lt.bwd_s
+        rec += k * lt.recompute_s
+        led = led.merge(lt.ledger.scaled(k))
+        if k < count:  # partial recompute: the other layers' backward has no recompute to hide behind
+            plain = layer_timing(model, cluster, w, replace(c, recompute="none", recompute_layers=None), moe)
+            led = led.merge(plain.ledger.scaled(count - k))
+        if k:
+            led = led.merge(lt.recompute_ledger.scaled(k))
+    n = c.mb * w.seq_len / c.cp
+    if stage == 0:
+        e = embedding_op(model, dev, w, c)
+        fwd, bwd = fwd + e.fwd_s, bwd + e.bwd_s
+    mf, mb = mtp.extra_s(model, dev, w, c, stage)  # MTP modules beyond their decoder layers (counted above)
+    fwd, bwd = fwd + mf, bwd + mb
+    if stage == c.pp - 1:
+        head, ce = head_ops(model, dev, w, c)
+        k = mtp.heads_on(model, c, stage)  # the main and every MTP depth's logits and loss
+        fwd += k * (head.fwd_s + ce.fwd_s)
+        bwd += k * (head.bwd_s + ce.bwd_s)
+        if c.tp > 1:  # data-gradient reduction of the head input, overlapped with its weight gradient
+            kind = "reducescatter" if c.sp_on else "allreduce"
+            t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster,
+                                  engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp"))
+            coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
+            led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, INF, WHY_WINDOW, coef)
+    # FSDP2 / ZeRO-3: the embedding and head units' collectives (costmodel.physics.mechanics.zero3_edges)
+    edge_link, edge_f, edge_b = edge_times(model, cluster, c, stage)
+    led.add("zero", edge_link, edge_f + edge_b, WHY_EDGE, uses_compute=False)
+    if c.pp > 1:
+        msg = n * model.hidden * ACT_BYTES / c.tp  # scatter-gather optimisation / SP shards
+        t = collective_time_s("p2p", msg, c.pp, group_stride("pp", c.tp, c.cp, c.dp), cluster,
+                              engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "pp"))
+        chunk_fwd = fwd / c.vp
+        sends = 2 * c.vp  # activation forward and gradient backward per model chunk
+        ex = t if c.vp == 1 else float(interleaved_p2p_exposed_s(t, chunk_fwd, c.pp, micro_batches(w, c), c.vp))
+        led.add("pp", t, ex, WHY_PP, times=sends, uses_compute=False)
+    interference = led.interference_s(dev.comm_compute_interference)
+    return StageTiming(stage, fwd, bwd, rec, led, interference)
+
+

@@ -1,0 +1,145 @@
+"""The software stack a plan runs on: framework family and era, attention kernel, element-wise kernels.
+
+The same plan on the same GPUs runs up to 20% apart across framework and kernel-library versions,
+so a stack is an input beside the hardware (DESIGN.md, "The software stack is an input"). A
+:class:`Stack` names what each family runs by default, each setting from its own source; the
+kernel constants it changes are applied to the cluster's device (:func:`apply_stack`) and its
+framework mechanics become the plan's defaults (:func:`stack_config`). A stated flag always wins
+over the stack's default. The cluster records the stack it was prepared for
+(``ClusterSpec.stack``), so every report can name it.
+
+What a stack does *not* set yet: GEMM efficiencies per library version. They are the device's,
+fitted per device family and dtype (``benchmarks/calibrate.py``); ``planner calibrate`` fits a
+user's own stack.
+
+>>> load_stack("torchtitan-2024").attention
+'fa2'
+>>> load_stack("mcore-2026")
+Traceback (most recent call last):
+...
+costmodel.spec.errors.SpecError: stack='mcore-2026': must be one of mcore-2025, megatron-lm-2021, torchtitan-2024, deepspeed-2022
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from costmodel.spec.errors import SpecError
+from costmodel.spec.specs import ClusterSpec, DeviceSpec
+
+#: attention kernels a stack runs: ``fused`` (the cuDNN-class fused attention of Transformer Engine:
+#: the presets' ``attention_efficiency``), ``fa2`` (FlashAttention-2, :func:`costmodel.frameworks.stacks.fa2_device`),
+#: ``unfused`` (softmax over the stored s x s scores: ``ParallelConfig.flash_attention=False``)
+ATTENTION = ("fused", "fa2", "unfused")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    """One software stack.
+
+    name : the ``--stack`` value. title : what it is, in words (printed with every result).
+    framework : the framework that runs the plan (:mod:`costmodel.frameworks.rules`).
+    attention : the attention kernel, one of :data:`ATTENTION`.
+    fused_elementwise : norms, rotary embedding and gated activations run fused (False: PyTorch
+        eager, one kernel per operator; :func:`costmodel.physics.kernels.compute.layer_ops`).
+    source : where each setting is read from.
+    """
+
+    name: str
+    title: str
+    framework: str
+    attention: str
+    fused_elementwise: bool
+    source: str
+
+    def __post_init__(self):
+        if self.attention not in ATTENTION:
+            raise SpecError("stack.attention", self.attention, f"one of {', '.join(ATTENTION)}")
+
+
+STACKS = {s.name: s for s in (
+    Stack(name="mcore-2025",
+          title="Megatron-Core 0.12+ / NeMo 25.x / Megatron-Bridge, Transformer Engine 2.x (cuDNN fused attention, "
+                "fused element-wise kernels)",
+          framework="megatron", attention="fused", fused_elementwise=True,
+          source="Transformer Engine's DotProductAttention selects the cuDNN fused-attention backend on Hopper and "
+                 "Blackwell (transformer_engine/pytorch/attention: get_attention_backend); Megatron-Core's "
+                 "--attention-backend auto defers to it (megatron/training/arguments.py at d98e8a64); the "
+                 "presets' attention_efficiency is the cuDNN kernel's (h100-sxm.json notes: FlashAttention-3 "
+                 "paper, arXiv 2407.08608, Figs. 5-6)"),
+    Stack(name="megatron-lm-2021",
+          title="Megatron-LM 2020-2022 (before Megatron-Core): unfused softmax attention over stored scores",
+          framework="megatron", attention="unfused", fused_elementwise=True,
+          source="Korthikanti et al. 2023 (arXiv 2205.05198) Sec. 4: the 5 a s^2 b bytes of attention scores "
+                 "and softmax are stored; Megatron-LM gained --use-flash-attn only in 2023"),
+    Stack(name="torchtitan-2024",
+          title="torchtitan (PyTorch FSDP2), SDPA flash attention (FlashAttention-2), eager element-wise ops "
+                "(training.compile = false)",
+          framework="fsdp2", attention="fa2", fused_elementwise=False,
+          source="torchtitan models/llama/model.py at 327b72b: F.scaled_dot_product_attention, whose flash "
+                 "backend is FlashAttention-2; train_configs/*.toml: compile = false"),
+    Stack(name="deepspeed-2022",
+          title="DeepSpeed with Megatron-DeepSpeed (2021-2022): unfused softmax attention",
+          framework="deepspeed", attention="unfused", fused_elementwise=True,
+          source="Megatron-DeepSpeed of the MT-NLG / BLOOM era forks Megatron-LM 2021 (fused scale-mask-softmax "
+                 "over stored scores, no flash attention)"),
+)}
+#: the default: the current NVIDIA stack
+DEFAULT_STACK = "mcore-2025"
+
+
+def load_stack(name: str | Stack) -> Stack:
+    """The :class:`Stack` named ``name`` (a Stack is returned as it is)."""
+    if isinstance(name, Stack):
+        return name
+    if name not in STACKS:
+        raise SpecError("stack", name if len(str(name)) <= 60 else str(name)[:57] + "...",
+                        f"one of {', '.join(STACKS)}")
+    return STACKS[name]
+
+
+def apply_stack(stack: str | Stack, cluster: ClusterSpec) -> ClusterSpec:
+    """``cluster`` with the stack's kernel constants on its device and its name recorded.
+
+    >>> from costmodel.spec.presets import load_cluster
+    >>> h = load_cluster("h100-sxm")
+    >>> t = apply_stack("torchtitan-2024", h)
+    >>> (t.stack, round(t.device.attention_efficiency / h.device.attention_efficiency, 2))
+    ('torchtitan-2024', 0.62)
+    >>> apply_stack("mcore-2025", h) == h
+    True
+    """
+    s = load_stack(stack)
+    base = cluster
+    if cluster.stack != DEFAULT_STACK and cluster.stack != s.name:
+        raise SpecError("stack", s.name, f"{cluster.stack} (the cluster was already prepared for stack "
+                                         f"{cluster.stack}; start from the preset)")
+    device = fa2_device(base.device) if s.attention == "fa2" and cluster.stack != s.name else base.device
+    return replace(base, device=device, stack=s.name)
+
+
+def stack_config(stack: str | Stack) -> dict:
+    """The plan defaults the stack runs: ``framework``, ``flash_attention``, ``fused_elementwise``."""
+    s = load_stack(stack)
+    return {"framework": s.framework, "flash_attention": s.attention != "unfused",
+            "fused_elementwise": s.fused_elementwise}
+
+
+#: FlashAttention-2's throughput over the cuDNN fused-attention kernel's on Hopper (H100 SXM5, head dim
+#: 128, causal, 8k-16k tokens: forward 333-335 against 529-539 TFLOP/s, backward 318-322 against 516-518;
+#: Shah et al. 2024, "FlashAttention-3", arXiv 2407.08608, Figures 5 and 6): 0.62 in both directions. A
+#: Hopper preset's ``attention_efficiency`` is that of the cuDNN/FlashAttention-3-class kernel (Transformer
+#: Engine's fused attention); a software stack that runs FlashAttention-2 there (PyTorch SDPA's flash
+#: backend, the flash-attn 2 package) reaches this fraction of it.
+FA2_HOPPER_RATIO = 0.62
+
+
+HOPPER = ("H100", "H200", "H800")
+
+
+def fa2_device(dev: DeviceSpec) -> DeviceSpec:
+    """``dev`` as a FlashAttention-2 stack sees it: on Hopper, attention at :data:`FA2_HOPPER_RATIO` of the
+    preset's (cuDNN-class) attention efficiency; other devices unchanged (FA2 is their native kernel)."""
+    if not any(h in dev.name for h in HOPPER):
+        return dev
+    return replace(dev, attention_efficiency=dev.attention_efficiency * FA2_HOPPER_RATIO)

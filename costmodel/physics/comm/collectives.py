@@ -1,0 +1,386 @@
+"""Collective communication time with latency (alpha) and bandwidth (beta) terms.
+
+Groups are laid out as Megatron-LM does (rank order tp, cp, dp, pp; see :func:`group_stride`):
+a group of ``size`` ranks at ``stride`` occupies ``intra`` ranks of each node it touches and
+spans ``inter`` nodes. Inside a node traffic uses NVLink, across nodes every GPU uses its own
+NIC (one NIC per GPU, as on DGX A100/H100).
+
+Bandwidth terms follow NCCL's algorithms and its cost model (``ncclTopoTuneModel`` in
+``src/graph/tuning.cc``, NVIDIA/nccl@5067397 and the 2.8-era @01afd20; Hu et al. 2025,
+"Demystifying NCCL", arXiv 2507.04786), in the bus-bandwidth convention of nccl-tests
+(PERFORMANCE.md): an all-reduce moves ``2 (p-1)/p`` of the buffer per GPU, all-gather and
+reduce-scatter ``(p-1)/p``.
+
+* Ring (every collective): one ring of ``p = intra * nodes`` ranks per channel, its chunks
+  pipelined through NVLink and NIC hops alike, so the bus bandwidth is the slower of the two
+  (tuning.cc: ``busBw = nChannels * bwInter`` across nodes, one bottleneck, no sum of phases):
+  ``min(nvlink, intra * nic)``: a node's ``intra`` ranks drive ``intra`` NICs in parallel.
+* Tree (AllReduce across nodes): a chain inside each node (up and down: ``2 S`` over NVLink)
+  and NCCL's double binary tree between nodes. Each node sends ``2 S`` over its NICs when there
+  are more than two nodes (tuning.cc: tree algbw = ``busBw * .5``, ring ``busBw * p / 2(p-1)``),
+  but only ``S`` on two nodes (each node is the root of one of the two trees, so the tree can
+  beat the network-bound ring there: nccl-tests issue 196, "on two nodes NCCL uses the tree ...
+  which can go beyond the network bottleneck"); times 1/0.92 (tuning.cc ``busBw * .92``).
+* NVLS (AllReduce inside one node of NVSwitch GPUs, Hopper and later): NVLink SHARP reduces in
+  the switch, so each GPU sends and receives the buffer once (``S``, not ``2 (p-1)/p S``) at
+  ``intra_link.nvls_efficiency`` of the link rate (tuning.cc ``nvlsEfficiency``: 0.85 Hopper,
+  0.74 Blackwell) with a 25 us latency (tuning.cc NVLink ``hwLat`` for NVLS/Simple).
+
+* NVLSTree (AllReduce across nodes of NVSwitch GPUs, Hopper and later: NCCL's default there at
+  scale): NVLS inside each node, NCCL's tree between nodes. tuning.cc (``NCCL_ALGO_NVLS_TREE``)
+  takes per channel the least of the NVLS rate inside the node, the network rate (doubled on two
+  nodes, where each node roots one of the two trees) and ``perChMaxNVLSTreeBws`` (Hopper 45.5 GB/s
+  per channel across more than two nodes, 57.7 on two; Blackwell 80 / 96), without the tree's 0.92;
+  here the NVLS term is the one-node NVLS time ``S / (nvlink nvls_efficiency)``, the network term
+  the tree's ``2 S`` (``S`` on two nodes) over the node's ``k`` NICs, and the cap ``2 S / (k cap)``
+  with one search channel per NIC (``k`` channels: NVIDIA/nccl issue 1041, 8 NVLSTree channels on
+  an 8-NIC H100 node). NVLS needs at least two GPUs of a node in the group
+  (src/transport/nvls.cc ``ncclNvlsInit``: ``gpuCount < 2`` disables it). Latency (tuning.cc):
+  the NVLink NVLS latency once plus ``2 log2i(nodes)`` network steps, each 20.9 / 14 of a tree step.
+
+NCCL picks the fastest algorithm for each message size; the model takes the minimum.
+
+* Medium sizes: NCCL corrects its own tree model there ("Trees are not perfectly sticking to the
+  model for medium sizes", tuning.cc ``treeCorrectionFactor``, ``ncclTopoGetAlgoTime``): the tree
+  all-reduce's bandwidth is scaled by a factor per power of two of the size from 64 B (0.5 at
+  512 KiB-4 MiB, 0.9 from 128 MiB, 1 from 512 MiB), and so is NVLSTree's on Blackwell with x86
+  hosts (``intra_link.nvls_tree_medium_correction``). NCCL both chooses and is timed by the
+  corrected model; the Simple protocol's row is used (the model has no LL / LL128).
+
+Latency terms follow the same cost model. ``link.latency_s`` is the latency of one ring step
+(hop) on that link; a group of ``p = intra * nodes`` ranks pays:
+
+* AllGather / ReduceScatter: NCCL runs them as rings only (tuning.cc skips the tree for every
+  collective but AllReduce), ``p - 1`` steps of which ``nodes - 1`` cross the network:
+  ``(p - nodes) alpha_intra + (nodes - 1) alpha_inter``. The latency grows linearly with the
+  number of ranks. (NCCL 2.23's PAT algorithm, Jeaugey 2025, arXiv 2506.20252, is logarithmic
+  but only for one GPU per node and postdates the published runs; not modelled. Its cost in
+  tuning.cc@5067397 (``ncclPatEnable``: only where ``nNodes == nRanks``): busBw x 0.75, latency 8 us + ``log2i(nodes)`` x 14 / 3.5 us + 2.8 us per rank,
+  still linear in the ranks; no measurement of it was found to check it against.)
+* AllReduce, ring: ``2 (p - 1)`` steps, ``2 (nodes - 1)`` of them across the network, and across
+  nodes NCCL's "plateau effect of ring": the ring all-reduce's latency times 1.4
+  (:data:`RING_PLATEAU_LATENCY_FACTOR`, :func:`ring_plateau_factor`); tree:
+  ``2 ((intra - 1) alpha_intra + floor(log2 nodes) alpha_inter)``.
+
+>>> from costmodel.spec.presets import load_cluster
+>>> cl = load_cluster("a100-80g")
+>>> t = collective_time_s("allreduce", 100e6, 8, 1, cl)   # 100 MB over 8 GPUs of one node
+>>> round(t * 1e3, 3)  # 2*7/8*100e6 / (300e9*0.78) + 14 * 8us
+0.86
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import numpy as np
+
+from costmodel.physics.comm.nccl_correction import NVLS_TREE_CORRECTION_SIZES, tree_correction
+from costmodel.spec.specs import ClusterSpec, DmaEngineClass
+from costmodel.physics.comm.groups import layout, comm_scope
+
+#: the engines a stream was given: (engine class, number of its engines), see :mod:`costmodel.physics.comm.dma`;
+#: ``None`` means every engine of the class serving the scope (one collective at a time)
+Engines = Optional[Tuple[DmaEngineClass, int]]
+
+KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p", "ring_p2p")
+
+
+#: NCCL's tree all-reduce reaches 0.92 of the ring's bus bandwidth (src/graph/tuning.cc,
+#: ``if (a == NCCL_ALGO_TREE) busBw = std::min(busBw*.92, ...)``)
+TREE_BW_FACTOR = 0.92
+
+
+def _bw_s(kind: str, nbytes: float, n: int, bw: float) -> float:
+    """Bandwidth term of a ring over ``n`` ranks (bus-bandwidth convention, no latency);
+    ``nbytes`` may be a numpy array."""
+    if n <= 1:
+        return 0.0
+    return (2 if kind == "allreduce" else 1) * (n - 1) / n * nbytes / bw
+
+
+def ring_latency_s(kind: str, intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
+    """Latency of NCCL's ring over ``intra`` ranks on each of ``inter`` nodes.
+
+    NCCL tuning.cc (@5067397 ``ncclTopoTuneModel``; the same since 2.7, @01afd20):
+    ``nsteps = 2 (p-1)`` (all-reduce) or ``p - 1`` (all-gather, reduce-scatter),
+    ``nInterSteps = 2 (nodes - 1)`` (all-reduce across nodes) or ``nodes - 1``; latency
+    ``(nsteps - nInterSteps) alpha_intra + nInterSteps alpha_inter``. (NCCL's "plateau" factor on
+    the multi-node ring all-reduce depends on the size: :func:`ring_plateau_factor`.)
+
+    >>> ring_latency_s("allgather", 8, 4, 1.0, 10.0)   # p = 32: 28 intra steps + 3 inter steps
+    58.0
+    >>> ring_latency_s("allreduce", 8, 4, 1.0, 10.0)   # 62 steps: 56 intra + 2 * 3 inter
+    116.0
+    >>> ring_latency_s("allreduce", 8, 1, 1.0, 10.0)   # 2 * 7 intra steps
+    14.0
+    """
+    p = intra * inter
+    if p <= 1:
+        return 0.0
+    if kind == "allreduce":
+        nsteps, n_inter = 2 * (p - 1), 2 * (inter - 1)
+    else:
+        nsteps, n_inter = p - 1, inter - 1
+    return (nsteps - n_inter) * alpha_intra_s + n_inter * alpha_inter_s
+
+
+#: NCCL's "plateau effect of ring": a ring all-reduce across nodes under the Simple protocol is
+#: expected to take 1.4x its modelled latency on compute capability 8.0 and later (1.9x before),
+#: once every rank's share per channel reaches 64 bytes (NVIDIA/nccl src/graph/tuning.cc@5067397,
+#: ``ncclTopoGetAlgoTime``: ``if (algorithm == NCCL_ALGO_RING && protocol == NCCL_PROTO_SIMPLE &&
+#: comm->nNodes > 1 && coll == ncclFuncAllReduce && nBytes / (comm->nChannels * comm->nRanks) >= 64)
+#: lat *= comm->minCompCap < 80 ? 1.9 : 1.4``; 2.8-era @01afd20: 1.9x). Every preset is sm80 or
+#: later (A100, Hopper, Blackwell), so 1.4.
+RING_PLATEAU_LATENCY_FACTOR = 1.4
+RING_PLATEAU_MIN_BYTES = 64
+
+
+def ring_plateau_factor(nbytes, intra: int, inter: int):
+    """NCCL's factor on the latency of a ring all-reduce of ``nbytes`` over ``intra`` ranks on each
+    of ``inter`` nodes (:data:`RING_PLATEAU_LATENCY_FACTOR` across nodes once
+    ``nbytes / (channels * p) >= 64``, else 1); element-wise for arrays.
+
+    NCCL divides by its channel count, which the model does not carry: it takes one channel per
+    rank of the node (one per NIC, as for NVLSTree: nccl#1041), the fewest an 8-NIC node runs, so
+    the factor starts at the smallest size NCCL could start it at. Below that size the ring's
+    latency (linear in the ranks) has already lost to the tree's across nodes.
+
+    >>> ring_plateau_factor(1e9, 8, 4), ring_plateau_factor(1e3, 8, 4), ring_plateau_factor(1e9, 8, 1)
+    (1.4, 1.0, 1.0)
+    """
+    if inter <= 1:
+        return 1.0
+    threshold = RING_PLATEAU_MIN_BYTES * max(intra, 1) * intra * inter
+    if isinstance(nbytes, np.ndarray):
+        return np.where(nbytes >= threshold, RING_PLATEAU_LATENCY_FACTOR, 1.0)
+    return RING_PLATEAU_LATENCY_FACTOR if nbytes >= threshold else 1.0
+
+
+def tree_latency_s(intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
+    """Latency of NCCL's tree all-reduce: up and down a chain of ``intra`` ranks inside each node
+    and a double binary tree over ``inter`` nodes (tuning.cc:
+    ``2 * ((nRanks/nNodes - 1) * intraLat + log2i(nNodes) * interLat)``, ``log2i`` = floor).
+
+    >>> tree_latency_s(8, 32, 1.0, 10.0)   # 2 * (7 * 1 + 5 * 10)
+    114.0
+    """
+    if intra * inter <= 1:
+        return 0.0
+    depth = int(math.floor(math.log2(inter))) if inter > 1 else 0
+    return 2 * ((intra - 1) * alpha_intra_s + depth * alpha_inter_s)
+
+
+#: latency of an NVLS (NVLink SHARP) all-reduce: NCCL's NVLink ``hwLat`` for NVLS/Simple is
+#: 25 us, with no base latency (src/graph/tuning.cc@5067397, ``ncclTunerConstantsDefaults``)
+NVLS_LATENCY_S = 25e-6
+
+#: an NVLSTree network step costs NCCL 20.9 us against 14 us for a tree step (tuning.cc@5067397
+#: ``hwLatencies`` NET, Simple): the preset's per-step network latency is scaled by that ratio
+NVLS_TREE_NET_STEP_RATIO = 20.9 / 14.0
+
+
+def _ring_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
+    """Bandwidth term of NCCL's ring over ``k`` ranks on each of ``nodes`` nodes: one pipelined
+    ring, as fast as its slowest hop, an NVLink hop (``bi``) or a node's ``k`` NICs (``k be``).
+
+    >>> _ring_bw_s("allgather", 8.0, 8, 4, 2.0, 1.0) == 31 / 32 * 8.0 / 2.0   # NVLink-bound
+    True
+    >>> _ring_bw_s("allgather", 8.0, 1, 4, 2.0, 1.0) == 3 / 4 * 8.0 / 1.0     # one NIC per node
+    True
+    """
+    if nodes == 1:
+        return _bw_s(kind, nbytes, k, bi)
+    return _bw_s(kind, nbytes, k * nodes, min(bi, k * be))
+
+
+def _tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
+    """Bandwidth term of NCCL's tree all-reduce across ``nodes >= 2`` nodes: the chain inside a
+    node moves ``2 S`` over NVLink (reduce up, broadcast down); between nodes each node sends
+    ``2 S`` over its ``k`` NICs, or ``S`` when there are only two nodes (each is the root of one
+    of the two trees); the slower of the two, at 0.92 of the ring's bus bandwidth and NCCL's
+    medium-size correction (:func:`tree_correction`; tuning.cc).
+
+    >>> _tree_bw_s(1e9, 8, 2, 2.0, 0.125) == 1e9 / 1.0 / TREE_BW_FACTOR   # two nodes: S / (k be)
+    True
+    """
+    t_intra = 2 * nbytes / bi if k > 1 else 0.0
+    t_net = (1 if nodes == 2 else 2) * nbytes / (k * be)
+    t = np.maximum(t_intra, t_net) if isinstance(nbytes, np.ndarray) else max(t_intra, t_net)
+    return t / (TREE_BW_FACTOR * tree_correction(nbytes))
+
+
+def nvls_tree_latency_s(inter: int, alpha_inter_s: float) -> float:
+    """Latency of NCCL's NVLSTree all-reduce over ``inter >= 2`` nodes: the NVLS step inside the
+    node once, then up and down the tree between nodes (tuning.cc:
+    ``intraLat + 2 * log2i(nNodes) * interLat``, NVLink ``hwLat`` for NVLSTree/Simple 25 us).
+
+    The preset's network step latency ``alpha_inter_s`` stands for NCCL's tree step (14 us) and is
+    scaled by :data:`NVLS_TREE_NET_STEP_RATIO` (20.9 / 14).
+
+    >>> round(nvls_tree_latency_s(128, 14e-6) * 1e6, 1)   # 25 + 2 * 7 * 20.9
+    317.6
+    """
+    return NVLS_LATENCY_S + 2 * int(math.floor(math.log2(inter))) * alpha_inter_s * NVLS_TREE_NET_STEP_RATIO
+
+
+def _nvls_tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float, nvls: float, cap_ch: float):
+    """Bandwidth term of NCCL's NVLSTree all-reduce across ``nodes >= 2`` nodes of ``k >= 2`` ranks:
+    the slowest of NVLS inside the node, the tree's network traffic over the node's ``k`` NICs
+    (``2 S``; ``S`` on two nodes) and NCCL's per-channel cap ``cap_ch`` on ``k`` channels
+    (tuning.cc ``perChMaxNVLSTreeBws``: busBw ``k cap_ch``, algorithm bandwidth half of it).
+
+    >>> _nvls_tree_bw_s(1.0, 8, 4, 2.0, 0.25, 1.0, 1.0) == 2 * 1.0 / (8 * 0.25)   # network-bound
+    True
+    >>> _nvls_tree_bw_s(1.0, 8, 4, 2.0, 1.0, 1.0, 0.1) == 2 * 1.0 / (8 * 0.1)     # NCCL's cap
+    True
+    """
+    t_nvls = nbytes / (bi * nvls)
+    t_net = (1 if nodes == 2 else 2) * nbytes / (k * be)
+    t_cap = 2 * nbytes / (k * cap_ch)
+    if isinstance(nbytes, np.ndarray):
+        return np.maximum(np.maximum(t_nvls, t_net), t_cap)
+    return max(t_nvls, t_net, t_cap)
+
+
+def _pick(array: bool, t, lat, t_alt, lat_alt):
+    """The faster of two (time, latency) candidates, element-wise for arrays."""
+    if array:
+        return np.minimum(t, t_alt), np.where(t_alt < t, lat_alt, lat)
+    return (t_alt, lat_alt) if t_alt < t else (t, lat)
+
+
+def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
+            bi: float, be: float) -> tuple[float, float]:
+    """(total seconds, latency seconds) of AllReduce/AllGather/ReduceScatter as NCCL would pick it,
+    ``bi``/``be`` the stream's intra-/inter-node bandwidth (:func:`link_bw_bytes_per_s`).
+
+    ``nbytes`` may be a numpy array (the cost tables score every layer count of a stage at once):
+    each entry picks its own algorithm, so the time is exact where the ring/tree choice flips,
+    which an affine fit over the layer count is not.
+    """
+    array = isinstance(nbytes, np.ndarray)
+    if k * nodes <= 1 or (not array and nbytes <= 0):
+        return 0.0, 0.0
+    a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
+    lat = ring_latency_s(kind, k, nodes, a_i, a_e)
+    if kind == "allreduce":
+        lat = lat * ring_plateau_factor(nbytes, k, nodes)
+    t = _ring_bw_s(kind, nbytes, k, nodes, bi, be) + lat
+    if kind == "allreduce" and nodes > 1:
+        lat_tree = tree_latency_s(k, nodes, a_i, a_e)
+        t, lat = _pick(array, t, lat, _tree_bw_s(nbytes, k, nodes, bi, be) + lat_tree, lat_tree)
+    intra = cluster.intra_link
+    nvls = intra.nvls_efficiency
+    if kind == "allreduce" and nodes == 1 and nvls > 0:
+        t, lat = _pick(array, t, lat, nbytes / (bi * nvls) + NVLS_LATENCY_S, NVLS_LATENCY_S)
+    cap_ch = intra.nvls_tree_2node_channel_bw_bytes_per_s if nodes == 2 else intra.nvls_tree_channel_bw_bytes_per_s
+    if kind == "allreduce" and nodes > 1 and k >= 2 and nvls > 0 and cap_ch > 0:
+        lat_nt = nvls_tree_latency_s(nodes, a_e)
+        t_nt = _nvls_tree_bw_s(nbytes, k, nodes, bi, be, nvls, cap_ch)
+        if intra.nvls_tree_medium_correction:
+            t_nt = t_nt / tree_correction(nbytes, NVLS_TREE_CORRECTION_SIZES)
+        t, lat = _pick(array, t, lat, t_nt + lat_nt, lat_nt)
+    if array:
+        on = np.asarray(nbytes) > 0
+        return np.where(on, t, 0.0), np.where(on, lat, 0.0)
+    return t, lat
+
+
+def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str, engines: Engines = None) -> float:
+    """Achievable bandwidth per GPU for one collective at ``scope``: the link's effective
+    bandwidth, capped by the DMA engines that carry it (engines given x per-engine bandwidth)
+    when the engine class has a bandwidth of its own (source document, section 8: "peak DMA
+    bandwidth bounds T_comm"; 0 = link-bound, no cap).
+
+    ``engines``: the ``(class, count)`` a stream was given by its DMA assignment
+    (:mod:`costmodel.physics.comm.dma`); ``None``: all engines of the class serving ``scope``.
+
+    >>> from costmodel.spec.presets import load_cluster
+    >>> cl = load_cluster("sg2262-like")   # 4 CDMA at 64 GB/s, intra link 448 GB/s x 0.85
+    >>> cdma = cl.device.engines_for("intra")
+    >>> [link_bw_bytes_per_s(cl, "intra", e) / 1e9 for e in (None, (cdma, 2), (cdma, 1))]
+    [256.0, 128.0, 64.0]
+    """
+    link = cluster.intra_link if scope == "intra" else cluster.inter_link
+    bw = link.effective_bw_bytes_per_s
+    eng, count = engines if engines is not None else (cluster.device.engines_for(scope), None)
+    if eng.bw_bytes_per_s > 0:
+        bw = min(bw, (eng.count if count is None else count) * eng.bw_bytes_per_s)
+    return bw
+
+
+def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec,
+                      algorithm: str = "ring", engines: Engines = None) -> float:
+    """Seconds for one collective.
+
+    Parameters
+    ----------
+    kind : one of ``allreduce``, ``allgather``, ``reducescatter``, ``alltoall``, ``p2p`` (one
+        message to one peer ``stride`` ranks away) or ``ring_p2p`` (every rank of a ring of
+        ``size`` sends one message to its neighbour at once, as ring attention passes K/V blocks:
+        a step lasts as long as its slowest hop, which crosses nodes when the ring spans them).
+    nbytes : per-GPU buffer: the reduced tensor (all-reduce), the gathered output
+        (all-gather), the input (reduce-scatter), the send buffer (all-to-all), the message (p2p);
+        a numpy array (one time per entry) for all-reduce, all-gather and reduce-scatter under
+        ``ring``.
+    size, stride : group size and rank stride (see :func:`group_stride`).
+    algorithm : ``ring`` (NCCL ring/tree, the default) or ``direct``: an all-reduce inside one
+        node done by reading the peers' buffers over NVLink/NVSwitch, as inference engines do
+        for small messages (vLLM ``csrc/custom_all_reduce.cuh``: one-shot, every rank reads the
+        ``size - 1`` peer buffers, one latency; two-shot, reduce-scatter then all-gather, two
+        latencies), whichever is faster. Other kinds and multi-node groups fall back to ``ring``.
+    engines : the ``(engine class, count)`` the stream carrying it was given
+        (:func:`costmodel.physics.comm.dma.engines_of`); ``None``: all engines of the class serving the scope.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
+    if algorithm not in ("ring", "direct"):
+        raise ValueError(f"algorithm={algorithm!r}: must be 'ring' or 'direct'")
+    if isinstance(nbytes, np.ndarray) and (kind in ("alltoall", "p2p", "ring_p2p") or algorithm != "ring"):
+        raise ValueError(f"nbytes: an array only for all-reduce, all-gather and reduce-scatter under 'ring', "
+                         f"not {kind} / {algorithm}")
+    intra_l, inter_l = cluster.intra_link, cluster.inter_link
+    bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
+    if kind in ("p2p", "ring_p2p"):
+        if size <= 1 or nbytes <= 0:
+            return 0.0
+        inter = comm_scope(kind, size, stride, cluster.gpus_per_node) == "inter"
+        return nbytes / (be if inter else bi) + (inter_l if inter else intra_l).latency_s
+    lay = layout(size, stride, cluster.gpus_per_node)
+    k, nodes = lay.intra, lay.inter
+    if kind == "alltoall":
+        if size <= 1 or nbytes <= 0:
+            return 0.0
+        # each GPU sends nbytes/size to every peer: (k-1) peers over NVLink, the rest over its NIC
+        t_intra = nbytes * (k - 1) / size / bi
+        t_inter = nbytes * (size - k) / size / be
+        alpha = intra_l.latency_s + (inter_l.latency_s if nodes > 1 else 0.0)
+        return max(t_intra, t_inter) + alpha
+    if nodes == 1 and algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
+        alpha = intra_l.latency_s
+        return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
+    return _nccl_s(kind, nbytes, k, nodes, cluster, bi, be)[0]
+
+
+def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec, nbytes: float = 1.0,
+                         engines: Engines = None) -> float:
+    """The latency (alpha) part of one AllReduce/AllGather/ReduceScatter of ``nbytes`` under the
+    algorithm NCCL picks for that size (ring, or tree for a small all-reduce across nodes): what
+    every extra bucket or per-module collective pays again.
+
+    >>> from costmodel.spec.presets import load_cluster
+    >>> cl = load_cluster("a100-80g")   # 8 us per NVLink step, 15 us per network step
+    >>> round(collective_latency_s("allgather", 64, 8, cl) * 1e6, 1)   # 64 nodes, 1 GPU each: 63 * 15 us
+    945.0
+    >>> round(collective_latency_s("allreduce", 64, 8, cl) * 1e6, 1)   # small: tree, 2 * 6 * 15 us
+    180.0
+    """
+    if kind not in ("allreduce", "allgather", "reducescatter"):
+        raise ValueError(f"kind={kind!r}: must be allreduce, allgather or reducescatter")
+    lay = layout(size, stride, cluster.gpus_per_node)
+    bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
+    return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster, bi, be)[1]
+
+

@@ -1,0 +1,109 @@
+"""The scheduler each serving engine runs, with its launch defaults (read in the engines' code).
+
+A :class:`SchedulerSpec` is what :func:`costmodel.serving.scheduler.simulate` needs to replay an
+engine's step loop: the token budget of one step, the largest number of running requests,
+whether prompts are chunked and whether prefill chunks share a step with decodes.
+
+vLLM (V1 engine)
+    ``vllm/engine/arg_utils.py`` ``EngineArgs._set_default_args`` (vllm-project/vllm@99d7eb5d):
+    chunked prefill is on for generation models; ``max_num_batched_tokens`` defaults to 8192
+    for the API server (``UsageContext.OPENAI_API_SERVER``) on GPUs with >= 70 GiB that are not
+    A100, else 2048; ``max_num_seqs`` to 1024, else 256 (capped at the token budget). The V1
+    scheduler (``vllm/v1/core/sched/scheduler.py``) schedules the running requests first (a
+    decode is one token, a partial prefill its next chunk) and then admits waiting requests
+    while the step's token budget lasts; the last one admitted may be chunked. Prefill and
+    decodes share the step (``mixed``).
+SGLang
+    ``docs/advanced_features/server_arguments.md`` (sgl-project/sglang@b36e8e19): flags
+    ``--chunked-prefill-size`` (default ``None``: set from GPU memory), ``--max-running-requests``
+    (``None``: bounded by the KV pool), ``--max-prefill-tokens`` 16384, ``--enable-mixed-chunk``
+    ``False``: by default a prefill batch and a decode batch are separate forward passes
+    (``mixed`` false), and a waiting prefill runs before the next decode. ``server_args.py``
+    sets ``chunked_prefill_size`` from GPU memory: 2048 below 35 GiB, 8192 below 160 GiB
+    (H100, H200, A100), 16384 above (B200) -- read in a stored copy of that file whose commit
+    the search tool does not name; the documented flag table above is the cited commit.
+TensorRT-LLM
+    In-flight batching schedules context (prefill) and generation requests in one step under
+    ``max_num_tokens`` and ``max_batch_size``; a prompt that does not fit the remaining budget
+    waits unless context chunking is enabled
+    (https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/tuning-max-batch-size-and-max-num-tokens.html),
+    and the default capacity policy ``GUARANTEED_NO_EVICT`` reserves a started request's KV
+    cache so it is never paused (.../useful-runtime-flags.html). ``max_num_tokens`` 8192 and
+    ``max_batch_size`` 2048 are used as defaults here; they were not verified in the
+    TensorRT-LLM source (say so where it matters).
+
+KV admission: every engine is modelled as reserving a request's whole KV cache
+(``input_len + output_len`` tokens) when it is admitted, as TensorRT-LLM's default policy
+does. vLLM and SGLang allocate blocks as tokens arrive and preempt (vLLM) or retract (SGLang)
+when the pool runs out, so near the KV limit they briefly run more requests than modelled.
+
+Kernel and overhead constants are one set for all engines: no source measured per-engine
+kernel times on equal hardware that the model could take constants from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from costmodel.spec.errors import SpecError
+from costmodel.spec.specs import DeviceSpec
+from costmodel.spec.units import GiB
+
+ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerSpec:
+    """One engine's step loop.
+
+    engine : ``vllm``, ``sglang`` or ``trtllm``.
+    token_budget : tokens one step may schedule (``--max-num-batched-tokens``,
+        ``--chunked-prefill-size``, ``--max_num_tokens``).
+    max_seqs : running requests at most (``--max-num-seqs``, ``--max-running-requests``,
+        ``--max_batch_size``); ``None``: only the KV cache bounds them.
+    chunked : a prompt longer than the remaining budget is split over steps; otherwise it
+        waits until it fits whole (and a prompt longer than the budget is refused).
+    mixed : prefill chunks and decodes share one step; otherwise a step is all prefill or all decode,
+        prefill first.
+    """
+
+    engine: str
+    token_budget: int
+    max_seqs: int | None
+    chunked: bool = True
+    mixed: bool = True
+
+    def __post_init__(self):
+        if self.engine not in ENGINE_NAMES:
+            raise SpecError("engine", self.engine, "one of " + ", ".join(ENGINE_NAMES))
+        for name in ("token_budget", "max_seqs"):
+            v = getattr(self, name)
+            if v is None and name == "max_seqs":
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise SpecError(name, v, "a positive integer")
+
+
+def default_scheduler(engine: str, device: DeviceSpec) -> SchedulerSpec:
+    """The engine's scheduler with the launch defaults it picks on ``device`` (module doc)."""
+    big = device.hbm_bytes >= 70 * GiB and "a100" not in device.name.lower()
+    if engine == "vllm":
+        return SchedulerSpec(engine="vllm", token_budget=8192 if big else 2048, max_seqs=1024 if big else 256)
+    if engine == "sglang":
+        mem = device.hbm_bytes
+        size = 2048 if mem < 35 * GiB else 8192 if mem < 160 * GiB else 16384
+        return SchedulerSpec(engine="sglang", token_budget=size, max_seqs=None, mixed=False)
+    if engine == "trtllm":
+        return SchedulerSpec(engine="trtllm", token_budget=8192, max_seqs=2048, chunked=False)
+    raise SpecError("engine", engine, "one of " + ", ".join(ENGINE_NAMES))
+
+
+def scheduler_for(engine: str, device: DeviceSpec, *, token_budget: int | None = None,
+                  max_seqs: int | None = None) -> SchedulerSpec:
+    """:func:`default_scheduler` with the given settings overridden (``None``: the default)."""
+    s = default_scheduler(engine, device)
+    if token_budget is not None:
+        s = replace(s, token_budget=token_budget)
+    if max_seqs is not None:
+        s = replace(s, max_seqs=max_seqs)
+    return s

@@ -1,0 +1,149 @@
+"""The time of one serving-engine step: a token budget of prefill chunks mixed with decodes.
+
+A continuous-batching engine (vLLM V1, SGLang, TensorRT-LLM in-flight batching) runs one
+forward pass per *step* over every token it scheduled: the prompt chunks of requests being
+prefilled and one token of each decoding request (Agrawal et al. 2024, "Sarathi-Serve",
+arXiv 2403.02310, section 4: a hybrid batch). Its time splits into parts that scale with
+different quantities, so a step of any mix is priced from four pieces of the same op
+inventory as :func:`costmodel.serving.phase._phase` (one place for the layer costs):
+
+* ``body_s(m)``: every GEMM, element-wise op and TP/EP collective of all layers for ``m``
+  tokens, with the attention kernel launched but holding no work (``_phase`` at
+  ``decode=True, seq_len=1, sampled=0``). Its small-``m`` regime reads every weight once
+  (HBM-bound), its large-``m`` regime is compute-bound; evaluated on a grid of ``m`` and
+  interpolated linearly between grid points (exact on the grid; the grid is dense below 16).
+* ``head_s(s)``: the LM head, logits gather and sampling of the ``s`` requests that emit a
+  token this step (decodes, and prompts whose last chunk ran).
+* prefill attention: a chunk of ``c`` query tokens after ``p`` cached ones attends to
+  ``p + c/2`` keys on average under the causal mask, so it costs ``c * (p + c/2)`` query-key
+  pairs at :func:`costmodel.physics.kernels.compute.attention_flops` per pair and the fused-attention rate
+  (the same rate and causal half as :func:`costmodel.physics.kernels.compute._attention_core`; a whole
+  prompt, ``p = 0``, gives its ``0.5 * flops``).
+* decode attention: one query against each cached token, the roofline of
+  :func:`costmodel.physics.kernels.compute._decode_attention` (KV bytes read, or FLOPs for MLA), linear in the
+  number of cached tokens the step's decodes read.
+
+With pipeline parallelism the running requests form ``mm = min(pp, running)`` micro-batches
+(vLLM's virtual engines); a step's period is ``_phase``'s ``max(path + P2P, mm * slowest
+stage)`` for ``m / mm`` tokens each, and the attention work of all micro-batches is spread
+over ``mm`` (exact when the pipeline is full, ``mm = pp``). The head is charged once per step.
+
+>>> from costmodel.spec.presets import load_model, load_cluster
+>>> from costmodel.spec.plan import ParallelConfig
+>>> sc = step_cost(load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(1), "bf16", ParallelConfig(), "bf16")
+>>> sc.body_s(8) < sc.body_s(4096)           # a small step reads the weights; a big one computes
+True
+>>> abs(sc.time_s(tokens=16, sampled=16, prefill_pairs=0, decode_ctx=0) - sc.body_s(16) - sc.head_s(16)) < 1e-15
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from functools import lru_cache
+
+from costmodel.physics.kernels.compute import _decode_attention, attention_flops
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.kernels.kvcache import kv_dtype_bytes
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
+
+#: exact grid below this token count, geometric (x GRID_RATIO) above
+GRID_EXACT = 16
+GRID_RATIO = 1.25
+_PROBE_CTX = 1 << 20  # cached tokens of the probe decode-attention op (its cost is linear in them)
+
+
+def _grid_point(k: int) -> int:
+    """The ``k``-th grid token count: 1..GRID_EXACT, then geometric."""
+    if k < GRID_EXACT:
+        return k + 1
+    return int(round(GRID_EXACT * GRID_RATIO ** (k - GRID_EXACT + 1)))
+
+
+class StepCost:
+    """Seconds of one engine step of plan ``config`` (see the module doc); build with :func:`step_cost`."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, dtype: str, config: ParallelConfig, kv_dtype: str):
+        self.model, self.cluster, self.dtype, self.config, self.kv_dtype = model, cluster, dtype, config, kv_dtype
+        dev, tp = cluster.device, config.tp
+        rate = dev.peak_bf16_flops_per_s * dev.attention_efficiency
+        self.prefill_pair_s = model.layers * attention_flops(model, 1, 1, tp) / rate
+        probe = _decode_attention(model, dev, 1, _PROBE_CTX, tp, kv_dtype_bytes(kv_dtype))
+        self.decode_ctx_s = model.layers * (probe.fwd_s - dev.kernel_overhead_s) / _PROBE_CTX
+        self._body: dict[tuple[int, int], float] = {}
+        self._head: dict[int, float] = {}
+
+    # -- the pieces ------------------------------------------------------------------
+    def _phase_s(self, tokens: int, micro_batches: int, sampled: int, path_only: bool) -> float:
+        from costmodel.serving.phase import _phase  # the layer costs live there
+        mb = max(1, math.ceil(tokens / micro_batches))
+        w = Workload(global_batch=mb, seq_len=1, dtype=self.dtype)
+        ph = _phase(self.model, self.cluster, w, replace(self.config, mb=mb), decode=True, kv_dtype=self.kv_dtype,
+                    micro_batches=micro_batches, sampled=sampled)
+        return sum(ph.stage_s) if path_only else ph.period_s
+
+    def _interp(self, x: float, table: dict, key, f) -> float:
+        """``f(grid point)`` interpolated linearly at ``x`` (grid points cached in ``table``)."""
+        x = max(1.0, float(x))
+        memo = ("at", key(x))
+        if memo in table:
+            return table[memo]
+        table[memo] = v = self._interp_uncached(x, table, key, f)
+        return v
+
+    def _interp_uncached(self, x: float, table: dict, key, f) -> float:
+        k = 0
+        while _grid_point(k) < x:
+            k += 1
+        hi = _grid_point(k)
+        lo = _grid_point(k - 1) if k else hi
+        for g in {lo, hi}:
+            if key(g) not in table:
+                table[key(g)] = f(g)
+        if hi == lo:
+            return table[key(hi)]
+        a = (x - lo) / (hi - lo)
+        return (1 - a) * table[key(lo)] + a * table[key(hi)]
+
+    def body_s(self, tokens: float, micro_batches: int = 1) -> float:
+        """All layers' GEMMs, element-wise ops and collectives for ``tokens`` tokens (no attention work, no head)."""
+        if tokens <= 0:
+            return 0.0
+        mm = max(1, min(micro_batches, self.config.pp))
+        return self._interp(tokens, self._body, lambda g: (mm, g), lambda g: self._phase_s(g, mm, 0, False))
+
+    def head_s(self, sampled: float) -> float:
+        """LM head, logits gather and sampling for ``sampled`` rows."""
+        if sampled <= 0:
+            return 0.0
+        if 0 not in self._head:
+            self._head[0] = self._phase_s(1, 1, 0, True)
+        base = self._head[0]
+        return self._interp(sampled, self._head, lambda g: g, lambda g: self._phase_s(1, 1, g, True) - base)
+
+    def time_s(self, *, tokens: float, sampled: float, prefill_pairs: float, decode_ctx: float,
+               micro_batches: int = 1) -> float:
+        """One step: ``tokens`` scheduled, ``sampled`` of them emit a token, ``prefill_pairs`` causal
+        query-key pairs of prompt chunks, ``decode_ctx`` cached tokens read by the decodes."""
+        mm = max(1, min(micro_batches, self.config.pp))
+        attn = (self.prefill_pair_s * prefill_pairs + self.decode_ctx_s * decode_ctx) / mm
+        return self.body_s(tokens, mm) + self.head_s(sampled) + attn
+
+
+def chunk_pairs(done: float, chunk: float) -> float:
+    """Causal query-key pairs of a prompt chunk of ``chunk`` tokens after ``done`` cached ones.
+
+    >>> chunk_pairs(0, 4000) + chunk_pairs(4000, 4000) == chunk_pairs(0, 8000)
+    True
+    """
+    return chunk * (done + chunk / 2.0)
+
+
+@lru_cache(maxsize=512)
+def step_cost(model: ModelSpec, cluster: ClusterSpec, dtype: str, config: ParallelConfig, kv_dtype: str) -> StepCost:
+    """The (cached) :class:`StepCost` of one plan."""
+    return StepCost(model, cluster, dtype, replace(config, mb=1), kv_dtype)
+
+

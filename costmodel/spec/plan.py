@@ -1,0 +1,444 @@
+"""The parallel plan (:class:`ParallelConfig`) and the rules that tie it to a model, cluster and workload.
+
+Degrees follow Megatron-LM: ``tp * pp * dp * cp = GPUs``; expert parallelism is folded
+inside the data- and tensor-parallel ranks (``ep`` divides ``tp * dp * cp``), and an expert
+is not split further by TP when ``ep > 1`` (Megatron-Core ``--expert-tensor-parallel-size 1``).
+
+>>> ParallelConfig(tp=8, pp=8, dp=2, mb=1).to_dict()["bucket_mb"]
+40.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from costmodel.spec import dma_plan as _dma
+from costmodel.spec import layout as _layout
+from costmodel.spec.errors import SpecError
+from costmodel.spec.workload import Workload
+from costmodel.spec.specs import _positive_int
+from costmodel.spec.units import MB
+
+#: the frameworks a plan can name (their rules: :mod:`costmodel.frameworks.rules`)
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp2")
+DEFAULT_FRAMEWORK = "megatron"
+RECOMPUTE = ("none", "selective", "full", "op_sac")
+#: Megatron-Core ``--recompute-modules`` this model charges (``TransformerConfig.recompute_modules`` at
+#: d98e8a64; default ``["core_attn"]``): the core attention; ``layernorm``, the pre-MLP norm's output of an MoE
+#: layer, discarded after use and recomputed (``CheckpointWithoutOutput``; the input norm is fused into the QKV
+#: GEMM in the Transformer Engine spec, an ``IdentityOp``, so nothing to discard there); ``moe``, the whole MoE
+#: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``); ``mla_up_proj``,
+#: MLA's up projections and RoPE (``CheckpointWithoutOutput``: the Q, K, V the core attention read are discarded after
+#: its forward and recomputed from the latents, ``multi_latent_attention.py``); ``mlp``, the dense MLP checkpointed
+#: (``transformer_layer.py``: ``recompute_mlp`` only ``if not self.is_moe_layer``). Megatron's other choices
+#: (``moe_act``, ``shared_experts``, ...) are not charged, so not accepted
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp")
+EP_DISPATCHERS = ("alltoall", "deepep")
+CP_IMPLS = ("ring", "torch")
+#: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes`)
+GRAD_DTYPES = ("fp32", "fp16", "bf16")
+LOSS_IMPLS = ("fused", "fp32")  # ParallelConfig.loss_impl
+PP_GRAD_REDUCES = ("step", "microbatch")  # ParallelConfig.pp_grad_reduce
+SP_SAVED_INPUTS = ("sharded", "gathered")  # ParallelConfig.sp_saved_inputs
+MODULE_LAYOUTS = ("fused", "hf")  # ParallelConfig.module_layout
+OPTIMIZER_DTYPES = ("fp32", "bf16")
+CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    """A parallel plan.
+
+    Attributes
+    ----------
+    tp, pp, dp, ep, cp : tensor, pipeline, data, expert and context parallel degrees (1 = off).
+    sp : Megatron sequence parallelism (TP AllReduce split into AllGather + ReduceScatter).
+    zero : ZeRO stage 0-3 (1 = Megatron's distributed optimizer; 3 = fully sharded parameters).
+    recompute : ``none``, ``selective`` (attention core, Korthikanti et al. 2023), ``full``, or
+        ``op_sac``: torchtitan's per-op selective activation checkpointing
+        (``selective_ac_option = 'op'``; FSDP2 only): backward replays every element-wise op, every
+        second matmul and, under sequence parallelism, the all-gathers in front of the column-parallel
+        matmuls (:func:`costmodel.physics.kernels.recompute.op_sac_fractions`).
+    recompute_layers : with ``full``, layers per pipeline stage that are recomputed
+        (``None`` = all of them).
+    recompute_modules : with ``selective`` under Megatron-Core, the ``--recompute-modules`` (a tuple from
+        :data:`RECOMPUTE_MODULES`; ``None`` = Megatron's default, the core attention alone).
+    fp8_param_gather : Megatron-Core ``--fp8-param-gather``: FP8 training keeps its weights as FP8
+        parameters (no separate FP8 copy beside BF16 weights; :func:`costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes`).
+        Needs the distributed optimizer or FSDP (zero >= 1).
+    optimizer_dtype : the dtype of the parameters the optimizer updates and of its Adam moments:
+        ``fp32`` (mixed precision, an FP32 master copy; the default) or ``bf16`` (a model built in
+        BF16 and updated by ``torch.optim.Adam`` in place: no master copy, BF16 moments and sharded
+        gradients; under FSDP2, e.g. NeMo AutoModel, whose ``from_config`` defaults to bfloat16; or under
+        Megatron-Core with ``zero=1``, NeMo 1.x's Apex ``distributed_fused_adam`` with ``optim.dtype: bf16``:
+        NeMo ``megatron_base_model.py`` sets ``store_params=False`` when the optimizer dtype is the model's,
+        so Apex's ``DistributedFusedAdam`` keeps only BF16 ``exp_avg``/``exp_avg_sq`` shards and updates the
+        BF16 parameters, the gradient buffer as the distributed optimizer's, ``grad_dtype``).
+    optimizer_offload_fraction : Megatron-Core ``--optimizer-cpu-offload --optimizer-offload-fraction``: the
+        fraction (0..1) of the distributed optimizer's local shard whose FP32 master weights and Adam moments
+        live on the host and are stepped by the CPU (:mod:`costmodel.physics.mechanics.offload`); 0 = off. Needs
+        framework=megatron with zero=1 and optimizer_dtype fp32.
+    overlap_cpu_optimizer_d2h_h2d : Megatron-Core ``--overlap-cpu-optimizer-d2h-h2d``: the offload's
+        gradient D2H, CPU Adam and parameter H2D pipelined on their own streams (false: in sequence).
+    activation_offload_layers : Megatron-Core ``--cpu-offloading-num-layers N``: the saved activations of N
+        transformer layers copied to the host in forward and back in backward (:mod:`costmodel.physics.mechanics.act_offload`);
+        0 = off. Megatron refuses it with pp > 1, with any recompute and with N >= the model's layers.
+    mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
+    bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
+    chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
+        CP ring) is split into so it can pipeline with compute; 1 means not chunked.
+    layers_per_stage : layers on each pipeline stage, first to last (``None`` = uniform), each >= 1
+        and any count (not only multiples of ``vp``); e.g. fewer layers on the first and last stage,
+        which also hold the embedding and LM head. A stage's layers are split into its ``vp`` model
+        chunks by :func:`costmodel.spec.stages.chunk_layers`.
+    flash_attention : fused attention that never stores the s x s scores (FlashAttention);
+        False reproduces Megatron-LM 2021/22's unfused softmax (Korthikanti's ``5 a s^2 b`` term).
+    framework : ``megatron``, ``deepspeed`` or ``fsdp2``, the framework that runs the plan; its
+        ZeRO semantics are charged and its rules checked (:mod:`costmodel.frameworks.rules`).
+    fused_elementwise : the layer's element-wise ops (norms, rotary embedding, gated activation)
+        run as fused kernels (Megatron-Core / Transformer Engine, or PyTorch under
+        ``torch.compile``); False: PyTorch eager, one kernel per operator
+        (:func:`costmodel.physics.kernels.compute.layer_ops`; torchtitan ``training.compile = false``).
+    ep_dispatcher : how MoE tokens reach their experts: ``alltoall`` (NCCL AllToAll-V, one copy
+        per routed expert) or ``deepep`` (DeepEP, one copy per destination node over the network,
+        forwarded inside the node over NVLink; Megatron-Core
+        ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``;
+        :func:`costmodel.physics.comm.ep_dispatch.ep_alltoall_bytes`).
+    cp_impl : how context parallelism exchanges K/V (:func:`costmodel.physics.kernels.compute.cp_exchange`): ``ring``
+        (Megatron-Core / Transformer Engine: the GQA K/V shards pass rank to rank, each transfer hidden
+        behind one attention block) or ``torch`` (PyTorch ``context_parallel`` as torchtitan runs it:
+        K/V repeated to the query heads, all-gathered once behind the local block, dK/dV passed
+        around the ring in FP32).
+    fsdp_copies : under ``framework="fsdp2"``, PyTorch FSDP2 (``fully_shard``, per-parameter sharding)
+        copies each gathered parameter out of the flat all-gather buffer and each gradient into the flat
+        reduce-scatter buffer on the compute stream (:func:`costmodel.physics.mechanics.fsdp_copies.fsdp2_copies_s`). Unset
+        (None): as the framework runs, i.e. True for ``fsdp2``. False: gathers land in a flat buffer the
+        parameters are views of (FSDP1's ``FlatParameter``, Megatron FSDP, DeepSpeed ZeRO-3), no
+        copies charged (published FSDP1 runs evaluated under ``fsdp2``).
+    grad_dtype : the dtype gradients are accumulated in and reduced over data parallelism (bytes
+        per element: :func:`costmodel.physics.memory.stage_memory.grad_elem_bytes`): ``fp32`` (the default: Megatron-LM
+        with ``--accumulate-allreduce-grads-in-fp32``, which ``--bf16`` forces on; Megatron-Core
+        ``grad_reduce_in_fp32``) or ``fp16`` / ``bf16`` (the model's half-precision ``.grad``: Megatron-LM
+        v1 without ``--fp32-allreduce`` and v2 FP16 runs without the accumulate flag; Megatron-Core
+        ``--grad-reduce-in-bf16``). It sets the gradient buffer's memory and every gradient collective.
+    loss_impl : how the cross-entropy of the logits runs (:func:`costmodel.physics.memory.stage_memory.loss_bytes_per_logit`):
+        ``fused`` (the default: Megatron-Core's vocab-parallel cross-entropy, BF16 logits and an FP32
+        softmax) or ``fp32`` (torchtitan through 2024: eager ``cross_entropy(pred.float(), labels)``,
+        FP32 log-softmax and gradients).
+    pp_grad_reduce : when FSDP without resharding after forward (``framework='fsdp2'``, ``zero=2``) reduces
+        gradients under a pipeline schedule (:func:`costmodel.frameworks.rules.of`): ``step`` (the default:
+        ``torch.distributed.pipelining`` turns gradient sync and reshard-after-backward off for every
+        micro-batch but the last, so the stage's weights and FP32 gradients stay unsharded and are
+        reduce-scattered once per step) or ``microbatch`` (ZeRO-2 semantics under PP: every micro-batch's
+        backward reduce-scatters its gradients into the FP32 shard and the parameters are gathered again
+        in its forward; Meta's FSDP for Llama 3, whose paper says it "shards optimizer states and
+        gradients" and reduce-scatters them in FP32, arXiv 2407.21783 section 3.3.2). No effect with pp = 1.
+    sp_saved_inputs : under sequence parallelism, what the column-parallel GEMMs (QKV, fc1) save of their
+        all-gathered input for backward (:func:`costmodel.physics.memory.stage_memory.activation_bytes_per_layer`): ``sharded``
+        (Megatron-Core: the sequence-sharded input, all-gathered again in backward) or ``gathered``
+        (PyTorch DTensor tensor parallelism as torchtitan applies it: ``PrepareModuleInput`` all-gathers the
+        block input and ``aten.mm`` saves the gathered tensor; in FP8 under torchao's
+        ``PrepareFloat8ModuleInput`` the cast precedes the gather, so it is saved in FP8). Unset (None): the
+        framework's own, ``gathered`` for ``fsdp2``, ``sharded`` otherwise; ``gathered`` only with ``fsdp2``.
+    pp_free_stage_inputs : under a pipeline schedule, each model chunk's input (the tensor received from the
+        previous stage, which the chunk's first layer would keep as its norm input) is freed once its forward
+        has run, per micro-batch in flight (:func:`costmodel.physics.memory.stage_memory.stage_memory`): Llama 3's schedule, "we
+        proactively deallocate tensors that will not be used for future computation, including the input and
+        output tensors of each pipeline stage" (arXiv 2407.21783 section 3.3.2). No framework the planner emits
+        has it (Megatron-Core frees only the outputs, ``deallocate_pipeline_outputs``, which the activations
+        never charge); no effect with ``pp = 1`` or under full recompute (the checkpoint keeps the input).
+    module_layout : the parameter tensors of a layer as the model code builds them
+        (:func:`costmodel.physics.mechanics.zero3_fetch.layer_tensors`): ``fused`` (the default: Megatron-LM and
+        Megatron-DeepSpeed, one QKV and one gate/up projection) or ``hf`` (Hugging Face modules: Q, K,
+        V and gate, up apart). It sets DeepSpeed's per-module fetches and reduce buckets; FSDP
+        gathers a block as one unit whatever its modules; Megatron builds its own fused modules only.
+    layout : the pipeline layout (:class:`costmodel.spec.layout.Layout`, or its Megatron-Core text
+        ``"Et*3|(tt|)*29|L"``, read for ``pp`` ranks): the decoder layers, embedding and loss of every
+        virtual stage, empty stages allowed. When set, ``vp`` and ``layers_per_stage`` are the
+        layout's (they are derived, whatever was passed); ``None``: the layout of
+        ``layers_per_stage`` / the even split (:func:`costmodel.spec.layout.of`).
+    dma : the DMA engines each communication stream runs on (:class:`costmodel.spec.dma_plan.Assignment`,
+        or its text ``"tp:cdma*2,dp:cdma*1,pp:cdma*1"`` / dict); ``None`` = the default
+        assignment (:func:`costmodel.physics.comm.dma.default_assignment`).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    cp: int = 1
+    sp: bool = False
+    zero: int = 0
+    recompute: str = "none"
+    recompute_layers: int | None = None
+    recompute_modules: tuple[str, ...] | None = None
+    fp8_param_gather: bool = False
+    optimizer_dtype: str = "fp32"
+    optimizer_offload_fraction: float = 0.0
+    overlap_cpu_optimizer_d2h_h2d: bool = False
+    activation_offload_layers: int = 0
+    mb: int = 1
+    vp: int = 1
+    bucket_bytes: float = 40 * MB
+    chunks: int = 1
+    flash_attention: bool = True
+    layers_per_stage: tuple[int, ...] | None = None
+    framework: str = "megatron"
+    fused_elementwise: bool = True
+    ep_dispatcher: str = "alltoall"
+    cp_impl: str = "ring"
+    fsdp_copies: bool | None = None
+    grad_dtype: str = "fp32"
+    loss_impl: str = "fused"
+    pp_grad_reduce: str = "step"
+    sp_saved_inputs: str | None = None
+    pp_free_stage_inputs: bool = False
+    module_layout: str = "fused"
+    dma: _dma.Assignment | None = None
+    layout: _layout.Layout | None = None
+
+    def __post_init__(self):
+        if self.layout is not None:
+            self._take_layout()
+        if self.fsdp_copies is None:  # as the framework runs it
+            object.__setattr__(self, "fsdp_copies", self.framework == "fsdp2")
+        if self.sp_saved_inputs is None:  # as the framework runs it
+            object.__setattr__(self, "sp_saved_inputs", "gathered" if self.framework == "fsdp2" else "sharded")
+        if self.dma is not None:
+            object.__setattr__(self, "dma", _dma.parse(self.dma))
+        for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
+            v = getattr(self, f)
+            if type(v) is not int or v < 1:  # only then can it be wrong (the search builds many plans)
+                _positive_int(f, v)
+        if self.chunks > MAX_CHUNKS:
+            raise SpecError("chunks", self.chunks, f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
+                            "run chunks = tp; the op graph holds a piece per chunk of every collective)")
+        for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs"):
+            if type(getattr(self, f)) is not bool:
+                raise SpecError(f, getattr(self, f), "true or false")
+        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
+            raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")
+        if self.ep_dispatcher not in EP_DISPATCHERS:
+            raise SpecError("ep_dispatcher", self.ep_dispatcher, f"one of {', '.join(EP_DISPATCHERS)}")
+        if self.cp_impl not in CP_IMPLS:
+            raise SpecError("cp_impl", self.cp_impl, f"one of {', '.join(CP_IMPLS)}")
+        if self.framework not in FRAMEWORKS:
+            raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
+        if self.grad_dtype not in GRAD_DTYPES:
+            raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
+        if self.loss_impl not in LOSS_IMPLS:
+            raise SpecError("loss_impl", self.loss_impl, f"one of {', '.join(LOSS_IMPLS)}")
+        if self.pp_grad_reduce != "step" and (self.pp_grad_reduce not in PP_GRAD_REDUCES
+                                             or self.framework != "fsdp2" or self.zero != 2):
+            raise SpecError("pp_grad_reduce", self.pp_grad_reduce,
+                            f"one of {', '.join(PP_GRAD_REDUCES)} ('microbatch' only with framework=fsdp2 and zero=2: "
+                            "the other frameworks' ZeRO stages fix when gradients are reduced)")
+        if self.sp_saved_inputs not in SP_SAVED_INPUTS or (self.sp_saved_inputs == "gathered"
+                                                           and self.framework != "fsdp2"):
+            raise SpecError("sp_saved_inputs", self.sp_saved_inputs,
+                            f"one of {', '.join(SP_SAVED_INPUTS)} ('gathered' only with framework=fsdp2: PyTorch "
+                            "DTensor tensor parallelism)")
+        if self.module_layout not in MODULE_LAYOUTS or (self.module_layout != "fused" and self.framework == "megatron"):
+            raise SpecError("module_layout", self.module_layout,
+                            f"one of {', '.join(MODULE_LAYOUTS)} ('fused' only under framework=megatron)")
+        if self.fsdp_copies and self.framework != "fsdp2":
+            raise SpecError("fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("recompute", self.recompute, f"one of {', '.join(RECOMPUTE)}")
+        if self.recompute_layers is not None:
+            _positive_int("recompute_layers", self.recompute_layers, allow_zero=True)
+            if self.recompute != "full":
+                raise SpecError("recompute_layers", self.recompute_layers, "unset unless recompute='full'")
+        if self.recompute_modules is not None:
+            mods = tuple(self.recompute_modules) if isinstance(self.recompute_modules, (list, tuple)) else None
+            bad = [m for m in (mods or ()) if m not in RECOMPUTE_MODULES]
+            if mods is None or not mods or bad:
+                raise SpecError("recompute_modules", bad[0] if bad else self.recompute_modules,
+                                f"a non-empty list of {', '.join(RECOMPUTE_MODULES)}")
+            if self.recompute != "selective" or self.framework != "megatron":
+                raise SpecError("recompute_modules", ",".join(mods),
+                                "unset unless recompute='selective' under framework=megatron (Megatron-Core's "
+                                "--recompute-modules)")
+            object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
+        if self.optimizer_dtype not in OPTIMIZER_DTYPES:
+            raise SpecError("optimizer_dtype", self.optimizer_dtype, f"one of {', '.join(OPTIMIZER_DTYPES)}")
+        if self.optimizer_dtype == "bf16" and not (self.framework == "fsdp2"
+                                                   or (self.framework == "megatron" and self.zero == 1)):
+            raise SpecError("optimizer_dtype", self.optimizer_dtype, "fp32 unless framework=fsdp2 (a BF16 model under "
+                            "torch.optim.Adam) or framework=megatron with zero=1 (NeMo's distributed_fused_adam with "
+                            "optim.dtype bf16); Megatron's other optimizers and DeepSpeed keep an FP32 master copy")
+        if not isinstance(self.fp8_param_gather, bool):
+            raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
+        if self.fp8_param_gather and self.optimizer_dtype != "fp32":
+            # NeMo megatron_base_model.py (r2.0.0rc1): with fp8_params distributed_fused_adam stores a parameter copy
+            # in the optimizer dtype (store_params=True), a layout this model does not charge
+            raise SpecError("fp8_param_gather", self.fp8_param_gather, "false with optimizer_dtype=bf16 (FP8 "
+                            "parameters make NeMo's distributed_fused_adam keep a BF16 parameter copy; not modelled)")
+        if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
+            # megatron/training/arguments.py at d98e8a64: "--fp8-param-gather only supported with distributed
+            # optimizer, torch fsdp2, megatron fsdp, or inference mode"
+            raise SpecError("fp8_param_gather", self.fp8_param_gather,
+                            "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)")
+        if self.optimizer_offload_fraction != 0.0 or self.overlap_cpu_optimizer_d2h_h2d is not False:
+            self._check_offload()
+        if self.activation_offload_layers != 0:
+            self._check_act_offload()
+        if self.layers_per_stage is not None and self.layout is None:
+            lps = tuple(self.layers_per_stage)
+            object.__setattr__(self, "layers_per_stage", lps)
+            if len(lps) != self.pp or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lps):
+                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
+                                f"{self.pp} integers >= 1, one per pipeline stage (pp={self.pp}; "
+                                "a stage holds at least one layer)")
+        if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
+            raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
+
+    def _check_act_offload(self) -> None:
+        """Megatron's refusals of ``--cpu-offloading-num-layers`` that need no model
+        (``megatron/core/transformer/transformer_config.py@d98e8a64 __post_init__``; :mod:`costmodel.physics.mechanics.act_offload`)."""
+        n = self.activation_offload_layers
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise SpecError("activation_offload_layers", n, "an integer >= 0 (Megatron --cpu-offloading-num-layers; "
+                            "0 = off)")
+        if self.framework != "megatron":
+            raise SpecError("activation_offload_layers", n, "0 unless framework=megatron (Megatron-Core's "
+                            "--cpu-offloading-num-layers)")
+        if self.pp > 1:
+            raise SpecError("activation_offload_layers", n, "0 with pp > 1 (Megatron: no support for pipeline "
+                            "parallelism with CPU offloading)")
+        if self.recompute != "none" or self.recompute_modules is not None:
+            raise SpecError("activation_offload_layers", n, "0 with recompute (Megatron: CPU offloading does not "
+                            "work when activation recomputation is enabled)")
+
+    def _check_offload(self) -> None:
+        # megatron/training/arguments.py@d98e8a64 validate_args: --optimizer-cpu-offload asserts
+        # --use-precision-aware-optimizer (and --fp8-recipe delayed with --fp8-param-gather);
+        # megatron/core/optimizer/__init__.py@d98e8a64: the precision-aware optimizer needs the distributed
+        # optimizer; optimizer_config.py@d98e8a64: and --optimizer adam
+        f = self.optimizer_offload_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
+            raise SpecError("optimizer_offload_fraction", f, "a number from 0 to 1 (the fraction of the optimizer "
+                            "state on the CPU; 0 = no offload)")
+        object.__setattr__(self, "optimizer_offload_fraction", float(f))
+        if type(self.overlap_cpu_optimizer_d2h_h2d) is not bool:
+            raise SpecError("overlap_cpu_optimizer_d2h_h2d", self.overlap_cpu_optimizer_d2h_h2d, "true or false")
+        if f > 0 and (self.framework != "megatron" or self.zero != 1):
+            raise SpecError("optimizer_offload_fraction", f, "0 unless framework=megatron with zero=1 (Megatron's "
+                            "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which needs the "
+                            "distributed optimizer)")
+        if f > 0 and self.optimizer_dtype != "fp32":
+            raise SpecError("optimizer_offload_fraction", f, "0 with optimizer_dtype=bf16 (Megatron's "
+                            "HybridDeviceOptimizer keeps FP32 master weights)")
+        if f > 0 and self.fp8_param_gather:
+            raise SpecError("optimizer_offload_fraction", f, "0 with fp8_param_gather (Megatron needs "
+                            "--fp8-recipe delayed then, a recipe this model does not take)")
+        if self.overlap_cpu_optimizer_d2h_h2d and f == 0:
+            raise SpecError("overlap_cpu_optimizer_d2h_h2d", True, "false unless optimizer_offload_fraction > 0")
+
+    def _take_layout(self) -> None:
+        lay = self.layout
+        if type(self.pp) is not int or self.pp < 1:
+            _positive_int("pp", self.pp)
+        if isinstance(lay, str):
+            lay = _layout.parse(lay, self.pp)
+        if not isinstance(lay, _layout.Layout):
+            raise SpecError("layout", lay, "a Megatron-Core layout string such as 'Et*3|(tt|)*29|L'")
+        if lay.pp != self.pp:
+            raise SpecError("layout", str(lay), f"a layout for pp={self.pp} pipeline ranks (it is for {lay.pp})")
+        object.__setattr__(self, "layout", lay)
+        object.__setattr__(self, "vp", lay.vp)
+        object.__setattr__(self, "layers_per_stage", lay.per_rank())
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def recomputed_modules(self) -> frozenset:
+        """Modules a ``selective`` recompute replays (``recompute_modules``, or the core attention alone);
+        empty otherwise."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules or ("core_attn",))
+
+    @property
+    def sp_on(self) -> bool:
+        """Sequence parallelism in effect (it needs tp > 1)."""
+        return self.sp and self.tp > 1
+
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree inside an expert: ``tp`` without EP, 1 with EP."""
+        return self.tp if self.ep == 1 else 1
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["bucket_mb"] = d.pop("bucket_bytes") / MB
+        if self.cp_impl == "ring":
+            del d["cp_impl"]  # the default: plans without torch CP keep their keys
+        if self.fsdp_copies == (self.framework == "fsdp2"):
+            del d["fsdp_copies"]  # the framework's own: plan keys unchanged
+        if self.sp_saved_inputs == ("gathered" if self.framework == "fsdp2" else "sharded"):
+            del d["sp_saved_inputs"]  # the framework's own: plan keys unchanged
+        if not self.pp_free_stage_inputs:
+            del d["pp_free_stage_inputs"]  # the default: plan keys unchanged
+        if self.grad_dtype == "fp32":
+            del d["grad_dtype"]  # the default: plan keys unchanged
+        if self.loss_impl == "fused":
+            del d["loss_impl"]  # the default: plan keys unchanged
+        if self.pp_grad_reduce == "step":
+            del d["pp_grad_reduce"]  # the default: plan keys unchanged
+        if self.module_layout == "fused":
+            del d["module_layout"]  # the default: plan keys unchanged
+        if not self.fp8_param_gather:
+            del d["fp8_param_gather"]  # the default: plan keys unchanged
+        if self.optimizer_dtype == "fp32":
+            del d["optimizer_dtype"]  # the default: plan keys unchanged
+        if self.optimizer_offload_fraction == 0.0:
+            del d["optimizer_offload_fraction"]  # the default: plan keys unchanged
+        if not self.overlap_cpu_optimizer_d2h_h2d:
+            del d["overlap_cpu_optimizer_d2h_h2d"]  # the default: plan keys unchanged
+        if not self.activation_offload_layers:
+            del d["activation_offload_layers"]  # the default: plan keys unchanged
+        if self.recompute_modules is None:
+            del d["recompute_modules"]  # the default: plan keys unchanged
+        else:
+            d["recompute_modules"] = list(self.recompute_modules)
+        if self.dma is None:
+            del d["dma"]  # the default: the keys of plans without an assignment stay as they were
+        else:
+            d["dma"] = str(self.dma)
+        if self.layout is None:
+            del d["layout"]  # the keys of plans without a layout stay as they were
+        else:
+            d["layout"] = str(self.layout)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ParallelConfig":
+        d = dict(d)
+        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
+                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
+                                              "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
+                                              "optimizer_dtype", "layout", "loss_impl", "module_layout",
+                                              "pp_grad_reduce", "optimizer_offload_fraction", "sp_saved_inputs",
+                                              "pp_free_stage_inputs",
+                                              "overlap_cpu_optimizer_d2h_h2d", "activation_offload_layers"}
+        if unknown:
+            raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
+        if "bucket_mb" in d:
+            v = d.pop("bucket_mb")
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise SpecError("bucket_mb", v, "a non-negative size in MB (0 = no overlap)")
+            d["bucket_bytes"] = v * MB
+        return cls(**d)
+
+
+#: pieces per overlappable collective beyond which a plan is refused (a sanity bound: the frameworks
+#: that chunk run chunks = tp, and the op graph holds a node per piece: Llama-3-8B on 16 GPUs at
+#: tp=8, chunks=256 evaluates in 1.4 s (the whole command), 100,000 ran over ten minutes at 2 GB, issue 24)
+MAX_CHUNKS = 256
+
+
+def micro_batches(workload: Workload, config: ParallelConfig) -> int:
+    """Micro-batches per pipeline per step: global batch / (dp * mb)."""
+    return workload.global_batch // (config.dp * config.mb)

@@ -1,0 +1,432 @@
+"""Frozen, keyword-only specs of what is planned: the model, the cluster and the workload.
+
+SI units inside, the unit in every name. Each spec validates itself on construction and
+raises :class:`~costmodel.spec.errors.SpecError` naming the field, the value and what is allowed.
+
+>>> m = ModelSpec(name="tiny", layers=2, hidden=64, heads=4, ffn_hidden=256, vocab=1000)
+>>> m.kv_heads, m.head_dim, m.is_moe
+(4, 16, False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from costmodel.spec.errors import SpecError
+from costmodel.spec.units import GiB
+
+#: HBM per device above which a spec is refused: a sanity bound, not a device limit (16 TiB is ~90x
+#: B200's 180 GiB), that catches unit slips (GB given as bytes, ``hbm_gib: 1e30``) and infinities
+MAX_HBM_BYTES = 16 * 1024 * GiB
+
+ACTIVATIONS = ("gelu", "swiglu", "relu2")
+MOE_ROUTINGS = ("uniform", "consecutive")  # costmodel.physics.comm.ep_dispatch.fanout
+
+#: sanity bounds on sizes, far beyond any real model or cluster: a typo (an extra three zeros)
+#: is refused at once instead of running out of memory or time
+MAX_SIZE = {
+    "layers": 10_000, "hidden": 1_000_000, "heads": 100_000, "kv_heads": 100_000, "head_dim": 100_000,
+    "ffn_hidden": 10_000_000, "moe_ffn_hidden": 10_000_000, "vocab": 100_000_000, "experts": 100_000, "mtp_layers": 10_000,
+    "num_gpus": 1_048_576, "gpus_per_node": 1_024,
+    "global_batch": 1_048_576, "seq_len": 100_000_000, "input_len": 100_000_000, "output_len": 100_000_000,
+}
+
+
+def _bounded(spec) -> None:
+    """Raise SpecError for the first field of ``spec`` above its :data:`MAX_SIZE`."""
+    for name, most in MAX_SIZE.items():
+        value = getattr(spec, name, None)
+        if isinstance(value, int) and value > most:
+            raise SpecError(name, value, f"at most {most:,} (a sanity bound)")
+
+
+def _positive(name: str, value, allow_zero: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or value < 0 or (value == 0 and not allow_zero) or value != value:
+        raise SpecError(name, value, "a non-negative number" if allow_zero else "a positive number")
+
+
+def _positive_int(name: str, value, allow_zero: bool = False) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (value == 0 and not allow_zero):
+        raise SpecError(name, value, "a non-negative integer" if allow_zero else "a positive integer")
+
+
+# --------------------------------------------------------------------------- model
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer, dense or mixture-of-experts.
+
+    Attributes
+    ----------
+    layers, hidden, heads : transformer depth, model width, attention heads.
+    kv_heads : key/value heads (GQA); ``None`` means ``heads`` (multi-head attention).
+    head_dim : per-head width; ``None`` means ``hidden // heads``.
+    ffn_hidden : MLP inner width of a dense layer.
+    activation : ``gelu`` or ``relu2`` (2-matrix MLP) or ``swiglu`` (3-matrix gated MLP).
+    vocab : vocabulary size. tied_embeddings : LM head shares the embedding matrix.
+    experts : routed experts per MoE layer; 0 means a dense model.
+    topk : experts each token is routed to. moe_ffn_hidden : inner width of one expert.
+    shared_experts : always-active experts per MoE layer.
+    dense_layers : leading layers that are dense in an MoE model (DeepSeek ``first_k_dense_replace``).
+    moe_load_cv : coefficient of variation of the tokens each routed expert receives under the
+        model's load balancing (0: perfectly balanced). Default 0.3: Wang et al. 2024,
+        "Auxiliary-Loss-Free Load Balancing", arXiv 2408.15664, Table 2, report MaxVio_global
+        (max load over mean, minus 1) of 0.52-0.72 for auxiliary-loss-balanced MoE models with
+        64 routed experts; the expected maximum of 64 normal loads is about 2.4 standard
+        deviations above the mean, so 0.72 / 2.4 = 0.3. Sets the slowest EP rank's load
+        (:func:`costmodel.physics.kernels.moe_load.moe_imbalance`). Checked against published expert-load statistics by
+        ``benchmarks/component_routing.py`` (RESULTS.md section 37: 0.22-0.40 for auxiliary-loss routers,
+        about 0.015 for loss-free ones, 0.12-0.25 for a quantile-balanced one early in training).
+    moe_routing : how tokens spread over the experts, which sets how many EP ranks and nodes one
+        token reaches (:func:`costmodel.physics.comm.ep_dispatch.fanout`): ``uniform`` (each token's top-k a random
+        set: a balanced learned router, Megatron-Core's forced load balancing) or ``consecutive``
+        (NeMo AutoModel's ``FakeBalancedGate``: token t to experts ``t*k .. t*k + k - 1`` mod experts).
+    q_lora_rank, kv_lora_rank, qk_rope_head_dim, v_head_dim : multi-head latent attention
+        (DeepSeek-V2/V3); ``kv_lora_rank = 0`` means ordinary attention.
+    mtp_layers : multi-token-prediction modules (DeepSeek-V3 ``num_nextn_predict_layers``; Megatron-Core
+        ``--mtp-num-layers``), trained with the model (:mod:`costmodel.physics.kernels.mtp`); 0: none.
+    hidden_dropout, attention_dropout : dropout probabilities the model is trained with, on the embedding and
+        residual branches, and on the attention probabilities (Megatron-Core ``TransformerConfig.hidden_dropout``,
+        ``attention_dropout``). Default 0.1 each, Megatron-Core's defaults; Llama-family models and their recipes
+        train with 0.0 (each preset states its own). At 0 no mask is stored or written (:mod:`costmodel.physics.kernels.dropout`).
+    """
+
+    name: str = "model"
+    layers: int
+    hidden: int
+    heads: int
+    ffn_hidden: int
+    vocab: int
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    activation: str = "gelu"
+    tied_embeddings: bool = False
+    experts: int = 0
+    topk: int = 0
+    moe_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    moe_load_cv: float = 0.3
+    moe_routing: str = "uniform"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+
+    def __post_init__(self):
+        for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
+            _positive_int(f, getattr(self, f))
+        _bounded(self)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise SpecError("heads", self.heads, f"a divisor of hidden={self.hidden} (or give head_dim)")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        _positive_int("kv_heads", self.kv_heads)
+        _positive_int("head_dim", self.head_dim)
+        if self.heads % self.kv_heads:
+            raise SpecError("kv_heads", self.kv_heads, f"a divisor of heads={self.heads}")
+        if self.activation not in ACTIVATIONS:
+            raise SpecError("activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
+        for f in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank",
+                  "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
+            _positive_int(f, getattr(self, f), allow_zero=True)
+        if self.experts:
+            if not 1 <= self.topk <= self.experts:
+                raise SpecError("topk", self.topk, f"between 1 and experts={self.experts}")
+            if self.moe_ffn_hidden is None:
+                object.__setattr__(self, "moe_ffn_hidden", self.ffn_hidden)
+            _positive_int("moe_ffn_hidden", self.moe_ffn_hidden)
+            if self.dense_layers >= self.layers:
+                raise SpecError("dense_layers", self.dense_layers, f"less than layers={self.layers}")
+        elif self.topk or self.shared_experts:
+            raise SpecError("experts", self.experts, "positive when topk or shared_experts is set")
+        _positive("moe_load_cv", self.moe_load_cv, allow_zero=True)
+        for f in ("hidden_dropout", "attention_dropout"):
+            p = getattr(self, f)
+            if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
+                raise SpecError(f, p, "a probability in [0, 1)")
+        if self.moe_routing not in MOE_ROUTINGS:
+            raise SpecError("moe_routing", self.moe_routing, f"one of {', '.join(MOE_ROUTINGS)}")
+        if self.kv_lora_rank and not self.v_head_dim:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+
+    # ---- structure
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Number of MoE layers (all but the leading dense ones)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices in one MLP: 3 for SwiGLU, 2 otherwise."""
+        return 3 if self.activation == "swiglu" else 2
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection output."""
+        return self.heads * (self.head_dim + (self.qk_rope_head_dim if self.is_mla else 0))
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of one of K or V per token (GQA-reduced)."""
+        return self.kv_heads * self.head_dim
+
+    # ---- parameter counts (one place for these formulas)
+    @property
+    def attn_params(self) -> int:
+        """Attention weights of one layer (biases and norms ignored).
+
+        MHA/GQA: Q and O are h x (heads*d), K and V are h x (kv_heads*d).
+        MLA (DeepSeek-V3 paper, section 2.1.1): low-rank Q and KV projections.
+        """
+        h = self.hidden
+        if self.is_mla:
+            qk = self.head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * self.heads * qk) if self.q_lora_rank \
+                else h * self.heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) \
+                + self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
+            return q + kv + self.heads * self.v_head_dim * h
+        return h * self.heads * self.head_dim * 2 + h * self.kv_dim * 2
+
+    def mlp_params(self, ffn: int) -> int:
+        return self.mlp_matrices * self.hidden * ffn
+
+    @property
+    def dense_layer_params(self) -> int:
+        return self.attn_params + self.mlp_params(self.ffn_hidden) + 2 * self.hidden
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed expert."""
+        return self.mlp_params(self.moe_ffn_hidden) if self.is_moe else 0
+
+    @property
+    def moe_layer_params(self) -> int:
+        """One MoE layer: attention, routed and shared experts, router, norms."""
+        if not self.is_moe:
+            return 0
+        return (self.attn_params + (self.experts + self.shared_experts) * self.expert_params
+                + self.hidden * self.experts + 2 * self.hidden)
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def params(self) -> int:
+        """Total parameters. GPT-3 175B gives about 174.6e9 (Brown et al. 2020, Table 2.1)."""
+        layers = (self.layers - self.moe_layers) * self.dense_layer_params + self.moe_layers * self.moe_layer_params
+        head = 0 if self.tied_embeddings else self.embedding_params
+        return layers + self.embedding_params + head + self.hidden
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched per token (routed experts counted top-k times)."""
+        if not self.is_moe:
+            return self.params
+        inactive = (self.experts - self.topk) * self.expert_params * self.moe_layers
+        return self.params - inactive
+
+
+# --------------------------------------------------------------------------- cluster
+@dataclass(frozen=True, kw_only=True)
+class DmaEngineClass:
+    """A class of data-movement engines on one device.
+
+    Attributes
+    ----------
+    name : e.g. ``nccl-sm`` (NCCL kernels on SMs), ``copy`` (NVIDIA copy engines), ``cdma``.
+    count : engines of this class that can run transfers concurrently.
+    bw_bytes_per_s : peak bandwidth of one engine; 0 means limited by the link only.
+    scopes : which transfers it serves: ``intra`` (inside a node) and/or ``inter`` (across nodes).
+    uses_compute : True when the engine is really compute cores running a communication
+        kernel (NCCL on SMs); it then slows concurrent compute by the device's
+        ``comm_compute_interference``. Dedicated DMA engines do not.
+    """
+
+    name: str
+    count: int
+    bw_bytes_per_s: float = 0.0
+    scopes: tuple[str, ...] = ("intra", "inter")
+    uses_compute: bool = False
+
+    def __post_init__(self):
+        _positive_int(f"dma.{self.name}.count", self.count)
+        _positive(f"dma.{self.name}.bw_bytes_per_s", self.bw_bytes_per_s, allow_zero=True)
+        object.__setattr__(self, "scopes", tuple(self.scopes))
+        for s in self.scopes:
+            if s not in ("intra", "inter"):
+                raise SpecError(f"dma.{self.name}.scopes", s, "'intra' or 'inter'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceSpec:
+    """One accelerator.
+
+    Attributes
+    ----------
+    peak_bf16_flops_per_s : dense BF16/FP16 tensor-core peak. peak_fp8_flops_per_s : dense FP8 (0: none).
+    hbm_bytes, hbm_bw_bytes_per_s : memory capacity and peak bandwidth.
+    sm_count : streaming multiprocessors (or cores) that GEMM tiles are spread over.
+    gemm_efficiency : fraction of peak a large BF16 GEMM achieves (cuBLAS-class kernels).
+    fp8_gemm_efficiency : the same for FP8 GEMMs.
+    attention_efficiency : fraction of BF16 peak a fused (flash) attention kernel achieves.
+    mem_bw_efficiency : fraction of HBM bandwidth a streaming element-wise kernel achieves.
+    kernel_overhead_s : fixed cost per kernel (launch and tail).
+    comm_compute_interference : fraction of compute throughput lost while an SM-based
+        collective runs concurrently (NCCL kernels occupy SMs and HBM bandwidth).
+    dma_engines : engine classes (see :class:`DmaEngineClass`).
+    """
+
+    name: str = "device"
+    peak_bf16_flops_per_s: float
+    peak_fp8_flops_per_s: float = 0.0
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    sm_count: int = 108
+    gemm_efficiency: float = 0.8
+    fp8_gemm_efficiency: float = 0.6
+    attention_efficiency: float = 0.6
+    mem_bw_efficiency: float = 0.8
+    kernel_overhead_s: float = 4e-6
+    comm_compute_interference: float = 0.1
+    dma_engines: tuple[DmaEngineClass, ...] = ()
+
+    def __post_init__(self):
+        _positive("peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
+        _positive("peak_fp8_flops_per_s", self.peak_fp8_flops_per_s, allow_zero=True)
+        _positive("hbm_bytes", self.hbm_bytes)
+        if not self.hbm_bytes <= MAX_HBM_BYTES:
+            raise SpecError("hbm_gib", self.hbm_bytes / GiB, f"at most {MAX_HBM_BYTES / GiB:,.0f} GiB per device "
+                            "(a sanity bound; was it given in bytes?)")
+        _positive("hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s)
+        _positive_int("sm_count", self.sm_count)
+        for f in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "mem_bw_efficiency"):
+            v = getattr(self, f)
+            _positive(f, v, allow_zero=f == "fp8_gemm_efficiency")
+            if v > 1:
+                raise SpecError(f, v, "a fraction in (0, 1]")
+        _positive("kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
+        _positive("comm_compute_interference", self.comm_compute_interference, allow_zero=True)
+        if self.comm_compute_interference >= 1:
+            raise SpecError("comm_compute_interference", self.comm_compute_interference, "a fraction in [0, 1)")
+        object.__setattr__(self, "dma_engines", tuple(self.dma_engines))
+        if not self.dma_engines:
+            raise SpecError("dma_engines", [], "at least one engine class")
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense tensor-core peak for GEMMs in ``dtype`` (FP8 falls back to BF16 when absent)."""
+        if dtype == "fp8" and self.peak_fp8_flops_per_s:
+            return self.peak_fp8_flops_per_s
+        return self.peak_bf16_flops_per_s
+
+    def gemm_peak_fraction(self, dtype: str) -> float:
+        return self.fp8_gemm_efficiency if dtype == "fp8" and self.peak_fp8_flops_per_s else self.gemm_efficiency
+
+    def engines_for(self, scope: str) -> DmaEngineClass:
+        """The engine class that carries collectives of ``scope`` ('intra' or 'inter')."""
+        for e in self.dma_engines:
+            if scope in e.scopes:
+                return e
+        raise SpecError("dma_engines", [e.name for e in self.dma_engines], f"an engine class serving '{scope}'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSpec:
+    """A network level, seen from one GPU.
+
+    bw_bytes_per_s : unidirectional bandwidth per GPU. latency_s : per-message latency (alpha).
+    efficiency : fraction of ``bw_bytes_per_s`` that NCCL-class collectives achieve (bus bandwidth).
+    nvls_efficiency : NVLink SHARP (in-switch reduction, NCCL's NVLS algorithm) on this link: the
+        fraction of the effective bandwidth an NVLS all-reduce moves its buffer at; 0 means the
+        link has no NVLS (no NVSwitch, or pre-Hopper). See :mod:`costmodel.physics.comm.collectives`.
+    nvls_tree_channel_bw_bytes_per_s, nvls_tree_2node_channel_bw_bytes_per_s : NCCL's cap on the
+        bus bandwidth of one NVLSTree channel (NVLS inside each node, a tree between nodes: the
+        multi-node all-reduce of NVSwitch nodes) across more than two nodes and across two nodes
+        (``perChMaxNVLSTreeBws`` in NCCL's ``src/graph/tuning.cc``: Hopper 45.5 / 57.7 GB/s,
+        Blackwell 80 / 96 GB/s); 0 means NCCL runs no NVLSTree on this link.
+    nvls_tree_medium_correction : NCCL applies its medium-size tree correction (``treeCorrectionFactor``)
+        to the NVLSTree all-reduce too; ``src/graph/tuning.cc`` ``ncclTopoGetAlgoTime`` does so on
+        Blackwell (compute capability >= 10.0) with x86 hosts only.
+    """
+
+    bw_bytes_per_s: float
+    latency_s: float = 5e-6
+    efficiency: float = 0.8
+    nvls_efficiency: float = 0.0
+    nvls_tree_channel_bw_bytes_per_s: float = 0.0
+    nvls_tree_2node_channel_bw_bytes_per_s: float = 0.0
+    nvls_tree_medium_correction: bool = False
+
+    def __post_init__(self):
+        _positive("bw_bytes_per_s", self.bw_bytes_per_s)
+        _positive("latency_s", self.latency_s, allow_zero=True)
+        _positive("efficiency", self.efficiency)
+        if self.efficiency > 1:
+            raise SpecError("efficiency", self.efficiency, "a fraction in (0, 1]")
+        _positive("nvls_efficiency", self.nvls_efficiency, allow_zero=True)
+        if self.nvls_efficiency > 1:
+            raise SpecError("nvls_efficiency", self.nvls_efficiency, "a fraction in [0, 1]")
+        _positive("nvls_tree_channel_bw_bytes_per_s", self.nvls_tree_channel_bw_bytes_per_s, allow_zero=True)
+        _positive("nvls_tree_2node_channel_bw_bytes_per_s", self.nvls_tree_2node_channel_bw_bytes_per_s,
+                  allow_zero=True)
+        if not isinstance(self.nvls_tree_medium_correction, bool):
+            raise SpecError("nvls_tree_medium_correction", self.nvls_tree_medium_correction, "true or false")
+
+    @property
+    def effective_bw_bytes_per_s(self) -> float:
+        return self.bw_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """Nodes of identical devices: NVLink-class links inside a node, NICs between nodes.
+
+    num_gpus : total GPUs (set from ``--gpus``; 0 until known).
+    calibrated_constants : constants fitted to the user's measured runs (``planner calibrate``;
+        empty: the cluster is not calibrated).
+    calibration_log_residuals : leave-one-out ``ln(predicted / measured)`` of those runs; they
+        narrow the uncertainty band (:mod:`costmodel.trust.uncertainty`).
+    stack : the software stack the device's kernel constants are for (:mod:`costmodel.frameworks.stacks`;
+        :func:`costmodel.frameworks.stacks.apply_stack` sets it); the default is the current NVIDIA stack.
+    """
+
+    name: str = "cluster"
+    device: DeviceSpec
+    gpus_per_node: int
+    intra_link: LinkSpec
+    inter_link: LinkSpec
+    num_gpus: int = 0
+    calibrated_constants: tuple[str, ...] = ()
+    calibration_log_residuals: tuple[float, ...] = ()
+    stack: str = "mcore-2025"
+
+    def __post_init__(self):
+        _positive_int("gpus_per_node", self.gpus_per_node)
+        _positive_int("num_gpus", self.num_gpus, allow_zero=True)
+        _bounded(self)
+        object.__setattr__(self, "calibrated_constants", tuple(self.calibrated_constants))
+        object.__setattr__(self, "calibration_log_residuals", tuple(float(x) for x in self.calibration_log_residuals))
+
+    def with_gpus(self, num_gpus: int) -> "ClusterSpec":
+        return replace(self, num_gpus=num_gpus)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_node)
+
+

@@ -1,0 +1,57 @@
+"""Per-layer terms of the tables: one layer's times and stored bytes per micro-batch."""
+
+from __future__ import annotations
+
+from costmodel.engines.analytic import layer_timing
+from costmodel.spec.plan import ParallelConfig
+from costmodel.physics.memory.stage_memory import activation_bytes_per_layer
+
+from ..choice import Choice
+
+
+class LayerTerms:
+    """The per-layer terms of :class:`search.tables.Tables` (mixed in; reads ``p``, fills the
+    ``_layer`` and ``_parts`` caches)."""
+
+    def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
+        """``(U, R, fwd, bwd, rec, act_bytes)`` of one layer and micro-batch: U = fwd + bwd + exposed
+        communication + interference; R = recompute time (with its repeated communication)."""
+        s = choice.shape
+        z3 = choice.per_microbatch()
+        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe,
+               choice.dma, choice.grad_dtype, choice.options)
+        if key not in self._layer:
+            if choice.dma is None:
+                c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp,
+                                   chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
+                                   flash_attention=self.p.limits.flash_attention, framework=choice.framework,
+                                   grad_dtype=choice.grad_dtype, fused_elementwise=self.p.limits.fused_elementwise,
+                                   # the timing reads the recompute modules and the EP dispatcher only
+                                   **{k: v for k, v in choice.config_options().items()
+                                      if k in ("recompute_modules", "ep_dispatcher")})
+            else:  # an assignment names the plan's streams: a layer of the plan itself
+                c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
+            p, coef = self.p, self.p.cluster.device.comm_compute_interference
+            lt = layer_timing(p.model, p.cluster, p.workload, c, moe)
+            u = lt.fwd_s + lt.bwd_s + lt.ledger.total_exposed_s + lt.ledger.interference_s(coef)
+            r = lt.recompute_s + lt.recompute_ledger.total_exposed_s + lt.recompute_ledger.interference_s(coef)
+            self._layer[key] = (u, r, lt.fwd_s, lt.bwd_s, lt.recompute_s, self.activations(choice, moe))
+        return self._layer[key]
+
+    def activations(self, choice: Choice, moe: bool) -> float:
+        """Activation bytes one layer stores per micro-batch (the last entry of :meth:`layer`), without
+        the layer's timing: the memory screens need only this, and it does not depend on chunks,
+        ZeRO stage, bucket or DMA assignment."""
+        s = choice.shape
+        key = ("act", s.tp, s.cp, s.ep, choice.mb, choice.sp, choice.recompute, choice.framework, choice.options, moe)
+        if key not in self._parts:
+            c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
+            self._parts[key] = activation_bytes_per_layer(self.p.model, self.p.workload, c, moe)
+        return self._parts[key]
+
+    def layer_input_bytes(self, choice: Choice) -> float:
+        """Bytes one fully recomputed layer keeps per micro-batch: its BF16 input, sharded by SP
+        (Korthikanti et al. 2023, section 5: full recompute stores only each layer's input)."""
+        s = choice.shape
+        tokens = choice.mb * self.p.workload.seq_len / s.cp
+        return 2 * self.p.model.hidden * tokens / (s.tp if choice.sp and s.tp > 1 else 1)
