@@ -10,7 +10,7 @@
    Each row is tagged with its regime (:func:`costmodel.trust.uncertainty.regime_of`), GPU count and
    stack. ``--write`` stores ``ln(predicted/measured)`` per row, the held-out constants used and a
    summary of the component data's kinds (``benchmarks/data/components``) in
-   ``costmodel/data/residuals.json``, the package data the bands are built from.
+   ``costmodel/trust/data/residuals.json``, the package data the bands are built from.
    The sealed split (``benchmarks/data/sealed``) is never read here (``load_set`` excludes it).
 2. Coverage, leave-one-source-out: each source's rows get bands built from the *other*
    sources' residuals only (a new source is a new software stack, the honest test), with the
@@ -217,7 +217,7 @@ def calibrated(rows, residual_rows, engine: str) -> None:
 def sealed(args) -> int:
     """Coverage of the sealed split (``load_set('sealed')``) by the bands as shipped: its rows predicted
     with the presets' constants (fitted on the development set, never on the sealed split) and banded
-    from every stored residual (``costmodel/data/residuals.json``: dev and new, no sealed row). Nothing
+    from every stored residual (``costmodel/trust/data/residuals.json``: dev and new, no sealed row). Nothing
     is written and nothing is fitted on the sealed rows."""
     if args.write or args.calibrated:
         flag = "--write" if args.write else "--calibrated"

@@ -16,19 +16,17 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 from costmodel.physics.comm import dma
-from costmodel.trust.ceilings import mfu_warning
 from costmodel.training.estimate import Estimate
-from costmodel.physics.kernels.flops import with_convention
 from costmodel.trust.memory_margin import MEMORY_MARGIN, at_risk
 from costmodel.spec.presets import cluster_to_dict, model_to_dict
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.frameworks.stacks import load_stack
 from costmodel.spec.units import GiB
-from costmodel.trust.uncertainty import assess, bias_note, device_family
+from costmodel.trust.attach import attach
 
 
 #: how each engine (``Estimate.engine``) is named in text output
@@ -61,27 +59,8 @@ def model_json(model: ModelSpec) -> dict:
 
 def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
                completion_log_sd: float = 0.0) -> Estimate:
-    """``est`` with its 80% step-time band and the notes saying what widened it
-    (:func:`costmodel.trust.uncertainty.assess`: unstated knobs, ``completion_log_sd``; beyond the data)
-    and, when its MFU beats every published run of its hardware class and dtype, a note saying so
-    (:mod:`costmodel.trust.ceilings`)."""
-    if workload.mode != "train" or not isinstance(est, Estimate):
-        return est
-    notes = list(est.notes)
-    # the published ceilings mix counts (most count full s x s attention): checked with the full count
-    full = with_convention(est, model, workload, "full")
-    warn = mfu_warning(full.mfu, device_family(cluster), workload.dtype, model.is_moe)
-    if warn and full.mfu != est.mfu:
-        warn = warn.replace("predicted MFU", "predicted MFU (counting full s x s attention)", 1)
-    if warn and warn not in notes:
-        notes.append(warn)
-    if est.step_time_band_s:
-        return replace(est, notes=notes)
-    lo, hi, band_notes = assess(model, cluster, workload, est, completion_log_sd=completion_log_sd)
-    lean = bias_note(model, cluster, est.config, est.step_time_s, (lo, hi))
-    if lean and lean not in notes:
-        notes.append(lean)
-    return replace(est, step_time_band_s=(lo, hi), band_notes=band_notes, notes=notes)
+    """``est`` with its band and trust notes: :func:`costmodel.trust.attach.attach`, the one place they are made."""
+    return attach(est, model, cluster, workload, completion_log_sd)
 
 
 def band_note_lines(est: Estimate) -> list[str]:

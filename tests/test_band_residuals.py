@@ -1,4 +1,4 @@
-"""The stored band residuals are the current model's: ``costmodel/data/residuals.json`` (what every
+"""The stored band residuals are the current model's: ``costmodel/trust/data/residuals.json`` (what every
 80% band is built from) must equal ``ln(predicted/measured)`` of the published rows under the model as
 it is, so a change to the model or the rows that moves a prediction fails here until
 ``python -m benchmarks.band_coverage --set all --write`` is rerun (the file once lagged the model by

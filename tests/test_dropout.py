@@ -28,7 +28,7 @@ from planner.emit import emit_text
 
 W = Workload(global_batch=8, seq_len=4096)
 DEV = load_cluster("h100-sxm").device
-PRESETS = Path(__file__).resolve().parent.parent / "costmodel" / "presets" / "models"
+PRESETS = Path(__file__).resolve().parent.parent / "costmodel" / "spec" / "presets" / "models"
 
 
 def test_no_mask_at_zero_or_in_inference():

@@ -1,6 +1,6 @@
 """Load specs from built-in presets, JSON/YAML files, or a Hugging Face ``config.json``.
 
-Preset files live in ``costmodel/presets/{models,clusters}/<name>.json`` and use human units
+Preset files live in ``costmodel/spec/presets/{models,clusters}/<name>.json`` and use human units
 (TFLOP/s, GB/s, GiB, microseconds), converted here, once, to SI.
 
 >>> load_model("gpt3-175b").layers

@@ -2,7 +2,7 @@
 
 The 80% band (:mod:`costmodel.trust.uncertainty`) is built from out-of-source residuals of measured runs.
 It only means what it says for plans like those runs. :func:`scope` compares one plan with the
-measured runs (the rows of ``costmodel/data/residuals.json``, or any pool of them) and with the
+measured runs (the rows of ``costmodel/trust/data/residuals.json``, or any pool of them) and with the
 component measurements (the kernel and collective kinds of ``benchmarks/data/components``,
 summarised in the same file) and returns what the plan rests on that no measurement covers:
 

@@ -1,6 +1,6 @@
 """The best model-FLOPs utilisation published for a hardware class and dtype: a sanity ceiling.
 
-``costmodel/data/best_mfu.csv`` (a copy of ``benchmarks/data/best_mfu.csv``, every row with its
+``costmodel/trust/data/best_mfu.csv`` (a copy of ``benchmarks/data/best_mfu.csv``, every row with its
 source) holds the highest MFU a public training run reports per hardware class (A100,
 H100/H800/H200, B200), dtype and kind (dense, MoE). A prediction above it is not impossible,
 but it claims to beat every published run on that hardware: :func:`mfu_warning` says so.

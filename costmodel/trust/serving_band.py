@@ -2,7 +2,7 @@
 
 The approach of :mod:`costmodel.trust.uncertainty` (the normal prediction interval of validation
 residuals in log space, ``mean +- t(n-1) * sd * sqrt(1 + 1/n)``, with a run-to-run noise
-floor), applied to the serving validation: ``costmodel/data/serving_residuals.json`` holds
+floor), applied to the serving validation: ``costmodel/trust/data/serving_residuals.json`` holds
 ``ln(predicted / measured)`` of every row of ``benchmarks/data/published_inference.csv``
 (written by ``benchmarks/validate_inference.py --write-residuals``), tagged with the quantity
 (``ttft``, ``tpot``, ``throughput``), the engine and the load (``admitted``: every client runs;

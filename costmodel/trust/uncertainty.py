@@ -9,7 +9,7 @@ run-to-run noise of one job. tokens/s and MFU bands are the same interval invert
 Where it comes from. Three estimates of *one* error, of which the band takes the largest (log space;
 errors are ratios), then two widenings for what no residual contains:
 
-1. *Out-of-source validation residuals of the plan's regime.* ``costmodel/data/residuals.json``
+1. *Out-of-source validation residuals of the plan's regime.* ``costmodel/trust/data/residuals.json``
    holds ``ln(predicted / measured)`` of every usable published row outside the sealed split
    (written by ``benchmarks/band_coverage.py --set all --write``), each row predicted with the
    constants fitted per device family and dtype *without its own source*
@@ -186,7 +186,7 @@ def stored_components() -> list:
 
 
 def stored_residuals() -> list[dict]:
-    """Rows of ``costmodel/data/residuals.json`` (``regime``, ``log_residual``, ``source``, ``row_id``)."""
+    """Rows of ``costmodel/trust/data/residuals.json`` (``regime``, ``log_residual``, ``source``, ``row_id``)."""
     return list(_stored())
 
 

@@ -189,7 +189,7 @@ def attention_time_s(flops: float, dev: DeviceSpec, *, seq_kv: float, head_dim: 
     return flops / (dev.peak_bf16_flops_per_s * eta * util) + dev.kernel_overhead_s
 
 
-#: the kernel each family's preset ``attention_efficiency`` describes (``costmodel/presets/clusters/*.json``):
+#: the kernel each family's preset ``attention_efficiency`` describes (``costmodel/spec/presets/clusters/*.json``):
 #: Transformer Engine's cuDNN fused attention on Hopper, FlashAttention-2 on A100
 NATIVE_ATTENTION = {"A100": "fa2", "H100": "cudnn", "H800": "cudnn", "H200": "cudnn"}
 #: the shape at which a preset's ``attention_efficiency`` is read: causal, 16k tokens, head dim 128

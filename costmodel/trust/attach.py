@@ -1,0 +1,45 @@
+"""The one place an estimate gets what says how far to trust it, for every caller (CLI, API, tuner, sweep).
+
+Training (:class:`~costmodel.training.estimate.Estimate`): the 80% step-time band and the notes saying what
+widened it (:func:`costmodel.trust.uncertainty.assess`: unstated knobs, ``completion_log_sd``, beyond the data),
+the lean of its regime's residuals (:func:`~costmodel.trust.uncertainty.bias_note`) and, when its MFU beats every
+published run of its hardware class and dtype, a note saying so (:mod:`costmodel.trust.ceilings`). Serving
+(:class:`~costmodel.serving.inference.InferenceEstimate`): the bands of TTFT, TPOT and throughput
+(:func:`costmodel.trust.serving_band.with_serving_bands`). An estimate that has its band already keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from costmodel.physics.kernels.flops import with_convention
+from costmodel.serving.inference import InferenceEstimate
+from costmodel.spec.specs import ClusterSpec, ModelSpec
+from costmodel.spec.workload import Workload
+from costmodel.training.estimate import Estimate
+from costmodel.trust.ceilings import mfu_warning
+from costmodel.trust.serving_band import with_serving_bands
+from costmodel.trust.uncertainty import assess, bias_note, device_family
+
+
+def attach(est, model: ModelSpec, cluster: ClusterSpec, workload: Workload, completion_log_sd: float = 0.0):
+    """``est`` with its band and trust notes (see the module); anything else is returned as it is."""
+    if isinstance(est, InferenceEstimate):
+        return est if est.bands else with_serving_bands(est)
+    if workload.mode != "train" or not isinstance(est, Estimate):
+        return est
+    notes = list(est.notes)
+    # the published ceilings mix counts (most count full s x s attention): checked with the full count
+    full = with_convention(est, model, workload, "full")
+    warn = mfu_warning(full.mfu, device_family(cluster), workload.dtype, model.is_moe)
+    if warn and full.mfu != est.mfu:
+        warn = warn.replace("predicted MFU", "predicted MFU (counting full s x s attention)", 1)
+    if warn and warn not in notes:
+        notes.append(warn)
+    if est.step_time_band_s:
+        return replace(est, notes=notes)
+    lo, hi, band_notes = assess(model, cluster, workload, est, completion_log_sd=completion_log_sd)
+    lean = bias_note(model, cluster, est.config, est.step_time_s, (lo, hi))
+    if lean and lean not in notes:
+        notes.append(lean)
+    return replace(est, step_time_band_s=(lo, hi), band_notes=band_notes, notes=notes)
