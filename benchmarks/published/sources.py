@@ -1,0 +1,146 @@
+"""What each source of the published rows leaves to its software: one rule per source, never per row (the
+package docstring), and the CSV files of the sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+DATA = Path(__file__).parent.parent / "data" / "published_dev.csv"
+DATA_NEW = Path(__file__).parent.parent / "data" / "published_new.csv"
+#: the sealed test split (issue 20): sources moved out of the new set by a rule on their key, never by
+#: their errors (``benchmarks/data/sealed/README.md``). Loaded only when asked for by name; ``all`` is
+#: the development and new sets, what the model is developed and fitted on.
+DATA_SEALED = Path(__file__).parent.parent / "data" / "sealed" / "published_sealed.csv"
+SETS = {"dev": DATA, "new": DATA_NEW, "sealed": DATA_SEALED}
+
+MODEL_PRESET = {
+    # development set
+    "GPT 1.7B": "gpt-1.7b", "GPT 3.6B": "gpt-3.6b", "GPT 7.5B": "gpt-7.5b", "GPT 18.4B": "gpt-18.4b",
+    "GPT 39.1B": "gpt-39.1b", "GPT 76.1B": "gpt-76.1b", "GPT 145.6B": "gpt-145.6b",
+    "GPT 310.1B": "gpt-310.1b", "GPT 529.6B": "gpt-529.6b", "GPT 1008.0B": "gpt-1t",
+    "GPT 22B": "gpt-22b", "GPT 175B (GPT-3)": "gpt3-175b", "GPT 530B (MT-NLG)": "gpt-530b", "GPT 1T": "gpt-1t",
+    "GPT-2-style 1B": "gpt-2-1b", "GPT-2-style 2B": "gpt-2-2b", "GPT-2-style 4B": "gpt-2-4b",
+    "GPT-2-style 8B": "gpt-2-8b",
+    "GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "GPT3-175B": "gpt3-175b", "LLAMA2-7B": "llama2-7b",
+    "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b", "Nemotron-8B": "nemotron-8b",
+    "Nemotron-22B": "nemotron-22b", "Nemotron-340B": "nemotron4-340b", "LLAMA3-8B": "llama3-8b",
+    "LLAMA3-70B": "llama3-70b",
+    # new set
+    "GPT 1.7B (Megatron weak-scaling)": "mcore-gpt-1.7b", "GPT 7.1B (Megatron weak-scaling)": "mcore-gpt-7.1b",
+    "GPT 16B (Megatron weak-scaling)": "mcore-gpt-16b", "GPT 32B (Megatron weak-scaling)": "mcore-gpt-32b",
+    "GPT 70B (Megatron weak-scaling)": "mcore-gpt-70b", "GPT 119B (Megatron weak-scaling)": "mcore-gpt-119b",
+    "GPT 177B (Megatron weak-scaling)": "mcore-gpt-177b", "GPT 314B (Megatron weak-scaling)": "mcore-gpt-314b",
+    "GPT 462B (Megatron weak-scaling)": "mcore-gpt-462b", "GPT 177B (GPT-3 shape, vocab 131072)": "mcore-gpt-177b",
+    "Llama 3 405B": "llama3.1-405b", "GPT 175B (MegaScale Table 1)": "megascale-gpt-175b",
+    "Llama 3.1 8B": "llama3.1-8b", "Llama 3.1 70B": "llama3.1-70b", "Llama 3.1 405B": "llama3.1-405b",
+    "Llama 3 70B": "llama3-70b", "Llama 3 8B": "llama3-8b", "Llama3 70B": "llama3-70b",
+    "MPT-3B": "mpt-3b", "MPT-7B": "mpt-7b", "MPT-13B": "mpt-13b", "MPT-30B": "mpt-30b", "MPT-70B": "mpt-70b",
+    "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b", "LLAMA3_8B": "llama3-8b",
+    "GPT OSS 120B": "gpt-oss-120b", "GPT-OSS 120B": "gpt-oss-120b", "GPT-OSS 20B": "gpt-oss-20b",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3 MoE 30B": "qwen3-30b-a3b",
+    "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": "qwen3-235b-a22b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "DeepSeekV3 (dropless)": "deepseek-v3", "DeepSeek V3 671B": "deepseek-v3", "DeepSeek-V3 (pre-training)": "deepseek-v3",
+    "Kimi K2": "kimi-k2",
+}
+#: model labels with no preset on purpose: the reason is the row's skip
+NOT_MODELLED = {
+    "GPT 175B (MegaScale Table 1) - MegaScale algorithm":
+        "MegaScale algorithm (parallel attention/MLP block, sliding-window attention, LAMB) is not the standard model",
+}
+MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
+#: sources whose FP16 runs reduced the FP16 gradients (``grad_dtype="fp16"``): Megatron-LM v1's LocalDDP
+#: all-reduces each parameter's ``.grad`` in its own dtype unless ``--fp32-allreduce`` (default off;
+#: megatron/model/distributed.py and arguments.py at 9edfdae, Aug 2020, the README tables' era); v2
+#: accumulates and reduces in the parameter dtype unless ``--accumulate-allreduce-grads-in-fp32``
+#: (default off, forced on only for BF16), and its GPT-3 175B example runs ``--fp16`` without it
+#: (examples/pretrain_gpt3_175B.sh at a8d172b, Apr 2021, the SC21 paper's code). Korthikanti et al.
+#: state neither dtype nor flag: FP32, the default, is kept for them and for every later source.
+FP16_GRADS = ("megatron_readme_2020", "narayanan2021")
+#: NeMo 1.x runs whose launcher recipe reduces gradients in BF16: NeMo-Framework-Launcher 24.07 (the NeMo 24.07
+#: tables' release) ``examples/training/{gpt,llama}/h100/*.sh`` all pass ``+training.model.optim.grad_sync_dtype=bf16``
+#: and ``launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`` sets ``grad_sync_dtype: bf16`` (the Nemotron
+#: 8B/22B examples set none: FP32); NeMo's ``setup_mcore_distributed_parallel`` turns it into Megatron-Core's
+#: ``grad_reduce_in_fp32 = (grad_sync_dtype == 'fp32')``: a BF16 gradient buffer. The long-sequence table ran the
+#: 24.03.01 container; the earliest launcher tag stored, 24.05, sets the same for every Llama H100 example.
+NEMO_BF16_GRADS = {"nemo_2407": ("GPT3-", "LLAMA", "Nemotron-340B"), "nemo_longseq": ("LLAMA",)}
+#: NeMo 1.x runs whose launcher recipe keeps the optimizer state in BF16 without a master copy
+#: (``optimizer_dtype='bf16'`` under Megatron-Core zero=1): NeMo-Framework-Launcher 24.07's
+#: ``launcher_scripts/conf/training/nemotron/nemotron_340b.yaml`` (the only 24.07 training config that does) runs
+#: ``optim: name: distributed_fused_adam``, ``dtype: bf16``, ``megatron_amp_O2: true``, no ``fp8_params``; NeMo's
+#: ``megatron_base_model.py`` (r2.0.0rc1 579983fb, ``setup_optimization``) then sets ``store_params=False`` ("optim_dtype
+#: == model_dtype"), and Apex's ``DistributedFusedAdam`` (``apex/contrib/optimizers/distributed_fused_adam.py``
+#: @59b80ee8, ``StateBucket``) allocates only ``exp_avg_shard`` and ``exp_avg_sq_shard`` in that dtype: 4 B per
+#: parameter over the data-parallel ranks, the BF16 parameters updated in place. That config is the 768-node
+#: pre-training plan (tp8 pp12 vp8, fp8 False), not the table's: the optimizer is the model's recipe, as the gradients.
+NEMO_BF16_OPTIMIZER = {"nemo_2407": ("Nemotron-340B",)}
+
+
+def nemo_bf16_grads(src: str, label: str) -> bool:
+    """Whether a NeMo row's recipe reduces gradients in BF16 (:data:`NEMO_BF16_GRADS`)."""
+    return any(label.startswith(prefix) for prefix in NEMO_BF16_GRADS.get(src, ()))
+
+
+#: Megatron-Bridge FP8 recipes on Hopper keep FP8 parameters (``--fp8-param-gather``):
+#: ``src/megatron/bridge/training/mixed_precision.py`` at 4ab94dfa, ``bf16_with_fp8_delayed_scaling_mixed`` and
+#: ``bf16_with_fp8_current_scaling_mixed`` set ``fp8_param_gather = True``; the blockwise (DeepSeek-style) recipe
+#: ``bf16_with_fp8_subchannel_scaling_mixed`` sets it False
+BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
+#: Llama 3 405B's virtual stages per rank (arXiv 2407.21783 section 3.3.2): "we reduce one Transformer layer each
+#: from the first and the last stages ... This means that the first model chunk on the first stage has only the
+#: embedding, and the last model chunk on the last stage has only output projection and loss calculation": a chunk
+#: of the full stages holds one layer, so 126 layers + the embedding and loss chunks make 16 x 8 virtual stages
+LLAMA3_VP = 8
+#: Megatron-Bridge's 25.09 performance runs, what ``scripts/performance`` sets beyond the stated degrees (the
+#: "Cherry pick perf 2509" commit a28844195, at tag v0.1.0rc4): DeepSeek-V3 on H100 (``run_script.py``) runs
+#: ``recompute_modules = ["mla_up_proj", "mlp"]`` (selective granularity, the recipe's default) with the layout
+#: ``"Et|(tt|)*30mL"`` (the MTP layer with the loss), and ``configs/deepseek/deepseek_v3_llm_pretrain.yaml`` sets
+#: ``mixed_precision.grad_reduce_in_fp32: false`` (a BF16 gradient buffer). Keyed by (label prefix, GPU).
+#: (The recipe's precision-aware optimizer keeps BF16 Adam moments: not modelled, charged as FP32. The MTP layer
+#: is the model's, ``mtp_layers = 1``: costmodel.physics.kernels.mtp.)
+BRIDGE_2509_RECIPES = {
+    ("DeepSeekV3", "H100"): dict(recompute="selective", recompute_modules=("mla_up_proj", "mlp"),
+                                 layout="Et|(tt|)*30mL", grad_dtype="bf16"),
+}
+MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
+#: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
+#: set's rule for tuned tables; module docstring, "New set")
+TUNED_TABLES = ("megatron_readme_2024",)
+TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
+#: the framework that ran each new-set source (costmodel.frameworks.rules); unlisted: Megatron-Core / Megatron-LM
+FRAMEWORK = {
+    "torchtitan_2024": "fsdp2", "torchtitan_2025_asynctp": "fsdp2",  # torchtitan: FSDP2
+    "nemo_automodel": "fsdp2",  # AutoModel: PyTorch-native FSDP2 trainer (its parallelizer follows torchtitan's)
+    "llmfoundry_2024": "fsdp2",  # Composer FSDP FULL_SHARD: per-module gather in forward and backward, RS per micro-batch
+    "llama3_2024": "fsdp2",  # Meta's FSDP, parameters not resharded after forward (zero=2 under fsdp2)
+}
+#: sources that ran PyTorch FSDP2 (``fully_shard``: per-parameter copy-out after each all-gather, gradient copy-in
+#: before each reduce-scatter, ``ParallelConfig.fsdp_copies``); llm-foundry's Composer wraps FSDP1 (``FlatParameter``:
+#: parameters are views of the gathered buffer) and Meta's Llama 3 FSDP is not PyTorch's: no copies charged
+FSDP2_COPIES = ("torchtitan_2024", "torchtitan_2025_asynctp", "nemo_automodel")
+#: NeMo AutoModel rows whose benchmark config (named by the source's table, ``examples/llm_benchmark/`` at the
+#: source's commit cb976544) sets ``distributed.activation_checkpointing: true``: each transformer block is wrapped
+#: in ``checkpoint_wrapper`` (``components/moe/parallelizer.py`` ``apply_ac``, ``components/distributed/
+#: parallelizer.py``), i.e. full recompute. Keyed by (model label, GPUs): ``gptoss_20b_te_deepep.yaml`` sets none
+#: (default False), ``gptoss_120b_te_deepep.yaml`` sets false. The 1,024-GPU DeepSeek V3 config sets none at
+#: cb976544, but only since a refactor: as added (2c236e081, 2025-10-08, two days after the table's row, 89e3a9fdd)
+#: ``examples/benchmark/configs/deepseek_v3_te_deepep_1024.yaml`` had ``parallelizer: activation_checkpointing: true``;
+#: "refactor distributed configuration" (194103bfc, 2026-02-12) dropped the key from the MoE configs and "reenable
+#: activation checkpointing in moe configs" (41646cf39, 2026-02-14) put it back in the 256-GPU file, not this one.
+AUTOMODEL_FULL_AC = {
+    ("DeepSeek V3 671B", 256): "deepseek/deepseek_v3_te_deepep.yaml",
+    ("DeepSeek V3 671B", 1024): "deepseek_v3_te_deepep_1024.yaml as added (2c236e081; dropped by 194103bfc)",
+    ("Kimi K2", 256): "kimi/kimi_k2_te_deepep.yaml",
+    ("Qwen3 MoE 30B", 8): "qwen/qwen3_moe_30b_te_deepep.yaml",
+    ("Llama3 70B", 64): "llama3_3/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml",
+}
+#: how the Megatron-Core recipe sources name ``--recompute-modules`` (Megatron-MoE-ModelZoo's tables)
+MCORE_MODULE_NAMES = {"norm": "layernorm", "act": "moe_act", "attention core": "core_attn"}
+#: sources whose attention kernel on Hopper is FlashAttention-2 (:data:`costmodel.frameworks.stacks.FA2_HOPPER_RATIO`)
+FA2_STACKS = {
+    "torchtitan_2024": "PyTorch SDPA flash backend, which is FlashAttention-2",
+    "torchtitan_2025_asynctp": "PyTorch SDPA flash backend, which is FlashAttention-2",
+    "llmfoundry_2024": "MPT attn_impl flash: the flash-attn 2 package (ALiBi)",
+    "nemo_longseq": "NeMo 24.03.01 container: Transformer Engine 1.4 runs flash-attn 2 when installed",
+}
