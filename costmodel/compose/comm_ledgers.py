@@ -3,12 +3,11 @@ the closed form, the op-graph engine's reports and the serving phases, so each n
 
 from __future__ import annotations
 
-import math
-from costmodel.compose.overlap import CommLedger
+from costmodel.compose.overlap import FREE, CommLedger
 from costmodel.physics.comm.split_overhead import column_parallel
 
 
-INF = math.inf
+
 
 
 ROW_PARALLEL = ("attn_out", "fc2", "shared_fc2")
@@ -54,8 +53,8 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tup
             if column_parallel(op, sp):
                 fwd.overlap("sp", t_ag, op.fwd_s, k, why_fwd, coef)
                 dgrad = op.bwd_s - op.wgrad_s
-                bwd.overlap("sp", t_ag, dgrad, INF, WHY_WINDOW, coef)
-                bwd.overlap("sp", t_rs, op.wgrad_s, INF, WHY_WINDOW, coef)
+                bwd.overlap("sp", t_ag, dgrad, FREE, WHY_WINDOW, coef)
+                bwd.overlap("sp", t_rs, op.wgrad_s, FREE, WHY_WINDOW, coef)
             if op.comm_after == "rs":
                 fwd.overlap("sp", t_rs, op.fwd_s, k, why_fwd, coef)
                 bwd.overlap("sp", t_ag, op.bwd_s - op.wgrad_s, k, why_fwd, coef)
@@ -63,5 +62,5 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tup
             if op.comm_after == "ar":
                 fwd.overlap("tp", t_ar, op.fwd_s, k, why_fwd, coef)
             if column_parallel(op, sp):
-                bwd.overlap("tp", t_ar, op.wgrad_s, INF, WHY_WINDOW, coef)
+                bwd.overlap("tp", t_ar, op.wgrad_s, FREE, WHY_WINDOW, coef)
     return fwd.merge(bwd), fwd

@@ -1,15 +1,17 @@
 """The unified overlap formula (source document, section 2; DIGEST.md).
 
 ``T_eff = T_compute + (1 - r) * T_comm``. A communication of ``T_comm`` that can hide behind a
-compute window of ``T_compute`` and is split into ``chunks`` pieces pipelined with ``chunks``
-pieces of that compute (a piece of comm can only start once its piece of compute is done, or
+compute window of ``T_compute`` and is split into ``pieces`` pipelined with as many pieces of
+that compute (a piece of comm can only start once its piece of compute is done, or
 vice versa) costs
 
-    exposed = max(0, T_comm - T_compute) + min(T_comm, T_compute) / chunks
+    exposed = max(0, T_comm - T_compute) + min(T_comm, T_compute) / pieces
 
 beyond the compute: the longer of the two sets the pace, and the first (or last) piece of the
-shorter one cannot overlap. With ``chunks -> inf`` this reaches the critical condition of the
-source, ``T_eff = max(T_compute, T_comm)``; with ``chunks = 0`` (not overlappable) it is serial.
+shorter one cannot overlap. With ``pieces -> inf`` this reaches the critical condition of the
+source, ``T_eff = max(T_compute, T_comm)`` (:data:`FREE`); with ``pieces = 0`` (:data:`SERIAL`: not
+overlappable) it is serial. A plan's ``ParallelConfig.chunks`` (its communication chunk count) is one source of
+``pieces``; gradient buckets and ring steps are others.
 
 >>> exposed_s(1.0, 3.0, 1), exposed_s(1.0, 3.0, 4), exposed_s(3.0, 1.0, 4), exposed_s(1.0, 3.0, 0)
 (1.0, 0.25, 2.25, 1.0)
@@ -21,30 +23,35 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: the communication strategies a ledger (and an op graph's communication nodes) accounts by, in report order
-STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
+#: the communication strategies a training ledger (and an op graph's communication nodes) accounts by, in report
+#: order (serving's: :data:`costmodel.serving.phase.SERVING_STRATEGIES`)
+TRAINING_STRATEGIES = ("tp", "sp", "cp", "ep", "pp", "dp", "zero")
+#: ``pieces`` of a communication that cannot overlap (a data dependency or a synchronous issue)
+SERIAL = 0
+#: ``pieces`` of a communication that overlaps as finely as it likes: only the longer of the two sets the pace
+FREE = float("inf")
 
 
-def exposed_s(t_comm_s, t_window_s, chunks):
-    """Exposed part of a communication pipelined in ``chunks`` pieces with a compute window.
+def exposed_s(t_comm_s, t_window_s, pieces):
+    """Exposed part of a communication pipelined in ``pieces`` with a compute window.
 
-    ``chunks = 0`` means it cannot overlap at all (data dependency or synchronous issue).
+    ``pieces = SERIAL`` (0) means it cannot overlap at all (data dependency or synchronous issue).
     Any argument may be a numpy array (the result is then an array, broadcast).
     """
-    if isinstance(t_comm_s, np.ndarray) or isinstance(t_window_s, np.ndarray) or isinstance(chunks, np.ndarray):
-        t, w, k = np.asarray(t_comm_s, float), np.asarray(t_window_s, float), np.asarray(chunks, float)
+    if isinstance(t_comm_s, np.ndarray) or isinstance(t_window_s, np.ndarray) or isinstance(pieces, np.ndarray):
+        t, w, k = np.asarray(t_comm_s, float), np.asarray(t_window_s, float), np.asarray(pieces, float)
         overlap = np.maximum(0.0, t - w) + np.minimum(t, w) / np.where(k > 0, k, 1.0)
         return np.where(t <= 0, 0.0, np.where((k <= 0) | (w <= 0), t, overlap))
-    return _exposed_scalar_s(t_comm_s, t_window_s, chunks)
+    return _exposed_scalar_s(t_comm_s, t_window_s, pieces)
 
 
-def _exposed_scalar_s(t_comm_s: float, t_window_s: float, chunks) -> float:
+def _exposed_scalar_s(t_comm_s: float, t_window_s: float, pieces) -> float:
     """:func:`exposed_s` of plain numbers (no array checks: the ledger's hot path)."""
     if t_comm_s <= 0:
         return 0.0
-    if chunks <= 0 or t_window_s <= 0:
+    if pieces <= 0 or t_window_s <= 0:
         return t_comm_s
-    return max(0.0, t_comm_s - t_window_s) + min(t_comm_s, t_window_s) / chunks
+    return max(0.0, t_comm_s - t_window_s) + min(t_comm_s, t_window_s) / pieces
 
 
 def overlap_rate(t_comm_s: float, t_exposed_s: float) -> float:
@@ -80,9 +87,9 @@ class CommLedger:
         if reason and t_exposed > 1e-3 * t_comm:
             self.reasons.setdefault(strategy, reason)
 
-    def overlap(self, strategy: str, t_comm: float, window_s: float, chunks, reason: str = "", coef: float = 0.0,
+    def overlap(self, strategy: str, t_comm: float, window_s: float, pieces, reason: str = "", coef: float = 0.0,
                 times: float = 1.0, waits_s: float = 0.0) -> None:
-        """Add a communication pipelined in ``chunks`` with a compute window of ``window_s``.
+        """Add a communication pipelined in ``pieces`` with a compute window of ``window_s``.
 
         An SM-based collective (``coef``: the device's ``comm_compute_interference``, 0 for a
         dedicated DMA engine) slows the compute it overlaps to ``1 - coef`` of its speed, as the
@@ -94,8 +101,8 @@ class CommLedger:
         """
         if t_comm <= 0:
             return
-        stretch = coef * min(t_comm, window_s / (1 - coef)) if coef > 0 and chunks > 0 and window_s > 0 else 0.0
-        self.add(strategy, t_comm, _exposed_scalar_s(t_comm, window_s + stretch + waits_s, chunks), reason, times,
+        stretch = coef * min(t_comm, window_s / (1 - coef)) if coef > 0 and pieces > 0 and window_s > 0 else 0.0
+        self.add(strategy, t_comm, _exposed_scalar_s(t_comm, window_s + stretch + waits_s, pieces), reason, times,
                  False)
         self.stretch_s += times * stretch
 

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from dataclasses import dataclass
 from costmodel.physics.comm import dma
@@ -107,6 +109,19 @@ def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage:
     return tuple(float(x) if np.ndim(x) == 0 else x for x in out)
 
 
+class DpTerms(NamedTuple):
+    """A stage's end-of-step DP traffic (:func:`stage_dp_terms`), in the order :func:`costmodel.compose.step.compose`
+    takes its arrays: gradient reduction and parameter gather seconds, their per-bucket latencies, the
+    collectives the framework issues and how they pipeline with the last backward (``None``: one piece each)."""
+
+    t_grad: float
+    t_param: float
+    lat_grad: float
+    lat_param: float
+    buckets: float
+    pieces: tuple | None
+
+
 def stage_dp_terms(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> tuple:
     """``(t_grad, t_param, lat_grad, lat_param, buckets, pieces)`` of ``stage``'s end-of-step DP
     traffic, the inputs of :func:`costmodel.compose.step.dp_exposure`: ``buckets`` the collectives the
@@ -118,9 +133,9 @@ def stage_dp_terms(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, st
     gb = stage_grad_buckets(model, c, stage)
     if gb is None:
         lat_grad, lat_param = dp_latency(model, cluster, c, stage)
-        return t_grad, t_param, lat_grad, lat_param, dp_buckets(grad_bytes(model, c, stage), c.bucket_bytes), None
+        return DpTerms(t_grad, t_param, lat_grad, lat_param, dp_buckets(grad_bytes(model, c, stage), c.bucket_bytes), None)
     lat_grad, lat_param = dp_latency(model, cluster, c, stage, counts=(gb.dense_count, gb.expert_count))
-    return t_grad, t_param, lat_grad, lat_param, gb.count, gb.pieces()
+    return DpTerms(t_grad, t_param, lat_grad, lat_param, gb.count, gb.pieces())
 
 
 def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> float:

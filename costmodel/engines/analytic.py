@@ -25,6 +25,7 @@ from __future__ import annotations
 
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 from functools import lru_cache
 
 from costmodel.physics.comm import dma
@@ -39,7 +40,7 @@ from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
 from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_bytes
 from costmodel.physics.memory.stage_contents import layer_counts
-from costmodel.compose.overlap import CommLedger
+from costmodel.compose.overlap import FREE, CommLedger
 from costmodel.compose.schedule import interleaved_p2p_exposed_s
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -48,7 +49,7 @@ from costmodel.physics.mechanics.zero3_edges import WHY_EDGE, edge_times
 from costmodel.physics.mechanics.zero3_fetch import gather_pieces, reduce_pieces
 from costmodel.compose.stage_terms import StageTiming
 from costmodel.physics.mechanics.fsdp_copies import zero3_groups, fsdp2_copies_s
-from costmodel.compose.comm_ledgers import (INF, WHY_TP, WHY_SP, WHY_CHUNKS, WHY_WINDOW, WHY_EP, WHY_PP, WHY_CP, WHY_Z3, WHY_LINK, WHY_ENGINE, _tp_ledger)
+from costmodel.compose.comm_ledgers import (WHY_TP, WHY_SP, WHY_CHUNKS, WHY_WINDOW, WHY_EP, WHY_PP, WHY_CP, WHY_Z3, WHY_LINK, WHY_ENGINE, _tp_ledger)
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,9 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         elif replays:
             waits_b += waits(sac_led)
         if sem.gather_forward:
-            led.overlap("zero", t_ag, fwd, INF, WHY_Z3, coef, waits_s=waits_f)
+            led.overlap("zero", t_ag, fwd, FREE, WHY_Z3, coef, waits_s=waits_f)
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
-        led.overlap("zero", t_bwd, bwd + recompute, INF, WHY_Z3, coef, waits_s=waits_b)
+        led.overlap("zero", t_bwd, bwd + recompute, FREE, WHY_Z3, coef, waits_s=waits_b)
     rec_led = fwd_led if c.recompute == "full" else (sac_led if replays else None)
     _link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
     return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
@@ -154,12 +155,44 @@ def _copy(led: CommLedger) -> CommLedger:
     return CommLedger(dict(led.link_s), dict(led.exposed_s), led.hidden_sm_s, dict(led.reasons), led.stretch_s)
 
 
+class LayerCore(NamedTuple):
+    """What :func:`_layer_core` memoises for one layer: its ops without recompute, forward and backward seconds,
+    the communication ledger and its forward part, the collectives' seconds (TP all-gather, all-reduce, EP
+    all-to-all), the experts op, the overlap pieces (``chunks``, 0 when not chunked) and the interference
+    coefficient."""
+
+    plain: tuple
+    fwd_s: float
+    bwd_s: float
+    ledger: CommLedger
+    fwd_ledger: CommLedger
+    t_ag: float
+    t_ar: float
+    t_a2a: float
+    experts: object
+    pieces: int
+    coef: float
+
+
+class LayerBase(NamedTuple):
+    """What :func:`_layer_base` memoises: the layer's seconds and ledgers without DP / ZeRO terms (the ledgers
+    not to be changed: ``layer_timing`` copies them)."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float
+    ledger: CommLedger
+    fwd_ledger: CommLedger
+    replay_ledger: CommLedger
+    replays: bool
+
+
 _BASE: dict = {}
 #: entries of :func:`_layer_base`'s memo before it starts again (as ``layer_timing``'s ``lru_cache``)
 BASE_ENTRIES = 8192
 
 
-def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict) -> tuple:
+def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict):
     """The part of :func:`layer_timing` that does not depend on the DP degree or ZeRO stage: compute,
     TP/SP, CP and EP communication, recompute, ``eng`` the engines of the tp / cp / ep streams.
     Memoised on exactly what it reads, so the ZeRO-3 layers of every DP degree (which a search
@@ -219,13 +252,13 @@ def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         recompute = sum(f * o.fwd_s for f, o in zip(sac, plain)) + replay_extra_s(plain, sac, c, dev.kernel_overhead_s, True)
     else:
         recompute = 0.0
-    return fwd, bwd, recompute, led, fwd_led, sac_led, replays
+    return LayerBase(fwd, bwd, recompute, led, fwd_led, sac_led, replays)
 
 
 _CORE: dict = {}
 
 
-def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict) -> tuple:
+def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict):
     """The part of :func:`_layer_base` that does not depend on recompute: the ops, their compute with the split
     overheads, and the TP/SP, CP and EP ledgers, with what the recompute part reads of them
     (``(plain ops, fwd, bwd, ledger, forward ledger, t_ag, t_ar, t_a2a, experts op, EP chunks, coef)``; the
@@ -268,14 +301,14 @@ def _layer_core_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         if x.gather_bytes:  # PyTorch context_parallel: one all-gather behind the local block (forward, backward)
             t_gather = collective_time_s("allgather", x.gather_bytes, c.cp, stride, cluster, engines=e_cp)
             t_dkv = collective_time_s("ring_p2p", x.dkv_bytes, c.cp, stride, cluster, engines=e_cp)
-            f.overlap("cp", t_gather, attn.fwd_s / c.cp, INF, WHY_CP, coef)
-            led.overlap("cp", t_gather, attn.bwd_s / c.cp, INF, WHY_CP, coef)
+            f.overlap("cp", t_gather, attn.fwd_s / c.cp, FREE, WHY_CP, coef)
+            led.overlap("cp", t_gather, attn.bwd_s / c.cp, FREE, WHY_CP, coef)
             # dK/dV after every block: each behind the next block, the one after the last block waited on
-            led.overlap("cp", steps * t_dkv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
+            led.overlap("cp", steps * t_dkv, attn.bwd_s * steps / c.cp, FREE, WHY_CP, coef)
             led.add("cp", (x.dkv_sends - steps) * t_dkv, (x.dkv_sends - steps) * t_dkv, WHY_CP)
         else:
-            f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, INF, WHY_CP, coef)
-            led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, INF, WHY_CP, coef)
+            f.overlap("cp", steps * t_kv, attn.fwd_s * steps / c.cp, FREE, WHY_CP, coef)
+            led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, FREE, WHY_CP, coef)
         led = led.merge(f)
         fwd_led = fwd_led.merge(f)
     if moe and c.ep > 1:
@@ -286,7 +319,7 @@ def _layer_core_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         led, fwd_led = led.merge(f), fwd_led.merge(f)
         led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
         led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
-    return plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef
+    return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef)
 
 
 def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) -> CommLedger:
@@ -385,7 +418,7 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
             t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster,
                                   engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp"))
             coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
-            led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, INF, WHY_WINDOW, coef)
+            led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, FREE, WHY_WINDOW, coef)
     # FSDP2 / ZeRO-3: the embedding and head units' collectives (costmodel.physics.mechanics.zero3_edges)
     edge_link, edge_f, edge_b = edge_times(model, cluster, c, stage)
     led.add("zero", edge_link, edge_f + edge_b, WHY_EDGE, uses_compute=False)

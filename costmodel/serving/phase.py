@@ -21,7 +21,7 @@ from costmodel.spec.workload import Workload
 WHY_PP = "data dependency: the next stage needs this micro-batch's activations (pipeline not full)"
 
 
-STRATEGIES = ("tp", "sp", "ep", "pp")
+SERVING_STRATEGIES = ("tp", "sp", "ep", "pp")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Phase:
     def breakdown(self) -> dict:
         """Seconds by component; they sum to ``period_s``."""
         d = {"compute_s": self.compute_s, "interference_s": self.interference_s}
-        for s in STRATEGIES:
+        for s in SERVING_STRATEGIES:
             d[f"{s}_exposed_s"] = self.ledger.exposed_s.get(s, 0.0)
         d["pipeline_wait_s"] = max(0.0, self.period_s - self.latency_s)
         return d

@@ -32,7 +32,7 @@ from costmodel.spec.layout import of as layout_of
 from costmodel.physics.mechanics import act_offload
 from costmodel.physics.memory.stage_memory import memory_per_stage
 from costmodel.physics.memory.stage_contents import layer_counts
-from costmodel.compose.overlap import STRATEGIES, overlap_rate
+from costmodel.compose.overlap import TRAINING_STRATEGIES, overlap_rate
 from costmodel.compose.step import Composition, compose
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -147,19 +147,19 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         "optimizer_s": optimizer,
     }
     link, exposed = {}, {}
-    for s in STRATEGIES:
+    for s in TRAINING_STRATEGIES:
         link[s] = m * led.link_s.get(s, 0.0)
         exposed[s] = m * led.exposed_s.get(s, 0.0)
     link["dp"] += dp_link
     exposed["dp"] += dp_exposed
     link["zero"] += zero_link
     exposed["zero"] += zero_exposed
-    for s in STRATEGIES:
+    for s in TRAINING_STRATEGIES:
         breakdown[f"{s}_exposed_s"] = exposed[s]
     if c.activation_offload_layers:  # the key only with the option on: plans without it keep their keys
         breakdown["act_offload_exposed_s"] = act_exposed_s
         link["act_offload"], exposed["act_offload"] = act_link_s, act_exposed_s
-    overlap = {s: overlap_rate(link[s], exposed[s]) for s in STRATEGIES if link[s] > 0}
+    overlap = {s: overlap_rate(link[s], exposed[s]) for s in TRAINING_STRATEGIES if link[s] > 0}
     reasons = {s: r for s, r in led.reasons.items() if exposed.get(s, 0) > 0}
     if zero_exposed > 0:
         reasons.setdefault("zero", "parameter all-gather after the optimizer step: not overlapped (bucket_mb=0)"

@@ -38,7 +38,7 @@ from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.engines.graph.builders import plan_dma
 from costmodel.engines.graph.compose import WHY_PP_DATA, WHY_PP_SYNC, graph_step, layer_schedule
-from costmodel.engines.graph.nodes import COMPUTE, STRATEGIES
+from costmodel.engines.graph.nodes import COMPUTE, TRAINING_STRATEGIES
 from costmodel.engines.graph.scheduler import Schedule
 
 MS = 1e-3
@@ -99,7 +99,7 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
             for e in s.exposures:
                 if e.exposed_s > why.get(e.strategy, (0.0, ""))[0]:
                     why[e.strategy] = (e.exposed_s, f"{e.prerequisite}: {e.detail}")
-    rows = [_row(k, link[k], win[k], exp[k], why.get(k, (0, ""))[1]) for k in STRATEGIES if link.get(k, 0) > 0]
+    rows = [_row(k, link[k], win[k], exp[k], why.get(k, (0, ""))[1]) for k in TRAINING_STRATEGIES if link.get(k, 0) > 0]
     pipe = gs.pipeline
     if pipe.p > 1:
         rows.append(_row("pp", pipe.transfers(st.stage) * pipe.t_p2p_s, _pp_window(pipe, st.stage), pipe.pp_exposed_s,
@@ -128,7 +128,7 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
                                                        one.bwd_s + one.recompute_s, gs.m)
         rows.append(_row("act_offload", t_link, gs.m * (one.fwd_s + one.bwd_s + one.recompute_s), t_exposed,
                          WHY_ACT_OFFLOAD.format(n=model.layers - config.activation_offload_layers)))
-    order = {k: i for i, k in enumerate(STRATEGIES + ("act_offload",))}
+    order = {k: i for i, k in enumerate(TRAINING_STRATEGIES + ("act_offload",))}
     rows.sort(key=lambda r: order[r["strategy"]])
     if config.tp > 1:
         rows[[r["strategy"] for r in rows].index("sp" if config.sp_on else "tp")]["feasibility"] = \
@@ -187,7 +187,7 @@ def _explain_pass(model, cluster, w, c, decode) -> list[dict]:
             win[strat] = win.get(strat, 0.0) + wnd.get(strat, 0.0)
         for strat, reason in s.reasons().items():
             why.setdefault(strat, reason)
-    rows = [_row(k, link[k], win[k], exp[k], why.get(k, "")) for k in STRATEGIES if link.get(k, 0) > 0]
+    rows = [_row(k, link[k], win[k], exp[k], why.get(k, "")) for k in TRAINING_STRATEGIES if link.get(k, 0) > 0]
     if c.tp > 1 and rows and not decode:
         rows[0]["feasibility"] = tp_feasibility(model, cluster, w, c)
     return rows

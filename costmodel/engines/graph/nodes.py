@@ -28,7 +28,7 @@ from costmodel.physics.comm import dma as _dma
 from costmodel.spec import dma_plan as _dma_plan
 from costmodel.physics.comm.collectives import KINDS as COMM_KINDS, collective_time_s
 from costmodel.physics.comm.groups import comm_scope as _scope
-from costmodel.compose.overlap import STRATEGIES
+from costmodel.compose.overlap import TRAINING_STRATEGIES
 from costmodel.spec.specs import ClusterSpec
 
 COMPUTE_KINDS = ("gemm", "attention", "elementwise", "sink")
@@ -98,8 +98,8 @@ class GraphBuilder:
         """
         if kind not in COMM_KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {', '.join(COMM_KINDS)}")
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy={strategy!r}: must be one of {', '.join(STRATEGIES)}")
+        if strategy not in TRAINING_STRATEGIES:
+            raise ValueError(f"strategy={strategy!r}: must be one of {', '.join(TRAINING_STRATEGIES)}")
         if issue not in ("async", "sync"):
             raise ValueError(f"issue={issue!r}: must be 'async' or 'sync'")
         scope = comm_scope(kind, size, stride, self.cluster)
