@@ -46,17 +46,18 @@ def _source(docs: dict, *names: str) -> list[str]:
 def _need(docs: dict, *names: str) -> list[dict]:
     missing = [n for n in names if n not in docs]
     if missing:
-        raise MissingResult(f"no result recorded for {', '.join(missing)} (benchmarks/results/<name>.json)")
+        raise MissingResult(f"no result for {', '.join(f'`{n}`' for n in missing)} in `benchmarks/results`")
     return [docs[n] for n in names]
 
 
 def accuracy(docs: dict) -> list[str]:
     (d,) = _need(docs, "validate_published")
-    h = d["headline"]
+    sets = {r["group"][4:]: r for r in d["table"] if r["group"].startswith("set ")}
     out = ["| set | rows | mean abs. error | signed mean | max abs. error |", "|---|---|---|---|---|"]
     for s in ("dev", "new", "all"):
-        out.append(f"| {SETS[s]} | {h[f'{s} rows']} | {_p(h[f'{s} mean |err| %'])} | "
-                   f"{_p(h[f'{s} signed %'], True)} | {_p(h[f'{s} max |err| %'])} |")
+        r = sets[s]
+        out.append(f"| {SETS[s]} | {r['rows']} | {_p(r['mean |err| %'])} | {_p(r['signed %'], True)} | "
+                   f"{_p(r['max |err| %'])} |")
     regimes = [r for r in d["table"] if r["group"] in REGIME_LABELS and r["rows"]]
     out += ["", "Per regime (mean abs. / signed, both sets): " + ", ".join(
         f"{REGIME_LABELS[r['group']]} {_p(r['mean |err| %'])} / {_p(r['signed %'], True)}" for r in regimes) + "."]
@@ -122,14 +123,16 @@ BLOCKS = {"accuracy": (accuracy, ("validate_published", "validate_published_anal
 
 def fill(text: str, docs: dict, freshness) -> str:
     """``text`` with every marked block rewritten from ``docs``; ``freshness(doc)`` gives a result's
-    stale marks. An unknown block name raises KeyError, a result not recorded :class:`MissingResult`."""
+    stale marks. An unknown block name raises KeyError; a block whose result is not recorded says so."""
     def one(m: re.Match) -> str:
         indent, name = m.group(1), m.group(2)
         render, used = BLOCKS[name]
-        lines = render(docs)
-        for n in used:
-            marks = freshness(docs[n]) if n in docs else []
-            lines += [x for mark in marks for x in ("", mark)]
+        try:
+            lines = render(docs)
+        except MissingResult as e:
+            lines = [f"(Not recorded yet: {e.args[0]}; run the benchmark, then `python -m benchmarks.render`.)"]
+        marks = dict.fromkeys(m for n in used if n in docs for m in freshness(docs[n]))  # once each
+        lines += [x for mark in marks for x in ("", mark)]
         body = "\n".join((indent + x) if x else "" for x in lines)
         return f"{indent}<!-- results:{name} -->\n{body}\n{indent}<!-- /results:{name} -->"
     return MARKER.sub(one, text)
