@@ -12,11 +12,14 @@ from costmodel.spec.errors import SpecError
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.workload import Workload
 
+import time
 from dataclasses import replace
+
+from costmodel.trust.memory_margin import MEMORY_MARGIN
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "recommend"]
 
 
 def evaluate(model, cluster, workload: Workload | None = None, config: ParallelConfig | dict | None = None,
@@ -90,15 +93,23 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
               global_batch: int | None = None, seq: int | None = None, dtype: str = "bf16",
               time_limit_s: float = 10.0, workers: int = 2, seed: int = 0, top_k: int = 1,
               limits=None, framework: str = "megatron", grad_dtype: str = "fp32", robust: bool = False,
-              plan_options: dict | None = None, **fixed):
+              plan_options: dict | None = None, rescore: bool = False, memory_margin: float = MEMORY_MARGIN,
+              mfu_convention: str | None = None, refuse_pins: bool = False, deadline: float | None = None,
+              **constraints):
     """The best parallel plan (and the next ``top_k - 1``), proven optimal by CP-SAT.
+
+    The one front door of the search: ``planner recommend`` (its flags), :meth:`planner.Planner.recommend`
+    and the sweep call it. Pins and bounds become :class:`search.problem.Limits` by
+    :func:`planner.limits.limits_of`, the pins are checked once (by :func:`search.solve.solve`), and the
+    best plan's 80% band is attached here (:func:`planner.report.with_trust`) for every caller.
 
     Parameters
     ----------
     model, cluster, workload, gpus, global_batch, seq, dtype : as for :func:`evaluate`;
         ``gpus`` (or a cluster with its GPU count) is required.
     time_limit_s, workers, seed, top_k : solver options (:class:`search.solve.SolveOptions`).
-    limits : a :class:`search.problem.Limits` (bounds, exclusions, headroom, candidate lists).
+    limits : a :class:`search.problem.Limits` (bounds, exclusions, headroom, candidate lists); the
+        ``constraints`` are applied over it.
     plan_options : settings every plan runs with (:data:`search.problem.PLAN_OPTIONS`), e.g.
         ``{"fp8_param_gather": True}`` or ``{"recompute_modules": ("layernorm", "moe")}``.
     framework : ``megatron``, ``deepspeed`` or ``fsdp2``: only what it runs is searched and its
@@ -109,29 +120,43 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
         (:func:`search.robust.solve_robust`; the result's ``robust`` holds the step time per
         scenario of the robust and the nominal plan). Compare with a plan you run now with
         :func:`planner.baseline.compare_with_baseline`.
-    fixed : config variables to fix (``tp=8``, ``zero=1``, ``sp=True``) or bound (``tp_max=8``,
-        ``pp_max=16``, as ``--tp-max``/``--pp-max``; ``<variable>_min`` too), added to ``limits``;
-        a stage split to pin (``layers_per_stage=``, or ``pp=`` with ``first_stage_layers=``,
-        ``last_stage_layers=``, ``account_for_embedding=``, ``account_for_loss=``).
+    rescore : re-score the plans within the band of the analytic optimum with the op-graph engine and
+        answer the best under it (``planner recommend`` does, unless ``--robust``; default off here).
+    memory_margin : with ``rescore``, prefer a plan that keeps this fraction of the usable HBM free
+        (:class:`search.solve.SolveOptions`; ``--memory-margin``).
+    mfu_convention : count the MFU, HFU and TFLOP/s of every plan by this convention
+        (:data:`costmodel.physics.kernels.flops.CONVENTIONS`; ``--mfu-convention``); None: as evaluated.
+    refuse_pins : a pin no plan can hold raises the :class:`SpecError` naming its rule (the CLI's exit 2)
+        instead of answering INFEASIBLE with the rule as the explanation.
+    deadline : a :func:`time.perf_counter` time by which the search must end (the CLI's ``--time-limit``
+        bounds the whole command); it replaces ``time_limit_s``.
+    constraints : config variables to fix (``tp=8``, ``zero=1``, ``sp=True``) or bound (``tp_max=8``,
+        ``pp_max=16``, as ``--tp-max``/``--pp-max``; ``<variable>_min`` too), ``Limits`` fields
+        (``mb_max=4`` as ``--mb-max``, ``headroom_bytes``, ``exclude``), a stage split to pin
+        (``layers_per_stage=``, or ``pp=`` with ``first_stage_layers=``, ``last_stage_layers=``,
+        ``account_for_embedding=``, ``account_for_loss=``): :func:`planner.limits.limits_of`.
 
     Returns a :class:`search.result.SolveResult`: ``.status``, ``.plans`` (each with
     ``.config``, ``.estimate`` re-scored by ``evaluate``, ``.binding``), ``.best`` (the first
-    plan), ``.objective_s``, ``.bound_s``, ``.gap``, ``.time_s``. A problem with no plan that
-    fits does not raise: ``.status`` is ``"INFEASIBLE"``, ``.best`` is None, ``.explanation``
-    says why and ``.changes`` lists the smallest changes that give it a plan
-    (:meth:`planner.Planner.recommend` answers the same way).
+    plan, its ``.reported`` estimate with the 80% band), ``.objective_s``, ``.bound_s``, ``.gap``,
+    ``.time_s``. A problem with no plan that fits does not raise: ``.status`` is ``"INFEASIBLE"``,
+    ``.best`` is None, ``.explanation`` says why and ``.changes`` lists the smallest changes that give
+    it a plan (:meth:`planner.Planner.recommend` answers the same way).
 
     Examples
     --------
     >>> r = recommend("llama3-8b", "h100-sxm", gpus=8, global_batch=64, seq=4096, tp=8)
-    >>> r.status, r.best.config.tp, r.best.estimate.fits
-    ('OPTIMAL', 8, True)
+    >>> r.status, r.best.config.tp, r.best.estimate.fits, r.best.reported.step_time_band_s is not None
+    ('OPTIMAL', 8, True, True)
     >>> r = recommend("llama3-70b", "h100-sxm", gpus=1, global_batch=8, seq=4096)
     >>> r.status, r.best is None, "no plan fits in memory" in r.explanation
     ('INFEASIBLE', True, True)
     """
-    from search.problem import NUMERIC, Limits, Problem
+    from search.pins import check_pins
+    from search.problem import Problem
     from search.solve import SolveOptions, solve
+
+    from .limits import limits_of
 
     m = resolve_model(model)
     cl = resolve_cluster(cluster, gpus)
@@ -139,24 +164,42 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
         raise SpecError("gpus", gpus, "a positive GPU count (gpus=N, or a cluster with num_gpus)")
     if workload is None:
         workload = make_workload(global_batch, seq, dtype)
-    limits = limits if limits is not None else Limits()
-    split = {k: fixed.pop(k) for k in SPLIT_KEYS if k in fixed}
-    lps = stage_split(m.layers, fixed.get("pp", limits.fixed.get("pp")), fixed.get("vp", limits.fixed.get("vp")),
-                      layers_per_stage=fixed.pop("layers_per_stage", None), **split)
-    if lps is not None:
-        limits = replace(limits, layers_per_stage=lps)
-    bounds = {k: v for k, v in fixed.items() if k[-4:] in ("_min", "_max") and k[:-4] in NUMERIC}
-    fixed = {k: v for k, v in fixed.items() if k not in bounds}
-    if fixed:
-        limits = replace(limits, fixed={**limits.fixed, **fixed})
-    for end, name in (("_min", "minimum"), ("_max", "maximum")):
-        given = {k[:-4]: v for k, v in bounds.items() if k.endswith(end)}
-        if given:
-            limits = replace(limits, **{name: {**getattr(limits, name), **given}})
+    limits, allowed = limits_of(m.layers, constraints, limits, stacklevel=2)
+    if allowed:
+        k = sorted(allowed)[0]
+        raise SpecError(k, sorted(allowed[k], key=str),
+                        "a single value or a <variable>_min/_max bound in recommend (lists only in space)")
     problem = Problem(model=m, cluster=cl, workload=workload, limits=limits, framework=framework,
                       grad_dtype=grad_dtype, options=tuple((plan_options or {}).items()))
-    options = SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k)
+    if deadline is not None:
+        time_limit_s = max(0.05, deadline - time.perf_counter())
+    options = SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k, rescore=rescore,
+                           memory_margin=memory_margin)
     if robust:
         from search.robust import solve_robust
-        return solve_robust(problem, options)
-    return solve(problem, options)
+        result = solve_robust(problem, options)
+    else:
+        result = solve(problem, options)
+    if refuse_pins and "refused" in result.stats:  # solve checked the pins once and answered with the rule
+        check_pins(problem)  # the same check: raises that rule's SpecError
+    if mfu_convention is not None:
+        result.plans = [_counted(p, m, workload, mfu_convention) for p in result.plans]
+    if result.plans:  # the band, once, on the plan every caller reports
+        result.plans[0] = _trusted(result.plans[0], m, cl, workload)
+    return result
+
+
+def _counted(plan, model, workload, convention: str):
+    """``plan`` with the MFU, HFU and TFLOP/s of both estimates counted by ``convention``."""
+    from costmodel.physics.kernels.flops import with_convention
+    graph = plan.graph_estimate
+    return replace(plan, estimate=with_convention(plan.estimate, model, workload, convention),
+                   graph_estimate=None if graph is None else with_convention(graph, model, workload, convention))
+
+
+def _trusted(plan, model, cluster, workload):
+    """``plan`` with its reported estimate (:attr:`search.result.Plan.reported`) carrying the 80% band
+    and the published-MFU check (:func:`planner.report.with_trust`)."""
+    from .report import with_trust
+    est = with_trust(plan.reported, model, cluster, workload)
+    return replace(plan, graph_estimate=est) if plan.graph_estimate is not None else replace(plan, estimate=est)

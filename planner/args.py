@@ -5,6 +5,7 @@ Errors are exceptions, never argparse's "usage + exit 2": a bad value raises the
 own complaints (unknown option, missing value, unknown subcommand) become a SpecError naming
 the option. :func:`planner.cli.main` turns any of them into exit code 2 and one stderr line.
 
+>>> from planner.flags import config_from_args
 >>> p = ArgParser(prog="t"); add_problem_args(p); add_config_args(p)
 >>> a = p.parse_args("--model gpt3-175b --cluster a100-80g --gpus 64 --global-batch 64 --seq 2048 --tp 8 --pp 4".split())
 >>> config_from_args(a, a.gpus).dp
@@ -23,17 +24,14 @@ import re
 import sys
 
 from costmodel.spec.plan import (EP_DISPATCHERS, GRAD_DTYPES, LOSS_IMPLS, MODULE_LAYOUTS, OPTIMIZER_DTYPES, PP_GRAD_REDUCES, RECOMPUTE, RECOMPUTE_MODULES, SP_SAVED_INPUTS)
-from costmodel.frameworks.rules import required_zero
 from costmodel.spec.errors import PlannerError, SpecError
 from costmodel.spec.dma_plan import parse as parse_dma
 from costmodel.physics.kernels.flops import CONVENTIONS, DEFAULT_CONVENTION
 from costmodel.spec.plan import FRAMEWORKS
 from costmodel.physics.kernels.kvcache import KV_DTYPES
-from costmodel.spec.workload import MODES, Workload
-from costmodel.frameworks.stacks import DEFAULT_STACK, STACKS, apply_stack, stack_config
-from costmodel.spec.units import DTYPES, GiB
-
-from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
+from costmodel.spec.workload import MODES
+from costmodel.frameworks.stacks import DEFAULT_STACK, STACKS
+from costmodel.spec.units import DTYPES
 
 
 class UsageError(PlannerError):
@@ -250,13 +248,6 @@ def add_split_args(parser: argparse.ArgumentParser) -> None:
                         "Unset and the layers not divisible by pp*vp: evaluate chooses the best layout")
 
 
-def split_from_args(args: argparse.Namespace, layers: int) -> tuple[int, ...] | None:
-    """The stage split the split flags state for a model of ``layers`` layers (None: even)."""
-    return stage_split(layers, getattr(args, "pp", None), getattr(args, "vp", None),
-                       layers_per_stage=getattr(args, "layers_per_stage", None),
-                       **{k: getattr(args, k, None) for k in SPLIT_KEYS})
-
-
 def _latency_ms(field: str, minimum: float):
     """A latency target in milliseconds; values below ``minimum`` are no GPU's latency (seconds given?)."""
     return _converter(field, float, f"a number of milliseconds >= {minimum:g} (was it given in seconds?)",
@@ -306,45 +297,6 @@ def add_flop_args(parser: argparse.ArgumentParser) -> None:
 def add_output_args(parser: argparse.ArgumentParser) -> None:
     """``--json``: one JSON object on stdout and nothing else there."""
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-
-
-# --------------------------------------------------------------------------- namespace -> specs
-def problem_from_args(args: argparse.Namespace):
-    """``(model, cluster sized to --gpus, workload)`` from the problem arguments.
-
-    With ``--mode infer`` the workload serves ``--input-len``/``--output-len`` requests;
-    ``global_batch`` is 1 when ``--global-batch`` is unset (see :func:`inference_batch`).
-    """
-    model = resolve_model(args.model) if args.model is not None else _missing("model")
-    model = with_mtp_layers(model, args)
-    cluster = resolve_cluster(args.cluster, args.gpus) if args.cluster is not None else _missing("cluster")
-    cluster = apply_stack(stack_of(args, cluster), cluster)
-    if getattr(args, "mode", "train") == "infer":
-        if args.seq is not None:
-            raise SpecError("seq", args.seq, "unset with --mode infer (give --input-len and --output-len)")
-        for f, what in (("input_len", "prompt"), ("output_len", "generated")):
-            if getattr(args, f) is None:
-                raise SpecError(f, None, f"given with --mode infer (--{f.replace('_', '-')} N, {what} tokens per request)")
-        return model, cluster, Workload(mode="infer", global_batch=args.global_batch or 1, dtype=args.dtype,
-                                        input_len=args.input_len, output_len=args.output_len)
-    return model, cluster, make_workload(args.global_batch, args.seq, args.dtype)
-
-
-def with_mtp_layers(model, args: argparse.Namespace):
-    """``model`` with ``--mtp-layers`` when given (its own MTP modules otherwise)."""
-    n = getattr(args, "mtp_layers", None)
-    if n is None or n == model.mtp_layers:
-        return model
-    from dataclasses import replace
-    return replace(model, mtp_layers=n)
-
-
-def inference_batch(args: argparse.Namespace, workload, config):
-    """The serving workload with ``--global-batch`` defaulting to one request per replica (``dp``)."""
-    if args.global_batch is None:
-        from dataclasses import replace
-        return replace(workload, global_batch=config.dp)
-    return workload
 
 
 def add_memory_args(g) -> None:
@@ -400,160 +352,3 @@ def add_memory_args(g) -> None:
     g.add_argument("--overlap-cpu-optimizer-d2h-h2d", action="store_true", default=None,
                    help="with --optimizer-offload-fraction: pipeline the gradient copy, CPU Adam and parameter copy "
                         "(Megatron --overlap-cpu-optimizer-d2h-h2d)")
-
-
-#: optimizer CPU offload (:mod:`costmodel.physics.mechanics.offload`), ``ParallelConfig`` fields a plan states (recommend: plan
-#: options; unstated, :mod:`search.offload_choice` offers them where nothing fits)
-OFFLOAD_FIELDS = ("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d")
-
-
-def offload_fields(args: argparse.Namespace) -> dict:
-    """The :data:`OFFLOAD_FIELDS` the command line gives."""
-    return {k: getattr(args, k) for k in OFFLOAD_FIELDS if getattr(args, k, None) is not None}
-
-
-#: the memory mechanisms of :func:`add_memory_args`, as ``ParallelConfig`` fields
-MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl", "pp_grad_reduce",
-                 "sp_saved_inputs", "pp_free_stage_inputs")
-
-
-def memory_fields(args: argparse.Namespace) -> dict:
-    """The :data:`MEMORY_FIELDS` the command line gives (``recompute_modules`` as a tuple)."""
-    out = {k: getattr(args, k, None) for k in MEMORY_FIELDS}
-    if out["recompute_modules"] is not None:  # each token a comma-separated list (_module_list)
-        out["recompute_modules"] = tuple(m for tok in out["recompute_modules"] for m in tok)
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def inference_options(args: argparse.Namespace) -> dict:
-    """Keyword options of :func:`costmodel.serving.inference.evaluate_inference` from the command line."""
-    opts = {"kv_dtype": args.kv_dtype or "bf16"}
-    if args.prefill_tokens is not None:
-        opts["prefill_tokens"] = args.prefill_tokens
-    for flag in ("engine", "max_seqs", "request_rate"):
-        if getattr(args, flag, None) is not None:
-            opts[flag] = getattr(args, flag)
-    for flag in ("ttft_ms", "tpot_ms"):
-        if getattr(args, flag, None) is not None:
-            opts[flag.replace("_ms", "_target_s")] = getattr(args, flag) / 1e3
-    return opts
-
-
-def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | None = None):
-    """The :class:`ParallelConfig` of the config arguments; ``dp`` defaults to gpus/(tp*pp*cp).
-
-    ``--sp`` with tp = 1 is refused: sequence parallelism splits activations over the
-    tensor-parallel group, and there is none. ``layers`` (the model's) turns the split flags
-    into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
-    """
-    keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-            "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher", "module_layout")
-    fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
-    if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.physics.mechanics.act_offload
-        fields["activation_offload_layers"] = args.activation_offload_layers
-    fields["framework"] = framework_from_args(args)
-    for k, v in stack_config(stack_of(args)).items():
-        if k != "framework" and fields.get(k) is None:
-            fields[k] = v
-    if fields["zero"] is None:  # unstated: the one stage the stated optimizer options run on, if any
-        fields["zero"] = required_zero(fields["framework"], fields.get("optimizer_dtype", "fp32"),
-                                       fields.get("optimizer_offload_fraction") or 0.0)
-    lps = getattr(args, "layers_per_stage", None)
-    if lps is not None and fields["pp"] is None:
-        fields["pp"] = len(lps)
-    layout = getattr(args, "layout", None)
-    if layout is not None:
-        layout_fields(args, fields, layout)
-    elif layers is not None:
-        fields["layers_per_stage"] = stage_split(layers, fields["pp"], fields["vp"], layers_per_stage=lps,
-                                                 **{k: getattr(args, k, None) for k in SPLIT_KEYS})
-    config = make_config(gpus, **fields)
-    if getattr(args, "sp", None) is True and config.tp == 1:
-        raise SpecError("sp", True, "off when tp=1 (sequence parallelism needs --tp 2 or more)")
-    return config
-
-
-def stack_of(args: argparse.Namespace, cluster=None) -> str:
-    """``--stack``, else the stack a cluster file was prepared for, else :data:`DEFAULT_STACK`."""
-    return getattr(args, "stack", None) or (cluster.stack if cluster is not None else DEFAULT_STACK)
-
-
-FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-           "chunks", "dma")
-
-
-def limits_from_args(args: argparse.Namespace, layers: int | None = None):
-    """:class:`search.problem.Limits` from the flags: given config flags fix their variable
-    (a stage split, for a model of ``layers`` layers, is pinned as ``Limits.layers_per_stage``)."""
-    from search.problem import Limits
-    fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
-    maximum = {k: v for k, v in (("pp", args.pp_max), ("tp", args.tp_max)) if v is not None}
-    exclude = {"zero": (3,)} if args.no_zero3 else {}
-    kernels = stack_config(stack_of(args))
-    flash = args.flash_attention if args.flash_attention is not None else kernels["flash_attention"]
-    return Limits(fixed=fixed, maximum=maximum, exclude=exclude, headroom_bytes=args.headroom_gib * GiB,
-                  tp_across_nodes=args.tp_across_nodes, flash_attention=flash, mb_max=args.mb_max,
-                  fused_elementwise=kernels["fused_elementwise"],
-                  vp_max=args.vp_max, layers_per_stage=split_from_args(args, layers) if layers else None)
-
-
-def plan_options(args: argparse.Namespace) -> tuple:
-    """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher, memory mechanisms
-    (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
-    those with ZeRO >= 1), optimizer CPU offload (:data:`OFFLOAD_FIELDS`) and activation CPU offload."""
-    # a stated offload fraction or layer count is a plan option every plan runs (search.offload_choice,
-    # search.act_offload_choice; Problem pins ZeRO-1, or pp = 1 without recompute); a stated 0 is no offload
-    offload = {k: v for k, v in offload_fields(args).items() if v}
-    if getattr(args, "activation_offload_layers", None):
-        offload["activation_offload_layers"] = args.activation_offload_layers
-    given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),
-             "module_layout": getattr(args, "module_layout", None), **memory_fields(args), **offload}
-    return tuple((k, v) for k, v in given.items() if v is not None)
-
-
-def problem_of(args: argparse.Namespace, model, cluster, workload):
-    """The search problem of ``recommend``'s flags: stated config flags pinned, the rest free."""
-    from search.problem import Problem
-    return Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
-                   framework=framework_from_args(args), grad_dtype=getattr(args, "grad_dtype", None) or "fp32",
-                   options=plan_options(args))
-
-
-def layout_fields(args: argparse.Namespace, fields: dict, layout: str) -> None:
-    """``--layout``: the one way the split is stated (Megatron-Core refuses it with the first/last or
-    account-for flags, TransformerConfig.__post_init__), for ``--pp`` ranks; a ``--vp`` given must be its
-    virtual stages per rank (transformer_config.py: "virtual_pipeline_model_parallel_size conflicts")."""
-    for k in ("layers_per_stage",) + SPLIT_KEYS:
-        if getattr(args, k, None) not in (None, False):
-            raise SpecError(k, getattr(args, k), "unset with --layout (give the split one way)")
-    if fields["pp"] is None:
-        raise SpecError("pp", None, "given with --layout (the layout's virtual stages are read for pp ranks)")
-    from costmodel.spec.layout import parse
-    lay = parse(layout, fields["pp"])
-    if fields["vp"] is not None and fields["vp"] != lay.vp:
-        raise SpecError("vp", fields["vp"], f"{lay.vp}, the layout's virtual stages per rank ({len(lay.stages)} "
-                                            f"stages / pp={fields['pp']}), or unset")
-    fields["layout"] = lay
-
-
-def framework_from_args(args: argparse.Namespace) -> str:
-    """``--framework``, else the training format of ``--emit`` (the plan is evaluated for the
-    framework it is emitted for), else the stack's framework (``megatron`` under the default stack);
-    both given and different is refused."""
-    fw, emit = getattr(args, "framework", None), getattr(args, "emit", None)
-    if emit not in FRAMEWORKS:
-        emit = None
-    if fw and emit and fw != emit:
-        raise SpecError("emit", emit, f"{fw} with --framework {fw} (the plan is evaluated for the framework it is "
-                        "emitted for)")
-    return fw or emit or stack_config(stack_of(args))["framework"]
-
-
-def check_contradictions(args: argparse.Namespace) -> None:
-    """Refuse flags that contradict each other (SpecError naming the first one)."""
-    if getattr(args, "no_zero3", False) and getattr(args, "zero", None) == 3:
-        raise SpecError("zero", 3, "0, 1 or 2 with --no-zero3 (ZeRO-3 excluded), or drop --no-zero3")
-
-
-def _missing(field: str):
-    raise SpecError(field, None, f"given (--{field} NAME|FILE)")

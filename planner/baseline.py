@@ -181,8 +181,8 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     A baseline given as text or fields runs the recommended plan's framework and gradient dtype
     unless it states its own (a Megatron-LM line runs Megatron and states its gradient dtype
     when it has a dtype flag: a gradient dtype other than the recommendation's is said in the
-    message). ``band`` defaults to the recommended plan's band from
-    :mod:`costmodel.trust.uncertainty`.
+    message). ``band`` defaults to the recommended plan's 80% band: the one :func:`planner.recommend`
+    attached to it, else :func:`costmodel.trust.uncertainty.assess`'s.
     """
     from costmodel.api import evaluate
     from costmodel.trust.uncertainty import assess
@@ -205,7 +205,9 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     est = evaluate(model, cl, workload, config, engine=engine)
     b_lo, b_hi, b_notes = assess(model, cl, workload, est)  # the baseline's own band, beside the comparison
     notes = ()
-    if band is None:
+    if band is None and recommended_estimate.step_time_band_s:  # attached by planner.recommend
+        band, notes = recommended_estimate.step_time_band_s, tuple(recommended_estimate.band_notes)
+    elif band is None:
         lo, hi, notes = assess(model, cl, workload, recommended_estimate)
         band = (lo, hi)
     lo_hi = tuple(band) if not isinstance(band, (int, float)) else (

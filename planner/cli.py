@@ -24,7 +24,8 @@ import warnings
 
 from costmodel.spec.errors import PlannerError, SpecError
 
-from .args import ArgParser, check_contradictions
+from .args import ArgParser
+from .flags import check_contradictions
 
 #: when the command started (the console script imports this module first; main() resets it for
 #: each in-process call): ``recommend --time-limit`` bounds the whole command from here
@@ -80,6 +81,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command is None:
             raise SpecError("command", None, f"one of {', '.join(COMMANDS)} (see planner --help)")
         check_contradictions(args)
+        args.started_s = STARTED_S  # recommend --time-limit bounds the whole command from here
         code = command_module(args.command).run(args)
         sys.stdout.flush()
         return code

@@ -27,7 +27,7 @@ from costmodel.api import evaluate
 from costmodel.frameworks.defaults import framework_defaults
 from costmodel.frameworks.rules import moe_needs_sp
 
-from .args import config_from_args, framework_from_args, problem_of
+from .flags import config_from_args, framework_from_args, problem_of
 from .tuning import TUNING, chosen_knobs, fmt_knob
 
 #: the flags that state a stage split (with pp > 1 and none of them, the split is completed too)
@@ -107,7 +107,6 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         return config, chosen, "unstated knobs at the framework's defaults (--framework-defaults)", 0.0
     if not keys:
         return literal, {}, "", 0.0
-    from search.pins import check_pins
     from search.solve import SolveOptions, solve
 
     gpus = cluster.num_gpus or None
@@ -119,9 +118,10 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])
     try:
         problem = problem_of(pinned, model, cluster, workload)  # recommend's problem of the same flags
-        check_pins(problem)  # a stated knob no runnable plan has (e.g. chunks the framework cannot run)
         # recommend's search, without the offloads the user did not state (search.offload_choice,
-        # search.act_offload_choice); a stated one is a plan option of the problem, as recommend's
+        # search.act_offload_choice); a stated one is a plan option of the problem, as recommend's. It checks
+        # the pins once: a stated knob no runnable plan has (e.g. chunks the framework cannot run) answers
+        # INFEASIBLE with that rule as the explanation, and the completion falls back
         result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, offload=False,
                                              act_offload=False))
         why = "" if result.plans else (result.explanation or result.status)
@@ -202,7 +202,7 @@ def stated_plan(args: argparse.Namespace) -> StatedPlan:
     (:mod:`planner.framework_plan`); planner flags are completed by :func:`complete`; then :func:`priced`."""
     from .inputs import from_args as framework_input
     from .framework_plan import resolve as resolve_framework_input
-    from .args import problem_from_args
+    from .flags import problem_from_args
     fi, source = framework_input(args), None
     if fi is not None:  # literal: every knob from the configuration or the framework's defaults
         model, cluster, workload, config, source = resolve_framework_input(fi, args)

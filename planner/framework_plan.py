@@ -19,7 +19,7 @@ from costmodel.spec.specs import ModelSpec
 from costmodel.frameworks.stacks import apply_stack
 from costmodel.spec.units import MB
 
-from .args import config_from_args, stack_of, with_mtp_layers
+from .flags import config_from_args, stack_of, with_mtp_layers
 from .tuning import TUNING  # the tuning knobs, filled from the framework's defaults when unstated
 from .inputs import FrameworkInput
 from .inputs.deepspeed import deepspeed_batch

@@ -1,6 +1,6 @@
 """The one translation of pins and bounds into :class:`search.problem.Limits`, for every caller.
 
-``planner recommend``'s flags (:func:`planner.args.constraints_from_args`), the keywords of
+``planner recommend``'s flags (:func:`planner.flags.constraints_from_args`), the keywords of
 :func:`planner.recommend` and those of :class:`planner.Planner` (``space``, ``recommend``) all say
 what they pin or bound as one dict of constraints, spelled as the CLI flags with ``_``:
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from dataclasses import fields
 
 from costmodel.spec.plan import GRAD_DTYPES, ParallelConfig
 from costmodel.spec.errors import SpecError
@@ -34,7 +33,7 @@ from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 
 from costmodel.training.fastpath import Score, Scorer
-from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
+from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model
 
 __all__ = ["Planner", "Score"]
 
@@ -125,43 +124,12 @@ class Planner:
         return make_config(self.gpus, base=config, **fields_)
 
     def _limits(self, constraints: dict, defaults: dict):
-        """``(search.problem.Limits, {variable: allowed values})`` from keyword constraints."""
-        from search.problem import VARIABLES, Limits
+        """``(search.problem.Limits, {variable: allowed values})`` from keyword constraints
+        (:func:`planner.limits.limits_of`, the translation ``recommend`` and the CLI use too)."""
+        from search.problem import Limits
 
-        lim_fields = {f.name for f in fields(Limits)} - {"fixed", "minimum", "maximum", "exclude"}
-        kw = dict(defaults)
-        split = {k: constraints[k] for k in SPLIT_KEYS if k in constraints}
-        if split:  # a pinned split in Megatron's terms: one layer count per stage
-            constraints = {k: v for k, v in constraints.items() if k not in split}
-            kw["layers_per_stage"] = stage_split(self._problem()[0].layers, constraints.get("pp"),
-                                                 constraints.get("vp"),
-                                                 layers_per_stage=constraints.pop("layers_per_stage", None), **split)
-        fixed, minimum, maximum, allowed = {}, {}, {}, {}
-        for k, v in constraints.items():
-            if k in lim_fields:
-                kw[k] = v
-            elif k in VARIABLES:
-                if isinstance(v, (list, tuple, set, frozenset, range)):
-                    allowed[k] = set(v)
-                else:
-                    fixed[k] = v
-            elif k[-4:] in ("_min", "_max") and k[:-4] in VARIABLES:  # tp_max, as --tp-max
-                (minimum if k.endswith("_min") else maximum)[k[:-4]] = v
-            elif k[:4] in ("min_", "max_") and k[4:] in VARIABLES:  # the old spelling
-                new = f"{k[4:]}_{k[:3]}"
-                warnings.warn(f"{k} is deprecated; write {new} (as --{new.replace('_', '-')})",
-                              DeprecationWarning, stacklevel=3)
-                (minimum if k.startswith("min_") else maximum)[k[4:]] = v
-            else:
-                raise SpecError(k, v, f"a config variable ({', '.join(VARIABLES)}), <variable>_min/_max, "
-                                      f"or a search limit ({', '.join(sorted(lim_fields))})")
-        for k in ("chunks", "bucket_mb"):  # a fixed value must be a candidate too
-            opt = "chunk_options" if k == "chunks" else "bucket_mb_options"
-            if k in fixed:
-                kw[opt] = (fixed[k],)
-            elif k in allowed:
-                kw[opt] = tuple(sorted(allowed[k]))
-        return Limits(fixed=fixed, minimum=minimum, maximum=maximum, **kw), allowed
+        from .limits import limits_of
+        return limits_of(self._problem()[0].layers, constraints, Limits(**defaults), stacklevel=3)
 
     # ---- questions
     def evaluate(self, config: ParallelConfig | dict | None = None, *, engine: str | None = None,
@@ -306,12 +274,8 @@ class Planner:
             warnings.warn("Planner.recommend(k=...) is deprecated; write top_k=", DeprecationWarning, stacklevel=2)
             top_k = k
         m, cl, w, _ = self._problem()
-        limits, allowed = self._limits(constraints or {}, defaults={})
-        if allowed:
-            raise SpecError(sorted(allowed)[0], sorted(allowed[sorted(allowed)[0]], key=str),
-                            "a single value or a <variable>_min/_max bound in recommend (lists only in space)")
-        return recommend(m, cl, w, limits=limits, time_limit_s=time_limit_s, workers=workers, seed=seed,
-                         top_k=top_k, framework=self.framework, grad_dtype=self.grad_dtype)
+        return recommend(m, cl, w, time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k,
+                         framework=self.framework, grad_dtype=self.grad_dtype, **(constraints or {}))
 
 
 def grid(**values) -> list[dict]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import FIXABLE, offload_fields
+from .flags import FIXABLE, offload_fields
 
 #: the tuning knobs evaluate completes (CLI dest names); the stage split is completed as well
 TUNING = ("mb", "vp", "sp", "zero", "recompute", "bucket_mb", "chunks")

@@ -68,7 +68,7 @@ def test_evaluate_charges_it(capsys):
 
 def test_recommend_takes_a_stated_fraction_as_a_plan_option():
     # a stated 0 is no offload; a stated fraction (and the overlap) is an option every plan of the search runs
-    from planner.args import plan_options
+    from planner.flags import plan_options
     ns = argparse.Namespace(optimizer_offload_fraction=0.0, overlap_cpu_optimizer_d2h_h2d=None)
     assert dict(plan_options(ns)).get("optimizer_offload_fraction") is None
     opts = dict(plan_options(argparse.Namespace(optimizer_offload_fraction=0.5, overlap_cpu_optimizer_d2h_h2d=True)))

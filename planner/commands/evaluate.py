@@ -17,8 +17,8 @@ from costmodel.serving.inference import evaluate_inference
 from costmodel.trust.serving_band import with_serving_bands
 
 from ..args import add_flop_args
-from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg,
-                    config_from_args, inference_batch, inference_options, problem_from_args)
+from ..args import add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg
+from ..flags import config_from_args, inference_batch, inference_options, problem_from_args
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
 from ..completion import chosen_line, stated_plan
 from ..tuning import fmt_knob

@@ -25,8 +25,8 @@ from costmodel.engines.graph.trace import write_chrome_trace, write_gantt
 from costmodel.spec.layout import of as layout_of
 from search.layout import with_best_layout
 
-from ..args import (add_config_args, add_inference_args, add_output_args, add_problem_args, config_from_args,
-                    inference_batch, int_arg, problem_from_args)
+from ..args import add_config_args, add_inference_args, add_output_args, add_problem_args, int_arg
+from ..flags import config_from_args, inference_batch, problem_from_args
 from ..completion import chosen_line, stated_plan
 from ..report import dma_assignment_json, model_json, model_label, print_json, stack_json, stack_line, with_trust
 from .evaluate import add_completion_args

@@ -6,7 +6,8 @@ Runs in a worker process (local pool or Ray). It never raises: a malformed case 
 
 The plan comes from :func:`planner.api.recommend` (the CP-SAT search of ``planner recommend``)
 with default limits, the case's time limit and one CP-SAT worker (the sweep runs cases in
-parallel); the best plan is re-scored by :func:`costmodel.api.evaluate`, and its DMA
+parallel); the best plan is re-scored by :func:`costmodel.api.evaluate` (its 80% band attached by
+recommend), and its DMA
 assignment and critical condition come from :func:`planner.sweep.codesign.critical_columns`.
 """
 
@@ -96,8 +97,7 @@ def _solve(case: Case, model, cluster, workload) -> dict:
                        solve=solve_info)
     config = {**r.best.config.to_dict(), "sp": r.best.config.sp_on,  # sequence parallelism in effect (tp > 1)
               "optimizer_offload_fraction": r.best.config.optimizer_offload_fraction}  # to_dict leaves out a 0
-    from ..report import with_trust  # the 80% band of the step time
-    est = with_trust(r.best.reported, model, cluster, workload)  # the default engine's, as recommend reports
+    est = r.best.reported  # the default engine's, as recommend reports, with the 80% band recommend attached
     out = outcome("ok", config=config, estimate=est.to_dict(), solve=solve_info)
     out["graph_step_time_s"] = est.step_time_s if est.engine == "graph" else None
     out["analytic_step_time_s"] = r.best.estimate.step_time_s
