@@ -6,7 +6,7 @@ writes holds what a reader needs to trust the figure and to reproduce it::
     benchmark  the file's name (a benchmark may record more than one, e.g. one per engine)
     title      what the figure measures, one line
     command    as a user types it: ``python -m benchmarks.<module> <its arguments>``
-    commit     ``git rev-parse --short HEAD`` when it ran ("unknown" outside git)
+    commit     ``git rev-parse --short HEAD`` when the run started ("unknown" outside git)
     date       UTC, ``YYYY-MM-DD HH:MM UTC``
     host       cores, load average (1, 5, 15 min) at the end of the run, Python version
     headline   the few numbers a reader wants: {name: value}
@@ -14,7 +14,7 @@ writes holds what a reader needs to trust the figure and to reproduce it::
     targets    [{"name": ..., "met": true|false}]
     inputs     the source folders and files the figure measures (``costmodel``, a data file, ...)
     previous   {"commit", "date", "headline"} of the file this one replaced, or null
-    dirty      the inputs that differed from ``commit`` when it ran (uncommitted work measured)
+    dirty      the inputs that differed from ``commit`` at the end of the run (work not in that commit measured)
     wall_s     seconds from importing this module to writing the file
 
 ``python -m benchmarks.render`` builds ``benchmarks/RESULTS.md`` and the README's marked figures from
@@ -61,6 +61,17 @@ def git(*args: str) -> str | None:
 
 def head() -> str:
     return git("rev-parse", "--short", "HEAD") or "unknown"
+
+
+_START_COMMIT: list[str] = []  # HEAD when a benchmark started (see start_commit)
+
+
+def start_commit() -> str:
+    """HEAD when this module was imported (benchmarks import it at start-up), so a commit made by
+    someone else while a long benchmark runs is not the one recorded."""
+    if not _START_COMMIT:
+        _START_COMMIT.append(head())
+    return _START_COMMIT[0]
 
 
 def known(commit: str) -> bool:
@@ -133,6 +144,9 @@ def validate(doc) -> list[str]:
     return bad
 
 
+start_commit()
+
+
 def record(name: str, argv: list[str] | None, *, title: str, headline: dict, inputs: list[str],
            table: list[dict] = (), targets: list[dict] = (), module: str | None = None,
            enabled: bool = True, directory: Path | None = None) -> Path | None:
@@ -143,7 +157,7 @@ def record(name: str, argv: list[str] | None, *, title: str, headline: dict, inp
         return None
     directory = RESULTS if directory is None else directory
     path = directory / f"{name}.json"
-    commit = head()
+    commit = start_commit()
     doc = {"benchmark": name, "title": title, "command": command(module or name, argv), "commit": commit,
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "host": {"cores": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()],
@@ -151,7 +165,7 @@ def record(name: str, argv: list[str] | None, *, title: str, headline: dict, inp
            "headline": dict(headline), "table": [dict(r) for r in table],
            "targets": [{"name": t["name"], "met": bool(t["met"])} for t in targets],
            "inputs": list(inputs), "previous": previous_of(path),
-           "dirty": changed("HEAD", list(inputs), untracked=True) if commit != "unknown" else [],
+           "dirty": changed(commit, list(inputs), untracked=True) if commit != "unknown" else [],
            "wall_s": round(time.time() - _T0, 1)}
     problems = validate(doc)
     if problems:
