@@ -29,7 +29,9 @@ import pytest
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.workload import Workload
 from costmodel.spec.errors import SpecError
-from planner.emit import bucket_elements, deepspeed_config, deepspeed_notes, megatron_args, megatron_notes
+from planner.emit import deepspeed_config, megatron_args
+from planner.emit.deepspeed import deepspeed_notes
+from planner.emit.megatron import bucket_elements, megatron_notes
 
 # name -> argparse spec of the documented argument
 MEGATRON = {
@@ -204,7 +206,8 @@ def test_gradient_dtype_flags_and_bucket_elements():
 def test_tp_comm_overlap_states_the_reduce_scatter_pieces_and_refuses_what_userbuffers_cannot_run(tmp_path):
     import yaml
 
-    from planner.emit import emit_text, tp_overlap_cfg
+    from planner.emit import emit_text
+    from planner.emit.megatron import tp_overlap_cfg
     w = Workload(global_batch=512, seq_len=4096)
     tp8 = ParallelConfig(tp=8, dp=8, sp=True, chunks=8, zero=1)
     args = megatron_parser().parse_args(tokens(tp8, global_batch=512, layers=32))

@@ -23,7 +23,8 @@ from costmodel.spec.stages import chunk_layers, megatron_split
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 from planner import cli
-from planner.emit import megatron_args, megatron_text, split_form
+from planner.emit import megatron_args
+from planner.emit.megatron import megatron_text, split_form
 
 
 # --------------------------------------------------------------------------- a Megatron-rule validator

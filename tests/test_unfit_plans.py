@@ -21,7 +21,8 @@ from costmodel.spec.errors import SpecError
 from costmodel.spec.layout import from_split
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
-from planner.emit import megatron_args, torchtitan_lines, torchtitan_model_parts
+from planner.emit import megatron_args, torchtitan_lines
+from planner.emit.torchtitan import torchtitan_model_parts
 from search.explain import explain_infeasible
 from search.pins import check_pins
 from search.problem import Limits, Problem
