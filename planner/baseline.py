@@ -27,6 +27,7 @@ from costmodel.spec.plan import CONFIG_KEYS, GRAD_DTYPES, RECOMPUTE, ParallelCon
 from costmodel.spec.errors import SpecError, clip
 
 from . import megatron_args as mg
+from .megatron_values import as_bool, as_int
 from .problem import make_config
 
 KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype")
@@ -85,7 +86,7 @@ def _value(key: str, value: str):
     field = f"baseline.{key}"
     if key in ("sp", "flash_attention"):
         try:
-            return mg.as_bool(field, value)
+            return as_bool(field, value)
         except SpecError:
             raise SpecError(field, value, "on or off") from None
     if key == "recompute":
@@ -101,7 +102,7 @@ def _value(key: str, value: str):
             return float(value)
         except ValueError:
             raise SpecError(field, value, "a size in MB") from None
-    return mg.as_int(field, value)
+    return as_int(field, value)
 
 
 def baseline_config(text: str, gpus: int | None, layers: int | None = None) -> ParallelConfig:

@@ -23,6 +23,7 @@ from costmodel.physics.memory.stage_memory import grad_elem_bytes
 from costmodel.spec.units import MB
 
 from .layout_args import split_fields
+from .megatron_values import _get_int, _none, as_bool, as_fraction, as_int
 
 #: NeMo config names -> the Megatron-LM argument name they set
 SYNONYMS = {
@@ -77,48 +78,6 @@ def parse_command_line(text: str) -> dict:
             out[name.replace("-", "_")] = value
         i += 1
     return normalise(out)
-
-
-# --------------------------------------------------------------------------- values
-def _none(v) -> bool:
-    return v is None or str(v).strip().lower() in ("none", "null", "", "~")
-
-
-def as_bool(name: str, v) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes", "on"):
-        return True
-    if s in ("false", "0", "no", "off", "none", "null"):
-        return False
-    raise SpecError(name, v, "True or False")
-
-
-def as_int(name: str, v) -> int:
-    if isinstance(v, bool):
-        raise SpecError(name, v, "an integer")
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise SpecError(name, v, "an integer") from None
-    if f != int(f):
-        raise SpecError(name, v, "an integer")
-    return int(f)
-
-
-def _get_int(args: dict, name: str):
-    return None if _none(args.get(name)) else as_int(name, args[name])
-
-
-def as_fraction(name: str, v) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        f = float("nan")
-    if isinstance(v, bool) or not 0.0 <= f <= 1.0:
-        raise SpecError(name, v, "a number from 0 to 1")
-    return f
 
 
 def offload_fields(a: dict) -> dict:

@@ -50,6 +50,7 @@ from costmodel.spec.workload import Workload
 from costmodel.spec.units import DTYPES
 
 from . import megatron_args as mg
+from .megatron_values import as_bool, as_int
 from .problem import make_config, resolve_cluster, resolve_model
 
 WARMUP_ENTRIES = 3
@@ -149,7 +150,7 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
         v = rec[key]
         try:
             if key in ("sp", "flash_attention", "fp8_param_gather"):
-                plan[key] = mg.as_bool(key, v)
+                plan[key] = as_bool(key, v)
             elif key == "recompute_modules":
                 plan[key] = v if isinstance(v, tuple) else mg.recompute_modules(v)
             elif key == "layout":
@@ -159,7 +160,7 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
             elif key == "bucket_mb":
                 plan[key] = _num(where, key, v, positive=False)
             elif key in ("zero", "recompute_layers"):
-                plan[key] = mg.as_int(key, v)
+                plan[key] = as_int(key, v)
             else:
                 plan[key] = _num(where, key, v, integer=True)
         except SpecError as e:

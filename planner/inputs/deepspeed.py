@@ -17,7 +17,7 @@ from costmodel.frameworks.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from costmodel.physics.memory.stage_memory import grad_elem_bytes
 from costmodel.spec.units import MB
 
-from .. import megatron_args as mg
+from ..megatron_values import as_bool, as_int
 from .base import FrameworkInput
 
 #: top-level keys DeepSpeed edaa72212 reads (deepspeed/runtime/config.py DeepSpeedConfig._initialize_params and
@@ -53,7 +53,7 @@ DEEPSPEED_ZERO_KEYS = frozenset((
 
 def _enabled(d: dict, key: str) -> bool:
     v = d.get(key)
-    return isinstance(v, dict) and mg.as_bool(f"deepspeed_config.{key}.enabled", v.get("enabled", False))
+    return isinstance(v, dict) and as_bool(f"deepspeed_config.{key}.enabled", v.get("enabled", False))
 
 
 def parse_deepspeed_text(text: str) -> FrameworkInput:
@@ -81,11 +81,11 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
     if int(d.get("sequence_parallel_size", 1) or 1) != 1:
         raise SpecError("deepspeed_config.sequence_parallel_size", d["sequence_parallel_size"],
                         "1 (DeepSpeed-Ulysses is not modelled)")
-    stage = mg.as_int("deepspeed_config.zero_optimization.stage", z.get("stage", 0))
+    stage = as_int("deepspeed_config.zero_optimization.stage", z.get("stage", 0))
     if stage not in (0, 1, 2, 3):
         raise SpecError("deepspeed_config.zero_optimization.stage", stage, "one of 0, 1, 2, 3")
     # DeepSpeedZeroConfig.overlap_comm_valid: unset means stage == 3
-    overlap = mg.as_bool("deepspeed_config.zero_optimization.overlap_comm", z["overlap_comm"]) \
+    overlap = as_bool("deepspeed_config.zero_optimization.overlap_comm", z["overlap_comm"]) \
         if z.get("overlap_comm") is not None else stage == 3
     bf16 = _enabled(d, "bf16") or _enabled(d, "bfloat16")
     fp16 = _enabled(d, "fp16")
@@ -96,7 +96,7 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
     if comm is not None and str(comm).lower() not in ("fp32", "fp16", "bf16"):
         raise SpecError("deepspeed_config.communication_data_type", comm, "one of fp16, bf16, fp32")
     grad = str(comm).lower() if comm is not None else "fp16" if fp16 else "bf16" if bf16 else "fp32"
-    elems = mg.as_int("deepspeed_config.zero_optimization.reduce_bucket_size",
+    elems = as_int("deepspeed_config.zero_optimization.reduce_bucket_size",
                       z.get("reduce_bucket_size", DEEPSPEED_REDUCE_BUCKET_ELEMENTS))
     stated = {"framework": "deepspeed", "zero": stage, "grad_dtype": grad,
               "bucket_mb": elems * grad_elem_bytes(ParallelConfig(grad_dtype=grad)) / MB if overlap else 0.0}
@@ -106,11 +106,11 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
     stated["dtype"] = "bf16" if bf16 else "fp16"
     if "activation_checkpointing" in d:
         ac = d["activation_checkpointing"] or {}
-        if mg.as_bool("deepspeed_config.activation_checkpointing.cpu_checkpointing", ac.get("cpu_checkpointing", False)):
+        if as_bool("deepspeed_config.activation_checkpointing.cpu_checkpointing", ac.get("cpu_checkpointing", False)):
             raise SpecError("deepspeed_config.activation_checkpointing.cpu_checkpointing", True,
                             "false (checkpoint offloading is not modelled)")
         stated["recompute"] = "full"  # the section configures deepspeed.checkpointing, which the model calls per layer
-    batch = {k: (None if d.get(n) is None else mg.as_int(f"deepspeed_config.{n}", d[n])) for k, n in (
+    batch = {k: (None if d.get(n) is None else as_int(f"deepspeed_config.{n}", d[n])) for k, n in (
         ("train_batch", "train_batch_size"), ("micro_batch", "train_micro_batch_size_per_gpu"),
         ("grad_acc", "gradient_accumulation_steps"))}
     if batch["train_batch"] is None and batch["micro_batch"] is None:

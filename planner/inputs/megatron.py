@@ -11,6 +11,7 @@ from importlib import resources
 from costmodel.spec.errors import SpecError
 
 from .. import megatron_args as mg
+from ..megatron_values import _get_int, _none, as_bool
 from .base import FrameworkInput
 
 
@@ -66,18 +67,18 @@ def parse_megatron_text(text: str) -> FrameworkInput:
     tokens = _tokens(text)
     check_megatron_flags(tokens)
     a = mg.parse_command_line(shlex.join(tokens))
-    layers = mg._get_int(a, "num_layers")
+    layers = _get_int(a, "num_layers")
     try:
         stated = mg.config_fields(a, layers)
         stated.update(mg.workload_fields(a))
         if "layers_per_stage" not in stated and "layout" not in stated:  # the shared parser read no split
             for key, name in (("first_stage_layers", "decoder_first_pipeline_num_layers"),
                               ("last_stage_layers", "decoder_last_pipeline_num_layers")):
-                if mg._get_int(a, name):
-                    stated[key] = mg._get_int(a, name)
+                if _get_int(a, name):
+                    stated[key] = _get_int(a, name)
             for key, name in (("account_for_embedding", "account_for_embedding_in_pipeline_split"),
                               ("account_for_loss", "account_for_loss_in_pipeline_split")):
-                if name in a and mg.as_bool(name, a[name]):
+                if name in a and as_bool(name, a[name]):
                     stated[key] = True
         model = None if mg.missing_shape(a) else mg.model_fields(a)
         mg.mtp_layers(a)
@@ -97,10 +98,10 @@ def parse_megatron_text(text: str) -> FrameworkInput:
         raise SpecError("megatron_args.bf16", None, "given (--bf16, --fp16 or --fp8-format: without them Megatron-LM "
                         "trains in FP32, which the planner does not model)")
     deferred = {}
-    if stated.get("bucket_mb") and mg._none(a.get("ddp_bucket_size")):
+    if stated.get("bucket_mb") and _none(a.get("ddp_bucket_size")):
         deferred["megatron_bucket"] = True  # Megatron-Core sizes it from the DP group
-    shape = {n: mg._get_int(a, n) for n in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                                             "num_query_groups", "num_experts") if mg._get_int(a, n)}
+    shape = {n: _get_int(a, n) for n in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                                             "num_query_groups", "num_experts") if _get_int(a, n)}
     return FrameworkInput(source="megatron_args", stated=stated, model=model, stated_model=shape, deferred=deferred,
                           mtp_layers=mg.mtp_layers(a), dropout=mg.dropout_fields(a))
 
