@@ -106,8 +106,8 @@ def bands(docs: dict) -> list[str]:
 def layouts(docs: dict) -> list[str]:
     (d,) = _need(docs, "layout_equality")
     h = d["headline"]
-    return [f"On {h['instances']} random small instances CP-SAT's layout equals an exhaustive layout search in "
-            f"{h['equal']} (`benchmarks/layout_equality.py`), and on {h['beaten']} of the {h['checked']} small "
+    return [f"CP-SAT's layout equals an exhaustive layout search on {h['equal']} of {h['instances']} random small "
+            f"instances (`benchmarks/layout_equality.py`), and on {h['beaten']} of the {h['checked']} small "
             "enough to enumerate every per-rank layout, a layout outside the space (any counts where `vp` divides "
             "the layers, unequal middle ranks) is faster."] + _source(docs, "layout_equality")
 
