@@ -202,8 +202,7 @@ def test_a_pin_no_plan_holds_is_refused_by_the_cli_and_explained_by_the_api():
 
 def test_the_band_is_attached_once(monkeypatch):
     """The best plan's band is computed once per recommend: attached by api.recommend, read by the renderer."""
-    import costmodel.trust.attach as attach
-    import costmodel.trust.uncertainty as uncertainty
+    from costmodel.trust import attach, uncertainty
 
     n = [0]
     real = uncertainty.assess
