@@ -31,6 +31,7 @@ FLOORS = {
     "costmodel.serving": 8,
     "costmodel.api": 9,
     "costmodel.trust": 10,
+    "costmodel.objectives": 10,
 }
 MAX_LINES = 450
 
