@@ -1,6 +1,7 @@
 """CP-SAT search time against the exhaustive baseline on the same space, measured in one run.
 
-    python -m benchmarks.search_speed [--exhaustive-limit SECONDS] [--workers N] [--cases NAME,...]
+    python -m benchmarks.search_speed [--exhaustive-limit SECONDS] [--workers N] [--cases NAME,...|standard]
+    python -m benchmarks.search_speed --compare OLD NEW [--pairs 5] [--cases ...]   # two commits, pair by pair
 
 For each case the search (cost tables, presolve, CP-SAT, re-scoring) runs from cold caches of
 the search, then the exhaustive baseline (:mod:`search.exhaustive`: every choice's tables and
@@ -11,6 +12,13 @@ dominates; the splits are scored with numpy), and the line says so. The search r
 and as ``recommend`` runs it (``rescore``: the plans within the band of the optimum scheduled by the
 op-graph engine). Targets (issue 9, re-score included, 2 cores): GPT-3 175B / 1024 A100 <= 1.5 s,
 DeepSeek-V3 / 2048 H800 <= 3 s, Qwen3-30B-A3B / 64 H100 proven optimal <= 10 s; issue 22: 1 s, 2 s and 4 s.
+
+Every case runs by default. ``--cases standard`` runs :data:`STANDARD`, the cases a change's speed is
+checked on (issue 37): GPT-3 175B / 1024 A100, DeepSeek-V3 / 2048 H800 and GPT 1T / 3072 A100 (its
+answer's pipeline, pp 32 x vp 4 over 256 micro-batches, is the one whose search time moved alone in
+2d0d72c). ``--compare OLD NEW`` times two commits (or checkouts) on those cases in interleaved pairs,
+one fresh process per run, and prints each side's medians and the median of the pair ratios
+(:mod:`benchmarks.search_speed_pairs`); its answers are compared too.
 """
 
 from __future__ import annotations
@@ -35,6 +43,16 @@ CASES = [
     ("DeepSeek-V3 / 2048 H800", "deepseek-v3", "h800", 2048, 15360, 4096),  # DeepSeek-V3 report, 15360 x 4K
     ("Qwen3-30B-A3B / 64 H100", "qwen3-30b-a3b", "h100-sxm", 64, 512, 4096),  # issue 9's fine-grained MoE case
 ]
+
+#: the standard speed cases (name prefixes of :data:`CASES`): a change's search speed is checked on these three
+STANDARD = ("GPT-3 175B", "DeepSeek-V3", "GPT 1T")
+
+
+def selected(spec: str | None) -> list[tuple]:
+    """The cases ``--cases`` names: all (None), :data:`STANDARD` ('standard') or comma-separated substrings."""
+    if spec == "standard":
+        return [c for c in CASES if c[0].startswith(STANDARD)]
+    return [c for c in CASES if not spec or any(s.lower() in c[0].lower() for s in spec.split(","))]
 
 
 def sampled_time_s(p: Problem, total: int, budget_s: float, blocks: int = 50) -> float:
@@ -91,9 +109,18 @@ def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exhaustive-limit", type=float, default=30.0, help="seconds per case (default 30)")
     ap.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
-    ap.add_argument("--cases", help="comma-separated substrings of case names to run")
+    ap.add_argument("--cases", help="comma-separated substrings of case names to run, or 'standard' (GPT-3, "
+                                    "DeepSeek-V3, GPT 1T); default: every case (with --compare: standard)")
+    ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"),
+                    help="time two commits or checkout directories on the cases in interleaved pairs (no exhaustive)")
+    ap.add_argument("--pairs", type=int, default=5, help="pairs per case with --compare (default 5)")
     args = ap.parse_args(argv)
-    cases = [c for c in CASES if not args.cases or any(s.lower() in c[0].lower() for s in args.cases.split(","))]
+    if args.compare:
+        from benchmarks import search_speed_pairs
+
+        return search_speed_pairs.main([*args.compare, "--pairs", str(args.pairs), "--workers", str(args.workers),
+                                        "--cases", args.cases or "standard"])
+    cases = selected(args.cases)
     print(f"{'case':<30} {'plans in space':>15} {'status':>8} {'search s':>9} {'+re-score s':>12} {'cpu s':>11} "
           f"{'exhaustive s':>14} {'speed-up':>9}  best plan")
     rows = []
