@@ -49,7 +49,7 @@ def run(case) -> None:
     t0 = time.perf_counter()
     r = solve(p, SolveOptions(rescore=True, offload=False))
     took = time.perf_counter() - t0
-    info = r.stats.get("activation_offload")
+    info = r.stats.activation_offload
     best = r.best.config if r.plans else None
     print(f"{name}")
     print(f"  without offload   {without.status:10s} analytic {_s(without.objective_s)} s"

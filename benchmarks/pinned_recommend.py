@@ -84,7 +84,8 @@ def main(argv=None, record_results: bool = False) -> int:
             start = time.perf_counter()
             evaluate(row.model, row.cluster, row.workload, r.best.config, engine="graph")
             t_eval = time.perf_counter() - start
-        space = r.stats.get("space", r.stats.get("model_choices", 0))
+        st = r.stats
+        space = st.space if st.space is not None else st.model_choices or 0
         unpinned = [] if not row.fixed.get("layers_per_stage") or "layers_per_stage" in extra else ["split"]
         free = ",".join([*row.free, *unpinned]) or "-"
         print(f"{row.row_id:>5}  {row.source:22} {row.label[:16]:16} {row.gpus:>5}  {free:10} {r.status:10} "

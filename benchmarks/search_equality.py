@@ -173,7 +173,7 @@ def check(inst: Instance, no_bounds: bool = False, engines_probe: bool = True) -
                ex_s=t1 - t0, cp_s=t2 - t1, status=r.status, res_s=tables.res_s,
                ex_ticks=None if e.best is None else e.best.objective,
                cp_ticks=None if r.objective_s is None else round(r.objective_s / tables.res_s),
-               kept=r.stats.get("kept"), model_choices=r.stats.get("model_choices"))
+               kept=r.stats.kept, model_choices=r.stats.model_choices)
     if not e.complete:
         row["ok"], row["why"] = False, "exhaustive incomplete"
         return row

@@ -96,11 +96,11 @@ def run_case(case, time_limit_s: float, workers: int, rescore: bool) -> dict:
     solve_s = time.perf_counter() - t0
     st = r.stats
     return dict(case=name(case), moe=p.model.is_moe, choices=choices, plans=plans, count_s=count_s, **table_sizes(tables),
-                groups=st.get("groups", 0), dominated=st.get("dominated", 0), memory=st.get("memory", 0)
-                + st.get("groups_memory", 0), bound=st.get("bound", 0) + st.get("groups_bound", 0),
-                probed=st.get("probed", 0), kept=st.get("model_choices", st.get("kept", 0)),
-                presolve_s=st.get("presolve_s", 0.0), cpsat_s=r.solver_time_s or 0.0, status=r.status,
-                time_s=solve_s, objective_s=r.objective_s, gap=r.gap, timed_out=st.get("timed_out"),
+                groups=st.groups or 0, dominated=st.dominated or 0, memory=(st.memory or 0)
+                + (st.groups_memory or 0), bound=(st.bound or 0) + (st.groups_bound or 0),
+                probed=st.probed or 0, kept=st.model_choices if st.model_choices is not None else st.kept or 0,
+                presolve_s=st.presolve_s or 0.0, cpsat_s=r.solver_time_s or 0.0, status=r.status,
+                time_s=solve_s, objective_s=r.objective_s, gap=r.gap, timed_out=st.timed_out,
                 plan=r.best.config if r.best else None)
 
 

@@ -180,7 +180,7 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
         result = solve_robust(problem, options)
     else:
         result = solve(problem, options)
-    if refuse_pins and "refused" in result.stats:  # solve checked the pins once and answered with the rule
+    if refuse_pins and result.stats.refused is not None:  # solve checked the pins once and answered with the rule
         check_pins(problem)  # the same check: raises that rule's SpecError
     if mfu_convention is not None:
         result.plans = [_counted(p, m, workload, mfu_convention) for p in result.plans]

@@ -197,22 +197,22 @@ def solve_lines(result) -> list[str]:
     """How the answer was found and what is proven: the solve, the analytic optimum with its bound,
     and the op-graph re-score (both objectives and the band), so "OPTIMAL" keeps its exact meaning."""
     s, gap = result.stats, result.gap
-    if s.get("exhaustive"):
-        how = (f"every plan of the {s.get('space', 0)} choices the pins leave scored exactly "
-               f"in {s.get('exhaustive_s', 0):.2f} s; no presolve or CP-SAT needed")
+    if s.exhaustive:
+        how = (f"every plan of the {s.space or 0} choices the pins leave scored exactly "
+               f"in {s.exhaustive_s or 0:.2f} s; no presolve or CP-SAT needed")
     else:
-        n = s.get("model_choices", 0)
-        how = (f"presolve {s.get('presolve_s', 0):.2f} s, branch and bound: {s.get('probed', 0)} choices solved "
-               f"exactly, {s.get('bound', 0)} pruned by bound, {s.get('memory', 0)} by memory, "
-               f"{s.get('dominated', 0)} dominated; CP-SAT {result.solver_time_s:.2f} s on the "
+        n = s.model_choices or 0
+        how = (f"presolve {s.presolve_s or 0:.2f} s, branch and bound: {s.probed or 0} choices solved "
+               f"exactly, {s.bound or 0} pruned by bound, {s.memory or 0} by memory, "
+               f"{s.dominated or 0} dominated; CP-SAT {result.solver_time_s:.2f} s on the "
                f"{n} choice{'' if n == 1 else 's'} left")
-    if s.get("timed_out"):
+    if s.timed_out:
         how += "; the time limit stopped presolve: the best plan found so far"
     if result.robust:
         r = result.robust
-        how = (f"robust over {len(r['scenarios'])} scenarios: branch and bound on {s.get('robust_evaluated', 0)} of "
-               f"{s.get('robust_candidates', 0)} choices within the nominal plan's worst case"
-               + ("; CP-SAT with one table per scenario agrees" if s.get("cpsat_agrees") else ""))
+        how = (f"robust over {len(r['scenarios'])} scenarios: branch and bound on {s.robust_evaluated or 0} of "
+               f"{s.robust_candidates or 0} choices within the nominal plan's worst case"
+               + ("; CP-SAT with one table per scenario agrees" if s.cpsat_agrees else ""))
     lines = [f"solve: {result.status} in {result.time_s:.2f} s ({how})",
              f"analytic optimum {_opt_s(result.objective_s)} s, best bound {_opt_s(result.bound_s)} s, gap "
              f"{'-' if gap is None else f'{100 * gap:.2f}%'}; evaluate (analytic tables) agrees within "
@@ -231,14 +231,14 @@ def solve_lines(result) -> list[str]:
         if r["top_order_swaps_in"]:
             lines.append("the top plans swap order in: " + ", ".join(r["top_order_swaps_in"]))
         return lines
-    off = s.get("optimizer_offload")
+    off = s.optimizer_offload
     if off and off.get("chosen"):  # search.offload_choice: nothing fit without it
         tried = ", ".join(f"{t['fraction']:g} ({t['status']}" + (f", {t['step_time_s']:.2f} s)" if t["step_time_s"]
                                                                   else ")") for t in off["tried"])
         lines.append(f"optimizer CPU offload: no plan fits without it; searched again at fraction {tried}: "
                      f"{off['chosen']:g} chosen, copies overlapped (Megatron --optimizer-cpu-offload "
                      f"--optimizer-offload-fraction {off['chosen']:g} --overlap-cpu-optimizer-d2h-h2d)")
-    act = s.get("activation_offload")
+    act = s.activation_offload
     if act:  # search.act_offload_choice: nothing fit without it, or the answer recomputed at pp=1
         why = ("no plan fits without it" if act["without_s"] is None else
                f"the best plan without it recomputes at pp=1 ({_opt_s(act['without_s'])} s analytic)")

@@ -111,7 +111,7 @@ def test_chosen_equals_the_best_over_every_layer_count(limits):
     assert offerable(p)
     without = solve(p, SolveOptions(act_offload=False, offload=False))
     r = solve(p, SolveOptions(offload=False))
-    info = r.stats["activation_offload"]
+    info = r.stats.activation_offload
     assert r.status == "OPTIMAL" and info["chosen"] == r.best.config.activation_offload_layers > 0
     brute = {n: solve(stated(n), SolveOptions(act_offload=False, offload=False)) for n in range(1, M.layers)}
     best = min(x.objective_s for x in brute.values() if x.plans)
@@ -126,7 +126,7 @@ def test_kept_where_offload_is_slower():
     p = Problem(model=load_model("qwen3-30b-a3b"), cluster=load_cluster("h100-sxm").with_gpus(64),
                 workload=Workload(global_batch=512, seq_len=4096))
     r = solve(p, SolveOptions(offload=False))
-    info = r.stats["activation_offload"]
+    info = r.stats.activation_offload
     assert r.status == "OPTIMAL" and r.best.config.pp == 1 and r.best.config.recompute == "full"
     assert info["chosen"] is None and info["status"] == "OPTIMAL" and info["best_s"] > r.objective_s
     assert r.best.config.activation_offload_layers == 0
@@ -134,7 +134,7 @@ def test_kept_where_offload_is_slower():
 
 def test_not_offered_where_a_plan_fits_or_framework_cannot():
     p = Problem(model=M, cluster=CL, workload=W)  # pipelines and recompute free: plans fit
-    assert "activation_offload" not in solve(p).stats
+    assert solve(p).stats.activation_offload is None
     assert not offerable(Problem(model=M, cluster=CL, workload=W, framework="fsdp2"))
     assert not offerable(Problem(model=M, cluster=CL, workload=W, limits=Limits(fixed={"pp": 2})))
     assert not offerable(stated(4))

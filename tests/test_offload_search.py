@@ -114,7 +114,7 @@ def test_a_plan_that_fits_is_searched_as_before():
     p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
                 workload=Workload(global_batch=16, seq_len=4096))
     a, b = solve(p), solve(p, SolveOptions(offload=False))
-    assert a.status == b.status == "OPTIMAL" and "optimizer_offload" not in a.stats
+    assert a.status == b.status == "OPTIMAL" and a.stats.optimizer_offload is None
     assert a.best.config == b.best.config and a.objective_s == b.objective_s
     assert a.best.config.optimizer_offload_fraction == 0.0
 
@@ -125,7 +125,7 @@ def test_70b_on_8_h100_fits_only_with_offload_and_pays_its_time():
     assert without.status == "INFEASIBLE" and not without.plans
     res = solve(p)
     assert res.status == "OPTIMAL", res.explanation
-    info = res.stats["optimizer_offload"]
+    info = res.stats.optimizer_offload
     assert info["without"] == "INFEASIBLE" and [t["fraction"] for t in info["tried"]] == list(FRACTIONS)
     cfg = res.best.config
     assert cfg.optimizer_offload_fraction == info["chosen"] > 0 and cfg.overlap_cpu_optimizer_d2h_h2d and cfg.zero == 1
@@ -148,7 +148,7 @@ def test_a_stated_fraction_is_every_plan_s():
     p = Problem(**L70, options=(("optimizer_offload_fraction", 1.0),))
     res = solve(p, SolveOptions(offload=False))  # no re-search: the problem states it
     assert res.status == "OPTIMAL" and res.best.config.optimizer_offload_fraction == 1.0
-    assert not res.best.config.overlap_cpu_optimizer_d2h_h2d and "optimizer_offload" not in res.stats
+    assert not res.best.config.overlap_cpu_optimizer_d2h_h2d and res.stats.optimizer_offload is None
 
 
 @pytest.mark.parametrize("kw, field", [
@@ -173,5 +173,5 @@ def test_not_offered_where_megatron_cannot_run_it():
 def test_nothing_fits_even_with_offload_says_so():
     r = solve(Problem(**{**L70, "cluster": load_cluster("h100-sxm").with_gpus(1)}))
     assert r.status == "INFEASIBLE" and not r.plans
-    assert [t["status"] for t in r.stats["optimizer_offload"]["tried"]] == ["INFEASIBLE"] * len(FRACTIONS)
+    assert [t["status"] for t in r.stats.optimizer_offload["tried"]] == ["INFEASIBLE"] * len(FRACTIONS)
     assert r.explanation.endswith("Optimizer CPU offload (fraction 0.5, 1) does not make a plan fit either.")

@@ -61,7 +61,7 @@ def test_fully_pinned_is_scored_exactly_and_fast():
     p = problem("gpt3-175b", gpus=4096, batch=4096, seq=2048, fixed=fixed)
     start = time.perf_counter()
     r = solve(p)
-    assert r.status == OPTIMAL and r.stats["exhaustive"] and r.stats["space"] == 1
+    assert r.status == OPTIMAL and r.stats.exhaustive and r.stats.space == 1
     assert r.gap == 0.0 and r.bound_s == r.objective_s
     assert r.best.config.vp == 12 and r.best.agreement <= 0.005
     assert time.perf_counter() - start < 30  # seconds on a loaded machine; benchmarks/pinned_recommend.py times it
@@ -71,7 +71,7 @@ def test_small_space_equals_the_search():
     fixed = {"tp": 2, "pp": 2, "cp": 1, "vp": 2, "mb": 1, "zero": 1, "recompute": "none"}
     p = problem(gpus=16, batch=64, fixed=fixed)
     r = solve(p)
-    assert r.stats.get("exhaustive") and r.stats["space"] <= SMALL_SPACE
+    assert r.stats.exhaustive and r.stats.space <= SMALL_SPACE
     from search.exhaustive import solve_exhaustive
     from search.tables import Tables
     t = Tables(p)

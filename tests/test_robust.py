@@ -34,7 +34,7 @@ def problem():
 def test_robust_optimum_is_no_worse_in_the_worst_case_than_the_nominal_optimum(problem):
     nominal = solve(problem, SolveOptions(time_limit_s=30))
     r = solve_robust(problem, SolveOptions(time_limit_s=30, top_k=2))
-    assert r.status == "OPTIMAL" and r.stats["cpsat_agrees"]
+    assert r.status == "OPTIMAL" and r.stats.cpsat_agrees
     rb = r.robust
     assert rb["worst_s"] == pytest.approx(max(rb["robust_plan"].values()))
     assert rb["worst_s"] <= max(rb["nominal_plan"].values()) * (1 + 1e-9)

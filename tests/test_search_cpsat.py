@@ -106,7 +106,7 @@ def test_cpsat_without_bound_pruning_matches_too(seed):
         assert r.status == INFEASIBLE
     else:
         assert round(r.objective_s / tables.res_s) == e.best.objective
-        assert r.stats["model_choices"] >= r.stats["probed"]
+        assert r.stats.model_choices >= r.stats.probed
 
 
 def test_exhaustive_reports_coverage_when_capped():
