@@ -1,7 +1,7 @@
 """Activation CPU offload searched (issue 21, ``search/act_offload_choice.py``): what the search chooses, against the
 best over every layer count.
 
-    python benchmarks/act_offload_search.py [--cases NAME,...]
+    python -m benchmarks.act_offload_search [--cases NAME,...]
 
 Per case: the search without activation offload (status, analytic step), the search as ``recommend`` runs it
 (re-scored; the offload it chose, its analytic and op-graph step and search time, and the best plan with offload
@@ -16,14 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
-from costmodel.spec.workload import Workload  # noqa: E402
-from search.problem import Limits, Problem  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from search.problem import Limits, Problem
+from search.solve import SolveOptions, solve
 
 #: name, model, cluster, GPUs, global batch, sequence, pins
 CASES = [

@@ -114,7 +114,7 @@ def stored(rows, engine: str) -> dict:
                            "(constants; in_sample_constants: families of one source, at the preset value), "
                            "by regime, with its GPU count and stack; components: the kinds of kernel and "
                            "collective measured in benchmarks/data/components; written by "
-                           "benchmarks/band_coverage.py --set all --write; read by costmodel/trust/uncertainty.py",
+                           "python -m benchmarks.band_coverage --set all --write; read by costmodel/trust/uncertainty.py",
             "engine": engine,
             "components": components(),
             "rows": [{"set": getattr(x["row"], "set", "dev"), "source": x["row"].source, "row_id": x["row"].row_id,
@@ -250,7 +250,7 @@ def record(argv, summary: dict, enabled: bool) -> None:
                       table=[{"set": k, "rows": v[1], "inside": v[0], "median width %": results_io.pct(v[2])}
                              for k, v in summary.items()],
                       inputs=["costmodel", "benchmarks/band_coverage.py", "benchmarks/calibrate.py",
-                              "benchmarks/published.py", "benchmarks/data/published_dev.csv",
+                              "benchmarks/published", "benchmarks/data/published_dev.csv",
                               "benchmarks/data/published_new.csv", "benchmarks/data/components"])
 
 

@@ -1,6 +1,6 @@
 """How the parts of the 80% band are combined: every candidate rule, leave-one-source-out (issue 23, bands 3).
 
-    python benchmarks/band_rules.py [--set dev|all]
+    python -m benchmarks.band_rules [--set dev|all]
 
 The band (:mod:`costmodel.trust.uncertainty`) rests on out-of-source residuals, the plan's sensitivity to the
 uncertain constants, a run-to-run noise floor, a drift beyond the largest measured run and, outside the
@@ -29,16 +29,11 @@ import math
 import statistics
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from band_coverage import predicted_rows, stored  # noqa: E402
-
-from costmodel.trust import band_spread as BS  # noqa: E402
-from costmodel.trust import uncertainty as U  # noqa: E402
-from costmodel.trust.band_scope import scope  # noqa: E402
+from benchmarks.band_coverage import predicted_rows, stored
+from costmodel.trust import band_spread as BS
+from costmodel.trust import uncertainty as U
+from costmodel.trust.band_scope import scope
 
 
 @dataclass(frozen=True, kw_only=True)

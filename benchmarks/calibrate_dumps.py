@@ -1,6 +1,6 @@
 """What ``planner calibrate`` reads from real Megatron-LM argument dumps, against what each dump says.
 
-    python benchmarks/calibrate_dumps.py
+    python -m benchmarks.calibrate_dumps
 
 The dumps (``data/components/megatron_dumps/*.log``) are what Megatron-LM's own ``parse_args`` and
 ``validate_args`` printed (commit and command lines in ``dumps.csv``; made by
@@ -19,16 +19,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.spec.errors import PlannerError  # noqa: E402
-from costmodel.api import evaluate  # noqa: E402
-from costmodel.spec.presets import load_cluster  # noqa: E402
+from costmodel.api import evaluate
+from costmodel.spec.errors import PlannerError
+from costmodel.spec.presets import load_cluster
 from costmodel.spec.specs import ModelSpec
-from costmodel.spec.workload import Workload  # noqa: E402
-from planner import megatron_args as mg  # noqa: E402
-from planner.problem import make_config  # noqa: E402
-from planner.runs import scan_log  # noqa: E402
+from costmodel.spec.workload import Workload
+from planner import megatron_args as mg
+from planner.problem import make_config
+from planner.runs import scan_log
 
 DUMPS = Path(__file__).resolve().parent / "data" / "components" / "megatron_dumps"
 

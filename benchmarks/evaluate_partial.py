@@ -3,7 +3,7 @@
     python -m benchmarks.evaluate_partial [--set dev|new|all] [--source KEY] [--limit N]
 
 A user reproducing a published run states what the source states and leaves the rest to the
-planner (issue 23). For every usable row of the set (``benchmarks/published.py``; ``all`` is dev
+planner (issue 23). For every usable row of the set (``benchmarks/published``; ``all`` is dev
 and the unsealed new set, never the sealed split) this builds the planner flags such a user would
 type (:func:`stated_flags`): the degrees (tp, pp, dp, cp, ep), the micro-batch, interleave,
 recompute, ZeRO stage and sequence parallelism *where the source's CSV row states them*, and
@@ -14,7 +14,7 @@ recompute / ZeRO / SP, the stage split) is left to the planner. The same flags t
 ``planner evaluate`` (:func:`planner.completion.evaluate_stated`: unstated knobs chosen as
 ``recommend`` would) and pinned ``planner recommend`` (the stated flags pinned, the search
 chooses the rest; :func:`planner.commands.recommend.problem_of`), both on the row's own model,
-cluster and workload objects (the source facts ``published.py`` puts there).
+cluster and workload objects (the source facts :mod:`benchmarks.published` puts there).
 
 Printed per row: the stated flags, both predictions' error against the measured step time, and
 both wall times; then mean |err| of each (target: within 0.5 points of each other; they agree by
@@ -47,7 +47,7 @@ UNSTATABLE = {"cp_impl": "ring", "fsdp_copies": True, "fused_elementwise": True}
 
 
 def csv_row(row) -> dict:
-    """The raw CSV record of a published row (what the source states, before ``published.py``'s rules)."""
+    """The raw CSV record of a published row (what the source states, before the rules of :mod:`benchmarks.published`)."""
     with open(SETS[row.set], newline="") as f:
         return next(r for r in csv.DictReader(f) if r["row_id"] == row.row_id)
 
@@ -193,7 +193,7 @@ def main(argv=None, record_results: bool = False) -> int:
                       targets=[{"name": "mean |err| within 0.5 points", "met": abs(me - mr) <= 0.5},
                                {"name": "evaluate's median seconds <= pinned recommend's",
                                 "met": statistics.median(t_e) <= statistics.median(t_r)}],
-                      inputs=["costmodel", "search", "planner", "benchmarks/evaluate_partial.py", "benchmarks/published.py",
+                      inputs=["costmodel", "search", "planner", "benchmarks/evaluate_partial.py", "benchmarks/published",
                               "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
     for rid, a, b in differ:
         da, db = a.to_dict(), b.to_dict()

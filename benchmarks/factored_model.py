@@ -1,6 +1,6 @@
 """Issue 13's factored CP-SAT model, built on the search's own tables and timed against the search.
 
-    python benchmarks/factored_model.py [--cases NAME,...] [--time-limit 60] [--workers 2]
+    python -m benchmarks.factored_model [--cases NAME,...] [--time-limit 60] [--workers 2]
 
 Issue 13 asks for a CP-SAT model whose *decision variables* are the degrees and knobs, with costs
 from small factored tables and no product of choices built in Python. This script builds that
@@ -36,31 +36,25 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from costmodel.spec.errors import SpecError  # noqa: E402
-from costmodel.spec.stages import in_flight_chunks  # noqa: E402
-from costmodel.spec.units import MiB  # noqa: E402
-from search.bounds import Bounds  # noqa: E402
-from search.candidates import Shape, chunk_values, recompute_values, sp_values, zero_values  # noqa: E402
-from search.exhaustive import max_stage_layers  # noqa: E402
-from search.presolve import _groups  # noqa: E402
-from search.problem import Limits, Problem  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
-from search.choice import Choice  # noqa: E402
-from search.tables import Tables, ticks  # noqa: E402
-from search.bounds import STAGE_OF  # noqa: E402  (stage position -> the stage whose bound stands for it)
-from search.cpsat import POSITIONS as POS  # noqa: E402
-from search_speed import CASES, cold  # noqa: E402
-
-from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
-from costmodel.spec.workload import Workload  # noqa: E402
+from benchmarks.search_speed import CASES, cold
+from costmodel.spec.errors import SpecError
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.stages import in_flight_chunks
+from costmodel.spec.units import MiB
+from costmodel.spec.workload import Workload
+from search.bounds import STAGE_OF, Bounds  # STAGE_OF: stage position -> the stage whose bound stands for it
+from search.candidates import Shape, chunk_values, recompute_values, sp_values, zero_values
+from search.choice import Choice
+from search.cpsat import POSITIONS as POS
+from search.exhaustive import max_stage_layers
+from search.presolve import _groups
+from search.problem import Limits, Problem
+from search.solve import SolveOptions, solve
+from search.tables import Tables, ticks
 
 V_LCM = 840  # lcm(1..8): (m - 1/v) and 1/v as integers for every interleave factor the search offers
 

@@ -1,7 +1,7 @@
 """What is still fitted end to end: each such constant, its leave-one-source-out range, and how far it
 sits from its component (single-kernel) measurement (issue 20, "Compose, then fit as little as possible").
 
-    python benchmarks/fitted_constants.py [--set dev|all] [--span 0.12]
+    python -m benchmarks.fitted_constants [--set dev|all] [--span 0.12]
 
 For every device constant the step-time model takes from end-to-end fits (the families of
 ``benchmarks/calibrate.py``: one GEMM efficiency per device family and dtype, the Hopper fused-attention
@@ -41,17 +41,15 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from calibrate import errors, family, fitted_families, with_constants  # noqa: E402
-from component_kernels import (attention_key, attention_row_time_s, gemm_key, gemm_row_time_s,  # noqa: E402
-                               kernel_class, load_rows, row_flops)
-from published import load_set, predict  # noqa: E402
-from costmodel.physics.kernels.kernel_fits import (ATTENTION_FITS, GEMM_FITS, REF_HEAD_DIM, REF_SEQ, STREAM_FITS, attention_utilization)
-from costmodel.spec.presets import load_cluster  # noqa: E402
+from benchmarks.calibrate import errors, family, fitted_families, with_constants
+from benchmarks.component_kernels import (attention_key, attention_row_time_s, gemm_key, gemm_row_time_s,
+                                          kernel_class, load_rows, row_flops)
+from benchmarks.published import load_set, predict
+from costmodel.physics.kernels.kernel_fits import (ATTENTION_FITS, GEMM_FITS, REF_HEAD_DIM, REF_SEQ, STREAM_FITS,
+                                                   attention_utilization)
+from costmodel.spec.presets import load_cluster
 
 CLOCKS = Path(__file__).resolve().parent / "data" / "components" / "sustained_clocks.csv"
 #: fitted family -> the device family of benchmarks/data/components/sustained_clocks.csv

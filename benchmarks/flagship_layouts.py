@@ -1,6 +1,6 @@
 """The best pipeline layout found vs the best whole-chunk split, on the flagship plans' shapes.
 
-    python benchmarks/flagship_layouts.py
+    python -m benchmarks.flagship_layouts
 
 For each Megatron-Bridge flagship shape (tp, pp, cp, ep, mb, ZeRO, recompute pinned; the issue's
 list) and Llama-3.1-405B's production PP16, ``recommend``'s search runs twice with the interleave
@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.api import evaluate  # noqa: E402
-from costmodel.spec.layout import of as layout_of  # noqa: E402
-from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
-from costmodel.spec.workload import Workload  # noqa: E402
-from search.problem import Limits, Problem  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
+from costmodel.api import evaluate
+from costmodel.spec.layout import of as layout_of
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from search.problem import Limits, Problem
+from search.solve import SolveOptions, solve
 
 CASES = [
     ("DeepSeek-V3 PP8 / 1024 H800", "deepseek-v3", "h800", 1024, 4096, 4096,

@@ -1,13 +1,13 @@
 """The two step-time engines side by side: dev-set error, step times and evaluation speed.
 
-    python benchmarks/graph_vs_analytic.py [--rows]
+    python -m benchmarks.graph_vs_analytic [--rows]
 
 * ``analytic``: :mod:`costmodel.engines.analytic`, the unified overlap formula per communication.
 * ``graph``: :mod:`costmodel.engines.graph`, op graphs scheduled on compute and DMA engines, composed
   layer -> stage -> simulated pipeline -> DP buckets.
 
 Prints the development-set error of each engine (``benchmarks/data/published_dev.csv``, the
-rows and fill rules of ``benchmarks/published.py``; each engine picks its own best value for
+rows and fill rules of ``benchmarks/published``; each engine picks its own best value for
 unstated micro-batch / interleave settings), the step times of both on the same plans, and
 the cost of one evaluation (cold: caches cleared; warm: repeated), including GPT 1T on 3072
 GPUs (128 layers, pp 64), which the issue asks to evaluate in under 50 ms.
@@ -19,19 +19,15 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import published  # noqa: E402
+from benchmarks import published
+from costmodel.api import evaluate
 from costmodel.engines import analytic
-from costmodel.physics.kernels import compute  # noqa: E402
-from costmodel.spec.plan import ParallelConfig  # noqa: E402
-from costmodel.api import evaluate  # noqa: E402
-from costmodel.engines.graph import builders, compose  # noqa: E402
-from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
-from costmodel.spec.workload import Workload  # noqa: E402
+from costmodel.engines.graph import builders, compose
+from costmodel.physics.kernels import compute
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
 
 ENGINES = ("analytic", "graph")
 SPEED = [  # (label, model, cluster, gpus, batch, seq, config)

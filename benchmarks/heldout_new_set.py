@@ -1,8 +1,8 @@
 """The new set's mean error with every fitted constant held out of the rows it is judged on.
 
-    python benchmarks/heldout_new_set.py
+    python -m benchmarks.heldout_new_set
 
-``benchmarks/calibrate.py --set all`` fits one constant per device family and dtype and prints,
+``python -m benchmarks.calibrate --set all`` fits one constant per device family and dtype and prints,
 per source, the value fitted without that source. This script predicts every new-set row with
 the constants of its family set to the value fitted *without its own source* (re-fitting them
 here with calibrate's grid and error matrix), and prints the mean |err| and signed mean of the
@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from calibrate import held_out_constants, held_out_values, with_constants  # noqa: E402
-from published import load_set, predict  # noqa: E402
+from benchmarks.calibrate import held_out_constants, held_out_values, with_constants
+from benchmarks.published import load_set, predict
 
 #: (family label, device field) whose preset value is fitted on the new set
 NEW_SET_FITS = [("H100-class BF16", "gemm_efficiency")]

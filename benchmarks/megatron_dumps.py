@@ -2,13 +2,13 @@
 (which ends with ``_print_args``; ``megatron/training/arguments.py``) on CPU for a few configurations and
 write what they print, as a training log starts, to ``data/components/megatron_dumps/``.
 
-    MEGATRON=/path/to/Megatron-LM  /path/to/venv-with-torch/bin/python benchmarks/megatron_dumps.py
+    PYTHONPATH=/path/to/Megatron-LM  /path/to/venv-with-torch/bin/python -m benchmarks.megatron_dumps
 
-Needs a checkout of NVIDIA/Megatron-LM (not part of this repository) and a Python >= 3.12
+Needs a checkout of NVIDIA/Megatron-LM (not part of this repository; on ``PYTHONPATH``) and a Python >= 3.12
 environment with torch (CPU), numpy, packaging, pyyaml, einops and triton; the planner itself is
 not imported. The GPU architecture queries of ``validate_args`` (``get_device_arch_version``,
 ``torch.cuda.get_device_capability``) are answered with sm_90 (Hopper), the only device facts it asks for. The commit of the checkout is
-written to ``dumps.csv`` beside the dumps; ``benchmarks/calibrate_dumps.py`` reads them back.
+written to ``dumps.csv`` beside the dumps; ``python -m benchmarks.calibrate_dumps`` reads them back.
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def dump(world: int, env: dict, line: str) -> str:
 
 
 def main() -> int:
-    root = Path(os.environ["MEGATRON"]).resolve()
-    sys.path.insert(0, str(root))
+    import megatron.training  # the checkout on PYTHONPATH
+    root = Path(megatron.training.__file__).resolve().parents[2]
     commit = os.environ.get("MEGATRON_COMMIT") or subprocess.run(
         ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Where the time of each MoE row goes, and what the forced-balance / dropless pairs imply about routing imbalance.
 
-    python benchmarks/moe_parts.py [--set dev|new|all] [--engine graph|analytic]
+    python -m benchmarks.moe_parts [--set dev|new|all] [--engine graph|analytic]
 
 Part 1, for every published row of the ``moe_ep`` regime (``benchmarks/regimes.py``): measured and
 predicted step (seconds, signed error: + = predicted slower), the predicted step's parts over the
@@ -26,15 +26,10 @@ import argparse
 import statistics
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from published import load_set, predict  # noqa: E402
-
+from benchmarks.published import load_set, predict
 from costmodel.physics.kernels.compute import layer_ops
-from costmodel.physics.kernels.moe_load import moe_imbalance  # noqa: E402
+from costmodel.physics.kernels.moe_load import moe_imbalance
 
 PARTS = ("compute", "recompute", "bubble", "ep", "zero", "other")
 SHARES = ("experts", "attn_core", "other_gemm", "perm_router")

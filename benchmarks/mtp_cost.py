@@ -1,6 +1,6 @@
 """DeepSeek-V3 with and without its MTP module on Megatron-Bridge's pipeline shapes (issue 22).
 
-    python benchmarks/mtp_cost.py
+    python -m benchmarks.mtp_cost
 
 For each plan (1,024 H800, global batch 4096 x 4096 tokens, tp 1, ep 64, ZeRO-1, full recompute):
 the predicted step time (op-graph and closed-form engines), MFU (Megatron-LM's FLOP count, which
@@ -12,20 +12,16 @@ not measurements.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from costmodel.api import evaluate
+from costmodel.spec.layout import parse
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.units import GiB
+from costmodel.spec.workload import Workload
 
-from costmodel.spec.plan import ParallelConfig  # noqa: E402
-from costmodel.api import evaluate  # noqa: E402
-from costmodel.spec.layout import parse  # noqa: E402
-from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
-from costmodel.spec.workload import Workload  # noqa: E402
-from costmodel.spec.units import GiB  # noqa: E402
-
-PLANS = [  # (name, pp, layout with m): Megatron-Bridge's DeepSeek-V3 layouts (benchmarks/published.py, issue 22)
+PLANS = [  # (name, pp, layout with m): Megatron-Bridge's DeepSeek-V3 layouts (benchmarks/published, issue 22)
     ("PP8 VP4 Et|(tt|)*30mL", 8, "Et|(tt|)*30mL"),
     ("PP16 VP2 Et*3|(tt|)*29,m|L", 16, "Et*3|(tt|)*29,m|L"),
 ]

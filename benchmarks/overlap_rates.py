@@ -1,6 +1,6 @@
 """Achieved overlap rate r per strategy on typical workloads, against the source's reference ranges.
 
-    python benchmarks/overlap_rates.py [--json]
+    python -m benchmarks.overlap_rates [--json]
 
 The rates are computed by scheduling op graphs (:mod:`costmodel.engines.graph`), never looked up. The
 reference ranges are the source document's table (``shared/seeds/DIGEST.md`` section 7):
@@ -15,15 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.spec.plan import ParallelConfig  # noqa: E402
-from costmodel.engines.graph.explain import explain  # noqa: E402
-from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
-from costmodel.spec.workload import Workload  # noqa: E402
-from costmodel.spec.units import MB  # noqa: E402
+from costmodel.engines.graph.explain import explain
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.units import MB
+from costmodel.spec.workload import Workload
 
 REFERENCE = {"tp-infer": (0.0, 0.3), "tp": (0.3, 0.7), "sp": (0.7, 0.9), "pp": (0.3, 0.6), "dp": (0.7, 0.95),
              "ep": (0.3, 0.6), "cp": None, "zero": None}

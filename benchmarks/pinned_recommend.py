@@ -2,7 +2,7 @@
 
     python -m benchmarks.pinned_recommend [--set dev|new|all] [--limit-s 2] [--time-limit 10]
 
-For every usable row of the set (``benchmarks/published.py``), the row's stated plan is pinned
+For every usable row of the set (``benchmarks/published``), the row's stated plan is pinned
 (every stated field of ``Row.fixed``: degrees, sp, ZeRO, recompute, bucket, chunks, micro-batch
 and interleave when stated; the fields the source leaves out stay free, as ``validate_published``
 leaves them) and the search answers with the op-graph re-score on, as ``planner recommend`` does.
@@ -105,7 +105,7 @@ def main(argv=None, record_results: bool = False) -> int:
                                 "median s": round(times[len(times) // 2], 2) if times else None,
                                 "max s": round(times[-1], 2) if times else None, f"above {args.limit_s:g} s": len(slow)},
                       targets=[{"name": f"every pinned problem answered in <= {args.limit_s:g} s", "met": not slow}],
-                      inputs=["costmodel", "search", "benchmarks/pinned_recommend.py", "benchmarks/published.py",
+                      inputs=["costmodel", "search", "benchmarks/pinned_recommend.py", "benchmarks/published",
                               "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
     return 1 if slow else 0
 

@@ -1,7 +1,7 @@
 """Do emitted plans pass the frameworks' own argument validation? (issue 24: the real-parser check)
 
     MEGATRON=/path/to/Megatron-LM MEGATRON_PYTHON=/path/to/venv/bin/python \\
-        python benchmarks/real_parsers.py [--plans 40] [--seed 0]
+        python -m benchmarks.real_parsers [--plans 40] [--seed 0]
 
 Draws random plans (model, degrees, micro-batch, ZeRO, recompute, overlap, attention kernel, dtype),
 keeps those the planner accepts and emits (``planner.emit.emit_text`` with the model's architecture),
@@ -33,12 +33,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent  # the second Python runs this module from here
 MODELS = ("llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3")
 
 
 def draw_plans(n: int, framework: str, seed: int) -> list[dict]:
     """``n`` random plans the planner accepts and emits for ``framework``, as plain values."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from costmodel.frameworks import rules as frameworks
     from costmodel.spec.plan import ParallelConfig
     from costmodel.physics.validity import validate_config
@@ -156,8 +156,7 @@ def check_deepspeed(plans: list[dict]) -> list[str | None]:
 
 
 def checker_main(path: str) -> int:
-    data = json.loads(Path(path).read_text())
-    sys.path.insert(0, os.environ["MEGATRON"])
+    data = json.loads(Path(path).read_text())  # Megatron-LM is on PYTHONPATH (main)
     res = {k: (check_megatron if k.startswith("megatron") else check_deepspeed)(v) for k, v in data.items()}
     Path(path).with_suffix(".out.json").write_text(json.dumps(res))
     return 0
@@ -181,8 +180,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "plans.json"
         f.write_text(json.dumps(plans))
-        r = subprocess.run([py, __file__, "--check", str(f)], env={**os.environ, "MEGATRON": meg},
-                           capture_output=True, text=True)
+        path = os.pathsep.join(p for p in (meg, os.environ.get("PYTHONPATH")) if p)
+        r = subprocess.run([py, "-m", "benchmarks.real_parsers", "--check", str(f)], cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
         if r.returncode:
             print(r.stderr[-3000:])
             return 1

@@ -3,7 +3,7 @@
     python -m benchmarks.recommend_vs_published [--set dev|new|all] [--source KEY] [--time-limit SECONDS]
 
 For every usable row of the development set (``benchmarks/data/published_dev.csv``, see
-``benchmarks/published.py``; ``--set new`` or ``all`` for the new set) the published plan is
+``benchmarks/published``; ``--set new`` or ``all`` for the new set) the published plan is
 predicted as ``validate_published.py`` does (unstated settings filled by one rule per source; the
 best value for unstated micro-batch and interleave), and ``planner recommend`` plans the same model,
 cluster, GPU count, global batch, sequence length and precision, under the framework that ran it
@@ -113,7 +113,7 @@ def main(argv=None, record_results: bool = False) -> int:
                                 "published plans over HBM": overflow,
                                 "plans digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12]},
                       targets=[{"name": "no recommended plan slower than the published one", "met": worse == 0}],
-                      inputs=["costmodel", "search", "benchmarks/recommend_vs_published.py", "benchmarks/published.py",
+                      inputs=["costmodel", "search", "benchmarks/recommend_vs_published.py", "benchmarks/published",
                               "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
     return 0 if worse == 0 else 1
 

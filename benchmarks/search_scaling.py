@@ -1,6 +1,6 @@
 """Search time against the size of the space, dense and MoE, 64 to 16,384 GPUs (issue 13).
 
-    python benchmarks/search_scaling.py [--time-limit SECONDS] [--cases SUBSTRING,...] [--workers N]
+    python -m benchmarks.search_scaling [--time-limit SECONDS] [--cases SUBSTRING,...] [--workers N]
 
 Per case (default limits, as ``planner recommend``): the size of the space
 (:func:`search.exhaustive.count_space`: choices and plans, every stage split counted), the size
@@ -23,18 +23,15 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
-from costmodel.spec.workload import Workload  # noqa: E402
-from search.exhaustive import count_space  # noqa: E402
-from search.problem import Problem  # noqa: E402
-from search.solve import SolveOptions, solve  # noqa: E402
-from search.tables import Tables  # noqa: E402
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from search.exhaustive import count_space
+from search.problem import Problem
+from search.solve import SolveOptions, solve
+from search.tables import Tables
 
 #: (model preset, cluster preset, GPUs, global batch in sequences, sequence length); batches
 #: as published where there is a source (GPT-3 1536 x 2K on 1024 A100, Narayanan et al. 2021;

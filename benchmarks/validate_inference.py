@@ -80,7 +80,7 @@ def write_residuals(out: list[dict]) -> None:
     rows = [{"row_id": o["row_id"], "source": o["source"], "quantity": QUANTITY[o["metric"]], "engine": o["engine"],
              "load": o["load"], "batch": o["batch"], "log_residual": math.log(o["predicted"] / o["measured"])}
             for o in out]
-    RESIDUALS.write_text(json.dumps({"written_by": "benchmarks/validate_inference.py --write-residuals",
+    RESIDUALS.write_text(json.dumps({"written_by": "python -m benchmarks.validate_inference --write-residuals",
                                      "residuals": rows}, indent=1) + "\n")
 
 

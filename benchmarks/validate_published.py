@@ -7,7 +7,7 @@ Prints one line per row (predicted and measured seconds, signed error, the plan 
 regimes), every skipped row with its reason, the mean and max absolute error per source, and a
 per-regime table (rows, mean |err|, signed mean, max |err|) for the development set, the new
 set and both (regimes: ``benchmarks/regimes.py``; how rows become plans and how unstated
-settings are filled: ``benchmarks/published.py``).
+settings are filled: ``benchmarks/published``).
 
 ``--check`` exits 1 when the development-set mean |err| exceeds 6% or any regime's mean |err|
 (over the selected rows) exceeds 12%, 0 otherwise. The default engine is the op-graph scheduler
@@ -127,7 +127,7 @@ def record(argv, engine: str, res: list[dict], table: dict, enabled: bool) -> No
     name = "validate_published" + ("" if engine == "graph" else "_analytic")
     results_io.record(name, argv, module="validate_published", enabled=enabled, headline=h, table=rows, targets=targets,
                       title=f"step time against published training runs, dev + new sets ({engine} engine)",
-                      inputs=["costmodel", "benchmarks/validate_published.py", "benchmarks/published.py",
+                      inputs=["costmodel", "benchmarks/validate_published.py", "benchmarks/published",
                               "benchmarks/regimes.py", "benchmarks/data/published_dev.csv",
                               "benchmarks/data/published_new.csv"])
 

@@ -1,6 +1,6 @@
 """The source document's worked TP example (section 3), computed by the model.
 
-    python benchmarks/worked_tp_example.py
+    python -m benchmarks.worked_tp_example
 
 BF16 activations, b=1, s=4096, h=7168, TP=8, FP8 MatMul: the source quotes a 58.7 MB AllReduce,
 0.1-0.3 ms over 400-900 GB/s, one layer's MatMul 0.5-2 ms and a ratio of 0.05-0.6. The first two
@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from costmodel.spec.plan import ParallelConfig  # noqa: E402
-from costmodel.engines.graph.explain import tp_feasibility  # noqa: E402
-from costmodel.spec.presets import load_cluster  # noqa: E402
+from costmodel.engines.graph.explain import tp_feasibility
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster
 from costmodel.spec.specs import LinkSpec, ModelSpec
-from costmodel.spec.workload import Workload  # noqa: E402
+from costmodel.spec.workload import Workload
 
 MODEL = ModelSpec(name="h7168", layers=1, hidden=7168, heads=56, ffn_hidden=4 * 7168, vocab=32000)
 W = Workload(global_batch=1, seq_len=4096, dtype="fp8")

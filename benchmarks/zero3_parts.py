@@ -1,6 +1,6 @@
 """Where the time of each ZeRO-3 / FSDP row goes: which part of its predicted step is too large.
 
-    python benchmarks/zero3_parts.py [--set dev|new|all] [--engine graph|analytic]
+    python -m benchmarks.zero3_parts [--set dev|new|all] [--engine graph|analytic]
 
 For every published row of the ``zero3_fsdp`` regime (``benchmarks/regimes.py``) this prints the
 measured and predicted step (seconds, signed error) and the predicted step's parts, summed over
@@ -19,16 +19,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from published import load_set, predict  # noqa: E402
-
-from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s  # noqa: E402
-from costmodel.spec.plan import micro_batches  # noqa: E402
+from benchmarks.published import load_set, predict
+from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s
 from costmodel.physics.memory.stage_contents import layer_counts
+from costmodel.spec.plan import micro_batches
 
 PARTS = ("compute", "copies", "recompute", "interference", "bubble", "ep", "zero", "other")
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import fitted_constants as fc  # noqa: E402
-from calibrate import with_constants  # noqa: E402
-from published import load_set, predict  # noqa: E402
+from benchmarks import fitted_constants as fc  # noqa: E402
+from benchmarks.calibrate import with_constants  # noqa: E402
+from benchmarks.published import load_set, predict  # noqa: E402
 
 from costmodel.physics.kernels.kernel_fits import GEMM_FITS  # noqa: E402
 

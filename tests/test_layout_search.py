@@ -14,8 +14,8 @@ from costmodel.spec.workload import Workload
 from search.problem import Limits, Problem
 from search.solve import SolveOptions, solve
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import layout_equality  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
+from benchmarks import layout_equality  # noqa: E402
 
 
 def test_cp_sat_layout_equals_the_exhaustive_layout_search_on_random_instances(capsys):

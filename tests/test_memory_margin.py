@@ -5,9 +5,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import component_memory  # noqa: E402
+from benchmarks import component_memory  # noqa: E402
 from costmodel.trust.memory_margin import MEMORY_MARGIN, at_risk, safe_bytes  # noqa: E402
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))  # the benchmarks package
 
-import moe_parts as mp  # noqa: E402
-from published import load_set, predict  # noqa: E402
+from benchmarks import moe_parts as mp  # noqa: E402
+from benchmarks.published import load_set, predict  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -159,8 +159,8 @@ def test_a_layout_without_the_models_mtp_layer_is_refused_with_the_rule(capsys):
 def test_automodel_rows_run_without_mtp_and_bridge_rows_with_it():
     import sys
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from published import BRIDGE_2509_RECIPES, load_set
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
+    from benchmarks.published import BRIDGE_2509_RECIPES, load_set
     rows = [r for r in load_set("all") if r.model is not None and r.model.name == "deepseek-v3"]
     auto = [r for r in rows if r.source == "nemo_automodel"]
     assert auto and all(r.model.mtp_layers == 0 for r in auto)

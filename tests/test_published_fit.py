@@ -1,5 +1,5 @@
 """Every published run that ran fits (issue 21): the model says ``fits`` for each row's plan as the
-source ran it (``benchmarks/published.py`` fills the unstated knobs), over the development set, the
+source ran it (``benchmarks/published`` fills the unstated knobs), over the development set, the
 new set and, when present, the sealed rows (``benchmarks/data/sealed/``: only ``fits`` is read there,
 never a step time).
 

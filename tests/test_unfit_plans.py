@@ -28,9 +28,9 @@ from search.pins import check_pins
 from search.problem import Limits, Problem
 from search.solve import SolveOptions, solve
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned_recommend import searchable_split  # noqa: E402
+from benchmarks.pinned_recommend import searchable_split  # noqa: E402
 from test_uneven_stages import expected_layers, megatron_layers  # noqa: E402
 
 H100 = load_cluster("h100-sxm")

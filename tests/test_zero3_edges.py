@@ -76,9 +76,9 @@ def test_module_layout_is_checked_and_round_trips():
 def test_zero3_parts_add_up_to_the_step():
     import sys
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import zero3_parts
-    from published import load_set, predict
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
+    from benchmarks import zero3_parts
+    from benchmarks.published import load_set, predict
     row = next(r for r in load_set("new") if "zero3_fsdp" in r.regimes and r.fixed.get("pp", 1) == 1
                and r.fixed.get("framework") == "fsdp2" and not r.model.is_moe)
     est, _ = predict(row)
