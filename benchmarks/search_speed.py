@@ -100,7 +100,7 @@ def run_case(case, exhaustive_limit_s: float, workers: int) -> dict:
     return dict(label=label, status=r.status, solve_s=solve_s, rescore_status=rr.status, rescore_s=rescore_s,
                 solve_cpu_s=solve_cpu_s, rescore_cpu_s=rescore_cpu_s,
                 rescored=rr.rescored, objective_s=r.objective_s, choices=choices,
-                plans=plans, kept=r.stats.get("model_choices", 0), exhaustive_s=exhaustive_s, complete=e.complete,
+                plans=plans, kept=r.stats.model_choices or 0, exhaustive_s=exhaustive_s, complete=e.complete,
                 covered=covered, exhaustive_best_s=(e.best.objective * Tables(p).res_s) if e.best else None,
                 plan=r.best.config if r.best else None)
 

@@ -7,7 +7,7 @@ the ``stats`` object of the JSON output: the fields set, in the order the search
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 
 @dataclass(slots=True)
@@ -95,22 +95,3 @@ class SearchStats:
     def to_dict(self) -> dict:
         """The ``stats`` object of the JSON output (DESIGN.md)."""
         return dict(self.items())
-
-    # the mapping view of the former dict (``stats.get("kept")``, ``stats["space"]``, ``"x" in stats``): its one
-    # reader left is benchmarks/search_speed.py (``r.stats.get("model_choices", 0)``); read attributes elsewhere,
-    # and delete these three methods once that line reads ``r.stats.model_choices or 0``
-    def __getitem__(self, key: str):
-        v = getattr(self, key, None) if key in _NAMES else None
-        if v is None:
-            raise KeyError(key)
-        return v
-
-    def get(self, key: str, default=None):
-        v = getattr(self, key, None) if key in _NAMES else None
-        return default if v is None else v
-
-    def __contains__(self, key: str) -> bool:
-        return key in _NAMES and getattr(self, key) is not None
-
-
-_NAMES = frozenset(f.name for f in fields(SearchStats))

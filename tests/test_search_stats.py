@@ -3,7 +3,6 @@ search set them (the CLI's output did not change when it stopped being a dict)."
 
 from __future__ import annotations
 
-import pytest
 
 from search.stats import PresolveCounts, SearchStats
 
@@ -29,16 +28,6 @@ def test_merged_sums_numbers_but_the_resolution():
     assert (m.groups, m.probed, m.presolve_s, m.resolution_s, m.timed_out) == (5, 5, 0.75, 1e-6, "presolve")
     assert list(m.to_dict()) == list(a.to_dict())
     assert SearchStats.merged([a]).to_dict() == a.to_dict()
-
-
-def test_mapping_view_for_readers_of_the_former_dict():
-    st = SearchStats(refused="tp")
-    assert st["refused"] == "tp" and "refused" in st and st.get("refused") == "tp"
-    assert "space" not in st and st.get("space", 0) == 0 and "nonsense" not in st
-    with pytest.raises(KeyError):
-        st["space"]
-    with pytest.raises(KeyError):
-        st["nonsense"]
 
 
 def test_solve_sets_typed_stats():
