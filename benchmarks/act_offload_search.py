@@ -24,12 +24,25 @@ from search.solve import SolveOptions, solve
 
 #: name, model, cluster, GPUs, global batch, sequence, pins
 CASES = [
-    ("Llama-3.1-8B 16K / 8 H100, tp1 cp1 pp1 no recompute", "llama3.1-8b", "h100-sxm", 8, 64, 16384,
-     {"tp": 1, "cp": 1, "pp": 1, "recompute": "none"}),
-    ("Llama-3.1-8B 32K / 8 H100, tp1 cp1 pp1 no recompute", "llama3.1-8b", "h100-sxm", 8, 64, 32768,
-     {"tp": 1, "cp": 1, "pp": 1, "recompute": "none"}),
-    ("Llama-3.1-8B 16K / 8 H100, tp1 cp1 pp1", "llama3.1-8b", "h100-sxm", 8, 64, 16384,
-     {"tp": 1, "cp": 1, "pp": 1}),
+    (
+        "Llama-3.1-8B 16K / 8 H100, tp1 cp1 pp1 no recompute",
+        "llama3.1-8b",
+        "h100-sxm",
+        8,
+        64,
+        16384,
+        {"tp": 1, "cp": 1, "pp": 1, "recompute": "none"},
+    ),
+    (
+        "Llama-3.1-8B 32K / 8 H100, tp1 cp1 pp1 no recompute",
+        "llama3.1-8b",
+        "h100-sxm",
+        8,
+        64,
+        32768,
+        {"tp": 1, "cp": 1, "pp": 1, "recompute": "none"},
+    ),
+    ("Llama-3.1-8B 16K / 8 H100, tp1 cp1 pp1", "llama3.1-8b", "h100-sxm", 8, 64, 16384, {"tp": 1, "cp": 1, "pp": 1}),
     ("Qwen3-30B-A3B / 64 H100 (search_speed.py)", "qwen3-30b-a3b", "h100-sxm", 64, 512, 4096, {}),
 ]
 
@@ -40,8 +53,12 @@ def _s(x) -> str:
 
 def run(case) -> None:
     name, model, cluster, gpus, gb, seq, pins = case
-    p = Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
-                workload=Workload(global_batch=gb, seq_len=seq), limits=Limits(fixed=pins))
+    p = Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=gb, seq_len=seq),
+        limits=Limits(fixed=pins),
+    )
     without = solve(p, SolveOptions(act_offload=False, offload=False))
     t0 = time.perf_counter()
     r = solve(p, SolveOptions(rescore=True, offload=False))
@@ -49,25 +66,41 @@ def run(case) -> None:
     info = r.stats.activation_offload
     best = r.best.config if r.plans else None
     print(f"{name}")
-    print(f"  without offload   {without.status:10s} analytic {_s(without.objective_s)} s"
-          + (f" (pp={without.best.config.pp} recompute={without.best.config.recompute})" if without.plans else ""))
+    print(
+        f"  without offload   {without.status:10s} analytic {_s(without.objective_s)} s"
+        + (f" (pp={without.best.config.pp} recompute={without.best.config.recompute})" if without.plans else "")
+    )
     chosen = best.activation_offload_layers if best is not None else None
-    print(f"  recommend         {r.status:10s} analytic {_s(r.objective_s)} s, op graph {_s(r.graph_objective_s)} s, "
-          f"offload {chosen or 0} layers, search {took:.2f} s"
-          + (f"; best with offload {_s(info['best_s'])} s ({info['status']})" if info else "; offload not looked for"))
+    print(
+        f"  recommend         {r.status:10s} analytic {_s(r.objective_s)} s, op graph {_s(r.graph_objective_s)} s, "
+        f"offload {chosen or 0} layers, search {took:.2f} s"
+        + (f"; best with offload {_s(info['best_s'])} s ({info['status']})" if info else "; offload not looked for")
+    )
     brute = []
     for n in range(1, p.model.layers):
-        q = Problem(model=p.model, cluster=p.cluster, workload=p.workload, limits=p.limits,
-                    options=(("activation_offload_layers", n),))
+        q = Problem(
+            model=p.model,
+            cluster=p.cluster,
+            workload=p.workload,
+            limits=p.limits,
+            options=(("activation_offload_layers", n),),
+        )
         x = solve(q, SolveOptions(act_offload=False, offload=False))
         if x.plans:
             brute.append((x.objective_s, n))
     if brute:
         t, n = min(brute)
         ref = r.objective_s if r.plans else float("inf")
-        verdict = ("equal" if abs(t - ref) <= 1e-9 * t else "offload faster by %.1f%%" % (100 * (1 - t / ref))
-                   if t < ref else "the answer is faster")
-        print(f"  best over N=1..{p.model.layers - 1}  analytic {t:.3f} s at N={n} ({len(brute)} counts fit): {verdict}")
+        verdict = (
+            "equal"
+            if abs(t - ref) <= 1e-9 * t
+            else "offload faster by %.1f%%" % (100 * (1 - t / ref))
+            if t < ref
+            else "the answer is faster"
+        )
+        print(
+            f"  best over N=1..{p.model.layers - 1}  analytic {t:.3f} s at N={n} ({len(brute)} counts fit): {verdict}"
+        )
     else:
         print(f"  best over N=1..{p.model.layers - 1}  no layer count fits")
 

@@ -46,16 +46,14 @@ CLI = [
     " --input-len 8192 --output-len 1024 --global-batch 8 --prefill-tokens 8192 --engine trtllm --json",
     "evaluate --mode infer --model deepseek-v3 --cluster h200 --gpus 8 --tp 8 --ep 8 --dtype fp8 --input-len 1024"
     " --output-len 512 --global-batch 64 --json",
-    "recommend --mode infer --model llama3-70b --cluster h100-sxm --gpus 8 --input-len 2048 --output-len 256"
-    " --json",
+    "recommend --mode infer --model llama3-70b --cluster h100-sxm --gpus 8 --input-len 2048 --output-len 256 --json",
     # searches
     "recommend --model gpt3-175b --cluster a100-80g --gpus 1024 --global-batch 1536 --seq 2048 --json",
     "recommend --model llama3-8b --cluster h100-sxm --gpus 64 --global-batch 256 --seq 8192 --top 3 --json",
     "recommend --model mixtral-8x7b --cluster h100-sxm --gpus 256 --global-batch 1024 --seq 4096 --json",
     "recommend --model llama3-8b --cluster h100-sxm --gpus 64 --global-batch 256 --seq 8192"
     " --framework deepspeed --json",
-    "recommend --model llama3-8b --cluster h100-sxm --gpus 64 --global-batch 256 --seq 8192"
-    " --framework fsdp2 --json",
+    "recommend --model llama3-8b --cluster h100-sxm --gpus 64 --global-batch 256 --seq 8192 --framework fsdp2 --json",
     # emitted lines
     "recommend --model gpt3-175b --cluster a100-80g --gpus 1024 --global-batch 1536 --seq 2048 --emit megatron",
     f"evaluate {T} --tp 8 --zero 3 --framework deepspeed --emit deepspeed",
@@ -67,8 +65,7 @@ DROP = {"time_s", "solver_time_s", "wall_s", "elapsed_s"}
 def _clean(x, key: str = ""):
     """``x`` without timing fields, floats at 9 significant digits."""
     if isinstance(x, dict):
-        return {k: _clean(v, k) for k, v in x.items()
-                if k not in DROP and not (key == "stats" and k.endswith("_s"))}
+        return {k: _clean(v, k) for k, v in x.items() if k not in DROP and not (key == "stats" and k.endswith("_s"))}
     if isinstance(x, list):
         return [_clean(v) for v in x]
     if isinstance(x, float):
@@ -79,6 +76,7 @@ def _clean(x, key: str = ""):
 def run_cli(line: str) -> str:
     """The CLI's output for ``line``, JSON cleaned of timings; exit codes other than 0 are printed."""
     from planner.cli import main
+
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -99,6 +97,7 @@ def run_api() -> list[str]:
     from costmodel.api import evaluate as cm_evaluate
     from planner import Planner, evaluate, recommend
     from planner.problem import resolve_cluster, resolve_model, make_workload
+
     out = []
     e = evaluate("gpt3-175b", "a100-80g", gpus=64, global_batch=64, seq=2048, tp=8, pp=8)
     out.append(f"api.evaluate {e.step_time_s:.9g} {e.peak_memory_bytes:.9g} {e.fits}")
@@ -108,12 +107,15 @@ def run_api() -> list[str]:
         est = cm_evaluate(m, cl, w, e.config.__class__(tp=8, pp=4, dp=2), engine=engine)
         out.append(f"costmodel.evaluate[{engine}] {est.step_time_s:.9g} {est.peak_memory_bytes:.9g}")
     r = recommend("llama3-70b", "h100-sxm", gpus=128, global_batch=512, seq=4096, top_k=2)
-    out.append(f"api.recommend {r.status} " + " ; ".join(
-        f"{p.config.to_dict()} {p.estimate.step_time_s:.9g}" for p in r.plans))
+    out.append(
+        f"api.recommend {r.status} " + " ; ".join(f"{p.config.to_dict()} {p.estimate.step_time_s:.9g}" for p in r.plans)
+    )
     p = Planner("llama3-8b", "h100-sxm", gpus=16, global_batch=64, seq=4096)
     rr = p.recommend(top_k=2)
-    out.append(f"Planner.recommend {rr.status} " + " ; ".join(
-        f"{q.config.to_dict()} {q.estimate.step_time_s:.9g}" for q in rr.plans))
+    out.append(
+        f"Planner.recommend {rr.status} "
+        + " ; ".join(f"{q.config.to_dict()} {q.estimate.step_time_s:.9g}" for q in rr.plans)
+    )
     return out
 
 
@@ -121,7 +123,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", type=int, default=None, help="run only the first N CLI lines (quick look)")
     a = ap.parse_args(argv)
-    for line in CLI[:a.only]:
+    for line in CLI[: a.only]:
         print(f"$ planner {line}\n{run_cli(line)}", flush=True)
     for line in run_api():
         print(line, flush=True)

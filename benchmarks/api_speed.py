@@ -38,8 +38,9 @@ TARGET = 10_000
 
 def distinct(gpus: int) -> list[ParallelConfig]:
     out = []
-    for tp, pp, mb, sp, rec in itertools.product([1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64], [1, 2], [False, True],
-                                                 ["none", "selective", "full"]):
+    for tp, pp, mb, sp, rec in itertools.product(
+        [1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64], [1, 2], [False, True], ["none", "selective", "full"]
+    ):
         if gpus % (tp * pp) == 0:
             out.append(ParallelConfig(tp=tp, pp=pp, dp=gpus // (tp * pp), mb=mb, sp=sp and tp > 1, recompute=rec))
     return out
@@ -74,18 +75,30 @@ def main(argv=None, record_results: bool = False) -> int:
             for c in sample:
                 evaluate(m, cl, w, c, engine=engine)
             full = len(sample) / (time.perf_counter() - t0)
-            print(f"{name:<34} {engine:<9} {len(sample):>8} {len(sample):>8} {full:>10,.0f}   "
-                  f"(costmodel.evaluate(engine={engine!r}), full Estimate, for comparison)")
+            print(
+                f"{name:<34} {engine:<9} {len(sample):>8} {len(sample):>8} {full:>10,.0f}   "
+                f"(costmodel.evaluate(engine={engine!r}), full Estimate, for comparison)"
+            )
     head, targets = {}, []
     for label in ("space", "distinct"):
         rs = [r for lab, r in rates if lab == label]
-        print(f"{label}: median {statistics.median(rs):,.0f} configs/s, min {min(rs):,.0f} "
-              f"(target {TARGET:,}: {'met' if min(rs) >= TARGET else 'NOT met'} on every problem)")
-        head.update({f"{label} median configs/s": round(statistics.median(rs)), f"{label} min configs/s": round(min(rs))})
+        print(
+            f"{label}: median {statistics.median(rs):,.0f} configs/s, min {min(rs):,.0f} "
+            f"(target {TARGET:,}: {'met' if min(rs) >= TARGET else 'NOT met'} on every problem)"
+        )
+        head.update(
+            {f"{label} median configs/s": round(statistics.median(rs)), f"{label} min configs/s": round(min(rs))}
+        )
         targets.append({"name": f"{label}: >= {TARGET:,} configs/s on every problem", "met": min(rs) >= TARGET})
-    results_io.record("api_speed", argv, enabled=record_results, headline=head, targets=targets,
-                      title="configurations per second of Planner.evaluate_many (the analytical fast path), one core",
-                      inputs=["costmodel", "planner", "benchmarks/api_speed.py"])
+    results_io.record(
+        "api_speed",
+        argv,
+        enabled=record_results,
+        headline=head,
+        targets=targets,
+        title="configurations per second of Planner.evaluate_many (the analytical fast path), one core",
+        inputs=["costmodel", "planner", "benchmarks/api_speed.py"],
+    )
     return 0
 
 

@@ -101,26 +101,45 @@ def predicted_rows(engine: str, set_name: str = "dev", constants: dict | None = 
         except PlannerError as e:
             print(f"row {r.row_id} ({r.source}) skipped: {e}")
             continue
-        out.append({"row": r, "est": est, "regime": regime, "constants": used,
-                    "in_sample_constants": sorted(f for _, f in fams if f not in used),
-                    "log_residual": math.log(est.step_time_s / r.measured_s)})
+        out.append(
+            {
+                "row": r,
+                "est": est,
+                "regime": regime,
+                "constants": used,
+                "in_sample_constants": sorted(f for _, f in fams if f not in used),
+                "log_residual": math.log(est.step_time_s / r.measured_s),
+            }
+        )
     return out
 
 
 def stored(rows, engine: str) -> dict:
-    return {"description": "ln(predicted/measured step time) of the published rows used "
-                           "(benchmarks/data/published_dev.csv and published_new.csv; never the sealed split), "
-                           "each predicted with the per-family constants fitted without its own source "
-                           "(constants; in_sample_constants: families of one source, at the preset value), "
-                           "by regime, with its GPU count and stack; components: the kinds of kernel and "
-                           "collective measured in benchmarks/data/components; written by "
-                           "python -m benchmarks.band_coverage --set all --write; read by costmodel/trust/uncertainty.py",
-            "engine": engine,
-            "components": components(),
-            "rows": [{"set": getattr(x["row"], "set", "dev"), "source": x["row"].source, "row_id": x["row"].row_id,
-                      "regime": x["regime"].keys(), "gpus": x["est"].config.gpus, "stack": x["row"].cluster.stack,
-                      "constants": x["constants"], "in_sample_constants": x["in_sample_constants"],
-                      "log_residual": round(x["log_residual"], 6)} for x in rows]}
+    return {
+        "description": "ln(predicted/measured step time) of the published rows used "
+        "(benchmarks/data/published_dev.csv and published_new.csv; never the sealed split), "
+        "each predicted with the per-family constants fitted without its own source "
+        "(constants; in_sample_constants: families of one source, at the preset value), "
+        "by regime, with its GPU count and stack; components: the kinds of kernel and "
+        "collective measured in benchmarks/data/components; written by "
+        "python -m benchmarks.band_coverage --set all --write; read by costmodel/trust/uncertainty.py",
+        "engine": engine,
+        "components": components(),
+        "rows": [
+            {
+                "set": getattr(x["row"], "set", "dev"),
+                "source": x["row"].source,
+                "row_id": x["row"].row_id,
+                "regime": x["regime"].keys(),
+                "gpus": x["est"].config.gpus,
+                "stack": x["row"].cluster.stack,
+                "constants": x["constants"],
+                "in_sample_constants": x["in_sample_constants"],
+                "log_residual": round(x["log_residual"], 6),
+            }
+            for x in rows
+        ],
+    }
 
 
 def regime_label(regime) -> str:
@@ -145,21 +164,30 @@ def coverage(rows, residual_rows, comps, label: str = "leave-one-source-out", in
         by_set.setdefault(getattr(x["row"], "set", "dev"), []).append((ok, (hi - lo) / t))
         by_regime.setdefault(regime_label(x["regime"]), []).append((ok, (hi - lo) / t))
     everything = [v for vs in by_set.values() for v in vs]
-    summary = {"all": (sum(ok for ok, _ in everything), len(everything),
-                       statistics.median(w for _, w in everything) if everything else None)}
+    summary = {
+        "all": (
+            sum(ok for ok, _ in everything),
+            len(everything),
+            statistics.median(w for _, w in everything) if everything else None,
+        )
+    }
     for name, vs in [*by_set.items(), *((("+".join(by_set), everything),) if len(by_set) > 1 else ())]:
         n_in = sum(ok for ok, _ in vs)
         if name in by_set:
             summary[name] = (n_in, len(vs), statistics.median(w for _, w in vs))
-        print(f"80% band, {label}, {name} set: {n_in}/{len(vs)} measured runs inside "
-              f"= {100 * n_in / len(vs):.0f}% (target >= 80%); width (hi - lo) / predicted: median "
-              f"{100 * statistics.median(w for _, w in vs):.1f}%, mean {100 * statistics.mean(w for _, w in vs):.1f}%"
-              " (target median <= 30%)")
+        print(
+            f"80% band, {label}, {name} set: {n_in}/{len(vs)} measured runs inside "
+            f"= {100 * n_in / len(vs):.0f}% (target >= 80%); width (hi - lo) / predicted: median "
+            f"{100 * statistics.median(w for _, w in vs):.1f}%, mean {100 * statistics.mean(w for _, w in vs):.1f}%"
+            " (target median <= 30%)"
+        )
     print(f"   {noted}/{len(rows)} rows' bands carry a beyond-the-data note when their source is held out")
     for what in (by_src, by_regime):
         for src, vs in sorted(what.items()):
-            print(f"   {src:<24} {sum(ok for ok, _ in vs):>3}/{len(vs):<3} inside, median width "
-                  f"{100 * statistics.median(w for _, w in vs):5.1f}%")
+            print(
+                f"   {src:<24} {sum(ok for ok, _ in vs):>3}/{len(vs):<3} inside, median width "
+                f"{100 * statistics.median(w for _, w in vs):5.1f}%"
+            )
     if not in_sample:
         return summary
     inb = [U.band(x["est"], x["regime"], residuals=residual_rows, components=comps) for x in rows]
@@ -169,17 +197,20 @@ def coverage(rows, residual_rows, comps, label: str = "leave-one-source-out", in
 
 
 def calibrated(rows, residual_rows, engine: str) -> None:
-    print("\ncalibrating on 3 rows of a source, predicting and banding its other rows "
-          "(every third triple):")
-    hdr = f"{'source':<22} {'start':<8} {'fits':>4} {'held-back |err| before':>23} {'after':>7} " \
-          f"{'band +- before':>15} {'after':>7} {'coverage before':>16} {'after':>7}"
+    print("\ncalibrating on 3 rows of a source, predicting and banding its other rows (every third triple):")
+    hdr = (
+        f"{'source':<22} {'start':<8} {'fits':>4} {'held-back |err| before':>23} {'after':>7} "
+        f"{'band +- before':>15} {'after':>7} {'coverage before':>16} {'after':>7}"
+    )
     print(hdr)
     by_src = {}
     for x in rows:
         by_src.setdefault(x["row"].source, []).append(x)
     for src, xs in sorted(by_src.items()):
-        runs = [MeasuredRun(x["row"].model, x["row"].workload, x["est"].config, x["row"].measured_s,
-                            label=x["row"].row_id) for x in xs]
+        runs = [
+            MeasuredRun(x["row"].model, x["row"].workload, x["est"].config, x["row"].measured_s, label=x["row"].row_id)
+            for x in xs
+        ]
         pool = [r for r in residual_rows if r["source"] != src]
         for start in ("preset", "datasheet"):
             base = xs[0]["row"].cluster
@@ -189,16 +220,17 @@ def calibrated(rows, residual_rows, engine: str) -> None:
             triples = list(itertools.combinations(range(len(xs)), 3))[::3]
             for tri in triples:
                 cal = fit([runs[i] for i in tri], base, engine="analytic")
-                cl = replace(cal.cluster, calibrated_constants=cal.names,
-                             calibration_log_residuals=tuple(cal.loo_log_residuals))
+                cl = replace(
+                    cal.cluster, calibrated_constants=cal.names, calibration_log_residuals=tuple(cal.loo_log_residuals)
+                )
                 for i, x in enumerate(xs):
                     if i in tri:
                         continue
                     r = x["row"]
-                    e0 = evaluate(r.model, base.with_gpus(r.cluster.num_gpus), r.workload, x["est"].config,
-                                  engine=engine)
-                    e1 = evaluate(r.model, cl.with_gpus(r.cluster.num_gpus), r.workload, x["est"].config,
-                                  engine=engine)
+                    e0 = evaluate(
+                        r.model, base.with_gpus(r.cluster.num_gpus), r.workload, x["est"].config, engine=engine
+                    )
+                    e1 = evaluate(r.model, cl.with_gpus(r.cluster.num_gpus), r.workload, x["est"].config, engine=engine)
                     g0 = U.regime_of(r.model, base.with_gpus(r.cluster.num_gpus), r.workload, x["est"].config)
                     g1 = U.regime_of(r.model, cl.with_gpus(r.cluster.num_gpus), r.workload, x["est"].config)
                     b0, b1 = U.band(e0, g0, residuals=pool), U.band(e1, g1, residuals=pool)
@@ -208,10 +240,12 @@ def calibrated(rows, residual_rows, engine: str) -> None:
                     wa.append((b1[1] - b1[0]) / 2 / e1.step_time_s)
                     cb.append(b0[0] <= r.measured_s <= b0[1])
                     ca.append(b1[0] <= r.measured_s <= b1[1])
-            print(f"{src:<22} {start:<8} {len(triples):>4} {100 * statistics.mean(eb):>22.1f}% "
-                  f"{100 * statistics.mean(ea):>6.1f}% {100 * statistics.mean(wb):>14.1f}% "
-                  f"{100 * statistics.mean(wa):>6.1f}% {100 * sum(cb) / len(cb):>15.0f}% "
-                  f"{100 * sum(ca) / len(ca):>6.0f}%")
+            print(
+                f"{src:<22} {start:<8} {len(triples):>4} {100 * statistics.mean(eb):>22.1f}% "
+                f"{100 * statistics.mean(ea):>6.1f}% {100 * statistics.mean(wb):>14.1f}% "
+                f"{100 * statistics.mean(wa):>6.1f}% {100 * sum(cb) / len(cb):>15.0f}% "
+                f"{100 * sum(ca) / len(ca):>6.0f}%"
+            )
 
 
 def sealed(args) -> int:
@@ -221,16 +255,23 @@ def sealed(args) -> int:
     is written and nothing is fitted on the sealed rows."""
     if args.write or args.calibrated:
         flag = "--write" if args.write else "--calibrated"
-        print(f"band_coverage: {flag} is refused with --set sealed (the sealed split is scored, never fitted "
-              "or stored)", file=sys.stderr)
+        print(
+            f"band_coverage: {flag} is refused with --set sealed (the sealed split is scored, never fitted or stored)",
+            file=sys.stderr,
+        )
         return 2
     rows = predicted_rows(args.engine, "sealed", constants={})
     residual_rows = U.stored_residuals()
     if not rows or not residual_rows:
         print(f"band_coverage: no {'sealed rows' if not rows else 'stored residuals'} to score", file=sys.stderr)
         return 2
-    coverage(rows, residual_rows, U.stored_components(), label="sealed split, bands from the stored dev+new "
-             "residuals", in_sample=False)
+    coverage(
+        rows,
+        residual_rows,
+        U.stored_components(),
+        label="sealed split, bands from the stored dev+new residuals",
+        in_sample=False,
+    )
     return 0
 
 
@@ -240,28 +281,56 @@ def record(argv, summary: dict, enabled: bool) -> None:
     for name in ("dev", "new", "all"):
         if name in summary:
             n_in, n, width = summary[name]
-            head.update({f"{name} rows": n, f"{name} inside": n_in, f"{name} inside %": results_io.pct(n_in / n),
-                         f"{name} median width %": results_io.pct(width)})
+            head.update(
+                {
+                    f"{name} rows": n,
+                    f"{name} inside": n_in,
+                    f"{name} inside %": results_io.pct(n_in / n),
+                    f"{name} median width %": results_io.pct(width),
+                }
+            )
     n_in, n, width = summary["all"]
-    results_io.record("band_coverage", argv, enabled=enabled, headline=head,
-                      title="the 80% band's coverage, each source banded from the other sources' residuals",
-                      targets=[{"name": ">= 80% of measured runs inside", "met": n_in >= 0.8 * n},
-                               {"name": "median width <= 30%", "met": width <= 0.30}],
-                      table=[{"set": k, "rows": v[1], "inside": v[0], "median width %": results_io.pct(v[2])}
-                             for k, v in summary.items()],
-                      inputs=["costmodel", "benchmarks/band_coverage.py", "benchmarks/calibrate.py",
-                              "benchmarks/published", "benchmarks/data/published_dev.csv",
-                              "benchmarks/data/published_new.csv", "benchmarks/data/components"])
+    results_io.record(
+        "band_coverage",
+        argv,
+        enabled=enabled,
+        headline=head,
+        title="the 80% band's coverage, each source banded from the other sources' residuals",
+        targets=[
+            {"name": ">= 80% of measured runs inside", "met": n_in >= 0.8 * n},
+            {"name": "median width <= 30%", "met": width <= 0.30},
+        ],
+        table=[
+            {"set": k, "rows": v[1], "inside": v[0], "median width %": results_io.pct(v[2])} for k, v in summary.items()
+        ],
+        inputs=[
+            "costmodel",
+            "benchmarks/band_coverage.py",
+            "benchmarks/calibrate.py",
+            "benchmarks/published",
+            "benchmarks/data/published_dev.csv",
+            "benchmarks/data/published_new.csv",
+            "benchmarks/data/components",
+        ],
+    )
 
 
 def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help=f"write {U.RESIDUALS.relative_to(Path.cwd()) if U.RESIDUALS.is_relative_to(Path.cwd()) else U.RESIDUALS}")
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help=f"write {U.RESIDUALS.relative_to(Path.cwd()) if U.RESIDUALS.is_relative_to(Path.cwd()) else U.RESIDUALS}",
+    )
     ap.add_argument("--calibrated", action="store_true", help="also measure calibration on 3 rows per source")
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph")
-    ap.add_argument("--set", choices=("dev", "new", "all", "sealed"), default="dev",
-                    help="published set(s) whose residuals build the bands (default: %(default)s); sealed: the "
-                         "sealed split's coverage by the stored bands (scored once, by the lead, at the end)")
+    ap.add_argument(
+        "--set",
+        choices=("dev", "new", "all", "sealed"),
+        default="dev",
+        help="published set(s) whose residuals build the bands (default: %(default)s); sealed: the "
+        "sealed split's coverage by the stored bands (scored once, by the lead, at the end)",
+    )
     args = ap.parse_args(argv)
     if args.set == "sealed":
         return sealed(args)

@@ -72,8 +72,10 @@ def spread(keys, residuals, sources):
     if not pool:
         return 0.0, 0.0
     var_w, _, _ = BS.within_pool(keys, residuals)
-    return (sum(r["log_residual"] for r in pool) / len(pool),
-            U._norm_ppf(0.9) * math.sqrt(BS.between_variance(pool) + var_w))
+    return (
+        sum(r["log_residual"] for r in pool) / len(pool),
+        U._norm_ppf(0.9) * math.sqrt(BS.between_variance(pool) + var_w),
+    )
 
 
 def band(rule: Rule, regime, residuals, components) -> tuple[float, float]:
@@ -81,8 +83,15 @@ def band(rule: Rule, regime, residuals, components) -> tuple[float, float]:
     z = U._norm_ppf(0.9)
     mean, half = spread(regime.keys(), residuals, rule.sources)
     sd_pool = half / z
-    where = scope(regime.keys(), regime.gpus, regime.stack or "", regime.mechanisms, residuals, components,
-                  device_name=regime.device_name or None)
+    where = scope(
+        regime.keys(),
+        regime.gpus,
+        regime.stack or "",
+        regime.mechanisms,
+        residuals,
+        components,
+        device_name=regime.device_name or None,
+    )
     if where.outside and rule.outside == "pooled":
         o_mean, o_half = spread({}, residuals, rule.sources)
         if o_half > half:
@@ -91,11 +100,14 @@ def band(rule: Rule, regime, residuals, components) -> tuple[float, float]:
     noise = z * U.NOISE_SD if rule.noise else 0.0
     drift = z * rule.drift * sd_pool * math.log2(where.scale_ratio)
     if rule.combine == "max":
-        half = math.sqrt(max(half, z * regime.sens_log_sd, noise) ** 2 + drift ** 2)
+        half = math.sqrt(max(half, z * regime.sens_log_sd, noise) ** 2 + drift**2)
     else:
         sens = z * (rule.share if covered else 1.0) * regime.sens_log_sd
-        half = (half + sens + noise + drift if rule.combine == "linear"
-                else math.sqrt(half ** 2 + sens ** 2 + noise ** 2 + drift ** 2))
+        half = (
+            half + sens + noise + drift
+            if rule.combine == "linear"
+            else math.sqrt(half**2 + sens**2 + noise**2 + drift**2)
+        )
     half *= rule.scale
     return min(-mean - half, 0.0), max(-mean + half, 0.0)
 
@@ -129,12 +141,16 @@ def main(argv=None) -> int:
     rows = predicted_rows("graph", args.set)
     doc = stored(rows, "graph")
     check_shipped(rows, doc["rows"], doc["components"])
-    print(f"leave-one-source-out, --set {args.set} (inside/rows = share, median width); shipped rule checked "
-          "against costmodel.trust.uncertainty.band_detail on every row")
+    print(
+        f"leave-one-source-out, --set {args.set} (inside/rows = share, median width); shipped rule checked "
+        "against costmodel.trust.uncertainty.band_detail on every row"
+    )
     for name, rule in CANDIDATES.items():
         s = score(rule, rows, doc["rows"], doc["components"])
-        print(f"{name:<48} " + " | ".join(f"{k} {i}/{n} = {100 * i / n:.0f}% at {100 * w:.1f}%"
-                                           for k, (i, n, w) in s.items()))
+        print(
+            f"{name:<48} "
+            + " | ".join(f"{k} {i}/{n} = {100 * i / n:.0f}% at {100 * w:.1f}%" for k, (i, n, w) in s.items())
+        )
     return 0
 
 

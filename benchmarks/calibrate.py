@@ -144,8 +144,12 @@ def held_out_constants(r, values: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", choices=("dev", "new", "all"), default="dev",
-                    help="rows to fit on (default dev: the constants the presets carry)")
+    ap.add_argument(
+        "--set",
+        choices=("dev", "new", "all"),
+        default="dev",
+        help="rows to fit on (default dev: the constants the presets carry)",
+    )
     args = ap.parse_args(argv)
     rows = [r for r in load_set(args.set) if not r.skip]
     fams = fitted_families(rows)
@@ -154,7 +158,9 @@ def main(argv=None) -> int:
         keys = list(E)
         err, v = best(E, keys)
         sets = sorted({r.set for r in fam_rows})
-        print(f"{label}: {field} = {v:.2f}  (mean |err| {100 * err:.2f}% over {len(fam_rows)} rows, set {'+'.join(sets)})")
+        print(
+            f"{label}: {field} = {v:.2f}  (mean |err| {100 * err:.2f}% over {len(fam_rows)} rows, set {'+'.join(sets)})"
+        )
         sources = sorted({(r.set, r.source) for r in fam_rows})
         if len(sources) == 1:
             print("   one source only: no leave-one-source-out estimate")
@@ -167,12 +173,16 @@ def main(argv=None) -> int:
             _, v2 = best(E, rest)
             m, sg, n = held_out(E, mine, v2)
             pooled += [E[k][GRID.index(v2)] for k in mine if E[k][GRID.index(v2)] is not None]
-            print(f"   without {s} {src:<24} -> {v2:.2f}; held-out on its {n:>2} rows: mean |err| "
-                  f"{100 * m:6.2f}%  signed {100 * sg:+6.2f}%")
+            print(
+                f"   without {s} {src:<24} -> {v2:.2f}; held-out on its {n:>2} rows: mean |err| "
+                f"{100 * m:6.2f}%  signed {100 * sg:+6.2f}%"
+            )
         if pooled:
-            print(f"   leave-one-source-out, all {len(pooled)} rows each at the value fitted without its source: "
-                  f"mean |err| {100 * statistics.mean(abs(e) for e in pooled):.2f}%  "
-                  f"signed {100 * statistics.mean(pooled):+.2f}%")
+            print(
+                f"   leave-one-source-out, all {len(pooled)} rows each at the value fitted without its source: "
+                f"mean |err| {100 * statistics.mean(abs(e) for e in pooled):.2f}%  "
+                f"signed {100 * statistics.mean(pooled):+.2f}%"
+            )
         dev_keys = [k for k in keys if k[0] == "dev"]
         if args.set == "all" and dev_keys and len(dev_keys) < len(keys):
             _, vd = best(E, dev_keys)

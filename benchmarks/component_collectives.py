@@ -54,8 +54,21 @@ MIN_LARGE_CASES = 10
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p")
 KINDS = ("time_us", "busbw_gbps", "logicalbw_gbps", "linkbw_gbps")
 READ_FROM = ("text", "figure_label", "figure_axis")
-REQUIRED = ("case_id", "source_key", "source_url", "source_location", "fabric", "gpu", "cluster_preset",
-            "nodes", "gpus_per_node", "collective", "message_bytes", "measured_kind", "measured_value")
+REQUIRED = (
+    "case_id",
+    "source_key",
+    "source_url",
+    "source_location",
+    "fabric",
+    "gpu",
+    "cluster_preset",
+    "nodes",
+    "gpus_per_node",
+    "collective",
+    "message_bytes",
+    "measured_kind",
+    "measured_value",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,13 +118,22 @@ def parse_row(row: dict) -> Case:
     read_from = (row.get("read_from") or "").strip() or "text"
     if read_from not in READ_FROM:
         raise RowError(f"case {row['case_id']}: read_from={read_from!r}: one of {', '.join(READ_FROM)}")
-    return Case(case_id=row["case_id"], source_key=row["source_key"], fabric=row["fabric"], gpu=row["gpu"],
-                cluster_preset=row["cluster_preset"], nodes=_num(row, "nodes", int),
-                gpus_per_node=_num(row, "gpus_per_node", int), collective=row["collective"],
-                message_bytes=_num(row, "message_bytes"), measured_kind=row["measured_kind"],
-                measured_value=_num(row, "measured_value"),
-                inter_bw_bytes_per_s=_num(row, "inter_bw_gbps_per_gpu") * GB if inter else 0.0,
-                algorithm_stated=row.get("algorithm_stated") or "", read_from=read_from)
+    return Case(
+        case_id=row["case_id"],
+        source_key=row["source_key"],
+        fabric=row["fabric"],
+        gpu=row["gpu"],
+        cluster_preset=row["cluster_preset"],
+        nodes=_num(row, "nodes", int),
+        gpus_per_node=_num(row, "gpus_per_node", int),
+        collective=row["collective"],
+        message_bytes=_num(row, "message_bytes"),
+        measured_kind=row["measured_kind"],
+        measured_value=_num(row, "measured_value"),
+        inter_bw_bytes_per_s=_num(row, "inter_bw_gbps_per_gpu") * GB if inter else 0.0,
+        algorithm_stated=row.get("algorithm_stated") or "",
+        read_from=read_from,
+    )
 
 
 def load_cases(path: Path = DATA) -> list[Case]:
@@ -159,8 +181,10 @@ def evaluate(cases: list[Case]) -> list[dict]:
 def _stats(errs: list[float]) -> str:
     if not errs:
         return "     0      -        -        -"
-    return (f"{len(errs):>6} {100 * statistics.fmean(abs(e) for e in errs):6.1f}% "
-            f"{100 * statistics.fmean(errs):+7.1f}% {100 * max(abs(e) for e in errs):7.1f}%")
+    return (
+        f"{len(errs):>6} {100 * statistics.fmean(abs(e) for e in errs):6.1f}% "
+        f"{100 * statistics.fmean(errs):+7.1f}% {100 * max(abs(e) for e in errs):7.1f}%"
+    )
 
 
 def in_target(c: Case) -> bool:
@@ -171,14 +195,22 @@ def in_target(c: Case) -> bool:
 def summary(res: list[dict]) -> dict:
     """Mean |err| over the target's rows (text and printed labels), overall and at >= 1,000 GPUs,
     and over the rows read off a figure's axis at >= 1,000 GPUs (None where there are none)."""
+
     def mean(rs):
         return statistics.fmean(abs(r["error"]) for r in rs) if rs else None
+
     target = [r for r in res if in_target(r["case"])]
     large = [r for r in target if r["case"].gpus >= LARGE_GPUS]
     axis_large = [r for r in res if not in_target(r["case"]) and r["case"].gpus >= LARGE_GPUS]
-    return {"n": len(target), "mean_abs_err": mean(target), "n_large": len(large), "large_mean_abs_err": mean(large),
-            "max_gpus": max((r["case"].gpus for r in target), default=0),
-            "n_axis_large": len(axis_large), "axis_large_mean_abs_err": mean(axis_large)}
+    return {
+        "n": len(target),
+        "mean_abs_err": mean(target),
+        "n_large": len(large),
+        "large_mean_abs_err": mean(large),
+        "max_gpus": max((r["case"].gpus for r in target), default=0),
+        "n_axis_large": len(axis_large),
+        "axis_large_mean_abs_err": mean(axis_large),
+    }
 
 
 def check(res: list[dict]) -> tuple[int, str]:
@@ -186,43 +218,61 @@ def check(res: list[dict]) -> tuple[int, str]:
     read as text or printed labels."""
     s = summary(res)
     if not s["n_large"]:
-        return 1, (f"no rows at >= {LARGE_GPUS:,} GPUs (largest: {s['max_gpus']} GPUs): "
-                   f"the <= {LARGE_MEAN_LIMIT:.0%} target at scale cannot be verified")
+        return 1, (
+            f"no rows at >= {LARGE_GPUS:,} GPUs (largest: {s['max_gpus']} GPUs): "
+            f"the <= {LARGE_MEAN_LIMIT:.0%} target at scale cannot be verified"
+        )
     if s["n_large"] < MIN_LARGE_CASES:
-        return 1, (f"mean |err| {s['large_mean_abs_err']:.1%} over only {s['n_large']} text/label rows at "
-                   f">= {LARGE_GPUS:,} GPUs: fewer than {MIN_LARGE_CASES}, the target cannot be verified")
+        return 1, (
+            f"mean |err| {s['large_mean_abs_err']:.1%} over only {s['n_large']} text/label rows at "
+            f">= {LARGE_GPUS:,} GPUs: fewer than {MIN_LARGE_CASES}, the target cannot be verified"
+        )
     if s["large_mean_abs_err"] > LARGE_MEAN_LIMIT:
-        return 1, (f"mean |err| {s['large_mean_abs_err']:.1%} over {s['n_large']} rows at >= {LARGE_GPUS:,} GPUs "
-                   f"exceeds {LARGE_MEAN_LIMIT:.0%}")
+        return 1, (
+            f"mean |err| {s['large_mean_abs_err']:.1%} over {s['n_large']} rows at >= {LARGE_GPUS:,} GPUs "
+            f"exceeds {LARGE_MEAN_LIMIT:.0%}"
+        )
     return 0, f"mean |err| {s['large_mean_abs_err']:.1%} over {s['n_large']} rows at >= {LARGE_GPUS:,} GPUs"
 
 
 def report(res: list[dict], out=print) -> None:
-    out(f"{'case':>4} {'source':<22} {'fabric':<10} {'coll':<13} {'gpus':>5} {'bytes':>11} "
-        f"{'pred_us':>10} {'meas_us':>10} {'err%':>7}  measured as (read from)")
+    out(
+        f"{'case':>4} {'source':<22} {'fabric':<10} {'coll':<13} {'gpus':>5} {'bytes':>11} "
+        f"{'pred_us':>10} {'meas_us':>10} {'err%':>7}  measured as (read from)"
+    )
     for r in res:
         c = r["case"]
-        out(f"{c.case_id:>4} {c.source_key[:22]:<22} {c.fabric:<10} {c.collective:<13} {c.gpus:>5} "
+        out(
+            f"{c.case_id:>4} {c.source_key[:22]:<22} {c.fabric:<10} {c.collective:<13} {c.gpus:>5} "
             f"{c.message_bytes:>11.4g} {r['predicted_s'] / US:10.1f} {r['measured_s'] / US:10.1f} "
-            f"{100 * r['error']:+7.1f}  {c.measured_kind}={c.measured_value:g} ({c.read_from})")
+            f"{100 * r['error']:+7.1f}  {c.measured_kind}={c.measured_value:g} ({c.read_from})"
+        )
     out("")
     out(f"{'group':<26} {'n':>6} {'mean|e|':>7} {'signed':>8} {'max|e|':>8}")
     out(f"{'ALL':<26} {_stats([r['error'] for r in res])}")
-    for label, key in (("fabric", lambda c: c.fabric), ("collective", lambda c: c.collective),
-                       ("source", lambda c: c.source_key)):
+    for label, key in (
+        ("fabric", lambda c: c.fabric),
+        ("collective", lambda c: c.collective),
+        ("source", lambda c: c.source_key),
+    ):
         for v in sorted({key(r["case"]) for r in res}):
             out(f"{label + ' ' + v:<26} {_stats([r['error'] for r in res if key(r['case']) == v])}")
     for label, key in (("read_from", lambda c: c.read_from),):
         for v in sorted({key(r["case"]) for r in res}):
             out(f"{label + ' ' + v:<26} {_stats([r['error'] for r in res if key(r['case']) == v])}")
     out("by scale (text and printed labels: the issue-20 target's rows)")
-    for label, pred in (("gpus <= 8", lambda c: c.gpus <= 8), ("gpus 9-999", lambda c: 8 < c.gpus < LARGE_GPUS),
-                        (f"gpus < {LARGE_GPUS:,}", lambda c: c.gpus < LARGE_GPUS),
-                        (f"gpus >= {LARGE_GPUS:,}", lambda c: c.gpus >= LARGE_GPUS)):
+    for label, pred in (
+        ("gpus <= 8", lambda c: c.gpus <= 8),
+        ("gpus 9-999", lambda c: 8 < c.gpus < LARGE_GPUS),
+        (f"gpus < {LARGE_GPUS:,}", lambda c: c.gpus < LARGE_GPUS),
+        (f"gpus >= {LARGE_GPUS:,}", lambda c: c.gpus >= LARGE_GPUS),
+    ):
         out(f"{label:<26} {_stats([r['error'] for r in res if in_target(r['case']) and pred(r['case'])])}")
     out("by scale (read off a figure's axis, not in the target)")
-    for label, pred in ((f"gpus < {LARGE_GPUS:,}", lambda c: c.gpus < LARGE_GPUS),
-                        (f"gpus >= {LARGE_GPUS:,}", lambda c: c.gpus >= LARGE_GPUS)):
+    for label, pred in (
+        (f"gpus < {LARGE_GPUS:,}", lambda c: c.gpus < LARGE_GPUS),
+        (f"gpus >= {LARGE_GPUS:,}", lambda c: c.gpus >= LARGE_GPUS),
+    ):
         out(f"{label:<26} {_stats([r['error'] for r in res if not in_target(r['case']) and pred(r['case'])])}")
 
 
@@ -233,20 +283,37 @@ def record(argv, res: list[dict], s: dict, code: int, enabled: bool) -> None:
     for coll in sorted({r["case"].collective for r in res}):
         es = [r["error"] for r in res if r["case"].collective == coll and in_target(r["case"])]
         if es:
-            table.append({"collective (text/label cases)": coll, "cases": len(es),
-                          "mean |err| %": results_io.pct(statistics.fmean(map(abs, es))),
-                          "signed %": results_io.pct(statistics.fmean(es))})
-    results_io.record("component_collectives", argv, enabled=enabled, table=table,
-                      title="collectives against their own published measurements",
-                      headline={"text/label cases": s["n"], "text/label mean |err| %": results_io.pct(s["mean_abs_err"]),
-                                "cases >= 1,000 GPUs": s["n_large"],
-                                ">= 1,000 GPUs mean |err| %": results_io.pct(s["large_mean_abs_err"]),
-                                "chart-read cases": len(axis),
-                                "chart-read mean |err| %": results_io.pct(statistics.fmean(axis) if axis else None)},
-                      targets=[{"name": f">= {MIN_LARGE_CASES} text/label cases at >= {LARGE_GPUS:,} GPUs, mean |err| "
-                                        f"<= {LARGE_MEAN_LIMIT:.0%}", "met": code == 0}],
-                      inputs=["costmodel", "benchmarks/component_collectives.py",
-                              "benchmarks/data/components/collectives.csv"])
+            table.append(
+                {
+                    "collective (text/label cases)": coll,
+                    "cases": len(es),
+                    "mean |err| %": results_io.pct(statistics.fmean(map(abs, es))),
+                    "signed %": results_io.pct(statistics.fmean(es)),
+                }
+            )
+    results_io.record(
+        "component_collectives",
+        argv,
+        enabled=enabled,
+        table=table,
+        title="collectives against their own published measurements",
+        headline={
+            "text/label cases": s["n"],
+            "text/label mean |err| %": results_io.pct(s["mean_abs_err"]),
+            "cases >= 1,000 GPUs": s["n_large"],
+            ">= 1,000 GPUs mean |err| %": results_io.pct(s["large_mean_abs_err"]),
+            "chart-read cases": len(axis),
+            "chart-read mean |err| %": results_io.pct(statistics.fmean(axis) if axis else None),
+        },
+        targets=[
+            {
+                "name": f">= {MIN_LARGE_CASES} text/label cases at >= {LARGE_GPUS:,} GPUs, mean |err| "
+                f"<= {LARGE_MEAN_LIMIT:.0%}",
+                "met": code == 0,
+            }
+        ],
+        inputs=["costmodel", "benchmarks/component_collectives.py", "benchmarks/data/components/collectives.csv"],
+    )
 
 
 def main(argv: list[str] | None = None, record_results: bool = False) -> int:
@@ -265,8 +332,10 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     s = summary(res)
     print(f"\nmean |err| {s['mean_abs_err']:.1%} over {s['n']} text/label cases; at >= {LARGE_GPUS:,} GPUs: {why}")
     if s["n_axis_large"]:
-        print(f"rows read off a figure's axis at >= {LARGE_GPUS:,} GPUs (not in the target): "
-              f"mean |err| {s['axis_large_mean_abs_err']:.1%} over {s['n_axis_large']}")
+        print(
+            f"rows read off a figure's axis at >= {LARGE_GPUS:,} GPUs (not in the target): "
+            f"mean |err| {s['axis_large_mean_abs_err']:.1%} over {s['n_axis_large']}"
+        )
     record(argv, res, s, code, record_results and a.csv == DATA)
     return code if a.check else 0
 

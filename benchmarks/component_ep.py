@@ -54,14 +54,31 @@ MEAN_LIMIT = 0.10
 ROW_BYTES_PER_ELEMENT = {"fp8": 1 + 4 / 128, "bf16": 2.0}
 KINDS = ("nvl_logical_gbps", "rdma_logical_gbps")
 REPLAY_TOKENS = 16384  # tokens replayed per row: the expectation to about 0.2%
-REQUIRED = ("case_id", "source_key", "source_url", "source_location", "phase", "cluster_preset", "nodes",
-            "gpus_per_node", "ep", "tokens", "hidden", "topk", "experts", "topk_groups", "row_dtype",
-            "measured_kind", "measured_value")
+REQUIRED = (
+    "case_id",
+    "source_key",
+    "source_url",
+    "source_location",
+    "phase",
+    "cluster_preset",
+    "nodes",
+    "gpus_per_node",
+    "ep",
+    "tokens",
+    "hidden",
+    "topk",
+    "experts",
+    "topk_groups",
+    "row_dtype",
+    "measured_kind",
+    "measured_value",
+)
 
 
 @lru_cache(maxsize=None)
-def test_routing(experts: int, topk: int, ep: int, gpus_per_node: int, topk_groups: int, tokens: int,
-                 seed: int = 0) -> tuple[float, float]:
+def test_routing(
+    experts: int, topk: int, ep: int, gpus_per_node: int, topk_groups: int, tokens: int, seed: int = 0
+) -> tuple[float, float]:
     """Mean distinct ranks and distinct nodes per token under the DeepEP tests' routing, replayed.
 
     ``topk_groups`` 0: top-k of random scores (``test_intranode.py``; ``test_ep.py``'s balanced gate);
@@ -110,13 +127,31 @@ def case(row: dict) -> dict:
     per_token = ranks if row["measured_kind"] == "nvl_logical_gbps" else nodes
     measured_s = tokens * per_token * test_bytes / (float(row["measured_value"]) * GB)
     cl = _cluster(row)
-    model = ModelSpec(name="deepep-test", layers=1, hidden=hidden, heads=1, ffn_hidden=1, vocab=1, experts=experts,
-                      topk=topk, moe_ffn_hidden=1)
+    model = ModelSpec(
+        name="deepep-test",
+        layers=1,
+        hidden=hidden,
+        heads=1,
+        ffn_hidden=1,
+        vocab=1,
+        experts=experts,
+        topk=topk,
+        moe_ffn_hidden=1,
+    )
     b = deepep_bytes(model, tokens, ep, g, row_bytes, max_nodes=groups)
     deepep_s = deepep_time_s(b, ep, cl, generation=2 if row.get("kernel") == "deepep_v2" else 1)
     a2a_s = collective_time_s("alltoall", tokens * topk * row_bytes, ep, 1, cl)
-    return dict(row=row, measured_s=measured_s, deepep_s=deepep_s, a2a_s=a2a_s, ranks=ranks, nodes=nodes, bytes=b,
-                err=deepep_s / measured_s - 1, a2a_err=a2a_s / measured_s - 1)
+    return dict(
+        row=row,
+        measured_s=measured_s,
+        deepep_s=deepep_s,
+        a2a_s=a2a_s,
+        ranks=ranks,
+        nodes=nodes,
+        bytes=b,
+        err=deepep_s / measured_s - 1,
+        a2a_err=a2a_s / measured_s - 1,
+    )
 
 
 def load(path: Path = DATA) -> list[dict]:
@@ -134,17 +169,23 @@ def main(argv=None, record_results: bool = False) -> int:
     except (OSError, RowError, KeyError, ValueError) as e:
         print(f"--csv: {e}", file=sys.stderr)
         return 2
-    print(f"{'id':>3} {'source':<20} {'phase':<8} {'gpu':<10} {'EP':>3} {'grp':>3} {'ranks':>5} {'nodes':>5} "
-          f"{'NVL MB':>7} {'RDMA MB':>7} | {'meas us':>8} {'deepep us':>9} {'err':>7} | {'a2a us':>8} {'err':>7}")
+    print(
+        f"{'id':>3} {'source':<20} {'phase':<8} {'gpu':<10} {'EP':>3} {'grp':>3} {'ranks':>5} {'nodes':>5} "
+        f"{'NVL MB':>7} {'RDMA MB':>7} | {'meas us':>8} {'deepep us':>9} {'err':>7} | {'a2a us':>8} {'err':>7}"
+    )
     for c in cases:
         r = c["row"]
-        print(f"{r['case_id']:>3} {r['source_key']:<20} {r['phase']:<8} {r['gpu']:<10} {r['ep']:>3} "
-              f"{r['topk_groups']:>3} {c['ranks']:5.2f} {c['nodes']:5.2f} {c['bytes'].nvlink_bytes / 1e6:7.1f} "
-              f"{c['bytes'].rdma_bytes / 1e6:7.1f} | {1e6 * c['measured_s']:8.1f} {1e6 * c['deepep_s']:9.1f} "
-              f"{100 * c['err']:+6.1f}% | {1e6 * c['a2a_s']:8.1f} {100 * c['a2a_err']:+6.1f}%")
+        print(
+            f"{r['case_id']:>3} {r['source_key']:<20} {r['phase']:<8} {r['gpu']:<10} {r['ep']:>3} "
+            f"{r['topk_groups']:>3} {c['ranks']:5.2f} {c['nodes']:5.2f} {c['bytes'].nvlink_bytes / 1e6:7.1f} "
+            f"{c['bytes'].rdma_bytes / 1e6:7.1f} | {1e6 * c['measured_s']:8.1f} {1e6 * c['deepep_s']:9.1f} "
+            f"{100 * c['err']:+6.1f}% | {1e6 * c['a2a_s']:8.1f} {100 * c['a2a_err']:+6.1f}%"
+        )
     text = [c for c in cases if c["row"].get("read_from", "text") == "text" and c["row"].get("role") != "calibrates"]
     cal = [c for c in cases if c["row"].get("role") == "calibrates"]
-    print(f"\n{'group':<28} {'n':>3} {'deepep mean|e|':>14} {'signed':>7} {'max|e|':>7} | {'a2a mean|e|':>11} {'signed':>7}")
+    print(
+        f"\n{'group':<28} {'n':>3} {'deepep mean|e|':>14} {'signed':>7} {'max|e|':>7} | {'a2a mean|e|':>11} {'signed':>7}"
+    )
     groups = {"all checked (text)": text, "calibrating rows (apart)": cal}
     for c in text:
         r = c["row"]
@@ -155,21 +196,37 @@ def main(argv=None, record_results: bool = False) -> int:
         if not cs:
             continue
         e, a = [c["err"] for c in cs], [c["a2a_err"] for c in cs]
-        print(f"{name:<28} {len(cs):>3} {100 * statistics.mean(map(abs, e)):13.1f}% {100 * statistics.mean(e):+6.1f}% "
-              f"{100 * max(map(abs, e)):6.1f}% | {100 * statistics.mean(map(abs, a)):10.1f}% {100 * statistics.mean(a):+6.1f}%")
+        print(
+            f"{name:<28} {len(cs):>3} {100 * statistics.mean(map(abs, e)):13.1f}% {100 * statistics.mean(e):+6.1f}% "
+            f"{100 * max(map(abs, e)):6.1f}% | {100 * statistics.mean(map(abs, a)):10.1f}% {100 * statistics.mean(a):+6.1f}%"
+        )
     mean = statistics.mean(abs(c["err"]) for c in text)
     e = [c["err"] for c in text]
-    results_io.record("component_ep", argv, enabled=record_results and args.csv == DATA,
-                      title="EP dispatch and combine against DeepEP's published kernels",
-                      headline={"text cases": len(text), "deepep mean |err| %": results_io.pct(mean),
-                                "deepep signed %": results_io.pct(statistics.mean(e)),
-                                "deepep max |err| %": results_io.pct(max(map(abs, e))),
-                                "all-to-all charge mean |err| %": results_io.pct(statistics.mean(abs(c["a2a_err"]) for c in text))},
-                      targets=[{"name": f"DeepEP mean |err| <= {MEAN_LIMIT:.0%} (text rows)", "met": mean <= MEAN_LIMIT}],
-                      table=[{"group": g, "cases": len(cs), "deepep mean |err| %": results_io.pct(statistics.mean(abs(c["err"]) for c in cs)),
-                              "deepep signed %": results_io.pct(statistics.mean(c["err"] for c in cs))}
-                             for g, cs in groups.items() if cs],
-                      inputs=["costmodel", "benchmarks/component_ep.py", "benchmarks/data/components/ep_dispatch.csv"])
+    results_io.record(
+        "component_ep",
+        argv,
+        enabled=record_results and args.csv == DATA,
+        title="EP dispatch and combine against DeepEP's published kernels",
+        headline={
+            "text cases": len(text),
+            "deepep mean |err| %": results_io.pct(mean),
+            "deepep signed %": results_io.pct(statistics.mean(e)),
+            "deepep max |err| %": results_io.pct(max(map(abs, e))),
+            "all-to-all charge mean |err| %": results_io.pct(statistics.mean(abs(c["a2a_err"]) for c in text)),
+        },
+        targets=[{"name": f"DeepEP mean |err| <= {MEAN_LIMIT:.0%} (text rows)", "met": mean <= MEAN_LIMIT}],
+        table=[
+            {
+                "group": g,
+                "cases": len(cs),
+                "deepep mean |err| %": results_io.pct(statistics.mean(abs(c["err"]) for c in cs)),
+                "deepep signed %": results_io.pct(statistics.mean(c["err"] for c in cs)),
+            }
+            for g, cs in groups.items()
+            if cs
+        ],
+        inputs=["costmodel", "benchmarks/component_ep.py", "benchmarks/data/components/ep_dispatch.csv"],
+    )
     if args.check and mean > MEAN_LIMIT:
         print(f"check: DeepEP mean |err| {100 * mean:.1f}% > {100 * MEAN_LIMIT:.0f}%")
         return 1

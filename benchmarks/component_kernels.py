@@ -38,12 +38,28 @@ from pathlib import Path
 from benchmarks import results_io
 from costmodel.physics.kernels.gemm import TE_GROUPED_GEMM_STREAMS, TILE_SHAPES, grouped_gemm_time_s
 from costmodel.frameworks.stacks import fa2_device
-from costmodel.physics.kernels.kernel_fits import (ATTENTION_FITS, GEMM_FITS, STREAM_FITS, AttentionFit, GemmFit, StreamFit, attention_fit, attention_shape_factor, attention_time_s, device_family, gemm_fit, kernel_device)
+from costmodel.physics.kernels.kernel_fits import (
+    AttentionFit,
+    GemmFit,
+    StreamFit,
+    attention_fit,
+    attention_shape_factor,
+    attention_time_s,
+    device_family,
+    gemm_fit,
+    kernel_device,
+)
 from costmodel.spec.presets import load_cluster
 
 DATA = Path(__file__).resolve().parent / "data" / "components" / "kernels.csv"
-DEVICE_PRESET = {"A100-SXM4-80GB": "a100-80g", "A100-SXM4-40GB": "a100-40g", "H100-SXM5-80GB": "h100-sxm", "H100-500W": "h100-96g",
-                 "H800-SXM5-80GB": "h800", "B200": "b200"}
+DEVICE_PRESET = {
+    "A100-SXM4-80GB": "a100-80g",
+    "A100-SXM4-40GB": "a100-40g",
+    "H100-SXM5-80GB": "h100-sxm",
+    "H100-500W": "h100-96g",
+    "H800-SXM5-80GB": "h800",
+    "B200": "b200",
+}
 LIMIT = 0.08  # issue 20: kernels <= 8% mean |err|
 #: GEMMs with fewer rows are weight-read (HBM) bound: decode-style, M = tokens in flight. They test the
 #: roofline's memory side, not the large-GEMM efficiency, and are left out of the GEMM fits.
@@ -93,8 +109,17 @@ def gemm_row_time_s(row: dict, model: str, fit: GemmFit | None = None, stream: S
         dev = replace(dev, **({"fp8_gemm_efficiency": fit.eta} if dtype == "fp8" else {"gemm_efficiency": fit.eta}))
     if stream is not None:
         dev = replace(dev, mem_bw_efficiency=stream.mem_bw_efficiency, kernel_overhead_s=stream.kernel_overhead_s)
-    return grouped_gemm_time_s(int(row["m"]), int(row["n"]), int(row["k"]), dev, dtype, g, streams=streams,
-                               k0=fit.k0 if fit is not None else None, tile_shapes=TILE_SHAPES)
+    return grouped_gemm_time_s(
+        int(row["m"]),
+        int(row["n"]),
+        int(row["k"]),
+        dev,
+        dtype,
+        g,
+        streams=streams,
+        k0=fit.k0 if fit is not None else None,
+        tile_shapes=TILE_SHAPES,
+    )
 
 
 def te_streams(row: dict) -> int | None:
@@ -129,7 +154,9 @@ def attention_row_time_s(row: dict, model: str, fit: AttentionFit | None = None)
             if row["direction"] in (direction, "fwd_bwd"):
                 t += mult * fwd_flops / (rate * attention_shape_factor(native, s, d, causal, direction))
         return t + passes * dev.kernel_overhead_s
-    t = attention_time_s(flops, dev, seq_kv=s, head_dim=d, causal=causal, eta=fit.eta, l0_tokens=fit.l0_tokens, d0=fit.d0)
+    t = attention_time_s(
+        flops, dev, seq_kv=s, head_dim=d, causal=causal, eta=fit.eta, l0_tokens=fit.l0_tokens, d0=fit.d0
+    )
     return t + (passes - 1) * dev.kernel_overhead_s
 
 
@@ -163,10 +190,22 @@ def run(model: str, out=print) -> list[dict]:
             g = f"{r['groups']}x " if r["groups"] not in ("", "1") else ""
             shape = f"{g}{r['m']}x{r['n']}x{r['k']}"
         cls = kernel_class(r)
-        out(f"{r['row_id']:>4} {cls:<22} {r['device']:<15} {r['dtype']:<4} {shape:<34} {flops / pred_s / 1e12:8.1f} "
-            f"{float(r['measured_tflops']):8.1f} {100 * err:+7.1f}")
-        res.append({"row_id": r["row_id"], "class": cls, "device": r["device"], "dtype": r["dtype"], "shape": shape,
-                    "predicted_tflops": flops / pred_s / 1e12, "measured_tflops": float(r["measured_tflops"]), "error": err})
+        out(
+            f"{r['row_id']:>4} {cls:<22} {r['device']:<15} {r['dtype']:<4} {shape:<34} {flops / pred_s / 1e12:8.1f} "
+            f"{float(r['measured_tflops']):8.1f} {100 * err:+7.1f}"
+        )
+        res.append(
+            {
+                "row_id": r["row_id"],
+                "class": cls,
+                "device": r["device"],
+                "dtype": r["dtype"],
+                "shape": shape,
+                "predicted_tflops": flops / pred_s / 1e12,
+                "measured_tflops": float(r["measured_tflops"]),
+                "error": err,
+            }
+        )
     return res
 
 
@@ -177,16 +216,22 @@ def summary(res: list[dict], out=print) -> float:
     out(f"\n{'class':<22} {'device':<15} {'dtype':<5} {'n':>4} {'mean|err|':>9} {'signed':>8} {'max|err|':>8}")
     for key in sorted(groups):
         e = groups[key]
-        out(f"{key[0]:<22} {key[1]:<15} {key[2]:<5} {len(e):>4} {100 * statistics.mean(map(abs, e)):8.1f}% "
-            f"{100 * statistics.mean(e):+7.1f}% {100 * max(map(abs, e)):7.1f}%")
+        out(
+            f"{key[0]:<22} {key[1]:<15} {key[2]:<5} {len(e):>4} {100 * statistics.mean(map(abs, e)):8.1f}% "
+            f"{100 * statistics.mean(e):+7.1f}% {100 * max(map(abs, e)):7.1f}%"
+        )
     by_kind = defaultdict(list)
     for x in res:
         by_kind[x["class"] if x["class"].startswith(("gemm", "grouped")) else "attention"].append(x["error"])
     for k, e in sorted(by_kind.items()):
-        out(f"{k:<22} {'(all devices)':<15} {'':<5} {len(e):>4} {100 * statistics.mean(map(abs, e)):8.1f}% "
-            f"{100 * statistics.mean(e):+7.1f}%")
+        out(
+            f"{k:<22} {'(all devices)':<15} {'':<5} {len(e):>4} {100 * statistics.mean(map(abs, e)):8.1f}% "
+            f"{100 * statistics.mean(e):+7.1f}%"
+        )
     allm = statistics.mean(abs(x["error"]) for x in res)
-    out(f"{'ALL':<22} {'':<15} {'':<5} {len(res):>4} {100 * allm:8.1f}% {100 * statistics.mean(x['error'] for x in res):+7.1f}%")
+    out(
+        f"{'ALL':<22} {'':<15} {'':<5} {len(res):>4} {100 * allm:8.1f}% {100 * statistics.mean(x['error'] for x in res):+7.1f}%"
+    )
     return allm
 
 
@@ -221,9 +266,14 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
             stream_groups[gemm_key(r)[0]].append(r)
     stream = {}
     for fam, rs in sorted(stream_groups.items()):
-        best = min((_mean_abs_err(rs, lambda r, f=f: gemm_row_time_s(r, "kernel", stream=f)), f.mem_bw_efficiency, f)
-                   for f in (StreamFit(mem_bw_efficiency=round(0.5 + 0.01 * i, 2), kernel_overhead_s=0.5e-6 * j, rows=len(rs))
-                             for i in range(51) for j in range(13)))
+        best = min(
+            (_mean_abs_err(rs, lambda r, f=f: gemm_row_time_s(r, "kernel", stream=f)), f.mem_bw_efficiency, f)
+            for f in (
+                StreamFit(mem_bw_efficiency=round(0.5 + 0.01 * i, 2), kernel_overhead_s=0.5e-6 * j, rows=len(rs))
+                for i in range(51)
+                for j in range(13)
+            )
+        )
         stream[fam] = best[2]
     gemm = {}
     for key, rs in sorted(gemm_groups.items()):
@@ -231,9 +281,16 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
         # K0 only where the rows span at least three reduction lengths (else it trades off against eta):
         # elsewhere the step time's default (costmodel.physics.kernels.gemm.k_overhead)
         k0s = [32 * j for j in range(33)] if len({r["k"] for r in rs}) >= 3 else [None]
-        best = min((_mean_abs_err(rs, lambda r, f=f: gemm_row_time_s(r, "kernel", f, st)), f.eta, f.k0 if f.k0 is not None else -1)
-                   for f in (GemmFit(eta=round(0.3 + 0.005 * i, 3), k0=k0, rows=0, source="")
-                             for i in range(141) for k0 in k0s))
+        best = min(
+            (
+                _mean_abs_err(rs, lambda r, f=f: gemm_row_time_s(r, "kernel", f, st)),
+                f.eta,
+                f.k0 if f.k0 is not None else -1,
+            )
+            for f in (
+                GemmFit(eta=round(0.3 + 0.005 * i, 3), k0=k0, rows=0, source="") for i in range(141) for k0 in k0s
+            )
+        )
         best = (best[0], best[1], None if best[2] == -1 else best[2])
         gemm[key] = GemmFit(eta=best[1], k0=best[2], rows=len(rs), source="; ".join(sorted({r["impl"] for r in rs})))
     attn = {}
@@ -243,8 +300,12 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
             for d0 in range(0, 257, 4):
                 # eta from the mean log ratio at eta = 1, then the error at that eta
                 probe = AttentionFit(eta=1.0, l0_tokens=l0, d0=d0, rows=0)
-                logs = [math.log(attention_row_time_s(r, "kernel", probe) * float(r["measured_tflops"]) * 1e12 / row_flops(r))
-                        for r in rs]
+                logs = [
+                    math.log(
+                        attention_row_time_s(r, "kernel", probe) * float(r["measured_tflops"]) * 1e12 / row_flops(r)
+                    )
+                    for r in rs
+                ]
                 eta = math.exp(statistics.mean(logs))
                 f = AttentionFit(eta=eta, l0_tokens=l0, d0=d0, rows=len(rs))
                 e = _mean_abs_err(rs, lambda r, f=f: attention_row_time_s(r, "kernel", f))
@@ -252,7 +313,9 @@ def fit_all(rows: list[dict]) -> tuple[dict, dict]:
                     best = (e, f)
         f = best[1]
         etas = [f.eta * (1 + 0.005 * i) for i in range(-10, 11)]
-        e, eta = min((_mean_abs_err(rs, lambda r, x=x: attention_row_time_s(r, "kernel", replace(f, eta=x))), x) for x in etas)
+        e, eta = min(
+            (_mean_abs_err(rs, lambda r, x=x: attention_row_time_s(r, "kernel", replace(f, eta=x))), x) for x in etas
+        )
         attn[key] = replace(f, eta=round(eta, 3))
     return gemm, stream, attn
 
@@ -262,19 +325,35 @@ def record(argv, model: str, res: list[dict], allm: float, enabled: bool) -> Non
     kinds = defaultdict(list)
     for x in res:
         kinds[x["class"] if x["class"].startswith(("gemm", "grouped")) else "attention"].append(x["error"])
-    table = [{"kind": k, "rows": len(e), "mean |err| %": results_io.pct(statistics.mean(map(abs, e))),
-              "signed %": results_io.pct(statistics.mean(e)), "max |err| %": results_io.pct(max(map(abs, e)))}
-             for k, e in sorted(kinds.items())]
-    head = {"rows": len(res), "mean |err| %": results_io.pct(allm),
-            "signed %": results_io.pct(statistics.mean(x["error"] for x in res))}
+    table = [
+        {
+            "kind": k,
+            "rows": len(e),
+            "mean |err| %": results_io.pct(statistics.mean(map(abs, e))),
+            "signed %": results_io.pct(statistics.mean(e)),
+            "max |err| %": results_io.pct(max(map(abs, e))),
+        }
+        for k, e in sorted(kinds.items())
+    ]
+    head = {
+        "rows": len(res),
+        "mean |err| %": results_io.pct(allm),
+        "signed %": results_io.pct(statistics.mean(x["error"] for x in res)),
+    }
     head.update({f"{r['kind']} mean |err| %": r["mean |err| %"] for r in table})
     kernel = model == "kernel"
-    results_io.record("component_kernels" + ("" if kernel else "_preset"), argv, module="component_kernels",
-                      enabled=enabled, headline=head, table=table,
-                      title="kernel times against published kernel measurements (" +
-                            ("the kernel model's fits)" if kernel else "the presets' step-time levels)"),
-                      targets=[{"name": f"mean |err| <= {100 * LIMIT:.0f}%", "met": allm <= LIMIT}] if kernel else [],
-                      inputs=["costmodel", "benchmarks/component_kernels.py", "benchmarks/data/components/kernels.csv"])
+    results_io.record(
+        "component_kernels" + ("" if kernel else "_preset"),
+        argv,
+        module="component_kernels",
+        enabled=enabled,
+        headline=head,
+        table=table,
+        title="kernel times against published kernel measurements ("
+        + ("the kernel model's fits)" if kernel else "the presets' step-time levels)"),
+        targets=[{"name": f"mean |err| <= {100 * LIMIT:.0f}%", "met": allm <= LIMIT}] if kernel else [],
+        inputs=["costmodel", "benchmarks/component_kernels.py", "benchmarks/data/components/kernels.csv"],
+    )
 
 
 def main(argv=None, record_results: bool = False) -> int:
@@ -292,8 +371,10 @@ def main(argv=None, record_results: bool = False) -> int:
             print(f"    {k!r}: GemmFit(eta={f.eta}, k0={f.k0}, rows={f.rows}, source={f.source!r}),")
         print("}\nSTREAM_FITS = {")
         for k, f in stream.items():
-            print(f"    {k!r}: StreamFit(mem_bw_efficiency={f.mem_bw_efficiency}, kernel_overhead_s={f.kernel_overhead_s:.1e}, "
-                  f"rows={f.rows}),")
+            print(
+                f"    {k!r}: StreamFit(mem_bw_efficiency={f.mem_bw_efficiency}, kernel_overhead_s={f.kernel_overhead_s:.1e}, "
+                f"rows={f.rows}),"
+            )
         print("}\nATTENTION_FITS = {")
         for k, f in attn.items():
             print(f"    {k!r}: AttentionFit(eta={f.eta}, l0_tokens={f.l0_tokens}, d0={f.d0}, rows={f.rows}),")
@@ -302,7 +383,9 @@ def main(argv=None, record_results: bool = False) -> int:
     if not 0 < a.limit < 10:
         print(f"--limit: {a.limit} is not allowed; a fraction in (0, 10)", file=sys.stderr)
         return 2
-    print(f"model: {a.model} ({'preset constants, as in step times' if a.model == 'preset' else 'costmodel.physics.kernels.kernel_fits fits'})")
+    print(
+        f"model: {a.model} ({'preset constants, as in step times' if a.model == 'preset' else 'costmodel.physics.kernels.kernel_fits fits'})"
+    )
     res = run(a.model)
     allm = summary(res)
     record(argv, a.model, res, allm, record_results and a.limit == LIMIT)

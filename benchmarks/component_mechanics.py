@@ -64,29 +64,75 @@ def megatron_bucket_bytes(c_kwargs: dict) -> float:
 
 
 CASES = (
-    Case(name="megatron DDP, overlap, dp32", model="gpt-1.7b", cluster="a100-80g",
-         config=dict(tp=1, pp=1, dp=32, mb=4, zero=0, bucket_bytes=megatron_bucket_bytes({"dp": 32}))),
-    Case(name="megatron DDP, no overlap, dp32", model="gpt-1.7b", cluster="a100-80g",
-         config=dict(tp=1, pp=1, dp=32, mb=4, zero=0, bucket_bytes=0)),
-    Case(name="megatron distopt, overlap, tp4 dp48", model="mcore-gpt-16b", cluster="h100-sxm",
-         config=dict(tp=4, pp=1, dp=48, mb=1, zero=1, sp=True, bucket_bytes=megatron_bucket_bytes({"dp": 48}))),
-    Case(name="megatron distopt, overlap, tp8 pp2 vp2 dp48", model="mcore-gpt-70b", cluster="h100-sxm",
-         config=dict(tp=8, pp=2, vp=2, dp=48, mb=1, zero=1, sp=True,
-                     bucket_bytes=megatron_bucket_bytes({"dp": 48})), graph=False),
-    Case(name="megatron distopt, overlap, MoE ep8 dp8", model="mixtral-8x7b", cluster="h100-sxm",
-         config=dict(tp=1, pp=1, dp=8, ep=8, mb=1, zero=1, bucket_bytes=megatron_bucket_bytes({"dp": 8})),
-         graph=False),
-    Case(name="deepspeed ZeRO-3, Megatron-DeepSpeed Llama, dp384, DeepSpeed's buckets", model="llama2-70b",
-         cluster="a100-80g", config=dict(tp=1, pp=1, dp=384, mb=1, zero=3, framework="deepspeed", bucket_bytes=0),
-         graph=False),
-    Case(name="deepspeed ZeRO-3, HF Llama, dp1536", model="llama2-70b", cluster="a100-80g", layout="hf",
-         config=dict(tp=1, pp=1, dp=1536, mb=1, zero=3, framework="deepspeed", bucket_bytes=1e9), graph=False),
-    Case(name="deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", model="gpt3-175b", cluster="a100-80g",
-         config=dict(tp=1, pp=1, dp=1024, mb=1, zero=3, framework="deepspeed", bucket_bytes=1e9), graph=False),
-    Case(name="deepspeed pipeline ZeRO-1, tp8 pp35 dp8", model="gpt-530b", cluster="a100-80g",
-         config=dict(tp=8, pp=35, dp=8, mb=1, zero=1, framework="deepspeed", bucket_bytes=0), graph=False),
-    Case(name="fsdp2 reshard, dp64", model="llama3-8b", cluster="h100-sxm", layout="hf",
-         config=dict(tp=1, pp=1, dp=64, mb=1, zero=3, framework="fsdp2", bucket_bytes=100e6), graph=False),
+    Case(
+        name="megatron DDP, overlap, dp32",
+        model="gpt-1.7b",
+        cluster="a100-80g",
+        config=dict(tp=1, pp=1, dp=32, mb=4, zero=0, bucket_bytes=megatron_bucket_bytes({"dp": 32})),
+    ),
+    Case(
+        name="megatron DDP, no overlap, dp32",
+        model="gpt-1.7b",
+        cluster="a100-80g",
+        config=dict(tp=1, pp=1, dp=32, mb=4, zero=0, bucket_bytes=0),
+    ),
+    Case(
+        name="megatron distopt, overlap, tp4 dp48",
+        model="mcore-gpt-16b",
+        cluster="h100-sxm",
+        config=dict(tp=4, pp=1, dp=48, mb=1, zero=1, sp=True, bucket_bytes=megatron_bucket_bytes({"dp": 48})),
+    ),
+    Case(
+        name="megatron distopt, overlap, tp8 pp2 vp2 dp48",
+        model="mcore-gpt-70b",
+        cluster="h100-sxm",
+        config=dict(tp=8, pp=2, vp=2, dp=48, mb=1, zero=1, sp=True, bucket_bytes=megatron_bucket_bytes({"dp": 48})),
+        graph=False,
+    ),
+    Case(
+        name="megatron distopt, overlap, MoE ep8 dp8",
+        model="mixtral-8x7b",
+        cluster="h100-sxm",
+        config=dict(tp=1, pp=1, dp=8, ep=8, mb=1, zero=1, bucket_bytes=megatron_bucket_bytes({"dp": 8})),
+        graph=False,
+    ),
+    Case(
+        name="deepspeed ZeRO-3, Megatron-DeepSpeed Llama, dp384, DeepSpeed's buckets",
+        model="llama2-70b",
+        cluster="a100-80g",
+        config=dict(tp=1, pp=1, dp=384, mb=1, zero=3, framework="deepspeed", bucket_bytes=0),
+        graph=False,
+    ),
+    Case(
+        name="deepspeed ZeRO-3, HF Llama, dp1536",
+        model="llama2-70b",
+        cluster="a100-80g",
+        layout="hf",
+        config=dict(tp=1, pp=1, dp=1536, mb=1, zero=3, framework="deepspeed", bucket_bytes=1e9),
+        graph=False,
+    ),
+    Case(
+        name="deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024",
+        model="gpt3-175b",
+        cluster="a100-80g",
+        config=dict(tp=1, pp=1, dp=1024, mb=1, zero=3, framework="deepspeed", bucket_bytes=1e9),
+        graph=False,
+    ),
+    Case(
+        name="deepspeed pipeline ZeRO-1, tp8 pp35 dp8",
+        model="gpt-530b",
+        cluster="a100-80g",
+        config=dict(tp=8, pp=35, dp=8, mb=1, zero=1, framework="deepspeed", bucket_bytes=0),
+        graph=False,
+    ),
+    Case(
+        name="fsdp2 reshard, dp64",
+        model="llama3-8b",
+        cluster="h100-sxm",
+        layout="hf",
+        config=dict(tp=1, pp=1, dp=64, mb=1, zero=3, framework="fsdp2", bucket_bytes=100e6),
+        graph=False,
+    ),
 )
 
 
@@ -138,8 +184,10 @@ def graph_dp_buckets(model, cluster, w, c) -> dict:
 def megatron_checks(rules, case: Case) -> list[Check]:
     model, cluster, w, c = _setup(case)
     sem = frameworks.of(c)
-    out = [Check(case.name, "gradient collective", mr.megatron_grad_kind(c), sem.step_grad),
-           Check(case.name, "parameter all-gather after the step", c.zero >= 1, sem.step_param_gather)]
+    out = [
+        Check(case.name, "gradient collective", mr.megatron_grad_kind(c), sem.step_grad),
+        Check(case.name, "parameter all-gather after the step", c.zero >= 1, sem.step_param_gather),
+    ]
     graph = graph_dp_buckets(model, cluster, w, c) if case.graph else {}
     size = c.dp * c.cp
     # the stages whose DP tail the graph engine schedules, in stage order (the spy's record order)
@@ -157,17 +205,36 @@ def megatron_checks(rules, case: Case) -> list[Check]:
         # rules 4-5, 10: buckets issued as they fill only on pp rank 0, chunk 0, with --overlap-grad-reduce
         overlap = c.bucket_bytes > 0
         fw_first = overlap and mr.megatron_bucketed(rules, s, 0)
-        out.append(Check(case.name, f"stage {s}: chunk 0 reduced bucket by bucket during backward",
-                         fw_first, bool(pieces is not None and pieces[0] > 1)))
+        out.append(
+            Check(
+                case.name,
+                f"stage {s}: chunk 0 reduced bucket by bucket during backward",
+                fw_first,
+                bool(pieces is not None and pieces[0] > 1),
+            )
+        )
         if c.vp > 1:
             fw_rest = overlap and mr.megatron_bucketed(rules, s, 1)
-            out.append(Check(case.name, f"stage {s}: later chunks reduced bucket by bucket",
-                             fw_rest, bool(pieces is not None and pieces[1] > 1)))
+            out.append(
+                Check(
+                    case.name,
+                    f"stage {s}: later chunks reduced bucket by bucket",
+                    fw_rest,
+                    bool(pieces is not None and pieces[1] > 1),
+                )
+            )
         fw_bytes = (sum(fw["dense"]) + sum(fw["expert"])) * grad_elem_bytes(c)  # the buffers, reduced or not
         out.append(Check(case.name, f"stage {s}: gradient bytes", fw_bytes, float(grad_bytes(model, c, s))))
         lat = collective_latency_s(sem.step_grad, size, group_stride("dpcp", c.tp, c.cp, c.dp), cluster)
-        out.append(Check(case.name, f"stage {s}: gradient latency ms (alpha x buckets)", round(n_fw * lat / MS, 2),
-                         round(n_model * lat / MS, 2), compared=False))
+        out.append(
+            Check(
+                case.name,
+                f"stage {s}: gradient latency ms (alpha x buckets)",
+                round(n_fw * lat / MS, 2),
+                round(n_model * lat / MS, 2),
+                compared=False,
+            )
+        )
     return out
 
 
@@ -199,16 +266,30 @@ def zero3_checks(rules, case: Case) -> list[Check]:
     rs_fw = mr.zero3_reduce_buckets(rules, stage_tensors, zc.get("reduce_bucket_size"))
     ag_m, rs_m = fwd.get("allgather", (0, 0.0)), bwd.get("reducescatter", (0, 0.0))
     edge = edge_collectives(model, c, 0)  # the embedding/head buckets the step charges (pp 1: both on stage 0)
-    out = [Check(case.name, "all-gathers per layer, forward", len(fetch), ag_m[0]),
-           Check(case.name, "all-gathers per layer, backward", len(fetch), bwd.get("allgather", (0, 0.0))[0]),
-           Check(case.name, "gathered bytes per layer", sum(fetch) * WEIGHT_BYTES, ag_m[1]),
-           Check(case.name, "reduce-scatters per micro-batch (stage)", len(rs_fw), rs_m[0] * layers + len(edge.reduces)),
-           Check(case.name, "reduce-scattered bytes per micro-batch", sum(rs_fw) * grad_elem_bytes(c),
-                 rs_m[1] * layers + sum(edge.reduces) * grad_elem_bytes(c), compared=False)]
+    out = [
+        Check(case.name, "all-gathers per layer, forward", len(fetch), ag_m[0]),
+        Check(case.name, "all-gathers per layer, backward", len(fetch), bwd.get("allgather", (0, 0.0))[0]),
+        Check(case.name, "gathered bytes per layer", sum(fetch) * WEIGHT_BYTES, ag_m[1]),
+        Check(case.name, "reduce-scatters per micro-batch (stage)", len(rs_fw), rs_m[0] * layers + len(edge.reduces)),
+        Check(
+            case.name,
+            "reduce-scattered bytes per micro-batch",
+            sum(rs_fw) * grad_elem_bytes(c),
+            rs_m[1] * layers + sum(edge.reduces) * grad_elem_bytes(c),
+            compared=False,
+        ),
+    ]
     fw_lat = 2 * layers * len(fetch) * lat_ag + len(rs_fw) * lat_rs
     m_lat = 2 * layers * ag_m[0] * lat_ag + (layers * rs_m[0] + len(edge.reduces)) * lat_rs
-    out.append(Check(case.name, "ZeRO latency ms per micro-batch (alpha x count)", round(fw_lat / MS, 1),
-                     round(m_lat / MS, 1), compared=False))
+    out.append(
+        Check(
+            case.name,
+            "ZeRO latency ms per micro-batch (alpha x count)",
+            round(fw_lat / MS, 1),
+            round(m_lat / MS, 1),
+            compared=False,
+        )
+    )
     return out
 
 
@@ -226,14 +307,32 @@ def fsdp2_checks(rules, case: Case) -> list[Check]:
     ag_fwd_fw = layers + 1 + (head > 0)
     ag_bwd_fw = (layers + 1) if reshard else 0
     gathered_fw = (layers * sum(dense) + emb + head) * WEIGHT_BYTES
-    return [Check(case.name, "all-gathers per micro-batch, forward", ag_fwd_fw,
-                  layers * fwd.get("allgather", (0, 0))[0] + len(edge.gathers_fwd)),
-            Check(case.name, "all-gathers per micro-batch, backward", ag_bwd_fw,
-                  layers * bwd.get("allgather", (0, 0))[0] + len(edge.gathers_bwd)),
-            Check(case.name, "reduce-scatters per micro-batch", ag_fwd_fw,
-                  layers * bwd.get("reducescatter", (0, 0))[0] + len(edge.reduces)),
-            Check(case.name, "forward gathered bytes per micro-batch", gathered_fw,
-                  layers * fwd.get("allgather", (0, 0.0))[1] + sum(edge.gathers_fwd) * WEIGHT_BYTES)]
+    return [
+        Check(
+            case.name,
+            "all-gathers per micro-batch, forward",
+            ag_fwd_fw,
+            layers * fwd.get("allgather", (0, 0))[0] + len(edge.gathers_fwd),
+        ),
+        Check(
+            case.name,
+            "all-gathers per micro-batch, backward",
+            ag_bwd_fw,
+            layers * bwd.get("allgather", (0, 0))[0] + len(edge.gathers_bwd),
+        ),
+        Check(
+            case.name,
+            "reduce-scatters per micro-batch",
+            ag_fwd_fw,
+            layers * bwd.get("reducescatter", (0, 0))[0] + len(edge.reduces),
+        ),
+        Check(
+            case.name,
+            "forward gathered bytes per micro-batch",
+            gathered_fw,
+            layers * fwd.get("allgather", (0, 0.0))[1] + sum(edge.gathers_fwd) * WEIGHT_BYTES,
+        ),
+    ]
 
 
 def pipe_checks(rules, case: Case) -> list[Check]:
@@ -253,20 +352,37 @@ def pipe_checks(rules, case: Case) -> list[Check]:
     comm = cfg.get("communication_data_type") or ("fp16" if cfg["fp16"]["enabled"] else "bf16" if half else "fp32")
     elem = 4 if comm == "fp32" else 2
     zc = cfg["zero_optimization"]
-    bucket = (mr.rule(rules, "deepspeed", "grad_reduce_buffer") if kind == "allreduce"
-              else zc.get("reduce_bucket_size", mr.rule(rules, "deepspeed", "reduce_bucket_size")))
-    out = [Check(case.name, "ZeRO stages accepted with pp>1", tuple(z for z in range(4) if z <= 1),
-                 frameworks.zero_stages("deepspeed", pp=c.pp)),
-           Check(case.name, "gradient collective", kind, sem.step_grad),
-           Check(case.name, "gradient element bytes on the wire", elem, grad_elem_bytes(c))]
+    bucket = (
+        mr.rule(rules, "deepspeed", "grad_reduce_buffer")
+        if kind == "allreduce"
+        else zc.get("reduce_bucket_size", mr.rule(rules, "deepspeed", "reduce_bucket_size"))
+    )
+    out = [
+        Check(
+            case.name,
+            "ZeRO stages accepted with pp>1",
+            tuple(z for z in range(4) if z <= 1),
+            frameworks.zero_stages("deepspeed", pp=c.pp),
+        ),
+        Check(case.name, "gradient collective", kind, sem.step_grad),
+        Check(case.name, "gradient element bytes on the wire", elem, grad_elem_bytes(c)),
+    ]
     for s in sorted({0, c.pp - 1}):
         tensors = [t for ch in mr.stage_chunks(model, c, s) for t in ch[0] + ch[1]]
         n_fw = len(mr.close_gt(tensors, bucket))  # forward order (rule 37)
         *_, buckets, pieces = stage_dp_terms(model, cluster, c, s)
         out.append(Check(case.name, f"stage {s}: gradient collectives", n_fw, int(buckets)))
-        out.append(Check(case.name, f"stage {s}: gradient reduce overlapped with backward", False,
-                         bool(pieces is not None and pieces[0] > 0)))
-    out.append(Check(case.name, "interleaved schedule allowed", False, frameworks.allows("deepspeed", "vp", 2, pp=c.pp)))
+        out.append(
+            Check(
+                case.name,
+                f"stage {s}: gradient reduce overlapped with backward",
+                False,
+                bool(pieces is not None and pieces[0] > 0),
+            )
+        )
+    out.append(
+        Check(case.name, "interleaved schedule allowed", False, frameworks.allows("deepspeed", "vp", 2, pp=c.pp))
+    )
     return out
 
 
@@ -274,7 +390,7 @@ def evaluate(cases=CASES, graph: bool = True) -> list[Check]:
     rules = mr.load_rules()
     out = []
     for case in cases:
-        fw, zero, pp = case.config.get("framework", "megatron"), case.config.get("zero", 0), case.config.get("pp", 1)
+        fw, pp = case.config.get("framework", "megatron"), case.config.get("pp", 1)
         if not graph and case.graph:
             case = Case(**{**case.__dict__, "graph": False})
         if fw == "megatron":
@@ -347,13 +463,21 @@ def main(argv=None, record_results: bool = False) -> int:
     for k in checks:
         if k.compared:
             by_case.setdefault(str(k.case), []).append(k.ok)
-    results_io.record("component_mechanics", argv, enabled=record_results and not args.no_graph,
-                      title="what each framework issues (rules read from its code) against what the model charges",
-                      headline={"compared": n, "matching": n - len(bad), "mismatches": len(bad)},
-                      targets=[{"name": "every compared quantity matches", "met": not bad}],
-                      table=[{"case": c, "compared": len(oks), "matching": sum(oks)} for c, oks in by_case.items()],
-                      inputs=["costmodel", "benchmarks/component_mechanics.py", "benchmarks/mechanics_rules.py",
-                              "benchmarks/data/components/framework_mechanics.csv"])
+    results_io.record(
+        "component_mechanics",
+        argv,
+        enabled=record_results and not args.no_graph,
+        title="what each framework issues (rules read from its code) against what the model charges",
+        headline={"compared": n, "matching": n - len(bad), "mismatches": len(bad)},
+        targets=[{"name": "every compared quantity matches", "met": not bad}],
+        table=[{"case": c, "compared": len(oks), "matching": sum(oks)} for c, oks in by_case.items()],
+        inputs=[
+            "costmodel",
+            "benchmarks/component_mechanics.py",
+            "benchmarks/mechanics_rules.py",
+            "benchmarks/data/components/framework_mechanics.csv",
+        ],
+    )
     if args.check and bad:
         for k in bad:
             print(f"mismatch: {k.case}: {k.quantity}: framework {k.framework}, model {k.model}", file=sys.stderr)

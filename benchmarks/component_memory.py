@@ -51,9 +51,29 @@ GiB = 2**30
 KINDS = ("max_reserved_gib", "max_allocated_gib")
 #: issue 21, "Done when": tensors <= 3% mean |err| and <= 6% max; reserved <= 5% mean
 TENSOR_MEAN_LIMIT, TENSOR_MAX_LIMIT, RESERVED_MEAN_LIMIT = 0.03, 0.06, 0.05
-REQUIRED = ("case_id", "source_key", "source_url", "source_location", "model_preset", "cluster_preset",
-            "gpus", "tp", "pp", "vp", "dp", "cp", "mb", "global_batch", "seq_len", "dtype", "framework",
-            "zero", "recompute", "measured_kind", "measured_value")
+REQUIRED = (
+    "case_id",
+    "source_key",
+    "source_url",
+    "source_location",
+    "model_preset",
+    "cluster_preset",
+    "gpus",
+    "tp",
+    "pp",
+    "vp",
+    "dp",
+    "cp",
+    "mb",
+    "global_batch",
+    "seq_len",
+    "dtype",
+    "framework",
+    "zero",
+    "recompute",
+    "measured_kind",
+    "measured_value",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +105,9 @@ def _int(row: dict, field: str, minimum: int = 1) -> int:
     try:
         v = int(row[field])
     except (TypeError, ValueError):
-        raise RowError(f"case {row.get('case_id')}: {field}={row.get(field)!r}: must be an integer >= {minimum}") from None
+        raise RowError(
+            f"case {row.get('case_id')}: {field}={row.get(field)!r}: must be an integer >= {minimum}"
+        ) from None
     if v < minimum:
         raise RowError(f"case {row.get('case_id')}: {field}={v!r}: must be an integer >= {minimum}")
     return v
@@ -112,22 +134,41 @@ def parse_row(row: dict) -> Case:
     split = (row.get("layers_per_stage") or "").split()
     try:
         config = ParallelConfig(
-            tp=tp, pp=_int(row, "pp"), vp=_int(row, "vp"), dp=_int(row, "dp"), cp=_int(row, "cp"),
-            mb=_int(row, "mb"), zero=_int(row, "zero", 0), recompute=row["recompute"], framework=fw,
+            tp=tp,
+            pp=_int(row, "pp"),
+            vp=_int(row, "vp"),
+            dp=_int(row, "dp"),
+            cp=_int(row, "cp"),
+            mb=_int(row, "mb"),
+            zero=_int(row, "zero", 0),
+            recompute=row["recompute"],
+            framework=fw,
             sp=sp_col == "1" if sp_col else tp > 1,
             fused_elementwise=row.get("compile", "0") == "1" or fw != "fsdp2",
             cp_impl="torch" if fw == "fsdp2" and _int(row, "cp") > 1 else "ring",
-            chunks=tp if row.get("async_tp") == "1" else 1, loss_impl=row.get("loss_impl") or "fused",
-            layers_per_stage=tuple(int(x) for x in split) if split else None)
-        workload = Workload(global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
-                            dtype=row["dtype"])
+            chunks=tp if row.get("async_tp") == "1" else 1,
+            loss_impl=row.get("loss_impl") or "fused",
+            layers_per_stage=tuple(int(x) for x in split) if split else None,
+        )
+        workload = Workload(global_batch=_int(row, "global_batch"), seq_len=_int(row, "seq_len"), dtype=row["dtype"])
     except SpecError as e:
         raise RowError(f"case {cid}: {e}") from None
     except ValueError:
-        raise RowError(f"case {cid}: layers_per_stage={row.get('layers_per_stage')!r}: integers separated by spaces") from None
-    return Case(case_id=cid, source_key=row["source_key"], model_preset=row["model_preset"],
-                cluster_preset=row["cluster_preset"], gpus=_int(row, "gpus"), workload=workload, config=config,
-                measured_kind=row["measured_kind"], measured_bytes=value * GiB, stage=_stage(row, config.pp))
+        raise RowError(
+            f"case {cid}: layers_per_stage={row.get('layers_per_stage')!r}: integers separated by spaces"
+        ) from None
+    return Case(
+        case_id=cid,
+        source_key=row["source_key"],
+        model_preset=row["model_preset"],
+        cluster_preset=row["cluster_preset"],
+        gpus=_int(row, "gpus"),
+        workload=workload,
+        config=config,
+        measured_kind=row["measured_kind"],
+        measured_bytes=value * GiB,
+        stage=_stage(row, config.pp),
+    )
 
 
 def load_cases(path: Path = DATA) -> list[Case]:
@@ -170,8 +211,7 @@ def summary(results: list[Result]) -> dict:
     s = {}
     for kind in KINDS:
         errs = [abs(r.err) for r in results if r.case.measured_kind == kind]
-        s[kind] = {"n": len(errs), "mean": statistics.fmean(errs) if errs else None,
-                   "max": max(errs) if errs else None}
+        s[kind] = {"n": len(errs), "mean": statistics.fmean(errs) if errs else None, "max": max(errs) if errs else None}
     return s
 
 
@@ -194,22 +234,32 @@ def check(results: list[Result]) -> tuple[int, list[str]]:
 
 
 def report(results: list[Result]) -> None:
-    print(f"{'case':>4} {'source':12} {'model':16} {'plan':50} {'kind':9} {'tensors':>8} {'total':>7} "
-          f"{'measured':>8} {'err':>7}")
+    print(
+        f"{'case':>4} {'source':12} {'model':16} {'plan':50} {'kind':9} {'tensors':>8} {'total':>7} "
+        f"{'measured':>8} {'err':>7}"
+    )
     for r in results:
         c, p = r.case, r.case.config
-        plan = (f"{p.framework} z{p.zero} tp{p.tp} pp{p.pp}" + (f"v{p.vp}" if p.vp > 1 else "")
-                + f" dp{p.dp} cp{p.cp} mb{p.mb} {p.recompute} {c.workload.dtype}"
-                + (" eager" if not p.fused_elementwise else "") + (" sp" if p.sp_on else "")
-                + (f" @stage{c.stage}" if c.stage is not None else ""))
+        plan = (
+            f"{p.framework} z{p.zero} tp{p.tp} pp{p.pp}"
+            + (f"v{p.vp}" if p.vp > 1 else "")
+            + f" dp{p.dp} cp{p.cp} mb{p.mb} {p.recompute} {c.workload.dtype}"
+            + (" eager" if not p.fused_elementwise else "")
+            + (" sp" if p.sp_on else "")
+            + (f" @stage{c.stage}" if c.stage is not None else "")
+        )
         kind = "reserved" if c.measured_kind == "max_reserved_gib" else "allocated"
-        print(f"{c.case_id:>4} {c.source_key:12} {c.model_preset:16} {plan:50} {kind:9} "
-              f"{r.tensors_bytes / GiB:8.1f} {r.total_bytes / GiB:7.1f} {c.measured_bytes / GiB:8.1f} {r.err:+7.1%}")
+        print(
+            f"{c.case_id:>4} {c.source_key:12} {c.model_preset:16} {plan:50} {kind:9} "
+            f"{r.tensors_bytes / GiB:8.1f} {r.total_bytes / GiB:7.1f} {c.measured_bytes / GiB:8.1f} {r.err:+7.1%}"
+        )
     by_source: dict[str, list[float]] = {}
     for r in results:
         by_source.setdefault(r.case.source_key, []).append(abs(r.err))
-    print("\nmean |err| by source: " + ", ".join(f"{k} {statistics.fmean(v):.1%} ({len(v)})"
-                                                 for k, v in by_source.items()))
+    print(
+        "\nmean |err| by source: "
+        + ", ".join(f"{k} {statistics.fmean(v):.1%} ({len(v)})" for k, v in by_source.items())
+    )
 
 
 def record(argv, results: list[Result], s: dict, enabled: bool) -> None:
@@ -218,21 +268,41 @@ def record(argv, results: list[Result], s: dict, enabled: bool) -> None:
     by_source: dict[str, list[float]] = {}
     for x in results:
         by_source.setdefault(x.case.source_key, []).append(x.err)
-    table = [{"source": k, "cases": len(v), "mean |err| %": results_io.pct(statistics.fmean(map(abs, v))),
-              "signed %": results_io.pct(statistics.fmean(v))} for k, v in by_source.items()]
-    met = {"tensors mean": bool(t["n"]) and t["mean"] <= TENSOR_MEAN_LIMIT,  # a target without rows is not met
-           "tensors max": bool(t["n"]) and t["max"] <= TENSOR_MAX_LIMIT,
-           "reserved mean": bool(r["n"]) and r["mean"] <= RESERVED_MEAN_LIMIT}
-    results_io.record("component_memory", argv, enabled=enabled, table=table,
-                      title="memory per GPU against measured peaks (allocated: tensors; reserved: total)",
-                      headline={"tensor cases": t["n"], "tensors mean |err| %": results_io.pct(t["mean"]),
-                                "tensors max |err| %": results_io.pct(t["max"]), "reserved cases": r["n"],
-                                "reserved mean |err| %": results_io.pct(r["mean"]),
-                                "reserved max |err| %": results_io.pct(r["max"])},
-                      targets=[{"name": f"tensors mean |err| <= {TENSOR_MEAN_LIMIT:.0%}", "met": met["tensors mean"]},
-                               {"name": f"tensors max |err| <= {TENSOR_MAX_LIMIT:.0%}", "met": met["tensors max"]},
-                               {"name": f"reserved mean |err| <= {RESERVED_MEAN_LIMIT:.0%}", "met": met["reserved mean"]}],
-                      inputs=["costmodel", "benchmarks/component_memory.py", "benchmarks/data/components/memory.csv"])
+    table = [
+        {
+            "source": k,
+            "cases": len(v),
+            "mean |err| %": results_io.pct(statistics.fmean(map(abs, v))),
+            "signed %": results_io.pct(statistics.fmean(v)),
+        }
+        for k, v in by_source.items()
+    ]
+    met = {
+        "tensors mean": bool(t["n"]) and t["mean"] <= TENSOR_MEAN_LIMIT,  # a target without rows is not met
+        "tensors max": bool(t["n"]) and t["max"] <= TENSOR_MAX_LIMIT,
+        "reserved mean": bool(r["n"]) and r["mean"] <= RESERVED_MEAN_LIMIT,
+    }
+    results_io.record(
+        "component_memory",
+        argv,
+        enabled=enabled,
+        table=table,
+        title="memory per GPU against measured peaks (allocated: tensors; reserved: total)",
+        headline={
+            "tensor cases": t["n"],
+            "tensors mean |err| %": results_io.pct(t["mean"]),
+            "tensors max |err| %": results_io.pct(t["max"]),
+            "reserved cases": r["n"],
+            "reserved mean |err| %": results_io.pct(r["mean"]),
+            "reserved max |err| %": results_io.pct(r["max"]),
+        },
+        targets=[
+            {"name": f"tensors mean |err| <= {TENSOR_MEAN_LIMIT:.0%}", "met": met["tensors mean"]},
+            {"name": f"tensors max |err| <= {TENSOR_MAX_LIMIT:.0%}", "met": met["tensors max"]},
+            {"name": f"reserved mean |err| <= {RESERVED_MEAN_LIMIT:.0%}", "met": met["reserved mean"]},
+        ],
+        inputs=["costmodel", "benchmarks/component_memory.py", "benchmarks/data/components/memory.csv"],
+    )
 
 
 def main(argv: list[str] | None = None, record_results: bool = False) -> int:
@@ -247,13 +317,20 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         return 2
     report(results)
     s = summary(results)
-    for kind, label in (("max_allocated_gib", "tensors vs max allocated"), ("max_reserved_gib", "total vs max reserved")):
+    for kind, label in (
+        ("max_allocated_gib", "tensors vs max allocated"),
+        ("max_reserved_gib", "total vs max reserved"),
+    ):
         k = s[kind]
-        print(f"{label}: " + (f"mean |err| {k['mean']:.1%}, max {k['max']:.1%} over {k['n']} cases"
-                              if k["n"] else "no cases"))
+        print(
+            f"{label}: "
+            + (f"mean |err| {k['mean']:.1%}, max {k['max']:.1%} over {k['n']} cases" if k["n"] else "no cases")
+        )
     code, failed = check(results)
-    print("targets (tensors <= 3% mean, <= 6% max; reserved <= 5% mean): "
-          + ("met" if not failed else "NOT met: " + "; ".join(failed)))
+    print(
+        "targets (tensors <= 3% mean, <= 6% max; reserved <= 5% mean): "
+        + ("met" if not failed else "NOT met: " + "; ".join(failed))
+    )
     record(argv, results, s, record_results and a.csv == DATA)
     return code if a.check else 0
 

@@ -54,8 +54,19 @@ COUNTS = DATA.with_name("moe_routing_counts.csv")
 AUX_LOSS_MEAN_LIMIT = 0.20
 STATISTICS = ("maxvio_global", "max_over_mean", "drop_fraction", "step_time_ratio")
 GRANULARITIES = ("expert", "expert_per_sender", "rank", "step")
-REQUIRED = ("case_id", "source_key", "source_url", "source_location", "experts", "balancing", "granularity",
-            "statistic", "measured_value", "training_phase", "role")
+REQUIRED = (
+    "case_id",
+    "source_key",
+    "source_url",
+    "source_location",
+    "experts",
+    "balancing",
+    "granularity",
+    "statistic",
+    "measured_value",
+    "training_phase",
+    "role",
+)
 _N = NormalDist()
 
 
@@ -78,8 +89,17 @@ def overflow_fraction(cv: float, capacity_factor: float) -> float:
 def _spec(row: dict, load_cv: float | None = None) -> ModelSpec:
     experts = int(row["experts"])
     topk = int(row.get("topk") or 1)  # top-k does not enter the load statistics (slots per expert do)
-    m = ModelSpec(name=f"routing-{row['case_id']}", layers=1, hidden=64, heads=1, ffn_hidden=64, vocab=1,
-                  experts=experts, topk=topk, moe_ffn_hidden=64)
+    m = ModelSpec(
+        name=f"routing-{row['case_id']}",
+        layers=1,
+        hidden=64,
+        heads=1,
+        ffn_hidden=64,
+        vocab=1,
+        experts=experts,
+        topk=topk,
+        moe_ffn_hidden=64,
+    )
     return m if load_cv is None else replace(m, moe_load_cv=load_cv)
 
 
@@ -139,7 +159,7 @@ def case(row: dict, counts: dict[str, list[list[int]]] | None = None) -> dict:
         if not layers:
             raise RowError(f"case {row['case_id']}: no per-layer counts in {COUNTS.name}")
         per = int(row["experts"]) // _ranks(row)  # contiguous experts a rank (Megatron-Core's placement)
-        ranked = [[sum(c[j * per:(j + 1) * per]) for j in range(len(c) // per)] for c in layers]
+        ranked = [[sum(c[j * per : (j + 1) * per]) for j in range(len(c) // per)] for c in layers]
         from_counts = statistics.mean(max(c) / (sum(c) / len(c)) for c in ranked)
         if abs(from_counts - measured) > 5e-4:
             raise RowError(f"case {row['case_id']}: measured_value={measured} but the counts give {from_counts:.4f}")
@@ -147,8 +167,14 @@ def case(row: dict, counts: dict[str, list[list[int]]] | None = None) -> dict:
     if stat == "maxvio_global":
         measured = 1.0 + measured
     predicted = _predict(row, slots)
-    return dict(row=row, measured=measured, predicted=predicted, err=predicted / measured - 1, slots=slots,
-                implied=implied_cv(row, measured, slots))
+    return dict(
+        row=row,
+        measured=measured,
+        predicted=predicted,
+        err=predicted / measured - 1,
+        slots=slots,
+        implied=implied_cv(row, measured, slots),
+    )
 
 
 def load(path: Path = DATA) -> list[dict]:
@@ -176,8 +202,9 @@ def groups(cases: list[dict]) -> dict[str, list[dict]]:
 def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DATA)
-    ap.add_argument("--check", action="store_true",
-                    help=f"exit 1 if the aux-loss rows' mean |err| > {AUX_LOSS_MEAN_LIMIT:.0%}")
+    ap.add_argument(
+        "--check", action="store_true", help=f"exit 1 if the aux-loss rows' mean |err| > {AUX_LOSS_MEAN_LIMIT:.0%}"
+    )
     args = ap.parse_args(argv)
     try:
         counts = load_counts(args.csv.with_name(COUNTS.name)) if args.csv.with_name(COUNTS.name).exists() else {}
@@ -185,10 +212,14 @@ def main(argv=None, record_results: bool = False) -> int:
     except (OSError, RowError, KeyError, ValueError) as e:
         print(f"--csv: {e}", file=sys.stderr)
         return 2
-    print(f"default moe_load_cv {ModelSpec.__dataclass_fields__['moe_load_cv'].default}; maxvio rows scored on "
-          f"1 + MaxVio; implied cv: the moe_load_cv that reproduces the row")
-    print(f"{'id':>3} {'source':<19} {'E':>4} {'k':>2} {'EP':>3} {'balancing':<16} {'statistic':<15} {'cap':>5} "
-          f"{'slots/exp':>9} | {'measured':>8} {'model':>8} {'err':>8} | {'implied cv':>10}  phase")
+    print(
+        f"default moe_load_cv {ModelSpec.__dataclass_fields__['moe_load_cv'].default}; maxvio rows scored on "
+        f"1 + MaxVio; implied cv: the moe_load_cv that reproduces the row"
+    )
+    print(
+        f"{'id':>3} {'source':<19} {'E':>4} {'k':>2} {'EP':>3} {'balancing':<16} {'statistic':<15} {'cap':>5} "
+        f"{'slots/exp':>9} | {'measured':>8} {'model':>8} {'err':>8} | {'implied cv':>10}  phase"
+    )
     for c in cases:
         r = c["row"]
         pred = "" if c["predicted"] is None else f"{c['predicted']:8.4f}"
@@ -196,29 +227,53 @@ def main(argv=None, record_results: bool = False) -> int:
         imp = "-" if c["implied"] is None else f"{c['implied']:.3f}"
         slots = "" if c["slots"] is None else f"{c['slots']:9.0f}"
         ep = r["ranks"] if r["granularity"] == "rank" else "-"
-        print(f"{r['case_id']:>3} {r['source_key']:<19} {r['experts']:>4} {r.get('topk') or '?':>2} {ep:>3} "
-              f"{r['balancing']:<16} {r['statistic']:<15} {r.get('capacity_factor') or '':>5} {slots:>9} | "
-              f"{c['measured']:8.4f} {pred:>8} {err:>8} | {imp:>10}  {r['training_phase']}")
+        print(
+            f"{r['case_id']:>3} {r['source_key']:<19} {r['experts']:>4} {r.get('topk') or '?':>2} {ep:>3} "
+            f"{r['balancing']:<16} {r['statistic']:<15} {r.get('capacity_factor') or '':>5} {slots:>9} | "
+            f"{c['measured']:8.4f} {pred:>8} {err:>8} | {imp:>10}  {r['training_phase']}"
+        )
     print(f"\n{'group':<48} {'n':>3} {'mean|e|':>8} {'signed':>8} {'max|e|':>8}")
     g = groups(cases)
     for name, cs in g.items():
         e = [c["err"] for c in cs]
-        print(f"{name:<48} {len(cs):>3} {100 * statistics.mean(map(abs, e)):7.1f}% {100 * statistics.mean(e):+7.1f}% "
-              f"{100 * max(map(abs, e)):7.1f}%")
+        print(
+            f"{name:<48} {len(cs):>3} {100 * statistics.mean(map(abs, e)):7.1f}% {100 * statistics.mean(e):+7.1f}% "
+            f"{100 * max(map(abs, e)):7.1f}%"
+        )
     aux = g.get("aux_loss (the default's balancing)", [])
     mean = statistics.mean(abs(c["err"]) for c in aux) if aux else math.inf
     checked = [c["err"] for c in g.get("all checked", [])]
-    results_io.record("component_routing", argv, enabled=record_results and args.csv == DATA,
-                      title="MoE routing imbalance against published expert-load statistics",
-                      headline={"checked cases": len(checked),
-                                "mean |err| %": results_io.pct(statistics.mean(map(abs, checked)) if checked else None),
-                                "signed %": results_io.pct(statistics.mean(checked) if checked else None),
-                                "aux-loss cases": len(aux), "aux-loss mean |err| %": results_io.pct(mean if aux else None)},
-                      targets=[{"name": f"aux-loss rows mean |err| <= {AUX_LOSS_MEAN_LIMIT:.0%}", "met": mean <= AUX_LOSS_MEAN_LIMIT}],
-                      table=[{"group": n, "cases": len(cs), "mean |err| %": results_io.pct(statistics.mean(abs(c["err"]) for c in cs)),
-                              "signed %": results_io.pct(statistics.mean(c["err"] for c in cs))} for n, cs in g.items()],
-                      inputs=["costmodel", "benchmarks/component_routing.py", "benchmarks/data/components/moe_routing.csv",
-                              "benchmarks/data/components/moe_routing_counts.csv"])
+    results_io.record(
+        "component_routing",
+        argv,
+        enabled=record_results and args.csv == DATA,
+        title="MoE routing imbalance against published expert-load statistics",
+        headline={
+            "checked cases": len(checked),
+            "mean |err| %": results_io.pct(statistics.mean(map(abs, checked)) if checked else None),
+            "signed %": results_io.pct(statistics.mean(checked) if checked else None),
+            "aux-loss cases": len(aux),
+            "aux-loss mean |err| %": results_io.pct(mean if aux else None),
+        },
+        targets=[
+            {"name": f"aux-loss rows mean |err| <= {AUX_LOSS_MEAN_LIMIT:.0%}", "met": mean <= AUX_LOSS_MEAN_LIMIT}
+        ],
+        table=[
+            {
+                "group": n,
+                "cases": len(cs),
+                "mean |err| %": results_io.pct(statistics.mean(abs(c["err"]) for c in cs)),
+                "signed %": results_io.pct(statistics.mean(c["err"] for c in cs)),
+            }
+            for n, cs in g.items()
+        ],
+        inputs=[
+            "costmodel",
+            "benchmarks/component_routing.py",
+            "benchmarks/data/components/moe_routing.csv",
+            "benchmarks/data/components/moe_routing_counts.csv",
+        ],
+    )
     if args.check and mean > AUX_LOSS_MEAN_LIMIT:
         print(f"check: aux-loss rows mean |err| {100 * mean:.1f}% > {100 * AUX_LOSS_MEAN_LIMIT:.0f}%")
         return 1

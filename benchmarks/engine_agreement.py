@@ -65,31 +65,58 @@ def main(argv=None, record_results: bool = False) -> int:
                 worst.append((abs(d), prob[0], c, d, cause, pa, pg))
         absd = sorted(abs(x) for x in ds)
         all_d += ds
-        per.append({"problem": prob[0], "plans": len(ds), "median %": results_io.pct(statistics.median(absd), 2),
-                    "p90 %": results_io.pct(absd[int(0.9 * (len(absd) - 1))], 2), "max %": results_io.pct(absd[-1], 2),
-                    "mean signed %": results_io.pct(statistics.mean(ds), 2)})
-        print(f"{prob[0]:<38} {len(ds):>5} {100 * statistics.median(absd):>8.2f} "
-              f"{100 * absd[int(0.9 * (len(absd) - 1))]:>7.2f} {100 * absd[-1]:>7.2f} {100 * statistics.mean(ds):>+13.2f}")
+        per.append(
+            {
+                "problem": prob[0],
+                "plans": len(ds),
+                "median %": results_io.pct(statistics.median(absd), 2),
+                "p90 %": results_io.pct(absd[int(0.9 * (len(absd) - 1))], 2),
+                "max %": results_io.pct(absd[-1], 2),
+                "mean signed %": results_io.pct(statistics.mean(ds), 2),
+            }
+        )
+        print(
+            f"{prob[0]:<38} {len(ds):>5} {100 * statistics.median(absd):>8.2f} "
+            f"{100 * absd[int(0.9 * (len(absd) - 1))]:>7.2f} {100 * absd[-1]:>7.2f} {100 * statistics.mean(ds):>+13.2f}"
+        )
     absd = sorted(abs(x) for x in all_d)
-    print(f"{'all':<38} {len(absd):>5} {100 * statistics.median(absd):>8.2f} "
-          f"{100 * absd[int(0.9 * (len(absd) - 1))]:>7.2f} {100 * absd[-1]:>7.2f} {100 * statistics.mean(all_d):>+13.2f}")
+    print(
+        f"{'all':<38} {len(absd):>5} {100 * statistics.median(absd):>8.2f} "
+        f"{100 * absd[int(0.9 * (len(absd) - 1))]:>7.2f} {100 * absd[-1]:>7.2f} {100 * statistics.mean(all_d):>+13.2f}"
+    )
     print(f"\n{len(absd)} plans in {time.perf_counter() - t0:.0f} s; targets: median <= 1%, p90 <= 3%, max <= 8%")
     med, p90, mx = statistics.median(absd), absd[int(0.9 * (len(absd) - 1))], absd[-1]
-    results_io.record("engine_agreement", argv, enabled=record_results and a.per_problem == 60 and a.seed == 0,
-                      title="the closed form (analytic engine) against the op-graph scheduler, random plans",
-                      headline={"plans": len(absd), "median |diff| %": results_io.pct(med, 2),
-                                "p90 |diff| %": results_io.pct(p90, 2), "max |diff| %": results_io.pct(mx, 2),
-                                "plans beyond 3%": sum(abs(x) > 0.03 for x in all_d)},
-                      targets=[{"name": "median <= 1%", "met": med <= 0.01}, {"name": "p90 <= 3%", "met": p90 <= 0.03},
-                               {"name": "max <= 8%", "met": mx <= 0.08}],
-                      table=per, inputs=["costmodel", "planner", "benchmarks/engine_agreement.py"])
+    results_io.record(
+        "engine_agreement",
+        argv,
+        enabled=record_results and a.per_problem == 60 and a.seed == 0,
+        title="the closed form (analytic engine) against the op-graph scheduler, random plans",
+        headline={
+            "plans": len(absd),
+            "median |diff| %": results_io.pct(med, 2),
+            "p90 |diff| %": results_io.pct(p90, 2),
+            "max |diff| %": results_io.pct(mx, 2),
+            "plans beyond 3%": sum(abs(x) > 0.03 for x in all_d),
+        },
+        targets=[
+            {"name": "median <= 1%", "met": med <= 0.01},
+            {"name": "p90 <= 3%", "met": p90 <= 0.03},
+            {"name": "max <= 8%", "met": mx <= 0.08},
+        ],
+        table=per,
+        inputs=["costmodel", "planner", "benchmarks/engine_agreement.py"],
+    )
     if worst:
         print("\nplans beyond 3% (or all with --rows), worst first: the step component whose estimates differ most")
         for _, label, c, d, cause, pa, pg in sorted(worst, key=lambda x: -x[0])[:25]:
-            cfg = (f"tp{c.tp} pp{c.pp} dp{c.dp} ep{c.ep} cp{c.cp} v{c.vp} mb{c.mb} sp{int(c.sp)} z{c.zero} "
-                   f"{c.recompute} b{c.bucket_bytes / 1e6:.0f} k{c.chunks} lps={c.layers_per_stage}")
-            print(f"{100 * d:+6.1f}% {label[:22]:<22} {cfg}\n        {cause}: analytic {pa[cause]:.3f} s, "
-                  f"graph {pg[cause]:.3f} s  (" + ", ".join(f"{k} {pa[k]:.3f}/{pg[k]:.3f}" for k in PARTS) + ")")
+            cfg = (
+                f"tp{c.tp} pp{c.pp} dp{c.dp} ep{c.ep} cp{c.cp} v{c.vp} mb{c.mb} sp{int(c.sp)} z{c.zero} "
+                f"{c.recompute} b{c.bucket_bytes / 1e6:.0f} k{c.chunks} lps={c.layers_per_stage}"
+            )
+            print(
+                f"{100 * d:+6.1f}% {label[:22]:<22} {cfg}\n        {cause}: analytic {pa[cause]:.3f} s, "
+                f"graph {pg[cause]:.3f} s  (" + ", ".join(f"{k} {pa[k]:.3f}/{pg[k]:.3f}" for k in PARTS) + ")"
+            )
     return 0
 
 

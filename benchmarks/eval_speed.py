@@ -25,8 +25,9 @@ CASES = [("gpt3-175b", "a100-80g", 1024, 1536, 2048), ("gpt-1t", "a100-80g", 307
 
 
 def configs(gpus):
-    for tp, pp, mb, sp, rec in itertools.product([2, 4, 8], [4, 8, 16, 32, 64], [1, 2], [False, True],
-                                                 ["selective", "full"]):
+    for tp, pp, mb, sp, rec in itertools.product(
+        [2, 4, 8], [4, 8, 16, 32, 64], [1, 2], [False, True], ["selective", "full"]
+    ):
         if gpus % (tp * pp) == 0:
             yield ParallelConfig(tp=tp, pp=pp, dp=gpus // (tp * pp), mb=mb, sp=sp, recompute=rec)
 
@@ -49,14 +50,29 @@ def main(argv=None, record_results: bool = False) -> int:
                 except PlannerError:
                     pass
             dt = time.perf_counter() - t0
-            print(f"{name:<10} {gpus:>5} GPUs  {label}: {n} valid configs in {dt * 1e3:7.1f} ms "
-                  f"-> {n / dt:8.0f} evaluations/s ({dt / max(n, 1) * 1e3:.2f} ms each)")
-            rows.append({"model": name, "gpus": gpus, "caches": label, "configs": n, "evaluations/s": round(n / dt),
-                         "ms each": round(dt / max(n, 1) * 1e3, 2)})
-    results_io.record("eval_speed", argv, enabled=record_results,
-                      title="evaluations per second of the analytical cost model, one core",
-                      headline={f"{r['model']} {r['caches']} evaluations/s": r["evaluations/s"] for r in rows},
-                      table=rows, inputs=["costmodel", "benchmarks/eval_speed.py"])
+            print(
+                f"{name:<10} {gpus:>5} GPUs  {label}: {n} valid configs in {dt * 1e3:7.1f} ms "
+                f"-> {n / dt:8.0f} evaluations/s ({dt / max(n, 1) * 1e3:.2f} ms each)"
+            )
+            rows.append(
+                {
+                    "model": name,
+                    "gpus": gpus,
+                    "caches": label,
+                    "configs": n,
+                    "evaluations/s": round(n / dt),
+                    "ms each": round(dt / max(n, 1) * 1e3, 2),
+                }
+            )
+    results_io.record(
+        "eval_speed",
+        argv,
+        enabled=record_results,
+        title="evaluations per second of the analytical cost model, one core",
+        headline={f"{r['model']} {r['caches']} evaluations/s": r["evaluations/s"] for r in rows},
+        table=rows,
+        inputs=["costmodel", "benchmarks/eval_speed.py"],
+    )
     return 0
 
 

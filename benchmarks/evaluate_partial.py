@@ -101,9 +101,20 @@ def unstatable(row) -> list[str]:
 def namespace(command: str, row, flags: list[str]) -> argparse.Namespace:
     """The parsed command line ``planner <command> --model ... <flags>`` (the model and cluster names
     are placeholders: the row's own objects are used)."""
-    problem = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", str(row.gpus),
-               "--global-batch", str(row.workload.global_batch), "--seq", str(row.workload.seq_len),
-               "--dtype", row.workload.dtype]
+    problem = [
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-sxm",
+        "--gpus",
+        str(row.gpus),
+        "--global-batch",
+        str(row.workload.global_batch),
+        "--seq",
+        str(row.workload.seq_len),
+        "--dtype",
+        row.workload.dtype,
+    ]
     return build_parser().parse_args([command, *problem, *flags])
 
 
@@ -120,8 +131,7 @@ def run_recommend(row, flags):
     problem = problem_of(args, row.model, row.cluster, row.workload)
     _cold()
     t0 = time.perf_counter()
-    r = solve(problem, SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed,
-                                    rescore=True))
+    r = solve(problem, SolveOptions(time_limit_s=args.time_limit, workers=args.workers, seed=args.seed, rescore=True))
     took = time.perf_counter() - t0
     return (r.best.reported if r.best is not None else None), took
 
@@ -136,9 +146,11 @@ def main(argv=None, record_results: bool = False) -> int:
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--limit", type=int, help="only the first N rows")
     args = ap.parse_args(argv)
-    rows = rows_of(args.set, args.source)[:args.limit]
-    print(f"{'row':>5} {'source':22} {'gpus':>5} {'meas s':>8} {'eval s':>8} {'err':>7} {'rec s':>8} {'err':>7} "
-          f"{'t eval':>7} {'t rec':>7}  stated / chosen")
+    rows = rows_of(args.set, args.source)[: args.limit]
+    print(
+        f"{'row':>5} {'source':22} {'gpus':>5} {'meas s':>8} {'eval s':>8} {'err':>7} {'rec s':>8} {'err':>7} "
+        f"{'t eval':>7} {'t rec':>7}  stated / chosen"
+    )
     errs_e, errs_r, t_e, t_r, differ, by_set, unanswered = [], [], [], [], [], {}, []
     for row in rows:
         flags = stated_flags(row)
@@ -149,8 +161,10 @@ def main(argv=None, record_results: bool = False) -> int:
             print(f"{row.row_id:>5} {row.source:22} refused: {e}")
             continue
         if rec is None:
-            print(f"{row.row_id:>5} {row.source:22} recommend found no plan; evaluate {est.step_time_s:.3f} s "
-                  f"({note or 'completed'})")
+            print(
+                f"{row.row_id:>5} {row.source:22} recommend found no plan; evaluate {est.step_time_s:.3f} s "
+                f"({note or 'completed'})"
+            )
             unanswered.append(row.row_id)
             continue
         ee, er = est.step_time_s / row.measured_s - 1, rec.step_time_s / row.measured_s - 1
@@ -163,42 +177,75 @@ def main(argv=None, record_results: bool = False) -> int:
         if not same:
             differ.append((row.row_id, est.config, rec.config))
         extra = unstatable(row)
-        print(f"{row.row_id:>5} {row.source:22} {row.gpus:>5} {row.measured_s:>8.3f} {est.step_time_s:>8.3f} "
-              f"{100 * ee:>+6.1f}% {rec.step_time_s:>8.3f} {100 * er:>+6.1f}% {te:>7.2f} {tr:>7.2f}  "
-              f"{' '.join(flags)} / {' '.join(f'{k}={v}' for k, v in chosen.items())}"
-              + (f"; {note}" if note else "") + (f"; not statable: {', '.join(extra)}" if extra else "")
-              + ("" if same else "  DIFFERENT PLAN"))
+        print(
+            f"{row.row_id:>5} {row.source:22} {row.gpus:>5} {row.measured_s:>8.3f} {est.step_time_s:>8.3f} "
+            f"{100 * ee:>+6.1f}% {rec.step_time_s:>8.3f} {100 * er:>+6.1f}% {te:>7.2f} {tr:>7.2f}  "
+            f"{' '.join(flags)} / {' '.join(f'{k}={v}' for k, v in chosen.items())}"
+            + (f"; {note}" if note else "")
+            + (f"; not statable: {', '.join(extra)}" if extra else "")
+            + ("" if same else "  DIFFERENT PLAN")
+        )
     if not errs_e:
         return 1
     me, mr = 100 * statistics.mean(errs_e), 100 * statistics.mean(errs_r)
-    print(f"\n{len(errs_e)} rows: mean |err| evaluate {me:.2f}%, pinned recommend {mr:.2f}%, difference "
-          f"{me - mr:+.2f} points (target within 0.5); median seconds per call: evaluate "
-          f"{statistics.median(t_e):.3f} s, recommend {statistics.median(t_r):.3f} s")
+    print(
+        f"\n{len(errs_e)} rows: mean |err| evaluate {me:.2f}%, pinned recommend {mr:.2f}%, difference "
+        f"{me - mr:+.2f} points (target within 0.5); median seconds per call: evaluate "
+        f"{statistics.median(t_e):.3f} s, recommend {statistics.median(t_r):.3f} s"
+    )
     for name, es in by_set.items():
-        print(f"   {name} set, {len(es)} rows: mean |err| evaluate {100 * statistics.mean(e for e, _ in es):.2f}%, "
-              f"pinned recommend {100 * statistics.mean(r for _, r in es):.2f}%")
-    print(f"{len(differ)} rows where the two return different plans" +
-          (": " + ", ".join(d[0] for d in differ) if differ else ""))
+        print(
+            f"   {name} set, {len(es)} rows: mean |err| evaluate {100 * statistics.mean(e for e, _ in es):.2f}%, "
+            f"pinned recommend {100 * statistics.mean(r for _, r in es):.2f}%"
+        )
+    print(
+        f"{len(differ)} rows where the two return different plans"
+        + (": " + ", ".join(d[0] for d in differ) if differ else "")
+    )
     if unanswered:
-        print(f"{len(unanswered)} rows pinned recommend cannot plan (evaluate falls back to the framework's "
-              f"defaults and says so): {', '.join(unanswered)}")
-    results_io.record("evaluate_partial", argv,
-                      enabled=record_results and args.set == "all" and not args.source and args.limit is None,
-                      title="evaluate with what the source states against pinned recommend, every published row",
-                      headline={"rows": len(errs_e), "evaluate mean |err| %": round(me, 2),
-                                "pinned recommend mean |err| %": round(mr, 2), "rows with different plans": len(differ),
-                                "rows recommend cannot plan": len(unanswered),
-                                "evaluate median s": round(statistics.median(t_e), 3),
-                                "recommend median s": round(statistics.median(t_r), 3)},
-                      targets=[{"name": "mean |err| within 0.5 points", "met": abs(me - mr) <= 0.5},
-                               {"name": "evaluate's median seconds <= pinned recommend's",
-                                "met": statistics.median(t_e) <= statistics.median(t_r)}],
-                      inputs=["costmodel", "search", "planner", "benchmarks/evaluate_partial.py", "benchmarks/published",
-                              "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
+        print(
+            f"{len(unanswered)} rows pinned recommend cannot plan (evaluate falls back to the framework's "
+            f"defaults and says so): {', '.join(unanswered)}"
+        )
+    results_io.record(
+        "evaluate_partial",
+        argv,
+        enabled=record_results and args.set == "all" and not args.source and args.limit is None,
+        title="evaluate with what the source states against pinned recommend, every published row",
+        headline={
+            "rows": len(errs_e),
+            "evaluate mean |err| %": round(me, 2),
+            "pinned recommend mean |err| %": round(mr, 2),
+            "rows with different plans": len(differ),
+            "rows recommend cannot plan": len(unanswered),
+            "evaluate median s": round(statistics.median(t_e), 3),
+            "recommend median s": round(statistics.median(t_r), 3),
+        },
+        targets=[
+            {"name": "mean |err| within 0.5 points", "met": abs(me - mr) <= 0.5},
+            {
+                "name": "evaluate's median seconds <= pinned recommend's",
+                "met": statistics.median(t_e) <= statistics.median(t_r),
+            },
+        ],
+        inputs=[
+            "costmodel",
+            "search",
+            "planner",
+            "benchmarks/evaluate_partial.py",
+            "benchmarks/published",
+            "benchmarks/data/published_dev.csv",
+            "benchmarks/data/published_new.csv",
+        ],
+    )
     for rid, a, b in differ:
         da, db = a.to_dict(), b.to_dict()
-        print(f"   {rid}: evaluate " + " ".join(f"{k}={da[k]}" for k in da if da[k] != db.get(k))
-              + " | recommend " + " ".join(f"{k}={db[k]}" for k in db if da.get(k) != db[k]))
+        print(
+            f"   {rid}: evaluate "
+            + " ".join(f"{k}={da[k]}" for k in da if da[k] != db.get(k))
+            + " | recommend "
+            + " ".join(f"{k}={db[k]}" for k in db if da.get(k) != db[k])
+        )
     return 0
 
 

@@ -101,13 +101,18 @@ def build(p: Problem):
     spv, chv, zv = [False, True], sorted(set(p.limits.chunk_options) | {1}), [0, 1, 2, 3]
     recv = sorted({k for k, _ in recompute_values(p, L)})
     one = {"sp": f.onehot("sp", spv), "ch": f.onehot("ch", chv), "z": f.onehot("z", zv), "rec": f.onehot("rec", recv)}
-    pos_of = {name: {v: i for i, v in enumerate(vals)} for name, vals in
-              (("sp", spv), ("ch", chv), ("z", zv), ("rec", recv))}
+    pos_of = {
+        name: {v: i for i, v in enumerate(vals)} for name, vals in (("sp", spv), ("ch", chv), ("z", zv), ("rec", recv))
+    }
     oi = {name: sum(pos_of[name][v] * lit for v, lit in one[name].items()) for name in one}
     for g in groups:  # what each group allows: search.candidates, the one source
         s = g[0]
-        allowed = {"sp": sp_values(p, s), "ch": chunk_values(p, s), "z": zero_values(p, s),
-                   "rec": [k for k, _ in recompute_values(p, max_stage_layers(p, s.pp, g[2]))]}
+        allowed = {
+            "sp": sp_values(p, s),
+            "ch": chunk_values(p, s),
+            "z": zero_values(p, s),
+            "rec": [k for k, _ in recompute_values(p, max_stage_layers(p, s.pp, g[2]))],
+        }
         for name, ok in allowed.items():
             for v, lit in one[name].items():
                 if v not in ok:
@@ -150,8 +155,10 @@ def build(p: Problem):
             c0 = Choice(s, mb, 1, sp, 1, 0, "none", None, 40.0, p.framework)
             for kind in xt:
                 xt[kind][li * nS + si] = int(ticks(b.extras(c0, kind)[0], res))
-    U = {moe: f.element(f"U{int(moe)}", ((lay_i * nS + oi["sp"]) * nC + oi["ch"]) * nR + oi["rec"], u[moe])
-         for moe in (False, True)}
+    U = {
+        moe: f.element(f"U{int(moe)}", ((lay_i * nS + oi["sp"]) * nC + oi["ch"]) * nR + oi["rec"], u[moe])
+        for moe in (False, True)
+    }
     A = {moe: f.element(f"A{int(moe)}", (lay_i * nS + oi["sp"]) * nR + oi["rec"], a[moe]) for moe in (False, True)}
     X = {kind: f.element(f"X{kind}", lay_i * nS + oi["sp"], v) for kind, v in xt.items()}
     timings = len(t._layer) - timings_before
@@ -191,7 +198,8 @@ def build(p: Problem):
     kinds_of = {"first": ("first", "only"), "mid": ("mid",), "last": ("last",)}
     # ---- stage times and the pipeline: (m - 1/v) * slowest + sum / v, scaled by V_LCM
     hi_t = L * max(max(v for v in u[moe] if v is not None) for moe in (False, True)) + max(
-        max(v for v in xs if v is not None) for xs in xt.values())
+        max(v for v in xs if v is not None) for xs in xt.values()
+    )
     T = {pos: m.new_int_var(0, hi_t, f"T{pos}") for pos in POS}
     for pos in POS:
         for kind in kinds_of[pos]:
@@ -200,7 +208,8 @@ def build(p: Problem):
                 if k:
                     nd, nm = dense_moe(pos, k)
                     m.add(T[pos] >= nd * U[False] + nm * U[True] + extras).only_enforce_if(
-                        [yk] + first_kind_literals(kind))
+                        [yk] + first_kind_literals(kind)
+                    )
     slow = m.new_int_var(0, hi_t, "slow")
     for pos in POS:
         m.add(slow >= T[pos])
@@ -224,27 +233,42 @@ def build(p: Problem):
             for sh in shapes:
                 present = (kind == "only") == (sh.pp == 1) and (kind != "mid" or sh.pp > 2)
                 for z in zv:
-                    arr = (t.state(Choice(sh, 1, 1, False, 1, z, "none", None, 40.0, p.framework), kind)["state"]
-                           if present else np.zeros(L + 1)) / MiB
+                    arr = (
+                        t.state(Choice(sh, 1, 1, False, 1, z, "none", None, 40.0, p.framework), kind)["state"]
+                        if present
+                        else np.zeros(L + 1)
+                    ) / MiB
                     slope = float(np.min(np.diff(arr[1:]))) if L > 1 else 0.0
                     s1.append(int(np.floor(slope)))
                     s0.append(int(np.floor(np.min(arr[1:] - np.arange(1, L + 1) * np.floor(slope)))))
-            sz = (shape_i * len(zv) + oi["z"])
+            sz = shape_i * len(zv) + oi["z"]
             S0, S1 = f.element(f"S0{kind}", sz, s0), f.element(f"S1{kind}", sz, s1)
-            infl = [int(np.floor(V_LCM * (1 + frag) * in_flight_chunks(
-                g[0].pp, p.workload.global_batch // (g[0].dp * g[1]), g[2], STAGE_OF.get(kind, g[0].pp - 1)) / g[2]))
-                for g in groups]
+            infl = [
+                int(
+                    np.floor(
+                        V_LCM
+                        * (1 + frag)
+                        * in_flight_chunks(
+                            g[0].pp, p.workload.global_batch // (g[0].dp * g[1]), g[2], STAGE_OF.get(kind, g[0].pp - 1)
+                        )
+                        / g[2]
+                    )
+                )
+                for g in groups
+            ]
             F = f.element(f"F{kind}", group_i, infl)
             act = {}
             for moe in (False, True):
-                act[moe] = m.new_int_var(0, max(max(v for v in a[moe] if v is not None), 1) * max(infl),
-                                         f"act{kind}{int(moe)}")
+                act[moe] = m.new_int_var(
+                    0, max(max(v for v in a[moe] if v is not None), 1) * max(infl), f"act{kind}{int(moe)}"
+                )
                 m.add_multiplication_equality(act[moe], [A[moe], F])
             for k, yk in y[pos].items():
                 if k:
                     nd, nm = dense_moe(pos, k)
                     m.add(V_LCM * (S0 + k * S1 + R0) + nd * act[False] + nm * act[True] <= V_LCM * cap).only_enforce_if(
-                        [yk] + first_kind_literals(kind))
+                        [yk] + first_kind_literals(kind)
+                    )
     m.minimize(pipe + fill)
     return f, x, one, y, timings
 
@@ -257,7 +281,11 @@ def hint(f: Factored, x: dict, one: dict, y: dict, plan) -> None:
     for name, v in (("sp", c.sp), ("ch", c.chunks), ("z", c.zero), ("rec", c.recompute)):
         for value, lit in one[name].items():
             f.m.add_hint(lit, value == v)
-    counts = {"first": split.first, "mid": split.mid if c.shape.pp > 2 else 0, "last": split.last if c.shape.pp > 1 else 0}
+    counts = {
+        "first": split.first,
+        "mid": split.mid if c.shape.pp > 2 else 0,
+        "last": split.last if c.shape.pp > 1 else 0,
+    }
     for pos, lits in y.items():
         for k, lit in lits.items():
             f.m.add_hint(lit, k == counts[pos])
@@ -265,8 +293,12 @@ def hint(f: Factored, x: dict, one: dict, y: dict, plan) -> None:
 
 def run(case, time_limit_s: float, workers: int, with_hint: bool) -> dict:
     label, model_name, cluster, gpus, batch, seq = case
-    p = Problem(model=load_model(model_name), cluster=load_cluster(cluster).with_gpus(gpus),
-                workload=Workload(global_batch=batch, seq_len=seq), limits=Limits(partial_recompute=False))
+    p = Problem(
+        model=load_model(model_name),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+        limits=Limits(partial_recompute=False),
+    )
     cold()
     t0 = time.perf_counter()
     r = solve(p, SolveOptions(workers=workers, seed=0))
@@ -285,10 +317,20 @@ def run(case, time_limit_s: float, workers: int, with_hint: bool) -> dict:
     cp_s = time.perf_counter() - t0
     found = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     scale = f.t.res_s / V_LCM
-    return dict(label=label, groups=len(x), entries=f.entries, timings=timings, build_s=build_s,
-                status=solver.status_name(code), obj=solver.objective_value * scale if found else None,
-                bound=solver.best_objective_bound * scale, cp_s=cp_s, bb_status=r.status, bb_s=bb_s,
-                bb_obj=r.objective_s)
+    return dict(
+        label=label,
+        groups=len(x),
+        entries=f.entries,
+        timings=timings,
+        build_s=build_s,
+        status=solver.status_name(code),
+        obj=solver.objective_value * scale if found else None,
+        bound=solver.best_objective_bound * scale,
+        cp_s=cp_s,
+        bb_status=r.status,
+        bb_s=bb_s,
+        bb_obj=r.objective_s,
+    )
 
 
 def main(argv=None) -> int:
@@ -299,17 +341,24 @@ def main(argv=None) -> int:
     ap.add_argument("--hint", action="store_true", help="start CP-SAT from the search's best plan")
     args = ap.parse_args(argv)
     cases = [c for c in CASES if not args.cases or any(s.lower() in c[0].lower() for s in args.cases.split(","))]
-    print(f"{'case':<30} {'groups':>6} {'entries':>8} {'timings':>8} {'build s':>8} {'CP-SAT':>9} {'s':>7} "
-          f"{'relaxed obj s':>13} {'bound s':>9} | {'search':>8} {'s':>6} {'objective s':>11}")
+    print(
+        f"{'case':<30} {'groups':>6} {'entries':>8} {'timings':>8} {'build s':>8} {'CP-SAT':>9} {'s':>7} "
+        f"{'relaxed obj s':>13} {'bound s':>9} | {'search':>8} {'s':>6} {'objective s':>11}"
+    )
     for case in cases:
         r = run(case, args.time_limit, args.workers, args.hint)
         obj = f"{r['obj']:.3f}" if r["obj"] is not None else "-"
-        print(f"{r['label']:<30} {r['groups']:>6} {r['entries']:>8,} {r['timings']:>8,} {r['build_s']:>8.2f} "
-              f"{r['status']:>9} {r['cp_s']:>7.1f} {obj:>13} {r['bound']:>9.3f} | {r['bb_status']:>8} "
-              f"{r['bb_s']:>6.2f} {r['bb_obj']:>11.3f}", flush=True)
+        print(
+            f"{r['label']:<30} {r['groups']:>6} {r['entries']:>8,} {r['timings']:>8,} {r['build_s']:>8.2f} "
+            f"{r['status']:>9} {r['cp_s']:>7.1f} {obj:>13} {r['bound']:>9.3f} | {r['bb_status']:>8} "
+            f"{r['bb_s']:>6.2f} {r['bb_obj']:>11.3f}",
+            flush=True,
+        )
     print("\nentries: table entries the factored model holds (AddElement); timings: per-layer timings built for them;")
     print("CP-SAT: the factored relaxation (no DP/ZeRO exposure, optimizer, PP p2p: its optimum is <= the search's);")
-    print("search: search.solve on the same space (branch and bound in presolve, CP-SAT on the survivors, full objective)")
+    print(
+        "search: search.solve on the same space (branch and bound in presolve, CP-SAT on the survivors, full objective)"
+    )
     return 0
 
 

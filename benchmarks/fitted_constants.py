@@ -44,19 +44,36 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.calibrate import errors, family, fitted_families, with_constants
-from benchmarks.component_kernels import (attention_key, attention_row_time_s, gemm_key, gemm_row_time_s,
-                                          kernel_class, load_rows, row_flops)
+from benchmarks.component_kernels import (
+    attention_key,
+    attention_row_time_s,
+    gemm_key,
+    gemm_row_time_s,
+    kernel_class,
+    load_rows,
+    row_flops,
+)
 from benchmarks.published import load_set, predict
-from costmodel.physics.kernels.kernel_fits import (ATTENTION_FITS, GEMM_FITS, REF_HEAD_DIM, REF_SEQ, STREAM_FITS,
-                                                   attention_utilization)
+from costmodel.physics.kernels.kernel_fits import (
+    ATTENTION_FITS,
+    GEMM_FITS,
+    REF_HEAD_DIM,
+    REF_SEQ,
+    STREAM_FITS,
+    attention_utilization,
+)
 from costmodel.spec.presets import load_cluster
 
 CLOCKS = Path(__file__).resolve().parent / "data" / "components" / "sustained_clocks.csv"
 #: fitted family -> the device family of benchmarks/data/components/sustained_clocks.csv
 CLOCK_FAMILY = {"H100-class BF16": "Hopper", "H100-class FP8": "Hopper", "B200 FP8": "B200", "B200 BF16": "B200"}
 #: fitted family (benchmarks/calibrate.py label) -> the component group(s) it is compared with
-GEMM_COMPONENT = {"A100 BF16": ("A100", "bf16"), "H100-class BF16": ("H100", "bf16"),
-                  "H100-class FP8": ("H100", "fp8"), "B200 FP8": ("B200", "fp8")}
+GEMM_COMPONENT = {
+    "A100 BF16": ("A100", "bf16"),
+    "H100-class BF16": ("H100", "bf16"),
+    "H100-class FP8": ("H100", "fp8"),
+    "B200 FP8": ("B200", "fp8"),
+}
 ATTENTION_LABEL = "H100-class attention (cuDNN-class kernel)"
 
 
@@ -74,6 +91,7 @@ def fit_family(rows, field: str, values: list[float]):
         def m(i):
             vals = [E[k][i] for k in keys if E[k][i] is not None]
             return statistics.mean(abs(e) for e in vals) if vals else float("inf")
+
         return min((m(i), values[i]) for i in range(len(values)))
 
     err, v = best(list(E))
@@ -108,7 +126,9 @@ def attention_component():
     for direction in ("fwd", "bwd"):
         f = ATTENTION_FITS[("H100", "cudnn", direction)]
         levels.append(f.eta * attention_utilization(REF_SEQ, REF_HEAD_DIM, True, f.l0_tokens, f.d0))
-        kr += [r for r in load_rows() if r["kernel"] == "attention" and attention_key(r) == ("H100", "cudnn", direction)]
+        kr += [
+            r for r in load_rows() if r["kernel"] == "attention" and attention_key(r) == ("H100", "cudnn", direction)
+        ]
     band = _kernel_band(kr, lambda r: attention_row_time_s(r, "kernel"))
     return statistics.mean(levels), band, len(kr), "cuDNN fused attention fwd/bwd (FlashAttention-3 paper figures)"
 
@@ -156,10 +176,18 @@ def implied_levels(rows) -> list[dict]:
         a = (e0.step_time_s - e1.step_time_s) / (1 / eta0 - 1 / (1.1 * eta0))
         rest = e0.step_time_s - a / eta0
         comm = sum(v for k, v in e0.breakdown.items() if k.endswith("_exposed_s")) + e0.breakdown["interference_s"]
-        out.append({"family": label, "row": f"{r.set} {r.row_id}", "source": r.source, "gpus": r.gpus,
-                    "moe": r.model.is_moe, "gemm_share": a / eta0 / e0.step_time_s,
-                    "comm_share": comm / e0.step_time_s,
-                    "eta": a / (r.measured_s - rest) if r.measured_s > rest else float("inf")})
+        out.append(
+            {
+                "family": label,
+                "row": f"{r.set} {r.row_id}",
+                "source": r.source,
+                "gpus": r.gpus,
+                "moe": r.model.is_moe,
+                "gemm_share": a / eta0 / e0.step_time_s,
+                "comm_share": comm / e0.step_time_s,
+                "eta": a / (r.measured_s - rest) if r.measured_s > rest else float("inf"),
+            }
+        )
     return out
 
 
@@ -168,19 +196,27 @@ def print_implied(levels: list[dict]) -> None:
     print(f"{'family':<18} {'scale':<12} {'rows':>4} {'median':>7} {'p10-p90':>11}")
     for fam in sorted({x["family"] for x in levels}):
         mine = [x for x in levels if x["family"] == fam and np.isfinite(x["eta"])]
-        for scale, sel in (("1 GPU", lambda x: x["gpus"] == 1), ("1 node", lambda x: 1 < x["gpus"] <= 8),
-                           ("multi-node", lambda x: x["gpus"] > 8), ("all", lambda x: True)):
+        for scale, sel in (
+            ("1 GPU", lambda x: x["gpus"] == 1),
+            ("1 node", lambda x: 1 < x["gpus"] <= 8),
+            ("multi-node", lambda x: x["gpus"] > 8),
+            ("all", lambda x: True),
+        ):
             v = [x["eta"] for x in mine if sel(x)]
             if v:
-                print(f"{fam:<18} {scale:<12} {len(v):>4} {np.median(v):7.3f} "
-                      f"{np.percentile(v, 10):5.3f}-{np.percentile(v, 90):5.3f}")
+                print(
+                    f"{fam:<18} {scale:<12} {len(v):>4} {np.median(v):7.3f} "
+                    f"{np.percentile(v, 10):5.3f}-{np.percentile(v, 90):5.3f}"
+                )
         dense = [x for x in mine if not x["moe"]]
         if len(dense) >= 4:
             eta = np.array([x["eta"] for x in dense])
             for key in ("comm_share", "gemm_share"):
                 c = np.corrcoef([x[key] for x in dense], eta)[0, 1]
-                print(f"{fam:<18} dense rows: correlation of the implied level with {key}: {c:+.2f} "
-                      f"({len(dense)} rows, {key} {min(x[key] for x in dense):.2f}-{max(x[key] for x in dense):.2f})")
+                print(
+                    f"{fam:<18} dense rows: correlation of the implied level with {key}: {c:+.2f} "
+                    f"({len(dense)} rows, {key} {min(x[key] for x in dense):.2f}-{max(x[key] for x in dense):.2f})"
+                )
 
 
 def main(argv=None) -> int:
@@ -194,21 +230,29 @@ def main(argv=None) -> int:
         return 2
     rows = [r for r in load_set(args.set) if not r.skip]
     print(f"constants fitted end to end ({args.set} set, unsealed rows; values scanned at preset +- {args.span:g})")
-    print(f"{'constant':<44} {'rows':>4} {'src':>3} {'preset':>7} {'fit':>5} {'LOSO range':>11} "
-          f"{'component':>9} {'band':>6} {'preset/comp':>11}  verdict")
+    print(
+        f"{'constant':<44} {'rows':>4} {'src':>3} {'preset':>7} {'fit':>5} {'LOSO range':>11} "
+        f"{'component':>9} {'band':>6} {'preset/comp':>11}  verdict"
+    )
     details, composed = [], []
     ratios = sustained_ratios()
     for (label, field), fam in sorted(fitted_families(rows).items()):
         preset = statistics.mean(getattr(r.cluster.device, field) for r in fam)
         v, loso, err = fit_family(fam, field, grid(preset, args.span))
-        comp = attention_component() if label == ATTENTION_LABEL else (
-            gemm_component(GEMM_COMPONENT[label]) if label in GEMM_COMPONENT else None)
+        comp = (
+            attention_component()
+            if label == ATTENTION_LABEL
+            else (gemm_component(GEMM_COMPONENT[label]) if label in GEMM_COMPONENT else None)
+        )
         rng = f"{min(loso.values()):.2f}-{max(loso.values()):.2f}" if len(loso) > 1 else "one src"
         if comp:
             level, band, n_k, src = comp
             ratio = preset / level
-            verdict = ("within band" if abs(ratio - 1) <= band else
-                       f"OUTSIDE band by {100 * (abs(ratio - 1) - band):.0f} pts: a missing mechanism")
+            verdict = (
+                "within band"
+                if abs(ratio - 1) <= band
+                else f"OUTSIDE band by {100 * (abs(ratio - 1) - band):.0f} pts: a missing mechanism"
+            )
             ctext = f"{level:9.3f} {100 * band:5.1f}% {ratio:11.2f}"
             details.append(f"   {label}: component = {src} ({n_k} kernel rows)")
             if field != "attention_efficiency":
@@ -217,16 +261,22 @@ def main(argv=None) -> int:
                     composed.append(f"   {label}: no published sustained-clock measurement for this device family")
                 else:
                     inside = rng_c[0] <= preset <= rng_c[1] or rng_c[0] <= v <= rng_c[1]
-                    composed.append(f"   {label}: isolated {level:.3f} x sustained/short ratio "
-                                    f"{min(ratios[CLOCK_FAMILY[label]]):.2f}-{max(ratios[CLOCK_FAMILY[label]]):.2f} "
-                                    f"(+-{100 * band:.1f}% band) = {rng_c[0]:.3f}-{rng_c[1]:.3f}; preset {preset:.2f}, "
-                                    f"fit {v:.2f}: {'inside' if inside else 'OUTSIDE'}")
+                    composed.append(
+                        f"   {label}: isolated {level:.3f} x sustained/short ratio "
+                        f"{min(ratios[CLOCK_FAMILY[label]]):.2f}-{max(ratios[CLOCK_FAMILY[label]]):.2f} "
+                        f"(+-{100 * band:.1f}% band) = {rng_c[0]:.3f}-{rng_c[1]:.3f}; preset {preset:.2f}, "
+                        f"fit {v:.2f}: {'inside' if inside else 'OUTSIDE'}"
+                    )
         else:
             ctext, verdict = f"{'none':>9} {'':>6} {'':>11}", "no component data"
-        print(f"{label + ' ' + field:<44} {len(fam):>4} {len({r.source for r in fam}):>3} "
-              f"{preset_values(fam, field):>7} {v:5.2f} {rng:>11} {ctext}  {verdict}")
-        details.append(f"   {label}: fit mean |err| {100 * err:.2f}%; without each source: "
-                       + ", ".join(f"{s} {x:.2f}" for s, x in loso.items()))
+        print(
+            f"{label + ' ' + field:<44} {len(fam):>4} {len({r.source for r in fam}):>3} "
+            f"{preset_values(fam, field):>7} {v:5.2f} {rng:>11} {ctext}  {verdict}"
+        )
+        details.append(
+            f"   {label}: fit mean |err| {100 * err:.2f}%; without each source: "
+            + ", ".join(f"{s} {x:.2f}" for s, x in loso.items())
+        )
     print("\n".join(details))
     print("composed with sustained clocks (benchmarks/data/components/sustained_clocks.csv; not in the cost model):")
     print("\n".join(composed))
@@ -234,21 +284,31 @@ def main(argv=None) -> int:
     if h800:
         comp = gemm_component(("H800", "fp8"))
         lo, hi = composed_range("H100-class FP8", comp[0], comp[1], ratios)
-        print(f"   H100-class FP8: the same die's other FP8 kernel data: {h800.source}, eta {h800.eta:g} over {h800.rows} "
-              f"rows (H800; the H100 figure above rests on M = 128 GEMMs only); at sustained clocks "
-              f"{lo:.3f}-{hi:.3f} (+-{100 * comp[1]:.1f}% band)")
+        print(
+            f"   H100-class FP8: the same die's other FP8 kernel data: {h800.source}, eta {h800.eta:g} over {h800.rows} "
+            f"rows (H800; the H100 figure above rests on M = 128 GEMMs only); at sustained clocks "
+            f"{lo:.3f}-{hi:.3f} (+-{100 * comp[1]:.1f}% band)"
+        )
     if args.implied:
         print_implied(implied_levels(rows))
     h100 = load_cluster("h100-sxm")
     print("\nassumed, not fitted to step times (preset; component evidence):")
-    print(f"   mem_bw_efficiency {h100.device.mem_bw_efficiency:g} (all presets); weight-streaming GEMMs in isolation: "
-          + ", ".join(f"{k} {f.mem_bw_efficiency:g} ({f.rows} rows)" for k, f in sorted(STREAM_FITS.items())))
-    print(f"   kernel_overhead_s {1e6 * h100.device.kernel_overhead_s:g} us; isolated back-to-back kernels: "
-          + ", ".join(f"{k} {1e6 * f.kernel_overhead_s:g} us" for k, f in sorted(STREAM_FITS.items())))
-    print(f"   comm_compute_interference {load_cluster('a100-80g').device.comm_compute_interference:g} "
-          f"(h800 {load_cluster('h800').device.comm_compute_interference:g}); no component data in the repository")
-    print(f"   intra/inter link efficiency {h100.intra_link.efficiency:g}/{h100.inter_link.efficiency:g} (h100-sxm): "
-          "checked by benchmarks/component_collectives.py (RESULTS section 15)")
+    print(
+        f"   mem_bw_efficiency {h100.device.mem_bw_efficiency:g} (all presets); weight-streaming GEMMs in isolation: "
+        + ", ".join(f"{k} {f.mem_bw_efficiency:g} ({f.rows} rows)" for k, f in sorted(STREAM_FITS.items()))
+    )
+    print(
+        f"   kernel_overhead_s {1e6 * h100.device.kernel_overhead_s:g} us; isolated back-to-back kernels: "
+        + ", ".join(f"{k} {1e6 * f.kernel_overhead_s:g} us" for k, f in sorted(STREAM_FITS.items()))
+    )
+    print(
+        f"   comm_compute_interference {load_cluster('a100-80g').device.comm_compute_interference:g} "
+        f"(h800 {load_cluster('h800').device.comm_compute_interference:g}); no component data in the repository"
+    )
+    print(
+        f"   intra/inter link efficiency {h100.intra_link.efficiency:g}/{h100.inter_link.efficiency:g} (h100-sxm): "
+        "checked by benchmarks/component_collectives.py (RESULTS section 15)"
+    )
     return 0
 
 

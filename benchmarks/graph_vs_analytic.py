@@ -31,12 +31,33 @@ from costmodel.spec.workload import Workload
 
 ENGINES = ("analytic", "graph")
 SPEED = [  # (label, model, cluster, gpus, batch, seq, config)
-    ("GPT-3 175B / 128 A100, tp8 pp8 v3 sp", "gpt3-175b", "a100-80g", 128, 256, 2048,
-     ParallelConfig(tp=8, pp=8, dp=2, vp=3, sp=True, chunks=8, recompute="selective")),
-    ("Llama-3-70B / 64 H100, tp4 pp4 cp2 v5", "llama3-70b", "h100-sxm", 64, 128, 8192,
-     ParallelConfig(tp=4, pp=4, dp=2, cp=2, vp=5, sp=True, chunks=4, zero=1)),
-    ("GPT 1T / 3072 A100, tp8 pp64 v2 (Narayanan)", "gpt-1t", "a100-80g", 3072, 3072, 2048,
-     ParallelConfig(tp=8, pp=64, dp=6, vp=2, recompute="full", flash_attention=False, bucket_bytes=0)),
+    (
+        "GPT-3 175B / 128 A100, tp8 pp8 v3 sp",
+        "gpt3-175b",
+        "a100-80g",
+        128,
+        256,
+        2048,
+        ParallelConfig(tp=8, pp=8, dp=2, vp=3, sp=True, chunks=8, recompute="selective"),
+    ),
+    (
+        "Llama-3-70B / 64 H100, tp4 pp4 cp2 v5",
+        "llama3-70b",
+        "h100-sxm",
+        64,
+        128,
+        8192,
+        ParallelConfig(tp=4, pp=4, dp=2, cp=2, vp=5, sp=True, chunks=4, zero=1),
+    ),
+    (
+        "GPT 1T / 3072 A100, tp8 pp64 v2 (Narayanan)",
+        "gpt-1t",
+        "a100-80g",
+        3072,
+        3072,
+        2048,
+        ParallelConfig(tp=8, pp=64, dp=6, vp=2, recompute="full", flash_attention=False, bucket_bytes=0),
+    ),
 ]
 
 
@@ -71,13 +92,17 @@ def dev_set(show_rows: bool) -> dict:
             print(line)
     for eng in ENGINES:
         a = errs[eng]
-        print(f"{eng:<9} n={len(a)}  mean |err| {100 * statistics.mean(a):5.2f}%   max |err| {100 * max(a):5.2f}%"
-              f"   ({res[eng + '_time_s']:.1f} s for the dev set)")
+        print(
+            f"{eng:<9} n={len(a)}  mean |err| {100 * statistics.mean(a):5.2f}%   max |err| {100 * max(a):5.2f}%"
+            f"   ({res[eng + '_time_s']:.1f} s for the dev set)"
+        )
     return errs
 
 
 def speed() -> None:
-    print(f"\n{'plan':<44} {'analytic s':>11} {'graph s':>9} {'diff':>6}  {'cold ms (a / g)':>16}  {'warm ms (a / g)':>16}")
+    print(
+        f"\n{'plan':<44} {'analytic s':>11} {'graph s':>9} {'diff':>6}  {'cold ms (a / g)':>16}  {'warm ms (a / g)':>16}"
+    )
     for label, model, cl, gpus, batch, seq, c in SPEED:
         m, cluster, w = load_model(model), load_cluster(cl).with_gpus(gpus), Workload(global_batch=batch, seq_len=seq)
         step, cold, warm = {}, {}, {}
@@ -93,8 +118,10 @@ def speed() -> None:
             for _ in range(20):
                 evaluate(m, cluster, w, c, engine=eng)
             warm[eng] = (time.perf_counter() - t0) / 20
-        print(f"{label:<44} {step['analytic']:11.3f} {step['graph']:9.3f} {100 * (step['graph'] / step['analytic'] - 1):+5.1f}%"
-              f"  {cold['analytic'] * 1e3:7.1f} / {cold['graph'] * 1e3:6.1f}  {warm['analytic'] * 1e3:7.2f} / {warm['graph'] * 1e3:6.2f}")
+        print(
+            f"{label:<44} {step['analytic']:11.3f} {step['graph']:9.3f} {100 * (step['graph'] / step['analytic'] - 1):+5.1f}%"
+            f"  {cold['analytic'] * 1e3:7.1f} / {cold['graph'] * 1e3:6.1f}  {warm['analytic'] * 1e3:7.2f} / {warm['graph'] * 1e3:6.2f}"
+        )
 
 
 def main(argv=None) -> int:

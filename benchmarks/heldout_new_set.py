@@ -37,9 +37,11 @@ def main() -> int:
                 continue
             held.append(est.step_time_s / r.measured_s - 1)
             inside.append(est0.step_time_s / r.measured_s - 1)
-        print(f"{engine:<8} {len(held)} rows: held out mean |err| {100 * statistics.mean(map(abs, held)):.2f}% "
-              f"signed {100 * statistics.mean(held):+.2f}%;  in-sample {100 * statistics.mean(map(abs, inside)):.2f}% "
-              f"signed {100 * statistics.mean(inside):+.2f}%")
+        print(
+            f"{engine:<8} {len(held)} rows: held out mean |err| {100 * statistics.mean(map(abs, held)):.2f}% "
+            f"signed {100 * statistics.mean(held):+.2f}%;  in-sample {100 * statistics.mean(map(abs, inside)):.2f}% "
+            f"signed {100 * statistics.mean(inside):+.2f}%"
+        )
     return 0
 
 

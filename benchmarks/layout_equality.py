@@ -46,20 +46,41 @@ def instance(rng: random.Random):
     tp, dp, mb = rng.choice([1, 2]), rng.choice([1, 2]), rng.choice([1, 2])
     heads = rng.choice([16, 32])
     hidden = heads * rng.choice([64, 128, 192])
-    model = ModelSpec(name=f"rand{layers}", layers=layers, hidden=hidden, heads=heads, ffn_hidden=4 * hidden,
-                      vocab=rng.choice([32000, 128256]))
+    model = ModelSpec(
+        name=f"rand{layers}",
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        ffn_hidden=4 * hidden,
+        vocab=rng.choice([32000, 128256]),
+    )
     gb = dp * mb * pp * rng.choice([1, 2, 4])
     w = Workload(global_batch=gb, seq_len=rng.choice([2048, 4096, 8192]))
     recompute = rng.choice(["none", "selective", "full"])
-    c = ParallelConfig(tp=tp, pp=pp, dp=dp, vp=vp, mb=mb, sp=tp > 1, zero=rng.choice([0, 1]),
-                       recompute=recompute, bucket_bytes=25 * MB, chunks=1)
+    c = ParallelConfig(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        vp=vp,
+        mb=mb,
+        sp=tp > 1,
+        zero=rng.choice([0, 1]),
+        recompute=recompute,
+        bucket_bytes=25 * MB,
+        chunks=1,
+    )
     # HBM cut so memory binds on some instances (the whole device on others)
     headroom = rng.choice([0.0, 0.0, rng.uniform(40, 79)]) * GiB
     cluster = load_cluster("a100-80g").with_gpus(c.gpus)
-    fixed = dict(tp=tp, pp=pp, dp=dp, vp=vp, mb=mb, sp=c.sp, zero=c.zero, recompute=recompute, bucket_mb=25,
-                 chunks=1, cp=1, ep=1)
-    p = Problem(model=model, cluster=cluster, workload=w, limits=Limits(fixed=fixed, headroom_bytes=headroom,
-                                                                      partial_recompute=False))
+    fixed = dict(
+        tp=tp, pp=pp, dp=dp, vp=vp, mb=mb, sp=c.sp, zero=c.zero, recompute=recompute, bucket_mb=25, chunks=1, cp=1, ep=1
+    )
+    p = Problem(
+        model=model,
+        cluster=cluster,
+        workload=w,
+        limits=Limits(fixed=fixed, headroom_bytes=headroom, partial_recompute=False),
+    )
     return p, c
 
 
@@ -95,7 +116,9 @@ def main(argv=None, record_results: bool = False) -> int:
         t_cp += time.perf_counter() - t0
         t0 = time.perf_counter()
         unit = stage_unit(p, c.vp)  # the search's layer-count step (vp where it divides the layers)
-        ex_s, ex_split = exhaustive(p, c, [s for s in rank_splits(p.model.layers, c.pp) if all(n % unit == 0 for n in s)])
+        ex_s, ex_split = exhaustive(
+            p, c, [s for s in rank_splits(p.model.layers, c.pp) if all(n % unit == 0 for n in s)]
+        )
         t_ex += time.perf_counter() - t0
         if res.best is None:
             ok = ex_split is None
@@ -109,28 +132,48 @@ def main(argv=None, record_results: bool = False) -> int:
         answers.append(f"{i} {ok} {None if res.best is None else res.best.config.layers_per_stage} {ex_split}")
         if not ok:
             mismatched += 1
-            print(f"instance {i}: CP-SAT {res.status} {None if res.best is None else res.best.config.layers_per_stage} "
-                  f"vs exhaustive {ex_split} ({ex_s:.6g} s)")
+            print(
+                f"instance {i}: CP-SAT {res.status} {None if res.best is None else res.best.config.layers_per_stage} "
+                f"vs exhaustive {ex_split} ({ex_s:.6g} s)"
+            )
         if ex_split is not None and sum(1 for _ in all_compositions(p.model.layers, c.pp)) <= 5000:
             checked_all += 1
             all_s, all_split = exhaustive(p, c, all_compositions(p.model.layers, c.pp))
             if all_s < ex_s * (1 - 1e-9):
                 beaten += 1
-                print(f"instance {i}: any per-rank counts: {all_split} {all_s:.6g} s < the search's "
-                      f"{ex_split} {ex_s:.6g} s ({100 * (1 - all_s / ex_s):.2f}%; vp={c.vp}, layers={p.model.layers})")
-    print(f"instances: {args.instances} (seed {args.seed}); CP-SAT layout = exhaustive: {equal} "
-          f"({infeasible_both} of them: no layout fits, both say so); OPTIMAL: {optimal}; mismatches: {mismatched}")
-    print(f"the search's layouts beaten by one with any per-rank counts (unequal middle ranks, counts not "
-          f"multiples of a vp dividing the layers): {beaten} of {checked_all} checked")
+                print(
+                    f"instance {i}: any per-rank counts: {all_split} {all_s:.6g} s < the search's "
+                    f"{ex_split} {ex_s:.6g} s ({100 * (1 - all_s / ex_s):.2f}%; vp={c.vp}, layers={p.model.layers})"
+                )
+    print(
+        f"instances: {args.instances} (seed {args.seed}); CP-SAT layout = exhaustive: {equal} "
+        f"({infeasible_both} of them: no layout fits, both say so); OPTIMAL: {optimal}; mismatches: {mismatched}"
+    )
+    print(
+        f"the search's layouts beaten by one with any per-rank counts (unequal middle ranks, counts not "
+        f"multiples of a vp dividing the layers): {beaten} of {checked_all} checked"
+    )
     print(f"time: CP-SAT search {t_cp:.1f} s, exhaustive {t_ex:.1f} s")
-    results_io.record("layout_equality", argv, enabled=record_results and (args.instances, args.seed) == (100, 22),
-                      title="CP-SAT's pipeline layout against an exhaustive layout search, random small instances",
-                      headline={"instances": args.instances, "equal": equal, "no layout fits (both)": infeasible_both,
-                                "OPTIMAL": optimal, "mismatches": mismatched, "checked": checked_all, "beaten": beaten,
-                                "answers digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12],
-                                "CP-SAT s": round(t_cp, 1), "exhaustive s": round(t_ex, 1)},
-                      targets=[{"name": "every instance equal", "met": mismatched == 0}],
-                      inputs=["costmodel", "search", "benchmarks/layout_equality.py"])
+    results_io.record(
+        "layout_equality",
+        argv,
+        enabled=record_results and (args.instances, args.seed) == (100, 22),
+        title="CP-SAT's pipeline layout against an exhaustive layout search, random small instances",
+        headline={
+            "instances": args.instances,
+            "equal": equal,
+            "no layout fits (both)": infeasible_both,
+            "OPTIMAL": optimal,
+            "mismatches": mismatched,
+            "checked": checked_all,
+            "beaten": beaten,
+            "answers digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12],
+            "CP-SAT s": round(t_cp, 1),
+            "exhaustive s": round(t_ex, 1),
+        },
+        targets=[{"name": "every instance equal", "met": mismatched == 0}],
+        inputs=["costmodel", "search", "benchmarks/layout_equality.py"],
+    )
     return 0 if mismatched == 0 else 1
 
 

@@ -61,7 +61,9 @@ def megatron_bucket_elements(rules: dict, c) -> float | None:
     ``bucket_bytes > 0``), ``None`` (one bucket) without."""
     if c.bucket_bytes <= 0:
         return None
-    return max(rule(rules, "megatron", "bucket_size_base"), rule(rules, "megatron", "bucket_size_per_dp_rank") * c.dp * c.cp)
+    return max(
+        rule(rules, "megatron", "bucket_size_base"), rule(rules, "megatron", "bucket_size_per_dp_rank") * c.dp * c.cp
+    )
 
 
 def megatron_bucketed(rules: dict, stage: int, chunk: int) -> bool:
@@ -110,4 +112,6 @@ def zero3_persistent(rules: dict, tensors: list) -> float:
 def zero3_reduce_buckets(rules: dict, tensors_all_layers: list, bucket: float | None = None) -> list[float]:
     """Reduce-scatters of one micro-batch's backward over the stage's tensors (rules 16, 26, 27);
     ``bucket``: the configured ``reduce_bucket_size``, else the default."""
-    return deepspeed_reduces(tensors_all_layers[::-1], rule(rules, "deepspeed", "reduce_bucket_size") if bucket is None else bucket)
+    return deepspeed_reduces(
+        tensors_all_layers[::-1], rule(rules, "deepspeed", "reduce_bucket_size") if bucket is None else bucket
+    )

@@ -40,8 +40,14 @@ def parts(est) -> dict:
     """The predicted step's parts (seconds), from ``est.breakdown``."""
     b = est.breakdown
     other = sum(b.get(f"{k}_exposed_s", 0.0) for k in ("tp", "sp", "cp", "pp", "dp")) + b.get("optimizer_s", 0.0)
-    return {"compute": b["compute_s"], "recompute": b["recompute_s"], "bubble": b["bubble_s"],
-            "ep": b.get("ep_exposed_s", 0.0), "zero": b.get("zero_exposed_s", 0.0), "other": other}
+    return {
+        "compute": b["compute_s"],
+        "recompute": b["recompute_s"],
+        "bubble": b["bubble_s"],
+        "ep": b.get("ep_exposed_s", 0.0),
+        "zero": b.get("zero_exposed_s", 0.0),
+        "other": other,
+    }
 
 
 def moe_layer_shares(row, est) -> tuple[dict, float]:
@@ -50,8 +56,11 @@ def moe_layer_shares(row, est) -> tuple[dict, float]:
     t = {o.name: o.fwd_s + o.bwd_s for o in ops}
     total = sum(t.values())
     gemm = {o.name for o in ops if o.kind == "gemm"}
-    sh = {"experts": t.get("experts", 0.0), "attn_core": t.get("attn_core", 0.0),
-          "perm_router": sum(t.get(k, 0.0) for k in PERM_ROUTER if k != "router")}
+    sh = {
+        "experts": t.get("experts", 0.0),
+        "attn_core": t.get("attn_core", 0.0),
+        "perm_router": sum(t.get(k, 0.0) for k in PERM_ROUTER if k != "router"),
+    }
     sh["other_gemm"] = sum(v for k, v in t.items() if k in gemm and k not in ("experts", "attn_core"))
     m = row.model
     experts = next(o for o in ops if o.name == "experts")
@@ -111,9 +120,13 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph")
     args = ap.parse_args(argv)
     rows = [r for r in load_set(args.set) if "moe_ep" in r.regimes and not r.skip and r.measured_s]
-    print(f"{'row':>4} {'source':<18} {'label':<16} {'meas s':>7} {'pred s':>7} {'err':>7} | "
-          + " ".join(f"{p:>7}" for p in PARTS) + " | MoE layer: " + " ".join(f"{s:>10}" for s in SHARES)
-          + f" {'M/exp':>6}")
+    print(
+        f"{'row':>4} {'source':<18} {'label':<16} {'meas s':>7} {'pred s':>7} {'err':>7} | "
+        + " ".join(f"{p:>7}" for p in PARTS)
+        + " | MoE layer: "
+        + " ".join(f"{s:>10}" for s in SHARES)
+        + f" {'M/exp':>6}"
+    )
     errs = []
     for row in rows:
         est, why = predict(row, engine=args.engine)
@@ -124,16 +137,25 @@ def main(argv=None) -> int:
         errs.append(err)
         p = parts(est)
         sh, m_exp = moe_layer_shares(row, est)
-        print(f"{row.row_id:>4} {row.source[:18]:<18} {row.label[:16]:<16} {row.measured_s:7.2f} {est.step_time_s:7.2f} "
-              f"{100 * err:+6.1f}% | " + " ".join(f"{p[k]:7.2f}" for k in PARTS) + " |            "
-              + " ".join(f"{100 * sh[k]:9.0f}%" for k in SHARES) + f" {m_exp:6.0f}")
+        print(
+            f"{row.row_id:>4} {row.source[:18]:<18} {row.label[:16]:<16} {row.measured_s:7.2f} {est.step_time_s:7.2f} "
+            f"{100 * err:+6.1f}% | "
+            + " ".join(f"{p[k]:7.2f}" for k in PARTS)
+            + " |            "
+            + " ".join(f"{100 * sh[k]:9.0f}%" for k in SHARES)
+            + f" {m_exp:6.0f}"
+        )
     if errs:
-        print(f"\n{len(errs)} rows: signed mean {100 * statistics.mean(errs):+.1f}%, "
-              f"mean |err| {100 * statistics.mean(map(abs, errs)):.1f}%")
+        print(
+            f"\n{len(errs)} rows: signed mean {100 * statistics.mean(errs):+.1f}%, "
+            f"mean |err| {100 * statistics.mean(map(abs, errs)):.1f}%"
+        )
     pairs = balance_pairs(rows)
     if pairs:
-        print("\nforced balance vs the learned router (same plan): measured and predicted step ratio, and the "
-              "busiest-EP-rank load that would reproduce the learned row")
+        print(
+            "\nforced balance vs the learned router (same plan): measured and predicted step ratio, and the "
+            "busiest-EP-rank load that would reproduce the learned row"
+        )
         print(f"{'rows':>9} {'seq':>7} {'meas ratio':>10} {'pred ratio':>10} {'model load':>10} {'implied load':>12}")
     for forced, learned in pairs:
         ef, _ = predict(forced, engine=args.engine)
@@ -144,9 +166,11 @@ def main(argv=None) -> int:
         model_load = moe_imbalance(m, c.ep, local * c.ep / m.experts)
         imp = implied_rank_load(forced, learned.measured_s, args.engine)
         imp_s = "> cv 8" if imp is None else f"{imp[1]:.2f} (cv {imp[0]:.2f})"
-        print(f"{forced.row_id:>4}/{learned.row_id:<4} {forced.workload.seq_len:7d} "
-              f"{learned.measured_s / forced.measured_s:10.3f} {el.step_time_s / ef.step_time_s:10.3f} "
-              f"{model_load:10.3f} {imp_s:>12}")
+        print(
+            f"{forced.row_id:>4}/{learned.row_id:<4} {forced.workload.seq_len:7d} "
+            f"{learned.measured_s / forced.measured_s:10.3f} {el.step_time_s / ef.step_time_s:10.3f} "
+            f"{model_load:10.3f} {imp_s:>12}"
+        )
     return 0
 
 

@@ -30,18 +30,30 @@ PLANS = [  # (name, pp, layout with m): Megatron-Bridge's DeepSeek-V3 layouts (b
 def main() -> None:
     model, cluster = load_model("deepseek-v3"), load_cluster("h800").with_gpus(1024)
     w = Workload(global_batch=4096, seq_len=4096)
-    print(f"{'plan':30s} {'mtp':>3s} {'graph s':>8s} {'closed s':>8s} {'MFU':>6s} {'peak GiB':>8s} "
-          f"{'m rank GiB':>10s} {'last GiB':>8s}")
+    print(
+        f"{'plan':30s} {'mtp':>3s} {'graph s':>8s} {'closed s':>8s} {'MFU':>6s} {'peak GiB':>8s} "
+        f"{'m rank GiB':>10s} {'last GiB':>8s}"
+    )
     for name, pp, text in PLANS:
         rank = next(r for r in range(pp) if sum(parse(text, pp).mtp_chunks(r)))
         for k in (1, 0):
             m = replace(model, mtp_layers=k)
-            c = ParallelConfig(tp=1, pp=pp, dp=1024 // pp, ep=64, mb=1, zero=1, recompute="full",
-                               layout=text if k else text.replace("m", ""))
+            c = ParallelConfig(
+                tp=1,
+                pp=pp,
+                dp=1024 // pp,
+                ep=64,
+                mb=1,
+                zero=1,
+                recompute="full",
+                layout=text if k else text.replace("m", ""),
+            )
             g, a = evaluate(m, cluster, w, c), evaluate(m, cluster, w, c, engine="analytic")
             mem = [s["total_bytes"] / GiB for s in g.memory]
-            print(f"{name:30s} {k:3d} {g.step_time_s:8.2f} {a.step_time_s:8.2f} {g.mfu:6.1%} {max(mem):8.1f} "
-                  f"{mem[rank]:10.1f} {mem[-1]:8.1f}")
+            print(
+                f"{name:30s} {k:3d} {g.step_time_s:8.2f} {a.step_time_s:8.2f} {g.mfu:6.1%} {max(mem):8.1f} "
+                f"{mem[rank]:10.1f} {mem[-1]:8.1f}"
+            )
 
 
 if __name__ == "__main__":

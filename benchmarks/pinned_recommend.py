@@ -24,6 +24,7 @@ from costmodel.api import evaluate
 from search.problem import VARIABLES, Limits, Problem
 from search.solve import SolveOptions, solve
 
+
 def pins_of(row) -> tuple[dict, dict]:
     """``(Limits.fixed, other Limits fields)`` of a row's stated plan: the fields the search
     chooses (:data:`search.problem.VARIABLES`); the framework and gradient dtype are the problem's,
@@ -60,17 +61,24 @@ def main(argv=None, record_results: bool = False) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0, help="the search's time limit (default 10)")
     args = ap.parse_args(argv)
     rows = [r for r in load_set(args.set) if not r.skip]
-    print(f"{'row':>5}  {'source':22} {'model':16} {'gpus':>5}  {'free':10} {'status':10} {'space':>5}  "
-          f"{'recommend s':>11}  {'evaluate s':>10}")
+    print(
+        f"{'row':>5}  {'source':22} {'model':16} {'gpus':>5}  {'free':10} {'status':10} {'space':>5}  "
+        f"{'recommend s':>11}  {'evaluate s':>10}"
+    )
     slow, times, statuses = [], [], {}
     for row in rows:
         fixed, extra = pins_of(row)
         framework = row.fixed.get("framework", "megatron")
         try:
-            p = Problem(model=row.model, cluster=row.cluster, workload=row.workload,
-                        limits=Limits(fixed=fixed, **extra), framework=framework,
-                        grad_dtype=row.fixed.get("grad_dtype", "fp32"),
-                        options=row.plan_options())
+            p = Problem(
+                model=row.model,
+                cluster=row.cluster,
+                workload=row.workload,
+                limits=Limits(fixed=fixed, **extra),
+                framework=framework,
+                grad_dtype=row.fixed.get("grad_dtype", "fp32"),
+                options=row.plan_options(),
+            )
             _cold()
             start = time.perf_counter()
             r = solve(p, SolveOptions(time_limit_s=args.time_limit, rescore=True))
@@ -88,25 +96,42 @@ def main(argv=None, record_results: bool = False) -> int:
         space = st.space if st.space is not None else st.model_choices or 0
         unpinned = [] if not row.fixed.get("layers_per_stage") or "layers_per_stage" in extra else ["split"]
         free = ",".join([*row.free, *unpinned]) or "-"
-        print(f"{row.row_id:>5}  {row.source:22} {row.label[:16]:16} {row.gpus:>5}  {free:10} {r.status:10} "
-              f"{space:>5}  {took:>11.2f}  {t_eval:>10.2f}")
+        print(
+            f"{row.row_id:>5}  {row.source:22} {row.label[:16]:16} {row.gpus:>5}  {free:10} {r.status:10} "
+            f"{space:>5}  {took:>11.2f}  {t_eval:>10.2f}"
+        )
         times.append(took)
         statuses[r.status] = statuses.get(r.status, 0) + 1
         if took > args.limit_s:
             slow.append(row.row_id)
     if times:
         times.sort()
-        print(f"\n{len(times)} problems: median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s; "
-              f"{len(slow)} above {args.limit_s:g} s" + (f" ({', '.join(slow)})" if slow else ""))
-    results_io.record("pinned_recommend", argv,
-                      enabled=record_results and times and args.set == "all" and (args.limit_s, args.time_limit) == (2.0, 10.0),
-                      title="pinned recommend on every published plan, the search's wall time",
-                      headline={"problems": len(times), **{f"status {k}": v for k, v in sorted(statuses.items())},
-                                "median s": round(times[len(times) // 2], 2) if times else None,
-                                "max s": round(times[-1], 2) if times else None, f"above {args.limit_s:g} s": len(slow)},
-                      targets=[{"name": f"every pinned problem answered in <= {args.limit_s:g} s", "met": not slow}],
-                      inputs=["costmodel", "search", "benchmarks/pinned_recommend.py", "benchmarks/published",
-                              "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
+        print(
+            f"\n{len(times)} problems: median {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s; "
+            f"{len(slow)} above {args.limit_s:g} s" + (f" ({', '.join(slow)})" if slow else "")
+        )
+    results_io.record(
+        "pinned_recommend",
+        argv,
+        enabled=record_results and times and args.set == "all" and (args.limit_s, args.time_limit) == (2.0, 10.0),
+        title="pinned recommend on every published plan, the search's wall time",
+        headline={
+            "problems": len(times),
+            **{f"status {k}": v for k, v in sorted(statuses.items())},
+            "median s": round(times[len(times) // 2], 2) if times else None,
+            "max s": round(times[-1], 2) if times else None,
+            f"above {args.limit_s:g} s": len(slow),
+        },
+        targets=[{"name": f"every pinned problem answered in <= {args.limit_s:g} s", "met": not slow}],
+        inputs=[
+            "costmodel",
+            "search",
+            "benchmarks/pinned_recommend.py",
+            "benchmarks/published",
+            "benchmarks/data/published_dev.csv",
+            "benchmarks/data/published_new.csv",
+        ],
+    )
     return 1 if slow else 0
 
 

@@ -53,28 +53,57 @@ def draw_plans(n: int, framework: str, seed: int) -> list[dict]:
     while len(out) < n and tries < 20000:
         tries += 1
         m = load_model(rng.choice(MODELS))
-        tp, pp, cp, dp = rng.choice((1, 2, 4, 8)), rng.choice((1, 2, 4)), rng.choice((1, 1, 2)), rng.choice((1, 2, 4, 8))
+        tp, pp, cp, dp = (
+            rng.choice((1, 2, 4, 8)),
+            rng.choice((1, 2, 4)),
+            rng.choice((1, 1, 2)),
+            rng.choice((1, 2, 4, 8)),
+        )
         ep = rng.choice((1, 2, 4, 8)) if m.experts and framework == "megatron" else 1
         vp = rng.choice((1, 2)) if pp > 1 and framework == "megatron" else 1
         sp = tp > 1 and (m.is_moe or rng.random() < 0.7)
         zero = rng.choice((0, 1, 3) if framework == "megatron" else (0, 1, 2, 3))
-        fields = dict(tp=tp, pp=pp, cp=cp if framework == "megatron" else 1, dp=dp, ep=ep, vp=vp, sp=sp, zero=zero,
-                      mb=rng.choice((1, 2)), recompute=rng.choice(("none", "selective", "full")),
-                      bucket_bytes=rng.choice((0.0, 10e6, 40e6)), flash_attention=rng.random() < 0.8,
-                      chunks=tp if sp and framework == "megatron" and rng.random() < 0.3 else 1,
-                      framework=framework)
+        fields = dict(
+            tp=tp,
+            pp=pp,
+            cp=cp if framework == "megatron" else 1,
+            dp=dp,
+            ep=ep,
+            vp=vp,
+            sp=sp,
+            zero=zero,
+            mb=rng.choice((1, 2)),
+            recompute=rng.choice(("none", "selective", "full")),
+            bucket_bytes=rng.choice((0.0, 10e6, 40e6)),
+            flash_attention=rng.random() < 0.8,
+            chunks=tp if sp and framework == "megatron" and rng.random() < 0.3 else 1,
+            framework=framework,
+        )
         dtype = rng.choice(("bf16", "bf16", "fp8", "fp16"))
         try:
             c = ParallelConfig(**fields)
-            w = Workload(global_batch=c.dp * c.mb * rng.choice((1, 2, 4, 8)) * max(c.pp, 1),
-                         seq_len=rng.choice((2048, 4096, 8192)), dtype=dtype)
+            w = Workload(
+                global_batch=c.dp * c.mb * rng.choice((1, 2, 4, 8)) * max(c.pp, 1),
+                seq_len=rng.choice((2048, 4096, 8192)),
+                dtype=dtype,
+            )
             frameworks.check(c)
             validate_config(m, cluster.with_gpus(c.gpus), w, c)
             text, notes = emit_text(framework, c, w, m.layers, m.is_moe, model=m)
         except PlannerError:
             continue
-        out.append({"model": m.name, "vocab": m.vocab, "gpus": c.gpus, "dp": c.dp, "config": c.to_dict(),
-                    "dtype": dtype, "text": text, "notes": notes})
+        out.append(
+            {
+                "model": m.name,
+                "vocab": m.vocab,
+                "gpus": c.gpus,
+                "dp": c.dp,
+                "config": c.to_dict(),
+                "dtype": dtype,
+                "text": text,
+                "notes": notes,
+            }
+        )
     return out
 
 
@@ -84,6 +113,7 @@ def broken(plans: dict) -> tuple[list[dict], list[dict]]:
     TP > 1; a layer count the pipeline cannot split; a batch that breaks DeepSpeed's
     batch identity; a ZeRO stage DeepSpeed does not have)."""
     import re
+
     meg, ds = [], []
     p = plans["megatron"]
     big = next(q for q in p if q["config"]["tp"] * q["config"]["pp"] * q["config"]["cp"] > 1)
@@ -91,8 +121,14 @@ def broken(plans: dict) -> tuple[list[dict], list[dict]]:
     gqa = next(q for q in p if "--num-query-groups" in q["text"] and q["config"]["tp"] > 1)
     meg.append({**gqa, "text": re.sub(r"--num-query-groups \d+", "--num-query-groups 7", gqa["text"])})
     piped = next(q for q in p if q["config"]["pp"] > 1)
-    meg.append({**piped, "text": re.sub(r"--num-layers (\d+)", lambda m: f"--num-layers {int(m.group(1)) + 1}",
-                                        piped["text"], count=1)})
+    meg.append(
+        {
+            **piped,
+            "text": re.sub(
+                r"--num-layers (\d+)", lambda m: f"--num-layers {int(m.group(1)) + 1}", piped["text"], count=1
+            ),
+        }
+    )
     d = plans["deepspeed"][0]
     cfg = json.loads(d["text"])
     ds.append({**d, "text": json.dumps({**cfg, "train_batch_size": cfg["train_batch_size"] + 1})})
@@ -111,6 +147,7 @@ def check_megatron(plans: list[dict]) -> list[str | None]:
     from megatron.training import arguments as A
     from megatron.training.argument_utils import core_transformer_config_from_args
     import megatron.core.transformer.transformer_config as TC
+
     A.get_device_arch_version = lambda: 9
     torch.cuda.get_device_capability = lambda *a: (9, 0)
     A.is_te_min_version = TC.is_te_min_version = lambda *a, **k: True  # a current Transformer Engine
@@ -120,8 +157,11 @@ def check_megatron(plans: list[dict]) -> list[str | None]:
         os.environ.update({"WORLD_SIZE": str(p["gpus"]), "RANK": "0", "LOCAL_RANK": "0"})
         if any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in p["notes"]):
             os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-        sys.argv = ["pretrain_gpt.py"] + shlex.split(p["text"].replace("\\\n", " ")) + \
-            ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(p["vocab"])]
+        sys.argv = (
+            ["pretrain_gpt.py"]
+            + shlex.split(p["text"].replace("\\\n", " "))
+            + ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(p["vocab"])]
+        )
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 args = A.parse_args()
@@ -172,8 +212,10 @@ def main(argv=None) -> int:
         return checker_main(a.check)
     meg, py = os.environ.get("MEGATRON"), os.environ.get("MEGATRON_PYTHON")
     if not meg or not py:
-        print("skipped: set MEGATRON (a Megatron-LM checkout) and MEGATRON_PYTHON (a Python with torch, its "
-              "dependencies and deepspeed)")
+        print(
+            "skipped: set MEGATRON (a Megatron-LM checkout) and MEGATRON_PYTHON (a Python with torch, its "
+            "dependencies and deepspeed)"
+        )
         return 0
     plans = {"megatron": draw_plans(a.plans, "megatron", a.seed), "deepspeed": draw_plans(a.plans, "deepspeed", a.seed)}
     plans["megatron_broken"], plans["deepspeed_broken"] = broken(plans)
@@ -181,15 +223,22 @@ def main(argv=None) -> int:
         f = Path(d) / "plans.json"
         f.write_text(json.dumps(plans))
         path = os.pathsep.join(p for p in (meg, os.environ.get("PYTHONPATH")) if p)
-        r = subprocess.run([py, "-m", "benchmarks.real_parsers", "--check", str(f)], cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
+        r = subprocess.run(
+            [py, "-m", "benchmarks.real_parsers", "--check", str(f)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             print(r.stderr[-3000:])
             return 1
         res = json.loads(f.with_suffix(".out.json").read_text())
     commit = subprocess.run(["git", "-C", meg, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"Megatron-LM {commit or os.environ.get('MEGATRON_COMMIT', '(commit unknown)')}, "
-          f"DeepSpeed {subprocess.run([py, '-c', 'import deepspeed; print(deepspeed.__version__)'], capture_output=True, text=True).stdout.strip().splitlines()[-1:]}")
+    print(
+        f"Megatron-LM {commit or os.environ.get('MEGATRON_COMMIT', '(commit unknown)')}, "
+        f"DeepSpeed {subprocess.run([py, '-c', 'import deepspeed; print(deepspeed.__version__)'], capture_output=True, text=True).stdout.strip().splitlines()[-1:]}"
+    )
     bad = 0
     for fw in ("megatron", "deepspeed"):
         ok = sum(e is None for e in res[fw])

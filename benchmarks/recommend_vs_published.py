@@ -33,18 +33,25 @@ TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate
 
 def plan_text(c) -> str:
     split = "" if c.layers_per_stage is None else f" L{c.layers_per_stage[0]}/{c.layers_per_stage[-1]}"
-    return (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp}{f' ep{c.ep}' if c.ep > 1 else ''} mb{c.mb} v{c.vp} sp{int(c.sp_on)} z{c.zero} "
-            f"{c.recompute[:4]}{'' if c.recompute_layers is None else c.recompute_layers}{split}")
+    return (
+        f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp}{f' ep{c.ep}' if c.ep > 1 else ''} mb{c.mb} v{c.vp} sp{int(c.sp_on)} z{c.zero} "
+        f"{c.recompute[:4]}{'' if c.recompute_layers is None else c.recompute_layers}{split}"
+    )
 
 
 def unsearched_stack(fixed: dict) -> str:
     """What of a row's software stack the search does not choose ('' if nothing)."""
     framework = fixed.get("framework", "megatron")
-    out = [text for on, text in (
-        (not fixed.get("fused_elementwise", True), "eager element-wise kernels"),
-        (fixed.get("cp_impl", "ring") != "ring", "PyTorch context_parallel"),
-        (fixed.get("ep_dispatcher", "alltoall") != "alltoall", f"the {fixed.get('ep_dispatcher')} dispatcher"),
-        (framework == "fsdp2" and fixed.get("fsdp_copies") is False, "FSDP1-style flat buffers")) if on]
+    out = [
+        text
+        for on, text in (
+            (not fixed.get("fused_elementwise", True), "eager element-wise kernels"),
+            (fixed.get("cp_impl", "ring") != "ring", "PyTorch context_parallel"),
+            (fixed.get("ep_dispatcher", "alltoall") != "alltoall", f"the {fixed.get('ep_dispatcher')} dispatcher"),
+            (framework == "fsdp2" and fixed.get("fsdp_copies") is False, "FSDP1-style flat buffers"),
+        )
+        if on
+    ]
     return ", ".join(out)
 
 
@@ -55,8 +62,10 @@ def main(argv=None, record_results: bool = False) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0, help="CP-SAT time limit per row (default 10)")
     args = ap.parse_args(argv)
     rows = [r for r in load_set(args.set) if not args.source or r.source == args.source]
-    print(f"{'row':>4} {'model':<18} {'gpus':>5} {'meas s':>8} {'published plan':<40} {'pred s':>8} "
-          f"{'recommended plan':<44} {'pred s':>8} {'rec/pub':>8} {'solve':>8}")
+    print(
+        f"{'row':>4} {'model':<18} {'gpus':>5} {'meas s':>8} {'published plan':<40} {'pred s':>8} "
+        f"{'recommended plan':<44} {'pred s':>8} {'rec/pub':>8} {'solve':>8}"
+    )
     better = same = worse = overflow = 0
     notes, answers = [], []
     for r in rows:
@@ -71,10 +80,15 @@ def main(argv=None, record_results: bool = False) -> int:
             notes.append(f"row {r.row_id}: not compared, the published stack runs {stack}")
             continue
         flash = r.fixed.get("flash_attention", True)
-        p = Problem(model=r.model, cluster=r.cluster, workload=r.workload, limits=Limits(flash_attention=flash,
-                                                                                      vp_max=max(Limits().vp_max, pub.config.vp)),
-                    framework=r.fixed.get("framework", "megatron"), grad_dtype=r.fixed.get("grad_dtype", "fp32"),
-                    options=r.plan_options())  # the run's numerics, as pinned_recommend keeps them
+        p = Problem(
+            model=r.model,
+            cluster=r.cluster,
+            workload=r.workload,
+            limits=Limits(flash_attention=flash, vp_max=max(Limits().vp_max, pub.config.vp)),
+            framework=r.fixed.get("framework", "megatron"),
+            grad_dtype=r.fixed.get("grad_dtype", "fp32"),
+            options=r.plan_options(),
+        )  # the run's numerics, as pinned_recommend keeps them
         t0 = time.perf_counter()
         res = solve(p, SolveOptions(time_limit_s=args.time_limit, workers=2))
         dt = time.perf_counter() - t0
@@ -85,36 +99,59 @@ def main(argv=None, record_results: bool = False) -> int:
         ratio = rec.step_time_s / pub.step_time_s
         if not pub.fits:
             overflow += 1
-            notes.append(f"row {r.row_id}: the published plan needs {pub.peak_memory_bytes / 2**30:.1f} GiB, over "
-                         f"{pub.hbm_bytes / 2**30:.0f} GiB HBM by the cost model: the recommendation must fit "
-                         f"(ratio {ratio:.3f})")
+            notes.append(
+                f"row {r.row_id}: the published plan needs {pub.peak_memory_bytes / 2**30:.1f} GiB, over "
+                f"{pub.hbm_bytes / 2**30:.0f} GiB HBM by the cost model: the recommendation must fit "
+                f"(ratio {ratio:.3f})"
+            )
         elif ratio < 1 - TOLERANCE:
             better += 1
         elif ratio <= 1 + TOLERANCE:
             same += 1
         else:
             worse += 1
-            notes.append(f"row {r.row_id}: slower than the published plan (outside the search space, or the "
-                         f"solver stopped at its time limit: {res.status})")
+            notes.append(
+                f"row {r.row_id}: slower than the published plan (outside the search space, or the "
+                f"solver stopped at its time limit: {res.status})"
+            )
         answers.append(f"{r.row_id} {plan_text(rec.config)}")
         meas = f"{r.measured_s:.2f}" if r.measured_s else "-"
-        print(f"{r.row_id:>4} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {meas:>8} {plan_text(pub.config):<40} "
-              f"{pub.step_time_s:>8.3f} {plan_text(rec.config):<44} {rec.step_time_s:>8.3f} {ratio:>8.3f} "
-              f"{res.status[:3]} {dt:>4.1f}s", flush=True)
+        print(
+            f"{r.row_id:>4} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {meas:>8} {plan_text(pub.config):<40} "
+            f"{pub.step_time_s:>8.3f} {plan_text(rec.config):<44} {rec.step_time_s:>8.3f} {ratio:>8.3f} "
+            f"{res.status[:3]} {dt:>4.1f}s",
+            flush=True,
+        )
     print()
-    print(f"recommended vs published (predicted step time): {better} faster, {same} equal, {worse} slower; "
-          f"{overflow} published plans over HBM by the cost model (not compared)")
+    print(
+        f"recommended vs published (predicted step time): {better} faster, {same} equal, {worse} slower; "
+        f"{overflow} published plans over HBM by the cost model (not compared)"
+    )
     for n in notes:
         print("note:", n)
-    results_io.record("recommend_vs_published", argv,
-                      enabled=record_results and args.set == "all" and not args.source and args.time_limit == 10.0,
-                      title="the recommended plan against the published plan, both predicted by the cost model",
-                      headline={"recommended": len(answers), "faster": better, "equal": same, "slower": worse,
-                                "published plans over HBM": overflow,
-                                "plans digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12]},
-                      targets=[{"name": "no recommended plan slower than the published one", "met": worse == 0}],
-                      inputs=["costmodel", "search", "benchmarks/recommend_vs_published.py", "benchmarks/published",
-                              "benchmarks/data/published_dev.csv", "benchmarks/data/published_new.csv"])
+    results_io.record(
+        "recommend_vs_published",
+        argv,
+        enabled=record_results and args.set == "all" and not args.source and args.time_limit == 10.0,
+        title="the recommended plan against the published plan, both predicted by the cost model",
+        headline={
+            "recommended": len(answers),
+            "faster": better,
+            "equal": same,
+            "slower": worse,
+            "published plans over HBM": overflow,
+            "plans digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12],
+        },
+        targets=[{"name": "no recommended plan slower than the published one", "met": worse == 0}],
+        inputs=[
+            "costmodel",
+            "search",
+            "benchmarks/recommend_vs_published.py",
+            "benchmarks/published",
+            "benchmarks/data/published_dev.csv",
+            "benchmarks/data/published_new.csv",
+        ],
+    )
     return 0 if worse == 0 else 1
 
 

@@ -28,29 +28,47 @@ HISTORY = "notes/2026-12-04-results-history.md"
 MAX_ROWS = 16  # summary rows shown per benchmark; the JSON keeps them all
 #: topic -> [(benchmark, the command that records it)], in the order the page shows them
 TOPICS = [
-    ("Training accuracy", [("validate_published", "python -m benchmarks.validate_published --set all"),
-                           ("validate_published_analytic",
-                            "python -m benchmarks.validate_published --set all --engine analytic")]),
+    (
+        "Training accuracy",
+        [
+            ("validate_published", "python -m benchmarks.validate_published --set all"),
+            ("validate_published_analytic", "python -m benchmarks.validate_published --set all --engine analytic"),
+        ],
+    ),
     ("Serving accuracy", [("validate_inference", "python -m benchmarks.validate_inference")]),
-    ("Components", [("component_kernels", "python -m benchmarks.component_kernels --model kernel"),
-                    ("component_kernels_preset", "python -m benchmarks.component_kernels"),
-                    ("component_collectives", "python -m benchmarks.component_collectives"),
-                    ("component_memory", "python -m benchmarks.component_memory"),
-                    ("component_mechanics", "python -m benchmarks.component_mechanics"),
-                    ("component_ep", "python -m benchmarks.component_ep"),
-                    ("component_routing", "python -m benchmarks.component_routing")]),
+    (
+        "Components",
+        [
+            ("component_kernels", "python -m benchmarks.component_kernels --model kernel"),
+            ("component_kernels_preset", "python -m benchmarks.component_kernels"),
+            ("component_collectives", "python -m benchmarks.component_collectives"),
+            ("component_memory", "python -m benchmarks.component_memory"),
+            ("component_mechanics", "python -m benchmarks.component_mechanics"),
+            ("component_ep", "python -m benchmarks.component_ep"),
+            ("component_routing", "python -m benchmarks.component_routing"),
+        ],
+    ),
     ("Engine agreement", [("engine_agreement", "python -m benchmarks.engine_agreement")]),
     ("Bands", [("band_coverage", "python -m benchmarks.band_coverage --set all")]),
-    ("Search optimality and speed", [
-        ("search_equality", "python -m benchmarks.search_equality --instances 200 --seed 0"),
-        ("layout_equality", "python -m benchmarks.layout_equality --instances 100"),
-        ("search_speed", "python -m benchmarks.search_speed"),
-        ("recommend_vs_published", "python -m benchmarks.recommend_vs_published --set all"),
-        ("pinned_recommend", "python -m benchmarks.pinned_recommend --set all"),
-        ("evaluate_partial", "python -m benchmarks.evaluate_partial --set all")]),
-    ("API and sweep speed", [("eval_speed", "python -m benchmarks.eval_speed"),
-                             ("api_speed", "python -m benchmarks.api_speed"),
-                             ("sweep_speed", "python -m benchmarks.sweep_speed")]),
+    (
+        "Search optimality and speed",
+        [
+            ("search_equality", "python -m benchmarks.search_equality --instances 200 --seed 0"),
+            ("layout_equality", "python -m benchmarks.layout_equality --instances 100"),
+            ("search_speed", "python -m benchmarks.search_speed"),
+            ("recommend_vs_published", "python -m benchmarks.recommend_vs_published --set all"),
+            ("pinned_recommend", "python -m benchmarks.pinned_recommend --set all"),
+            ("evaluate_partial", "python -m benchmarks.evaluate_partial --set all"),
+        ],
+    ),
+    (
+        "API and sweep speed",
+        [
+            ("eval_speed", "python -m benchmarks.eval_speed"),
+            ("api_speed", "python -m benchmarks.api_speed"),
+            ("sweep_speed", "python -m benchmarks.sweep_speed"),
+        ],
+    ),
 ]
 STALE_MARK = re.compile(r"\n\n[ \t]*\*\*(?:Stale|Unchecked)\*\*[^\n]*")
 
@@ -92,8 +110,11 @@ def moved_since(doc: dict) -> dict[str, str]:
     if not prev:
         return {}
     old = prev["headline"]
-    return {k: f"was {cell(old[k])} at `{prev['commit']}`" if k in old else f"new since `{prev['commit']}`"
-            for k, v in doc["headline"].items() if old.get(k, object()) != v}
+    return {
+        k: f"was {cell(old[k])} at `{prev['commit']}`" if k in old else f"new since `{prev['commit']}`"
+        for k, v in doc["headline"].items()
+        if old.get(k, object()) != v
+    }
 
 
 def table(rows: list[dict], limit: int = MAX_ROWS) -> list[str]:
@@ -108,8 +129,9 @@ def table(rows: list[dict], limit: int = MAX_ROWS) -> list[str]:
 def entry(doc: dict) -> list[str]:
     h = doc["host"]
     load_avg = "/".join(f"{x:.1f}" for x in h["load_avg"])
-    meta = (f"`{doc['command']}` · commit `{doc['commit']}` · {doc['date']} · {h['cores']} cores, "
-            f"load {load_avg}" + (f" · {doc['wall_s']:.{0 if doc['wall_s'] >= 10 else 1}f} s" if "wall_s" in doc else ""))
+    meta = f"`{doc['command']}` · commit `{doc['commit']}` · {doc['date']} · {h['cores']} cores, load {load_avg}" + (
+        f" · {doc['wall_s']:.{0 if doc['wall_s'] >= 10 else 1}f} s" if "wall_s" in doc else ""
+    )
     out = [f"### {doc['benchmark']}: {doc['title']}", "", meta, ""]
     was = moved_since(doc)
     prev = doc.get("previous")
@@ -118,8 +140,12 @@ def entry(doc: dict) -> list[str]:
     if prev and not was:
         out += ["", f"No headline figure moved since `{prev['commit']}` ({prev.get('date', '?')})."]
     if doc["targets"]:
-        out += ["", "Targets: " + "; ".join(f"{t['name']}: {'**met**' if t['met'] else '**NOT met**'}"
-                                            for t in doc["targets"]) + "."]
+        out += [
+            "",
+            "Targets: "
+            + "; ".join(f"{t['name']}: {'**met**' if t['met'] else '**NOT met**'}" for t in doc["targets"])
+            + ".",
+        ]
     if doc.get("dirty"):
         out += ["", f"Run with uncommitted changes in {', '.join(f'`{p}`' for p in doc['dirty'])}."]
     fresh = freshness(doc)
@@ -132,14 +158,19 @@ def entry(doc: dict) -> list[str]:
 
 def render_results(docs: dict[str, dict]) -> str:
     placed = {n for _, names in TOPICS for n, _ in names}
-    topics = TOPICS + ([("Other", [(n, docs[n]["command"]) for n in sorted(docs) if n not in placed])]
-                       if set(docs) - placed else [])
-    out = ["# Benchmark results", "",
-           "Generated by `python -m benchmarks.render` from `benchmarks/results/*.json`, which the benchmarks "
-           "write (`benchmarks/results_io.py`); do not edit by hand. Rerun a benchmark's command to refresh its "
-           "figures, then rerun the renderer. A figure is marked stale when files it measures (its inputs) changed "
-           "since the commit it ran at. Earlier hand-written results, in the order they were written: "
-           f"[`{HISTORY}`]({HISTORY}).", ""]
+    topics = TOPICS + (
+        [("Other", [(n, docs[n]["command"]) for n in sorted(docs) if n not in placed])] if set(docs) - placed else []
+    )
+    out = [
+        "# Benchmark results",
+        "",
+        "Generated by `python -m benchmarks.render` from `benchmarks/results/*.json`, which the benchmarks "
+        "write (`benchmarks/results_io.py`); do not edit by hand. Rerun a benchmark's command to refresh its "
+        "figures, then rerun the renderer. A figure is marked stale when files it measures (its inputs) changed "
+        "since the commit it ran at. Earlier hand-written results, in the order they were written: "
+        f"[`{HISTORY}`]({HISTORY}).",
+        "",
+    ]
     out += [f"- [{t}](#{t.lower().replace(' ', '-')})" for t, _ in topics] + [""]
     for topic, names in topics:
         out += [f"## {topic}", ""]

@@ -39,8 +39,19 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 _T0 = time.time()
 SCALAR = (str, int, float, bool, type(None))
-FIELDS = {"benchmark": str, "title": str, "command": str, "commit": str, "date": str, "host": dict,
-          "headline": dict, "table": list, "targets": list, "inputs": list, "previous": (dict, type(None))}
+FIELDS = {
+    "benchmark": str,
+    "title": str,
+    "command": str,
+    "commit": str,
+    "date": str,
+    "host": dict,
+    "headline": dict,
+    "table": list,
+    "targets": list,
+    "inputs": list,
+    "previous": (dict, type(None)),
+}
 OPTIONAL = {"dirty": list, "wall_s": (int, float)}
 DATE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d UTC$")
 
@@ -85,8 +96,9 @@ def changed(commit: str, inputs: list[str], untracked: bool = False) -> list[str
     out = []
     for p in inputs:
         try:
-            rc = subprocess.run(["git", "diff", "--quiet", commit, "--", p], cwd=ROOT,
-                                capture_output=True, timeout=60).returncode
+            rc = subprocess.run(
+                ["git", "diff", "--quiet", commit, "--", p], cwd=ROOT, capture_output=True, timeout=60
+            ).returncode
         except (OSError, subprocess.SubprocessError):
             rc = 1
         if rc != 0 or (untracked and git("ls-files", "--others", "--exclude-standard", "--", p)):
@@ -118,8 +130,11 @@ def validate(doc) -> list[str]:
     if not isinstance(doc, dict):
         return ["not a JSON object"]
     bad = [f"missing field {k!r}" for k in FIELDS if k not in doc]
-    bad += [f"{k}: {type(doc[k]).__name__}, expected {t}" for k, t in {**FIELDS, **OPTIONAL}.items()
-            if k in doc and not isinstance(doc[k], t)]
+    bad += [
+        f"{k}: {type(doc[k]).__name__}, expected {t}"
+        for k, t in {**FIELDS, **OPTIONAL}.items()
+        if k in doc and not isinstance(doc[k], t)
+    ]
     if bad:
         return bad
     bad += [f"unknown field {k!r}" for k in doc if k not in FIELDS and k not in OPTIONAL]
@@ -131,8 +146,10 @@ def validate(doc) -> list[str]:
         bad.append("headline: a non-empty {name: number or text}")
     if not all(isinstance(r, dict) and all(isinstance(v, SCALAR) for v in r.values()) for r in doc["table"]):
         bad.append("table: rows of {column: number or text}")
-    if not all(isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("met"), bool)
-               for t in doc["targets"]):
+    if not all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("met"), bool)
+        for t in doc["targets"]
+    ):
         bad.append("targets: [{'name': text, 'met': true|false}]")
     if not doc["inputs"] or not all(isinstance(p, str) and p for p in doc["inputs"]):
         bad.append("inputs: a non-empty list of paths")
@@ -147,9 +164,19 @@ def validate(doc) -> list[str]:
 start_commit()
 
 
-def record(name: str, argv: list[str] | None, *, title: str, headline: dict, inputs: list[str],
-           table: list[dict] = (), targets: list[dict] = (), module: str | None = None,
-           enabled: bool = True, directory: Path | None = None) -> Path | None:
+def record(
+    name: str,
+    argv: list[str] | None,
+    *,
+    title: str,
+    headline: dict,
+    inputs: list[str],
+    table: list[dict] = (),
+    targets: list[dict] = (),
+    module: str | None = None,
+    enabled: bool = True,
+    directory: Path | None = None,
+) -> Path | None:
     """Write ``<directory>/<name>.json`` (default ``benchmarks/results``) for the run of
     ``python -m benchmarks.<module or name> <argv>``; ``previous`` is read from the file it replaces.
     Returns the path, or None when not recording (``enabled`` false, a test run, ``BENCHMARKS_RECORD=0``)."""
@@ -158,15 +185,25 @@ def record(name: str, argv: list[str] | None, *, title: str, headline: dict, inp
     directory = RESULTS if directory is None else directory
     path = directory / f"{name}.json"
     commit = start_commit()
-    doc = {"benchmark": name, "title": title, "command": command(module or name, argv), "commit": commit,
-           "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "host": {"cores": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()],
-                    "python": platform.python_version()},
-           "headline": dict(headline), "table": [dict(r) for r in table],
-           "targets": [{"name": t["name"], "met": bool(t["met"])} for t in targets],
-           "inputs": list(inputs), "previous": previous_of(path),
-           "dirty": changed(commit, list(inputs), untracked=True) if commit != "unknown" else [],
-           "wall_s": round(time.time() - _T0, 1)}
+    doc = {
+        "benchmark": name,
+        "title": title,
+        "command": command(module or name, argv),
+        "commit": commit,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": {
+            "cores": os.cpu_count(),
+            "load_avg": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(),
+        },
+        "headline": dict(headline),
+        "table": [dict(r) for r in table],
+        "targets": [{"name": t["name"], "met": bool(t["met"])} for t in targets],
+        "inputs": list(inputs),
+        "previous": previous_of(path),
+        "dirty": changed(commit, list(inputs), untracked=True) if commit != "unknown" else [],
+        "wall_s": round(time.time() - _T0, 1),
+    }
     problems = validate(doc)
     if problems:
         raise ValueError(f"result {name}: " + "; ".join(problems))

@@ -82,8 +82,11 @@ def table_sizes(tables: Tables) -> dict:
 
 def run_case(case, time_limit_s: float, workers: int, rescore: bool) -> dict:
     model, cluster, gpus, batch, seq = case
-    p = Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
-                workload=Workload(global_batch=batch, seq_len=seq))
+    p = Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+    )
     t0 = time.perf_counter()
     choices, plans = count_space(p)
     count_s = time.perf_counter() - t0
@@ -92,13 +95,28 @@ def run_case(case, time_limit_s: float, workers: int, rescore: bool) -> dict:
     r = solve(p, SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=0, rescore=rescore), tables=tables)
     solve_s = time.perf_counter() - t0
     st = r.stats
-    return dict(case=name(case), moe=p.model.is_moe, choices=choices, plans=plans, count_s=count_s, **table_sizes(tables),
-                groups=st.groups or 0, dominated=st.dominated or 0, memory=(st.memory or 0)
-                + (st.groups_memory or 0), bound=(st.bound or 0) + (st.groups_bound or 0),
-                probed=st.probed or 0, kept=st.model_choices if st.model_choices is not None else st.kept or 0,
-                presolve_s=st.presolve_s or 0.0, cpsat_s=r.solver_time_s or 0.0, status=r.status,
-                time_s=solve_s, objective_s=r.objective_s, gap=r.gap, timed_out=st.timed_out,
-                plan=r.best.config if r.best else None)
+    return dict(
+        case=name(case),
+        moe=p.model.is_moe,
+        choices=choices,
+        plans=plans,
+        count_s=count_s,
+        **table_sizes(tables),
+        groups=st.groups or 0,
+        dominated=st.dominated or 0,
+        memory=(st.memory or 0) + (st.groups_memory or 0),
+        bound=(st.bound or 0) + (st.groups_bound or 0),
+        probed=st.probed or 0,
+        kept=st.model_choices if st.model_choices is not None else st.kept or 0,
+        presolve_s=st.presolve_s or 0.0,
+        cpsat_s=r.solver_time_s or 0.0,
+        status=r.status,
+        time_s=solve_s,
+        objective_s=r.objective_s,
+        gap=r.gap,
+        timed_out=st.timed_out,
+        plan=r.best.config if r.best else None,
+    )
 
 
 def slope(x, y) -> float:
@@ -116,51 +134,70 @@ def main(argv=None) -> int:
     cases = [c for c in CASES if not a.cases or any(s.lower() in name(c).lower() for s in a.cases.split(","))]
     if not cases:
         ap.error(f"no case matches {a.cases!r}")
-    hdr = (f"{'case':<30}{'choices':>12}{'plans':>16}{'layer':>7}{'affine':>7}{'stage':>7}{'groups':>7}"
-           f"{'domin.':>8}{'memory':>8}{'bound':>9}{'probed':>7}{'kept':>6}{'status':>10}{'presolve':>9}"
-           f"{'cp-sat':>7}{'time s':>8}{'objective s':>12}{'gap':>7}  plan")
+    hdr = (
+        f"{'case':<30}{'choices':>12}{'plans':>16}{'layer':>7}{'affine':>7}{'stage':>7}{'groups':>7}"
+        f"{'domin.':>8}{'memory':>8}{'bound':>9}{'probed':>7}{'kept':>6}{'status':>10}{'presolve':>9}"
+        f"{'cp-sat':>7}{'time s':>8}{'objective s':>12}{'gap':>7}  plan"
+    )
     print(hdr, flush=True)
     rows = []
     start = time.perf_counter()
     for i, case in enumerate(cases):
-        print(f"[{i + 1}/{len(cases)}] {time.perf_counter() - start:6.1f}s {name(case)} ...", file=sys.stderr, flush=True)
+        print(
+            f"[{i + 1}/{len(cases)}] {time.perf_counter() - start:6.1f}s {name(case)} ...", file=sys.stderr, flush=True
+        )
         r = run_case(case, a.time_limit, a.workers, a.rescore)
         rows.append(r)
         c = r["plan"]
-        plan = (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} vp{c.vp} mb{c.mb} z{c.zero} {c.recompute}"
-                if c else "-")
+        plan = f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} vp{c.vp} mb{c.mb} z{c.zero} {c.recompute}" if c else "-"
         obj = "-" if r["objective_s"] is None else f"{r['objective_s']:.4f}"
         status = r["status"] + ("*" if r["timed_out"] else "")
         gap = "-" if r["gap"] is None else f"{100 * r['gap']:.1f}%"
-        print(f"{r['case']:<30}{r['choices']:>12,}{r['plans']:>16,}{r['layer']:>7}{r['affine']:>7}{r['stage']:>7}"
-              f"{r['groups']:>7}{r['dominated']:>8}{r['memory']:>8}{r['bound']:>9}{r['probed']:>7}{r['kept']:>6}"
-              f"{status:>10}{r['presolve_s']:>9.2f}{r['cpsat_s']:>7.2f}{r['time_s']:>8.2f}{obj:>12}{gap:>7}  {plan}", flush=True)
+        print(
+            f"{r['case']:<30}{r['choices']:>12,}{r['plans']:>16,}{r['layer']:>7}{r['affine']:>7}{r['stage']:>7}"
+            f"{r['groups']:>7}{r['dominated']:>8}{r['memory']:>8}{r['bound']:>9}{r['probed']:>7}{r['kept']:>6}"
+            f"{status:>10}{r['presolve_s']:>9.2f}{r['cpsat_s']:>7.2f}{r['time_s']:>8.2f}{obj:>12}{gap:>7}  {plan}",
+            flush=True,
+        )
     print()
-    print("layer: per-layer timing keys computed (Tables._layer); affine: per-stage affine tables; stage: stage "
-          "tables built (choices scored closely); relaxed tables of the bounds included. domin./memory/bound: "
-          "choices (and groups) presolve pruned; kept: choices in the CP-SAT model; * presolve timed out; "
-          f"time: whole solve, --time-limit {a.time_limit:g} s, {a.workers} workers, total "
-          f"{time.perf_counter() - start:.1f} s, load average at the end {os.getloadavg()[0]:.1f}")
+    print(
+        "layer: per-layer timing keys computed (Tables._layer); affine: per-stage affine tables; stage: stage "
+        "tables built (choices scored closely); relaxed tables of the bounds included. domin./memory/bound: "
+        "choices (and groups) presolve pruned; kept: choices in the CP-SAT model; * presolve timed out; "
+        f"time: whole solve, --time-limit {a.time_limit:g} s, {a.workers} workers, total "
+        f"{time.perf_counter() - start:.1f} s, load average at the end {os.getloadavg()[0]:.1f}"
+    )
     optimal = [r for r in rows if r["status"] == "OPTIMAL"]
-    for title, sub in (("all cases (those stopped by the time limit censor the fit)", rows),
-                       ("the OPTIMAL cases only (search ran to its proof)", optimal)):
+    for title, sub in (
+        ("all cases (those stopped by the time limit censor the fit)", rows),
+        ("the OPTIMAL cases only (search ran to its proof)", optimal),
+    ):
         if len(sub) < 3:
             continue
         t = [r["time_s"] for r in sub]
         print(f"log-log slope of search time over {title}, {len(sub)} cases (1 = proportional):")
-        for label, key in (("choices", "choices"), ("plans", "plans"), ("per-layer table (layer)", "layer"),
-                           ("stage tables built (stage)", "stage"), ("all tables (layer+affine+stage)", None)):
+        for label, key in (
+            ("choices", "choices"),
+            ("plans", "plans"),
+            ("per-layer table (layer)", "layer"),
+            ("stage tables built (stage)", "stage"),
+            ("all tables (layer+affine+stage)", None),
+        ):
             xs = [r["layer"] + r["affine"] + r["stage"] if key is None else r[key] for r in sub]
             print(f"  vs {label:<34} {slope(xs, t):+.2f}   (x from {min(xs):,} to {max(xs):,})")
         for kind, part in (("dense", [r for r in sub if not r["moe"]]), ("MoE", [r for r in sub if r["moe"]])):
             if len(part) >= 3:
                 ts = [r["time_s"] for r in part]
-                print(f"  {kind:<5}: vs choices {slope([r['choices'] for r in part], ts):+.2f}, vs layer table "
-                      f"{slope([r['layer'] for r in part], ts):+.2f}, vs stage tables "
-                      f"{slope([r['stage'] for r in part], ts):+.2f}")
+                print(
+                    f"  {kind:<5}: vs choices {slope([r['choices'] for r in part], ts):+.2f}, vs layer table "
+                    f"{slope([r['layer'] for r in part], ts):+.2f}, vs stage tables "
+                    f"{slope([r['stage'] for r in part], ts):+.2f}"
+                )
     not_optimal = [r["case"] for r in rows if r["status"] != "OPTIMAL"]
-    print(f"OPTIMAL {len(rows) - len(not_optimal)} of {len(rows)}" + (f"; not: {', '.join(not_optimal)}"
-                                                                         if not_optimal else ""))
+    print(
+        f"OPTIMAL {len(rows) - len(not_optimal)} of {len(rows)}"
+        + (f"; not: {', '.join(not_optimal)}" if not_optimal else "")
+    )
     return 0
 
 

@@ -83,8 +83,11 @@ def cold() -> None:
 
 def run_case(case, exhaustive_limit_s: float, workers: int) -> dict:
     label, model, cluster, gpus, batch, seq = case
-    p = Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
-                workload=Workload(global_batch=batch, seq_len=seq))
+    p = Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+    )
     choices, plans = count_space(p)
     cold()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -97,51 +100,95 @@ def run_case(case, exhaustive_limit_s: float, workers: int) -> dict:
     e = solve_exhaustive(p, time_limit_s=exhaustive_limit_s, tables=Tables(p))
     covered = e.choices_done / max(1, e.choices_total)
     exhaustive_s = e.time_s if e.complete else sampled_time_s(p, e.choices_total, exhaustive_limit_s)
-    return dict(label=label, status=r.status, solve_s=solve_s, rescore_status=rr.status, rescore_s=rescore_s,
-                solve_cpu_s=solve_cpu_s, rescore_cpu_s=rescore_cpu_s,
-                rescored=rr.rescored, objective_s=r.objective_s, choices=choices,
-                plans=plans, kept=r.stats.model_choices or 0, exhaustive_s=exhaustive_s, complete=e.complete,
-                covered=covered, exhaustive_best_s=(e.best.objective * Tables(p).res_s) if e.best else None,
-                plan=r.best.config if r.best else None)
+    return dict(
+        label=label,
+        status=r.status,
+        solve_s=solve_s,
+        rescore_status=rr.status,
+        rescore_s=rescore_s,
+        solve_cpu_s=solve_cpu_s,
+        rescore_cpu_s=rescore_cpu_s,
+        rescored=rr.rescored,
+        objective_s=r.objective_s,
+        choices=choices,
+        plans=plans,
+        kept=r.stats.model_choices or 0,
+        exhaustive_s=exhaustive_s,
+        complete=e.complete,
+        covered=covered,
+        exhaustive_best_s=(e.best.objective * Tables(p).res_s) if e.best else None,
+        plan=r.best.config if r.best else None,
+    )
 
 
 def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exhaustive-limit", type=float, default=30.0, help="seconds per case (default 30)")
     ap.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
-    ap.add_argument("--cases", help="comma-separated substrings of case names to run, or 'standard' (GPT-3, "
-                                    "DeepSeek-V3, GPT 1T); default: every case (with --compare: standard)")
-    ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"),
-                    help="time two commits or checkout directories on the cases in interleaved pairs (no exhaustive)")
+    ap.add_argument(
+        "--cases",
+        help="comma-separated substrings of case names to run, or 'standard' (GPT-3, "
+        "DeepSeek-V3, GPT 1T); default: every case (with --compare: standard)",
+    )
+    ap.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        help="time two commits or checkout directories on the cases in interleaved pairs (no exhaustive)",
+    )
     ap.add_argument("--pairs", type=int, default=5, help="pairs per case with --compare (default 5)")
     args = ap.parse_args(argv)
     if args.compare:
         from benchmarks import search_speed_pairs
 
-        return search_speed_pairs.main([*args.compare, "--pairs", str(args.pairs), "--workers", str(args.workers),
-                                        "--cases", args.cases or "standard"])
+        return search_speed_pairs.main(
+            [
+                *args.compare,
+                "--pairs",
+                str(args.pairs),
+                "--workers",
+                str(args.workers),
+                "--cases",
+                args.cases or "standard",
+            ]
+        )
     cases = selected(args.cases)
-    print(f"{'case':<30} {'plans in space':>15} {'status':>8} {'search s':>9} {'+re-score s':>12} {'cpu s':>11} "
-          f"{'exhaustive s':>14} {'speed-up':>9}  best plan")
+    print(
+        f"{'case':<30} {'plans in space':>15} {'status':>8} {'search s':>9} {'+re-score s':>12} {'cpu s':>11} "
+        f"{'exhaustive s':>14} {'speed-up':>9}  best plan"
+    )
     rows = []
     for case in cases:
         r = run_case(case, args.exhaustive_limit, args.workers)
         rows.append(r)
         ex = f"{r['exhaustive_s']:.0f}" + ("" if r["complete"] else "*")
         c = r["plan"]
-        plan = (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} vp{c.vp} mb{c.mb} sp{int(c.sp_on)} z{c.zero} "
-                f"{c.recompute} -> {r['objective_s']:.3f} s") if c else "-"
+        plan = (
+            (
+                f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} vp{c.vp} mb{c.mb} sp{int(c.sp_on)} z{c.zero} "
+                f"{c.recompute} -> {r['objective_s']:.3f} s"
+            )
+            if c
+            else "-"
+        )
         rescored = f"{r['rescore_s']:.2f} ({r['rescored']})" + ("" if r["rescore_status"] == r["status"] else "!")
         cpu = f"{r['solve_cpu_s']:.2f}/{r['rescore_cpu_s']:.2f}"
-        print(f"{r['label']:<30} {r['plans']:>15,} {r['status']:>8} {r['solve_s']:>9.2f} {rescored:>12} {cpu:>11} {ex:>14} "
-              f"{r['exhaustive_s'] / r['solve_s']:>8.0f}x  {plan}", flush=True)
+        print(
+            f"{r['label']:<30} {r['plans']:>15,} {r['status']:>8} {r['solve_s']:>9.2f} {rescored:>12} {cpu:>11} {ex:>14} "
+            f"{r['exhaustive_s'] / r['solve_s']:>8.0f}x  {plan}",
+            flush=True,
+        )
     print()
-    print("* exhaustive capped at --exhaustive-limit (covering " +
-          ", ".join(f"{100 * r['covered']:.1f}%" for r in rows if not r["complete"]) +
-          " of the choices in order), full time extrapolated from the mean time per choice of blocks "
-          "spread over the whole space")
+    print(
+        "* exhaustive capped at --exhaustive-limit (covering "
+        + ", ".join(f"{100 * r['covered']:.1f}%" for r in rows if not r["complete"])
+        + " of the choices in order), full time extrapolated from the mean time per choice of blocks "
+        "spread over the whole space"
+    )
     print("search = cost tables + presolve (dominance, memory screen, bounds) + CP-SAT proof + the plan's evaluate;")
-    print("+re-score = the same search, cold caches again, as `recommend` runs it: presolve also keeps the plans within")
+    print(
+        "+re-score = the same search, cold caches again, as `recommend` runs it: presolve also keeps the plans within"
+    )
     print("the re-score band of the optimum, which the op-graph engine then schedules (their count in brackets;")
     print("'!' marks a status other than the plain search's); cpu s = the process's CPU seconds (time.process_time,")
     print("CP-SAT's worker threads included) of the search / of the search with the re-score: on a shared host the")
@@ -165,15 +212,33 @@ def record(argv, rows: list[dict], enabled: bool) -> None:
         head[f"{short} re-scored CPU s"] = round(r["rescore_cpu_s"], 2)
         for prefix, limit in TARGETS_CPU_S.items():
             if r["label"].startswith(prefix):
-                targets.append({"name": f"{short}: re-scored search <= {limit:g} CPU s", "met": r["rescore_cpu_s"] <= limit})
-    results_io.record("search_speed", argv, enabled=enabled, headline=head, targets=targets,
-                      title="search time (cold caches) against the exhaustive baseline on the same space",
-                      table=[{"case": r["label"], "status": r["status"], "search s": round(r["solve_s"], 2),
-                              "re-scored s": round(r["rescore_s"], 2), "CPU s": round(r["solve_cpu_s"], 2),
-                              "re-scored CPU s": round(r["rescore_cpu_s"], 2),
-                              "exhaustive s": round(r["exhaustive_s"]) if r["complete"] else f"~{r['exhaustive_s']:.0f} (extrapolated)",
-                              "objective s": None if r["objective_s"] is None else round(r["objective_s"], 4)} for r in rows],
-                      inputs=["costmodel", "search", "benchmarks/search_speed.py"])
+                targets.append(
+                    {"name": f"{short}: re-scored search <= {limit:g} CPU s", "met": r["rescore_cpu_s"] <= limit}
+                )
+    results_io.record(
+        "search_speed",
+        argv,
+        enabled=enabled,
+        headline=head,
+        targets=targets,
+        title="search time (cold caches) against the exhaustive baseline on the same space",
+        table=[
+            {
+                "case": r["label"],
+                "status": r["status"],
+                "search s": round(r["solve_s"], 2),
+                "re-scored s": round(r["rescore_s"], 2),
+                "CPU s": round(r["solve_cpu_s"], 2),
+                "re-scored CPU s": round(r["rescore_cpu_s"], 2),
+                "exhaustive s": round(r["exhaustive_s"])
+                if r["complete"]
+                else f"~{r['exhaustive_s']:.0f} (extrapolated)",
+                "objective s": None if r["objective_s"] is None else round(r["objective_s"], 4),
+            }
+            for r in rows
+        ],
+        inputs=["costmodel", "search", "benchmarks/search_speed.py"],
+    )
 
 
 if __name__ == "__main__":

@@ -103,7 +103,9 @@ class Checkout:
         if Path(spec).is_dir():
             self.path = Path(spec).resolve()
             dirty = git("status", "--porcelain", "--untracked-files=no", cwd=self.path)
-            self.label = f"{spec} ({git('rev-parse', '--short', 'HEAD', cwd=self.path)}{' + uncommitted' if dirty else ''})"
+            self.label = (
+                f"{spec} ({git('rev-parse', '--short', 'HEAD', cwd=self.path)}{' + uncommitted' if dirty else ''})"
+            )
             return
         sha = git("rev-parse", "--verify", spec + "^{commit}")
         self.label = git("rev-parse", "--short", sha)
@@ -119,22 +121,43 @@ class Checkout:
 
 def run_once(co: Checkout, case: tuple, args: argparse.Namespace) -> dict:
     label, model, cluster, gpus, batch, seq = case
-    arg = json.dumps({"model": model, "cluster": cluster, "gpus": gpus, "batch": batch, "seq": seq,
-                      "workers": args.workers, "time_limit_s": args.time_limit})
+    arg = json.dumps(
+        {
+            "model": model,
+            "cluster": cluster,
+            "gpus": gpus,
+            "batch": batch,
+            "seq": seq,
+            "workers": args.workers,
+            "time_limit_s": args.time_limit,
+        }
+    )
     path = os.pathsep.join([str(co.path)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    proc = subprocess.run([args.python, "-c", DRIVER, arg], cwd=co.path, env={**os.environ, "PYTHONPATH": path},
-                          capture_output=True, text=True, timeout=args.timeout, check=False)
+    proc = subprocess.run(
+        [args.python, "-c", DRIVER, arg],
+        cwd=co.path,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+        check=False,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            return json.loads(line[len("RESULT ") :])
     raise RuntimeError(f"{co.label} {label}: no result (exit {proc.returncode})\n{proc.stderr[-3000:]}")
 
 
 def summary(old: list[dict], new: list[dict], key: str) -> dict:
     """Medians of each side and of the pair ratios new / old for one timing key."""
     ratios = [n[key] / o[key] for o, n in zip(old, new)]
-    return {"old": statistics.median(o[key] for o in old), "new": statistics.median(n[key] for n in new),
-            "ratio": statistics.median(ratios), "lo": min(ratios), "hi": max(ratios)}
+    return {
+        "old": statistics.median(o[key] for o in old),
+        "new": statistics.median(n[key] for n in new),
+        "ratio": statistics.median(ratios),
+        "lo": min(ratios),
+        "hi": max(ratios),
+    }
 
 
 def main(argv=None) -> int:
@@ -142,17 +165,26 @@ def main(argv=None) -> int:
     ap.add_argument("old", help="commit or checkout directory (the baseline)")
     ap.add_argument("new", help="commit or checkout directory (compared with the baseline)")
     ap.add_argument("--pairs", type=int, default=5, help="interleaved pairs per case (default 5)")
-    ap.add_argument("--cases", default="standard",
-                    help="comma-separated substrings of case names, 'standard' (default: GPT-3, DeepSeek-V3, "
-                         "GPT 1T) or 'all'")
+    ap.add_argument(
+        "--cases",
+        default="standard",
+        help="comma-separated substrings of case names, 'standard' (default: GPT-3, DeepSeek-V3, GPT 1T) or 'all'",
+    )
     ap.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
-    ap.add_argument("--time-limit", type=float, default=60.0,
-                    help="the search's time limit in seconds (default 60, not recommend's 10: on a loaded host a run "
-                         "cut at the limit would time the limit, not the search)")
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        help="the search's time limit in seconds (default 60, not recommend's 10: on a loaded host a run "
+        "cut at the limit would time the limit, not the search)",
+    )
     ap.add_argument("--python", default=sys.executable, help="interpreter for the runs (default: this one)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per run (default 600)")
-    ap.add_argument("--worktrees", default=str(Path(tempfile.gettempdir()) / "search_speed_pairs"),
-                    help="where commits are checked out")
+    ap.add_argument(
+        "--worktrees",
+        default=str(Path(tempfile.gettempdir()) / "search_speed_pairs"),
+        help="where commits are checked out",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the worktrees made for commits")
     ap.add_argument("--json", help="write every run's figures and answers to this file")
     args = ap.parse_args(argv)
@@ -165,8 +197,11 @@ def main(argv=None) -> int:
     tmp = Path(args.worktrees)
     tmp.mkdir(parents=True, exist_ok=True)
     old, new = Checkout(args.old, tmp, args.keep), Checkout(args.new, tmp, args.keep)
-    print(f"old = {old.label}, new = {new.label}; {args.pairs} pairs per case, order swapped every pair, "
-          f"one process per run, {args.workers} CP-SAT workers, time limit {args.time_limit:g} s", flush=True)
+    print(
+        f"old = {old.label}, new = {new.label}; {args.pairs} pairs per case, order swapped every pair, "
+        f"one process per run, {args.workers} CP-SAT workers, time limit {args.time_limit:g} s",
+        flush=True,
+    )
     report = []
     try:
         for case in cases:
@@ -176,27 +211,48 @@ def main(argv=None) -> int:
                 for side, co in order:
                     runs[side].append(run_once(co, case, args))
             report.append({"case": case[0], "runs": runs})
-            answers = {side: {k: sorted({r[k] for r in rs}) for k in ("search_answer", "rescored_answer")}
-                       for side, rs in runs.items()}
+            answers = {
+                side: {k: sorted({r[k] for r in rs}) for k in ("search_answer", "rescored_answer")}
+                for side, rs in runs.items()
+            }
             same = answers["old"] == answers["new"] and all(len(a) == 1 for a in answers["old"].values())
             print(f"\n{case[0]}: medians of {args.pairs} runs each; new/old = median of the pair ratios (range)")
             print(f"  {'':<20} {'old':>8} {'new':>8} {'new/old':>8}  range")
-            for key, name in (("search_s", "search wall s"), ("search_cpu_s", "search CPU s"),
-                              ("rescored_s", "re-scored wall s"), ("rescored_cpu_s", "re-scored CPU s")):
+            for key, name in (
+                ("search_s", "search wall s"),
+                ("search_cpu_s", "search CPU s"),
+                ("rescored_s", "re-scored wall s"),
+                ("rescored_cpu_s", "re-scored CPU s"),
+            ):
                 s = summary(runs["old"], runs["new"], key)
                 print(f"  {name:<20} {s['old']:>8.2f} {s['new']:>8.2f} {s['ratio']:>8.2f}  {s['lo']:.2f}-{s['hi']:.2f}")
-            cut = sorted({f"{side} {r[k].split()[0]}" for side, rs in runs.items() for r in rs
-                          for k in ("search_answer", "rescored_answer") if not r[k].startswith("OPTIMAL")})
+            cut = sorted(
+                {
+                    f"{side} {r[k].split()[0]}"
+                    for side, rs in runs.items()
+                    for r in rs
+                    for k in ("search_answer", "rescored_answer")
+                    if not r[k].startswith("OPTIMAL")
+                }
+            )
             if cut:
-                print(f"  not proven optimal ({', '.join(cut)}): these runs may have stopped at the time limit, "
-                      f"so their seconds are not the search's")
+                print(
+                    f"  not proven optimal ({', '.join(cut)}): these runs may have stopped at the time limit, "
+                    f"so their seconds are not the search's"
+                )
             if same:
-                print(f"  answers: the same in every run: search {runs['old'][0]['search_answer']}; "
-                      f"re-scored {runs['old'][0]['rescored_answer']}")
+                print(
+                    f"  answers: the same in every run: search {runs['old'][0]['search_answer']}; "
+                    f"re-scored {runs['old'][0]['rescored_answer']}"
+                )
             else:
                 for side in ("old", "new"):
-                    print(f"  answers {side}: search " + " | ".join(answers[side]["search_answer"]) +
-                          "; re-scored " + " | ".join(answers[side]["rescored_answer"]))
+                    print(
+                        f"  answers {side}: search "
+                        + " | ".join(answers[side]["search_answer"])
+                        + "; re-scored "
+                        + " | ".join(answers[side]["rescored_answer"])
+                    )
             sys.stdout.flush()
     finally:
         old.close()

@@ -61,27 +61,51 @@ def predict(row: dict):
     """The :class:`~costmodel.serving.inference.InferenceEstimate` for one published row."""
     ints = {k: int(row[k]) for k in ("gpus", "tp", "pp", "dp", "batch", "input_len", "output_len")}
     c = ParallelConfig(tp=ints["tp"], pp=ints["pp"], dp=ints["dp"])
-    w = Workload(mode="infer", global_batch=ints["batch"], input_len=ints["input_len"],
-                 output_len=ints["output_len"], dtype=row["dtype"])
+    w = Workload(
+        mode="infer",
+        global_batch=ints["batch"],
+        input_len=ints["input_len"],
+        output_len=ints["output_len"],
+        dtype=row["dtype"],
+    )
     cluster = load_cluster(row["cluster"]).with_gpus(ints["gpus"])
     per_replica = ints["batch"] // ints["dp"]
     kw = {}
     if row["batching"] == "static":
-        kw = dict(prefill_tokens=per_replica * ints["input_len"], max_seqs=per_replica, num_requests=per_replica,
-                  measure="all")
-    return evaluate_inference(load_model(row["model"]), cluster, w, c, kv_dtype=row["kv_dtype"],
-                              engine=engine_of(row), **kw)
+        kw = dict(
+            prefill_tokens=per_replica * ints["input_len"],
+            max_seqs=per_replica,
+            num_requests=per_replica,
+            measure="all",
+        )
+    return evaluate_inference(
+        load_model(row["model"]), cluster, w, c, kv_dtype=row["kv_dtype"], engine=engine_of(row), **kw
+    )
 
 
 def write_residuals(out: list[dict]) -> None:
     """``ln(predicted / measured)`` of every row, tagged for :func:`costmodel.trust.serving_band.pool_for`."""
     import json
     import math
-    rows = [{"row_id": o["row_id"], "source": o["source"], "quantity": QUANTITY[o["metric"]], "engine": o["engine"],
-             "load": o["load"], "batch": o["batch"], "log_residual": math.log(o["predicted"] / o["measured"])}
-            for o in out]
-    RESIDUALS.write_text(json.dumps({"written_by": "python -m benchmarks.validate_inference --write-residuals",
-                                     "residuals": rows}, indent=1) + "\n")
+
+    rows = [
+        {
+            "row_id": o["row_id"],
+            "source": o["source"],
+            "quantity": QUANTITY[o["metric"]],
+            "engine": o["engine"],
+            "load": o["load"],
+            "batch": o["batch"],
+            "log_residual": math.log(o["predicted"] / o["measured"]),
+        }
+        for o in out
+    ]
+    RESIDUALS.write_text(
+        json.dumps(
+            {"written_by": "python -m benchmarks.validate_inference --write-residuals", "residuals": rows}, indent=1
+        )
+        + "\n"
+    )
 
 
 def main(argv=None, record_results: bool = False) -> int:
@@ -92,8 +116,10 @@ def main(argv=None, record_results: bool = False) -> int:
     args = ap.parse_args(argv)
     rows = [r for r in load_rows() if not args.source or r["source_key"] == args.source]
     out, errs = [], {}
-    print(f"{'row':>3} {'source':<19} {'model':<13} {'hw':<9} {'plan':<9} {'B':>5} {'in/out':>10} "
-          f"{'metric':<21} {'pred':>9} {'meas':>9} {'err%':>7}")
+    print(
+        f"{'row':>3} {'source':<19} {'model':<13} {'hw':<9} {'plan':<9} {'B':>5} {'in/out':>10} "
+        f"{'metric':<21} {'pred':>9} {'meas':>9} {'err%':>7}"
+    )
     for r in rows:
         e = predict(r)
         pred, meas = METRICS[r["metric"]](e), float(r["measured"])
@@ -101,41 +127,75 @@ def main(argv=None, record_results: bool = False) -> int:
         load = load_state(e)
         errs.setdefault((engine_of(r), r["metric"], load), []).append(err)
         plan = f"tp{r['tp']}pp{r['pp']}dp{r['dp']}" + ("" if e.fits else "!")
-        print(f"{r['row_id']:>3} {r['source_key']:<19} {r['model']:<13} {r['cluster']:<9} {plan:<9} "
-              f"{r['batch']:>5} {r['input_len'] + '/' + r['output_len']:>10} {r['metric']:<21} "
-              f"{pred:9.2f} {meas:9.2f} {100 * err:+7.1f}")
-        out.append({"row_id": r["row_id"], "source": r["source_key"], "engine": engine_of(r), "metric": r["metric"],
-                    "load": load, "batch": int(r["batch"]), "predicted": pred, "measured": meas, "error": err,
-                    "fits": e.fits})
+        print(
+            f"{r['row_id']:>3} {r['source_key']:<19} {r['model']:<13} {r['cluster']:<9} {plan:<9} "
+            f"{r['batch']:>5} {r['input_len'] + '/' + r['output_len']:>10} {r['metric']:<21} "
+            f"{pred:9.2f} {meas:9.2f} {100 * err:+7.1f}"
+        )
+        out.append(
+            {
+                "row_id": r["row_id"],
+                "source": r["source_key"],
+                "engine": engine_of(r),
+                "metric": r["metric"],
+                "load": load,
+                "batch": int(r["batch"]),
+                "predicted": pred,
+                "measured": meas,
+                "error": err,
+                "fits": e.fits,
+            }
+        )
     print("\n('!' after the plan: the model predicts it does not fit in memory)\n")
     allerr = [abs(x) for es in errs.values() for x in es]
-    print(f"{'all rows':<42} n={len(allerr):>2}  mean |err| {100 * statistics.mean(allerr):5.1f}%   "
-          f"max |err| {100 * max(allerr):5.1f}%")
+    print(
+        f"{'all rows':<42} n={len(allerr):>2}  mean |err| {100 * statistics.mean(allerr):5.1f}%   "
+        f"max |err| {100 * max(allerr):5.1f}%"
+    )
     print("\nby engine, metric and load (admitted: every client runs; queued: more clients than the engine admits)")
     for (eng, metric, load), es in sorted(errs.items()):
         a = [abs(x) for x in es]
-        print(f"{eng + ' ' + metric + ' ' + load:<42} n={len(a):>2}  mean |err| {100 * statistics.mean(a):5.1f}%   "
-              f"max |err| {100 * max(a):5.1f}%   mean signed {100 * statistics.mean(es):+5.1f}%")
+        print(
+            f"{eng + ' ' + metric + ' ' + load:<42} n={len(a):>2}  mean |err| {100 * statistics.mean(a):5.1f}%   "
+            f"max |err| {100 * max(a):5.1f}%   mean signed {100 * statistics.mean(es):+5.1f}%"
+        )
     print("\nby concurrency (continuous rows)")
-    for lo, hi in ((1, 1), (2, 16), (17, 64), (65, 10 ** 9)):
+    for lo, hi in ((1, 1), (2, 16), (17, 64), (65, 10**9)):
         sel = [o for o in out if lo <= o["batch"] <= hi and o["source"].startswith("nim")]
         for metric in METRICS:
             es = [o["error"] for o in sel if o["metric"] == metric]
             if es:
-                print(f"  concurrency {lo}-{hi if hi < 10 ** 9 else 'up':<5} {metric:<21} n={len(es):>2}  "
-                      f"mean |err| {100 * statistics.mean(abs(x) for x in es):5.1f}%   "
-                      f"mean signed {100 * statistics.mean(es):+5.1f}%")
+                print(
+                    f"  concurrency {lo}-{hi if hi < 10**9 else 'up':<5} {metric:<21} n={len(es):>2}  "
+                    f"mean |err| {100 * statistics.mean(abs(x) for x in es):5.1f}%   "
+                    f"mean signed {100 * statistics.mean(es):+5.1f}%"
+                )
     if args.csv and out:
         write_csv(args.csv, out)
-    groups = [{"engine metric load": " ".join(k), "rows": len(es), "mean |err| %": results_io.pct(statistics.mean(map(abs, es))),
-               "max |err| %": results_io.pct(max(map(abs, es))), "signed %": results_io.pct(statistics.mean(es))}
-              for k, es in sorted(errs.items())]
-    results_io.record("validate_inference", argv, enabled=record_results and not args.source, table=groups,
-                      title="serving metrics against published TensorRT-LLM and NIM benchmarks (nothing fitted)",
-                      headline={"rows": len(allerr), "mean |err| %": results_io.pct(statistics.mean(allerr)),
-                                "max |err| %": results_io.pct(max(allerr)),
-                                "rows predicted not to fit": sum(not o["fits"] for o in out)},
-                      inputs=["costmodel", "benchmarks/validate_inference.py", "benchmarks/data/published_inference.csv"])
+    groups = [
+        {
+            "engine metric load": " ".join(k),
+            "rows": len(es),
+            "mean |err| %": results_io.pct(statistics.mean(map(abs, es))),
+            "max |err| %": results_io.pct(max(map(abs, es))),
+            "signed %": results_io.pct(statistics.mean(es)),
+        }
+        for k, es in sorted(errs.items())
+    ]
+    results_io.record(
+        "validate_inference",
+        argv,
+        enabled=record_results and not args.source,
+        table=groups,
+        title="serving metrics against published TensorRT-LLM and NIM benchmarks (nothing fitted)",
+        headline={
+            "rows": len(allerr),
+            "mean |err| %": results_io.pct(statistics.mean(allerr)),
+            "max |err| %": results_io.pct(max(allerr)),
+            "rows predicted not to fit": sum(not o["fits"] for o in out),
+        },
+        inputs=["costmodel", "benchmarks/validate_inference.py", "benchmarks/data/published_inference.csv"],
+    )
     if args.write_residuals:
         write_residuals(out)
         print(f"\nwrote {len(out)} residuals to {RESIDUALS}")

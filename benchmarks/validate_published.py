@@ -32,14 +32,19 @@ REGIME_MEAN_LIMIT = 0.12  # --check: any regime's mean |err|
 def plan_text(est) -> str:
     c = est.config
     lps = "" if c.layers_per_stage is None else " lps" + "/".join(map(str, c.layers_per_stage))
-    return (f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} mb{c.mb} v{c.vp} sp{int(c.sp)} {c.recompute} z{c.zero}"
-            + lps + ("" if est.fits else " (does not fit)"))
+    return (
+        f"tp{c.tp} pp{c.pp} dp{c.dp} cp{c.cp} ep{c.ep} mb{c.mb} v{c.vp} sp{int(c.sp)} {c.recompute} z{c.zero}"
+        + lps
+        + ("" if est.fits else " (does not fit)")
+    )
 
 
 def run_rows(rows: list[Row], engine: str, out=print) -> list[dict]:
     """Predict every row; print one line each; return the results of the predicted rows."""
     res = []
-    out(f"{'row':>4} {'set':<3} {'source':<22} {'model':<20} {'gpus':>5} {'pred_s':>9} {'meas_s':>9} {'err%':>7}  plan | regimes")
+    out(
+        f"{'row':>4} {'set':<3} {'source':<22} {'model':<20} {'gpus':>5} {'pred_s':>9} {'meas_s':>9} {'err%':>7}  plan | regimes"
+    )
     for r in rows:
         head = f"{r.row_id:>4} {r.set:<3} {r.source[:22]:<22} {r.label[:20]:<20} {r.gpus:>5}"
         if r.skip:
@@ -52,9 +57,22 @@ def run_rows(rows: list[Row], engine: str, out=print) -> list[dict]:
         err = est.step_time_s / r.measured_s - 1
         plan = plan_text(est)
         out(f"{head} {est.step_time_s:9.3f} {r.measured_s:9.3f} {100 * err:+7.1f}  {plan} | {','.join(r.regimes)}")
-        res.append({"row_id": r.row_id, "set": r.set, "source": r.source, "model": r.label, "gpus": r.gpus,
-                    "predicted_s": est.step_time_s, "measured_s": r.measured_s, "error": err, "plan": plan,
-                    "regimes": ";".join(r.regimes), "measured_how": r.measured_how, "notes": "; ".join(r.notes)})
+        res.append(
+            {
+                "row_id": r.row_id,
+                "set": r.set,
+                "source": r.source,
+                "model": r.label,
+                "gpus": r.gpus,
+                "predicted_s": est.step_time_s,
+                "measured_s": r.measured_s,
+                "error": err,
+                "plan": plan,
+                "regimes": ";".join(r.regimes),
+                "measured_how": r.measured_how,
+                "notes": "; ".join(r.notes),
+            }
+        )
     return res
 
 
@@ -78,14 +96,19 @@ def regime_table(res: list[dict]) -> dict:
 
 
 def print_regime_table(table: dict, out=print) -> None:
-    out(f"{'regime':<17} | {'dev: n  mean|e| signed  max|e|':<32} | {'new: n  mean|e| signed  max|e|':<32} | "
-        f"{'all: n  mean|e| signed  max|e|'}")
+    out(
+        f"{'regime':<17} | {'dev: n  mean|e| signed  max|e|':<32} | {'new: n  mean|e| signed  max|e|':<32} | "
+        f"{'all: n  mean|e| signed  max|e|'}"
+    )
 
     def cell(st):
         n, m, sg, mx = st
         return f"{n:>6} {'':>24}" if not n else f"{n:>6} {100 * m:6.1f}% {100 * sg:+6.1f}% {100 * mx:6.1f}%"
+
     for reg in ["ALL", *REGIMES]:
-        out(f"{reg:<17} | {cell(table[('dev', reg)]):<32} | {cell(table[('new', reg)]):<32} | {cell(table[('all', reg)])}")
+        out(
+            f"{reg:<17} | {cell(table[('dev', reg)]):<32} | {cell(table[('new', reg)]):<32} | {cell(table[('all', reg)])}"
+        )
 
 
 def check(table: dict, out=print) -> int:
@@ -116,33 +139,71 @@ def record(argv, engine: str, res: list[dict], table: dict, enabled: bool) -> No
         h.update({f"{s} mean |err| %": results_io.pct(m), f"{s} signed %": results_io.pct(sg)})
     h["all max |err| %"] = results_io.pct(table[("all", "ALL")][3])
     h["published plans predicted over HBM"] = sum(x["plan"].endswith("(does not fit)") for x in res)
-    rows = [{"group": g, "rows": n, "mean |err| %": results_io.pct(m), "signed %": results_io.pct(sg),
-             "max |err| %": results_io.pct(mx)}
-            for g, (n, m, sg, mx) in [*((f"set {s}", table[(s, "ALL")]) for s in ("dev", "new", "all")),
-                                      *((reg, table[("all", reg)]) for reg in REGIMES)] if n]
+    rows = [
+        {
+            "group": g,
+            "rows": n,
+            "mean |err| %": results_io.pct(m),
+            "signed %": results_io.pct(sg),
+            "max |err| %": results_io.pct(mx),
+        }
+        for g, (n, m, sg, mx) in [
+            *((f"set {s}", table[(s, "ALL")]) for s in ("dev", "new", "all")),
+            *((reg, table[("all", reg)]) for reg in REGIMES),
+        ]
+        if n
+    ]
     gated = [table[("all", reg)] for reg in REGIMES if reg != "other" and table[("all", reg)][0]]
-    targets = [{"name": f"dev mean |err| <= {100 * DEV_MEAN_LIMIT:.0f}%", "met": table[("dev", "ALL")][1] <= DEV_MEAN_LIMIT},
-               {"name": f"every regime's mean |err| <= {100 * REGIME_MEAN_LIMIT:.0f}% (other not gated)",
-                "met": all(m <= REGIME_MEAN_LIMIT for _, m, _, _ in gated)}]
+    targets = [
+        {"name": f"dev mean |err| <= {100 * DEV_MEAN_LIMIT:.0f}%", "met": table[("dev", "ALL")][1] <= DEV_MEAN_LIMIT},
+        {
+            "name": f"every regime's mean |err| <= {100 * REGIME_MEAN_LIMIT:.0f}% (other not gated)",
+            "met": all(m <= REGIME_MEAN_LIMIT for _, m, _, _ in gated),
+        },
+    ]
     name = "validate_published" + ("" if engine == "graph" else "_analytic")
-    results_io.record(name, argv, module="validate_published", enabled=enabled, headline=h, table=rows, targets=targets,
-                      title=f"step time against published training runs, dev + new sets ({engine} engine)",
-                      inputs=["costmodel", "benchmarks/validate_published.py", "benchmarks/published",
-                              "benchmarks/regimes.py", "benchmarks/data/published_dev.csv",
-                              "benchmarks/data/published_new.csv"])
+    results_io.record(
+        name,
+        argv,
+        module="validate_published",
+        enabled=enabled,
+        headline=h,
+        table=rows,
+        targets=targets,
+        title=f"step time against published training runs, dev + new sets ({engine} engine)",
+        inputs=[
+            "costmodel",
+            "benchmarks/validate_published.py",
+            "benchmarks/published",
+            "benchmarks/regimes.py",
+            "benchmarks/data/published_dev.csv",
+            "benchmarks/data/published_new.csv",
+        ],
+    )
 
 
 def main(argv=None, rows: list[Row] | None = None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", choices=("dev", "new", "all", "sealed"), default="all",
-                    help="which published set (default all: dev and new; sealed is the test split, scored once at the end of an issue)")
+    ap.add_argument(
+        "--set",
+        choices=("dev", "new", "all", "sealed"),
+        default="all",
+        help="which published set (default all: dev and new; sealed is the test split, scored once at the end of an issue)",
+    )
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--csv", help="also write per-row results here")
-    ap.add_argument("--engine", choices=("graph", "analytic"), default="graph",
-                    help="op-graph scheduler (default; both sets in about 10 s on 2 cores) or the analytic fast path")
-    ap.add_argument("--check", action="store_true",
-                    help=f"exit 1 if the dev-set mean |err| > {100 * DEV_MEAN_LIMIT:.0f}%% "
-                         f"or any regime's mean |err| > {100 * REGIME_MEAN_LIMIT:.0f}%%")
+    ap.add_argument(
+        "--engine",
+        choices=("graph", "analytic"),
+        default="graph",
+        help="op-graph scheduler (default; both sets in about 10 s on 2 cores) or the analytic fast path",
+    )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 if the dev-set mean |err| > {100 * DEV_MEAN_LIMIT:.0f}%% "
+        f"or any regime's mean |err| > {100 * REGIME_MEAN_LIMIT:.0f}%%",
+    )
     args = ap.parse_args(argv)
     canonical = rows is None and args.set == "all" and not args.source  # what benchmarks/results records
     rows = load_set(args.set) if rows is None else rows
@@ -150,8 +211,10 @@ def main(argv=None, rows: list[Row] | None = None, record_results: bool = False)
     res = run_rows(rows, args.engine)
     print()
     skipped = [r for r in rows if r.skip]
-    print(f"{len(rows)} rows: {len(res)} predicted, {len(skipped)} skipped, "
-          f"{len(rows) - len(res) - len(skipped)} not predictable by the cost model (listed above)")
+    print(
+        f"{len(rows)} rows: {len(res)} predicted, {len(skipped)} skipped, "
+        f"{len(rows) - len(res) - len(skipped)} not predictable by the cost model (listed above)"
+    )
     print()
     by_source = {}
     for x in res:
@@ -162,7 +225,9 @@ def main(argv=None, rows: list[Row] | None = None, record_results: bool = False)
         print(f"{s + ' ' + src:<32} {n:>3} {100 * m:8.2f}% {100 * sg:+7.2f}% {100 * mx:8.2f}%")
     t5 = stats([x["error"] for x in res if x["set"] == "dev" and x["row_id"] in TABLE5])
     if t5[0]:
-        print(f"{'dev Korthikanti Table 5':<32} {t5[0]:>3} {100 * t5[1]:8.2f}% {100 * t5[2]:+7.2f}% {100 * t5[3]:8.2f}%")
+        print(
+            f"{'dev Korthikanti Table 5':<32} {t5[0]:>3} {100 * t5[1]:8.2f}% {100 * t5[2]:+7.2f}% {100 * t5[3]:8.2f}%"
+        )
     print()
     table = regime_table(res)
     print(f"per regime ({args.engine} engine; signed: + = predicted slower than measured)")

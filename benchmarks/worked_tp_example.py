@@ -25,14 +25,21 @@ W = Workload(global_batch=1, seq_len=4096, dtype="fp8")
 
 def main() -> int:
     base = load_cluster("h100-sxm")
-    cases = [(f"ideal {bw / 1e9:.0f} GB/s link", replace(base, intra_link=LinkSpec(
-        bw_bytes_per_s=bw, latency_s=2e-6, efficiency=1.0))) for bw in (400e9, 900e9)]
+    cases = [
+        (
+            f"ideal {bw / 1e9:.0f} GB/s link",
+            replace(base, intra_link=LinkSpec(bw_bytes_per_s=bw, latency_s=2e-6, efficiency=1.0)),
+        )
+        for bw in (400e9, 900e9)
+    ]
     cases.append(("h100-sxm preset", base))
     print(f"{'link':<22} {'AllReduce MB':>12} {'AllReduce ms':>12} {'MatMul ms':>10} {'ratio':>6}")
     for label, cl in cases:
         f = tp_feasibility(MODEL, cl.with_gpus(8), W, ParallelConfig(tp=8))
-        print(f"{label:<22} {f['msg_bytes'] / 1e6:12.1f} {f['t_allreduce_s'] * 1e3:12.3f} "
-              f"{f['t_matmul_s'] * 1e3:10.3f} {f['ratio']:6.2f}")
+        print(
+            f"{label:<22} {f['msg_bytes'] / 1e6:12.1f} {f['t_allreduce_s'] * 1e3:12.3f} "
+            f"{f['t_matmul_s'] * 1e3:10.3f} {f['ratio']:6.2f}"
+        )
     print("source: 58.7 MB, 0.1-0.3 ms, MatMul 0.5-2 ms, ratio 0.05-0.6")
     return 0
 

@@ -33,7 +33,9 @@ def copies_s(row, est) -> float:
     c, model = est.config, row.model
     stage = est.composition.get("slow_stage", 0) if isinstance(est.composition, dict) else 0
     n_dense, n_moe = layer_counts(model, c, min(stage, c.pp - 1))
-    per_mb = sum(n * sum(fsdp2_copies_s(model, row.cluster.device, c, moe)) for moe, n in ((False, n_dense), (True, n_moe)))
+    per_mb = sum(
+        n * sum(fsdp2_copies_s(model, row.cluster.device, c, moe)) for moe, n in ((False, n_dense), (True, n_moe))
+    )
     return micro_batches(row.workload, c) * per_mb
 
 
@@ -41,9 +43,16 @@ def parts(row, est) -> dict:
     b = est.breakdown
     cp = copies_s(row, est)
     other = sum(b.get(f"{k}_exposed_s", 0.0) for k in ("tp", "sp", "cp", "pp", "dp")) + b.get("optimizer_s", 0.0)
-    return {"compute": b["compute_s"] - cp, "copies": cp, "recompute": b["recompute_s"],
-            "interference": b["interference_s"], "bubble": b["bubble_s"], "ep": b.get("ep_exposed_s", 0.0),
-            "zero": b.get("zero_exposed_s", 0.0), "other": other}
+    return {
+        "compute": b["compute_s"] - cp,
+        "copies": cp,
+        "recompute": b["recompute_s"],
+        "interference": b["interference_s"],
+        "bubble": b["bubble_s"],
+        "ep": b.get("ep_exposed_s", 0.0),
+        "zero": b.get("zero_exposed_s", 0.0),
+        "other": other,
+    }
 
 
 def main(argv=None) -> int:
@@ -51,8 +60,10 @@ def main(argv=None) -> int:
     ap.add_argument("--set", choices=("dev", "new", "all"), default="all")
     ap.add_argument("--engine", choices=("graph", "analytic"), default="graph")
     args = ap.parse_args(argv)
-    print(f"{'row':>4} {'label':<18} {'meas s':>7} {'pred s':>7} {'err':>7} {'no-fsdp':>8} | "
-          + " ".join(f"{p:>8}" for p in PARTS))
+    print(
+        f"{'row':>4} {'label':<18} {'meas s':>7} {'pred s':>7} {'err':>7} {'no-fsdp':>8} | "
+        + " ".join(f"{p:>8}" for p in PARTS)
+    )
     errs, bounds = [], []
     for row in load_set(args.set):
         if "zero3_fsdp" not in row.regimes or row.skip or not row.measured_s:
@@ -66,12 +77,16 @@ def main(argv=None) -> int:
         bound = (est.step_time_s - p["zero"] - p["copies"]) / row.measured_s - 1
         errs.append(err)
         bounds.append(bound)
-        print(f"{row.row_id:>4} {row.label[:18]:<18} {row.measured_s:7.2f} {est.step_time_s:7.2f} {100 * err:+6.1f}% "
-              f"{100 * bound:+7.1f}% | " + " ".join(f"{p[k]:8.2f}" for k in PARTS))
+        print(
+            f"{row.row_id:>4} {row.label[:18]:<18} {row.measured_s:7.2f} {est.step_time_s:7.2f} {100 * err:+6.1f}% "
+            f"{100 * bound:+7.1f}% | " + " ".join(f"{p[k]:8.2f}" for k in PARTS)
+        )
     if errs:
-        print(f"\n{len(errs)} rows: signed mean {100 * statistics.mean(errs):+.1f}%, mean |err| "
-              f"{100 * statistics.mean(map(abs, errs)):.1f}%; with the sharded-DP parts taken out: signed "
-              f"{100 * statistics.mean(bounds):+.1f}%, mean |err| {100 * statistics.mean(map(abs, bounds)):.1f}%")
+        print(
+            f"\n{len(errs)} rows: signed mean {100 * statistics.mean(errs):+.1f}%, mean |err| "
+            f"{100 * statistics.mean(map(abs, errs)):.1f}%; with the sharded-DP parts taken out: signed "
+            f"{100 * statistics.mean(bounds):+.1f}%, mean |err| {100 * statistics.mean(map(abs, bounds)):.1f}%"
+        )
     return 0
 
 

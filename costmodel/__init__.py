@@ -23,6 +23,21 @@ from costmodel.spec.specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSp
 from costmodel.spec.workload import Workload
 from costmodel.training.estimate import Estimate
 
-__all__ = ["evaluate", "evaluate_inference", "Estimate", "InferenceEstimate", "ParallelConfig", "Workload",
-           "ModelSpec", "ClusterSpec", "DeviceSpec", "LinkSpec", "DmaEngineClass", "load_model", "load_cluster",
-           "SpecError", "PlannerError", "InfeasibleConfig"]
+__all__ = [
+    "evaluate",
+    "evaluate_inference",
+    "Estimate",
+    "InferenceEstimate",
+    "ParallelConfig",
+    "Workload",
+    "ModelSpec",
+    "ClusterSpec",
+    "DeviceSpec",
+    "LinkSpec",
+    "DmaEngineClass",
+    "load_model",
+    "load_cluster",
+    "SpecError",
+    "PlannerError",
+    "InfeasibleConfig",
+]

@@ -15,12 +15,20 @@ from costmodel.serving.inference import InferenceEstimate, evaluate_inference
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 
-__all__ = ["evaluate", "evaluate_training", "evaluate_inference", "Estimate", "InferenceEstimate", "ENGINES",
-           "DEFAULT_ENGINE"]
+__all__ = [
+    "evaluate",
+    "evaluate_training",
+    "evaluate_inference",
+    "Estimate",
+    "InferenceEstimate",
+    "ENGINES",
+    "DEFAULT_ENGINE",
+]
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-             engine: str = DEFAULT_ENGINE) -> Estimate | InferenceEstimate:
+def evaluate(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, engine: str = DEFAULT_ENGINE
+) -> Estimate | InferenceEstimate:
     """Predict ``workload`` run with ``config``: one training step, or (mode ``infer``) serving on the default
     engine's scheduler. Raises :class:`~costmodel.spec.errors.SpecError` for an invalid plan."""
     if workload.mode == "infer":

@@ -55,9 +55,11 @@ def main(budget: int = 6, seed: int = 0) -> tuple[ParallelConfig, float]:
         tuner.tell(config, measure(config))
     config, measured = tuner.best()
     c = config.to_dict()
-    print(f"best measured: tp={c['tp']} pp={c['pp']} dp={c['dp']} cp={c['cp']} mb={c['mb']} vp={c['vp']} "
-          f"sp={c['sp']} zero={c['zero']} recompute={c['recompute']}: {measured:.3f} s "
-          f"(predicted {predicted[config]:.3f} s)")
+    print(
+        f"best measured: tp={c['tp']} pp={c['pp']} dp={c['dp']} cp={c['cp']} mb={c['mb']} vp={c['vp']} "
+        f"sp={c['sp']} zero={c['zero']} recompute={c['recompute']}: {measured:.3f} s "
+        f"(predicted {predicted[config]:.3f} s)"
+    )
     return config, measured
 
 

@@ -26,12 +26,14 @@ def main(trials: int = 40, seed: int = 0):
         return step_time_s * rng.uniform(0.95, 1.05)
 
     def objective(trial: optuna.Trial) -> float:
-        fields = {"tp": trial.suggest_categorical("tp", [1, 2, 4, 8]),
-                  "pp": trial.suggest_categorical("pp", [1, 2, 4]),
-                  "mb": trial.suggest_categorical("mb", [1, 2, 4]),
-                  "sp": trial.suggest_categorical("sp", [False, True]),
-                  "zero": trial.suggest_categorical("zero", [0, 1, 3]),  # Megatron-Core has no ZeRO-2
-                  "recompute": trial.suggest_categorical("recompute", ["none", "selective", "full"])}
+        fields = {
+            "tp": trial.suggest_categorical("tp", [1, 2, 4, 8]),
+            "pp": trial.suggest_categorical("pp", [1, 2, 4]),
+            "mb": trial.suggest_categorical("mb", [1, 2, 4]),
+            "sp": trial.suggest_categorical("sp", [False, True]),
+            "zero": trial.suggest_categorical("zero", [0, 1, 3]),  # Megatron-Core has no ZeRO-2
+            "recompute": trial.suggest_categorical("recompute", ["none", "selective", "full"]),
+        }
         fields["sp"] = fields["sp"] and fields["tp"] > 1  # sequence parallelism needs tp > 1
         try:
             config = planner.config(**fields)
@@ -46,8 +48,10 @@ def main(trials: int = 40, seed: int = 0):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
     study.optimize(objective, n_trials=trials)
-    print(f"{trials} trials proposed, {len(measured_trials)} measured, "
-          f"{trials - len(measured_trials)} pruned by the planner")
+    print(
+        f"{trials} trials proposed, {len(measured_trials)} measured, "
+        f"{trials - len(measured_trials)} pruned by the planner"
+    )
     print(f"best: {study.best_params} -> {study.best_value:.3f} s (best predicted {best_predicted:.3f} s)")
     return study
 

@@ -20,6 +20,7 @@ from .tuner import Planner, Score
 def _version() -> str:
     """The installed distribution's version; a source tree that is not installed says so."""
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("overlap-planner")
     except PackageNotFoundError:
@@ -30,9 +31,23 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "ModelSpec", "ClusterSpec", "DeviceSpec", "LinkSpec", "DmaEngineClass", "Workload",
-    "ParallelConfig", "Estimate",
-    "PlannerError", "SpecError", "InfeasibleConfig",
-    "load_model", "load_cluster",
-    "evaluate", "recommend", "sweep", "Planner", "Score", "__version__",
+    "ModelSpec",
+    "ClusterSpec",
+    "DeviceSpec",
+    "LinkSpec",
+    "DmaEngineClass",
+    "Workload",
+    "ParallelConfig",
+    "Estimate",
+    "PlannerError",
+    "SpecError",
+    "InfeasibleConfig",
+    "load_model",
+    "load_cluster",
+    "evaluate",
+    "recommend",
+    "sweep",
+    "Planner",
+    "Score",
+    "__version__",
 ]

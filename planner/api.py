@@ -22,9 +22,18 @@ from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, re
 __all__ = ["evaluate", "recommend"]
 
 
-def evaluate(model, cluster, workload: Workload | None = None, config: ParallelConfig | dict | None = None,
-             *, gpus: int | None = None, global_batch: int | None = None, seq: int | None = None,
-             dtype: str = "bf16", **config_fields) -> Estimate:
+def evaluate(
+    model,
+    cluster,
+    workload: Workload | None = None,
+    config: ParallelConfig | dict | None = None,
+    *,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    seq: int | None = None,
+    dtype: str = "bf16",
+    **config_fields,
+) -> Estimate:
     """Predict one training step of a parallel plan.
 
     Parameters
@@ -69,9 +78,11 @@ def evaluate(model, cluster, workload: Workload | None = None, config: ParallelC
         raise SpecError("config", config, "a ParallelConfig or a dict of its keys")
     config = config_with_split(m, cl.num_gpus or None, config, config_fields)
     from search.layout import with_best_layout  # layers not divisible by pp*vp and no split: the best layout
+
     config = with_best_layout(m, cl if cl.num_gpus else cl.with_gpus(config.gpus), workload, config)
     est = _evaluate(m, cl, workload, config)
     from .report import with_trust  # the 80% band and the published-MFU check
+
     return with_trust(est, m, cl if cl.num_gpus else cl.with_gpus(config.gpus), workload)
 
 
@@ -89,13 +100,31 @@ def config_with_split(model, gpus: int | None, config: ParallelConfig | None, fi
     return config
 
 
-def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | None = None,
-              global_batch: int | None = None, seq: int | None = None, dtype: str = "bf16",
-              time_limit_s: float = 10.0, workers: int = 2, seed: int = 0, top_k: int = 1,
-              limits=None, framework: str = "megatron", grad_dtype: str = "fp32", robust: bool = False,
-              plan_options: dict | None = None, rescore: bool = False, memory_margin: float = MEMORY_MARGIN,
-              mfu_convention: str | None = None, refuse_pins: bool = False, deadline: float | None = None,
-              **constraints):
+def recommend(
+    model,
+    cluster,
+    workload: Workload | None = None,
+    *,
+    gpus: int | None = None,
+    global_batch: int | None = None,
+    seq: int | None = None,
+    dtype: str = "bf16",
+    time_limit_s: float = 10.0,
+    workers: int = 2,
+    seed: int = 0,
+    top_k: int = 1,
+    limits=None,
+    framework: str = "megatron",
+    grad_dtype: str = "fp32",
+    robust: bool = False,
+    plan_options: dict | None = None,
+    rescore: bool = False,
+    memory_margin: float = MEMORY_MARGIN,
+    mfu_convention: str | None = None,
+    refuse_pins: bool = False,
+    deadline: float | None = None,
+    **constraints,
+):
     """The best parallel plan (and the next ``top_k - 1``), proven optimal by CP-SAT.
 
     The one front door of the search: ``planner recommend`` (its flags), :meth:`planner.Planner.recommend`
@@ -167,16 +196,28 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
     limits, allowed = limits_of(m.layers, constraints, limits, stacklevel=2)
     if allowed:
         k = sorted(allowed)[0]
-        raise SpecError(k, sorted(allowed[k], key=str),
-                        "a single value or a <variable>_min/_max bound in recommend (lists only in space)")
-    problem = Problem(model=m, cluster=cl, workload=workload, limits=limits, framework=framework,
-                      grad_dtype=grad_dtype, options=tuple((plan_options or {}).items()))
+        raise SpecError(
+            k,
+            sorted(allowed[k], key=str),
+            "a single value or a <variable>_min/_max bound in recommend (lists only in space)",
+        )
+    problem = Problem(
+        model=m,
+        cluster=cl,
+        workload=workload,
+        limits=limits,
+        framework=framework,
+        grad_dtype=grad_dtype,
+        options=tuple((plan_options or {}).items()),
+    )
     if deadline is not None:
         time_limit_s = max(0.05, deadline - time.perf_counter())
-    options = SolveOptions(time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k, rescore=rescore,
-                           memory_margin=memory_margin)
+    options = SolveOptions(
+        time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k, rescore=rescore, memory_margin=memory_margin
+    )
     if robust:
         from search.robust import solve_robust
+
         result = solve_robust(problem, options)
     else:
         result = solve(problem, options)
@@ -192,14 +233,19 @@ def recommend(model, cluster, workload: Workload | None = None, *, gpus: int | N
 def _counted(plan, model, workload, convention: str):
     """``plan`` with the MFU, HFU and TFLOP/s of both estimates counted by ``convention``."""
     from costmodel.physics.kernels.flops import with_convention
+
     graph = plan.graph_estimate
-    return replace(plan, estimate=with_convention(plan.estimate, model, workload, convention),
-                   graph_estimate=None if graph is None else with_convention(graph, model, workload, convention))
+    return replace(
+        plan,
+        estimate=with_convention(plan.estimate, model, workload, convention),
+        graph_estimate=None if graph is None else with_convention(graph, model, workload, convention),
+    )
 
 
 def _trusted(plan, model, cluster, workload):
     """``plan`` with its reported estimate (:attr:`search.result.Plan.reported`) carrying the 80% band
     and the published-MFU check (:func:`planner.report.with_trust`)."""
     from .report import with_trust
+
     est = with_trust(plan.reported, model, cluster, workload)
     return replace(plan, graph_estimate=est) if plan.graph_estimate is not None else replace(plan, estimate=est)

@@ -31,8 +31,14 @@ from .megatron_values import as_bool, as_int
 from .problem import make_config
 
 KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype")
-ALIASES = {"vpp": "vp", "mbs": "mb", "micro_batch": "mb", "zero_stage": "zero", "sequence_parallel": "sp",
-           "bucket": "bucket_mb"}
+ALIASES = {
+    "vpp": "vp",
+    "mbs": "mb",
+    "micro_batch": "mb",
+    "zero_stage": "zero",
+    "sequence_parallel": "sp",
+    "bucket": "bucket_mb",
+}
 
 
 def parse_baseline(text: str, layers: int | None = None) -> dict:
@@ -78,8 +84,10 @@ def _warn_unread(args: dict, fields: dict, layers: int | None) -> None:
             unread.append("--" + name.replace("_", "-"))
     if unread:
         shown = ", ".join(unread[:12]) + (f" and {len(unread) - 12} more" if len(unread) > 12 else "")
-        warnings.warn(f"baseline: {clip(shown, 400)} change{'s' if len(unread) == 1 else ''} nothing in the plan the planner evaluates (misspelled, "
-                      "or model, data and optimizer flags that --model, --global-batch and --seq state)")
+        warnings.warn(
+            f"baseline: {clip(shown, 400)} change{'s' if len(unread) == 1 else ''} nothing in the plan the planner evaluates (misspelled, "
+            "or model, data and optimizer flags that --model, --global-batch and --seq state)"
+        )
 
 
 def _value(key: str, value: str):
@@ -156,27 +164,42 @@ class Comparison:
     baseline_band_notes: tuple = ()  # and what widened it
 
     def to_dict(self) -> dict:
-        return {"baseline": self.baseline.to_dict(), "step_time_band_s": list(self.band_s), "gain": self.gain,
-                "outside_band": self.outside_band, "message": self.message, "band_notes": list(self.band_notes),
-                "baseline_defaults": dict(self.defaults),
-                "baseline_step_time_band_s": list(self.baseline_band_s) if self.baseline_band_s else None,
-                "baseline_band_notes": list(self.baseline_band_notes)}
+        return {
+            "baseline": self.baseline.to_dict(),
+            "step_time_band_s": list(self.band_s),
+            "gain": self.gain,
+            "outside_band": self.outside_band,
+            "message": self.message,
+            "band_notes": list(self.band_notes),
+            "baseline_defaults": dict(self.defaults),
+            "baseline_step_time_band_s": list(self.baseline_band_s) if self.baseline_band_s else None,
+            "baseline_band_notes": list(self.baseline_band_notes),
+        }
 
 
 #: the tuning knobs (planner.tuning.TUNING's CLI names) and the config fields a baseline states them by
-TUNING_FIELDS = {"mb": "mb", "vp": "vp", "sp": "sp", "zero": "zero", "recompute": "recompute",
-                 "bucket_mb": "bucket_bytes", "chunks": "chunks"}
+TUNING_FIELDS = {
+    "mb": "mb",
+    "vp": "vp",
+    "sp": "sp",
+    "zero": "zero",
+    "recompute": "recompute",
+    "bucket_mb": "bucket_bytes",
+    "chunks": "chunks",
+}
 
 
 def unstated_defaults(config: ParallelConfig, stated: dict) -> dict:
     """``{knob: value}`` of the tuning knobs a baseline's ``stated`` fields leave out, at the values
     ``config`` gave them (its defaults): said with the comparison, so a default is not read as a choice."""
     from .tuning import chosen_knobs
+
     return chosen_knobs(config, [k for k, f in TUNING_FIELDS.items() if f not in stated and k not in stated])
 
 
-def compare_with_baseline(model, cluster, workload, recommended_estimate, baseline, *, engine: str = "graph",
-                          band=None) -> Comparison:
+def compare_with_baseline(
+    model, cluster, workload, recommended_estimate, baseline, *, engine: str = "graph", band=None
+) -> Comparison:
     """Evaluate ``baseline`` (text, dict of fields or :class:`ParallelConfig`) and compare.
 
     A baseline given as text or fields runs the recommended plan's framework and gradient dtype
@@ -211,14 +234,28 @@ def compare_with_baseline(model, cluster, workload, recommended_estimate, baseli
     elif band is None:
         lo, hi, notes = assess(model, cl, workload, recommended_estimate)
         band = (lo, hi)
-    lo_hi = tuple(band) if not isinstance(band, (int, float)) else (
-        recommended_estimate.step_time_s * (1 - band), recommended_estimate.step_time_s * (1 + band))
+    lo_hi = (
+        tuple(band)
+        if not isinstance(band, (int, float))
+        else (recommended_estimate.step_time_s * (1 - band), recommended_estimate.step_time_s * (1 + band))
+    )
     gain = est.step_time_s / recommended_estimate.step_time_s - 1
     half = _half_width(lo_hi, recommended_estimate.step_time_s)
     message = compare(recommended_estimate, est, lo_hi)
     if config.grad_dtype != rec.grad_dtype:
-        message += (f" (your plan reduces {config.grad_dtype} gradients, the recommendation {rec.grad_dtype}: "
-                    f"--grad-dtype {config.grad_dtype} plans with yours)")
-    return Comparison(est, recommended_estimate, lo_hi, gain, gain > half, message, tuple(notes),
-                      defaults=unstated_defaults(config, stated) if stated is not None else {},
-                      baseline_band_s=(b_lo, b_hi), baseline_band_notes=tuple(b_notes))
+        message += (
+            f" (your plan reduces {config.grad_dtype} gradients, the recommendation {rec.grad_dtype}: "
+            f"--grad-dtype {config.grad_dtype} plans with yours)"
+        )
+    return Comparison(
+        est,
+        recommended_estimate,
+        lo_hi,
+        gain,
+        gain > half,
+        message,
+        tuple(notes),
+        defaults=unstated_defaults(config, stated) if stated is not None else {},
+        baseline_band_s=(b_lo, b_hi),
+        baseline_band_notes=tuple(b_notes),
+    )

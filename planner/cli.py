@@ -49,6 +49,7 @@ def command_module(name: str):
 
 def build_parser() -> ArgParser:
     from . import __version__
+
     parser = ArgParser(prog="planner", description="Overlap-aware parallelism planner for LLM training and inference.")
     parser.add_argument("--version", action="version", version=f"planner {__version__}")
     sub = parser.add_subparsers(dest="command", title="commands")

@@ -31,11 +31,24 @@ from .flags import config_from_args, framework_from_args, problem_of
 from .tuning import TUNING, chosen_knobs, fmt_knob
 
 #: the flags that state a stage split (with pp > 1 and none of them, the split is completed too)
-SPLIT_FLAGS = ("layout", "layers_per_stage", "first_stage_layers", "last_stage_layers", "account_for_embedding",
-               "account_for_loss")
+SPLIT_FLAGS = (
+    "layout",
+    "layers_per_stage",
+    "first_stage_layers",
+    "last_stage_layers",
+    "account_for_embedding",
+    "account_for_loss",
+)
 #: search options evaluate's completion runs with (recommend's defaults; the stated tp may span nodes)
-SEARCH_DEFAULTS = {"pp_max": None, "tp_max": None, "no_zero3": False, "headroom_gib": 0.0,
-                   "tp_across_nodes": True, "mb_max": 16, "vp_max": 8}
+SEARCH_DEFAULTS = {
+    "pp_max": None,
+    "tp_max": None,
+    "no_zero3": False,
+    "headroom_gib": 0.0,
+    "tp_across_nodes": True,
+    "mb_max": 16,
+    "vp_max": 8,
+}
 TIME_LIMIT_S = 20.0
 #: completions whose step times make the spread of the unstated choices (of those the search re-scores:
 #: the search itself is recommend's, one plan asked for, so evaluate answers with recommend's plan and speed)
@@ -65,9 +78,15 @@ def with_framework_defaults(args: argparse.Namespace, model, cluster, workload):
     gpus = cluster.num_gpus or None
     deg = _degrees(args, gpus)
     fw = framework_from_args(args)
-    defaults = framework_defaults(fw, dp=deg["dp"], pp=deg["pp"], global_batch=workload.global_batch,
-                                  zero=getattr(args, "zero", None), tp=deg["tp"],
-                                  grad_dtype=getattr(args, "grad_dtype", None) or "fp32")
+    defaults = framework_defaults(
+        fw,
+        dp=deg["dp"],
+        pp=deg["pp"],
+        global_batch=workload.global_batch,
+        zero=getattr(args, "zero", None),
+        tp=deg["tp"],
+        grad_dtype=getattr(args, "grad_dtype", None) or "fp32",
+    )
     if "sp" in keys and moe_needs_sp(fw, moe=model.is_moe, tp=deg["tp"]):
         # Megatron's --sequence-parallel defaults off, but its MoE layer refuses TP without it: a run of that
         # model had it on (costmodel.frameworks.rules.moe_needs_sp), so the only runnable default is on
@@ -122,15 +141,18 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         # search.act_offload_choice); a stated one is a plan option of the problem, as recommend's. It checks
         # the pins once: a stated knob no runnable plan has (e.g. chunks the framework cannot run) answers
         # INFEASIBLE with that rule as the explanation, and the completion falls back
-        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, offload=False,
-                                             act_offload=False))
+        result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, offload=False, act_offload=False))
         why = "" if result.plans else (result.explanation or result.status)
     except PlannerError as e:
         why = str(e)
     if why:
         config, chosen = with_framework_defaults(args, model, cluster, workload)
-        return (config, chosen, f"no runnable completion of the stated plan fits ({why}): unstated knobs at the "
-                "framework's defaults", 0.0)
+        return (
+            config,
+            chosen,
+            f"no runnable completion of the stated plan fits ({why}): unstated knobs at the framework's defaults",
+            0.0,
+        )
     config = result.best.config
     stated_only = {k: getattr(args, k) for k in ("dma",) if getattr(args, k, None) is not None}
     if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)
@@ -147,6 +169,7 @@ def priced(model, cluster, workload, config):
     evaluated as given, with a warning (``--emit`` refuses it)."""
     from costmodel.frameworks.rules import check_runnable
     from search.layout import with_best_layout
+
     try:
         check_runnable(config, cluster.device)
     except SpecError as e:
@@ -203,6 +226,7 @@ def stated_plan(args: argparse.Namespace) -> StatedPlan:
     from .inputs import from_args as framework_input
     from .framework_plan import resolve as resolve_framework_input
     from .flags import problem_from_args
+
     fi, source = framework_input(args), None
     if fi is not None:  # literal: every knob from the configuration or the framework's defaults
         model, cluster, workload, config, source = resolve_framework_input(fi, args)
@@ -213,13 +237,24 @@ def stated_plan(args: argparse.Namespace) -> StatedPlan:
     est = priced(model, cluster, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(est.config.gpus)
-    return StatedPlan(model=model, cluster=cluster, workload=workload, estimate=est, chosen=chosen, note=note,
-                      spread=spread, source=source)
+    return StatedPlan(
+        model=model,
+        cluster=cluster,
+        workload=workload,
+        estimate=est,
+        chosen=chosen,
+        note=note,
+        spread=spread,
+        source=source,
+    )
 
 
 def chosen_line(plan: StatedPlan) -> str | None:
     """``chosen by the planner: mb=1 ... (how)``, or None with nothing chosen."""
     if not plan.chosen:
         return None
-    return "chosen by the planner: " + " ".join(f"{k}={fmt_knob(v)}" for k, v in plan.chosen.items()) \
+    return (
+        "chosen by the planner: "
+        + " ".join(f"{k}={fmt_knob(v)}" for k, v in plan.chosen.items())
         + f" ({plan.chosen_how})"
+    )

@@ -37,8 +37,12 @@ from .megatron_args import MEGATRON_DROPOUT
 def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]:
     """Megatron-LM arguments that build ``model`` for ``workload``'s sequence length."""
     m = model
-    out = [["--num-layers", str(m.layers)], ["--hidden-size", str(m.hidden)],
-           ["--ffn-hidden-size", str(m.ffn_hidden)], ["--num-attention-heads", str(m.heads)]]
+    out = [
+        ["--num-layers", str(m.layers)],
+        ["--hidden-size", str(m.hidden)],
+        ["--ffn-hidden-size", str(m.ffn_hidden)],
+        ["--num-attention-heads", str(m.heads)],
+    ]
     if m.kv_heads and m.kv_heads != m.heads:
         out += [["--group-query-attention"], ["--num-query-groups", str(m.kv_heads)]]
     if m.head_dim and m.head_dim != m.hidden // m.heads and not m.is_mla:
@@ -47,17 +51,29 @@ def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]
         out.append(["--multi-latent-attention"])
         if m.q_lora_rank:
             out.append(["--q-lora-rank", str(m.q_lora_rank)])
-        out += [["--kv-lora-rank", str(m.kv_lora_rank)], ["--qk-head-dim", str(m.head_dim or m.hidden // m.heads)],
-                ["--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)], ["--v-head-dim", str(m.v_head_dim)]]
+        out += [
+            ["--kv-lora-rank", str(m.kv_lora_rank)],
+            ["--qk-head-dim", str(m.head_dim or m.hidden // m.heads)],
+            ["--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)],
+            ["--v-head-dim", str(m.v_head_dim)],
+        ]
     if m.activation == "swiglu":
-        out += [["--swiglu"], ["--normalization", "RMSNorm"], ["--position-embedding-type", "rope"],
-                ["--disable-bias-linear"]]
+        out += [
+            ["--swiglu"],
+            ["--normalization", "RMSNorm"],
+            ["--position-embedding-type", "rope"],
+            ["--disable-bias-linear"],
+        ]
     if m.experts:
-        out += [["--num-experts", str(m.experts)], ["--moe-router-topk", str(m.topk)],
-                ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden or m.ffn_hidden)]]
+        out += [
+            ["--num-experts", str(m.experts)],
+            ["--moe-router-topk", str(m.topk)],
+            ["--moe-ffn-hidden-size", str(m.moe_ffn_hidden or m.ffn_hidden)],
+        ]
         if m.shared_experts:
-            out.append(["--moe-shared-expert-intermediate-size",
-                        str(m.shared_experts * (m.moe_ffn_hidden or m.ffn_hidden))])
+            out.append(
+                ["--moe-shared-expert-intermediate-size", str(m.shared_experts * (m.moe_ffn_hidden or m.ffn_hidden))]
+            )
         if m.dense_layers:  # the first k layers dense (DeepSeek first_k_dense_replace)
             out.append(["--moe-layer-freq", f"([0]*{m.dense_layers}+[1]*{m.layers - m.dense_layers})"])
     out += [["--seq-length", str(workload.seq_len)], ["--max-position-embeddings", str(workload.seq_len)]]
@@ -81,32 +97,46 @@ def attention_args(c: ParallelConfig) -> list[list[str]]:
 
 def megatron_model_notes(model: ModelSpec, c: ParallelConfig) -> list[str]:
     """What the architecture arguments assume beyond the model spec."""
-    fam = ("RMSNorm, RoPE and no linear biases (the Llama family of a SwiGLU model)" if model.activation == "swiglu"
-           else "Megatron-LM's defaults, LayerNorm and learned absolute positions")
-    return [f"architecture flags from the model spec; not in it and assumed: {fam}; the vocabulary "
-            f"({model.vocab}) comes from your tokenizer flags"] + attention_notes(c)
+    fam = (
+        "RMSNorm, RoPE and no linear biases (the Llama family of a SwiGLU model)"
+        if model.activation == "swiglu"
+        else "Megatron-LM's defaults, LayerNorm and learned absolute positions"
+    )
+    return [
+        f"architecture flags from the model spec; not in it and assumed: {fam}; the vocabulary "
+        f"({model.vocab}) comes from your tokenizer flags"
+    ] + attention_notes(c)
 
 
 def _word(t: str) -> str:
     return f'"{t}"' if any(ch in t for ch in "|()*[]+") else t
 
 
-def with_model_lines(text: str, notes: list[str], c: ParallelConfig, workload: Workload,
-                     model: ModelSpec | None) -> tuple[str, list[str]]:
+def with_model_lines(
+    text: str, notes: list[str], c: ParallelConfig, workload: Workload, model: ModelSpec | None
+) -> tuple[str, list[str]]:
     """Megatron-LM shell lines ``text`` with the architecture lines first (when ``model`` is given)
     and the attention backend last (when the plan's attention is unfused), and their notes."""
     head = megatron_model_args(model, workload) if model is not None else []
     tail = attention_args(c)
-    lines = [" ".join(_word(t) for t in a) for a in head] + ([text] if text else []) + \
-            [" ".join(_word(t) for t in a) for a in tail]
+    lines = (
+        [" ".join(_word(t) for t in a) for a in head]
+        + ([text] if text else [])
+        + [" ".join(_word(t) for t in a) for a in tail]
+    )
     extra = megatron_model_notes(model, c) if model is not None else attention_notes(c)
     return " \\\n".join(lines), notes + extra
 
 
 def attention_notes(c: ParallelConfig) -> list[str]:
-    return [] if c.flash_attention else [
-        "attention backend: unfused (--attention-backend unfused, TE's kernel that stores the s x s scores), as "
-        "predicted; drop it for TE's fused kernels (faster, and less activation memory)"]
+    return (
+        []
+        if c.flash_attention
+        else [
+            "attention backend: unfused (--attention-backend unfused, TE's kernel that stores the s x s scores), as "
+            "predicted; drop it for TE's fused kernels (faster, and less activation memory)"
+        ]
+    )
 
 
 def model_args_tokens(model: ModelSpec, c: ParallelConfig, workload: Workload) -> list[str]:

@@ -46,17 +46,51 @@ TRTLLM_OPTIONS = "serve.yaml"
 
 #: each engine's flag for each setting (``None``: the engine has no such flag)
 FLAGS = {
-    "vllm": dict(head="vllm serve {model}", tp="--tensor-parallel-size", pp="--pipeline-parallel-size",
-                 dp="--data-parallel-size", ep=None, expert_parallel="--enable-expert-parallel", dp_attention=None,
-                 seqs="--max-num-seqs", length="--max-model-len", kv="--kv-cache-dtype", kv_values=VLLM_KV,
-                 prefill="--max-num-batched-tokens", quantization="--quantization"),
-    "sglang": dict(head="python -m sglang.launch_server --model-path {model}", tp="--tp-size", pp="--pp-size",
-                   dp="--dp-size", ep="--ep-size", expert_parallel=None, dp_attention="--enable-dp-attention",
-                   seqs="--max-running-requests", length="--context-length", kv="--kv-cache-dtype",
-                   kv_values=SGLANG_KV, prefill="--chunked-prefill-size", quantization="--quantization"),
-    "trtllm": dict(head="trtllm-serve {model}", tp="--tp_size", pp="--pp_size", dp=None, ep="--ep_size",
-                   expert_parallel=None, dp_attention=None, seqs="--max_batch_size", length="--max_seq_len",
-                   kv=None, kv_values=None, prefill="--max_num_tokens", quantization=None),
+    "vllm": dict(
+        head="vllm serve {model}",
+        tp="--tensor-parallel-size",
+        pp="--pipeline-parallel-size",
+        dp="--data-parallel-size",
+        ep=None,
+        expert_parallel="--enable-expert-parallel",
+        dp_attention=None,
+        seqs="--max-num-seqs",
+        length="--max-model-len",
+        kv="--kv-cache-dtype",
+        kv_values=VLLM_KV,
+        prefill="--max-num-batched-tokens",
+        quantization="--quantization",
+    ),
+    "sglang": dict(
+        head="python -m sglang.launch_server --model-path {model}",
+        tp="--tp-size",
+        pp="--pp-size",
+        dp="--dp-size",
+        ep="--ep-size",
+        expert_parallel=None,
+        dp_attention="--enable-dp-attention",
+        seqs="--max-running-requests",
+        length="--context-length",
+        kv="--kv-cache-dtype",
+        kv_values=SGLANG_KV,
+        prefill="--chunked-prefill-size",
+        quantization="--quantization",
+    ),
+    "trtllm": dict(
+        head="trtllm-serve {model}",
+        tp="--tp_size",
+        pp="--pp_size",
+        dp=None,
+        ep="--ep_size",
+        expert_parallel=None,
+        dp_attention=None,
+        seqs="--max_batch_size",
+        length="--max_seq_len",
+        kv=None,
+        kv_values=None,
+        prefill="--max_num_tokens",
+        quantization=None,
+    ),
 }
 
 
@@ -64,16 +98,23 @@ def _fallback(engine: str, c: ParallelConfig) -> tuple[ServerLayout, list[str]]:
     """The nearest layout for a plan the engine cannot run exactly, and what differs."""
     notes = []
     if c.sp or c.chunks > 1:
-        notes.append(f"sp={c.sp} chunks={c.chunks}: {ENGINES[engine].title} has no launch setting for this; "
-                     "the prediction assumed it (plan with --engine to search only what it runs)")
+        notes.append(
+            f"sp={c.sp} chunks={c.chunks}: {ENGINES[engine].title} has no launch setting for this; "
+            "the prediction assumed it (plan with --engine to search only what it runs)"
+        )
     tp, pp, dp, ep = c.tp, c.pp, c.dp, c.ep
     if engine == "vllm":
         if ep > 1 and ep in (tp * dp, tp):
-            return (ServerLayout(tp, pp, dp, ep, expert_parallel=True) if ep == tp * dp else
-                    ServerLayout(tp, pp, 1, ep, expert_parallel=True, replicas=dp)), notes
+            return (
+                ServerLayout(tp, pp, dp, ep, expert_parallel=True)
+                if ep == tp * dp
+                else ServerLayout(tp, pp, 1, ep, expert_parallel=True, replicas=dp)
+            ), notes
         if ep > 1:
-            notes.append(f"ep={ep}: vLLM's expert parallelism spans TP x DP ({tp * dp}); "
-                         "no flag gives this degree, experts are TP-sharded instead")
+            notes.append(
+                f"ep={ep}: vLLM's expert parallelism spans TP x DP ({tp * dp}); "
+                "no flag gives this degree, experts are TP-sharded instead"
+            )
         return ServerLayout(tp, pp, dp), notes
     if engine == "sglang":
         if ep > tp:
@@ -87,9 +128,19 @@ def _fallback(engine: str, c: ParallelConfig) -> tuple[ServerLayout, list[str]]:
     return ServerLayout(tp, pp, 1, ep, replicas=dp), notes
 
 
-def engine_launch(engine: str, c: ParallelConfig, *, input_len: int, output_len: int, batch_per_replica: int,
-                  kv_dtype: str = "bf16", dtype: str = "bf16", prefill_tokens: int | None = None,
-                  model: str = MODEL, moe: bool | None = None) -> dict:
+def engine_launch(
+    engine: str,
+    c: ParallelConfig,
+    *,
+    input_len: int,
+    output_len: int,
+    batch_per_replica: int,
+    kv_dtype: str = "bf16",
+    dtype: str = "bf16",
+    prefill_tokens: int | None = None,
+    model: str = MODEL,
+    moe: bool | None = None,
+) -> dict:
     """``{"args", "command", "notes", "replicas", "exact", "files"}`` of one engine for plan ``c``.
 
     ``moe``: whether the model has experts (``None``: assumed when ``c.ep > 1``); vLLM runs a
@@ -114,8 +165,10 @@ def engine_launch(engine: str, c: ParallelConfig, *, input_len: int, output_len:
     elif lay.ep_size > 1:
         args += [f["ep"], str(lay.ep_size)]
     if moe is None and engine == "vllm" and c.ep == 1 and lay.dp_size > 1:
-        notes.append("for a MoE model run the replicas as separate servers instead: with --data-parallel-size "
-                     "vLLM shards the experts over TP x DP GPUs")
+        notes.append(
+            "for a MoE model run the replicas as separate servers instead: with --data-parallel-size "
+            "vLLM shards the experts over TP x DP GPUs"
+        )
     args += [f["seqs"], str(batch_per_replica), f["length"], str(input_len + output_len)]
     files = {}
     if f["kv"]:
@@ -131,16 +184,25 @@ def engine_launch(engine: str, c: ParallelConfig, *, input_len: int, output_len:
         if f["quantization"]:
             args += [f["quantization"], "fp8"]
             if engine == "vllm":
-                notes.append("fp8 weights: --quantization fp8 quantizes a BF16 checkpoint; drop it for an FP8 checkpoint")
+                notes.append(
+                    "fp8 weights: --quantization fp8 quantizes a BF16 checkpoint; drop it for an FP8 checkpoint"
+                )
         else:
-            notes.append("fp8 weights: serve an FP8-quantized checkpoint (TensorRT-LLM reads the quantization "
-                         "from it)")
+            notes.append("fp8 weights: serve an FP8-quantized checkpoint (TensorRT-LLM reads the quantization from it)")
     if lay.replicas > 1:
-        notes.append(f"run {lay.replicas} such servers behind a load balancer, each on "
-                     f"{lay.tp_size * lay.pp_size * lay.dp_size} GPUs")
+        notes.append(
+            f"run {lay.replicas} such servers behind a load balancer, each on "
+            f"{lay.tp_size * lay.pp_size * lay.dp_size} GPUs"
+        )
     head = f["head"].format(model=model)
-    return {"args": args, "command": " ".join([head, *args]), "notes": notes, "replicas": lay.replicas,
-            "exact": exact, "files": files}
+    return {
+        "args": args,
+        "command": " ".join([head, *args]),
+        "notes": notes,
+        "replicas": lay.replicas,
+        "exact": exact,
+        "files": files,
+    }
 
 
 def vllm_args(c: ParallelConfig, **kw) -> tuple[list[str], list[str]]:
@@ -155,20 +217,53 @@ def sglang_args(c: ParallelConfig, **kw) -> tuple[list[str], list[str]]:
     return d["args"], d["notes"]
 
 
-def serving_launch(c: ParallelConfig, *, input_len: int, output_len: int, batch_per_replica: int,
-                   kv_dtype: str = "bf16", dtype: str = "bf16", prefill_tokens: int | None = None,
-                   model: str = MODEL, moe: bool | None = None, engines=("vllm", "sglang")) -> dict:
+def serving_launch(
+    c: ParallelConfig,
+    *,
+    input_len: int,
+    output_len: int,
+    batch_per_replica: int,
+    kv_dtype: str = "bf16",
+    dtype: str = "bf16",
+    prefill_tokens: int | None = None,
+    model: str = MODEL,
+    moe: bool | None = None,
+    engines=("vllm", "sglang"),
+) -> dict:
     """``{engine: {...}}`` (:func:`engine_launch`) for each of ``engines``."""
-    kw = dict(input_len=input_len, output_len=output_len, batch_per_replica=batch_per_replica,
-              kv_dtype=kv_dtype, dtype=dtype, prefill_tokens=prefill_tokens, model=model, moe=moe)
+    kw = dict(
+        input_len=input_len,
+        output_len=output_len,
+        batch_per_replica=batch_per_replica,
+        kv_dtype=kv_dtype,
+        dtype=dtype,
+        prefill_tokens=prefill_tokens,
+        model=model,
+        moe=moe,
+    )
     return {name: engine_launch(name, c, **kw) for name in engines}
 
 
-def launch_for_estimate(est, workload, prefill_tokens: int | None = None, model: str = MODEL,
-                        moe: bool | None = None, engines=("vllm", "sglang")) -> dict:
+def launch_for_estimate(
+    est,
+    workload,
+    prefill_tokens: int | None = None,
+    model: str = MODEL,
+    moe: bool | None = None,
+    engines=("vllm", "sglang"),
+) -> dict:
     """:func:`serving_launch` for an :class:`~costmodel.serving.inference.InferenceEstimate` of ``workload``."""
     if prefill_tokens is None:  # the step token budget the estimate was simulated with
         prefill_tokens = getattr(est, "serving", {}).get("token_budget")
-    return serving_launch(est.config, input_len=workload.input_len, output_len=workload.output_len,
-                          batch_per_replica=est.batch_per_replica, kv_dtype=est.kv_dtype, dtype=workload.dtype,
-                          prefill_tokens=prefill_tokens, model=model, moe=moe, engines=engines)
+    return serving_launch(
+        est.config,
+        input_len=workload.input_len,
+        output_len=workload.output_len,
+        batch_per_replica=est.batch_per_replica,
+        kv_dtype=est.kv_dtype,
+        dtype=workload.dtype,
+        prefill_tokens=prefill_tokens,
+        model=model,
+        moe=moe,
+        engines=engines,
+    )

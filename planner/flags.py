@@ -35,9 +35,20 @@ def problem_from_args(args: argparse.Namespace):
             raise SpecError("seq", args.seq, "unset with --mode infer (give --input-len and --output-len)")
         for f, what in (("input_len", "prompt"), ("output_len", "generated")):
             if getattr(args, f) is None:
-                raise SpecError(f, None, f"given with --mode infer (--{f.replace('_', '-')} N, {what} tokens per request)")
-        return model, cluster, Workload(mode="infer", global_batch=args.global_batch or 1, dtype=args.dtype,
-                                        input_len=args.input_len, output_len=args.output_len)
+                raise SpecError(
+                    f, None, f"given with --mode infer (--{f.replace('_', '-')} N, {what} tokens per request)"
+                )
+        return (
+            model,
+            cluster,
+            Workload(
+                mode="infer",
+                global_batch=args.global_batch or 1,
+                dtype=args.dtype,
+                input_len=args.input_len,
+                output_len=args.output_len,
+            ),
+        )
     return model, cluster, make_workload(args.global_batch, args.seq, args.dtype)
 
 
@@ -47,6 +58,7 @@ def with_mtp_layers(model, args: argparse.Namespace):
     if n is None or n == model.mtp_layers:
         return model
     from dataclasses import replace
+
     return replace(model, mtp_layers=n)
 
 
@@ -54,15 +66,20 @@ def inference_batch(args: argparse.Namespace, workload, config):
     """The serving workload with ``--global-batch`` defaulting to one request per replica (``dp``)."""
     if args.global_batch is None:
         from dataclasses import replace
+
         return replace(workload, global_batch=config.dp)
     return workload
 
 
 def split_from_args(args: argparse.Namespace, layers: int) -> tuple[int, ...] | None:
     """The stage split the split flags state for a model of ``layers`` layers (None: even)."""
-    return stage_split(layers, getattr(args, "pp", None), getattr(args, "vp", None),
-                       layers_per_stage=getattr(args, "layers_per_stage", None),
-                       **{k: getattr(args, k, None) for k in SPLIT_KEYS})
+    return stage_split(
+        layers,
+        getattr(args, "pp", None),
+        getattr(args, "vp", None),
+        layers_per_stage=getattr(args, "layers_per_stage", None),
+        **{k: getattr(args, k, None) for k in SPLIT_KEYS},
+    )
 
 
 #: optimizer CPU offload (:mod:`costmodel.physics.mechanics.offload`), ``ParallelConfig`` fields a plan states (recommend: plan
@@ -76,8 +93,15 @@ def offload_fields(args: argparse.Namespace) -> dict:
 
 
 #: the memory mechanisms of :func:`add_memory_args`, as ``ParallelConfig`` fields
-MEMORY_FIELDS = ("recompute_modules", "fp8_param_gather", "optimizer_dtype", "loss_impl", "pp_grad_reduce",
-                 "sp_saved_inputs", "pp_free_stage_inputs")
+MEMORY_FIELDS = (
+    "recompute_modules",
+    "fp8_param_gather",
+    "optimizer_dtype",
+    "loss_impl",
+    "pp_grad_reduce",
+    "sp_saved_inputs",
+    "pp_free_stage_inputs",
+)
 
 
 def memory_fields(args: argparse.Namespace) -> dict:
@@ -109,8 +133,26 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     tensor-parallel group, and there is none. ``layers`` (the model's) turns the split flags
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
-    keys = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-            "chunks", "flash_attention", "dma", "grad_dtype", "ep_dispatcher", "module_layout")
+    keys = (
+        "tp",
+        "pp",
+        "dp",
+        "ep",
+        "cp",
+        "vp",
+        "mb",
+        "sp",
+        "zero",
+        "recompute",
+        "recompute_layers",
+        "bucket_mb",
+        "chunks",
+        "flash_attention",
+        "dma",
+        "grad_dtype",
+        "ep_dispatcher",
+        "module_layout",
+    )
     fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
     if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.physics.mechanics.act_offload
         fields["activation_offload_layers"] = args.activation_offload_layers
@@ -119,8 +161,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
         if k != "framework" and fields.get(k) is None:
             fields[k] = v
     if fields["zero"] is None:  # unstated: the one stage the stated optimizer options run on, if any
-        fields["zero"] = required_zero(fields["framework"], fields.get("optimizer_dtype", "fp32"),
-                                       fields.get("optimizer_offload_fraction") or 0.0)
+        fields["zero"] = required_zero(
+            fields["framework"], fields.get("optimizer_dtype", "fp32"), fields.get("optimizer_offload_fraction") or 0.0
+        )
     lps = getattr(args, "layers_per_stage", None)
     if lps is not None and fields["pp"] is None:
         fields["pp"] = len(lps)
@@ -128,8 +171,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     if layout is not None:
         layout_fields(args, fields, layout)
     elif layers is not None:
-        fields["layers_per_stage"] = stage_split(layers, fields["pp"], fields["vp"], layers_per_stage=lps,
-                                                 **{k: getattr(args, k, None) for k in SPLIT_KEYS})
+        fields["layers_per_stage"] = stage_split(
+            layers, fields["pp"], fields["vp"], layers_per_stage=lps, **{k: getattr(args, k, None) for k in SPLIT_KEYS}
+        )
     config = make_config(gpus, **fields)
     if getattr(args, "sp", None) is True and config.tp == 1:
         raise SpecError("sp", True, "off when tp=1 (sequence parallelism needs --tp 2 or more)")
@@ -141,8 +185,22 @@ def stack_of(args: argparse.Namespace, cluster=None) -> str:
     return getattr(args, "stack", None) or (cluster.stack if cluster is not None else DEFAULT_STACK)
 
 
-FIXABLE = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-           "chunks", "dma")
+FIXABLE = (
+    "tp",
+    "pp",
+    "dp",
+    "ep",
+    "cp",
+    "vp",
+    "mb",
+    "sp",
+    "zero",
+    "recompute",
+    "recompute_layers",
+    "bucket_mb",
+    "chunks",
+    "dma",
+)
 
 
 def constraints_from_args(args: argparse.Namespace) -> dict:
@@ -156,8 +214,14 @@ def constraints_from_args(args: argparse.Namespace) -> dict:
         out["exclude"] = {"zero": (3,)}
     kernels = stack_config(stack_of(args))
     flash = args.flash_attention if args.flash_attention is not None else kernels["flash_attention"]
-    out.update(headroom_bytes=args.headroom_gib * GiB, tp_across_nodes=args.tp_across_nodes, flash_attention=flash,
-               mb_max=args.mb_max, fused_elementwise=kernels["fused_elementwise"], vp_max=args.vp_max)
+    out.update(
+        headroom_bytes=args.headroom_gib * GiB,
+        tp_across_nodes=args.tp_across_nodes,
+        flash_attention=flash,
+        mb_max=args.mb_max,
+        fused_elementwise=kernels["fused_elementwise"],
+        vp_max=args.vp_max,
+    )
     for k in ("layers_per_stage",) + SPLIT_KEYS:
         if getattr(args, k, None) is not None:
             out[k] = getattr(args, k)
@@ -168,6 +232,7 @@ def limits_from_args(args: argparse.Namespace, layers: int):
     """:class:`search.problem.Limits` of the flags (:func:`constraints_from_args`, for a model of ``layers``
     layers)."""
     from .limits import limits_of
+
     return limits_of(layers, constraints_from_args(args))[0]
 
 
@@ -180,17 +245,28 @@ def plan_options(args: argparse.Namespace) -> tuple:
     offload = {k: v for k, v in offload_fields(args).items() if v}
     if getattr(args, "activation_offload_layers", None):
         offload["activation_offload_layers"] = args.activation_offload_layers
-    given = {"ep_dispatcher": getattr(args, "ep_dispatcher", None),
-             "module_layout": getattr(args, "module_layout", None), **memory_fields(args), **offload}
+    given = {
+        "ep_dispatcher": getattr(args, "ep_dispatcher", None),
+        "module_layout": getattr(args, "module_layout", None),
+        **memory_fields(args),
+        **offload,
+    }
     return tuple((k, v) for k, v in given.items() if v is not None)
 
 
 def problem_of(args: argparse.Namespace, model, cluster, workload):
     """The search problem of ``recommend``'s flags: stated config flags pinned, the rest free."""
     from search.problem import Problem
-    return Problem(model=model, cluster=cluster, workload=workload, limits=limits_from_args(args, model.layers),
-                   framework=framework_from_args(args), grad_dtype=getattr(args, "grad_dtype", None) or "fp32",
-                   options=plan_options(args))
+
+    return Problem(
+        model=model,
+        cluster=cluster,
+        workload=workload,
+        limits=limits_from_args(args, model.layers),
+        framework=framework_from_args(args),
+        grad_dtype=getattr(args, "grad_dtype", None) or "fp32",
+        options=plan_options(args),
+    )
 
 
 def layout_fields(args: argparse.Namespace, fields: dict, layout: str) -> None:
@@ -203,10 +279,14 @@ def layout_fields(args: argparse.Namespace, fields: dict, layout: str) -> None:
     if fields["pp"] is None:
         raise SpecError("pp", None, "given with --layout (the layout's virtual stages are read for pp ranks)")
     from costmodel.spec.layout import parse
+
     lay = parse(layout, fields["pp"])
     if fields["vp"] is not None and fields["vp"] != lay.vp:
-        raise SpecError("vp", fields["vp"], f"{lay.vp}, the layout's virtual stages per rank ({len(lay.stages)} "
-                                            f"stages / pp={fields['pp']}), or unset")
+        raise SpecError(
+            "vp",
+            fields["vp"],
+            f"{lay.vp}, the layout's virtual stages per rank ({len(lay.stages)} stages / pp={fields['pp']}), or unset",
+        )
     fields["layout"] = lay
 
 
@@ -218,8 +298,9 @@ def framework_from_args(args: argparse.Namespace) -> str:
     if emit not in FRAMEWORKS:
         emit = None
     if fw and emit and fw != emit:
-        raise SpecError("emit", emit, f"{fw} with --framework {fw} (the plan is evaluated for the framework it is "
-                        "emitted for)")
+        raise SpecError(
+            "emit", emit, f"{fw} with --framework {fw} (the plan is evaluated for the framework it is emitted for)"
+        )
     return fw or emit or stack_config(stack_of(args))["framework"]
 
 

@@ -13,7 +13,12 @@ from dataclasses import replace
 
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
-from costmodel.frameworks.defaults import (TORCHTITAN_V022_DEFAULTS, framework_defaults, megatron_ddp_bucket_elements, megatron_global_batch)
+from costmodel.frameworks.defaults import (
+    TORCHTITAN_V022_DEFAULTS,
+    framework_defaults,
+    megatron_ddp_bucket_elements,
+    megatron_global_batch,
+)
 from costmodel.physics.memory.stage_memory import grad_elem_bytes
 from costmodel.spec.specs import ModelSpec
 from costmodel.frameworks.stacks import apply_stack
@@ -27,10 +32,33 @@ from .inputs.megatron import check_model
 from .problem import make_workload, resolve_cluster, resolve_model
 
 #: knobs a configuration may state (CLI dest names); ``fused_elementwise`` is not a flag
-CLI_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-            "chunks", "framework", "grad_dtype", "flash_attention", "ep_dispatcher", "first_stage_layers",
-            "last_stage_layers", "account_for_embedding", "account_for_loss", "layers_per_stage",
-            "global_batch", "seq", "gpus")
+CLI_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "ep",
+    "cp",
+    "vp",
+    "mb",
+    "sp",
+    "zero",
+    "recompute",
+    "recompute_layers",
+    "bucket_mb",
+    "chunks",
+    "framework",
+    "grad_dtype",
+    "flash_attention",
+    "ep_dispatcher",
+    "first_stage_layers",
+    "last_stage_layers",
+    "account_for_embedding",
+    "account_for_loss",
+    "layers_per_stage",
+    "global_batch",
+    "seq",
+    "gpus",
+)
 
 
 def _flag(k: str) -> str:
@@ -99,16 +127,28 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
         cluster = cluster.with_gpus(gpus)
     if d.get("megatron_bucket"):  # --overlap-grad-reduce without --ddp-bucket-size
         elems = megatron_ddp_bucket_elements(dp)
-        _set(ns, "bucket_mb", elems * grad_elem_bytes(ParallelConfig(grad_dtype=ns.grad_dtype or "fp32")) / MB,
-             src, "stated")
+        _set(
+            ns,
+            "bucket_mb",
+            elems * grad_elem_bytes(ParallelConfig(grad_dtype=ns.grad_dtype or "fp32")) / MB,
+            src,
+            "stated",
+        )
     if fi.source == "torchtitan_config":
         _torchtitan_batch_and_stages(fi, args, ns, src, dp, model.layers)
     if fi.source == "megatron_args" and ns.global_batch is None:
         _set(ns, "global_batch", megatron_global_batch(ns.mb or 1, dp), src, "framework_defaults")
     if fi.source == "torchtitan_config" and ns.seq is None:
         _set(ns, "seq", TORCHTITAN_V022_DEFAULTS["seq_len"], src, "framework_defaults")
-    defaults = framework_defaults(ns.framework, dp=dp, pp=pp, global_batch=ns.global_batch or 1, zero=ns.zero, tp=tp,
-                                  grad_dtype=ns.grad_dtype or "fp32")
+    defaults = framework_defaults(
+        ns.framework,
+        dp=dp,
+        pp=pp,
+        global_batch=ns.global_batch or 1,
+        zero=ns.zero,
+        tp=tp,
+        grad_dtype=ns.grad_dtype or "fp32",
+    )
     for k in TUNING:
         if getattr(ns, k, None) is None and k in defaults:
             _set(ns, k, defaults[k], src, "framework_defaults")
@@ -133,21 +173,31 @@ def _torchtitan_batch_and_stages(fi, args, ns, src, dp: int, layers: int) -> Non
             _set(ns, "account_for_embedding", True, src, "stated")
             _set(ns, "account_for_loss", True, src, "stated")
         elif tuple(d["less"]) != (0, 0):
-            raise SpecError("torchtitan_config.parallelism.pipeline_parallel_first_stage_less_layers", d["less"][0],
-                            "0 or 1 with last_stage_less_layers the same")
+            raise SpecError(
+                "torchtitan_config.parallelism.pipeline_parallel_first_stage_less_layers",
+                d["less"][0],
+                "0 or 1 with last_stage_less_layers the same",
+            )
         lps = d["layers_per_stage"]
         if d["interleaved"] and not lps:
-            raise SpecError("torchtitan_config.parallelism.pipeline_parallel_layers_per_stage", None,
-                            "given with Interleaved1F1B")
+            raise SpecError(
+                "torchtitan_config.parallelism.pipeline_parallel_layers_per_stage", None, "given with Interleaved1F1B"
+            )
         if lps:
             total = layers + (2 if tuple(d["less"]) == (1, 1) else 0)
             if total % (pp * lps):
-                raise SpecError("torchtitan_config.parallelism.pipeline_parallel_layers_per_stage", lps,
-                                f"a divisor of layers/pp = {total}/{pp}")
+                raise SpecError(
+                    "torchtitan_config.parallelism.pipeline_parallel_layers_per_stage",
+                    lps,
+                    f"a divisor of layers/pp = {total}/{pp}",
+                )
             vp = total // (pp * lps)
             if not d["interleaved"] and vp != 1:
-                raise SpecError("torchtitan_config.parallelism.pipeline_parallel_layers_per_stage", lps,
-                                f"{total // pp} with 1F1B (one stage per rank)")
+                raise SpecError(
+                    "torchtitan_config.parallelism.pipeline_parallel_layers_per_stage",
+                    lps,
+                    f"{total // pp} with 1F1B (one stage per rank)",
+                )
             _set(ns, "vp", vp, src, "stated")
             per_stage = total // pp
     else:

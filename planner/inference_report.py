@@ -32,8 +32,7 @@ def serving_config_line(est: InferenceEstimate) -> str:
 
 def _breakdown_lines(est: InferenceEstimate) -> list[str]:
     pf, dec = est.breakdown["prefill"], est.breakdown["decode"]
-    rows = [[k.removesuffix("_s").replace("_", " "), _ms(pf[k]), _ms(dec[k])]
-            for k in pf if pf[k] > 0 or dec[k] > 0]
+    rows = [[k.removesuffix("_s").replace("_", " "), _ms(pf[k]), _ms(dec[k])] for k in pf if pf[k] > 0 or dec[k] > 0]
     rows.append(["total", _ms(sum(pf.values())), _ms(sum(dec.values()))])
     return [table(["component", "prefill ms", "decode step ms"], rows)]
 
@@ -42,8 +41,16 @@ def _overlap_lines(est: InferenceEstimate) -> list[str]:
     rows = []
     for phase in ("prefill", "decode"):
         for s, r in est.overlap[phase].items():
-            rows.append([phase, s, _ms(est.comm_link_s[phase][s]), _ms(est.comm_exposed_s[phase][s]), f"{r:.2f}",
-                         est.reasons[phase].get(s, "fully hidden" if r >= 1 else "-")])
+            rows.append(
+                [
+                    phase,
+                    s,
+                    _ms(est.comm_link_s[phase][s]),
+                    _ms(est.comm_exposed_s[phase][s]),
+                    f"{r:.2f}",
+                    est.reasons[phase].get(s, "fully hidden" if r >= 1 else "-"),
+                ]
+            )
     if not rows:
         return ["no communication"]
     return [table(["phase", "strategy", "link ms", "exposed ms", "r", "why exposed"], rows)]
@@ -60,21 +67,30 @@ def _band(bands: dict, key: str, scale: float) -> str:
 def _engine_line(sv: dict) -> str:
     """The engine's scheduler as simulated: budget, limit, chunking, mixing, load and queueing."""
     from costmodel.serving.inference import ENGINE_TITLES
+
     if not sv:
         return "-"
     limit = "KV cache only" if sv["max_seqs"] is None else f"at most {sv['max_seqs']}"
-    load = (f"Poisson arrivals at {sv['request_rate_per_s']:g}/s" if sv["load"] == "poisson"
-            else f"closed loop, {'steady state' if sv['measure'] == 'steady' else 'all requests'}")
-    return (f"{ENGINE_TITLES[sv['engine']]} scheduler, {sv['token_budget']} tokens per step, running requests "
-            f"{limit}, {'chunked' if sv['chunked_prefill'] else 'whole'} prompts, "
-            f"{'prefill mixed with decodes' if sv['mixed_batches'] else 'prefill and decode steps apart'}; "
-            f"{load}; {sv['admitted_per_replica']} admitted per replica, {sv['queue_ms']:,.0f} ms queued on average, "
-            f"{sv['prefill_steps_per_request']:.2f} steps per prompt")
+    load = (
+        f"Poisson arrivals at {sv['request_rate_per_s']:g}/s"
+        if sv["load"] == "poisson"
+        else f"closed loop, {'steady state' if sv['measure'] == 'steady' else 'all requests'}"
+    )
+    return (
+        f"{ENGINE_TITLES[sv['engine']]} scheduler, {sv['token_budget']} tokens per step, running requests "
+        f"{limit}, {'chunked' if sv['chunked_prefill'] else 'whole'} prompts, "
+        f"{'prefill mixed with decodes' if sv['mixed_batches'] else 'prefill and decode steps apart'}; "
+        f"{load}; {sv['admitted_per_replica']} admitted per replica, {sv['queue_ms']:,.0f} ms queued on average, "
+        f"{sv['prefill_steps_per_request']:.2f} steps per prompt"
+    )
 
 
 def _sla_line(est: InferenceEstimate) -> str:
-    parts = [f"{k.removesuffix('_ms').upper()} <= {v['target']:g} ms: {'met' if v['met'] else 'MISSED'} "
-             f"({v['predicted']:.2f} ms)" for k, v in est.sla.items()]
+    parts = [
+        f"{k.removesuffix('_ms').upper()} <= {v['target']:g} ms: {'met' if v['met'] else 'MISSED'} "
+        f"({v['predicted']:.2f} ms)"
+        for k, v in est.sla.items()
+    ]
     return "; ".join(parts)
 
 
@@ -112,9 +128,14 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
         lines.append(f"latency targets       {_sla_line(est)}")
     if "basis" in bd:
         lines.append(f"bands                 {bd['basis']}")
-    lines += ["", "time breakdown (one prefill chunk alone; one decode step of the admitted requests)",
-              *_breakdown_lines(est),
-              "", "communication overlap", *_overlap_lines(est)]
+    lines += [
+        "",
+        "time breakdown (one prefill chunk alone; one decode step of the admitted requests)",
+        *_breakdown_lines(est),
+        "",
+        "communication overlap",
+        *_overlap_lines(est),
+    ]
     if est.notes:
         lines += ["", "notes:", *(f"  - {n}" for n in est.notes)]
     return "\n".join(lines)
@@ -124,6 +145,7 @@ def launch_lines(launch: dict) -> list[str]:
     """The plan as each engine's command line (:func:`planner.emit_serving.serving_launch`); a
     plan an engine cannot run exactly says so (its notes name what differs)."""
     from search.infer import ENGINES
+
     out = ["launch (set MODEL to the checkpoint path or Hugging Face id)"]
     for name, d in launch.items():
         exact = "" if d.get("exact", True) else " (not this plan exactly, see notes)"

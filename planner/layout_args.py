@@ -26,8 +26,11 @@ from costmodel.spec.errors import SpecError
 from costmodel.spec.layout import parse
 from costmodel.spec.stages import megatron_split
 
-INTERLEAVE = ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
-              "pipeline_model_parallel_layout")
+INTERLEAVE = (
+    "num_layers_per_virtual_pipeline_stage",
+    "num_virtual_stages_per_pipeline_rank",
+    "pipeline_model_parallel_layout",
+)
 
 
 def _given(a: dict, name: str) -> bool:
@@ -42,9 +45,13 @@ def split_fields(a: dict, pp: int, layers: int | None, vp: int | None = None) ->
     out: dict = {}
     given = [n for n in INTERLEAVE if _given(a, n)]
     if len(given) > 1:
-        raise SpecError(given[-1], a[given[-1]], f"unset with --{given[0].replace('_', '-')} (Megatron-LM "
-                        "arguments.py: no more than one of --num-layers-per-virtual-pipeline-stage, "
-                        "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout)")
+        raise SpecError(
+            given[-1],
+            a[given[-1]],
+            f"unset with --{given[0].replace('_', '-')} (Megatron-LM "
+            "arguments.py: no more than one of --num-layers-per-virtual-pipeline-stage, "
+            "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout)",
+        )
     text = a.get("pipeline_model_parallel_layout") if _given(a, "pipeline_model_parallel_layout") else None
     # a real argument dump prints an unset value as None (Megatron's _print_args)
     first = a.get("decoder_first_pipeline_num_layers") if _given(a, "decoder_first_pipeline_num_layers") else None
@@ -52,18 +59,29 @@ def split_fields(a: dict, pp: int, layers: int | None, vp: int | None = None) ->
     emb = _given(a, "account_for_embedding_in_pipeline_split")
     loss = _given(a, "account_for_loss_in_pipeline_split")
     if text is not None:
-        for name, on in (("decoder_first_pipeline_num_layers", first is not None),
-                         ("decoder_last_pipeline_num_layers", last is not None),
-                         ("account_for_embedding_in_pipeline_split", emb), ("account_for_loss_in_pipeline_split", loss)):
+        for name, on in (
+            ("decoder_first_pipeline_num_layers", first is not None),
+            ("decoder_last_pipeline_num_layers", last is not None),
+            ("account_for_embedding_in_pipeline_split", emb),
+            ("account_for_loss_in_pipeline_split", loss),
+        ):
             if on:
-                raise SpecError(name, a[name], "unset with --pipeline-model-parallel-layout (Megatron-Core "
-                                               "TransformerConfig: the layout cannot be set with other pipeline "
-                                               "layout arguments)")
+                raise SpecError(
+                    name,
+                    a[name],
+                    "unset with --pipeline-model-parallel-layout (Megatron-Core "
+                    "TransformerConfig: the layout cannot be set with other pipeline "
+                    "layout arguments)",
+                )
         lay = parse(str(text), pp)
         if vp not in (None, 1, lay.vp):
-            raise SpecError("pipeline_model_parallel_layout", text, f"a layout of {vp} virtual stages per rank, "
-                            "the interleave the other arguments set (Megatron-Core: virtual_pipeline_model_parallel_size "
-                            "conflicts with pipeline_model_parallel_layout)")
+            raise SpecError(
+                "pipeline_model_parallel_layout",
+                text,
+                f"a layout of {vp} virtual stages per rank, "
+                "the interleave the other arguments set (Megatron-Core: virtual_pipeline_model_parallel_size "
+                "conflicts with pipeline_model_parallel_layout)",
+            )
         return {"layout": str(lay), "vp": lay.vp}
     if _given(a, "num_virtual_stages_per_pipeline_rank"):
         out["vp"] = _int(a, "num_virtual_stages_per_pipeline_rank")
@@ -71,10 +89,15 @@ def split_fields(a: dict, pp: int, layers: int | None, vp: int | None = None) ->
         return out
     if layers is None:
         raise SpecError("num_layers", None, "given with the first/last or account-for pipeline split flags")
-    split = megatron_split(layers, pp, out.get("vp", vp or 1),
-                           first=None if first is None else _int(a, "decoder_first_pipeline_num_layers"),
-                           last=None if last is None else _int(a, "decoder_last_pipeline_num_layers"),
-                           embedding=emb, loss=loss)
+    split = megatron_split(
+        layers,
+        pp,
+        out.get("vp", vp or 1),
+        first=None if first is None else _int(a, "decoder_first_pipeline_num_layers"),
+        last=None if last is None else _int(a, "decoder_last_pipeline_num_layers"),
+        embedding=emb,
+        loss=loss,
+    )
     if split is not None:
         out["layers_per_stage"] = split
     return out

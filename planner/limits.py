@@ -55,8 +55,13 @@ def limits_of(layers: int | None, constraints: dict, base=None, *, stacklevel: i
     kw, fixed, minimum, maximum, allowed = {}, {}, {}, {}, {}
     lps = constraints.get("layers_per_stage")
     if lps is not None or split:  # pp and vp as pinned here, else in base
-        kw["layers_per_stage"] = stage_split(layers, rest.get("pp", base.fixed.get("pp")),
-                                             rest.get("vp", base.fixed.get("vp")), layers_per_stage=lps, **split)
+        kw["layers_per_stage"] = stage_split(
+            layers,
+            rest.get("pp", base.fixed.get("pp")),
+            rest.get("vp", base.fixed.get("vp")),
+            layers_per_stage=lps,
+            **split,
+        )
     for k, v in rest.items():
         if k in names:
             kw[k] = {**base.exclude, **v} if k == "exclude" else v
@@ -69,12 +74,19 @@ def limits_of(layers: int | None, constraints: dict, base=None, *, stacklevel: i
             (minimum if k.endswith("_min") else maximum)[k[:-4]] = v
         elif k[:4] in ("min_", "max_") and k[4:] in VARIABLES:  # the old spelling
             new = f"{k[4:]}_{k[:3]}"
-            warnings.warn(f"{k} is deprecated; write {new} (as --{new.replace('_', '-')})",
-                          DeprecationWarning, stacklevel=stacklevel + 1)
+            warnings.warn(
+                f"{k} is deprecated; write {new} (as --{new.replace('_', '-')})",
+                DeprecationWarning,
+                stacklevel=stacklevel + 1,
+            )
             (minimum if k.startswith("min_") else maximum)[k[4:]] = v
         else:
-            raise SpecError(k, v, f"a config variable ({', '.join(VARIABLES)}), <variable>_min/_max, "
-                                  f"or a search limit ({', '.join(sorted(names))})")
+            raise SpecError(
+                k,
+                v,
+                f"a config variable ({', '.join(VARIABLES)}), <variable>_min/_max, "
+                f"or a search limit ({', '.join(sorted(names))})",
+            )
     for k, opt in OPTION_LISTS.items():  # a pinned or listed value must be a candidate too
         if k in fixed:
             kw[opt] = (fixed[k],)

@@ -70,7 +70,11 @@ def parse_command_line(text: str) -> dict:
                 if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
                     value = tokens[i + 1]
                     i += 1
-                    while name.replace("-", "_") in LIST_ARGS and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                    while (
+                        name.replace("-", "_") in LIST_ARGS
+                        and i + 1 < len(tokens)
+                        and not tokens[i + 1].startswith("--")
+                    ):
                         value += " " + tokens[i + 1]  # nargs='*': every value up to the next option
                         i += 1
                 else:
@@ -87,16 +91,21 @@ def offload_fields(a: dict) -> dict:
     (``optimizer/__init__.py`` builds the HybridDeviceOptimizer only with it)."""
     if "optimizer_cpu_offload" not in a or not as_bool("optimizer_cpu_offload", a["optimizer_cpu_offload"]):
         return {}
-    if "use_precision_aware_optimizer" not in a or not as_bool("use_precision_aware_optimizer",
-                                                               a["use_precision_aware_optimizer"]):
+    if "use_precision_aware_optimizer" not in a or not as_bool(
+        "use_precision_aware_optimizer", a["use_precision_aware_optimizer"]
+    ):
         # arguments.py validate_args asserts it
-        raise SpecError("use_precision_aware_optimizer", a.get("use_precision_aware_optimizer", "unset"),
-                        "set with --optimizer-cpu-offload (Megatron-LM asserts it)")
+        raise SpecError(
+            "use_precision_aware_optimizer",
+            a.get("use_precision_aware_optimizer", "unset"),
+            "set with --optimizer-cpu-offload (Megatron-LM asserts it)",
+        )
     frac = a.get("optimizer_offload_fraction")
     out = {"optimizer_offload_fraction": 1.0 if _none(frac) else as_fraction("optimizer_offload_fraction", frac)}
     if "overlap_cpu_optimizer_d2h_h2d" in a and out["optimizer_offload_fraction"] > 0:
-        out["overlap_cpu_optimizer_d2h_h2d"] = as_bool("overlap_cpu_optimizer_d2h_h2d",
-                                                       a["overlap_cpu_optimizer_d2h_h2d"])
+        out["overlap_cpu_optimizer_d2h_h2d"] = as_bool(
+            "overlap_cpu_optimizer_d2h_h2d", a["overlap_cpu_optimizer_d2h_h2d"]
+        )
     return out
 
 
@@ -112,13 +121,18 @@ def act_offload_fields(a: dict) -> dict:
         return {}
     if "cpu_offloading_weights" in a and as_bool("cpu_offloading_weights", a["cpu_offloading_weights"]):
         raise SpecError("cpu_offloading_weights", a["cpu_offloading_weights"], "false (weight offload is not modelled)")
-    if "cpu_offloading_double_buffering" in a and as_bool("cpu_offloading_double_buffering",
-                                                          a["cpu_offloading_double_buffering"]):
-        raise SpecError("cpu_offloading_double_buffering", a["cpu_offloading_double_buffering"],
-                        "false (the second reload buffer is not modelled)")
+    if "cpu_offloading_double_buffering" in a and as_bool(
+        "cpu_offloading_double_buffering", a["cpu_offloading_double_buffering"]
+    ):
+        raise SpecError(
+            "cpu_offloading_double_buffering",
+            a["cpu_offloading_double_buffering"],
+            "false (the second reload buffer is not modelled)",
+        )
     if "cpu_offloading_activations" in a and not as_bool("cpu_offloading_activations", a["cpu_offloading_activations"]):
-        raise SpecError("cpu_offloading_activations", a["cpu_offloading_activations"],
-                        "true (only activation offload is modelled)")
+        raise SpecError(
+            "cpu_offloading_activations", a["cpu_offloading_activations"], "true (only activation offload is modelled)"
+        )
     return {"activation_offload_layers": n}
 
 
@@ -130,10 +144,15 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     """
     a = normalise(args)
     f = {}
-    for key, name in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
-                      ("dp", "data_parallel_size"), ("cp", "context_parallel_size"),
-                      ("ep", "expert_model_parallel_size"), ("mb", "micro_batch_size"),
-                      ("vp", "virtual_pipeline_model_parallel_size")):
+    for key, name in (
+        ("tp", "tensor_model_parallel_size"),
+        ("pp", "pipeline_model_parallel_size"),
+        ("dp", "data_parallel_size"),
+        ("cp", "context_parallel_size"),
+        ("ep", "expert_model_parallel_size"),
+        ("mb", "micro_batch_size"),
+        ("vp", "virtual_pipeline_model_parallel_size"),
+    ):
         v = _get_int(a, name)
         if v is not None:
             f[key] = v
@@ -144,12 +163,14 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     if "vp" not in f and per_chunk:
         layers = layers or _get_int(a, "num_layers")
         if not layers:
-            raise SpecError("num_layers_per_virtual_pipeline_stage", per_chunk,
-                            "given with the model's num_layers (or give vp)")
+            raise SpecError(
+                "num_layers_per_virtual_pipeline_stage", per_chunk, "given with the model's num_layers (or give vp)"
+            )
         pp = f.get("pp", 1)
         if layers % (pp * per_chunk):
-            raise SpecError("num_layers_per_virtual_pipeline_stage", per_chunk,
-                            f"a divisor of num_layers/pp = {layers}/{pp}")
+            raise SpecError(
+                "num_layers_per_virtual_pipeline_stage", per_chunk, f"a divisor of num_layers/pp = {layers}/{pp}"
+            )
         f["vp"] = layers // (pp * per_chunk)
     f.update(split_fields(a, f.get("pp", 1), layers or _get_int(a, "num_layers"), f.get("vp")))  # layout_args
     if "sequence_parallel" in a:
@@ -160,8 +181,11 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     elif mfsdp:  # Megatron FSDP (arguments.py: v1 also turns use_distributed_optimizer on)
         strategy = str(a.get("data_parallel_sharding_strategy", "no_shard")).strip().lower()
         if strategy != "optim_grads_params":
-            raise SpecError("data_parallel_sharding_strategy", strategy, "optim_grads_params with Megatron FSDP "
-                            "(the sharding the cost model charges as zero=3)")
+            raise SpecError(
+                "data_parallel_sharding_strategy",
+                strategy,
+                "optim_grads_params with Megatron FSDP (the sharding the cost model charges as zero=3)",
+            )
         f["zero"] = 3
     elif "use_distributed_optimizer" in a:
         f["zero"] = 1 if as_bool("use_distributed_optimizer", a["use_distributed_optimizer"]) else 0
@@ -184,14 +208,16 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
         if mods != ("core_attn",):  # Megatron's default: the plan's default too
             f["recompute_modules"] = mods
     grad = grad_dtype(a)
-    if grad != "fp32" or any(k in a for k in ("bf16", "fp16", "grad_reduce_in_bf16",
-                                              "accumulate_allreduce_grads_in_fp32")):
+    if grad != "fp32" or any(
+        k in a for k in ("bf16", "fp16", "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32")
+    ):
         f["grad_dtype"] = grad  # stated by the arguments (a line without a dtype flag states none)
     if "overlap_grad_reduce" in a:
         if as_bool("overlap_grad_reduce", a["overlap_grad_reduce"]):
             elems = _get_int(a, "ddp_bucket_size")  # gradient elements, in the dtype they are reduced in
-            f["bucket_mb"] = (elems * grad_elem_bytes(ParallelConfig(grad_dtype=grad)) if elems
-                              else DEFAULT_BUCKET_BYTES) / MB
+            f["bucket_mb"] = (
+                elems * grad_elem_bytes(ParallelConfig(grad_dtype=grad)) if elems else DEFAULT_BUCKET_BYTES
+            ) / MB
         else:
             f["bucket_mb"] = 0.0
     tp = f.get("tp", 1)
@@ -235,8 +261,9 @@ def flash_attention(args: dict) -> bool | None:
         raise SpecError("attention_backend", a["attention_backend"], "one of auto, flash, fused, unfused, local")
     if backend in ("unfused", "local"):
         return False
-    legacy = ("use_legacy_models" in a and as_bool("use_legacy_models", a["use_legacy_models"])) or \
-             ("use_mcore_models" in a and not as_bool("use_mcore_models", a["use_mcore_models"]))
+    legacy = ("use_legacy_models" in a and as_bool("use_legacy_models", a["use_legacy_models"])) or (
+        "use_mcore_models" in a and not as_bool("use_mcore_models", a["use_mcore_models"])
+    )
     if impl == "local":
         if legacy and "use_flash_attn" in a:
             return as_bool("use_flash_attn", a["use_flash_attn"])
@@ -258,23 +285,37 @@ def moe_dispatcher(a: dict, ep: int) -> str | None:
     if ep <= 1:  # a dense model's logged arguments print the default dispatcher too
         return None
     kind = str(a.get("moe_token_dispatcher_type", "")).lower()
-    if "overlap_moe_expert_parallel_comm" in a and as_bool("overlap_moe_expert_parallel_comm",
-                                                          a["overlap_moe_expert_parallel_comm"]):
-        raise SpecError("overlap_moe_expert_parallel_comm", True, "False (the EP all-to-all overlap across "
-                        "micro-batches is not modelled; the prediction would charge the all-to-all without it)")
+    if "overlap_moe_expert_parallel_comm" in a and as_bool(
+        "overlap_moe_expert_parallel_comm", a["overlap_moe_expert_parallel_comm"]
+    ):
+        raise SpecError(
+            "overlap_moe_expert_parallel_comm",
+            True,
+            "False (the EP all-to-all overlap across "
+            "micro-batches is not modelled; the prediction would charge the all-to-all without it)",
+        )
     if kind in ("", "none", "allgather"):
-        raise SpecError("moe_token_dispatcher_type", kind or None, "alltoall or flex (Megatron's default, "
-                        "the AllGather dispatcher, is not modelled)")
+        raise SpecError(
+            "moe_token_dispatcher_type",
+            kind or None,
+            "alltoall or flex (Megatron's default, the AllGather dispatcher, is not modelled)",
+        )
     deepep_flag = "moe_enable_deepep" in a and as_bool("moe_enable_deepep", a["moe_enable_deepep"])
     if kind == "alltoall" and not deepep_flag:
         return "alltoall"
     if kind != "flex":
-        raise SpecError("moe_token_dispatcher_type", kind, "flex with moe_enable_deepep (DeepEP runs only in the "
-                        "flex dispatcher)" if deepep_flag else "alltoall or flex")
+        raise SpecError(
+            "moe_token_dispatcher_type",
+            kind,
+            "flex with moe_enable_deepep (DeepEP runs only in the flex dispatcher)"
+            if deepep_flag
+            else "alltoall or flex",
+        )
     backend = str(a.get("moe_flex_dispatcher_backend", "deepep")).lower()
     if backend != "deepep":
-        raise SpecError("moe_flex_dispatcher_backend", backend, "deepep (the HybridEP and NCCL EP backends "
-                        "are not modelled)")
+        raise SpecError(
+            "moe_flex_dispatcher_backend", backend, "deepep (the HybridEP and NCCL EP backends are not modelled)"
+        )
     return "deepep"
 
 
@@ -288,8 +329,9 @@ def recompute_modules(v) -> tuple[str, ...]:
     names = tuple(m for m in str(v).strip("[]() ").replace(",", " ").replace("'", " ").replace('"', " ").split() if m)
     bad = [m for m in names if m not in RECOMPUTE_MODULES]
     if bad or not names:
-        raise SpecError("recompute_modules", bad[0] if bad else v,
-                        f"modules this planner charges: {', '.join(RECOMPUTE_MODULES)}")
+        raise SpecError(
+            "recompute_modules", bad[0] if bad else v, f"modules this planner charges: {', '.join(RECOMPUTE_MODULES)}"
+        )
     return names
 
 
@@ -307,8 +349,11 @@ def grad_dtype(args: dict) -> str:
         return "bf16"
     fp16 = "fp16" in a and as_bool("fp16", a["fp16"])
     if "accumulate_allreduce_grads_in_fp32" in a:
-        return "fp32" if as_bool("accumulate_allreduce_grads_in_fp32", a["accumulate_allreduce_grads_in_fp32"]) \
-            else ("fp16" if fp16 else "fp32")  # BF16 runs: forced on (an older log prints it False)
+        return (
+            "fp32"
+            if as_bool("accumulate_allreduce_grads_in_fp32", a["accumulate_allreduce_grads_in_fp32"])
+            else ("fp16" if fp16 else "fp32")
+        )  # BF16 runs: forced on (an older log prints it False)
     return "fp16" if fp16 else "fp32"
 
 
@@ -343,7 +388,9 @@ SHAPE_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_
 def missing_shape(args: dict) -> list[str]:
     """The :data:`SHAPE_ARGS` that ``args`` does not state (``vocab_size`` stands for ``padded_vocab_size``)."""
     a = normalise(args)
-    return [n for n in SHAPE_ARGS if _none(a.get(n)) and not (n == "padded_vocab_size" and not _none(a.get("vocab_size")))]
+    return [
+        n for n in SHAPE_ARGS if _none(a.get(n)) and not (n == "padded_vocab_size" and not _none(a.get("vocab_size")))
+    ]
 
 
 def model_fields(args: dict) -> dict:
@@ -374,7 +421,9 @@ def model_fields(args: dict) -> dict:
     if "swiglu" in a and as_bool("swiglu", a["swiglu"]):
         m["activation"] = "swiglu"
     if "untie_embeddings_and_output_weights" in a:
-        m["tied_embeddings"] = not as_bool("untie_embeddings_and_output_weights", a["untie_embeddings_and_output_weights"])
+        m["tied_embeddings"] = not as_bool(
+            "untie_embeddings_and_output_weights", a["untie_embeddings_and_output_weights"]
+        )
     elif "share_embeddings_and_output_weights" in a:  # NeMo's name
         m["tied_embeddings"] = as_bool("share_embeddings_and_output_weights", a["share_embeddings_and_output_weights"])
     else:  # Megatron-LM's default: --untie-embeddings-and-output-weights off, the output layer shares the embedding

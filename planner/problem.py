@@ -71,8 +71,9 @@ def make_config(gpus: int | None = None, base: ParallelConfig | None = None, **f
     _positive_int("gpus", gpus)
     inner = config.tp * config.pp * config.cp
     if gpus % inner:
-        raise SpecError("tp*pp*cp", inner, f"a divisor of gpus={gpus} "
-                        f"(tp={config.tp} pp={config.pp} cp={config.cp}), or give dp")
+        raise SpecError(
+            "tp*pp*cp", inner, f"a divisor of gpus={gpus} (tp={config.tp} pp={config.pp} cp={config.cp}), or give dp"
+        )
     return replace(config, dp=gpus // inner)
 
 
@@ -81,8 +82,17 @@ def make_config(gpus: int | None = None, base: ParallelConfig | None = None, **f
 SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss")
 
 
-def stage_split(layers: int, pp: int | None, vp: int | None, *, layers_per_stage=None, first_stage_layers=None,
-                last_stage_layers=None, account_for_embedding=False, account_for_loss=False):
+def stage_split(
+    layers: int,
+    pp: int | None,
+    vp: int | None,
+    *,
+    layers_per_stage=None,
+    first_stage_layers=None,
+    last_stage_layers=None,
+    account_for_embedding=False,
+    account_for_loss=False,
+):
     """Layers per pipeline stage from one way of stating them (``None``: even, nothing stated).
 
     ``layers_per_stage`` explicitly, or Megatron-Core's ``--decoder-first/last-pipeline-num-layers``
@@ -99,9 +109,16 @@ def stage_split(layers: int, pp: int | None, vp: int | None, *, layers_per_stage
     """
     from costmodel.spec.stages import megatron_split
 
-    given = {k: v for k, v in (("first_stage_layers", first_stage_layers), ("last_stage_layers", last_stage_layers),
-                               ("account_for_embedding", account_for_embedding),
-                               ("account_for_loss", account_for_loss)) if v not in (None, False)}
+    given = {
+        k: v
+        for k, v in (
+            ("first_stage_layers", first_stage_layers),
+            ("last_stage_layers", last_stage_layers),
+            ("account_for_embedding", account_for_embedding),
+            ("account_for_loss", account_for_loss),
+        )
+        if v not in (None, False)
+    }
     if layers_per_stage is not None:
         if given:
             k = next(iter(given))
@@ -112,5 +129,12 @@ def stage_split(layers: int, pp: int | None, vp: int | None, *, layers_per_stage
     if pp is None:
         k = next(iter(given))
         raise SpecError("pp", None, f"given with {k} (a split has one layer count per pipeline stage)")
-    return megatron_split(layers, pp, vp or 1, first=first_stage_layers, last=last_stage_layers,
-                          embedding=bool(account_for_embedding), loss=bool(account_for_loss))
+    return megatron_split(
+        layers,
+        pp,
+        vp or 1,
+        first=first_stage_layers,
+        last=last_stage_layers,
+        embedding=bool(account_for_embedding),
+        loss=bool(account_for_loss),
+    )

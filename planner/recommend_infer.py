@@ -36,11 +36,20 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = True) ->
     if with_mode:
         add_inference_args(parser)
     g = parser.add_argument_group("serving search (--mode infer)")
-    g.add_argument("--max-batch", type=int_arg("max_batch"), metavar="N", default=1024,
-                   help="largest concurrency per replica considered (default: %(default)s)")
-    g.add_argument("--engine", type=choice_arg("engine", tuple(ENGINES)), metavar="{" + ",".join(ENGINES) + "}",
-                   help="serving engine: search only the settings its launch flags express, and print its "
-                        "launch command (default: vllm)")
+    g.add_argument(
+        "--max-batch",
+        type=int_arg("max_batch"),
+        metavar="N",
+        default=1024,
+        help="largest concurrency per replica considered (default: %(default)s)",
+    )
+    g.add_argument(
+        "--engine",
+        type=choice_arg("engine", tuple(ENGINES)),
+        metavar="{" + ",".join(ENGINES) + "}",
+        help="serving engine: search only the settings its launch flags express, and print its "
+        "launch command (default: vllm)",
+    )
     g.add_argument("--plot", metavar="FILE.png", help="write the throughput/latency Pareto front (needs matplotlib)")
 
 
@@ -55,8 +64,23 @@ def reject_serving_flags(args: argparse.Namespace) -> None:
 
 
 #: training-only flags of ``recommend`` (the serving search has none of these settings)
-TRAINING_ONLY = ("cp", "vp", "mb", "zero", "recompute", "recompute_layers", "bucket_mb", "framework", "grad_dtype",
-                 "dma", "flash_attention", "layers_per_stage", "first_stage_layers", "last_stage_layers", "baseline")
+TRAINING_ONLY = (
+    "cp",
+    "vp",
+    "mb",
+    "zero",
+    "recompute",
+    "recompute_layers",
+    "bucket_mb",
+    "framework",
+    "grad_dtype",
+    "dma",
+    "flash_attention",
+    "layers_per_stage",
+    "first_stage_layers",
+    "last_stage_layers",
+    "baseline",
+)
 TRAINING_SWITCHES = ("no_zero3", "robust", "account_for_embedding", "account_for_loss")
 
 
@@ -85,14 +109,19 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
     maximum = {k: getattr(args, f"{k}_max") for k in ("tp", "pp") if getattr(args, f"{k}_max", None) is not None}
     ms = {f: getattr(args, f, None) for f in ("ttft_ms", "tpot_ms")}
     return InferProblem(
-        model=resolve_model(args.model), cluster=resolve_cluster(args.cluster, args.gpus),
-        input_len=args.input_len, output_len=args.output_len, dtype=args.dtype, kv_dtype=args.kv_dtype or "bf16",
+        model=resolve_model(args.model),
+        cluster=resolve_cluster(args.cluster, args.gpus),
+        input_len=args.input_len,
+        output_len=args.output_len,
+        dtype=args.dtype,
+        kv_dtype=args.kv_dtype or "bf16",
         ttft_target_s=None if ms["ttft_ms"] is None else ms["ttft_ms"] / 1e3,
         tpot_target_s=None if ms["tpot_ms"] is None else ms["tpot_ms"] / 1e3,
         max_batch_per_replica=getattr(args, "max_batch", 1024) or 1024,
         prefill_tokens=getattr(args, "prefill_tokens", None),
         limits=Limits(fixed=fixed, maximum=maximum, tp_across_nodes=getattr(args, "tp_across_nodes", False)),
-        engine=getattr(args, "engine", None) or "vllm")
+        engine=getattr(args, "engine", None) or "vllm",
+    )
 
 
 def _plan_row(rank, e, p: InferProblem | None = None, r=None) -> list:
@@ -102,15 +131,36 @@ def _plan_row(rank, e, p: InferProblem | None = None, r=None) -> list:
         row += ["on" if c.sp else "off", c.chunks]
     else:
         row += [_launch(p, e, None)["replicas"]]
-    row += [e.batch_per_replica, e.serving.get("token_budget", "-"), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.ttft_s * 1e3:.1f}", f"{e.tpot_s * 1e3:.2f}",
-            f"{e.e2e_latency_s:.2f}", f"{e.peak_memory_bytes / 2**30:.1f}"]
+    row += [
+        e.batch_per_replica,
+        e.serving.get("token_budget", "-"),
+        f"{e.tokens_per_s_per_gpu:,.1f}",
+        f"{e.ttft_s * 1e3:.1f}",
+        f"{e.tpot_s * 1e3:.2f}",
+        f"{e.e2e_latency_s:.2f}",
+        f"{e.peak_memory_bytes / 2**30:.1f}",
+    ]
     if r is not None:
         row.append("met" if p.meets(e) else f"x{shortfall(p, e):.2f}")
     return row
 
 
-PLAN_HEADERS = ["rank", "tp", "pp", "dp", "ep", "sp", "chunks", "batch/replica", "tokens/step", "tok/s/GPU", "TTFT ms",
-                "TPOT ms", "e2e s", "GiB/GPU"]
+PLAN_HEADERS = [
+    "rank",
+    "tp",
+    "pp",
+    "dp",
+    "ep",
+    "sp",
+    "chunks",
+    "batch/replica",
+    "tokens/step",
+    "tok/s/GPU",
+    "TTFT ms",
+    "TPOT ms",
+    "e2e s",
+    "GiB/GPU",
+]
 
 
 def _headers(p: InferProblem, targets: bool = False) -> list[str]:
@@ -129,8 +179,10 @@ def _launch(p: InferProblem, e, prefill_tokens: int | None) -> dict:
 
 def _describe(e) -> str:
     c = e.config
-    return (f"tp={c.tp} pp={c.pp} dp={c.dp} ep={c.ep}, {e.batch_per_replica} request(s) per replica: "
-            f"TTFT {e.ttft_s * 1e3:.1f} ms, TPOT {e.tpot_s * 1e3:.2f} ms, {e.tokens_per_s_per_gpu:,.1f} tok/s/GPU")
+    return (
+        f"tp={c.tp} pp={c.pp} dp={c.dp} ep={c.ep}, {e.batch_per_replica} request(s) per replica: "
+        f"TTFT {e.ttft_s * 1e3:.1f} ms, TPOT {e.tpot_s * 1e3:.2f} ms, {e.tokens_per_s_per_gpu:,.1f} tok/s/GPU"
+    )
 
 
 def pareto_lines(p: InferProblem, r: InferResult) -> list[str]:
@@ -138,31 +190,40 @@ def pareto_lines(p: InferProblem, r: InferResult) -> list[str]:
     line naming the closest plan first. Never a table without rows."""
     has_targets = bool(p.ttft_target_s or p.tpot_target_s)
     if not r.pareto:
-        return ["throughput/latency Pareto front: none (no plan fits in memory; use more GPUs, fp8 weights or "
-                "KV cache, or shorter requests)"]
-    lines = ["throughput/latency Pareto front (plans that fit; no other plan has both more tokens/s/GPU "
-             "and lower TPOT" + ("; targets: met, or the factor by which the worse one is missed)" if has_targets
-                                 else ")")]
+        return [
+            "throughput/latency Pareto front: none (no plan fits in memory; use more GPUs, fp8 weights or "
+            "KV cache, or shorter requests)"
+        ]
+    lines = [
+        "throughput/latency Pareto front (plans that fit; no other plan has both more tokens/s/GPU "
+        "and lower TPOT" + ("; targets: met, or the factor by which the worse one is missed)" if has_targets else ")")
+    ]
     if has_targets and not r.plans and r.closest is not None:
-        lines.append(f"no plan meets the targets; closest ({shortfall(p, r.closest):.2f}x the target it misses "
-                     f"most): {_describe(r.closest)}")
-    lines.append(table(_headers(p, has_targets), [_plan_row("-", e, p, r if has_targets else None)
-                                                  for e in r.pareto]))
+        lines.append(
+            f"no plan meets the targets; closest ({shortfall(p, r.closest):.2f}x the target it misses "
+            f"most): {_describe(r.closest)}"
+        )
+    lines.append(table(_headers(p, has_targets), [_plan_row("-", e, p, r if has_targets else None) for e in r.pareto]))
     return lines
 
 
 def result_text(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> str:
     targets = [f"{n} <= {v * 1e3:g} ms" for n, v in (("TTFT", p.ttft_target_s), ("TPOT", p.tpot_target_s)) if v]
     engine = f", engine {ENGINES[p.engine].title}" if p.engine else ""
-    lines = [f"{model_label(p.model)} on {p.cluster.num_gpus} x {p.cluster.device.name}, serving {p.input_len} in / "
-             f"{p.output_len} out tokens ({p.dtype} weights, {p.kv_dtype} KV cache{engine}); "
-             f"targets: {', '.join(targets) or 'none'}",
-             f"solve: {r.status} in {r.time_s:.2f} s ({r.evaluated} plans that fit evaluated, "
-             f"{r.rejected} rejected)", ""]
+    lines = [
+        f"{model_label(p.model)} on {p.cluster.num_gpus} x {p.cluster.device.name}, serving {p.input_len} in / "
+        f"{p.output_len} out tokens ({p.dtype} weights, {p.kv_dtype} KV cache{engine}); "
+        f"targets: {', '.join(targets) or 'none'}",
+        f"solve: {r.status} in {r.time_s:.2f} s ({r.evaluated} plans that fit evaluated, {r.rejected} rejected)",
+        "",
+    ]
     if r.plans:
         what = "each a different launch layout" if p.engine else "each a different parallel config"
-        lines += [f"best plans (output tokens/s per GPU, highest first; {what})",
-                  table(_headers(p), [_plan_row(i + 1, e, p) for i, e in enumerate(r.plans)]), ""]
+        lines += [
+            f"best plans (output tokens/s per GPU, highest first; {what})",
+            table(_headers(p), [_plan_row(i + 1, e, p) for i, e in enumerate(r.plans)]),
+            "",
+        ]
     else:
         lines += [f"no plan meets the targets: {r.explanation}", ""]
     lines += pareto_lines(p, r)
@@ -179,17 +240,31 @@ def result_text(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> 
 
 def result_json(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> dict:
     def brief(e):
-        return {"config": e.config.to_dict(), "batch_per_replica": e.batch_per_replica,
-                "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "ttft_ms": e.ttft_s * 1e3, "tpot_ms": e.tpot_s * 1e3,
-                "meets_targets": p.meets(e)}
+        return {
+            "config": e.config.to_dict(),
+            "batch_per_replica": e.batch_per_replica,
+            "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+            "ttft_ms": e.ttft_s * 1e3,
+            "tpot_ms": e.tpot_s * 1e3,
+            "meets_targets": p.meets(e),
+        }
+
     def launch(e):
         d = _launch(p, e, prefill_tokens)
         return {p.engine: d} if p.engine else d
+
     plans = [{**e.to_dict(), "launch": launch(e)} for e in r.plans]
-    return {"status": r.status, "mode": "infer", "engine": p.engine, "model": model_json(p.model),
-            "solve": r.solve_dict(), "plans": plans, "pareto": [brief(e) for e in r.pareto],
-            "closest": None if r.closest is None else {**brief(r.closest), "launch": launch(r.closest)},
-            "explanation": r.explanation}
+    return {
+        "status": r.status,
+        "mode": "infer",
+        "engine": p.engine,
+        "model": model_json(p.model),
+        "solve": r.solve_dict(),
+        "plans": plans,
+        "pareto": [brief(e) for e in r.pareto],
+        "closest": None if r.closest is None else {**brief(r.closest), "launch": launch(r.closest)},
+        "explanation": r.explanation,
+    }
 
 
 def check_plot_path(path: str) -> None:
@@ -203,10 +278,13 @@ def write_plot(p: InferProblem, r: InferResult, path: str) -> None:
     """The Pareto front (TPOT vs tokens/s per GPU) with the targets and the best plan, as an image."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SpecError("plot", path, "written only with matplotlib installed (pip install 'overlap-planner[plot]')") from None
+        raise SpecError(
+            "plot", path, "written only with matplotlib installed (pip install 'overlap-planner[plot]')"
+        ) from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [e.tpot_s * 1e3 for e in r.pareto]
     ax.plot(xs, [e.tokens_per_s_per_gpu for e in r.pareto], "o-", label="Pareto front (plans that fit)")
@@ -234,9 +312,12 @@ def run(args: argparse.Namespace) -> int:
     p = problem_from_args(args)
     if getattr(args, "emit", None):
         raise SpecError("emit", args.emit, "unset with --mode infer (the vLLM and SGLang launch arguments are printed)")
-    options = SolveOptions(time_limit_s=getattr(args, "time_limit", None) or 10.0,
-                           workers=getattr(args, "workers", None) or 2, seed=getattr(args, "seed", None) or 0,
-                           top_k=max(3, getattr(args, "top", None) or 1))
+    options = SolveOptions(
+        time_limit_s=getattr(args, "time_limit", None) or 10.0,
+        workers=getattr(args, "workers", None) or 2,
+        seed=getattr(args, "seed", None) or 0,
+        top_k=max(3, getattr(args, "top", None) or 1),
+    )
     if args.plot:
         check_plot_path(args.plot)
     r = solve_infer(p, options)

@@ -57,8 +57,9 @@ def model_json(model: ModelSpec) -> dict:
     return {**model_to_dict(model), "params": model.params, "active_params": model.active_params}
 
 
-def with_trust(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-               completion_log_sd: float = 0.0) -> Estimate:
+def with_trust(
+    est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload, completion_log_sd: float = 0.0
+) -> Estimate:
     """``est`` with its band and trust notes: :func:`costmodel.trust.attach.attach`, the one place they are made."""
     return attach(est, model, cluster, workload, completion_log_sd)
 
@@ -68,8 +69,9 @@ def band_note_lines(est: Estimate) -> list[str]:
     return [f"  band: {n}" for n in getattr(est, "band_notes", ())]
 
 
-def estimate_json(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                  completion_log_sd: float = 0.0) -> dict:
+def estimate_json(
+    est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload, completion_log_sd: float = 0.0
+) -> dict:
     """``Estimate.to_dict()`` plus an echo of the problem it answers (``config.sp``: in effect)."""
     d = with_trust(est, model, cluster, workload, completion_log_sd).to_dict()
     d["config"]["sp"] = est.config.sp_on
@@ -121,6 +123,7 @@ def table(headers: list[str], rows: list[list]) -> str:
     def line(r):
         out = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric)]
         return "  ".join(out).rstrip()
+
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])
 
 
@@ -165,16 +168,14 @@ def config_line(est: Estimate) -> str:
     """``key=value`` of the plan; ``sp`` is the effective value (on only with tp > 1)."""
     d = est.config.to_dict()
     d["sp"] = est.config.sp_on
-    return " ".join(f"{k}={_onoff(v) if not isinstance(v, float) else f'{v:g}'}"
-                    for k, v in d.items() if v is not None)
+    return " ".join(f"{k}={_onoff(v) if not isinstance(v, float) else f'{v:g}'}" for k, v in d.items() if v is not None)
 
 
 def _risk(est: Estimate) -> str:
     """A plan that fits only if the memory model errs less than it did on measured runs says so."""
     if not est.fits or not at_risk(est.peak_memory_bytes, est.hbm_bytes):
         return ""
-    return (f" (at risk: within {100 * MEMORY_MARGIN:g}% of HBM, the memory model's largest measured "
-            "under-prediction)")
+    return f" (at risk: within {100 * MEMORY_MARGIN:g}% of HBM, the memory model's largest measured under-prediction)"
 
 
 def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
@@ -186,13 +187,39 @@ def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
         shown = [m for m in stages if m["stage"] in keep]
     else:
         shown = stages
-    rows = [[m["stage"], _gib(m["weights_bytes"]), _gib(m["grads_bytes"]), _gib(m["optimizer_bytes"]),
-             _gib(m["activations_bytes"]), _gib(m["buffers_bytes"]),
-             _gib(m.get("allocated_bytes", m["total_bytes"] - m["reserved_bytes"])), _gib(m["reserved_bytes"]),
-             _gib(m["total_bytes"]), "yes" if m["total_bytes"] <= est.hbm_bytes else "NO"] for m in shown]
+    rows = [
+        [
+            m["stage"],
+            _gib(m["weights_bytes"]),
+            _gib(m["grads_bytes"]),
+            _gib(m["optimizer_bytes"]),
+            _gib(m["activations_bytes"]),
+            _gib(m["buffers_bytes"]),
+            _gib(m.get("allocated_bytes", m["total_bytes"] - m["reserved_bytes"])),
+            _gib(m["reserved_bytes"]),
+            _gib(m["total_bytes"]),
+            "yes" if m["total_bytes"] <= est.hbm_bytes else "NO",
+        ]
+        for m in shown
+    ]
     # allocated: the tensors; reserved: what the allocator and libraries hold beyond them (costmodel.physics.memory.stage_memory.reserved_bytes)
-    out = [table(["stage", "weights", "grads", "optimizer", "activations", "buffers", "allocated", "reserved",
-                  "total GiB", "fits"], rows)]
+    out = [
+        table(
+            [
+                "stage",
+                "weights",
+                "grads",
+                "optimizer",
+                "activations",
+                "buffers",
+                "allocated",
+                "reserved",
+                "total GiB",
+                "fits",
+            ],
+            rows,
+        )
+    ]
     if len(shown) < len(stages):
         out.append(f"({len(stages) - len(shown)} more stages not shown; --json lists all)")
     over = [m["stage"] for m in stages if m["total_bytes"] > est.hbm_bytes]
@@ -205,7 +232,9 @@ def breakdown_lines(est: Estimate) -> list[str]:
     """Each step-time component in seconds and % of the step (zero rows left out)."""
     step = est.step_time_s
     rows = [[k.removesuffix("_s"), _s(v), f"{100 * v / step:.1f}"] for k, v in est.breakdown.items() if v > 0]
-    rows.append(["total (= step time)", _s(sum(est.breakdown.values())), f"{100 * sum(est.breakdown.values()) / step:.1f}"])
+    rows.append(
+        ["total (= step time)", _s(sum(est.breakdown.values())), f"{100 * sum(est.breakdown.values()) / step:.1f}"]
+    )
     return [table(["component", "seconds", "% of step"], rows)]
 
 
@@ -213,13 +242,22 @@ def overlap_lines(est: Estimate) -> list[str]:
     """Per strategy with communication: link time, exposed time, r = 1 - exposed/link, and why."""
     if not est.overlap:
         return ["no communication"]
-    rows = [[s, _s(est.comm_link_s.get(s, 0.0)), _s(est.comm_exposed_s.get(s, 0.0)), f"{r:.2f}",
-             est.reasons.get(s, "fully hidden" if r >= 1 else "-")] for s, r in est.overlap.items()]
+    rows = [
+        [
+            s,
+            _s(est.comm_link_s.get(s, 0.0)),
+            _s(est.comm_exposed_s.get(s, 0.0)),
+            f"{r:.2f}",
+            est.reasons.get(s, "fully hidden" if r >= 1 else "-"),
+        ]
+        for s, r in est.overlap.items()
+    ]
     return [table(["strategy", "link s", "exposed s", "r", "why exposed"], rows)]
 
 
-def estimate_text(est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                  completion_log_sd: float = 0.0) -> str:
+def estimate_text(
+    est: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload, completion_log_sd: float = 0.0
+) -> str:
     """The human report of one estimate."""
     est = with_trust(est, model, cluster, workload, completion_log_sd)
     gpus = cluster.num_gpus or est.config.gpus

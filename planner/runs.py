@@ -54,8 +54,15 @@ from .megatron_values import as_bool, as_int
 from .problem import make_config, resolve_cluster, resolve_model
 
 WARMUP_ENTRIES = 3
-PLAN_KEYS = tuple(CONFIG_KEYS) + ("recompute_layers", "flash_attention", "grad_dtype", "ep_dispatcher",
-                                   "fp8_param_gather", "recompute_modules", "layout")
+PLAN_KEYS = tuple(CONFIG_KEYS) + (
+    "recompute_layers",
+    "flash_attention",
+    "grad_dtype",
+    "ep_dispatcher",
+    "fp8_param_gather",
+    "recompute_modules",
+    "layout",
+)
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
 KNOWN = set(PLAN_KEYS) | set(MEASURED_KEYS) | {"model", "cluster", "gpus", "global_batch", "seq", "dtype", "label"}
 IGNORED = {"notes", "note", "source", "date", "comment", "comments"}
@@ -67,14 +74,23 @@ _NEMO_S = re.compile(r"train_step_timing in s[=:]\s*([^\s,\]]+)")
 _PADDED = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 _GLOBAL_BATCH = re.compile(r"global batch size:\s*(\d+)")  # Megatron-LM's iteration line (training_log)
 _SIZES = re.compile(r"([a-z-]+) size: (\d+)")  # validate_args: "using world size: 16, data-parallel size: 4, ..."
-_SIZE_ARGS = {"world": "world_size", "data-parallel": "data_parallel_size", "context-parallel": "context_parallel_size",
-              "tensor-model-parallel": "tensor_model_parallel_size",
-              "pipeline-model-parallel": "pipeline_model_parallel_size"}
+_SIZE_ARGS = {
+    "world": "world_size",
+    "data-parallel": "data_parallel_size",
+    "context-parallel": "context_parallel_size",
+    "tensor-model-parallel": "tensor_model_parallel_size",
+    "pipeline-model-parallel": "pipeline_model_parallel_size",
+}
 #: what a log must state (or a flag give) to be a run: (run field, Megatron-LM argument, calibrate flag)
-LOG_NEEDS = (("gpus", "world_size", "--gpus"), ("global_batch", "global_batch_size", "--global-batch"),
-             ("seq", "seq_length", "--seq"), ("dtype", "bf16/fp16/fp8", "--dtype"),
-             ("tp", "tensor_model_parallel_size", "--tp"), ("pp", "pipeline_model_parallel_size", "--pp"),
-             ("mb", "micro_batch_size", "--mb"))
+LOG_NEEDS = (
+    ("gpus", "world_size", "--gpus"),
+    ("global_batch", "global_batch_size", "--global-batch"),
+    ("seq", "seq_length", "--seq"),
+    ("dtype", "bf16/fp16/fp8", "--dtype"),
+    ("tp", "tensor_model_parallel_size", "--tp"),
+    ("pp", "pipeline_model_parallel_size", "--pp"),
+    ("mb", "micro_batch_size", "--mb"),
+)
 #: run fields a flag may give for a log (those of LOG_NEEDS, and the other degrees)
 LOG_FLAGS = tuple(k for k, _, _ in LOG_NEEDS) + ("cp", "ep", "vp")
 
@@ -96,14 +112,21 @@ class Run:
         return self.config.gpus
 
     def measured(self) -> MeasuredRun:
-        return MeasuredRun(model=self.model, workload=self.workload, config=self.config,
-                           measured_s=self.measured_s, label=self.label)
+        return MeasuredRun(
+            model=self.model, workload=self.workload, config=self.config, measured_s=self.measured_s, label=self.label
+        )
 
     def info(self) -> dict:
         """Plain values for the ``runs`` list of a calibrated cluster file."""
-        return {"model": self.model_ref, "gpus": self.gpus, "global_batch": self.workload.global_batch,
-                "seq": self.workload.seq_len, "dtype": self.workload.dtype, "config": self.config.to_dict(),
-                "measured_s": self.measured_s}
+        return {
+            "model": self.model_ref,
+            "gpus": self.gpus,
+            "global_batch": self.workload.global_batch,
+            "seq": self.workload.seq_len,
+            "dtype": self.workload.dtype,
+            "config": self.config.to_dict(),
+            "measured_s": self.measured_s,
+        }
 
 
 # --------------------------------------------------------------------------- tables
@@ -183,8 +206,9 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
         raise SpecError(f"{where}: {field}", e.value, e.allowed) from None
     label = str(rec.get("label") or where)
     cluster_ref = str(rec["cluster"]).strip() if "cluster" in rec else None
-    return Run(label, m, str(model_ref) if isinstance(model_ref, str) else m.name, cluster_ref,
-               workload, config, measured)
+    return Run(
+        label, m, str(model_ref) if isinstance(model_ref, str) else m.name, cluster_ref, workload, config, measured
+    )
 
 
 class _NoCluster:
@@ -194,8 +218,7 @@ class _NoCluster:
 
 
 def _relative(ref: str, base_dir: Path | None) -> str:
-    if base_dir is not None and not Path(ref).is_absolute() and not Path(ref).exists() \
-            and (base_dir / ref).exists():
+    if base_dir is not None and not Path(ref).is_absolute() and not Path(ref).exists() and (base_dir / ref).exists():
         return str(base_dir / ref)
     return ref
 
@@ -203,8 +226,11 @@ def _relative(ref: str, base_dir: Path | None) -> str:
 def _measured(rec: dict, where: str, tokens: int, gpus: int | None):
     given = [k for k in MEASURED_KEYS if k in rec]
     if len(given) != 1:
-        raise SpecError(f"{where}: step_time_s", None if not given else ",".join(given),
-                        "exactly one of step_time_s, tokens_per_s, tokens_per_s_per_gpu")
+        raise SpecError(
+            f"{where}: step_time_s",
+            None if not given else ",".join(given),
+            "exactly one of step_time_s, tokens_per_s, tokens_per_s_per_gpu",
+        )
     k = given[0]
     v = _num(where, k, rec[k])
     if k == "step_time_s":
@@ -219,6 +245,7 @@ def read_table(path: Path, *, model=None) -> list[Run]:
     text = _read(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
+
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
@@ -227,8 +254,9 @@ def read_table(path: Path, *, model=None) -> list[Run]:
             data = data["runs"]
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise SpecError(str(path), None, "a YAML list of runs (or {runs: [...]}), each a mapping")
-        return [run_from_record(r, f"{path}: run {i + 1}", model=model, base_dir=path.parent)
-                for i, r in enumerate(data)]
+        return [
+            run_from_record(r, f"{path}: run {i + 1}", model=model, base_dir=path.parent) for i, r in enumerate(data)
+        ]
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
         raise SpecError(str(path), None, "a CSV file with a header line")
@@ -333,8 +361,12 @@ def parse_log(path: Path, text: str | None = None) -> LogSummary:
     """:func:`scan_log`, refused (:class:`SpecError`) without iteration times."""
     log = scan_log(path, text)
     if not log.step_times_s:
-        raise SpecError(str(path), None, "a training log with 'elapsed time per iteration (ms): X' "
-                                         "(Megatron-LM) or 'train_step_timing in s=X' (NeMo) lines")
+        raise SpecError(
+            str(path),
+            None,
+            "a training log with 'elapsed time per iteration (ms): X' "
+            "(Megatron-LM) or 'train_step_timing in s=X' (NeMo) lines",
+        )
     return log
 
 
@@ -385,8 +417,11 @@ def run_from_log(path: Path, *, model=None, text: str | None = None, given: dict
         rec[k] = v
     missing += [f"{arg} ({f})" for k, arg, f in LOG_NEEDS if k not in rec]
     if missing:
-        raise SpecError(f"{where}: missing", ", ".join(a.split(" (")[0] for a in missing),
-                        "stated in the log or given: " + ", ".join(missing))
+        raise SpecError(
+            f"{where}: missing",
+            ", ".join(a.split(" (")[0] for a in missing),
+            "stated in the log or given: " + ", ".join(missing),
+        )
     rec["step_time_s"] = log.step_time_s
     run = run_from_record(rec, where, model=m)
     return replace(run, label=path.name, model_ref=ref)
@@ -409,7 +444,8 @@ def cluster_for(runs: list[Run], cluster=None):
     if cluster is None:
         refs = sorted({r.cluster_ref for r in runs if r.cluster_ref})
         if len(refs) != 1:
-            raise SpecError("cluster", ",".join(refs) or None,
-                            "given (--cluster NAME|FILE), or one cluster named by every run")
+            raise SpecError(
+                "cluster", ",".join(refs) or None, "given (--cluster NAME|FILE), or one cluster named by every run"
+            )
         cluster = refs[0]
     return resolve_cluster(cluster)

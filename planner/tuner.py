@@ -38,8 +38,12 @@ from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, re
 __all__ = ["Planner", "Score"]
 
 #: ``space()`` defaults that keep the enumeration to thousands, not millions, of plans
-SPACE_DEFAULTS = {"chunk_options": (1, 4), "bucket_mb_options": (0, 40), "partial_recompute": False,
-                  "uneven_stages": False}
+SPACE_DEFAULTS = {
+    "chunk_options": (1, 4),
+    "bucket_mb_options": (0, 40),
+    "partial_recompute": False,
+    "uneven_stages": False,
+}
 
 
 class Planner:
@@ -57,8 +61,17 @@ class Planner:
         recommends (``ParallelConfig.grad_dtype``), as ``planner.recommend(grad_dtype=...)``.
     """
 
-    def __init__(self, model, cluster, gpus: int, global_batch: int, seq: int, dtype: str = "bf16",
-                 framework: str = "megatron", grad_dtype: str = "fp32"):
+    def __init__(
+        self,
+        model,
+        cluster,
+        gpus: int,
+        global_batch: int,
+        seq: int,
+        dtype: str = "bf16",
+        framework: str = "megatron",
+        grad_dtype: str = "fp32",
+    ):
         self.model = model
         self.cluster = cluster
         self.gpus = gpus
@@ -70,8 +83,10 @@ class Planner:
 
     def get_params(self) -> dict:
         """The constructor's parameters (scikit-learn convention)."""
-        return {k: getattr(self, k) for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype",
-                                              "framework", "grad_dtype")}
+        return {
+            k: getattr(self, k)
+            for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype", "framework", "grad_dtype")
+        }
 
     def set_params(self, **params) -> "Planner":
         """Change parameters (scikit-learn convention); the problem is resolved again on next use.
@@ -86,8 +101,10 @@ class Planner:
         return self
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" if not isinstance(v, (ModelSpec, ClusterSpec)) else f"{k}={v.name!r}"
-                         for k, v in self.get_params().items())
+        args = ", ".join(
+            f"{k}={v!r}" if not isinstance(v, (ModelSpec, ClusterSpec)) else f"{k}={v.name!r}"
+            for k, v in self.get_params().items()
+        )
         return f"Planner({args})"
 
     # ---- resolved problem (lazily, once per parameter set)
@@ -120,6 +137,7 @@ class Planner:
             fields_.setdefault("grad_dtype", self.grad_dtype)
         if any(k in fields_ for k in SPLIT_KEYS) or (config is None and "layers_per_stage" in fields_):
             from .api import config_with_split  # uneven stages: Megatron's rules need the model's depth
+
             return config_with_split(self._problem()[0], self.gpus, config, fields_)
         return make_config(self.gpus, base=config, **fields_)
 
@@ -129,11 +147,13 @@ class Planner:
         from search.problem import Limits
 
         from .limits import limits_of
+
         return limits_of(self._problem()[0].layers, constraints, Limits(**defaults), stacklevel=3)
 
     # ---- questions
-    def evaluate(self, config: ParallelConfig | dict | None = None, *, engine: str | None = None,
-                 **fields_) -> Estimate:
+    def evaluate(
+        self, config: ParallelConfig | dict | None = None, *, engine: str | None = None, **fields_
+    ) -> Estimate:
         """The full :class:`~costmodel.training.estimate.Estimate` of one plan (raises SpecError if invalid),
         by ``engine`` (``"graph"``: the op-graph scheduler, ``"analytic"``: the overlap rules;
         default: :func:`costmodel.api.evaluate`'s)."""
@@ -185,8 +205,11 @@ class Planner:
         if not isinstance(config, (dict, ParallelConfig)):
             return None
         try:
-            return make_config(None, base=config if isinstance(config, ParallelConfig) else None,
-                               **(config if isinstance(config, dict) else {}))
+            return make_config(
+                None,
+                base=config if isinstance(config, ParallelConfig) else None,
+                **(config if isinstance(config, dict) else {}),
+            )
         except (SpecError, TypeError, ValueError):
             return None
 
@@ -209,22 +232,29 @@ class Planner:
         m, cl, w, scorer = self._problem()
         lim, allowed = self._limits(constraints, defaults=SPACE_DEFAULTS)
         lim = limits or lim
-        problem = Problem(model=m, cluster=cl, workload=w, limits=lim, framework=self.framework,
-                          grad_dtype=self.grad_dtype)
+        problem = Problem(
+            model=m, cluster=cl, workload=w, limits=lim, framework=self.framework, grad_dtype=self.grad_dtype
+        )
         out = []
         for choice in all_choices(problem):
             s = choice.shape
-            stage_splits = [None] if s.pp == 1 or not lim.uneven_stages else \
-                [Split(*t).layers_per_stage(s.pp) for t in splits(m.layers, s.pp, choice.vp)]
+            stage_splits = (
+                [None]
+                if s.pp == 1 or not lim.uneven_stages
+                else [Split(*t).layers_per_stage(s.pp) for t in splits(m.layers, s.pp, choice.vp)]
+            )
             if lim.layers_per_stage is not None:  # a pinned split is the only one
                 stage_splits = [lim.layers_per_stage]
             for lps in stage_splits:
-                c = choice.config(flash_attention=lim.flash_attention, layers_per_stage=lps,
-                                  fused_elementwise=lim.fused_elementwise)
+                c = choice.config(
+                    flash_attention=lim.flash_attention, layers_per_stage=lps, fused_elementwise=lim.fused_elementwise
+                )
                 if allowed and any(getattr(c, k) not in vals for k, vals in allowed.items() if k != "bucket_mb"):
                     continue
                 score = scorer.score(c)  # drops plans that break a divisibility rule
-                if score.status != "ok" or (fits and (not score.fits or score.peak_memory_bytes > problem.hbm_cap_bytes)):
+                if score.status != "ok" or (
+                    fits and (not score.fits or score.peak_memory_bytes > problem.hbm_cap_bytes)
+                ):
                     continue
                 out.append(c)
         return out
@@ -251,8 +281,16 @@ class Planner:
             ranked = [s for s in ranked if s.step_time_s <= limit]
         return ranked[:keep] if keep is not None else ranked
 
-    def recommend(self, top_k: int = 1, constraints: dict | None = None, *, time_limit_s: float = 10.0,
-                  workers: int = 2, seed: int = 0, k: int | None = None):
+    def recommend(
+        self,
+        top_k: int = 1,
+        constraints: dict | None = None,
+        *,
+        time_limit_s: float = 10.0,
+        workers: int = 2,
+        seed: int = 0,
+        k: int | None = None,
+    ):
         """The CP-SAT search's answer, exactly as :func:`planner.recommend` gives it: a
         :class:`search.result.SolveResult` with ``.status``, ``.best`` and the ``top_k`` best
         ``.plans`` (each ``.config``, ``.estimate``, ``.to_dict()``), the bound and gap.
@@ -274,8 +312,18 @@ class Planner:
             warnings.warn("Planner.recommend(k=...) is deprecated; write top_k=", DeprecationWarning, stacklevel=2)
             top_k = k
         m, cl, w, _ = self._problem()
-        return recommend(m, cl, w, time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k,
-                         framework=self.framework, grad_dtype=self.grad_dtype, **(constraints or {}))
+        return recommend(
+            m,
+            cl,
+            w,
+            time_limit_s=time_limit_s,
+            workers=workers,
+            seed=seed,
+            top_k=top_k,
+            framework=self.framework,
+            grad_dtype=self.grad_dtype,
+            **(constraints or {}),
+        )
 
 
 def grid(**values) -> list[dict]:

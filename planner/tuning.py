@@ -58,6 +58,8 @@ def recommend_choices(args: argparse.Namespace, config) -> tuple[dict, dict]:
     stated = {k: v for k, v in offload_fields(args).items() if v}
     pinned.update(stated)
     if config.optimizer_offload_fraction > 0 and not stated:
-        chosen.update(optimizer_offload_fraction=config.optimizer_offload_fraction,
-                      overlap_cpu_optimizer_d2h_h2d=config.overlap_cpu_optimizer_d2h_h2d)
+        chosen.update(
+            optimizer_offload_fraction=config.optimizer_offload_fraction,
+            overlap_cpu_optimizer_d2h_h2d=config.overlap_cpu_optimizer_d2h_h2d,
+        )
     return pinned, chosen

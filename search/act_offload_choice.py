@@ -37,9 +37,14 @@ def offerable(p: Problem) -> bool:
     """Whether a problem may get activation offload: Megatron, none stated, ``pp = 1`` and no recompute allowed,
     at least two layers (``N < L``) and a device whose host link is known."""
     lim = p.limits
-    return (p.framework == "megatron" and "activation_offload_layers" not in dict(p.options)
-            and lim.allows("pp", 1) and lim.allows("recompute", "none") and p.model.layers >= 2
-            and offload.host_link_bytes_per_s(p.cluster) > 0)
+    return (
+        p.framework == "megatron"
+        and "activation_offload_layers" not in dict(p.options)
+        and lim.allows("pp", 1)
+        and lim.allows("recompute", "none")
+        and p.model.layers >= 2
+        and offload.host_link_bytes_per_s(p.cluster) > 0
+    )
 
 
 def with_offload(p: Problem, n: int) -> Problem:
@@ -52,6 +57,7 @@ def fewest_layers(p: Problem, config) -> int | None:
     """The fewest offloaded layers ``N`` (``1 <= N < L``) with which ``config`` (``pp = 1``, no recompute) fits
     ``p``'s HBM less headroom (the stage's total bytes, as the tables' fit test), or ``None`` when even ``L - 1``
     does not; memory falls with ``N`` (``costmodel.physics.memory.stage_memory.stage_memory``), so a bisection finds it."""
+
     def fits(n: int) -> bool:
         c = replace(config, activation_offload_layers=n)
         return max(m.total_bytes for m in memory_per_stage(p.model, p.workload, c)) <= p.hbm_cap_bytes
@@ -69,11 +75,23 @@ def _fewest_answer(p: Problem, fit: Problem, best_s: float, inner, deadline: flo
     """``(stats, answer)``: the search of ``fit`` (``p`` or ``p`` with more headroom) where each plan offloads the
     fewest layers that make it fit, and, where its optimum beats ``best_s``, the search of ``p`` with that
     optimum's layer count stated (``None`` otherwise)."""
-    r = solve(with_offload(fit, FEWEST_FITTING), replace(
-        inner, rescore=False, explain=False, memory_margin=0.0, top_k=1,
-        time_limit_s=max(0.05, deadline - time.perf_counter())))
-    stats = {"best_s": r.objective_s if r.plans else None, "status": r.status, "chosen": None,
-             "without_s": None if math.isinf(best_s) else best_s}
+    r = solve(
+        with_offload(fit, FEWEST_FITTING),
+        replace(
+            inner,
+            rescore=False,
+            explain=False,
+            memory_margin=0.0,
+            top_k=1,
+            time_limit_s=max(0.05, deadline - time.perf_counter()),
+        ),
+    )
+    stats = {
+        "best_s": r.objective_s if r.plans else None,
+        "status": r.status,
+        "chosen": None,
+        "without_s": None if math.isinf(best_s) else best_s,
+    }
     n = fewest_layers(fit, r.best.config) if r.plans and r.objective_s < best_s else None
     if n is None or time.perf_counter() >= deadline:
         return stats, None
@@ -124,7 +142,9 @@ def better(p: Problem, res: SolveResult, options, solve, start: float, deadline:
     if stats["status"] not in (OPTIMAL, INFEASIBLE) and res.status == OPTIMAL:  # not searched to the end in time
         res.status, res.bound_s = FEASIBLE, None
     if not res.plans:
-        res.explanation += (f"; activation CPU offload (Megatron --cpu-offloading-num-layers, up to "
-                            f"{p.model.layers - 1} layers, pp = 1 without recompute) does not make a plan fit either")
+        res.explanation += (
+            f"; activation CPU offload (Megatron --cpu-offloading-num-layers, up to "
+            f"{p.model.layers - 1} layers, pp = 1 without recompute) does not make a plan fit either"
+        )
     res.time_s = time.perf_counter() - start
     return res

@@ -25,6 +25,7 @@ from costmodel.spec.errors import SpecError
 
 from .problem import Problem
 
+
 def divisors(n: int) -> list[int]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return small + [n // d for d in reversed(small) if d * d != n]
@@ -96,15 +97,19 @@ def tp_values(p: Problem) -> list[int]:
 
 def cp_values(p: Problem) -> list[int]:
     s, lim = p.workload.seq_len, p.limits
-    out = [cp for cp in divisors(p.gpus)
-           if cp == 1 or (s % (2 * cp) == 0 and (s // cp >= lim.min_tokens_per_cp_rank or is_pinned(p, "cp", cp)))]
+    out = [
+        cp
+        for cp in divisors(p.gpus)
+        if cp == 1 or (s % (2 * cp) == 0 and (s // cp >= lim.min_tokens_per_cp_rank or is_pinned(p, "cp", cp)))
+    ]
     return lim.filter("cp", out)
 
 
 def pp_values(p: Problem) -> list[int]:
     pinned = p.limits.layers_per_stage
-    return p.limits.filter("pp", [pp for pp in divisors(p.gpus) if pp <= p.model.layers
-                                  and (pinned is None or pp == len(pinned))])
+    return p.limits.filter(
+        "pp", [pp for pp in divisors(p.gpus) if pp <= p.model.layers and (pinned is None or pp == len(pinned))]
+    )
 
 
 def pinned_split(p: Problem) -> Split | None:
@@ -187,9 +192,13 @@ def vp_values(p: Problem, pp: int, micro_batches: int) -> list[int]:
     # the divisors of the layers (even chunks) and, where a layout places the layers, the powers of
     # two (the interleaves Megatron-Bridge's recipes run: VP4 for DeepSeek-V3 and Qwen3-235B, VP8 for
     # Llama-3.1-405B); any value when pinned
-    out = [v for v in range(1, most + 1) if (v <= p.limits.vp_max or is_pinned(p, "vp", v))
-           and (L % v == 0 or v & (v - 1) == 0 or is_pinned(p, "vp", v) or p.limits.layers_per_stage is not None)
-           and (v == 1 or micro_batches % pp == 0)]
+    out = [
+        v
+        for v in range(1, most + 1)
+        if (v <= p.limits.vp_max or is_pinned(p, "vp", v))
+        and (L % v == 0 or v & (v - 1) == 0 or is_pinned(p, "vp", v) or p.limits.layers_per_stage is not None)
+        and (v == 1 or micro_batches % pp == 0)
+    ]
     if p.limits.layers_per_stage is None:  # a pinned split: any vp (chunk_layers splits each stage)
         out = [v for v in out if pp * v <= most_virtual_stages(p) or is_pinned(p, "vp", v)]
         if not p.limits.uneven_stages:
@@ -255,8 +264,9 @@ def chunk_values(p: Problem, s: Shape, sp: bool = True) -> list[int]:
     ub = frameworks.userbuffers(p.framework, p.cluster.device)
     if not (s.tp > 1 or (p.model.is_moe and s.ep > 1)) or (ub and not sp):
         return _runnable(p, s, "chunks", p.limits.filter("chunks", [1]) if ub else _moot(p, "chunks", 1))
-    opts = frameworks.chunk_options(p.framework, s.tp, set(p.limits.chunk_options) | set(_moot(p, "chunks", 1)),
-                                    p.cluster.device)
+    opts = frameworks.chunk_options(
+        p.framework, s.tp, set(p.limits.chunk_options) | set(_moot(p, "chunks", 1)), p.cluster.device
+    )
     return _runnable(p, s, "chunks", p.limits.filter("chunks", opts))
 
 
@@ -288,8 +298,11 @@ def dma_values(p: Problem, s: Shape, zero: int) -> list:
 
 def engine_bound(cluster, c, model) -> bool:
     """Whether a stream of plan ``c`` may run on an engine class with a bandwidth of its own."""
-    return any(e.bw_bytes_per_s > 0 for sc in dma.stream_scopes(cluster, c, model).values()
-               for e in dma.classes_for(cluster, sc))
+    return any(
+        e.bw_bytes_per_s > 0
+        for sc in dma.stream_scopes(cluster, c, model).values()
+        for e in dma.classes_for(cluster, sc)
+    )
 
 
 def bucket_values(p: Problem, s: Shape) -> list[float]:
@@ -325,8 +338,7 @@ def recompute_values(p: Problem, max_stage_layers: int) -> list[tuple[str, int |
     k = lim.fixed.get("recompute_layers")
     if "full" in kinds and k and k <= max_stage_layers and ("full", k) not in out:  # a pin (search.pins)
         out.append(("full", k))
-    return [(kind, k) for kind, k in out
-            if kind != "full" or lim.allows("recompute_layers", 0 if k is None else k)]
+    return [(kind, k) for kind, k in out if kind != "full" or lim.allows("recompute_layers", 0 if k is None else k)]
 
 
 def splits(layers: int, pp: int, vp: int, first_min: int = 1, uneven: bool = True, pinned: Split | None = None):

@@ -50,21 +50,51 @@ class Choice:
     def key(self) -> tuple:
         """A total order (``recompute_layers=None``, all layers, sorts after any number; the
         default DMA assignment first)."""
-        return (self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
-                self.recompute_layers if self.recompute_layers is not None else 1 << 30, self.bucket_mb,
-                self.framework, "" if self.dma is None else str(self.dma), self.grad_dtype, self.options)
+        return (
+            self.shape,
+            self.mb,
+            self.vp,
+            self.sp,
+            self.chunks,
+            self.zero,
+            self.recompute,
+            self.recompute_layers if self.recompute_layers is not None else 1 << 30,
+            self.bucket_mb,
+            self.framework,
+            "" if self.dma is None else str(self.dma),
+            self.grad_dtype,
+            self.options,
+        )
 
     def __lt__(self, other: "Choice") -> bool:
         return self.key() < other.key()
 
-    def config(self, flash_attention: bool = True, layers_per_stage=None, fused_elementwise: bool = True) -> ParallelConfig:
+    def config(
+        self, flash_attention: bool = True, layers_per_stage=None, fused_elementwise: bool = True
+    ) -> ParallelConfig:
         s = self.shape
-        return ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep, cp=s.cp, sp=self.sp, zero=self.zero,
-                              recompute=self.recompute, recompute_layers=self.recompute_layers, mb=self.mb,
-                              vp=self.vp, bucket_bytes=self.bucket_mb * MB, chunks=self.chunks,
-                              flash_attention=flash_attention, layers_per_stage=layers_per_stage,
-                              fused_elementwise=fused_elementwise, framework=self.framework, dma=self.dma,
-                              grad_dtype=self.grad_dtype, **self.config_options())
+        return ParallelConfig(
+            tp=s.tp,
+            pp=s.pp,
+            dp=s.dp,
+            ep=s.ep,
+            cp=s.cp,
+            sp=self.sp,
+            zero=self.zero,
+            recompute=self.recompute,
+            recompute_layers=self.recompute_layers,
+            mb=self.mb,
+            vp=self.vp,
+            bucket_bytes=self.bucket_mb * MB,
+            chunks=self.chunks,
+            flash_attention=flash_attention,
+            layers_per_stage=layers_per_stage,
+            fused_elementwise=fused_elementwise,
+            framework=self.framework,
+            dma=self.dma,
+            grad_dtype=self.grad_dtype,
+            **self.config_options(),
+        )
 
     def plain_config(self, layers_per_stage=None) -> ParallelConfig:
         """:meth:`config` (default flags) without recompute and with one model chunk (``vp = 1``): the
@@ -73,10 +103,26 @@ class Choice:
         s = self.shape
         opts = self.config_options()
         opts.pop("recompute_modules", None)
-        return ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, ep=s.ep, cp=s.cp, sp=self.sp, zero=self.zero,
-                              recompute="none", recompute_layers=None, mb=self.mb, vp=1,
-                              bucket_bytes=self.bucket_mb * MB, chunks=self.chunks, layers_per_stage=layers_per_stage,
-                              framework=self.framework, dma=self.dma, grad_dtype=self.grad_dtype, **opts)
+        return ParallelConfig(
+            tp=s.tp,
+            pp=s.pp,
+            dp=s.dp,
+            ep=s.ep,
+            cp=s.cp,
+            sp=self.sp,
+            zero=self.zero,
+            recompute="none",
+            recompute_layers=None,
+            mb=self.mb,
+            vp=1,
+            bucket_bytes=self.bucket_mb * MB,
+            chunks=self.chunks,
+            layers_per_stage=layers_per_stage,
+            framework=self.framework,
+            dma=self.dma,
+            grad_dtype=self.grad_dtype,
+            **opts,
+        )
 
     def config_options(self) -> dict:
         """The problem's plan options this choice runs (:data:`search.problem.PLAN_OPTIONS`): recompute
@@ -113,8 +159,23 @@ class Choice:
         (with the shape's). Not pickled (:meth:`__getstate__`): string hashes differ between processes."""
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash((self.shape, self.mb, self.vp, self.sp, self.chunks, self.zero, self.recompute,
-                      self.recompute_layers, self.bucket_mb, self.framework, self.dma, self.grad_dtype, self.options))
+            h = hash(
+                (
+                    self.shape,
+                    self.mb,
+                    self.vp,
+                    self.sp,
+                    self.chunks,
+                    self.zero,
+                    self.recompute,
+                    self.recompute_layers,
+                    self.bucket_mb,
+                    self.framework,
+                    self.dma,
+                    self.grad_dtype,
+                    self.options,
+                )
+            )
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -129,10 +190,16 @@ class Choice:
         if "_pmb" not in d:
             # config_options() keeps ``pp_grad_reduce`` for FSDP2 ZeRO-2 only (its other rules drop other
             # keys), read here without building the options dict
-            reduce = (dict(self.options).get("pp_grad_reduce", "step") if self.framework == "fsdp2" and self.zero == 2
-                      else "step")
-            object.__setattr__(self, "_pmb", _per_microbatch(self.framework, self.zero, self.shape.pp,
-                                                             self.shape.dp * self.shape.cp, reduce))
+            reduce = (
+                dict(self.options).get("pp_grad_reduce", "step")
+                if self.framework == "fsdp2" and self.zero == 2
+                else "step"
+            )
+            object.__setattr__(
+                self,
+                "_pmb",
+                _per_microbatch(self.framework, self.zero, self.shape.pp, self.shape.dp * self.shape.cp, reduce),
+            )
         return d["_pmb"]
 
     def micro_batches(self, global_batch: int) -> int:

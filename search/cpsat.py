@@ -169,5 +169,6 @@ def tie_break(model: cp_model.CpModel, v: Vars, optimum: int, layers: int) -> No
     model.add(v.objective == optimum)
     base = layers + 1
     order = {c: i for i, c in enumerate(sorted(v.x))}
-    model.minimize(sum(order[c] * base ** 3 * x for c, x in v.x.items())
-                   + v.n["first"] * base ** 2 + v.n["mid"] * base + v.n["last"])
+    model.minimize(
+        sum(order[c] * base**3 * x for c, x in v.x.items()) + v.n["first"] * base**2 + v.n["mid"] * base + v.n["last"]
+    )

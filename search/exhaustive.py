@@ -26,8 +26,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .candidates import (Split, stage_unit, bucket_values, dma_values, mb_values, recompute_values, shapes, sp_chunk_pairs,
-                         splits, vp_values, zero_values)
+from .candidates import (
+    Split,
+    stage_unit,
+    bucket_values,
+    dma_values,
+    mb_values,
+    recompute_values,
+    shapes,
+    sp_chunk_pairs,
+    splits,
+    vp_values,
+    zero_values,
+)
 from .problem import Problem
 from .choice import Choice
 from .tables import StageTable, Tables
@@ -58,8 +69,9 @@ def all_choices(p: Problem):
                 for (sp, chunks), zero, bucket in itertools.product(*per_shape):
                     for a in dma_values(p, s, zero):
                         for kind, k in recs:
-                            yield Choice(s, mb, vp, sp, chunks, zero, kind, k, bucket, p.framework, a, p.grad_dtype,
-                                         p.options)
+                            yield Choice(
+                                s, mb, vp, sp, chunks, zero, kind, k, bucket, p.framework, a, p.grad_dtype, p.options
+                            )
 
 
 def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):
@@ -73,8 +85,12 @@ def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):
     pp, k = c.shape.pp, c.recompute_layers
     if pp == 1:
         ok = t.valid["only"][layers]
-        obj = (t.time_ticks["only"][layers] + t.sum_ticks["only"][layers] + t.dp_ticks["only"][layers]
-               + t.opt_ticks["only"][layers])
+        obj = (
+            t.time_ticks["only"][layers]
+            + t.sum_ticks["only"][layers]
+            + t.dp_ticks["only"][layers]
+            + t.opt_ticks["only"][layers]
+        )
         arr = np.array([obj] if ok else [], dtype=np.int64)
         full = np.array([layers] if ok else [], dtype=np.int64)
         return arr, full, np.zeros_like(full), np.zeros_like(full)
@@ -134,8 +150,11 @@ def count_space(p: Problem) -> tuple[int, int]:
     L, choices, plans = p.model.layers, 0, 0
     n_splits: dict = {}
     for s in shapes(p):
-        per_shape = (len(sp_chunk_pairs(p, s)) * len(bucket_values(p, s))
-                     * sum(len(dma_values(p, s, z)) for z in zero_values(p, s)))
+        per_shape = (
+            len(sp_chunk_pairs(p, s))
+            * len(bucket_values(p, s))
+            * sum(len(dma_values(p, s, z)) for z in zero_values(p, s))
+        )
         for mb in mb_values(p, s.dp):
             for vp in vp_values(p, s.pp, p.workload.global_batch // (s.dp * mb)):
                 n = per_shape * len(recompute_values(p, max_stage_layers(p, s.pp, vp) if s.pp > 1 else L))
@@ -147,8 +166,9 @@ def count_space(p: Problem) -> tuple[int, int]:
     return choices, plans
 
 
-def solve_exhaustive(p: Problem, time_limit_s: float | None = None, top_k: int = 1,
-                     tables: Tables | None = None) -> ExhaustiveResult:
+def solve_exhaustive(
+    p: Problem, time_limit_s: float | None = None, top_k: int = 1, tables: Tables | None = None
+) -> ExhaustiveResult:
     """Score every (choice, split); stop after ``time_limit_s`` (``complete`` is then False)."""
     start = time.perf_counter()
     tables = tables or Tables(p)

@@ -26,8 +26,20 @@ import numpy as np
 from costmodel.spec.specs import MAX_HBM_BYTES
 from costmodel.spec.units import GiB
 
-from .candidates import (bucket_values, chunk_values, cp_values, mb_values, most_virtual_stages, pp_values,
-                         recompute_values, shapes, sp_values, tp_values, vp_values, zero_values)
+from .candidates import (
+    bucket_values,
+    chunk_values,
+    cp_values,
+    mb_values,
+    most_virtual_stages,
+    pp_values,
+    recompute_values,
+    shapes,
+    sp_values,
+    tp_values,
+    vp_values,
+    zero_values,
+)
 from .exhaustive import best_splits, max_stage_layers
 from .problem import Problem
 from .choice import Choice
@@ -50,15 +62,26 @@ def lean_choices(p: Problem):
             continue
         full = [r for r in recs if r[0] == "full"]  # the most recompute: all layers, else the most layers
         rec, k = ("full", None) if ("full", None) in recs else max(full, key=lambda r: r[1]) if full else recs[-1]
-        yield Choice(s, mb, vps[0], max(sps), chunks[0], max(zeros), rec, k, buckets[0], p.framework,
-                     grad_dtype=p.grad_dtype, options=p.options)
+        yield Choice(
+            s,
+            mb,
+            vps[0],
+            max(sps),
+            chunks[0],
+            max(zeros),
+            rec,
+            k,
+            buckets[0],
+            p.framework,
+            grad_dtype=p.grad_dtype,
+            options=p.options,
+        )
 
 
 def feasible(p: Problem, deadline: float | None = None) -> bool:
     """Whether some lean choice of ``p`` has a split that fits (False once past ``deadline``)."""
     tables = Tables(p)
-    return any(best_splits(tables.stage_table(c), p.model.layers, 1) for c in lean_choices(p)
-               if not _late(deadline))
+    return any(best_splits(tables.stage_table(c), p.model.layers, 1) for c in lean_choices(p) if not _late(deadline))
 
 
 def _late(deadline: float | None) -> bool:
@@ -68,8 +91,11 @@ def _late(deadline: float | None) -> bool:
 def least_memory_bytes(p: Problem) -> tuple[float, Choice | None]:
     """The smallest peak memory per GPU any lean plan reaches (HBM ignored: the largest a spec may
     state, :data:`costmodel.spec.specs.MAX_HBM_BYTES`), and its choice."""
-    roomy = replace(p, limits=replace(p.limits, headroom_bytes=0.0),
-                    cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=MAX_HBM_BYTES)))
+    roomy = replace(
+        p,
+        limits=replace(p.limits, headroom_bytes=0.0),
+        cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=MAX_HBM_BYTES)),
+    )
     tables, best, arg = Tables(roomy), np.inf, None
     L = p.model.layers
     for c in lean_choices(roomy):
@@ -83,6 +109,7 @@ def least_memory_bytes(p: Problem) -> tuple[float, Choice | None]:
 def _memory_table(t):
     """A copy of a stage table whose objective is the peak stage memory (in MiB ticks)."""
     from copy import copy
+
     m = copy(t)
     zero = {k: np.zeros_like(v) for k, v in t.time_ticks.items()}
     m.time_ticks = {k: np.rint(v / 2**20).astype(np.int64) for k, v in t.mem_bytes.items()}
@@ -93,9 +120,11 @@ def _memory_table(t):
 def _why_no_shape(p: Problem) -> str:
     g, b = p.gpus, p.workload.global_batch
     parts = [f"tp in {tp_values(p)}", f"cp in {cp_values(p)}", f"pp in {pp_values(p)}"]
-    return (f"no way to divide {g} GPUs as tp*cp*pp*dp with dp dividing the global batch {b} "
-            f"({'; '.join(parts)}; tp divides heads={p.model.heads} and stays within a node of "
-            f"{p.cluster.gpus_per_node})")
+    return (
+        f"no way to divide {g} GPUs as tp*cp*pp*dp with dp dividing the global batch {b} "
+        f"({'; '.join(parts)}; tp divides heads={p.model.heads} and stays within a node of "
+        f"{p.cluster.gpus_per_node})"
+    )
 
 
 def _why_no_choice(p: Problem) -> str | None:
@@ -117,11 +146,18 @@ def _why_no_choice(p: Problem) -> str | None:
             elif s.pp * vp > most_virtual_stages(p):
                 rule = f"pp*vp={s.pp * vp} exceeds the {most_virtual_stages(p)} virtual stages layers={L} can fill"
             else:
-                rule = (f"pp*vp={s.pp * vp} does not divide layers={L} and {p.framework} plans even stages "
-                        "here (no uneven split: --layers-per-stage pins one)")
+                rule = (
+                    f"pp*vp={s.pp * vp} does not divide layers={L} and {p.framework} plans even stages "
+                    "here (no uneven split: --layers-per-stage pins one)"
+                )
             return f"{plan}: vp={vp} cannot run: {rule}"
-        knobs = {"recompute": recompute_values(p, max_stage_layers(p, s.pp, vps[0])), "sp": sp_values(p, s),
-                 "zero": zero_values(p, s), "chunks": chunk_values(p, s), "bucket_mb": bucket_values(p, s)}
+        knobs = {
+            "recompute": recompute_values(p, max_stage_layers(p, s.pp, vps[0])),
+            "sp": sp_values(p, s),
+            "zero": zero_values(p, s),
+            "chunks": chunk_values(p, s),
+            "bucket_mb": bucket_values(p, s),
+        }
         for name, values in knobs.items():
             if not values:
                 pin = f" (pinned {name}={p.limits.fixed[name]})" if name in p.limits.fixed else ""
@@ -136,10 +172,18 @@ def explain_infeasible(p: Problem, deadline: float | None = None) -> tuple[str, 
     else:
         need, c = least_memory_bytes(p)
         cap = p.hbm_cap_bytes
-        plan = (f"tp={c.shape.tp} pp={c.shape.pp} dp={c.shape.dp} cp={c.shape.cp} ep={c.shape.ep} mb={c.mb} "
-                f"zero={c.zero} recompute={c.recompute}") if c else ""
-        why = (f"no plan fits in memory: the leanest ({plan}) needs {need * 2**20 / GiB:.1f} GiB per GPU, "
-               f"{cap / GiB:.1f} GiB usable")
+        plan = (
+            (
+                f"tp={c.shape.tp} pp={c.shape.pp} dp={c.shape.dp} cp={c.shape.cp} ep={c.shape.ep} mb={c.mb} "
+                f"zero={c.zero} recompute={c.recompute}"
+            )
+            if c
+            else ""
+        )
+        why = (
+            f"no plan fits in memory: the leanest ({plan}) needs {need * 2**20 / GiB:.1f} GiB per GPU, "
+            f"{cap / GiB:.1f} GiB usable"
+        )
     return why, smallest_changes(p, deadline=deadline)
 
 
@@ -162,8 +206,15 @@ def smallest_changes(p: Problem, max_factor: int = 64, deadline: float | None = 
         need_hbm = need * 2**20 + p.limits.headroom_bytes
         out.append(f"HBM >= {need_hbm / GiB:.1f} GiB per GPU (have {p.cluster.device.hbm_bytes / GiB:.1f})")
     b = p.workload.global_batch
-    tried = sorted({x for k in (1, 2, 4, 8, 16, 32, 64) for x in (b - b % k, b + (-b) % k, k * g, max(1, b // k))
-                    if x > 0 and x != b}, key=lambda x: (abs(x - b), x))
+    tried = sorted(
+        {
+            x
+            for k in (1, 2, 4, 8, 16, 32, 64)
+            for x in (b - b % k, b + (-b) % k, k * g, max(1, b // k))
+            if x > 0 and x != b
+        },
+        key=lambda x: (abs(x - b), x),
+    )
     for b2 in tried[:24]:
         if _late(deadline):
             break

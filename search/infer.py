@@ -184,23 +184,33 @@ class InferProblem:
                 raise SpecError("engine", self.engine, "one of " + ", ".join(ENGINES))
             spec, fixed = ENGINES[self.engine], self.limits.fixed
             if fixed.get("sp") and not spec.sp:
-                raise SpecError("sp", True, f"off with --engine {self.engine} ({spec.title} has no launch "
-                                "setting for sequence parallelism)")
+                raise SpecError(
+                    "sp",
+                    True,
+                    f"off with --engine {self.engine} ({spec.title} has no launch setting for sequence parallelism)",
+                )
             if (fixed.get("chunks") or 1) > 1 and not spec.chunks:
-                raise SpecError("chunks", fixed["chunks"], f"1 with --engine {self.engine} ({spec.title} has no "
-                                "launch setting that chunks TP/EP collectives)")
+                raise SpecError(
+                    "chunks",
+                    fixed["chunks"],
+                    f"1 with --engine {self.engine} ({spec.title} has no launch setting that chunks TP/EP collectives)",
+                )
         for f in ("ttft_target_s", "tpot_target_s"):
             v = getattr(self, f)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise SpecError(f.replace("_target_s", "_ms"), v, "a positive number of milliseconds")
 
     def workload(self, batch: int) -> Workload:
-        return Workload(mode="infer", global_batch=batch, input_len=self.input_len, output_len=self.output_len,
-                        dtype=self.dtype)
+        return Workload(
+            mode="infer", global_batch=batch, input_len=self.input_len, output_len=self.output_len, dtype=self.dtype
+        )
 
     def meets(self, e: InferenceEstimate) -> bool:
-        return (e.fits and (self.ttft_target_s is None or e.ttft_s <= self.ttft_target_s)
-                and (self.tpot_target_s is None or e.tpot_s <= self.tpot_target_s))
+        return (
+            e.fits
+            and (self.ttft_target_s is None or e.ttft_s <= self.ttft_target_s)
+            and (self.tpot_target_s is None or e.tpot_s <= self.tpot_target_s)
+        )
 
 
 @dataclass
@@ -223,9 +233,16 @@ class InferResult:
         return self.plans[0] if self.plans else None
 
     def solve_dict(self) -> dict:
-        return {"status": self.status, "time_s": self.time_s, "objective_tokens_per_s_per_gpu": self.objective,
-                "bound_tokens_per_s_per_gpu": self.bound, "gap": 0.0 if self.objective is not None else None,
-                "evaluated": self.evaluated, "rejected": self.rejected, "explanation": self.explanation}
+        return {
+            "status": self.status,
+            "time_s": self.time_s,
+            "objective_tokens_per_s_per_gpu": self.objective,
+            "bound_tokens_per_s_per_gpu": self.bound,
+            "gap": 0.0 if self.objective is not None else None,
+            "evaluated": self.evaluated,
+            "rejected": self.rejected,
+            "explanation": self.explanation,
+        }
 
 
 # --------------------------------------------------------------------------- candidates
@@ -270,7 +287,7 @@ def batch_values(largest: int, cap: int) -> list[int]:
     [1, 2, 4, 8, 16, 32, 64, 100]
     """
     top = min(largest, cap)
-    vals = [2 ** k for k in range(int(math.log2(top)) + 1)] if top >= 1 else []
+    vals = [2**k for k in range(int(math.log2(top)) + 1)] if top >= 1 else []
     return sorted(set(vals + ([top] if top >= 1 else [])))
 
 
@@ -305,8 +322,9 @@ def table(p: InferProblem) -> tuple[list[InferenceEstimate], int]:
     rows, rejected = [], 0
     for c in shapes(p):
         try:
-            probe = evaluate_inference(p.model, p.cluster, p.workload(c.dp), c, max_seqs=1, **opts,
-                                       prefill_tokens=token_budgets(p, 1)[-1])
+            probe = evaluate_inference(
+                p.model, p.cluster, p.workload(c.dp), c, max_seqs=1, **opts, prefill_tokens=token_budgets(p, 1)[-1]
+            )
         except PlannerError:
             rejected += 1
             continue
@@ -317,8 +335,9 @@ def table(p: InferProblem) -> tuple[list[InferenceEstimate], int]:
                 budgets = [t for t in budgets if t == (p.prefill_tokens or default)] or budgets[-1:]
             worst = []
             for t in budgets:
-                e = evaluate_inference(p.model, p.cluster, p.workload(b * c.dp), c, max_seqs=b, prefill_tokens=t,
-                                       **opts)
+                e = evaluate_inference(
+                    p.model, p.cluster, p.workload(b * c.dp), c, max_seqs=b, prefill_tokens=t, **opts
+                )
                 if e.fits:
                     rows.append(with_serving_bands(e))
                     worst.append(shortfall(p, e))
@@ -340,8 +359,17 @@ def pareto_front(plans: list[InferenceEstimate]) -> list[InferenceEstimate]:
 def _key(e: InferenceEstimate):
     """Best first: tokens/s per GPU, then lower TPOT, then fewer GPUs per replica (deterministic)."""
     c = e.config
-    return (-round(e.tokens_per_s_per_gpu * MILLI), e.tpot_s, c.tp * c.pp, c.tp, c.ep, c.sp, c.chunks,
-            e.batch_per_replica, e.serving.get("token_budget", 0))
+    return (
+        -round(e.tokens_per_s_per_gpu * MILLI),
+        e.tpot_s,
+        c.tp * c.pp,
+        c.tp,
+        c.ep,
+        c.sp,
+        c.chunks,
+        e.batch_per_replica,
+        e.serving.get("token_budget", 0),
+    )
 
 
 def _distinct_top(p: InferProblem, ok: list[InferenceEstimate], k: int, first=None) -> list[InferenceEstimate]:
@@ -361,8 +389,10 @@ def _distinct_top(p: InferProblem, ok: list[InferenceEstimate], k: int, first=No
 def explain(p: InferProblem, plans: list[InferenceEstimate]) -> str:
     """Why no plan meets the targets: the best TTFT / TPOT any fitting plan reaches, and with which plan."""
     if not plans:
-        return ("no plan fits in memory: the weights plus one sequence's KV cache exceed HBM at every "
-                "TP/PP/EP split considered (use more GPUs, fp8 weights or KV cache, or shorter requests)")
+        return (
+            "no plan fits in memory: the weights plus one sequence's KV cache exceed HBM at every "
+            "TP/PP/EP split considered (use more GPUs, fp8 weights or KV cache, or shorter requests)"
+        )
     parts = []
     for name, target, attr in (("TTFT", p.ttft_target_s, "ttft_s"), ("TPOT", p.tpot_target_s, "tpot_s")):
         if target is None:
@@ -370,9 +400,11 @@ def explain(p: InferProblem, plans: list[InferenceEstimate]) -> str:
         e = min(plans, key=lambda e: (getattr(e, attr), _key(e)))
         if getattr(e, attr) > target:
             c = e.config
-            parts.append(f"{name} <= {target * 1e3:g} ms cannot be met: the lowest reachable is "
-                         f"{getattr(e, attr) * 1e3:.2f} ms (tp={c.tp} pp={c.pp} ep={c.ep} sp={c.sp} "
-                         f"chunks={c.chunks}, {e.batch_per_replica} request(s) per replica)")
+            parts.append(
+                f"{name} <= {target * 1e3:g} ms cannot be met: the lowest reachable is "
+                f"{getattr(e, attr) * 1e3:.2f} ms (tp={c.tp} pp={c.pp} ep={c.ep} sp={c.sp} "
+                f"chunks={c.chunks}, {e.batch_per_replica} request(s) per replica)"
+            )
     if not parts:
         parts.append("each target is reachable alone but no single plan meets both")
     return "; ".join(parts)
@@ -391,8 +423,16 @@ def closest(p: InferProblem, plans: list[InferenceEstimate]) -> InferenceEstimat
 
 def _finish(p, plans, ok, best, rejected, t0, k) -> InferResult:
     if best is None:
-        return InferResult(INFEASIBLE, [], pareto_front(plans), explain(p, plans), len(plans), rejected,
-                           time.perf_counter() - t0, closest=closest(p, plans))
+        return InferResult(
+            INFEASIBLE,
+            [],
+            pareto_front(plans),
+            explain(p, plans),
+            len(plans),
+            rejected,
+            time.perf_counter() - t0,
+            closest=closest(p, plans),
+        )
     top = _distinct_top(p, ok, max(k, 1), first=best)
     obj = best.tokens_per_s_per_gpu
     return InferResult(OPTIMAL, top, pareto_front(plans), "", len(plans), rejected, time.perf_counter() - t0, obj, obj)

@@ -50,9 +50,13 @@ def optimizer_s(choice: Choice, local_params, cluster: ClusterSpec):
     its layer counts): :func:`costmodel.physics.mechanics.offload.shard_optimizer_s`, the function ``evaluate`` calls, with the
     choice's offload options (the optimizer dtype as the tables always read it: the problem's option)."""
     opts = choice.config_options()
-    return offload.shard_optimizer_s(local_params, cluster, dict(choice.options).get("optimizer_dtype", "fp32"),
-                                     opts.get("optimizer_offload_fraction", 0.0),
-                                     opts.get("overlap_cpu_optimizer_d2h_h2d", False))
+    return offload.shard_optimizer_s(
+        local_params,
+        cluster,
+        dict(choice.options).get("optimizer_dtype", "fp32"),
+        opts.get("optimizer_offload_fraction", 0.0),
+        opts.get("overlap_cpu_optimizer_d2h_h2d", False),
+    )
 
 
 def offered(p: Problem) -> list[Problem]:
@@ -62,13 +66,24 @@ def offered(p: Problem) -> list[Problem]:
     known. An FP8 problem's chosen FP8 parameter gather (``Problem``) is dropped: Megatron runs it with
     offload only under the delayed recipe, not a plan field."""
     opts = dict(p.options)
-    if (p.framework != "megatron" or any(k in opts for k in FIELDS) or opts.get("optimizer_dtype", "fp32") != "fp32"
-            or not p.limits.allows("zero", 1) or offload.host_link_bytes_per_s(p.cluster) <= 0):
+    if (
+        p.framework != "megatron"
+        or any(k in opts for k in FIELDS)
+        or opts.get("optimizer_dtype", "fp32") != "fp32"
+        or not p.limits.allows("zero", 1)
+        or offload.host_link_bytes_per_s(p.cluster) <= 0
+    ):
         return []
     opts.pop("fp8_param_gather", None)
-    return [replace(p, options=tuple(sorted({**opts, "optimizer_offload_fraction": f,
-                                             "overlap_cpu_optimizer_d2h_h2d": True}.items())))
-            for f in FRACTIONS]
+    return [
+        replace(
+            p,
+            options=tuple(
+                sorted({**opts, "optimizer_offload_fraction": f, "overlap_cpu_optimizer_d2h_h2d": True}.items())
+            ),
+        )
+        for f in FRACTIONS
+    ]
 
 
 def _time_s(r: SolveResult) -> float:
@@ -91,8 +106,9 @@ def when_nothing_fits(p: Problem, res: SolveResult, options, solve, start: float
             break
         r = solve(q, replace(options, time_limit_s=left, explain=False))
         f = dict(q.options)["optimizer_offload_fraction"]
-        tried.append({"fraction": f, "status": r.status, "time_s": r.time_s,
-                      "step_time_s": _time_s(r) if r.plans else None})
+        tried.append(
+            {"fraction": f, "status": r.status, "time_s": r.time_s, "step_time_s": _time_s(r) if r.plans else None}
+        )
         proven &= r.status in (OPTIMAL, INFEASIBLE)
         if r.plans:
             bounds.append(r.bound_s)
@@ -103,8 +119,11 @@ def when_nothing_fits(p: Problem, res: SolveResult, options, solve, start: float
     info = {"without": INFEASIBLE, "fractions": list(FRACTIONS), "tried": tried}
     if best is None:
         res.stats.optimizer_offload = info
-        res.explanation += (" Optimizer CPU offload (fraction " + ", ".join(f"{t['fraction']:g}" for t in tried)
-                            + ") does not make a plan fit either.")
+        res.explanation += (
+            " Optimizer CPU offload (fraction "
+            + ", ".join(f"{t['fraction']:g}" for t in tried)
+            + ") does not make a plan fit either."
+        )
         res.time_s = time.perf_counter() - start
         return res
     info["chosen"] = best.best.config.optimizer_offload_fraction

@@ -57,8 +57,7 @@ def solve_small(p: Problem, choices: list, tables: Tables, options: SolveOptions
     stats.exhaustive_s = time.perf_counter() - t0
     if not scored:
         return Part(INFEASIBLE, bound=math.inf, stats=stats)
-    return Part(OPTIMAL, found=distinct(scored, options.top_k), near=scored, bound=scored[0].objective,
-                 stats=stats)
+    return Part(OPTIMAL, found=distinct(scored, options.top_k), near=scored, bound=scored[0].objective, stats=stats)
 
 
 def distinct(scored: list, k: int) -> list:
@@ -77,16 +76,22 @@ def solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: flo
     """Presolve and CP-SAT over ``p``, stopping at ``deadline``."""
     slack = options.band if options.rescore else 0.0
     probes = None if options.probes is None else max(options.probes, 2 * options.top_k)
-    pre = presolve(p, tables, options.top_k, probes=probes, bounds=options.presolve_bounds, slack=slack,
-                   deadline=deadline)
+    pre = presolve(
+        p, tables, options.top_k, probes=probes, bounds=options.presolve_bounds, slack=slack, deadline=deadline
+    )
     stats = SearchStats.of_presolve(pre.counts, pre.time_s, tables.res_s)
     if pre.timed_out:
         stats.timed_out = "presolve"
     unexplored = math.inf if not pre.timed_out else pre.unexplored_ticks  # None: unknown
     if not pre.choices:
         if pre.incumbents:  # timed out with plans in hand
-            return Part(FEASIBLE, found=pre.incumbents[:options.top_k], near=list(pre.incumbents),
-                         bound=unexplored, stats=stats)
+            return Part(
+                FEASIBLE,
+                found=pre.incumbents[: options.top_k],
+                near=list(pre.incumbents),
+                bound=unexplored,
+                stats=stats,
+            )
         return Part(INFEASIBLE if not pre.timed_out else UNKNOWN, bound=unexplored, stats=stats)
     spent = pre.timed_out and time.perf_counter() >= deadline  # no time left to build and solve a model
     if len(pre.choices) > CPSAT_MAX_CHOICES or (spent and pre.incumbents):  # presolve's best
@@ -97,8 +102,9 @@ def solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: flo
         if pre.timed_out:
             bound = None if unexplored is None else min(bound, unexplored)
         if pre.incumbents:
-            return Part(FEASIBLE, found=pre.incumbents[:options.top_k], near=list(pre.incumbents), bound=bound,
-                         stats=stats)
+            return Part(
+                FEASIBLE, found=pre.incumbents[: options.top_k], near=list(pre.incumbents), bound=bound, stats=stats
+            )
         return Part(UNKNOWN, bound=bound, stats=stats)
     hint = (pre.incumbents[0].choice, pre.incumbents[0].split) if pre.incumbents else None
     space = Space(p.model.layers, {c: tables.stage_table(c) for c in pre.choices}, pre.lower_ticks, hint)
@@ -130,12 +136,12 @@ def solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: flo
         for c in _twins(space, choice):  # next: a choice with different costs
             model.add(v.x[c] == 0)
     if not found and pre.incumbents:  # CP-SAT ran out of time: fall back on presolve's incumbents
-        found = pre.incumbents[:options.top_k]
+        found = pre.incumbents[: options.top_k]
         status = FEASIBLE
     elif status != OPTIMAL and pre.incumbents and pre.incumbents[0].objective < found[0].objective:
         # CP-SAT stopped short of what presolve already holds: keep the better plans
         found = sorted({(sc.objective, sc.choice, sc.split) for sc in found + pre.incumbents})
-        found = [Scored(*f) for f in found][:options.top_k]
+        found = [Scored(*f) for f in found][: options.top_k]
     if not found:
         proven = status == INFEASIBLE and not pre.timed_out
         return Part(INFEASIBLE if proven else UNKNOWN, bound=unexplored, stats=stats, solver_s=solver_s)
@@ -177,9 +183,15 @@ def _twins(space: Space, choice) -> list:
     t = space.tables[choice]
     same = []
     for c, u in space.tables.items():
-        if c.shape == choice.shape and u.kinds == t.kinds and all(
+        if (
+            c.shape == choice.shape
+            and u.kinds == t.kinds
+            and all(
                 np.array_equal(getattr(u, a)[k], getattr(t, a)[k])
-                for a in ("time_ticks", "sum_ticks", "dp_ticks", "opt_ticks") for k in t.kinds):
+                for a in ("time_ticks", "sum_ticks", "dp_ticks", "opt_ticks")
+                for k in t.kinds
+            )
+        ):
             same.append(c)
     return same
 
@@ -188,8 +200,12 @@ def _cloned_vars(v, model):
     """``v`` pointing at the same variable indices of a cloned model."""
     get = model.get_bool_var_from_proto_index
     geti = model.get_int_var_from_proto_index
-    out = Vars({c: get(x.index) for c, x in v.x.items()},
-               {pos: {n: get(y.index) for n, y in ys.items()} for pos, ys in v.y.items()},
-               {pos: geti(n.index) for pos, n in v.n.items()},
-               {k: geti(t.index) for k, t in v.terms.items()}, geti(v.objective.index), v.upper)
+    out = Vars(
+        {c: get(x.index) for c, x in v.x.items()},
+        {pos: {n: get(y.index) for n, y in ys.items()} for pos, ys in v.y.items()},
+        {pos: geti(n.index) for pos, n in v.n.items()},
+        {k: geti(t.index) for k, t in v.terms.items()},
+        geti(v.objective.index),
+        v.upper,
+    )
     return out

@@ -71,14 +71,22 @@ def _recompute_layers(p: Problem) -> None:
         ParallelConfig(recompute=f.get("recompute", "none"), recompute_layers=k)
         raise SpecError("recompute_layers", k, "unset unless recompute='full' (give --recompute full)")
     if k and m.dense_layers:
-        raise SpecError("recompute_layers", k, f"0 (all layers) for {m.name}: with {m.dense_layers} leading dense "
-                        "layers on the first stage the search recomputes every layer of a stage or none")
+        raise SpecError(
+            "recompute_layers",
+            k,
+            f"0 (all layers) for {m.name}: with {m.dense_layers} leading dense "
+            "layers on the first stage the search recomputes every layer of a stage or none",
+        )
     pp, vp = f.get("pp"), f.get("vp", 1)
     lps = p.limits.layers_per_stage
     most = max(lps) if lps else m.layers if not pp or pp == 1 else m.layers - (pp - 1) * vp
     if k > most:
-        raise SpecError("recompute_layers", k, f"at most layers per stage = {most}"
-                        + (f" (the largest stage with pp={pp}, vp={vp})" if pp and pp > 1 and not lps else ""))
+        raise SpecError(
+            "recompute_layers",
+            k,
+            f"at most layers per stage = {most}"
+            + (f" (the largest stage with pp={pp}, vp={vp})" if pp and pp > 1 and not lps else ""),
+        )
 
 
 def _single(p: Problem) -> None:
@@ -98,7 +106,11 @@ def _single(p: Problem) -> None:
             _validate(p, ("vp",), vp=f["vp"], pp=1, layers_per_stage=(m.layers,))
         if p.limits.layers_per_stage is None:
             if pp and pp * f["vp"] > most_virtual_stages(p):
-                extra = " + 2 (the embedding and the loss may take a virtual stage each)" if p.framework == "megatron" else ""
+                extra = (
+                    " + 2 (the embedding and the loss may take a virtual stage each)"
+                    if p.framework == "megatron"
+                    else ""
+                )
                 raise SpecError("pp*vp", pp * f["vp"], f"at most layers={m.layers}{extra} (pp={pp}, vp={f['vp']})")
     if f.get("sp") and f.get("tp", 1) > 1:
         _validate(p, ("sp",), tp=f["tp"], cp=f.get("cp", 1), sp=True)
@@ -132,8 +144,7 @@ def _skeletons(p: Problem, limit: int = 4096):
             # unpinned sp: on for an MoE model (Megatron-Core, whose rules the skeleton is checked by, trains
             # MoE with TP only with it: costmodel.frameworks.rules.moe_needs_sp), a plan the search may choose
             sp = bool(f["sp"]) if "sp" in f else p.model.is_moe
-            yield dict(tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=f.get("ep", 1), vp=f.get("vp", 1),
-                       sp=sp and tp > 1)
+            yield dict(tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=f.get("ep", 1), vp=f.get("vp", 1), sp=sp and tp > 1)
 
 
 def joint_reason(p: Problem) -> SpecError | None:
@@ -148,8 +159,12 @@ def joint_reason(p: Problem) -> SpecError | None:
             # uneven stages are searched: any split of whole vp-chunks stands for the plan
             split = _chunk_split(p.model.layers, values["pp"], values["vp"])
             if split is None:
-                errors.setdefault(("pp*vp", "too deep"), SpecError(
-                    "pp*vp", values["pp"] * values["vp"], f"at most layers={p.model.layers} with vp dividing it"))
+                errors.setdefault(
+                    ("pp*vp", "too deep"),
+                    SpecError(
+                        "pp*vp", values["pp"] * values["vp"], f"at most layers={p.model.layers} with vp dividing it"
+                    ),
+                )
                 continue
         try:
             validate_config(p.model, p.cluster, p.workload, ParallelConfig(**values, layers_per_stage=split))
@@ -182,4 +197,3 @@ def refusal(p: Problem) -> SpecError | None:
     if not p.limits.fixed:
         return None
     return joint_reason(p)
-

@@ -22,8 +22,17 @@ import time
 from dataclasses import dataclass, field
 
 from .bounds import Bounds
-from .candidates import (bucket_values, chunk_values, dma_values, mb_values, recompute_values, shapes, sp_values,
-                         vp_values, zero_values)
+from .candidates import (
+    bucket_values,
+    chunk_values,
+    dma_values,
+    mb_values,
+    recompute_values,
+    shapes,
+    sp_values,
+    vp_values,
+    zero_values,
+)
 from .exhaustive import Scored, best_splits, max_stage_layers
 from .problem import Problem
 from .choice import Choice
@@ -54,16 +63,32 @@ def _dominant_chunks(tables: Tables, base: Choice, chunk_opts: list[int]) -> lis
     moe = tables.p.model.is_moe
     vecs = {}
     for ch in chunk_opts:
-        c = Choice(base.shape, base.mb, base.vp, base.sp, ch, base.zero, base.recompute, None, base.bucket_mb,
-                   base.framework, base.dma, base.grad_dtype, base.options)
+        c = Choice(
+            base.shape,
+            base.mb,
+            base.vp,
+            base.sp,
+            ch,
+            base.zero,
+            base.recompute,
+            None,
+            base.bucket_mb,
+            base.framework,
+            base.dma,
+            base.grad_dtype,
+            base.options,
+        )
         vecs[ch] = [tables.layer(c, False)] + ([tables.layer(c, True)] if moe else [])
     ref = vecs[chunk_opts[0]]
     if any(v[i][2:] != ref[i][2:] for v in vecs.values() for i in range(len(ref))):
         return chunk_opts
     cost = {ch: [x for lay in v for x in lay[:2]] for ch, v in vecs.items()}
-    return [a for a in chunk_opts
-            if not any(all(x <= y for x, y in zip(cost[b], cost[a])) and cost[b] != cost[a] for b in chunk_opts)
-            and not any(cost[b] == cost[a] and b < a for b in chunk_opts)]
+    return [
+        a
+        for a in chunk_opts
+        if not any(all(x <= y for x, y in zip(cost[b], cost[a])) and cost[b] != cost[a] for b in chunk_opts)
+        and not any(cost[b] == cost[a] and b < a for b in chunk_opts)
+    ]
 
 
 def _dominant_buckets(opts: list[float]) -> list[float]:
@@ -144,18 +169,48 @@ class Expander:
             for zero in zeros:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
-                        if pruned is not None and pruned(Choice(s, mb, vp, sp, max(chunk_opts), zero, kind, k,
-                                                                kept_buckets[0], p.framework, a, p.grad_dtype,
-                                                                p.options), True):
+                        if pruned is not None and pruned(
+                            Choice(
+                                s,
+                                mb,
+                                vp,
+                                sp,
+                                max(chunk_opts),
+                                zero,
+                                kind,
+                                k,
+                                kept_buckets[0],
+                                p.framework,
+                                a,
+                                p.grad_dtype,
+                                p.options,
+                            ),
+                            True,
+                        ):
                             self.counts.bound += len(chunk_opts) * len(buckets)
                             continue
-                        base = Choice(s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a,
-                                      p.grad_dtype, p.options)
+                        base = Choice(
+                            s,
+                            mb,
+                            vp,
+                            sp,
+                            chunk_opts[0],
+                            zero,
+                            kind,
+                            k,
+                            kept_buckets[0],
+                            p.framework,
+                            a,
+                            p.grad_dtype,
+                            p.options,
+                        )
                         chs = self.chunks(base, chunk_opts)
                         self.counts.dominated += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
                         for ch in chs:
-                            yield [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype, p.options)
-                                   for b in kept_buckets]
+                            yield [
+                                Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype, p.options)
+                                for b in kept_buckets
+                            ]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, level: int = 0) -> float | None:
         """A bound below every choice of the group, at one of two levels of work (each a bound on its
@@ -196,14 +251,46 @@ class Expander:
         bucket = next((b for b in opts if b > 0), opts[0])
         if screened:  # the ZeRO stages whose leanest choice (full recompute, sp) fits in memory
             slow_rec = self._slow_rec(s, vp)
-            zeros = bounds.fitting_zeros(Choice(s, mb, vp, max(sps), 1, zeros[0], slow_rec, None, bucket, p.framework,
-                                                grad_dtype=p.grad_dtype, options=p.options), zeros)
+            zeros = bounds.fitting_zeros(
+                Choice(
+                    s,
+                    mb,
+                    vp,
+                    max(sps),
+                    1,
+                    zeros[0],
+                    slow_rec,
+                    None,
+                    bucket,
+                    p.framework,
+                    grad_dtype=p.grad_dtype,
+                    options=p.options,
+                ),
+                zeros,
+            )
             if not zeros:
                 return None
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
-        return min(bounds.pipeline_lb_s(Choice(s, mb, vp, sp, ch, z_fast, "none", None, bucket, p.framework,
-                                               grad_dtype=p.grad_dtype, options=p.options), any_chunks=True)
-                   for sp in sps)
+        return min(
+            bounds.pipeline_lb_s(
+                Choice(
+                    s,
+                    mb,
+                    vp,
+                    sp,
+                    ch,
+                    z_fast,
+                    "none",
+                    None,
+                    bucket,
+                    p.framework,
+                    grad_dtype=p.grad_dtype,
+                    options=p.options,
+                ),
+                any_chunks=True,
+            )
+            for sp in sps
+        )
 
 
 def _span_key(c: Choice) -> tuple:
@@ -231,8 +318,15 @@ def _seeds(tables: Tables) -> tuple[dict, dict]:
     return (seen[1] if cap <= seen[0] else {}), {}
 
 
-def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = None, bounds: bool = True,
-             slack: float = 0.0, deadline: float | None = None) -> Presolved:
+def presolve(
+    p: Problem,
+    tables: Tables,
+    top_k: int = 1,
+    probes: int | None = None,
+    bounds: bool = True,
+    slack: float = 0.0,
+    deadline: float | None = None,
+) -> Presolved:
     """Reduce the space by best-first branch and bound over choices.
 
     Groups ``(shape, mb, vp)`` are expanded in order of their bound; each choice enters a heap
@@ -291,7 +385,9 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
     counts.groups = len(groups)
     # best first; a group is refined when it comes up (level 1: the memory screen) and goes back in line
     # if that raised it above the next one
-    groups = [(max(glb, seeds.get(q, glb)), 0, q) for glb, q in groups if glb is not None]  # None: an option list is empty
+    groups = [
+        (max(glb, seeds.get(q, glb)), 0, q) for glb, q in groups if glb is not None
+    ]  # None: an option list is empty
     if seeds:  # the groups whose leanest choice did not fit at the larger cap
         kept_groups = [g for g in groups if g[0] < math.inf]
         counts.groups_memory += len(groups) - len(kept_groups)
@@ -348,8 +444,12 @@ def presolve(p: Problem, tables: Tables, top_k: int = 1, probes: int | None = No
                     heapq.heappush(heap, (lb, 0, c))
                     spans.setdefault(_span_key(c), []).append(c)
         next_glb = to_ticks(groups[0][0]) if groups else math.inf
-        while heap and (heap[0][0] <= min(ub, next_glb) or diving()) and (
-                counts.probed < cap or (use_bounds and ub == math.inf)) and not late():
+        while (
+            heap
+            and (heap[0][0] <= min(ub, next_glb) or diving())
+            and (counts.probed < cap or (use_bounds and ub == math.inf))
+            and not late()
+        ):
             lb, level, c = heapq.heappop(heap)
             if level == 0:  # its memory screen, then the DP exposure its span shares (one computation for
                 # the span), before its own bounds

@@ -26,14 +26,33 @@ from costmodel.spec.plan import GRAD_DTYPES, ParallelConfig
 from costmodel.frameworks.rules import required_zero
 from costmodel.spec.errors import SpecError
 from costmodel.spec.plan import FRAMEWORKS
-from costmodel.frameworks.rules import (check_fields, check_userbuffers_chunks, refuse_unsearchable_recompute, userbuffers)
+from costmodel.frameworks.rules import (
+    check_fields,
+    check_userbuffers_chunks,
+    refuse_unsearchable_recompute,
+    userbuffers,
+)
 from costmodel.spec.specs import ClusterSpec, ModelSpec, _positive
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import GiB
 
 #: config variables a user may fix, bound or exclude (``recompute_layers`` 0 = all layers)
-VARIABLES = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers",
-             "bucket_mb", "chunks", "dma")
+VARIABLES = (
+    "tp",
+    "pp",
+    "dp",
+    "ep",
+    "cp",
+    "vp",
+    "mb",
+    "sp",
+    "zero",
+    "recompute",
+    "recompute_layers",
+    "bucket_mb",
+    "chunks",
+    "dma",
+)
 NUMERIC = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "zero", "recompute_layers", "bucket_mb", "chunks")
 
 
@@ -86,9 +105,12 @@ class Limits:
             if not lps or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lps):
                 raise SpecError("layers_per_stage", ",".join(map(str, lps)), "integers >= 1, one per pipeline stage")
             if len(lps) > 2 and len(set(lps[1:-1])) > 1:
-                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
-                                "of the form first,mid,...,mid,last to pin in recommend (the search gives every "
-                                "middle stage the same count; evaluate takes any split)")
+                raise SpecError(
+                    "layers_per_stage",
+                    ",".join(map(str, lps)),
+                    "of the form first,mid,...,mid,last to pin in recommend (the search gives every "
+                    "middle stage the same count; evaluate takes any split)",
+                )
         for name in ("fixed", "minimum", "maximum", "exclude"):
             d = dict(getattr(self, name))
             object.__setattr__(self, name, d)
@@ -96,8 +118,11 @@ class Limits:
             for k in d:
                 if k not in allowed:
                     raise SpecError(name, k, f"one of {', '.join(allowed)}")
-        object.__setattr__(self, "exclude", {k: tuple(v) if isinstance(v, (list, tuple, set, frozenset))
-                                             else (v,) for k, v in self.exclude.items()})
+        object.__setattr__(
+            self,
+            "exclude",
+            {k: tuple(v) if isinstance(v, (list, tuple, set, frozenset)) else (v,) for k, v in self.exclude.items()},
+        )
         _positive("headroom_bytes", self.headroom_bytes, allow_zero=True)
         for name in ("mb_max", "vp_max", "min_tokens_per_cp_rank"):
             v = getattr(self, name)
@@ -121,9 +146,20 @@ class Limits:
 
 
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
-PLAN_OPTIONS = ("fp8_param_gather", "loss_impl", "optimizer_dtype", "recompute_modules", "ep_dispatcher",
-                "module_layout", "pp_grad_reduce", "sp_saved_inputs", "pp_free_stage_inputs",
-                "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "activation_offload_layers")
+PLAN_OPTIONS = (
+    "fp8_param_gather",
+    "loss_impl",
+    "optimizer_dtype",
+    "recompute_modules",
+    "ep_dispatcher",
+    "module_layout",
+    "pp_grad_reduce",
+    "sp_saved_inputs",
+    "pp_free_stage_inputs",
+    "optimizer_offload_fraction",
+    "overlap_cpu_optimizer_d2h_h2d",
+    "activation_offload_layers",
+)
 
 
 #: ``activation_offload_layers`` of the search's own problem where each plan offloads the fewest layers that make it
@@ -137,14 +173,22 @@ def _act_offload_limits(p: "Problem", n: int) -> Limits:
     ``__post_init__``: no pipeline parallelism, no activation recomputation, ``n`` below the layer count)."""
     lim = p.limits
     if n != FEWEST_FITTING and n >= p.model.layers:
-        raise SpecError("activation_offload_layers", n, f"below the model's layers={p.model.layers} (Megatron: "
-                        "CPU offloading can be done only for layers less than num_layers)")
-    for var, value, why in (("pp", 1, "no support for pipeline parallelism with CPU offloading"),
-                            ("recompute", "none", "CPU offloading does not work when activation recomputation "
-                                                  "is enabled")):
+        raise SpecError(
+            "activation_offload_layers",
+            n,
+            f"below the model's layers={p.model.layers} (Megatron: "
+            "CPU offloading can be done only for layers less than num_layers)",
+        )
+    for var, value, why in (
+        ("pp", 1, "no support for pipeline parallelism with CPU offloading"),
+        ("recompute", "none", "CPU offloading does not work when activation recomputation is enabled"),
+    ):
         if not lim.allows(var, value):
-            raise SpecError(var, lim.fixed.get(var, f"excluded {value}"),
-                            f"{value} with activation_offload_layers={n} (Megatron: {why})")
+            raise SpecError(
+                var,
+                lim.fixed.get(var, f"excluded {value}"),
+                f"{value} with activation_offload_layers={n} (Megatron: {why})",
+            )
     return replace(lim, fixed={**lim.fixed, "pp": 1, "recompute": "none"})
 
 
@@ -157,14 +201,24 @@ def _check_offload(limits: Limits, given: dict) -> None:
     if not f:
         return
     if not limits.allows("zero", 1):
-        raise SpecError("zero", limits.fixed.get("zero", "excluded 1"), "1 with optimizer_offload_fraction "
-                        "(Megatron's --optimizer-cpu-offload runs on the distributed optimizer, ZeRO-1)")
+        raise SpecError(
+            "zero",
+            limits.fixed.get("zero", "excluded 1"),
+            "1 with optimizer_offload_fraction "
+            "(Megatron's --optimizer-cpu-offload runs on the distributed optimizer, ZeRO-1)",
+        )
     if given.get("optimizer_dtype", "fp32") != "fp32":
-        raise SpecError("optimizer_offload_fraction", f, "0 with optimizer_dtype=bf16 (Megatron's offload keeps FP32 "
-                        "master weights on the host)")
+        raise SpecError(
+            "optimizer_offload_fraction",
+            f,
+            "0 with optimizer_dtype=bf16 (Megatron's offload keeps FP32 master weights on the host)",
+        )
     if given.get("fp8_param_gather"):
-        raise SpecError("optimizer_offload_fraction", f, "0 with fp8_param_gather (Megatron needs the delayed FP8 "
-                        "recipe for both, which is not a plan field)")
+        raise SpecError(
+            "optimizer_offload_fraction",
+            f,
+            "0 with fp8_param_gather (Megatron needs the delayed FP8 recipe for both, which is not a plan field)",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,32 +247,49 @@ class Problem:
             if k not in PLAN_OPTIONS:
                 raise SpecError("options", k, f"one of {', '.join(PLAN_OPTIONS)}")
             v = tuple(v) if k == "recompute_modules" else v
-            probe = {"recompute_modules": dict(recompute="selective"), "fp8_param_gather": dict(zero=1),
-                     "pp_grad_reduce": dict(zero=2), "optimizer_dtype": dict(zero=1),
-                     "optimizer_offload_fraction": dict(zero=1),
-                     "overlap_cpu_optimizer_d2h_h2d": dict(zero=1, optimizer_offload_fraction=1.0)}.get(k, {})
+            probe = {
+                "recompute_modules": dict(recompute="selective"),
+                "fp8_param_gather": dict(zero=1),
+                "pp_grad_reduce": dict(zero=2),
+                "optimizer_dtype": dict(zero=1),
+                "optimizer_offload_fraction": dict(zero=1),
+                "overlap_cpu_optimizer_d2h_h2d": dict(zero=1, optimizer_offload_fraction=1.0),
+            }.get(k, {})
             if not (k == "activation_offload_layers" and v == FEWEST_FITTING):  # (the search's own value)
                 ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run
             opts.append((k, v))
         given = dict(opts)
         _check_offload(self.limits, given)
         if given.get("fp8_param_gather") and self.workload.dtype != "fp8":
-            raise SpecError("fp8_param_gather", True, f"false unless dtype=fp8 (FP8 parameters of an FP8 run; "
-                            f"dtype={self.workload.dtype})")
-        if ("fp8_param_gather" not in given and self.workload.dtype == "fp8" and self.framework == "megatron"
-                and given.get("optimizer_dtype", "fp32") == "fp32" and not given.get("optimizer_offload_fraction")):
+            raise SpecError(
+                "fp8_param_gather",
+                True,
+                f"false unless dtype=fp8 (FP8 parameters of an FP8 run; dtype={self.workload.dtype})",
+            )
+        if (
+            "fp8_param_gather" not in given
+            and self.workload.dtype == "fp8"
+            and self.framework == "megatron"
+            and given.get("optimizer_dtype", "fp32") == "fp32"
+            and not given.get("optimizer_offload_fraction")
+        ):
             # chosen where it runs (the distributed optimizer / Megatron FSDP: Choice.config_options): FP8
             # parameters drop Transformer Engine's FP8 weight copy (costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes) and
             # halve the parameter all-gather (costmodel.physics.memory.stage_memory.param_gather_bytes), so they are never slower and
             # never larger; --no-fp8-param-gather states False
             opts = sorted(opts + [("fp8_param_gather", True)])
         object.__setattr__(self, "options", tuple(opts))
-        zero = required_zero(self.framework, given.get("optimizer_dtype", "fp32"),
-                             given.get("optimizer_offload_fraction", 0.0))
+        zero = required_zero(
+            self.framework, given.get("optimizer_dtype", "fp32"), given.get("optimizer_offload_fraction", 0.0)
+        )
         if zero is not None:  # BF16 Adam state or CPU offload under Megatron-Core: ZeRO-1 only (ParallelConfig)
             if self.limits.fixed.get("zero", zero) != zero:  # (a pinned zero under offload: _check_offload said so)
-                raise SpecError("zero", self.limits.fixed["zero"], "1 with optimizer_dtype=bf16 under framework=megatron "
-                                "(NeMo's distributed_fused_adam shards the optimizer state, ZeRO-1)")
+                raise SpecError(
+                    "zero",
+                    self.limits.fixed["zero"],
+                    "1 with optimizer_dtype=bf16 under framework=megatron "
+                    "(NeMo's distributed_fused_adam shards the optimizer state, ZeRO-1)",
+                )
             object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": zero}))
         if given.get("activation_offload_layers"):
             object.__setattr__(self, "limits", _act_offload_limits(self, given["activation_offload_layers"]))
@@ -249,15 +320,24 @@ class Problem:
         lps = self.limits.layers_per_stage
         if lps is not None:
             if sum(lps) != self.model.layers:
-                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
-                                f"counts summing to layers={self.model.layers} (they sum to {sum(lps)})")
+                raise SpecError(
+                    "layers_per_stage",
+                    ",".join(map(str, lps)),
+                    f"counts summing to layers={self.model.layers} (they sum to {sum(lps)})",
+                )
             if self.limits.fixed.get("pp", len(lps)) != len(lps):
-                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
-                                f"{self.limits.fixed['pp']} counts, one per stage of pp={self.limits.fixed['pp']}")
+                raise SpecError(
+                    "layers_per_stage",
+                    ",".join(map(str, lps)),
+                    f"{self.limits.fixed['pp']} counts, one per stage of pp={self.limits.fixed['pp']}",
+                )
         hbm_bytes = self.cluster.device.hbm_bytes
         if self.limits.headroom_bytes >= hbm_bytes:  # nothing left to plan with
-            raise SpecError("headroom_gib", round(self.limits.headroom_bytes / GiB, 3),
-                            f"below the device HBM {hbm_bytes / GiB:.1f} GiB ({self.cluster.device.name})")
+            raise SpecError(
+                "headroom_gib",
+                round(self.limits.headroom_bytes / GiB, 3),
+                f"below the device HBM {hbm_bytes / GiB:.1f} GiB ({self.cluster.device.name})",
+            )
 
     @property
     def gpus(self) -> int:
@@ -271,5 +351,6 @@ class Problem:
     def with_margin(self, fraction: float) -> "Problem":
         """This problem with ``fraction`` of its :attr:`hbm_cap_bytes` added to the headroom: the problem whose plans
         keep the memory model's measured margin (:mod:`costmodel.trust.memory_margin`, ``search.solve._keep_margin``)."""
-        return replace(self, limits=replace(self.limits,
-                                            headroom_bytes=self.limits.headroom_bytes + fraction * self.hbm_cap_bytes))
+        return replace(
+            self, limits=replace(self.limits, headroom_bytes=self.limits.headroom_bytes + fraction * self.hbm_cap_bytes)
+        )

@@ -20,19 +20,37 @@ def build_plan(p: Problem, sc: Scored, res_s: float, graph=None) -> Plan:
     est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")  # what the tables encode
     if graph is None:  # the op-graph schedule (the re-score has it already)
         graph = evaluate(p.model, p.cluster, p.workload, cfg, engine="graph")
-    return Plan(sc.choice, sc.split, cfg, sc.objective * res_s, est, tuple(binding_constraints(p, sc.choice, est)),
-                graph_step_time_s=graph.step_time_s, graph_overlap=dict(graph.overlap), graph_estimate=graph)
+    return Plan(
+        sc.choice,
+        sc.split,
+        cfg,
+        sc.objective * res_s,
+        est,
+        tuple(binding_constraints(p, sc.choice, est)),
+        graph_step_time_s=graph.step_time_s,
+        graph_overlap=dict(graph.overlap),
+        graph_estimate=graph,
+    )
 
 
-def rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOptions, deadline: float,
-             res: SolveResult, graphs: dict) -> list:
+def rescore(
+    p: Problem,
+    parts: list,
+    top: list,
+    optimum: int,
+    options: SolveOptions,
+    deadline: float,
+    res: SolveResult,
+    graphs: dict,
+) -> list:
     """The plans within the band of ``optimum`` (at most ``rescore_max``, best analytic first),
     scheduled by the op-graph engine while time is left (the analytic best always); the answer
     is the best under the graph, then the rest of ``top`` by graph time, then by objective (the
     op-graph estimates are left in ``graphs``, for the plans)."""
     limit = optimum * (1 + options.band)
-    pool = sorted({(sc.objective, sc.choice, sc.split) for pt in parts for sc in pt.near + pt.found
-                   if sc.objective <= limit})
+    pool = sorted(
+        {(sc.objective, sc.choice, sc.split) for pt in parts for sc in pt.near + pt.found if sc.objective <= limit}
+    )
     pool = distinct(top[:1] + [Scored(*f) for f in pool], options.rescore_max)  # the analytic best first
     graph_s = {}
     t0 = time.perf_counter()
@@ -49,8 +67,12 @@ def rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOpti
     # issue 24 item 6: a gain inside the band does not buy a plan within the memory model's measured
     # error of the HBM; then the choice is among the plans that keep the margin, if any is that close
     usable = p.hbm_cap_bytes
-    safe = [sc for sc in ranked if graph_s[sc] <= graph_s[fastest] * (1 + options.band)
-            and not at_risk(graphs[sc].peak_memory_bytes, usable, options.memory_margin)]
+    safe = [
+        sc
+        for sc in ranked
+        if graph_s[sc] <= graph_s[fastest] * (1 + options.band)
+        and not at_risk(graphs[sc].peak_memory_bytes, usable, options.memory_margin)
+    ]
     pool = safe if safe else ranked
     tie = [sc for sc in pool if graph_s[sc] <= graph_s[pool[0]] * (1 + options.memory_tie)]
     chosen = min(tie, key=lambda sc: (graphs[sc].peak_memory_bytes, graph_s[sc], sc.objective, sc.choice, sc.split))
@@ -65,4 +87,4 @@ def rescore(p: Problem, parts: list, top: list, optimum: int, options: SolveOpti
     res.analytic_best_graph_s = graph_s[pool[0]]
     seen = {sc.choice for sc in ranked}
     rest = [sc for sc in top if sc.choice not in seen]
-    return (ranked + rest)[:options.top_k]
+    return (ranked + rest)[: options.top_k]

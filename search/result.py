@@ -98,8 +98,12 @@ class SolveResult:
         """Whether this answer, solved with the memory margin as a hard limit, replaces ``at_risk`` (an answer within
         the margin of the HBM): its op-graph time is within ``band`` of ``at_risk``'s, so the gain the model gives
         up is one it cannot tell from its own engines' disagreement (``search.solve._keep_margin``)."""
-        return (bool(self.plans) and self.graph_objective_s is not None and at_risk.graph_objective_s is not None
-                and self.graph_objective_s <= at_risk.graph_objective_s * (1 + band))
+        return (
+            bool(self.plans)
+            and self.graph_objective_s is not None
+            and at_risk.graph_objective_s is not None
+            and self.graph_objective_s <= at_risk.graph_objective_s * (1 + band)
+        )
 
     @property
     def gap(self) -> float | None:
@@ -109,10 +113,19 @@ class SolveResult:
 
     def solve_dict(self) -> dict:
         """The ``solve`` object of the JSON output (DESIGN.md)."""
-        return {"status": self.status, "time_s": self.time_s, "objective_s": self.objective_s,
-                "bound_s": self.bound_s, "gap": self.gap, "solver_time_s": self.solver_time_s,
-                "stats": self.stats.to_dict(), "explanation": self.explanation, "changes": list(self.changes),
-                **self.rescore_dict(), **({"robust": self.robust} if self.robust else {})}
+        return {
+            "status": self.status,
+            "time_s": self.time_s,
+            "objective_s": self.objective_s,
+            "bound_s": self.bound_s,
+            "gap": self.gap,
+            "solver_time_s": self.solver_time_s,
+            "stats": self.stats.to_dict(),
+            "explanation": self.explanation,
+            "changes": list(self.changes),
+            **self.rescore_dict(),
+            **({"robust": self.robust} if self.robust else {}),
+        }
 
     def rescore_dict(self) -> dict:
         """Both objectives: the analytic optimum CP-SAT proved (``objective_s``, ``bound_s``) and the
@@ -120,15 +133,25 @@ class SolveResult:
         if self.band is None:
             return {}
         chosen = self.best.objective_s if self.best else None
-        return {"engine": "graph", "band": self.band, "within_band": self.within_band, "rescored": self.rescored,
-                "graph_objective_s": self.graph_objective_s, "chosen_objective_s": chosen,
-                "analytic_best_graph_s": self.analytic_best_graph_s, "fastest_graph_s": self.fastest_graph_s,
-                "memory_tie": self.memory_tie, "memory_margin": self.memory_margin,
-                "margin_kept": self.margin_kept, "margin_alternative_s": self.margin_alternative_s}
+        return {
+            "engine": "graph",
+            "band": self.band,
+            "within_band": self.within_band,
+            "rescored": self.rescored,
+            "graph_objective_s": self.graph_objective_s,
+            "chosen_objective_s": chosen,
+            "analytic_best_graph_s": self.analytic_best_graph_s,
+            "fastest_graph_s": self.fastest_graph_s,
+            "memory_tie": self.memory_tie,
+            "memory_margin": self.memory_margin,
+            "margin_kept": self.margin_kept,
+            "margin_alternative_s": self.margin_alternative_s,
+        }
 
 
-def config_of(choice: Choice, split: Split, flash_attention: bool = True,
-              fused_elementwise: bool = True) -> ParallelConfig:
+def config_of(
+    choice: Choice, split: Split, flash_attention: bool = True, fused_elementwise: bool = True
+) -> ParallelConfig:
     """The :class:`ParallelConfig` of a plan; an even split is left implicit (``layers_per_stage=None``)."""
     lps = split.layers_per_stage(choice.shape.pp)
     even = len(set(lps)) == 1 and lps[0] % choice.vp == 0  # Megatron's even split: no layout needed
@@ -142,21 +165,36 @@ def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[
     peak = max(est.memory, key=lambda m: m["total_bytes"])
     if peak["total_bytes"] >= MEMORY_BINDING * cap:
         what = "HBM" if not p.limits.headroom_bytes else f"HBM less {p.limits.headroom_bytes / GiB:.1f} GiB headroom"
-        out.append(f"memory of stage {peak['stage']} at {100 * peak['total_bytes'] / cap:.0f}% of {what} "
-                   f"({peak['total_bytes'] / GiB:.1f} of {cap / GiB:.1f} GiB)")
+        out.append(
+            f"memory of stage {peak['stage']} at {100 * peak['total_bytes'] / cap:.0f}% of {what} "
+            f"({peak['total_bytes'] / GiB:.1f} of {cap / GiB:.1f} GiB)"
+        )
     s, lim = plan_choice.shape, p.limits
     if not lim.tp_across_nodes and s.tp == p.cluster.gpus_per_node:
         wider = [t for t in tp_values(_across(p)) if t > s.tp]
         if wider:
             out.append(f"tp limited to {s.tp} GPUs per node (tp={wider[0]} would span nodes)")
-    values = {"tp": s.tp, "pp": s.pp, "dp": s.dp, "ep": s.ep, "cp": s.cp, "vp": plan_choice.vp,
-              "mb": plan_choice.mb, "sp": plan_choice.sp, "zero": plan_choice.zero,
-              "recompute": plan_choice.recompute, "chunks": plan_choice.chunks, "bucket_mb": plan_choice.bucket_mb}
+    values = {
+        "tp": s.tp,
+        "pp": s.pp,
+        "dp": s.dp,
+        "ep": s.ep,
+        "cp": s.cp,
+        "vp": plan_choice.vp,
+        "mb": plan_choice.mb,
+        "sp": plan_choice.sp,
+        "zero": plan_choice.zero,
+        "recompute": plan_choice.recompute,
+        "chunks": plan_choice.chunks,
+        "bucket_mb": plan_choice.bucket_mb,
+    }
     act_offload = dict(p.options).get("activation_offload_layers")
     for var, v in values.items():
         if act_offload and var in ("pp", "recompute"):  # the Problem's pins (search.problem._act_offload_limits)
-            out.append(f"{var}={v} with activation offload (Megatron runs --cpu-offloading-num-layers "
-                       f"{act_offload} only at pp=1 without recompute)")
+            out.append(
+                f"{var}={v} with activation offload (Megatron runs --cpu-offloading-num-layers "
+                f"{act_offload} only at pp=1 without recompute)"
+            )
         elif var in lim.fixed:
             out.append(f"{var}={v} fixed by the user")
         elif var in lim.maximum and v == lim.maximum[var]:
@@ -174,4 +212,5 @@ def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[
 
 def _across(p: Problem) -> Problem:
     from dataclasses import replace
+
     return replace(p, limits=replace(p.limits, tp_across_nodes=True))

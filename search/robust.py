@@ -107,7 +107,7 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
     found: list = []
     visited, timed_out = [], pre.timed_out
     for i, c in enumerate(cands):
-        kth = sorted({sc.objective for sc in found})[:options.top_k]
+        kth = sorted({sc.objective for sc in found})[: options.top_k]
         if i and len(kth) >= options.top_k and lower[c] > kth[-1]:
             break
         if time.perf_counter() > deadline and found:
@@ -116,16 +116,28 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
         visited.append(c)
         found += robust_splits([t.stage_table(c) for t in tables], L, 1)
         found.sort(key=lambda sc: (sc.objective, sc.choice, sc.split))
-    res = SolveResult(FEASIBLE if timed_out else OPTIMAL,
-                      stats=SearchStats(robust_candidates=len(cands), robust_evaluated=len(visited),
-                                        scenarios=len(names), presolve_s=pre.time_s, nominal_s=nominal.time_s))
+    res = SolveResult(
+        FEASIBLE if timed_out else OPTIMAL,
+        stats=SearchStats(
+            robust_candidates=len(cands),
+            robust_evaluated=len(visited),
+            scenarios=len(names),
+            presolve_s=pre.time_s,
+            nominal_s=nominal.time_s,
+        ),
+    )
     # CP-SAT over the choices the bound could not rule out, one table per scenario, objective
     # t >= T_s for every scenario: it must agree with the branch and bound
     best_obj = found[0].objective
     close = [c for c in visited if lower.get(c, 0) <= best_obj]
     if not timed_out and len(close) <= CPSAT_MAX:
-        space = Space(L, {c: tables[0].stage_table(c) for c in close}, lower, (found[0].choice, found[0].split),
-                      [{c: t.stage_table(c) for c in close} for t in tables[1:]])
+        space = Space(
+            L,
+            {c: tables[0].stage_table(c) for c in close},
+            lower,
+            (found[0].choice, found[0].split),
+            [{c: t.stage_table(c) for c in close} for t in tables[1:]],
+        )
         model, v = build_model(space, options)
         solver = solver_for(options, max(1.0, deadline - time.perf_counter()))
         code = solver.solve(model)
@@ -146,11 +158,20 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
     res.bound_s = res.objective_s if res.status == OPTIMAL else None
     rob_times = scenario_times(tables, names, best.choice, best.split)
     tops = [scenario_times(tables, names, pl.choice, pl.split) for pl in res.plans]
-    swaps = [n for n in names if len(tops) > 1 and
-             sorted(range(len(tops)), key=lambda i: tops[i][n]) != list(range(len(tops)))]
-    res.robust = {"scenarios": names, "worst_s": max(rob_times.values()), "robust_plan": rob_times,
-                  "nominal_plan": nom_times, "nominal_config": nom.config.to_dict(),
-                  "same_as_nominal": best.choice == nom.choice and best.split == nom.split,
-                  "top_order_swaps_in": swaps, "tops": tops}
+    swaps = [
+        n
+        for n in names
+        if len(tops) > 1 and sorted(range(len(tops)), key=lambda i: tops[i][n]) != list(range(len(tops)))
+    ]
+    res.robust = {
+        "scenarios": names,
+        "worst_s": max(rob_times.values()),
+        "robust_plan": rob_times,
+        "nominal_plan": nom_times,
+        "nominal_config": nom.config.to_dict(),
+        "same_as_nominal": best.choice == nom.choice and best.split == nom.split,
+        "top_order_swaps_in": swaps,
+        "tops": tops,
+    }
     res.time_s = time.perf_counter() - start
     return res

@@ -43,8 +43,16 @@ from .result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, SolveResult
 from .stats import SearchStats
 from .tables import Tables
 
-__all__ = ["CPSAT_MAX_CHOICES", "MEMORY_TIE", "RESCORE_BAND", "RESCORE_MAX", "SMALL_SPACE", "SolveOptions",
-           "cyclic_gc_paused", "solve"]
+__all__ = [
+    "CPSAT_MAX_CHOICES",
+    "MEMORY_TIE",
+    "RESCORE_BAND",
+    "RESCORE_MAX",
+    "SMALL_SPACE",
+    "SolveOptions",
+    "cyclic_gc_paused",
+    "solve",
+]
 
 
 @contextlib.contextmanager
@@ -79,8 +87,9 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     try:
         check_pins(p)
     except SpecError as e:  # a pin no plan can hold: infeasible, and the rule is the explanation
-        return SolveResult(INFEASIBLE, explanation=str(e), stats=SearchStats(refused=e.field),
-                           time_s=time.perf_counter() - start)
+        return SolveResult(
+            INFEASIBLE, explanation=str(e), stats=SearchStats(refused=e.field), time_s=time.perf_counter() - start
+        )
     tables = tables or Tables(p)
     most = options.small_space if options.presolve_bounds else -1  # no bounds asked: CP-SAT holds them all
     small = list(itertools.islice(all_choices(p), most + 1)) if most >= 0 else []
@@ -95,8 +104,9 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     return when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits
 
 
-def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float,
-                 tables: Tables) -> SolveResult:
+def _keep_margin(
+    p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float, tables: Tables
+) -> SolveResult:
     """Issue 24 item 6: when the re-scored answer is at risk (its peak within the memory model's
     measured margin of the usable HBM, :mod:`costmodel.trust.memory_margin`) and no re-scored plan kept the
     margin, the same problem is solved once more with the margin as a hard limit; its answer is taken
@@ -108,8 +118,11 @@ def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: flo
     if res.status != OPTIMAL or time.perf_counter() >= deadline:  # no time left to look: report it at risk
         return res
     lean = p.with_margin(options.memory_margin)
-    alt = solve(lean, replace(options, memory_margin=0.0, act_offload=False, time_limit_s=max(0.05, deadline - time.perf_counter())),
-                tables.with_problem(lean))  # the times already tabled, the fits anew
+    alt = solve(
+        lean,
+        replace(options, memory_margin=0.0, act_offload=False, time_limit_s=max(0.05, deadline - time.perf_counter())),
+        tables.with_problem(lean),
+    )  # the times already tabled, the fits anew
     if not alt.plans or alt.graph_objective_s is None:
         return res
     if alt.keeps_margin_for(res, options.band):
@@ -122,8 +135,15 @@ def _keep_margin(p: Problem, res: SolveResult, options: SolveOptions, start: flo
     return res
 
 
-def _finish(p: Problem, parts: list, tables: Tables, options: SolveOptions, start: float, deadline: float,
-            exhaustive: bool = False) -> SolveResult:
+def _finish(
+    p: Problem,
+    parts: list,
+    tables: Tables,
+    options: SolveOptions,
+    start: float,
+    deadline: float,
+    exhaustive: bool = False,
+) -> SolveResult:
     """Merge the parts, build and re-score the plans, explain an empty answer."""
     stats = SearchStats.merged([pt.stats for pt in parts])
     if exhaustive:
@@ -134,8 +154,10 @@ def _finish(p: Problem, parts: list, tables: Tables, options: SolveOptions, star
         unknown = any(pt.status == UNKNOWN for pt in parts)
         res = SolveResult(UNKNOWN if unknown else INFEASIBLE, stats=stats, solver_time_s=solver_s)
         if unknown:
-            res.explanation = (f"time limit {options.time_limit_s:g} s reached before any plan was found "
-                               "(raise --time-limit, or pin more variables)")
+            res.explanation = (
+                f"time limit {options.time_limit_s:g} s reached before any plan was found "
+                "(raise --time-limit, or pin more variables)"
+            )
         elif options.explain:
             why = refusal(p)
             if why is not None:
@@ -151,8 +173,11 @@ def _finish(p: Problem, parts: list, tables: Tables, options: SolveOptions, star
     optimum = found[0][0]
     res = SolveResult(status, stats=stats, solver_time_s=solver_s)
     res.objective_s = optimum * tables.res_s
-    res.bound_s = res.objective_s if status == OPTIMAL else (None if bound is None or bound == math.inf
-                                                             else min(bound, optimum) * tables.res_s)
+    res.bound_s = (
+        res.objective_s
+        if status == OPTIMAL
+        else (None if bound is None or bound == math.inf else min(bound, optimum) * tables.res_s)
+    )
     top = distinct([Scored(*f) for f in found], options.top_k)
     graphs: dict = {}  # Scored -> its op-graph estimate, from the re-score
     if options.rescore:

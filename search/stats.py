@@ -72,9 +72,19 @@ class SearchStats:
 
     @classmethod
     def of_presolve(cls, counts: PresolveCounts, presolve_s: float, resolution_s: float) -> "SearchStats":
-        return cls(groups=counts.groups, groups_memory=counts.groups_memory, groups_bound=counts.groups_bound,
-                   dominated=counts.dominated, memory=counts.memory, bound=counts.bound, kept=counts.kept,
-                   probed=counts.probed, near=counts.near, presolve_s=presolve_s, resolution_s=resolution_s)
+        return cls(
+            groups=counts.groups,
+            groups_memory=counts.groups_memory,
+            groups_bound=counts.groups_bound,
+            dominated=counts.dominated,
+            memory=counts.memory,
+            bound=counts.bound,
+            kept=counts.kept,
+            probed=counts.probed,
+            near=counts.near,
+            presolve_s=presolve_s,
+            resolution_s=resolution_s,
+        )
 
     @classmethod
     def merged(cls, parts: list["SearchStats"]) -> "SearchStats":

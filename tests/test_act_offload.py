@@ -1,4 +1,5 @@
 """Activation CPU offload (Megatron-Core --cpu-offloading-num-layers): memory, time, refusals, emit/parse, CLI."""
+
 import json
 
 import pytest
@@ -18,8 +19,26 @@ from planner.inputs.megatron import check_megatron_flags
 
 M, CL, W = load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8), Workload(global_batch=16, seq_len=8192)
 PLAN = dict(tp=2, dp=4, sp=True, zero=1)
-BASE = ["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "16",
-        "--seq", "8192", "--tp", "2", "--dp", "4", "--sp", "--zero", "1"]
+BASE = [
+    "evaluate",
+    "--model",
+    "llama3-8b",
+    "--cluster",
+    "h100-sxm",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "16",
+    "--seq",
+    "8192",
+    "--tp",
+    "2",
+    "--dp",
+    "4",
+    "--sp",
+    "--zero",
+    "1",
+]
 
 
 def test_off_is_the_plan_without_it():
@@ -51,7 +70,8 @@ def test_step_time_adds_the_exposed_copies(engine):
         assert 0 <= exposed <= 2 * n * m * t  # never more than the copies themselves
     # 8 of 32 layers: 24 sets to spare, the copies hide (TE's Figure 3); 31 of 32: one set, no overlap
     assert evaluate(M, CL, W, ParallelConfig(**PLAN, activation_offload_layers=8)).breakdown[
-        "act_offload_exposed_s"] == pytest.approx(0.0, abs=1e-9)
+        "act_offload_exposed_s"
+    ] == pytest.approx(0.0, abs=1e-9)
     assert exposed > m * t
 
 
@@ -86,12 +106,15 @@ def test_a_device_without_a_known_host_link_is_refused():
         act_offload.exposed_s(ParallelConfig(**PLAN, activation_offload_layers=2), sg, 4, 1e9, 0.0, 0.0, 1)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(pp=2, dp=2), "pipeline"),                    # transformer_config.py: no PP with CPU offloading
-    (dict(recompute="full"), "recompute"),             # nor with activation recomputation
-    (dict(recompute_modules=("core_attn",)), "recompute"),
-    (dict(framework="fsdp2"), "framework=megatron"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(pp=2, dp=2), "pipeline"),  # transformer_config.py: no PP with CPU offloading
+        (dict(recompute="full"), "recompute"),  # nor with activation recomputation
+        (dict(recompute_modules=("core_attn",)), "recompute"),
+        (dict(framework="fsdp2"), "framework=megatron"),
+    ],
+)
 def test_megatron_refusals(kw, match):
     with pytest.raises(SpecError, match=match):
         ParallelConfig(**{**PLAN, **kw}, activation_offload_layers=4)
@@ -133,16 +156,21 @@ def test_cli_evaluate_charges_it(capsys):
     # search), so both answer the same plan and time
     assert cli.main(["recommend"] + BASE[1:] + ["--activation-offload-layers", "16", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)
-    assert rec["config"] == runs[16]["config"] and rec["step_time_s"] == pytest.approx(runs[16]["step_time_s"], rel=1e-12)
+    assert rec["config"] == runs[16]["config"] and rec["step_time_s"] == pytest.approx(
+        runs[16]["step_time_s"], rel=1e-12
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    BASE + ["--activation-offload-layers", "-2"],
-    BASE + ["--activation-offload-layers", "x"],
-    BASE + ["--activation-offload-layers", "4", "--recompute", "full"],
-    ["recommend"] + BASE[1:11] + ["--activation-offload-layers", "4", "--pp", "2"],
-    ["recommend"] + BASE[1:11] + ["--activation-offload-layers", "32"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        BASE + ["--activation-offload-layers", "-2"],
+        BASE + ["--activation-offload-layers", "x"],
+        BASE + ["--activation-offload-layers", "4", "--recompute", "full"],
+        ["recommend"] + BASE[1:11] + ["--activation-offload-layers", "4", "--pp", "2"],
+        ["recommend"] + BASE[1:11] + ["--activation-offload-layers", "32"],
+    ],
+)
 def test_bad_values_exit_2_with_one_line(capsys, argv):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -153,11 +181,14 @@ def test_explain_has_the_offload_row():
     """explain's overlap table holds the offload's copies as a row: link and exposed seconds as evaluate charges them,
     the reason where they stall (TE's limit of L - N sets on the GPU)."""
     from costmodel.engines.graph.explain import explain
+
     for n, stalls in ((8, False), (16, True)):
         c = ParallelConfig(**PLAN, activation_offload_layers=n)
         est = evaluate(M, CL, W, c)
         row = next(r for r in explain(M, CL, W, c) if r["strategy"] == "act_offload")
         assert row["t_comm_s"] == pytest.approx(est.comm_link_s["act_offload"], rel=1e-12)
         assert row["exposed_s"] == pytest.approx(est.breakdown["act_offload_exposed_s"], rel=1e-12)
-        assert (row["exposed_s"] > 1e-3 * row["t_comm_s"]) == stalls and (f"at most {32 - n} layers'" in row["reason"]) == stalls
+        assert (row["exposed_s"] > 1e-3 * row["t_comm_s"]) == stalls and (
+            f"at most {32 - n} layers'" in row["reason"]
+        ) == stalls
     assert all(r["strategy"] != "act_offload" for r in explain(M, CL, W, ParallelConfig(**PLAN)))

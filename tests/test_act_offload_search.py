@@ -1,5 +1,6 @@
 """Activation CPU offload searched (search.act_offload_choice): a stated layer count as a plan option, charged by
 the tables as evaluate charges it, and the offload the search chooses where nothing fits without it."""
+
 import json
 import random
 from dataclasses import replace
@@ -34,8 +35,11 @@ def stated(n: int, limits: Limits = TIGHT) -> Problem:
 def test_stated_layers_pin_pp_1_without_recompute():
     p = stated(8, Limits())
     assert p.limits.fixed["pp"] == 1 and p.limits.fixed["recompute"] == "none"
-    for limits, field in ((Limits(fixed={"pp": 2}), "pp"), (Limits(fixed={"recompute": "full"}), "recompute"),
-                          (Limits(exclude={"pp": (1,)}), "pp")):
+    for limits, field in (
+        (Limits(fixed={"pp": 2}), "pp"),
+        (Limits(fixed={"recompute": "full"}), "recompute"),
+        (Limits(exclude={"pp": (1,)}), "pp"),
+    ):
         with pytest.raises(SpecError) as e:
             stated(8, limits)
         assert e.value.field == field and "activation_offload_layers=8" in str(e.value)
@@ -94,8 +98,11 @@ def test_fewest_layers_is_the_fewest_that_fit():
     t = Tables(q)
     for plan in solve(q, SolveOptions(top_k=6, offload=False, act_offload=False)).plans:
         assert plan.config.activation_offload_layers == 0  # the count is the tables' (each plan's own)
-        fit = [max(m.total_bytes for m in memory_per_stage(M, W, replace(plan.config, activation_offload_layers=k)))
-               <= p.hbm_cap_bytes for k in range(M.layers)]
+        fit = [
+            max(m.total_bytes for m in memory_per_stage(M, W, replace(plan.config, activation_offload_layers=k)))
+            <= p.hbm_cap_bytes
+            for k in range(M.layers)
+        ]
         n = fewest_layers(p, plan.config)
         assert not fit[0] and n == fit.index(True)
         assert t.fewest_layers(plan.choice, memory_per_stage(M, W, plan.config)[0].total_bytes) == n
@@ -123,8 +130,11 @@ def test_chosen_equals_the_best_over_every_layer_count(limits):
 def test_kept_where_offload_is_slower():
     """A pp = 1 answer that recomputes keeps its recompute where no plan with offload beats it (Qwen3-30B-A3B /
     64 H100 of benchmarks/search_speed.py: full recompute 2.744 s, the best with offload 2.749 s, RESULTS 45)."""
-    p = Problem(model=load_model("qwen3-30b-a3b"), cluster=load_cluster("h100-sxm").with_gpus(64),
-                workload=Workload(global_batch=512, seq_len=4096))
+    p = Problem(
+        model=load_model("qwen3-30b-a3b"),
+        cluster=load_cluster("h100-sxm").with_gpus(64),
+        workload=Workload(global_batch=512, seq_len=4096),
+    )
     r = solve(p, SolveOptions(offload=False))
     info = r.stats.activation_offload
     assert r.status == "OPTIMAL" and r.best.config.pp == 1 and r.best.config.recompute == "full"
@@ -141,8 +151,26 @@ def test_not_offered_where_a_plan_fits_or_framework_cannot():
 
 
 def test_cli_recommend_states_and_chooses_it(capsys):
-    base = ["--model", "llama3.1-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64",
-            "--seq", "16384", "--tp", "1", "--cp", "1", "--pp", "1", "--recompute", "none"]
+    base = [
+        "--model",
+        "llama3.1-8b",
+        "--cluster",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+        "--seq",
+        "16384",
+        "--tp",
+        "1",
+        "--cp",
+        "1",
+        "--pp",
+        "1",
+        "--recompute",
+        "none",
+    ]
     assert cli.main(["recommend"] + base) == 0
     out = capsys.readouterr().out
     assert "activation CPU offload: no plan fits without it; the best with it" in out

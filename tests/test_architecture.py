@@ -52,11 +52,14 @@ def imports_of(path: Path, root: Path = ROOT) -> set[str]:
             base = node.module or ""
             if node.level:
                 parts = pkg.split(".")
-                parts = parts[:len(parts) - node.level + 1]
+                parts = parts[: len(parts) - node.level + 1]
                 base = ".".join(parts + ([node.module] if node.module else []))
             out |= {f"{base}.{a.name}" for a in node.names} | {base}
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-              and node.args):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+        ):
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                 out.add(arg.value)
@@ -118,8 +121,11 @@ def test_costmodel_floors_import_only_down():
 
 
 def test_every_costmodel_module_has_a_floor():
-    loose = [module_name(p) for p in (ROOT / "costmodel").rglob("*.py")
-             if floor_of(module_name(p)) is None and p.parent != ROOT / "costmodel" and p.name != "__init__.py"]
+    loose = [
+        module_name(p)
+        for p in (ROOT / "costmodel").rglob("*.py")
+        if floor_of(module_name(p)) is None and p.parent != ROOT / "costmodel" and p.name != "__init__.py"
+    ]
     assert not loose, loose
     top = sorted(p.name for p in (ROOT / "costmodel").glob("*.py"))
     assert top == ["__init__.py", "api.py"], top
@@ -137,8 +143,12 @@ def test_every_folder_says_what_it_owns():
 
 
 def test_no_source_file_over_limit():
-    long = {str(p.relative_to(ROOT)): n for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, long
 
 
@@ -154,9 +164,11 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path):
     (tmp_path / "costmodel" / "compose" / "__init__.py").write_text("")
     (tmp_path / "costmodel" / "spec" / "plan.py").write_text("from costmodel.compose.step import compose\n")
     (tmp_path / "costmodel" / "compose" / "step.py").write_text(
-        "import importlib\nfrom ..spec import plan\ndef compose():\n    importlib.import_module('costmodel.spec.plan')\n")
-    assert "costmodel.spec.plan (costmodel.spec) imports costmodel.compose.step (costmodel.compose)" in \
-        upward_imports(tmp_path)
+        "import importlib\nfrom ..spec import plan\ndef compose():\n    importlib.import_module('costmodel.spec.plan')\n"
+    )
+    assert "costmodel.spec.plan (costmodel.spec) imports costmodel.compose.step (costmodel.compose)" in upward_imports(
+        tmp_path
+    )
     cycles = [sorted(c) for c in nx.strongly_connected_components(import_graph(tmp_path)) if len(c) > 1]
     assert cycles == [["costmodel.compose.step", "costmodel.spec.plan"]]
 

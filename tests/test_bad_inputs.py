@@ -12,8 +12,15 @@ import yaml
 from costmodel.spec.presets import preset_info
 from planner import cli
 
-BASE = {"--model": "gpt3-175b", "--cluster": "a100-80g", "--gpus": "64", "--global-batch": "64",
-        "--seq": "2048", "--tp": "8", "--pp": "8"}
+BASE = {
+    "--model": "gpt3-175b",
+    "--cluster": "a100-80g",
+    "--gpus": "64",
+    "--global-batch": "64",
+    "--seq": "2048",
+    "--tp": "8",
+    "--pp": "8",
+}
 TINY = {"name": "tiny", "layers": 8, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 32000}
 
 
@@ -87,11 +94,19 @@ CASES = [
     ("micro_batches_not_multiple_of_pp_with_vp", {"--global-batch": "12"}, ["--vp", "2"], "global_batch"),
     ("ep_on_dense_model", {}, ["--ep", "2"], "ep"),
     # Mixtral: 8 experts % ep=3
-    ("experts_not_divisible_by_ep", {"--model": "mixtral-8x7b", "--gpus": "24", "--pp": "1",
-                                     "--global-batch": "48"}, ["--ep", "3"], "ep"),
+    (
+        "experts_not_divisible_by_ep",
+        {"--model": "mixtral-8x7b", "--gpus": "24", "--pp": "1", "--global-batch": "48"},
+        ["--ep", "3"],
+        "ep",
+    ),
     # Mixtral, dp=4: tp*dp*cp = 4 % ep=8
-    ("ep_not_dividing_tp_dp_cp", {"--model": "mixtral-8x7b", "--gpus": "4", "--tp": "1", "--pp": "1"},
-     ["--ep", "8"], "ep"),
+    (
+        "ep_not_dividing_tp_dp_cp",
+        {"--model": "mixtral-8x7b", "--gpus": "4", "--tp": "1", "--pp": "1"},
+        ["--ep", "8"],
+        "ep",
+    ),
     # 2048 % (2 * cp=3)
     ("cp_not_dividing_seq", {"--gpus": "192"}, ["--cp", "3"], "cp"),
     # 2044 % tp=8 with sequence parallelism
@@ -164,12 +179,16 @@ def test_bad_input_exits_2_with_one_line(capsys, spec_dir, changes, extra, field
     assert_one_line_error(code, out, err, field + ("=" if not field.startswith("-") else ""))
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["frobnicate"], "command="),
-    ([], "command="),
-    (["presets", "--json=1"], "json="),
-    (["presets", "--model", "x"], "argument="),
-], ids=["unknown_subcommand", "no_subcommand", "switch_with_value_on_presets", "option_of_another_command"])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["frobnicate"], "command="),
+        ([], "command="),
+        (["presets", "--json=1"], "json="),
+        (["presets", "--model", "x"], "argument="),
+    ],
+    ids=["unknown_subcommand", "no_subcommand", "switch_with_value_on_presets", "option_of_another_command"],
+)
 def test_bad_command_line_exits_2_with_one_line(capsys, argv, field):
     code = cli.main(argv)
     out, err = capsys.readouterr()

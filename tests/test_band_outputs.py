@@ -58,8 +58,7 @@ def test_explain_states_its_choices_and_band(capsys):
 
 
 def test_sweep_rows_carry_stack_and_band_notes(tmp_path):
-    grid = grid_from_mapping({"models": "llama3-8b", "gpus": "16", "global_batch": 32, "seq": 4096,
-                              "clusters": "b200"})
+    grid = grid_from_mapping({"models": "llama3-8b", "gpus": "16", "global_batch": 32, "seq": 4096, "clusters": "b200"})
     run_sweep(grid.cases(), tmp_path, workers=1, progress=False)
     (row,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert row["status"] == "ok" and row["stack"] == "mcore-2025" and OUTSIDE in row["band_notes"]
@@ -67,8 +66,20 @@ def test_sweep_rows_carry_stack_and_band_notes(tmp_path):
 
 
 def test_a_plan_inside_the_data_says_it_is_no_extrapolation(capsys):
-    inside = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "64", "--global-batch", "128",
-              "--seq", "8192", "--tp", "2"]
+    inside = [
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-sxm",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "128",
+        "--seq",
+        "8192",
+        "--tp",
+        "2",
+    ]
     for command in ("evaluate", "explain"):
         text = out_of(capsys, [command, *inside])
         assert "band: within the data: " in text and "no extrapolation" in text and "stack: mcore-2025" in text
@@ -76,8 +87,22 @@ def test_a_plan_inside_the_data_says_it_is_no_extrapolation(capsys):
 
 
 def test_sweep_summary_names_stack_and_extrapolation(capsys, tmp_path):
-    argv = ["sweep", "--models", "llama3-8b", "--clusters", "b200", "--gpus", "16", "--global-batch", "32",
-            "--seq", "4096", "--out", str(tmp_path), "--no-progress"]
+    argv = [
+        "sweep",
+        "--models",
+        "llama3-8b",
+        "--clusters",
+        "b200",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "32",
+        "--seq",
+        "4096",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     text = out_of(capsys, argv)
     assert "assumed: stack mcore-2025" in text and "1 of 1 banded cases extrapolate" in text
     d = json.loads(out_of(capsys, argv + ["--json"]))  # resumed: the same case, read back

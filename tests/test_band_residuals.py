@@ -28,14 +28,19 @@ def test_stored_residuals_are_the_current_models():
     have = {key(r): r for r in stored["rows"]}
     want = {key(r): r for r in now["rows"]}
     assert set(have) == set(want)
-    moved = [k for k in want if have[k]["regime"] != want[k]["regime"]
-             or have[k]["log_residual"] != pytest.approx(want[k]["log_residual"], abs=2e-6)]
+    moved = [
+        k
+        for k in want
+        if have[k]["regime"] != want[k]["regime"]
+        or have[k]["log_residual"] != pytest.approx(want[k]["log_residual"], abs=2e-6)
+    ]
     assert not moved, f"rerun python -m benchmarks.band_coverage --set all --write: rows {moved[:10]} moved"
 
 
 def test_stored_residuals_are_out_of_source():
     from benchmarks.calibrate import fitted_families
     from benchmarks.published import load_set
+
     stored = json.loads(U.RESIDUALS.read_text())
     by_key = {(r["set"], r["row_id"]): r for r in stored["rows"]}
     for (label, field), rows in fitted_families([r for r in load_set("all") if not r.skip]).items():
@@ -56,6 +61,7 @@ def test_sealed_coverage_path_runs_on_a_synthetic_split(tmp_path, monkeypatch, c
 
     from benchmarks import band_coverage as BC
     from benchmarks import published as P
+
     with open(P.SETS["new"], newline="") as f:
         recs = [r for r in _csv.DictReader(f) if r["row_id"] in ("101", "102", "103")]
     fake = tmp_path / "published_sealed_synthetic.csv"
@@ -80,6 +86,7 @@ def test_stored_residuals_hold_no_sealed_row():
     import csv as _csv
 
     from benchmarks import published as P
+
     stored = json.loads(U.RESIDUALS.read_text())
     with open(P.SETS["sealed"], newline="") as f:
         sealed_sources = {r["source_key"] for r in _csv.DictReader(f)}

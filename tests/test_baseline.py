@@ -23,26 +23,48 @@ def est(step, fits=True):
 # --------------------------------------------------------------------------- parsing
 def test_key_value_form():
     assert parse_baseline("tp=8,pp=8,mb=1") == {"tp": 8, "pp": 8, "mb": 1}
-    assert parse_baseline("tp=4 pp=2 sp=off zero=1 recompute=full bucket_mb=25 vpp=2") == \
-        {"tp": 4, "pp": 2, "sp": False, "zero": 1, "recompute": "full", "bucket_mb": 25.0, "vp": 2}
+    assert parse_baseline("tp=4 pp=2 sp=off zero=1 recompute=full bucket_mb=25 vpp=2") == {
+        "tp": 4,
+        "pp": 2,
+        "sp": False,
+        "zero": 1,
+        "recompute": "full",
+        "bucket_mb": 25.0,
+        "vp": 2,
+    }
 
 
 def test_megatron_form():
-    f = parse_baseline("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --sequence-parallel "
-                       "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --recompute-granularity "
-                       "selective --use-distributed-optimizer --lr 6e-5", layers=96)
-    assert f == {"tp": 8, "pp": 8, "mb": 1, "vp": 3, "sp": True, "zero": 1, "recompute": "selective", "chunks": 1,
-                 "framework": "megatron"}  # a Megatron-LM line runs Megatron
+    f = parse_baseline(
+        "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --sequence-parallel "
+        "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --recompute-granularity "
+        "selective --use-distributed-optimizer --lr 6e-5",
+        layers=96,
+    )
+    assert f == {
+        "tp": 8,
+        "pp": 8,
+        "mb": 1,
+        "vp": 3,
+        "sp": True,
+        "zero": 1,
+        "recompute": "selective",
+        "chunks": 1,
+        "framework": "megatron",
+    }  # a Megatron-LM line runs Megatron
 
 
-@pytest.mark.parametrize("text, match", [
-    ("", "baseline=''"),
-    ("tp=8,foo=1", "baseline='foo': must be one of tp"),
-    ("tp", "key=value pairs"),
-    ("tp=8,sp=maybe", "baseline.sp='maybe': must be on or off"),
-    ("recompute=some", "baseline.recompute='some'"),
-    ("--pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 4", "num_layers"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("", "baseline=''"),
+        ("tp=8,foo=1", "baseline='foo': must be one of tp"),
+        ("tp", "key=value pairs"),
+        ("tp=8,sp=maybe", "baseline.sp='maybe': must be on or off"),
+        ("recompute=some", "baseline.recompute='some'"),
+        ("--pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 4", "num_layers"),
+    ],
+)
 def test_bad_baselines(text, match):
     with pytest.raises(SpecError, match=match):
         parse_baseline(text)
@@ -69,8 +91,17 @@ def test_compare_with_baseline_end_to_end():
     assert lo < rec.step_time_s < hi
     assert c.outside_band == (c.gain > (hi - lo) / 2 / rec.step_time_s)
     assert c.message == compare(rec, c.baseline, c.band_s)
-    assert set(c.to_dict()) == {"baseline", "step_time_band_s", "gain", "outside_band", "message", "band_notes",
-                                "baseline_defaults", "baseline_step_time_band_s", "baseline_band_notes"}
+    assert set(c.to_dict()) == {
+        "baseline",
+        "step_time_band_s",
+        "gain",
+        "outside_band",
+        "message",
+        "band_notes",
+        "baseline_defaults",
+        "baseline_step_time_band_s",
+        "baseline_band_notes",
+    }
     # stated: tp, pp, vp, recompute; the other tuning knobs are said to be defaults, not choices
     assert set(c.defaults) == {"mb", "sp", "zero", "bucket_mb", "chunks"}
     b_lo, b_hi = c.baseline_band_s
@@ -99,4 +130,5 @@ def test_megatron_baseline_reads_virtual_stages_per_rank():
     # --num-virtual-stages-per-pipeline-rank (what --emit megatron writes for an uneven split) sets the
     # interleave: arguments.py sets virtual_pipeline_model_parallel_size from it
     from planner.baseline import parse_baseline
+
     assert parse_baseline("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2")["vp"] == 2

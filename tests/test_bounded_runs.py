@@ -41,13 +41,25 @@ def test_spec_sizes_are_bounded():
         ModelSpec(layers=2, hidden=2_000_000, heads=1000, ffn_hidden=4_000_000, vocab=50_000)
     with pytest.raises(SpecError, match="global_batch"):
         Workload(global_batch=MAX_SIZE["global_batch"] + 1, seq_len=2048)
-    ModelSpec(layers=MAX_SIZE["layers"], hidden=4096, heads=32, ffn_hidden=16384, vocab=50_000)  # the bound itself is fine
+    ModelSpec(
+        layers=MAX_SIZE["layers"], hidden=4096, heads=32, ffn_hidden=16384, vocab=50_000
+    )  # the bound itself is fine
 
 
 def test_absurd_model_file_is_refused_in_one_line(capsys, tmp_path):
     path = tmp_path / "huge.json"
-    path.write_text(json.dumps({"name": "huge", "layers": 200_000, "hidden": 1_000_000, "heads": 1000,
-                                "ffn_hidden": 4_000_000, "vocab": 50_000}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "huge",
+                "layers": 200_000,
+                "hidden": 1_000_000,
+                "heads": 1000,
+                "ffn_hidden": 4_000_000,
+                "vocab": 50_000,
+            }
+        )
+    )
     err = refused(capsys, ["evaluate", "--model", str(path), *SMALL[2:]], "model.layers")
     assert "at most 10,000" in err
 
@@ -61,20 +73,24 @@ def test_absurd_gpu_count_is_refused_at_once(capsys, command):
 
 def test_too_many_micro_batches_are_refused_not_scheduled(capsys):
     # 1,000,000 sequences on one data-parallel replica of micro-batch 1: a million micro-batches
-    err = refused(capsys, ["evaluate", *SMALL[:6], "--global-batch", "1000000", "--seq", "4096", "--tp", "8"],
-                  "global_batch")
+    err = refused(
+        capsys, ["evaluate", *SMALL[:6], "--global-batch", "1000000", "--seq", "4096", "--tp", "8"], "global_batch"
+    )
     assert "100,000 micro-batches" in err
 
 
 # --------------------------------------------------------------------------- explain outputs
-@pytest.mark.parametrize("flag,path,allowed", [
-    ("--trace", "{tmp}", "not a directory"),
-    ("--trace", "/proc/nope/t.json", "existing directory"),
-    ("--gantt", "/proc/nope/g.png", "existing directory"),
-    ("--gantt", "g.txt", ".png, .svg or .pdf"),
-    ("--gantt", "{tmp}", "not a directory"),
-    ("--gantt", "{tmp}/g", ".png, .svg or .pdf"),
-])
+@pytest.mark.parametrize(
+    "flag,path,allowed",
+    [
+        ("--trace", "{tmp}", "not a directory"),
+        ("--trace", "/proc/nope/t.json", "existing directory"),
+        ("--gantt", "/proc/nope/g.png", "existing directory"),
+        ("--gantt", "g.txt", ".png, .svg or .pdf"),
+        ("--gantt", "{tmp}", "not a directory"),
+        ("--gantt", "{tmp}/g", ".png, .svg or .pdf"),
+    ],
+)
 def test_explain_refuses_paths_it_cannot_write(capsys, tmp_path, flag, path, allowed):
     path = path.format(tmp=tmp_path)
     err = refused(capsys, ["explain", *SMALL, "--tp", "8", flag, path], flag.lstrip("-"))
@@ -93,9 +109,27 @@ def test_explain_writes_what_it_says(capsys, tmp_path):
 def _sweep_then_signal(tmp_path, sig):
     """Start a sweep of 32 cases on 2 workers, signal it once a case is written; (rc, stderr, out dir)."""
     out = tmp_path / "runs"
-    argv = [sys.executable, "-m", "planner", "sweep", "--models", "llama3-8b", "--clusters", "h100-sxm",
-            "--gpus", "8,16,32,64,128,256,512,1024", "--global-batch", "512,1024", "--seq", "2048,4096",
-            "--workers", "2", "--no-progress", "--out", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "planner",
+        "sweep",
+        "--models",
+        "llama3-8b",
+        "--clusters",
+        "h100-sxm",
+        "--gpus",
+        "8,16,32,64,128,256,512,1024",
+        "--global-batch",
+        "512,1024",
+        "--seq",
+        "2048,4096",
+        "--workers",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
@@ -133,12 +167,14 @@ def test_sweep_interrupt_is_one_line_and_resumable(tmp_path, sig, code):
 def test_ctrl_c_after_a_solve_is_a_keyboard_interrupt_not_a_silent_death():
     # OR-Tools' SIGINT handler outlived each CP-SAT solve and left SIG_DFL: Ctrl-C on `planner sweep`
     # then killed it before it could print "N of M cases written"
-    code = ("import os, signal, time\n"
-            "from planner.api import recommend\n"
-            "recommend('llama3-8b', 'h100-sxm', gpus=8, global_batch=64, seq=4096, tp=8, time_limit_s=5)\n"
-            "try:\n"
-            "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
-            "except KeyboardInterrupt:\n"
-            "    print('interrupted cleanly')\n")
+    code = (
+        "import os, signal, time\n"
+        "from planner.api import recommend\n"
+        "recommend('llama3-8b', 'h100-sxm', gpus=8, global_batch=64, seq=4096, tp=8, time_limit_s=5)\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted cleanly')\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "interrupted cleanly" in p.stdout, (p.returncode, p.stderr[-500:])

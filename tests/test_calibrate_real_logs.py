@@ -30,7 +30,8 @@ def iteration_lines(times_ms, global_batch):
         f" elapsed time per iteration (ms): {t:.1f} | throughput per GPU (TFLOP/s/GPU): 400.0 |"
         f" learning rate: 3.000000E-04 | global batch size: {global_batch:5d} | lm loss: 2.000000E+00 |"
         f" loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
-        for i, t in enumerate(times_ms, 1))
+        for i, t in enumerate(times_ms, 1)
+    )
 
 
 def dump_log(name, times_ms=(9000.0, 5000.0)):
@@ -61,8 +62,9 @@ def test_unfused_backends_are_read_as_unfused(tmp_path, name):
 
 def test_attention_rule_for_older_logs():
     assert mg.flash_attention({"use_flash_attn": "True"}) is True  # before transformer_impl: the flag decided
-    assert mg.flash_attention({"transformer_impl": "local", "use_mcore_models": "False",
-                               "use_flash_attn": "True"}) is True  # legacy ParallelAttention
+    assert (
+        mg.flash_attention({"transformer_impl": "local", "use_mcore_models": "False", "use_flash_attn": "True"}) is True
+    )  # legacy ParallelAttention
     assert mg.flash_attention({"transformer_impl": "local", "use_flash_attn": "True"}) is False  # mcore local spec
     assert mg.flash_attention({}) is None
     with pytest.raises(SpecError, match="attention_backend"):
@@ -79,8 +81,13 @@ H100 = load_cluster("h100-sxm")
 
 
 def _run(measured_s, label="r", gb=512, model="llama3-8b"):
-    return MeasuredRun(model=load_model(model), workload=Workload(global_batch=gb, seq_len=4096),
-                       config=ParallelConfig(tp=1, pp=1, dp=8, mb=1, zero=1), measured_s=measured_s, label=label)
+    return MeasuredRun(
+        model=load_model(model),
+        workload=Workload(global_batch=gb, seq_len=4096),
+        config=ParallelConfig(tp=1, pp=1, dp=8, mb=1, zero=1),
+        measured_s=measured_s,
+        label=label,
+    )
 
 
 def test_refuses_a_run_faster_than_the_hardware():
@@ -101,6 +108,7 @@ def test_refuses_opposite_errors_the_fit_cannot_reconcile():
 def test_fit_refuses_runs_no_constant_can_reconcile():
     base = _run(1.0)
     from costmodel.trust.calibration import predict
+
     t = predict(base, H100)
     # the same plan measured 1.6x slower and 1.6x faster: one run is always off by far more than 10%
     runs = [_run(t * 1.6, "slow"), _run(t / 1.6, "fast")]
@@ -110,6 +118,7 @@ def test_fit_refuses_runs_no_constant_can_reconcile():
 
 def test_warns_when_a_fitted_constant_ends_at_its_bound():
     from costmodel.trust.calibration import predict
+
     t = predict(_run(1.0), H100)
     cal = fit([_run(t * 0.5, "too_fast")], H100, ["gemm_efficiency"], loo=False)
     assert cal.at_bounds == {"gemm_efficiency": "upper"}
@@ -120,14 +129,19 @@ def test_warns_when_a_fitted_constant_ends_at_its_bound():
 
 def test_cli_warns_on_stderr_and_records_it(tmp_path, capsys):
     from costmodel.trust.calibration import predict
+
     t = predict(_run(1.0), H100)
-    csv = write(tmp_path, "runs.csv", f"model,gpus,global_batch,seq,tp,mb,zero,step_time_s\n"
-                                      f"llama3-8b,8,512,4096,1,1,1,{t * 0.5}\n")
+    csv = write(
+        tmp_path,
+        "runs.csv",
+        f"model,gpus,global_batch,seq,tp,mb,zero,step_time_s\nllama3-8b,8,512,4096,1,1,1,{t * 0.5}\n",
+    )
     out = tmp_path / "cal.json"
     assert main(["calibrate", str(csv), "--cluster", "h100-sxm", "--fit", "gemm_efficiency", "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "warning: gemm_efficiency ended at its upper bound" in err
     import json
+
     assert json.loads(out.read_text())["calibrated"]["warnings"]
 
 
@@ -139,8 +153,10 @@ def test_cli_refuses_a_run_faster_than_the_hardware_in_one_line(tmp_path, capsys
 
 
 # --------------------------------------------------------------------------- item 3: MoE with EP > 1
-@pytest.mark.parametrize("name, dispatcher, tp", [("moe_mixtral_ep8_alltoall", "alltoall", 1),
-                                                  ("moe_mixtral_ep8_tp2_flex_deepep", "deepep", 2)])
+@pytest.mark.parametrize(
+    "name, dispatcher, tp",
+    [("moe_mixtral_ep8_alltoall", "alltoall", 1), ("moe_mixtral_ep8_tp2_flex_deepep", "deepep", 2)],
+)
 def test_moe_dumps_with_expert_parallelism(tmp_path, name, dispatcher, tp):
     run = run_from_log(write(tmp_path, "moe.log", dump_log(name)))
     assert (run.config.ep, run.config.ep_dispatcher, run.config.tp) == (8, dispatcher, tp)
@@ -148,13 +164,20 @@ def test_moe_dumps_with_expert_parallelism(tmp_path, name, dispatcher, tp):
 
 
 def test_a_table_states_the_dispatcher(tmp_path):
-    p = write(tmp_path, "moe.csv", "model,gpus,global_batch,seq,tp,ep,sp,ep_dispatcher,step_time_s\n"
-                                   "mixtral-8x7b,64,256,4096,2,8,true,deepep,3.0\n"
-                                   "mixtral-8x7b,64,256,4096,2,8,true,alltoall,3.2\n")
+    p = write(
+        tmp_path,
+        "moe.csv",
+        "model,gpus,global_batch,seq,tp,ep,sp,ep_dispatcher,step_time_s\n"
+        "mixtral-8x7b,64,256,4096,2,8,true,deepep,3.0\n"
+        "mixtral-8x7b,64,256,4096,2,8,true,alltoall,3.2\n",
+    )
     a, b = read_table(p)
     assert (a.config.ep_dispatcher, b.config.ep_dispatcher) == ("deepep", "alltoall")
-    bad = write(tmp_path, "bad.csv", "model,gpus,global_batch,seq,ep,ep_dispatcher,step_time_s\n"
-                                     "mixtral-8x7b,64,256,4096,8,nccl,3.0\n")
+    bad = write(
+        tmp_path,
+        "bad.csv",
+        "model,gpus,global_batch,seq,ep,ep_dispatcher,step_time_s\nmixtral-8x7b,64,256,4096,8,nccl,3.0\n",
+    )
     with pytest.raises(SpecError, match="ep_dispatcher"):
         read_table(bad)
 
@@ -164,18 +187,39 @@ def test_cli_calibrates_an_moe_log(tmp_path, capsys):
     rc = main(["calibrate", str(log), "--cluster", "h100-sxm", "-o", str(tmp_path / "c.json"), "--json"])
     assert rc == 0, capsys.readouterr().err
     import json
+
     run = json.loads((tmp_path / "c.json").read_text())["calibrated"]["runs"][0]
     assert run["config"]["ep"] == 8 and run["config"]["ep_dispatcher"] == "alltoall"
 
 
 # --------------------------------------------------------------------------- item 4: excerpts
 def test_a_partial_dump_without_rulers_is_read(tmp_path):
-    keep = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size", "micro_batch_size",
-            "global_batch_size", "seq_length", "bf16", "num_layers", "hidden_size", "num_attention_heads",
-            "ffn_hidden_size", "num_query_groups", "group_query_attention", "swiglu", "vocab_size",
-            "sequence_parallel", "transformer_impl", "use_flash_attn", "untie_embeddings_and_output_weights")
-    lines = [ln for ln in (DUMPS / "dense_llama3_8b_tp2_pp2.log").read_text().splitlines()
-             if ln.split(" .", 1)[0].strip() in keep]
+    keep = (
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "world_size",
+        "micro_batch_size",
+        "global_batch_size",
+        "seq_length",
+        "bf16",
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "ffn_hidden_size",
+        "num_query_groups",
+        "group_query_attention",
+        "swiglu",
+        "vocab_size",
+        "sequence_parallel",
+        "transformer_impl",
+        "use_flash_attn",
+        "untie_embeddings_and_output_weights",
+    )
+    lines = [
+        ln
+        for ln in (DUMPS / "dense_llama3_8b_tp2_pp2.log").read_text().splitlines()
+        if ln.split(" .", 1)[0].strip() in keep
+    ]
     assert not any("arguments" in ln for ln in lines) and len(lines) == len(keep)
     text = "[rank0]: " + "\n[rank0]: ".join(lines) + "\n" + iteration_lines((9000.0, 5000.0, 5100.0), 128)
     run = run_from_log(write(tmp_path, "excerpt.log", text))
@@ -188,21 +232,27 @@ def test_iteration_lines_only_name_everything_missing(tmp_path):
     with pytest.raises(SpecError) as e:
         run_from_log(p)
     msg = str(e.value)
-    assert msg.startswith(f"{p}: missing='num_layers, hidden_size, num_attention_heads, padded_vocab_size, "
-                          "world_size, seq_length, bf16/fp16/fp8, tensor_model_parallel_size, "
-                          "pipeline_model_parallel_size, micro_batch_size'")
+    assert msg.startswith(
+        f"{p}: missing='num_layers, hidden_size, num_attention_heads, padded_vocab_size, "
+        "world_size, seq_length, bf16/fp16/fp8, tensor_model_parallel_size, "
+        "pipeline_model_parallel_size, micro_batch_size'"
+    )
     assert "global_batch_size" not in msg  # the iteration lines state it
     assert "world_size (--gpus)" in msg and "(or --model)" in msg
 
 
 def test_iteration_lines_with_flags_make_a_run(tmp_path):
     p = write(tmp_path, "iters.log", iteration_lines((9000.0, 5000.0, 5100.0), 512))
-    run = run_from_log(p, model="llama3-8b", given={"gpus": 8, "seq": 4096, "dtype": "bf16", "tp": 1, "pp": 1,
-                                                    "mb": 1, "cp": None})
+    run = run_from_log(
+        p, model="llama3-8b", given={"gpus": 8, "seq": 4096, "dtype": "bf16", "tp": 1, "pp": 1, "mb": 1, "cp": None}
+    )
     assert run.gpus == 8 and run.workload.global_batch == 512 and run.measured_s == pytest.approx(5.05)
     with pytest.raises(SpecError, match=r"global_batch=256: must be 512 as the log states"):
-        run_from_log(p, model="llama3-8b", given={"gpus": 8, "seq": 4096, "dtype": "bf16", "tp": 1, "pp": 1,
-                                                  "mb": 1, "global_batch": 256})
+        run_from_log(
+            p,
+            model="llama3-8b",
+            given={"gpus": 8, "seq": 4096, "dtype": "bf16", "tp": 1, "pp": 1, "mb": 1, "global_batch": 256},
+        )
 
 
 def test_cli_takes_what_the_log_lacks_from_flags(tmp_path, capsys):
@@ -210,6 +260,28 @@ def test_cli_takes_what_the_log_lacks_from_flags(tmp_path, capsys):
     assert main(["calibrate", str(p), "--cluster", "h100-sxm", "-o", str(tmp_path / "c.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "world_size (--gpus)" in err
-    rc = main(["calibrate", str(p), "--cluster", "h100-sxm", "--model", "llama3-8b", "--gpus", "8", "--seq", "4096",
-               "--dtype", "bf16", "--tp", "1", "--pp", "1", "--mb", "1", "-o", str(tmp_path / "c.json")])
+    rc = main(
+        [
+            "calibrate",
+            str(p),
+            "--cluster",
+            "h100-sxm",
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--seq",
+            "4096",
+            "--dtype",
+            "bf16",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--mb",
+            "1",
+            "-o",
+            str(tmp_path / "c.json"),
+        ]
+    )
     assert rc == 0, capsys.readouterr().err

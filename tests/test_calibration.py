@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.trust.calibration import (CONSTANTS, CalibrationError, MeasuredRun, apply, fit, get_value, max_constants, predict, select, sensitivity_matrix)
+from costmodel.trust.calibration import (
+    CONSTANTS,
+    CalibrationError,
+    MeasuredRun,
+    apply,
+    fit,
+    get_value,
+    max_constants,
+    predict,
+    select,
+    sensitivity_matrix,
+)
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
@@ -19,8 +30,13 @@ KORTHIKANTI = DATA / "korthikanti2022_runs.csv"
 
 LLAMA = load_model("llama3-8b")
 H100 = load_cluster("h100-sxm")
-PLANS = [dict(tp=1, dp=8), dict(tp=2, dp=4, sp=True), dict(tp=8, dp=1, sp=True), dict(tp=2, pp=2, dp=4, sp=True),
-         dict(tp=4, dp=16, sp=True)]
+PLANS = [
+    dict(tp=1, dp=8),
+    dict(tp=2, dp=4, sp=True),
+    dict(tp=8, dp=1, sp=True),
+    dict(tp=2, pp=2, dp=4, sp=True),
+    dict(tp=4, dp=16, sp=True),
+]
 #: the "true" cluster: GEMMs a little faster than the preset says, inter-node links much slower
 TRUTH = {"gemm_efficiency": round(H100.device.gemm_efficiency + 0.02, 4), "inter_link_efficiency": 0.6}
 
@@ -163,8 +179,24 @@ def test_cli_writes_a_calibrated_cluster_every_command_loads(capsys, tmp_path):
     assert all("loo_error" in r and "measured_s" in r for r in sec["runs"])
     cl = load_cluster(str(path))
     assert cl.calibrated_constants == tuple(sec["fitted"]) and len(cl.calibration_log_residuals) == 4
-    code = cli.main(["evaluate", "--model", "llama3-8b", "--cluster", str(path), "--gpus", "8",
-                     "--global-batch", "8", "--seq", "2048", "--tp", "8", "--json"])
+    code = cli.main(
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            str(path),
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+            "--tp",
+            "8",
+            "--json",
+        ]
+    )
     o, e = capsys.readouterr()
     assert code == 0 and json.loads(o)["step_time_s"] > 0
 
@@ -192,7 +224,9 @@ def test_cli_refuses_unknown_constant(capsys, tmp_path):
 def test_cli_refuses_a_calibrated_cluster_as_start(capsys, tmp_path):
     code, *_, path = _calibrate(capsys, tmp_path)
     assert code == 0
-    code = cli.main(["calibrate", str(_four_runs(tmp_path)), "--cluster", str(path), "-o", str(tmp_path / "again.json")])
+    code = cli.main(
+        ["calibrate", str(_four_runs(tmp_path)), "--cluster", str(path), "-o", str(tmp_path / "again.json")]
+    )
     assert code == 2 and "uncalibrated cluster" in capsys.readouterr().err
 
 

@@ -11,10 +11,36 @@ import yaml
 from planner import cli
 from planner.report import to_plain
 
-GPT3_64 = ["--model", "gpt3-175b", "--cluster", "a100-80g", "--gpus", "64",
-           "--global-batch", "64", "--seq", "2048", "--tp", "8", "--pp", "8"]
-DESIGN_KEYS = {"status", "config", "step_time_s", "tokens_per_s", "model_tflops_per_gpu",
-               "hardware_tflops_per_gpu", "mfu", "hfu", "peak_memory_bytes", "fits", "breakdown", "overlap"}
+GPT3_64 = [
+    "--model",
+    "gpt3-175b",
+    "--cluster",
+    "a100-80g",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "64",
+    "--seq",
+    "2048",
+    "--tp",
+    "8",
+    "--pp",
+    "8",
+]
+DESIGN_KEYS = {
+    "status",
+    "config",
+    "step_time_s",
+    "tokens_per_s",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "peak_memory_bytes",
+    "fits",
+    "breakdown",
+    "overlap",
+}
 CONFIG_KEYS = {"tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks"}
 
 
@@ -67,8 +93,22 @@ def test_default_dp_fills_the_gpus(capsys):
 
 
 def test_gpus_default_to_the_config(capsys):
-    argv = ["evaluate", "--model", "gpt3-175b", "--cluster", "a100-80g", "--global-batch", "8",
-            "--seq", "2048", "--tp", "8", "--pp", "8", "--json"]
+    argv = [
+        "evaluate",
+        "--model",
+        "gpt3-175b",
+        "--cluster",
+        "a100-80g",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--json",
+    ]
     code, out, _ = run(capsys, argv)
     assert code == 0 and json.loads(out)["cluster"]["num_gpus"] == 64
 
@@ -81,16 +121,37 @@ def test_human_report_shows_step_time_and_tables(capsys):
     assert code == 0 and err == ""
     line = next(ln for ln in out.splitlines() if ln.startswith("step time"))
     assert float(line.split()[2]) == pytest.approx(step, rel=1e-3)
-    for heading in ("tokens/s", "MFU / HFU", "FLOP convention", "peak memory/GPU", "fits",
-                    "step time breakdown", "communication overlap", "why exposed"):
+    for heading in (
+        "tokens/s",
+        "MFU / HFU",
+        "FLOP convention",
+        "peak memory/GPU",
+        "fits",
+        "step time breakdown",
+        "communication overlap",
+        "why exposed",
+    ):
         assert heading in out
     assert "{" not in out  # not JSON
 
 
 def test_not_fitting_is_reported_not_an_error(capsys):
     # GPT-3 175B on one 8-GPU A100-40GB node: weights alone are ~40 GiB per GPU
-    argv = ["evaluate", "--model", "gpt3-175b", "--cluster", "a100-40g", "--gpus", "8",
-            "--global-batch", "8", "--seq", "2048", "--tp", "8"]
+    argv = [
+        "evaluate",
+        "--model",
+        "gpt3-175b",
+        "--cluster",
+        "a100-40g",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+        "--tp",
+        "8",
+    ]
     code, out, err = run(capsys, argv)
     assert code == 0 and err == ""
     assert "fits                  NO" in out and "does not fit: stage(s) 0" in out
@@ -100,14 +161,34 @@ def test_not_fitting_is_reported_not_an_error(capsys):
 
 def test_spec_files_work_like_presets(capsys, tmp_path):
     from costmodel.spec.presets import preset_info
+
     model = tmp_path / "tiny.yaml"
-    model.write_text(yaml.safe_dump({"layers": 8, "hidden": 1024, "heads": 16, "ffn_hidden": 4096,
-                                     "vocab": 32000}))
+    model.write_text(yaml.safe_dump({"layers": 8, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 32000}))
     cluster = tmp_path / "a100.json"
     cluster.write_text(json.dumps(preset_info("clusters", "a100-80g")))
-    argv = ["evaluate", "--model", str(model), "--cluster", str(cluster), "--gpus", "8",
-            "--global-batch", "16", "--seq", "1024", "--tp", "2", "--pp", "2", "--sp",
-            "--recompute", "selective", "--zero", "1", "--json"]
+    argv = [
+        "evaluate",
+        "--model",
+        str(model),
+        "--cluster",
+        str(cluster),
+        "--gpus",
+        "8",
+        "--global-batch",
+        "16",
+        "--seq",
+        "1024",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--sp",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--json",
+    ]
     code, out, err = run(capsys, argv)
     assert code == 0, err
     d = json.loads(out)
@@ -126,6 +207,7 @@ def test_presets_lists_models_and_clusters(capsys):
 
 def test_to_plain_unwraps_numpy_scalars():
     import numpy as np
+
     d = to_plain({"a": np.float64(1.5), "b": np.int64(3), "c": [np.bool_(True)]})
     assert d == {"a": 1.5, "b": 3, "c": [True]}
     assert type(d["a"]) is float and type(d["b"]) is int and type(d["c"][0]) is bool
@@ -133,14 +215,30 @@ def test_to_plain_unwraps_numpy_scalars():
 
 def test_python_dash_m_entry_point():
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, "-m", "planner", "presets", "--json"], cwd=root,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner", "presets", "--json"], cwd=root, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "gpt3-175b" in {m["name"] for m in json.loads(proc.stdout)["models"]}
 
 
-MOE = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm", "--gpus", "64", "--global-batch", "256",
-           "--seq", "4096", "--tp", "2", "--ep", "16", "--sp"]  # the EP group spans two nodes
+MOE = [
+    "--model",
+    "qwen3-30b-a3b",
+    "--cluster",
+    "h100-sxm",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "256",
+    "--seq",
+    "4096",
+    "--tp",
+    "2",
+    "--ep",
+    "16",
+    "--sp",
+]  # the EP group spans two nodes
 
 
 def test_ep_dispatcher_is_evaluated_and_emitted(capsys):

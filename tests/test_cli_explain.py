@@ -4,8 +4,28 @@ import json
 
 from planner.cli import main
 
-ARGS = ["explain", "--model", "gpt3-175b", "--cluster", "a100-80g", "--gpus", "64", "--global-batch", "64",
-        "--seq", "2048", "--tp", "8", "--pp", "8", "--vp", "3", "--sp", "--chunks", "4"]
+ARGS = [
+    "explain",
+    "--model",
+    "gpt3-175b",
+    "--cluster",
+    "a100-80g",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "64",
+    "--seq",
+    "2048",
+    "--tp",
+    "8",
+    "--pp",
+    "8",
+    "--vp",
+    "3",
+    "--sp",
+    "--chunks",
+    "4",
+]
 
 
 def test_explain_table_names_strategies_and_prerequisites(capsys):
@@ -34,17 +54,62 @@ def test_explain_bad_stage_is_a_one_line_error(capsys):
 
 
 def test_explain_inference_forward(capsys):
-    assert main(["explain", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--tp", "8",
-                 "--mode", "infer", "--input-len", "1000", "--output-len", "100", "--json"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--model",
+                "llama3-8b",
+                "--cluster",
+                "h100-sxm",
+                "--gpus",
+                "8",
+                "--tp",
+                "8",
+                "--mode",
+                "infer",
+                "--input-len",
+                "1000",
+                "--output-len",
+                "100",
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["overlap"][0]["strategy"] == "tp" and d["overlap"][0]["phase"] == "prefill"
 
 
 def test_explain_inference_shows_prefill_and_decode(tmp_path, capsys):
     trace = tmp_path / "decode.json"
-    assert main(["explain", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--tp", "8",
-                 "--mode", "infer", "--input-len", "1024", "--output-len", "128", "--global-batch", "16",
-                 "--trace", str(trace), "--json"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--model",
+                "llama3-8b",
+                "--cluster",
+                "h100-sxm",
+                "--gpus",
+                "8",
+                "--tp",
+                "8",
+                "--mode",
+                "infer",
+                "--input-len",
+                "1024",
+                "--output-len",
+                "128",
+                "--global-batch",
+                "16",
+                "--trace",
+                str(trace),
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     phases = {(r["strategy"], r["phase"]) for r in d["overlap"]}
     assert phases == {("tp", "prefill"), ("tp", "decode")}

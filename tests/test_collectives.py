@@ -56,6 +56,7 @@ def test_hierarchical_uses_every_rail(a100):
 
 def test_more_bandwidth_never_slower(a100):
     from dataclasses import replace
+
     fast = replace(a100, inter_link=replace(a100.inter_link, bw_bytes_per_s=2 * a100.inter_link.bw_bytes_per_s))
     for kind in ("allreduce", "allgather", "alltoall", "p2p"):
         assert collective_time_s(kind, 1e8, 16, 8, fast) <= collective_time_s(kind, 1e8, 16, 8, a100)
@@ -66,6 +67,7 @@ def test_dedicated_dma_engines_cap_bandwidth():
     # halves the achievable bandwidth when the engines, not the link, are the bottleneck
     from dataclasses import replace
     from costmodel.physics.comm.collectives import link_bw_bytes_per_s
+
     cl = load_cluster("sg2262-like")
     eng = cl.device.engines_for("intra")
     fewer = replace(cl, device=replace(cl.device, dma_engines=(replace(eng, count=2),) + cl.device.dma_engines[1:]))

@@ -7,7 +7,15 @@ import numpy as np
 
 import pytest
 
-from costmodel.physics.comm.collectives import (RING_PLATEAU_LATENCY_FACTOR, TREE_BW_FACTOR, collective_latency_s, collective_time_s, ring_latency_s, ring_plateau_factor, tree_latency_s)
+from costmodel.physics.comm.collectives import (
+    RING_PLATEAU_LATENCY_FACTOR,
+    TREE_BW_FACTOR,
+    collective_latency_s,
+    collective_time_s,
+    ring_latency_s,
+    ring_plateau_factor,
+    tree_latency_s,
+)
 from costmodel.spec.presets import load_cluster
 
 A_I, A_E = 8e-6, 15e-6  # a100-80g: latency of one NVLink step and of one network step
@@ -109,7 +117,8 @@ def test_allreduce_never_slower_than_its_ring(a100):
             k = min(size, 8 // stride) if stride < 8 else 1
             ring_lat = ring_latency_s("allreduce", k, size // k, A_I, A_E)
             bw_ring = collective_time_s("allreduce", S, size, stride, a100) - collective_latency_s(
-                "allreduce", size, stride, a100, nbytes=S)
+                "allreduce", size, stride, a100, nbytes=S
+            )
             plateau = ring_plateau_factor(S, k, size // k)
             assert collective_latency_s("allreduce", size, stride, a100, nbytes=S) <= plateau * ring_lat + 1e-12
             assert bw_ring > 0
@@ -131,7 +140,8 @@ def test_array_of_sizes_picks_the_algorithm_per_entry(a100):
     # the sizes straddle the crossover: the tree at 1 KB, the ring at 10 GB
     assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e3) == pytest.approx(tree_latency_s(8, 16, A_I, A_E))
     assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e10) == pytest.approx(
-        RING_PLATEAU_LATENCY_FACTOR * ring_latency_s("allreduce", 8, 16, A_I, A_E))
+        RING_PLATEAU_LATENCY_FACTOR * ring_latency_s("allreduce", 8, 16, A_I, A_E)
+    )
     assert collective_time_s("allreduce", np.array(sizes), 128, 1, a100)[0] == 0.0
 
 
@@ -167,10 +177,15 @@ def test_two_node_tree_beats_a_network_bound_ring():
     # 2 * (7 * 8 us + 1 * 15 us) = 142 us.
     # (NVLSTree switched off here: the next tests cover it)
     from dataclasses import replace
+
     h = load_cluster("h100-sxm")
-    h = replace(h, inter_link=replace(h.inter_link, bw_bytes_per_s=25e9),
-                intra_link=replace(h.intra_link, nvls_tree_channel_bw_bytes_per_s=0.0,
-                                   nvls_tree_2node_channel_bw_bytes_per_s=0.0))
+    h = replace(
+        h,
+        inter_link=replace(h.inter_link, bw_bytes_per_s=25e9),
+        intra_link=replace(
+            h.intra_link, nvls_tree_channel_bw_bytes_per_s=0.0, nvls_tree_2node_channel_bw_bytes_per_s=0.0
+        ),
+    )
     S = 8e9
     tree = max(2 * S / 360e9, S / 180e9) / TREE_BW_FACTOR + 2 * (7 * 8e-6 + 15e-6)
     ring = 2 * 15 / 16 * S / 180e9
@@ -188,7 +203,7 @@ def test_nvls_tree_across_many_hopper_nodes():
     # 1,024 GPUs (128 nodes), 16 GiB: max(S / 306, 2 S / 360, 2 S / (8 x 45.5)) = 2 S / 360 GB/s
     # (network-bound), latency 25 us + 2 * 7 network steps of 15 us x 20.9 / 14
     h = load_cluster("h100-sxm")
-    S = 2.0 ** 34
+    S = 2.0**34
     expected = 2 * S / 360e9 + 25e-6 + 14 * NVLS_TREE_STEP_S
     assert collective_time_s("allreduce", S, 1024, 1, h) == pytest.approx(expected)
     # the tree alone would be 0.92 as fast: NVLSTree is what the model (and NCCL) picks
@@ -207,9 +222,14 @@ def test_nvls_tree_on_two_nodes_is_capped_per_channel():
 def test_nvls_tree_needs_two_gpus_of_a_node_and_nvls():
     # one GPU per node (stride 8): no NVLS (nvls.cc: fewer than 2 local GPUs), the tree or ring
     from dataclasses import replace
+
     h = load_cluster("h100-sxm")
-    off = replace(h, intra_link=replace(h.intra_link, nvls_tree_channel_bw_bytes_per_s=0.0,
-                                        nvls_tree_2node_channel_bw_bytes_per_s=0.0))
+    off = replace(
+        h,
+        intra_link=replace(
+            h.intra_link, nvls_tree_channel_bw_bytes_per_s=0.0, nvls_tree_2node_channel_bw_bytes_per_s=0.0
+        ),
+    )
     for S in (1e6, 1e9):
         assert collective_time_s("allreduce", S, 64, 8, h) == collective_time_s("allreduce", S, 64, 8, off)
     # A100 (no NVLS): unchanged by the caps it does not have
@@ -234,6 +254,7 @@ def test_nvls_tree_caps_are_validated_and_round_trip():
     from costmodel.spec.errors import SpecError
     from costmodel.spec.presets import cluster_from_dict, cluster_to_dict
     from costmodel.spec.specs import LinkSpec
+
     with pytest.raises(SpecError):
         LinkSpec(bw_bytes_per_s=1e9, nvls_tree_channel_bw_bytes_per_s=-1.0)
     h = load_cluster("h100-sxm")
@@ -257,6 +278,7 @@ def test_nvls_allreduce_inside_a_hopper_node():
 
 def test_more_nic_bandwidth_never_slows_a_collective():
     from dataclasses import replace
+
     h = load_cluster("h100-sxm")
     for kind in ("allreduce", "allgather", "reducescatter"):
         for size, stride in ((16, 1), (64, 1), (32, 2), (128, 8)):
@@ -271,6 +293,7 @@ def test_more_nic_bandwidth_never_slows_a_collective():
 def test_nvls_efficiency_is_validated():
     from costmodel.spec.errors import SpecError
     from costmodel.spec.specs import LinkSpec
+
     with pytest.raises(SpecError):
         LinkSpec(bw_bytes_per_s=1e9, nvls_efficiency=1.5)
     with pytest.raises(SpecError):
@@ -281,7 +304,7 @@ def test_nvls_efficiency_is_validated():
 def test_ring_plateau_only_across_nodes_and_only_for_allreduce(a100):
     # tuning.cc ncclTopoGetAlgoTime: Ring + Simple + nNodes > 1 + AllReduce, once
     # nBytes / (nChannels * nRanks) >= 64 (one channel per rank of the node here)
-    assert ring_plateau_factor(1e9, 8, 1) == 1.0            # one node: never
+    assert ring_plateau_factor(1e9, 8, 1) == 1.0  # one node: never
     assert ring_plateau_factor(64 * 8 * 32 - 1, 8, 4) == 1.0  # just below 64 B per rank and channel
     assert ring_plateau_factor(64 * 8 * 32, 8, 4) == RING_PLATEAU_LATENCY_FACTOR
     arr = ring_plateau_factor(np.array([1e3, 1e9]), 8, 4)

@@ -29,16 +29,59 @@ def test_unstated_knobs_are_chosen_as_recommend_would_and_listed(capsys):
 
 
 def test_text_output_names_the_choices(capsys):
-    assert main(["evaluate", *PROBLEM, "--tp", "8", "--pp", "2", "--mb", "1", "--vp", "1", "--zero", "1",
-                 "--recompute", "none", "--bucket-mb", "160", "--sp"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                *PROBLEM,
+                "--tp",
+                "8",
+                "--pp",
+                "2",
+                "--mb",
+                "1",
+                "--vp",
+                "1",
+                "--zero",
+                "1",
+                "--recompute",
+                "none",
+                "--bucket-mb",
+                "160",
+                "--sp",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("chosen by the planner:"))
     assert "chunks=" in line and "layers_per_stage=" in line and "mb=" not in line
 
 
 def test_a_fully_stated_plan_is_evaluated_literally(capsys):
-    e = run_json(capsys, "evaluate", *PROBLEM, "--tp", "8", "--pp", "1", "--mb", "1", "--vp", "1", "--zero", "1",
-                 "--recompute", "selective", "--bucket-mb", "40", "--chunks", "1", "--sp", "--json")
+    e = run_json(
+        capsys,
+        "evaluate",
+        *PROBLEM,
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--mb",
+        "1",
+        "--vp",
+        "1",
+        "--zero",
+        "1",
+        "--recompute",
+        "selective",
+        "--bucket-mb",
+        "40",
+        "--chunks",
+        "1",
+        "--sp",
+        "--json",
+    )
     assert e["chosen"] == {} and e["config"]["bucket_mb"] == 40 and e["config"]["chunks"] == 1
 
 
@@ -58,12 +101,14 @@ def test_framework_default_rules():
     assert (ds["zero"], ds["bucket_mb"], ds["mb"]) == (0, 0, 16)  # overlap_comm only with ZeRO-3; no accumulation
     # 5e8 elements of the plan's gradient dtype (DeepSpeed's reduce_bucket_size counts communication-dtype elements)
     assert framework_defaults("deepspeed", dp=16, pp=1, global_batch=256, zero=3)["bucket_mb"] == pytest.approx(2000)
-    assert framework_defaults("deepspeed", dp=16, pp=1, global_batch=256, zero=3,
-                              grad_dtype="bf16")["bucket_mb"] == pytest.approx(1000)
+    assert framework_defaults("deepspeed", dp=16, pp=1, global_batch=256, zero=3, grad_dtype="bf16")[
+        "bucket_mb"
+    ] == pytest.approx(1000)
     tt = framework_defaults("fsdp2", dp=8, pp=1, global_batch=64, tp=2)
     assert (tt["zero"], tt["recompute"], tt["sp"], tt["mb"]) == (3, "op_sac", True, 8)
     assert framework_defaults("fsdp2", dp=8, pp=4, global_batch=64)["zero"] == 2  # no reshard under PP
     from costmodel.spec.errors import SpecError
+
     with pytest.raises(SpecError, match="framework"):
         framework_defaults("jax", dp=1, pp=1, global_batch=1)
 

@@ -51,10 +51,23 @@ def test_every_row_has_a_source_and_parses():
 
 def test_measured_conversions_by_definition():
     # nccl-tests: busbw = algbw * 2 (n-1)/n for all-reduce -> t = 2 * 7/8 * 8e9 B / 480 GB/s
-    c = cc.parse_row({"case_id": "x", "source_key": "k", "source_url": "https://x", "source_location": "loc",
-                      "fabric": "nvlink", "gpu": "H100", "cluster_preset": "h100-sxm", "nodes": "1",
-                      "gpus_per_node": "8", "collective": "allreduce", "message_bytes": "8e9",
-                      "measured_kind": "busbw_gbps", "measured_value": "480"})
+    c = cc.parse_row(
+        {
+            "case_id": "x",
+            "source_key": "k",
+            "source_url": "https://x",
+            "source_location": "loc",
+            "fabric": "nvlink",
+            "gpu": "H100",
+            "cluster_preset": "h100-sxm",
+            "nodes": "1",
+            "gpus_per_node": "8",
+            "collective": "allreduce",
+            "message_bytes": "8e9",
+            "measured_kind": "busbw_gbps",
+            "measured_value": "480",
+        }
+    )
     assert cc.measured_s(c) == pytest.approx(2 * 7 / 8 * 8e9 / 480e9)
 
 
@@ -68,7 +81,7 @@ def test_model_error_on_the_data(results):
 def test_large_messages_at_scale_are_bandwidth_right(results):
     # at >= 1,024 GPUs and >= 1 GiB NCCL runs at its NVLSTree plateau: the model's bandwidth term
     # is what is tested there (each case within 15%, mean within 6%; 4.2% measured)
-    big = [r for r in results if r["case"].gpus >= cc.LARGE_GPUS and r["case"].message_bytes >= 2 ** 30]
+    big = [r for r in results if r["case"].gpus >= cc.LARGE_GPUS and r["case"].message_bytes >= 2**30]
     assert len(big) >= 12
     assert max(abs(r["error"]) for r in big) <= 0.15
     assert sum(abs(r["error"]) for r in big) / len(big) <= 0.06
@@ -84,10 +97,21 @@ def test_check_reports_the_unverified_scale_target(results):
 
 
 def test_rows_read_off_an_axis_are_not_in_the_target():
-    base = {"case_id": "x", "source_key": "k", "source_url": "https://x", "source_location": "loc",
-            "fabric": "infiniband", "gpu": "H100", "cluster_preset": "h100-sxm", "nodes": "128",
-            "gpus_per_node": "8", "collective": "allreduce", "message_bytes": "1e9",
-            "measured_kind": "busbw_gbps", "measured_value": "300"}
+    base = {
+        "case_id": "x",
+        "source_key": "k",
+        "source_url": "https://x",
+        "source_location": "loc",
+        "fabric": "infiniband",
+        "gpu": "H100",
+        "cluster_preset": "h100-sxm",
+        "nodes": "128",
+        "gpus_per_node": "8",
+        "collective": "allreduce",
+        "message_bytes": "1e9",
+        "measured_kind": "busbw_gbps",
+        "measured_value": "300",
+    }
     axis = cc.parse_row({**base, "read_from": "figure_axis"})
     text = cc.parse_row(base)
     assert text.read_from == "text" and cc.in_target(text) and not cc.in_target(axis)
@@ -103,8 +127,14 @@ def test_bad_csv_is_one_line_and_exit_2(tmp_path):
     with open(cc.DATA, newline="") as f:
         header = f.readline()
     bad.write_text(header + "1,k,https://x,loc,nvlink,H100,h100-sxm,1,8,allreduce,-5,time_us,10,,,,\n")
-    p = subprocess.run([sys.executable, "-m", "benchmarks.component_collectives", "--csv", str(bad)], cwd=ROOT,
-                       capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)}, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "benchmarks.component_collectives", "--csv", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "message_bytes" in p.stderr
 

@@ -64,4 +64,5 @@ def test_the_kernel_rate_is_what_its_calibrating_rows_print():
 
     rows = [r for r in ce.load() if r["role"] == "calibrates"]
     assert DEEPEP_INTERNODE_ROWS_BYTES_PER_S == pytest.approx(
-        1e9 * sum(float(r["measured_value"]) for r in rows) / len(rows), rel=1e-3)
+        1e9 * sum(float(r["measured_value"]) for r in rows) / len(rows), rel=1e-3
+    )

@@ -51,7 +51,9 @@ def test_attention_utilization_arithmetic():
 
 def test_shape_factor_is_one_at_the_reference_and_without_data():
     h100 = load_cluster("h100-sxm").device
-    assert kernels.attention_shape_factor(h100, kernels.REF_SEQ, kernels.REF_HEAD_DIM, True, "fwd") == pytest.approx(1.0)
+    assert kernels.attention_shape_factor(h100, kernels.REF_SEQ, kernels.REF_HEAD_DIM, True, "fwd") == pytest.approx(
+        1.0
+    )
     assert kernels.attention_shape_factor(load_cluster("b200").device, 1024, 64, True, "bwd") == 1.0
     # shorter sequences run slower, on every fitted family
     for name in ("h100-sxm", "h200", "a100-80g"):
@@ -78,9 +80,15 @@ def test_attention_fits_are_the_grid_optimum():
         for dl, dd in ((16, 0), (-16, 0), (0, 4), (0, -4)):
             if fit.l0_tokens + dl < 0 or fit.d0 + dd < 0:
                 continue
-            best = min(_err(rs, lambda r, e=e: ck.attention_row_time_s(
-                r, "kernel", replace(fit, l0_tokens=fit.l0_tokens + dl, d0=fit.d0 + dd, eta=e)))
-                for e in (fit.eta * (1 + 0.01 * i) for i in range(-6, 7)))
+            best = min(
+                _err(
+                    rs,
+                    lambda r, e=e: ck.attention_row_time_s(
+                        r, "kernel", replace(fit, l0_tokens=fit.l0_tokens + dl, d0=fit.d0 + dd, eta=e)
+                    ),
+                )
+                for e in (fit.eta * (1 + 0.01 * i) for i in range(-6, 7))
+            )
             assert here <= best + 1e-3, (key, dl, dd, here, best)
 
 
@@ -98,8 +106,16 @@ def test_gemm_fits_are_the_grid_optimum():
             if fit.eta + d > 1:
                 continue
             other = replace(fit, eta=fit.eta + d)
-            assert here <= _err(rs, lambda r: ck.gemm_row_time_s(r, "kernel", other, kernels.STREAM_FITS.get(
-                key[0].replace("-500W", "")))) + 1e-9, key
+            assert (
+                here
+                <= _err(
+                    rs,
+                    lambda r: ck.gemm_row_time_s(
+                        r, "kernel", other, kernels.STREAM_FITS.get(key[0].replace("-500W", ""))
+                    ),
+                )
+                + 1e-9
+            ), key
 
 
 def test_kernel_model_meets_its_bound_and_the_preset_levels_do_not():
@@ -122,12 +138,16 @@ def test_step_time_attention_uses_the_shape_factor():
     m, dev = load_model("llama3-8b"), load_cluster("h100-sxm").device
     per_token = []
     for s in (2048, 16384):
-        att = next(o for o in layer_ops(m, dev, Workload(global_batch=8, seq_len=s), ParallelConfig(mb=1))
-                   if o.name == "attn_core")
+        att = next(
+            o
+            for o in layer_ops(m, dev, Workload(global_batch=8, seq_len=s), ParallelConfig(mb=1))
+            if o.name == "attn_core"
+        )
         per_token.append((att.fwd_s - dev.kernel_overhead_s) / att.fwd_flops)
     # time per FLOP is higher at 2k than at 16k by the shape factor's ratio
-    ratio = (kernels.attention_shape_factor(dev, 16384, m.head_dim, True, "fwd")
-             / kernels.attention_shape_factor(dev, 2048, m.head_dim, True, "fwd"))
+    ratio = kernels.attention_shape_factor(dev, 16384, m.head_dim, True, "fwd") / kernels.attention_shape_factor(
+        dev, 2048, m.head_dim, True, "fwd"
+    )
     assert per_token[0] / per_token[1] == pytest.approx(ratio, rel=1e-6)
     assert ratio > 1.05
 
@@ -142,6 +162,7 @@ def test_an_empty_gemm_costs_nothing_and_never_divides_by_zero():
     # search_equality's exhaustive baseline reached gemm_time_s with an empty dimension (ZeroDivisionError)
     from costmodel.physics.kernels.gemm import gemm_time_s
     from costmodel.spec.presets import load_cluster
+
     dev = load_cluster("h100-sxm").device
     for m, n, k in ((0, 4096, 4096), (4096, 0, 4096), (4096, 4096, 0)):
         assert gemm_time_s(m, n, k, dev, "bf16") == 0.0

@@ -75,26 +75,40 @@ def checks():
 
 def test_what_matches_today_keeps_matching(checks):
     ok = {(k.case, k.quantity) for k in checks if k.compared and k.ok}
-    must = {("deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", "all-gathers per layer, forward"),
-            ("deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", "gathered bytes per layer"),
-            ("megatron DDP, no overlap, dp32", "stage 0: gradient buckets (analytic)"),
-            ("megatron distopt, overlap, tp4 dp48", "gradient collective"),
-            ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "ZeRO stages accepted with pp>1")}
+    must = {
+        ("deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", "all-gathers per layer, forward"),
+        ("deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024", "gathered bytes per layer"),
+        ("megatron DDP, no overlap, dp32", "stage 0: gradient buckets (analytic)"),
+        ("megatron distopt, overlap, tp4 dp48", "gradient collective"),
+        ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "ZeRO stages accepted with pp>1"),
+    }
     # Megatron-Core's buckets per chunk and per buffer, bucketing on pp rank 0 / chunk 0 only, the
     # >= close rule at parameter granularity, the expert buffer over the expert-DP group
-    must |= {("megatron distopt, overlap, tp8 pp2 vp2 dp48", "stage 1: gradient buckets (analytic)"),
-             ("megatron distopt, overlap, tp8 pp2 vp2 dp48", "stage 0: gradient buckets (analytic)"),
-             ("megatron distopt, overlap, MoE ep8 dp8", "stage 0: gradient buckets (analytic)"),
-             ("megatron DDP, overlap, dp32", "stage 0: gradient buckets (analytic)"),
-             ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "stage 0: gradient collectives"),
-             ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "gradient element bytes on the wire")}
+    must |= {
+        ("megatron distopt, overlap, tp8 pp2 vp2 dp48", "stage 1: gradient buckets (analytic)"),
+        ("megatron distopt, overlap, tp8 pp2 vp2 dp48", "stage 0: gradient buckets (analytic)"),
+        ("megatron distopt, overlap, MoE ep8 dp8", "stage 0: gradient buckets (analytic)"),
+        ("megatron DDP, overlap, dp32", "stage 0: gradient buckets (analytic)"),
+        ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "stage 0: gradient collectives"),
+        ("deepspeed pipeline ZeRO-1, tp8 pp35 dp8", "gradient element bytes on the wire"),
+    }
     # the embedding and head units (costmodel.physics.mechanics.zero3_edges): torchtitan's units, DeepSpeed's extra bucket
-    must |= {("fsdp2 reshard, dp64", q) for q in ("all-gathers per micro-batch, forward",
-                                                 "all-gathers per micro-batch, backward",
-                                                 "reduce-scatters per micro-batch", "forward gathered bytes per micro-batch")}
-    must |= {(n, "reduce-scatters per micro-batch (stage)") for n in
-             ("deepspeed ZeRO-3, Megatron-DeepSpeed Llama, dp384, DeepSpeed's buckets",
-              "deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024")}
+    must |= {
+        ("fsdp2 reshard, dp64", q)
+        for q in (
+            "all-gathers per micro-batch, forward",
+            "all-gathers per micro-batch, backward",
+            "reduce-scatters per micro-batch",
+            "forward gathered bytes per micro-batch",
+        )
+    }
+    must |= {
+        (n, "reduce-scatters per micro-batch (stage)")
+        for n in (
+            "deepspeed ZeRO-3, Megatron-DeepSpeed Llama, dp384, DeepSpeed's buckets",
+            "deepspeed ZeRO-3, Megatron-DeepSpeed GPT, dp1024",
+        )
+    }
     assert must <= ok
     assert len(ok) >= 53  # without the graph engine rows (evaluate(graph=False))
 
@@ -103,8 +117,9 @@ def test_every_compared_quantity_matches(checks):
     bad = {(k.case, k.quantity) for k in checks if not k.ok}
     # the last one: DeepSpeed ZeRO-3 on Hugging Face modules, now a plan input (ParallelConfig.module_layout)
     assert bad == set()
-    assert ("deepspeed ZeRO-3, HF Llama, dp1536", "reduce-scatters per micro-batch (stage)") in \
-        {(k.case, k.quantity) for k in checks if k.compared}
+    assert ("deepspeed ZeRO-3, HF Llama, dp1536", "reduce-scatters per micro-batch (stage)") in {
+        (k.case, k.quantity) for k in checks if k.compared
+    }
 
 
 def test_the_hf_layout_is_what_the_model_charges():
@@ -112,14 +127,24 @@ def test_the_hf_layout_is_what_the_model_charges():
     fused = ParallelConfig(dp=1536, zero=3, framework="deepspeed", bucket_bytes=1e9)
     hf = ParallelConfig(dp=1536, zero=3, framework="deepspeed", bucket_bytes=1e9, module_layout="hf")
     from costmodel.physics.mechanics.zero3_fetch import reduce_pieces
+
     # reduce bucket 2.5e8 elements: Q 67M, K 8M, V 8M, O 67M, gate/up/down 235M each (HF) vs QKV 84M, fc1 470M (fused)
     assert len(reduce_pieces(m, hf, False)[0]) > len(reduce_pieces(m, fused, False)[0])
 
 
 def test_check_exits_one_on_mismatch(capsys):
     from unittest import mock
-    assert subprocess.run([sys.executable, "-m", "benchmarks.component_mechanics", "--check",
-                           "--no-graph"], capture_output=True, text=True, cwd=ROOT, timeout=120).returncode == 0
+
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "benchmarks.component_mechanics", "--check", "--no-graph"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        ).returncode
+        == 0
+    )
     with mock.patch.object(cm, "evaluate", lambda graph=True: [cm.Check("case", "quantity", 1, 2)]):
         assert cm.main(["--check"]) == 1
     assert "mismatch: case: quantity" in capsys.readouterr().err
@@ -127,6 +152,7 @@ def test_check_exits_one_on_mismatch(capsys):
 
 def test_megatron_buckets_by_hand():
     from costmodel.physics.mechanics.grad_buckets import close_ge, close_ge_runs, stage_grad_buckets
+
     # reverse order [head 6, layer 4+4, emb 6], bucket 8: 6+4 -> 10, 4+6 -> 10: two buckets
     assert close_ge([6, 4, 4, 6], 8) == [10, 10]
     assert close_ge_runs([((6.0,), 1), ((4.0, 4.0), 1), ((6.0,), 1)], 8) == [10.0, 10.0]

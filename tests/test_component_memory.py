@@ -58,8 +58,9 @@ def test_dtensor_sp_saves_the_gathered_inputs_and_moves_the_70b_case_up():
     assert case.config.sp_saved_inputs == "gathered"
     sharded = cm.evaluate([replace(case, config=replace(case.config, sp_saved_inputs="sharded"))])[0]
     tokens, h = case.config.mb * case.workload.seq_len, 8192
-    assert by[11].total_bytes - sharded.total_bytes == pytest.approx(tokens * h * ((2 * 1 - 4 / 8) + (2 - 2 / 8)) * 1.05,
-                                                                            rel=1e-9)
+    assert by[11].total_bytes - sharded.total_bytes == pytest.approx(
+        tokens * h * ((2 * 1 - 4 / 8) + (2 - 2 / 8)) * 1.05, rel=1e-9
+    )
     measured = case.measured_bytes
     assert abs(by[11].total_bytes - measured) < abs(sharded.total_bytes - measured)
 

@@ -62,7 +62,7 @@ def test_counts_row_is_computed_from_the_counts():
 
 def test_rank_rows_sum_contiguous_experts_and_imply_the_same_skew(cases):
     layers = cr.load_counts()["7"]
-    ranks = [sum(layers[10][j * 2:(j + 1) * 2]) for j in range(4)]  # EP 4: experts 0-1, 2-3, 4-5, 6-7
+    ranks = [sum(layers[10][j * 2 : (j + 1) * 2]) for j in range(4)]  # EP 4: experts 0-1, 2-3, 4-5, 6-7
     assert ranks == [781 + 548, 647 + 600, 636 + 566, 713 + 629]
     # independent experts: summing two or four of them leaves the implied skew where the experts put it
     for i in ("16", "17"):

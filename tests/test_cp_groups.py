@@ -24,7 +24,9 @@ def test_dpcp_group_stride_is_tp():
 
 
 def _slow_network(cluster):
-    return replace(cluster, inter_link=replace(cluster.inter_link, bw_bytes_per_s=cluster.inter_link.bw_bytes_per_s / 100))
+    return replace(
+        cluster, inter_link=replace(cluster.inter_link, bw_bytes_per_s=cluster.inter_link.bw_bytes_per_s / 100)
+    )
 
 
 @pytest.mark.parametrize("engine", ["analytic", "graph"])
@@ -41,5 +43,7 @@ def test_single_node_cp_plan_never_uses_the_network(engine, zero):
     two = load_cluster("h100-sxm").with_gpus(16)
     cfg2 = replace(cfg, dp=4)
     wl2 = Workload(global_batch=32, seq_len=8192)
-    assert evaluate(model, _slow_network(two), wl2, cfg2, engine=engine).step_time_s > \
-        evaluate(model, two, wl2, cfg2, engine=engine).step_time_s
+    assert (
+        evaluate(model, _slow_network(two), wl2, cfg2, engine=engine).step_time_s
+        > evaluate(model, two, wl2, cfg2, engine=engine).step_time_s
+    )

@@ -28,8 +28,19 @@ def test_default_is_ring_and_bad_value_refused():
 
 def _row(cp_impl, engine):
     m, cl = load_model("llama3.1-405b"), load_cluster("h100-96g").with_gpus(512)
-    c = ParallelConfig(tp=8, pp=8, dp=1, cp=8, sp=True, mb=1, zero=2, recompute="full", framework="fsdp2",
-                       layers_per_stage=(15, 16, 16, 16, 16, 16, 16, 15), cp_impl=cp_impl)
+    c = ParallelConfig(
+        tp=8,
+        pp=8,
+        dp=1,
+        cp=8,
+        sp=True,
+        mb=1,
+        zero=2,
+        recompute="full",
+        framework="fsdp2",
+        layers_per_stage=(15, 16, 16, 16, 16, 16, 16, 15),
+        cp_impl=cp_impl,
+    )
     return evaluate(m, cl, Workload(global_batch=8, seq_len=262144, dtype="fp8"), c, engine=engine)
 
 

@@ -49,8 +49,11 @@ def test_streams_follow_the_plan():
 
 def test_enough_engines_compositions_default_first():
     alls = dma.assignments(SG, PLAN, GPT)
-    assert [str(a) for a in alls] == ["tp:cdma*2,pp:cdma*1,dp:cdma*1", "tp:cdma*1,pp:cdma*1,dp:cdma*2",
-                                      "tp:cdma*1,pp:cdma*2,dp:cdma*1"]
+    assert [str(a) for a in alls] == [
+        "tp:cdma*2,pp:cdma*1,dp:cdma*1",
+        "tp:cdma*1,pp:cdma*1,dp:cdma*2",
+        "tp:cdma*1,pp:cdma*2,dp:cdma*1",
+    ]
     assert alls[0] == dma.default_assignment(SG, PLAN, GPT)
     assert alls == dma.assignments(SG, PLAN, GPT)  # deterministic
     for a in alls:  # every stream alone, >= 1 engine each, all 4 used
@@ -111,14 +114,17 @@ def test_parse_errors_name_the_field(bad):
     assert str(e.value).startswith("dma=") and "must be" in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("text, words", [
-    ("tp:cdma*2,pp:cdma*1", "each stream the plan uses"),        # dp missing
-    ("tp:cdma*2,pp:cdma*1,dp:cdma*1,cp:cdma*1", "and no other"),  # cp not used
-    ("tp:cdma*3,pp:cdma*1,dp:cdma*1", "at most 4 cdma engines"),
-    ("tp:gdma*1,pp:cdma*1,dp:cdma*1", "for the tp stream"),      # gdma serves no collectives
-    ("tp:xdma*1,pp:cdma*1,dp:cdma*1", "engine classes of"),
-    ("tp+pp:cdma*1,pp:cdma*1,dp:cdma*1", "one group only"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("tp:cdma*2,pp:cdma*1", "each stream the plan uses"),  # dp missing
+        ("tp:cdma*2,pp:cdma*1,dp:cdma*1,cp:cdma*1", "and no other"),  # cp not used
+        ("tp:cdma*3,pp:cdma*1,dp:cdma*1", "at most 4 cdma engines"),
+        ("tp:gdma*1,pp:cdma*1,dp:cdma*1", "for the tp stream"),  # gdma serves no collectives
+        ("tp:xdma*1,pp:cdma*1,dp:cdma*1", "engine classes of"),
+        ("tp+pp:cdma*1,pp:cdma*1,dp:cdma*1", "one group only"),
+    ],
+)
 def test_check_errors(text, words):
     with pytest.raises(SpecError, match="dma=") as e:
         validate_config(GPT, SG, W, replace(PLAN, dma=text))
@@ -126,9 +132,28 @@ def test_check_errors(text, words):
 
 
 def test_cli_refuses_a_bad_assignment_in_one_line():
-    cmd = [sys.executable, "-m", "planner", "evaluate", "--model", "gpt-1.7b", "--cluster", "sg2262-like",
-           "--gpus", "64", "--global-batch", "64", "--seq", "2048", "--tp", "8", "--pp", "4",
-           "--dma", "tp:cdma*3,pp:cdma*1,dp:cdma*1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "planner",
+        "evaluate",
+        "--model",
+        "gpt-1.7b",
+        "--cluster",
+        "sg2262-like",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "64",
+        "--seq",
+        "2048",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--dma",
+        "tp:cdma*3,pp:cdma*1,dp:cdma*1",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "dma=" in r.stderr and "at most 4 cdma engines" in r.stderr
@@ -137,11 +162,33 @@ def test_cli_refuses_a_bad_assignment_in_one_line():
 
 
 def test_cli_json_and_explain_say_the_assignment():
-    base = [sys.executable, "-m", "planner", "{}", "--model", "gpt-1.7b", "--cluster", "sg2262-like",
-            "--gpus", "64", "--global-batch", "64", "--seq", "2048", "--tp", "8", "--pp", "4",
-            "--dma", "tp:cdma*1,pp:cdma*1,dp:cdma*2"]
-    run = lambda sub, *extra: subprocess.run([a.format(sub) for a in base] + list(extra),  # noqa: E731
-                                             capture_output=True, text=True)
+    base = [
+        sys.executable,
+        "-m",
+        "planner",
+        "{}",
+        "--model",
+        "gpt-1.7b",
+        "--cluster",
+        "sg2262-like",
+        "--gpus",
+        "64",
+        "--global-batch",
+        "64",
+        "--seq",
+        "2048",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--dma",
+        "tp:cdma*1,pp:cdma*1,dp:cdma*2",
+    ]
+    run = lambda sub, *extra: subprocess.run(
+        [a.format(sub) for a in base] + list(extra),  # noqa: E731
+        capture_output=True,
+        text=True,
+    )
     r = run("evaluate", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -164,19 +211,21 @@ def test_bandwidth_is_engines_times_per_engine_bandwidth_under_the_link():
     t = {n: collective_time_s("allgather", 1e9, 8, 1, SG, engines=(cdma, n)) for n in (1, 2, 4)}
     lat = collective_time_s("allgather", 1.0, 8, 1, SG, engines=(cdma, 4))
     assert (t[1] - lat) / (t[2] - lat) == pytest.approx(2.0, rel=1e-3)  # 64 vs 128 GB/s
-    assert t[4] == collective_time_s("allgather", 1e9, 8, 1, SG)        # all 4: as before
+    assert t[4] == collective_time_s("allgather", 1e9, 8, 1, SG)  # all 4: as before
     eight = _with_cdma(SG, 8)
     e8 = eight.device.engines_for("intra")
     # 8 x 64 = 512 GB/s exceeds the link's 448 x 0.85: the link bounds it
-    assert collective_time_s("allgather", 1e9, 8, 1, eight, engines=(e8, 8)) == \
-        collective_time_s("allgather", 1e9, 8, 1, eight, engines=(e8, 6))
+    assert collective_time_s("allgather", 1e9, 8, 1, eight, engines=(e8, 8)) == collective_time_s(
+        "allgather", 1e9, 8, 1, eight, engines=(e8, 6)
+    )
 
 
 def test_link_bound_engines_do_not_cap():
     h100 = load_cluster("h100-sxm")
     sm = h100.device.engines_for("intra")
-    assert collective_time_s("allreduce", 1e9, 8, 1, h100, engines=(sm, 1)) == \
-        collective_time_s("allreduce", 1e9, 8, 1, h100)
+    assert collective_time_s("allreduce", 1e9, 8, 1, h100, engines=(sm, 1)) == collective_time_s(
+        "allreduce", 1e9, 8, 1, h100
+    )
 
 
 # --------------------------------------------------------------------------- monotonicity
@@ -191,8 +240,10 @@ def test_fewer_engines_for_a_stream_never_faster(engine):
 @pytest.mark.parametrize("engine", ["analytic", "graph"])
 def test_fewer_engines_in_the_class_never_faster(engine):
     for c in (PLAN, ParallelConfig(tp=8, pp=2, dp=4, zero=1, bucket_bytes=25e6)):
-        best = [min(_step(_with_cdma(SG, n), replace(c, dma=a), engine) for a in dma.assignments(_with_cdma(SG, n), c, GPT))
-                for n in (1, 2, 4, 8)]
+        best = [
+            min(_step(_with_cdma(SG, n), replace(c, dma=a), engine) for a in dma.assignments(_with_cdma(SG, n), c, GPT))
+            for n in (1, 2, 4, 8)
+        ]
         assert all(b >= a * (1 - 1e-9) for a, b in zip(best[1:], best)), best
         default = [_step(_with_cdma(SG, n), c, engine) for n in (1, 2, 4, 8)]
         assert all(b >= a * (1 - 1e-9) for a, b in zip(default[1:], default)), default
@@ -230,8 +281,7 @@ def test_nvidia_default_reproduces_the_engine_classes(case, monkeypatch):
     assert new == pytest.approx(old, rel=1e-12)
 
 
-@pytest.mark.parametrize("text", ["tp:cdma*1,pp:cdma*1,dp:cdma*2", "tp:cdma*1,pp+dp:cdma*1",
-                                  "tp+pp+dp:cdma*1"])
+@pytest.mark.parametrize("text", ["tp:cdma*1,pp:cdma*1,dp:cdma*2", "tp:cdma*1,pp+dp:cdma*1", "tp+pp+dp:cdma*1"])
 def test_engines_honour_a_non_default_assignment_and_agree(text):
     c = replace(PLAN, dma=text)
     a, g = _step(SG, c, "analytic"), _step(SG, c, "graph")

@@ -53,8 +53,10 @@ def test_every_preset_off_megatrons_default_cites_its_source():
             assert d.get("dropout_source"), p.name
 
 
-@pytest.mark.parametrize("field,value", [("hidden_dropout", 1.0), ("attention_dropout", -0.1),
-                                         ("hidden_dropout", "0.1"), ("attention_dropout", True)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("hidden_dropout", 1.0), ("attention_dropout", -0.1), ("hidden_dropout", "0.1"), ("attention_dropout", True)],
+)
 def test_a_probability_outside_0_1_is_refused(field, value):
     with pytest.raises(SpecError, match=field):
         ModelSpec(layers=2, hidden=64, heads=4, ffn_hidden=256, vocab=100, **{field: value})
@@ -108,13 +110,21 @@ def test_kernels_move_the_mask_only_in_training_with_dropout():
     assert a["bda1"].fwd_s == b["bda1"].fwd_s  # no dropout in inference
     g1 = load_model("gpt3-175b")
     cu = ParallelConfig(tp=8, sp=True, flash_attention=False)
-    core = {p: {o.name: o for o in layer_ops(replace(g1, attention_dropout=p), DEV, W, cu)}["attn_core"] for p in (0.0, 0.1)}
+    core = {
+        p: {o.name: o for o in layer_ops(replace(g1, attention_dropout=p), DEV, W, cu)}["attn_core"] for p in (0.0, 0.1)
+    }
     assert core[0.0].fwd_s < core[0.1].fwd_s
 
 
 def test_hf_config_reads_the_probabilities():
-    base = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-            "intermediate_size": 256, "vocab_size": 100}
+    base = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "intermediate_size": 256,
+        "vocab_size": 100,
+    }
     m = model_from_hf_config(base)
     assert (m.hidden_dropout, m.attention_dropout) == (0.0, 0.0)  # LlamaConfig: 0.0, no residual dropout
     m = model_from_hf_config({**base, "attention_dropout": 0.05, "hidden_dropout": 0})
@@ -128,8 +138,9 @@ def test_hf_config_reads_the_probabilities():
         model_from_hf_config({**g, "resid_pdrop": "x"})
 
 
-@pytest.mark.parametrize("name,flags", [("llama3-8b", ["--hidden-dropout", "0.0", "--attention-dropout", "0.0"]),
-                                        ("gpt3-175b", [])])
+@pytest.mark.parametrize(
+    "name,flags", [("llama3-8b", ["--hidden-dropout", "0.0", "--attention-dropout", "0.0"]), ("gpt3-175b", [])]
+)
 def test_emit_states_dropout_off_megatrons_default_and_reads_it_back(name, flags):
     m = load_model(name)
     c = ParallelConfig(tp=8, dp=4, sp=True, zero=1)
@@ -138,15 +149,17 @@ def test_emit_states_dropout_off_megatrons_default_and_reads_it_back(name, flags
     assert ("--hidden-dropout" in tokens) == bool(flags)
     if flags:
         i = tokens.index("--hidden-dropout")
-        assert tokens[i:i + 2] == flags[:2]
+        assert tokens[i : i + 2] == flags[:2]
     back = mg.model_fields({**mg.parse_command_line(" ".join(tokens)), "padded_vocab_size": str(m.vocab)})
     assert (back["hidden_dropout"], back["attention_dropout"]) == (m.hidden_dropout, m.attention_dropout)
 
 
 def test_megatron_reader_defaults_and_errors():
     assert mg.dropout_fields({}) == {"hidden_dropout": 0.1, "attention_dropout": 0.1}
-    assert mg.dropout_fields({"hidden_dropout": "0.0", "attention-dropout": "0.0"}) == \
-        {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+    assert mg.dropout_fields({"hidden_dropout": "0.0", "attention-dropout": "0.0"}) == {
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+    }
     with pytest.raises(SpecError, match="hidden_dropout"):
         mg.dropout_fields({"hidden_dropout": "lots"})
     with pytest.raises(SpecError, match="attention_dropout"):
@@ -155,8 +168,11 @@ def test_megatron_reader_defaults_and_errors():
 
 def test_a_megatron_line_runs_its_dropout_on_the_given_model():
     from planner.inputs.megatron import parse_megatron_text
-    line = ("--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
-            "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000")
+
+    line = (
+        "--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
+        "--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --vocab-size 32000"
+    )
     assert parse_megatron_text(line).dropout == {"hidden_dropout": 0.1, "attention_dropout": 0.1}  # Megatron's default
     fi = parse_megatron_text(line + " --hidden-dropout 0.0 --attention-dropout 0.0")
     assert fi.dropout == {"hidden_dropout": 0.0, "attention_dropout": 0.0} and fi.model["hidden_dropout"] == 0.0
@@ -166,20 +182,48 @@ def test_a_megatron_line_runs_its_dropout_on_the_given_model():
 
 def test_cli_bad_dropout_in_a_megatron_line_exits_2(capsys):
     from planner.cli import main
-    rc = main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--megatron-args",
-               "--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 8 --seq-length 4096 --bf16 "
-               "--hidden-dropout lots"])
+
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--megatron-args",
+            "--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 8 --seq-length 4096 --bf16 "
+            "--hidden-dropout lots",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "hidden_dropout" in err[0]
 
 
 def test_evaluate_charges_the_masks_a_megatron_line_runs(capsys):
     from planner.cli import main
+
     line = "--tensor-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 8 --seq-length 4096 --bf16"
     peaks = {}
     for extra in ("", " --hidden-dropout 0.0 --attention-dropout 0.0"):
-        assert main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--json",
-                     "--megatron-args", line + extra]) == 0
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "--model",
+                    "llama3-8b",
+                    "--cluster",
+                    "h100-sxm",
+                    "--gpus",
+                    "8",
+                    "--json",
+                    "--megatron-args",
+                    line + extra,
+                ]
+            )
+            == 0
+        )
         peaks[extra] = json.loads(capsys.readouterr().out)["peak_memory_bytes"]
     # Megatron's default 0.1 on a Llama: two h-byte masks per token and layer (SP over 8) plus the embedding's
     assert peaks[""] > peaks[" --hidden-dropout 0.0 --attention-dropout 0.0"]

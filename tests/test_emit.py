@@ -35,25 +35,37 @@ from planner.emit.megatron import bucket_elements, megatron_notes
 
 # name -> argparse spec of the documented argument
 MEGATRON = {
-    "--tensor-model-parallel-size": dict(type=int), "--pipeline-model-parallel-size": dict(type=int),
-    "--context-parallel-size": dict(type=int), "--expert-model-parallel-size": dict(type=int),
-    "--expert-tensor-parallel-size": dict(type=int), "--micro-batch-size": dict(type=int),
-    "--global-batch-size": dict(type=int), "--num-layers-per-virtual-pipeline-stage": dict(type=int),
+    "--tensor-model-parallel-size": dict(type=int),
+    "--pipeline-model-parallel-size": dict(type=int),
+    "--context-parallel-size": dict(type=int),
+    "--expert-model-parallel-size": dict(type=int),
+    "--expert-tensor-parallel-size": dict(type=int),
+    "--micro-batch-size": dict(type=int),
+    "--global-batch-size": dict(type=int),
+    "--num-layers-per-virtual-pipeline-stage": dict(type=int),
     "--num-virtual-stages-per-pipeline-rank": dict(type=int),
-    "--decoder-first-pipeline-num-layers": dict(type=int), "--decoder-last-pipeline-num-layers": dict(type=int),
-    "--sequence-parallel": dict(action="store_true"), "--tp-comm-overlap": dict(action="store_true"),
+    "--decoder-first-pipeline-num-layers": dict(type=int),
+    "--decoder-last-pipeline-num-layers": dict(type=int),
+    "--sequence-parallel": dict(action="store_true"),
+    "--tp-comm-overlap": dict(action="store_true"),
     "--tp-comm-overlap-cfg": dict(type=str),
     "--recompute-granularity": dict(choices=["full", "selective"]),
-    "--recompute-method": dict(choices=["uniform", "block"]), "--recompute-num-layers": dict(type=int),
-    "--use-distributed-optimizer": dict(action="store_true"), "--use-torch-fsdp2": dict(action="store_true"),
-    "--overlap-grad-reduce": dict(action="store_true"), "--overlap-param-gather": dict(action="store_true"),
-    "--ddp-bucket-size": dict(type=int), "--bf16": dict(action="store_true"), "--fp16": dict(action="store_true"),
+    "--recompute-method": dict(choices=["uniform", "block"]),
+    "--recompute-num-layers": dict(type=int),
+    "--use-distributed-optimizer": dict(action="store_true"),
+    "--use-torch-fsdp2": dict(action="store_true"),
+    "--overlap-grad-reduce": dict(action="store_true"),
+    "--overlap-param-gather": dict(action="store_true"),
+    "--ddp-bucket-size": dict(type=int),
+    "--bf16": dict(action="store_true"),
+    "--fp16": dict(action="store_true"),
     "--fp8-format": dict(choices=["e4m3", "hybrid"]),
     # Megatron FSDP (arguments.py: --data-parallel-sharding-strategy choices; Megatron-FSDP requires
     # --ckpt-format fsdp_dtensor) and the uneven-split flags (issue 9)
     "--use-megatron-fsdp": dict(action="store_true"),
     "--data-parallel-sharding-strategy": dict(choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]),
-    "--ckpt-format": dict(type=str), "--pipeline-model-parallel-layout": dict(type=str),
+    "--ckpt-format": dict(type=str),
+    "--pipeline-model-parallel-layout": dict(type=str),
     "--account-for-embedding-in-pipeline-split": dict(action="store_true"),
     "--account-for-loss-in-pipeline-split": dict(action="store_true"),
     # MoE (megatron/core/transformer/transformer_config.py at d98e8a64, whose fields arguments.py turns
@@ -62,17 +74,33 @@ MEGATRON = {
     "--moe-token-dispatcher-type": dict(choices=["allgather", "alltoall", "flex"]),
     "--moe-flex-dispatcher-backend": dict(choices=["deepep", "hybridep", "ncclep"]),
     # gradient dtype (arguments.py, mixed precision group)
-    "--accumulate-allreduce-grads-in-fp32": dict(action="store_true"), "--grad-reduce-in-bf16": dict(action="store_true"),
+    "--accumulate-allreduce-grads-in-fp32": dict(action="store_true"),
+    "--grad-reduce-in-bf16": dict(action="store_true"),
 }
-DEEPSPEED_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                 "zero_optimization", "bf16", "fp16", "communication_data_type"}
-DEEPSPEED_ZERO = {"stage", "overlap_comm", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size",
-                  "allgather_bucket_size", "stage3_prefetch_bucket_size"}
+DEEPSPEED_TOP = {
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "zero_optimization",
+    "bf16",
+    "fp16",
+    "communication_data_type",
+}
+DEEPSPEED_ZERO = {
+    "stage",
+    "overlap_comm",
+    "contiguous_gradients",
+    "reduce_scatter",
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "stage3_prefetch_bucket_size",
+}
 
 PLANS = [
     ParallelConfig(tp=8, pp=2, dp=64, mb=4, vp=8, sp=True, chunks=8, zero=1, bucket_bytes=10e6),
-    ParallelConfig(tp=4, pp=4, dp=8, mb=2, vp=2, sp=True, zero=1, recompute="selective",
-                   layers_per_stage=(22, 26, 26, 22)),
+    ParallelConfig(
+        tp=4, pp=4, dp=8, mb=2, vp=2, sp=True, zero=1, recompute="selective", layers_per_stage=(22, 26, 26, 22)
+    ),
     ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=1, chunks=2, recompute="full"),
     ParallelConfig(tp=8, pp=2, dp=4, cp=2, mb=1, recompute="full", recompute_layers=4, zero=3),
     ParallelConfig(tp=1, pp=1, dp=8, mb=8, zero=0, bucket_bytes=0),
@@ -116,8 +144,11 @@ def test_uneven_stages_give_first_and_last_stage_layers():
 
 def test_recompute_flags():
     full_all = megatron_parser().parse_args(tokens(PLANS[2], global_batch=8192, layers=61))
-    assert (full_all.recompute_granularity, full_all.recompute_method, full_all.recompute_num_layers) == \
-        ("full", "uniform", 1)
+    assert (full_all.recompute_granularity, full_all.recompute_method, full_all.recompute_num_layers) == (
+        "full",
+        "uniform",
+        1,
+    )
     block = megatron_parser().parse_args(tokens(PLANS[3], global_batch=64, layers=96))
     assert (block.recompute_method, block.recompute_num_layers) == ("block", 4)
 
@@ -208,21 +239,27 @@ def test_tp_comm_overlap_states_the_reduce_scatter_pieces_and_refuses_what_userb
 
     from planner.emit import emit_text
     from planner.emit.megatron import tp_overlap_cfg
+
     w = Workload(global_batch=512, seq_len=4096)
     tp8 = ParallelConfig(tp=8, dp=8, sp=True, chunks=8, zero=1)
     args = megatron_parser().parse_args(tokens(tp8, global_batch=512, layers=32))
     assert args.tp_comm_overlap and args.tp_comm_overlap_cfg == "tp_comm_overlap.yaml"
     cfg = yaml.safe_load(tp_overlap_cfg(8))  # Megatron's _initialize_tp_communicators reads it so
-    assert cfg == {"proj_fprop": {"method": "pipeline", "num_splits": 8}, "fc2_fprop": {"method": "pipeline",
-                                                                                       "num_splits": 8}}
+    assert cfg == {
+        "proj_fprop": {"method": "pipeline", "num_splits": 8},
+        "fc2_fprop": {"method": "pipeline", "num_splits": 8},
+    }
     text, notes = emit_text("megatron", tp8, w, 32)
     assert any(tp_overlap_cfg(8) in n for n in notes)
-    tp4 = megatron_parser().parse_args(tokens(ParallelConfig(tp=4, dp=16, sp=True, chunks=4), global_batch=512,
-                                              layers=32))
+    tp4 = megatron_parser().parse_args(
+        tokens(ParallelConfig(tp=4, dp=16, sp=True, chunks=4), global_batch=512, layers=32)
+    )
     assert tp4.tp_comm_overlap and tp4.tp_comm_overlap_cfg is None  # TE's default pieces are 4
-    for bad, why in ((ParallelConfig(tp=8, dp=8, sp=True, chunks=4), "1 or tp=8"),
-                     (ParallelConfig(tp=8, dp=8, sp=False, chunks=8), "without sequence parallelism"),
-                     (ParallelConfig(tp=1, dp=8, ep=8, chunks=4), "with tp=1")):
+    for bad, why in (
+        (ParallelConfig(tp=8, dp=8, sp=True, chunks=4), "1 or tp=8"),
+        (ParallelConfig(tp=8, dp=8, sp=False, chunks=8), "without sequence parallelism"),
+        (ParallelConfig(tp=1, dp=8, ep=8, chunks=4), "with tp=1"),
+    ):
         with pytest.raises(SpecError, match=why):
             emit_text("megatron", bad, w, 32)
 
@@ -233,6 +270,7 @@ def test_deepspeed_default_bucket_is_five_hundred_million_elements_in_either_gra
     # defaults state it in bytes of the plan's gradient dtype, and --emit writes it back as 5e8
     from costmodel.frameworks.defaults import framework_defaults
     from costmodel.spec.units import MB
+
     for grad in ("fp32", "bf16"):
         mb = framework_defaults("deepspeed", dp=8, pp=1, global_batch=64, zero=3, grad_dtype=grad)["bucket_mb"]
         c = ParallelConfig(dp=8, zero=3, framework="deepspeed", grad_dtype=grad, bucket_bytes=mb * MB)

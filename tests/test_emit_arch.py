@@ -78,24 +78,81 @@ def test_torchtitan_toml_names_its_version_and_refuses_fp16():
 
 
 def test_cli_emit_megatron_starts_with_the_architecture(capsys):
-    rc = main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64",
-               "--seq", "4096", "--tp", "2", "--emit", "megatron"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "4096",
+            "--tp",
+            "2",
+            "--emit",
+            "megatron",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and out.startswith("--num-layers 32 \\")
-    assert "--ffn-hidden-size 14336" in out and "--num-query-groups 8" in out and "--tensor-model-parallel-size 2" in out
+    assert (
+        "--ffn-hidden-size 14336" in out and "--num-query-groups 8" in out and "--tensor-model-parallel-size 2" in out
+    )
 
 
 def test_cli_emit_fsdp2_fp16_is_one_line(capsys):
-    rc = main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64",
-               "--seq", "4096", "--dtype", "fp16", "--framework", "fsdp2", "--zero", "3", "--emit", "fsdp2"])
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "4096",
+            "--dtype",
+            "fp16",
+            "--framework",
+            "fsdp2",
+            "--zero",
+            "3",
+            "--emit",
+            "fsdp2",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "float32" in err
 
 
 def test_json_carries_the_architecture_tokens(capsys):
     import json
-    rc = main(["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64",
-               "--seq", "4096", "--emit", "megatron", "--json"])
+
+    rc = main(
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "4096",
+            "--emit",
+            "megatron",
+            "--json",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     tokens = d["megatron_model_args"]
     assert rc == 0 and tokens[:2] == ["--num-layers", "32"] and "--seq-length" in tokens

@@ -11,9 +11,17 @@ from planner.emit_serving import serving_launch
 #: vLLM flags, from vllm-project/vllm ``vllm/engine/arg_utils.py`` (commit 99d7eb5d6a51,
 #: ``parallel_group.add_argument("--tensor-parallel-size", ...)`` etc.) and
 #: https://docs.vllm.ai/en/v0.8.5/serving/engine_args.html (``--kv-cache-dtype {auto,fp8,fp8_e5m2,fp8_e4m3}``).
-VLLM_FLAGS = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
-              "--enable-expert-parallel", "--max-num-seqs", "--max-model-len", "--max-num-batched-tokens",
-              "--kv-cache-dtype", "--quantization"}
+VLLM_FLAGS = {
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--enable-expert-parallel",
+    "--max-num-seqs",
+    "--max-model-len",
+    "--max-num-batched-tokens",
+    "--kv-cache-dtype",
+    "--quantization",
+}
 VLLM_KV_CHOICES = {"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}
 
 #: SGLang flags, from sgl-project/sglang ``docs/advanced_features/server_arguments.md``
@@ -21,9 +29,18 @@ VLLM_KV_CHOICES = {"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}
 #: "--data-parallel-size / --dp-size", "--expert-parallel-size / --ep-size / --ep",
 #: "--enable-dp-attention", "--max-running-requests", "--context-length", "--chunked-prefill-size",
 #: "--kv-cache-dtype {auto, fp8_e5m2, fp8_e4m3}", "--quantization".
-SGLANG_FLAGS = {"--tp-size", "--pp-size", "--dp-size", "--ep-size", "--enable-dp-attention",
-                "--max-running-requests", "--context-length", "--chunked-prefill-size", "--kv-cache-dtype",
-                "--quantization"}
+SGLANG_FLAGS = {
+    "--tp-size",
+    "--pp-size",
+    "--dp-size",
+    "--ep-size",
+    "--enable-dp-attention",
+    "--max-running-requests",
+    "--context-length",
+    "--chunked-prefill-size",
+    "--kv-cache-dtype",
+    "--quantization",
+}
 SGLANG_KV_CHOICES = {"auto", "fp8_e5m2", "fp8_e4m3"}
 
 PLANS = [
@@ -48,8 +65,9 @@ def value(args, flag):
 @pytest.mark.parametrize("c", PLANS, ids=str)
 @pytest.mark.parametrize("kv, dtype", [("bf16", "bf16"), ("fp8", "fp8")])
 def test_every_emitted_flag_is_documented(c, kv, dtype):
-    launch = serving_launch(c, input_len=1000, output_len=200, batch_per_replica=32, kv_dtype=kv, dtype=dtype,
-                            prefill_tokens=4096)
+    launch = serving_launch(
+        c, input_len=1000, output_len=200, batch_per_replica=32, kv_dtype=kv, dtype=dtype, prefill_tokens=4096
+    )
     v, s = launch["vllm"]["args"], launch["sglang"]["args"]
     assert flags(v) <= VLLM_FLAGS, flags(v) - VLLM_FLAGS
     assert flags(s) <= SGLANG_FLAGS, flags(s) - SGLANG_FLAGS
@@ -58,8 +76,9 @@ def test_every_emitted_flag_is_documented(c, kv, dtype):
 
 
 def test_values_follow_the_plan():
-    v = serving_launch(ParallelConfig(tp=4, pp=2), input_len=3000, output_len=1000, batch_per_replica=48,
-                       kv_dtype="fp8")
+    v = serving_launch(
+        ParallelConfig(tp=4, pp=2), input_len=3000, output_len=1000, batch_per_replica=48, kv_dtype="fp8"
+    )
     a, b = v["vllm"]["args"], v["sglang"]["args"]
     assert value(a, "--tensor-parallel-size") == "4" and value(a, "--pipeline-parallel-size") == "2"
     assert value(a, "--max-num-seqs") == "48" and value(a, "--max-model-len") == "4000"
@@ -83,8 +102,26 @@ def test_expert_parallel_mappings():
 
 
 def test_evaluate_json_carries_the_launch_commands(capsys):
-    code = cli.main(["evaluate", "--mode", "infer", "--model", "llama3.1-70b", "--cluster", "h100-sxm", "--tp", "8",
-                     "--input-len", "1000", "--output-len", "200", "--global-batch", "16", "--json"])
+    code = cli.main(
+        [
+            "evaluate",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3.1-70b",
+            "--cluster",
+            "h100-sxm",
+            "--tp",
+            "8",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "200",
+            "--global-batch",
+            "16",
+            "--json",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     assert code == 0
     assert d["launch"]["vllm"]["command"].startswith("vllm serve $MODEL --tensor-parallel-size 8")

@@ -38,8 +38,10 @@ def test_consecutive_routing_hand_counted():
     assert (f.ranks, f.nodes) == (pytest.approx(4 / 3), 1.0)
 
 
-@pytest.mark.parametrize("experts, topk, ep, groups", [(256, 8, 8, 0), (256, 8, 16, 0), (256, 8, 32, 0),
-                                                        (128, 8, 64, 0), (256, 8, 64, 4), (32, 4, 8, 0)])
+@pytest.mark.parametrize(
+    "experts, topk, ep, groups",
+    [(256, 8, 8, 0), (256, 8, 16, 0), (256, 8, 32, 0), (128, 8, 64, 0), (256, 8, 64, 4), (32, 4, 8, 0)],
+)
 def test_uniform_fanout_matches_a_replay_of_random_routing(experts, topk, ep, groups):
     ranks, nodes = ce.test_routing(experts, topk, ep, 8, groups, 8192, seed=1)
     f = fanout(experts, topk, ep, 8, "uniform", groups)

@@ -28,10 +28,35 @@ def test_breakdown_sums_to_step_time():
 
 def test_estimate_json_has_design_keys():
     d = est(ParallelConfig(tp=8, pp=8, dp=4, mb=1)).to_dict()
-    for k in ("status", "config", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
-              "mfu", "hfu", "peak_memory_bytes", "fits", "breakdown", "overlap"):
+    for k in (
+        "status",
+        "config",
+        "step_time_s",
+        "tokens_per_s",
+        "model_tflops_per_gpu",
+        "hardware_tflops_per_gpu",
+        "mfu",
+        "hfu",
+        "peak_memory_bytes",
+        "fits",
+        "breakdown",
+        "overlap",
+    ):
         assert k in d
-    assert set(d["config"]) >= {"tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks"}
+    assert set(d["config"]) >= {
+        "tp",
+        "pp",
+        "dp",
+        "ep",
+        "cp",
+        "vp",
+        "mb",
+        "sp",
+        "zero",
+        "recompute",
+        "bucket_mb",
+        "chunks",
+    }
 
 
 def test_mfu_below_one_and_hfu_at_least_mfu():
@@ -41,8 +66,14 @@ def test_mfu_below_one_and_hfu_at_least_mfu():
 
 def test_sequence_parallel_and_selective_recompute_beat_full_recompute():
     # Korthikanti et al. 2023, Table 5: 175B, 18.13 s -> 13.75 s
-    full = est(ParallelConfig(tp=8, pp=8, dp=1, mb=1, vp=3, recompute="full", flash_attention=False), w=Workload(global_batch=64, seq_len=2048))
-    sel = est(ParallelConfig(tp=8, pp=8, dp=1, mb=1, vp=3, sp=True, recompute="selective", flash_attention=False), w=Workload(global_batch=64, seq_len=2048))
+    full = est(
+        ParallelConfig(tp=8, pp=8, dp=1, mb=1, vp=3, recompute="full", flash_attention=False),
+        w=Workload(global_batch=64, seq_len=2048),
+    )
+    sel = est(
+        ParallelConfig(tp=8, pp=8, dp=1, mb=1, vp=3, sp=True, recompute="selective", flash_attention=False),
+        w=Workload(global_batch=64, seq_len=2048),
+    )
     assert 1.2 < full.step_time_s / sel.step_time_s < 1.45
 
 
@@ -62,10 +93,16 @@ def test_invalid_plan_names_the_rule():
 
 configs = st.builds(
     ParallelConfig,
-    tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2, 4]),
-    mb=st.sampled_from([1, 2]), sp=st.booleans(), zero=st.sampled_from([0, 1, 3]),  # Megatron's stages
-    recompute=st.sampled_from(["none", "selective", "full"]), chunks=st.sampled_from([1, 2, 4]),
-    bucket_bytes=st.sampled_from([0, 25e6, 100e6]))
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4, 8]),
+    dp=st.sampled_from([1, 2, 4]),
+    mb=st.sampled_from([1, 2]),
+    sp=st.booleans(),
+    zero=st.sampled_from([0, 1, 3]),  # Megatron's stages
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    chunks=st.sampled_from([1, 2, 4]),
+    bucket_bytes=st.sampled_from([0, 25e6, 100e6]),
+)
 
 
 @settings(max_examples=40, deadline=None)

@@ -36,7 +36,8 @@ def test_evaluate_of_the_stated_flags_is_pinned_recommend(key):
     assert est.config.to_dict() == rec.config.to_dict()
     stated = {f.split("=")[0].lstrip("-").replace("-", "_") for f in flags}
     assert set(chosen) == {k for k in TUNING if k not in stated and not (k == "sp" and "no_sp" in stated)} | (
-        {"layers_per_stage"} if row.fixed["pp"] > 1 and "layers_per_stage" not in stated else set())
+        {"layers_per_stage"} if row.fixed["pp"] > 1 and "layers_per_stage" not in stated else set()
+    )
 
 
 def test_stated_flags_are_what_the_source_states():
@@ -49,8 +50,7 @@ def test_stated_flags_are_what_the_source_states():
 
 
 def test_recommend_names_what_it_pinned_and_chose(capsys):
-    problem = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--global-batch", "64",
-               "--seq", "4096"]
+    problem = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--global-batch", "64", "--seq", "4096"]
     assert main(["recommend", *problem, "--tp", "2", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["pinned"] == {"tp": 2}

@@ -32,8 +32,23 @@ def test_explain_prices_the_plan_evaluate_prices(capsys, flags):
 
 
 def test_everything_stated_leaves_nothing_chosen(capsys):
-    flags = ["--tp", "2", "--mb", "1", "--vp", "1", "--sp", "--zero", "1", "--recompute", "none",
-             "--bucket-mb", "40", "--chunks", "1"]
+    flags = [
+        "--tp",
+        "2",
+        "--mb",
+        "1",
+        "--vp",
+        "1",
+        "--sp",
+        "--zero",
+        "1",
+        "--recompute",
+        "none",
+        "--bucket-mb",
+        "40",
+        "--chunks",
+        "1",
+    ]
     ev, ex = both(capsys, *SMALL, *flags)
     assert ev["chosen"] == {} == ex["chosen"] and ex["chosen_how"] == ""
     assert ex["step_time_s"] == pytest.approx(ev["step_time_s"], rel=1e-9)
@@ -41,8 +56,10 @@ def test_everything_stated_leaves_nothing_chosen(capsys):
 
 
 def test_explain_reads_a_megatron_line_literally(capsys):
-    line = ("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
-            "--sequence-parallel")
+    line = (
+        "--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 64 --seq-length 4096 --bf16 "
+        "--sequence-parallel"
+    )
     ev, ex = both(capsys, "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--megatron-args", line)
     assert {k: ex["config"][k] for k in PLAN_KEYS} == {k: ev["config"][k] for k in PLAN_KEYS}
     assert ex["config"]["chunks"] == 1 and ex["config"]["bucket_mb"] == 0  # Megatron's defaults: no overlap

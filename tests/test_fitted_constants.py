@@ -59,9 +59,12 @@ def test_bad_span_exits_2(capsys):
 
 def test_sustained_clock_rows_are_cited_and_become_ratios():
     import csv
+
     with open(fc.CLOCKS, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert rows and all(r["source_url"].startswith("https://") and r["source_location"] and r["what_read"] for r in rows)
+    assert rows and all(
+        r["source_url"].startswith("https://") and r["source_location"] and r["what_read"] for r in rows
+    )
     ratios = fc.sustained_ratios()
     # Hopper: clock ratios 1300/1980 and 1575/1980; B200: the stated TFLOP/s ratio 1237/1450, not its clock ratio
     assert sorted(ratios["Hopper"]) == pytest.approx([1300 / 1980, 1575 / 1980])

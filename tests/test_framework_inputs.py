@@ -36,8 +36,10 @@ def test_megatron_line_literal_defaults(capsys):
     # 64 GPUs, tp 4 x pp 2 -> dp 8 (arguments.py: data_parallel_size = world / (tp pp cp)). No
     # --overlap-grad-reduce: bucket_size None, one reduction after backward (bucket 0); no
     # --tp-comm-overlap: 1 chunk; no --recompute-granularity: none; no --num-layers-per-virtual...: vp 1.
-    line = ("--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --micro-batch-size 2 "
-            "--global-batch-size 256 --sequence-parallel --use-distributed-optimizer --seq-length 4096 --bf16")
+    line = (
+        "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --micro-batch-size 2 "
+        "--global-batch-size 256 --sequence-parallel --use-distributed-optimizer --seq-length 4096 --bf16"
+    )
     e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "64", "--megatron-args", line, "--json")
     c = e["config"]
     assert (c["tp"], c["pp"], c["dp"], c["mb"], c["sp"], c["zero"]) == (4, 2, 8, 2, True, 1)
@@ -54,33 +56,83 @@ def test_megatron_bucket_grows_with_dp(capsys):
     # dp 8 -> 40e6 x 4 = 160 MB; dp 128 -> 128e6 x 4 = 512 MB
     line = "--micro-batch-size 1 --global-batch-size 512 --overlap-grad-reduce --seq-length 2048 --bf16"
     for gpus, mb in ((8, 160.0), (128, 512.0)):
-        e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", str(gpus), "--megatron-args", line,
-                     "--json")
+        e = run_json(
+            capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", str(gpus), "--megatron-args", line, "--json"
+        )
         assert e["config"]["bucket_mb"] == pytest.approx(mb)
     # no --global-batch-size: micro_batch_size x data_parallel_size (validate_args) = 2 x 16
-    e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "16", "--megatron-args",
-                 "--micro-batch-size 2 --seq-length 2048 --bf16", "--json")
+    e = run_json(
+        capsys,
+        "evaluate",
+        "--model",
+        "llama3-8b",
+        *H100,
+        "--gpus",
+        "16",
+        "--megatron-args",
+        "--micro-batch-size 2 --seq-length 2048 --bf16",
+        "--json",
+    )
     assert e["workload"]["global_batch"] == 32 and e["config_source"]["framework_defaults"]["global_batch"] == 32
 
 
 def test_megatron_line_states_the_model_and_is_checked_against_model(capsys, tmp_path):
-    shape = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
-             "--group-query-attention --num-query-groups 8 --swiglu --untie-embeddings-and-output-weights "
-             "--padded-vocab-size 128256 --seq-length 8192 --micro-batch-size 1 --global-batch-size 64 --bf16")
+    shape = (
+        "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+        "--group-query-attention --num-query-groups 8 --swiglu --untie-embeddings-and-output-weights "
+        "--padded-vocab-size 128256 --seq-length 8192 --micro-batch-size 1 --global-batch-size 64 --bf16"
+    )
     f = tmp_path / "args.txt"
     f.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py \\\n  " + shape + "\n")
     e = run_json(capsys, "evaluate", *H100, "--gpus", "8", "--megatron-args", f"@{f}", "--json")
     assert e["model"]["params"] == pytest.approx(load_model("llama3-8b").params, rel=1e-9)  # the same shape
-    one_line_error(capsys, ["evaluate", "--model", "llama3-70b", *H100, "--gpus", "8", "--megatron-args", str(f)],
-                   "megatron_args.num_layers=32", "80")
+    one_line_error(
+        capsys,
+        ["evaluate", "--model", "llama3-70b", *H100, "--gpus", "8", "--megatron-args", str(f)],
+        "megatron_args.num_layers=32",
+        "80",
+    )
 
 
 def test_megatron_unknown_flag_and_fp32_are_refused(capsys):
-    one_line_error(capsys, ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--global-batch", "8",
-                            "--seq", "2048", "--megatron-args", "--tensor-model-paralel-size 8 --bf16"],
-                   "--tensor-model-paralel-size", "Megatron-LM d98e8a64")
-    one_line_error(capsys, ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--global-batch", "8",
-                            "--seq", "2048", "--megatron-args", "--tensor-model-parallel-size 8"], "bf16", "FP32")
+    one_line_error(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            *H100,
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+            "--megatron-args",
+            "--tensor-model-paralel-size 8 --bf16",
+        ],
+        "--tensor-model-paralel-size",
+        "Megatron-LM d98e8a64",
+    )
+    one_line_error(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            *H100,
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "2048",
+            "--megatron-args",
+            "--tensor-model-parallel-size 8",
+        ],
+        "bf16",
+        "FP32",
+    )
 
 
 def test_contradicting_flags_are_refused(capsys):
@@ -104,17 +156,57 @@ def test_deepspeed_batch_zero3_defaults(capsys, tmp_path):
     # stage 3 without overlap_comm: overlap on (overlap_comm_valid: stage == 3) in reduce_bucket_size
     # 5e8 elements; no communication_data_type under bf16: gradients reduced in BF16 (engine.py
     # communication_data_type), 2 bytes each -> 1000 MB
-    f = ds(tmp_path, {"train_batch_size": 512, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3},
-                      "bf16": {"enabled": True}, "optimizer": {"type": "AdamW"}})
-    e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "64", "--seq", "4096",
-                 "--deepspeed-config", f, "--json")
+    f = ds(
+        tmp_path,
+        {
+            "train_batch_size": 512,
+            "gradient_accumulation_steps": 4,
+            "zero_optimization": {"stage": 3},
+            "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW"},
+        },
+    )
+    e = run_json(
+        capsys,
+        "evaluate",
+        "--model",
+        "llama3-8b",
+        *H100,
+        "--gpus",
+        "64",
+        "--seq",
+        "4096",
+        "--deepspeed-config",
+        f,
+        "--json",
+    )
     c = e["config"]
     assert (c["framework"], c["zero"], c["mb"], c["dp"], c["bucket_mb"]) == ("deepspeed", 3, 2, 64, 1000.0)
     assert c["grad_dtype"] == "bf16"
-    f = ds(tmp_path, {"train_batch_size": 512, "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3},
-                      "bf16": {"enabled": True}, "communication_data_type": "fp32"})
-    e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "64", "--seq", "4096",
-                 "--deepspeed-config", f, "--json")
+    f = ds(
+        tmp_path,
+        {
+            "train_batch_size": 512,
+            "gradient_accumulation_steps": 4,
+            "zero_optimization": {"stage": 3},
+            "bf16": {"enabled": True},
+            "communication_data_type": "fp32",
+        },
+    )
+    e = run_json(
+        capsys,
+        "evaluate",
+        "--model",
+        "llama3-8b",
+        *H100,
+        "--gpus",
+        "64",
+        "--seq",
+        "4096",
+        "--deepspeed-config",
+        f,
+        "--json",
+    )
     assert e["config"]["bucket_mb"] == 2000.0 and "grad_dtype" not in e["config"]  # FP32: 4 bytes, the default
     assert e["workload"]["global_batch"] == 512 and e["config_source"]["from"] == "the DeepSpeed config"
 
@@ -123,30 +215,76 @@ def test_deepspeed_stage1_no_overlap_and_checkpointing(capsys, tmp_path):
     # stage 1, overlap_comm unset -> False (stage != 3): bucket 0. micro 4 alone on dp 16 (tp 4):
     # train = 4 x 16, accumulation 1. The activation_checkpointing section: every layer checkpointed.
     # fp16 without communication_data_type: FP16 gradient reduction.
-    f = ds(tmp_path, {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1},
-                      "fp16": {"enabled": True}, "activation_checkpointing": {"partition_activations": True}})
-    e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "64", "--seq", "4096", "--tp", "4",
-                 "--deepspeed-config", f, "--json")
+    f = ds(
+        tmp_path,
+        {
+            "train_micro_batch_size_per_gpu": 4,
+            "zero_optimization": {"stage": 1},
+            "fp16": {"enabled": True},
+            "activation_checkpointing": {"partition_activations": True},
+        },
+    )
+    e = run_json(
+        capsys,
+        "evaluate",
+        "--model",
+        "llama3-8b",
+        *H100,
+        "--gpus",
+        "64",
+        "--seq",
+        "4096",
+        "--tp",
+        "4",
+        "--deepspeed-config",
+        f,
+        "--json",
+    )
     c = e["config"]
     assert (c["zero"], c["bucket_mb"], c["mb"], c["dp"], c["tp"], c["recompute"]) == (1, 0, 4, 16, 4, "full")
     assert e["workload"]["global_batch"] == 64 and e["workload"]["dtype"] == "fp16"
     assert e["config_source"]["flags"]["tp"] == 4 and c["grad_dtype"] == "fp16"
 
 
-@pytest.mark.parametrize("content, words", [
-    ({"train_batch_size": 8, "zero_optimisation": {"stage": 2}}, ["zero_optimisation", "DeepSpeed edaa72212"]),
-    ({"train_batch_size": 8, "zero_optimization": {"stage": 2, "bucket": 1}}, ["bucket", "DeepSpeedZeroConfig"]),
-    ({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
-      "bf16": {"enabled": True}},
-     ["train_batch_size=100", "2 x 1 x 8"]),
-    ({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
-     ["offload_param", "not modelled"]),
-    ({"train_batch_size": 8}, ["deepspeed_config.bf16", "FP32"]),
-    ({"train_batch_size": "auto", "bf16": {"enabled": True}}, ["train_batch_size='auto'", "integer"]),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ({"train_batch_size": 8, "zero_optimisation": {"stage": 2}}, ["zero_optimisation", "DeepSpeed edaa72212"]),
+        ({"train_batch_size": 8, "zero_optimization": {"stage": 2, "bucket": 1}}, ["bucket", "DeepSpeedZeroConfig"]),
+        (
+            {
+                "train_batch_size": 100,
+                "train_micro_batch_size_per_gpu": 2,
+                "gradient_accumulation_steps": 1,
+                "bf16": {"enabled": True},
+            },
+            ["train_batch_size=100", "2 x 1 x 8"],
+        ),
+        (
+            {"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}},
+            ["offload_param", "not modelled"],
+        ),
+        ({"train_batch_size": 8}, ["deepspeed_config.bf16", "FP32"]),
+        ({"train_batch_size": "auto", "bf16": {"enabled": True}}, ["train_batch_size='auto'", "integer"]),
+    ],
+)
 def test_deepspeed_bad_configs(capsys, tmp_path, content, words):
-    one_line_error(capsys, ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--seq", "2048",
-                            "--deepspeed-config", ds(tmp_path, content)], *words)
+    one_line_error(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "llama3-8b",
+            *H100,
+            "--gpus",
+            "8",
+            "--seq",
+            "2048",
+            "--deepspeed-config",
+            ds(tmp_path, content),
+        ],
+        *words,
+    )
 
 
 def test_deepspeed_not_json_and_missing_file(capsys, tmp_path):
@@ -165,8 +303,9 @@ def test_torchtitan_v022_defaults(capsys, tmp_path):
     # -> full recompute of 32 // 2 = 16 layers; compile off -> eager element-wise kernels; TP always SP
     f = tmp_path / "job.toml"
     f.write_text("[parallelism]\ntensor_parallel_degree = 2\n")
-    e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "16", "--torchtitan-config", str(f),
-                 "--json")
+    e = run_json(
+        capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "16", "--torchtitan-config", str(f), "--json"
+    )
     c = e["config"]
     assert (c["framework"], c["tp"], c["dp"], c["zero"], c["sp"], c["mb"]) == ("fsdp2", 2, 8, 3, True, 8)
     assert (c["recompute"], c["recompute_layers"], c["fused_elementwise"], c["chunks"]) == ("full", 16, False, 1)
@@ -175,29 +314,48 @@ def test_torchtitan_v022_defaults(capsys, tmp_path):
 
 def test_torchtitan_async_tp_and_bad_key(capsys, tmp_path):
     f = tmp_path / "job.toml"
-    f.write_text('[parallelism]\ntensor_parallel_degree = 4\nenable_async_tensor_parallel = true\n'
-                 'fsdp_reshard_after_forward = "never"\n[training]\nlocal_batch_size = 2\nglobal_batch_size = 32\n'
-                 'seq_len = 4096\n[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n'
-                 '[compile]\nenable = true\n')
-    e = run_json(capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "16", "--torchtitan-config", str(f),
-                 "--json")
+    f.write_text(
+        "[parallelism]\ntensor_parallel_degree = 4\nenable_async_tensor_parallel = true\n"
+        'fsdp_reshard_after_forward = "never"\n[training]\nlocal_batch_size = 2\nglobal_batch_size = 32\n'
+        'seq_len = 4096\n[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n'
+        "[compile]\nenable = true\n"
+    )
+    e = run_json(
+        capsys, "evaluate", "--model", "llama3-8b", *H100, "--gpus", "16", "--torchtitan-config", str(f), "--json"
+    )
     c = e["config"]  # async TP: one step per TP rank (chunks = tp); "never": zero 2; 32 = 2 x 4 x 4 accumulation
-    assert (c["chunks"], c["zero"], c["mb"], c["dp"], c["recompute"], c["fused_elementwise"]) == \
-        (4, 2, 2, 4, "op_sac", True)
+    assert (c["chunks"], c["zero"], c["mb"], c["dp"], c["recompute"], c["fused_elementwise"]) == (
+        4,
+        2,
+        2,
+        4,
+        "op_sac",
+        True,
+    )
     f.write_text("[parallelism]\ntensor_parallel_degre = 2\n")
-    one_line_error(capsys, ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--torchtitan-config", str(f)],
-                   "tensor_parallel_degre", "torchtitan v0.2.2")
+    one_line_error(
+        capsys,
+        ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--torchtitan-config", str(f)],
+        "tensor_parallel_degre",
+        "torchtitan v0.2.2",
+    )
     f.write_text("[parallelism\n")
-    one_line_error(capsys, ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--torchtitan-config", str(f)],
-                   "torchtitan_config")
+    one_line_error(
+        capsys,
+        ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "8", "--torchtitan-config", str(f)],
+        "torchtitan_config",
+    )
 
 
 # --------------------------------------------------------------------------- round trip
-@pytest.mark.parametrize("fmt, flag, pin", [
-    ("megatron", "--megatron-args", ["--pp", "2"]),
-    ("deepspeed", "--deepspeed-config", ["--tp", "1", "--pp", "1"]),
-    ("fsdp2", "--torchtitan-config", []),
-])
+@pytest.mark.parametrize(
+    "fmt, flag, pin",
+    [
+        ("megatron", "--megatron-args", ["--pp", "2"]),
+        ("deepspeed", "--deepspeed-config", ["--tp", "1", "--pp", "1"]),
+        ("fsdp2", "--torchtitan-config", []),
+    ],
+)
 def test_emitted_plan_read_back_evaluates_to_the_recommendation(capsys, tmp_path, fmt, flag, pin):
     problem = ["--model", "llama3-8b", *H100, "--gpus", "16", "--global-batch", "64", "--seq", "4096"]
     rec = run_json(capsys, "recommend", *problem, "--framework", fmt, *pin, "--json")
@@ -211,8 +369,9 @@ def test_emitted_plan_read_back_evaluates_to_the_recommendation(capsys, tmp_path
     assert {k: got["config"][k] for k in want} == want
     lps = tuple(want.pop("layers_per_stage")) or None
     config = ParallelConfig.from_dict({**want, "layers_per_stage": lps})
-    est = evaluate(load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(16),
-                   Workload(global_batch=64, seq_len=4096), config)
+    est = evaluate(
+        load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(16), Workload(global_batch=64, seq_len=4096), config
+    )
     assert got["step_time_s"] == pytest.approx(est.step_time_s, rel=1e-9)
     assert got["step_time_s"] == pytest.approx(rec["solve"]["graph_objective_s"], rel=1e-9)
 
@@ -223,6 +382,7 @@ def test_megatron_example_script_of_a_real_run(capsys):
     # (validate_args); --grad-reduce-in-bf16: BF16 gradients, so the default bucket max(40e6, 8e6) = 40e6
     # elements is 80 MB; --fp8-format hybrid: fp8; the model is the line's (no --model): Llama-3 8B's shape
     from pathlib import Path
+
     f = Path(__file__).parent / "data" / "megatron_llama3_8b_h100_fp8.args"
     e = run_json(capsys, "evaluate", *H100, "--megatron-args", str(f), "--json")
     c = e["config"]

@@ -50,8 +50,12 @@ def megatron_validate(argv: list[str], env: dict) -> None:
         assert "--overlap-grad-reduce" in flags
     if "--use-megatron-fsdp" in flags:
         assert flags.get("--ckpt-format") == ["fsdp_dtensor"]
-        assert flags["--data-parallel-sharding-strategy"][0] in ("no_shard", "optim", "optim_grads",
-                                                                 "optim_grads_params")
+        assert flags["--data-parallel-sharding-strategy"][0] in (
+            "no_shard",
+            "optim",
+            "optim_grads",
+            "optim_grads_params",
+        )
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1"
     elif tp > 1 or cp > 1:
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1", "TP/CP need CUDA_DEVICE_MAX_CONNECTIONS=1"
@@ -62,7 +66,7 @@ def _env(notes):
 
 
 def test_semantics_table():
-    assert semantics("megatron", 1).shard_grads is False       # distributed optimizer: full grad buffer
+    assert semantics("megatron", 1).shard_grads is False  # distributed optimizer: full grad buffer
     assert semantics("deepspeed", 2).reduce_per_microbatch
     assert semantics("fsdp2", 2).gather_forward and not semantics("fsdp2", 2).gather_backward
     with pytest.raises(SpecError, match="no ZeRO-2"):
@@ -90,7 +94,7 @@ def test_zero2_is_not_free_under_deepspeed():
 def test_megatron_zero1_keeps_full_gradient_buffer():
     c = ParallelConfig(**README)
     mem = memory_per_stage(GPT3, W, c)[0]
-    assert mem.grads_bytes > 4 * 1.5e9          # full FP32 grads of a stage (175B / tp / pp * 4 B)
+    assert mem.grads_bytes > 4 * 1.5e9  # full FP32 grads of a stage (175B / tp / pp * 4 B)
     assert mem.optimizer_bytes < mem.grads_bytes  # optimizer sharded over dp
 
 
@@ -99,13 +103,19 @@ def test_evaluate_refuses_what_the_framework_cannot_run():
     with pytest.raises(SpecError, match="zero=2"):
         validate_config(GPT3, cl, W, ParallelConfig(**{**README, "zero": 2}))
     with pytest.raises(SpecError, match="pipeline engine"):
-        validate_config(GPT3, cl, W, ParallelConfig(**{**README, "zero": 2, "vp": 1, "chunks": 1},
-                                                    framework="deepspeed"))
+        validate_config(
+            GPT3, cl, W, ParallelConfig(**{**README, "zero": 2, "vp": 1, "chunks": 1}, framework="deepspeed")
+        )
 
 
 def _recommend(framework, gpus=64, **fixed):
-    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(gpus),
-                workload=Workload(global_batch=256, seq_len=4096), limits=Limits(fixed=fixed), framework=framework)
+    p = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("h100-sxm").with_gpus(gpus),
+        workload=Workload(global_batch=256, seq_len=4096),
+        limits=Limits(fixed=fixed),
+        framework=framework,
+    )
     return solve(p, SolveOptions(time_limit_s=20, top_k=5))
 
 
@@ -147,10 +157,26 @@ def test_emit_refuses_another_framework_and_megatron_zero2():
 def test_readme_plan_emitted_memory_equals_evaluated(capsys):
     """The README's GPT-3 recommendation: the flags printed are the plan whose memory was reported."""
     from planner.cli import main
-    args = ["recommend", "--model", "gpt3-175b", "--cluster", "a100-80g", "--gpus", "1024", "--global-batch", "1536",
-            "--seq", "2048", "--json", "--emit", "megatron"]
+
+    args = [
+        "recommend",
+        "--model",
+        "gpt3-175b",
+        "--cluster",
+        "a100-80g",
+        "--gpus",
+        "1024",
+        "--global-batch",
+        "1536",
+        "--seq",
+        "2048",
+        "--json",
+        "--emit",
+        "megatron",
+    ]
     assert main(args) == 0
     import json
+
     d = json.loads(capsys.readouterr().out)
     cfg = {k: v for k, v in d["config"].items() if k != "layers_per_stage"}
     c = ParallelConfig.from_dict({**cfg, "layers_per_stage": tuple(d["config"]["layers_per_stage"]) or None})
@@ -169,8 +195,9 @@ def test_every_recommended_plan_is_emitted_for_its_framework(framework):
     (19, 21, 21, 19) under DeepSpeed that ``--emit deepspeed`` refuses, and could answer
     attention-only selective or partial recompute that torchtitan cannot state."""
     w = Workload(global_batch=64, seq_len=8192)
-    p = Problem(model=load_model("llama3-70b"), cluster=load_cluster("h100-sxm").with_gpus(16), workload=w,
-                framework=framework)
+    p = Problem(
+        model=load_model("llama3-70b"), cluster=load_cluster("h100-sxm").with_gpus(16), workload=w, framework=framework
+    )
     r = solve(p, SolveOptions(time_limit_s=20, top_k=5))
     assert r.plans
     for plan in r.plans:
@@ -188,14 +215,23 @@ def test_fsdp2_search_offers_op_sac_not_attention_only_selective():
     assert r.plans and all(plan.config.recompute == "op_sac" for plan in r.plans)
 
 
-@pytest.mark.parametrize("framework, kind, allowed", [("fsdp2", "selective", "none, op_sac or full"),
-                                                      ("megatron", "op_sac", "none, selective or full"),
-                                                      ("deepspeed", "op_sac", "none, selective or full")])
+@pytest.mark.parametrize(
+    "framework, kind, allowed",
+    [
+        ("fsdp2", "selective", "none, op_sac or full"),
+        ("megatron", "op_sac", "none, selective or full"),
+        ("deepspeed", "op_sac", "none, selective or full"),
+    ],
+)
 def test_a_pinned_recompute_the_framework_cannot_state_is_refused_at_once(framework, kind, allowed):
     with pytest.raises(SpecError, match=f"recompute='{kind}': must be {allowed} under framework={framework}"):
-        Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
-                workload=Workload(global_batch=64, seq_len=4096), limits=Limits(fixed={"recompute": kind}),
-                framework=framework)
+        Problem(
+            model=load_model("llama3-8b"),
+            cluster=load_cluster("h100-sxm").with_gpus(8),
+            workload=Workload(global_batch=64, seq_len=4096),
+            limits=Limits(fixed={"recompute": kind}),
+            framework=framework,
+        )
 
 
 def test_fsdp2_runs_torchtitans_fixed_bucket():
@@ -230,6 +266,7 @@ def test_torchtitan_emit_reproduces_the_evaluated_even_split(pp, vp):
     """Without the split fields torchtitan would build 2 stages per rank for a looped schedule and
     count the embedding and output as a layer each: not the plan that was evaluated."""
     from planner.emit import torchtitan_lines
+
     c = ParallelConfig(tp=8, pp=pp, dp=2, vp=vp, sp=True, zero=2, framework="fsdp2")
     lines = torchtitan_lines(c, Workload(global_batch=64 * pp, seq_len=8192), 80)
     assert torchtitan_stages(lines, 80) == (pp * vp, vp)
@@ -258,6 +295,7 @@ def test_fsdp2_pinned_chunks_choose_the_tp_they_fit():
 
 def test_planner_api_runs_one_framework():
     from planner import Planner
+
     p = Planner("llama3-8b", "h100-sxm", gpus=16, global_batch=64, seq=4096, framework="fsdp2")
     space = p.space(tp=[1, 2], pp=[1, 2], zero=[2, 3])
     assert space and {c.framework for c in space} == {"fsdp2"}
@@ -276,21 +314,35 @@ def test_megatron_on_nvidia_offers_only_the_chunks_te_userbuffers_run():
     (sg2262-like) the chunk count stays a co-design variable."""
     from search.candidates import Shape, chunk_values, sp_chunk_pairs
     from search.problem import Problem
-    nv = Problem(model=load_model("mixtral-8x7b"), cluster=load_cluster("h100-sxm").with_gpus(64),
-                 workload=Workload(global_batch=256, seq_len=4096))
+
+    nv = Problem(
+        model=load_model("mixtral-8x7b"),
+        cluster=load_cluster("h100-sxm").with_gpus(64),
+        workload=Workload(global_batch=256, seq_len=4096),
+    )
     assert chunk_values(nv, Shape(8, 1, 1, 8, 8)) == [1, 8] and chunk_values(nv, Shape(8, 1, 1, 8, 8), sp=False) == [1]
     assert chunk_values(nv, Shape(1, 1, 1, 64, 8)) == [1]  # EP alone: no chunked combine
     # an MoE model under Megatron trains TP only with sequence parallelism (its MoE layer refuses otherwise)
     assert sp_chunk_pairs(nv, Shape(4, 1, 2, 8, 1)) == [(True, 1), (True, 4)]
-    dense = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(64),
-                    workload=Workload(global_batch=256, seq_len=4096))
+    dense = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("h100-sxm").with_gpus(64),
+        workload=Workload(global_batch=256, seq_len=4096),
+    )
     assert {ch for sp, ch in sp_chunk_pairs(dense, Shape(4, 1, 2, 8, 1)) if not sp} == {1}
-    dma = Problem(model=load_model("llama3-8b"), cluster=load_cluster("sg2262-like").with_gpus(16),
-                  workload=Workload(global_batch=16, seq_len=4096))
+    dma = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("sg2262-like").with_gpus(16),
+        workload=Workload(global_batch=16, seq_len=4096),
+    )
     assert chunk_values(dma, Shape(4, 1, 1, 4, 1)) == [1, 2, 4, 8]
     with pytest.raises(SpecError, match="chunks=4: must be 1 or tp=8 under framework=megatron"):
-        Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(16),
-                workload=Workload(global_batch=64, seq_len=4096), limits=Limits(fixed={"chunks": 4, "tp": 8}))
+        Problem(
+            model=load_model("llama3-8b"),
+            cluster=load_cluster("h100-sxm").with_gpus(16),
+            workload=Workload(global_batch=64, seq_len=4096),
+            limits=Limits(fixed={"chunks": 4, "tp": 8}),
+        )
     r = _recommend("megatron")
     assert r.plans and all(pl.config.chunks in (1, pl.config.tp) for pl in r.plans)
     assert all(pl.config.chunks == 1 or pl.config.sp_on for pl in r.plans)
@@ -313,9 +365,13 @@ def test_a_pinned_chunk_count_leaves_no_choice_without_sp_and_the_search_still_a
     (--tp-comm-overlap needs sequence parallelism); the search skips them instead of failing."""
     from search.exhaustive import solve_exhaustive
     from search.tables import Tables
-    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(16),
-                workload=Workload(global_batch=64, seq_len=4096),
-                limits=Limits(fixed={"chunks": 8, "pp": 1, "zero": 1}, bucket_mb_options=(40,)))
+
+    p = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("h100-sxm").with_gpus(16),
+        workload=Workload(global_batch=64, seq_len=4096),
+        limits=Limits(fixed={"chunks": 8, "pp": 1, "zero": 1}, bucket_mb_options=(40,)),
+    )
     r = solve(p, SolveOptions(small_space=-1))
     assert r.status == "OPTIMAL" and all(pl.config.chunks == 8 == pl.config.tp and pl.config.sp_on for pl in r.plans)
     ex = solve_exhaustive(p)

@@ -40,7 +40,7 @@ def test_refused_outside_fsdp2():
 def test_bytes_per_gather_and_reduce():
     """ZeRO-3: copy-out in forward and backward (read + write BF16), copy-in BF16 -> FP32 gradient."""
     c = _c(fsdp_copies=True)
-    (params, _, _), = zero3_groups(M, c, False)
+    ((params, _, _),) = zero3_groups(M, c, False)
     out = elementwise_time_s(2 * WEIGHT_BYTES * params, CL.device)
     cin = elementwise_time_s((WEIGHT_BYTES + GRAD_BYTES) * params, CL.device)
     assert fsdp2_copies_s(M, CL.device, c, False) == pytest.approx((out, out + cin))

@@ -41,14 +41,21 @@ def test_grad_dtype_is_checked_and_kept_in_the_plan_keys():
 # --------------------------------------------------------------------------- the search plans under it
 def _problem(grad_dtype="fp32", **limits):
     from search.problem import Limits, Problem
-    return Problem(model=MODEL, cluster=load_cluster("a100-80g").with_gpus(16), workload=Workload(global_batch=64, seq_len=2048),
-                   limits=Limits(**limits), grad_dtype=grad_dtype)
+
+    return Problem(
+        model=MODEL,
+        cluster=load_cluster("a100-80g").with_gpus(16),
+        workload=Workload(global_batch=64, seq_len=2048),
+        limits=Limits(**limits),
+        grad_dtype=grad_dtype,
+    )
 
 
 def test_search_plans_every_candidate_with_the_problems_gradient_dtype():
     from search.exhaustive import solve_exhaustive
     from search.solve import solve
     from search.tables import Tables
+
     with pytest.raises(SpecError, match="grad_dtype='fp8'"):
         _problem("fp8")
     small = {"fixed": {"tp": 2, "mb": 1}, "bucket_mb_options": (0,)}  # the DP reduction after backward: exposed
@@ -63,8 +70,24 @@ def test_search_plans_every_candidate_with_the_problems_gradient_dtype():
 
 def test_cli_recommend_grad_dtype_emits_its_flag_or_refuses_before_searching(capsys):
     from planner import cli
-    base = ["recommend", "--model", "gpt-1.7b", "--cluster", "a100-80g", "--gpus", "16", "--global-batch", "64",
-            "--seq", "2048", "--tp", "2", "--zero", "1"]
+
+    base = [
+        "recommend",
+        "--model",
+        "gpt-1.7b",
+        "--cluster",
+        "a100-80g",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "64",
+        "--seq",
+        "2048",
+        "--tp",
+        "2",
+        "--zero",
+        "1",
+    ]
     assert cli.main(base + ["--grad-dtype", "bf16", "--emit", "megatron"]) == 0
     out = capsys.readouterr().out
     assert "--grad-reduce-in-bf16" in out and "--use-distributed-optimizer" in out
@@ -77,6 +100,7 @@ def test_cli_recommend_grad_dtype_emits_its_flag_or_refuses_before_searching(cap
 
 def test_planner_builds_and_recommends_with_its_gradient_dtype():
     from planner import Planner
+
     p = Planner("gpt-1.7b", "a100-80g", gpus=16, global_batch=64, seq=2048, grad_dtype="bf16")
     assert p.config(tp=2).grad_dtype == "bf16"
     assert {c.grad_dtype for c in p.space(tp=[2], pp=[1], zero=[1])} == {"bf16"}

@@ -54,8 +54,16 @@ def test_sp_pieces_pipeline_with_gemm_chunks(chunks):
     assert total == pytest.approx(one)
 
 
-@pytest.mark.parametrize("c", [ParallelConfig(tp=8), ParallelConfig(tp=8, sp=True), ParallelConfig(tp=8, sp=True, chunks=4),
-                               ParallelConfig(tp=4, cp=2, dp=2), ParallelConfig(tp=4, dp=4, zero=3)])
+@pytest.mark.parametrize(
+    "c",
+    [
+        ParallelConfig(tp=8),
+        ParallelConfig(tp=8, sp=True),
+        ParallelConfig(tp=8, sp=True, chunks=4),
+        ParallelConfig(tp=4, cp=2, dp=2),
+        ParallelConfig(tp=4, dp=4, zero=3),
+    ],
+)
 def test_link_time_matches_the_analytic_ledger(c):
     cl = CL.with_gpus(c.gpus)
     lt = layer_timing(GPT, cl, W, c, False)

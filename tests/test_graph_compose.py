@@ -1,7 +1,6 @@
 """Layer -> stage -> pipeline -> step: evaluate(engine="graph") against the analytical path, DP
 buckets behind the last backward, and the speed of the hierarchical composition."""
 
-
 import pytest
 
 from costmodel.engines import analytic
@@ -16,10 +15,12 @@ GPT = load_model("gpt3-175b")
 A100 = load_cluster("a100-80g")
 W = Workload(global_batch=64, seq_len=2048)
 
-CASES = [ParallelConfig(tp=8, pp=8, vp=3, sp=True, recompute="selective", flash_attention=False),
-         ParallelConfig(tp=8, pp=8, recompute="full", flash_attention=False, bucket_bytes=0),
-         ParallelConfig(tp=4, pp=8, dp=4, vp=6, sp=True, chunks=4, zero=1),
-         ParallelConfig(tp=8, pp=4, dp=2, mb=2, sp=True, chunks=8)]
+CASES = [
+    ParallelConfig(tp=8, pp=8, vp=3, sp=True, recompute="selective", flash_attention=False),
+    ParallelConfig(tp=8, pp=8, recompute="full", flash_attention=False, bucket_bytes=0),
+    ParallelConfig(tp=4, pp=8, dp=4, vp=6, sp=True, chunks=4, zero=1),
+    ParallelConfig(tp=8, pp=4, dp=2, mb=2, sp=True, chunks=8),
+]
 
 
 def test_stage_timing_has_the_analytic_interface():
@@ -28,8 +29,9 @@ def test_stage_timing_has_the_analytic_interface():
     g, a = stage_timing(GPT, cl, W, c, 7), analytic.stage_timing(GPT, cl, W, c, 7)
     assert type(g) is type(a)
     assert g.fwd_s == pytest.approx(a.fwd_s, rel=0.02) and g.bwd_s == pytest.approx(a.bwd_s, rel=0.02)
-    assert g.microbatch_s == pytest.approx(g.fwd_s + g.bwd_s + g.recompute_s + g.ledger.total_exposed_s
-                                           + g.interference_s)
+    assert g.microbatch_s == pytest.approx(
+        g.fwd_s + g.bwd_s + g.recompute_s + g.ledger.total_exposed_s + g.interference_s
+    )
 
 
 @pytest.mark.parametrize("c", CASES)
@@ -61,8 +63,10 @@ def test_bucket_size_trades_overlap_against_latency():
     # smallest weight matrix (4096 x 512 elements per GPU at tp 8, 8.4 MB of FP32 gradients) every
     # bucket is one matrix (the norms join the next one), so 4 MB and 0.5 MB buckets are the same
     model, w = load_model("gpt-7.5b"), Workload(global_batch=16, seq_len=2048)
-    exposed = {b: graph_step(model, A100.with_gpus(64), w, ParallelConfig(tp=8, dp=8, bucket_bytes=b)).dp_exposed_s
-               for b in (4e9, 400e6, 40e6, 4e6, 0.5e6)}
+    exposed = {
+        b: graph_step(model, A100.with_gpus(64), w, ParallelConfig(tp=8, dp=8, bucket_bytes=b)).dp_exposed_s
+        for b in (4e9, 400e6, 40e6, 4e6, 0.5e6)
+    }
     assert exposed[400e6] < exposed[4e9]
     assert exposed[4e6] > exposed[40e6] > exposed[400e6]
     assert exposed[0.5e6] == exposed[4e6]

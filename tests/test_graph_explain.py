@@ -10,14 +10,26 @@ from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.specs import LinkSpec, ModelSpec
 from costmodel.spec.workload import Workload
 
-KEYS = {"strategy", "t_comm_s", "t_compute_s", "r", "exposed_s", "prerequisite", "reason", "critical_condition", "ratio"}
+KEYS = {
+    "strategy",
+    "t_comm_s",
+    "t_compute_s",
+    "r",
+    "exposed_s",
+    "prerequisite",
+    "reason",
+    "critical_condition",
+    "ratio",
+}
 
 
 def nvlink(bw_bytes_per_s):
     """H100 compute with an NVLink-class link of the given bandwidth (the source quotes
     400-900 GB/s; bandwidth terms only, so efficiency 1 and a 2 us hop)."""
     base = load_cluster("h100-sxm")
-    return replace(base, intra_link=LinkSpec(bw_bytes_per_s=bw_bytes_per_s, latency_s=2e-6, efficiency=1.0)).with_gpus(8)
+    return replace(base, intra_link=LinkSpec(bw_bytes_per_s=bw_bytes_per_s, latency_s=2e-6, efficiency=1.0)).with_gpus(
+        8
+    )
 
 
 WORKED = ModelSpec(name="h7168", layers=1, hidden=7168, heads=56, ffn_hidden=4 * 7168, vocab=32000)
@@ -35,8 +47,9 @@ def test_worked_tp_example(bw):
 
 
 def test_worked_example_in_the_explain_output():
-    rows = explain(WORKED, nvlink(900e9), Workload(mode="infer", global_batch=1, seq_len=4096, dtype="fp8"),
-                   ParallelConfig(tp=8))
+    rows = explain(
+        WORKED, nvlink(900e9), Workload(mode="infer", global_batch=1, seq_len=4096, dtype="fp8"), ParallelConfig(tp=8)
+    )
     text = format_explain(rows)
     assert "58.7 MB" in text and "splitting both into chunks can hide it" in text
     assert "section" not in text and "source" not in text  # the rule in words, not a citation
@@ -70,13 +83,19 @@ def test_standard_tp_training_overlaps_backward_only():
 
 def test_sequential_pipeline_send_is_a_synchronous_issue():
     m, cl = load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(64)
-    rows = {r["strategy"]: r for r in explain(m, cl, Workload(global_batch=64, seq_len=2048),
-                                               ParallelConfig(tp=8, pp=8))}
+    rows = {
+        r["strategy"]: r for r in explain(m, cl, Workload(global_batch=64, seq_len=2048), ParallelConfig(tp=8, pp=8))
+    }
     assert rows["pp"]["prerequisite"] == "synchronous issue" and rows["pp"]["t_compute_s"] == 0
 
 
 def test_invalid_plan_is_a_spec_error():
     from costmodel.spec.errors import SpecError
+
     with pytest.raises(SpecError, match="tp"):
-        explain(load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(56), Workload(global_batch=8, seq_len=2048),
-                ParallelConfig(tp=7, pp=8))
+        explain(
+            load_model("gpt3-175b"),
+            load_cluster("a100-80g").with_gpus(56),
+            Workload(global_batch=8, seq_len=2048),
+            ParallelConfig(tp=7, pp=8),
+        )

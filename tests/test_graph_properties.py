@@ -25,8 +25,11 @@ FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 
 def dedicated(cluster, count=4):
     """The cluster with ``count`` dedicated DMA engines (no interference)."""
-    dev = replace(cluster.device, dma_engines=(DmaEngineClass(name="dma", count=count, uses_compute=False),),
-                  comm_compute_interference=0.0)
+    dev = replace(
+        cluster.device,
+        dma_engines=(DmaEngineClass(name="dma", count=count, uses_compute=False),),
+        comm_compute_interference=0.0,
+    )
     return replace(cluster, device=dev)
 
 
@@ -42,9 +45,19 @@ def random_graph(draw, link="intra"):
             deps.append(draw(st.sampled_from(comms)))
         nodes.append(b.compute(f"c{i}", "gemm", draw(st.floats(0.0, 2.0)), deps))
         for k in range(draw(st.integers(0, 2))):
-            comms.append(b.comm(f"m{i}.{k}", "allreduce", 0, 8 if link == "intra" else 64, 1,
-                                draw(st.sampled_from(["tp", "sp", "dp"])), [nodes[-1]],
-                                issue=draw(st.sampled_from(["async", "sync"])), duration_s=draw(st.floats(0.0, 2.0))))
+            comms.append(
+                b.comm(
+                    f"m{i}.{k}",
+                    "allreduce",
+                    0,
+                    8 if link == "intra" else 64,
+                    1,
+                    draw(st.sampled_from(["tp", "sp", "dp"])),
+                    [nodes[-1]],
+                    issue=draw(st.sampled_from(["async", "sync"])),
+                    duration_s=draw(st.floats(0.0, 2.0)),
+                )
+            )
     b.sink("out", comms + nodes[-1:])
     return b.graph
 
@@ -65,8 +78,9 @@ def test_r_in_unit_interval_and_teff_bounds(g, engines, interference):
     # (+ the slowdown of compute by SM-based transfers, + idle time with nothing to run: none here)
     rates = s.rates()
     assert s.idle_s == 0
-    assert t_eff == pytest.approx(t_comp + s.interference_s + sum((1 - rates[k]) * v for k, v in s.link_s.items()),
-                                  abs=tol)
+    assert t_eff == pytest.approx(
+        t_comp + s.interference_s + sum((1 - rates[k]) * v for k, v in s.link_s.items()), abs=tol
+    )
 
 
 @FAST
@@ -77,9 +91,14 @@ def test_more_engines_never_slower_on_random_graphs(g, engines):
     assert fast.makespan_s <= slow.makespan_s * (1 + 1e-9) + 1e-12
 
 
-CONFIGS = [ParallelConfig(tp=8), ParallelConfig(tp=8, sp=True, chunks=4), ParallelConfig(tp=4, cp=2),
-           ParallelConfig(tp=4, dp=2, zero=3, sp=True), ParallelConfig(tp=2, ep=2, dp=2, chunks=2),
-           ParallelConfig(tp=8, sp=True, recompute="full")]
+CONFIGS = [
+    ParallelConfig(tp=8),
+    ParallelConfig(tp=8, sp=True, chunks=4),
+    ParallelConfig(tp=4, cp=2),
+    ParallelConfig(tp=4, dp=2, zero=3, sp=True),
+    ParallelConfig(tp=2, ep=2, dp=2, chunks=2),
+    ParallelConfig(tp=8, sp=True, recompute="full"),
+]
 
 
 @settings(max_examples=25, deadline=None)
@@ -100,14 +119,24 @@ def test_more_engines_or_bandwidth_never_slower_on_layers(c, phase, engines, bw_
 
 
 @settings(max_examples=10, deadline=None)
-@given(st.floats(1.0, 3.0), st.sampled_from([ParallelConfig(tp=4, pp=4, dp=2, vp=2, sp=True, chunks=4),
-                                             ParallelConfig(tp=8, pp=2, dp=2, zero=1),
-                                             ParallelConfig(tp=2, pp=4, dp=4, mb=2)]))
+@given(
+    st.floats(1.0, 3.0),
+    st.sampled_from(
+        [
+            ParallelConfig(tp=4, pp=4, dp=2, vp=2, sp=True, chunks=4),
+            ParallelConfig(tp=8, pp=2, dp=2, zero=1),
+            ParallelConfig(tp=2, pp=4, dp=4, mb=2),
+        ]
+    ),
+)
 def test_more_bandwidth_never_slower_step(bw_factor, c):
     model, w = load_model("llama2-13b"), Workload(global_batch=32, seq_len=2048)
     base = dedicated(CLUSTER).with_gpus(c.gpus)
-    fast = replace(base, intra_link=replace(base.intra_link, bw_bytes_per_s=base.intra_link.bw_bytes_per_s * bw_factor),
-                   inter_link=replace(base.inter_link, bw_bytes_per_s=base.inter_link.bw_bytes_per_s * bw_factor))
+    fast = replace(
+        base,
+        intra_link=replace(base.intra_link, bw_bytes_per_s=base.intra_link.bw_bytes_per_s * bw_factor),
+        inter_link=replace(base.inter_link, bw_bytes_per_s=base.inter_link.bw_bytes_per_s * bw_factor),
+    )
     slow_s = graph_step(model, base, w, c)
     fast_s = graph_step(model, fast, w, c)
     assert fast_s.pipeline_s + fast_s.dp_exposed_s <= (slow_s.pipeline_s + slow_s.dp_exposed_s) * (1 + 1e-9)

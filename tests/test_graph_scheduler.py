@@ -60,6 +60,7 @@ def test_interference_slows_compute_only_for_sm_engines():
         b.compute("y", "gemm", 1.0, [x])
         b.sink("out", [c])
         return schedule(b.graph, Resources((("nccl-sm", 1),), frozenset({"nccl-sm"} if uses_compute else ()), 0.2))
+
     sm, dma = run(True), run(False)
     assert sm.makespan_s == pytest.approx(1.1) and sm.interference_s == pytest.approx(0.1)
     assert dma.makespan_s == pytest.approx(1.0) and dma.interference_s == 0
@@ -133,12 +134,22 @@ def test_exposure_reasons_do_not_depend_on_the_hash_seed():
     import subprocess
     import sys
 
-    code = ("from costmodel.engines.graph.explain import explain; from costmodel.spec.presets import load_model, load_cluster; "
-            "from costmodel.spec.workload import Workload; from costmodel.spec.plan import ParallelConfig as P; "
-            "m=load_model('llama3-70b'); c=load_cluster('h100-sxm').with_gpus(64); "
-            "w=Workload(global_batch=512, seq_len=4096); "
-            "print([r['reason'] for r in explain(m, c, w, P(tp=4, pp=2, dp=8, mb=2, vp=8, sp=True, zero=3, recompute='full', bucket_bytes=25e6, chunks=4))])")
-    out = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")]
+    code = (
+        "from costmodel.engines.graph.explain import explain; from costmodel.spec.presets import load_model, load_cluster; "
+        "from costmodel.spec.workload import Workload; from costmodel.spec.plan import ParallelConfig as P; "
+        "m=load_model('llama3-70b'); c=load_cluster('h100-sxm').with_gpus(64); "
+        "w=Workload(global_batch=512, seq_len=4096); "
+        "print([r['reason'] for r in explain(m, c, w, P(tp=4, pp=2, dp=8, mb=2, vp=8, sp=True, zero=3, recompute='full', bucket_bytes=25e6, chunks=4))])"
+    )
+    out = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    ]
     assert "stalled compute" in out[0], out[0]
     assert out[0] == out[1] == out[2]

@@ -15,70 +15,165 @@ from costmodel.spec.presets import load_model
 
 # meta-llama/Meta-Llama-3-8B config.json
 LLAMA3_8B = {
-    "_name_or_path": "meta-llama/Meta-Llama-3-8B", "architectures": ["LlamaForCausalLM"],
-    "attention_bias": False, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
-    "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 32,
-    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256,
+    "_name_or_path": "meta-llama/Meta-Llama-3-8B",
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
 }
 # mistralai/Mixtral-8x7B-v0.1 config.json
 MIXTRAL_8X7B = {
-    "architectures": ["MixtralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096,
-    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
-    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
-    "num_key_value_heads": 8, "num_local_experts": 8, "rope_theta": 1000000.0, "sliding_window": None,
-    "tie_word_embeddings": False, "vocab_size": 32000,
+    "architectures": ["MixtralForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "rope_theta": 1000000.0,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "vocab_size": 32000,
 }
 # Qwen/Qwen3-30B-A3B config.json
 QWEN3_30B_A3B = {
-    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "decoder_sparse_step": 1,
-    "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
-    "max_position_embeddings": 40960, "mlp_only_layers": [], "model_type": "qwen3_moe",
-    "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128,
-    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
-    "tie_word_embeddings": False, "vocab_size": 151936,
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": False,
+    "decoder_sparse_step": 1,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "tie_word_embeddings": False,
+    "vocab_size": 151936,
 }
 # deepseek-ai/DeepSeek-V3 config.json
 DEEPSEEK_V3 = {
-    "architectures": ["DeepseekV3ForCausalLM"], "first_k_dense_replace": 3, "hidden_act": "silu",
-    "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "model_type": "deepseek_v3",
-    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
-    "n_shared_experts": 1, "num_attention_heads": 128, "num_experts_per_tok": 8,
-    "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
-    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "scoring_func": "sigmoid",
-    "tie_word_embeddings": False, "topk_group": 4, "v_head_dim": 128, "vocab_size": 129280,
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "scoring_func": "sigmoid",
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
 }
 # openai-community/gpt2 config.json (124M)
 GPT2 = {
-    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-    "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257,
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "vocab_size": 50257,
 }
 # EleutherAI/gpt-neox-20b config.json
 GPT_NEOX_20B = {
-    "architectures": ["GPTNeoXForCausalLM"], "hidden_act": "gelu_fast", "hidden_size": 6144,
-    "intermediate_size": 24576, "model_type": "gpt_neox", "num_attention_heads": 64,
-    "num_hidden_layers": 44, "rotary_pct": 0.25, "tie_word_embeddings": False,
-    "use_parallel_residual": True, "vocab_size": 50432,
+    "architectures": ["GPTNeoXForCausalLM"],
+    "hidden_act": "gelu_fast",
+    "hidden_size": 6144,
+    "intermediate_size": 24576,
+    "model_type": "gpt_neox",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 44,
+    "rotary_pct": 0.25,
+    "tie_word_embeddings": False,
+    "use_parallel_residual": True,
+    "vocab_size": 50432,
 }
 
 # google/gemma-2-27b config.json (all keys as published)
 GEMMA2_27B = {
-    "architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1,
-    "final_logit_softcapping": 30.0, "head_dim": 128, "hidden_act": "gelu_pytorch_tanh",
-    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 4608, "initializer_range": 0.02,
-    "intermediate_size": 36864, "max_position_embeddings": 8192, "model_type": "gemma2",
-    "num_attention_heads": 32, "num_hidden_layers": 46, "num_key_value_heads": 16, "pad_token_id": 0,
-    "query_pre_attn_scalar": 144, "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096,
-    "sliding_window_size": 4096, "torch_dtype": "float32", "transformers_version": "4.42.0.dev0",
-    "use_cache": True, "vocab_size": 256000,
+    "architectures": ["Gemma2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0,
+    "bos_token_id": 2,
+    "cache_implementation": "hybrid",
+    "eos_token_id": 1,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 128,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 4608,
+    "initializer_range": 0.02,
+    "intermediate_size": 36864,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 46,
+    "num_key_value_heads": 16,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 144,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "sliding_window_size": 4096,
+    "torch_dtype": "float32",
+    "transformers_version": "4.42.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
 }
 # google/gemma-7b config.json (architecture keys)
 GEMMA_7B = {
-    "architectures": ["GemmaForCausalLM"], "head_dim": 256, "hidden_act": "gelu", "hidden_size": 3072,
-    "intermediate_size": 24576, "max_position_embeddings": 8192, "model_type": "gemma",
-    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
-    "rope_theta": 10000.0, "vocab_size": 256000,
+    "architectures": ["GemmaForCausalLM"],
+    "head_dim": 256,
+    "hidden_act": "gelu",
+    "hidden_size": 3072,
+    "intermediate_size": 24576,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 16,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "vocab_size": 256000,
 }
 
 
@@ -123,8 +218,14 @@ def test_qwen_moe_sparse_step_and_mlp_only_layers():
 
 
 def test_qwen2_moe_shared_expert_width():
-    d = dict(QWEN3_30B_A3B, model_type="qwen2_moe", moe_intermediate_size=1408,
-             shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4)
+    d = dict(
+        QWEN3_30B_A3B,
+        model_type="qwen2_moe",
+        moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632,
+        num_experts=60,
+        num_experts_per_tok=4,
+    )
     assert model_from_hf_config(d).shared_experts == 4
 
 
@@ -158,7 +259,9 @@ def test_gpt_neox_20b():
     m = model_from_hf_config(GPT_NEOX_20B)
     assert (m.layers, m.hidden, m.heads, m.ffn_hidden, m.activation) == (44, 6144, 64, 24576, "gelu")
     assert not m.tied_embeddings
-    assert not model_from_hf_config({k: v for k, v in GPT_NEOX_20B.items() if k != "tie_word_embeddings"}).tied_embeddings
+    assert not model_from_hf_config(
+        {k: v for k, v in GPT_NEOX_20B.items() if k != "tie_word_embeddings"}
+    ).tied_embeddings
     assert m.params == pytest.approx(20.55e9, rel=0.01)  # Black et al. 2022: 20.55B
 
 
@@ -179,8 +282,18 @@ def test_gemma_7b_gelu_is_gated_too():
     assert m.params == pytest.approx(8.54e9, rel=0.005)  # Gemma report (Team et al. 2024), Table 1: 8.54B
 
 
-@pytest.mark.parametrize("model_type,tied", [("gemma", True), ("gemma2", True), ("gemma3_text", True), ("llama", False),
-                                             ("qwen2", False), ("mistral", False), ("gpt_neox", False)])
+@pytest.mark.parametrize(
+    "model_type,tied",
+    [
+        ("gemma", True),
+        ("gemma2", True),
+        ("gemma3_text", True),
+        ("llama", False),
+        ("qwen2", False),
+        ("mistral", False),
+        ("gpt_neox", False),
+    ],
+)
 def test_tie_word_embeddings_defaults_per_model_type(model_type, tied):
     d = {k: v for k, v in dict(LLAMA3_8B, model_type=model_type).items() if k != "tie_word_embeddings"}
     assert model_from_hf_config(d).tied_embeddings is tied
@@ -189,10 +302,12 @@ def test_tie_word_embeddings_defaults_per_model_type(model_type, tied):
 
 def test_unknown_model_type_warns_once_and_loads():
     from costmodel.spec.hf_config import UnknownModelTypeWarning
+
     with pytest.warns(UnknownModelTypeWarning, match="model_type='falcon_x'"):
         m = model_from_hf_config(dict(LLAMA3_8B, model_type="falcon_x"))
     assert m.layers == 32 and not m.tied_embeddings  # the file's own tie_word_embeddings
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model_from_hf_config(LLAMA3_8B)  # a known family: no warning
@@ -201,10 +316,24 @@ def test_unknown_model_type_warns_once_and_loads():
 def test_cli_shows_the_derived_parameter_count(tmp_path, capsys):
     import json as json_
     from planner import cli
+
     path = tmp_path / "config.json"
     path.write_text(json.dumps(GEMMA2_27B))
-    argv = ["evaluate", "--model", str(path), "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "8",
-            "--seq", "4096", "--tp", "8"]
+    argv = [
+        "evaluate",
+        "--model",
+        str(path),
+        "--cluster",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "4096",
+        "--tp",
+        "8",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("gemma2 (27.2B params) on 8 x")
@@ -219,17 +348,39 @@ def test_cli_shows_the_derived_parameter_count(tmp_path, capsys):
 
 def test_cli_warns_in_one_line_on_an_unknown_model_type(tmp_path, capsys):
     from planner import cli
+
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(LLAMA3_8B, model_type="falcon_x")))
-    assert cli.main(["evaluate", "--model", str(path), "--cluster", "h100-sxm", "--gpus", "8",
-                     "--global-batch", "8", "--seq", "4096", "--tp", "8", "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "evaluate",
+                "--model",
+                str(path),
+                "--cluster",
+                "h100-sxm",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "8",
+                "--seq",
+                "4096",
+                "--tp",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert json.loads(out)["model"]["params"] > 0
     assert err.count("\n") == 1 and err.startswith("planner: warning: model_type='falcon_x'")
 
 
-@pytest.mark.parametrize("act,expected", [("silu", "swiglu"), ("swiglu", "swiglu"), ("gelu", "gelu"),
-                                          ("gelu_pytorch_tanh", "gelu"), ("relu2", "relu2")])
+@pytest.mark.parametrize(
+    "act,expected",
+    [("silu", "swiglu"), ("swiglu", "swiglu"), ("gelu", "gelu"), ("gelu_pytorch_tanh", "gelu"), ("relu2", "relu2")],
+)
 def test_activation(act, expected):
     assert model_from_hf_config(dict(LLAMA3_8B, hidden_act=act)).activation == expected
 
@@ -245,9 +396,16 @@ def test_multimodal_text_config():
     assert m.name == "some/vlm" and m.layers == 32
 
 
-@pytest.mark.parametrize("cfg,key", [(LLAMA3_8B, "num_hidden_layers"), (LLAMA3_8B, "vocab_size"),
-                                     (MIXTRAL_8X7B, "num_experts_per_tok"), (DEEPSEEK_V3, "qk_rope_head_dim"),
-                                     (GPT2, "n_head")])
+@pytest.mark.parametrize(
+    "cfg,key",
+    [
+        (LLAMA3_8B, "num_hidden_layers"),
+        (LLAMA3_8B, "vocab_size"),
+        (MIXTRAL_8X7B, "num_experts_per_tok"),
+        (DEEPSEEK_V3, "qk_rope_head_dim"),
+        (GPT2, "n_head"),
+    ],
+)
 def test_missing_key_names_hf_key(cfg, key):
     with pytest.raises(SpecError) as e:
         model_from_hf_config({k: v for k, v in cfg.items() if k != key})

@@ -21,8 +21,9 @@ def reference(p: int, m: int, v: int, stage: int) -> tuple:
             held[v - 1 - (j // p) % v] -= 1
     if W == T:
         seen.add(tuple(held))
-    return tuple(sorted((a for a in seen if not any(b != a and all(x >= y for x, y in zip(b, a)) for b in seen)),
-                        reverse=True))
+    return tuple(
+        sorted((a for a in seen if not any(b != a and all(x >= y for x, y in zip(b, a)) for b in seen)), reverse=True)
+    )
 
 
 @pytest.mark.parametrize("p,v", [(1, 1), (2, 1), (4, 2), (4, 3), (8, 1), (8, 4), (5, 2), (16, 2), (32, 4)])

@@ -91,8 +91,20 @@ def parser():
     return p
 
 
-BASE = ["--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8",
-        "--input-len", "1000", "--output-len", "200"]
+BASE = [
+    "--mode",
+    "infer",
+    "--model",
+    "llama3-8b",
+    "--cluster",
+    "h100-sxm",
+    "--gpus",
+    "8",
+    "--input-len",
+    "1000",
+    "--output-len",
+    "200",
+]
 
 
 def test_recommend_infer_json_and_plot(capsys, tmp_path):
@@ -131,13 +143,29 @@ def test_recommend_cli_dispatches_infer_mode(capsys):
 
 @pytest.mark.parametrize("extra, field", [(["--tpot-ms", "5"], "tpot_ms"), (["--input-len", "100"], "input_len")])
 def test_recommend_training_rejects_serving_flags(capsys, extra, field):
-    code = cli.main(["recommend", "--model", "gpt-1.7b", "--cluster", "a100-80g", "--gpus", "16",
-                     "--global-batch", "64", "--seq", "2048"] + extra)
+    code = cli.main(
+        [
+            "recommend",
+            "--model",
+            "gpt-1.7b",
+            "--cluster",
+            "a100-80g",
+            "--gpus",
+            "16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+        ]
+        + extra
+    )
     assert code == 2 and f"{field}=" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra, field", [(["--tpot-ms", "-3"], "tpot_ms"), (["--ttft-ms", "0.1"], "ttft_ms"),
-                                          (["--max-batch", "0"], "max_batch")])
+@pytest.mark.parametrize(
+    "extra, field",
+    [(["--tpot-ms", "-3"], "tpot_ms"), (["--ttft-ms", "0.1"], "ttft_ms"), (["--max-batch", "0"], "max_batch")],
+)
 def test_recommend_infer_bad_targets(extra, field):
     with pytest.raises(SpecError, match=field):
         parser().parse_args(BASE + extra)
@@ -146,29 +174,96 @@ def test_recommend_infer_bad_targets(extra, field):
 def test_default_recommend_plans_only_what_vllm_runs_and_top_three_differ_in_launch(capsys):
     # issue 12 item 8: the README example's top plan relied on SP + 4 chunks no vLLM flag sets,
     # and its 2nd/3rd plans differed only in chunks (identical launch commands)
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "4000", "--output-len", "500", "--ttft-ms", "400", "--tpot-ms", "30",
-                     "--top", "3", "--json"])
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "4000",
+            "--output-len",
+            "500",
+            "--ttft-ms",
+            "400",
+            "--tpot-ms",
+            "30",
+            "--top",
+            "3",
+            "--json",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     assert code == 0 and len(d["plans"]) == 3
     assert all(not p["config"]["sp"] and p["config"]["chunks"] == 1 for p in d["plans"])
-    layouts = {tuple(a for a in p["launch"]["vllm"]["args"] if a.startswith("--")) + tuple(
-        p["launch"]["vllm"]["args"][:p["launch"]["vllm"]["args"].index("--max-num-seqs")]) for p in d["plans"]}
+    layouts = {
+        tuple(a for a in p["launch"]["vllm"]["args"] if a.startswith("--"))
+        + tuple(p["launch"]["vllm"]["args"][: p["launch"]["vllm"]["args"].index("--max-num-seqs")])
+        for p in d["plans"]
+    }
     assert len(layouts) == 3
 
 
-@pytest.mark.parametrize("extra, field", [(["--zero", "1"], "zero=1"), (["--grad-dtype", "bf16"], "grad_dtype='bf16'"),
-                                          (["--framework", "fsdp2"], "framework='fsdp2'"), (["--no-zero3"], "no_zero3"),
-                                          (["--recompute", "full"], "recompute='full'")])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        (["--zero", "1"], "zero=1"),
+        (["--grad-dtype", "bf16"], "grad_dtype='bf16'"),
+        (["--framework", "fsdp2"], "framework='fsdp2'"),
+        (["--no-zero3"], "no_zero3"),
+        (["--recompute", "full"], "recompute='full'"),
+    ],
+)
 def test_recommend_infer_refuses_training_settings(capsys, extra, field):
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "1000", "--output-len", "100", *extra])
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "100",
+            *extra,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and f"{field}" in err and "unset with --mode infer" in err
 
 
 def test_recommend_infer_honours_the_degree_bounds(capsys):
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "1000", "--output-len", "100", "--tp-max", "4", "--top", "3", "--json"])
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "100",
+            "--tp-max",
+            "4",
+            "--top",
+            "3",
+            "--json",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     assert code == 0 and d["plans"] and all(p["config"]["tp"] <= 4 for p in d["plans"])

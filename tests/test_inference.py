@@ -94,8 +94,19 @@ def test_metrics_are_consistent():
     assert sum(e.breakdown["decode"].values()) == pytest.approx(e.decode_step_s)
     assert e.tpot_s >= e.decode_step_s * (1 - 1e-12)  # other requests' prefills interleave (float sums)
     d = e.to_dict()
-    for key in ("ttft_ms", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "e2e_latency_ms",
-                "kv_cache_bytes_per_token", "max_concurrency", "peak_memory_bytes", "fits", "overlap", "breakdown"):
+    for key in (
+        "ttft_ms",
+        "tpot_ms",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "e2e_latency_ms",
+        "kv_cache_bytes_per_token",
+        "max_concurrency",
+        "peak_memory_bytes",
+        "fits",
+        "overlap",
+        "breakdown",
+    ):
         assert key in d
     assert d["ttft_ms"] == pytest.approx(e.ttft_s * 1e3)
 
@@ -158,8 +169,16 @@ def test_moe_decode_reads_only_the_experts_tokens_pick():
 
 
 def test_mla_model_serves_with_ep():
-    e = infer(load_model("deepseek-v3"), load_cluster("h200"), tp=8, ep=8, batch=32, input_len=1000,
-              output_len=200, dtype="fp8")
+    e = infer(
+        load_model("deepseek-v3"),
+        load_cluster("h200"),
+        tp=8,
+        ep=8,
+        batch=32,
+        input_len=1000,
+        output_len=200,
+        dtype="fp8",
+    )
     assert e.kv_cache_bytes_per_token == 70_272
     assert e.fits and e.max_concurrency >= 32
     assert "ep" in e.overlap["decode"]
@@ -188,18 +207,28 @@ def test_weights_that_do_not_fit_this_split_are_reported_not_raised():
 
 
 # --------------------------------------------------------------------------- errors
-@pytest.mark.parametrize("changes, field", [
-    ({"input_len": 0}, "input_len"),
-    ({"output_len": 0}, "output_len"),
-    ({"kv_dtype": "int4"}, "kv_dtype"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"input_len": 0}, "input_len"),
+        ({"output_len": 0}, "output_len"),
+        ({"kv_dtype": "int4"}, "kv_dtype"),
+    ],
+)
 def test_bad_workload_raises_spec_error(changes, field):
     with pytest.raises(SpecError, match=field):
         infer(tp=8, **changes)
 
 
-@pytest.mark.parametrize("cfg, field", [({"zero": 1, "dp": 2}, "zero=1"), ({"grad_dtype": "bf16"}, "grad_dtype='bf16'"),
-                                        ({"framework": "fsdp2"}, "framework='fsdp2'"), ({"recompute": "full"}, "recompute")])
+@pytest.mark.parametrize(
+    "cfg, field",
+    [
+        ({"zero": 1, "dp": 2}, "zero=1"),
+        ({"grad_dtype": "bf16"}, "grad_dtype='bf16'"),
+        ({"framework": "fsdp2"}, "framework='fsdp2'"),
+        ({"recompute": "full"}, "recompute"),
+    ],
+)
 def test_training_settings_are_refused_for_serving(cfg, field):
     with pytest.raises(SpecError, match=f"{field}.*in inference mode"):
         infer(tp=8, **cfg)

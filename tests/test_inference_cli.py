@@ -6,8 +6,15 @@ import pytest
 
 from planner import cli
 
-BASE = {"--model": "llama3.1-70b", "--cluster": "h100-sxm", "--tp": "8", "--mode": "infer",
-        "--input-len": "1000", "--output-len": "200", "--global-batch": "8"}
+BASE = {
+    "--model": "llama3.1-70b",
+    "--cluster": "h100-sxm",
+    "--tp": "8",
+    "--mode": "infer",
+    "--input-len": "1000",
+    "--output-len": "200",
+    "--global-batch": "8",
+}
 
 
 def argv(changes=None, extra=()):
@@ -28,8 +35,16 @@ def run(capsys, args):
 def test_text_report_shows_latencies_throughput_and_overlap(capsys):
     code, out, err = run(capsys, argv())
     assert code == 0 and err == ""
-    for text in ("TTFT", "TPOT", "output tokens/s", "max concurrency", "KV cache", "decode step ms",
-                 "communication overlap", "config: tp=8 pp=1 dp=1 ep=1"):
+    for text in (
+        "TTFT",
+        "TPOT",
+        "output tokens/s",
+        "max concurrency",
+        "KV cache",
+        "decode step ms",
+        "communication overlap",
+        "config: tp=8 pp=1 dp=1 ep=1",
+    ):
         assert text in out
 
 
@@ -37,9 +52,22 @@ def test_json_has_the_inference_keys_and_nothing_else_on_stdout(capsys):
     code, out, err = run(capsys, argv(extra=["--json", "--tpot-ms", "30"]))
     assert code == 0
     d = json.loads(out)
-    for key in ("ttft_ms", "tpot_ms", "tokens_per_s", "tokens_per_s_per_gpu", "e2e_latency_ms",
-                "kv_cache_bytes_per_token", "max_concurrency", "peak_memory_bytes", "fits", "overlap",
-                "breakdown", "config", "sla", "meets_sla"):
+    for key in (
+        "ttft_ms",
+        "tpot_ms",
+        "tokens_per_s",
+        "tokens_per_s_per_gpu",
+        "e2e_latency_ms",
+        "kv_cache_bytes_per_token",
+        "max_concurrency",
+        "peak_memory_bytes",
+        "fits",
+        "overlap",
+        "breakdown",
+        "config",
+        "sla",
+        "meets_sla",
+    ):
         assert key in d, key
     assert d["mode"] == "infer" and d["kv_cache_bytes_per_token"] == 327_680
     assert d["overlap"]["decode"]["tp"] == 0.0
@@ -55,8 +83,27 @@ def test_batch_defaults_to_one_request_per_replica(capsys):
 
 
 def test_training_mode_is_unchanged(capsys):
-    code, out, _ = run(capsys, ["evaluate", "--model", "gpt3-175b", "--cluster", "a100-80g", "--gpus", "64",
-                                "--global-batch", "64", "--seq", "2048", "--tp", "8", "--pp", "8", "--json"])
+    code, out, _ = run(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "gpt3-175b",
+            "--cluster",
+            "a100-80g",
+            "--gpus",
+            "64",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--tp",
+            "8",
+            "--pp",
+            "8",
+            "--json",
+        ],
+    )
     assert code == 0 and "step_time_s" in json.loads(out)
 
 
@@ -93,6 +140,24 @@ def test_model_too_big_explains_weights_per_gpu_against_hbm(capsys):
 
 
 def test_inference_flags_need_infer_mode(capsys):
-    code, _, err = run(capsys, ["evaluate", "--model", "gpt3-175b", "--cluster", "a100-80g", "--gpus", "64",
-                                "--global-batch", "64", "--seq", "2048", "--tp", "8", "--input-len", "100"])
+    code, _, err = run(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "gpt3-175b",
+            "--cluster",
+            "a100-80g",
+            "--gpus",
+            "64",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--tp",
+            "8",
+            "--input-len",
+            "100",
+        ],
+    )
     assert code == 2 and "input_len=100: must be unset unless --mode infer" in err

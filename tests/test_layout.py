@@ -75,18 +75,21 @@ def test_empty_stages_and_a_rank_without_decoder_layers_are_allowed():
     assert ParallelConfig(pp=2, layout=lay).layers_per_stage == (4, 0)
 
 
-@pytest.mark.parametrize("text,pp,layers,mtp,rule", [
-    ("Et|t|tL", 2, 3, 0, "divisible by pp=2"),
-    ("Et|tx|t|L", 2, 2, 0, "known layer characters"),
-    ("t|Et|t|L", 2, 3, 0, "virtual stage 0"),
-    ("Et|tL|t|", 2, 3, 0, "last virtual stage"),
-    ("Et|t|t|tL", 2, 5, 0, "layers=5 decoder layers"),
-    ("Et|t|mt|L", 2, 3, 1, "decoder layer t before the MTP"),
-    ("Ett|m||L", 2, 2, 1, "last virtual stage of their rank"),
-    ("Et|t|m|mL", 2, 2, 2, "all MTP layers in one virtual stage"),
-    ("Et|t|tm|L", 2, 3, 0, "0 MTP layers"),
-    ("EEt|t|t|L", 2, 3, 0, "exactly once"),
-])
+@pytest.mark.parametrize(
+    "text,pp,layers,mtp,rule",
+    [
+        ("Et|t|tL", 2, 3, 0, "divisible by pp=2"),
+        ("Et|tx|t|L", 2, 2, 0, "known layer characters"),
+        ("t|Et|t|L", 2, 3, 0, "virtual stage 0"),
+        ("Et|tL|t|", 2, 3, 0, "last virtual stage"),
+        ("Et|t|t|tL", 2, 5, 0, "layers=5 decoder layers"),
+        ("Et|t|mt|L", 2, 3, 1, "decoder layer t before the MTP"),
+        ("Ett|m||L", 2, 2, 1, "last virtual stage of their rank"),
+        ("Et|t|m|mL", 2, 2, 2, "all MTP layers in one virtual stage"),
+        ("Et|t|tm|L", 2, 3, 0, "0 MTP layers"),
+        ("EEt|t|t|L", 2, 3, 0, "exactly once"),
+    ],
+)
 def test_a_layout_megatron_rejects_is_refused_with_its_rule(text, pp, layers, mtp, rule):
     with pytest.raises(SpecError) as e:
         validate(parse(text, pp), layers=layers, mtp_layers=mtp)

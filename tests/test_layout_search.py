@@ -2,7 +2,6 @@
 small instances (``benchmarks/layout_equality.py`` runs 100), and ``recommend``'s search reaches
 interleaved plans for models whose layers no interleave divides evenly (61, 94, 126 layers)."""
 
-import random
 import sys
 from pathlib import Path
 
@@ -25,16 +24,29 @@ def test_cp_sat_layout_equals_the_exhaustive_layout_search_on_random_instances(c
     assert "mismatches: 0" in out
 
 
-@pytest.mark.parametrize("model, cluster, gpus, batch, seq, fixed", [
-    ("deepseek-v3", "h800", 1024, 4096, 4096, dict(tp=1, pp=8, ep=64, cp=1, mb=1, zero=1, recompute="full")),
-    ("qwen3-235b-a22b", "h100-sxm", 256, 1024, 4096, dict(tp=2, pp=8, ep=32, cp=1, mb=1, sp=True, zero=1)),
-    ("llama3.1-405b", "h100-sxm", 1024, 2048, 8192, dict(tp=8, pp=8, cp=2, mb=1, sp=True, zero=1,
-                                                          recompute="selective")),
-])
+@pytest.mark.parametrize(
+    "model, cluster, gpus, batch, seq, fixed",
+    [
+        ("deepseek-v3", "h800", 1024, 4096, 4096, dict(tp=1, pp=8, ep=64, cp=1, mb=1, zero=1, recompute="full")),
+        ("qwen3-235b-a22b", "h100-sxm", 256, 1024, 4096, dict(tp=2, pp=8, ep=32, cp=1, mb=1, sp=True, zero=1)),
+        (
+            "llama3.1-405b",
+            "h100-sxm",
+            1024,
+            2048,
+            8192,
+            dict(tp=8, pp=8, cp=2, mb=1, sp=True, zero=1, recompute="selective"),
+        ),
+    ],
+)
 def test_the_search_reaches_interleaved_layouts_megatron_accepts(model, cluster, gpus, batch, seq, fixed):
     m = load_model(model)
-    p = Problem(model=m, cluster=load_cluster(cluster).with_gpus(gpus), workload=Workload(global_batch=batch, seq_len=seq),
-                limits=Limits(fixed=fixed, partial_recompute=False, chunk_options=(1,), bucket_mb_options=(25,)))
+    p = Problem(
+        model=m,
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+        limits=Limits(fixed=fixed, partial_recompute=False, chunk_options=(1,), bucket_mb_options=(25,)),
+    )
     res = solve(p, SolveOptions(explain=False))
     assert res.status == "OPTIMAL" and res.best is not None
     c = res.best.config

@@ -81,6 +81,7 @@ def test_a_dense_models_probe_stage_past_its_layers_is_all_dense():
     from costmodel.spec.plan import ParallelConfig
     from costmodel.physics.memory.stage_contents import layer_counts
     from costmodel.spec.presets import load_model
+
     m = load_model("llama3-8b")  # 32 layers
     c = ParallelConfig(pp=2, dp=1, layers_per_stage=(16, 32))  # a probe: 48 layers on two stages
     assert layer_counts(m, c, 1) == (32, 0)

@@ -14,7 +14,7 @@ from costmodel.compose.stage_terms import dp_comm
 from costmodel.physics.kernels.recompute import mla_up_share
 from costmodel.spec.plan import ParallelConfig
 from costmodel.api import evaluate
-from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, model_state_bytes, stage_memory
+from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, stage_memory
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 
@@ -61,18 +61,43 @@ def _planner(*a):
     return subprocess.run([sys.executable, "-m", "planner", *a], capture_output=True, text=True, timeout=120)
 
 
-BASE = ["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "8",
-        "--seq", "4096", "--tp", "2", "--mb", "1", "--sp", "--zero", "1", "--bucket-mb", "40", "--chunks", "1"]
+BASE = [
+    "evaluate",
+    "--model",
+    "llama3-8b",
+    "--cluster",
+    "h100-sxm",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "8",
+    "--seq",
+    "4096",
+    "--tp",
+    "2",
+    "--mb",
+    "1",
+    "--sp",
+    "--zero",
+    "1",
+    "--bucket-mb",
+    "40",
+    "--chunks",
+    "1",
+]
 
 
-@pytest.mark.parametrize("flags,field", [
-    (["--recompute", "selective", "--recompute-modules", "bogus"], "recompute_modules"),
-    (["--recompute", "none", "--recompute-modules", "mlp"], "recompute_modules"),
-    (["--recompute", "selective", "--recompute-modules", "mla_up_proj"], "recompute_modules"),
-    (["--recompute", "none", "--fp8-param-gather"], "fp8_param_gather"),  # a BF16 run
-    (["--recompute", "none", "--zero", "0", "--optimizer-dtype", "bf16"], "optimizer_dtype"),  # not a ZeRO-1 run
-    (["--recompute", "none", "--loss-impl", "xx"], "loss_impl"),
-])
+@pytest.mark.parametrize(
+    "flags,field",
+    [
+        (["--recompute", "selective", "--recompute-modules", "bogus"], "recompute_modules"),
+        (["--recompute", "none", "--recompute-modules", "mlp"], "recompute_modules"),
+        (["--recompute", "selective", "--recompute-modules", "mla_up_proj"], "recompute_modules"),
+        (["--recompute", "none", "--fp8-param-gather"], "fp8_param_gather"),  # a BF16 run
+        (["--recompute", "none", "--zero", "0", "--optimizer-dtype", "bf16"], "optimizer_dtype"),  # not a ZeRO-1 run
+        (["--recompute", "none", "--loss-impl", "xx"], "loss_impl"),
+    ],
+)
 def test_bad_memory_flags_are_one_line_exit_2(flags, field):
     r = _planner(*BASE, *flags)
     assert r.returncode == 2 and field in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -80,8 +105,20 @@ def test_bad_memory_flags_are_one_line_exit_2(flags, field):
 
 def test_memory_flags_emit_and_parse_back():
     from planner.megatron_args import config_fields, parse_command_line
-    r = _planner(*BASE, "--dtype", "fp8", "--recompute", "selective", "--recompute-modules", "core_attn", "mlp",
-                 "--fp8-param-gather", "--emit", "megatron")
+
+    r = _planner(
+        *BASE,
+        "--dtype",
+        "fp8",
+        "--recompute",
+        "selective",
+        "--recompute-modules",
+        "core_attn",
+        "mlp",
+        "--fp8-param-gather",
+        "--emit",
+        "megatron",
+    )
     assert r.returncode == 0, r.stderr
     assert "--fp8-param-gather" in r.stdout and "--recompute-modules core_attn mlp" in r.stdout
     f = config_fields(parse_command_line(r.stdout.replace("\\\n", " ")))
@@ -90,6 +127,7 @@ def test_memory_flags_emit_and_parse_back():
 
 def test_outputs_show_allocated_and_reserved_per_stage():
     import json
+
     r = _planner(*BASE, "--pp", "2", "--recompute", "none", "--json")
     assert r.returncode == 0, r.stderr
     for m in json.loads(r.stdout)["memory"]:

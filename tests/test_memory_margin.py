@@ -35,6 +35,7 @@ def _model():
     plan sit inside the margin; the preset trains at 0.0, as NeMo's recipe, where it does not)."""
     from dataclasses import replace
     from costmodel.spec.presets import load_model
+
     return replace(load_model("llama2-13b"), hidden_dropout=0.1, attention_dropout=0.1)
 
 
@@ -42,12 +43,17 @@ def _problem():
     from costmodel.spec.presets import load_cluster
     from costmodel.spec.workload import Workload
     from search.problem import Problem
-    return Problem(model=_model(), cluster=load_cluster("a100-80g").with_gpus(16),
-                   workload=Workload(global_batch=256, seq_len=4096))
+
+    return Problem(
+        model=_model(),
+        cluster=load_cluster("a100-80g").with_gpus(16),
+        workload=Workload(global_batch=256, seq_len=4096),
+    )
 
 
 def test_recommend_keeps_the_margin_only_inside_the_band():
     from search.solve import SolveOptions, solve
+
     p = _problem()
     usable = p.hbm_cap_bytes
     plain = solve(p, SolveOptions(rescore=True, memory_margin=0.0))
@@ -70,14 +76,50 @@ def test_cli_margin_flag(capsys, tmp_path):
     import json
     from dataclasses import asdict
     from planner.cli import main
+
     model = tmp_path / "llama2-13b-dropout.json"
     model.write_text(json.dumps(asdict(_model())))
-    assert main(["recommend", "--model", str(model), "--cluster", "a100-80g", "--gpus", "16", "--global-batch",
-                 "128", "--seq", "4096", "--memory-margin", "0.7"]) == 2
+    assert (
+        main(
+            [
+                "recommend",
+                "--model",
+                str(model),
+                "--cluster",
+                "a100-80g",
+                "--gpus",
+                "16",
+                "--global-batch",
+                "128",
+                "--seq",
+                "4096",
+                "--memory-margin",
+                "0.7",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "memory_margin" in err[0] and "0.7" in err[0]
-    assert main(["recommend", "--model", str(model), "--cluster", "a100-80g", "--gpus", "16", "--global-batch",
-                 "256", "--seq", "4096", "--json"]) == 0
+    assert (
+        main(
+            [
+                "recommend",
+                "--model",
+                str(model),
+                "--cluster",
+                "a100-80g",
+                "--gpus",
+                "16",
+                "--global-batch",
+                "256",
+                "--seq",
+                "4096",
+                "--json",
+            ]
+        )
+        == 0
+    )
     solve_json = json.loads(capsys.readouterr().out)["solve"]
     assert solve_json["memory_margin"] == MEMORY_MARGIN and solve_json["margin_kept"] is False
     assert solve_json["margin_alternative_s"] > solve_json["graph_objective_s"]
@@ -86,8 +128,29 @@ def test_cli_margin_flag(capsys, tmp_path):
 def test_evaluate_says_a_plan_is_at_risk(capsys):
     import json
     from planner.cli import main
-    argv = ["evaluate", "--model", "llama2-13b", "--cluster", "a100-80g", "--gpus", "16", "--global-batch", "128",
-            "--seq", "4096", "--tp", "2", "--pp", "1", "--mb", "2", "--recompute", "none", "--zero"]
+
+    argv = [
+        "evaluate",
+        "--model",
+        "llama2-13b",
+        "--cluster",
+        "a100-80g",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "128",
+        "--seq",
+        "4096",
+        "--tp",
+        "2",
+        "--pp",
+        "1",
+        "--mb",
+        "2",
+        "--recompute",
+        "none",
+        "--zero",
+    ]
     assert main(argv + ["1", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["fits"] and d["memory_margin"]["at_risk"] is at_risk(d["peak_memory_bytes"], d["hbm_bytes"])

@@ -9,7 +9,13 @@ import pytest
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
 from costmodel.api import evaluate
-from costmodel.physics.memory.stage_memory import (activation_bytes_per_layer, lm_head_saved_bytes, fp8_weight_cache_bytes, memory_per_stage, model_state_bytes)
+from costmodel.physics.memory.stage_memory import (
+    activation_bytes_per_layer,
+    lm_head_saved_bytes,
+    fp8_weight_cache_bytes,
+    memory_per_stage,
+    model_state_bytes,
+)
 from costmodel.physics.memory.stage_contents import layer_params
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
@@ -47,15 +53,18 @@ def test_dtensor_sp_saves_the_qkv_and_mlp_inputs_all_gathered():
     gathered = ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)
     assert gathered.sp_saved_inputs == "gathered"  # the framework's own
     # BF16: QKV input and MLP input 2 B x h each, whole instead of / t
-    assert (activation_bytes_per_layer(LLAMA, BF16, gathered) - activation_bytes_per_layer(LLAMA, BF16, sharded)
-            == pytest.approx(tokens * (4 * h - 4 * h / t)))
+    assert activation_bytes_per_layer(LLAMA, BF16, gathered) - activation_bytes_per_layer(
+        LLAMA, BF16, sharded
+    ) == pytest.approx(tokens * (4 * h - 4 * h / t))
     # FP8: 1 B x h each, whole, against the BF16 sharded pair
-    assert (activation_bytes_per_layer(LLAMA, FP8, gathered) - activation_bytes_per_layer(LLAMA, FP8, sharded)
-            == pytest.approx(tokens * (2 * h - 4 * h / t)))
+    assert activation_bytes_per_layer(LLAMA, FP8, gathered) - activation_bytes_per_layer(
+        LLAMA, FP8, sharded
+    ) == pytest.approx(tokens * (2 * h - 4 * h / t))
     # no SP, or Megatron: nothing changes; and Megatron cannot state 'gathered'
     no_sp = ParallelConfig(tp=8, sp=False, dp=8, framework="fsdp2", zero=3)
     assert activation_bytes_per_layer(LLAMA, BF16, no_sp) == activation_bytes_per_layer(
-        LLAMA, BF16, replace(no_sp, sp_saved_inputs="sharded"))
+        LLAMA, BF16, replace(no_sp, sp_saved_inputs="sharded")
+    )
     assert ParallelConfig(tp=8, sp=True).sp_saved_inputs == "sharded"
     with pytest.raises(SpecError, match="sp_saved_inputs"):
         ParallelConfig(tp=8, sp=True, sp_saved_inputs="gathered")
@@ -71,11 +80,14 @@ def test_the_output_head_keeps_the_final_norm_input_and_its_gemm_input():
     assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=True, dp=8)) == 2 * 2 * h / 8
     assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=False, dp=8)) == 2 * 2 * h
     # DTensor SP (torchtitan): the norm input sharded, the head's input all-gathered
-    assert lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)) == 2 * h / 8 + 2 * h
+    assert (
+        lm_head_saved_bytes(LLAMA, ParallelConfig(tp=8, sp=True, dp=8, framework="fsdp2", zero=3)) == 2 * h / 8 + 2 * h
+    )
 
 
 def test_the_output_head_is_charged_on_the_last_stage_with_the_loss(monkeypatch):
     import costmodel.physics.memory.stage_memory as mem
+
     w = Workload(global_batch=16, seq_len=4096)
     c = ParallelConfig(tp=8, sp=True, pp=2, dp=1)
     first, last = (mem.stage_memory(LLAMA, w, c, s).activations_bytes for s in (0, 1))
@@ -88,6 +100,7 @@ def test_the_output_head_is_charged_on_the_last_stage_with_the_loss(monkeypatch)
 def test_a_chunk_that_frees_its_received_input_holds_one_layer_input_less_per_micro_batch_in_flight():
     from costmodel.physics.memory.stage_memory import stage_memory
     from costmodel.spec.stages import in_flight_profile
+
     w = Workload(global_batch=32, seq_len=4096)
     c = ParallelConfig(tp=8, sp=True, pp=4, vp=2, dp=1, layers_per_stage=(20, 20, 20, 20))
     freed = replace(c, pp_free_stage_inputs=True)
@@ -97,12 +110,15 @@ def test_a_chunk_that_frees_its_received_input_holds_one_layer_input_less_per_mi
     assert diff == pytest.approx(held * layer_input)
     # no pipeline, or full recompute (the checkpoint keeps the input): nothing freed
     for plain in (ParallelConfig(tp=8, sp=True, dp=4), replace(c, recompute="full")):
-        assert (stage_memory(LLAMA, w, plain, 0).total_bytes
-                == stage_memory(LLAMA, w, replace(plain, pp_free_stage_inputs=True), 0).total_bytes)
+        assert (
+            stage_memory(LLAMA, w, plain, 0).total_bytes
+            == stage_memory(LLAMA, w, replace(plain, pp_free_stage_inputs=True), 0).total_bytes
+        )
     assert "pp_free_stage_inputs" not in c.to_dict() and ParallelConfig.from_dict(freed.to_dict()) == freed
     with pytest.raises(SpecError, match="pp_free_stage_inputs"):
         ParallelConfig(pp_free_stage_inputs="yes")
     from planner.emit import refuse_unless_runnable
+
     with pytest.raises(SpecError, match="pp_free_stage_inputs"):
         refuse_unless_runnable("megatron", freed)
 
@@ -133,15 +149,26 @@ def test_moe_and_layernorm_modules_keep_only_the_attention_part_of_an_moe_layer(
     full = activation_bytes_per_layer(QWEN, BF16, base, moe=True)
     assert kept < 0.3 * full
     # the attention part is all that is left: no routed slot, no router, no MLP input
-    assert kept == pytest.approx(activation_bytes_per_layer(QWEN, BF16, base, moe=False)
-                                 - 4096 * (2 * QWEN.hidden / 4 + 6 * QWEN.ffn_hidden / 4))
+    assert kept == pytest.approx(
+        activation_bytes_per_layer(QWEN, BF16, base, moe=False) - 4096 * (2 * QWEN.hidden / 4 + 6 * QWEN.ffn_hidden / 4)
+    )
     # a dense layer is unchanged (the TE spec fuses its norms into the GEMMs)
     assert activation_bytes_per_layer(QWEN, BF16, mods) == activation_bytes_per_layer(QWEN, BF16, base)
 
 
 def test_moe_recompute_costs_the_replayed_moe_forward_in_both_engines():
-    base = ParallelConfig(tp=4, pp=8, dp=8, ep=8, sp=True, zero=1, recompute="selective", mb=1, vp=4,
-                          layers_per_stage=(11, 12, 12, 12, 12, 12, 12, 11))
+    base = ParallelConfig(
+        tp=4,
+        pp=8,
+        dp=8,
+        ep=8,
+        sp=True,
+        zero=1,
+        recompute="selective",
+        mb=1,
+        vp=4,
+        layers_per_stage=(11, 12, 12, 12, 12, 12, 12, 11),
+    )
     mods = replace(base, recompute_modules=("layernorm", "moe"))
     cl, w = H100.with_gpus(256), Workload(global_batch=256, seq_len=4096)
     a0, a1 = (evaluate(QWEN, cl, w, c, engine="analytic") for c in (base, mods))
@@ -151,20 +178,32 @@ def test_moe_recompute_costs_the_replayed_moe_forward_in_both_engines():
     assert abs(a1.step_time_s / g1.step_time_s - 1) < 0.02
 
 
-@pytest.mark.parametrize("kw, field", [
-    (dict(recompute="full", recompute_modules=("moe",)), "recompute_modules"),
-    (dict(recompute="selective", recompute_modules=("moe_act",)), "recompute_modules"),
-    (dict(recompute="selective", recompute_modules=()), "recompute_modules"),
-    (dict(recompute="selective", recompute_modules=("moe",), framework="fsdp2", zero=3), "recompute_modules"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(recompute="full", recompute_modules=("moe",)), "recompute_modules"),
+        (dict(recompute="selective", recompute_modules=("moe_act",)), "recompute_modules"),
+        (dict(recompute="selective", recompute_modules=()), "recompute_modules"),
+        (dict(recompute="selective", recompute_modules=("moe",), framework="fsdp2", zero=3), "recompute_modules"),
+    ],
+)
 def test_recompute_modules_refused_outside_megatron_selective(kw, field):
     with pytest.raises(SpecError, match=field):
         ParallelConfig(tp=2, dp=2, **kw)
 
 
 def test_emitted_recompute_modules_and_fp8_param_gather_parse_back():
-    c = ParallelConfig(tp=4, pp=2, dp=2, ep=8, sp=True, zero=1, recompute="selective",
-                       recompute_modules=("layernorm", "moe"), fp8_param_gather=True)
+    c = ParallelConfig(
+        tp=4,
+        pp=2,
+        dp=2,
+        ep=8,
+        sp=True,
+        zero=1,
+        recompute="selective",
+        recompute_modules=("layernorm", "moe"),
+        fp8_param_gather=True,
+    )
     line = " ".join(" ".join(a) for a in megatron_args(c, 64, 48, dtype="fp8", moe=True))
     assert "--recompute-modules layernorm moe" in line and "--fp8-param-gather" in line
     f = config_fields(parse_command_line(line))
@@ -205,20 +244,29 @@ def test_bf16_optimizer_state_only_under_fsdp2_or_nemo_distributed_adam():
 def test_a_problem_options_reach_every_plan_of_the_search():
     from search.problem import Limits, Problem
     from search.solve import SolveOptions, solve
+
     cl, w = H100.with_gpus(256), Workload(global_batch=256, seq_len=16384)  # Megatron-MoE-ModelZoo's Qwen3 rows
     pins = dict(tp=4, pp=8, dp=8, ep=8, cp=1, sp=True, zero=1, recompute="selective", mb=1, vp=4)
     lim = Limits(fixed=pins, layers_per_stage=(11, 12, 12, 12, 12, 12, 12, 11))
     plain = solve(Problem(model=QWEN, cluster=cl, workload=w, limits=lim), SolveOptions(time_limit_s=10))
-    mods = solve(Problem(model=QWEN, cluster=cl, workload=w, limits=lim,
-                         options=(("recompute_modules", ("layernorm", "moe")),)), SolveOptions(time_limit_s=10))
+    mods = solve(
+        Problem(model=QWEN, cluster=cl, workload=w, limits=lim, options=(("recompute_modules", ("layernorm", "moe")),)),
+        SolveOptions(time_limit_s=10),
+    )
     assert plain.status == "INFEASIBLE"  # the MoE activations of 4 chunks in flight need more than 80 GB
     assert mods.status == "OPTIMAL" and mods.best.config.recompute_modules == ("layernorm", "moe")
 
 
 def test_a_problem_refuses_options_its_framework_cannot_run():
     from search.problem import Problem
+
     with pytest.raises(SpecError, match="options"):
         Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, options=(("tp", 2),))
     with pytest.raises(SpecError, match="optimizer_dtype"):
-        Problem(model=QWEN, cluster=H100.with_gpus(8), workload=BF16, framework="deepspeed",
-                options=(("optimizer_dtype", "bf16"),))
+        Problem(
+            model=QWEN,
+            cluster=H100.with_gpus(8),
+            workload=BF16,
+            framework="deepspeed",
+            options=(("optimizer_dtype", "bf16"),),
+        )

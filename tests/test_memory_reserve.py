@@ -3,7 +3,16 @@
 import pytest
 
 from costmodel.spec.plan import ParallelConfig
-from costmodel.physics.memory.stage_memory import (CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION, NCCL_BUFFSIZE_BYTES, NCCL_RING_CHANNELS, RESERVED_BYTES, memory_per_stage, reserved_bytes)
+from costmodel.physics.memory.stage_memory import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    FRAGMENTATION,
+    NCCL_BUFFSIZE_BYTES,
+    NCCL_RING_CHANNELS,
+    RESERVED_BYTES,
+    memory_per_stage,
+    reserved_bytes,
+)
 from costmodel.spec.presets import load_model
 from costmodel.spec.workload import Workload
 
@@ -30,7 +39,8 @@ def test_reserve_grows_with_communicators_peers_and_activations():
     assert reserved_bytes(ParallelConfig(tp=8, pp=2)) > reserved_bytes(ParallelConfig(tp=8))
     assert reserved_bytes(ParallelConfig(ep=16, dp=16)) > reserved_bytes(ParallelConfig(ep=8, dp=16))
     assert reserved_bytes(ParallelConfig(), 2 * GiB) - reserved_bytes(ParallelConfig(), GiB) == pytest.approx(
-        FRAGMENTATION * GiB)
+        FRAGMENTATION * GiB
+    )
 
 
 def test_stage_memory_carries_its_reserve():
@@ -39,5 +49,11 @@ def test_stage_memory_carries_its_reserve():
     for sm in memory_per_stage(m, Workload(global_batch=64, seq_len=2048), c):
         assert sm.reserved_bytes == pytest.approx(reserved_bytes(c, sm.activations_bytes))
         assert sm.to_dict()["reserved_bytes"] == sm.reserved_bytes
-        assert sm.total_bytes == pytest.approx(sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes
-                                               + sm.activations_bytes + sm.buffers_bytes + sm.reserved_bytes)
+        assert sm.total_bytes == pytest.approx(
+            sm.weights_bytes
+            + sm.grads_bytes
+            + sm.optimizer_bytes
+            + sm.activations_bytes
+            + sm.buffers_bytes
+            + sm.reserved_bytes
+        )

@@ -80,9 +80,11 @@ def test_fp8_gains_little_on_short_k():
     # the per-tile prologue is fixed time: twice as many FP8 K elements (DeepGEMM README table)
     assert k_overhead(H200, "fp8") == pytest.approx(2 * k_overhead(H200, "bf16"), rel=1e-3)  # 1979 / 989
     short = gemm_utilization(4096, 4096, 768, 132, k_overhead(H200, "fp8")) / gemm_utilization(
-        4096, 4096, 768, 132, k_overhead(H200, "bf16"))
+        4096, 4096, 768, 132, k_overhead(H200, "bf16")
+    )
     long = gemm_utilization(4096, 4096, 8192, 132, k_overhead(H200, "fp8")) / gemm_utilization(
-        4096, 4096, 8192, 132, k_overhead(H200, "bf16"))
+        4096, 4096, 8192, 132, k_overhead(H200, "bf16")
+    )
     assert short < long < 1
 
 
@@ -90,8 +92,11 @@ def test_moe_block_slower_than_before_in_the_measured_direction():
     # Qwen3-30B-A3B-like shapes on one H200, 2 x 4096 tokens, BF16: the issue measured 8.5 ms for the
     # MoE block where the model charged 3.3 ms (before router/permute/sync/ragged tiles). Direction only.
     c = ParallelConfig(mb=2)
-    moe = [o for o in layer_ops(QWEN, H200, Workload(global_batch=8, seq_len=4096), c, True)
-           if o.block == "mlp" and o.name not in ("ln2", "bda2")]
+    moe = [
+        o
+        for o in layer_ops(QWEN, H200, Workload(global_batch=8, seq_len=4096), c, True)
+        if o.block == "mlp" and o.name not in ("ln2", "bda2")
+    ]
     t = sum(o.fwd_s + o.bwd_s for o in moe)
     assert 3.5e-3 < t < 8.5e-3
 

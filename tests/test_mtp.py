@@ -105,8 +105,10 @@ def test_deepseek_v3_flagship_layouts_evaluate_with_mtp_and_the_engines_agree(la
     c = ParallelConfig(tp=1, pp=pp, dp=1024 // pp, ep=64, mb=1, zero=1, recompute="full", layout=layout)
     off_layout = layout.replace("m", "")
     on = {e: evaluate(DSV3, H800, W, c, engine=e) for e in ("analytic", "graph")}
-    off = {e: evaluate(replace(DSV3, mtp_layers=0), H800, W, replace(c, layout=off_layout), engine=e)
-           for e in ("analytic", "graph")}
+    off = {
+        e: evaluate(replace(DSV3, mtp_layers=0), H800, W, replace(c, layout=off_layout), engine=e)
+        for e in ("analytic", "graph")
+    }
     for e in on:
         assert on[e].layout == str(parse(layout, pp)) and on[e].step_time_s >= off[e].step_time_s
         assert on[e].peak_memory_bytes >= off[e].peak_memory_bytes
@@ -117,15 +119,39 @@ def test_deepseek_v3_flagship_layouts_evaluate_with_mtp_and_the_engines_agree(la
     layer = layer_timing(DSV3, H800, W, c, True).fwd_s
     head = sum(op.fwd_s for op in head_ops(DSV3, H800.device, W, c))
     for r in sorted({rank, pp - 1}):
-        grown = stage_timing(DSV3, H800, W, c, r).fwd_s - stage_timing(replace(DSV3, mtp_layers=0), H800, W,
-                                                                       replace(c, layout=off_layout), r).fwd_s
+        grown = (
+            stage_timing(DSV3, H800, W, c, r).fwd_s
+            - stage_timing(replace(DSV3, mtp_layers=0), H800, W, replace(c, layout=off_layout), r).fwd_s
+        )
         want = (layer + mtp.extra_s(DSV3, H800.device, W, c, r)[0] if r == rank else 0.0) + (head if r == pp - 1 else 0)
         assert grown == pytest.approx(want, rel=1e-9) and grown > 0
 
 
 def _cli_json(capsys, *extra):
-    argv = ["evaluate", "--model", "deepseek-v3", "--cluster", "h800", "--gpus", "1024", "--global-batch", "4096",
-            "--seq", "4096", "--tp", "1", "--ep", "64", "--mb", "1", "--zero", "1", "--recompute", "full", *extra]
+    argv = [
+        "evaluate",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800",
+        "--gpus",
+        "1024",
+        "--global-batch",
+        "4096",
+        "--seq",
+        "4096",
+        "--tp",
+        "1",
+        "--ep",
+        "64",
+        "--mb",
+        "1",
+        "--zero",
+        "1",
+        "--recompute",
+        "full",
+        *extra,
+    ]
     assert main(argv + ["--json", "--emit", "megatron"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -146,12 +172,54 @@ def test_mtp_layers_flag_turns_mtp_off_and_the_emitted_line_reads_back(capsys):
 
 
 def test_a_layout_without_the_models_mtp_layer_is_refused_with_the_rule(capsys):
-    assert main(["evaluate", "--model", "deepseek-v3", "--cluster", "h800", "--gpus", "1024", "--global-batch", "4096",
-                 "--seq", "4096", "--tp", "1", "--pp", "8", "--ep", "64", "--layout", "Et|(tt|)*30L"]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                "deepseek-v3",
+                "--cluster",
+                "h800",
+                "--gpus",
+                "1024",
+                "--global-batch",
+                "4096",
+                "--seq",
+                "4096",
+                "--tp",
+                "1",
+                "--pp",
+                "8",
+                "--ep",
+                "64",
+                "--layout",
+                "Et|(tt|)*30L",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "1 MTP layers m" in err and "mtp_num_layers" in err
-    assert main(["evaluate", "--model", "deepseek-v3", "--cluster", "h800", "--gpus", "8", "--global-batch", "8",
-                 "--seq", "4096", "--mtp-layers", "-1"]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                "deepseek-v3",
+                "--cluster",
+                "h800",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "8",
+                "--seq",
+                "4096",
+                "--mtp-layers",
+                "-1",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "mtp_layers" in err
 
@@ -159,8 +227,10 @@ def test_a_layout_without_the_models_mtp_layer_is_refused_with_the_rule(capsys):
 def test_automodel_rows_run_without_mtp_and_bridge_rows_with_it():
     import sys
     from pathlib import Path
+
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
     from benchmarks.published import BRIDGE_2509_RECIPES, load_set
+
     rows = [r for r in load_set("all") if r.model is not None and r.model.name == "deepseek-v3"]
     auto = [r for r in rows if r.source == "nemo_automodel"]
     assert auto and all(r.model.mtp_layers == 0 for r in auto)

@@ -17,15 +17,15 @@ from costmodel.spec.specs import LinkSpec
 def test_factor_per_power_of_two_from_64_bytes():
     # log2i(nBytes >> 6) indexes the table; 23 entries for the tree, 24 for NVLSTree, 1.0 beyond
     for i, f in enumerate(TREE_CORRECTION_SIMPLE[:23]):
-        assert tree_correction(64 * 2 ** i) == f
-        assert tree_correction(64 * 2 ** i * 1.9) == f  # same power of two
-    assert tree_correction(64 * 2 ** 23) == 1.0
-    assert tree_correction(64 * 2 ** 23, 24) == TREE_CORRECTION_SIMPLE[23]
+        assert tree_correction(64 * 2**i) == f
+        assert tree_correction(64 * 2**i * 1.9) == f  # same power of two
+    assert tree_correction(64 * 2**23) == 1.0
+    assert tree_correction(64 * 2**23, 24) == TREE_CORRECTION_SIMPLE[23]
     assert tree_correction(63) == 1.0 and tree_correction(1) == 1.0
 
 
 def test_array_and_scalar_agree():
-    sizes = np.array([1.0, 63.0, 64.0, 5e5, 3e6, 1.3e8, 2 ** 29, 2 ** 30, 1e10])
+    sizes = np.array([1.0, 63.0, 64.0, 5e5, 3e6, 1.3e8, 2**29, 2**30, 1e10])
     for n_sizes in (23, 24):
         got = tree_correction(sizes, n_sizes)
         assert list(got) == [tree_correction(float(s), n_sizes) for s in sizes]
@@ -33,16 +33,16 @@ def test_array_and_scalar_agree():
 
 def test_tree_bandwidth_term_carries_the_correction():
     # 1 MiB: log2i(2^20 / 64) = 14 -> 0.5; 1 GiB: past the table -> 1
-    assert _tree_bw_s(2.0 ** 20, 8, 4, 1e12, 1e9) == pytest.approx(2 * 2 ** 20 / 8e9 / (TREE_BW_FACTOR * 0.5))
-    assert _tree_bw_s(2.0 ** 30, 8, 4, 1e12, 1e9) == pytest.approx(2 * 2 ** 30 / 8e9 / TREE_BW_FACTOR)
+    assert _tree_bw_s(2.0**20, 8, 4, 1e12, 1e9) == pytest.approx(2 * 2**20 / 8e9 / (TREE_BW_FACTOR * 0.5))
+    assert _tree_bw_s(2.0**30, 8, 4, 1e12, 1e9) == pytest.approx(2 * 2**30 / 8e9 / TREE_BW_FACTOR)
 
 
 def test_nvls_tree_corrected_on_b200_only():
     b200 = load_cluster("b200").with_gpus(32)
     off = replace(b200, intra_link=replace(b200.intra_link, nvls_tree_medium_correction=False))
-    s = 16 * 2 ** 20  # 16 MiB: factor 0.7
+    s = 16 * 2**20  # 16 MiB: factor 0.7
     assert collective_time_s("allreduce", s, 32, 1, b200) > collective_time_s("allreduce", s, 32, 1, off)
-    big = 2 ** 34  # past the table: no correction
+    big = 2**34  # past the table: no correction
     assert collective_time_s("allreduce", big, 32, 1, b200) == collective_time_s("allreduce", big, 32, 1, off)
     assert not load_cluster("h100-sxm").intra_link.nvls_tree_medium_correction
 

@@ -16,8 +16,14 @@ from costmodel.objectives import plan_objectives, time_to_train
 from costmodel.objectives.checkpoint import checkpoint_cost
 from costmodel.objectives.cost import run_cost
 from costmodel.objectives.energy import run_energy
-from costmodel.objectives.failures import (LLAMA3_FAILURES_PER_GPU_HOUR, daly_interval_s, expected_wall_s,
-                                           lost_time, mtbf_s, young_interval_s)
+from costmodel.objectives.failures import (
+    LLAMA3_FAILURES_PER_GPU_HOUR,
+    daly_interval_s,
+    expected_wall_s,
+    lost_time,
+    mtbf_s,
+    young_interval_s,
+)
 from costmodel.spec.errors import SpecError
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.presets import load_cluster, load_model
@@ -25,8 +31,14 @@ from costmodel.spec.workload import Workload
 
 # (checkpoint stop delta, job MTBF M, restart R), seconds: a fast and a slow store on the Llama 3 job's M, Daly's
 # own examples (5 min dump; M = 24 h, 6 h, 15 min) and a checkpoint as long as a tenth of M
-CASES = [(2.4, 11135.0, 362.0), (120.0, 11135.0, 362.0), (300.0, 86400.0, 600.0), (300.0, 21600.0, 600.0),
-         (300.0, 900.0, 600.0), (1000.0, 10000.0, 60.0)]
+CASES = [
+    (2.4, 11135.0, 362.0),
+    (120.0, 11135.0, 362.0),
+    (300.0, 86400.0, 600.0),
+    (300.0, 21600.0, 600.0),
+    (300.0, 900.0, 600.0),
+    (1000.0, 10000.0, 60.0),
+]
 
 
 @pytest.mark.parametrize("delta, mtbf, restart", CASES)
@@ -51,8 +63,10 @@ def test_a_first_order_interval_is_not_the_minimum_when_the_checkpoint_is_long()
     """The check above can fail: with delta = M / 10, sqrt(2 delta M) is measurably off Daly's optimum."""
     delta, mtbf, restart, compute = 1000.0, 10000.0, 60.0, 1e7
     young = young_interval_s(delta, mtbf)
-    assert (expected_wall_s(compute, young, delta, mtbf, restart)
-            > expected_wall_s(compute, daly_interval_s(delta, mtbf), delta, mtbf, restart) * 1.001)
+    assert (
+        expected_wall_s(compute, young, delta, mtbf, restart)
+        > expected_wall_s(compute, daly_interval_s(delta, mtbf), delta, mtbf, restart) * 1.001
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +82,10 @@ def test_smaller_checkpoints_per_rank_win_when_step_times_tie(small):
     written by data-parallel rank 0 alone (no fully parallel save) loses to itself written by every rank."""
     m, cl, w = small
     a = evaluate(m, cl, w, ParallelConfig(tp=2, dp=32, zero=1), engine="analytic")
-    b = replace(evaluate(m, cl, w, ParallelConfig(tp=2, dp=32, zero=1, optimizer_dtype="bf16"), engine="analytic"),
-                step_time_s=a.step_time_s)
+    b = replace(
+        evaluate(m, cl, w, ParallelConfig(tp=2, dp=32, zero=1, optimizer_dtype="bf16"), engine="analytic"),
+        step_time_s=a.step_time_s,
+    )
     slow_store = dict(storage_gbps=20.0, node_storage_gbps=5.0)
     ca, cb = (checkpoint_cost(m, cl, e.config, **slow_store) for e in (a, b))
     assert max(cb.bytes_per_rank) < max(ca.bytes_per_rank) and cb.blocking_s < ca.blocking_s
@@ -116,9 +132,22 @@ def test_no_failures_leaves_only_the_checkpoint(small):
     assert pinned.interval_rule == "pinned" and abs(pinned.interval_s - 600.0) <= e.step_time_s / 2
 
 
-LLAMA3_PLAN = ParallelConfig(tp=8, pp=16, dp=128, cp=1, sp=True, zero=2, framework="fsdp2", vp=8, mb=1,
-                             layers_per_stage=(7,) + (8,) * 14 + (7,), pp_grad_reduce="microbatch",
-                             sp_saved_inputs="sharded", pp_free_stage_inputs=True, fsdp_copies=False)
+LLAMA3_PLAN = ParallelConfig(
+    tp=8,
+    pp=16,
+    dp=128,
+    cp=1,
+    sp=True,
+    zero=2,
+    framework="fsdp2",
+    vp=8,
+    mb=1,
+    layers_per_stage=(7,) + (8,) * 14 + (7,),
+    pp_grad_reduce="microbatch",
+    sp_saved_inputs="sharded",
+    pp_free_stage_inputs=True,
+    fsdp_copies=False,
+)
 
 
 def test_llama3_405b_goodput_is_near_the_report(capsys):
@@ -134,10 +163,12 @@ def test_llama3_405b_goodput_is_near_the_report(capsys):
     runs = {mode: time_to_train(e, m, cl, w, 15e12, async_ckpt=mode) for mode in ("sync", "async")}
     with capsys.disabled():
         for mode, t in runs.items():
-            print(f"\n405B / 16,384 H100, {mode}: goodput {t.goodput:.3f}, {t.days:.1f} days, checkpoint every "
-                  f"{t.interval_steps} steps ({t.interval_s:.0f} s), {t.checkpoint.total_bytes / 1e12:.2f} TB, "
-                  f"lost days: writes {t.lost.checkpoint_s / 86400:.2f}, work {t.lost.lost_work_s / 86400:.2f}, "
-                  f"restarts {t.lost.restart_s / 86400:.2f}")
+            print(
+                f"\n405B / 16,384 H100, {mode}: goodput {t.goodput:.3f}, {t.days:.1f} days, checkpoint every "
+                f"{t.interval_steps} steps ({t.interval_s:.0f} s), {t.checkpoint.total_bytes / 1e12:.2f} TB, "
+                f"lost days: writes {t.lost.checkpoint_s / 86400:.2f}, work {t.lost.lost_work_s / 86400:.2f}, "
+                f"restarts {t.lost.restart_s / 86400:.2f}"
+            )
     for t in runs.values():
         assert 0.87 <= t.goodput <= 0.97
         assert t.mtbf_s == pytest.approx(54 * 86400 / 419, rel=1e-9)
@@ -148,10 +179,12 @@ def test_llama3_405b_goodput_is_near_the_report(capsys):
 
 def test_cost_and_energy_scale_with_gpus_times_hours():
     base = run_cost(gpus=512, wall_s=7200.0, train_tokens=1e10, device_name="H100-SXM5-80GB")
-    assert run_cost(gpus=1024, wall_s=7200.0, train_tokens=1e10, device_name="H100-SXM5-80GB").usd \
-        == pytest.approx(2 * base.usd)
-    assert run_cost(gpus=512, wall_s=3 * 7200.0, train_tokens=1e10, device_name="H100-SXM5-80GB").usd \
-        == pytest.approx(3 * base.usd)
+    assert run_cost(gpus=1024, wall_s=7200.0, train_tokens=1e10, device_name="H100-SXM5-80GB").usd == pytest.approx(
+        2 * base.usd
+    )
+    assert run_cost(gpus=512, wall_s=3 * 7200.0, train_tokens=1e10, device_name="H100-SXM5-80GB").usd == pytest.approx(
+        3 * base.usd
+    )
     assert base.usd == pytest.approx(512 * 2 * 4.916)
     kw = dict(activity=0.7, train_tokens=1e10, device_name="H100-SXM5-80GB")
     e = run_energy(gpus=512, active_s=6000.0, idle_s=1200.0, **kw)
@@ -185,8 +218,11 @@ def _bad_calls(m, cl, w, e):
         ("restart_s", -1, lambda: ttt(restart_s=-1)),
         ("host_gbps", -3, lambda: ttt(host_gbps=-3)),
         ("fully_parallel", "yes", lambda: ttt(fully_parallel="yes")),
-        ("gpu_hour_usd", -2, lambda: run_cost(gpus=8, wall_s=1.0, train_tokens=1.0, device_name="H100-SXM5-80GB",
-                                              gpu_hour_usd=-2)),
+        (
+            "gpu_hour_usd",
+            -2,
+            lambda: run_cost(gpus=8, wall_s=1.0, train_tokens=1.0, device_name="H100-SXM5-80GB", gpu_hour_usd=-2),
+        ),
         ("gpu_hour_usd", None, lambda: run_cost(gpus=8, wall_s=1.0, train_tokens=1.0, device_name="B200")),
         ("gpus", 0, lambda: run_cost(gpus=0, wall_s=1.0, train_tokens=1.0, device_name="H100-SXM5-80GB")),
         ("pue", 0.5, lambda: run_energy(pue=0.5, **energy)),

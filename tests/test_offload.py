@@ -1,4 +1,5 @@
 """Optimizer CPU offload (costmodel.physics.mechanics.offload): Megatron-Core's HybridDeviceOptimizer, its memory and its time."""
+
 import pytest
 
 from costmodel.physics.mechanics import offload
@@ -49,8 +50,9 @@ def test_times_hand_computed():
 def test_70b_on_8_h100_fits_only_offloaded_and_costs_time():
     base = evaluate(MODEL, H100, W, ParallelConfig(**PLAN))
     off = evaluate(MODEL, H100, W, ParallelConfig(**PLAN, optimizer_offload_fraction=1.0))
-    ovl = evaluate(MODEL, H100, W, ParallelConfig(**PLAN, optimizer_offload_fraction=1.0,
-                                                  overlap_cpu_optimizer_d2h_h2d=True))
+    ovl = evaluate(
+        MODEL, H100, W, ParallelConfig(**PLAN, optimizer_offload_fraction=1.0, overlap_cpu_optimizer_d2h_h2d=True)
+    )
     assert not base.fits and off.fits
     assert off.breakdown["optimizer_s"] > 10 * base.breakdown["optimizer_s"]
     assert base.step_time_s < ovl.step_time_s < off.step_time_s
@@ -63,15 +65,18 @@ def test_both_engines_charge_the_same_optimizer():
     assert a.peak_memory_bytes == pytest.approx(g.peak_memory_bytes)
 
 
-@pytest.mark.parametrize("fields, field", [
-    (dict(optimizer_offload_fraction=1.5), "optimizer_offload_fraction"),
-    (dict(optimizer_offload_fraction=-0.1), "optimizer_offload_fraction"),
-    (dict(optimizer_offload_fraction="half"), "optimizer_offload_fraction"),
-    (dict(optimizer_offload_fraction=1.0, zero=0), "optimizer_offload_fraction"),  # no distributed optimizer
-    (dict(optimizer_offload_fraction=1.0, zero=3), "optimizer_offload_fraction"),
-    (dict(optimizer_offload_fraction=1.0, framework="deepspeed"), "optimizer_offload_fraction"),
-    (dict(overlap_cpu_optimizer_d2h_h2d=True), "overlap_cpu_optimizer_d2h_h2d"),  # nothing offloaded
-])
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        (dict(optimizer_offload_fraction=1.5), "optimizer_offload_fraction"),
+        (dict(optimizer_offload_fraction=-0.1), "optimizer_offload_fraction"),
+        (dict(optimizer_offload_fraction="half"), "optimizer_offload_fraction"),
+        (dict(optimizer_offload_fraction=1.0, zero=0), "optimizer_offload_fraction"),  # no distributed optimizer
+        (dict(optimizer_offload_fraction=1.0, zero=3), "optimizer_offload_fraction"),
+        (dict(optimizer_offload_fraction=1.0, framework="deepspeed"), "optimizer_offload_fraction"),
+        (dict(overlap_cpu_optimizer_d2h_h2d=True), "overlap_cpu_optimizer_d2h_h2d"),  # nothing offloaded
+    ],
+)
 def test_refused(fields, field):
     with pytest.raises(SpecError) as e:
         ParallelConfig(**{**PLAN, **fields})
@@ -81,6 +86,7 @@ def test_refused(fields, field):
 def test_band_says_offload_is_unmeasured():
     # no component measurement covers the host copies and the CPU Adam: the band falls back to the pooled one
     from planner import evaluate as planner_evaluate
+
     off = planner_evaluate(MODEL, H100, W, ParallelConfig(**PLAN, optimizer_offload_fraction=1.0))
     base = planner_evaluate(MODEL, H100, W, ParallelConfig(**PLAN))
     assert any("optimizer CPU offload" in n for n in off.band_notes)

@@ -1,4 +1,5 @@
 """Optimizer CPU offload at the planner's edges: its command-line flags, --emit megatron and the Megatron-line parser."""
+
 import argparse
 
 import pytest
@@ -12,15 +13,33 @@ from planner.inputs.megatron import check_megatron_flags
 
 # the flags as Megatron-LM d98e8a64 declares them (megatron/training/arguments.py, _add_training_args and the
 # precision-aware optimizer group): store_true, type=float default 1.0, store_true, store_true
-MEGATRON = {"--use-distributed-optimizer": dict(action="store_true"),
-            "--use-precision-aware-optimizer": dict(action="store_true"),
-            "--optimizer-cpu-offload": dict(action="store_true"),
-            "--optimizer-offload-fraction": dict(type=float, default=1.0),
-            "--overlap-cpu-optimizer-d2h-h2d": dict(action="store_true")}
+MEGATRON = {
+    "--use-distributed-optimizer": dict(action="store_true"),
+    "--use-precision-aware-optimizer": dict(action="store_true"),
+    "--optimizer-cpu-offload": dict(action="store_true"),
+    "--optimizer-offload-fraction": dict(type=float, default=1.0),
+    "--overlap-cpu-optimizer-d2h-h2d": dict(action="store_true"),
+}
 PLAN = dict(tp=8, zero=1, recompute="full")
-BASE = ["evaluate", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "16",
-        "--seq", "4096", "--tp", "8", "--zero", "1", "--recompute", "full"]
-
+BASE = [
+    "evaluate",
+    "--model",
+    "llama3-70b",
+    "--cluster",
+    "h100-sxm",
+    "--gpus",
+    "8",
+    "--global-batch",
+    "16",
+    "--seq",
+    "4096",
+    "--tp",
+    "8",
+    "--zero",
+    "1",
+    "--recompute",
+    "full",
+]
 
 
 @pytest.mark.parametrize("frac, overlap", [(1.0, False), (0.25, True)])
@@ -57,6 +76,7 @@ def test_parser_reads_megatron_defaults_and_refusals():
 
 def test_evaluate_charges_it(capsys):
     import json
+
     runs = {}
     for extra in ([], ["--optimizer-offload-fraction", "1"]):
         assert cli.main(BASE + extra + ["--json"]) == 0
@@ -69,22 +89,28 @@ def test_evaluate_charges_it(capsys):
 def test_recommend_takes_a_stated_fraction_as_a_plan_option():
     # a stated 0 is no offload; a stated fraction (and the overlap) is an option every plan of the search runs
     from planner.flags import plan_options
+
     ns = argparse.Namespace(optimizer_offload_fraction=0.0, overlap_cpu_optimizer_d2h_h2d=None)
     assert dict(plan_options(ns)).get("optimizer_offload_fraction") is None
     opts = dict(plan_options(argparse.Namespace(optimizer_offload_fraction=0.5, overlap_cpu_optimizer_d2h_h2d=True)))
     assert opts["optimizer_offload_fraction"] == 0.5 and opts["overlap_cpu_optimizer_d2h_h2d"] is True
 
 
-@pytest.mark.parametrize("argv, field", [
-    (BASE + ["--optimizer-offload-fraction", "1.5"], "optimizer_offload_fraction"),
-    (BASE + ["--optimizer-offload-fraction", "half"], "optimizer_offload_fraction"),
-    (BASE[:-4] + ["--zero", "0", "--optimizer-offload-fraction", "1"], "optimizer_offload_fraction"),
-    (BASE + ["--overlap-cpu-optimizer-d2h-h2d"], "overlap_cpu_optimizer_d2h_h2d"),
-    (["recommend"] + BASE[1:11] + ["--optimizer-offload-fraction", "1", "--zero", "3"], "zero"),
-    (["recommend"] + BASE[1:11] + ["--overlap-cpu-optimizer-d2h-h2d"], "overlap_cpu_optimizer_d2h_h2d"),
-    (["recommend"] + BASE[1:11] + ["--optimizer-offload-fraction", "1", "--optimizer-dtype", "bf16"],
-     "optimizer_offload_fraction"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (BASE + ["--optimizer-offload-fraction", "1.5"], "optimizer_offload_fraction"),
+        (BASE + ["--optimizer-offload-fraction", "half"], "optimizer_offload_fraction"),
+        (BASE[:-4] + ["--zero", "0", "--optimizer-offload-fraction", "1"], "optimizer_offload_fraction"),
+        (BASE + ["--overlap-cpu-optimizer-d2h-h2d"], "overlap_cpu_optimizer_d2h_h2d"),
+        (["recommend"] + BASE[1:11] + ["--optimizer-offload-fraction", "1", "--zero", "3"], "zero"),
+        (["recommend"] + BASE[1:11] + ["--overlap-cpu-optimizer-d2h-h2d"], "overlap_cpu_optimizer_d2h_h2d"),
+        (
+            ["recommend"] + BASE[1:11] + ["--optimizer-offload-fraction", "1", "--optimizer-dtype", "bf16"],
+            "optimizer_offload_fraction",
+        ),
+    ],
+)
 def test_bad_values_exit_2_with_one_line(capsys, argv, field):
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()

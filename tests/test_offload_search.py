@@ -35,8 +35,11 @@ def _load(name):
 TABLES_T, BOUNDS_T = _load("test_search_tables"), _load("test_presolve_bounds")
 OFF = (("optimizer_offload_fraction", 0.5), ("overlap_cpu_optimizer_d2h_h2d", False))
 OFF_OVL = (("optimizer_offload_fraction", 1.0), ("overlap_cpu_optimizer_d2h_h2d", True))
-L70 = dict(model=load_model("llama3-70b"), cluster=load_cluster("h100-sxm").with_gpus(8),
-           workload=Workload(global_batch=16, seq_len=4096))
+L70 = dict(
+    model=load_model("llama3-70b"),
+    cluster=load_cluster("h100-sxm").with_gpus(8),
+    workload=Workload(global_batch=16, seq_len=4096),
+)
 
 
 def test_offload_never_lowers_the_optimizer_step():
@@ -111,8 +114,11 @@ def test_group_bounds_with_offload_stay_below_the_group_optima():
 
 
 def test_a_plan_that_fits_is_searched_as_before():
-    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
-                workload=Workload(global_batch=16, seq_len=4096))
+    p = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("h100-sxm").with_gpus(8),
+        workload=Workload(global_batch=16, seq_len=4096),
+    )
     a, b = solve(p), solve(p, SolveOptions(offload=False))
     assert a.status == b.status == "OPTIMAL" and a.stats.optimizer_offload is None
     assert a.best.config == b.best.config and a.objective_s == b.objective_s
@@ -132,14 +138,16 @@ def test_70b_on_8_h100_fits_only_with_offload_and_pays_its_time():
     est = evaluate(p.model, p.cluster, p.workload, cfg, engine="analytic")
     assert est.fits and res.objective_s == pytest.approx(est.step_time_s, rel=1e-6)
     # the step includes costmodel.physics.mechanics.offload's time: the CPU Adam of the largest stage's offloaded shard
-    cpu = max(offload.offload_times_s(cfg.optimizer_offload_fraction * _local(p, cfg, i), p.cluster)[1]
-              for i in range(cfg.pp))
+    cpu = max(
+        offload.offload_times_s(cfg.optimizer_offload_fraction * _local(p, cfg, i), p.cluster)[1] for i in range(cfg.pp)
+    )
     assert est.breakdown["optimizer_s"] >= cpu > 1.0
     assert not any("fixed by the user" in b and "zero" in b for b in res.best.binding)  # zero=1 is offload's
 
 
 def _local(p, cfg, stage):
     from costmodel.physics.memory.stage_contents import stage_params
+
     d, e = stage_params(p.model, cfg, stage)
     return (d + e) / (cfg.dp * cfg.cp)
 
@@ -151,12 +159,18 @@ def test_a_stated_fraction_is_every_plan_s():
     assert not res.best.config.overlap_cpu_optimizer_d2h_h2d and res.stats.optimizer_offload is None
 
 
-@pytest.mark.parametrize("kw, field", [
-    (dict(limits=Limits(fixed={"zero": 3}), options=(("optimizer_offload_fraction", 1.0),)), "zero"),
-    (dict(options=(("optimizer_offload_fraction", 1.0), ("optimizer_dtype", "bf16"))), "optimizer_offload_fraction"),
-    (dict(options=(("overlap_cpu_optimizer_d2h_h2d", True),)), "overlap_cpu_optimizer_d2h_h2d"),
-    (dict(framework="deepspeed", options=(("optimizer_offload_fraction", 1.0),)), "optimizer_offload_fraction"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(limits=Limits(fixed={"zero": 3}), options=(("optimizer_offload_fraction", 1.0),)), "zero"),
+        (
+            dict(options=(("optimizer_offload_fraction", 1.0), ("optimizer_dtype", "bf16"))),
+            "optimizer_offload_fraction",
+        ),
+        (dict(options=(("overlap_cpu_optimizer_d2h_h2d", True),)), "overlap_cpu_optimizer_d2h_h2d"),
+        (dict(framework="deepspeed", options=(("optimizer_offload_fraction", 1.0),)), "optimizer_offload_fraction"),
+    ],
+)
 def test_problem_refuses_what_megatron_refuses(kw, field):
     with pytest.raises(SpecError) as e:
         Problem(**L70, **kw)

@@ -36,11 +36,17 @@ def test_only_fsdp2_runs_it():
 @pytest.mark.parametrize("tp", [1, 8])
 def test_between_selective_and_full(tp):
     base = dict(tp=tp, dp=8 // tp, mb=2, zero=3, framework="fsdp2", sp=tp > 1)
-    t = {r: evaluate(M, CL, W, ParallelConfig(recompute=r, **base), engine="analytic") for r in ("selective", "op_sac", "full")}
+    t = {
+        r: evaluate(M, CL, W, ParallelConfig(recompute=r, **base), engine="analytic")
+        for r in ("selective", "op_sac", "full")
+    }
     assert t["selective"].step_time_s < t["op_sac"].step_time_s < t["full"].step_time_s
     g = evaluate(M, CL, W, ParallelConfig(recompute="op_sac", **base), engine="graph")
     assert g.step_time_s == pytest.approx(t["op_sac"].step_time_s, rel=0.02)
-    act = {r: stage_memory(M, W, ParallelConfig(recompute=r, **base), 0).activations_bytes for r in ("none", "op_sac", "full")}
+    act = {
+        r: stage_memory(M, W, ParallelConfig(recompute=r, **base), 0).activations_bytes
+        for r in ("none", "op_sac", "full")
+    }
     assert act["full"] < act["op_sac"]
     # per layer op_sac keeps less than no recompute; at TP 8 (SP) the saved h-wide partial sums of wo and w2 keep
     # nearly as much as no recompute does (Llama trains without dropout masks), so the layer re-materialised in

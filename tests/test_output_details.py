@@ -24,8 +24,12 @@ from planner.sweep import plots
 SMALL = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq", "4096"]
 LLAMA = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--global-batch", "64", "--seq", "4096"]
 PROBLEM = ["--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq", "4096"]
-DP8 = (load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8), Workload(global_batch=64, seq_len=4096),
-       ParallelConfig(tp=1, dp=8, mb=1))
+DP8 = (
+    load_model("llama3-8b"),
+    load_cluster("h100-sxm").with_gpus(8),
+    Workload(global_batch=64, seq_len=4096),
+    ParallelConfig(tp=1, dp=8, mb=1),
+)
 
 
 def run(capsys, argv):
@@ -35,8 +39,10 @@ def run(capsys, argv):
 
 
 # --------------------------------------------------------------------------- text
-@pytest.mark.parametrize("argv", [["explain", *SMALL, "--tp", "8"], ["explain", *SMALL, "--tp", "2", "--sp"],
-                                  ["evaluate", *SMALL, "--tp", "8"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["explain", *SMALL, "--tp", "8"], ["explain", *SMALL, "--tp", "2", "--sp"], ["evaluate", *SMALL, "--tp", "8"]],
+)
 def test_no_output_cites_the_source_document(capsys, argv):
     assert cli.main(argv) == 0
     out, err = capsys.readouterr()
@@ -48,8 +54,9 @@ def test_no_output_cites_the_source_document(capsys, argv):
 
 def test_reports_show_the_effective_sequence_parallelism(capsys):
     e = evaluate("llama3-8b", "h100-sxm", gpus=8, global_batch=64, seq=4096, sp=True)  # tp=1: sp has no effect
-    text = estimate_text(e, load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8),
-                         Workload(global_batch=64, seq_len=4096))
+    text = estimate_text(
+        e, load_model("llama3-8b"), load_cluster("h100-sxm").with_gpus(8), Workload(global_batch=64, seq_len=4096)
+    )
     assert " sp=off " in text and "sp=on" not in text
     code, out, _ = run(capsys, ["evaluate", *SMALL, "--tp", "2", "--sp"])
     assert code == 0 and " sp=on " in out
@@ -71,17 +78,24 @@ def test_robust_says_proven_optimal_in_words(capsys):
 def test_emit_help_lists_every_format(capsys):
     for cmd in ("evaluate", "recommend"):
         code, out, _ = run(capsys, [cmd, "--help"])
-        emit = out[out.index("\n  --emit") + 1:]  # the option's help, not the usage line
-        emit = emit[:emit.index("\n  --")] if "\n  --" in emit else emit
+        emit = out[out.index("\n  --emit") + 1 :]  # the option's help, not the usage line
+        emit = emit[: emit.index("\n  --")] if "\n  --" in emit else emit
         assert code == 0 and all(f in emit for f in ("megatron", "deepspeed", "fsdp2", "torchtitan")), emit
 
 
 # --------------------------------------------------------------------------- traces and plots
-@pytest.mark.parametrize("model,cluster,workload,config", [
-    DP8,
-    (load_model("gpt3-175b"), load_cluster("a100-80g").with_gpus(64), Workload(global_batch=64, seq_len=2048),
-     ParallelConfig(tp=8, pp=4, dp=2, mb=1)),
-])
+@pytest.mark.parametrize(
+    "model,cluster,workload,config",
+    [
+        DP8,
+        (
+            load_model("gpt3-175b"),
+            load_cluster("a100-80g").with_gpus(64),
+            Workload(global_batch=64, seq_len=2048),
+            ParallelConfig(tp=8, pp=4, dp=2, mb=1),
+        ),
+    ],
+)
 def test_no_two_slices_on_one_trace_lane_overlap(model, cluster, workload, config):
     tl = timeline(model, cluster, workload, config)
     lanes: dict = {}
@@ -105,9 +119,16 @@ def test_gantt_legend_is_outside_the_axes():
 
 
 def _curve(hidden):
-    return plots.CodesignCurve(knob="nic_gbps", unit="GB/s", values=[25.0, 50.0, 100.0], compute_s=[1.0, 1.0, 1.0],
-                               link_s={"dp": [2.0, 1.0, 0.5]}, exposed_s={"dp": [1.0, 0.4, 0.0]},
-                               critical={"dp": 50.0}, hidden=hidden)
+    return plots.CodesignCurve(
+        knob="nic_gbps",
+        unit="GB/s",
+        values=[25.0, 50.0, 100.0],
+        compute_s=[1.0, 1.0, 1.0],
+        link_s={"dp": [2.0, 1.0, 0.5]},
+        exposed_s={"dp": [1.0, 0.4, 0.0]},
+        critical={"dp": 50.0},
+        hidden=hidden,
+    )
 
 
 @pytest.mark.parametrize("hidden,dotted", [({"dp": None}, False), ({"dp": 100.0}, True)])
@@ -125,9 +146,23 @@ def test_sweep_plots_label_spec_files_by_name_not_path(tmp_path):
     pytest.importorskip("matplotlib")
     from planner.sweep.grid import AXES_COLUMNS
     from planner.sweep.plots import plot_scaling, plot_tp_pp
+
     model = "/data/configs/deep/folder/my-model.json"
-    recs = [{**dict.fromkeys(AXES_COLUMNS), "model": model, "cluster": "h100-sxm", "gpus": g, "status": "ok",
-             "model_params": 8e9, "mfu": 0.4, "step_time_s": 1.0 / g, "tp": 1, "pp": 1} for g in (8, 16)]
+    recs = [
+        {
+            **dict.fromkeys(AXES_COLUMNS),
+            "model": model,
+            "cluster": "h100-sxm",
+            "gpus": g,
+            "status": "ok",
+            "model_params": 8e9,
+            "mfu": 0.4,
+            "step_time_s": 1.0 / g,
+            "tp": 1,
+            "pp": 1,
+        }
+        for g in (8, 16)
+    ]
     for plot in (plot_scaling, plot_tp_pp):
         svg = next(p for p in plot(recs, tmp_path) if p.suffix == ".svg").read_text()
         assert "my-model" in svg and "/data/configs" not in svg and "folder" not in svg

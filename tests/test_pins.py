@@ -18,8 +18,12 @@ from search.solve import SMALL_SPACE, SolveOptions, solve
 
 
 def problem(model="llama3-8b", cluster="h100-sxm", gpus=64, batch=512, seq=4096, **limits):
-    return Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
-                   workload=Workload(global_batch=batch, seq_len=seq), limits=Limits(**limits))
+    return Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+        limits=Limits(**limits),
+    )
 
 
 def run(capsys, *argv):
@@ -48,16 +52,28 @@ def test_a_pinned_recompute_layer_count_is_a_candidate():
 
 def test_gpt3_vp12_pin_answers_instead_of_no_way_to_divide():
     # issue 9: 96 layers divide pp*vp = 96, so vp=12 is valid and must be searched
-    r = solve(problem("gpt3-175b", gpus=512, batch=1536, seq=2048, fixed={"tp": 4, "pp": 8, "dp": 16, "vp": 12}),
-              SolveOptions(time_limit_s=60))
+    r = solve(
+        problem("gpt3-175b", gpus=512, batch=1536, seq=2048, fixed={"tp": 4, "pp": 8, "dp": 16, "vp": 12}),
+        SolveOptions(time_limit_s=60),
+    )
     assert r.status == OPTIMAL
     c = r.best.config
     assert (c.tp, c.pp, c.dp, c.vp) == (4, 8, 16, 12)
 
 
 def test_fully_pinned_is_scored_exactly_and_fast():
-    fixed = {"tp": 4, "pp": 8, "dp": 128, "vp": 12, "mb": 1, "recompute": "none", "zero": 1, "sp": True,
-             "chunks": 4, "bucket_mb": 40}
+    fixed = {
+        "tp": 4,
+        "pp": 8,
+        "dp": 128,
+        "vp": 12,
+        "mb": 1,
+        "recompute": "none",
+        "zero": 1,
+        "sp": True,
+        "chunks": 4,
+        "bucket_mb": 40,
+    }
     p = problem("gpt3-175b", gpus=4096, batch=4096, seq=2048, fixed=fixed)
     start = time.perf_counter()
     r = solve(p)
@@ -74,6 +90,7 @@ def test_small_space_equals_the_search():
     assert r.stats.exhaustive and r.stats.space <= SMALL_SPACE
     from search.exhaustive import solve_exhaustive
     from search.tables import Tables
+
     t = Tables(p)
     e = solve_exhaustive(p, tables=t)
     assert round(r.objective_s / t.res_s) == e.best.objective
@@ -87,19 +104,25 @@ def test_recompute_full_with_layers_works_in_recommend():
 
 
 # --------------------------------------------------------------------------- refused, naming the rule
-@pytest.mark.parametrize("fixed, message", [
-    ({"tp": 3}, "tp=3: must be a divisor of heads=32"),
-    ({"ep": 2}, "ep=2: must be 1 for a dense model"),
-    ({"mb": 3}, "global_batch=512: must be a multiple of dp*mb"),
-    ({"recompute_layers": 2}, "recompute_layers=2: must be unset unless recompute='full'"),
-    ({"recompute": "selective", "recompute_layers": 2}, "recompute_layers=2: must be unset unless recompute='full'"),
-    ({"recompute": "full", "recompute_layers": 40}, "recompute_layers=40: must be at most layers per stage = 32"),
-    ({"pp": 4, "vp": 16}, "pp*vp=64: must be at most layers=32"),
-    ({"tp": 8, "pp": 8, "dp": 2}, "tp*pp*dp=128: must be a divisor of the GPU count 64"),
-    ({"tp": 8, "pp": 2, "dp": 2, "cp": 1}, "tp*pp*dp*cp=32: must be equal to the GPU count 64"),
-    ({"pp": 64}, "pp=64: must be at most layers=32"),
-    ({"cp": 3}, "cp=3: must be such that seq_len=4096 divides into 2*cp"),
-])
+@pytest.mark.parametrize(
+    "fixed, message",
+    [
+        ({"tp": 3}, "tp=3: must be a divisor of heads=32"),
+        ({"ep": 2}, "ep=2: must be 1 for a dense model"),
+        ({"mb": 3}, "global_batch=512: must be a multiple of dp*mb"),
+        ({"recompute_layers": 2}, "recompute_layers=2: must be unset unless recompute='full'"),
+        (
+            {"recompute": "selective", "recompute_layers": 2},
+            "recompute_layers=2: must be unset unless recompute='full'",
+        ),
+        ({"recompute": "full", "recompute_layers": 40}, "recompute_layers=40: must be at most layers per stage = 32"),
+        ({"pp": 4, "vp": 16}, "pp*vp=64: must be at most layers=32"),
+        ({"tp": 8, "pp": 8, "dp": 2}, "tp*pp*dp=128: must be a divisor of the GPU count 64"),
+        ({"tp": 8, "pp": 2, "dp": 2, "cp": 1}, "tp*pp*dp*cp=32: must be equal to the GPU count 64"),
+        ({"pp": 64}, "pp=64: must be at most layers=32"),
+        ({"cp": 3}, "cp=3: must be such that seq_len=4096 divides into 2*cp"),
+    ],
+)
 def test_a_pin_no_plan_can_hold_is_refused_naming_the_rule(fixed, message):
     with pytest.raises(SpecError, match=message.replace("*", r"\*").replace("(", r"\(")):
         check_pins(problem(fixed=fixed))
@@ -111,8 +134,13 @@ def test_tp16_is_honoured_because_evaluate_accepts_it():
 
 def test_pins_that_only_fail_together_are_explained_by_evaluates_rule():
     # 1536 / (128 * 1) = 12 micro-batches, not a multiple of pp=8 with interleaving
-    p = problem("gpt3-175b", gpus=4096, batch=1536, seq=2048,
-                fixed={"tp": 4, "pp": 8, "dp": 128, "vp": 12, "mb": 1, "recompute": "none", "zero": 1})
+    p = problem(
+        "gpt3-175b",
+        gpus=4096,
+        batch=1536,
+        seq=2048,
+        fixed={"tp": 4, "pp": 8, "dp": 128, "vp": 12, "mb": 1, "recompute": "none", "zero": 1},
+    )
     why = joint_reason(p)
     assert why is not None and "multiple of pp=8 with interleaving" in str(why)
     r = solve(p)

@@ -55,8 +55,27 @@ def test_recommend_and_evaluate_report_the_same_engine_and_step_time(capsys):
 
 def test_the_b200_band_contains_its_own_estimate_and_says_why_it_leans(capsys):
     # every B200 validation row measured 6-14% slower than predicted: the band leans above the estimate
-    code, out, _ = run(capsys, ["evaluate", "--model", "llama3-70b", "--cluster", "b200", "--gpus", "64",
-                                "--global-batch", "128", "--seq", "4096", "--tp", "4", "--pp", "2", "--json"])
+    code, out, _ = run(
+        capsys,
+        [
+            "evaluate",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "b200",
+            "--gpus",
+            "64",
+            "--global-batch",
+            "128",
+            "--seq",
+            "4096",
+            "--tp",
+            "4",
+            "--pp",
+            "2",
+            "--json",
+        ],
+    )
     d = json.loads(out)
     lo, hi = d["step_time_band_s"]
     assert code == 0 and lo <= d["step_time_s"] <= hi
@@ -71,6 +90,7 @@ def test_model_flops_count_causal_attention_as_megatron_does():
     from costmodel.physics.kernels.flops import model_flops_per_step
     from costmodel.spec.presets import load_model
     from costmodel.spec.workload import Workload
+
     m = load_model("gpt3-175b")
     B, s, L, h, V = 8, 32768, 96, 12288, 51200
     # Megatron-LM num_floating_point_operations (megatron/training/training.py at d98e8a64), per token:
@@ -82,8 +102,23 @@ def test_model_flops_count_causal_attention_as_megatron_does():
 
 
 def test_mfu_convention_is_stated_and_the_other_is_a_flag(capsys):
-    argv = ["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "8",
-            "--seq", "32768", "--tp", "8", "--sp", "--json"]
+    argv = [
+        "evaluate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "32768",
+        "--tp",
+        "8",
+        "--sp",
+        "--json",
+    ]
     _, out, _ = run(capsys, argv)
     causal = json.loads(out)
     _, out, _ = run(capsys, argv + ["--mfu-convention", "full"])
@@ -110,8 +145,13 @@ def test_the_leanest_plan_within_the_memory_tie_is_the_answer():
     from costmodel.spec.workload import Workload
     from search.problem import Limits, Problem
     from search.solve import MEMORY_TIE, SolveOptions, solve
-    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
-                workload=Workload(global_batch=64, seq_len=4096), limits=Limits())
+
+    p = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("h100-sxm").with_gpus(8),
+        workload=Workload(global_batch=64, seq_len=4096),
+        limits=Limits(),
+    )
     r = solve(p, SolveOptions(rescore=True, top_k=4, time_limit_s=60))
     assert r.status == "OPTIMAL" and r.memory_tie == MEMORY_TIE == 0.01
     near = [pl for pl in r.plans if pl.graph_step_time_s <= r.fastest_graph_s * (1 + MEMORY_TIE)]

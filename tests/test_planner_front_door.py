@@ -37,7 +37,7 @@ def _absolute(module: str, is_package: bool, level: int, name: str | None) -> st
     if level == 0:
         return name or ""
     base = module.split(".") if is_package else module.split(".")[:-1]
-    base = base[:len(base) - (level - 1)]
+    base = base[: len(base) - (level - 1)]
     return ".".join(base + ([name] if name else []))
 
 
@@ -74,8 +74,11 @@ def import_graph() -> dict:
             elif isinstance(node, ast.ImportFrom):
                 base = _absolute(m, is_package, node.level, node.module)
                 targets = [f"{base}.{a.name}" for a in node.names] + [base]
-            elif (isinstance(node, ast.Call) and node.args
-                  and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+            elif (
+                isinstance(node, ast.Call)
+                and node.args
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            ):
                 targets = _dynamic_targets(m, is_package, node.args[0], modules)
             for t in targets:
                 while t and t not in modules:  # ``from .x import name``: the module x
@@ -166,14 +169,20 @@ def test_cli_flags_and_api_keywords_make_the_same_limits():
     from costmodel.spec.units import GiB
 
     parser = cli.build_parser()
-    args = parser.parse_args(["recommend", *SMALL, "--tp", "8", "--pp-max", "4", "--mb-max", "4", "--no-zero3",
-                              "--headroom-gib", "2"])
+    args = parser.parse_args(
+        ["recommend", *SMALL, "--tp", "8", "--pp-max", "4", "--mb-max", "4", "--no-zero3", "--headroom-gib", "2"]
+    )
     from_flags, _ = planner.limits.limits_of(32, constraints_from_args(args))
-    from_keywords, _ = planner.limits.limits_of(32, {"tp": 8, "pp_max": 4, "mb_max": 4, "exclude": {"zero": (3,)},
-                                                     "headroom_bytes": 2 * GiB})
+    from_keywords, _ = planner.limits.limits_of(
+        32, {"tp": 8, "pp_max": 4, "mb_max": 4, "exclude": {"zero": (3,)}, "headroom_bytes": 2 * GiB}
+    )
     assert from_flags == from_keywords
-    assert (from_flags.fixed, from_flags.maximum, from_flags.mb_max, from_flags.exclude) == \
-        ({"tp": 8}, {"pp": 4}, 4, {"zero": (3,)})
+    assert (from_flags.fixed, from_flags.maximum, from_flags.mb_max, from_flags.exclude) == (
+        {"tp": 8},
+        {"pp": 4},
+        4,
+        {"zero": (3,)},
+    )
 
 
 def test_cli_api_and_tuner_translate_by_the_one_function(monkeypatch):

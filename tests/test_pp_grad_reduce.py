@@ -49,7 +49,8 @@ def test_memory_hand_computed():
     assert model_state_bytes(M70, MICRO, 0) == pytest.approx((4 * p / 2, 4 * p / 2, 8 * p / 2))
     assert gathered_weight_bytes(M70, MICRO, 0) == pytest.approx(2 * p)
     saved = max(m.total_bytes for m in memory_per_stage(M70, W, STEP)) - max(
-        m.total_bytes for m in memory_per_stage(M70, W, MICRO))
+        m.total_bytes for m in memory_per_stage(M70, W, MICRO)
+    )
     assert saved == pytest.approx(4 * p - 2 * p, rel=0.02)  # (4 + 4) - (2 + 2 + 2) B per parameter at dp = 2
 
 
@@ -60,11 +61,13 @@ def test_microbatch_pays_a_gather_and_a_reduce_scatter_per_microbatch():
     b = evaluate(M70, cl, w, MICRO, engine="analytic")
     assert b.peak_memory_bytes < a.peak_memory_bytes
     assert b.breakdown["zero_exposed_s"] + b.breakdown["interference_s"] > (
-        a.breakdown["zero_exposed_s"] + a.breakdown["interference_s"])
+        a.breakdown["zero_exposed_s"] + a.breakdown["interference_s"]
+    )
 
 
 def test_the_fast_path_scores_both_as_evaluate_does_from_one_cache():
     from costmodel.training.fastpath import Scorer
+
     cl = load_cluster("h100-sxm").with_gpus(32)
     scorer = Scorer(M70, cl, W)
     for c in (STEP, MICRO):  # one scorer: a cache key without the option would hand MICRO STEP's terms
@@ -78,6 +81,7 @@ def test_the_search_charges_the_option_as_evaluate_does():
     """A cap between the two peaks: recommend answers only with the option, and its plan re-scores as fitting."""
     from search.problem import Limits, Problem
     from search.solve import SolveOptions, solve
+
     cl = load_cluster("h100-sxm").with_gpus(32)
     fixed = {"tp": 8, "pp": 2, "vp": 1, "mb": 1, "zero": 2, "recompute": "full", "cp": 1, "ep": 1, "chunks": 1}
     step_peak = max(m.total_bytes for m in memory_per_stage(M70, W, STEP))
@@ -85,16 +89,30 @@ def test_the_search_charges_the_option_as_evaluate_does():
     headroom = cl.device.hbm_bytes - (step_peak + micro_peak) / 2
 
     def problem(options):
-        return Problem(model=M70, cluster=cl, workload=W, framework="fsdp2", options=options,
-                       limits=Limits(fixed=fixed, headroom_bytes=headroom, bucket_mb_options=(40,)))
+        return Problem(
+            model=M70,
+            cluster=cl,
+            workload=W,
+            framework="fsdp2",
+            options=options,
+            limits=Limits(fixed=fixed, headroom_bytes=headroom, bucket_mb_options=(40,)),
+        )
+
     assert solve(problem(()), SolveOptions(small_space=-1)).status == "INFEASIBLE"
     r = solve(problem((("pp_grad_reduce", "microbatch"),)), SolveOptions(small_space=-1))
     assert r.status == "OPTIMAL" and r.best.config.pp_grad_reduce == "microbatch"
     assert evaluate(M70, cl, W, r.best.config, engine="analytic").peak_memory_bytes <= cl.device.hbm_bytes - headroom
 
 
-@pytest.mark.parametrize("kw", [dict(framework="megatron", zero=1), dict(framework="fsdp2", zero=3),
-                                dict(framework="deepspeed", zero=2), dict(framework="fsdp2", zero=2, value="x")])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(framework="megatron", zero=1),
+        dict(framework="fsdp2", zero=3),
+        dict(framework="deepspeed", zero=2),
+        dict(framework="fsdp2", zero=2, value="x"),
+    ],
+)
 def test_only_fsdp_without_resharding_has_the_choice(kw):
     value = kw.pop("value", "microbatch")
     with pytest.raises(SpecError, match="^pp_grad_reduce="):
@@ -105,9 +123,36 @@ def _planner(*a):
     return subprocess.run([sys.executable, "-m", "planner", *a], capture_output=True, text=True, timeout=120)
 
 
-BASE = ["evaluate", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "32", "--global-batch", "16",
-        "--seq", "4096", "--tp", "8", "--pp", "2", "--mb", "1", "--sp", "--zero", "2", "--framework", "fsdp2",
-        "--recompute", "full", "--bucket-mb", "40", "--chunks", "1"]
+BASE = [
+    "evaluate",
+    "--model",
+    "llama3-70b",
+    "--cluster",
+    "h100-sxm",
+    "--gpus",
+    "32",
+    "--global-batch",
+    "16",
+    "--seq",
+    "4096",
+    "--tp",
+    "8",
+    "--pp",
+    "2",
+    "--mb",
+    "1",
+    "--sp",
+    "--zero",
+    "2",
+    "--framework",
+    "fsdp2",
+    "--recompute",
+    "full",
+    "--bucket-mb",
+    "40",
+    "--chunks",
+    "1",
+]
 
 
 def test_the_cli_flag_and_its_errors():
@@ -117,7 +162,9 @@ def test_the_cli_flag_and_its_errors():
     assert out["config"]["pp_grad_reduce"] == "microbatch"
     p = sum(stage_params(M70, STEP, 0))
     assert out["memory"][0]["grads_bytes"] == pytest.approx(4 * p / 2)  # the FP32 gradient sharded over dp = 2
-    for flags, field in ((["--pp-grad-reduce", "bogus"], "pp_grad_reduce"),
-                         (["--pp-grad-reduce", "microbatch", "--emit", "fsdp2"], "pp_grad_reduce")):
+    for flags, field in (
+        (["--pp-grad-reduce", "bogus"], "pp_grad_reduce"),
+        (["--pp-grad-reduce", "microbatch", "--emit", "fsdp2"], "pp_grad_reduce"),
+    ):
         bad = _planner(*BASE, *flags)
         assert bad.returncode == 2 and field in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

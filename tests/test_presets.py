@@ -15,12 +15,42 @@ CLUSTERS = preset_names("clusters")
 
 def test_required_presets_exist():
     required_models = {
-        "gpt3-175b", "gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b",
-        "gpt-145.6b", "gpt-310.1b", "gpt-529.6b", "gpt-1t", "gpt-22b", "gpt-530b", "gpt-2-1b",
-        "gpt-2-2b", "gpt-2-4b", "gpt-2-8b", "gpt3-5b", "gpt3-20b", "llama2-7b", "llama2-13b",
-        "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
-        "nemotron-8b", "nemotron-22b", "nemotron4-340b", "mixtral-8x7b", "mixtral-8x22b",
-        "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"}
+        "gpt3-175b",
+        "gpt-1.7b",
+        "gpt-3.6b",
+        "gpt-7.5b",
+        "gpt-18.4b",
+        "gpt-39.1b",
+        "gpt-76.1b",
+        "gpt-145.6b",
+        "gpt-310.1b",
+        "gpt-529.6b",
+        "gpt-1t",
+        "gpt-22b",
+        "gpt-530b",
+        "gpt-2-1b",
+        "gpt-2-2b",
+        "gpt-2-4b",
+        "gpt-2-8b",
+        "gpt3-5b",
+        "gpt3-20b",
+        "llama2-7b",
+        "llama2-13b",
+        "llama2-70b",
+        "llama3-8b",
+        "llama3-70b",
+        "llama3.1-8b",
+        "llama3.1-70b",
+        "llama3.1-405b",
+        "nemotron-8b",
+        "nemotron-22b",
+        "nemotron4-340b",
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "deepseek-v3",
+    }
     assert required_models <= set(MODELS)
     assert {"a100-40g", "a100-80g", "h100-sxm", "h800", "h200", "b200", "sg2262-like"} <= set(CLUSTERS)
 
@@ -46,25 +76,25 @@ def test_cluster_preset_loads_and_follows_the_format(name):
 
 # Published totals (params, active params), with the source of each number.
 PUBLISHED = {
-    "gpt3-175b": (175e9, None),        # Brown et al. 2020, Table 2.1
-    "gpt-1.7b": (1.7e9, None),         # Narayanan et al. 2021, Table 1 (label rounded up from 1.65B)
-    "gpt-18.4b": (18.4e9, None),       # Narayanan et al. 2021, Table 1
-    "gpt-145.6b": (145.6e9, None),     # Narayanan et al. 2021, Table 1
-    "gpt-1t": (1008e9, None),          # Narayanan et al. 2021, Table 1
-    "gpt-22b": (22e9, None),           # Korthikanti et al. 2022, Table 3
-    "gpt-530b": (530e9, None),         # Korthikanti et al. 2022, Table 3 (MT-NLG)
-    "gpt-2-8b": (8.67e9, None),        # Megatron-LM README 2020
-    "llama2-7b": (6.74e9, None),       # meta-llama/Llama-2-7b-hf model card
-    "llama2-70b": (68.98e9, None),     # meta-llama/Llama-2-70b-hf safetensors total
-    "llama3-8b": (8.03e9, None),       # meta-llama/Meta-Llama-3-8B model card
-    "llama3-70b": (70.6e9, None),      # meta-llama/Meta-Llama-3-70B model card
+    "gpt3-175b": (175e9, None),  # Brown et al. 2020, Table 2.1
+    "gpt-1.7b": (1.7e9, None),  # Narayanan et al. 2021, Table 1 (label rounded up from 1.65B)
+    "gpt-18.4b": (18.4e9, None),  # Narayanan et al. 2021, Table 1
+    "gpt-145.6b": (145.6e9, None),  # Narayanan et al. 2021, Table 1
+    "gpt-1t": (1008e9, None),  # Narayanan et al. 2021, Table 1
+    "gpt-22b": (22e9, None),  # Korthikanti et al. 2022, Table 3
+    "gpt-530b": (530e9, None),  # Korthikanti et al. 2022, Table 3 (MT-NLG)
+    "gpt-2-8b": (8.67e9, None),  # Megatron-LM README 2020
+    "llama2-7b": (6.74e9, None),  # meta-llama/Llama-2-7b-hf model card
+    "llama2-70b": (68.98e9, None),  # meta-llama/Llama-2-70b-hf safetensors total
+    "llama3-8b": (8.03e9, None),  # meta-llama/Meta-Llama-3-8B model card
+    "llama3-70b": (70.6e9, None),  # meta-llama/Meta-Llama-3-70B model card
     "llama3.1-405b": (405.9e9, None),  # meta-llama/Llama-3.1-405B (Dubey et al. 2024: 405B)
-    "nemotron4-340b": (341e9, None),   # Nemotron-4 340B report: 9.4B embedding + 331.6B non-embedding
+    "nemotron4-340b": (341e9, None),  # Nemotron-4 340B report: 9.4B embedding + 331.6B non-embedding
     "mixtral-8x7b": (46.7e9, 12.9e9),  # Jiang et al. 2024, section 2
-    "mixtral-8x22b": (141e9, 39e9),    # Mistral AI announcement, 2024-04-17
+    "mixtral-8x22b": (141e9, 39e9),  # Mistral AI announcement, 2024-04-17
     "qwen3-30b-a3b": (30.5e9, 3.3e9),  # Qwen3 technical report, Table 2
     "qwen3-235b-a22b": (235e9, 22e9),  # Qwen3 technical report, Table 2
-    "deepseek-v3": (671e9, 37e9),      # DeepSeek-V3 technical report, abstract and section 4.2
+    "deepseek-v3": (671e9, 37e9),  # DeepSeek-V3 technical report, abstract and section 4.2
 }
 
 

@@ -61,7 +61,10 @@ def test_evaluate_many_scores_what_the_framework_cannot_run_invalid():
     bad, good = p.evaluate_many([{"tp": 4, "sp": True, "chunks": 8}, {"tp": 4, "sp": True, "chunks": 4}])
     assert bad.status == "invalid" and "chunks=8" in bad.reason and not bad.ok
     assert good.status == "ok"
-    assert [s.config.chunks for s in p.rank([{"tp": 4, "sp": True, "chunks": c} for c in (8, 4, 1)])] in ([4, 1], [1, 4])
+    assert [s.config.chunks for s in p.rank([{"tp": 4, "sp": True, "chunks": c} for c in (8, 4, 1)])] in (
+        [4, 1],
+        [1, 4],
+    )
     exact = p.evaluate_many([{"tp": 4, "sp": True, "chunks": 8}], exact=True)[0]
     assert exact.status == "invalid"
 

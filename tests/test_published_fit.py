@@ -48,6 +48,7 @@ def _fits(row) -> tuple[bool, float]:
     """Whether the row's plan fits, and its worst stage's peak (the best fitting choice of the free
     knobs, as ``published.predict`` picks them; no step time is computed)."""
     import itertools
+
     keys = list(row.free)
     best = None
     for values in itertools.product(*(row.free[k] for k in keys)):
@@ -73,5 +74,7 @@ def test_a_run_that_ran_fits(row):
     if key in KNOWN_UNFIT:
         assert not fits, f"row {key} fits now ({peak / GiB:.1f} GiB): drop it from KNOWN_UNFIT"
     else:
-        assert fits, (f"row {key} ({row.label}, {row.gpus} GPUs) needs {peak / GiB:.1f} GiB of "
-                      f"{row.cluster.device.hbm_bytes / GiB:.0f} GiB")
+        assert fits, (
+            f"row {key} ({row.label}, {row.gpus} GPUs) needs {peak / GiB:.1f} GiB of "
+            f"{row.cluster.device.hbm_bytes / GiB:.0f} GiB"
+        )

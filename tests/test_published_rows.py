@@ -29,9 +29,11 @@ CSV = {name: list(csv.DictReader(open(path, newline=""))) for name, path in P.SE
 # rows that cannot be predicted, each for a reason printed by the benchmark
 EXPECTED_SKIPS = {
     ("dev", "43"): "global batch not stated",
-    ("new", "110"): "TP/PP not stated", ("new", "111"): "TP/PP not stated",
+    ("new", "110"): "TP/PP not stated",
+    ("new", "111"): "TP/PP not stated",
     **{("new", str(i)): "MegaScale algorithm" for i in (119, 120, 121, 122, 127, 128, 129, 130)},
-    ("sealed", "182"): "not a multiple of dp", ("sealed", "183"): "not a multiple of dp",
+    ("sealed", "182"): "not a multiple of dp",
+    ("sealed", "183"): "not a multiple of dp",
     ("new", "216"): "whole-run average",
 }
 
@@ -54,6 +56,7 @@ def test_sealed_split_is_the_stated_rule():
     smallest sha256 of their source key, all from the new set, are sealed; no source is on both sides."""
     import hashlib
     import math
+
     dev, new, sealed = ({x["source_key"] for x in CSV[n]} for n in ("dev", "new", "sealed"))
     everyone = dev | new | sealed
     assert not (sealed & (dev | new))
@@ -99,9 +102,15 @@ def test_new_preset_shapes_match_the_row(x):
     if x["model"] not in P.MODEL_PRESET:
         return
     m = load_model(P.MODEL_PRESET[x["model"]])
-    want = {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "vocab": m.vocab,
-            "ffn_hidden": m.moe_ffn_hidden if m.is_moe else m.ffn_hidden,
-            "moe_experts": m.experts or None, "moe_topk": m.topk or None}
+    want = {
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "heads": m.heads,
+        "vocab": m.vocab,
+        "ffn_hidden": m.moe_ffn_hidden if m.is_moe else m.ffn_hidden,
+        "moe_experts": m.experts or None,
+        "moe_topk": m.topk or None,
+    }
     if not m.is_mla:
         want["kv_heads"] = m.kv_heads
     for col, v in want.items():
@@ -137,11 +146,21 @@ def test_fill_rules_follow_the_frameworks():
     ms = BY_ID[("new", "115")].fixed  # Megatron-LM 2023 defaults, ZeRO-2 and v=6 as stated
     # MegaScale states ZeRO-2: Megatron-LM's distributed optimizer, zero=1 under framework=megatron; its baseline
     # runs sequence parallelism (the paper's TP-overlap ablation overlaps the SP collectives), no TP overlap
-    assert (ms["sp"], ms["chunks"], ms["flash_attention"], ms["bucket_bytes"], ms["zero"], ms["vp"]) == \
-        (True, 1, False, 0, 1, 6)
+    assert (ms["sp"], ms["chunks"], ms["flash_attention"], ms["bucket_bytes"], ms["zero"], ms["vp"]) == (
+        True,
+        1,
+        False,
+        0,
+        1,
+        6,
+    )
     ds = BY_ID[("sealed", "194")].fixed  # the Bridge 25.09 performance script for DeepSeek-V3 on H100
-    assert (ds["recompute"], ds["recompute_modules"], ds["layout"], ds["grad_dtype"]) == \
-        ("selective", ("mla_up_proj", "mlp"), "Et|(tt|)*30mL", "bf16")
+    assert (ds["recompute"], ds["recompute_modules"], ds["layout"], ds["grad_dtype"]) == (
+        "selective",
+        ("mla_up_proj", "mlp"),
+        "Et|(tt|)*30mL",
+        "bf16",
+    )
     assert "layers_per_stage" not in ds
     lf = BY_ID[("sealed", "153")].fixed
     assert (ms["framework"], tt["framework"], lf["framework"]) == ("megatron", "fsdp2", "fsdp2")
@@ -181,10 +200,40 @@ def test_regime_examples():
     assert reg("sealed", "140") == {"h100_fp8", "zero3_fsdp", "long_cp"}
     assert reg("new", "126") == {"gpus_4k", "a100_megatron"}
     assert reg("sealed", "176") == {"other"}
-    assert R.regimes_of(dict(gpu="H200", dtype="bf16", experts=8, topk=2, ep=8, gpus=64, cp=1, seq=4096,
-                             layers=32, pp=1, vp=1, sharding="", zero=1)) == ("moe_ep",)
-    assert "moe_fine" in R.regimes_of(dict(gpu="H100", dtype="fp8", experts=64, topk=6, ep=8, gpus=64, cp=1,
-                                           seq=4096, layers=32, pp=1, vp=1, sharding="", zero=1))
+    assert R.regimes_of(
+        dict(
+            gpu="H200",
+            dtype="bf16",
+            experts=8,
+            topk=2,
+            ep=8,
+            gpus=64,
+            cp=1,
+            seq=4096,
+            layers=32,
+            pp=1,
+            vp=1,
+            sharding="",
+            zero=1,
+        )
+    ) == ("moe_ep",)
+    assert "moe_fine" in R.regimes_of(
+        dict(
+            gpu="H100",
+            dtype="fp8",
+            experts=64,
+            topk=6,
+            ep=8,
+            gpus=64,
+            cp=1,
+            seq=4096,
+            layers=32,
+            pp=1,
+            vp=1,
+            sharding="",
+            zero=1,
+        )
+    )
 
 
 def test_nemo_flop_count_reproduces_nemo_2407_throughput():
@@ -193,7 +242,9 @@ def test_nemo_flop_count_reproduces_nemo_2407_throughput():
         x = next(x for x in CSV["dev"] if x["row_id"] == rid)
         r = BY_ID[("dev", rid)]
         per_token = P.flops_nemo_llama(r.model, 1, r.workload.seq_len) / r.workload.seq_len
-        assert float(x["tflops_per_gpu"]) * 1e12 / float(x["tokens_per_sec_per_gpu"]) == pytest.approx(per_token, rel=0.005)
+        assert float(x["tflops_per_gpu"]) * 1e12 / float(x["tokens_per_sec_per_gpu"]) == pytest.approx(
+            per_token, rel=0.005
+        )
 
 
 def test_megatron_core_causal_count_reproduces_modelzoo_step_times():
@@ -219,17 +270,33 @@ def _synthetic(set_name, row_id, rel_err, regimes):
     wl = Workload(global_batch=16, seq_len=2048)
     fixed = dict(tp=1, pp=1, dp=8, mb=1, zero=1)
     pred = evaluate(model, cluster, wl, ParallelConfig(**fixed), engine="analytic").step_time_s
-    return P.Row(row_id, "synthetic", "llama3-8b", model, cluster, wl, fixed, {}, pred / (1 + rel_err),
-                 set=set_name, gpus=8, regimes=regimes, measured_how="synthetic")
+    return P.Row(
+        row_id,
+        "synthetic",
+        "llama3-8b",
+        model,
+        cluster,
+        wl,
+        fixed,
+        {},
+        pred / (1 + rel_err),
+        set=set_name,
+        gpus=8,
+        regimes=regimes,
+        measured_how="synthetic",
+    )
 
 
-@pytest.mark.parametrize("errs, code", [
-    ([("dev", 0.0, ("a100_megatron",)), ("new", 0.0, ("h100_bf16_dense",))], 0),
-    ([("dev", 0.07, ("a100_megatron",))], 1),                       # dev mean 7% > 6%
-    ([("dev", 0.05, ("a100_megatron",)), ("dev", -0.05, ("a100_megatron",))], 0),
-    ([("dev", 0.0, ("a100_megatron",)), ("new", 0.13, ("moe_ep",))], 1),   # one regime 13% > 12%
-    ([("new", 0.10, ("moe_ep",)), ("new", -0.11, ("moe_ep",))], 0),        # 10.5% mean: passes
-])
+@pytest.mark.parametrize(
+    "errs, code",
+    [
+        ([("dev", 0.0, ("a100_megatron",)), ("new", 0.0, ("h100_bf16_dense",))], 0),
+        ([("dev", 0.07, ("a100_megatron",))], 1),  # dev mean 7% > 6%
+        ([("dev", 0.05, ("a100_megatron",)), ("dev", -0.05, ("a100_megatron",))], 0),
+        ([("dev", 0.0, ("a100_megatron",)), ("new", 0.13, ("moe_ep",))], 1),  # one regime 13% > 12%
+        ([("new", 0.10, ("moe_ep",)), ("new", -0.11, ("moe_ep",))], 0),  # 10.5% mean: passes
+    ],
+)
 def test_check_exit_code(errs, code, capsys):
     rows = [_synthetic(s, str(i), e, reg) for i, (s, e, reg) in enumerate(errs)]
     assert V.main(["--check", "--engine", "analytic"], rows=rows) == code

@@ -24,4 +24,4 @@ def test_ci_runs_the_readme_test_command():
     test_cmd = first_commands()[1]
     assert "README.md" in ci
     # .ci/run greps the README for the line that starts like this and runs it
-    assert test_cmd.startswith("python3 -m venv .venv && .venv/bin/pip install -q -e \".[test]\"")
+    assert test_cmd.startswith('python3 -m venv .venv && .venv/bin/pip install -q -e ".[test]"')

@@ -16,8 +16,12 @@ from search.tables import Tables
 
 
 def problem(model="gpt-1.7b", cluster="a100-80g", gpus=16, batch=64, seq=2048, **limits):
-    return Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
-                   workload=Workload(global_batch=batch, seq_len=seq), limits=Limits(**limits))
+    return Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+        limits=Limits(**limits),
+    )
 
 
 SMALL = ("--model", "gpt-1.7b", "--cluster", "a100-80g", "--gpus", "16", "--global-batch", "64", "--seq", "2048")
@@ -51,7 +55,7 @@ def test_the_answer_is_the_best_under_the_graph_and_the_proof_stays_analytic():
     assert r.fastest_graph_s <= r.graph_objective_s <= r.fastest_graph_s * (1 + MEMORY_TIE)
     graph = evaluate(p.model, p.cluster, p.workload, best.config, engine="graph").step_time_s
     assert abs(graph - r.graph_objective_s) <= 1e-9 * graph
-    rescored = [pl.graph_step_time_s for pl in r.plans[:r.rescored]]
+    rescored = [pl.graph_step_time_s for pl in r.plans[: r.rescored]]
     assert rescored[1:] == sorted(rescored[1:])  # alternatives ranked by the graph too
 
 

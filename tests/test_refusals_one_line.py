@@ -43,8 +43,9 @@ def test_headroom_at_or_above_hbm_is_refused(capsys, gib):
 
 def test_headroom_at_or_above_hbm_is_refused_by_the_api():
     with pytest.raises(SpecError) as e:
-        planner.recommend("llama3-8b", "h100-sxm", gpus=8, global_batch=64, seq=4096,
-                          limits=Limits(headroom_bytes=100 * GiB))
+        planner.recommend(
+            "llama3-8b", "h100-sxm", gpus=8, global_batch=64, seq=4096, limits=Limits(headroom_bytes=100 * GiB)
+        )
     assert e.value.field == "headroom_gib" and e.value.value == 100
 
 
@@ -75,8 +76,12 @@ def _one_line_error(capsys, argv, *needles):
 
 def test_long_names_are_a_clean_error_not_a_traceback(capsys):
     _one_line_error(capsys, ["evaluate", "--model", LONG, *PROBLEM], "model=", "(302 characters)")
-    _one_line_error(capsys, ["evaluate", "--model", "llama3-8b", "--cluster", LONG + ".json", *PROBLEM[2:]],
-                    "cluster=", "characters)")
+    _one_line_error(
+        capsys,
+        ["evaluate", "--model", "llama3-8b", "--cluster", LONG + ".json", *PROBLEM[2:]],
+        "cluster=",
+        "characters)",
+    )
 
 
 def test_a_binary_model_file_error_names_the_file(capsys, tmp_path):
@@ -87,22 +92,45 @@ def test_a_binary_model_file_error_names_the_file(capsys, tmp_path):
 
 def test_a_long_model_type_is_cut_in_messages(capsys, tmp_path):
     f = tmp_path / "config.json"
-    f.write_text(json.dumps({"model_type": "q" * 100_000, "num_hidden_layers": 4, "hidden_size": 512,
-                             "num_attention_heads": 8, "vocab_size": 1000, "intermediate_size": 1024}))
+    f.write_text(
+        json.dumps(
+            {
+                "model_type": "q" * 100_000,
+                "num_hidden_layers": 4,
+                "hidden_size": 512,
+                "num_attention_heads": 8,
+                "vocab_size": 1000,
+                "intermediate_size": 1024,
+            }
+        )
+    )
     code, out, err = run(capsys, ["evaluate", "--model", str(f), *PROBLEM])
     assert code == 0 and "(100,000 characters)" in err and len(err) < 1000 and len(out) < 20_000
 
 
 def test_zero_experts_in_an_moe_family_is_refused(capsys, tmp_path):
     f = tmp_path / "config.json"
-    f.write_text(json.dumps({"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 512,
-                             "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1000,
-                             "intermediate_size": 1024, "num_local_experts": 0, "num_experts_per_tok": 2}))
+    f.write_text(
+        json.dumps(
+            {
+                "model_type": "mixtral",
+                "num_hidden_layers": 4,
+                "hidden_size": 512,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 8,
+                "vocab_size": 1000,
+                "intermediate_size": 1024,
+                "num_local_experts": 0,
+                "num_experts_per_tok": 2,
+            }
+        )
+    )
     _one_line_error(capsys, ["evaluate", "--model", str(f), *PROBLEM], "num_local_experts=0", "mixtral")
 
 
 def test_hbm_beyond_any_device_is_refused(capsys, tmp_path):
     from costmodel.spec.presets import preset_info
+
     d = preset_info("clusters", "h100-sxm")
     d["device"]["hbm_gib"] = 1e30
     f = tmp_path / "cluster.json"
@@ -122,16 +150,31 @@ def test_chunks_the_framework_cannot_run_are_not_silent(capsys):
 
 
 def test_baseline_flags_that_change_nothing_are_named(capsys):
-    line = ("--tensor-model-parallel-size 8 --pipline-model-parallel-size 1 --micro-batch-size 1 "
-            "--sequence-parallel")
+    line = "--tensor-model-parallel-size 8 --pipline-model-parallel-size 1 --micro-batch-size 1 --sequence-parallel"
     code, out, err = run(capsys, ["recommend", "--model", "llama3-8b", *PROBLEM, "--tp", "8", "--baseline", line])
     assert code == 0 and "--pipline-model-parallel-size" in err and "--micro-batch-size" not in err
     assert "--tensor-model-parallel-size" not in err
 
 
 def test_plot_to_a_directory_is_refused_before_the_search(capsys, tmp_path):
-    _one_line_error(capsys, ["recommend", "--mode", "infer", "--model", "llama3-8b", *PROBLEM[:4],
-                             "--input-len", "1000", "--output-len", "100", "--plot", str(tmp_path)], "plot=")
+    _one_line_error(
+        capsys,
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-8b",
+            *PROBLEM[:4],
+            "--input-len",
+            "1000",
+            "--output-len",
+            "100",
+            "--plot",
+            str(tmp_path),
+        ],
+        "plot=",
+    )
 
 
 def test_an_unreachable_ray_address_is_one_line(capfd, monkeypatch):
@@ -144,6 +187,7 @@ def test_an_unreachable_ray_address_is_one_line(capfd, monkeypatch):
     def init(**kw):
         os.write(2, b"[gcs_client.cc:210] Failed to get cluster ID from GCS server\n" * 3)
         raise ConnectionError("Failed to connect to Ray cluster at 10.255.255.1:6379")
+
     fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
     monkeypatch.setitem(sys.modules, "ray", fake)
     with pytest.raises(SpecError, match="address='10.255.255.1:6379'"):

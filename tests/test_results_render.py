@@ -47,14 +47,23 @@ def test_results_md_is_short_by_topic_and_has_no_latest_block():
     assert "latest" not in text.lower()
     heads = [line[3:] for line in text.splitlines() if line.startswith("## ")]
     order = [t for t, _ in render.TOPICS]
-    assert heads[:len(order)] == order
+    assert heads[: len(order)] == order
 
 
 def _doc(**kw) -> dict:
-    doc = {"benchmark": "demo", "title": "a demo", "command": "python -m benchmarks.demo --set all",
-           "commit": "0000000", "date": "2026-12-04 10:00 UTC", "host": {"cores": 2, "load_avg": [1.0, 1.0, 1.0]},
-           "headline": {"mean %": 3.5, "rows": 79}, "table": [{"set": "dev", "rows": 39}],
-           "targets": [{"name": "mean <= 6%", "met": True}], "inputs": ["costmodel"], "previous": None}
+    doc = {
+        "benchmark": "demo",
+        "title": "a demo",
+        "command": "python -m benchmarks.demo --set all",
+        "commit": "0000000",
+        "date": "2026-12-04 10:00 UTC",
+        "host": {"cores": 2, "load_avg": [1.0, 1.0, 1.0]},
+        "headline": {"mean %": 3.5, "rows": 79},
+        "table": [{"set": "dev", "rows": 39}],
+        "targets": [{"name": "mean <= 6%", "met": True}],
+        "inputs": ["costmodel"],
+        "previous": None,
+    }
     doc.update(kw)
     return doc
 

@@ -28,7 +28,9 @@ def test_pessimistic_scenarios_only_slow_things_down():
 
 @pytest.fixture(scope="module")
 def problem():
-    return Problem(model=load_model("gpt-1.7b"), cluster=A100.with_gpus(16), workload=Workload(global_batch=64, seq_len=2048))
+    return Problem(
+        model=load_model("gpt-1.7b"), cluster=A100.with_gpus(16), workload=Workload(global_batch=64, seq_len=2048)
+    )
 
 
 def test_robust_optimum_is_no_worse_in_the_worst_case_than_the_nominal_optimum(problem):
@@ -45,16 +47,57 @@ def test_robust_optimum_is_no_worse_in_the_worst_case_than_the_nominal_optimum(p
 def test_api_and_cli_robust_and_baseline(problem):
     r = recommend("gpt-1.7b", "a100-80g", gpus=16, global_batch=64, seq=2048, robust=True)
     assert r.robust is not None and r.best is not None
-    out = subprocess.run([sys.executable, "-m", "planner", "recommend", "--model", "gpt-1.7b", "--cluster", "a100-80g",
-                          "--gpus", "16", "--global-batch", "64", "--seq", "2048", "--robust", "--json",
-                          "--baseline", "tp=2,pp=1,mb=1,zero=1"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "planner",
+            "recommend",
+            "--model",
+            "gpt-1.7b",
+            "--cluster",
+            "a100-80g",
+            "--gpus",
+            "16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--robust",
+            "--json",
+            "--baseline",
+            "tp=2,pp=1,mb=1,zero=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert set(d["solve"]["robust"]["robust_plan"]) == {"nominal", "compute", "network", "interference", "all"}
     assert d["baseline"]["baseline"]["config"]["tp"] == 2 and "band" in d["baseline"]["message"]
-    text = subprocess.run([sys.executable, "-m", "planner", "recommend", "--model", "gpt-1.7b", "--cluster", "a100-80g",
-                           "--gpus", "16", "--global-batch", "64", "--seq", "2048",
-                           "--baseline", "--tensor-model-parallel-size 2 --micro-batch-size 1"],
-                          capture_output=True, text=True, timeout=300)
+    text = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "planner",
+            "recommend",
+            "--model",
+            "gpt-1.7b",
+            "--cluster",
+            "a100-80g",
+            "--gpus",
+            "16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--baseline",
+            "--tensor-model-parallel-size 2 --micro-batch-size 1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert text.returncode == 0, text.stderr
     assert "baseline tp=2" in text.stdout and ("faster" in text.stdout or "keep your plan" in text.stdout)

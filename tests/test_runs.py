@@ -101,16 +101,19 @@ def test_model_from_option_when_the_table_names_none(tmp_path):
     assert run.model.name == "llama3-8b"
 
 
-@pytest.mark.parametrize("text, where, what", [
-    ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,8,-1\n", ":2: step_time_s", "positive"),
-    ("model,gpus,global_batch,seq,tp,step_time\nllama3-8b,8,64,4096,8,1\n", ":2: column='step_time'", "one of"),
-    ("model,gpus,global_batch,seq,tp\nllama3-8b,8,64,4096,8\n", ":2: step_time_s", "exactly one of"),
-    ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,3,1\n", ":2: tp*pp*cp", "divisor"),
-    ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,8,1,9\n", ":2", "as many as the header"),
-    ("model,gpus,global_batch,seq,tp,step_time_s\nnot-a-model,8,64,4096,8,1\n", ":2: model", "preset"),
-    ("model,gpus,global_batch,seq,tp,sp,step_time_s\nllama3-8b,8,64,4096,8,maybe,1\n", ":2: sp", "True or False"),
-    ("model,gpus,global_batch,seq,tp,dtype,step_time_s\nllama3-8b,8,64,4096,8,fp4,1\n", ":2: dtype", "one of"),
-])
+@pytest.mark.parametrize(
+    "text, where, what",
+    [
+        ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,8,-1\n", ":2: step_time_s", "positive"),
+        ("model,gpus,global_batch,seq,tp,step_time\nllama3-8b,8,64,4096,8,1\n", ":2: column='step_time'", "one of"),
+        ("model,gpus,global_batch,seq,tp\nllama3-8b,8,64,4096,8\n", ":2: step_time_s", "exactly one of"),
+        ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,3,1\n", ":2: tp*pp*cp", "divisor"),
+        ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,8,1,9\n", ":2", "as many as the header"),
+        ("model,gpus,global_batch,seq,tp,step_time_s\nnot-a-model,8,64,4096,8,1\n", ":2: model", "preset"),
+        ("model,gpus,global_batch,seq,tp,sp,step_time_s\nllama3-8b,8,64,4096,8,maybe,1\n", ":2: sp", "True or False"),
+        ("model,gpus,global_batch,seq,tp,dtype,step_time_s\nllama3-8b,8,64,4096,8,fp4,1\n", ":2: dtype", "one of"),
+    ],
+)
 def test_bad_tables_name_the_line_and_field(tmp_path, text, where, what):
     p = write(tmp_path, "bad.csv", text)
     with pytest.raises(SpecError) as e:
@@ -180,8 +183,11 @@ def test_log_with_a_bad_timing_value_names_the_line(tmp_path):
 
 def test_log_missing_shape_asks_for_model(tmp_path):
     text = "\n".join(ln for ln in MEGATRON_LOG.read_text().splitlines() if "hidden_size" not in ln)
-    with pytest.raises(SpecError, match=r"missing='hidden_size': must be stated in the log or given: "
-                                        r"hidden_size \(or --model\)"):
+    with pytest.raises(
+        SpecError,
+        match=r"missing='hidden_size': must be stated in the log or given: "
+        r"hidden_size \(or --model\)",
+    ):
         run_from_log(write(tmp_path, "noshape.log", text))
 
 
@@ -191,33 +197,48 @@ def test_megatron_arguments_mapping():
         "torchrun pretrain_gpt.py --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 "
         "--num-layers 32 --num-layers-per-virtual-pipeline-stage 4 --recompute-granularity full "
         "--recompute-method block --recompute-num-layers 2 --overlap-grad-reduce --ddp-bucket-size 10000000 "
-        "--tp-comm-overlap --fp8-format hybrid --use-distributed-optimizer")
+        "--tp-comm-overlap --fp8-format hybrid --use-distributed-optimizer"
+    )
     f = mg.config_fields(args)
     assert f["vp"] == 4 and f["recompute"] == "full" and f["recompute_layers"] == 2
     assert f["bucket_mb"] == pytest.approx(40.0) and f["chunks"] == 4 and f["zero"] == 1
     assert mg.workload_fields(args)["dtype"] == "fp8"
 
 
-@pytest.mark.parametrize("flags, grad, bucket_mb", [
-    ("", None, 40.0),  # no dtype flag: no gradient dtype stated
-    ("--bf16", "fp32", 40.0),  # BF16 runs accumulate and reduce in FP32 (4-byte bucket elements)
-    ("--bf16 --grad-reduce-in-bf16", "bf16", 20.0),
-    ("--fp16", "fp16", 20.0),  # the FP16 default: --accumulate-allreduce-grads-in-fp32 off
-    ("--fp16 --accumulate-allreduce-grads-in-fp32", "fp32", 40.0),
-])
+@pytest.mark.parametrize(
+    "flags, grad, bucket_mb",
+    [
+        ("", None, 40.0),  # no dtype flag: no gradient dtype stated
+        ("--bf16", "fp32", 40.0),  # BF16 runs accumulate and reduce in FP32 (4-byte bucket elements)
+        ("--bf16 --grad-reduce-in-bf16", "bf16", 20.0),
+        ("--fp16", "fp16", 20.0),  # the FP16 default: --accumulate-allreduce-grads-in-fp32 off
+        ("--fp16 --accumulate-allreduce-grads-in-fp32", "fp32", 40.0),
+    ],
+)
 def test_gradient_dtype_and_bucket_elements_from_megatron_arguments(flags, grad, bucket_mb):
     f = mg.config_fields(mg.parse_command_line(f"--overlap-grad-reduce --ddp-bucket-size 10000000 {flags}"))
     assert f.get("grad_dtype") == grad and f["bucket_mb"] == pytest.approx(bucket_mb)
 
 
 def test_a_table_of_runs_states_its_gradient_dtype(tmp_path):
-    table = write(tmp_path, "runs.csv", "model,gpus,global_batch,seq,tp,zero,grad_dtype,step_time_s\n"
-                                         "llama3-8b,16,64,4096,2,1,BF16,1.5\nllama3-8b,16,64,4096,2,1,,1.6\n")
+    table = write(
+        tmp_path,
+        "runs.csv",
+        "model,gpus,global_batch,seq,tp,zero,grad_dtype,step_time_s\n"
+        "llama3-8b,16,64,4096,2,1,BF16,1.5\nllama3-8b,16,64,4096,2,1,,1.6\n",
+    )
     half, full = read_runs([table])
     assert (half.config.grad_dtype, full.config.grad_dtype) == ("bf16", "fp32")
     with pytest.raises(SpecError, match="grad_dtype='int8'"):
-        read_runs([write(tmp_path, "bad.csv", "model,gpus,global_batch,seq,grad_dtype,step_time_s\n"
-                                               "llama3-8b,16,64,4096,int8,1.5\n")])
+        read_runs(
+            [
+                write(
+                    tmp_path,
+                    "bad.csv",
+                    "model,gpus,global_batch,seq,grad_dtype,step_time_s\nllama3-8b,16,64,4096,int8,1.5\n",
+                )
+            ]
+        )
 
 
 def _dispatcher(line):
@@ -233,16 +254,28 @@ def test_moe_dispatcher_from_megatron_arguments():
     assert _dispatcher("--tensor-model-parallel-size 2 --moe-token-dispatcher-type allgather") is None
 
 
-@pytest.mark.parametrize("line, field", [
-    ("--expert-model-parallel-size 8", "moe_token_dispatcher_type=None"),  # Megatron's default: allgather
-    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather", "moe_token_dispatcher_type='allgather'"),
-    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep",
-     "moe_flex_dispatcher_backend='hybridep'"),
-    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-enable-deepep",
-     "moe_token_dispatcher_type='alltoall'"),
-    ("--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm",
-     "overlap_moe_expert_parallel_comm=True"),
-])
+@pytest.mark.parametrize(
+    "line, field",
+    [
+        ("--expert-model-parallel-size 8", "moe_token_dispatcher_type=None"),  # Megatron's default: allgather
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type allgather",
+            "moe_token_dispatcher_type='allgather'",
+        ),
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep",
+            "moe_flex_dispatcher_backend='hybridep'",
+        ),
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-enable-deepep",
+            "moe_token_dispatcher_type='alltoall'",
+        ),
+        (
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm",
+            "overlap_moe_expert_parallel_comm=True",
+        ),
+    ],
+)
 def test_moe_stacks_the_model_does_not_charge_are_refused(line, field):
     with pytest.raises(SpecError, match=f"^{field.replace('(', '[(]')}: must be"):
         _dispatcher(line)
@@ -251,6 +284,7 @@ def test_moe_stacks_the_model_does_not_charge_are_refused(line, field):
 def test_emitted_moe_arguments_parse_back():
     from costmodel.spec.plan import ParallelConfig
     from planner.emit import megatron_args
+
     for disp in ("alltoall", "deepep"):
         c = ParallelConfig(tp=2, pp=4, dp=8, ep=8, mb=1, sp=True, zero=1, ep_dispatcher=disp)
         line = " ".join(t for a in megatron_args(c, 256, 48, moe=True) for t in a)

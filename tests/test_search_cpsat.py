@@ -31,10 +31,18 @@ def small_problem(seed: int) -> Problem:
     rng = random.Random(seed)
     layers, hidden = rng.choice([2, 3, 4]), rng.choice([256, 512])
     moe = rng.random() < 0.3
-    model = ModelSpec(name=f"tiny{seed}", layers=layers, hidden=hidden, heads=rng.choice([4, 8]),
-                      ffn_hidden=4 * hidden, vocab=rng.choice([1000, 4096, 32000]),
-                      activation=rng.choice(["gelu", "swiglu"]), experts=4 if moe else 0, topk=2 if moe else 0,
-                      dense_layers=rng.choice([0, 1]) if moe and layers > 2 else 0)
+    model = ModelSpec(
+        name=f"tiny{seed}",
+        layers=layers,
+        hidden=hidden,
+        heads=rng.choice([4, 8]),
+        ffn_hidden=4 * hidden,
+        vocab=rng.choice([1000, 4096, 32000]),
+        activation=rng.choice(["gelu", "swiglu"]),
+        experts=4 if moe else 0,
+        topk=2 if moe else 0,
+        dense_layers=rng.choice([0, 1]) if moe and layers > 2 else 0,
+    )
     cluster = load_cluster(rng.choice(["a100-80g", "h100-sxm"]))
     device = replace(cluster.device, hbm_bytes=rng.choice([2.2, 2.5, 3.0, 4.0]) * GiB)
     gpus = rng.choice([1, 2, 2, 4, 4] if moe else [1, 2, 2, 4, 4, 8])  # MoE spaces grow with ep
@@ -59,8 +67,11 @@ def test_single_gpu_single_choice_space():
 def test_model_of_one_choice_picks_its_best_split():
     p = small_problem(11)
     p = replace(p, cluster=p.cluster.with_gpus(4), limits=Limits(fixed={"tp": 1, "pp": 4, "cp": 1}))
-    p = replace(p, model=replace(p.model, layers=8, experts=0, topk=0, dense_layers=0),
-                cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=80 * GiB)))
+    p = replace(
+        p,
+        model=replace(p.model, layers=8, experts=0, topk=0, dense_layers=0),
+        cluster=replace(p.cluster, device=replace(p.cluster.device, hbm_bytes=80 * GiB)),
+    )
     tables = Tables(p)
     e = solve_exhaustive(p, tables=tables)
     c = e.best.choice

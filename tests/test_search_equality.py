@@ -28,8 +28,9 @@ BINDS_SEED = 501  # sg2262-like with 2 CDMA engines: 4 engines make the optimum 
 KNOWN: dict = {}
 
 
-@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s]))
-                                  if s in KNOWN else s for s in SEEDS])
+@pytest.mark.parametrize(
+    "seed", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[s])) if s in KNOWN else s for s in SEEDS]
+)
 def test_cpsat_optimum_equals_exhaustive_optimum(seed):
     inst = se.make_instance(seed, SMALL)
     row = se.check(inst, no_bounds=seed in NO_BOUNDS, engines_probe=False)
@@ -88,11 +89,16 @@ def test_the_group_bound_holds_for_every_bucket_size():
     from search.problem import Limits, Problem
     from search.solve import SolveOptions, solve
     from search.tables import Tables
+
     fixed = {"vp": 1, "mb": 1, "tp": 8, "recompute": "full", "recompute_layers": 4, "sp": True, "zero": 1}
-    p = Problem(model=load_model("mixtral-8x7b"), cluster=load_cluster("a100-80g").with_gpus(64),
-                workload=Workload(global_batch=64, seq_len=2048),
-                limits=Limits(fixed=fixed, mb_max=1, vp_max=1, chunk_options=(1, 2), bucket_mb_options=(25, 160),
-                              partial_recompute=True))
+    p = Problem(
+        model=load_model("mixtral-8x7b"),
+        cluster=load_cluster("a100-80g").with_gpus(64),
+        workload=Workload(global_batch=64, seq_len=2048),
+        limits=Limits(
+            fixed=fixed, mb_max=1, vp_max=1, chunk_options=(1, 2), bucket_mb_options=(25, 160), partial_recompute=True
+        ),
+    )
     r = solve(p, SolveOptions(small_space=-1))
     ex = solve_exhaustive(p)
     assert r.status == "OPTIMAL" and ex.complete

@@ -9,8 +9,20 @@ from planner.api import recommend
 from search.solve import MEMORY_TIE
 
 LLAMA = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--global-batch", "64", "--seq", "4096"]
-DESIGN_KEYS = {"status", "config", "step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
-               "mfu", "hfu", "peak_memory_bytes", "fits", "breakdown", "overlap"}
+DESIGN_KEYS = {
+    "status",
+    "config",
+    "step_time_s",
+    "tokens_per_s",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "peak_memory_bytes",
+    "fits",
+    "breakdown",
+    "overlap",
+}
 CONFIG_KEYS = {"tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks"}
 
 
@@ -56,8 +68,9 @@ def test_emit_deepspeed_prints_one_json_object(capsys):
 
 
 def test_config_flags_fix_variables(capsys):
-    code, out, _ = run(capsys, ["recommend", *LLAMA, "--tp", "2", "--no-sp", "--no-zero3", "--pp-max", "2",
-                                "--json", "--top", "3"])
+    code, out, _ = run(
+        capsys, ["recommend", *LLAMA, "--tp", "2", "--no-sp", "--no-zero3", "--pp-max", "2", "--json", "--top", "3"]
+    )
     d = json.loads(out)
     for plan in [d] + d["alternatives"]:
         c = plan["config"]
@@ -70,15 +83,18 @@ def test_api_recommend():
 
 
 # --------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("argv, field", [
-    (["--top", "0"], "top=0"),
-    (["--time-limit", "-1"], "time_limit="),
-    (["--workers", "0"], "workers=0"),
-    (["--emit", "nemo"], "emit='nemo'"),
-    (["--pp-max", "zero"], "pp_max='zero'"),
-    (["--headroom-gib", "-2"], "headroom_gib="),
-    (["--tp", "3"], None),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["--top", "0"], "top=0"),
+        (["--time-limit", "-1"], "time_limit="),
+        (["--workers", "0"], "workers=0"),
+        (["--emit", "nemo"], "emit='nemo'"),
+        (["--pp-max", "zero"], "pp_max='zero'"),
+        (["--headroom-gib", "-2"], "headroom_gib="),
+        (["--tp", "3"], None),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(capsys, argv, field):
     code, out, err = run(capsys, ["recommend", *LLAMA, *argv])
     assert code == 2 and out == ""
@@ -88,16 +104,28 @@ def test_bad_flags_exit_2_with_one_line(capsys, argv, field):
 
 
 def test_missing_gpus_and_unknown_model_exit_2(capsys):
-    code, _, err = run(capsys, ["recommend", "--model", "llama3-8b", "--cluster", "h100-sxm",
-                                "--global-batch", "8", "--seq", "128"])
+    code, _, err = run(
+        capsys, ["recommend", "--model", "llama3-8b", "--cluster", "h100-sxm", "--global-batch", "8", "--seq", "128"]
+    )
     assert code == 2 and "gpus" in err
     code, _, err = run(capsys, ["recommend", *LLAMA[:1], "no-such-model", *LLAMA[2:]])
     assert code == 2 and "model='no-such-model'" in err
 
 
 def test_infeasible_problem_exits_2_with_reason_and_changes(capsys):
-    argv = ["recommend", "--model", "gpt3-175b", "--cluster", "a100-80g", "--gpus", "2", "--global-batch", "8",
-            "--seq", "2048"]
+    argv = [
+        "recommend",
+        "--model",
+        "gpt3-175b",
+        "--cluster",
+        "a100-80g",
+        "--gpus",
+        "2",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+    ]
     code, out, err = run(capsys, argv)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "problem=infeasible: no plan fits in memory" in err and "smallest changes: --gpus" in err

@@ -12,8 +12,12 @@ from search.solve import SolveOptions, solve
 
 
 def problem(model="llama3-8b", cluster="h100-sxm", gpus=16, batch=64, seq=4096, **limits):
-    return Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
-                   workload=Workload(global_batch=batch, seq_len=seq), limits=Limits(**limits))
+    return Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+        limits=Limits(**limits),
+    )
 
 
 # --------------------------------------------------------------------------- the headline problem
@@ -108,8 +112,11 @@ def test_a_smaller_batch_can_be_the_fix():
 @pytest.mark.parametrize("field, value", [("gpus", 0)])
 def test_problem_needs_gpus(field, value):
     with pytest.raises(ValueError, match="gpus"):
-        Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm"),
-                workload=Workload(global_batch=8, seq_len=128))
+        Problem(
+            model=load_model("llama3-8b"),
+            cluster=load_cluster("h100-sxm"),
+            workload=Workload(global_batch=8, seq_len=128),
+        )
 
 
 def test_limits_reject_unknown_variables():
@@ -124,6 +131,7 @@ def test_search_pauses_the_cyclic_collector_and_restores_its_state():
     import gc
 
     from search.solve import cyclic_gc_paused
+
     seen = []
 
     @cyclic_gc_paused()

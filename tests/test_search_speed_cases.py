@@ -6,7 +6,10 @@ from benchmarks.search_speed_pairs import summary
 
 def test_the_standard_set_times_gpt3_deepseek_v3_and_gpt_1t():
     assert sorted(c[0] for c in selected("standard")) == [
-        "DeepSeek-V3 / 2048 H800", "GPT 1T / 3072 A100", "GPT-3 175B / 1024 A100"]
+        "DeepSeek-V3 / 2048 H800",
+        "GPT 1T / 3072 A100",
+        "GPT-3 175B / 1024 A100",
+    ]
     assert selected(None) == CASES  # the default runs every case, the three included
     assert [c[1:] for c in selected("GPT 1T")] == [("gpt-1t", "a100-80g", 3072, 3072, 2048)]
 

@@ -15,8 +15,19 @@ def test_to_dict_keeps_the_order_fields_were_set_in():
     assert list(st.to_dict()) == ["space", "model_choices", "kept", "probed", "exhaustive_s", "exhaustive"]
     pre = SearchStats.of_presolve(PresolveCounts(groups=2, kept=1, probed=1), 0.1, 1e-6)
     pre.model_choices = 1
-    assert list(pre.to_dict()) == ["groups", "groups_memory", "groups_bound", "dominated", "memory", "bound", "kept",
-                                   "probed", "presolve_s", "resolution_s", "model_choices"]
+    assert list(pre.to_dict()) == [
+        "groups",
+        "groups_memory",
+        "groups_bound",
+        "dominated",
+        "memory",
+        "bound",
+        "kept",
+        "probed",
+        "presolve_s",
+        "resolution_s",
+        "model_choices",
+    ]
     assert "near" not in pre.to_dict()  # None: not set
 
 
@@ -36,8 +47,11 @@ def test_solve_sets_typed_stats():
     from search.problem import Limits, Problem
     from search.solve import SolveOptions, solve
 
-    p = Problem(model=load_model("gpt-1.7b"), cluster=load_cluster("a100-80g").with_gpus(16),
-                workload=Workload(global_batch=64, seq_len=2048))
+    p = Problem(
+        model=load_model("gpt-1.7b"),
+        cluster=load_cluster("a100-80g").with_gpus(16),
+        workload=Workload(global_batch=64, seq_len=2048),
+    )
     r = solve(p, SolveOptions())
     assert isinstance(r.stats, SearchStats) and r.stats.groups > 0 and r.stats.model_choices >= 1
     assert r.solve_dict()["stats"] == r.stats.to_dict()

@@ -19,21 +19,40 @@ from costmodel.physics.memory.stage_contents import stage_params
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 from search.bounds import Bounds
-from search.candidates import (Split, bucket_values, chunk_values, mb_values, recompute_values, shapes, sp_values,
-                               splits, vp_values, zero_values)
+from search.candidates import (
+    Split,
+    bucket_values,
+    chunk_values,
+    mb_values,
+    recompute_values,
+    shapes,
+    sp_values,
+    splits,
+    vp_values,
+    zero_values,
+)
 from search.exhaustive import best_splits, max_stage_layers
 from search.problem import Limits, Problem
 from search.choice import Choice
 from search.tables import Tables, probe_split, resolution_s, ticks
 
-CASES = [("gpt3-175b", "a100-80g", 64, 64, 2048), ("llama3-8b", "h100-sxm", 32, 64, 4096),
-         ("mixtral-8x7b", "h100-sxm", 64, 128, 4096), ("deepseek-v3", "h800", 256, 512, 4096),
-         ("gpt-1.7b", "a100-80g", 16, 32, 2048), ("qwen3-30b-a3b", "h100-sxm", 128, 256, 4096)]
+CASES = [
+    ("gpt3-175b", "a100-80g", 64, 64, 2048),
+    ("llama3-8b", "h100-sxm", 32, 64, 4096),
+    ("mixtral-8x7b", "h100-sxm", 64, 128, 4096),
+    ("deepseek-v3", "h800", 256, 512, 4096),
+    ("gpt-1.7b", "a100-80g", 16, 32, 2048),
+    ("qwen3-30b-a3b", "h100-sxm", 128, 256, 4096),
+]
 
 
 def problem(model, cluster, gpus, batch, seq, **limits):
-    return Problem(model=load_model(model), cluster=load_cluster(cluster).with_gpus(gpus),
-                   workload=Workload(global_batch=batch, seq_len=seq), limits=Limits(**limits))
+    return Problem(
+        model=load_model(model),
+        cluster=load_cluster(cluster).with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=seq),
+        limits=Limits(**limits),
+    )
 
 
 def random_plans(p, rng, n):
@@ -47,8 +66,17 @@ def random_plans(p, rng, n):
             continue
         vp = rng.choice(vps)
         kind, k = rng.choice(recompute_values(p, max_stage_layers(p, s.pp, vp)))
-        c = Choice(s, mb, vp, rng.choice(sp_values(p, s)), rng.choice(chunk_values(p, s)),
-                   rng.choice(zero_values(p, s)), kind, k, rng.choice(bucket_values(p, s)))
+        c = Choice(
+            s,
+            mb,
+            vp,
+            rng.choice(sp_values(p, s)),
+            rng.choice(chunk_values(p, s)),
+            rng.choice(zero_values(p, s)),
+            kind,
+            k,
+            rng.choice(bucket_values(p, s)),
+        )
         options = list(splits(p.model.layers, s.pp, vp, max(1, p.model.dense_layers)))
         if options:
             sp = Split(*rng.choice(options))
@@ -78,8 +106,9 @@ def test_table_step_time_and_memory_equal_evaluate(case):
     p = problem(*case)
     tables = Tables(p)
     for c, sp in random_plans(p, random.Random(zlib.crc32(case[0].encode())), 40):
-        est = evaluate(p.model, p.cluster, p.workload, c.config(True, sp.layers_per_stage(c.shape.pp)),
-                       engine="analytic")
+        est = evaluate(
+            p.model, p.cluster, p.workload, c.config(True, sp.layers_per_stage(c.shape.pp)), engine="analytic"
+        )
         t = tables.stage_table(c)
         assert t.step_s(sp) == pytest.approx(est.step_time_s, rel=1e-9), (c, sp)
         peak = max(t.mem_bytes[k][sp.count("first" if k == "only" else k)] for k in t.kinds)
@@ -154,8 +183,11 @@ def test_bounds_never_exceed_the_best_split(case):
                 assert math.floor(lb / tables.res_s) - 4 <= best[0].objective, c
 
 
-@pytest.mark.parametrize("case,framework", [(CASES[0], "megatron"), (CASES[2], "deepspeed"), (CASES[3], "megatron"),
-                                            (CASES[1], "fsdp2")], ids=["gpt3", "mixtral-ds", "deepseek", "llama-fsdp2"])
+@pytest.mark.parametrize(
+    "case,framework",
+    [(CASES[0], "megatron"), (CASES[2], "deepspeed"), (CASES[3], "megatron"), (CASES[1], "fsdp2")],
+    ids=["gpt3", "mixtral-ds", "deepseek", "llama-fsdp2"],
+)
 def test_compute_twin_has_the_same_compute(case, framework):
     """The DP bound takes a layer's forward / backward / recompute times from ``Bounds.compute_twin``
     (ZeRO stage 0: shared by every ZeRO stage and DP degree); they must be the choice's own, and
@@ -165,10 +197,9 @@ def test_compute_twin_has_the_same_compute(case, framework):
     tables = Tables(p)
     differs = 0
     for c, _ in random_plans(p, random.Random(3), 60):
-        c = Choice(c.shape, c.mb, c.vp, c.sp, c.chunks, c.zero, c.recompute, c.recompute_layers, c.bucket_mb,
-                   framework)
+        c = Choice(c.shape, c.mb, c.vp, c.sp, c.chunks, c.zero, c.recompute, c.recompute_layers, c.bucket_mb, framework)
         twin = Bounds.compute_twin(c)
-        for moe in ([False, True] if p.model.is_moe else [False]):
+        for moe in [False, True] if p.model.is_moe else [False]:
             mine, theirs = tables.layer(c, moe), tables.layer(twin, moe)
             assert mine[2:5] == pytest.approx(theirs[2:5], rel=1e-12, abs=0), (c, moe)
             differs += mine[0] != theirs[0]
@@ -184,6 +215,7 @@ def test_bucket_class_shares_only_equal_bucket_counts(case):
     rng = random.Random(zlib.crc32(case[0].encode()))
     t, shared = Tables(p), 0
     from search.candidates import stage_kinds
+
     plans = [c for c, _ in random_plans(p, rng, 60)]
     # the same plans at every ZeRO stage and another bucket: on stages past the first the bucket size
     # is read only as "> 0" and the ZeRO stage only as whether it reduces gradients after the step
@@ -230,8 +262,11 @@ def test_tables_with_another_headroom_share_times_not_fits():
     and refuse a problem that differs in anything else."""
     from search.solve import SolveOptions, solve
 
-    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
-                workload=Workload(global_batch=32, seq_len=4096))
+    p = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("h100-sxm").with_gpus(8),
+        workload=Workload(global_batch=32, seq_len=4096),
+    )
     t = Tables(p)
     first = solve(p, SolveOptions(memory_margin=0.0), t)
     lean = replace(p, limits=replace(p.limits, headroom_bytes=40 * 2**30))
@@ -253,8 +288,11 @@ def test_memory_screens_reused_at_a_smaller_cap_equal_fresh_ones():
     (so the test would fail if the first solve's fits were served everywhere)."""
     from search.presolve import Expander, _groups
 
-    p = Problem(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm").with_gpus(8),
-                workload=Workload(global_batch=32, seq_len=4096))
+    p = Problem(
+        model=load_model("llama3-8b"),
+        cluster=load_cluster("h100-sxm").with_gpus(8),
+        workload=Workload(global_batch=32, seq_len=4096),
+    )
     lean = replace(p, limits=replace(p.limits, headroom_bytes=30 * 2**30))
     t = Tables(p)
     shared, fresh = t.with_problem(lean), Tables(lean)

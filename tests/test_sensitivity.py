@@ -62,8 +62,23 @@ def test_to_dict_is_plain(rows):
 
 
 def test_cli_explain_sensitivity(capsys):
-    argv = ["explain", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "8",
-            "--seq", "2048", "--tp", "8", "--sp", "--sensitivity"]
+    argv = [
+        "explain",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-sxm",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--seq",
+        "2048",
+        "--tp",
+        "8",
+        "--sp",
+        "--sensitivity",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "bottleneck changes below" in out and "NVLink bandwidth" in out and "DMA engines" in out
@@ -73,7 +88,23 @@ def test_cli_explain_sensitivity(capsys):
 
 
 def test_cli_explain_sensitivity_refuses_serving(capsys):
-    code = cli.main(["explain", "--model", "llama3-8b", "--cluster", "h100-sxm", "--tp", "8", "--mode", "infer",
-                     "--input-len", "100", "--output-len", "10", "--sensitivity"])
+    code = cli.main(
+        [
+            "explain",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-sxm",
+            "--tp",
+            "8",
+            "--mode",
+            "infer",
+            "--input-len",
+            "100",
+            "--output-len",
+            "10",
+            "--sensitivity",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "sensitivity" in err and err.count("\n") == 1

@@ -22,18 +22,38 @@ H100 = load_cluster("h100-sxm")
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
 
 #: TensorRT-LLM ``trtllm-serve`` options (https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve.html)
-TRTLLM_FLAGS = {"--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_seq_len", "--max_num_tokens",
-                "--extra_llm_api_options"}
+TRTLLM_FLAGS = {
+    "--tp_size",
+    "--pp_size",
+    "--ep_size",
+    "--max_batch_size",
+    "--max_seq_len",
+    "--max_num_tokens",
+    "--extra_llm_api_options",
+}
 #: the flags that set batch limits, lengths and formats, not the parallel layout
-NOT_LAYOUT = {"--max-num-seqs", "--max-model-len", "--kv-cache-dtype", "--max-num-batched-tokens", "--quantization",
-              "--max-running-requests", "--context-length", "--chunked-prefill-size", "--max_batch_size",
-              "--max_seq_len", "--max_num_tokens", "--extra_llm_api_options"}
+NOT_LAYOUT = {
+    "--max-num-seqs",
+    "--max-model-len",
+    "--kv-cache-dtype",
+    "--max-num-batched-tokens",
+    "--quantization",
+    "--max-running-requests",
+    "--context-length",
+    "--chunked-prefill-size",
+    "--max_batch_size",
+    "--max_seq_len",
+    "--max_num_tokens",
+    "--extra_llm_api_options",
+}
 
 
 #: each engine's flags for the running-request limit and the step token budget
-SCHED_FLAGS = {"vllm": ("--max-num-seqs", "--max-num-batched-tokens"),
-               "sglang": ("--max-running-requests", "--chunked-prefill-size"),
-               "trtllm": ("--max_batch_size", "--max_num_tokens")}
+SCHED_FLAGS = {
+    "vllm": ("--max-num-seqs", "--max-num-batched-tokens"),
+    "sglang": ("--max-running-requests", "--chunked-prefill-size"),
+    "trtllm": ("--max_batch_size", "--max_num_tokens"),
+}
 
 
 def _val(args, flag, default=1):
@@ -44,8 +64,11 @@ def run_as_engine(engine, args, replicas):
     """(tp, pp, dp, ep) an engine runs for these arguments, by its documented semantics (written
     here independently of planner.emit_serving / search.infer)."""
     if engine == "vllm":  # --enable-expert-parallel: EP = TP x DP of the server
-        tp, pp, dps = _val(args, "--tensor-parallel-size"), _val(args, "--pipeline-parallel-size"), \
-            _val(args, "--data-parallel-size")
+        tp, pp, dps = (
+            _val(args, "--tensor-parallel-size"),
+            _val(args, "--pipeline-parallel-size"),
+            _val(args, "--data-parallel-size"),
+        )
         return tp, pp, dps * replicas, tp * dps if "--enable-expert-parallel" in args else 1
     if engine == "sglang":  # --enable-dp-attention: --tp-size spans all DP ranks, attention TP = tp/dp
         tps, pp, dps, ep = (_val(args, f) for f in ("--tp-size", "--pp-size", "--dp-size", "--ep-size"))
@@ -79,9 +102,15 @@ def test_top_plans_are_runnable_and_the_launch_reproduces_them(engine):
         # afresh on that engine, is the prediction shown, and meets the targets
         seqs, budget = SCHED_FLAGS[engine]
         assert _val(d["args"], seqs, None) == e.batch_per_replica
-        again = evaluate_inference(p.model, p.cluster, p.workload(e.batch), ParallelConfig(
-            tp=c.tp, pp=c.pp, dp=c.dp, ep=c.ep), engine=engine, max_seqs=_val(d["args"], seqs, None),
-            prefill_tokens=_val(d["args"], budget, None))
+        again = evaluate_inference(
+            p.model,
+            p.cluster,
+            p.workload(e.batch),
+            ParallelConfig(tp=c.tp, pp=c.pp, dp=c.dp, ep=c.ep),
+            engine=engine,
+            max_seqs=_val(d["args"], seqs, None),
+            prefill_tokens=_val(d["args"], budget, None),
+        )
         assert again.ttft_s == pytest.approx(e.ttft_s) and again.tpot_s == pytest.approx(e.tpot_s)
         assert p.meets(again)
 
@@ -121,9 +150,32 @@ def _layout(args):
 
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
 def test_top_three_differ_in_an_emitted_setting(capsys, engine):
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "4000", "--output-len", "500", "--ttft-ms", "400", "--tpot-ms", "30",
-                     "--top", "3", "--engine", engine, "--json"])
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "4000",
+            "--output-len",
+            "500",
+            "--ttft-ms",
+            "400",
+            "--tpot-ms",
+            "30",
+            "--top",
+            "3",
+            "--engine",
+            engine,
+            "--json",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     assert code == 0 and d["engine"] == engine and len(d["plans"]) == 3
     launches = [p["launch"][engine] for p in d["plans"]]
@@ -132,35 +184,122 @@ def test_top_three_differ_in_an_emitted_setting(capsys, engine):
 
 
 def test_default_engine_is_vllm_and_text_prints_its_commands(capsys):
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "4000", "--output-len", "500", "--ttft-ms", "400", "--tpot-ms", "30"])
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "4000",
+            "--output-len",
+            "500",
+            "--ttft-ms",
+            "400",
+            "--tpot-ms",
+            "30",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "engine vLLM" in out and "  1: vllm serve $MODEL" in out
     assert "sglang" not in out and " sp " not in out.split("best plans")[1].splitlines()[1]
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "16",
-                     "--input-len", "2000", "--output-len", "200", "--engine", "trtllm"])
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "16",
+            "--input-len",
+            "2000",
+            "--output-len",
+            "200",
+            "--engine",
+            "trtllm",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "  1: trtllm-serve $MODEL --tp_size" in out
 
 
-@pytest.mark.parametrize("flags, field", [(["--sp", "--tp", "4"], "sp"), (["--chunks", "4"], "chunks"),
-                                          (["--engine", "tgi"], "engine")])
+@pytest.mark.parametrize(
+    "flags, field", [(["--sp", "--tp", "4"], "sp"), (["--chunks", "4"], "chunks"), (["--engine", "tgi"], "engine")]
+)
 def test_settings_the_engine_cannot_express_are_refused(capsys, flags, field):
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "1000", "--output-len", "200"] + flags)
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "200",
+        ]
+        + flags
+    )
     err = capsys.readouterr().err
     assert code == 2 and f"{field}=" in err and len(err.splitlines()) == 1
 
 
 def test_engine_in_training_mode_is_refused(capsys):
-    code = cli.main(["recommend", "--model", "gpt-1.7b", "--cluster", "a100-80g", "--gpus", "16",
-                     "--global-batch", "64", "--seq", "2048", "--engine", "vllm"])
+    code = cli.main(
+        [
+            "recommend",
+            "--model",
+            "gpt-1.7b",
+            "--cluster",
+            "a100-80g",
+            "--gpus",
+            "16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--engine",
+            "vllm",
+        ]
+    )
     assert code == 2 and "engine=" in capsys.readouterr().err
 
 
 def test_unmet_targets_print_the_closest_plan_and_a_non_empty_front(capsys):
-    code = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
-                     "--input-len", "4000", "--output-len", "500", "--ttft-ms", "50", "--tpot-ms", "5"])
+    code = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "4000",
+            "--output-len",
+            "500",
+            "--ttft-ms",
+            "50",
+            "--tpot-ms",
+            "5",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 2
     front = out.split("Pareto front")[1]

@@ -65,8 +65,13 @@ def test_mixed_steps_two_clients_by_hand():
 def test_sglang_steps_prefill_apart_from_decodes_by_hand():
     # SGLang's default (no mixed chunk): step 1 prefills r0, step 2 prefills r1 while r0's decode
     # waits, steps 3 and 4 decode both: TTFT 1 and 2, TPOT (4-1)/2 and (4-2)/2
-    s = run(SchedulerSpec(engine="sglang", token_budget=1000, max_seqs=None, mixed=False),
-            input_len=1000, output_len=3, concurrency=2, num_requests=2)
+    s = run(
+        SchedulerSpec(engine="sglang", token_budget=1000, max_seqs=None, mixed=False),
+        input_len=1000,
+        output_len=3,
+        concurrency=2,
+        num_requests=2,
+    )
     assert s.ttft_s == pytest.approx(1.5)
     assert s.tpot_s == pytest.approx((1.5 + 1.0) / 2)
     assert s.duration_s == pytest.approx(4)
@@ -94,8 +99,10 @@ def test_decode_stretch_is_the_arithmetic_series_of_its_steps():
 # --------------------------------------------------------------------------- queueing
 def test_ttft_grows_with_concurrency_once_the_engine_queues():
     # the KV cache holds 4 requests: beyond 4 clients the others wait, throughput stops growing
-    stats = {c: run(vllm(4096), input_len=1000, output_len=50, concurrency=c, kv_capacity=4, measure="steady")
-             for c in (2, 4, 8, 16)}
+    stats = {
+        c: run(vllm(4096), input_len=1000, output_len=50, concurrency=c, kv_capacity=4, measure="steady")
+        for c in (2, 4, 8, 16)
+    }
     assert stats[2].queue_s == 0 and stats[16].queue_s > stats[8].queue_s > 0
     assert stats[4].ttft_s < stats[8].ttft_s < stats[16].ttft_s
     assert stats[16].output_tokens_per_s == pytest.approx(stats[8].output_tokens_per_s, rel=0.05)
@@ -119,9 +126,17 @@ def test_poisson_arrivals_are_seeded_and_queue_more_at_a_higher_rate():
 def test_real_model_ttft_grows_past_the_kv_limit_and_throughput_saturates():
     # Llama-3.1-70B fp8 on 2 x H100 TP2, 5000/500 (the NIM table's shape)
     m, cl = load_model("llama3.1-70b"), H100.with_gpus(2)
-    est = {c: evaluate_inference(m, cl, Workload(mode="infer", global_batch=c, input_len=5000, output_len=500,
-                                                 dtype="fp8"), ParallelConfig(tp=2), kv_dtype="fp8", engine="trtllm")
-           for c in (150, 200, 250)}
+    est = {
+        c: evaluate_inference(
+            m,
+            cl,
+            Workload(mode="infer", global_batch=c, input_len=5000, output_len=500, dtype="fp8"),
+            ParallelConfig(tp=2),
+            kv_dtype="fp8",
+            engine="trtllm",
+        )
+        for c in (150, 200, 250)
+    }
     cap = est[150].max_concurrency_per_replica
     assert cap < 150 and all(e.serving["admitted_per_replica"] == cap for e in est.values())
     assert est[150].ttft_s < est[200].ttft_s < est[250].ttft_s
@@ -150,8 +165,14 @@ def test_engines_differ_where_their_schedulers_differ():
 
 # --------------------------------------------------------------------------- the issue's example
 def test_issue_example_no_longer_recommends_one_request_at_a_time():
-    p = InferProblem(model=load_model("llama3-70b"), cluster=H100.with_gpus(8), input_len=4000, output_len=500,
-                     ttft_target_s=0.4, tpot_target_s=0.03)
+    p = InferProblem(
+        model=load_model("llama3-70b"),
+        cluster=H100.with_gpus(8),
+        input_len=4000,
+        output_len=500,
+        ttft_target_s=0.4,
+        tpot_target_s=0.03,
+    )
     r = solve_infer(p)
     best = r.best
     assert r.status == "OPTIMAL" and p.meets(best)
@@ -160,8 +181,28 @@ def test_issue_example_no_longer_recommends_one_request_at_a_time():
 
 
 def test_issue_example_cli_emits_more_than_one_sequence(capsys):
-    rc = cli.main(["recommend", "--mode", "infer", "--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8",
-                   "--input-len", "4000", "--output-len", "500", "--ttft-ms", "400", "--tpot-ms", "30", "--json"])
+    rc = cli.main(
+        [
+            "recommend",
+            "--mode",
+            "infer",
+            "--model",
+            "llama3-70b",
+            "--cluster",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--input-len",
+            "4000",
+            "--output-len",
+            "500",
+            "--ttft-ms",
+            "400",
+            "--tpot-ms",
+            "30",
+            "--json",
+        ]
+    )
     assert rc == 0
     plan = json.loads(capsys.readouterr().out)["plans"][0]
     args = plan["launch"]["vllm"]["args"]
@@ -173,8 +214,24 @@ def test_issue_example_cli_emits_more_than_one_sequence(capsys):
 
 # --------------------------------------------------------------------------- CLI and errors
 def _evaluate(*extra):
-    return ["evaluate", "--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "1",
-            "--input-len", "2000", "--output-len", "100", "--global-batch", "8", *extra]
+    return [
+        "evaluate",
+        "--mode",
+        "infer",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "h100-sxm",
+        "--gpus",
+        "1",
+        "--input-len",
+        "2000",
+        "--output-len",
+        "100",
+        "--global-batch",
+        "8",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
@@ -184,12 +241,15 @@ def test_evaluate_takes_the_engine(engine, capsys):
     assert d["serving"]["engine"] == engine and list(d["launch"]) == [engine]
 
 
-@pytest.mark.parametrize("extra, field", [
-    (("--engine", "tgi"), "engine"),
-    (("--engine", "trtllm", "--prefill-tokens", "1000"), "token_budget"),  # no chunking: budget < prompt
-    (("--max-seqs", "0"), "max_seqs"),
-    (("--request-rate", "-1"), "request_rate"),
-])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        (("--engine", "tgi"), "engine"),
+        (("--engine", "trtllm", "--prefill-tokens", "1000"), "token_budget"),  # no chunking: budget < prompt
+        (("--max-seqs", "0"), "max_seqs"),
+        (("--request-rate", "-1"), "request_rate"),
+    ],
+)
 def test_bad_serving_input_is_one_line_exit_2(extra, field, capsys):
     assert cli.main(_evaluate(*extra)) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -13,7 +13,21 @@ from costmodel.engines.graph.builders import layer_graph
 from costmodel.engines.graph.nodes import COMPUTE
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
-from costmodel.physics.comm.split_overhead import (CP_RING, EP, GEMM, ONE, TP, BwdSplit, FwdSplit, bwd_split, extra_s, fwd_split, replay_extra_s, replay_plan, split_s)
+from costmodel.physics.comm.split_overhead import (
+    CP_RING,
+    EP,
+    GEMM,
+    ONE,
+    TP,
+    BwdSplit,
+    FwdSplit,
+    bwd_split,
+    extra_s,
+    fwd_split,
+    replay_extra_s,
+    replay_plan,
+    split_s,
+)
 
 CASES = [  # (model, moe, plan)
     ("llama3-8b", False, dict(tp=8, sp=True, chunks=8)),
@@ -39,8 +53,12 @@ def _graph_compute(m, cl, w, c, moe) -> dict:
 
 def _problem(model, plan):
     """A case of :data:`CASES` on 64 H100s: (model, cluster, workload, config)."""
-    return (load_model(model), load_cluster("h100-sxm").with_gpus(64), Workload(global_batch=64, seq_len=8192),
-            ParallelConfig(**{"dp": 1, **plan}))
+    return (
+        load_model(model),
+        load_cluster("h100-sxm").with_gpus(64),
+        Workload(global_batch=64, seq_len=8192),
+        ParallelConfig(**{"dp": 1, **plan}),
+    )
 
 
 @pytest.mark.parametrize("model, moe, plan", CASES)
@@ -96,8 +114,9 @@ def test_bwd_split_rules():
     assert b.split_part_s(row) == pytest.approx(1e-3)
     # column-parallel: input gradient reduce-scattered (SP) or all-reduced (TP) behind the weight gradient
     assert bwd_split(col, sp4).reduce_input_grad == "reducescatter"
-    assert bwd_split(col, ParallelConfig(tp=8, chunks=4)) == BwdSplit(mechanism=GEMM, pieces=1,
-                                                                     reduce_input_grad="allreduce")
+    assert bwd_split(col, ParallelConfig(tp=8, chunks=4)) == BwdSplit(
+        mechanism=GEMM, pieces=1, reduce_input_grad="allreduce"
+    )
     # ring attention and EP experts split their whole backward (2e-3)
     ring = bwd_split(_op("attn_core", "attention"), ParallelConfig(cp=4))
     assert (ring.mechanism, ring.pieces, ring.split_part_s(_op("attn_core", "attention"))) == (CP_RING, 4, 2e-3)
@@ -130,7 +149,9 @@ def test_replay_plan_splits_as_the_forward():
     # Megatron --recompute-modules: fc2 replays half of itself with its TP all-reduce; experts in full
     plan = replay_plan(ops, (0.0, 0.0, 0.5, 1.0), c, False)
     assert [(o.name, o.fwd_s, o.comm_after, whole) for o, whole in plan] == [
-        ("fc2", 0.5e-3, "", False), ("experts", 1e-3, "a2a", False)]
+        ("fc2", 0.5e-3, "", False),
+        ("experts", 1e-3, "a2a", False),
+    ]
     # per-op SAC: experts' replay is one kernel; a saved op without collectives is not replayed
     plan = replay_plan(ops, (0.0, 0.0, 0.5, 0.5), c, True)
     assert [(o.name, whole) for o, whole in plan] == [("fc2", False), ("experts", True)]

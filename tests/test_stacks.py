@@ -71,9 +71,30 @@ def test_recommend_plans_for_the_stack(capsys):
     assert d["config"]["framework"] == "fsdp2" and d["config"]["fused_elementwise"] is False
     # the search's number is the number evaluate gives for the same plan under the same stack
     c = d["config"]
-    e = run_json(capsys, "evaluate", *PROBLEM, "--stack", "torchtitan-2024", "--tp", str(c["tp"]), "--pp", str(c["pp"]),
-                 "--cp", str(c["cp"]), "--mb", str(c["mb"]), "--zero", str(c["zero"]), "--recompute", c["recompute"],
-                 "--chunks", str(c["chunks"]), "--bucket-mb", str(c["bucket_mb"]),
-                 *(["--sp"] if c["sp"] else ["--no-sp"]), "--json")
+    e = run_json(
+        capsys,
+        "evaluate",
+        *PROBLEM,
+        "--stack",
+        "torchtitan-2024",
+        "--tp",
+        str(c["tp"]),
+        "--pp",
+        str(c["pp"]),
+        "--cp",
+        str(c["cp"]),
+        "--mb",
+        str(c["mb"]),
+        "--zero",
+        str(c["zero"]),
+        "--recompute",
+        c["recompute"],
+        "--chunks",
+        str(c["chunks"]),
+        "--bucket-mb",
+        str(c["bucket_mb"]),
+        *(["--sp"] if c["sp"] else ["--no-sp"]),
+        "--json",
+    )
     assert e["config"]["fused_elementwise"] is False
     assert e["step_time_s"] == pytest.approx(d["step_time_s"], rel=0.02)

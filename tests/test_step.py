@@ -7,19 +7,21 @@ from costmodel.compose.step import bucketed_s, compose, dp_buckets, dp_exposure,
 
 
 def test_multiplier_is_microbatches_plus_interleaved_bubble():
-    assert multiplier(8, 4, 1) == 11          # 8 + 3
-    assert multiplier(8, 4, 3) == pytest.approx(9.0)   # 8 + 3/3
+    assert multiplier(8, 4, 1) == 11  # 8 + 3
+    assert multiplier(8, 4, 3) == pytest.approx(9.0)  # 8 + 3/3
 
 
 def test_step_time_is_fill_plus_slowest_stage_pace_plus_worst_tails():
     # (m - 1/v) max + sum / v = 7 * 3.0 + (2.0 + 3.0) = 26; + max(0.5, 0.1) + max(0.2, 0.3) = 26.8
-    assert step_time(np.array([2.0, 3.0]), np.array([0.5, 0.1]), np.array([0.2, 0.3]), m=8, p=2, v=1) == \
-        pytest.approx(26.8)
+    assert step_time(np.array([2.0, 3.0]), np.array([0.5, 0.1]), np.array([0.2, 0.3]), m=8, p=2, v=1) == pytest.approx(
+        26.8
+    )
     # equal stages: M * t with M = m + (p - 1) / v, the classic bubble
     assert step_time(np.full(4, 2.0), np.zeros(4), np.zeros(4), m=8, p=4, v=3) == pytest.approx(multiplier(8, 4, 3) * 2)
     # weights: one entry standing for 2 middle stages is the same as writing them out
-    assert step_time(np.array([1.0, 2.0, 1.5]), np.zeros(3), np.zeros(3), m=8, p=4, v=2, weights=[1, 2, 1]) == \
-        pytest.approx(step_time(np.array([1.0, 2.0, 2.0, 1.5]), np.zeros(4), np.zeros(4), m=8, p=4, v=2))
+    assert step_time(
+        np.array([1.0, 2.0, 1.5]), np.zeros(3), np.zeros(3), m=8, p=4, v=2, weights=[1, 2, 1]
+    ) == pytest.approx(step_time(np.array([1.0, 2.0, 2.0, 1.5]), np.zeros(4), np.zeros(4), m=8, p=4, v=2))
     # arrays over a leading axis: one step time per row
     out = step_time(np.array([[1.0, 2.0], [2.0, 2.0]]), np.zeros((2, 2)), np.zeros((2, 2)), m=1, p=2, v=1)
     assert out.tolist() == [3.0, 4.0]
@@ -30,9 +32,10 @@ def test_pipeline_term_is_the_simulated_makespan_of_unequal_stages():
     exact when the slowest stage is last (or all are equal), never below the simulation."""
     from costmodel.engines.graph.pipeline import simulate
     from costmodel.compose.step import pipeline_s
+
     rng = np.random.default_rng(3)
     over, old_over = [], []
-    for _ in range(30):   # stage times 3x apart at random: far more uneven than real splits
+    for _ in range(30):  # stage times 3x apart at random: far more uneven than real splits
         p, v = int(rng.choice([2, 4, 8])), int(rng.choice([1, 2, 4]))
         m = p * int(rng.choice([1, 2, 4]))
         t = rng.uniform(0.5, 1.5, p)
@@ -47,7 +50,7 @@ def test_pipeline_term_is_the_simulated_makespan_of_unequal_stages():
         p, v = int(rng.choice([2, 4, 8])), int(rng.choice([1, 2, 4]))
         m = p * int(rng.choice([1, 2, 4]))
         t = rng.uniform(0.5, 1.5, p)
-        t[-1] = t.max() * 1.2   # the LM-head stage slowest: exact
+        t[-1] = t.max() * 1.2  # the LM-head stage slowest: exact
         sim = simulate([[x / 3 / v] * v for x in t], [[2 * x / 3 / v] * v for x in t], m, 0.0).makespan_s
         assert pipeline_s(t.max(), t.sum(), m, v) == pytest.approx(sim)
 
@@ -55,7 +58,7 @@ def test_pipeline_term_is_the_simulated_makespan_of_unequal_stages():
 def test_buckets_and_their_latency():
     assert dp_buckets(100e6, 25e6) == 4 and dp_buckets(100e6, 0) == 0
     assert dp_buckets(np.array([10e6, 100e6]), 25e6).tolist() == [1.0, 4.0]
-    assert bucketed_s(1.0, 0.01, 4) == pytest.approx(1.03)   # 3 extra buckets pay their latency
+    assert bucketed_s(1.0, 0.01, 4) == pytest.approx(1.03)  # 3 extra buckets pay their latency
 
 
 def test_dp_exposure_1f1b_hand_computed():
@@ -96,9 +99,23 @@ def test_dp_exposure_arrays_equal_scalars():
 
 
 def test_compose_picks_slowest_stage_and_worst_tail():
-    comp = compose(t_mb=[1.0, 1.5], fwd=[0.3, 0.5], backward=[0.6, 1.0], t_grad=[0.0, 0.0], t_param=[0.0, 0.0],
-                   lat_grad=[0, 0], lat_param=[0, 0], buckets=[1, 1], pieces=[None, None], optimizer=[0.1, 0.2], stages=[0, 1],
-                   layers=[4, 4], m=4, p=2, v=1)
+    comp = compose(
+        t_mb=[1.0, 1.5],
+        fwd=[0.3, 0.5],
+        backward=[0.6, 1.0],
+        t_grad=[0.0, 0.0],
+        t_param=[0.0, 0.0],
+        lat_grad=[0, 0],
+        lat_param=[0, 0],
+        buckets=[1, 1],
+        pieces=[None, None],
+        optimizer=[0.1, 0.2],
+        stages=[0, 1],
+        layers=[4, 4],
+        m=4,
+        p=2,
+        v=1,
+    )
     # (4 - 1) * 1.5 + (1.0 + 1.5) = 7.0; the bubble is what exceeds m * 1.5 = 6.0
     assert comp.slow_stage == 1 and comp.pipeline_s == pytest.approx(7.0)
     assert comp.step_s == pytest.approx(7.0 + 0.2) and comp.bubble_s == pytest.approx(1.0)

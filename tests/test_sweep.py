@@ -45,30 +45,49 @@ def test_case_ids_are_deterministic_and_distinct():
 
 
 def test_hyphenated_keys_scalars_and_repeats_are_accepted():
-    g = grid_from_mapping({"models": ["llama3-8b"], "gpus": [8, 8, "16"], "global-batch": "64", "seq": 2048,
-                           "clusters": "h100-sxm", "nic-gbps": "25,50"})
+    g = grid_from_mapping(
+        {
+            "models": ["llama3-8b"],
+            "gpus": [8, 8, "16"],
+            "global-batch": "64",
+            "seq": 2048,
+            "clusters": "h100-sxm",
+            "nic-gbps": "25,50",
+        }
+    )
     assert g.gpus == (8, 16) and g.global_batch == (64,) and g.nic_gbps == (25.0, 50.0)
     assert len(g.cases()) == 4
 
 
 def test_whatifs_change_the_cluster_of_a_case():
-    case = Case(model="llama3-8b", cluster="sg2262-like", gpus=16, global_batch=64, seq=2048, dma_engines=8,
-                nvlink_gbps=900, hbm_gib=40)
+    case = Case(
+        model="llama3-8b",
+        cluster="sg2262-like",
+        gpus=16,
+        global_batch=64,
+        seq=2048,
+        dma_engines=8,
+        nvlink_gbps=900,
+        hbm_gib=40,
+    )
     _, cl, _ = case.problem()
     assert cl.intra_link.bw_bytes_per_s == 900e9 and cl.device.hbm_bytes == 40 * 2**30
     assert all(e.count == 8 for e in cl.device.dma_engines if e.scopes)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({**SMALL, "gpus": "8,x"}, "gpus='x': must be positive integers"),
-    ({**SMALL, "gpus": "8,,16"}, "gpus='8,,16': must be positive integers"),
-    ({**SMALL, "models": "nosuch"}, "model='nosuch': must be a preset"),
-    ({**SMALL, "dtype": "int4"}, "dtype='int4': must be some of bf16, fp16, fp8"),
-    ({**SMALL, "nic_gbps": -1}, "nic_gbps=-1: must be positive numbers"),
-    ({**SMALL, "warp": 2}, "warp=2: must be a grid key"),
-    ({**SMALL, "time_limit_s": "5,10"}, "time_limit_s='5,10': must be one positive number of seconds"),
-    ({k: v for k, v in SMALL.items() if k != "seq"}, "seq=None: must be given"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({**SMALL, "gpus": "8,x"}, "gpus='x': must be positive integers"),
+        ({**SMALL, "gpus": "8,,16"}, "gpus='8,,16': must be positive integers"),
+        ({**SMALL, "models": "nosuch"}, "model='nosuch': must be a preset"),
+        ({**SMALL, "dtype": "int4"}, "dtype='int4': must be some of bf16, fp16, fp8"),
+        ({**SMALL, "nic_gbps": -1}, "nic_gbps=-1: must be positive numbers"),
+        ({**SMALL, "warp": 2}, "warp=2: must be a grid key"),
+        ({**SMALL, "time_limit_s": "5,10"}, "time_limit_s='5,10': must be one positive number of seconds"),
+        ({k: v for k, v in SMALL.items() if k != "seq"}, "seq=None: must be given"),
+    ],
+)
 def test_bad_grid_values_name_the_key(data, message):
     with pytest.raises(Exception) as e:
         grid_from_mapping(data)
@@ -76,15 +95,48 @@ def test_bad_grid_values_name_the_key(data, message):
 
 
 # --------------------------------------------------------------------------- bad input on the CLI
-@pytest.mark.parametrize("argv, field", [
-    (["--models", "llama3-8b", "--gpus", "8,abc", "--global-batch", "64", "--seq", "2048", "--clusters", "h100-sxm"],
-     "gpus='abc'"),
-    (["--models", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq", "2048", "--clusters", "h100-sxm",
-      "--backend", "mpi"], "backend='mpi'"),
-    (["--models", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq", "2048", "--clusters", "nosuch"],
-     "cluster='nosuch'"),
-    (["--gpus", "8"], "models=None"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (
+            [
+                "--models",
+                "llama3-8b",
+                "--gpus",
+                "8,abc",
+                "--global-batch",
+                "64",
+                "--seq",
+                "2048",
+                "--clusters",
+                "h100-sxm",
+            ],
+            "gpus='abc'",
+        ),
+        (
+            [
+                "--models",
+                "llama3-8b",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "64",
+                "--seq",
+                "2048",
+                "--clusters",
+                "h100-sxm",
+                "--backend",
+                "mpi",
+            ],
+            "backend='mpi'",
+        ),
+        (
+            ["--models", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq", "2048", "--clusters", "nosuch"],
+            "cluster='nosuch'",
+        ),
+        (["--gpus", "8"], "models=None"),
+    ],
+)
 def test_bad_sweep_flags_exit_2_with_one_line(capsys, tmp_path, argv, field):
     code = cli.main(["sweep", *argv, "--out", str(tmp_path / "out")])
     out, err = capsys.readouterr()
@@ -92,11 +144,14 @@ def test_bad_sweep_flags_exit_2_with_one_line(capsys, tmp_path, argv, field):
     assert err.count("\n") == 1 and err.startswith(f"planner: error: {field}")
 
 
-@pytest.mark.parametrize("text, field", [
-    ("models: [llama3-8b\n", "grid="),                      # not YAML
-    ("- llama3-8b\n", "grid="),                             # not a mapping
-    ("models: llama3-8b\ngpus: [8]\nglobal_batch: 64\nseq: 2048\nclusters: h100-sxm\nbogus: 1\n", "bogus=1"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("models: [llama3-8b\n", "grid="),  # not YAML
+        ("- llama3-8b\n", "grid="),  # not a mapping
+        ("models: llama3-8b\ngpus: [8]\nglobal_batch: 64\nseq: 2048\nclusters: h100-sxm\nbogus: 1\n", "bogus=1"),
+    ],
+)
 def test_bad_grid_file_exits_2_with_one_line(capsys, tmp_path, text, field):
     f = tmp_path / "grid.yaml"
     f.write_text(text)
@@ -106,8 +161,21 @@ def test_bad_grid_file_exits_2_with_one_line(capsys, tmp_path, text, field):
 
 
 def test_missing_out_exits_2(capsys):
-    code = cli.main(["sweep", "--models", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq", "2048",
-                     "--clusters", "h100-sxm"])
+    code = cli.main(
+        [
+            "sweep",
+            "--models",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--clusters",
+            "h100-sxm",
+        ]
+    )
     assert code == 2 and "out=None" in capsys.readouterr().err
 
 
@@ -116,16 +184,70 @@ def test_schema_columns_are_stable():
     # Appending a column means a new SCHEMA_VERSION; renaming or removing one is not allowed.
     assert SCHEMA_VERSION == 7
     assert list(NAMES) == [
-        "case_id", "model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
-        "nic_gbps", "hbm_gib", "model_params", "status", "reason",
-        "tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "recompute_layers", "bucket_mb",
-        "chunks", "layers_per_stage",
-        "step_time_s", "graph_step_time_s", "tokens_per_s", "mfu", "hfu", "model_tflops_per_gpu", "peak_memory_bytes", "hbm_bytes",
-        "fits", "compute_s", "bubble_s", "exposed_comm_s",
-        "solver", "solve_status", "solve_time_s", "objective_s", "bound_s", "gap", "case_time_s", "attempts",
-        "schema_version", "finished_at", "step_time_band_lo_s", "step_time_band_hi_s",
-        "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s", "critical_holds",
-        "framework", "grad_dtype", "band_notes", "analytic_step_time_s", "stack", "optimizer_offload_fraction"]
+        "case_id",
+        "model",
+        "cluster",
+        "gpus",
+        "global_batch",
+        "seq",
+        "dtype",
+        "dma_engines",
+        "nvlink_gbps",
+        "nic_gbps",
+        "hbm_gib",
+        "model_params",
+        "status",
+        "reason",
+        "tp",
+        "pp",
+        "dp",
+        "ep",
+        "cp",
+        "vp",
+        "mb",
+        "sp",
+        "zero",
+        "recompute",
+        "recompute_layers",
+        "bucket_mb",
+        "chunks",
+        "layers_per_stage",
+        "step_time_s",
+        "graph_step_time_s",
+        "tokens_per_s",
+        "mfu",
+        "hfu",
+        "model_tflops_per_gpu",
+        "peak_memory_bytes",
+        "hbm_bytes",
+        "fits",
+        "compute_s",
+        "bubble_s",
+        "exposed_comm_s",
+        "solver",
+        "solve_status",
+        "solve_time_s",
+        "objective_s",
+        "bound_s",
+        "gap",
+        "case_time_s",
+        "attempts",
+        "schema_version",
+        "finished_at",
+        "step_time_band_lo_s",
+        "step_time_band_hi_s",
+        "dma_assignment",
+        "critical_strategy",
+        "t_comm_s",
+        "t_compute_s",
+        "critical_holds",
+        "framework",
+        "grad_dtype",
+        "band_notes",
+        "analytic_step_time_s",
+        "stack",
+        "optimizer_offload_fraction",
+    ]
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 
 
@@ -140,16 +262,23 @@ def test_framework_and_gradient_dtype_are_axes_that_keep_old_case_ids(tmp_path):
     # the id a case had before framework and grad_dtype were axes (computed at 41159bf): the defaults,
     # given or not, keep it
     assert grid_from_mapping(base).cases()[0].id == "83246fb951839058"
-    assert grid_from_mapping({**base, "framework": "megatron", "grad_dtype": "fp32"}).cases()[0].id == "83246fb951839058"
+    assert (
+        grid_from_mapping({**base, "framework": "megatron", "grad_dtype": "fp32"}).cases()[0].id == "83246fb951839058"
+    )
     grid = grid_from_mapping({**base, "framework": "megatron,fsdp2", "grad_dtype": "fp32,bf16"})
     cases = grid.cases()
     assert len({c.id for c in cases}) == 4 and {(c.framework, c.grad_dtype) for c in cases} == {
-        ("megatron", "fp32"), ("megatron", "bf16"), ("fsdp2", "fp32"), ("fsdp2", "bf16")}
+        ("megatron", "fp32"),
+        ("megatron", "bf16"),
+        ("fsdp2", "fp32"),
+        ("fsdp2", "bf16"),
+    }
     summary = run_sweep(cases, tmp_path, workers=1, progress=False)
     assert summary.ok == 4
     jsonl, _ = rows(tmp_path)
     from costmodel.spec.plan import ParallelConfig
     from costmodel.frameworks.rules import check
+
     for r in jsonl:  # each plan is its framework's, with the gradient dtype of the case
         c = ParallelConfig.from_dict(r["estimate"]["config"])
         assert (c.framework, c.grad_dtype) == (r["framework"], r["grad_dtype"])
@@ -179,7 +308,8 @@ def test_results_follow_the_schema_in_both_files(tmp_path):
             assert j["estimate"]["step_time_s"] == j["step_time_s"] and j["solve_status"]
             assert j["graph_step_time_s"] > 0
             assert (j["optimizer_offload_fraction"] > 0) == (j["model"] == "llama3-8b" and j["gpus"] == 1) or (
-                j["model"] == "llama3-70b")  # 70B on 8 GPUs may need it too
+                j["model"] == "llama3-70b"
+            )  # 70B on 8 GPUs may need it too
             assert j["estimate"]["config"].get("optimizer_offload_fraction", 0.0) == j["optimizer_offload_fraction"]
         else:
             assert j["reason"] and j["tp"] is None and j["estimate"] is None and j["optimizer_offload_fraction"] is None
@@ -218,8 +348,25 @@ def test_store_repairs_partial_lines_and_a_csv_behind_the_jsonl(tmp_path):
 
 
 def test_progress_bar_on_stderr(capsys, tmp_path):
-    code = cli.main(["sweep", "--models", "llama3-8b", "--gpus", "8,16", "--global-batch", "64", "--seq", "2048",
-                     "--clusters", "h100-sxm", "--out", str(tmp_path), "--workers", "1"])
+    code = cli.main(
+        [
+            "sweep",
+            "--models",
+            "llama3-8b",
+            "--gpus",
+            "8,16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--clusters",
+            "h100-sxm",
+            "--out",
+            str(tmp_path),
+            "--workers",
+            "1",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0 and "2 cases: 2 ok" in out
     last = err.strip().splitlines()[-1]
@@ -228,8 +375,19 @@ def test_progress_bar_on_stderr(capsys, tmp_path):
 
 def test_json_summary_and_grid_file_keys(capsys, tmp_path):
     f = tmp_path / "grid.yaml"
-    f.write_text(yaml.safe_dump({"models": ["llama3-8b"], "gpus": [8], "global-batch": 64, "seq": 2048,
-                                 "clusters": "h100-sxm", "out": str(tmp_path / "o"), "workers": 1}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "models": ["llama3-8b"],
+                "gpus": [8],
+                "global-batch": 64,
+                "seq": 2048,
+                "clusters": "h100-sxm",
+                "out": str(tmp_path / "o"),
+                "workers": 1,
+            }
+        )
+    )
     code = cli.main(["sweep", "--grid", str(f), "--gpus", "8,16", "--json", "--no-progress"])
     out, err = capsys.readouterr()
     d = json.loads(out)
@@ -250,8 +408,17 @@ def slow(case):
 
 def test_kill_9_mid_sweep_then_resume_runs_every_case_exactly_once(tmp_path):
     grid = tmp_path / "grid.yaml"
-    grid.write_text(yaml.safe_dump({"models": ["llama3-8b", "gpt3-5b"], "gpus": [8, 16, 32],
-                                    "global_batch": [64, 128], "seq": 2048, "clusters": ["h100-sxm"]}))
+    grid.write_text(
+        yaml.safe_dump(
+            {
+                "models": ["llama3-8b", "gpt3-5b"],
+                "gpus": [8, 16, 32],
+                "global_batch": [64, 128],
+                "seq": 2048,
+                "clusters": ["h100-sxm"],
+            }
+        )
+    )
     (tmp_path / "slowsolve.py").write_text(SLOW_SOLVE)
     out = tmp_path / "out"
     driver = textwrap.dedent(f"""
@@ -288,8 +455,13 @@ def test_kill_9_mid_sweep_then_resume_runs_every_case_exactly_once(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    r = subprocess.run([sys.executable, "-m", "planner", "sweep", "--grid", str(grid), "--out", str(out),
-                        "--workers", "2", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "planner", "sweep", "--grid", str(grid), "--out", str(out), "--workers", "2", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["total"] == 12 and summary["resumed"] >= done_before and summary["ran"] == 12 - summary["resumed"]

@@ -23,8 +23,22 @@ from planner.sweep.schema import NAMES, SCHEMA_VERSION, parse_cell
 ENGINES = (1, 2, 4, 8)
 # a small model on few chips with a batch too small for pure DP: the plans need TP, whose
 # traffic runs on the CDMA engines, so the engine count binds
-ARGS = ["--models", "gpt-1.7b", "--clusters", "sg2262-like", "--gpus", "64", "--global-batch", "16",
-        "--seq", "4096", "--dma-engines", ",".join(map(str, ENGINES)), "--time-limit", "20"]
+ARGS = [
+    "--models",
+    "gpt-1.7b",
+    "--clusters",
+    "sg2262-like",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "16",
+    "--seq",
+    "4096",
+    "--dma-engines",
+    ",".join(map(str, ENGINES)),
+    "--time-limit",
+    "20",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +55,7 @@ def swept(tmp_path_factory):
 def test_columns_are_in_the_schema():
     assert SCHEMA_VERSION >= 3  # added together in version 3, in this order
     i = NAMES.index(COLUMNS[0])
-    assert list(NAMES[i:i + len(COLUMNS)]) == list(COLUMNS)
+    assert list(NAMES[i : i + len(COLUMNS)]) == list(COLUMNS)
 
 
 def test_columns_are_filled_and_agree_with_the_plan(swept):
@@ -52,8 +66,9 @@ def test_columns_are_filled_and_agree_with_the_plan(swept):
     for n, r in records.items():
         assert {k: parse_cell(k, table[n][k]) for k in COLUMNS} == {k: r[k] for k in COLUMNS}  # CSV == JSONL
         # the assignment the plan runs with, within the engines the what-if gives each class
-        _, cluster, _ = Case(**{k: r[k] for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype",
-                                                    "dma_engines")}).problem()
+        _, cluster, _ = Case(
+            **{k: r[k] for k in ("model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines")}
+        ).problem()
         config = ParallelConfig.from_dict(r["estimate"]["config"])
         a = dma_plan.parse(r["dma_assignment"])
         assert str(dma.resolve(cluster, config)) == r["dma_assignment"]
@@ -72,11 +87,24 @@ def test_fewer_engines_never_make_the_optimum_faster(swept):
     for more, fewer in zip(ENGINES[::-1], ENGINES[::-1][1:]):  # 8 -> 4 -> 2 -> 1
         a, b = records[more], records[fewer]
         assert a["solve_status"] == b["solve_status"] == "OPTIMAL"
-        plan = lambda r: (r["tp"], r["pp"], r["dp"], r["cp"], r["vp"], r["mb"], r["zero"], r["chunks"],
-                          r["dma_assignment"], r["analytic_step_time_s"])
+        plan = lambda r: (
+            r["tp"],
+            r["pp"],
+            r["dp"],
+            r["cp"],
+            r["vp"],
+            r["mb"],
+            r["zero"],
+            r["chunks"],
+            r["dma_assignment"],
+            r["analytic_step_time_s"],
+        )
         # the proven (analytic) optimum; the op-graph re-score of the chosen plan need not be monotone
-        assert b["analytic_step_time_s"] >= a["analytic_step_time_s"] * (1 - 1e-9), (f"{fewer} engines faster than {more}",
-                                                                  plan(b), plan(a))
+        assert b["analytic_step_time_s"] >= a["analytic_step_time_s"] * (1 - 1e-9), (
+            f"{fewer} engines faster than {more}",
+            plan(b),
+            plan(a),
+        )
 
 
 def test_the_assignment_follows_the_engine_count(swept):
@@ -87,9 +115,9 @@ def test_the_assignment_follows_the_engine_count(swept):
 def test_summary_names_the_engine_count_where_the_condition_starts_to_hold(swept):
     _, records, text = swept
     assert "DMA engines: gpt-1.7b on 64 x sg2262-like, batch 16 x 4096 tokens, bf16" in text
-    table = text[text.index("DMA engines:"):].splitlines()
+    table = text[text.index("DMA engines:") :].splitlines()
     assert table[1].split()[:6] == ["engines", "step", "s", "graph", "s", "plan"]
-    for n, line in zip(ENGINES, table[3:3 + len(ENGINES)]):
+    for n, line in zip(ENGINES, table[3 : 3 + len(ENGINES)]):
         r = records[n]
         cells = line.split()
         assert cells[:3] == [str(n), f"{r['analytic_step_time_s']:.4f}", f"{r['graph_step_time_s']:.4f}"]
@@ -118,6 +146,7 @@ def test_json_output_carries_the_series(swept, capsys):
 def test_plot_of_the_engine_count(swept, tmp_path):
     pytest.importorskip("matplotlib")
     from planner.sweep.plots import plot_dma_engines
+
     _, records, _ = swept
     paths = plot_dma_engines(list(records.values()), tmp_path)
     assert sorted(p.name for p in paths) == ["dma_engines.png", "dma_engines.svg"]
@@ -126,20 +155,44 @@ def test_plot_of_the_engine_count(swept, tmp_path):
 
 # --------------------------------------------------------------------------- the summary's rule
 def _rec(n, holds, status="ok", model="m"):
-    return {"model": model, "cluster": "c", "gpus": 8, "global_batch": 8, "seq": 1024, "dtype": "bf16",
-            "dma_engines": n, "status": status, "step_time_s": 1.0 / n, "chunks": 2, "tp": 8, "dp": 1,
-            "dma_assignment": f"tp:cdma*{n}", "critical_strategy": "sp", "t_comm_s": 0.3 if holds else 0.5,
-            "t_compute_s": 0.4, "critical_holds": holds}
+    return {
+        "model": model,
+        "cluster": "c",
+        "gpus": 8,
+        "global_batch": 8,
+        "seq": 1024,
+        "dtype": "bf16",
+        "dma_engines": n,
+        "status": status,
+        "step_time_s": 1.0 / n,
+        "chunks": 2,
+        "tp": 8,
+        "dp": 1,
+        "dma_assignment": f"tp:cdma*{n}",
+        "critical_strategy": "sp",
+        "t_comm_s": 0.3 if holds else 0.5,
+        "t_compute_s": 0.4,
+        "critical_holds": holds,
+    }
 
 
-@pytest.mark.parametrize("holds, start, line", [
-    ((False, False, True, True), 4, "holds from 4 DMA engines on (binding below that: sp, 500.0 ms vs 400.0 ms "
-                                    "at 2 engines)"),
-    ((True, True, True, True), 1, "holds at every engine count swept (from 1 on)"),
-    ((False, False, False, False), None, "holds at none of the engine counts swept (binding at 8 engines: sp, "
-                                         "500.0 ms vs 400.0 ms)"),
-    ((False, True, False, True), 8, "holds from 8 DMA engines on"),  # held at 2 with another plan: not from 2
-])
+@pytest.mark.parametrize(
+    "holds, start, line",
+    [
+        (
+            (False, False, True, True),
+            4,
+            "holds from 4 DMA engines on (binding below that: sp, 500.0 ms vs 400.0 ms at 2 engines)",
+        ),
+        ((True, True, True, True), 1, "holds at every engine count swept (from 1 on)"),
+        (
+            (False, False, False, False),
+            None,
+            "holds at none of the engine counts swept (binding at 8 engines: sp, 500.0 ms vs 400.0 ms)",
+        ),
+        ((False, True, False, True), 8, "holds from 8 DMA engines on"),  # held at 2 with another plan: not from 2
+    ],
+)
 def test_summary_rule(holds, start, line):
     (s,) = dma_series([_rec(n, h) for n, h in zip(ENGINES, holds)])
     assert s.holds_from == start and s.holds_at == [n for n, h in zip(ENGINES, holds) if h]
@@ -147,8 +200,9 @@ def test_summary_rule(holds, start, line):
 
 
 def test_summary_groups_problems_and_skips_single_counts():
-    recs = [_rec(n, True) for n in (1, 2)] + [_rec(4, True, model="other")] + [_rec(n, False, model="x")
-                                                                               for n in (2, 4)]
+    recs = (
+        [_rec(n, True) for n in (1, 2)] + [_rec(4, True, model="other")] + [_rec(n, False, model="x") for n in (2, 4)]
+    )
     recs.append({**_rec(8, True, model="x"), "status": "infeasible"})  # not a plan: does not hold
     series = dma_series(recs)
     assert [s.problem["model"] for s in series] == ["m", "x"]

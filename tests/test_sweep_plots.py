@@ -16,18 +16,39 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    code = cli.main(["sweep", "--models", "llama3-8b,gpt3-5b", "--gpus", "1,8,16", "--global-batch", "64",
-                     "--seq", "2048", "--clusters", "h100-sxm", "--out", str(out), "--workers", "2",
-                     "--no-progress", "--plots", "--json"])
+    code = cli.main(
+        [
+            "sweep",
+            "--models",
+            "llama3-8b,gpt3-5b",
+            "--gpus",
+            "1,8,16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--clusters",
+            "h100-sxm",
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--no-progress",
+            "--plots",
+            "--json",
+        ]
+    )
     assert code == 0
     return out
 
 
 def test_plots_are_written_as_png_and_svg(swept, capsys):
     names = sorted(p.name for p in (swept / "plots").iterdir())
-    assert names == sorted(f"{stem}.{ext}" for ext in ("png", "svg") for stem in
-                           ("scaling", "tp_pp", "codesign_gpt3-5b_h100-sxm_16gpus",
-                            "codesign_llama3-8b_h100-sxm_16gpus"))
+    assert names == sorted(
+        f"{stem}.{ext}"
+        for ext in ("png", "svg")
+        for stem in ("scaling", "tp_pp", "codesign_gpt3-5b_h100-sxm_16gpus", "codesign_llama3-8b_h100-sxm_16gpus")
+    )
     for p in (swept / "plots").glob("*.png"):
         assert p.read_bytes()[:8] == PNG and p.stat().st_size > 10_000
     for p in (swept / "plots").glob("*.svg"):

@@ -66,14 +66,49 @@ def test_killed_ray_worker_is_retried_and_every_case_runs_once(local_ray, tmp_pa
 
 
 def test_cli_backend_ray(local_ray, tmp_path, capsys):
-    code = cli.main(["sweep", "--models", "llama3-8b", "--gpus", "8,16", "--global-batch", "64", "--seq", "2048",
-                     "--clusters", "h100-sxm", "--out", str(tmp_path), "--backend", "ray", "--json",
-                     "--no-progress"])
+    code = cli.main(
+        [
+            "sweep",
+            "--models",
+            "llama3-8b",
+            "--gpus",
+            "8,16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--clusters",
+            "h100-sxm",
+            "--out",
+            str(tmp_path),
+            "--backend",
+            "ray",
+            "--json",
+            "--no-progress",
+        ]
+    )
     d = json.loads(capsys.readouterr().out)
     assert code == 0 and (d["backend"], d["ok"]) == ("ray", 2)
 
 
 def test_address_needs_ray_backend(capsys, tmp_path):
-    code = cli.main(["sweep", "--models", "llama3-8b", "--gpus", "8", "--global-batch", "64", "--seq", "2048",
-                     "--clusters", "h100-sxm", "--out", str(tmp_path), "--address", "auto"])
+    code = cli.main(
+        [
+            "sweep",
+            "--models",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--clusters",
+            "h100-sxm",
+            "--out",
+            str(tmp_path),
+            "--address",
+            "auto",
+        ]
+    )
     assert code == 2 and "address='auto': must be given only with --backend ray" in capsys.readouterr().err

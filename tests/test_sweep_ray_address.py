@@ -29,13 +29,28 @@ def free_port() -> int:
 @pytest.fixture
 def ray_head(tmp_path):
     import ray  # noqa: F401  (Ray is in the test extra: fail here, do not skip, when it is missing)
+
     port = free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     current = Path("/tmp/ray/ray_current_cluster")
     before = current.read_text() if current.exists() else None
-    head = subprocess.Popen([str(RAY_BIN), "start", "--head", "--port", str(port), "--num-cpus", "2",
-                             "--include-dashboard=false", "--disable-usage-stats"],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    head = subprocess.Popen(
+        [
+            str(RAY_BIN),
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         _, err = head.communicate(timeout=60)
         assert head.returncode == 0, err.decode()[-2000:]
@@ -58,10 +73,36 @@ def ray_head(tmp_path):
 
 def test_join_an_existing_cluster(ray_head, tmp_path):
     address, env = ray_head
-    r = subprocess.run([sys.executable, "-m", "planner", "sweep", "--models", "llama3-8b", "--gpus", "8,16",
-                        "--global-batch", "64", "--seq", "2048", "--clusters", "h100-sxm", "--out", str(tmp_path),
-                        "--backend", "ray", "--address", address, "--json", "--no-progress"],
-                       capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "planner",
+            "sweep",
+            "--models",
+            "llama3-8b",
+            "--gpus",
+            "8,16",
+            "--global-batch",
+            "64",
+            "--seq",
+            "2048",
+            "--clusters",
+            "h100-sxm",
+            "--out",
+            str(tmp_path),
+            "--backend",
+            "ray",
+            "--address",
+            address,
+            "--json",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout)
     assert (d["backend"], d["total"], d["ok"]) == ("ray", 2, 2)

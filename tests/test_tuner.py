@@ -24,8 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------- parameters
 def test_init_does_no_work_and_keeps_its_parameters():
     p = Planner(model="no-such-model", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
-    assert p.get_params() == {"model": "no-such-model", "cluster": "h100-sxm", "gpus": 8, "global_batch": 64,
-                              "seq": 4096, "dtype": "bf16", "framework": "megatron", "grad_dtype": "fp32"}
+    assert p.get_params() == {
+        "model": "no-such-model",
+        "cluster": "h100-sxm",
+        "gpus": 8,
+        "global_batch": 64,
+        "seq": 4096,
+        "dtype": "bf16",
+        "framework": "megatron",
+        "grad_dtype": "fp32",
+    }
     assert "no-such-model" in repr(p)
     with pytest.raises(SpecError, match="model='no-such-model'"):
         p.evaluate(tp=8)
@@ -40,6 +48,7 @@ def test_parameters_may_change_between_calls():
 
 def test_specs_are_accepted_like_names():
     from planner import load_cluster, load_model
+
     p = Planner(model=load_model("llama3-8b"), cluster=load_cluster("h100-sxm"), gpus=8, global_batch=64, seq=4096)
     assert p.evaluate(tp=2).config.dp == 4
 
@@ -74,12 +83,24 @@ def random_plans(problem, n, rng):
             lps = cand.Split(*rng.choice(options)).layers_per_stage(s.pp)
         kind = rng.choice(frameworks.recompute_kinds(problem.framework))
         rec_layers = rng.choice([None, rng.randint(1, min(lps) if lps else L)]) if kind == "full" else None
-        out.append(ParallelConfig(tp=s.tp, pp=s.pp, dp=s.dp, cp=s.cp, ep=s.ep, mb=mb, vp=vp, layers_per_stage=lps,
-                                  sp=rng.choice(cand.sp_values(problem, s)), zero=rng.choice(cand.zero_values(problem, s)),
-                                  recompute=kind, recompute_layers=rec_layers,
-                                  chunks=rng.choice(frameworks.chunk_options(problem.framework, s.tp, (1, 2, 4),
-                                                                             problem.cluster.device)),
-                                  bucket_bytes=rng.choice([0, 10e6, 40e6])))
+        out.append(
+            ParallelConfig(
+                tp=s.tp,
+                pp=s.pp,
+                dp=s.dp,
+                cp=s.cp,
+                ep=s.ep,
+                mb=mb,
+                vp=vp,
+                layers_per_stage=lps,
+                sp=rng.choice(cand.sp_values(problem, s)),
+                zero=rng.choice(cand.zero_values(problem, s)),
+                recompute=kind,
+                recompute_layers=rec_layers,
+                chunks=rng.choice(frameworks.chunk_options(problem.framework, s.tp, (1, 2, 4), problem.cluster.device)),
+                bucket_bytes=rng.choice([0, 10e6, 40e6]),
+            )
+        )
     return out
 
 
@@ -192,6 +213,7 @@ def test_ask_tell_example_runs(capsys):
 
 def test_optuna_example_runs(capsys):
     import optuna  # noqa: F401  (in the test extra: fail here, do not skip, when it is missing)
+
     ns = runpy.run_path(str(ROOT / "examples" / "optuna_tuning.py"))
     study = ns["main"](trials=15)
     assert study.best_value > 0 and "pruned by the planner" in capsys.readouterr().out

@@ -22,8 +22,10 @@ PLAN = ParallelConfig(tp=8, pp=8, vp=3, sp=True, recompute="selective")
 def rows(values, source=None, **keys):
     """Residual rows of one regime, each from a source of its own unless ``source`` names one for all."""
     regime = {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64", **keys}
-    return [{"regime": regime, "log_residual": v, "source": source or f"s{i}", "row_id": str(i)}
-            for i, v in enumerate(values)]
+    return [
+        {"regime": regime, "log_residual": v, "source": source or f"s{i}", "row_id": str(i)}
+        for i, v in enumerate(values)
+    ]
 
 
 SPREAD = rows([-0.06, -0.03, -0.01, 0.0, 0.01, 0.02, 0.04, 0.05, -0.02, 0.03])
@@ -45,8 +47,15 @@ def test_regime_of_a_dense_plan():
 
 
 def test_regime_buckets():
-    assert [U.scale_bucket(g) for g in (1, 8, 9, 64, 512, 513, 4096)] == \
-        ["1-8", "1-8", "9-64", "9-64", "65-512", "513+", "513+"]
+    assert [U.scale_bucket(g) for g in (1, 8, 9, 64, 512, 513, 4096)] == [
+        "1-8",
+        "1-8",
+        "9-64",
+        "9-64",
+        "65-512",
+        "513+",
+        "513+",
+    ]
     assert [U.zero_bucket(z) for z in (0, 1, 2, 3)] == ["0", "1-2", "1-2", "3"]
     assert U.device_family(load_cluster("h100-sxm")) == "h100"
     moe = U.regime_keys(load_model("mixtral-8x7b"), load_cluster("h100-sxm"), ParallelConfig(ep=8, dp=8, zero=3))
@@ -84,9 +93,11 @@ def test_band_of_three_sources_hand_computed():
     # within: each source's sum of squares 0.02, 6 dof: var_w = 0.01. d_a = 0.1 - 0.1 = 0, d_b = 0 - 0.15,
     # d_c = 0.2 - 0.05: mean d^2 = 0.015, less var_w * mean(1/3) = 0.00333: var_b = 0.011667.
     # half = 1.2816 * sqrt(0.021667) = 0.18864 (the noise floor, 0.0128, lies below it)
-    three = [{"regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}, "source": s,
-              "log_residual": v} for s, vs in (("a", (0.0, 0.1, 0.2)), ("b", (-0.1, 0.0, 0.1)),
-                                                 ("c", (0.1, 0.2, 0.3))) for v in vs]
+    three = [
+        {"regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}, "source": s, "log_residual": v}
+        for s, vs in (("a", (0.0, 0.1, 0.2)), ("b", (-0.1, 0.0, 0.1)), ("c", (0.1, 0.2, 0.3)))
+        for v in vs
+    ]
     lo, hi = U.band_log(regime(), residuals=three)
     assert (lo, hi) == pytest.approx((-0.1 - 0.18864, -0.1 + 0.18864), abs=2e-4)
 
@@ -94,10 +105,23 @@ def test_band_of_three_sources_hand_computed():
 def test_a_regime_of_one_source_keeps_its_own_spread_about_a_centre_of_several():
     # four dense sources agree within 2%; one MoE source's ten runs scatter by ~20%. The MoE plan's centre
     # needs three sources, so it backs off to all runs; its spread still carries the MoE runs' own scatter
-    dense = [{"regime": {"kind": "dense", "device": "h100", "zero": "1-2", "scale": "65-512"}, "source": f"d{s}",
-              "log_residual": 0.02 * ((i % 3) - 1)} for s in range(4) for i in range(6)]
-    moe = [{"regime": {"kind": "moe", "device": "h100", "zero": "1-2", "scale": "65-512"}, "source": "m",
-            "log_residual": v} for v in (-0.3, -0.2, -0.1, -0.05, 0.0, 0.0, 0.05, 0.1, 0.2, 0.3)]
+    dense = [
+        {
+            "regime": {"kind": "dense", "device": "h100", "zero": "1-2", "scale": "65-512"},
+            "source": f"d{s}",
+            "log_residual": 0.02 * ((i % 3) - 1),
+        }
+        for s in range(4)
+        for i in range(6)
+    ]
+    moe = [
+        {
+            "regime": {"kind": "moe", "device": "h100", "zero": "1-2", "scale": "65-512"},
+            "source": "m",
+            "log_residual": v,
+        }
+        for v in (-0.3, -0.2, -0.1, -0.05, 0.0, 0.0, 0.05, 0.1, 0.2, 0.3)
+    ]
     pool, keys = U.pool_for(regime(kind="moe", device="h100", zero="1-2", scale="65-512"), dense + moe)
     assert keys == {} and len(pool) == 34  # one MoE source: no centre of its own
     lo_m, hi_m = U.band_log(regime(kind="moe", device="h100", zero="1-2", scale="65-512"), residuals=dense + moe)
@@ -144,8 +168,14 @@ def test_sensitivity_floors_the_band_and_is_not_added_to_it():
 
 
 def test_the_noise_floor_holds_with_no_spread():
-    same = [{"regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"}, "source": f"s{i}",
-             "log_residual": 0.0} for i in range(10)]
+    same = [
+        {
+            "regime": {"kind": "dense", "device": "a100", "zero": "0", "scale": "9-64"},
+            "source": f"s{i}",
+            "log_residual": 0.0,
+        }
+        for i in range(10)
+    ]
     lo, hi = U.band_log(regime(sens_log_sd=0.0), residuals=same)
     assert (lo, hi) == pytest.approx((-1.2816 * U.NOISE_SD, 1.2816 * U.NOISE_SD), abs=2e-4)
 
@@ -167,8 +197,9 @@ def test_pool_backs_off_to_coarser_regimes():
 
 def test_calibration_narrows_the_band_when_it_predicts_held_out_runs_well():
     plain = U.band_log(regime(sens_log_sd=0.05), residuals=SPREAD)
-    good = U.band_log(regime(sens_log_sd=0.03, calibration_log_residuals=(0.01, -0.01, 0.005, -0.004, 0.0)),
-                      residuals=SPREAD)
+    good = U.band_log(
+        regime(sens_log_sd=0.03, calibration_log_residuals=(0.01, -0.01, 0.005, -0.004, 0.0)), residuals=SPREAD
+    )
     bad = U.band_log(regime(sens_log_sd=0.03, calibration_log_residuals=(0.15, -0.12, 0.1)), residuals=SPREAD)
     width = lambda b: b[1] - b[0]  # noqa: E731
     assert width(good) < width(plain) < width(bad)
@@ -176,6 +207,7 @@ def test_calibration_narrows_the_band_when_it_predicts_held_out_runs_well():
 
 def test_calibrated_cluster_file_carries_its_residuals(tmp_path):
     from costmodel.spec.presets import cluster_to_dict
+
     doc = cluster_to_dict(load_cluster("a100-80g"))
     doc["device"]["gemm_efficiency"] = 0.7
     doc["calibrated"] = {"fitted": ["gemm_efficiency"], "loo_log_residuals": [0.01, -0.02, 0.015]}

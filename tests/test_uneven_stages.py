@@ -103,10 +103,12 @@ def megatron_layers(argv: list[str], num_layers: int) -> list[list[int]]:
         _need(flat.count("m") == mtp, "the number of mtp layers must match mtp_num_layers")
         if mtp:
             where = [(r, v) for r in range(pp) for v in range(vp) if "m" in grid[r][v]]
-            _need(len(where) == 1 and grid[where[0][0]][where[0][1]].count("m") == mtp,
-                  "all of the MTP layers must be in the same one virtual pipeline stage")
+            _need(
+                len(where) == 1 and grid[where[0][0]][where[0][1]].count("m") == mtp,
+                "all of the MTP layers must be in the same one virtual pipeline stage",
+            )
             _need(where[0][1] == vp - 1, "MTP should be always in the last virtual pipeline stage of that rank")
-            _need("t" not in "".join(flat[flat.index("m"):]), "decoder layers must be placed before MTP layers")
+            _need("t" not in "".join(flat[flat.index("m") :]), "decoder layers must be placed before MTP layers")
         return [[grid[r][v].count("t") for v in range(vp)] for r in range(pp)]
     if first is not None or last is not None:
         rest, middle = num_layers, pp
@@ -149,19 +151,37 @@ def expected_layers(c: ParallelConfig, num_layers: int) -> list[list[int]]:
 
 
 def test_validator_follows_megatron_rules():
-    assert megatron_layers("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2".split(),
-                           8) == [[2, 2], [2, 2]]
-    assert megatron_layers(["--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
-                            "Et|(tt|)*2,tL"], 6) == [[1, 2], [2, 1]]
+    assert megatron_layers("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2".split(), 8) == [
+        [2, 2],
+        [2, 2],
+    ]
+    assert megatron_layers(
+        ["--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Et|(tt|)*2,tL"], 6
+    ) == [[1, 2], [2, 1]]
     with pytest.raises(MegatronRefused):  # first/last not divisible by vp
-        megatron_layers("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
-                        "--decoder-first-pipeline-num-layers 3".split(), 15)
+        megatron_layers(
+            "--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+            "--decoder-first-pipeline-num-layers 3".split(),
+            15,
+        )
     with pytest.raises(MegatronRefused):  # first/last with account-for
-        megatron_layers("--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 3 "
-                        "--account-for-loss-in-pipeline-split".split(), 15)
+        megatron_layers(
+            "--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 3 "
+            "--account-for-loss-in-pipeline-split".split(),
+            15,
+        )
     with pytest.raises(MegatronRefused):  # layout with another interleave argument
-        megatron_layers(["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
-                         "--pipeline-model-parallel-layout", "Et|tt|tt|tL"], 6)
+        megatron_layers(
+            [
+                "--pipeline-model-parallel-size",
+                "2",
+                "--num-virtual-stages-per-pipeline-rank",
+                "2",
+                "--pipeline-model-parallel-layout",
+                "Et|tt|tt|tL",
+            ],
+            6,
+        )
 
 
 # --------------------------------------------------------------------------- chunks and Megatron's rules
@@ -202,26 +222,67 @@ def test_uneven_split_needs_no_multiple_of_vp_but_sums_to_the_layers():
 PUBLISHED = [
     # Llama 3 405B pre-training (Dubey et al. 2024, section 3.3.2 and Table 4): 16384 H100, TP8 PP16
     # CP1 DP128, batch 2048 x 8192; first and last stage one layer fewer (126 + 2 = 128 = 16 x 8).
-    ("llama3.1-405b-pp16", "llama3.1-405b", "h100-sxm", 16384, 2048, 8192,
-     dict(tp=8, pp=16, mb=1, sp=True, zero=1), dict(account_for_embedding=True, account_for_loss=True),
-     (7,) + (8,) * 14 + (7,)),
+    (
+        "llama3.1-405b-pp16",
+        "llama3.1-405b",
+        "h100-sxm",
+        16384,
+        2048,
+        8192,
+        dict(tp=8, pp=16, mb=1, sp=True, zero=1),
+        dict(account_for_embedding=True, account_for_loss=True),
+        (7,) + (8,) * 14 + (7,),
+    ),
     # NeMo's Llama 3.1 405B recipe: TP8 PP8 CP2 VP8, account_for_embedding/loss (128 / 8 = 16 = 8 x 2)
-    ("llama3.1-405b-pp8v8", "llama3.1-405b", "h100-sxm", 1024, 2048, 8192,
-     dict(tp=8, pp=8, vp=8, cp=2, mb=1, sp=True, zero=1, recompute="selective"),
-     dict(account_for_embedding=True, account_for_loss=True), (15,) + (16,) * 6 + (15,)),
+    (
+        "llama3.1-405b-pp8v8",
+        "llama3.1-405b",
+        "h100-sxm",
+        1024,
+        2048,
+        8192,
+        dict(tp=8, pp=8, vp=8, cp=2, mb=1, sp=True, zero=1, recompute="selective"),
+        dict(account_for_embedding=True, account_for_loss=True),
+        (15,) + (16,) * 6 + (15,),
+    ),
     # DeepSeek-V3's 61 layers on PP8 x v4 (EP64): the per-rank counts of Megatron-Bridge's
     # "Et|(tt|)*30mL" layout (32 virtual stages), no first/last or account-for form exists
-    ("deepseek-v3-pp8v4", "deepseek-v3", "h800", 1024, 4096, 4096,
-     dict(tp=1, pp=8, vp=4, ep=64, mb=1, zero=1, recompute="full"), dict(), (7,) + (8,) * 6 + (6,)),
+    (
+        "deepseek-v3-pp8v4",
+        "deepseek-v3",
+        "h800",
+        1024,
+        4096,
+        4096,
+        dict(tp=1, pp=8, vp=4, ep=64, mb=1, zero=1, recompute="full"),
+        dict(),
+        (7,) + (8,) * 6 + (6,),
+    ),
     # Qwen3-235B-A22B (94 layers) on PP8 x v4 with EP32 (Megatron-MoE-ModelZoo shape): 94 + 2 = 96
-    ("qwen3-235b-pp8v4", "qwen3-235b-a22b", "h100-sxm", 256, 1024, 4096,
-     dict(tp=2, pp=8, vp=4, ep=32, mb=1, sp=True, zero=1), dict(account_for_embedding=True, account_for_loss=True),
-     (11,) + (12,) * 6 + (11,)),
+    (
+        "qwen3-235b-pp8v4",
+        "qwen3-235b-a22b",
+        "h100-sxm",
+        256,
+        1024,
+        4096,
+        dict(tp=2, pp=8, vp=4, ep=32, mb=1, sp=True, zero=1),
+        dict(account_for_embedding=True, account_for_loss=True),
+        (11,) + (12,) * 6 + (11,),
+    ),
     # BLOOM-176B (BigScience 2022, section 3.4): 384 A100-80GB, TP4 PP12 DP8, batch 2048 x 2048,
     # ZeRO-1; Megatron-DeepSpeed counts the two embeddings as layers: 70 + 2 = 72 = 12 x 6
-    ("bloom-176b-pp12", "bloom-176b", "a100-80g", 384, 2048, 2048,
-     dict(tp=4, pp=12, mb=2, zero=1, recompute="full"), dict(first_stage_layers=5, last_stage_layers=5),
-     (5,) + (6,) * 10 + (5,)),
+    (
+        "bloom-176b-pp12",
+        "bloom-176b",
+        "a100-80g",
+        384,
+        2048,
+        2048,
+        dict(tp=4, pp=12, mb=2, zero=1, recompute="full"),
+        dict(first_stage_layers=5, last_stage_layers=5),
+        (5,) + (6,) * 10 + (5,),
+    ),
 ]
 IDS = [case[0] for case in PUBLISHED]
 
@@ -237,6 +298,7 @@ def _config(case) -> tuple:
 def test_published_plan_is_rejected_without_its_split(case):
     m, cl, w, c = _config(case)
     from dataclasses import replace
+
     with pytest.raises(SpecError, match="pp\\*vp"):
         validate_config(m, cl, w, replace(c, layers_per_stage=None))
 
@@ -263,18 +325,26 @@ def test_emitted_megatron_flags_reproduce_the_split(case):
 
 def test_each_plan_uses_the_megatron_form_that_states_it():
     forms = {case[0]: split_form(_config(case)[3], load_model(case[1]).layers)[0] for case in PUBLISHED}
-    assert forms == {"llama3.1-405b-pp16": "first_last", "llama3.1-405b-pp8v8": "account",
-                     "deepseek-v3-pp8v4": "layout", "qwen3-235b-pp8v4": "account", "bloom-176b-pp12": "first_last"}
+    assert forms == {
+        "llama3.1-405b-pp16": "first_last",
+        "llama3.1-405b-pp8v8": "account",
+        "deepseek-v3-pp8v4": "layout",
+        "qwen3-235b-pp8v4": "account",
+        "bloom-176b-pp12": "first_last",
+    }
 
 
-@pytest.mark.parametrize("c, layers", [
-    (ParallelConfig(pp=4, vp=2, layers_per_stage=(5, 4, 4, 3)), 16),       # no first/last form (5 % 2)
-    (ParallelConfig(pp=3, vp=3, layers_per_stage=(2, 9, 1)), 12),          # empty virtual stages
-    (ParallelConfig(pp=2, vp=1, layers_per_stage=(9, 3)), 12),             # first/last, no middle
-    (ParallelConfig(pp=4, vp=2, layers_per_stage=(7, 8, 8, 8)), 31),       # account for the embedding only
-    (ParallelConfig(pp=4, vp=3, layers_per_stage=(8, 8, 8, 7)), 31),       # ... the loss only
-    (ParallelConfig(pp=5, vp=4, layers_per_stage=(13, 12, 11, 10, 9)), 55),  # every stage different
-])
+@pytest.mark.parametrize(
+    "c, layers",
+    [
+        (ParallelConfig(pp=4, vp=2, layers_per_stage=(5, 4, 4, 3)), 16),  # no first/last form (5 % 2)
+        (ParallelConfig(pp=3, vp=3, layers_per_stage=(2, 9, 1)), 12),  # empty virtual stages
+        (ParallelConfig(pp=2, vp=1, layers_per_stage=(9, 3)), 12),  # first/last, no middle
+        (ParallelConfig(pp=4, vp=2, layers_per_stage=(7, 8, 8, 8)), 31),  # account for the embedding only
+        (ParallelConfig(pp=4, vp=3, layers_per_stage=(8, 8, 8, 7)), 31),  # ... the loss only
+        (ParallelConfig(pp=5, vp=4, layers_per_stage=(13, 12, 11, 10, 9)), 55),  # every stage different
+    ],
+)
 def test_any_split_emits_flags_that_reproduce_it(c, layers):
     argv = [t for arg in megatron_args(c, 64, layers) for t in arg]
     assert megatron_layers(argv, layers) == expected_layers(c, layers)
@@ -283,10 +353,9 @@ def test_any_split_emits_flags_that_reproduce_it(c, layers):
 # --------------------------------------------------------------------------- the command line
 def _argv(case) -> list[str]:
     _, model, cluster, gpus, batch, seq, cfg, split, _ = case
-    out = ["--model", model, "--cluster", cluster, "--gpus", str(gpus), "--global-batch", str(batch),
-           "--seq", str(seq)]
+    out = ["--model", model, "--cluster", cluster, "--gpus", str(gpus), "--global-batch", str(batch), "--seq", str(seq)]
     for k, v in cfg.items():
-        out += ([f"--{k}"] if v is True else [f"--{k}", str(v)])
+        out += [f"--{k}"] if v is True else [f"--{k}", str(v)]
     for k, v in split.items():
         flag = "--" + k.replace("_", "-")
         out += [flag] if v is True else [flag, str(v)]
@@ -308,36 +377,90 @@ def test_cli_states_the_split_megatron_style_and_emits_it(capsys, case):
 
 def test_cli_layers_per_stage_sets_pp_and_shows_in_json(capsys):
     import json
-    argv = ["evaluate", "--model", "bloom-176b", "--cluster", "a100-80g", "--gpus", "384", "--global-batch", "2048",
-            "--seq", "2048", "--tp", "4", "--layers-per-stage", "5" + ",6" * 10 + ",5", "--json"]
+
+    argv = [
+        "evaluate",
+        "--model",
+        "bloom-176b",
+        "--cluster",
+        "a100-80g",
+        "--gpus",
+        "384",
+        "--global-batch",
+        "2048",
+        "--seq",
+        "2048",
+        "--tp",
+        "4",
+        "--layers-per-stage",
+        "5" + ",6" * 10 + ",5",
+        "--json",
+    ]
     assert cli.main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["config"]["pp"] == 12 and d["config"]["dp"] == 8 and d["config"]["layers_per_stage"][0] == 5
 
 
-@pytest.mark.parametrize("extra, field", [
-    (["--pp", "8", "--layers-per-stage", "7,8,8,8,8,8,8,7"], "layers_per_stage"),        # sums to 62
-    (["--pp", "8", "--layers-per-stage", "7,8"], "layers_per_stage"),                    # 2 counts for 8 stages
-    (["--pp", "8", "--layers-per-stage", "7,8,8,8,8,8,8,0"], "layers_per_stage"),        # an empty stage
-    (["--pp", "8", "--first-stage-layers", "5", "--account-for-loss"], "first_stage_layers"),
-    (["--pp", "8", "--layers-per-stage", "7,8,8,8,8,8,8,6", "--account-for-loss"], "account_for_loss"),
-    (["--first-stage-layers", "5"], "pp"),                                              # no pp to split over
-    (["--pp", "8", "--vp", "4", "--first-stage-layers", "6"], "first_stage_layers"),    # not a multiple of vp
-    (["--pp", "8", "--account-for-embedding"], "layers"),                               # 62 % 8
-])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        (["--pp", "8", "--layers-per-stage", "7,8,8,8,8,8,8,7"], "layers_per_stage"),  # sums to 62
+        (["--pp", "8", "--layers-per-stage", "7,8"], "layers_per_stage"),  # 2 counts for 8 stages
+        (["--pp", "8", "--layers-per-stage", "7,8,8,8,8,8,8,0"], "layers_per_stage"),  # an empty stage
+        (["--pp", "8", "--first-stage-layers", "5", "--account-for-loss"], "first_stage_layers"),
+        (["--pp", "8", "--layers-per-stage", "7,8,8,8,8,8,8,6", "--account-for-loss"], "account_for_loss"),
+        (["--first-stage-layers", "5"], "pp"),  # no pp to split over
+        (["--pp", "8", "--vp", "4", "--first-stage-layers", "6"], "first_stage_layers"),  # not a multiple of vp
+        (["--pp", "8", "--account-for-embedding"], "layers"),  # 62 % 8
+    ],
+)
 def test_cli_refuses_contradictions_with_one_line(capsys, extra, field):
-    argv = ["evaluate", "--model", "deepseek-v3", "--cluster", "h800", "--gpus", "1024", "--global-batch", "4096",
-            "--seq", "4096", "--ep", "64", *extra]
+    argv = [
+        "evaluate",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800",
+        "--gpus",
+        "1024",
+        "--global-batch",
+        "4096",
+        "--seq",
+        "4096",
+        "--ep",
+        "64",
+        *extra,
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{field}=" in err and "Traceback" not in err
 
 
 def test_recommend_honours_a_pinned_split(capsys):
-    argv = ["recommend", "--model", "bloom-176b", "--cluster", "a100-80g", "--gpus", "384", "--global-batch", "2048",
-            "--seq", "2048", "--tp", "4", "--pp", "12", "--account-for-embedding", "--account-for-loss",
-            "--time-limit", "20", "--json"]
+    argv = [
+        "recommend",
+        "--model",
+        "bloom-176b",
+        "--cluster",
+        "a100-80g",
+        "--gpus",
+        "384",
+        "--global-batch",
+        "2048",
+        "--seq",
+        "2048",
+        "--tp",
+        "4",
+        "--pp",
+        "12",
+        "--account-for-embedding",
+        "--account-for-loss",
+        "--time-limit",
+        "20",
+        "--json",
+    ]
     import json
+
     assert cli.main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["config"]["layers_per_stage"] == [5] + [6] * 10 + [5]
@@ -346,21 +469,42 @@ def test_recommend_honours_a_pinned_split(capsys):
 
 def test_api_pins_a_split_with_any_vp():
     from planner import recommend
-    r = recommend("qwen3-235b-a22b", "h100-sxm", gpus=256, global_batch=1024, seq=4096, tp=2, ep=32, vp=4, pp=8,
-                  account_for_embedding=True, account_for_loss=True, time_limit_s=20)
+
+    r = recommend(
+        "qwen3-235b-a22b",
+        "h100-sxm",
+        gpus=256,
+        global_batch=1024,
+        seq=4096,
+        tp=2,
+        ep=32,
+        vp=4,
+        pp=8,
+        account_for_embedding=True,
+        account_for_loss=True,
+        time_limit_s=20,
+    )
     assert r.status == "OPTIMAL"
     assert r.best.config.layers_per_stage == (11,) + (12,) * 6 + (11,) and r.best.config.vp == 4
 
 
 def test_recommend_refuses_a_split_the_search_cannot_pin():
     from planner import recommend
+
     with pytest.raises(SpecError, match="first,mid,...,mid,last"):
-        recommend("gpt3-175b", "a100-80g", gpus=64, global_batch=64, seq=2048, tp=8, pp=4,
-                  layers_per_stage=(23, 24, 25, 24))
+        recommend(
+            "gpt3-175b", "a100-80g", gpus=64, global_batch=64, seq=2048, tp=8, pp=4, layers_per_stage=(23, 24, 25, 24)
+        )
 
 
 def test_bloom_preset_matches_the_published_size():
     m = load_model("bloom-176b")
-    assert (m.layers, m.hidden, m.heads, m.vocab, m.ffn_hidden, m.tied_embeddings) == \
-        (70, 14336, 112, 250880, 4 * 14336, True)
+    assert (m.layers, m.hidden, m.heads, m.vocab, m.ffn_hidden, m.tied_embeddings) == (
+        70,
+        14336,
+        112,
+        250880,
+        4 * 14336,
+        True,
+    )
     assert m.params == pytest.approx(176.2e9, rel=0.01)  # BigScience 2022: 176,247,271,424

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
 from costmodel.spec.layout import from_split
 from costmodel.spec.presets import load_cluster, load_model
@@ -38,8 +37,13 @@ H100 = load_cluster("h100-sxm")
 
 def _problem(layers, framework, gpus=8, batch=64, **limits):
     model = replace(load_model("llama3-8b"), layers=layers)
-    return Problem(model=model, cluster=H100.with_gpus(gpus), workload=Workload(global_batch=batch, seq_len=2048),
-                   limits=Limits(**limits), framework=framework)
+    return Problem(
+        model=model,
+        cluster=H100.with_gpus(gpus),
+        workload=Workload(global_batch=batch, seq_len=2048),
+        limits=Limits(**limits),
+        framework=framework,
+    )
 
 
 def test_megatron_pins_the_embedding_and_the_loss_in_their_own_virtual_stages():
@@ -95,7 +99,8 @@ def test_the_explanation_names_the_interleave_rule_not_the_gpu_count():
     assert re.search(r"vp=2 cannot run: pp\*vp=8 does not divide layers=30", why), why
 
 
-@pytest.mark.parametrize("split, ok", [((7, 8, 8, 7), True), ((2,) + (3,) * 30 + (2,), True),
-                                       ((15, 16, 15, 15), False), ((16, 15), True)])
+@pytest.mark.parametrize(
+    "split, ok", [((7, 8, 8, 7), True), ((2,) + (3,) * 30 + (2,), True), ((15, 16, 15, 15), False), ((16, 15), True)]
+)
 def test_pinned_recommend_pins_only_splits_the_search_can_hold(split, ok):
     assert searchable_split(split) is ok

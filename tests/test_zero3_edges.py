@@ -27,8 +27,12 @@ def test_fsdp2_units_by_hand():
 
 def test_nothing_outside_sharded_per_microbatch_plans():
     m = load_model("llama3-8b")
-    for c in (ParallelConfig(dp=64, zero=1), ParallelConfig(dp=64, zero=3, framework="megatron"),
-              ParallelConfig(dp=1, zero=3, framework="fsdp2"), ParallelConfig(dp=8, pp=2, zero=2, framework="fsdp2")):
+    for c in (
+        ParallelConfig(dp=64, zero=1),
+        ParallelConfig(dp=64, zero=3, framework="megatron"),
+        ParallelConfig(dp=1, zero=3, framework="fsdp2"),
+        ParallelConfig(dp=8, pp=2, zero=2, framework="fsdp2"),
+    ):
         assert edge_collectives(m, c, 0) == edge_collectives(m, c, 0).__class__()
 
 
@@ -54,8 +58,10 @@ def test_both_engines_charge_the_exposed_embedding_collectives(engine):
         return estimate.evaluate(m, cl, w, c, engine=engine)
 
     with_edges = run()
-    with mock.patch.object(analytic, "edge_times", lambda *a: (0.0, 0.0, 0.0)), \
-            mock.patch.object(compose, "edge_times", lambda *a: (0.0, 0.0, 0.0)):
+    with (
+        mock.patch.object(analytic, "edge_times", lambda *a: (0.0, 0.0, 0.0)),
+        mock.patch.object(compose, "edge_times", lambda *a: (0.0, 0.0, 0.0)),
+    ):
         without = run()
     run()
     micro = w.global_batch // (c.dp * c.mb)
@@ -64,6 +70,7 @@ def test_both_engines_charge_the_exposed_embedding_collectives(engine):
 
 def test_module_layout_is_checked_and_round_trips():
     from costmodel.spec.errors import SpecError
+
     with pytest.raises(SpecError, match="module_layout"):
         ParallelConfig(module_layout="hf")  # Megatron builds its own fused modules
     with pytest.raises(SpecError, match="module_layout"):
@@ -76,11 +83,19 @@ def test_module_layout_is_checked_and_round_trips():
 def test_zero3_parts_add_up_to_the_step():
     import sys
     from pathlib import Path
+
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benchmarks package
     from benchmarks import zero3_parts
     from benchmarks.published import load_set, predict
-    row = next(r for r in load_set("new") if "zero3_fsdp" in r.regimes and r.fixed.get("pp", 1) == 1
-               and r.fixed.get("framework") == "fsdp2" and not r.model.is_moe)
+
+    row = next(
+        r
+        for r in load_set("new")
+        if "zero3_fsdp" in r.regimes
+        and r.fixed.get("pp", 1) == 1
+        and r.fixed.get("framework") == "fsdp2"
+        and not r.model.is_moe
+    )
     est, _ = predict(row)
     p = zero3_parts.parts(row, est)
     assert p["copies"] > 0 and p["zero"] > 0  # FSDP2: copies on the compute stream, the embedding's exposed part

@@ -137,14 +137,40 @@ from pathlib import Path
 from .cells import cell_int, cell_num
 from .dev_rows import dev_row
 from .layout import stage_layout
-from .measured import (CONVENTION, flops_megatron_core, flops_nemo_llama, flops_narayanan_eq3, flops_palm,
-                       measured_step_s)
+from .measured import (
+    CONVENTION,
+    flops_megatron_core,
+    flops_nemo_llama,
+    flops_narayanan_eq3,
+    flops_palm,
+    measured_step_s,
+)
 from .new_rows import new_row
 from .row import Row, predict
-from .sources import (AUTOMODEL_FULL_AC, BRIDGE_2509_RECIPES, BRIDGE_FP8_PARAMS, DATA, DATA_NEW, DATA_SEALED,
-                      FA2_STACKS, FP16_GRADS, FRAMEWORK, FSDP2_COPIES, LLAMA3_VP, MCORE_MODULE_NAMES, MCORE_RECIPES,
-                      MEGATRON_ERA, MODEL_PRESET, NEMO_BF16_GRADS, NEMO_BF16_OPTIMIZER, NOT_MODELLED, SETS,
-                      TORCHTITAN, TUNED_TABLES, nemo_bf16_grads)
+from .sources import (
+    AUTOMODEL_FULL_AC,
+    BRIDGE_2509_RECIPES,
+    BRIDGE_FP8_PARAMS,
+    DATA,
+    DATA_NEW,
+    DATA_SEALED,
+    FA2_STACKS,
+    FP16_GRADS,
+    FRAMEWORK,
+    FSDP2_COPIES,
+    LLAMA3_VP,
+    MCORE_MODULE_NAMES,
+    MCORE_RECIPES,
+    MEGATRON_ERA,
+    MODEL_PRESET,
+    NEMO_BF16_GRADS,
+    NEMO_BF16_OPTIMIZER,
+    NOT_MODELLED,
+    SETS,
+    TORCHTITAN,
+    TUNED_TABLES,
+    nemo_bf16_grads,
+)
 
 _dev_row, _new_row = dev_row, new_row  # their former names (tests/test_published_fit.py reads ``_new_row``)
 
@@ -174,9 +200,43 @@ def write_csv(path: str, rows: list[dict]) -> None:
         wr.writerows(rows)
 
 
-__all__ = ["AUTOMODEL_FULL_AC", "BRIDGE_2509_RECIPES", "BRIDGE_FP8_PARAMS", "CONVENTION", "DATA", "DATA_NEW", "DATA_SEALED",
-           "FA2_STACKS", "FP16_GRADS", "FRAMEWORK", "FSDP2_COPIES", "LLAMA3_VP", "MCORE_MODULE_NAMES", "MCORE_RECIPES",
-           "MEGATRON_ERA", "MODEL_PRESET", "NEMO_BF16_GRADS", "NEMO_BF16_OPTIMIZER", "NOT_MODELLED", "SETS", "TORCHTITAN",
-           "TUNED_TABLES", "Row", "cell_int", "cell_num", "dev_row", "flops_megatron_core", "flops_narayanan_eq3",
-           "flops_nemo_llama", "flops_palm", "load_rows", "load_set", "measured_step_s", "nemo_bf16_grads", "new_row",
-           "predict", "stage_layout", "write_csv"]
+__all__ = [
+    "AUTOMODEL_FULL_AC",
+    "BRIDGE_2509_RECIPES",
+    "BRIDGE_FP8_PARAMS",
+    "CONVENTION",
+    "DATA",
+    "DATA_NEW",
+    "DATA_SEALED",
+    "FA2_STACKS",
+    "FP16_GRADS",
+    "FRAMEWORK",
+    "FSDP2_COPIES",
+    "LLAMA3_VP",
+    "MCORE_MODULE_NAMES",
+    "MCORE_RECIPES",
+    "MEGATRON_ERA",
+    "MODEL_PRESET",
+    "NEMO_BF16_GRADS",
+    "NEMO_BF16_OPTIMIZER",
+    "NOT_MODELLED",
+    "SETS",
+    "TORCHTITAN",
+    "TUNED_TABLES",
+    "Row",
+    "cell_int",
+    "cell_num",
+    "dev_row",
+    "flops_megatron_core",
+    "flops_narayanan_eq3",
+    "flops_nemo_llama",
+    "flops_palm",
+    "load_rows",
+    "load_set",
+    "measured_step_s",
+    "nemo_bf16_grads",
+    "new_row",
+    "predict",
+    "stage_layout",
+    "write_csv",
+]

@@ -18,8 +18,9 @@ def dev_row(r: dict) -> Row:
     model = load_model(MODEL_PRESET[r["model"]])
     gpus = int(float(r["num_gpus"]))
     gpu = r["gpu_type"]
-    cluster = load_cluster("h100-sxm" if "H100" in gpu else
-                           ("a100-40g" if src == "megatron_readme_2020" else "a100-80g")).with_gpus(gpus)
+    cluster = load_cluster(
+        "h100-sxm" if "H100" in gpu else ("a100-40g" if src == "megatron_readme_2020" else "a100-80g")
+    ).with_gpus(gpus)
     seq = int(float(r["seq_len"])) if cell_num(r["seq_len"]) else 1024
     tp, pp = int(float(r["tp"])), int(float(r["pp"]))
     cp = int(float(r["cp"])) if cell_num(r["cp"]) else 1
@@ -28,13 +29,21 @@ def dev_row(r: dict) -> Row:
     dtype = "fp8" if r["precision"] == "FP8" else "bf16"
     era = src in MEGATRON_ERA
     rec = r["recompute"]
-    fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp,
-                 sp=(r["sp"] == "yes") if r["sp"] in ("yes", "no") else (not era and tp > 1),
-                 recompute="full" if rec.startswith("full") or src == "megatron_readme_2020"
-                 else ("selective" if rec.startswith("selective") else "none"),
-                 zero=0 if era else 1, flash_attention=not era,
-                 bucket_bytes=0 if era else 160e6, chunks=tp if (not era and tp > 1) else 1,
-                 grad_dtype="fp16" if src in FP16_GRADS else ("bf16" if nemo_bf16_grads(src, r["model"]) else "fp32"))
+    fixed = dict(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        sp=(r["sp"] == "yes") if r["sp"] in ("yes", "no") else (not era and tp > 1),
+        recompute="full"
+        if rec.startswith("full") or src == "megatron_readme_2020"
+        else ("selective" if rec.startswith("selective") else "none"),
+        zero=0 if era else 1,
+        flash_attention=not era,
+        bucket_bytes=0 if era else 160e6,
+        chunks=tp if (not era and tp > 1) else 1,
+        grad_dtype="fp16" if src in FP16_GRADS else ("bf16" if nemo_bf16_grads(src, r["model"]) else "fp32"),
+    )
     free = {}
     if cell_num(r["micro_batch"]):
         fixed["mb"] = int(float(r["micro_batch"]))
@@ -60,12 +69,42 @@ def dev_row(r: dict) -> Row:
         notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipe (NEMO_BF16_GRADS)")
     if any(r["model"].startswith(p) for p in NEMO_BF16_OPTIMIZER.get(src, ())) and fixed["zero"] == 1:
         fixed["optimizer_dtype"] = "bf16"
-        notes.append("optimizer_dtype bf16: distributed_fused_adam with optim.dtype bf16 in the NeMo launcher's "
-                     "recipe, no master copy (NEMO_BF16_OPTIMIZER)")
-    row = Row(r["row_id"], src, r["model"], model, cluster, wl, fixed, free, measured, skip,
-              set="dev", gpus=gpus, notes=notes, measured_how=how)
+        notes.append(
+            "optimizer_dtype bf16: distributed_fused_adam with optim.dtype bf16 in the NeMo launcher's "
+            "recipe, no master copy (NEMO_BF16_OPTIMIZER)"
+        )
+    row = Row(
+        r["row_id"],
+        src,
+        r["model"],
+        model,
+        cluster,
+        wl,
+        fixed,
+        free,
+        measured,
+        skip,
+        set="dev",
+        gpus=gpus,
+        notes=notes,
+        measured_how=how,
+    )
     vp_reg = fixed.get("vp", 1)
-    row.regimes = regimes_of(dict(gpu=cluster.device.name, dtype=dtype, experts=model.experts, topk=model.topk,
-                                  ep=1, gpus=gpus, cp=cp, seq=seq, layers=model.layers, pp=pp, vp=vp_reg,
-                                  sharding="megatron", zero=fixed["zero"]))
+    row.regimes = regimes_of(
+        dict(
+            gpu=cluster.device.name,
+            dtype=dtype,
+            experts=model.experts,
+            topk=model.topk,
+            ep=1,
+            gpus=gpus,
+            cp=cp,
+            seq=seq,
+            layers=model.layers,
+            pp=pp,
+            vp=vp_reg,
+            sharding="megatron",
+            zero=fixed["zero"],
+        )
+    )
     return row

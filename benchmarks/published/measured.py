@@ -55,10 +55,14 @@ def flops_palm(model, batch: int, seq: int) -> float:
 CONVENTION = {
     "narayanan2021": (flops_narayanan_eq3, "Narayanan 2021 Eq. 3"),
     "megatron_readme_2020": (flops_narayanan_eq3, "Narayanan 2021 Eq. 3"),
-    "megatron_readme_2024": (lambda m, B, s: flops_megatron_core(m, B, s, causal=False),
-                             "Megatron-Core r0.8.0 num_floating_point_operations"),
-    "moe_modelzoo_qwen3": (lambda m, B, s: flops_megatron_core(m, B, s, causal=True),
-                           "Megatron-Core 2025 num_floating_point_operations (causal)"),
+    "megatron_readme_2024": (
+        lambda m, B, s: flops_megatron_core(m, B, s, causal=False),
+        "Megatron-Core r0.8.0 num_floating_point_operations",
+    ),
+    "moe_modelzoo_qwen3": (
+        lambda m, B, s: flops_megatron_core(m, B, s, causal=True),
+        "Megatron-Core 2025 num_floating_point_operations (causal)",
+    ),
     "nemo_longseq": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
     "nemo_2407": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
     "llama3_2024": (flops_palm, "PaLM 6N + 12LHQT"),

@@ -15,9 +15,22 @@ from .cells import cell_int, cell_num
 from .layout import stage_layout
 from .measured import measured_step_s
 from .row import Row
-from .sources import (AUTOMODEL_FULL_AC, BRIDGE_2509_RECIPES, BRIDGE_FP8_PARAMS, FA2_STACKS, FRAMEWORK, FSDP2_COPIES,
-                      LLAMA3_VP, MCORE_MODULE_NAMES, MCORE_RECIPES, MODEL_PRESET, NOT_MODELLED, TORCHTITAN,
-                      TUNED_TABLES, nemo_bf16_grads)
+from .sources import (
+    AUTOMODEL_FULL_AC,
+    BRIDGE_2509_RECIPES,
+    BRIDGE_FP8_PARAMS,
+    FA2_STACKS,
+    FRAMEWORK,
+    FSDP2_COPIES,
+    LLAMA3_VP,
+    MCORE_MODULE_NAMES,
+    MCORE_RECIPES,
+    MODEL_PRESET,
+    NOT_MODELLED,
+    TORCHTITAN,
+    TUNED_TABLES,
+    nemo_bf16_grads,
+)
 
 
 def _cluster_name(gpu: str) -> str:
@@ -81,8 +94,12 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     seq = cell_int(r["seq_len"])
     batch = cell_int(r["global_batch"])
     tp, pp, cp, ep = cell_int(r["tp"]), cell_int(r["pp"]), cell_int(r["cp"], 1), cell_int(r["ep"], 1)
-    if (src == "nemo_automodel" and not cell_num(r["ep"]) and cell_int(r["moe_experts"], 0)
-            and "deepep" in r["other_metric"].lower()):
+    if (
+        src == "nemo_automodel"
+        and not cell_num(r["ep"])
+        and cell_int(r["moe_experts"], 0)
+        and "deepep" in r["other_metric"].lower()
+    ):
         # AutoModel's table prints EP '-' for the GPT-OSS rows, but they run DeepEP (an EP dispatcher) and
         # the benchmark configs it names set ep_size to the whole job (examples/llm_benchmark/gpt_oss/
         # gptoss_20b_te_deepep.yaml: ep_size 8 on 8 GPUs; gptoss_120b_te_deepep.yaml: ep_size 64 on 64)
@@ -98,14 +115,18 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     if tp * pp * dp * cp != gpus and not skip:
         skip = f"tp*pp*dp*cp = {tp * pp * dp * cp} != {gpus} GPUs"
     if src == "deepseek_v3_2024":
-        skip = skip or ("measured value is the whole-run average GPU-hour cost (batch ramp, restarts), not a "
-                        "step; DualPipe schedule not modelled")
+        skip = skip or (
+            "measured value is the whole-run average GPU-hour cost (batch ramp, restarts), not a "
+            "step; DualPipe schedule not modelled"
+        )
     vp_text = r["vp"].strip()
     vp = cell_int(vp_text.split(" ")[0])
     if vp is None and src == "llama3_2024" and pp == 16 and model is not None and model.layers == 126:
         vp = LLAMA3_VP
-        notes.append(f"v {LLAMA3_VP}: the paper's first chunk holds only the embedding once the first stage has one "
-                     "layer fewer (section 3.3.2), so each virtual stage holds one layer: (126 + 2) / 16")
+        notes.append(
+            f"v {LLAMA3_VP}: the paper's first chunk holds only the embedding once the first stage has one "
+            "layer fewer (section 3.3.2), so each virtual stage holds one layer: (126 + 2) / 16"
+        )
     if vp is None:
         if "interleaved" in vp_text:
             vp = 2
@@ -124,8 +145,11 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     if mb is None and dp and "mb" not in free:
         if src in TORCHTITAN:
             mb = max(1, (batch or 1) // (dp * pp))
-            notes.append(f"mb {mb} = local batch / {pp} pipeline micro-batches (torchtitan default)" if pp > 1
-                         else f"mb {mb} = local batch (no accumulation)")
+            notes.append(
+                f"mb {mb} = local batch / {pp} pipeline micro-batches (torchtitan default)"
+                if pp > 1
+                else f"mb {mb} = local batch (no accumulation)"
+            )
         else:
             mb = 1
             notes.append("mb 1 (not stated)")
@@ -133,7 +157,9 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     recompute = "full" if rec.startswith("full") else ("selective" if rec.startswith("selective") else "none")
     if src == "nemo_automodel" and not rec and (label, gpus) in AUTOMODEL_FULL_AC:
         recompute = "full"
-        notes.append(f"full recompute: activation_checkpointing true in {AUTOMODEL_FULL_AC[label, gpus]} (the named config)")
+        notes.append(
+            f"full recompute: activation_checkpointing true in {AUTOMODEL_FULL_AC[label, gpus]} (the named config)"
+        )
     elif not rec:
         notes.append("no recompute (not stated)")
     if src in TORCHTITAN and recompute == "selective":
@@ -149,8 +175,10 @@ def new_row(r: dict, set_name: str = "new") -> Row:
             modules = named
             notes.append(f"--recompute-modules {' '.join(named)} (stated)")
         else:
-            notes.append(f"recompute modules {', '.join(named)} stated; not all modelled "
-                         f"({', '.join(RECOMPUTE_MODULES)}): charged as Megatron's default (core attention)")
+            notes.append(
+                f"recompute modules {', '.join(named)} stated; not all modelled "
+                f"({', '.join(RECOMPUTE_MODULES)}): charged as Megatron's default (core attention)"
+            )
     zero = _zero(src, r["zero_or_sharding"], pp, notes, moe=bool(cell_int(r["moe_experts"], 0)))
     megatron_2023 = src == "megascale2024"
     if src in MCORE_RECIPES:
@@ -175,7 +203,9 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         notes.append("HybridEP backend (in the recipe): not modelled, charged as the all-to-all dispatcher")
     if ep > 1 and ("moe_a2a_overlap true" in other or "1f1b overlap" in other):
         # Megatron-Core --overlap-moe-expert-parallel-comm: one micro-batch's all-to-all behind another's compute
-        notes.append("EP all-to-all overlap ran (stated, or in the recipe): not modelled, the all-to-all is charged without it")
+        notes.append(
+            "EP all-to-all overlap ran (stated, or in the recipe): not modelled, the all-to-all is charged without it"
+        )
     if framework == "megatron" and zero == 2:
         # MegaScale's "ZeRO-2" is Megatron-LM's distributed optimizer (the system is built on Megatron-LM):
         # gradients reduce-scattered once per step, optimizer state sharded; Megatron has no per-micro-batch ZeRO-2
@@ -195,8 +225,10 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     for (prefix, gpu), recipe in BRIDGE_2509_RECIPES.items():
         if src == "megatron_bridge_perf" and label.startswith(prefix) and gpu in r["gpu_type"] and not rec:
             extra.update(recipe)
-            notes.append(f"{', '.join(f'{k} {v}' for k, v in recipe.items())}: the Bridge 25.09 performance script "
-                         "for this model and GPU (BRIDGE_2509_RECIPES)")
+            notes.append(
+                f"{', '.join(f'{k} {v}' for k, v in recipe.items())}: the Bridge 25.09 performance script "
+                "for this model and GPU (BRIDGE_2509_RECIPES)"
+            )
     if src == "nemo_automodel" and model is not None and model.mtp_layers:
         # AutoModel's DeepseekV3Model builds num_hidden_layers blocks and no MTP module (nemo_automodel/components/
         # models/deepseek_v3/model.py@cb976544); Megatron-Bridge's recipe sets cfg.model.mtp_num_layers = 1
@@ -205,30 +237,54 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         notes.append("mtp_layers 0: AutoModel's DeepSeek-V3 has no MTP module")
     if src == "llama3_2024" and framework == "fsdp2" and zero == 2 and pp > 1:
         extra["pp_grad_reduce"] = "microbatch"
-        notes.append("pp_grad_reduce microbatch: the paper's FSDP 'shards optimizer states and gradients' and "
-                     "reduce-scatters them in FP32 (section 3.3.2): ZeRO-2 under PP, not torch.distributed.pipelining's "
-                     "once-per-step sync")
+        notes.append(
+            "pp_grad_reduce microbatch: the paper's FSDP 'shards optimizer states and gradients' and "
+            "reduce-scatters them in FP32 (section 3.3.2): ZeRO-2 under PP, not torch.distributed.pipelining's "
+            "once-per-step sync"
+        )
     if src == "llama3_2024" and framework == "fsdp2" and tp > 1 and sp:
         # not stated: the paper names no TP implementation. Under PyTorch DTensor SP (the fsdp2 default, 'gathered')
         # the QKV and MLP inputs are saved whole, and the 8K run it reports "without activation checkpointing"
         # (section 3.3.2) could not have fit in 80 GiB (rows 113/114: 73.8 -> 132.6 GiB): inferred from that statement
         extra["sp_saved_inputs"] = "sharded"
-        notes.append("sp_saved_inputs sharded: Meta's own TP, not DTensor; the paper's no-checkpointing 8K run does "
-                     "not fit with the GEMM inputs saved all-gathered (inferred, not stated)")
+        notes.append(
+            "sp_saved_inputs sharded: Meta's own TP, not DTensor; the paper's no-checkpointing 8K run does "
+            "not fit with the GEMM inputs saved all-gathered (inferred, not stated)"
+        )
     if src == "llama3_2024" and pp > 1:
         extra["pp_free_stage_inputs"] = True
-        notes.append("pp_free_stage_inputs: 'we proactively deallocate tensors that will not be used for future "
-                     "computation, including the input and output tensors of each pipeline stage' (section 3.3.2)")
+        notes.append(
+            "pp_free_stage_inputs: 'we proactively deallocate tensors that will not be used for future "
+            "computation, including the input and output tensors of each pipeline stage' (section 3.3.2)"
+        )
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
-        notes.append("optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "
-                     "-> bfloat16) and the configs' torch.optim.Adam updates it in place")
+        notes.append(
+            "optimizer_dtype bf16: AutoModel builds the model in bfloat16 (from_config torch_dtype 'auto' "
+            "-> bfloat16) and the configs' torch.optim.Adam updates it in place"
+        )
     if nemo_bf16_grads(src, label):
         extra["grad_dtype"] = "bf16"
         notes.append("BF16 gradient buffer: grad_sync_dtype=bf16 in the NeMo launcher's H100 recipes (NEMO_BF16_GRADS)")
-    fixed = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, mb=mb or 1, recompute=recompute, zero=zero,
-                 flash_attention=not megatron_2023, bucket_bytes=bucket, chunks=chunks, vp=vp, framework=framework,
-                 fused_elementwise=fused, ep_dispatcher=dispatcher, cp_impl=cp_impl)
+    fixed = dict(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        sp=sp,
+        mb=mb or 1,
+        recompute=recompute,
+        zero=zero,
+        flash_attention=not megatron_2023,
+        bucket_bytes=bucket,
+        chunks=chunks,
+        vp=vp,
+        framework=framework,
+        fused_elementwise=fused,
+        ep_dispatcher=dispatcher,
+        cp_impl=cp_impl,
+    )
     fixed.update(extra)
     if framework == "fsdp2":
         fixed["fsdp_copies"] = src in FSDP2_COPIES  # FSDP1 / Meta's FSDP: no per-parameter copies
@@ -242,7 +298,7 @@ def new_row(r: dict, set_name: str = "new") -> Row:
             fixed["layers_per_stage"] = lps
         if model.is_moe:
             other = r["other_metric"].lower()
-            balanced = (src == "megatron_bridge_perf" or src == "nemo_automodel" or "forced balance" in other)
+            balanced = src == "megatron_bridge_perf" or src == "nemo_automodel" or "forced balance" in other
             if balanced:
                 model = replace(model, moe_load_cv=0.0)
                 notes.append("moe_load_cv 0 (source forced a balanced router / token drop)")
@@ -255,14 +311,17 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     if batch is None:
         skip = skip or "global batch not stated"
     elif dp and batch % dp:
-        skip = skip or (f"global batch {batch} is not a multiple of dp {dp}: the source's DP, GPU and batch "
-                        "columns disagree")
+        skip = skip or (
+            f"global batch {batch} is not a multiple of dp {dp}: the source's DP, GPU and batch columns disagree"
+        )
     if cluster is not None and src in FA2_STACKS and (src != "nemo_longseq" or "H100" in r["gpu_type"]):
         fa2 = fa2_device(cluster.device)
         if fa2 is not cluster.device:
             cluster = replace(cluster, device=fa2)
-            notes.append(f"attention kernel FlashAttention-2 ({FA2_STACKS[src]}): {FA2_HOPPER_RATIO} x the "
-                         "preset's cuDNN-class attention efficiency")
+            notes.append(
+                f"attention kernel FlashAttention-2 ({FA2_STACKS[src]}): {FA2_HOPPER_RATIO} x the "
+                "preset's cuDNN-class attention efficiency"
+            )
     wl = Workload(global_batch=batch or 1, seq_len=seq or 1, dtype=dtype)
     measured, how = (None, "")
     if model is not None and batch:
@@ -272,10 +331,37 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     layers = model.layers if model is not None else cell_int(r["layers"])
     for k in free:
         fixed.pop(k, None)
-    row = Row(r["row_id"], src, label, model, cluster, wl, fixed, free, measured, skip, set=set_name, gpus=gpus,
-              notes=notes, measured_how=how)
-    row.regimes = regimes_of(dict(
-        gpu=cluster.device.name if cluster else r["gpu_type"], dtype=dtype,
-        experts=cell_int(r["moe_experts"], 0), topk=cell_int(r["moe_topk"], 0), ep=ep, gpus=gpus, cp=cp, seq=seq or 0,
-        layers=layers, pp=pp, vp=regime_vp, sharding=r["zero_or_sharding"], zero=zero))
+    row = Row(
+        r["row_id"],
+        src,
+        label,
+        model,
+        cluster,
+        wl,
+        fixed,
+        free,
+        measured,
+        skip,
+        set=set_name,
+        gpus=gpus,
+        notes=notes,
+        measured_how=how,
+    )
+    row.regimes = regimes_of(
+        dict(
+            gpu=cluster.device.name if cluster else r["gpu_type"],
+            dtype=dtype,
+            experts=cell_int(r["moe_experts"], 0),
+            topk=cell_int(r["moe_topk"], 0),
+            ep=ep,
+            gpus=gpus,
+            cp=cp,
+            seq=seq or 0,
+            layers=layers,
+            pp=pp,
+            vp=regime_vp,
+            sharding=r["zero_or_sharding"],
+            zero=zero,
+        )
+    )
     return row

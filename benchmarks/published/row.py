@@ -34,6 +34,7 @@ class Row:
         """The run's plan options (:data:`search.problem.PLAN_OPTIONS`: its numerics, dispatcher, ...) as a
         search ``Problem`` takes them: what a search for this run keeps as the run had it."""
         from search.problem import PLAN_OPTIONS
+
         return tuple((k, self.fixed[k]) for k in PLAN_OPTIONS if k in self.fixed)
 
 

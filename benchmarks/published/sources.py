@@ -16,38 +16,78 @@ SETS = {"dev": DATA, "new": DATA_NEW, "sealed": DATA_SEALED}
 
 MODEL_PRESET = {
     # development set
-    "GPT 1.7B": "gpt-1.7b", "GPT 3.6B": "gpt-3.6b", "GPT 7.5B": "gpt-7.5b", "GPT 18.4B": "gpt-18.4b",
-    "GPT 39.1B": "gpt-39.1b", "GPT 76.1B": "gpt-76.1b", "GPT 145.6B": "gpt-145.6b",
-    "GPT 310.1B": "gpt-310.1b", "GPT 529.6B": "gpt-529.6b", "GPT 1008.0B": "gpt-1t",
-    "GPT 22B": "gpt-22b", "GPT 175B (GPT-3)": "gpt3-175b", "GPT 530B (MT-NLG)": "gpt-530b", "GPT 1T": "gpt-1t",
-    "GPT-2-style 1B": "gpt-2-1b", "GPT-2-style 2B": "gpt-2-2b", "GPT-2-style 4B": "gpt-2-4b",
+    "GPT 1.7B": "gpt-1.7b",
+    "GPT 3.6B": "gpt-3.6b",
+    "GPT 7.5B": "gpt-7.5b",
+    "GPT 18.4B": "gpt-18.4b",
+    "GPT 39.1B": "gpt-39.1b",
+    "GPT 76.1B": "gpt-76.1b",
+    "GPT 145.6B": "gpt-145.6b",
+    "GPT 310.1B": "gpt-310.1b",
+    "GPT 529.6B": "gpt-529.6b",
+    "GPT 1008.0B": "gpt-1t",
+    "GPT 22B": "gpt-22b",
+    "GPT 175B (GPT-3)": "gpt3-175b",
+    "GPT 530B (MT-NLG)": "gpt-530b",
+    "GPT 1T": "gpt-1t",
+    "GPT-2-style 1B": "gpt-2-1b",
+    "GPT-2-style 2B": "gpt-2-2b",
+    "GPT-2-style 4B": "gpt-2-4b",
     "GPT-2-style 8B": "gpt-2-8b",
-    "GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "GPT3-175B": "gpt3-175b", "LLAMA2-7B": "llama2-7b",
-    "LLAMA2-13B": "llama2-13b", "LLAMA2-70B": "llama2-70b", "Nemotron-8B": "nemotron-8b",
-    "Nemotron-22B": "nemotron-22b", "Nemotron-340B": "nemotron4-340b", "LLAMA3-8B": "llama3-8b",
+    "GPT3-5B": "gpt3-5b",
+    "GPT3-20B": "gpt3-20b",
+    "GPT3-175B": "gpt3-175b",
+    "LLAMA2-7B": "llama2-7b",
+    "LLAMA2-13B": "llama2-13b",
+    "LLAMA2-70B": "llama2-70b",
+    "Nemotron-8B": "nemotron-8b",
+    "Nemotron-22B": "nemotron-22b",
+    "Nemotron-340B": "nemotron4-340b",
+    "LLAMA3-8B": "llama3-8b",
     "LLAMA3-70B": "llama3-70b",
     # new set
-    "GPT 1.7B (Megatron weak-scaling)": "mcore-gpt-1.7b", "GPT 7.1B (Megatron weak-scaling)": "mcore-gpt-7.1b",
-    "GPT 16B (Megatron weak-scaling)": "mcore-gpt-16b", "GPT 32B (Megatron weak-scaling)": "mcore-gpt-32b",
-    "GPT 70B (Megatron weak-scaling)": "mcore-gpt-70b", "GPT 119B (Megatron weak-scaling)": "mcore-gpt-119b",
-    "GPT 177B (Megatron weak-scaling)": "mcore-gpt-177b", "GPT 314B (Megatron weak-scaling)": "mcore-gpt-314b",
-    "GPT 462B (Megatron weak-scaling)": "mcore-gpt-462b", "GPT 177B (GPT-3 shape, vocab 131072)": "mcore-gpt-177b",
-    "Llama 3 405B": "llama3.1-405b", "GPT 175B (MegaScale Table 1)": "megascale-gpt-175b",
-    "Llama 3.1 8B": "llama3.1-8b", "Llama 3.1 70B": "llama3.1-70b", "Llama 3.1 405B": "llama3.1-405b",
-    "Llama 3 70B": "llama3-70b", "Llama 3 8B": "llama3-8b", "Llama3 70B": "llama3-70b",
-    "MPT-3B": "mpt-3b", "MPT-7B": "mpt-7b", "MPT-13B": "mpt-13b", "MPT-30B": "mpt-30b", "MPT-70B": "mpt-70b",
-    "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b", "LLAMA3_8B": "llama3-8b",
-    "GPT OSS 120B": "gpt-oss-120b", "GPT-OSS 120B": "gpt-oss-120b", "GPT-OSS 20B": "gpt-oss-20b",
-    "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3 MoE 30B": "qwen3-30b-a3b",
-    "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": "qwen3-235b-a22b",
+    "GPT 1.7B (Megatron weak-scaling)": "mcore-gpt-1.7b",
+    "GPT 7.1B (Megatron weak-scaling)": "mcore-gpt-7.1b",
+    "GPT 16B (Megatron weak-scaling)": "mcore-gpt-16b",
+    "GPT 32B (Megatron weak-scaling)": "mcore-gpt-32b",
+    "GPT 70B (Megatron weak-scaling)": "mcore-gpt-70b",
+    "GPT 119B (Megatron weak-scaling)": "mcore-gpt-119b",
+    "GPT 177B (Megatron weak-scaling)": "mcore-gpt-177b",
+    "GPT 314B (Megatron weak-scaling)": "mcore-gpt-314b",
+    "GPT 462B (Megatron weak-scaling)": "mcore-gpt-462b",
+    "GPT 177B (GPT-3 shape, vocab 131072)": "mcore-gpt-177b",
+    "Llama 3 405B": "llama3.1-405b",
+    "GPT 175B (MegaScale Table 1)": "megascale-gpt-175b",
+    "Llama 3.1 8B": "llama3.1-8b",
+    "Llama 3.1 70B": "llama3.1-70b",
+    "Llama 3.1 405B": "llama3.1-405b",
+    "Llama 3 70B": "llama3-70b",
+    "Llama 3 8B": "llama3-8b",
+    "Llama3 70B": "llama3-70b",
+    "MPT-3B": "mpt-3b",
+    "MPT-7B": "mpt-7b",
+    "MPT-13B": "mpt-13b",
+    "MPT-30B": "mpt-30b",
+    "MPT-70B": "mpt-70b",
+    "LLAMA3_70B": "llama3-70b",
+    "LLAMA3.1_405B": "llama3.1-405b",
+    "LLAMA3_8B": "llama3-8b",
+    "GPT OSS 120B": "gpt-oss-120b",
+    "GPT-OSS 120B": "gpt-oss-120b",
+    "GPT-OSS 20B": "gpt-oss-20b",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b",
+    "Qwen3 MoE 30B": "qwen3-30b-a3b",
+    "Qwen3_235B_a22B": "qwen3-235b-a22b",
+    "Qwen3_235B_a22B (tokendrop)": "qwen3-235b-a22b",
     "Qwen3-235B-A22B": "qwen3-235b-a22b",
-    "DeepSeekV3 (dropless)": "deepseek-v3", "DeepSeek V3 671B": "deepseek-v3", "DeepSeek-V3 (pre-training)": "deepseek-v3",
+    "DeepSeekV3 (dropless)": "deepseek-v3",
+    "DeepSeek V3 671B": "deepseek-v3",
+    "DeepSeek-V3 (pre-training)": "deepseek-v3",
     "Kimi K2": "kimi-k2",
 }
 #: model labels with no preset on purpose: the reason is the row's skip
 NOT_MODELLED = {
-    "GPT 175B (MegaScale Table 1) - MegaScale algorithm":
-        "MegaScale algorithm (parallel attention/MLP block, sliding-window attention, LAMB) is not the standard model",
+    "GPT 175B (MegaScale Table 1) - MegaScale algorithm": "MegaScale algorithm (parallel attention/MLP block, sliding-window attention, LAMB) is not the standard model",
 }
 MEGATRON_ERA = ("megatron_readme_2020", "narayanan2021", "korthikanti2022")
 #: sources whose FP16 runs reduced the FP16 gradients (``grad_dtype="fp16"``): Megatron-LM v1's LocalDDP
@@ -100,8 +140,9 @@ LLAMA3_VP = 8
 #: (The recipe's precision-aware optimizer keeps BF16 Adam moments: not modelled, charged as FP32. The MTP layer
 #: is the model's, ``mtp_layers = 1``: costmodel.physics.kernels.mtp.)
 BRIDGE_2509_RECIPES = {
-    ("DeepSeekV3", "H100"): dict(recompute="selective", recompute_modules=("mla_up_proj", "mlp"),
-                                 layout="Et|(tt|)*30mL", grad_dtype="bf16"),
+    ("DeepSeekV3", "H100"): dict(
+        recompute="selective", recompute_modules=("mla_up_proj", "mlp"), layout="Et|(tt|)*30mL", grad_dtype="bf16"
+    ),
 }
 MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
 #: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
@@ -110,7 +151,8 @@ TUNED_TABLES = ("megatron_readme_2024",)
 TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
 #: the framework that ran each new-set source (costmodel.frameworks.rules); unlisted: Megatron-Core / Megatron-LM
 FRAMEWORK = {
-    "torchtitan_2024": "fsdp2", "torchtitan_2025_asynctp": "fsdp2",  # torchtitan: FSDP2
+    "torchtitan_2024": "fsdp2",
+    "torchtitan_2025_asynctp": "fsdp2",  # torchtitan: FSDP2
     "nemo_automodel": "fsdp2",  # AutoModel: PyTorch-native FSDP2 trainer (its parallelizer follows torchtitan's)
     "llmfoundry_2024": "fsdp2",  # Composer FSDP FULL_SHARD: per-module gather in forward and backward, RS per micro-batch
     "llama3_2024": "fsdp2",  # Meta's FSDP, parameters not resharded after forward (zero=2 under fsdp2)

@@ -7,9 +7,6 @@ from costmodel.compose.overlap import FREE, CommLedger
 from costmodel.physics.comm.split_overhead import column_parallel
 
 
-
-
-
 ROW_PARALLEL = ("attn_out", "fc2", "shared_fc2")
 
 

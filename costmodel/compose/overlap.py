@@ -75,8 +75,15 @@ class CommLedger:
     reasons: dict = field(default_factory=dict)
     stretch_s: float = 0.0  # compute slowdown of SM-based comms added by ``overlap``
 
-    def add(self, strategy: str, t_comm: float, t_exposed: float, reason: str = "", times: float = 1.0,
-            uses_compute: bool = True) -> None:
+    def add(
+        self,
+        strategy: str,
+        t_comm: float,
+        t_exposed: float,
+        reason: str = "",
+        times: float = 1.0,
+        uses_compute: bool = True,
+    ) -> None:
         if t_comm <= 0:
             return
         link, exposed = self.link_s, self.exposed_s
@@ -87,8 +94,17 @@ class CommLedger:
         if reason and t_exposed > 1e-3 * t_comm:
             self.reasons.setdefault(strategy, reason)
 
-    def overlap(self, strategy: str, t_comm: float, window_s: float, pieces, reason: str = "", coef: float = 0.0,
-                times: float = 1.0, waits_s: float = 0.0) -> None:
+    def overlap(
+        self,
+        strategy: str,
+        t_comm: float,
+        window_s: float,
+        pieces,
+        reason: str = "",
+        coef: float = 0.0,
+        times: float = 1.0,
+        waits_s: float = 0.0,
+    ) -> None:
         """Add a communication pipelined in ``pieces`` with a compute window of ``window_s``.
 
         An SM-based collective (``coef``: the device's ``comm_compute_interference``, 0 for a
@@ -102,8 +118,9 @@ class CommLedger:
         if t_comm <= 0:
             return
         stretch = coef * min(t_comm, window_s / (1 - coef)) if coef > 0 and pieces > 0 and window_s > 0 else 0.0
-        self.add(strategy, t_comm, _exposed_scalar_s(t_comm, window_s + stretch + waits_s, pieces), reason, times,
-                 False)
+        self.add(
+            strategy, t_comm, _exposed_scalar_s(t_comm, window_s + stretch + waits_s, pieces), reason, times, False
+        )
         self.stretch_s += times * stretch
 
     def interference_s(self, coef: float) -> float:
@@ -112,9 +129,13 @@ class CommLedger:
         return coef * self.hidden_sm_s + self.stretch_s
 
     def scaled(self, k: float) -> "CommLedger":
-        return CommLedger({s: v * k for s, v in self.link_s.items()},
-                          {s: v * k for s, v in self.exposed_s.items()},
-                          self.hidden_sm_s * k, dict(self.reasons), self.stretch_s * k)
+        return CommLedger(
+            {s: v * k for s, v in self.link_s.items()},
+            {s: v * k for s, v in self.exposed_s.items()},
+            self.hidden_sm_s * k,
+            dict(self.reasons),
+            self.stretch_s * k,
+        )
 
     def merge(self, other: "CommLedger") -> "CommLedger":
         link, exposed, reasons = dict(self.link_s), dict(self.exposed_s), dict(self.reasons)
@@ -124,8 +145,9 @@ class CommLedger:
             exposed[s] = exposed.get(s, 0.0) + other_exposed[s]
         for s, r in other.reasons.items():
             reasons.setdefault(s, r)
-        return CommLedger(link, exposed, self.hidden_sm_s + other.hidden_sm_s, reasons,
-                          self.stretch_s + other.stretch_s)
+        return CommLedger(
+            link, exposed, self.hidden_sm_s + other.hidden_sm_s, reasons, self.stretch_s + other.stretch_s
+        )
 
     @property
     def total_exposed_s(self) -> float:

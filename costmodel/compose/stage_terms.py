@@ -47,8 +47,14 @@ def _dp_groups(model: ModelSpec, c: ParallelConfig, stage: int, params) -> tuple
     groups of ``stage``; ``params``: its ``(dense, expert)`` parameters, or ``None`` for
     :func:`~costmodel.physics.memory.stage_contents.stage_params`."""
     dense, expert = stage_params(model, c, stage) if params is None else params
-    return ((dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)),
-            (expert, c.tp * c.dp * c.cp // (c.ep * c.expert_tp()), group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp())))
+    return (
+        (dense, c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp)),
+        (
+            expert,
+            c.tp * c.dp * c.cp // (c.ep * c.expert_tp()),
+            group_stride("edp", c.tp, c.cp, c.dp, c.ep, c.expert_tp()),
+        ),
+    )
 
 
 def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None) -> tuple:
@@ -73,17 +79,25 @@ def dp_comm(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: in
         if sem.step_grad:
             t_grad += collective_time_s(sem.step_grad, params * grad_elem_bytes(c), size, stride, cluster, engines=dp)
         if sem.step_param_gather:
-            t_param += collective_time_s("allgather", params * param_gather_bytes(c), size, stride, cluster,
-                                         engines=zero)
+            t_param += collective_time_s(
+                "allgather", params * param_gather_bytes(c), size, stride, cluster, engines=zero
+            )
     if model.tied_embeddings and c.pp > 1 and stage in (0, c.pp - 1):
         # word-embedding gradient all-reduce between first and last stage (Megatron-LM)
-        t_grad += collective_time_s("allreduce", model.embedding_params / c.tp * grad_elem_bytes(c), 2,
-                                    group_stride("pp", c.tp, c.cp, c.dp) * (c.pp - 1), cluster, engines=dp)
+        t_grad += collective_time_s(
+            "allreduce",
+            model.embedding_params / c.tp * grad_elem_bytes(c),
+            2,
+            group_stride("pp", c.tp, c.cp, c.dp) * (c.pp - 1),
+            cluster,
+            engines=dp,
+        )
     return t_grad, t_param
 
 
-def dp_latency(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None,
-               counts=None) -> tuple:
+def dp_latency(
+    model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int, params=None, counts=None
+) -> tuple:
     """(gradient, parameter) latency of one more bucket: the alpha terms of the collectives of
     :func:`dp_comm` (a 1-byte message of the same groups), paid again by every extra bucket;
     ``params`` as in :func:`dp_comm` (a group without parameters pays none). ``counts``: the
@@ -133,7 +147,9 @@ def stage_dp_terms(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, st
     gb = stage_grad_buckets(model, c, stage)
     if gb is None:
         lat_grad, lat_param = dp_latency(model, cluster, c, stage)
-        return DpTerms(t_grad, t_param, lat_grad, lat_param, dp_buckets(grad_bytes(model, c, stage), c.bucket_bytes), None)
+        return DpTerms(
+            t_grad, t_param, lat_grad, lat_param, dp_buckets(grad_bytes(model, c, stage), c.bucket_bytes), None
+        )
     lat_grad, lat_param = dp_latency(model, cluster, c, stage, counts=(gb.dense_count, gb.expert_count))
     return DpTerms(t_grad, t_param, lat_grad, lat_param, gb.count, gb.pieces())
 
@@ -145,8 +161,9 @@ def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig,
     d, e = stage_params(model, c, stage)
     local = d / shard_d + e / shard_e
     # optimizer CPU offload (costmodel.physics.mechanics.offload): the GPU Adam on the kept part beside the host's part
-    return offload.shard_optimizer_s(local, cluster, c.optimizer_dtype, c.optimizer_offload_fraction,
-                                     c.overlap_cpu_optimizer_d2h_h2d)
+    return offload.shard_optimizer_s(
+        local, cluster, c.optimizer_dtype, c.optimizer_offload_fraction, c.overlap_cpu_optimizer_d2h_h2d
+    )
 
 
 def grad_bytes(model: ModelSpec, c: ParallelConfig, stage: int, params=None) -> float:

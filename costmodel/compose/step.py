@@ -85,8 +85,9 @@ def even_pieces(buckets, v):
     return k, k
 
 
-def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p=1, v=1, layers=1,
-                pieces=None):
+def dp_exposure(
+    t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p=1, v=1, layers=1, pieces=None
+):
     """(gradient exposed, parameter-gather exposed, gradient link, parameter link) seconds of a
     stage's end-of-step DP traffic; every argument may be a numpy array (broadcast).
 
@@ -140,8 +141,9 @@ def dp_exposure(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forwa
     return ex, zx, t_grad, t_param
 
 
-def _dp_exposure_scalar(t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p, v,
-                        layers, k_first, k_rest):
+def _dp_exposure_scalar(
+    t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p, v, layers, k_first, k_rest
+):
     """:func:`dp_exposure` on plain numbers (the fast path scores thousands of plans a second)."""
     extra = max(buckets - 1, 0)
     t_grad, t_param = t_grad + extra * lat_grad, t_param + extra * lat_param
@@ -152,8 +154,13 @@ def _dp_exposure_scalar(t_grad, t_param, lat_grad, lat_param, buckets, backward_
         ex = max(0.0, tail - stage * b_c)
         n = max(float(layers), 1.0)
         n_c = n / v
-        late = max(max(t_param * (c * n_c + 1) / n - (c * p + stage) * f_c,
-                       t_param * (c + 1) / v - (c * p + stage) * f_c - (n_c - 1) / n_c * f_c) for c in {0, v - 1})
+        late = max(
+            max(
+                t_param * (c * n_c + 1) / n - (c * p + stage) * f_c,
+                t_param * (c + 1) / v - (c * p + stage) * f_c - (n_c - 1) / n_c * f_c,
+            )
+            for c in {0, v - 1}
+        )
         zx = max(0.0, late)
     else:
         ex, zx = max(0.0, t_grad - stage * b_c), t_param
@@ -165,8 +172,11 @@ def step_time(t_mb, dp_exposed, optimizer, m, p, v, weights=None):
     ``weights``: how many of the ``p`` stages each entry stands for (default: one each)."""
     t_mb = np.asarray(t_mb, float)
     w = np.ones(t_mb.shape[-1]) if weights is None else np.asarray(weights, float)
-    out = (pipeline_s(np.max(t_mb, axis=-1), np.sum(t_mb * w, axis=-1), m, v) + np.max(dp_exposed, axis=-1)
-           + np.max(optimizer, axis=-1))
+    out = (
+        pipeline_s(np.max(t_mb, axis=-1), np.sum(t_mb * w, axis=-1), m, v)
+        + np.max(dp_exposed, axis=-1)
+        + np.max(optimizer, axis=-1)
+    )
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -198,22 +208,50 @@ class Composition:
         return {"pipeline": self.pipeline_s, "dp": self.dp_s, "zero": self.zero_s, "optimizer": self.optimizer_s}
 
 
-def compose(t_mb, fwd, backward, t_grad, t_param, lat_grad, lat_param, buckets, pieces, optimizer, stages, layers,
-            m: int, p: int, v: int, weights=None) -> Composition:
+def compose(
+    t_mb,
+    fwd,
+    backward,
+    t_grad,
+    t_param,
+    lat_grad,
+    lat_param,
+    buckets,
+    pieces,
+    optimizer,
+    stages,
+    layers,
+    m: int,
+    p: int,
+    v: int,
+    weights=None,
+) -> Composition:
     """The step of one plan from arrays over (some of) its stages: ``stages`` are their indices
     (the head start of each), the other arrays their per-micro-batch time, forward, backward
     (with recompute), DP collective terms, bucket count and pieces (:func:`dp_exposure`), optimizer
     time and layer count;
     ``weights`` how many stages each stands for (default one each: all ``p`` stages given)."""
     t_mb, stages = [float(x) for x in t_mb], list(stages)
-    dps = [dp_exposure(*terms, p=p, v=v, layers=n, pieces=k) for terms, n, k in
-           zip(zip(t_grad, t_param, lat_grad, lat_param, buckets, backward, fwd, stages), layers, pieces)]
+    dps = [
+        dp_exposure(*terms, p=p, v=v, layers=n, pieces=k)
+        for terms, n, k in zip(
+            zip(t_grad, t_param, lat_grad, lat_param, buckets, backward, fwd, stages), layers, pieces
+        )
+    ]
     slow = max(range(len(t_mb)), key=lambda i: (t_mb[i], -i))  # the first slowest stage
     # the stage with the most end-of-step exposure (ties: the later stage, as evaluate always did)
     d = max(range(len(dps)), key=lambda i: (dps[i][0] + dps[i][1], i))
     ex, zx, lg, lp = dps[d]
     w = [1] * len(t_mb) if weights is None else list(weights)
     pipe = pipeline_s(t_mb[slow], sum(t * k for t, k in zip(t_mb, w)), m, v)
-    return Composition(pipeline_s=pipe, bubble_s=pipe - m * t_mb[slow],
-                       dp_s=ex, zero_s=zx, dp_link_s=lg, zero_link_s=lp, optimizer_s=float(max(optimizer)),
-                       slow_stage=int(stages[slow]), dp_stage=int(stages[d]))
+    return Composition(
+        pipeline_s=pipe,
+        bubble_s=pipe - m * t_mb[slow],
+        dp_s=ex,
+        zero_s=zx,
+        dp_link_s=lg,
+        zero_link_s=lp,
+        optimizer_s=float(max(optimizer)),
+        slow_stage=int(stages[slow]),
+        dp_stage=int(stages[d]),
+    )

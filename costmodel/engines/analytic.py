@@ -23,7 +23,6 @@ The op-graph scheduler (:mod:`costmodel.engines.graph`) replaces these rules wit
 from __future__ import annotations
 
 
-
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 from functools import lru_cache
@@ -49,7 +48,19 @@ from costmodel.physics.mechanics.zero3_edges import WHY_EDGE, edge_times
 from costmodel.physics.mechanics.zero3_fetch import gather_pieces, reduce_pieces
 from costmodel.compose.stage_terms import StageTiming
 from costmodel.physics.mechanics.fsdp_copies import zero3_groups, fsdp2_copies_s
-from costmodel.compose.comm_ledgers import (WHY_TP, WHY_SP, WHY_CHUNKS, WHY_WINDOW, WHY_EP, WHY_PP, WHY_CP, WHY_Z3, WHY_LINK, WHY_ENGINE, _tp_ledger)
+from costmodel.compose.comm_ledgers import (
+    WHY_TP,
+    WHY_SP,
+    WHY_CHUNKS,
+    WHY_WINDOW,
+    WHY_EP,
+    WHY_PP,
+    WHY_CP,
+    WHY_Z3,
+    WHY_LINK,
+    WHY_ENGINE,
+    _tp_ledger,
+)
 
 
 @dataclass(frozen=True)
@@ -92,8 +103,12 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         pool = dma.pool_of(a, "zero")
 
         def waits(ledger):
-            return ledger.stretch_s + sum(v for k, v in ledger.exposed_s.items()
-                                          if scopes.get(k, scope) != scope and (pool is None or dma.pool_of(a, k) != pool))
+            return ledger.stretch_s + sum(
+                v
+                for k, v in ledger.exposed_s.items()
+                if scopes.get(k, scope) != scope and (pool is None or dma.pool_of(a, k) != pool)
+            )
+
         waits_f = waits(fwd_led)
         waits_b = waits(led) - waits_f
         if c.recompute == "full":
@@ -134,8 +149,22 @@ def _zero3_collectives(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig
     (:func:`zero3_groups`) on the ``zero`` engines, memoised on what they read: the degrees, the framework's
     pieces (:func:`costmodel.physics.mechanics.zero3_fetch.gather_pieces`, :func:`~costmodel.physics.mechanics.zero3_fetch.reduce_pieces`: module
     layout, bucket, pp), the gradient and gathered parameter bytes; not the micro-batch, chunks or recompute."""
-    key = (model, cluster, moe, zero, c.tp, c.cp, c.ep, c.dp, c.pp, c.framework, c.module_layout, c.bucket_bytes,
-           c.grad_dtype, c.fp8_param_gather)
+    key = (
+        model,
+        cluster,
+        moe,
+        zero,
+        c.tp,
+        c.cp,
+        c.ep,
+        c.dp,
+        c.pp,
+        c.framework,
+        c.module_layout,
+        c.bucket_bytes,
+        c.grad_dtype,
+        c.fp8_param_gather,
+    )
     return _memo(_ZERO3, key, lambda: _zero3_collectives_of(model, cluster, c, moe, zero))
 
 
@@ -198,9 +227,25 @@ def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
     Memoised on exactly what it reads, so the ZeRO-3 layers of every DP degree (which a search
     times one by one) share it: ``(fwd, bwd, recompute, ledger, forward ledger, replayed ledger,
     replays)``, the ledgers not to be changed (``layer_timing`` copies them)."""
-    key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.recompute, c.recomputed_modules,
-           c.flash_attention, c.fused_elementwise, c.cp_impl, c.ep_dispatcher, moe,
-           tuple(eng[k] for k in ("tp", "cp", "ep")))
+    key = (
+        model,
+        cluster,
+        w,
+        c.tp,
+        c.cp,
+        c.ep,
+        c.mb,
+        c.sp_on,
+        c.chunks,
+        c.recompute,
+        c.recomputed_modules,
+        c.flash_attention,
+        c.fused_elementwise,
+        c.cp_impl,
+        c.ep_dispatcher,
+        moe,
+        tuple(eng[k] for k in ("tp", "cp", "ep")),
+    )
     return _memo(_BASE, key, lambda: _layer_base_of(model, cluster, w, c, moe, eng))
 
 
@@ -224,32 +269,41 @@ def _clear_bases() -> None:
 _layer_base.cache_clear = _clear_bases  # as an lru_cache: benchmarks start cold by clearing the caches
 
 
-def _layer_base_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-                   eng: dict) -> tuple:
+def _layer_base_of(
+    model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict
+) -> tuple:
     plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef = _layer_core(model, cluster, w, c, moe, eng)
     dev = cluster.device
     sac_led = CommLedger()
     sac = op_sac_fractions(model, plain, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
     replays = sac is not None  # a replayed forward with communication (sac_led)
-    if sac is not None and c.tp > 1:  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
+    if (
+        sac is not None and c.tp > 1
+    ):  # the replayed forward's collectives: SP all-gathers (or TP all-reduces), not the saved RS
         sac_led = _op_sac_ledger(plain, sac, t_ag, t_ar, c.sp_on, c.chunks, coef)
     if c.recompute == "full":
         recompute = fwd
     elif c.recompute == "selective":  # the core attention, and the ops of the other --recompute-modules
         mods = module_recompute_fractions(plain, c.recomputed_modules, moe, model)
         attn0 = next(o for o in plain if o.name == "attn_core")  # the replayed attention is one kernel
-        recompute = (attn0.fwd_s if "core_attn" in c.recomputed_modules else 0.0) + sum(
-            f * o.fwd_s for f, o in zip(mods, plain)) + replay_extra_s(plain, mods, c, dev.kernel_overhead_s, False)
+        recompute = (
+            (attn0.fwd_s if "core_attn" in c.recomputed_modules else 0.0)
+            + sum(f * o.fwd_s for f, o in zip(mods, plain))
+            + replay_extra_s(plain, mods, c, dev.kernel_overhead_s, False)
+        )
         replayed = [(o, f) for o, f in zip(plain, mods) if f > 0]
         if replayed and c.tp > 1:  # their TP / SP collectives (an MoE block without EP)
-            sac_led = sac_led.merge(_op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed],
-                                                   t_ag, t_ar, c.sp_on, c.chunks, coef))
+            sac_led = sac_led.merge(
+                _op_sac_ledger([o for o, _ in replayed], [f for _, f in replayed], t_ag, t_ar, c.sp_on, c.chunks, coef)
+            )
             replays = True
         if moe and c.ep > 1 and "moe" in c.recomputed_modules:  # the MoE layer's all-to-alls run again
             sac_led = sac_led.merge(_ep_forward_ledger(t_a2a, experts.fwd_s, k, coef))
             replays = True
     elif sac is not None:
-        recompute = sum(f * o.fwd_s for f, o in zip(sac, plain)) + replay_extra_s(plain, sac, c, dev.kernel_overhead_s, True)
+        recompute = sum(f * o.fwd_s for f, o in zip(sac, plain)) + replay_extra_s(
+            plain, sac, c, dev.kernel_overhead_s, True
+        )
     else:
         recompute = 0.0
     return LayerBase(fwd, bwd, recompute, led, fwd_led, sac_led, replays)
@@ -264,13 +318,29 @@ def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
     (``(plain ops, fwd, bwd, ledger, forward ledger, t_ag, t_ar, t_a2a, experts op, EP chunks, coef)``; the
     ledgers not to be changed). Memoised on :func:`_layer_base`'s key less the recompute settings: the none,
     selective and full recompute of a layer share it (DeepSeek-V3 / 2048 H800: 4,410 bases, 3,206 cores)."""
-    key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.flash_attention, c.fused_elementwise,
-           c.cp_impl, c.ep_dispatcher, moe, tuple(eng[k] for k in ("tp", "cp", "ep")))
+    key = (
+        model,
+        cluster,
+        w,
+        c.tp,
+        c.cp,
+        c.ep,
+        c.mb,
+        c.sp_on,
+        c.chunks,
+        c.flash_attention,
+        c.fused_elementwise,
+        c.cp_impl,
+        c.ep_dispatcher,
+        moe,
+        tuple(eng[k] for k in ("tp", "cp", "ep")),
+    )
     return _memo(_CORE, key, lambda: _layer_core_of(model, cluster, w, c, moe, eng))
 
 
-def _layer_core_of(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-                   eng: dict) -> tuple:
+def _layer_core_of(
+    model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict
+) -> tuple:
     dev = cluster.device
     plain = layer_ops(model, dev, w, c, moe)
     # a chunked op's pieces each pay the kernel overhead again (costmodel.physics.comm.split_overhead): its
@@ -346,8 +416,9 @@ def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> 
     return led
 
 
-def _link_floor(led: CommLedger, compute_s: float, scopes: dict, cluster: ClusterSpec, rec_led,
-                a: dma.Assignment | None = None) -> None:
+def _link_floor(
+    led: CommLedger, compute_s: float, scopes: dict, cluster: ClusterSpec, rec_led, a: dma.Assignment | None = None
+) -> None:
     """A link carries one byte at a time: the layer lasts at least as long as the communication
     on its busiest link (overlapping collectives share it, as the op-graph scheduler's links do).
     Likewise streams that share DMA engines (a group of the assignment ``a``, :mod:`costmodel.physics.comm.dma`)
@@ -359,8 +430,12 @@ def _link_floor(led: CommLedger, compute_s: float, scopes: dict, cluster: Cluste
         for k, v in rec_led.link_s.items():
             link[k] = link.get(k, 0.0) + v
     coef = cluster.device.comm_compute_interference
-    total = compute_s + led.total_exposed_s + led.interference_s(coef) + (
-        rec_led.total_exposed_s + rec_led.interference_s(coef) if rec_led is not None else 0.0)
+    total = (
+        compute_s
+        + led.total_exposed_s
+        + led.interference_s(coef)
+        + (rec_led.total_exposed_s + rec_led.interference_s(coef) if rec_led is not None else 0.0)
+    )
     lanes = [({k: v for k, v in link.items() if scopes.get(k) == scope}, WHY_LINK) for scope in ("intra", "inter")]
     for group in dma.shared_pools(a):
         lanes.append(({k: v for k, v in link.items() if dma.STREAM_OF.get(k) in group}, WHY_ENGINE))
@@ -376,8 +451,13 @@ def _link_floor(led: CommLedger, compute_s: float, scopes: dict, cluster: Cluste
 def _link_scopes(c: ParallelConfig, cluster: ClusterSpec) -> dict:
     """The link (``intra``/``inter``) each strategy's collectives of one layer cross."""
     gpn = cluster.gpus_per_node
-    return {"tp": "intra", "sp": "intra", "cp": layout(c.cp, c.tp, gpn).scope, "ep": layout(c.ep, 1, gpn).scope,
-            "zero": layout(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp), gpn).scope}
+    return {
+        "tp": "intra",
+        "sp": "intra",
+        "cp": layout(c.cp, c.tp, gpn).scope,
+        "ep": layout(c.ep, 1, gpn).scope,
+        "zero": layout(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp), gpn).scope,
+    }
 
 
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:
@@ -415,8 +495,14 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         bwd += k * (head.bwd_s + ce.bwd_s)
         if c.tp > 1:  # data-gradient reduction of the head input, overlapped with its weight gradient
             kind = "reducescatter" if c.sp_on else "allreduce"
-            t = collective_time_s(kind, n * model.hidden * ACT_BYTES, c.tp, 1, cluster,
-                                  engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp"))
+            t = collective_time_s(
+                kind,
+                n * model.hidden * ACT_BYTES,
+                c.tp,
+                1,
+                cluster,
+                engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp"),
+            )
             coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
             led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, FREE, WHY_WINDOW, coef)
     # FSDP2 / ZeRO-3: the embedding and head units' collectives (costmodel.physics.mechanics.zero3_edges)
@@ -424,13 +510,17 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     led.add("zero", edge_link, edge_f + edge_b, WHY_EDGE, uses_compute=False)
     if c.pp > 1:
         msg = n * model.hidden * ACT_BYTES / c.tp  # scatter-gather optimisation / SP shards
-        t = collective_time_s("p2p", msg, c.pp, group_stride("pp", c.tp, c.cp, c.dp), cluster,
-                              engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "pp"))
+        t = collective_time_s(
+            "p2p",
+            msg,
+            c.pp,
+            group_stride("pp", c.tp, c.cp, c.dp),
+            cluster,
+            engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "pp"),
+        )
         chunk_fwd = fwd / c.vp
         sends = 2 * c.vp  # activation forward and gradient backward per model chunk
         ex = t if c.vp == 1 else float(interleaved_p2p_exposed_s(t, chunk_fwd, c.pp, micro_batches(w, c), c.vp))
         led.add("pp", t, ex, WHY_PP, times=sends, uses_compute=False)
     interference = led.interference_s(dev.comm_compute_interference)
     return StageTiming(stage, fwd, bwd, rec, led, interference)
-
-

@@ -55,16 +55,32 @@ def megatron_ddp_bucket_elements(dp: int) -> int:
 #: ``pipeline_parallel_schedule = "1F1B"``, ``ActivationCheckpoint.mode = "selective"`` with
 #: ``selective_ac_option = "2"`` (every second layer fully checkpointed), ``Compile.enable = False``,
 #: ``Training.mixed_precision_param = "bfloat16"``, ``Training.seq_len = 2048``
-TORCHTITAN_V022_DEFAULTS = {"local_batch_size": 8, "seq_len": 2048, "global_batch_size": -1,
-                            "data_parallel_replicate_degree": 1,
-                            "data_parallel_shard_degree": -1, "fsdp_reshard_after_forward": "default",
-                            "pipeline_parallel_microbatch_size": 1, "pipeline_parallel_schedule": "1F1B",
-                            "mode": "selective", "selective_ac_option": "2", "enable": False,
-                            "mixed_precision_param": "bfloat16"}
+TORCHTITAN_V022_DEFAULTS = {
+    "local_batch_size": 8,
+    "seq_len": 2048,
+    "global_batch_size": -1,
+    "data_parallel_replicate_degree": 1,
+    "data_parallel_shard_degree": -1,
+    "fsdp_reshard_after_forward": "default",
+    "pipeline_parallel_microbatch_size": 1,
+    "pipeline_parallel_schedule": "1F1B",
+    "mode": "selective",
+    "selective_ac_option": "2",
+    "enable": False,
+    "mixed_precision_param": "bfloat16",
+}
 
 
-def framework_defaults(framework: str, *, dp: int, pp: int, global_batch: int, zero: int | None = None,
-                       tp: int = 1, grad_dtype: str = "fp32") -> dict:
+def framework_defaults(
+    framework: str,
+    *,
+    dp: int,
+    pp: int,
+    global_batch: int,
+    zero: int | None = None,
+    tp: int = 1,
+    grad_dtype: str = "fp32",
+) -> dict:
     """``{knob: value}`` for ``mb vp sp zero recompute bucket_mb chunks`` as ``framework`` runs them
     unset; ``zero`` (when stated) changes what DeepSpeed and FSDP2 overlap. ``bucket_mb`` 0 means
     one gradient reduction after backward (no overlap).
@@ -90,13 +106,27 @@ def framework_defaults(framework: str, *, dp: int, pp: int, global_batch: int, z
         raise SpecError("framework", framework, f"one of {', '.join(FRAMEWORKS)}")
     local = max(1, global_batch // max(1, dp))
     if framework == "megatron":
-        return {"mb": 1, "vp": 1, "sp": False, "zero": 0 if zero is None else zero, "recompute": "none",
-                "bucket_mb": 0, "chunks": 1}
+        return {
+            "mb": 1,
+            "vp": 1,
+            "sp": False,
+            "zero": 0 if zero is None else zero,
+            "recompute": "none",
+            "bucket_mb": 0,
+            "chunks": 1,
+        }
     if framework == "deepspeed":
         z = 0 if zero is None else zero
         elem = GRAD_BYTES if grad_dtype == "fp32" else 2  # costmodel.physics.memory.stage_memory.grad_elem_bytes
         bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * elem / MB if z == 3 else 0
         return {"mb": local, "vp": 1, "sp": False, "zero": z, "recompute": "none", "bucket_mb": bucket, "chunks": 1}
     z = (2 if pp > 1 else 3) if zero is None else zero
-    return {"mb": 1 if pp > 1 else local, "vp": 1, "sp": tp > 1, "zero": z, "recompute": "op_sac",
-            "bucket_mb": 100, "chunks": 1}
+    return {
+        "mb": 1 if pp > 1 else local,
+        "vp": 1,
+        "sp": tp > 1,
+        "zero": z,
+        "recompute": "op_sac",
+        "bucket_mb": 100,
+        "chunks": 1,
+    }

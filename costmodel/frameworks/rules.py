@@ -102,12 +102,28 @@ class Semantics:
 
 _DDP = Semantics()
 _DISTOPT = Semantics(step_grad="reducescatter", step_param_gather=True, shard_optimizer=True)
-_ZERO2 = Semantics(reduce_per_microbatch=True, step_grad=None, step_param_gather=True, shard_grads=True,
-                   shard_optimizer=True)
-_FSDP_NO_RESHARD = Semantics(gather_forward=True, reduce_per_microbatch=True, step_grad=None, shard_weights=True,
-                             shard_grads=True, shard_optimizer=True, unsharded_weights="stage")
-_FSDP = Semantics(gather_forward=True, gather_backward=True, reduce_per_microbatch=True, step_grad=None,
-                  shard_weights=True, shard_grads=True, shard_optimizer=True, unsharded_weights="two_layers")
+_ZERO2 = Semantics(
+    reduce_per_microbatch=True, step_grad=None, step_param_gather=True, shard_grads=True, shard_optimizer=True
+)
+_FSDP_NO_RESHARD = Semantics(
+    gather_forward=True,
+    reduce_per_microbatch=True,
+    step_grad=None,
+    shard_weights=True,
+    shard_grads=True,
+    shard_optimizer=True,
+    unsharded_weights="stage",
+)
+_FSDP = Semantics(
+    gather_forward=True,
+    gather_backward=True,
+    reduce_per_microbatch=True,
+    step_grad=None,
+    shard_weights=True,
+    shard_grads=True,
+    shard_optimizer=True,
+    unsharded_weights="two_layers",
+)
 
 # FSDP2 without resharding inside a pipeline schedule: torch.distributed.pipelining runs every
 # micro-batch but the last with gradient sync and reshard-after-backward off
@@ -126,9 +142,9 @@ _SEMANTICS = {
 #: why a ZeRO stage does not exist in a framework
 _NO_STAGE = {
     ("megatron", 2): "0, 1 or 3 under framework=megatron (Megatron-Core has no ZeRO-2: its distributed optimizer, "
-                     "zero=1, keeps a full FP32 gradient buffer; zero=3 is Megatron FSDP; DeepSpeed runs ZeRO-2)",
+    "zero=1, keeps a full FP32 gradient buffer; zero=3 is Megatron FSDP; DeepSpeed runs ZeRO-2)",
     ("fsdp2", 1): "0, 2 or 3 under framework=fsdp2 (FSDP2 has no optimizer-only sharding; zero=2 is "
-                  "reshard_after_forward=False)",
+    "reshard_after_forward=False)",
 }
 
 
@@ -142,8 +158,11 @@ def _framework(name: str) -> str:
 #: ``--recompute-granularity selective|full``; DeepSpeed (Megatron-DeepSpeed's same flags);
 #: torchtitan's ``[activation_checkpoint] mode = "selective"`` with ``selective_ac_option = "op"``
 #: is per-op (``op_sac``) and ``mode = "full"`` every layer: it has no attention-only selective mode
-_RECOMPUTE = {"megatron": ("none", "selective", "full"), "deepspeed": ("none", "selective", "full"),
-              "fsdp2": ("none", "op_sac", "full")}
+_RECOMPUTE = {
+    "megatron": ("none", "selective", "full"),
+    "deepspeed": ("none", "selective", "full"),
+    "fsdp2": ("none", "op_sac", "full"),
+}
 
 
 def recompute_kinds(framework: str) -> tuple[str, ...]:
@@ -155,11 +174,14 @@ def refuse_unsearchable_recompute(framework: str, recompute: str) -> None:
     """Raise :class:`SpecError` for a pinned recomputation the search cannot offer under ``framework``."""
     kinds = recompute_kinds(framework)
     if recompute not in kinds:
-        why = ("torchtitan has no attention-only selective recompute; its selective_ac_option = 'op' is op_sac"
-               if framework == "fsdp2" else
-               "per-op selective checkpointing is torchtitan's, on FSDP2: framework=fsdp2")
-        raise SpecError("recompute", recompute, f"{', '.join(kinds[:-1])} or {kinds[-1]} under "
-                        f"framework={framework} ({why})")
+        why = (
+            "torchtitan has no attention-only selective recompute; its selective_ac_option = 'op' is op_sac"
+            if framework == "fsdp2"
+            else "per-op selective checkpointing is torchtitan's, on FSDP2: framework=fsdp2"
+        )
+        raise SpecError(
+            "recompute", recompute, f"{', '.join(kinds[:-1])} or {kinds[-1]} under framework={framework} ({why})"
+        )
 
 
 #: DP bucket sizes (MB) a framework fixes rather than exposes: torchtitan wraps replicated data
@@ -185,22 +207,43 @@ def semantics(framework: str, zero: int) -> Semantics:
     return s
 
 
-def check_fields(framework: str, *, zero: int = 0, pp: int = 1, vp: int = 1, tp: int = 1, cp: int = 1,
-                 sp: bool = False, chunks: int = 1, recompute: str = "none") -> None:
+def check_fields(
+    framework: str,
+    *,
+    zero: int = 0,
+    pp: int = 1,
+    vp: int = 1,
+    tp: int = 1,
+    cp: int = 1,
+    sp: bool = False,
+    chunks: int = 1,
+    recompute: str = "none",
+) -> None:
     """Raise :class:`SpecError` naming the first rule the settings break under ``framework``."""
     semantics(framework, zero)
     if recompute == "op_sac" and framework != "fsdp2":
-        raise SpecError("recompute", recompute, f"none, selective or full under framework={framework} (per-op "
-                        "selective checkpointing is torchtitan's, on FSDP2: framework=fsdp2)")
+        raise SpecError(
+            "recompute",
+            recompute,
+            f"none, selective or full under framework={framework} (per-op "
+            "selective checkpointing is torchtitan's, on FSDP2: framework=fsdp2)",
+        )
     if framework == "deepspeed":
         if pp > 1 and zero >= 2:
-            raise SpecError("zero", zero, f"0 or 1 with pp={pp} under framework=deepspeed (DeepSpeed's pipeline "
-                            "engine accepts ZeRO <= 1)")
+            raise SpecError(
+                "zero",
+                zero,
+                f"0 or 1 with pp={pp} under framework=deepspeed (DeepSpeed's pipeline engine accepts ZeRO <= 1)",
+            )
         if vp > 1:
             raise SpecError("vp", vp, "1 under framework=deepspeed (its pipeline engine has no interleaved schedule)")
         if cp > 1:
-            raise SpecError("cp", cp, "1 under framework=deepspeed (no ring-attention context parallelism; "
-                            "Ulysses sequence parallelism is a different scheme)")
+            raise SpecError(
+                "cp",
+                cp,
+                "1 under framework=deepspeed (no ring-attention context parallelism; "
+                "Ulysses sequence parallelism is a different scheme)",
+            )
         if chunks > 1:
             raise SpecError("chunks", chunks, "1 under framework=deepspeed (no chunked TP/EP communication overlap)")
     if framework == "fsdp2":
@@ -209,8 +252,12 @@ def check_fields(framework: str, *, zero: int = 0, pp: int = 1, vp: int = 1, tp:
         if chunks > 1 and tp == 1:
             raise SpecError("chunks", chunks, "1 under framework=fsdp2 unless tp > 1 (chunked overlap is async TP)")
         if chunks > 1 and chunks != tp:  # torch's fused all-gather/reduce-scatter matmuls: one step per TP rank
-            raise SpecError("chunks", chunks, f"1 or tp={tp} under framework=fsdp2 (async TP decomposes each "
-                            "AllGather/ReduceScatter into one step per TP rank)")
+            raise SpecError(
+                "chunks",
+                chunks,
+                f"1 or tp={tp} under framework=fsdp2 (async TP decomposes each "
+                "AllGather/ReduceScatter into one step per TP rank)",
+            )
 
 
 def userbuffers(framework: str, device) -> bool:
@@ -233,14 +280,25 @@ def check_userbuffers_chunks(*, tp: int, sp: bool, chunks: int) -> None:
     if chunks <= 1:
         return
     if tp == 1:
-        raise SpecError("chunks", chunks, "1 with tp=1 under framework=megatron (its chunked overlap is TP "
-                        "communication overlap; it has no chunked EP combine)")
+        raise SpecError(
+            "chunks",
+            chunks,
+            "1 with tp=1 under framework=megatron (its chunked overlap is TP "
+            "communication overlap; it has no chunked EP combine)",
+        )
     if not sp:
-        raise SpecError("chunks", chunks, "1 without sequence parallelism under framework=megatron "
-                        "(--tp-comm-overlap needs --sequence-parallel)")
+        raise SpecError(
+            "chunks",
+            chunks,
+            "1 without sequence parallelism under framework=megatron (--tp-comm-overlap needs --sequence-parallel)",
+        )
     if chunks != tp:
-        raise SpecError("chunks", chunks, f"1 or tp={tp} under framework=megatron (Transformer Engine's "
-                        "userbuffers overlap each AllGather by ring exchange, one step per TP rank)")
+        raise SpecError(
+            "chunks",
+            chunks,
+            f"1 or tp={tp} under framework=megatron (Transformer Engine's "
+            "userbuffers overlap each AllGather by ring exchange, one step per TP rank)",
+        )
 
 
 def moe_needs_sp(framework: str, *, moe: bool, tp: int) -> bool:
@@ -254,8 +312,12 @@ def moe_needs_sp(framework: str, *, moe: bool, tp: int) -> bool:
 def check_moe_sequence_parallel(framework: str, *, moe: bool, tp: int, sp: bool) -> None:
     """Raise :class:`SpecError` for a plan :func:`moe_needs_sp` rules out."""
     if moe_needs_sp(framework, moe=moe, tp=tp) and not sp:
-        raise SpecError("sp", False, f"on for an MoE model with tp={tp} under framework=megatron (Megatron-Core's "
-                        "MoE layer refuses to train with TP but without sequence parallelism)")
+        raise SpecError(
+            "sp",
+            False,
+            f"on for an MoE model with tp={tp} under framework=megatron (Megatron-Core's "
+            "MoE layer refuses to train with TP but without sequence parallelism)",
+        )
 
 
 def chunk_options(framework: str, tp: int, options, device=None) -> list[int]:
@@ -288,8 +350,9 @@ def allows(framework: str, var: str, value, *, pp: int = 1, tp: int = 1) -> bool
 def check(c) -> None:
     """Raise :class:`SpecError` if plan ``c`` (a :class:`~costmodel.spec.plan.ParallelConfig`) is
     not runnable by ``c.framework``."""
-    check_fields(c.framework, zero=c.zero, pp=c.pp, vp=c.vp, tp=c.tp, cp=c.cp, sp=c.sp_on, chunks=c.chunks,
-                 recompute=c.recompute)
+    check_fields(
+        c.framework, zero=c.zero, pp=c.pp, vp=c.vp, tp=c.tp, cp=c.cp, sp=c.sp_on, chunks=c.chunks, recompute=c.recompute
+    )
 
 
 def check_runnable(c, device) -> None:

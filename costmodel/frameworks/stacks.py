@@ -57,33 +57,52 @@ class Stack:
             raise SpecError("stack.attention", self.attention, f"one of {', '.join(ATTENTION)}")
 
 
-STACKS = {s.name: s for s in (
-    Stack(name="mcore-2025",
-          title="Megatron-Core 0.12+ / NeMo 25.x / Megatron-Bridge, Transformer Engine 2.x (cuDNN fused attention, "
-                "fused element-wise kernels)",
-          framework="megatron", attention="fused", fused_elementwise=True,
-          source="Transformer Engine's DotProductAttention selects the cuDNN fused-attention backend on Hopper and "
-                 "Blackwell (transformer_engine/pytorch/attention: get_attention_backend); Megatron-Core's "
-                 "--attention-backend auto defers to it (megatron/training/arguments.py at d98e8a64); the "
-                 "presets' attention_efficiency is the cuDNN kernel's (h100-sxm.json notes: FlashAttention-3 "
-                 "paper, arXiv 2407.08608, Figs. 5-6)"),
-    Stack(name="megatron-lm-2021",
-          title="Megatron-LM 2020-2022 (before Megatron-Core): unfused softmax attention over stored scores",
-          framework="megatron", attention="unfused", fused_elementwise=True,
-          source="Korthikanti et al. 2023 (arXiv 2205.05198) Sec. 4: the 5 a s^2 b bytes of attention scores "
-                 "and softmax are stored; Megatron-LM gained --use-flash-attn only in 2023"),
-    Stack(name="torchtitan-2024",
-          title="torchtitan (PyTorch FSDP2), SDPA flash attention (FlashAttention-2), eager element-wise ops "
-                "(training.compile = false)",
-          framework="fsdp2", attention="fa2", fused_elementwise=False,
-          source="torchtitan models/llama/model.py at 327b72b: F.scaled_dot_product_attention, whose flash "
-                 "backend is FlashAttention-2; train_configs/*.toml: compile = false"),
-    Stack(name="deepspeed-2022",
-          title="DeepSpeed with Megatron-DeepSpeed (2021-2022): unfused softmax attention",
-          framework="deepspeed", attention="unfused", fused_elementwise=True,
-          source="Megatron-DeepSpeed of the MT-NLG / BLOOM era forks Megatron-LM 2021 (fused scale-mask-softmax "
-                 "over stored scores, no flash attention)"),
-)}
+STACKS = {
+    s.name: s
+    for s in (
+        Stack(
+            name="mcore-2025",
+            title="Megatron-Core 0.12+ / NeMo 25.x / Megatron-Bridge, Transformer Engine 2.x (cuDNN fused attention, "
+            "fused element-wise kernels)",
+            framework="megatron",
+            attention="fused",
+            fused_elementwise=True,
+            source="Transformer Engine's DotProductAttention selects the cuDNN fused-attention backend on Hopper and "
+            "Blackwell (transformer_engine/pytorch/attention: get_attention_backend); Megatron-Core's "
+            "--attention-backend auto defers to it (megatron/training/arguments.py at d98e8a64); the "
+            "presets' attention_efficiency is the cuDNN kernel's (h100-sxm.json notes: FlashAttention-3 "
+            "paper, arXiv 2407.08608, Figs. 5-6)",
+        ),
+        Stack(
+            name="megatron-lm-2021",
+            title="Megatron-LM 2020-2022 (before Megatron-Core): unfused softmax attention over stored scores",
+            framework="megatron",
+            attention="unfused",
+            fused_elementwise=True,
+            source="Korthikanti et al. 2023 (arXiv 2205.05198) Sec. 4: the 5 a s^2 b bytes of attention scores "
+            "and softmax are stored; Megatron-LM gained --use-flash-attn only in 2023",
+        ),
+        Stack(
+            name="torchtitan-2024",
+            title="torchtitan (PyTorch FSDP2), SDPA flash attention (FlashAttention-2), eager element-wise ops "
+            "(training.compile = false)",
+            framework="fsdp2",
+            attention="fa2",
+            fused_elementwise=False,
+            source="torchtitan models/llama/model.py at 327b72b: F.scaled_dot_product_attention, whose flash "
+            "backend is FlashAttention-2; train_configs/*.toml: compile = false",
+        ),
+        Stack(
+            name="deepspeed-2022",
+            title="DeepSpeed with Megatron-DeepSpeed (2021-2022): unfused softmax attention",
+            framework="deepspeed",
+            attention="unfused",
+            fused_elementwise=True,
+            source="Megatron-DeepSpeed of the MT-NLG / BLOOM era forks Megatron-LM 2021 (fused scale-mask-softmax "
+            "over stored scores, no flash attention)",
+        ),
+    )
+}
 #: the default: the current NVIDIA stack
 DEFAULT_STACK = "mcore-2025"
 
@@ -93,8 +112,9 @@ def load_stack(name: str | Stack) -> Stack:
     if isinstance(name, Stack):
         return name
     if name not in STACKS:
-        raise SpecError("stack", name if len(str(name)) <= 60 else str(name)[:57] + "...",
-                        f"one of {', '.join(STACKS)}")
+        raise SpecError(
+            "stack", name if len(str(name)) <= 60 else str(name)[:57] + "...", f"one of {', '.join(STACKS)}"
+        )
     return STACKS[name]
 
 
@@ -112,8 +132,11 @@ def apply_stack(stack: str | Stack, cluster: ClusterSpec) -> ClusterSpec:
     s = load_stack(stack)
     base = cluster
     if cluster.stack != DEFAULT_STACK and cluster.stack != s.name:
-        raise SpecError("stack", s.name, f"{cluster.stack} (the cluster was already prepared for stack "
-                                         f"{cluster.stack}; start from the preset)")
+        raise SpecError(
+            "stack",
+            s.name,
+            f"{cluster.stack} (the cluster was already prepared for stack {cluster.stack}; start from the preset)",
+        )
     device = fa2_device(base.device) if s.attention == "fa2" and cluster.stack != s.name else base.device
     return replace(base, device=device, stack=s.name)
 
@@ -121,8 +144,11 @@ def apply_stack(stack: str | Stack, cluster: ClusterSpec) -> ClusterSpec:
 def stack_config(stack: str | Stack) -> dict:
     """The plan defaults the stack runs: ``framework``, ``flash_attention``, ``fused_elementwise``."""
     s = load_stack(stack)
-    return {"framework": s.framework, "flash_attention": s.attention != "unfused",
-            "fused_elementwise": s.fused_elementwise}
+    return {
+        "framework": s.framework,
+        "flash_attention": s.attention != "unfused",
+        "fused_elementwise": s.fused_elementwise,
+    }
 
 
 #: FlashAttention-2's throughput over the cuDNN fused-attention kernel's on Hopper (H100 SXM5, head dim

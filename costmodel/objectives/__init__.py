@@ -15,6 +15,17 @@ from costmodel.objectives.failures import LLAMA3_FAILURES_PER_GPU_HOUR
 from costmodel.objectives.run import OBJECTIVES, PlanObjectives, plan_objectives
 from costmodel.objectives.time_to_train import TimeToTrain, time_to_train
 
-__all__ = ["CheckpointCost", "checkpoint_cost", "RunCost", "run_cost", "RunEnergy", "run_energy",
-           "LLAMA3_FAILURES_PER_GPU_HOUR", "OBJECTIVES", "PlanObjectives", "plan_objectives", "TimeToTrain",
-           "time_to_train"]
+__all__ = [
+    "CheckpointCost",
+    "checkpoint_cost",
+    "RunCost",
+    "run_cost",
+    "RunEnergy",
+    "run_energy",
+    "LLAMA3_FAILURES_PER_GPU_HOUR",
+    "OBJECTIVES",
+    "PlanObjectives",
+    "plan_objectives",
+    "TimeToTrain",
+    "time_to_train",
+]

@@ -82,20 +82,28 @@ class CheckpointCost:
 
     mode: str
     bytes_per_rank: tuple[float, ...]  # per pipeline stage: the most one rank of the stage writes
-    total_bytes: float                 # the checkpoint's size (each tensor once)
-    write_s: float                     # all ranks writing to storage at once
-    d2h_s: float                       # the busiest rank's device-to-host copy
-    blocking_s: float                  # training stopped per checkpoint
-    durable_s: float                   # from the checkpoint's start until it is on storage
-    load_s: float                      # reading it back on a restart
+    total_bytes: float  # the checkpoint's size (each tensor once)
+    write_s: float  # all ranks writing to storage at once
+    d2h_s: float  # the busiest rank's device-to-host copy
+    blocking_s: float  # training stopped per checkpoint
+    durable_s: float  # from the checkpoint's start until it is on storage
+    load_s: float  # reading it back on a restart
     writers: str
     sources: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "bytes_per_rank": list(self.bytes_per_rank), "total_bytes": self.total_bytes,
-                "write_s": self.write_s, "d2h_s": self.d2h_s, "blocking_s": self.blocking_s,
-                "durable_s": self.durable_s, "load_s": self.load_s, "writers": self.writers,
-                "sources": list(self.sources)}
+        return {
+            "mode": self.mode,
+            "bytes_per_rank": list(self.bytes_per_rank),
+            "total_bytes": self.total_bytes,
+            "write_s": self.write_s,
+            "d2h_s": self.d2h_s,
+            "blocking_s": self.blocking_s,
+            "durable_s": self.durable_s,
+            "load_s": self.load_s,
+            "writers": self.writers,
+            "sources": list(self.sources),
+        }
 
 
 def mode_of(value) -> str:
@@ -107,7 +115,9 @@ def mode_of(value) -> str:
     return value
 
 
-def rank_bytes(model: ModelSpec, c: ParallelConfig, stage: int, *, fully_parallel: bool = True) -> tuple[float, float, float]:
+def rank_bytes(
+    model: ModelSpec, c: ParallelConfig, stage: int, *, fully_parallel: bool = True
+) -> tuple[float, float, float]:
     """(written, written from the GPU, held) checkpoint bytes of the rank of ``stage`` that writes most."""
     offload = c.optimizer_offload_fraction
     weights, _, optim = model_state_bytes(model, replace(c, optimizer_offload_fraction=0.0) if offload else c, stage)
@@ -121,10 +131,18 @@ def rank_bytes(model: ModelSpec, c: ParallelConfig, stage: int, *, fully_paralle
     return w + o, w + o * (1.0 - offload), weights + optim * (1.0 - offload)
 
 
-def checkpoint_cost(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, *, mode="sync",
-                    storage_gbps: float = DEFAULT_STORAGE_GBPS, node_storage_gbps: float = DEFAULT_NODE_STORAGE_GBPS,
-                    host_gbps: float | None = None, fully_parallel: bool = True,
-                    window_s: float = 0.0) -> CheckpointCost:
+def checkpoint_cost(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    c: ParallelConfig,
+    *,
+    mode="sync",
+    storage_gbps: float = DEFAULT_STORAGE_GBPS,
+    node_storage_gbps: float = DEFAULT_NODE_STORAGE_GBPS,
+    host_gbps: float | None = None,
+    fully_parallel: bool = True,
+    window_s: float = 0.0,
+) -> CheckpointCost:
     """One checkpoint of plan ``c`` (module docstring). ``storage_gbps`` / ``node_storage_gbps``: aggregate and
     per-node storage bandwidth (GB/s); ``host_gbps``: the device's host link, one direction (GB/s; default from
     :mod:`costmodel.objectives.hardware`); ``window_s``: the compute an ``async_pinned`` copy overlaps (one
@@ -146,29 +164,57 @@ def checkpoint_cost(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, *
     blocking = {"sync": d2h + storage_s, "async": d2h, "async_pinned": max(0.0, d2h - window_s)}[mode]
     load = storage_s + max(h for _, _, h in per_stage) / host
     replicated = _replicated(c)
-    writers = ("every rank writes its shards" + (
+    writers = "every rank writes its shards" + (
         f"; the data-parallel replicas of the {replicated} are written once, "
-        + (f"spread over the {c.dp * c.cp} data-parallel ranks (fully parallel save)" if fully_parallel
-           else "by data-parallel rank 0") if replicated and c.dp * c.cp > 1 else ""))
-    sources = (f"storage {storage_gbps:g} GB/s aggregate, {node_storage_gbps:g} GB/s per node"
-               + (" (defaults: Llama 3 section 3.3.1 Tectonic sustained; DGX SuperPOD H100 storage fabric)"
-                  if (storage_gbps, node_storage_gbps) == (DEFAULT_STORAGE_GBPS, DEFAULT_NODE_STORAGE_GBPS) else ""),
-               f"device-to-host {host / GB:g} GB/s per GPU (PCIe peak, one direction: a lower bound on the copy; "
-               f"{host_source})",
-               "reads assumed as fast as writes")
-    return CheckpointCost(mode, tuple(w for w, _, _ in per_stage), total, storage_s, d2h, blocking, d2h + storage_s,
-                          load, writers, sources)
+        + (
+            f"spread over the {c.dp * c.cp} data-parallel ranks (fully parallel save)"
+            if fully_parallel
+            else "by data-parallel rank 0"
+        )
+        if replicated and c.dp * c.cp > 1
+        else ""
+    )
+    sources = (
+        f"storage {storage_gbps:g} GB/s aggregate, {node_storage_gbps:g} GB/s per node"
+        + (
+            " (defaults: Llama 3 section 3.3.1 Tectonic sustained; DGX SuperPOD H100 storage fabric)"
+            if (storage_gbps, node_storage_gbps) == (DEFAULT_STORAGE_GBPS, DEFAULT_NODE_STORAGE_GBPS)
+            else ""
+        ),
+        f"device-to-host {host / GB:g} GB/s per GPU (PCIe peak, one direction: a lower bound on the copy; "
+        f"{host_source})",
+        "reads assumed as fast as writes",
+    )
+    return CheckpointCost(
+        mode,
+        tuple(w for w, _, _ in per_stage),
+        total,
+        storage_s,
+        d2h,
+        blocking,
+        d2h + storage_s,
+        load,
+        writers,
+        sources,
+    )
 
 
 def _replicated(c: ParallelConfig) -> str:
     sem = frameworks.of(c)
-    parts = [name for name, sharded in (("weights", sem.shard_weights), ("optimizer state", sem.shard_optimizer))
-             if not sharded]
+    parts = [
+        name
+        for name, sharded in (("weights", sem.shard_weights), ("optimizer state", sem.shard_optimizer))
+        if not sharded
+    ]
     return " and ".join(parts)
 
 
 def _positive(name: str, value, allow_zero: bool = False) -> None:
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and (value >= 0 if allow_zero else value > 0))
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
     if not ok:
         raise SpecError(name, value, "a non-negative finite number" if allow_zero else "a positive finite number")

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 from costmodel.spec.errors import SpecError
 
-_AWS_CB = ("AWS EC2 Capacity Blocks for ML, US East, effective accelerator hourly rate, {instance} (pricing page "
-           "before its 2025-01-01 update)")
+_AWS_CB = (
+    "AWS EC2 Capacity Blocks for ML, US East, effective accelerator hourly rate, {instance} (pricing page "
+    "before its 2025-01-01 update)"
+)
 #: family -> (device-name prefix, USD per GPU-hour, source)
 GPU_HOUR_USD = {
     "H100": ("H100-SXM", 4.916, _AWS_CB.format(instance="p5.48xlarge, 8x H100")),
@@ -38,15 +40,22 @@ GPU_HOUR_USD = {
 def gpu_hour_price(device_name: str, gpu_hour_usd: float | None = None) -> tuple[float, str]:
     """(USD per GPU-hour, source): ``gpu_hour_usd`` where given, else the device family's default."""
     if gpu_hour_usd is not None:
-        if isinstance(gpu_hour_usd, bool) or not isinstance(gpu_hour_usd, (int, float)) \
-                or not 0 < gpu_hour_usd < math.inf:
+        if (
+            isinstance(gpu_hour_usd, bool)
+            or not isinstance(gpu_hour_usd, (int, float))
+            or not 0 < gpu_hour_usd < math.inf
+        ):
             raise SpecError("gpu_hour_usd", gpu_hour_usd, "a positive price in USD per GPU-hour")
         return float(gpu_hour_usd), f"gpu_hour_usd={gpu_hour_usd:g} (stated)"
     for prefix, usd, source in GPU_HOUR_USD.values():
         if str(device_name).startswith(prefix):
             return usd, source
-    raise SpecError("gpu_hour_usd", None, f"a positive price in USD per GPU-hour: no default for device "
-                    f"{str(device_name)!r} (defaults: {', '.join(sorted(GPU_HOUR_USD))})")
+    raise SpecError(
+        "gpu_hour_usd",
+        None,
+        f"a positive price in USD per GPU-hour: no default for device "
+        f"{str(device_name)!r} (defaults: {', '.join(sorted(GPU_HOUR_USD))})",
+    )
 
 
 @dataclass(frozen=True)
@@ -60,12 +69,18 @@ class RunCost:
     price_source: str
 
     def to_dict(self) -> dict:
-        return {"usd": self.usd, "usd_per_million_tokens": self.usd_per_million_tokens, "gpu_hours": self.gpu_hours,
-                "gpu_hour_usd": self.gpu_hour_usd, "price_source": self.price_source}
+        return {
+            "usd": self.usd,
+            "usd_per_million_tokens": self.usd_per_million_tokens,
+            "gpu_hours": self.gpu_hours,
+            "gpu_hour_usd": self.gpu_hour_usd,
+            "price_source": self.price_source,
+        }
 
 
-def run_cost(*, gpus: int, wall_s: float, train_tokens: float, device_name: str,
-             gpu_hour_usd: float | None = None) -> RunCost:
+def run_cost(
+    *, gpus: int, wall_s: float, train_tokens: float, device_name: str, gpu_hour_usd: float | None = None
+) -> RunCost:
     """Dollars of ``gpus`` GPUs held ``wall_s`` seconds to train ``train_tokens`` tokens (a
     :class:`~costmodel.objectives.time_to_train.TimeToTrain` gives all three)."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
@@ -87,5 +102,6 @@ def serving_cost(*, gpus: int, tokens_per_s: float, device_name: str, gpu_hour_u
     """
     if isinstance(tokens_per_s, bool) or not isinstance(tokens_per_s, (int, float)) or not 0 < tokens_per_s < math.inf:
         raise SpecError("tokens_per_s", tokens_per_s, "a positive finite number")
-    return run_cost(gpus=gpus, wall_s=3600.0, train_tokens=tokens_per_s * 3600.0, device_name=device_name,
-                    gpu_hour_usd=gpu_hour_usd)
+    return run_cost(
+        gpus=gpus, wall_s=3600.0, train_tokens=tokens_per_s * 3600.0, device_name=device_name, gpu_hour_usd=gpu_hour_usd
+    )

@@ -67,24 +67,42 @@ class RunEnergy:
     """Energy of one run (kWh at the meter, J per token) and the powers it used."""
 
     kwh: float
-    gpu_kwh: float              # the boards (and other_w_per_gpu), before PUE
+    gpu_kwh: float  # the boards (and other_w_per_gpu), before PUE
     j_per_token: float
-    board_w: float              # one GPU while the job computes
-    idle_w: float               # one GPU while it stops
+    board_w: float  # one GPU while the job computes
+    idle_w: float  # one GPU while it stops
     tdp_w: float
     activity: float
     pue: float
     sources: tuple[str, ...]
 
     def to_dict(self) -> dict:
-        return {"kwh": self.kwh, "gpu_kwh": self.gpu_kwh, "j_per_token": self.j_per_token, "board_w": self.board_w,
-                "idle_w": self.idle_w, "tdp_w": self.tdp_w, "activity": self.activity, "pue": self.pue,
-                "sources": list(self.sources)}
+        return {
+            "kwh": self.kwh,
+            "gpu_kwh": self.gpu_kwh,
+            "j_per_token": self.j_per_token,
+            "board_w": self.board_w,
+            "idle_w": self.idle_w,
+            "tdp_w": self.tdp_w,
+            "activity": self.activity,
+            "pue": self.pue,
+            "sources": list(self.sources),
+        }
 
 
-def run_energy(*, gpus: int, active_s: float, idle_s: float, activity: float, train_tokens: float,
-               device_name: str, pue: float = DEFAULT_PUE, tdp_w: float | None = None,
-               idle_fraction: float = DEFAULT_IDLE_FRACTION, other_w_per_gpu: float = 0.0) -> RunEnergy:
+def run_energy(
+    *,
+    gpus: int,
+    active_s: float,
+    idle_s: float,
+    activity: float,
+    train_tokens: float,
+    device_name: str,
+    pue: float = DEFAULT_PUE,
+    tdp_w: float | None = None,
+    idle_fraction: float = DEFAULT_IDLE_FRACTION,
+    other_w_per_gpu: float = 0.0,
+) -> RunEnergy:
     """Energy of ``gpus`` GPUs computing ``active_s`` seconds at ``activity`` and stopped ``idle_s`` seconds, for
     ``train_tokens`` tokens (module docstring). ``tdp_w`` replaces the device's board power limit."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
@@ -99,16 +117,28 @@ def run_energy(*, gpus: int, active_s: float, idle_s: float, activity: float, tr
     tdp, tdp_source = board_tdp_w(device_name, tdp_w)
     busy_w, idle_w = board_power_w(tdp, activity, idle_fraction), board_power_w(tdp, 0.0, idle_fraction)
     gpu_j = gpus * (busy_w * active_s + idle_w * idle_s + other_w_per_gpu * (active_s + idle_s))
-    sources = (f"board power limit {tdp:g} W ({tdp_source})",
-               f"idle {idle_w:g} W = {idle_fraction:g} x TDP" + (" (ASSUMED)" if idle_fraction == DEFAULT_IDLE_FRACTION
-                                                                else " (stated)"),
-               "board power linear in compute activity between idle and TDP (Fan, Weber & Barroso, ISCA 2007)",
-               f"PUE {pue:g}" + (" (Uptime Institute Global Data Center Survey 2024 average)" if pue == DEFAULT_PUE
-                                 else " (stated)"),
-               "host CPUs, memory, NICs and switches not counted" if not other_w_per_gpu
-               else f"other IT power {other_w_per_gpu:g} W per GPU (stated)")
-    return RunEnergy(gpu_j * pue / J_PER_KWH, gpu_j / J_PER_KWH, gpu_j * pue / train_tokens, busy_w, idle_w, tdp,
-                     activity, pue, sources)
+    sources = (
+        f"board power limit {tdp:g} W ({tdp_source})",
+        f"idle {idle_w:g} W = {idle_fraction:g} x TDP"
+        + (" (ASSUMED)" if idle_fraction == DEFAULT_IDLE_FRACTION else " (stated)"),
+        "board power linear in compute activity between idle and TDP (Fan, Weber & Barroso, ISCA 2007)",
+        f"PUE {pue:g}"
+        + (" (Uptime Institute Global Data Center Survey 2024 average)" if pue == DEFAULT_PUE else " (stated)"),
+        "host CPUs, memory, NICs and switches not counted"
+        if not other_w_per_gpu
+        else f"other IT power {other_w_per_gpu:g} W per GPU (stated)",
+    )
+    return RunEnergy(
+        gpu_j * pue / J_PER_KWH,
+        gpu_j / J_PER_KWH,
+        gpu_j * pue / train_tokens,
+        busy_w,
+        idle_w,
+        tdp,
+        activity,
+        pue,
+        sources,
+    )
 
 
 def _fraction(name: str, value) -> None:

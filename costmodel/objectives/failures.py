@@ -97,11 +97,11 @@ def daly_interval_s(delta_s: float, mtbf: float) -> float:
 class LostTime:
     """Where the wall-clock time of a run goes under Daly's model (seconds; ``failures`` is a count)."""
 
-    compute_s: float           # the failure-free compute
-    checkpoint_s: float        # training stopped for the checkpoints that completed
-    lost_work_s: float         # compute (and checkpoints) redone after failures, the async lag included
-    restart_s: float           # restarts, failures during restarts included
-    failures: float            # expected failures over the run
+    compute_s: float  # the failure-free compute
+    checkpoint_s: float  # training stopped for the checkpoints that completed
+    lost_work_s: float  # compute (and checkpoints) redone after failures, the async lag included
+    restart_s: float  # restarts, failures during restarts included
+    failures: float  # expected failures over the run
 
     @property
     def wall_s(self) -> float:
@@ -113,13 +113,20 @@ class LostTime:
         return self.compute_s / self.wall_s
 
     def to_dict(self) -> dict:
-        return {"compute_s": self.compute_s, "checkpoint_writes_s": self.checkpoint_s, "lost_work_s": self.lost_work_s,
-                "restarts_s": self.restart_s, "failures": self.failures, "wall_s": self.wall_s,
-                "goodput": self.goodput}
+        return {
+            "compute_s": self.compute_s,
+            "checkpoint_writes_s": self.checkpoint_s,
+            "lost_work_s": self.lost_work_s,
+            "restarts_s": self.restart_s,
+            "failures": self.failures,
+            "wall_s": self.wall_s,
+            "goodput": self.goodput,
+        }
 
 
-def lost_time(compute_s: float, interval_s: float, delta_s: float, mtbf: float, restart_s: float,
-              rework_s: float = 0.0) -> LostTime:
+def lost_time(
+    compute_s: float, interval_s: float, delta_s: float, mtbf: float, restart_s: float, rework_s: float = 0.0
+) -> LostTime:
     """Daly's expected wall time of ``compute_s`` of compute checkpointed every ``interval_s`` (stopping
     ``delta_s`` each) on a job whose mean time between failures is ``mtbf``, each failure costing ``restart_s``
     and ``rework_s`` of extra rework (an asynchronous checkpoint's lag), split by where it goes.
@@ -130,8 +137,12 @@ def lost_time(compute_s: float, interval_s: float, delta_s: float, mtbf: float, 
     >>> round(t.lost_work_s / t.failures), (600 + 10) / 2    # per failure, about half a segment (first order)
     (294, 305.0)
     """
-    for name, value in (("compute_s", compute_s), ("checkpoint_s", delta_s), ("restart_s", restart_s),
-                        ("rework_s", rework_s)):
+    for name, value in (
+        ("compute_s", compute_s),
+        ("checkpoint_s", delta_s),
+        ("restart_s", restart_s),
+        ("rework_s", rework_s),
+    ):
         _non_negative(name, value)
     _positive("interval_s", interval_s)
     _positive("mtbf_s", mtbf)
@@ -139,14 +150,15 @@ def lost_time(compute_s: float, interval_s: float, delta_s: float, mtbf: float, 
     if mtbf == math.inf:
         return LostTime(compute_s, segments * delta_s, 0.0, 0.0, 0.0)
     seg = interval_s + delta_s
-    fails = math.expm1(seg / mtbf)                  # expected failures while running one segment
-    failed_runs = mtbf * fails - seg                # time spent in the attempts that failed
+    fails = math.expm1(seg / mtbf)  # expected failures while running one segment
+    failed_runs = mtbf * fails - seg  # time spent in the attempts that failed
     after = restart_s + rework_s
     recover = fails * mtbf * math.expm1(after / mtbf)  # restarts and the async rework, failures in them included
     rework = recover * rework_s / after if after else 0.0
     wall = segments * (seg + failed_runs + recover)
-    return LostTime(compute_s, segments * delta_s, segments * (failed_runs + rework),
-                    segments * (recover - rework), wall / mtbf)
+    return LostTime(
+        compute_s, segments * delta_s, segments * (failed_runs + rework), segments * (recover - rework), wall / mtbf
+    )
 
 
 def expected_wall_s(compute_s: float, interval_s: float, delta_s: float, mtbf: float, restart_s: float) -> float:

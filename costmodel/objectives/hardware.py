@@ -44,34 +44,93 @@ class DeviceFacts:
     sources: tuple[str, str]  # (TDP, host link)
 
     def to_dict(self) -> dict:
-        return {"family": self.family, "tdp_w": self.tdp_w, "host_gbps": self.host_bytes_per_s / GB,
-                "tdp_source": self.sources[0], "host_source": self.sources[1]}
+        return {
+            "family": self.family,
+            "tdp_w": self.tdp_w,
+            "host_gbps": self.host_bytes_per_s / GB,
+            "tdp_source": self.sources[0],
+            "host_source": self.sources[1],
+        }
 
 
 #: family -> (name prefix of the preset's device, facts); the longest matching prefix wins
 _FACTS = {
-    "A100": ("A100-SXM4", DeviceFacts("A100", 400.0, PCIE_GEN4_X16, (
-        "NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), SXM: "
-        "'Max TDP Power 400W'",
-        "NVIDIA A100 datasheet: 'PCIe Gen4: 64GB/s' (both directions)"))),
-    "H100": ("H100-SXM5", DeviceFacts("H100", 700.0, PCIE_GEN5_X16, (
-        "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: 'Max thermal design power (TDP) Up to 700W (configurable)'",
-        "NVIDIA H100 datasheet: 'PCIe Gen5: 128GB/s' (both directions)"))),
-    "H100-500W": ("H100-SXM-96GB-HBM2e-500W", DeviceFacts("H100-500W", 500.0, PCIE_GEN5_X16, (
-        "the h100-96g preset's device name: torchtitan's H100s 'are non-standard ... limited to a lower TDP' "
-        "(pytorch/torchtitan docs/performance.md)",
-        "PCIe Gen5 x16, as H100"))),
-    "H200": ("H200-SXM5", DeviceFacts("H200", 700.0, PCIE_GEN5_X16, (
-        "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: 'Up to 700W (configurable)'; MLCommons "
-        "inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json: 'H200 TGP 700W'",
-        "NVIDIA H200 datasheet: 'PCIe Gen5: 128GB/s' (both directions)"))),
-    "H800": ("H800-SXM5", DeviceFacts("H800", 700.0, PCIE_GEN5_X16, (
-        "huggingface.co/hardware/h800: 700 W (a secondary source; the H800 is the H100 SXM board with fewer NVLink "
-        "links)",
-        "PCIe Gen5 x16, as H100"))),
-    "B200": ("B200", DeviceFacts("B200", 1000.0, PCIE_GEN5_X16, (
-        "MLCommons inference_results_v6.0 closed/Nebius/systems/nebius_b200_n1.json: 'B200 TGP 1000W'",
-        "same file: 'accelerator_host_interconnect': 'PCIe Gen5 x16'"))),
+    "A100": (
+        "A100-SXM4",
+        DeviceFacts(
+            "A100",
+            400.0,
+            PCIE_GEN4_X16,
+            (
+                "NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf), SXM: "
+                "'Max TDP Power 400W'",
+                "NVIDIA A100 datasheet: 'PCIe Gen4: 64GB/s' (both directions)",
+            ),
+        ),
+    ),
+    "H100": (
+        "H100-SXM5",
+        DeviceFacts(
+            "H100",
+            700.0,
+            PCIE_GEN5_X16,
+            (
+                "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: 'Max thermal design power (TDP) Up to 700W (configurable)'",
+                "NVIDIA H100 datasheet: 'PCIe Gen5: 128GB/s' (both directions)",
+            ),
+        ),
+    ),
+    "H100-500W": (
+        "H100-SXM-96GB-HBM2e-500W",
+        DeviceFacts(
+            "H100-500W",
+            500.0,
+            PCIE_GEN5_X16,
+            (
+                "the h100-96g preset's device name: torchtitan's H100s 'are non-standard ... limited to a lower TDP' "
+                "(pytorch/torchtitan docs/performance.md)",
+                "PCIe Gen5 x16, as H100",
+            ),
+        ),
+    ),
+    "H200": (
+        "H200-SXM5",
+        DeviceFacts(
+            "H200",
+            700.0,
+            PCIE_GEN5_X16,
+            (
+                "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: 'Up to 700W (configurable)'; MLCommons "
+                "inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json: 'H200 TGP 700W'",
+                "NVIDIA H200 datasheet: 'PCIe Gen5: 128GB/s' (both directions)",
+            ),
+        ),
+    ),
+    "H800": (
+        "H800-SXM5",
+        DeviceFacts(
+            "H800",
+            700.0,
+            PCIE_GEN5_X16,
+            (
+                "huggingface.co/hardware/h800: 700 W (a secondary source; the H800 is the H100 SXM board with fewer NVLink "
+                "links)",
+                "PCIe Gen5 x16, as H100",
+            ),
+        ),
+    ),
+    "B200": (
+        "B200",
+        DeviceFacts(
+            "B200",
+            1000.0,
+            PCIE_GEN5_X16,
+            (
+                "MLCommons inference_results_v6.0 closed/Nebius/systems/nebius_b200_n1.json: 'B200 TGP 1000W'",
+                "same file: 'accelerator_host_interconnect': 'PCIe Gen5 x16'",
+            ),
+        ),
+    ),
 }
 
 
@@ -98,6 +157,9 @@ def _fact(device_name, field, stated, read, unit) -> tuple[float, str]:
         return float(stated) * unit, f"{field}={stated:g} (stated)"
     facts = device_facts(device_name)
     if facts is None:
-        raise SpecError("device", device_name, "one of the devices with known power and host link "
-                        f"({', '.join(sorted(_FACTS))}), or give {field}")
+        raise SpecError(
+            "device",
+            device_name,
+            f"one of the devices with known power and host link ({', '.join(sorted(_FACTS))}), or give {field}",
+        )
     return read(facts)

@@ -49,19 +49,37 @@ class PlanObjectives:
             raise SpecError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
         if objective == "cost" and self.cost is None:
             raise SpecError("gpu_hour_usd", None, "given for objective 'cost' on this device (no default price)")
-        return {"step": lambda: self.step_time_s, "time-to-train": lambda: self.time_to_train.wall_s,
-                "cost": lambda: self.cost.usd, "energy": lambda: self.energy.kwh}[objective]()
+        return {
+            "step": lambda: self.step_time_s,
+            "time-to-train": lambda: self.time_to_train.wall_s,
+            "cost": lambda: self.cost.usd,
+            "energy": lambda: self.energy.kwh,
+        }[objective]()
 
     def to_dict(self) -> dict:
-        return {"step_time_s": self.step_time_s, "time_to_train": self.time_to_train.to_dict(),
-                "cost": None if self.cost is None else self.cost.to_dict(), "energy": self.energy.to_dict(),
-                "notes": list(self.notes)}
+        return {
+            "step_time_s": self.step_time_s,
+            "time_to_train": self.time_to_train.to_dict(),
+            "cost": None if self.cost is None else self.cost.to_dict(),
+            "energy": self.energy.to_dict(),
+            "notes": list(self.notes),
+        }
 
 
-def plan_objectives(estimate: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                    train_tokens: float, *, gpu_hour_usd: float | None = None, pue: float = DEFAULT_PUE,
-                    tdp_w: float | None = None, idle_fraction: float = DEFAULT_IDLE_FRACTION,
-                    other_w_per_gpu: float = 0.0, **time_to_train_options) -> PlanObjectives:
+def plan_objectives(
+    estimate: Estimate,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    train_tokens: float,
+    *,
+    gpu_hour_usd: float | None = None,
+    pue: float = DEFAULT_PUE,
+    tdp_w: float | None = None,
+    idle_fraction: float = DEFAULT_IDLE_FRACTION,
+    other_w_per_gpu: float = 0.0,
+    **time_to_train_options,
+) -> PlanObjectives:
     """``estimate``'s plan run to ``train_tokens`` tokens: time (``time_to_train_options`` as
     :func:`~costmodel.objectives.time_to_train.time_to_train` takes them), dollars and energy."""
     ttt = time_to_train(estimate, model, cluster, workload, train_tokens, **time_to_train_options)
@@ -75,11 +93,20 @@ def plan_objectives(estimate: Estimate, model: ModelSpec, cluster: ClusterSpec, 
             raise
         notes.append(f"no cost: no default GPU-hour price for {device!r} (give gpu_hour_usd)")
     else:
-        cost = run_cost(gpus=ttt.gpus, wall_s=ttt.wall_s, train_tokens=train_tokens, device_name=device,
-                        gpu_hour_usd=gpu_hour_usd)
+        cost = run_cost(
+            gpus=ttt.gpus, wall_s=ttt.wall_s, train_tokens=train_tokens, device_name=device, gpu_hour_usd=gpu_hour_usd
+        )
     lost = ttt.lost
-    energy = run_energy(gpus=ttt.gpus, active_s=lost.compute_s + lost.lost_work_s,
-                        idle_s=lost.checkpoint_s + lost.restart_s, activity=activity(estimate),
-                        train_tokens=train_tokens, device_name=device, pue=pue, tdp_w=tdp_w,
-                        idle_fraction=idle_fraction, other_w_per_gpu=other_w_per_gpu)
+    energy = run_energy(
+        gpus=ttt.gpus,
+        active_s=lost.compute_s + lost.lost_work_s,
+        idle_s=lost.checkpoint_s + lost.restart_s,
+        activity=activity(estimate),
+        train_tokens=train_tokens,
+        device_name=device,
+        pue=pue,
+        tdp_w=tdp_w,
+        idle_fraction=idle_fraction,
+        other_w_per_gpu=other_w_per_gpu,
+    )
     return PlanObjectives(estimate.step_time_s, ttt, cost, energy, tuple(notes))

@@ -24,10 +24,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from costmodel.objectives.checkpoint import (DEFAULT_NODE_STORAGE_GBPS, DEFAULT_STORAGE_GBPS, CheckpointCost,
-                                             checkpoint_cost, mode_of)
-from costmodel.objectives.failures import (DEFAULT_RESTART_S, LLAMA3_FAILURES_PER_GPU_HOUR, LostTime,
-                                           daly_interval_s, lost_time, mtbf_s)
+from costmodel.objectives.checkpoint import (
+    DEFAULT_NODE_STORAGE_GBPS,
+    DEFAULT_STORAGE_GBPS,
+    CheckpointCost,
+    checkpoint_cost,
+    mode_of,
+)
+from costmodel.objectives.failures import (
+    DEFAULT_RESTART_S,
+    LLAMA3_FAILURES_PER_GPU_HOUR,
+    LostTime,
+    daly_interval_s,
+    lost_time,
+    mtbf_s,
+)
 from costmodel.spec.errors import SpecError
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -41,17 +52,17 @@ class TimeToTrain:
     """One plan's run to ``train_tokens`` with failures and checkpoints (seconds unless named otherwise)."""
 
     days: float
-    goodput: float               # failure-free compute / wall time (the effective training time ratio)
+    goodput: float  # failure-free compute / wall time (the effective training time ratio)
     wall_s: float
     steps: int
     step_time_s: float
     gpus: int
     train_tokens: float
-    interval_s: float            # compute between checkpoints
+    interval_s: float  # compute between checkpoints
     interval_steps: int
-    interval_rule: str           # "Daly 2006", "pinned", "write-bound" or "no failures"
-    mtbf_s: float                # the job's mean time between failures
-    restart_s: float             # one restart: job relaunch and NCCL init + reading the checkpoint
+    interval_rule: str  # "Daly 2006", "pinned", "write-bound" or "no failures"
+    mtbf_s: float  # the job's mean time between failures
+    restart_s: float  # one restart: job relaunch and NCCL init + reading the checkpoint
     restart_parts: dict
     lost: LostTime
     checkpoint: CheckpointCost
@@ -64,23 +75,50 @@ class TimeToTrain:
 
     def to_dict(self) -> dict:
         lost = self.lost
-        return {"days": self.days, "goodput": self.goodput, "wall_s": self.wall_s, "steps": self.steps,
-                "step_time_s": self.step_time_s, "gpus": self.gpus, "gpu_hours": self.gpu_hours,
-                "train_tokens": self.train_tokens, "interval_s": self.interval_s,
-                "interval_steps": self.interval_steps, "interval_rule": self.interval_rule, "mtbf_s": self.mtbf_s,
-                "failures": lost.failures, "restart_s": self.restart_s, "restart_parts": dict(self.restart_parts),
-                "lost_s": {"checkpoint_writes": lost.checkpoint_s, "lost_work": lost.lost_work_s,
-                           "restarts": lost.restart_s},
-                "lost_work_per_failure_s": lost.lost_work_s / lost.failures if lost.failures else 0.0,
-                "checkpoint": self.checkpoint.to_dict(), "inputs": dict(self.inputs),
-                "assumptions": list(self.assumptions)}
+        return {
+            "days": self.days,
+            "goodput": self.goodput,
+            "wall_s": self.wall_s,
+            "steps": self.steps,
+            "step_time_s": self.step_time_s,
+            "gpus": self.gpus,
+            "gpu_hours": self.gpu_hours,
+            "train_tokens": self.train_tokens,
+            "interval_s": self.interval_s,
+            "interval_steps": self.interval_steps,
+            "interval_rule": self.interval_rule,
+            "mtbf_s": self.mtbf_s,
+            "failures": lost.failures,
+            "restart_s": self.restart_s,
+            "restart_parts": dict(self.restart_parts),
+            "lost_s": {
+                "checkpoint_writes": lost.checkpoint_s,
+                "lost_work": lost.lost_work_s,
+                "restarts": lost.restart_s,
+            },
+            "lost_work_per_failure_s": lost.lost_work_s / lost.failures if lost.failures else 0.0,
+            "checkpoint": self.checkpoint.to_dict(),
+            "inputs": dict(self.inputs),
+            "assumptions": list(self.assumptions),
+        }
 
 
-def time_to_train(estimate: Estimate, model: ModelSpec, cluster: ClusterSpec, workload: Workload, train_tokens: float,
-                  *, failure_rate: float = LLAMA3_FAILURES_PER_GPU_HOUR, storage_gbps: float = DEFAULT_STORAGE_GBPS,
-                  node_storage_gbps: float = DEFAULT_NODE_STORAGE_GBPS, async_ckpt="sync",
-                  interval_s: float | None = None, restart_s: float = DEFAULT_RESTART_S,
-                  host_gbps: float | None = None, fully_parallel: bool = True) -> TimeToTrain:
+def time_to_train(
+    estimate: Estimate,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    train_tokens: float,
+    *,
+    failure_rate: float = LLAMA3_FAILURES_PER_GPU_HOUR,
+    storage_gbps: float = DEFAULT_STORAGE_GBPS,
+    node_storage_gbps: float = DEFAULT_NODE_STORAGE_GBPS,
+    async_ckpt="sync",
+    interval_s: float | None = None,
+    restart_s: float = DEFAULT_RESTART_S,
+    host_gbps: float | None = None,
+    fully_parallel: bool = True,
+) -> TimeToTrain:
     """The run of ``estimate``'s plan to ``train_tokens`` tokens (module docstring).
 
     ``failure_rate``: failures per GPU-hour (default: the Llama 3 snapshot's). ``storage_gbps`` /
@@ -90,18 +128,21 @@ def time_to_train(estimate: Estimate, model: ModelSpec, cluster: ClusterSpec, wo
     default assumed); the read is the plan's and is added. ``host_gbps``: the device-to-host link, GB/s, one
     direction (default by device). ``fully_parallel``: replicated state written spread over the replicas."""
     if not isinstance(estimate, Estimate):
-        raise SpecError("estimate", type(estimate).__name__, "a training Estimate (costmodel.api.evaluate of a "
-                        "workload in mode 'train')")
+        raise SpecError(
+            "estimate",
+            type(estimate).__name__,
+            "a training Estimate (costmodel.api.evaluate of a workload in mode 'train')",
+        )
     if workload.mode != "train":
         raise SpecError("workload.mode", workload.mode, "'train' (time to train needs a training step)")
-    if (isinstance(train_tokens, bool) or not isinstance(train_tokens, (int, float))
-            or not 0 < train_tokens < math.inf):
+    if isinstance(train_tokens, bool) or not isinstance(train_tokens, (int, float)) or not 0 < train_tokens < math.inf:
         raise SpecError("train_tokens", train_tokens, "a positive finite number of tokens")
     for name, value in (("restart_s", restart_s),):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
             raise SpecError(name, value, "a non-negative finite number of seconds")
-    if interval_s is not None and (isinstance(interval_s, bool) or not isinstance(interval_s, (int, float))
-                                   or not 0 < interval_s < math.inf):
+    if interval_s is not None and (
+        isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or not 0 < interval_s < math.inf
+    ):
         raise SpecError("interval_s", interval_s, "a positive finite number of seconds, or None (Daly's optimum)")
     mode = mode_of(async_ckpt)
     c, step = estimate.config, estimate.step_time_s
@@ -109,9 +150,17 @@ def time_to_train(estimate: Estimate, model: ModelSpec, cluster: ClusterSpec, wo
     steps = math.ceil(train_tokens / workload.tokens)
     compute = steps * step
     window = max(0.0, step - estimate.breakdown.get("optimizer_s", 0.0))
-    ckpt = checkpoint_cost(model, cluster, c, mode=mode, storage_gbps=storage_gbps,
-                           node_storage_gbps=node_storage_gbps, host_gbps=host_gbps, fully_parallel=fully_parallel,
-                           window_s=window)
+    ckpt = checkpoint_cost(
+        model,
+        cluster,
+        c,
+        mode=mode,
+        storage_gbps=storage_gbps,
+        node_storage_gbps=node_storage_gbps,
+        host_gbps=host_gbps,
+        fully_parallel=fully_parallel,
+        window_s=window,
+    )
     mtbf = mtbf_s(failure_rate, gpus)
     delta = ckpt.blocking_s
     lag = ckpt.durable_s - delta if mode != "sync" else 0.0  # written after training resumed
@@ -127,22 +176,49 @@ def time_to_train(estimate: Estimate, model: ModelSpec, cluster: ClusterSpec, wo
     tau = n * step
     restart = restart_s + ckpt.load_s
     lost = lost_time(compute, tau, delta, mtbf, restart, lag)
-    inputs = {"failure_rate_per_gpu_hour": failure_rate, "storage_gbps": storage_gbps,
-              "node_storage_gbps": node_storage_gbps, "async_ckpt": mode, "interval_s": interval_s,
-              "restart_s": restart_s, "host_gbps": host_gbps, "fully_parallel": fully_parallel}
-    return TimeToTrain(lost.wall_s / DAY_S, lost.goodput, lost.wall_s, steps, step, gpus, float(train_tokens), tau, n,
-                       rule, mtbf, restart, {"job_and_nccl_s": restart_s, "checkpoint_load_s": ckpt.load_s},
-                       lost, ckpt, inputs, _assumptions(inputs, ckpt))
+    inputs = {
+        "failure_rate_per_gpu_hour": failure_rate,
+        "storage_gbps": storage_gbps,
+        "node_storage_gbps": node_storage_gbps,
+        "async_ckpt": mode,
+        "interval_s": interval_s,
+        "restart_s": restart_s,
+        "host_gbps": host_gbps,
+        "fully_parallel": fully_parallel,
+    }
+    return TimeToTrain(
+        lost.wall_s / DAY_S,
+        lost.goodput,
+        lost.wall_s,
+        steps,
+        step,
+        gpus,
+        float(train_tokens),
+        tau,
+        n,
+        rule,
+        mtbf,
+        restart,
+        {"job_and_nccl_s": restart_s, "checkpoint_load_s": ckpt.load_s},
+        lost,
+        ckpt,
+        inputs,
+        _assumptions(inputs, ckpt),
+    )
 
 
 def _assumptions(inputs: dict, ckpt: CheckpointCost) -> tuple[str, ...]:
     out = []
     if inputs["failure_rate_per_gpu_hour"] == LLAMA3_FAILURES_PER_GPU_HOUR:
-        out.append("failure rate: 419 unexpected interruptions / (54 days x 24 h x 16,384 H100) = 1.97e-5 per "
-                   "GPU-hour (Llama 3 report, arXiv 2407.21783, section 3.3.4); planned interruptions not charged")
+        out.append(
+            "failure rate: 419 unexpected interruptions / (54 days x 24 h x 16,384 H100) = 1.97e-5 per "
+            "GPU-hour (Llama 3 report, arXiv 2407.21783, section 3.3.4); planned interruptions not charged"
+        )
     if inputs["restart_s"] == DEFAULT_RESTART_S:
-        out.append(f"restart outside the checkpoint read: {DEFAULT_RESTART_S:g} s ASSUMED (5 min detection and "
-                   "relaunch + 1 min NCCL init; not measured)")
+        out.append(
+            f"restart outside the checkpoint read: {DEFAULT_RESTART_S:g} s ASSUMED (5 min detection and "
+            "relaunch + 1 min NCCL init; not measured)"
+        )
     out.extend(ckpt.sources)
     if ckpt.mode != "sync":
         out.append("the background checkpoint write is assumed not to slow training")

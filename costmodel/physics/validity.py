@@ -29,9 +29,11 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     costmodel.spec.errors.SpecError: tp=7: must be a divisor of heads=96
     """
     if c.activation_offload_layers >= model.layers and c.activation_offload_layers:  # transformer_config.py@d98e8a64
-        raise SpecError("activation_offload_layers", c.activation_offload_layers,
-                        f"an integer from 0 to {model.layers - 1} (Megatron offloads fewer layers than "
-                        f"num_layers={model.layers})")
+        raise SpecError(
+            "activation_offload_layers",
+            c.activation_offload_layers,
+            f"an integer from 0 to {model.layers - 1} (Megatron offloads fewer layers than num_layers={model.layers})",
+        )
     if model.heads % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of heads={model.heads}")
     if model.kv_heads % c.tp and c.tp % model.kv_heads:
@@ -42,23 +44,38 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         _layout.validate(c.layout, model.layers, model.mtp_layers)
     elif c.layers_per_stage is not None:
         if sum(c.layers_per_stage) != model.layers:
-            raise SpecError("layers_per_stage", ",".join(map(str, c.layers_per_stage)),
-                            f"{c.pp} counts summing to layers={model.layers} (they sum to {sum(c.layers_per_stage)})")
+            raise SpecError(
+                "layers_per_stage",
+                ",".join(map(str, c.layers_per_stage)),
+                f"{c.pp} counts summing to layers={model.layers} (they sum to {sum(c.layers_per_stage)})",
+            )
     elif model.layers % (c.pp * c.vp):
-        raise SpecError("pp*vp", c.pp * c.vp, f"a divisor of layers={model.layers} (pp={c.pp}, vp={c.vp}), "
-                        "or give a layout (--layout) or the layers of each stage (--layers-per-stage)")
+        raise SpecError(
+            "pp*vp",
+            c.pp * c.vp,
+            f"a divisor of layers={model.layers} (pp={c.pp}, vp={c.vp}), "
+            "or give a layout (--layout) or the layers of each stage (--layers-per-stage)",
+        )
     if c.vp > 1 and c.pp == 1:
         raise SpecError("vp", c.vp, "1 when pp=1 (interleaving needs a pipeline)")
     if workload.global_batch % (c.dp * c.mb):
-        raise SpecError("global_batch", workload.global_batch, f"a multiple of dp*mb={c.dp * c.mb} (dp={c.dp}, mb={c.mb})")
+        raise SpecError(
+            "global_batch", workload.global_batch, f"a multiple of dp*mb={c.dp * c.mb} (dp={c.dp}, mb={c.mb})"
+        )
     m = micro_batches(workload, c)
     if m > MAX_MICRO_BATCHES:
-        raise SpecError("global_batch", workload.global_batch,
-                        f"at most {MAX_MICRO_BATCHES:,} micro-batches per step: global_batch/(dp*mb) = {m:,} "
-                        f"(dp={c.dp}, mb={c.mb}; a sanity bound, raise mb or dp)")
+        raise SpecError(
+            "global_batch",
+            workload.global_batch,
+            f"at most {MAX_MICRO_BATCHES:,} micro-batches per step: global_batch/(dp*mb) = {m:,} "
+            f"(dp={c.dp}, mb={c.mb}; a sanity bound, raise mb or dp)",
+        )
     if c.vp > 1 and m % c.pp:
-        raise SpecError("global_batch", workload.global_batch,
-                        f"such that micro-batches ({m}) are a multiple of pp={c.pp} with interleaving (vp={c.vp})")
+        raise SpecError(
+            "global_batch",
+            workload.global_batch,
+            f"such that micro-batches ({m}) are a multiple of pp={c.pp} with interleaving (vp={c.vp})",
+        )
     if c.ep > 1:
         if not model.is_moe:
             raise SpecError("ep", c.ep, "1 for a dense model")
@@ -73,16 +90,23 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         what = "input_len" if seq is not workload.seq_len else "seq_len"
         raise SpecError("sp", c.sp, f"off unless {what}/cp is a multiple of tp={c.tp} ({what}={seq})")
     if cluster.num_gpus and c.gpus != cluster.num_gpus:
-        raise SpecError("tp*pp*dp*cp", c.gpus, f"equal to the GPU count {cluster.num_gpus} "
-                        f"(tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})")
+        raise SpecError(
+            "tp*pp*dp*cp",
+            c.gpus,
+            f"equal to the GPU count {cluster.num_gpus} (tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp})",
+        )
     if c.fp8_param_gather and workload.dtype != "fp8":
         # megatron/training/arguments.py at d98e8a64: --fp8-param-gather quantizes the parameters with the FP8 recipe
-        raise SpecError("fp8_param_gather", True, f"false unless dtype=fp8 (FP8 parameters of an FP8 run; "
-                        f"dtype={workload.dtype})")
+        raise SpecError(
+            "fp8_param_gather", True, f"false unless dtype=fp8 (FP8 parameters of an FP8 run; dtype={workload.dtype})"
+        )
     if "mla_up_proj" in (c.recompute_modules or ()) and not model.is_mla:
         # transformer_config.py at d98e8a64: "mla_up_proj in recompute_modules is only supported with MLA"
-        raise SpecError("recompute_modules", "mla_up_proj", "modules without mla_up_proj for a model without "
-                        "multi-latent attention (Megatron-Core refuses it)")
+        raise SpecError(
+            "recompute_modules",
+            "mla_up_proj",
+            "modules without mla_up_proj for a model without multi-latent attention (Megatron-Core refuses it)",
+        )
     most = max(c.layers_per_stage) if c.layers_per_stage else model.layers // c.pp
     if c.recompute_layers is not None and c.recompute_layers > most:
         raise SpecError("recompute_layers", c.recompute_layers, f"at most layers per stage = {most}")

@@ -98,8 +98,9 @@ def default_scheduler(engine: str, device: DeviceSpec) -> SchedulerSpec:
     raise SpecError("engine", engine, "one of " + ", ".join(ENGINE_NAMES))
 
 
-def scheduler_for(engine: str, device: DeviceSpec, *, token_budget: int | None = None,
-                  max_seqs: int | None = None) -> SchedulerSpec:
+def scheduler_for(
+    engine: str, device: DeviceSpec, *, token_budget: int | None = None, max_seqs: int | None = None
+) -> SchedulerSpec:
     """:func:`default_scheduler` with the given settings overridden (``None``: the default)."""
     s = default_scheduler(engine, device)
     if token_budget is not None:

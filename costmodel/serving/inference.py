@@ -88,7 +88,9 @@ class InferenceEstimate:
     kv_dtype: str = "bf16"
     sla: dict = field(default_factory=dict)
     serving: dict = field(default_factory=dict)  # the engine's scheduler settings and the simulated load
-    bands: dict = field(default_factory=dict)  # 80% bands of ttft_ms, tpot_ms, tokens_per_s (costmodel.trust.serving_band)
+    bands: dict = field(
+        default_factory=dict
+    )  # 80% bands of ttft_ms, tpot_ms, tokens_per_s (costmodel.trust.serving_band)
     status: str = "ok"
     mode: str = "infer"
     notes: list = field(default_factory=list)
@@ -98,27 +100,43 @@ class InferenceEstimate:
         return all(v["met"] for v in self.sla.values())
 
     def to_dict(self) -> dict:
-        ms = {"ttft_ms": self.ttft_s, "tpot_ms": self.tpot_s, "decode_step_ms": self.decode_step_s,
-              "e2e_latency_ms": self.e2e_latency_s}
+        ms = {
+            "ttft_ms": self.ttft_s,
+            "tpot_ms": self.tpot_s,
+            "decode_step_ms": self.decode_step_s,
+            "e2e_latency_ms": self.e2e_latency_s,
+        }
         return {
-            "status": self.status, "mode": self.mode, "config": self.config.to_dict(),
-            "batch": self.batch, "batch_per_replica": self.batch_per_replica, "prefill_batch": self.prefill_batch,
+            "status": self.status,
+            "mode": self.mode,
+            "config": self.config.to_dict(),
+            "batch": self.batch,
+            "batch_per_replica": self.batch_per_replica,
+            "prefill_batch": self.prefill_batch,
             **{k: v * 1e3 for k, v in ms.items()},
-            "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_replica": self.tokens_per_s_per_replica,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "requests_per_s": self.requests_per_s,
-            "kv_cache_dtype": self.kv_dtype, "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_replica": self.tokens_per_s_per_replica,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "requests_per_s": self.requests_per_s,
+            "kv_cache_dtype": self.kv_dtype,
+            "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
             "kv_cache_bytes_per_sequence_per_gpu": self.kv_cache_bytes_per_sequence_per_gpu,
-            "max_concurrency": self.max_concurrency, "max_concurrency_per_replica": self.max_concurrency_per_replica,
-            "peak_memory_bytes": self.peak_memory_bytes, "hbm_bytes": self.hbm_bytes, "fits": self.fits,
-            "memory": dict(self.memory), "decode_hbm_utilization": self.decode_hbm_utilization,
+            "max_concurrency": self.max_concurrency,
+            "max_concurrency_per_replica": self.max_concurrency_per_replica,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "hbm_bytes": self.hbm_bytes,
+            "fits": self.fits,
+            "memory": dict(self.memory),
+            "decode_hbm_utilization": self.decode_hbm_utilization,
             "breakdown": {p: dict(b) for p, b in self.breakdown.items()},
             "comm_link_s": {p: dict(b) for p, b in self.comm_link_s.items()},
             "comm_exposed_s": {p: dict(b) for p, b in self.comm_exposed_s.items()},
             "overlap": {p: dict(b) for p, b in self.overlap.items()},
             "exposed_reasons": {p: dict(b) for p, b in self.reasons.items()},
-            "sla": {k: dict(v) for k, v in self.sla.items()}, "meets_sla": self.meets_sla,
-            "serving": dict(self.serving), "bands": {k: (list(v) if isinstance(v, list) else v)
-                                                     for k, v in self.bands.items()},
+            "sla": {k: dict(v) for k, v in self.sla.items()},
+            "meets_sla": self.meets_sla,
+            "serving": dict(self.serving),
+            "bands": {k: (list(v) if isinstance(v, list) else v) for k, v in self.bands.items()},
             "notes": list(self.notes),
         }
 
@@ -130,21 +148,41 @@ def validate_inference(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: P
     for f, what in (("input_len", "prompt tokens per request"), ("output_len", "generated tokens per request")):
         if getattr(w, f) < 1:
             raise SpecError(f, getattr(w, f), f"a positive integer ({what})")
-    for f, ok in (("cp", 1), ("vp", 1), ("zero", 0), ("recompute", "none"), ("grad_dtype", "fp32"),
-                  ("framework", "megatron")):
+    for f, ok in (
+        ("cp", 1),
+        ("vp", 1),
+        ("zero", 0),
+        ("recompute", "none"),
+        ("grad_dtype", "fp32"),
+        ("framework", "megatron"),
+    ):
         if getattr(c, f) != ok:
             raise SpecError(f, getattr(c, f), f"{ok!r} in inference mode (not modelled for serving)")
     validate_config(model, cluster, w, replace(c, sp=False))
     if c.ep > 1 and c.tp % c.ep and not (c.pp == 1 and c.ep % c.tp == 0):
-        raise SpecError("ep", c.ep, f"a divisor of tp={c.tp}, or a multiple of it with pp=1 "
-                        "(expert groups spanning replicas, DP attention)")
+        raise SpecError(
+            "ep",
+            c.ep,
+            f"a divisor of tp={c.tp}, or a multiple of it with pp=1 (expert groups spanning replicas, DP attention)",
+        )
 
 
-def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, *,
-                       kv_dtype: str = "bf16", prefill_tokens: int | None = None, engine: str = "vllm",
-                       max_seqs: int | None = None, request_rate: float | None = None,
-                       num_requests: int | None = None, measure: str = "steady", ttft_target_s: float | None = None,
-                       tpot_target_s: float | None = None) -> InferenceEstimate:
+def evaluate_inference(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    config: ParallelConfig,
+    *,
+    kv_dtype: str = "bf16",
+    prefill_tokens: int | None = None,
+    engine: str = "vllm",
+    max_seqs: int | None = None,
+    request_rate: float | None = None,
+    num_requests: int | None = None,
+    measure: str = "steady",
+    ttft_target_s: float | None = None,
+    tpot_target_s: float | None = None,
+) -> InferenceEstimate:
     """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config`` on ``engine``.
 
     ``workload.global_batch`` is the number of concurrent clients over all ``dp`` replicas (a
@@ -177,9 +215,18 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     mem = serving_memory(model, cluster, w, c, kv_dtype, admitted, pb)  # raises when the weights never fit
     sc = step_cost(model, cluster, w.dtype, c, kv_dtype)
     rate = None if request_rate is None else request_rate / c.dp
-    st = simulate(sc, sched, input_len=I, output_len=O, kv_capacity=max(1, cap),
-                  concurrency=None if rate is not None else B, request_rate=rate,
-                  num_requests=num_requests, micro_batches_max=c.pp, measure=measure)
+    st = simulate(
+        sc,
+        sched,
+        input_len=I,
+        output_len=O,
+        kv_capacity=max(1, cap),
+        concurrency=None if rate is not None else B,
+        request_rate=rate,
+        num_requests=num_requests,
+        micro_batches_max=c.pp,
+        measure=measure,
+    )
 
     # the two phases the breakdown and overlap report: one prefill chunk, one decode step of the
     # admitted requests at their mean context
@@ -188,10 +235,24 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     mb_dec = math.ceil(n / m)
     ctx = max(1, round(I + (O - 1) / 2))
     chunk = min(I, T)
-    pf = _phase(model, cluster, Workload(global_batch=1, seq_len=chunk, dtype=w.dtype), replace(c, mb=1),
-                decode=False, kv_dtype=kv_dtype, micro_batches=1)
-    dec = _phase(model, cluster, Workload(global_batch=mb_dec, seq_len=ctx, dtype=w.dtype), replace(c, mb=mb_dec),
-                 decode=True, kv_dtype=kv_dtype, micro_batches=m)
+    pf = _phase(
+        model,
+        cluster,
+        Workload(global_batch=1, seq_len=chunk, dtype=w.dtype),
+        replace(c, mb=1),
+        decode=False,
+        kv_dtype=kv_dtype,
+        micro_batches=1,
+    )
+    dec = _phase(
+        model,
+        cluster,
+        Workload(global_batch=mb_dec, seq_len=ctx, dtype=w.dtype),
+        replace(c, mb=mb_dec),
+        decode=True,
+        kv_dtype=kv_dtype,
+        micro_batches=m,
+    )
     per_replica = st.output_tokens_per_s
 
     read = m * mem["weights_bytes"] + n * ctx * mem["kv_cache_bytes_per_token_per_gpu"]  # per GPU per decode step
@@ -203,38 +264,66 @@ def evaluate_inference(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
             sla[name] = {"target": target * 1e3, "predicted": got * 1e3, "met": got <= target}
     if rate is None and B > limit >= 1:
         why = "its KV cache" if limit == cap else f"its limit of {limit} running requests"
-        notes.append(f"{B} concurrent requests per replica exceed what {ENGINE_TITLES[engine]} admits ({limit}, "
-                     f"{why}): the rest queue, {st.queue_s * 1e3:,.0f} ms on average before admission")
+        notes.append(
+            f"{B} concurrent requests per replica exceed what {ENGINE_TITLES[engine]} admits ({limit}, "
+            f"{why}): the rest queue, {st.queue_s * 1e3:,.0f} ms on average before admission"
+        )
     if m < c.pp:
-        notes.append(f"pipeline not full: {n} sequence(s) per replica < pp={c.pp}, stages idle "
-                     f"{100 * (1 - m * sum(dec.stage_s) / c.pp / dec.period_s):.0f}% of a decode step")
+        notes.append(
+            f"pipeline not full: {n} sequence(s) per replica < pp={c.pp}, stages idle "
+            f"{100 * (1 - m * sum(dec.stage_s) / c.pp / dec.period_s):.0f}% of a decode step"
+        )
     if c.ep > c.tp:
         notes.append(f"ep={c.ep} spans {c.ep // c.tp} replicas: their MoE layers run in lockstep (DP attention)")
     phases = {"prefill": pf, "decode": dec}
-    serving = {"engine": engine, "token_budget": T, "max_seqs": sched.max_seqs, "chunked_prefill": sched.chunked,
-               "mixed_batches": sched.mixed, "admitted_per_replica": min(B, limit) if rate is None else limit,
-               "queue_ms": st.queue_s * 1e3, "running_mean": st.running_mean, "requests_simulated": st.requests,
-               "steps": st.steps, "prefill_steps_per_request": st.prefill_steps_per_request,
-               "load": "poisson" if rate is not None else "closed_loop", "measure": measure,
-               **({"request_rate_per_s": request_rate} if rate is not None else {})}
+    serving = {
+        "engine": engine,
+        "token_budget": T,
+        "max_seqs": sched.max_seqs,
+        "chunked_prefill": sched.chunked,
+        "mixed_batches": sched.mixed,
+        "admitted_per_replica": min(B, limit) if rate is None else limit,
+        "queue_ms": st.queue_s * 1e3,
+        "running_mean": st.running_mean,
+        "requests_simulated": st.requests,
+        "steps": st.steps,
+        "prefill_steps_per_request": st.prefill_steps_per_request,
+        "load": "poisson" if rate is not None else "closed_loop",
+        "measure": measure,
+        **({"request_rate_per_s": request_rate} if rate is not None else {}),
+    }
     return InferenceEstimate(
-        config=c, batch=w.global_batch, batch_per_replica=B, prefill_batch=pb,
-        ttft_s=st.ttft_s, tpot_s=st.tpot_s, decode_step_s=dec.period_s, e2e_latency_s=st.e2e_s,
-        tokens_per_s=c.dp * per_replica, tokens_per_s_per_replica=per_replica,
-        tokens_per_s_per_gpu=c.dp * per_replica / c.gpus, requests_per_s=c.dp * st.requests_per_s,
+        config=c,
+        batch=w.global_batch,
+        batch_per_replica=B,
+        prefill_batch=pb,
+        ttft_s=st.ttft_s,
+        tpot_s=st.tpot_s,
+        decode_step_s=dec.period_s,
+        e2e_latency_s=st.e2e_s,
+        tokens_per_s=c.dp * per_replica,
+        tokens_per_s_per_replica=per_replica,
+        tokens_per_s_per_gpu=c.dp * per_replica / c.gpus,
+        requests_per_s=c.dp * st.requests_per_s,
         kv_cache_bytes_per_token=kv_bytes_per_token(model, kv_dtype),
         kv_cache_bytes_per_sequence_per_gpu=mem["kv_cache_bytes_per_sequence_per_gpu"],
         max_concurrency=c.dp * mem["max_concurrency_per_replica"],
         max_concurrency_per_replica=mem["max_concurrency_per_replica"],
-        peak_memory_bytes=mem["total_bytes"], hbm_bytes=dev.hbm_bytes,
+        peak_memory_bytes=mem["total_bytes"],
+        hbm_bytes=dev.hbm_bytes,
         fits=cap >= 1 and mem["total_bytes"] <= dev.hbm_bytes,
         memory={k: v for k, v in mem.items() if k != "notes"},
         breakdown={p: ph.breakdown() for p, ph in phases.items()},
         comm_link_s={p: dict(ph.ledger.link_s) for p, ph in phases.items()},
         comm_exposed_s={p: dict(ph.ledger.exposed_s) for p, ph in phases.items()},
         overlap={p: ph.ledger.rates() for p, ph in phases.items()},
-        reasons={p: {s: r for s, r in ph.ledger.reasons.items() if ph.ledger.exposed_s.get(s, 0) > 0}
-                 for p, ph in phases.items()},
+        reasons={
+            p: {s: r for s, r in ph.ledger.reasons.items() if ph.ledger.exposed_s.get(s, 0) > 0}
+            for p, ph in phases.items()
+        },
         decode_hbm_utilization=min(1.0, read / (dec.period_s * dev.hbm_bw_bytes_per_s)),
-        kv_dtype=kv_dtype, sla=sla, notes=notes, serving=serving,
+        kv_dtype=kv_dtype,
+        sla=sla,
+        notes=notes,
+        serving=serving,
     )

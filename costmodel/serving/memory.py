@@ -48,12 +48,17 @@ def check_weights_fit(model: ModelSpec, cluster: ClusterSpec, dtype: str) -> Non
     per_gpu = model.params * DTYPE_BYTES[dtype] / n
     usable = cluster.device.hbm_bytes - RESERVED_BYTES
     if per_gpu > usable:
-        raise SpecError("gpus", n, (
-            f"enough to hold the weights at any TP/PP/EP: {model.name} has {model.params / 1e9:.0f}e9 "
-            f"parameters = {model.params * DTYPE_BYTES[dtype] / GiB:.0f} GiB in {dtype}, "
-            f"{per_gpu / GiB:.1f} GiB per GPU even split over all {n} GPUs, more than the "
-            f"{usable / GiB:.1f} GiB usable of {cluster.device.hbm_bytes / GiB:.0f} GiB HBM "
-            f"({RESERVED_BYTES / GiB:.0f} GiB reserved); use more GPUs, fp8 weights or a larger device"))
+        raise SpecError(
+            "gpus",
+            n,
+            (
+                f"enough to hold the weights at any TP/PP/EP: {model.name} has {model.params / 1e9:.0f}e9 "
+                f"parameters = {model.params * DTYPE_BYTES[dtype] / GiB:.0f} GiB in {dtype}, "
+                f"{per_gpu / GiB:.1f} GiB per GPU even split over all {n} GPUs, more than the "
+                f"{usable / GiB:.1f} GiB usable of {cluster.device.hbm_bytes / GiB:.0f} GiB HBM "
+                f"({RESERVED_BYTES / GiB:.0f} GiB reserved); use more GPUs, fp8 weights or a larger device"
+            ),
+        )
 
 
 def prefill_workspace_bytes(model: ModelSpec, tokens: float, c: ParallelConfig) -> float:
@@ -69,8 +74,15 @@ def prefill_workspace_bytes(model: ModelSpec, tokens: float, c: ParallelConfig) 
     return tokens * ACT_BYTES * (2 * model.hidden + max(attn, mlp))
 
 
-def serving_memory(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, kv_dtype: str,
-                   batch_per_replica: int, prefill_batch: int) -> dict:
+def serving_memory(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    w: Workload,
+    c: ParallelConfig,
+    kv_dtype: str,
+    batch_per_replica: int,
+    prefill_batch: int,
+) -> dict:
     """Peak bytes on the tightest GPU of a replica and the concurrency it can hold (see module doc)."""
     check_weights_fit(model, cluster, w.dtype)
     hbm = cluster.device.hbm_bytes
@@ -91,17 +103,27 @@ def serving_memory(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
         hold = max(0, int(free // (seq * kv_token))) if kv_token else batch_per_replica
         cap = hold if cap is None else min(cap, hold)
         if best is None or total > best["total_bytes"]:
-            best = {"stage": stage, "weights_bytes": weights, "kv_cache_bytes": kv, "workspace_bytes": workspace,
-                    "reserved_bytes": RESERVED_BYTES, "total_bytes": total,
-                    "kv_cache_bytes_per_token_per_gpu": kv_token,
-                    "kv_cache_bytes_per_sequence_per_gpu": seq * kv_token}
+            best = {
+                "stage": stage,
+                "weights_bytes": weights,
+                "kv_cache_bytes": kv,
+                "workspace_bytes": workspace,
+                "reserved_bytes": RESERVED_BYTES,
+                "total_bytes": total,
+                "kv_cache_bytes_per_token_per_gpu": kv_token,
+                "kv_cache_bytes_per_sequence_per_gpu": seq * kv_token,
+            }
     best["max_concurrency_per_replica"] = cap
     notes = []
     if best["weights_bytes"] + workspace + RESERVED_BYTES > hbm:
-        notes.append(f"weights alone need {best['weights_bytes'] / GiB:.1f} GiB per GPU (stage {best['stage']}) "
-                     f"of {hbm / GiB:.0f} GiB HBM: raise tp, pp or ep")
+        notes.append(
+            f"weights alone need {best['weights_bytes'] / GiB:.1f} GiB per GPU (stage {best['stage']}) "
+            f"of {hbm / GiB:.0f} GiB HBM: raise tp, pp or ep"
+        )
     elif cap < batch_per_replica:
-        notes.append(f"KV cache: {batch_per_replica} sequences per replica do not fit; at most {cap} of "
-                     f"{seq} tokens ({best['kv_cache_bytes_per_sequence_per_gpu'] / GiB:.2f} GiB each per GPU)")
+        notes.append(
+            f"KV cache: {batch_per_replica} sequences per replica do not fit; at most {cap} of "
+            f"{seq} tokens ({best['kv_cache_bytes_per_sequence_per_gpu'] / GiB:.2f} GiB each per GPU)"
+        )
     best["notes"] = notes
     return best

@@ -49,8 +49,9 @@ class Phase:
 
 
 @lru_cache(maxsize=4096)
-def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-           decode: bool, kv_dtype: str) -> tuple[float, float, CommLedger]:
+def _layer(
+    model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, decode: bool, kv_dtype: str
+) -> tuple[float, float, CommLedger]:
     """Forward compute seconds, its attention-core part and the communication ledger of one
     layer for one micro-batch."""
     ops = layer_ops(model, cluster.device, w, c, moe, decode=decode, kv_dtype=kv_dtype)
@@ -62,8 +63,10 @@ def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
         msg = tokens * model.hidden * ACT_BYTES
         # chunked: the pieces are the steps of one decomposed collective (as in costmodel.engines.graph),
         # so the whole collective's time, latency included, is split among them
-        t = {kind: collective_time_s(kind, msg, c.tp, 1, cluster, algorithm="direct")
-             for kind in ("allreduce", "allgather", "reducescatter")}
+        t = {
+            kind: collective_time_s(kind, msg, c.tp, 1, cluster, algorithm="direct")
+            for kind in ("allreduce", "allgather", "reducescatter")
+        }
         coef = cluster.device.comm_compute_interference if sm else 0.0
         _, fwd = _tp_ledger(ops, t["allgather"], t["reducescatter"], t["allreduce"], c.sp_on, c.chunks, coef)
         led = led.merge(fwd)
@@ -76,8 +79,17 @@ def _layer(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfi
     return sum(o.fwd_s for o in ops), sum(o.fwd_s for o in ops if o.name == "attn_core"), led
 
 
-def _phase(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, *, decode: bool,
-           kv_dtype: str, micro_batches: int, sampled: int | None = None) -> Phase:
+def _phase(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    w: Workload,
+    c: ParallelConfig,
+    *,
+    decode: bool,
+    kv_dtype: str,
+    micro_batches: int,
+    sampled: int | None = None,
+) -> Phase:
     """``c.mb`` sequences (prompts of ``w.seq_len`` tokens, or decode steps at context ``w.seq_len``).
 
     ``sampled``: rows the LM head computes (default ``c.mb``, each sequence's last token; a

@@ -87,9 +87,20 @@ def _check_int(name: str, v, low: int = 1) -> None:
         raise SpecError(name, v, f"an integer >= {low}")
 
 
-def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_capacity: int,
-             concurrency: int | None = None, request_rate: float | None = None, num_requests: int | None = None,
-             micro_batches_max: int = 1, seed: int = 0, measure: str = "steady") -> ServingStats:
+def simulate(
+    cost,
+    sched: SchedulerSpec,
+    *,
+    input_len: int,
+    output_len: int,
+    kv_capacity: int,
+    concurrency: int | None = None,
+    request_rate: float | None = None,
+    num_requests: int | None = None,
+    micro_batches_max: int = 1,
+    seed: int = 0,
+    measure: str = "steady",
+) -> ServingStats:
     """Run the engine loop (module doc). ``cost.time_s(tokens=, sampled=, prefill_pairs=,
     decode_ctx=, micro_batches=)`` prices one step (:class:`costmodel.serving.step.StepCost`)."""
     I, O, T = input_len, output_len, sched.token_budget
@@ -149,8 +160,9 @@ def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_
             issued += 1
 
     def step_time(tokens, sampled, pairs, ctx, running):
-        return cost.time_s(tokens=tokens, sampled=sampled, prefill_pairs=pairs, decode_ctx=ctx,
-                           micro_batches=min(pp, max(1, running)))
+        return cost.time_s(
+            tokens=tokens, sampled=sampled, prefill_pairs=pairs, decode_ctx=ctx, micro_batches=min(pp, max(1, running))
+        )
 
     while done_n < n_req:
         while arrivals and arrivals[0][1] <= t:
@@ -237,10 +249,20 @@ def simulate(cost, sched: SchedulerSpec, *, input_len: int, output_len: int, kv_
 
     def mean(d):
         return sum(d[i] for i in ids) / n
+
     mean_e2e = mean(e2e)
     rps = concurrency / mean_e2e if steady else n_req / t
-    return ServingStats(ttft_s=mean(ttft), tpot_s=mean(tpot), e2e_s=mean_e2e,
-                        queue_s=sum(adm[i] - arr[i] for i in ids) / n, duration_s=t,
-                        output_tokens_per_s=rps * O, requests_per_s=rps,
-                        running_mean=busy_integral / t, admitted_limit=limit, steps=steps,
-                        prefill_steps_per_request=chunk_count / n_req, requests=n_req)
+    return ServingStats(
+        ttft_s=mean(ttft),
+        tpot_s=mean(tpot),
+        e2e_s=mean_e2e,
+        queue_s=sum(adm[i] - arr[i] for i in ids) / n,
+        duration_s=t,
+        output_tokens_per_s=rps * O,
+        requests_per_s=rps,
+        running_mean=busy_integral / t,
+        admitted_limit=limit,
+        steps=steps,
+        prefill_steps_per_request=chunk_count / n_req,
+        requests=n_req,
+    )

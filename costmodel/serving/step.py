@@ -78,10 +78,19 @@ class StepCost:
     # -- the pieces ------------------------------------------------------------------
     def _phase_s(self, tokens: int, micro_batches: int, sampled: int, path_only: bool) -> float:
         from costmodel.serving.phase import _phase  # the layer costs live there
+
         mb = max(1, math.ceil(tokens / micro_batches))
         w = Workload(global_batch=mb, seq_len=1, dtype=self.dtype)
-        ph = _phase(self.model, self.cluster, w, replace(self.config, mb=mb), decode=True, kv_dtype=self.kv_dtype,
-                    micro_batches=micro_batches, sampled=sampled)
+        ph = _phase(
+            self.model,
+            self.cluster,
+            w,
+            replace(self.config, mb=mb),
+            decode=True,
+            kv_dtype=self.kv_dtype,
+            micro_batches=micro_batches,
+            sampled=sampled,
+        )
         return sum(ph.stage_s) if path_only else ph.period_s
 
     def _interp(self, x: float, table: dict, key, f) -> float:
@@ -123,8 +132,9 @@ class StepCost:
         base = self._head[0]
         return self._interp(sampled, self._head, lambda g: g, lambda g: self._phase_s(1, 1, g, True) - base)
 
-    def time_s(self, *, tokens: float, sampled: float, prefill_pairs: float, decode_ctx: float,
-               micro_batches: int = 1) -> float:
+    def time_s(
+        self, *, tokens: float, sampled: float, prefill_pairs: float, decode_ctx: float, micro_batches: int = 1
+    ) -> float:
         """One step: ``tokens`` scheduled, ``sampled`` of them emit a token, ``prefill_pairs`` causal
         query-key pairs of prompt chunks, ``decode_ctx`` cached tokens read by the decodes."""
         mm = max(1, min(micro_batches, self.config.pp))
@@ -145,5 +155,3 @@ def chunk_pairs(done: float, chunk: float) -> float:
 def step_cost(model: ModelSpec, cluster: ClusterSpec, dtype: str, config: ParallelConfig, kv_dtype: str) -> StepCost:
     """The (cached) :class:`StepCost` of one plan."""
     return StepCost(model, cluster, dtype, replace(config, mb=1), kv_dtype)
-
-

@@ -70,8 +70,11 @@ class Assignment:
         >>> parse("tp:cdma*3,dp:cdma*1").to_dict()["tp"]
         {'engine': 'cdma', 'engines': 3, 'pool': 'cdma/tp'}
         """
-        return {s: {"engine": g.engine, "engines": g.engines, "pool": g.pool}
-                for s in self.streams for g in (self.group_of(s),)}
+        return {
+            s: {"engine": g.engine, "engines": g.engines, "pool": g.pool}
+            for s in self.streams
+            for g in (self.group_of(s),)
+        }
 
 
 def _canonical(groups) -> tuple[Group, ...]:
@@ -87,8 +90,10 @@ def parse(value) -> Assignment:
     if isinstance(value, Assignment):
         return value
     if isinstance(value, str):
-        return Assignment(tuple(_parse_group(part.strip(), value) for part in value.split(",") if part.strip())
-                          or _fail(value, "at least one stream"))
+        return Assignment(
+            tuple(_parse_group(part.strip(), value) for part in value.split(",") if part.strip())
+            or _fail(value, "at least one stream")
+        )
     if isinstance(value, dict):
         pools: dict = {}
         for stream, v in value.items():

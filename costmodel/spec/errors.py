@@ -17,7 +17,7 @@ def clip(text: str, limit: int = ECHO_CHARS) -> str:
     'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (300 characters)'
     """
     text = str(text)
-    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text):,} characters)"
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text):,} characters)"
 
 
 class SpecError(PlannerError, ValueError):

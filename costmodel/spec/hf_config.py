@@ -42,10 +42,19 @@ _REQUIRED = object()
 
 #: hidden_act -> ModelSpec.activation. Llama-family configs say "silu" for the gated SwiGLU MLP.
 _ACTIVATIONS = {
-    "silu": "swiglu", "swish": "swiglu", "swiglu": "swiglu",
-    "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu",
-    "gelu_python": "gelu", "gelu_accurate": "gelu", "quick_gelu": "gelu",
-    "relu2": "relu2", "squared_relu": "relu2", "squared-relu": "relu2",
+    "silu": "swiglu",
+    "swish": "swiglu",
+    "swiglu": "swiglu",
+    "gelu": "gelu",
+    "gelu_new": "gelu",
+    "gelu_fast": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "gelu_python": "gelu",
+    "gelu_accurate": "gelu",
+    "quick_gelu": "gelu",
+    "relu2": "relu2",
+    "squared_relu": "relu2",
+    "squared-relu": "relu2",
 }
 
 
@@ -53,9 +62,22 @@ _ACTIVATIONS = {
 #: (``LlamaConfig``: False, ``GemmaConfig``: True, ...), used when the file leaves the key out.
 #: Qwen2 ties its small models and says so in their files.
 FAMILIES = {
-    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen2_moe": False, "qwen3": False,
-    "qwen3_moe": False, "deepseek_v2": False, "deepseek_v3": False, "nemotron": False, "gpt_neox": False,
-    "gemma": True, "gemma2": True, "gemma3": True, "gemma3_text": True, "gpt2": True,
+    "llama": False,
+    "mistral": False,
+    "mixtral": False,
+    "qwen2": False,
+    "qwen2_moe": False,
+    "qwen3": False,
+    "qwen3_moe": False,
+    "deepseek_v2": False,
+    "deepseek_v3": False,
+    "nemotron": False,
+    "gpt_neox": False,
+    "gemma": True,
+    "gemma2": True,
+    "gemma3": True,
+    "gemma3_text": True,
+    "gpt2": True,
 }
 #: families whose MLP is gated whatever ``hidden_act`` is called (Gemma: GeGLU, Team et al. 2024)
 GATED_MLP = ("gemma", "gemma2", "gemma3", "gemma3_text")
@@ -84,8 +106,12 @@ class _Config:
             if v is not None:
                 ok = isinstance(v, kind) and not isinstance(v, bool) if kind is int else isinstance(v, kind)
                 if not ok:
-                    raise SpecError(k, v, f"{'an integer' if kind is int else getattr(kind, '__name__', 'a number')} "
-                                          f"in the Hugging Face config (model_type={self.kind})")
+                    raise SpecError(
+                        k,
+                        v,
+                        f"{'an integer' if kind is int else getattr(kind, '__name__', 'a number')} "
+                        f"in the Hugging Face config (model_type={self.kind})",
+                    )
                 return v
         if default is _REQUIRED:
             raise SpecError(keys[0], None, f"present in the Hugging Face config (model_type={self.kind})")
@@ -94,8 +120,9 @@ class _Config:
 
 def _activation(c: _Config, default: str) -> str:
     """``ModelSpec.activation``; ``swiglu`` stands for any gated (3-matrix) MLP, GeGLU included."""
-    key = next((k for k in ("hidden_activation", "hidden_act", "activation_function") if c.d.get(k) is not None),
-               "hidden_act")
+    key = next(
+        (k for k in ("hidden_activation", "hidden_act", "activation_function") if c.d.get(k) is not None), "hidden_act"
+    )
     act = c.d.get(key, default)
     if act not in _ACTIVATIONS:
         raise SpecError(key, act, f"one of {', '.join(sorted(_ACTIVATIONS))}")
@@ -124,8 +151,10 @@ def _dropout(c: _Config) -> dict:
     """``hidden_dropout`` and ``attention_dropout`` as the file states them, else the family's default."""
     hidden, attention = DROPOUT_DEFAULTS.get(c.kind, (0.0, 0.0))
     out = {}
-    for field, keys, default in (("hidden_dropout", HIDDEN_DROPOUT_KEYS, hidden),
-                                 ("attention_dropout", ATTENTION_DROPOUT_KEYS, attention)):
+    for field, keys, default in (
+        ("hidden_dropout", HIDDEN_DROPOUT_KEYS, hidden),
+        ("attention_dropout", ATTENTION_DROPOUT_KEYS, attention),
+    ):
         key = next((k for k in keys if c.d.get(k) is not None), keys[0])
         p = c.get(key, default=default, kind=(int, float))
         if isinstance(p, bool) or not 0 <= p < 1:
@@ -141,9 +170,16 @@ def _name(d: dict) -> str:
 def _gpt2(c: _Config) -> ModelSpec:
     h = c.get("n_embd")
     return ModelSpec(
-        name=_name(c.d), layers=c.get("n_layer"), hidden=h, heads=c.get("n_head"),
-        ffn_hidden=c.get("n_inner", default=None) or 4 * h, vocab=c.get("vocab_size"),
-        activation=_activation(c, "gelu_new"), tied_embeddings=_tied(c), **_dropout(c))
+        name=_name(c.d),
+        layers=c.get("n_layer"),
+        hidden=h,
+        heads=c.get("n_head"),
+        ffn_hidden=c.get("n_inner", default=None) or 4 * h,
+        vocab=c.get("vocab_size"),
+        activation=_activation(c, "gelu_new"),
+        tied_embeddings=_tied(c),
+        **_dropout(c),
+    )
 
 
 def _moe_layer_count(c: _Config, layers: int) -> int:
@@ -164,18 +200,28 @@ def _decoder(c: _Config) -> ModelSpec:
     heads = c.get("num_attention_heads")
     neox = c.kind == "gpt_neox"
     kw = dict(
-        name=_name(c.d), layers=layers, hidden=hidden, heads=heads, vocab=c.get("vocab_size"),
+        name=_name(c.d),
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=c.get("vocab_size"),
         kv_heads=c.get("num_key_value_heads", default=None),
         head_dim=c.get("head_dim", default=None),
-        activation=_activation(c, "gelu" if neox else "silu"), tied_embeddings=_tied(c),
+        activation=_activation(c, "gelu" if neox else "silu"),
+        tied_embeddings=_tied(c),
         mtp_layers=c.get("num_nextn_predict_layers", default=0),  # DeepSeek-V3's MTP modules
-        **_dropout(c))
+        **_dropout(c),
+    )
     expert_keys = ("num_local_experts", "num_experts", "n_routed_experts")
     experts = c.get(*expert_keys, default=0)
     if experts < 0 or (experts == 0 and c.kind in MOE_FAMILIES):
         key = next((k for k in expert_keys if c.d.get(k) is not None), expert_keys[0])
-        raise SpecError(key, experts, f"a positive integer for model_type={c.kind} (a mixture-of-experts family; "
-                        "a dense model has another model_type)")
+        raise SpecError(
+            key,
+            experts,
+            f"a positive integer for model_type={c.kind} (a mixture-of-experts family; "
+            "a dense model has another model_type)",
+        )
     moe_ffn = c.get("moe_intermediate_size", default=None)
     if experts:
         moe_layers = layers if "num_local_experts" in c.d else _moe_layer_count(c, layers)
@@ -185,13 +231,22 @@ def _decoder(c: _Config) -> ModelSpec:
         if c.d.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one wide shared expert
             shared = max(1, c.d["shared_expert_intermediate_size"] // moe_ffn)
         # ModelSpec puts dense layers first; the count (hence params and FLOPs) is what matters.
-        kw.update(experts=experts, topk=c.get("num_experts_per_tok"), moe_ffn_hidden=moe_ffn,
-                  shared_experts=shared, dense_layers=layers - moe_layers)
+        kw.update(
+            experts=experts,
+            topk=c.get("num_experts_per_tok"),
+            moe_ffn_hidden=moe_ffn,
+            shared_experts=shared,
+            dense_layers=layers - moe_layers,
+        )
     kw["ffn_hidden"] = c.get("intermediate_size", default=None) or moe_ffn or c.get("intermediate_size")
     if c.get("kv_lora_rank", default=0):  # multi-head latent attention (DeepSeek-V2/V3)
-        kw.update(q_lora_rank=c.get("q_lora_rank", default=0), kv_lora_rank=c.get("kv_lora_rank"),
-                  qk_rope_head_dim=c.get("qk_rope_head_dim"), head_dim=c.get("qk_nope_head_dim"),
-                  v_head_dim=c.get("v_head_dim"))
+        kw.update(
+            q_lora_rank=c.get("q_lora_rank", default=0),
+            kv_lora_rank=c.get("kv_lora_rank"),
+            qk_rope_head_dim=c.get("qk_rope_head_dim"),
+            head_dim=c.get("qk_nope_head_dim"),
+            v_head_dim=c.get("v_head_dim"),
+        )
     return ModelSpec(**kw)
 
 
@@ -205,10 +260,13 @@ def model_from_hf_config(d: dict) -> ModelSpec:
     c = _Config(d)
     if c.kind not in FAMILIES:
         tied = d.get("tie_word_embeddings", DEFAULT_TIED)
-        warnings.warn(f"model_type={c.kind!r} is not a family the Hugging Face loader knows "
-                      f"({', '.join(sorted(FAMILIES))}): read with Llama key names, "
-                      f"tie_word_embeddings={str(tied).lower()}; check the parameter count",
-                      UnknownModelTypeWarning, stacklevel=2)
+        warnings.warn(
+            f"model_type={c.kind!r} is not a family the Hugging Face loader knows "
+            f"({', '.join(sorted(FAMILIES))}): read with Llama key names, "
+            f"tie_word_embeddings={str(tied).lower()}; check the parameter count",
+            UnknownModelTypeWarning,
+            stacklevel=2,
+        )
     if c.kind == "gpt2" or ("n_layer" in d and "n_embd" in d):
         return _gpt2(c)
     return _decoder(c)

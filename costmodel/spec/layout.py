@@ -49,8 +49,10 @@ class VirtualStage:
 
     def text(self) -> str:
         """The stage in layout characters, in the only order Megatron-Core accepts: E, t, m, L."""
+
         def run(ch, k):
             return ch * k if k <= 2 else f"{ch}*{k}"
+
         return "E" * self.embedding + run("t", self.decoder) + run("m", self.mtp) + "L" * self.loss
 
 
@@ -70,9 +72,13 @@ class Layout:
         if type(self.pp) is not int or self.pp < 1:
             raise SpecError("pp", self.pp, "a positive integer")
         if not self.stages or len(self.stages) % self.pp:
-            raise SpecError("layout", str(self), f"a number of virtual stages ({len(self.stages)}) divisible by "
-                            f"pp={self.pp} (Megatron-Core arguments.py: the layout's length divisible by "
-                            "pipeline_model_parallel_size)")
+            raise SpecError(
+                "layout",
+                str(self),
+                f"a number of virtual stages ({len(self.stages)}) divisible by "
+                f"pp={self.pp} (Megatron-Core arguments.py: the layout's length divisible by "
+                "pipeline_model_parallel_size)",
+            )
         for s in self.stages:
             if not isinstance(s, VirtualStage) or min(s.decoder, s.mtp) < 0:
                 raise SpecError("layout", str(self), "virtual stages of non-negative layer counts")
@@ -139,20 +145,29 @@ def parse(text: str, pp: int) -> Layout:
     except (OverflowError, MemoryError):
         flat = "?"
     if len(flat) > 1_000_000 or any(ch not in "EtmL|" for ch in flat):
-        raise SpecError("layout", text, "made of E, t, m, L, '|', '(...)*n', 'x*n' and commas "
-                                        "(Megatron-Core parse_str_to_list: known layer characters E, L, t, m)")
+        raise SpecError(
+            "layout",
+            text,
+            "made of E, t, m, L, '|', '(...)*n', 'x*n' and commas "
+            "(Megatron-Core parse_str_to_list: known layer characters E, L, t, m)",
+        )
     stages, order = [], "EtmL"
     for part in flat.split("|"):
         if list(part) != sorted(part, key=order.index):
             _order_rule(text, flat)
-        stages.append(VirtualStage(decoder=part.count("t"), mtp=part.count("m"), embedding="E" in part,
-                                   loss="L" in part))
+        stages.append(
+            VirtualStage(decoder=part.count("t"), mtp=part.count("m"), embedding="E" in part, loss="L" in part)
+        )
         if part.count("E") > 1 or part.count("L") > 1:
             _order_rule(text, flat)
     if len(stages) % pp:
-        raise SpecError("layout", text, f"a number of virtual stages ({len(stages)}) divisible by pp={pp} "
-                                        "(Megatron-Core arguments.py: the layout's length divisible by "
-                                        "pipeline_model_parallel_size)")
+        raise SpecError(
+            "layout",
+            text,
+            f"a number of virtual stages ({len(stages)}) divisible by pp={pp} "
+            "(Megatron-Core arguments.py: the layout's length divisible by "
+            "pipeline_model_parallel_size)",
+        )
     return Layout(pp=pp, stages=tuple(stages))
 
 
@@ -160,16 +175,32 @@ def _order_rule(text: str, flat: str) -> None:
     """Raise the rule an out-of-order layout breaks (Megatron-Core checks the flattened layer list)."""
     layers = flat.replace("|", "")
     if layers.count("E") != 1 or layers.count("L") != 1:
-        raise SpecError("layout", text, 'a layout with the embedding E and the loss L exactly once each '
-                                        '(Megatron-Core validate_layer_layout: "must be specified exactly once")')
+        raise SpecError(
+            "layout",
+            text,
+            "a layout with the embedding E and the loss L exactly once each "
+            '(Megatron-Core validate_layer_layout: "must be specified exactly once")',
+        )
     if not layers.startswith("E"):
-        raise SpecError("layout", text, 'a layout whose first layer is the embedding E (Megatron-Core '
-                                        'validate_layer_layout: "The first layer must be embedding")')
+        raise SpecError(
+            "layout",
+            text,
+            "a layout whose first layer is the embedding E (Megatron-Core "
+            'validate_layer_layout: "The first layer must be embedding")',
+        )
     if not layers.endswith("L"):
-        raise SpecError("layout", text, 'a layout whose last layer is the loss L (Megatron-Core '
-                                        'validate_layer_layout: "The last layer must be loss")')
-    raise SpecError("layout", text, 'a layout with every decoder layer t before the MTP layers m (Megatron-Core '
-                                    'validate_layer_layout: "decoder layers must be placed before MTP layers")')
+        raise SpecError(
+            "layout",
+            text,
+            "a layout whose last layer is the loss L (Megatron-Core "
+            'validate_layer_layout: "The last layer must be loss")',
+        )
+    raise SpecError(
+        "layout",
+        text,
+        "a layout with every decoder layer t before the MTP layers m (Megatron-Core "
+        'validate_layer_layout: "decoder layers must be placed before MTP layers")',
+    )
 
 
 def format_layout(lay: Layout) -> str:
@@ -209,39 +240,74 @@ def validate(lay: Layout, layers: int, mtp_layers: int = 0) -> None:
     text = str(lay)
     st = lay.stages
     if sum(s.embedding for s in st) != 1 or sum(s.loss for s in st) != 1:
-        raise SpecError("layout", text, 'a layout with the embedding E and the loss L exactly once each '
-                                        '(Megatron-Core validate_layer_layout: "must be specified exactly once")')
+        raise SpecError(
+            "layout",
+            text,
+            "a layout with the embedding E and the loss L exactly once each "
+            '(Megatron-Core validate_layer_layout: "must be specified exactly once")',
+        )
     if not st[0].embedding:
-        raise SpecError("layout", text, "a layout with the embedding E in virtual stage 0 (Megatron-Core builds the "
-                                        "embedding on the first virtual stage of the first rank: pre_process in "
-                                        "training.py get_model; validate_layer_layout: the first layer is E)")
+        raise SpecError(
+            "layout",
+            text,
+            "a layout with the embedding E in virtual stage 0 (Megatron-Core builds the "
+            "embedding on the first virtual stage of the first rank: pre_process in "
+            "training.py get_model; validate_layer_layout: the first layer is E)",
+        )
     if not st[-1].loss:
-        raise SpecError("layout", text, "a layout with the loss L in the last virtual stage (Megatron-Core builds the "
-                                        "LM head and loss on the last virtual stage of the last rank: post_process "
-                                        "in training.py get_model; validate_layer_layout: the last layer is L)")
+        raise SpecError(
+            "layout",
+            text,
+            "a layout with the loss L in the last virtual stage (Megatron-Core builds the "
+            "LM head and loss on the last virtual stage of the last rank: post_process "
+            "in training.py get_model; validate_layer_layout: the last layer is L)",
+        )
     n = sum(s.decoder for s in st)
     if n != layers:
-        raise SpecError("layout", text, f"a layout of layers={layers} decoder layers t (it has {n}; Megatron-Core "
-                                        "validate_layer_layout: the number of decoder layers must match num_layers)")
+        raise SpecError(
+            "layout",
+            text,
+            f"a layout of layers={layers} decoder layers t (it has {n}; Megatron-Core "
+            "validate_layer_layout: the number of decoder layers must match num_layers)",
+        )
     k = sum(s.mtp for s in st)
     if k != mtp_layers:
-        what = ("the model has none, or --mtp-layers 0 turned them off" if mtp_layers == 0
-                else f"the model trains {mtp_layers}")
-        raise SpecError("layout", text, f"a layout of {mtp_layers} MTP layers m (it has {k}, {what}; Megatron-Core "
-                                        "validate_layer_layout: the number of mtp layers must match mtp_num_layers)")
+        what = (
+            "the model has none, or --mtp-layers 0 turned them off"
+            if mtp_layers == 0
+            else f"the model trains {mtp_layers}"
+        )
+        raise SpecError(
+            "layout",
+            text,
+            f"a layout of {mtp_layers} MTP layers m (it has {k}, {what}; Megatron-Core "
+            "validate_layer_layout: the number of mtp layers must match mtp_num_layers)",
+        )
     if k:
         first = next(i for i, s in enumerate(st) if s.mtp)
-        if any(s.decoder for s in st[first + 1:]):
-            raise SpecError("layout", text, "a layout with every decoder layer t before the MTP layers m (Megatron-Core "
-                                            'validate_layer_layout: "decoder layers must be placed before MTP layers")')
+        if any(s.decoder for s in st[first + 1 :]):
+            raise SpecError(
+                "layout",
+                text,
+                "a layout with every decoder layer t before the MTP layers m (Megatron-Core "
+                'validate_layer_layout: "decoder layers must be placed before MTP layers")',
+            )
         if first // lay.pp != lay.vp - 1:
-            raise SpecError("layout", text, "a layout with the MTP layers in the last virtual stage of their rank "
-                                            '(Megatron-Core validate_layer_layout: "MTP should be always in the last '
-                                            'virtual pipeline stage of that rank")')
+            raise SpecError(
+                "layout",
+                text,
+                "a layout with the MTP layers in the last virtual stage of their rank "
+                '(Megatron-Core validate_layer_layout: "MTP should be always in the last '
+                'virtual pipeline stage of that rank")',
+            )
         if st[first].mtp != k:
-            raise SpecError("layout", text, "a layout with all MTP layers in one virtual stage (Megatron-Core "
-                                            'validate_layer_layout: "All of the MTP layers must be in the same one '
-                                            'virtual pipeline stage")')
+            raise SpecError(
+                "layout",
+                text,
+                "a layout with all MTP layers in one virtual stage (Megatron-Core "
+                'validate_layer_layout: "All of the MTP layers must be in the same one '
+                'virtual pipeline stage")',
+            )
 
 
 def from_chunks(chunks, pp: int, mtp: int = 0) -> Layout:
@@ -250,9 +316,15 @@ def from_chunks(chunks, pp: int, mtp: int = 0) -> Layout:
     the last rank (``multi_token_prediction.py`` ``get_mtp_num_layers_to_build``: ``is_pipeline_last_stage``)."""
     vp = len(chunks[0])
     k_last = pp * vp - 1
-    return Layout(pp=pp, stages=tuple(VirtualStage(decoder=chunks[k % pp][k // pp], embedding=k == 0, loss=k == k_last,
-                                                   mtp=mtp if k == k_last else 0)
-                                      for k in range(pp * vp)))
+    return Layout(
+        pp=pp,
+        stages=tuple(
+            VirtualStage(
+                decoder=chunks[k % pp][k // pp], embedding=k == 0, loss=k == k_last, mtp=mtp if k == k_last else 0
+            )
+            for k in range(pp * vp)
+        ),
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -261,6 +333,7 @@ def from_split(split: tuple[int, ...], vp: int, mtp: int = 0) -> Layout:
     :func:`costmodel.spec.stages.chunk_layers` places them (Megatron-Core's first/last and account-for
     splits; the even split when every count is a multiple of ``vp``), ``mtp`` MTP layers with the loss."""
     from costmodel.spec.stages import chunk_layers
+
     pp = len(split)
     return from_chunks([chunk_layers(n, vp, s, pp) for s, n in enumerate(split)], pp, mtp)
 

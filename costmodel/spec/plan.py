@@ -211,8 +211,12 @@ class ParallelConfig:
             if type(v) is not int or v < 1:  # only then can it be wrong (the search builds many plans)
                 _positive_int(f, v)
         if self.chunks > MAX_CHUNKS:
-            raise SpecError("chunks", self.chunks, f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
-                            "run chunks = tp; the op graph holds a piece per chunk of every collective)")
+            raise SpecError(
+                "chunks",
+                self.chunks,
+                f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
+                "run chunks = tp; the op graph holds a piece per chunk of every collective)",
+            )
         for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs"):
             if type(getattr(self, f)) is not bool:
                 raise SpecError(f, getattr(self, f), "true or false")
@@ -228,21 +232,34 @@ class ParallelConfig:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         if self.loss_impl not in LOSS_IMPLS:
             raise SpecError("loss_impl", self.loss_impl, f"one of {', '.join(LOSS_IMPLS)}")
-        if self.pp_grad_reduce != "step" and (self.pp_grad_reduce not in PP_GRAD_REDUCES
-                                             or self.framework != "fsdp2" or self.zero != 2):
-            raise SpecError("pp_grad_reduce", self.pp_grad_reduce,
-                            f"one of {', '.join(PP_GRAD_REDUCES)} ('microbatch' only with framework=fsdp2 and zero=2: "
-                            "the other frameworks' ZeRO stages fix when gradients are reduced)")
-        if self.sp_saved_inputs not in SP_SAVED_INPUTS or (self.sp_saved_inputs == "gathered"
-                                                           and self.framework != "fsdp2"):
-            raise SpecError("sp_saved_inputs", self.sp_saved_inputs,
-                            f"one of {', '.join(SP_SAVED_INPUTS)} ('gathered' only with framework=fsdp2: PyTorch "
-                            "DTensor tensor parallelism)")
+        if self.pp_grad_reduce != "step" and (
+            self.pp_grad_reduce not in PP_GRAD_REDUCES or self.framework != "fsdp2" or self.zero != 2
+        ):
+            raise SpecError(
+                "pp_grad_reduce",
+                self.pp_grad_reduce,
+                f"one of {', '.join(PP_GRAD_REDUCES)} ('microbatch' only with framework=fsdp2 and zero=2: "
+                "the other frameworks' ZeRO stages fix when gradients are reduced)",
+            )
+        if self.sp_saved_inputs not in SP_SAVED_INPUTS or (
+            self.sp_saved_inputs == "gathered" and self.framework != "fsdp2"
+        ):
+            raise SpecError(
+                "sp_saved_inputs",
+                self.sp_saved_inputs,
+                f"one of {', '.join(SP_SAVED_INPUTS)} ('gathered' only with framework=fsdp2: PyTorch "
+                "DTensor tensor parallelism)",
+            )
         if self.module_layout not in MODULE_LAYOUTS or (self.module_layout != "fused" and self.framework == "megatron"):
-            raise SpecError("module_layout", self.module_layout,
-                            f"one of {', '.join(MODULE_LAYOUTS)} ('fused' only under framework=megatron)")
+            raise SpecError(
+                "module_layout",
+                self.module_layout,
+                f"one of {', '.join(MODULE_LAYOUTS)} ('fused' only under framework=megatron)",
+            )
         if self.fsdp_copies and self.framework != "fsdp2":
-            raise SpecError("fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)")
+            raise SpecError(
+                "fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)"
+            )
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"one of {', '.join(RECOMPUTE)}")
         if self.recompute_layers is not None:
@@ -253,32 +270,49 @@ class ParallelConfig:
             mods = tuple(self.recompute_modules) if isinstance(self.recompute_modules, (list, tuple)) else None
             bad = [m for m in (mods or ()) if m not in RECOMPUTE_MODULES]
             if mods is None or not mods or bad:
-                raise SpecError("recompute_modules", bad[0] if bad else self.recompute_modules,
-                                f"a non-empty list of {', '.join(RECOMPUTE_MODULES)}")
+                raise SpecError(
+                    "recompute_modules",
+                    bad[0] if bad else self.recompute_modules,
+                    f"a non-empty list of {', '.join(RECOMPUTE_MODULES)}",
+                )
             if self.recompute != "selective" or self.framework != "megatron":
-                raise SpecError("recompute_modules", ",".join(mods),
-                                "unset unless recompute='selective' under framework=megatron (Megatron-Core's "
-                                "--recompute-modules)")
+                raise SpecError(
+                    "recompute_modules",
+                    ",".join(mods),
+                    "unset unless recompute='selective' under framework=megatron (Megatron-Core's --recompute-modules)",
+                )
             object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
         if self.optimizer_dtype not in OPTIMIZER_DTYPES:
             raise SpecError("optimizer_dtype", self.optimizer_dtype, f"one of {', '.join(OPTIMIZER_DTYPES)}")
-        if self.optimizer_dtype == "bf16" and not (self.framework == "fsdp2"
-                                                   or (self.framework == "megatron" and self.zero == 1)):
-            raise SpecError("optimizer_dtype", self.optimizer_dtype, "fp32 unless framework=fsdp2 (a BF16 model under "
-                            "torch.optim.Adam) or framework=megatron with zero=1 (NeMo's distributed_fused_adam with "
-                            "optim.dtype bf16); Megatron's other optimizers and DeepSpeed keep an FP32 master copy")
+        if self.optimizer_dtype == "bf16" and not (
+            self.framework == "fsdp2" or (self.framework == "megatron" and self.zero == 1)
+        ):
+            raise SpecError(
+                "optimizer_dtype",
+                self.optimizer_dtype,
+                "fp32 unless framework=fsdp2 (a BF16 model under "
+                "torch.optim.Adam) or framework=megatron with zero=1 (NeMo's distributed_fused_adam with "
+                "optim.dtype bf16); Megatron's other optimizers and DeepSpeed keep an FP32 master copy",
+            )
         if not isinstance(self.fp8_param_gather, bool):
             raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
         if self.fp8_param_gather and self.optimizer_dtype != "fp32":
             # NeMo megatron_base_model.py (r2.0.0rc1): with fp8_params distributed_fused_adam stores a parameter copy
             # in the optimizer dtype (store_params=True), a layout this model does not charge
-            raise SpecError("fp8_param_gather", self.fp8_param_gather, "false with optimizer_dtype=bf16 (FP8 "
-                            "parameters make NeMo's distributed_fused_adam keep a BF16 parameter copy; not modelled)")
+            raise SpecError(
+                "fp8_param_gather",
+                self.fp8_param_gather,
+                "false with optimizer_dtype=bf16 (FP8 "
+                "parameters make NeMo's distributed_fused_adam keep a BF16 parameter copy; not modelled)",
+            )
         if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
             # megatron/training/arguments.py at d98e8a64: "--fp8-param-gather only supported with distributed
             # optimizer, torch fsdp2, megatron fsdp, or inference mode"
-            raise SpecError("fp8_param_gather", self.fp8_param_gather,
-                            "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)")
+            raise SpecError(
+                "fp8_param_gather",
+                self.fp8_param_gather,
+                "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)",
+            )
         if self.optimizer_offload_fraction != 0.0 or self.overlap_cpu_optimizer_d2h_h2d is not False:
             self._check_offload()
         if self.activation_offload_layers != 0:
@@ -287,9 +321,11 @@ class ParallelConfig:
             lps = tuple(self.layers_per_stage)
             object.__setattr__(self, "layers_per_stage", lps)
             if len(lps) != self.pp or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lps):
-                raise SpecError("layers_per_stage", ",".join(map(str, lps)),
-                                f"{self.pp} integers >= 1, one per pipeline stage (pp={self.pp}; "
-                                "a stage holds at least one layer)")
+                raise SpecError(
+                    "layers_per_stage",
+                    ",".join(map(str, lps)),
+                    f"{self.pp} integers >= 1, one per pipeline stage (pp={self.pp}; a stage holds at least one layer)",
+                )
         if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
             raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
 
@@ -298,17 +334,27 @@ class ParallelConfig:
         (``megatron/core/transformer/transformer_config.py@d98e8a64 __post_init__``; :mod:`costmodel.physics.mechanics.act_offload`)."""
         n = self.activation_offload_layers
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise SpecError("activation_offload_layers", n, "an integer >= 0 (Megatron --cpu-offloading-num-layers; "
-                            "0 = off)")
+            raise SpecError(
+                "activation_offload_layers", n, "an integer >= 0 (Megatron --cpu-offloading-num-layers; 0 = off)"
+            )
         if self.framework != "megatron":
-            raise SpecError("activation_offload_layers", n, "0 unless framework=megatron (Megatron-Core's "
-                            "--cpu-offloading-num-layers)")
+            raise SpecError(
+                "activation_offload_layers",
+                n,
+                "0 unless framework=megatron (Megatron-Core's --cpu-offloading-num-layers)",
+            )
         if self.pp > 1:
-            raise SpecError("activation_offload_layers", n, "0 with pp > 1 (Megatron: no support for pipeline "
-                            "parallelism with CPU offloading)")
+            raise SpecError(
+                "activation_offload_layers",
+                n,
+                "0 with pp > 1 (Megatron: no support for pipeline parallelism with CPU offloading)",
+            )
         if self.recompute != "none" or self.recompute_modules is not None:
-            raise SpecError("activation_offload_layers", n, "0 with recompute (Megatron: CPU offloading does not "
-                            "work when activation recomputation is enabled)")
+            raise SpecError(
+                "activation_offload_layers",
+                n,
+                "0 with recompute (Megatron: CPU offloading does not work when activation recomputation is enabled)",
+            )
 
     def _check_offload(self) -> None:
         # megatron/training/arguments.py@d98e8a64 validate_args: --optimizer-cpu-offload asserts
@@ -317,21 +363,34 @@ class ParallelConfig:
         # optimizer; optimizer_config.py@d98e8a64: and --optimizer adam
         f = self.optimizer_offload_fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
-            raise SpecError("optimizer_offload_fraction", f, "a number from 0 to 1 (the fraction of the optimizer "
-                            "state on the CPU; 0 = no offload)")
+            raise SpecError(
+                "optimizer_offload_fraction",
+                f,
+                "a number from 0 to 1 (the fraction of the optimizer state on the CPU; 0 = no offload)",
+            )
         object.__setattr__(self, "optimizer_offload_fraction", float(f))
         if type(self.overlap_cpu_optimizer_d2h_h2d) is not bool:
             raise SpecError("overlap_cpu_optimizer_d2h_h2d", self.overlap_cpu_optimizer_d2h_h2d, "true or false")
         if f > 0 and (self.framework != "megatron" or self.zero != 1):
-            raise SpecError("optimizer_offload_fraction", f, "0 unless framework=megatron with zero=1 (Megatron's "
-                            "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which needs the "
-                            "distributed optimizer)")
+            raise SpecError(
+                "optimizer_offload_fraction",
+                f,
+                "0 unless framework=megatron with zero=1 (Megatron's "
+                "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which needs the "
+                "distributed optimizer)",
+            )
         if f > 0 and self.optimizer_dtype != "fp32":
-            raise SpecError("optimizer_offload_fraction", f, "0 with optimizer_dtype=bf16 (Megatron's "
-                            "HybridDeviceOptimizer keeps FP32 master weights)")
+            raise SpecError(
+                "optimizer_offload_fraction",
+                f,
+                "0 with optimizer_dtype=bf16 (Megatron's HybridDeviceOptimizer keeps FP32 master weights)",
+            )
         if f > 0 and self.fp8_param_gather:
-            raise SpecError("optimizer_offload_fraction", f, "0 with fp8_param_gather (Megatron needs "
-                            "--fp8-recipe delayed then, a recipe this model does not take)")
+            raise SpecError(
+                "optimizer_offload_fraction",
+                f,
+                "0 with fp8_param_gather (Megatron needs --fp8-recipe delayed then, a recipe this model does not take)",
+            )
         if self.overlap_cpu_optimizer_d2h_h2d and f == 0:
             raise SpecError("overlap_cpu_optimizer_d2h_h2d", True, "false unless optimizer_offload_fraction > 0")
 
@@ -416,13 +475,35 @@ class ParallelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ParallelConfig":
         d = dict(d)
-        unknown = set(d) - set(CONFIG_KEYS) - {"recompute_layers", "bucket_bytes", "flash_attention", "layers_per_stage",
-                                              "framework", "fused_elementwise", "ep_dispatcher", "cp_impl", "fsdp_copies",
-                                              "grad_dtype", "dma", "recompute_modules", "fp8_param_gather",
-                                              "optimizer_dtype", "layout", "loss_impl", "module_layout",
-                                              "pp_grad_reduce", "optimizer_offload_fraction", "sp_saved_inputs",
-                                              "pp_free_stage_inputs",
-                                              "overlap_cpu_optimizer_d2h_h2d", "activation_offload_layers"}
+        unknown = (
+            set(d)
+            - set(CONFIG_KEYS)
+            - {
+                "recompute_layers",
+                "bucket_bytes",
+                "flash_attention",
+                "layers_per_stage",
+                "framework",
+                "fused_elementwise",
+                "ep_dispatcher",
+                "cp_impl",
+                "fsdp_copies",
+                "grad_dtype",
+                "dma",
+                "recompute_modules",
+                "fp8_param_gather",
+                "optimizer_dtype",
+                "layout",
+                "loss_impl",
+                "module_layout",
+                "pp_grad_reduce",
+                "optimizer_offload_fraction",
+                "sp_saved_inputs",
+                "pp_free_stage_inputs",
+                "overlap_cpu_optimizer_d2h_h2d",
+                "activation_offload_layers",
+            }
+        )
         if unknown:
             raise SpecError("config", sorted(unknown)[0], f"one of {', '.join(CONFIG_KEYS)}")
         if "bucket_mb" in d:

@@ -50,6 +50,7 @@ def _read_file(path: Path, field: str) -> dict:
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml
+
             data = yaml.safe_load(text)
         else:
             data = json.loads(text)
@@ -71,8 +72,11 @@ def _resolve(kind: str, name_or_path: str, field: str) -> dict:
             return json.loads(preset.read_text())
         is_file = path.suffix in (".json", ".yaml", ".yml") or path.exists()
     except OSError as e:  # a name too long for the file system, a bad path component
-        raise SpecError(field, name_or_path, f"a preset ({', '.join(preset_names(kind))}) or a readable "
-                        f"JSON/YAML file ({e.strerror})") from None
+        raise SpecError(
+            field,
+            name_or_path,
+            f"a preset ({', '.join(preset_names(kind))}) or a readable JSON/YAML file ({e.strerror})",
+        ) from None
     if is_file:
         return _read_file(path, field)
     raise SpecError(field, name_or_path, f"a preset ({', '.join(preset_names(kind))}) or a JSON/YAML file")
@@ -110,6 +114,7 @@ def model_from_dict(data: dict) -> ModelSpec:
     """A :class:`ModelSpec` from our own keys, or from a Hugging Face ``config.json`` dict."""
     if "model_type" in data or "architectures" in data:
         from costmodel.spec.hf_config import model_from_hf_config
+
         return model_from_hf_config(data)
     return _build(ModelSpec, data, "model")
 
@@ -122,9 +127,12 @@ _DEVICE_UNITS = {
     "hbm_bw_gbps": ("hbm_bw_bytes_per_s", GB),
     "kernel_overhead_us": ("kernel_overhead_s", US),
 }
-_LINK_UNITS = {"bw_gbps": ("bw_bytes_per_s", GB), "latency_us": ("latency_s", US),
-               "nvls_tree_channel_bw_gbps": ("nvls_tree_channel_bw_bytes_per_s", GB),
-               "nvls_tree_2node_channel_bw_gbps": ("nvls_tree_2node_channel_bw_bytes_per_s", GB)}
+_LINK_UNITS = {
+    "bw_gbps": ("bw_bytes_per_s", GB),
+    "latency_us": ("latency_s", US),
+    "nvls_tree_channel_bw_gbps": ("nvls_tree_channel_bw_bytes_per_s", GB),
+    "nvls_tree_2node_channel_bw_gbps": ("nvls_tree_2node_channel_bw_bytes_per_s", GB),
+}
 _ENGINE_UNITS = {"bw_gbps": ("bw_bytes_per_s", GB)}
 
 
@@ -157,8 +165,9 @@ def cluster_from_dict(data: dict) -> ClusterSpec:
         fitted, resid = cal.get("fitted") or [], cal.get("loo_log_residuals") or []
         if not isinstance(fitted, list) or not all(isinstance(x, str) for x in fitted):
             raise SpecError("cluster.calibrated.fitted", fitted, "a list of constant names")
-        if not isinstance(resid, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                  for x in resid):
+        if not isinstance(resid, list) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in resid
+        ):
             raise SpecError("cluster.calibrated.loo_log_residuals", resid, "a list of numbers")
         d["calibrated_constants"], d["calibration_log_residuals"] = tuple(fitted), tuple(resid)
     for key in ("device", "intra_link", "inter_link"):
@@ -169,8 +178,8 @@ def cluster_from_dict(data: dict) -> ClusterSpec:
     if not isinstance(engines, list):
         raise SpecError("device.dma_engines", engines, "a list of engine classes")
     dev["dma_engines"] = tuple(
-        _build(DmaEngineClass, _scale(e, _ENGINE_UNITS, "dma_engine"), "dma_engine", _ENGINE_UNITS, e)
-        for e in engines)
+        _build(DmaEngineClass, _scale(e, _ENGINE_UNITS, "dma_engine"), "dma_engine", _ENGINE_UNITS, e) for e in engines
+    )
     d["device"] = _build(DeviceSpec, dev, "device", _DEVICE_UNITS, d["device"])
     for link in ("intra_link", "inter_link"):
         d[link] = _build(LinkSpec, _scale(d[link], _LINK_UNITS, link), link, _LINK_UNITS, d[link])
@@ -179,6 +188,7 @@ def cluster_from_dict(data: dict) -> ClusterSpec:
 
 def cluster_to_dict(c: ClusterSpec) -> dict:
     """Inverse of :func:`cluster_from_dict` (human units), for writing spec files."""
+
     def unscale(obj, units):
         inv = {si: (human, f) for human, (si, f) in units.items()}
         out = {}
@@ -191,9 +201,15 @@ def cluster_to_dict(c: ClusterSpec) -> dict:
             else:
                 out[f.name] = v
         return out
-    d = {"name": c.name, "gpus_per_node": c.gpus_per_node, "num_gpus": c.num_gpus,
-         "device": unscale(c.device, _DEVICE_UNITS),
-         "intra_link": unscale(c.intra_link, _LINK_UNITS), "inter_link": unscale(c.inter_link, _LINK_UNITS)}
+
+    d = {
+        "name": c.name,
+        "gpus_per_node": c.gpus_per_node,
+        "num_gpus": c.num_gpus,
+        "device": unscale(c.device, _DEVICE_UNITS),
+        "intra_link": unscale(c.intra_link, _LINK_UNITS),
+        "inter_link": unscale(c.inter_link, _LINK_UNITS),
+    }
     if c.stack != ClusterSpec.__dataclass_fields__["stack"].default:
         d["stack"] = c.stack
     return d
@@ -210,6 +226,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     spec = model_from_dict(_resolve("models", name_or_path, "model"))
     if spec.name == "model":
         from dataclasses import replace
+
         spec = replace(spec, name=Path(name_or_path).stem)
     return spec
 

@@ -25,10 +25,22 @@ MOE_ROUTINGS = ("uniform", "consecutive")  # costmodel.physics.comm.ep_dispatch.
 #: sanity bounds on sizes, far beyond any real model or cluster: a typo (an extra three zeros)
 #: is refused at once instead of running out of memory or time
 MAX_SIZE = {
-    "layers": 10_000, "hidden": 1_000_000, "heads": 100_000, "kv_heads": 100_000, "head_dim": 100_000,
-    "ffn_hidden": 10_000_000, "moe_ffn_hidden": 10_000_000, "vocab": 100_000_000, "experts": 100_000, "mtp_layers": 10_000,
-    "num_gpus": 1_048_576, "gpus_per_node": 1_024,
-    "global_batch": 1_048_576, "seq_len": 100_000_000, "input_len": 100_000_000, "output_len": 100_000_000,
+    "layers": 10_000,
+    "hidden": 1_000_000,
+    "heads": 100_000,
+    "kv_heads": 100_000,
+    "head_dim": 100_000,
+    "ffn_hidden": 10_000_000,
+    "moe_ffn_hidden": 10_000_000,
+    "vocab": 100_000_000,
+    "experts": 100_000,
+    "mtp_layers": 10_000,
+    "num_gpus": 1_048_576,
+    "gpus_per_node": 1_024,
+    "global_batch": 1_048_576,
+    "seq_len": 100_000_000,
+    "input_len": 100_000_000,
+    "output_len": 100_000_000,
 }
 
 
@@ -132,8 +144,17 @@ class ModelSpec:
             raise SpecError("kv_heads", self.kv_heads, f"a divisor of heads={self.heads}")
         if self.activation not in ACTIVATIONS:
             raise SpecError("activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
-        for f in ("experts", "topk", "shared_experts", "dense_layers", "q_lora_rank",
-                  "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
+        for f in (
+            "experts",
+            "topk",
+            "shared_experts",
+            "dense_layers",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "mtp_layers",
+        ):
             _positive_int(f, getattr(self, f), allow_zero=True)
         if self.experts:
             if not 1 <= self.topk <= self.experts:
@@ -195,10 +216,10 @@ class ModelSpec:
         h = self.hidden
         if self.is_mla:
             qk = self.head_dim + self.qk_rope_head_dim
-            q = (h * self.q_lora_rank + self.q_lora_rank * self.heads * qk) if self.q_lora_rank \
-                else h * self.heads * qk
-            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) \
-                + self.kv_lora_rank * self.heads * (self.head_dim + self.v_head_dim)
+            q = (h * self.q_lora_rank + self.q_lora_rank * self.heads * qk) if self.q_lora_rank else h * self.heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * self.heads * (
+                self.head_dim + self.v_head_dim
+            )
             return q + kv + self.heads * self.v_head_dim * h
         return h * self.heads * self.head_dim * 2 + h * self.kv_dim * 2
 
@@ -219,8 +240,12 @@ class ModelSpec:
         """One MoE layer: attention, routed and shared experts, router, norms."""
         if not self.is_moe:
             return 0
-        return (self.attn_params + (self.experts + self.shared_experts) * self.expert_params
-                + self.hidden * self.experts + 2 * self.hidden)
+        return (
+            self.attn_params
+            + (self.experts + self.shared_experts) * self.expert_params
+            + self.hidden * self.experts
+            + 2 * self.hidden
+        )
 
     @property
     def embedding_params(self) -> int:
@@ -311,8 +336,11 @@ class DeviceSpec:
         _positive("peak_fp8_flops_per_s", self.peak_fp8_flops_per_s, allow_zero=True)
         _positive("hbm_bytes", self.hbm_bytes)
         if not self.hbm_bytes <= MAX_HBM_BYTES:
-            raise SpecError("hbm_gib", self.hbm_bytes / GiB, f"at most {MAX_HBM_BYTES / GiB:,.0f} GiB per device "
-                            "(a sanity bound; was it given in bytes?)")
+            raise SpecError(
+                "hbm_gib",
+                self.hbm_bytes / GiB,
+                f"at most {MAX_HBM_BYTES / GiB:,.0f} GiB per device (a sanity bound; was it given in bytes?)",
+            )
         _positive("hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s)
         _positive_int("sm_count", self.sm_count)
         for f in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "mem_bw_efficiency"):
@@ -382,8 +410,9 @@ class LinkSpec:
         if self.nvls_efficiency > 1:
             raise SpecError("nvls_efficiency", self.nvls_efficiency, "a fraction in [0, 1]")
         _positive("nvls_tree_channel_bw_bytes_per_s", self.nvls_tree_channel_bw_bytes_per_s, allow_zero=True)
-        _positive("nvls_tree_2node_channel_bw_bytes_per_s", self.nvls_tree_2node_channel_bw_bytes_per_s,
-                  allow_zero=True)
+        _positive(
+            "nvls_tree_2node_channel_bw_bytes_per_s", self.nvls_tree_2node_channel_bw_bytes_per_s, allow_zero=True
+        )
         if not isinstance(self.nvls_tree_medium_correction, bool):
             raise SpecError("nvls_tree_medium_correction", self.nvls_tree_medium_correction, "true or false")
 
@@ -428,5 +457,3 @@ class ClusterSpec:
     @property
     def nodes(self) -> int:
         return -(-self.num_gpus // self.gpus_per_node)
-
-

@@ -114,8 +114,16 @@ def chunk_layers(n: int, vp: int, stage: int, pp: int) -> tuple[int, ...]:
     return (base + 1,) * extra + (base,) * (vp - extra)
 
 
-def megatron_split(layers: int, pp: int, vp: int = 1, *, first: int | None = None, last: int | None = None,
-                   embedding: bool = False, loss: bool = False) -> tuple[int, ...] | None:
+def megatron_split(
+    layers: int,
+    pp: int,
+    vp: int = 1,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+    embedding: bool = False,
+    loss: bool = False,
+) -> tuple[int, ...] | None:
     """Transformer layers per pipeline stage as Megatron-Core places them (``None``: even, no flag).
 
     ``first`` / ``last``: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
@@ -137,8 +145,11 @@ def megatron_split(layers: int, pp: int, vp: int = 1, *, first: int | None = Non
     """
     given_fl = first is not None or last is not None
     if given_fl and (embedding or loss):
-        raise SpecError("first_stage_layers" if first is not None else "last_stage_layers", first if first is not None
-                        else last, "unset with --account-for-embedding/--account-for-loss (Megatron-Core refuses both)")
+        raise SpecError(
+            "first_stage_layers" if first is not None else "last_stage_layers",
+            first if first is not None else last,
+            "unset with --account-for-embedding/--account-for-loss (Megatron-Core refuses both)",
+        )
     if not given_fl and not (embedding or loss):
         return None
     if pp == 1:
@@ -149,23 +160,33 @@ def megatron_split(layers: int, pp: int, vp: int = 1, *, first: int | None = Non
             if v is None:
                 continue
             if v < 1 or v % vp:
-                raise SpecError(name, v, f"a positive multiple of vp={vp} (Megatron-Core: {name.split('_')[0]}-stage "
-                                         "layers divisible by the virtual pipeline size)")
+                raise SpecError(
+                    name,
+                    v,
+                    f"a positive multiple of vp={vp} (Megatron-Core: {name.split('_')[0]}-stage "
+                    "layers divisible by the virtual pipeline size)",
+                )
             out[idx] = v
             rest -= v
             middle -= 1
         if middle == 0 and rest != 0 or middle > 0 and (rest <= 0 or rest % middle or (rest // middle) % vp):
-            raise SpecError("first_stage_layers" if first is not None else "last_stage_layers",
-                            first if first is not None else last,
-                            f"such that the remaining {rest} of layers={layers} divide evenly over the {middle} middle "
-                            f"stages, each a positive multiple of vp={vp} (Megatron-Core's uneven pipeline rule)")
+            raise SpecError(
+                "first_stage_layers" if first is not None else "last_stage_layers",
+                first if first is not None else last,
+                f"such that the remaining {rest} of layers={layers} divide evenly over the {middle} middle "
+                f"stages, each a positive multiple of vp={vp} (Megatron-Core's uneven pipeline rule)",
+            )
         per = rest // middle if middle else 0
         return tuple(out.get(i, per) for i in range(pp))
     total = layers + int(embedding) + int(loss)
     what = "+".join(["layers"] + ["embedding"] * embedding + ["loss"] * loss)
     if total % pp or (total // pp) % vp:
-        raise SpecError("layers", layers, f"such that {what} = {total} divides by pp={pp} into a multiple of vp={vp} "
-                                          "per stage (Megatron-Core --account-for-*-in-pipeline-split)")
+        raise SpecError(
+            "layers",
+            layers,
+            f"such that {what} = {total} divides by pp={pp} into a multiple of vp={vp} "
+            "per stage (Megatron-Core --account-for-*-in-pipeline-split)",
+        )
     per = total // pp
     out = [per] * pp
     out[0] -= int(embedding)

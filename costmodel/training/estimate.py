@@ -105,12 +105,17 @@ class Estimate:
             return {"step_time_band_s": None, "band_notes": list(self.band_notes)}
         lo, hi = self.step_time_band_s
         t = self.step_time_s
-        return {"step_time_band_s": [lo, hi], "tokens_per_s_band": [self.tokens_per_s * t / hi, self.tokens_per_s * t / lo],
-                "mfu_band": [self.mfu * t / hi, self.mfu * t / lo], "band_notes": list(self.band_notes)}
+        return {
+            "step_time_band_s": [lo, hi],
+            "tokens_per_s_band": [self.tokens_per_s * t / hi, self.tokens_per_s * t / lo],
+            "mfu_band": [self.mfu * t / hi, self.mfu * t / lo],
+            "band_notes": list(self.band_notes),
+        }
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-             engine: str = DEFAULT_ENGINE) -> Estimate:
+def evaluate(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, engine: str = DEFAULT_ENGINE
+) -> Estimate:
     """Predict one training step of ``config``; raises :class:`SpecError` for an invalid plan.
     (Serving: :func:`costmodel.api.evaluate`, the front door for both.)"""
     if not cluster.num_gpus:
@@ -123,6 +128,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     gs = None
     if engine == "graph":  # op graphs scheduled on compute and DMA engines (costmodel.engines.graph)
         from costmodel.engines.graph.compose import graph_step
+
         gs = graph_step(model, cluster, w, c)
         stages = list(gs.stages)
     else:
@@ -134,8 +140,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     step = comp.step_s
     act_link_s = act_exposed_s = 0.0
     if c.activation_offload_layers:  # pp = 1: stages[0] is the stage (costmodel.physics.mechanics.act_offload)
-        act_link_s, act_exposed_s = act_offload.step_exposed_s(model, cluster, w, c, stages[0].fwd_s,
-                                                               stages[0].bwd_s + stages[0].recompute_s, m)
+        act_link_s, act_exposed_s = act_offload.step_exposed_s(
+            model, cluster, w, c, stages[0].fwd_s, stages[0].bwd_s + stages[0].recompute_s, m
+        )
         step += act_exposed_s
 
     led = slow.ledger
@@ -162,12 +169,21 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     overlap = {s: overlap_rate(link[s], exposed[s]) for s in TRAINING_STRATEGIES if link[s] > 0}
     reasons = {s: r for s, r in led.reasons.items() if exposed.get(s, 0) > 0}
     if zero_exposed > 0:
-        reasons.setdefault("zero", "parameter all-gather after the optimizer step: not overlapped (bucket_mb=0)"
-                           if c.bucket_bytes == 0 else "window too short: parameter all-gather outlasts the first forward")
+        reasons.setdefault(
+            "zero",
+            "parameter all-gather after the optimizer step: not overlapped (bucket_mb=0)"
+            if c.bucket_bytes == 0
+            else "window too short: parameter all-gather outlasts the first forward",
+        )
     if dp_exposed > 0 and dp_link > 0:
-        reasons.setdefault("dp", "no bucketed overlap (bucket_mb=0)" if c.bucket_bytes == 0 else
-                           "window too short: gradient reduction outlasts the last micro-batch's backward"
-                           if dp_link > slow.bwd_s else "the last bucket is reduced after backward ends")
+        reasons.setdefault(
+            "dp",
+            "no bucketed overlap (bucket_mb=0)"
+            if c.bucket_bytes == 0
+            else "window too short: gradient reduction outlasts the last micro-batch's backward"
+            if dp_link > slow.bwd_s
+            else "the last bucket is reduced after backward ends",
+        )
 
     mem = memory_per_stage(model, w, c)
     peak = max(sm.total_bytes for sm in mem)
@@ -201,8 +217,15 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
 def _analytic_composition(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stages, m: int) -> Composition:
     """The closed form of every stage, composed by :func:`costmodel.compose.step.compose`."""
     terms = [stage_dp_terms(model, cluster, c, st.stage) for st in stages]
-    return compose([st.microbatch_s for st in stages], [st.fwd_s for st in stages],
-                   [st.bwd_s + st.recompute_s for st in stages], *zip(*terms),
-                   [stage_optimizer_s(model, cluster, c, st.stage) for st in stages],
-                   [st.stage for st in stages], [sum(layer_counts(model, c, st.stage)) for st in stages],
-                   m, c.pp, c.vp)
+    return compose(
+        [st.microbatch_s for st in stages],
+        [st.fwd_s for st in stages],
+        [st.bwd_s + st.recompute_s for st in stages],
+        *zip(*terms),
+        [stage_optimizer_s(model, cluster, c, st.stage) for st in stages],
+        [st.stage for st in stages],
+        [sum(layer_counts(model, c, st.stage)) for st in stages],
+        m,
+        c.pp,
+        c.vp,
+    )

@@ -70,23 +70,50 @@ class Score:
     def to_dict(self) -> dict:
         """Plain JSON-ready values (the DESIGN.md keys it has, and ``reason``)."""
         inf = float("inf")
-        return {"status": self.status, "config": None if self.config is None else self.config.to_dict(),
-                "step_time_s": None if self.step_time_s == inf else self.step_time_s,
-                "tokens_per_s": self.tokens_per_s, "mfu": self.mfu, "hfu": self.hfu,
-                "model_tflops_per_gpu": self.model_tflops_per_gpu, "peak_memory_bytes": self.peak_memory_bytes,
-                "hbm_bytes": self.hbm_bytes, "fits": self.fits, "reason": self.reason}
+        return {
+            "status": self.status,
+            "config": None if self.config is None else self.config.to_dict(),
+            "step_time_s": None if self.step_time_s == inf else self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "hbm_bytes": self.hbm_bytes,
+            "fits": self.fits,
+            "reason": self.reason,
+        }
 
     @classmethod
     def from_estimate(cls, e: Estimate) -> "Score":
-        return cls(config=e.config, status="ok", step_time_s=e.step_time_s, tokens_per_s=e.tokens_per_s,
-                   mfu=e.mfu, hfu=e.hfu, model_tflops_per_gpu=e.model_tflops_per_gpu,
-                   peak_memory_bytes=e.peak_memory_bytes, hbm_bytes=e.hbm_bytes, fits=e.fits)
+        return cls(
+            config=e.config,
+            status="ok",
+            step_time_s=e.step_time_s,
+            tokens_per_s=e.tokens_per_s,
+            mfu=e.mfu,
+            hfu=e.hfu,
+            model_tflops_per_gpu=e.model_tflops_per_gpu,
+            peak_memory_bytes=e.peak_memory_bytes,
+            hbm_bytes=e.hbm_bytes,
+            fits=e.fits,
+        )
 
     @classmethod
     def invalid(cls, config: ParallelConfig, reason: str, hbm_bytes: float) -> "Score":
-        return cls(config=config, status="invalid", step_time_s=float("inf"), tokens_per_s=0.0, mfu=0.0, hfu=0.0,
-                   model_tflops_per_gpu=0.0, peak_memory_bytes=0.0, hbm_bytes=hbm_bytes, fits=False,
-                   reason=" ".join(reason.split()))
+        return cls(
+            config=config,
+            status="invalid",
+            step_time_s=float("inf"),
+            tokens_per_s=0.0,
+            mfu=0.0,
+            hfu=0.0,
+            model_tflops_per_gpu=0.0,
+            peak_memory_bytes=0.0,
+            hbm_bytes=hbm_bytes,
+            fits=False,
+            reason=" ".join(reason.split()),
+        )
 
 
 class Scorer:
@@ -125,9 +152,27 @@ class Scorer:
     # ---- cached per-class terms (keys: the fields each cost-model function reads)
     def _stage(self, c: ParallelConfig, s: int):
         sem = frameworks.of(c)
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, (sem, c.fsdp_copies) if sem.per_microbatch else None,
-               c.recompute, c.recompute_layers, c.recompute_modules, c.mb, c.vp,
-               c.chunks, c.flash_attention, c.cp_impl, c.layers_per_stage, c.layout, dma.resolve(self.cluster, c, self.model))
+        key = (
+            s,
+            c.tp,
+            c.pp,
+            c.dp,
+            c.ep,
+            c.cp,
+            c.sp,
+            (sem, c.fsdp_copies) if sem.per_microbatch else None,
+            c.recompute,
+            c.recompute_layers,
+            c.recompute_modules,
+            c.mb,
+            c.vp,
+            c.chunks,
+            c.flash_attention,
+            c.cp_impl,
+            c.layers_per_stage,
+            c.layout,
+            dma.resolve(self.cluster, c, self.model),
+        )
         st = self._timing.get(key)
         if st is None:
             t = stage_timing(self.model, self.cluster, self.workload, c, s)
@@ -135,26 +180,76 @@ class Scorer:
         return st
 
     def _dp_terms(self, c: ParallelConfig, s: int):
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.vp, c.zero, c.framework, c.layers_per_stage, c.layout, c.bucket_bytes, c.grad_dtype,
-               c.fp8_param_gather, c.pp_grad_reduce, dma.resolve(self.cluster, c, self.model))  # the engines each stream runs on (costmodel.physics.comm.dma)
+        key = (
+            s,
+            c.tp,
+            c.pp,
+            c.dp,
+            c.ep,
+            c.cp,
+            c.vp,
+            c.zero,
+            c.framework,
+            c.layers_per_stage,
+            c.layout,
+            c.bucket_bytes,
+            c.grad_dtype,
+            c.fp8_param_gather,
+            c.pp_grad_reduce,
+            dma.resolve(self.cluster, c, self.model),
+        )  # the engines each stream runs on (costmodel.physics.comm.dma)
         d = self._dp.get(key)
         if d is None:
             d = self._dp[key] = stage_dp_terms(self.model, self.cluster, c, s)
         return d
 
     def _optimizer(self, c: ParallelConfig, s: int) -> float:
-        key = (s, c.tp, c.pp, c.dp, c.ep, c.cp, c.zero >= 1, c.layers_per_stage, c.optimizer_dtype, c.layout,
-               c.optimizer_offload_fraction, c.overlap_cpu_optimizer_d2h_h2d)
+        key = (
+            s,
+            c.tp,
+            c.pp,
+            c.dp,
+            c.ep,
+            c.cp,
+            c.zero >= 1,
+            c.layers_per_stage,
+            c.optimizer_dtype,
+            c.layout,
+            c.optimizer_offload_fraction,
+            c.overlap_cpu_optimizer_d2h_h2d,
+        )
         t = self._optim.get(key)
         if t is None:
             t = self._optim[key] = stage_optimizer_s(self.model, self.cluster, c, s)
         return t
 
     def _peak_memory(self, c: ParallelConfig, reps) -> float:
-        key = (c.tp, c.pp, c.dp, c.ep, c.cp, c.sp, c.zero, c.framework, c.recompute, c.recompute_layers, c.mb, c.vp,
-               c.flash_attention, c.layers_per_stage, c.recompute_modules, c.fp8_param_gather, c.optimizer_dtype,
-               c.grad_dtype, c.layout, c.pp_grad_reduce, c.optimizer_offload_fraction, c.sp_saved_inputs,
-               c.pp_free_stage_inputs, c.activation_offload_layers)
+        key = (
+            c.tp,
+            c.pp,
+            c.dp,
+            c.ep,
+            c.cp,
+            c.sp,
+            c.zero,
+            c.framework,
+            c.recompute,
+            c.recompute_layers,
+            c.mb,
+            c.vp,
+            c.flash_attention,
+            c.layers_per_stage,
+            c.recompute_modules,
+            c.fp8_param_gather,
+            c.optimizer_dtype,
+            c.grad_dtype,
+            c.layout,
+            c.pp_grad_reduce,
+            c.optimizer_offload_fraction,
+            c.sp_saved_inputs,
+            c.pp_free_stage_inputs,
+            c.activation_offload_layers,
+        )
         peak = self._memory.get(key)
         if peak is None:
             peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)
@@ -169,18 +264,35 @@ class Scorer:
             return Score.invalid(c, str(e), self.hbm)
         reps, weights = self._class_counts(c)
         timing = [self._stage(c, s) for s in reps]
-        step = compose([t[0] for t in timing], [t[1] for t in timing], [t[2] for t in timing],
-                       *zip(*(self._dp_terms(c, s) for s in reps)), [self._optimizer(c, s) for s in reps],
-                       reps, [sum(layer_counts(self.model, c, s)) for s in reps],
-                       micro_batches(self.workload, c), c.pp, c.vp, weights).step_s
+        step = compose(
+            [t[0] for t in timing],
+            [t[1] for t in timing],
+            [t[2] for t in timing],
+            *zip(*(self._dp_terms(c, s) for s in reps)),
+            [self._optimizer(c, s) for s in reps],
+            reps,
+            [sum(layer_counts(self.model, c, s)) for s in reps],
+            micro_batches(self.workload, c),
+            c.pp,
+            c.vp,
+            weights,
+        ).step_s
         if c.activation_offload_layers:  # pp = 1: one stage (costmodel.physics.mechanics.act_offload)
-            step += act_offload.step_exposed_s(self.model, self.cluster, self.workload, c, timing[0][1], timing[0][2],
-                                               micro_batches(self.workload, c))[1]
+            step += act_offload.step_exposed_s(
+                self.model, self.cluster, self.workload, c, timing[0][1], timing[0][2], micro_batches(self.workload, c)
+            )[1]
         peak = self._peak_memory(c, reps)
         gpus = c.gpus
         hw = hardware_flops_per_step(self.model, self.workload, c)
-        return Score(config=c, status="ok", step_time_s=step, tokens_per_s=self.workload.tokens / step,
-                     mfu=self.model_flops / step / gpus / self.peak_flops,
-                     hfu=hw / step / gpus / self.peak_flops,
-                     model_tflops_per_gpu=self.model_flops / step / gpus / 1e12,
-                     peak_memory_bytes=peak, hbm_bytes=self.hbm, fits=peak <= self.hbm)
+        return Score(
+            config=c,
+            status="ok",
+            step_time_s=step,
+            tokens_per_s=self.workload.tokens / step,
+            mfu=self.model_flops / step / gpus / self.peak_flops,
+            hfu=hw / step / gpus / self.peak_flops,
+            model_tflops_per_gpu=self.model_flops / step / gpus / 1e12,
+            peak_memory_bytes=peak,
+            hbm_bytes=self.hbm,
+            fits=peak <= self.hbm,
+        )

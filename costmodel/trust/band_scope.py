@@ -36,9 +36,20 @@ from dataclasses import dataclass
 from costmodel.trust.band_spread import MIN_POOL, MIN_SOURCES
 
 #: device classes of the component data (its GPU names are free text: "SM90 (Hopper)", "H100-500W")
-CLASSES = (("a100", "ampere"), ("a800", "ampere"), ("h100", "hopper"), ("h200", "hopper"), ("h800", "hopper"),
-           ("h20", "hopper"), ("sm90", "hopper"), ("hopper", "hopper"), ("b200", "blackwell"),
-           ("gb200", "blackwell"), ("sm100", "blackwell"), ("blackwell", "blackwell"))
+CLASSES = (
+    ("a100", "ampere"),
+    ("a800", "ampere"),
+    ("h100", "hopper"),
+    ("h200", "hopper"),
+    ("h800", "hopper"),
+    ("h20", "hopper"),
+    ("sm90", "hopper"),
+    ("hopper", "hopper"),
+    ("b200", "blackwell"),
+    ("gb200", "blackwell"),
+    ("sm100", "blackwell"),
+    ("blackwell", "blackwell"),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,8 +95,9 @@ def _has_component(components, kind: str, dtype: str, cls: str) -> bool:
     return False
 
 
-def scope(keys: dict, gpus: int, stack: str, plan_mechanisms, rows, components,
-          device_name: str | None = None) -> Scope:
+def scope(
+    keys: dict, gpus: int, stack: str, plan_mechanisms, rows, components, device_name: str | None = None
+) -> Scope:
     """Compare one plan (regime ``keys``: kind, device, zero; ``gpus``; ``stack``; its
     :func:`mechanisms`) with the measured ``rows`` and the ``components`` summary
     (``[component, device class, dtype]`` triples). See the module doc."""
@@ -98,33 +110,43 @@ def scope(keys: dict, gpus: int, stack: str, plan_mechanisms, rows, components,
     stacks = {r.get("stack") for r in rows if r.get("stack")}
     if stacks and stack not in stacks:
         outside = True
-        notes.append(f"no measured run on stack {stack} (measured: {', '.join(sorted(stacks))}): band of all "
-                     "measured runs pooled")
+        notes.append(
+            f"no measured run on stack {stack} (measured: {', '.join(sorted(stacks))}): band of all "
+            "measured runs pooled"
+        )
     regime = [r for r in on_dev if r["regime"].get("kind") == kind and r["regime"].get("zero") == zero]
     if on_dev and not regime:
         outside = True
-        notes.append(f"no measured run of {kind} ZeRO-{zero} training on {dev}: band of all measured "
-                     "runs pooled")
+        notes.append(f"no measured run of {kind} ZeRO-{zero} training on {dev}: band of all measured runs pooled")
     ratio = 1.0
     sized = [r["gpus"] for r in regime if r.get("gpus") and r.get("stack", stack) == stack]
     if sized and gpus > max(sized):
         ratio = gpus / max(sized)
-        notes.append(f"extrapolating: no measured run above {max(sized):,} GPUs of {kind} ZeRO-{zero} training on "
-                     f"{dev} on this stack ({stack}); band widened for {gpus:,} GPUs")
+        notes.append(
+            f"extrapolating: no measured run above {max(sized):,} GPUs of {kind} ZeRO-{zero} training on "
+            f"{dev} on this stack ({stack}); band widened for {gpus:,} GPUs"
+        )
     cls = device_class(device_name or dev)
     if components:
         missing = [what for kind_, dtype, what in plan_mechanisms if not _has_component(components, kind_, dtype, cls)]
         if missing:
             outside = True
-            notes.append(f"no component data (benchmarks/data/components) for {', '.join(missing)} on {cls}-class "
-                         "GPUs: band of all measured runs pooled")
+            notes.append(
+                f"no component data (benchmarks/data/components) for {', '.join(missing)} on {cls}-class "
+                "GPUs: band of all measured runs pooled"
+            )
     if not notes:  # say so in words too: the user should know the number is not an extrapolation
         srcs = len({r.get("source") for r in regime if r.get("source")})
-        notes.append(f"within the data: {len(regime)} measured run{'s' if len(regime) != 1 else ''} of {kind} "
-                     f"ZeRO-{zero} training on {dev} from {srcs} source{'s' if srcs != 1 else ''}"
-                     + (f", up to {max(sized):,} GPUs on this stack ({stack})" if sized else "")
-                     + ": no extrapolation"
-                     + ("" if len(regime) >= MIN_POOL and srcs >= MIN_SOURCES else
-                        f" (fewer than {MIN_POOL} runs from {MIN_SOURCES} sources: the band's centre comes from a "
-                        "coarser pool)"))
+        notes.append(
+            f"within the data: {len(regime)} measured run{'s' if len(regime) != 1 else ''} of {kind} "
+            f"ZeRO-{zero} training on {dev} from {srcs} source{'s' if srcs != 1 else ''}"
+            + (f", up to {max(sized):,} GPUs on this stack ({stack})" if sized else "")
+            + ": no extrapolation"
+            + (
+                ""
+                if len(regime) >= MIN_POOL and srcs >= MIN_SOURCES
+                else f" (fewer than {MIN_POOL} runs from {MIN_SOURCES} sources: the band's centre comes from a "
+                "coarser pool)"
+            )
+        )
     return Scope(outside=outside, scale_ratio=ratio, notes=tuple(notes))

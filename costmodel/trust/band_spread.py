@@ -202,6 +202,7 @@ def t_quantile(p: float, dof: int) -> float:
         f = [math.exp(c - (dof + 1) / 2 * math.log1p((a + i * h) ** 2 / dof)) for i in range(n + 1)]
         s = f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2])
         return 0.5 + s * h / 3
+
     lo, hi = 0.0, 100.0
     for _ in range(60):
         mid = (lo + hi) / 2

@@ -6,7 +6,6 @@ from __future__ import annotations
 from costmodel.trust.calibration import CONSTANTS, Calibration
 
 
-
 def calibrated_section(cal: Calibration, base_name: str, runs_info: list | None = None) -> dict:
     """The ``calibrated`` section of a calibrated cluster file (plain JSON values).
 
@@ -16,8 +15,13 @@ def calibrated_section(cal: Calibration, base_name: str, runs_info: list | None 
     consts = {}
     for n in CONSTANTS:
         c = CONSTANTS[n]
-        entry = {"before": cal.before[n], "after": cal.after[n], "bounds": [c.lo, c.hi],
-                 "effect": cal.selection.effect.get(n), "fitted": n in cal.names}
+        entry = {
+            "before": cal.before[n],
+            "after": cal.after[n],
+            "bounds": [c.lo, c.hi],
+            "effect": cal.selection.effect.get(n),
+            "fitted": n in cal.names,
+        }
         if n in cal.names:
             entry["stderr"] = cal.stderr.get(n)
         else:
@@ -31,5 +35,12 @@ def calibrated_section(cal: Calibration, base_name: str, runs_info: list | None 
         if runs_info is not None:
             d.update(runs_info[i])
         runs.append(d)
-    return {"from": base_name, "engine": cal.engine, "fitted": list(cal.names), "constants": consts,
-            "runs": runs, "loo_log_residuals": cal.loo_log_residuals, "warnings": cal.warnings}
+    return {
+        "from": base_name,
+        "engine": cal.engine,
+        "fitted": list(cal.names),
+        "constants": consts,
+        "runs": runs,
+        "loo_log_residuals": cal.loo_log_residuals,
+        "warnings": cal.warnings,
+    }

@@ -83,22 +83,68 @@ class Constant:
 
 
 #: the constants a user's cluster changes, in the order reports list them
-CONSTANTS: dict[str, Constant] = {c.name: c for c in (
-    Constant("gemm_efficiency", "device", "gemm_efficiency", 0.3, 0.95,
-             meaning="fraction of BF16/FP16 peak a large GEMM sustains"),
-    Constant("fp8_gemm_efficiency", "device", "fp8_gemm_efficiency", 0.2, 0.95,
-             meaning="fraction of FP8 peak a large GEMM sustains"),
-    Constant("attention_efficiency", "device", "attention_efficiency", 0.2, 0.95,
-             meaning="fraction of BF16 peak a fused attention kernel sustains"),
-    Constant("mem_bw_efficiency", "device", "mem_bw_efficiency", 0.4, 0.98,
-             meaning="fraction of HBM bandwidth an element-wise kernel sustains"),
-    Constant("comm_compute_interference", "device", "comm_compute_interference", 0.0, 0.5, abs_scale=0.05,
-             meaning="compute throughput lost while an SM-based collective runs"),
-    Constant("intra_link_efficiency", "intra_link", "efficiency", 0.3, 1.0,
-             meaning="fraction of NVLink bandwidth collectives achieve"),
-    Constant("inter_link_efficiency", "inter_link", "efficiency", 0.3, 1.0,
-             meaning="fraction of NIC bandwidth collectives achieve"),
-)}
+CONSTANTS: dict[str, Constant] = {
+    c.name: c
+    for c in (
+        Constant(
+            "gemm_efficiency",
+            "device",
+            "gemm_efficiency",
+            0.3,
+            0.95,
+            meaning="fraction of BF16/FP16 peak a large GEMM sustains",
+        ),
+        Constant(
+            "fp8_gemm_efficiency",
+            "device",
+            "fp8_gemm_efficiency",
+            0.2,
+            0.95,
+            meaning="fraction of FP8 peak a large GEMM sustains",
+        ),
+        Constant(
+            "attention_efficiency",
+            "device",
+            "attention_efficiency",
+            0.2,
+            0.95,
+            meaning="fraction of BF16 peak a fused attention kernel sustains",
+        ),
+        Constant(
+            "mem_bw_efficiency",
+            "device",
+            "mem_bw_efficiency",
+            0.4,
+            0.98,
+            meaning="fraction of HBM bandwidth an element-wise kernel sustains",
+        ),
+        Constant(
+            "comm_compute_interference",
+            "device",
+            "comm_compute_interference",
+            0.0,
+            0.5,
+            abs_scale=0.05,
+            meaning="compute throughput lost while an SM-based collective runs",
+        ),
+        Constant(
+            "intra_link_efficiency",
+            "intra_link",
+            "efficiency",
+            0.3,
+            1.0,
+            meaning="fraction of NVLink bandwidth collectives achieve",
+        ),
+        Constant(
+            "inter_link_efficiency",
+            "inter_link",
+            "efficiency",
+            0.3,
+            1.0,
+            meaning="fraction of NIC bandwidth collectives achieve",
+        ),
+    )
+}
 
 
 def constant(name: str) -> Constant:
@@ -144,6 +190,7 @@ class MeasuredRun:
 def predict(run: MeasuredRun, cluster: ClusterSpec, engine: str = "analytic") -> float:
     """Predicted step time of ``run`` on ``cluster`` (sized to the run's GPUs)."""
     from costmodel.api import evaluate
+
     try:
         return evaluate(run.model, cluster.with_gpus(run.gpus), run.workload, run.config, engine=engine).step_time_s
     except SpecError as e:
@@ -156,6 +203,7 @@ def min_step_time_s(run: MeasuredRun, cluster: ClusterSpec) -> float:
     recompute) at the dense tensor-core peak of all its GPUs in its dtype. No implementation does
     fewer FLOPs or runs them faster, so a measured time below it is not this model on this cluster."""
     from costmodel.physics.kernels.flops import forward_flops_per_token
+
     flops = 3.0 * sum(forward_flops_per_token(run.model, 0)) * run.workload.tokens
     return flops / (run.gpus * cluster.device.peak_flops_per_s(run.workload.dtype))
 
@@ -165,10 +213,13 @@ def check_physical(runs, cluster: ClusterSpec) -> None:
     for r in runs:
         t = min_step_time_s(r, cluster)
         if r.measured_s < t:
-            raise CalibrationError(f"{r.label}: step_time_s", r.measured_s,
-                                   f"at least {t:.4g} s, the time its weight GEMMs alone take at the dense "
-                                   f"{r.workload.dtype} peak of {r.gpus} {cluster.device.name} GPUs (a faster run "
-                                   "is not this model, batch and cluster)")
+            raise CalibrationError(
+                f"{r.label}: step_time_s",
+                r.measured_s,
+                f"at least {t:.4g} s, the time its weight GEMMs alone take at the dense "
+                f"{r.workload.dtype} peak of {r.gpus} {cluster.device.name} GPUs (a faster run "
+                "is not this model, batch and cluster)",
+            )
 
 
 def _log_residuals(runs, cluster, engine) -> np.ndarray:
@@ -225,13 +276,17 @@ def select(S: np.ndarray, names, n_runs: int) -> Selection:
         if effect[n] < MIN_EFFECT:
             skipped[n] = f"a {_scale_text(n)} change moves these runs' predictions by under {100 * MIN_EFFECT:g}%"
         elif len(chosen) >= limit:
-            skipped[n] = (f"{n_runs} run{'s determine' if n_runs > 1 else ' determines'} at most {limit} "
-                          f"constant{'s' if limit > 1 else ''}")
+            skipped[n] = (
+                f"{n_runs} run{'s determine' if n_runs > 1 else ' determines'} at most {limit} "
+                f"constant{'s' if limit > 1 else ''}"
+            )
         else:
             c = _cond(S[:, chosen + [j]])
             if c > COND_MAX:
-                skipped[n] = (f"its effect on these runs is nearly that of {', '.join(names[i] for i in chosen)} "
-                              f"(condition {c:.0f} > {COND_MAX:g})")
+                skipped[n] = (
+                    f"its effect on these runs is nearly that of {', '.join(names[i] for i in chosen)} "
+                    f"(condition {c:.0f} > {COND_MAX:g})"
+                )
             else:
                 chosen.append(j)
                 cond = c
@@ -250,18 +305,24 @@ def check_request(requested, selection_all: Selection, S: np.ndarray, names, n_r
         constant(n)
     limit = max_constants(n_runs)
     if len(requested) > limit:
-        raise CalibrationError("fit", ",".join(requested),
-                               f"at most {limit} constant{'s' if limit > 1 else ''}: {n_runs} run{'s' if n_runs > 1 else ''} "
-                               f"cannot determine {len(requested)} (add runs, or fit fewer)")
+        raise CalibrationError(
+            "fit",
+            ",".join(requested),
+            f"at most {limit} constant{'s' if limit > 1 else ''}: {n_runs} run{'s' if n_runs > 1 else ''} "
+            f"cannot determine {len(requested)} (add runs, or fit fewer)",
+        )
     for n in requested:
         if selection_all.effect[n] < MIN_EFFECT:
             raise CalibrationError("fit", n, f"a constant these runs depend on ({selection_all.skipped[n]})")
     if len(requested) > 1:
         c = _cond(S[:, [names.index(n) for n in requested]])
         if c > COND_MAX:
-            raise CalibrationError("fit", ",".join(requested),
-                                   f"constants with distinguishable effects on these runs (condition {c:.0f} > "
-                                   f"{COND_MAX:g}; fit fewer, or add runs that stress them differently)")
+            raise CalibrationError(
+                "fit",
+                ",".join(requested),
+                f"constants with distinguishable effects on these runs (condition {c:.0f} > "
+                f"{COND_MAX:g}; fit fewer, or add runs that stress them differently)",
+            )
 
 
 # --------------------------------------------------------------------------- the fit
@@ -352,18 +413,21 @@ class Calibration:
     @property
     def warnings(self) -> list[str]:
         """One line per fitted constant that ended at its bound (the fit wanted a value beyond it)."""
-        return [f"{n} ended at its {side} bound {CONSTANTS[n].lo if side == 'lower' else CONSTANTS[n].hi:g}: "
-                f"these runs ask for a value past what the hardware allows, so the model misses something they "
-                f"do (check the settings read for them: attention kernel, recompute, overlap, dtype)"
-                for n, side in self.at_bounds.items()]
+        return [
+            f"{n} ended at its {side} bound {CONSTANTS[n].lo if side == 'lower' else CONSTANTS[n].hi:g}: "
+            f"these runs ask for a value past what the hardware allows, so the model misses something they "
+            f"do (check the settings read for them: attention kernel, recompute, overlap, dtype)"
+            for n, side in self.at_bounds.items()
+        ]
 
     @property
     def loo_log_residuals(self) -> list | None:
         return None if self.loo_errors is None else [math.log1p(e) for e in self.loo_errors]
 
 
-def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", loo: bool = True,
-        prior: float = PRIOR) -> Calibration:
+def fit(
+    runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", loo: bool = True, prior: float = PRIOR
+) -> Calibration:
     """Fit the constants ``runs`` determine (or exactly ``fit_names``, if the runs can) to their step times.
 
     Parameters
@@ -390,15 +454,18 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
         for n in auto.names:
             if n not in chosen:
                 skipped[n] = "not requested (--fit)"
-        selection = Selection(chosen, auto.effect, skipped,
-                              _cond(S[:, [names.index(n) for n in chosen]]))
+        selection = Selection(chosen, auto.effect, skipped, _cond(S[:, [names.index(n) for n in chosen]]))
     else:
         selection = auto
     before = {n: get_value(cluster, n) for n in CONSTANTS}
     err_before = [math.expm1(x) for x in _log_residuals(runs, cluster, engine)]
     if not selection.names:
-        raise CalibrationError("runs", len(runs), "runs whose predictions depend on at least one constant "
-                               f"({'; '.join(f'{k}: {v}' for k, v in auto.skipped.items())})")
+        raise CalibrationError(
+            "runs",
+            len(runs),
+            "runs whose predictions depend on at least one constant "
+            f"({'; '.join(f'{k}: {v}' for k, v in auto.skipped.items())})",
+        )
     x, r, J, it = _solve(runs, cluster, list(selection.names), engine, prior)
     check_reconciled(runs, [math.expm1(v) for v in r], selection.names)
     fitted = apply(cluster, dict(zip(selection.names, map(float, x))))
@@ -415,15 +482,24 @@ def fit(runs, cluster: ClusterSpec, fit_names=None, engine: str = "analytic", lo
         loo_errors = []
         k = max_constants(len(runs) - 1)
         for i in range(len(runs)):
-            rest = runs[:i] + runs[i + 1:]
+            rest = runs[:i] + runs[i + 1 :]
             xi, *_ = _solve(rest, cluster, list(selection.names[:k]), engine, prior)
             cl_i = apply(cluster, dict(zip(selection.names[:k], map(float, xi))))
             loo_errors.append(predict(runs[i], cl_i, engine) / runs[i].measured_s - 1)
     return Calibration(
-        cluster=fitted, names=selection.names, before=before,
-        after={n: get_value(fitted, n) for n in CONSTANTS}, stderr=stderr, selection=selection,
-        errors_before=err_before, errors_after=[math.expm1(v) for v in r], loo_errors=loo_errors,
-        engine=engine, iterations=it, labels=[run.label for run in runs])
+        cluster=fitted,
+        names=selection.names,
+        before=before,
+        after={n: get_value(fitted, n) for n in CONSTANTS},
+        stderr=stderr,
+        selection=selection,
+        errors_before=err_before,
+        errors_after=[math.expm1(v) for v in r],
+        loo_errors=loo_errors,
+        engine=engine,
+        iterations=it,
+        labels=[run.label for run in runs],
+    )
 
 
 def check_reconciled(runs, errors_after, names, tol: float = RECONCILE_TOL) -> None:
@@ -432,11 +508,12 @@ def check_reconciled(runs, errors_after, names, tol: float = RECONCILE_TOL) -> N
     hi = max(range(len(runs)), key=lambda i: errors_after[i])
     lo = min(range(len(runs)), key=lambda i: errors_after[i])
     if errors_after[hi] > tol and errors_after[lo] < -tol:
-        raise CalibrationError("runs", f"{runs[hi].label},{runs[lo].label}",
-                               f"runs that {', '.join(names)} can reconcile: after the fit {runs[hi].label} is "
-                               f"predicted {100 * errors_after[hi]:+.0f}% and {runs[lo].label} "
-                               f"{100 * errors_after[lo]:+.0f}%, opposite errors beyond +-{100 * tol:g}% (the "
-                               "runs differ in something the model does not read from them; check each run's "
-                               "settings, or calibrate them separately)")
-
-
+        raise CalibrationError(
+            "runs",
+            f"{runs[hi].label},{runs[lo].label}",
+            f"runs that {', '.join(names)} can reconcile: after the fit {runs[hi].label} is "
+            f"predicted {100 * errors_after[hi]:+.0f}% and {runs[lo].label} "
+            f"{100 * errors_after[lo]:+.0f}%, opposite errors beyond +-{100 * tol:g}% (the "
+            "runs differ in something the model does not read from them; check each run's "
+            "settings, or calibrate them separately)",
+        )

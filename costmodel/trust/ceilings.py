@@ -17,8 +17,13 @@ from functools import lru_cache
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "best_mfu.csv"
-FAMILY_CLASS = {"a100": "A100", "h100": "H100/H800/H200", "h800": "H100/H800/H200", "h200": "H100/H800/H200",
-                "b200": "B200"}
+FAMILY_CLASS = {
+    "a100": "A100",
+    "h100": "H100/H800/H200",
+    "h800": "H100/H800/H200",
+    "h200": "H100/H800/H200",
+    "b200": "B200",
+}
 
 
 @lru_cache(maxsize=1)
@@ -36,7 +41,9 @@ def best_published_mfu(family: str, dtype: str, moe: bool) -> tuple[float, str] 
     if not rows:
         return None
     r = max(rows, key=lambda r: float(r["best_mfu_pct"]))
-    return float(r["best_mfu_pct"]) / 100, f"{r['model']} on {r['num_gpus']} GPUs ({r['source_title']}, {r['source_location']})"
+    return float(
+        r["best_mfu_pct"]
+    ) / 100, f"{r['model']} on {r['num_gpus']} GPUs ({r['source_title']}, {r['source_location']})"
 
 
 def mfu_warning(mfu: float, family: str, dtype: str, moe: bool) -> str | None:
@@ -44,5 +51,7 @@ def mfu_warning(mfu: float, family: str, dtype: str, moe: bool) -> str | None:
     best = best_published_mfu(family, dtype, moe)
     if best is None or mfu <= best[0]:
         return None
-    return (f"predicted MFU {100 * mfu:.1f}% exceeds the best published {family.upper()} {dtype} "
-            f"{'MoE' if moe else 'dense'} MFU {100 * best[0]:.1f}% ({best[1]}): treat the prediction as optimistic")
+    return (
+        f"predicted MFU {100 * mfu:.1f}% exceeds the best published {family.upper()} {dtype} "
+        f"{'MoE' if moe else 'dense'} MFU {100 * best[0]:.1f}% ({best[1]}): treat the prediction as optimistic"
+    )

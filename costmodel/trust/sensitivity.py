@@ -76,11 +76,13 @@ def scaled(cluster: ClusterSpec, knob: str, factor: float, dtype: str = "bf16") 
     """``cluster`` with ``knob`` multiplied by ``factor`` (engine counts rounded, at least 1)."""
     dev = cluster.device
     if knob == "nvlink_bw":
-        return replace(cluster, intra_link=replace(cluster.intra_link,
-                                                   bw_bytes_per_s=cluster.intra_link.bw_bytes_per_s * factor))
+        return replace(
+            cluster, intra_link=replace(cluster.intra_link, bw_bytes_per_s=cluster.intra_link.bw_bytes_per_s * factor)
+        )
     if knob == "nic_bw":
-        return replace(cluster, inter_link=replace(cluster.inter_link,
-                                                   bw_bytes_per_s=cluster.inter_link.bw_bytes_per_s * factor))
+        return replace(
+            cluster, inter_link=replace(cluster.inter_link, bw_bytes_per_s=cluster.inter_link.bw_bytes_per_s * factor)
+        )
     if knob == "hbm_bw":
         return replace(cluster, device=replace(dev, hbm_bw_bytes_per_s=dev.hbm_bw_bytes_per_s * factor))
     if knob == "gemm_efficiency":
@@ -169,10 +171,17 @@ def _critical(run, cluster, knob: Knob, dtype: str, nominal: str, up: bool) -> C
     return None
 
 
-def sensitivity(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-                engine: str = "graph", knobs=None) -> list[SensitivityRow]:
+def sensitivity(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    config: ParallelConfig,
+    engine: str = "graph",
+    knobs=None,
+) -> list[SensitivityRow]:
     """One :class:`SensitivityRow` per knob (default all of :data:`KNOBS`) for a training plan."""
     from costmodel.api import evaluate
+
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     dtype = workload.dtype
@@ -189,15 +198,27 @@ def sensitivity(model: ModelSpec, cluster: ClusterSpec, workload: Workload, conf
         value = knob_value(cluster, knob.name, dtype)
         plus = min(1 + DELTA, _max_factor(cluster, knob.name, dtype))
         if knob.integer:  # +-20% of a small count, at least one engine either way
-            minus_c, plus_c = max(1, min(value - 1, round(value * (1 - DELTA)))), max(value + 1, round(value * (1 + DELTA)))
+            minus_c, plus_c = (
+                max(1, min(value - 1, round(value * (1 - DELTA)))),
+                max(value + 1, round(value * (1 + DELTA))),
+            )
             minus_f, plus = minus_c / value, plus_c / value
         else:
             minus_f = 1 - DELTA
-        rows.append(SensitivityRow(
-            knob=knob.name, label=knob.label, unit=knob.unit, value=value, step_s=base.step_time_s,
-            step_minus_s=run(scaled(cluster, knob.name, minus_f, dtype)).step_time_s,
-            step_plus_s=run(scaled(cluster, knob.name, plus, dtype)).step_time_s,
-            factor_minus=minus_f, factor_plus=plus, bottleneck=nominal,
-            critical_low=_critical(run, cluster, knob, dtype, nominal, up=False),
-            critical_high=_critical(run, cluster, knob, dtype, nominal, up=True)))
+        rows.append(
+            SensitivityRow(
+                knob=knob.name,
+                label=knob.label,
+                unit=knob.unit,
+                value=value,
+                step_s=base.step_time_s,
+                step_minus_s=run(scaled(cluster, knob.name, minus_f, dtype)).step_time_s,
+                step_plus_s=run(scaled(cluster, knob.name, plus, dtype)).step_time_s,
+                factor_minus=minus_f,
+                factor_plus=plus,
+                bottleneck=nominal,
+                critical_low=_critical(run, cluster, knob, dtype, nominal, up=False),
+                critical_high=_critical(run, cluster, knob, dtype, nominal, up=True),
+            )
+        )
     return rows

@@ -40,8 +40,9 @@ QUANTITY = {"ttft_ms": "ttft", "tpot_ms": "tpot", "tokens_per_s": "throughput", 
 def load_state(est) -> str:
     """``queued`` when more clients per replica than the engine admits, else ``admitted``."""
     s = est.serving
-    return "queued" if s.get("load") == "closed_loop" and s["admitted_per_replica"] < est.batch_per_replica \
-        else "admitted"
+    return (
+        "queued" if s.get("load") == "closed_loop" and s["admitted_per_replica"] < est.batch_per_replica else "admitted"
+    )
 
 
 @lru_cache(maxsize=1)
@@ -53,11 +54,17 @@ def _stored() -> tuple:
 
 def pool_for(quantity: str, engine: str, load: str, residuals) -> tuple[list[float], str]:
     """The residuals the band of one prediction is built from, and which backoff level gave them."""
-    for keys, label in (((quantity, engine, load), "quantity, engine, load"), ((quantity, None, load), "quantity, load"),
-                        ((quantity, None, None), "quantity")):
+    for keys, label in (
+        ((quantity, engine, load), "quantity, engine, load"),
+        ((quantity, None, load), "quantity, load"),
+        ((quantity, None, None), "quantity"),
+    ):
         q, e, lo = keys
-        pool = [r["log_residual"] for r in residuals if r["quantity"] == q and (e is None or r["engine"] == e)
-                and (lo is None or r["load"] == lo)]
+        pool = [
+            r["log_residual"]
+            for r in residuals
+            if r["quantity"] == q and (e is None or r["engine"] == e) and (lo is None or r["load"] == lo)
+        ]
         if len(pool) >= MIN_POOL:
             return pool, label
     return [r["log_residual"] for r in residuals if r["quantity"] == quantity], "quantity"
@@ -72,28 +79,35 @@ def band_log(quantity: str, engine: str, load: str, level: float = LEVEL, residu
     if not pool:
         return -z * NOISE_SD, z * NOISE_SD
     mean, half, _ = _interval(pool, level)
-    half = math.sqrt(half ** 2 + (z * NOISE_SD) ** 2)
+    half = math.sqrt(half**2 + (z * NOISE_SD) ** 2)
     return -mean - half, -mean + half
 
 
-def serving_bands(ttft_s: float, tpot_s: float, tokens_per_s: float, engine: str, load: str,
-                  level: float = LEVEL, residuals=None) -> dict:
+def serving_bands(
+    ttft_s: float, tpot_s: float, tokens_per_s: float, engine: str, load: str, level: float = LEVEL, residuals=None
+) -> dict:
     """80% bands of a serving estimate's TTFT and TPOT (ms) and output tokens/s, and their basis."""
     residuals = list(_stored() if residuals is None else residuals)
     out = {}
-    for name, value, q in (("ttft_ms", ttft_s * 1e3, "ttft"), ("tpot_ms", tpot_s * 1e3, "tpot"),
-                           ("tokens_per_s", tokens_per_s, "throughput")):
+    for name, value, q in (
+        ("ttft_ms", ttft_s * 1e3, "ttft"),
+        ("tpot_ms", tpot_s * 1e3, "tpot"),
+        ("tokens_per_s", tokens_per_s, "throughput"),
+    ):
         lo, hi = band_log(q, engine, load, level, residuals)
         out[name] = [value * math.exp(lo), value * math.exp(hi)]
     pools = {q: pool_for(q, engine, load, residuals) for q in ("ttft", "tpot", "throughput")}
-    out["basis"] = (f"{int(level * 100)}% prediction interval of the serving validation residuals "
-                    f"({', '.join(f'{q}: {len(p)} rows by {lab}' for q, (p, lab) in pools.items())}; "
-                    "in-sample, TensorRT-LLM-scheduled NVIDIA benchmarks only)")
+    out["basis"] = (
+        f"{int(level * 100)}% prediction interval of the serving validation residuals "
+        f"({', '.join(f'{q}: {len(p)} rows by {lab}' for q, (p, lab) in pools.items())}; "
+        "in-sample, TensorRT-LLM-scheduled NVIDIA benchmarks only)"
+    )
     return out
 
 
 def with_serving_bands(est):
     """``est`` (a :class:`~costmodel.serving.inference.InferenceEstimate`) with the 80% bands of its TTFT, TPOT and
     throughput: the one place a serving estimate gets its bands."""
-    return replace(est, bands=serving_bands(est.ttft_s, est.tpot_s, est.tokens_per_s, est.serving["engine"],
-                                            load_state(est)))
+    return replace(
+        est, bands=serving_bands(est.ttft_s, est.tpot_s, est.tokens_per_s, est.serving["engine"], load_state(est))
+    )

@@ -139,12 +139,17 @@ def zero_bucket(zero: int) -> str:
 
 
 def regime_keys(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig) -> dict:
-    return {"kind": "moe" if model.is_moe else "dense", "device": device_family(cluster),
-            "zero": zero_bucket(config.zero), "scale": scale_bucket(config.gpus)}
+    return {
+        "kind": "moe" if model.is_moe else "dense",
+        "device": device_family(cluster),
+        "zero": zero_bucket(config.zero),
+        "scale": scale_bucket(config.gpus),
+    }
 
 
-def regime_of(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-              engine: str = "analytic") -> Regime:
+def regime_of(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, engine: str = "analytic"
+) -> Regime:
     """The :class:`Regime` of a training plan, with its sensitivity to the uncertain constants.
 
     Costs 14 evaluations of the plan by ``engine`` (central differences of 7 constants).
@@ -152,18 +157,25 @@ def regime_of(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config
     if workload.mode != "train":
         raise SpecError("mode", workload.mode, "train (bands cover training steps)")
     from costmodel.trust.calibration import CONSTANTS, MeasuredRun, sensitivity_matrix
+
     names = [n for n in CONSTANTS if n not in cluster.calibrated_constants]
     run = MeasuredRun(model=model, workload=workload, config=config, measured_s=1.0, label="plan")
     S = sensitivity_matrix([run], cluster.with_gpus(config.gpus), names, engine)[0] if names else []
     by = tuple((n, float(s)) for n, s in zip(names, S))
     sd = math.sqrt(sum(s * s for _, s in by))
     from costmodel.trust.band_scope import mechanisms
-    return Regime(**regime_keys(model, cluster, config), sens_log_sd=sd,
-                  calibration_log_residuals=tuple(cluster.calibration_log_residuals),
-                  calibrated_constants=tuple(cluster.calibrated_constants), sens_by_constant=by,
-                  gpus=config.gpus, stack=cluster.stack, device_name=cluster.device.name,
-                  mechanisms=mechanisms(model.is_moe, config.ep, workload.dtype,
-                                               config.optimizer_offload_fraction > 0))
+
+    return Regime(
+        **regime_keys(model, cluster, config),
+        sens_log_sd=sd,
+        calibration_log_residuals=tuple(cluster.calibration_log_residuals),
+        calibrated_constants=tuple(cluster.calibrated_constants),
+        sens_by_constant=by,
+        gpus=config.gpus,
+        stack=cluster.stack,
+        device_name=cluster.device.name,
+        mechanisms=mechanisms(model.is_moe, config.ep, workload.dtype, config.optimizer_offload_fraction > 0),
+    )
 
 
 # --------------------------------------------------------------------------- residuals
@@ -229,6 +241,7 @@ def outside_band(residuals, level: float = LEVEL) -> tuple[float, float, int]:
 def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components=None) -> tuple:
     """``(lo, hi, notes)``: :func:`band_log`'s interval and the sentences saying what widened it."""
     from costmodel.trust.band_scope import scope
+
     if not 0 < level < 1:
         raise SpecError("level", level, "a fraction in (0, 1)")
     residuals = stored_residuals() if residuals is None else list(residuals)
@@ -239,15 +252,24 @@ def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components
     mean, half, _, _ = centre_and_spread(regime.keys(), residuals, level)  # the bias, then the spread about it
     z = _norm_ppf(0.5 + level / 2)
     sd_pool = half / z  # the spread as a normal sd, the unit of the scale drift
-    where = scope(regime.keys(), regime.gpus, regime.stack or "", regime.mechanisms, residuals, components,
-                  device_name=regime.device_name or None)
+    where = scope(
+        regime.keys(),
+        regime.gpus,
+        regime.stack or "",
+        regime.mechanisms,
+        residuals,
+        components,
+        device_name=regime.device_name or None,
+    )
     notes = list(where.notes)
     if where.outside:
         o_mean, o_half, n = outside_band(residuals, level)
         if o_half > half:  # never narrower than the plan's own (backed-off) pool
             mean, half = o_mean, o_half
-        notes.append(f"band of all {n} measured runs pooled, as a new source's error "
-                     f"(80% band +-{100 * (math.exp(half) - 1):.0f}% about its centre)")
+        notes.append(
+            f"band of all {n} measured runs pooled, as a new source's error "
+            f"(80% band +-{100 * (math.exp(half) - 1):.0f}% about its centre)"
+        )
     cal = list(regime.calibration_log_residuals)
     if len(cal) >= 3:
         mean, half = _calibrated_interval(cal, pool, level)
@@ -257,9 +279,11 @@ def band_detail(regime: Regime, level: float = LEVEL, residuals=None, components
     drift = DRIFT_PER_DOUBLING * sd_pool * math.log2(where.scale_ratio)
     comp = regime.completion_log_sd
     if comp > 0:
-        notes.append(f"unstated knobs: band widened by the spread of the plausible completions "
-                     f"(log sd {comp:.3f}: +-{100 * (math.exp(z * comp) - 1):.1f}% at 80%)")
-    half = math.sqrt(half ** 2 + (z * drift) ** 2 + (z * comp) ** 2)  # beyond what any residual holds
+        notes.append(
+            f"unstated knobs: band widened by the spread of the plausible completions "
+            f"(log sd {comp:.3f}: +-{100 * (math.exp(z * comp) - 1):.1f}% at 80%)"
+        )
+    half = math.sqrt(half**2 + (z * drift) ** 2 + (z * comp) ** 2)  # beyond what any residual holds
     # residual = ln(pred/meas): measured = predicted * exp(-residual); the estimate stays inside
     return min(-mean - half, 0.0), max(-mean + half, 0.0), tuple(notes)
 
@@ -274,8 +298,9 @@ def pool_bias(regime: Regime, residuals=None) -> tuple[float, int, dict]:
     return -sum(pool) / len(pool), len(pool), keys
 
 
-def bias_note(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, estimate_s: float,
-              band_s: tuple[float, float]) -> str | None:
+def bias_note(
+    model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, estimate_s: float, band_s: tuple[float, float]
+) -> str | None:
     """A sentence when ``band_s`` lies on one side of the estimate (its regime's validation runs
     measured consistently slower or faster than predicted), else None."""
     lo, hi = band_s
@@ -285,8 +310,10 @@ def bias_note(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, es
     bias, n, keys = pool_bias(Regime(**regime_keys(model, cl, config)))
     where = ", ".join(f"{k}={v}" for k, v in keys.items()) or "all regimes"
     side = "slower" if bias > 0 else "faster"
-    return (f"the 80% band lies {'above' if bias > 0 else 'below'} the estimate: validation runs like this one "
-            f"({where}; {n} rows) measured {100 * abs(math.expm1(bias)):.0f}% {side} than predicted on average")
+    return (
+        f"the 80% band lies {'above' if bias > 0 else 'below'} the estimate: validation runs like this one "
+        f"({where}; {n} rows) measured {100 * abs(math.expm1(bias)):.0f}% {side} than predicted on average"
+    )
 
 
 def band_log(regime: Regime, level: float = LEVEL, residuals=None, components=None) -> tuple[float, float]:
@@ -306,13 +333,21 @@ def derived_bands(estimate, step_band: tuple[float, float]) -> dict:
     """Bands of tokens/s and MFU implied by a step-time band (both scale with 1 / step time)."""
     lo, hi = step_band
     t = estimate.step_time_s
-    return {"step_time_band_s": [lo, hi],
-            "tokens_per_s_band": [estimate.tokens_per_s * t / hi, estimate.tokens_per_s * t / lo],
-            "mfu_band": [estimate.mfu * t / hi, estimate.mfu * t / lo]}
+    return {
+        "step_time_band_s": [lo, hi],
+        "tokens_per_s_band": [estimate.tokens_per_s * t / hi, estimate.tokens_per_s * t / lo],
+        "mfu_band": [estimate.mfu * t / hi, estimate.mfu * t / lo],
+    }
 
 
-def assess(model: ModelSpec, cluster: ClusterSpec, workload: Workload, estimate, level: float = LEVEL,
-           completion_log_sd: float = 0.0) -> tuple:
+def assess(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    estimate,
+    level: float = LEVEL,
+    completion_log_sd: float = 0.0,
+) -> tuple:
     """``(lo_s, hi_s, notes)``: the band of a training plan's estimate and the sentences saying where
     it rests on unstated choices or lies beyond the data. The one entry point of ``evaluate``,
     ``recommend`` (and ``--baseline``) and ``sweep``."""

@@ -32,15 +32,21 @@ NAME = "evaluate"
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        NAME, help="predict step time, throughput, MFU, memory and overlap of one plan",
-        description=__doc__.splitlines()[0].split(": ", 1)[1])
+        NAME,
+        help="predict step time, throughput, MFU, memory and overlap of one plan",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
     add_problem_args(p, infer=True)
     add_config_args(p, dispatcher=True)
     add_completion_args(p)
     add_inference_args(p, engine=True)
-    p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
-                   help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
-                        "config (deepspeed) or torchtitan settings for PyTorch FSDP2 (fsdp2)")
+    p.add_argument(
+        "--emit",
+        type=choice_arg("emit", FORMATS),
+        metavar="{" + ",".join(FORMATS) + "}",
+        help="print the plan as Megatron-LM arguments (megatron, the stage split included), a DeepSpeed "
+        "config (deepspeed) or torchtitan settings for PyTorch FSDP2 (fsdp2)",
+    )
     add_flop_args(p)
     add_output_args(p)
     return p
@@ -49,14 +55,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def add_completion_args(p: argparse.ArgumentParser) -> None:
     """How the knobs a command line leaves out are filled (``evaluate`` and ``explain`` alike):
     ``--framework-defaults`` and the framework's own configuration inputs."""
-    p.add_argument("--framework-defaults", action="store_true",
-                   help="fill the tuning knobs you do not state (mb, vp, sp, zero, recompute, bucket, chunks, the "
-                        "stage split) with the framework's own defaults; without it they are chosen as recommend "
-                        "would, with everything you state pinned (the output lists what was chosen)")
+    p.add_argument(
+        "--framework-defaults",
+        action="store_true",
+        help="fill the tuning knobs you do not state (mb, vp, sp, zero, recompute, bucket, chunks, the "
+        "stage split) with the framework's own defaults; without it they are chosen as recommend "
+        "would, with everything you state pinned (the output lists what was chosen)",
+    )
     g = p.add_argument_group("the framework's own configuration (literal: what it omits is the framework's default)")
-    g.add_argument("--megatron-args", metavar="LINE|@FILE",
-                   help="Megatron-LM arguments (--tensor-model-parallel-size 8 ...), @file or a file path; with the "
-                        "model's shape arguments --model may be left out")
+    g.add_argument(
+        "--megatron-args",
+        metavar="LINE|@FILE",
+        help="Megatron-LM arguments (--tensor-model-parallel-size 8 ...), @file or a file path; with the "
+        "model's shape arguments --model may be left out",
+    )
     g.add_argument("--deepspeed-config", metavar="FILE", help="DeepSpeed JSON config (ds.json)")
     g.add_argument("--torchtitan-config", metavar="FILE", help="torchtitan v0.2.2 job TOML (as --emit fsdp2 writes)")
     for a in p._actions:  # the Megatron line may state the model
@@ -64,8 +76,17 @@ def add_completion_args(p: argparse.ArgumentParser) -> None:
             a.required = False
 
 
-INFER_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "engine", "max_seqs",
-              "request_rate")
+INFER_ONLY = (
+    "input_len",
+    "output_len",
+    "kv_dtype",
+    "prefill_tokens",
+    "ttft_ms",
+    "tpot_ms",
+    "engine",
+    "max_seqs",
+    "request_rate",
+)
 
 
 def _run_infer(args: argparse.Namespace) -> int:
@@ -112,8 +133,13 @@ def run(args: argparse.Namespace) -> int:
         if args.emit:
             refuse_unless_runnable(args.emit, config)
         if args.emit == "megatron":
-            d["megatron_args"] = [t for a in megatron_args(config, workload.global_batch, model.layers,
-                                                            workload.dtype, model.is_moe, model.mtp_layers) for t in a]
+            d["megatron_args"] = [
+                t
+                for a in megatron_args(
+                    config, workload.global_batch, model.layers, workload.dtype, model.is_moe, model.mtp_layers
+                )
+                for t in a
+            ]
             d["megatron_model_args"] = model_args_tokens(model, config, workload)  # architecture + attention
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)
@@ -136,9 +162,15 @@ def run(args: argparse.Namespace) -> int:
 
 def source_line(source: dict) -> str:
     """Where each knob came from (``from the Megatron line: tp=8 ...; framework defaults: ...``)."""
-    parts = [f"{where}: " + " ".join(f"{k}={_fmt(v)}" for k, v in source[key].items())
-             for key, where in (("stated", "from " + source["from"]), ("flags", "from the planner's flags"),
-                                ("framework_defaults", "framework defaults")) if source[key]]
+    parts = [
+        f"{where}: " + " ".join(f"{k}={_fmt(v)}" for k, v in source[key].items())
+        for key, where in (
+            ("stated", "from " + source["from"]),
+            ("flags", "from the planner's flags"),
+            ("framework_defaults", "framework defaults"),
+        )
+        if source[key]
+    ]
     return "; ".join(parts)
 
 

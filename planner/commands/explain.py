@@ -35,22 +35,31 @@ NAME = "explain"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(NAME, help="overlap table per strategy, with the blocking prerequisite; "
-                                         "Chrome trace / Gantt of one step",
-                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p = subparsers.add_parser(
+        NAME,
+        help="overlap table per strategy, with the blocking prerequisite; Chrome trace / Gantt of one step",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
     add_problem_args(p, infer=True)
     add_config_args(p, dispatcher=True)
     add_completion_args(p)
     add_inference_args(p, targets=False)
     g = p.add_argument_group("timeline")
     g.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of one step of one stage")
-    g.add_argument("--gantt", metavar="FILE.png", help="draw the same timeline as a PNG, SVG or PDF "
-                                                      "(by the file's suffix; needs matplotlib)")
-    g.add_argument("--stage", type=int_arg("stage", 0), metavar="I",
-                   help="pipeline stage to trace (default: the slowest)")
-    p.add_argument("--sensitivity", action="store_true",
-                   help="step time at +-20%% of NVLink, NIC and HBM bandwidth, GEMM efficiency and DMA engine "
-                        "count, and the values where the plan's bottleneck changes (training)")
+    g.add_argument(
+        "--gantt",
+        metavar="FILE.png",
+        help="draw the same timeline as a PNG, SVG or PDF (by the file's suffix; needs matplotlib)",
+    )
+    g.add_argument(
+        "--stage", type=int_arg("stage", 0), metavar="I", help="pipeline stage to trace (default: the slowest)"
+    )
+    p.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="step time at +-20%% of NVLink, NIC and HBM bandwidth, GEMM efficiency and DMA engine "
+        "count, and the values where the plan's bottleneck changes (training)",
+    )
     add_output_args(p)
     return p
 
@@ -63,9 +72,15 @@ def check_output(flag: str, path: str, suffixes: tuple = ()) -> None:
     """Refuse, before any work, an output path that cannot be written as asked (SpecError naming the flag)."""
     field = flag.lstrip("-")
     if os.path.isdir(path):
-        raise SpecError(field, path, f"a file path, not a directory ({flag} {os.path.join(path, 'step' + (suffixes or ('.json',))[0])})")
+        raise SpecError(
+            field,
+            path,
+            f"a file path, not a directory ({flag} {os.path.join(path, 'step' + (suffixes or ('.json',))[0])})",
+        )
     if suffixes and os.path.splitext(path)[1].lower() not in suffixes:
-        raise SpecError(field, path, f"a file name ending in {', '.join(suffixes[:-1])} or {suffixes[-1]} ({flag} FILE.png)")
+        raise SpecError(
+            field, path, f"a file name ending in {', '.join(suffixes[:-1])} or {suffixes[-1]} ({flag} FILE.png)"
+        )
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise SpecError(field, path, f"a path in an existing directory ({flag}: no directory {parent})")
@@ -114,24 +129,37 @@ def run(args: argparse.Namespace) -> int:
     sens = _sensitivity(args, model, cluster, workload, config)
     trust = _trust(plan)
     if args.json:
-        print_json({"status": "ok", "model": model_json(model), "config": {**config.to_dict(), "sp": config.sp_on},
-                    "layout": str(layout_of(model, config)),
-                    "overlap": rows, "tp_feasibility": tp, "written": written,
-                    "dma_assignment": dma_assignment_json(model, cluster, workload, config),
-                    "stack": stack_json(cluster), **{k: v for k, v in trust.items() if not k.startswith("_")},
-                    **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {})})
+        print_json(
+            {
+                "status": "ok",
+                "model": model_json(model),
+                "config": {**config.to_dict(), "sp": config.sp_on},
+                "layout": str(layout_of(model, config)),
+                "overlap": rows,
+                "tp_feasibility": tp,
+                "written": written,
+                "dma_assignment": dma_assignment_json(model, cluster, workload, config),
+                "stack": stack_json(cluster),
+                **{k: v for k, v in trust.items() if not k.startswith("_")},
+                **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {}),
+            }
+        )
         return 0
-    print(f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
-          f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
-          f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks} "
-          f"zero={config.zero} recompute={config.recompute} bucket_mb={config.bucket_bytes / 1e6:g}"
-          + (f" layout={layout_of(model, config)}" if config.pp > 1 else "") + "\n")
+    print(
+        f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name}, {workload.mode}, "
+        f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
+        f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks} "
+        f"zero={config.zero} recompute={config.recompute} bucket_mb={config.bucket_bytes / 1e6:g}"
+        + (f" layout={layout_of(model, config)}" if config.pp > 1 else "")
+        + "\n"
+    )
     print(format_explain(rows))
     print(stack_line(cluster))
     for line in _trust_lines(trust):
         print(line)
     if sens is not None:
         from ..sensitivity_report import sensitivity_text
+
         print("\n" + sensitivity_text(sens))
     for path in written:
         print(f"wrote {path}")
@@ -156,9 +184,16 @@ def _trust(plan) -> dict:
     if plan is None:
         return {}
     est = with_trust(plan.estimate, plan.model, plan.cluster, plan.workload, completion_log_sd=plan.spread)
-    out = {"step_time_s": est.step_time_s, "engine": est.engine, "step_time_band_s": list(est.step_time_band_s),
-           "band_notes": list(est.band_notes), "chosen": dict(plan.chosen), "chosen_how": plan.chosen_how,
-           "completion_spread_log_sd": plan.spread, "_chosen_line": chosen_line(plan)}
+    out = {
+        "step_time_s": est.step_time_s,
+        "engine": est.engine,
+        "step_time_band_s": list(est.step_time_band_s),
+        "band_notes": list(est.band_notes),
+        "chosen": dict(plan.chosen),
+        "chosen_how": plan.chosen_how,
+        "completion_spread_log_sd": plan.spread,
+        "_chosen_line": chosen_line(plan),
+    }
     if plan.source is not None:
         out["config_source"] = plan.source
     return out
@@ -168,11 +203,13 @@ def _trust_lines(trust: dict) -> list[str]:
     lines = []
     if "step_time_s" in trust:
         lo, hi = trust["step_time_band_s"]
-        lines.append(f"step time {trust['step_time_s']:.4g} s ({trust['engine']} engine), 80% band "
-                     f"{lo:.4g} - {hi:.4g} s")
+        lines.append(
+            f"step time {trust['step_time_s']:.4g} s ({trust['engine']} engine), 80% band {lo:.4g} - {hi:.4g} s"
+        )
         lines += [f"  band: {n}" for n in trust["band_notes"]]
     if trust.get("config_source") is not None:
         from .evaluate import source_line
+
         lines.append(source_line(trust["config_source"]))
     if trust.get("_chosen_line"):
         lines.append(trust["_chosen_line"])
@@ -185,6 +222,8 @@ def _sensitivity(args, model, cluster, workload, config):
         return None
     if workload.mode != "train":
         from costmodel.spec.errors import SpecError
+
         raise SpecError("sensitivity", True, "used with training plans (--mode train)")
     from costmodel.trust.sensitivity import sensitivity
+
     return sensitivity(model, cluster, workload, config)

@@ -16,14 +16,16 @@ DESCRIPTION_CHARS = 72
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= DESCRIPTION_CHARS else text[:DESCRIPTION_CHARS - 3].rstrip() + "..."
+    return text if len(text) <= DESCRIPTION_CHARS else text[: DESCRIPTION_CHARS - 3].rstrip() + "..."
+
 
 NAME = "presets"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(NAME, help="list model and cluster presets",
-                              description=__doc__.split(": ", 1)[1].strip())
+    p = subparsers.add_parser(
+        NAME, help="list model and cluster presets", description=__doc__.split(": ", 1)[1].strip()
+    )
     add_output_args(p)
     return p
 
@@ -33,10 +35,18 @@ def models() -> list[dict]:
     out = []
     for name in preset_names("models"):
         m = load_model(name)
-        out.append({"name": name, "params_b": round(m.params / 1e9, 2),
-                    "active_params_b": round(m.active_params / 1e9, 2), "layers": m.layers,
-                    "hidden": m.hidden, "heads": m.heads, "experts": m.experts,
-                    "description": preset_info("models", name).get("description", "")})
+        out.append(
+            {
+                "name": name,
+                "params_b": round(m.params / 1e9, 2),
+                "active_params_b": round(m.active_params / 1e9, 2),
+                "layers": m.layers,
+                "hidden": m.hidden,
+                "heads": m.heads,
+                "experts": m.experts,
+                "description": preset_info("models", name).get("description", ""),
+            }
+        )
     return out
 
 
@@ -45,10 +55,16 @@ def clusters() -> list[dict]:
     out = []
     for name in preset_names("clusters"):
         c = load_cluster(name)
-        out.append({"name": name, "device": c.device.name, "gpus_per_node": c.gpus_per_node,
-                    "peak_bf16_tflops": round(c.device.peak_bf16_flops_per_s / TFLOPS, 1),
-                    "hbm_gib": round(c.device.hbm_bytes / GiB, 1),
-                    "description": preset_info("clusters", name).get("description", "")})
+        out.append(
+            {
+                "name": name,
+                "device": c.device.name,
+                "gpus_per_node": c.gpus_per_node,
+                "peak_bf16_tflops": round(c.device.peak_bf16_flops_per_s / TFLOPS, 1),
+                "hbm_gib": round(c.device.hbm_bytes / GiB, 1),
+                "description": preset_info("clusters", name).get("description", ""),
+            }
+        )
     return out
 
 
@@ -58,12 +74,40 @@ def run(args: argparse.Namespace) -> int:
         print_json({"models": ms, "clusters": cs})
         return 0
     print("models (--model NAME)")
-    print(table(["name", "params B", "active B", "layers", "hidden", "heads", "experts", "description"],
-                [[m["name"], m["params_b"], m["active_params_b"], m["layers"], m["hidden"], m["heads"],
-                  m["experts"], _short(m["description"])] for m in ms]))
+    print(
+        table(
+            ["name", "params B", "active B", "layers", "hidden", "heads", "experts", "description"],
+            [
+                [
+                    m["name"],
+                    m["params_b"],
+                    m["active_params_b"],
+                    m["layers"],
+                    m["hidden"],
+                    m["heads"],
+                    m["experts"],
+                    _short(m["description"]),
+                ]
+                for m in ms
+            ],
+        )
+    )
     print()
     print("clusters (--cluster NAME)")
-    print(table(["name", "device", "GPUs/node", "BF16 TFLOP/s", "HBM GiB", "description"],
-                [[c["name"], c["device"], c["gpus_per_node"], c["peak_bf16_tflops"], c["hbm_gib"],
-                  _short(c["description"])] for c in cs]))
+    print(
+        table(
+            ["name", "device", "GPUs/node", "BF16 TFLOP/s", "HBM GiB", "description"],
+            [
+                [
+                    c["name"],
+                    c["device"],
+                    c["gpus_per_node"],
+                    c["peak_bf16_tflops"],
+                    c["hbm_gib"],
+                    _short(c["description"]),
+                ]
+                for c in cs
+            ],
+        )
+    )
     return 0

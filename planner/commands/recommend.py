@@ -19,8 +19,16 @@ from costmodel.spec.errors import SpecError
 from costmodel.trust.memory_margin import MEMORY_MARGIN
 
 from .. import api, recommend_infer
-from ..args import (_converter, add_config_args, add_flop_args, add_output_args, add_problem_args, choice_arg,
-                    float_arg, int_arg)
+from ..args import (
+    _converter,
+    add_config_args,
+    add_flop_args,
+    add_output_args,
+    add_problem_args,
+    choice_arg,
+    float_arg,
+    int_arg,
+)
 from ..emit import FORMATS, refuse_unstated_gradients
 from ..flags import constraints_from_args, framework_from_args, plan_options, problem_from_args
 from ..flags import problem_of  # noqa: F401  (benchmarks/evaluate_partial.py imports it from here)
@@ -33,43 +41,84 @@ MAX_TOP = 50
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(NAME, help="find the best plan (CP-SAT, proven optimal) and explain it",
-                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p = subparsers.add_parser(
+        NAME,
+        help="find the best plan (CP-SAT, proven optimal) and explain it",
+        description=__doc__.splitlines()[0].split(": ", 1)[1],
+    )
     add_problem_args(p, infer=True)
     add_config_args(p, dispatcher=True)
     recommend_infer.add_arguments(p)
     g = p.add_argument_group("search")
-    g.add_argument("--time-limit", type=float_arg("time_limit", 0.01), default=10.0, metavar="SECONDS",
-                   help="CP-SAT time limit (default: %(default)s)")
+    g.add_argument(
+        "--time-limit",
+        type=float_arg("time_limit", 0.01),
+        default=10.0,
+        metavar="SECONDS",
+        help="CP-SAT time limit (default: %(default)s)",
+    )
     g.add_argument("--workers", type=int_arg("workers"), default=2, metavar="N", help="CP-SAT workers (default: 2)")
     g.add_argument("--seed", type=int_arg("seed", 0), default=0, metavar="N", help="CP-SAT random seed (default: 0)")
-    g.add_argument("--top", type=_converter("top", int, f"an integer from 1 to {MAX_TOP}", lambda v: 1 <= v <= MAX_TOP),
-                   default=1, metavar="K", help=f"also show the next K-1 plans (K at most {MAX_TOP})")
+    g.add_argument(
+        "--top",
+        type=_converter("top", int, f"an integer from 1 to {MAX_TOP}", lambda v: 1 <= v <= MAX_TOP),
+        default=1,
+        metavar="K",
+        help=f"also show the next K-1 plans (K at most {MAX_TOP})",
+    )
     g.add_argument("--pp-max", type=int_arg("pp_max"), metavar="N", help="largest pipeline-parallel degree")
     g.add_argument("--tp-max", type=int_arg("tp_max"), metavar="N", help="largest tensor-parallel degree")
     g.add_argument("--no-zero3", action="store_true", help="exclude ZeRO-3")
-    g.add_argument("--headroom-gib", type=float_arg("headroom_gib"), default=0.0, metavar="GIB",
-                   help="HBM to keep free on every GPU (default: 0)")
-    g.add_argument("--memory-margin", type=_converter("memory_margin", float, "a fraction from 0 to 0.5",
-                                                      lambda v: 0.0 <= v <= 0.5),
-                   default=MEMORY_MARGIN, metavar="FRACTION",
-                   help="prefer a plan whose predicted peak stays this fraction below the usable HBM when it "
-                        "costs no more than the re-score band (default: %(default)g, the memory model's largest "
-                        "measured under-prediction; 0: no preference; the fit test stays --headroom-gib)")
+    g.add_argument(
+        "--headroom-gib",
+        type=float_arg("headroom_gib"),
+        default=0.0,
+        metavar="GIB",
+        help="HBM to keep free on every GPU (default: 0)",
+    )
+    g.add_argument(
+        "--memory-margin",
+        type=_converter("memory_margin", float, "a fraction from 0 to 0.5", lambda v: 0.0 <= v <= 0.5),
+        default=MEMORY_MARGIN,
+        metavar="FRACTION",
+        help="prefer a plan whose predicted peak stays this fraction below the usable HBM when it "
+        "costs no more than the re-score band (default: %(default)g, the memory model's largest "
+        "measured under-prediction; 0: no preference; the fit test stays --headroom-gib)",
+    )
     g.add_argument("--tp-across-nodes", action="store_true", help="allow tensor parallelism to span nodes")
-    g.add_argument("--mb-max", type=int_arg("mb_max"), default=16, metavar="N",
-                   help="largest micro-batch considered (default: %(default)s)")
-    g.add_argument("--vp-max", type=int_arg("vp_max"), default=8, metavar="N",
-                   help="largest interleave factor considered (default: %(default)s)")
-    g.add_argument("--robust", action="store_true",
-                   help="minimise the worst step time over scenarios of the uncertain constants (compute, "
-                        "network and interference one typical error slower, and all together)")
-    p.add_argument("--baseline", metavar="PLAN",
-                   help='your current plan, "tp=8,pp=8,mb=1,..." or a Megatron-LM argument line: evaluated and '
-                        "compared with the recommendation against the model's 80%% band")
-    p.add_argument("--emit", type=choice_arg("emit", FORMATS), metavar="{" + ",".join(FORMATS) + "}",
-                   help="print the best plan as Megatron-LM arguments (megatron), a DeepSpeed config (deepspeed) "
-                        "or torchtitan settings for PyTorch FSDP2 (fsdp2)")
+    g.add_argument(
+        "--mb-max",
+        type=int_arg("mb_max"),
+        default=16,
+        metavar="N",
+        help="largest micro-batch considered (default: %(default)s)",
+    )
+    g.add_argument(
+        "--vp-max",
+        type=int_arg("vp_max"),
+        default=8,
+        metavar="N",
+        help="largest interleave factor considered (default: %(default)s)",
+    )
+    g.add_argument(
+        "--robust",
+        action="store_true",
+        help="minimise the worst step time over scenarios of the uncertain constants (compute, "
+        "network and interference one typical error slower, and all together)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="PLAN",
+        help='your current plan, "tp=8,pp=8,mb=1,..." or a Megatron-LM argument line: evaluated and '
+        "compared with the recommendation against the model's 80%% band",
+    )
+    p.add_argument(
+        "--emit",
+        type=choice_arg("emit", FORMATS),
+        metavar="{" + ",".join(FORMATS) + "}",
+        help="print the best plan as Megatron-LM arguments (megatron), a DeepSpeed config (deepspeed) "
+        "or torchtitan settings for PyTorch FSDP2 (fsdp2)",
+    )
     add_flop_args(p)
     add_output_args(p)
     return p
@@ -90,11 +139,24 @@ def run(args: argparse.Namespace) -> int:
     # reading the problem took is deducted, and a tenth (at most 1 s) is kept for building and printing the plans
     started = getattr(args, "started_s", None)
     deadline = (time.perf_counter() if started is None else started) + args.time_limit - min(1.0, 0.1 * args.time_limit)
-    result = api.recommend(model, cluster, workload, framework=framework_from_args(args), grad_dtype=grad_dtype,
-                           plan_options=dict(plan_options(args)), workers=args.workers, seed=args.seed,
-                           top_k=_asked(args.top), robust=args.robust, rescore=not args.robust,
-                           memory_margin=args.memory_margin, mfu_convention=args.mfu_convention, refuse_pins=True,
-                           deadline=deadline, **constraints_from_args(args))
+    result = api.recommend(
+        model,
+        cluster,
+        workload,
+        framework=framework_from_args(args),
+        grad_dtype=grad_dtype,
+        plan_options=dict(plan_options(args)),
+        workers=args.workers,
+        seed=args.seed,
+        top_k=_asked(args.top),
+        robust=args.robust,
+        rescore=not args.robust,
+        memory_margin=args.memory_margin,
+        mfu_convention=args.mfu_convention,
+        refuse_pins=True,
+        deadline=deadline,
+        **constraints_from_args(args),
+    )
     return render(result, args, model, cluster, workload)
 
 

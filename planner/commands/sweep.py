@@ -49,8 +49,11 @@ GRID_FLAGS = (
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(NAME, help="plan a grid of models x clusters x GPUs x batches x sequences",
-                              description=__doc__.split(": ", 1)[1].strip())
+    p = subparsers.add_parser(
+        NAME,
+        help="plan a grid of models x clusters x GPUs x batches x sequences",
+        description=__doc__.split(": ", 1)[1].strip(),
+    )
     g = p.add_argument_group("grid (comma-separated values; the product is swept)")
     g.add_argument("--grid", metavar="FILE", help="YAML/JSON file with the same keys (global_batch or global-batch)")
     for flag, key, text in GRID_FLAGS:
@@ -58,8 +61,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r = p.add_argument_group("running")
     r.add_argument("--out", metavar="DIR", help="results directory (created; resumed when it has results)")
     r.add_argument("--workers", type=int_arg("workers"), metavar="N", help="parallel cases (default: all cores)")
-    r.add_argument("--backend", type=choice_arg("backend", BACKENDS), metavar="{" + ",".join(BACKENDS) + "}",
-                   help="local process pool (default) or Ray")
+    r.add_argument(
+        "--backend",
+        type=choice_arg("backend", BACKENDS),
+        metavar="{" + ",".join(BACKENDS) + "}",
+        help="local process pool (default) or Ray",
+    )
     r.add_argument("--address", metavar="ADDR", help="with --backend ray: join this cluster (or 'auto')")
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     r.add_argument("--plots", action="store_true", help="also draw the plots into DIR/plots (needs matplotlib)")
@@ -98,14 +105,21 @@ def run(args: argparse.Namespace) -> int:
     out = Path(opts["out"])
     try:
         with _sigterm_raises():
-            summary = run_sweep(cases, opts["out"], workers=opts.get("workers"),
-                                backend=opts.get("backend", "local"), address=opts.get("address"),
-                                progress=args.progress)
+            summary = run_sweep(
+                cases,
+                opts["out"],
+                workers=opts.get("workers"),
+                backend=opts.get("backend", "local"),
+                address=opts.get("address"),
+                progress=args.progress,
+            )
     except KeyboardInterrupt as e:
         ids = {c.id for c in cases}
         written = len({r["case_id"] for r in ResultStore(out).read() if r.get("case_id") in ids})
-        print(f"planner: interrupted: {written} of {len(cases)} cases written to {out}; "
-              "rerun the same command to resume", file=sys.stderr)
+        print(
+            f"planner: interrupted: {written} of {len(cases)} cases written to {out}; rerun the same command to resume",
+            file=sys.stderr,
+        )
         return 128 + (e.signum if isinstance(e, SweepInterrupted) else signal.SIGINT)
     ids = {c.id for c in cases}
     mine = [r for r in ResultStore(out).read() if r.get("case_id") in ids]
@@ -114,21 +128,27 @@ def run(args: argparse.Namespace) -> int:
     plots = []
     if args.plots:
         from ..sweep.plots import plot_sweep
+
         plots = [str(p) for p in plot_sweep(out, out / "plots")]
     if args.json:
         extra = {"dma_engines": [x.to_dict() for x in series]} if series else {}
-        print_json({**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots, **trust,
-                    **extra})
+        print_json(
+            {**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots, **trust, **extra}
+        )
         return 0
     s = summary
-    print(f"{s.total} cases: {s.ok} ok, {s.infeasible} infeasible, {s.unsolved} unsolved, {s.error} error, "
-          f"{s.crashed} crashed "
-          f"({s.resumed} already done, {s.ran} run in {s.wall_s:.1f} s on {s.backend} with {s.workers} workers)")
+    print(
+        f"{s.total} cases: {s.ok} ok, {s.infeasible} infeasible, {s.unsolved} unsolved, {s.error} error, "
+        f"{s.crashed} crashed "
+        f"({s.resumed} already done, {s.ran} run in {s.wall_s:.1f} s on {s.backend} with {s.workers} workers)"
+    )
     print(f"results: {out / CSV}  {out / JSONL}")
     if trust["stacks"]:
-        print(f"assumed: stack {', '.join(trust['stacks'])}; every knob chosen by the search (the plan columns); "
-              f"{trust['extrapolating_cases']} of {trust['banded_cases']} banded cases extrapolate beyond the "
-              "measured data (column band_notes says where)")
+        print(
+            f"assumed: stack {', '.join(trust['stacks'])}; every knob chosen by the search (the plan columns); "
+            f"{trust['extrapolating_cases']} of {trust['banded_cases']} banded cases extrapolate beyond the "
+            "measured data (column band_notes says where)"
+        )
     for p in plots:
         print(f"plot: {p}")
     if series:  # a --dma-engines axis: how the best plan and T_comm <= T_compute change with the count
@@ -163,8 +183,11 @@ def assumptions(rows) -> dict:
     ok = [r for r in rows if r.get("status") == "ok"]
     banded = [r for r in ok if r.get("band_notes")]
     beyond = [r for r in banded if any(not n.startswith("within the data") for n in _notes(r["band_notes"]))]
-    return {"stacks": sorted({r["stack"] for r in ok if r.get("stack")}), "banded_cases": len(banded),
-            "extrapolating_cases": len(beyond)}
+    return {
+        "stacks": sorted({r["stack"] for r in ok if r.get("stack")}),
+        "banded_cases": len(banded),
+        "extrapolating_cases": len(beyond),
+    }
 
 
 def _notes(value) -> list:

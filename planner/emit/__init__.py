@@ -47,12 +47,21 @@ from .megatron import megatron_args, megatron_notes, megatron_text
 from .refuse import FORMATS, refuse_unless_runnable, refuse_unstated_gradients
 from .torchtitan import TORCHTITAN_HEADER, torchtitan_lines, torchtitan_notes
 
-__all__ = ["FORMATS", "emit_text", "dma_notes", "refuse_unless_runnable", "refuse_unstated_gradients",
-           "megatron_args", "deepspeed_config", "torchtitan_lines"]
+__all__ = [
+    "FORMATS",
+    "emit_text",
+    "dma_notes",
+    "refuse_unless_runnable",
+    "refuse_unstated_gradients",
+    "megatron_args",
+    "deepspeed_config",
+    "torchtitan_lines",
+]
 
 
-def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe: bool = False,
-              model=None) -> tuple[str, list[str]]:
+def emit_text(
+    fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe: bool = False, model=None
+) -> tuple[str, list[str]]:
     """``(text, notes)``: the plan as Megatron-LM arguments (shell lines), a DeepSpeed config
     (JSON) or torchtitan TOML, and what the format cannot express exactly; refuses
     (:class:`SpecError`) unless the format reproduces exactly the evaluated plan. ``moe``: the
@@ -66,11 +75,15 @@ def emit_text(fmt: str, c: ParallelConfig, workload: Workload, layers: int, moe:
         notes = torchtitan_notes(c)
     elif fmt == "megatron":
         from ..emit_arch import with_model_lines
+
         mtp = model.mtp_layers if model is not None else 0
         text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype, moe, mtp), megatron_notes(c)
         text, notes = with_model_lines(text, notes, c, workload, model)
     else:
-        text, notes = json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2), deepspeed_notes(c)
+        text, notes = (
+            json.dumps(deepspeed_config(c, workload.global_batch, workload.dtype), indent=2),
+            deepspeed_notes(c),
+        )
     return text, notes + dma_notes(c)
 
 
@@ -79,5 +92,7 @@ def dma_notes(c: ParallelConfig) -> list[str]:
     said in a comment when the plan names one (unset: the engines split evenly)."""
     if c.dma is None:
         return []
-    return [f"DMA engines per stream (no framework flag: bind each stream's communicator/queue to them): "
-            f"{c.dma}; the prediction assumes this assignment"]
+    return [
+        f"DMA engines per stream (no framework flag: bind each stream's communicator/queue to them): "
+        f"{c.dma}; the prediction assumes this assignment"
+    ]

@@ -22,8 +22,7 @@ def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") 
     """
     frameworks.check_fields("deepspeed", zero=c.zero, pp=c.pp, vp=c.vp, cp=c.cp, chunks=c.chunks)
     m = micro_batches(Workload(global_batch=global_batch, seq_len=1), c)
-    zero = {"stage": c.zero, "overlap_comm": c.bucket_bytes > 0, "contiguous_gradients": True,
-            "reduce_scatter": True}
+    zero = {"stage": c.zero, "overlap_comm": c.bucket_bytes > 0, "contiguous_gradients": True, "reduce_scatter": True}
     if c.bucket_bytes > 0:
         zero["reduce_bucket_size"] = bucket_elements(c)
         zero["allgather_bucket_size"] = bucket_elements(c)

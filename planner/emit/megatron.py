@@ -33,13 +33,17 @@ def grad_dtype_args(c: ParallelConfig, dtype: str) -> list[list[str]]:
     return [["--grad-reduce-in-bf16"]] if half == "bf16" else []
 
 
-def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16",
-                  moe: bool = False, mtp: int = 0) -> list[list[str]]:
+def megatron_args(
+    c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16", moe: bool = False, mtp: int = 0
+) -> list[list[str]]:
     """Megatron-LM arguments of plan ``c``, one ``[flag, value...]`` list per argument; ``moe``: the
     model has routed experts (so does any plan with ``ep > 1``); ``mtp``: its MTP modules (a layout
     string then places them; ``--mtp-num-layers`` is the model's, :mod:`planner.emit_arch`)."""
-    out = [["--tensor-model-parallel-size", str(c.tp)], ["--pipeline-model-parallel-size", str(c.pp)],
-           ["--context-parallel-size", str(c.cp)]]
+    out = [
+        ["--tensor-model-parallel-size", str(c.tp)],
+        ["--pipeline-model-parallel-size", str(c.pp)],
+        ["--context-parallel-size", str(c.cp)],
+    ]
     if c.ep > 1:  # experts are not split by TP when they are spread over EP ranks (cost model assumption)
         out += [["--expert-model-parallel-size", str(c.ep)], ["--expert-tensor-parallel-size", "1"]]
     if moe or c.ep > 1:
@@ -58,25 +62,41 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
             out.append(["--recompute-modules", *c.recompute_modules])
     elif c.recompute == "full":
         if c.recompute_layers is None:  # every layer: keep each layer's input, recompute the rest
-            out += [["--recompute-granularity", "full"], ["--recompute-method", "uniform"],
-                    ["--recompute-num-layers", "1"]]
+            out += [
+                ["--recompute-granularity", "full"],
+                ["--recompute-method", "uniform"],
+                ["--recompute-num-layers", "1"],
+            ]
         else:  # the first k layers of each stage
-            out += [["--recompute-granularity", "full"], ["--recompute-method", "block"],
-                    ["--recompute-num-layers", str(c.recompute_layers)]]
+            out += [
+                ["--recompute-granularity", "full"],
+                ["--recompute-method", "block"],
+                ["--recompute-num-layers", str(c.recompute_layers)],
+            ]
     if c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
-        raise SpecError("loss_impl", c.loss_impl, "fused for --emit megatron (Megatron-Core's vocab-parallel "
-                        "cross-entropy; fp32 is torchtitan's eager loss)")
+        raise SpecError(
+            "loss_impl",
+            c.loss_impl,
+            "fused for --emit megatron (Megatron-Core's vocab-parallel cross-entropy; fp32 is torchtitan's eager loss)",
+        )
     if c.optimizer_dtype != "fp32":  # Megatron-LM's optimizers keep FP32 (or FP16) main params: --main-params-dtype
-        raise SpecError("optimizer_dtype", c.optimizer_dtype, "fp32 for --emit megatron (Megatron-LM's distributed "
-                        "optimizer keeps main params, --main-params-dtype fp32 or fp16; BF16 Adam state without a "
-                        "master copy is NeMo 1.x's distributed_fused_adam with optim.dtype bf16)")
+        raise SpecError(
+            "optimizer_dtype",
+            c.optimizer_dtype,
+            "fp32 for --emit megatron (Megatron-LM's distributed "
+            "optimizer keeps main params, --main-params-dtype fp32 or fp16; BF16 Adam state without a "
+            "master copy is NeMo 1.x's distributed_fused_adam with optim.dtype bf16)",
+        )
     frameworks.semantics("megatron", c.zero)  # Megatron-Core has no ZeRO-2: refused with the reason
     if c.zero == 1:  # megatron/core/optimizer/distrib_optimizer.py: full grad buffer, sharded optimizer
         out.append(["--use-distributed-optimizer"])
     elif c.zero == 3:  # Megatron FSDP (arguments.py: v1 turns on the distributed optimizer itself;
         # it needs the fsdp_dtensor checkpoint format); not --use-torch-fsdp2, which refuses pp > 1
-        out += [["--use-megatron-fsdp"], ["--data-parallel-sharding-strategy", "optim_grads_params"],
-                ["--ckpt-format", "fsdp_dtensor"]]
+        out += [
+            ["--use-megatron-fsdp"],
+            ["--data-parallel-sharding-strategy", "optim_grads_params"],
+            ["--ckpt-format", "fsdp_dtensor"],
+        ]
     out += offload_args(c)
     out += act_offload_args(c)
     if c.bucket_bytes > 0 and c.dp * c.cp > 1:
@@ -85,7 +105,9 @@ def megatron_args(c: ParallelConfig, global_batch: int, layers: int, dtype: str 
             out.append(["--overlap-param-gather"])
         out.append(["--ddp-bucket-size", str(bucket_elements(c))])
     out += {"bf16": [["--bf16"]], "fp16": [["--fp16"]], "fp8": [["--bf16"], ["--fp8-format", "hybrid"]]}[dtype]
-    if c.fp8_param_gather and dtype == "fp8":  # FP8 parameters, no cached FP8 copy (costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes)
+    if (
+        c.fp8_param_gather and dtype == "fp8"
+    ):  # FP8 parameters, no cached FP8 copy (costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes)
         out.append(["--fp8-param-gather"])
     return out + grad_dtype_args(c, dtype)
 
@@ -96,8 +118,11 @@ def offload_args(c: ParallelConfig) -> list[list[str]]:
     defaults to 1.0 there, so it is always stated."""
     if c.optimizer_offload_fraction == 0.0:
         return []
-    out = [["--use-precision-aware-optimizer"], ["--optimizer-cpu-offload"],
-           ["--optimizer-offload-fraction", repr(c.optimizer_offload_fraction)]]
+    out = [
+        ["--use-precision-aware-optimizer"],
+        ["--optimizer-cpu-offload"],
+        ["--optimizer-offload-fraction", repr(c.optimizer_offload_fraction)],
+    ]
     if c.overlap_cpu_optimizer_d2h_h2d:
         out.append(["--overlap-cpu-optimizer-d2h-h2d"])
     return out
@@ -183,22 +208,33 @@ def pipeline_split_args(c: ParallelConfig, layers: int, mtp: int = 0) -> list[li
     elif c.vp > 1 and form != "layout":
         out.append(["--num-virtual-stages-per-pipeline-rank", str(c.vp)])
     if form == "first_last":
-        out += [["--decoder-first-pipeline-num-layers", str(value[0])],
-                ["--decoder-last-pipeline-num-layers", str(value[1])]]
+        out += [
+            ["--decoder-first-pipeline-num-layers", str(value[0])],
+            ["--decoder-last-pipeline-num-layers", str(value[1])],
+        ]
     elif form == "account":
-        out += [[f] for f, on in (("--account-for-embedding-in-pipeline-split", value[0]),
-                                  ("--account-for-loss-in-pipeline-split", value[1])) if on]
+        out += [
+            [f]
+            for f, on in (
+                ("--account-for-embedding-in-pipeline-split", value[0]),
+                ("--account-for-loss-in-pipeline-split", value[1]),
+            )
+            if on
+        ]
     elif form == "layout":
         out.append(["--pipeline-model-parallel-layout", value])
     return out
 
 
-def megatron_text(c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16", moe: bool = False,
-                  mtp: int = 0) -> str:
+def megatron_text(
+    c: ParallelConfig, global_batch: int, layers: int, dtype: str = "bf16", moe: bool = False, mtp: int = 0
+) -> str:
     """The arguments as shell lines ending in ``\\`` (paste into a ``pretrain_gpt.py`` command);
     a value with shell characters (the layout's ``|``, ``(``, ``*``) is double-quoted."""
+
     def word(t: str) -> str:
         return f'"{t}"' if any(ch in t for ch in "|()*") else t
+
     lines = [" ".join(word(t) for t in a) for a in megatron_args(c, global_batch, layers, dtype, moe, mtp)]
     return " \\\n".join(lines)
 
@@ -207,25 +243,38 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
     """What the arguments cannot express exactly."""
     notes = []
     if (c.tp > 1 or c.cp > 1) and c.zero != 3:  # arguments.py asserts it before Blackwell
-        notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it with TP or CP, and TP "
-                     "communication overlap relies on it)")
+        notes.append(
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it with TP or CP, and TP "
+            "communication overlap relies on it)"
+        )
     if c.zero == 3:  # arguments.py@d98e8a64 asserts it for --use-megatron-fsdp at any TP, TP 1 included
-        notes.append("unset CUDA_DEVICE_MAX_CONNECTIONS (or set it > 1): Megatron FSDP requires it at any TP"
-                     + ("; arguments.py warns that TP/CP prefer 1 (the prediction assumes both overlap)"
-                        if c.tp > 1 or c.cp > 1 else ""))
+        notes.append(
+            "unset CUDA_DEVICE_MAX_CONNECTIONS (or set it > 1): Megatron FSDP requires it at any TP"
+            + (
+                "; arguments.py warns that TP/CP prefer 1 (the prediction assumes both overlap)"
+                if c.tp > 1 or c.cp > 1
+                else ""
+            )
+        )
     if c.chunks > 1 and c.chunks != TE_PIPELINE_SPLITS:
-        notes.append(f"write {TP_OVERLAP_CFG} first: echo '{tp_overlap_cfg(c.chunks)}' > {TP_OVERLAP_CFG} "
-                     f"(the forward ReduceScatters in {c.chunks} pieces, as predicted; TE's default is "
-                     f"{TE_PIPELINE_SPLITS})")
+        notes.append(
+            f"write {TP_OVERLAP_CFG} first: echo '{tp_overlap_cfg(c.chunks)}' > {TP_OVERLAP_CFG} "
+            f"(the forward ReduceScatters in {c.chunks} pieces, as predicted; TE's default is "
+            f"{TE_PIPELINE_SPLITS})"
+        )
     if c.chunks > 1 and c.ep > 1:
-        notes.append(f"the prediction also pipelines the EP combine all-to-all in {c.chunks} pieces with the expert "
-                     "GEMMs, which Megatron-Core does not do; it overlaps all-to-all across micro-batches instead "
-                     "(--overlap-moe-expert-parallel-comm, not modelled): see benchmarks/RESULTS.md section 6b")
+        notes.append(
+            f"the prediction also pipelines the EP combine all-to-all in {c.chunks} pieces with the expert "
+            "GEMMs, which Megatron-Core does not do; it overlaps all-to-all across micro-batches instead "
+            "(--overlap-moe-expert-parallel-comm, not modelled): see benchmarks/RESULTS.md section 6b"
+        )
     if c.optimizer_offload_fraction > 0:
-        notes.append("optimizer CPU offload: the predicted optimizer step takes the host link's measured one-GPU copy rate "
-                     "(benchmarks/data/components/host_link.csv) and an assumed 200 GB/s of host memory bandwidth "
-                     "per node for the CPU Adam (costmodel.physics.mechanics.offload; not measured), and needs pinned host memory for "
-                     "the offloaded FP32 master weights and moments")
+        notes.append(
+            "optimizer CPU offload: the predicted optimizer step takes the host link's measured one-GPU copy rate "
+            "(benchmarks/data/components/host_link.csv) and an assumed 200 GB/s of host memory bandwidth "
+            "per node for the CPU Adam (costmodel.physics.mechanics.offload; not measured), and needs pinned host memory for "
+            "the offloaded FP32 master weights and moments"
+        )
     return notes
 
 
@@ -243,5 +292,7 @@ def tp_overlap_cfg(chunks: int) -> str:
     >>> tp_overlap_cfg(8)
     '{proj_fprop: {method: pipeline, num_splits: 8}, fc2_fprop: {method: pipeline, num_splits: 8}}'
     """
-    return (f"{{proj_fprop: {{method: pipeline, num_splits: {chunks}}}, "
-            f"fc2_fprop: {{method: pipeline, num_splits: {chunks}}}}}")
+    return (
+        f"{{proj_fprop: {{method: pipeline, num_splits: {chunks}}}, "
+        f"fc2_fprop: {{method: pipeline, num_splits: {chunks}}}}}"
+    )

@@ -20,38 +20,64 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
     ``c``: the format must be the plan's framework (its semantics were charged) and the plan
     runnable by it (:func:`costmodel.frameworks.rules.check`)."""
     if fmt != c.framework:
-        raise SpecError("emit", fmt, f"{c.framework}, the framework the plan was evaluated for "
-                        f"(or evaluate it with --framework {fmt}: each framework's ZeRO runs differently)")
+        raise SpecError(
+            "emit",
+            fmt,
+            f"{c.framework}, the framework the plan was evaluated for "
+            f"(or evaluate it with --framework {fmt}: each framework's ZeRO runs differently)",
+        )
     frameworks.check(c)
     if fmt == "deepspeed" and c.layers_per_stage is not None and len(set(c.layers_per_stage)) > 1:
-        raise SpecError("emit", fmt, f"megatron for an uneven stage split {c.layers_per_stage} "
-                        f"({fmt} is emitted with even stages only)")
+        raise SpecError(
+            "emit",
+            fmt,
+            f"megatron for an uneven stage split {c.layers_per_stage} ({fmt} is emitted with even stages only)",
+        )
     _refuse_half_gradients(fmt, c.grad_dtype)
     if fmt == "megatron":  # its only chunked overlap: TE userbuffers, a ring exchange of tp steps
         frameworks.check_userbuffers_chunks(tp=c.tp, sp=c.sp_on, chunks=c.chunks)
     if fmt == "fsdp2" and c.pp > 1 and c.pp_grad_reduce != "step":
         # torch.distributed.pipelining turns gradient sync off for every micro-batch but the last
         # (stage.py, backward_maybe_with_nosync); torchtitan has no setting that reduce-scatters per micro-batch
-        raise SpecError("pp_grad_reduce", c.pp_grad_reduce, "step for --emit fsdp2 with pp > 1 (torchtitan's "
-                        "pipeline schedule reduces gradients once per step; no torchtitan setting runs it per "
-                        "micro-batch)")
+        raise SpecError(
+            "pp_grad_reduce",
+            c.pp_grad_reduce,
+            "step for --emit fsdp2 with pp > 1 (torchtitan's "
+            "pipeline schedule reduces gradients once per step; no torchtitan setting runs it per "
+            "micro-batch)",
+        )
     if fmt == "fsdp2" and c.sp_on and c.sp_saved_inputs != "gathered":
         # torchtitan's TP is DTensor's: PrepareModuleInput all-gathers the block input and aten.mm saves it
-        raise SpecError("sp_saved_inputs", c.sp_saved_inputs, "gathered for --emit fsdp2 with sequence parallelism "
-                        "(torchtitan's DTensor TP saves the all-gathered GEMM inputs; it has no setting that keeps "
-                        "them sharded)")
+        raise SpecError(
+            "sp_saved_inputs",
+            c.sp_saved_inputs,
+            "gathered for --emit fsdp2 with sequence parallelism "
+            "(torchtitan's DTensor TP saves the all-gathered GEMM inputs; it has no setting that keeps "
+            "them sharded)",
+        )
     if c.pp_free_stage_inputs and c.pp > 1:
-        raise SpecError("pp_free_stage_inputs", True, f"false for --emit {fmt} (no setting of it frees a pipeline "
-                        "stage's received input; Megatron-Core's deallocate_pipeline_outputs frees the outputs)")
+        raise SpecError(
+            "pp_free_stage_inputs",
+            True,
+            f"false for --emit {fmt} (no setting of it frees a pipeline "
+            "stage's received input; Megatron-Core's deallocate_pipeline_outputs frees the outputs)",
+        )
     if fmt in ("deepspeed", "fsdp2") and c.recompute_layers is not None:
-        raise SpecError("emit", fmt, f"megatron for full recompute of {c.recompute_layers} layers per stage "
-                        f"({fmt} recomputes every layer or none)")
+        raise SpecError(
+            "emit",
+            fmt,
+            f"megatron for full recompute of {c.recompute_layers} layers per stage "
+            f"({fmt} recomputes every layer or none)",
+        )
 
 
 def _refuse_half_gradients(fmt: str, grad_dtype: str) -> None:
     if fmt in ("deepspeed", "fsdp2") and grad_dtype != "fp32":
-        raise SpecError("emit", fmt, f"megatron for {grad_dtype} gradient reduction "
-                        f"({fmt} is emitted with FP32 gradient reduction only)")
+        raise SpecError(
+            "emit",
+            fmt,
+            f"megatron for {grad_dtype} gradient reduction ({fmt} is emitted with FP32 gradient reduction only)",
+        )
 
 
 def refuse_unstated_gradients(fmt: str, grad_dtype: str, dtype: str) -> None:

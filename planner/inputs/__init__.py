@@ -28,21 +28,34 @@ from .megatron import parse_megatron_text
 from .torchtitan import parse_torchtitan_text
 
 #: each flag's parser and whether it takes the text inline (Megatron) as well as ``@file`` or a path
-PARSERS = {"megatron_args": (parse_megatron_text, True), "deepspeed_config": (parse_deepspeed_text, False),
-           "torchtitan_config": (parse_torchtitan_text, False)}
+PARSERS = {
+    "megatron_args": (parse_megatron_text, True),
+    "deepspeed_config": (parse_deepspeed_text, False),
+    "torchtitan_config": (parse_torchtitan_text, False),
+}
 
 
 def from_args(args) -> FrameworkInput | None:
     """The framework input a command line names (at most one of the three flags), else None."""
     given = [k for k in PARSERS if getattr(args, k, None) is not None]
     if len(given) > 1:
-        raise SpecError(given[1], getattr(args, given[1]), f"unset with --{given[0].replace('_', '-')} "
-                        "(one framework configuration at a time)")
+        raise SpecError(
+            given[1],
+            getattr(args, given[1]),
+            f"unset with --{given[0].replace('_', '-')} (one framework configuration at a time)",
+        )
     if not given:
         return None
     parse, inline = PARSERS[given[0]]
     return parse(read_text(given[0], getattr(args, given[0]), inline_ok=inline))
 
 
-__all__ = ["FrameworkInput", "PARSERS", "from_args", "parse_deepspeed_text", "parse_megatron_text",
-           "parse_torchtitan_text", "read_text"]
+__all__ = [
+    "FrameworkInput",
+    "PARSERS",
+    "from_args",
+    "parse_deepspeed_text",
+    "parse_megatron_text",
+    "parse_torchtitan_text",
+    "read_text",
+]

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from costmodel.spec.errors import SpecError
 
 
-LABELS = {"megatron_args": "the Megatron line", "deepspeed_config": "the DeepSpeed config",
-          "torchtitan_config": "the torchtitan config"}
+LABELS = {
+    "megatron_args": "the Megatron line",
+    "deepspeed_config": "the DeepSpeed config",
+    "torchtitan_config": "the torchtitan config",
+}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,33 +22,39 @@ from .base import FrameworkInput
 
 #: top-level keys DeepSpeed edaa72212 reads (deepspeed/runtime/config.py DeepSpeedConfig._initialize_params and
 #: the section configs it builds; docs/_pages/config-json.md)
-DEEPSPEED_KEYS = frozenset((
-    "train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps managed_gradient_accumulation "
-    "optimizer scheduler communication_data_type seq_parallel_communication_data_type gradient_allreduce_op "
-    "prescale_gradients gradient_predivide_factor sparse_gradients fp16 bf16 bfloat16 amp torch_autocast "
-    "gradient_clipping zero_optimization zero_allow_untested_optimizer zero_force_ds_cpu_optimizer "
-    "activation_checkpointing flops_profiler comms_logger steps_per_print wall_clock_breakdown memory_breakdown "
-    "dump_state dataloader_drop_last disable_allgather graph_harvesting sparse_attention pipeline "
-    "progressive_layer_drop eigenvalue quantize_training weight_quantization compression_training "
-    "data_efficiency curriculum_learning checkpoint data_types aio tensor_parallel expert_parallel "
-    "hybrid_engine autotuning elasticity tensorboard wandb comet csv_monitor monitor_config nebula "
-    "datastates compile timers use_data_before_expert_parallelism log_level sequence_parallel_size").split())
+DEEPSPEED_KEYS = frozenset(
+    (
+        "train_batch_size train_micro_batch_size_per_gpu gradient_accumulation_steps managed_gradient_accumulation "
+        "optimizer scheduler communication_data_type seq_parallel_communication_data_type gradient_allreduce_op "
+        "prescale_gradients gradient_predivide_factor sparse_gradients fp16 bf16 bfloat16 amp torch_autocast "
+        "gradient_clipping zero_optimization zero_allow_untested_optimizer zero_force_ds_cpu_optimizer "
+        "activation_checkpointing flops_profiler comms_logger steps_per_print wall_clock_breakdown memory_breakdown "
+        "dump_state dataloader_drop_last disable_allgather graph_harvesting sparse_attention pipeline "
+        "progressive_layer_drop eigenvalue quantize_training weight_quantization compression_training "
+        "data_efficiency curriculum_learning checkpoint data_types aio tensor_parallel expert_parallel "
+        "hybrid_engine autotuning elasticity tensorboard wandb comet csv_monitor monitor_config nebula "
+        "datastates compile timers use_data_before_expert_parallelism log_level sequence_parallel_size"
+    ).split()
+)
 #: ``DeepSpeedZeroConfig`` fields and aliases at edaa72212 (deepspeed/runtime/zero/config.py; the model
 #: forbids others: ``extra="forbid"`` in deepspeed/runtime/config_utils.py)
-DEEPSPEED_ZERO_KEYS = frozenset((
-    "stage contiguous_gradients reduce_scatter reduce_bucket_size use_multi_rank_bucket_allreduce "
-    "allgather_partitions allgather_bucket_size overlap_comm load_from_fp32_weights elastic_checkpoint "
-    "offload_param offload_optimizer zenflow sub_group_size cpu_offload_param cpu_offload_use_pin_memory "
-    "cpu_offload prefetch_bucket_size stage3_prefetch_bucket_size param_persistence_threshold "
-    "stage3_param_persistence_threshold model_persistence_threshold stage3_model_persistence_threshold "
-    "max_live_parameters stage3_max_live_parameters max_reuse_distance stage3_max_reuse_distance "
-    "gather_16bit_weights_on_model_save stage3_gather_16bit_weights_on_model_save module_granularity_threshold "
-    "stage3_module_granularity_threshold use_all_reduce_for_fetch_params stage3_use_all_reduce_for_fetch_params "
-    "allgather_sequential stage3_allgather_sequential stage3_gather_fp16_weights_on_model_save "
-    "ignore_unused_parameters legacy_stage1 round_robin_gradients zero_hpz_partition_size zero_quantized_weights "
-    "zero_quantized_nontrainable_weights zero_quantized_gradients zeropp_loco_param mics_shard_size "
-    "mics_hierarchical_params_gather memory_efficient_linear pipeline_loading_checkpoint override_module_apply "
-    "log_trace_cache_warnings enable_sanity_checks save_muon_momentum_buffer_in_memory leaf_module").split())
+DEEPSPEED_ZERO_KEYS = frozenset(
+    (
+        "stage contiguous_gradients reduce_scatter reduce_bucket_size use_multi_rank_bucket_allreduce "
+        "allgather_partitions allgather_bucket_size overlap_comm load_from_fp32_weights elastic_checkpoint "
+        "offload_param offload_optimizer zenflow sub_group_size cpu_offload_param cpu_offload_use_pin_memory "
+        "cpu_offload prefetch_bucket_size stage3_prefetch_bucket_size param_persistence_threshold "
+        "stage3_param_persistence_threshold model_persistence_threshold stage3_model_persistence_threshold "
+        "max_live_parameters stage3_max_live_parameters max_reuse_distance stage3_max_reuse_distance "
+        "gather_16bit_weights_on_model_save stage3_gather_16bit_weights_on_model_save module_granularity_threshold "
+        "stage3_module_granularity_threshold use_all_reduce_for_fetch_params stage3_use_all_reduce_for_fetch_params "
+        "allgather_sequential stage3_allgather_sequential stage3_gather_fp16_weights_on_model_save "
+        "ignore_unused_parameters legacy_stage1 round_robin_gradients zero_hpz_partition_size zero_quantized_weights "
+        "zero_quantized_nontrainable_weights zero_quantized_gradients zeropp_loco_param mics_shard_size "
+        "mics_hierarchical_params_gather memory_efficient_linear pipeline_loading_checkpoint override_module_apply "
+        "log_trace_cache_warnings enable_sanity_checks save_muon_momentum_buffer_in_memory leaf_module"
+    ).split()
+)
 
 
 def _enabled(d: dict, key: str) -> bool:
@@ -72,21 +78,30 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
         raise SpecError("deepspeed_config.zero_optimization", z, "a JSON object")
     for k in z:
         if k not in DEEPSPEED_ZERO_KEYS:
-            raise SpecError("deepspeed_config.zero_optimization", k, "a field of DeepSpeedZeroConfig "
-                            "(deepspeed/runtime/zero/config.py)")
+            raise SpecError(
+                "deepspeed_config.zero_optimization",
+                k,
+                "a field of DeepSpeedZeroConfig (deepspeed/runtime/zero/config.py)",
+            )
     for k in ("offload_param", "offload_optimizer"):
         dev = (z.get(k) or {}).get("device", "none") if isinstance(z.get(k) or {}, dict) else z[k]
         if str(dev).lower() not in ("none", "null"):
             raise SpecError(f"deepspeed_config.zero_optimization.{k}.device", dev, "none (offloading is not modelled)")
     if int(d.get("sequence_parallel_size", 1) or 1) != 1:
-        raise SpecError("deepspeed_config.sequence_parallel_size", d["sequence_parallel_size"],
-                        "1 (DeepSpeed-Ulysses is not modelled)")
+        raise SpecError(
+            "deepspeed_config.sequence_parallel_size",
+            d["sequence_parallel_size"],
+            "1 (DeepSpeed-Ulysses is not modelled)",
+        )
     stage = as_int("deepspeed_config.zero_optimization.stage", z.get("stage", 0))
     if stage not in (0, 1, 2, 3):
         raise SpecError("deepspeed_config.zero_optimization.stage", stage, "one of 0, 1, 2, 3")
     # DeepSpeedZeroConfig.overlap_comm_valid: unset means stage == 3
-    overlap = as_bool("deepspeed_config.zero_optimization.overlap_comm", z["overlap_comm"]) \
-        if z.get("overlap_comm") is not None else stage == 3
+    overlap = (
+        as_bool("deepspeed_config.zero_optimization.overlap_comm", z["overlap_comm"])
+        if z.get("overlap_comm") is not None
+        else stage == 3
+    )
     bf16 = _enabled(d, "bf16") or _enabled(d, "bfloat16")
     fp16 = _enabled(d, "fp16")
     if bf16 and fp16:
@@ -96,26 +111,46 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
     if comm is not None and str(comm).lower() not in ("fp32", "fp16", "bf16"):
         raise SpecError("deepspeed_config.communication_data_type", comm, "one of fp16, bf16, fp32")
     grad = str(comm).lower() if comm is not None else "fp16" if fp16 else "bf16" if bf16 else "fp32"
-    elems = as_int("deepspeed_config.zero_optimization.reduce_bucket_size",
-                      z.get("reduce_bucket_size", DEEPSPEED_REDUCE_BUCKET_ELEMENTS))
-    stated = {"framework": "deepspeed", "zero": stage, "grad_dtype": grad,
-              "bucket_mb": elems * grad_elem_bytes(ParallelConfig(grad_dtype=grad)) / MB if overlap else 0.0}
+    elems = as_int(
+        "deepspeed_config.zero_optimization.reduce_bucket_size",
+        z.get("reduce_bucket_size", DEEPSPEED_REDUCE_BUCKET_ELEMENTS),
+    )
+    stated = {
+        "framework": "deepspeed",
+        "zero": stage,
+        "grad_dtype": grad,
+        "bucket_mb": elems * grad_elem_bytes(ParallelConfig(grad_dtype=grad)) / MB if overlap else 0.0,
+    }
     if not (bf16 or fp16):
-        raise SpecError("deepspeed_config.bf16", None, "enabled, or fp16 (without them DeepSpeed trains in FP32, "
-                        "which the planner does not model)")
+        raise SpecError(
+            "deepspeed_config.bf16",
+            None,
+            "enabled, or fp16 (without them DeepSpeed trains in FP32, which the planner does not model)",
+        )
     stated["dtype"] = "bf16" if bf16 else "fp16"
     if "activation_checkpointing" in d:
         ac = d["activation_checkpointing"] or {}
         if as_bool("deepspeed_config.activation_checkpointing.cpu_checkpointing", ac.get("cpu_checkpointing", False)):
-            raise SpecError("deepspeed_config.activation_checkpointing.cpu_checkpointing", True,
-                            "false (checkpoint offloading is not modelled)")
+            raise SpecError(
+                "deepspeed_config.activation_checkpointing.cpu_checkpointing",
+                True,
+                "false (checkpoint offloading is not modelled)",
+            )
         stated["recompute"] = "full"  # the section configures deepspeed.checkpointing, which the model calls per layer
-    batch = {k: (None if d.get(n) is None else as_int(f"deepspeed_config.{n}", d[n])) for k, n in (
-        ("train_batch", "train_batch_size"), ("micro_batch", "train_micro_batch_size_per_gpu"),
-        ("grad_acc", "gradient_accumulation_steps"))}
+    batch = {
+        k: (None if d.get(n) is None else as_int(f"deepspeed_config.{n}", d[n]))
+        for k, n in (
+            ("train_batch", "train_batch_size"),
+            ("micro_batch", "train_micro_batch_size_per_gpu"),
+            ("grad_acc", "gradient_accumulation_steps"),
+        )
+    }
     if batch["train_batch"] is None and batch["micro_batch"] is None:
-        raise SpecError("deepspeed_config.train_batch_size", None, "given, or train_micro_batch_size_per_gpu "
-                        "(DeepSpeed needs one of them)")
+        raise SpecError(
+            "deepspeed_config.train_batch_size",
+            None,
+            "given, or train_micro_batch_size_per_gpu (DeepSpeed needs one of them)",
+        )
     return FrameworkInput(source="deepspeed_config", stated=stated, deferred=batch)
 
 
@@ -144,6 +179,10 @@ def deepspeed_batch(train_batch, micro_batch, grad_acc, dp: int | None) -> tuple
     if dp is None:
         dp = train_batch // (micro_batch * grad_acc) if micro_batch * grad_acc else 0
     if not micro_batch or train_batch != micro_batch * grad_acc * dp:
-        raise SpecError("deepspeed_config.train_batch_size", train_batch, f"train_micro_batch_size_per_gpu x "
-                        f"gradient_accumulation_steps x DP = {micro_batch} x {grad_acc} x {dp} (DeepSpeed asserts it)")
+        raise SpecError(
+            "deepspeed_config.train_batch_size",
+            train_batch,
+            f"train_micro_batch_size_per_gpu x "
+            f"gradient_accumulation_steps x DP = {micro_batch} x {grad_acc} x {dp} (DeepSpeed asserts it)",
+        )
     return train_batch, micro_batch

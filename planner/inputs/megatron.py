@@ -21,16 +21,22 @@ def megatron_names() -> frozenset:
 
 
 #: arguments the planner does not model: refused rather than predicted without them
-MEGATRON_REFUSED = {"pipeline_model_parallel_layout": "unset (the layout string is not read: give the split with "
-                                                      "--decoder-first/last-pipeline-num-layers or --layers-per-stage)",
-                    "cpu_offloading": "unset (activation offloading is not modelled)"}
+MEGATRON_REFUSED = {
+    "pipeline_model_parallel_layout": "unset (the layout string is not read: give the split with "
+    "--decoder-first/last-pipeline-num-layers or --layers-per-stage)",
+    "cpu_offloading": "unset (activation offloading is not modelled)",
+}
 
 
 #: ``torchrun`` options (``torch/distributed/run.py``), skipped before the script: ``nproc_per_node`` x
 #: ``nnodes`` is the world size when both are numbers
-TORCHRUN = frozenset(("nnodes nproc_per_node node_rank master_addr master_port rdzv_backend rdzv_endpoint rdzv_id "
-                      "rdzv_conf standalone max_restarts monitor_interval start_method role log_dir redirects tee "
-                      "local_addr logs_specs run_path no_python module local_ranks_filter").split())
+TORCHRUN = frozenset(
+    (
+        "nnodes nproc_per_node node_rank master_addr master_port rdzv_backend rdzv_endpoint rdzv_id "
+        "rdzv_conf standalone max_restarts monitor_interval start_method role log_dir redirects tee "
+        "local_addr logs_specs run_path no_python module local_ranks_filter"
+    ).split()
+)
 
 
 def _tokens(text: str) -> list[str]:
@@ -45,7 +51,7 @@ def check_megatron_flags(tokens: list[str]) -> None:
     (:data:`TORCHRUN`, or anything before a ``*.py`` script) are not Megatron's."""
     script = next((i for i, t in enumerate(tokens) if t.endswith(".py")), -1)
     known = megatron_names()
-    for t in tokens[script + 1:]:
+    for t in tokens[script + 1 :]:
         if not (t.startswith("--") and len(t) > 2):
             continue
         name = t[2:].partition("=")[0].replace("-", "_")
@@ -53,8 +59,11 @@ def check_megatron_flags(tokens: list[str]) -> None:
         if script < 0 and name in TORCHRUN:
             continue
         if name not in known and base not in known:
-            raise SpecError("megatron_args", t.partition("=")[0],
-                            "an argument of Megatron-LM d98e8a64 (megatron/training/arguments.py)")
+            raise SpecError(
+                "megatron_args",
+                t.partition("=")[0],
+                "an argument of Megatron-LM d98e8a64 (megatron/training/arguments.py)",
+            )
         if name in MEGATRON_REFUSED:
             raise SpecError("megatron_args", t.partition("=")[0], MEGATRON_REFUSED[name])
 
@@ -62,8 +71,11 @@ def check_megatron_flags(tokens: list[str]) -> None:
 def parse_megatron_text(text: str) -> FrameworkInput:
     """Planner fields of a Megatron-LM argument line (flags absent: Megatron-LM's defaults)."""
     if "--" not in text:
-        raise SpecError("megatron_args", text[:40], "Megatron-LM arguments (--tensor-model-parallel-size 8 ...), "
-                        "@file or a file path")
+        raise SpecError(
+            "megatron_args",
+            text[:40],
+            "Megatron-LM arguments (--tensor-model-parallel-size 8 ...), @file or a file path",
+        )
     tokens = _tokens(text)
     check_megatron_flags(tokens)
     a = mg.parse_command_line(shlex.join(tokens))
@@ -72,12 +84,16 @@ def parse_megatron_text(text: str) -> FrameworkInput:
         stated = mg.config_fields(a, layers)
         stated.update(mg.workload_fields(a))
         if "layers_per_stage" not in stated and "layout" not in stated:  # the shared parser read no split
-            for key, name in (("first_stage_layers", "decoder_first_pipeline_num_layers"),
-                              ("last_stage_layers", "decoder_last_pipeline_num_layers")):
+            for key, name in (
+                ("first_stage_layers", "decoder_first_pipeline_num_layers"),
+                ("last_stage_layers", "decoder_last_pipeline_num_layers"),
+            ):
                 if _get_int(a, name):
                     stated[key] = _get_int(a, name)
-            for key, name in (("account_for_embedding", "account_for_embedding_in_pipeline_split"),
-                              ("account_for_loss", "account_for_loss_in_pipeline_split")):
+            for key, name in (
+                ("account_for_embedding", "account_for_embedding_in_pipeline_split"),
+                ("account_for_loss", "account_for_loss_in_pipeline_split"),
+            ):
                 if name in a and as_bool(name, a[name]):
                     stated[key] = True
         model = None if mg.missing_shape(a) else mg.model_fields(a)
@@ -95,20 +111,47 @@ def parse_megatron_text(text: str) -> FrameworkInput:
         if name not in a:  # unstated: the framework's default fills it (and is listed as such)
             stated.pop(key, None)
     if stated.get("dtype", "fp32") == "fp32":  # arguments.py: params_dtype is FP32 without --bf16/--fp16
-        raise SpecError("megatron_args.bf16", None, "given (--bf16, --fp16 or --fp8-format: without them Megatron-LM "
-                        "trains in FP32, which the planner does not model)")
+        raise SpecError(
+            "megatron_args.bf16",
+            None,
+            "given (--bf16, --fp16 or --fp8-format: without them Megatron-LM "
+            "trains in FP32, which the planner does not model)",
+        )
     deferred = {}
     if stated.get("bucket_mb") and _none(a.get("ddp_bucket_size")):
         deferred["megatron_bucket"] = True  # Megatron-Core sizes it from the DP group
-    shape = {n: _get_int(a, n) for n in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                                             "num_query_groups", "num_experts") if _get_int(a, n)}
-    return FrameworkInput(source="megatron_args", stated=stated, model=model, stated_model=shape, deferred=deferred,
-                          mtp_layers=mg.mtp_layers(a), dropout=mg.dropout_fields(a))
+    shape = {
+        n: _get_int(a, n)
+        for n in (
+            "num_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "ffn_hidden_size",
+            "num_query_groups",
+            "num_experts",
+        )
+        if _get_int(a, n)
+    }
+    return FrameworkInput(
+        source="megatron_args",
+        stated=stated,
+        model=model,
+        stated_model=shape,
+        deferred=deferred,
+        mtp_layers=mg.mtp_layers(a),
+        dropout=mg.dropout_fields(a),
+    )
 
 
 #: ModelSpec fields each Megatron shape argument states
-SHAPE_FIELDS = {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
-                "ffn_hidden_size": "ffn_hidden", "num_query_groups": "kv_heads", "num_experts": "experts"}
+SHAPE_FIELDS = {
+    "num_layers": "layers",
+    "hidden_size": "hidden",
+    "num_attention_heads": "heads",
+    "ffn_hidden_size": "ffn_hidden",
+    "num_query_groups": "kv_heads",
+    "num_experts": "experts",
+}
 
 
 def check_model(fi: FrameworkInput, model, model_name: str) -> None:
@@ -118,5 +161,8 @@ def check_model(fi: FrameworkInput, model, model_name: str) -> None:
         if name == "num_query_groups" and not have:
             have = model.heads
         if have is not None and have != value:
-            raise SpecError(f"megatron_args.{name}", value, f"{have}, the {SHAPE_FIELDS[name]} of --model {model_name} "
-                            "(or drop one of them)")
+            raise SpecError(
+                f"megatron_args.{name}",
+                value,
+                f"{have}, the {SHAPE_FIELDS[name]} of --model {model_name} (or drop one of them)",
+            )

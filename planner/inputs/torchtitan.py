@@ -17,17 +17,40 @@ from .base import FrameworkInput
 
 #: the v0.2.2 job-config keys read, by section (torchtitan/config/job_config.py at 73a0e69)
 TORCHTITAN_READ = {
-    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
-                    "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
-                    "pipeline_parallel_degree", "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
-                    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",
-                    "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
-                    "pipeline_parallel_expert_parallel_overlap", "context_parallel_degree",
-                    "context_parallel_load_balancer", "context_parallel_rotate_method", "expert_parallel_degree",
-                    "expert_tensor_parallel_degree", "expert_parallel_comm_backend"},
-    "activation_checkpoint": {"mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns",
-                              "early_stop", "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
-                              "determinism_check", "debug"},
+    "parallelism": {
+        "data_parallel_replicate_degree",
+        "data_parallel_shard_degree",
+        "fsdp_reshard_after_forward",
+        "tensor_parallel_degree",
+        "disable_loss_parallel",
+        "enable_async_tensor_parallel",
+        "pipeline_parallel_degree",
+        "module_fqns_per_model_part",
+        "pipeline_parallel_first_stage_less_layers",
+        "pipeline_parallel_last_stage_less_layers",
+        "pipeline_parallel_layers_per_stage",
+        "pipeline_parallel_schedule",
+        "pipeline_parallel_schedule_csv",
+        "pipeline_parallel_microbatch_size",
+        "pipeline_parallel_expert_parallel_overlap",
+        "context_parallel_degree",
+        "context_parallel_load_balancer",
+        "context_parallel_rotate_method",
+        "expert_parallel_degree",
+        "expert_tensor_parallel_degree",
+        "expert_parallel_comm_backend",
+    },
+    "activation_checkpoint": {
+        "mode",
+        "selective_ac_option",
+        "per_op_sac_force_recompute_mm_shapes_by_fqns",
+        "early_stop",
+        "memory_budget",
+        "visualize_memory_budget_pareto",
+        "preserve_rng_state",
+        "determinism_check",
+        "debug",
+    },
     "compile": {"enable", "components", "backend"},
 }
 SCHEDULES = {"1F1B": False, "Interleaved1F1B": True}
@@ -48,11 +71,18 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
     rep = par.get("data_parallel_replicate_degree", dflt["data_parallel_replicate_degree"])
     shard = par.get("data_parallel_shard_degree", dflt["data_parallel_shard_degree"])
     if rep > 1 and shard not in (1,):
-        raise SpecError("torchtitan_config.parallelism.data_parallel_shard_degree", shard,
-                        "1 with data_parallel_replicate_degree > 1 (HSDP is not modelled)")
+        raise SpecError(
+            "torchtitan_config.parallelism.data_parallel_shard_degree",
+            shard,
+            "1 with data_parallel_replicate_degree > 1 (HSDP is not modelled)",
+        )
     s = {"framework": "fsdp2"}
-    for key, name in (("tp", "tensor_parallel_degree"), ("pp", "pipeline_parallel_degree"),
-                      ("cp", "context_parallel_degree"), ("ep", "expert_parallel_degree")):
+    for key, name in (
+        ("tp", "tensor_parallel_degree"),
+        ("pp", "pipeline_parallel_degree"),
+        ("cp", "context_parallel_degree"),
+        ("ep", "expert_parallel_degree"),
+    ):
         s[key] = int(par.get(name, 1))
     s["sp"] = s["tp"] > 1  # torchtitan's TP is always sequence-parallel
     if rep > 1 or shard > 1:
@@ -66,13 +96,20 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
     sched = par.get("pipeline_parallel_schedule", dflt["pipeline_parallel_schedule"])
     if pp > 1 and sched not in SCHEDULES:
         raise SpecError("torchtitan_config.parallelism.pipeline_parallel_schedule", sched, "1F1B or Interleaved1F1B")
-    deferred = {"layers_per_stage": par.get("pipeline_parallel_layers_per_stage"),
-                "less": (par.get("pipeline_parallel_first_stage_less_layers", 1),
-                         par.get("pipeline_parallel_last_stage_less_layers", 1)),
-                "interleaved": pp > 1 and SCHEDULES.get(sched, False)}
+    deferred = {
+        "layers_per_stage": par.get("pipeline_parallel_layers_per_stage"),
+        "less": (
+            par.get("pipeline_parallel_first_stage_less_layers", 1),
+            par.get("pipeline_parallel_last_stage_less_layers", 1),
+        ),
+        "interleaved": pp > 1 and SCHEDULES.get(sched, False),
+    }
     local = int(tr.get("local_batch_size", dflt["local_batch_size"]))
-    s["mb"] = local if pp == 1 else int(par.get("pipeline_parallel_microbatch_size",
-                                                dflt["pipeline_parallel_microbatch_size"]))
+    s["mb"] = (
+        local
+        if pp == 1
+        else int(par.get("pipeline_parallel_microbatch_size", dflt["pipeline_parallel_microbatch_size"]))
+    )
     deferred["local_batch"] = local
     deferred["global_batch"] = int(tr.get("global_batch_size", dflt["global_batch_size"]))
     if "seq_len" in tr:
@@ -95,8 +132,11 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
         s["recompute"] = "full"  # layer SAC: every option-th block fully checkpointed (apply_ac, ac_freq)
         deferred["ac_freq"] = int(option)
     else:
-        raise SpecError("torchtitan_config.activation_checkpoint.mode", f"{mode}/{option}",
-                        "none, full, or selective with selective_ac_option 'op' or a positive integer")
+        raise SpecError(
+            "torchtitan_config.activation_checkpoint.mode",
+            f"{mode}/{option}",
+            "none, full, or selective with selective_ac_option 'op' or a positive integer",
+        )
     s["fused_elementwise"] = bool(t.get("compile", {}).get("enable", dflt["enable"]))
     s["bucket_mb"] = 100  # FSDP2 reduce-scatters per module, overlapped (costmodel.frameworks.defaults)
     return FrameworkInput(source="torchtitan_config", stated=s, deferred=deferred)

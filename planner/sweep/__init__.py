@@ -16,5 +16,17 @@ from .schema import COLUMNS, SCHEMA_VERSION
 from .solve import solve_case
 from .store import ResultStore
 
-__all__ = ["Case", "Grid", "apply_whatifs", "grid_from_mapping", "load_grid_file", "SweepSummary", "run_sweep",
-           "sweep", "COLUMNS", "SCHEMA_VERSION", "solve_case", "ResultStore"]
+__all__ = [
+    "Case",
+    "Grid",
+    "apply_whatifs",
+    "grid_from_mapping",
+    "load_grid_file",
+    "SweepSummary",
+    "run_sweep",
+    "sweep",
+    "COLUMNS",
+    "SCHEMA_VERSION",
+    "solve_case",
+    "ResultStore",
+]

@@ -23,9 +23,18 @@ from .worker import default_workers
 BACKENDS = {"local": run_pool, "ray": run_ray}
 
 
-def run_sweep(cases: list[Case], out_dir, *, workers: int | None = None, backend: str = "local",
-              address: str | None = None, progress: bool = True, solve=solve_case,
-              max_attempts: int = 3, stream=None) -> SweepSummary:
+def run_sweep(
+    cases: list[Case],
+    out_dir,
+    *,
+    workers: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    progress: bool = True,
+    solve=solve_case,
+    max_attempts: int = 3,
+    stream=None,
+) -> SweepSummary:
     """Run every case not already finished in ``out_dir`` and append one record per case as it
     finishes (the driver alone writes the result files; a rerun resumes).
 
@@ -62,16 +71,41 @@ def run_sweep(cases: list[Case], out_dir, *, workers: int | None = None, backend
     for rec in store.read():  # statuses over the whole grid, resumed cases included
         if rec["case_id"] in ids:
             counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-    return SweepSummary(out_dir=str(out_dir), total=len(cases), resumed=resumed, ran=len(todo),
-                        ok=counts["ok"], infeasible=counts["infeasible"], unsolved=counts["unsolved"],
-                        error=counts["error"],
-                        crashed=counts["crashed"], wall_s=time.perf_counter() - t0, backend=backend,
-                        workers=n_workers)
+    return SweepSummary(
+        out_dir=str(out_dir),
+        total=len(cases),
+        resumed=resumed,
+        ran=len(todo),
+        ok=counts["ok"],
+        infeasible=counts["infeasible"],
+        unsolved=counts["unsolved"],
+        error=counts["error"],
+        crashed=counts["crashed"],
+        wall_s=time.perf_counter() - t0,
+        backend=backend,
+        workers=n_workers,
+    )
 
 
-def sweep(models, clusters, gpus, global_batch, seq, *, out, dtype="bf16", dma_engines=None, nvlink_gbps=None,
-          nic_gbps=None, hbm_gib=None, time_limit_s: float = 10.0, workers: int | None = None,
-          backend: str = "local", address: str | None = None, progress: bool = False):
+def sweep(
+    models,
+    clusters,
+    gpus,
+    global_batch,
+    seq,
+    *,
+    out,
+    dtype="bf16",
+    dma_engines=None,
+    nvlink_gbps=None,
+    nic_gbps=None,
+    hbm_gib=None,
+    time_limit_s: float = 10.0,
+    workers: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    progress: bool = False,
+):
     """Plan every combination of the given values and write ``out/results.{csv,jsonl}``.
 
     Each axis is a value or a list of values (models and clusters: preset names or spec file
@@ -88,8 +122,18 @@ def sweep(models, clusters, gpus, global_batch, seq, *, out, dtype="bf16", dma_e
     >>> s.total, s.ok
     (2, 2)
     """
-    axes = {"models": models, "clusters": clusters, "gpus": gpus, "global_batch": global_batch, "seq": seq,
-            "dtype": dtype, "dma_engines": dma_engines, "nvlink_gbps": nvlink_gbps, "nic_gbps": nic_gbps,
-            "hbm_gib": hbm_gib, "time_limit_s": time_limit_s}
+    axes = {
+        "models": models,
+        "clusters": clusters,
+        "gpus": gpus,
+        "global_batch": global_batch,
+        "seq": seq,
+        "dtype": dtype,
+        "dma_engines": dma_engines,
+        "nvlink_gbps": nvlink_gbps,
+        "nic_gbps": nic_gbps,
+        "hbm_gib": hbm_gib,
+        "time_limit_s": time_limit_s,
+    }
     grid = grid_from_mapping({k: v for k, v in axes.items() if v is not None})
     return run_sweep(grid.cases(), out, workers=workers, backend=backend, address=address, progress=progress)

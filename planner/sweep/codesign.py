@@ -66,8 +66,12 @@ def critical_columns(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
         out.update(t_comm_s=0.0, critical_holds=True)
         return out
     worst = max(rows, key=lambda r: r["ratio"])
-    out.update(critical_strategy=worst["strategy"], t_comm_s=worst["t_comm_s"], t_compute_s=worst["t_compute_s"],
-               critical_holds=bool(worst["critical_condition"]))
+    out.update(
+        critical_strategy=worst["strategy"],
+        t_comm_s=worst["t_comm_s"],
+        t_compute_s=worst["t_compute_s"],
+        critical_holds=bool(worst["critical_condition"]),
+    )
     return out
 
 
@@ -102,16 +106,41 @@ class DmaSeries:
 
     def label(self) -> str:
         p = self.problem
-        return (f"{p['model']} on {p['gpus']} x {p['cluster']}, batch {p['global_batch']} x {p['seq']} tokens, "
-                f"{p['dtype']}" + "".join(f", {k}={p[k]:g}" for k in ("nvlink_gbps", "nic_gbps", "hbm_gib")
-                                         if p.get(k) is not None))
+        return (
+            f"{p['model']} on {p['gpus']} x {p['cluster']}, batch {p['global_batch']} x {p['seq']} tokens, "
+            f"{p['dtype']}"
+            + "".join(f", {k}={p[k]:g}" for k in ("nvlink_gbps", "nic_gbps", "hbm_gib") if p.get(k) is not None)
+        )
 
     def to_dict(self) -> dict:
-        keep = ("dma_engines", "status", "step_time_s", "graph_step_time_s", "analytic_step_time_s", "chunks", "tp", "pp", "dp", "cp", "ep",
-                "vp", "mb", "zero", "sp", "dma_assignment", "critical_strategy", "t_comm_s", "t_compute_s",
-                "critical_holds")
-        return {"problem": dict(self.problem), "holds_from": self.holds_from, "holds_at": self.holds_at,
-                "rows": [{k: r.get(k) for k in keep} for r in self.records]}
+        keep = (
+            "dma_engines",
+            "status",
+            "step_time_s",
+            "graph_step_time_s",
+            "analytic_step_time_s",
+            "chunks",
+            "tp",
+            "pp",
+            "dp",
+            "cp",
+            "ep",
+            "vp",
+            "mb",
+            "zero",
+            "sp",
+            "dma_assignment",
+            "critical_strategy",
+            "t_comm_s",
+            "t_compute_s",
+            "critical_holds",
+        )
+        return {
+            "problem": dict(self.problem),
+            "holds_from": self.holds_from,
+            "holds_at": self.holds_at,
+            "rows": [{k: r.get(k) for k in keep} for r in self.records],
+        }
 
 
 def _holds(rec: dict) -> bool:
@@ -147,8 +176,11 @@ def _engines(n) -> str:
 def _plan(r: dict) -> str:
     if r.get("status") != "ok":
         return r.get("status") or "-"
-    parts = [f"{k}{r[k]}" + (" sp" if k == "tp" and r.get("sp") else "")
-             for k in ("tp", "pp", "dp", "cp", "ep") if r.get(k) and (r[k] > 1 or k in ("tp", "dp"))]
+    parts = [
+        f"{k}{r[k]}" + (" sp" if k == "tp" and r.get("sp") else "")
+        for k in ("tp", "pp", "dp", "cp", "ep")
+        if r.get(k) and (r[k] > 1 or k in ("tp", "dp"))
+    ]
     if (r.get("vp") or 1) > 1:
         parts.append(f"v{r['vp']}")
     parts += [f"mb{r['mb']}", f"z{r['zero']}"] if r.get("mb") else []
@@ -159,17 +191,23 @@ def _verdict(s: DmaSeries) -> str:
     n = s.holds_from
     if n is None:
         last = s.records[-1]
-        why = (f" (binding at {_engines(last['dma_engines'])}: {last['critical_strategy']}, "
-               f"{_ms(last.get('t_comm_s'))} ms vs {_ms(last.get('t_compute_s'))} ms)"
-               if last.get("critical_strategy") else "")
+        why = (
+            f" (binding at {_engines(last['dma_engines'])}: {last['critical_strategy']}, "
+            f"{_ms(last.get('t_comm_s'))} ms vs {_ms(last.get('t_compute_s'))} ms)"
+            if last.get("critical_strategy")
+            else ""
+        )
         return f"T_comm <= T_compute holds at none of the engine counts swept{why}"
     i = s.engines.index(n)
     if i == 0:
         return f"T_comm <= T_compute holds at every engine count swept (from {n} on)"
     below = s.records[i - 1]
-    why = (f" (binding below that: {below['critical_strategy']}, {_ms(below.get('t_comm_s'))} ms vs "
-           f"{_ms(below.get('t_compute_s'))} ms at {_engines(below['dma_engines'])})"
-           if below.get("critical_strategy") else "")
+    why = (
+        f" (binding below that: {below['critical_strategy']}, {_ms(below.get('t_comm_s'))} ms vs "
+        f"{_ms(below.get('t_compute_s'))} ms at {_engines(below['dma_engines'])})"
+        if below.get("critical_strategy")
+        else ""
+    )
     return f"T_comm <= T_compute holds from {n} DMA engines on{why}"
 
 
@@ -177,17 +215,36 @@ def format_dma_summary(series: list[DmaSeries]) -> str:
     """Per problem: a table by engine count and the line naming where the critical condition
     starts to hold (see the module docstring)."""
     blocks = []
-    headers = ["engines", "step s", "graph s", "plan", "chunks", "dma_assignment", "binding", "T_comm ms", "T_compute ms",
-               "T_comm<=T_compute"]
+    headers = [
+        "engines",
+        "step s",
+        "graph s",
+        "plan",
+        "chunks",
+        "dma_assignment",
+        "binding",
+        "T_comm ms",
+        "T_compute ms",
+        "T_comm<=T_compute",
+    ]
     for s in series:
         rows = []
         for r in s.records:
             ok = r.get("status") == "ok"
             holds = r.get("critical_holds")
-            rows.append([r["dma_engines"], f"{r['analytic_step_time_s']:.4f}" if ok and r.get("analytic_step_time_s") else "-",
-                         f"{r['graph_step_time_s']:.4f}" if ok and r.get("graph_step_time_s") else "-", _plan(r), r.get("chunks") if ok and r.get("chunks") is not None else "-",
-                         r.get("dma_assignment") or "-", r.get("critical_strategy") or "-",
-                         _ms(r.get("t_comm_s")), _ms(r.get("t_compute_s")),
-                         "-" if holds is None or not ok else str(holds).lower()])
+            rows.append(
+                [
+                    r["dma_engines"],
+                    f"{r['analytic_step_time_s']:.4f}" if ok and r.get("analytic_step_time_s") else "-",
+                    f"{r['graph_step_time_s']:.4f}" if ok and r.get("graph_step_time_s") else "-",
+                    _plan(r),
+                    r.get("chunks") if ok and r.get("chunks") is not None else "-",
+                    r.get("dma_assignment") or "-",
+                    r.get("critical_strategy") or "-",
+                    _ms(r.get("t_comm_s")),
+                    _ms(r.get("t_compute_s")),
+                    "-" if holds is None or not ok else str(holds).lower(),
+                ]
+            )
         blocks.append("\n".join([f"DMA engines: {s.label()}", table(headers, rows), _verdict(s)]))
     return "\n\n".join(blocks)

@@ -67,9 +67,14 @@ OPTIONS = {"time_limit_s": ("float", 10.0)}
 RUN_KEYS = ("out", "workers", "backend", "address")
 ALIASES = {"model": "models", "cluster": "clusters", "batch": "global_batch", "time_limit": "time_limit_s"}
 
-_ALLOWED = {"int": "positive integers", "float": "positive numbers", "name": "preset names or spec files",
-            "dtype": f"some of {', '.join(DTYPES)}", "framework": f"some of {', '.join(FRAMEWORKS)}",
-            "grad_dtype": f"some of {', '.join(GRAD_DTYPES)}"}
+_ALLOWED = {
+    "int": "positive integers",
+    "float": "positive numbers",
+    "name": "preset names or spec files",
+    "dtype": f"some of {', '.join(DTYPES)}",
+    "framework": f"some of {', '.join(FRAMEWORKS)}",
+    "grad_dtype": f"some of {', '.join(GRAD_DTYPES)}",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,25 +105,49 @@ class Case:
         the software inputs at their defaults are left out, so a case keeps the id it had before
         they were axes."""
         doc = {**self.inputs(), "time_limit_s": self.time_limit_s}
-        text = json.dumps({k: v for k, v in doc.items() if v is not None and SOFTWARE_DEFAULTS.get(k) != v},
-                          sort_keys=True)
+        text = json.dumps(
+            {k: v for k, v in doc.items() if v is not None and SOFTWARE_DEFAULTS.get(k) != v}, sort_keys=True
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def problem(self) -> tuple[ModelSpec, ClusterSpec, Workload]:
         """The specs of this case, what-ifs applied (raises SpecError for a malformed case)."""
         model = resolve_model(self.model)
-        cluster = apply_whatifs(resolve_cluster(self.cluster, self.gpus), dma_engines=self.dma_engines,
-                                nvlink_gbps=self.nvlink_gbps, nic_gbps=self.nic_gbps, hbm_gib=self.hbm_gib)
+        cluster = apply_whatifs(
+            resolve_cluster(self.cluster, self.gpus),
+            dma_engines=self.dma_engines,
+            nvlink_gbps=self.nvlink_gbps,
+            nic_gbps=self.nic_gbps,
+            hbm_gib=self.hbm_gib,
+        )
         return model, cluster, make_workload(self.global_batch, self.seq, self.dtype)
 
 
 #: input columns (schema order, the last two added in schema version 4)
-AXES_COLUMNS = ("model", "cluster", "gpus", "global_batch", "seq", "dtype", "dma_engines", "nvlink_gbps",
-                "nic_gbps", "hbm_gib", "framework", "grad_dtype")
+AXES_COLUMNS = (
+    "model",
+    "cluster",
+    "gpus",
+    "global_batch",
+    "seq",
+    "dtype",
+    "dma_engines",
+    "nvlink_gbps",
+    "nic_gbps",
+    "hbm_gib",
+    "framework",
+    "grad_dtype",
+)
 
 
-def apply_whatifs(cluster: ClusterSpec, *, dma_engines: int | None = None, nvlink_gbps: float | None = None,
-                  nic_gbps: float | None = None, hbm_gib: float | None = None) -> ClusterSpec:
+def apply_whatifs(
+    cluster: ClusterSpec,
+    *,
+    dma_engines: int | None = None,
+    nvlink_gbps: float | None = None,
+    nic_gbps: float | None = None,
+    hbm_gib: float | None = None,
+) -> ClusterSpec:
     """``cluster`` with hardware what-ifs applied (``None`` leaves a property as it is).
 
     >>> from costmodel.spec.presets import load_cluster
@@ -130,8 +159,7 @@ def apply_whatifs(cluster: ClusterSpec, *, dma_engines: int | None = None, nvlin
     if hbm_gib is not None:
         dev = replace(dev, hbm_bytes=hbm_gib * GiB)
     if dma_engines is not None:
-        dev = replace(dev, dma_engines=tuple(replace(e, count=dma_engines) if e.scopes else e
-                                             for e in dev.dma_engines))
+        dev = replace(dev, dma_engines=tuple(replace(e, count=dma_engines) if e.scopes else e for e in dev.dma_engines))
     out = replace(cluster, device=dev) if dev is not cluster.device else cluster
     if nvlink_gbps is not None:
         out = replace(out, intra_link=replace(out.intra_link, bw_bytes_per_s=nvlink_gbps * GB))
@@ -215,8 +243,11 @@ def _value(key: str, kind: str, v):
         return f
     if not isinstance(v, str) or not v:
         raise bad
-    if (kind == "dtype" and v not in DTYPES) or (kind == "framework" and v not in FRAMEWORKS) or (
-            kind == "grad_dtype" and v not in GRAD_DTYPES):
+    if (
+        (kind == "dtype" and v not in DTYPES)
+        or (kind == "framework" and v not in FRAMEWORKS)
+        or (kind == "grad_dtype" and v not in GRAD_DTYPES)
+    ):
         raise bad
     return v
 
@@ -270,6 +301,7 @@ def load_grid_file(path: str | Path) -> dict:
         raise SpecError("grid", str(path), f"a readable file ({e.strerror})") from None
     try:
         import yaml
+
         data = yaml.safe_load(text)  # JSON is YAML
     except Exception as e:  # yaml.YAMLError
         raise SpecError("grid", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None

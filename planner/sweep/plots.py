@@ -38,8 +38,11 @@ from .store import ResultStore
 
 FORMATS = ("png", "svg")
 #: what-if knobs of the co-design plot: (label, unit)
-KNOBS = {"nvlink_gbps": ("NVLink bandwidth per GPU", "GB/s"), "nic_gbps": ("NIC bandwidth per GPU", "GB/s"),
-         "dma_engines": ("DMA engines per class", "engines")}
+KNOBS = {
+    "nvlink_gbps": ("NVLink bandwidth per GPU", "GB/s"),
+    "nic_gbps": ("NIC bandwidth per GPU", "GB/s"),
+    "dma_engines": ("DMA engines per class", "engines"),
+}
 #: bandwidth multipliers of the co-design sweep (1/16x to 8x the cluster's)
 FACTORS = tuple(2 ** (k / 4) for k in range(-16, 13))
 HIDDEN_R = 0.99  # overlap rate counted as fully hidden
@@ -98,8 +101,11 @@ def plot_scaling(records: list[dict], out_dir: Path, stem: str = "scaling") -> l
     fig, ax = _figure(1, 2)
     for (_, model, ctx), rs in sorted(lines.items()):
         rs.sort(key=lambda r: r["gpus"])
-        label = f"{_name(model)} ({count_text(rs[0]['model_params'])} params) {ctx}".strip() if rs[0]["model_params"] \
+        label = (
+            f"{_name(model)} ({count_text(rs[0]['model_params'])} params) {ctx}".strip()
+            if rs[0]["model_params"]
             else f"{_name(model)} {ctx}".strip()
+        )
         x = [r["gpus"] for r in rs]
         ax[0][0].plot(x, [100 * r["mfu"] for r in rs], marker="o", label=label)
         ax[0][1].plot(x, [r["step_time_s"] for r in rs], marker="o", label=label)
@@ -172,9 +178,16 @@ class CodesignCurve:
     hidden: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"knob": self.knob, "unit": self.unit, "values": list(self.values),
-                "compute_s": list(self.compute_s), "link_s": dict(self.link_s), "exposed_s": dict(self.exposed_s),
-                "critical": dict(self.critical), "hidden": dict(self.hidden)}
+        return {
+            "knob": self.knob,
+            "unit": self.unit,
+            "values": list(self.values),
+            "compute_s": list(self.compute_s),
+            "link_s": dict(self.link_s),
+            "exposed_s": dict(self.exposed_s),
+            "critical": dict(self.critical),
+            "hidden": dict(self.hidden),
+        }
 
 
 def knob_values(cluster: ClusterSpec, knob: str) -> list:
@@ -188,8 +201,9 @@ def knob_values(cluster: ClusterSpec, knob: str) -> list:
     raise SpecError("knob", knob, f"one of {', '.join(KNOBS)}")
 
 
-def codesign_curve(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-                   knob: str, values=None) -> CodesignCurve:
+def codesign_curve(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, knob: str, values=None
+) -> CodesignCurve:
     """Evaluate ``config`` with ``knob`` set to each of ``values`` (default :func:`knob_values`).
 
     >>> from costmodel.spec.presets import load_cluster, load_model
@@ -212,12 +226,20 @@ def codesign_curve(model: ModelSpec, cluster: ClusterSpec, workload: Workload, c
     order = sorted(range(len(values)), key=lambda i: values[i])
     for s in active:
         critical[s] = next((values[i] for i in order if link[s][i] <= compute[i]), None)
-        hidden[s] = next((values[i] for i in order
-                          if link[s][i] > 0 and exposed[s][i] <= (1 - HIDDEN_R) * link[s][i]), None)
+        hidden[s] = next(
+            (values[i] for i in order if link[s][i] > 0 and exposed[s][i] <= (1 - HIDDEN_R) * link[s][i]), None
+        )
     label, unit = KNOBS[knob]
-    return CodesignCurve(knob=knob, unit=unit, values=values, compute_s=compute,
-                         link_s={s: link[s] for s in active}, exposed_s={s: exposed[s] for s in active},
-                         critical=critical, hidden=hidden)
+    return CodesignCurve(
+        knob=knob,
+        unit=unit,
+        values=values,
+        compute_s=compute,
+        link_s={s: link[s] for s in active},
+        exposed_s={s: exposed[s] for s in active},
+        critical=critical,
+        hidden=hidden,
+    )
 
 
 def plot_codesign(curves: list[CodesignCurve], out_dir: Path, stem: str, title: str = "") -> list[Path]:
@@ -238,8 +260,14 @@ def plot_codesign(curves: list[CodesignCurve], out_dir: Path, stem: str, title: 
             if c.critical.get(s) is not None:
                 i = c.values.index(c.critical[s])
                 a.plot([c.values[i]], [c.link_s[s][i]], marker="o", color=line.get_color())
-                a.annotate(f"{c.critical[s]:.3g}", (c.values[i], c.link_s[s][i]), textcoords="offset points",
-                           xytext=(4, 4), fontsize="x-small", color=line.get_color())
+                a.annotate(
+                    f"{c.critical[s]:.3g}",
+                    (c.values[i], c.link_s[s][i]),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize="x-small",
+                    color=line.get_color(),
+                )
             if c.hidden.get(s) is not None:
                 b.axvline(c.hidden[s], color=line.get_color(), linestyle=":", alpha=0.7)
         for axis in (a, b):
@@ -248,13 +276,11 @@ def plot_codesign(curves: list[CodesignCurve], out_dir: Path, stem: str, title: 
             axis.grid(True, which="both", alpha=0.3)
         a.set_yscale("log")
         a.set_ylabel("seconds per step")
-        a.set_title("T_comm per strategy vs T_compute (o: critical point T_comm <= T_compute)",
-                    fontsize="small")
+        a.set_title("T_comm per strategy vs T_compute (o: critical point T_comm <= T_compute)", fontsize="small")
         b.set_ylabel("exposed fraction 1 - r")
         b.set_ylim(-0.02, 1.02)
         dotted = any(c.hidden.get(s) is not None for s in c.link_s)
-        b.set_title("exposed after overlap" + (" (dotted: fully hidden from here)" if dotted else ""),
-                    fontsize="small")
+        b.set_title("exposed after overlap" + (" (dotted: fully hidden from here)" if dotted else ""), fontsize="small")
         a.legend(fontsize="x-small")
         b.legend(fontsize="x-small")
     if title:
@@ -291,19 +317,35 @@ def plot_dma_engines(records: list[dict], out_dir: Path, stem: str = "dma_engine
         x = [r["dma_engines"] for r in ok]
         a.plot(x, [r["step_time_s"] for r in ok], marker="o", color="black")
         for r in ok:
-            a.annotate(f"chunks {r.get('chunks')}\n{r.get('dma_assignment') or ''}", (r["dma_engines"], r["step_time_s"]),
-                       textcoords="offset points", xytext=(4, 4), fontsize="xx-small")
+            a.annotate(
+                f"chunks {r.get('chunks')}\n{r.get('dma_assignment') or ''}",
+                (r["dma_engines"], r["step_time_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize="xx-small",
+            )
         a.set_ylabel("step time (s)")
         a.set_title(s.label(), fontsize="small")
         crit = [r for r in ok if r.get("t_comm_s") is not None and r.get("t_compute_s") is not None]
         if crit:
             xc = [r["dma_engines"] for r in crit]
             b.plot(xc, [r["t_comm_s"] for r in crit], marker="o", label="T_comm (binding strategy)")
-            b.plot(xc, [r["t_compute_s"] for r in crit], marker="s", linestyle="--", color="black",
-                   label="T_compute (its window)")
+            b.plot(
+                xc,
+                [r["t_compute_s"] for r in crit],
+                marker="s",
+                linestyle="--",
+                color="black",
+                label="T_compute (its window)",
+            )
             for r in crit:
-                b.annotate(r.get("critical_strategy") or "", (r["dma_engines"], r["t_comm_s"]),
-                           textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+                b.annotate(
+                    r.get("critical_strategy") or "",
+                    (r["dma_engines"], r["t_comm_s"]),
+                    textcoords="offset points",
+                    xytext=(4, -10),
+                    fontsize="x-small",
+                )
         if s.holds_from is not None:
             b.axvline(s.holds_from, color="green", linestyle=":", label=f"T_comm <= T_compute from {s.holds_from}")
         b.set_ylabel("seconds per step")
@@ -336,8 +378,10 @@ def plot_sweep(results_dir, out_dir=None, *, codesign_per_model: int = 1) -> lis
     for (model, cluster), rs in sorted(best.items()):
         rs.sort(key=lambda r: -r["gpus"])
         for r in rs[:codesign_per_model]:
-            title = (f"{model} on {r['gpus']} x {cluster}, batch {r['global_batch']} x {r['seq']}: "
-                     f"tp={r['tp']} pp={r['pp']} dp={r['dp']} cp={r['cp']} ep={r['ep']}")
+            title = (
+                f"{model} on {r['gpus']} x {cluster}, batch {r['global_batch']} x {r['seq']}: "
+                f"tp={r['tp']} pp={r['pp']} dp={r['dp']} cp={r['cp']} ep={r['ep']}"
+            )
             stem = f"codesign_{_slug(model)}_{_slug(cluster)}_{r['gpus']}gpus"
             paths += plot_codesign(codesign_for_record(r), out, stem, title)
     return paths

@@ -25,8 +25,17 @@ def _hms(seconds: float) -> str:
 class Progress:
     """Counts finished cases; ``skipped`` are those a resumed sweep found already done."""
 
-    def __init__(self, total: int, *, skipped: int = 0, stream=None, enabled: bool = True,
-                 interval_s: float = 2.0, width: int = 20, clock=time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        *,
+        skipped: int = 0,
+        stream=None,
+        enabled: bool = True,
+        interval_s: float = 2.0,
+        width: int = 20,
+        clock=time.monotonic,
+    ):
         self.total, self.skipped = total, skipped
         self.done = skipped
         self.failed = 0

@@ -57,12 +57,18 @@ def connect(address: str | None = None, workers: int | None = None):
         else:
             # address="local": always a new local Ray, never a cluster some earlier process left registered in
             # /tmp/ray/ray_current_cluster (ray.init's default joins it, and then refuses num_cpus)
-            ray.init(address="local", num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False,
-                     job_config=ray.job_config.JobConfig(code_search_path=[REPO_ROOT]))
+            ray.init(
+                address="local",
+                num_cpus=workers or default_workers(),
+                include_dashboard=False,
+                log_to_driver=False,
+                job_config=ray.job_config.JobConfig(code_search_path=[REPO_ROOT]),
+            )
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = address or "a local Ray"
-        raise SpecError("address", where, f"a Ray cluster that can be joined ({' '.join(str(e).split())[:200]})") \
-            from None
+        raise SpecError(
+            "address", where, f"a Ray cluster that can be joined ({' '.join(str(e).split())[:200]})"
+        ) from None
     return ray, True
 
 
@@ -86,8 +92,15 @@ def _call(solve, case: Case) -> dict:
     return solve(case)
 
 
-def run_ray(cases: list[Case], solve, on_result, *, workers: int | None = None, address: str | None = None,
-            max_attempts: int = 3) -> None:
+def run_ray(
+    cases: list[Case],
+    solve,
+    on_result,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    max_attempts: int = 3,
+) -> None:
     """Solve ``cases`` as Ray tasks; ``on_result(case, result, attempts)`` runs in this process."""
     ray, started = connect(address, workers)
     try:

@@ -54,8 +54,14 @@ class SweepSummary:
 
 def make_record(case: Case, result: dict, attempts: int) -> dict:
     """One result row: the case's inputs, the solver's outcome, and the meta columns (schema order)."""
-    rec = {"case_id": case.id, **case.inputs(), **result, "attempts": attempts, "schema_version": SCHEMA_VERSION,
-           "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    rec = {
+        "case_id": case.id,
+        **case.inputs(),
+        **result,
+        "attempts": attempts,
+        "schema_version": SCHEMA_VERSION,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
     ordered = {k: rec.get(k) for k in NAMES}
     ordered["estimate"] = rec.get("estimate")
     return ordered
@@ -80,6 +86,7 @@ def _watch_driver(pid: int) -> None:
     """In a worker: leave SIGINT to the driver, and exit when the driver process is gone
     (killed with -9 it cannot tell us)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     def loop():
         while True:
             time.sleep(0.5)
@@ -89,6 +96,7 @@ def _watch_driver(pid: int) -> None:
                 os._exit(1)
             except PermissionError:
                 pass
+
     threading.Thread(target=loop, daemon=True).start()
 
 
@@ -113,8 +121,9 @@ def run_local(cases: list[Case], solve, on_result, *, workers: int, max_attempts
     while pending or suspects:
         alone = bool(suspects)
         queue, width = (suspects, 1) if alone else (pending, workers)
-        pool = ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=_watch_driver,
-                                   initargs=(os.getpid(),))
+        pool = ProcessPoolExecutor(
+            max_workers=width, mp_context=ctx, initializer=_watch_driver, initargs=(os.getpid(),)
+        )
         inflight: dict = {}
         broken = False
         try:
@@ -143,8 +152,9 @@ def run_local(cases: list[Case], solve, on_result, *, workers: int, max_attempts
                         else:
                             suspects.append(case)
                     elif err is not None:  # e.g. the result could not be pickled
-                        on_result(case, outcome("error", f"internal error: {type(err).__name__}: {err}"),
-                                  attempts[case.id])
+                        on_result(
+                            case, outcome("error", f"internal error: {type(err).__name__}: {err}"), attempts[case.id]
+                        )
                     else:
                         on_result(case, fut.result(), attempts[case.id])
                 if alone and not broken:
@@ -172,8 +182,15 @@ def run_serial(cases: list[Case], solve, on_result) -> None:
         on_result(case, solve(case), 1)
 
 
-def run_pool(cases: list[Case], solve, on_result, *, workers: int | None = None, address: str | None = None,
-             max_attempts: int = 3) -> None:
+def run_pool(
+    cases: list[Case],
+    solve,
+    on_result,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    max_attempts: int = 3,
+) -> None:
     """The local backend: ``cases`` on a process pool of ``workers`` (default: one per core), or in this
     process with one worker; ``address`` is Ray's and must be None here."""
     n = workers or default_workers()

@@ -49,97 +49,177 @@ def _cols(group: str, *specs: tuple[str, str, str]) -> list[Column]:
 
 
 COLUMNS: tuple[Column, ...] = tuple(
-    _cols("input",
-          ("case_id", "str", "deterministic id of the case: a hash of every input below and the solver options"),
-          ("model", "str", "model preset name or spec file path, as given"),
-          ("cluster", "str", "cluster preset name or spec file path, as given"),
-          ("gpus", "int", "total GPUs"),
-          ("global_batch", "int", "sequences per optimizer step"),
-          ("seq", "int", "tokens per sequence"),
-          ("dtype", "str", "GEMM format: bf16, fp16 or fp8"),
-          ("dma_engines", "int", "what-if: engine count of every collective-carrying DMA engine class (empty: the cluster's)"),
-          ("nvlink_gbps", "float", "what-if: intra-node link bandwidth per GPU in GB/s (empty: the cluster's)"),
-          ("nic_gbps", "float", "what-if: inter-node bandwidth per GPU in GB/s (empty: the cluster's)"),
-          ("hbm_gib", "float", "what-if: HBM capacity per GPU in GiB (empty: the cluster's)"),
-          ("model_params", "int", "total parameters of the model (for ordering by size)"))
-    + _cols("outcome",
-            ("status", "str", "ok | infeasible | unsolved | error | crashed (see STATUSES)"),
-            ("reason", "str", "why there is no plan (one line), empty when status is ok"))
-    + _cols("plan",
-            ("tp", "int", "tensor-parallel degree"), ("pp", "int", "pipeline-parallel degree"),
-            ("dp", "int", "data-parallel degree"), ("ep", "int", "expert-parallel degree"),
-            ("cp", "int", "context-parallel degree"), ("vp", "int", "interleaved chunks per pipeline stage"),
-            ("mb", "int", "micro-batch size in sequences"), ("sp", "bool", "sequence parallelism"),
-            ("zero", "int", "ZeRO stage"), ("recompute", "str", "none | selective | full"),
-            ("recompute_layers", "int", "with full recompute: layers per stage recomputed (empty: all)"),
-            ("bucket_mb", "float", "DP gradient bucket size in MB (0: no overlap)"),
-            ("chunks", "int", "pieces each overlappable collective is split into"),
-            ("layers_per_stage", "str", "layers on each pipeline stage, first to last (empty: uniform)"))
-    + _cols("estimate",
-            ("step_time_s", "float", "predicted seconds per optimizer step by the op-graph scheduler, the default "
-                                     "engine (every estimate column below is its, as evaluate and recommend "
-                                     "report them; the analytic optimum CP-SAT proves is analytic_step_time_s)"),
-            ("graph_step_time_s", "float", "the same as step_time_s (kept for schema versions <= 4, where "
-                                           "step_time_s was the analytic model's)"),
-            ("tokens_per_s", "float", "global tokens per second"),
-            ("mfu", "float", "model FLOPs utilisation (0-1)"),
-            ("hfu", "float", "hardware FLOPs utilisation (0-1)"),
-            ("model_tflops_per_gpu", "float", "model TFLOP/s per GPU"),
-            ("peak_memory_bytes", "float", "peak memory of the fullest GPU"),
-            ("hbm_bytes", "float", "HBM capacity per GPU"),
-            ("fits", "bool", "peak memory within HBM"),
-            ("compute_s", "float", "forward + backward compute in the step"),
-            ("bubble_s", "float", "pipeline bubble in the step"),
-            ("exposed_comm_s", "float", "communication left exposed, all strategies (sum of *_exposed_s)"))
-    + _cols("solve",
-            ("solver", "str", "what produced the plan: cp-sat"),
-            ("solve_status", "str", "the solver's status (OPTIMAL, FEASIBLE, INFEASIBLE, ...)"),
-            ("solve_time_s", "float", "solver wall time in seconds"),
-            ("objective_s", "float", "the solver's objective (step time it optimised)"),
-            ("bound_s", "float", "the solver's best bound"),
-            ("gap", "float", "relative gap between objective and bound"),
-            ("case_time_s", "float", "wall time of the whole case, in its worker"),
-            ("attempts", "int", "times the case was started (more than 1 after a worker died)"))
-    + _cols("meta",
-            ("schema_version", "int", "this schema's version"),
-            ("finished_at", "str", "UTC time the case finished (ISO 8601)"))
-    + _cols("estimate",  # schema version 2
-            ("step_time_band_lo_s", "float", "low end of the 80% band of the measured step time around "
-                                             "step_time_s (costmodel.trust.uncertainty; 10% of runs fall below)"),
-            ("step_time_band_hi_s", "float", "high end of that band (10% of runs fall above)"))
-    + _cols("estimate",  # schema version 3
-            ("dma_assignment", "str", "DMA engines each communication stream of the plan runs on, in --dma form "
-                                      "(costmodel.physics.comm.dma.resolve, e.g. tp:cdma*2,pp:cdma*1,dp:cdma*1; "
-                                      "'tp+dp:cdma*1': the two share one engine)"),
-            ("critical_strategy", "str", "the plan's binding communication: the strategy with the largest "
-                                         "T_comm / T_compute in `planner explain` (empty: no communication)"),
-            ("t_comm_s", "float", "that strategy's T_comm: link time of its transfers per step on the slowest "
-                                  "stage (op-graph engine, as `planner explain`)"),
-            ("t_compute_s", "float", "the compute window it can hide behind: compute independent of those "
-                                     "transfers, per step (`planner explain`'s T_compute)"),
-            ("critical_holds", "bool", "the critical condition T_comm <= T_compute holds for every strategy "
-                                       "of the plan (true with no communication)"))
-    + _cols("input",  # schema version 4
-            ("framework", "str", "framework every plan of the case runs: megatron, deepspeed or fsdp2"),
-            ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16"))
-    + _cols("estimate",  # schema version 5
-            ("band_notes", "str", "what widened the 80% band, in words, '; '-separated (costmodel.trust.band_scope: "
-                                  "beyond the measured runs or component data; inside the data, one sentence saying so)"),
-            ("analytic_step_time_s", "float", "the plan's step time by the analytic closed form, which the "
-                                              "search optimises and proves optimal"))
-    + _cols("estimate",  # schema version 6
-            ("stack", "str", "software stack the numbers assume (costmodel.frameworks.stacks: the cluster's stack, "
-                             "e.g. mcore-2025); a band's note names a stack without measured runs"))
-    + _cols("plan",  # schema version 7
-            ("optimizer_offload_fraction", "float", "optimizer CPU offload (Megatron --optimizer-cpu-offload "
-                                                    "--optimizer-offload-fraction, copies overlapped): the fraction "
-                                                    "of the optimizer state on the host, 0: none (chosen only where "
-                                                    "no plan fits without it, search.offload_choice)"))
+    _cols(
+        "input",
+        ("case_id", "str", "deterministic id of the case: a hash of every input below and the solver options"),
+        ("model", "str", "model preset name or spec file path, as given"),
+        ("cluster", "str", "cluster preset name or spec file path, as given"),
+        ("gpus", "int", "total GPUs"),
+        ("global_batch", "int", "sequences per optimizer step"),
+        ("seq", "int", "tokens per sequence"),
+        ("dtype", "str", "GEMM format: bf16, fp16 or fp8"),
+        (
+            "dma_engines",
+            "int",
+            "what-if: engine count of every collective-carrying DMA engine class (empty: the cluster's)",
+        ),
+        ("nvlink_gbps", "float", "what-if: intra-node link bandwidth per GPU in GB/s (empty: the cluster's)"),
+        ("nic_gbps", "float", "what-if: inter-node bandwidth per GPU in GB/s (empty: the cluster's)"),
+        ("hbm_gib", "float", "what-if: HBM capacity per GPU in GiB (empty: the cluster's)"),
+        ("model_params", "int", "total parameters of the model (for ordering by size)"),
+    )
+    + _cols(
+        "outcome",
+        ("status", "str", "ok | infeasible | unsolved | error | crashed (see STATUSES)"),
+        ("reason", "str", "why there is no plan (one line), empty when status is ok"),
+    )
+    + _cols(
+        "plan",
+        ("tp", "int", "tensor-parallel degree"),
+        ("pp", "int", "pipeline-parallel degree"),
+        ("dp", "int", "data-parallel degree"),
+        ("ep", "int", "expert-parallel degree"),
+        ("cp", "int", "context-parallel degree"),
+        ("vp", "int", "interleaved chunks per pipeline stage"),
+        ("mb", "int", "micro-batch size in sequences"),
+        ("sp", "bool", "sequence parallelism"),
+        ("zero", "int", "ZeRO stage"),
+        ("recompute", "str", "none | selective | full"),
+        ("recompute_layers", "int", "with full recompute: layers per stage recomputed (empty: all)"),
+        ("bucket_mb", "float", "DP gradient bucket size in MB (0: no overlap)"),
+        ("chunks", "int", "pieces each overlappable collective is split into"),
+        ("layers_per_stage", "str", "layers on each pipeline stage, first to last (empty: uniform)"),
+    )
+    + _cols(
+        "estimate",
+        (
+            "step_time_s",
+            "float",
+            "predicted seconds per optimizer step by the op-graph scheduler, the default "
+            "engine (every estimate column below is its, as evaluate and recommend "
+            "report them; the analytic optimum CP-SAT proves is analytic_step_time_s)",
+        ),
+        (
+            "graph_step_time_s",
+            "float",
+            "the same as step_time_s (kept for schema versions <= 4, where step_time_s was the analytic model's)",
+        ),
+        ("tokens_per_s", "float", "global tokens per second"),
+        ("mfu", "float", "model FLOPs utilisation (0-1)"),
+        ("hfu", "float", "hardware FLOPs utilisation (0-1)"),
+        ("model_tflops_per_gpu", "float", "model TFLOP/s per GPU"),
+        ("peak_memory_bytes", "float", "peak memory of the fullest GPU"),
+        ("hbm_bytes", "float", "HBM capacity per GPU"),
+        ("fits", "bool", "peak memory within HBM"),
+        ("compute_s", "float", "forward + backward compute in the step"),
+        ("bubble_s", "float", "pipeline bubble in the step"),
+        ("exposed_comm_s", "float", "communication left exposed, all strategies (sum of *_exposed_s)"),
+    )
+    + _cols(
+        "solve",
+        ("solver", "str", "what produced the plan: cp-sat"),
+        ("solve_status", "str", "the solver's status (OPTIMAL, FEASIBLE, INFEASIBLE, ...)"),
+        ("solve_time_s", "float", "solver wall time in seconds"),
+        ("objective_s", "float", "the solver's objective (step time it optimised)"),
+        ("bound_s", "float", "the solver's best bound"),
+        ("gap", "float", "relative gap between objective and bound"),
+        ("case_time_s", "float", "wall time of the whole case, in its worker"),
+        ("attempts", "int", "times the case was started (more than 1 after a worker died)"),
+    )
+    + _cols(
+        "meta",
+        ("schema_version", "int", "this schema's version"),
+        ("finished_at", "str", "UTC time the case finished (ISO 8601)"),
+    )
+    + _cols(
+        "estimate",  # schema version 2
+        (
+            "step_time_band_lo_s",
+            "float",
+            "low end of the 80% band of the measured step time around "
+            "step_time_s (costmodel.trust.uncertainty; 10% of runs fall below)",
+        ),
+        ("step_time_band_hi_s", "float", "high end of that band (10% of runs fall above)"),
+    )
+    + _cols(
+        "estimate",  # schema version 3
+        (
+            "dma_assignment",
+            "str",
+            "DMA engines each communication stream of the plan runs on, in --dma form "
+            "(costmodel.physics.comm.dma.resolve, e.g. tp:cdma*2,pp:cdma*1,dp:cdma*1; "
+            "'tp+dp:cdma*1': the two share one engine)",
+        ),
+        (
+            "critical_strategy",
+            "str",
+            "the plan's binding communication: the strategy with the largest "
+            "T_comm / T_compute in `planner explain` (empty: no communication)",
+        ),
+        (
+            "t_comm_s",
+            "float",
+            "that strategy's T_comm: link time of its transfers per step on the slowest "
+            "stage (op-graph engine, as `planner explain`)",
+        ),
+        (
+            "t_compute_s",
+            "float",
+            "the compute window it can hide behind: compute independent of those "
+            "transfers, per step (`planner explain`'s T_compute)",
+        ),
+        (
+            "critical_holds",
+            "bool",
+            "the critical condition T_comm <= T_compute holds for every strategy "
+            "of the plan (true with no communication)",
+        ),
+    )
+    + _cols(
+        "input",  # schema version 4
+        ("framework", "str", "framework every plan of the case runs: megatron, deepspeed or fsdp2"),
+        ("grad_dtype", "str", "dtype gradients are accumulated and reduced in: fp32, bf16 or fp16"),
+    )
+    + _cols(
+        "estimate",  # schema version 5
+        (
+            "band_notes",
+            "str",
+            "what widened the 80% band, in words, '; '-separated (costmodel.trust.band_scope: "
+            "beyond the measured runs or component data; inside the data, one sentence saying so)",
+        ),
+        (
+            "analytic_step_time_s",
+            "float",
+            "the plan's step time by the analytic closed form, which the search optimises and proves optimal",
+        ),
+    )
+    + _cols(
+        "estimate",  # schema version 6
+        (
+            "stack",
+            "str",
+            "software stack the numbers assume (costmodel.frameworks.stacks: the cluster's stack, "
+            "e.g. mcore-2025); a band's note names a stack without measured runs",
+        ),
+    )
+    + _cols(
+        "plan",  # schema version 7
+        (
+            "optimizer_offload_fraction",
+            "float",
+            "optimizer CPU offload (Megatron --optimizer-cpu-offload "
+            "--optimizer-offload-fraction, copies overlapped): the fraction "
+            "of the optimizer state on the host, 0: none (chosen only where "
+            "no plan fits without it, search.offload_choice)",
+        ),
+    )
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
-INPUT_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.group == "input" and c.name not in
-                                     ("case_id", "model_params"))
+INPUT_NAMES: tuple[str, ...] = tuple(
+    c.name for c in COLUMNS if c.group == "input" and c.name not in ("case_id", "model_params")
+)
 PLAN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS if c.group == "plan")
 
 

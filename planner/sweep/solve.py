@@ -26,8 +26,19 @@ def _flatten(est: dict | None) -> dict:
     if est is None:
         return {}
     b = est.get("breakdown", {})
-    cols = {k: est.get(k) for k in ("step_time_s", "tokens_per_s", "mfu", "hfu", "model_tflops_per_gpu",
-                                    "peak_memory_bytes", "hbm_bytes", "fits")}
+    cols = {
+        k: est.get(k)
+        for k in (
+            "step_time_s",
+            "tokens_per_s",
+            "mfu",
+            "hfu",
+            "model_tflops_per_gpu",
+            "peak_memory_bytes",
+            "hbm_bytes",
+            "fits",
+        )
+    }
     band = est.get("step_time_band_s") or (None, None)
     cols["step_time_band_lo_s"], cols["step_time_band_hi_s"] = band
     cols["band_notes"] = "; ".join(est.get("band_notes") or ()) or None  # inside the data: the sentence saying so
@@ -46,17 +57,30 @@ def _plan(config: dict | None) -> dict:
     return out
 
 
-def outcome(status: str, reason: str = "", *, config: dict | None = None, estimate: dict | None = None,
-            solve: dict | None = None, model_params: int | None = None) -> dict:
+def outcome(
+    status: str,
+    reason: str = "",
+    *,
+    config: dict | None = None,
+    estimate: dict | None = None,
+    solve: dict | None = None,
+    model_params: int | None = None,
+) -> dict:
     """The result of one case: every non-input, non-meta column, plus the nested ``estimate``."""
     s = solve or {}
     return {
         "model_params": model_params,
-        "status": status, "reason": reason or None,
-        **{k: None for k in PLAN_NAMES}, **_plan(config),
+        "status": status,
+        "reason": reason or None,
+        **{k: None for k in PLAN_NAMES},
+        **_plan(config),
         **_flatten(estimate),
-        "solver": s.get("solver"), "solve_status": s.get("status"), "solve_time_s": s.get("time_s"),
-        "objective_s": s.get("objective_s"), "bound_s": s.get("bound_s"), "gap": s.get("gap"),
+        "solver": s.get("solver"),
+        "solve_status": s.get("status"),
+        "solve_time_s": s.get("time_s"),
+        "objective_s": s.get("objective_s"),
+        "bound_s": s.get("bound_s"),
+        "gap": s.get("gap"),
         "estimate": estimate,
     }
 
@@ -73,8 +97,7 @@ def solve_case(case: Case) -> dict:
     except (PlannerError, ValueError) as e:
         out = outcome("error", " ".join(str(e).split()), model_params=params)
     except Exception as e:  # a bug in the planner: record it, keep sweeping
-        out = outcome("error", f"internal error: {type(e).__name__}: {' '.join(str(e).split())}",
-                      model_params=params)
+        out = outcome("error", f"internal error: {type(e).__name__}: {' '.join(str(e).split())}", model_params=params)
     out["model_params"] = params
     out["stack"] = stack  # the software stack the numbers assume (None: the case did not load)
     out["case_time_s"] = time.perf_counter() - t0
@@ -85,23 +108,43 @@ def _solve(case: Case, model, cluster, workload) -> dict:
     """:func:`planner.api.recommend` with one CP-SAT worker (the sweep runs cases in parallel)."""
     from ..api import recommend
 
-    r = recommend(model, cluster, workload, time_limit_s=case.time_limit_s, workers=1, seed=0, top_k=1,
-                  framework=case.framework, grad_dtype=case.grad_dtype)
-    solve_info = {"solver": "cp-sat", "status": r.status, "time_s": r.time_s, "objective_s": r.objective_s,
-                  "bound_s": r.bound_s, "gap": r.gap}
+    r = recommend(
+        model,
+        cluster,
+        workload,
+        time_limit_s=case.time_limit_s,
+        workers=1,
+        seed=0,
+        top_k=1,
+        framework=case.framework,
+        grad_dtype=case.grad_dtype,
+    )
+    solve_info = {
+        "solver": "cp-sat",
+        "status": r.status,
+        "time_s": r.time_s,
+        "objective_s": r.objective_s,
+        "bound_s": r.bound_s,
+        "gap": r.gap,
+    }
     if r.best is None:
         if r.status == "INFEASIBLE":
             reason = r.explanation or "no plan fits in memory"
             return outcome("infeasible", " ".join(reason.split()), solve=solve_info)
-        return outcome("unsolved", f"no plan found within the time limit of {case.time_limit_s:g} s ({r.status})",
-                       solve=solve_info)
-    config = {**r.best.config.to_dict(), "sp": r.best.config.sp_on,  # sequence parallelism in effect (tp > 1)
-              "optimizer_offload_fraction": r.best.config.optimizer_offload_fraction}  # to_dict leaves out a 0
+        return outcome(
+            "unsolved", f"no plan found within the time limit of {case.time_limit_s:g} s ({r.status})", solve=solve_info
+        )
+    config = {
+        **r.best.config.to_dict(),
+        "sp": r.best.config.sp_on,  # sequence parallelism in effect (tp > 1)
+        "optimizer_offload_fraction": r.best.config.optimizer_offload_fraction,
+    }  # to_dict leaves out a 0
     est = r.best.reported  # the default engine's, as recommend reports, with the 80% band recommend attached
     out = outcome("ok", config=config, estimate=est.to_dict(), solve=solve_info)
     out["graph_step_time_s"] = est.step_time_s if est.engine == "graph" else None
     out["analytic_step_time_s"] = r.best.estimate.step_time_s
     from .codesign import critical_columns  # the DMA assignment and T_comm <= T_compute (planner explain's)
+
     out.update(critical_columns(model, cluster, workload, r.best.config))
     # no stream to assign (one GPU): null, as the CSV's empty cell reads back (it was never reached before a
     # one-GPU plan could fit, with optimizer offload)

@@ -96,8 +96,12 @@ class ResultStore:
         if lines and next(csv.reader([lines[0]])) != list(NAMES):
             old = {r.get("schema_version") for r in records.values()} - {None}
             was = f"schema version {', '.join(map(str, sorted(old)))}" if old else "other columns"
-            raise SpecError("out", str(self.dir), f"a directory whose {CSV} has schema version {SCHEMA_VERSION}'s "
-                            f"columns (it has {was}: choose a new --out; plots still read it)")
+            raise SpecError(
+                "out",
+                str(self.dir),
+                f"a directory whose {CSV} has schema version {SCHEMA_VERSION}'s "
+                f"columns (it has {was}: choose a new --out; plots still read it)",
+            )
         rows = list(csv.DictReader(lines)) if lines else []
         kept, seen = [], set()
         for r in rows:
@@ -117,8 +121,10 @@ class ResultStore:
     def append(self, record: dict) -> None:
         """Write one finished case to both files (JSONL first), flushed and fsynced."""
         rec = to_plain(record)
-        for f, text in ((self._jsonl, json.dumps(rec, allow_nan=False) + "\n"),
-                        (self._csv, _csv_text([csv_row(rec)], header=False))):
+        for f, text in (
+            (self._jsonl, json.dumps(rec, allow_nan=False) + "\n"),
+            (self._csv, _csv_text([csv_row(rec)], header=False)),
+        ):
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

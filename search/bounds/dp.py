@@ -45,8 +45,10 @@ class DPBound:
         # (and ZeRO stage, where the twin drops it) of the group
         twin = self.compute_twin(c)
         own = c.dma is not None
-        variants = {(m.sp, m.chunks, m.recompute,
-                     -1 if not own or m.recompute_layers is None else m.recompute_layers): m for m in members}
+        variants = {
+            (m.sp, m.chunks, m.recompute, -1 if not own or m.recompute_layers is None else m.recompute_layers): m
+            for m in members
+        }
         key = (c.shape, c.mb, c.vp, twin.zero, c.dma, tuple(sorted(variants)))
         span = self._spans.get(key)
         if span is None:
@@ -69,8 +71,13 @@ class DPBound:
         kinds = stage_kinds(pp)
         u = stage_unit(p, vp)  # layer-count step of a stage
         if caps is None:
-            caps = {k: (L if k == "only" else (max(u, p.model.dense_layers) if k == "first" else u),
-                        L if pp == 1 else L - (pp - 1) * u) for k in kinds}
+            caps = {
+                k: (
+                    L if k == "only" else (max(u, p.model.dense_layers) if k == "first" else u),
+                    L if pp == 1 else L - (pp - 1) * u,
+                )
+                for k in kinds
+            }
         if span is None:
             dl, ml = self.layers(self.compute_twin(c))  # only the compute entries (windows) are used
         k = c.recompute_layers
@@ -96,8 +103,19 @@ class DPBound:
                 fwd, window = nd * f_d + nm * f_m + x_fwd, nd * w_d + nm * w_m + x_bwd
             a, b = self.t.affine(c, kind), self.t.dp_buckets(c, kind, at=n)
             k_first, k_rest = even_pieces(b["buckets"], vp) if b["pieces"] is None else b["pieces"]
-            rows.append([a["t_grad"][n], a["t_param"][n], b["lat_grad"], b["lat_param"], b["buckets"], window, fwd,
-                         k_first, k_rest])
+            rows.append(
+                [
+                    a["t_grad"][n],
+                    a["t_param"][n],
+                    b["lat_grad"],
+                    b["lat_param"],
+                    b["buckets"],
+                    window,
+                    fwd,
+                    k_first,
+                    k_rest,
+                ]
+            )
         # every position in one call, one row each (dp_exposure is elementwise: the same values as
         # one call per position, as search.tables builds them)
         cols = np.empty((9, len(rows), len(n)))  # filled by broadcast assignment: fewer numpy calls than stacking

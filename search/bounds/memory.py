@@ -49,8 +49,20 @@ class MemoryBound:
         depend on the layers' shape (tp, cp, ep), not on pp or dp, so the groups of every pp and dp
         share them (:meth:`_mem_acts` scales them by the in-flight chunks)."""
         s = c.shape
-        key = ("stored", s.tp, s.cp, s.ep, c.mb, c.sp, c.recompute, c.recompute_layers, c.framework, c.options, kind,
-               s.pp == 1)  # (an activation offload runs at pp = 1 only)
+        key = (
+            "stored",
+            s.tp,
+            s.cp,
+            s.ep,
+            c.mb,
+            c.sp,
+            c.recompute,
+            c.recompute_layers,
+            c.framework,
+            c.options,
+            kind,
+            s.pp == 1,
+        )  # (an activation offload runs at pp = 1 only)
         out = self._bytes.get(key)
         if out is None:
             n = self.n
@@ -149,8 +161,10 @@ class MemoryBound:
         pp = c.shape.pp
         for i in alive:
             o = out[i]
-            if sum(stage_weight(k, pp) * o[k][1] for k in kinds) < L or sum(stage_weight(k, pp) * o[k][0]
-                                                                          for k in kinds) > L:
+            if (
+                sum(stage_weight(k, pp) * o[k][1] for k in kinds) < L
+                or sum(stage_weight(k, pp) * o[k][0] for k in kinds) > L
+            ):
                 out[i] = None
         return [(o, w if o is not None else math.inf) for o, w in zip(out, witness)]
 
@@ -162,13 +176,17 @@ class MemoryBound:
             lo = L if kind == "only" else (max(vp, p.model.dense_layers) if kind == "first" else vp)
             lo = vp * math.ceil(lo / vp)
             fits = self.mem_lb(c, kind) <= p.hbm_cap_bytes
-            hi = len(fits) - 1 - int(np.argmax(fits[::-1])) if fits[0] else -1  # the most that fits; memory grows with n
+            hi = (
+                len(fits) - 1 - int(np.argmax(fits[::-1])) if fits[0] else -1
+            )  # the most that fits; memory grows with n
             hi = min(hi, L) // vp * vp if hi >= 0 else -1
             if hi < lo:
                 return None
             out[kind] = (lo, hi)
         pp = c.shape.pp
-        if sum(stage_weight(k, pp) * out[k][1] for k in kinds) < L or sum(stage_weight(k, pp) * out[k][0]
-                                                                            for k in kinds) > L:
+        if (
+            sum(stage_weight(k, pp) * out[k][1] for k in kinds) < L
+            or sum(stage_weight(k, pp) * out[k][0] for k in kinds) > L
+        ):
             return None
         return out

@@ -35,5 +35,8 @@ class OptimizerBound:
         L, d, pp, vp = self.p.model.layers, self.p.model.dense_layers, c.shape.pp, stage_unit(self.p, c.vp)
         kinds = stage_kinds(pp)
         n_big = self.largest_stage(pp, c.vp)
-        return max(self._opt_s(c, kinds[0], min(max(vp, d), L)), self._opt_s(c, kinds[-1], L if pp == 1 else vp),
-                   min(self._opt_s(c, kind, min(n_big, L)) for kind in kinds))
+        return max(
+            self._opt_s(c, kinds[0], min(max(vp, d), L)),
+            self._opt_s(c, kinds[-1], L if pp == 1 else vp),
+            min(self._opt_s(c, kind, min(n_big, L)) for kind in kinds),
+        )

@@ -57,6 +57,7 @@ class PipelineBound:
             xf = sum(o.fwd_s for o in split) - sum(o.fwd_s for o in ops)
             xb = sum(o.bwd_s for o in split) - sum(o.bwd_s for o in ops)
             return k * (xf + xb), (k * xf if c.recompute != "none" else 0.0)
+
         cache[key] = self._pair(of)
         return cache[key]
 
@@ -70,8 +71,18 @@ class PipelineBound:
         takes the tables' extras: interleaves sharing it (DeepSeek-V3's 61 layers: VP 2, 4 and 8)
         share one entry."""
         vp_key = stage_unit(self.p, c.vp) if c.dma is None else c.vp
-        key = (c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers, c.per_microbatch(), c.dma,
-               any_chunks and c.chunks > 1)
+        key = (
+            c.shape,
+            c.mb,
+            vp_key,
+            c.sp,
+            c.chunks,
+            c.recompute,
+            c.recompute_layers,
+            c.per_microbatch(),
+            c.dma,
+            any_chunks and c.chunks > 1,
+        )
         out = self._totals.get(key)
         if out is None:
             out = self._totals[key] = self._total_parts(c, any_chunks and c.chunks > 1)
@@ -84,8 +95,23 @@ class PipelineBound:
         :meth:`search.tables.Tables.layer`'s own key: every pp, dp (but ZeRO-3's) and vp shares them."""
         s = c.shape
         z3 = c.per_microbatch()
-        key = ("layer_sums", s.tp, s.cp, s.ep, s.dp if z3 else 1, c.mb, c.sp, c.chunks, c.recompute,
-               c.recompute_layers is None, z3, c.dma, c.grad_dtype, c.options, any_chunks)
+        key = (
+            "layer_sums",
+            s.tp,
+            s.cp,
+            s.ep,
+            s.dp if z3 else 1,
+            c.mb,
+            c.sp,
+            c.chunks,
+            c.recompute,
+            c.recompute_layers is None,
+            z3,
+            c.dma,
+            c.grad_dtype,
+            c.options,
+            any_chunks,
+        )
         out = self._totals.get(key)
         if out is None:
             L, d = self.p.model.layers, self.p.model.dense_layers
@@ -93,11 +119,18 @@ class PipelineBound:
             ud, um = self.plain_floor(c)
             if any_chunks:  # the relief lowers a layer's U whatever its recompute, so the floor's min too
                 (du_d, dr_d), (du_m, dr_m) = self._split_relief(c)
-                dl, ml = (max(0.0, dl[0] - du_d), max(0.0, dl[1] - dr_d)), (max(0.0, ml[0] - du_m), max(0.0, ml[1] - dr_m))
+                dl, ml = (
+                    (max(0.0, dl[0] - du_d), max(0.0, dl[1] - dr_d)),
+                    (max(0.0, ml[0] - du_m), max(0.0, ml[1] - dr_m)),
+                )
                 ud, um = max(0.0, ud - du_d), max(0.0, um - du_m)
             n_dense = d if self.p.model.is_moe else L
-            out = self._totals[key] = (n_dense * ud + (L - n_dense) * um, n_dense * dl[1] + (L - n_dense) * ml[1],
-                                       min(ud, um), min(dl[1], ml[1]))
+            out = self._totals[key] = (
+                n_dense * ud + (L - n_dense) * um,
+                n_dense * dl[1] + (L - n_dense) * ml[1],
+                min(ud, um),
+                min(dl[1], ml[1]),
+            )
         return out
 
     def _total_parts(self, c: Choice, any_chunks: bool = False) -> tuple[float, float]:
@@ -115,6 +148,7 @@ class PipelineBound:
 
         def floor(n):  # a stage of n layers, each at its cheapest
             return n * u_min + (n if k is None else min(n, k)) * r_min
+
         lo_first = u * math.ceil(max(1, p.model.dense_layers) / u)
         slow = max(floor(self.largest_stage(pp, vp, k)), x_first + floor(lo_first), x_last + floor(u))
         return total, slow
@@ -124,8 +158,19 @@ class PipelineBound:
         ``k`` of one stage: ~12,000 totals over far fewer of these): :meth:`_layer_sums`, the positions'
         extras summed by their stage counts, the first and last stages' extras."""
         vp_key = stage_unit(self.p, c.vp) if c.dma is None else c.vp
-        key = ("k_free", c.shape, c.mb, vp_key, c.sp, c.chunks, c.recompute, c.recompute_layers is None,
-               c.per_microbatch(), c.dma, any_chunks)
+        key = (
+            "k_free",
+            c.shape,
+            c.mb,
+            vp_key,
+            c.sp,
+            c.chunks,
+            c.recompute,
+            c.recompute_layers is None,
+            c.per_microbatch(),
+            c.dma,
+            any_chunks,
+        )
         out = self._totals.get(key)
         if out is None:
             pp = c.shape.pp
@@ -133,7 +178,10 @@ class PipelineBound:
             x = {kind: self.extras(c, kind) for kind in kinds}
             x_sum = sum(stage_weight(kind, pp) * x[kind][0] for kind in kinds)
             out = self._totals[key] = self._layer_sums(c, any_chunks) + (
-                x_sum, x["first"][0] if pp > 1 else 0.0, x["last"][0] if pp > 1 else 0.0)
+                x_sum,
+                x["first"][0] if pp > 1 else 0.0,
+                x["last"][0] if pp > 1 else 0.0,
+            )
         return out
 
     def largest_stage(self, pp: int, vp: int, k: int | None = None) -> int:
@@ -143,8 +191,17 @@ class PipelineBound:
         key = (pp, vp, k)
         if key not in self._largest:
             p = self.p
-            sizes = [max(sp) for sp in splits(p.model.layers, pp, stage_unit(p, vp), max(1, p.model.dense_layers),
-                                               p.limits.uneven_stages, pinned_split(p))]
+            sizes = [
+                max(sp)
+                for sp in splits(
+                    p.model.layers,
+                    pp,
+                    stage_unit(p, vp),
+                    max(1, p.model.dense_layers),
+                    p.limits.uneven_stages,
+                    pinned_split(p),
+                )
+            ]
             sizes = [n for n in sizes if k is None or n >= k]
             self._largest[key] = min(sizes, default=p.model.layers)
         return self._largest[key]

@@ -21,7 +21,6 @@ from ..tables import Tables, probe_split
 STAGE_OF = {"first": 0, "only": 0, "mid": 1}
 
 
-
 class BoundTerms:
     """The shared terms of :class:`search.bounds.Bounds` (mixed in; reads ``p``, ``t`` and ``rt``, fills
     ``_extras``)."""
@@ -93,12 +92,21 @@ class BoundTerms:
             base = Choice(shape, c.mb, 1, c.sp, 1, 0, "none", None, 40.0)
             n0 = p.model.layers if kind == "only" else max(1, p.model.dense_layers)
             lps, stage = probe_split(p, base, kind, n0)
-            st = stage_timing(p.model, self.rt.p.cluster, p.workload, base.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
+            st = stage_timing(
+                p.model,
+                self.rt.p.cluster,
+                p.workload,
+                base.config(p.limits.flash_attention, lps, p.limits.fused_elementwise),
+                stage,
+            )
             dl, ml = self.layers(base, self.rt)
             nd, nm = self.counts(kind, n0)
             lay = [nd * dl[i] + nm * ml[i] for i in range(4)]
-            self._extras[key] = (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - lay[0],
-                                 st.fwd_s - lay[2], st.bwd_s - lay[3])
+            self._extras[key] = (
+                st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - lay[0],
+                st.fwd_s - lay[2],
+                st.bwd_s - lay[3],
+            )
         return self._extras[key]
 
     def p2p_s(self, c: Choice) -> float:
@@ -110,8 +118,9 @@ class BoundTerms:
         out = self._extras.get(key)
         if out is None:
             msg = c.mb * p.workload.seq_len / s.cp * p.model.hidden * ACT_BYTES / s.tp
-            out = self._extras[key] = collective_time_s("p2p", msg, s.pp, group_stride("pp", s.tp, s.cp, s.dp),
-                                                        p.cluster)
+            out = self._extras[key] = collective_time_s(
+                "p2p", msg, s.pp, group_stride("pp", s.tp, s.cp, s.dp), p.cluster
+            )
         return out
 
     def p2p_floor_s(self, c: Choice) -> float:
@@ -130,6 +139,7 @@ class BoundTerms:
         out = self._extras.get(key)
         if out is None:
             m = c.micro_batches(self.p.workload.global_batch)
-            out = self._extras[key] = 2 * c.vp * min(float(interleaved_p2p_exposed_s(t, f, pp, m, c.vp))
-                                                     for f in (0.0, t))
+            out = self._extras[key] = (
+                2 * c.vp * min(float(interleaved_p2p_exposed_s(t, f, pp, m, c.vp)) for f in (0.0, t))
+            )
         return out

@@ -40,5 +40,13 @@ from .stage_table import StageTable
 from .ticks import resolution_s, ticks
 
 
-__all__ = ["KIND_INDEX", "StageTable", "Tables", "probe_split", "resolution_s", "stage_weight", "ticks",
-           "with_layers_per_stage"]
+__all__ = [
+    "KIND_INDEX",
+    "StageTable",
+    "Tables",
+    "probe_split",
+    "resolution_s",
+    "stage_weight",
+    "ticks",
+    "with_layers_per_stage",
+]

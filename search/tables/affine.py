@@ -32,8 +32,14 @@ class AffineTerms:
             t_grad, t_param = dp_comm(p.model, p.cluster, c, stage, params)
             lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, params)
             n = np.zeros(p.model.layers + 1)
-            self._affine[key] = dict(st, t_grad=n + t_grad, t_param=n + t_param, lat_grad=n + lat_grad,
-                                     lat_param=n + lat_param, grad_bytes=grad_bytes(p.model, c, stage, params))
+            self._affine[key] = dict(
+                st,
+                t_grad=n + t_grad,
+                t_param=n + t_param,
+                lat_grad=n + lat_grad,
+                lat_param=n + lat_param,
+                grad_bytes=grad_bytes(p.model, c, stage, params),
+            )
         return self._affine[key]
 
     def state(self, choice: Choice, kind: str) -> dict:
@@ -45,8 +51,13 @@ class AffineTerms:
 
             def state(c, stage):
                 dense, expert = stage_params(p.model, c, stage)
-                return dict(dense=dense, expert=expert, state=sum(model_state_bytes(p.model, c, stage))
-                            + fp8_weight_cache_bytes(p.model, p.workload, c, stage))
+                return dict(
+                    dense=dense,
+                    expert=expert,
+                    state=sum(model_state_bytes(p.model, c, stage))
+                    + fp8_weight_cache_bytes(p.model, p.workload, c, stage),
+                )
+
             self._affine[key] = self._fit(choice, kind, state)
         return self._affine[key]
 

@@ -29,16 +29,28 @@ class BucketTerms:
         one probe split per ``n``). ``at`` (an integer array of layer counts): the same entries at
         those counts only, probing the buckets only there (the DP bound asks for the few counts a
         stage's memory allows; every value is elementwise, so each entry equals the full array's)."""
-        key = ("buckets", choice.shape, choice.zero, choice.framework, kind, choice.dma, choice.options, choice.vp,
-               choice.bucket_mb, choice.grad_dtype)
+        key = (
+            "buckets",
+            choice.shape,
+            choice.zero,
+            choice.framework,
+            kind,
+            choice.dma,
+            choice.options,
+            choice.vp,
+            choice.bucket_mb,
+            choice.grad_dtype,
+        )
         full = self._affine.get(key)
         if full is None and at is None:
             full = self._affine[key] = self._dp_buckets(choice, kind, None)
         if at is None:
             return full
         if full is not None:
-            return {k: (None if v is None else tuple(np.asarray(x)[at] for x in v)) if k == "pieces"
-                    else np.asarray(v)[at] for k, v in full.items()}
+            return {
+                k: (None if v is None else tuple(np.asarray(x)[at] for x in v)) if k == "pieces" else np.asarray(v)[at]
+                for k, v in full.items()
+            }
         # entries by layer count, each computed once (the DP bounds of a choice's ZeRO stages and
         # buckets, and of its refinements, ask again for overlapping counts)
         pts = self._parts.setdefault(("buckets_at",) + key, {})
@@ -56,13 +68,20 @@ class BucketTerms:
             b = self._dp_buckets(choice, kind, np.array(todo))
             pieces = b["pieces"]
             for j, n in enumerate(todo):
-                pts[n] = (b["buckets"][j], b["lat_grad"][j], b["lat_param"][j],
-                          None if pieces is None else (pieces[0][j], pieces[1][j]))
+                pts[n] = (
+                    b["buckets"][j],
+                    b["lat_grad"][j],
+                    b["lat_param"][j],
+                    None if pieces is None else (pieces[0][j], pieces[1][j]),
+                )
         rows = [pts[n] for n in ns]
-        out = {name: np.array([r[i] for r in rows], dtype=float)
-               for i, name in enumerate(("buckets", "lat_grad", "lat_param"))}
-        out["pieces"] = None if rows[0][3] is None else tuple(np.array([r[3][i] for r in rows], dtype=float)
-                                                              for i in range(2))
+        out = {
+            name: np.array([r[i] for r in rows], dtype=float)
+            for i, name in enumerate(("buckets", "lat_grad", "lat_param"))
+        }
+        out["pieces"] = (
+            None if rows[0][3] is None else tuple(np.array([r[3][i] for r in rows], dtype=float) for i in range(2))
+        )
         for v in [out["buckets"], out["lat_grad"], out["lat_param"]] + list(out["pieces"] or ()):
             v.flags.writeable = False
         done[tuple(ns)] = out
@@ -73,14 +92,19 @@ class BucketTerms:
         sel = (lambda x: x) if at is None else (lambda x: x[at])
         counts = self._bucket_counts(choice, kind, at)
         if counts is None:
-            return dict(buckets=dp_buckets(sel(a["grad_bytes"]), choice.bucket_mb * MB), pieces=None,
-                        lat_grad=sel(a["lat_grad"]), lat_param=sel(a["lat_param"]))
+            return dict(
+                buckets=dp_buckets(sel(a["grad_bytes"]), choice.bucket_mb * MB),
+                pieces=None,
+                lat_grad=sel(a["lat_grad"]),
+                lat_param=sel(a["lat_param"]),
+            )
         n_all, nd, ne, k_first, k_rest = counts
         lps, stage = probe_split(p, choice, kind, self._probe_n(choice, kind))
         c = choice.plain_config(lps)
         st = self.state(choice, kind)
-        lat_grad, lat_param = dp_latency(p.model, p.cluster, c, stage, (sel(st["dense"]), sel(st["expert"])),
-                                         counts=(nd, ne))
+        lat_grad, lat_param = dp_latency(
+            p.model, p.cluster, c, stage, (sel(st["dense"]), sel(st["expert"])), counts=(nd, ne)
+        )
         return dict(buckets=n_all, pieces=(k_first, k_rest), lat_grad=lat_grad, lat_param=lat_param)
 
     def _bucket_counts(self, choice: Choice, kind: str, at=None):
@@ -89,8 +113,16 @@ class BucketTerms:
         modelled; they depend on the shape, framework, ZeRO stage, interleaving, bucket and gradient
         dtype only, and under Megatron-Core on less (:meth:`_bucket_class`). Each ``n`` is probed once
         (:meth:`_bucket_points`), whichever call asks first."""
-        key = ("bucket_counts", choice.shape, choice.zero, choice.framework, kind, choice.vp, choice.bucket_mb,
-               choice.grad_dtype)
+        key = (
+            "bucket_counts",
+            choice.shape,
+            choice.zero,
+            choice.framework,
+            kind,
+            choice.vp,
+            choice.bucket_mb,
+            choice.grad_dtype,
+        )
         if key not in self._affine:
             cls = self._bucket_class(choice, kind)
             if cls is not None and cls in self._affine:
@@ -125,8 +157,16 @@ class BucketTerms:
 
     def _bucket_config(self, choice: Choice, kind: str) -> ParallelConfig:
         """The validated config :meth:`bucket_counts_of` probes (one layer count changed per probe)."""
-        key = ("bucket_config", choice.shape, choice.zero, choice.framework, kind, choice.vp, choice.bucket_mb,
-               choice.grad_dtype)
+        key = (
+            "bucket_config",
+            choice.shape,
+            choice.zero,
+            choice.framework,
+            kind,
+            choice.vp,
+            choice.bucket_mb,
+            choice.grad_dtype,
+        )
         if key not in self._parts:
             base = replace(choice, recompute="none", recompute_layers=None, dma=None, options=())
             self._parts[key] = base.config(layers_per_stage=probe_split(self.p, choice, kind, 1)[0])
@@ -158,8 +198,16 @@ class BucketTerms:
         # of the ZeRO stage only ``step_grad`` (above) is read; the bucket size and gradient dtype only as
         # stage 0's bucket size (first / only), elsewhere only whether the buckets overlap (bucket > 0)
         if kind in ("first", "only"):
-            return ("bucket_class", s.tp, s.ep, kind, choice.vp, (choice.bucket_mb, choice.grad_dtype),
-                    s.dp * s.cp > 1, edp > 1)
+            return (
+                "bucket_class",
+                s.tp,
+                s.ep,
+                kind,
+                choice.vp,
+                (choice.bucket_mb, choice.grad_dtype),
+                s.dp * s.cp > 1,
+                edp > 1,
+            )
         # past stage 0 no chunk is bucketed: each buffer holding any tensor issues one collective
         # (grad_buckets.close_ge_runs with bucket None), so the tensors' sizes, and with them tp and
         # ep, are not read; only which chunks hold dense / expert tensors (vp, n, kind)

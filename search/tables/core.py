@@ -126,13 +126,33 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
             dp = np.zeros(L + 1)
             if len(at):
                 b = self.dp_buckets(choice, kind, at=at if valid_only else None)
-                ex, zx, _, _ = dp_exposure(a["t_grad"][at], a["t_param"][at], b["lat_grad"], b["lat_param"],
-                                           b["buckets"], (bwd + rec)[at], fwd[at], stage, s.pp, vp,
-                                           (n + self.mtp_on(kind))[at], pieces=b["pieces"])
+                ex, zx, _, _ = dp_exposure(
+                    a["t_grad"][at],
+                    a["t_param"][at],
+                    b["lat_grad"],
+                    b["lat_param"],
+                    b["buckets"],
+                    (bwd + rec)[at],
+                    fwd[at],
+                    stage,
+                    s.pp,
+                    vp,
+                    (n + self.mtp_on(kind))[at],
+                    pieces=b["pieces"],
+                )
                 dp[at] = ex + zx
             for name, arr in (("time", time), ("dp", dp), ("opt", opt), ("mem", mem), ("valid", valid)):
                 out[name][kind] = arr
         m = choice.micro_batches(p.workload.global_batch)
-        return StageTable(choice, m - 1.0 / vp, stage_kinds(s.pp), out["time"],
-                          out["dp"], out["opt"], out["mem"], out["valid"], self.res_s,
-                          m)
+        return StageTable(
+            choice,
+            m - 1.0 / vp,
+            stage_kinds(s.pp),
+            out["time"],
+            out["dp"],
+            out["opt"],
+            out["mem"],
+            out["valid"],
+            self.res_s,
+            m,
+        )

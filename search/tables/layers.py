@@ -18,17 +18,40 @@ class LayerTerms:
         communication + interference; R = recompute time (with its repeated communication)."""
         s = choice.shape
         z3 = choice.per_microbatch()
-        key = (s.tp, s.cp, s.ep, s.dp if z3 else 1, choice.mb, choice.sp, choice.chunks, choice.recompute, z3, moe,
-               choice.dma, choice.grad_dtype, choice.options)
+        key = (
+            s.tp,
+            s.cp,
+            s.ep,
+            s.dp if z3 else 1,
+            choice.mb,
+            choice.sp,
+            choice.chunks,
+            choice.recompute,
+            z3,
+            moe,
+            choice.dma,
+            choice.grad_dtype,
+            choice.options,
+        )
         if key not in self._layer:
             if choice.dma is None:
-                c = ParallelConfig(tp=s.tp, cp=s.cp, ep=s.ep, dp=key[3], mb=choice.mb, sp=choice.sp,
-                                   chunks=choice.chunks, recompute=choice.recompute, zero=choice.zero if z3 else 0,
-                                   flash_attention=self.p.limits.flash_attention, framework=choice.framework,
-                                   grad_dtype=choice.grad_dtype, fused_elementwise=self.p.limits.fused_elementwise,
-                                   # the timing reads the recompute modules and the EP dispatcher only
-                                   **{k: v for k, v in choice.config_options().items()
-                                      if k in ("recompute_modules", "ep_dispatcher")})
+                c = ParallelConfig(
+                    tp=s.tp,
+                    cp=s.cp,
+                    ep=s.ep,
+                    dp=key[3],
+                    mb=choice.mb,
+                    sp=choice.sp,
+                    chunks=choice.chunks,
+                    recompute=choice.recompute,
+                    zero=choice.zero if z3 else 0,
+                    flash_attention=self.p.limits.flash_attention,
+                    framework=choice.framework,
+                    grad_dtype=choice.grad_dtype,
+                    fused_elementwise=self.p.limits.fused_elementwise,
+                    # the timing reads the recompute modules and the EP dispatcher only
+                    **{k: v for k, v in choice.config_options().items() if k in ("recompute_modules", "ep_dispatcher")},
+                )
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
             p, coef = self.p, self.p.cluster.device.comm_compute_interference

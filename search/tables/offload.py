@@ -20,8 +20,11 @@ class OffloadTerms:
         ``pp = 1`` stage holds, as :func:`costmodel.physics.memory.stage_memory.stage_memory` frees them (with the fewest fitting, at
         most ``L - 1``); the memory bounds (:meth:`search.bounds.Bounds._stored`) take them off, so that they stay
         below the tables' memory."""
-        n = (self.p.model.layers - 1 if self._fewest_fitting(choice)
-             else choice.config_options().get("activation_offload_layers", 0))
+        n = (
+            self.p.model.layers - 1
+            if self._fewest_fitting(choice)
+            else choice.config_options().get("activation_offload_layers", 0)
+        )
         return n * self._offloaded_layer(choice) if n else 0.0
 
     def _offloaded_layer(self, choice: Choice) -> float:
@@ -34,8 +37,11 @@ class OffloadTerms:
     @staticmethod
     def _fewest_fitting(choice: Choice) -> bool:
         """Whether the choice offloads the fewest layers that make it fit (``search.problem.FEWEST_FITTING``)."""
-        return (choice.shape.pp == 1 and choice.recompute == "none"
-                and dict(choice.options).get("activation_offload_layers", 0) < 0)
+        return (
+            choice.shape.pp == 1
+            and choice.recompute == "none"
+            and dict(choice.options).get("activation_offload_layers", 0) < 0
+        )
 
     def with_fewest_fitting(self, choice: Choice, time, fwd, bwd, mem):
         """``(time, mem)`` over ``n`` of a ``pp = 1`` choice of :meth:`_fewest_fitting`, at its one count ``n = L``
@@ -57,7 +63,9 @@ class OffloadTerms:
         backward (with recompute) over ``n = L`` are ``fwd[L]``, ``bwd[L]``: the one place ``evaluate`` charges
         it (:func:`costmodel.physics.mechanics.act_offload.step_exposed_s`)."""
         p, L = self.p, self.p.model.layers
-        c = replace(choice.config(p.limits.flash_attention, (L,), p.limits.fused_elementwise), activation_offload_layers=n)
+        c = replace(
+            choice.config(p.limits.flash_attention, (L,), p.limits.fused_elementwise), activation_offload_layers=n
+        )
         return act_offload.step_exposed_s(p.model, p.cluster, p.workload, c, fwd[L], bwd[L], 1)[1]
 
     def fewest_layers(self, choice: Choice, mem_bytes: float) -> int:

@@ -67,15 +67,25 @@ class StageTerms:
         layers_time = lin(0, kd, km) + lin(1, kd, km)
         if choice.recompute == "full" and k is not None:  # the layers not recomputed: a plain layer's U
             plain = replace(choice, recompute="none", recompute_layers=None)
-            layers_time = layers_time + lin(0, nd - kd, nm - km, self.layer(plain, False),
-                                            self.layer(plain, True) if p.model.is_moe else None)
+            layers_time = layers_time + lin(
+                0, nd - kd, nm - km, self.layer(plain, False), self.layer(plain, True) if p.model.is_moe else None
+            )
         fwd, bwd, rec = lin(2, nd, nm), lin(3, nd, nm), lin(4, kd, km)
         # extras (embedding, LM head, PP send/recv) from one stage_timing probe at n0
         n0 = self._probe_n(choice, kind)
         lps, stage = probe_split(p, choice, kind, n0)
-        st = stage_timing(p.model, p.cluster, p.workload, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
-        extras = (st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - layers_time[n0], st.fwd_s - fwd[n0],
-                  st.bwd_s - bwd[n0])
+        st = stage_timing(
+            p.model,
+            p.cluster,
+            p.workload,
+            choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise),
+            stage,
+        )
+        extras = (
+            st.microbatch_s - st.ledger.exposed_s.get("pp", 0.0) - layers_time[n0],
+            st.fwd_s - fwd[n0],
+            st.bwd_s - bwd[n0],
+        )
         self._parts[("x",) + key] = tuple(float(x) for x in extras)
         time = layers_time + extras[0]
         fwd, bwd, rec = fwd + extras[1], bwd + extras[2], rec + (st.recompute_s - rec[n0])
@@ -86,16 +96,31 @@ class StageTerms:
         if s.pp > 1:
             vp = choice.vp
             t_p2p = st.ledger.link_s.get("pp", 0.0) / (2 * vp)
-            time = time + 2 * vp * (t_p2p if vp == 1 else interleaved_p2p_exposed_s(
-                t_p2p, fwd / vp, s.pp, choice.micro_batches(p.workload.global_batch), vp))
+            time = time + 2 * vp * (
+                t_p2p
+                if vp == 1
+                else interleaved_p2p_exposed_s(t_p2p, fwd / vp, s.pp, choice.micro_batches(p.workload.global_batch), vp)
+            )
         self._parts[key] = (time, fwd, bwd, rec)
         return self._parts[key]
 
     @staticmethod
     def _timing_key(choice: Choice, kind: str) -> tuple:
         """What a stage's timing depends on (not the ZeRO stage 0-2, bucket or memory)."""
-        return ("t", choice.shape, choice.mb, choice.vp, choice.sp, choice.chunks, choice.recompute,
-                choice.recompute_layers, choice.per_microbatch(), kind, choice.dma, choice.options)
+        return (
+            "t",
+            choice.shape,
+            choice.mb,
+            choice.vp,
+            choice.sp,
+            choice.chunks,
+            choice.recompute,
+            choice.recompute_layers,
+            choice.per_microbatch(),
+            kind,
+            choice.dma,
+            choice.options,
+        )
 
     def stage_extras(self, choice: Choice, kind: str) -> tuple[float, float, float]:
         """(time, forward, backward) a stage at ``kind`` adds to its layers in :meth:`timing` (the
@@ -109,8 +134,19 @@ class StageTerms:
     def memory(self, choice: Choice, kind: str):
         """Peak memory array over ``n``; shared by choices that differ only in chunks or bucket."""
         s, p = choice.shape, self.p
-        key = ("m", s, choice.mb, choice.vp, choice.sp, choice.zero, choice.framework, choice.recompute,
-               choice.recompute_layers, kind, choice.options)
+        key = (
+            "m",
+            s,
+            choice.mb,
+            choice.vp,
+            choice.sp,
+            choice.zero,
+            choice.framework,
+            choice.recompute,
+            choice.recompute_layers,
+            kind,
+            choice.options,
+        )
         if key in self._parts:
             return self._parts[key]
         model, w, L = p.model, p.workload, p.model.layers
@@ -142,18 +178,25 @@ class StageTerms:
             before = before + size
         k_mtp = self.mtp_on(kind)  # its MTP layers (of the MoE kind in an MoE model), after the decoder layers
         if choice.recompute == "full":
-            working = np.maximum(np.where(nd + (0 if model.is_moe else k_mtp) > 0, ad, 0.0),
-                                 np.where(nm + (k_mtp if model.is_moe else 0) > 0, am, 0.0))
+            working = np.maximum(
+                np.where(nd + (0 if model.is_moe else k_mtp) > 0, ad, 0.0),
+                np.where(nm + (k_mtp if model.is_moe else 0) > 0, am, 0.0),
+            )
         else:
             working = np.zeros(L + 1)
-        acts = np.max([sum(h * b for h, b in zip(held, stored)) for held in in_flight_profile(s.pp, m, vp, stage)],
-                      axis=0) + working
+        acts = (
+            np.max([sum(h * b for h, b in zip(held, stored)) for held in in_flight_profile(s.pp, m, vp, stage)], axis=0)
+            + working
+        )
         sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
         acts = acts + (sm.activations_bytes - acts[n0])  # embedding output, logits of the probe
         a = self.affine(choice, kind)
         held = _semantics(choice.framework, choice.zero, s.pp, choice.config_options().get("pp_grad_reduce", "step"))
         held = held.unsharded_weights if s.dp * s.cp > 1 else None  # as memory.gathered_weight_bytes (frameworks.of)
-        buffers = {None: 0.0, "stage": WEIGHT_BYTES * (a["dense"] + a["expert"]),  # memory.gathered_weight_bytes
-                   "two_layers": 2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n + k_mtp)}[held]
+        buffers = {
+            None: 0.0,
+            "stage": WEIGHT_BYTES * (a["dense"] + a["expert"]),  # memory.gathered_weight_bytes
+            "two_layers": 2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n + k_mtp),
+        }[held]
         self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)
         return self._parts[key]

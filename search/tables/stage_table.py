@@ -49,9 +49,17 @@ class StageTable:
 
         def at(table):
             return np.array([table[k][n] for k, n in zip(self.kinds, ns)])
+
         pp = self.choice.shape.pp
-        return step_time(at(self.time_s), at(self.dp_s), at(self.opt_s), self.m, pp, self.choice.vp,
-                         [stage_weight(k, pp) for k in self.kinds])
+        return step_time(
+            at(self.time_s),
+            at(self.dp_s),
+            at(self.opt_s),
+            self.m,
+            pp,
+            self.choice.vp,
+            [stage_weight(k, pp) for k in self.kinds],
+        )
 
     def fits(self, split) -> bool:
         return all(self.valid[k][split.count("first" if k == "only" else k)] for k in self.kinds)

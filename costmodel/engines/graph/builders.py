@@ -51,7 +51,16 @@ from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_
 from costmodel.physics.kernels.mtp import extra_ops
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
-from costmodel.physics.comm.split_overhead import (CP_RING, EP, GEMM, BwdSplit, bwd_split, fwd_split, replay_plan, split_s)
+from costmodel.physics.comm.split_overhead import (
+    CP_RING,
+    EP,
+    GEMM,
+    BwdSplit,
+    bwd_split,
+    fwd_split,
+    replay_plan,
+    split_s,
+)
 from costmodel.physics.mechanics.zero3_fetch import gather_pieces, reduce_pieces
 from costmodel.engines.graph.nodes import GraphBuilder
 
@@ -59,8 +68,9 @@ from costmodel.engines.graph.nodes import GraphBuilder
 class _Ctx:
     """Sizes shared by the mechanism builders of one layer."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-                 decode: bool = False):
+    def __init__(
+        self, model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, decode: bool = False
+    ):
         self.model, self.cluster, self.w, self.c, self.moe = model, cluster, w, c, moe
         self.ov = cluster.device.kernel_overhead_s
         # tokens on this GPU: a decode step carries one new token per sequence
@@ -70,15 +80,17 @@ class _Ctx:
         self.cpx = cp_exchange(model, self.n, c.tp, c.cp, c.cp_impl)
         self.kv_bytes = self.cpx.kv_bytes
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
-        self.a2a_bytes = (ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher)
-                          if moe else 0.0)
+        self.a2a_bytes = (
+            ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher) if moe else 0.0
+        )
 
     def a2a_s(self, share: float = 1.0) -> float:
         """One MoE dispatch or combine (``share`` of its tokens) as the dispatcher runs it
         (:func:`costmodel.physics.comm.ep_dispatch.ep_dispatch_time_s`, the analytic engine's time too)."""
         engines = dma.engines_of(self.cluster, plan_dma(self.model, self.cluster, self.w, self.c), "ep")
-        return ep_dispatch_time_s(self.model, self.n, self.c.tp, self.c.ep, self.cluster, self.c.ep_dispatcher,
-                                  engines=engines, share=share)
+        return ep_dispatch_time_s(
+            self.model, self.n, self.c.tp, self.c.ep, self.cluster, self.c.ep_dispatcher, engines=engines, share=share
+        )
 
     def piece_s(self, kind: str, k: int) -> float:
         """One of ``k`` pieces of a TP/SP collective pipelined with GEMM chunks. The pieces are the
@@ -109,13 +121,33 @@ def _fwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, tag: str) ->
     for i in range(k):
         deps = x
         if split.gather_before:  # SP: gather this chunk's sequence shards first
-            deps = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=phase,
-                           duration_s=cx.piece_s("allgather", k))]
+            deps = [
+                b.comm(
+                    f"{name}.ag{_sfx(i, k)}",
+                    "allgather",
+                    cx.msg / k,
+                    cx.tp,
+                    1,
+                    "sp",
+                    x,
+                    phase=phase,
+                    duration_s=cx.piece_s("allgather", k),
+                )
+            ]
         y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), deps, phase=phase)
         if kind:  # TP AllReduce / SP ReduceScatter of this chunk's partial sums
             short, strat = ("ar", "tp") if kind == "allreduce" else ("rs", "sp")
-            y = b.comm(f"{name}.{short}{_sfx(i, k)}", kind, cx.msg / k, cx.tp, 1, strat, [y], phase=phase,
-                       duration_s=cx.piece_s(kind, k))
+            y = b.comm(
+                f"{name}.{short}{_sfx(i, k)}",
+                kind,
+                cx.msg / k,
+                cx.tp,
+                1,
+                strat,
+                [y],
+                phase=phase,
+                duration_s=cx.piece_s(kind, k),
+            )
         outs.append(y)
     return outs
 
@@ -133,7 +165,9 @@ def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name
     blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase=phase)
     kv = None
     for i in range(1, cp):
-        kv = b.comm(f"{name}.kv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase=phase)
+        kv = b.comm(
+            f"{name}.kv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase=phase
+        )
         blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [kv], phase=phase)
     return [blk]
 
@@ -145,8 +179,19 @@ def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str
     outs = []
     for i in range(k):
         y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), [disp], phase=phase)
-        outs.append(b.comm(f"{name}.combine{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase=phase,
-                           duration_s=cx.a2a_s(1 / k)))
+        outs.append(
+            b.comm(
+                f"{name}.combine{_sfx(i, k)}",
+                "alltoall",
+                cx.a2a_bytes / k,
+                ep,
+                1,
+                "ep",
+                [y],
+                phase=phase,
+                duration_s=cx.a2a_s(1 / k),
+            )
+        )
     return outs
 
 
@@ -168,10 +213,24 @@ def _bwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, tag: str) -> list:
     grads = x
     if split.gather_grad:  # gather the sequence-sharded output gradient, chunked
         k = split.pieces
-        grads = [b.comm(f"{name}.ag{_sfx(i, k)}", "allgather", cx.msg / k, cx.tp, 1, "sp", x, phase=ph,
-                        duration_s=cx.piece_s("allgather", k)) for i in range(k)]
-        dgr = [b.compute(f"{name}.dgrad{_sfx(i, k)}", "gemm", split_s(split.split_part_s(op), k, cx.ov), [g], phase=ph)
-               for i, g in enumerate(grads)]
+        grads = [
+            b.comm(
+                f"{name}.ag{_sfx(i, k)}",
+                "allgather",
+                cx.msg / k,
+                cx.tp,
+                1,
+                "sp",
+                x,
+                phase=ph,
+                duration_s=cx.piece_s("allgather", k),
+            )
+            for i in range(k)
+        ]
+        dgr = [
+            b.compute(f"{name}.dgrad{_sfx(i, k)}", "gemm", split_s(split.split_part_s(op), k, cx.ov), [g], phase=ph)
+            for i, g in enumerate(grads)
+        ]
     else:
         dgr = [b.compute(f"{name}.dgrad", "gemm", dgrad_s, x, phase=ph)]
     if not split.reduce_input_grad:
@@ -199,15 +258,27 @@ def cp_ring_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str, spli
         dkv = b.comm(f"{name}.dkv0", "ring_p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk], phase="bwd")
         for i in range(1, cp):
             blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [ag, blk], phase="bwd")
-            dkv = b.comm(f"{name}.dkv{i}", "ring_p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk, dkv], phase="bwd")
+            dkv = b.comm(
+                f"{name}.dkv{i}", "ring_p2p", cx.cpx.dkv_bytes, cp, cx.cp_stride, "cp", [blk, dkv], phase="bwd"
+            )
         return [blk, dkv]
     blk = b.compute(f"{name}.blk0", op.kind, t_blk, x, phase="bwd")
     kv = dkv = None
     for i in range(1, cp):
-        kv = b.comm(f"{name}.kv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase="bwd")
+        kv = b.comm(
+            f"{name}.kv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp", x if kv is None else [kv], phase="bwd"
+        )
         blk = b.compute(f"{name}.blk{i}", op.kind, t_blk, [kv], phase="bwd")
-        dkv = b.comm(f"{name}.dkv{i}", "ring_p2p", cx.kv_bytes, cp, cx.cp_stride, "cp",
-                     [blk] + ([dkv] if dkv else []), phase="bwd")
+        dkv = b.comm(
+            f"{name}.dkv{i}",
+            "ring_p2p",
+            cx.kv_bytes,
+            cp,
+            cx.cp_stride,
+            "cp",
+            [blk] + ([dkv] if dkv else []),
+            phase="bwd",
+        )
     return [blk, dkv]
 
 
@@ -219,8 +290,19 @@ def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str, split: Bw
     outs = []
     for i in range(k):
         y = b.compute(name + _sfx(i, k), op.kind, split_s(split.split_part_s(op), k, cx.ov), [comb], phase="bwd")
-        outs.append(b.comm(f"{name}.dispatch{_sfx(i, k)}", "alltoall", cx.a2a_bytes / k, ep, 1, "ep", [y], phase="bwd",
-                           duration_s=cx.a2a_s(1 / k)))
+        outs.append(
+            b.comm(
+                f"{name}.dispatch{_sfx(i, k)}",
+                "alltoall",
+                cx.a2a_bytes / k,
+                ep,
+                1,
+                "ep",
+                [y],
+                phase="bwd",
+                duration_s=cx.a2a_s(1 / k),
+            )
+        )
     return outs
 
 
@@ -273,18 +355,44 @@ def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
         sfx = "" if i == 0 else ".experts"
         if sem.gather_forward if phase == "fwd" else sem.gather_backward:
             for j, p in enumerate(pieces[i]):
-                out.append(b.comm(f"zero.ag.{phase}{sfx}" + (f".{j}" if j else ""), "allgather", p * param_gather_bytes(c),
-                                  size, stride, "zero", phase=phase))
+                out.append(
+                    b.comm(
+                        f"zero.ag.{phase}{sfx}" + (f".{j}" if j else ""),
+                        "allgather",
+                        p * param_gather_bytes(c),
+                        size,
+                        stride,
+                        "zero",
+                        phase=phase,
+                    )
+                )
         if phase == "bwd" and sem.reduce_per_microbatch:
             for j, p in enumerate(reduces[i]):
-                out.append(b.comm(f"zero.rs{sfx}" + (f".{j}" if j else ""), "reducescatter", p * grad_elem_bytes(c),
-                                  size, stride, "zero", phase=phase))
+                out.append(
+                    b.comm(
+                        f"zero.rs{sfx}" + (f".{j}" if j else ""),
+                        "reducescatter",
+                        p * grad_elem_bytes(c),
+                        size,
+                        stride,
+                        "zero",
+                        phase=phase,
+                    )
+                )
     return out
 
 
 # ----------------------------------------------------------------------------- graphs
-def layer_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-                phase: str, recompute: bool = False, decode: bool = False) -> nx.DiGraph:
+def layer_graph(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    w: Workload,
+    c: ParallelConfig,
+    moe: bool,
+    phase: str,
+    recompute: bool = False,
+    decode: bool = False,
+) -> nx.DiGraph:
     """One layer's forward (``phase="fwd"``) or backward (``"bwd"``) graph, ending in node ``out``.
 
     ``recompute=True`` (full recompute) prefixes the backward with the layer's forward again,
@@ -361,15 +469,22 @@ def mtp_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelCo
     b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
     ops = extra_ops(model, cluster.device, w, c)
     deps = ()
-    for op in (ops if phase == "fwd" else reversed(ops)):
+    for op in ops if phase == "fwd" else reversed(ops):
         name, secs = (op.name, op.fwd_s) if phase == "fwd" else (op.name + ".b", op.bwd_s)
         deps = [b.compute(name, op.kind, secs, deps, phase=phase)]
     b.sink("out", deps, phase=phase)
     return b.graph
 
 
-def pipelined_graph(cluster: ClusterSpec, t_compute_s: float, t_comm_s: float, chunks: int,
-                    kind: str = "reducescatter", strategy: str = "sp", issue: str = "async") -> nx.DiGraph:
+def pipelined_graph(
+    cluster: ClusterSpec,
+    t_compute_s: float,
+    t_comm_s: float,
+    chunks: int,
+    kind: str = "reducescatter",
+    strategy: str = "sp",
+    issue: str = "async",
+) -> nx.DiGraph:
     """A GEMM of ``t_compute_s`` split into ``chunks``, each followed by its share of a collective of
     ``t_comm_s`` (no latency): the mechanism of SP and EP-combine overlap in isolation. With
     ``chunks -> inf`` the makespan tends to ``max(T_compute, T_comm)`` (source section 2)."""
@@ -377,7 +492,10 @@ def pipelined_graph(cluster: ClusterSpec, t_compute_s: float, t_comm_s: float, c
     outs = []
     for i in range(chunks):
         y = b.compute(f"gemm{_sfx(i, chunks)}", "gemm", t_compute_s / chunks)
-        outs.append(b.comm(f"{kind}{_sfx(i, chunks)}", kind, 0.0, 2, 1, strategy, [y], issue=issue,
-                           duration_s=t_comm_s / chunks))
+        outs.append(
+            b.comm(
+                f"{kind}{_sfx(i, chunks)}", kind, 0.0, 2, 1, strategy, [y], issue=issue, duration_s=t_comm_s / chunks
+            )
+        )
     b.sink("out", outs)
     return b.graph

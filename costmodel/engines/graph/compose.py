@@ -62,14 +62,23 @@ def _with_dma(model, cluster, w, c) -> ParallelConfig:
 
 def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig]:
     """Only what shapes one layer's graph (pipeline and bucket settings do not)."""
-    return (Workload(mode=w.mode, global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
-            # pp only as "a pipeline or not": FSDP2 without resharding syncs once per step under one
-            replace(c, pp=min(c.pp, 2), vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None,
-                    layout=None))
+    return (
+        Workload(mode=w.mode, global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
+        # pp only as "a pipeline or not": FSDP2 without resharding syncs once per step under one
+        replace(c, pp=min(c.pp, 2), vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None, layout=None),
+    )
 
 
-def layer_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool,
-                   phase: str, recompute: bool = False, decode: bool = False) -> Schedule:
+def layer_schedule(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    w: Workload,
+    c: ParallelConfig,
+    moe: bool,
+    phase: str,
+    recompute: bool = False,
+    decode: bool = False,
+) -> Schedule:
     """The scheduled graph of one layer (cached); ``decode``: an inference decode step."""
     wk, ck = _layer_key(w, _with_dma(model, cluster, w, c))
     return _layer_schedule(model, cluster, wk, ck, moe, phase, recompute, decode)
@@ -77,8 +86,10 @@ def layer_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
 
 @lru_cache(maxsize=2048)
 def _layer_schedule(model, cluster, w, c, moe, phase, recompute, decode=False) -> Schedule:
-    return schedule(layer_graph(model, cluster, w, c, moe, phase, recompute, decode),
-                    resources_for(cluster.device, plan_dma(model, cluster, w, c)))
+    return schedule(
+        layer_graph(model, cluster, w, c, moe, phase, recompute, decode),
+        resources_for(cluster.device, plan_dma(model, cluster, w, c)),
+    )
 
 
 def head_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
@@ -96,8 +107,9 @@ _PART_GRAPHS = {"head": head_graph, "mtp": mtp_graph}
 
 @lru_cache(maxsize=1024)
 def _part_schedule(part, model, cluster, w, c, phase) -> Schedule:
-    return schedule(_PART_GRAPHS[part](model, cluster, w, c, phase),
-                    resources_for(cluster.device, plan_dma(model, cluster, w, c)))
+    return schedule(
+        _PART_GRAPHS[part](model, cluster, w, c, phase), resources_for(cluster.device, plan_dma(model, cluster, w, c))
+    )
 
 
 @dataclass(frozen=True)
@@ -118,7 +130,7 @@ def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
     # the stage's layers, as many in each chunk as the plan's layout puts there (costmodel.spec.layout)
     lay = layout_of(model, c)
     layers, sizes = list(rank_layers(model, c, stage)), lay.chunks(stage)
-    chunk_ids = [layers[sum(sizes[:ch]):sum(sizes[:ch + 1])] for ch in range(c.vp)]
+    chunk_ids = [layers[sum(sizes[:ch]) : sum(sizes[: ch + 1])] for ch in range(c.vp)]
     rec_k = sum(map(len, chunk_ids)) if c.recompute_layers is None else c.recompute_layers
     out = []
     for ch in range(c.vp):
@@ -201,9 +213,14 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
     n = c.mb * w.seq_len / c.cp
     t_p2p = 0.0
     if c.pp > 1:  # scatter-gather optimisation / SP shards (Narayanan et al. 2021, section 4.1)
-        t_p2p = collective_time_s("p2p", n * model.hidden * ACT_BYTES / c.tp, c.pp,
-                                  group_stride("pp", c.tp, c.cp, c.dp), cluster,
-                                  engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "pp"))
+        t_p2p = collective_time_s(
+            "p2p",
+            n * model.hidden * ACT_BYTES / c.tp,
+            c.pp,
+            group_stride("pp", c.tp, c.cp, c.dp),
+            cluster,
+            engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "pp"),
+        )
     memo: dict = {}
     chunks = tuple(tuple(_pieces(model, cluster, w, c, s, memo)) for s in range(c.pp))
     # the embedding/head units of FSDP2 / ZeRO-3 (costmodel.physics.mechanics.zero3_edges): the embedding's exposed
@@ -228,8 +245,17 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
             scheds.append(None)
         else:
             window = _last_backward_window(chunks[s], pipe, s, emb_b, grad_bytes(model, c, s), windows)
-            tail, sched = dp_tail(cluster, window, t_grad, c.bucket_bytes, kind, max(size, 2), stride,
-                                  plan_dma(model, cluster, w, c), stage_grad_buckets(model, c, s))
+            tail, sched = dp_tail(
+                cluster,
+                window,
+                t_grad,
+                c.bucket_bytes,
+                kind,
+                max(size, 2),
+                stride,
+                plan_dma(model, cluster, w, c),
+                stage_grad_buckets(model, c, s),
+            )
             scheds.append(sched)
             finish = float(pipe.last_backward_end_s[s]) + tail
             if finish > worst:
@@ -242,12 +268,20 @@ def _graph_step(model, cluster, w, c) -> GraphStep:
                 zero_exp, zero_link = late, t_param
     dp_exp = max(0.0, worst - pipe.makespan_s) if worst > -np.inf else 0.0
     slow = max(range(c.pp), key=lambda i: stages[i].microbatch_s)
-    comp = Composition(pipeline_s=pipe.makespan_s, bubble_s=pipe.makespan_s - m * stages[slow].microbatch_s,
-                       dp_s=dp_exp, zero_s=zero_exp, dp_link_s=dp_link, zero_link_s=zero_link,
-                       optimizer_s=max(stage_optimizer_s(model, cluster, c, s) for s in range(c.pp)),
-                       slow_stage=slow, dp_stage=dp_stage)
-    return GraphStep(stages, pipe, pipe.makespan_s, dp_link, dp_exp, zero_link, zero_exp, dp_stage,
-                     tuple(scheds), chunks, m, comp)
+    comp = Composition(
+        pipeline_s=pipe.makespan_s,
+        bubble_s=pipe.makespan_s - m * stages[slow].microbatch_s,
+        dp_s=dp_exp,
+        zero_s=zero_exp,
+        dp_link_s=dp_link,
+        zero_link_s=zero_link,
+        optimizer_s=max(stage_optimizer_s(model, cluster, c, s) for s in range(c.pp)),
+        slow_stage=slow,
+        dp_stage=dp_stage,
+    )
+    return GraphStep(
+        stages, pipe, pipe.makespan_s, dp_link, dp_exp, zero_link, zero_exp, dp_stage, tuple(scheds), chunks, m, comp
+    )
 
 
 def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int, edge=(0.0, 0.0, 0.0)) -> StageTiming:
@@ -279,8 +313,9 @@ def _stage_timing(stage: int, row, emb, pipe: PipelineResult, m: int, edge=(0.0,
     return StageTiming(stage, fwd, bwd, rec, led, interference)
 
 
-def _last_backward_window(row, pipe: PipelineResult, stage: int, emb_bwd_s: float, total_bytes: float,
-                          memo: dict) -> tuple:
+def _last_backward_window(
+    row, pipe: PipelineResult, stage: int, emb_bwd_s: float, total_bytes: float, memo: dict
+) -> tuple:
     """The stage's backward ops from the last micro-batch's first chunk-backward to the end:
     each chunk's last backward split by layer (its gradients become ready layer by layer),
     the other micro-batches' backwards in between as whole ops."""
@@ -289,8 +324,13 @@ def _last_backward_window(row, pipe: PipelineResult, stage: int, emb_bwd_s: floa
     j0 = min(last.values())
     durs = tuple((pipe.end[stage, j0:] - pipe.start[stage, j0:]).tolist())
     # pieces of each chunk's backward: (label, seconds, makes gradients); stage-independent labels
-    sig = tuple(tuple(("embedding" if s is None else n.split("layer")[0] + "layer", emb_bwd_s if s is None else
-                       s.makespan_s) for n, s, _ in cw.bwd) for cw in row)
+    sig = tuple(
+        tuple(
+            ("embedding" if s is None else n.split("layer")[0] + "layer", emb_bwd_s if s is None else s.makespan_s)
+            for n, s, _ in cw.bwd
+        )
+        for cw in row
+    )
     key = (sig, durs, tuple(ch[j0:].tolist()), tuple(sorted((c, j - j0) for c, j in last.items())), total_bytes)
     if key not in memo:
         memo[key] = _window(*key)

@@ -32,9 +32,17 @@ from costmodel.engines.graph.nodes import GraphBuilder
 from costmodel.engines.graph.scheduler import Schedule, resources_for, schedule
 
 
-def dp_bucket_graph(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket_bytes: float,
-                    kind: str, size: int, stride: int, dma: Assignment | None = None,
-                    buckets: GradBuckets | None = None) -> nx.DiGraph:
+def dp_bucket_graph(
+    cluster: ClusterSpec,
+    window: tuple,
+    t_grad_s: float,
+    bucket_bytes: float,
+    kind: str,
+    size: int,
+    stride: int,
+    dma: Assignment | None = None,
+    buckets: GradBuckets | None = None,
+) -> nx.DiGraph:
     """The backward window of the step's last micro-batch with bucketed gradient reduction.
 
     Parameters
@@ -60,13 +68,36 @@ def dp_bucket_graph(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket
         prev = b.compute(name, "gemm", secs, [prev] if prev else [], phase="bwd")
         acc += nbytes
         if bucket_bytes > 0 and acc >= bucket_bytes and total > 0:
-            out.append(b.comm(f"dp.bucket{k}", kind, acc, size, stride, "dp", [prev], phase="bwd",
-                              duration_s=t_grad_s * acc / total))
+            out.append(
+                b.comm(
+                    f"dp.bucket{k}",
+                    kind,
+                    acc,
+                    size,
+                    stride,
+                    "dp",
+                    [prev],
+                    phase="bwd",
+                    duration_s=t_grad_s * acc / total,
+                )
+            )
             acc, k = 0.0, k + 1
     if acc > 0 and total > 0:
         issue = "async" if bucket_bytes > 0 else "sync"
-        out.append(b.comm(f"dp.bucket{k}", kind, acc, size, stride, "dp", [prev], issue=issue,
-                          phase="bwd", duration_s=t_grad_s * acc / total))
+        out.append(
+            b.comm(
+                f"dp.bucket{k}",
+                kind,
+                acc,
+                size,
+                stride,
+                "dp",
+                [prev],
+                issue=issue,
+                phase="bwd",
+                duration_s=t_grad_s * acc / total,
+            )
+        )
     b.sink("out", out + ([prev] if prev else []), phase="bwd")
     return b.graph
 
@@ -98,8 +129,18 @@ def _framework_bucket_graph(cluster, window, t_grad_s, kind, size, stride, dma, 
 
     def issue(ch, x, deps, how):
         nonlocal k
-        node = b.comm(f"dp.bucket{k}", kind, x, size, stride, "dp", deps, issue=how, phase="bwd",
-                      duration_s=t_grad_s * x / elements if elements > 0 else 0.0)
+        node = b.comm(
+            f"dp.bucket{k}",
+            kind,
+            x,
+            size,
+            stride,
+            "dp",
+            deps,
+            issue=how,
+            phase="bwd",
+            duration_s=t_grad_s * x / elements if elements > 0 else 0.0,
+        )
         k += 1
         return node
 
@@ -126,9 +167,17 @@ def _framework_bucket_graph(cluster, window, t_grad_s, kind, size, stride, dma, 
 
 
 @lru_cache(maxsize=1024)
-def dp_tail(cluster: ClusterSpec, window: tuple, t_grad_s: float, bucket_bytes: float, kind: str,
-            size: int, stride: int, dma: Assignment | None = None,
-            buckets: GradBuckets | None = None) -> tuple[float, Schedule]:
+def dp_tail(
+    cluster: ClusterSpec,
+    window: tuple,
+    t_grad_s: float,
+    bucket_bytes: float,
+    kind: str,
+    size: int,
+    stride: int,
+    dma: Assignment | None = None,
+    buckets: GradBuckets | None = None,
+) -> tuple[float, Schedule]:
     """Seconds from the window's last compute (at full speed) to the end of its last bucket,
     including the slowdown of that compute by SM-based reductions; and the schedule."""
     g = dp_bucket_graph(cluster, window, t_grad_s, bucket_bytes, kind, size, stride, dma, buckets)

@@ -43,8 +43,10 @@ from costmodel.engines.graph.scheduler import Schedule
 
 MS = 1e-3
 #: why activation offload copies are exposed: Transformer Engine's limit of sets on the GPU (costmodel.physics.mechanics.act_offload)
-WHY_ACT_OFFLOAD = ("data dependency: at most {n} layers' activations stay on the GPU, so compute waits for the copies "
-                   "that free them and the backward for the reloads (Transformer Engine's offload schedule)")
+WHY_ACT_OFFLOAD = (
+    "data dependency: at most {n} layers' activations stay on the GPU, so compute waits for the copies "
+    "that free them and the backward for the reloads (Transformer Engine's offload schedule)"
+)
 
 
 def schedule_windows(s: Schedule) -> dict:
@@ -67,10 +69,17 @@ def schedule_windows(s: Schedule) -> dict:
 
 def _row(strategy, t_comm, window, exposed, why) -> dict:
     r = overlap_rate(t_comm, exposed)
-    return {"strategy": strategy, "t_comm_s": t_comm, "t_compute_s": window, "r": r, "exposed_s": exposed,
-            "prerequisite": why.split(":")[0] if exposed > 1e-3 * t_comm and why else "",
-            "reason": why if exposed > 1e-3 * t_comm else "",
-            "critical_condition": t_comm <= window, "ratio": t_comm / window if window > 0 else float("inf")}
+    return {
+        "strategy": strategy,
+        "t_comm_s": t_comm,
+        "t_compute_s": window,
+        "r": r,
+        "exposed_s": exposed,
+        "prerequisite": why.split(":")[0] if exposed > 1e-3 * t_comm and why else "",
+        "reason": why if exposed > 1e-3 * t_comm else "",
+        "critical_condition": t_comm <= window,
+        "ratio": t_comm / window if window > 0 else float("inf"),
+    }
 
 
 def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig) -> list[dict]:
@@ -102,8 +111,15 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
     rows = [_row(k, link[k], win[k], exp[k], why.get(k, (0, ""))[1]) for k in TRAINING_STRATEGIES if link.get(k, 0) > 0]
     pipe = gs.pipeline
     if pipe.p > 1:
-        rows.append(_row("pp", pipe.transfers(st.stage) * pipe.t_p2p_s, _pp_window(pipe, st.stage), pipe.pp_exposed_s,
-                         WHY_PP_SYNC if pipe.sync else WHY_PP_DATA))
+        rows.append(
+            _row(
+                "pp",
+                pipe.transfers(st.stage) * pipe.t_p2p_s,
+                _pp_window(pipe, st.stage),
+                pipe.pp_exposed_s,
+                WHY_PP_SYNC if pipe.sync else WHY_PP_DATA,
+            )
+        )
     if gs.dp_link_s > 0:
         s = gs.dp_schedules[gs.dp_stage]
         slack = pipe.makespan_s - float(pipe.last_backward_end_s[gs.dp_stage])
@@ -114,27 +130,48 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
     if gs.zero_link_s > 0:
         fill = float(pipe.first_forward_start_s[st.stage]) + float(pipe.end[st.stage, 0] - pipe.start[st.stage, 0])
         z = next((r for r in rows if r["strategy"] == "zero"), None)
-        why_z = ("data dependency: the next step's first forward needs the gathered parameters"
-                 if config.bucket_bytes > 0 else "synchronous issue: gathered after the optimizer step (bucket_mb=0)")
+        why_z = (
+            "data dependency: the next step's first forward needs the gathered parameters"
+            if config.bucket_bytes > 0
+            else "synchronous issue: gathered after the optimizer step (bucket_mb=0)"
+        )
         new = _row("zero", gs.zero_link_s, fill, gs.zero_exposed_s, why_z)
         if z is None:
             rows.append(new)
         else:  # ZeRO-3 per-layer gathers and ZeRO-1/2 end-of-step gathers together
-            rows[rows.index(z)] = _row("zero", z["t_comm_s"] + new["t_comm_s"], z["t_compute_s"] + fill,
-                                       z["exposed_s"] + new["exposed_s"], z["reason"] or new["reason"])
-    if config.activation_offload_layers:  # pp = 1: the one stage's copies to the host and back (costmodel.physics.mechanics.act_offload)
+            rows[rows.index(z)] = _row(
+                "zero",
+                z["t_comm_s"] + new["t_comm_s"],
+                z["t_compute_s"] + fill,
+                z["exposed_s"] + new["exposed_s"],
+                z["reason"] or new["reason"],
+            )
+    if (
+        config.activation_offload_layers
+    ):  # pp = 1: the one stage's copies to the host and back (costmodel.physics.mechanics.act_offload)
         one = gs.stages[0]
-        t_link, t_exposed = act_offload.step_exposed_s(model, cluster, workload, config, one.fwd_s,
-                                                       one.bwd_s + one.recompute_s, gs.m)
-        rows.append(_row("act_offload", t_link, gs.m * (one.fwd_s + one.bwd_s + one.recompute_s), t_exposed,
-                         WHY_ACT_OFFLOAD.format(n=model.layers - config.activation_offload_layers)))
+        t_link, t_exposed = act_offload.step_exposed_s(
+            model, cluster, workload, config, one.fwd_s, one.bwd_s + one.recompute_s, gs.m
+        )
+        rows.append(
+            _row(
+                "act_offload",
+                t_link,
+                gs.m * (one.fwd_s + one.bwd_s + one.recompute_s),
+                t_exposed,
+                WHY_ACT_OFFLOAD.format(n=model.layers - config.activation_offload_layers),
+            )
+        )
     order = {k: i for i, k in enumerate(TRAINING_STRATEGIES + ("act_offload",))}
     rows.sort(key=lambda r: order[r["strategy"]])
     if config.tp > 1:
-        rows[[r["strategy"] for r in rows].index("sp" if config.sp_on else "tp")]["feasibility"] = \
-            tp_feasibility(model, cluster, workload, config)
+        rows[[r["strategy"] for r in rows].index("sp" if config.sp_on else "tp")]["feasibility"] = tp_feasibility(
+            model, cluster, workload, config
+        )
     a = plan_dma(model, cluster, workload, config)
-    for r in rows:  # the engines each stream ran on (costmodel.physics.comm.dma), e.g. "cdma*2" or "cdma*1 shared with dp"
+    for (
+        r
+    ) in rows:  # the engines each stream ran on (costmodel.physics.comm.dma), e.g. "cdma*2" or "cdma*1 shared with dp"
         r["engines"] = "host link" if r["strategy"] == "act_offload" else dma.describe(a, r["strategy"])
     return rows
 
@@ -177,6 +214,7 @@ def _explain_forward(model, cluster, w, c) -> list[dict]:
 def _explain_pass(model, cluster, w, c, decode) -> list[dict]:
     from costmodel.physics.memory.stage_contents import is_moe_layer
     from costmodel.spec.stages import stage_layers
+
     link, exp, win, why = {}, {}, {}, {}
     for layer in stage_layers(model.layers, c.pp, 0, c.layers_per_stage):
         s = layer_schedule(model, cluster, w, c, is_moe_layer(model, layer), "fwd", decode=decode)
@@ -204,10 +242,14 @@ def tp_feasibility(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     (50.3, True)
     """
     msg = c.mb * w.seq_len / c.cp * model.hidden * ACT_BYTES
-    t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster,
-                             engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "tp"))
-    t_mm = sum(o.fwd_s for o in layer_ops(model, cluster.device, w, c, model.is_moe and model.dense_layers == 0)
-               if o.kind == "gemm")
+    t_ar = collective_time_s(
+        "allreduce", msg, c.tp, 1, cluster, engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "tp")
+    )
+    t_mm = sum(
+        o.fwd_s
+        for o in layer_ops(model, cluster.device, w, c, model.is_moe and model.dense_layers == 0)
+        if o.kind == "gemm"
+    )
     return {"msg_bytes": msg, "t_allreduce_s": t_ar, "t_matmul_s": t_mm, "ratio": t_ar / t_mm if t_mm else float("inf")}
 
 
@@ -219,20 +261,28 @@ def format_explain(rows: list[dict]) -> str:
     """The rows as a fixed-width table, with the TP feasibility line when present."""
     wide = max([8] + [len(_label(r)) for r in rows])
     eng = max([7] + [len(r.get("engines") or "-") for r in rows])
-    head = (f"{'strategy':<{wide}} {'T_comm ms':>11} {'T_compute ms':>13} {'r':>6} {'exposed ms':>11}  "
-            f"{'T_comm<=T_compute':<17}  {'engines':<{eng}}  blocking prerequisite")
+    head = (
+        f"{'strategy':<{wide}} {'T_comm ms':>11} {'T_compute ms':>13} {'r':>6} {'exposed ms':>11}  "
+        f"{'T_comm<=T_compute':<17}  {'engines':<{eng}}  blocking prerequisite"
+    )
     lines = [head]
     for r in rows:
-        lines.append(f"{_label(r):<{wide}} {r['t_comm_s'] / MS:11.3f} {r['t_compute_s'] / MS:13.3f} {r['r']:6.2f} "
-                     f"{r['exposed_s'] / MS:11.3f}  {str(r['critical_condition']).lower():<17}  "
-                     f"{r.get('engines') or '-':<{eng}}  {r['reason'] or '-'}")
+        lines.append(
+            f"{_label(r):<{wide}} {r['t_comm_s'] / MS:11.3f} {r['t_compute_s'] / MS:13.3f} {r['r']:6.2f} "
+            f"{r['exposed_s'] / MS:11.3f}  {str(r['critical_condition']).lower():<17}  "
+            f"{r.get('engines') or '-':<{eng}}  {r['reason'] or '-'}"
+        )
     for r in rows:
         f = r.get("feasibility")
         if f:
-            verdict = ("< 1: shorter than the GEMMs it can run beside, so splitting both into chunks can hide it"
-                       if f["ratio"] < 1 else
-                       ">= 1: longer than all the GEMMs it could run beside, so part of it stays exposed")
-            lines.append(f"feasibility ({r['strategy']}): one AllReduce of the layer output ({f['msg_bytes'] / 1e6:.1f} MB) "
-                         f"takes {f['t_allreduce_s'] / MS:.3f} ms, the layer's GEMMs {f['t_matmul_s'] / MS:.3f} ms: "
-                         f"ratio {f['ratio']:.2f} ({verdict})")
+            verdict = (
+                "< 1: shorter than the GEMMs it can run beside, so splitting both into chunks can hide it"
+                if f["ratio"] < 1
+                else ">= 1: longer than all the GEMMs it could run beside, so part of it stays exposed"
+            )
+            lines.append(
+                f"feasibility ({r['strategy']}): one AllReduce of the layer output ({f['msg_bytes'] / 1e6:.1f} MB) "
+                f"takes {f['t_allreduce_s'] / MS:.3f} ms, the layer's GEMMs {f['t_matmul_s'] / MS:.3f} ms: "
+                f"ratio {f['ratio']:.2f} ({verdict})"
+            )
     return "\n".join(lines)

@@ -75,22 +75,41 @@ class GraphBuilder:
     def _wire(self, node: str, deps: Iterable[str]) -> None:
         self.graph.add_edges_from([(d, node) for d in deps if d is not None])
 
-    def compute(self, name: str, kind: str, duration_s: float, deps: Iterable[str] = (), *,
-                phase: str = "fwd") -> str:
+    def compute(self, name: str, kind: str, duration_s: float, deps: Iterable[str] = (), *, phase: str = "fwd") -> str:
         """Add a compute op; it also waits for every synchronously issued comm op before it."""
         if kind not in COMPUTE_KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {', '.join(COMPUTE_KINDS)}")
         node = self._name(name)
-        self.graph.add_node(node, kind=kind, duration_s=max(0.0, float(duration_s)), resource=COMPUTE,
-                            link="", bytes=0.0, strategy="", issue="sync", phase=phase,
-                            seq=len(self.graph))
+        self.graph.add_node(
+            node,
+            kind=kind,
+            duration_s=max(0.0, float(duration_s)),
+            resource=COMPUTE,
+            link="",
+            bytes=0.0,
+            strategy="",
+            issue="sync",
+            phase=phase,
+            seq=len(self.graph),
+        )
         self._wire(node, list(deps) + self._pending_sync if self._pending_sync else deps)
         self._pending_sync = []
         return node
 
-    def comm(self, name: str, kind: str, nbytes: float, size: int, stride: int, strategy: str,
-             deps: Iterable[str] = (), *, issue: str = "async", phase: str = "fwd",
-             duration_s: float | None = None) -> str:
+    def comm(
+        self,
+        name: str,
+        kind: str,
+        nbytes: float,
+        size: int,
+        stride: int,
+        strategy: str,
+        deps: Iterable[str] = (),
+        *,
+        issue: str = "async",
+        phase: str = "fwd",
+        duration_s: float | None = None,
+    ) -> str:
         """Add a collective of ``nbytes`` per GPU over ``size`` ranks at ``stride``.
 
         ``issue="sync"`` makes the next compute op added wait for it (a blocking call).
@@ -104,14 +123,23 @@ class GraphBuilder:
             raise ValueError(f"issue={issue!r}: must be 'async' or 'sync'")
         scope = comm_scope(kind, size, stride, self.cluster)
         if duration_s is None:
-            duration_s = collective_time_s(kind, nbytes, size, stride, self.cluster,
-                                           engines=_dma.engines_of(self.cluster, self.dma, strategy))
+            duration_s = collective_time_s(
+                kind, nbytes, size, stride, self.cluster, engines=_dma.engines_of(self.cluster, self.dma, strategy)
+            )
         resource = _dma.pool_of(self.dma, strategy) or self.cluster.device.engines_for(scope).name
         node = self._name(name)
-        self.graph.add_node(node, kind=kind, duration_s=max(0.0, float(duration_s)),
-                            resource=resource, link=scope,
-                            bytes=float(nbytes), strategy=strategy, issue=issue, phase=phase,
-                            seq=len(self.graph))
+        self.graph.add_node(
+            node,
+            kind=kind,
+            duration_s=max(0.0, float(duration_s)),
+            resource=resource,
+            link=scope,
+            bytes=float(nbytes),
+            strategy=strategy,
+            issue=issue,
+            phase=phase,
+            seq=len(self.graph),
+        )
         self._wire(node, deps)
         if issue == "sync":
             self._pending_sync.append(node)

@@ -220,7 +220,7 @@ def _solve_numpy(dur, dep, lag, own_lag, is_b):
         if any_b[j]:
             e = _chain(e, a, durT[j], lagT[j], cbT[j], reverse=True)
         out[j] = e
-        flat[j:p * n:n] = e
+        flat[j : p * n : n] = e
         prev = e
     return out.T.copy()
 
@@ -240,7 +240,7 @@ def _chain(e, a, d, lag, link, reverse):
         step = d[seg] + np.where(link[seg], lag[seg], 0.0)
         P = np.cumsum(step)
         Pm = np.concatenate(([0.0], P[:-1])) + np.where(link[seg], lag[seg], 0.0)
-        base = np.concatenate(([e[lo] - d[lo]], a[lo + 1:hi + 1]))
+        base = np.concatenate(([e[lo] - d[lo]], a[lo + 1 : hi + 1]))
         Pm[0] = 0.0
         e[seg] = np.maximum.accumulate(base - Pm) + P
     return e[::-1] if reverse else e

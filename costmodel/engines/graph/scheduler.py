@@ -78,9 +78,11 @@ def resources_for(dev: DeviceSpec, dma: _dma_plan.Assignment | None = None) -> R
     """
     pools = _dma.pool_counts(dma)
     compute = {e.name for e in dev.dma_engines if e.uses_compute}
-    return Resources(tuple((e.name, e.count) for e in dev.dma_engines) + pools,
-                     frozenset(compute | {p for p, _ in pools if p.split("/", 1)[0] in compute}),
-                     dev.comm_compute_interference)
+    return Resources(
+        tuple((e.name, e.count) for e in dev.dma_engines) + pools,
+        frozenset(compute | {p for p, _ in pools if p.split("/", 1)[0] in compute}),
+        dev.comm_compute_interference,
+    )
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,10 @@ class Schedule:
 
     def rates(self) -> dict:
         """Overlap rate ``r = 1 - exposed / T_comm`` per strategy (section 2)."""
-        return {s: min(1.0, max(0.0, 1.0 - self.exposed_s.get(s, 0.0) / t)) if t > 0 else 1.0
-                for s, t in sorted(self.link_s.items())}
+        return {
+            s: min(1.0, max(0.0, 1.0 - self.exposed_s.get(s, 0.0) / t)) if t > 0 else 1.0
+            for s, t in sorted(self.link_s.items())
+        }
 
     def reasons(self) -> dict:
         """The prerequisite behind the largest exposure of each strategy."""
@@ -160,7 +164,9 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     N = len(names)
     attrs = g.nodes
     counts = dict(res.engines)
-    for pool, n in g.graph.get("dma_pools", ()):  # the engine pools the graph was built for (costmodel.physics.comm.dma)
+    for pool, n in g.graph.get(
+        "dma_pools", ()
+    ):  # the engine pools the graph was built for (costmodel.physics.comm.dma)
         counts.setdefault(pool, n)
     for n in range(N):
         if is_comm[n] and resource[n] not in counts:
@@ -299,8 +305,9 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     for n, x in exposed_by.items():
         s = strategy[n]
         exposed_s[s] = exposed_s.get(s, 0.0) + x
-        exposures.append(Exposure(names[n], s, attrs[names[n]]["kind"], x,
-                                  *_why(g, names[n], wait[n], queued[n], blame.get(n, ()))))
+        exposures.append(
+            Exposure(names[n], s, attrs[names[n]]["kind"], x, *_why(g, names[n], wait[n], queued[n], blame.get(n, ())))
+        )
     nominal = sum(dur[n] for n in corder)
     interference = sum(end[n] - start[n] for n in corder) - nominal
     crit = _critical_path(ig, start, end, corder)
@@ -308,10 +315,21 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     for n in corder:
         ph = attrs[names[n]]["phase"]
         phase_s[ph] = phase_s.get(ph, 0.0) + dur[n]
-    return Schedule({names[n]: v for n, v in start.items()}, {names[n]: v for n, v in end.items()},
-                    {names[n]: v for n, v in lanes.items()}, makespan, nominal, max(0.0, interference), idle,
-                    link_s, exposed_s, tuple(exposures), crit, _compute_critical_s(ig, corder),
-                    {"phase_s": phase_s, "graph": g})
+    return Schedule(
+        {names[n]: v for n, v in start.items()},
+        {names[n]: v for n, v in end.items()},
+        {names[n]: v for n, v in lanes.items()},
+        makespan,
+        nominal,
+        max(0.0, interference),
+        idle,
+        link_s,
+        exposed_s,
+        tuple(exposures),
+        crit,
+        _compute_critical_s(ig, corder),
+        {"phase_s": phase_s, "graph": g},
+    )
 
 
 def _why(g, n, waited_s, queued_s, blockers) -> tuple[str, str]:
@@ -320,18 +338,25 @@ def _why(g, n, waited_s, queued_s, blockers) -> tuple[str, str]:
     others = [b for b in blockers if b != n and not nx.has_path(g, n, b)]
     if others and len(others) == len(blockers):
         b = g.nodes[others[0]]
-        return NO_ENGINE, (f"it held the {a['link']} link while {b['strategy']} {b['kind']} {others[0]!r}, "
-                           "which the stalled compute needed, waited for an engine or bandwidth")
+        return NO_ENGINE, (
+            f"it held the {a['link']} link while {b['strategy']} {b['kind']} {others[0]!r}, "
+            "which the stalled compute needed, waited for an engine or bandwidth"
+        )
     if waited_s > 1e-3 * max(t_comm, EPS):
-        return NO_ENGINE, (f"waited {waited_s * 1e3:.3f} ms for a {a['resource']} engine or for the "
-                           f"{a['link']} link held by another strategy's transfer")
+        return NO_ENGINE, (
+            f"waited {waited_s * 1e3:.3f} ms for a {a['resource']} engine or for the "
+            f"{a['link']} link held by another strategy's transfer"
+        )
     if a["issue"] == "sync":
         return SYNC, "issued blocking: the compute stream waits for it"
     if queued_s > 1e-3 * max(t_comm, EPS):
-        return DATA, (f"queued {queued_s * 1e3:.3f} ms behind earlier {a['strategy']} transfers on the "
-                      f"{a['link']} link: their T_comm outlasts the compute that could hide them")
-    return DATA, (f"T_comm {t_comm * 1e3:.3f} ms outlasts the independent compute issued after it "
-                  "(its consumer needs the result)")
+        return DATA, (
+            f"queued {queued_s * 1e3:.3f} ms behind earlier {a['strategy']} transfers on the "
+            f"{a['link']} link: their T_comm outlasts the compute that could hide them"
+        )
+    return DATA, (
+        f"T_comm {t_comm * 1e3:.3f} ms outlasts the independent compute issued after it (its consumer needs the result)"
+    )
 
 
 def _critical_path(ig: IndexedGraph, start: dict, end: dict, corder: list) -> tuple:

@@ -36,8 +36,19 @@ from costmodel.engines.graph.compose import graph_step, layer_schedule
 from costmodel.engines.graph.nodes import COMPUTE
 
 MAX_EVENTS = 200_000  # beyond this, pipeline ops are drawn whole, without their layers' detail
-COLORS = {"gemm": "#4C72B0", "attention": "#8172B2", "elementwise": "#8C8C8C", "tp": "#C44E52", "sp": "#DD8452",
-          "cp": "#937860", "ep": "#55A868", "pp": "#CCB974", "dp": "#64B5CD", "zero": "#DA8BC3", "op": "#4C72B0"}
+COLORS = {
+    "gemm": "#4C72B0",
+    "attention": "#8172B2",
+    "elementwise": "#8C8C8C",
+    "tp": "#C44E52",
+    "sp": "#DD8452",
+    "cp": "#937860",
+    "ep": "#55A868",
+    "pp": "#CCB974",
+    "dp": "#64B5CD",
+    "zero": "#DA8BC3",
+    "op": "#4C72B0",
+}
 
 
 def _expand(events: list, sched, t0: float, label: str, args: dict) -> None:
@@ -46,12 +57,26 @@ def _expand(events: list, sched, t0: float, label: str, args: dict) -> None:
         a = g.nodes[n]
         if a["kind"] == "sink":
             continue
-        events.append({"name": f"{label}.{n}", "cat": a["strategy"] or a["kind"], "lane": sched.lanes[n],
-                       "start_s": t0 + s, "dur_s": sched.end[n] - s, "args": dict(args, bytes=a["bytes"])})
+        events.append(
+            {
+                "name": f"{label}.{n}",
+                "cat": a["strategy"] or a["kind"],
+                "lane": sched.lanes[n],
+                "start_s": t0 + s,
+                "dur_s": sched.end[n] - s,
+                "args": dict(args, bytes=a["bytes"]),
+            }
+        )
 
 
-def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-             stage: int | None = None, max_events: int = MAX_EVENTS) -> dict:
+def timeline(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    config: ParallelConfig,
+    stage: int | None = None,
+    max_events: int = MAX_EVENTS,
+) -> dict:
     """Events of one step of ``stage`` (default: the slowest) as ``{"stage", "step_s", "events"}``;
     each event has ``name``, ``cat`` (strategy or op kind), ``lane``, ``start_s``, ``dur_s``, ``args``.
 
@@ -70,9 +95,12 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
     e_op = embedding_op(model, cluster.device, workload, config)
     per_op = sum(len(sc.start) for cw in row for _, sc, _ in cw.fwd + cw.bwd if sc is not None)
     detail = per_op / max(1, 2 * config.vp) * pipe.end.shape[1] <= max_events
-    pp_lane = (dma.pool_of(plan_dma(model, cluster, workload, config), "pp")
-               or cluster.device.engines_for("inter" if config.tp * config.cp * config.dp >= cluster.gpus_per_node
-                                             else "intra").name) + "#p2p"
+    pp_lane = (
+        dma.pool_of(plan_dma(model, cluster, workload, config), "pp")
+        or cluster.device.engines_for(
+            "inter" if config.tp * config.cp * config.dp >= cluster.gpus_per_node else "intra"
+        ).name
+    ) + "#p2p"
     events: list = []
     for j in range(pipe.end.shape[1]):
         b, c, mb = bool(pipe.is_b[s, j]), int(pipe.chunk[s, j]), int(pipe.mb[s, j])
@@ -83,19 +111,35 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
             events.append({"name": label, "cat": "op", "lane": COMPUTE, "start_s": t0, "dur_s": t1 - t0, "args": args})
         else:
             t = t0
-            for name, sc, _ in (row[c].bwd if b else row[c].fwd):
+            for name, sc, _ in row[c].bwd if b else row[c].fwd:
                 if sc is None:
                     secs = e_op.bwd_s if b else e_op.fwd_s
-                    events.append({"name": f"{label}.{name}", "cat": "elementwise", "lane": COMPUTE,
-                                   "start_s": t, "dur_s": secs, "args": args})
+                    events.append(
+                        {
+                            "name": f"{label}.{name}",
+                            "cat": "elementwise",
+                            "lane": COMPUTE,
+                            "start_s": t,
+                            "dur_s": secs,
+                            "args": args,
+                        }
+                    )
                     t += secs
                 else:
                     _expand(events, sc, t, f"{label}.{name}", args)
                     t += sc.makespan_s
         sends = (s < pipe.p - 1 or c < pipe.v - 1) if not b else (s > 0 or c > 0)
         if pipe.p > 1 and sends:
-            events.append({"name": f"send {'grad' if b else 'act'} c{c} mb{mb}", "cat": "pp", "lane": pp_lane,
-                           "start_s": t1, "dur_s": pipe.t_p2p_s, "args": args})
+            events.append(
+                {
+                    "name": f"send {'grad' if b else 'act'} c{c} mb{mb}",
+                    "cat": "pp",
+                    "lane": pp_lane,
+                    "start_s": t1,
+                    "dur_s": pipe.t_p2p_s,
+                    "args": args,
+                }
+            )
     dps = gs.dp_schedules[s]
     if dps is not None:
         g = dps.extra["graph"]
@@ -106,8 +150,16 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
         for n in comm:
             a = g.nodes[n]
             lane = a["resource"] + "#dp" + (dps.lanes[n].rsplit("#", 1)[1] if several else "")
-            events.append({"name": n, "cat": "dp", "lane": lane, "start_s": off + dps.start[n],
-                           "dur_s": dps.end[n] - dps.start[n], "args": {"bytes": a["bytes"]}})
+            events.append(
+                {
+                    "name": n,
+                    "cat": "dp",
+                    "lane": lane,
+                    "start_s": off + dps.start[n],
+                    "dur_s": dps.end[n] - dps.start[n],
+                    "args": {"bytes": a["bytes"]},
+                }
+            )
     step = max((e["start_s"] + e["dur_s"] for e in events), default=0.0)
     return {"stage": s, "step_s": step, "events": events}
 
@@ -115,6 +167,7 @@ def timeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config:
 def _forward_timeline(model, cluster, w, c, stage) -> dict:
     """One forward through the stage's layers; for a serving workload, one decode step."""
     from costmodel.engines.graph.explain import serving_phases
+
     phase, w, c, decode = serving_phases(w, c)[-1]
     events, t = [], 0.0
     for layer in stage_layers(model.layers, c.pp, stage, c.layers_per_stage):
@@ -126,16 +179,19 @@ def _forward_timeline(model, cluster, w, c, stage) -> dict:
 
 def _lanes(events: list) -> list:
     """Lane names in display order: compute, then per engine class its layer lanes, p2p, dp."""
+
     def key(x):
         cls, _, tail = x.partition("#")
         kind = tail.rstrip("0123456789")  # "" for an engine's layer lane, "p2p", "dp"
-        num = tail[len(kind):]
+        num = tail[len(kind) :]
         return (x != COMPUTE, cls, kind != "", kind, int(num) if num else -1)
+
     return sorted({e["lane"] for e in events}, key=key)
 
 
-def write_chrome_trace(path, model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-                       stage: int | None = None) -> None:
+def write_chrome_trace(
+    path, model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, stage: int | None = None
+) -> None:
     """Write one step of one stage as Chrome trace-event JSON (one thread per resource lane)."""
     tl = timeline(model, cluster, workload, config, stage)
     lanes = _lanes(tl["events"])
@@ -145,23 +201,45 @@ def write_chrome_trace(path, model: ModelSpec, cluster: ClusterSpec, workload: W
         out.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": name}})
         out.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": i, "args": {"sort_index": i}})
     for e in tl["events"]:
-        out.append({"name": e["name"], "cat": e["cat"], "ph": "X", "pid": 0, "tid": tid[e["lane"]],
-                    "ts": e["start_s"] * 1e6, "dur": e["dur_s"] * 1e6, "args": e["args"]})
+        out.append(
+            {
+                "name": e["name"],
+                "cat": e["cat"],
+                "ph": "X",
+                "pid": 0,
+                "tid": tid[e["lane"]],
+                "ts": e["start_s"] * 1e6,
+                "dur": e["dur_s"] * 1e6,
+                "args": e["args"],
+            }
+        )
     with open(path, "w") as f:
-        json.dump({"traceEvents": out, "displayTimeUnit": "ms",
-                   "otherData": {"stage": tl["stage"], "step_s": tl["step_s"], "model": model.name,
-                                 "config": config.to_dict()}}, f)
+        json.dump(
+            {
+                "traceEvents": out,
+                "displayTimeUnit": "ms",
+                "otherData": {
+                    "stage": tl["stage"],
+                    "step_s": tl["step_s"],
+                    "model": model.name,
+                    "config": config.to_dict(),
+                },
+            },
+            f,
+        )
 
 
-def write_gantt(path, model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-                stage: int | None = None) -> None:
+def write_gantt(
+    path, model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, stage: int | None = None
+) -> None:
     """Draw the same timeline as a PNG (one row per resource lane), with matplotlib; the
     format follows the suffix of ``path`` (``.png``, ``.svg``, ``.pdf``)."""
     gantt_figure(model, cluster, workload, config, stage).savefig(path, dpi=100)
 
 
-def gantt_figure(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig,
-                 stage: int | None = None):
+def gantt_figure(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: ParallelConfig, stage: int | None = None
+):
     """The matplotlib ``Figure`` of :func:`write_gantt`; its legend sits right of the axes,
     outside them, so it covers no lane (the DP tail ends at the right edge)."""
     try:
@@ -185,6 +263,11 @@ def gantt_figure(model: ModelSpec, cluster: ClusterSpec, workload: Workload, con
     ax.set_xlabel("time (ms)")
     ax.set_title(f"{model.name}: one step of pipeline stage {tl['stage']} ({tl['step_s'] * 1e3:.1f} ms)")
     cats = sorted({c for _, c in groups})
-    ax.legend(handles=[Patch(color=COLORS.get(c, "#333333"), label=c) for c in cats], loc="upper left",
-              bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, fontsize=8)
+    ax.legend(
+        handles=[Patch(color=COLORS.get(c, "#333333"), label=c) for c in cats],
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+        borderaxespad=0.0,
+        fontsize=8,
+    )
     return fig

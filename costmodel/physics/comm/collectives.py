@@ -251,8 +251,9 @@ def _pick(array: bool, t, lat, t_alt, lat_alt):
     return (t_alt, lat_alt) if t_alt < t else (t, lat)
 
 
-def _nccl_s(kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec,
-            bi: float, be: float) -> tuple[float, float]:
+def _nccl_s(
+    kind: str, nbytes: float, k: int, nodes: int, cluster: ClusterSpec, bi: float, be: float
+) -> tuple[float, float]:
     """(total seconds, latency seconds) of AllReduce/AllGather/ReduceScatter as NCCL would pick it,
     ``bi``/``be`` the stream's intra-/inter-node bandwidth (:func:`link_bw_bytes_per_s`).
 
@@ -311,8 +312,15 @@ def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str, engines: Engines = Non
     return bw
 
 
-def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec,
-                      algorithm: str = "ring", engines: Engines = None) -> float:
+def collective_time_s(
+    kind: str,
+    nbytes: float,
+    size: int,
+    stride: int,
+    cluster: ClusterSpec,
+    algorithm: str = "ring",
+    engines: Engines = None,
+) -> float:
     """Seconds for one collective.
 
     Parameters
@@ -339,8 +347,10 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     if algorithm not in ("ring", "direct"):
         raise ValueError(f"algorithm={algorithm!r}: must be 'ring' or 'direct'")
     if isinstance(nbytes, np.ndarray) and (kind in ("alltoall", "p2p", "ring_p2p") or algorithm != "ring"):
-        raise ValueError(f"nbytes: an array only for all-reduce, all-gather and reduce-scatter under 'ring', "
-                         f"not {kind} / {algorithm}")
+        raise ValueError(
+            f"nbytes: an array only for all-reduce, all-gather and reduce-scatter under 'ring', "
+            f"not {kind} / {algorithm}"
+        )
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
     bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     if kind in ("p2p", "ring_p2p"):
@@ -364,8 +374,9 @@ def collective_time_s(kind: str, nbytes: float, size: int, stride: int, cluster:
     return _nccl_s(kind, nbytes, k, nodes, cluster, bi, be)[0]
 
 
-def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec, nbytes: float = 1.0,
-                         engines: Engines = None) -> float:
+def collective_latency_s(
+    kind: str, size: int, stride: int, cluster: ClusterSpec, nbytes: float = 1.0, engines: Engines = None
+) -> float:
     """The latency (alpha) part of one AllReduce/AllGather/ReduceScatter of ``nbytes`` under the
     algorithm NCCL picks for that size (ring, or tree for a small all-reduce across nodes): what
     every extra bucket or per-module collective pays again.
@@ -382,5 +393,3 @@ def collective_latency_s(kind: str, size: int, stride: int, cluster: ClusterSpec
     lay = layout(size, stride, cluster.gpus_per_node)
     bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster, bi, be)[1]
-
-

@@ -97,9 +97,14 @@ def used_streams(c: "ParallelConfig", model: "ModelSpec | None" = None) -> tuple
     """
     sem = frameworks.of(c)
     groups = _dp_groups(c)
-    on = {"tp": c.tp > 1, "cp": c.cp > 1, "ep": c.ep > 1, "pp": c.pp > 1,
-          "dp": bool(sem.step_grad and groups) or bool(_tied(c, model)),
-          "zero": bool(groups) and (sem.step_param_gather or (sem.per_microbatch and c.dp * c.cp > 1))}
+    on = {
+        "tp": c.tp > 1,
+        "cp": c.cp > 1,
+        "ep": c.ep > 1,
+        "pp": c.pp > 1,
+        "dp": bool(sem.step_grad and groups) or bool(_tied(c, model)),
+        "zero": bool(groups) and (sem.step_param_gather or (sem.per_microbatch and c.dp * c.cp > 1)),
+    }
     return tuple(s for s in STREAMS if on[s])
 
 
@@ -108,12 +113,14 @@ def stream_scopes(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelSpec |
     gpn = cluster.gpus_per_node
     cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
     dp = [comm_scope("allreduce", n, s, gpn) for n, s in _dp_groups(c)]
-    out = {"tp": [comm_scope("allreduce", c.tp, 1, gpn)],
-           "cp": [comm_scope("ring_p2p", c.cp, cp_stride, gpn), comm_scope("allreduce", c.cp, cp_stride, gpn)],
-           "ep": [comm_scope("alltoall", c.ep, 1, gpn)],
-           "pp": [comm_scope("p2p", c.pp, group_stride("pp", c.tp, c.cp, c.dp), gpn)],
-           "dp": dp + [comm_scope("allreduce", n, s, gpn) for n, s in _tied(c, model)],
-           "zero": dp}
+    out = {
+        "tp": [comm_scope("allreduce", c.tp, 1, gpn)],
+        "cp": [comm_scope("ring_p2p", c.cp, cp_stride, gpn), comm_scope("allreduce", c.cp, cp_stride, gpn)],
+        "ep": [comm_scope("alltoall", c.ep, 1, gpn)],
+        "pp": [comm_scope("p2p", c.pp, group_stride("pp", c.tp, c.cp, c.dp), gpn)],
+        "dp": dp + [comm_scope("allreduce", n, s, gpn) for n, s in _tied(c, model)],
+        "zero": dp,
+    }
     return {s: frozenset(out[s]) for s in used_streams(c, model)}
 
 
@@ -131,6 +138,7 @@ def _compositions(k: int, n: int):
 
 def _partitions(items: tuple, k: int):
     """Set partitions of ``items`` into exactly ``k`` non-empty blocks (restricted growth order)."""
+
     def grow(i, blocks):
         if i == len(items):
             if len(blocks) == k:
@@ -144,6 +152,7 @@ def _partitions(items: tuple, k: int):
             blocks.append([items[i]])
             yield from grow(i + 1, blocks)
             blocks.pop()
+
     yield from grow(0, [])
 
 
@@ -172,8 +181,11 @@ def _choices(cluster: ClusterSpec, c: "ParallelConfig", model) -> tuple[tuple, d
     for s, sc in scopes.items():
         cls = classes_for(cluster, sc)
         if not cls:
-            raise SpecError("dma_engines", [e.name for e in cluster.device.dma_engines],
-                            f"an engine class serving {' and '.join(sorted(sc))} for the {s} stream")
+            raise SpecError(
+                "dma_engines",
+                [e.name for e in cluster.device.dma_engines],
+                f"an engine class serving {' and '.join(sorted(sc))} for the {s} stream",
+            )
         options.append(cls)
     return tuple(scopes), scopes, options
 
@@ -226,6 +238,7 @@ def default_assignment(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelS
 def _default_of(cluster, key: tuple, model) -> Assignment:
     tp, cp, ep, pp, dp, framework, zero = key
     from costmodel.spec.plan import ParallelConfig  # the config module imports this one
+
     return _default(cluster, ParallelConfig(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, framework=framework, zero=zero), model)
 
 
@@ -252,8 +265,11 @@ def check(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelSpec | None" =
         for s in g.streams:
             if not scopes[s] <= set(e.scopes):
                 ok = ", ".join(x.name for x in classes_for(cluster, scopes[s])) or "none"
-                _fail(text, f"a class serving {'+'.join(sorted(scopes[s]))} for the {s} stream: {ok} "
-                      f"({g.engine} serves {'+'.join(e.scopes) or 'no collectives'})")
+                _fail(
+                    text,
+                    f"a class serving {'+'.join(sorted(scopes[s]))} for the {s} stream: {ok} "
+                    f"({g.engine} serves {'+'.join(e.scopes) or 'no collectives'})",
+                )
         used[g.engine] = used.get(g.engine, 0) + g.engines
         if used[g.engine] > e.count:
             _fail(text, f"at most {e.count} {g.engine} engines in all (the groups of {g.engine} hold {used[g.engine]})")

@@ -59,7 +59,6 @@ from costmodel.spec.specs import MOE_ROUTINGS as ROUTINGS  # one list: ModelSpec
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 
 
-
 #: Rows per second (bytes, the own rank's rows included) DeepEP's V1 internode normal kernels deliver per GPU
 #: when neither link limits them, at its tests' 24 SMs: the "NVL" figure test_internode.py prints on 2 x 8 H200
 #: with CX7 400 Gb/s IB (deepseek-ai/DeepEP issue 493, "2 nodes": 145.16 combine, 133.78 BF16 dispatch,
@@ -91,8 +90,9 @@ def _miss(total: int, group: float, k: int) -> float:
 
 
 @lru_cache(maxsize=4096)
-def fanout(experts: int, topk: int, ep: int, gpus_per_node: int, routing: str = "uniform",
-           max_nodes: int = 0) -> Fanout:
+def fanout(
+    experts: int, topk: int, ep: int, gpus_per_node: int, routing: str = "uniform", max_nodes: int = 0
+) -> Fanout:
     """Distinct ranks and nodes one token's ``topk`` experts lie on, expected over tokens.
 
     >>> f = fanout(128, 8, 8, 8)            # Qwen3-30B-A3B, EP 8 in one node: 16 experts per rank
@@ -122,8 +122,9 @@ def fanout(experts: int, topk: int, ep: int, gpus_per_node: int, routing: str = 
             nodes_hit += len({r // g for r in owners})
         return Fanout(ranks=ranks / period, nodes=nodes_hit / period)
     if not max_nodes or max_nodes >= nodes:
-        return Fanout(ranks=ep * (1 - _miss(experts, per_rank, topk)),
-                      nodes=nodes * (1 - _miss(experts, per_rank * g, topk)))
+        return Fanout(
+            ranks=ep * (1 - _miss(experts, per_rank, topk)), nodes=nodes * (1 - _miss(experts, per_rank * g, topk))
+        )
     # node-limited: the M nodes are chosen by their best experts' scores, so each holds one of the
     # top-k (DeepEP's test replays 3.98 of 4 nodes at EP 64) and the other k - M experts are uniform
     # among the M nodes' experts; a rank is missed when its node's chosen expert is elsewhere
@@ -144,8 +145,9 @@ class DeepEPBytes:
     rows_bytes: float = 0.0  # every row delivered to a rank of the group, the own rank's included
 
 
-def deepep_bytes(model: ModelSpec, tokens: float, ep: int, gpus_per_node: int, row_bytes: float,
-                 max_nodes: int = 0) -> DeepEPBytes:
+def deepep_bytes(
+    model: ModelSpec, tokens: float, ep: int, gpus_per_node: int, row_bytes: float, max_nodes: int = 0
+) -> DeepEPBytes:
     """The bytes of the module docstring's formula: ``tokens`` on this GPU, ``row_bytes`` per token row
     (``hidden * 2`` for BF16; FP8 dispatch with one FP32 scale per 128 values: ``hidden * (1 + 4/128)``).
 
@@ -159,12 +161,14 @@ def deepep_bytes(model: ModelSpec, tokens: float, ep: int, gpus_per_node: int, r
     nodes = ep / g
     f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing, max_nodes)
     rows = tokens * row_bytes
-    return DeepEPBytes(nvlink_bytes=rows * f.ranks * (1 - 1 / g),
-                       rdma_bytes=rows * f.nodes * (1 - 1 / nodes) if nodes > 1 else 0.0, rows_bytes=rows * f.ranks)
+    return DeepEPBytes(
+        nvlink_bytes=rows * f.ranks * (1 - 1 / g),
+        rdma_bytes=rows * f.nodes * (1 - 1 / nodes) if nodes > 1 else 0.0,
+        rows_bytes=rows * f.ranks,
+    )
 
 
-def deepep_time_s(b: DeepEPBytes, ep: int, cluster: ClusterSpec, engines: Engines = None,
-                  generation: int = 1) -> float:
+def deepep_time_s(b: DeepEPBytes, ep: int, cluster: ClusterSpec, engines: Engines = None, generation: int = 1) -> float:
     """Seconds of one DeepEP dispatch or combine moving ``b``: the slower of the two links (across nodes
     also the internode kernel's row rate, :data:`DEEPEP_INTERNODE_ROWS_BYTES_PER_S`), plus one NVLink
     latency (and one network latency when the group spans nodes), as
@@ -188,8 +192,9 @@ def deepep_time_s(b: DeepEPBytes, ep: int, cluster: ClusterSpec, engines: Engine
     return t + alpha
 
 
-def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int,
-                      dispatcher: str = "alltoall") -> float:
+def ep_alltoall_bytes(
+    model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int, dispatcher: str = "alltoall"
+) -> float:
     """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes.
 
     ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, NCCL AllToAll-V): one BF16 row per
@@ -213,8 +218,16 @@ def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, gpus_per_nod
     return nbytes * f.ranks / model.topk
 
 
-def ep_dispatch_time_s(model: ModelSpec, tokens: float, tp: int, ep: int, cluster: ClusterSpec,
-                       dispatcher: str = "alltoall", engines: Engines = None, share: float = 1.0) -> float:
+def ep_dispatch_time_s(
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    ep: int,
+    cluster: ClusterSpec,
+    dispatcher: str = "alltoall",
+    engines: Engines = None,
+    share: float = 1.0,
+) -> float:
     """Seconds of one MoE dispatch (or combine) of ``tokens`` per GPU under ``dispatcher``, the one
     place both engines and the serving model take it from. ``share``: the fraction of the tokens moved
     (one of ``k`` combine chunks: ``1/k``), latency paid in full.

@@ -16,8 +16,32 @@ import numpy as np
 
 #: NCCL's correction of its tree bandwidth at medium sizes, Simple protocol, one entry per power of
 #: two of the size from 64 B (src/graph/tuning.cc@5067397 ``treeCorrectionFactor[NCCL_PROTO_SIMPLE]``)
-TREE_CORRECTION_SIMPLE = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9,
-                          .9, .9)
+TREE_CORRECTION_SIMPLE = (
+    0.9,
+    0.9,
+    0.9,
+    0.9,
+    0.9,
+    0.9,
+    0.9,
+    0.8,
+    0.7,
+    0.6,
+    0.6,
+    0.5,
+    0.5,
+    0.5,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    0.7,
+    0.7,
+    0.8,
+    0.9,
+    0.9,
+    0.9,
+)
 #: the table covers ``log2i(nbytes / 64) < 23`` for the tree, ``< 24`` for NVLSTree (tuning.cc)
 TREE_CORRECTION_SIZES, NVLS_TREE_CORRECTION_SIZES = 23, 24
 _TREE_CORRECTION = np.asarray(TREE_CORRECTION_SIMPLE + (1.0,))

@@ -244,5 +244,6 @@ def replay_plan(ops, fractions, c, per_op_sac: bool) -> tuple:
 def replay_extra_s(ops, fractions, c, ov: float, per_op_sac: bool) -> float:
     """Seconds the splits add to a partial replay of the forward (:func:`replay_plan`; the op
     graph's ``module_replay`` and ``op_sac_replay`` in :mod:`costmodel.engines.graph.builders`)."""
-    return sum(extra_s(fwd_pieces(o, c), o.fwd_s, ov) for o, whole in replay_plan(ops, fractions, c, per_op_sac)
-               if not whole)
+    return sum(
+        extra_s(fwd_pieces(o, c), o.fwd_s, ov) for o, whole in replay_plan(ops, fractions, c, per_op_sac) if not whole
+    )

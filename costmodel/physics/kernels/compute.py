@@ -33,7 +33,7 @@ from costmodel.physics.kernels.kernel_fits import attention_shape_factor
 from costmodel.physics.kernels.kvcache import kv_dtype_bytes, kv_elements_per_token_layer
 from costmodel.spec.specs import DeviceSpec, ModelSpec
 from costmodel.spec.workload import Workload
-from costmodel.physics.kernels.gemm import (TE_GROUPED_GEMM_STREAMS, gemm_time_s, elementwise_time_s, grouped_gemm_time_s)
+from costmodel.physics.kernels.gemm import TE_GROUPED_GEMM_STREAMS, gemm_time_s, elementwise_time_s, grouped_gemm_time_s
 from costmodel.physics.kernels.moe_load import moe_imbalance
 from costmodel.physics.kernels.gemm import ACT_BYTES
 
@@ -85,8 +85,9 @@ class Op:
     comm_after: str = ""
 
 
-def _gemm(name, block, m, n, k, dev, dtype, comm_after="", groups: int = 1, ragged: bool = False,
-          streams: int | None = None) -> Op:
+def _gemm(
+    name, block, m, n, k, dev, dtype, comm_after="", groups: int = 1, ragged: bool = False, streams: int | None = None
+) -> Op:
     """A GEMM (or a grouped GEMM of ``groups`` problems, as for MoE experts) with its backward.
 
     ``ragged``: the groups' row counts ``m`` vary (routed tokens per expert): forward and dgrad
@@ -134,8 +135,13 @@ def _decode_attention(model, dev, b: int, s: int, tp: int, kv_bytes: int) -> Op:
     """
     flops = attention_flops(model, b, s, tp, mla_absorbed=True)
     cache_bytes = b * s * kv_elements_per_token_layer(model, tp) * kv_bytes
-    t = max(flops / (dev.peak_bf16_flops_per_s * dev.attention_efficiency),
-            cache_bytes / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency)) + dev.kernel_overhead_s
+    t = (
+        max(
+            flops / (dev.peak_bf16_flops_per_s * dev.attention_efficiency),
+            cache_bytes / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency),
+        )
+        + dev.kernel_overhead_s
+    )
     return Op("attn_core", "attention", "attn", flops, t, 0.0)
 
 
@@ -162,28 +168,54 @@ def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool, t
     # fused scale-mask-softmax (read 2 B, write 2 B per score) and dropout (read 2, write 2 + 1 B mask),
     # which does not run at attention_dropout 0 or in inference (costmodel.physics.kernels.dropout)
     d = model.head_dim
-    bmm = gemm_time_s(sq, s, d, dev, "bf16", batch=int(b * heads)) + gemm_time_s(sq, d, s, dev, "bf16", batch=int(b * heads))
+    bmm = gemm_time_s(sq, s, d, dev, "bf16", batch=int(b * heads)) + gemm_time_s(
+        sq, d, s, dev, "bf16", batch=int(b * heads)
+    )
     scores = b * heads * sq * s
     per_score, kernels = _dropout.score_kernel_bytes(model.attention_dropout, train)
     ew = elementwise_time_s(per_score * scores, dev, kernels=kernels)
     return Op("attn_core", "attention", "attn", flops, bmm + ew, 2 * bmm + 2 * ew)
 
 
-def layer_ops(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConfig,
-              moe: bool = False, *, decode: bool = False, kv_dtype: str = "bf16") -> tuple[Op, ...]:
+def layer_ops(
+    model: ModelSpec,
+    dev: DeviceSpec,
+    w: Workload,
+    c: ParallelConfig,
+    moe: bool = False,
+    *,
+    decode: bool = False,
+    kv_dtype: str = "bf16",
+) -> tuple[Op, ...]:
     """The forward ops of one (dense or MoE) layer on one GPU for one micro-batch, in order.
 
     ``decode``: an inference decode step, one new token for each of ``c.mb`` sequences whose
     KV cache (in ``kv_dtype``) holds ``w.seq_len`` tokens; GEMMs then have ``m = c.mb`` rows.
     """
     kv_bytes = kv_dtype_bytes(kv_dtype) if decode else 0
-    return _layer_ops(model, dev, w.seq_len, w.dtype, c.tp, c.cp, c.mb, c.sp_on, c.ep, moe, c.flash_attention,
-                      decode, kv_bytes, w.mode == "infer", c.fused_elementwise)
+    return _layer_ops(
+        model,
+        dev,
+        w.seq_len,
+        w.dtype,
+        c.tp,
+        c.cp,
+        c.mb,
+        c.sp_on,
+        c.ep,
+        moe,
+        c.flash_attention,
+        decode,
+        kv_bytes,
+        w.mode == "infer",
+        c.fused_elementwise,
+    )
 
 
 @lru_cache(maxsize=4096)
-def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False,
-               fused=True):
+def _layer_ops(
+    model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False, fused=True
+):
     h = model.hidden
     n = mb if decode else mb * seq_len / cp  # tokens on this GPU
     n_sp = n / tp if sp else n  # tokens held by element-wise ops (sequence parallel shards them)
@@ -204,8 +236,11 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     ops.append(_gemm("qkv", "attn", n, qkv_width, h, dev, dtype))
     if not fused:
         ops.append(_elementwise("rope", "attn", EAGER_ROPE_BYTES * n * qk_width, dev, EAGER_ROPE_KERNELS))
-    ops.append(_decode_attention(model, dev, mb, seq_len, tp, kv_bytes) if decode
-               else _attention_core(model, dev, mb, seq_len, tp, cp, flash, not serving))
+    ops.append(
+        _decode_attention(model, dev, mb, seq_len, tp, kv_bytes)
+        if decode
+        else _attention_core(model, dev, mb, seq_len, tp, cp, flash, not serving)
+    )
     ops.append(_gemm("attn_out", "attn", n, h, o_in, dev, dtype, comm_after=tp_comm))
     # bias-dropout-add: read out and residual, write sum, 1-byte mask (none at hidden_dropout 0, costmodel.physics.kernels.dropout)
     bda_bytes = (3 * ACT_BYTES + _dropout.mask_bytes(model.hidden_dropout, not serving)) * n_sp * h
@@ -217,16 +252,18 @@ def _layer_ops(model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decod
     else:
         f = model.ffn_hidden / tp
         ops.append(_gemm("fc1", "mlp", n, f * (2 if gated else 1), h, dev, dtype))
-        act_b, act_k = ((EAGER_SWIGLU_BYTES, EAGER_SWIGLU_KERNELS) if gated and not fused
-                        else ((3 if gated else 2) * ACT_BYTES, 1))
+        act_b, act_k = (
+            (EAGER_SWIGLU_BYTES, EAGER_SWIGLU_KERNELS) if gated and not fused else ((3 if gated else 2) * ACT_BYTES, 1)
+        )
         ops.append(_elementwise("act", "mlp", act_b * n * f, dev, act_k))
         ops.append(_gemm("fc2", "mlp", n, h, f, dev, dtype, comm_after=tp_comm))
     ops.append(_elementwise("bda2", "mlp", bda_bytes, dev))
     return tuple(ops)
 
 
-def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True,
-             n_route: float | None = None) -> list[Op]:
+def _moe_ops(
+    model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True, n_route: float | None = None
+) -> list[Op]:
     """Router, token permutation, routed experts (grouped GEMM over this GPU's experts), shared experts.
 
     With EP each GPU holds ``experts / ep`` whole experts and receives ``n * topk`` token-slots in
@@ -283,10 +320,19 @@ def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync:
     ragged = active > 1
     # training: TE's multi-stream grouped GEMM; serving engines run one fused/grouped MoE kernel
     streams = TE_GROUPED_GEMM_STREAMS if host_sync else None
-    up = _gemm("expert_fc1", "mlp", per_expert, f * (2 if gated else 1), h, dev, dtype, groups=active, ragged=ragged,
-               streams=streams)
-    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active, ragged=ragged,
-                 streams=streams)
+    up = _gemm(
+        "expert_fc1",
+        "mlp",
+        per_expert,
+        f * (2 if gated else 1),
+        h,
+        dev,
+        dtype,
+        groups=active,
+        ragged=ragged,
+        streams=streams,
+    )
+    down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active, ragged=ragged, streams=streams)
     act = _elementwise("expert_act", "mlp", (3 if gated else 2) * ACT_BYTES * slots * f, dev)
     fwd, bwd = up.fwd_s + down.fwd_s + act.fwd_s, up.bwd_s + down.bwd_s + act.bwd_s
     if ep > 1 and local_experts > 1:
@@ -294,8 +340,18 @@ def _moe_ops(model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync:
         # after it (Megatron-Core MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs), read + write
         sort = elementwise_time_s(2 * ACT_BYTES * slots * h, dev)
         fwd, bwd = fwd + 2 * sort, bwd + 2 * sort
-    ops.append(Op("experts", "gemm", "mlp", up.fwd_flops + down.fwd_flops, fwd, bwd,
-                  up.wgrad_s + down.wgrad_s, comm_after="a2a" if ep > 1 else tp_comm))
+    ops.append(
+        Op(
+            "experts",
+            "gemm",
+            "mlp",
+            up.fwd_flops + down.fwd_flops,
+            fwd,
+            bwd,
+            up.wgrad_s + down.wgrad_s,
+            comm_after="a2a" if ep > 1 else tp_comm,
+        )
+    )
     # Unpermute: scale each slot by its router probability and sum the topk copies back into token
     # order (moe_utils.unpermute: mul + scatter_add): read ``topk * n`` rows, write them weighted,
     # accumulate; backward is the matching gather.

@@ -44,10 +44,16 @@ from costmodel.spec.workload import Workload
 
 #: FLOP convention -> (share of the full s x s attention core counted, the sentence reports print)
 CONVENTIONS = {
-    "causal": (0.5, "GEMM + attention FLOPs, causal attention (half the s x s scores), backward = 2x forward "
-                    "(Megatron-LM num_floating_point_operations; HFU adds recomputed forward FLOPs)"),
-    "full": (1.0, "GEMM + attention FLOPs, full s x s attention, backward = 2x forward "
-                  "(Korthikanti et al. 2023 model FLOPs; HFU adds recomputed forward FLOPs)"),
+    "causal": (
+        0.5,
+        "GEMM + attention FLOPs, causal attention (half the s x s scores), backward = 2x forward "
+        "(Megatron-LM num_floating_point_operations; HFU adds recomputed forward FLOPs)",
+    ),
+    "full": (
+        1.0,
+        "GEMM + attention FLOPs, full s x s attention, backward = 2x forward "
+        "(Korthikanti et al. 2023 model FLOPs; HFU adds recomputed forward FLOPs)",
+    ),
 }
 DEFAULT_CONVENTION = "causal"
 CONVENTION = CONVENTIONS[DEFAULT_CONVENTION][1]
@@ -60,8 +66,9 @@ def attention_share(convention: str) -> float:
     return CONVENTIONS[convention][0]
 
 
-def layer_forward_flops_per_token(model: ModelSpec, moe: bool, seq_len: int,
-                                  convention: str = DEFAULT_CONVENTION) -> float:
+def layer_forward_flops_per_token(
+    model: ModelSpec, moe: bool, seq_len: int, convention: str = DEFAULT_CONVENTION
+) -> float:
     """Forward FLOPs of one layer per token: ``2 x`` active weights, plus attention."""
     weights = model.attn_params
     if moe:
@@ -71,7 +78,9 @@ def layer_forward_flops_per_token(model: ModelSpec, moe: bool, seq_len: int,
     return 2.0 * weights + attention_share(convention) * attention_flops(model, 1, seq_len, 1)
 
 
-def forward_flops_per_token(model: ModelSpec, seq_len: int, convention: str = DEFAULT_CONVENTION) -> tuple[float, float]:
+def forward_flops_per_token(
+    model: ModelSpec, seq_len: int, convention: str = DEFAULT_CONVENTION
+) -> tuple[float, float]:
     """(layer stack, LM head) forward FLOPs per token, the model's MTP modules included as Megatron-LM
     counts them (``training.py`` ``num_floating_point_operations`` @d98e8a64: each MTP depth adds a decoder
     layer of the last layer's kind, its norms and ``eh_proj`` ``3h + 2h^2`` FMAs, and one more logit pass:
@@ -90,8 +99,9 @@ def model_flops_per_step(model: ModelSpec, w: Workload, convention: str = DEFAUL
     return 3.0 * (stack + head) * w.tokens
 
 
-def op_sac_flops_per_token(model: ModelSpec, dtype: str, flash: bool, seq_len: int,
-                           convention: str = DEFAULT_CONVENTION) -> float:
+def op_sac_flops_per_token(
+    model: ModelSpec, dtype: str, flash: bool, seq_len: int, convention: str = DEFAULT_CONVENTION
+) -> float:
     """Forward FLOPs per token that per-op selective checkpointing replays over the layer stack:
     the 2nd, 4th, 6th matmul of each block (every matmul in FP8), and the attention core when it is
     not a saved FlashAttention kernel (:func:`costmodel.physics.kernels.recompute.op_sac_fractions`). Counted with the
@@ -109,8 +119,9 @@ def op_sac_flops_per_token(model: ModelSpec, dtype: str, flash: bool, seq_len: i
     return model.layers * per_layer
 
 
-def hardware_flops_per_step(model: ModelSpec, w: Workload, c: ParallelConfig,
-                            convention: str = DEFAULT_CONVENTION) -> float:
+def hardware_flops_per_step(
+    model: ModelSpec, w: Workload, c: ParallelConfig, convention: str = DEFAULT_CONVENTION
+) -> float:
     stack, _ = forward_flops_per_token(model, w.seq_len, convention)
     extra = 0.0
     if c.recompute == "full":
@@ -118,7 +129,9 @@ def hardware_flops_per_step(model: ModelSpec, w: Workload, c: ParallelConfig,
         extra = stack * frac
     elif c.recompute == "selective":
         extra = model.layers * attention_share(convention) * attention_flops(model, 1, w.seq_len, 1)
-    elif c.recompute == "op_sac":  # the replayed matmuls (costmodel.physics.kernels.recompute.op_sac_fractions), per token
+    elif (
+        c.recompute == "op_sac"
+    ):  # the replayed matmuls (costmodel.physics.kernels.recompute.op_sac_fractions), per token
         extra = op_sac_flops_per_token(model, w.dtype, c.flash_attention, w.seq_len, convention)
     return model_flops_per_step(model, w, convention) + extra * w.tokens
 
@@ -127,6 +140,7 @@ def with_convention(est, model: ModelSpec, w: Workload, convention: str):
     """``est`` (an :class:`~costmodel.training.estimate.Estimate`) with its MFU, HFU and TFLOP/s counted by
     ``convention`` (:data:`CONVENTIONS`); the step time is the same."""
     from dataclasses import replace
+
     attention_share(convention)
     if est.flop_convention == CONVENTIONS[convention][1]:
         return est
@@ -134,6 +148,11 @@ def with_convention(est, model: ModelSpec, w: Workload, convention: str):
     hw_flops = hardware_flops_per_step(model, w, est.config, convention)
     scale_m = model_flops / (est.model_tflops_per_gpu * est.step_time_s * est.config.gpus * 1e12)
     scale_h = hw_flops / (est.hardware_tflops_per_gpu * est.step_time_s * est.config.gpus * 1e12)
-    return replace(est, mfu=est.mfu * scale_m, model_tflops_per_gpu=est.model_tflops_per_gpu * scale_m,
-                   hfu=est.hfu * scale_h, hardware_tflops_per_gpu=est.hardware_tflops_per_gpu * scale_h,
-                   flop_convention=CONVENTIONS[convention][1])
+    return replace(
+        est,
+        mfu=est.mfu * scale_m,
+        model_tflops_per_gpu=est.model_tflops_per_gpu * scale_m,
+        hfu=est.hfu * scale_h,
+        hardware_tflops_per_gpu=est.hardware_tflops_per_gpu * scale_h,
+        flop_convention=CONVENTIONS[convention][1],
+    )

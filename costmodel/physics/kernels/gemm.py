@@ -62,8 +62,15 @@ K_OVERHEAD = 64  # reduction-dimension prologue/epilogue cost, in K elements (as
 WAVE_TAIL = 0.25  # average wasted fraction of a wave with stream-K/split-K (assumption)
 
 
-def gemm_utilization(m: float, n: float, k: float, sm_count: int, k_overhead: float = K_OVERHEAD,
-                     ragged_groups: int = 0, tile_shapes: tuple[tuple[int, int], ...] = ((128, 128),)) -> float:
+def gemm_utilization(
+    m: float,
+    n: float,
+    k: float,
+    sm_count: int,
+    k_overhead: float = K_OVERHEAD,
+    ragged_groups: int = 0,
+    tile_shapes: tuple[tuple[int, int], ...] = ((128, 128),),
+) -> float:
     """Fraction of a device's large-GEMM throughput a GEMM of shape (m x k) @ (k x n) reaches.
 
     ``ragged_groups``: the ``m`` rows are the rows of that many groups of a grouped GEMM whose
@@ -116,9 +123,18 @@ def step_k_overhead(dev: DeviceSpec, dtype: str) -> float:
     return fit.k0 if fit is not None and fit.k0 is not None else k_overhead(dev, dtype)
 
 
-def gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, batch: int = 1,
-                ragged: bool = False, *, k0: float | None = None,
-                tile_shapes: tuple[tuple[int, int], ...] | None = None) -> float:
+def gemm_time_s(
+    m: float,
+    n: float,
+    k: float,
+    dev: DeviceSpec,
+    dtype: str,
+    batch: int = 1,
+    ragged: bool = False,
+    *,
+    k0: float | None = None,
+    tile_shapes: tuple[tuple[int, int], ...] | None = None,
+) -> float:
     """Roofline time of ``batch`` GEMMs (m x k) @ (k x n); ``ragged``: their row counts vary around
     ``m`` (an M-grouped MoE GEMM, see :func:`gemm_utilization`). ``k0``: the per-tile K overhead in
     elements (default :func:`step_k_overhead`); ``tile_shapes``: the tile shapes the kernel chooses among
@@ -135,9 +151,15 @@ def _gemm_time_s(m, n, k, dev, dtype, batch, ragged, k0, tile_shapes) -> float:
     flops = 2.0 * m * n * k * batch
     if flops <= 0:  # an empty problem (no routed tokens, an empty chunk): no kernel is launched
         return 0.0
-    util = gemm_utilization(m, n * batch, k, dev.sm_count, step_k_overhead(dev, dtype) if k0 is None else k0,
-                            batch if ragged and batch > 1 else 0,
-                            STEP_TILE_SHAPES if tile_shapes is None else tile_shapes)
+    util = gemm_utilization(
+        m,
+        n * batch,
+        k,
+        dev.sm_count,
+        step_k_overhead(dev, dtype) if k0 is None else k0,
+        batch if ragged and batch > 1 else 0,
+        STEP_TILE_SHAPES if tile_shapes is None else tile_shapes,
+    )
     rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * util
     in_bytes = DTYPE_BYTES[dtype] if dtype == "fp8" else ACT_BYTES
     bytes_moved = batch * ((m * k + k * n) * in_bytes + m * n * ACT_BYTES)
@@ -149,9 +171,19 @@ def elementwise_time_s(bytes_moved: float, dev: DeviceSpec, kernels: int = 1) ->
     return bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency) + kernels * dev.kernel_overhead_s
 
 
-def grouped_gemm_time_s(m: float, n: float, k: float, dev: DeviceSpec, dtype: str, groups: int = 1,
-                        ragged: bool = False, streams: int | None = None, *, k0: float | None = None,
-                        tile_shapes: tuple[tuple[int, int], ...] | None = None) -> float:
+def grouped_gemm_time_s(
+    m: float,
+    n: float,
+    k: float,
+    dev: DeviceSpec,
+    dtype: str,
+    groups: int = 1,
+    ragged: bool = False,
+    streams: int | None = None,
+    *,
+    k0: float | None = None,
+    tile_shapes: tuple[tuple[int, int], ...] | None = None,
+) -> float:
     """``groups`` GEMMs of (m x k) @ (k x n), issued as one grouped kernel (``streams`` None: all groups share
     the SMs, :func:`gemm_time_s` with ``batch=groups``) or as one GEMM per group over ``streams`` CUDA streams
     (Transformer Engine's ``GroupedLinear``, "Grouped GEMM via multi-stream cuBLAS", TE PR #853): ``streams``

@@ -82,31 +82,45 @@ class AttentionFit:
 
 #: (family, dtype) -> fit. Output of ``benchmarks/component_kernels.py --fit``.
 GEMM_FITS: dict[tuple[str, str], GemmFit] = {
-    ('A100', 'bf16'): GemmFit(eta=0.965, k0=None, rows=2, source='CUTLASS (CUDA 11.3); cuBLAS (CUDA 11.3)'),
-    ('B200', 'bf16'): GemmFit(eta=0.97, k0=None, rows=4, source='torch-bf16 (vLLM bench_fp8_gemm.py)'),
-    ('B200', 'fp8'): GemmFit(eta=0.66, k0=None, rows=4, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
-    ('H100', 'bf16'): GemmFit(eta=0.815, k0=0, rows=7, source='torch-bf16 (vLLM bench_fp8_gemm.py); torch.matmul (PyTorch 2.7.0+cu128, cuBLAS)'),
-    ('H100', 'fp8'): GemmFit(eta=0.49, k0=None, rows=2, source='vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)'),
-    ('H100-500W', 'bf16'): GemmFit(eta=0.635, k0=None, rows=3, source='torch bf16 matmul (FBGEMM bench; Meta H100 at 500 W, memory type not stated)'),
-    ('H100-500W', 'fp8'): GemmFit(eta=0.635, k0=None, rows=3, source='FBGEMM fp8 row-wise GEMM (gemm only)'),
-    ('H800', 'fp8'): GemmFit(eta=0.76, k0=480, rows=22, source='DeepGEMM (1x128/128x128 block-scaled FP8, NVCC 12.8)'),
+    ("A100", "bf16"): GemmFit(eta=0.965, k0=None, rows=2, source="CUTLASS (CUDA 11.3); cuBLAS (CUDA 11.3)"),
+    ("B200", "bf16"): GemmFit(eta=0.97, k0=None, rows=4, source="torch-bf16 (vLLM bench_fp8_gemm.py)"),
+    ("B200", "fp8"): GemmFit(
+        eta=0.66, k0=None, rows=4, source="vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)"
+    ),
+    ("H100", "bf16"): GemmFit(
+        eta=0.815,
+        k0=0,
+        rows=7,
+        source="torch-bf16 (vLLM bench_fp8_gemm.py); torch.matmul (PyTorch 2.7.0+cu128, cuBLAS)",
+    ),
+    ("H100", "fp8"): GemmFit(
+        eta=0.49, k0=None, rows=2, source="vLLM CUTLASS fp8 tensor-scaled, no quant (bench_fp8_gemm.py)"
+    ),
+    ("H100-500W", "bf16"): GemmFit(
+        eta=0.635,
+        k0=None,
+        rows=3,
+        source="torch bf16 matmul (FBGEMM bench; Meta H100 at 500 W, memory type not stated)",
+    ),
+    ("H100-500W", "fp8"): GemmFit(eta=0.635, k0=None, rows=3, source="FBGEMM fp8 row-wise GEMM (gemm only)"),
+    ("H800", "fp8"): GemmFit(eta=0.76, k0=480, rows=22, source="DeepGEMM (1x128/128x128 block-scaled FP8, NVCC 12.8)"),
 }
 #: family -> fit. Output of ``benchmarks/component_kernels.py --fit``.
 STREAM_FITS: dict[str, StreamFit] = {
-    'B200': StreamFit(mem_bw_efficiency=1.0, kernel_overhead_s=2.5e-06, rows=6),
-    'H100': StreamFit(mem_bw_efficiency=0.94, kernel_overhead_s=4.5e-06, rows=12),
-    'H800': StreamFit(mem_bw_efficiency=0.78, kernel_overhead_s=1.0e-06, rows=6),
+    "B200": StreamFit(mem_bw_efficiency=1.0, kernel_overhead_s=2.5e-06, rows=6),
+    "H100": StreamFit(mem_bw_efficiency=0.94, kernel_overhead_s=4.5e-06, rows=12),
+    "H800": StreamFit(mem_bw_efficiency=0.78, kernel_overhead_s=1.0e-06, rows=6),
 }
 #: (family, kernel, direction) -> fit, direction in fwd / bwd / fwd_bwd.
 ATTENTION_FITS: dict[tuple[str, str, str], AttentionFit] = {
-    ('A100', 'fa2', 'fwd_bwd'): AttentionFit(eta=0.745, l0_tokens=192, d0=20, rows=21),
-    ('H100', 'cudnn', 'bwd'): AttentionFit(eta=0.549, l0_tokens=368, d0=0, rows=6),
-    ('H100', 'cudnn', 'fwd'): AttentionFit(eta=0.74, l0_tokens=112, d0=48, rows=36),
-    ('H100', 'fa2', 'bwd'): AttentionFit(eta=0.501, l0_tokens=272, d0=64, rows=6),
-    ('H100', 'fa2', 'fwd'): AttentionFit(eta=0.352, l0_tokens=96, d0=4, rows=36),
-    ('H100', 'fa2', 'fwd_bwd'): AttentionFit(eta=0.398, l0_tokens=208, d0=20, rows=24),
-    ('H100', 'fa3', 'bwd'): AttentionFit(eta=0.597, l0_tokens=400, d0=0, rows=6),
-    ('H100', 'fa3', 'fwd'): AttentionFit(eta=0.939, l0_tokens=288, d0=52, rows=35),
+    ("A100", "fa2", "fwd_bwd"): AttentionFit(eta=0.745, l0_tokens=192, d0=20, rows=21),
+    ("H100", "cudnn", "bwd"): AttentionFit(eta=0.549, l0_tokens=368, d0=0, rows=6),
+    ("H100", "cudnn", "fwd"): AttentionFit(eta=0.74, l0_tokens=112, d0=48, rows=36),
+    ("H100", "fa2", "bwd"): AttentionFit(eta=0.501, l0_tokens=272, d0=64, rows=6),
+    ("H100", "fa2", "fwd"): AttentionFit(eta=0.352, l0_tokens=96, d0=4, rows=36),
+    ("H100", "fa2", "fwd_bwd"): AttentionFit(eta=0.398, l0_tokens=208, d0=20, rows=24),
+    ("H100", "fa3", "bwd"): AttentionFit(eta=0.597, l0_tokens=400, d0=0, rows=6),
+    ("H100", "fa3", "fwd"): AttentionFit(eta=0.939, l0_tokens=288, d0=52, rows=35),
 }
 
 FAMILIES = ("A100", "H100", "H800", "H200", "B200")
@@ -152,10 +166,13 @@ def kernel_device(dev: DeviceSpec) -> DeviceSpec:
     """``dev`` with the isolated-kernel GEMM efficiencies of :data:`GEMM_FITS` and the weight-streaming
     bandwidth and per-kernel time of :data:`STREAM_FITS` where there are data."""
     bf, f8, st = gemm_fit(dev, "bf16"), gemm_fit(dev, "fp8"), stream_fit(dev)
-    return replace(dev, gemm_efficiency=bf.eta if bf else dev.gemm_efficiency,
-                   fp8_gemm_efficiency=f8.eta if f8 and dev.peak_fp8_flops_per_s else dev.fp8_gemm_efficiency,
-                   mem_bw_efficiency=st.mem_bw_efficiency if st else dev.mem_bw_efficiency,
-                   kernel_overhead_s=st.kernel_overhead_s if st else dev.kernel_overhead_s)
+    return replace(
+        dev,
+        gemm_efficiency=bf.eta if bf else dev.gemm_efficiency,
+        fp8_gemm_efficiency=f8.eta if f8 and dev.peak_fp8_flops_per_s else dev.fp8_gemm_efficiency,
+        mem_bw_efficiency=st.mem_bw_efficiency if st else dev.mem_bw_efficiency,
+        kernel_overhead_s=st.kernel_overhead_s if st else dev.kernel_overhead_s,
+    )
 
 
 def attention_fit(dev: DeviceSpec, kernel: str, direction: str) -> AttentionFit | None:
@@ -181,8 +198,17 @@ def attention_utilization(seq_kv: float, head_dim: float, causal: bool, l0_token
     return visited / (visited + l0_tokens) * head_dim / (head_dim + d0) * masked
 
 
-def attention_time_s(flops: float, dev: DeviceSpec, *, seq_kv: float, head_dim: float, causal: bool,
-                     eta: float, l0_tokens: float = 0.0, d0: float = 0.0) -> float:
+def attention_time_s(
+    flops: float,
+    dev: DeviceSpec,
+    *,
+    seq_kv: float,
+    head_dim: float,
+    causal: bool,
+    eta: float,
+    l0_tokens: float = 0.0,
+    d0: float = 0.0,
+) -> float:
     """Time of a fused attention kernel doing ``flops`` (counted with the causal saving) at BF16 peak
     times ``eta`` times :func:`attention_utilization`, plus one kernel overhead."""
     util = attention_utilization(seq_kv, head_dim, causal, l0_tokens, d0)
@@ -213,5 +239,6 @@ def attention_shape_factor(dev: DeviceSpec, seq_kv: float, head_dim: float, caus
     fit = attention_fit(dev, kernel, direction) if kernel else None
     if fit is None:
         return 1.0
-    return (attention_utilization(seq_kv, head_dim, causal, fit.l0_tokens, fit.d0)
-            / attention_utilization(REF_SEQ, REF_HEAD_DIM, True, fit.l0_tokens, fit.d0))
+    return attention_utilization(seq_kv, head_dim, causal, fit.l0_tokens, fit.d0) / attention_utilization(
+        REF_SEQ, REF_HEAD_DIM, True, fit.l0_tokens, fit.d0
+    )

@@ -20,7 +20,7 @@ def moe_expert_load_cv(model: ModelSpec, slots_per_expert: float) -> float:
     >>> round(moe_expert_load_cv(load_model("qwen3-30b-a3b"), 100), 4)   # sqrt(0.09 + 0.01)
     0.3162
     """
-    return math.sqrt(model.moe_load_cv ** 2 + 1.0 / max(slots_per_expert, 1.0))
+    return math.sqrt(model.moe_load_cv**2 + 1.0 / max(slots_per_expert, 1.0))
 
 
 def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:

@@ -56,9 +56,11 @@ def extra_ops(model, dev, w, c) -> tuple[Op, ...]:
     again here)."""
     n = c.mb * w.seq_len / c.cp
     h = model.hidden
-    return (embedding_op(model, dev, w, c),
-            _elementwise("mtp_norms", "mtp", 3 * 2 * ACT_BYTES * n * h, dev, kernels=3),
-            _gemm("mtp_eh_proj", "mtp", n, h / c.tp, 2 * h, dev, w.dtype))
+    return (
+        embedding_op(model, dev, w, c),
+        _elementwise("mtp_norms", "mtp", 3 * 2 * ACT_BYTES * n * h, dev, kernels=3),
+        _gemm("mtp_eh_proj", "mtp", n, h / c.tp, 2 * h, dev, w.dtype),
+    )
 
 
 def extra_s(model, dev, w, c, stage: int) -> tuple[float, float]:
@@ -68,7 +70,6 @@ def extra_s(model, dev, w, c, stage: int) -> tuple[float, float]:
         return 0.0, 0.0
     ops = extra_ops(model, dev, w, c)
     return k * sum(o.fwd_s for o in ops), k * sum(o.bwd_s for o in ops)
-
 
 
 def module_params(model) -> int:

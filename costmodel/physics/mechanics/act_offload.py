@@ -36,6 +36,7 @@ Offloading Scheduling"; the scheduler's code was not read):
   is exposed: none with enough sets to spare (the document's Figure 3), stalls when ``N`` nears ``L`` (Figure 4;
   ``N = L - 1``: "compute and transfers cannot overlap"). The copies' use of HBM bandwidth is not charged.
 """
+
 from __future__ import annotations
 
 from costmodel.physics.memory.stage_memory import offloaded_layer_bytes
@@ -72,8 +73,9 @@ def schedule_s(layers: int, offloaded: int, fwd_s: float, bwd_s: float, copy_s: 
     return now
 
 
-def exposed_s(c, cluster, layers: int, layer_act_bytes: float, layer_fwd_s: float, layer_bwd_s: float,
-              micro_batches: int):
+def exposed_s(
+    c, cluster, layers: int, layer_act_bytes: float, layer_fwd_s: float, layer_bwd_s: float, micro_batches: int
+):
     """(copy seconds on the link, exposed seconds) per step: the ``N`` offloaded layers' activations copied D2H
     and H2D once per micro-batch, exposed where :func:`schedule_s` takes longer than the layers' compute."""
     n = c.activation_offload_layers
@@ -91,5 +93,6 @@ def step_exposed_s(model, cluster, w, c, stage_fwd_s: float, stage_bwd_s: float,
     if c.activation_offload_layers == 0:
         return 0.0, 0.0
     n = sum(layer_counts(model, c, 0))
-    return exposed_s(c, cluster, n, max(offloaded_layer_bytes(model, w, c)), stage_fwd_s / n, stage_bwd_s / n,
-                     micro_batches)
+    return exposed_s(
+        c, cluster, n, max(offloaded_layer_bytes(model, w, c)), stage_fwd_s / n, stage_bwd_s / n, micro_batches
+    )

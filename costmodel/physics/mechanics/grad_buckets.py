@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from costmodel.frameworks import rules as frameworks
 from costmodel.physics.memory.stage_memory import grad_elem_bytes
 from costmodel.physics.memory.stage_contents import chunk_counts, expert_dp, stage_params
-from costmodel.physics.mechanics.zero3_fetch import (coalesce, deepspeed_buckets, deepspeed_reduces, fill, layer_tensors)
+from costmodel.physics.mechanics.zero3_fetch import coalesce, deepspeed_buckets, deepspeed_reduces, fill, layer_tensors
 
 #: DeepSpeed ``MEMORY_OPT_ALLREDUCE_SIZE``: the all-reduce buffer of ``allreduce_gradients``
 #: (ZeRO-0 and the BF16 optimizer), elements (``deepspeed/runtime/engine.py@edaa72212`` line 160)
@@ -135,7 +135,9 @@ def chunk_tensors(model, c, stage: int, layout: str = "fused") -> list[tuple[lis
     its ``(dense, expert)`` parameter tensors in forward order, elements on one GPU; the embedding
     first in chunk 0 of stage 0, the head (and final norm) last in the last chunk of the last
     stage, so their sums are :func:`costmodel.physics.memory.stage_contents.stage_params`."""
-    return [tuple([x for t, k in runs for x in list(t) * k] for runs in ch) for ch in _chunk_runs(model, c, stage, layout)]
+    return [
+        tuple([x for t, k in runs for x in list(t) * k] for runs in ch) for ch in _chunk_runs(model, c, stage, layout)
+    ]
 
 
 def _reversed_runs(runs):
@@ -184,8 +186,24 @@ def stage_grad_buckets(model, c, stage: int) -> GradBuckets | None:
     if not frameworks.of(c).step_grad or c.framework not in ("megatron", "deepspeed"):
         return None
     # only these fields shape the buckets (a search asks for many plans that differ elsewhere)
-    key = (model, c.framework, c.tp, c.pp, c.dp, c.cp, c.ep, c.expert_tp(), c.vp, c.zero, c.bucket_bytes,
-           c.grad_dtype, c.layers_per_stage, c.layout, c.module_layout, stage)
+    key = (
+        model,
+        c.framework,
+        c.tp,
+        c.pp,
+        c.dp,
+        c.cp,
+        c.ep,
+        c.expert_tp(),
+        c.vp,
+        c.zero,
+        c.bucket_bytes,
+        c.grad_dtype,
+        c.layers_per_stage,
+        c.layout,
+        c.module_layout,
+        stage,
+    )
     hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) > 65536:
@@ -195,6 +213,8 @@ def stage_grad_buckets(model, c, stage: int) -> GradBuckets | None:
 
 
 _CACHE: dict = {}
+
+
 def _cache_clear() -> None:
     _CACHE.clear()
     _TENSORS.clear()
@@ -216,8 +236,9 @@ def _compute(model, c, stage: int) -> GradBuckets:
             out.append(tuple(x for x in (d, e) if x))
             bucketed.append(b is not None)
             nd, ne = nd + len(d), ne + len(e)
-        return GradBuckets(chunks=tuple(out), overlapped=c.bucket_bytes > 0, bucketed=tuple(bucketed),
-                           dense_count=nd, expert_count=ne)
+        return GradBuckets(
+            chunks=tuple(out), overlapped=c.bucket_bytes > 0, bucketed=tuple(bucketed), dense_count=nd, expert_count=ne
+        )
     # DeepSpeed: one flat stage-wide pass over every parameter (the ZeRO optimizer's groups)
     tensors = [x for d, e in chunks for t, k in d + e for x in list(t) * k]
     if dense_n <= 1:
@@ -228,5 +249,4 @@ def _compute(model, c, stage: int) -> GradBuckets:
         pieces, overlapped = deepspeed_reduces(tensors, deepspeed_buckets(c)[1]), False
     else:  # the backward hooks of the last micro-batch fill the buckets (overlap_comm: the plan's bucket)
         pieces, overlapped = deepspeed_reduces(tensors[::-1], deepspeed_buckets(c)[1]), c.bucket_bytes > 0
-    return GradBuckets(chunks=((tuple(pieces),),), overlapped=overlapped, bucketed=(True,),
-                       dense_count=len(pieces))
+    return GradBuckets(chunks=((tuple(pieces),),), overlapped=overlapped, bucketed=(True,), dense_count=len(pieces))

@@ -27,6 +27,7 @@ Semantics, from NVIDIA/Megatron-LM@d98e8a64 (``megatron/core/optimizer/cpu_offlo
 Constants: :data:`HOST_LINK_BYTES_PER_S` (one direction of the GPU's PCIe x16 link, measured copies) and
 :data:`HOST_MEM_BYTES_PER_S` (the CPU Adam is memory-bound; assumed). See each for its source.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -74,8 +75,12 @@ def host_link_s(nbytes, cluster: ClusterSpec):
     of host-link time (optimizer offload here, activation offload in :mod:`costmodel.physics.mechanics.act_offload`)."""
     link = host_link_bytes_per_s(cluster)
     if link <= 0:
-        raise SpecError("device", cluster.device.name, f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for CPU "
-                        "offload (no host-link bandwidth is known for this device)")
+        raise SpecError(
+            "device",
+            cluster.device.name,
+            f"one of {', '.join(HOST_LINK_BYTES_PER_S)} for CPU "
+            "offload (no host-link bandwidth is known for this device)",
+        )
     return nbytes / link
 
 
@@ -87,8 +92,11 @@ def offload_times_s(params_offloaded: float, cluster: ClusterSpec) -> tuple[floa
     if np.all(np.asarray(params_offloaded) <= 0):  # (an array over stage sizes: search.tables)
         return 0.0, 0.0, 0.0
     cpu_bw = HOST_MEM_BYTES_PER_S / max(1, cluster.gpus_per_node)
-    return (host_link_s(D2H_BYTES_PER_PARAM * params_offloaded, cluster),
-            CPU_ADAM_BYTES_PER_PARAM * params_offloaded / cpu_bw, host_link_s(H2D_BYTES_PER_PARAM * params_offloaded, cluster))
+    return (
+        host_link_s(D2H_BYTES_PER_PARAM * params_offloaded, cluster),
+        CPU_ADAM_BYTES_PER_PARAM * params_offloaded / cpu_bw,
+        host_link_s(H2D_BYTES_PER_PARAM * params_offloaded, cluster),
+    )
 
 
 def optimizer_step_s(gpu_adam_s: float, params_offloaded: float, cluster: ClusterSpec, c: ParallelConfig) -> float:
@@ -104,13 +112,21 @@ def optimizer_step_s(gpu_adam_s: float, params_offloaded: float, cluster: Cluste
 def _step_s(gpu_adam_s, params_offloaded, cluster: ClusterSpec, overlap: bool):
     d2h, cpu, h2d = offload_times_s(params_offloaded, cluster)
     if overlap:
-        return np.maximum(np.maximum(gpu_adam_s, d2h), np.maximum(cpu, h2d)) if np.ndim(gpu_adam_s) else \
-            max(gpu_adam_s, d2h, cpu, h2d)
+        return (
+            np.maximum(np.maximum(gpu_adam_s, d2h), np.maximum(cpu, h2d))
+            if np.ndim(gpu_adam_s)
+            else max(gpu_adam_s, d2h, cpu, h2d)
+        )
     return d2h + (np.maximum(gpu_adam_s, cpu) if np.ndim(gpu_adam_s) else max(gpu_adam_s, cpu)) + h2d
 
 
-def shard_optimizer_s(local_params, cluster: ClusterSpec, optimizer_dtype: str = "fp32",
-                      optimizer_offload_fraction: float = 0.0, overlap_cpu_optimizer_d2h_h2d: bool = False):
+def shard_optimizer_s(
+    local_params,
+    cluster: ClusterSpec,
+    optimizer_dtype: str = "fp32",
+    optimizer_offload_fraction: float = 0.0,
+    overlap_cpu_optimizer_d2h_h2d: bool = False,
+):
     """The optimizer step of one GPU's shard of ``local_params`` elements (a number, or an array over stage
     sizes): the GPU Adam (:func:`costmodel.physics.kernels.compute.optimizer_time_s`) without offload, else
     :func:`optimizer_step_s` with ``optimizer_offload_fraction`` of the shard on the CPU. The one formula of
@@ -122,5 +138,9 @@ def shard_optimizer_s(local_params, cluster: ClusterSpec, optimizer_dtype: str =
     f = optimizer_offload_fraction
     if f == 0.0:
         return optimizer_time_s(local_params, cluster.device, optimizer_dtype)
-    return _step_s(optimizer_time_s((1.0 - f) * local_params, cluster.device, optimizer_dtype),
-                   f * local_params, cluster, overlap_cpu_optimizer_d2h_h2d)
+    return _step_s(
+        optimizer_time_s((1.0 - f) * local_params, cluster.device, optimizer_dtype),
+        f * local_params,
+        cluster,
+        overlap_cpu_optimizer_d2h_h2d,
+    )

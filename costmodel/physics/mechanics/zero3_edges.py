@@ -40,7 +40,9 @@ from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_
 from costmodel.physics.memory.stage_contents import layer_counts
 from costmodel.physics.mechanics.zero3_fetch import deepspeed_buckets, deepspeed_reduces, reduce_pieces
 
-WHY_EDGE = "embedding unit: its forward gather and gradient reduce-scatter have no compute of the micro-batch to hide behind"
+WHY_EDGE = (
+    "embedding unit: its forward gather and gradient reduce-scatter have no compute of the micro-batch to hide behind"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,22 +82,31 @@ def edge_collectives(model, c, stage: int) -> EdgeCollectives:
         fwd = ([emb] if first else []) + ([head] if last and head > 0 else [])
         bwd = [emb] if first and sem.gather_backward else []
         red = fwd if sem.reduce_per_microbatch else []
-        return EdgeCollectives(gathers_fwd=tuple(fwd) if sem.gather_forward else (), gathers_bwd=tuple(bwd),
-                               reduces=tuple(red), exposed_gather=emb if first and sem.gather_forward else 0.0,
-                               exposed_reduce=emb if first and sem.reduce_per_microbatch else 0.0)
+        return EdgeCollectives(
+            gathers_fwd=tuple(fwd) if sem.gather_forward else (),
+            gathers_bwd=tuple(bwd),
+            reduces=tuple(red),
+            exposed_gather=emb if first and sem.gather_forward else 0.0,
+            exposed_reduce=emb if first and sem.reduce_per_microbatch else 0.0,
+        )
     # DeepSpeed ZeRO-3 (and ZeRO-2's per-micro-batch reduce): the stage's reduce buckets beyond the layers'
     tensors = [t for dense, _expert in chunk_tensors(model, c, stage, c.module_layout) for t in dense]
     n_stage = len(deepspeed_reduces(tensors[::-1], deepspeed_buckets(c)[1]))
     n_dense, n_moe = layer_counts(model, c, stage)
-    charged = n_dense * len(reduce_pieces(model, c, False)[0]) + (n_moe and n_moe * len(reduce_pieces(model, c, True)[0]))
+    charged = n_dense * len(reduce_pieces(model, c, False)[0]) + (
+        n_moe and n_moe * len(reduce_pieces(model, c, True)[0])
+    )
     extra = max(0, n_stage - charged)
     edge = (emb if first else 0.0) + (head if last else 0.0)
     red = tuple([edge / extra] * extra) if extra and edge > 0 and sem.reduce_per_microbatch else ()
     fwd = ([emb] if first else []) + ([head] if last and head > 0 else [])
-    return EdgeCollectives(gathers_fwd=tuple(fwd) if sem.gather_forward else (),
-                           gathers_bwd=tuple(fwd) if sem.gather_backward else (), reduces=red,
-                           exposed_gather=emb if first and sem.gather_forward else 0.0,
-                           exposed_reduce=(emb if first else 0.0) if red else 0.0)
+    return EdgeCollectives(
+        gathers_fwd=tuple(fwd) if sem.gather_forward else (),
+        gathers_bwd=tuple(fwd) if sem.gather_backward else (),
+        reduces=red,
+        exposed_gather=emb if first and sem.gather_forward else 0.0,
+        exposed_reduce=(emb if first else 0.0) if red else 0.0,
+    )
 
 
 def edge_times(model, cluster, c, stage: int) -> tuple[float, float, float]:
@@ -117,5 +128,3 @@ def edge_times(model, cluster, c, stage: int) -> tuple[float, float, float]:
     ex_f = ag(e.exposed_gather) if e.exposed_gather > 0 else 0.0
     ex_b = rs(e.exposed_reduce) if e.exposed_reduce > 0 else 0.0
     return link, ex_f, ex_b
-
-

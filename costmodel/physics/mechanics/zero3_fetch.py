@@ -78,8 +78,9 @@ def layer_tensors(model, c, moe: bool, layout: str = "fused") -> tuple[list[floa
     return dense, expert
 
 
-def deepspeed_fetches(tensors: list[float], prefetch: float = DS_PREFETCH_BUCKET,
-                      persistence: float = DS_PERSISTENCE_THRESHOLD) -> list[float]:
+def deepspeed_fetches(
+    tensors: list[float], prefetch: float = DS_PREFETCH_BUCKET, persistence: float = DS_PERSISTENCE_THRESHOLD
+) -> list[float]:
     """DeepSpeed ZeRO-3's all-gathers over one pass of ``tensors`` in steady state (complete trace,
     ``stage3_max_live_parameters`` not binding): tensors below ``persistence`` skipped, the rest
     coalesced in order until a gather holds ``prefetch`` elements.

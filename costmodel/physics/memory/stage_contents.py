@@ -42,8 +42,16 @@ def chunk_counts(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[tuple
     activations and compute are those of a decoder layer (:mod:`costmodel.physics.kernels.mtp` adds the rest of a module)."""
     # a dense model's layers are all dense, however many a probe split puts on a stage (the search's
     # tables probe stages of up to all the model's layers, past the model's own numbering)
-    return _chunk_counts(model.layers, model.dense_layers if model.is_moe else 1 << 30, c.pp, c.vp,
-                         c.layers_per_stage, c.layout, stage, model.mtp_layers)
+    return _chunk_counts(
+        model.layers,
+        model.dense_layers if model.is_moe else 1 << 30,
+        c.pp,
+        c.vp,
+        c.layers_per_stage,
+        c.layout,
+        stage,
+        model.mtp_layers,
+    )
 
 
 def rank_layers(model: ModelSpec, c: ParallelConfig, stage: int) -> range:
@@ -66,8 +74,13 @@ def _chunk_counts(layers, dense, pp, vp, split, lay, stage, mtp=0):
         # its layers start after the ranks before it (``per_rank()`` is the split: a rank's chunks sum
         # to its count), and the MTP layers sit in the last chunk of the last rank (``from_chunks``)
         last = stage == len(split) - 1
-        return _counts_of(chunk_layers(split[stage], vp, stage, len(split)),
-                          (0,) * (vp - 1) + (mtp if last else 0,), sum(split[:stage]), layers, dense)
+        return _counts_of(
+            chunk_layers(split[stage], vp, stage, len(split)),
+            (0,) * (vp - 1) + (mtp if last else 0,),
+            sum(split[:stage]),
+            layers,
+            dense,
+        )
     if lay is None:
         # the even split (an invalid plan's floor, as before: validate_config refuses it)
         lay = _layout.from_split(split if split is not None else (layers // pp,) * pp, vp, mtp)
@@ -78,8 +91,16 @@ def _plain_split(split, vp, stage, mtp) -> bool:
     """Whether :func:`_chunk_counts` may read ``split`` without its layout: the split the layout of
     every valid plan has (integer counts >= 0, ``vp >= 1``, ``stage`` one of its ranks, ``mtp >= 0``); anything
     else goes through :func:`costmodel.spec.layout.from_split`, which raises what it raises."""
-    return (split is not None and type(vp) is int and vp >= 1 and type(stage) is int and 0 <= stage < len(split)
-            and type(mtp) is int and mtp >= 0 and all(type(n) is int and n >= 0 for n in split))
+    return (
+        split is not None
+        and type(vp) is int
+        and vp >= 1
+        and type(stage) is int
+        and 0 <= stage < len(split)
+        and type(mtp) is int
+        and mtp >= 0
+        and all(type(n) is int and n >= 0 for n in split)
+    )
 
 
 def _counts_of(chunks, mtp_chunks, start, layers, dense) -> tuple[tuple[int, int], ...]:
@@ -98,8 +119,11 @@ def layer_params(model: ModelSpec, c: ParallelConfig, moe: bool) -> tuple[float,
     inside an expert without EP)."""
     if not moe:
         return (model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp + 2 * model.hidden, 0.0
-    dense = ((model.attn_params + model.shared_experts * model.expert_params) / c.tp
-             + model.hidden * model.experts + 2 * model.hidden)
+    dense = (
+        (model.attn_params + model.shared_experts * model.expert_params) / c.tp
+        + model.hidden * model.experts
+        + 2 * model.hidden
+    )
     return dense, model.experts / c.ep * model.expert_params / c.expert_tp()
 
 

@@ -106,14 +106,27 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> float:
-        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.buffers_bytes + self.reserved_bytes)
+        return (
+            self.weights_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.buffers_bytes
+            + self.reserved_bytes
+        )
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
-                "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
-                "buffers_bytes": self.buffers_bytes, "reserved_bytes": self.reserved_bytes,
-                "allocated_bytes": self.allocated_bytes, "total_bytes": self.total_bytes}
+        return {
+            "stage": self.stage,
+            "weights_bytes": self.weights_bytes,
+            "grads_bytes": self.grads_bytes,
+            "optimizer_bytes": self.optimizer_bytes,
+            "activations_bytes": self.activations_bytes,
+            "buffers_bytes": self.buffers_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "total_bytes": self.total_bytes,
+        }
 
 
 def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[float, float, float]:
@@ -124,10 +137,12 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
     dense, expert = stage_params(model, c, stage)
     shard_d, shard_e = c.dp * c.cp, expert_dp(c)
     sem = frameworks.of(c)
+
     def sharded(nbytes_per_param: float, on: bool) -> float:
         if on:
             return nbytes_per_param * (dense / shard_d + expert / shard_e)
         return nbytes_per_param * (dense + expert)
+
     grad = grad_elem_bytes(c)
     if c.optimizer_dtype == "bf16" and sem.shard_grads:
         grad = 2  # FSDP2 keeps the sharded gradient in the parameter's dtype (reduced in FP32, then cast)
@@ -142,8 +157,7 @@ def model_state_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> tuple[
     # optimizer CPU offload: the offloaded fraction's FP32 master and Adam moments live on the host
     # (costmodel.physics.mechanics.offload; HybridDeviceOptimizer._get_sub_optimizer_param_groups at Megatron-LM@d98e8a64)
     optim *= 1.0 - c.optimizer_offload_fraction
-    return (sharded(weight, sem.shard_weights), sharded(grad, sem.shard_grads),
-            sharded(optim, sem.shard_optimizer))
+    return (sharded(weight, sem.shard_weights), sharded(grad, sem.shard_grads), sharded(optim, sem.shard_optimizer))
 
 
 #: bytes of an FSDP2 parameter under torchtitan's mixed precision: FP32, the optimizer's master weights
@@ -208,7 +222,11 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
         replicated -= x * h + mlp_input
     d_v = model.v_head_dim if model.is_mla else model.head_dim
     q = model.heads * (model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0))
-    kv = model.kv_heads * (model.head_dim + d_v) if not model.is_mla else model.heads * (model.head_dim + model.qk_rope_head_dim + d_v)
+    kv = (
+        model.kv_heads * (model.head_dim + d_v)
+        if not model.is_mla
+        else model.heads * (model.head_dim + model.qk_rope_head_dim + d_v)
+    )
     # Q, K, V, attention output (BF16, kept by the attention kernel); with FP8 inputs the output projection
     # keeps its own FP8 copy of that output besides
     split = 2 * q + 2 * kv + (2 + (x if x < 2 else 0)) * model.heads * d_v
@@ -221,7 +239,9 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
         slot = mlp * f / c.expert_tp() + x * h  # expert MLP tensors + permuted input (the expert fc1's input)
         slots_per_token = model.topk / (t if c.ep > 1 else 1)
         # the busiest EP rank stores its share of the routed slots (costmodel.physics.kernels.moe_load.moe_imbalance)
-        slots_per_token *= moe_imbalance(model, c.ep, tokens * model.topk / (t if c.ep > 1 else 1) * c.ep / model.experts)
+        slots_per_token *= moe_imbalance(
+            model, c.ep, tokens * model.topk / (t if c.ep > 1 else 1) * c.ep / model.experts
+        )
         moe_layer = slot * slots_per_token + mlp * model.shared_experts * f / t + 4 * model.experts
         if model.shared_experts and x < 2:  # the shared experts' fc1 keeps an FP8 copy of the (BF16) MLP input
             moe_layer += x * h / (t if c.sp_on else 1)
@@ -233,7 +253,9 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     per_token = replicated / (t if c.sp_on else 1) + gathered + per_token_split + eager_extra_bytes_per_token(model, c)
     if not c.flash_attention and "core_attn" not in rec:
         # softmax (2), dropout mask (1), dropout out (2) per score; the softmax only at attention_dropout 0
-        per_token += _dropout.saved_bytes_per_score(model.attention_dropout, w.mode == "train") * model.heads * w.seq_len / t
+        per_token += (
+            _dropout.saved_bytes_per_score(model.attention_dropout, w.mode == "train") * model.heads * w.seq_len / t
+        )
     elif c.flash_attention:
         per_token += 4 * model.heads / t  # FP32 log-sum-exp per head
     return tokens * per_token
@@ -376,12 +398,16 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     m = micro_batches(w, c)
     per_chunk = chunk_counts(model, c, stage)
     n_dense, n_moe = map(sum, zip(*per_chunk))
-    act = {False: activation_bytes_per_layer(model, w, c, False) if n_dense else 0.0,
-           True: activation_bytes_per_layer(model, w, c, True) if n_moe else 0.0}
+    act = {
+        False: activation_bytes_per_layer(model, w, c, False) if n_dense else 0.0,
+        True: activation_bytes_per_layer(model, w, c, True) if n_moe else 0.0,
+    }
     tokens = c.mb * w.seq_len / c.cp
     layer_input = 2 * model.hidden * tokens / (c.tp if c.sp_on else 1)
-    sac = {moe: op_sac_bytes_per_layer(model, w, c, moe) if c.recompute == "op_sac" and n else 0.0
-           for moe, n in ((False, n_dense), (True, n_moe))}
+    sac = {
+        moe: op_sac_bytes_per_layer(model, w, c, moe) if c.recompute == "op_sac" and n else 0.0
+        for moe, n in ((False, n_dense), (True, n_moe))
+    }
     k = n_dense + n_moe if c.recompute_layers is None else min(n_dense + n_moe, c.recompute_layers)
     stored, before = [], 0  # bytes each chunk stores per micro-batch; layers of the earlier chunks
     for nd, nm in per_chunk:
@@ -402,8 +428,11 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
     working = max(act[False], act[True]) if c.recompute in ("full", "op_sac") else 0.0
     if c.recompute not in ("full", "op_sac") and c.recomputed_modules - {"core_attn"}:
         plain = replace(c, recompute_modules=None)  # one layer's recomputed modules re-materialised during its backward
-        working = max(activation_bytes_per_layer(model, w, plain, moe) - act[moe]
-                      for moe, n in ((False, n_dense), (True, n_moe)) if n)
+        working = max(
+            activation_bytes_per_layer(model, w, plain, moe) - act[moe]
+            for moe, n in ((False, n_dense), (True, n_moe))
+            if n
+        )
     # the peak over the schedule of the micro-batches each chunk holds (costmodel.spec.stages.in_flight_profile)
     profile = in_flight_profile(c.pp, m, c.vp, stage)
     acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working
@@ -416,8 +445,9 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
         acts += emb * model.hidden * tokens / (c.tp if c.sp_on else 1) * max(map(sum, profile)) / c.vp
     if stage == c.pp - 1 and w.mode == "train":  # the loss of one micro-batch (:func:`loss_bytes_per_logit`),
         # once per MTP depth too: process_mtp_loss keeps each depth's loss graph until the backward
-        acts += mtp.heads_on(model, c, stage) * (loss_bytes_per_logit(c) * tokens * model.vocab / c.tp
-                                                 + lm_head_saved_bytes(model, c) * tokens)
+        acts += mtp.heads_on(model, c, stage) * (
+            loss_bytes_per_logit(c) * tokens * model.vocab / c.tp + lm_head_saved_bytes(model, c) * tokens
+        )
     buffers = gathered_weight_bytes(model, c, stage)
     return StageMemory(stage, weights, grads, optim, acts, buffers, reserved_bytes(c, acts))
 
