@@ -29,7 +29,14 @@ MAIN_KNOBS = (
     ("ZeRO stage", lambda c: c.zero),
     (
         "recompute",
-        lambda c: c.recompute + (f" ({c.recompute_layers} layers/stage)" if c.recompute_layers is not None else ""),
+        lambda c: (
+            c.recompute
+            + (
+                f" ({c.recompute_layers} layer{'' if c.recompute_layers == 1 else 's'} per stage)"
+                if c.recompute_layers is not None
+                else ""
+            )
+        ),
     ),
     ("bucket MB", lambda c: f"{c.bucket_bytes / 1e6:g}"),
     ("chunks", lambda c: c.chunks),

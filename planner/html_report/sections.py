@@ -68,7 +68,7 @@ def solve_view(result) -> dict:
     from ..recommend_report import solve_lines
 
     try:
-        lines = solve_lines(result)
+        lines = solve_lines(result) if result.plans else []
     except (AttributeError, TypeError, KeyError):  # a result built by hand without the search's statistics
         lines = []
     return {
@@ -232,9 +232,7 @@ def _listed(value) -> list[str]:
 
 def _preset_text(kind: str, name: str) -> dict:
     """A preset's description, sources, notes and stated assumptions (empty for a spec that is not a preset)."""
-    if name not in preset_names(kind):
-        return {}
-    doc = preset_info(kind, name)
+    doc = preset_info(kind, name) if name in preset_names(kind) else {}
     return {
         "description": " ".join(_listed(doc.get("description"))),
         "sources": _listed(doc.get("sources")) + _listed(doc.get("source")),
