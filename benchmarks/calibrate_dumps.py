@@ -25,8 +25,9 @@ from costmodel.spec.presets import load_cluster
 from costmodel.spec.specs import ModelSpec
 from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
+from planner import megatron_model as mm
 from planner.problem import make_config
-from planner.runs import scan_log
+from planner.run_logs import scan_log
 
 DUMPS = Path(__file__).resolve().parent / "data" / "components" / "megatron_dumps"
 
@@ -91,7 +92,7 @@ EXPECTED = {
 
 def parsed(path: Path) -> tuple[dict, ModelSpec, dict]:
     args = scan_log(path).args
-    m = ModelSpec(name=path.stem, **mg.model_fields(args))
+    m = ModelSpec(name=path.stem, **mm.model_fields(args))
     fields = {**mg.workload_fields(args), **mg.config_fields(args, m.layers)}
     fields["experts"], fields["kv_heads"] = m.experts, m.kv_heads
     return fields, m, args

@@ -31,7 +31,7 @@ from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.specs import ModelSpec
 from costmodel.spec.workload import Workload
 
-from .megatron_args import MEGATRON_DROPOUT
+from .megatron_model import MEGATRON_DROPOUT
 
 
 def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]:

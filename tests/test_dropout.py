@@ -24,6 +24,7 @@ from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.specs import ModelSpec
 from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
+from planner import megatron_model as mm
 from planner.emit import emit_text
 
 W = Workload(global_batch=8, seq_len=4096)
@@ -150,20 +151,20 @@ def test_emit_states_dropout_off_megatrons_default_and_reads_it_back(name, flags
     if flags:
         i = tokens.index("--hidden-dropout")
         assert tokens[i : i + 2] == flags[:2]
-    back = mg.model_fields({**mg.parse_command_line(" ".join(tokens)), "padded_vocab_size": str(m.vocab)})
+    back = mm.model_fields({**mg.parse_command_line(" ".join(tokens)), "padded_vocab_size": str(m.vocab)})
     assert (back["hidden_dropout"], back["attention_dropout"]) == (m.hidden_dropout, m.attention_dropout)
 
 
 def test_megatron_reader_defaults_and_errors():
-    assert mg.dropout_fields({}) == {"hidden_dropout": 0.1, "attention_dropout": 0.1}
-    assert mg.dropout_fields({"hidden_dropout": "0.0", "attention-dropout": "0.0"}) == {
+    assert mm.dropout_fields({}) == {"hidden_dropout": 0.1, "attention_dropout": 0.1}
+    assert mm.dropout_fields({"hidden_dropout": "0.0", "attention-dropout": "0.0"}) == {
         "hidden_dropout": 0.0,
         "attention_dropout": 0.0,
     }
     with pytest.raises(SpecError, match="hidden_dropout"):
-        mg.dropout_fields({"hidden_dropout": "lots"})
+        mm.dropout_fields({"hidden_dropout": "lots"})
     with pytest.raises(SpecError, match="attention_dropout"):
-        mg.dropout_fields({"attention_dropout": "1.0"})
+        mm.dropout_fields({"attention_dropout": "1.0"})
 
 
 def test_a_megatron_line_runs_its_dropout_on_the_given_model():

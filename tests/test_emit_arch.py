@@ -17,6 +17,7 @@ from costmodel.spec.presets import load_model
 from costmodel.spec.specs import ModelSpec
 from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
+from planner import megatron_model as mm
 from planner.cli import main
 from planner.emit import emit_text
 
@@ -33,7 +34,7 @@ def test_architecture_flags_parse_back_to_the_model(name):
     c = ParallelConfig(tp=8, pp=1, dp=4, sp=True, zero=1, ep=8 if m.experts else 1)
     text, notes = emit_text("megatron", c, W, m.layers, m.is_moe, model=m)
     args = mg.parse_command_line(" ".join(argv(text)))
-    back = ModelSpec(name="back", **{**mg.model_fields({**args, "padded_vocab_size": str(m.vocab)})})
+    back = ModelSpec(name="back", **{**mm.model_fields({**args, "padded_vocab_size": str(m.vocab)})})
     assert back.params == m.params and back.layers == m.layers and back.kv_heads == m.kv_heads
     assert args["seq_length"] == "8192" and args["max_position_embeddings"] == "8192"
     assert ("untie_embeddings_and_output_weights" in args) == (not m.tied_embeddings)

@@ -22,6 +22,7 @@ from costmodel.physics.memory.stage_contents import stage_params
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 from planner import megatron_args as mg
+from planner import megatron_model as mm
 from planner.cli import main
 from tests.test_hf_config import DEEPSEEK_V3
 
@@ -164,11 +165,11 @@ def test_mtp_layers_flag_turns_mtp_off_and_the_emitted_line_reads_back(capsys):
     words = on["megatron_model_args"] + on["megatron_args"]
     assert words[words.index("--mtp-num-layers") + 1] == "1" and "--mtp-num-layers" not in off["megatron_model_args"]
     a = {**mg.parse_command_line(" ".join(shlex.quote(t) for t in words)), "padded_vocab_size": "129280"}
-    assert mg.model_fields(a)["mtp_layers"] == 1 and mg.mtp_layers(a) == 1
+    assert mm.model_fields(a)["mtp_layers"] == 1 and mm.mtp_layers(a) == 1
     back = mg.config_fields(a, 61)
     got = parse(back["layout"], 8) if "layout" in back else from_split(tuple(back["layers_per_stage"]), back["vp"], 1)
     assert got == parse(on["layout"], 8)
-    assert mg.mtp_layers(mg.parse_command_line("--num-layers 61")) == 0  # Megatron: no --mtp-num-layers, no MTP
+    assert mm.mtp_layers(mg.parse_command_line("--num-layers 61")) == 0  # Megatron: no --mtp-num-layers, no MTP
 
 
 def test_a_layout_without_the_models_mtp_layer_is_refused_with_the_rule(capsys):

@@ -7,7 +7,8 @@ import pytest
 from costmodel.spec.errors import SpecError
 from costmodel.spec.presets import load_model
 from planner import megatron_args as mg
-from planner.runs import cluster_for, median_after_warmup, parse_log, read_runs, run_from_log
+from planner.run_logs import median_after_warmup, parse_log
+from planner.runs import cluster_for, read_runs, run_from_log
 
 DATA = Path(__file__).parent / "data"
 MEGATRON_LOG = DATA / "megatron_gpt3_175b.log"

@@ -11,6 +11,7 @@ from importlib import resources
 from costmodel.spec.errors import SpecError
 
 from .. import megatron_args as mg
+from .. import megatron_model as mm
 from ..megatron_values import _get_int, _none, as_bool
 from .base import FrameworkInput
 
@@ -96,9 +97,9 @@ def parse_megatron_text(text: str) -> FrameworkInput:
             ):
                 if name in a and as_bool(name, a[name]):
                     stated[key] = True
-        model = None if mg.missing_shape(a) else mg.model_fields(a)
-        mg.mtp_layers(a)
-        mg.dropout_fields(a)
+        model = None if mm.missing_shape(a) else mm.model_fields(a)
+        mm.mtp_layers(a)
+        mm.dropout_fields(a)
     except SpecError as e:
         raise SpecError(f"megatron_args.{e.field}", e.value, e.allowed) from None
     stated["framework"] = "megatron"
@@ -138,8 +139,8 @@ def parse_megatron_text(text: str) -> FrameworkInput:
         model=model,
         stated_model=shape,
         deferred=deferred,
-        mtp_layers=mg.mtp_layers(a),
-        dropout=mg.dropout_fields(a),
+        mtp_layers=mm.mtp_layers(a),
+        dropout=mm.dropout_fields(a),
     )
 
 

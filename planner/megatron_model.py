@@ -1,0 +1,103 @@
+"""The model a Megatron-LM argument line describes: its shape (``--num-layers``, ``--hidden-size`` ... as
+:class:`~costmodel.spec.specs.ModelSpec` fields), dropout and MTP layers, as Megatron reads them."""
+
+from __future__ import annotations
+
+from costmodel.spec.errors import SpecError
+from .megatron_args import normalise
+from .megatron_values import _get_int, _none, as_bool
+
+
+#: the model-shape arguments :func:`model_fields` needs (the vocabulary: either name)
+SHAPE_ARGS = ("num_layers", "hidden_size", "num_attention_heads", "padded_vocab_size")
+
+
+def missing_shape(args: dict) -> list[str]:
+    """The :data:`SHAPE_ARGS` that ``args`` does not state (``vocab_size`` stands for ``padded_vocab_size``)."""
+    a = normalise(args)
+    return [
+        n for n in SHAPE_ARGS if _none(a.get(n)) and not (n == "padded_vocab_size" and not _none(a.get("vocab_size")))
+    ]
+
+
+def model_fields(args: dict) -> dict:
+    """:class:`~costmodel.spec.specs.ModelSpec` keyword arguments from the model-shape arguments.
+
+    Raises :class:`SpecError` naming the first required shape argument that is missing.
+    """
+    a = normalise(args)
+    req = {}
+    for key, name in (("layers", "num_layers"), ("hidden", "hidden_size"), ("heads", "num_attention_heads")):
+        v = _get_int(a, name)
+        if v is None:
+            raise SpecError(name, None, "present in the logged arguments (or give --model)")
+        req[key] = v
+    m = dict(req)
+    m["ffn_hidden"] = _get_int(a, "ffn_hidden_size") or 4 * req["hidden"]
+    vocab = _get_int(a, "padded_vocab_size") or _get_int(a, "vocab_size")
+    if vocab is None:
+        raise SpecError("padded_vocab_size", None, "present in the logged arguments (or give --model)")
+    m["vocab"] = vocab
+    gqa = "group_query_attention" not in a or as_bool("group_query_attention", a["group_query_attention"])
+    groups = _get_int(a, "num_query_groups")
+    if groups and gqa:
+        m["kv_heads"] = groups
+    kv_channels = _get_int(a, "kv_channels")
+    if kv_channels and kv_channels != req["hidden"] // req["heads"]:
+        m["head_dim"] = kv_channels
+    if "swiglu" in a and as_bool("swiglu", a["swiglu"]):
+        m["activation"] = "swiglu"
+    if "untie_embeddings_and_output_weights" in a:
+        m["tied_embeddings"] = not as_bool(
+            "untie_embeddings_and_output_weights", a["untie_embeddings_and_output_weights"]
+        )
+    elif "share_embeddings_and_output_weights" in a:  # NeMo's name
+        m["tied_embeddings"] = as_bool("share_embeddings_and_output_weights", a["share_embeddings_and_output_weights"])
+    else:  # Megatron-LM's default: --untie-embeddings-and-output-weights off, the output layer shares the embedding
+        m["tied_embeddings"] = True
+    experts = _get_int(a, "num_experts")
+    if experts:
+        m["experts"] = experts
+        m["topk"] = _get_int(a, "moe_router_topk") or 2
+        moe_ffn = _get_int(a, "moe_ffn_hidden_size")
+        if moe_ffn:
+            m["moe_ffn_hidden"] = moe_ffn
+        shared = _get_int(a, "moe_shared_expert_intermediate_size")
+        if shared:
+            m["shared_experts"] = max(1, round(shared / (moe_ffn or m["ffn_hidden"])))
+    m["mtp_layers"] = mtp_layers(a)
+    m.update(dropout_fields(a))
+    return m
+
+
+#: Megatron-Core ``TransformerConfig`` defaults (``hidden_dropout: float = 0.1``, ``attention_dropout: float = 0.1``,
+#: ``megatron/core/transformer/transformer_config.py`` @d98e8a64): what an unstated ``--hidden-dropout`` runs
+MEGATRON_DROPOUT = {"hidden_dropout": 0.1, "attention_dropout": 0.1}
+
+
+def dropout_fields(args: dict) -> dict:
+    """``hidden_dropout`` and ``attention_dropout`` as stated (``--hidden-dropout``, NeMo's ``hidden_dropout:``),
+    else Megatron-Core's defaults (:data:`MEGATRON_DROPOUT`)."""
+    a = normalise(args)
+    out = {}
+    for name, default in MEGATRON_DROPOUT.items():
+        v = a.get(name)
+        if _none(v):
+            out[name] = default
+            continue
+        try:
+            p = float(v)
+        except (TypeError, ValueError):
+            raise SpecError(name, v, "a probability in [0, 1)") from None
+        if not 0 <= p < 1:
+            raise SpecError(name, v, "a probability in [0, 1)")
+        out[name] = p
+    return out
+
+
+def mtp_layers(args: dict) -> int:
+    """MTP modules the command line trains: ``--mtp-num-layers`` (Megatron-LM arguments.py: default None, no MTP)."""
+    n = _get_int(normalise(args), "mtp_num_layers")
+    if n is not None and n < 0:
+        raise SpecError("mtp_num_layers", n, "a non-negative integer")
+    return n or 0
