@@ -9,7 +9,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 
 import planner
 import planner.api
