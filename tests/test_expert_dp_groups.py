@@ -9,6 +9,7 @@ import pytest
 
 from costmodel.engines import analytic
 from costmodel.physics.comm.groups import group_stride, layout
+from costmodel.physics.mechanics.fsdp_copies import zero3_groups
 from costmodel.spec.plan import ParallelConfig
 from costmodel.api import evaluate
 from costmodel.engines.graph.builders import layer_graph, plan_dma
@@ -45,7 +46,7 @@ def _plan():
 
 def test_mixtral_zero3_expert_gathers_cross_nodes_like_the_dense_ones():
     m, cl, w, c = _plan()
-    groups = analytic.zero3_groups(m, c, True)
+    groups = zero3_groups(m, c, True)
     assert len(groups) == 2  # dense (DP x CP) and experts (expert-DP, etp = tp = 8, ep = 1)
     assert [(size, stride) for _p, size, stride in groups] == [(4, 8), (4, 8)]
     assert {layout(size, stride, cl.gpus_per_node).scope for _p, size, stride in groups} == {"inter"}

@@ -1,4 +1,5 @@
-"""The TP/SP communication ledger of one layer and the reasons an exposed transfer gives (``WHY_*``): shared by
+"""The communication ledgers of one layer (TP/SP, the MoE forward all-to-alls, the TP/SP collectives an op-SAC
+replay repeats) and the reasons an exposed transfer gives (``WHY_*``): shared by
 the closed form, the op-graph engine's reports and the serving phases, so each names a failed overlap alike."""
 
 from __future__ import annotations
@@ -61,3 +62,27 @@ def _tp_ledger(ops, t_ag, t_rs, t_ar, sp: bool, chunks: int, coef: float) -> tup
             if column_parallel(op, sp):
                 bwd.overlap("tp", t_ar, op.wgrad_s, FREE, WHY_WINDOW, coef)
     return fwd.merge(bwd), fwd
+
+
+def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) -> CommLedger:
+    """An MoE layer's forward all-to-alls: the dispatch exposed, the combine behind the experts."""
+    f = CommLedger()
+    f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
+    f.overlap("ep", t_a2a, experts_fwd_s, k, WHY_EP, coef)  # combine
+    return f
+
+
+def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> CommLedger:
+    """TP/SP communication of the forward that per-op selective checkpointing replays
+    (:func:`costmodel.physics.kernels.recompute.op_sac_fractions`): the sequence-parallel all-gather in front of every
+    column-parallel GEMM (pipelined with its replayed share when chunked), or without SP the
+    all-reduce after every row-parallel GEMM; the reduce-scatters' outputs are saved."""
+    led = CommLedger()
+    k = chunks if chunks > 1 else 0
+    why = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
+    for op, f in zip(ops, sac):
+        if sp and column_parallel(op, sp):
+            led.overlap("sp", t_ag, f * op.fwd_s, k, why, coef)
+        elif not sp and op.comm_after == "ar":
+            led.overlap("tp", t_ar, f * op.fwd_s, k, why, coef)
+    return led

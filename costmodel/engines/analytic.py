@@ -31,36 +31,32 @@ from costmodel.physics.comm import dma
 from costmodel.frameworks import rules as frameworks
 from costmodel.physics.kernels import mtp
 from costmodel.physics.comm.collectives import collective_time_s
-from costmodel.physics.comm.groups import group_stride, layout
+from costmodel.physics.comm.groups import group_stride
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import cp_exchange, embedding_op, head_ops, layer_ops
 from costmodel.physics.kernels.recompute import module_recompute_fractions, op_sac_fractions
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
-from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_bytes
 from costmodel.physics.memory.stage_contents import layer_counts
 from costmodel.compose.overlap import FREE, CommLedger
 from costmodel.compose.schedule import interleaved_p2p_exposed_s
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
-from costmodel.physics.comm.split_overhead import column_parallel, replay_extra_s, with_split_overheads
+from costmodel.physics.comm.split_overhead import replay_extra_s, with_split_overheads
 from costmodel.physics.mechanics.zero3_edges import WHY_EDGE, edge_times
-from costmodel.physics.mechanics.zero3_fetch import gather_pieces, reduce_pieces
 from costmodel.compose.stage_terms import StageTiming
-from costmodel.physics.mechanics.fsdp_copies import zero3_groups, fsdp2_copies_s
+from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s, zero3_collectives_s
 from costmodel.compose.comm_ledgers import (
-    WHY_TP,
-    WHY_SP,
-    WHY_CHUNKS,
     WHY_WINDOW,
     WHY_EP,
     WHY_PP,
     WHY_CP,
     WHY_Z3,
-    WHY_LINK,
-    WHY_ENGINE,
+    _ep_forward_ledger,
+    _op_sac_ledger,
     _tp_ledger,
 )
+from costmodel.compose.link_floor import link_floor, link_scopes
 
 
 @dataclass(frozen=True)
@@ -120,7 +116,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         t_bwd = (t_ag if sem.gather_backward else 0.0) + (t_rs if sem.reduce_per_microbatch else 0.0)
         led.overlap("zero", t_bwd, bwd + recompute, FREE, WHY_Z3, coef, waits_s=waits_b)
     rec_led = fwd_led if c.recompute == "full" else (sac_led if replays else None)
-    _link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
+    link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
     return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
 
 
@@ -130,7 +126,7 @@ _STREAMS: dict = {}
 def _streams(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple:
     """``(assignment, {tp, cp, ep: engines}, link scopes)`` of ``c``'s streams, memoised
     on what they read: ``c.dma`` or the default assignment's fields (:func:`costmodel.physics.comm.dma.default_assignment`:
-    the degrees, framework and ZeRO stage), and the degrees :func:`_link_scopes` reads (not to be changed)."""
+    the degrees, framework and ZeRO stage), and the degrees :func:`~costmodel.compose.link_floor.link_scopes` reads (not to be changed)."""
     key = (model, cluster, c.dma, c.tp, c.cp, c.ep, c.pp, c.dp, c.framework, c.zero)
     return _memo(_STREAMS, key, lambda: _streams_of(model, cluster, c))
 
@@ -138,7 +134,7 @@ def _streams(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple
 def _streams_of(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple:
     a = dma.resolve(cluster, c, model)
     eng = {k: dma.engines_of(cluster, a, k) for k in ("tp", "cp", "ep")}
-    return a, eng, _link_scopes(c, cluster)
+    return a, eng, link_scopes(c, cluster)
 
 
 _ZERO3: dict = {}
@@ -146,7 +142,8 @@ _ZERO3: dict = {}
 
 def _zero3_collectives(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, moe: bool, zero) -> tuple:
     """``(all-gather, reduce-scatter)`` seconds of one sharded layer's ZeRO-3 / FSDP collectives over its groups
-    (:func:`zero3_groups`) on the ``zero`` engines, memoised on what they read: the degrees, the framework's
+    (:func:`~costmodel.physics.mechanics.fsdp_copies.zero3_groups`, summed by
+    :func:`~costmodel.physics.mechanics.fsdp_copies.zero3_collectives_s`) on the ``zero`` engines, memoised on what they read: the degrees, the framework's
     pieces (:func:`costmodel.physics.mechanics.zero3_fetch.gather_pieces`, :func:`~costmodel.physics.mechanics.zero3_fetch.reduce_pieces`: module
     layout, bucket, pp), the gradient and gathered parameter bytes; not the micro-batch, chunks or recompute."""
     key = (
@@ -165,19 +162,7 @@ def _zero3_collectives(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig
         c.grad_dtype,
         c.fp8_param_gather,
     )
-    return _memo(_ZERO3, key, lambda: _zero3_collectives_of(model, cluster, c, moe, zero))
-
-
-def _zero3_collectives_of(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, moe: bool, zero) -> tuple:
-    t_ag = t_rs = 0.0
-    # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.physics.mechanics.zero3_fetch)
-    gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
-    for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
-        for p in gathers[i]:
-            t_ag += collective_time_s("allgather", p * param_gather_bytes(c), size, stride, cluster, engines=zero)
-        for p in reduces[i]:
-            t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
-    return t_ag, t_rs
+    return _memo(_ZERO3, key, lambda: zero3_collectives_s(model, cluster, c, moe, zero))
 
 
 def _copy(led: CommLedger) -> CommLedger:
@@ -390,74 +375,6 @@ def _layer_core_of(
         led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
         led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
     return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef)
-
-
-def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) -> CommLedger:
-    """An MoE layer's forward all-to-alls: the dispatch exposed, the combine behind the experts."""
-    f = CommLedger()
-    f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
-    f.overlap("ep", t_a2a, experts_fwd_s, k, WHY_EP, coef)  # combine
-    return f
-
-
-def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> CommLedger:
-    """TP/SP communication of the forward that per-op selective checkpointing replays
-    (:func:`costmodel.physics.kernels.recompute.op_sac_fractions`): the sequence-parallel all-gather in front of every
-    column-parallel GEMM (pipelined with its replayed share when chunked), or without SP the
-    all-reduce after every row-parallel GEMM; the reduce-scatters' outputs are saved."""
-    led = CommLedger()
-    k = chunks if chunks > 1 else 0
-    why = WHY_CHUNKS if k else (WHY_SP if sp else WHY_TP)
-    for op, f in zip(ops, sac):
-        if sp and column_parallel(op, sp):
-            led.overlap("sp", t_ag, f * op.fwd_s, k, why, coef)
-        elif not sp and op.comm_after == "ar":
-            led.overlap("tp", t_ar, f * op.fwd_s, k, why, coef)
-    return led
-
-
-def _link_floor(
-    led: CommLedger, compute_s: float, scopes: dict, cluster: ClusterSpec, rec_led, a: dma.Assignment | None = None
-) -> None:
-    """A link carries one byte at a time: the layer lasts at least as long as the communication
-    on its busiest link (overlapping collectives share it, as the op-graph scheduler's links do).
-    Likewise streams that share DMA engines (a group of the assignment ``a``, :mod:`costmodel.physics.comm.dma`)
-    run one at a time: the layer lasts at least as long as their communication together. The
-    shortfall is charged to the largest communication on that link or those engines. ``scopes``:
-    the link each strategy crosses (:func:`_link_scopes`)."""
-    link = dict(led.link_s)
-    if rec_led is not None:  # the recompute's communication runs again
-        for k, v in rec_led.link_s.items():
-            link[k] = link.get(k, 0.0) + v
-    coef = cluster.device.comm_compute_interference
-    total = (
-        compute_s
-        + led.total_exposed_s
-        + led.interference_s(coef)
-        + (rec_led.total_exposed_s + rec_led.interference_s(coef) if rec_led is not None else 0.0)
-    )
-    lanes = [({k: v for k, v in link.items() if scopes.get(k) == scope}, WHY_LINK) for scope in ("intra", "inter")]
-    for group in dma.shared_pools(a):
-        lanes.append(({k: v for k, v in link.items() if dma.STREAM_OF.get(k) in group}, WHY_ENGINE))
-    for on, why in lanes:
-        short = sum(on.values()) - total
-        if on and short > 1e-12:
-            k = max(on, key=on.get)
-            led.exposed_s[k] = led.exposed_s.get(k, 0.0) + short
-            led.reasons.setdefault(k, why)
-            total += short
-
-
-def _link_scopes(c: ParallelConfig, cluster: ClusterSpec) -> dict:
-    """The link (``intra``/``inter``) each strategy's collectives of one layer cross."""
-    gpn = cluster.gpus_per_node
-    return {
-        "tp": "intra",
-        "sp": "intra",
-        "cp": layout(c.cp, c.tp, gpn).scope,
-        "ep": layout(c.ep, 1, gpn).scope,
-        "zero": layout(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp), gpn).scope,
-    }
 
 
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:

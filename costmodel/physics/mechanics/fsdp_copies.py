@@ -1,16 +1,19 @@
 """ZeRO-3 / FSDP per-layer groups and the memory-bound copies PyTorch FSDP2 runs around each layer's
-collectives (:func:`zero3_groups`, :func:`fsdp2_copies_s`)."""
+collectives (:func:`zero3_groups`, :func:`fsdp2_copies_s`), and the seconds of those collectives
+(:func:`zero3_collectives_s`)."""
 
 from __future__ import annotations
 
 from costmodel.frameworks import rules as frameworks
+from costmodel.physics.comm.collectives import collective_time_s
 from costmodel.physics.comm.groups import group_stride
 from costmodel.physics.kernels.gemm import elementwise_time_s
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.units import WEIGHT_BYTES
-from costmodel.physics.memory.stage_memory import grad_elem_bytes
+from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_bytes
+from costmodel.physics.mechanics.zero3_fetch import gather_pieces, reduce_pieces
 from costmodel.physics.memory.stage_contents import expert_dp, layer_params
-from costmodel.spec.specs import ModelSpec
+from costmodel.spec.specs import ClusterSpec, ModelSpec
 
 
 def zero3_groups(model: ModelSpec, c: ParallelConfig, moe: bool) -> list[tuple[float, int, int]]:
@@ -62,3 +65,18 @@ def fsdp2_copies_s(model: ModelSpec, dev, c: ParallelConfig, moe: bool) -> tuple
         if sem.reduce_per_microbatch:
             bwd += elementwise_time_s((WEIGHT_BYTES + grad_elem_bytes(c)) * params, dev)
     return fwd, bwd
+
+
+def zero3_collectives_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, moe: bool, zero) -> tuple:
+    """``(all-gather, reduce-scatter)`` seconds of one sharded layer's ZeRO-3 / FSDP collectives over its groups
+    (:func:`zero3_groups`) on the ``zero`` engines: the pieces of :func:`~costmodel.physics.mechanics.zero3_fetch.gather_pieces`
+    and :func:`~costmodel.physics.mechanics.zero3_fetch.reduce_pieces` of the gathered parameter and gradient bytes."""
+    t_ag = t_rs = 0.0
+    # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.physics.mechanics.zero3_fetch)
+    gathers, reduces = gather_pieces(model, c, moe), reduce_pieces(model, c, moe)
+    for i, (_params, size, stride) in enumerate(zero3_groups(model, c, moe)):
+        for p in gathers[i]:
+            t_ag += collective_time_s("allgather", p * param_gather_bytes(c), size, stride, cluster, engines=zero)
+        for p in reduces[i]:
+            t_rs += collective_time_s("reducescatter", p * grad_elem_bytes(c), size, stride, cluster, engines=zero)
+    return t_ag, t_rs
