@@ -6,7 +6,8 @@ import pytest
 
 from costmodel.engines.analytic import layer_timing
 from costmodel.spec.plan import ParallelConfig
-from costmodel.engines.graph.builders import head_graph, layer_graph, pipelined_graph
+from costmodel.engines.graph.builders import layer_graph, pipelined_graph
+from costmodel.engines.graph.part_graphs import head_graph
 from costmodel.engines.graph.scheduler import resources_for, schedule
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload

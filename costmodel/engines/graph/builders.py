@@ -20,7 +20,10 @@ but its overlap is left to the scheduler:
 * **ZeRO-3** (Rajbhandari et al. 2020, section 5; source section 5): the layer's parameter
   AllGather is prefetched behind the previous layer, its gradient ReduceScatter runs behind the
   next layer's backward. One layer graph is one period of that steady state: the transfers are
-  issued at the layer's start and must end by its end (``out``).
+  issued at the layer's start and must end by its end (``out``); built by
+  :func:`costmodel.engines.graph.zero3.zero3_prefetch`.
+
+The LM head and MTP graphs of a stage's ends: :mod:`costmodel.engines.graph.part_graphs`.
 
 >>> from costmodel.spec.presets import load_model, load_cluster
 >>> from costmodel.spec.workload import Workload
@@ -38,17 +41,14 @@ from functools import lru_cache
 import networkx as nx
 
 from costmodel.physics.comm import dma
-from costmodel.frameworks import rules as frameworks
-from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s, zero3_groups
+from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s
 from costmodel.physics.comm.collectives import collective_time_s
 from costmodel.physics.comm.groups import group_stride
 from costmodel.physics.kernels.gemm import ACT_BYTES
-from costmodel.physics.kernels.compute import Op, cp_exchange, head_ops, layer_ops
+from costmodel.physics.kernels.compute import Op, cp_exchange, layer_ops
 from costmodel.physics.kernels.recompute import module_recompute_fractions, op_sac_fractions
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.comm.ep_dispatch import ep_alltoall_bytes, ep_dispatch_time_s
-from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_bytes
-from costmodel.physics.kernels.mtp import extra_ops
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.physics.comm.split_overhead import (
@@ -61,8 +61,8 @@ from costmodel.physics.comm.split_overhead import (
     replay_plan,
     split_s,
 )
-from costmodel.physics.mechanics.zero3_fetch import gather_pieces, reduce_pieces
 from costmodel.engines.graph.nodes import GraphBuilder
+from costmodel.engines.graph.zero3 import zero3_prefetch
 
 
 class _Ctx:
@@ -337,51 +337,6 @@ def _replay(b: GraphBuilder, plan, cx: _Ctx) -> list:
     return x
 
 
-# ----------------------------------------------------------------------------- ZeRO-3
-def zero3_prefetch(b: GraphBuilder, cx: _Ctx, phase: str) -> list:
-    """Parameter AllGather for the next layer (and in backward the gradient ReduceScatter of the
-    previous one), issued at the layer's start with nothing to wait for. Which of them a
-    framework runs per micro-batch is :func:`costmodel.frameworks.rules.semantics` (DeepSpeed ZeRO-2:
-    the ReduceScatter only; FSDP2 without resharding: the forward gather and the ReduceScatter)."""
-    c, model = cx.c, cx.model
-    g = c.dp * c.cp
-    sem = frameworks.of(c)
-    if not sem.per_microbatch or g <= 1:
-        return []
-    out = []
-    # DeepSpeed: one all-gather per module, reduce-scatters per reduce bucket (costmodel.physics.mechanics.zero3_fetch)
-    pieces, reduces = gather_pieces(model, c, cx.moe), reduce_pieces(model, c, cx.moe)
-    for i, (params, size, stride) in enumerate(zero3_groups(model, c, cx.moe)):
-        sfx = "" if i == 0 else ".experts"
-        if sem.gather_forward if phase == "fwd" else sem.gather_backward:
-            for j, p in enumerate(pieces[i]):
-                out.append(
-                    b.comm(
-                        f"zero.ag.{phase}{sfx}" + (f".{j}" if j else ""),
-                        "allgather",
-                        p * param_gather_bytes(c),
-                        size,
-                        stride,
-                        "zero",
-                        phase=phase,
-                    )
-                )
-        if phase == "bwd" and sem.reduce_per_microbatch:
-            for j, p in enumerate(reduces[i]):
-                out.append(
-                    b.comm(
-                        f"zero.rs{sfx}" + (f".{j}" if j else ""),
-                        "reducescatter",
-                        p * grad_elem_bytes(c),
-                        size,
-                        stride,
-                        "zero",
-                        phase=phase,
-                    )
-                )
-    return out
-
-
 # ----------------------------------------------------------------------------- graphs
 def layer_graph(
     model: ModelSpec,
@@ -412,7 +367,7 @@ def _layer_graph(model, cluster, w, c, moe, phase, recompute, decode=False) -> n
     cx = _Ctx(model, cluster, w, c, moe, decode)
     ops = layer_ops(model, cluster.device, w, c, moe, decode=decode)
     b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
-    zero = zero3_prefetch(b, cx, phase)
+    zero = zero3_prefetch(b, model, c, moe, phase)
     x: list = []
     if not decode:  # FSDP2's copy-out (and gradient copy-in) on the compute stream, before any recompute
         copy = fsdp2_copies_s(model, cluster.device, c, moe)[0 if phase == "fwd" else 1]
@@ -439,41 +394,6 @@ def plan_dma(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelCon
     """The DMA assignment a training plan's graphs run on (:func:`costmodel.physics.comm.dma.resolve`); serving
     plans keep the engine classes (no assignment)."""
     return dma.resolve(cluster, c, model) if w.mode == "train" else None
-
-
-def head_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> nx.DiGraph:
-    """The LM head and cross-entropy of the last stage; in backward the head's input gradient is
-    reduced across TP while its weight gradient computes (as :func:`costmodel.engines.analytic.stage_timing`)."""
-    head, ce = head_ops(model, cluster.device, w, c)
-    b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
-    if phase == "fwd":
-        y = b.compute("lm_head", "gemm", head.fwd_s)
-        y = b.compute("cross_entropy", "elementwise", ce.fwd_s, [y])
-        b.sink("out", [y])
-        return b.graph
-    y = b.compute("cross_entropy.b", "elementwise", ce.bwd_s, phase="bwd")
-    d = b.compute("lm_head.b.dgrad", "gemm", head.bwd_s - head.wgrad_s, [y], phase="bwd")
-    out = [d]
-    if c.tp > 1:
-        msg = c.mb * w.seq_len / c.cp * model.hidden * ACT_BYTES
-        kind, strat = ("reducescatter", "sp") if c.sp_on else ("allreduce", "tp")
-        out = [b.comm("lm_head.b." + strat, kind, msg, c.tp, 1, strat, [d], phase="bwd")]
-    b.compute("lm_head.b.wgrad", "gemm", head.wgrad_s, [y], phase="bwd")
-    b.sink("out", out, phase="bwd")
-    return b.graph
-
-
-def mtp_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> nx.DiGraph:
-    """One MTP module's work beyond its decoder layer (:func:`costmodel.physics.kernels.mtp.extra_ops`): the embedding of
-    the shifted tokens, the norms and ``eh_proj``, in a chain (as :func:`costmodel.engines.analytic.stage_timing`)."""
-    b = GraphBuilder(cluster, dma=plan_dma(model, cluster, w, c))
-    ops = extra_ops(model, cluster.device, w, c)
-    deps = ()
-    for op in ops if phase == "fwd" else reversed(ops):
-        name, secs = (op.name, op.fwd_s) if phase == "fwd" else (op.name + ".b", op.bwd_s)
-        deps = [b.compute(name, op.kind, secs, deps, phase=phase)]
-    b.sink("out", deps, phase=phase)
-    return b.graph
 
 
 def pipelined_graph(

@@ -45,7 +45,8 @@ from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.compose.step import Composition, bucketed_s
 from costmodel.physics.mechanics.zero3_edges import WHY_EDGE, edge_times
-from costmodel.engines.graph.builders import head_graph, layer_graph, mtp_graph, plan_dma
+from costmodel.engines.graph.builders import layer_graph, plan_dma
+from costmodel.engines.graph.part_graphs import head_graph, mtp_graph
 from costmodel.engines.graph.dp import dp_tail, param_gather_lateness_s
 from costmodel.engines.graph.pipeline import PipelineResult, simulate
 from costmodel.engines.graph.scheduler import Schedule, resources_for, schedule
