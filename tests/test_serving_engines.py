@@ -15,7 +15,8 @@ from costmodel.spec.errors import SpecError
 from costmodel.serving.inference import evaluate_inference
 from costmodel.spec.presets import load_cluster, load_model
 from planner import cli, recommend_infer
-from search.infer import ENGINES, InferProblem, InferResult, shapes, solve_infer
+from search.infer import InferProblem, InferResult, shapes, solve_infer
+from search.serving_engines import ENGINES
 from search.solve import SolveOptions
 
 H100 = load_cluster("h100-sxm")
