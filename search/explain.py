@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from costmodel.spec.specs import MAX_HBM_BYTES
+from costmodel.spec.bounds import MAX_HBM_BYTES
 from costmodel.spec.units import GiB
 
 from .candidates import (
@@ -90,7 +90,7 @@ def _late(deadline: float | None) -> bool:
 
 def least_memory_bytes(p: Problem) -> tuple[float, Choice | None]:
     """The smallest peak memory per GPU any lean plan reaches (HBM ignored: the largest a spec may
-    state, :data:`costmodel.spec.specs.MAX_HBM_BYTES`), and its choice."""
+    state, :data:`costmodel.spec.bounds.MAX_HBM_BYTES`), and its choice."""
     roomy = replace(
         p,
         limits=replace(p.limits, headroom_bytes=0.0),

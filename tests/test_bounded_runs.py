@@ -16,7 +16,8 @@ import time
 import pytest
 
 from costmodel.spec.errors import SpecError
-from costmodel.spec.specs import MAX_SIZE, ModelSpec
+from costmodel.spec.bounds import MAX_SIZE
+from costmodel.spec.specs import ModelSpec
 from costmodel.spec.workload import Workload
 from planner import cli
 

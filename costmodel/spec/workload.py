@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from costmodel.spec.errors import SpecError
-from costmodel.spec.specs import _bounded, _positive_int
+from costmodel.spec.bounds import _bounded, _positive_int
 from costmodel.spec.units import DTYPES
 
 
