@@ -22,17 +22,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from costmodel.spec.plan import GRAD_DTYPES, ParallelConfig
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.plan_checks import GRAD_DTYPES
 from costmodel.frameworks.rules import required_zero
 from costmodel.spec.errors import SpecError
-from costmodel.spec.plan import FRAMEWORKS
+from costmodel.spec.plan_checks import FRAMEWORKS
 from costmodel.frameworks.rules import (
     check_fields,
     check_userbuffers_chunks,
     refuse_unsearchable_recompute,
     userbuffers,
 )
-from costmodel.spec.specs import ClusterSpec, ModelSpec, _positive
+from costmodel.spec.bounds import _positive
+from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import GiB
 
@@ -194,7 +196,7 @@ def _act_offload_limits(p: "Problem", n: int) -> Limits:
 
 def _check_offload(limits: Limits, given: dict) -> None:
     """Optimizer CPU offload as a plan option (:mod:`search.offload_choice`): what Megatron-LM d98e8a64 refuses
-    with it (``costmodel.spec.plan.ParallelConfig._check_offload``) that no single option's probe sees."""
+    with it (``costmodel.spec.plan_checks.check_offload``) that no single option's probe sees."""
     f, overlap = given.get("optimizer_offload_fraction", 0.0), given.get("overlap_cpu_optimizer_d2h_h2d", False)
     if overlap and not f:
         raise SpecError("overlap_cpu_optimizer_d2h_h2d", True, "false unless optimizer_offload_fraction > 0")

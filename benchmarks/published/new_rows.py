@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.frameworks.stacks import FA2_HOPPER_RATIO, fa2_device
-from costmodel.spec.plan import RECOMPUTE_MODULES, ParallelConfig
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.plan_checks import RECOMPUTE_MODULES
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 

@@ -17,7 +17,7 @@ Each value is read from the framework's code at the commit cited beside it.
 from __future__ import annotations
 
 from costmodel.spec.errors import SpecError
-from costmodel.spec.plan import FRAMEWORKS
+from costmodel.spec.plan_checks import FRAMEWORKS
 from costmodel.spec.units import GRAD_BYTES
 from costmodel.spec.units import MB
 

@@ -64,7 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.spec.errors import SpecError
-from costmodel.spec.plan import FRAMEWORKS, DEFAULT_FRAMEWORK
+from costmodel.spec.plan_checks import FRAMEWORKS, DEFAULT_FRAMEWORK
 
 
 @dataclass(frozen=True)

@@ -16,32 +16,25 @@ from costmodel.spec import dma_plan as _dma
 from costmodel.spec import layout as _layout
 from costmodel.spec.errors import SpecError
 from costmodel.spec.workload import Workload
-from costmodel.spec.specs import _positive_int
+from costmodel.spec.bounds import _positive_int
+
+# planner/ imports these vocabularies from here (they live in plan_checks, with the checks that use them)
+from costmodel.spec.plan_checks import (  # noqa: F401
+    DEFAULT_FRAMEWORK,
+    EP_DISPATCHERS,
+    FRAMEWORKS,
+    GRAD_DTYPES,
+    LOSS_IMPLS,
+    MODULE_LAYOUTS,
+    OPTIMIZER_DTYPES,
+    PP_GRAD_REDUCES,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    SP_SAVED_INPUTS,
+    check_fields,
+)
 from costmodel.spec.units import MB
 
-#: the frameworks a plan can name (their rules: :mod:`costmodel.frameworks.rules`)
-FRAMEWORKS = ("megatron", "deepspeed", "fsdp2")
-DEFAULT_FRAMEWORK = "megatron"
-RECOMPUTE = ("none", "selective", "full", "op_sac")
-#: Megatron-Core ``--recompute-modules`` this model charges (``TransformerConfig.recompute_modules`` at
-#: d98e8a64; default ``["core_attn"]``): the core attention; ``layernorm``, the pre-MLP norm's output of an MoE
-#: layer, discarded after use and recomputed (``CheckpointWithoutOutput``; the input norm is fused into the QKV
-#: GEMM in the Transformer Engine spec, an ``IdentityOp``, so nothing to discard there); ``moe``, the whole MoE
-#: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``); ``mla_up_proj``,
-#: MLA's up projections and RoPE (``CheckpointWithoutOutput``: the Q, K, V the core attention read are discarded after
-#: its forward and recomputed from the latents, ``multi_latent_attention.py``); ``mlp``, the dense MLP checkpointed
-#: (``transformer_layer.py``: ``recompute_mlp`` only ``if not self.is_moe_layer``). Megatron's other choices
-#: (``moe_act``, ``shared_experts``, ...) are not charged, so not accepted
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp")
-EP_DISPATCHERS = ("alltoall", "deepep")
-CP_IMPLS = ("ring", "torch")
-#: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes`)
-GRAD_DTYPES = ("fp32", "fp16", "bf16")
-LOSS_IMPLS = ("fused", "fp32")  # ParallelConfig.loss_impl
-PP_GRAD_REDUCES = ("step", "microbatch")  # ParallelConfig.pp_grad_reduce
-SP_SAVED_INPUTS = ("sharded", "gathered")  # ParallelConfig.sp_saved_inputs
-MODULE_LAYOUTS = ("fused", "hf")  # ParallelConfig.module_layout
-OPTIMIZER_DTYPES = ("fp32", "bf16")
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")
 
 
@@ -62,7 +55,7 @@ class ParallelConfig:
     recompute_layers : with ``full``, layers per pipeline stage that are recomputed
         (``None`` = all of them).
     recompute_modules : with ``selective`` under Megatron-Core, the ``--recompute-modules`` (a tuple from
-        :data:`RECOMPUTE_MODULES`; ``None`` = Megatron's default, the core attention alone).
+        :data:`costmodel.spec.plan_checks.RECOMPUTE_MODULES`; ``None`` = Megatron's default, the core attention alone).
     fp8_param_gather : Megatron-Core ``--fp8-param-gather``: FP8 training keeps its weights as FP8
         parameters (no separate FP8 copy beside BF16 weights; :func:`costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes`).
         Needs the distributed optimizer or FSDP (zero >= 1).
@@ -206,193 +199,7 @@ class ParallelConfig:
             object.__setattr__(self, "sp_saved_inputs", "gathered" if self.framework == "fsdp2" else "sharded")
         if self.dma is not None:
             object.__setattr__(self, "dma", _dma.parse(self.dma))
-        for f in ("tp", "pp", "dp", "ep", "cp", "mb", "vp", "chunks"):
-            v = getattr(self, f)
-            if type(v) is not int or v < 1:  # only then can it be wrong (the search builds many plans)
-                _positive_int(f, v)
-        if self.chunks > MAX_CHUNKS:
-            raise SpecError(
-                "chunks",
-                self.chunks,
-                f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
-                "run chunks = tp; the op graph holds a piece per chunk of every collective)",
-            )
-        for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs"):
-            if type(getattr(self, f)) is not bool:
-                raise SpecError(f, getattr(self, f), "true or false")
-        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
-            raise SpecError("zero", self.zero, "one of 0, 1, 2, 3")
-        if self.ep_dispatcher not in EP_DISPATCHERS:
-            raise SpecError("ep_dispatcher", self.ep_dispatcher, f"one of {', '.join(EP_DISPATCHERS)}")
-        if self.cp_impl not in CP_IMPLS:
-            raise SpecError("cp_impl", self.cp_impl, f"one of {', '.join(CP_IMPLS)}")
-        if self.framework not in FRAMEWORKS:
-            raise SpecError("framework", self.framework, f"one of {', '.join(FRAMEWORKS)}")
-        if self.grad_dtype not in GRAD_DTYPES:
-            raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
-        if self.loss_impl not in LOSS_IMPLS:
-            raise SpecError("loss_impl", self.loss_impl, f"one of {', '.join(LOSS_IMPLS)}")
-        if self.pp_grad_reduce != "step" and (
-            self.pp_grad_reduce not in PP_GRAD_REDUCES or self.framework != "fsdp2" or self.zero != 2
-        ):
-            raise SpecError(
-                "pp_grad_reduce",
-                self.pp_grad_reduce,
-                f"one of {', '.join(PP_GRAD_REDUCES)} ('microbatch' only with framework=fsdp2 and zero=2: "
-                "the other frameworks' ZeRO stages fix when gradients are reduced)",
-            )
-        if self.sp_saved_inputs not in SP_SAVED_INPUTS or (
-            self.sp_saved_inputs == "gathered" and self.framework != "fsdp2"
-        ):
-            raise SpecError(
-                "sp_saved_inputs",
-                self.sp_saved_inputs,
-                f"one of {', '.join(SP_SAVED_INPUTS)} ('gathered' only with framework=fsdp2: PyTorch "
-                "DTensor tensor parallelism)",
-            )
-        if self.module_layout not in MODULE_LAYOUTS or (self.module_layout != "fused" and self.framework == "megatron"):
-            raise SpecError(
-                "module_layout",
-                self.module_layout,
-                f"one of {', '.join(MODULE_LAYOUTS)} ('fused' only under framework=megatron)",
-            )
-        if self.fsdp_copies and self.framework != "fsdp2":
-            raise SpecError(
-                "fsdp_copies", self.fsdp_copies, "false unless framework=fsdp2 (FSDP2's per-parameter copies)"
-            )
-        if self.recompute not in RECOMPUTE:
-            raise SpecError("recompute", self.recompute, f"one of {', '.join(RECOMPUTE)}")
-        if self.recompute_layers is not None:
-            _positive_int("recompute_layers", self.recompute_layers, allow_zero=True)
-            if self.recompute != "full":
-                raise SpecError("recompute_layers", self.recompute_layers, "unset unless recompute='full'")
-        if self.recompute_modules is not None:
-            mods = tuple(self.recompute_modules) if isinstance(self.recompute_modules, (list, tuple)) else None
-            bad = [m for m in (mods or ()) if m not in RECOMPUTE_MODULES]
-            if mods is None or not mods or bad:
-                raise SpecError(
-                    "recompute_modules",
-                    bad[0] if bad else self.recompute_modules,
-                    f"a non-empty list of {', '.join(RECOMPUTE_MODULES)}",
-                )
-            if self.recompute != "selective" or self.framework != "megatron":
-                raise SpecError(
-                    "recompute_modules",
-                    ",".join(mods),
-                    "unset unless recompute='selective' under framework=megatron (Megatron-Core's --recompute-modules)",
-                )
-            object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(mods)))
-        if self.optimizer_dtype not in OPTIMIZER_DTYPES:
-            raise SpecError("optimizer_dtype", self.optimizer_dtype, f"one of {', '.join(OPTIMIZER_DTYPES)}")
-        if self.optimizer_dtype == "bf16" and not (
-            self.framework == "fsdp2" or (self.framework == "megatron" and self.zero == 1)
-        ):
-            raise SpecError(
-                "optimizer_dtype",
-                self.optimizer_dtype,
-                "fp32 unless framework=fsdp2 (a BF16 model under "
-                "torch.optim.Adam) or framework=megatron with zero=1 (NeMo's distributed_fused_adam with "
-                "optim.dtype bf16); Megatron's other optimizers and DeepSpeed keep an FP32 master copy",
-            )
-        if not isinstance(self.fp8_param_gather, bool):
-            raise SpecError("fp8_param_gather", self.fp8_param_gather, "true or false")
-        if self.fp8_param_gather and self.optimizer_dtype != "fp32":
-            # NeMo megatron_base_model.py (r2.0.0rc1): with fp8_params distributed_fused_adam stores a parameter copy
-            # in the optimizer dtype (store_params=True), a layout this model does not charge
-            raise SpecError(
-                "fp8_param_gather",
-                self.fp8_param_gather,
-                "false with optimizer_dtype=bf16 (FP8 "
-                "parameters make NeMo's distributed_fused_adam keep a BF16 parameter copy; not modelled)",
-            )
-        if self.fp8_param_gather and (self.framework != "megatron" or self.zero < 1):
-            # megatron/training/arguments.py at d98e8a64: "--fp8-param-gather only supported with distributed
-            # optimizer, torch fsdp2, megatron fsdp, or inference mode"
-            raise SpecError(
-                "fp8_param_gather",
-                self.fp8_param_gather,
-                "false unless framework=megatron with zero >= 1 (the distributed optimizer or Megatron FSDP)",
-            )
-        if self.optimizer_offload_fraction != 0.0 or self.overlap_cpu_optimizer_d2h_h2d is not False:
-            self._check_offload()
-        if self.activation_offload_layers != 0:
-            self._check_act_offload()
-        if self.layers_per_stage is not None and self.layout is None:
-            lps = tuple(self.layers_per_stage)
-            object.__setattr__(self, "layers_per_stage", lps)
-            if len(lps) != self.pp or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lps):
-                raise SpecError(
-                    "layers_per_stage",
-                    ",".join(map(str, lps)),
-                    f"{self.pp} integers >= 1, one per pipeline stage (pp={self.pp}; a stage holds at least one layer)",
-                )
-        if not isinstance(self.bucket_bytes, (int, float)) or self.bucket_bytes < 0:
-            raise SpecError("bucket_mb", self.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
-
-    def _check_act_offload(self) -> None:
-        """Megatron's refusals of ``--cpu-offloading-num-layers`` that need no model
-        (``megatron/core/transformer/transformer_config.py@d98e8a64 __post_init__``; :mod:`costmodel.physics.mechanics.act_offload`)."""
-        n = self.activation_offload_layers
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise SpecError(
-                "activation_offload_layers", n, "an integer >= 0 (Megatron --cpu-offloading-num-layers; 0 = off)"
-            )
-        if self.framework != "megatron":
-            raise SpecError(
-                "activation_offload_layers",
-                n,
-                "0 unless framework=megatron (Megatron-Core's --cpu-offloading-num-layers)",
-            )
-        if self.pp > 1:
-            raise SpecError(
-                "activation_offload_layers",
-                n,
-                "0 with pp > 1 (Megatron: no support for pipeline parallelism with CPU offloading)",
-            )
-        if self.recompute != "none" or self.recompute_modules is not None:
-            raise SpecError(
-                "activation_offload_layers",
-                n,
-                "0 with recompute (Megatron: CPU offloading does not work when activation recomputation is enabled)",
-            )
-
-    def _check_offload(self) -> None:
-        # megatron/training/arguments.py@d98e8a64 validate_args: --optimizer-cpu-offload asserts
-        # --use-precision-aware-optimizer (and --fp8-recipe delayed with --fp8-param-gather);
-        # megatron/core/optimizer/__init__.py@d98e8a64: the precision-aware optimizer needs the distributed
-        # optimizer; optimizer_config.py@d98e8a64: and --optimizer adam
-        f = self.optimizer_offload_fraction
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
-            raise SpecError(
-                "optimizer_offload_fraction",
-                f,
-                "a number from 0 to 1 (the fraction of the optimizer state on the CPU; 0 = no offload)",
-            )
-        object.__setattr__(self, "optimizer_offload_fraction", float(f))
-        if type(self.overlap_cpu_optimizer_d2h_h2d) is not bool:
-            raise SpecError("overlap_cpu_optimizer_d2h_h2d", self.overlap_cpu_optimizer_d2h_h2d, "true or false")
-        if f > 0 and (self.framework != "megatron" or self.zero != 1):
-            raise SpecError(
-                "optimizer_offload_fraction",
-                f,
-                "0 unless framework=megatron with zero=1 (Megatron's "
-                "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which needs the "
-                "distributed optimizer)",
-            )
-        if f > 0 and self.optimizer_dtype != "fp32":
-            raise SpecError(
-                "optimizer_offload_fraction",
-                f,
-                "0 with optimizer_dtype=bf16 (Megatron's HybridDeviceOptimizer keeps FP32 master weights)",
-            )
-        if f > 0 and self.fp8_param_gather:
-            raise SpecError(
-                "optimizer_offload_fraction",
-                f,
-                "0 with fp8_param_gather (Megatron needs --fp8-recipe delayed then, a recipe this model does not take)",
-            )
-        if self.overlap_cpu_optimizer_d2h_h2d and f == 0:
-            raise SpecError("overlap_cpu_optimizer_d2h_h2d", True, "false unless optimizer_offload_fraction > 0")
+        check_fields(self)
 
     def _take_layout(self) -> None:
         lay = self.layout
@@ -512,12 +319,6 @@ class ParallelConfig:
                 raise SpecError("bucket_mb", v, "a non-negative size in MB (0 = no overlap)")
             d["bucket_bytes"] = v * MB
         return cls(**d)
-
-
-#: pieces per overlappable collective beyond which a plan is refused (a sanity bound: the frameworks
-#: that chunk run chunks = tp, and the op graph holds a node per piece: Llama-3-8B on 16 GPUs at
-#: tp=8, chunks=256 evaluates in 1.4 s (the whole command), 100,000 ran over ten minutes at 2 GB, issue 24)
-MAX_CHUNKS = 256
 
 
 def micro_batches(workload: Workload, config: ParallelConfig) -> int:

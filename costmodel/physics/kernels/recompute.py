@@ -60,7 +60,7 @@ MOE_BLOCK_OPS = ("router", "router_topk", "tokens_per_expert_sync", "permute", "
 
 def module_recompute_fractions(ops, modules, moe: bool, model: ModelSpec | None = None) -> tuple[float, ...]:
     """Share of each op's forward that Megatron-Core's selective recompute replays in backward for
-    ``modules`` beyond the core attention (:data:`costmodel.spec.plan.RECOMPUTE_MODULES`; the core attention
+    ``modules`` beyond the core attention (:data:`costmodel.spec.plan_checks.RECOMPUTE_MODULES`; the core attention
     is charged by the engines on their own): ``layernorm`` the pre-MLP norm of an MoE layer (``ln2``;
     the input norm is fused into the QKV GEMM), ``moe`` the MoE block, its all-to-alls included
     (``megatron/core/transformer/transformer_layer.py`` and ``moe/moe_layer.py`` at d98e8a64); ``mlp`` a dense
