@@ -51,7 +51,7 @@ from search.candidates import Shape, chunk_values, recompute_values, sp_values, 
 from search.choice import Choice
 from search.cpsat import POSITIONS as POS
 from search.exhaustive import max_stage_layers
-from search.presolve import _groups
+from search.group_expander import _groups
 from search.problem import Limits, Problem
 from search.solve import SolveOptions, solve
 from search.tables import Tables, ticks

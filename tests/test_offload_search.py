@@ -19,7 +19,7 @@ from costmodel.spec.workload import Workload
 from search.bounds import Bounds
 from search.exhaustive import best_splits
 from search.offload_choice import FRACTIONS, offered
-from search.presolve import Expander, _groups
+from search.group_expander import Expander, _groups
 from search.problem import Limits, Problem
 from search.solve import SolveOptions, solve
 from search.tables import Tables

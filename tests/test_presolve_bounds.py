@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from search.exhaustive import all_choices, best_splits
-from search.presolve import Expander, _groups, _seeds, presolve
+from search.group_expander import Expander, _groups
+from search.presolve import _seeds, presolve
 from search.bounds import Bounds
 from search.tables import Tables
 

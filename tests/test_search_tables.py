@@ -286,7 +286,7 @@ def test_memory_screens_reused_at_a_smaller_cap_equal_fresh_ones():
     """Bounds.fitting_zeros at a smaller cap (the margin solve's tables) serves a first screen's caps only where
     its witness says nothing changed; every answer equals a screen computed afresh at that cap, and some change
     (so the test would fail if the first solve's fits were served everywhere)."""
-    from search.presolve import Expander, _groups
+    from search.group_expander import Expander, _groups
 
     p = Problem(
         model=load_model("llama3-8b"),
