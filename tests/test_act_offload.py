@@ -9,7 +9,7 @@ from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
 from costmodel.api import evaluate
 from costmodel.training.fastpath import Scorer
-from costmodel.physics.memory.stage_memory import activation_bytes_per_layer
+from costmodel.physics.memory.activations import activation_bytes_per_layer
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 from planner import cli

@@ -14,7 +14,7 @@ from benchmarks import component_memory as cm  # noqa: E402
 
 from costmodel.spec.plan import ParallelConfig  # noqa: E402
 from costmodel.spec.errors import SpecError  # noqa: E402
-from costmodel.physics.memory.stage_memory import loss_bytes_per_logit  # noqa: E402
+from costmodel.physics.memory.activations import loss_bytes_per_logit  # noqa: E402
 
 ROWS = list(csv.DictReader(open(cm.DATA, newline="")))
 

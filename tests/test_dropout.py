@@ -19,7 +19,8 @@ from costmodel.physics.kernels.compute import layer_ops
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
 from costmodel.spec.hf_config import model_from_hf_config
-from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, stage_memory
+from costmodel.physics.memory.activations import activation_bytes_per_layer
+from costmodel.physics.memory.stage_memory import stage_memory
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.specs import ModelSpec
 from costmodel.spec.workload import Workload

@@ -49,7 +49,7 @@ def test_layers_moved_to_a_later_chunk_of_the_first_rank_need_less_memory():
     per_layer = a.activations_bytes - b.activations_bytes
     # moving 4 layers from chunk 0 to chunk 1: max(8*14 + 3*10, 7*14 + 4*10) - max(8*10 + 3*14, 7*10 + 4*14)
     # = 142 - 126 = 16 layer-micro-batches of activations less (the 5% fragmentation reserve aside)
-    from costmodel.physics.memory.stage_memory import activation_bytes_per_layer
+    from costmodel.physics.memory.activations import activation_bytes_per_layer
 
     assert per_layer == pytest.approx(16 * activation_bytes_per_layer(M, w, c), rel=1e-9)
     assert a.weights_bytes == b.weights_bytes  # the same 24 layers on the rank

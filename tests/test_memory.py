@@ -3,7 +3,8 @@
 import pytest
 
 from costmodel.spec.plan import ParallelConfig
-from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, memory_per_stage, model_state_bytes
+from costmodel.physics.memory.activations import activation_bytes_per_layer
+from costmodel.physics.memory.stage_memory import memory_per_stage, model_state_bytes
 from costmodel.spec.presets import load_model
 from costmodel.spec.workload import Workload
 

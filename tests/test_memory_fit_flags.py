@@ -14,7 +14,8 @@ from costmodel.compose.stage_terms import dp_comm
 from costmodel.physics.kernels.recompute import mla_up_share
 from costmodel.spec.plan import ParallelConfig
 from costmodel.api import evaluate
-from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, stage_memory
+from costmodel.physics.memory.activations import activation_bytes_per_layer
+from costmodel.physics.memory.stage_memory import stage_memory
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 

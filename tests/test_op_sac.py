@@ -9,7 +9,8 @@ from costmodel.spec.errors import SpecError
 from costmodel.api import evaluate
 from costmodel.training.fastpath import Scorer
 from costmodel.physics.kernels.flops import hardware_flops_per_step, model_flops_per_step
-from costmodel.physics.memory.stage_memory import activation_bytes_per_layer, op_sac_bytes_per_layer, stage_memory
+from costmodel.physics.memory.activations import activation_bytes_per_layer, op_sac_bytes_per_layer
+from costmodel.physics.memory.stage_memory import stage_memory
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 

@@ -114,7 +114,7 @@ class ParallelConfig:
         ``grad_reduce_in_fp32``) or ``fp16`` / ``bf16`` (the model's half-precision ``.grad``: Megatron-LM
         v1 without ``--fp32-allreduce`` and v2 FP16 runs without the accumulate flag; Megatron-Core
         ``--grad-reduce-in-bf16``). It sets the gradient buffer's memory and every gradient collective.
-    loss_impl : how the cross-entropy of the logits runs (:func:`costmodel.physics.memory.stage_memory.loss_bytes_per_logit`):
+    loss_impl : how the cross-entropy of the logits runs (:func:`costmodel.physics.memory.activations.loss_bytes_per_logit`):
         ``fused`` (the default: Megatron-Core's vocab-parallel cross-entropy, BF16 logits and an FP32
         softmax) or ``fp32`` (torchtitan through 2024: eager ``cross_entropy(pred.float(), labels)``,
         FP32 log-softmax and gradients).
@@ -127,7 +127,7 @@ class ParallelConfig:
         in its forward; Meta's FSDP for Llama 3, whose paper says it "shards optimizer states and
         gradients" and reduce-scatters them in FP32, arXiv 2407.21783 section 3.3.2). No effect with pp = 1.
     sp_saved_inputs : under sequence parallelism, what the column-parallel GEMMs (QKV, fc1) save of their
-        all-gathered input for backward (:func:`costmodel.physics.memory.stage_memory.activation_bytes_per_layer`): ``sharded``
+        all-gathered input for backward (:func:`costmodel.physics.memory.activations.activation_bytes_per_layer`): ``sharded``
         (Megatron-Core: the sequence-sharded input, all-gathered again in backward) or ``gathered``
         (PyTorch DTensor tensor parallelism as torchtitan applies it: ``PrepareModuleInput`` all-gathers the
         block input and ``aten.mm`` saves the gathered tensor; in FP8 under torchao's

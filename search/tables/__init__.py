@@ -16,7 +16,7 @@ and per layer count ``n``, the micro-batch time, DP exposure, optimizer time and
 Where the numbers come from (one source each, all in ``costmodel``):
 
 * per layer: :func:`costmodel.engines.analytic.layer_timing` (compute, exposed communication and its
-  SM interference, recompute) and :func:`costmodel.physics.memory.stage_memory.activation_bytes_per_layer`;
+  SM interference, recompute) and :func:`costmodel.physics.memory.activations.activation_bytes_per_layer`;
 * per stage position: one :func:`costmodel.engines.analytic.stage_timing` and one
   :func:`costmodel.physics.memory.stage_memory.stage_memory` probe give the embedding / LM-head extras and the PP
   send/recv time; parameters, ZeRO state and DP collectives are affine in the layer count and

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from costmodel.engines.analytic import layer_timing
 from costmodel.spec.plan import ParallelConfig
-from costmodel.physics.memory.stage_memory import activation_bytes_per_layer
+from costmodel.physics.memory.activations import activation_bytes_per_layer
 
 from ..choice import Choice
 

@@ -1,6 +1,6 @@
 """What eager PyTorch saves for backward beyond the fused kernels, in torchtitan's Llama block.
 
-The activation model (:func:`costmodel.physics.memory.stage_memory.activation_bytes_per_layer`) counts the tensors a fused
+The activation model (:func:`costmodel.physics.memory.activations.activation_bytes_per_layer`) counts the tensors a fused
 block saves: each norm's input, the GEMM inputs, Q/K/V and the attention output, the MLP's fc1 outputs
 and fc2 input. Run eagerly (``ParallelConfig.fused_elementwise=False``, torchtitan without
 ``training.compile``), autograd also keeps what the element-wise ops save, read from torchtitan's model code
