@@ -49,7 +49,8 @@ from benchmarks.published import load_set, predict
 
 from costmodel.trust import uncertainty as U
 from costmodel.trust.band_scope import device_class
-from costmodel.trust.calibration import MeasuredRun, apply, fit
+from costmodel.trust.calibration import MeasuredRun, fit
+from costmodel.trust.calibration_constants import apply
 from costmodel.spec.errors import PlannerError
 from costmodel.api import evaluate
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from costmodel.trust import calibration as calib
-from costmodel.trust.calibration import CalibrationError, MeasuredRun, fit
+from costmodel.trust.calibration import MeasuredRun, fit
+from costmodel.trust.calibration_constants import CalibrationError
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.errors import SpecError

@@ -8,17 +8,14 @@ from pathlib import Path
 import pytest
 
 from costmodel.trust.calibration import (
-    CONSTANTS,
-    CalibrationError,
     MeasuredRun,
-    apply,
     fit,
-    get_value,
     max_constants,
     predict,
     select,
     sensitivity_matrix,
 )
+from costmodel.trust.calibration_constants import CONSTANTS, CalibrationError, apply, get_value
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload

@@ -3,7 +3,8 @@ their spread and the leave-one-out residuals the bands read."""
 
 from __future__ import annotations
 
-from costmodel.trust.calibration import CONSTANTS, Calibration
+from costmodel.trust.calibration import Calibration
+from costmodel.trust.calibration_constants import CONSTANTS
 
 
 def calibrated_section(cal: Calibration, base_name: str, runs_info: list | None = None) -> dict:

@@ -1,6 +1,6 @@
 """Scenarios of the uncertain constants, for plans that must hold up when the model is off.
 
-A scenario moves a group of the calibratable constants (:data:`costmodel.trust.calibration.CONSTANTS`)
+A scenario moves a group of the calibratable constants (:data:`costmodel.trust.calibration_constants.CONSTANTS`)
 by ``k`` of their typical errors in the pessimistic direction (efficiencies down, interference up),
 within their physical bounds:
 
@@ -22,7 +22,7 @@ True
 
 from __future__ import annotations
 
-from costmodel.trust.calibration import CONSTANTS, apply, get_value
+from costmodel.trust.calibration_constants import CONSTANTS, apply, get_value
 from costmodel.spec.specs import ClusterSpec
 
 GROUPS = {

@@ -156,7 +156,8 @@ def regime_of(
     """
     if workload.mode != "train":
         raise SpecError("mode", workload.mode, "train (bands cover training steps)")
-    from costmodel.trust.calibration import CONSTANTS, MeasuredRun, sensitivity_matrix
+    from costmodel.trust.calibration import MeasuredRun, sensitivity_matrix
+    from costmodel.trust.calibration_constants import CONSTANTS
 
     names = [n for n in CONSTANTS if n not in cluster.calibrated_constants]
     run = MeasuredRun(model=model, workload=workload, config=config, measured_s=1.0, label="plan")
