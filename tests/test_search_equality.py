@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from search.exhaustive import Scored
+
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("search_equality", ROOT / "benchmarks" / "search_equality.py")
 se = importlib.util.module_from_spec(spec)
@@ -59,7 +61,7 @@ def test_a_one_tick_difference_is_a_mismatch(monkeypatch):
 
     def off_by_one(p, **kw):
         e = real(p, **kw)
-        e.best = se.Scored(e.best.objective - 1, e.best.choice, e.best.split)
+        e.best = Scored(e.best.objective - 1, e.best.choice, e.best.split)
         return e
 
     monkeypatch.setattr(se, "solve_exhaustive", off_by_one)
