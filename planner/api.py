@@ -123,6 +123,10 @@ def recommend(
     mfu_convention: str | None = None,
     refuse_pins: bool = False,
     deadline: float | None = None,
+    objective: str = "step",
+    train_tokens: float | None = None,
+    objective_inputs: dict | None = None,
+    pareto: bool = False,
     **constraints,
 ):
     """The best parallel plan (and the next ``top_k - 1``), proven optimal by CP-SAT.
@@ -159,6 +163,15 @@ def recommend(
         instead of answering INFEASIBLE with the rule as the explanation.
     deadline : a :func:`time.perf_counter` time by which the search must end (the CLI's ``--time-limit``
         bounds the whole command); it replaces ``time_limit_s``.
+    objective : ``step`` (the default: the fastest plan), ``time-to-train``, ``cost`` or ``energy``: the search is
+        asked for at least :data:`planner.objective_rank.CANDIDATES` plans and they are ordered by the objective
+        (:func:`planner.objective_rank.rank`): the best of those plans, not a proof. ``train_tokens`` (the run's
+        token budget) is required for it and for ``pareto``; ``objective_inputs`` holds
+        :data:`planner.objective_rank.INPUT_KEYS` (``gpu_hour_usd``, ``pue``, ``failure_rate`` per GPU-hour,
+        ``storage_gbps``, ``async_ckpt``, ``interval_s``, ``restart_s``), each at the library's default when left
+        out. With ``train_tokens`` the result's ``ranking`` (:class:`planner.objective_rank.Ranking`) holds every
+        plan's :class:`costmodel.objectives.PlanObjectives`; without it ``ranking`` is None.
+    pareto : ask for the candidates as an objective does (``planner recommend --pareto``), ranked by ``objective``.
     constraints : config variables to fix (``tp=8``, ``zero=1``, ``sp=True``) or bound (``tp_max=8``,
         ``pp_max=16``, as ``--tp-max``/``--pp-max``; ``<variable>_min`` too), ``Limits`` fields
         (``mb_max=4`` as ``--mb-max``, ``headroom_bytes``, ``exclude``), a stage split to pin
@@ -187,6 +200,14 @@ def recommend(
 
     from .limits import limits_of
 
+    from .objective_rank import CANDIDATES, check_inputs, check_objective, rank
+
+    check_objective(objective, train_tokens, pareto)
+    objective_inputs = check_inputs(objective_inputs)
+    if objective_inputs and train_tokens is None:
+        raise SpecError("train_tokens", None, "given (the run's token budget) with objective inputs")
+    if objective != "step" or pareto:
+        top_k = max(top_k, CANDIDATES)
     m = resolve_model(model)
     cl = resolve_cluster(cluster, gpus)
     if not cl.num_gpus:
@@ -223,6 +244,9 @@ def recommend(
         result = solve(problem, options)
     if refuse_pins and result.stats.refused is not None:  # solve checked the pins once and answered with the rule
         check_pins(problem)  # the same check: raises that rule's SpecError
+    result.ranking = None
+    if train_tokens is not None and result.plans:  # ordered by the objective before the band goes on the first
+        result.plans, result.ranking = rank(result.plans, m, cl, workload, objective, train_tokens, objective_inputs)
     if mfu_convention is not None:
         result.plans = [_counted(p, m, workload, mfu_convention) for p in result.plans]
     if result.plans:  # the band, once, on the plan every caller reports

@@ -17,6 +17,7 @@ from costmodel.training.estimate import DEFAULT_ENGINE
 
 from .emit import deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
 from .emit_arch import model_args_tokens
+from .objective_report import objective_lines, objective_view, objectives_json, pareto_lines
 from .report import ENGINE_NAMES, _s, estimate_json, model_label, print_json, stack_line, table
 from .tuning import fmt_knob, recommend_choices
 
@@ -27,6 +28,7 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
     ``planner recommend`` asks the search for more than ``--top`` so that none is missing), and a problem
     with no plan raises :class:`InfeasibleConfig` with the reason and the smallest changes."""
     result.plans, same = without_twins(result.plans)
+    ranking, front = objective_view(result, args)  # the --pareto front over every candidate, before the cut
     result.plans = result.plans[: args.top]  # more were asked for, so twins left out leave no gap
     if not result.plans:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
@@ -58,6 +60,8 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
         d["pinned"], d["chosen"] = recommend_choices(args, best.config)
         if comparison is not None:
             d["baseline"] = comparison.to_dict()
+        if ranking is not None:
+            d["objectives"] = objectives_json(ranking, result.plans, front)
         if args.emit:
             refuse_unless_runnable(args.emit, best.config)
         if args.emit == "megatron":
@@ -79,6 +83,8 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
     print(choices_line(*recommend_choices(args, best.config)))
     for note in same:
         print(f"note: {note}")
+    if ranking is not None:
+        print("\n".join(objective_lines(ranking, best.config) + (pareto_lines(front, ranking) if front else [])))
     if comparison is not None:
         b = comparison.baseline.config
         print(

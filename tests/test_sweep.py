@@ -182,7 +182,7 @@ def test_missing_out_exits_2(capsys):
 # --------------------------------------------------------------------------- schema
 def test_schema_columns_are_stable():
     # Appending a column means a new SCHEMA_VERSION; renaming or removing one is not allowed.
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
     assert list(NAMES) == [
         "case_id",
         "model",
@@ -247,6 +247,20 @@ def test_schema_columns_are_stable():
         "analytic_step_time_s",
         "stack",
         "optimizer_offload_fraction",
+        "objective",
+        "train_tokens",
+        "objective_candidates",
+        "days",
+        "goodput",
+        "checkpoint_interval_s",
+        "checkpoint_interval_steps",
+        "lost_checkpoint_s",
+        "lost_work_s",
+        "lost_restart_s",
+        "usd",
+        "usd_per_million_tokens",
+        "kwh",
+        "j_per_token",
     ]
     assert all(c.doc and c.type in ("str", "int", "float", "bool") for c in COLUMNS)
 

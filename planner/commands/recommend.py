@@ -8,6 +8,8 @@ arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config, ``--emit f
 settings. A problem with no plan that fits exits 2 with the reason and the smallest changes that would give it one.
 ``--mode infer`` plans serving instead (:mod:`planner.recommend_infer`): ``--input-len``,
 ``--output-len``, optional ``--ttft-ms``/``--tpot-ms`` targets, the Pareto front and launch arguments.
+``--objective time-to-train|cost|energy`` with ``--train-tokens N`` re-ranks the fastest plans the search finds by
+the run's days, dollars or energy (:mod:`planner.objective_rank`); ``--pareto`` prints those not beaten on all.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..args import (
 from ..emit import FORMATS, refuse_unstated_gradients
 from ..flags import constraints_from_args, framework_from_args, plan_options, problem_from_args
 from ..flags import problem_of  # noqa: F401  (benchmarks/evaluate_partial.py imports it from here)
+from ..objective_flags import add_objective_args, objective_options
 from ..recommend_report import render
 
 NAME = "recommend"
@@ -119,6 +122,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="print the best plan as Megatron-LM arguments (megatron), a DeepSpeed config (deepspeed) "
         "or torchtitan settings for PyTorch FSDP2 (fsdp2)",
     )
+    add_objective_args(p, pareto=True)
     add_flop_args(p)
     add_output_args(p)
     return p
@@ -127,6 +131,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Flags -> :func:`planner.api.recommend` -> :func:`planner.recommend_report.render`."""
     if args.mode == "infer":
+        if args.objective != "step" or args.train_tokens is not None or args.pareto:
+            raise SpecError("objective", args.objective, "step, without --train-tokens or --pareto, in --mode infer")
         return recommend_infer.run(args)
     recommend_infer.reject_serving_flags(args)
     model, cluster, workload = problem_from_args(args)
@@ -155,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         mfu_convention=args.mfu_convention,
         refuse_pins=True,
         deadline=deadline,
+        **objective_options(args),
         **constraints_from_args(args),
     )
     return render(result, args, model, cluster, workload)

@@ -16,11 +16,13 @@ import argparse
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from costmodel.spec.errors import SpecError
 
 from ..args import add_output_args, choice_arg, int_arg
+from ..objective_flags import add_objective_args, objective_options
 from ..report import print_json
 from ..sweep.codesign import dma_series, format_dma_summary
 from ..sweep.grid import grid_from_mapping, load_grid_file
@@ -71,6 +73,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     r.add_argument("--plots", action="store_true", help="also draw the plots into DIR/plots (needs matplotlib)")
     r.add_argument("--schema", action="store_true", help="print the result columns (Markdown) and exit")
+    add_objective_args(p)
     add_output_args(p)
     return p
 
@@ -84,6 +87,10 @@ def grid_and_run_options(args: argparse.Namespace):
             data = {k: v for k, v in data.items() if k.replace("-", "_") != key}
             data[key] = value
     grid = grid_from_mapping(data, source="grid")
+    o = objective_options(args)  # the plan of each case by the objective, and its run priced
+    if o["train_tokens"] is not None:
+        inputs = tuple(sorted(o["objective_inputs"].items()))
+        grid = replace(grid, objective=o["objective"], train_tokens=o["train_tokens"], objective_inputs=inputs)
     run = dict(grid.run)
     for key in ("out", "workers", "backend", "address"):
         if getattr(args, key) is not None:
@@ -130,8 +137,11 @@ def run(args: argparse.Namespace) -> int:
         from ..sweep.plots import plot_sweep
 
         plots = [str(p) for p in plot_sweep(out, out / "plots")]
+    best = best_case(mine, grid.objective) if grid.train_tokens is not None else None
     if args.json:
         extra = {"dma_engines": [x.to_dict() for x in series]} if series else {}
+        if grid.train_tokens is not None:
+            extra["best_by_objective"] = best
         print_json(
             {**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots, **trust, **extra}
         )
@@ -149,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
             f"{trust['extrapolating_cases']} of {trust['banded_cases']} banded cases extrapolate beyond the "
             "measured data (column band_notes says where)"
         )
+    if grid.train_tokens is not None:
+        print(best_line(best, grid.objective, len(mine)))
     for p in plots:
         print(f"plot: {p}")
     if series:  # a --dma-engines axis: how the best plan and T_comm <= T_compute change with the count
@@ -175,6 +187,40 @@ class _sigterm_raises:
         if self.old is not None:
             signal.signal(signal.SIGTERM, self.old)
         return False
+
+
+#: the column each objective minimises across cases
+OBJECTIVE_COLUMN = {"step": "step_time_s", "time-to-train": "days", "cost": "usd", "energy": "kwh"}
+
+
+def best_case(rows, objective: str) -> dict | None:
+    """The ok case with the least value of ``objective``'s column (:data:`OBJECTIVE_COLUMN`), as a small dict."""
+    col = OBJECTIVE_COLUMN[objective]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get(col) is not None]
+    if not ok:
+        return None
+    r = min(ok, key=lambda r: (r[col], r.get("step_time_s") or 0.0))
+    keys = ("case_id", "model", "cluster", "gpus", "global_batch", "seq", "tp", "pp", "dp", "cp", "ep")
+    return {
+        "objective": objective,
+        "column": col,
+        "value": r[col],
+        **{k: r.get(k) for k in keys},
+        **{k: r.get(k) for k in ("step_time_s", "days", "goodput", "usd", "usd_per_million_tokens", "kwh")},
+    }
+
+
+def best_line(best: dict | None, objective: str, cases: int) -> str:
+    """``best by cost: llama3-8b on 64 x h100-sxm ...`` (the objective columns are in the results files)."""
+    if best is None:
+        return f"best by {objective}: no case with a plan and a value (columns {OBJECTIVE_COLUMN[objective]})"
+    usd = "" if best["usd"] is None else f", ${best['usd']:,.0f} (${best['usd_per_million_tokens']:.3f}/M tokens)"
+    return (
+        f"best by {objective} of {cases} cases: {best['model']} on {best['gpus']} x {best['cluster']} "
+        f"(global batch {best['global_batch']} x {best['seq']}; tp={best['tp']} pp={best['pp']} dp={best['dp']} "
+        f"cp={best['cp']} ep={best['ep']}): step {best['step_time_s']:.3f} s, {best['days']:.1f} days, goodput "
+        f"{100 * best['goodput']:.1f}%{usd}, {best['kwh']:,.0f} kWh (columns days, goodput, usd, kwh ...)"
+    )
 
 
 def assumptions(rows) -> dict:

@@ -94,6 +94,11 @@ class Case:
     framework: str = DEFAULT_FRAMEWORK
     grad_dtype: str = "fp32"
     time_limit_s: float = OPTIONS["time_limit_s"][1]
+    #: what chooses the case's plan and what its run is priced on (planner.api.recommend's objective,
+    #: train_tokens and objective_inputs as sorted items); part of the id only when given
+    objective: str = "step"
+    train_tokens: float | None = None
+    objective_inputs: tuple = ()
 
     def inputs(self) -> dict:
         """The input columns of this case's result row."""
@@ -104,11 +109,17 @@ class Case:
         """16 hex digits of SHA-256 over the inputs and options (stable across runs and machines);
         the software inputs at their defaults are left out, so a case keeps the id it had before
         they were axes."""
-        doc = {**self.inputs(), "time_limit_s": self.time_limit_s}
+        doc = {**self.inputs(), "time_limit_s": self.time_limit_s, **self._objective()}
         text = json.dumps(
             {k: v for k, v in doc.items() if v is not None and SOFTWARE_DEFAULTS.get(k) != v}, sort_keys=True
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _objective(self) -> dict:
+        """The objective's part of the id: nothing at the defaults (a case keeps the id it had before)."""
+        if self.objective == "step" and self.train_tokens is None and not self.objective_inputs:
+            return {}
+        return {"objective": self.objective, "train_tokens": self.train_tokens, **dict(self.objective_inputs)}
 
     def problem(self) -> tuple[ModelSpec, ClusterSpec, Workload]:
         """The specs of this case, what-ifs applied (raises SpecError for a malformed case)."""
@@ -185,6 +196,9 @@ class Grid:
     framework: tuple[str, ...] = (DEFAULT_FRAMEWORK,)
     grad_dtype: tuple[str, ...] = ("fp32",)
     time_limit_s: float = OPTIONS["time_limit_s"][1]
+    objective: str = "step"  # the objective of every case (Case.objective; set from flags)
+    train_tokens: float | None = None
+    objective_inputs: tuple = ()
     run: dict = field(default_factory=dict, compare=False)  # out/workers/backend/address from a file
 
     def cases(self) -> list[Case]:
@@ -193,7 +207,15 @@ class Grid:
         axes = [getattr(self, k) for k in AXES]
         for values in itertools.product(*axes):
             kw = dict(zip(AXES, values))
-            case = Case(model=kw.pop("models"), cluster=kw.pop("clusters"), time_limit_s=self.time_limit_s, **kw)
+            case = Case(
+                model=kw.pop("models"),
+                cluster=kw.pop("clusters"),
+                time_limit_s=self.time_limit_s,
+                objective=self.objective,
+                train_tokens=self.train_tokens,
+                objective_inputs=self.objective_inputs,
+                **kw,
+            )
             if case.id not in seen:
                 seen.add(case.id)
                 out.append(case)

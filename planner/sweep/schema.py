@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 7  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
+SCHEMA_VERSION = 8  # 2: the step-time band columns; 3: the DMA assignment and the critical condition;
 #                     4: the framework and gradient dtype inputs; 5: the band's notes, and the estimate
 #                     columns are the op-graph engine's (as evaluate and recommend report them),
 #                     analytic_step_time_s added; 6: the software stack the numbers assume; 7: the optimizer
-#                     CPU offload fraction the plan runs
+#                     CPU offload fraction the plan runs; 8: the run's time, cost and energy (--train-tokens)
 
 #: ``status`` values: a plan was found (``ok``); the combination is well formed but no plan
 #: fits or none is valid (``infeasible``); the search found no plan within its time limit
@@ -213,6 +213,23 @@ COLUMNS: tuple[Column, ...] = tuple(
             "of the optimizer state on the host, 0: none (chosen only where "
             "no plan fits without it, search.offload_choice)",
         ),
+    )
+    + _cols(
+        "objective",  # schema version 8: empty unless the sweep was given --train-tokens (costmodel.objectives)
+        ("objective", "str", "what chose the case's plan: step (the fastest), time-to-train, cost or energy"),
+        ("train_tokens", "float", "the run's token budget the columns below price"),
+        ("objective_candidates", "int", "plans the objective ranked (the fastest the search found, within its band)"),
+        ("days", "float", "days to train train_tokens with failures, checkpoints and restarts"),
+        ("goodput", "float", "effective training time ratio: failure-free compute / wall time (0-1)"),
+        ("checkpoint_interval_s", "float", "compute between checkpoints (Daly's optimum unless pinned)"),
+        ("checkpoint_interval_steps", "int", "the same in steps"),
+        ("lost_checkpoint_s", "float", "wall time lost to checkpoint writes over the run"),
+        ("lost_work_s", "float", "work redone after failures over the run"),
+        ("lost_restart_s", "float", "restarts over the run"),
+        ("usd", "float", "dollars of the run (empty: no price for the device; give --gpu-hour-usd)"),
+        ("usd_per_million_tokens", "float", "dollars per million tokens trained"),
+        ("kwh", "float", "energy of the run at the meter (PUE included), kWh"),
+        ("j_per_token", "float", "joules per token trained, at the meter"),
     )
 )
 

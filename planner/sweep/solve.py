@@ -118,6 +118,9 @@ def _solve(case: Case, model, cluster, workload) -> dict:
         top_k=1,
         framework=case.framework,
         grad_dtype=case.grad_dtype,
+        objective=case.objective,
+        train_tokens=case.train_tokens,
+        objective_inputs=dict(case.objective_inputs),
     )
     solve_info = {
         "solver": "cp-sat",
@@ -149,4 +152,29 @@ def _solve(case: Case, model, cluster, workload) -> dict:
     # no stream to assign (one GPU): null, as the CSV's empty cell reads back (it was never reached before a
     # one-GPU plan could fit, with optimizer offload)
     out["dma_assignment"] = out.get("dma_assignment") or None
+    out.update(objective_columns(r.ranking, r.best.config))
     return out
+
+
+def objective_columns(ranking, config) -> dict:
+    """The objective columns (schema version 8) of the case's plan; none without a ranking (no --train-tokens)."""
+    o = None if ranking is None else ranking.of(config)
+    if o is None:
+        return {}
+    t, lost = o.time_to_train, o.time_to_train.lost
+    return {
+        "objective": ranking.objective,
+        "train_tokens": ranking.train_tokens,
+        "objective_candidates": ranking.candidates,
+        "days": t.days,
+        "goodput": t.goodput,
+        "checkpoint_interval_s": t.interval_s,
+        "checkpoint_interval_steps": t.interval_steps,
+        "lost_checkpoint_s": lost.checkpoint_s,
+        "lost_work_s": lost.lost_work_s,
+        "lost_restart_s": lost.restart_s,
+        "usd": None if o.cost is None else o.cost.usd,
+        "usd_per_million_tokens": None if o.cost is None else o.cost.usd_per_million_tokens,
+        "kwh": o.energy.kwh,
+        "j_per_token": o.energy.j_per_token,
+    }
