@@ -214,6 +214,10 @@ def recommend(
         raise SpecError("gpus", gpus, "a positive GPU count (gpus=N, or a cluster with num_gpus)")
     if workload is None:
         workload = make_workload(global_batch, seq, dtype)
+    if objective == "cost":  # a device with no default price needs one before the search, not after
+        from costmodel.objectives.cost import gpu_hour_price
+
+        gpu_hour_price(cl.device.name, objective_inputs.get("gpu_hour_usd"))
     limits, allowed = limits_of(m.layers, constraints, limits, stacklevel=2)
     if allowed:
         k = sorted(allowed)[0]

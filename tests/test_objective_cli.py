@@ -159,3 +159,15 @@ def test_cost_picks_a_smaller_cluster_than_step_in_a_sweep(capsys, tmp_path):
         col = "step_time_s" if objective == "step" else "usd"
         assert best[objective] == int(min(rows, key=lambda r: float(r[col]))["gpus"])
     assert best == {"step": 256, "cost": 64}
+
+
+def test_cost_without_a_price_and_objectives_in_serving_exit_2_before_the_search(capsys):
+    argv = ["recommend", "--model", "llama3-8b", "--gpus", "16", "--global-batch", "64", "--seq", "4096"]
+    code = cli.main([*argv, "--cluster", "sg2262-like", "--objective", "cost", "--train-tokens", "1T"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("planner: error: gpu_hour_usd=None") and err.count("\n") == 1
+    code = cli.main(
+        [*argv[:5], "--cluster", "h100-sxm", "--mode", "infer", "--input-len", "9", "--output-len", "9", "--pareto"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("planner: error: objective='step'") and err.count("\n") == 1
