@@ -4,6 +4,7 @@ A plan that does not fit in memory is not an error: the report says ``fits`` no 
 names the stages that overflow. An invalid plan (e.g. tp not dividing heads) exits 2.
 With ``--mode infer`` it reports TTFT, TPOT, tokens/s, KV cache, the largest concurrency
 that fits and the overlap of prefill and decode (:mod:`costmodel.serving.inference`).
+``--report FILE.html`` also writes a training plan as a self-contained HTML report (:mod:`planner.report_flag`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..emit_arch import model_args_tokens
 from ..emit_serving import launch_for_estimate
 from ..inference_report import inference_text, launch_lines
 from ..report import estimate_json, estimate_text, print_json
+from ..report_flag import add_report_arg, refuse_serving, write_report_of
 
 NAME = "evaluate"
 
@@ -49,6 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_flop_args(p)
     add_output_args(p)
+    add_report_arg(p)
     return p
 
 
@@ -113,6 +116,7 @@ def _run_infer(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_serving(args)
     if args.mode == "infer":
         return _run_infer(args)
     for f in INFER_ONLY:
@@ -157,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             print(source_line(source))
         if chosen:
             print(chosen_line(plan))
+    write_report_of(args, estimate=est, model=model, cluster=cluster, workload=workload)
     return 0
 
 

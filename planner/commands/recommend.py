@@ -10,6 +10,7 @@ settings. A problem with no plan that fits exits 2 with the reason and the small
 ``--output-len``, optional ``--ttft-ms``/``--tpot-ms`` targets, the Pareto front and launch arguments.
 ``--objective time-to-train|cost|energy`` with ``--train-tokens N`` re-ranks the fastest plans the search finds by
 the run's days, dollars or energy (:mod:`planner.objective_rank`); ``--pareto`` prints those not beaten on all.
+``--report FILE.html`` also writes the answer as a self-contained HTML report (:mod:`planner.report_flag`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..flags import constraints_from_args, framework_from_args, plan_options, pr
 from ..flags import problem_of  # noqa: F401  (benchmarks/evaluate_partial.py imports it from here)
 from ..objective_flags import add_objective_args, objective_options
 from ..recommend_report import render
+from ..report_flag import add_report_arg, refuse_serving, report_objectives, write_report_of
 
 NAME = "recommend"
 #: most plans --top shows: each is scored by both engines after the search (top 50 of Llama-3-70B on
@@ -125,11 +127,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_objective_args(p, pareto=True)
     add_flop_args(p)
     add_output_args(p)
+    add_report_arg(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     """Flags -> :func:`planner.api.recommend` -> :func:`planner.recommend_report.render`."""
+    refuse_serving(args)
     if args.mode == "infer":
         if args.objective != "step" or args.train_tokens is not None or args.pareto:
             raise SpecError("objective", args.objective, "step, without --train-tokens or --pareto, in --mode infer")
@@ -164,7 +168,18 @@ def run(args: argparse.Namespace) -> int:
         **objective_options(args),
         **constraints_from_args(args),
     )
-    return render(result, args, model, cluster, workload)
+    code = render(result, args, model, cluster, workload)  # result.plans: the plans it showed
+    if code == 0:
+        write_report_of(
+            args,
+            result=result,
+            model=model,
+            cluster=cluster,
+            workload=workload,
+            objectives=report_objectives(args),
+            baseline=args.baseline,
+        )
+    return code
 
 
 def _asked(top: int) -> int:

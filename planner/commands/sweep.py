@@ -7,7 +7,8 @@ malformed or has no plan that fits is recorded with its reason, and the sweep go
 Ctrl-C (exit 130) or SIGTERM (exit 143) stops it with one line saying how many cases are written.
 With two or more ``--dma-engines`` counts it ends with a co-design summary per problem: the best
 plan, its chunks, DMA assignment and step time at each engine count, and the count from which
-the critical condition T_comm <= T_compute holds.
+the critical condition T_comm <= T_compute holds. ``--report FILE.html`` also writes the sweep's cases and Pareto
+fronts as a self-contained HTML report (:mod:`planner.report_flag`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from costmodel.spec.errors import SpecError
 from ..args import add_output_args, choice_arg, int_arg
 from ..objective_flags import add_objective_args, objective_options
 from ..report import print_json
+from ..report_flag import add_report_arg, write_report_of
 from ..sweep.codesign import dma_series, format_dma_summary
 from ..sweep.grid import grid_from_mapping, load_grid_file
 from ..sweep.api import BACKENDS, run_sweep
@@ -75,6 +77,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--schema", action="store_true", help="print the result columns (Markdown) and exit")
     add_objective_args(p)
     add_output_args(p)
+    add_report_arg(p)
     return p
 
 
@@ -145,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(
             {**summary.to_dict(), "results": [str(out / CSV), str(out / JSONL)], "plots": plots, **trust, **extra}
         )
+        sys.stdout.flush()
+        write_report_of(args, sweep_rows=mine)
         return 0
     s = summary
     print(
@@ -167,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(format_dma_summary(series))
     sys.stdout.flush()
+    write_report_of(args, sweep_rows=mine)
     return 0
 
 
