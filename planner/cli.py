@@ -24,7 +24,7 @@ import warnings
 
 from costmodel.spec.errors import PlannerError, SpecError
 
-from .args import ArgParser
+from .arg_types import ArgParser
 from .flags import check_contradictions
 
 #: when the command started (the console script imports this module first; main() resets it for

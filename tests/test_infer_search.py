@@ -7,7 +7,8 @@ import pytest
 from costmodel.spec.errors import SpecError
 from costmodel.spec.presets import load_cluster, load_model
 from planner import cli, recommend_infer
-from planner.args import ArgParser, add_config_args, add_output_args, add_problem_args
+from planner.arg_types import ArgParser
+from planner.args import add_config_args, add_output_args, add_problem_args
 from search.infer import InferProblem, batch_values, pareto_front, solve_infer, solve_infer_exhaustive
 from search.problem import Limits
 

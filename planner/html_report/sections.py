@@ -65,7 +65,7 @@ def runner_ups(result, model, cluster, workload) -> list[dict]:
 
 def solve_view(result) -> dict:
     """How the answer was found and what is proven (the text report's solve lines), status and gap."""
-    from ..recommend_report import solve_lines
+    from ..solve_report import solve_lines
 
     try:
         lines = solve_lines(result) if result.plans else []
