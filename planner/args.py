@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.spec.plan import (
+from costmodel.spec.plan_checks import (
     EP_DISPATCHERS,
     GRAD_DTYPES,
     LOSS_IMPLS,
@@ -33,7 +33,7 @@ from costmodel.spec.plan import (
     SP_SAVED_INPUTS,
 )
 from costmodel.physics.kernels.flops import CONVENTIONS, DEFAULT_CONVENTION
-from costmodel.spec.plan import FRAMEWORKS
+from costmodel.spec.plan_checks import FRAMEWORKS
 from costmodel.physics.kernels.kvcache import KV_DTYPES
 from costmodel.spec.workload import MODES
 from costmodel.frameworks.stacks import DEFAULT_STACK, STACKS

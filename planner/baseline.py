@@ -23,7 +23,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
-from costmodel.spec.plan import CONFIG_KEYS, GRAD_DTYPES, RECOMPUTE, ParallelConfig
+from costmodel.spec.plan import CONFIG_KEYS, ParallelConfig
+from costmodel.spec.plan_checks import GRAD_DTYPES, RECOMPUTE
 from costmodel.spec.errors import SpecError, clip
 
 from . import megatron_args as mg

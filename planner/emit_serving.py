@@ -37,7 +37,7 @@ silently dropped.
 from __future__ import annotations
 
 from costmodel.spec.plan import ParallelConfig
-from search.infer import ENGINES, ServerLayout, server_layout
+from search.serving_engines import ENGINES, ServerLayout, server_layout
 
 VLLM_KV = {"bf16": "auto", "fp16": "auto", "fp8": "fp8"}
 SGLANG_KV = {"bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3"}

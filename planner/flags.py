@@ -15,7 +15,7 @@ from costmodel.spec.errors import SpecError
 from costmodel.frameworks.stacks import DEFAULT_STACK, apply_stack, stack_config
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import GiB
-from costmodel.spec.plan import FRAMEWORKS
+from costmodel.spec.plan_checks import FRAMEWORKS
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import shlex
 
-from costmodel.spec.plan import RECOMPUTE_MODULES, ParallelConfig
+from costmodel.spec.plan_checks import RECOMPUTE_MODULES
+from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
 from costmodel.physics.memory.stage_memory import grad_elem_bytes
 from costmodel.spec.units import MB
@@ -321,7 +322,7 @@ def moe_dispatcher(a: dict, ep: int) -> str | None:
 
 def recompute_modules(v) -> tuple[str, ...]:
     """``--recompute-modules`` as a tuple: from a command line (``layernorm moe``) or Megatron-LM's
-    printed arguments (``['layernorm', 'moe']``); only :data:`costmodel.spec.plan.RECOMPUTE_MODULES`.
+    printed arguments (``['layernorm', 'moe']``); only :data:`costmodel.spec.plan_checks.RECOMPUTE_MODULES`.
 
     >>> recompute_modules("['layernorm', 'moe']"), recompute_modules("layernorm moe")
     (('layernorm', 'moe'), ('layernorm', 'moe'))

@@ -23,9 +23,10 @@ from __future__ import annotations
 import itertools
 import warnings
 
-from costmodel.spec.plan import GRAD_DTYPES, ParallelConfig
+from costmodel.spec.plan_checks import GRAD_DTYPES
+from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
-from costmodel.spec.plan import FRAMEWORKS
+from costmodel.spec.plan_checks import FRAMEWORKS
 from costmodel.frameworks.rules import check_runnable
 from costmodel.training.estimate import Estimate
 from costmodel.api import evaluate as _evaluate

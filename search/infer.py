@@ -47,7 +47,6 @@ from costmodel.serving.engines import default_scheduler
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from search.serving_engines import ENGINES, server_layout
-from search.serving_engines import ServerLayout as ServerLayout  # planner.emit_serving imports it from here
 
 from .candidates import ep_values, pp_values, tp_values
 from .problem import Limits, Problem

@@ -18,21 +18,7 @@ from costmodel.spec.errors import SpecError
 from costmodel.spec.workload import Workload
 from costmodel.spec.bounds import _positive_int
 
-# planner/ imports these vocabularies from here (they live in plan_checks, with the checks that use them)
-from costmodel.spec.plan_checks import (  # noqa: F401
-    DEFAULT_FRAMEWORK,
-    EP_DISPATCHERS,
-    FRAMEWORKS,
-    GRAD_DTYPES,
-    LOSS_IMPLS,
-    MODULE_LAYOUTS,
-    OPTIMIZER_DTYPES,
-    PP_GRAD_REDUCES,
-    RECOMPUTE,
-    RECOMPUTE_MODULES,
-    SP_SAVED_INPUTS,
-    check_fields,
-)
+from costmodel.spec.plan_checks import check_fields
 from costmodel.spec.units import MB
 
 CONFIG_KEYS = ("tp", "pp", "dp", "ep", "cp", "vp", "mb", "sp", "zero", "recompute", "bucket_mb", "chunks")

@@ -35,9 +35,9 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from costmodel.spec.plan import GRAD_DTYPES
+from costmodel.spec.plan_checks import GRAD_DTYPES
 from costmodel.spec.errors import SpecError
-from costmodel.spec.plan import DEFAULT_FRAMEWORK, FRAMEWORKS
+from costmodel.spec.plan_checks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import DTYPES, GB, GiB
