@@ -81,16 +81,19 @@ def test_sealed_coverage_path_runs_on_a_synthetic_split(tmp_path, monkeypatch, c
 
 
 def test_stored_residuals_hold_no_sealed_row():
-    """The bands are built from dev and new rows only: no stored row is of the sealed split or of one of
-    its sources (only the sealed file's ``source_key`` column is read here, never a measured time)."""
+    """The bands are built from dev and new rows only: no stored row is of the sealed split, of the spent one
+    (issue 20's seal) or of one of their sources (only the files' ``source_key`` column is read here, never a
+    measured time)."""
     import csv as _csv
 
     from benchmarks import published as P
 
     stored = json.loads(U.RESIDUALS.read_text())
-    with open(P.SETS["sealed"], newline="") as f:
-        sealed_sources = {r["source_key"] for r in _csv.DictReader(f)}
-    assert sealed_sources  # the split exists: the check below could fail
+    sealed_sources = set()
+    for name in ("sealed", "spent"):
+        with open(P.SETS[name], newline="") as f:
+            sealed_sources |= {r["source_key"] for r in _csv.DictReader(f)}
+    assert sealed_sources  # the splits exist: the check below could fail
     assert {r["set"] for r in stored["rows"]} <= {"dev", "new"}
     assert not sealed_sources & {r["source"] for r in stored["rows"]}
     assert {r.set for r in P.load_set("all")} == {"dev", "new"}  # what --write predicts

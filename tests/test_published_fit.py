@@ -1,14 +1,13 @@
 """Every published run that ran fits (issue 21): the model says ``fits`` for each row's plan as the
 source ran it (``benchmarks/published`` fills the unstated knobs), over the development set, the
-new set and, when present, the sealed rows (``benchmarks/data/sealed/``: only ``fits`` is read there,
-never a step time).
+new set and the sealed and spent splits (``benchmarks/data/sealed/``, ``benchmarks/data/spent/``: only ``fits``
+is read there, never a step time).
 
 A row the model still cannot fit is listed in :data:`KNOWN_UNFIT` with the reason (benchmarks/RESULTS.md,
 "Memory a user can launch on"); the test fails when such a row starts to fit (the list must stay exact)
 and when any other row does not fit.
 """
 
-import csv
 import sys
 from pathlib import Path
 
@@ -33,14 +32,9 @@ GiB = 2**30
 
 def _rows():
     rows = [r for r in published.load_set("all") if not r.skip]
-    sealed = ROOT / "benchmarks" / "data" / "sealed"
-    for path in sorted(sealed.glob("*.csv")) if sealed.is_dir() else ():
-        with open(path, newline="") as f:
-            for raw in csv.DictReader(f):
-                r = published._new_row(raw)
-                if not r.skip:
-                    r.set = "sealed"
-                    rows.append(r)
+    for name in ("sealed", "spent"):  # the sealed split and issue 20's spent one: only ``fits`` is read
+        if published.SETS[name].exists():
+            rows += [r for r in published.load_set(name) if not r.skip]
     return rows
 
 
@@ -70,7 +64,7 @@ def test_the_published_rows_are_loaded():
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.set}-{r.row_id}" for r in ROWS])
 def test_a_run_that_ran_fits(row):
     fits, peak = _fits(row)
-    key = ("dev" if row.set == "dev" else "new", row.row_id)  # sealed rows are new-set rows moved aside
+    key = ("dev" if row.set == "dev" else "new", row.row_id)  # sealed and spent rows are new-set rows moved aside
     if key in KNOWN_UNFIT:
         assert not fits, f"row {key} fits now ({peak / GiB:.1f} GiB): drop it from KNOWN_UNFIT"
     else:

@@ -21,8 +21,9 @@ from costmodel.api import evaluate  # noqa: E402
 from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
 from costmodel.spec.workload import Workload  # noqa: E402
 
-# the sealed split's rows are loaded here only to check that they parse into plans (never scored here)
-ROWS = P.load_set("all") + P.load_set("sealed")
+# the sealed split's rows are loaded here only to check that they parse into plans (never scored here); the spent
+# split (issue 20's sealed rows) keeps its tests of how rows are read
+ROWS = P.load_set("all") + P.load_set("sealed") + P.load_set("spent")
 BY_ID = {(r.set, r.row_id): r for r in ROWS}
 CSV = {name: list(csv.DictReader(open(path, newline=""))) for name, path in P.SETS.items()}
 
@@ -32,8 +33,8 @@ EXPECTED_SKIPS = {
     ("new", "110"): "TP/PP not stated",
     ("new", "111"): "TP/PP not stated",
     **{("new", str(i)): "MegaScale algorithm" for i in (119, 120, 121, 122, 127, 128, 129, 130)},
-    ("sealed", "182"): "not a multiple of dp",
-    ("sealed", "183"): "not a multiple of dp",
+    ("spent", "182"): "not a multiple of dp",
+    ("spent", "183"): "not a multiple of dp",
     ("new", "216"): "whole-run average",
 }
 
@@ -48,22 +49,49 @@ def test_every_row_of_both_files_is_loaded_in_order():
     for name, raw in CSV.items():
         got = [r for r in ROWS if r.set == name]
         assert [r.row_id for r in got] == [x["row_id"] for x in raw]
-    assert len(CSV["new"]) + len(CSV["sealed"]) == 116
+    old = set(P.SOURCES_BEFORE_38)
+    # issue 10's 116 new-set rows: 51 stay in the new set, 65 are the spent split (issue 20's seal)
+    assert sum(x["source_key"] in old for x in CSV["new"]) + len(CSV["spent"]) == 116
+    assert {x["source_key"] for x in CSV["spent"]} <= old and len(CSV["spent"]) == 65
+    ids = [x["row_id"] for name in ("new", "sealed", "spent") for x in CSV[name]]
+    assert len(ids) == len(set(ids))  # a row keeps its id wherever its source goes
+
+
+def _sha(key: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _sealed_by_rule(old: set, added: set) -> set:
+    """benchmarks/data/sealed/README.md: ceil(0.3 x N) of the N = old + added sources, drawn only from the
+    added ones by smallest sha256(source_key); all of them when there are fewer (a short split)."""
+    import math
+
+    k = min(math.ceil(0.3 * len(old | added)), len(added))
+    return set(sorted(added, key=_sha)[:k])
+
+
+def test_the_rule_on_a_stated_example():
+    old = {f"old{i}" for i in range(15)}
+    added = {f"src{i}" for i in range(12)}  # N = 27: ceil(8.1) = 9 sealed, 3 to the development side
+    sealed = _sealed_by_rule(old, added)
+    assert len(sealed) == 9 and sealed <= added
+    assert max(map(_sha, sealed)) < min(map(_sha, added - sealed))
+    assert _sealed_by_rule(old, {"a", "b"}) == {"a", "b"}  # short: every new source sealed
 
 
 def test_sealed_split_is_the_stated_rule():
-    """benchmarks/data/sealed/README.md: of the 15 published sources, the ceil(30%) = 5 with the
-    smallest sha256 of their source key, all from the new set, are sealed; no source is on both sides."""
-    import hashlib
-    import math
-
-    dev, new, sealed = ({x["source_key"] for x in CSV[n]} for n in ("dev", "new", "sealed"))
-    everyone = dev | new | sealed
-    assert not (sealed & (dev | new))
-    k = math.ceil(0.3 * len(everyone))
-    by_hash = sorted(new | sealed, key=lambda key: hashlib.sha256(key.encode()).hexdigest())
-    assert sealed == set(by_hash[:k])
-    assert all(r.set != "sealed" for r in P.load_set("all"))
+    """benchmarks/data/sealed/README.md: the 15 sources before issue 38 stay where they are (dev, new, spent);
+    of all N sources, ceil(30%) are sealed, drawn only from the sources added since, smallest sha256 of their
+    key first; the other added sources are in the new set; no source is on two sides."""
+    old = set(P.SOURCES_BEFORE_38)
+    dev, new, sealed, spent = ({x["source_key"] for x in CSV[n]} for n in ("dev", "new", "sealed", "spent"))
+    assert dev | (new & old) | spent == old and len(old) == 15
+    assert not (dev & new) and not (spent & (dev | new)) and not (sealed & (dev | new | spent))
+    added = (new | sealed) - old
+    assert sealed == _sealed_by_rule(old, added)
+    assert all(r.set not in ("sealed", "spent") for r in P.load_set("all"))
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.set}-{r.row_id}" for r in ROWS])
@@ -76,7 +104,7 @@ def test_row_maps_to_presets_or_has_a_skip_reason(row):
     assert row.measured_s and row.measured_s > 0 and row.measured_how
     cfg = ParallelConfig(**dict(row.fixed, **{k: v[0] for k, v in row.free.items()}))
     assert cfg.gpus == row.gpus == row.cluster.num_gpus
-    if row.set in ("new", "sealed"):
+    if row.set in ("new", "sealed", "spent"):
         # unstated knobs are filled by framework rules, never searched, except in the tuned tables that
         # are read with the development set's rule (published.TUNED_TABLES), and only mb and vp there
         assert not row.free or (row.source in P.TUNED_TABLES and set(row.free) <= {"mb", "vp"})
@@ -97,7 +125,10 @@ def test_every_model_label_is_mapped_or_declared_not_modelled():
         load_model(name)
 
 
-@pytest.mark.parametrize("x", CSV["new"] + CSV["sealed"], ids=[x["row_id"] for x in CSV["new"] + CSV["sealed"]])
+NEW_LIKE = CSV["new"] + CSV["sealed"] + CSV["spent"]
+
+
+@pytest.mark.parametrize("x", NEW_LIKE, ids=[x["row_id"] for x in NEW_LIKE])
 def test_new_preset_shapes_match_the_row(x):
     if x["model"] not in P.MODEL_PRESET:
         return
@@ -121,27 +152,27 @@ def test_new_preset_shapes_match_the_row(x):
 
 
 def test_clusters_of_the_new_rows():
-    assert BY_ID[("sealed", "131")].cluster.name == "h100-96g"
-    assert BY_ID[("sealed", "176")].cluster.name == "b200"
+    assert BY_ID[("spent", "131")].cluster.name == "h100-96g"
+    assert BY_ID[("spent", "176")].cluster.name == "b200"
     assert BY_ID[("new", "216")].cluster.name == "h800"
-    assert BY_ID[("sealed", "163")].cluster.name == "a100-40g"
+    assert BY_ID[("spent", "163")].cluster.name == "a100-40g"
     assert BY_ID[("new", "115")].cluster.name == "a100-80g"
-    assert BY_ID[("sealed", "184")].cluster.name == "h100-sxm"
+    assert BY_ID[("spent", "184")].cluster.name == "h100-sxm"
 
 
 def test_fill_rules_follow_the_frameworks():
-    tt = BY_ID[("sealed", "134")].fixed  # torchtitan FSDP2 without PP: reshard after forward
+    tt = BY_ID[("spent", "134")].fixed  # torchtitan FSDP2 without PP: reshard after forward
     assert (tt["zero"], tt["mb"], tt["vp"]) == (3, 2, 1)
-    ttpp = BY_ID[("sealed", "143")].fixed  # with PP: no reshard; local batch 32 in pp=8 micro-batches
+    ttpp = BY_ID[("spent", "143")].fixed  # with PP: no reshard; local batch 32 in pp=8 micro-batches
     assert (ttpp["zero"], ttpp["mb"]) == (2, 4)
     assert ttpp["layers_per_stage"] == (15, 16, 16, 16, 16, 16, 16, 15)
-    assert BY_ID[("sealed", "150")].fixed["chunks"] == 8 and BY_ID[("sealed", "149")].fixed["chunks"] == 1  # async TP
+    assert BY_ID[("spent", "150")].fixed["chunks"] == 8 and BY_ID[("spent", "149")].fixed["chunks"] == 1  # async TP
     mc = BY_ID[("new", "109")].fixed  # Megatron-Core r0.8.0 weak scaling: defaults where not stated
     assert (mc["recompute"], mc["zero"], mc["sp"], mc["chunks"]) == ("none", 1, True, 8)
     # ... but a tuned table (published.TUNED_TABLES): mb and vp chosen by the planner, as in the development set
     assert BY_ID[("new", "109")].free == {"mb": [1, 2, 4, 8], "vp": [1, 7]}
     assert BY_ID[("new", "104")].free == {"mb": [1, 2, 4, 8]}  # pp 1: no interleave
-    assert BY_ID[("sealed", "190")].fixed["mb"] == 1 and not BY_ID[("sealed", "190")].free  # recipes: defaults
+    assert BY_ID[("spent", "190")].fixed["mb"] == 1 and not BY_ID[("spent", "190")].free  # recipes: defaults
     assert mc["bucket_bytes"] == pytest.approx(4 * 48e6)  # max(40M, 1M x dp) FP32 elements
     ms = BY_ID[("new", "115")].fixed  # Megatron-LM 2023 defaults, ZeRO-2 and v=6 as stated
     # MegaScale states ZeRO-2: Megatron-LM's distributed optimizer, zero=1 under framework=megatron; its baseline
@@ -154,7 +185,7 @@ def test_fill_rules_follow_the_frameworks():
         1,
         6,
     )
-    ds = BY_ID[("sealed", "194")].fixed  # the Bridge 25.09 performance script for DeepSeek-V3 on H100
+    ds = BY_ID[("spent", "194")].fixed  # the Bridge 25.09 performance script for DeepSeek-V3 on H100
     assert (ds["recompute"], ds["recompute_modules"], ds["layout"], ds["grad_dtype"]) == (
         "selective",
         ("mla_up_proj", "mlp"),
@@ -162,11 +193,11 @@ def test_fill_rules_follow_the_frameworks():
         "bf16",
     )
     assert "layers_per_stage" not in ds
-    lf = BY_ID[("sealed", "153")].fixed
+    lf = BY_ID[("spent", "153")].fixed
     assert (ms["framework"], tt["framework"], lf["framework"]) == ("megatron", "fsdp2", "fsdp2")
     assert (lf["zero"], lf["recompute"], lf["mb"]) == (3, "full", 8)
     assert BY_ID[("new", "205")].fixed["zero"] == 3  # Megatron-FSDP
-    assert BY_ID[("sealed", "187")].model.moe_load_cv == 0.0  # forced balance
+    assert BY_ID[("spent", "187")].model.moe_load_cv == 0.0  # forced balance
     assert BY_ID[("new", "209")].model.moe_load_cv == load_model("qwen3-235b-a22b").moe_load_cv  # dropless
     assert BY_ID[("new", "112")].fixed["layers_per_stage"] == (7,) + (8,) * 14 + (7,)  # Llama 3 paper
 
@@ -175,9 +206,9 @@ def test_ep_stack_from_the_recipes():
     # Megatron-Bridge perf recipes (row notes cite path:line@release): DeepSeek-V3 25.09 ran the flex
     # dispatcher with DeepEP, the modelled dispatcher; HybridEP (Qwen3-30B 26.04) and the EP all-to-all
     # overlap (moe_a2a_overlap) are not modelled, and the row says so instead of hiding it
-    notes = lambda i: " ".join(BY_ID[("sealed" if int(i) <= 195 else "new", i)].notes)  # noqa: E731
-    assert BY_ID[("sealed", "194")].fixed["ep_dispatcher"] == "deepep"
-    assert BY_ID[("sealed", "187")].fixed["ep_dispatcher"] == "alltoall" and "HybridEP" in notes("187")
+    notes = lambda i: " ".join(BY_ID[("spent" if int(i) <= 195 else "new", i)].notes)  # noqa: E731
+    assert BY_ID[("spent", "194")].fixed["ep_dispatcher"] == "deepep"
+    assert BY_ID[("spent", "187")].fixed["ep_dispatcher"] == "alltoall" and "HybridEP" in notes("187")
     for i in ("188", "192", "193", "194", "204"):
         assert "overlap ran" in notes(i), i
     for i in ("186", "187", "195", "203"):
@@ -194,12 +225,12 @@ def test_regime_examples():
     assert reg("dev", "129") == {"h100_fp8", "long_cp"}
     assert reg("new", "109") == {"h100_bf16_dense", "gpus_4k"}
     assert reg("new", "112") == {"h100_bf16_dense", "zero3_fsdp", "gpus_4k", "uneven_pp"}
-    assert reg("sealed", "187") == {"h100_fp8", "moe_ep", "moe_fine"}  # "ddp (FSDP=0)" is not FSDP
-    assert reg("sealed", "186") == {"moe_ep"}  # gpt-oss: 128 experts but top-4, BF16 MoE
+    assert reg("spent", "187") == {"h100_fp8", "moe_ep", "moe_fine"}  # "ddp (FSDP=0)" is not FSDP
+    assert reg("spent", "186") == {"moe_ep"}  # gpt-oss: 128 experts but top-4, BF16 MoE
     assert reg("new", "205") == {"zero3_fsdp", "moe_ep", "moe_fine"}
-    assert reg("sealed", "140") == {"h100_fp8", "zero3_fsdp", "long_cp"}
+    assert reg("spent", "140") == {"h100_fp8", "zero3_fsdp", "long_cp"}
     assert reg("new", "126") == {"gpus_4k", "a100_megatron"}
-    assert reg("sealed", "176") == {"other"}
+    assert reg("spent", "176") == {"other"}
     assert R.regimes_of(
         dict(
             gpu="H200",

@@ -154,6 +154,7 @@ from .sources import (
     DATA,
     DATA_NEW,
     DATA_SEALED,
+    DATA_SPENT,
     FA2_STACKS,
     FP16_GRADS,
     FRAMEWORK,
@@ -167,6 +168,7 @@ from .sources import (
     NEMO_BF16_OPTIMIZER,
     NOT_MODELLED,
     SETS,
+    SOURCES_BEFORE_38,
     TORCHTITAN,
     TUNED_TABLES,
     nemo_bf16_grads,
@@ -178,16 +180,18 @@ _dev_row, _new_row = dev_row, new_row  # their former names (tests/test_publishe
 def load_rows(path: Path = DATA) -> list[Row]:
     """Every row of one CSV file (the development set by default), skipped rows included."""
     name = Path(path).name
-    kind = "sealed" if "published_sealed" in name else "new" if "published_new" in name else "dev"
+    kinds = {"published_sealed": "sealed", "published_spent": "spent", "published_new": "new"}
+    kind = next((k for stem, k in kinds.items() if stem in name), "dev")
     with open(path, newline="") as f:
         return [dev_row(r) if kind == "dev" else new_row(r, kind) for r in csv.DictReader(f)]
 
 
 def load_set(name: str = "all") -> list[Row]:
-    """Rows of the ``dev`` set, the ``new`` set, ``all`` (dev first, then new) or the ``sealed`` split
-    (never part of ``all``: it is scored once, at the end of an issue)."""
-    if name not in ("dev", "new", "all", "sealed"):
-        raise ValueError(f"set={name!r}: must be dev, new, all or sealed")
+    """Rows of the ``dev`` set, the ``new`` set, ``all`` (dev first, then new), the ``sealed`` split (never
+    part of ``all``: it is scored once, at the end of an issue) or the ``spent`` split (issue 20's sealed split,
+    scored once, never part of ``all``)."""
+    if name not in ("dev", "new", "all", "sealed", "spent"):
+        raise ValueError(f"set={name!r}: must be dev, new, all, sealed or spent")
     names = ("dev", "new") if name == "all" else (name,)
     return [r for n in names for r in load_rows(SETS[n])]
 
@@ -208,6 +212,7 @@ __all__ = [
     "DATA",
     "DATA_NEW",
     "DATA_SEALED",
+    "DATA_SPENT",
     "FA2_STACKS",
     "FP16_GRADS",
     "FRAMEWORK",
@@ -221,6 +226,7 @@ __all__ = [
     "NEMO_BF16_OPTIMIZER",
     "NOT_MODELLED",
     "SETS",
+    "SOURCES_BEFORE_38",
     "TORCHTITAN",
     "TUNED_TABLES",
     "Row",
