@@ -65,8 +65,11 @@ def with_trust(
 
 
 def band_note_lines(est: Estimate) -> list[str]:
-    """The band's notes, one indented line each (empty when the plan lies inside the data)."""
-    return [f"  band: {n}" for n in getattr(est, "band_notes", ())]
+    """The band's notes, one indented line each (empty when the plan lies inside the data), then how each
+    component is known in one line (:func:`costmodel.trust.evidence.summary`)."""
+    lines = [f"  band: {n}" for n in getattr(est, "band_notes", ())]
+    summary = getattr(est, "evidence_summary", "")
+    return [*lines, f"  {summary}"] if summary else lines
 
 
 def estimate_json(

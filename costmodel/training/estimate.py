@@ -72,6 +72,8 @@ class Estimate:
     layout: str = ""  # the pipeline layout the step ran (Megatron-Core text, costmodel.spec.layout)
     engine: str = DEFAULT_ENGINE  # which engine computed it: "graph" (op-graph scheduler) or "analytic"
     band_notes: list = field(default_factory=list)  # what widened the band, in words (costmodel.trust.band_scope)
+    evidence: dict = field(default_factory=dict)  # how each component is known (costmodel.trust.evidence)
+    evidence_summary: str = ""  # the same in one line
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values with the keys of DESIGN.md."""
@@ -98,7 +100,11 @@ class Estimate:
             "flop_convention": self.flop_convention,
             "notes": list(self.notes),
             **self._bands(),
+            **self._evidence(),
         }
+
+    def _evidence(self) -> dict:
+        return {"evidence": self.evidence, "evidence_summary": self.evidence_summary} if self.evidence else {}
 
     def _bands(self) -> dict:
         if self.step_time_band_s is None:

@@ -10,6 +10,7 @@ published run of its hardware class and dtype, a note saying so (:mod:`costmodel
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from costmodel.physics.kernels.flops import with_convention
@@ -18,6 +19,7 @@ from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.training.estimate import Estimate
 from costmodel.trust.ceilings import mfu_warning
+from costmodel.trust.evidence import step_evidence, summary, widening_log_sd
 from costmodel.trust.serving_band import with_serving_bands
 from costmodel.trust.uncertainty import assess, bias_note, device_family
 
@@ -36,10 +38,27 @@ def attach(est, model: ModelSpec, cluster: ClusterSpec, workload: Workload, comp
         warn = warn.replace("predicted MFU", "predicted MFU (counting full s x s attention)", 1)
     if warn and warn not in notes:
         notes.append(warn)
+    evidence = est.evidence or step_evidence(model, cluster, workload, est)
+    est = replace(est, evidence=evidence, evidence_summary=summary(evidence))
     if est.step_time_band_s:
         return replace(est, notes=notes)
     lo, hi, band_notes = assess(model, cluster, workload, est, completion_log_sd=completion_log_sd)
+    lo, hi, band_notes = _widen(est.step_time_s, lo, hi, band_notes, widening_log_sd(evidence))
     lean = bias_note(model, cluster, est.config, est.step_time_s, (lo, hi))
     if lean and lean not in notes:
         notes.append(lean)
     return replace(est, step_time_band_s=(lo, hi), band_notes=band_notes, notes=notes)
+
+
+def _widen(t: float, lo: float, hi: float, notes: list, log_sd: float, z: float = 1.2816) -> tuple:
+    """The band ``(lo, hi)`` about ``t`` widened in quadrature by ``z`` (80%) times ``log_sd``
+    (:func:`costmodel.trust.evidence.widening_log_sd`), with a note saying so."""
+    if log_sd <= 0 or t <= 0:
+        return lo, hi, notes
+    down = math.sqrt(math.log(t / lo) ** 2 + (z * log_sd) ** 2) if lo > 0 else 0.0
+    up = math.sqrt(math.log(hi / t) ** 2 + (z * log_sd) ** 2)
+    note = (
+        f"constants no measured run of this device has tested (evidence marked *): band widened by log sd "
+        f"{log_sd:.3f} (+-{100 * (math.exp(z * log_sd) - 1):.0f}% at 80%)"
+    )
+    return t * math.exp(-down), t * math.exp(up), [*notes, note]
