@@ -1,0 +1,307 @@
+"""Convert AIConfigurator's measured per-operation tables into the compact files of
+``costmodel/physics/tables/data/`` (issue 38).
+
+    python -m benchmarks.tables_convert --aic /work/.mirror/ai-dynamo+aiconfigurator/repo [--date YYYY-MM-DD]
+
+Source: ``ai-dynamo/aiconfigurator`` (Apache-2.0), snapshot 095f58a (2026-08-21), tables under
+``aic-core/src/aiconfigurator_core/systems/data/<system>/<op>/<backend>/<version>/``. The repository
+is read through ``git show`` (a bare mirror needs no work tree). Needs pyarrow (``pip install
+.[tables]``); the package reads the output with numpy alone. ``systems/silicon_sample.csv`` is never
+read.
+
+Units, from the collector code at that commit:
+- GEMM ``latency`` is milliseconds: ``collector/trtllm/collect_gemm.py`` logs
+  ``results["latency_ms"] / outside_loop_count`` (the same key in the vLLM and SGLang collectors).
+- NCCL ``latency`` is milliseconds and ``message_size`` counts ELEMENTS:
+  ``collector/network/collect_nccl.py`` runs nccl-tests with ``-b size -e size`` (bytes), reads the
+  out-of-place time column (us) ``* 1e-3  # us to ms`` and logs ``message_size = size //
+  bytes_per_element`` (2 for ``half``, 1 for ``int8``). The files here store bytes (nccl-tests'
+  ``size``: the per-GPU buffer, all-gather output, reduce-scatter input), i.e. elements times 2 or 1.
+
+What is kept (size: the installed data stays under about 10 MB): GEMM, for each system, the newest
+collected version of each backend (trtllm, vllm, sglang); older collected versions are listed in
+the manifest as ``dropped`` and a lookup naming one gets the nearest kept version with a note;
+``reuse.yaml`` versions become aliases of their donor. NCCL: every version. Grid holes (shapes a
+collection did not measure, mostly the largest m x n x k) are filled by constant throughput from the
+nearest measured neighbour along the grid and flagged (``<dtype>.fill`` > 0: tenths of log2 units to
+the donor), so a look-up touching one is never called "measured". Duplicated rows (some NCCL files
+hold two collections) keep the last row, as a dictionary built row by row would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "costmodel" / "physics" / "tables" / "data"
+SRC = "aic-core/src/aiconfigurator_core/systems/data"
+COMMIT = "095f58a"
+SYSTEMS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")
+GEMM_DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4")
+NCCL_OPS = ("all_gather", "all_reduce", "reduce_scatter", "alltoall")
+NCCL_BYTES = {"half": 2, "int8": 1}
+
+
+def version_key(v: str) -> tuple:
+    """Order versions: numbers compare as numbers; a pre-release (``rc``, ``post`` aside) sorts before
+    its release (``1.3.0rc20 < 1.3.0``)."""
+    parts = []
+    for tok in re.findall(r"\d+|[a-z]+", v.lower()):
+        if tok.isdigit():
+            parts.append((1, int(tok)))
+        elif tok in ("rc", "a", "b", "dev"):
+            parts.append((0, tok))
+        else:  # post
+            parts.append((2, tok))
+    return (*parts, (1, 0))
+
+
+def git_show(repo: str, path: str) -> bytes:
+    return subprocess.run(["git", "-C", repo, "show", f"HEAD:{path}"], capture_output=True, check=True).stdout
+
+
+def ls_tables(repo: str) -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", repo, "ls-tree", "-r", "--name-only", "HEAD", SRC], capture_output=True, text=True, check=True
+    ).stdout
+    return [p for p in out.split() if "silicon_sample" not in p]
+
+
+def zip_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """An ``.npz`` numpy can load, byte-identical for identical arrays (fixed zip timestamps)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in sorted(arrays):
+            b = io.BytesIO()
+            np.lib.format.write_array(b, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, b.getvalue(), compresslevel=9)
+    path.write_bytes(buf.getvalue())
+
+
+def fill_holes(lat: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
+    """Fill NaN cells of ``lat`` (m x n x k) in place by constant throughput (latency proportional to
+    m*n*k) from a filled neighbour one grid step away, sweeping until none is left; returns the
+    distance to the measured donor in tenths of log2 units (0: measured)."""
+    dist = np.where(np.isnan(lat), np.inf, 0.0)
+    logs = [np.log2(a.astype(float)) for a in axes]
+    while np.isinf(dist).any():
+        progressed = False
+        for ax in range(3):
+            for step in (1, -1):
+                src = np.roll(lat, step, axis=ax)
+                sd = np.roll(dist, step, axis=ax)
+                lg = logs[ax]
+                dlog = lg - np.roll(lg, step)  # log2 of (target / donor) along this axis
+                sl = [None, None, None]
+                sl[ax] = slice(None)
+                dlog = dlog[tuple(sl)]
+                ok = np.isinf(dist) & np.isfinite(sd)
+                edge = [slice(None)] * 3
+                edge[ax] = 0 if step == 1 else -1  # np.roll wraps: the first (last) cell has no donor
+                ok[tuple(edge)] = False
+                if ok.any():
+                    lat[ok] = (src * np.exp2(dlog))[ok]
+                    dist[ok] = (sd + np.abs(dlog))[ok]
+                    progressed = True
+        if not progressed:
+            raise ValueError("grid has no measured point to fill from")
+    return np.minimum(np.ceil(dist * 10), 255).astype(np.uint8)
+
+
+def gemm_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
+    arrays, info = {}, {}
+    for dt in GEMM_DTYPES:
+        s = df[df.gemm_dtype == dt]
+        if s.empty:
+            continue
+        s = s.drop_duplicates(["m", "n", "k"], keep="last")
+        axes = [np.array(sorted(s[c].unique()), dtype=np.int64) for c in "mnk"]
+        lat = np.full([len(a) for a in axes], np.nan)
+        idx = [np.searchsorted(a, s[c].to_numpy()) for a, c in zip(axes, "mnk")]
+        lat[tuple(idx)] = s.latency.to_numpy(dtype=float)
+        holes = int(np.isnan(lat).sum())
+        fill = fill_holes(lat, axes)
+        for c, a in zip("mnk", axes):
+            arrays[f"{dt}.{c}"] = a.astype(np.int32)
+        arrays[f"{dt}.lat_ms"] = lat.astype(np.float32)
+        arrays[f"{dt}.fill"] = fill
+        info[dt] = {
+            "points": int(len(s)),
+            "grid": [len(a) for a in axes],
+            "holes_filled": holes,
+            "kernel_source": sorted(s.kernel_source.unique().tolist()),
+        }
+    return arrays, info
+
+
+def nccl_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
+    arrays, info = {}, {}
+    df = df.drop_duplicates(["op_name", "nccl_dtype", "num_gpus", "message_size"], keep="last")
+    for (op, dt, n), s in df.groupby(["op_name", "nccl_dtype", "num_gpus"], sort=True):
+        s = s.sort_values("message_size")
+        key = f"{op}.{dt}.{int(n)}"
+        arrays[key + ".bytes"] = (s.message_size.to_numpy(dtype=np.int64) * NCCL_BYTES[dt]).astype(np.int64)
+        arrays[key + ".lat_ms"] = s.latency.to_numpy(dtype=np.float32)
+        info[key] = int(len(s))
+    return arrays, info
+
+
+def meta(repo: str, folder: str) -> dict:
+    import yaml
+
+    out = {}
+    for name in ("collection_meta.yaml", "reuse.yaml"):
+        try:
+            out[name] = yaml.safe_load(git_show(repo, f"{folder}/{name}"))
+        except subprocess.CalledProcessError:
+            pass
+    return out
+
+
+def convert(repo: str, date: str) -> dict:
+    import pandas as pd
+
+    files = ls_tables(repo)
+    tree: dict[tuple, dict] = {}  # (system, op, backend) -> {version: [file names]}
+    for f in files:
+        parts = f[len(SRC) + 1 :].split("/")
+        if len(parts) != 5 or parts[0] not in SYSTEMS:
+            continue
+        system, op, backend, version, name = parts
+        if (op, name) in (("gemm", "gemm_perf.parquet"), ("gemm", "reuse.yaml")) or (
+            op == "comm" and backend == "nccl" and name in ("nccl_perf.parquet", "reuse.yaml")
+        ):
+            tree.setdefault((system, op, backend), {}).setdefault(version, []).append(name)
+    OUT.mkdir(parents=True, exist_ok=True)
+    for old in OUT.glob("*.npz"):
+        old.unlink()
+    manifest = {
+        "source": {
+            "repo": "https://github.com/ai-dynamo/aiconfigurator",
+            "commit": COMMIT,
+            "commit_full": subprocess.run(
+                ["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip(),
+            "licence": "Apache-2.0",
+            "path": SRC,
+        },
+        "converter": {"command": f"python -m benchmarks.tables_convert --aic {repo}", "date": date},
+        "units": {"gemm": "lat_ms: milliseconds per GEMM", "nccl": "bytes: nccl-tests size; lat_ms: milliseconds"},
+        "files": {},
+        "aliases": [],
+        "dropped": [],
+    }
+    for (system, op, backend), versions in sorted(tree.items()):
+        collected = sorted(
+            (v for v, names in versions.items() if any(n.endswith(".parquet") for n in names)), key=version_key
+        )
+        keep = collected if op == "comm" else collected[-1:]
+        for v in sorted(versions, key=version_key):
+            folder = f"{SRC}/{system}/{op}/{backend}/{v}"
+            m = meta(repo, folder)
+            if "reuse.yaml" in m:
+                first = ((m["reuse.yaml"] or {}).get("reuse") or [{}])[0]
+                manifest["aliases"].append(
+                    {
+                        "system": system,
+                        "op": "gemm" if op == "gemm" else "nccl",
+                        "backend": backend,
+                        "version": v,
+                        "reuses": first.get("from_version"),
+                        "collected_too": v in collected,
+                        "source_path": f"{folder}/reuse.yaml",
+                        "reason": " ".join(str(first.get("reason", "")).split())[:300],
+                    }
+                )
+                if v not in collected:
+                    continue
+            if v not in keep:
+                manifest["dropped"].append(
+                    {
+                        "system": system,
+                        "op": "gemm",
+                        "backend": backend,
+                        "version": v,
+                        "why": "size: only the newest collected version per backend is kept",
+                    }
+                )
+                continue
+            pq = "gemm_perf.parquet" if op == "gemm" else "nccl_perf.parquet"
+            df = pd.read_parquet(io.BytesIO(git_show(repo, f"{folder}/{pq}")))
+            if op == "gemm":
+                arrays, info = gemm_arrays(df)
+                name = f"gemm_{system}_{backend}_{v}.npz"
+                entry = {"op": "gemm", "backend": backend, "backend_version": v, "dtypes": info}
+            else:
+                arrays, info = nccl_arrays(df)
+                name = f"nccl_{system}_{v}.npz"
+                entry = {"op": "nccl", "backend": "nccl", "backend_version": v, "nccl_version": v, "series": info}
+                if "version" in df.columns:
+                    entry["row_version_column"] = sorted(df.version.astype(str).unique().tolist())
+            zip_npz(OUT / name, arrays)
+            cm = m.get("collection_meta.yaml") or {}
+            entry.update(
+                {
+                    "system": system,
+                    "device_column": sorted(df.device.astype(str).unique().tolist()) if "device" in df.columns else [],
+                    "rows": int(len(df)),
+                    "source_repo": manifest["source"]["repo"],
+                    "source_commit": COMMIT,
+                    "source_path": f"{folder}/{pq}",
+                    "licence": "Apache-2.0",
+                    "provenance": cm.get("provenance"),
+                    "collection_meta": cm,
+                    "reuse_notes": [],
+                    "converter": manifest["converter"],
+                }
+            )
+            manifest["files"][name] = entry
+            print(f"{name}: {entry['rows']} rows", file=sys.stderr)
+    # the reuse declarations that point at each kept file (an alias may come after its donor)
+    for name, e in manifest["files"].items():
+        e["reuse_notes"] = [
+            {"version": a["version"], "reason": a["reason"]}
+            for a in manifest["aliases"]
+            if a["system"] == e["system"] and a["backend"] == e["backend"] and a["reuses"] == e["backend_version"]
+        ]
+    (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--aic", required=True, help="path of the AIConfigurator git repository (bare is fine)")
+    ap.add_argument("--date", default=datetime.now(timezone.utc).strftime("%Y-%m-%d"), help="conversion date recorded")
+    args = ap.parse_args(argv)
+    if not Path(args.aic).exists():
+        print(
+            f"--aic: {args.aic!r} does not exist; expected a git repository of ai-dynamo/aiconfigurator",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        print("tables_convert: needs pyarrow and pandas (pip install '.[tables]')", file=sys.stderr)
+        return 2
+    m = convert(args.aic, args.date)
+    total = sum(p.stat().st_size for p in OUT.iterdir())
+    print(f"{len(m['files'])} files, {total / 1e6:.2f} MB in {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
