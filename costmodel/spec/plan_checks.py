@@ -22,9 +22,12 @@ RECOMPUTE = ("none", "selective", "full", "op_sac")
 #: layer checkpointed (router, dispatch, experts, combine: ``moe_layer.py``, ``moe_layer_recompute``); ``mla_up_proj``,
 #: MLA's up projections and RoPE (``CheckpointWithoutOutput``: the Q, K, V the core attention read are discarded after
 #: its forward and recomputed from the latents, ``multi_latent_attention.py``); ``mlp``, the dense MLP checkpointed
-#: (``transformer_layer.py``: ``recompute_mlp`` only ``if not self.is_moe_layer``). Megatron's other choices
-#: (``moe_act``, ``shared_experts``, ...) are not charged, so not accepted
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp")
+#: (``transformer_layer.py``: ``recompute_mlp`` only ``if not self.is_moe_layer``); ``moe_act``, the routed experts'
+#: activation function (``moe/experts.py``: ``CheckpointWithoutOutput`` around the activation, its output, the
+#: expert fc2's input, discarded after fc2's forward and recomputed in backward; Megatron-Core requires
+#: ``--moe-grouped-gemm``, ``transformer_config.py``). Megatron's other choices (``shared_experts``, ...) are not
+#: charged, so not accepted
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp", "moe_act")
 EP_DISPATCHERS = ("alltoall", "deepep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes`)

@@ -234,7 +234,7 @@ def replay_plan(ops, fractions, c, per_op_sac: bool) -> tuple:
                 continue
         elif f <= 0:
             continue
-        elif o.name == "experts" and o.comm_after == "a2a":
+        elif o.name == "experts" and o.comm_after == "a2a" and f >= 1.0:  # "moe": the whole block, all-to-alls too
             out.append((o, False))
             continue
         out.append((replace(o, fwd_s=f * o.fwd_s, comm_after="ar" if ar else ""), False))

@@ -83,6 +83,7 @@ class Op:
     bwd_s: float
     wgrad_s: float = 0.0
     comm_after: str = ""
+    act_s: float = 0.0  # the routed experts' activation function inside an ``experts`` op (Megatron's moe_act)
 
 
 def _gemm(
@@ -350,6 +351,7 @@ def _moe_ops(
             bwd,
             up.wgrad_s + down.wgrad_s,
             comm_after="a2a" if ep > 1 else tp_comm,
+            act_s=act.fwd_s,
         )
     )
     # Unpermute: scale each slot by its router probability and sum the topk copies back into token

@@ -64,7 +64,8 @@ def module_recompute_fractions(ops, modules, moe: bool, model: ModelSpec | None 
     is charged by the engines on their own): ``layernorm`` the pre-MLP norm of an MoE layer (``ln2``;
     the input norm is fused into the QKV GEMM), ``moe`` the MoE block, its all-to-alls included
     (``megatron/core/transformer/transformer_layer.py`` and ``moe/moe_layer.py`` at d98e8a64); ``mlp`` a dense
-    layer's MLP (``fc1``, ``act``, ``fc2``); ``mla_up_proj`` (``model`` an MLA model) the up projections' share of
+    layer's MLP (``fc1``, ``act``, ``fc2``); ``moe_act`` the routed experts' activation function (its share of the
+    ``experts`` op, ``Op.act_s``); ``mla_up_proj`` (``model`` an MLA model) the up projections' share of
     the ``qkv`` GEMM (:func:`mla_up_share`) and the rotary embedding (``multi_latent_attention.py``,
     ``qkv_up_proj_and_rope_apply``).
 
@@ -78,6 +79,9 @@ def module_recompute_fractions(ops, modules, moe: bool, model: ModelSpec | None 
     up = mla_up_share(model) if model is not None and model.is_mla and "mla_up_proj" in modules else 0.0
     out = []
     for op in ops:
+        if moe and "moe_act" in modules and "moe" not in modules and op.name == "experts":
+            out.append(op.act_s / op.fwd_s if op.fwd_s else 0.0)  # moe_act: the experts' activation alone
+            continue
         on = moe and (("layernorm" in modules and op.name == "ln2") or ("moe" in modules and op.name in MOE_BLOCK_OPS))
         on = on or (not moe and "mlp" in modules and op.name in ("fc1", "act", "fc2"))
         out.append(1.0 if on else up if op.name == "qkv" else (1.0 if up and op.name == "rope" else 0.0))

@@ -64,7 +64,9 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     mlp = (4 if gated else 2) * 1 + x  # per FFN unit: fc1 output (2 B, twice gated) and the fc2 input
     if moe:
         f = model.moe_ffn_hidden
-        slot = mlp * f / c.expert_tp() + x * h  # expert MLP tensors + permuted input (the expert fc1's input)
+        # Megatron "moe_act": the activation's output (the expert fc2's input, x bytes) discarded and recomputed
+        expert_mlp = mlp - x if "moe_act" in rec else mlp
+        slot = expert_mlp * f / c.expert_tp() + x * h  # expert MLP tensors + permuted input (the expert fc1's input)
         slots_per_token = model.topk / (t if c.ep > 1 else 1)
         # the busiest EP rank stores its share of the routed slots (costmodel.physics.kernels.moe_load.moe_imbalance)
         slots_per_token *= moe_imbalance(
