@@ -46,6 +46,7 @@ TOPICS = [
             ("component_mechanics", "python -m benchmarks.component_mechanics"),
             ("component_ep", "python -m benchmarks.component_ep"),
             ("component_routing", "python -m benchmarks.component_routing"),
+            ("component_tables", "python -m benchmarks.component_tables"),
         ],
     ),
     ("Engine agreement", [("engine_agreement", "python -m benchmarks.engine_agreement")]),

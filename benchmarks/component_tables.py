@@ -1,0 +1,303 @@
+"""The measured tables against held-out table points and against the component rows (issue 38).
+
+    python -m benchmarks.component_tables [--check]
+
+Held-out rule (stated before any result was looked at):
+- GEMM: in every kept GEMM table (system x backend) and dtype, the k values at the odd positions of
+  the table's k axis, except the last value, are removed from the grid; every removed (m, n, k) point
+  that was measured (not a grid hole filled at conversion, and with both k-neighbours measured) is
+  predicted from the remaining grid by the package's interpolation (``costmodel.physics.tables.grid``,
+  log latency linear in log k between the kept neighbours, m and n being grid points).
+- NCCL: in every NCCL table, op, dtype and GPU count, the message sizes at the odd positions except
+  the last are removed and predicted from their neighbours the same way.
+Error = predicted / measured - 1; mean |err|, signed mean and the 95th percentile of |err| per GPU
+generation (Ampere: a100_sxm; Hopper: h100_sxm, h200_sxm; Blackwell: b200_sxm, b300_sxm, gb200,
+gb300) and per dtype (GEMM) or op (NCCL). Target (issue 38): mean |err| <= 5% per generation.
+
+Rows measured elsewhere, predicted from the tables:
+- ``benchmarks/data/components/kernels.csv`` GEMM rows (time = 2 m n k / measured FLOP/s), each read
+  from the table whose kernel library is the row's (vLLM's benchmark: vllm; DeepGEMM: sglang, whose
+  fp8_block kernel is DeepGEMM; cuBLAS and torch.matmul: trtllm, whose torch_flow is cuBLAS). Devices
+  without a table are read from a stated stand-in (A100 40 GB: the A100 80 GB table; H100 500 W:
+  H100 SXM; H800: H100 SXM, same SMs and clocks) and reported apart.
+- ``benchmarks/data/components/collectives.csv`` NCCL rows inside one node (nodes = 1; DeepEP rows and
+  devices without a table left out), converted to seconds by ``component_collectives.measured_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import results_io
+from benchmarks.component_collectives import load_cases, measured_s
+from costmodel.physics.tables import collective_lookup, gemm_lookup, system_of
+from costmodel.physics.tables.store import load, manifest
+from costmodel.spec.presets import load_cluster
+
+KERNELS = Path(__file__).resolve().parent / "data" / "components" / "kernels.csv"
+COLLECTIVES = KERNELS.with_name("collectives.csv")
+GENERATION = {
+    "a100_sxm": "Ampere",
+    "h100_sxm": "Hopper",
+    "h200_sxm": "Hopper",
+    "b200_sxm": "Blackwell",
+    "b300_sxm": "Blackwell",
+    "gb200": "Blackwell",
+    "gb300": "Blackwell",
+}
+GENS = ("Ampere", "Hopper", "Blackwell")
+LIMIT = 0.05
+BIG_MS = 0.1  # a breakdown (not the rule): held-out points whose measured time is at least 100 us
+#: kernels.csv device -> (table system, stand-in note)
+KERNEL_DEVICES = {
+    "A100-SXM4-80GB": ("a100_sxm", ""),
+    "H100-SXM5-80GB": ("h100_sxm", ""),
+    "H200-SXM5-141GB": ("h200_sxm", ""),
+    "B200": ("b200_sxm", ""),
+    "A100-SXM4-40GB": ("a100_sxm", "stand-in: A100 80 GB table"),
+    "H100-500W": ("h100_sxm", "stand-in: H100 SXM table"),
+    "H800-SXM5-80GB": ("h100_sxm", "stand-in: H100 SXM table"),
+}
+
+
+def held_positions(n: int) -> list[int]:
+    """Odd positions of an axis of ``n`` values, the last excluded (the held-out rule)."""
+    return [j for j in range(1, n - 1, 2)]
+
+
+def heldout_1d(logx: np.ndarray, lat: np.ndarray, ok: np.ndarray, axis: int):
+    """Predictions of the held-out positions along ``axis`` of ``lat`` from their two neighbours
+    (log latency linear in log x); returns (predicted, measured) of the points ``ok`` allows."""
+    preds, meas = [], []
+    for j in held_positions(lat.shape[axis]):
+        t = (logx[j] - logx[j - 1]) / (logx[j + 1] - logx[j - 1])
+        lo, mid, hi = (np.take(lat, i, axis=axis) for i in (j - 1, j, j + 1))
+        good = np.take(ok, j - 1, axis=axis) & np.take(ok, j, axis=axis) & np.take(ok, j + 1, axis=axis)
+        p = np.exp((1 - t) * np.log(lo) + t * np.log(hi))
+        preds.append(p[good])
+        meas.append(mid[good])
+    return np.concatenate(preds), np.concatenate(meas)
+
+
+def gemm_heldout(files: list[str] | None = None) -> list[dict]:
+    """One row per (file, dtype): system, backend, dtype and the error arrays' summary."""
+    out = []
+    for f, e in sorted(manifest()["files"].items()):
+        if e["op"] != "gemm" or (files is not None and f not in files):
+            continue
+        z = load(f)
+        for dt in e["dtypes"]:
+            k = z[f"{dt}.k"].astype(float)
+            p, m = heldout_1d(np.log(k), z[f"{dt}.lat_ms"].astype(float), z[f"{dt}.fill"] == 0, axis=2)
+            out.append({"system": e["system"], "backend": e["backend"], "what": dt, "err": p / m - 1, "ms": m})
+    return out
+
+
+def nccl_heldout() -> list[dict]:
+    out = []
+    for f, e in sorted(manifest()["files"].items()):
+        if e["op"] != "nccl":
+            continue
+        z = load(f)
+        for key in sorted(k[: -len(".bytes")] for k in z if k.endswith(".bytes")):
+            b, lat = z[key + ".bytes"].astype(float), z[key + ".lat_ms"].astype(float)
+            p, m = heldout_1d(np.log(b), lat, np.ones_like(lat, dtype=bool), axis=0)
+            out.append(
+                {
+                    "system": e["system"],
+                    "backend": e["backend_version"],
+                    "what": key.split(".")[0],
+                    "err": p / m - 1,
+                    "ms": m,
+                }
+            )
+    return out
+
+
+def stats(err: np.ndarray) -> dict:
+    a = np.abs(err)
+    return {
+        "points": int(err.size),
+        "mean |err| %": results_io.pct(float(a.mean())),
+        "signed %": results_io.pct(float(err.mean())),
+        "p95 |err| %": results_io.pct(float(np.percentile(a, 95))),
+    }
+
+
+def summarise(rows: list[dict], kind: str) -> tuple[list[dict], dict[str, float]]:
+    """Table rows per (generation, dtype/op) and per generation; {generation: mean |err|}."""
+    table, gen_mean = [], {}
+    for g in GENS:
+        mine = [r for r in rows if GENERATION[r["system"]] == g]
+        if not mine:
+            continue
+        for w in sorted({r["what"] for r in mine}):
+            err = np.concatenate([r["err"] for r in mine if r["what"] == w])
+            table.append({"set": f"{kind} held-out", "generation": g, "dtype/op": w, **stats(err)})
+        err = np.concatenate([r["err"] for r in mine])
+        table.append({"set": f"{kind} held-out", "generation": g, "dtype/op": "all", **stats(err)})
+        gen_mean[g] = float(np.abs(err).mean())
+        big = np.concatenate([r["err"][r["ms"] >= BIG_MS] for r in mine])
+        table.append(
+            {"set": f"{kind} held-out, measured >= {BIG_MS} ms", "generation": g, "dtype/op": "all", **stats(big)}
+        )
+    return table, gen_mean
+
+
+def kernel_rows(path: Path = KERNELS) -> list[dict]:
+    """The GEMM rows of kernels.csv predicted from the tables."""
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["kernel"] != "gemm" or r["device"] not in KERNEL_DEVICES:
+                continue
+            system, stand_in = KERNEL_DEVICES[r["device"]]
+            m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+            dtype = "bf16" if r["dtype"] in ("bf16", "fp16") else "fp8_block" if "DeepGEMM" in r["impl"] else r["dtype"]
+            # the table whose kernel library is the row's: vLLM's benchmark -> vllm; DeepGEMM -> sglang
+            # (its fp8_block kernel_source is DeepGEMM); cuBLAS / torch.matmul -> trtllm (torch_flow)
+            backend = "vllm" if "vllm" in r["impl"].lower() else "sglang" if "DeepGEMM" in r["impl"] else None
+            meas = 2.0 * m * n * k / (float(r["measured_tflops"]) * 1e12)
+            t, ev = gemm_lookup(system, dtype, m, n, k, backend=backend)
+            out.append(
+                {
+                    "row": int(r["row_id"]),
+                    "device": r["device"],
+                    "generation": GENERATION[system],
+                    "dtype": dtype,
+                    "shape": f"{m}x{n}x{k}",
+                    "own table": not stand_in,
+                    "measured_us": round(meas * 1e6, 2),
+                    "table_us": None if t is None else round(t * 1e6, 2),
+                    "err %": None if t is None else results_io.pct(t / meas - 1),
+                    "evidence": ev.kind,
+                    "table": ev.table,
+                    "note": "; ".join(x for x in (stand_in, ev.note) if x),
+                }
+            )
+    return out
+
+
+def collective_rows() -> list[dict]:
+    """The intra-node NCCL rows of collectives.csv predicted from the tables."""
+    with open(COLLECTIVES, newline="") as f:
+        versions = {r["case_id"]: re.findall(r"\d+\.\d+(?:\.\d+)?", r["nccl_version"]) for r in csv.DictReader(f)}
+    out = []
+    for c in load_cases():
+        if c.nodes != 1 or c.source_key.startswith("deepep"):
+            continue
+        device = load_cluster(c.cluster_preset).device
+        system = system_of(device)
+        if system is None:
+            continue
+        nccl = (versions.get(c.case_id) or [None])[0]
+        t, ev = collective_lookup(device, c.collective, c.message_bytes, c.gpus, nccl=nccl)
+        meas = measured_s(c)
+        out.append(
+            {
+                "row": c.case_id,
+                "source": c.source_key,
+                "generation": GENERATION[system],
+                "op": c.collective,
+                "bytes": c.message_bytes,
+                "gpus": c.gpus,
+                "measured_us": round(meas * 1e6, 1),
+                "table_us": None if t is None else round(t * 1e6, 1),
+                "err %": None if t is None else results_io.pct(t / meas - 1),
+                "evidence": ev.kind,
+                "note": ev.note,
+            }
+        )
+    return out
+
+
+def row_summary(rows: list[dict], label: str) -> list[dict]:
+    out = []
+    for g in GENS:
+        e = [r["err %"] / 100 for r in rows if r["generation"] == g and r["err %"] is not None]
+        if e:
+            out.append(
+                {
+                    "set": label,
+                    "generation": g,
+                    "dtype/op": "all",
+                    "points": len(e),
+                    "mean |err| %": results_io.pct(statistics.mean(map(abs, e))),
+                    "signed %": results_io.pct(statistics.mean(e)),
+                    "p95 |err| %": None,
+                }
+            )
+    return out
+
+
+def main(argv: list[str] | None = None, record_results: bool = False) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when a generation's held-out mean |err| > 5%%")
+    args = ap.parse_args(argv)
+    g_table, g_mean = summarise(gemm_heldout(), "GEMM")
+    n_table, n_mean = summarise(nccl_heldout(), "NCCL")
+    krows, crows = kernel_rows(), collective_rows()
+    own = [r for r in krows if r["own table"]]
+    k_table = row_summary(own, "kernels.csv GEMM (own table)") + row_summary(
+        [r for r in krows if not r["own table"]], "kernels.csv GEMM (stand-in table)"
+    )
+    c_table = row_summary(crows, "collectives.csv intra-node")
+    table = g_table + n_table + k_table + c_table
+    for r in table:
+        print(
+            f"{r['set']:36s} {r['generation']:9s} {r['dtype/op']:15s} n={r['points']:7d} "
+            f"mean|err| {r['mean |err| %']:6.2f}%  signed {r['signed %']:+6.2f}%"
+            + (f"  p95 {r['p95 |err| %']:6.2f}%" if r["p95 |err| %"] is not None else "")
+        )
+    print("\nkernels.csv GEMM rows:")
+    for r in krows:
+        print(
+            f"  {r['row']:4d} {r['device']:16s} {r['dtype']:9s} {r['shape']:18s} meas {r['measured_us']:10.2f} us "
+            f"table {r['table_us']} us  err {r['err %']}%  [{r['evidence']}] {r['note']}"
+        )
+    print("\ncollectives.csv intra-node rows:")
+    for r in crows:
+        print(
+            f"  {r['row']:>4s} {r['source']:16s} {r['op']:13s} {r['bytes']:>12.0f} B  meas {r['measured_us']:10.1f} us "
+            f"table {r['table_us']} us  err {r['err %']}%  [{r['evidence']}] {r['note']}"
+        )
+    met = {
+        g: v <= LIMIT
+        for g, v in {
+            **{f"GEMM {k}": v for k, v in g_mean.items()},
+            **{f"NCCL {k}": v for k, v in n_mean.items()},
+        }.items()
+    }
+    head = {f"GEMM held-out {g} mean |err| %": results_io.pct(v) for g, v in g_mean.items()}
+    head.update({f"NCCL held-out {g} mean |err| %": results_io.pct(v) for g, v in n_mean.items()})
+    for r in k_table + c_table:
+        head[f"{r['set']} {r['generation']} mean |err| %"] = r["mean |err| %"]
+    results_io.record(
+        "component_tables",
+        argv,
+        enabled=record_results,
+        title="measured tables (AIConfigurator 095f58a): held-out table points and component rows",
+        headline=head,
+        table=table + [{k: v for k, v in r.items() if k != "note"} for r in krows],
+        targets=[{"name": f"{k} held-out mean |err| <= 5%", "met": v} for k, v in met.items()],
+        inputs=[
+            "costmodel/physics/tables",
+            "benchmarks/component_tables.py",
+            "benchmarks/data/components/kernels.csv",
+            "benchmarks/data/components/collectives.csv",
+        ],
+    )
+    if args.check:
+        return 0 if all(met.values()) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(record_results=True))
