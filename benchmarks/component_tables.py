@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         enabled=record_results,
         title="measured tables (AIConfigurator 095f58a): held-out table points and component rows",
         headline=head,
-        table=table + [{k: v for k, v in r.items() if k != "note"} for r in krows],
+        table=[r for r in table if r["dtype/op"] == "all"] + [r for r in table if r["dtype/op"] != "all"],
         targets=[{"name": f"{k} held-out mean |err| <= 5%", "met": v} for k, v in met.items()],
         inputs=[
             "costmodel/physics/tables",
