@@ -18,6 +18,11 @@ from .measured import measured_step_s
 from .row import Row
 from .sources import (
     AUTOMODEL_FULL_AC,
+    COMPILE_STATED,
+    FULL_SHARD,
+    GPUS_PER_NODE,
+    MEGATRON_DEEPSPEED_2022,
+    TORCHTITAN_AC_EVERY,
     BRIDGE_2509_RECIPES,
     BRIDGE_FP8_PARAMS,
     FA2_STACKS,
@@ -66,7 +71,7 @@ def _zero(src: str, sharding: str, pp: int, notes: list, moe: bool = False) -> i
         z = 3 if pp == 1 else 2
         notes.append(f"FSDP2 reshard_after_forward={'True' if z == 3 else 'False (PP on)'} -> zero {z}")
         return z
-    if src == "llmfoundry_2024":
+    if src == "llmfoundry_2024" or (src in FULL_SHARD and "hsdp" not in s and "none" not in s):
         return 3
     if src == "llama3_2024":
         return 2  # FSDP sharding optimizer state and gradients, parameters kept after forward
@@ -92,6 +97,11 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         cluster = load_cluster(_cluster_name(r["gpu_type"])).with_gpus(gpus)
     except KeyError:
         cluster, skip = None, skip or f"no cluster preset for {r['gpu_type']!r}"
+    if cluster is not None and src in GPUS_PER_NODE:
+        cluster = replace(cluster, gpus_per_node=GPUS_PER_NODE[src])
+        notes.append(f"{GPUS_PER_NODE[src]} GPUs per node (stated); links per GPU as the preset's")
+    if "hsdp" in r["zero_or_sharding"].lower():
+        skip = skip or "HSDP (sharded within a node, replicated across nodes) is not modelled"
     seq = cell_int(r["seq_len"])
     batch = cell_int(r["global_batch"])
     tp, pp, cp, ep = cell_int(r["tp"]), cell_int(r["pp"]), cell_int(r["cp"], 1), cell_int(r["ep"], 1)
@@ -156,6 +166,12 @@ def new_row(r: dict, set_name: str = "new") -> Row:
             notes.append("mb 1 (not stated)")
     rec = r["recompute"].lower()
     recompute = "full" if rec.startswith("full") else ("selective" if rec.startswith("selective") else "none")
+    if src in TORCHTITAN and rec.startswith("selective layer") and model is not None:
+        recompute = "full"
+        extra_ac = {"recompute_layers": model.layers // TORCHTITAN_AC_EVERY}
+        notes.append(f"selective layer = every {TORCHTITAN_AC_EVERY}nd block checkpointed whole (TORCHTITAN_AC_EVERY)")
+    else:
+        extra_ac = {}
     if src == "nemo_automodel" and not rec and (label, gpus) in AUTOMODEL_FULL_AC:
         recompute = "full"
         notes.append(
@@ -168,7 +184,7 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         # the config of these Llama 3 8B rows; rows 151/152 state "per-op SAC"), not Megatron's attention-only
         recompute = "op_sac"
         notes.append("selective = torchtitan per-op SAC (recompute op_sac; selective_ac_option 'op')")
-    modules, extra = None, {}
+    modules, extra = None, dict(extra_ac)
     if recompute == "selective" and src in MCORE_RECIPES and "(" in rec:
         # Megatron-Core --recompute-modules as the source lists them, e.g. "selective (layernorm, moe)"
         named = tuple(MCORE_MODULE_NAMES.get(m.strip(), m.strip()) for m in rec.split("(", 1)[1].rstrip(")").split(","))
@@ -187,14 +203,19 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         bucket = max(40e6, 1e6 * dp) * 4  # Megatron-Core default bucket, FP32 gradient elements
     elif megatron_2023:
         sp, chunks, bucket = tp > 1, 1, 0  # SP on, no TP overlap (MegaScale's own): module docstring
+    elif src in MEGATRON_DEEPSPEED_2022:
+        sp, chunks, bucket = False, 1, 0  # no SP, no TP overlap, no bucketed overlap: MEGATRON_DEEPSPEED_2022
+        notes.append(
+            "Megatron-DeepSpeed 2022: no sequence parallel, no FlashAttention, gradients reduced after the step"
+        )
     else:
         sp = tp > 1
         chunks = tp if (tp > 1 and "async tp" in r["other_metric"].lower()) else 1
         bucket = ParallelConfig().bucket_bytes
     framework = FRAMEWORK.get(src, "megatron")
     fused = True
-    if src in TORCHTITAN and "torch.compile no" in r["other_metric"].lower():
-        fused = False  # torchtitan training.compile off: the Llama block's norms, RoPE, SwiGLU run eager
+    if src in COMPILE_STATED and "torch.compile no" in r["other_metric"].lower():
+        fused = False  # training.compile off: the Llama block's norms, RoPE, SwiGLU run eager
         notes.append("torch.compile off (stated): eager element-wise kernels (fused_elementwise False)")
     other = r["other_metric"].lower()
     dispatcher = "deepep" if "deepep" in other else "alltoall"
@@ -277,7 +298,7 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         mb=mb or 1,
         recompute=recompute,
         zero=zero,
-        flash_attention=not megatron_2023,
+        flash_attention=not (megatron_2023 or src in MEGATRON_DEEPSPEED_2022),
         bucket_bytes=bucket,
         chunks=chunks,
         vp=vp,

@@ -106,6 +106,20 @@ MODEL_PRESET = {
     "DeepSeek V3 671B": "deepseek-v3",
     "DeepSeek-V3 (pre-training)": "deepseek-v3",
     "Kimi K2": "kimi-k2",
+    # issue 38's sources (the sealed split and the new set)
+    "Llama 2 7B": "llama2-7b",
+    "Llama 2 13B": "llama2-13b",
+    "Llama 2 34B (fms-fsdp)": "llama2-34b-fms",
+    "Llama 2 70B": "llama2-70b",
+    "Llama-3 7B (KempnerForge)": "llama3-8b",
+    "Llama-3 13B (KempnerForge)": "kempner-llama3-13b",
+    "Llama-3 70B (KempnerForge)": "llama3-70b",
+    "Llama-3 175B (KempnerForge)": "kempner-llama3-175b",
+    "BLOOM 176B": "bloom-176b",
+    "TinyLlama 1.1B": "tinyllama-1.1b",
+    "GPT3-1.3B (FlashAttention)": "fa2-gpt3-1.3b",
+    "GPT3-2.7B (FlashAttention, head dim 128)": "fa2-gpt3-2.7b",
+    "Llama3-8b (torchtitan)": "llama3-8b",
 }
 #: model labels with no preset on purpose: the reason is the row's skip
 NOT_MODELLED = {
@@ -170,7 +184,31 @@ MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf",
 #: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
 #: set's rule for tuned tables; module docstring, "New set")
 TUNED_TABLES = ("megatron_readme_2024",)
-TORCHTITAN = ("torchtitan_2024", "torchtitan_2025_asynctp")
+#: torchtitan runs: the benchmark files of torchtitan and the torchao pages that ran torchtitan's Llama 3 8B
+#: (torchao/float8/README.md, torchtitan docs/mxfp8.md: "torch.compile, FSDP2, per-op SAC")
+TORCHTITAN = (
+    "torchtitan_2024",
+    "torchtitan_2025_asynctp",
+    "torchtitan_perf_a100_2024",
+    "torchao_float8_h100_2025",
+    "torchtitan_mxfp8_b200_2025",
+)
+#: KempnerForge's benchmark reports (KempnerInstitute/KempnerForge benchmarks/): PyTorch FSDP2 ``fully_shard`` over
+#: ``dp_shard`` with the default ``reshard_after_forward=True`` (ZeRO-3; the 175B report: "FSDP2 dp_shard=90"), DTensor
+#: TP inside a node, 4 H200 per node ("8 nodes, 4x NVIDIA H200 (141 GB) per node", every report's Hardware line)
+KEMPNERFORGE = ("kempnerforge_mfu_2026", "kempnerforge_weak_scaling_2026", "kempnerforge_175b_2026")
+#: GPUs per node where a source's cluster differs from its GPU's preset (8 per node in every preset)
+GPUS_PER_NODE = dict.fromkeys(KEMPNERFORGE, 4)
+#: sources whose sharded data parallelism is FSDP FULL_SHARD / FSDP2 with resharding after forward (ZeRO-3) without a
+#: rule of their own: KempnerForge (above); fms-fsdp's "FSDP" rows (``sharding_strategy=fsdp``, FULL_SHARD); TinyLlama
+#: (Lightning ``FSDPStrategy`` of pretrain/tinyllama.py sets no sharding_strategy: FULL_SHARD, the default)
+FULL_SHARD = KEMPNERFORGE + ("fms_fsdp_2024", "tinyllama_2023")
+#: sources whose rows say whether ``torch.compile`` ran (other_metric ``torch.compile no``: eager element-wise kernels)
+COMPILE_STATED = TORCHTITAN + KEMPNERFORGE + ("fms_fsdp_2024",)
+#: Megatron-DeepSpeed of 2022 (BLOOM's tr11 run, bigscience-workshop/Megatron-DeepSpeed): no sequence parallelism (it
+#: arrived in Megatron-LM with Korthikanti et al., 2022, after the fork), no FlashAttention (Megatron's fused softmax),
+#: DeepSpeed's pipeline engine reduces gradients after the last micro-batch (no bucketed overlap), no TP overlap
+MEGATRON_DEEPSPEED_2022 = ("bloom_2022",)
 #: the framework that ran each new-set source (costmodel.frameworks.rules); unlisted: Megatron-Core / Megatron-LM
 FRAMEWORK = {
     "torchtitan_2024": "fsdp2",
@@ -178,11 +216,25 @@ FRAMEWORK = {
     "nemo_automodel": "fsdp2",  # AutoModel: PyTorch-native FSDP2 trainer (its parallelizer follows torchtitan's)
     "llmfoundry_2024": "fsdp2",  # Composer FSDP FULL_SHARD: per-module gather in forward and backward, RS per micro-batch
     "llama3_2024": "fsdp2",  # Meta's FSDP, parameters not resharded after forward (zero=2 under fsdp2)
+    "torchtitan_perf_a100_2024": "fsdp2",
+    "torchao_float8_h100_2025": "fsdp2",
+    "torchtitan_mxfp8_b200_2025": "fsdp2",
+    **dict.fromkeys(KEMPNERFORGE, "fsdp2"),
+    "fms_fsdp_2024": "fsdp2",  # PyTorch FSDP (FSDP1, FlatParameter): fms_fsdp/utils/train_utils.py wraps with FSDP(...)
+    "tinyllama_2023": "fsdp2",  # Lightning Fabric FSDPStrategy: PyTorch FSDP1
 }
 #: sources that ran PyTorch FSDP2 (``fully_shard``: per-parameter copy-out after each all-gather, gradient copy-in
 #: before each reduce-scatter, ``ParallelConfig.fsdp_copies``); llm-foundry's Composer wraps FSDP1 (``FlatParameter``:
 #: parameters are views of the gathered buffer) and Meta's Llama 3 FSDP is not PyTorch's: no copies charged
-FSDP2_COPIES = ("torchtitan_2024", "torchtitan_2025_asynctp", "nemo_automodel")
+FSDP2_COPIES = (
+    "torchtitan_2024",
+    "torchtitan_2025_asynctp",
+    "nemo_automodel",
+    "torchtitan_perf_a100_2024",
+    "torchao_float8_h100_2025",
+    "torchtitan_mxfp8_b200_2025",
+    *KEMPNERFORGE,
+)
 #: NeMo AutoModel rows whose benchmark config (named by the source's table, ``examples/llm_benchmark/`` at the
 #: source's commit cb976544) sets ``distributed.activation_checkpointing: true``: each transformer block is wrapped
 #: in ``checkpoint_wrapper`` (``components/moe/parallelizer.py`` ``apply_ac``, ``components/distributed/
@@ -207,4 +259,12 @@ FA2_STACKS = {
     "torchtitan_2025_asynctp": "PyTorch SDPA flash backend, which is FlashAttention-2",
     "llmfoundry_2024": "MPT attn_impl flash: the flash-attn 2 package (ALiBi)",
     "nemo_longseq": "NeMo 24.03.01 container: Transformer Engine 1.4 runs flash-attn 2 when installed",
+    "torchao_float8_h100_2025": "torchtitan's Llama: PyTorch SDPA flash backend, which is FlashAttention-2",
+    "torchtitan_mxfp8_b200_2025": "torchtitan's Llama: PyTorch SDPA (not Hopper: no change)",
+    "torchtitan_perf_a100_2024": "torchtitan's Llama: PyTorch SDPA flash backend (A100: FA2 is the native kernel)",
 }
+#: torchtitan's "selective layer" activation checkpointing: ``selective_ac_option = '2'`` checkpoints every second
+#: transformer block whole ("'int' = ac every positive int layer or 'op', ac based on ops policy": torchtitan's 2024
+#: ``train_configs/llama3_8b.toml``, "a preset for 64 A100 GPUs", which also sets ``seq_len = 8192`` and
+#: ``compile = false``): recompute ``full`` on half of the layers
+TORCHTITAN_AC_EVERY = 2
