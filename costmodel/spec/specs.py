@@ -272,6 +272,8 @@ class DeviceSpec:
     comm_compute_interference : fraction of compute throughput lost while an SM-based
         collective runs concurrently (NCCL kernels occupy SMs and HBM bandwidth).
     dma_engines : engine classes (see :class:`DmaEngineClass`).
+    kernel_table : the library whose measured GEMM table times single GEMMs (``trtllm``, ``vllm``, ``sglang``,
+        optionally with a version; :mod:`costmodel.physics.kernels.measured`); empty: the fitted roofline.
     """
 
     name: str = "device"
@@ -287,6 +289,7 @@ class DeviceSpec:
     kernel_overhead_s: float = 4e-6
     comm_compute_interference: float = 0.1
     dma_engines: tuple[DmaEngineClass, ...] = ()
+    kernel_table: str = ""
 
     def __post_init__(self):
         _positive("peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)

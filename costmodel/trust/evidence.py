@@ -25,13 +25,13 @@ from pathlib import Path
 
 from costmodel.physics.comm.groups import group_stride, layout
 from costmodel.physics.kernels.compute import layer_ops
+from costmodel.physics.kernels.measured import table_system
+from costmodel.physics.tables import KINDS  # the kinds, strongest first: a component is as weak as its weakest part
 from costmodel.spec.errors import SpecError
 from costmodel.spec.presets import load_cluster
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 
-#: the kinds of evidence, strongest first (a component is as weak as its weakest part of any weight)
-KINDS = ("measured", "interpolated", "fitted", "extrapolated", "assumed")
 
 #: log-sd of a constant carried to a device no measured run has tested: ln(0.71 / 0.53) = 0.29, how far the
 #: in-training GEMM efficiency moved from A100 to Hopper (a100-80g and h100-sxm presets, both fitted to
@@ -109,13 +109,24 @@ def compute_parts(model: ModelSpec, cluster: ClusterSpec, workload: Workload, co
     """The compute of one layer split by kernel class: ``{class: (share of the layer's time, Known)}``."""
     dev = cluster.device
     ops = layer_ops(model, dev, workload, config, moe=model.is_moe)
-    time = {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0}
+    time = {"gemm": 0.0, "attention": 0.0, "elementwise": 0.0, "tables": 0.0}
+    table_kinds = set()
     for op in ops:
-        time["elementwise" if op.kind not in time else op.kind] += op.fwd_s + op.bwd_s
+        key = "tables" if op.evidence else "elementwise" if op.kind not in time else op.kind
+        time[key] += op.fwd_s + op.bwd_s
+        table_kinds |= {op.evidence} if op.evidence else set()
     total = sum(time.values()) or 1.0
     gemm = constant_evidence(
         cluster, "device.fp8_gemm_efficiency" if workload.dtype == "fp8" else "device.gemm_efficiency"
     )
+    parts = {}
+    if table_kinds:
+        system, stand_in = table_system(dev)
+        kind = max(table_kinds, key=KINDS.index)
+        basis = f"single GEMMs from the measured {system} table ({dev.kernel_table}) at sustained clocks" + (
+            f"; {stand_in}" if stand_in else ""
+        )
+        parts["gemm (tables)"] = (time["tables"] / total, Known(kind, basis))
     attn = (
         constant_evidence(cluster, "device.attention_efficiency")
         if config.flash_attention
@@ -123,6 +134,7 @@ def compute_parts(model: ModelSpec, cluster: ClusterSpec, workload: Workload, co
     )
     ew = constant_evidence(cluster, "device.mem_bw_efficiency")
     return {
+        **parts,
         "gemm": (time["gemm"] / total, gemm),
         "attention": (time["attention"] / total, attn),
         "elementwise": (time["elementwise"] / total, ew),

@@ -33,6 +33,7 @@ from costmodel.physics.kernels.kernel_fits import attention_shape_factor
 from costmodel.physics.kernels.kvcache import kv_dtype_bytes, kv_elements_per_token_layer
 from costmodel.spec.specs import DeviceSpec, ModelSpec
 from costmodel.spec.workload import Workload
+from costmodel.physics.kernels.measured import table_evidence
 from costmodel.physics.kernels.gemm import TE_GROUPED_GEMM_STREAMS, gemm_time_s, elementwise_time_s, grouped_gemm_time_s
 from costmodel.physics.kernels.moe_load import moe_imbalance
 from costmodel.physics.kernels.gemm import ACT_BYTES
@@ -84,6 +85,7 @@ class Op:
     wgrad_s: float = 0.0
     comm_after: str = ""
     act_s: float = 0.0  # the routed experts' activation function inside an ``experts`` op (Megatron's moe_act)
+    evidence: str = ""  # a GEMM timed from the measured tables: the weakest evidence of its three GEMMs
 
 
 def _gemm(
@@ -95,6 +97,7 @@ def _gemm(
     are M-grouped with a partial last tile per group; wgrad reduces over those rows (its K is
     ``m``, short for fine-grained experts)."""
     t = grouped_gemm_time_s(m, n, k, dev, dtype, groups, ragged, streams)
+    ev = table_evidence(((m, n, k), (m, k, n), (k, n, m)), dev, dtype) if dev.kernel_table and groups == 1 else ""
     # backward: dgrad (m x n)@(n x k) and wgrad (k x m)@(m x n), same FLOPs as forward each
     dgrad = grouped_gemm_time_s(m, k, n, dev, dtype, groups, ragged, streams)
     wgrad = grouped_gemm_time_s(k, n, m, dev, dtype, groups, False, streams)
@@ -104,7 +107,7 @@ def _gemm(
         # backward does the same for the output gradient (NVIDIA Transformer Engine docs, FP8 primer).
         t += elementwise_time_s(4 * m * k * groups, dev)
         dgrad += elementwise_time_s(4 * m * n * groups, dev)
-    return Op(name, "gemm", block, 2.0 * m * n * k * groups, t, dgrad + wgrad, wgrad, comm_after)
+    return Op(name, "gemm", block, 2.0 * m * n * k * groups, t, dgrad + wgrad, wgrad, comm_after, evidence=ev)
 
 
 def _elementwise(name, block, bytes_fwd, dev, kernels=1) -> Op:

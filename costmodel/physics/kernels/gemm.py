@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from costmodel.physics.kernels.kernel_fits import gemm_fit
+from costmodel.physics.kernels.measured import table_gemm
 from costmodel.spec.specs import DeviceSpec
 from costmodel.spec.units import DTYPE_BYTES
 
@@ -151,6 +152,10 @@ def _gemm_time_s(m, n, k, dev, dtype, batch, ragged, k0, tile_shapes) -> float:
     flops = 2.0 * m * n * k * batch
     if flops <= 0:  # an empty problem (no routed tokens, an empty chunk): no kernel is launched
         return 0.0
+    if dev.kernel_table and batch == 1 and not ragged:  # a single GEMM timed from its measured table
+        t, _ = table_gemm(m, n, k, dev, dtype)
+        if t is not None:
+            return t
     util = gemm_utilization(
         m,
         n * batch,

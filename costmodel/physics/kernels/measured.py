@@ -1,0 +1,81 @@
+"""GEMM times of the step model from the measured tables (issue 38), where the device names a table.
+
+``DeviceSpec.kernel_table`` names the library whose measured GEMM table times the step's GEMMs (a
+:mod:`costmodel.physics.tables` backend: ``trtllm``, ``vllm`` or ``sglang``, with an optional version); empty,
+the fitted roofline of :mod:`costmodel.physics.kernels.gemm` times them (the default until the mechanisms
+the fitted constants absorbed are charged on their own: ``benchmarks/kernel_regimes.py``).
+
+A table point is an isolated kernel timed in a short loop at the clocks the GPU holds for milliseconds. A
+training step holds the GPU at its power limit for seconds, and the clock falls (:data:`SUSTAINED_CLOCK`), so a
+table time is divided by the sustained clock ratio of the device's generation. Single GEMMs only: grouped and
+batched GEMMs (routed experts, the unfused attention's batched products) keep the fitted model, whose
+evidence they keep.
+
+The tables have no H800, H100-96GB or A100-40GB: the part with the same compute die stands in
+(:data:`STAND_IN`: H800 and the 500 W H100 share GH100 with H100 SXM; A100 40 GB shares GA100 with the 80 GB
+part), and the evidence note says so.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from costmodel.physics.tables import KINDS, Evidence, gemm_lookup, system_of
+
+#: the table's dtype for a planner dtype (``fp8``: per-tensor scaled FP8, Transformer Engine's delayed and
+#: current scaling; DeepSeek's blockwise recipe is ``fp8_block``)
+TABLE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+
+#: device name -> the table system of the part with the same compute die (module docstring)
+STAND_IN = {
+    "H800-SXM5-80GB": "h100_sxm",
+    "H100-SXM-96GB-HBM2e-500W": "h100_sxm",
+    "A100-SXM4-40GB": "a100_sxm",
+}
+
+#: sustained / short-run throughput under a long compute-bound load, per generation, from
+#: ``benchmarks/data/components/sustained_clocks.csv``: Hopper the mean of its two rows (DeepGEMM PR #44: a
+#: stress test at 1300 of 1980 MHz; DeepGEMM issue #120: 1575 of 1980 MHz under the power limit), 0.73;
+#: Blackwell its one row (FlashInfer PR #2899, B200: 1237 of 1450 TFLOP/s once throttled), 0.853; Ampere: no
+#: row (1.0, assumed: A100's 400 W holds its 1410 MHz boost on GEMMs in the reports we have not found)
+SUSTAINED_CLOCK = {"ampere": 1.0, "hopper": (1300 / 1980 + 1575 / 1980) / 2, "blackwell": 1237 / 1450}
+
+_GENERATION = {"a100": "ampere", "h100": "hopper", "h200": "hopper", "b200": "blackwell", "b300": "blackwell"}
+
+
+def table_system(dev) -> tuple[str | None, str]:
+    """``(system, note)``: the table system timing ``dev``'s GEMMs and, for a stand-in, why."""
+    if dev.name in STAND_IN:
+        return STAND_IN[dev.name], f"{STAND_IN[dev.name]} stands in for {dev.name} (same compute die)"
+    return system_of(dev), ""
+
+
+def generation(system: str) -> str:
+    """``ampere``, ``hopper`` or ``blackwell`` for a table system (``gb200`` is Blackwell)."""
+    return _GENERATION.get(system.split("_")[0], "blackwell" if system.startswith("gb") else "hopper")
+
+
+@lru_cache(maxsize=65536)
+def table_gemm(m: float, n: float, k: float, dev, dtype: str) -> tuple[float | None, Evidence]:
+    """``(seconds, evidence)`` of one (m x k) @ (k x n) GEMM in training on ``dev`` from its measured table, or
+    ``(None, evidence)`` where no table times it (then the fitted model does)."""
+    system, stand_in = table_system(dev)
+    tdt = TABLE_DTYPE.get(dtype)
+    if system is None or tdt is None:
+        return None, Evidence("assumed", "", f"no measured {dtype} GEMM table for {dev.name}")
+    t, ev = gemm_lookup(system, tdt, max(1, round(m)), max(1, round(n)), max(1, round(k)), dev.kernel_table or None)
+    if t is None:
+        return None, ev
+    clock = SUSTAINED_CLOCK[generation(system)]
+    note = "; ".join(x for x in (ev.note, stand_in, f"/ {clock:.3f} sustained clock") if x)
+    return t / clock, Evidence(ev.kind, ev.table, note, ev.distance)
+
+
+def table_evidence(shapes, dev, dtype: str) -> str:
+    """The weakest evidence kind of the GEMMs ``shapes`` (``(m, n, k)`` each) on ``dev``: ``fitted`` where any of
+    them has no table (the fitted model times it)."""
+    kinds = []
+    for m, n, k in shapes:
+        t, ev = table_gemm(m, n, k, dev, dtype)
+        kinds.append(ev.kind if t is not None else "fitted")
+    return max(kinds, key=KINDS.index)
