@@ -12,7 +12,7 @@ import argparse
 
 from costmodel.frameworks.rules import required_zero
 from costmodel.spec.errors import SpecError
-from costmodel.frameworks.stacks import DEFAULT_STACK, apply_stack, stack_config
+from costmodel.frameworks.stacks import DEFAULT_STACK, apply_stack, era_pins, stack_config
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import GiB
 from costmodel.spec.plan_checks import FRAMEWORKS
@@ -157,7 +157,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.physics.mechanics.act_offload
         fields["activation_offload_layers"] = args.activation_offload_layers
     fields["framework"] = framework_from_args(args)
-    for k, v in stack_config(stack_of(args)).items():
+    era = era_pins(stack_of(args))  # what the stack's framework version runs for lack of a choice
+    era.pop("exclude", None)
+    for k, v in {**stack_config(stack_of(args)), **era}.items():
         if k != "framework" and fields.get(k) is None:
             fields[k] = v
     if fields["zero"] is None:  # unstated: the one stage the stated optimizer options run on, if any
@@ -212,6 +214,11 @@ def constraints_from_args(args: argparse.Namespace) -> dict:
     out.update({k: v for k, v in (("pp_max", args.pp_max), ("tp_max", args.tp_max)) if v is not None})
     if args.no_zero3:
         out["exclude"] = {"zero": (3,)}
+    for k, v in era_pins(stack_of(args)).items():  # the stack's version lacks the rest, unless stated
+        if k == "exclude" and getattr(args, "recompute", None) is None:
+            out["exclude"] = {**out.get("exclude", {}), **v}
+        elif k != "exclude" and k not in out:
+            out[k] = v
     kernels = stack_config(stack_of(args))
     flash = args.flash_attention if args.flash_attention is not None else kernels["flash_attention"]
     out.update(

@@ -87,6 +87,11 @@ def limits_of(layers: int | None, constraints: dict, base=None, *, stacklevel: i
                 f"a config variable ({', '.join(VARIABLES)}), <variable>_min/_max, "
                 f"or a search limit ({', '.join(sorted(names))})",
             )
+    if fixed.get("recompute") == "full" and not any(k.startswith("recompute_layers") for k in rest):
+        # ``recompute="full"`` alone is every layer, as Megatron-LM's ``--recompute-granularity full``
+        # (TransformerConfig.recompute_method @d98e8a64: "If None, and recompute is enabled, all layers
+        # will do recomputation"); 0 is search.problem's "all layers". Unpinned, the search may recompute fewer.
+        fixed.setdefault("recompute_layers", base.fixed.get("recompute_layers", 0))
     for k, opt in OPTION_LISTS.items():  # a pinned or listed value must be a candidate too
         if k in fixed:
             kw[opt] = (fixed[k],)

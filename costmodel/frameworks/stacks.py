@@ -43,6 +43,10 @@ class Stack:
     fused_elementwise : norms, rotary embedding and gated activations run fused (False: PyTorch
         eager, one kernel per operator; :func:`costmodel.physics.kernels.compute.layer_ops`).
     source : where each setting is read from.
+    era : ``(knob, value)`` pairs the framework version runs because it has nothing else (a knob it
+        lacks, e.g. no distributed optimizer: ``zero`` 0), set unless the user states the knob
+        (:func:`era_pins`); ``lacks_recompute`` the recomputation kinds it does not have (not searched
+        unless stated). era_source : where those are read from.
     """
 
     name: str
@@ -51,6 +55,9 @@ class Stack:
     attention: str
     fused_elementwise: bool
     source: str
+    era: tuple = ()
+    lacks_recompute: tuple = ()
+    era_source: str = ""
 
     def __post_init__(self):
         if self.attention not in ATTENTION:
@@ -75,12 +82,24 @@ STACKS = {
         ),
         Stack(
             name="megatron-lm-2021",
-            title="Megatron-LM 2020-2022 (before Megatron-Core): unfused softmax attention over stored scores",
+            title="Megatron-LM 2020-2022 (before Megatron-Core): unfused softmax attention over stored scores; "
+            "no distributed optimizer, sequence parallelism, overlapped gradient reduction or selective recompute",
             framework="megatron",
             attention="unfused",
             fused_elementwise=True,
             source="Korthikanti et al. 2023 (arXiv 2205.05198) Sec. 4: the 5 a s^2 b bytes of attention scores "
-            "and softmax are stored; Megatron-LM gained --use-flash-attn only in 2023",
+            "and softmax are stored; Megatron-LM gained --use-flash-attn only in 2023. Element-wise kernels fused: "
+            "Megatron-LM v2.6 (3860e995, 2021-08-27) megatron/arguments.py turns bias-GeLU, bias-dropout-add and "
+            "scale-mask-softmax fusion on by default (--no-bias-gelu-fusion, --no-bias-dropout-fusion, "
+            "--no-masked-softmax-fusion opt out) and megatron/model/fused_layer_norm.py is apex's fused LayerNorm",
+            era=(("zero", 0), ("sp", False), ("bucket_mb", 0.0), ("chunks", 1)),
+            lacks_recompute=("selective",),
+            era_source="Megatron-LM v2.6 (3860e995, 2021-08-27) megatron/arguments.py has no "
+            "--use-distributed-optimizer (ZeRO 0), no --sequence-parallel, no --overlap-grad-reduce (training.py "
+            "train_step all-reduces the gradients after forward_backward_func: bucket 0, no overlap), no "
+            "--tp-comm-overlap (1 chunk), and recomputes only whole layers (--checkpoint-activations, "
+            "--activations-checkpoint-method uniform|block); the distributed optimizer, sequence parallelism "
+            "and selective recompute came with Megatron-LM v3.0 in 2022 (Korthikanti et al. 2022, arXiv 2205.05198)",
         ),
         Stack(
             name="torchtitan-2024",
@@ -149,6 +168,21 @@ def stack_config(stack: str | Stack) -> dict:
         "flash_attention": s.attention != "unfused",
         "fused_elementwise": s.fused_elementwise,
     }
+
+
+def era_pins(stack: str | Stack) -> dict:
+    """``{knob: value}`` the stack's framework version runs for lack of anything else (:attr:`Stack.era`),
+    and ``exclude`` of the recomputation kinds it lacks: a planner input sets each only where the user states
+    nothing for it (``planner.flags.constraints_from_args``, ``config_from_args``).
+
+    >>> era_pins("megatron-lm-2021")["zero"], era_pins("megatron-lm-2021")["exclude"], era_pins("mcore-2025")
+    (0, {'recompute': ('selective',)}, {})
+    """
+    s = load_stack(stack)
+    out = dict(s.era)
+    if s.lacks_recompute:
+        out["exclude"] = {"recompute": tuple(s.lacks_recompute)}
+    return out
 
 
 #: FlashAttention-2's throughput over the cuDNN fused-attention kernel's on Hopper (H100 SXM5, head dim
