@@ -15,6 +15,8 @@ Megatron-LM dependencies and ``deepspeed``; this repository's code is not import
   (``CUDA_DEVICE_MAX_CONNECTIONS``). The CPU host has no GPU and no Transformer Engine: the GPU
   queries are answered as sm_90 (Hopper), TE version checks as a current TE (the planner's default
   stack), and RoPE fusion, whose check imports TE's kernels, is off for the ``TransformerConfig`` step.
+  The parsed arguments must also hold the model's positions, RoPE base and scaling, QK-norm and router
+  (:func:`expected_args`; a line that parses but trains another model counts as rejected).
 * DeepSpeed: ``deepspeed.runtime.config.DeepSpeedConfig`` on the emitted JSON, with a model-parallel
   unit stating the plan's data-parallel size (the batch identity is checked against it).
 
@@ -34,7 +36,38 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the second Python runs this module from here
-MODELS = ("llama3-8b", "llama3-70b", "llama2-7b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3")
+MODELS = (
+    "llama3-8b",
+    "llama3-70b",
+    "llama2-7b",
+    "gpt3-175b",
+    "mixtral-8x7b",
+    "deepseek-v3",
+    "llama3.1-8b",
+    "qwen3-30b-a3b",
+)
+
+
+def expected_args(m, seq_len: int) -> dict:
+    """What Megatron-LM's parsed arguments must hold for the line to train ``m`` (issue 42, item 7): its
+    positions, RoPE base and scaling, QK-norm and router, as :mod:`planner.emit_arch` states them."""
+    out = {"max_position_embeddings": max(m.max_position_embeddings or 0, seq_len), "qk_layernorm": m.qk_layernorm}
+    if m.rope_theta is not None and (m.is_mla or m.activation == "swiglu"):
+        out["rotary_base"] = int(round(m.rope_theta))
+    out["use_rope_scaling"] = m.rope_scaling == "llama3"
+    if m.rope_scaling == "llama3":
+        out["rope_scaling_factor"] = m.rope_scaling_factor
+    if m.rope_scaling == "yarn" and m.is_mla:
+        out["rotary_scaling_factor"] = m.rope_scaling_factor
+    if m.experts:
+        out.update(
+            moe_router_score_function=m.router_score_function,
+            moe_router_enable_expert_bias=m.router_expert_bias,
+            moe_router_topk_scaling_factor=m.router_topk_scaling_factor,
+        )
+        if m.router_num_groups > 1:
+            out.update(moe_router_num_groups=m.router_num_groups, moe_router_group_topk=m.router_group_topk)
+    return out
 
 
 def draw_plans(n: int, framework: str, seed: int) -> list[dict]:
@@ -102,6 +135,7 @@ def draw_plans(n: int, framework: str, seed: int) -> list[dict]:
                 "dtype": dtype,
                 "text": text,
                 "notes": notes,
+                "expect": expected_args(m, w.seq_len) if framework == "megatron" else {},
             }
         )
     return out
@@ -168,7 +202,10 @@ def check_megatron(plans: list[dict]) -> list[str | None]:
                 A.validate_args(args)
                 args.apply_rope_fusion = False  # its check imports Transformer Engine, absent on a CPU host
                 core_transformer_config_from_args(args)  # TransformerConfig.__post_init__'s own checks
-            results.append(None)
+            wrong = {
+                k: (getattr(args, k, None), v) for k, v in p.get("expect", {}).items() if getattr(args, k, None) != v
+            }
+            results.append(f"parsed as {wrong} (parsed, the model's)"[:300] if wrong else None)
         except BaseException as e:  # argparse exits, assertions, ValueErrors: all are rejections
             results.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
     return results

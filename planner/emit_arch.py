@@ -21,8 +21,8 @@ predicted step time. The vocabulary comes from the tokenizer, as in any Megatron
 ...                for t in a))  # doctest: +NORMALIZE_WHITESPACE
 --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention
 --num-query-groups 8 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear
---seq-length 8192 --max-position-embeddings 8192 --untie-embeddings-and-output-weights --hidden-dropout 0.0
---attention-dropout 0.0
+--rotary-base 500000 --seq-length 8192 --max-position-embeddings 8192 --untie-embeddings-and-output-weights
+--hidden-dropout 0.0 --attention-dropout 0.0
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]
             ["--position-embedding-type", "rope"],
             ["--disable-bias-linear"],
         ]
+    out += rope_args(m)
+    if m.qk_layernorm:  # Qwen3's per-head RMSNorm of Q and K (TransformerConfig.qk_layernorm)
+        out.append(["--qk-layernorm"])
     if m.experts:
         out += [
             ["--num-experts", str(m.experts)],
@@ -76,7 +79,8 @@ def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]
             )
         if m.dense_layers:  # the first k layers dense (DeepSeek first_k_dense_replace)
             out.append(["--moe-layer-freq", f"([0]*{m.dense_layers}+[1]*{m.layers - m.dense_layers})"])
-    out += [["--seq-length", str(workload.seq_len)], ["--max-position-embeddings", str(workload.seq_len)]]
+        out += router_args(m)
+    out += [["--seq-length", str(workload.seq_len)], ["--max-position-embeddings", str(max_positions(m, workload))]]
     if not m.tied_embeddings:
         out.append(["--untie-embeddings-and-output-weights"])
     if m.mtp_layers:  # Megatron-Core trains MTP modules only with --mtp-num-layers (costmodel.physics.kernels.mtp)
@@ -85,6 +89,52 @@ def megatron_model_args(model: ModelSpec, workload: Workload) -> list[list[str]]
         p = getattr(m, name)
         if p != default:
             out.append(["--" + name.replace("_", "-"), str(float(p))])
+    return out
+
+
+def max_positions(model: ModelSpec, workload: Workload) -> int:
+    """``--max-position-embeddings``: the model's (its config's ``max_position_embeddings``), else the sequence
+    length; never below the sequence length, which Megatron-LM asserts (``validate_args`` @d98e8a64:
+    "max_position_embeddings ... must be greater than or equal to seq_length")."""
+    return max(model.max_position_embeddings or 0, workload.seq_len)
+
+
+def rope_args(m: ModelSpec) -> list[list[str]]:
+    """The rotary embedding the model was trained with, as Megatron-LM d98e8a64 states it: ``--rotary-base``
+    (an int there; default 10000), Llama 3.x scaling (``--use-rope-scaling --rope-scaling-factor F``; the low/high
+    frequency factors 1 and 4 and the original 8192 positions are ``RotaryEmbedding._apply_scaling``'s defaults,
+    Llama 3.1's) and, for multi-latent attention (whose ``rope_type`` is YaRN by default), the YaRN factor and
+    ``mscale_all_dim`` (``MLATransformerConfig.rotary_scaling_factor``, ``mscale_all_dim``)."""
+    out = []
+    if m.rope_theta is not None and (m.is_mla or m.activation == "swiglu"):
+        out.append(["--rotary-base", str(int(round(m.rope_theta)))])
+    if m.rope_scaling == "llama3":
+        out += [["--use-rope-scaling"], ["--rope-scaling-factor", repr(float(m.rope_scaling_factor or 8.0))]]
+    elif m.rope_scaling == "yarn" and m.is_mla:
+        out.append(["--rotary-scaling-factor", repr(float(m.rope_scaling_factor or 1.0))])
+        if m.rope_mscale_all_dim is not None:
+            out.append(["--mscale-all-dim", repr(float(m.rope_mscale_all_dim))])
+    return out
+
+
+def router_args(m: ModelSpec) -> list[list[str]]:
+    """The router as the model's config has it (Megatron-LM d98e8a64 ``_add_moe_args``): ``--moe-router-score-function
+    sigmoid`` (default softmax), the auxiliary-loss-free expert bias (``--moe-router-enable-expert-bias``, which
+    Megatron-Core allows with sigmoid (or sqrtsoftplus) scores only; its update rate is Megatron's default 1e-3, DeepSeek-V3's
+    0.001, report Sec. 4.2), group-limited routing (``--moe-router-num-groups``, ``--moe-router-group-topk``) and
+    the routed-output scale (``--moe-router-topk-scaling-factor``)."""
+    out = []
+    if m.router_score_function != "softmax":
+        out.append(["--moe-router-score-function", m.router_score_function])
+    if m.router_expert_bias:
+        out.append(["--moe-router-enable-expert-bias"])
+    if m.router_num_groups > 1:
+        out += [
+            ["--moe-router-num-groups", str(m.router_num_groups)],
+            ["--moe-router-group-topk", str(m.router_group_topk)],
+        ]
+    if m.router_topk_scaling_factor is not None:
+        out.append(["--moe-router-topk-scaling-factor", repr(float(m.router_topk_scaling_factor))])
     return out
 
 
@@ -102,10 +152,19 @@ def megatron_model_notes(model: ModelSpec, c: ParallelConfig) -> list[str]:
         if model.activation == "swiglu"
         else "Megatron-LM's defaults, LayerNorm and learned absolute positions"
     )
-    return [
-        f"architecture flags from the model spec; not in it and assumed: {fam}; the vocabulary "
-        f"({model.vocab}) comes from your tokenizer flags"
-    ] + attention_notes(c)
+    rope = []
+    if model.rope_theta is None and (model.activation == "swiglu" or model.is_mla):
+        rope.append("the RoPE base is not in the model spec: Megatron-LM's --rotary-base 10000 runs; state the model's")
+    if model.rope_scaling == "yarn" and not model.is_mla:
+        rope.append("the model's YaRN RoPE scaling is not emitted (only for multi-latent attention); add its flags")
+    return (
+        [
+            f"architecture flags from the model spec; not in it and assumed: {fam}; the vocabulary "
+            f"({model.vocab}) comes from your tokenizer flags"
+        ]
+        + rope
+        + attention_notes(c)
+    )
 
 
 def _word(t: str) -> str:

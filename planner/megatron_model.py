@@ -67,7 +67,64 @@ def model_fields(args: dict) -> dict:
             m["shared_experts"] = max(1, round(shared / (moe_ffn or m["ffn_hidden"])))
     m["mtp_layers"] = mtp_layers(a)
     m.update(dropout_fields(a))
+    m.update(position_fields(a))
+    if experts:
+        m.update(router_fields(a))
     return m
+
+
+def _get_float(a: dict, name: str):
+    if _none(a.get(name)):
+        return None
+    try:
+        v = float(a[name])
+    except (TypeError, ValueError):
+        raise SpecError(name, a[name], "a number") from None
+    if not v >= 0:
+        raise SpecError(name, a[name], "a non-negative number")
+    return v
+
+
+def position_fields(args: dict) -> dict:
+    """``max_position_embeddings``, the RoPE base and scaling and QK-norm as the line states them (the
+    :class:`~costmodel.spec.specs.ModelSpec` fields :mod:`planner.emit_arch` writes; unstated: left out).
+    ``--rope-scaling-factor`` is Llama 3.x's only with ``--use-rope-scaling``; ``--rotary-scaling-factor`` is
+    YaRN's under ``--multi-latent-attention`` (Megatron-LM d98e8a64 arguments.py)."""
+    a, out = normalise(args), {}
+    if _get_int(a, "max_position_embeddings"):
+        out["max_position_embeddings"] = _get_int(a, "max_position_embeddings")
+    if _get_float(a, "rotary_base"):
+        out["rope_theta"] = _get_float(a, "rotary_base")
+    if "use_rope_scaling" in a and as_bool("use_rope_scaling", a["use_rope_scaling"]):
+        out.update(rope_scaling="llama3", rope_scaling_factor=_get_float(a, "rope_scaling_factor") or 8.0)
+    elif _get_float(a, "rotary_scaling_factor") and as_bool(
+        "multi_latent_attention", a.get("multi_latent_attention", False)
+    ):
+        out.update(rope_scaling="yarn", rope_scaling_factor=_get_float(a, "rotary_scaling_factor"))
+        if _get_float(a, "mscale_all_dim") is not None:
+            out["rope_mscale_all_dim"] = _get_float(a, "mscale_all_dim")
+    if "qk_layernorm" in a:
+        out["qk_layernorm"] = as_bool("qk_layernorm", a["qk_layernorm"])
+    return out
+
+
+def router_fields(args: dict) -> dict:
+    """The router flags (``--moe-router-score-function``, ``--moe-router-enable-expert-bias``, ``--moe-router-num-groups``,
+    ``--moe-router-group-topk``, ``--moe-router-topk-scaling-factor``) as ModelSpec fields."""
+    a, out = normalise(args), {}
+    score = a.get("moe_router_score_function")
+    if score in ("softmax", "sigmoid"):  # another (sqrtsoftplus) costs the same and is not recorded
+        out["router_score_function"] = score
+    if "moe_router_enable_expert_bias" in a:
+        out["router_expert_bias"] = as_bool("moe_router_enable_expert_bias", a["moe_router_enable_expert_bias"])
+    if _get_int(a, "moe_router_num_groups"):
+        out.update(
+            router_num_groups=_get_int(a, "moe_router_num_groups"),
+            router_group_topk=_get_int(a, "moe_router_group_topk") or 0,
+        )
+    if _get_float(a, "moe_router_topk_scaling_factor"):
+        out["router_topk_scaling_factor"] = _get_float(a, "moe_router_topk_scaling_factor")
+    return out
 
 
 #: Megatron-Core ``TransformerConfig`` defaults (``hidden_dropout: float = 0.1``, ``attention_dropout: float = 0.1``,

@@ -163,6 +163,65 @@ def _dropout(c: _Config) -> dict:
     return out
 
 
+#: families whose attention normalises queries and keys per head (``Qwen3Attention.q_norm`` / ``k_norm`` in
+#: ``transformers`` ``models/qwen3/modeling_qwen3.py``, ``qwen3_moe``, ``gemma3``): the file has no key for it;
+#: other families say so with ``use_qk_norm`` (GLM-4-MoE, Llama 4) or ``qk_layernorm`` (Nemotron-H style)
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
+#: ``rope_scaling`` types the emitted command line can state (Megatron-LM ``--use-rope-scaling`` for Llama 3.x,
+#: YaRN through ``--rotary-scaling-factor`` for multi-latent attention); any other is read as unscaled, with a warning
+ROPE_SCALINGS = ("llama3", "yarn")
+
+
+def _position_fields(c: _Config) -> dict:
+    """``max_position_embeddings``, ``rope_theta`` and ``rope_scaling`` (type, factor, YaRN's ``mscale_all_dim``)
+    and ``qk_layernorm`` as the file states them (``transformers`` 5 nests RoPE in ``rope_parameters``)."""
+    rope = c.d.get("rope_parameters") if isinstance(c.d.get("rope_parameters"), dict) else {}
+    out = {"max_position_embeddings": c.get("max_position_embeddings", "n_positions", default=None)}
+    if rope.get("rope_theta") is not None:
+        out["rope_theta"] = float(_number(rope, "rope_theta", "rope_parameters.rope_theta", c))
+    elif (key := next((k for k in ("rope_theta", "rotary_emb_base") if c.d.get(k) is not None), None)) is not None:
+        out["rope_theta"] = float(_number(c.d, key, key, c))
+    scaling = c.get("rope_scaling", default=None, kind=dict) or (rope if rope.get("rope_type") != "default" else None)
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    if kind in ROPE_SCALINGS:
+        out.update(rope_scaling=kind, rope_scaling_factor=float(_number(scaling, "factor", "rope_scaling.factor", c)))
+        if kind == "yarn" and scaling.get("mscale_all_dim") is not None:
+            out["rope_mscale_all_dim"] = float(_number(scaling, "mscale_all_dim", "rope_scaling.mscale_all_dim", c))
+    elif kind not in (None, "default"):
+        warnings.warn(f"rope_scaling type {clip(str(kind))!r} is read as unscaled RoPE", UserWarning, stacklevel=3)
+    qk = c.get("use_qk_norm", "qk_layernorm", default=None, kind=bool)
+    out["qk_layernorm"] = qk if qk is not None else c.kind in QK_NORM_FAMILIES
+    return out
+
+
+def _number(d: dict, key: str, name: str, c: _Config):
+    v = d.get(key)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
+        raise SpecError(name, v, f"a non-negative number in the Hugging Face config (model_type={c.kind})")
+    return v
+
+
+def _router_fields(c: _Config) -> dict:
+    """The router of a DeepSeek-style MoE config: ``scoring_func`` (``sigmoid`` in V3), ``topk_method``
+    ``noaux_tc`` (the auxiliary-loss-free expert bias, DeepSeek-V3 report Sec. 2.1.2), group-limited routing
+    (``n_group`` groups, ``topk_group`` of them per token) and ``routed_scaling_factor``."""
+    score = c.get("scoring_func", default="softmax", kind=str)
+    if score not in ("softmax", "sigmoid"):
+        raise SpecError(
+            "scoring_func", clip(score), f"softmax or sigmoid in the Hugging Face config (model_type={c.kind})"
+        )
+    out = {
+        "router_score_function": score,
+        "router_expert_bias": c.get("topk_method", default="", kind=str) == "noaux_tc",
+    }
+    if c.get("n_group", default=0) > 1:
+        out.update(router_num_groups=c.get("n_group"), router_group_topk=c.get("topk_group"))
+    scale = c.get("routed_scaling_factor", default=None, kind=(int, float))
+    if scale is not None and scale != 1:
+        out["router_topk_scaling_factor"] = float(scale)
+    return out
+
+
 def _name(d: dict) -> str:
     return clip(d.get("_name_or_path") or d.get("model_type") or "model")
 
@@ -178,6 +237,7 @@ def _gpt2(c: _Config) -> ModelSpec:
         vocab=c.get("vocab_size"),
         activation=_activation(c, "gelu_new"),
         tied_embeddings=_tied(c),
+        max_position_embeddings=c.get("n_positions", default=None),
         **_dropout(c),
     )
 
@@ -211,6 +271,7 @@ def _decoder(c: _Config) -> ModelSpec:
         tied_embeddings=_tied(c),
         mtp_layers=c.get("num_nextn_predict_layers", default=0),  # DeepSeek-V3's MTP modules
         **_dropout(c),
+        **_position_fields(c),
     )
     expert_keys = ("num_local_experts", "num_experts", "n_routed_experts")
     experts = c.get(*expert_keys, default=0)
@@ -237,6 +298,7 @@ def _decoder(c: _Config) -> ModelSpec:
             moe_ffn_hidden=moe_ffn,
             shared_experts=shared,
             dense_layers=layers - moe_layers,
+            **_router_fields(c),
         )
     kw["ffn_hidden"] = c.get("intermediate_size", default=None) or moe_ffn or c.get("intermediate_size")
     if c.get("kv_lora_rank", default=0):  # multi-head latent attention (DeepSeek-V2/V3)

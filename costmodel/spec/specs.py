@@ -58,6 +58,10 @@ class ModelSpec:
         residual branches, and on the attention probabilities (Megatron-Core ``TransformerConfig.hidden_dropout``,
         ``attention_dropout``). Default 0.1 each, Megatron-Core's defaults; Llama-family models and their recipes
         train with 0.0 (each preset states its own). At 0 no mask is stored or written (:mod:`costmodel.physics.kernels.dropout`).
+    max_position_embeddings, rope_theta, rope_scaling (``llama3`` or ``yarn``), rope_scaling_factor, rope_mscale_all_dim,
+        qk_layernorm, router_score_function (``softmax`` or ``sigmoid``), router_expert_bias, router_num_groups,
+        router_group_topk, router_topk_scaling_factor : what the model trains with beyond its shape (the Hugging Face
+        config's keys; None / off: unstated), for the emitted command line only (:mod:`planner.emit_arch`); no cost.
     """
 
     name: str = "model"
@@ -84,6 +88,17 @@ class ModelSpec:
     mtp_layers: int = 0
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    max_position_embeddings: int | None = None
+    rope_theta: float | None = None
+    rope_scaling: str | None = None
+    rope_scaling_factor: float | None = None
+    rope_mscale_all_dim: float | None = None
+    qk_layernorm: bool = False
+    router_score_function: str = "softmax"
+    router_expert_bias: bool = False
+    router_num_groups: int = 0
+    router_group_topk: int = 0
+    router_topk_scaling_factor: float | None = None
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
@@ -132,6 +147,22 @@ class ModelSpec:
             raise SpecError("moe_routing", self.moe_routing, f"one of {', '.join(MOE_ROUTINGS)}")
         if self.kv_lora_rank and not self.v_head_dim:
             object.__setattr__(self, "v_head_dim", self.head_dim)
+        for f in ("max_position_embeddings", "rope_theta", "rope_scaling_factor", "router_topk_scaling_factor"):
+            if getattr(self, f) is not None:
+                (_positive_int if f == "max_position_embeddings" else _positive)(f, getattr(self, f))
+        if self.rope_mscale_all_dim is not None:
+            _positive("rope_mscale_all_dim", self.rope_mscale_all_dim, allow_zero=True)
+        for f, allowed in (
+            ("rope_scaling", (None, "llama3", "yarn")),
+            ("router_score_function", ("softmax", "sigmoid")),
+        ):
+            if getattr(self, f) not in allowed:
+                raise SpecError(f, getattr(self, f), f"one of {', '.join(str(a).lower() for a in allowed)}")
+        for f in ("qk_layernorm", "router_expert_bias"):
+            if not isinstance(getattr(self, f), bool):
+                raise SpecError(f, getattr(self, f), "true or false")
+        for f in ("router_num_groups", "router_group_topk"):
+            _positive_int(f, getattr(self, f), allow_zero=True)
 
     # ---- structure
     @property
