@@ -3,7 +3,8 @@
 Training (:class:`~costmodel.training.estimate.Estimate`): the 80% step-time band and the notes saying what
 widened it (:func:`costmodel.trust.uncertainty.assess`: unstated knobs, ``completion_log_sd``, beyond the data),
 the lean of its regime's residuals (:func:`~costmodel.trust.uncertainty.bias_note`) and, when its MFU beats every
-published run of its hardware class and dtype, a note saying so (:mod:`costmodel.trust.ceilings`). Serving
+published run of its hardware class, dtype and scale, counted alike, or its FP8 speedup beats every published
+one, a note saying so (:mod:`costmodel.trust.ceilings`; none on a calibrated cluster). Serving
 (:class:`~costmodel.serving.inference.InferenceEstimate`): the bands of TTFT, TPOT and throughput
 (:func:`costmodel.trust.serving_band.with_serving_bands`). An estimate that has its band already keeps it.
 """
@@ -13,12 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from costmodel.physics.kernels.flops import with_convention
+from costmodel.api import evaluate
 from costmodel.serving.inference import InferenceEstimate
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.training.estimate import Estimate
-from costmodel.trust.ceilings import mfu_warning
+from costmodel.trust.ceilings import fp8_speedup_note, mfu_note
 from costmodel.trust.evidence import step_evidence, summary, widening_log_sd
 from costmodel.trust.serving_band import with_serving_bands
 from costmodel.trust.uncertainty import assess, bias_note, device_family
@@ -31,13 +32,14 @@ def attach(est, model: ModelSpec, cluster: ClusterSpec, workload: Workload, comp
     if workload.mode != "train" or not isinstance(est, Estimate):
         return est
     notes = list(est.notes)
-    # the published ceilings mix counts (most count full s x s attention): checked with the full count
-    full = with_convention(est, model, workload, "full")
-    warn = mfu_warning(full.mfu, device_family(cluster), workload.dtype, model.is_moe)
-    if warn and full.mfu != est.mfu:
-        warn = warn.replace("predicted MFU", "predicted MFU (counting full s x s attention)", 1)
-    if warn and warn not in notes:
-        notes.append(warn)
+    # like with like: each published run's MFU against the prediction's counted as that run counts attention,
+    # at the plan's scale; an FP8 plan also against its own BF16 twin (costmodel.trust.ceilings)
+    for note in (
+        mfu_note(est, model, cluster, workload, device_family(cluster)),
+        fp8_speedup_note(est, model, cluster, workload, evaluate),
+    ):
+        if note and note not in notes:
+            notes.append(note)
     evidence = est.evidence or step_evidence(model, cluster, workload, est)
     est = replace(est, evidence=evidence, evidence_summary=summary(evidence))
     if est.step_time_band_s:
