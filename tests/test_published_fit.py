@@ -25,6 +25,11 @@ KNOWN_UNFIT: dict = {
     # empty since h-mem4: new 112 (Llama 3 405B pp16 8K, 32 micro-batches) fits at 76.3 GiB once each model chunk
     # frees its received input, as arXiv 2407.21783 section 3.3.2 says its schedule does (pp_free_stage_inputs;
     # 80.9 GiB without)
+    # issue 38's sealed rows, as placed (their plans as the sources state them; only ``fits`` is read):
+    ("new", "220"): "torchtitan Llama 2 13B, 64 A100 80GB, local batch 2 x 4096, no AC: 94.6 GiB of 80 as filled",
+    ("new", "229"): "KempnerForge 7B on one H200 (80.7 GB measured): 139.4 GiB of 131 as filled (FP32 Adam state "
+    "for 8B parameters alone is 120 GiB)",
+    ("new", "248"): "KempnerForge 70B TP4 x FSDP2 on 8 H200 (128.5 GB measured, 'memory-bound'): 138.0 GiB of 131",
 }
 
 GiB = 2**30

@@ -36,6 +36,7 @@ EXPECTED_SKIPS = {
     ("spent", "182"): "not a multiple of dp",
     ("spent", "183"): "not a multiple of dp",
     ("new", "216"): "whole-run average",
+    **{("sealed", i): "HSDP" for i in ("225", "226")},  # fms-fsdp's hybrid-sharded 7B and 13B rows
 }
 
 
@@ -200,6 +201,34 @@ def test_fill_rules_follow_the_frameworks():
     assert BY_ID[("spent", "187")].model.moe_load_cv == 0.0  # forced balance
     assert BY_ID[("new", "209")].model.moe_load_cv == load_model("qwen3-235b-a22b").moe_load_cv  # dropless
     assert BY_ID[("new", "112")].fixed["layers_per_stage"] == (7,) + (8,) * 14 + (7,)  # Llama 3 paper
+
+
+def test_fill_rules_of_issue_38_sources():
+    """The rules issue 38's sources needed (benchmarks/data/README.md, "Issue 38's sources"); read from the rows' plans
+    only (the sealed rows' step times are never predicted here)."""
+    sel = BY_ID[("sealed", "217")]  # torchtitan "selective layer": every second block recomputed whole
+    assert (sel.fixed["recompute"], sel.fixed["recompute_layers"]) == ("full", sel.model.layers // 2)
+    assert BY_ID[("sealed", "218")].fixed["recompute"] == "op_sac"  # "selective op"
+    assert not BY_ID[("sealed", "218")].fixed["fused_elementwise"]  # "torch.compile no"
+    assert (sel.fixed["zero"], sel.fixed["framework"], sel.fixed["fsdp_copies"]) == (3, "fsdp2", True)
+    kf = BY_ID[("sealed", "242")]  # KempnerForge 70B, TP4 x FSDP2 8 on 32 H200 in nodes of 4
+    assert (kf.cluster.name, kf.cluster.gpus_per_node, kf.cluster.nodes) == ("h200", 4, 8)
+    assert (kf.fixed["tp"], kf.fixed["dp"], kf.fixed["zero"], kf.fixed["mb"]) == (4, 8, 3, 2)
+    assert BY_ID[("sealed", "229")].fixed["zero"] == 0  # one GPU: nothing to shard
+    assert not BY_ID[("sealed", "236")].fixed["fused_elementwise"]  # the one KempnerForge run without compile
+    assert BY_ID[("new", "254")].measured_s == pytest.approx(19.09)  # stated step time
+    bl = BY_ID[("sealed", "255")]  # BLOOM: Megatron-DeepSpeed 2022
+    assert (bl.fixed["sp"], bl.fixed["flash_attention"], bl.fixed["bucket_bytes"], bl.fixed["zero"]) == (
+        False,
+        False,
+        0,
+        1,
+    )
+    assert bl.fixed["layers_per_stage"] == (5,) + (6,) * 10 + (5,)  # README: [embed | 5 blocks], 6 x 10, [5 | embed]
+    assert BY_ID[("sealed", "227")].fixed["zero"] == 3 and BY_ID[("new", "256")].fixed["zero"] == 3  # FULL_SHARD
+    assert BY_ID[("sealed", "262")].cluster.name == "b200" and BY_ID[("sealed", "260")].workload.dtype == "fp8"
+    # tokens per batch over tokens/s/GPU x GPUs (TinyLlama: 2M tokens at 24k tokens/s on each of 16 GPUs)
+    assert BY_ID[("new", "256")].measured_s == pytest.approx(2097152 / (24000 * 16))
 
 
 def test_ep_stack_from_the_recipes():
