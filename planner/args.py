@@ -36,7 +36,7 @@ from costmodel.physics.kernels.flops import CONVENTIONS, DEFAULT_CONVENTION
 from costmodel.spec.plan_checks import FRAMEWORKS
 from costmodel.physics.kernels.kvcache import KV_DTYPES
 from costmodel.spec.workload import MODES
-from costmodel.frameworks.stacks import DEFAULT_STACK, STACKS
+from costmodel.frameworks.stacks import DEFAULT_STACK, KERNEL_SOURCES, STACKS
 from costmodel.spec.units import DTYPES
 from .arg_types import _converter, int_arg, float_arg, choice_arg, dma_arg, _latency_ms
 
@@ -98,6 +98,15 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
         metavar="{" + ",".join(STACKS) + "}",
         help=f"the software stack the plan runs on: its attention kernel, element-wise kernels and "
         f"framework (costmodel.frameworks.stacks; default {DEFAULT_STACK}, the current NVIDIA stack)",
+    )
+    g.add_argument(
+        "--kernels",
+        type=choice_arg("kernels", KERNEL_SOURCES),
+        default="fitted",
+        metavar="{" + ",".join(KERNEL_SOURCES) + "}",
+        help="how single GEMMs are timed: 'fitted' (the GEMM efficiencies fitted to published step times, the "
+        "default) or 'measured' (the stack's measured GEMM table at sustained clocks, "
+        "costmodel.physics.kernels.measured; benchmarks/kernel_regimes.py compares them)",
     )
 
 

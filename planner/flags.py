@@ -12,7 +12,7 @@ import argparse
 
 from costmodel.frameworks.rules import required_zero
 from costmodel.spec.errors import SpecError
-from costmodel.frameworks.stacks import DEFAULT_STACK, apply_stack, era_pins, stack_config
+from costmodel.frameworks.stacks import DEFAULT_STACK, apply_stack, era_pins, stack_config, with_measured_kernels
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import GiB
 from costmodel.spec.plan_checks import FRAMEWORKS
@@ -30,6 +30,8 @@ def problem_from_args(args: argparse.Namespace):
     model = with_mtp_layers(model, args)
     cluster = resolve_cluster(args.cluster, args.gpus) if args.cluster is not None else _missing("cluster")
     cluster = apply_stack(stack_of(args, cluster), cluster)
+    if getattr(args, "kernels", "fitted") == "measured":
+        cluster = with_measured_kernels(stack_of(args, cluster), cluster)
     if getattr(args, "mode", "train") == "infer":
         if args.seq is not None:
             raise SpecError("seq", args.seq, "unset with --mode infer (give --input-len and --output-len)")

@@ -52,3 +52,19 @@ def test_evidence_names_the_table_for_the_gemms_it_timed():
     assert parts["gemm (tables)"]["kind"] in ("measured", "interpolated", "extrapolated")
     assert parts["gemm (tables)"]["share"] > 0.5 and "b200_sxm" in parts["gemm (tables)"]["basis"]
     assert not parts["gemm (tables)"]["untested"]
+
+
+def test_cli_kernels_measured_reads_the_stacks_table_and_says_where_there_is_none(capsys):
+    from planner import cli
+
+    args = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "32", "--seq", "4096", "--tp", "1"]
+    assert cli.main([*args, "--cluster", "h100-sxm", "--kernels", "measured", "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert "gemm (tables)" in out["evidence"]["compute_s"]["parts"]
+    assert cli.main([*args, "--cluster", "sg2262-like", "--kernels", "measured", "--json"]) == 0
+    gemm = json.loads(capsys.readouterr().out)["evidence"]["compute_s"]["parts"]["gemm"]
+    assert gemm["basis"].startswith("no measured GEMM table for SG2262-like")
+    assert cli.main([*args, "--cluster", "h100-sxm", "--kernels", "tabled"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -47,6 +47,9 @@ class Stack:
         lacks, e.g. no distributed optimizer: ``zero`` 0), set unless the user states the knob
         (:func:`era_pins`); ``lacks_recompute`` the recomputation kinds it does not have (not searched
         unless stated). era_source : where those are read from.
+    gemm_table : the measured GEMM table that stands nearest to the stack's GEMM library
+        (:mod:`costmodel.physics.tables`: ``trtllm``, ``vllm`` or ``sglang``), read with ``--kernels measured``
+        (:func:`with_measured_kernels`); gemm_table_source : why that one.
     """
 
     name: str
@@ -58,6 +61,12 @@ class Stack:
     era: tuple = ()
     lacks_recompute: tuple = ()
     era_source: str = ""
+    gemm_table: str = "trtllm"
+    gemm_table_source: str = (
+        "Transformer Engine's GEMMs are cuBLASLt calls (transformer_engine/common/gemm/cublaslt_gemm.cu); no table "
+        "measures Transformer Engine itself, and AIConfigurator's TensorRT-LLM GEMM table (its cuBLASLt / CUTLASS "
+        "linear path) stands nearest"
+    )
 
     def __post_init__(self):
         if self.attention not in ATTENTION:
@@ -110,6 +119,9 @@ STACKS = {
             fused_elementwise=False,
             source="torchtitan models/llama/model.py at 327b72b: F.scaled_dot_product_attention, whose flash "
             "backend is FlashAttention-2; train_configs/*.toml: compile = false",
+            gemm_table="vllm",
+            gemm_table_source="eager PyTorch nn.Linear runs torch.matmul (cuBLAS); AIConfigurator's vLLM GEMM table "
+            "times vLLM's unquantized linear layers, which are the same torch.nn.functional.linear calls",
         ),
         Stack(
             name="deepspeed-2022",
@@ -158,6 +170,21 @@ def apply_stack(stack: str | Stack, cluster: ClusterSpec) -> ClusterSpec:
         )
     device = fa2_device(base.device) if s.attention == "fa2" and cluster.stack != s.name else base.device
     return replace(base, device=device, stack=s.name)
+
+
+#: what ``--kernels`` may say: ``fitted`` (the GEMM efficiencies fitted to step times, the default) or ``measured``
+#: (the stack's measured GEMM table at sustained clocks, :mod:`costmodel.physics.kernels.measured`)
+KERNEL_SOURCES = ("fitted", "measured")
+
+
+def with_measured_kernels(stack: str | Stack, cluster: ClusterSpec) -> ClusterSpec:
+    """``cluster`` whose single GEMMs are timed from the stack's measured GEMM table (:attr:`Stack.gemm_table`).
+
+    >>> from costmodel.spec.presets import load_cluster
+    >>> with_measured_kernels("torchtitan-2024", load_cluster("h100-sxm")).device.kernel_table
+    'vllm'
+    """
+    return replace(cluster, device=replace(cluster.device, kernel_table=load_stack(stack).gemm_table))
 
 
 def stack_config(stack: str | Stack) -> dict:

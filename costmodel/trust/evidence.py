@@ -120,6 +120,8 @@ def compute_parts(model: ModelSpec, cluster: ClusterSpec, workload: Workload, co
         cluster, "device.fp8_gemm_efficiency" if workload.dtype == "fp8" else "device.gemm_efficiency"
     )
     parts = {}
+    if dev.kernel_table and not table_kinds:
+        gemm = Known(gemm.kind, f"no measured GEMM table for {dev.name}, the fitted model: {gemm.basis}", gemm.untested)
     if table_kinds:
         system, stand_in = table_system(dev)
         kind = max(table_kinds, key=KINDS.index)

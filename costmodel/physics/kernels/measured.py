@@ -73,9 +73,8 @@ def table_gemm(m: float, n: float, k: float, dev, dtype: str) -> tuple[float | N
 
 def table_evidence(shapes, dev, dtype: str) -> str:
     """The weakest evidence kind of the GEMMs ``shapes`` (``(m, n, k)`` each) on ``dev``: ``fitted`` where any of
-    them has no table (the fitted model times it)."""
-    kinds = []
-    for m, n, k in shapes:
-        t, ev = table_gemm(m, n, k, dev, dtype)
-        kinds.append(ev.kind if t is not None else "fitted")
-    return max(kinds, key=KINDS.index)
+    them has no table (the fitted model times it); ``""`` where none has one."""
+    looked = [table_gemm(m, n, k, dev, dtype) for m, n, k in shapes]
+    if all(t is None for t, _ in looked):
+        return ""
+    return max((ev.kind if t is not None else "fitted" for t, ev in looked), key=KINDS.index)
