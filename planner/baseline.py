@@ -19,9 +19,12 @@ costmodel.spec.errors.SpecError: baseline.pp='eight': must be an integer
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from costmodel.spec.plan import CONFIG_KEYS, ParallelConfig
 from costmodel.spec.plan_checks import GRAD_DTYPES, RECOMPUTE
@@ -70,12 +73,34 @@ def parse_baseline(text: str, layers: int | None = None) -> dict:
     return out
 
 
+@lru_cache(maxsize=1)
+def emitted_flags() -> frozenset[str]:
+    """Every Megatron-LM flag ``--emit megatron`` can write, named as :func:`planner.megatron_args.parse_command_line`
+    names them: the ``--flag`` string constants of the emitter (:mod:`planner.emit.megatron`, :mod:`planner.emit_arch`)
+    and its dropout flags, read from the emitter itself so that a flag it learns is known here too."""
+    from . import emit_arch
+    from .emit import megatron as emit_megatron
+
+    names = set(emit_arch.MEGATRON_DROPOUT)
+    for mod in (emit_megatron, emit_arch):
+        for node in ast.walk(ast.parse(inspect.getsource(mod))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if re.fullmatch(r"--[a-z0-9][a-z0-9-]*", node.value):
+                    names.add(node.value[2:].replace("-", "_"))
+    return frozenset(names)
+
+
 def _warn_unread(args: dict, fields: dict, layers: int | None) -> None:
     """Warn (one line) about the flags of a Megatron-LM line that change nothing in the plan it
     states: a flag whose removal leaves :func:`planner.megatron_args.config_fields` the same is not
-    read (a misspelled flag, or a model, data or optimizer flag the problem flags state instead)."""
+    read (a misspelled flag, or a model, data or optimizer flag the problem flags state instead).
+    The flags the planner itself emits (:func:`emitted_flags`) are never named: its own line pasted back
+    (``--overlap-param-gather``, the architecture flags, ...) is not an error."""
     unread = []
+    known = emitted_flags()
     for name in args:
+        if name in known:
+            continue
         rest = {k: v for k, v in args.items() if k != name}
         try:
             same = mg.config_fields(rest, layers) == fields
@@ -86,8 +111,8 @@ def _warn_unread(args: dict, fields: dict, layers: int | None) -> None:
     if unread:
         shown = ", ".join(unread[:12]) + (f" and {len(unread) - 12} more" if len(unread) > 12 else "")
         warnings.warn(
-            f"baseline: {clip(shown, 400)} change{'s' if len(unread) == 1 else ''} nothing in the plan the planner evaluates (misspelled, "
-            "or model, data and optimizer flags that --model, --global-batch and --seq state)"
+            f"baseline: {clip(shown, 400)} change{'s' if len(unread) == 1 else ''} nothing in the plan the planner "
+            "evaluates (misspelled, or model, data and optimizer flags that --model, --global-batch and --seq state)"
         )
 
 
