@@ -68,3 +68,24 @@ def test_cli_kernels_measured_reads_the_stacks_table_and_says_where_there_is_non
     assert gemm["basis"].startswith("no measured GEMM table for SG2262-like")
     assert cli.main([*args, "--cluster", "h100-sxm", "--kernels", "tabled"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_collectives_inside_one_node_come_from_the_nccl_table_across_nodes_from_the_model():
+    import numpy as np
+
+    from costmodel.physics.comm.collectives import collective_time_s
+    from costmodel.physics.tables import collective_lookup
+
+    c = load_cluster("h100-sxm").with_gpus(16)
+    measured = replace(c, device=replace(c.device, kernel_table="trtllm"))
+    t_table, _ = collective_lookup("h100_sxm", "all_gather", 1 << 20, 8)
+    assert collective_time_s("allgather", 1 << 20, 8, 1, measured) == pytest.approx(t_table)
+    assert collective_time_s("allgather", 1 << 20, 8, 1, c) != pytest.approx(t_table)
+    arr = collective_time_s("allgather", np.array([1 << 20, 1 << 21]), 8, 1, measured)
+    assert arr[0] == pytest.approx(t_table) and arr[1] > arr[0]
+    # across two nodes: the modelled NCCL algorithms, as without tables
+    assert collective_time_s("allgather", 1 << 20, 16, 1, measured) == collective_time_s("allgather", 1 << 20, 16, 1, c)
+    # H800's NVLink is not H100's: no stand-in table for its collectives
+    h800 = load_cluster("h800").with_gpus(8)
+    h800m = replace(h800, device=replace(h800.device, kernel_table="trtllm"))
+    assert collective_time_s("allgather", 1 << 20, 8, 1, h800m) == collective_time_s("allgather", 1 << 20, 8, 1, h800)

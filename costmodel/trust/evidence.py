@@ -25,7 +25,7 @@ from pathlib import Path
 
 from costmodel.physics.comm.groups import group_stride, layout
 from costmodel.physics.kernels.compute import layer_ops
-from costmodel.physics.kernels.measured import table_system
+from costmodel.physics.kernels.measured import table_collective, table_system
 from costmodel.physics.tables import KINDS  # the kinds, strongest first: a component is as weak as its weakest part
 from costmodel.spec.errors import SpecError
 from costmodel.spec.presets import load_cluster
@@ -159,6 +159,10 @@ def comm_known(cluster: ClusterSpec, config, group: str) -> Known:
         scope = "inter" if stride >= cluster.gpus_per_node else "intra"
     else:
         scope = layout(_group_size(config, dim), stride, cluster.gpus_per_node).scope
+    if scope == "intra" and cluster.device.kernel_table:
+        t, ev = table_collective("all_gather", 1 << 20, 2, cluster.device)
+        if t is not None:
+            return Known("interpolated", f"inside a node: the measured nccl-tests table {ev.table}")
     k = constant_evidence(cluster, f"{scope}_link.efficiency")
     where = "inside a node (NVLink)" if scope == "intra" else "across nodes (network)"
     return Known(k.kind, f"{where}: {k.basis}", k.untested)

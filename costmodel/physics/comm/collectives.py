@@ -78,6 +78,7 @@ import numpy as np
 
 from costmodel.physics.comm.nccl_correction import NVLS_TREE_CORRECTION_SIZES, tree_correction
 from costmodel.spec.specs import ClusterSpec, DmaEngineClass
+from costmodel.physics.kernels.measured import table_collective
 from costmodel.physics.comm.groups import layout, comm_scope
 
 #: the engines a stream was given: (engine class, number of its engines), see :mod:`costmodel.physics.comm.dma`;
@@ -368,10 +369,30 @@ def collective_time_s(
         t_inter = nbytes * (size - k) / size / be
         alpha = intra_l.latency_s + (inter_l.latency_s if nodes > 1 else 0.0)
         return max(t_intra, t_inter) + alpha
+    if nodes == 1 and algorithm == "ring" and cluster.device.kernel_table and k > 1:
+        measured = _measured_intra_s(kind, nbytes, k, cluster, engines)
+        if measured is not None:
+            return measured
     if nodes == 1 and algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
         alpha = intra_l.latency_s
         return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
     return _nccl_s(kind, nbytes, k, nodes, cluster, bi, be)[0]
+
+
+def _measured_intra_s(kind: str, nbytes, k: int, cluster: ClusterSpec, engines: Engines):
+    """A collective inside one node timed from the measured nccl-tests table (``cluster.device.kernel_table`` set:
+    :func:`costmodel.physics.kernels.measured.table_collective`), slowed by the share of the link the stream's
+    engines get (:func:`link_bw_bytes_per_s`); None where no table times it. ``nbytes`` may be an array."""
+    share = link_bw_bytes_per_s(cluster, "intra", None) / link_bw_bytes_per_s(cluster, "intra", engines)
+    sizes = np.atleast_1d(np.asarray(nbytes, dtype=float))
+    out = np.zeros_like(sizes)
+    for i, b in enumerate(sizes):
+        if b > 0:
+            t, _ = table_collective(kind, float(b), k, cluster.device)
+            if t is None:
+                return None
+            out[i] = t * share
+    return out if isinstance(nbytes, np.ndarray) else float(out[0])
 
 
 def collective_latency_s(

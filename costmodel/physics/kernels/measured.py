@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from costmodel.physics.tables import KINDS, Evidence, gemm_lookup, system_of
+from costmodel.physics.tables import KINDS, Evidence, collective_lookup, gemm_lookup, system_of
 
 #: the table's dtype for a planner dtype (``fp8``: per-tensor scaled FP8, Transformer Engine's delayed and
 #: current scaling; DeepSeek's blockwise recipe is ``fp8_block``)
@@ -78,3 +78,18 @@ def table_evidence(shapes, dev, dtype: str) -> str:
     if all(t is None for t, _ in looked):
         return ""
     return max((ev.kind if t is not None else "fitted" for t, ev in looked), key=KINDS.index)
+
+
+#: parts whose NVLink matches a measured part's (the GEMM stand-ins less H800, whose NVLink is 400 GB/s, not 900)
+NCCL_STAND_IN = {k: v for k, v in STAND_IN.items() if k != "H800-SXM5-80GB"}
+
+
+@lru_cache(maxsize=65536)
+def table_collective(kind: str, nbytes: float, ngpus: int, dev) -> tuple[float | None, Evidence]:
+    """``(seconds, evidence)`` of one NCCL collective over ``ngpus`` GPUs of one node of ``dev`` from the measured
+    nccl-tests table (``kind`` all-reduce, all-gather, reduce-scatter or all-to-all, ``nbytes`` nccl-tests' size),
+    or ``(None, evidence)`` where no table times it (then the modelled NCCL algorithms do)."""
+    system = NCCL_STAND_IN.get(dev.name) or system_of(dev)
+    if system is None or nbytes <= 0:
+        return None, Evidence("assumed", "", f"no measured NCCL table for {dev.name}")
+    return collective_lookup(system, kind, nbytes, ngpus)
