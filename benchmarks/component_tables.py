@@ -10,6 +10,8 @@ Held-out rule (stated before any result was looked at):
   log latency linear in log k between the kept neighbours, m and n being grid points).
 - NCCL: in every NCCL table, op, dtype and GPU count, the message sizes at the odd positions except
   the last are removed and predicted from their neighbours the same way.
+- Context attention (added with the attention tables, same rule): in every configuration of every
+  table, the isl values at the odd positions except the last, predicted from their neighbours.
 Error = predicted / measured - 1; mean |err|, signed mean and the 95th percentile of |err| per GPU
 generation (Ampere: a100_sxm; Hopper: h100_sxm, h200_sxm; Blackwell: b200_sxm, b300_sxm, gb200,
 gb300) and per dtype (GEMM) or op (NCCL). Target (issue 38): mean |err| <= 5% per generation.
@@ -20,6 +22,9 @@ Rows measured elsewhere, predicted from the tables:
   fp8_block kernel is DeepGEMM; cuBLAS and torch.matmul: trtllm, whose torch_flow is cuBLAS). Devices
   without a table are read from a stated stand-in (A100 40 GB: the A100 80 GB table; H100 500 W:
   H100 SXM; H800: H100 SXM, same SMs and clocks) and reported apart.
+- kernels.csv causal forward attention rows (H100: FlashAttention-3, FlashAttention-2, cuDNN; FLOPs
+  ``4 b s^2 h d / 2``) against the TensorRT-LLM context-attention table (a different kernel: the
+  figure says how far the table's kernel is from each).
 - ``benchmarks/data/components/collectives.csv`` NCCL rows inside one node (nodes = 1; DeepEP rows and
   devices without a table left out), converted to seconds by ``component_collectives.measured_s``.
 
@@ -42,7 +47,7 @@ import numpy as np
 
 from benchmarks import results_io
 from benchmarks.component_collectives import load_cases, measured_s
-from costmodel.physics.tables import collective_lookup, gemm_lookup, system_of
+from costmodel.physics.tables import attention_lookup, collective_lookup, gemm_lookup, system_of
 from costmodel.physics.tables.store import load, manifest
 from costmodel.spec.presets import load_cluster
 
@@ -102,6 +107,49 @@ def gemm_heldout(files: list[str] | None = None) -> list[dict]:
             k = z[f"{dt}.k"].astype(float)
             p, m = heldout_1d(np.log(k), z[f"{dt}.lat_ms"].astype(float), z[f"{dt}.fill"] == 0, axis=2)
             out.append({"system": e["system"], "backend": e["backend"], "what": dt, "err": p / m - 1, "ms": m})
+    return out
+
+
+def attention_heldout() -> list[dict]:
+    """Context attention: in every table and configuration, the isl values at odd positions except the
+    last are removed and predicted from their neighbours (measured points only)."""
+    out = []
+    for f, e in sorted(manifest()["files"].items()):
+        if e["op"] != "attention":
+            continue
+        z = load(f)
+        lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
+        p, m = heldout_1d(np.log(z["isl"].astype(float)), lat, ok, axis=2)
+        out.append({"system": e["system"], "backend": e["backend"], "what": "context fwd", "err": p / m - 1, "ms": m})
+    return out
+
+
+def attention_rows(path: Path = KERNELS) -> list[dict]:
+    """The causal forward attention rows of kernels.csv (FlashAttention's FLOP count) from the tables."""
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["kernel"] != "attention" or r["direction"] != "fwd" or r["causal"] != "1":
+                continue
+            system, stand_in = KERNEL_DEVICES.get(r["device"], (None, ""))
+            if system is None:
+                continue
+            b, s, h, d = (int(r[c]) for c in ("batch", "seq_len", "heads", "head_dim"))
+            meas = 4.0 * b * s * s * h * d / 2 / (float(r["measured_tflops"]) * 1e12)
+            t, ev = attention_lookup(system, "bf16", b, s, h, h, d)
+            out.append(
+                {
+                    "row": int(r["row_id"]),
+                    "impl": r["impl"],
+                    "generation": GENERATION[system],
+                    "shape": f"b{b} s{s} h{h} d{d}",
+                    "measured_us": round(meas * 1e6, 1),
+                    "table_us": None if t is None else round(t * 1e6, 1),
+                    "err %": None if t is None else results_io.pct(t / meas - 1),
+                    "evidence": ev.kind,
+                    "note": "; ".join(x for x in (stand_in, ev.note) if x),
+                }
+            )
     return out
 
 
@@ -279,19 +327,23 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     args = ap.parse_args(argv)
     g_table, g_mean = summarise(gemm_heldout(), "GEMM")
     n_table, n_mean = summarise(nccl_heldout(), "NCCL")
+    a_table, a_mean = summarise(attention_heldout(), "attention")
+    arows = attention_rows()
     krows, crows = kernel_rows(), collective_rows()
     own = [r for r in krows if r["own table"]]
     k_table = row_summary(own, "kernels.csv GEMM (own table)") + row_summary(
         [r for r in krows if not r["own table"]], "kernels.csv GEMM (stand-in table)"
     )
     c_table = row_summary(crows, "collectives.csv intra-node")
+    for impl in sorted({r["impl"] for r in arows}):
+        c_table += row_summary([r for r in arows if r["impl"] == impl], f"kernels.csv causal attention fwd, {impl}")
     b_rows = backward_rule()
     b_table = [
         {**r, "set": "backward (dgrad+wgrad)/(2 fwd) - 1, dims >= 1024"}
         for r in summarise(b_rows, "backward")[0]
         if "measured >=" not in r["set"]
     ]
-    table = g_table + n_table + k_table + c_table + b_table
+    table = g_table + n_table + a_table + k_table + c_table + b_table
     for r in table:
         print(
             f"{r['set']:36s} {r['generation']:9s} {r['dtype/op']:15s} n={r['points']:7d} "
@@ -310,15 +362,22 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
             f"  {r['row']:>4s} {r['source']:16s} {r['op']:13s} {r['bytes']:>12.0f} B  meas {r['measured_us']:10.1f} us "
             f"table {r['table_us']} us  err {r['err %']}%  [{r['evidence']}] {r['note']}"
         )
+    print("\nkernels.csv causal attention forward rows:")
+    for r in arows:
+        print(
+            f"  {r['row']:4d} {r['impl']:28s} {r['shape']:22s} meas {r['measured_us']:9.1f} us table {r['table_us']} us  err {r['err %']}%  [{r['evidence']}] {r['note']}"
+        )
     met = {
         g: v <= LIMIT
         for g, v in {
             **{f"GEMM {k}": v for k, v in g_mean.items()},
             **{f"NCCL {k}": v for k, v in n_mean.items()},
+            **{f"attention {k}": v for k, v in a_mean.items()},
         }.items()
     }
     head = {f"GEMM held-out {g} mean |err| %": results_io.pct(v) for g, v in g_mean.items()}
     head.update({f"NCCL held-out {g} mean |err| %": results_io.pct(v) for g, v in n_mean.items()})
+    head.update({f"attention held-out {g} mean |err| %": results_io.pct(v) for g, v in a_mean.items()})
     for r in b_table:
         if r["dtype/op"] == "all":
             head[f"backward vs 2x forward {r['generation']} mean |diff| %"] = r["mean |err| %"]

@@ -21,7 +21,10 @@ Units, from the collector code at that commit:
 What is kept (size: the installed data stays under about 10 MB): GEMM, for each system, the newest
 collected version of each backend (trtllm, vllm, sglang); older collected versions are listed in
 the manifest as ``dropped`` and a lookup naming one gets the nearest kept version with a note;
-``reuse.yaml`` versions become aliases of their donor. NCCL: every version. Grid holes (shapes a
+``reuse.yaml`` versions become aliases of their donor. NCCL: every version. Context (prefill)
+attention (``context_attention_perf``, latency in ms: ``collector/trtllm/collect_attn.py`` logs
+``results["latency_ms"]``): the newest TensorRT-LLM collection only, rows whose KV-cache dtype equals
+the attention dtype. Grid holes (shapes a
 collection did not measure, mostly the largest m x n x k) are filled by constant throughput from the
 nearest measured neighbour along the grid and flagged (``<dtype>.fill`` > 0: tenths of log2 units to
 the donor), so a look-up touching one is never called "measured". Duplicated rows (some NCCL files
@@ -90,29 +93,31 @@ def zip_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     path.write_bytes(buf.getvalue())
 
 
-def fill_holes(lat: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
-    """Fill NaN cells of ``lat`` (m x n x k) in place by constant throughput (latency proportional to
-    m*n*k) from a filled neighbour one grid step away, sweeping until none is left; returns the
+def fill_holes(lat: np.ndarray, axes: list[np.ndarray], powers: tuple | None = None) -> np.ndarray:
+    """Fill NaN cells of ``lat`` in place by constant throughput from a filled neighbour one grid step
+    away (latency proportional to ``x ** power`` along each axis: m, n, k of a GEMM with power 1;
+    a causal attention's sequence length with power 2), sweeping until none is left; returns the
     distance to the measured donor in tenths of log2 units (0: measured)."""
+    powers = powers or (1,) * lat.ndim
     dist = np.where(np.isnan(lat), np.inf, 0.0)
     logs = [np.log2(a.astype(float)) for a in axes]
     while np.isinf(dist).any():
         progressed = False
-        for ax in range(3):
+        for ax in range(lat.ndim):
             for step in (1, -1):
                 src = np.roll(lat, step, axis=ax)
                 sd = np.roll(dist, step, axis=ax)
                 lg = logs[ax]
                 dlog = lg - np.roll(lg, step)  # log2 of (target / donor) along this axis
-                sl = [None, None, None]
-                sl[ax] = slice(None)
-                dlog = dlog[tuple(sl)]
+                shape = [1] * lat.ndim
+                shape[ax] = len(lg)
+                dlog = dlog.reshape(shape)
                 ok = np.isinf(dist) & np.isfinite(sd)
-                edge = [slice(None)] * 3
+                edge = [slice(None)] * lat.ndim
                 edge[ax] = 0 if step == 1 else -1  # np.roll wraps: the first (last) cell has no donor
                 ok[tuple(edge)] = False
                 if ok.any():
-                    lat[ok] = (src * np.exp2(dlog))[ok]
+                    lat[ok] = (src * np.exp2(powers[ax] * dlog))[ok]
                     dist[ok] = (sd + np.abs(dlog))[ok]
                     progressed = True
         if not progressed:
@@ -143,6 +148,54 @@ def gemm_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
             "holes_filled": holes,
             "kernel_source": sorted(s.kernel_source.unique().tolist()),
         }
+    return arrays, info
+
+
+ATTN_DTYPES = {"bfloat16": 0, "fp8": 1}
+ATTN_CFG = ("dtype", "head_dim", "window", "heads", "kv_heads")
+
+
+def attention_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
+    """Context (prefill) attention: one (batch x isl) grid per configuration (dtype code, head_dim,
+    window, heads, kv_heads); rows whose KV-cache dtype differs from the attention dtype (a serving
+    choice) are left out. Holes are filled along batch (time proportional to batch) and isl (to
+    isl squared without a window, to isl with one)."""
+    if "window_size" not in df.columns:  # older collections: no sliding window
+        df = df.assign(window_size=0)
+    df = df[(df.attn_dtype == df.kv_cache_dtype) & df.attn_dtype.isin(list(ATTN_DTYPES))]
+    df = df.drop_duplicates(
+        ["attn_dtype", "head_dim", "window_size", "num_heads", "num_key_value_heads", "batch_size", "isl"], keep="last"
+    )
+    b_ax = np.array(sorted(df.batch_size.unique()), dtype=np.int64)
+    s_ax = np.array(sorted(df.isl.unique()), dtype=np.int64)
+    keys = ["attn_dtype", "head_dim", "window_size", "num_heads", "num_key_value_heads"]
+    groups = sorted(df.groupby(keys), key=lambda kv: (ATTN_DTYPES[kv[0][0]], *kv[0][1:]))
+    cfg = np.array([[ATTN_DTYPES[k[0]], *k[1:]] for k, _ in groups], dtype=np.int32)
+    lat = np.full((len(groups), len(b_ax), len(s_ax)), np.nan)
+    fill = np.zeros(lat.shape, dtype=np.uint8)
+    holes = 0
+    for i, (k, g) in enumerate(groups):
+        lat[i, np.searchsorted(b_ax, g.batch_size.to_numpy()), np.searchsorted(s_ax, g.isl.to_numpy())] = (
+            g.latency.to_numpy(float)
+        )
+        holes += int(np.isnan(lat[i]).sum())
+        fill[i] = fill_holes(lat[i], [b_ax, s_ax], (1, 2 if k[2] == 0 else 1))
+    arrays = {
+        "cfg": cfg,
+        "batch": b_ax.astype(np.int32),
+        "isl": s_ax.astype(np.int32),
+        "lat_ms": lat.astype(np.float32),
+        "fill": fill,
+    }
+    info = {
+        "cfg_columns": list(ATTN_CFG),
+        "dtype_codes": ATTN_DTYPES,
+        "configs": len(groups),
+        "points": int(len(df)),
+        "holes_filled": holes,
+        "kernel_source": sorted(df.kernel_source.unique().tolist()),
+        "left_out": "rows whose kv_cache_dtype differs from attn_dtype",
+    }
     return arrays, info
 
 
@@ -180,13 +233,14 @@ def convert(repo: str, date: str) -> dict:
         if len(parts) != 5 or parts[0] not in SYSTEMS:
             continue
         system, op, backend, version, name = parts
-        if (op, name) in (("gemm", "gemm_perf.parquet"), ("gemm", "reuse.yaml")) or (
-            op == "comm" and backend == "nccl" and name in ("nccl_perf.parquet", "reuse.yaml")
-        ):
+        if (op, name) in (
+            ("gemm", "gemm_perf.parquet"),
+            ("gemm", "reuse.yaml"),
+            ("attention", "context_attention_perf.parquet"),
+            ("attention", "reuse.yaml"),
+        ) or (op == "comm" and backend == "nccl" and name in ("nccl_perf.parquet", "reuse.yaml")):
             tree.setdefault((system, op, backend), {}).setdefault(version, []).append(name)
     OUT.mkdir(parents=True, exist_ok=True)
-    for old in OUT.glob("*.npz"):
-        old.unlink()
     manifest = {
         "source": {
             "repo": "https://github.com/ai-dynamo/aiconfigurator",
@@ -208,6 +262,8 @@ def convert(repo: str, date: str) -> dict:
             (v for v, names in versions.items() if any(n.endswith(".parquet") for n in names)), key=version_key
         )
         keep = collected if op == "comm" else collected[-1:]
+        if op == "attention" and backend != "trtllm":
+            keep = []
         for v in sorted(versions, key=version_key):
             folder = f"{SRC}/{system}/{op}/{backend}/{v}"
             m = meta(repo, folder)
@@ -216,7 +272,7 @@ def convert(repo: str, date: str) -> dict:
                 manifest["aliases"].append(
                     {
                         "system": system,
-                        "op": "gemm" if op == "gemm" else "nccl",
+                        "op": {"gemm": "gemm", "attention": "attention"}.get(op, "nccl"),
                         "backend": backend,
                         "version": v,
                         "reuses": first.get("from_version"),
@@ -228,19 +284,20 @@ def convert(repo: str, date: str) -> dict:
                 if v not in collected:
                     continue
             if v not in keep:
-                manifest["dropped"].append(
-                    {
-                        "system": system,
-                        "op": "gemm",
-                        "backend": backend,
-                        "version": v,
-                        "why": "size: only the newest collected version per backend is kept",
-                    }
-                )
+                why = "size: only the newest collected version per backend is kept"
+                if op == "attention" and backend != "trtllm":
+                    why = "size: context attention is kept for TensorRT-LLM only"
+                manifest["dropped"].append({"system": system, "op": op, "backend": backend, "version": v, "why": why})
                 continue
-            pq = "gemm_perf.parquet" if op == "gemm" else "nccl_perf.parquet"
+            pq = {"gemm": "gemm_perf.parquet", "attention": "context_attention_perf.parquet"}.get(
+                op, "nccl_perf.parquet"
+            )
             df = pd.read_parquet(io.BytesIO(git_show(repo, f"{folder}/{pq}")))
-            if op == "gemm":
+            if op == "attention":
+                arrays, info = attention_arrays(df)
+                name = f"attention_{system}_{backend}_{v}.npz"
+                entry = {"op": "attention", "backend": backend, "backend_version": v, "context": info}
+            elif op == "gemm":
                 arrays, info = gemm_arrays(df)
                 name = f"gemm_{system}_{backend}_{v}.npz"
                 entry = {"op": "gemm", "backend": backend, "backend_version": v, "dtypes": info}
@@ -276,6 +333,9 @@ def convert(repo: str, date: str) -> dict:
             for a in manifest["aliases"]
             if a["system"] == e["system"] and a["backend"] == e["backend"] and a["reuses"] == e["backend_version"]
         ]
+    for old in OUT.glob("*.npz"):  # files of an earlier conversion that this one did not write
+        if old.name not in manifest["files"]:
+            old.unlink()
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
 

@@ -13,6 +13,7 @@ import pytest
 
 from costmodel.physics.tables import (
     Evidence,
+    attention_lookup,
     collective_lookup,
     gemm_lookup,
     linear_fwd_bwd_lookup,
@@ -59,7 +60,7 @@ def test_manifest_names_every_file_and_its_source():
     systems = {e["system"] for e in m["files"].values()}
     assert systems == {"a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300"}
     for s in systems:  # (a) GEMM and (b) NCCL for every system
-        assert {e["op"] for e in m["files"].values() if e["system"] == s} == {"gemm", "nccl"}, s
+        assert {e["op"] for e in m["files"].values() if e["system"] == s} == {"gemm", "nccl", "attention"}, s
     assert (PKG / "NOTICE").read_text().count("Apache License") == 1
     assert sum(p.stat().st_size for p in DATA.iterdir()) < 10e6
 
@@ -74,6 +75,11 @@ def test_data_loads_as_grids():
                 assert np.isfinite(lat).all() and (lat > 0).all(), (name, dt)
                 assert int((fill > 0).sum()) == e["dtypes"][dt]["holes_filled"], (name, dt)
                 assert all((np.diff(z[f"{dt}.{c}"]) > 0).all() for c in "mnk")
+        elif e["op"] == "attention":
+            lat, fill, cfg = z["lat_ms"], z["fill"], z["cfg"]
+            assert lat.shape == (len(cfg), len(z["batch"]), len(z["isl"])) == fill.shape, name
+            assert np.isfinite(lat).all() and (lat > 0).all() and cfg.shape[1] == 5, name
+            assert int((fill > 0).sum()) == e["context"]["holes_filled"], name
         else:
             keys = [k for k in z if k.endswith(".bytes")]
             assert keys, name
@@ -243,3 +249,28 @@ def test_manifest_is_json_the_package_ships():
     assert "physics/tables/data/*.npz" in text and "physics/tables/data/manifest.json" in text
     assert 'tables = ["pyarrow' in text
     json.loads((DATA / "manifest.json").read_text())
+
+
+def test_attention_reads_measured_points_and_says_what_stood_in():
+    choice = table_for("H100-SXM5-80GB", "attention")
+    z = load(choice.file)
+    cfg, lat, fill = z["cfg"], z["lat_ms"], z["fill"]
+    i = next(i for i, r in enumerate(cfg) if tuple(r) == (0, 128, 0, 32, 8))
+    bi, si = 0, int(np.nonzero(z["isl"] == 4096)[0][0])
+    assert fill[i, bi, si] == 0
+    t, ev = attention_lookup("H100-SXM5-80GB", "bf16", int(z["batch"][bi]), 4096, 32, 8, 128)
+    assert ev.kind == "measured" and t == pytest.approx(float(lat[i, bi, si]) * 1e-3, rel=1e-6)
+    mid = int(sqrt(4096 * int(z["isl"][si + 1])))
+    t2, ev2 = attention_lookup("H100-SXM5-80GB", "bf16", int(z["batch"][bi]), mid, 32, 8, 128)
+    assert ev2.kind == "interpolated" and t < t2 < float(lat[i, bi, si + 1]) * 1e-3
+    # isl beyond the table: causal attention grows as isl^2
+    top = int(z["isl"][-1])
+    edge, _ = attention_lookup("H100-SXM5-80GB", "bf16", 1, top, 32, 8, 128)
+    t3, ev3 = attention_lookup("H100-SXM5-80GB", "bf16", 1, 2 * top, 32, 8, 128)
+    assert ev3.kind == "extrapolated" and ev3.distance == pytest.approx(1.0) and t3 == pytest.approx(4 * edge)
+    _, ev4 = attention_lookup("H100-SXM5-80GB", "bf16", 1, 4096, 28, 4, 128)
+    assert "GQA group" in ev4.note and ev4.kind == "interpolated"
+    _, ev5 = attention_lookup("H100-SXM5-80GB", "bf16", 1, 4096, 128, 128, 128)
+    assert ev5.kind == "extrapolated" and "heads" in ev5.note
+    t6, ev6 = attention_lookup(load_cluster("a100-40g").device, "bf16", 1, 4096, 32, 8, 128)
+    assert t6 is None and ev6.kind == "assumed"

@@ -1,0 +1,129 @@
+"""Context (prefill) attention forward times from the measured tables (TensorRT-LLM's attention op,
+context phase: causal, with its fused QKV preprocessing and KV-cache write; AIConfigurator's
+``context_attention_perf``, latency in ms as logged by ``collector/trtllm/collect_attn.py``).
+
+A table holds, per configuration (dtype, head_dim, window, heads, kv_heads), a grid over batch
+(sequences) and isl (tokens per sequence). A look-up interpolates ``log latency`` multilinearly in
+``log batch, log isl`` (:mod:`.grid`) on each configuration it reads, then linearly in ``log heads``
+between the two measured head counts around the asked one, among the configurations of the same
+dtype, head_dim, window and GQA group (heads / kv_heads; the nearest group stands in, said in the
+note); a head_dim between two measured ones is interpolated in ``log head_dim`` the same way.
+Outside: above the largest batch or head count (or head_dim) the time grows in proportion (constant
+FLOP/s); above the largest isl as ``isl^2`` without a window and ``isl`` with one; below the smallest
+value of an axis the smallest's time stands (latency floor). Such look-ups, and those touching a
+grid hole filled at conversion, are ``extrapolated``. Backward attention is not measured here; the
+FlashAttention convention (backward = 2.5x the forward's FLOPs, ``benchmarks/data/components/
+README_kernels.md``) is the caller's to apply and to mark.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from math import exp, log, log2
+
+import numpy as np
+
+from .evidence import Evidence, join_notes, weakest
+from .grid import interpolate
+from .store import load, system_of, table_for
+
+DTYPE_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
+
+
+@lru_cache(maxsize=16)
+def _table(file: str):
+    z = load(file)
+    axes = [np.log(z["batch"].astype(float)), np.log(z["isl"].astype(float))]
+    index = {tuple(int(x) for x in row): i for i, row in enumerate(z["cfg"])}
+    return z["cfg"], axes, np.log(z["lat_ms"].astype(float)), z["fill"], z["batch"], z["isl"], index
+
+
+def _one(file: str, i: int, batch: int, isl: int, window: int):
+    """(log ms, kind, distance, notes) of configuration ``i`` at (batch, isl)."""
+    cfg, axes, loglat, fill, b_ax, s_ax, _ = _table(file)
+    x = (log(batch), log(isl))
+    v, corners, exact, (bc, sc) = interpolate(axes, loglat[i], x)
+    far, notes = 0.0, []
+    for name, xi, xc, raw, power in (("batch", x[0], bc, b_ax, 1), ("isl", x[1], sc, s_ax, 2 if window == 0 else 1)):
+        d = (xi - xc) / log(2)
+        if d > 1e-9:
+            v += power * (xi - xc)
+            notes.append(f"{name} {2**d:.1f}x beyond the table's largest ({int(raw[-1])})")
+        elif d < -1e-9:
+            notes.append(f"{name} below the table's smallest ({int(raw[0])}): latency floor")
+        far = max(far, abs(d))
+    hole = max(int(fill[i][c]) for c in corners) / 10.0
+    if hole > 0:
+        notes.append("reads a grid hole filled by constant throughput")
+    kind = "extrapolated" if far > 1e-9 or hole > 0 else "measured" if exact else "interpolated"
+    return v, kind, max(far, hole), notes
+
+
+def _along(values: list[int], x: int, read, name: str, power: float = 1.0):
+    """Interpolate ``read(value)`` (log ms, kind, distance, notes) linearly in log between the measured
+    ``values`` around ``x``; proportional above the largest, the floor below the smallest."""
+    vs = sorted(values)
+    if x in vs:
+        return read(x)
+    lo = max((v for v in vs if v < x), default=None)
+    hi = min((v for v in vs if v > x), default=None)
+    if lo is not None and hi is not None:
+        a, b = read(lo), read(hi)
+        w = (log(x) - log(lo)) / (log(hi) - log(lo))
+        return (1 - w) * a[0] + w * b[0], weakest("interpolated", a[1], b[1]), max(a[2], b[2]), a[3] + b[3]
+    edge = lo if hi is None else hi
+    v, kind, d, notes = read(edge)
+    step = abs(log2(x / edge))
+    if hi is None:
+        v += power * (log(x) - log(edge))
+        notes = [*notes, f"{name} {x / edge:.1f}x beyond the table's largest ({edge})"]
+    else:
+        notes = [*notes, f"{name} below the table's smallest ({edge}): latency floor"]
+    return v, "extrapolated", max(d, step), notes
+
+
+@lru_cache(maxsize=1 << 14)
+def _attention(system, dtype, batch, isl, heads, kv_heads, head_dim, window, backend):
+    code = DTYPE_CODE.get(dtype)
+    if code is None:
+        return None, Evidence("assumed", "", f"no measured {dtype} attention table")
+    choice = table_for(system, "attention", backend)
+    if choice is None:
+        return None, Evidence("assumed", "", f"no context-attention table on {system}")
+    cfg, pos = _table(choice.file)[0], _table(choice.file)[-1]
+    mine = cfg[(cfg[:, 0] == code) & (cfg[:, 2] == window)]
+    if not len(mine):
+        return None, Evidence("assumed", choice.label, f"no {dtype} configuration with window {window}")
+    notes = [choice.note]
+
+    def at_dim(d: int):
+        rows = mine[mine[:, 1] == d]
+        groups = [int(q) for q in np.unique(rows[:, 3] // rows[:, 4])]
+        g = min(groups, key=lambda q: (abs(log2(q) - log2(max(heads // kv_heads, 1))), q))
+        if g != heads // kv_heads:
+            notes.append(f"GQA group {g} stands in for {heads // kv_heads}")
+        rows = rows[rows[:, 3] // rows[:, 4] == g]
+        index = {int(r[3]): pos[tuple(int(x) for x in r)] for r in rows}
+        return _along(list(index), heads, lambda h: _one(choice.file, index[h], batch, isl, window), "heads")
+
+    v, kind, d, extra = _along(sorted({int(x) for x in mine[:, 1]}), head_dim, at_dim, "head_dim")
+    note = join_notes(*dict.fromkeys(n for n in notes + extra if n))
+    return exp(v) * 1e-3, Evidence(kind, choice.label, note, d)
+
+
+def attention_lookup(device, dtype, batch, isl, heads, kv_heads, head_dim, window=0, backend=None):
+    """``(seconds, Evidence)`` of one context-phase (causal) attention forward of ``batch`` sequences of
+    ``isl`` tokens with ``heads`` query heads, ``kv_heads`` KV heads of ``head_dim`` on one GPU of
+    ``device`` (``window`` 0: full causal; else a sliding window of that many tokens, as measured);
+    ``(None, Evidence("assumed", ...))`` without a table. Cached per shape."""
+    args = [int(x) for x in (batch, isl, heads, kv_heads, head_dim, window)]
+    if min(args[:5]) < 1 or args[5] < 0 or args[2] % args[3]:
+        raise ValueError(f"attention shape {args}: positive sizes, heads a multiple of kv_heads, window >= 0")
+    system = system_of(device)
+    if system is None:
+        return None, Evidence("assumed", "", f"no measured attention table for {getattr(device, 'name', device)}")
+    return _attention(system, dtype, *args, backend)
+
+
+def cache_clear() -> None:
+    _attention.cache_clear()
