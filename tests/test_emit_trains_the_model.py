@@ -227,3 +227,23 @@ def test_the_fields_change_no_prediction():
     c = ParallelConfig(tp=2, dp=4, zero=1)
     w = Workload(global_batch=64, seq_len=8192)
     assert api.evaluate(m, cl, w, c).step_time_s == api.evaluate(bare, cl, w, c).step_time_s
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "llama3.1-8b"])
+def test_emitted_line_reads_back_as_the_same_plan(name, capsys):
+    """``evaluate --megatron-args`` of the emitted line (the new flags included) is the plan emitted."""
+    import json
+
+    m = load_model(name)
+    c = ParallelConfig(tp=1, pp=1, dp=8, ep=8 if m.experts else 1, mb=1, zero=1, recompute="full")
+    w = Workload(global_batch=64, seq_len=4096)
+    text, _ = emit_text("megatron", c, w, m.layers, m.is_moe, model=m)
+    problem = ["--model", name, "--cluster", "h100-sxm", "--gpus", "8"]
+    assert main(["evaluate", "--megatron-args", text.replace("\\\n", " "), *problem, "--json"]) == 0
+    back = json.loads(capsys.readouterr().out)
+    pins = ["--tp", "1", "--pp", "1", "--mb", "1", "--zero", "1", "--recompute", "full", "--bucket-mb", "40"]
+    pins += ["--no-sp", "--chunks", "1", "--vp", "1"] + (["--ep", "8"] if m.experts else [])
+    assert main(["evaluate", *problem, "--global-batch", "64", "--seq", "4096", *pins, "--json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert back["config"] == direct["config"]
+    assert back["step_time_s"] == pytest.approx(direct["step_time_s"], rel=1e-9)
