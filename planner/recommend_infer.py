@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from costmodel.spec.errors import InfeasibleConfig, SpecError
 from search.infer import ENGINES, InferProblem, InferResult, shortfall, solve_infer
@@ -274,38 +275,106 @@ def check_plot_path(path: str) -> None:
         raise SpecError("plot", path, "an image file path such as DIR/pareto.png (it names a directory)")
 
 
-def write_plot(p: InferProblem, r: InferResult, path: str) -> None:
-    """The Pareto front (TPOT vs tokens/s per GPU) with the targets and the best plan, as an image."""
+#: where a label may sit around its point (points, x right / y up), nearest first; a label goes to the first that
+#: overlaps no other label, marker or the legend and stays inside the axes (greedy placement: no new dependency,
+#: and unlike force-directed placement, e.g. the adjustText package, it never leaves two labels overlapping)
+LABEL_OFFSETS = tuple(
+    (sx * dx, sy * dy)
+    for dx, dy in ((6, 4), (6, 14), (20, 4), (6, 26), (30, 16), (40, 30))
+    for sx in (1, -1)
+    for sy in (1, -1)
+)
+
+
+def place_labels(ax, points: list, labels: list[str], obstacles: list) -> int:
+    """Annotate each ``(x, y)`` data point with its label at the first of :data:`LABEL_OFFSETS` where the label's
+    box overlaps no label placed before, no box of ``obstacles`` (display coordinates) and stays inside the
+    axes; a label with no such place is left out. Returns how many were placed."""
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = list(obstacles)
+    placed = 0
+    for (x, y), text in zip(points, labels):
+        for dx, dy in LABEL_OFFSETS:
+            far = (abs(dx), abs(dy)) != (6, 4)  # a leader line to any label not beside its point
+            t = ax.annotate(
+                text,
+                (x, y),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=7,
+                ha="left" if dx > 0 else "right",
+                va="bottom" if dy > 0 else "top",
+                arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5} if far else None,
+            )
+            box = t.get_window_extent(renderer)
+            fits = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if fits and not any(box.overlaps(o) for o in taken):
+                taken.append(box)
+                placed += 1
+                break
+            t.remove()
+    return placed
+
+
+def write_plot(p: InferProblem, r: InferResult, path: str) -> tuple[int, int]:
+    """The Pareto front (TPOT vs tokens/s per GPU) with the targets and the best plan, as an image; each
+    plan labelled where its label overlaps nothing (:func:`place_labels`). Returns (plans, labelled)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.transforms import Bbox
     except ImportError:
         raise SpecError(
             "plot", path, "written only with matplotlib installed (pip install 'overlap-planner[plot]')"
         ) from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [e.tpot_s * 1e3 for e in r.pareto]
-    ax.plot(xs, [e.tokens_per_s_per_gpu for e in r.pareto], "o-", label="Pareto front (plans that fit)")
-    for e, x in zip(r.pareto, xs):
-        c = e.config
-        ax.annotate(f"tp{c.tp} pp{c.pp} b{e.batch_per_replica}", (x, e.tokens_per_s_per_gpu), fontsize=7)
-    if r.best:
-        ax.plot([r.best.tpot_s * 1e3], [r.best.tokens_per_s_per_gpu], "r*", markersize=14, label="recommended")
-    if p.tpot_target_s:
-        ax.axvline(p.tpot_target_s * 1e3, color="grey", linestyle="--", label="TPOT target")
-    ax.set_xlabel("TPOT (ms)")
-    ax.set_ylabel("output tokens/s per GPU")
-    ax.set_title(f"{p.model.name}, {p.cluster.num_gpus} x {p.cluster.device.name}, {p.input_len}/{p.output_len} tokens")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise SpecError("plot", path, f"a writable file path ({e.strerror})") from None
+        xs = [e.tpot_s * 1e3 for e in r.pareto]
+        ys = [e.tokens_per_s_per_gpu for e in r.pareto]
+        ax.plot(xs, ys, "o-", label="Pareto front (plans that fit)")
+        if r.best:
+            ax.plot([r.best.tpot_s * 1e3], [r.best.tokens_per_s_per_gpu], "r*", markersize=14, label="recommended")
+        if p.tpot_target_s:
+            ax.axvline(p.tpot_target_s * 1e3, color="grey", linestyle="--", label="TPOT target")
+        ax.margins(0.12)
+        ax.set_xlabel("TPOT (ms)")
+        ax.set_ylabel("output tokens/s per GPU")
+        ax.set_title(
+            f"{p.model.name}, {p.cluster.num_gpus} x {p.cluster.device.name}, {p.input_len}/{p.output_len} tokens"
+        )
+        legend = ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()  # the axes are fixed before the labels are placed in them
+        renderer = fig.canvas.get_renderer()
+        marks = [(x, y) for x, y in zip(xs, ys)] + (
+            [(r.best.tpot_s * 1e3, r.best.tokens_per_s_per_gpu)] if r.best else []
+        )
+        obstacles = [legend.get_window_extent(renderer)]
+        for x, y in marks:
+            px, py = ax.transData.transform((x, y))
+            obstacles.append(Bbox.from_extents(px - 5, py - 5, px + 5, py + 5))
+        labels = [
+            f"tp{e.config.tp} pp{e.config.pp}"
+            + (f" dp{e.config.dp}" if e.config.dp > 1 else "")
+            + f" b{e.batch_per_replica}"
+            for e in r.pareto
+        ]
+        placed = place_labels(ax, list(zip(xs, ys)), labels, obstacles)
+        try:
+            fig.savefig(path)
+        except OSError as e:
+            raise SpecError("plot", path, f"a writable file path ({e.strerror})") from None
     finally:
         plt.close(fig)
+    return len(r.pareto), placed
+
+
+def plot_line(path: str, plans: int, labelled: int) -> str:
+    """The one line that says which file ``--plot`` wrote."""
+    rest = "" if labelled == plans else f", {labelled} labelled (the others would overlap; all are in the table)"
+    return f"plot: wrote {path} (throughput/latency Pareto front, {plans} plan{'s' if plans != 1 else ''}{rest})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -321,13 +390,14 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     r = solve_infer(p, options)
-    if args.plot:
-        write_plot(p, r, args.plot)
+    plotted = write_plot(p, r, args.plot) if args.plot else None
     prefill = getattr(args, "prefill_tokens", None)
     if args.json:
         print_json(result_json(p, r, prefill))
     else:
         print(result_text(p, r, prefill))
+    if plotted:  # on stderr under --json: stdout stays one JSON object
+        print(plot_line(args.plot, *plotted), file=sys.stderr if args.json else sys.stdout)
     if not r.plans:
         raise InfeasibleConfig(f"targets=unmet: {r.explanation}")
     return 0
