@@ -12,6 +12,9 @@ Held-out rule (stated before any result was looked at):
   the last are removed and predicted from their neighbours the same way.
 - Context attention (added with the attention tables, same rule): in every configuration of every
   table, the isl values at the odd positions except the last, predicted from their neighbours.
+- MoE layers (added with the MoE tables, same rule): the num_tokens values at the odd positions
+  except the last, per configuration. (kernels.csv's DeepGEMM grouped-GEMM rows time one grouped
+  GEMM, not a routed MoE layer: not compared.)
 Error = predicted / measured - 1; mean |err|, signed mean and the 95th percentile of |err| per GPU
 generation (Ampere: a100_sxm; Hopper: h100_sxm, h200_sxm; Blackwell: b200_sxm, b300_sxm, gb200,
 gb300) and per dtype (GEMM) or op (NCCL). Target (issue 38): mean |err| <= 5% per generation.
@@ -121,6 +124,20 @@ def attention_heldout() -> list[dict]:
         lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
         p, m = heldout_1d(np.log(z["isl"].astype(float)), lat, ok, axis=2)
         out.append({"system": e["system"], "backend": e["backend"], "what": "context fwd", "err": p / m - 1, "ms": m})
+    return out
+
+
+def moe_heldout() -> list[dict]:
+    """MoE: in every table and configuration, the num_tokens values at odd positions except the last,
+    predicted from their neighbours (measured points only)."""
+    out = []
+    for f, e in sorted(manifest()["files"].items()):
+        if e["op"] != "moe":
+            continue
+        z = load(f)
+        lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
+        p, m = heldout_1d(np.log(z["tokens"].astype(float)), lat, ok, axis=1)
+        out.append({"system": e["system"], "backend": e["backend"], "what": "moe layer", "err": p / m - 1, "ms": m})
     return out
 
 
@@ -328,6 +345,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     g_table, g_mean = summarise(gemm_heldout(), "GEMM")
     n_table, n_mean = summarise(nccl_heldout(), "NCCL")
     a_table, a_mean = summarise(attention_heldout(), "attention")
+    m_table, m_mean = summarise(moe_heldout(), "MoE")
     arows = attention_rows()
     krows, crows = kernel_rows(), collective_rows()
     own = [r for r in krows if r["own table"]]
@@ -343,7 +361,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         for r in summarise(b_rows, "backward")[0]
         if "measured >=" not in r["set"]
     ]
-    table = g_table + n_table + a_table + k_table + c_table + b_table
+    table = g_table + n_table + a_table + m_table + k_table + c_table + b_table
     for r in table:
         print(
             f"{r['set']:36s} {r['generation']:9s} {r['dtype/op']:15s} n={r['points']:7d} "
@@ -373,11 +391,13 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
             **{f"GEMM {k}": v for k, v in g_mean.items()},
             **{f"NCCL {k}": v for k, v in n_mean.items()},
             **{f"attention {k}": v for k, v in a_mean.items()},
+            **{f"MoE {k}": v for k, v in m_mean.items()},
         }.items()
     }
     head = {f"GEMM held-out {g} mean |err| %": results_io.pct(v) for g, v in g_mean.items()}
     head.update({f"NCCL held-out {g} mean |err| %": results_io.pct(v) for g, v in n_mean.items()})
     head.update({f"attention held-out {g} mean |err| %": results_io.pct(v) for g, v in a_mean.items()})
+    head.update({f"MoE held-out {g} mean |err| %": results_io.pct(v) for g, v in m_mean.items()})
     for r in b_table:
         if r["dtype/op"] == "all":
             head[f"backward vs 2x forward {r['generation']} mean |diff| %"] = r["mean |err| %"]

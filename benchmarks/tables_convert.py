@@ -24,7 +24,9 @@ the manifest as ``dropped`` and a lookup naming one gets the nearest kept versio
 ``reuse.yaml`` versions become aliases of their donor. NCCL: every version. Context (prefill)
 attention (``context_attention_perf``, latency in ms: ``collector/trtllm/collect_attn.py`` logs
 ``results["latency_ms"]``): the newest TensorRT-LLM collection only, rows whose KV-cache dtype equals
-the attention dtype. Grid holes (shapes a
+the attention dtype. MoE layers (``moe_perf``, ms, ``collector/trtllm/collect_moe.py``): the newest
+full TensorRT-LLM collection (a partial top-up that also declares reuse.yaml is passed over), the
+balanced distribution (power_law_1.01 on A100, which has none), no min-latency kernels, float16. Grid holes (shapes a
 collection did not measure, mostly the largest m x n x k) are filled by constant throughput from the
 nearest measured neighbour along the grid and flagged (``<dtype>.fill`` > 0: tenths of log2 units to
 the donor), so a look-up touching one is never called "measured". Duplicated rows (some NCCL files
@@ -199,6 +201,48 @@ def attention_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, info
 
 
+MOE_DTYPES = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
+MOE_CFG = ("dtype", "gated", "hidden", "inter", "topk", "experts", "tp", "ep")
+
+
+def moe_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
+    """MoE layers (grouped GEMMs with routing, one rank): one latency series over num_tokens per
+    configuration (dtype code, gated, hidden, inter, topk, experts, moe_tp, moe_ep); the balanced
+    token distribution only (power_law_1.01 where a collection has no balanced rows) and the
+    min-latency (decode) kernels left out (size)."""
+    dist = "balanced" if (df.distribution == "balanced").any() else "power_law_1.01"  # a100: no balanced rows
+    df = df[(df.distribution == dist) & (df.kernel_source != "moe_torch_flow_min_latency")]
+    df = df[df.moe_dtype.isin(list(MOE_DTYPES))].assign(
+        gated=(df.kernel_source != "moe_torch_flow_nongated").astype(int)
+    )
+    keys = ["moe_dtype", "gated", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
+    df = df.drop_duplicates([*keys, "num_tokens"], keep="last")
+    t_ax = np.array(sorted(df.num_tokens.unique()), dtype=np.int64)
+    groups = sorted(df.groupby(keys), key=lambda kv: (MOE_DTYPES[kv[0][0]], *kv[0][1:]))
+    cfg = np.array([[MOE_DTYPES[k[0]], *k[1:]] for k, _ in groups], dtype=np.int32)
+    lat = np.full((len(groups), len(t_ax)), np.nan)
+    fill = np.zeros(lat.shape, dtype=np.uint8)
+    holes = 0
+    for i, (_, g) in enumerate(groups):
+        lat[i, np.searchsorted(t_ax, g.num_tokens.to_numpy())] = g.latency.to_numpy(float)
+        holes += int(np.isnan(lat[i]).sum())
+        fill[i] = fill_holes(lat[i], [t_ax])
+    # float16 (relative rounding <= 2^-11, 0.05%) keeps the data under 10 MB
+    arrays = {"cfg": cfg, "tokens": t_ax.astype(np.int32), "lat_ms": lat.astype(np.float16), "fill": fill}
+    info = {
+        "cfg_columns": list(MOE_CFG),
+        "dtype_codes": MOE_DTYPES,
+        "configs": len(groups),
+        "points": int(len(df)),
+        "holes_filled": holes,
+        "kernel_source": sorted(df.kernel_source.unique().tolist()),
+        "distribution": dist,
+        "lat_ms_dtype": "float16 (relative rounding <= 0.05%)",
+        "left_out": "the other token distributions; the min-latency kernels",
+    }
+    return arrays, info
+
+
 def nccl_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     arrays, info = {}, {}
     df = df.drop_duplicates(["op_name", "nccl_dtype", "num_gpus", "message_size"], keep="last")
@@ -238,6 +282,8 @@ def convert(repo: str, date: str) -> dict:
             ("gemm", "reuse.yaml"),
             ("attention", "context_attention_perf.parquet"),
             ("attention", "reuse.yaml"),
+            ("moe", "moe_perf.parquet"),
+            ("moe", "reuse.yaml"),
         ) or (op == "comm" and backend == "nccl" and name in ("nccl_perf.parquet", "reuse.yaml")):
             tree.setdefault((system, op, backend), {}).setdefault(version, []).append(name)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -261,8 +307,11 @@ def convert(repo: str, date: str) -> dict:
         collected = sorted(
             (v for v, names in versions.items() if any(n.endswith(".parquet") for n in names)), key=version_key
         )
+        if op == "moe":  # the newest full collection: a partial top-up also declares reuse.yaml
+            full = [v for v in collected if "reuse.yaml" not in versions[v]]
+            collected = full or collected
         keep = collected if op == "comm" else collected[-1:]
-        if op == "attention" and backend != "trtllm":
+        if op in ("attention", "moe") and backend != "trtllm":
             keep = []
         for v in sorted(versions, key=version_key):
             folder = f"{SRC}/{system}/{op}/{backend}/{v}"
@@ -272,7 +321,7 @@ def convert(repo: str, date: str) -> dict:
                 manifest["aliases"].append(
                     {
                         "system": system,
-                        "op": {"gemm": "gemm", "attention": "attention"}.get(op, "nccl"),
+                        "op": op if op in ("gemm", "attention", "moe") else "nccl",
                         "backend": backend,
                         "version": v,
                         "reuses": first.get("from_version"),
@@ -285,15 +334,18 @@ def convert(repo: str, date: str) -> dict:
                     continue
             if v not in keep:
                 why = "size: only the newest collected version per backend is kept"
-                if op == "attention" and backend != "trtllm":
-                    why = "size: context attention is kept for TensorRT-LLM only"
+                if op in ("attention", "moe") and backend != "trtllm":
+                    why = f"size: {op} is kept for TensorRT-LLM only"
                 manifest["dropped"].append({"system": system, "op": op, "backend": backend, "version": v, "why": why})
                 continue
-            pq = {"gemm": "gemm_perf.parquet", "attention": "context_attention_perf.parquet"}.get(
-                op, "nccl_perf.parquet"
-            )
+            pq = {"gemm": "gemm_perf.parquet", "attention": "context_attention_perf.parquet", "moe": "moe_perf.parquet"}
+            pq = pq.get(op, "nccl_perf.parquet")
             df = pd.read_parquet(io.BytesIO(git_show(repo, f"{folder}/{pq}")))
-            if op == "attention":
+            if op == "moe":
+                arrays, info = moe_arrays(df)
+                name = f"moe_{system}_{backend}_{v}.npz"
+                entry = {"op": "moe", "backend": backend, "backend_version": v, "moe": info}
+            elif op == "attention":
                 arrays, info = attention_arrays(df)
                 name = f"attention_{system}_{backend}_{v}.npz"
                 entry = {"op": "attention", "backend": backend, "backend_version": v, "context": info}

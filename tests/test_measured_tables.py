@@ -14,6 +14,7 @@ import pytest
 from costmodel.physics.tables import (
     Evidence,
     attention_lookup,
+    moe_lookup,
     collective_lookup,
     gemm_lookup,
     linear_fwd_bwd_lookup,
@@ -60,7 +61,7 @@ def test_manifest_names_every_file_and_its_source():
     systems = {e["system"] for e in m["files"].values()}
     assert systems == {"a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300"}
     for s in systems:  # (a) GEMM and (b) NCCL for every system
-        assert {e["op"] for e in m["files"].values() if e["system"] == s} == {"gemm", "nccl", "attention"}, s
+        assert {e["op"] for e in m["files"].values() if e["system"] == s} == {"gemm", "nccl", "attention", "moe"}, s
     assert (PKG / "NOTICE").read_text().count("Apache License") == 1
     assert sum(p.stat().st_size for p in DATA.iterdir()) < 10e6
 
@@ -75,6 +76,10 @@ def test_data_loads_as_grids():
                 assert np.isfinite(lat).all() and (lat > 0).all(), (name, dt)
                 assert int((fill > 0).sum()) == e["dtypes"][dt]["holes_filled"], (name, dt)
                 assert all((np.diff(z[f"{dt}.{c}"]) > 0).all() for c in "mnk")
+        elif e["op"] == "moe":
+            lat, fill, cfg = z["lat_ms"], z["fill"], z["cfg"]
+            assert lat.shape == (len(cfg), len(z["tokens"])) == fill.shape and cfg.shape[1] == 8, name
+            assert np.isfinite(lat).all() and (lat > 0).all(), name
         elif e["op"] == "attention":
             lat, fill, cfg = z["lat_ms"], z["fill"], z["cfg"]
             assert lat.shape == (len(cfg), len(z["batch"]), len(z["isl"])) == fill.shape, name
@@ -274,3 +279,25 @@ def test_attention_reads_measured_points_and_says_what_stood_in():
     assert ev5.kind == "extrapolated" and "heads" in ev5.note
     t6, ev6 = attention_lookup(load_cluster("a100-40g").device, "bf16", 1, 4096, 32, 8, 128)
     assert t6 is None and ev6.kind == "assumed"
+
+
+def test_moe_reads_measured_configs_and_scales_a_stand_in():
+    choice = table_for("B200", "moe")
+    z = load(choice.file)
+    cfg, lat, tok = z["cfg"], z["lat_ms"], z["tokens"]
+    i = next(i for i, r in enumerate(cfg) if tuple(r) == (2, 1, 7168, 2048, 8, 256, 1, 8))  # DeepSeek-V3, EP 8
+    t, ev = moe_lookup("B200", "fp8_block", int(tok[20]), 7168, 2048, 8, 256, 1, 8)
+    assert ev.kind == "measured" and t == pytest.approx(float(lat[i, 20]) * 1e-3, rel=1e-6)
+    mid = int(sqrt(tok[20] * tok[21]))
+    t2, ev2 = moe_lookup("B200", "fp8_block", mid, 7168, 2048, 8, 256, 1, 8)
+    assert ev2.kind == "interpolated" and min(lat[i, 20], lat[i, 21]) * 1e-3 <= t2 <= max(lat[i, 20], lat[i, 21]) * 1e-3
+    # a configuration nobody measured: the nearest one, scaled by per-rank expert FLOPs, and said so
+    t4, ev4 = moe_lookup("B200", "fp8_block", int(tok[20]), 7000, 2000, 8, 256, 1, 8)
+    assert ev4.kind == "extrapolated" and "stands in" in ev4.note and ev4.distance > 0
+    assert t4 == pytest.approx(t * (7000 * 2000) / (7168 * 2048), rel=1e-6)
+    t5, ev5 = moe_lookup(load_cluster("a100-40g").device, "bf16", 1024, 4096, 14336, 2, 8)
+    assert t5 is None and ev5.kind == "assumed"
+    _, ev6 = moe_lookup("A100-SXM4-80GB", "bf16", 1024, 4096, 14336, 2, 8)
+    assert "power_law_1.01" in ev6.note
+    with pytest.raises(ValueError, match="MoE shape"):
+        moe_lookup("B200", "bf16", 1024, 4096, 14336, 2, 8, ep=3)

@@ -1,11 +1,12 @@
 """Measured per-operation tables (issue 38): GEMM and intra-node NCCL collective times read from
 AIConfigurator's measurements (``ai-dynamo/aiconfigurator`` @095f58a, Apache-2.0; see ``NOTICE`` and
-``data/manifest.json``), and context (prefill) attention forward times, interpolated in log space, each number returned with its :class:`Evidence`
+``data/manifest.json``), context (prefill) attention forward and MoE layer times, interpolated in log space, each number returned with its :class:`Evidence`
 (measured, interpolated, extrapolated, assumed).
 
 Owns: the committed data files under ``data/`` (written by ``python -m benchmarks.tables_convert``),
 the loader (``store``), the log-space interpolation (``grid``), GEMM and linear-layer look-ups
-(``gemm``), context-attention look-ups (``attention``) and collective look-ups (``collectives``). Pure numpy at run time.
+(``gemm``), context-attention look-ups (``attention``), MoE-layer look-ups (``moe``) and collective look-ups
+(``collectives``). Pure numpy at run time.
 
 The lowest sub-floor of ``costmodel.physics`` (below ``kernels``). May import: ``costmodel.spec`` only.
 """
@@ -14,6 +15,7 @@ from .attention import attention_lookup
 from .collectives import collective_lookup
 from .evidence import KINDS, Evidence
 from .gemm import LinearTimes, gemm_lookup, linear_fwd_bwd_lookup
+from .moe import moe_lookup
 from .store import TableChoice, system_of, table_for
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "collective_lookup",
     "gemm_lookup",
     "linear_fwd_bwd_lookup",
+    "moe_lookup",
     "system_of",
     "table_for",
 ]
