@@ -134,6 +134,11 @@ def stored(rows, engine: str) -> dict:
                 "regime": x["regime"].keys(),
                 "gpus": x["est"].config.gpus,
                 "stack": x["row"].cluster.stack,
+                # what costmodel/trust/known_runs.py matches a plan against: the model, the GPU and the layout
+                "model": x["row"].model.name,
+                "device": x["row"].cluster.device.name,
+                "plan": {k: getattr(x["est"].config, k) for k in ("tp", "pp", "dp", "cp", "ep", "vp")},
+                "measured_s": round(x["row"].measured_s, 6),
                 "constants": x["constants"],
                 "in_sample_constants": x["in_sample_constants"],
                 "log_residual": round(x["log_residual"], 6),
