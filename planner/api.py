@@ -15,7 +15,7 @@ from costmodel.spec.workload import Workload
 import time
 from dataclasses import replace
 
-from costmodel.trust.memory_margin import MEMORY_MARGIN
+from search.options import ANSWER_OPTIONS, PREFER
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
@@ -109,17 +109,18 @@ def recommend(
     global_batch: int | None = None,
     seq: int | None = None,
     dtype: str = "bf16",
-    time_limit_s: float = 10.0,
-    workers: int = 2,
-    seed: int = 0,
+    time_limit_s: float = ANSWER_OPTIONS.time_limit_s,
+    workers: int = ANSWER_OPTIONS.workers,
+    seed: int = ANSWER_OPTIONS.seed,
     top_k: int = 1,
     limits=None,
     framework: str = "megatron",
     grad_dtype: str = "fp32",
     robust: bool = False,
     plan_options: dict | None = None,
-    rescore: bool = False,
-    memory_margin: float = MEMORY_MARGIN,
+    rescore: bool = ANSWER_OPTIONS.rescore,
+    memory_margin: float = ANSWER_OPTIONS.memory_margin,
+    prefer: str = "safe",
     mfu_convention: str | None = None,
     refuse_pins: bool = False,
     deadline: float | None = None,
@@ -154,9 +155,14 @@ def recommend(
         scenario of the robust and the nominal plan). Compare with a plan you run now with
         :func:`planner.baseline.compare_with_baseline`.
     rescore : re-score the plans within the band of the analytic optimum with the op-graph engine and
-        answer the best under it (``planner recommend`` does, unless ``--robust``; default off here).
-    memory_margin : with ``rescore``, prefer a plan that keeps this fraction of the usable HBM free
-        (:class:`search.solve.SolveOptions`; ``--memory-margin``).
+        answer the best under it. Every default here is :data:`search.options.ANSWER_OPTIONS`, the one statement
+        of ``planner recommend``'s, :meth:`planner.Planner.recommend`'s and the sweep's, so they all give one
+        answer; ``rescore=False`` is the opt-out for autotuners that want speed (the analytic optimum, no margin).
+    memory_margin : with ``rescore``, keep this fraction of the usable HBM free (:class:`search.solve.SolveOptions`;
+        ``--memory-margin``; 0: no margin).
+    prefer : ``safe`` (the default): when keeping ``memory_margin`` costs step time, the answer is the fastest plan
+        that keeps it and the faster plan at risk is ``result.margin_alternative``; ``fast``: the faster plan is the
+        answer unless the margin costs no more than the band (:data:`search.options.PREFER`; ``--prefer``).
     mfu_convention : count the MFU, HFU and TFLOP/s of every plan by this convention
         (:data:`costmodel.physics.kernels.flops.CONVENTIONS`; ``--mfu-convention``); None: as evaluated.
     refuse_pins : a pin no plan can hold raises the :class:`SpecError` naming its rule (the CLI's exit 2)
@@ -196,12 +202,14 @@ def recommend(
     """
     from search.pins import check_pins
     from search.problem import Problem
-    from search.solve import SolveOptions, solve
+    from search.solve import solve
 
     from .limits import limits_of
 
     from .objective_rank import CANDIDATES, check_inputs, check_objective, rank
 
+    if prefer not in PREFER:
+        raise SpecError("prefer", prefer, f"one of {', '.join(PREFER)}")
     check_objective(objective, train_tokens, pareto)
     objective_inputs = check_inputs(objective_inputs)
     if objective_inputs and train_tokens is None:
@@ -237,8 +245,15 @@ def recommend(
     )
     if deadline is not None:
         time_limit_s = max(0.05, deadline - time.perf_counter())
-    options = SolveOptions(
-        time_limit_s=time_limit_s, workers=workers, seed=seed, top_k=top_k, rescore=rescore, memory_margin=memory_margin
+    options = replace(
+        ANSWER_OPTIONS,
+        time_limit_s=time_limit_s,
+        workers=workers,
+        seed=seed,
+        top_k=top_k,
+        rescore=rescore,
+        memory_margin=memory_margin,
+        margin_cost=PREFER[prefer],
     )
     if robust:
         from search.robust import solve_robust

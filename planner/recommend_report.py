@@ -30,7 +30,9 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
     with no plan raises :class:`InfeasibleConfig` with the reason and the smallest changes."""
     result.plans, same = without_twins(result.plans)
     ranking, front = objective_view(result, args)  # the --pareto front over every candidate, before the cut
-    result.plans = result.plans[: args.top]  # more were asked for, so twins left out leave no gap
+    result.plans, groups = grouped(result.plans)  # bucket- or chunk-only variants: one row (issue 42 item 9)
+    result.plans, groups = result.plans[: args.top], groups[: args.top]  # more were asked for: no gap
+    result.variants = groups
     if not result.plans:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
         if args.json:
@@ -57,7 +59,13 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
         d["solve"] = result.solve_dict()
         d["binding"] = list(best.binding)
         d["objective_s"], d["agreement"] = best.objective_s, best.agreement
-        d["alternatives"] = [p.to_dict() for p in result.plans[1:]]
+        d["variants"] = variants_json(groups[0])
+        d["alternatives"] = [
+            {**p.to_dict(), "variants": variants_json(g)} for p, g in zip(result.plans[1:], groups[1:])
+        ]
+        beside = margin_beside(result)
+        if beside is not None:  # the plan on the other side of the memory margin (issue 42 item 5)
+            d["margin_alternative"] = {**beside.to_dict(), "keeps_margin": not result.margin_kept}
         d["pinned"], d["chosen"] = recommend_choices(args, best.config)
         if comparison is not None:
             d["baseline"] = comparison.to_dict()
@@ -138,6 +146,82 @@ def without_twins(plans: list) -> tuple[list, list[str]]:
     return kept, notes
 
 
+#: the knobs whose variants share one row of the top-K tables (issue 42 item 9): plans that differ only in the
+#: gradient bucket size or the chunk counts are one plan to the user, so the K slots show structurally different plans
+VARIANT_KNOBS = ("bucket_bytes", "chunks")
+
+
+def _structure(config) -> dict:
+    return {k: v for k, v in vars(config).items() if k not in VARIANT_KNOBS}
+
+
+def grouped(plans: list) -> tuple[list, list[list]]:
+    """``plans`` less those that differ from an earlier one only in :data:`VARIANT_KNOBS`, and for each plan kept
+    its group: itself first, then the variants folded into its row."""
+    kept, groups = [], []
+    for p in plans:
+        key = _structure(p.config)
+        i = next((i for i, k in enumerate(kept) if _structure(k.config) == key), None)
+        if i is None:
+            kept.append(p)
+            groups.append([p])
+        else:
+            groups[i].append(p)
+    return kept, groups
+
+
+def variants_json(group: list) -> list[dict]:
+    """The variants folded into a plan's row (``--json``): their knobs and numbers."""
+    return [
+        {
+            "bucket_mb": v.config.bucket_bytes / 1e6,
+            "chunks": v.config.chunks,
+            "step_time_s": v.reported.step_time_s,
+            "analytic_step_time_s": v.estimate.step_time_s,
+            "peak_memory_bytes": v.reported.peak_memory_bytes,
+        }
+        for v in group[1:]
+    ]
+
+
+def _knob_cell(group: list | None, plan, get, fmt) -> str:
+    """The plan's value of a knob, with the range over its row's variants when they differ (``160 (25-160)``)."""
+    own = fmt(get(plan.config))
+    values = sorted({get(v.config) for v in group or [plan]})
+    return own if len(values) == 1 else f"{own} ({fmt(values[0])}-{fmt(values[-1])})"
+
+
+def _bucket(group, plan) -> str:
+    return _knob_cell(group, plan, lambda c: c.bucket_bytes / 1e6, lambda v: f"{v:g}")
+
+
+def _chunks(group, plan) -> str:
+    return _knob_cell(group, plan, lambda c: c.chunks, str)
+
+
+def variant_lines(labels: list, groups: list) -> list[str]:
+    """One line per row that holds variants: how many and what they run."""
+    out = []
+    for label, g in zip(labels, groups):
+        if len(g) > 1:
+            t = [v.reported.step_time_s for v in g]
+            also = ", ".join(f"bucket {v.config.bucket_bytes / 1e6:g} MB x {v.config.chunks} chunks" for v in g[1:])
+            out.append(
+                f"{label}: the same plan with {also} runs {_s(min(t))}-{_s(max(t))} s (one column: a range in the "
+                "bucket MB or chunks cell, the plan's own value first)"
+            )
+    return out
+
+
+def margin_beside(result):
+    """The plan on the other side of the memory margin (:attr:`search.result.SolveResult.margin_alternative`: the
+    faster plan at risk beside a safe answer, or the safe plan beside a fast one), when it is not already shown."""
+    alt = getattr(result, "margin_alternative", None)
+    if alt is None or any(p.config == alt.config for p in result.plans):
+        return None
+    return alt
+
+
 def _same_numbers(a, b, rel: float = 1e-9) -> bool:
     def close(x, y):
         return abs(x - y) <= rel * max(abs(x), abs(y))
@@ -176,6 +260,7 @@ def _band(plan, model, cluster, workload):
 def plans_table(result, model, cluster, workload) -> str:
     """The top plans, one row each: degrees, predicted step time (op graph, analytic), the 80%
     band when the band model is there, and peak memory (what ``--emit --top K`` prints first)."""
+    groups = getattr(result, "variants", None) or [None] * len(result.plans)
     bands = [_band(p, model, cluster, workload) for p in result.plans]
     with_band = all(b is not None for b in bands)
     headers = (
@@ -200,7 +285,7 @@ def plans_table(result, model, cluster, workload) -> str:
         + ["peak GiB"]
     )
     rows = []
-    for i, (p, b) in enumerate(zip(result.plans, bands)):
+    for i, (p, b, g) in enumerate(zip(result.plans, bands, groups)):
         c, e = p.config, p.estimate
         rec = c.recompute + (f"({c.recompute_layers})" if c.recompute_layers is not None else "")
         row = [
@@ -215,8 +300,8 @@ def plans_table(result, model, cluster, workload) -> str:
             "on" if c.sp_on else "off",
             c.zero,
             rec,
-            c.chunks,
-            f"{c.bucket_bytes / 1e6:g}",
+            _chunks(g, p),
+            _bucket(g, p),
             "-" if p.graph_step_time_s is None else _s(p.graph_step_time_s),
             _s(e.step_time_s),
         ]
@@ -229,7 +314,7 @@ def plans_table(result, model, cluster, workload) -> str:
     return title + "\n" + table(headers, rows)
 
 
-def _plan_column(plan, band=None) -> list:
+def _plan_column(plan, band=None, group=None) -> list:
     c, e, sp = plan.config, plan.estimate, plan.split
     if c.pp == 1:
         stages = "-"
@@ -248,8 +333,8 @@ def _plan_column(plan, band=None) -> list:
         "on" if c.sp_on else "off",
         c.zero,
         rec,
-        f"{c.bucket_bytes / 1e6:g}",
-        c.chunks,
+        _bucket(group, plan),
+        _chunks(group, plan),
         stages,
         _s(r.step_time_s),
         _s(e.step_time_s),
@@ -289,8 +374,15 @@ def _rows(engine: str) -> list[str]:
 
 
 def report_text(result, model, cluster, workload) -> str:
-    cols = [_plan_column(p, _band(p, model, cluster, workload)) for p in result.plans]
+    groups = getattr(result, "variants", None) or [None] * len(result.plans)
+    cols = [_plan_column(p, _band(p, model, cluster, workload), g) for p, g in zip(result.plans, groups)]
     headers = [""] + ["best" if i == 0 else f"#{i + 1}" for i in range(len(cols))]
+    shown = list(result.plans)
+    beside = margin_beside(result)
+    if beside is not None:  # issue 42 item 5: the other side of the memory margin, beside the answer
+        cols.append(_plan_column(beside, _band(beside, model, cluster, workload)))
+        headers.append("faster, at risk" if result.margin_kept else "keeps margin")
+        shown.append(beside)
     engine = result.plans[0].reported.engine
     rows = [[name] + [col[i] for col in cols] for i, name in enumerate(_rows(engine))]
     lines = [
@@ -309,9 +401,10 @@ def report_text(result, model, cluster, workload) -> str:
         ),
         f"MFU counts {result.plans[0].reported.flop_convention} (--mfu-convention)",
     ]
-    for i, p in enumerate(result.plans):
+    for i, p in enumerate(shown):
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
+    lines += variant_lines(headers[1:], [g for g in groups if g is not None])
     best = result.plans[0].reported
     reserved = max((m.get("reserved_bytes", 0.0) for m in best.memory), default=0.0)
     if reserved:

@@ -123,25 +123,33 @@ def solve_lines(result) -> list[str]:
 
 
 def _margin_line(result) -> str:
+    """The memory-margin choice in words: whether the answer keeps the margin, and what the plan on the other side of
+    it (``result.margin_alternative``, shown beside the answer) runs; ``--prefer`` says which one is answered."""
     pct = f"{100 * result.memory_margin:g}%"
     alt = result.margin_alternative_s
+    cost = None if not alt else 100 * (alt / result.graph_objective_s - 1)
+    band = f"{100 * result.band:g}% band"
     if result.margin_kept:
-        return (
+        head = (
             f"memory margin: the plan keeps {pct} of the usable HBM free beyond its predicted peak (the memory "
             "model's largest measured under-prediction; --memory-margin)"
-            + (
-                f"; the fastest plan without that margin runs {_opt_s(alt)} s "
-                f"({100 * (alt / result.graph_objective_s - 1):+.1f}%), inside the {100 * result.band:g}% band"
-                if alt
-                else ""
+        )
+        if not alt:
+            return head
+        if -cost <= 100 * result.band + 1e-9:
+            return (
+                head + f"; the fastest plan without that margin runs {_opt_s(alt)} s ({cost:+.1f}%), inside the {band}"
             )
+        return head + (
+            f"; the fastest plan, at risk without it, runs {_opt_s(alt)} s ({cost:+.1f}%, shown beside: "
+            "--prefer fast answers it, --memory-margin 0 drops the margin)"
         )
     return (
         f"memory margin: at risk: the predicted peak is within {pct} of the usable HBM, the memory model's largest "
         "measured under-prediction; "
         + (
-            f"the fastest plan that keeps the margin runs {_opt_s(alt)} s "
-            f"({100 * (alt / result.graph_objective_s - 1):+.1f}%, beyond the {100 * result.band:g}% band)"
+            f"the fastest plan that keeps the margin runs {_opt_s(alt)} s ({cost:+.1f}%, beyond the {band}"
+            + (", shown beside: --prefer safe answers it)" if result.margin_alternative is not None else ")")
             if alt
             else "no plan that keeps it was found"
         )

@@ -34,6 +34,8 @@ from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 
 from costmodel.training.fastpath import Score, Scorer
+from search.options import ANSWER_OPTIONS
+
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model
 
 __all__ = ["Planner", "Score"]
@@ -155,11 +157,15 @@ class Planner:
     def evaluate(
         self, config: ParallelConfig | dict | None = None, *, engine: str | None = None, **fields_
     ) -> Estimate:
-        """The full :class:`~costmodel.training.estimate.Estimate` of one plan (raises SpecError if invalid),
-        by ``engine`` (``"graph"``: the op-graph scheduler, ``"analytic"``: the overlap rules;
-        default: :func:`costmodel.api.evaluate`'s)."""
+        """The full :class:`~costmodel.training.estimate.Estimate` of one plan, by ``engine`` (``"graph"``: the
+        op-graph scheduler, ``"analytic"``: the overlap rules; default: :func:`costmodel.api.evaluate`'s).
+
+        A plan :meth:`evaluate_many` scores invalid raises the :class:`SpecError` it gives as the reason: one that
+        breaks a rule, or one its framework cannot run (``tp=4, sp=True, chunks=8`` under Megatron-Core:
+        :func:`costmodel.frameworks.rules.check_runnable`)."""
         m, cl, w, _ = self._problem()
         config = self.config(config, **fields_)
+        check_runnable(config, cl.device)  # as evaluate_many: the same plan is invalid either way (issue 42)
         if engine is None:
             return _evaluate(m, cl, w, config)
         return _evaluate(m, cl, w, config, engine=engine)
@@ -287,9 +293,12 @@ class Planner:
         top_k: int = 1,
         constraints: dict | None = None,
         *,
-        time_limit_s: float = 10.0,
-        workers: int = 2,
-        seed: int = 0,
+        time_limit_s: float = ANSWER_OPTIONS.time_limit_s,
+        workers: int = ANSWER_OPTIONS.workers,
+        seed: int = ANSWER_OPTIONS.seed,
+        rescore: bool = ANSWER_OPTIONS.rescore,
+        memory_margin: float = ANSWER_OPTIONS.memory_margin,
+        prefer: str = "safe",
         k: int | None = None,
     ):
         """The CP-SAT search's answer, exactly as :func:`planner.recommend` gives it: a
@@ -301,6 +310,10 @@ class Planner:
         exception: ``.status`` is ``"INFEASIBLE"``, ``.best`` is None, ``.explanation`` says
         why and ``.changes`` the smallest changes that give it a plan. (``k`` is the old name
         of ``top_k``, kept with a DeprecationWarning.)
+
+        The solver options default to :data:`search.options.ANSWER_OPTIONS`, as ``planner recommend``'s do, so
+        the answer is the CLI's (the op-graph re-score, the memory margin kept, ``prefer="safe"``);
+        ``rescore=False`` is the opt-out for an autotuner that wants the analytic optimum fast.
 
         >>> p = Planner(model="llama3-8b", cluster="h100-sxm", gpus=8, global_batch=64, seq=4096)
         >>> r = p.recommend(top_k=2, constraints={"tp": 2})
@@ -321,6 +334,9 @@ class Planner:
             workers=workers,
             seed=seed,
             top_k=top_k,
+            rescore=rescore,
+            memory_margin=memory_margin,
+            prefer=prefer,
             framework=self.framework,
             grad_dtype=self.grad_dtype,
             **(constraints or {}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from costmodel.trust.memory_margin import MEMORY_MARGIN
@@ -53,6 +54,11 @@ class SolveOptions:
         off for ``evaluate``'s completion of a stated plan (its offload is what the user states).
     act_offload : when the answer is a ``pp = 1`` plan that recomputes, or none fits, look for a faster one with
         activation CPU offload (:mod:`search.act_offload_choice`); off for ``evaluate``'s completion, as ``offload``.
+    margin_cost : with ``rescore`` and ``memory_margin``, when the answer is at risk and no re-scored plan keeps the
+        margin, the fastest plan that keeps it (solved again with the margin as a hard limit) is the answer when its
+        op-graph time is within this fraction of the at-risk one's; the other plan is kept beside it
+        (``SolveResult.margin_alternative``). ``None``: ``band`` (a gain the engines cannot tell apart);
+        ``math.inf``: always, the safe plan is the answer (:data:`PREFER`, ``planner recommend --prefer``).
     """
 
     time_limit_s: float = 10.0
@@ -70,3 +76,25 @@ class SolveOptions:
     small_space: int = SMALL_SPACE
     offload: bool = True
     act_offload: bool = True
+    margin_cost: float | None = None
+
+    @property
+    def margin_cost_or_band(self) -> float:
+        """:attr:`margin_cost`, or the band when it is None."""
+        return self.band if self.margin_cost is None else self.margin_cost
+
+
+#: ``--prefer``: what the answer is when keeping the memory margin costs step time (issue 42 item 5):
+#: ``safe`` (the default) answers the fastest plan that keeps the margin, whatever it costs, and shows the faster
+#: at-risk plan beside it; ``fast`` answers the fastest plan unless keeping the margin costs no more than the band
+#: (the answer before issue 42). ``--memory-margin 0`` asks for no margin at all.
+PREFER = {"safe": math.inf, "fast": None}
+
+#: The one statement of the options every entry point answers with (issue 42 item 1): ``planner recommend``,
+#: :func:`planner.recommend`, :meth:`planner.Planner.recommend` and the sweep take their defaults from it, so one
+#: problem gives one plan whichever asks: the op-graph re-score of the plans within the band, the memory margin
+#: kept (the safe plan, :data:`PREFER`), a 10 s limit, 2 CP-SAT workers (the answer does not depend on them, see
+#: ``seed``), seed 0.
+#: The opt-out for autotuners that want speed is ``rescore=False`` (the analytic optimum CP-SAT proves, without the
+#: op-graph re-score and so without the memory margin: a different plan from ``planner recommend``'s, at times).
+ANSWER_OPTIONS = SolveOptions(rescore=True, margin_cost=PREFER["safe"])

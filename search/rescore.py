@@ -81,6 +81,7 @@ def rescore(
     res.rescored_graph_s = tuple(graph_s[sc] for sc in ranked)
     res.memory_tie = options.memory_tie
     res.memory_margin = options.memory_margin
+    res.margin_cost = options.margin_cost_or_band
     res.margin_kept = not at_risk(graphs[chosen].peak_memory_bytes, usable, options.memory_margin)
     res.fastest_graph_s = graph_s[fastest]
     res.graph_objective_s = graph_s[chosen]

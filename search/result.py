@@ -8,6 +8,7 @@ faster: a stage's memory close to HBM, a user limit it sits on, TP held inside a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from costmodel.spec.plan import ParallelConfig
@@ -88,6 +89,8 @@ class SolveResult:
     memory_margin: float | None = None  # the memory model's measured margin the choice preferred to keep
     margin_kept: bool | None = None  # the chosen plan's peak is at or below HBM less headroom, less the margin
     margin_alternative_s: float | None = None  # op-graph time of the plan on the other side of the margin, if solved
+    margin_alternative: Plan | None = None  # that plan (the fast one at risk, or the safe one), shown beside the answer
+    margin_cost: float | None = None  # SolveOptions.margin_cost_or_band: what keeping the margin may cost (inf: any)
     robust: dict | None = None  # search.robust: step time per scenario of the robust and nominal plans
 
     @property
@@ -146,6 +149,7 @@ class SolveResult:
             "memory_margin": self.memory_margin,
             "margin_kept": self.margin_kept,
             "margin_alternative_s": self.margin_alternative_s,
+            "prefer": None if self.margin_cost is None else ("safe" if math.isinf(self.margin_cost) else "fast"),
         }
 
 

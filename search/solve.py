@@ -110,9 +110,10 @@ def _keep_margin(
     """Issue 24 item 6: when the re-scored answer is at risk (its peak within the memory model's
     measured margin of the usable HBM, :mod:`costmodel.trust.memory_margin`) and no re-scored plan kept the
     margin, the same problem is solved once more with the margin as a hard limit; its answer is taken
-    when it is within the re-score band of the at-risk one (a gain the model cannot tell from its own
-    engines' disagreement does not buy an out-of-memory risk). Either way the result records the
-    other: ``margin_alternative_s`` is the op-graph step time of the plan not chosen."""
+    when it is within ``margin_cost`` of the at-risk one (the re-score band by default: a gain the model cannot
+    tell from its own engines' disagreement does not buy an out-of-memory risk; the entry points' default,
+    issue 42 item 5: always). Either way the result records the other: ``margin_alternative_s`` is the op-graph
+    step time of the plan not chosen, ``margin_alternative`` the plan."""
     if not options.rescore or not options.memory_margin or res.margin_kept is not False or not res.plans:
         return res
     if res.status != OPTIMAL or time.perf_counter() >= deadline:  # no time left to look: report it at risk
@@ -125,12 +126,12 @@ def _keep_margin(
     )  # the times already tabled, the fits anew
     if not alt.plans or alt.graph_objective_s is None:
         return res
-    if alt.keeps_margin_for(res, options.band):
+    if alt.keeps_margin_for(res, options.margin_cost_or_band):
         alt.memory_margin, alt.margin_kept = options.memory_margin, True
-        alt.margin_alternative_s = res.graph_objective_s
+        alt.margin_alternative_s, alt.margin_alternative = res.graph_objective_s, res.best
         alt.time_s = time.perf_counter() - start
         return alt
-    res.margin_alternative_s = alt.graph_objective_s
+    res.margin_alternative_s, res.margin_alternative = alt.graph_objective_s, alt.best
     res.time_s = time.perf_counter() - start
     return res
 

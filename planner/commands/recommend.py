@@ -19,7 +19,7 @@ import argparse
 import time
 
 from costmodel.spec.errors import SpecError
-from costmodel.trust.memory_margin import MEMORY_MARGIN
+from search.options import ANSWER_OPTIONS, PREFER
 
 from .. import api, recommend_infer
 from ..args import (
@@ -58,12 +58,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--time-limit",
         type=float_arg("time_limit", 0.01),
-        default=10.0,
+        default=ANSWER_OPTIONS.time_limit_s,
         metavar="SECONDS",
         help="CP-SAT time limit (default: %(default)s)",
     )
-    g.add_argument("--workers", type=int_arg("workers"), default=2, metavar="N", help="CP-SAT workers (default: 2)")
-    g.add_argument("--seed", type=int_arg("seed", 0), default=0, metavar="N", help="CP-SAT random seed (default: 0)")
+    g.add_argument(
+        "--workers",
+        type=int_arg("workers"),
+        default=ANSWER_OPTIONS.workers,
+        metavar="N",
+        help="CP-SAT workers (default: %(default)s)",
+    )
+    g.add_argument(
+        "--seed",
+        type=int_arg("seed", 0),
+        default=ANSWER_OPTIONS.seed,
+        metavar="N",
+        help="CP-SAT random seed (default: %(default)s)",
+    )
     g.add_argument(
         "--top",
         type=_converter("top", int, f"an integer from 1 to {MAX_TOP}", lambda v: 1 <= v <= MAX_TOP),
@@ -84,11 +96,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--memory-margin",
         type=_converter("memory_margin", float, "a fraction from 0 to 0.5", lambda v: 0.0 <= v <= 0.5),
-        default=MEMORY_MARGIN,
+        default=ANSWER_OPTIONS.memory_margin,
         metavar="FRACTION",
-        help="prefer a plan whose predicted peak stays this fraction below the usable HBM when it "
-        "costs no more than the re-score band (default: %(default)g, the memory model's largest "
-        "measured under-prediction; 0: no preference; the fit test stays --headroom-gib)",
+        help="keep the predicted peak this fraction below the usable HBM (default: %(default)g, the memory "
+        "model's largest measured under-prediction; 0: no margin; the fit test stays --headroom-gib)",
+    )
+    g.add_argument(
+        "--prefer",
+        type=choice_arg("prefer", tuple(PREFER)),
+        default="safe",
+        metavar="{" + ",".join(PREFER) + "}",
+        help="when keeping the memory margin costs step time: answer the plan that keeps it, the faster plan "
+        "at risk shown beside it (safe, the default), or the faster plan unless the margin costs no more than "
+        "the re-score band (fast)",
     )
     g.add_argument("--tp-across-nodes", action="store_true", help="allow tensor parallelism to span nodes")
     g.add_argument(
@@ -162,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         robust=args.robust,
         rescore=not args.robust,
         memory_margin=args.memory_margin,
+        prefer=args.prefer,
         mfu_convention=args.mfu_convention,
         refuse_pins=True,
         deadline=deadline,
@@ -183,5 +204,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _asked(top: int) -> int:
-    """Plans to ask the search for, so that ``top`` remain after :func:`_without_twins`."""
-    return top if top == 1 else min(2 * top + 2, 2 * MAX_TOP)
+    """Plans to ask the search for, so that ``top`` remain after the twins are left out and the bucket- and
+    chunk-only variants folded into one row (:func:`planner.recommend_report.render`)."""
+    return top if top == 1 else min(4 * top, 2 * MAX_TOP)

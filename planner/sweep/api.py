@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from costmodel.spec.errors import SpecError
+from search.options import ANSWER_OPTIONS
 
 from .grid import Case, grid_from_mapping
 from .progress import Progress
@@ -100,7 +101,7 @@ def sweep(
     nvlink_gbps=None,
     nic_gbps=None,
     hbm_gib=None,
-    time_limit_s: float = 10.0,
+    time_limit_s: float = ANSWER_OPTIONS.time_limit_s,
     workers: int | None = None,
     backend: str = "local",
     address: str | None = None,

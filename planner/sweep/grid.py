@@ -38,6 +38,7 @@ from pathlib import Path
 from costmodel.spec.plan_checks import GRAD_DTYPES
 from costmodel.spec.errors import SpecError
 from costmodel.spec.plan_checks import DEFAULT_FRAMEWORK, FRAMEWORKS
+from search.options import ANSWER_OPTIONS
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import DTYPES, GB, GiB
@@ -62,7 +63,7 @@ AXES = {
 #: the software inputs' defaults (left out of a case's id)
 SOFTWARE_DEFAULTS = {"framework": DEFAULT_FRAMEWORK, "grad_dtype": "fp32"}
 #: solver options: part of every case's id (a different time limit is a different case)
-OPTIONS = {"time_limit_s": ("float", 10.0)}
+OPTIONS = {"time_limit_s": ("float", ANSWER_OPTIONS.time_limit_s)}  # planner recommend's (search.options)
 #: how a sweep runs (not part of a case): may sit in the grid file, flags override them
 RUN_KEYS = ("out", "workers", "backend", "address")
 ALIASES = {"model": "models", "cluster": "clusters", "batch": "global_batch", "time_limit": "time_limit_s"}

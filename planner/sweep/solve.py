@@ -5,9 +5,10 @@ Runs in a worker process (local pool or Ray). It never raises: a malformed case 
 ``status="infeasible"``, so the sweep goes on.
 
 The plan comes from :func:`planner.api.recommend` (the CP-SAT search of ``planner recommend``)
-with default limits, the case's time limit and one CP-SAT worker (the sweep runs cases in
-parallel); the best plan is re-scored by :func:`costmodel.api.evaluate` (its 80% band attached by
-recommend), and its DMA
+with its defaults (:data:`search.options.ANSWER_OPTIONS`: the op-graph re-score and the memory margin, so
+the plan is ``planner recommend``'s), the case's time limit and one CP-SAT worker (the sweep runs cases in
+parallel; the answer does not depend on the workers); the best plan is re-scored by
+:func:`costmodel.api.evaluate` (its 80% band attached by recommend), and its DMA
 assignment and critical condition come from :func:`planner.sweep.codesign.critical_columns`.
 """
 
