@@ -21,6 +21,7 @@ from costmodel.spec.workload import Workload
 from costmodel.training.estimate import Estimate
 from costmodel.trust.ceilings import fp8_speedup_note, mfu_note
 from costmodel.trust.evidence import step_evidence, summary, widening_log_sd
+from costmodel.trust.known_runs import known_run_note
 from costmodel.trust.serving_band import with_serving_bands
 from costmodel.trust.uncertainty import assess, bias_note, device_family
 
@@ -46,6 +47,9 @@ def attach(est, model: ModelSpec, cluster: ClusterSpec, workload: Workload, comp
         return replace(est, notes=notes)
     lo, hi, band_notes = assess(model, cluster, workload, est, completion_log_sd=completion_log_sd)
     lo, hi, band_notes = _widen(est.step_time_s, lo, hi, band_notes, widening_log_sd(evidence))
+    known, span = known_run_note(model, cluster, est.config, est.step_time_s)
+    if known:  # a published run of a plan like this one, predicted far off (costmodel.trust.known_runs)
+        lo, hi, band_notes = min(lo, span[0]), max(hi, span[1]), [*band_notes, known]
     lean = bias_note(model, cluster, est.config, est.step_time_s, (lo, hi))
     if lean and lean not in notes:
         notes.append(lean)
