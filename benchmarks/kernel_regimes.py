@@ -101,7 +101,7 @@ def summary(res: list[dict]) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", default="all", choices=("all", "dev", "new"))
+    ap.add_argument("--set", default="all", choices=("all", "dev", "new", "spent"))
     ap.add_argument("--backend", default="trtllm", help="the GEMM table's library (trtllm, vllm, sglang)")
     ap.add_argument("--rows", type=int, default=0, help="only the first N rows (a quick look; not recorded)")
     a = ap.parse_args(argv)
