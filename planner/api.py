@@ -15,7 +15,7 @@ from costmodel.spec.workload import Workload
 import time
 from dataclasses import replace
 
-from search.options import ANSWER_OPTIONS, PREFER
+from search.options import ANSWER_OPTIONS, PREFER, PREFER_DEFAULT
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
 
@@ -120,7 +120,7 @@ def recommend(
     plan_options: dict | None = None,
     rescore: bool = ANSWER_OPTIONS.rescore,
     memory_margin: float = ANSWER_OPTIONS.memory_margin,
-    prefer: str = "safe",
+    prefer: str = PREFER_DEFAULT,
     mfu_convention: str | None = None,
     refuse_pins: bool = False,
     deadline: float | None = None,

@@ -34,7 +34,7 @@ from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 
 from costmodel.training.fastpath import Score, Scorer
-from search.options import ANSWER_OPTIONS
+from search.options import ANSWER_OPTIONS, PREFER_DEFAULT
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model
 
@@ -298,7 +298,7 @@ class Planner:
         seed: int = ANSWER_OPTIONS.seed,
         rescore: bool = ANSWER_OPTIONS.rescore,
         memory_margin: float = ANSWER_OPTIONS.memory_margin,
-        prefer: str = "safe",
+        prefer: str = PREFER_DEFAULT,
         k: int | None = None,
     ):
         """The CP-SAT search's answer, exactly as :func:`planner.recommend` gives it: a

@@ -89,6 +89,8 @@ class SolveOptions:
 #: at-risk plan beside it; ``fast`` answers the fastest plan unless keeping the margin costs no more than the band
 #: (the answer before issue 42). ``--memory-margin 0`` asks for no margin at all.
 PREFER = {"safe": math.inf, "fast": None}
+#: the default of ``--prefer`` and of every entry point's ``prefer``
+PREFER_DEFAULT = "safe"
 
 #: The one statement of the options every entry point answers with (issue 42 item 1): ``planner recommend``,
 #: :func:`planner.recommend`, :meth:`planner.Planner.recommend` and the sweep take their defaults from it, so one
@@ -97,4 +99,4 @@ PREFER = {"safe": math.inf, "fast": None}
 #: ``seed``), seed 0.
 #: The opt-out for autotuners that want speed is ``rescore=False`` (the analytic optimum CP-SAT proves, without the
 #: op-graph re-score and so without the memory margin: a different plan from ``planner recommend``'s, at times).
-ANSWER_OPTIONS = SolveOptions(rescore=True, margin_cost=PREFER["safe"])
+ANSWER_OPTIONS = SolveOptions(rescore=True, margin_cost=PREFER[PREFER_DEFAULT])

@@ -19,7 +19,7 @@ import argparse
 import time
 
 from costmodel.spec.errors import SpecError
-from search.options import ANSWER_OPTIONS, PREFER
+from search.options import ANSWER_OPTIONS, PREFER, PREFER_DEFAULT
 
 from .. import api, recommend_infer
 from ..args import (
@@ -104,7 +104,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument(
         "--prefer",
         type=choice_arg("prefer", tuple(PREFER)),
-        default="safe",
+        default=PREFER_DEFAULT,
         metavar="{" + ",".join(PREFER) + "}",
         help="when keeping the memory margin costs step time: answer the plan that keeps it, the faster plan "
         "at risk shown beside it (safe, the default), or the faster plan unless the margin costs no more than "
