@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 
-from costmodel.spec.errors import PlannerError, SpecError
+from costmodel.spec.errors import PlannerError, SpecError, one_line
 
 from .arg_types import ArgParser
 from .flags import check_contradictions
@@ -91,6 +91,5 @@ def _main(argv: list[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (PlannerError, ValueError) as e:
-        message = " ".join(str(e).split())
-        print(f"planner: error: {message}", file=sys.stderr)
+        print(f"planner: error: {one_line(e)}", file=sys.stderr)
         return 2

@@ -223,6 +223,8 @@ def stated_plan(args: argparse.Namespace) -> StatedPlan:
     explain`` (so both show the same plan, step time and band for the same flags): a framework's own
     configuration (``--megatron-args``, ``--deepspeed-config``, ``--torchtitan-config``) is read literally
     (:mod:`planner.framework_plan`); planner flags are completed by :func:`complete`; then :func:`priced`."""
+    from costmodel.spec.bounds import check_virtual_stages
+
     from .inputs import from_args as framework_input
     from .framework_plan import resolve as resolve_framework_input
     from .flags import problem_from_args
@@ -230,9 +232,11 @@ def stated_plan(args: argparse.Namespace) -> StatedPlan:
     fi, source = framework_input(args), None
     if fi is not None:  # literal: every knob from the configuration or the framework's defaults
         model, cluster, workload, config, source = resolve_framework_input(fi, args)
+        check_virtual_stages(model.layers, config.pp, config.vp)
         chosen, note, spread = {}, "", 0.0
     else:
         model, cluster, workload = problem_from_args(args)
+        check_virtual_stages(model.layers, getattr(args, "pp", None), getattr(args, "vp", None))  # before pricing
         config, chosen, note, spread = complete(args, model, cluster, workload)
     est = priced(model, cluster, workload, config)
     if not cluster.num_gpus:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import fields, replace
 
+from costmodel.spec.bounds import most_pp_for_vp
 from costmodel.spec.errors import SpecError
 
 from .problem import SPLIT_KEYS, stage_split
@@ -103,4 +104,11 @@ def limits_of(layers: int | None, constraints: dict, base=None, *, stacklevel: i
         kw["minimum"] = {**base.minimum, **minimum}
     if maximum:
         kw["maximum"] = {**base.maximum, **maximum}
-    return (replace(base, **kw) if kw else base), allowed
+    lim = replace(base, **kw) if kw else base
+    vp = lim.fixed.get("vp")
+    if layers and isinstance(vp, int) and vp > 1 and "pp" not in lim.fixed:
+        # a pinned interleave bounds the pipeline (and an impossible one is refused here, at once)
+        most = most_pp_for_vp(layers, vp)
+        if lim.maximum.get("pp", most + 1) > most:
+            lim = replace(lim, maximum={**lim.maximum, "pp": most})
+    return lim, allowed

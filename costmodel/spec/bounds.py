@@ -54,3 +54,114 @@ def _positive(name: str, value, allow_zero: bool = False) -> None:
 def _positive_int(name: str, value, allow_zero: bool = False) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (value == 0 and not allow_zero):
         raise SpecError(name, value, "a non-negative integer" if allow_zero else "a positive integer")
+
+
+#: the largest model, cluster, grid or framework-config file read: 16 MiB. A Hugging Face ``config.json`` is
+#: a few kB (DeepSeek-V3's 1.7 kB), a preset under 10 kB; anything larger is the wrong file (a checkpoint, a
+#: device such as ``/dev/zero``) and is refused before a byte is parsed
+MAX_SPEC_FILE_BYTES = 16 * 2**20
+#: the largest training log or run table read by ``planner calibrate``: 64 MiB (a Megatron-LM log prints one
+#: ~400-byte line per logged iteration: 100,000 of them are ~40 MB)
+MAX_LOG_FILE_BYTES = 64 * 2**20
+
+
+def read_text_file(
+    path, field: str, most: int = MAX_SPEC_FILE_BYTES, *, what: str = "text", strict: bool = True
+) -> str:
+    """The text of the file ``path``, read only if it is a regular file of at most ``most`` bytes.
+
+    A directory, device (``/dev/zero``), FIFO or socket, a file over the limit or (``strict``) one that is not
+    UTF-8 text is refused with one :class:`SpecError` naming ``field`` and the path; ``what`` says what the file
+    should be (``JSON/YAML`` ...). The read itself stops at ``most + 1`` bytes (a file that grows, ``/proc``).
+
+    >>> read_text_file("/dev/zero", "model")
+    Traceback (most recent call last):
+    ...
+    costmodel.spec.errors.SpecError: model='/dev/zero': must be a regular file (a character device was given)
+    """
+    import os
+    import stat
+
+    name = os.fspath(path)
+    try:
+        st = os.stat(name)  # follows links; never opens (a FIFO would block)
+    except (OSError, ValueError) as e:
+        raise SpecError(field, name, f"a readable file ({getattr(e, 'strerror', None) or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kinds = (
+            (stat.S_ISDIR, "directory"),
+            (stat.S_ISCHR, "character device"),
+            (stat.S_ISBLK, "block device"),
+            (stat.S_ISFIFO, "FIFO"),
+            (stat.S_ISSOCK, "socket"),
+        )
+        kind = next((k for test, k in kinds if test(st.st_mode)), "special file")
+        raise SpecError(field, name, f"a regular file (a {kind} was given)")
+    too_big = SpecError(
+        field, name, f"a {what} file of at most {most // 2**20} MiB (this one is {st.st_size / 2**20:,.0f} MiB)"
+    )
+    if st.st_size > most:
+        raise too_big
+    try:
+        with open(name, "rb") as fh:
+            data = fh.read(most + 1)
+    except OSError as e:
+        raise SpecError(field, name, f"a readable file ({e.strerror})") from None
+    if len(data) > most:
+        raise too_big
+    try:
+        return data.decode("utf-8", errors="strict" if strict else "replace")
+    except UnicodeDecodeError as e:  # a binary file (a checkpoint, an archive) given as a spec
+        raise SpecError(field, name, f"a UTF-8 {what} file (byte {e.start} is not text)") from None
+
+
+def most_pp_for_vp(layers: int, vp: int) -> int:
+    """The largest pipeline degree an interleave of ``vp`` chunks per stage can have on ``layers`` layers, refusing
+    (:class:`SpecError` naming ``vp``) an interleave no pipeline can hold.
+
+    The virtual stages ``pp * vp`` are at most ``layers + 2``: each holds a decoder layer, but for the
+    embedding and the loss, which Megatron-Core may place alone in one each (``search.candidates.most_virtual_stages``,
+    the bound the search uses for every framework's layout); and an interleave needs ``pp >= 2``. A pinned ``vp``
+    beyond that is refused before the search builds a table of ``vp`` chunks for each ``pp`` (issue 42:
+    ``--vp 1000`` on GPT-3's 96 layers ran for more than 8 minutes).
+
+    >>> most_pp_for_vp(96, 4)
+    24
+    >>> most_pp_for_vp(96, 1000)
+    Traceback (most recent call last):
+    ...
+    costmodel.spec.errors.SpecError: vp=1000: must be at most 49 for 96 layers (pp*vp virtual stages, pp >= 2, hold at most layers + 2 = 98)
+    """
+    most = (layers + 2) // vp
+    if vp > 1 and most < 2:
+        raise SpecError(
+            "vp",
+            vp,
+            f"at most {(layers + 2) // 2} for {layers} layers "
+            f"(pp*vp virtual stages, pp >= 2, hold at most layers + 2 = {layers + 2})",
+        )
+    return most
+
+
+def check_virtual_stages(layers: int, pp: int | None, vp: int | None) -> None:
+    """Refuse (:class:`SpecError`) a stated interleave no pipeline of ``layers`` layers can hold: ``pp * vp``
+    virtual stages beyond ``layers + 2`` (:func:`most_pp_for_vp`), ``pp`` unstated or not. ``evaluate`` of
+    ``pp=2 vp=1000`` on GPT-3 otherwise prices 2,000 chunks for two minutes (issue 42).
+
+    >>> check_virtual_stages(94, 32, 3)  # the Megatron-MoE-ModelZoo's Qwen3-235B-A22B run: 96 of 94 + 2
+    >>> check_virtual_stages(96, 2, 1000)
+    Traceback (most recent call last):
+    ...
+    costmodel.spec.errors.SpecError: pp*vp=2000: must be at most layers + 2 = 98 (pp=2, vp=1000: each virtual stage holds a layer, the embedding or the loss)
+    """
+    if not vp or vp <= 1:
+        return
+    if not pp:
+        most_pp_for_vp(layers, vp)
+    elif pp * vp > layers + 2:
+        raise SpecError(
+            "pp*vp",
+            pp * vp,
+            f"at most layers + 2 = {layers + 2} (pp={pp}, vp={vp}: each virtual stage holds a layer, the "
+            "embedding or the loss)",
+        )

@@ -16,6 +16,7 @@ from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 
+from costmodel.spec.bounds import MAX_SPEC_FILE_BYTES, read_text_file
 from costmodel.spec.errors import SpecError
 from costmodel.spec.specs import ClusterSpec, DeviceSpec, DmaEngineClass, LinkSpec, ModelSpec
 from costmodel.spec.units import GB, GiB, TFLOPS, US
@@ -41,12 +42,8 @@ def preset_info(kind: str, name: str) -> dict:
 
 
 def _read_file(path: Path, field: str) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpecError(field, str(path), f"a readable file ({e.strerror})") from None
-    except UnicodeDecodeError as e:  # a binary file (a checkpoint, an archive) given as the spec
-        raise SpecError(field, str(path), f"a UTF-8 text JSON/YAML file (byte {e.start} is not text)") from None
+    # a regular file of at most MAX_SPEC_FILE_BYTES, before a byte is parsed (/dev/zero, a FIFO, a checkpoint)
+    text = read_text_file(path, field, MAX_SPEC_FILE_BYTES, what="text JSON/YAML")
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml
@@ -75,11 +72,22 @@ def _resolve(kind: str, name_or_path: str, field: str) -> dict:
         raise SpecError(
             field,
             name_or_path,
-            f"a preset ({', '.join(preset_names(kind))}) or a readable JSON/YAML file ({e.strerror})",
+            f"{_presets_hint(kind, name_or_path)} or a readable JSON/YAML file ({e.strerror})",
         ) from None
     if is_file:
         return _read_file(path, field)
-    raise SpecError(field, name_or_path, f"a preset ({', '.join(preset_names(kind))}) or a JSON/YAML file")
+    raise SpecError(field, name_or_path, f"{_presets_hint(kind, name_or_path)} or a JSON/YAML file")
+
+
+def _presets_hint(kind: str, name: str) -> str:
+    """``a preset (did you mean llama3-8b? planner presets lists all 55)``: the closest names, not the whole
+    list, so that the refusal stays one short line."""
+    import difflib
+
+    names = preset_names(kind)
+    close = difflib.get_close_matches(name[:100].lower(), names, n=3, cutoff=0.6)
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"a preset ({guess}`planner presets` lists all {len(names)})"
 
 
 def _build(cls, data: dict, field: str, human: dict | None = None, raw: dict | None = None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from costmodel.spec.errors import SpecError
+from costmodel.spec.bounds import MAX_SPEC_FILE_BYTES, read_text_file
 
 
 LABELS = {
@@ -49,10 +49,11 @@ class FrameworkInput:
 def read_text(field_name: str, value: str, *, inline_ok: bool) -> str:
     """The configuration text: ``@path`` or an existing path is read; otherwise (Megatron only) the text itself."""
     path = value[1:] if value.startswith("@") else value
-    if value.startswith("@") or os.path.isfile(path) or not inline_ok:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return fh.read()
-        except OSError as e:
-            raise SpecError(field_name, value, f"a readable file ({e.strerror})") from None
+    try:
+        exists = os.path.exists(path)  # a device or FIFO too: refused below, never read
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        exists = False
+    if value.startswith("@") or exists or not inline_ok:
+        # a regular text file of at most MAX_SPEC_FILE_BYTES (a config is a few kB), refused before it is read
+        return read_text_file(path, field_name, MAX_SPEC_FILE_BYTES, what="text configuration")
     return value

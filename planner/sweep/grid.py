@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costmodel.spec.plan_checks import GRAD_DTYPES
+from costmodel.spec.bounds import MAX_SPEC_FILE_BYTES, read_text_file
 from costmodel.spec.errors import SpecError
 from costmodel.spec.plan_checks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from search.options import ANSWER_OPTIONS
@@ -317,11 +318,8 @@ def grid_from_mapping(data: dict, source: str = "grid") -> Grid:
 
 def load_grid_file(path: str | Path) -> dict:
     """The mapping in a YAML or JSON grid file (SpecError naming the file when unreadable)."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise SpecError("grid", str(path), f"a readable file ({e.strerror})") from None
+    # a regular text file of at most MAX_SPEC_FILE_BYTES, refused before it is read (/dev/zero, a FIFO)
+    text = read_text_file(Path(path), "grid", MAX_SPEC_FILE_BYTES, what="text YAML/JSON")
     try:
         import yaml
 

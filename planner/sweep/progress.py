@@ -82,4 +82,8 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        """The final line; none when cases were left and none finished (the sweep stopped before its first
+        case, e.g. a Ray address refused: its one error line says so)."""
+        if self.done == self.skipped < self.total:
+            return
         self._draw(final=True)

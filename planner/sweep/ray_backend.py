@@ -43,16 +43,74 @@ def _import_ray(local: bool):
     return ray
 
 
+#: seconds to wait for a TCP answer at ``--address`` before ``ray.init`` (a closed port is refused at once)
+PROBE_TIMEOUT_S = 5.0
+#: seconds ``ray.init`` may take to join a cluster that answers: Ray's own GCS client retries a closed or
+#: silent address for minutes (issue 42: ``--address 127.0.0.1:1`` hung with no output)
+JOIN_TIMEOUT_S = 60.0
+
+
+def _probe(address: str) -> None:
+    """Refuse (one line) a ``host:port`` address where nothing accepts a TCP connection within
+    :data:`PROBE_TIMEOUT_S`; ``auto`` and addresses without a port are left to Ray."""
+    import socket
+
+    host, sep, port = address.split("://")[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        why = "no answer" if isinstance(e, TimeoutError) else e.strerror or type(e).__name__
+        raise SpecError(
+            "address", address, f"a Ray cluster that can be joined (nothing accepts a connection there: {why})"
+        ) from None
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Interrupt the main thread (a ``KeyboardInterrupt`` there, turned into :class:`TimeoutError` here) if
+    the block runs longer than ``seconds``; a no-op outside the main thread."""
+    import threading
+    import _thread
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = threading.Event()
+    done = threading.Event()
+
+    def watch():
+        if not done.wait(seconds):
+            fired.set()
+            _thread.interrupt_main()
+
+    threading.Thread(target=watch, daemon=True, name="ray-join-deadline").start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if fired.is_set():
+            raise TimeoutError(f"no cluster joined within {seconds:g} s") from None
+        raise
+    finally:
+        done.set()
+
+
 def connect(address: str | None = None, workers: int | None = None):
     """Join the Ray cluster at ``address`` (or ``auto``), or start a local one with ``workers``
-    CPUs. Returns ``(ray, started_here)``; a Ray already initialised in this process is reused."""
+    CPUs. Returns ``(ray, started_here)``; a Ray already initialised in this process is reused.
+    An address where nothing answers is refused at once (:func:`_probe`), and joining is bounded by
+    :data:`JOIN_TIMEOUT_S`; each as one :class:`SpecError` naming ``address``."""
     host = (address or "").split("://")[-1].rsplit(":", 1)[0]
     ray = _import_ray(local=not address or host in ("localhost", "::1") or host.startswith("127."))
     if ray.is_initialized():
         return ray, False
+    if address:
+        _probe(address)
     try:
         if address:
-            with _stderr_held():  # Ray's retries print a line a second on stderr; the error below says it once
+            # Ray's retries print a line a second on stderr; the error below says it once
+            with _stderr_held(), _deadline(JOIN_TIMEOUT_S):
                 ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         else:
             # address="local": always a new local Ray, never a cluster some earlier process left registered in
@@ -64,7 +122,7 @@ def connect(address: str | None = None, workers: int | None = None):
                 log_to_driver=False,
                 job_config=ray.job_config.JobConfig(code_search_path=[REPO_ROOT]),
             )
-    except (ConnectionError, RuntimeError, ValueError) as e:
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
         where = address or "a local Ray"
         raise SpecError(
             "address", where, f"a Ray cluster that can be joined ({' '.join(str(e).split())[:200]})"
