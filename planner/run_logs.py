@@ -8,6 +8,7 @@ import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from costmodel.spec.bounds import MAX_LOG_FILE_BYTES, read_text_file
 from costmodel.spec.errors import SpecError
 from . import megatron_args as mg
 
@@ -118,13 +119,16 @@ def scan_log(path: Path, text: str | None = None) -> LogSummary:
 
 def parse_log(path: Path, text: str | None = None) -> LogSummary:
     """:func:`scan_log`, refused (:class:`SpecError`) without iteration times."""
+    text = _read(path) if text is None else text
     log = scan_log(path, text)
     if not log.step_times_s:
+        lines = len(text.splitlines())
+        found = "the file is empty" if not text.strip() else f"none in its {lines:,} line{'s' if lines != 1 else ''}"
         raise SpecError(
+            "runs",
             str(path),
-            None,
-            "a training log with 'elapsed time per iteration (ms): X' "
-            "(Megatron-LM) or 'train_step_timing in s=X' (NeMo) lines",
+            f"a training log with 'elapsed time per iteration (ms): X' (Megatron-LM) or 'train_step_timing in s=X' "
+            f"(NeMo) lines ({found})",
         )
     return log
 
@@ -136,10 +140,9 @@ _YAML_LINE = re.compile(r"^\s*([a-z_][a-z0-9_]*):\s+([^#{}\[\]]*?)\s*$")
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError as e:
-        raise SpecError("runs", str(path), f"a readable file ({e.strerror})") from None
+    """The text of a log or run table: a regular file of at most :data:`MAX_LOG_FILE_BYTES` (bytes that are not
+    UTF-8, a log's stray control output, read as replacement characters)."""
+    return read_text_file(path, "runs", MAX_LOG_FILE_BYTES, what="log or run-table", strict=False)
 
 
 def _none_text(v) -> bool:

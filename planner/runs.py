@@ -62,6 +62,12 @@ PLAN_KEYS = tuple(CONFIG_KEYS) + (
     "fp8_param_gather",
     "recompute_modules",
     "layout",
+    # what a log's arguments state besides the degrees (megatron_args.config_fields): an uneven stage split
+    # (--decoder-first/last-pipeline-num-layers, account-for flags) and the offloads
+    "layers_per_stage",
+    "optimizer_offload_fraction",
+    "overlap_cpu_optimizer_d2h_h2d",
+    "activation_offload_layers",
 )
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
 KNOWN = set(PLAN_KEYS) | set(MEASURED_KEYS) | {"model", "cluster", "gpus", "global_batch", "seq", "dtype", "label"}
@@ -135,7 +141,7 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
     rec = {str(k).strip().lower(): v for k, v in rec.items() if k is not None}
     for k in rec:
         if k not in KNOWN and k not in IGNORED:
-            raise SpecError(f"{where}: column", k, f"one of {', '.join(sorted(KNOWN))}")
+            raise SpecError(f"{where}: column", k, _known_columns(k))
     rec = {k: v for k, v in rec.items() if k in KNOWN and not _blank(v)}
     model_ref = rec.get("model", model)
     if model_ref is None:
@@ -158,8 +164,12 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
             continue
         v = rec[key]
         try:
-            if key in ("sp", "flash_attention", "fp8_param_gather"):
+            if key in ("sp", "flash_attention", "fp8_param_gather", "overlap_cpu_optimizer_d2h_h2d"):
                 plan[key] = as_bool(key, v)
+            elif key == "layers_per_stage":
+                plan[key] = _stage_counts(where, v)
+            elif key == "optimizer_offload_fraction":
+                plan[key] = _num(where, key, v, positive=False)
             elif key == "recompute_modules":
                 plan[key] = v if isinstance(v, tuple) else mg.recompute_modules(v)
             elif key == "layout":
@@ -168,7 +178,7 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
                 plan[key] = str(v).strip().lower()
             elif key == "bucket_mb":
                 plan[key] = _num(where, key, v, positive=False)
-            elif key in ("zero", "recompute_layers"):
+            elif key in ("zero", "recompute_layers", "activation_offload_layers"):
                 plan[key] = as_int(key, v)
             else:
                 plan[key] = _num(where, key, v, integer=True)
@@ -195,6 +205,24 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
     return Run(
         label, m, str(model_ref) if isinstance(model_ref, str) else m.name, cluster_ref, workload, config, measured
     )
+
+
+def _known_columns(column: str) -> str:
+    """What a table column may be: the closest known names and the main ones (one short line)."""
+    import difflib
+
+    close = difflib.get_close_matches(column, sorted(KNOWN), n=2)
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"a known column ({guess}model, gpus, global_batch, seq, step_time_s, tp, pp, dp, mb, ...: planner.runs)"
+
+
+def _stage_counts(where: str, value) -> tuple:
+    """``layers_per_stage`` as a tuple of positive integers: a log's tuple, a YAML list or ``"15,17"``."""
+    items = value if isinstance(value, (list, tuple)) else str(value).replace(";", ",").replace(" ", ",").split(",")
+    items = [x for x in items if str(x).strip()]
+    if not items:
+        raise SpecError(f"{where}: layers_per_stage", value, "layers on each stage, e.g. 15,17")
+    return tuple(_num(where, "layers_per_stage", x, integer=True) for x in items)
 
 
 class _NoCluster:
@@ -235,17 +263,17 @@ def read_table(path: Path, *, model=None) -> list[Run]:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise SpecError(str(path), None, f"valid YAML ({str(e).splitlines()[0]})") from None
+            raise SpecError("runs", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None
         if isinstance(data, dict) and "runs" in data:
             data = data["runs"]
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise SpecError(str(path), None, "a YAML list of runs (or {runs: [...]}), each a mapping")
+            raise SpecError("runs", str(path), "a YAML list of runs (or {runs: [...]}), each a mapping")
         return [
             run_from_record(r, f"{path}: run {i + 1}", model=model, base_dir=path.parent) for i, r in enumerate(data)
         ]
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
-        raise SpecError(str(path), None, "a CSV file with a header line")
+        raise SpecError("runs", str(path), "a CSV file with a header line (the file is empty)")
     runs = []
     for row in reader:
         where = f"{path}:{reader.line_num}"
@@ -255,7 +283,7 @@ def read_table(path: Path, *, model=None) -> list[Run]:
             continue
         runs.append(run_from_record(row, where, model=model, base_dir=path.parent))
     if not runs:
-        raise SpecError(str(path), None, "a CSV file with at least one run")
+        raise SpecError("runs", str(path), "a CSV file with at least one run (only a header was found)")
     return runs
 
 
@@ -277,9 +305,10 @@ def run_from_log(path: Path, *, model=None, text: str | None = None, given: dict
             m = resolve_model(model)
             ref = str(model) if isinstance(model, str) else m.name
         else:
-            missing = [f"{n} (or --model)" for n in mm.missing_shape(log.args)]
-            m = None if missing else ModelSpec(name=path.stem, **mm.model_fields(log.args))
-            ref = "log"
+            shape = mm.missing_shape(log.args)
+            missing = [f"{', '.join(shape)} (or --model)"] if shape else []
+            m = None if missing else _logged_model(mm.model_fields(log.args))
+            ref = m.name if m else "log"
         rec = {**mg.workload_fields(log.args), **mg.config_fields(log.args, m.layers if m else None)}
     except SpecError as e:
         raise SpecError(f"{where}: {e.field}", e.value, e.allowed) from None
@@ -294,12 +323,42 @@ def run_from_log(path: Path, *, model=None, text: str | None = None, given: dict
     if missing:
         raise SpecError(
             f"{where}: missing",
-            ", ".join(a.split(" (")[0] for a in missing),
+            sum(a.split(" (")[0].count(",") + 1 for a in missing),  # how many; the list is what is allowed
             "stated in the log or given: " + ", ".join(missing),
         )
     rec["step_time_s"] = log.step_time_s
     run = run_from_record(rec, where, model=m)
     return replace(run, label=path.name, model_ref=ref)
+
+
+#: the fields of a logged shape compared with the presets' to name it (:func:`_logged_model`)
+SHAPE_FIELDS = (
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn_hidden",
+    "vocab",
+    "activation",
+    "experts",
+    "moe_ffn_hidden",
+)
+
+
+def _logged_model(fields: dict) -> ModelSpec:
+    """The model a log's shape arguments state, named as the preset of the same shape (``llama3-8b``) or, where
+    none has it, by its shape (``32L-4096h-32a``): the run table's model column, never the log's file name."""
+    from costmodel.spec.presets import load_model, preset_names
+
+    shape = {k: fields[k] for k in SHAPE_FIELDS if k in fields}
+    for name in preset_names("models"):
+        try:
+            preset = load_model(name)
+        except (SpecError, ValueError):
+            continue
+        if all(getattr(preset, k, None) == v for k, v in shape.items()):
+            return ModelSpec(name=name, **fields)
+    return ModelSpec(name=f"{fields['layers']}L-{fields['hidden']}h-{fields['heads']}a", **fields)
 
 
 def looks_like_log(path: Path) -> bool:

@@ -234,9 +234,9 @@ def test_iteration_lines_only_name_everything_missing(tmp_path):
         run_from_log(p)
     msg = str(e.value)
     assert msg.startswith(
-        f"{p}: missing='num_layers, hidden_size, num_attention_heads, padded_vocab_size, "
-        "world_size, seq_length, bf16/fp16/fp8, tensor_model_parallel_size, "
-        "pipeline_model_parallel_size, micro_batch_size'"
+        f"{p}: missing=10: must be stated in the log or given: num_layers, hidden_size, num_attention_heads, "
+        "padded_vocab_size (or --model), world_size (--gpus), seq_length (--seq), bf16/fp16/fp8 (--dtype), "
+        "tensor_model_parallel_size (--tp), pipeline_model_parallel_size (--pp), micro_batch_size (--mb)"
     )
     assert "global_batch_size" not in msg  # the iteration lines state it
     assert "world_size (--gpus)" in msg and "(or --model)" in msg

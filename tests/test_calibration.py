@@ -233,3 +233,20 @@ def test_cli_bad_runs_file_exits_2_naming_the_line(capsys, tmp_path):
     code = cli.main(["calibrate", str(bad), "--cluster", "a100-80g", "-o", str(tmp_path / "x.json")])
     err = capsys.readouterr().err
     assert code == 2 and f"{bad}:2: step_time_s" in err and err.count("\n") == 1
+
+
+def test_a_constant_the_runs_do_not_determine_keeps_its_prior_and_says_so():
+    # issue 42 item 8: five runs 5% off either way fitted intra_link_efficiency 0.875 +- 0.30 without a word
+    from dataclasses import replace
+
+    from costmodel.trust.calibration import UNDETERMINED_REL
+
+    runs = [replace(r, measured_s=r.measured_s * (1.05 if i % 2 else 0.95)) for i, r in enumerate(synthetic_runs())]
+    cal = fit(runs, H100, loo=False)
+    assert "intra_link_efficiency" not in cal.names and cal.names  # the others are still fitted
+    assert cal.after["intra_link_efficiency"] == cal.before["intra_link_efficiency"]
+    value, se, kept = cal.undetermined["intra_link_efficiency"]
+    assert se > UNDETERMINED_REL * value and kept == cal.before["intra_link_efficiency"]
+    assert any(w.startswith("intra_link_efficiency is not determined by these runs") for w in cal.warnings)
+    for n in cal.names:  # what is kept is determined
+        assert cal.stderr[n] is None or cal.stderr[n] <= UNDETERMINED_REL * cal.after[n]

@@ -44,6 +44,11 @@ PRIOR = 0.02
 #: constants: about the mean half-width of the model's 80% band on the development set (9.7%,
 #: benchmarks/RESULTS.md section 11), so such runs disagree by more than the model's stated accuracy
 RECONCILE_TOL = 0.10
+#: a fitted constant whose standard error exceeds this fraction of its value is not determined by the runs
+#: (issue 42: ``intra_link_efficiency 0.875 +- 0.44`` from five runs): it keeps its prior value and the others are
+#: fitted again without it. 25%: wider than the spread of any constant's bounds about its preset (e.g. 0.3-0.95
+#: for GEMM efficiency around ~0.6-0.8), so such a fit says nothing the preset did not
+UNDETERMINED_REL = 0.25
 
 
 # --------------------------------------------------------------------------- runs
@@ -272,6 +277,9 @@ class Calibration:
     engine: str
     iterations: int
     labels: list = field(default_factory=list)
+    #: constants the runs did not determine (:data:`UNDETERMINED_REL`): ``name -> (fitted, stderr, kept)``,
+    #: ``kept`` the value the cluster keeps (the prior, or the fit itself when nothing better is determined)
+    undetermined: dict = field(default_factory=dict)
 
     @property
     def at_bounds(self) -> dict:
@@ -287,13 +295,14 @@ class Calibration:
 
     @property
     def warnings(self) -> list[str]:
-        """One line per fitted constant that ended at its bound (the fit wanted a value beyond it)."""
+        """One line per fitted constant that ended at its bound (the fit wanted a value beyond it), and one per
+        constant the runs did not determine."""
         return [
             f"{n} ended at its {side} bound {CONSTANTS[n].lo if side == 'lower' else CONSTANTS[n].hi:g}: "
             f"these runs ask for a value past what the hardware allows, so the model misses something they "
             f"do (check the settings read for them: attention kernel, recompute, overlap, dtype)"
             for n, side in self.at_bounds.items()
-        ]
+        ] + [_undetermined_text(n, *v) for n, v in self.undetermined.items()]
 
     @property
     def loo_log_residuals(self) -> list | None:
@@ -341,17 +350,24 @@ def fit(
             "runs whose predictions depend on at least one constant "
             f"({'; '.join(f'{k}: {v}' for k, v in auto.skipped.items())})",
         )
-    x, r, J, it = _solve(runs, cluster, list(selection.names), engine, prior)
+    undetermined: dict = {}
+    while True:
+        x, r, J, it = _solve(runs, cluster, list(selection.names), engine, prior)
+        stderr = _stderr(selection.names, r, J, len(runs))
+        loose = {
+            n: (float(v), stderr[n])
+            for n, v in zip(selection.names, x)
+            if stderr[n] is not None and stderr[n] > UNDETERMINED_REL * abs(v)
+        }
+        kept = tuple(n for n in selection.names if n not in loose)
+        if not loose or not kept:  # nothing left to fit: the fit stands, each loose constant said to be a guess
+            undetermined.update({n: (v, se, v) for n, (v, se) in loose.items()})
+            break
+        undetermined.update({n: (v, se, before[n]) for n, (v, se) in loose.items()})
+        why = {n: _undetermined_text(n, v, se, before[n]) for n, (v, se) in loose.items()}
+        selection = Selection(kept, selection.effect, {**selection.skipped, **why}, selection.condition)
     check_reconciled(runs, [math.expm1(v) for v in r], selection.names)
     fitted = apply(cluster, dict(zip(selection.names, map(float, x))))
-    dof = len(runs) - len(selection.names)
-    stderr = {n: None for n in selection.names}
-    if dof > 0:
-        try:
-            cov = np.linalg.inv(J.T @ J) * float(r @ r) / dof
-            stderr = {n: float(math.sqrt(max(cov[j, j], 0.0))) for j, n in enumerate(selection.names)}
-        except np.linalg.LinAlgError:
-            pass
     loo_errors = None
     if loo and len(runs) >= 3:
         loo_errors = []
@@ -374,6 +390,27 @@ def fit(
         engine=engine,
         iterations=it,
         labels=[run.label for run in runs],
+        undetermined=undetermined,
+    )
+
+
+def _stderr(names, r, J, n_runs: int) -> dict:
+    """``name -> standard error`` of each fitted constant (``None`` when the fit leaves no residual)."""
+    dof = n_runs - len(names)
+    if dof > 0:
+        try:
+            cov = np.linalg.inv(J.T @ J) * float(r @ r) / dof
+            return {n: float(math.sqrt(max(cov[j, j], 0.0))) for j, n in enumerate(names)}
+        except np.linalg.LinAlgError:
+            pass
+    return {n: None for n in names}
+
+
+def _undetermined_text(name: str, value: float, se: float, kept: float) -> str:
+    what = f"kept at its prior {kept:.3f}" if kept != value else "fitted anyway (no constant is determined better)"
+    return (
+        f"{name} is not determined by these runs: {value:.3f} +- {se:.2f} ({100 * se / abs(value):.0f}% of it, "
+        f"over {100 * UNDETERMINED_REL:.0f}%); {what}"
     )
 
 
