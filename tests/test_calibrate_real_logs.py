@@ -286,3 +286,24 @@ def test_cli_takes_what_the_log_lacks_from_flags(tmp_path, capsys):
         ]
     )
     assert rc == 0, capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- issue 42 item 8
+def test_a_dump_of_an_uneven_stage_plan_calibrates_and_names_its_model(tmp_path, capsys):
+    text = dump_log("dense_llama3_8b_tp2_pp2").replace(
+        "decoder_first_pipeline_num_layers ............... None",
+        "decoder_first_pipeline_num_layers ............... 15",
+    )
+    p = write(tmp_path, "uneven.log", text)
+    run = run_from_log(p)
+    assert run.config.layers_per_stage == (15, 17) and run.model.name == "llama3-8b"
+    assert main(["calibrate", str(p), "--cluster", "h100-sxm", "-o", str(tmp_path / "c.json")]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("uneven.log"))
+    assert row.split()[1] == "llama3-8b"
+
+
+def test_an_empty_log_says_it_is_empty(tmp_path, capsys):
+    p = write(tmp_path, "empty.log", "")
+    assert main(["calibrate", str(p), "--cluster", "h100-sxm", "-o", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"planner: error: runs='{p}': must be a training log") and "(the file is empty)" in err

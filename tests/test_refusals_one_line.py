@@ -193,3 +193,57 @@ def test_an_unreachable_ray_address_is_one_line(capfd, monkeypatch):
     with pytest.raises(SpecError, match="address='10.255.255.1:6379'"):
         ray_backend.connect("10.255.255.1:6379")
     assert "gcs_client" not in capfd.readouterr().err
+
+
+def _fake_ray(monkeypatch, init):
+    import sys
+    import types
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+
+
+def test_a_closed_ray_port_is_refused_before_ray_init(monkeypatch):
+    # issue 42 item 3: `sweep --backend ray --address 127.0.0.1:1` hung with no output (Ray's GCS client retries)
+    from planner.sweep import ray_backend
+
+    def init(**kw):
+        raise AssertionError("ray.init called for an address where nothing listens")
+
+    _fake_ray(monkeypatch, init)
+    with pytest.raises(SpecError, match=r"address='127.0.0.1:1': .*nothing accepts a connection there"):
+        ray_backend.connect("127.0.0.1:1")
+
+
+def test_joining_ray_is_bounded_in_time(monkeypatch):
+    # something listens (the probe passes) but never answers as Ray: ray.init is interrupted at JOIN_TIMEOUT_S
+    import socket
+    import time
+
+    from planner.sweep import ray_backend
+
+    def init(**kw):
+        t = time.monotonic()
+        while time.monotonic() - t < 30:
+            time.sleep(0.01)
+
+    _fake_ray(monkeypatch, init)
+    monkeypatch.setattr(ray_backend, "JOIN_TIMEOUT_S", 0.5)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        t0 = time.monotonic()
+        with pytest.raises(SpecError, match=r"address=.*no cluster joined within 0.5 s"):
+            ray_backend.connect(address)
+    assert time.monotonic() - t0 < 5
+
+
+def test_ray_not_installed_is_one_line(capsys, monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    argv = ["sweep", "--models", "llama3-8b", "--clusters", "h100-sxm", "--gpus", "8", "--out", str(tmp_path)]
+    argv += ["--global-batch", "64", "--seq", "4096", "--backend", "ray", "--address", "127.0.0.1:1"]
+    err = refused(capsys, argv, "backend")
+    assert "pip install" in err
