@@ -268,6 +268,8 @@ def recommend(
         result.plans, result.ranking = rank(result.plans, m, cl, workload, objective, train_tokens, objective_inputs)
     if mfu_convention is not None:
         result.plans = [_counted(p, m, workload, mfu_convention) for p in result.plans]
+        if result.margin_alternative is not None:  # the plan beside the answer, counted alike
+            result.margin_alternative = _counted(result.margin_alternative, m, workload, mfu_convention)
     if result.plans:  # the band, once, on the plan every caller reports
         result.plans[0] = _trusted(result.plans[0], m, cl, workload)
     return result
