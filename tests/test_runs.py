@@ -106,7 +106,11 @@ def test_model_from_option_when_the_table_names_none(tmp_path):
     "text, where, what",
     [
         ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,8,-1\n", ":2: step_time_s", "positive"),
-        ("model,gpus,global_batch,seq,tp,step_time\nllama3-8b,8,64,4096,8,1\n", ":2: column='step_time'", "one of"),
+        (
+            "model,gpus,global_batch,seq,tp,step_time\nllama3-8b,8,64,4096,8,1\n",
+            ":2: column='step_time'",
+            "did you mean step_time_s?",
+        ),
         ("model,gpus,global_batch,seq,tp\nllama3-8b,8,64,4096,8\n", ":2: step_time_s", "exactly one of"),
         ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,3,1\n", ":2: tp*pp*cp", "divisor"),
         ("model,gpus,global_batch,seq,tp,step_time_s\nllama3-8b,8,64,4096,8,1,9\n", ":2", "as many as the header"),
@@ -143,7 +147,8 @@ def test_megatron_log():
     assert run.measured_s == pytest.approx(13.7499)
     # the logged shape is GPT-3 175B (vocabulary from the 'padded vocab' line)
     assert run.model.params == load_model("gpt3-175b").params and run.model.vocab == 51200
-    assert run.label == MEGATRON_LOG.name and run.model_ref == "log"
+    # the model is named as the preset of the logged shape (issue 42 item 8: not the log's file name)
+    assert run.label == MEGATRON_LOG.name and run.model_ref == run.model.name == "gpt3-175b"
 
 
 def test_megatron_log_with_model_option():
@@ -186,7 +191,7 @@ def test_log_missing_shape_asks_for_model(tmp_path):
     text = "\n".join(ln for ln in MEGATRON_LOG.read_text().splitlines() if "hidden_size" not in ln)
     with pytest.raises(
         SpecError,
-        match=r"missing='hidden_size': must be stated in the log or given: "
+        match=r"missing=1: must be stated in the log or given: "
         r"hidden_size \(or --model\)",
     ):
         run_from_log(write(tmp_path, "noshape.log", text))
