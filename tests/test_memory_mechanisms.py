@@ -182,7 +182,7 @@ def test_moe_recompute_costs_the_replayed_moe_forward_in_both_engines():
     "kw, field",
     [
         (dict(recompute="full", recompute_modules=("moe",)), "recompute_modules"),
-        (dict(recompute="selective", recompute_modules=("moe_act",)), "recompute_modules"),
+        (dict(recompute="selective", recompute_modules=("shared_experts",)), "recompute_modules"),
         (dict(recompute="selective", recompute_modules=()), "recompute_modules"),
         (dict(recompute="selective", recompute_modules=("moe",), framework="fsdp2", zero=3), "recompute_modules"),
     ],
@@ -215,7 +215,7 @@ def test_emitted_recompute_modules_and_fp8_param_gather_parse_back():
 
 def test_the_megatron_line_parser_refuses_modules_it_cannot_charge():
     with pytest.raises(SpecError, match="recompute_modules"):
-        config_fields(parse_command_line("--recompute-granularity selective --recompute-modules moe_act"))
+        config_fields(parse_command_line("--recompute-granularity selective --recompute-modules shared_experts"))
 
 
 # ------------------------------------------------------------------ BF16 optimizer state
