@@ -86,7 +86,9 @@ def test_model_of_one_choice_picks_its_best_split():
 
 
 # --------------------------------------------------------------------------- the property
-@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+# 50 problems here (issue 42 item 10: the suite's time); ``python -m benchmarks.search_equality --instances 200
+# --seed 0`` checks the same property on 200 instances of its own generator (benchmarks/RESULTS.md)
+@settings(max_examples=50, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 10**6))
 def test_cpsat_optimum_equals_exhaustive_optimum(seed):
     p = small_problem(seed)
