@@ -37,3 +37,19 @@ def test_a_small_error_or_another_shape_says_nothing():
     assert known_run_note(MODEL, CLUSTER, PLAN, 16.6, [_row("205", 2, 1, 8, 1, +0.01)]) == ("", None)
     assert known_run_note(MODEL, CLUSTER, PLAN, 16.6, [_row("207", 4, 8, 8, 4, -0.05)]) == ("", None)
     assert known_run_note(MODEL, CLUSTER, PLAN, 16.6, [_row("207", 4, 8, 8, 4, -0.41, gpus=512)]) == ("", None)
+
+
+def test_the_issue_case_through_the_cli(capsys):
+    """Qwen3-235B-A22B at TP4 PP16 EP8 on 256 H100 (the planner's answer in issue 42): NVIDIA's TP4 EP8 run
+    (moe_modelzoo_qwen3 row 207) is predicted about -40%, so the band reaches that far and names the run."""
+    import json
+
+    from planner import cli
+
+    args = ["evaluate", "--model", "qwen3-235b-a22b", "--cluster", "h100-sxm", "--gpus", "256"]
+    args += ["--global-batch", "2048", "--seq", "4096", "--tp", "4", "--pp", "16", "--ep", "8", "--json"]
+    assert cli.main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    notes = [n for n in out["band_notes"] if "row 207" in n]
+    assert len(notes) == 1 and "TP4 CP1 EP8" in notes[0]
+    assert out["step_time_band_s"][1] > out["step_time_s"] * 1.5
