@@ -47,6 +47,7 @@ TOPICS = [
             ("component_ep", "python -m benchmarks.component_ep"),
             ("component_routing", "python -m benchmarks.component_routing"),
             ("component_tables", "python -m benchmarks.component_tables"),
+            ("kernel_regimes", "python -m benchmarks.kernel_regimes"),
         ],
     ),
     ("Engine agreement", [("engine_agreement", "python -m benchmarks.engine_agreement")]),
