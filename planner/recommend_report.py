@@ -415,4 +415,6 @@ def report_text(result, model, cluster, workload) -> str:
         )
     lines += [f"note: {n}" for n in best.notes if "MFU" in n]  # best: with its band (planner.recommend)
     lines += [f"note: band: {n}" for n in best.band_notes]
+    if getattr(best, "evidence_summary", ""):  # how each part of the best plan's prediction is known (issue 38)
+        lines.append(f"note: {best.evidence_summary}")
     return "\n".join(lines)
