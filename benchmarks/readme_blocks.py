@@ -132,6 +132,17 @@ def layouts(docs: dict) -> list[str]:
     ] + _source(docs, "layout_equality")
 
 
+def suite(docs: dict) -> list[str]:
+    (d,) = _need(docs, "suite_time")
+    h = d["headline"]
+    load = d["host"]["load_avg"][1]
+    return [
+        f"The second command's test suite: {h['passed']:,} tests passed ({h['failed']} failed, {h['skipped']} "
+        f"skipped) in {h['wall min']:.0f} minutes wall, {h['cpu min']:.0f} minutes CPU, on {d['host']['cores']} "
+        f"cores at a load of {load:.1f}."
+    ] + _source(docs, "suite_time")
+
+
 #: block name -> (renderer, the results it reads)
 BLOCKS = {
     "accuracy": (accuracy, ("validate_published", "validate_published_analytic")),
@@ -142,6 +153,7 @@ BLOCKS = {
     ),
     "bands": (bands, ("band_coverage",)),
     "layouts": (layouts, ("layout_equality",)),
+    "suite": (suite, ("suite_time",)),
 }
 
 

@@ -71,6 +71,7 @@ TOPICS = [
             ("sweep_speed", "python -m benchmarks.sweep_speed"),
         ],
     ),
+    ("Test suite", [("suite_time", "python -m benchmarks.suite_time")]),
 ]
 STALE_MARK = re.compile(r"\n\n[ \t]*\*\*(?:Stale|Unchecked)\*\*[^\n]*")
 

@@ -125,3 +125,16 @@ def test_an_unknown_block_fails_and_a_missing_result_is_said():
         readme_blocks.fill("<!-- results:nope -->\n<!-- /results:nope -->", DOCS, render.freshness)
     block = readme_blocks.fill("<!-- results:accuracy -->\nold\n<!-- /results:accuracy -->", {}, render.freshness)
     assert "old" not in block and "Not recorded yet: no result for `validate_published`" in block
+
+
+def test_the_readme_states_the_measured_suite_time_not_a_promise():
+    """Issue 42 item 10: the README's test command is followed by the suite's measured time, rendered from
+    ``benchmarks/results/suite_time.json`` (``python -m benchmarks.suite_time``), not "a few minutes"."""
+    from pathlib import Path
+
+    from benchmarks.readme_blocks import BLOCKS
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    head = text[: text.index("The first command prints")]
+    assert "<!-- results:suite -->" in head and "a few minutes" not in head
+    assert BLOCKS["suite"][1] == ("suite_time",)
