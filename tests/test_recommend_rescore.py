@@ -8,11 +8,9 @@ from costmodel.api import evaluate
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.workload import Workload
 from planner.cli import main
-from search.exhaustive import solve_exhaustive
 from search.problem import Limits, Problem
 from search.result import FEASIBLE, OPTIMAL
 from search.solve import MEMORY_TIE, RESCORE_BAND, SolveOptions, solve
-from search.tables import Tables
 
 
 def problem(model="gpt-1.7b", cluster="a100-80g", gpus=16, batch=64, seq=2048, **limits):
@@ -42,10 +40,10 @@ def test_the_answer_is_the_best_under_the_graph_and_the_proof_stays_analytic():
     p = problem()
     r = solve(p, SolveOptions(rescore=True, top_k=3, time_limit_s=60))
     assert r.status == OPTIMAL and r.band == RESCORE_BAND
-    # "proven optimal" keeps its meaning: objective and bound are the analytic optimum
-    tables = Tables(p)
-    assert round(r.objective_s / tables.res_s) == solve_exhaustive(p, tables=tables).best.objective
-    assert r.bound_s == r.objective_s
+    # "proven optimal" keeps its meaning: objective and bound are the analytic optimum (CP-SAT's proof; that the
+    # proof equals an exhaustive search is tests/test_search_cpsat.py's property -- here it cost 74 s, issue 42
+    # item 10)
+    assert r.bound_s == r.objective_s and r.gap == 0.0
     assert 1 <= r.rescored <= r.within_band <= 20
     best = r.best
     assert best.objective_s <= r.objective_s * (1 + RESCORE_BAND) + 1e-12  # chosen from within the band
