@@ -25,7 +25,9 @@ def run(extra: list[str]) -> dict:
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra], capture_output=True, text=True
     )
     wall, c1 = time.perf_counter() - t0, os.times()
-    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    # pytest's last summary line: "2 failed, 2480 passed, 3 skipped in 612.34s (0:10:12)" (some runs end in others)
+    lines = [x.strip("= ") for x in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed).* in [\d.]+s", x)]
+    tail = lines[-1] if lines else ""
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", tail)}
     return {
         "exit": proc.returncode,
