@@ -14,27 +14,38 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+from xml.etree import ElementTree
 
 from benchmarks.results_io import record
 
 
 def run(extra: list[str]) -> dict:
-    t0, c0 = time.perf_counter(), os.times()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra], capture_output=True, text=True
-    )
-    wall, c1 = time.perf_counter() - t0, os.times()
-    # pytest's last summary line: "2 failed, 2480 passed, 3 skipped in 612.34s (0:10:12)" (some runs end in others)
-    lines = [x.strip("= ") for x in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed).* in [\d.]+s", x)]
-    tail = lines[-1] if lines else ""
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)", tail)}
+    """Run the suite; its counts come from pytest's JUnit XML (the project's ``-q`` in addopts, with this ``-q``,
+    leaves no summary line to read)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "suite.xml"
+        t0, c0 = time.perf_counter(), os.times()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *extra],
+            capture_output=True,
+            text=True,
+        )
+        wall, c1 = time.perf_counter() - t0, os.times()
+        suites = list(ElementTree.parse(xml).getroot().iter("testsuite")) if xml.exists() else []
+        n = {k: sum(int(t.get(k, 0)) for t in suites) for k in ("tests", "failures", "errors", "skipped")}
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)
     return {
         "exit": proc.returncode,
-        "summary": tail,
+        "summary": f"{n['tests'] - n['failures'] - n['errors'] - n['skipped']} passed, "
+        f"{n['failures'] + n['errors']} failed, {n['skipped']} skipped" + (f": {', '.join(failed)}" if failed else ""),
         "wall_min": round(wall / 60, 1),
         "cpu_min": round((c1.children_user + c1.children_system - c0.children_user - c0.children_system) / 60, 1),
-        **counts,
+        "passed": n["tests"] - n["failures"] - n["errors"] - n["skipped"],
+        "failed": n["failures"] + n["errors"],
+        "skipped": n["skipped"],
     }
 
 
