@@ -100,7 +100,7 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
     sv, bd = est.serving, est.bands
     lines = [
         f"{model_label(model)} on {gpus} x {cluster.device.name} ({cluster.name}, "
-        f"{_nodes(gpus, cluster.gpus_per_node)}), "
+        f"{_nodes(gpus, cluster)}), "
         f"serving {est.batch} concurrent request{'s' if est.batch != 1 else ''} "
         f"({est.batch_per_replica} per replica x {est.config.dp}), {w.input_len} in / {w.output_len} out tokens, "
         f"{w.dtype} weights, {est.kv_dtype} KV cache",

@@ -158,9 +158,15 @@ def _gib(x: float) -> str:
     return f"{x / GiB:.1f}"
 
 
-def _nodes(gpus: int, per_node: int) -> str:
+def _nodes(gpus: int, cluster: ClusterSpec) -> str:
+    """``36 nodes of 8``; where one NVLink domain joins several nodes, the domains too."""
+    per_node, dom = cluster.gpus_per_node, cluster.domain
     n = -(-gpus // per_node)
-    return f"{n} node{'s' if n != 1 else ''} of {per_node}"
+    out = f"{n} node{'s' if n != 1 else ''} of {per_node}"
+    if dom > per_node:
+        d = -(-gpus // dom)
+        out += f", {d} NVLink domain{'s' if d != 1 else ''} of {dom}"
+    return out
 
 
 def _onoff(v) -> str:
@@ -267,7 +273,7 @@ def estimate_text(
     peak_stage = max(est.memory, key=lambda m: m["total_bytes"])["stage"] if est.memory else 0
     lines = [
         f"{model_label(model)} on {gpus} x {cluster.device.name} ({cluster.name}, "
-        f"{_nodes(gpus, cluster.gpus_per_node)}), "
+        f"{_nodes(gpus, cluster)}), "
         f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
         stack_line(cluster),
         f"config: {config_line(est)}",

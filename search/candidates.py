@@ -89,7 +89,7 @@ def tp_values(p: Problem) -> list[int]:
     for tp in divisors(p.gpus):
         if m.heads % tp or m.ffn_hidden % tp or (m.kv_heads % tp and tp % m.kv_heads):
             continue
-        if tp > p.cluster.gpus_per_node and not lim.tp_across_nodes and not is_pinned(p, "tp", tp):
+        if tp > p.cluster.domain and not lim.tp_across_nodes and not is_pinned(p, "tp", tp):
             continue
         out.append(tp)
     return lim.filter("tp", out)

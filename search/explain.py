@@ -122,8 +122,8 @@ def _why_no_shape(p: Problem) -> str:
     parts = [f"tp in {tp_values(p)}", f"cp in {cp_values(p)}", f"pp in {pp_values(p)}"]
     return (
         f"no way to divide {g} GPUs as tp*cp*pp*dp with dp dividing the global batch {b} "
-        f"({'; '.join(parts)}; tp divides heads={p.model.heads} and stays within a node of "
-        f"{p.cluster.gpus_per_node})"
+        f"({'; '.join(parts)}; tp divides heads={p.model.heads} and stays within an NVLink domain of "
+        f"{p.cluster.domain})"
     )
 
 

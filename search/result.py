@@ -174,10 +174,10 @@ def binding_constraints(p: Problem, plan_choice: Choice, est: Estimate) -> list[
             f"({peak['total_bytes'] / GiB:.1f} of {cap / GiB:.1f} GiB)"
         )
     s, lim = plan_choice.shape, p.limits
-    if not lim.tp_across_nodes and s.tp == p.cluster.gpus_per_node:
+    if not lim.tp_across_nodes and s.tp == p.cluster.domain:
         wider = [t for t in tp_values(_across(p)) if t > s.tp]
         if wider:
-            out.append(f"tp limited to {s.tp} GPUs per node (tp={wider[0]} would span nodes)")
+            out.append(f"tp limited to {s.tp} GPUs per NVLink domain (tp={wider[0]} would span domains)")
     values = {
         "tp": s.tp,
         "pp": s.pp,

@@ -69,7 +69,7 @@ def test_cluster_preset_loads_and_follows_the_format(name):
     assert isinstance(c, ClusterSpec) and c.name == name
     c.device.engines_for("intra"), c.device.engines_for("inter")
     doc, ref = preset_info("clusters", name), preset_info("clusters", "a100-80g")
-    assert set(doc) == set(ref)  # same top-level keys as the reference preset
+    assert set(doc) - {"nvlink_domain"} == set(ref)  # the reference preset's keys (+ an NVLink domain beyond a node)
     assert doc["sources"] and doc["assumptions"]
     assert set(doc["device"]) <= set(ref["device"]) | {"fp8_gemm_efficiency"}
 

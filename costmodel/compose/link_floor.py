@@ -46,7 +46,7 @@ def link_floor(
 
 def link_scopes(c: ParallelConfig, cluster: ClusterSpec) -> dict:
     """The link (``intra``/``inter``) each strategy's collectives of one layer cross."""
-    gpn = cluster.gpus_per_node
+    gpn = cluster.domain
     return {
         "tp": "intra",
         "sp": "intra",

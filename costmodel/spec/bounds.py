@@ -30,6 +30,7 @@ MAX_SIZE = {
     "mtp_layers": 10_000,
     "num_gpus": 1_048_576,
     "gpus_per_node": 1_024,
+    "nvlink_domain": 1_024,
     "global_batch": 1_048_576,
     "seq_len": 100_000_000,
     "input_len": 100_000_000,

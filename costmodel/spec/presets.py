@@ -213,6 +213,7 @@ def cluster_to_dict(c: ClusterSpec) -> dict:
     d = {
         "name": c.name,
         "gpus_per_node": c.gpus_per_node,
+        **({"nvlink_domain": c.nvlink_domain} if c.nvlink_domain else {}),
         "num_gpus": c.num_gpus,
         "device": unscale(c.device, _DEVICE_UNITS),
         "intra_link": unscale(c.intra_link, _LINK_UNITS),

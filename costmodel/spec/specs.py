@@ -414,8 +414,15 @@ class LinkSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
-    """Nodes of identical devices: NVLink-class links inside a node, NICs between nodes.
+    """Nodes of identical devices: NVLink-class links inside an NVLink domain, NICs between domains.
 
+    gpus_per_node : GPUs per host (one OS, one CPU memory, one storage path): the unit of CPU offload and
+        checkpoint writes, and what ``nodes`` counts.
+    nvlink_domain : GPUs joined by one NVLink/NVSwitch fabric (the scale-up domain); 0 means one node
+        (HGX/DGX: the 8 GPUs of a node). A GB200/GB300 NVL72 rack joins 72 GPUs of 18 four-GPU hosts
+        through its NVSwitch trays. Every collective is priced on this domain: a group inside it runs
+        over ``intra_link``, a group spanning domains over ``inter_link`` (groups are taken as placed
+        domain-aligned, as a scheduler's block/segment placement puts them).
     num_gpus : total GPUs (set from ``--gpus``; 0 until known).
     calibrated_constants : constants fitted to the user's measured runs (``planner calibrate``;
         empty: the cluster is not calibrated).
@@ -430,6 +437,7 @@ class ClusterSpec:
     gpus_per_node: int
     intra_link: LinkSpec
     inter_link: LinkSpec
+    nvlink_domain: int = 0
     num_gpus: int = 0
     calibrated_constants: tuple[str, ...] = ()
     calibration_log_residuals: tuple[float, ...] = ()
@@ -437,8 +445,15 @@ class ClusterSpec:
 
     def __post_init__(self):
         _positive_int("gpus_per_node", self.gpus_per_node)
+        _positive_int("nvlink_domain", self.nvlink_domain, allow_zero=True)
         _positive_int("num_gpus", self.num_gpus, allow_zero=True)
         _bounded(self)
+        if self.nvlink_domain and self.nvlink_domain % self.gpus_per_node:
+            raise SpecError(
+                "nvlink_domain",
+                self.nvlink_domain,
+                f"a multiple of gpus_per_node={self.gpus_per_node} (or 0: one node)",
+            )
         object.__setattr__(self, "calibrated_constants", tuple(self.calibrated_constants))
         object.__setattr__(self, "calibration_log_residuals", tuple(float(x) for x in self.calibration_log_residuals))
 
@@ -448,3 +463,8 @@ class ClusterSpec:
     @property
     def nodes(self) -> int:
         return -(-self.num_gpus // self.gpus_per_node)
+
+    @property
+    def domain(self) -> int:
+        """GPUs per NVLink domain: ``nvlink_domain``, or one node's GPUs where it is 0."""
+        return self.nvlink_domain or self.gpus_per_node

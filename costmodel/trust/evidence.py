@@ -156,9 +156,9 @@ def comm_known(cluster: ClusterSpec, config, group: str) -> Known:
     dim = _COMM[group]
     stride = group_stride(dim, config.tp, config.cp, config.dp, config.ep)
     if dim == "pp":
-        scope = "inter" if stride >= cluster.gpus_per_node else "intra"
+        scope = "inter" if stride >= cluster.domain else "intra"
     else:
-        scope = layout(_group_size(config, dim), stride, cluster.gpus_per_node).scope
+        scope = layout(_group_size(config, dim), stride, cluster.domain).scope
     if scope == "intra" and cluster.device.kernel_table:
         t, ev = table_collective("all_gather", 1 << 20, 2, cluster.device)
         if t is not None:

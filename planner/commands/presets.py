@@ -6,6 +6,7 @@ import argparse
 
 from costmodel.spec.presets import load_cluster, load_model, preset_info, preset_names
 
+from costmodel.spec.errors import SpecError
 from costmodel.spec.units import TFLOPS, GiB
 
 from ..args import add_output_args
@@ -26,8 +27,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         NAME, help="list model and cluster presets", description=__doc__.split(": ", 1)[1].strip()
     )
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="one model or cluster preset: print its description, sources and assumptions (every number it "
+        "carries that is not in its sources)",
+    )
     add_output_args(p)
     return p
+
+
+def detail(name: str) -> dict:
+    """One preset's description, sources and named assumptions (``SpecError`` for an unknown name)."""
+    kind = "clusters" if name in preset_names("clusters") else "models"
+    if name not in preset_names(kind):
+        raise SpecError("preset", name, "a model or cluster preset name (planner presets lists them)")
+    info = preset_info(kind, name)
+    return {
+        "name": name,
+        "kind": kind[:-1],
+        "description": info.get("description", ""),
+        "sources": list(info.get("sources", [])),
+        "assumptions": list(info.get("assumptions", [])),
+    }
 
 
 def models() -> list[dict]:
@@ -60,6 +82,7 @@ def clusters() -> list[dict]:
                 "name": name,
                 "device": c.device.name,
                 "gpus_per_node": c.gpus_per_node,
+                "nvlink_domain": c.domain,
                 "peak_bf16_tflops": round(c.device.peak_bf16_flops_per_s / TFLOPS, 1),
                 "hbm_gib": round(c.device.hbm_bytes / GiB, 1),
                 "description": preset_info("clusters", name).get("description", ""),
@@ -69,6 +92,16 @@ def clusters() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "name", None):
+        d = detail(args.name)
+        if args.json:
+            print_json(d)
+            return 0
+        print(f"{d['name']} ({d['kind']}): {d['description']}")
+        for head in ("sources", "assumptions"):
+            print(f"\n{head}:")
+            print("\n".join(f"- {x}" for x in d[head]) or "- (none listed)")
+        return 0
     ms, cs = models(), clusters()
     if args.json:
         print_json({"models": ms, "clusters": cs})
@@ -96,12 +129,13 @@ def run(args: argparse.Namespace) -> int:
     print("clusters (--cluster NAME)")
     print(
         table(
-            ["name", "device", "GPUs/node", "BF16 TFLOP/s", "HBM GiB", "description"],
+            ["name", "device", "GPUs/node", "NVLink domain", "BF16 TFLOP/s", "HBM GiB", "description"],
             [
                 [
                     c["name"],
                     c["device"],
                     c["gpus_per_node"],
+                    c["nvlink_domain"],
                     c["peak_bf16_tflops"],
                     c["hbm_gib"],
                     _short(c["description"]),

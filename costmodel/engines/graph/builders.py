@@ -80,9 +80,7 @@ class _Ctx:
         self.cpx = cp_exchange(model, self.n, c.tp, c.cp, c.cp_impl)
         self.kv_bytes = self.cpx.kv_bytes
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
-        self.a2a_bytes = (
-            ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.gpus_per_node, c.ep_dispatcher) if moe else 0.0
-        )
+        self.a2a_bytes = ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.domain, c.ep_dispatcher) if moe else 0.0
 
     def a2a_s(self, share: float = 1.0) -> float:
         """One MoE dispatch or combine (``share`` of its tokens) as the dispatcher runs it

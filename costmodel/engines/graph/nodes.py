@@ -44,7 +44,7 @@ def comm_scope(kind: str, size: int, stride: int, cluster: ClusterSpec) -> str:
     >>> comm_scope("allreduce", 8, 1, cl), comm_scope("allreduce", 4, 8, cl), comm_scope("p2p", 2, 8, cl)
     ('intra', 'inter', 'inter')
     """
-    return _scope(kind, size, stride, cluster.gpus_per_node)
+    return _scope(kind, size, stride, cluster.domain)
 
 
 class GraphBuilder:

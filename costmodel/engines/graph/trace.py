@@ -97,9 +97,7 @@ def timeline(
     detail = per_op / max(1, 2 * config.vp) * pipe.end.shape[1] <= max_events
     pp_lane = (
         dma.pool_of(plan_dma(model, cluster, workload, config), "pp")
-        or cluster.device.engines_for(
-            "inter" if config.tp * config.cp * config.dp >= cluster.gpus_per_node else "intra"
-        ).name
+        or cluster.device.engines_for("inter" if config.tp * config.cp * config.dp >= cluster.domain else "intra").name
     ) + "#p2p"
     events: list = []
     for j in range(pipe.end.shape[1]):

@@ -357,9 +357,9 @@ def collective_time_s(
     if kind in ("p2p", "ring_p2p"):
         if size <= 1 or nbytes <= 0:
             return 0.0
-        inter = comm_scope(kind, size, stride, cluster.gpus_per_node) == "inter"
+        inter = comm_scope(kind, size, stride, cluster.domain) == "inter"
         return nbytes / (be if inter else bi) + (inter_l if inter else intra_l).latency_s
-    lay = layout(size, stride, cluster.gpus_per_node)
+    lay = layout(size, stride, cluster.domain)
     k, nodes = lay.intra, lay.inter
     if kind == "alltoall":
         if size <= 1 or nbytes <= 0:
@@ -411,6 +411,6 @@ def collective_latency_s(
     """
     if kind not in ("allreduce", "allgather", "reducescatter"):
         raise ValueError(f"kind={kind!r}: must be allreduce, allgather or reducescatter")
-    lay = layout(size, stride, cluster.gpus_per_node)
+    lay = layout(size, stride, cluster.domain)
     bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     return _nccl_s(kind, nbytes, lay.intra, lay.inter, cluster, bi, be)[1]

@@ -110,7 +110,7 @@ def used_streams(c: "ParallelConfig", model: "ModelSpec | None" = None) -> tuple
 
 def stream_scopes(cluster: ClusterSpec, c: "ParallelConfig", model: "ModelSpec | None" = None) -> dict:
     """``{stream: frozenset of 'intra'/'inter'}``: the links each used stream's groups cross."""
-    gpn = cluster.gpus_per_node
+    gpn = cluster.domain
     cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
     dp = [comm_scope("allreduce", n, s, gpn) for n, s in _dp_groups(c)]
     out = {

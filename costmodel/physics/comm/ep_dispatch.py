@@ -90,9 +90,7 @@ def _miss(total: int, group: float, k: int) -> float:
 
 
 @lru_cache(maxsize=4096)
-def fanout(
-    experts: int, topk: int, ep: int, gpus_per_node: int, routing: str = "uniform", max_nodes: int = 0
-) -> Fanout:
+def fanout(experts: int, topk: int, ep: int, domain: int, routing: str = "uniform", max_nodes: int = 0) -> Fanout:
     """Distinct ranks and nodes one token's ``topk`` experts lie on, expected over tokens.
 
     >>> f = fanout(128, 8, 8, 8)            # Qwen3-30B-A3B, EP 8 in one node: 16 experts per rank
@@ -110,7 +108,7 @@ def fanout(
         raise SpecError("moe_routing", routing, f"one of {', '.join(ROUTINGS)}")
     if experts % ep:
         raise SpecError("ep", ep, f"a divisor of experts={experts}")
-    g = min(ep, gpus_per_node)
+    g = min(ep, domain)
     nodes = ep / g  # a group that fills part of its last node counts that part (ep 12 on 8-GPU nodes: 1.5)
     per_rank = experts // ep
     if routing == "consecutive":
@@ -146,7 +144,7 @@ class DeepEPBytes:
 
 
 def deepep_bytes(
-    model: ModelSpec, tokens: float, ep: int, gpus_per_node: int, row_bytes: float, max_nodes: int = 0
+    model: ModelSpec, tokens: float, ep: int, domain: int, row_bytes: float, max_nodes: int = 0
 ) -> DeepEPBytes:
     """The bytes of the module docstring's formula: ``tokens`` on this GPU, ``row_bytes`` per token row
     (``hidden * 2`` for BF16; FP8 dispatch with one FP32 scale per 128 values: ``hidden * (1 + 4/128)``).
@@ -157,9 +155,9 @@ def deepep_bytes(
     >>> round(b.nvlink_bytes / (4096 * 8 * 4096 * 2), 3), b.rdma_bytes   # 5.34 ranks x 7/8 of 8 copies
     (0.584, 0.0)
     """
-    g = min(ep, gpus_per_node)
+    g = min(ep, domain)
     nodes = ep / g
-    f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing, max_nodes)
+    f = fanout(model.experts, model.topk, ep, domain, model.moe_routing, max_nodes)
     rows = tokens * row_bytes
     return DeepEPBytes(
         nvlink_bytes=rows * f.ranks * (1 - 1 / g),
@@ -192,9 +190,7 @@ def deepep_time_s(b: DeepEPBytes, ep: int, cluster: ClusterSpec, engines: Engine
     return t + alpha
 
 
-def ep_alltoall_bytes(
-    model: ModelSpec, n: float, tp: int, ep: int, gpus_per_node: int, dispatcher: str = "alltoall"
-) -> float:
+def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, domain: int, dispatcher: str = "alltoall") -> float:
     """Per-GPU send buffer of one MoE dispatch (and of the combine that mirrors it), in bytes.
 
     ``alltoall`` (Megatron-Core ``MoEAlltoAllTokenDispatcher``, NCCL AllToAll-V): one BF16 row per
@@ -214,7 +210,7 @@ def ep_alltoall_bytes(
     nbytes = rows * model.hidden * ACT_BYTES
     if dispatcher != "deepep" or ep <= 1 or not model.is_moe:
         return nbytes
-    f = fanout(model.experts, model.topk, ep, gpus_per_node, model.moe_routing)
+    f = fanout(model.experts, model.topk, ep, domain, model.moe_routing)
     return nbytes * f.ranks / model.topk
 
 
@@ -241,7 +237,7 @@ def ep_dispatch_time_s(
     if ep <= 1:
         return 0.0
     if dispatcher == "deepep" and model.is_moe:
-        b = deepep_bytes(model, share * tokens / tp, ep, cluster.gpus_per_node, model.hidden * ACT_BYTES)
+        b = deepep_bytes(model, share * tokens / tp, ep, cluster.domain, model.hidden * ACT_BYTES)
         return deepep_time_s(b, ep, cluster, engines)
-    a2a = ep_alltoall_bytes(model, tokens, tp, ep, cluster.gpus_per_node, dispatcher)
+    a2a = ep_alltoall_bytes(model, tokens, tp, ep, cluster.domain, dispatcher)
     return collective_time_s("alltoall", share * a2a, ep, 1, cluster, engines=engines)

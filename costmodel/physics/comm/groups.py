@@ -20,21 +20,21 @@ class GroupLayout:
 
 
 @lru_cache(maxsize=4096)
-def layout(size: int, stride: int, gpus_per_node: int) -> GroupLayout:
-    """Members ``0, stride, 2*stride, ...`` of consecutive ranks; nodes hold ``gpus_per_node`` ranks.
+def layout(size: int, stride: int, domain: int) -> GroupLayout:
+    """Members ``0, stride, 2*stride, ...`` of consecutive ranks; NVLink domains (``ClusterSpec.domain``: a node on HGX) hold ``domain`` ranks.
 
     >>> layout(8, 1, 8), layout(8, 8, 8), layout(16, 2, 8)
     (GroupLayout(intra=8, inter=1), GroupLayout(intra=1, inter=8), GroupLayout(intra=4, inter=4))
     """
     if size <= 1:
         return GroupLayout(1, 1)
-    intra = 1 if stride >= gpus_per_node else max(1, min(size, gpus_per_node // stride))
+    intra = 1 if stride >= domain else max(1, min(size, domain // stride))
     while size % intra:
         intra -= 1
     return GroupLayout(intra, size // intra)
 
 
-def comm_scope(kind: str, size: int, stride: int, gpus_per_node: int) -> str:
+def comm_scope(kind: str, size: int, stride: int, domain: int) -> str:
     """``'inter'`` when a group of ``size`` ranks at ``stride`` spans nodes, else ``'intra'``; a
     point-to-point transfer crosses nodes when its peer is a node or more away.
 
@@ -42,8 +42,8 @@ def comm_scope(kind: str, size: int, stride: int, gpus_per_node: int) -> str:
     ('intra', 'inter', 'inter')
     """
     if kind == "p2p":
-        return "inter" if stride >= gpus_per_node else "intra"
-    return layout(size, stride, gpus_per_node).scope
+        return "inter" if stride >= domain else "intra"
+    return layout(size, stride, domain).scope
 
 
 def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1, etp: int = 1) -> int:
