@@ -190,6 +190,14 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
             "per destination node)",
         )
     g.add_argument(
+        "--ep-overlap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="hide the MoE all-to-alls behind another micro-batch's compute (Megatron-Core "
+        "--overlap-moe-expert-parallel-comm, its combined 1F1B schedule: one more forward in flight; needs ep > 1, "
+        "no full recompute, vp >= 2 with pp > 1); recommend plans every EP plan with it where Megatron runs it",
+    )
+    g.add_argument(
         "--dma",
         type=dma_arg,
         metavar="STREAMS:CLASS*N,...",

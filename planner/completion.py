@@ -137,6 +137,12 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])
     try:
         problem = problem_of(pinned, model, cluster, workload)  # recommend's problem of the same flags
+        if getattr(args, "ep_overlap", None):
+            # a stated EP overlap runs: no completion Megatron-Core would refuse it with (full recompute)
+            ex = problem.limits.exclude
+            problem = replace(
+                problem, limits=replace(problem.limits, exclude={**ex, "recompute": (*ex.get("recompute", ()), "full")})
+            )
         # recommend's search, without the offloads the user did not state (search.offload_choice,
         # search.act_offload_choice); a stated one is a plan option of the problem, as recommend's. It checks
         # the pins once: a stated knob no runnable plan has (e.g. chunks the framework cannot run) answers

@@ -153,6 +153,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
         "dma",
         "grad_dtype",
         "ep_dispatcher",
+        "ep_overlap",
         "module_layout",
     )
     fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
@@ -256,6 +257,7 @@ def plan_options(args: argparse.Namespace) -> tuple:
         offload["activation_offload_layers"] = args.activation_offload_layers
     given = {
         "ep_dispatcher": getattr(args, "ep_dispatcher", None),
+        "ep_overlap": getattr(args, "ep_overlap", None) or None,  # --no-ep-overlap: the default, no option
         "module_layout": getattr(args, "module_layout", None),
         **memory_fields(args),
         **offload,

@@ -50,6 +50,7 @@ CLI_KEYS = (
     "grad_dtype",
     "flash_attention",
     "ep_dispatcher",
+    "ep_overlap",
     "first_stage_layers",
     "last_stage_layers",
     "account_for_embedding",

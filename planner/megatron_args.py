@@ -229,6 +229,10 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     dispatcher = moe_dispatcher(a, f.get("ep", 1))
     if dispatcher is not None:
         f["ep_dispatcher"] = dispatcher
+    if "overlap_moe_expert_parallel_comm" in a and as_bool(
+        "overlap_moe_expert_parallel_comm", a["overlap_moe_expert_parallel_comm"]
+    ):
+        f["ep_overlap"] = True  # costmodel.compose.ep_overlap
     return f
 
 
@@ -281,20 +285,11 @@ def moe_dispatcher(a: dict, ep: int) -> str | None:
     parallelism: nothing to dispatch over). Megatron-Core's ``TransformerConfig``: the dispatcher
     type defaults to ``allgather``; ``flex`` runs the ``moe_flex_dispatcher_backend`` (default
     ``deepep``; ``moe_enable_deepep`` is its deprecated spelling). What the cost model does not
-    charge is refused, naming the argument: the AllGather dispatcher, the HybridEP and NCCL EP
-    backends, and the all-to-all overlap across micro-batches."""
+    charge is refused, naming the argument: the AllGather dispatcher and the HybridEP and NCCL EP
+    backends."""
     if ep <= 1:  # a dense model's logged arguments print the default dispatcher too
         return None
     kind = str(a.get("moe_token_dispatcher_type", "")).lower()
-    if "overlap_moe_expert_parallel_comm" in a and as_bool(
-        "overlap_moe_expert_parallel_comm", a["overlap_moe_expert_parallel_comm"]
-    ):
-        raise SpecError(
-            "overlap_moe_expert_parallel_comm",
-            True,
-            "False (the EP all-to-all overlap across "
-            "micro-batches is not modelled; the prediction would charge the all-to-all without it)",
-        )
     if kind in ("", "none", "allgather"):
         raise SpecError(
             "moe_token_dispatcher_type",

@@ -135,6 +135,15 @@ class Choice:
             opts.pop("fp8_param_gather", None)
         if self.shape.ep == 1:
             opts.pop("ep_dispatcher", None)  # no expert-parallel dispatch to run
+        if opts.get("ep_overlap") and (
+            self.shape.ep == 1
+            or self.recompute == "full"
+            or (self.shape.pp > 1 and self.vp < 2)
+            or "moe" in (opts.get("recompute_modules") or ())
+        ):
+            # the EP all-to-all overlap where Megatron-Core runs it (costmodel.spec.plan_checks.check_ep_overlap);
+            # the other plans run without it
+            opts.pop("ep_overlap")
         if self.framework != "fsdp2" or self.zero != 2:
             opts.pop("pp_grad_reduce", None)  # only FSDP without resharding has the choice (ParallelConfig)
         if self.framework == "megatron" and self.zero != 1:

@@ -154,6 +154,7 @@ PLAN_OPTIONS = (
     "optimizer_dtype",
     "recompute_modules",
     "ep_dispatcher",
+    "ep_overlap",
     "module_layout",
     "pp_grad_reduce",
     "sp_saved_inputs",
@@ -256,6 +257,7 @@ class Problem:
                 "optimizer_dtype": dict(zero=1),
                 "optimizer_offload_fraction": dict(zero=1),
                 "overlap_cpu_optimizer_d2h_h2d": dict(zero=1, optimizer_offload_fraction=1.0),
+                "ep_overlap": dict(ep=2),
             }.get(k, {})
             if not (k == "activation_offload_layers" and v == FEWEST_FITTING):  # (the search's own value)
                 ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run

@@ -73,6 +73,9 @@ MEGATRON = {
     "--moe-grouped-gemm": dict(action="store_true"),
     "--moe-token-dispatcher-type": dict(choices=["allgather", "alltoall", "flex"]),
     "--moe-flex-dispatcher-backend": dict(choices=["deepep", "hybridep", "ncclep"]),
+    # model_parallel_config.py / transformer_config.py at d98e8a6: overlap_moe_expert_parallel_comm, delay_wgrad_compute
+    "--overlap-moe-expert-parallel-comm": dict(action="store_true"),
+    "--delay-wgrad-compute": dict(action="store_true"),
     # gradient dtype (arguments.py, mixed precision group)
     "--accumulate-allreduce-grads-in-fp32": dict(action="store_true"),
     "--grad-reduce-in-bf16": dict(action="store_true"),

@@ -225,9 +225,16 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         notes.append("HybridEP backend (in the recipe): not modelled, charged as the all-to-all dispatcher")
     if ep > 1 and ("moe_a2a_overlap true" in other or "1f1b overlap" in other):
         # Megatron-Core --overlap-moe-expert-parallel-comm: one micro-batch's all-to-all behind another's compute
-        notes.append(
-            "EP all-to-all overlap ran (stated, or in the recipe): not modelled, the all-to-all is charged without it"
-        )
+        if framework == "megatron" and recompute != "full" and (pp == 1 or (vp or 1) > 1):
+            extra["ep_overlap"] = True
+            notes.append(
+                "ep_overlap: the EP all-to-all overlap ran (stated, or in the recipe): costmodel.compose.ep_overlap"
+            )
+        else:
+            notes.append(
+                "EP all-to-all overlap ran (stated, or in the recipe) in a plan Megatron-Core refuses it with: "
+                "charged without it"
+            )
     if framework == "megatron" and zero == 2:
         # MegaScale's "ZeRO-2" is Megatron-LM's distributed optimizer (the system is built on Megatron-LM):
         # gradients reduce-scattered once per step, optimizer state sharded; Megatron has no per-micro-batch ZeRO-2

@@ -26,6 +26,9 @@ WHY_WINDOW = "window too short: T_comm > T_compute of the op it overlaps"
 WHY_EP = "data dependency: dispatch needs the router output; combine not chunked"
 
 
+WHY_EP_PAIR = "window too short: the all-to-all outlasts the other micro-batch's compute it is paired with (EP overlap)"
+
+
 WHY_PP = "data dependency: 1F1B send/recv sits between dependent micro-batch computations"
 
 

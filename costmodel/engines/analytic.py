@@ -49,6 +49,7 @@ from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s, zero3_collec
 from costmodel.compose.comm_ledgers import (
     WHY_WINDOW,
     WHY_EP,
+    WHY_EP_PAIR,
     WHY_PP,
     WHY_CP,
     WHY_Z3,
@@ -57,6 +58,7 @@ from costmodel.compose.comm_ledgers import (
     _tp_ledger,
 )
 from costmodel.compose.link_floor import link_floor, link_scopes
+from costmodel.compose.ep_overlap import pair_exposed_s, parts_of
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,7 @@ def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
         c.fused_elementwise,
         c.cp_impl,
         c.ep_dispatcher,
+        c.ep_overlap,
         moe,
         tuple(eng[k] for k in ("tp", "cp", "ep")),
     )
@@ -317,6 +320,7 @@ def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
         c.fused_elementwise,
         c.cp_impl,
         c.ep_dispatcher,
+        c.ep_overlap,
         moe,
         tuple(eng[k] for k in ("tp", "cp", "ep")),
     )
@@ -370,11 +374,26 @@ def _layer_core_of(
         experts = next(o for o in ops if o.name == "experts")
         t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
         k = c.chunks if c.chunks > 1 else 0
-        f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
-        led, fwd_led = led.merge(f), fwd_led.merge(f)
-        led.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
-        led.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
+        if c.ep_overlap:  # behind another micro-batch's compute (costmodel.compose.ep_overlap)
+            f, b = _ep_pair_ledgers(ops, t_a2a, coef)
+        else:
+            f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
+            b = CommLedger()
+            b.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
+            b.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
+        led, fwd_led = led.merge(f).merge(b), fwd_led.merge(f)
     return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef)
+
+
+def _ep_pair_ledgers(ops, t_a2a: float, coef: float) -> tuple[CommLedger, CommLedger]:
+    """The four all-to-alls of an MoE layer under the combined 1F1B schedule: what one forward/backward layer
+    pair leaves exposed (:func:`costmodel.compose.ep_overlap.pair_exposed_s`, its SM slowdown included), half
+    charged to the forward, half to the backward."""
+    half = pair_exposed_s(parts_of(ops, t_a2a), coef) / 2
+    f, b = CommLedger(), CommLedger()
+    f.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
+    b.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
+    return f, b
 
 
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:

@@ -58,6 +58,12 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
         )
     if c.vp > 1 and c.pp == 1:
         raise SpecError("vp", c.vp, "1 when pp=1 (interleaving needs a pipeline)")
+    if c.ep_overlap and not model.is_moe:
+        raise SpecError("ep_overlap", True, "false for a dense model (it hides the MoE all-to-alls)")
+    if c.ep_overlap and c.pp > 1 and c.vp < 2:  # transformer_config.py@d98e8a6
+        raise SpecError("ep_overlap", True, "false with pp > 1 and no interleaving (vp >= 2 must be specified)")
+    if c.ep_overlap and model.mtp_layers > 1:  # transformer_config.py@d98e8a6
+        raise SpecError("ep_overlap", True, f"false with more than one MTP layer (mtp_layers={model.mtp_layers})")
     if workload.global_batch % (c.dp * c.mb):
         raise SpecError(
             "global_batch", workload.global_batch, f"a multiple of dp*mb={c.dp * c.mb} (dp={c.dp}, mb={c.mb})"

@@ -126,6 +126,13 @@ class ParallelConfig:
         output tensors of each pipeline stage" (arXiv 2407.21783 section 3.3.2). No framework the planner emits
         has it (Megatron-Core frees only the outputs, ``deallocate_pipeline_outputs``, which the activations
         never charge); no effect with ``pp = 1`` or under full recompute (the checkpoint keeps the input).
+    ep_overlap : Megatron-Core's ``--overlap-moe-expert-parallel-comm``: the combined 1F1B schedule runs one
+        micro-batch's forward with another's backward, layer by layer, so each MoE all-to-all hides behind
+        the other micro-batch's compute (:mod:`costmodel.compose.ep_overlap`); one more forward in flight
+        (``megatron/core/pipeline_parallel/schedules.py@d98e8a6``). Megatron refuses it without EP, with a
+        dispatcher other than alltoall / flex, with full or layer-count recompute or ``moe`` recomputed,
+        with pp > 1 and no interleaving, and with more than one MTP layer
+        (``megatron/core/transformer/transformer_config.py@d98e8a6``).
     module_layout : the parameter tensors of a layer as the model code builds them
         (:func:`costmodel.physics.mechanics.zero3_fetch.layer_tensors`): ``fused`` (the default: Megatron-LM and
         Megatron-DeepSpeed, one QKV and one gate/up projection) or ``hf`` (Hugging Face modules: Q, K,
@@ -172,6 +179,7 @@ class ParallelConfig:
     pp_grad_reduce: str = "step"
     sp_saved_inputs: str | None = None
     pp_free_stage_inputs: bool = False
+    ep_overlap: bool = False
     module_layout: str = "fused"
     dma: _dma.Assignment | None = None
     layout: _layout.Layout | None = None
@@ -233,6 +241,8 @@ class ParallelConfig:
             del d["sp_saved_inputs"]  # the framework's own: plan keys unchanged
         if not self.pp_free_stage_inputs:
             del d["pp_free_stage_inputs"]  # the default: plan keys unchanged
+        if not self.ep_overlap:
+            del d["ep_overlap"]  # the default: plan keys unchanged
         if self.grad_dtype == "fp32":
             del d["grad_dtype"]  # the default: plan keys unchanged
         if self.loss_impl == "fused":
@@ -293,6 +303,7 @@ class ParallelConfig:
                 "optimizer_offload_fraction",
                 "sp_saved_inputs",
                 "pp_free_stage_inputs",
+                "ep_overlap",
                 "overlap_cpu_optimizer_d2h_h2d",
                 "activation_offload_layers",
             }

@@ -57,7 +57,7 @@ def check_fields(cfg) -> None:
             f"at most {MAX_CHUNKS} (a sanity bound: Megatron-Core and FSDP2 "
             "run chunks = tp; the op graph holds a piece per chunk of every collective)",
         )
-    for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs"):
+    for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs", "ep_overlap"):
         if type(getattr(cfg, f)) is not bool:
             raise SpecError(f, getattr(cfg, f), "true or false")
     if cfg.zero not in (0, 1, 2, 3) or isinstance(cfg.zero, bool):
@@ -153,6 +153,8 @@ def check_fields(cfg) -> None:
         check_offload(cfg)
     if cfg.activation_offload_layers != 0:
         check_act_offload(cfg)
+    if cfg.ep_overlap:
+        check_ep_overlap(cfg)
     if cfg.layers_per_stage is not None and cfg.layout is None:
         lps = tuple(cfg.layers_per_stage)
         object.__setattr__(cfg, "layers_per_stage", lps)
@@ -164,6 +166,22 @@ def check_fields(cfg) -> None:
             )
     if not isinstance(cfg.bucket_bytes, (int, float)) or cfg.bucket_bytes < 0:
         raise SpecError("bucket_mb", cfg.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
+
+
+def check_ep_overlap(cfg) -> None:
+    """Megatron-Core's refusals of ``--overlap-moe-expert-parallel-comm`` that need no model
+    (``megatron/core/transformer/transformer_config.py@d98e8a6`` ``__post_init__``; the pipeline, MTP and
+    MoE-layer checks, which a layer's own config does not carry: :func:`costmodel.physics.validity.validate_config`)."""
+    rules = (
+        (cfg.framework != "megatron", "false unless framework=megatron (Megatron-Core's combined 1F1B schedule)"),
+        (cfg.ep < 2, "false with ep=1 (it is only supported with expert model parallelism)"),
+        (cfg.recompute == "full", "false with full recompute (disable full recomputation)"),
+        (cfg.recompute_layers is not None, "false with a recompute layer count (recompute_num_layers must be None)"),
+        ("moe" in (cfg.recompute_modules or ()), "false with moe in the recompute modules"),
+    )
+    for broken, allowed in rules:
+        if broken:
+            raise SpecError("ep_overlap", True, allowed)
 
 
 def check_act_offload(cfg) -> None:

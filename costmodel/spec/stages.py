@@ -10,7 +10,7 @@ from functools import lru_cache
 from costmodel.spec.errors import SpecError
 
 
-def in_flight_chunks(p: int, m: int, v: int, stage: int) -> int:
+def in_flight_chunks(p: int, m: int, v: int, stage: int, extra: int = 0) -> int:
     """Model chunks whose activations a stage holds at its peak (each chunk is ``L/(p*v)`` layers).
 
     1F1B: stage ``i`` holds ``p - i`` micro-batches (Narayanan et al. 2021, section 2.2.1).
@@ -18,17 +18,25 @@ def in_flight_chunks(p: int, m: int, v: int, stage: int) -> int:
     flight (``megatron/core/pipeline_parallel/schedules.py``), which for stage 0 gives
     Korthikanti et al. 2023's ``p (1 + (p-1)/(p v))`` micro-batches of a full stage.
 
+    ``extra`` warm-up forwards more: Megatron-Core's combined 1F1B schedule (``ParallelConfig.ep_overlap``)
+    runs one under a pipeline (``schedules.py@d98e8a6``: "we schedule one extra micro-batch forward step
+    before the 1f1b stages"). Without a pipeline it adds none: the next micro-batch's forward builds its
+    layers as this one's backward frees them (``combined_1f1b_schedule_for_no_pipelining``, layer by layer),
+    one micro-batch and one layer at the peak, the layer not counted.
+
     >>> in_flight_chunks(8, 64, 1, 0), in_flight_chunks(8, 64, 1, 7), in_flight_chunks(4, 16, 2, 0)
     (8, 1, 11)
+    >>> in_flight_chunks(1, 64, 1, 0, extra=1), in_flight_chunks(4, 16, 2, 0, extra=1)
+    (1, 12)
     """
     if p == 1:
         return 1 * v if v > 1 else 1
     if v == 1:
-        return min(p - stage, m)
-    return min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+        return min(p - stage + extra, m)
+    return min(2 * (p - stage - 1) + (v - 1) * p + 1 + extra, m * v)
 
 
-def warmup_forwards(p: int, m: int, v: int, stage: int) -> int:
+def warmup_forwards(p: int, m: int, v: int, stage: int, extra: int = 0) -> int:
     """Forwards ``stage`` runs before its first backward (Megatron-LM ``get_num_warmup_microbatches``
     in ``megatron/core/pipeline_parallel/schedules.py``): ``p - s - 1`` for 1F1B,
     ``2 (p - s - 1) + (v - 1) p`` interleaved, at most all ``m v`` of them.
@@ -37,11 +45,11 @@ def warmup_forwards(p: int, m: int, v: int, stage: int) -> int:
     ([3, 2, 1, 0], [10, 8, 6, 4])
     """
     w = p - stage - 1 if v == 1 else 2 * (p - stage - 1) + (v - 1) * p
-    return min(w, m * v)
+    return min(w + extra, m * v)
 
 
 @lru_cache(maxsize=4096)
-def in_flight_profile(p: int, m: int, v: int, stage: int) -> tuple[tuple[int, ...], ...]:
+def in_flight_profile(p: int, m: int, v: int, stage: int, extra: int = 0) -> tuple[tuple[int, ...], ...]:
     """Micro-batches whose activations each of ``stage``'s ``v`` model chunks holds, at every peak
     of its schedule (right after a forward), the dominated ones dropped.
 
@@ -54,9 +62,11 @@ def in_flight_profile(p: int, m: int, v: int, stage: int) -> tuple[tuple[int, ..
 
     >>> in_flight_profile(4, 16, 2, 0), in_flight_profile(4, 16, 2, 3), in_flight_profile(8, 64, 1, 0)
     (((8, 3), (7, 4)), ((5, 0), (4, 1)), ((8,),))
+    >>> in_flight_profile(4, 16, 2, 0, extra=1), in_flight_profile(1, 8, 1, 0, extra=1)  # (in_flight_chunks)
+    (((8, 4),), ((1,),))
     """
     T = m * v
-    W = warmup_forwards(p, m, v, stage)
+    W = warmup_forwards(p, m, v, stage, extra if p > 1 else 0)
     held = [0] * v
     for k in range(W):  # the warm-up only adds: its last vector dominates every earlier one
         held[(k // p) % v] += 1

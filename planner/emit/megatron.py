@@ -139,8 +139,12 @@ def moe_args(c: ParallelConfig) -> list[list[str]]:
     """The MoE layer as the cost model charges it (``costmodel.physics.kernels.compute._moe_ops``): one grouped GEMM
     over the local experts and the plan's token dispatcher. Megatron-Core's defaults are neither
     (``TransformerConfig``: ``moe_grouped_gemm=False``, ``moe_token_dispatcher_type="allgather"``);
-    DeepEP is the flex dispatcher's ``deepep`` backend (``--moe-enable-deepep`` is deprecated)."""
+    DeepEP is the flex dispatcher's ``deepep`` backend (``--moe-enable-deepep`` is deprecated); the EP overlap is
+    ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute`` (Megatron-Core's MoE README pairs them; the
+    weight-gradient split is what :func:`costmodel.compose.ep_overlap.pair_exposed_s` times)."""
     out = [["--moe-grouped-gemm"]]
+    if c.ep_overlap:  # costmodel.compose.ep_overlap: the experts' weight gradient runs beside the dispatch gradient
+        out += [["--overlap-moe-expert-parallel-comm"], ["--delay-wgrad-compute"]]
     if c.ep_dispatcher == "deepep":
         return out + [["--moe-token-dispatcher-type", "flex"], ["--moe-flex-dispatcher-backend", "deepep"]]
     return out + [["--moe-token-dispatcher-type", "alltoall"]]
@@ -242,7 +246,16 @@ def megatron_text(
 def megatron_notes(c: ParallelConfig) -> list[str]:
     """What the arguments cannot express exactly."""
     notes = []
-    if (c.tp > 1 or c.cp > 1) and c.zero != 3:  # arguments.py asserts it before Blackwell
+    if c.ep_overlap and c.zero != 3:  # arguments.py@d98e8a6 warns instead of asserting =1 with the EP overlap
+        notes.append(
+            "export CUDA_DEVICE_MAX_CONNECTIONS=32 (the EP all-to-all overlap needs more than one"
+            + (
+                "; Megatron-LM warns that on Hopper and before TP/CP prefer 1: the prediction assumes both overlap)"
+                if c.tp > 1 or c.cp > 1
+                else ")"
+            )
+        )
+    elif (c.tp > 1 or c.cp > 1) and c.zero != 3:  # arguments.py asserts it before Blackwell
         notes.append(
             "export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it with TP or CP, and TP "
             "communication overlap relies on it)"
@@ -262,11 +275,11 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
             f"(the forward ReduceScatters in {c.chunks} pieces, as predicted; TE's default is "
             f"{TE_PIPELINE_SPLITS})"
         )
-    if c.chunks > 1 and c.ep > 1:
+    if c.chunks > 1 and c.ep > 1 and not c.ep_overlap:
         notes.append(
             f"the prediction also pipelines the EP combine all-to-all in {c.chunks} pieces with the expert "
             "GEMMs, which Megatron-Core does not do; it overlaps all-to-all across micro-batches instead "
-            "(--overlap-moe-expert-parallel-comm, not modelled): see benchmarks/RESULTS.md section 6b"
+            "(--overlap-moe-expert-parallel-comm: the planner's --ep-overlap prices that)"
         )
     if c.optimizer_offload_fraction > 0:
         notes.append(

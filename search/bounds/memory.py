@@ -38,7 +38,8 @@ class MemoryBound:
         p, s = self.p, c.shape
         stored = self._stored(c, kind)
         stage = STAGE_OF.get(kind, s.pp - 1)
-        chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage)
+        extra = int(bool(c.config_options().get("ep_overlap")))  # one more warm-up forward (costmodel.spec.stages)
+        chunks = in_flight_chunks(s.pp, c.micro_batches(p.workload.global_batch), c.vp, stage, extra)
         acts = stored / c.vp * chunks
         _, r1 = self._reserve(c)
         out = self._bytes[key] = (acts, r1 * acts)

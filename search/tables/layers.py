@@ -49,8 +49,12 @@ class LayerTerms:
                     framework=choice.framework,
                     grad_dtype=choice.grad_dtype,
                     fused_elementwise=self.p.limits.fused_elementwise,
-                    # the timing reads the recompute modules and the EP dispatcher only
-                    **{k: v for k, v in choice.config_options().items() if k in ("recompute_modules", "ep_dispatcher")},
+                    # the timing reads the recompute modules, the EP dispatcher and the EP overlap only
+                    **{
+                        k: v
+                        for k, v in choice.config_options().items()
+                        if k in ("recompute_modules", "ep_dispatcher", "ep_overlap")
+                    },
                 )
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)

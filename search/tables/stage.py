@@ -185,7 +185,13 @@ class StageTerms:
         else:
             working = np.zeros(L + 1)
         acts = (
-            np.max([sum(h * b for h, b in zip(held, stored)) for held in in_flight_profile(s.pp, m, vp, stage)], axis=0)
+            np.max(
+                [
+                    sum(h * b for h, b in zip(held, stored))
+                    for held in in_flight_profile(s.pp, m, vp, stage, _extra(choice))
+                ],
+                axis=0,
+            )
             + working
         )
         sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
@@ -200,3 +206,8 @@ class StageTerms:
         }[held]
         self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)
         return self._parts[key]
+
+
+def _extra(choice) -> int:
+    """Warm-up forwards beyond Megatron-Core's count: one under the EP all-to-all overlap (costmodel.spec.stages)."""
+    return int(bool(choice.config_options().get("ep_overlap")))

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import networkx as nx
 import numpy as np
 
 from costmodel.physics.comm import dma
@@ -93,6 +94,49 @@ def _layer_schedule(model, cluster, w, c, moe, phase, recompute, decode=False) -
     )
 
 
+def pair_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig) -> Schedule:
+    """One MoE layer's forward and another micro-batch's backward of it scheduled together, as Megatron-Core's
+    combined 1F1B schedule runs them (``ParallelConfig.ep_overlap``; :mod:`costmodel.compose.ep_overlap`): the
+    two graphs side by side, the compute stream in that schedule's order (below), so each all-to-all runs
+    beside the other micro-batch's compute."""
+    wk, ck = _layer_key(w, _with_dma(model, cluster, w, c))
+    return _pair_schedule(model, cluster, wk, ck)
+
+
+@lru_cache(maxsize=256)
+def _pair_schedule(model, cluster, w, c) -> Schedule:
+    f = layer_graph(model, cluster, w, c, True, "fwd")
+    b = layer_graph(model, cluster, w, c, True, "bwd")
+    # compute-stream segments, in run order: the backward up to its combine gradient (0: what precedes it in
+    # Megatron-Core's combine node), the forward up to its dispatch (1), the experts' backward (2), the experts'
+    # forward (3), the rest of the backward (4), the forward after its combine (5: the combine node's
+    # post-processing); each graph's all-to-alls (strategy ep) bound its segments
+    seg = {}
+    for g, tag, parts in ((f, "f.", (1, 3, 5)), (b, "b.", (0, 2, 4))):
+        ep = sorted(a["seq"] for _, a in g.nodes(data=True) if a["strategy"] == "ep")
+        for n, a in g.nodes(data=True):
+            k = 0 if a["seq"] <= ep[0] else (1 if a["seq"] <= ep[-1] else 2)
+            seg[tag + n] = (parts[k], a["seq"])
+    g = nx.union(f, b, rename=("f.", "b."))
+    for i, n in enumerate(sorted(g.nodes, key=seg.__getitem__)):
+        g.nodes[n]["seq"] = i
+    return schedule(g, resources_for(cluster.device, plan_dma(model, cluster, w, c)))
+
+
+def _share(s: Schedule, k: float, phase: str) -> Schedule:
+    """``k`` of schedule ``s`` as one piece of a stage's ``phase`` (a pair's forward or backward share)."""
+    return replace(
+        s,
+        makespan_s=k * s.makespan_s,
+        compute_s=k * s.compute_s,
+        interference_s=k * s.interference_s,
+        idle_s=k * s.idle_s,
+        link_s={x: k * v for x, v in s.link_s.items()},
+        exposed_s={x: k * v for x, v in s.exposed_s.items()},
+        extra={**s.extra, "phase_s": {phase: s.extra["phase_s"].get(phase, 0.0)}},
+    )
+
+
 def head_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
     """The schedule of the embedding/LM-head/loss ops of one micro-batch's ``phase``."""
     return _part_schedule("head", model, cluster, *_layer_key(w, _with_dma(model, cluster, w, c)), phase)
@@ -125,7 +169,13 @@ def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
     def sched(moe, phase, rec=False):
         key = (moe, phase, rec)
         if key not in memo:
-            memo[key] = layer_schedule(model, cluster, w, c, moe, phase, rec)
+            if moe and c.ep_overlap and c.ep > 1 and not rec:
+                # the combined 1F1B pair, shared between the forward and the backward as their own times are
+                f, b = (layer_schedule(model, cluster, w, c, True, ph).makespan_s for ph in ("fwd", "bwd"))
+                pair = pair_schedule(model, cluster, w, c)
+                memo[key] = _share(pair, (f if phase == "fwd" else b) / (f + b), phase)
+            else:
+                memo[key] = layer_schedule(model, cluster, w, c, moe, phase, rec)
         return memo[key]
 
     # the stage's layers, as many in each chunk as the plan's layout puts there (costmodel.spec.layout)

@@ -263,7 +263,7 @@ def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -
             if n
         )
     # the peak over the schedule of the micro-batches each chunk holds (costmodel.spec.stages.in_flight_profile)
-    profile = in_flight_profile(c.pp, m, c.vp, stage)
+    profile = in_flight_profile(c.pp, m, c.vp, stage, int(c.ep_overlap))
     acts = max(sum(k_c * b for k_c, b in zip(held, stored)) for held in profile) + working
     if c.activation_offload_layers:  # pp = 1, no recompute: TE keeps at most L - N layers' activations on the GPU,
         # so N layers' leave it (costmodel.physics.mechanics.act_offload; of the smaller layer kind where dense and MoE mix)
