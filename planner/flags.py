@@ -246,7 +246,7 @@ def limits_from_args(args: argparse.Namespace, layers: int):
     return limits_of(layers, constraints_from_args(args))[0]
 
 
-def plan_options(args: argparse.Namespace) -> tuple:
+def plan_options(args: argparse.Namespace, model=None) -> tuple:
     """:attr:`search.problem.Problem.options` of the flags: the stated EP dispatcher, memory mechanisms
     (:data:`MEMORY_FIELDS`; every plan runs them: the modules those with selective recompute, the FP8 gather
     those with ZeRO >= 1), optimizer CPU offload (:data:`OFFLOAD_FIELDS`) and activation CPU offload."""
@@ -255,9 +255,14 @@ def plan_options(args: argparse.Namespace) -> tuple:
     offload = {k: v for k, v in offload_fields(args).items() if v}
     if getattr(args, "activation_offload_layers", None):
         offload["activation_offload_layers"] = args.activation_offload_layers
+    overlap = getattr(args, "ep_overlap", None)
+    if overlap is None and model is not None and model.is_moe and model.mtp_layers <= 1:
+        # unstated: an MoE model's EP plans run the all-to-all overlap where Megatron-Core runs it, and the report
+        # states what it gives (planner.recommend_report); --no-ep-overlap plans without it
+        overlap = framework_from_args(args) == "megatron" and stack_of(args) == DEFAULT_STACK
     given = {
         "ep_dispatcher": getattr(args, "ep_dispatcher", None),
-        "ep_overlap": getattr(args, "ep_overlap", None) or None,  # --no-ep-overlap: the default, no option
+        "ep_overlap": overlap or None,  # off: the default, no option
         "module_layout": getattr(args, "module_layout", None),
         **memory_fields(args),
         **offload,
@@ -276,7 +281,7 @@ def problem_of(args: argparse.Namespace, model, cluster, workload):
         limits=limits_from_args(args, model.layers),
         framework=framework_from_args(args),
         grad_dtype=getattr(args, "grad_dtype", None) or "fp32",
-        options=plan_options(args),
+        options=plan_options(args, model),
     )
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+
+from costmodel.api import evaluate
 
 from costmodel.spec.errors import InfeasibleConfig
 from costmodel.spec.units import GiB
@@ -58,6 +61,9 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
         d["graph_step_time_s"] = best.graph_step_time_s
         d["solve"] = result.solve_dict()
         d["binding"] = list(best.binding)
+        gain = ep_overlap_gain(best, model, cluster, workload)
+        if gain is not None:
+            d["ep_overlap_step_time_s"] = {"with": gain[0], "without": gain[1]}
         d["objective_s"], d["agreement"] = best.objective_s, best.agreement
         d["variants"] = variants_json(groups[0])
         d["alternatives"] = [
@@ -373,6 +379,27 @@ def _rows(engine: str) -> list[str]:
     ]
 
 
+def ep_overlap_gain(plan, model, cluster, workload) -> tuple[float, float] | None:
+    """``(step time with, without)`` the EP all-to-all overlap for a plan that runs it (the plan's engine), else
+    None: what the overlap gives, stated beside the answer (issue 39)."""
+    if not plan.config.ep_overlap:
+        return None
+    engine = plan.reported.engine
+    off = evaluate(model, cluster, workload, replace(plan.config, ep_overlap=False), engine=engine)
+    return plan.reported.step_time_s, off.step_time_s
+
+
+def ep_overlap_lines(plan, model, cluster, workload) -> list[str]:
+    gain = ep_overlap_gain(plan, model, cluster, workload)
+    if gain is None:
+        return []
+    on, off = gain
+    return [
+        f"EP all-to-all overlap (Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute): {on:.3f} s; "
+        f"the same plan without it {off:.3f} s ({100 * (off / on - 1):+.1f}%); --no-ep-overlap plans without it"
+    ]
+
+
 def report_text(result, model, cluster, workload) -> str:
     groups = getattr(result, "variants", None) or [None] * len(result.plans)
     cols = [_plan_column(p, _band(p, model, cluster, workload), g) for p, g in zip(result.plans, groups)]
@@ -405,6 +432,7 @@ def report_text(result, model, cluster, workload) -> str:
         if p.binding:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
     lines += variant_lines(headers[1:], [g for g in groups if g is not None])
+    lines += ep_overlap_lines(result.plans[0], model, cluster, workload)
     best = result.plans[0].reported
     reserved = max((m.get("reserved_bytes", 0.0) for m in best.memory), default=0.0)
     if reserved:

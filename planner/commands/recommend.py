@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         workload,
         framework=framework_from_args(args),
         grad_dtype=grad_dtype,
-        plan_options=dict(plan_options(args)),
+        plan_options=dict(plan_options(args, model)),
         workers=args.workers,
         seed=args.seed,
         top_k=_asked(args.top),
