@@ -132,6 +132,8 @@ def complete(args: argparse.Namespace, model, cluster, workload):
     pinned = argparse.Namespace(**{**SEARCH_DEFAULTS, **vars(args)})
     for k, v in _degrees(args, gpus).items():
         setattr(pinned, k, v)
+    # the EP all-to-all overlap is what the command line says (Megatron-Core's default: off), not a knob to complete
+    pinned.ep_overlap = bool(getattr(args, "ep_overlap", None))
     if not cluster.num_gpus:
         d = _degrees(args, gpus)
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])

@@ -120,3 +120,22 @@ def test_cli_names_hosts_and_domains_and_presets_lists_the_assumptions():
     )
     assert ev.returncode == 0, ev.stderr
     assert "36 nodes of 4, 2 NVLink domains of 72" in ev.stdout
+
+
+def test_explain_says_where_each_group_runs():
+    from costmodel.physics.comm.groups import placement
+
+    rack = {d: (g.intra, g.inter) for d, _, g in placement(tp=2, cp=1, dp=144, ep=32, pp=4, domain=72)}
+    node = {d: (g.intra, g.inter) for d, _, g in placement(tp=2, cp=1, dp=144, ep=32, pp=4, domain=8)}
+    assert rack["ep"] == (32, 1) and node["ep"] == (8, 4)  # EP 32 stays on NVLink in the rack, spans 4 HGX nodes
+    out = subprocess.run(
+        [sys.executable, "-m", "planner", "explain", "--model", "deepseek-v3", "--cluster", "gb200-nvl72"]
+        + "--gpus 1152 --global-batch 9216 --seq 4096 --tp 2 --pp 4 --vp 4 --ep 32 --mb 2 --zero 1".split()
+        + "--recompute none --bucket-mb 160 --chunks 1 --sp --json".split(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    got = {p["group"]: (p["per_domain"], p["domains"]) for p in json.loads(out.stdout)["placement"]}
+    assert got["ep"] == (32, 1) and got["dp"] == (36, 4)

@@ -15,6 +15,8 @@ band ``evaluate`` prints, and lists what was chosen. ``--mode infer`` explains o
 
 from __future__ import annotations
 
+from costmodel.physics.comm.groups import placement
+
 import argparse
 import os
 
@@ -93,6 +95,24 @@ def _write(flag: str, path: str, write, *args, **kwargs) -> None:
         raise SpecError(flag.lstrip("-"), path, f"a writable file path ({flag}: {e.strerror or e})") from None
 
 
+def placement_line(config, cluster) -> str:
+    """Where each parallel group runs: inside one NVLink domain (NVLink/NVSwitch) or across domains (the NICs)."""
+    dom, gpn = cluster.domain, cluster.gpus_per_node
+    where = []
+    for dim, size, lay in placement(config.tp, config.cp, config.dp, config.ep, config.pp, dom):
+        if lay.scope == "intra":
+            where.append(f"{dim} {size} inside one domain")
+        elif dim == "pp":
+            where.append(f"{dim} {size}: stages in different domains")
+        else:
+            where.append(f"{dim} {size}: {lay.intra} per domain x {lay.inter} domains")
+    bw_in, bw_out = cluster.intra_link.bw_bytes_per_s / 1e9, cluster.inter_link.bw_bytes_per_s / 1e9
+    head = f"placement (NVLink domain of {dom} GPUs" + (f", {gpn} per host" if dom > gpn else "")
+    return f"{head}; {bw_in:g} GB/s NVLink inside it, {bw_out:g} GB/s NIC per GPU across): " + (
+        "; ".join(where) or "one GPU per group"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.trace:
         check_output("--trace", args.trace)
@@ -139,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
                 "tp_feasibility": tp,
                 "written": written,
                 "dma_assignment": dma_assignment_json(model, cluster, workload, config),
+                "placement": [
+                    {"group": d, "size": n, "per_domain": g.intra, "domains": g.inter}
+                    for d, n, g in placement(config.tp, config.cp, config.dp, config.ep, config.pp, cluster.domain)
+                ],
                 "stack": stack_json(cluster),
                 **{k: v for k, v in trust.items() if not k.startswith("_")},
                 **({"sensitivity": [r.to_dict() for r in sens]} if sens is not None else {}),
@@ -150,9 +174,10 @@ def run(args: argparse.Namespace) -> int:
         f"config: tp={config.tp} pp={config.pp} dp={config.dp} ep={config.ep} cp={config.cp} "
         f"sp={'on' if config.sp_on else 'off'} mb={config.mb} vp={config.vp} chunks={config.chunks} "
         f"zero={config.zero} recompute={config.recompute} bucket_mb={config.bucket_bytes / 1e6:g}"
+        + (" ep_overlap=on" if config.ep_overlap else "")
         + (f" layout={layout_of(model, config)}" if config.pp > 1 else "")
-        + "\n"
     )
+    print(placement_line(config, cluster) + "\n")
     print(format_explain(rows))
     print(stack_line(cluster))
     for line in _trust_lines(trust):

@@ -79,3 +79,21 @@ def group_stride(dim: str, tp: int, cp: int, dp: int, ep: int = 1, etp: int = 1)
     if dim in ("tp", "ep"):
         return 1
     raise KeyError(dim)
+
+
+def placement(tp: int, cp: int, dp: int, ep: int, pp: int, domain: int) -> list[tuple[str, int, GroupLayout]]:
+    """``(dim, size, layout)`` of each parallel group of more than one rank, under Megatron-LM's rank order
+    (:func:`group_stride`) on NVLink domains of ``domain`` GPUs; a pipeline group's layout is its point-to-point
+    peers' (``inter`` = 2: the next stage is in another domain).
+
+    >>> [(d, n, g.scope) for d, n, g in placement(tp=2, cp=1, dp=144, ep=32, pp=4, domain=72)]
+    [('tp', 2, 'intra'), ('ep', 32, 'intra'), ('dp', 144, 'inter'), ('pp', 4, 'inter')]
+    """
+    out = []
+    for dim, size in (("tp", tp), ("cp", cp), ("ep", ep), ("dp", dp)):
+        if size > 1:
+            out.append((dim, size, layout(size, group_stride(dim, tp, cp, dp, ep), domain)))
+    if pp > 1:
+        peer = group_stride("pp", tp, cp, dp)
+        out.append(("pp", pp, GroupLayout(1, 2) if peer >= domain else GroupLayout(2, 1)))
+    return out
