@@ -186,8 +186,9 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
             type=choice_arg("ep_dispatcher", EP_DISPATCHERS),
             metavar="{" + ",".join(EP_DISPATCHERS) + "}",
             help="how MoE tokens reach their experts: alltoall (Megatron --moe-token-dispatcher-type "
-            "alltoall, the default) or deepep (flex dispatcher, DeepEP backend: one network copy "
-            "per destination node)",
+            "alltoall, the default), deepep (flex dispatcher, DeepEP backend: one network copy "
+            "per destination node) or hybridep (flex dispatcher, HybridEP backend: one network copy per "
+            "destination NVLink domain, 72 GPUs on GB200/GB300 NVL72)",
         )
     g.add_argument(
         "--ep-overlap",

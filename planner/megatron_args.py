@@ -285,8 +285,7 @@ def moe_dispatcher(a: dict, ep: int) -> str | None:
     parallelism: nothing to dispatch over). Megatron-Core's ``TransformerConfig``: the dispatcher
     type defaults to ``allgather``; ``flex`` runs the ``moe_flex_dispatcher_backend`` (default
     ``deepep``; ``moe_enable_deepep`` is its deprecated spelling). What the cost model does not
-    charge is refused, naming the argument: the AllGather dispatcher and the HybridEP and NCCL EP
-    backends."""
+    charge is refused, naming the argument: the AllGather dispatcher and the NCCL EP backend."""
     if ep <= 1:  # a dense model's logged arguments print the default dispatcher too
         return None
     kind = str(a.get("moe_token_dispatcher_type", "")).lower()
@@ -308,11 +307,11 @@ def moe_dispatcher(a: dict, ep: int) -> str | None:
             else "alltoall or flex",
         )
     backend = str(a.get("moe_flex_dispatcher_backend", "deepep")).lower()
-    if backend != "deepep":
+    if backend not in ("deepep", "hybridep"):
         raise SpecError(
-            "moe_flex_dispatcher_backend", backend, "deepep (the HybridEP and NCCL EP backends are not modelled)"
+            "moe_flex_dispatcher_backend", backend, "deepep or hybridep (the NCCL EP backend is not modelled)"
         )
-    return "deepep"
+    return backend
 
 
 def recompute_modules(v) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ Sources of the documented lists below (checked by hand against the code):
 """
 
 import argparse
+from dataclasses import replace
 
 import pytest
 
@@ -73,6 +74,7 @@ MEGATRON = {
     "--moe-grouped-gemm": dict(action="store_true"),
     "--moe-token-dispatcher-type": dict(choices=["allgather", "alltoall", "flex"]),
     "--moe-flex-dispatcher-backend": dict(choices=["deepep", "hybridep", "ncclep"]),
+    "--moe-router-dtype": dict(choices=["fp32", "fp64"]),  # transformer_config.py@d98e8a6 moe_router_dtype
     # model_parallel_config.py / transformer_config.py at d98e8a6: overlap_moe_expert_parallel_comm, delay_wgrad_compute
     "--overlap-moe-expert-parallel-comm": dict(action="store_true"),
     "--delay-wgrad-compute": dict(action="store_true"),
@@ -178,6 +180,9 @@ def test_moe_layer_flags_are_what_the_model_charges():
     deepep = ParallelConfig(tp=2, pp=16, dp=64, ep=8, mb=1, sp=True, zero=1, ep_dispatcher="deepep")
     d = megatron_parser().parse_args(tokens(deepep, global_batch=8192, layers=61))
     assert (d.moe_token_dispatcher_type, d.moe_flex_dispatcher_backend) == ("flex", "deepep")
+    hy = replace(deepep, ep_dispatcher="hybridep")
+    h = megatron_parser().parse_args(tokens(hy, global_batch=8192, layers=61))
+    assert (h.moe_flex_dispatcher_backend, h.moe_router_dtype) == ("hybridep", "fp32")
     dense = megatron_parser().parse_args(tokens(PLANS[0], global_batch=1536, layers=96))
     assert not dense.moe_grouped_gemm and dense.moe_token_dispatcher_type is None
     no_ep = megatron_parser().parse_args(tokens(ParallelConfig(tp=2, dp=4), global_batch=64, layers=32, moe=True))

@@ -139,3 +139,16 @@ def test_explain_says_where_each_group_runs():
     assert out.returncode == 0, out.stderr
     got = {p["group"]: (p["per_domain"], p["domains"]) for p in json.loads(out.stdout)["placement"]}
     assert got["ep"] == (32, 1) and got["dp"] == (36, 4)
+
+
+def test_hybridep_keeps_an_ep_group_of_the_rack_off_the_network():
+    from costmodel.physics.comm.ep_dispatch import deepep_bytes, ep_dispatch_time_s
+
+    m = load_model("deepseek-v3")  # 256 experts, top-8
+    nvl, hgx = load_cluster("gb200-nvl72").with_gpus(1152), load_cluster("b200").with_gpus(1152)
+    row = m.hidden * 2
+    assert deepep_bytes(m, 8192, 64, nvl.domain, row).rdma_bytes == 0  # 64 ranks inside one rack
+    assert deepep_bytes(m, 8192, 64, hgx.domain, row).rdma_bytes > 0  # 8 HGX nodes: one copy per node crosses
+    a2a, hyb = (ep_dispatch_time_s(m, 8192, 1, 64, nvl, d) for d in ("alltoall", "hybridep"))
+    assert hyb < a2a  # one copy per destination rank, not per routed expert
+    assert ep_dispatch_time_s(m, 8192, 1, 64, nvl, "hybridep") < ep_dispatch_time_s(m, 8192, 1, 64, hgx, "hybridep")

@@ -256,6 +256,7 @@ def test_moe_dispatcher_from_megatron_arguments():
     assert _dispatcher(ep + "--moe-token-dispatcher-type alltoall") == "alltoall"
     assert _dispatcher(ep + "--moe-token-dispatcher-type flex") == "deepep"  # the flex backend's default
     assert _dispatcher(ep + "--moe-token-dispatcher-type flex --moe-enable-deepep") == "deepep"  # deprecated form
+    assert _dispatcher(ep + "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep") == "hybridep"
     # the all-to-all overlap across micro-batches is priced (costmodel.compose.ep_overlap), not refused
     line = ep + "--moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm"
     assert mg.config_fields(mg.parse_command_line(line))["ep_overlap"] is True
@@ -272,8 +273,8 @@ def test_moe_dispatcher_from_megatron_arguments():
             "moe_token_dispatcher_type='allgather'",
         ),
         (
-            "--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep",
-            "moe_flex_dispatcher_backend='hybridep'",
+            "--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep",
+            "moe_flex_dispatcher_backend='ncclep'",
         ),
         (
             "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --moe-enable-deepep",
@@ -290,7 +291,7 @@ def test_emitted_moe_arguments_parse_back():
     from costmodel.spec.plan import ParallelConfig
     from planner.emit import megatron_args
 
-    for disp in ("alltoall", "deepep"):
+    for disp in ("alltoall", "deepep", "hybridep"):
         c = ParallelConfig(tp=2, pp=4, dp=8, ep=8, mb=1, sp=True, zero=1, ep_dispatcher=disp)
         line = " ".join(t for a in megatron_args(c, 256, 48, moe=True) for t in a)
         assert _dispatcher(line) == disp

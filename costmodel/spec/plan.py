@@ -81,7 +81,9 @@ class ParallelConfig:
     ep_dispatcher : how MoE tokens reach their experts: ``alltoall`` (NCCL AllToAll-V, one copy
         per routed expert) or ``deepep`` (DeepEP, one copy per destination node over the network,
         forwarded inside the node over NVLink; Megatron-Core
-        ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``;
+        ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep``) or ``hybridep`` (the flex
+        dispatcher's HybridEP backend: the same copies per NVLink domain, the multi-node NVLink domain on
+        GB200 NVL72, at its links' rates;
         :func:`costmodel.physics.comm.ep_dispatch.ep_alltoall_bytes`).
     cp_impl : how context parallelism exchanges K/V (:func:`costmodel.physics.kernels.compute.cp_exchange`): ``ring``
         (Megatron-Core / Transformer Engine: the GQA K/V shards pass rank to rank, each transfer hidden

@@ -28,7 +28,7 @@ RECOMPUTE = ("none", "selective", "full", "op_sac")
 #: ``--moe-grouped-gemm``, ``transformer_config.py``). Megatron's other choices (``shared_experts``, ...) are not
 #: charged, so not accepted
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp", "moe_act")
-EP_DISPATCHERS = ("alltoall", "deepep")
+EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes`)
 GRAD_DTYPES = ("fp32", "fp16", "bf16")

@@ -147,6 +147,12 @@ def moe_args(c: ParallelConfig) -> list[list[str]]:
         out += [["--overlap-moe-expert-parallel-comm"], ["--delay-wgrad-compute"]]
     if c.ep_dispatcher == "deepep":
         return out + [["--moe-token-dispatcher-type", "flex"], ["--moe-flex-dispatcher-backend", "deepep"]]
+    if c.ep_dispatcher == "hybridep":  # token_dispatcher.py@d98e8a6: "HybridEP only supports float32 probs"
+        return out + [
+            ["--moe-token-dispatcher-type", "flex"],
+            ["--moe-flex-dispatcher-backend", "hybridep"],
+            ["--moe-router-dtype", "fp32"],
+        ]
     return out + [["--moe-token-dispatcher-type", "alltoall"]]
 
 

@@ -89,6 +89,16 @@ def _miss(total: int, group: float, k: int) -> float:
     return q
 
 
+#: dispatchers that send one copy of a token per destination NVLink domain over the network and forward it inside
+#: the domain over NVLink (:func:`deepep_bytes`): DeepEP's normal kernels (``deepep``) and HybridEP (``hybridep``,
+#: Megatron-Core ``--moe-flex-dispatcher-backend hybridep``: "NVIDIA's optimized dispatcher using TMA and IBGDA,
+#: fewer SMs, native MNNVL support", megatron/core/transformer/moe/README.md@d98e8a6; its domain is the
+#: multi-node NVLink domain, 72 GPUs on GB200 NVL72). HybridEP is charged at its links' rates, no kernel row
+#: rate below them (as DeepEP V2, :func:`deepep_time_s` ``generation=2``): none is measured (assumed); the
+#: permutation it fuses into its kernel is still charged as Megatron's separate permute (conservative)
+HIERARCHICAL = ("deepep", "hybridep")
+
+
 @lru_cache(maxsize=4096)
 def fanout(experts: int, topk: int, ep: int, domain: int, routing: str = "uniform", max_nodes: int = 0) -> Fanout:
     """Distinct ranks and nodes one token's ``topk`` experts lie on, expected over tokens.
@@ -208,7 +218,7 @@ def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, domain: int,
     """
     rows = n * model.topk / tp
     nbytes = rows * model.hidden * ACT_BYTES
-    if dispatcher != "deepep" or ep <= 1 or not model.is_moe:
+    if dispatcher not in HIERARCHICAL or ep <= 1 or not model.is_moe:
         return nbytes
     f = fanout(model.experts, model.topk, ep, domain, model.moe_routing)
     return nbytes * f.ranks / model.topk
@@ -236,8 +246,8 @@ def ep_dispatch_time_s(
     """
     if ep <= 1:
         return 0.0
-    if dispatcher == "deepep" and model.is_moe:
+    if dispatcher in HIERARCHICAL and model.is_moe:
         b = deepep_bytes(model, share * tokens / tp, ep, cluster.domain, model.hidden * ACT_BYTES)
-        return deepep_time_s(b, ep, cluster, engines)
+        return deepep_time_s(b, ep, cluster, engines, generation=1 if dispatcher == "deepep" else 2)
     a2a = ep_alltoall_bytes(model, tokens, tp, ep, cluster.domain, dispatcher)
     return collective_time_s("alltoall", share * a2a, ep, 1, cluster, engines=engines)
