@@ -263,6 +263,10 @@ def recommend(
         result = solve(problem, options)
     if refuse_pins and result.stats.refused is not None:  # solve checked the pins once and answered with the rule
         check_pins(problem)  # the same check: raises that rule's SpecError
+    result.dispatchers = None
+    if not robust and objective == "step" and not pareto and framework == "megatron" and m.is_moe:
+        if "ep_dispatcher" not in dict(problem.options):
+            result = _with_best_dispatcher(problem, options, result, deadline)
     result.ranking = None
     if train_tokens is not None and result.plans:  # ordered by the objective before the band goes on the first
         result.plans, result.ranking = rank(result.plans, m, cl, workload, objective, train_tokens, objective_inputs)
@@ -272,6 +276,44 @@ def recommend(
             result.margin_alternative = _counted(result.margin_alternative, m, workload, mfu_convention)
     if result.plans:  # the band, once, on the plan every caller reports
         result.plans[0] = _trusted(result.plans[0], m, cl, workload)
+    return result
+
+
+def _with_best_dispatcher(problem, options, result, deadline):
+    """The answer with the MoE dispatcher that runs its plan fastest (issue 39): the answer's plan is timed under
+    each dispatcher Megatron-Core runs (:data:`costmodel.spec.plan_checks.EP_DISPATCHERS`, same engine); if
+    another one is faster, the search runs again with it (each plan of it dispatching so) and the faster answer
+    stands. ``result.dispatchers`` holds ``{"chosen", "step_time_s": {dispatcher: seconds on the first answer's
+    plan}, "searched"}`` (``yes``; ``no``: none was faster; ``time limit``: one was, the deadline left no time to
+    search with it), or None without expert parallelism in the answer."""
+    from costmodel.spec.plan_checks import EP_DISPATCHERS
+    from search.solve import solve
+
+    if not result.plans or result.best.config.ep < 2:
+        return result
+    best = result.best
+    engine = best.reported.engine
+    times = {
+        d: _evaluate(
+            problem.model, problem.cluster, problem.workload, replace(best.config, ep_dispatcher=d), engine=engine
+        ).step_time_s
+        for d in EP_DISPATCHERS
+    }
+    fastest = min(times, key=times.get)
+    searched = "no"
+    if fastest != best.config.ep_dispatcher and times[fastest] < (1 - 1e-3) * times[best.config.ep_dispatcher]:
+        left = None if deadline is None else deadline - time.perf_counter()
+        searched = "time limit"
+        if left is None or left > 1.0:
+            again = solve(
+                replace(problem, options=problem.options + (("ep_dispatcher", fastest),)),
+                options if left is None else replace(options, time_limit_s=left),
+            )
+            searched = "yes"
+            if again.plans and again.best.reported.step_time_s < best.reported.step_time_s:
+                again.dispatchers = None
+                result = again
+    result.dispatchers = {"chosen": result.best.config.ep_dispatcher, "step_time_s": times, "searched": searched}
     return result
 
 

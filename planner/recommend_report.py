@@ -61,6 +61,8 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
         d["graph_step_time_s"] = best.graph_step_time_s
         d["solve"] = result.solve_dict()
         d["binding"] = list(best.binding)
+        if getattr(result, "dispatchers", None):
+            d["dispatchers"] = result.dispatchers
         gain = ep_overlap_gain(best, model, cluster, workload)
         if gain is not None:
             d["ep_overlap_step_time_s"] = {"with": gain[0], "without": gain[1]}
@@ -389,6 +391,24 @@ def ep_overlap_gain(plan, model, cluster, workload) -> tuple[float, float] | Non
     return plan.reported.step_time_s, off.step_time_s
 
 
+def dispatcher_lines(result) -> list[str]:
+    """The MoE dispatcher the answer runs and what each other would give on the plan it was chosen for."""
+    d = getattr(result, "dispatchers", None)
+    if not d:
+        return []
+    times, chosen = d["step_time_s"], d["chosen"]
+    base = times[chosen]
+    others = ", ".join(f"{k} {v:.3f} s ({100 * (v / base - 1):+.1f}%)" for k, v in times.items() if k != chosen)
+    fastest = min(times, key=times.get)
+    how = {
+        "yes": f"; searched again with {fastest}" + ("" if fastest == chosen else ": no faster answer"),
+        "time limit": f"; {fastest} not searched: the time limit ran out (--time-limit, or --ep-dispatcher {fastest})",
+    }.get(d["searched"], "")
+    return [
+        f"MoE dispatcher: {chosen} ({base:.3f} s on the plan it was chosen for; {others}{how}); --ep-dispatcher pins one"
+    ]
+
+
 def ep_overlap_lines(plan, model, cluster, workload) -> list[str]:
     gain = ep_overlap_gain(plan, model, cluster, workload)
     if gain is None:
@@ -433,6 +453,7 @@ def report_text(result, model, cluster, workload) -> str:
             lines.append(f"{headers[i + 1]}: " + "; ".join(p.binding))
     lines += variant_lines(headers[1:], [g for g in groups if g is not None])
     lines += ep_overlap_lines(result.plans[0], model, cluster, workload)
+    lines += dispatcher_lines(result)
     best = result.plans[0].reported
     reserved = max((m.get("reserved_bytes", 0.0) for m in best.memory), default=0.0)
     if reserved:

@@ -152,3 +152,6 @@ def test_hybridep_keeps_an_ep_group_of_the_rack_off_the_network():
     a2a, hyb = (ep_dispatch_time_s(m, 8192, 1, 64, nvl, d) for d in ("alltoall", "hybridep"))
     assert hyb < a2a  # one copy per destination rank, not per routed expert
     assert ep_dispatch_time_s(m, 8192, 1, 64, nvl, "hybridep") < ep_dispatch_time_s(m, 8192, 1, 64, hgx, "hybridep")
+    # DeepEP forwards among at most 8 NVLink peers (NUM_MAX_NVL_PEERS): in the rack it still crosses the NIC
+    assert ep_dispatch_time_s(m, 8192, 1, 64, nvl, "deepep") > hyb
+    assert ep_dispatch_time_s(m, 8192, 1, 64, hgx, "deepep") == ep_dispatch_time_s(m, 8192, 1, 64, hgx, "hybridep")

@@ -89,14 +89,26 @@ def _miss(total: int, group: float, k: int) -> float:
     return q
 
 
-#: dispatchers that send one copy of a token per destination NVLink domain over the network and forward it inside
-#: the domain over NVLink (:func:`deepep_bytes`): DeepEP's normal kernels (``deepep``) and HybridEP (``hybridep``,
-#: Megatron-Core ``--moe-flex-dispatcher-backend hybridep``: "NVIDIA's optimized dispatcher using TMA and IBGDA,
-#: fewer SMs, native MNNVL support", megatron/core/transformer/moe/README.md@d98e8a6; its domain is the
-#: multi-node NVLink domain, 72 GPUs on GB200 NVL72). HybridEP is charged at its links' rates, no kernel row
-#: rate below them (as DeepEP V2, :func:`deepep_time_s` ``generation=2``): none is measured (assumed); the
-#: permutation it fuses into its kernel is still charged as Megatron's separate permute (conservative)
+#: dispatchers that send one copy of a token per destination NVLink group over the network and forward it inside
+#: the group over NVLink (:func:`deepep_bytes`): DeepEP's normal kernels (``deepep``), whose NVLink group is at most
+#: ``NUM_MAX_NVL_PEERS = 8`` GPUs (deepseek-ai/DeepEP ``csrc/deep_ep.hpp``), and HybridEP (``hybridep``, Megatron-Core
+#: ``--moe-flex-dispatcher-backend hybridep``: "NVIDIA's optimized dispatcher using TMA and IBGDA, fewer SMs, native
+#: MNNVL support", megatron/core/transformer/moe/README.md@d98e8a6), whose group is the whole NVLink domain, 72 GPUs
+#: on GB200 NVL72. No HybridEP kernel rate is measured: its network leg is charged at DeepEP V1's measured internode
+#: row rate (assumed; :func:`deepep_time_s`), and the permutation it fuses into its kernel is still charged as
+#: Megatron's separate permute (conservative)
 HIERARCHICAL = ("deepep", "hybridep")
+#: DeepEP's NVLink peers per RDMA rank (``NUM_MAX_NVL_PEERS``)
+DEEPEP_NVL_PEERS = 8
+
+
+def nvl_group(dispatcher: str, domain: int) -> int:
+    """GPUs a hierarchical dispatcher forwards among over NVLink: DeepEP at most 8, HybridEP the NVLink domain.
+
+    >>> nvl_group("deepep", 72), nvl_group("hybridep", 72), nvl_group("deepep", 8)
+    (8, 72, 8)
+    """
+    return min(domain, DEEPEP_NVL_PEERS) if dispatcher == "deepep" else domain
 
 
 @lru_cache(maxsize=4096)
@@ -220,7 +232,7 @@ def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, domain: int,
     nbytes = rows * model.hidden * ACT_BYTES
     if dispatcher not in HIERARCHICAL or ep <= 1 or not model.is_moe:
         return nbytes
-    f = fanout(model.experts, model.topk, ep, domain, model.moe_routing)
+    f = fanout(model.experts, model.topk, ep, nvl_group(dispatcher, domain), model.moe_routing)
     return nbytes * f.ranks / model.topk
 
 
@@ -247,7 +259,9 @@ def ep_dispatch_time_s(
     if ep <= 1:
         return 0.0
     if dispatcher in HIERARCHICAL and model.is_moe:
-        b = deepep_bytes(model, share * tokens / tp, ep, cluster.domain, model.hidden * ACT_BYTES)
-        return deepep_time_s(b, ep, cluster, engines, generation=1 if dispatcher == "deepep" else 2)
+        b = deepep_bytes(
+            model, share * tokens / tp, ep, nvl_group(dispatcher, cluster.domain), model.hidden * ACT_BYTES
+        )
+        return deepep_time_s(b, ep, cluster, engines)
     a2a = ep_alltoall_bytes(model, tokens, tp, ep, cluster.domain, dispatcher)
     return collective_time_s("alltoall", share * a2a, ep, 1, cluster, engines=engines)
