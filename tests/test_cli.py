@@ -251,16 +251,18 @@ def test_ep_dispatcher_is_evaluated_and_emitted(capsys):
     assert "--moe-grouped-gemm" in out
 
 
-def test_ep_dispatcher_is_stated_not_chosen_by_recommend(capsys):
-    # the dispatcher is a stack choice: recommend plans every candidate with the stated one (issue 23: evaluate's
-    # completion and pinned recommend answer the same plan), and the default stays alltoall
+def test_ep_dispatcher_is_pinned_when_stated_and_chosen_by_recommend_otherwise(capsys):
+    # a stated dispatcher: every candidate runs it (issue 23: evaluate's completion and pinned recommend answer the
+    # same plan); unstated, recommend times its answer under each and answers with the fastest (issue 39)
     pins = [*MOE, "--json"]
-    code, out, _ = run(capsys, ["recommend", *pins, "--ep-dispatcher", "deepep"])
-    deepep = json.loads(out)
+    code, out, _ = run(capsys, ["recommend", *pins, "--ep-dispatcher", "alltoall"])
+    a2a = json.loads(out)
     code2, out2, _ = run(capsys, ["recommend", *pins])
-    a2a = json.loads(out2)
+    free = json.loads(out2)
     assert code == code2 == 0
-    assert deepep["config"]["ep_dispatcher"] == "deepep" and a2a["config"]["ep_dispatcher"] == "alltoall"
-    assert deepep["step_time_s"] < a2a["step_time_s"]  # one network copy per destination node
+    assert a2a["config"]["ep_dispatcher"] == "alltoall" and "dispatchers" not in a2a
+    times = free["dispatchers"]["step_time_s"]
+    assert times["deepep"] < times["alltoall"]  # the EP group spans two nodes: one network copy per node
+    assert free["config"]["ep_dispatcher"] != "alltoall" and free["step_time_s"] < a2a["step_time_s"]
     code, out, err = run(capsys, ["recommend", *MOE[:10], "--ep-dispatcher", "nccl"])
     assert code == 2 and out == "" and err.count("\n") == 1 and "ep_dispatcher" in err

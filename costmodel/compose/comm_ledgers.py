@@ -4,6 +4,7 @@ the closed form, the op-graph engine's reports and the serving phases, so each n
 
 from __future__ import annotations
 
+from costmodel.compose.ep_overlap import pair_exposed_s, parts_of
 from costmodel.compose.overlap import FREE, CommLedger
 from costmodel.physics.comm.split_overhead import column_parallel
 
@@ -73,6 +74,17 @@ def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) 
     f.add("ep", t_a2a, t_a2a, WHY_EP)  # dispatch
     f.overlap("ep", t_a2a, experts_fwd_s, k, WHY_EP, coef)  # combine
     return f
+
+
+def _ep_pair_ledgers(ops, t_a2a: float, coef: float) -> tuple[CommLedger, CommLedger]:
+    """The four all-to-alls of an MoE layer under the combined 1F1B schedule: what one forward/backward layer
+    pair leaves exposed (:func:`costmodel.compose.ep_overlap.pair_exposed_s`, its SM slowdown included), half
+    charged to the forward, half to the backward."""
+    half = pair_exposed_s(parts_of(ops, t_a2a), coef) / 2
+    f, b = CommLedger(), CommLedger()
+    f.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
+    b.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
+    return f, b
 
 
 def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> CommLedger:

@@ -49,16 +49,15 @@ from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s, zero3_collec
 from costmodel.compose.comm_ledgers import (
     WHY_WINDOW,
     WHY_EP,
-    WHY_EP_PAIR,
     WHY_PP,
     WHY_CP,
     WHY_Z3,
     _ep_forward_ledger,
+    _ep_pair_ledgers,
     _op_sac_ledger,
     _tp_ledger,
 )
 from costmodel.compose.link_floor import link_floor, link_scopes
-from costmodel.compose.ep_overlap import pair_exposed_s, parts_of
 
 
 @dataclass(frozen=True)
@@ -383,17 +382,6 @@ def _layer_core_of(
             b.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
         led, fwd_led = led.merge(f).merge(b), fwd_led.merge(f)
     return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef)
-
-
-def _ep_pair_ledgers(ops, t_a2a: float, coef: float) -> tuple[CommLedger, CommLedger]:
-    """The four all-to-alls of an MoE layer under the combined 1F1B schedule: what one forward/backward layer
-    pair leaves exposed (:func:`costmodel.compose.ep_overlap.pair_exposed_s`, its SM slowdown included), half
-    charged to the forward, half to the backward."""
-    half = pair_exposed_s(parts_of(ops, t_a2a), coef) / 2
-    f, b = CommLedger(), CommLedger()
-    f.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
-    b.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
-    return f, b
 
 
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:
