@@ -99,6 +99,7 @@ def _spec(row: dict, load_cv: float | None = None) -> ModelSpec:
         experts=experts,
         topk=topk,
         moe_ffn_hidden=64,
+        router_expert_bias=row["balancing"] == "loss_free",  # its skew: ModelSpec.moe_load_cv's default
     )
     return m if load_cv is None else replace(m, moe_load_cv=load_cv)
 

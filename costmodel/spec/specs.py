@@ -11,11 +11,18 @@ raises :class:`~costmodel.spec.errors.SpecError` naming the field, the value and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from costmodel.spec.bounds import _bounded, _positive, _positive_int
 from costmodel.spec.errors import SpecError
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
+#: the routing skew an auxiliary-loss-balanced router leaves (``ModelSpec.moe_load_cv``): Wang et al. 2024,
+#: arXiv 2408.15664, Table 2, MaxVio_global 0.72 over 64 experts / 2.4 standard deviations of their maximum
+AUX_LOSS_LOAD_CV = 0.3
+#: the skew the auxiliary-loss-free expert bias leaves: the same Table 2, Loss-Free MaxVio_global 0.04 at 1B and 3B
+#: (64 experts, so the busiest is z = Phi^-1((64 - 0.375) / 64.25) = 2.40 standard deviations above the mean)
+LOSS_FREE_LOAD_CV = 0.04 / NormalDist().inv_cdf((64 - 0.375) / 64.25)
 MOE_ROUTINGS = ("uniform", "consecutive")  # costmodel.physics.comm.ep_dispatch.fanout
 
 
@@ -37,7 +44,9 @@ class ModelSpec:
     shared_experts : always-active experts per MoE layer.
     dense_layers : leading layers that are dense in an MoE model (DeepSeek ``first_k_dense_replace``).
     moe_load_cv : coefficient of variation of the tokens each routed expert receives under the
-        model's load balancing (0: perfectly balanced). Default 0.3: Wang et al. 2024,
+        model's load balancing (0: perfectly balanced). Unset: :data:`LOSS_FREE_LOAD_CV` for a router with the
+        auxiliary-loss-free expert bias (``router_expert_bias``, DeepSeek-V3's ``noaux_tc``), else
+        :data:`AUX_LOSS_LOAD_CV`, 0.3: Wang et al. 2024,
         "Auxiliary-Loss-Free Load Balancing", arXiv 2408.15664, Table 2, report MaxVio_global
         (max load over mean, minus 1) of 0.52-0.72 for auxiliary-loss-balanced MoE models with
         64 routed experts; the expected maximum of 64 normal loads is about 2.4 standard
@@ -78,7 +87,7 @@ class ModelSpec:
     moe_ffn_hidden: int | None = None
     shared_experts: int = 0
     dense_layers: int = 0
-    moe_load_cv: float = 0.3
+    moe_load_cv: float | None = None
     moe_routing: str = "uniform"
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -137,6 +146,8 @@ class ModelSpec:
                 raise SpecError("dense_layers", self.dense_layers, f"less than layers={self.layers}")
         elif self.topk or self.shared_experts:
             raise SpecError("experts", self.experts, "positive when topk or shared_experts is set")
+        if self.moe_load_cv is None:  # the skew the model's load balancing leaves (the field's docstring)
+            object.__setattr__(self, "moe_load_cv", LOSS_FREE_LOAD_CV if self.router_expert_bias else AUX_LOSS_LOAD_CV)
         _positive("moe_load_cv", self.moe_load_cv, allow_zero=True)
         for f in ("hidden_dropout", "attention_dropout"):
             p = getattr(self, f)
