@@ -283,3 +283,27 @@ def test_deepspeed_default_bucket_is_five_hundred_million_elements_in_either_gra
         mb = framework_defaults("deepspeed", dp=8, pp=1, global_batch=64, zero=3, grad_dtype=grad)["bucket_mb"]
         c = ParallelConfig(dp=8, zero=3, framework="deepspeed", grad_dtype=grad, bucket_bytes=mb * MB)
         assert deepspeed_config(c, 64)["zero_optimization"]["reduce_bucket_size"] == 500_000_000
+
+
+def test_rack_scale_moe_plan_parses_in_megatron_and_back_to_the_plan(capsys):
+    """Issue 39: DeepSeek-V3 on 1,152 GB200 as recommend answers it (TP2 PP3 VP4 EP32, HybridEP, the EP overlap):
+    Megatron's parser takes the emitted arguments and the planner's own parser reads the same plan back."""
+    import shlex
+
+    from planner import cli
+    from planner.megatron_args import config_fields, parse_command_line
+
+    plan = "--tp 2 --pp 3 --vp 4 --ep 32 --mb 1 --sp --zero 1 --ep-dispatcher hybridep --ep-overlap".split()
+    base = "evaluate --model deepseek-v3 --cluster gb200-nvl72 --gpus 1152 --global-batch 9216 --seq 4096".split()
+    assert cli.main([*base, *plan, "--emit", "megatron"]) == 0
+    line = capsys.readouterr().out.replace("\\\n", " ")  # the printed line, its continuations joined
+    argv = shlex.split(line)
+    ours = [
+        t for i, t in enumerate(argv) if t in MEGATRON or (i and argv[i - 1] in MEGATRON and not t.startswith("--"))
+    ]
+    args = megatron_parser().parse_args(ours)
+    assert args.overlap_moe_expert_parallel_comm and args.delay_wgrad_compute
+    assert (args.expert_model_parallel_size, args.moe_flex_dispatcher_backend) == (32, "hybridep")
+    back = config_fields(parse_command_line(line), layers=61)
+    want = dict(tp=2, pp=3, ep=32, mb=1, zero=1, ep_dispatcher="hybridep", ep_overlap=True)
+    assert {k: back.get(k) for k in want} == want
