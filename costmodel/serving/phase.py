@@ -9,6 +9,7 @@ from costmodel.compose.comm_ledgers import WHY_EP, WHY_TP, _tp_ledger
 from costmodel.physics.comm.collectives import collective_time_s
 from costmodel.physics.kernels.gemm import ACT_BYTES, elementwise_time_s, gemm_time_s
 from costmodel.physics.kernels.compute import embedding_op, layer_ops
+from costmodel.physics.kernels.moe_decode import serving_moe_ops
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
 from costmodel.physics.memory.stage_contents import is_moe_layer
@@ -48,13 +49,49 @@ class Phase:
         return d
 
 
+#: the ops of a training MoE block (Megatron-Core's router, aux-loss top-k, host sync, permute, grouped
+#: GEMMs, unpermute, shared experts) that a serving MoE block replaces (:mod:`costmodel.physics.kernels.moe_decode`)
+TRAINING_MOE_OPS = frozenset(
+    ("router", "router_topk", "tokens_per_expert_sync", "permute", "experts", "unpermute", "shared_fc1", "shared_fc2")
+)
+
+
+def serving_layer_ops(
+    model: ModelSpec, dev, w: Workload, c: ParallelConfig, moe: bool, decode: bool, kv_dtype: str
+) -> tuple:
+    """The forward ops of one layer of a serving step on one GPU: :func:`layer_ops` with serving semantics
+    (``mode="infer"``: no dropout), and a MoE block as the engines run it
+    (:func:`costmodel.physics.kernels.moe_decode.serving_moe_ops`: one fused top-k, no host sync of the
+    expert counts, the grouped GEMMs over the experts the tokens hit, from the measured MoE table where the
+    GPU has one) instead of Megatron-Core's training block.
+
+    >>> from costmodel.spec.presets import load_model, load_cluster
+    >>> ops = serving_layer_ops(load_model("deepseek-v3"), load_cluster("b200").device,
+    ...     Workload(global_batch=32, seq_len=1536, dtype="fp8"), ParallelConfig(tp=8, ep=8, mb=32), True, True, "fp8")
+    >>> [o.name for o in ops if o.block == "mlp"]
+    ['ln2', 'router', 'experts', 'shared_fc1', 'shared_act', 'shared_fc2', 'bda2']
+    """
+    if w.mode != "infer":
+        w = replace(w, mode="infer")
+    ops = layer_ops(model, dev, w, c, moe, decode=decode, kv_dtype=kv_dtype)
+    if not moe:
+        return ops
+    keep = [o for o in ops if o.name not in TRAINING_MOE_OPS]
+    n = c.mb if decode else c.mb * w.seq_len / c.cp
+    tp_comm = "rs" if c.sp_on else "ar"
+    block = serving_moe_ops(model, dev, w.dtype, n, c.tp, c.ep, model.activation == "swiglu", tp_comm)
+    return tuple(keep[:-1]) + tuple(block) + (keep[-1],)
+
+
 @lru_cache(maxsize=4096)
 def _layer(
     model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, decode: bool, kv_dtype: str
 ) -> tuple[float, float, CommLedger]:
     """Forward compute seconds, its attention-core part and the communication ledger of one
-    layer for one micro-batch."""
-    ops = layer_ops(model, cluster.device, w, c, moe, decode=decode, kv_dtype=kv_dtype)
+    layer for one micro-batch.
+
+    The layer runs as a serving engine runs it (:func:`serving_layer_ops`), whatever ``w.mode`` says."""
+    ops = serving_layer_ops(model, cluster.device, w, c, moe, decode, kv_dtype)
     tokens = c.mb if decode else c.mb * w.seq_len
     led = CommLedger()
     sm = cluster.device.engines_for("intra").uses_compute
