@@ -30,6 +30,21 @@ KNOWN_UNFIT: dict = {
     ("new", "229"): "KempnerForge 7B on one H200 (80.7 GB measured): 139.4 GiB of 131 as filled (FP32 Adam state "
     "for 8B parameters alone is 120 GiB)",
     ("new", "248"): "KempnerForge 70B TP4 x FSDP2 on 8 H200 (128.5 GB measured, 'memory-bound'): 138.0 GiB of 131",
+    # issue 39's development rows (the Megatron-Bridge tables' Blackwell rows): the table states no recompute and no
+    # offloading, and the GB200/GB300/B200 recipes were not traced, so each plan is filled with none (as placed)
+    (
+        "new",
+        "268",
+    ): "Bridge Llama 3 70B Megatron-FSDP on 64 GB300, MBS 2 x 8192, no recompute as filled: 340 GiB of 268",
+    ("new", "269"): "Bridge Llama 3.1 405B TP2 PP8 CP2 VP4 on 256 GB300, no recompute as filled: 295 GiB of 268",
+    (
+        "new",
+        "277",
+    ): "Bridge Llama 3 70B Megatron-FSDP on 64 GB200, MBS 2 x 8192, no recompute as filled: 340 GiB of 173",
+    ("new", "278"): "Bridge Llama 3.1 405B TP4 PP16 VP4 on 256 GB200, no recompute as filled: 193 GiB of 173",
+    ("new", "279"): "Bridge DeepSeek-V3 BF16 PP4 VP4 EP64 on 256 GB200, no recompute as filled: 193 GiB of 173",
+    ("new", "286"): "Bridge Llama 3.1 405B TP4 PP8 CP2 VP8 on 128 B200, no recompute as filled: 170 GiB of 168",
+    ("new", "289"): "Bridge GPT-OSS 120B EP8 MBS 4 on 64 B200, no recompute as filled: 211 GiB of 168",
 }
 
 GiB = 2**30

@@ -102,6 +102,13 @@ layers per stage, for the stated degrees):
   "we force-balance the token distribution", the ModelZoo "forced balance" rows, AutoModel's
   "fake balanced gate", token-drop at capacity); otherwise the model's default.
 
+* **Issue 39** (Blackwell, the Megatron-Core MoE stack): GB300 / GB200 / B300 / B200 map to the presets
+  ``gb300-nvl72`` / ``gb200-nvl72`` / ``b300`` / ``b200``; the Bridge tables' Blackwell rows
+  (``megatron_bridge_perf_blackwell``), the ModelZoo's GB200/GB300 tables and the Megatron-LM GB200 guide are
+  Megatron-Core recipes (:data:`MCORE_RECIPES`); HybridEP stated is ``ep_dispatcher='hybridep'``; a precision stated
+  as ``MXFP8`` / ``NVFP4`` (:data:`BLOCK_SCALED`) is that dtype where the planner has it, else the row is skipped
+  (never charged as per-tensor FP8).
+
 Dropout (both sets): the model preset's ``hidden_dropout`` / ``attention_dropout``, which are its recipe's
 (each preset's ``dropout_source``). Megatron-LM runs that state none (README 2020, Narayanan, Korthikanti,
 MegaScale's baseline, README 2024, the Megatron-LM CI memory cases) are filled with its defaults, 0.1 each
@@ -149,8 +156,10 @@ from .new_rows import new_row
 from .row import Row, predict
 from .sources import (
     AUTOMODEL_FULL_AC,
+    BLOCK_SCALED,
     BRIDGE_2509_RECIPES,
     BRIDGE_FP8_PARAMS,
+    BRIDGE_TABLES,
     DATA,
     DATA_NEW,
     DATA_SEALED,
@@ -168,7 +177,11 @@ from .sources import (
     NEMO_BF16_OPTIMIZER,
     NOT_MODELLED,
     SETS,
+    SEALED_BEFORE_39,
+    SOURCES_39,
     SOURCES_BEFORE_38,
+    SOURCES_BEFORE_39,
+    SPENT_39,
     TORCHTITAN,
     TUNED_TABLES,
     nemo_bf16_grads,
@@ -206,8 +219,10 @@ def write_csv(path: str, rows: list[dict]) -> None:
 
 __all__ = [
     "AUTOMODEL_FULL_AC",
+    "BLOCK_SCALED",
     "BRIDGE_2509_RECIPES",
     "BRIDGE_FP8_PARAMS",
+    "BRIDGE_TABLES",
     "CONVENTION",
     "DATA",
     "DATA_NEW",
@@ -226,7 +241,11 @@ __all__ = [
     "NEMO_BF16_OPTIMIZER",
     "NOT_MODELLED",
     "SETS",
+    "SEALED_BEFORE_39",
+    "SOURCES_39",
     "SOURCES_BEFORE_38",
+    "SOURCES_BEFORE_39",
+    "SPENT_39",
     "TORCHTITAN",
     "TUNED_TABLES",
     "Row",

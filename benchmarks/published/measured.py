@@ -63,6 +63,10 @@ CONVENTION = {
         lambda m, B, s: flops_megatron_core(m, B, s, causal=True),
         "Megatron-Core 2025 num_floating_point_operations (causal)",
     ),
+    "moe_modelzoo_blackwell": (
+        lambda m, B, s: flops_megatron_core(m, B, s, causal=True),
+        "Megatron-Core 2025 num_floating_point_operations (causal)",
+    ),
     "nemo_longseq": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
     "nemo_2407": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
     "llama3_2024": (flops_palm, "PaLM 6N + 12LHQT"),

@@ -35,6 +35,30 @@ SOURCES_BEFORE_38 = (
     "nemo_longseq",
     "llmfoundry_2024",
 )
+#: the source keys in the data before issue 39: the 15 above and the 10 of issue 38 (8 sealed, 2 in the new set)
+SOURCES_BEFORE_39 = SOURCES_BEFORE_38 + (
+    "torchao_float8_h100_2025",
+    "flashattn_training_2023",
+    "torchtitan_perf_a100_2024",
+    "kempnerforge_mfu_2026",
+    "torchtitan_mxfp8_b200_2025",
+    "bloom_2022",
+    "fms_fsdp_2024",
+    "kempnerforge_weak_scaling_2026",
+    "tinyllama_2023",
+    "kempnerforge_175b_2026",
+)
+#: issue 39's sources, each named before any of its rows was placed (``benchmarks/data/sealed/README.md``, "Issue 39"):
+#: the candidates for the seal, and the spent Bridge tables' Blackwell rows, development data that is never a candidate
+SOURCES_39 = (
+    "mcore_dsv3_gb200_guide_2025",
+    "moe_modelzoo_blackwell",
+    "pytorch_mxfp8_crusoe_b200_2025",
+    "pytorch_mxfp8_moe_gb200_2025",
+)
+SPENT_39 = ("megatron_bridge_perf_blackwell",)
+#: sealed sources before issue 39 (issue 38's eight): the issue-39 rule seals enough new ones that 30% of all are sealed
+SEALED_BEFORE_39 = 8
 
 MODEL_PRESET = {
     # development set
@@ -105,6 +129,7 @@ MODEL_PRESET = {
     "DeepSeekV3 (dropless)": "deepseek-v3",
     "DeepSeek V3 671B": "deepseek-v3",
     "DeepSeek-V3 (pre-training)": "deepseek-v3",
+    "DeepSeekV3": "deepseek-v3",
     "Kimi K2": "kimi-k2",
     # issue 38's sources (the sealed split and the new set)
     "Llama 2 7B": "llama2-7b",
@@ -162,7 +187,7 @@ def nemo_bf16_grads(src: str, label: str) -> bool:
 #: ``src/megatron/bridge/training/mixed_precision.py`` at 4ab94dfa, ``bf16_with_fp8_delayed_scaling_mixed`` and
 #: ``bf16_with_fp8_current_scaling_mixed`` set ``fp8_param_gather = True``; the blockwise (DeepSeek-style) recipe
 #: ``bf16_with_fp8_subchannel_scaling_mixed`` sets it False
-BRIDGE_FP8_PARAMS = "megatron_bridge_perf"
+BRIDGE_FP8_PARAMS = ("megatron_bridge_perf", "megatron_bridge_perf_blackwell")
 #: Llama 3 405B's virtual stages per rank (arXiv 2407.21783 section 3.3.2): "we reduce one Transformer layer each
 #: from the first and the last stages ... This means that the first model chunk on the first stage has only the
 #: embedding, and the last model chunk on the last stage has only output projection and loss calculation": a chunk
@@ -180,7 +205,22 @@ BRIDGE_2509_RECIPES = {
         recompute="selective", recompute_modules=("mla_up_proj", "mlp"), layout="Et|(tt|)*30mL", grad_dtype="bf16"
     ),
 }
-MCORE_RECIPES = ("megatron_readme_2024", "nemo_longseq", "megatron_bridge_perf", "moe_modelzoo_qwen3")
+MCORE_RECIPES = (
+    "megatron_readme_2024",
+    "nemo_longseq",
+    "megatron_bridge_perf",
+    "moe_modelzoo_qwen3",
+    # issue 39: the Bridge tables' Blackwell rows, the ModelZoo's GB200/GB300 tables, the Megatron-LM GB200 guide
+    "megatron_bridge_perf_blackwell",
+    "moe_modelzoo_blackwell",
+    "mcore_dsv3_gb200_guide_2025",
+)
+#: the Megatron-Bridge tables (spent since issue 38; their Blackwell rows are development data in issue 39): force-balanced
+#: routers ("we force-balance the token distribution among experts")
+BRIDGE_TABLES = ("megatron_bridge_perf", "megatron_bridge_perf_blackwell")
+#: precisions stated as a Blackwell block-scaled recipe (CSV ``precision``): read as that dtype where
+#: ``costmodel.spec.workload.DTYPES`` has it, else the row is skipped (the recipe is not modelled); never charged as FP8
+BLOCK_SCALED = {"MXFP8": "mxfp8", "NVFP4": "nvfp4"}
 #: new-set sources whose unstated micro-batch and interleave are chosen by the planner (the development
 #: set's rule for tuned tables; module docstring, "New set")
 TUNED_TABLES = ("megatron_readme_2024",)
