@@ -396,8 +396,8 @@ def test_without_check_the_script_exits_zero_and_prints_the_regime_table(capsys)
 def test_issue_39_rows_are_read_as_stated():
     """Blackwell GPU types map to the rack-scale and HGX presets; HybridEP, DeepEP and the EP overlap as stated;
     MXFP8 rows keep their precision and are skipped until the planner has the dtype (never charged as FP8)."""
-    names = {i: BY_ID[("new", str(i))].cluster.name for i in (266, 275, 284, 292, 294)}
-    assert names == {266: "gb300-nvl72", 275: "gb200-nvl72", 284: "b200", 292: "gb200-nvl72", 294: "gb300-nvl72"}
+    names = {i: BY_ID[("new", str(i))].cluster.name for i in (266, 275, 284, 292, 295)}
+    assert names == {266: "gb300-nvl72", 275: "gb200-nvl72", 284: "b200", 292: "gb200-nvl72", 295: "gb300-nvl72"}
     assert BY_ID[("sealed", "296")].cluster.name == "gb200-nvl72"  # structure only: the sealed rows are never scored
     disp = [BY_ID[("sealed", str(i))].fixed["ep_dispatcher"] for i in (296, 297, 298)]
     assert disp == ["alltoall", "deepep", "hybridep"]
