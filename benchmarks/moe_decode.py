@@ -2,7 +2,8 @@
 
     python -m benchmarks.moe_decode [--model deepseek-v3] [--cluster b200] [--gpus 8] [--dtype fp8]
 
-For each plan (TP8 with EP8, TP8 alone) and batch (1, 32, 128 decodes at the mean context of 1k in / 1k out,
+For each plan (TP8 with EP8, TP8 alone, data-parallel attention DP8 with EP8: vLLM's ``--data-parallel-size 8
+--enable-expert-parallel``, the plan ``recommend --mode infer`` picks for throughput) and batch (1, 32, 128 decodes at the mean context of 1k in / 1k out,
 1,536 tokens) it prints, per MoE layer on the slowest rank, the expected distinct experts hit (mean and slowest
 EP rank, :func:`costmodel.physics.kernels.moe_decode.experts_hit`), the routed-expert weight bytes those read,
 the routed-expert block time (measured MoE table or roofline, and its evidence), the rest of the layer, and the
@@ -35,21 +36,22 @@ def rows(model_name: str, cluster_name: str, gpus: int, dtype: str) -> list[dict
     model, cluster = load_model(model_name), load_cluster(cluster_name).with_gpus(gpus)
     dev, out = cluster.device, []
     n_moe = sum(is_moe_layer(model, i) for i in range(model.layers))
-    for tp, ep in ((gpus, gpus), (gpus, 1)):
-        sc = step_cost(model, cluster, dtype, ParallelConfig(tp=tp, ep=ep), dtype)
+    for tp, ep, dp in ((gpus, gpus, 1), (gpus, 1, 1), (1, gpus, gpus)):
+        sc = step_cost(model, cluster, dtype, ParallelConfig(tp=tp, ep=ep, dp=dp), dtype)
         for b in (1, 32, 128):
-            c = ParallelConfig(tp=tp, ep=ep, mb=b)
+            n = -(-b // dp)  # decodes per data-parallel attention replica (the busiest)
+            c = ParallelConfig(tp=tp, ep=ep, dp=dp, mb=n)
             ops = serving_layer_ops(
-                model, dev, Workload(global_batch=b, seq_len=CTX, dtype=dtype), c, True, True, dtype
+                model, dev, Workload(global_batch=n, seq_len=CTX, dtype=dtype), c, True, True, dtype
             )
             experts = next(o for o in ops if o.name == "experts")
-            mean, slowest = experts_hit(b, model.topk, model.experts, ep)
-            _, wb = weight_bytes_read(model, DTYPE_BYTES[dtype], b, tp, ep)
-            step = sc.time_s(tokens=b, sampled=b, prefill_pairs=0, decode_ctx=b * CTX)
+            mean, slowest = experts_hit(n * max(1, ep // tp), model.topk, model.experts, ep)
+            _, wb = weight_bytes_read(model, DTYPE_BYTES[dtype], n, tp, ep)
+            step = sc.time_s(tokens=n, sampled=n, prefill_pairs=0, decode_ctx=n * CTX)
             out.append(
                 {
-                    "plan": f"TP{tp} EP{ep}",
-                    "batch": b,
+                    "plan": f"TP{tp} EP{ep}" + (f" DP{dp} (attention)" if dp > 1 else ""),
+                    "batch": n * dp,
                     "experts hit (mean / slowest rank)": f"{mean:.1f} / {slowest:.1f} of {model.experts // ep}",
                     "expert GB read / layer": round(wb / 1e9, 3),
                     "experts us": round(experts.fwd_s * 1e6, 1),

@@ -126,3 +126,13 @@ def test_deepseek_decode_step_on_b200_within_the_weight_read_bound():
     expert_bytes = moe_layers * weight_bytes_read(DSV3, 1, 32, 8, 8)[0]
     assert step > expert_bytes / dev.hbm_bw_bytes_per_s
     assert step < 0.85 * 24.97e-3
+
+
+def test_data_parallel_attention_routes_every_replicas_tokens_to_each_ep_rank():
+    """DP8 x EP8 (tp=1): each GPU's n decode tokens are dispatched over the EP group, so its local experts see
+    8 n tokens: the experts hit are those of 8 n tokens, as TP8 EP8 with 8 n tokens on every rank."""
+    dev = B200.device
+    dp = next(o for o in serving_moe_ops(DSV3, dev, "fp8", 4, 1, 8, True, "ar") if o.name == "experts")
+    tp = next(o for o in serving_moe_ops(DSV3, dev, "fp8", 32, 8, 8, True, "ar") if o.name == "experts")
+    assert dp.fwd_s == pytest.approx(tp.fwd_s, rel=1e-12)
+    assert weight_bytes_read(DSV3, 1, 4, 1, 8) == weight_bytes_read(DSV3, 1, 32, 8, 8)

@@ -49,11 +49,8 @@ class Phase:
         return d
 
 
-#: the ops of a training MoE block (Megatron-Core's router, aux-loss top-k, host sync, permute, grouped
-#: GEMMs, unpermute, shared experts) that a serving MoE block replaces (:mod:`costmodel.physics.kernels.moe_decode`)
-TRAINING_MOE_OPS = frozenset(
-    ("router", "router_topk", "tokens_per_expert_sync", "permute", "experts", "unpermute", "shared_fc1", "shared_fc2")
-)
+#: the dense MLP ops a MoE layer's block stands in for (:func:`serving_layer_ops`)
+DENSE_MLP_OPS = frozenset(("fc1", "act", "fc2"))
 
 
 def serving_layer_ops(
@@ -73,10 +70,10 @@ def serving_layer_ops(
     """
     if w.mode != "infer":
         w = replace(w, mode="infer")
-    ops = layer_ops(model, dev, w, c, moe, decode=decode, kv_dtype=kv_dtype)
+    ops = layer_ops(model, dev, w, c, False, decode=decode, kv_dtype=kv_dtype)
     if not moe:
         return ops
-    keep = [o for o in ops if o.name not in TRAINING_MOE_OPS]
+    keep = [o for o in ops if o.name not in DENSE_MLP_OPS]  # the attention block, ln2 and bda2
     n = c.mb if decode else c.mb * w.seq_len / c.cp
     tp_comm = "rs" if c.sp_on else "ar"
     block = serving_moe_ops(model, dev, w.dtype, n, c.tp, c.ep, model.activation == "swiglu", tp_comm)

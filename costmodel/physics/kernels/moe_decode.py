@@ -5,8 +5,11 @@ A serving engine runs a MoE layer over the ``n`` tokens of one step (decode toke
 as one fused kernel chain under CUDA graphs: the router GEMM, one fused top-k (DeepSeek's ``noaux_tc``
 grouped top-k, vLLM's ``topk_softmax``: no auxiliary loss, no host copy of the expert counts), the
 routed experts' grouped GEMMs over the experts that received a token, and the shared experts. With
-tensor-parallel attention every rank holds all ``n`` tokens; with expert parallelism each rank runs
-its ``L = experts / ep`` local experts on the tokens routed to them and the ranks' outputs are summed.
+tensor-parallel attention every rank of a TP group holds its ``n`` tokens; with expert parallelism each rank
+runs its ``L = experts / ep`` local experts on the tokens routed to them from the EP group, which spans
+``ep / tp`` attention groups (data-parallel attention, vLLM's ``--data-parallel-size`` with
+``--enable-expert-parallel``: ``n ep / tp`` distinct tokens; TP8 EP8: the ``n`` tokens every rank holds),
+and the ranks' outputs are summed (all-reduce) or combined (all-to-all).
 
 Experts hit. Under uniform routing a token misses a given expert with probability ``1 - k/E``, so
 ``n`` tokens hit it with ``p(n) = 1 - (1 - k/E)^n`` and ``E p(n)`` distinct experts in all
@@ -72,18 +75,19 @@ def experts_hit(tokens: float, topk: int, experts: int, ep: int) -> tuple[float,
     return mean, slowest
 
 
-def _table_dtype_lookup(dev, dtype, tokens, model, etp, ep, gated):
-    """The (seconds, evidence) of the table row nearest the model's shape among the dtypes ``dtype`` may read."""
+@lru_cache(maxsize=1024)
+def _table_dtype(model, dev, dtype, etp, ep, gated) -> str | None:
+    """The table dtype among those ``dtype`` may read whose row is nearest the model's shape (smallest
+    distance: a measured shape before an extrapolated one), or None where no table times it."""
     best = None
     for tdt in TABLE_DTYPES.get(dtype, ()):
-        t, ev = moe_lookup(
-            dev, tdt, tokens, model.hidden, model.moe_ffn_hidden, model.topk, model.experts, etp, ep, gated
-        )
-        if t is not None and (best is None or ev.distance < best[1].distance):
-            best = (t, ev)
-    return best
+        t, ev = moe_lookup(dev, tdt, 1, model.hidden, model.moe_ffn_hidden, model.topk, model.experts, etp, ep, gated)
+        if t is not None and (best is None or ev.distance < best[1]):
+            best = (tdt, ev.distance)
+    return None if best is None else best[0]
 
 
+@lru_cache(maxsize=65536)
 def table_moe_s(model, dev, dtype: str, tokens: float, etp: int, ep: int, gated: bool) -> tuple[float, str] | None:
     """Seconds of the routed-expert block (routing to finalize) on the slowest rank for ``tokens`` tokens from
     the measured MoE table (module doc), with the evidence kind; ``None`` where no table times it."""
@@ -92,16 +96,19 @@ def table_moe_s(model, dev, dtype: str, tokens: float, etp: int, ep: int, gated:
     n_sat = model.experts / model.topk  # the balanced table hits every expert from here on
     n_eq = max(1.0, slowest * ep / model.topk)
 
-    def at(x: float):
-        return _table_dtype_lookup(dev, dtype, max(1, round(x)), model, etp, ep, gated)
-
-    lo = at(n_eq)
-    if lo is None:
+    tdt = _table_dtype(model, dev, dtype, etp, ep, gated)
+    if tdt is None:
         return None
-    t = lo[0]
+
+    def at(x: float):
+        return moe_lookup(
+            dev, tdt, max(1, round(x)), model.hidden, model.moe_ffn_hidden, model.topk, model.experts, etp, ep, gated
+        )
+
+    t, ev = at(n_eq)
     if n > n_sat:
         t += max(0.0, at(n)[0] - at(n_sat)[0])
-    return t, lo[1].kind
+    return t, ev.kind
 
 
 def serving_moe_ops(model, dev, dtype: str, n: float, tp: int, ep: int, gated: bool, tp_comm: str) -> list[Op]:
@@ -111,11 +118,12 @@ def serving_moe_ops(model, dev, dtype: str, n: float, tp: int, ep: int, gated: b
     h, etp = model.hidden, (tp if ep == 1 else 1)
     f = model.moe_ffn_hidden / etp
     ops = [_gemm("router", "mlp", n, model.experts, h, dev, "bf16")]
-    slots = n * model.topk / ep  # token-slots this rank's local experts receive, on average
-    mean, slowest = experts_hit(n, model.topk, model.experts, ep)
+    group = n * max(1.0, ep / tp)  # distinct tokens routed in the EP group: ep / tp attention groups of n each
+    slots = group * model.topk / ep  # token-slots this rank's local experts receive, on average
+    mean, slowest = experts_hit(group, model.topk, model.experts, ep)
     active = max(1.0, slowest)
     flops = 2.0 * slots * h * f * (3 if gated else 2)
-    table = table_moe_s(model, dev, dtype, n, etp, ep, gated)
+    table = table_moe_s(model, dev, dtype, group, etp, ep, gated)
     if table is not None:
         t, evidence = table
     else:
@@ -141,10 +149,11 @@ def serving_moe_ops(model, dev, dtype: str, n: float, tp: int, ep: int, gated: b
 
 
 def weight_bytes_read(model, dtype_bytes: float, tokens: float, tp: int, ep: int) -> tuple[float, float]:
-    """``(mean, slowest)`` routed-expert weight bytes one rank reads per MoE layer for ``tokens`` tokens:
-    the hit experts (:func:`experts_hit`) times one expert's ``(2 if gated else 1) h f + f h`` weights at
-    ``dtype_bytes`` each (``f`` split ``tp`` ways without EP)."""
+    """``(mean, slowest)`` routed-expert weight bytes one rank reads per MoE layer when each attention group
+    holds ``tokens`` tokens: the hit experts (:func:`experts_hit` of the EP group's ``tokens * max(1, ep/tp)``)
+    times one expert's ``(2 if gated else 1) h f + f h`` weights at ``dtype_bytes`` each (``f`` split ``tp``
+    ways without EP)."""
     etp = tp if ep == 1 else 1
     per_expert = (3 if model.activation == "swiglu" else 2) * model.hidden * model.moe_ffn_hidden / etp
-    mean, slowest = experts_hit(tokens, model.topk, model.experts, ep)
+    mean, slowest = experts_hit(tokens * max(1.0, ep / tp), model.topk, model.experts, ep)
     return mean * per_expert * dtype_bytes, slowest * per_expert * dtype_bytes
