@@ -23,6 +23,20 @@ inventory as :func:`costmodel.serving.phase._phase` (one place for the layer cos
   :func:`costmodel.physics.kernels.compute._decode_attention` (KV bytes read, or FLOPs for MLA), linear in the
   number of cached tokens the step's decodes read.
 
+Launches. Engines replay decode steps as CUDA graphs, so no per-step or per-layer launch term is charged: a
+step is the sum of its kernels and collectives. vLLM's default (``-O2``) is ``cudagraph_mode
+FULL_AND_PIECEWISE``, captured at ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)`` tokens up to
+``max_cudagraph_capture_size`` (capped at ``max_num_batched_tokens``; larger decode batches "fall back to eager
+execution"): ``vllm/config/vllm.py`` ``VllmConfig._set_cudagraph_sizes`` at vllm-project/vllm@000fc94, whose
+default ceiling is ``min(2 * max_num_seqs * (1 + num_speculative_tokens), 512)`` (the same function as quoted
+at 5ac2684; not read at 000fc94). Each kernel keeps the device's fixed per-kernel time
+(``DeviceSpec.kernel_overhead_s``, 4 us): a GPU-side time that graphs do not remove (isolated back-to-back
+kernels, launch hidden by the queue, fit 2.5 us on B200 and 4.5 us on H100,
+:data:`costmodel.physics.kernels.kernel_fits.STREAM_FITS`). Decode batches above the capture ceiling run
+eagerly; their host launch cost is not charged (a gap). MoE layers run as the engines run them
+(:func:`costmodel.serving.phase.serving_layer_ops`, :mod:`costmodel.physics.kernels.moe_decode`), whatever
+the :class:`~costmodel.spec.workload.Workload` mode the probes below are built with.
+
 With pipeline parallelism the running requests form ``mm = min(pp, running)`` micro-batches
 (vLLM's virtual engines); a step's period is ``_phase``'s ``max(path + P2P, mm * slowest
 stage)`` for ``m / mm`` tokens each, and the attention work of all micro-batches is spread
