@@ -270,7 +270,7 @@ def add_split_args(parser: argparse.ArgumentParser) -> None:
 
 def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True, engine: bool = False) -> None:
     """``--mode {train,infer} --input-len --output-len --kv-dtype --prefill-tokens [--ttft-ms --tpot-ms]``;
-    ``engine``: also ``--engine --max-seqs --request-rate`` (the serving engine's scheduler and load)."""
+    ``engine``: also ``--engine --max-seqs --request-rate --arrival-cv`` (the serving engine's scheduler and load)."""
     g = parser.add_argument_group("inference (--mode infer)")
     g.add_argument(
         "--mode",
@@ -317,6 +317,13 @@ def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True,
             metavar="R",
             help="Poisson arrivals at R requests/s over all replicas instead of a closed loop of "
             "--global-batch clients",
+        )
+        g.add_argument(
+            "--arrival-cv",
+            type=float_arg("arrival_cv", 1e-6),
+            metavar="CV",
+            help="with --request-rate: Gamma-distributed gaps between arrivals with this coefficient "
+            "of variation (burstiness; 1 = Poisson, the default; > 1 burstier)",
         )
     if targets:
         g.add_argument(

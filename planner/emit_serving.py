@@ -15,7 +15,8 @@ Flag names are those the engines document (checked in ``tests/test_emit_serving.
 
 * TensorRT-LLM ``trtllm-serve`` (https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve.html):
   ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``, ``--max_seq_len``,
-  ``--max_num_tokens``, ``--extra_llm_api_options FILE`` (YAML; ``kv_cache_config: {dtype: fp8}``).
+  ``--max_num_tokens``, ``--extra_llm_api_options FILE`` (YAML; ``enable_chunked_prefill: true``,
+  ``kv_cache_config: {dtype: fp8}``).
   It has no data-parallel flag: replicas are separate servers.
 
 The parallel settings come from :func:`search.infer.server_layout` (the one table of what each
@@ -173,8 +174,10 @@ def engine_launch(
     files = {}
     if f["kv"]:
         args += [f["kv"], f["kv_values"][kv_dtype]]
-    elif kv_dtype == "fp8":
-        files[TRTLLM_OPTIONS] = "kv_cache_config:\n  dtype: fp8\n"
+    elif engine == "trtllm":  # chunked context, as costmodel.serving.engines models it (off by default)
+        files[TRTLLM_OPTIONS] = "enable_chunked_prefill: true\n" + (
+            "kv_cache_config:\n  dtype: fp8\n" if kv_dtype == "fp8" else ""
+        )
     if prefill_tokens is not None:
         args += [f["prefill"], str(prefill_tokens)]
     if files:

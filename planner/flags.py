@@ -119,6 +119,10 @@ def inference_options(args: argparse.Namespace) -> dict:
     opts = {"kv_dtype": args.kv_dtype or "bf16"}
     if args.prefill_tokens is not None:
         opts["prefill_tokens"] = args.prefill_tokens
+    if getattr(args, "arrival_cv", None) is not None:
+        if getattr(args, "request_rate", None) is None:
+            raise SpecError("arrival_cv", args.arrival_cv, "given with --request-rate (open-loop arrivals)")
+        opts["arrival_cv"] = args.arrival_cv
     for flag in ("engine", "max_seqs", "request_rate"):
         if getattr(args, flag, None) is not None:
             opts[flag] = getattr(args, flag)

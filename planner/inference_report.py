@@ -71,11 +71,16 @@ def _engine_line(sv: dict) -> str:
     if not sv:
         return "-"
     limit = "KV cache only" if sv["max_seqs"] is None else f"at most {sv['max_seqs']}"
-    load = (
-        f"Poisson arrivals at {sv['request_rate_per_s']:g}/s"
-        if sv["load"] == "poisson"
-        else f"closed loop, {'steady state' if sv['measure'] == 'steady' else 'all requests'}"
-    )
+    if sv["load"] == "poisson":
+        load = f"Poisson arrivals at {sv['request_rate_per_s']:g}/s"
+    elif sv["load"] == "gamma":
+        load = f"Gamma arrivals at {sv['request_rate_per_s']:g}/s (cv {sv['arrival_cv']:g})"
+    else:
+        load = f"closed loop, {'steady state' if sv['measure'] == 'steady' else 'all requests'}"
+        if sv.get("clients") == "staggered":
+            load += ", clients out of step"
+        if sv.get("output_spread"):
+            load += f", output lengths +-{100 * sv['output_spread']:.0f}%"
     return (
         f"{ENGINE_TITLES[sv['engine']]} scheduler, {sv['token_budget']} tokens per step, running requests "
         f"{limit}, {'chunked' if sv['chunked_prefill'] else 'whole'} prompts, "
@@ -83,6 +88,20 @@ def _engine_line(sv: dict) -> str:
         f"{load}; {sv['admitted_per_replica']} admitted per replica, {sv['queue_ms']:,.0f} ms queued on average, "
         f"{sv['prefill_steps_per_request']:.2f} steps per prompt"
     )
+
+
+def _percentile_lines(sv: dict) -> list[str]:
+    """p50 / p90 / p99 of TTFT, TPOT and end-to-end latency over the replayed requests."""
+    pct = sv.get("percentiles_ms") if sv else None
+    if not pct:
+        return []
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "e2e"}
+    parts = [
+        f"{names[k]} " + " / ".join(_dur(p[q] / 1e3) for q in ("p50", "p90", "p99"))
+        for k, p in pct.items()
+        if k in names
+    ]
+    return [f"p50 / p90 / p99       {'; '.join(parts)} (over the replayed requests)"]
 
 
 def _sla_line(est: InferenceEstimate) -> str:
@@ -111,6 +130,7 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
         f"TPOT                  {_dur(est.tpot_s)}{_band(bd, 'tpot_ms', 1e-3)} (decode step alone "
         f"{_dur(est.decode_step_s)}; other requests' prefill chunks share or interleave with its steps)",
         f"end-to-end latency    {_dur(est.e2e_latency_s)}",
+        *_percentile_lines(sv),
         f"output tokens/s       {est.tokens_per_s:,.1f} ({est.tokens_per_s_per_replica:,.1f} per replica, "
         f"{est.tokens_per_s_per_gpu:,.1f} per GPU)"
         + (f", 80% band {bd['tokens_per_s'][0]:,.0f}-{bd['tokens_per_s'][1]:,.0f}" if "tokens_per_s" in bd else ""),

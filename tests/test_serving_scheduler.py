@@ -151,7 +151,8 @@ def test_engine_defaults_follow_their_code():
     assert (default_scheduler("vllm", a100).token_budget, default_scheduler("vllm", a100).max_seqs) == (2048, 256)
     sg = default_scheduler("sglang", h100)
     assert sg.token_budget == 8192 and not sg.mixed and sg.max_seqs is None
-    assert not default_scheduler("trtllm", h100).chunked
+    # chunked context as the planner launches TensorRT-LLM (enable_chunked_prefill: true; off in llm_args)
+    assert default_scheduler("trtllm", h100).chunked
 
 
 def test_engines_differ_where_their_schedulers_differ():
@@ -245,7 +246,7 @@ def test_evaluate_takes_the_engine(engine, capsys):
     "extra, field",
     [
         (("--engine", "tgi"), "engine"),
-        (("--engine", "trtllm", "--prefill-tokens", "1000"), "token_budget"),  # no chunking: budget < prompt
+        (("--engine", "trtllm", "--input-len", "9000"), "input_len"),  # beyond llama3-8b's 8,192 context
         (("--max-seqs", "0"), "max_seqs"),
         (("--request-rate", "-1"), "request_rate"),
     ],

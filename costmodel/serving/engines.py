@@ -23,14 +23,27 @@ SGLang
     (H100, H200, A100), 16384 above (B200) -- read in a stored copy of that file whose commit
     the search tool does not name; the documented flag table above is the cited commit.
 TensorRT-LLM
-    In-flight batching schedules context (prefill) and generation requests in one step under
-    ``max_num_tokens`` and ``max_batch_size``; a prompt that does not fit the remaining budget
-    waits unless context chunking is enabled
-    (https://nvidia.github.io/TensorRT-LLM/performance/performance-tuning-guide/tuning-max-batch-size-and-max-num-tokens.html),
-    and the default capacity policy ``GUARANTEED_NO_EVICT`` reserves a started request's KV
-    cache so it is never paused (.../useful-runtime-flags.html). ``max_num_tokens`` 8192 and
-    ``max_batch_size`` 2048 are used as defaults here; they were not verified in the
-    TensorRT-LLM source (say so where it matters).
+    ``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp`` ``MicroBatchScheduler::operator()``
+    (NVIDIA/TensorRT-LLM@b8b7b782), the in-flight batching step the PyTorch backend of
+    ``trtllm-serve`` also runs: the active requests are walked in order; a generation request
+    takes one token (``beam width + draft tokens``) of ``max_num_tokens``; without a context
+    chunking config a context request is scheduled whole if ``batchNumTokens + prompt <=
+    maxNumTokens``, and the first one that does not fit ends the walk (``break``: no later request
+    jumps it); with chunking, the contexts share what the generation requests leave
+    (``ctxTokensCapacity = maxNumTokens - batchNumTokens``), first come first served
+    (``kFIRST_COME_FIRST_SERVED``: each takes its remaining prompt up to the capacity left, a cut
+    chunk rounded down to ``chunkUnitSize``). Defaults in ``tensorrt_llm/llmapi/llm_args.py``
+    (same repository): ``max_num_tokens`` 8192, ``enable_chunked_prefill`` ``False``,
+    ``SchedulerConfig.capacity_scheduler_policy`` ``GUARANTEED_NO_EVICT`` (a started request's KV
+    cache is reserved whole, so it is never paused; ``MAX_UTILIZATION`` packs more and may pause).
+    With chunking off, a prompt of ``max_num_tokens - running + 1`` tokens or more cannot start
+    while anything decodes, so with 8,192-token prompts under an 8,192-token budget requests run
+    one after another (tens of seconds of queueing); the engine measured 0.27 s TTFT on that case
+    (issue 40), which only chunked context (or a larger budget) gives. The planner's TensorRT-LLM
+    launch therefore turns chunked context on (``enable_chunked_prefill: true`` in its
+    ``--extra_llm_api_options`` file, :mod:`planner.emit_serving`) and the model runs it
+    (``chunked``); ``chunked=False`` replays the unchunked default. ``max_batch_size`` 2048 is
+    the ``BuildConfig`` default used here.
 
 KV admission: every engine is modelled as reserving a request's whole KV cache
 (``input_len + output_len`` tokens) when it is admitted, as TensorRT-LLM's default policy
@@ -94,15 +107,22 @@ def default_scheduler(engine: str, device: DeviceSpec) -> SchedulerSpec:
         size = 2048 if mem < 35 * GiB else 8192 if mem < 160 * GiB else 16384
         return SchedulerSpec(engine="sglang", token_budget=size, max_seqs=None, mixed=False)
     if engine == "trtllm":
-        return SchedulerSpec(engine="trtllm", token_budget=8192, max_seqs=2048, chunked=False)
+        return SchedulerSpec(engine="trtllm", token_budget=8192, max_seqs=2048, chunked=True)
     raise SpecError("engine", engine, "one of " + ", ".join(ENGINE_NAMES))
 
 
 def scheduler_for(
-    engine: str, device: DeviceSpec, *, token_budget: int | None = None, max_seqs: int | None = None
+    engine: str,
+    device: DeviceSpec,
+    *,
+    token_budget: int | None = None,
+    max_seqs: int | None = None,
+    chunked: bool | None = None,
 ) -> SchedulerSpec:
     """:func:`default_scheduler` with the given settings overridden (``None``: the default)."""
     s = default_scheduler(engine, device)
+    if chunked is not None:
+        s = replace(s, chunked=chunked)
     if token_budget is not None:
         s = replace(s, token_budget=token_budget)
     if max_seqs is not None:

@@ -148,6 +148,14 @@ def validate_inference(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: P
     for f, what in (("input_len", "prompt tokens per request"), ("output_len", "generated tokens per request")):
         if getattr(w, f) < 1:
             raise SpecError(f, getattr(w, f), f"a positive integer ({what})")
+    ctx = model.max_position_embeddings
+    if ctx is not None and w.input_len + w.output_len > ctx:  # every engine refuses such a request
+        what = f"at most {ctx - w.output_len} with output_len={w.output_len}" if w.output_len < ctx else "below it"
+        raise SpecError(
+            "input_len",
+            w.input_len,
+            f"{what}: prompt + output must fit the model's context of {ctx} tokens (max_position_embeddings)",
+        )
     for f, ok in (
         ("cp", 1),
         ("vp", 1),
@@ -178,6 +186,10 @@ def evaluate_inference(
     engine: str = "vllm",
     max_seqs: int | None = None,
     request_rate: float | None = None,
+    arrival_cv: float = 1.0,
+    output_spread: float | None = None,
+    stagger: bool = True,
+    chunked: bool | None = None,
     num_requests: int | None = None,
     measure: str = "steady",
     ttft_target_s: float | None = None,
@@ -205,7 +217,7 @@ def evaluate_inference(
             raise SpecError(name, v, "a positive integer")
     validate_inference(model, cluster, workload, config)
     c, w, dev = config, workload, cluster.device
-    sched = scheduler_for(engine, dev, token_budget=prefill_tokens, max_seqs=max_seqs)
+    sched = scheduler_for(engine, dev, token_budget=prefill_tokens, max_seqs=max_seqs, chunked=chunked)
     I, O, T = w.input_len, w.output_len, sched.token_budget
     B = w.global_batch // c.dp
     pb = max(1, T // I)  # whole prompts one step can hold (its activation workspace)
@@ -215,6 +227,7 @@ def evaluate_inference(
     mem = serving_memory(model, cluster, w, c, kv_dtype, admitted, pb)  # raises when the weights never fit
     sc = step_cost(model, cluster, w.dtype, c, kv_dtype)
     rate = None if request_rate is None else request_rate / c.dp
+    st_spread = 0.0 if output_spread is None else output_spread
     st = simulate(
         sc,
         sched,
@@ -226,6 +239,9 @@ def evaluate_inference(
         num_requests=num_requests,
         micro_batches_max=c.pp,
         measure=measure,
+        arrival_cv=arrival_cv,
+        output_spread=st_spread,
+        stagger=rate is None and stagger,
     )
 
     # the two phases the breakdown and overlap report: one prefill chunk, one decode step of the
@@ -268,6 +284,13 @@ def evaluate_inference(
             f"{B} concurrent requests per replica exceed what {ENGINE_TITLES[engine]} admits ({limit}, "
             f"{why}): the rest queue, {st.queue_s * 1e3:,.0f} ms on average before admission"
         )
+    if st.overloaded:
+        notes.append(
+            f"OVERLOADED: {request_rate:g} requests/s offered, the engine serves about "
+            f"{c.dp * st.served_rps:.3g}/s; the queue grows by {c.dp * st.queue_growth_per_s:.3g} requests/s "
+            f"({st.queue_at_last_arrival * c.dp} waiting when the last of {st.requests * c.dp} arrived), so TTFT grows "
+            "with the length of the run: the latencies above are of this finite replay, not a steady state"
+        )
     if m < c.pp:
         notes.append(
             f"pipeline not full: {n} sequence(s) per replica < pp={c.pp}, stages idle "
@@ -288,9 +311,23 @@ def evaluate_inference(
         "requests_simulated": st.requests,
         "steps": st.steps,
         "prefill_steps_per_request": st.prefill_steps_per_request,
-        "load": "poisson" if rate is not None else "closed_loop",
+        "load": ("poisson" if arrival_cv == 1 else "gamma") if rate is not None else "closed_loop",
         "measure": measure,
-        **({"request_rate_per_s": request_rate} if rate is not None else {}),
+        "percentiles_ms": {
+            k.removesuffix("_s") + "_ms": {q: v * 1e3 for q, v in p.items()} for k, p in st.percentiles.items()
+        },
+        **(
+            {
+                "request_rate_per_s": request_rate,
+                "arrival_cv": arrival_cv,
+                "served_requests_per_s": c.dp * st.served_rps,
+                "overloaded": st.overloaded,
+                "queue_growth_per_s": c.dp * st.queue_growth_per_s,
+                "queue_at_last_arrival": c.dp * st.queue_at_last_arrival,
+            }
+            if rate is not None
+            else {"clients": "staggered" if stagger else "lockstep", "output_spread": st_spread}
+        ),
     }
     return InferenceEstimate(
         config=c,

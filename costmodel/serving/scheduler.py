@@ -8,7 +8,23 @@ serving benchmark reports. Load is either
   --request-rate inf``, SGLang ``bench_serving --max-concurrency``, genai-perf
   ``--concurrency``): ``C`` requests start at time 0 and each finished request is replaced by a
   new one until ``num_requests`` have been sent; or
-* **Poisson arrivals** at ``request_rate`` requests/s (seeded, so deterministic).
+* **open-loop arrivals** at ``request_rate`` requests/s (seeded, so deterministic): Poisson, or
+  with ``arrival_cv`` != 1 Gamma-distributed gaps of the same mean and that coefficient of
+  variation (burstier above 1): vLLM ``benchmark_serving --burstiness B`` draws Gamma gaps of shape B,
+  that is cv = 1/sqrt(B).
+
+Closed-loop clients out of step (``stagger``, what :func:`costmodel.serving.inference.evaluate_inference`
+runs): real clients do not stay synchronised (their requests end at different steps: lengths and
+timing vary). A lockstep replay of identical requests sent at time 0 puts every client's prompt
+into one prefill batch each cycle: issue 40 found 1.05 s TTFT for 16 SGLang clients (Llama-3.1-70B
+TP8, 8 H200) against 125 ms for Poisson arrivals at a similar mean concurrency. With ``stagger`` the first
+requests arrive spread over one request's cycle, the phase such a loop settles into; the
+clients keep their requests identical (``output_spread`` > 0 instead draws each output length
+uniformly within +-that fraction of ``output_len``). Without it they all start at time 0.
+
+Open loop: an arrival rate the engine cannot serve is reported as such (``overloaded``, the
+served rate and the growth of the queue, :func:`_overload`) rather than as the means of a finite
+replay. Percentiles (p50/p90/p99) of TTFT, TPOT and e2e come from the same requests as the means.
 
 One step (vLLM V1 ``Scheduler.schedule``; TensorRT-LLM in-flight batching): every decoding
 request gets one token, then the prompts being prefilled get their next chunk, then waiting
@@ -53,7 +69,7 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from costmodel.spec.errors import SpecError
 from costmodel.serving.engines import SchedulerSpec
@@ -62,6 +78,8 @@ from costmodel.serving.step import chunk_pairs
 #: closed-loop benchmarks send this many requests per client unless told otherwise
 REQUESTS_PER_CLIENT = 8
 MIN_REQUESTS = 16
+#: open-loop replays send this many requests unless told otherwise (enough for p99 and for the queue's trend)
+OPEN_LOOP_REQUESTS = 200
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,12 @@ class ServingStats:
     steps: int
     prefill_steps_per_request: float  # steps a prompt spans, on average
     requests: int
+    percentiles: dict = field(default_factory=dict)  # {"ttft_s": {"p50":, "p90":, "p99":}, "tpot_s": ..., "e2e_s": ...}
+    offered_rps: float | None = None  # open loop: the arrival rate
+    served_rps: float | None = None  # open loop: completions per second while requests kept arriving
+    overloaded: bool = False  # open loop: arrivals outpace what the engine serves
+    queue_growth_per_s: float = 0.0  # requests the queue gains per second when overloaded
+    queue_at_last_arrival: int = 0  # requests waiting for admission when the last one arrived
 
 
 def _check_int(name: str, v, low: int = 1) -> None:
@@ -100,6 +124,9 @@ def simulate(
     micro_batches_max: int = 1,
     seed: int = 0,
     measure: str = "steady",
+    output_spread: float = 0.0,
+    arrival_cv: float = 1.0,
+    stagger: bool = False,
 ) -> ServingStats:
     """Run the engine loop (module doc). ``cost.time_s(tokens=, sampled=, prefill_pairs=,
     decode_ctx=, micro_batches=)`` prices one step (:class:`costmodel.serving.step.StepCost`)."""
@@ -107,6 +134,10 @@ def simulate(
     _check_int("input_len", I)
     _check_int("output_len", O)
     _check_int("kv_capacity", kv_capacity, 0)
+    if not (isinstance(output_spread, (int, float)) and 0 <= output_spread < 1):
+        raise SpecError("output_spread", output_spread, "a fraction in [0, 1)")
+    if not (isinstance(arrival_cv, (int, float)) and math.isfinite(arrival_cv) and arrival_cv > 0):
+        raise SpecError("arrival_cv", arrival_cv, "a positive coefficient of variation (1 = Poisson)")
     if measure not in ("steady", "all"):
         raise SpecError("measure", measure, "'steady' or 'all'")
     if (concurrency is None) == (request_rate is None):
@@ -120,24 +151,43 @@ def simulate(
         raise SpecError("kv_capacity", kv_capacity, "at least one sequence of input_len + output_len tokens")
     if not sched.chunked and I > T:
         raise SpecError("token_budget", T, f">= input_len={I}: {sched.engine} does not chunk prompts here")
-    n_req = num_requests or max(MIN_REQUESTS, REQUESTS_PER_CLIENT * (concurrency or 1))
+    n_req = num_requests or (
+        max(MIN_REQUESTS, REQUESTS_PER_CLIENT * concurrency) if concurrency is not None else OPEN_LOOP_REQUESTS
+    )
     _check_int("num_requests", n_req)
     if concurrency is not None:
         n_req = max(n_req, concurrency)
 
     arrivals: deque = deque()  # future arrivals (Poisson), times ascending
     waiting: deque = deque()  # (rid, arrival time)
-    arr, adm, first = {}, {}, {}
+    arr, adm, first, fin = {}, {}, {}, {}
+    lrng = random.Random(seed + 1)
+    olen = {}
+
+    def draw_len(rid: int) -> None:
+        if output_spread == 0 or O == 1:
+            olen[rid] = O
+        else:  # uniform over O * (1 +- spread), mean O: clients whose requests end at different steps
+            olen[rid] = max(1, round(O * (1 + output_spread * (2 * lrng.random() - 1))))
+
     if concurrency is not None:
         issued = concurrency
-        waiting.extend((r, 0.0) for r in range(concurrency))
-        arr.update({r: 0.0 for r in range(concurrency)})
+        # stagger: the clients' first requests spread over one request's life (period below), the
+        # phase a closed loop of real clients settles into; otherwise all at time 0 (lockstep)
+        period = _cycle_s(cost, concurrency, I, O, T) if stagger else 0.0
+        for r in range(concurrency):
+            arr[r] = r * period / concurrency
+            draw_len(r)
+            (arrivals if r and stagger else waiting).append((r, arr[r]))
     else:
         rng, ta = random.Random(seed), 0.0
+        k = 1.0 / (arrival_cv * arrival_cv)
         for r in range(n_req):
-            ta += rng.expovariate(request_rate)
+            # Poisson (cv 1): exponential gaps; otherwise Gamma gaps of the same mean and the given cv
+            ta += rng.expovariate(request_rate) if arrival_cv == 1 else rng.gammavariate(k, 1.0 / (request_rate * k))
             arrivals.append((r, ta))
             arr[r] = ta
+            draw_len(r)
         issued = n_req
 
     prefilling: deque = deque()  # [rid, prompt tokens done], admitted
@@ -152,12 +202,17 @@ def simulate(
     def finish(rid: int, at: float) -> None:
         nonlocal done_n, issued
         done_n += 1
-        tpot[rid] = (at - first[rid]) / (O - 1) if O > 1 else 0.0
+        o = olen[rid]
+        tpot[rid] = (at - first[rid]) / (o - 1) if o > 1 else 0.0
         e2e[rid] = at - arr[rid]
+        fin[rid] = at
         if concurrency is not None and issued < n_req:  # the client sends its next request
             waiting.append((issued, at))
             arr[issued] = at
+            draw_len(issued)
             issued += 1
+
+    lines: dict = {}  # (decodes, micro-batches) -> (time at no context, slope)
 
     def step_time(tokens, sampled, pairs, ctx, running):
         return cost.time_s(
@@ -200,8 +255,11 @@ def simulate(
         if not chunks and not (waiting and running < limit):
             # decode-only stretch up to the next finish (or arrival): context grows d tokens a step
             k = heap[0][0] - G
-            base = step_time(d, d, 0.0, 0.0, running)
-            slope = (step_time(d, d, 0.0, 1e6, running) - base) / 1e6 * d  # per step, context + d
+            key = (d, min(pp, max(1, running)))
+            if key not in lines:  # a decode step's time is linear in the context it reads
+                b0 = step_time(d, d, 0.0, 0.0, running)
+                lines[key] = (b0, (step_time(d, d, 0.0, 1e6, running) - b0) / 1e6 * d)
+            base, slope = lines[key]  # slope: per step, the context grows d tokens
             span = lambda n: n * (base + slope / d * ctx0) + slope * n * (n - 1) / 2  # noqa: E731
             if arrivals and running < limit:
                 gap = arrivals[0][1] - t
@@ -236,13 +294,13 @@ def simulate(
             rid = prefilling.popleft()[0]
             first[rid] = t
             ttft[rid] = t - arr[rid]
-            if O == 1:
+            if olen[rid] == 1:
                 finish(rid, t)
             else:
                 g0[rid] = G
                 g0sum += G
                 d += 1
-                heapq.heappush(heap, (G + O - 1, rid))
+                heapq.heappush(heap, (G + olen[rid] - 1, rid))
     steady = measure == "steady" and concurrency is not None and n_req > concurrency
     ids = range(concurrency, n_req) if steady else range(n_req)
     n = len(ids)
@@ -252,17 +310,75 @@ def simulate(
 
     mean_e2e = mean(e2e)
     rps = concurrency / mean_e2e if steady else n_req / t
+    over = _overload(arr, adm, fin, request_rate) if concurrency is None else {}
     return ServingStats(
         ttft_s=mean(ttft),
         tpot_s=mean(tpot),
         e2e_s=mean_e2e,
         queue_s=sum(adm[i] - arr[i] for i in ids) / n,
         duration_s=t,
-        output_tokens_per_s=rps * O,
+        output_tokens_per_s=rps * mean(olen),
         requests_per_s=rps,
         running_mean=busy_integral / t,
         admitted_limit=limit,
         steps=steps,
         prefill_steps_per_request=chunk_count / n_req,
         requests=n_req,
+        percentiles={
+            name: {f"p{q}": percentile([src[i] for i in ids], q) for q in (50, 90, 99)}
+            for name, src in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e))
+        },
+        **over,
+    )
+
+
+def _cycle_s(cost, C: int, I: int, O: int, T: int) -> float:
+    """About one client's request cycle with ``C`` clients decoding: ``O`` decode steps of ``C``
+    requests at the mean context (what spreads a closed loop's clients over a cycle,
+    :func:`simulate` ``stagger``; only the spread of the first requests depends on it)."""
+    return O * cost.time_s(tokens=C, sampled=C, prefill_pairs=0.0, decode_ctx=C * (I + O / 2), micro_batches=1)
+
+
+def percentile(xs: list, q: float) -> float:
+    """The ``q``-th percentile of ``xs``, linear between order statistics (numpy's default).
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0], 50), percentile([1.0, 2.0, 3.0, 4.0], 90)
+    (2.5, 3.7)
+    """
+    v = sorted(xs)
+    if not v:
+        return 0.0
+    h = (len(v) - 1) * q / 100
+    lo = math.floor(h)
+    hi = min(lo + 1, len(v) - 1)
+    return round(v[lo] + (v[hi] - v[lo]) * (h - lo), 12)
+
+
+def _overload(arr: dict, adm: dict, fin: dict, rate: float) -> dict:
+    """Open loop: does the engine keep up with the arrivals? Over the second half of the arrival
+    window (the first half fills the engine), the completions per second against the offered rate,
+    and how fast the queue of requests waiting for admission grows. Overloaded when the engine
+    serves under 80% of the offered rate and its queue grows: TTFT then grows with the length of
+    the run, and the means of a finite replay say nothing about the steady state. The served rate
+    reported when overloaded is every completion over the whole replay (a full engine, then its
+    drain), since a short arrival window may see none finish."""
+    t_last = max(arr.values())
+    t_half = t_last / 2
+
+    def queued(x: float) -> int:
+        return sum(1 for r, a in arr.items() if a <= x < adm[r])
+
+    served = sum(1 for f in fin.values() if t_half < f <= t_last) / (t_last - t_half) if t_last > 0 else 0.0
+    q_half, q_last = queued(t_half), queued(t_last)
+    growth = (q_last - q_half) / (t_last - t_half) if t_last > 0 else 0.0
+    over = served < 0.8 * rate and q_last > q_half
+    if over:  # the engine's rate when full: every completion over the run (the window may hold none)
+        served = len(fin) / (max(fin.values()) - min(arr.values()))
+        growth = rate - served  # arrivals minus completions: the backlog's growth in the steady state
+    return dict(
+        offered_rps=rate,
+        served_rps=served,
+        overloaded=over,
+        queue_growth_per_s=growth if over else 0.0,
+        queue_at_last_arrival=q_last,
     )

@@ -89,6 +89,7 @@ INFER_ONLY = (
     "engine",
     "max_seqs",
     "request_rate",
+    "arrival_cv",
 )
 
 
