@@ -22,6 +22,7 @@ from search.infer import ENGINES, InferProblem, InferResult, shortfall, solve_in
 from search.problem import Limits
 from search.solve import SolveOptions
 
+from . import disagg_report
 from .args import add_inference_args, choice_arg, int_arg
 from .emit_serving import launch_for_estimate
 from .inference_report import SERVING_KEYS, launch_lines
@@ -52,9 +53,20 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = True) ->
         "launch command (default: vllm)",
     )
     g.add_argument("--plot", metavar="FILE.png", help="write the throughput/latency Pareto front (needs matplotlib)")
+    disagg_report.add_arguments(g)
 
 
-SERVING_ONLY = ("input_len", "output_len", "kv_dtype", "prefill_tokens", "ttft_ms", "tpot_ms", "plot", "engine")
+SERVING_ONLY = (
+    "input_len",
+    "output_len",
+    "kv_dtype",
+    "prefill_tokens",
+    "ttft_ms",
+    "tpot_ms",
+    "plot",
+    "engine",
+    "disagg",
+)
 
 
 def reject_serving_flags(args: argparse.Namespace) -> None:
@@ -109,8 +121,17 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
     fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
     maximum = {k: getattr(args, f"{k}_max") for k in ("tp", "pp") if getattr(args, f"{k}_max", None) is not None}
     ms = {f: getattr(args, f, None) for f in ("ttft_ms", "tpot_ms")}
+    model = resolve_model(args.model)
+    ctx = model.max_position_embeddings
+    if ctx is not None and args.input_len + args.output_len > ctx:  # as evaluate refuses it (validate_inference)
+        raise SpecError(
+            "input_len",
+            args.input_len,
+            f"at most {max(0, ctx - args.output_len)} with output_len={args.output_len}: prompt + output must fit "
+            f"the model's context of {ctx} tokens (max_position_embeddings)",
+        )
     return InferProblem(
-        model=resolve_model(args.model),
+        model=model,
         cluster=resolve_cluster(args.cluster, args.gpus),
         input_len=args.input_len,
         output_len=args.output_len,
@@ -392,12 +413,13 @@ def run(args: argparse.Namespace) -> int:
     r = solve_infer(p, options)
     plotted = write_plot(p, r, args.plot) if args.plot else None
     prefill = getattr(args, "prefill_tokens", None)
+    d = disagg_report.compare(args, p, r)  # aggregated vs disaggregated (--disagg)
     if args.json:
-        print_json(result_json(p, r, prefill))
+        print_json({**result_json(p, r, prefill), **({"disaggregation": disagg_report.as_json(p, d)} if d else {})})
     else:
-        print(result_text(p, r, prefill))
+        print(result_text(p, r, prefill) + ("\n".join(["", *disagg_report.lines(p, d)]) if d else ""))
     if plotted:  # on stderr under --json: stdout stays one JSON object
         print(plot_line(args.plot, *plotted), file=sys.stderr if args.json else sys.stdout)
-    if not r.plans:
+    if not r.plans and not (d and d.choice == "disaggregated"):
         raise InfeasibleConfig(f"targets=unmet: {r.explanation}")
     return 0

@@ -91,3 +91,13 @@ def test_a_prompt_beyond_the_context_is_refused_in_one_line(capsys):
     lines = err.strip().splitlines()
     assert out == "" and len(lines) == 1
     assert "input_len=10000000" in lines[0] and "8192" in lines[0] and "8092" in lines[0]
+
+
+def test_recommend_refuses_a_prompt_beyond_the_context_too(capsys):
+    argv = ["recommend", "--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8"]
+    argv += ["--input-len", "10000000", "--output-len", "500"]
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "input_len=10000000" in lines[0] and "8192" in lines[0]
+    assert "launch" not in out
