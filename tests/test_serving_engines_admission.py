@@ -3,10 +3,10 @@
 A recording step cost shows what the replayed loop put in every step; each test holds one rule
 of the cited scheduler code:
 
-* vLLM V1 ``Scheduler.schedule`` (vllm-project/vllm@99d7eb5d ``vllm/v1/core/sched/scheduler.py``):
+* vLLM V1 ``Scheduler.schedule`` (``vllm/v1/core/sched/scheduler.py``, vllm-project/vllm@b4622cf9):
   running requests first (a decode is one token), then waiting prompts under
   ``max_num_batched_tokens``, the last one chunked; ``max_num_seqs`` caps the running requests.
-* SGLang (sgl-project/sglang@b36e8e19, ``--enable-mixed-chunk`` off): a prefill batch of up to
+* SGLang ``get_next_batch_to_run`` (sgl-project/sglang@d51c1c21; ``--enable-mixed-chunk`` off, @b36e8e19 docs): a prefill batch of up to
   ``chunked_prefill_size`` tokens runs before the next decode step; the two never share a step.
 * TensorRT-LLM ``MicroBatchScheduler::operator()`` (NVIDIA/TensorRT-LLM@b8b7b782
   ``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp``): generation requests take their

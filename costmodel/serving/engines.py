@@ -12,13 +12,18 @@ vLLM (V1 engine)
     scheduler (``vllm/v1/core/sched/scheduler.py``) schedules the running requests first (a
     decode is one token, a partial prefill its next chunk) and then admits waiting requests
     while the step's token budget lasts; the last one admitted may be chunked. Prefill and
-    decodes share the step (``mixed``).
+    decodes share the step (``mixed``). (``Scheduler.schedule``: ``token_budget =
+    self.max_num_scheduled_tokens``, "First, schedule the RUNNING requests", "Next, schedule the
+    WAITING requests"; the file is stored in the search index at vllm-project/vllm@b4622cf9.)
 SGLang
     ``docs/advanced_features/server_arguments.md`` (sgl-project/sglang@b36e8e19): flags
     ``--chunked-prefill-size`` (default ``None``: set from GPU memory), ``--max-running-requests``
     (``None``: bounded by the KV pool), ``--max-prefill-tokens`` 16384, ``--enable-mixed-chunk``
     ``False``: by default a prefill batch and a decode batch are separate forward passes
-    (``mixed`` false), and a waiting prefill runs before the next decode. ``server_args.py``
+    (``mixed`` false), and a waiting prefill runs before the next decode
+    (``python/sglang/srt/managers/scheduler.py`` ``Scheduler.get_next_batch_to_run``:
+    ``new_batch = self.get_new_batch_prefill()``; "Run prefill first if possible", else the
+    running batch decodes; stored in the search index at sgl-project/sglang@d51c1c21). ``server_args.py``
     sets ``chunked_prefill_size`` from GPU memory: 2048 below 35 GiB, 8192 below 160 GiB
     (H100, H200, A100), 16384 above (B200) -- read in a stored copy of that file whose commit
     the search tool does not name; the documented flag table above is the cited commit.
