@@ -352,6 +352,11 @@ def grad_dtype(args: dict) -> str:
     return "fp16" if fp16 else "fp32"
 
 
+#: Megatron-LM's --fp8-recipe values -> the planner's --dtype (costmodel.spec.precision); ``custom`` has no
+#: model here and reads as plain fp8
+FP8_RECIPES = {"delayed": "fp8", "tensorwise": "fp8-tensorwise", "blockwise": "fp8-blockwise", "mxfp8": "mxfp8"}
+
+
 def workload_fields(args: dict) -> dict:
     """``global_batch``, ``seq``, ``dtype`` and ``gpus`` where ``args`` states them."""
     a = normalise(args)
@@ -365,8 +370,12 @@ def workload_fields(args: dict) -> dict:
         out["gpus"] = devices * nodes
     fp8 = a.get("fp8", a.get("fp8_format"))
     precision = str(a.get("precision", "")).strip().lower()  # NeMo's trainer.precision (PyTorch Lightning)
-    if not _none(fp8) and str(fp8).lower() not in ("false", "0"):
-        out["dtype"] = "fp8"
+    fp4 = a.get("fp4_format", a.get("fp4"))
+    if not _none(fp4) and str(fp4).lower() not in ("false", "0"):  # --fp4-format e2m1: NVFP4 (the only fp4_recipe)
+        out["dtype"] = "nvfp4"
+    elif not _none(fp8) and str(fp8).lower() not in ("false", "0"):
+        # --fp8-recipe (transformer_config.py at d98e8a64; default delayed, the planner's plain fp8)
+        out["dtype"] = FP8_RECIPES.get(str(a.get("fp8_recipe") or "delayed").lower(), "fp8")
     elif ("bf16" in a and as_bool("bf16", a["bf16"])) or precision in ("bf16", "bf16-mixed", "bf16-true"):
         out["dtype"] = "bf16"
     elif ("fp16" in a and as_bool("fp16", a["fp16"])) or precision in ("16", "16-mixed", "fp16"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from costmodel.physics.comm import dma as _dma
 from costmodel.spec import layout as _layout
 from costmodel.spec.errors import SpecError
+from costmodel.spec.precision import check_supported
 from costmodel.frameworks.rules import check as check_framework, check_moe_sequence_parallel
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -28,6 +29,11 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
     ...
     costmodel.spec.errors.SpecError: tp=7: must be a divisor of heads=96
     """
+    dev = getattr(cluster, "device", None)  # runs.py validates a run's plan before its cluster is known
+    if workload.recipe not in ("bf16", "fp16", "fp8") and dev is not None:
+        # a recipe the GPU lacks, refused in one line (``fp8`` on Ampere keeps its old behaviour: timed at
+        # the BF16 peak, DeviceSpec.peak_flops_per_s)
+        check_supported(workload.recipe, dev.name, dev.peak_fp8_flops_per_s)
     if c.activation_offload_layers >= model.layers and c.activation_offload_layers:  # transformer_config.py@d98e8a64
         raise SpecError(
             "activation_offload_layers",

@@ -22,7 +22,9 @@ MS = 1e-3
 
 #: bytes per element of each supported numeric format
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-DTYPES = ("bf16", "fp16", "fp8")
+#: the ``--dtype`` values: the GEMM formats, and the low-precision training recipes of issue 39
+#: (:mod:`costmodel.spec.precision`; ``fp8`` stays per-tensor delayed scaling)
+DTYPES = ("bf16", "fp16", "fp8", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4")
 
 
 #: bytes per parameter of mixed-precision training: BF16 weights, FP32 gradients, FP32 Adam (master, m, v)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from costmodel.spec.errors import SpecError
 from costmodel.spec.bounds import _bounded, _positive_int
+from costmodel.spec import precision
 from costmodel.spec.units import DTYPES
 
 
@@ -18,7 +19,11 @@ class Workload:
 
     global_batch : sequences per optimizer step (training) or concurrent requests (inference).
     seq_len : tokens per training sequence (inference: ``input_len + output_len`` when 0).
-    dtype : compute format of GEMMs (``bf16``, ``fp16`` or ``fp8``; FP8 keeps BF16 weights).
+    dtype : compute format of GEMMs (``bf16``, ``fp16`` or ``fp8``; FP8 keeps BF16 weights). A recipe name of
+        :mod:`costmodel.spec.precision` (``fp8-tensorwise``, ``fp8-blockwise``, ``mxfp8``, ``nvfp4``) is
+        accepted too: it is kept in ``recipe`` and ``dtype`` becomes its GEMM class (``fp8``), so every part of
+        the model that treats FP8 (saved FP8 inputs, the FP8 weight cache, cast kernels) treats it.
+    recipe : the precision recipe (``""``: the one ``dtype`` names; ``fp8`` is per-tensor delayed scaling).
     input_len, output_len : prompt and generated tokens per request (inference).
     """
 
@@ -28,6 +33,7 @@ class Workload:
     dtype: str = "bf16"
     input_len: int = 0
     output_len: int = 0
+    recipe: str = ""
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -35,6 +41,10 @@ class Workload:
         _positive_int("global_batch", self.global_batch)
         if self.dtype not in DTYPES:
             raise SpecError("dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        # the dtype names the recipe; dataclasses.replace(w, dtype="fp8") keeps an FP8-class recipe (mxfp8...)
+        if not self.recipe or self.dtype != "fp8" or precision.recipe(self.recipe).gemm_class != "fp8":
+            object.__setattr__(self, "recipe", self.dtype)
+        object.__setattr__(self, "dtype", precision.recipe(self.recipe).gemm_class)
         _positive_int("input_len", self.input_len, allow_zero=True)
         _positive_int("output_len", self.output_len, allow_zero=True)
         if self.mode == "infer" and not self.seq_len:

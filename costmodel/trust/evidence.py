@@ -119,6 +119,9 @@ def compute_parts(model: ModelSpec, cluster: ClusterSpec, workload: Workload, co
     gemm = constant_evidence(
         cluster, "device.fp8_gemm_efficiency" if workload.dtype == "fp8" else "device.gemm_efficiency"
     )
+    recipe = _registry()["recipes"].get(f"gemm.{workload.recipe}")
+    if recipe:  # the recipe's rate over FP8's is assumed (costmodel.physics.kernels.gemm.recipe_rate_factor)
+        gemm = Known(recipe[0], f"{recipe[1]}; {gemm.basis}", recipe[2] or gemm.untested)
     parts = {}
     if dev.kernel_table and not table_kinds:
         gemm = Known(gemm.kind, f"no measured GEMM table for {dev.name}, the fitted model: {gemm.basis}", gemm.untested)

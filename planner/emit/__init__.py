@@ -77,7 +77,7 @@ def emit_text(
         from ..emit_arch import with_model_lines
 
         mtp = model.mtp_layers if model is not None else 0
-        text, notes = megatron_text(c, workload.global_batch, layers, workload.dtype, moe, mtp), megatron_notes(c)
+        text, notes = megatron_text(c, workload.global_batch, layers, workload.recipe, moe, mtp), megatron_notes(c)
         text, notes = with_model_lines(text, notes, c, workload, model)
     else:
         text, notes = (

@@ -9,6 +9,7 @@ Megatron-Core sizes buckets in *elements*, not bytes (``DistributedDataParallelC
 from __future__ import annotations
 
 from costmodel.frameworks import rules as frameworks
+from costmodel.spec import precision
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
 from costmodel.physics.memory.stage_memory import grad_elem_bytes
@@ -19,6 +20,11 @@ from costmodel.spec.stages import megatron_split
 def bucket_elements(c: ParallelConfig) -> int:
     """The DP bucket as gradient elements (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes` each)."""
     return int(round(c.bucket_bytes / grad_elem_bytes(c)))
+
+
+#: the precision flags the recipes write (costmodel.spec.precision.Recipe.megatron), named here as string
+#: constants so that planner.baseline.emitted_flags, which reads this module's source, knows them
+PRECISION_FLAGS = ("--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe", "--fp4-param-gather")
 
 
 def grad_dtype_args(c: ParallelConfig, dtype: str) -> list[list[str]]:
@@ -104,11 +110,15 @@ def megatron_args(
         if c.zero in (1, 3):
             out.append(["--overlap-param-gather"])
         out.append(["--ddp-bucket-size", str(bucket_elements(c))])
-    out += {"bf16": [["--bf16"]], "fp16": [["--fp16"]], "fp8": [["--bf16"], ["--fp8-format", "hybrid"]]}[dtype]
+    # the precision recipe's flags (costmodel.spec.precision: --fp8-format / --fp8-recipe / --fp4-format /
+    # --fp4-recipe as transformer_config.py at d98e8a64 parses them; plain fp8 is the default delayed recipe)
+    r = precision.recipe(dtype)
+    out += [list(f) for f in r.megatron]
     if (
-        c.fp8_param_gather and dtype == "fp8"
-    ):  # FP8 parameters, no cached FP8 copy (costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes)
-        out.append(["--fp8-param-gather"])
+        c.fp8_param_gather and r.gemm_class == "fp8"
+    ):  # FP8 parameters, no cached FP8 copy (costmodel.physics.memory.stage_memory.fp8_weight_cache_bytes);
+        # NVFP4 parameters are --fp4-param-gather (transformer_config.py fp4_param at d98e8a64)
+        out.append(["--fp4-param-gather" if r.name == "nvfp4" else "--fp8-param-gather"])
     return out + grad_dtype_args(c, dtype)
 
 

@@ -65,7 +65,7 @@ def _with_dma(model, cluster, w, c) -> ParallelConfig:
 def _layer_key(w: Workload, c: ParallelConfig) -> tuple[Workload, ParallelConfig]:
     """Only what shapes one layer's graph (pipeline and bucket settings do not)."""
     return (
-        Workload(mode=w.mode, global_batch=1, seq_len=w.seq_len, dtype=w.dtype),
+        Workload(mode=w.mode, global_batch=1, seq_len=w.seq_len, dtype=w.dtype, recipe=w.recipe),
         # pp only as "a pipeline or not": FSDP2 without resharding syncs once per step under one
         replace(c, pp=min(c.pp, 2), vp=1, bucket_bytes=0, layers_per_stage=None, recompute_layers=None, layout=None),
     )

@@ -36,7 +36,7 @@ from costmodel.spec.workload import Workload
 from costmodel.physics.kernels.measured import table_evidence
 from costmodel.physics.kernels.gemm import TE_GROUPED_GEMM_STREAMS, gemm_time_s, elementwise_time_s, grouped_gemm_time_s
 from costmodel.physics.kernels.moe_load import moe_imbalance
-from costmodel.physics.kernels.gemm import ACT_BYTES
+from costmodel.physics.kernels.gemm import ACT_BYTES, gemm_class
 
 #: A blocking device-to-host copy of ``tokens_per_expert`` (Megatron-Core token dispatcher,
 #: ``tokens_per_expert.cpu()`` / the ``.tolist()`` of the AllToAll-V splits and grouped-GEMM sizes):
@@ -101,7 +101,7 @@ def _gemm(
     # backward: dgrad (m x n)@(n x k) and wgrad (k x m)@(m x n), same FLOPs as forward each
     dgrad = grouped_gemm_time_s(m, k, n, dev, dtype, groups, ragged, streams)
     wgrad = grouped_gemm_time_s(k, n, m, dev, dtype, groups, False, streams)
-    if dtype == "fp8":
+    if gemm_class(dtype) == "fp8":
         # Transformer Engine casts each GEMM input to FP8 with a fused cast+transpose: forward
         # reads the BF16 input (2 B) and writes the FP8 copy and its transpose (1 B + 1 B);
         # backward does the same for the output gradient (NVIDIA Transformer Engine docs, FP8 primer).
@@ -201,7 +201,7 @@ def layer_ops(
         model,
         dev,
         w.seq_len,
-        w.dtype,
+        w.recipe,  # the recipe: its GEMMs time at its rate (costmodel.physics.kernels.gemm.recipe_rate_factor)
         c.tp,
         c.cp,
         c.mb,

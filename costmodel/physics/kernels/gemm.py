@@ -22,8 +22,49 @@ import math
 from functools import lru_cache
 from costmodel.physics.kernels.kernel_fits import gemm_fit
 from costmodel.physics.kernels.measured import table_gemm
+from costmodel.spec.precision import RECIPES, bytes_per_element, generation
 from costmodel.spec.specs import DeviceSpec
 from costmodel.spec.units import DTYPE_BYTES
+
+#: NVFP4 dense tensor-core peak over FP8's, per generation: B200 9 PFLOP/s dense FP4 vs 4.5 PFLOP/s dense
+#: FP8 (NVIDIA B200 datasheet; the b200 preset's FP8 peak is that 4.5). Assumed 2 for every Blackwell part:
+#: Blackwell Ultra (B300/GB300) is quoted at 1.5x B200's NVFP4, which this under-charges (a conservative gap).
+NVFP4_PEAK_VS_FP8 = {"blackwell": 2.0}
+
+#: fitted path (``--kernels fitted``): the fraction of its peak an NVFP4 GEMM reaches relative to the FP8
+#: GEMM's fraction. Assumed from one measured point: B200's tables (costmodel/physics/tables, b200_sxm,
+#: 8192 x 8192 x 8192) give FP8 per-tensor 0.4709 ms (2.335 PFLOP/s, 51.9% of 4.5) and NVFP4 0.2846 ms
+#: (3.864 PFLOP/s, 42.9% of 9): 0.83. Carried to every shape: an assumption (evidence ``gemm.nvfp4``).
+NVFP4_EFFICIENCY_VS_FP8 = 0.83
+
+#: fitted path: MXFP8 and FP8 blockwise GEMMs at the FP8 per-tensor GEMM's efficiency (1.0). Assumed: the
+#: Blackwell tensor core applies the E8M0 block scales inside the block-scaled MMA at the FP8 rate (no
+#: measured MXFP8 table here); the FP8 blockwise kernels on Hopper apply FP32 scales in the epilogue of each
+#: 128-deep K step (the H800 DeepGEMM fit, 0.76, is of that kind). Evidence ``gemm.mxfp8``.
+MXFP8_EFFICIENCY_VS_FP8 = 1.0
+
+
+def gemm_class(dtype: str) -> str:
+    """The GEMM format a dtype or recipe name runs as (``mxfp8`` -> ``fp8``)."""
+    r = RECIPES.get(dtype)
+    return r.gemm_class if r is not None else dtype
+
+
+def recipe_rate_factor(dev: DeviceSpec, dtype: str) -> float:
+    """The fitted GEMM rate of recipe ``dtype`` over its GEMM class's (FP8) rate: NVFP4
+    :data:`NVFP4_PEAK_VS_FP8` x :data:`NVFP4_EFFICIENCY_VS_FP8`; MXFP8 and FP8 blockwise
+    :data:`MXFP8_EFFICIENCY_VS_FP8`; the rest 1.
+
+    >>> from costmodel.spec.presets import load_cluster
+    >>> d = load_cluster("b200").device
+    >>> recipe_rate_factor(d, "fp8"), recipe_rate_factor(d, "mxfp8"), recipe_rate_factor(d, "nvfp4")
+    (1.0, 1.0, 1.66)
+    """
+    if dtype == "nvfp4":
+        return NVFP4_PEAK_VS_FP8.get(generation(dev.name), 2.0) * NVFP4_EFFICIENCY_VS_FP8
+    if dtype in ("mxfp8", "fp8-blockwise"):
+        return MXFP8_EFFICIENCY_VS_FP8
+    return 1.0
 
 
 TILE = 128  # GEMM output tile edge (assumption: cuBLAS-class 128x128 tiles)
@@ -156,6 +197,7 @@ def _gemm_time_s(m, n, k, dev, dtype, batch, ragged, k0, tile_shapes) -> float:
         t, _ = table_gemm(m, n, k, dev, dtype)
         if t is not None:
             return t
+    recipe, dtype = dtype, gemm_class(dtype)  # a recipe name times as its GEMM class, at its rate and bytes
     util = gemm_utilization(
         m,
         n * batch,
@@ -167,6 +209,9 @@ def _gemm_time_s(m, n, k, dev, dtype, batch, ragged, k0, tile_shapes) -> float:
     )
     rate = dev.peak_flops_per_s(dtype) * dev.gemm_peak_fraction(dtype) * util
     in_bytes = DTYPE_BYTES[dtype] if dtype == "fp8" else ACT_BYTES
+    if recipe != dtype and dtype == "fp8":
+        rate *= recipe_rate_factor(dev, recipe)
+        in_bytes = bytes_per_element(recipe, usages=1)
     bytes_moved = batch * ((m * k + k * n) * in_bytes + m * n * ACT_BYTES)
     return max(flops / rate, bytes_moved / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency)) + dev.kernel_overhead_s
 

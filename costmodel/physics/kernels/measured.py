@@ -24,7 +24,20 @@ from costmodel.physics.tables import KINDS, Evidence, collective_lookup, gemm_lo
 
 #: the table's dtype for a planner dtype (``fp8``: per-tensor scaled FP8, Transformer Engine's delayed and
 #: current scaling; DeepSeek's blockwise recipe is ``fp8_block``)
-TABLE_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+TABLE_DTYPE = {
+    "bf16": "bf16",
+    "fp16": "bf16",
+    "fp8": "fp8",
+    "fp8-tensorwise": "fp8",
+    "fp8-blockwise": "fp8_block",
+    "nvfp4": "nvfp4",
+    "mxfp8": "fp8",
+}
+
+#: recipes read from another recipe's table, and why (their evidence is ``assumed``, not the table's kind):
+#: no MXFP8 GEMM table exists here; MXFP8 is taken at the per-tensor FP8 table's time (the Blackwell tensor
+#: core's block-scaled MMA runs at the FP8 rate; NVIDIA Blackwell architecture technical brief)
+TABLE_STAND_IN = {"mxfp8": "mxfp8 read from the per-tensor fp8 table (assumed: the same tensor-core rate)"}
 
 #: device name -> the table system of the part with the same compute die (module docstring)
 STAND_IN = {
@@ -67,8 +80,11 @@ def table_gemm(m: float, n: float, k: float, dev, dtype: str) -> tuple[float | N
     if t is None:
         return None, ev
     clock = SUSTAINED_CLOCK[generation(system)]
-    note = "; ".join(x for x in (ev.note, stand_in, f"/ {clock:.3f} sustained clock") if x)
-    return t / clock, Evidence(ev.kind, ev.table, note, ev.distance)
+    note = "; ".join(
+        x for x in (ev.note, stand_in, TABLE_STAND_IN.get(dtype, ""), f"/ {clock:.3f} sustained clock") if x
+    )
+    kind = "assumed" if dtype in TABLE_STAND_IN else ev.kind
+    return t / clock, Evidence(kind, ev.table, note, ev.distance)
 
 
 def table_evidence(shapes, dev, dtype: str) -> str:

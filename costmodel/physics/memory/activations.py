@@ -25,6 +25,7 @@ from costmodel.physics.kernels.moe_load import moe_imbalance
 from costmodel.physics.kernels.recompute import op_sac_matmuls
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.specs import ModelSpec
+from costmodel.spec.precision import bytes_per_element
 from costmodel.spec.workload import Workload
 
 
@@ -35,7 +36,7 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     t = c.tp
     h = model.hidden
     tokens = c.mb * w.seq_len / c.cp
-    x = LINEAR_INPUT_BYTES[fp8_saved_inputs(w, c)]  # bytes of a saved GEMM input element
+    x = saved_input_bytes(w, c)  # bytes of a saved GEMM input element
     rec = c.recomputed_modules
     # 2 LN inputs (4h), QKV input (2h, FP8 1h), MLP input (2h: under MoE the router keeps it in BF16; discarded by
     # Megatron's "layernorm" recompute, and by "moe" as well when both are on), 2 dropout masks (2h, none at
@@ -108,6 +109,22 @@ def gathered_gemm_input_bytes(model: ModelSpec, w: Workload, c: ParallelConfig) 
 
 #: bytes of one saved GEMM-input element: BF16, or FP8 (:func:`fp8_saved_inputs`)
 LINEAR_INPUT_BYTES = {False: 2, True: 1}
+
+
+def saved_input_bytes(w: Workload, c: ParallelConfig) -> float:
+    """Bytes of one saved GEMM-input element: :data:`LINEAR_INPUT_BYTES`, and for the blockwise, MXFP8 and
+    NVFP4 recipes under Megatron-Core the one usage Transformer Engine keeps (``module/linear.py`` at d0067d0:
+    "Discard row-wise data since it is not needed in backward pass", ``update_usage(rowwise_usage=False,
+    columnwise_usage=True)``) with its block scales (:func:`costmodel.spec.precision.bytes_per_element`:
+    FP8 blockwise 1 + 4/128, MXFP8 1 + 1/32, NVFP4 0.5 + 1/16).
+
+    >>> saved_input_bytes(Workload(global_batch=8, seq_len=4096, dtype="nvfp4"), ParallelConfig())
+    0.5625
+    """
+    fp8 = fp8_saved_inputs(w, c)
+    if fp8 and w.recipe not in ("fp8", "fp8-tensorwise"):
+        return bytes_per_element(w.recipe, weight=False, usages=1)
+    return LINEAR_INPUT_BYTES[fp8]
 
 
 def fp8_saved_inputs(w: Workload, c: ParallelConfig) -> bool:

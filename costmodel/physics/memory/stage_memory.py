@@ -17,6 +17,7 @@ from costmodel.frameworks import rules as frameworks
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.spec.stages import in_flight_profile
 from costmodel.spec.specs import ModelSpec
+from costmodel.spec.precision import bytes_per_element
 from costmodel.spec.workload import Workload
 from costmodel.physics.memory.stage_contents import chunk_counts, expert_dp, layer_counts, layer_params, stage_params
 from costmodel.physics.memory.activations import (
@@ -217,7 +218,21 @@ def fp8_weight_cache_bytes(model: ModelSpec, w: Workload, c: ParallelConfig, sta
     expert = n_moe * layer_params(model, c, True)[1] if n_moe else 0.0
     if frameworks.of(c).shard_weights:  # as model_state_bytes shards the weights
         dense, expert = dense / (c.dp * c.cp), expert / expert_dp(c)
-    return FP8_WEIGHT_COPY_BYTES * (dense + expert)
+    return weight_copy_bytes(w) * (dense + expert)
+
+
+def weight_copy_bytes(w: Workload) -> float:
+    """Bytes per GEMM weight of the quantized copy Transformer Engine caches for recipe ``w.recipe``: the
+    row-wise and the column-wise copy with their scales (:func:`costmodel.spec.precision.bytes_per_element`):
+    FP8 per-tensor :data:`FP8_WEIGHT_COPY_BYTES` (2), FP8 blockwise 2 x (1 + 4 / 128^2), MXFP8
+    2 x (1 + 1 / 32), NVFP4 2 x (0.5 + 1 / 16).
+
+    >>> weight_copy_bytes(Workload(global_batch=8, seq_len=4096, dtype="mxfp8"))
+    2.0625
+    """
+    if w.recipe in ("fp8", "fp8-tensorwise"):
+        return FP8_WEIGHT_COPY_BYTES
+    return bytes_per_element(w.recipe)
 
 
 def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:
