@@ -86,10 +86,12 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
     )
     g.add_argument(
         "--dtype",
-        type=choice_arg("dtype", DTYPES),
+        type=_converter("dtype", _dtypes, "one of " + ", ".join(DTYPES) + ", or (recommend) auto or a comma list"),
         default="bf16",
         metavar="{" + ",".join(DTYPES) + "}",
-        help="GEMM format (default: %(default)s)",
+        help="GEMM format or precision recipe (default: %(default)s; fp8 is per-tensor delayed scaling; "
+        "mxfp8 and nvfp4 need Blackwell); recommend also takes auto (every recipe the GPU runs) or a comma "
+        "list, searches each and states each one's step time",
     )
     g.add_argument(
         "--stack",
@@ -108,6 +110,14 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
         "default) or 'measured' (the stack's measured GEMM table at sustained clocks, "
         "costmodel.physics.kernels.measured; benchmarks/kernel_regimes.py compares them)",
     )
+
+
+def _dtypes(text: str) -> str:
+    """``--dtype``: one of :data:`DTYPES`, ``auto``, or a comma list of them (recommend searches each)."""
+    names = [t.strip() for t in text.split(",")]
+    if text != "auto" and (not all(n in DTYPES for n in names) or len(set(names)) != len(names)):
+        raise KeyError(text)
+    return ",".join(names)
 
 
 def _module_list(text: str) -> tuple[str, ...]:

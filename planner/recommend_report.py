@@ -393,7 +393,7 @@ def report_text(result, model, cluster, workload) -> str:
     rows = [[name] + [col[i] for col in cols] for i, name in enumerate(_rows(engine))]
     lines = [
         f"{model_label(model)} on {cluster.num_gpus} x {cluster.device.name} ({cluster.name}), global batch "
-        f"{workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
+        f"{workload.global_batch} x {workload.seq_len} tokens, {workload.recipe}",
         stack_line(cluster),
         "",
         table(headers, rows),

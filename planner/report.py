@@ -274,7 +274,7 @@ def estimate_text(
     lines = [
         f"{model_label(model)} on {gpus} x {cluster.device.name} ({cluster.name}, "
         f"{_nodes(gpus, cluster)}), "
-        f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.dtype}",
+        f"global batch {workload.global_batch} x {workload.seq_len} tokens, {workload.recipe}",
         stack_line(cluster),
         f"config: {config_line(est)}",
         *([f"pipeline layout: {est.layout}"] if est.config.pp > 1 and est.layout else []),

@@ -162,3 +162,23 @@ def test_emitted_flags_parse(dtype, gather):
             ["--bf16"],
             ["--fp8-format", "hybrid"],
         ]
+
+
+def test_recommend_states_each_recipe_and_picks_the_fastest(capsys):
+    rc = main(
+        ["recommend", "--model", "llama3-8b", "--cluster", "b200", "--gpus", "8", "--global-batch", "64"]
+        + ["--seq", "4096", "--dtype", "bf16,nvfp4"]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    line = [ln for ln in out.splitlines() if ln.startswith("precision: ")][0]
+    t = {p.split()[0]: float(p.split()[1]) for p in line[len("precision: ") :].split(" (")[0].split("; ")}
+    assert t["nvfp4"] < t["bf16"] and "chosen: nvfp4" in line
+    assert out.splitlines()[0].endswith("nvfp4")
+
+
+def test_a_recipe_list_is_refused_where_one_is_not_run(capsys):
+    rc = main(EVAL[:0] + ["recommend", *EVAL[1:], "--cluster", "h100-sxm", "--dtype", "fp8,mxfp8"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "mxfp8" in err
+    assert main(EVAL + ["--cluster", "b200", "--dtype", "auto", *PINS]) == 2  # evaluate times one recipe

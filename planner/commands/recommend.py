@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError("objective", args.objective, "step, without --train-tokens or --pareto, in --mode infer")
         return recommend_infer.run(args)
     recommend_infer.reject_serving_flags(args)
+    if args.dtype == "auto" or "," in args.dtype:
+        return _each_recipe(args)
     model, cluster, workload = problem_from_args(args)
     if not cluster.num_gpus:
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
@@ -189,6 +191,9 @@ def run(args: argparse.Namespace) -> int:
         **objective_options(args),
         **constraints_from_args(args),
     )
+    if result.plans:  # the step time --dtype auto compares recipes by (_each_recipe)
+        b = result.plans[0]
+        args._best_step_s = b.graph_step_time_s if b.graph_step_time_s is not None else b.estimate.step_time_s
     code = render(result, args, model, cluster, workload)  # result.plans: the plans it showed
     if code == 0:
         write_report_of(
@@ -200,6 +205,57 @@ def run(args: argparse.Namespace) -> int:
             objectives=report_objectives(args),
             baseline=args.baseline,
         )
+    return code
+
+
+def _each_recipe(args: argparse.Namespace) -> int:
+    """``--dtype auto`` (every recipe the GPU runs: :func:`costmodel.spec.precision.check_supported`) or a comma
+    list: each recipe is searched on its own (each answer proven as a single-recipe search is), the fastest
+    answer is shown, and one line per recipe states its best step time. A listed recipe the GPU lacks is
+    refused as ``--dtype`` alone refuses it."""
+    import contextlib
+    import io
+
+    from costmodel.spec.precision import RECIPE_NAMES, check_supported
+
+    _, cluster, _ = problem_from_args(argparse.Namespace(**{**vars(args), "dtype": "bf16"}))
+    dev = cluster.device
+    if args.dtype == "auto":
+        names = []
+        for n in RECIPE_NAMES:
+            if n == "fp16" or (n != "bf16" and not dev.peak_fp8_flops_per_s):
+                continue  # fp16 trains as bf16 does (no recipe of its own); FP8 recipes need an FP8 peak
+            try:
+                check_supported(n, dev.name, dev.peak_fp8_flops_per_s)
+            except SpecError:
+                continue
+            names.append(n)
+    else:
+        names = args.dtype.split(",")
+        for n in names:
+            check_supported(n, dev.name, dev.peak_fp8_flops_per_s)
+    times = {}
+    for n in names:
+        one = argparse.Namespace(
+            **{**vars(args), "dtype": n, "report": None, "emit": None, "json": False, "started_s": None}
+        )
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                code = run(one)
+            except SpecError:
+                code = 2
+        times[n] = getattr(one, "_best_step_s", None) if code == 0 else None
+    fits = {n: t for n, t in times.items() if t is not None}
+    if not fits:
+        raise SpecError("dtype", args.dtype, "a recipe with a plan that fits (no recipe listed has one)")
+    best = min(fits, key=fits.get)
+    code = run(argparse.Namespace(**{**vars(args), "dtype": best, "started_s": None}))
+    print(
+        "precision: "
+        + "; ".join(f"{n} {t:.3f} s" if t is not None else f"{n} no plan" for n, t in times.items())
+        + f" (best plan of each, op graph where re-scored; chosen: {best}; MXFP8/NVFP4/blockwise GEMM rates "
+        "on the fitted path are assumed: costmodel/trust/data/constant_evidence.json 'recipes')"
+    )
     return code
 
 
