@@ -2,15 +2,15 @@
 chose (or left at defaults), and where the plan lies beyond the data its band is made of.
 
 The plan is llama3-8b on B200: no published run is on a Blackwell GPU, so every band must say so
-("no measured run on b200") and fall back to the band of all measured runs pooled."""
+("no measured run on b300"; B200 has measured runs since issue 39) and fall back to the band of all measured runs pooled."""
 
 import json
 
 from planner.cli import main
 from planner.sweep import grid_from_mapping, run_sweep
 
-PROBLEM = ["--model", "llama3-8b", "--cluster", "b200", "--gpus", "16", "--global-batch", "32", "--seq", "4096"]
-OUTSIDE = "no measured run on b200"
+PROBLEM = ["--model", "llama3-8b", "--cluster", "b300", "--gpus", "16", "--global-batch", "32", "--seq", "4096"]
+OUTSIDE = "no measured run on b300"
 
 
 def out_of(capsys, argv) -> str:
@@ -58,7 +58,7 @@ def test_explain_states_its_choices_and_band(capsys):
 
 
 def test_sweep_rows_carry_stack_and_band_notes(tmp_path):
-    grid = grid_from_mapping({"models": "llama3-8b", "gpus": "16", "global_batch": 32, "seq": 4096, "clusters": "b200"})
+    grid = grid_from_mapping({"models": "llama3-8b", "gpus": "16", "global_batch": 32, "seq": 4096, "clusters": "b300"})
     run_sweep(grid.cases(), tmp_path, workers=1, progress=False)
     (row,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert row["status"] == "ok" and row["stack"] == "mcore-2025" and OUTSIDE in row["band_notes"]
@@ -92,7 +92,7 @@ def test_sweep_summary_names_stack_and_extrapolation(capsys, tmp_path):
         "--models",
         "llama3-8b",
         "--clusters",
-        "b200",
+        "b300",
         "--gpus",
         "16",
         "--global-batch",

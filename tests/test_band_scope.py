@@ -114,7 +114,7 @@ def test_no_residuals_of_a_regime_falls_back_to_all_runs_pooled_and_says_so():
     mean, half, n = U.outside_band(ROWS)
     assert n == len(ROWS)
     for r, said in (
-        (regime(device="b200", device_name="B200"), "no measured run on b200"),
+        (regime(device="b300", device_name="B300"), "no measured run on b300"),
         (regime(kind="moe", zero="0", mechanisms=()), "no measured run of moe ZeRO-0 training on a100"),
     ):
         lo, hi, notes = U.band_detail(replace(r, sens_log_sd=0.0), residuals=ROWS, components=COMPONENTS)

@@ -45,6 +45,12 @@ KNOWN_UNFIT: dict = {
     ("new", "279"): "Bridge DeepSeek-V3 BF16 PP4 VP4 EP64 on 256 GB200, no recompute as filled: 193 GiB of 173",
     ("new", "286"): "Bridge Llama 3.1 405B TP4 PP8 CP2 VP8 on 128 B200, no recompute as filled: 170 GiB of 168",
     ("new", "289"): "Bridge GPT-OSS 120B EP8 MBS 4 on 64 B200, no recompute as filled: 211 GiB of 168",
+    # the MXFP8 rows, predicted since the mxfp8 recipe landed (c16be47), filled alike (no recompute, no offloading)
+    ("new", "271"): "Bridge DeepSeek-V3 MXFP8 PP2 VP4 EP32 on 256 GB300, no recompute as filled: 277 GiB of 268",
+    ("new", "280"): "Bridge DeepSeek-V3 MXFP8 PP8 VP4 EP32 on 256 GB200, no recompute as filled: 185 GiB of 173",
+    ("new", "287"): "Bridge Llama 3.1 405B MXFP8 TP4 PP8 CP2 VP8 on 128 B200, no recompute as filled: 195 GiB of 168",
+    ("new", "288"): "Bridge DeepSeek-V3 MXFP8 PP16 EP8 on 256 B200, no recompute as filled: 177 GiB of 168",
+    ("new", "293"): "ModelZoo Qwen3-235B MXFP8 PP4 VP6 EP64 on 256 GB200, selective recompute: 220 GiB of 173",
 }
 
 GiB = 2**30

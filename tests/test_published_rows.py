@@ -44,6 +44,13 @@ EXPECTED_SKIPS = {
 }
 if "mxfp8" in __import__("costmodel.spec.workload", fromlist=["DTYPES"]).DTYPES:  # the dtype has landed: rows run
     EXPECTED_SKIPS = {k: v for k, v in EXPECTED_SKIPS.items() if "MXFP8" not in v}
+    # the sealed MXFP8 rows state TFLOP/s by an MLA FLOP count the loader does not have
+    EXPECTED_SKIPS.update(
+        {
+            ("sealed", str(i)): "no step time, throughput or TFLOP/s with a known FLOP convention"
+            for i in (296, 297, 298)
+        }
+    )
 
 
 def test_doctests_of_the_benchmark_modules():
