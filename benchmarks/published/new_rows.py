@@ -25,6 +25,8 @@ from .sources import (
     TORCHTITAN_AC_EVERY,
     BLOCK_SCALED,
     BRIDGE_2509_RECIPES,
+    BRIDGE_2511_RECIPES,
+    BRIDGE_BF16_GRADS,
     BRIDGE_FP8_PARAMS,
     BRIDGE_TABLES,
     FA2_STACKS,
@@ -34,6 +36,7 @@ from .sources import (
     MCORE_MODULE_NAMES,
     MCORE_RECIPES,
     MODEL_PRESET,
+    MXFP8_PARAMS,
     NOT_MODELLED,
     TORCHTITAN,
     TUNED_TABLES,
@@ -270,6 +273,22 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     if src in BRIDGE_FP8_PARAMS and dtype == "fp8" and "blockwise" not in r["notes"].lower():
         extra["fp8_param_gather"] = True
         notes.append("fp8_param_gather (the Bridge FP8 recipes' FP8 parameters: BRIDGE_FP8_PARAMS)")
+    if src in MXFP8_PARAMS and dtype == "mxfp8":
+        extra["fp8_param_gather"] = True
+        notes.append(
+            "fp8_param_gather (the recipe's MXFP8 parameters, --reuse-grad-buf-for-mxfp8-param-ag: MXFP8_PARAMS)"
+        )
+    if src in BRIDGE_BF16_GRADS:
+        extra["grad_dtype"] = "bf16"
+        notes.append("BF16 gradient buffer: grad_reduce_in_fp32 False in the Bridge perf scripts (BRIDGE_BF16_GRADS)")
+    gpu_key = next((g for g in ("GB300", "GB200", "B300", "B200") if g in r["gpu_type"].upper()), "")
+    recipe_2511 = BRIDGE_2511_RECIPES.get((label, gpu_key, r["precision"].strip().upper()))
+    if src == "megatron_bridge_perf_blackwell" and recipe_2511 is not None and not rec:
+        knobs, where = recipe_2511
+        extra.update(knobs)
+        recompute = knobs.get("recompute", recompute)
+        stated = ", ".join(f"{k} {v}" for k, v in knobs.items()) or "nothing beyond the stated degrees"
+        notes.append(f"{stated}: the Bridge 25.11 performance recipe ({where}; BRIDGE_2511_RECIPES)")
     for (prefix, gpu), recipe in BRIDGE_2509_RECIPES.items():
         if src == "megatron_bridge_perf" and label.startswith(prefix) and gpu in r["gpu_type"] and not rec:
             extra.update(recipe)

@@ -205,6 +205,100 @@ BRIDGE_2509_RECIPES = {
         recompute="selective", recompute_modules=("mla_up_proj", "mlp"), layout="Et|(tt|)*30mL", grad_dtype="bf16"
     ),
 }
+#: Megatron-Bridge's 25.11 performance runs (``megatron_bridge_perf_blackwell``): every ``scripts/performance``
+#: model script sets ``cfg.ddp.grad_reduce_in_fp32 = False`` in its ``set_*_common_configs`` (llama3/llama31/deepseek/
+#: gpt_oss/qwen3 ``*_llm_pretrain.py`` at NVIDIA-NeMo/Megatron-Bridge@7af9601c9, tag v0.2.0, the r0.2.0 branch's
+#: "25.11 release notes" commit, and at e940d997d): a BF16 gradient buffer (``grad_dtype='bf16'``)
+BRIDGE_BF16_GRADS = ("megatron_bridge_perf_blackwell",)
+#: sources whose MXFP8 runs keep MXFP8 parameters (``fp8_param_gather``; the BF16 all-gather reuses the gradient
+#: buffer): the Bridge tables, whose ``fp8_mx`` precision is ``bf16_with_mxfp8_mixed`` (``scripts/performance/utils/
+#: helpers.py`` ``get_precision_config``), which sets ``fp8_param_gather = True`` and ``reuse_grad_buf_for_mxfp8_param_ag
+#: = True`` (``src/megatron/bridge/training/mixed_precision.py`` at NVIDIA-NeMo/Megatron-Bridge@7af9601c9, v0.2.0); the
+#: ModelZoo's Blackwell commands, whose ``PR=mxfp8`` adds ``--fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag``
+#: with ``OPTIMIZER_OFFLOAD`` at its default 0 (``sbatch_benchmarking.sh`` at yanring/Megatron-MoE-ModelZoo@798dfb5)
+MXFP8_PARAMS = ("megatron_bridge_perf_blackwell", "moe_modelzoo_blackwell")
+#: Megatron-Bridge's 25.11 performance runs on Blackwell, what ``scripts/performance`` sets beyond the table's stated
+#: degrees (recompute, activation offloading, dispatcher, pipeline layout), keyed by (model label, GPU, precision
+#: column), each with where it was read. The release's recipes are tag v0.2.0 (7af9601c9); the table's 70B / 405B
+#: GBS-256 / 256-GPU rows are the ``_V2`` workload configs first committed in e940d997d ("support multiple perf
+#: configs", 2026-01-11): same knobs as v0.2.0 for the 70B, no FSDP and no offloading for the 405B. Where the
+#: table's degrees match no public recipe (DeepSeek-V3 GB300 PP2 VP4 EP32, GB200 MXFP8 PP8 VP4 EP32), the stated
+#: degrees are kept and the GPU's v0.2.0 recipe gives the rest. Not modelled: CUDA graphs, the DeepSeek recipe's
+#: precision-aware optimizer with BF16 Adam moments (charged as FP32 moments), overlap_param_gather off under MXFP8.
+#: GPT-OSS 120B has no entry: its GB200/B200 configs list ``recompute_modules [layernorm, moe_act]``
+#: (gpt_oss/workload_base_configs.py at 7af9601c9) but nothing sets ``recompute_granularity`` (gpt_oss_llm_pretrain.py,
+#: recipes/gpt_oss, the provider), and Megatron-Core reads the modules only under ``'selective'``
+#: (NVIDIA/Megatron-LM@0d8e0714, Bridge v0.2.0's submodule: transformer_layer.py ``if self.config.recompute_granularity
+#: == 'selective'``, moe/experts.py ``activation_recompute``; TransformerConfig default None): no recompute ran.
+_B = "NVIDIA-NeMo/Megatron-Bridge@7af9601c9 (v0.2.0) scripts/performance/configs/"
+_V2 = "NVIDIA-NeMo/Megatron-Bridge@e940d997d scripts/performance/configs/"
+_DSV3_LAYOUT = "Et*4|(t*4|)*14tmL"  # deepseek_v3.py layout_map (4, 4) and (16, 1) at 7af9601c9, MTP with the loss
+BRIDGE_2511_RECIPES = {
+    ("LLAMA3_70B", "GB300", "FP8"): (
+        dict(activation_offload_layers=20),
+        _V2 + "llama/llama3_workload_base_configs.py LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2 (GBS 256; v0.2.0 "
+        "llama3/workload_base_configs.py LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG the same at GBS 128): micro_batch_size 2, "
+        "use_megatron_fsdp, cpu_offloading_num_layers 20 (cpu_offloading_weights False: utils/helpers.py)",
+    ),
+    ("LLAMA3_70B", "GB200", "FP8"): (
+        dict(activation_offload_layers=40),
+        _V2 + "llama/llama3_workload_base_configs.py LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 (GBS 256; v0.2.0 "
+        "LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG the same at GBS 128): micro_batch_size 2, use_megatron_fsdp, "
+        "cpu_offloading_num_layers 40",
+    ),
+    ("LLAMA3.1_405B", "GB300", "FP8"): (
+        {},
+        _V2 + "llama/llama31_workload_base_configs.py LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2: TP2 PP8 CP2 VP4, "
+        "256 GPUs, GBS 1536, use_megatron_fsdp False, cpu_offloading_num_layers None, no recompute",
+    ),
+    ("LLAMA3.1_405B", "GB200", "FP8"): (
+        {},
+        _V2 + "llama/llama31_workload_base_configs.py LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2: TP4 PP16 CP1 VP4, "
+        "256 GPUs, GBS 1536, use_megatron_fsdp False, cpu_offloading_num_layers None, no recompute",
+    ),
+    ("LLAMA3.1_405B", "B200", "FP8"): (
+        {},
+        _B + "llama31/workload_base_configs.py LLAMA31_405B_B200_FP8_CS_BASE_CONFIG: TP4 PP8 CP2 VP8, GBS 64, "
+        "no recompute, no offloading",
+    ),
+    ("LLAMA3.1_405B", "B200", "MXFP8"): (
+        {},
+        _B
+        + "llama31/workload_base_configs.py LLAMA31_405B_B200_FP8_MX_BASE_CONFIG (= the FP8_CS one): TP4 PP8 CP2 VP8, "
+        "GBS 64, no recompute, no offloading",
+    ),
+    **{
+        ("DeepSeekV3", "GB300", p): (
+            dict(recompute="selective", recompute_modules=("moe_act",), ep_dispatcher="hybridep"),
+            _B + "deepseek/workload_base_configs.py DEEPSEEK_V3_GB300_BASE_CONFIG (all precisions): recompute_modules "
+            "[moe_act] (selective: deepseek_llm_pretrain.py), hybridep, moe_a2a_overlap False, CUDA graphs attn "
+            "moe_router moe_preprocess; its PP4 VP4 EP64 GBS 2048 are not the table's PP2 VP4 EP32 GBS 4096 (no "
+            "public recipe has those; PP2 x VP4 needs a layout v0.2.0's layout_map lacks)",
+        )
+        for p in ("BF16", "MXFP8")
+    },
+    **{
+        ("DeepSeekV3", "GB200", p): (
+            dict(recompute="selective", recompute_modules=("mla_up_proj",), ep_dispatcher="hybridep"),
+            _B + "deepseek/workload_base_configs.py DEEPSEEK_V3_GB200_BASE_CONFIG (all precisions; GBS 4096 = "
+            "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V2 at e940d997d): PP4 VP4 EP64, recompute_modules [mla_up_proj] "
+            "(selective), hybridep, moe_a2a_overlap False, CUDA graphs moe_router moe_preprocess"
+            + (
+                ", layout " + _DSV3_LAYOUT + " (recipes/deepseek/deepseek_v3.py layout_map (4, 4))"
+                if p == "BF16"
+                else "; the table's MXFP8 PP8 VP4 EP32 is in no public recipe (kept as stated)"
+            ),
+        )
+        for p in ("BF16", "MXFP8")
+    },
+    ("DeepSeekV3", "B200", "MXFP8"): (
+        dict(recompute="selective", recompute_modules=("mla_up_proj",), layout=_DSV3_LAYOUT),
+        _B + "deepseek/workload_base_configs.py DEEPSEEK_V3_B200_BASE_CONFIG: PP16 EP8 GBS 2048, recompute_modules "
+        "[mla_up_proj] (selective), no flex backend (alltoall: deepseek_provider.py), moe_a2a_overlap False; layout "
+        + _DSV3_LAYOUT
+        + " (recipes/deepseek/deepseek_v3.py layout_map (16, 1))",
+    ),
+}
 MCORE_RECIPES = (
     "megatron_readme_2024",
     "nemo_longseq",
