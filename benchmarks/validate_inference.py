@@ -1,6 +1,6 @@
 """Predicted vs measured serving metrics on published inference benchmarks.
 
-    python -m benchmarks.validate_inference [--source nim_llama33_70b] [--csv out.csv]
+    python -m benchmarks.validate_inference [--source nim_llama33_70b] [--csv out.csv] [--sealed]
 
 Rows (``benchmarks/data/published_inference.csv``) come from public benchmark tables that
 state the hardware, the parallel configuration, the batch or concurrency and the
@@ -10,11 +10,18 @@ device constants are those of the cluster presets (calibrated on training runs o
 How a row is predicted (:mod:`costmodel.serving.scheduler`, the engine's step loop): ``batching=static``
 rows (TensorRT-LLM ``gptSessionBenchmark``) run one wave of ``batch`` requests whose prompts are
 prefilled in one step (token budget ``batch * input_len``, ``max_seqs = batch``);
+``offline`` rows (``trtllm-bench throughput``: every request queued at once, the engine's own
+scheduler) run ``batch`` requests that all arrive at t = 0, one per client, measured over the whole run;
 ``continuous`` rows are a closed loop of ``batch`` clients on the engine's scheduler with its
 default settings, measured in steady state (genai-perf's stable windows) (NIM rows: the TensorRT-LLM scheduler, the backend NIM uses for its optimized
 profiles -- an assumption, the tables do not name the backend). ``tpot_ms`` is compared with
-the published inter-token latency (ITL). Errors are summarised by engine, metric and load:
+the published inter-token latency (ITL); ``e2e_ms`` with a request's end-to-end latency, ``e2e_p99_ms`` with its
+99th percentile. The optional ``ep`` column is the expert-parallel degree (1 when empty; ``ep > tp`` with
+``pp = 1`` is attention data parallelism, TensorRT-LLM's ``DEP``). Errors are summarised by engine, metric and load:
 ``admitted`` (every client runs) or ``queued`` (more clients than the engine admits).
+
+``--sealed`` scores the sealed serving split (``benchmarks/data/sealed/published_inference_sealed.csv``,
+``benchmarks/data/sealed/README.md``) instead: it is run once, at the end of an issue, and never by default.
 
 ``--write-residuals`` stores ``ln(predicted / measured)`` of every row for the serving bands
 (:mod:`costmodel.trust.serving_band`).
@@ -38,11 +45,16 @@ from benchmarks.published import write_csv
 from costmodel.spec.workload import Workload
 
 DATA = Path(__file__).resolve().parent / "data" / "published_inference.csv"
+#: the sealed serving split (issue 40): read only with ``--sealed``
+DATA_SEALED = Path(__file__).resolve().parent / "data" / "sealed" / "published_inference_sealed.csv"
+BATCHING = ("static", "continuous", "offline")
 METRICS = {
     "ttft_ms": lambda e: e.ttft_s * 1e3,
     "tpot_ms": lambda e: e.tpot_s * 1e3,
     "tokens_per_s": lambda e: e.tokens_per_s,
     "tokens_per_s_per_gpu": lambda e: e.tokens_per_s_per_gpu,
+    "e2e_ms": lambda e: e.e2e_latency_s * 1e3,
+    "e2e_p99_ms": lambda e: e.serving["percentiles_ms"]["e2e_ms"]["p99"],
 }
 
 
@@ -60,7 +72,7 @@ def engine_of(row: dict) -> str:
 def predict(row: dict):
     """The :class:`~costmodel.serving.inference.InferenceEstimate` for one published row."""
     ints = {k: int(row[k]) for k in ("gpus", "tp", "pp", "dp", "batch", "input_len", "output_len")}
-    c = ParallelConfig(tp=ints["tp"], pp=ints["pp"], dp=ints["dp"])
+    c = ParallelConfig(tp=ints["tp"], pp=ints["pp"], dp=ints["dp"], ep=int(row.get("ep") or 1))
     w = Workload(
         mode="infer",
         global_batch=ints["batch"],
@@ -78,6 +90,8 @@ def predict(row: dict):
             num_requests=per_replica,
             measure="all",
         )
+    elif row["batching"] == "offline":
+        kw = dict(num_requests=per_replica, measure="all", stagger=False)
     return evaluate_inference(
         load_model(row["model"]), cluster, w, c, kv_dtype=row["kv_dtype"], engine=engine_of(row), **kw
     )
@@ -92,13 +106,14 @@ def write_residuals(out: list[dict]) -> None:
         {
             "row_id": o["row_id"],
             "source": o["source"],
-            "quantity": QUANTITY[o["metric"]],
+            "quantity": QUANTITY[o["metric"]],  # e2e rows have no serving band: left out
             "engine": o["engine"],
             "load": o["load"],
             "batch": o["batch"],
             "log_residual": math.log(o["predicted"] / o["measured"]),
         }
         for o in out
+        if o["metric"] in QUANTITY
     ]
     RESIDUALS.write_text(
         json.dumps(
@@ -113,11 +128,20 @@ def main(argv=None, record_results: bool = False) -> int:
     ap.add_argument("--source", help="only rows of this source_key")
     ap.add_argument("--csv", help="also write per-row results here")
     ap.add_argument("--write-residuals", action="store_true", help=f"store the log residuals in {RESIDUALS}")
+    ap.add_argument(
+        "--sealed",
+        action="store_true",
+        help=f"score the sealed serving split ({DATA_SEALED.name}) instead: once, at the end of an issue",
+    )
     args = ap.parse_args(argv)
-    rows = [r for r in load_rows() if not args.source or r["source_key"] == args.source]
+    if args.sealed and args.write_residuals:
+        ap.error("--write-residuals stores development residuals only; the sealed split is not fitted on")
+    rows = [
+        r for r in load_rows(DATA_SEALED if args.sealed else DATA) if not args.source or r["source_key"] == args.source
+    ]
     out, errs = [], {}
     print(
-        f"{'row':>3} {'source':<19} {'model':<13} {'hw':<9} {'plan':<9} {'B':>5} {'in/out':>10} "
+        f"{'row':>3} {'source':<30} {'model':<13} {'hw':<9} {'plan':<9} {'B':>5} {'in/out':>10} "
         f"{'metric':<21} {'pred':>9} {'meas':>9} {'err%':>7}"
     )
     for r in rows:
@@ -128,7 +152,7 @@ def main(argv=None, record_results: bool = False) -> int:
         errs.setdefault((engine_of(r), r["metric"], load), []).append(err)
         plan = f"tp{r['tp']}pp{r['pp']}dp{r['dp']}" + ("" if e.fits else "!")
         print(
-            f"{r['row_id']:>3} {r['source_key']:<19} {r['model']:<13} {r['cluster']:<9} {plan:<9} "
+            f"{r['row_id']:>3} {r['source_key']:<30} {r['model']:<13} {r['cluster']:<9} {plan:<9} "
             f"{r['batch']:>5} {r['input_len'] + '/' + r['output_len']:>10} {r['metric']:<21} "
             f"{pred:9.2f} {meas:9.2f} {100 * err:+7.1f}"
         )
@@ -183,18 +207,24 @@ def main(argv=None, record_results: bool = False) -> int:
         for k, es in sorted(errs.items())
     ]
     results_io.record(
-        "validate_inference",
+        "validate_inference_sealed" if args.sealed else "validate_inference",
         argv,
+        module="validate_inference",
         enabled=record_results and not args.source,
         table=groups,
-        title="serving metrics against published TensorRT-LLM and NIM benchmarks (nothing fitted)",
+        title=("the sealed serving split (scored once)" if args.sealed else "serving metrics")
+        + " against published TensorRT-LLM, NIM and vLLM benchmarks (nothing fitted)",
         headline={
             "rows": len(allerr),
             "mean |err| %": results_io.pct(statistics.mean(allerr)),
             "max |err| %": results_io.pct(max(allerr)),
             "rows predicted not to fit": sum(not o["fits"] for o in out),
         },
-        inputs=["costmodel", "benchmarks/validate_inference.py", "benchmarks/data/published_inference.csv"],
+        inputs=[
+            "costmodel",
+            "benchmarks/validate_inference.py",
+            str((DATA_SEALED if args.sealed else DATA).relative_to(Path(__file__).resolve().parent.parent)),
+        ],
     )
     if args.write_residuals:
         write_residuals(out)
