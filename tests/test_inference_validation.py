@@ -1,6 +1,11 @@
-"""The published serving measurements: every row cites its source and can be predicted."""
+"""The published serving measurements: every row cites its source and can be predicted.
 
+The sealed serving split (issue 40, ``benchmarks/data/sealed/README.md``) is checked for structure only:
+no test predicts a sealed row (it is scored once, by ``validate_inference --sealed``)."""
+
+import hashlib
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -20,6 +25,55 @@ def test_rows_cite_their_source():
         assert r["source_url"].startswith("https://") and r["source_location"], r["row_id"]
         assert r["metric"] in vi.METRICS and float(r["measured"]) > 0
         assert r["batching"] in vi.BATCHING
+
+
+SEALED = vi.load_rows(vi.DATA_SEALED)
+#: the serving sources before issue 40 (not candidates) and the six of issue 40, named before any row was placed
+OLD_SOURCES = {"trtllm_v061", "trtllm_v05_latency", "nim_llama33_70b"}
+NEW_SOURCES = {
+    "trtllm_h200_launch_2023",
+    "trtllm_perf_overview_v1_0_2025",
+    "trtllm_perf_overview_pergpu_2025",
+    "trtllm_perf_v0_5_0_2023",
+    "vllm_nightly_latency_h200_2024",
+    "trtllm_llama70b_h200_v07_2023",
+}
+
+
+def test_sealed_serving_split_is_the_stated_rule():
+    """ceil(0.3 N) of the N = 3 + 6 serving sources, the new ones with the smallest sha256(source_key), are
+    sealed; the development file holds the rest and no sealed source; row ids are unique over both files."""
+    s = math.ceil(0.3 * (len(OLD_SOURCES) + len(NEW_SOURCES)))
+    sealed = set(sorted(NEW_SOURCES, key=lambda k: hashlib.sha256(k.encode()).hexdigest())[:s])
+    assert {r["source_key"] for r in SEALED} == sealed
+    assert {r["source_key"] for r in ROWS} == OLD_SOURCES | (NEW_SOURCES - sealed)
+    ids = [r["row_id"] for r in ROWS + SEALED]
+    assert len(ids) == len(set(ids))
+    assert list(SEALED[0]) == list(ROWS[0])  # one header
+
+
+def test_sealed_rows_parse_without_a_prediction():
+    """Structure only: each sealed row cites its source, names a metric, batching, presets and a plan the
+    planner accepts (validate_inference), and predicts nothing."""
+    from costmodel.serving.inference import validate_inference
+    from costmodel.spec.plan import ParallelConfig
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
+
+    for r in SEALED:
+        assert r["source_url"].startswith("https://") and r["source_location"], r["row_id"]
+        assert r["metric"] in vi.METRICS and float(r["measured"]) > 0 and r["batching"] in vi.BATCHING
+        n = {k: int(r[k]) for k in ("gpus", "tp", "pp", "dp", "ep", "batch", "input_len", "output_len")}
+        c = ParallelConfig(tp=n["tp"], pp=n["pp"], dp=n["dp"], ep=n["ep"])
+        assert c.gpus == n["gpus"], r["row_id"]
+        w = Workload(
+            mode="infer",
+            global_batch=n["batch"],
+            input_len=n["input_len"],
+            output_len=n["output_len"],
+            dtype=r["dtype"],
+        )
+        validate_inference(load_model(r["model"]), load_cluster(r["cluster"]).with_gpus(n["gpus"]), w, c)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["row_id"] for r in ROWS])
