@@ -37,8 +37,21 @@ def test_overlap_hides_the_all_to_alls_in_both_engines(engine):
     off = evaluate(QWEN, H100, W, PLAN, engine=engine)
     on = evaluate(QWEN, H100, W, replace(PLAN, ep_overlap=True), engine=engine)
     assert off.comm_exposed_s["ep"] > 0.3  # EP 8 on NVLink, charged behind nothing of its own micro-batch
-    assert on.comm_exposed_s.get("ep", 0.0) < 0.2 * off.comm_exposed_s["ep"]
+    # 7 of the 8 micro-batches' passes paired (the first forward and the last backward run alone)
+    assert on.comm_exposed_s.get("ep", 0.0) < (1 / 8 + 0.15) * off.comm_exposed_s["ep"]
     assert on.step_time_s < off.step_time_s - 0.5 * (off.comm_exposed_s["ep"] - on.comm_exposed_s.get("ep", 0.0))
+
+
+@pytest.mark.parametrize("engine", ["analytic", "graph"])
+def test_the_first_forward_and_last_backward_run_alone(engine):
+    # combined_1f1b_schedule_for_no_pipelining@d98e8a6: the first micro-batch's forward and the last one's
+    # backward are not paired, so 1 of m passes keeps the all-to-alls it has without the overlap
+    for gbs, m in ((512, 8), (2048, 32)):
+        w = Workload(global_batch=gbs, seq_len=4096)
+        off = evaluate(QWEN, H100, w, PLAN, engine=engine).comm_exposed_s["ep"]
+        on = evaluate(QWEN, H100, w, replace(PLAN, ep_overlap=True), engine=engine).comm_exposed_s["ep"]
+        assert on >= 0.97 * off / m
+        assert on < off / m + 0.15 * off
 
 
 def test_engines_agree_on_the_overlapped_plan():

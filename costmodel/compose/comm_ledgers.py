@@ -76,15 +76,34 @@ def _ep_forward_ledger(t_a2a: float, experts_fwd_s: float, k: int, coef: float) 
     return f
 
 
-def _ep_pair_ledgers(ops, t_a2a: float, coef: float) -> tuple[CommLedger, CommLedger]:
+def _ep_pair_ledgers(
+    ops, t_a2a: float, coef: float, paired: float = 1.0, unpaired: tuple | None = None
+) -> tuple[CommLedger, CommLedger]:
     """The four all-to-alls of an MoE layer under the combined 1F1B schedule: what one forward/backward layer
     pair leaves exposed (:func:`costmodel.compose.ep_overlap.pair_exposed_s`, its SM slowdown included), half
-    charged to the forward, half to the backward."""
+    charged to the forward, half to the backward. Only the ``paired`` share of the passes runs paired
+    (:func:`costmodel.compose.ep_overlap.paired_fraction`: the warm-up forwards and cool-down backwards run
+    alone); the rest is charged as ``unpaired``, the (forward, backward) ledgers of the layer without the overlap."""
     half = pair_exposed_s(parts_of(ops, t_a2a), coef) / 2
     f, b = CommLedger(), CommLedger()
     f.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
     b.add("ep", 2 * t_a2a, half, WHY_EP_PAIR, uses_compute=False)
-    return f, b
+    if unpaired is None or paired >= 1.0:
+        return f, b
+    u_f, u_b = unpaired
+    return f.scaled(paired).merge(u_f.scaled(1 - paired)), b.scaled(paired).merge(u_b.scaled(1 - paired))
+
+
+def _ep_ledgers(ops, t_a2a: float, k: int, coef: float, paired: float | None = None) -> tuple[CommLedger, CommLedger]:
+    """An MoE layer's all-to-alls, (forward, backward): the dispatch exposed and the combine behind the experts,
+    and in the backward the combine's gradient exposed and the dispatch's behind the experts' backward; with
+    the overlap (``paired``: the share of the passes the combined 1F1B schedule pairs), :func:`_ep_pair_ledgers`."""
+    experts = next(o for o in ops if o.name == "experts")
+    f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
+    b = CommLedger()
+    b.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
+    b.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
+    return (f, b) if paired is None else _ep_pair_ledgers(ops, t_a2a, coef, paired, (f, b))
 
 
 def _op_sac_ledger(ops, sac, t_ag, t_ar, sp: bool, chunks: int, coef: float) -> CommLedger:

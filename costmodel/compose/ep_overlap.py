@@ -18,7 +18,9 @@ Only the forward and backward passes the schedule pairs gain: :func:`paired_frac
 Megatron-Core's warm-up (``megatron/core/pipeline_parallel/schedules.py@d98e8a6``: ``(p - s - 1) * 2 +
 (v - 1) * p`` forward chunks, plus one "to ensure the forward and backward computations are independent
 in all 1f1b steps"; without a pipeline ``combined_1f1b_schedule_for_no_pipelining`` runs the first
-forward and the last backward alone).
+forward and the last backward alone). Both engines charge a layer's all-to-alls as paired in that share of
+its passes and as without the overlap in the rest (``comm_ledgers._ep_pair_ledgers``, the op-graph engine's
+``graph.blend.mix``, per stage there).
 
 >>> parts = PairParts(pre_f=1.0, mlp_f=2.0, mlp_b=2.0, mlp_dw=1.0, pre_b=2.0, pre_dw=0.5, a2a=0.5)
 >>> round(pair_exposed_s(parts), 3)  # every all-to-all shorter than the compute beside it: all hidden

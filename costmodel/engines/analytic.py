@@ -37,6 +37,7 @@ from costmodel.physics.kernels.compute import cp_exchange, embedding_op, head_op
 from costmodel.physics.kernels.recompute import module_recompute_fractions, op_sac_fractions
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
+from costmodel.compose.ep_overlap import paired_fraction
 from costmodel.physics.memory.stage_contents import layer_counts
 from costmodel.compose.overlap import FREE, CommLedger
 from costmodel.compose.schedule import interleaved_p2p_exposed_s
@@ -48,12 +49,11 @@ from costmodel.compose.stage_terms import StageTiming
 from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s, zero3_collectives_s
 from costmodel.compose.comm_ledgers import (
     WHY_WINDOW,
-    WHY_EP,
     WHY_PP,
     WHY_CP,
     WHY_Z3,
     _ep_forward_ledger,
-    _ep_pair_ledgers,
+    _ep_ledgers,
     _op_sac_ledger,
     _tp_ledger,
 )
@@ -230,6 +230,7 @@ def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
         c.cp_impl,
         c.ep_dispatcher,
         c.ep_overlap,
+        (c.pp, c.vp, micro_batches(w, c)) if c.ep_overlap else None,  # paired_fraction's inputs
         moe,
         tuple(eng[k] for k in ("tp", "cp", "ep")),
     )
@@ -320,6 +321,7 @@ def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
         c.cp_impl,
         c.ep_dispatcher,
         c.ep_overlap,
+        (c.pp, c.vp, micro_batches(w, c)) if c.ep_overlap else None,  # paired_fraction's inputs
         moe,
         tuple(eng[k] for k in ("tp", "cp", "ep")),
     )
@@ -373,13 +375,9 @@ def _layer_core_of(
         experts = next(o for o in ops if o.name == "experts")
         t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
         k = c.chunks if c.chunks > 1 else 0
-        if c.ep_overlap:  # behind another micro-batch's compute (costmodel.compose.ep_overlap)
-            f, b = _ep_pair_ledgers(ops, t_a2a, coef)
-        else:
-            f = _ep_forward_ledger(t_a2a, experts.fwd_s, k, coef)
-            b = CommLedger()
-            b.add("ep", t_a2a, t_a2a, WHY_EP)  # gradient of combine, before expert backward
-            b.overlap("ep", t_a2a, experts.bwd_s, k, WHY_EP, coef)
+        # with the overlap, behind another micro-batch's compute where paired (costmodel.compose.ep_overlap)
+        paired = paired_fraction(micro_batches(w, c), c.pp, c.vp) if c.ep_overlap else None
+        f, b = _ep_ledgers(ops, t_a2a, k, coef, paired)
         led, fwd_led = led.merge(f).merge(b), fwd_led.merge(f)
     return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef)
 

@@ -41,6 +41,7 @@ from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.mechanics.grad_buckets import stage_grad_buckets
 from costmodel.physics.memory.stage_contents import is_moe_layer, rank_layers
 from costmodel.compose.overlap import CommLedger, overlap_rate
+from costmodel.compose.ep_overlap import paired_fraction
 from costmodel.spec.layout import of as layout_of
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -51,6 +52,7 @@ from costmodel.engines.graph.part_graphs import head_graph, mtp_graph
 from costmodel.engines.graph.dp import dp_tail, param_gather_lateness_s
 from costmodel.engines.graph.pipeline import PipelineResult, simulate
 from costmodel.engines.graph.scheduler import Schedule, resources_for, schedule
+from costmodel.engines.graph.blend import mix, share
 
 WHY_PP_SYNC = "synchronous issue: 1F1B blocking send/recv between dependent micro-batch computations"
 WHY_PP_DATA = "data dependency: the next stage waits for the activation (or the gradient) in flight"
@@ -123,20 +125,6 @@ def _pair_schedule(model, cluster, w, c) -> Schedule:
     return schedule(g, resources_for(cluster.device, plan_dma(model, cluster, w, c)))
 
 
-def _share(s: Schedule, k: float, phase: str) -> Schedule:
-    """``k`` of schedule ``s`` as one piece of a stage's ``phase`` (a pair's forward or backward share)."""
-    return replace(
-        s,
-        makespan_s=k * s.makespan_s,
-        compute_s=k * s.compute_s,
-        interference_s=k * s.interference_s,
-        idle_s=k * s.idle_s,
-        link_s={x: k * v for x, v in s.link_s.items()},
-        exposed_s={x: k * v for x, v in s.exposed_s.items()},
-        extra={**s.extra, "phase_s": {phase: s.extra["phase_s"].get(phase, 0.0)}},
-    )
-
-
 def head_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, phase: str) -> Schedule:
     """The schedule of the embedding/LM-head/loss ops of one micro-batch's ``phase``."""
     return _part_schedule("head", model, cluster, *_layer_key(w, _with_dma(model, cluster, w, c)), phase)
@@ -166,16 +154,21 @@ class ChunkWork:
 
 
 def _pieces(model, cluster, w, c, stage: int, memo: dict) -> list[ChunkWork]:
+    paired = paired_fraction(micro_batches(w, c), c.pp, c.vp, stage) if c.ep_overlap else 1.0
+
     def sched(moe, phase, rec=False):
-        key = (moe, phase, rec)
+        pairs = moe and c.ep_overlap and c.ep > 1 and not rec
+        key = (moe, phase, rec, paired if pairs else None)
         if key not in memo:
-            if moe and c.ep_overlap and c.ep > 1 and not rec:
-                # the combined 1F1B pair, shared between the forward and the backward as their own times are
+            alone = layer_schedule(model, cluster, w, c, moe, phase, rec)
+            if pairs:
+                # the combined 1F1B pair, shared between the forward and the backward as their own times are,
+                # in the stage's paired passes; the warm-up forwards and cool-down backwards run alone
                 f, b = (layer_schedule(model, cluster, w, c, True, ph).makespan_s for ph in ("fwd", "bwd"))
                 pair = pair_schedule(model, cluster, w, c)
-                memo[key] = _share(pair, (f if phase == "fwd" else b) / (f + b), phase)
+                memo[key] = mix(share(pair, (f if phase == "fwd" else b) / (f + b), phase), alone, paired)
             else:
-                memo[key] = layer_schedule(model, cluster, w, c, moe, phase, rec)
+                memo[key] = alone
         return memo[key]
 
     # the stage's layers, as many in each chunk as the plan's layout puts there (costmodel.spec.layout)
