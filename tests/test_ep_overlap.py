@@ -104,3 +104,24 @@ def test_flags_round_trip_through_megatrons_parser():
     assert config_fields(parse_command_line(" ".join(toks)))["ep_overlap"] is True
     without = [t for t in toks if t not in ("--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute")]
     assert "ep_overlap" not in config_fields(parse_command_line(" ".join(without)))
+
+
+def test_deepep_kernels_slow_the_compute_beside_them_by_the_sms_they_hold():
+    # Megatron-Core gives DeepEP 20 SMs (token_dispatcher.py@d98e8a6): 20 of H100's 132, not the NCCL 0.1
+    from costmodel.engines.graph.nodes import GraphBuilder
+    from costmodel.engines.graph.scheduler import resources_for, schedule
+    from costmodel.physics.comm.ep_dispatch import ep_sm_share
+
+    assert ep_sm_share("deepep", H100.device, 0.1) == pytest.approx(20 / 132)
+    assert ep_sm_share("alltoall", H100.device, 0.1) == 0.1 and ep_sm_share("alltoall", H100.device) is None
+    spans = []
+    for share in (None, 0.2):
+        b = GraphBuilder(H100)
+        b.comm("a2a", "alltoall", 0, 8, 1, "ep", duration_s=0.5, sm_share=share)
+        b.compute("gemm", "gemm", 1.0)
+        spans.append(schedule(b.graph, resources_for(H100.device)).makespan_s)
+    assert spans == pytest.approx([1.0 + 0.5 * 0.1, 1.0 + 0.5 * 0.2])  # 0.5 s of compute at 1 - share
+    # a DeepEP plan: both engines charge the hidden all-to-alls at 20/132 and agree
+    c = replace(PLAN, ep_overlap=True, ep_dispatcher="deepep")
+    a, g = (evaluate(QWEN, H100, W, c, engine=e).step_time_s for e in ("analytic", "graph"))
+    assert abs(a / g - 1) < 0.03

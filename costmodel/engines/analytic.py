@@ -36,7 +36,7 @@ from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import cp_exchange, embedding_op, head_ops, layer_ops
 from costmodel.physics.kernels.recompute import module_recompute_fractions, op_sac_fractions
 from costmodel.spec.plan import ParallelConfig, micro_batches
-from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
+from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s, ep_sm_share
 from costmodel.compose.ep_overlap import paired_fraction
 from costmodel.physics.memory.stage_contents import layer_counts
 from costmodel.compose.overlap import FREE, CommLedger
@@ -377,7 +377,7 @@ def _layer_core_of(
         k = c.chunks if c.chunks > 1 else 0
         # with the overlap, behind another micro-batch's compute where paired (costmodel.compose.ep_overlap)
         paired = paired_fraction(micro_batches(w, c), c.pp, c.vp) if c.ep_overlap else None
-        f, b = _ep_ledgers(ops, t_a2a, k, coef, paired)
+        f, b = _ep_ledgers(ops, t_a2a, k, ep_sm_share(c.ep_dispatcher, dev, coef), paired)
         led, fwd_led = led.merge(f).merge(b), fwd_led.merge(f)
     return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef)
 

@@ -48,7 +48,7 @@ from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import Op, cp_exchange, layer_ops
 from costmodel.physics.kernels.recompute import module_recompute_fractions, op_sac_fractions
 from costmodel.spec.plan import ParallelConfig
-from costmodel.physics.comm.ep_dispatch import ep_alltoall_bytes, ep_dispatch_time_s
+from costmodel.physics.comm.ep_dispatch import ep_alltoall_bytes, ep_dispatch_time_s, ep_sm_share
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.physics.comm.split_overhead import (
@@ -81,6 +81,7 @@ class _Ctx:
         self.kv_bytes = self.cpx.kv_bytes
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
         self.a2a_bytes = ep_alltoall_bytes(model, self.n, c.tp, c.ep, cluster.domain, c.ep_dispatcher) if moe else 0.0
+        self.ep_sm = ep_sm_share(c.ep_dispatcher, cluster.device)  # None: the EP engine class's interference
 
     def a2a_s(self, share: float = 1.0) -> float:
         """One MoE dispatch or combine (``share`` of its tokens) as the dispatcher runs it
@@ -173,7 +174,18 @@ def cp_ring_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name
 def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str, k: int) -> list:
     """Dispatch AllToAll (needs the router output) -> ``k`` expert chunks -> one combine per chunk."""
     ep = cx.c.ep
-    disp = b.comm(f"{name}.dispatch", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase=phase, duration_s=cx.a2a_s())
+    disp = b.comm(
+        f"{name}.dispatch",
+        "alltoall",
+        cx.a2a_bytes,
+        ep,
+        1,
+        "ep",
+        x,
+        phase=phase,
+        duration_s=cx.a2a_s(),
+        sm_share=cx.ep_sm,
+    )
     outs = []
     for i in range(k):
         y = b.compute(name + _sfx(i, k), op.kind, split_s(op.fwd_s, k, cx.ov), [disp], phase=phase)
@@ -188,6 +200,7 @@ def ep_forward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, phase: str, name: str
                 [y],
                 phase=phase,
                 duration_s=cx.a2a_s(1 / k),
+                sm_share=cx.ep_sm,
             )
         )
     return outs
@@ -284,7 +297,18 @@ def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str, split: Bw
     """Combine's gradient AllToAll (dependent) -> ``split.pieces`` expert backward chunks -> per-chunk
     dispatch gradient."""
     k, ep = split.pieces, cx.c.ep
-    comb = b.comm(f"{name}.combine", "alltoall", cx.a2a_bytes, ep, 1, "ep", x, phase="bwd", duration_s=cx.a2a_s())
+    comb = b.comm(
+        f"{name}.combine",
+        "alltoall",
+        cx.a2a_bytes,
+        ep,
+        1,
+        "ep",
+        x,
+        phase="bwd",
+        duration_s=cx.a2a_s(),
+        sm_share=cx.ep_sm,
+    )
     outs = []
     for i in range(k):
         y = b.compute(name + _sfx(i, k), op.kind, split_s(split.split_part_s(op), k, cx.ov), [comb], phase="bwd")
@@ -299,6 +323,7 @@ def ep_backward(b: GraphBuilder, op: Op, x: list, cx: _Ctx, name: str, split: Bw
                 [y],
                 phase="bwd",
                 duration_s=cx.a2a_s(1 / k),
+                sm_share=cx.ep_sm,
             )
         )
     return outs

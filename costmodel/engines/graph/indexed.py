@@ -39,6 +39,7 @@ class IndexedGraph:
     link: list
     strategy: list
     is_comm: list
+    sm_share: list  # a comm op's own compute slowdown (None: its engine class's)
 
     def acyclic(self) -> bool:
         """No cycle: every edge runs forward in program order (as :class:`.nodes.GraphBuilder`
@@ -75,4 +76,5 @@ def index(g: nx.DiGraph) -> IndexedGraph:
         link=[a.get("link", "") for a in attrs],
         strategy=[a.get("strategy", "") for a in attrs],
         is_comm=[a["resource"] != COMPUTE for a in attrs],
+        sm_share=[a.get("sm_share") for a in attrs],
     )

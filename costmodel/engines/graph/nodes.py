@@ -109,11 +109,14 @@ class GraphBuilder:
         issue: str = "async",
         phase: str = "fwd",
         duration_s: float | None = None,
+        sm_share: float | None = None,
     ) -> str:
         """Add a collective of ``nbytes`` per GPU over ``size`` ranks at ``stride``.
 
         ``issue="sync"`` makes the next compute op added wait for it (a blocking call).
         ``duration_s`` overrides the collective time (for synthetic graphs in tests).
+        ``sm_share``: the fraction by which it slows compute while it runs, where its kernels hold SMs of their
+        own (DeepEP's: :func:`costmodel.physics.comm.ep_dispatch.ep_sm_share`); ``None``: its engine class's.
         """
         if kind not in COMM_KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {', '.join(COMM_KINDS)}")
@@ -140,6 +143,8 @@ class GraphBuilder:
             phase=phase,
             seq=len(self.graph),
         )
+        if sm_share is not None:
+            self.graph.nodes[node]["sm_share"] = float(sm_share)
         self._wire(node, deps)
         if issue == "sync":
             self._pending_sync.append(node)

@@ -11,8 +11,9 @@ Resources (source document section 1, "independent execution units"; section 8, 
   higher-priority transfer first (a fluid, work-conserving share), so adding engines or
   bandwidth never takes bandwidth from an op that had it.
 * **interference**: while a transfer on an engine class with ``uses_compute`` (NCCL kernels
-  on SMs) progresses, compute runs at ``1 - comm_compute_interference`` of its speed;
-  dedicated DMA engines leave compute alone.
+  on SMs) progresses, compute runs at ``1 - comm_compute_interference`` of its speed (at
+  ``1 - sm_share`` beside a transfer whose kernels hold SMs of their own, DeepEP's); dedicated
+  DMA engines leave compute alone.
 
 While the compute stream stalls, the transfers in progress are charged the stall (split evenly
 when several progress at once), so each op's exposed time is at most its own duration and
@@ -175,7 +176,12 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
         raise ValueError("the op graph has a cycle")
     prio = _priorities(ig)
     key = [(prio[n], ig.seq[n]) for n in range(N)]
-    uses_sm = [is_comm[n] and resource[n].split("/", 1)[0] in res.uses_compute for n in range(N)]
+    # the compute slowdown of each SM-based transfer: its own (sm_share) or the device's
+    own = ig.sm_share
+    uses_sm = [
+        is_comm[n] and (own[n] is not None or resource[n].split("/", 1)[0] in res.uses_compute) for n in range(N)
+    ]
+    f_sm = [res.interference if own[n] is None else own[n] for n in range(N)]
     remaining = list(dur)
     npred = [len(p) for p in pred]
     start, end, lanes, slot_of = {}, {}, {}, {}
@@ -187,7 +193,6 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
     active: list = []  # comm ops holding an engine
     exposures, exposed_by, blame = [], {}, {}
     t, ci, running, idle = 0.0, 0, None, 0.0
-    f_int = res.interference
 
     def finish(n):
         end[n] = t
@@ -245,12 +250,11 @@ def schedule(g: nx.DiGraph, res: Resources) -> Schedule:
             if link[n] not in holder:
                 holder[link[n]] = n
         moving = [n for n in active if holder[link[n]] == n]
-        sm_busy = False
+        slow = 0.0
         for n in moving:
-            if uses_sm[n]:
-                sm_busy = True
-                break
-        crate = 1.0 - f_int if sm_busy else 1.0
+            if uses_sm[n] and f_sm[n] > slow:
+                slow = f_sm[n]
+        crate = 1.0 - slow
         dt = math.inf
         if running is not None:
             dt = remaining[running] / crate

@@ -69,6 +69,30 @@ from costmodel.spec.specs import ClusterSpec, ModelSpec
 DEEPEP_INTERNODE_ROWS_BYTES_PER_S = 134.6e9
 
 
+#: SMs Megatron-Core gives DeepEP's kernels unless ``--moe-flex-dispatcher-num-sms`` (formerly
+#: ``--moe-deepep-num-sms``) says otherwise: ``token_dispatcher.py``@d98e8a6, ``_DeepepManager.__init__``, "None -> 20
+#: (DeepEP's historical mcore default when moe_flex_dispatcher_num_sms is unset)", passed to
+#: ``deep_ep.Buffer.set_num_sms`` (``fused_a2a.set_deepep_num_sms``). DeepEP's normal kernels run one persistent
+#: block per SM on that many SMs for the whole dispatch or combine (``deep_ep/buffer.py`` ``Buffer.set_num_sms``:
+#: "Set the number of SMs to use in high-throughput kernels"), so compute beside them runs on the others (the ModelZoo's overlap recipe
+#: reserves them from TE's norm kernels too: ``NVTE_FWD_LAYERNORM_SM_MARGIN``, sbatch_benchmarking.sh@e865051)
+MEGATRON_DEEPEP_SMS = 20
+
+
+def ep_sm_share(dispatcher: str, device, coef: float | None = None) -> float | None:
+    """Fraction by which an EP dispatch or combine slows the compute it runs beside: DeepEP's kernels hold
+    :data:`MEGATRON_DEEPEP_SMS` of the device's ``sm_count`` SMs (compute progresses on the rest, so a second of
+    hidden transfer costs ``20 / 132`` of a second on H100); the NCCL all-to-all and HybridEP (no default SM count
+    in Megatron-Core: DeepEP's own) the device's ``comm_compute_interference`` (``coef``), as any SM-based collective.
+
+    >>> from costmodel.spec.presets import load_cluster
+    >>> h100 = load_cluster("h100-sxm").device
+    >>> round(ep_sm_share("deepep", h100, 0.1), 3), ep_sm_share("alltoall", h100, 0.1)
+    (0.152, 0.1)
+    """
+    return min(1.0, MEGATRON_DEEPEP_SMS / device.sm_count) if dispatcher == "deepep" else coef
+
+
 @dataclass(frozen=True, kw_only=True)
 class Fanout:
     """Expected destinations of one token over an EP group, the source's own rank and node included.
