@@ -47,8 +47,20 @@ GB = 1e9
 #: 26.28, Azure/AI-benchmarking-guide@3bb66ca Azure_Results/ND_A100_v4_results.md; "around 25-26GB/s" both ways,
 #: github.com/NVIDIA/nvbandwidth/issues/11; that Azure file's D2H 6.27 is not used, see the CSV). One GPU copying
 #: at a time: eight ranks copying at once are not measured. H800, B200: ASSUMED as H100 (PCIe Gen5 x16, no
-#: measurement read).
-HOST_LINK_BYTES_PER_S = {"A100": 26 * GB, "H100": 51 * GB, "H200": 52 * GB, "H800": 51 * GB, "B200": 51 * GB}
+#: measurement read). GB200, GB300: ASSUMED from the spec, no copy measured: the superchip joins one Grace CPU to its
+#: two GPUs by NVLink-C2C at 900 GB/s bidirectional ("The GB200 Grace Blackwell Superchip connects two B200 GPUs to
+#: a Grace CPU over a 900 GB/s ultra-low-power NVLink chip-to-chip interconnect", NVIDIA GB200 NVL72 product page),
+#: so 450 GB/s a direction shared by two GPUs copying at once: 225 GB/s each (an upper figure: PCIe copies
+#: reach about 80% of their line rate, see the rows above)
+HOST_LINK_BYTES_PER_S = {
+    "A100": 26 * GB,
+    "H100": 51 * GB,
+    "H200": 52 * GB,
+    "H800": 51 * GB,
+    "B200": 51 * GB,
+    "GB200": 225 * GB,
+    "GB300": 225 * GB,
+}
 
 #: host memory bandwidth a node's CPU Adam streams at (all its ranks together). ASSUMED (no source found):
 #: 200 GB/s, about a third of a two-socket server's nominal DDR5 bandwidth.
