@@ -54,6 +54,7 @@ True
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import replace
 from functools import lru_cache
 
@@ -76,6 +77,20 @@ def _grid_point(k: int) -> int:
     return int(round(GRID_EXACT * GRID_RATIO ** (k - GRID_EXACT + 1)))
 
 
+_GRID: list[int] = []  # _grid_point(0), _grid_point(1), ... as far as asked (strictly increasing)
+
+
+def _grid_index(x: float) -> int:
+    """The first ``k`` with ``_grid_point(k) >= x`` (a search of the grid's points, computed once).
+
+    >>> [_grid_index(x) for x in (1, 16, 16.5, 20, 21)]
+    [0, 15, 16, 16, 17]
+    """
+    while not _GRID or _GRID[-1] < x:
+        _GRID.append(_grid_point(len(_GRID)))
+    return bisect_left(_GRID, x)
+
+
 class StepCost:
     """Seconds of one engine step of plan ``config`` (see the module doc); build with :func:`step_cost`."""
 
@@ -88,6 +103,10 @@ class StepCost:
         self.decode_ctx_s = model.layers * (probe.fwd_s - dev.kernel_overhead_s) / _PROBE_CTX
         self._body: dict[tuple[int, int], float] = {}
         self._head: dict[int, float] = {}
+        # time_s's memo of body_s / head_s by their exact arguments (a replay prices thousands of
+        # steps at a few hundred distinct token counts); values are body_s's and head_s's own
+        self._body_at: dict = {}
+        self._head_at: dict = {}
 
     # -- the pieces ------------------------------------------------------------------
     def _phase_s(self, tokens: int, micro_batches: int, sampled: int, path_only: bool) -> float:
@@ -117,9 +136,7 @@ class StepCost:
         return v
 
     def _interp_uncached(self, x: float, table: dict, key, f) -> float:
-        k = 0
-        while _grid_point(k) < x:
-            k += 1
+        k = _grid_index(x)
         hi = _grid_point(k)
         lo = _grid_point(k - 1) if k else hi
         for g in {lo, hi}:
@@ -153,7 +170,13 @@ class StepCost:
         query-key pairs of prompt chunks, ``decode_ctx`` cached tokens read by the decodes."""
         mm = max(1, min(micro_batches, self.config.pp))
         attn = (self.prefill_pair_s * prefill_pairs + self.decode_ctx_s * decode_ctx) / mm
-        return self.body_s(tokens, mm) + self.head_s(sampled) + attn
+        body = self._body_at.get((tokens, mm))
+        if body is None:
+            body = self._body_at[tokens, mm] = self.body_s(tokens, mm)
+        head = self._head_at.get(sampled)
+        if head is None:
+            head = self._head_at[sampled] = self.head_s(sampled)
+        return body + head + attn
 
 
 def chunk_pairs(done: float, chunk: float) -> float:
