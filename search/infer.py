@@ -237,12 +237,15 @@ def table(p: InferProblem) -> tuple[list[InferenceEstimate], int]:
     check_weights_fit(p.model, p.cluster, p.dtype)  # "too big at any TP" is the user's error
     engine = p.engine or "vllm"
     default = default_scheduler(engine, p.cluster.device).token_budget
-    opts = dict(kv_dtype=p.kv_dtype, engine=engine)
+    # one memo for the whole table: an engine replay whose token budget never bound serves every
+    # larger budget, and each reported phase is computed once (evaluate_inference's memo)
+    opts = dict(kv_dtype=p.kv_dtype, engine=engine, memo={})
     rows, rejected = [], 0
     for c in shapes(p):
+        probe_budget = token_budgets(p, 1)[-1]
         try:
             probe = evaluate_inference(
-                p.model, p.cluster, p.workload(c.dp), c, max_seqs=1, **opts, prefill_tokens=token_budgets(p, 1)[-1]
+                p.model, p.cluster, p.workload(c.dp), c, max_seqs=1, **opts, prefill_tokens=probe_budget
             )
         except PlannerError:
             rejected += 1
@@ -254,9 +257,12 @@ def table(p: InferProblem) -> tuple[list[InferenceEstimate], int]:
                 budgets = [t for t in budgets if t == (p.prefill_tokens or default)] or budgets[-1:]
             worst = []
             for t in budgets:
-                e = evaluate_inference(
-                    p.model, p.cluster, p.workload(b * c.dp), c, max_seqs=b, prefill_tokens=t, **opts
-                )
+                if b == 1 and t == probe_budget:  # the probe's own arguments: its estimate
+                    e = probe
+                else:
+                    e = evaluate_inference(
+                        p.model, p.cluster, p.workload(b * c.dp), c, max_seqs=b, prefill_tokens=t, **opts
+                    )
                 if e.fits:
                     rows.append(with_serving_bands(e))
                     worst.append(shortfall(p, e))

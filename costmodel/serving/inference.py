@@ -175,6 +175,39 @@ def validate_inference(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: P
         )
 
 
+def _replay(sc, sched, sim: dict, memo: dict | None):
+    """:func:`simulate` of ``sc`` under ``sched`` with ``sim``, or an identical replay from ``memo``
+    (see :func:`evaluate_inference`). The budget enters the loop only through what it lets a step
+    schedule, and the KV capacity only through ``min(capacity, max_seqs)``: the key holds the rest."""
+    if memo is None:
+        return simulate(sc, sched, **sim)
+    cap = sim["kv_capacity"]
+    limit = cap if sched.max_seqs is None else min(cap, sched.max_seqs)
+    key = (
+        "replay",
+        (sc.model, sc.cluster, sc.dtype, sc.config, sc.kv_dtype),
+        (sched.engine, sched.chunked, sched.mixed, limit),
+        tuple((k, v) for k, v in sorted(sim.items()) if k != "kv_capacity"),
+    )
+    T = sched.token_budget
+    for budget, need, st in memo.get(key, ()):
+        if budget == T or (need is not None and need <= T):
+            return st
+    st = simulate(sc, sched, **sim)
+    memo.setdefault(key, []).append((T, st.budget_need, st))
+    return st
+
+
+def _phase_memo(memo: dict | None, *args, **kw):
+    """:func:`_phase` of these arguments, once per ``memo`` (its result is only read)."""
+    if memo is None:
+        return _phase(*args, **kw)
+    key = ("phase", args, tuple(sorted(kw.items())))
+    if key not in memo:
+        memo[key] = _phase(*args, **kw)
+    return memo[key]
+
+
 def evaluate_inference(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -194,6 +227,7 @@ def evaluate_inference(
     measure: str = "steady",
     ttft_target_s: float | None = None,
     tpot_target_s: float | None = None,
+    memo: dict | None = None,
 ) -> InferenceEstimate:
     """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config`` on ``engine``.
 
@@ -205,6 +239,12 @@ def evaluate_inference(
     ``"steady"`` (after the first wave) or ``"all"`` requests (:func:`costmodel.serving.scheduler.simulate`). Raises
     :class:`SpecError` for invalid input, including a model whose weights cannot fit even when
     spread over every GPU.
+
+    ``memo``: a dict one search shares over its evaluations (:func:`search.infer.table`), holding
+    replays and the two reported phases by their inputs. A replay is keyed by every input of
+    :func:`~costmodel.serving.scheduler.simulate` but the token budget, and one whose budget never
+    decided a step (``ServingStats.budget_need``) stands for every budget of at least what it
+    scheduled: the engine loop then takes the same steps, so the figures are identical.
     """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
@@ -228,9 +268,7 @@ def evaluate_inference(
     sc = step_cost(model, cluster, w.dtype, c, kv_dtype)
     rate = None if request_rate is None else request_rate / c.dp
     st_spread = 0.0 if output_spread is None else output_spread
-    st = simulate(
-        sc,
-        sched,
+    sim = dict(
         input_len=I,
         output_len=O,
         kv_capacity=max(1, cap),
@@ -243,6 +281,7 @@ def evaluate_inference(
         output_spread=st_spread,
         stagger=rate is None and stagger,
     )
+    st = _replay(sc, sched, sim, memo)
 
     # the two phases the breakdown and overlap report: one prefill chunk, one decode step of the
     # admitted requests at their mean context
@@ -251,7 +290,8 @@ def evaluate_inference(
     mb_dec = math.ceil(n / m)
     ctx = max(1, round(I + (O - 1) / 2))
     chunk = min(I, T)
-    pf = _phase(
+    pf = _phase_memo(
+        memo,
         model,
         cluster,
         Workload(global_batch=1, seq_len=chunk, dtype=w.dtype),
@@ -260,7 +300,8 @@ def evaluate_inference(
         kv_dtype=kv_dtype,
         micro_batches=1,
     )
-    dec = _phase(
+    dec = _phase_memo(
+        memo,
         model,
         cluster,
         Workload(global_batch=mb_dec, seq_len=ctx, dtype=w.dtype),

@@ -73,7 +73,6 @@ from dataclasses import dataclass, field
 
 from costmodel.spec.errors import SpecError
 from costmodel.serving.engines import SchedulerSpec
-from costmodel.serving.step import chunk_pairs
 
 #: closed-loop benchmarks send this many requests per client unless told otherwise
 REQUESTS_PER_CLIENT = 8
@@ -104,6 +103,9 @@ class ServingStats:
     overloaded: bool = False  # open loop: arrivals outpace what the engine serves
     queue_growth_per_s: float = 0.0  # requests the queue gains per second when overloaded
     queue_at_last_arrival: int = 0  # requests waiting for admission when the last one arrived
+    #: the token budget never decided a step: every budget of at least this many tokens replays these
+    #: same steps (None: it cut a prompt or held one back, so only the budget given does)
+    budget_need: int | None = None
 
 
 def _check_int(name: str, v, low: int = 1) -> None:
@@ -213,9 +215,12 @@ def simulate(
             issued += 1
 
     lines: dict = {}  # (decodes, micro-batches) -> (time at no context, slope)
+    chunked, mixed, time_s = sched.chunked, sched.mixed, cost.time_s
+    need, bound = (0 if chunked else I), False  # ServingStats.budget_need
+    heappop, heappush = heapq.heappop, heapq.heappush
 
     def step_time(tokens, sampled, pairs, ctx, running):
-        return cost.time_s(
+        return time_s(
             tokens=tokens, sampled=sampled, prefill_pairs=pairs, decode_ctx=ctx, micro_batches=min(pp, max(1, running))
         )
 
@@ -223,29 +228,41 @@ def simulate(
         while arrivals and arrivals[0][1] <= t:
             waiting.append(arrivals.popleft())
         running = len(prefilling) + d
-        admissible = bool(waiting) and running < limit and (sched.chunked or I <= T)
+        admissible = bool(waiting) and running < limit and (chunked or I <= T)
         prefill_work = bool(prefilling) or admissible
-        decode_now = d > 0 and (sched.mixed or not prefill_work)
-        chunks = []  # [entry, tokens]
-        if sched.mixed or not decode_now:
+        decode_now = d > 0 and (mixed or not prefill_work)
+        chunks = []  # (entry, tokens)
+        if mixed or not decode_now:
             budget = T - (d if decode_now else 0)
             for e in prefilling:
                 if budget <= 0:
                     break
-                c = min(I - e[1], budget) if sched.chunked else (I - e[1] if I - e[1] <= budget else 0)
+                left = I - e[1]
+                c = min(left, budget) if chunked else (left if left <= budget else 0)
                 if c <= 0:
                     break
-                chunks.append([e, c])
+                chunks.append((e, c))
                 budget -= c
-            while waiting and budget > 0 and running < limit and (sched.chunked or I <= budget):
+            while waiting and budget > 0 and running < limit and (chunked or I <= budget):
                 rid, _ = waiting.popleft()
                 adm[rid] = t
                 e = [rid, 0]
                 prefilling.append(e)
                 running += 1
                 c = min(I, budget)
-                chunks.append([e, c])
+                chunks.append((e, c))
                 budget -= c
+            # the budget decided nothing this step when every prompt in flight got the rest of its
+            # prompt (only the last chunk can be cut) and admission stopped for want of requests or
+            # room; then any budget of at least the tokens scheduled schedules the same
+            if (
+                len(chunks) != len(prefilling)
+                or (waiting and running < limit)
+                or (chunks and chunks[-1][0][1] + chunks[-1][1] < I)
+            ):
+                bound = True
+            elif chunks and T - budget > need:
+                need = T - budget
         if not chunks and not decode_now:
             if arrivals:  # idle until the next request arrives
                 t = max(t, arrivals[0][1])
@@ -273,20 +290,25 @@ def simulate(
             G += k
             steps += k
         else:
-            pairs = sum(chunk_pairs(e[1], c) for e, c in chunks)
-            completing = sum(1 for e, c in chunks if e[1] + c >= I)
-            tokens = sum(c for _, c in chunks) + (d if decode_now else 0)
-            dt = step_time(tokens, completing + (d if decode_now else 0), pairs, ctx0, running)
+            # one pass over the chunks: their causal pairs (step.chunk_pairs, summed in order), tokens and
+            # completing prompts, then the prompts advance
+            pairs, tokens, sampled = 0, d if decode_now else 0, d if decode_now else 0
+            for e, c in chunks:
+                done = e[1]
+                pairs += c * (done + c / 2.0)
+                tokens += c
+                if done + c >= I:
+                    sampled += 1
+                e[1] = done + c
+            dt = step_time(tokens, sampled, pairs, ctx0, running)
             t += dt
             busy_integral += running * dt
             steps += 1
             if decode_now:
                 G += 1
-            for e, c in chunks:
-                e[1] += c
-                chunk_count += 1
+            chunk_count += len(chunks)
         while heap and heap[0][0] <= G:
-            _, rid = heapq.heappop(heap)
+            _, rid = heappop(heap)
             d -= 1
             g0sum -= g0.pop(rid)
             finish(rid, t)
@@ -300,7 +322,7 @@ def simulate(
                 g0[rid] = G
                 g0sum += G
                 d += 1
-                heapq.heappush(heap, (G + olen[rid] - 1, rid))
+                heappush(heap, (G + olen[rid] - 1, rid))
     steady = measure == "steady" and concurrency is not None and n_req > concurrency
     ids = range(concurrency, n_req) if steady else range(n_req)
     n = len(ids)
@@ -324,6 +346,7 @@ def simulate(
         steps=steps,
         prefill_steps_per_request=chunk_count / n_req,
         requests=n_req,
+        budget_need=None if bound else need,
         percentiles={
             name: {f"p{q}": percentile([src[i] for i in ids], q) for q in (50, 90, 99)}
             for name, src in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e))
