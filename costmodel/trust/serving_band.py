@@ -87,22 +87,34 @@ def serving_bands(
     ttft_s: float, tpot_s: float, tokens_per_s: float, engine: str, load: str, level: float = LEVEL, residuals=None
 ) -> dict:
     """80% bands of a serving estimate's TTFT and TPOT (ms) and output tokens/s, and their basis."""
-    residuals = list(_stored() if residuals is None else residuals)
+    if residuals is None:  # the stored residuals: their bands depend on (engine, load, level) alone
+        logs, basis = _stored_bands(engine, load, level)
+    else:
+        logs, basis = _bands(engine, load, level, list(residuals))
     out = {}
-    for name, value, q in (
-        ("ttft_ms", ttft_s * 1e3, "ttft"),
-        ("tpot_ms", tpot_s * 1e3, "tpot"),
-        ("tokens_per_s", tokens_per_s, "throughput"),
+    for (name, value), (lo, hi) in zip(
+        (("ttft_ms", ttft_s * 1e3), ("tpot_ms", tpot_s * 1e3), ("tokens_per_s", tokens_per_s)), logs
     ):
-        lo, hi = band_log(q, engine, load, level, residuals)
         out[name] = [value * math.exp(lo), value * math.exp(hi)]
+    out["basis"] = basis
+    return out
+
+
+def _bands(engine: str, load: str, level: float, residuals: list) -> tuple[tuple, str]:
+    """(``band_log`` of ttft, tpot and throughput, the basis sentence) for one engine and load."""
+    logs = tuple(band_log(q, engine, load, level, residuals) for q in ("ttft", "tpot", "throughput"))
     pools = {q: pool_for(q, engine, load, residuals) for q in ("ttft", "tpot", "throughput")}
-    out["basis"] = (
+    basis = (
         f"{int(level * 100)}% prediction interval of the serving validation residuals "
         f"({', '.join(f'{q}: {len(p)} rows by {lab}' for q, (p, lab) in pools.items())}; "
         "in-sample, TensorRT-LLM-scheduled NVIDIA benchmarks only)"
     )
-    return out
+    return logs, basis
+
+
+@lru_cache(maxsize=64)
+def _stored_bands(engine: str, load: str, level: float) -> tuple[tuple, str]:
+    return _bands(engine, load, level, list(_stored()))
 
 
 def with_serving_bands(est):
