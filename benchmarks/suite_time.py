@@ -2,9 +2,10 @@
 
     python -m benchmarks.suite_time [--workers N]
 
-Runs the suite as the README's test command does (``python -m pytest``, the options of ``pyproject.toml``) in a
-child process and records its wall and CPU time, the counts pytest reports and the host's load, so the README
-states a measured time instead of a promise. ``--workers N`` passes ``-n N`` (needs pytest-xdist; not recorded).
+Runs the suite as the README's test command does (``python -m pytest`` with the arguments that command gives, e.g.
+``-n auto`` for pytest-xdist's one worker per core, and the options of ``pyproject.toml``) in a child process and
+records its wall and CPU time, the counts pytest reports and the host's load, so the README states a measured time
+instead of a promise. ``--workers N`` runs ``-n N`` instead (not recorded).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,19 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from benchmarks.results_io import record
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_pytest_args(readme: Path = README) -> list[str]:
+    """The arguments the README's test command (its second line) gives ``python -m pytest``.
+
+    >>> readme_pytest_args()[:2]
+    ['-n', 'auto']
+    """
+    line = next(ln for ln in readme.read_text().splitlines() if ln.startswith("python3 -m venv") and "[test]" in ln)
+    return shlex.split(line.split("-m pytest", 1)[1])
 
 
 def run(extra: list[str]) -> dict:
@@ -53,7 +68,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (0: none, as the README runs it)")
     a = ap.parse_args(argv)
-    res = run(["-n", str(a.workers)] if a.workers else [])
+    args = readme_pytest_args()
+    if a.workers:  # -n N in place of the README's
+        args = [x for i, x in enumerate(args) if x != "-n" and (i == 0 or args[i - 1] != "-n")] + ["-n", str(a.workers)]
+    res = run(args)
     print(f"{res['summary']}\nwall {res['wall_min']} min, CPU {res['cpu_min']} min, exit {res['exit']}")
     record(
         "suite_time",
