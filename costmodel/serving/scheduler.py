@@ -215,14 +215,18 @@ def simulate(
             issued += 1
 
     lines: dict = {}  # (decodes, micro-batches) -> (time at no context, slope)
-    chunked, mixed, time_s = sched.chunked, sched.mixed, cost.time_s
+    chunked, mixed = sched.chunked, sched.mixed
     need, bound = (0 if chunked else I), False  # ServingStats.budget_need
     heappop, heappush = heapq.heappop, heapq.heappush
+    # cost.time_s by position (StepCost.price), else through its keywords
+    price = getattr(cost, "price", None) or (
+        lambda tokens, sampled, pairs, ctx, mm: cost.time_s(
+            tokens=tokens, sampled=sampled, prefill_pairs=pairs, decode_ctx=ctx, micro_batches=mm
+        )
+    )
 
     def step_time(tokens, sampled, pairs, ctx, running):
-        return time_s(
-            tokens=tokens, sampled=sampled, prefill_pairs=pairs, decode_ctx=ctx, micro_batches=min(pp, max(1, running))
-        )
+        return price(tokens, sampled, pairs, ctx, min(pp, max(1, running)))
 
     while done_n < n_req:
         while arrivals and arrivals[0][1] <= t:
@@ -238,7 +242,7 @@ def simulate(
                 if budget <= 0:
                     break
                 left = I - e[1]
-                c = min(left, budget) if chunked else (left if left <= budget else 0)
+                c = (left if left < budget else budget) if chunked else (left if left <= budget else 0)
                 if c <= 0:
                     break
                 chunks.append((e, c))
@@ -249,7 +253,7 @@ def simulate(
                 e = [rid, 0]
                 prefilling.append(e)
                 running += 1
-                c = min(I, budget)
+                c = I if I < budget else budget
                 chunks.append((e, c))
                 budget -= c
             # the budget decided nothing this step when every prompt in flight got the rest of its
@@ -272,19 +276,20 @@ def simulate(
         if not chunks and not (waiting and running < limit):
             # decode-only stretch up to the next finish (or arrival): context grows d tokens a step
             k = heap[0][0] - G
-            key = (d, min(pp, max(1, running)))
-            if key not in lines:  # a decode step's time is linear in the context it reads
+            key = (d, pp if running >= pp else (running if running > 1 else 1))
+            line = lines.get(key)
+            if line is None:  # a decode step's time is linear in the context it reads
                 b0 = step_time(d, d, 0.0, 0.0, running)
-                lines[key] = (b0, (step_time(d, d, 0.0, 1e6, running) - b0) / 1e6 * d)
-            base, slope = lines[key]  # slope: per step, the context grows d tokens
-            span = lambda n: n * (base + slope / d * ctx0) + slope * n * (n - 1) / 2  # noqa: E731
+                line = lines[key] = (b0, (step_time(d, d, 0.0, 1e6, running) - b0) / 1e6 * d)
+            base, slope = line  # slope: per step, the context grows d tokens
+            # k steps take k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2 (written out below)
             if arrivals and running < limit:
                 gap = arrivals[0][1] - t
-                if span(k) > gap:  # stop at the first step boundary past the arrival
+                if k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2 > gap:  # stop at the first step past it
                     a, b = slope / 2, base + slope / d * ctx0 - slope / 2
                     n = math.ceil((-b + math.sqrt(b * b + 4 * a * gap)) / (2 * a)) if a > 0 else math.ceil(gap / b)
                     k = max(1, min(k, n))
-            dt = span(k)
+            dt = k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2
             t += dt
             busy_integral += running * dt
             G += k
@@ -300,7 +305,7 @@ def simulate(
                 if done + c >= I:
                     sampled += 1
                 e[1] = done + c
-            dt = step_time(tokens, sampled, pairs, ctx0, running)
+            dt = price(tokens, sampled, pairs, ctx0, pp if running >= pp else (running if running > 1 else 1))
             t += dt
             busy_integral += running * dt
             steps += 1
@@ -330,6 +335,9 @@ def simulate(
     def mean(d):
         return sum(d[i] for i in ids) / n
 
+    def sorted_of(d):  # percentile sorts again: a sorted list costs it one pass
+        return sorted([d[i] for i in ids])
+
     mean_e2e = mean(e2e)
     rps = concurrency / mean_e2e if steady else n_req / t
     over = _overload(arr, adm, fin, request_rate) if concurrency is None else {}
@@ -348,8 +356,8 @@ def simulate(
         requests=n_req,
         budget_need=None if bound else need,
         percentiles={
-            name: {f"p{q}": percentile([src[i] for i in ids], q) for q in (50, 90, 99)}
-            for name, src in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e))
+            name: {f"p{q}": percentile(xs, q) for q in (50, 90, 99)}
+            for name, xs in (("ttft_s", sorted_of(ttft)), ("tpot_s", sorted_of(tpot)), ("e2e_s", sorted_of(e2e)))
         },
         **over,
     )

@@ -168,7 +168,14 @@ class StepCost:
     ) -> float:
         """One step: ``tokens`` scheduled, ``sampled`` of them emit a token, ``prefill_pairs`` causal
         query-key pairs of prompt chunks, ``decode_ctx`` cached tokens read by the decodes."""
-        mm = max(1, min(micro_batches, self.config.pp))
+        return self.price(tokens, sampled, prefill_pairs, decode_ctx, micro_batches)
+
+    def price(
+        self, tokens: float, sampled: float, prefill_pairs: float, decode_ctx: float, micro_batches: int = 1
+    ) -> float:
+        """:meth:`time_s` with positional arguments (the replay loop's call, :mod:`costmodel.serving.scheduler`)."""
+        pp = self.config.pp
+        mm = micro_batches if 1 <= micro_batches <= pp else max(1, min(micro_batches, pp))
         attn = (self.prefill_pair_s * prefill_pairs + self.decode_ctx_s * decode_ctx) / mm
         body = self._body_at.get((tokens, mm))
         if body is None:
