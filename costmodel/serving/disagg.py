@@ -197,12 +197,13 @@ def _pct(xs: list[float], q: float) -> float:
 def prefill_waits(rate: float, servers: int, service_s: float, gaps: list[float]) -> list[float]:
     """Queueing delay of each request at a FIFO pool of ``servers`` identical replicas, deterministic
     service ``service_s``, arrivals ``gaps / rate`` apart (the first half of the replay is warm-up)."""
-    free = [0.0] * servers
+    free = [0.0] * servers  # a heap of the times each replica frees up
     t, waits = 0.0, []
+    replace_min = heapq.heapreplace
     for g in gaps:
         t += g / rate
-        start = max(t, heapq.heappop(free))
-        heapq.heappush(free, start + service_s)
+        start = free[0] if free[0] > t else t  # the first free replica, once the request is there
+        replace_min(free, start + service_s)
         waits.append(start - t)
     return waits[len(waits) // 2 :]
 
@@ -299,7 +300,7 @@ def disagg_estimate(
     gaps = gaps if gaps is not None else _draws(REQUESTS, arrival_cv)
 
     def at(rate: float) -> dict:
-        waits = prefill_waits(rate, prefill.replicas, t_pf, gaps)
+        waits = sorted(prefill_waits(rate, prefill.replicas, t_pf, gaps))  # _pct sorts a sorted list in one pass
         n, tpot = dec.running(rate / decode.replicas, output_len)
         n90 = n + Z90 * math.sqrt(n)
         base = t_pf + t_kv + dec.step(n)
