@@ -113,6 +113,20 @@ def _layer(
     return sum(o.fwd_s for o in ops), sum(o.fwd_s for o in ops if o.name == "attn_core"), led
 
 
+def _moe_layers(model: ModelSpec, layers: range) -> int:
+    """How many of ``layers`` are MoE layers (:func:`is_moe_layer`: those from ``dense_layers`` on).
+
+    >>> from costmodel.spec.presets import load_model
+    >>> m = load_model("deepseek-v3")   # 3 dense layers lead its 61
+    >>> [_moe_layers(m, r) for r in (range(0, 2), range(0, 8), range(8, 16))] == [
+    ...     sum(1 for i in r if is_moe_layer(m, i)) for r in (range(0, 2), range(0, 8), range(8, 16))]
+    True
+    """
+    if not layers or not is_moe_layer(model, layers[-1]):
+        return 0
+    return len(range(max(layers.start, model.dense_layers), layers.stop))
+
+
 def _phase(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -133,7 +147,7 @@ def _phase(
     stage_s, compute, attention, interference, led = [], 0.0, 0.0, 0.0, CommLedger()
     for stage in range(c.pp):
         layers = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
-        n_moe = sum(1 for layer in layers if is_moe_layer(model, layer))
+        n_moe = _moe_layers(model, layers)
         t, sl = 0.0, CommLedger()
         for moe, count in ((False, len(layers) - n_moe), (True, n_moe)):
             if count:

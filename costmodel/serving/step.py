@@ -107,18 +107,21 @@ class StepCost:
         # steps at a few hundred distinct token counts); values are body_s's and head_s's own
         self._body_at: dict = {}
         self._head_at: dict = {}
+        self._probes: dict = {}
 
     # -- the pieces ------------------------------------------------------------------
     def _phase_s(self, tokens: int, micro_batches: int, sampled: int, path_only: bool) -> float:
         from costmodel.serving.phase import _phase  # the layer costs live there
 
         mb = max(1, math.ceil(tokens / micro_batches))
-        w = Workload(global_batch=mb, seq_len=1, dtype=self.dtype)
+        if mb not in self._probes:  # the probe's workload and plan, built (and checked) once per mb
+            self._probes[mb] = Workload(global_batch=mb, seq_len=1, dtype=self.dtype), replace(self.config, mb=mb)
+        w, c = self._probes[mb]
         ph = _phase(
             self.model,
             self.cluster,
             w,
-            replace(self.config, mb=mb),
+            c,
             decode=True,
             kv_dtype=self.kv_dtype,
             micro_batches=micro_batches,
