@@ -22,7 +22,6 @@ The op-graph scheduler (:mod:`costmodel.engines.graph`) replaces these rules wit
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 from functools import lru_cache
@@ -34,6 +33,7 @@ from costmodel.physics.comm.collectives import collective_time_s
 from costmodel.physics.comm.groups import group_stride
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import cp_exchange, embedding_op, head_ops, layer_ops
+from costmodel.physics.kernels.host import host_gap_s, layer_host_s
 from costmodel.physics.kernels.recompute import module_recompute_fractions, op_sac_fractions
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s, ep_sm_share
@@ -76,8 +76,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
     dev = cluster.device
     a, eng, scopes = _streams(model, cluster, c)
     fwd, bwd, recompute, led, fwd_led, sac_led, replays = _layer_base(model, cluster, w, c, moe, eng)
-    # copies: the base is shared by every plan with the same layer (below, the ledger gains the
-    # ZeRO-3 gathers and the link floor)
+    # copies: the base is shared by every plan with the same layer (below, the ledger gains ZeRO-3 and the link floor)
     led, fwd_led, sac_led = _copy(led), _copy(fwd_led), _copy(sac_led)
     copy_f, copy_b = fsdp2_copies_s(model, dev, c, moe)  # on the compute stream, not replayed by recompute
     fwd, bwd = fwd + copy_f, bwd + copy_b
@@ -118,6 +117,11 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         led.overlap("zero", t_bwd, bwd + recompute, FREE, WHY_Z3, coef, waits_s=waits_b)
     rec_led = fwd_led if c.recompute == "full" else (sac_led if replays else None)
     link_floor(led, fwd + bwd + recompute, scopes, cluster, rec_led, a)
+    # each phase (compute and exposed communication) lasts at least its host time (costmodel.physics.kernels.host)
+    host_f, host_b = layer_host_s(model, dev, w, c, moe)
+    gpu_f, rec_x = fwd + fwd_led.total_exposed_s, rec_led.total_exposed_s if rec_led is not None else 0.0
+    gpu_b = bwd + recompute + led.total_exposed_s + rec_x - fwd_led.total_exposed_s
+    fwd, bwd = fwd + host_gap_s(gpu_f, host_f), bwd + host_gap_s(gpu_b, host_b)
     return LayerTiming(fwd, bwd, recompute, led, rec_led if rec_led is not None else CommLedger())
 
 
@@ -125,8 +129,8 @@ _STREAMS: dict = {}
 
 
 def _streams(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig) -> tuple:
-    """``(assignment, {tp, cp, ep: engines}, link scopes)`` of ``c``'s streams, memoised
-    on what they read: ``c.dma`` or the default assignment's fields (:func:`costmodel.physics.comm.dma.default_assignment`:
+    """``(assignment, {tp, cp, ep: engines}, link scopes)`` of ``c``'s streams, memoised on what they read: ``c.dma`` or
+    the default assignment's fields (:func:`costmodel.physics.comm.dma.default_assignment`:
     the degrees, framework and ZeRO stage), and the degrees :func:`~costmodel.compose.link_floor.link_scopes` reads (not to be changed)."""
     key = (model, cluster, c.dma, c.tp, c.cp, c.ep, c.pp, c.dp, c.framework, c.zero)
     return _memo(_STREAMS, key, lambda: _streams_of(model, cluster, c))
@@ -171,10 +175,9 @@ def _copy(led: CommLedger) -> CommLedger:
 
 
 class LayerCore(NamedTuple):
-    """What :func:`_layer_core` memoises for one layer: its ops without recompute, forward and backward seconds,
-    the communication ledger and its forward part, the collectives' seconds (TP all-gather, all-reduce, EP
-    all-to-all), the experts op, the overlap pieces (``chunks``, 0 when not chunked) and the interference
-    coefficient."""
+    """What :func:`_layer_core` memoises for one layer: its ops without recompute, forward and backward seconds, the
+    communication ledger and its forward part, the collectives' seconds (TP all-gather, all-reduce, EP all-to-all),
+    the experts op, the overlap pieces (``chunks``, 0 when not chunked) and the interference coefficient."""
 
     plain: tuple
     fwd_s: float
@@ -190,8 +193,7 @@ class LayerCore(NamedTuple):
 
 
 class LayerBase(NamedTuple):
-    """What :func:`_layer_base` memoises: the layer's seconds and ledgers without DP / ZeRO terms (the ledgers
-    not to be changed: ``layer_timing`` copies them)."""
+    """What :func:`_layer_base` memoises: the layer's seconds and ledgers without DP / ZeRO terms (unchanged)."""
 
     fwd_s: float
     bwd_s: float

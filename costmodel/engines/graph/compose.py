@@ -37,6 +37,7 @@ from costmodel.physics.comm.collectives import collective_time_s
 from costmodel.physics.comm.groups import group_stride
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import embedding_op
+from costmodel.physics.kernels.host import host_gap_s, layer_host_s
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.mechanics.grad_buckets import stage_grad_buckets
 from costmodel.physics.memory.stage_contents import is_moe_layer, rank_layers
@@ -90,10 +91,18 @@ def layer_schedule(
 
 @lru_cache(maxsize=2048)
 def _layer_schedule(model, cluster, w, c, moe, phase, recompute, decode=False) -> Schedule:
-    return schedule(
+    s = schedule(
         layer_graph(model, cluster, w, c, moe, phase, recompute, decode),
         resources_for(cluster.device, plan_dma(model, cluster, w, c)),
     )
+    # the phase lasts at least the host's time to issue it (costmodel.physics.kernels.host): the GPU waits for it
+    host_f, host_b = layer_host_s(model, cluster.device, w, c, moe, recompute)
+    gap = 0.0 if decode else host_gap_s(s.makespan_s, host_f if phase == "fwd" else host_b)
+    if gap <= 0:
+        return s
+    ph = dict(s.extra.get("phase_s", {}))
+    ph[phase] = ph.get(phase, 0.0) + gap
+    return replace(s, makespan_s=s.makespan_s + gap, extra={**s.extra, "phase_s": ph, "host_gap_s": gap})
 
 
 def pair_schedule(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig) -> Schedule:
