@@ -329,7 +329,8 @@ def add_memory_args(g) -> None:
         type=choice_arg("loss_impl", LOSS_IMPLS),
         metavar="{" + ",".join(LOSS_IMPLS) + "}",
         help="the cross-entropy's memory: fused (Megatron-Core's vocab-parallel cross-entropy, the "
-        "default) or fp32 (torchtitan's eager FP32 loss)",
+        "default), fp32 (torchtitan's eager FP32 loss) or te (Transformer Engine's cross-entropy, Megatron-Core "
+        "--cross-entropy-fusion-impl te: the gradient overwrites the logits)",
     )
 
     g.add_argument(

@@ -124,6 +124,19 @@ def test_the_fp32_loss_holds_more_than_the_fused_one():
     assert ParallelConfig.from_dict(c.to_dict()) == c
 
 
+def test_te_cross_entropy_holds_only_the_logits():
+    # Transformer Engine's cross-entropy writes the gradient over the BF16 logits (TE@70f536662 triton/cross_entropy.py)
+    c = ParallelConfig(tp=4, sp=True, dp=2, loss_impl="te")
+    assert loss_bytes_per_logit(c) == 2
+    assert ParallelConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(SpecError, match="loss_impl"):
+        ParallelConfig(framework="fsdp2", zero=3, dp=8, loss_impl="te")
+    from planner.emit.megatron import megatron_args
+
+    args = [a for group in megatron_args(c, global_batch=16, layers=32) for a in group]
+    assert args[args.index("--cross-entropy-fusion-impl") + 1] == "te" and "--cross-entropy-loss-fusion" in args
+
+
 def test_a_bad_row_exits_2_with_one_line(tmp_path, capsys):
     bad = tmp_path / "m.csv"
     rows = [dict(ROWS[0], tp="zero")]

@@ -33,25 +33,21 @@ KNOWN_UNFIT: dict = {
     # issue 39's development rows (the Megatron-Bridge tables' Blackwell rows), with the 25.11 performance recipes traced
     # (benchmarks/published/sources.py BRIDGE_2511_RECIPES, BRIDGE_BF16_GRADS, MXFP8_PARAMS; issue 42). Fit since:
     # 268 (cpu_offloading_num_layers 20), 269, 271, 279, 280, 286, 287, 288 (BF16 gradient buffer, MXFP8 parameters,
-    # the DeepSeek recipes' selective recompute). Still not fitting with every traced knob:
+    # the DeepSeek recipes' selective recompute), 289 (GPT-OSS 120B BF16 EP8 MBS 4 on B200, no recompute: 180.0 GiB,
+    # 167.1 of 168 once the loss is TE's cross entropy, 2 B/logit, as every 25.11 script sets: BRIDGE_TE_LOSS).
+    # Still not fitting with every traced knob:
     (
         "new",
         "277",
     ): "Bridge Llama 3 70B FP8-CS on 64 GB200, Megatron-FSDP, MBS 2 x 8192, cpu_offloading_num_layers 40 of 80, no "
-    "recompute, BF16 grads (Megatron-Bridge@e940d997d LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): 185.9 GiB of 173 "
-    "(40 resident layers x 3.6 GiB = 145 GiB; the loss is charged 6 B/logit, TE's in-place cross entropy would hold 2)",
+    "recompute, BF16 grads, TE's cross entropy (Megatron-Bridge@e940d997d LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): "
+    "177.6 GiB of 173 (40 resident layers x 3.6 GiB = 145 GiB)",
     (
         "new",
         "278",
     ): "Bridge Llama 3.1 405B FP8-CS TP4 PP16 VP4 on 256 GB200, MBS 1, GBS 1536, no FSDP, no offloading, no recompute, "
     "BF16 grads (Megatron-Bridge@e940d997d LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): 181.4 GiB of 173 (stage 1: "
     "77 chunks in flight, 132.5 GiB of activations; FP8 parameters charged 2 B, row-wise + transposed)",
-    (
-        "new",
-        "289",
-    ): "Bridge GPT-OSS 120B BF16 EP8 MBS 4 x 4096 on 64 B200, BF16 grads, no recompute: the v0.2.0 B200 config lists "
-    "recompute_modules [layernorm, moe_act] without recompute_granularity, which Megatron-Core@0d8e0714 ignores; its "
-    "EP64 (the table states EP8) would fit at 134.3 GiB: 180.0 GiB of 168",
     (
         "new",
         "293",

@@ -28,6 +28,7 @@ from .sources import (
     BRIDGE_2511_RECIPES,
     BRIDGE_BF16_GRADS,
     BRIDGE_FP8_PARAMS,
+    BRIDGE_TE_LOSS,
     BRIDGE_TABLES,
     FA2_STACKS,
     FRAMEWORK,
@@ -281,6 +282,9 @@ def new_row(r: dict, set_name: str = "new") -> Row:
     if src in BRIDGE_BF16_GRADS:
         extra["grad_dtype"] = "bf16"
         notes.append("BF16 gradient buffer: grad_reduce_in_fp32 False in the Bridge perf scripts (BRIDGE_BF16_GRADS)")
+    if src in BRIDGE_TE_LOSS:
+        extra["loss_impl"] = "te"
+        notes.append("Transformer Engine's cross-entropy: cross_entropy_fusion_impl te (BRIDGE_TE_LOSS)")
     gpu_key = next((g for g in ("GB300", "GB200", "B300", "B200") if g in r["gpu_type"].upper()), "")
     recipe_2511 = BRIDGE_2511_RECIPES.get((label, gpu_key, r["precision"].strip().upper()))
     if src == "megatron_bridge_perf_blackwell" and recipe_2511 is not None and not rec:

@@ -210,6 +210,11 @@ BRIDGE_2509_RECIPES = {
 #: gpt_oss/qwen3 ``*_llm_pretrain.py`` at NVIDIA-NeMo/Megatron-Bridge@7af9601c9, tag v0.2.0, the r0.2.0 branch's
 #: "25.11 release notes" commit, and at e940d997d): a BF16 gradient buffer (``grad_dtype='bf16'``)
 BRIDGE_BF16_GRADS = ("megatron_bridge_perf_blackwell",)
+#: sources whose runs take Transformer Engine's cross-entropy (``loss_impl='te'``): the Bridge 25.11 performance
+#: scripts' ``set_common_perf_overrides`` sets ``recipe.model.cross_entropy_fusion_impl = "te"`` for every model
+#: (``scripts/performance/utils/helpers.py`` at NVIDIA-NeMo/Megatron-Bridge@7af9601c9) and the providers keep
+#: ``cross_entropy_loss_fusion = True`` (``src/megatron/bridge/models/gpt_provider.py``, ``deepseek_provider.py``)
+BRIDGE_TE_LOSS = ("megatron_bridge_perf_blackwell",)
 #: sources whose MXFP8 runs keep MXFP8 parameters (``fp8_param_gather``; the BF16 all-gather reuses the gradient
 #: buffer): the Bridge tables, whose ``fp8_mx`` precision is ``bf16_with_mxfp8_mixed`` (``scripts/performance/utils/
 #: helpers.py`` ``get_precision_config``), which sets ``fp8_param_gather = True`` and ``reuse_grad_buf_for_mxfp8_param_ag

@@ -105,7 +105,8 @@ class ParallelConfig:
     loss_impl : how the cross-entropy of the logits runs (:func:`costmodel.physics.memory.activations.loss_bytes_per_logit`):
         ``fused`` (the default: Megatron-Core's vocab-parallel cross-entropy, BF16 logits and an FP32
         softmax) or ``fp32`` (torchtitan through 2024: eager ``cross_entropy(pred.float(), labels)``,
-        FP32 log-softmax and gradients).
+        FP32 log-softmax and gradients) or ``te`` (Megatron-Core ``--cross-entropy-loss-fusion
+        --cross-entropy-fusion-impl te``: Transformer Engine's cross-entropy, the gradient written over the logits).
     pp_grad_reduce : when FSDP without resharding after forward (``framework='fsdp2'``, ``zero=2``) reduces
         gradients under a pipeline schedule (:func:`costmodel.frameworks.rules.of`): ``step`` (the default:
         ``torch.distributed.pipelining`` turns gradient sync and reshard-after-backward off for every

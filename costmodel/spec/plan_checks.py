@@ -32,7 +32,7 @@ EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes`)
 GRAD_DTYPES = ("fp32", "fp16", "bf16")
-LOSS_IMPLS = ("fused", "fp32")  # ParallelConfig.loss_impl
+LOSS_IMPLS = ("fused", "fp32", "te")  # ParallelConfig.loss_impl
 PP_GRAD_REDUCES = ("step", "microbatch")  # ParallelConfig.pp_grad_reduce
 SP_SAVED_INPUTS = ("sharded", "gathered")  # ParallelConfig.sp_saved_inputs
 MODULE_LAYOUTS = ("fused", "hf")  # ParallelConfig.module_layout
@@ -72,6 +72,10 @@ def check_fields(cfg) -> None:
         raise SpecError("grad_dtype", cfg.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
     if cfg.loss_impl not in LOSS_IMPLS:
         raise SpecError("loss_impl", cfg.loss_impl, f"one of {', '.join(LOSS_IMPLS)}")
+    if cfg.loss_impl == "te" and cfg.framework != "megatron":
+        raise SpecError(
+            "loss_impl", cfg.loss_impl, "fused or fp32 unless framework=megatron (te: Megatron-Core's flag)"
+        )
     if cfg.pp_grad_reduce != "step" and (
         cfg.pp_grad_reduce not in PP_GRAD_REDUCES or cfg.framework != "fsdp2" or cfg.zero != 2
     ):

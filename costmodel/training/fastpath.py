@@ -249,6 +249,7 @@ class Scorer:
             c.sp_saved_inputs,
             c.pp_free_stage_inputs,
             c.activation_offload_layers,
+            c.loss_impl,
         )
         peak = self._memory.get(key)
         if peak is None:

@@ -79,11 +79,14 @@ def megatron_args(
                 ["--recompute-method", "block"],
                 ["--recompute-num-layers", str(c.recompute_layers)],
             ]
-    if c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
+    if c.loss_impl == "te":  # Transformer Engine's cross-entropy (Megatron-LM@0d8e0714 arguments.py)
+        out.append(["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"])
+    elif c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
         raise SpecError(
             "loss_impl",
             c.loss_impl,
-            "fused for --emit megatron (Megatron-Core's vocab-parallel cross-entropy; fp32 is torchtitan's eager loss)",
+            "fused or te for --emit megatron (Megatron-Core's vocab-parallel cross-entropy, or Transformer Engine's; "
+            "fp32 is torchtitan's eager loss)",
         )
     if c.optimizer_dtype != "fp32":  # Megatron-LM's optimizers keep FP32 (or FP16) main params: --main-params-dtype
         raise SpecError(

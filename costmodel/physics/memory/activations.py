@@ -201,7 +201,17 @@ def loss_bytes_per_logit(c: ParallelConfig) -> int:
     ``'fused'``, for it holds the same 6 B. Checked with PyTorch 2.13's ``min_cut_rematerialization_partition``
     (the partitioner Inductor uses) on that function: the forward graph saves the FP32 ``_log_softmax`` output
     (4 B per logit, a reduction it will not recompute, not the BF16 input) and the backward graph returns the
-    BF16 gradient (2 B), so 4 + 2 B in backward, the BF16 logits (2 B) + the FP32 output (4 B) in forward."""
+    BF16 gradient (2 B), so 4 + 2 B in backward, the BF16 logits (2 B) + the FP32 output (4 B) in forward.
+
+    ``'te'``: Transformer Engine's cross-entropy, Megatron-Core's loss under ``--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te`` (``language_module.py`` ``compute_language_model_loss`` at
+    NVIDIA/Megatron-LM@0d8e0714: ``te_parallel_cross_entropy``), computes the gradient in the forward and writes it
+    over the BF16 logits (``transformer_engine/pytorch/triton/cross_entropy.py`` at NVIDIA/TransformerEngine@70f536662,
+    v2.9: ``cross_entropy_kernel`` stores ``exp(X - m) / d`` into ``X_ptr`` in the logits' dtype;
+    ``CrossEntropyFunction`` saves that tensor and its backward scales it in place, ``element_mul_kernel``); only
+    per-token FP32 statistics (12 B a token, not a logit) besides: 2 B."""
     if c.loss_impl == "fp32":
         return 16 if c.tp > 1 else 12
+    if c.loss_impl == "te":
+        return 2
     return 6
