@@ -84,6 +84,20 @@ def add_problem_args(parser: argparse.ArgumentParser, *, required: bool = True, 
         "default: the model's, e.g. 1 for deepseek-v3; 0: off)",
     )
     g.add_argument(
+        "--moe-capacity-factor",
+        type=float_arg("moe_capacity_factor"),
+        metavar="C",
+        help="MoE token dropping: an expert takes at most C times its mean token count (Megatron "
+        "--moe-expert-capacity-factor; default: dropless)",
+    )
+    g.add_argument(
+        "--moe-pad-to-capacity",
+        action="store_true",
+        default=None,
+        help="pad every expert's input to its capacity (Megatron --moe-pad-expert-input-to-capacity: static "
+        "shapes, no host sync; needs --moe-capacity-factor)",
+    )
+    g.add_argument(
         "--dtype",
         type=_converter("dtype", _dtypes, "one of " + ", ".join(DTYPES) + ", or (recommend) auto or a comma list"),
         default="bf16",

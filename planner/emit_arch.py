@@ -122,7 +122,8 @@ def router_args(m: ModelSpec) -> list[list[str]]:
     sigmoid`` (default softmax), the auxiliary-loss-free expert bias (``--moe-router-enable-expert-bias``, which
     Megatron-Core allows with sigmoid (or sqrtsoftplus) scores only; its update rate is Megatron's default 1e-3, DeepSeek-V3's
     0.001, report Sec. 4.2), group-limited routing (``--moe-router-num-groups``, ``--moe-router-group-topk``) and
-    the routed-output scale (``--moe-router-topk-scaling-factor``)."""
+    the routed-output scale (``--moe-router-topk-scaling-factor``), and token dropping (``--moe-expert-capacity-factor``,
+    ``--moe-pad-expert-input-to-capacity``)."""
     out = []
     if m.router_score_function != "softmax":
         out.append(["--moe-router-score-function", m.router_score_function])
@@ -135,6 +136,10 @@ def router_args(m: ModelSpec) -> list[list[str]]:
         ]
     if m.router_topk_scaling_factor is not None:
         out.append(["--moe-router-topk-scaling-factor", repr(float(m.router_topk_scaling_factor))])
+    if m.moe_capacity_factor is not None:  # token dropping (TransformerConfig.moe_expert_capacity_factor)
+        out.append(["--moe-expert-capacity-factor", repr(float(m.moe_capacity_factor))])
+        if m.moe_pad_to_capacity:
+            out.append(["--moe-pad-expert-input-to-capacity"])
     return out
 
 

@@ -55,13 +55,20 @@ def problem_from_args(args: argparse.Namespace):
 
 
 def with_mtp_layers(model, args: argparse.Namespace):
-    """``model`` with ``--mtp-layers`` when given (its own MTP modules otherwise)."""
-    n = getattr(args, "mtp_layers", None)
-    if n is None or n == model.mtp_layers:
-        return model
+    """``model`` with the model flags given: ``--mtp-layers`` (its own MTP modules otherwise), ``--moe-capacity-factor``
+    and ``--moe-pad-to-capacity`` (the model's token dropping otherwise, dropless unless its file says)."""
     from dataclasses import replace
 
-    return replace(model, mtp_layers=n)
+    given = {
+        f: getattr(args, a, None)
+        for f, a in (
+            ("mtp_layers", "mtp_layers"),
+            ("moe_capacity_factor", "moe_capacity_factor"),
+            ("moe_pad_to_capacity", "moe_pad_to_capacity"),
+        )
+    }
+    given = {f: v for f, v in given.items() if v is not None and v != getattr(model, f)}
+    return replace(model, **given) if given else model
 
 
 def inference_batch(args: argparse.Namespace, workload, config):

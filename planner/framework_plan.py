@@ -99,6 +99,8 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
     check_model(fi, model, args.model or "")
     if fi.mtp_layers is not None and getattr(args, "mtp_layers", None) is None and model.mtp_layers != fi.mtp_layers:
         model = replace(model, mtp_layers=fi.mtp_layers)  # Megatron trains MTP only with --mtp-num-layers
+    if model.is_moe and fi.moe_drop and any(getattr(model, k) != v for k, v in fi.moe_drop.items()):
+        model = replace(model, **fi.moe_drop)  # the line's token dropping (dropless when unstated) is what runs
     model = with_mtp_layers(model, args)
     if fi.dropout and any(getattr(model, k) != v for k, v in fi.dropout.items()):
         model = replace(model, **fi.dropout)  # the line's dropout (Megatron's 0.1 when unstated) is what runs

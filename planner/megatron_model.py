@@ -70,6 +70,7 @@ def model_fields(args: dict) -> dict:
     m.update(position_fields(a))
     if experts:
         m.update(router_fields(a))
+        m.update(drop_fields(a))
     return m
 
 
@@ -125,6 +126,28 @@ def router_fields(args: dict) -> dict:
     if _get_float(a, "moe_router_topk_scaling_factor"):
         out["router_topk_scaling_factor"] = _get_float(a, "moe_router_topk_scaling_factor")
     return out
+
+
+def drop_fields(args: dict) -> dict:
+    """Token dropping as the arguments run it: ``moe_capacity_factor`` (``--moe-expert-capacity-factor``; unstated or
+    negative: None, dropless, as Megatron-Core's ``TransformerConfig.__post_init__``@d98e8a6 makes a negative factor)
+    and ``moe_pad_to_capacity`` (``--moe-pad-expert-input-to-capacity``, default False).
+
+    >>> drop_fields({"moe_expert_capacity_factor": "1.0", "moe_pad_expert_input_to_capacity": "True"})
+    {'moe_capacity_factor': 1.0, 'moe_pad_to_capacity': True}
+    >>> drop_fields({})
+    {'moe_capacity_factor': None, 'moe_pad_to_capacity': False}
+    """
+    a = normalise(args)
+    raw = a.get("moe_expert_capacity_factor")
+    try:
+        c = None if _none(raw) or float(raw) < 0 else float(raw)
+    except (TypeError, ValueError):
+        raise SpecError("moe_expert_capacity_factor", raw, "a number") from None
+    pad = "moe_pad_expert_input_to_capacity" in a and as_bool(
+        "moe_pad_expert_input_to_capacity", a["moe_pad_expert_input_to_capacity"]
+    )
+    return {"moe_capacity_factor": c, "moe_pad_to_capacity": pad}
 
 
 #: Megatron-Core ``TransformerConfig`` defaults (``hidden_dropout: float = 0.1``, ``attention_dropout: float = 0.1``,

@@ -70,6 +70,12 @@ class ModelSpec:
         qk_layernorm, router_score_function (``softmax`` or ``sigmoid``), router_expert_bias, router_num_groups,
         router_group_topk, router_topk_scaling_factor : what the model trains with beyond its shape (the Hugging Face
         config's keys; None / off: unstated), for the emitted command line only (:mod:`planner.emit_arch`); no cost.
+    moe_capacity_factor, moe_pad_to_capacity : token dropping (Megatron-Core ``--moe-expert-capacity-factor C``: an
+        expert takes at most ``ceil(tokens * topk / experts * C)`` token-slots, the rest are dropped) and padding to that
+        capacity (``--moe-pad-expert-input-to-capacity``: every expert runs exactly its capacity, static shapes, no
+        host sync). None / False: dropless (Megatron-Core's default). What they cost:
+        :func:`costmodel.physics.kernels.moe_load.moe_imbalance` and the all-to-all's padded rows
+        (:func:`costmodel.physics.comm.ep_dispatch.ep_alltoall_bytes`).
     """
 
     name: str = "model"
@@ -107,6 +113,8 @@ class ModelSpec:
     router_num_groups: int = 0
     router_group_topk: int = 0
     router_topk_scaling_factor: float | None = None
+    moe_capacity_factor: float | None = None
+    moe_pad_to_capacity: bool = False
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
@@ -168,9 +176,15 @@ class ModelSpec:
         ):
             if getattr(self, f) not in allowed:
                 raise SpecError(f, getattr(self, f), f"one of {', '.join(str(a).lower() for a in allowed)}")
-        for f in ("qk_layernorm", "router_expert_bias"):
+        for f in ("qk_layernorm", "router_expert_bias", "moe_pad_to_capacity"):
             if not isinstance(getattr(self, f), bool):
                 raise SpecError(f, getattr(self, f), "true or false")
+        if self.moe_capacity_factor is not None:
+            _positive("moe_capacity_factor", self.moe_capacity_factor)
+            if not self.experts:
+                raise SpecError("moe_capacity_factor", self.moe_capacity_factor, "unset for a dense model (no experts)")
+        elif self.moe_pad_to_capacity:  # Megatron-Core asserts it (token_dispatcher.py@d98e8a6, drop_and_pad)
+            raise SpecError("moe_pad_to_capacity", True, "false without moe_capacity_factor (no capacity to pad to)")
         for f in ("router_num_groups", "router_group_topk"):
             _positive_int(f, getattr(self, f), allow_zero=True)
 

@@ -40,6 +40,9 @@ class FrameworkInput:
     mtp_layers: int | None = None  # Megatron's --mtp-num-layers (0 unset: no MTP); None: not stated by the source
     #: ``hidden_dropout``/``attention_dropout`` the configuration runs (Megatron's 0.1 each when unstated); None: the model's
     dropout: dict | None = None
+    #: token dropping the configuration runs (``moe_capacity_factor``, ``moe_pad_to_capacity``; Megatron: dropless when
+    #: unstated); None: the model's
+    moe_drop: dict | None = None
 
     @property
     def label(self) -> str:

@@ -100,6 +100,7 @@ def parse_megatron_text(text: str) -> FrameworkInput:
         model = None if mm.missing_shape(a) else mm.model_fields(a)
         mm.mtp_layers(a)
         mm.dropout_fields(a)
+        mm.drop_fields(a)
     except SpecError as e:
         raise SpecError(f"megatron_args.{e.field}", e.value, e.allowed) from None
     stated["framework"] = "megatron"
@@ -141,6 +142,7 @@ def parse_megatron_text(text: str) -> FrameworkInput:
         deferred=deferred,
         mtp_layers=mm.mtp_layers(a),
         dropout=mm.dropout_fields(a),
+        moe_drop=mm.drop_fields(a),
     )
 
 

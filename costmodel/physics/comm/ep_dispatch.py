@@ -251,11 +251,20 @@ def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, domain: int,
     >>> a, d = (ep_alltoall_bytes(m, 4096, 2, 8, 8, x) for x in ("alltoall", "deepep"))
     >>> round(d / a, 3)   # 5.34 distinct ranks of 8 copies
     0.667
+
+    Padded to capacity (``ModelSpec.moe_pad_to_capacity``) the AllToAll dispatcher sends every expert its whole
+    capacity, padding rows included (``MoEAlltoAllTokenDispatcher``@d98e8a6: ``permute(..., drop_and_pad=True)``
+    makes ``capacity * num_experts`` rows, exchanged in equal splits): ``moe_capacity_factor`` times the rows. The
+    flex dispatcher (DeepEP, HybridEP) sends the routed tokens and pads on the receiving rank.
+
+    >>> from dataclasses import replace
+    >>> round(ep_alltoall_bytes(replace(m, moe_capacity_factor=1.5, moe_pad_to_capacity=True), 4096, 2, 8, 8) / a, 2)
+    1.5
     """
     rows = n * model.topk / tp
     nbytes = rows * model.hidden * ACT_BYTES
     if dispatcher not in HIERARCHICAL or ep <= 1 or not model.is_moe:
-        return nbytes
+        return nbytes * (model.moe_capacity_factor if model.moe_pad_to_capacity else 1.0)
     f = fanout(model.experts, model.topk, ep, nvl_group(dispatcher, domain), model.moe_routing)
     return nbytes * f.ranks / model.topk
 

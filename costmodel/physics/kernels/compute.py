@@ -278,7 +278,9 @@ def _moe_ops(
     the experts of one GPU.
 
     ``host_sync``: training frameworks copy ``tokens_per_expert`` to the host once per MoE layer
-    and forward (recompute repeats it); serving engines run MoE under CUDA graphs without it.
+    and forward (recompute repeats it); serving engines run MoE under CUDA graphs without it, and so does
+    Megatron-Core when padding to capacity (``ModelSpec.moe_pad_to_capacity``: static shapes, its dispatcher keeps
+    ``cuda_sync_point = "no_sync"``, token_dispatcher.py@d98e8a6 ``preprocess``).
 
     ``n_route``: the tokens this GPU routes (default ``n``). Under sequence parallelism each TP rank
     routes its own ``n / tp`` shard: Megatron-Core ``MoELayer.forward`` requires sequence parallelism
@@ -300,7 +302,7 @@ def _moe_ops(
     # (write + read 2 B): 22 B per score plus 12 B per slot, about 6 unfused kernels.
     router_bytes = 22 * nr * model.experts + 12 * nr * model.topk
     ops.append(_elementwise("router_topk", "mlp", router_bytes, dev, kernels=6))
-    if host_sync:
+    if host_sync and not model.moe_pad_to_capacity:
         t_sync = HOST_COPY_S + SYNC_EXPOSED_LAUNCHES * dev.kernel_overhead_s
         ops.append(Op("tokens_per_expert_sync", "elementwise", "mlp", 0.0, t_sync, 0.0))
     local = n * model.topk / (tp if ep > 1 else 1)  # token-slots this GPU routes (its own tokens)

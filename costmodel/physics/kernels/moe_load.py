@@ -41,9 +41,26 @@ def moe_imbalance(model: ModelSpec, ep: int, slots_per_expert: float) -> float:
     1.108
     >>> moe_imbalance(m, 1, 256)
     1.0
+
+    With a capacity factor ``C`` (``ModelSpec.moe_capacity_factor``, Megatron-Core ``--moe-expert-capacity-factor``)
+    no expert takes more than ``C`` times the mean (``moe_utils.get_capacity``: ``ceil(tokens * topk / experts * C)``),
+    so no rank does either: the dropless figure capped at ``C`` (an upper bound: the busiest rank's capped sum can be
+    lower). Padded to capacity (``--moe-pad-expert-input-to-capacity``) every expert runs exactly ``C`` times the mean
+    token-slots, with or without EP (``MoEAlltoAllTokenDispatcher.preprocess`` @d98e8a6: ``num_out_tokens = capacity
+    * num_experts``): ``C``.
+
+    >>> from dataclasses import replace
+    >>> round(moe_imbalance(replace(m, moe_capacity_factor=1.0), 8, 1e9), 3), moe_imbalance(
+    ...     replace(m, moe_capacity_factor=1.25, moe_pad_to_capacity=True), 1, 256)
+    (1.0, 1.25)
     """
-    if ep <= 1 or not model.is_moe:
+    if not model.is_moe:
         return 1.0
-    cv = moe_expert_load_cv(model, slots_per_expert)
-    z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
-    return 1.0 + z * cv / math.sqrt(max(1, model.experts // ep))
+    if model.moe_pad_to_capacity:
+        return model.moe_capacity_factor
+    dropless = 1.0
+    if ep > 1:
+        cv = moe_expert_load_cv(model, slots_per_expert)
+        z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+        dropless += z * cv / math.sqrt(max(1, model.experts // ep))
+    return dropless if model.moe_capacity_factor is None else min(dropless, model.moe_capacity_factor)
