@@ -154,7 +154,7 @@ def _phase(
                 lt, la, ll = _layer(model, cluster, w, c, moe, decode, kv_dtype)
                 t, sl, attention = t + count * lt, sl.merge(ll.scaled(count)), attention + count * la
         if stage == 0:  # embedding lookup; vocab-parallel embedding all-reduces its output
-            t += embedding_op(model, dev, replace(w, seq_len=1) if decode else w, c).fwd_s
+            t += embedding_op(model, dev, replace(w, seq_len=1) if decode and w.seq_len != 1 else w, c).fwd_s
             if c.tp > 1:
                 ar = collective_time_s("allreduce", tokens * model.hidden * ACT_BYTES, c.tp, 1, cluster, "direct")
                 sl.add("tp", ar, ar, WHY_TP)

@@ -235,35 +235,47 @@ def simulate(
         admissible = bool(waiting) and running < limit and (chunked or I <= T)
         prefill_work = bool(prefilling) or admissible
         decode_now = d > 0 and (mixed or not prefill_work)
-        chunks = []  # (entry, tokens)
+        # the step's prompt chunks, priced as they are scheduled (the prompts advance at once: nothing
+        # reads them again before the step ends): causal pairs (step.chunk_pairs, summed in schedule
+        # order), prompt tokens, prompts completing
+        chunks, pairs, ptokens, completing, cut = 0, 0, 0, 0, False
         if mixed or not decode_now:
             budget = T - (d if decode_now else 0)
             for e in prefilling:
                 if budget <= 0:
                     break
-                left = I - e[1]
+                done = e[1]
+                left = I - done
                 c = (left if left < budget else budget) if chunked else (left if left <= budget else 0)
                 if c <= 0:
                     break
-                chunks.append((e, c))
+                chunks += 1
+                pairs += c * (done + c / 2.0)
+                ptokens += c
+                e[1] = done + c
+                if c < left:
+                    cut = True
+                else:
+                    completing += 1
                 budget -= c
             while waiting and budget > 0 and running < limit and (chunked or I <= budget):
                 rid, _ = waiting.popleft()
                 adm[rid] = t
-                e = [rid, 0]
-                prefilling.append(e)
-                running += 1
                 c = I if I < budget else budget
-                chunks.append((e, c))
+                prefilling.append([rid, c])
+                running += 1
+                chunks += 1
+                pairs += c * (0 + c / 2.0)
+                ptokens += c
+                if c < I:
+                    cut = True
+                else:
+                    completing += 1
                 budget -= c
             # the budget decided nothing this step when every prompt in flight got the rest of its
             # prompt (only the last chunk can be cut) and admission stopped for want of requests or
             # room; then any budget of at least the tokens scheduled schedules the same
-            if (
-                len(chunks) != len(prefilling)
-                or (waiting and running < limit)
-                or (chunks and chunks[-1][0][1] + chunks[-1][1] < I)
-            ):
+            if chunks != len(prefilling) or (waiting and running < limit) or cut:
                 bound = True
             elif chunks and T - budget > need:
                 need = T - budget
@@ -295,23 +307,15 @@ def simulate(
             G += k
             steps += k
         else:
-            # one pass over the chunks: their causal pairs (step.chunk_pairs, summed in order), tokens and
-            # completing prompts, then the prompts advance
-            pairs, tokens, sampled = 0, d if decode_now else 0, d if decode_now else 0
-            for e, c in chunks:
-                done = e[1]
-                pairs += c * (done + c / 2.0)
-                tokens += c
-                if done + c >= I:
-                    sampled += 1
-                e[1] = done + c
-            dt = price(tokens, sampled, pairs, ctx0, pp if running >= pp else (running if running > 1 else 1))
+            dd = d if decode_now else 0
+            mm = pp if running >= pp else (running if running > 1 else 1)
+            dt = price(dd + ptokens, dd + completing, pairs, ctx0, mm)
             t += dt
             busy_integral += running * dt
             steps += 1
             if decode_now:
                 G += 1
-            chunk_count += len(chunks)
+            chunk_count += chunks
         while heap and heap[0][0] <= G:
             _, rid = heappop(heap)
             d -= 1

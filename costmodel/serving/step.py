@@ -140,8 +140,8 @@ class StepCost:
 
     def _interp_uncached(self, x: float, table: dict, key, f) -> float:
         k = _grid_index(x)
-        hi = _grid_point(k)
-        lo = _grid_point(k - 1) if k else hi
+        hi = _GRID[k]
+        lo = _GRID[k - 1] if k else hi
         for g in {lo, hi}:
             if key(g) not in table:
                 table[key(g)] = f(g)
