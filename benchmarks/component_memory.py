@@ -197,7 +197,7 @@ def evaluate(cases: list[Case]) -> list[Result]:
     for c in cases:
         if c.config.gpus != c.gpus:
             raise RowError(f"case {c.case_id}: gpus={c.gpus}: must equal tp*pp*dp*cp = {c.config.gpus}")
-        mem = memory_per_stage(load_model(c.model_preset), c.workload, c.config)
+        mem = memory_per_stage(load_model(c.model_preset), c.workload, c.config, load_cluster(c.cluster_preset).device)
         if c.stage is not None:
             mem = [mem[c.stage]]
         tensors = max(s.total_bytes - s.reserved_bytes for s in mem)

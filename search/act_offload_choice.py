@@ -60,7 +60,7 @@ def fewest_layers(p: Problem, config) -> int | None:
 
     def fits(n: int) -> bool:
         c = replace(config, activation_offload_layers=n)
-        return max(m.total_bytes for m in memory_per_stage(p.model, p.workload, c)) <= p.hbm_cap_bytes
+        return max(m.total_bytes for m in memory_per_stage(p.model, p.workload, c, p.cluster.device)) <= p.hbm_cap_bytes
 
     lo, hi = 1, p.model.layers - 1
     if not fits(hi):

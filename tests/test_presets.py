@@ -71,7 +71,7 @@ def test_cluster_preset_loads_and_follows_the_format(name):
     doc, ref = preset_info("clusters", name), preset_info("clusters", "a100-80g")
     assert set(doc) - {"nvlink_domain"} == set(ref)  # the reference preset's keys (+ an NVLink domain beyond a node)
     assert doc["sources"] and doc["assumptions"]
-    assert set(doc["device"]) <= set(ref["device"]) | {"fp8_gemm_efficiency"}
+    assert set(doc["device"]) <= set(ref["device"]) | {"fp8_gemm_efficiency", "fp8_transpose"}  # (Blackwell's)
 
 
 # Published totals (params, active params), with the source of each number.

@@ -41,13 +41,14 @@ KNOWN_UNFIT: dict = {
         "277",
     ): "Bridge Llama 3 70B FP8-CS on 64 GB200, Megatron-FSDP, MBS 2 x 8192, cpu_offloading_num_layers 40 of 80, no "
     "recompute, BF16 grads, TE's cross entropy (Megatron-Bridge@e940d997d LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): "
-    "177.6 GiB of 173 (40 resident layers x 3.6 GiB = 145 GiB)",
+    "176.6 GiB of 173 (40 resident layers x 3.6 GiB = 145 GiB; FP8 parameters 1 B on Blackwell, BF16 grads 2 B)",
     (
         "new",
         "278",
     ): "Bridge Llama 3.1 405B FP8-CS TP4 PP16 VP4 on 256 GB200, MBS 1, GBS 1536, no FSDP, no offloading, no recompute, "
-    "BF16 grads (Megatron-Bridge@e940d997d LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): 181.4 GiB of 173 (stage 1: "
-    "77 chunks in flight, 132.5 GiB of activations; FP8 parameters charged 2 B, row-wise + transposed)",
+    "BF16 grads, TE's cross entropy (Megatron-Bridge@e940d997d LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): 175.5 GiB "
+    "of 173 (stage 1: 77 chunks in flight as Megatron-Core@0d8e0714 get_pp_rank_microbatches warms up, 132.5 GiB of "
+    "activations; FP8 parameters 1 B on Blackwell, 181.4 GiB at 2 B)",
     (
         "new",
         "293",
@@ -76,7 +77,7 @@ def _fits(row) -> tuple[bool, float]:
     best = None
     for values in itertools.product(*(row.free[k] for k in keys)):
         c = ParallelConfig(**dict(row.fixed, **dict(zip(keys, values))))
-        peak = max(m.total_bytes for m in memory_per_stage(row.model, row.workload, c))
+        peak = max(m.total_bytes for m in memory_per_stage(row.model, row.workload, c, row.cluster.device))
         if best is None or peak < best:
             best = peak
     return best <= row.cluster.device.hbm_bytes, best

@@ -64,6 +64,12 @@ class DeviceSpec:
     dma_engines : engine classes (see :class:`DmaEngineClass`).
     kernel_table : the library whose measured GEMM table times single GEMMs (``trtllm``, ``vllm``, ``sglang``,
         optionally with a version; :mod:`costmodel.physics.kernels.measured`); empty: the fitted roofline.
+    fp8_transpose : whether per-tensor-scaled FP8 GEMMs take only the TN layout, so that Transformer Engine keeps a
+        transposed copy of an FP8 tensor for the backward GEMMs (True: Hopper, Ada, the default). Blackwell (sm100,
+        sm103) takes any layout: ``is_non_tn_fp8_gemm_supported`` is true for compute capability 10.x and >= 13
+        (``transformer_engine/pytorch/utils.py`` at NVIDIA/TransformerEngine@70f536662, v2.9), and
+        ``Float8Quantizer``/``Float8CurrentScalingQuantizer::create_tensor`` then allocate the row-wise data alone,
+        ``with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()`` (``csrc/quantizer.cpp``).
     """
 
     name: str = "device"
@@ -80,6 +86,7 @@ class DeviceSpec:
     comm_compute_interference: float = 0.1
     dma_engines: tuple[DmaEngineClass, ...] = ()
     kernel_table: str = ""
+    fp8_transpose: bool = True
 
     def __post_init__(self):
         _positive("peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)

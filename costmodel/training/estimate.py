@@ -191,7 +191,7 @@ def evaluate(
             else "the last bucket is reduced after backward ends",
         )
 
-    mem = memory_per_stage(model, w, c)
+    mem = memory_per_stage(model, w, c, dev)
     peak = max(sm.total_bytes for sm in mem)
     gpus = c.gpus
     model_flops = model_flops_per_step(model, w)

@@ -253,7 +253,9 @@ class Scorer:
         )
         peak = self._memory.get(key)
         if peak is None:
-            peak = self._memory[key] = max(stage_memory(self.model, self.workload, c, s).total_bytes for s in reps)
+            peak = self._memory[key] = max(
+                stage_memory(self.model, self.workload, c, s, self.cluster.device).total_bytes for s in reps
+            )
         return peak
 
     # ---- scoring

@@ -55,7 +55,7 @@ class AffineTerms:
                     dense=dense,
                     expert=expert,
                     state=sum(model_state_bytes(p.model, c, stage))
-                    + fp8_weight_cache_bytes(p.model, p.workload, c, stage),
+                    + fp8_weight_cache_bytes(p.model, p.workload, c, stage, p.cluster.device),
                 )
 
             self._affine[key] = self._fit(choice, kind, state)

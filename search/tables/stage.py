@@ -194,7 +194,9 @@ class StageTerms:
             )
             + working
         )
-        sm = stage_memory(model, w, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage)
+        sm = stage_memory(
+            model, w, choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise), stage, p.cluster.device
+        )
         acts = acts + (sm.activations_bytes - acts[n0])  # embedding output, logits of the probe
         a = self.affine(choice, kind)
         held = _semantics(choice.framework, choice.zero, s.pp, choice.config_options().get("pp_grad_reduce", "step"))

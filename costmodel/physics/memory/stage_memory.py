@@ -16,6 +16,7 @@ from costmodel.physics.kernels import dropout as _dropout, mtp
 from costmodel.frameworks import rules as frameworks
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.spec.stages import in_flight_profile
+from costmodel.spec.hardware import DeviceSpec
 from costmodel.spec.specs import ModelSpec
 from costmodel.spec.precision import bytes_per_element
 from costmodel.spec.workload import Workload
@@ -193,24 +194,42 @@ def gathered_weight_bytes(model: ModelSpec, c: ParallelConfig, stage: int) -> fl
 #: bytes per GEMM weight of Transformer Engine's cached FP8 copy on Hopper: the row-wise data for the
 #: forward GEMM and the column-wise (transposed) data for the data-gradient GEMM, one byte each
 FP8_WEIGHT_COPY_BYTES = 2
+#: per-tensor FP8 recipes (one scale per tensor): the ones whose column-wise copy is a transpose a Blackwell GEMM
+#: does without (:attr:`costmodel.spec.hardware.DeviceSpec.fp8_transpose`)
+PER_TENSOR_FP8 = ("fp8", "fp8-tensorwise")
 
 
-def fp8_weight_cache_bytes(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> float:
-    """FP8 weight copies one GPU of ``stage`` keeps beside its BF16 weights: Transformer Engine quantizes
-    each GEMM weight once per step and caches it across micro-batches when Megatron-Core passes
-    ``is_first_microbatch`` (``transformer_engine/pytorch/module/linear.py`` at d0067d0:
-    ``cache_name = "weight"``, kept in ``self._fp8_workspaces``; Megatron-Core
-    ``extensions/transformer_engine.py`` at d98e8a64 passes it unless ``--disable-parameter-transpose-cache``).
-    With ``--fp8-param-gather`` the weights *are* FP8 parameters (row-wise + transposed, as many bytes as BF16):
-    no copy. The GEMM weights are the layers' attention, MLP and expert matrices (not the embedding,
-    the LM head, norms or the router), sharded under ZeRO-3 as the weights are.
+def fp8_weight_cache_bytes(
+    model: ModelSpec, w: Workload, c: ParallelConfig, stage: int, device: DeviceSpec | None = None
+) -> float:
+    """FP8 weight bytes one GPU of ``stage`` keeps beyond the BF16 weights :func:`model_state_bytes` charges.
 
-    >>> from costmodel.spec.presets import load_model
+    Transformer Engine quantizes each GEMM weight once per step and caches it across micro-batches when
+    Megatron-Core passes ``is_first_microbatch`` (``transformer_engine/pytorch/module/linear.py`` at d0067d0:
+    ``cache_name = "weight"``, kept in ``self._fp8_workspaces``; Megatron-Core ``extensions/transformer_engine.py``
+    at d98e8a64 passes it unless ``--disable-parameter-transpose-cache``): :func:`weight_copy_bytes` per weight.
+    With ``--fp8-param-gather`` the weights *are* FP8 parameters, no copy: row-wise + transposed, as many bytes as
+    the BF16 weights charged; on a device without :attr:`~costmodel.spec.hardware.DeviceSpec.fp8_transpose` a
+    per-tensor FP8 parameter is its row-wise byte alone (``Float8Quantizer::create_tensor``, TE@70f536662), one
+    byte less per GEMM weight (negative). The GEMM weights are the layers' attention, MLP and expert matrices (not
+    the embedding, the LM head, norms or the router), sharded under ZeRO-3 as the weights are. ``device`` None:
+    a Hopper-class device.
+
+    >>> from costmodel.spec.presets import load_model, load_cluster
     >>> m = load_model("llama3-70b")
     >>> fp8_weight_cache_bytes(m, Workload(global_batch=8, seq_len=4096, dtype="bf16"), ParallelConfig(tp=8), 0)
     0.0
+    >>> w, c = Workload(global_batch=8, seq_len=4096, dtype="fp8"), ParallelConfig(tp=8, pp=4, dp=2, zero=1)
+    >>> hopper, blackwell = (fp8_weight_cache_bytes(m, w, c, 1, load_cluster(n).device) for n in ("h100-sxm", "b200"))
+    >>> hopper == 2 * blackwell, fp8_weight_cache_bytes(m, w, replace(c, fp8_param_gather=True), 1)
+    (True, 0.0)
+    >>> fp8_weight_cache_bytes(m, w, replace(c, fp8_param_gather=True), 1, load_cluster("b200").device) == -blackwell
+    True
     """
-    if w.dtype != "fp8" or c.framework != "megatron" or c.fp8_param_gather:
+    if w.dtype != "fp8" or c.framework != "megatron":
+        return 0.0
+    no_transpose = device is not None and not device.fp8_transpose and w.recipe in PER_TENSOR_FP8
+    if c.fp8_param_gather and not no_transpose:
         return 0.0
     n_dense, n_moe = layer_counts(model, c, stage)
     dense = n_dense * (model.attn_params + model.mlp_params(model.ffn_hidden)) / c.tp
@@ -218,27 +237,32 @@ def fp8_weight_cache_bytes(model: ModelSpec, w: Workload, c: ParallelConfig, sta
     expert = n_moe * layer_params(model, c, True)[1] if n_moe else 0.0
     if frameworks.of(c).shard_weights:  # as model_state_bytes shards the weights
         dense, expert = dense / (c.dp * c.cp), expert / expert_dp(c)
-    return weight_copy_bytes(w) * (dense + expert)
+    per = 1 - WEIGHT_BYTES if c.fp8_param_gather else weight_copy_bytes(w, device)
+    return per * (dense + expert)
 
 
-def weight_copy_bytes(w: Workload) -> float:
+def weight_copy_bytes(w: Workload, device: DeviceSpec | None = None) -> float:
     """Bytes per GEMM weight of the quantized copy Transformer Engine caches for recipe ``w.recipe``: the
     row-wise and the column-wise copy with their scales (:func:`costmodel.spec.precision.bytes_per_element`):
-    FP8 per-tensor :data:`FP8_WEIGHT_COPY_BYTES` (2), FP8 blockwise 2 x (1 + 4 / 128^2), MXFP8
-    2 x (1 + 1 / 32), NVFP4 2 x (0.5 + 1 / 16).
+    FP8 per-tensor :data:`FP8_WEIGHT_COPY_BYTES` (2; 1 on a device without
+    :attr:`~costmodel.spec.hardware.DeviceSpec.fp8_transpose`, whose column-wise usage is the row-wise data),
+    FP8 blockwise 2 x (1 + 4 / 128^2), MXFP8 2 x (1 + 1 / 32), NVFP4 2 x (0.5 + 1 / 16).
 
     >>> weight_copy_bytes(Workload(global_batch=8, seq_len=4096, dtype="mxfp8"))
     2.0625
     """
-    if w.recipe in ("fp8", "fp8-tensorwise"):
-        return FP8_WEIGHT_COPY_BYTES
+    if w.recipe in PER_TENSOR_FP8:
+        return FP8_WEIGHT_COPY_BYTES if device is None or device.fp8_transpose else FP8_WEIGHT_COPY_BYTES / 2
     return bytes_per_element(w.recipe)
 
 
-def stage_memory(model: ModelSpec, w: Workload, c: ParallelConfig, stage: int) -> StageMemory:
-    """Peak memory of one GPU of ``stage`` during a training step."""
+def stage_memory(
+    model: ModelSpec, w: Workload, c: ParallelConfig, stage: int, device: DeviceSpec | None = None
+) -> StageMemory:
+    """Peak memory of one GPU of ``stage`` during a training step on ``device`` (None: a Hopper-class
+    device; only its FP8 layouts matter, :func:`fp8_weight_cache_bytes`)."""
     weights, grads, optim = model_state_bytes(model, c, stage)
-    weights += fp8_weight_cache_bytes(model, w, c, stage)
+    weights += fp8_weight_cache_bytes(model, w, c, stage, device)
     m = micro_batches(w, c)
     per_chunk = chunk_counts(model, c, stage)
     n_dense, n_moe = map(sum, zip(*per_chunk))
@@ -304,5 +328,7 @@ def offloaded_layer_bytes(model: ModelSpec, w: Workload, c: ParallelConfig) -> t
     return tuple(activation_bytes_per_layer(model, w, c, moe) for moe, n in ((False, n_dense), (True, n_moe)) if n)
 
 
-def memory_per_stage(model: ModelSpec, w: Workload, c: ParallelConfig) -> list[StageMemory]:
-    return [stage_memory(model, w, c, s) for s in range(c.pp)]
+def memory_per_stage(
+    model: ModelSpec, w: Workload, c: ParallelConfig, device: DeviceSpec | None = None
+) -> list[StageMemory]:
+    return [stage_memory(model, w, c, s, device) for s in range(c.pp)]
