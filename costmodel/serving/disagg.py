@@ -197,15 +197,25 @@ def _pct(xs: list[float], q: float) -> float:
 def prefill_waits(rate: float, servers: int, service_s: float, gaps: list[float]) -> list[float]:
     """Queueing delay of each request at a FIFO pool of ``servers`` identical replicas, deterministic
     service ``service_s``, arrivals ``gaps / rate`` apart (the first half of the replay is warm-up)."""
+    t, waits, warm = 0.0, [], len(gaps) // 2  # the first `warm` waits are not returned
+    if servers == 1:  # the heap below, of one replica
+        free = 0.0
+        for i, g in enumerate(gaps):
+            t += g / rate
+            start = free if free > t else t
+            free = start + service_s
+            if i >= warm:
+                waits.append(start - t)
+        return waits
     free = [0.0] * servers  # a heap of the times each replica frees up
-    t, waits = 0.0, []
     replace_min = heapq.heapreplace
-    for g in gaps:
+    for i, g in enumerate(gaps):
         t += g / rate
         start = free[0] if free[0] > t else t  # the first free replica, once the request is there
         replace_min(free, start + service_s)
-        waits.append(start - t)
-    return waits[len(waits) // 2 :]
+        if i >= warm:
+            waits.append(start - t)
+    return waits
 
 
 def erlang_c(servers: int, load: float) -> float:

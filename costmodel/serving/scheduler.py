@@ -339,7 +339,7 @@ def simulate(
     def mean(d):  # summed in the order of ids
         return sum(map(d.__getitem__, ids)) / n
 
-    def sorted_of(d):  # percentile sorts again: a sorted list costs it one pass
+    def sorted_of(d):  # for percentile, once for its three quantiles
         return sorted(map(d.__getitem__, ids))
 
     mean_e2e = mean(e2e)
@@ -360,7 +360,7 @@ def simulate(
         requests=n_req,
         budget_need=None if bound else need,
         percentiles={
-            name: {f"p{q}": percentile(xs, q) for q in (50, 90, 99)}
+            name: {f"p{q}": _of_sorted(xs, q) for q in (50, 90, 99)}
             for name, xs in (("ttft_s", sorted_of(ttft)), ("tpot_s", sorted_of(tpot)), ("e2e_s", sorted_of(e2e)))
         },
         **over,
@@ -380,7 +380,11 @@ def percentile(xs: list, q: float) -> float:
     >>> percentile([1.0, 2.0, 3.0, 4.0], 50), percentile([1.0, 2.0, 3.0, 4.0], 90)
     (2.5, 3.7)
     """
-    v = sorted(xs)
+    return _of_sorted(sorted(xs), q)
+
+
+def _of_sorted(v: list, q: float) -> float:
+    """:func:`percentile` of ``v``, sorted already."""
     if not v:
         return 0.0
     h = (len(v) - 1) * q / 100
