@@ -60,6 +60,8 @@ def test_refusals_are_one_line():
         replace(MIXTRAL, moe_pad_to_capacity=True)
     with pytest.raises(SpecError, match="dense model"):
         replace(load_model("llama3-8b"), moe_capacity_factor=1.0)
+    with pytest.raises(SpecError, match="at most experts / topk = 4"):  # 1e308 padded: a traceback before
+        replace(PAD, moe_capacity_factor=1e308)
 
 
 def test_cli_refuses_padding_without_a_capacity(capsys):

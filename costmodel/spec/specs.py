@@ -183,6 +183,12 @@ class ModelSpec:
             _positive("moe_capacity_factor", self.moe_capacity_factor)
             if not self.experts:
                 raise SpecError("moe_capacity_factor", self.moe_capacity_factor, "unset for a dense model (no experts)")
+            if self.moe_capacity_factor > self.experts / self.topk:  # a capacity of every token already
+                raise SpecError(
+                    "moe_capacity_factor",
+                    self.moe_capacity_factor,
+                    f"at most experts / topk = {self.experts / self.topk:g} (an expert's capacity is then every token)",
+                )
         elif self.moe_pad_to_capacity:  # Megatron-Core asserts it (token_dispatcher.py@d98e8a6, drop_and_pad)
             raise SpecError("moe_pad_to_capacity", True, "false without moe_capacity_factor (no capacity to pad to)")
         for f in ("router_num_groups", "router_group_topk"):
