@@ -66,7 +66,16 @@ from costmodel.spec.presets import load_cluster
 
 CLOCKS = Path(__file__).resolve().parent / "data" / "components" / "sustained_clocks.csv"
 #: fitted family -> the device family of benchmarks/data/components/sustained_clocks.csv
-CLOCK_FAMILY = {"H100-class BF16": "Hopper", "H100-class FP8": "Hopper", "B200 FP8": "B200", "B200 BF16": "B200"}
+CLOCK_FAMILY = {
+    "A100 BF16": "A100",
+    "H100-class BF16": "Hopper",
+    "H100-class FP8": "Hopper",
+    "B200 FP8": "B200",
+    "B200 BF16": "B200",
+}
+#: device family of the CSV -> the GPU generation of costmodel.physics.kernels.measured.SUSTAINED_CLOCK, which is the
+#: mean of the family's rows (tests/test_fitted_constants.py holds the two together)
+CLOCK_GENERATION = {"A100": "ampere", "Hopper": "hopper", "B200": "blackwell"}
 #: fitted family (benchmarks/calibrate.py label) -> the component group(s) it is compared with
 GEMM_COMPONENT = {
     "A100 BF16": ("A100", "bf16"),

@@ -71,4 +71,22 @@ def test_sustained_clock_rows_are_cited_and_become_ratios():
     assert ratios["B200"] == pytest.approx([1237 / 1450])
     lo, hi = fc.composed_range("H100-class BF16", 0.8, 0.05, ratios)
     assert lo == pytest.approx(0.8 * 1300 / 1980 * 0.95) and hi == pytest.approx(0.8 * 1575 / 1980 * 1.05)
-    assert fc.composed_range("A100 BF16", 0.965, 0.01, ratios) is None
+    # A100: NVIDIA's HPL Rpeak clock, 1305 of 1410 MHz (a clock ratio; no throughput stated)
+    assert ratios["A100"] == pytest.approx([1305 / 1410])
+    lo, hi = fc.composed_range("A100 BF16", 0.84, 0.01, ratios)
+    assert lo == pytest.approx(0.84 * 1305 / 1410 * 0.99) and hi == pytest.approx(0.84 * 1305 / 1410 * 1.01)
+    assert fc.composed_range("no such family", 0.8, 0.05, ratios) is None
+
+
+def test_the_cost_models_sustained_clock_is_the_mean_of_the_csv_rows():
+    """One number in one place: measured.SUSTAINED_CLOCK per generation is the mean of its device family's rows
+    (a row added to the CSV moves the cost model, or this fails)."""
+    import statistics
+
+    from costmodel.physics.kernels.measured import SUSTAINED_CLOCK
+
+    ratios = fc.sustained_ratios()
+    assert set(ratios) == set(fc.CLOCK_GENERATION)
+    for family, gen in fc.CLOCK_GENERATION.items():
+        assert SUSTAINED_CLOCK[gen] == pytest.approx(statistics.mean(ratios[family]), abs=1e-12), family
+    assert set(SUSTAINED_CLOCK) == set(fc.CLOCK_GENERATION.values())
