@@ -69,8 +69,8 @@ def engine_of(row: dict) -> str:
     return "vllm" if name.startswith("vllm") else "sglang" if name.startswith("sglang") else "trtllm"
 
 
-def predict(row: dict):
-    """The :class:`~costmodel.serving.inference.InferenceEstimate` for one published row."""
+def row_problem(row: dict):
+    """``(model, cluster, workload, config)`` of one published serving row, as stated."""
     ints = {k: int(row[k]) for k in ("gpus", "tp", "pp", "dp", "batch", "input_len", "output_len")}
     c = ParallelConfig(tp=ints["tp"], pp=ints["pp"], dp=ints["dp"], ep=int(row.get("ep") or 1))
     w = Workload(
@@ -80,7 +80,13 @@ def predict(row: dict):
         output_len=ints["output_len"],
         dtype=row["dtype"],
     )
-    cluster = load_cluster(row["cluster"]).with_gpus(ints["gpus"])
+    return load_model(row["model"]), load_cluster(row["cluster"]).with_gpus(ints["gpus"]), w, c
+
+
+def predict(row: dict):
+    """The :class:`~costmodel.serving.inference.InferenceEstimate` for one published row."""
+    model, cluster, w, c = row_problem(row)
+    ints = {k: int(row[k]) for k in ("batch", "dp", "input_len")}
     per_replica = ints["batch"] // ints["dp"]
     kw = {}
     if row["batching"] == "static":
@@ -92,9 +98,7 @@ def predict(row: dict):
         )
     elif row["batching"] == "offline":
         kw = dict(num_requests=per_replica, measure="all", stagger=False)
-    return evaluate_inference(
-        load_model(row["model"]), cluster, w, c, kv_dtype=row["kv_dtype"], engine=engine_of(row), **kw
-    )
+    return evaluate_inference(model, cluster, w, c, kv_dtype=row["kv_dtype"], engine=engine_of(row), **kw)
 
 
 def write_residuals(out: list[dict]) -> None:

@@ -56,24 +56,13 @@ def test_sealed_rows_parse_without_a_prediction():
     """Structure only: each sealed row cites its source, names a metric, batching, presets and a plan the
     planner accepts (validate_inference), and predicts nothing."""
     from costmodel.serving.inference import validate_inference
-    from costmodel.spec.plan import ParallelConfig
-    from costmodel.spec.presets import load_cluster, load_model
-    from costmodel.spec.workload import Workload
 
     for r in SEALED:
         assert r["source_url"].startswith("https://") and r["source_location"], r["row_id"]
         assert r["metric"] in vi.METRICS and float(r["measured"]) > 0 and r["batching"] in vi.BATCHING
-        n = {k: int(r[k]) for k in ("gpus", "tp", "pp", "dp", "ep", "batch", "input_len", "output_len")}
-        c = ParallelConfig(tp=n["tp"], pp=n["pp"], dp=n["dp"], ep=n["ep"])
-        assert c.gpus == n["gpus"], r["row_id"]
-        w = Workload(
-            mode="infer",
-            global_batch=n["batch"],
-            input_len=n["input_len"],
-            output_len=n["output_len"],
-            dtype=r["dtype"],
-        )
-        validate_inference(load_model(r["model"]), load_cluster(r["cluster"]).with_gpus(n["gpus"]), w, c)
+        model, cluster, w, c = vi.row_problem(r)
+        assert c.gpus == int(r["gpus"]), r["row_id"]
+        validate_inference(model, cluster, w, c)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["row_id"] for r in ROWS])
