@@ -75,3 +75,26 @@ def test_the_table_replays_fewer_times_than_it_evaluates_and_matches_separate_ev
                 prefill_tokens=e.serving["token_budget"],
             )
             assert with_serving_bands(alone).to_dict() == e.to_dict()
+
+
+@pytest.mark.parametrize("model, gpus", [("llama3-8b", 4), ("mixtral-8x7b", 8)])
+def test_the_split_search_prunes_only_splits_below_its_best(monkeypatch, model, gpus):
+    """best_split passes the best goodput so far as disagg_estimate's floor (capacity, then the bisection's
+    upper end, at or below it: None); without the floor every split is scored in full, and the answer is
+    the same split with the same figures."""
+    import search.infer_disagg as D
+
+    p = InferProblem(
+        model=load_model(model),
+        cluster=H100.with_gpus(gpus),
+        input_len=2000,
+        output_len=200,
+        ttft_target_s=0.5,
+        tpot_target_s=0.03,
+    )
+    pruned, scored = D.best_split(p)
+    real = D.disagg_estimate
+    monkeypatch.setattr(D, "disagg_estimate", lambda *a, **kw: real(*a, **{**kw, "floor": 0.0}))
+    full, scored_full = D.best_split(p)
+    assert pruned is not None and scored == scored_full
+    assert pruned.to_dict() == full.to_dict()

@@ -287,7 +287,8 @@ def disagg_estimate(
     floor: float = 0.0,
 ) -> DisaggEstimate | None:
     """The figures of ``prefill`` + ``decode`` pools (``None`` when a pool's plan does not fit, or
-    when the pools' capacity cannot exceed ``floor`` requests/s: a search's pruning bound)."""
+    when their goodput is below ``floor`` requests/s, a search's pruning bound: their capacity does
+    not exceed it, or the bisection's upper end has fallen to it, the goodput always below that end)."""
     caps = []
     for pool in (prefill, decode):
         cap = concurrency_cap(model, cluster, pool.config, input_len, output_len, dtype, kv_dtype)
@@ -348,6 +349,8 @@ def disagg_estimate(
                 hi = mid
             if hi - lo < 1e-3 * hi:
                 break
+            if hi <= floor:  # good < hi <= floor: not the search's best (floor 0 never prunes)
+                return None
     notes = []
     if first > (tpot_target_s or math.inf):
         notes.append("one decode step alone exceeds the TPOT target")
