@@ -113,14 +113,24 @@ def test_sealed_split_is_the_stated_rule():
     assert len(before39) == 25 and (new | sealed) & before39 - old == added38
     assert sealed & added38 == _sealed_by_rule(old, added38) and len(sealed & added38) == P.SEALED_BEFORE_39
     # issue 39
-    named, spent39 = set(P.SOURCES_39), set(P.SPENT_39)
-    assert (dev | new | sealed | spent) <= before39 | named | spent39 and not (named & spent39)
+    named, spent39, named_b = set(P.SOURCES_39), set(P.SPENT_39), set(P.SOURCES_39B)
+    assert (dev | new | sealed | spent) <= before39 | named | spent39 | named_b and not (named & spent39)
     k, n_all = len(named), len(before39) + len(spent39) + len(named)
     s = max(math.ceil(0.3 * k), math.ceil(0.3 * n_all) - P.SEALED_BEFORE_39)
     sealed39 = set(sorted(named, key=_sha)[:s])
     assert (s, n_all) == (2, 30) and P.SEALED_BEFORE_39 + s >= 0.3 * n_all
     assert sealed - before39 <= sealed39 and not (new & sealed39)  # a named source with no row keeps its place
     assert spent39 <= new and not (spent39 & sealed)
+    # issue 39, second batch: only its named sources are candidates, ceil(0.3 k) sealed, smallest sha256 first
+    assert not (named_b & (before39 | named | spent39))
+    s_b = math.ceil(0.3 * len(named_b))
+    sealed_b = set(sorted(named_b, key=_sha)[:s_b])
+    assert (
+        s_b == 1
+        and sealed - before39 - named <= sealed_b
+        and not (new & sealed_b)
+        and not (sealed & (named_b - sealed_b))
+    )
     assert all(r.set not in ("sealed", "spent") for r in P.load_set("all"))
 
 

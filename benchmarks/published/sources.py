@@ -57,6 +57,12 @@ SOURCES_39 = (
     "pytorch_mxfp8_moe_gb200_2025",
 )
 SPENT_39 = ("megatron_bridge_perf_blackwell",)
+#: issue 39's second batch (MXFP8/NVFP4 memory and step time), named before any of its rows was placed
+#: (``benchmarks/data/sealed/README.md``, "Issue 39, second batch"): ceil(0.3 x 2) = 1 sealed by smallest sha256
+SOURCES_39B = (
+    "megatron_bridge_recipe_docs_2026",
+    "pytorch_mxfp8_deepep_dsv3_b200_2026",
+)
 #: sealed sources before issue 39 (issue 38's eight): the issue-39 rule seals enough new ones that 30% of all are sealed
 SEALED_BEFORE_39 = 8
 
