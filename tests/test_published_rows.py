@@ -410,6 +410,19 @@ def test_without_check_the_script_exits_zero_and_prints_the_regime_table(capsys)
     assert "per regime" in out and "a100_megatron" in out and "skipped: global batch not stated" in out
 
 
+def test_issue_39_second_batch_row_is_read_as_stated():
+    """Row 299 (megatron_bridge_recipe_docs_2026): the recipe docstring's degrees, MXFP8 with MXFP8 parameters
+    (the gather reuses the gradient buffer), BF16 gradient accumulation, no recompute, the stated seconds/update."""
+    r = BY_ID[("new", "299")]
+    assert not r.skip and r.cluster.name == "gb200-nvl72" and r.gpus == 64
+    assert r.workload.recipe == "mxfp8" and (r.workload.global_batch, r.workload.seq_len) == (1536, 8192)
+    f = r.fixed
+    assert (f["tp"], f["pp"], f["vp"], f["dp"], f["cp"], f["mb"]) == (8, 8, 8, 1, 1, 1)
+    assert f["sp"] and f["chunks"] == 8 and f["recompute"] == "none" and f["zero"] == 1
+    assert f["fp8_param_gather"] is True and f["grad_dtype"] == "bf16"
+    assert sum(f["layers_per_stage"]) == 126 and r.measured_s == 289.0
+
+
 def test_issue_39_rows_are_read_as_stated():
     """Blackwell GPU types map to the rack-scale and HGX presets; HybridEP, DeepEP and the EP overlap as stated;
     MXFP8 rows keep their precision and are skipped until the planner has the dtype (never charged as FP8)."""
@@ -426,7 +439,7 @@ def test_issue_39_rows_are_read_as_stated():
     assert bridge.workload.dtype == "fp8" and bridge.fixed["fp8_param_gather"]
     assert bridge.measured_s == pytest.approx(128 * 8192 / (37556 * 8))
     assert BY_ID[("new", "268")].fixed["zero"] == 3  # FSDP=1: Megatron-FSDP
-    mx = [x for x in CSV["new"] + CSV["sealed"] if int(x["row_id"]) >= 266 and x["precision"] == "MXFP8"]
+    mx = [x for x in CSV["new"] + CSV["sealed"] if 266 <= int(x["row_id"]) <= 298 and x["precision"] == "MXFP8"]
     assert len(mx) == 17
     from costmodel.spec.workload import DTYPES
 

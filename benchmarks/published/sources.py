@@ -215,7 +215,8 @@ BRIDGE_2509_RECIPES = {
 #: model script sets ``cfg.ddp.grad_reduce_in_fp32 = False`` in its ``set_*_common_configs`` (llama3/llama31/deepseek/
 #: gpt_oss/qwen3 ``*_llm_pretrain.py`` at NVIDIA-NeMo/Megatron-Bridge@7af9601c9, tag v0.2.0, the r0.2.0 branch's
 #: "25.11 release notes" commit, and at e940d997d): a BF16 gradient buffer (``grad_dtype='bf16'``)
-BRIDGE_BF16_GRADS = ("megatron_bridge_perf_blackwell",)
+#: and the Megatron-Bridge recipe docs (issue 39, second batch), whose docstring states "Gradient accumulation is BF16"
+BRIDGE_BF16_GRADS = ("megatron_bridge_perf_blackwell", "megatron_bridge_recipe_docs_2026")
 #: sources whose runs take Transformer Engine's cross-entropy (``loss_impl='te'``): the Bridge 25.11 performance
 #: scripts' ``set_common_perf_overrides`` sets ``recipe.model.cross_entropy_fusion_impl = "te"`` for every model
 #: (``scripts/performance/utils/helpers.py`` at NVIDIA-NeMo/Megatron-Bridge@7af9601c9) and the providers keep
@@ -227,7 +228,8 @@ BRIDGE_TE_LOSS = ("megatron_bridge_perf_blackwell",)
 #: = True`` (``src/megatron/bridge/training/mixed_precision.py`` at NVIDIA-NeMo/Megatron-Bridge@7af9601c9, v0.2.0); the
 #: ModelZoo's Blackwell commands, whose ``PR=mxfp8`` adds ``--fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag``
 #: with ``OPTIMIZER_OFFLOAD`` at its default 0 (``sbatch_benchmarking.sh`` at yanring/Megatron-MoE-ModelZoo@798dfb5)
-MXFP8_PARAMS = ("megatron_bridge_perf_blackwell", "moe_modelzoo_blackwell")
+#: and the Megatron-Bridge recipe docs (issue 39, second batch): "MXFP8 parameter gather reuses the gradient buffer"
+MXFP8_PARAMS = ("megatron_bridge_perf_blackwell", "moe_modelzoo_blackwell", "megatron_bridge_recipe_docs_2026")
 #: Megatron-Bridge's 25.11 performance runs on Blackwell, what ``scripts/performance`` sets beyond the table's stated
 #: degrees (recompute, activation offloading, dispatcher, pipeline layout), keyed by (model label, GPU, precision
 #: column), each with where it was read. The release's recipes are tag v0.2.0 (7af9601c9); the table's 70B / 405B
@@ -319,6 +321,8 @@ MCORE_RECIPES = (
     "megatron_bridge_perf_blackwell",
     "moe_modelzoo_blackwell",
     "mcore_dsv3_gb200_guide_2025",
+    # issue 39, second batch: a Megatron-Bridge training recipe whose docstring states its degrees and knobs
+    "megatron_bridge_recipe_docs_2026",
 )
 #: the Megatron-Bridge tables (spent since issue 38; their Blackwell rows are development data in issue 39): force-balanced
 #: routers ("we force-balance the token distribution among experts")
