@@ -16,7 +16,10 @@ scheduler) run ``batch`` requests that all arrive at t = 0, one per client, meas
 default settings, measured in steady state (genai-perf's stable windows) (NIM rows: the TensorRT-LLM scheduler, the backend NIM uses for its optimized
 profiles -- an assumption, the tables do not name the backend). ``tpot_ms`` is compared with
 the published inter-token latency (ITL); ``e2e_ms`` with a request's end-to-end latency, ``e2e_p99_ms`` with its
-99th percentile. The optional ``ep`` column is the expert-parallel degree (1 when empty; ``ep > tp`` with
+99th percentile. ``ttft_ms`` and ``tpot_ms`` are means over the measured requests; ``ttft_p50_ms``, ``ttft_p90_ms``,
+``ttft_p99_ms`` and the ``tpot_p*_ms`` are the replay's percentiles of the same requests (a request's TPOT: its decode
+time over its output tokens after the first), compared with a benchmark's median / P90 / P99 (no serving band: left
+out of ``--write-residuals`` like the e2e rows). The optional ``ep`` column is the expert-parallel degree (1 when empty; ``ep > tp`` with
 ``pp = 1`` is attention data parallelism, TensorRT-LLM's ``DEP``). Errors are summarised by engine, metric and load:
 ``admitted`` (every client runs) or ``queued`` (more clients than the engine admits).
 
@@ -55,6 +58,12 @@ METRICS = {
     "tokens_per_s_per_gpu": lambda e: e.tokens_per_s_per_gpu,
     "e2e_ms": lambda e: e.e2e_latency_s * 1e3,
     "e2e_p99_ms": lambda e: e.serving["percentiles_ms"]["e2e_ms"]["p99"],
+    # percentiles over the measured requests (the replay's ``percentiles_ms``; issue 40, second batch)
+    **{
+        f"{m}_p{q}_ms": (lambda e, m=m, q=q: e.serving["percentiles_ms"][f"{m}_ms"][f"p{q}"])
+        for m in ("ttft", "tpot")
+        for q in (50, 90, 99)
+    },
 }
 
 

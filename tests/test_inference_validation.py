@@ -38,15 +38,28 @@ NEW_SOURCES = {
     "vllm_nightly_latency_h200_2024",
     "trtllm_llama70b_h200_v07_2023",
 }
+#: issue 40, second batch (TTFT/TPOT sources), named before any of its rows was placed: k = 4, ceil(0.3 k) sealed
+NEW_SOURCES_B = {
+    "vllm_fp8_kv_cache_blog_2026",
+    "sglang_cookbook_llama31_70b_a100_2026",
+    "sglang_cookbook_qwen3_235b_b200_2026",
+    "sglang_cookbook_deepseek_r1_b200_2026",
+}
+
+
+def _smallest(keys, s):
+    return set(sorted(keys, key=lambda k: hashlib.sha256(k.encode()).hexdigest())[:s])
 
 
 def test_sealed_serving_split_is_the_stated_rule():
     """ceil(0.3 N) of the N = 3 + 6 serving sources, the new ones with the smallest sha256(source_key), are
-    sealed; the development file holds the rest and no sealed source; row ids are unique over both files."""
-    s = math.ceil(0.3 * (len(OLD_SOURCES) + len(NEW_SOURCES)))
-    sealed = set(sorted(NEW_SOURCES, key=lambda k: hashlib.sha256(k.encode()).hexdigest())[:s])
-    assert {r["source_key"] for r in SEALED} == sealed
-    assert {r["source_key"] for r in ROWS} == OLD_SOURCES | (NEW_SOURCES - sealed)
+    sealed; of the second batch's k = 4, ceil(0.3 k) = 2 by the same order; the development file holds the rest
+    and no sealed source; row ids are unique over both files."""
+    sealed = _smallest(NEW_SOURCES, math.ceil(0.3 * (len(OLD_SOURCES) + len(NEW_SOURCES))))
+    sealed_b = _smallest(NEW_SOURCES_B, math.ceil(0.3 * len(NEW_SOURCES_B)))
+    assert sealed_b == {"sglang_cookbook_deepseek_r1_b200_2026", "sglang_cookbook_llama31_70b_a100_2026"}
+    assert {r["source_key"] for r in SEALED} == sealed | sealed_b
+    assert {r["source_key"] for r in ROWS} == OLD_SOURCES | (NEW_SOURCES - sealed) | (NEW_SOURCES_B - sealed_b)
     ids = [r["row_id"] for r in ROWS + SEALED]
     assert len(ids) == len(set(ids))
     assert list(SEALED[0]) == list(ROWS[0])  # one header
@@ -63,6 +76,33 @@ def test_sealed_rows_parse_without_a_prediction():
         model, cluster, w, c = vi.row_problem(r)
         assert c.gpus == int(r["gpus"]), r["row_id"]
         validate_inference(model, cluster, w, c)
+
+
+def test_second_batch_seals_latency_rows():
+    """The second batch gives the sealed split TTFT and TPOT rows (means, medians and P99s; counted, not predicted)."""
+    lat = [r for r in SEALED if r["source_key"] in NEW_SOURCES_B and r["metric"].startswith(("ttft", "tpot"))]
+    assert len(lat) >= 20
+    assert {r["metric"] for r in lat} >= {
+        "ttft_ms",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "tpot_ms",
+        "tpot_p50_ms",
+        "tpot_p99_ms",
+    }
+    assert {vi.engine_of(r) for r in lat} == {"sglang"}
+
+
+def test_percentile_metrics_read_the_replay():
+    """ttft_p*/tpot_p* read the replay's percentiles of the measured requests: ordered, and p50 near the mean of
+    a closed loop whose requests are alike."""
+    row = next(r for r in ROWS if r["source_key"] == "sglang_cookbook_qwen3_235b_b200_2026")
+    e = vi.predict(row)
+    for m in ("ttft", "tpot"):
+        p50, p90, p99 = (vi.METRICS[f"{m}_p{q}_ms"](e) for q in (50, 90, 99))
+        assert 0 < p50 <= p90 <= p99
+        assert p50 == e.serving["percentiles_ms"][f"{m}_ms"]["p50"]
+    assert vi.METRICS["tpot_p50_ms"](e) == pytest.approx(vi.METRICS["tpot_ms"](e), rel=0.25)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["row_id"] for r in ROWS])
