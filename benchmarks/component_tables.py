@@ -6,8 +6,9 @@ Held-out rule (stated before any result was looked at):
 - GEMM: in every kept GEMM table (system x backend) and dtype, the k values at the odd positions of
   the table's k axis, except the last value, are removed from the grid; every removed (m, n, k) point
   that was measured (not a grid hole filled at conversion, and with both k-neighbours measured) is
-  predicted from the remaining grid by the package's interpolation (``costmodel.physics.tables.grid``,
-  log latency linear in log k between the kept neighbours, m and n being grid points).
+  predicted from the remaining grid by the package's interpolation (``costmodel.physics.tables.grid``
+  with the table's scheme, m and n being grid points; until 2026-12-05 log latency linear in log k,
+  benchmarks/notes/2026-12-05-table-interpolation.md).
 - NCCL: in every NCCL table, op, dtype and GPU count, the message sizes at the odd positions except
   the last are removed and predicted from their neighbours the same way.
 - Context attention (added with the attention tables, same rule): in every configuration of every
@@ -50,7 +51,12 @@ import numpy as np
 
 from benchmarks import results_io
 from benchmarks.component_collectives import load_cases, measured_s
+from costmodel.physics.tables import attention as attention_tables
 from costmodel.physics.tables import attention_lookup, collective_lookup, gemm_lookup, system_of
+from costmodel.physics.tables import collectives as nccl_tables
+from costmodel.physics.tables import gemm as gemm_tables
+from costmodel.physics.tables import moe as moe_tables
+from costmodel.physics.tables.grid import interp_1d
 from costmodel.physics.tables.store import load, manifest
 from costmodel.spec.presets import load_cluster
 
@@ -85,17 +91,21 @@ def held_positions(n: int) -> list[int]:
     return [j for j in range(1, n - 1, 2)]
 
 
-def heldout_1d(logx: np.ndarray, lat: np.ndarray, ok: np.ndarray, axis: int):
-    """Predictions of the held-out positions along ``axis`` of ``lat`` from their two neighbours
-    (log latency linear in log x); returns (predicted, measured) of the points ``ok`` allows."""
+def heldout_1d(logx: np.ndarray, lat: np.ndarray, ok: np.ndarray, axis: int, scheme):
+    """Predictions of the held-out positions along ``axis`` of ``lat`` from the remaining grid by the
+    package's 1-D interpolation (``costmodel.physics.tables.grid.interp_1d`` with the op's ``scheme``);
+    returns (predicted, measured) of the points ``ok`` allows (the point and both neighbours)."""
+    n = lat.shape[axis]
+    held = held_positions(n)
+    keep = [j for j in range(n) if j not in set(held)]
+    lat_m, ok_m = np.moveaxis(lat, axis, -1), np.moveaxis(ok, axis, -1)
+    kept_x, kept_log = logx[keep], np.log(lat_m[..., keep])
     preds, meas = [], []
-    for j in held_positions(lat.shape[axis]):
-        t = (logx[j] - logx[j - 1]) / (logx[j + 1] - logx[j - 1])
-        lo, mid, hi = (np.take(lat, i, axis=axis) for i in (j - 1, j, j + 1))
-        good = np.take(ok, j - 1, axis=axis) & np.take(ok, j, axis=axis) & np.take(ok, j + 1, axis=axis)
-        p = np.exp((1 - t) * np.log(lo) + t * np.log(hi))
+    for j in held:
+        good = ok_m[..., j - 1] & ok_m[..., j] & ok_m[..., j + 1]
+        p = np.exp(interp_1d(kept_x, kept_log, float(logx[j]), scheme))
         preds.append(p[good])
-        meas.append(mid[good])
+        meas.append(lat_m[..., j][good])
     return np.concatenate(preds), np.concatenate(meas)
 
 
@@ -108,7 +118,8 @@ def gemm_heldout(files: list[str] | None = None) -> list[dict]:
         z = load(f)
         for dt in e["dtypes"]:
             k = z[f"{dt}.k"].astype(float)
-            p, m = heldout_1d(np.log(k), z[f"{dt}.lat_ms"].astype(float), z[f"{dt}.fill"] == 0, axis=2)
+            lat, ok = z[f"{dt}.lat_ms"].astype(float), z[f"{dt}.fill"] == 0
+            p, m = heldout_1d(np.log(k), lat, ok, axis=2, scheme=gemm_tables.SCHEMES[2])
             out.append({"system": e["system"], "backend": e["backend"], "what": dt, "err": p / m - 1, "ms": m})
     return out
 
@@ -122,7 +133,7 @@ def attention_heldout() -> list[dict]:
             continue
         z = load(f)
         lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
-        p, m = heldout_1d(np.log(z["isl"].astype(float)), lat, ok, axis=2)
+        p, m = heldout_1d(np.log(z["isl"].astype(float)), lat, ok, axis=2, scheme=attention_tables.SCHEMES[1])
         out.append({"system": e["system"], "backend": e["backend"], "what": "context fwd", "err": p / m - 1, "ms": m})
     return out
 
@@ -136,7 +147,7 @@ def moe_heldout() -> list[dict]:
             continue
         z = load(f)
         lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
-        p, m = heldout_1d(np.log(z["tokens"].astype(float)), lat, ok, axis=1)
+        p, m = heldout_1d(np.log(z["tokens"].astype(float)), lat, ok, axis=1, scheme=moe_tables.SCHEME)
         out.append({"system": e["system"], "backend": e["backend"], "what": "moe layer", "err": p / m - 1, "ms": m})
     return out
 
@@ -178,7 +189,7 @@ def nccl_heldout() -> list[dict]:
         z = load(f)
         for key in sorted(k[: -len(".bytes")] for k in z if k.endswith(".bytes")):
             b, lat = z[key + ".bytes"].astype(float), z[key + ".lat_ms"].astype(float)
-            p, m = heldout_1d(np.log(b), lat, np.ones_like(lat, dtype=bool), axis=0)
+            p, m = heldout_1d(np.log(b), lat, np.ones_like(lat, dtype=bool), axis=0, scheme=nccl_tables.SCHEME)
             out.append(
                 {
                     "system": e["system"],

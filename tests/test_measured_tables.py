@@ -243,9 +243,9 @@ def test_heldout_interpolation_error_on_a_slice():
     axes = [np.log(z["bfloat16.m"].astype(float)), np.log(z["bfloat16.n"].astype(float)), np.log(k[keep].astype(float))]
     reduced = np.log(z["bfloat16.lat_ms"].astype(float))[:, :, keep]
     v, _, exact, _ = interpolate(axes, reduced, (axes[0][30], axes[1][5], float(np.log(k[7]))))
-    t = (np.log(k[7]) - np.log(k[6])) / (np.log(k[8]) - np.log(k[6]))
-    lo, hi = np.log(z["bfloat16.lat_ms"][30, 5, [6, 8]].astype(float))
-    p = np.exp((1 - t) * lo + t * hi)
+    w = (float(k[7]) - float(k[6])) / (float(k[8]) - float(k[6]))  # GEMM time affine in k (grid.AFFINE)
+    lo, hi = z["bfloat16.lat_ms"][30, 5, [6, 8]].astype(float)
+    p = (1 - w) * lo + w * hi
     assert not exact and np.exp(v) == pytest.approx(p, rel=1e-9)
 
 

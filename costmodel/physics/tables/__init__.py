@@ -1,10 +1,11 @@
 """Measured per-operation tables (issue 38): GEMM and intra-node NCCL collective times read from
 AIConfigurator's measurements (``ai-dynamo/aiconfigurator`` @095f58a, Apache-2.0; see ``NOTICE`` and
-``data/manifest.json``), context (prefill) attention forward and MoE layer times, interpolated in log space, each number returned with its :class:`Evidence`
+``data/manifest.json``), context (prefill) attention forward and MoE layer times, interpolated per axis
+by the scheme its cost follows (:mod:`.grid`), each number returned with its :class:`Evidence`
 (measured, interpolated, extrapolated, assumed).
 
 Owns: the committed data files under ``data/`` (written by ``python -m benchmarks.tables_convert``),
-the loader (``store``), the log-space interpolation (``grid``), GEMM and linear-layer look-ups
+the loader (``store``), the interpolation (``grid``), GEMM and linear-layer look-ups
 (``gemm``), context-attention look-ups (``attention``), MoE-layer look-ups (``moe``) and collective look-ups
 (``collectives``). Pure numpy at run time.
 

@@ -3,8 +3,10 @@ context phase: causal, with its fused QKV preprocessing and KV-cache write; AICo
 ``context_attention_perf``, latency in ms as logged by ``collector/trtllm/collect_attn.py``).
 
 A table holds, per configuration (dtype, head_dim, window, heads, kv_heads), a grid over batch
-(sequences) and isl (tokens per sequence). A look-up interpolates ``log latency`` multilinearly in
-``log batch, log isl`` (:mod:`.grid`) on each configuration it reads, then linearly in ``log heads``
+(sequences) and isl (tokens per sequence). A look-up interpolates (:mod:`.grid`, ``SCHEMES``) the
+latency linearly in batch (a floor plus per-sequence work) and ``log latency`` over ``log isl`` by the
+monotone cubic (a floor, linear and quadratic work: the log-log slope moves from 0 towards 2) on each
+configuration it reads, then ``log latency`` linearly in ``log heads``
 between the two measured head counts around the asked one, among the configurations of the same
 dtype, head_dim, window and GQA group (heads / kv_heads; the nearest group stands in, said in the
 note); a head_dim between two measured ones is interpolated in ``log head_dim`` the same way.
@@ -24,10 +26,12 @@ from math import exp, log, log2
 import numpy as np
 
 from .evidence import Evidence, join_notes, weakest
-from .grid import interpolate
+from .grid import AFFINE, PCHIP, interpolate
 from .store import load, system_of, table_for
 
 DTYPE_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
+#: the 1-D scheme of each grid axis (batch, isl), :mod:`.grid`
+SCHEMES = (AFFINE, PCHIP)
 
 
 @lru_cache(maxsize=16)
@@ -42,7 +46,7 @@ def _one(file: str, i: int, batch: int, isl: int, window: int):
     """(log ms, kind, distance, notes) of configuration ``i`` at (batch, isl)."""
     cfg, axes, loglat, fill, b_ax, s_ax, _ = _table(file)
     x = (log(batch), log(isl))
-    v, corners, exact, (bc, sc) = interpolate(axes, loglat[i], x)
+    v, corners, exact, (bc, sc) = interpolate(axes, loglat[i], x, SCHEMES)
     far, notes = 0.0, []
     for name, xi, xc, raw, power in (("batch", x[0], bc, b_ax, 1), ("isl", x[1], sc, s_ax, 2 if window == 0 else 1)):
         d = (xi - xc) / log(2)

@@ -5,8 +5,8 @@ the gathered output; reduce-scatter: the input; all-to-all: the send buffer), th
 ``benchmarks/data/components/collectives.csv``.
 
 Per (op, dtype, GPU count) a table holds latency over message sizes 512 B (2 KiB in the legacy
-2.23 tables, which also lack all-reduce) to 512 MiB. ``log latency`` is interpolated linearly in ``log size``
-(:mod:`.grid`); below the smallest size the smallest size's latency stands (latency floor), above the
+2.23 tables, which also lack all-reduce) to 512 MiB. The latency is interpolated linearly in the size
+between the two measured sizes around it (:mod:`.grid` ``AFFINE``: exact for ``alpha + bytes / bw``); below the smallest size the smallest size's latency stands (latency floor), above the
 largest the largest's bandwidth (time proportional to bytes): both ``extrapolated``. A GPU count not in
 the table: the bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``: ``busbw = algbw * 2 (n-1)/n`` for
 all-reduce, ``* (n-1)/n`` for all-gather, reduce-scatter and all-to-all) at that size is interpolated
@@ -22,7 +22,7 @@ from math import log, log2
 import numpy as np
 
 from .evidence import Evidence, join_notes, weakest
-from .grid import interpolate
+from .grid import AFFINE, interpolate
 from .store import TableChoice, load, manifest, system_of, table_for, version_key
 
 OPS = {
@@ -35,6 +35,8 @@ OPS = {
     "alltoall": "alltoall",
     "all_to_all": "alltoall",
 }
+#: the 1-D scheme of the message-size axis, :mod:`.grid`
+SCHEME = AFFINE
 #: planner dtype -> the table's nccl dtype (the time depends on bytes; fp32 read by bytes from half)
 NCCL_DTYPE = {"bf16": "half", "fp16": "half", "fp32": "half", "fp8": "int8", "int8": "int8", "half": "half"}
 
@@ -72,7 +74,7 @@ def series_time(file: str, op: str, dt: str, n: int, nbytes: float) -> tuple[flo
     """``(seconds, kind, distance, note)`` of one measured series at ``nbytes``."""
     lb, ll, raw = _series(file, op, dt, n)
     x = log(nbytes)
-    value, _, exact, (xc,) = interpolate([lb], ll, (x,))
+    value, _, exact, (xc,) = interpolate([lb], ll, (x,), (SCHEME,))
     t = float(np.exp(value)) * 1e-3
     d = (x - xc) / log(2)
     if d > 1e-9:

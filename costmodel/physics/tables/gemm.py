@@ -3,8 +3,9 @@
 A table holds, per dtype, the latency of ``Y[m, n] = X[m, k] W[k, n]`` on a grid of (m, n, k)
 (m: tokens, n: output features, k: input features; AIConfigurator's ``gemm_perf``).
 
-Interpolation: multilinear in ``log m, log n, log k`` on ``log latency`` (:mod:`.grid`); ``measured``
-only on an exact grid point. Outside the grid, each coordinate is clamped to the grid's range and the
+Interpolation: the latency multilinear in ``m, n, k`` (:mod:`.grid` ``AFFINE`` on each axis: exact
+for the roofline's FLOP and byte terms, each multilinear in m, n, k); ``measured`` only on an exact
+grid point. Outside the grid, each coordinate is clamped to the grid's range and the
 time read there is scaled: above the largest value of an axis by the ratio of the FLOPs (constant
 FLOP/s of the nearest edge point: a larger GEMM is compute-bound, its time grows with ``m n k``);
 below the smallest value not at all (the latency floor of the smallest measured GEMM: a smaller
@@ -32,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .evidence import Evidence, join_notes
-from .grid import interpolate
+from .grid import AFFINE, interpolate
 from .store import load, system_of, table_for
 
 #: planner dtype -> table dtype (costmodel/spec/units.py DTYPE_BYTES knows fp32, bf16, fp16, fp8)
@@ -47,6 +48,8 @@ DTYPE = {
 }
 DTYPE_NOTE = {"fp16": "fp16 read from the bf16 table (the same tensor-core rate)"}
 AXES = "mnk"
+#: the 1-D scheme of each grid axis (m, n, k), :mod:`.grid`
+SCHEMES = (AFFINE, AFFINE, AFFINE)
 
 
 class LinearTimes(NamedTuple):
@@ -78,7 +81,7 @@ def _gemm(system: str, dtype: str, m: int, n: int, k: int, backend: str | None):
         return _assumed(f"no {tdt} GEMM table on {system}")
     axes, loglat, fill, raw = _grid(choice.file, tdt)
     x = (log(m), log(n), log(k))
-    value, corners, exact, clamped = interpolate(axes, loglat, x)
+    value, corners, exact, clamped = interpolate(axes, loglat, x, SCHEMES)
     lat_ms = float(np.exp(value))
     far, notes = 0.0, []
     for c, xi, xc, r in zip(AXES, x, clamped, raw):

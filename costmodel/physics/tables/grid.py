@@ -1,9 +1,26 @@
-"""Multilinear interpolation on a grid in log space (the one place the table look-ups interpolate).
+"""Interpolation on a grid (the one place the table look-ups interpolate).
 
-The axes and the values are logarithms (``log`` of m, n, k or of the message size; ``log`` of the
-latency): interpolating ``log(latency)`` linearly in ``log(size)`` is exact for a power law
-(``latency ~ size^a``), which GEMM and collective times follow piecewise (compute- or bandwidth-bound:
-``a = 1``; latency-bound: ``a = 0``).
+The axes are logarithms (``log`` of m, n, k, of the message size, of tokens) and so are the values
+(``log`` of the latency); each axis names its 1-D scheme, and a grid of several axes is interpolated
+one axis at a time (the last first) on the local window around the asked point:
+
+- ``AFFINE`` (``("affine", p)``): the latency is linear in ``x**p`` between the two grid values
+  around ``x``. Exact where the time is ``a + b x**p`` on that interval: a roofline term of a GEMM
+  (FLOPs ``2 m n k`` and bytes ``mk + kn + mn`` are affine in each of m, n, k: multilinear
+  interpolation in ``(m, n, k)`` is exact for any multilinear time), the alpha-beta time of a
+  collective (``alpha + bytes / bandwidth``), an MoE layer over tokens (weights read once plus
+  per-token work). Interpolating ``log latency`` in ``log x`` instead (``LOGLOG``) is exact only
+  for a pure power law and over-estimates any ``a + b x`` with ``a > 0`` (``log(a + b e^u)`` is
+  convex in ``u``).
+- ``PCHIP``: the monotone piecewise-cubic Hermite interpolant (Fritsch and Carlson, "Monotone
+  Piecewise Cubic Interpolation", SIAM J. Numer. Anal. 17(2), 1980; the slopes of SciPy's
+  ``PchipInterpolator``) of ``log latency`` in ``log x``, from the four grid values around ``x``.
+  For a time that is a sum of terms of different powers (context attention over isl: a floor, the
+  linear QKV and KV-cache work and the quadratic score work), whose log-log slope moves from 0 to 2
+  along the axis: it follows the local slope on each side, is exact for a power law and does not
+  overshoot the neighbouring values.
+
+A grid value is reproduced exactly (no round trip through ``exp``/``log``).
 """
 
 from __future__ import annotations
@@ -12,6 +29,10 @@ import itertools
 from math import isclose
 
 import numpy as np
+
+AFFINE = ("affine", 1.0)
+LOGLOG = ("loglog", 0.0)
+PCHIP = ("pchip", 0.0)
 
 
 def bracket(axis: np.ndarray, x: float) -> tuple[int, float, float]:
@@ -32,20 +53,73 @@ def bracket(axis: np.ndarray, x: float) -> tuple[int, float, float]:
     return j, t, xc
 
 
-def interpolate(axes: list[np.ndarray], values: np.ndarray, x: tuple[float, ...]):
-    """Multilinear interpolation of ``values`` (shape = axis lengths) at ``x`` clamped to the grid.
+def _pchip_slopes(h: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Fritsch-Carlson slopes at every point of ``y`` (last dimension) with spacings ``h``."""
+    d = np.diff(y, axis=-1) / h
+    m = np.zeros_like(y)
+    if len(h) == 1:
+        m[...] = d
+        return m
+    w1, w2 = 2 * h[1:] + h[:-1], h[1:] + 2 * h[:-1]
+    d0, d1 = d[..., :-1], d[..., 1:]
+    same = d0 * d1 > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m[..., 1:-1] = np.where(same, (w1 + w2) / np.where(same, w1 / d0 + w2 / d1, 1.0), 0.0)
+    for end, (h0, h1, e0, e1) in (
+        (0, (h[0], h[1], d[..., 0], d[..., 1])),
+        (-1, (h[-1], h[-2], d[..., -1], d[..., -2])),
+    ):
+        s = ((2 * h0 + h1) * e0 - h0 * e1) / (h0 + h1)
+        s = np.where(np.sign(s) != np.sign(e0), 0.0, s)
+        m[..., end] = np.where((np.sign(e0) != np.sign(e1)) & (np.abs(s) > 3 * np.abs(e0)), 3 * e0, s)
+    return m
 
-    Returns ``(value, corners, exact, clamped)``: ``corners`` are the grid indices with a non-zero
-    weight, ``exact`` whether ``x`` is a grid point, ``clamped`` the clamped coordinates."""
+
+def interp_1d(axis: np.ndarray, values: np.ndarray, x: float, scheme=AFFINE):
+    """``values`` (log latency, the last dimension along ``axis``, log coordinates) at ``x`` clamped to
+    the axis, by ``scheme`` (``AFFINE``, ``("affine", p)``, ``LOGLOG`` or ``PCHIP``); the result has
+    ``values``' shape without its last dimension."""
+    values = np.asarray(values, dtype=float)
+    j, t, xc = bracket(axis, x)
+    if len(axis) == 1 or t == 0.0:
+        return values[..., j]
+    if t == 1.0:
+        return values[..., j + 1]
+    kind, p = scheme
+    lo, hi = values[..., j], values[..., j + 1]
+    if kind == "loglog":
+        return (1 - t) * lo + t * hi
+    if kind == "affine":
+        u0, u1, u = np.exp(p * float(axis[j])), np.exp(p * float(axis[j + 1])), np.exp(p * xc)
+        w = (u - u0) / (u1 - u0)
+        return np.log((1 - w) * np.exp(lo) + w * np.exp(hi))
+    if kind != "pchip":
+        raise ValueError(f"interpolation scheme {scheme!r}: affine, loglog or pchip")
+    a, b = max(j - 1, 0), min(j + 3, len(axis))  # the slopes at j and j + 1 need j - 1 .. j + 2
+    xs = np.asarray(axis[a:b], dtype=float)
+    m = _pchip_slopes(np.diff(xs), values[..., a:b])
+    i, h = j - a, float(axis[j + 1] - axis[j])
+    h00, h10, h01, h11 = 2 * t**3 - 3 * t**2 + 1, t**3 - 2 * t**2 + t, -2 * t**3 + 3 * t**2, t**3 - t**2
+    return h00 * lo + h10 * h * m[..., i] + h01 * hi + h11 * h * m[..., i + 1]
+
+
+def interpolate(axes: list[np.ndarray], values: np.ndarray, x: tuple[float, ...], schemes=None):
+    """``values`` (log latency, shape = axis lengths) at ``x`` clamped to the grid, one axis at a time
+    by ``schemes`` (one per axis; default ``AFFINE`` on every axis).
+
+    Returns ``(value, corners, exact, clamped)``: ``value`` log latency, ``corners`` the grid indices
+    of the cell around ``x`` that carry weight, ``exact`` whether ``x`` is a grid point, ``clamped``
+    the clamped coordinates."""
+    schemes = list(schemes) if schemes is not None else [AFFINE] * len(axes)
     brackets = [bracket(a, xi) for a, xi in zip(axes, x)]
-    parts = []
-    for j, t, _ in brackets:
-        parts.append([(j, 1.0)] if t == 0.0 else [(j + 1, 1.0)] if t == 1.0 else [(j, 1.0 - t), (j + 1, t)])
-    value, corners = 0.0, []
-    for combo in itertools.product(*parts):
-        idx = tuple(i for i, _ in combo)
-        w = float(np.prod([wi for _, wi in combo]))
-        value += w * float(values[idx])
-        corners.append(idx)
+    window, parts = [], []
+    for a, (j, t, _), s in zip(axes, brackets, schemes):
+        lo, hi = (max(j - 1, 0), min(j + 3, len(a))) if s[0] == "pchip" else (j, min(j + 2, len(a)))
+        window.append(slice(lo, hi))
+        parts.append([j] if t == 0.0 else [j + 1] if t == 1.0 else [j, j + 1])
+    v = np.asarray(values[tuple(window)], dtype=float)
+    for d in reversed(range(len(axes))):
+        v = interp_1d(np.asarray(axes[d][window[d]]), v, brackets[d][2], schemes[d])
+    corners = list(itertools.product(*parts))
     exact = len(corners) == 1 and all(isclose(xi, b[2], rel_tol=0, abs_tol=1e-9) for xi, b in zip(x, brackets))
-    return value, corners, exact, tuple(b[2] for b in brackets)
+    return float(v), corners, exact, tuple(b[2] for b in brackets)

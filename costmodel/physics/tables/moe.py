@@ -6,7 +6,8 @@ min-latency decode kernels; stored in float16 (rounding <= 0.05%).
 ``num_tokens`` is what the collector feeds the MoE module on one rank; the rank runs its
 ``experts / ep`` local experts with ``inter / tp`` columns (routing included; the EP dispatch and
 combine communication are not). A configuration measured exactly (dtype, gated, hidden, inter, topk,
-experts, tp, ep) is interpolated in ``log latency`` over ``log num_tokens`` (:mod:`.grid`): above the
+experts, tp, ep) is interpolated linearly in num_tokens (:mod:`.grid` ``AFFINE``: expert weights read
+once plus per-token work, ``a + b tokens``): above the
 largest count the time grows in proportion (constant throughput), below the smallest it stays (floor).
 A configuration not measured reads the nearest one (the smallest sum of |log2| ratios of the per-rank
 expert width ``hidden * inter / tp``, the local experts ``experts / ep`` and ``topk``), scaled by the
@@ -22,9 +23,11 @@ from math import exp, log, log2
 import numpy as np
 
 from .evidence import Evidence, join_notes
-from .grid import interpolate
+from .grid import AFFINE, interpolate
 from .store import load, manifest, system_of, table_for
 
+#: the 1-D scheme of the num_tokens axis, :mod:`.grid`
+SCHEME = AFFINE
 DTYPE_CODE = {
     "bf16": 0,
     "bfloat16": 0,
@@ -83,7 +86,7 @@ def _moe(system, dtype, tokens, hidden, inter, topk, experts, tp, ep, gated, bac
         h, n, k, e, t, p = (int(x) for x in cfg[i, 2:])
         scale = log(_flops(hidden, inter, topk, experts, tp, ep) / _flops(h, n, k, e, t, p))
         notes.append(f"no measured config: h{h} i{n} top{k} E{e} tp{t} ep{p} stands in, scaled by per-rank FLOPs")
-    v, corners, on_point, (xc,) = interpolate([t_ax], loglat[i], (log(tokens),))
+    v, corners, on_point, (xc,) = interpolate([t_ax], loglat[i], (log(tokens),), (SCHEME,))
     d = (log(tokens) - xc) / log(2)
     if d > 1e-9:
         v += log(tokens) - xc

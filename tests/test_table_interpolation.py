@@ -1,0 +1,116 @@
+"""The tables' interpolation schemes (issue 38, benchmarks/notes/2026-12-05-table-interpolation.md):
+affine in the axis where the cost is ``a + b x`` (GEMM dimensions, message size, tokens), the monotone
+cubic in log-log where it mixes powers (attention over isl), grid values reproduced exactly, and the
+held-out benchmark predicting with the package's own 1-D interpolation."""
+
+from __future__ import annotations
+
+from math import log
+
+import numpy as np
+import pytest
+
+from benchmarks.component_tables import heldout_1d, held_positions
+from costmodel.physics.tables import attention as att_mod
+from costmodel.physics.tables import collectives as coll_mod
+from costmodel.physics.tables import gemm as gemm_mod
+from costmodel.physics.tables import gemm_lookup, collective_lookup
+from costmodel.physics.tables import moe as moe_mod
+from costmodel.physics.tables.gemm import gemm_grid
+from costmodel.physics.tables.grid import AFFINE, LOGLOG, PCHIP, interp_1d, interpolate
+from costmodel.physics.tables.store import load, table_for
+
+X = np.array([256.0, 512.0, 1024.0, 4096.0, 16384.0])
+
+
+def test_affine_is_exact_for_a_floor_plus_linear_cost_and_loglog_is_not():
+    t = 5.0 + 0.01 * X  # alpha + bytes / bandwidth: a latency floor plus a linear part
+    x = 2048.0
+    aff = float(np.exp(interp_1d(np.log(X), np.log(t), log(x), AFFINE)))
+    ll = float(np.exp(interp_1d(np.log(X), np.log(t), log(x), LOGLOG)))
+    assert aff == pytest.approx(5.0 + 0.01 * x, rel=1e-12)
+    assert ll > 1.01 * (5.0 + 0.01 * x)  # log(a + b e^u) is convex: log-log over-estimates
+
+
+def test_pchip_is_exact_for_a_power_law_and_close_for_a_mixed_cost():
+    for p in (1.0, 2.0):
+        t = 3e-4 * X**p
+        v = interp_1d(np.log(X), np.log(t), log(2048.0), PCHIP)
+        assert float(np.exp(v)) == pytest.approx(3e-4 * 2048.0**p, rel=1e-9)
+    t = 20.0 + 0.01 * X + 1e-6 * X**2  # attention over isl: floor, linear and quadratic work
+    truth = 20.0 + 0.01 * 2048 + 1e-6 * 2048**2
+    pc = float(np.exp(interp_1d(np.log(X), np.log(t), log(2048.0), PCHIP)))
+    ll = float(np.exp(interp_1d(np.log(X), np.log(t), log(2048.0), LOGLOG)))
+    assert abs(pc / truth - 1) < abs(ll / truth - 1) / 2
+
+
+def test_pchip_does_not_overshoot_a_step():
+    t = np.array([1.0, 1.0, 1.0, 10.0, 10.0])
+    xs = np.linspace(log(X[0]), log(X[-1]), 200)
+    v = np.exp([interp_1d(np.log(X), np.log(t), float(x), PCHIP) for x in xs])
+    assert v.min() >= 1.0 - 1e-12 and v.max() <= 10.0 + 1e-12
+    assert np.all(np.diff(v) >= -1e-12)  # monotone data stay monotone
+
+
+def test_grid_values_are_reproduced_and_vectorised_rows_agree():
+    rng = np.random.default_rng(0)
+    y = np.log(rng.uniform(1.0, 2.0, size=(3, len(X))))
+    for scheme in (AFFINE, LOGLOG, PCHIP):
+        assert np.array_equal(interp_1d(np.log(X), y, log(X[2]), scheme), y[:, 2])
+        row = interp_1d(np.log(X), y, log(3000.0), scheme)
+        assert row[1] == pytest.approx(float(interp_1d(np.log(X), y[1], log(3000.0), scheme)), rel=1e-12)
+    with pytest.raises(ValueError, match="scheme"):
+        interp_1d(np.log(X), y, log(3000.0), ("spline", 0.0))
+
+
+def test_multilinear_affine_is_exact_for_a_multilinear_gemm_time():
+    """The roofline's terms (2 m n k FLOPs, (mk + kn + mn) bytes) are multilinear in (m, n, k):
+    affine interpolation on each axis reproduces them between grid values."""
+    ax = [np.array([64.0, 256.0, 1024.0]), np.array([512.0, 2048.0]), np.array([128.0, 1024.0, 8192.0])]
+    m, n, k = np.meshgrid(*ax, indexing="ij")
+    t = 3.0 + 2 * m * n * k / 1e9 + (m * k + k * n + m * n) / 1e6
+    q = (300.0, 1000.0, 3000.0)
+    v, corners, exact, _ = interpolate([np.log(a) for a in ax], np.log(t), tuple(log(x) for x in q))
+    want = 3.0 + 2 * q[0] * q[1] * q[2] / 1e9 + (q[0] * q[2] + q[2] * q[1] + q[0] * q[1]) / 1e6
+    assert not exact and len(corners) == 8 and float(np.exp(v)) == pytest.approx(want, rel=1e-12)
+
+
+def test_each_table_names_its_scheme():
+    assert gemm_mod.SCHEMES == (AFFINE, AFFINE, AFFINE)
+    assert coll_mod.SCHEME == AFFINE and moe_mod.SCHEME == AFFINE
+    assert att_mod.SCHEMES == (AFFINE, PCHIP)
+
+
+def test_gemm_lookup_between_two_k_values_is_affine_in_k():
+    choice, ax, lat, fill = gemm_grid("h100_sxm", "bf16")
+    i, j = list(ax["m"]).index(1024), list(ax["n"]).index(4096)
+    kk = list(ax["k"])
+    a, b = kk.index(2048), kk.index(2560)
+    assert fill[i, j, a] == 0 and fill[i, j, b] == 0
+    t, ev = gemm_lookup("H100-SXM5-80GB", "bf16", 1024, 4096, 2304)
+    want = 0.5 * (float(lat[i, j, a]) + float(lat[i, j, b])) * 1e-3
+    assert ev.kind == "interpolated" and t == pytest.approx(want, rel=1e-9)
+
+
+def test_collective_lookup_between_two_sizes_is_affine_in_bytes():
+    z = load(table_for("B200", "nccl").file)
+    b, lat = z["all_reduce.half.8.bytes"].astype(float), z["all_reduce.half.8.lat_ms"].astype(float)
+    mid = 0.5 * (b[12] + b[13])
+    t, ev = collective_lookup("B200", "all_reduce", mid, 8)
+    assert ev.kind == "interpolated" and t == pytest.approx(0.5 * (lat[12] + lat[13]) * 1e-3, rel=1e-9)
+
+
+def test_heldout_benchmark_predicts_with_the_package_interpolation():
+    """Every held-out prediction equals the package's 1-D interpolation on the reduced axis (the rule's
+    'predicted from the remaining grid by the package's interpolation')."""
+    z = load(table_for("h100_sxm", "gemm").file)
+    lat, ok = z["bfloat16.lat_ms"].astype(float)[:4, :3], z["bfloat16.fill"][:4, :3] == 0
+    logk = np.log(z["bfloat16.k"].astype(float))
+    p, m = heldout_1d(logk, lat, ok, axis=2, scheme=gemm_mod.SCHEMES[2])
+    held = held_positions(lat.shape[2])
+    keep = [j for j in range(lat.shape[2]) if j not in held]
+    j = held[2]
+    want = np.exp(interp_1d(logk[keep], np.log(lat[0, 0, keep]), float(logk[j]), AFFINE))
+    assert ok[0, 0, j - 1 : j + 2].all()
+    n_before = sum(int((ok[..., h - 1] & ok[..., h] & ok[..., h + 1]).sum()) for h in held[:2])
+    assert p[n_before] == pytest.approx(float(want), rel=1e-12) and m[n_before] == lat[0, 0, j]
