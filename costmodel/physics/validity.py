@@ -40,6 +40,8 @@ def validate_config(model: ModelSpec, cluster: ClusterSpec, workload: Workload, 
             c.activation_offload_layers,
             f"an integer from 0 to {model.layers - 1} (Megatron offloads fewer layers than num_layers={model.layers})",
         )
+    if c.offload_modules and not model.is_moe:  # the modules are the routed experts' (moe/experts.py@d98e8a64)
+        raise SpecError("offload_modules", ",".join(c.offload_modules), f"unset for {model.name}, a dense model")
     if model.heads % c.tp:
         raise SpecError("tp", c.tp, f"a divisor of heads={model.heads}")
     if model.kv_heads % c.tp and c.tp % model.kv_heads:

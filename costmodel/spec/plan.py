@@ -62,6 +62,10 @@ class ParallelConfig:
     activation_offload_layers : Megatron-Core ``--cpu-offloading-num-layers N``: the saved activations of N
         transformer layers copied to the host in forward and back in backward (:mod:`costmodel.physics.mechanics.act_offload`);
         0 = off. Megatron refuses it with pp > 1, with any recompute and with N >= the model's layers.
+    offload_modules : Megatron-Core ``--fine-grained-activation-offloading --offload-modules M ...``: the saved
+        inputs of the named MoE expert modules (a tuple from :data:`costmodel.spec.plan_checks.OFFLOAD_MODULES`)
+        copied to the host after each one's forward and back before its backward
+        (:mod:`costmodel.physics.mechanics.fg_offload`); ``None`` = off.
     mb : micro-batch size in sequences. vp : interleaved pipeline chunks per stage (1 = plain 1F1B).
     bucket_bytes : DP gradient bucket size; 0 means no overlap (one reduction after backward).
     chunks : pieces each overlappable collective (SP AllGather/ReduceScatter, EP combine,
@@ -166,6 +170,7 @@ class ParallelConfig:
     optimizer_offload_fraction: float = 0.0
     overlap_cpu_optimizer_d2h_h2d: bool = False
     activation_offload_layers: int = 0
+    offload_modules: tuple[str, ...] | None = None
     mb: int = 1
     vp: int = 1
     bucket_bytes: float = 40 * MB
@@ -264,6 +269,10 @@ class ParallelConfig:
             del d["overlap_cpu_optimizer_d2h_h2d"]  # the default: plan keys unchanged
         if not self.activation_offload_layers:
             del d["activation_offload_layers"]  # the default: plan keys unchanged
+        if self.offload_modules is None:
+            del d["offload_modules"]  # the default: plan keys unchanged
+        else:
+            d["offload_modules"] = list(self.offload_modules)
         if self.recompute_modules is None:
             del d["recompute_modules"]  # the default: plan keys unchanged
         else:
@@ -309,6 +318,7 @@ class ParallelConfig:
                 "ep_overlap",
                 "overlap_cpu_optimizer_d2h_h2d",
                 "activation_offload_layers",
+                "offload_modules",
             }
         )
         if unknown:

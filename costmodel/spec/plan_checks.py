@@ -28,6 +28,21 @@ RECOMPUTE = ("none", "selective", "full", "op_sac")
 #: ``--moe-grouped-gemm``, ``transformer_config.py``). Megatron's other choices (``shared_experts``, ...) are not
 #: charged, so not accepted
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe", "mla_up_proj", "mlp", "moe_act")
+#: Megatron-Core ``--offload-modules`` choices (``TransformerConfig.__post_init__`` ``allowed_modules`` at d98e8a64)
+MEGATRON_OFFLOAD_MODULES = (
+    "attn_norm",
+    "qkv_linear",
+    "core_attn",
+    "attn_proj",
+    "mlp_norm",
+    "expert_fc1",
+    "moe_act",
+    "fused_group_mlp",
+    "gdp_qkv",
+)
+#: the ones this model charges (:mod:`costmodel.physics.mechanics.fg_offload`): the routed experts' fc1 input and
+#: activation input (``moe/experts.py`` at d98e8a64); the attention-side, norm, fused-MLP and GDP groups are not
+OFFLOAD_MODULES = ("expert_fc1", "moe_act")
 EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 CP_IMPLS = ("ring", "torch")
 #: dtypes gradients are accumulated and data-parallel reduced in (:func:`costmodel.physics.memory.stage_memory.grad_elem_bytes`)
@@ -157,6 +172,8 @@ def check_fields(cfg) -> None:
         check_offload(cfg)
     if cfg.activation_offload_layers != 0:
         check_act_offload(cfg)
+    if cfg.offload_modules is not None:
+        check_fg_offload(cfg)
     if cfg.ep_overlap:
         check_ep_overlap(cfg)
     if cfg.layers_per_stage is not None and cfg.layout is None:
@@ -214,6 +231,46 @@ def check_act_offload(cfg) -> None:
             n,
             "0 with recompute (Megatron: CPU offloading does not work when activation recomputation is enabled)",
         )
+
+
+def check_fg_offload(cfg) -> None:
+    """Megatron-Core's refusals of ``--fine-grained-activation-offloading --offload-modules`` that need no model
+    (``transformer_config.py@d98e8a64 __post_init__``), and the choices not modelled here."""
+    mods = tuple(cfg.offload_modules) if isinstance(cfg.offload_modules, (list, tuple)) else None
+    unknown = [m for m in (mods or ()) if m not in MEGATRON_OFFLOAD_MODULES]
+    if mods is None or not mods or unknown:  # Megatron: "Invalid choices for offload_modules", or none given
+        raise SpecError(
+            "offload_modules",
+            unknown[0] if unknown else cfg.offload_modules,
+            f"a non-empty list of {', '.join(OFFLOAD_MODULES)} (Megatron --offload-modules)",
+        )
+    other = [m for m in mods if m not in OFFLOAD_MODULES]
+    if other:
+        raise SpecError(
+            "offload_modules",
+            other[0],
+            f"one of {', '.join(OFFLOAD_MODULES)} (Megatron's {other[0]} offload is not modelled)",
+        )
+    rules = (
+        (cfg.framework != "megatron", "unset unless framework=megatron (Megatron-Core's --offload-modules)"),
+        (
+            cfg.activation_offload_layers != 0,
+            "unset with activation_offload_layers (Megatron: fine_grained_activation_offloading cannot be "
+            "enabled with cpu_offloading)",
+        ),
+        (
+            "moe" in (cfg.recompute_modules or ()),
+            "unset with moe in the recompute modules (Megatron: cannot offload inside a recomputed MoE layer)",
+        ),
+        (
+            cfg.recompute == "full",
+            "unset with full recompute (a checkpointed layer saves only its input: not modelled)",
+        ),
+    )
+    for broken, allowed in rules:
+        if broken:
+            raise SpecError("offload_modules", ",".join(mods), allowed)
+    object.__setattr__(cfg, "offload_modules", tuple(dict.fromkeys(mods)))
 
 
 def check_offload(cfg) -> None:

@@ -29,7 +29,7 @@ from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.validity import validate_config
 from costmodel.physics.kernels.flops import CONVENTION, hardware_flops_per_step, model_flops_per_step
 from costmodel.spec.layout import of as layout_of
-from costmodel.physics.mechanics import act_offload
+from costmodel.physics.mechanics import act_offload, fg_offload
 from costmodel.physics.memory.stage_memory import memory_per_stage
 from costmodel.physics.memory.stage_contents import layer_counts
 from costmodel.compose.overlap import TRAINING_STRATEGIES, overlap_rate
@@ -150,6 +150,12 @@ def evaluate(
             model, cluster, w, c, stages[0].fwd_s, stages[0].bwd_s + stages[0].recompute_s, m
         )
         step += act_exposed_s
+    fg_link_s = fg_exposed_s = 0.0
+    if c.offload_modules:  # every stage's (costmodel.physics.mechanics.fg_offload)
+        fg_link_s, fg_exposed_s = fg_offload.step_exposed_s(
+            model, cluster, w, c, [(s, t.fwd_s, t.bwd_s + t.recompute_s) for s, t in enumerate(stages)], m
+        )
+        step += fg_exposed_s
 
     led = slow.ledger
     breakdown = {
@@ -172,6 +178,9 @@ def evaluate(
     if c.activation_offload_layers:  # the key only with the option on: plans without it keep their keys
         breakdown["act_offload_exposed_s"] = act_exposed_s
         link["act_offload"], exposed["act_offload"] = act_link_s, act_exposed_s
+    if c.offload_modules:  # the key only with the option on
+        breakdown["fg_offload_exposed_s"] = fg_exposed_s
+        link["fg_offload"], exposed["fg_offload"] = fg_link_s, fg_exposed_s
     overlap = {s: overlap_rate(link[s], exposed[s]) for s in TRAINING_STRATEGIES if link[s] > 0}
     reasons = {s: r for s, r in led.reasons.items() if exposed.get(s, 0) > 0}
     if zero_exposed > 0:

@@ -34,7 +34,7 @@ from costmodel.physics.validity import validate_config
 from costmodel.spec.errors import PlannerError
 from costmodel.training.estimate import Estimate
 from costmodel.physics.kernels.flops import hardware_flops_per_step, model_flops_per_step
-from costmodel.physics.mechanics import act_offload
+from costmodel.physics.mechanics import act_offload, fg_offload
 from costmodel.physics.memory.stage_memory import stage_memory
 from costmodel.physics.memory.stage_contents import chunk_counts, layer_counts
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -249,6 +249,7 @@ class Scorer:
             c.sp_saved_inputs,
             c.pp_free_stage_inputs,
             c.activation_offload_layers,
+            c.offload_modules,
             c.loss_impl,
         )
         peak = self._memory.get(key)
@@ -283,6 +284,15 @@ class Scorer:
         if c.activation_offload_layers:  # pp = 1: one stage (costmodel.physics.mechanics.act_offload)
             step += act_offload.step_exposed_s(
                 self.model, self.cluster, self.workload, c, timing[0][1], timing[0][2], micro_batches(self.workload, c)
+            )[1]
+        if c.offload_modules:  # each class's stage stands for its class (costmodel.physics.mechanics.fg_offload)
+            step += fg_offload.step_exposed_s(
+                self.model,
+                self.cluster,
+                self.workload,
+                c,
+                [(s, t[1], t[2]) for s, t in zip(reps, timing)],
+                micro_batches(self.workload, c),
             )[1]
         peak = self._peak_memory(c, reps)
         gpus = c.gpus

@@ -68,12 +68,9 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
         # Megatron "moe_act": the activation's output (the expert fc2's input, x bytes) discarded and recomputed
         expert_mlp = mlp - x if "moe_act" in rec else mlp
         slot = expert_mlp * f / c.expert_tp() + x * h  # expert MLP tensors + permuted input (the expert fc1's input)
-        slots_per_token = model.topk / (t if c.ep > 1 else 1)
-        # the busiest EP rank stores its share of the routed slots (costmodel.physics.kernels.moe_load.moe_imbalance)
-        slots_per_token *= moe_imbalance(
-            model, c.ep, tokens * model.topk / (t if c.ep > 1 else 1) * c.ep / model.experts
-        )
-        moe_layer = slot * slots_per_token + mlp * model.shared_experts * f / t + 4 * model.experts
+        moe_layer = slot * routed_slots_per_token(model, w, c) + mlp * model.shared_experts * f / t + 4 * model.experts
+        if c.offload_modules:  # on the host between the module's forward and its backward (offloaded_group_bytes)
+            moe_layer -= sum(offloaded_group_bytes(model, w, c, copied=False).values()) / tokens
         if model.shared_experts and x < 2:  # the shared experts' fc1 keeps an FP8 copy of the (BF16) MLP input
             moe_layer += x * h / (t if c.sp_on else 1)
         # Megatron "moe" recompute: the checkpointed MoE layer keeps only its input (the MLP input above)
@@ -90,6 +87,42 @@ def activation_bytes_per_layer(model: ModelSpec, w: Workload, c: ParallelConfig,
     elif c.flash_attention:
         per_token += 4 * model.heads / t  # FP32 log-sum-exp per head
     return tokens * per_token
+
+
+def routed_slots_per_token(model: ModelSpec, w: Workload, c: ParallelConfig) -> float:
+    """Routed (token, expert) slots one GPU's experts hold per MoE layer, per token of its micro-batch: ``topk``
+    (over ``t`` under EP with TP), the busiest EP rank's share (:func:`costmodel.physics.kernels.moe_load.moe_imbalance`)."""
+    tokens = c.mb * w.seq_len / c.cp
+    per_token = model.topk / (c.tp if c.ep > 1 else 1)
+    return per_token * moe_imbalance(model, c.ep, tokens * per_token * c.ep / model.experts)
+
+
+#: Megatron-Core's ``--min-offloaded-tensor-size`` default (elements): smaller saved tensors stay on the GPU
+#: (``TransformerConfig.min_offloaded_tensor_size`` = 1024 * 1024; ``tensor_need_offloading_checker`` at d98e8a64)
+MIN_OFFLOADED_ELEMENTS = 1024 * 1024
+
+
+def offloaded_group_bytes(model: ModelSpec, w: Workload, c: ParallelConfig, copied: bool = True) -> dict[str, float]:
+    """Bytes of one MoE layer and micro-batch each ``c.offload_modules`` group moves to the host, in forward order
+    (Megatron-Core ``moe/experts.py`` at d98e8a64): ``expert_fc1`` the expert fc1's saved input (the permuted tokens,
+    one tensor per local expert), ``moe_act`` the activation's input (the fc1 output, BF16, ``2f`` wide gated). A
+    tensor under :data:`MIN_OFFLOADED_ELEMENTS` stays. ``copied``: the bytes the copy carries; else those
+    :func:`activation_bytes_per_layer` counted and no longer holds. They differ for ``expert_fc1`` under the
+    per-tensor and blockwise FP8 recipes: offloading it sets ``set_save_original_input`` (the BF16 input is kept,
+    2 B, instead of the quantized one) unless the recipe is MXFP8 or NVFP4, whose quantized input
+    (:func:`saved_input_bytes`) is kept and copied. The one formula of those bytes: the memory and the copies
+    (:mod:`costmodel.physics.mechanics.fg_offload`) read it."""
+    if not c.offload_modules:
+        return {}
+    routed = c.mb * w.seq_len / c.cp * routed_slots_per_token(model, w, c)
+    f, h, x = model.moe_ffn_hidden / c.expert_tp(), model.hidden, saved_input_bytes(w, c)
+    width = 2 if model.activation == "swiglu" else 1
+    fc1 = x if (not copied or w.recipe in ("mxfp8", "nvfp4")) else 2
+    groups = {
+        "expert_fc1": (routed / max(1, model.experts // c.ep) * h, routed * fc1 * h),
+        "moe_act": (routed * width * f, routed * 2 * width * f),
+    }
+    return {m: b for m, (n, b) in groups.items() if m in c.offload_modules and n >= MIN_OFFLOADED_ELEMENTS}
 
 
 def gathered_gemm_input_bytes(model: ModelSpec, w: Workload, c: ParallelConfig) -> float:

@@ -24,6 +24,7 @@ from costmodel.physics.memory.stage_contents import chunk_counts, expert_dp, lay
 from costmodel.physics.memory.activations import (
     activation_bytes_per_layer,
     lm_head_saved_bytes,
+    offloaded_group_bytes,
     loss_bytes_per_logit,
     op_sac_bytes_per_layer,
 )
@@ -307,6 +308,10 @@ def stage_memory(
     if c.activation_offload_layers:  # pp = 1, no recompute: TE keeps at most L - N layers' activations on the GPU,
         # so N layers' leave it (costmodel.physics.mechanics.act_offload; of the smaller layer kind where dense and MoE mix)
         acts -= c.activation_offload_layers * min(offloaded_layer_bytes(model, w, c))
+    if c.offload_modules and n_moe:  # the offloaded groups left the held layers (activation_bytes_per_layer) but the
+        # last MoE layer's of the first chunk in backward: kept on the GPU so its reload cannot stall the compute
+        # (PipelineOffloadManager.post_warmup_callback's margin, one group per name; fg_offload)
+        acts += sum(offloaded_group_bytes(model, w, c, copied=False).values())
     if stage == 0:  # embedding output and its dropout mask, per micro-batch in flight (of an average chunk, as
         # this model always charged it; the first chunk holds up to 2p, in_flight_profile); no mask at p = 0
         emb = 2 + _dropout.mask_bytes(model.hidden_dropout, w.mode == "train")
