@@ -21,7 +21,8 @@ generation (Ampere: a100_sxm; Hopper: h100_sxm, h200_sxm; Blackwell: b200_sxm, b
 gb300) and per dtype (GEMM) or op (NCCL). Target (issue 38): mean |err| <= 5% per generation.
 
 Rows measured elsewhere, predicted from the tables:
-- ``benchmarks/data/components/kernels.csv`` GEMM rows (time = 2 m n k / measured FLOP/s), each read
+- ``benchmarks/data/components/kernels.csv`` GEMM rows (``benchmarks.component_tables_rows``; reported per
+  protocol group: what the row times beside the table's GEMM; time = 2 m n k / measured FLOP/s), each read
   from the table whose kernel library is the row's (vLLM's benchmark: vllm; DeepGEMM: sglang, whose
   fp8_block kernel is DeepGEMM; cuBLAS and torch.matmul: trtllm, whose torch_flow is cuBLAS). Devices
   without a table are read from a stated stand-in (A100 40 GB: the A100 80 GB table; H100 500 W:
@@ -41,49 +42,23 @@ axes (measured points only), ``(t_dgrad + t_wgrad) / (2 t_fwd) - 1`` per generat
 from __future__ import annotations
 
 import argparse
-import csv
-import re
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from benchmarks import results_io
-from benchmarks.component_collectives import load_cases, measured_s
+from benchmarks.component_tables_rows import GENERATION, PROTOCOLS, attention_rows, collective_rows, kernel_rows
 from costmodel.physics.tables import attention as attention_tables
-from costmodel.physics.tables import attention_lookup, collective_lookup, gemm_lookup, system_of
 from costmodel.physics.tables import collectives as nccl_tables
 from costmodel.physics.tables import gemm as gemm_tables
 from costmodel.physics.tables import moe as moe_tables
 from costmodel.physics.tables.grid import interp_1d
 from costmodel.physics.tables.store import load, manifest
-from costmodel.spec.presets import load_cluster
 
-KERNELS = Path(__file__).resolve().parent / "data" / "components" / "kernels.csv"
-COLLECTIVES = KERNELS.with_name("collectives.csv")
-GENERATION = {
-    "a100_sxm": "Ampere",
-    "h100_sxm": "Hopper",
-    "h200_sxm": "Hopper",
-    "b200_sxm": "Blackwell",
-    "b300_sxm": "Blackwell",
-    "gb200": "Blackwell",
-    "gb300": "Blackwell",
-}
 GENS = ("Ampere", "Hopper", "Blackwell")
 LIMIT = 0.05
 BIG_MS = 0.1  # a breakdown (not the rule): held-out points whose measured time is at least 100 us
-#: kernels.csv device -> (table system, stand-in note)
-KERNEL_DEVICES = {
-    "A100-SXM4-80GB": ("a100_sxm", ""),
-    "H100-SXM5-80GB": ("h100_sxm", ""),
-    "H200-SXM5-141GB": ("h200_sxm", ""),
-    "B200": ("b200_sxm", ""),
-    "A100-SXM4-40GB": ("a100_sxm", "stand-in: A100 80 GB table"),
-    "H100-500W": ("h100_sxm", "stand-in: H100 SXM table"),
-    "H800-SXM5-80GB": ("h100_sxm", "stand-in: H100 SXM table"),
-}
 
 
 def held_positions(n: int) -> list[int]:
@@ -149,35 +124,6 @@ def moe_heldout() -> list[dict]:
         lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
         p, m = heldout_1d(np.log(z["tokens"].astype(float)), lat, ok, axis=1, scheme=moe_tables.SCHEME)
         out.append({"system": e["system"], "backend": e["backend"], "what": "moe layer", "err": p / m - 1, "ms": m})
-    return out
-
-
-def attention_rows(path: Path = KERNELS) -> list[dict]:
-    """The causal forward attention rows of kernels.csv (FlashAttention's FLOP count) from the tables."""
-    out = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["kernel"] != "attention" or r["direction"] != "fwd" or r["causal"] != "1":
-                continue
-            system, stand_in = KERNEL_DEVICES.get(r["device"], (None, ""))
-            if system is None:
-                continue
-            b, s, h, d = (int(r[c]) for c in ("batch", "seq_len", "heads", "head_dim"))
-            meas = 4.0 * b * s * s * h * d / 2 / (float(r["measured_tflops"]) * 1e12)
-            t, ev = attention_lookup(system, "bf16", b, s, h, h, d)
-            out.append(
-                {
-                    "row": int(r["row_id"]),
-                    "impl": r["impl"],
-                    "generation": GENERATION[system],
-                    "shape": f"b{b} s{s} h{h} d{d}",
-                    "measured_us": round(meas * 1e6, 1),
-                    "table_us": None if t is None else round(t * 1e6, 1),
-                    "err %": None if t is None else results_io.pct(t / meas - 1),
-                    "evidence": ev.kind,
-                    "note": "; ".join(x for x in (stand_in, ev.note) if x),
-                }
-            )
     return out
 
 
@@ -263,73 +209,6 @@ def summarise(rows: list[dict], kind: str) -> tuple[list[dict], dict[str, float]
     return table, gen_mean
 
 
-def kernel_rows(path: Path = KERNELS) -> list[dict]:
-    """The GEMM rows of kernels.csv predicted from the tables."""
-    out = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["kernel"] != "gemm" or r["device"] not in KERNEL_DEVICES:
-                continue
-            system, stand_in = KERNEL_DEVICES[r["device"]]
-            m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-            dtype = "bf16" if r["dtype"] in ("bf16", "fp16") else "fp8_block" if "DeepGEMM" in r["impl"] else r["dtype"]
-            # the table whose kernel library is the row's: vLLM's benchmark -> vllm; DeepGEMM -> sglang
-            # (its fp8_block kernel_source is DeepGEMM); cuBLAS / torch.matmul -> trtllm (torch_flow)
-            backend = "vllm" if "vllm" in r["impl"].lower() else "sglang" if "DeepGEMM" in r["impl"] else None
-            meas = 2.0 * m * n * k / (float(r["measured_tflops"]) * 1e12)
-            t, ev = gemm_lookup(system, dtype, m, n, k, backend=backend)
-            out.append(
-                {
-                    "row": int(r["row_id"]),
-                    "device": r["device"],
-                    "generation": GENERATION[system],
-                    "dtype": dtype,
-                    "shape": f"{m}x{n}x{k}",
-                    "own table": not stand_in,
-                    "measured_us": round(meas * 1e6, 2),
-                    "table_us": None if t is None else round(t * 1e6, 2),
-                    "err %": None if t is None else results_io.pct(t / meas - 1),
-                    "evidence": ev.kind,
-                    "table": ev.table,
-                    "note": "; ".join(x for x in (stand_in, ev.note) if x),
-                }
-            )
-    return out
-
-
-def collective_rows() -> list[dict]:
-    """The intra-node NCCL rows of collectives.csv predicted from the tables."""
-    with open(COLLECTIVES, newline="") as f:
-        versions = {r["case_id"]: re.findall(r"\d+\.\d+(?:\.\d+)?", r["nccl_version"]) for r in csv.DictReader(f)}
-    out = []
-    for c in load_cases():
-        if c.nodes != 1 or c.source_key.startswith("deepep"):
-            continue
-        device = load_cluster(c.cluster_preset).device
-        system = system_of(device)
-        if system is None:
-            continue
-        nccl = (versions.get(c.case_id) or [None])[0]
-        t, ev = collective_lookup(device, c.collective, c.message_bytes, c.gpus, nccl=nccl)
-        meas = measured_s(c)
-        out.append(
-            {
-                "row": c.case_id,
-                "source": c.source_key,
-                "generation": GENERATION[system],
-                "op": c.collective,
-                "bytes": c.message_bytes,
-                "gpus": c.gpus,
-                "measured_us": round(meas * 1e6, 1),
-                "table_us": None if t is None else round(t * 1e6, 1),
-                "err %": None if t is None else results_io.pct(t / meas - 1),
-                "evidence": ev.kind,
-                "note": ev.note,
-            }
-        )
-    return out
-
-
 def row_summary(rows: list[dict], label: str) -> list[dict]:
     out = []
     for g in GENS:
@@ -359,10 +238,13 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     m_table, m_mean = summarise(moe_heldout(), "MoE")
     arows = attention_rows()
     krows, crows = kernel_rows(), collective_rows()
-    own = [r for r in krows if r["own table"]]
-    k_table = row_summary(own, "kernels.csv GEMM (own table)") + row_summary(
-        [r for r in krows if not r["own table"]], "kernels.csv GEMM (stand-in table)"
-    )
+    k_table = []
+    for own in (True, False):
+        which = "own table" if own else "stand-in table"
+        mine = [r for r in krows if r["own table"] == own]
+        k_table += row_summary(mine, f"kernels.csv GEMM ({which})")
+        for p in PROTOCOLS:
+            k_table += row_summary([r for r in mine if r["protocol"] == p], f"kernels.csv GEMM {p} ({which})")
     c_table = row_summary(crows, "collectives.csv intra-node")
     for impl in sorted({r["impl"] for r in arows}):
         c_table += row_summary([r for r in arows if r["impl"] == impl], f"kernels.csv causal attention fwd, {impl}")
@@ -383,7 +265,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     for r in krows:
         print(
             f"  {r['row']:4d} {r['device']:16s} {r['dtype']:9s} {r['shape']:18s} meas {r['measured_us']:10.2f} us "
-            f"table {r['table_us']} us  err {r['err %']}%  [{r['evidence']}] {r['note']}"
+            f"table {r['table_us']} us  err {r['err %']}%  [{r['evidence']}] {r['protocol']}; {r['note']}"
         )
     print("\ncollectives.csv intra-node rows:")
     for r in crows:
