@@ -191,6 +191,9 @@ def check_megatron(plans: list[dict]) -> list[str | None]:
         os.environ.update({"WORLD_SIZE": str(p["gpus"]), "RANK": "0", "LOCAL_RANK": "0"})
         if any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in p["notes"]):
             os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        os.environ.pop("NVTE_CPU_OFFLOAD_V1", None)
+        if any("NVTE_CPU_OFFLOAD_V1=1" in n for n in p["notes"]):  # fine-grained activation offloading
+            os.environ["NVTE_CPU_OFFLOAD_V1"] = "1"
         sys.argv = (
             ["pretrain_gpt.py"]
             + shlex.split(p["text"].replace("\\\n", " "))

@@ -26,6 +26,7 @@ from costmodel.spec.plan_checks import (
     GRAD_DTYPES,
     LOSS_IMPLS,
     MODULE_LAYOUTS,
+    OFFLOAD_MODULES,
     OPTIMIZER_DTYPES,
     PP_GRAD_REDUCES,
     RECOMPUTE,
@@ -137,6 +138,14 @@ def _module_list(text: str) -> tuple[str, ...]:
     """``--recompute-modules layernorm,moe`` -> ``("layernorm", "moe")``; ValueError for an unknown or no module."""
     mods = tuple(m.strip() for m in text.split(",") if m.strip())
     if not mods or any(m not in RECOMPUTE_MODULES for m in mods):
+        raise ValueError(text)
+    return mods
+
+
+def _offload_list(text: str) -> tuple[str, ...]:
+    """``--offload-modules expert_fc1,moe_act`` -> a tuple; ValueError for an unknown or no module."""
+    mods = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not mods or any(m not in OFFLOAD_MODULES for m in mods):
         raise ValueError(text)
     return mods
 
@@ -390,6 +399,27 @@ def add_memory_args(g) -> None:
         "cannot hide them; Megatron refuses it with pp > 1 or recompute; recommend: every plan "
         "offloads N at pp=1 without recompute (unstated, recommend looks for it where no plan fits or "
         "the answer recomputes at pp=1)",
+    )
+    g.add_argument(
+        "--fine-grained-activation-offloading",
+        action="store_true",
+        default=None,
+        help="with --offload-modules: Megatron-Core's module-level activation offload (evaluate and explain; "
+        "not searched)",
+    )
+    g.add_argument(
+        "--offload-modules",
+        nargs="+",
+        metavar="M",
+        type=_converter(
+            "offload_modules",
+            _offload_list,
+            f"modules (space- or comma-separated) of {', '.join(OFFLOAD_MODULES)} (Megatron's other choices are "
+            "not modelled)",
+        ),
+        help="with --fine-grained-activation-offloading: the MoE expert modules whose saved inputs go to the host "
+        "after their forward and come back before their backward (Megatron --offload-modules), the host-link "
+        "copies charged where they do not hide",
     )
     g.add_argument(
         "--overlap-cpu-optimizer-d2h-h2d",

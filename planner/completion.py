@@ -134,13 +134,15 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         setattr(pinned, k, v)
     # the EP all-to-all overlap is what the command line says (Megatron-Core's default: off), not a knob to complete
     pinned.ep_overlap = bool(getattr(args, "ep_overlap", None))
+    # fine-grained activation offloading is not searched: the completion is searched without it, then it is added
+    pinned.fine_grained_activation_offloading = pinned.offload_modules = None
     if not cluster.num_gpus:
         d = _degrees(args, gpus)
         cluster = cluster.with_gpus(d["tp"] * d["pp"] * d["cp"] * d["dp"])
     try:
         problem = problem_of(pinned, model, cluster, workload)  # recommend's problem of the same flags
-        if getattr(args, "ep_overlap", None):
-            # a stated EP overlap runs: no completion Megatron-Core would refuse it with (full recompute)
+        if getattr(args, "ep_overlap", None) or literal.offload_modules:
+            # a stated EP overlap or module offload runs: no completion refusing it (full recompute)
             ex = problem.limits.exclude
             problem = replace(
                 problem, limits=replace(problem.limits, exclude={**ex, "recompute": (*ex.get("recompute", ()), "full")})
@@ -151,6 +153,8 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         # INFEASIBLE with that rule as the explanation, and the completion falls back
         result = solve(problem, SolveOptions(time_limit_s=TIME_LIMIT_S, rescore=True, offload=False, act_offload=False))
         why = "" if result.plans else (result.explanation or result.status)
+        if not why and literal.offload_modules:  # stated: kept (refused where the completion cannot run it)
+            replace(result.best.config, offload_modules=literal.offload_modules)
     except PlannerError as e:
         why = str(e)
     if why:
@@ -163,6 +167,8 @@ def complete(args: argparse.Namespace, model, cluster, workload):
         )
     config = result.best.config
     stated_only = {k: getattr(args, k) for k in ("dma",) if getattr(args, k, None) is not None}
+    if literal.offload_modules:
+        stated_only["offload_modules"] = literal.offload_modules
     if literal.layout is not None:  # a stated --layout is kept as stated (the search priced its per-rank split)
         stated_only.update(layout=literal.layout, layers_per_stage=literal.layers_per_stage, vp=literal.vp)
     if stated_only:

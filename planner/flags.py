@@ -139,6 +139,21 @@ def inference_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def fg_offload_modules(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """``--fine-grained-activation-offloading --offload-modules M ...`` as ``ParallelConfig.offload_modules``; one
+    without the other refused (Megatron ignores the modules without the flag and asserts on the flag alone)."""
+    on, mods = getattr(args, "fine_grained_activation_offloading", None), getattr(args, "offload_modules", None)
+    if mods is not None:
+        mods = tuple(dict.fromkeys(m for tok in mods for m in tok))  # each token a comma-separated list
+    if bool(on) != (mods is not None):
+        raise SpecError(
+            "offload_modules",
+            ",".join(mods) if mods else "unset",
+            "given with --fine-grained-activation-offloading, and that flag with it (Megatron-LM reads neither alone)",
+        )
+    return mods
+
+
 def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | None = None):
     """The :class:`ParallelConfig` of the config arguments; ``dp`` defaults to gpus/(tp*pp*cp).
 
@@ -170,6 +185,9 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
     if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.physics.mechanics.act_offload
         fields["activation_offload_layers"] = args.activation_offload_layers
+    fg = fg_offload_modules(args)
+    if fg is not None:  # costmodel.physics.mechanics.fg_offload
+        fields["offload_modules"] = fg
     fields["framework"] = framework_from_args(args)
     era = era_pins(stack_of(args))  # what the stack's framework version runs for lack of a choice
     era.pop("exclude", None)
@@ -263,6 +281,13 @@ def plan_options(args: argparse.Namespace, model=None) -> tuple:
     those with ZeRO >= 1), optimizer CPU offload (:data:`OFFLOAD_FIELDS`) and activation CPU offload."""
     # a stated offload fraction or layer count is a plan option every plan runs (search.offload_choice,
     # search.act_offload_choice; Problem pins ZeRO-1, or pp = 1 without recompute); a stated 0 is no offload
+    fg = fg_offload_modules(args)
+    if fg is not None:  # not a search option (the search's tables do not charge it)
+        raise SpecError(
+            "offload_modules",
+            ",".join(fg),
+            "unset in recommend (fine-grained offloading is not searched: evaluate or explain a plan with it)",
+        )
     offload = {k: v for k, v in offload_fields(args).items() if v}
     if getattr(args, "activation_offload_layers", None):
         offload["activation_offload_layers"] = args.activation_offload_layers

@@ -38,7 +38,7 @@ SYNONYMS = {
     "pipeline_parallel_size": "pipeline_model_parallel_size",
 }
 #: Megatron-LM arguments that take a list of values (``nargs='*'``)
-LIST_ARGS = ("recompute_modules",)
+LIST_ARGS = ("recompute_modules", "offload_modules")
 #: Megatron-Core's default DDP bucket: 40M FP32 gradient elements (DistributedDataParallelConfig)
 DEFAULT_BUCKET_BYTES = 40e6 * 4
 
@@ -137,6 +137,37 @@ def act_offload_fields(a: dict) -> dict:
     return {"activation_offload_layers": n}
 
 
+#: Megatron-Core's fine-grained offloading knobs at the defaults this model charges (TransformerConfig at d98e8a64)
+FG_OFFLOAD_DEFAULTS = {
+    "min_offloaded_tensor_size": (1024 * 1024, "1048576 (the default; another size is not modelled)"),
+    "activation_offload_fraction": (1.0, "1.0 (the default; offloading a fraction of the groups is not modelled)"),
+    "delta_offload_bytes_across_pp_ranks": (0, "0 (the default; a per-rank offload delta is not modelled)"),
+}
+
+
+def fg_offload_fields(a: dict) -> dict:
+    """Fine-grained activation offloading (``costmodel.physics.mechanics.fg_offload``): ``--fine-grained-activation-
+    offloading`` with ``--offload-modules`` (without the flag Megatron-LM ignores the modules; with it and none,
+    ``TransformerConfig`` asserts). The tuning knobs off their defaults are refused (:data:`FG_OFFLOAD_DEFAULTS`);
+    ``--delay-offload-until-cuda-graph`` only moves when the host issues the copies and is read as such."""
+    if "fine_grained_activation_offloading" not in a or not as_bool(
+        "fine_grained_activation_offloading", a["fine_grained_activation_offloading"]
+    ):
+        return {}
+    mods = a.get("offload_modules")
+    names = (
+        () if _none(mods) else tuple(m for m in str(mods).strip("[]() ").replace(",", " ").replace("'", " ").split())
+    )
+    if not names:
+        raise SpecError("offload_modules", mods, "a list of modules with --fine-grained-activation-offloading")
+    for k, (default, allowed) in FG_OFFLOAD_DEFAULTS.items():
+        if k in a and not _none(a[k]):
+            v = as_fraction(k, a[k]) if isinstance(default, float) else as_int(k, a[k])
+            if v != default:
+                raise SpecError(k, a[k], allowed)
+    return {"offload_modules": names}  # the module names are checked by ParallelConfig (plan_checks.check_fg_offload)
+
+
 # --------------------------------------------------------------------------- translations
 def config_fields(args: dict, layers: int | None = None) -> dict:
     """Parallel-config fields (keys of :class:`~costmodel.spec.plan.ParallelConfig`) set by ``args``.
@@ -204,6 +235,7 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
         f["fp8_param_gather"] = as_bool("fp8_param_gather", a["fp8_param_gather"])
     f.update(offload_fields(a))
     f.update(act_offload_fields(a))
+    f.update(fg_offload_fields(a))
     if f["recompute"] == "selective" and not _none(a.get("recompute_modules")):
         mods = recompute_modules(a["recompute_modules"])
         if mods != ("core_attn",):  # Megatron's default: the plan's default too

@@ -108,6 +108,7 @@ def megatron_args(
         ]
     out += offload_args(c)
     out += act_offload_args(c)
+    out += fg_offload_args(c)
     if c.bucket_bytes > 0 and c.dp * c.cp > 1:
         out.append(["--overlap-grad-reduce"])
         if c.zero in (1, 3):
@@ -146,6 +147,15 @@ def act_offload_args(c: ParallelConfig) -> list[list[str]]:
     d98e8a64 arguments.py ``validate_args``: N > 0 sets ``cpu_offloading``; activations on, weights off by
     default, as charged)."""
     return [["--cpu-offloading-num-layers", str(c.activation_offload_layers)]] if c.activation_offload_layers else []
+
+
+def fg_offload_args(c: ParallelConfig) -> list[list[str]]:
+    """Fine-grained activation offloading (:mod:`costmodel.physics.mechanics.fg_offload`): ``--fine-grained-activation-
+    offloading --offload-modules M ...`` (Megatron-LM d98e8a64 ``TransformerConfig``; the tuning knobs at their
+    defaults, as charged: ``--min-offloaded-tensor-size`` 1M elements, ``--activation-offload-fraction`` 1)."""
+    if not c.offload_modules:
+        return []
+    return [["--fine-grained-activation-offloading"], ["--offload-modules", *c.offload_modules]]
 
 
 def moe_args(c: ParallelConfig) -> list[list[str]]:
@@ -288,6 +298,8 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
                 else ""
             )
         )
+    if c.offload_modules:  # arguments.py@d98e8a64 validate_args asserts it with Transformer Engine >= 2.10
+        notes.append("export NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM requires it for fine-grained activation offloading)")
     if c.chunks > 1 and c.chunks != TE_PIPELINE_SPLITS:
         notes.append(
             f"write {TP_OVERLAP_CFG} first: echo '{tp_overlap_cfg(c.chunks)}' > {TP_OVERLAP_CFG} "

@@ -26,7 +26,8 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 
-from costmodel.physics.mechanics import act_offload
+from costmodel.physics.mechanics import act_offload, fg_offload
+from costmodel.spec.plan_checks import OFFLOAD_MODULES
 from costmodel.physics.comm import dma
 from costmodel.physics.comm.collectives import collective_time_s
 from costmodel.physics.kernels.gemm import ACT_BYTES
@@ -46,6 +47,13 @@ MS = 1e-3
 WHY_ACT_OFFLOAD = (
     "data dependency: at most {n} layers' activations stay on the GPU, so compute waits for the copies "
     "that free them and the backward for the reloads (Transformer Engine's offload schedule)"
+)
+
+#: why fine-grained offload copies are exposed: a layer's later group is reloaded when the earlier backward ends
+#: and awaited at once (costmodel.physics.mechanics.fg_offload)
+WHY_FG_OFFLOAD = (
+    "data dependency: each MoE layer's {first} reload starts when its {second} backward ends and the {first} "
+    "backward, next, waits for it (Megatron-Core's fine-grained offload prefetches one group ahead)"
 )
 
 
@@ -162,7 +170,17 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
                 WHY_ACT_OFFLOAD.format(n=model.layers - config.activation_offload_layers),
             )
         )
-    order = {k: i for i, k in enumerate(TRAINING_STRATEGIES + ("act_offload",))}
+    if config.offload_modules:  # every stage's copies (costmodel.physics.mechanics.fg_offload)
+        per = [(t.stage, t.fwd_s, t.bwd_s + t.recompute_s) for t in gs.stages]
+        t_link, t_exposed = fg_offload.step_exposed_s(model, cluster, workload, config, per, gs.m)
+        mods = [m for m in OFFLOAD_MODULES if m in config.offload_modules]  # forward order
+        why = (
+            WHY_FG_OFFLOAD.format(first=mods[0], second=mods[-1])
+            if len(mods) > 1
+            else "window too short: the reload outlasts the layer's backward outside its experts"
+        )
+        rows.append(_row("fg_offload", t_link, gs.m * max(f + b for _, f, b in per), t_exposed, why))
+    order = {k: i for i, k in enumerate(TRAINING_STRATEGIES + ("act_offload", "fg_offload"))}
     rows.sort(key=lambda r: order[r["strategy"]])
     if config.tp > 1:
         rows[[r["strategy"] for r in rows].index("sp" if config.sp_on else "tp")]["feasibility"] = tp_feasibility(
@@ -172,7 +190,7 @@ def explain(model: ModelSpec, cluster: ClusterSpec, workload: Workload, config: 
     for (
         r
     ) in rows:  # the engines each stream ran on (costmodel.physics.comm.dma), e.g. "cdma*2" or "cdma*1 shared with dp"
-        r["engines"] = "host link" if r["strategy"] == "act_offload" else dma.describe(a, r["strategy"])
+        r["engines"] = "host link" if r["strategy"] in ("act_offload", "fg_offload") else dma.describe(a, r["strategy"])
     return rows
 
 
