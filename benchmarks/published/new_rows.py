@@ -37,6 +37,7 @@ from .sources import (
     MCORE_MODULE_NAMES,
     MCORE_RECIPES,
     MODEL_PRESET,
+    MODELZOO_FG_OFFLOAD,
     MXFP8_PARAMS,
     NOT_MODELLED,
     TORCHTITAN,
@@ -287,6 +288,10 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         notes.append("Transformer Engine's cross-entropy: cross_entropy_fusion_impl te (BRIDGE_TE_LOSS)")
     gpu_key = next((g for g in ("GB300", "GB200", "B300", "B200") if g in r["gpu_type"].upper()), "")
     recipe_2511 = BRIDGE_2511_RECIPES.get((label, gpu_key, r["precision"].strip().upper()))
+    fg = MODELZOO_FG_OFFLOAD.get((label, gpu_key, r["precision"].strip().upper(), seq))
+    if src == "moe_modelzoo_blackwell" and fg:
+        extra["offload_modules"] = fg
+        notes.append(f"--offload-modules {' '.join(fg)}: the ModelZoo command (MODELZOO_FG_OFFLOAD)")
     if src == "megatron_bridge_perf_blackwell" and recipe_2511 is not None and not rec:
         knobs, where = recipe_2511
         extra.update(knobs)

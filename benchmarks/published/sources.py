@@ -312,6 +312,12 @@ BRIDGE_2511_RECIPES = {
         + " (recipes/deepseek/deepseek_v3.py layout_map (16, 1))",
     ),
 }
+#: the ModelZoo's Blackwell commands that run Megatron-Core's fine-grained activation offloading (``offload_modules``;
+#: costmodel.physics.mechanics.fg_offload), keyed by (model label, GPU, precision, sequence): the GB200 MXFP8 4K command of
+#: yanring/Megatron-MoE-ModelZoo@798dfb5 best_practice/qwen3/run_gb200_235b.sh (= readme.md, "activation offloading
+#: required"): --fine-grained-activation-offloading --offload-modules expert_fc1 moe_act --delay-offload-until-cuda-graph
+#: (the 128K GB200 MXFP8 and the GB300 commands of that file offload nothing)
+MODELZOO_FG_OFFLOAD = {("Qwen3-235B-A22B", "GB200", "MXFP8", 4096): ("expert_fc1", "moe_act")}
 MCORE_RECIPES = (
     "megatron_readme_2024",
     "nemo_longseq",
