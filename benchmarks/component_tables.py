@@ -48,7 +48,14 @@ import sys
 import numpy as np
 
 from benchmarks import results_io
-from benchmarks.component_tables_rows import GENERATION, PROTOCOLS, attention_rows, collective_rows, kernel_rows
+from benchmarks.component_tables_rows import (
+    COLLECTIVE_PROTOCOLS,
+    GENERATION,
+    PROTOCOLS,
+    attention_rows,
+    collective_rows,
+    kernel_rows,
+)
 from costmodel.physics.tables import attention as attention_tables
 from costmodel.physics.tables import collectives as nccl_tables
 from costmodel.physics.tables import gemm as gemm_tables
@@ -246,6 +253,8 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         for p in PROTOCOLS:
             k_table += row_summary([r for r in mine if r["protocol"] == p], f"kernels.csv GEMM {p} ({which})")
     c_table = row_summary(crows, "collectives.csv intra-node")
+    for p in COLLECTIVE_PROTOCOLS:
+        c_table += row_summary([r for r in crows if r["protocol"] == p], f"collectives.csv intra-node, {p}")
     for impl in sorted({r["impl"] for r in arows}):
         c_table += row_summary([r for r in arows if r["impl"] == impl], f"kernels.csv causal attention fwd, {impl}")
     b_rows = backward_rule()

@@ -13,6 +13,9 @@ kernels.csv GEMM rows are grouped by their protocol (``PROTOCOLS``):
   25 MB fp8 weight in B200's L2; its fp8 ``noquant`` columns on pre-quantised activations);
 - ``kernel alone``: fp8 rows timing the GEMM kernel without the activation quantisation
   (DeepGEMM's README, FBGEMM "gemm only").
+
+collectives.csv rows likewise (``COLLECTIVE_PROTOCOLS``): nccl-tests' timing, as the tables' collector,
+or a PyTorch-level timing (``all_reduce_bench.py``: host launch overhead in every call).
 """
 
 from __future__ import annotations
@@ -130,10 +133,17 @@ def kernel_rows(path: Path = KERNELS) -> list[dict]:
     return out
 
 
+#: collectives.csv protocol groups: nccl-tests' own timing (the tables' collector runs nccl-tests) or a
+#: PyTorch-level timing of torch.distributed (host launch overhead included; the row's notes say so)
+COLLECTIVE_PROTOCOLS = ("nccl-tests", "torch.distributed timing (launch overhead included)")
+
+
 def collective_rows() -> list[dict]:
     """The intra-node NCCL rows of collectives.csv predicted from the tables."""
     with open(COLLECTIVES, newline="") as f:
-        versions = {r["case_id"]: re.findall(r"\d+\.\d+(?:\.\d+)?", r["nccl_version"]) for r in csv.DictReader(f)}
+        rows = list(csv.DictReader(f))
+    versions = {r["case_id"]: re.findall(r"\d+\.\d+(?:\.\d+)?", r["nccl_version"]) for r in rows}
+    torch_timed = {r["case_id"] for r in rows if "PyTorch-level timing" in r["notes"]}
     out = []
     for c in load_cases():
         if c.nodes != 1 or c.source_key.startswith("deepep"):
@@ -157,6 +167,7 @@ def collective_rows() -> list[dict]:
                 "table_us": None if t is None else round(t * 1e6, 1),
                 "err %": None if t is None else results_io.pct(t / meas - 1),
                 "evidence": ev.kind,
+                "protocol": COLLECTIVE_PROTOCOLS[c.case_id in torch_timed],
                 "note": ev.note,
             }
         )

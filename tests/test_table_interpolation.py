@@ -126,3 +126,31 @@ def test_kernel_rows_are_grouped_by_what_they_time():
     assert {rows[i]["protocol"] for i in (199, 201, 204, 240)} == {PROTOCOLS[0]}
     assert {rows[i]["protocol"] for i in (171, 188, 205)} == {PROTOCOLS[2]}
     assert rows[226]["own table"] and not rows[171]["own table"]
+
+
+def test_collective_beyond_the_largest_message_continues_the_last_interval():
+    """alpha + S / beta measured up to S_max: beyond it the last interval's dt/dS continues (exact for
+    alpha-beta), held between 0 and the average t/S; the old rule (constant average bandwidth)
+    charged alpha again per byte."""
+    from costmodel.physics.tables.collectives import edge_seconds_per_byte
+
+    s = np.array([2.0**20, 2.0**21, 2.0**22])
+    alpha, beta = 20e-6, 400e9
+    ll = np.log((alpha + s / beta) * 1e3)
+    assert edge_seconds_per_byte(s, ll) == pytest.approx(1 / beta, rel=1e-9)
+    flat = np.log(np.array([1.0, 1.0, 0.9]) * 1e-3)  # a non-increasing last interval: average t/S
+    assert edge_seconds_per_byte(s, flat) == pytest.approx(0.9e-6 / s[-1], rel=1e-9)
+    z = load(table_for("B200", "nccl").file)
+    b, lat = z["all_reduce.half.8.bytes"].astype(float), z["all_reduce.half.8.lat_ms"].astype(float)
+    t, ev = collective_lookup("B200", "all_reduce", 4 * b[-1], 8)
+    inc = (lat[-1] - lat[-2]) / (b[-1] - b[-2])
+    assert ev.kind == "extrapolated" and "last interval" in ev.note
+    assert t == pytest.approx((lat[-1] + 3 * b[-1] * min(inc, lat[-1] / b[-1])) * 1e-3, rel=1e-9)
+    assert t <= 4 * lat[-1] * 1e-3
+
+
+def test_collective_rows_are_grouped_by_timing():
+    from benchmarks.component_tables_rows import COLLECTIVE_PROTOCOLS, collective_rows
+
+    rows = {r["row"]: r for r in collective_rows()}
+    assert rows["54"]["protocol"] == COLLECTIVE_PROTOCOLS[1] and rows["7"]["protocol"] == COLLECTIVE_PROTOCOLS[0]

@@ -6,8 +6,10 @@ the gathered output; reduce-scatter: the input; all-to-all: the send buffer), th
 
 Per (op, dtype, GPU count) a table holds latency over message sizes 512 B (2 KiB in the legacy
 2.23 tables, which also lack all-reduce) to 512 MiB. The latency is interpolated linearly in the size
-between the two measured sizes around it (:mod:`.grid` ``AFFINE``: exact for ``alpha + bytes / bw``); below the smallest size the smallest size's latency stands (latency floor), above the
-largest the largest's bandwidth (time proportional to bytes): both ``extrapolated``. A GPU count not in
+between the two measured sizes around it (:mod:`.grid` ``AFFINE``: exact for ``alpha + bytes / bw``);
+below the smallest size the smallest size's latency stands (latency floor), above the largest the
+last interval's affine law continues (:func:`edge_seconds_per_byte`; until 2026-12-05 the largest's
+average bandwidth, which charges the latency again on every byte): both ``extrapolated``. A GPU count not in
 the table: the bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``: ``busbw = algbw * 2 (n-1)/n`` for
 all-reduce, ``* (n-1)/n`` for all-gather, reduce-scatter and all-to-all) at that size is interpolated
 linearly in ``log2 n`` between the counts around it (``interpolated``), or held at the largest count's
@@ -70,6 +72,19 @@ def _series(file: str, op: str, dt: str, n: int):
     return np.log(b.astype(float)), np.log(lat.astype(float)), b
 
 
+def edge_seconds_per_byte(raw: np.ndarray, loglat: np.ndarray) -> float:
+    """Seconds per byte beyond the largest measured message: the last interval's ``dt / dS`` (the
+    alpha-beta time ``alpha + S / beta`` continues, the latency amortised), held between 0 and the
+    largest message's average ``t / S`` (``alpha >= 0``: an extra byte never costs more than an
+    average one; a non-increasing last interval falls back to the average, constant bandwidth)."""
+    t = np.exp(loglat[-2:].astype(float)) * 1e-3
+    avg = float(t[-1]) / float(raw[-1])
+    if len(raw) < 2:
+        return avg
+    inc = float(t[-1] - t[0]) / float(raw[-1] - raw[-2])
+    return inc if 0.0 < inc <= avg else avg
+
+
 def series_time(file: str, op: str, dt: str, n: int, nbytes: float) -> tuple[float, str, float, str]:
     """``(seconds, kind, distance, note)`` of one measured series at ``nbytes``."""
     lb, ll, raw = _series(file, op, dt, n)
@@ -79,10 +94,10 @@ def series_time(file: str, op: str, dt: str, n: int, nbytes: float) -> tuple[flo
     d = (x - xc) / log(2)
     if d > 1e-9:
         return (
-            t * 2.0**d,
+            t + (nbytes - float(raw[-1])) * edge_seconds_per_byte(raw, ll),
             "extrapolated",
             d,
-            f"{2.0**d:.1f}x beyond the largest message ({int(raw[-1])} B): constant bandwidth",
+            f"{2.0**d:.1f}x beyond the largest message ({int(raw[-1])} B): the last interval's bandwidth",
         )
     if d < -1e-9:
         return t, "extrapolated", -d, f"below the smallest message ({int(raw[0])} B): latency floor"
