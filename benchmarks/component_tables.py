@@ -207,6 +207,10 @@ def summarise(rows: list[dict], kind: str) -> tuple[list[dict], dict[str, float]
         err = np.concatenate([r["err"] for r in mine])
         table.append({"set": f"{kind} held-out", "generation": g, "dtype/op": "all", **stats(err)})
         gen_mean[g] = float(np.abs(err).mean())
+        if kind == "GEMM":  # a breakdown (not the rule): the backends' tables scatter differently
+            for b in sorted({r["backend"] for r in mine}):
+                e = np.concatenate([r["err"] for r in mine if r["backend"] == b])
+                table.append({"set": f"{kind} held-out, {b} tables", "generation": g, "dtype/op": "all", **stats(e)})
         if "ms" not in mine[0]:
             continue
         big = np.concatenate([r["err"][r["ms"] >= BIG_MS] for r in mine])
