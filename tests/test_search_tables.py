@@ -312,3 +312,41 @@ def test_memory_screens_reused_at_a_smaller_cap_equal_fresh_ones():
             changed += a != f
             compared += 1
     assert compared > 50 and changed > 0
+
+
+def test_only_moe_layers_with_expert_parallelism_read_the_dispatcher_and_the_ep_overlap():
+    """search.tables.layers._timed_options: the tables time a dense layer, or an MoE layer without EP, without the
+    plan's EP dispatcher and EP overlap (so the searches under each dispatcher share those timings); that is
+    exact only while the analytic timing of such a layer does not read them."""
+    from costmodel.engines.analytic import layer_timing
+    from costmodel.spec.errors import SpecError
+    from costmodel.spec.plan import ParallelConfig
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
+    from search.tables.layers import _timed_options
+
+    model, cluster = load_model("deepseek-v3"), load_cluster("gb200-nvl72").with_gpus(1152)
+    w = Workload(global_batch=2304, seq_len=4096, dtype="fp8")
+    differs = 0
+    for tp, cp, ep, mb, sp, chunks, rec, zero in [
+        (1, 1, 1, 1, False, 1, "none", 0),
+        (2, 1, 8, 2, True, 2, "none", 1),
+        (4, 2, 16, 1, True, 4, "selective", 1),
+        (8, 1, 64, 1, True, 2, "full", 3),
+        (1, 4, 32, 4, False, 1, "none", 3),
+    ]:
+        base = dict(tp=tp, cp=cp, ep=ep, dp=1152 // (tp * cp), mb=mb, sp=sp, chunks=chunks, recompute=rec, zero=zero)
+        for moe in (False, True):
+            plain = layer_timing(model, cluster, w, ParallelConfig(**base), moe)
+            for d in ("alltoall", "deepep", "hybridep"):
+                for overlap in (False, True):
+                    try:
+                        c = ParallelConfig(**base, ep_dispatcher=d, ep_overlap=overlap)
+                    except SpecError:  # e.g. the EP overlap with full recompute or without EP
+                        continue
+                    got = layer_timing(model, cluster, w, c, moe)
+                    if "ep_dispatcher" in _timed_options(moe, ep):
+                        differs += got != plain
+                    else:
+                        assert got == plain, (base, moe, d, overlap)
+    assert differs  # the options do move an MoE layer with EP

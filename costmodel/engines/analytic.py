@@ -190,6 +190,7 @@ class LayerCore(NamedTuple):
     experts: object
     pieces: int
     coef: float
+    split_ops: tuple  # the ops with their split overheads (what the EP ledgers overlap)
 
 
 class LayerBase(NamedTuple):
@@ -252,6 +253,7 @@ def _memo(store: dict, key, make):
 def _clear_bases() -> None:
     _BASE.clear()
     _CORE.clear()
+    _EP_CORE.clear()
     _STREAMS.clear()
     _ZERO3.clear()
 
@@ -262,7 +264,7 @@ _layer_base.cache_clear = _clear_bases  # as an lru_cache: benchmarks start cold
 def _layer_base_of(
     model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict
 ) -> tuple:
-    plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef = _layer_core(model, cluster, w, c, moe, eng)
+    plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef, _ = _layer_core(model, cluster, w, c, moe, eng)
     dev = cluster.device
     sac_led = CommLedger()
     sac = op_sac_fractions(model, plain, c.tp, w.dtype, c.flash_attention) if c.recompute == "op_sac" else None
@@ -300,34 +302,23 @@ def _layer_base_of(
 
 
 _CORE: dict = {}
+_EP_CORE: dict = {}
 
 
 def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, moe: bool, eng: dict):
     """The part of :func:`_layer_base` that does not depend on recompute: the ops, their compute with the split
     overheads, and the TP/SP, CP and EP ledgers, with what the recompute part reads of them
-    (``(plain ops, fwd, bwd, ledger, forward ledger, t_ag, t_ar, t_a2a, experts op, EP chunks, coef)``; the
+    (``(plain ops, fwd, bwd, ledger, forward ledger, t_ag, t_ar, t_a2a, experts op, EP chunks, coef, split ops)``; the
     ledgers not to be changed). Memoised on :func:`_layer_base`'s key less the recompute settings: the none,
-    selective and full recompute of a layer share it (DeepSeek-V3 / 2048 H800: 4,410 bases, 3,206 cores)."""
-    key = (
-        model,
-        cluster,
-        w,
-        c.tp,
-        c.cp,
-        c.ep,
-        c.mb,
-        c.sp_on,
-        c.chunks,
-        c.flash_attention,
-        c.fused_elementwise,
-        c.cp_impl,
-        c.ep_dispatcher,
-        c.ep_overlap,
-        (c.pp, c.vp, micro_batches(w, c)) if c.ep_overlap else None,  # paired_fraction's inputs
-        moe,
-        tuple(eng[k] for k in ("tp", "cp", "ep")),
-    )
-    return _memo(_CORE, key, lambda: _layer_core_of(model, cluster, w, c, moe, eng))
+    selective and full recompute of a layer share it (DeepSeek-V3 / 2048 H800: 4,410 bases, 3,206 cores); and
+    less the EP dispatcher and overlap, whose EP terms :func:`_with_ep` adds (searches under each dispatcher)."""
+    key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.flash_attention, c.fused_elementwise)
+    key += (c.cp_impl, moe, tuple(eng[k] for k in ("tp", "cp", "ep")))
+    core = _memo(_CORE, key, lambda: _layer_core_of(model, cluster, w, c, moe, eng))
+    if not (moe and c.ep > 1):
+        return core
+    key += (c.ep_dispatcher, c.ep_overlap, (c.pp, c.vp, micro_batches(w, c)) if c.ep_overlap else None)  # paired's
+    return _memo(_EP_CORE, key, lambda: _with_ep(core, model, cluster, w, c, eng))
 
 
 def _layer_core_of(
@@ -373,15 +364,20 @@ def _layer_core_of(
             led.overlap("cp", 2 * steps * t_kv, attn.bwd_s * steps / c.cp, FREE, WHY_CP, coef)
         led = led.merge(f)
         fwd_led = fwd_led.merge(f)
-    if moe and c.ep > 1:
-        experts = next(o for o in ops if o.name == "experts")
-        t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
-        k = c.chunks if c.chunks > 1 else 0
-        # with the overlap, behind another micro-batch's compute where paired (costmodel.compose.ep_overlap)
-        paired = paired_fraction(micro_batches(w, c), c.pp, c.vp) if c.ep_overlap else None
-        f, b = _ep_ledgers(ops, t_a2a, k, ep_sm_share(c.ep_dispatcher, dev, coef), paired)
-        led, fwd_led = led.merge(f).merge(b), fwd_led.merge(f)
-    return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef)
+    return LayerCore(plain, fwd, bwd, led, fwd_led, t_ag, t_ar, t_a2a, experts, k, coef, ops)
+
+
+def _with_ep(core: LayerCore, model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, eng: dict):
+    """``core`` of an MoE layer with EP with the EP all-to-alls' ledgers (dispatcher, overlap)."""
+    ops, n = core.split_ops, c.mb * w.seq_len / c.cp
+    experts = next(o for o in ops if o.name == "experts")
+    t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
+    k = c.chunks if c.chunks > 1 else 0
+    # with the overlap, behind another micro-batch's compute where paired (costmodel.compose.ep_overlap)
+    paired = paired_fraction(micro_batches(w, c), c.pp, c.vp) if c.ep_overlap else None
+    f, b = _ep_ledgers(ops, t_a2a, k, ep_sm_share(c.ep_dispatcher, cluster.device, core.coef), paired)
+    led, fwd_led = core.ledger.merge(f).merge(b), core.fwd_ledger.merge(f)
+    return core._replace(ledger=led, fwd_ledger=fwd_led, t_a2a=t_a2a, experts=experts, pieces=k)
 
 
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelConfig, stage: int) -> StageTiming:

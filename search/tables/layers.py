@@ -9,6 +9,12 @@ from costmodel.physics.memory.activations import activation_bytes_per_layer
 from ..choice import Choice
 
 
+def _timed_options(moe: bool, ep: int) -> tuple[str, ...]:
+    """The plan options :func:`costmodel.engines.analytic.layer_timing` reads of a layer: the recompute modules, and
+    of an MoE layer with ``ep > 1`` the EP dispatcher and the EP overlap (``tests/test_search_tables.py``)."""
+    return ("recompute_modules", "ep_dispatcher", "ep_overlap") if moe and ep > 1 else ("recompute_modules",)
+
+
 class LayerTerms:
     """The per-layer terms of :class:`search.tables.Tables` (mixed in; reads ``p``, fills the
     ``_layer`` and ``_parts`` caches)."""
@@ -49,12 +55,10 @@ class LayerTerms:
                     framework=choice.framework,
                     grad_dtype=choice.grad_dtype,
                     fused_elementwise=self.p.limits.fused_elementwise,
-                    # the timing reads the recompute modules, the EP dispatcher and the EP overlap only
-                    **{
-                        k: v
-                        for k, v in choice.config_options().items()
-                        if k in ("recompute_modules", "ep_dispatcher", "ep_overlap")
-                    },
+                    # the timing reads the recompute modules, and the EP dispatcher and overlap only of an MoE
+                    # layer with expert parallelism (costmodel.engines.analytic): the other layers are left
+                    # without them, so that searches under each dispatcher share their timings
+                    **{k: v for k, v in choice.config_options().items() if k in _timed_options(moe, s.ep)},
                 )
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)
