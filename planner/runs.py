@@ -68,6 +68,7 @@ PLAN_KEYS = tuple(CONFIG_KEYS) + (
     "optimizer_offload_fraction",
     "overlap_cpu_optimizer_d2h_h2d",
     "activation_offload_layers",
+    "offload_modules",
 )
 MEASURED_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu")
 KNOWN = set(PLAN_KEYS) | set(MEASURED_KEYS) | {"model", "cluster", "gpus", "global_batch", "seq", "dtype", "label"}
@@ -172,6 +173,8 @@ def run_from_record(rec: dict, where: str, *, model=None, base_dir: Path | None 
                 plan[key] = _num(where, key, v, positive=False)
             elif key == "recompute_modules":
                 plan[key] = v if isinstance(v, tuple) else mg.recompute_modules(v)
+            elif key == "offload_modules":  # checked by ParallelConfig (plan_checks.check_fg_offload)
+                plan[key] = tuple(v) if isinstance(v, (tuple, list)) else tuple(str(v).replace(",", " ").split())
             elif key == "layout":
                 plan[key] = str(v).strip()
             elif key in ("recompute", "grad_dtype", "ep_dispatcher"):

@@ -219,3 +219,13 @@ def test_row_293_runs_it_and_fits():
     off = replace(on, offload_modules=None)
     before = max(m.total_bytes for m in memory_per_stage(row.model, row.workload, off, row.cluster.device))
     assert peak <= row.cluster.device.hbm_bytes < before
+
+
+def test_a_measured_run_states_it(tmp_path):
+    from planner.runs import read_runs
+
+    head = "label,model,cluster,gpus,global_batch,seq,tp,dp,ep,recompute,recompute_modules,offload_modules,step_time_s"
+    row = "r,qwen3-30b-a3b,h100-sxm,8,16,4096,1,8,8,selective,moe_act,expert_fc1 moe_act,1.0"
+    (tmp_path / "runs.csv").write_text(head + "\n" + row + "\n")
+    (run,) = read_runs([tmp_path / "runs.csv"])
+    assert run.config.offload_modules == BOTH
