@@ -73,10 +73,15 @@ def _dominant_buckets(opts: list[float]) -> list[float]:
 def _groups(p: Problem):
     """``(shape, mb, vp)``: the choices that fix the multiplier ``M = m + (p-1)/v``."""
     for s in shapes(p):
-        for mb in mb_values(p, s.dp):
-            m = p.workload.global_batch // (s.dp * mb)
-            for vp in vp_values(p, s.pp, m):
-                yield s, mb, vp
+        yield from _shape_groups(p, s)
+
+
+def _shape_groups(p: Problem, s):
+    """The groups of shape ``s`` (:func:`_groups`)."""
+    for mb in mb_values(p, s.dp):
+        m = p.workload.global_batch // (s.dp * mb)
+        for vp in vp_values(p, s.pp, m):
+            yield s, mb, vp
 
 
 class Expander:
@@ -90,6 +95,21 @@ class Expander:
         self._sp_chunks: dict = tables.shared.setdefault("presolve.sp_chunks", {})
         self._recomputes: dict = tables.shared.setdefault("presolve.recomputes", {})
         self._group_lb: dict = tables.shared.setdefault("presolve.group_lb", {})
+        self._group_lists: dict = tables.shared.setdefault("presolve.group_lists", {})
+
+    def groups(self) -> list:
+        """:func:`_groups`, listed once per tables (the margin solve's presolve walks them again)."""
+        out = self._group_lists.get(None)
+        if out is None:
+            out = self._group_lists[None] = [q for s in shapes(self.p) for q in self.shape_groups(s)]
+        return out
+
+    def shape_groups(self, s) -> list:
+        """:func:`_shape_groups`, listed once per shape."""
+        out = self._group_lists.get(s)
+        if out is None:
+            out = self._group_lists[s] = list(_shape_groups(self.p, s))
+        return out
 
     def values(self, s) -> tuple[list, list, list, list]:
         """(ZeRO stages, sp, chunk counts, bucket sizes) shape ``s`` may take (search.candidates),
@@ -202,12 +222,64 @@ class Expander:
         64 H100) at 0.4 s of DeepSeek-V3's 2.2 s; without it each of the 24 ``search_scaling`` cases
         keeps its optimum and is faster."""
         key = (s, mb, vp)
-        if level == 0:  # bucket- and memory-free
+        if level == 0:  # bucket- and memory-free; every group of the shape at once (:meth:`_shape_lbs`)
             out = self._group_lb.get(key, _MISSING)
             if out is _MISSING:
+                self._group_lb.update(self._shape_lbs(bounds, s))
+                out = self._group_lb.get(key, _MISSING)
+            if out is _MISSING:  # not a group :func:`_groups` lists
                 out = self._group_lb[key] = self._pipeline_lb_s(bounds, s, mb, vp)
             return out
         return self._pipeline_lb_s(bounds, s, mb, vp, screened=True)
+
+    def _shape_lbs(self, bounds: Bounds, s) -> dict:
+        """The level-0 bound of every group of shape ``s`` (:func:`_shape_groups`), each equal to
+        :meth:`_pipeline_lb_s`'s (``tests/test_presolve_bounds.py``): the same choices, bounded together by
+        :meth:`search.bounds.Bounds.pipeline_lbs_s` (DeepSeek-V3 / 1,152 GB200: 21,188 groups of 1,338 shapes)."""
+        out, entries = {}, []
+        for q in self.shape_groups(s):
+            cs = self._fast_choices(*q)
+            if cs is None:
+                out[q] = None
+            else:
+                entries.append((q, len(cs)))
+                out[q] = cs
+        cs = [c for q, _ in entries for c in out[q]]
+        lbs = bounds.pipeline_lbs_s(cs).tolist() if cs else []
+        i = 0
+        for q, n in entries:
+            out[q] = min(lbs[i : i + n])
+            i += n
+        return out
+
+    def _fast_choices(self, s, mb: int, vp: int, zeros=None) -> list | None:
+        """The choices whose :meth:`search.bounds.Bounds.pipeline_lb_s` ``any_chunks`` the level-0 (or, with the
+        ZeRO stages that fit, ``zeros``, the level-1) bound takes the least of: the fastest layers (no
+        recompute, no ZeRO-3 unless only it fits, the most chunks), one per sp; None if the group has none."""
+        p = self.p
+        all_zeros, sps, chunk_opts, opts = self.values(s)
+        zeros = all_zeros if zeros is None else zeros
+        if not (zeros and sps and self.recomputes(s.pp, vp) and chunk_opts and opts):
+            return None
+        bucket = next((b for b in opts if b > 0), opts[0])
+        ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
+        return [
+            Choice(
+                s,
+                mb,
+                vp,
+                sp,
+                ch,
+                z_fast,
+                "none",
+                None,
+                bucket,
+                p.framework,
+                grad_dtype=p.grad_dtype,
+                options=p.options,
+            )
+            for sp in sps
+        ]
 
     def _slow_rec(self, s, vp: int) -> str:
         recs = self.recomputes(s.pp, vp)
@@ -243,24 +315,4 @@ class Expander:
             )
             if not zeros:
                 return None
-        ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
-        return min(
-            bounds.pipeline_lb_s(
-                Choice(
-                    s,
-                    mb,
-                    vp,
-                    sp,
-                    ch,
-                    z_fast,
-                    "none",
-                    None,
-                    bucket,
-                    p.framework,
-                    grad_dtype=p.grad_dtype,
-                    options=p.options,
-                ),
-                any_chunks=True,
-            )
-            for sp in sps
-        )
+        return min(bounds.pipeline_lb_s(c, any_chunks=True) for c in self._fast_choices(s, mb, vp, zeros))

@@ -22,7 +22,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from search.group_expander import Expander, _groups
+from search.group_expander import Expander
 from .bounds import Bounds
 from .exhaustive import Scored, best_splits
 from .problem import Problem
@@ -126,7 +126,7 @@ def presolve(
     # a bound there bounds it here); this presolve's refinements are recorded for the next one
     seeds, refined = _seeds(tables)
     groups = []
-    for q in _groups(p):
+    for q in ex.groups():
         if groups and deadline is not None and time.perf_counter() > deadline:
             # the group bounds are not all known: nothing below can be proven
             out.timed_out, out.unexplored_ticks = True, None

@@ -98,3 +98,33 @@ def test_a_presolve_at_a_smaller_cap_seeded_by_a_larger_one_finds_the_same_optim
     presolve(lean, lean_tables)
     assert lean_tables.shared["presolve.refined"][1]
     assert _seeds(lean_tables.with_problem(p))[0] == {}  # recorded at a smaller cap: not read at a larger one
+
+
+def _rack_problem():
+    """A mid-size MoE problem with interleaves, uneven stages and several micro-batch sizes per shape."""
+    from search.problem import Problem
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
+
+    return Problem(
+        model=load_model("deepseek-v3"),
+        cluster=load_cluster("gb200-nvl72").with_gpus(576),
+        workload=Workload(global_batch=1152, seq_len=4096, dtype="fp8"),
+    )
+
+
+@pytest.mark.parametrize("which", [*SEEDS, "deepseek-v3"])
+def test_the_shape_wise_level_0_bound_equals_the_scalar_one(which):
+    """Expander.group_lb_s takes every level-0 bound of a shape at once (Bounds.pipeline_lbs_s, numpy over the
+    shape's micro-batch sizes, interleaves and sp); each equals, bit for bit, the scalar bound of its group
+    (Expander._pipeline_lb_s, Bounds.pipeline_lb_s one choice at a time) computed on tables of its own."""
+    p = _rack_problem() if which == "deepseek-v3" else small_problem(which)
+    vec_t, scalar_t = Tables(p), Tables(p)
+    vec, scalar = Expander(p, vec_t, {}), Expander(p, scalar_t, {})
+    vec_b, scalar_b = Bounds(vec_t.relaxed()), Bounds(scalar_t.relaxed())
+    groups = list(_groups(p))
+    assert groups and (which != "deepseek-v3" or any(vp > 1 for _, _, vp in groups))
+    got = [vec.group_lb_s(vec_b, *q) for q in groups]
+    want = [scalar._pipeline_lb_s(scalar_b, *q) for q in groups]
+    assert got == want
+    assert all(type(x) is float for x in got if x is not None)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from costmodel.compose.step import pipeline_s
 from costmodel.physics.kernels.compute import layer_ops
 from costmodel.physics.comm.split_overhead import with_split_overheads
@@ -11,6 +13,19 @@ from costmodel.physics.comm.split_overhead import with_split_overheads
 from ..candidates import pinned_split, splits, stage_kinds, stage_unit
 from ..choice import Choice
 from ..tables import stage_weight
+from .terms import sends_floor
+
+
+def lb_of(total, slow, pp: int, m, vp, most=max):
+    """The pipeline bound of stages summing to ``total`` whose slowest is at least ``slow`` and the mean
+    ``total / pp``: :func:`costmodel.compose.step.pipeline_s`. Scalars, or numpy arrays with ``most=np.maximum``
+    (:meth:`PipelineBound.pipeline_lbs_s`)."""
+    return pipeline_s(most(total / pp, slow), total, m, vp)
+
+
+def with_sends(total, slow, x, pp: int):
+    """``(total, slow)`` with every stage's PP sends' floor ``x`` added (:meth:`PipelineBound.p2p_floor_s`)."""
+    return total + pp * x, slow + x
 
 
 class PipelineBound:
@@ -35,8 +50,33 @@ class PipelineBound:
         three overlapped streams stretch over one window: TP/SP, CP or EP, ZeRO) are below the
         layers at any fewer chunks."""
         total, slow = self._total_s(c, any_chunks)
-        slow = max(total / c.shape.pp, slow)
-        return pipeline_s(slow, total, c.micro_batches(self.p.workload.global_batch), c.vp)
+        return lb_of(total, slow, c.shape.pp, c.micro_batches(self.p.workload.global_batch), c.vp)
+
+    def pipeline_lbs_s(self, cs: list[Choice]) -> np.ndarray:
+        """:meth:`pipeline_lb_s` ``(c, any_chunks=True)`` of every choice of ``cs`` at once, equal to it bit for
+        bit (``tests/test_presolve_bounds.py``): the level-0 group bounds of a whole shape
+        (:meth:`search.group_expander.Expander.group_lb_s`). The choices share one shape, take no DMA
+        assignment of their own and no partial recompute; the parts are looked up once per micro-batch size, sp
+        and stage unit, the PP sends' floor and the bound are taken over arrays."""
+        p = self.p
+        pp, gb = cs[0].shape.pp, p.workload.global_batch
+        parts: dict = {}
+        total, slow, t, m, vp = [], [], [], [], []
+        for c in cs:
+            assert c.dma is None and c.recompute_layers is None and c.shape is cs[0].shape
+            key = (c.mb, c.sp, stage_unit(p, c.vp))
+            out = parts.get(key)
+            if out is None:
+                out = parts[key] = (self._parts(c, True), self.p2p_s(c))
+            total.append(out[0][0])
+            slow.append(out[0][1])
+            t.append(out[1])
+            m.append(c.micro_batches(gb))
+            vp.append(c.vp)
+        t, m, vp = np.array(t), np.array(m), np.array(vp)
+        x = sends_floor(t, pp, m, vp) if pp > 1 else np.zeros(len(cs))
+        total, slow = with_sends(np.array(total), np.array(slow), x, pp)
+        return lb_of(total, slow, pp, m, vp, np.maximum)
 
     def _split_relief(self, c: Choice) -> tuple:
         """``((dU, dR) dense, (dU, dR) MoE)``: what :meth:`pipeline_lb_s` takes off ``c``'s layer
@@ -70,6 +110,12 @@ class PipelineBound:
         The parts depend on ``vp`` only through the stage unit, unless a DMA assignment of its own
         takes the tables' extras: interleaves sharing it (DeepSeek-V3's 61 layers: VP 2, 4 and 8)
         share one entry."""
+        out = self._parts(c, any_chunks)
+        x = self.p2p_floor_s(c)  # every stage's sends (not in the parts: it reads vp and m)
+        return with_sends(*out, x, c.shape.pp) if x else out
+
+    def _parts(self, c: Choice, any_chunks: bool) -> tuple[float, float]:
+        """:meth:`_total_parts`, cached (by the stage unit, not ``vp``, without a DMA assignment of its own)."""
         vp_key = stage_unit(self.p, c.vp) if c.dma is None else c.vp
         key = (
             c.shape,
@@ -86,8 +132,7 @@ class PipelineBound:
         out = self._totals.get(key)
         if out is None:
             out = self._totals[key] = self._total_parts(c, any_chunks and c.chunks > 1)
-        x = self.p2p_floor_s(c)  # every stage's sends (not in the parts: it reads vp and m)
-        return (out[0] + c.shape.pp * x, out[1] + x) if x else out
+        return out
 
     def _layer_sums(self, c: Choice, any_chunks: bool) -> tuple:
         """``(sum of U, sum of R, least U, least R)`` over the model's layers (:meth:`layers`; ``U`` at

@@ -125,21 +125,22 @@ class BoundTerms:
 
     def p2p_floor_s(self, c: Choice) -> float:
         """The least PP send/recv seconds of a stage's micro-batch time, as ``stage_timing`` charges its
-        ``2 vp`` sends: each fully with ``vp = 1``; interleaved,
-        :func:`costmodel.compose.schedule.interleaved_p2p_exposed_s`, linear in the hidden part ``min(t, chunk
-        forward)``, so at its least at either end (no forward, or a forward covering the send), whatever
-        the stage holds."""
+        ``2 vp`` sends (:func:`sends_floor`)."""
         pp = c.shape.pp
         if pp == 1:
             return 0.0
-        t = self.p2p_s(c)
-        if c.vp == 1:
-            return 2 * t
         key = ("p2p_floor", c.shape, c.mb, c.vp)
         out = self._extras.get(key)
         if out is None:
             m = c.micro_batches(self.p.workload.global_batch)
-            out = self._extras[key] = (
-                2 * c.vp * min(float(interleaved_p2p_exposed_s(t, f, pp, m, c.vp)) for f in (0.0, t))
-            )
+            out = self._extras[key] = float(sends_floor(self.p2p_s(c), pp, m, c.vp))
         return out
+
+
+def sends_floor(t, pp: int, m, vp):
+    """The least seconds ``2 vp`` PP sends of ``t`` seconds each add to a stage's micro-batch time: each fully with
+    ``vp = 1``; interleaved, :func:`costmodel.compose.schedule.interleaved_p2p_exposed_s`, linear in the hidden part
+    ``min(t, chunk forward)``, so at its least at either end (no forward, or a forward covering the send), whatever
+    the stage holds. Scalars or numpy arrays (``pp > 1``)."""
+    ends = np.minimum(interleaved_p2p_exposed_s(t, 0.0, pp, m, vp), interleaved_p2p_exposed_s(t, t, pp, m, vp))
+    return np.where(np.equal(vp, 1), 2 * t, 2 * vp * ends)
