@@ -76,11 +76,11 @@ def _groups(p: Problem):
         yield from _shape_groups(p, s)
 
 
-def _shape_groups(p: Problem, s):
-    """The groups of shape ``s`` (:func:`_groups`)."""
+def _shape_groups(p: Problem, s, vps=None):
+    """The groups of shape ``s`` (:func:`_groups`); ``vps(pp, m)``: :func:`search.candidates.vp_values` (cached)."""
     for mb in mb_values(p, s.dp):
         m = p.workload.global_batch // (s.dp * mb)
-        for vp in vp_values(p, s.pp, m):
+        for vp in vp_values(p, s.pp, m) if vps is None else vps(s.pp, m):
             yield s, mb, vp
 
 
@@ -108,7 +108,15 @@ class Expander:
         """:func:`_shape_groups`, listed once per shape."""
         out = self._group_lists.get(s)
         if out is None:
-            out = self._group_lists[s] = list(_shape_groups(self.p, s))
+            out = self._group_lists[s] = list(_shape_groups(self.p, s, self._vps))
+        return out
+
+    def _vps(self, pp: int, m: int) -> list:
+        """:func:`search.candidates.vp_values`, once per (pp, micro-batches): the shapes' groups share them."""
+        key = ("vp", pp, m)
+        out = self._group_lists.get(key)
+        if out is None:
+            out = self._group_lists[key] = vp_values(self.p, pp, m)
         return out
 
     def values(self, s) -> tuple[list, list, list, list]:
@@ -236,31 +244,29 @@ class Expander:
         """The level-0 bound of every group of shape ``s`` (:func:`_shape_groups`), each equal to
         :meth:`_pipeline_lb_s`'s (``tests/test_presolve_bounds.py``): the same choices, bounded together by
         :meth:`search.bounds.Bounds.pipeline_lbs_s` (DeepSeek-V3 / 1,152 GB200: 21,188 groups of 1,338 shapes)."""
-        out, entries = {}, []
+        out, at = {}, []
         for q in self.shape_groups(s):
-            cs = self._fast_choices(*q)
-            if cs is None:
-                out[q] = None
+            if self._fast_choices(*q, built=False):
+                at.append(q)
             else:
-                entries.append((q, len(cs)))
-                out[q] = cs
-        cs = [c for q, _ in entries for c in out[q]]
-        lbs = bounds.pipeline_lbs_s(cs).tolist() if cs else []
-        i = 0
-        for q, n in entries:
-            out[q] = min(lbs[i : i + n])
-            i += n
+                out[q] = None
+        if at:
+            lbs = bounds.pipeline_lbs_s(self._fast_choices(*at[0]), [(mb, vp) for _, mb, vp in at])
+            out.update(zip(at, lbs.min(axis=1).tolist()))
         return out
 
-    def _fast_choices(self, s, mb: int, vp: int, zeros=None) -> list | None:
+    def _fast_choices(self, s, mb: int, vp: int, zeros=None, built: bool = True) -> list | bool | None:
         """The choices whose :meth:`search.bounds.Bounds.pipeline_lb_s` ``any_chunks`` the level-0 (or, with the
         ZeRO stages that fit, ``zeros``, the level-1) bound takes the least of: the fastest layers (no
-        recompute, no ZeRO-3 unless only it fits, the most chunks), one per sp; None if the group has none."""
+        recompute, no ZeRO-3 unless only it fits, the most chunks), one per sp; None if the group has none
+        (not ``built``: whether it has them). They differ between the groups of a shape only in mb and vp."""
         p = self.p
         all_zeros, sps, chunk_opts, opts = self.values(s)
         zeros = all_zeros if zeros is None else zeros
         if not (zeros and sps and self.recomputes(s.pp, vp) and chunk_opts and opts):
             return None
+        if not built:
+            return True
         bucket = next((b for b in opts if b > 0), opts[0])
         ch, z_fast = max(chunk_opts), min(zeros, key=lambda z: z == 3)
         return [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -52,30 +53,38 @@ class PipelineBound:
         total, slow = self._total_s(c, any_chunks)
         return lb_of(total, slow, c.shape.pp, c.micro_batches(self.p.workload.global_batch), c.vp)
 
-    def pipeline_lbs_s(self, cs: list[Choice]) -> np.ndarray:
-        """:meth:`pipeline_lb_s` ``(c, any_chunks=True)`` of every choice of ``cs`` at once, equal to it bit for
-        bit (``tests/test_presolve_bounds.py``): the level-0 group bounds of a whole shape
-        (:meth:`search.group_expander.Expander.group_lb_s`). The choices share one shape, take no DMA
-        assignment of their own and no partial recompute; the parts are looked up once per micro-batch size, sp
-        and stage unit, the PP sends' floor and the bound are taken over arrays."""
+    def pipeline_lbs_s(self, base: list[Choice], at: list[tuple[int, int]]) -> np.ndarray:
+        """:meth:`pipeline_lb_s` ``(c, any_chunks=True)`` of ``replace(b, mb=mb, vp=vp)`` for every ``(mb, vp)`` of
+        ``at`` (rows) and choice ``b`` of ``base`` (columns) at once, equal to it bit for bit
+        (``tests/test_presolve_bounds.py``): the level-0 group bounds of a whole shape
+        (:meth:`search.group_expander.Expander.group_lb_s`). ``base`` shares one shape, takes no DMA assignment
+        of its own and no partial recompute; the parts are looked up once per micro-batch size, choice and stage
+        unit (a choice built only then), the PP sends' floor and the bound are taken over arrays."""
         p = self.p
-        pp, gb = cs[0].shape.pp, p.workload.global_batch
+        pp, gb = base[0].shape.pp, p.workload.global_batch
+        assert all(b.dma is None and b.recompute_layers is None and b.shape == base[0].shape for b in base)
         parts: dict = {}
+        sends: dict = {}  # mb -> (one send's seconds, micro-batches)
         total, slow, t, m, vp = [], [], [], [], []
-        for c in cs:
-            assert c.dma is None and c.recompute_layers is None and c.shape is cs[0].shape
-            key = (c.mb, c.sp, stage_unit(p, c.vp))
-            out = parts.get(key)
-            if out is None:
-                out = parts[key] = (self._parts(c, True), self.p2p_s(c))
-            total.append(out[0][0])
-            slow.append(out[0][1])
-            t.append(out[1])
-            m.append(c.micro_batches(gb))
-            vp.append(c.vp)
-        t, m, vp = np.array(t), np.array(m), np.array(vp)
-        x = sends_floor(t, pp, m, vp) if pp > 1 else np.zeros(len(cs))
-        total, slow = with_sends(np.array(total), np.array(slow), x, pp)
+        for mb, v in at:
+            unit = stage_unit(p, v)
+            for j, b in enumerate(base):
+                out = parts.get((mb, j, unit))
+                if out is None:
+                    c = replace(b, mb=mb, vp=v)
+                    out = parts[(mb, j, unit)] = self._parts(c, True)
+                    if mb not in sends:
+                        sends[mb] = (self.p2p_s(c), c.micro_batches(gb))
+                total.append(out[0])
+                slow.append(out[1])
+            t_mb, m_mb = sends[mb]
+            t.append(t_mb)
+            m.append(m_mb)
+            vp.append(v)
+        t, m, vp = np.array(t)[:, None], np.array(m)[:, None], np.array(vp)[:, None]
+        shape = (len(at), len(base))
+        x = sends_floor(t, pp, m, vp) if pp > 1 else np.zeros((len(at), 1))
+        total, slow = with_sends(np.reshape(total, shape), np.reshape(slow, shape), x, pp)
         return lb_of(total, slow, pp, m, vp, np.maximum)
 
     def _split_relief(self, c: Choice) -> tuple:
