@@ -26,7 +26,8 @@ whole prompts); :mod:`costmodel.serving.step` prices one step of any mix of prom
 decodes from the layer costs below; :mod:`costmodel.serving.scheduler` replays the loop for a closed
 loop of ``global_batch / dp`` clients per replica (or Poisson arrivals), admitting requests
 while the KV cache and the running-request limit allow and queueing the rest. TTFT = queueing
-+ the steps the prompt spans; TPOT = (finish - first token) / (output_len - 1), the mixed or
++ the steps the prompt spans (+ SGLang's host path, with its eager prefill a floor under its prefill steps:
+:mod:`costmodel.serving.engine_host`); TPOT = (finish - first token) / (output_len - 1), the mixed or
 interleaved steps included; output tokens/s from the simulated load (steady state by default).
 The ``prefill`` and ``decode`` phases of the breakdown are one prompt chunk alone and one decode
 step of the admitted requests at their mean context; their overlap ledgers are the reported
@@ -45,6 +46,7 @@ from costmodel.serving.memory import serving_memory
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token, kv_dtype_bytes
 from costmodel.serving.scheduler import simulate
 from costmodel.serving.engines import scheduler_for
+from costmodel.serving.engine_host import engine_step_cost, host_report, request_path_s, with_request_path
 from costmodel.serving.step import step_cost
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -265,7 +267,8 @@ def evaluate_inference(
     limit = cap if sched.max_seqs is None else min(cap, sched.max_seqs)
     admitted = max(1, min(B, limit)) if request_rate is None else max(1, limit)
     mem = serving_memory(model, cluster, w, c, kv_dtype, admitted, pb)  # raises when the weights never fit
-    sc = step_cost(model, cluster, w.dtype, c, kv_dtype)
+    # the engine's eager prefill host time as a floor under its prefill steps (SGLang: costmodel.serving.engine_host)
+    sc = engine_step_cost(step_cost(model, cluster, w.dtype, c, kv_dtype), engine, model, dev)
     rate = None if request_rate is None else request_rate / c.dp
     st_spread = 0.0 if output_spread is None else output_spread
     sim = dict(
@@ -282,6 +285,7 @@ def evaluate_inference(
         stagger=rate is None and stagger,
     )
     st = _replay(sc, sched, sim, memo)
+    st = with_request_path(st, request_path_s(engine, I), rate is None)  # the request's host hops (SGLang)
 
     # the two phases the breakdown and overlap report: one prefill chunk, one decode step of the
     # admitted requests at their mean context
@@ -352,6 +356,7 @@ def evaluate_inference(
         "requests_simulated": st.requests,
         "steps": st.steps,
         "prefill_steps_per_request": st.prefill_steps_per_request,
+        **host_report(sc, request_path_s(engine, I)),
         "load": ("poisson" if arrival_cv == 1 else "gamma") if rate is not None else "closed_loop",
         "measure": measure,
         "percentiles_ms": {

@@ -33,9 +33,11 @@ at 5ac2684; not read at 000fc94). Each kernel keeps the device's fixed per-kerne
 (``DeviceSpec.kernel_overhead_s``, 4 us): a GPU-side time that graphs do not remove (isolated back-to-back
 kernels, launch hidden by the queue, fit 2.5 us on B200 and 4.5 us on H100,
 :data:`costmodel.physics.kernels.kernel_fits.STREAM_FITS`). Decode batches above the capture ceiling run
-eagerly; their host launch cost is not charged (a gap). MoE layers run as the engines run them
-(:func:`costmodel.serving.phase.serving_layer_ops`, :mod:`costmodel.physics.kernels.moe_decode`), whatever
-the :class:`~costmodel.spec.workload.Workload` mode the probes below are built with.
+eagerly; their host launch cost is not charged (a gap). SGLang's prefill steps run eagerly: the host time of
+that forward is a floor under them (:mod:`costmodel.serving.engine_host`, which wraps this cost). MoE layers
+run as the engines run them (:func:`costmodel.serving.phase.serving_layer_ops`,
+:mod:`costmodel.physics.kernels.moe_decode`), whatever the :class:`~costmodel.spec.workload.Workload` mode the
+probes below are built with.
 
 With pipeline parallelism the running requests form ``mm = min(pp, running)`` micro-batches
 (vLLM's virtual engines); a step's period is ``_phase``'s ``max(path + P2P, mm * slowest

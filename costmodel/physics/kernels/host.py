@@ -33,7 +33,8 @@ Not modelled: CUDA graphs (Megatron-Bridge's ``cuda_graph_scope`` ``attn`` / ``m
 ``moe_preprocess`` replace those parts' host time by one graph launch: not a plan field), the DDP
 gradient hooks, the host time of a selectively recomputed module (a full recompute repeats the forward's).
 Serving (``Workload.mode == 'infer'``) runs decode under CUDA graphs (:mod:`costmodel.serving.step`) and
-other frameworks run other Python: no host floor is charged there.
+other frameworks run other Python: no host floor is charged there by this module (SGLang's eager prefill:
+:mod:`costmodel.serving.engine_host`).
 
 >>> from costmodel.spec.presets import load_model, load_cluster
 >>> from costmodel.spec.plan import ParallelConfig
