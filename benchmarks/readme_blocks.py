@@ -87,8 +87,8 @@ def serving(docs: dict) -> list[str]:
     (d,) = _need(docs, "validate_inference")
     h = d["headline"]
     return [
-        f"Serving predictions (`benchmarks/validate_inference.py`, {h['rows']} published TensorRT-LLM and NIM "
-        f"rows, nothing fitted) are within {_p(h['mean |err| %'])} on average (max "
+        f"Serving predictions (`benchmarks/validate_inference.py`, {h['rows']} published TensorRT-LLM, NIM, vLLM "
+        f"and SGLang rows, nothing fitted) are within {_p(h['mean |err| %'])} on average (max "
         f'{_p(h["max |err| %"])}), queued NIM rows included (see "Serving" below).'
     ] + _source(docs, "validate_inference")
 
