@@ -160,17 +160,17 @@ def simulate(
     if concurrency is not None:
         n_req = max(n_req, concurrency)
 
-    arrivals: deque = deque()  # future arrivals (Poisson), times ascending
-    waiting: deque = deque()  # (rid, arrival time)
-    arr, adm, first, fin = {}, {}, {}, {}
-    lrng = random.Random(seed + 1)
-    olen = {}
-
-    def draw_len(rid: int) -> None:
-        if output_spread == 0 or O == 1:
-            olen[rid] = O
-        else:  # uniform over O * (1 +- spread), mean O: clients whose requests end at different steps
-            olen[rid] = max(1, round(O * (1 + output_spread * (2 * lrng.random() - 1))))
+    arrivals: deque = deque()  # future arrivals (Poisson), (rid, time) ascending
+    waiting: deque = deque()  # rids in arrival order
+    # per request (index: rid; rids are issued in order, every one of the n_req): arrival, admission,
+    # first token, finish, and the three latencies
+    arr, adm, first, fin = [0.0] * n_req, [0.0] * n_req, [0.0] * n_req, [0.0] * n_req
+    ttft, tpot, e2e = [0.0] * n_req, [0.0] * n_req, [0.0] * n_req
+    if output_spread == 0 or O == 1:
+        olen = [O] * n_req
+    else:  # uniform over O * (1 +- spread), mean O: clients whose requests end at different steps (drawn in rid order)
+        lrng = random.Random(seed + 1)
+        olen = [max(1, round(O * (1 + output_spread * (2 * lrng.random() - 1)))) for _ in range(n_req)]
 
     if concurrency is not None:
         issued = concurrency
@@ -179,8 +179,10 @@ def simulate(
         period = _cycle_s(cost, concurrency, I, O, T) if stagger else 0.0
         for r in range(concurrency):
             arr[r] = r * period / concurrency
-            draw_len(r)
-            (arrivals if r and stagger else waiting).append((r, arr[r]))
+            if r and stagger:
+                arrivals.append((r, arr[r]))
+            else:
+                waiting.append(r)
     else:
         rng, ta = random.Random(seed), 0.0
         k = 1.0 / (arrival_cv * arrival_cv)
@@ -189,29 +191,27 @@ def simulate(
             ta += rng.expovariate(request_rate) if arrival_cv == 1 else rng.gammavariate(k, 1.0 / (request_rate * k))
             arrivals.append((r, ta))
             arr[r] = ta
-            draw_len(r)
         issued = n_req
+    closed = concurrency is not None
 
     prefilling: deque = deque()  # [rid, prompt tokens done], admitted
-    heap: list = []  # (finish tick, rid) of decoding requests
-    g0: dict = {}
+    # decoding requests as finish tick * n_req + rid (one int orders as the pair (tick, rid))
+    heap: list = []
+    g0 = [0] * n_req  # the tick at which a request's decoding began
     g0sum, d, G, t = 0, 0, 0, 0.0
     done_n, steps, busy_integral = 0, 0, 0.0
-    ttft, tpot, e2e = {}, {}, {}
     chunk_count = 0
     pp = max(1, micro_batches_max)
 
-    def finish(rid: int, at: float) -> None:
+    def finish(rid: int, at: float) -> None:  # a request of one output token (the loop inlines the rest)
         nonlocal done_n, issued
         done_n += 1
-        o = olen[rid]
-        tpot[rid] = (at - first[rid]) / (o - 1) if o > 1 else 0.0
+        tpot[rid] = 0.0
         e2e[rid] = at - arr[rid]
         fin[rid] = at
-        if concurrency is not None and issued < n_req:  # the client sends its next request
-            waiting.append((issued, at))
+        if closed and issued < n_req:  # the client sends its next request
+            waiting.append(issued)
             arr[issued] = at
-            draw_len(issued)
             issued += 1
 
     lines: dict = {}  # (decodes, micro-batches) -> (time at no context, slope)
@@ -230,11 +230,10 @@ def simulate(
 
     while done_n < n_req:
         while arrivals and arrivals[0][1] <= t:
-            waiting.append(arrivals.popleft())
+            waiting.append(arrivals.popleft()[0])
         running = len(prefilling) + d
-        admissible = bool(waiting) and running < limit and (chunked or I <= T)
-        prefill_work = bool(prefilling) or admissible
-        decode_now = d > 0 and (mixed or not prefill_work)
+        # decodes run unless the engine does not mix them with prompts and a prompt can be prefilled
+        decode_now = d > 0 and (mixed or not (prefilling or (waiting and running < limit and (chunked or I <= T))))
         # the step's prompt chunks, priced as they are scheduled (the prompts advance at once: nothing
         # reads them again before the step ends): causal pairs (step.chunk_pairs, summed in schedule
         # order), prompt tokens, prompts completing
@@ -259,7 +258,7 @@ def simulate(
                     completing += 1
                 budget -= c
             while waiting and budget > 0 and running < limit and (chunked or I <= budget):
-                rid, _ = waiting.popleft()
+                rid = waiting.popleft()
                 adm[rid] = t
                 c = I if I < budget else budget
                 prefilling.append([rid, c])
@@ -287,7 +286,7 @@ def simulate(
         ctx0 = d * (I + G + 1) - g0sum if decode_now else 0  # cached tokens the decodes read at tick G+1
         if not chunks and not (waiting and running < limit):
             # decode-only stretch up to the next finish (or arrival): context grows d tokens a step
-            k = heap[0][0] - G
+            k = heap[0] // n_req - G
             key = (d, pp if running >= pp else (running if running > 1 else 1))
             line = lines.get(key)
             if line is None:  # a decode step's time is linear in the context it reads
@@ -316,11 +315,19 @@ def simulate(
             if decode_now:
                 G += 1
             chunk_count += chunks
-        while heap and heap[0][0] <= G:
-            _, rid = heappop(heap)
+        due = (G + 1) * n_req  # the decodes whose last token was this step's (finish tick <= G)
+        while heap and heap[0] < due:
+            rid = heappop(heap) % n_req
             d -= 1
-            g0sum -= g0.pop(rid)
-            finish(rid, t)
+            g0sum -= g0[rid]
+            done_n += 1
+            tpot[rid] = (t - first[rid]) / (olen[rid] - 1)  # more than one output token: it decoded
+            e2e[rid] = t - arr[rid]
+            fin[rid] = t
+            if closed and issued < n_req:  # the client sends its next request
+                waiting.append(issued)
+                arr[issued] = t
+                issued += 1
         while prefilling and prefilling[0][1] >= I:
             rid = prefilling.popleft()[0]
             first[rid] = t
@@ -331,7 +338,7 @@ def simulate(
                 g0[rid] = G
                 g0sum += G
                 d += 1
-                heappush(heap, (G + olen[rid] - 1, rid))
+                heappush(heap, (G + olen[rid] - 1) * n_req + rid)
     steady = measure == "steady" and concurrency is not None and n_req > concurrency
     ids = range(concurrency, n_req) if steady else range(n_req)
     n = len(ids)
@@ -393,7 +400,7 @@ def _of_sorted(v: list, q: float) -> float:
     return round(v[lo] + (v[hi] - v[lo]) * (h - lo), 12)
 
 
-def _overload(arr: dict, adm: dict, fin: dict, rate: float) -> dict:
+def _overload(arr: list, adm: list, fin: list, rate: float) -> dict:
     """Open loop: does the engine keep up with the arrivals? Over the second half of the arrival
     window (the first half fills the engine), the completions per second against the offered rate,
     and how fast the queue of requests waiting for admission grows. Overloaded when the engine
@@ -401,18 +408,18 @@ def _overload(arr: dict, adm: dict, fin: dict, rate: float) -> dict:
     the run, and the means of a finite replay say nothing about the steady state. The served rate
     reported when overloaded is every completion over the whole replay (a full engine, then its
     drain), since a short arrival window may see none finish."""
-    t_last = max(arr.values())
+    t_last = max(arr)
     t_half = t_last / 2
 
     def queued(x: float) -> int:
-        return sum(1 for r, a in arr.items() if a <= x < adm[r])
+        return sum(1 for a, m in zip(arr, adm) if a <= x < m)
 
-    served = sum(1 for f in fin.values() if t_half < f <= t_last) / (t_last - t_half) if t_last > 0 else 0.0
+    served = sum(1 for f in fin if t_half < f <= t_last) / (t_last - t_half) if t_last > 0 else 0.0
     q_half, q_last = queued(t_half), queued(t_last)
     growth = (q_last - q_half) / (t_last - t_half) if t_last > 0 else 0.0
     over = served < 0.8 * rate and q_last > q_half
     if over:  # the engine's rate when full: every completion over the run (the window may hold none)
-        served = len(fin) / (max(fin.values()) - min(arr.values()))
+        served = len(fin) / (max(fin) - min(arr))
         growth = rate - served  # arrivals minus completions: the backlog's growth in the steady state
     return dict(
         offered_rps=rate,
