@@ -273,8 +273,11 @@ def simulate(
                 budget -= c
             # the budget decided nothing this step when every prompt in flight got the rest of its
             # prompt (only the last chunk can be cut) and admission stopped for want of requests or
-            # room; then any budget of at least the tokens scheduled schedules the same
-            if chunks != len(prefilling) or (waiting and running < limit) or cut:
+            # room; then any budget of at least the tokens scheduled schedules the same (once it decided
+            # a step, the replay stands for its own budget only, and need is no longer read)
+            if bound:
+                pass
+            elif chunks != len(prefilling) or (waiting and running < limit) or cut:
                 bound = True
             elif chunks and T - budget > need:
                 need = T - budget
