@@ -281,13 +281,6 @@ def plan_options(args: argparse.Namespace, model=None) -> tuple:
     those with ZeRO >= 1), optimizer CPU offload (:data:`OFFLOAD_FIELDS`) and activation CPU offload."""
     # a stated offload fraction or layer count is a plan option every plan runs (search.offload_choice,
     # search.act_offload_choice; Problem pins ZeRO-1, or pp = 1 without recompute); a stated 0 is no offload
-    fg = fg_offload_modules(args)
-    if fg is not None:  # not a search option (the search's tables do not charge it)
-        raise SpecError(
-            "offload_modules",
-            ",".join(fg),
-            "unset in recommend (fine-grained offloading is not searched: evaluate or explain a plan with it)",
-        )
     offload = {k: v for k, v in offload_fields(args).items() if v}
     if getattr(args, "activation_offload_layers", None):
         offload["activation_offload_layers"] = args.activation_offload_layers
@@ -300,6 +293,7 @@ def plan_options(args: argparse.Namespace, model=None) -> tuple:
         "ep_dispatcher": getattr(args, "ep_dispatcher", None),
         "ep_overlap": overlap or None,  # off: the default, no option
         "module_layout": getattr(args, "module_layout", None),
+        "offload_modules": fg_offload_modules(args),  # a stated plan option every plan runs, not searched
         **memory_fields(args),
         **offload,
     }

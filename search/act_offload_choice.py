@@ -40,6 +40,7 @@ def offerable(p: Problem) -> bool:
     return (
         p.framework == "megatron"
         and "activation_offload_layers" not in dict(p.options)
+        and "offload_modules" not in dict(p.options)  # Megatron refuses both
         and lim.allows("pp", 1)
         and lim.allows("recompute", "none")
         and p.model.layers >= 2

@@ -162,6 +162,7 @@ PLAN_OPTIONS = (
     "optimizer_offload_fraction",
     "overlap_cpu_optimizer_d2h_h2d",
     "activation_offload_layers",
+    "offload_modules",
 )
 
 
@@ -193,6 +194,21 @@ def _act_offload_limits(p: "Problem", n: int) -> Limits:
                 f"{value} with activation_offload_layers={n} (Megatron: {why})",
             )
     return replace(lim, fixed={**lim.fixed, "pp": 1, "recompute": "none"})
+
+
+def _fg_offload_limits(p: "Problem", given: dict) -> Limits:
+    """Fine-grained activation offloading as a plan option (:mod:`costmodel.physics.mechanics.fg_offload`): an MoE
+    model's plans without full recompute, as Megatron-LM d98e8a64 runs it (``transformer_config.py``
+    ``__post_init__``; the other refusals are the option probe's, :func:`costmodel.spec.plan_checks.check_fg_offload`)."""
+    mods = ",".join(given["offload_modules"])
+    if not p.model.is_moe:
+        raise SpecError("offload_modules", mods, "unset for a dense model (the modelled modules are an MoE layer's)")
+    if "moe" in (given.get("recompute_modules") or ()):
+        raise SpecError("offload_modules", mods, "unset with moe in the recompute modules (Megatron refuses both)")
+    lim = p.limits
+    if lim.fixed.get("recompute") == "full":
+        raise SpecError("recompute", "full", "none or selective with offload_modules (Megatron refuses full recompute)")
+    return replace(lim, exclude={**lim.exclude, "recompute": tuple(set(lim.exclude.get("recompute", ())) | {"full"})})
 
 
 def _check_offload(limits: Limits, given: dict) -> None:
@@ -249,7 +265,7 @@ class Problem:
         for k, v in sorted(dict(self.options).items()):
             if k not in PLAN_OPTIONS:
                 raise SpecError("options", k, f"one of {', '.join(PLAN_OPTIONS)}")
-            v = tuple(v) if k == "recompute_modules" else v
+            v = tuple(v) if k in ("recompute_modules", "offload_modules") else v
             probe = {
                 "recompute_modules": dict(recompute="selective"),
                 "fp8_param_gather": dict(zero=1),
@@ -297,6 +313,8 @@ class Problem:
             object.__setattr__(self, "limits", replace(self.limits, fixed={**self.limits.fixed, "zero": zero}))
         if given.get("activation_offload_layers"):
             object.__setattr__(self, "limits", _act_offload_limits(self, given["activation_offload_layers"]))
+        if given.get("offload_modules"):
+            object.__setattr__(self, "limits", _fg_offload_limits(self, given))
         if self.grad_dtype not in GRAD_DTYPES:
             raise SpecError("grad_dtype", self.grad_dtype, f"one of {', '.join(GRAD_DTYPES)}")
         pinned = {k: v for k, v in self.limits.fixed.items() if k in ("zero", "pp", "vp", "tp", "cp", "sp", "chunks")}

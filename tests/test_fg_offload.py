@@ -199,13 +199,22 @@ def test_cli_evaluate_charges_it(capsys):
         BASE + ["--offload-modules", "moe_act"],
         BASE + ["--fine-grained-activation-offloading"],
         BASE[:-3] + ["--recompute-modules", "moe", "--framework-defaults"] + FLAGS,
-        ["recommend"] + BASE[1:-1] + FLAGS,
     ],
 )
 def test_bad_values_exit_2_with_one_line(capsys, argv):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "offload_modules" in err
+
+
+def test_a_stated_offload_is_a_plan_option_of_the_search():
+    # a stated plan option (search.problem.PLAN_OPTIONS): every plan runs it, memory in the search, reloads in evaluate
+    from search.problem import Limits, Problem
+
+    out = Problem(model=M, cluster=CL, workload=W, limits=Limits(), options=(("offload_modules", BOTH),))
+    assert "full" in out.limits.exclude["recompute"]  # Megatron refuses full recompute with it
+    with pytest.raises(SpecError, match="dense model"):
+        Problem(model=load_model("llama3-8b"), cluster=CL, workload=W, options=(("offload_modules", BOTH),))
 
 
 def test_row_293_runs_it_and_fits():
