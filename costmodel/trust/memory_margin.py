@@ -22,7 +22,7 @@ margin; ``--memory-margin`` sets this one.
 from __future__ import annotations
 
 #: the largest under-prediction of measured max reserved memory per GPU in the memory benchmark
-#: (``benchmarks/component_memory.py`` on h-mem4: 20 torchtitan runs, worst case 18, Llama-3.1-405B
+#: (``benchmarks/component_memory.py`` on h-mem4: 20 torchtitan runs, 18 since the two trainy_2506 cases were removed as kept for validation; worst case 18, Llama-3.1-405B
 #: FSDP2 TP8 PP8 CP8 with Float8, predicted 77.1 GiB against 84.9 GiB measured, -9.1%; -11.3% on h-dropout
 #: (case 11, 70B TP8), before DTensor SP's all-gathered GEMM inputs and the output head's inputs were charged);
 #: ``tests/test_memory_margin.py`` recomputes it from the benchmark's data.
