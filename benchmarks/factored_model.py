@@ -40,7 +40,8 @@ import time
 import numpy as np
 from ortools.sat.python import cp_model
 
-from benchmarks.search_speed import CASES, cold
+from benchmarks.search_speed import cold
+from benchmarks.speed_cases import CASES
 from costmodel.spec.errors import SpecError
 from costmodel.spec.presets import load_cluster, load_model
 from costmodel.spec.stages import in_flight_chunks

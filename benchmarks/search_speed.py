@@ -13,7 +13,7 @@ and as ``recommend`` runs it (``rescore``: the plans within the band of the opti
 op-graph engine). Targets (issue 9, re-score included, 2 cores): GPT-3 175B / 1024 A100 <= 1.5 s,
 DeepSeek-V3 / 2048 H800 <= 3 s, Qwen3-30B-A3B / 64 H100 proven optimal <= 10 s; issue 22: 1 s, 2 s and 4 s.
 
-Every case runs by default. ``--cases standard`` runs :data:`STANDARD`, the cases a change's speed is
+Every case runs by default. ``--cases standard`` runs :data:`benchmarks.speed_cases.STANDARD`, the cases a change's speed is
 checked on (issue 37): GPT-3 175B / 1024 A100, DeepSeek-V3 / 2048 H800 and GPT 1T / 3072 A100 (its
 answer's pipeline, pp 32 x vp 4 over 256 micro-batches, is the one whose search time moved alone in
 2d0d72c). ``--compare OLD NEW`` times two commits (or checkouts) on those cases in interleaved pairs,
@@ -35,24 +35,7 @@ from search.problem import Problem
 from search.solve import SolveOptions, solve
 from search.tables import Tables
 
-#: name, model preset, cluster preset, GPUs, global batch (sequences), sequence length
-CASES = [
-    ("GPT-3 175B / 1024 A100", "gpt3-175b", "a100-80g", 1024, 1536, 2048),  # Narayanan et al. 2021 Table 1
-    ("GPT 1T / 3072 A100", "gpt-1t", "a100-80g", 3072, 3072, 2048),  # Narayanan et al. 2021 Table 1
-    ("Llama-3.1-405B / 16384 H100", "llama3.1-405b", "h100-sxm", 16384, 2048, 8192),  # 16M-token batches
-    ("DeepSeek-V3 / 2048 H800", "deepseek-v3", "h800", 2048, 15360, 4096),  # DeepSeek-V3 report, 15360 x 4K
-    ("Qwen3-30B-A3B / 64 H100", "qwen3-30b-a3b", "h100-sxm", 64, 512, 4096),  # issue 9's fine-grained MoE case
-]
-
-#: the standard speed cases (name prefixes of :data:`CASES`): a change's search speed is checked on these three
-STANDARD = ("GPT-3 175B", "DeepSeek-V3", "GPT 1T")
-
-
-def selected(spec: str | None) -> list[tuple]:
-    """The cases ``--cases`` names: all (None), :data:`STANDARD` ('standard') or comma-separated substrings."""
-    if spec == "standard":
-        return [c for c in CASES if c[0].startswith(STANDARD)]
-    return [c for c in CASES if not spec or any(s.lower() in c[0].lower() for s in spec.split(","))]
+from benchmarks.speed_cases import selected
 
 
 def sampled_time_s(p: Problem, total: int, budget_s: float, blocks: int = 50) -> float:

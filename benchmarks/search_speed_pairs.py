@@ -16,10 +16,10 @@ ratio NEW / OLD is taken within each pair and its median reported, beside each s
 The search's time limit is 60 s (``--time-limit``), not ``recommend``'s 10 s, so that a loaded host
 times the search and not the limit; a run that is not proven optimal is flagged.
 
-The default cases are the standard set (:data:`benchmarks.search_speed.STANDARD`): GPT-3 175B / 1024 A100, DeepSeek-V3 /
+The default cases are the standard set (:data:`benchmarks.speed_cases.STANDARD`): GPT-3 175B / 1024 A100, DeepSeek-V3 /
 2048 H800 and GPT 1T / 3072 A100, the last the one whose search time moved alone (issue 37:
 ``in_flight_profile`` (now ``costmodel.spec.stages``) in the answer's evaluate, since 2d0d72c). ``--cases all`` runs
-every case of :data:`benchmarks.search_speed.CASES`.
+every case of :data:`benchmarks.speed_cases.CASES`.
 
 The answers are compared too: each run's status, objective and plan (degrees, micro-batch,
 ZeRO, recompute). ``same`` means every run of both commits gave one answer; otherwise the
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write every run's figures and answers to this file")
     args = ap.parse_args(argv)
 
-    from benchmarks.search_speed import selected
+    from benchmarks.speed_cases import selected
 
     cases = selected(None if args.cases == "all" else args.cases)
     if not cases:

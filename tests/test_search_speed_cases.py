@@ -1,6 +1,6 @@
 """benchmarks/search_speed.py's standard set and the pair comparison's arithmetic (issue 37)."""
 
-from benchmarks.search_speed import CASES, selected
+from benchmarks.speed_cases import CASES, selected
 from benchmarks.search_speed_pairs import summary
 
 
