@@ -285,8 +285,10 @@ def _with_best_dispatcher(problem, options, result, deadline):
     another one is faster, the search runs again with it (each plan of it dispatching so) and the faster answer
     stands. ``result.dispatchers`` holds ``{"chosen", "step_time_s": {dispatcher: seconds on the first answer's
     plan}, "searched"}`` (``yes``; ``no``: none was faster; ``time limit``: one was, the deadline left no time to
-    search with it), or None without expert parallelism in the answer."""
+    search with it; ``cut short``: searched, but the deadline stopped that search before it proved its answer, so
+    a faster answer with that dispatcher may exist), or None without expert parallelism in the answer."""
     from costmodel.spec.plan_checks import EP_DISPATCHERS
+    from search.result import OPTIMAL
     from search.solve import solve
 
     if not result.plans or result.best.config.ep < 2:
@@ -309,7 +311,9 @@ def _with_best_dispatcher(problem, options, result, deadline):
                 replace(problem, options=problem.options + (("ep_dispatcher", fastest),)),
                 options if left is None else replace(options, time_limit_s=left),
             )
-            searched = "yes"
+            # not proven (the deadline stopped it): its answer may be worse than the first answer's plan under
+            # ``fastest``, so "no faster answer" would not hold; said as such
+            searched = "yes" if again.status == OPTIMAL else "cut short"
             total_s = result.time_s + again.time_s  # the answer's search time is both searches'
             if again.plans and again.best.reported.step_time_s < best.reported.step_time_s:
                 again.dispatchers = None

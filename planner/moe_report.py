@@ -30,6 +30,9 @@ def dispatcher_lines(result) -> list[str]:
     how = {
         "yes": f"; searched again with {fastest}" + ("" if fastest == chosen else ": no faster answer"),
         "time limit": f"; {fastest} not searched: the time limit ran out (--time-limit, or --ep-dispatcher {fastest})",
+        "cut short": f"; searched again with {fastest}, but the time limit stopped that search before it proved its"
+        f" answer{'' if fastest == chosen else ' and it found none faster'}"
+        f" (--time-limit, or --ep-dispatcher {fastest})",
     }.get(d["searched"], "")
     return [
         f"MoE dispatcher: {chosen} ({base:.3f} s on the plan it was chosen for; {others}{how}); --ep-dispatcher pins one"
