@@ -101,7 +101,7 @@ def gemm_heldout(files: list[str] | None = None) -> list[dict]:
         for dt in e["dtypes"]:
             k = z[f"{dt}.k"].astype(float)
             lat, ok = z[f"{dt}.lat_ms"].astype(float), z[f"{dt}.fill"] == 0
-            p, m = heldout_1d(np.log(k), lat, ok, axis=2, scheme=gemm_tables.SCHEMES[2])
+            p, m = heldout_1d(np.log(k), lat, ok, axis=2, scheme=gemm_tables.schemes(dt)[2])
             out.append({"system": e["system"], "backend": e["backend"], "what": dt, "err": p / m - 1, "ms": m})
     return out
 

@@ -17,8 +17,8 @@ from costmodel.physics.tables import gemm as gemm_mod
 from costmodel.physics.tables import gemm_lookup, collective_lookup
 from costmodel.physics.tables import moe as moe_mod
 from costmodel.physics.tables.gemm import gemm_grid
-from costmodel.physics.tables.grid import AFFINE, LOGLOG, PCHIP, interp_1d, interpolate
-from costmodel.physics.tables.store import load, table_for
+from costmodel.physics.tables.grid import AFFINE, LOGLOG, MONOTONE, PCHIP, interp_1d, interpolate, monotone
+from costmodel.physics.tables.store import load, manifest, table_for
 
 X = np.array([256.0, 512.0, 1024.0, 4096.0, 16384.0])
 
@@ -76,9 +76,96 @@ def test_multilinear_affine_is_exact_for_a_multilinear_gemm_time():
 
 
 def test_each_table_names_its_scheme():
-    assert gemm_mod.SCHEMES == (AFFINE, AFFINE, AFFINE)
-    assert coll_mod.SCHEME == AFFINE and moe_mod.SCHEME == AFFINE
+    assert gemm_mod.SCHEMES == (AFFINE, AFFINE, MONOTONE)
+    assert gemm_mod.schemes("bfloat16") == gemm_mod.schemes("nvfp4") == gemm_mod.SCHEMES
+    assert gemm_mod.schemes("fp8_block") == (AFFINE, AFFINE, monotone(below=128))
+    assert coll_mod.SCHEME == MONOTONE and moe_mod.SCHEME == AFFINE
     assert att_mod.SCHEMES == (AFFINE, PCHIP)
+
+
+def test_monotone_is_affine_on_increasing_times():
+    """On a non-decreasing series each value is already the lesser of it and the next: MONOTONE is
+    AFFINE, exact for alpha + S / beta."""
+    t = 5.0 + 0.01 * X
+    for x in (300.0, 2048.0, 9000.0):
+        mono = float(np.exp(interp_1d(np.log(X), np.log(t), log(x), MONOTONE)))
+        assert mono == pytest.approx(float(np.exp(interp_1d(np.log(X), np.log(t), log(x), AFFINE))), rel=1e-12)
+        assert mono == pytest.approx(5.0 + 0.01 * x, rel=1e-12)
+
+
+def test_monotone_does_not_let_a_slow_outlier_raise_the_points_around_it():
+    """A time above the next larger size's (the 1024 point: 10 against 4 at 4096) is read as a slow
+    outlier: between the grid values each end is the lesser of its own time and the next grid value's;
+    the grid value stays measured."""
+    t = np.array([1.0, 2.0, 10.0, 4.0, 5.0])
+    y = np.log(t)
+    assert interp_1d(np.log(X), y, log(X[2]), MONOTONE) == y[2]  # measured stays measured
+    assert float(np.exp(interp_1d(np.log(X), y, log(2048.0), MONOTONE))) == pytest.approx(4.0, rel=1e-12)
+    w = (768.0 - 512.0) / (1024.0 - 512.0)  # between 512 (min(2, 10) = 2) and 1024 (min(10, 4) = 4)
+    want = (1 - w) * 2.0 + w * 4.0
+    assert float(np.exp(interp_1d(np.log(X), y, log(768.0), MONOTONE))) == pytest.approx(want, rel=1e-12)
+    assert float(np.exp(interp_1d(np.log(X), y, log(768.0), AFFINE))) > 5.0
+    # one step only: 512's time (6) is bounded by 1024's (5), not by 4096's (2)
+    t2 = np.array([1.0, 6.0, 5.0, 2.0, 7.0])
+    w = (384.0 - 256.0) / (512.0 - 256.0)
+    want = (1 - w) * 1.0 + w * 5.0
+    assert float(np.exp(interp_1d(np.log(X), np.log(t2), log(384.0), MONOTONE))) == pytest.approx(want, rel=1e-12)
+    # vectorised rows agree with one row at a time
+    rows = np.log(np.stack([t, t[::-1], 2 * t]))
+    got = interp_1d(np.log(X), rows, log(768.0), MONOTONE)
+    for r in range(3):
+        assert got[r] == pytest.approx(float(interp_1d(np.log(X), rows[r], log(768.0), MONOTONE)), rel=1e-12)
+
+
+def test_monotone_step_stops_at_its_break():
+    """fp8_block: k below one 128-wide scale block runs another path (vLLM H100: about twice k = 128's
+    time); the step to the next grid value does not reach across the break."""
+    k = np.array([32.0, 64.0, 128.0, 256.0])
+    y = np.log(np.array([2.0, 2.0, 1.0, 1.5]))
+    x = log(48.0)
+    assert float(np.exp(interp_1d(np.log(k), y, x, monotone(below=128)))) == pytest.approx(2.0, rel=1e-12)
+    assert float(np.exp(interp_1d(np.log(k), y, x, MONOTONE))) == pytest.approx(1.5, rel=1e-12)  # 64 -> 1
+    w = (96.0 - 64.0) / 64.0  # the cell across the break: 64's own time, then min(128's, 256's)
+    want = (1 - w) * 2.0 + w * 1.0
+    assert float(np.exp(interp_1d(np.log(k), y, log(96.0), monotone(below=128)))) == pytest.approx(want, rel=1e-12)
+
+
+def test_interpolate_with_a_monotone_axis_matches_the_one_dimensional_rule():
+    """On a grid, the monotone axis' window reaches to the axis' end; the result is the 1-D rule along
+    it followed by the affine rule along the other axis."""
+    rng = np.random.default_rng(1)
+    ax = [np.log(np.array([16.0, 64.0, 256.0])), np.log(X)]
+    y = np.log(rng.uniform(1.0, 3.0, size=(3, len(X))))
+    q = (log(100.0), log(3000.0))
+    v, corners, exact, _ = interpolate(ax, y, q, (AFFINE, MONOTONE))
+    along = interp_1d(ax[1], y, q[1], MONOTONE)
+    assert v == pytest.approx(float(interp_1d(ax[0], along, q[0], AFFINE)), rel=1e-12)
+    assert not exact and len(corners) == 4
+
+
+def test_collective_lookup_bounds_each_size_by_the_next():
+    """Between two sizes of a measured series the look-up is affine between each size's time bounded by
+    the next size's (a real series with a slow outlier)."""
+    for f in sorted(k for k, e in manifest()["files"].items() if e["op"] == "nccl" and e["system"] == "h100_sxm"):
+        z = load(f)
+        for key in sorted(k[: -len(".bytes")] for k in z if k.endswith(".bytes") and ".half." in k):
+            b, lat = z[key + ".bytes"].astype(float), z[key + ".lat_ms"].astype(float)
+            step = np.minimum(lat, np.append(lat[1:], np.inf))
+            bad = [i for i in range(len(b) - 1) if lat[i] > lat[i + 1]]
+            if not bad:
+                continue
+            i = bad[0]
+            op, _, n = key.split(".")
+            version = manifest()["files"][f]["backend_version"]
+            if table_for("h100_sxm", "nccl", version).file != f:
+                continue
+            mid = 0.5 * (b[i] + b[i + 1])
+            t, ev = collective_lookup("H100-SXM5-80GB", op, mid, int(n), nccl=version)
+            assert ev.kind == "interpolated"
+            assert t == pytest.approx(0.5 * (step[i] + step[i + 1]) * 1e-3, rel=1e-9)
+            assert t < 0.5 * (lat[i] + lat[i + 1]) * 1e-3
+            return
+    pytest.fail("no H100 NCCL series with a slow outlier")
 
 
 def test_gemm_lookup_between_two_k_values_is_affine_in_k():
@@ -106,11 +193,11 @@ def test_heldout_benchmark_predicts_with_the_package_interpolation():
     z = load(table_for("h100_sxm", "gemm").file)
     lat, ok = z["bfloat16.lat_ms"].astype(float)[:4, :3], z["bfloat16.fill"][:4, :3] == 0
     logk = np.log(z["bfloat16.k"].astype(float))
-    p, m = heldout_1d(logk, lat, ok, axis=2, scheme=gemm_mod.SCHEMES[2])
+    p, m = heldout_1d(logk, lat, ok, axis=2, scheme=gemm_mod.schemes("bfloat16")[2])
     held = held_positions(lat.shape[2])
     keep = [j for j in range(lat.shape[2]) if j not in held]
     j = held[2]
-    want = np.exp(interp_1d(logk[keep], np.log(lat[0, 0, keep]), float(logk[j]), AFFINE))
+    want = np.exp(interp_1d(logk[keep], np.log(lat[0, 0, keep]), float(logk[j]), MONOTONE))
     assert ok[0, 0, j - 1 : j + 2].all()
     n_before = sum(int((ok[..., h - 1] & ok[..., h] & ok[..., h + 1]).sum()) for h in held[:2])
     assert p[n_before] == pytest.approx(float(want), rel=1e-12) and m[n_before] == lat[0, 0, j]

@@ -6,7 +6,9 @@ the gathered output; reduce-scatter: the input; all-to-all: the send buffer), th
 
 Per (op, dtype, GPU count) a table holds latency over message sizes 512 B (2 KiB in the legacy
 2.23 tables, which also lack all-reduce) to 512 MiB. The latency is interpolated linearly in the size
-between the two measured sizes around it (:mod:`.grid` ``AFFINE``: exact for ``alpha + bytes / bw``);
+between the two measured sizes around it (:mod:`.grid` ``MONOTONE``: affine, exact for
+``alpha + bytes / bw``, each size's time taken as the lesser of its own and the next larger size's: a
+larger message never costs less, so a measured time above the next size's is a slow outlier);
 below the smallest size the smallest size's latency stands (latency floor), above the largest the
 last interval's affine law continues (:func:`edge_seconds_per_byte`; until 2026-12-05 the largest's
 average bandwidth, which charges the latency again on every byte): both ``extrapolated``. A GPU count not in
@@ -24,7 +26,7 @@ from math import log, log2
 import numpy as np
 
 from .evidence import Evidence, join_notes, weakest
-from .grid import AFFINE, interpolate
+from .grid import MONOTONE, interpolate
 from .store import TableChoice, load, manifest, system_of, table_for, version_key
 
 OPS = {
@@ -38,7 +40,7 @@ OPS = {
     "all_to_all": "alltoall",
 }
 #: the 1-D scheme of the message-size axis, :mod:`.grid`
-SCHEME = AFFINE
+SCHEME = MONOTONE
 #: planner dtype -> the table's nccl dtype (the time depends on bytes; fp32 read by bytes from half)
 NCCL_DTYPE = {"bf16": "half", "fp16": "half", "fp32": "half", "fp8": "int8", "int8": "int8", "half": "half"}
 

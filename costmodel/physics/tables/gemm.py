@@ -4,11 +4,15 @@ A table holds, per dtype, the latency of ``Y[m, n] = X[m, k] W[k, n]`` on a grid
 (m: tokens, n: output features, k: input features; AIConfigurator's ``gemm_perf``).
 
 Interpolation: the latency multilinear in ``m, n, k`` (:mod:`.grid` ``AFFINE`` on each axis: exact
-for the roofline's FLOP and byte terms, each multilinear in m, n, k); ``measured`` only on an exact
-grid point. Outside the grid, each coordinate is clamped to the grid's range and the
-time read there is scaled: above the largest value of an axis by the ratio of the FLOPs (constant
-FLOP/s of the nearest edge point: a larger GEMM is compute-bound, its time grows with ``m n k``);
-below the smallest value not at all (the latency floor of the smallest measured GEMM: a smaller
+for the roofline's FLOP and byte terms, each multilinear in m, n, k); along k each grid value's time
+is first taken as the lesser of its own and the next larger k's (``MONOTONE``: k only lengthens each
+output tile's main loop, the tile grid and its waves stay; a time above the next k's is a slow
+outlier of that measurement; for fp8_block not across k = 128, one scale block, below which the
+frameworks take another path: vLLM's H100 table runs k = 32 and 64 at about twice k = 128's time);
+``measured`` only on an exact grid point. Outside the grid, each coordinate is clamped to the grid's
+range and the time read there is scaled: above the largest value of an axis by the ratio of the
+FLOPs (constant FLOP/s of the nearest edge point: a larger GEMM is compute-bound, its time grows with
+``m n k``); below the smallest value not at all (the latency floor of the smallest measured GEMM: a smaller
 one is launch- and latency-bound, not faster). Such a look-up is ``extrapolated`` with the distance
 in log2 units of the worst axis. Grid holes (shapes the collection did not measure, mostly
 n = k = 65,536) were filled at conversion by constant throughput from a measured neighbour; a look-up
@@ -33,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .evidence import Evidence, join_notes
-from .grid import AFFINE, interpolate
+from .grid import AFFINE, MONOTONE, interpolate, monotone
 from .store import load, system_of, table_for
 
 #: planner dtype -> table dtype (costmodel/spec/units.py DTYPE_BYTES knows fp32, bf16, fp16, fp8)
@@ -48,8 +52,15 @@ DTYPE = {
 }
 DTYPE_NOTE = {"fp16": "fp16 read from the bf16 table (the same tensor-core rate)"}
 AXES = "mnk"
-#: the 1-D scheme of each grid axis (m, n, k), :mod:`.grid`
-SCHEMES = (AFFINE, AFFINE, AFFINE)
+#: the 1-D scheme of each grid axis (m, n, k), :mod:`.grid` (:func:`schemes` per table dtype)
+SCHEMES = (AFFINE, AFFINE, MONOTONE)
+#: block-scaled fp8 (128-wide scale blocks along k): the monotone step along k stops below one block
+SCHEMES_FP8_BLOCK = (AFFINE, AFFINE, monotone(below=128))
+
+
+def schemes(table_dtype: str) -> tuple:
+    """The (m, n, k) schemes of a table dtype (``bfloat16``, ``fp8``, ``fp8_block``, ``nvfp4``)."""
+    return SCHEMES_FP8_BLOCK if table_dtype == "fp8_block" else SCHEMES
 
 
 class LinearTimes(NamedTuple):
@@ -81,7 +92,7 @@ def _gemm(system: str, dtype: str, m: int, n: int, k: int, backend: str | None):
         return _assumed(f"no {tdt} GEMM table on {system}")
     axes, loglat, fill, raw = _grid(choice.file, tdt)
     x = (log(m), log(n), log(k))
-    value, corners, exact, clamped = interpolate(axes, loglat, x, SCHEMES)
+    value, corners, exact, clamped = interpolate(axes, loglat, x, schemes(tdt))
     lat_ms = float(np.exp(value))
     far, notes = 0.0, []
     for c, xi, xc, r in zip(AXES, x, clamped, raw):

@@ -19,6 +19,18 @@ one axis at a time (the last first) on the local window around the asked point:
   linear QKV and KV-cache work and the quadratic score work), whose log-log slope moves from 0 to 2
   along the axis: it follows the local slope on each side, is exact for a power law and does not
   overshoot the neighbouring values.
+- ``MONOTONE`` (``("monotone", p, brk)``, :func:`monotone`): ``AFFINE`` between the two grid values
+  around ``x``, each taken as the lesser of its own time and the next larger grid value's, for an axis
+  along which the work only grows: a message of S bytes is part of any larger one (NCCL's own cost
+  model, the least over algorithms and protocols of increasing ``alpha + S / beta`` laws, increases
+  with S); a GEMM's k only lengthens each output tile's main loop over the same grid of tiles (the
+  same waves; m and n change the tile grid and the tile shape the library picks, and are not
+  monotone axes). A measured time above the next larger size's is a slow outlier of that
+  measurement (timing noise, a transient clock or tuner pick only add time) and does not raise the
+  points between. One step only: the least over all larger values (the whole lower envelope) is the
+  minimum of many noisy samples on a flat stretch (a latency floor), biased low. ``brk``: the step
+  does not cross ``x = exp(brk)`` (a kernel path that changes there, e.g. block-scaled fp8 below one
+  128-wide scale block of k). Grid values themselves stay as measured.
 
 A grid value is reproduced exactly (no round trip through ``exp``/``log``).
 """
@@ -26,13 +38,20 @@ A grid value is reproduced exactly (no round trip through ``exp``/``log``).
 from __future__ import annotations
 
 import itertools
-from math import isclose
+from math import inf, isclose, log
 
 import numpy as np
 
 AFFINE = ("affine", 1.0)
 LOGLOG = ("loglog", 0.0)
 PCHIP = ("pchip", 0.0)
+MONOTONE = ("monotone", 1.0, -inf)
+
+
+def monotone(below: float | None = None) -> tuple:
+    """``MONOTONE`` whose step does not cross the axis value ``below`` (a raw value, not a logarithm):
+    grid values under it and from it on are two separate runs."""
+    return MONOTONE if below is None else ("monotone", 1.0, log(below))
 
 
 def bracket(axis: np.ndarray, x: float) -> tuple[int, float, float]:
@@ -77,16 +96,25 @@ def _pchip_slopes(h: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def interp_1d(axis: np.ndarray, values: np.ndarray, x: float, scheme=AFFINE):
     """``values`` (log latency, the last dimension along ``axis``, log coordinates) at ``x`` clamped to
-    the axis, by ``scheme`` (``AFFINE``, ``("affine", p)``, ``LOGLOG`` or ``PCHIP``); the result has
-    ``values``' shape without its last dimension."""
+    the axis, by ``scheme`` (``AFFINE``, ``("affine", p)``, ``LOGLOG``, ``PCHIP`` or ``MONOTONE``);
+    the result has ``values``' shape without its last dimension. ``MONOTONE`` reads the grid value after
+    the upper end too."""
     values = np.asarray(values, dtype=float)
     j, t, xc = bracket(axis, x)
     if len(axis) == 1 or t == 0.0:
         return values[..., j]
     if t == 1.0:
         return values[..., j + 1]
-    kind, p = scheme
+    kind, p = scheme[0], scheme[1]
     lo, hi = values[..., j], values[..., j + 1]
+    if kind == "monotone":
+        # each end: the lesser of its time and the next grid value's, within its run (split at scheme[2])
+        brk = scheme[2] - 1e-9
+        if j + 1 < len(axis) and not axis[j] < brk <= axis[j + 1]:
+            lo = np.minimum(lo, hi)
+        if j + 2 < len(axis) and not axis[j + 1] < brk <= axis[j + 2]:
+            hi = np.minimum(hi, values[..., j + 2])
+        kind = "affine"
     if kind == "loglog":
         return (1 - t) * lo + t * hi
     if kind == "affine":
@@ -94,7 +122,7 @@ def interp_1d(axis: np.ndarray, values: np.ndarray, x: float, scheme=AFFINE):
         w = (u - u0) / (u1 - u0)
         return np.log((1 - w) * np.exp(lo) + w * np.exp(hi))
     if kind != "pchip":
-        raise ValueError(f"interpolation scheme {scheme!r}: affine, loglog or pchip")
+        raise ValueError(f"interpolation scheme {scheme!r}: affine, loglog, pchip or monotone")
     a, b = max(j - 1, 0), min(j + 3, len(axis))  # the slopes at j and j + 1 need j - 1 .. j + 2
     xs = np.asarray(axis[a:b], dtype=float)
     m = _pchip_slopes(np.diff(xs), values[..., a:b])
@@ -114,7 +142,13 @@ def interpolate(axes: list[np.ndarray], values: np.ndarray, x: tuple[float, ...]
     brackets = [bracket(a, xi) for a, xi in zip(axes, x)]
     window, parts = [], []
     for a, (j, t, _), s in zip(axes, brackets, schemes):
-        lo, hi = (max(j - 1, 0), min(j + 3, len(a))) if s[0] == "pchip" else (j, min(j + 2, len(a)))
+        on_grid = t in (0.0, 1.0)
+        if s[0] == "pchip" and not on_grid:
+            lo, hi = max(j - 1, 0), min(j + 3, len(a))
+        elif s[0] == "monotone" and not on_grid:
+            lo, hi = j, min(j + 3, len(a))  # the grid value after the upper end too
+        else:
+            lo, hi = j, min(j + 2, len(a))
         window.append(slice(lo, hi))
         parts.append([j] if t == 0.0 else [j + 1] if t == 1.0 else [j, j + 1])
     v = np.asarray(values[tuple(window)], dtype=float)
