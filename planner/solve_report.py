@@ -43,11 +43,6 @@ def solve_lines(result) -> list[str]:
         f"{100 * max(p.agreement for p in result.plans):.3f}%",
     ]
     best = result.plans[0]
-    if best.config.offload_modules:  # search.problem.PLAN_OPTIONS: stated, run by every plan, priced by evaluate only
-        lines.append(
-            "fine-grained activation offloading: its memory is in the search, its reload stalls only in evaluate "
-            "(the re-score and the figures above): the search ranks plans without them, so OPTIMAL is of that model"
-        )
     if result.robust:
         r = result.robust
         proof = (

@@ -9,10 +9,11 @@ constraints and returning objective terms (CP-SAT Primer, "coding patterns"):
   ``first + (pp - 2) * mid + last = L`` for the chosen ``pp``; a layer count is only allowed if
   the chosen choice allows it there (multiple of ``vp``, dense layers on stage 0, fits in HBM);
 * :func:`add_stage_costs` — slowest-stage variables ``T >= table_c[pos][n]`` (``m - 1/v``
-  already in the table), ``D`` and ``O`` likewise, and the pipeline fill ``S >= sum_pos
-  share_c[pos][n]`` (the stages at ``pos`` together, each ``1/v`` of the first micro-batch,
-  :func:`costmodel.compose.step.pipeline_s`), each enforced by ``x[c]``; objective ``T + S + D + O``,
-  with ``T + S + D + O >= sum_c bound_c x[c]`` from the presolve bounds. With scenarios (robust
+  already in the table), ``D`` and ``O`` likewise (and ``F``, fine-grained activation offloading's
+  reloads, where a table has them: :class:`search.tables.StageTable` ``stall_ticks``), and the
+  pipeline fill ``S >= sum_pos share_c[pos][n]`` (the stages at ``pos`` together, each ``1/v`` of the
+  first micro-batch, :func:`costmodel.compose.step.pipeline_s`), each enforced by ``x[c]``; objective
+  ``T + S + D + O`` (``+ F``), with ``T + S + D + O >= sum_c bound_c x[c]`` from the presolve bounds. With scenarios (robust
   planning) each scenario gets its own ``T_s, D_s, O_s`` from its own tables and the objective
   is ``>= T_s + D_s + O_s`` for every one: the worst case, minimised.
 
@@ -109,10 +110,14 @@ def add_stage_costs(model: cp_model.CpModel, v: Vars, space: Space, scenario: in
     are allowed by the nominal tables, memory does not depend on the scenario)."""
     tables = space.tables if scenario == 0 else space.scenarios[scenario - 1]
     tabs = {"T": "time_ticks", "D": "dp_ticks", "O": "opt_ticks"}
+    if any(t.stall_ticks is not None for t in tables.values()):  # fine-grained activation offloading's reloads
+        tabs["F"] = "stall_ticks"
     hi = {name: 1 for name in list(tabs) + ["S"]}
     for c, t in tables.items():
         valid = space.tables[c].valid
         for name, attr in tabs.items():
+            if getattr(t, attr) is None:
+                continue
             for kind in t.kinds:
                 hi[name] = max(hi[name], int(getattr(t, attr)[kind][valid[kind]].max(initial=0)))
         hi["S"] = max(hi["S"], sum(int(t.sum_ticks[k][valid[k]].max(initial=0)) for k in t.kinds))
@@ -128,6 +133,8 @@ def add_stage_costs(model: cp_model.CpModel, v: Vars, space: Space, scenario: in
             ys = v.y[_pos(kind)]
             ok = [n for n in ys if n > 0 and valid[kind][n]]
             for name, attr in tabs.items():
+                if getattr(t, attr) is None:  # a choice without the term: 0, the variable's lower bound
+                    continue
                 table = getattr(t, attr)[kind]
                 model.add(terms[name] >= sum(int(table[n]) * ys[n] for n in ok)).only_enforce_if(v.x[c])
             fill += [int(t.sum_ticks[kind][n]) * ys[n] for n in ok]

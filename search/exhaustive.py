@@ -77,7 +77,8 @@ def all_choices(p: Problem):
 def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):
     """All valid splits of one choice: ``(objective ticks, first, mid, last)`` arrays.
 
-    ``objective = max_pos time + sum_stages share + max_pos dp + max_pos opt`` over the stage
+    ``objective = max_pos time + sum_stages share + max_pos dp + max_pos opt`` (``+ max_pos stall``
+    with fine-grained activation offloading, :class:`search.tables.StageTable`) over the stage
     positions used (``time``: the slowest stage's ``(m - 1/v)`` micro-batches; ``share``: each
     stage's ``1/v`` of the first micro-batch's pass, :func:`costmodel.compose.step.pipeline_s`).
     """
@@ -85,12 +86,7 @@ def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):
     pp, k = c.shape.pp, c.recompute_layers
     if pp == 1:
         ok = t.valid["only"][layers]
-        obj = (
-            t.time_ticks["only"][layers]
-            + t.sum_ticks["only"][layers]
-            + t.dp_ticks["only"][layers]
-            + t.opt_ticks["only"][layers]
-        )
+        obj = t.sum_ticks["only"][layers] + sum(getattr(t, name)["only"][layers] for name in t.max_terms())
         arr = np.array([obj] if ok else [], dtype=np.int64)
         full = np.array([layers] if ok else [], dtype=np.int64)
         return arr, full, np.zeros_like(full), np.zeros_like(full)
@@ -111,7 +107,7 @@ def split_objectives(t: StageTable, layers: int, dense_layers: int = 0):
     nm_grid, nf_grid, nl_grid = nm_grid[ok], nf_grid[ok], nl_grid[ok]
     share = t.sum_ticks
     obj = share["first"][nf_grid] + share["last"][nl_grid] + (share["mid"][nm_grid] if pp > 2 else 0)
-    for name in ("time_ticks", "dp_ticks", "opt_ticks"):
+    for name in t.max_terms():
         tab = getattr(t, name)
         term = np.maximum(tab["first"][nf_grid], tab["last"][nl_grid])
         if pp > 2:

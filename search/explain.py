@@ -114,6 +114,7 @@ def _memory_table(t):
     zero = {k: np.zeros_like(v) for k, v in t.time_ticks.items()}
     m.time_ticks = {k: np.rint(v / 2**20).astype(np.int64) for k, v in t.mem_bytes.items()}
     m.dp_ticks, m.opt_ticks, m.sum_ticks = zero, zero, zero
+    m.stall_ticks = None
     return m
 
 

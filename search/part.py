@@ -191,6 +191,8 @@ def _twins(space: Space, choice) -> list:
                 for a in ("time_ticks", "sum_ticks", "dp_ticks", "opt_ticks")
                 for k in t.kinds
             )
+            and (u.stall_ticks is None) == (t.stall_ticks is None)
+            and (t.stall_ticks is None or all(np.array_equal(u.stall_ticks[k], t.stall_ticks[k]) for k in t.kinds))
         ):
             same.append(c)
     return same

@@ -4,14 +4,16 @@ A :class:`Choice` is everything the search picks except the stage split. For one
 step time of ``costmodel.api.evaluate`` is (its docstring)::
 
     step = (m - 1/v) * max_stage t_mb(stage) + sum_stage t_mb(stage) / v
-           + max_stage dp_exposed(stage) + max_stage optimizer(stage)
+           + max_stage dp_exposed(stage) + max_stage optimizer(stage) [+ max_stage stall(stage)]
 
-and every per-stage term is a function of the *number of layers on the stage* and its position:
+(``stall``: fine-grained activation offloading's exposed reloads over the step, with the option on:
+:meth:`Tables.fg_stall_s`), and every per-stage term is a function of the *number of layers on the
+stage* and its position:
 ``first`` (embedding; the leading dense layers of an MoE model), ``mid`` (the middle stages,
 all holding the same number of layers; stage 1 holds the most in-flight micro-batches, so it
 binds their memory, and has the least 1F1B head start, so it binds their DP exposure),
 ``last`` (LM head and loss) and ``only`` (``pp = 1``). :class:`StageTable` holds, per position
-and per layer count ``n``, the micro-batch time, DP exposure, optimizer time and peak memory.
+and per layer count ``n``, the micro-batch time, DP exposure, optimizer time (stall) and peak memory.
 
 Where the numbers come from (one source each, all in ``costmodel``):
 

@@ -106,7 +106,7 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
         n = np.arange(L + 1)
         shard_d = s.dp * s.cp if choice.zero >= 1 else 1
         shard_e = self._expert_dp(choice) if choice.zero >= 1 else 1
-        out = {name: {} for name in ("time", "dp", "opt", "mem", "valid")}
+        out = {name: {} for name in ("time", "dp", "opt", "mem", "valid", "stall")}
         for kind in stage_kinds(s.pp):
             time, fwd, bwd, rec = self.timing(choice, kind)
             stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
@@ -143,6 +143,9 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
                 dp[at] = ex + zx
             for name, arr in (("time", time), ("dp", dp), ("opt", opt), ("mem", mem), ("valid", valid)):
                 out[name][kind] = arr
+            stall = self.fg_stall_s(choice, kind)
+            if stall is not None:
+                out["stall"][kind] = stall
         m = choice.micro_batches(p.workload.global_batch)
         return StageTable(
             choice,
@@ -155,4 +158,5 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
             out["valid"],
             self.res_s,
             m,
+            out["stall"] or None,
         )

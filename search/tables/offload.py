@@ -1,14 +1,18 @@
-"""Activation CPU offload in the tables: the bytes it frees and the stall it adds on a ``pp = 1`` stage."""
+"""Activation CPU offload in the tables: the bytes it frees and the stall it adds on a ``pp = 1`` stage; the
+exposed reloads of fine-grained activation offloading on every stage."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
 
-from costmodel.physics.mechanics import act_offload
+import numpy as np
+
+from costmodel.physics.mechanics import act_offload, fg_offload
 from costmodel.physics.memory.stage_memory import FRAGMENTATION, offloaded_layer_bytes
 
 from ..choice import Choice
+from .probe import probe_split
 
 
 class OffloadTerms:
@@ -67,6 +71,30 @@ class OffloadTerms:
             choice.config(p.limits.flash_attention, (L,), p.limits.fused_elementwise), activation_offload_layers=n
         )
         return act_offload.step_exposed_s(p.model, p.cluster, p.workload, c, fwd[L], bwd[L], 1)[1]
+
+    def fg_stall_s(self, choice: Choice, kind: str):
+        """Fine-grained activation offloading's exposed reloads (``offload_modules``) of a stage at ``kind`` over
+        ``n``, times the micro-batches: the step charges the most exposed stage's
+        (:func:`costmodel.physics.mechanics.fg_offload.step_exposed_s`), a max over the stages as the DP and
+        optimizer terms are (:class:`search.tables.StageTable` ``stall_s``); from the one formula ``evaluate``
+        charges (:func:`costmodel.physics.mechanics.fg_offload.counts_exposed_s`) at the stage's layers (the MTP
+        layers on the last, :func:`costmodel.physics.memory.stage_contents.layer_counts`) and its forward and
+        backward with recompute. ``None`` without the option."""
+        p = self.p
+        if not choice.config_options().get("offload_modules"):
+            return None
+        key = ("fg",) + self._timing_key(choice, kind)
+        if key not in self._parts:
+            _, fwd, bwd, rec = self.timing(choice, kind)
+            lps, _ = probe_split(p, choice, kind, self._probe_n(choice, kind))
+            c = choice.config(p.limits.flash_attention, lps, p.limits.fused_elementwise)
+            nd, nm = self.counts(kind, np.arange(p.model.layers + 1))
+            mtp = self.mtp_on(kind)  # each of the kind of the model's last layer (stage_contents.chunk_counts)
+            nd, nm = (nd, nm + mtp) if p.model.is_moe else (nd + mtp, nm)
+            _, exposed = fg_offload.counts_exposed_s(p.model, p.cluster, p.workload, c, nd, nm, fwd, bwd + rec)
+            m = choice.micro_batches(p.workload.global_batch)
+            self._parts[key] = m * np.broadcast_to(np.asarray(exposed, dtype=float), fwd.shape).copy()
+        return self._parts[key]
 
     def fewest_layers(self, choice: Choice, mem_bytes: float) -> int:
         """The fewest layers ``N`` (0 to ``L - 1``) whose offload brings ``mem_bytes``, a ``pp = 1`` stage's memory

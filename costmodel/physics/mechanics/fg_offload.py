@@ -46,6 +46,8 @@ host-link time):
 
 from __future__ import annotations
 
+import numpy as np
+
 from costmodel.physics.kernels.flops import layer_forward_flops_per_token
 from costmodel.physics.memory.activations import offloaded_group_bytes
 from costmodel.physics.memory.stage_contents import layer_counts
@@ -59,25 +61,37 @@ def window_s(model, seq_len: int, layer_bwd_s: float) -> float:
     return layer_bwd_s * max(0.0, 1.0 - experts)
 
 
-def layer_exposed_s(copies_s: list[float], window: float) -> float:
-    """Exposed reload seconds of one layer's groups (``copies_s`` in forward order) in backward (module docstring)."""
+def layer_exposed_s(copies_s: list[float], window):
+    """Exposed reload seconds of one layer's groups (``copies_s`` in forward order) in backward (module docstring);
+    elementwise over an array of ``window``."""
     if not copies_s:
         return 0.0
     last, earlier = copies_s[-1], copies_s[:-1]
-    return max(0.0, last - window) + sum(earlier)
+    return np.maximum(0.0, last - window) + sum(earlier)
+
+
+def counts_exposed_s(model, cluster, w, c, n_dense, n_moe, fwd_s, bwd_s):
+    """(link seconds both ways, exposed seconds) per micro-batch of a stage holding ``n_dense`` dense and ``n_moe``
+    MoE layers whose forward and backward (with recompute) per micro-batch are ``fwd_s``, ``bwd_s``, the backward
+    split evenly over its layers: the one formula of a stage's offload time, elementwise over arrays of the counts
+    and times (the search's tables, :mod:`search.tables.offload`, take it over every layer count of a stage)."""
+    groups = offloaded_group_bytes(model, w, c)
+    if not groups:
+        return 0.0, 0.0
+    t = [host_link_s(b, cluster) for b in groups.values()]
+    d2h = n_moe * sum(t)
+    layer = layer_exposed_s(t, window_s(model, w.seq_len, bwd_s / np.maximum(1, n_dense + n_moe)))
+    return 2 * d2h, n_moe * layer + np.maximum(0.0, d2h - (fwd_s + bwd_s))
 
 
 def stage_exposed_s(model, cluster, w, c, stage: int, fwd_s: float, bwd_s: float) -> tuple[float, float]:
     """(link seconds both ways, exposed seconds) per micro-batch on ``stage``, from its forward and backward (with
-    recompute) per micro-batch, split evenly over its layers."""
+    recompute) per micro-batch (:func:`counts_exposed_s` at the stage's layers)."""
     n_dense, n_moe = layer_counts(model, c, stage)
-    groups = offloaded_group_bytes(model, w, c)
-    if not n_moe or not groups:
+    if not n_moe:
         return 0.0, 0.0
-    t = [host_link_s(b, cluster) for b in groups.values()]
-    d2h = n_moe * sum(t)
-    layer = layer_exposed_s(t, window_s(model, w.seq_len, bwd_s / (n_dense + n_moe)))
-    return 2 * d2h, n_moe * layer + max(0.0, d2h - (fwd_s + bwd_s))
+    link, exposed = counts_exposed_s(model, cluster, w, c, n_dense, n_moe, fwd_s, bwd_s)
+    return float(link), float(exposed)
 
 
 def step_exposed_s(model, cluster, w, c, stages, micro_batches: int) -> tuple[float, float]:
