@@ -96,6 +96,7 @@ class Expander:
         self._recomputes: dict = tables.shared.setdefault("presolve.recomputes", {})
         self._group_lb: dict = tables.shared.setdefault("presolve.group_lb", {})
         self._group_lists: dict = tables.shared.setdefault("presolve.group_lists", {})
+        self._subgroups: dict = tables.shared.setdefault("presolve.subgroups", {})  # choices(): no memory read
 
     def groups(self) -> list:
         """:func:`_groups`, listed once per tables (the margin solve's presolve walks them again)."""
@@ -159,6 +160,23 @@ class Expander:
         the most chunks over every chunk count (``pruned(choice, True)``,
         :meth:`search.bounds.Bounds.pipeline_lb_s` ``any_chunks``) is pruned: more chunks never
         expose more communication, but each piece pays a kernel launch (:mod:`costmodel.physics.comm.split_overhead`)."""
+        subs = self._subgroups.get((s, mb, vp))
+        if subs is None:
+            subs = self._subgroups[(s, mb, vp)] = list(self._sub_groups(s, mb, vp))
+        for sub in subs:
+            rep, n, args = sub[0], sub[1], sub[2]
+            if pruned is not None and pruned(rep, True):
+                self.counts.bound += n
+                continue
+            if len(sub) == 3:  # its choices after dominance, once
+                sub += self._dominant(*args)
+            self.counts.dominated += sub[3]
+            yield from sub[4]
+
+    def _sub_groups(self, s, mb: int, vp: int):
+        """The sub-groups of :meth:`choices` in its order: ``[the choice its bound test takes, choices before
+        dominance, what builds them]``; :meth:`choices` appends ``dominated, lists`` when it first builds them
+        (kept per tables: the margin solve's presolve expands most of the same groups again)."""
         p = self.p
         zeros, sps, _, buckets = self.values(s)
         kept_buckets = _dominant_buckets(buckets)
@@ -170,32 +188,12 @@ class Expander:
             for zero in zeros:
                 for a in dma_values(p, s, zero):
                     for kind, k in recs:
-                        if pruned is not None and pruned(
-                            Choice(
-                                s,
-                                mb,
-                                vp,
-                                sp,
-                                max(chunk_opts),
-                                zero,
-                                kind,
-                                k,
-                                kept_buckets[0],
-                                p.framework,
-                                a,
-                                p.grad_dtype,
-                                p.options,
-                            ),
-                            True,
-                        ):
-                            self.counts.bound += len(chunk_opts) * len(buckets)
-                            continue
-                        base = Choice(
+                        rep = Choice(
                             s,
                             mb,
                             vp,
                             sp,
-                            chunk_opts[0],
+                            max(chunk_opts),
                             zero,
                             kind,
                             k,
@@ -205,13 +203,23 @@ class Expander:
                             p.grad_dtype,
                             p.options,
                         )
-                        chs = self.chunks(base, chunk_opts)
-                        self.counts.dominated += len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets)
-                        for ch in chs:
-                            yield [
-                                Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype, p.options)
-                                for b in kept_buckets
-                            ]
+                        yield [rep, len(chunk_opts) * len(buckets), (s, mb, vp, sp, zero, a, kind, k)]
+
+    def _dominant(self, s, mb: int, vp: int, sp: bool, zero: int, a, kind: str, k) -> list:
+        """``[dominated count, lists of choices differing in bucket size]`` of one sub-group (:meth:`choices`)."""
+        p = self.p
+        _, _, _, buckets = self.values(s)
+        kept_buckets = _dominant_buckets(buckets)
+        chunk_opts = self.sp_chunks(s, sp)
+        base = Choice(
+            s, mb, vp, sp, chunk_opts[0], zero, kind, k, kept_buckets[0], p.framework, a, p.grad_dtype, p.options
+        )
+        chs = self.chunks(base, chunk_opts)
+        lists = [
+            [Choice(s, mb, vp, sp, ch, zero, kind, k, b, p.framework, a, p.grad_dtype, p.options) for b in kept_buckets]
+            for ch in chs
+        ]
+        return [len(chunk_opts) * len(buckets) - len(chs) * len(kept_buckets), lists]
 
     def group_lb_s(self, bounds: Bounds, s, mb: int, vp: int, level: int = 0) -> float | None:
         """A bound below every choice of the group, at one of two levels of work (each a bound on its

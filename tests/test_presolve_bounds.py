@@ -128,3 +128,57 @@ def test_the_shape_wise_level_0_bound_equals_the_scalar_one(which):
     want = [scalar._pipeline_lb_s(scalar_b, *q) for q in groups]
     assert got == want
     assert all(type(x) is float for x in got if x is not None)
+
+
+MEMOS = ("bounds.quick", "presolve.subgroups")  # what the margin solve's presolve takes from the first one's
+
+
+class _Unkept(dict):
+    """A cache that keeps nothing: every look-up computes anew."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def _presolved(pre) -> tuple:
+    return (
+        pre.choices,
+        pre.lower_ticks,
+        [(sc.objective, sc.choice, sc.split) for sc in pre.incumbents],
+        pre.near,
+        pre.counts,
+        pre.timed_out,
+    )
+
+
+@pytest.mark.parametrize("which", [*SEEDS, "deepseek-v3"])
+def test_the_margin_presolve_reading_the_first_ones_choices_and_quick_bounds_answers_the_same(which, monkeypatch):
+    """The margin solve's presolve (search.solve._keep_margin, on Tables.with_problem) reads the choices each group
+    expands to (Expander.choices, before its bound test) and their quick bounds (Bounds.quick_lb_s) from the first
+    presolve's caches: everything each presolve answers (kept and near choices, bounds, incumbents, counts) equals
+    that of a presolve that keeps neither (every choice listed and every quick bound computed anew), at every cap,
+    and on a second run from the caches."""
+    p = _rack_problem() if which == "deepseek-v3" else small_problem(which)
+
+    def unkept(lean, tables):  # the presolve without the two caches
+        with monkeypatch.context() as m:
+            m.setitem(tables.shared, "bounds.quick", _Unkept())
+            m.setitem(tables.shared, "presolve.subgroups", _Unkept())
+            return _presolved(presolve(lean, tables, slack=0.02))
+
+    tables = Tables(p)
+    first = presolve(p, tables, slack=0.02)
+    assert all(tables.shared[k] for k in MEMOS)
+    assert _presolved(first) == unkept(p, Tables(p))
+    for cut in (0.05, 0.2):
+        lean = replace(p, limits=replace(p.limits, headroom_bytes=p.limits.headroom_bytes + cut * p.hbm_cap_bytes))
+        plain = tables.with_problem(lean)
+        plain.shared = {k: v for k, v in tables.shared.items() if k not in MEMOS}
+        want = unkept(lean, plain)
+        assert _presolved(presolve(lean, tables.with_problem(lean), slack=0.02)) == want
+        assert _presolved(presolve(lean, tables.with_problem(lean), slack=0.02)) == want
+        # the other way round: the lean problem's caches read by the larger cap's presolve (a lower threshold,
+        # so sub-groups the lean presolve expanded are pruned whole)
+        lean_tables = Tables(lean)
+        presolve(lean, lean_tables, slack=0.02)
+        assert _presolved(presolve(p, lean_tables.with_problem(p), slack=0.02)) == _presolved(first)

@@ -33,6 +33,7 @@ class Bounds(BoundTerms, PipelineBound, OptimizerBound, MemoryBound, DPBound):
         self._spans: dict = tables.shared.setdefault("bounds.spans", {})  # dp_span_lb_s's widest windows
         self._screens: dict = tables.shared.setdefault("bounds.screens", {})  # fitting_zeros at a known cap
         self._largest: dict = tables.shared.setdefault("bounds.largest", {})
+        self._quick: dict = tables.shared.setdefault("bounds.quick", {})  # quick_lb_s: no memory, so shared too
         self.n = np.arange(self.p.model.layers + 1)
 
     def strong_lb_s(self, c: Choice, caps: dict) -> float:

@@ -35,8 +35,14 @@ class PipelineBound:
 
     def quick_lb_s(self, c: Choice, any_chunks: bool = False) -> float:
         """Mean-stage and largest-stage pipeline bound plus the optimizer bound (no memory); with
-        ``any_chunks``, of ``c`` at every chunk count up to its own (:meth:`pipeline_lb_s`)."""
-        return self.pipeline_lb_s(c, any_chunks) + self.opt_lb_s(c)
+        ``any_chunks``, of ``c`` at every chunk count up to its own (:meth:`pipeline_lb_s`). Memoised per choice in
+        the tables' memory-free caches: the margin solve's presolve (:meth:`search.tables.Tables.with_problem`)
+        asks again for most of the first presolve's choices."""
+        key = (c, any_chunks)
+        out = self._quick.get(key)
+        if out is None:
+            out = self._quick[key] = self.pipeline_lb_s(c, any_chunks) + self.opt_lb_s(c)
+        return out
 
     def _quick_parts(self, c: Choice) -> tuple[float, float]:
         return self.pipeline_lb_s(c), self.opt_lb_s(c)
