@@ -50,6 +50,14 @@ What bench_serving times as TTFT, and the hops on the way (``request_path_s``)
     ``handle_loop`` (l. 1537) wakes the request's coroutine to write the server-sent event. None of these host
     costs has a measured figure here: each is ASSUMED (:data:`SGLANG_PATH_S`), a few milliseconds together.
 
+The client's round trip between two requests (``reissue_s``)
+    ``bench_serving`` sends a client's next request once the last one has returned (``benchmark``, l. 1878-1885:
+    the semaphore is released when the request function returns, after the ``[DONE]`` chunk). The last chunk's way
+    back (detokenizer, tokenizer manager, server-sent event) and the next request's way in (HTTP, tokenization, ZMQ,
+    TP broadcast) are the path's hops without the first decode's launch, ASSUMED as above. It places the next
+    request inside the step the engine runs meanwhile (:func:`costmodel.serving.scheduler.simulate`); any figure
+    above 0 and under a step gives the same replay.
+
 Not charged: vLLM and TensorRT-LLM (their prefill paths are other code: vLLM V1 captures piecewise CUDA graphs
 over mixed batches, :mod:`costmodel.serving.step`), SGLang's eager decode above ``cuda_graph_max_bs``, and the
 path's hops for the other engines.
@@ -106,6 +114,16 @@ def request_path_s(engine: str, input_len: int) -> float:
     return sum(SGLANG_PATH_S.values()) + SGLANG_TOKENIZE_PER_TOKEN_S * input_len
 
 
+def reissue_s(engine: str, input_len: int) -> float:
+    """Seconds from a request's last token to its client's next request reaching the scheduler (a closed loop:
+    :func:`costmodel.serving.scheduler.simulate` ``reissue_s``): the last chunk's way back and the next request's
+    way in, :data:`SGLANG_PATH_S` without the first decode's launch (module doc), SGLang only. Any positive
+    figure shorter than a step has the same effect: the request misses the step the engine starts at once."""
+    if engine != "sglang":
+        return 0.0
+    return request_path_s(engine, input_len) - SGLANG_PATH_S["overlap_next_launch"]
+
+
 class EagerPrefillCost:
     """A step cost whose steps holding prompt tokens take at least ``host_s`` (the eager forward's host
     time): ``max(GPU step, host_s)``; decode-only steps are unchanged. Other attributes are the wrapped
@@ -123,6 +141,11 @@ class EagerPrefillCost:
 
     def time_s(self, *, tokens, sampled, prefill_pairs, decode_ctx, micro_batches=1) -> float:
         return self.price(tokens, sampled, prefill_pairs, decode_ctx, micro_batches)
+
+    def gpu_price(self, tokens, sampled, prefill_pairs, decode_ctx, micro_batches=1) -> float:
+        """The step on the GPU alone, without the host floor: the replay of an overlap scheduler starts the
+        host's launch before the step (:func:`costmodel.serving.scheduler.simulate`, ``sched.overlap``)."""
+        return self.cost.price(tokens, sampled, prefill_pairs, decode_ctx, micro_batches)
 
 
 def engine_step_cost(cost, engine: str, model: ModelSpec, device: DeviceSpec):

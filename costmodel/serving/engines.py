@@ -27,6 +27,18 @@ SGLang
     sets ``chunked_prefill_size`` from GPU memory: 2048 below 35 GiB, 8192 below 160 GiB
     (H100, H200, A100), 16384 above (B200) -- read in a stored copy of that file whose commit
     the search tool does not name; the documented flag table above is the cited commit.
+SGLang's overlap scheduler (``overlap``; read in the ``sglang-0.5.6`` wheel, the version the SGLang rows name, paths
+    under ``python/sglang/``): ``disable_overlap_schedule`` defaults to ``False`` (``srt/server_args.py`` l. 500), so
+    the scheduler runs ``Scheduler.event_loop_overlap`` (``srt/managers/scheduler.py`` l. 992-1050). Each iteration
+    runs ``recv_requests`` (non-blocking ZMQ polls, l. 1057-1090) and ``get_next_batch_to_run``, launches that batch
+    (``run_batch``) and only then waits for the previous batch's result (``pop_and_process``: ``copy_done``, then
+    ``stream_output``). So a step's batch is chosen when the step before it starts on the GPU (or when the host
+    finished launching that step, if later); a request that arrives while a step runs is first scheduled two steps
+    on; an engine with nothing running polls and sees a request at once; a finished request is streamed at the
+    end of its step (its result is processed right after the next launch). The host launch of an eager prefill
+    (:mod:`costmodel.serving.engine_host`) starts when its batch is chosen, so it overlaps the step before it
+    (``SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP`` defaults to ``False``, ``srt/environ.py`` l. 192, so
+    consecutive prefills overlap too). :func:`costmodel.serving.scheduler.simulate` replays this.
 TensorRT-LLM
     ``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp`` ``MicroBatchScheduler::operator()``
     (NVIDIA/TensorRT-LLM@b8b7b782), the in-flight batching step the PyTorch backend of
@@ -83,6 +95,9 @@ class SchedulerSpec:
         waits until it fits whole (and a prompt longer than the budget is refused).
     mixed : prefill chunks and decodes share one step; otherwise a step is all prefill or all decode,
         prefill first.
+    overlap : the host chooses and launches a step's batch while the step before it runs (SGLang's overlap
+        scheduler, ``disable_overlap_schedule`` default ``False``: :mod:`costmodel.serving.scheduler`), so a
+        request is first scheduled in the second step that starts after it arrived.
     """
 
     engine: str
@@ -90,6 +105,7 @@ class SchedulerSpec:
     max_seqs: int | None
     chunked: bool = True
     mixed: bool = True
+    overlap: bool = False
 
     def __post_init__(self):
         if self.engine not in ENGINE_NAMES:
@@ -110,7 +126,7 @@ def default_scheduler(engine: str, device: DeviceSpec) -> SchedulerSpec:
     if engine == "sglang":
         mem = device.hbm_bytes
         size = 2048 if mem < 35 * GiB else 8192 if mem < 160 * GiB else 16384
-        return SchedulerSpec(engine="sglang", token_budget=size, max_seqs=None, mixed=False)
+        return SchedulerSpec(engine="sglang", token_budget=size, max_seqs=None, mixed=False, overlap=True)
     if engine == "trtllm":
         return SchedulerSpec(engine="trtllm", token_budget=8192, max_seqs=2048, chunked=True)
     raise SpecError("engine", engine, "one of " + ", ".join(ENGINE_NAMES))

@@ -46,7 +46,7 @@ from costmodel.serving.memory import serving_memory
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token, kv_dtype_bytes
 from costmodel.serving.scheduler import simulate
 from costmodel.serving.engines import scheduler_for
-from costmodel.serving.engine_host import engine_step_cost, host_report, request_path_s, with_request_path
+from costmodel.serving.engine_host import engine_step_cost, host_report, reissue_s, request_path_s, with_request_path
 from costmodel.serving.step import step_cost
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -188,7 +188,7 @@ def _replay(sc, sched, sim: dict, memo: dict | None):
     key = (
         "replay",
         (sc.model, sc.cluster, sc.dtype, sc.config, sc.kv_dtype),
-        (sched.engine, sched.chunked, sched.mixed, limit),
+        (sched.engine, sched.chunked, sched.mixed, sched.overlap, limit),
         tuple((k, v) for k, v in sorted(sim.items()) if k != "kv_capacity"),
     )
     T = sched.token_budget
@@ -283,6 +283,8 @@ def evaluate_inference(
         arrival_cv=arrival_cv,
         output_spread=st_spread,
         stagger=rate is None and stagger,
+        # a closed loop's client sends its next request once the last chunk is back (SGLang: engine_host)
+        reissue_s=reissue_s(engine, I) if rate is None else 0.0,
     )
     st = _replay(sc, sched, sim, memo)
     st = with_request_path(st, request_path_s(engine, I), rate is None)  # the request's host hops (SGLang)

@@ -22,6 +22,13 @@ requests arrive spread over one request's cycle, the phase such a loop settles i
 clients keep their requests identical (``output_spread`` > 0 instead draws each output length
 uniformly within +-that fraction of ``output_len``). Without it they all start at time 0.
 
+When a closed loop's next request reaches the scheduler (issue 40): ``reissue_s`` after the step that ended the
+client's last request (the bench tool sends it once the last chunk is back,
+:func:`costmodel.serving.engine_host.reissue_s`), so it waits for the step the engine runs meanwhile (0: admitted
+in the next step); with ``sched.overlap`` (SGLang's overlap loop, :mod:`costmodel.serving.engines`) a step's batch
+is chosen when the step before it starts, so a request arriving mid-step is scheduled two steps on, and an eager
+prefill's host launch (``cost.host_s``) overlaps the step before: ``max(GPU, launch end - step start)``.
+
 Open loop: an arrival rate the engine cannot serve is reported as such (``overloaded``, the
 served rate and the growth of the queue, :func:`_overload`) rather than as the means of a finite
 replay. Percentiles (p50/p90/p99) of TTFT, TPOT and e2e come from the same requests as the means.
@@ -73,6 +80,7 @@ from dataclasses import dataclass, field
 
 from costmodel.spec.errors import SpecError
 from costmodel.serving.engines import SchedulerSpec
+from costmodel.serving.replay_stats import _of_sorted, _overload, percentile  # noqa: F401 (percentile re-exported)
 
 #: closed-loop benchmarks send this many requests per client unless told otherwise
 REQUESTS_PER_CLIENT = 8
@@ -129,9 +137,11 @@ def simulate(
     output_spread: float = 0.0,
     arrival_cv: float = 1.0,
     stagger: bool = False,
+    reissue_s: float = 0.0,
 ) -> ServingStats:
     """Run the engine loop (module doc). ``cost.time_s(tokens=, sampled=, prefill_pairs=,
-    decode_ctx=, micro_batches=)`` prices one step (:class:`costmodel.serving.step.StepCost`)."""
+    decode_ctx=, micro_batches=)`` prices one step (:class:`costmodel.serving.step.StepCost`).
+    ``reissue_s`` and ``sched.overlap``: when a closed loop's next request reaches the scheduler (module doc)."""
     I, O, T = input_len, output_len, sched.token_budget
     _check_int("input_len", I)
     _check_int("output_len", O)
@@ -140,6 +150,8 @@ def simulate(
         raise SpecError("output_spread", output_spread, "a fraction in [0, 1)")
     if not (isinstance(arrival_cv, (int, float)) and math.isfinite(arrival_cv) and arrival_cv > 0):
         raise SpecError("arrival_cv", arrival_cv, "a positive coefficient of variation (1 = Poisson)")
+    if not (isinstance(reissue_s, (int, float)) and math.isfinite(reissue_s) and reissue_s >= 0):
+        raise SpecError("reissue_s", reissue_s, "a non-negative number of seconds")
     if measure not in ("steady", "all"):
         raise SpecError("measure", measure, "'steady' or 'all'")
     if (concurrency is None) == (request_rate is None):
@@ -160,7 +172,8 @@ def simulate(
     if concurrency is not None:
         n_req = max(n_req, concurrency)
 
-    arrivals: deque = deque()  # future arrivals (Poisson), (rid, time) ascending
+    arrivals: list = []  # future arrivals, a heap of (time, rid) (ascending lists as built below)
+    via_back = reissue_s > 0 or sched.overlap  # a client's next request among them (else waiting at once)
     waiting: deque = deque()  # rids in arrival order
     # per request (index: rid; rids are issued in order, every one of the n_req): arrival, admission,
     # first token, finish, and the three latencies
@@ -180,7 +193,7 @@ def simulate(
         for r in range(concurrency):
             arr[r] = r * period / concurrency
             if r and stagger:
-                arrivals.append((r, arr[r]))
+                arrivals.append((arr[r], r))
             else:
                 waiting.append(r)
     else:
@@ -189,7 +202,7 @@ def simulate(
         for r in range(n_req):
             # Poisson (cv 1): exponential gaps; otherwise Gamma gaps of the same mean and the given cv
             ta += rng.expovariate(request_rate) if arrival_cv == 1 else rng.gammavariate(k, 1.0 / (request_rate * k))
-            arrivals.append((r, ta))
+            arrivals.append((ta, r))
             arr[r] = ta
         issued = n_req
     closed = concurrency is not None
@@ -210,8 +223,11 @@ def simulate(
         e2e[rid] = at - arr[rid]
         fin[rid] = at
         if closed and issued < n_req:  # the client sends its next request
-            waiting.append(issued)
-            arr[issued] = at
+            arr[issued] = at + reissue_s
+            if via_back:
+                heappush(arrivals, (arr[issued], issued))
+            else:
+                waiting.append(issued)
             issued += 1
 
     lines: dict = {}  # (decodes, micro-batches) -> (time at no context, slope)
@@ -228,9 +244,16 @@ def simulate(
     def step_time(tokens, sampled, pairs, ctx, running):
         return price(tokens, sampled, pairs, ctx, min(pp, max(1, running)))
 
+    # overlap (module doc): a batch is chosen, and an eager prefill's host launch starts, at the step before's start
+    overlap = sched.overlap
+    host = getattr(cost, "host_s", 0.0) if overlap else 0.0
+    gpu_price = cost.gpu_price if host > 0 else None
+    prev_dt, cpu_free = 0.0, 0.0  # the last step's time; when the host finished launching the last prefill
+
     while done_n < n_req:
-        while arrivals and arrivals[0][1] <= t:
-            waiting.append(arrivals.popleft()[0])
+        v = t if not overlap else (cpu_free if cpu_free > t - prev_dt else t - prev_dt)  # arrivals seen by now
+        while arrivals and arrivals[0][0] <= v:
+            waiting.append(heappop(arrivals)[1])
         running = len(prefilling) + d
         # decodes run unless the engine does not mix them with prompts and a prompt can be prefilled
         decode_now = d > 0 and (mixed or not (prefilling or (waiting and running < limit and (chunked or I <= T))))
@@ -282,8 +305,9 @@ def simulate(
             elif chunks and T - budget > need:
                 need = T - budget
         if not chunks and not decode_now:
-            if arrivals:  # idle until the next request arrives
-                t = max(t, arrivals[0][1])
+            if arrivals:  # idle until the next request arrives (an idle loop polls: seen at once)
+                t = max(t, arrivals[0][0])
+                prev_dt = 0.0
                 continue
             raise SpecError("kv_capacity", kv_capacity, "enough for one request (the engine cannot progress)")
         ctx0 = d * (I + G + 1) - g0sum if decode_now else 0  # cached tokens the decodes read at tick G+1
@@ -298,12 +322,16 @@ def simulate(
             base, slope = line  # slope: per step, the context grows d tokens
             # k steps take k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2 (written out below)
             if arrivals and running < limit:
-                gap = arrivals[0][1] - t
-                if k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2 > gap:  # stop at the first step past it
+                gap = arrivals[0][0] - t
+                if gap <= 0:  # arrived, not seen yet (overlap): one step, then the scheduler sees it
+                    k = 1
+                elif k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2 > gap:  # stop at the first step past it
                     a, b = slope / 2, base + slope / d * ctx0 - slope / 2
                     n = math.ceil((-b + math.sqrt(b * b + 4 * a * gap)) / (2 * a)) if a > 0 else math.ceil(gap / b)
                     k = max(1, min(k, n))
             dt = k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2
+            if overlap:
+                prev_dt = base + slope / d * ctx0 + slope * (k - 1)  # the stretch's last step
             t += dt
             busy_integral += running * dt
             G += k
@@ -311,7 +339,13 @@ def simulate(
         else:
             dd = d if decode_now else 0
             mm = pp if running >= pp else (running if running > 1 else 1)
-            dt = price(dd + ptokens, dd + completing, pairs, ctx0, mm)
+            if gpu_price is not None and chunks:  # eager prefill launched from the iteration's start (overlap)
+                cpu_free = max(cpu_free, t - prev_dt) + host
+                dt = max(gpu_price(dd + ptokens, dd + completing, pairs, ctx0, mm), cpu_free - t)
+            else:
+                dt = price(dd + ptokens, dd + completing, pairs, ctx0, mm)
+            if overlap:
+                prev_dt = dt
             t += dt
             busy_integral += running * dt
             steps += 1
@@ -328,8 +362,11 @@ def simulate(
             e2e[rid] = t - arr[rid]
             fin[rid] = t
             if closed and issued < n_req:  # the client sends its next request
-                waiting.append(issued)
-                arr[issued] = t
+                arr[issued] = t + reissue_s
+                if via_back:
+                    heappush(arrivals, (arr[issued], issued))
+                else:
+                    waiting.append(issued)
                 issued += 1
         while prefilling and prefilling[0][1] >= I:
             rid = prefilling.popleft()[0]
@@ -382,52 +419,3 @@ def _cycle_s(cost, C: int, I: int, O: int, T: int) -> float:
     requests at the mean context (what spreads a closed loop's clients over a cycle,
     :func:`simulate` ``stagger``; only the spread of the first requests depends on it)."""
     return O * cost.time_s(tokens=C, sampled=C, prefill_pairs=0.0, decode_ctx=C * (I + O / 2), micro_batches=1)
-
-
-def percentile(xs: list, q: float) -> float:
-    """The ``q``-th percentile of ``xs``, linear between order statistics (numpy's default).
-
-    >>> percentile([1.0, 2.0, 3.0, 4.0], 50), percentile([1.0, 2.0, 3.0, 4.0], 90)
-    (2.5, 3.7)
-    """
-    return _of_sorted(sorted(xs), q)
-
-
-def _of_sorted(v: list, q: float) -> float:
-    """:func:`percentile` of ``v``, sorted already."""
-    if not v:
-        return 0.0
-    h = (len(v) - 1) * q / 100
-    lo = math.floor(h)
-    hi = min(lo + 1, len(v) - 1)
-    return round(v[lo] + (v[hi] - v[lo]) * (h - lo), 12)
-
-
-def _overload(arr: list, adm: list, fin: list, rate: float) -> dict:
-    """Open loop: does the engine keep up with the arrivals? Over the second half of the arrival
-    window (the first half fills the engine), the completions per second against the offered rate,
-    and how fast the queue of requests waiting for admission grows. Overloaded when the engine
-    serves under 80% of the offered rate and its queue grows: TTFT then grows with the length of
-    the run, and the means of a finite replay say nothing about the steady state. The served rate
-    reported when overloaded is every completion over the whole replay (a full engine, then its
-    drain), since a short arrival window may see none finish."""
-    t_last = max(arr)
-    t_half = t_last / 2
-
-    def queued(x: float) -> int:
-        return sum(1 for a, m in zip(arr, adm) if a <= x < m)
-
-    served = sum(1 for f in fin if t_half < f <= t_last) / (t_last - t_half) if t_last > 0 else 0.0
-    q_half, q_last = queued(t_half), queued(t_last)
-    growth = (q_last - q_half) / (t_last - t_half) if t_last > 0 else 0.0
-    over = served < 0.8 * rate and q_last > q_half
-    if over:  # the engine's rate when full: every completion over the run (the window may hold none)
-        served = len(fin) / (max(fin) - min(arr))
-        growth = rate - served  # arrivals minus completions: the backlog's growth in the steady state
-    return dict(
-        offered_rps=rate,
-        served_rps=served,
-        overloaded=over,
-        queue_growth_per_s=growth if over else 0.0,
-        queue_at_last_arrival=q_last,
-    )

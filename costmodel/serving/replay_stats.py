@@ -1,0 +1,55 @@
+"""What a replay reports beyond its means (:func:`costmodel.serving.scheduler.simulate`): percentiles of its
+requests, and whether an open loop's engine keeps up with the arrivals (moved out of ``scheduler.py`` as they were)."""
+
+from __future__ import annotations
+
+import math
+
+
+def percentile(xs: list, q: float) -> float:
+    """The ``q``-th percentile of ``xs``, linear between order statistics (numpy's default).
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0], 50), percentile([1.0, 2.0, 3.0, 4.0], 90)
+    (2.5, 3.7)
+    """
+    return _of_sorted(sorted(xs), q)
+
+
+def _of_sorted(v: list, q: float) -> float:
+    """:func:`percentile` of ``v``, sorted already."""
+    if not v:
+        return 0.0
+    h = (len(v) - 1) * q / 100
+    lo = math.floor(h)
+    hi = min(lo + 1, len(v) - 1)
+    return round(v[lo] + (v[hi] - v[lo]) * (h - lo), 12)
+
+
+def _overload(arr: list, adm: list, fin: list, rate: float) -> dict:
+    """Open loop: does the engine keep up with the arrivals? Over the second half of the arrival
+    window (the first half fills the engine), the completions per second against the offered rate,
+    and how fast the queue of requests waiting for admission grows. Overloaded when the engine
+    serves under 80% of the offered rate and its queue grows: TTFT then grows with the length of
+    the run, and the means of a finite replay say nothing about the steady state. The served rate
+    reported when overloaded is every completion over the whole replay (a full engine, then its
+    drain), since a short arrival window may see none finish."""
+    t_last = max(arr)
+    t_half = t_last / 2
+
+    def queued(x: float) -> int:
+        return sum(1 for a, m in zip(arr, adm) if a <= x < m)
+
+    served = sum(1 for f in fin if t_half < f <= t_last) / (t_last - t_half) if t_last > 0 else 0.0
+    q_half, q_last = queued(t_half), queued(t_last)
+    growth = (q_last - q_half) / (t_last - t_half) if t_last > 0 else 0.0
+    over = served < 0.8 * rate and q_last > q_half
+    if over:  # the engine's rate when full: every completion over the run (the window may hold none)
+        served = len(fin) / (max(fin) - min(arr))
+        growth = rate - served  # arrivals minus completions: the backlog's growth in the steady state
+    return dict(
+        offered_rps=rate,
+        served_rps=served,
+        overloaded=over,
+        queue_growth_per_s=growth if over else 0.0,
+        queue_at_last_arrival=q_last,
+    )
