@@ -13,7 +13,9 @@ prefilled in one step (token budget ``batch * input_len``, ``max_seqs = batch``)
 ``offline`` rows (``trtllm-bench throughput``: every request queued at once, the engine's own
 scheduler) run ``batch`` requests that all arrive at t = 0, one per client, measured over the whole run;
 ``continuous`` rows are a closed loop of ``batch`` clients on the engine's scheduler with its
-default settings, measured in steady state (genai-perf's stable windows) (NIM rows: the TensorRT-LLM scheduler, the backend NIM uses for its optimized
+default settings, measured in steady state (genai-perf's stable windows), except rows measured with SGLang's
+``bench_serving``, which are replayed as that tool runs (every request measured, the clients starting at once,
+output lengths drawn as its random dataset draws them: :func:`bench_serving_run`) (NIM rows: the TensorRT-LLM scheduler, the backend NIM uses for its optimized
 profiles -- an assumption, the tables do not name the backend). ``tpot_ms`` is compared with
 the published inter-token latency (ITL); ``e2e_ms`` with a request's end-to-end latency, ``e2e_p99_ms`` with its
 99th percentile. ``ttft_ms`` and ``tpot_ms`` are means over the measured requests; ``ttft_p50_ms``, ``ttft_p90_ms``,
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -92,6 +95,33 @@ def row_problem(row: dict):
     return load_model(row["model"]), load_cluster(row["cluster"]).with_gpus(ints["gpus"]), w, c
 
 
+def bench_serving_run(row: dict) -> dict:
+    """Replay settings of a continuous row measured with SGLang's ``bench_serving`` (named in its
+    ``source_location``), as that tool runs (read in the ``sglang-0.5.6`` wheel, the version these rows name;
+    ``python/sglang/bench_serving.py``): ``{}`` for any other row.
+
+    * **Every request is measured** (``measure="all"``): ``calculate_metrics`` (l. 1674-1725) takes the outputs of all
+      ``--num-prompts`` requests, the first wave and the drain included, and throughput is the generated tokens over
+      ``benchmark_duration`` (``output_throughput``, l. 1815; the duration, l. 2086); there is no steady window.
+    * **The clients start at once** (``stagger=False``): with ``--request-rate inf`` ``get_request`` (l. 1634-1671)
+      yields every request without waiting, ``benchmark`` creates one task per request (l. 2036-2044) and
+      ``asyncio.Semaphore(max_concurrency)`` (l. 1878-1885) lets the first ``--max-concurrency`` of them send
+      together; each later one is sent when a running one has returned.
+    * **Output lengths vary** (``output_spread``): the random dataset draws each output length uniformly from
+      ``[int(L * r), L]`` (``sample_random_requests``, l. 1227-1236; ``--random-range-ratio`` r defaults to 0.0,
+      l. 2605-2607), so about ``O * (1 +- (1 - r) / (1 + r))`` around the run's mean O; at r = 0 the widest spread
+      the replay takes, ``1 - 1/O``. Input lengths vary the same way; the replay keeps the run's mean.
+    """
+    where = row.get("source_location", "")
+    if row["batching"] != "continuous" or "bench_serving" not in where:
+        return {}
+    m = re.search(r"--random-range-ratio\s+([0-9.]+)", where)
+    r = float(m.group(1)) if m else 0.0
+    O = int(row["output_len"])
+    spread = min((1 - r) / (1 + r), 1 - 1 / O) if O > 1 else 0.0
+    return dict(measure="all", stagger=False, output_spread=spread)
+
+
 def predict(row: dict):
     """The :class:`~costmodel.serving.inference.InferenceEstimate` for one published row."""
     model, cluster, w, c = row_problem(row)
@@ -107,6 +137,8 @@ def predict(row: dict):
         )
     elif row["batching"] == "offline":
         kw = dict(num_requests=per_replica, measure="all", stagger=False)
+    else:
+        kw = bench_serving_run(row)
     return evaluate_inference(model, cluster, w, c, kv_dtype=row["kv_dtype"], engine=engine_of(row), **kw)
 
 

@@ -14,8 +14,12 @@ Each test holds one rule to the code it was read in (the ``sglang-0.5.6`` wheel,
 
 from __future__ import annotations
 
+import csv
+
+import numpy as np
 import pytest
 
+from benchmarks.validate_inference import DATA, bench_serving_run, load_rows
 from costmodel.serving import engine_host as eh
 from costmodel.serving.engine_host import EagerPrefillCost
 from costmodel.serving.engines import SchedulerSpec, default_scheduler
@@ -105,3 +109,33 @@ def test_the_overlap_scheduler_and_the_round_trip_are_sglangs_only():
         eh.request_path_s("sglang", 1000) - eh.SGLANG_PATH_S["overlap_next_launch"]
     )
     assert 0 < eh.reissue_s("sglang", 1000) < 0.005
+
+
+def _row(source: str) -> dict:
+    return next(r for r in load_rows(DATA) if r["source_key"] == source and r["batching"] == "continuous")
+
+
+def test_bench_serving_rows_are_replayed_as_the_tool_runs():
+    r = _row("sglang_cookbook_qwen3_235b_b200_2026")
+    O = int(r["output_len"])
+    assert bench_serving_run(r) == dict(measure="all", stagger=False, output_spread=pytest.approx(1 - 1 / O))
+    assert bench_serving_run(_row("nim_llama33_70b")) == {}  # genai-perf: steady windows, as before
+
+
+def test_the_cookbook_runs_drew_bench_serving_seeded_lengths():
+    """``bench_serving`` seeds ``np.random`` with ``--seed`` (default 1, l. 2334-2335, 2683) and draws the input
+    lengths first (``np.random.randint(max(int(L * r), 1), L + 1, size=num_prompts)``, l. 1227-1231): the rows'
+    stated total input tokens are exactly those draws, so a run's prompts are the first ``num_prompts`` of any
+    longer run with the same ``--random-input-len`` (the note: prompts shared between the runs)."""
+    seen = 0
+    with open(DATA, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["source_key"] != "sglang_cookbook_qwen3_235b_b200_2026" or r["metric"] != "ttft_ms":
+                continue
+            L = int(r["source_location"].split("--random-input-len ")[1].split()[0])
+            n = int(r["source_location"].split("--num-prompts ")[1].split()[0])
+            total = int(r["notes"].split("total input tokens ")[1].split(" /")[0])
+            np.random.seed(1)
+            assert int(np.random.randint(1, L + 1, size=n).sum()) == total
+            seen += 1
+    assert seen == 9
