@@ -19,9 +19,29 @@ class LayerTerms:
     """The per-layer terms of :class:`search.tables.Tables` (mixed in; reads ``p``, fills the
     ``_layer`` and ``_parts`` caches)."""
 
-    def layer(self, choice: Choice, moe: bool) -> tuple[float, ...]:
+    def layer(self, choice: Choice, moe: bool, exact: bool = False) -> tuple[float, ...]:
         """``(U, R, fwd, bwd, rec, act_bytes)`` of one layer and micro-batch: U = fwd + bwd + exposed
-        communication + interference; R = recompute time (with its repeated communication)."""
+        communication + interference; R = recompute time (with its repeated communication).
+
+        The EP all-to-all overlap (an MoE layer with ``ep > 1`` and ``ep_overlap``) charges its all-to-alls as
+        paired in the share of the passes the combined schedule pairs, which the plan's ``pp``, ``vp`` and
+        micro-batch count set (:func:`costmodel.compose.ep_overlap.paired_fraction`): ``exact`` the layer of the
+        choice's own (what :meth:`search.tables.Tables.timing` charges, as ``evaluate`` does); otherwise a floor
+        shared by every ``pp``, ``vp`` and DP degree (the bounds' caches are keyed without them): the lesser of
+        the layer at the largest share any of them pairs (one stage, one chunk, all the batch's micro-batches)
+        and of the layer without pairing; the layer's cost is linear in the share between the two."""
+        overlap = choice.dma is None and moe and choice.shape.ep > 1 and bool(choice.config_options().get("ep_overlap"))
+        if not overlap:
+            return self._layer_of(choice, moe, None)
+        if exact:
+            return self._layer_of(choice, moe, "exact")
+        paired, unpaired = self._layer_of(choice, moe, "most_paired"), self._layer_of(choice, moe, "unpaired")
+        return tuple(min(a, b) for a, b in zip(paired, unpaired))
+
+    def _layer_of(self, choice: Choice, moe: bool, overlap: str | None) -> tuple[float, ...]:
+        """:meth:`layer` timed on a layer config: ``overlap`` None (no EP overlap to price), ``"exact"`` (the
+        choice's ``pp``, ``vp`` and DP degree), ``"most_paired"`` (one stage, one chunk and DP 1 but ZeRO-3's)
+        or ``"unpaired"`` (without the overlap)."""
         s = choice.shape
         z3 = choice.per_microbatch()
         key = (
@@ -39,13 +59,20 @@ class LayerTerms:
             choice.grad_dtype,
             choice.options,
         )
+        if overlap == "exact":
+            key += (overlap, s.pp, choice.vp, s.dp)
+        elif overlap is not None:
+            key += (overlap,)
         if key not in self._layer:
             if choice.dma is None:
+                opts = {k: v for k, v in choice.config_options().items() if k in _timed_options(moe, s.ep)}
+                if overlap == "unpaired":
+                    opts.pop("ep_overlap")
+                pipe = {"pp": s.pp, "vp": choice.vp, "dp": s.dp} if overlap == "exact" else {"dp": key[3]}
                 c = ParallelConfig(
                     tp=s.tp,
                     cp=s.cp,
                     ep=s.ep,
-                    dp=key[3],
                     mb=choice.mb,
                     sp=choice.sp,
                     chunks=choice.chunks,
@@ -57,8 +84,10 @@ class LayerTerms:
                     fused_elementwise=self.p.limits.fused_elementwise,
                     # the timing reads the recompute modules, and the EP dispatcher and overlap only of an MoE
                     # layer with expert parallelism (costmodel.engines.analytic): the other layers are left
-                    # without them, so that searches under each dispatcher share their timings
-                    **{k: v for k, v in choice.config_options().items() if k in _timed_options(moe, s.ep)},
+                    # without them, so that searches under each dispatcher share their timings; the pipeline
+                    # and DP degree only with the overlap (its paired share, :meth:`layer`)
+                    **pipe,
+                    **opts,
                 )
             else:  # an assignment names the plan's streams: a layer of the plan itself
                 c = choice.config(self.p.limits.flash_attention, fused_elementwise=self.p.limits.fused_elementwise)

@@ -56,7 +56,9 @@ class StageTerms:
         if key in self._parts:
             return self._parts[key]
         n = np.arange(p.model.layers + 1)
-        dense_l, moe_l = self.layer(choice, False), self.layer(choice, True) if p.model.is_moe else None
+        # the layers of the choice's own pipeline (the EP overlap's paired share, LayerTerms.layer)
+        dense_l = self.layer(choice, False, exact=True)
+        moe_l = self.layer(choice, True, exact=True) if p.model.is_moe else None
         nd, nm = self.counts(kind, n)
         k = choice.recompute_layers
         kd, km = (np.minimum(nd, k), np.minimum(nm, k)) if choice.recompute == "full" and k is not None else (nd, nm)
@@ -68,7 +70,11 @@ class StageTerms:
         if choice.recompute == "full" and k is not None:  # the layers not recomputed: a plain layer's U
             plain = replace(choice, recompute="none", recompute_layers=None)
             layers_time = layers_time + lin(
-                0, nd - kd, nm - km, self.layer(plain, False), self.layer(plain, True) if p.model.is_moe else None
+                0,
+                nd - kd,
+                nm - km,
+                self.layer(plain, False, exact=True),
+                self.layer(plain, True, exact=True) if p.model.is_moe else None,
             )
         fwd, bwd, rec = lin(2, nd, nm), lin(3, nd, nm), lin(4, kd, km)
         # extras (embedding, LM head, PP send/recv) from one stage_timing probe at n0
