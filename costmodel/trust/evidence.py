@@ -24,8 +24,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from costmodel.physics.comm.groups import group_stride, layout
-from costmodel.physics.kernels.compute import layer_ops
-from costmodel.physics.kernels.measured import table_collective, table_system
+from costmodel.physics.kernels.compute import cp_exchange, layer_ops
+from costmodel.physics.comm.collectives import collective_evidence
+from costmodel.physics.comm.ep_dispatch import HIERARCHICAL, ep_alltoall_bytes
+from costmodel.physics.kernels.gemm import ACT_BYTES
+from costmodel.physics.kernels.measured import table_system
 from costmodel.physics.tables import KINDS  # the kinds, strongest first: a component is as weak as its weakest part
 from costmodel.spec.errors import SpecError
 from costmodel.spec.presets import load_cluster
@@ -154,18 +157,51 @@ def _group_size(config, dim: str) -> int:
     return {"tp": config.tp, "cp": config.cp, "ep": config.ep, "pp": config.pp, "dpcp": config.dp * config.cp}[dim]
 
 
-def comm_known(cluster: ClusterSpec, config, group: str) -> Known:
-    """How the collectives of ``group`` are known: the efficiency of the link they cross (NVLink or the network)."""
+def _table_messages(
+    model: ModelSpec | None, workload: Workload | None, config, dim: str, domain: int
+) -> list[tuple[str, float]] | None:
+    """The (kind, per-GPU bytes) of the collectives a layer issues over ``dim`` as the step model states them (tp:
+    the activation all-reduce / all-gather / reduce-scatter of ``costmodel.engines.analytic``; ep: the AllToAll
+    dispatcher's buffer, :func:`costmodel.physics.comm.ep_dispatch.ep_alltoall_bytes`; cp: PyTorch
+    context_parallel's all-gather, :func:`costmodel.physics.kernels.compute.cp_exchange`); [] where the sizes are
+    not stated here (dp, zero, or no model); None where no table times them (DeepEP / HybridEP kernels, CP's ring
+    send/recv, pipeline sends)."""
+    if dim == "pp" or (dim == "ep" and config.ep_dispatcher in HIERARCHICAL):
+        return None
+    if model is None or workload is None or dim not in ("tp", "ep", "cp"):
+        return []
+    n = config.mb * workload.seq_len / config.cp
+    if dim == "tp":
+        msg = n * model.hidden * ACT_BYTES
+        return [("allreduce", msg), ("allgather", msg), ("reducescatter", msg)]
+    if dim == "ep":
+        return [("alltoall", ep_alltoall_bytes(model, n, config.tp, config.ep, domain, config.ep_dispatcher))]
+    gather = cp_exchange(model, n, config.tp, config.cp, config.cp_impl).gather_bytes
+    return [("allgather", gather)] if gather else None
+
+
+def comm_known(
+    cluster: ClusterSpec, config, group: str, model: ModelSpec | None = None, workload: Workload | None = None
+) -> Known:
+    """How the collectives of ``group`` are known: from the measured nccl-tests table where it times them
+    (:func:`costmodel.physics.comm.collectives.collective_evidence`: ``--kernels measured``, the group inside one
+    node and its size inside the table's counts; the weakest kind of the layer's messages where ``model`` and
+    ``workload`` state them, else of a 1 MiB message), else the efficiency of the link they cross."""
     dim = _COMM[group]
     stride = group_stride(dim, config.tp, config.cp, config.dp, config.ep)
+    size = _group_size(config, dim)
     if dim == "pp":
         scope = "inter" if stride >= cluster.domain else "intra"
     else:
-        scope = layout(_group_size(config, dim), stride, cluster.domain).scope
-    if scope == "intra" and cluster.device.kernel_table:
-        t, ev = table_collective("all_gather", 1 << 20, 2, cluster.device)
-        if t is not None:
-            return Known("interpolated", f"inside a node: the measured nccl-tests table {ev.table}")
+        scope = layout(size, stride, cluster.domain).scope
+    msgs = _table_messages(model, workload, config, dim, cluster.domain) if scope == "intra" else None
+    if msgs is not None:
+        evs = [collective_evidence(kind, b, size, stride, cluster) for kind, b in msgs or [("allgather", 1 << 20)]]
+        if all(ev is not None for ev in evs):
+            worst = max(evs, key=lambda e: KINDS.index(e.kind))
+            sized = "" if msgs else " (message sizes not checked)"
+            note = f": {worst.note}" if worst.note else ""
+            return Known(worst.kind, f"inside a node: the measured nccl-tests table {worst.table}{sized}{note}")
     k = constant_evidence(cluster, f"{scope}_link.efficiency")
     where = "inside a node (NVLink)" if scope == "intra" else "across nodes (network)"
     return Known(k.kind, f"{where}: {k.basis}", k.untested)
@@ -194,7 +230,7 @@ def step_evidence(model: ModelSpec, cluster: ClusterSpec, workload: Workload, es
         elif key == "optimizer_s":
             entry = constant_evidence(cluster, "device.mem_bw_efficiency").to_dict()
         elif key.removesuffix("_exposed_s") in _COMM:
-            entry = comm_known(cluster, config, key.removesuffix("_exposed_s")).to_dict()
+            entry = comm_known(cluster, config, key.removesuffix("_exposed_s"), model, workload).to_dict()
         else:
             entry = Known("assumed", f"{key}: no evidence recorded").to_dict()
         out[key] = {**entry, "share": round(share, 3)}

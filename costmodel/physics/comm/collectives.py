@@ -40,6 +40,8 @@ reduce-scatter ``(p-1)/p``.
 
 NCCL picks the fastest algorithm for each message size; the model takes the minimum.
 
+* Measured tables (issue 38, ``--kernels measured``): see :func:`_table_times` and :func:`collective_evidence`.
+
 * Medium sizes: NCCL corrects its own tree model there ("Trees are not perfectly sticking to the
   model for medium sizes", tuning.cc ``treeCorrectionFactor``, ``ncclTopoGetAlgoTime``): the tree
   all-reduce's bandwidth is scaled by a factor per power of two of the size from 64 B (0.5 at
@@ -86,6 +88,10 @@ from costmodel.physics.comm.groups import layout, comm_scope
 Engines = Optional[Tuple[DmaEngineClass, int]]
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "p2p", "ring_p2p")
+
+#: None in the planner; a list: every :func:`collective_time_s` call appends ``(kind, nbytes, size, stride, cluster,
+#: algorithm)`` (``benchmarks/component_collectives.py --plans`` lists a plan's collectives so)
+TRACE: list | None = None
 
 
 #: NCCL's tree all-reduce reaches 0.92 of the ring's bus bandwidth (src/graph/tuning.cc,
@@ -352,6 +358,8 @@ def collective_time_s(
             f"nbytes: an array only for all-reduce, all-gather and reduce-scatter under 'ring', "
             f"not {kind} / {algorithm}"
         )
+    if TRACE is not None:
+        TRACE.append((kind, nbytes, size, stride, cluster, algorithm))
     intra_l, inter_l = cluster.intra_link, cluster.inter_link
     bi, be = link_bw_bytes_per_s(cluster, "intra", engines), link_bw_bytes_per_s(cluster, "inter", engines)
     if kind in ("p2p", "ring_p2p"):
@@ -361,6 +369,10 @@ def collective_time_s(
         return nbytes / (be if inter else bi) + (inter_l if inter else intra_l).latency_s
     lay = layout(size, stride, cluster.domain)
     k, nodes = lay.intra, lay.inter
+    if _table_times(kind, k, nodes, cluster, algorithm):
+        measured = _measured_intra_s(kind, nbytes, k, cluster, engines)
+        if measured is not None:
+            return measured
     if kind == "alltoall":
         if size <= 1 or nbytes <= 0:
             return 0.0
@@ -369,14 +381,35 @@ def collective_time_s(
         t_inter = nbytes * (size - k) / size / be
         alpha = intra_l.latency_s + (inter_l.latency_s if nodes > 1 else 0.0)
         return max(t_intra, t_inter) + alpha
-    if nodes == 1 and algorithm == "ring" and cluster.device.kernel_table and k > 1:
-        measured = _measured_intra_s(kind, nbytes, k, cluster, engines)
-        if measured is not None:
-            return measured
     if nodes == 1 and algorithm == "direct" and kind == "allreduce" and k > 1 and nbytes > 0:
         alpha = intra_l.latency_s
         return min((k - 1) * nbytes / bi + alpha, 2 * (k - 1) / k * nbytes / bi + 2 * alpha)
     return _nccl_s(kind, nbytes, k, nodes, cluster, bi, be)[0]
+
+
+#: the collectives the measured nccl-tests tables time (p2p and ring_p2p: none measured)
+TABLE_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
+
+
+def _table_times(kind: str, k: int, nodes: int, cluster: ClusterSpec, algorithm: str = "ring") -> bool:
+    """Whether the measured table may time this collective (issue 38): the device names a kernel table
+    (``--kernels measured``, :func:`costmodel.frameworks.stacks.with_measured_kernels`), the group sits in one
+    node / NVLink domain, NCCL runs it (not the ``direct`` peer reads of inference engines) and a table measures
+    the kind; whether the GPU has a table and the group's size is inside its counts,
+    :func:`costmodel.physics.kernels.measured.table_collective` decides (None: the modelled NCCL algorithms)."""
+    return nodes == 1 and k > 1 and algorithm == "ring" and kind in TABLE_KINDS and bool(cluster.device.kernel_table)
+
+
+def collective_evidence(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec):
+    """The :class:`costmodel.physics.tables.Evidence` of the table look-up that times this collective in
+    :func:`collective_time_s` (measured, interpolated or extrapolated, the table and why), or None where the
+    modelled NCCL algorithms time it (no kernel table set, across nodes, no table for the GPU, a group size
+    outside the table's counts, a kind no table measures)."""
+    lay = layout(size, stride, cluster.domain)
+    if nbytes <= 0 or not _table_times(kind, lay.intra, lay.inter, cluster):
+        return None
+    t, ev = table_collective(kind, float(nbytes), lay.intra, cluster.device)
+    return ev if t is not None else None
 
 
 def _measured_intra_s(kind: str, nbytes, k: int, cluster: ClusterSpec, engines: Engines):

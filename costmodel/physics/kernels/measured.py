@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from costmodel.physics.tables import KINDS, Evidence, collective_lookup, gemm_lookup, system_of
+from costmodel.physics.tables import KINDS, Evidence, collective_lookup, gemm_lookup, system_of, table_for
+from costmodel.physics.tables.collectives import OPS, counts as nccl_counts
 
 #: the table's dtype for a planner dtype (``fp8``: per-tensor scaled FP8, Transformer Engine's delayed and
 #: current scaling; DeepSeek's blockwise recipe is ``fp8_block``)
@@ -103,12 +104,31 @@ def table_evidence(shapes, dev, dtype: str) -> str:
 NCCL_STAND_IN = {k: v for k, v in STAND_IN.items() if k != "H800-SXM5-80GB"}
 
 
+@lru_cache(maxsize=256)
+def table_counts(system: str, kind: str) -> tuple[int, ...]:
+    """The GPU counts the newest NCCL table of ``system`` measured ``kind`` on (its ``half`` series; () without
+    one). A legacy table lacking the op is not the one a look-up reads first, so the newest table decides."""
+    choice = table_for(system, "nccl")
+    op = OPS.get(kind)
+    return tuple(nccl_counts(choice.file, op, "half")) if choice is not None and op else ()
+
+
 @lru_cache(maxsize=65536)
 def table_collective(kind: str, nbytes: float, ngpus: int, dev) -> tuple[float | None, Evidence]:
     """``(seconds, evidence)`` of one NCCL collective over ``ngpus`` GPUs of one node of ``dev`` from the measured
     nccl-tests table (``kind`` all-reduce, all-gather, reduce-scatter or all-to-all, ``nbytes`` nccl-tests' size),
-    or ``(None, evidence)`` where no table times it (then the modelled NCCL algorithms do)."""
+    or ``(None, evidence)`` where no table times it (then the modelled NCCL algorithms do).
+
+    Only inside the table's GPU counts (issue 38: "the fitted model only outside the table"): a group larger
+    than the largest count measured (an NVL72 domain's 8 or 16 GPUs against GB200's 2-4) or smaller than the
+    smallest is left to the model, not held at the nearest count's bus bandwidth. A count between two measured
+    ones is interpolated (:func:`costmodel.physics.tables.collective_lookup`); a message beyond the largest
+    measured size continues the last interval's law (``extrapolated``)."""
     system = NCCL_STAND_IN.get(dev.name) or system_of(dev)
     if system is None or nbytes <= 0:
         return None, Evidence("assumed", "", f"no measured NCCL table for {dev.name}")
+    ns = table_counts(system, kind)
+    if not ns or not ns[0] <= ngpus <= ns[-1]:
+        where = f"{ns[0]}-{ns[-1]}" if ns else "none"
+        return None, Evidence("assumed", "", f"{ngpus} GPUs outside the {system} table's counts ({where})")
     return collective_lookup(system, kind, nbytes, ngpus)

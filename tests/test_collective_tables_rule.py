@@ -1,0 +1,93 @@
+"""Intra-node collectives from the measured nccl-tests tables under ``--kernels measured`` (issue 38): the
+look-up rule. The table times a collective when the device names a kernel table, the group sits in one node /
+NVLink domain and its size is inside the GPU's table counts; the model times every other one. All-to-all (the EP
+dispatch) included; CP's ring send/recv has no table."""
+
+from dataclasses import replace
+
+import pytest
+
+from costmodel.physics.comm.collectives import collective_evidence, collective_time_s
+from costmodel.physics.kernels.measured import table_collective, table_counts
+from costmodel.physics.tables import collective_lookup
+from costmodel.spec.plan import ParallelConfig
+from costmodel.spec.presets import load_cluster, load_model
+from costmodel.spec.workload import Workload
+from costmodel.trust.evidence import comm_known
+
+
+def _measured(cl):
+    return replace(cl, device=replace(cl.device, kernel_table="trtllm"))
+
+
+B200 = load_cluster("b200").with_gpus(16)
+GB200 = load_cluster("gb200-nvl72").with_gpus(72)
+
+
+def test_the_tables_counts_bound_the_rule():
+    assert table_counts("b200_sxm", "alltoall") == (2, 4, 8)
+    assert table_counts("gb200", "allreduce") == (2, 4)
+    assert table_counts("gb200", "p2p") == ()
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter", "alltoall"])
+def test_an_intra_node_collective_is_the_table_time_under_kernels_measured(kind):
+    t, ev = collective_lookup("b200_sxm", kind, 134e6, 8)
+    assert collective_time_s(kind, 134e6, 8, 1, _measured(B200)) == pytest.approx(t)
+    assert collective_time_s(kind, 134e6, 8, 1, B200) != pytest.approx(t)  # the default: the model
+    assert collective_evidence(kind, 134e6, 8, 1, _measured(B200)) == ev
+    assert collective_evidence(kind, 134e6, 8, 1, B200) is None
+
+
+def test_the_8_gpu_b200_all_to_all_of_134_mb_is_the_tables_not_the_models():
+    table = collective_time_s("alltoall", 134e6, 8, 1, _measured(B200))
+    model = collective_time_s("alltoall", 134e6, 8, 1, B200)
+    assert 230e-6 < table < 255e-6 and model < 0.8 * table
+
+
+def test_a_count_between_the_tables_is_interpolated_one_outside_them_is_the_model():
+    t6, ev6 = table_collective("allgather", 1 << 24, 6, B200.device)
+    assert ev6.kind == "interpolated" and collective_time_s("allgather", 1 << 24, 6, 1, _measured(B200)) == t6
+    # an NVL72 domain's TP 8 lies beyond GB200's 2-4: no bus bandwidth held at 4, the model instead
+    t8, ev8 = table_collective("allgather", 1 << 24, 8, GB200.device)
+    assert t8 is None and "outside" in ev8.note
+    assert collective_time_s("allgather", 1 << 24, 8, 1, _measured(GB200)) == collective_time_s(
+        "allgather", 1 << 24, 8, 1, GB200
+    )
+    assert collective_evidence("allgather", 1 << 24, 8, 1, _measured(GB200)) is None
+    t4, _ = table_collective("allgather", 1 << 24, 4, GB200.device)
+    assert collective_time_s("allgather", 1 << 24, 4, 1, _measured(GB200)) == pytest.approx(t4)
+
+
+def test_across_nodes_and_send_recv_keep_the_model():
+    m = _measured(B200)
+    for kind, size, stride in (("alltoall", 16, 1), ("allreduce", 2, 8), ("ring_p2p", 4, 1), ("p2p", 2, 1)):
+        assert collective_time_s(kind, 1e8, size, stride, m) == collective_time_s(kind, 1e8, size, stride, B200)
+        assert collective_evidence(kind, 1e8, size, stride, m) is None
+    # the direct (peer-read) all-reduce of inference engines is not NCCL's
+    assert collective_time_s("allreduce", 1e6, 8, 1, m, algorithm="direct") == collective_time_s(
+        "allreduce", 1e6, 8, 1, B200, algorithm="direct"
+    )
+
+
+def test_evidence_says_measured_interpolated_or_extrapolated():
+    m = _measured(B200)
+    assert collective_evidence("allreduce", 1 << 20, 8, 1, m).kind == "measured"  # a grid point
+    assert collective_evidence("allreduce", 3e6, 8, 1, m).kind == "interpolated"
+    far = collective_evidence("allreduce", 4e9, 8, 1, m)
+    assert far.kind == "extrapolated" and far.distance > 2
+
+
+def test_comm_known_reports_the_looked_up_kind_for_tp_and_the_ep_all_to_all():
+    model, w = load_model("qwen3-30b-a3b"), Workload(global_batch=64, seq_len=4096)
+    cfg = ParallelConfig(tp=2, pp=1, dp=8, ep=8, mb=1, sp=True)
+    m = _measured(B200)
+    for group in ("tp", "ep"):
+        k = comm_known(m, cfg, group, model, w)
+        assert k.kind in ("measured", "interpolated") and "b200_sxm/nccl" in k.basis
+        assert comm_known(B200, cfg, group, model, w).kind not in ("measured", "interpolated")
+    # a DeepEP dispatch is not an NCCL all-to-all: the link's constant
+    deepep = replace(cfg, ep_dispatcher="deepep")
+    assert "table" not in comm_known(m, deepep, "ep", model, w).basis
+    # pipeline sends have no table
+    assert "table" not in comm_known(m, replace(cfg, pp=2, dp=4), "pp", model, w).basis
