@@ -26,21 +26,49 @@ read as text or printed labels; rows read off an axis are scored and printed on 
 
 ``--check`` exits 1 when there are fewer than 10 text/label rows at >= 1,000 GPUs or their mean
 |err| exceeds 10%, 0 otherwise, and says which.
+
+    python -m benchmarks.component_collectives --plans [--set all] [--step] [--verbose]
+
+``--plans`` (issue 38) compares, for every intra-node collective the published rows' plans issue (the
+best plan of each row of ``--set``; the sealed split is never read), the model's time
+(:func:`collective_time_s`, fitted constants) with the measured nccl-tests table's
+(:func:`costmodel.physics.kernels.measured.table_collective`, the time ``--kernels measured`` charges). The
+collectives are those the analytic engine asks :func:`collective_time_s` for, listed through its
+``TRACE`` (no message formula restated here); each is put under the dimension it runs over (TP: stride 1
+over ``tp`` ranks; EP: the all-to-all; CP: over ``cp`` ranks at CP's stride; DP: the rest) and the table's
+GPU generation. Per group: distinct collectives, the calls per step that carry them, the mean of
+``model / table - 1`` (signed and absolute) and the call-weighted ratio of the summed times. Groups whose
+size lies outside the table's GPU counts (an NVL72 domain's TP 8 against GB200's 2-4) and collectives no
+table measures (CP's ring send/recv) are counted apart: the model times them in both settings.
+``--step`` also predicts every row twice with the graph engine, the fitted constants everywhere and then
+the intra-node collectives from the tables (the GEMMs still fitted: only what ``--kernels measured`` would
+change in the collectives), each in its own process, and prints validate_published's regime table of both.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import multiprocessing
 import statistics
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks import results_io
 from benchmarks.component_rows import RowError
+from benchmarks.published import load_set, predict
 
+from costmodel import api
+from costmodel.engines.analytic import _layer_base, layer_timing
+from costmodel.physics.comm import collectives
 from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.physics.comm.groups import group_stride, layout
+from costmodel.physics.kernels.measured import NCCL_STAND_IN, generation, table_collective
+from costmodel.physics.tables import system_of
 from costmodel.spec.presets import load_cluster
 from costmodel.spec.specs import ClusterSpec
 
@@ -316,11 +344,151 @@ def record(argv, res: list[dict], s: dict, code: int, enabled: bool) -> None:
     )
 
 
+def _dimension(kind: str, size: int, stride: int, config) -> str:
+    """The parallel dimension a traced collective runs over (see the module docstring)."""
+    if kind == "alltoall":
+        return "EP"
+    if stride == 1 and size == config.tp:
+        return "TP"
+    if config.cp > 1 and size == config.cp and stride == group_stride("cp", config.tp, config.cp, config.dp):
+        return "CP"
+    return "DP"
+
+
+def plan_collectives(rows) -> dict:
+    """``{(cluster, dimension, kind, ranks, bytes): [calls, row ids]}`` of the intra-node collectives of
+    every row's best plan (analytic engine, fitted constants), read through :data:`collectives.TRACE`."""
+    found: dict = {}
+    for r in rows:
+        if r.skip:
+            continue
+        est, _ = predict(r, "analytic")
+        if est is None:
+            continue
+        layer_timing.cache_clear()  # every layer timed again, its collectives traced
+        _layer_base.cache_clear()
+        collectives.TRACE = []
+        try:
+            api.evaluate(r.model, r.cluster, r.workload, est.config, engine="analytic")
+        finally:
+            trace, collectives.TRACE = collectives.TRACE, None
+        for kind, nbytes, size, stride, cl, algorithm in trace:
+            lay = layout(size, stride, cl.domain)
+            if lay.inter != 1 or lay.intra <= 1 or algorithm != "ring" or kind == "p2p":
+                continue
+            for b in np.atleast_1d(np.asarray(nbytes, dtype=float)):
+                if b > 0:
+                    key = (cl, _dimension(kind, size, stride, est.config), kind, lay.intra, float(b))
+                    entry = found.setdefault(key, [0, set()])
+                    entry[0] += 1
+                    entry[1].add(r.row_id)
+    return found
+
+
+def compare_plans(found: dict) -> list[dict]:
+    """Model vs table per traced collective (``table_s`` None: no table times it; ``model_s`` at the row's
+    cluster with the fitted constants, the whole link to itself as the table's runs had it)."""
+    out = []
+    for (cl, dim, kind, k, b), (calls, row_ids) in found.items():
+        dev = cl.device
+        system = NCCL_STAND_IN.get(dev.name) or system_of(dev)
+        t_tab, ev = table_collective(kind, b, k, dev) if kind in collectives.TABLE_KINDS else (None, None)
+        out.append(
+            {
+                "device": dev,
+                "generation": generation(system) if system else "no table",
+                "dim": dim,
+                "kind": kind,
+                "ranks": k,
+                "bytes": b,
+                "calls": calls,
+                "rows": sorted(row_ids),
+                "table_s": t_tab,
+                "model_s": collectives.collective_time_s(kind, b, k, 1, cl),
+                "evidence": ev.kind if t_tab is not None else (ev.note if ev is not None else "no table of the kind"),
+            }
+        )
+    return out
+
+
+def report_plans(res: list[dict], verbose: bool = False, out=print) -> list[dict]:
+    """Per (generation, dimension, kind): model vs table (module docstring); the summary rows."""
+    if verbose:
+        out(
+            f"{'device':<24} {'dim':<3} {'kind':<13} {'k':>2} {'bytes':>11} {'model_us':>9} {'table_us':>9} {'err%':>7}  rows"
+        )
+        for x in sorted(res, key=lambda x: (x["generation"], x["dim"], x["kind"], x["ranks"], x["bytes"])):
+            tab = f"{x['table_s'] / US:9.1f}" if x["table_s"] else f"{'-':>9}"
+            err = f"{100 * (x['model_s'] / x['table_s'] - 1):+7.1f}" if x["table_s"] else f"{'':>7}"
+            out(
+                f"{x['device'].name[:24]:<24} {x['dim']:<3} {x['kind']:<13} {x['ranks']:>2} {x['bytes']:>11.4g} "
+                f"{x['model_s'] / US:9.1f} {tab} {err}  {','.join(map(str, x['rows'][:8]))} {x['evidence']}"
+            )
+        out("")
+    out(
+        f"{'generation':<10} {'dim':<3} {'kind':<13} {'n':>4} {'calls':>6} {'signed':>8} {'mean|e|':>8} "
+        f"{'sum ratio':>9}  {'untabled (n)':>12}"
+    )
+    table = []
+    keys = sorted({(x["generation"], x["dim"], x["kind"]) for x in res})
+    for gen, dim, kind in keys:
+        sel = [x for x in res if (x["generation"], x["dim"], x["kind"]) == (gen, dim, kind)]
+        tab = [x for x in sel if x["table_s"]]
+        errs = [x["model_s"] / x["table_s"] - 1 for x in tab]
+        ratio = (
+            sum(x["calls"] * x["model_s"] for x in tab) / sum(x["calls"] * x["table_s"] for x in tab) - 1
+            if tab
+            else None
+        )
+        row = {
+            "generation": gen,
+            "dim": dim,
+            "kind": kind,
+            "n": len(tab),
+            "calls": sum(x["calls"] for x in tab),
+            "signed %": results_io.pct(statistics.fmean(errs)) if errs else None,
+            "mean |err| %": results_io.pct(statistics.fmean(map(abs, errs))) if errs else None,
+            "sum ratio %": results_io.pct(ratio),
+            "untabled": len(sel) - len(tab),
+        }
+        table.append(row)
+        fmt = (
+            f"{100 * statistics.fmean(errs):+7.1f}% {100 * statistics.fmean(map(abs, errs)):7.1f}% {100 * ratio:+8.1f}%"
+            if errs
+            else f"{'-':>8} {'-':>8} {'-':>9}"
+        )
+        out(f"{gen:<10} {dim:<3} {kind:<13} {len(tab):>4} {row['calls']:>6} {fmt}  {row['untabled']:>12}")
+    return table
+
+
+def _step_rows(set_name: str, tables: bool) -> dict:
+    """validate_published's regime table over ``set_name`` (graph engine), with the intra-node collectives from
+    the measured tables when ``tables``: the rule of ``--kernels measured`` for collectives with the GEMMs left
+    to the fitted constants (no kernel table set). Run in a process of its own: the engines' caches hold one
+    setting."""
+    from benchmarks.validate_published import regime_table, run_rows
+
+    if tables:
+        collectives._table_times = _tables_always
+    return regime_table(run_rows(load_set(set_name), "graph", out=lambda *_: None))
+
+
+def _tables_always(kind, k, nodes, cluster, algorithm="ring"):
+    """:func:`collectives._table_times` without its kernel-table condition."""
+    return nodes == 1 and k > 1 and algorithm == "ring" and kind in collectives.TABLE_KINDS
+
+
 def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", type=Path, default=DATA, help="cases to score (default: the repository's data)")
     ap.add_argument("--check", action="store_true", help="exit 1 unless mean |err| <= 10%% at >= 1,000 GPUs")
+    ap.add_argument("--plans", action="store_true", help="model vs measured tables on the published plans' collectives")
+    ap.add_argument("--set", default="all", choices=("all", "dev", "new"), help="published rows for --plans")
+    ap.add_argument("--step", action="store_true", help="with --plans: the rows' step error both ways")
+    ap.add_argument("--verbose", action="store_true", help="with --plans: one line per distinct collective")
     a = ap.parse_args(argv)
+    if a.plans:
+        return plans_main(a)
     try:
         cases = load_cases(a.csv)
     except (OSError, RowError) as e:
@@ -338,6 +506,29 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         )
     record(argv, res, s, code, record_results and a.csv == DATA)
     return code if a.check else 0
+
+
+def plans_main(a) -> int:
+    rows = load_set(a.set)
+    pool = None
+    if a.step:  # both settings' step predictions, each in a fresh process, beside the look-ups below
+        ctx = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=ctx)
+        futs = [pool.submit(_step_rows, a.set, t) for t in (False, True)]
+    res = compare_plans(plan_collectives(rows))
+    print(f"intra-node collectives of the best plans of {a.set}'s rows: model (fitted) vs nccl-tests table")
+    print("(signed: + = the model slower than the table; sum ratio: call-weighted)\n")
+    report_plans(res, a.verbose)
+    if pool is not None:
+        from benchmarks.validate_published import print_regime_table
+
+        before, after = (f.result() for f in futs)
+        pool.shutdown()
+        print("\nvalidate_published regime table, graph engine, collectives from the model (fitted):")
+        print_regime_table(before)
+        print("\nthe same with the intra-node collectives from the measured tables (GEMMs fitted):")
+        print_regime_table(after)
+    return 0
 
 
 if __name__ == "__main__":
