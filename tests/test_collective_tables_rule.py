@@ -91,3 +91,16 @@ def test_comm_known_reports_the_looked_up_kind_for_tp_and_the_ep_all_to_all():
     assert "table" not in comm_known(m, deepep, "ep", model, w).basis
     # pipeline sends have no table
     assert "table" not in comm_known(m, replace(cfg, pp=2, dp=4), "pp", model, w).basis
+
+
+def test_the_plans_benchmark_lists_a_rows_intra_node_collectives_and_leaves_the_trace_off():
+    from benchmarks import component_collectives as cc
+    from benchmarks.published import load_set
+    from costmodel.physics.comm import collectives
+
+    rows = [r for r in load_set("dev") if not r.skip][:2]
+    res = cc.compare_plans(cc.plan_collectives(rows))
+    assert collectives.TRACE is None
+    tp = [x for x in res if x["dim"] == "TP"]
+    assert tp and all(x["table_s"] and x["model_s"] > 0 for x in tp)
+    assert {x["kind"] for x in tp} <= {"allreduce", "allgather", "reducescatter"}
