@@ -76,6 +76,22 @@ class ModelSpec:
         host sync). None / False: dropless (Megatron-Core's default). What they cost:
         :func:`costmodel.physics.kernels.moe_load.moe_imbalance` and the all-to-all's padded rows
         (:func:`costmodel.physics.comm.ep_dispatch.ep_alltoall_bytes`).
+    sliding_window, sliding_window_layers : a causal sliding window of ``sliding_window`` keys (0: none) on
+        ``sliding_window_layers`` of the layers, the others attending to the whole causal sequence (gpt-oss: 128
+        tokens on every other layer, Megatron-Core ``window_size=(128, 0)``, ``window_attn_skip_freq=2``; Hugging
+        Face ``layer_types``). Fused attention kernels skip the tiles outside the window
+        (:func:`costmodel.physics.kernels.arch_passes.window_time_ratio`); unfused attention computes the whole
+        score matrix either way.
+    attention_sinks : a learnable per-head logit in the softmax denominator (gpt-oss; Transformer Engine
+        ``softmax_type="learnable"``): inside cuDNN's fused attention for Megatron-Core, an eager rescale of
+        the attention output for NeMo AutoModel's FlexAttention (:func:`costmodel.physics.kernels.arch_passes.sink_rescale_s`).
+    linear_bias : every linear layer has a bias (gpt-oss; Megatron-Core ``add_bias_linear``): free in GEMM
+        epilogues, but the routed experts' biases are added per expert in eager PyTorch by the training
+        frameworks (:func:`costmodel.physics.kernels.arch_passes.expert_bias_bytes`).
+    activation_clamp : the gated activation's inputs are clamped to this magnitude (gpt-oss: 7.0, Megatron-Core
+        ``activation_func_clamp_value``; None: no clamp). The activation itself (gpt-oss's
+        ``quick_gelu(x) * (y + 1)``) moves the bytes of ``swiglu`` and is charged as it; the clamp's own passes are
+        charged where a framework runs them outside the fused kernel (:func:`costmodel.physics.kernels.arch_passes.clamp_bytes`).
     """
 
     name: str = "model"
@@ -115,6 +131,11 @@ class ModelSpec:
     router_topk_scaling_factor: float | None = None
     moe_capacity_factor: float | None = None
     moe_pad_to_capacity: bool = False
+    sliding_window: int = 0
+    sliding_window_layers: int = 0
+    attention_sinks: bool = False
+    linear_bias: bool = False
+    activation_clamp: float | None = None
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
@@ -193,6 +214,19 @@ class ModelSpec:
             raise SpecError("moe_pad_to_capacity", True, "false without moe_capacity_factor (no capacity to pad to)")
         for f in ("router_num_groups", "router_group_topk"):
             _positive_int(f, getattr(self, f), allow_zero=True)
+        for f in ("sliding_window", "sliding_window_layers"):
+            _positive_int(f, getattr(self, f), allow_zero=True)
+        if self.sliding_window_layers > self.layers:
+            raise SpecError("sliding_window_layers", self.sliding_window_layers, f"at most layers={self.layers}")
+        if bool(self.sliding_window) != bool(self.sliding_window_layers):
+            raise SpecError(
+                "sliding_window_layers", self.sliding_window_layers, "positive exactly when sliding_window is set"
+            )
+        for f in ("attention_sinks", "linear_bias"):
+            if not isinstance(getattr(self, f), bool):
+                raise SpecError(f, getattr(self, f), "true or false")
+        if self.activation_clamp is not None:
+            _positive("activation_clamp", self.activation_clamp)
 
     # ---- structure
     @property

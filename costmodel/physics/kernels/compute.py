@@ -30,6 +30,8 @@ from functools import lru_cache
 from costmodel.physics.kernels import dropout as _dropout
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.kernels.kernel_fits import attention_shape_factor
+from costmodel.physics.kernels.arch_passes import attention_arch_factors, expert_passes_s, rope_pass_s, sink_rescale_s
+from costmodel.physics.kernels.optimizer import ADAM_STEP_BYTES, optimizer_time_s  # noqa: F401  (re-exported)
 from costmodel.physics.kernels.kvcache import kv_dtype_bytes, kv_elements_per_token_layer
 from costmodel.spec.specs import DeviceSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -165,8 +167,9 @@ def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool, t
         rate = dev.peak_bf16_flops_per_s * dev.attention_efficiency
         d = model.head_dim + (model.qk_rope_head_dim if model.is_mla else 0)
         kv, causal = s / cp, cp == 1
-        fwd = 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "fwd"))
-        bwd = 2.5 * 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "bwd"))
+        f_fwd, f_bwd = attention_arch_factors(model, dev, b, s, cp, tp)  # sliding window, head dim (arch_passes)
+        fwd = f_fwd * 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "fwd"))
+        bwd = f_bwd * 2.5 * 0.5 * flops / (rate * attention_shape_factor(dev, kv, d, causal, "bwd"))
         return Op("attn_core", "attention", "attn", flops, fwd + dev.kernel_overhead_s, bwd + dev.kernel_overhead_s)
     # Unfused (Megatron 2021/22): batched QK^T and PV GEMMs over full s x s scores, with the
     # fused scale-mask-softmax (read 2 B, write 2 B per score) and dropout (read 2, write 2 + 1 B mask),
@@ -213,13 +216,15 @@ def layer_ops(
         kv_bytes,
         w.mode == "infer",
         c.fused_elementwise,
+        c.framework,
     )
 
 
 @lru_cache(maxsize=4096)
 def _layer_ops(
-    model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False, fused=True
-):
+    model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False, fused=True,
+    framework="megatron",
+):  # fmt: skip
     h = model.hidden
     n = mb if decode else mb * seq_len / cp  # tokens on this GPU
     n_sp = n / tp if sp else n  # tokens held by element-wise ops (sequence parallel shards them)
@@ -238,13 +243,19 @@ def _layer_ops(
         o_in = model.heads * model.head_dim / tp
         qk_width = model.heads * model.head_dim / tp + model.kv_dim / kv_rep
     ops.append(_gemm("qkv", "attn", n, qkv_width, h, dev, dtype))
+    stack = None if serving or decode else framework  # the training framework's eager passes
     if not fused:
         ops.append(_elementwise("rope", "attn", EAGER_ROPE_BYTES * n * qk_width, dev, EAGER_ROPE_KERNELS))
+    elif rope := rope_pass_s(model, dev, stack, n * qk_width):  # YaRN's eager passes
+        ops.append(Op("rope", "elementwise", "attn", 0.0, *rope))
     ops.append(
         _decode_attention(model, dev, mb, seq_len, tp, kv_bytes)
         if decode
         else _attention_core(model, dev, mb, seq_len, tp, cp, flash, not serving)
     )
+    sink_f, sink_b = sink_rescale_s(model, dev, n, tp, stack) if flash and not decode else (0.0, 0.0)
+    if sink_f:
+        ops.append(Op("sink_rescale", "elementwise", "attn", 0.0, sink_f, sink_b))
     ops.append(_gemm("attn_out", "attn", n, h, o_in, dev, dtype, comm_after=tp_comm))
     # bias-dropout-add: read out and residual, write sum, 1-byte mask (none at hidden_dropout 0, costmodel.physics.kernels.dropout)
     bda_bytes = (3 * ACT_BYTES + _dropout.mask_bytes(model.hidden_dropout, not serving)) * n_sp * h
@@ -252,7 +263,7 @@ def _layer_ops(
     ops.append(_elementwise("ln2", "mlp", norm_b * n_sp * h, dev, norm_k))
     gated = model.activation == "swiglu"
     if moe:
-        ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm, host_sync=not serving, n_route=n_sp))
+        ops.extend(_moe_ops(model, dev, dtype, n, tp, ep, gated, tp_comm, not serving, n_sp, stack))
     else:
         f = model.ffn_hidden / tp
         ops.append(_gemm("fc1", "mlp", n, f * (2 if gated else 1), h, dev, dtype))
@@ -266,8 +277,9 @@ def _layer_ops(
 
 
 def _moe_ops(
-    model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True, n_route: float | None = None
-) -> list[Op]:
+    model: ModelSpec, dev, dtype, n, tp, ep, gated, tp_comm, host_sync: bool = True, n_route: float | None = None,
+    stack: str | None = None,
+) -> list[Op]:  # fmt: skip
     """Router, token permutation, routed experts (grouped GEMM over this GPU's experts), shared experts.
 
     With EP each GPU holds ``experts / ep`` whole experts and receives ``n * topk`` token-slots in
@@ -281,6 +293,9 @@ def _moe_ops(
     and forward (recompute repeats it); serving engines run MoE under CUDA graphs without it, and so does
     Megatron-Core when padding to capacity (``ModelSpec.moe_pad_to_capacity``: static shapes, its dispatcher keeps
     ``cuda_sync_point = "no_sync"``, token_dispatcher.py@d98e8a6 ``preprocess``).
+
+    ``stack``: the training framework (``ParallelConfig.framework``) whose eager passes over the experts' rows are
+    charged (:func:`costmodel.physics.kernels.arch_passes.expert_passes_s`); None: none (serving).
 
     ``n_route``: the tokens this GPU routes (default ``n``). Under sequence parallelism each TP rank
     routes its own ``n / tp`` shard: Megatron-Core ``MoELayer.forward`` requires sequence parallelism
@@ -340,7 +355,11 @@ def _moe_ops(
     )
     down = _gemm("expert_fc2", "mlp", per_expert, h, f, dev, dtype, groups=active, ragged=ragged, streams=streams)
     act = _elementwise("expert_act", "mlp", (3 if gated else 2) * ACT_BYTES * slots * f, dev)
+    clamp_f, clamp_b, bias_f, bias_b = expert_passes_s(model, dev, stack, slots, f, active)
+    # the clamp's eager passes are inside the activation's recompute region (moe_act)
+    act = Op(act.name, act.kind, act.block, 0.0, act.fwd_s + clamp_f, act.bwd_s + clamp_b)
     fwd, bwd = up.fwd_s + down.fwd_s + act.fwd_s, up.bwd_s + down.bwd_s + act.bwd_s
+    fwd, bwd = fwd + bias_f, bwd + bias_b  # the experts' biases, added per local expert
     if ep > 1 and local_experts > 1:
         # tokens arriving from the EP ranks are regrouped by local expert before the GEMM and back
         # after it (Megatron-Core MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs), read + write
@@ -387,18 +406,6 @@ def embedding_op(model: ModelSpec, dev: DeviceSpec, w: Workload, c: ParallelConf
     """Embedding lookup on the first stage: a gather of ``n x h`` rows (memory-bound)."""
     n = c.mb * w.seq_len / c.cp
     return _elementwise("embedding", "embed", 3 * ACT_BYTES * n * model.hidden, dev)
-
-
-#: HBM bytes an Adam step moves per parameter, by the optimizer's dtype (``ParallelConfig.optimizer_dtype``):
-#: FP32 master, m, v and gradient read (16 B), master, m, v written (12 B) and the BF16 weight (2 B)
-#: (Rajbhandari et al. 2020, section 3.1 state layout); BF16 parameter, m, v and gradient read (8 B), the
-#: three written (6 B)
-ADAM_STEP_BYTES = {"fp32": 30.0, "bf16": 14.0}
-
-
-def optimizer_time_s(params_local: float, dev: DeviceSpec, optimizer_dtype: str = "fp32") -> float:
-    """Adam step over ``params_local`` parameters, HBM-bound (:data:`ADAM_STEP_BYTES` per parameter)."""
-    return elementwise_time_s(ADAM_STEP_BYTES[optimizer_dtype] * params_local, dev, kernels=4)
 
 
 @dataclass(frozen=True)
