@@ -21,7 +21,9 @@ inventory as :func:`costmodel.serving.phase._phase` (one place for the layer cos
   prompt, ``p = 0``, gives its ``0.5 * flops``).
 * decode attention: one query against each cached token, the roofline of
   :func:`costmodel.physics.kernels.compute._decode_attention` (KV bytes read, or FLOPs for MLA), linear in the
-  number of cached tokens the step's decodes read.
+  number of cached tokens the step's decodes read. The call's fixed time (the KV-cache write and the decode
+  kernel at small context, measured per GPU in AIConfigurator's generation-attention tables:
+  :mod:`costmodel.physics.kernels.decode_attention`, 9-12 us on Hopper and Blackwell) is in ``body_s``.
 
 Launches. Engines replay decode steps as CUDA graphs, so no per-step or per-layer launch term is charged: a
 step is the sum of its kernels and collectives. vLLM's default (``-O2``) is ``cudagraph_mode
@@ -61,6 +63,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from costmodel.physics.kernels.compute import _decode_attention, attention_flops
+from costmodel.physics.kernels.decode_attention import decode_attention_fixed_s
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.kernels.kvcache import kv_dtype_bytes
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -102,7 +105,8 @@ class StepCost:
         rate = dev.peak_bf16_flops_per_s * dev.attention_efficiency
         self.prefill_pair_s = model.layers * attention_flops(model, 1, 1, tp) / rate
         probe = _decode_attention(model, dev, 1, _PROBE_CTX, tp, kv_dtype_bytes(kv_dtype))
-        self.decode_ctx_s = model.layers * (probe.fwd_s - dev.kernel_overhead_s) / _PROBE_CTX
+        # the call's fixed time is in body_s (its attention op at one cached token); this is the cache reads
+        self.decode_ctx_s = model.layers * (probe.fwd_s - decode_attention_fixed_s(dev)) / _PROBE_CTX
         self._body: dict[tuple[int, int], float] = {}
         self._head: dict[int, float] = {}
         # time_s's memo of body_s / head_s by their exact arguments (a replay prices thousands of

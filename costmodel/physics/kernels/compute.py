@@ -36,6 +36,7 @@ from costmodel.physics.kernels.kvcache import kv_dtype_bytes, kv_elements_per_to
 from costmodel.spec.specs import DeviceSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.physics.kernels.measured import table_evidence
+from costmodel.physics.kernels.decode_attention import decode_attention_evidence, decode_attention_fixed_s
 from costmodel.physics.kernels.gemm import TE_GROUPED_GEMM_STREAMS, gemm_time_s, elementwise_time_s, grouped_gemm_time_s
 from costmodel.physics.kernels.moe_load import moe_imbalance
 from costmodel.physics.kernels.gemm import ACT_BYTES, gemm_class
@@ -87,7 +88,7 @@ class Op:
     wgrad_s: float = 0.0
     comm_after: str = ""
     act_s: float = 0.0  # the routed experts' activation function inside an ``experts`` op (Megatron's moe_act)
-    evidence: str = ""  # a GEMM timed from the measured tables: the weakest evidence of its three GEMMs
+    evidence: str = ""  # an op timed from the measured tables (a GEMM: the weakest of its three GEMMs)
 
 
 def _gemm(
@@ -137,18 +138,19 @@ def _decode_attention(model, dev, b: int, s: int, tp: int, kv_bytes: int) -> Op:
     """One new query per sequence against a cache of ``s`` tokens (inference decode step).
 
     A FlashDecoding-style kernel reads the whole KV cache once, so it is HBM-bound unless
-    many query heads share each cached byte (MLA): roofline of FLOPs and cache bytes.
+    many query heads share each cached byte (MLA): roofline of FLOPs and cache bytes, plus the call's
+    fixed time (the KV-cache write and the decode kernel at small context, measured per GPU:
+    :func:`costmodel.physics.kernels.decode_attention.decode_attention_fixed_s`; for MLA the GQA tables'
+    figure is assumed).
     """
     flops = attention_flops(model, b, s, tp, mla_absorbed=True)
     cache_bytes = b * s * kv_elements_per_token_layer(model, tp) * kv_bytes
-    t = (
-        max(
-            flops / (dev.peak_bf16_flops_per_s * dev.attention_efficiency),
-            cache_bytes / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency),
-        )
-        + dev.kernel_overhead_s
-    )
-    return Op("attn_core", "attention", "attn", flops, t, 0.0)
+    t = max(
+        flops / (dev.peak_bf16_flops_per_s * dev.attention_efficiency),
+        cache_bytes / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency),
+    ) + decode_attention_fixed_s(dev)
+    ev = "assumed" if model.is_mla else decode_attention_evidence(dev)
+    return Op("attn_core", "attention", "attn", flops, t, 0.0, evidence=ev)
 
 
 def _attention_core(model, dev, b: int, s: int, tp: int, cp: int, flash: bool, train: bool = True) -> Op:
