@@ -15,7 +15,7 @@ scheduler) run ``batch`` requests that all arrive at t = 0, one per client, meas
 ``continuous`` rows are a closed loop of ``batch`` clients on the engine's scheduler with its
 default settings, measured in steady state (genai-perf's stable windows), except rows measured with SGLang's
 ``bench_serving``, which are replayed as that tool runs (every request measured, the clients starting at once,
-output lengths drawn as its random dataset draws them: :func:`bench_serving_run`) (NIM rows: the TensorRT-LLM scheduler, the backend NIM uses for its optimized
+the run's own seeded request lengths and the warmup's cached prompt: :func:`bench_serving_run`) (NIM rows: the TensorRT-LLM scheduler, the backend NIM uses for its optimized
 profiles -- an assumption, the tables do not name the backend). ``tpot_ms`` is compared with
 the published inter-token latency (ITL); ``e2e_ms`` with a request's end-to-end latency, ``e2e_p99_ms`` with its
 99th percentile. ``ttft_ms`` and ``tpot_ms`` are means over the measured requests; ``ttft_p50_ms``, ``ttft_p90_ms``,
@@ -95,6 +95,51 @@ def row_problem(row: dict):
     return load_model(row["model"]), load_cluster(row["cluster"]).with_gpus(ints["gpus"]), w, c
 
 
+def _flag(cmd: str, name: str, default=None, kind=int):
+    """The value of ``--name`` in a command line, or ``default``."""
+    m = re.search(rf"--{name}\s+(\S+)", cmd)
+    return kind(m.group(1)) if m else default
+
+
+def bench_serving_requests(cmd: str) -> tuple[list, list] | None:
+    """The requests an SGLang ``bench_serving`` command sends, as that tool draws them (read in the
+    ``sglang-0.5.6`` wheel, ``python/sglang/bench_serving.py``): each one's ``(prompt, output)`` tokens in the order
+    sent, and its prompt tokens in the server's prefix cache when the run starts; ``None`` unless the command names
+    the random dataset and its lengths.
+
+    * **The lengths are seeded draws.** ``random.seed`` and ``np.random.seed(args.seed)`` (l. 2334-2335; ``--seed``
+      defaults to 1, l. 2683), then ``sample_random_requests`` (l. 1217-1236) draws every input length,
+      ``np.random.randint(max(int(L * r), 1), L + 1, size=num_prompts)``, and then every output length,
+      ``np.random.randint(int(O * r), O + 1, size=num_prompts)`` (``--random-range-ratio`` r defaults to 0.0,
+      l. 2605-2607). The requests are sent in that order (``get_request``, l. 1634-1671). numpy's legacy
+      ``RandomState`` stream is frozen (NEP 19), so these are the run's own lengths: the cookbook rows' stated totals
+      of input and of generated tokens are these draws' sums (``tests/test_bench_serving_requests.py``). An output
+      length drawn as 0 is replayed as 1 (the engine still prefills the prompt).
+    * **The warmup request leaves its prompt cached.** Before the timed run ``benchmark`` sends
+      ``--warmup-requests`` (default 1, l. 2793-2796) copies of ``input_requests[0]`` with at most 32 output tokens
+      (l. 1914-1927), and flushes the server's cache only in SGLang's CI or with ``--flush-cache`` (l. 1954-1955).
+      The radix cache is on by default (``disable_radix_cache`` False, ``srt/server_args.py`` l. 483), so the first
+      request finds its whole prompt cached: it prefills the last token only (``Req.init_next_round_input``,
+      ``srt/managers/schedule_batch.py`` l. 784-790: a match of at most ``len - 1`` tokens).
+    """
+    if _flag(cmd, "dataset-name", kind=str) != "random":
+        return None
+    L, O, n = (_flag(cmd, k) for k in ("random-input-len", "random-output-len", "num-prompts"))
+    if None in (L, O, n):
+        return None
+    import numpy as np
+
+    r = _flag(cmd, "random-range-ratio", 0.0, float)
+    state = np.random.RandomState(_flag(cmd, "seed", 1))  # np.random.seed(s) then np.random.randint: this stream
+    ins = state.randint(max(int(L * r), 1), L + 1, size=n)
+    outs = state.randint(int(O * r), O + 1, size=n)
+    lengths = [(int(a), max(1, int(b))) for a, b in zip(ins, outs)]
+    cached = [0] * n
+    if _flag(cmd, "warmup-requests", 1) > 0 and "--flush-cache" not in cmd:
+        cached[0] = lengths[0][0]
+    return lengths, cached
+
+
 def bench_serving_run(row: dict) -> dict:
     """Replay settings of a continuous row measured with SGLang's ``bench_serving`` (named in its
     ``source_location``), as that tool runs (read in the ``sglang-0.5.6`` wheel, the version these rows name;
@@ -107,16 +152,19 @@ def bench_serving_run(row: dict) -> dict:
       yields every request without waiting, ``benchmark`` creates one task per request (l. 2036-2044) and
       ``asyncio.Semaphore(max_concurrency)`` (l. 1878-1885) lets the first ``--max-concurrency`` of them send
       together; each later one is sent when a running one has returned.
-    * **Output lengths vary** (``output_spread``): the random dataset draws each output length uniformly from
-      ``[int(L * r), L]`` (``sample_random_requests``, l. 1227-1236; ``--random-range-ratio`` r defaults to 0.0,
-      l. 2605-2607), so about ``O * (1 +- (1 - r) / (1 + r))`` around the run's mean O; at r = 0 the widest spread
-      the replay takes, ``1 - 1/O``. Input lengths vary the same way; the replay keeps the run's mean.
+    * **The run's own requests** (``lengths``, ``cached``, :func:`bench_serving_requests`): the random dataset's
+      seeded input and output lengths, in the order sent, and the warmup request's prompt in the prefix cache.
+      Without them (another dataset), output lengths are drawn uniformly from ``[int(L * r), L]`` about the run's
+      mean O (``output_spread`` ``min((1 - r) / (1 + r), 1 - 1/O)``) and prompts keep the run's mean.
     """
     where = row.get("source_location", "")
     if row["batching"] != "continuous" or "bench_serving" not in where:
         return {}
-    m = re.search(r"--random-range-ratio\s+([0-9.]+)", where)
-    r = float(m.group(1)) if m else 0.0
+    req = bench_serving_requests(where)
+    if req is not None:
+        lengths, cached = req
+        return dict(measure="all", stagger=False, lengths=lengths, cached=cached, num_requests=len(lengths))
+    r = _flag(where, "random-range-ratio", 0.0, float)
     O = int(row["output_len"])
     spread = min((1 - r) / (1 + r), 1 - 1 / O) if O > 1 else 0.0
     return dict(measure="all", stagger=False, output_spread=spread)

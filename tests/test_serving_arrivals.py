@@ -118,7 +118,12 @@ def _row(source: str) -> dict:
 def test_bench_serving_rows_are_replayed_as_the_tool_runs():
     r = _row("sglang_cookbook_qwen3_235b_b200_2026")
     O = int(r["output_len"])
-    assert bench_serving_run(r) == dict(measure="all", stagger=False, output_spread=pytest.approx(1 - 1 / O))
+    # the random dataset: the run's own seeded requests (tests/test_bench_serving_requests.py)
+    kw = bench_serving_run(r)
+    assert (kw["measure"], kw["stagger"], kw["num_requests"]) == ("all", False, len(kw["lengths"]))
+    # without known draws (another dataset) the output lengths spread as the random dataset's would
+    other = dict(r, source_location=r["source_location"].replace("--dataset-name random", "--dataset-name sharegpt"))
+    assert bench_serving_run(other) == dict(measure="all", stagger=False, output_spread=pytest.approx(1 - 1 / O))
     assert bench_serving_run(_row("nim_llama33_70b")) == {}  # genai-perf: steady windows, as before
 
 

@@ -230,6 +230,8 @@ def evaluate_inference(
     ttft_target_s: float | None = None,
     tpot_target_s: float | None = None,
     memo: dict | None = None,
+    lengths=None,
+    cached=None,
 ) -> InferenceEstimate:
     """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config`` on ``engine``.
 
@@ -247,6 +249,10 @@ def evaluate_inference(
     :func:`~costmodel.serving.scheduler.simulate` but the token budget, and one whose budget never
     decided a step (``ServingStats.budget_need``) stands for every budget of at least what it
     scheduled: the engine loop then takes the same steps, so the figures are identical.
+
+    ``lengths`` / ``cached``: a benchmark's own requests, each one's ``(prompt, output)`` tokens in the order sent
+    and its prompt tokens already in the prefix cache (:func:`~costmodel.serving.scheduler.simulate`); the
+    workload's lengths are then their means.
     """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
@@ -286,6 +292,10 @@ def evaluate_inference(
         # a closed loop's client sends its next request once the last chunk is back (SGLang: engine_host)
         reissue_s=reissue_s(engine, I) if rate is None else 0.0,
     )
+    if lengths is not None:
+        sim["lengths"] = tuple(tuple(x) for x in lengths)
+    if cached is not None:
+        sim["cached"] = tuple(cached)
     st = _replay(sc, sched, sim, memo)
     st = with_request_path(st, request_path_s(engine, I), rate is None)  # the request's host hops (SGLang)
 

@@ -1,9 +1,39 @@
 """What a replay reports beyond its means (:func:`costmodel.serving.scheduler.simulate`): percentiles of its
-requests, and whether an open loop's engine keeps up with the arrivals (moved out of ``scheduler.py`` as they were)."""
+requests, and whether an open loop's engine keeps up with the arrivals (moved out of ``scheduler.py`` as they were);
+and the per-request lengths it replays (:func:`request_lengths`)."""
 
 from __future__ import annotations
 
 import math
+
+from costmodel.spec.errors import SpecError
+
+
+def request_lengths(lengths, cached, n: int, input_len: int):
+    """``(prompt tokens, output tokens or None, cached prompt tokens)``, one list each indexed by request, for
+    :func:`costmodel.serving.scheduler.simulate`: ``lengths`` gives each request's ``(prompt, output)`` (``None``:
+    every prompt ``input_len``, and the outputs are left to the replay); ``cached`` each one's prompt tokens in the
+    prefix cache (``None``: none). A cached prompt still computes its last token: SGLang matches at most ``len - 1``
+    tokens (``Req.init_next_round_input``, ``srt/managers/schedule_batch.py`` l. 784-790, sglang-0.5.6).
+
+    >>> request_lengths([(100, 3), (40, 1)], [100, 0], 2, 70)
+    ([100, 40], [3, 1], [99, 0])
+    """
+    ilen, olen = [input_len] * n, None
+    if lengths is not None:
+        pairs = [tuple(x) for x in lengths]
+        if (
+            len(pairs) != n
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for p in pairs for v in p)
+            or any(len(p) != 2 for p in pairs)
+        ):
+            raise SpecError("lengths", lengths, f"{n} (prompt, output) pairs of positive integers, one per request")
+        ilen, olen = [a for a, _ in pairs], [b for _, b in pairs]
+    if cached is None:
+        return ilen, olen, [0] * n
+    if len(cached) != n:
+        raise SpecError("cached", cached, f"{n} counts of cached prompt tokens, one per request")
+    return ilen, olen, [min(max(0, int(c)), a - 1) for c, a in zip(cached, ilen)]
 
 
 def percentile(xs: list, q: float) -> float:

@@ -29,6 +29,10 @@ in the next step); with ``sched.overlap`` (SGLang's overlap loop, :mod:`costmode
 is chosen when the step before it starts, so a request arriving mid-step is scheduled two steps on, and an eager
 prefill's host launch (``cost.host_s``) overlaps the step before: ``max(GPU, launch end - step start)``.
 
+A benchmark's own requests (``lengths``, ``cached``; issue 40): each request's prompt and output tokens in the order
+sent, and its prompt tokens already in the engine's prefix cache, of which it prefills the rest and at least the last
+(:func:`costmodel.serving.replay_stats.request_lengths`); its decodes read the whole prompt.
+
 Open loop: an arrival rate the engine cannot serve is reported as such (``overloaded``, the
 served rate and the growth of the queue, :func:`_overload`) rather than as the means of a finite
 replay. Percentiles (p50/p90/p99) of TTFT, TPOT and e2e come from the same requests as the means.
@@ -80,7 +84,7 @@ from dataclasses import dataclass, field
 
 from costmodel.spec.errors import SpecError
 from costmodel.serving.engines import SchedulerSpec
-from costmodel.serving.replay_stats import _of_sorted, _overload, percentile  # noqa: F401 (percentile re-exported)
+from costmodel.serving.replay_stats import _of_sorted, _overload, percentile, request_lengths  # noqa: F401
 
 #: closed-loop benchmarks send this many requests per client unless told otherwise
 REQUESTS_PER_CLIENT = 8
@@ -138,10 +142,15 @@ def simulate(
     arrival_cv: float = 1.0,
     stagger: bool = False,
     reissue_s: float = 0.0,
+    lengths=None,
+    cached=None,
 ) -> ServingStats:
     """Run the engine loop (module doc). ``cost.time_s(tokens=, sampled=, prefill_pairs=,
     decode_ctx=, micro_batches=)`` prices one step (:class:`costmodel.serving.step.StepCost`).
-    ``reissue_s`` and ``sched.overlap``: when a closed loop's next request reaches the scheduler (module doc)."""
+    ``reissue_s`` and ``sched.overlap``: when a closed loop's next request reaches the scheduler (module doc).
+    ``lengths``: each request's ``(prompt, output)`` tokens in the order the requests are sent (a benchmark whose
+    draws are known, ``num_requests`` of them; ``input_len`` / ``output_len`` stay the run's means, for ``stagger``);
+    ``cached``: each request's prompt tokens already in the engine's prefix cache (module doc)."""
     I, O, T = input_len, output_len, sched.token_budget
     _check_int("input_len", I)
     _check_int("output_len", O)
@@ -171,6 +180,10 @@ def simulate(
     _check_int("num_requests", n_req)
     if concurrency is not None:
         n_req = max(n_req, concurrency)
+    # per request (index: rid): prompt and output tokens, and the prompt tokens in the prefix cache (module doc)
+    ilen, olen, pre = request_lengths(lengths, cached, n_req, I)
+    if not sched.chunked and max(a - c for a, c in zip(ilen, pre)) > T:
+        raise SpecError("token_budget", T, f">= every prompt: {sched.engine} does not chunk prompts here")
 
     arrivals: list = []  # future arrivals, a heap of (time, rid) (ascending lists as built below)
     via_back = reissue_s > 0 or sched.overlap  # a client's next request among them (else waiting at once)
@@ -179,7 +192,9 @@ def simulate(
     # first token, finish, and the three latencies
     arr, adm, first, fin = [0.0] * n_req, [0.0] * n_req, [0.0] * n_req, [0.0] * n_req
     ttft, tpot, e2e = [0.0] * n_req, [0.0] * n_req, [0.0] * n_req
-    if output_spread == 0 or O == 1:
+    if olen is not None:
+        pass
+    elif output_spread == 0 or O == 1:
         olen = [O] * n_req
     else:  # uniform over O * (1 +- spread), mean O: clients whose requests end at different steps (drawn in rid order)
         lrng = random.Random(seed + 1)
@@ -211,7 +226,7 @@ def simulate(
     # decoding requests as finish tick * n_req + rid (one int orders as the pair (tick, rid))
     heap: list = []
     g0 = [0] * n_req  # the tick at which a request's decoding began
-    g0sum, d, G, t = 0, 0, 0, 0.0
+    g0sum, isum, d, G, t = 0, 0, 0, 0, 0.0  # isum: the decoding requests' prompt tokens
     done_n, steps, busy_integral = 0, 0, 0.0
     chunk_count = 0
     pp = max(1, micro_batches_max)
@@ -232,7 +247,7 @@ def simulate(
 
     lines: dict = {}  # (decodes, micro-batches) -> (time at no context, slope)
     chunked, mixed = sched.chunked, sched.mixed
-    need, bound = (0 if chunked else I), False  # ServingStats.budget_need
+    need, bound = (0 if chunked else max(a - c for a, c in zip(ilen, pre))), False  # ServingStats.budget_need
     heappop, heappush = heapq.heappop, heapq.heappush
     # cost.time_s by position (StepCost.price), else through its keywords
     price = getattr(cost, "price", None) or (
@@ -256,7 +271,7 @@ def simulate(
             waiting.append(heappop(arrivals)[1])
         running = len(prefilling) + d
         # decodes run unless the engine does not mix them with prompts and a prompt can be prefilled
-        decode_now = d > 0 and (mixed or not (prefilling or (waiting and running < limit and (chunked or I <= T))))
+        decode_now = d > 0 and (mixed or not (prefilling or (waiting and running < limit)))
         # the step's prompt chunks, priced as they are scheduled (the prompts advance at once: nothing
         # reads them again before the step ends): causal pairs (step.chunk_pairs, summed in schedule
         # order), prompt tokens, prompts completing
@@ -267,7 +282,7 @@ def simulate(
                 if budget <= 0:
                     break
                 done = e[1]
-                left = I - done
+                left = ilen[e[0]] - done
                 c = (left if left < budget else budget) if chunked else (left if left <= budget else 0)
                 if c <= 0:
                     break
@@ -280,16 +295,19 @@ def simulate(
                 else:
                     completing += 1
                 budget -= c
-            while waiting and budget > 0 and running < limit and (chunked or I <= budget):
+            while (
+                waiting and budget > 0 and running < limit and (chunked or ilen[waiting[0]] - pre[waiting[0]] <= budget)
+            ):
                 rid = waiting.popleft()
                 adm[rid] = t
-                c = I if I < budget else budget
-                prefilling.append([rid, c])
+                done, left = pre[rid], ilen[rid] - pre[rid]
+                c = left if left < budget else budget
+                prefilling.append([rid, done + c])
                 running += 1
                 chunks += 1
-                pairs += c * (0 + c / 2.0)
+                pairs += c * (done + c / 2.0)
                 ptokens += c
-                if c < I:
+                if c < left:
                     cut = True
                 else:
                     completing += 1
@@ -310,7 +328,7 @@ def simulate(
                 prev_dt = 0.0
                 continue
             raise SpecError("kv_capacity", kv_capacity, "enough for one request (the engine cannot progress)")
-        ctx0 = d * (I + G + 1) - g0sum if decode_now else 0  # cached tokens the decodes read at tick G+1
+        ctx0 = isum + d * (G + 1) - g0sum if decode_now else 0  # cached tokens the decodes read at tick G+1
         if not chunks and not (waiting and running < limit):
             # decode-only stretch up to the next finish (or arrival): context grows d tokens a step
             k = heap[0] // n_req - G
@@ -357,6 +375,7 @@ def simulate(
             rid = heappop(heap) % n_req
             d -= 1
             g0sum -= g0[rid]
+            isum -= ilen[rid]
             done_n += 1
             tpot[rid] = (t - first[rid]) / (olen[rid] - 1)  # more than one output token: it decoded
             e2e[rid] = t - arr[rid]
@@ -368,7 +387,7 @@ def simulate(
                 else:
                     waiting.append(issued)
                 issued += 1
-        while prefilling and prefilling[0][1] >= I:
+        while prefilling and prefilling[0][1] >= ilen[prefilling[0][0]]:
             rid = prefilling.popleft()[0]
             first[rid] = t
             ttft[rid] = t - arr[rid]
@@ -377,6 +396,7 @@ def simulate(
             else:
                 g0[rid] = G
                 g0sum += G
+                isum += ilen[rid]
                 d += 1
                 heappush(heap, (G + olen[rid] - 1) * n_req + rid)
     steady = measure == "steady" and concurrency is not None and n_req > concurrency
