@@ -81,8 +81,9 @@ def evaluate(
 
     config = with_best_layout(m, cl if cl.num_gpus else cl.with_gpus(config.gpus), workload, config)
     est = _evaluate(m, cl, workload, config)
-    from .report import with_trust  # the 80% band and the published-MFU check
+    from .report import warn_if_tight, with_trust  # the 80% band and the published-MFU check
 
+    warn_if_tight(est)  # the user's plan: a tight one is evaluated with a warning (issue 42)
     return with_trust(est, m, cl if cl.num_gpus else cl.with_gpus(config.gpus), workload)
 
 
@@ -189,7 +190,10 @@ def recommend(
     plan, its ``.reported`` estimate with the 80% band), ``.objective_s``, ``.bound_s``, ``.gap``,
     ``.time_s``. A problem with no plan that fits does not raise: ``.status`` is ``"INFEASIBLE"``,
     ``.best`` is None, ``.explanation`` says why and ``.changes`` lists the smallest changes that give
-    it a plan (:meth:`planner.Planner.recommend` answers the same way).
+    it a plan (:meth:`planner.Planner.recommend` answers the same way). With every degree pinned (the user's plan),
+    one over the usable HBM only by the assumed fragmentation allowance is the answer, ``.memory_verdict``
+    ``"tight"`` (else ``"fits"``), with ``.memory_warning`` issued as a :class:`UserWarning`
+    (:mod:`costmodel.physics.memory.verdict`); a free search never answers a tight plan.
 
     Examples
     --------
@@ -263,6 +267,10 @@ def recommend(
         result = solve(problem, options)
     if refuse_pins and result.stats.refused is not None:  # solve checked the pins once and answered with the rule
         check_pins(problem)  # the same check: raises that rule's SpecError
+    if result.memory_warning:  # every degree pinned, over only by the assumed fragmentation allowance (issue 42)
+        import warnings
+
+        warnings.warn(result.memory_warning, stacklevel=2)
     result.dispatchers = None
     if not robust and objective == "step" and not pareto and framework == "megatron" and m.is_moe:
         if "ep_dispatcher" not in dict(problem.options):
@@ -305,6 +313,8 @@ def _with_best_dispatcher(problem, options, result, deadline):
     searched = "no"
     if fastest != best.config.ep_dispatcher and times[fastest] < (1 - 1e-3) * times[best.config.ep_dispatcher]:
         left = None if deadline is None else deadline - time.perf_counter()
+        # an answer that fits is not traded for a tight one (search.solve._pinned_tight)
+        options = replace(options, pinned_tight=options.pinned_tight and bool(result.memory_warning))
         searched = "time limit"
         if left is None or left > 1.0:
             again = solve(

@@ -28,6 +28,7 @@ from costmodel.frameworks.defaults import framework_defaults
 from costmodel.frameworks.rules import moe_needs_sp
 
 from .flags import config_from_args, framework_from_args, problem_of
+from .report import warn_if_tight
 from .tuning import TUNING, chosen_knobs, fmt_knob
 
 #: the flags that state a stage split (with pp > 1 and none of them, the split is completed too)
@@ -191,7 +192,9 @@ def priced(model, cluster, workload, config):
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
     config = with_best_layout(model, cluster, workload, config)  # layers not divisible by pp*vp, no split given
-    return evaluate(model, cluster, workload, config)
+    est = evaluate(model, cluster, workload, config)
+    warn_if_tight(est)  # the user's plan: a tight one is evaluated with a warning (issue 42)
+    return est
 
 
 def evaluate_stated(args: argparse.Namespace, model, cluster, workload):

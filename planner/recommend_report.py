@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from costmodel.spec.errors import InfeasibleConfig
+from costmodel.physics.memory.stage_memory import FRAGMENTATION
 from costmodel.spec.units import GiB
 from costmodel.training.estimate import DEFAULT_ENGINE
 
@@ -418,9 +419,11 @@ def report_text(result, model, cluster, workload) -> str:
     if reserved:
         lines.append(
             f"memory: peak includes {reserved / GiB:.1f} GiB reserved per GPU (CUDA context, cuBLAS "
-            "workspaces, NCCL buffers of each communicator, 5% allocator fragmentation); "
+            f"workspaces, NCCL buffers of each communicator, {100 * FRAGMENTATION:g}% allocator fragmentation); "
             "--headroom-gib keeps more free"
         )
+    if result.memory_warning:  # a pinned plan over only by the assumed allowance (search.solve._pinned_tight)
+        lines.append(f"{result.memory_warning} (accepted because every degree is pinned; a free search rejects it)")
     lines += [f"note: {n}" for n in best.notes if "MFU" in n]  # best: with its band (planner.recommend)
     lines += [f"note: band: {n}" for n in best.band_notes]
     if getattr(best, "evidence_summary", ""):  # how each part of the best plan's prediction is known (issue 38)

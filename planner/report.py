@@ -16,9 +16,12 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 from dataclasses import asdict
 
 from costmodel.physics.comm import dma
+from costmodel.physics.memory.stage_memory import allowance_bytes
+from costmodel.physics.memory.verdict import FITS, TIGHT, memory_verdict, tight_warning
 from costmodel.training.estimate import Estimate
 from costmodel.trust.memory_margin import MEMORY_MARGIN, at_risk
 from costmodel.spec.presets import cluster_to_dict, model_to_dict
@@ -180,6 +183,36 @@ def config_line(est: Estimate) -> str:
     return " ".join(f"{k}={_onoff(v) if not isinstance(v, float) else f'{v:g}'}" for k, v in d.items() if v is not None)
 
 
+def warn_if_tight(est: Estimate) -> None:
+    """A plan the user gave that is over HBM only by the assumed fragmentation allowance (``tight``,
+    :mod:`costmodel.physics.memory.verdict`) is evaluated with a one-line warning naming both peaks (issue 42)."""
+    if est.memory_verdict == TIGHT:
+        warnings.warn(
+            tight_warning(est.peak_memory_bytes, est.peak_memory_without_allowance_bytes, est.hbm_bytes), stacklevel=3
+        )
+
+
+def fits_text(est: Estimate) -> str:
+    """The ``fits`` line's value: ``yes`` (with the margin's risk), ``tight`` with the peak without the assumed
+    allowance, or ``NO`` (:attr:`Estimate.memory_verdict`)."""
+    verdict = est.memory_verdict
+    if verdict == FITS:
+        return "yes" + _risk(est)
+    if verdict == TIGHT:
+        return (
+            f"tight: over HBM only by the assumed fragmentation allowance, "
+            f"{_gib(est.peak_memory_without_allowance_bytes)} GiB without it; it may not fit"
+        )
+    return "NO"
+
+
+def _stage_fits(m: dict, hbm_bytes: float) -> str:
+    """``yes``, ``tight`` or ``NO`` of one stage (its ``StageMemory.to_dict``) against ``hbm_bytes``."""
+    total = m["total_bytes"]
+    verdict = memory_verdict(total, total - allowance_bytes(m["activations_bytes"]), hbm_bytes)
+    return {FITS: "yes", TIGHT: "tight"}.get(verdict, "NO")
+
+
 def _risk(est: Estimate) -> str:
     """A plan that fits only if the memory model errs less than it did on measured runs says so."""
     if not est.fits or not at_risk(est.peak_memory_bytes, est.hbm_bytes):
@@ -207,7 +240,7 @@ def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
             _gib(m.get("allocated_bytes", m["total_bytes"] - m["reserved_bytes"])),
             _gib(m["reserved_bytes"]),
             _gib(m["total_bytes"]),
-            "yes" if m["total_bytes"] <= est.hbm_bytes else "NO",
+            _stage_fits(m, est.hbm_bytes),
         ]
         for m in shown
     ]
@@ -231,9 +264,15 @@ def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
     ]
     if len(shown) < len(stages):
         out.append(f"({len(stages) - len(shown)} more stages not shown; --json lists all)")
-    over = [m["stage"] for m in stages if m["total_bytes"] > est.hbm_bytes]
+    over = [m["stage"] for m in stages if _stage_fits(m, est.hbm_bytes) == "NO"]
+    tight = [m["stage"] for m in stages if _stage_fits(m, est.hbm_bytes) == "tight"]
     if over:
         out.append(f"does not fit: stage(s) {', '.join(map(str, over))} exceed {_gib(est.hbm_bytes)} GiB HBM")
+    if tight:
+        out.append(
+            f"tight: stage(s) {', '.join(map(str, tight))} exceed {_gib(est.hbm_bytes)} GiB HBM only by the assumed "
+            "fragmentation allowance"
+        )
     return out
 
 
@@ -290,7 +329,7 @@ def estimate_text(
         f"  FLOP convention: {est.flop_convention}",
         f"peak memory/GPU       {_gib(est.peak_memory_bytes)} GiB of {_gib(est.hbm_bytes)} GiB HBM "
         f"(stage {peak_stage})",
-        f"fits                  {'yes' if est.fits else 'NO'}" + _risk(est),
+        f"fits                  {fits_text(est)}",
         "",
         "memory per GPU by pipeline stage (GiB)",
         *memory_lines(est),

@@ -37,6 +37,7 @@ from costmodel.training.fastpath import Score, Scorer
 from search.options import ANSWER_OPTIONS, PREFER_DEFAULT
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model
+from .report import warn_if_tight
 
 __all__ = ["Planner", "Score"]
 
@@ -166,9 +167,9 @@ class Planner:
         m, cl, w, _ = self._problem()
         config = self.config(config, **fields_)
         check_runnable(config, cl.device)  # as evaluate_many: the same plan is invalid either way (issue 42)
-        if engine is None:
-            return _evaluate(m, cl, w, config)
-        return _evaluate(m, cl, w, config, engine=engine)
+        est = _evaluate(m, cl, w, config) if engine is None else _evaluate(m, cl, w, config, engine=engine)
+        warn_if_tight(est)  # the user's plan: a tight one is evaluated with a warning (issue 42)
+        return est
 
     def evaluate_many(self, configs, *, exact: bool = False) -> list[Score]:
         """One :class:`Score` per config, in order; invalid configs get ``status="invalid"``.

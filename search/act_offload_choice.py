@@ -124,7 +124,7 @@ def better(p: Problem, res: SolveResult, options, solve, start: float, deadline:
         best_s = math.inf
     else:
         return res
-    inner = replace(options, offload=False, act_offload=False)
+    inner = replace(options, offload=False, act_offload=False, pinned_tight=False)
     stats, out = _fewest_answer(p, p, best_s, inner, deadline, solve)
     if out is not None and out.margin_kept is False and out.graph_objective_s is not None:
         kept, alt = _fewest_answer(p, p.with_margin(options.memory_margin), best_s, inner, deadline, solve)

@@ -104,7 +104,7 @@ def when_nothing_fits(p: Problem, res: SolveResult, options, solve, start: float
         if left <= 0:
             proven = False
             break
-        r = solve(q, replace(options, time_limit_s=left, explain=False))
+        r = solve(q, replace(options, time_limit_s=left, explain=False, pinned_tight=False))
         f = dict(q.options)["optimizer_offload_fraction"]
         tried.append(
             {"fraction": f, "status": r.status, "time_s": r.time_s, "step_time_s": _time_s(r) if r.plans else None}

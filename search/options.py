@@ -59,6 +59,9 @@ class SolveOptions:
         op-graph time is within this fraction of the at-risk one's; the other plan is kept beside it
         (``SolveResult.margin_alternative``). ``None``: ``band`` (a gain the engines cannot tell apart);
         ``math.inf``: always, the safe plan is the answer (:data:`PREFER`, ``planner recommend --prefer``).
+    pinned_tight : when no plan fits and the user pinned every degree, accept the plan that fits only without the
+        assumed fragmentation allowance, ``tight`` (``search.solve._pinned_tight``, :mod:`costmodel.physics.memory.verdict`);
+        off in the searches a search runs inside itself (the offloads', the margin's), whose answers must fit.
     """
 
     time_limit_s: float = 10.0
@@ -77,6 +80,7 @@ class SolveOptions:
     offload: bool = True
     act_offload: bool = True
     margin_cost: float | None = None
+    pinned_tight: bool = True
 
     @property
     def margin_cost_or_band(self) -> float:

@@ -37,6 +37,7 @@ from costmodel.spec.bounds import _positive
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import GiB
+from costmodel.physics.memory.stage_memory import FRAGMENTATION
 
 #: config variables a user may fix, bound or exclude (``recompute_layers`` 0 = all layers)
 VARIABLES = (
@@ -257,6 +258,10 @@ class Problem:
     #: modules and the EP dispatcher (a stack choice), not search variables (``recompute_modules`` applies to
     #: the selective-recompute plans, ``ep_dispatcher`` to those with ep > 1)
     options: tuple = ()
+    #: the fit tests charge the assumed allocator fragmentation allowance (``FRAGMENTATION`` of the activations,
+    #: :func:`costmodel.physics.memory.stage_memory.reserved_bytes`); False only in ``search.solve``'s second look at a
+    #: plan whose every degree the user pinned and that fits only without it (:mod:`costmodel.physics.memory.verdict`)
+    fragmentation_allowance: bool = True
 
     def __post_init__(self):
         if self.framework not in FRAMEWORKS:
@@ -369,6 +374,19 @@ class Problem:
     def hbm_cap_bytes(self) -> float:
         """Memory a stage may use: HBM minus the user's headroom."""
         return self.cluster.device.hbm_bytes - self.limits.headroom_bytes
+
+    @property
+    def fragmentation(self) -> float:
+        """The fragmentation fraction the fit tests charge: :data:`~costmodel.physics.memory.stage_memory.FRAGMENTATION`,
+        or 0.0 without the allowance (:attr:`fragmentation_allowance`)."""
+        return FRAGMENTATION if self.fragmentation_allowance else 0.0
+
+    @property
+    def degrees_pinned(self) -> bool:
+        """Whether the user gave every degree (``tp``, ``pp``, ``dp``, ``cp`` pinned, one of them implied by the GPU
+        count; ``ep`` too for an MoE model): the plan is the user's, not the search's choice."""
+        fixed = self.limits.fixed
+        return sum(k not in fixed for k in ("tp", "pp", "dp", "cp")) <= 1 and ("ep" in fixed or not self.model.is_moe)
 
     def with_margin(self, fraction: float) -> "Problem":
         """This problem with ``fraction`` of its :attr:`hbm_cap_bytes` added to the headroom: the problem whose plans

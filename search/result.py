@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from costmodel.physics.memory.verdict import FITS, TIGHT
 from costmodel.spec.plan import ParallelConfig
 from costmodel.training.estimate import Estimate
 from costmodel.spec.units import GiB
@@ -92,6 +93,17 @@ class SolveResult:
     margin_alternative: Plan | None = None  # that plan (the fast one at risk, or the safe one), shown beside the answer
     margin_cost: float | None = None  # SolveOptions.margin_cost_or_band: what keeping the margin may cost (inf: any)
     robust: dict | None = None  # search.robust: step time per scenario of the robust and nominal plans
+    #: set only when the answer is a pinned plan over HBM less headroom only by the assumed fragmentation allowance
+    #: (search.solve._pinned_tight): the one-line warning (costmodel.physics.memory.verdict.tight_warning)
+    memory_warning: str = ""
+
+    @property
+    def memory_verdict(self) -> str | None:
+        """The answer's memory verdict against HBM less headroom (:mod:`costmodel.physics.memory.verdict`): ``fits``,
+        ``tight`` (a pinned plan accepted with :attr:`memory_warning`), or None without an answer."""
+        if not self.plans:
+            return None
+        return TIGHT if self.memory_warning else FITS
 
     @property
     def best(self) -> Plan | None:
@@ -126,6 +138,8 @@ class SolveResult:
             "stats": self.stats.to_dict(),
             "explanation": self.explanation,
             "changes": list(self.changes),
+            "memory_verdict": self.memory_verdict,
+            **({"memory_warning": self.memory_warning} if self.memory_warning else {}),
             **self.rescore_dict(),
             **({"robust": self.robust} if self.robust else {}),
         }

@@ -79,7 +79,8 @@ def solve_robust(p: Problem, options: SolveOptions = SolveOptions()) -> SolveRes
     """The plan with the least worst-case step time over the scenarios (see the module doc)."""
     start = time.perf_counter()
     deadline = start + options.time_limit_s
-    nominal = solve(p, replace(options, rescore=False, time_limit_s=options.time_limit_s / 3))
+    # the nominal plan must fit: the robust search's own fit tests charge the fragmentation allowance
+    nominal = solve(p, replace(options, rescore=False, pinned_tight=False, time_limit_s=options.time_limit_s / 3))
     if not nominal.plans:
         return nominal
     scen = scenarios(p.cluster)

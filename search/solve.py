@@ -28,6 +28,7 @@ import math
 import time
 from dataclasses import replace
 
+from costmodel.physics.memory.verdict import TIGHT, memory_verdict, tight_warning
 from costmodel.spec.errors import SpecError
 
 from .act_offload_choice import better as act_offload_if_faster
@@ -101,7 +102,43 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     res = _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
     res = _keep_margin(p, res, options, start, deadline, tables)
     res = act_offload_if_faster(p, res, options, solve, start, deadline)  # activation CPU offload, if it wins
-    return when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits
+    res = when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits
+    return _pinned_tight(p, res, options, start, deadline)  # the user's plan over only by the assumed allowance
+
+
+def _pinned_tight(p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float) -> SolveResult:
+    """Issue 42: a plan whose every degree the user pinned (:attr:`search.problem.Problem.degrees_pinned`) and that
+    fits only without the assumed fragmentation allowance is accepted, ``tight``
+    (:mod:`costmodel.physics.memory.verdict`). Only where nothing else answers (INFEASIBLE, not a refused pin, after
+    both offloads looked) is the problem solved once more with the fit tests charging no allowance
+    (:attr:`~search.problem.Problem.fragmentation_allowance` False; the offloads the user did not state not offered
+    again); its answer, if any, is the result with ``memory_verdict`` ``tight`` and ``memory_warning`` the one line
+    that says so. A free search (some degree left to the search) never takes this path: it would exploit the
+    optimism of leaving out an allowance whose size is assumed."""
+    if (
+        not options.pinned_tight
+        or res.status != INFEASIBLE
+        or res.plans
+        or res.stats.refused is not None
+        or not p.fragmentation_allowance
+        or not p.degrees_pinned
+        or time.perf_counter() >= deadline
+    ):
+        return res
+    loose = replace(p, fragmentation_allowance=False)
+    left = max(0.05, deadline - time.perf_counter())
+    alt = solve(loose, replace(options, time_limit_s=left, offload=False, act_offload=False, explain=False))
+    if not alt.plans:
+        res.time_s = time.perf_counter() - start
+        return res
+    est = alt.best.reported
+    peak, without = est.peak_memory_bytes, est.peak_memory_without_allowance_bytes
+    if memory_verdict(peak, without, p.hbm_cap_bytes) != TIGHT:  # tables and evaluate disagree: not this path's
+        res.time_s = time.perf_counter() - start
+        return res
+    alt.memory_warning = tight_warning(peak, without, p.hbm_cap_bytes)
+    alt.time_s = time.perf_counter() - start
+    return alt
 
 
 def _keep_margin(
@@ -121,7 +158,13 @@ def _keep_margin(
     lean = p.with_margin(options.memory_margin)
     alt = solve(
         lean,
-        replace(options, memory_margin=0.0, act_offload=False, time_limit_s=max(0.05, deadline - time.perf_counter())),
+        replace(
+            options,
+            memory_margin=0.0,
+            act_offload=False,
+            pinned_tight=False,
+            time_limit_s=max(0.05, deadline - time.perf_counter()),
+        ),
         tables.with_problem(lean),
     )  # the times already tabled, the fits anew
     if not alt.plans or alt.graph_objective_s is None:

@@ -32,6 +32,7 @@ from costmodel.spec.layout import of as layout_of
 from costmodel.physics.mechanics import act_offload, fg_offload
 from costmodel.physics.memory.stage_memory import memory_per_stage
 from costmodel.physics.memory.stage_contents import layer_counts
+from costmodel.physics.memory.verdict import memory_verdict as verdict_of, peak_without_allowance
 from costmodel.compose.overlap import TRAINING_STRATEGIES, overlap_rate
 from costmodel.compose.step import Composition, compose
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -75,6 +76,18 @@ class Estimate:
     evidence: dict = field(default_factory=dict)  # how each component is known (costmodel.trust.evidence)
     evidence_summary: str = ""  # the same in one line
 
+    @property
+    def peak_memory_without_allowance_bytes(self) -> float:
+        """The peak per GPU less the assumed allocator fragmentation allowance
+        (:func:`costmodel.physics.memory.verdict.peak_without_allowance`)."""
+        return peak_without_allowance(self.memory) if self.memory else self.peak_memory_bytes
+
+    @property
+    def memory_verdict(self) -> str:
+        """``fits``, ``tight`` or ``does not fit`` against the HBM (:func:`costmodel.physics.memory.verdict.memory_verdict`;
+        :attr:`fits` holds for the first alone)."""
+        return verdict_of(self.peak_memory_bytes, self.peak_memory_without_allowance_bytes, self.hbm_bytes)
+
     def to_dict(self) -> dict:
         """Plain JSON-ready values with the keys of DESIGN.md."""
         return {
@@ -91,6 +104,8 @@ class Estimate:
             "peak_memory_bytes": self.peak_memory_bytes,
             "hbm_bytes": self.hbm_bytes,
             "fits": self.fits,
+            "memory_verdict": self.memory_verdict,
+            "peak_memory_without_allowance_bytes": self.peak_memory_without_allowance_bytes,
             "breakdown": dict(self.breakdown),
             "comm_link_s": dict(self.comm_link_s),
             "comm_exposed_s": dict(self.comm_exposed_s),

@@ -1,7 +1,10 @@
 """``planner evaluate``: predict one training step (or, with ``--mode infer``, serving) of a given parallel plan.
 
 A plan that does not fit in memory is not an error: the report says ``fits`` no and
-names the stages that overflow. An invalid plan (e.g. tp not dividing heads) exits 2.
+names the stages that overflow. One over the HBM only by the assumed allocator fragmentation allowance is
+``tight`` (:mod:`costmodel.physics.memory.verdict`): evaluated with a one-line warning naming the peak with and
+without it; ``--json`` carries ``memory_verdict`` (``fits``, ``tight``, ``does not fit``). An invalid plan (e.g.
+tp not dividing heads) exits 2.
 With ``--mode infer`` it reports TTFT, TPOT, tokens/s, KV cache, the largest concurrency
 that fits and the overlap of prefill and decode (:mod:`costmodel.serving.inference`).
 ``--report FILE.html`` also writes a training plan as a self-contained HTML report (:mod:`planner.report_flag`).

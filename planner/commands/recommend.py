@@ -5,7 +5,9 @@ Config flags (``--tp 8``, ``--zero 1``, ``--no-sp`` ...) fix that variable; ``--
 best plan and ``--top K - 1`` alternatives side by side, with the solve status, its proof (best
 bound, gap) and the constraints each plan sits on. ``--emit megatron`` prints Megatron-LM
 arguments for the best plan, ``--emit deepspeed`` a DeepSpeed config, ``--emit fsdp2`` torchtitan
-settings. A problem with no plan that fits exits 2 with the reason and the smallest changes that would give it one.
+settings. A problem with no plan that fits exits 2 with the reason and the smallest changes that would give it one;
+with every degree pinned (``--tp --pp --cp``, ``--ep`` for MoE; ``--dp`` or the GPU count) a plan over the HBM only by
+the assumed fragmentation allowance is answered ``tight`` with a one-line warning instead (``solve.memory_verdict``).
 ``--mode infer`` plans serving instead (:mod:`planner.recommend_infer`): ``--input-len``,
 ``--output-len``, optional ``--ttft-ms``/``--tpot-ms`` targets, the Pareto front and launch arguments.
 ``--objective time-to-train|cost|energy`` with ``--train-tokens N`` re-ranks the fastest plans the search finds by

@@ -84,8 +84,8 @@ class MemoryBound:
         key = ("reserve", c.shape)
         if key not in self._bytes:
             cfg = c.config()
-            r0 = reserved_bytes(cfg, 0.0)
-            self._bytes[key] = (r0, reserved_bytes(cfg, 1.0) - r0)
+            r0 = reserved_bytes(cfg, 0.0, self.p.fragmentation)
+            self._bytes[key] = (r0, reserved_bytes(cfg, 1.0, self.p.fragmentation) - r0)
         return self._bytes[key]
 
     def caps(self, c: Choice) -> dict | None:

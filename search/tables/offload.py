@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel.physics.mechanics import act_offload, fg_offload
-from costmodel.physics.memory.stage_memory import FRAGMENTATION, offloaded_layer_bytes
+from costmodel.physics.memory.stage_memory import offloaded_layer_bytes
 
 from ..choice import Choice
 from .probe import probe_split
@@ -58,7 +58,7 @@ class OffloadTerms:
         if not n or n >= L:
             return time, mem
         time, mem = time.copy(), mem.copy()
-        mem[L] -= n * self._offloaded_layer(choice) * (1 + FRAGMENTATION)
+        mem[L] -= n * self._offloaded_layer(choice) * (1 + self.p.fragmentation)
         time[L] += self.offload_stall_s(choice, n, fwd, bwd)
         return time, mem
 
@@ -103,6 +103,6 @@ class OffloadTerms:
         over = mem_bytes - self.p.hbm_cap_bytes
         if over <= 0:
             return 0
-        per = self._offloaded_layer(choice) * (1 + FRAGMENTATION)
+        per = self._offloaded_layer(choice) * (1 + self.p.fragmentation)
         n = max(1, math.ceil(over / per)) if per > 0 else self.p.model.layers
         return n if n < self.p.model.layers else self.p.model.layers

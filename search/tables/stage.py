@@ -212,7 +212,7 @@ class StageTerms:
             "stage": WEIGHT_BYTES * (a["dense"] + a["expert"]),  # memory.gathered_weight_bytes
             "two_layers": 2 * WEIGHT_BYTES * (a["dense"] + a["expert"]) / np.maximum(1, n + k_mtp),
         }[held]
-        self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts)
+        self._parts[key] = a["state"] + acts + buffers + reserved_bytes(choice.config(), acts, p.fragmentation)
         return self._parts[key]
 
 

@@ -53,10 +53,12 @@ FRAGMENTATION = 0.05
 RESERVED_BYTES = CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
 
 
-def reserved_bytes(c: ParallelConfig, activations_bytes=0.0):
+def reserved_bytes(c: ParallelConfig, activations_bytes=0.0, fragmentation: float = FRAGMENTATION):
     """Memory outside the model state and activations on one GPU: CUDA context, cuBLAS
     workspaces, NCCL buffers of every communicator the plan creates, and allocator
-    fragmentation (``FRAGMENTATION`` of the activations). Works on numpy arrays of activations.
+    fragmentation (``fragmentation`` of the activations, :data:`FRAGMENTATION` unless the search
+    tests a pinned plan without the assumed allowance: ``costmodel.physics.memory.verdict``).
+    Works on numpy arrays of activations.
 
     NCCL buffers: each collective communicator of more than one rank (TP, CP, DP, EP, and the
     expert-data-parallel group when it differs) keeps ``NCCL_RING_CHANNELS`` channels, each
@@ -76,7 +78,13 @@ def reserved_bytes(c: ParallelConfig, activations_bytes=0.0):
     nccl = comms * NCCL_RING_CHANNELS * NCCL_BUFFSIZE_BYTES
     peers = (2 if c.pp > 1 else 0) + (c.ep - 1 if c.ep > 1 else 0)
     nccl += peers * NCCL_P2P_CHANNELS_PER_PEER * 2 * NCCL_BUFFSIZE_BYTES
-    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + nccl + FRAGMENTATION * activations_bytes
+    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + nccl + allowance_bytes(activations_bytes, fragmentation)
+
+
+def allowance_bytes(activations_bytes, fragmentation: float = FRAGMENTATION):
+    """The allocator fragmentation allowance :func:`reserved_bytes` charges on a stage's ``activations_bytes``:
+    ``fragmentation`` of them (:data:`FRAGMENTATION`, an assumption)."""
+    return fragmentation * activations_bytes
 
 
 @dataclass(frozen=True)
