@@ -27,7 +27,7 @@ read as text or printed labels; rows read off an axis are scored and printed on 
 ``--check`` exits 1 when there are fewer than 10 text/label rows at >= 1,000 GPUs or their mean
 |err| exceeds 10%, 0 otherwise, and says which.
 
-    python -m benchmarks.component_collectives --plans [--set all] [--step] [--verbose]
+    python -m benchmarks.component_collectives --plans [--set all] [--step [--variants model,ep,...]] [--verbose]
 
 ``--plans`` (issue 38) compares, for every intra-node collective the published rows' plans issue (the
 best plan of each row of ``--set``; the sealed split is never read), the model's time
@@ -40,9 +40,13 @@ GPU generation. Per group: distinct collectives, the calls per step that carry t
 ``model / table - 1`` (signed and absolute) and the call-weighted ratio of the summed times. Groups whose
 size lies outside the table's GPU counts (an NVL72 domain's TP 8 against GB200's 2-4) and collectives no
 table measures (CP's ring send/recv) are counted apart: the model times them in both settings.
-``--step`` also predicts every row twice with the graph engine, the fitted constants everywhere and then
-the intra-node collectives from the tables (the GEMMs still fitted: only what ``--kernels measured`` would
-change in the collectives), each in its own process, and prints validate_published's regime table of both.
+``--step`` also predicts every row once per variant of :data:`VARIANTS` named by ``--variants`` (default
+``model,all``: the modelled collectives, then every intra-node collective from the tables), each in its own
+process, the GEMMs still fitted (only what the tables would change in the collectives), and prints
+validate_published's regime table (graph engine) and kernel_regimes' per-generation and per-regime table (closed
+form) of each. A variant names the dimensions whose collectives the tables time: the EP all-to-all, TP issued by
+NCCL, TP issued by Transformer Engine's userbuffers (``chunks > 1``), DP/CP; the dimension of a call is read from
+the engine's frames (the plan's ``tp`` and ``chunks``), a probe for this comparison only.
 """
 
 from __future__ import annotations
@@ -404,7 +408,7 @@ def compare_plans(found: dict) -> list[dict]:
                 "calls": calls,
                 "rows": sorted(row_ids),
                 "table_s": t_tab,
-                "model_s": collectives.collective_time_s(kind, b, k, 1, cl),
+                "model_s": collectives.collective_time_s(kind, b, k, 1, cl, tables=False),
                 "evidence": ev.kind if t_tab is not None else (ev.note if ev is not None else "no table of the kind"),
             }
         )
@@ -461,21 +465,74 @@ def report_plans(res: list[dict], verbose: bool = False, out=print) -> list[dict
     return table
 
 
-def _step_rows(set_name: str, tables: bool) -> dict:
-    """validate_published's regime table over ``set_name`` (graph engine), with the intra-node collectives from
-    the measured tables when ``tables``: the rule of ``--kernels measured`` for collectives with the GEMMs left
-    to the fitted constants (no kernel table set). Run in a process of its own: the engines' caches hold one
-    setting."""
+#: ``--variants``: which intra-node collectives each variant reads from the tables without a kernel table set
+#: (``model``: none, the default before 2026-12-06; ``ep``: the EP all-to-all; ``tp``: TP's all-reduce, all-gather
+#: and reduce-scatter; ``tp-nccl``: those only where NCCL issues them (the plan's ``chunks`` 1; with ``chunks > 1``
+#: Transformer Engine's userbuffers run them, ``TP-UB``, a protocol no nccl-tests table measures); ``tp+ep``,
+#: ``tp-nccl+ep``: both; ``all``: every kind a table measures, DP's and CP's included)
+VARIANTS = {
+    "model": (),
+    "ep": ("EP",),
+    "tp": ("TP", "TP-UB"),
+    "tp-nccl": ("TP",),
+    "tp+ep": ("TP", "TP-UB", "EP"),
+    "tp-nccl+ep": ("TP", "EP"),
+    "all": ("TP", "TP-UB", "EP", "DP"),
+}
+
+
+def _call_dimension(kind: str) -> str:
+    """The dimension of the collective being timed, read from the caller's frames (an experiment's probe, not
+    the planner's path): ``EP`` for the all-to-all; ``TP`` for a stride-1 group of the plan's ``tp`` ranks
+    (a stride-1 DP or CP group needs ``tp = 1``, so it is never mistaken for TP), ``TP-UB`` when the plan's
+    ``chunks > 1`` (userbuffers); ``DP`` (DP or CP) otherwise."""
+    from costmodel.spec.plan import ParallelConfig
+
+    if kind == "alltoall":
+        return "EP"
+    f, size, stride = sys._getframe(1), None, None
+    while f is not None:
+        loc = f.f_locals
+        if size is None and f.f_code.co_name == "collective_time_s":
+            size, stride = loc.get("size"), loc.get("stride")
+        elif size is not None:
+            for v in (loc.get("c"), getattr(loc.get("self"), "c", None), *loc.values()):
+                if isinstance(v, ParallelConfig):
+                    if stride == 1 and size == v.tp:
+                        return "TP-UB" if v.chunks > 1 else "TP"
+                    return "DP"
+        f = f.f_back
+    return "DP"
+
+
+def _variant_rule(dims: tuple):
+    """:func:`collectives._table_times` with the tables for the dimensions ``dims`` also without a kernel table
+    (with one, every kind, as ``--kernels measured`` does)."""
+
+    def rule(kind, k, nodes, cluster, algorithm="ring", tables=None):
+        if tables is False or not (nodes == 1 and k > 1 and algorithm == "ring" and kind in collectives.TABLE_KINDS):
+            return False
+        if cluster.device.kernel_table or set(dims) >= set(VARIANTS["all"]):
+            return True
+        return bool(dims) and _call_dimension(kind) in dims
+
+    return rule
+
+
+def _step_rows(set_name: str, variant: str) -> tuple[dict, list[dict]]:
+    """validate_published's regime table over ``set_name`` (graph engine) and kernel_regimes' summary (the closed
+    form: fitted GEMMs, then the GEMM tables with every collective tabled) with the intra-node collectives of
+    :data:`VARIANTS` ``[variant]`` from the measured tables (the GEMMs left to the fitted constants: no kernel
+    table set). Run in a process of its own: the engines' caches hold one setting."""
+    from benchmarks import kernel_regimes
     from benchmarks.validate_published import regime_table, run_rows
 
-    if tables:
-        collectives._table_times = _tables_always
-    return regime_table(run_rows(load_set(set_name), "graph", out=lambda *_: None))
-
-
-def _tables_always(kind, k, nodes, cluster, algorithm="ring"):
-    """:func:`collectives._table_times` without its kernel-table condition."""
-    return nodes == 1 and k > 1 and algorithm == "ring" and kind in collectives.TABLE_KINDS
+    collectives._table_times = _variant_rule(VARIANTS[variant])
+    rows = load_set(set_name)
+    quiet = lambda *_: None  # noqa: E731
+    return regime_table(run_rows(rows, "graph", out=quiet)), kernel_regimes.summary(
+        kernel_regimes.run(rows, "trtllm", out=quiet)
+    )
 
 
 def main(argv: list[str] | None = None, record_results: bool = False) -> int:
@@ -485,6 +542,11 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     ap.add_argument("--plans", action="store_true", help="model vs measured tables on the published plans' collectives")
     ap.add_argument("--set", default="all", choices=("all", "dev", "new"), help="published rows for --plans")
     ap.add_argument("--step", action="store_true", help="with --plans: the rows' step error both ways")
+    ap.add_argument(
+        "--variants",
+        default="model,all",
+        help=f"with --step: comma-separated variants of which collectives the tables time ({', '.join(VARIANTS)})",
+    )
     ap.add_argument("--verbose", action="store_true", help="with --plans: one line per distinct collective")
     a = ap.parse_args(argv)
     if a.plans:
@@ -511,10 +573,16 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
 def plans_main(a) -> int:
     rows = load_set(a.set)
     pool = None
-    if a.step:  # both settings' step predictions, each in a fresh process, beside the look-ups below
+    variants = [v for v in a.variants.split(",") if v]
+    if a.step:  # every variant's step predictions, each in a fresh process, beside the look-ups below
+        bad = [v for v in variants if v not in VARIANTS]
+        if bad:
+            print(f"--variants {','.join(bad)}: expected some of {', '.join(VARIANTS)}", file=sys.stderr)
+            return 2
         ctx = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(max_workers=2, mp_context=ctx)
-        futs = [pool.submit(_step_rows, a.set, t) for t in (False, True)]
+        # one process per variant (max_tasks_per_child): the engines' caches hold one setting
+        pool = ProcessPoolExecutor(max_workers=min(len(variants), 4), mp_context=ctx, max_tasks_per_child=1)
+        futs = [pool.submit(_step_rows, a.set, v) for v in variants]
     res = compare_plans(plan_collectives(rows))
     print(f"intra-node collectives of the best plans of {a.set}'s rows: model (fitted) vs nccl-tests table")
     print("(signed: + = the model slower than the table; sum ratio: call-weighted)\n")
@@ -522,12 +590,21 @@ def plans_main(a) -> int:
     if pool is not None:
         from benchmarks.validate_published import print_regime_table
 
-        before, after = (f.result() for f in futs)
+        done = [f.result() for f in futs]
         pool.shutdown()
-        print("\nvalidate_published regime table, graph engine, collectives from the model (fitted):")
-        print_regime_table(before)
-        print("\nthe same with the intra-node collectives from the measured tables (GEMMs fitted):")
-        print_regime_table(after)
+        for v, (regimes, _) in zip(variants, done):
+            tabled = ", ".join(VARIANTS[v]) or "none"
+            print(
+                f"\nvalidate_published regime table, graph engine, variant {v} (tables time: {tabled}; GEMMs fitted):"
+            )
+            print_regime_table(regimes)
+        print("\nkernel_regimes (closed form), per variant: fitted GEMMs with the variant's collectives | GEMM tables")
+        print("with every intra-node collective tabled (the second does not depend on the variant)")
+        print(f"{'group':<26} {'n':>3}  " + "  ".join(f"{v:>14}" for v in variants) + f"  {'GEMM tables':>14}")
+        for i, t in enumerate(done[0][1]):
+            cells = [f"{s[i]['fitted_mean_abs_pct']:>6}/{s[i]['fitted_signed_pct']:>+6}" for _, s in done]
+            last = f"{t['tables_mean_abs_pct']:>6}/{t['tables_signed_pct']:>+6}"
+            print(f"{t['group']:<26} {t['rows']:>3}  " + "  ".join(f"{c:>14}" for c in cells) + f"  {last:>14}")
     return 0
 
 

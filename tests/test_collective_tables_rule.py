@@ -1,7 +1,9 @@
 """Intra-node collectives from the measured nccl-tests tables under ``--kernels measured`` (issue 38): the
 look-up rule. The table times a collective when the device names a kernel table, the group sits in one node /
 NVLink domain and its size is inside the GPU's table counts; the model times every other one. All-to-all (the EP
-dispatch) included; CP's ring send/recv has no table."""
+dispatch) included; CP's ring send/recv has no table. Since 2026-12-06 training's AllToAll-dispatcher exchange is
+read from the table by default too (``ep_dispatch_time_s(nccl_table=True)``, both engines); the serving model's
+is not."""
 
 from dataclasses import replace
 
@@ -85,7 +87,9 @@ def test_comm_known_reports_the_looked_up_kind_for_tp_and_the_ep_all_to_all():
     for group in ("tp", "ep"):
         k = comm_known(m, cfg, group, model, w)
         assert k.kind in ("measured", "interpolated") and "b200_sxm/nccl" in k.basis
-        assert comm_known(B200, cfg, group, model, w).kind not in ("measured", "interpolated")
+    # by default TP is the link's constant, the EP all-to-all the table (as the engines time them)
+    assert comm_known(B200, cfg, "tp", model, w).kind not in ("measured", "interpolated")
+    assert "b200_sxm/nccl" in comm_known(B200, cfg, "ep", model, w).basis
     # a DeepEP dispatch is not an NCCL all-to-all: the link's constant
     deepep = replace(cfg, ep_dispatcher="deepep")
     assert "table" not in comm_known(m, deepep, "ep", model, w).basis
@@ -104,3 +108,67 @@ def test_the_plans_benchmark_lists_a_rows_intra_node_collectives_and_leaves_the_
     tp = [x for x in res if x["dim"] == "TP"]
     assert tp and all(x["table_s"] and x["model_s"] > 0 for x in tp)
     assert {x["kind"] for x in tp} <= {"allreduce", "allgather", "reducescatter"}
+
+
+def _a2a_model_s(model, tokens, tp, ep, cl):
+    from costmodel.physics.comm.ep_dispatch import ep_alltoall_bytes
+
+    return collective_time_s("alltoall", ep_alltoall_bytes(model, tokens, tp, ep, cl.domain), ep, 1, cl, tables=False)
+
+
+def test_the_training_all_to_all_dispatch_is_the_table_by_default_where_it_has_the_group():
+    from costmodel.physics.comm.ep_dispatch import ep_alltoall_bytes, ep_dispatch_time_s
+
+    model = load_model("qwen3-30b-a3b")
+    b = ep_alltoall_bytes(model, 4096, 1, 8, B200.domain)  # 4096 x 8 x 2048 x 2 B: a grid point of the table
+    t, ev = collective_lookup("b200_sxm", "alltoall", b, 8)
+    assert ev.kind == "measured" and b == 134217728
+    train = ep_dispatch_time_s(model, 4096, 1, 8, B200, nccl_table=True)
+    assert train == pytest.approx(t)
+    # the formula stays below the measurement (the tables' 0.55 of 900 GB/s against the model's 0.8)
+    assert _a2a_model_s(model, 4096, 1, 8, B200) < 0.8 * train
+    # the serving model's dispatch (no nccl_table) and --kernels measured's
+    assert ep_dispatch_time_s(model, 4096, 1, 8, B200) == pytest.approx(_a2a_model_s(model, 4096, 1, 8, B200))
+    assert ep_dispatch_time_s(model, 4096, 1, 8, _measured(B200)) == pytest.approx(t)
+    # a combine chunk: its own share of the bytes, looked up again (the latency not split)
+    half, _ = collective_lookup("b200_sxm", "alltoall", b / 2, 8)
+    assert ep_dispatch_time_s(model, 4096, 1, 8, B200, share=0.5, nccl_table=True) == pytest.approx(half)
+    assert half > train / 2
+
+
+@pytest.mark.parametrize(
+    "cluster, ep, why",
+    [
+        (load_cluster("b200").with_gpus(32), 16, "across nodes"),
+        (load_cluster("gb200-nvl72").with_gpus(72), 8, "beyond GB200's counts 2-4"),
+        (load_cluster("h800").with_gpus(16), 8, "no H800 table (its NVLink is not H100's)"),
+    ],
+)
+def test_outside_the_table_the_training_dispatch_keeps_the_formula(cluster, ep, why):
+    from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
+
+    model = load_model("qwen3-30b-a3b")
+    assert ep_dispatch_time_s(model, 4096, 1, ep, cluster, nccl_table=True) == pytest.approx(
+        _a2a_model_s(model, 4096, 1, ep, cluster)
+    ), why
+    cfg = ParallelConfig(tp=1, pp=1, dp=cluster.num_gpus, ep=ep, mb=1)
+    w = Workload(global_batch=cluster.num_gpus, seq_len=4096)
+    assert "table" not in comm_known(cluster, cfg, "ep", model, w).basis
+
+
+def test_both_engines_charge_the_tables_all_to_all_and_agree():
+    from costmodel import api
+    from costmodel.physics.tables import system_of
+
+    model, cl = load_model("qwen3-30b-a3b"), load_cluster("b200").with_gpus(8)
+    # the same B200 under a name no table knows (its fitted constants and generation unchanged): the formula
+    untabled = replace(cl, device=replace(cl.device, name="B200-SXM-no-table"))
+    assert system_of(untabled.device) is None and system_of(cl.device) == "b200_sxm"
+    w = Workload(global_batch=64, seq_len=4096)
+    cfg = ParallelConfig(tp=1, pp=1, dp=8, ep=8, mb=1)
+    tabled = [api.evaluate(model, cl, w, cfg, engine=e) for e in ("analytic", "graph")]
+    modelled = [api.evaluate(model, untabled, w, cfg, engine=e) for e in ("analytic", "graph")]
+    for t, m in zip(tabled, modelled):
+        assert t.breakdown["ep_exposed_s"] > 1.2 * m.breakdown["ep_exposed_s"]
+        assert t.step_time_s > m.step_time_s
+    assert tabled[0].step_time_s == pytest.approx(tabled[1].step_time_s, rel=0.03)

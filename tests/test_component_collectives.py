@@ -148,3 +148,31 @@ def test_ring_reduce_scatter_slows_with_the_rank_count(results):
     pred_busbw = [(c.gpus - 1) / c.gpus * c.message_bytes / r["predicted_s"] for r in rows for c in [r["case"]]]
     assert all(a > b for a, b in zip(pred_busbw, pred_busbw[1:]))
     assert max(abs(r["error"]) for r in rows) <= 0.10
+
+
+def test_the_step_variants_table_the_dimensions_they_name(monkeypatch):
+    # --step --variants (benchmarks/notes/2026-12-06-collectives-default.md): a variant tables TP only where NCCL
+    # issues it (tp-nccl: the plan's chunks 1, not Transformer Engine's userbuffers), a stride-1 DP group of a
+    # tp=1 plan is not TP, and "model" tables nothing, the training all-to-all's tables=True included
+    from costmodel.physics.comm import collectives
+    from costmodel.physics.tables import collective_lookup
+    from costmodel.spec.plan import ParallelConfig
+    from costmodel.spec.presets import load_cluster
+
+    b200 = load_cluster("b200").with_gpus(64)
+    table = {k: collective_lookup("b200_sxm", k, 1 << 24, 8)[0] for k in ("allgather", "alltoall")}
+
+    def timed(c, kind="allgather", tables=None):  # the engines' frames hold the plan as ``c``
+        return collectives.collective_time_s(kind, 1 << 24, 8, 1, b200, tables=tables)
+
+    tp8, ub8, dp8 = ParallelConfig(tp=8, dp=8), ParallelConfig(tp=8, dp=8, chunks=8), ParallelConfig(tp=1, dp=64)
+    model = collectives.collective_time_s("allgather", 1 << 24, 8, 1, b200, tables=False)
+    monkeypatch.setattr(collectives, "_table_times", cc._variant_rule(cc.VARIANTS["tp-nccl"]))
+    assert timed(tp8) == pytest.approx(table["allgather"]) and table["allgather"] != pytest.approx(model)
+    assert timed(ub8) == model and timed(dp8) == model
+    monkeypatch.setattr(collectives, "_table_times", cc._variant_rule(cc.VARIANTS["tp"]))
+    assert timed(ub8) == pytest.approx(table["allgather"])
+    monkeypatch.setattr(collectives, "_table_times", cc._variant_rule(cc.VARIANTS["model"]))
+    assert timed(tp8, "alltoall", tables=True) != pytest.approx(table["alltoall"])
+    monkeypatch.setattr(collectives, "_table_times", cc._variant_rule(cc.VARIANTS["ep"]))
+    assert timed(tp8, "alltoall") == pytest.approx(table["alltoall"]) and timed(tp8) == model

@@ -371,7 +371,8 @@ def _with_ep(core: LayerCore, model: ModelSpec, cluster: ClusterSpec, w: Workloa
     """``core`` of an MoE layer with EP with the EP all-to-alls' ledgers (dispatcher, overlap)."""
     ops, n = core.split_ops, c.mb * w.seq_len / c.cp
     experts = next(o for o in ops if o.name == "experts")
-    t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"])
+    # Megatron-Core's AllToAll dispatch: from the measured NCCL table where it has the group (ep_dispatch)
+    t_a2a = ep_dispatch_time_s(model, n, c.tp, c.ep, cluster, c.ep_dispatcher, engines=eng["ep"], nccl_table=True)
     k = c.chunks if c.chunks > 1 else 0
     # with the overlap, behind another micro-batch's compute where paired (costmodel.compose.ep_overlap)
     paired = paired_fraction(micro_batches(w, c), c.pp, c.vp) if c.ep_overlap else None

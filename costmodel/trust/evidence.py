@@ -184,8 +184,8 @@ def comm_known(
     cluster: ClusterSpec, config, group: str, model: ModelSpec | None = None, workload: Workload | None = None
 ) -> Known:
     """How the collectives of ``group`` are known: from the measured nccl-tests table where it times them
-    (:func:`costmodel.physics.comm.collectives.collective_evidence`: ``--kernels measured``, the group inside one
-    node and its size inside the table's counts; the weakest kind of the layer's messages where ``model`` and
+    (:func:`costmodel.physics.comm.collectives.collective_evidence`: the EP all-to-all, or any kind under
+    ``--kernels measured``, the group inside one node and its size inside the table's counts; the weakest kind of the layer's messages where ``model`` and
     ``workload`` state them, else of a 1 MiB message), else the efficiency of the link they cross."""
     dim = _COMM[group]
     stride = group_stride(dim, config.tp, config.cp, config.dp, config.ep)
@@ -196,7 +196,12 @@ def comm_known(
         scope = layout(size, stride, cluster.domain).scope
     msgs = _table_messages(model, workload, config, dim, cluster.domain) if scope == "intra" else None
     if msgs is not None:
-        evs = [collective_evidence(kind, b, size, stride, cluster) for kind, b in msgs or [("allgather", 1 << 20)]]
+        # the EP all-to-all is tabled as the engines time it (ep_dispatch_time_s nccl_table=True), the rest only
+        # under --kernels measured
+        tables = True if dim == "ep" else None
+        evs = [
+            collective_evidence(kind, b, size, stride, cluster, tables) for kind, b in msgs or [("allgather", 1 << 20)]
+        ]
         if all(ev is not None for ev in evs):
             worst = max(evs, key=lambda e: KINDS.index(e.kind))
             sized = "" if msgs else " (message sizes not checked)"

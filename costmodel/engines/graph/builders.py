@@ -85,11 +85,11 @@ class _Ctx:
 
     def a2a_s(self, share: float = 1.0) -> float:
         """One MoE dispatch or combine (``share`` of its tokens) as the dispatcher runs it
-        (:func:`costmodel.physics.comm.ep_dispatch.ep_dispatch_time_s`, the analytic engine's time too)."""
-        engines = dma.engines_of(self.cluster, plan_dma(self.model, self.cluster, self.w, self.c), "ep")
-        return ep_dispatch_time_s(
-            self.model, self.n, self.c.tp, self.c.ep, self.cluster, self.c.ep_dispatcher, engines=engines, share=share
-        )
+        (:func:`costmodel.physics.comm.ep_dispatch.ep_dispatch_time_s`, the analytic engine's time too; training's
+        from the measured NCCL table where it has the group)."""
+        c, eng = self.c, dma.engines_of(self.cluster, plan_dma(self.model, self.cluster, self.w, self.c), "ep")
+        train = self.w.mode != "infer"
+        return ep_dispatch_time_s(self.model, self.n, c.tp, c.ep, self.cluster, c.ep_dispatcher, eng, share, train)
 
     def piece_s(self, kind: str, k: int) -> float:
         """One of ``k`` pieces of a TP/SP collective pipelined with GEMM chunks. The pieces are the

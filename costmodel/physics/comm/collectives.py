@@ -40,7 +40,7 @@ reduce-scatter ``(p-1)/p``.
 
 NCCL picks the fastest algorithm for each message size; the model takes the minimum.
 
-* Measured tables (issue 38, ``--kernels measured``): see :func:`_table_times` and :func:`collective_evidence`.
+* Measured tables (issue 38): :func:`_table_times` (``--kernels measured``; by default training's all-to-all).
 
 * Medium sizes: NCCL corrects its own tree model there ("Trees are not perfectly sticking to the
   model for medium sizes", tuning.cc ``treeCorrectionFactor``, ``ncclTopoGetAlgoTime``): the tree
@@ -327,6 +327,7 @@ def collective_time_s(
     cluster: ClusterSpec,
     algorithm: str = "ring",
     engines: Engines = None,
+    tables: bool | None = None,
 ) -> float:
     """Seconds for one collective.
 
@@ -348,6 +349,8 @@ def collective_time_s(
         latencies), whichever is faster. Other kinds and multi-node groups fall back to ``ring``.
     engines : the ``(engine class, count)`` the stream carrying it was given
         (:func:`costmodel.physics.comm.dma.engines_of`); ``None``: all engines of the class serving the scope.
+    tables : a measured nccl-tests table may time it (:func:`_table_times`): None, under ``--kernels measured``;
+        True, also without (the caller's protocol is the table's: training's all-to-all dispatch); False, never.
     """
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
@@ -369,7 +372,7 @@ def collective_time_s(
         return nbytes / (be if inter else bi) + (inter_l if inter else intra_l).latency_s
     lay = layout(size, stride, cluster.domain)
     k, nodes = lay.intra, lay.inter
-    if _table_times(kind, k, nodes, cluster, algorithm):
+    if _table_times(kind, k, nodes, cluster, algorithm, tables):
         measured = _measured_intra_s(kind, nbytes, k, cluster, engines)
         if measured is not None:
             return measured
@@ -391,22 +394,20 @@ def collective_time_s(
 TABLE_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
 
 
-def _table_times(kind: str, k: int, nodes: int, cluster: ClusterSpec, algorithm: str = "ring") -> bool:
-    """Whether the measured table may time this collective (issue 38): the device names a kernel table
-    (``--kernels measured``, :func:`costmodel.frameworks.stacks.with_measured_kernels`), the group sits in one
-    node / NVLink domain, NCCL runs it (not the ``direct`` peer reads of inference engines) and a table measures
-    the kind; whether the GPU has a table and the group's size is inside its counts,
-    :func:`costmodel.physics.kernels.measured.table_collective` decides (None: the modelled NCCL algorithms)."""
-    return nodes == 1 and k > 1 and algorithm == "ring" and kind in TABLE_KINDS and bool(cluster.device.kernel_table)
+def _table_times(kind: str, k: int, nodes: int, cluster: ClusterSpec, algorithm="ring", tables=None) -> bool:
+    """Whether the measured table may time this collective (issue 38): in one node / NVLink domain, run by NCCL
+    (not inference engines' ``direct`` peer reads), a kind a table measures, and ``--kernels measured`` set
+    (:func:`costmodel.frameworks.stacks.with_measured_kernels`) or ``tables=True`` (``False``: never); the GPU's
+    table and its counts then decide (:func:`costmodel.physics.kernels.measured.table_collective`)."""
+    on = nodes == 1 and k > 1 and algorithm == "ring" and kind in TABLE_KINDS and tables is not False
+    return on and (bool(tables) or bool(cluster.device.kernel_table))
 
 
-def collective_evidence(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec):
-    """The :class:`costmodel.physics.tables.Evidence` of the table look-up that times this collective in
-    :func:`collective_time_s` (measured, interpolated or extrapolated, the table and why), or None where the
-    modelled NCCL algorithms time it (no kernel table set, across nodes, no table for the GPU, a group size
-    outside the table's counts, a kind no table measures)."""
+def collective_evidence(kind: str, nbytes: float, size: int, stride: int, cluster: ClusterSpec, tables=None):
+    """The :class:`costmodel.physics.tables.Evidence` of the table look-up timing this collective in
+    :func:`collective_time_s` with the same ``tables``, or None where the modelled NCCL algorithms time it."""
     lay = layout(size, stride, cluster.domain)
-    if nbytes <= 0 or not _table_times(kind, lay.intra, lay.inter, cluster):
+    if nbytes <= 0 or not _table_times(kind, lay.intra, lay.inter, cluster, "ring", tables):
         return None
     t, ev = table_collective(kind, float(nbytes), lay.intra, cluster.device)
     return ev if t is not None else None

@@ -6,7 +6,9 @@ Two dispatchers (``ParallelConfig.ep_dispatcher``):
 * ``alltoall`` -- Megatron-Core ``MoEAlltoAllTokenDispatcher`` (NCCL AllToAll-V): the tokens are permuted
   into one row per routed copy, ``topk`` rows per token, and exchanged by
   :func:`costmodel.physics.comm.collectives.collective_time_s` ``"alltoall"`` (the buffer:
-  :func:`ep_alltoall_bytes`).
+  :func:`ep_alltoall_bytes`). In training (``nccl_table=True``, both engines) a group inside one node of a GPU
+  with a measured nccl-tests table, of a size inside its GPU counts, is timed from that table
+  (:data:`NCCL_TABLE_PROTOCOL`); elsewhere, and in the serving model, the modelled formula.
 * ``deepep`` -- DeepEP's normal (high-throughput) kernels. A token is sent once to every *rank* that holds
   at least one of its experts, not once per expert (DeepEP ``get_dispatch_layout`` builds
   ``is_token_in_rank``; the legacy test counts the NVLink bytes as ``recv_x.numel()``, one row per
@@ -269,6 +271,19 @@ def ep_alltoall_bytes(model: ModelSpec, n: float, tp: int, ep: int, domain: int,
     return nbytes * f.ranks / model.topk
 
 
+#: why the measured all-to-all table times Megatron-Core's dispatch (``nccl_table=True``): the table is
+#: nccl-tests' ``alltoall_perf`` (AIConfigurator ``collector/network/collect_nccl.py``@095f58a: ``-w 40 -n 60``
+#: (100 up to 16 MiB) ``-a 1 -c 0``; out of place, one send buffer split evenly over the ranks, each rank's share
+#: sent to it with a grouped ``ncclSend``/``ncclRecv``, or NCCL's own ``ncclAlltoAll`` from 2.28); the dispatcher
+#: calls ``torch.distributed.all_to_all_single`` (Megatron-LM ``core/tensor_parallel/mappings.py`` ``_AllToAll``
+#: @d98e8a6: out of place into a new buffer, on the compute stream), which PyTorch's NCCL backend runs as the same
+#: grouped ``ncclSend``/``ncclRecv`` over every rank (``torch/csrc/cuda/nccl.cpp`` ``all2all_single_*_split``).
+#: Not the serving model's: inference engines dispatch with their own kernels, which no table here measures.
+NCCL_TABLE_PROTOCOL = (
+    "nccl-tests alltoall_perf, out of place, even splits = torch all_to_all_single's grouped send/recv"
+)
+
+
 def ep_dispatch_time_s(
     model: ModelSpec,
     tokens: float,
@@ -278,10 +293,14 @@ def ep_dispatch_time_s(
     dispatcher: str = "alltoall",
     engines: Engines = None,
     share: float = 1.0,
+    nccl_table: bool = False,
 ) -> float:
     """Seconds of one MoE dispatch (or combine) of ``tokens`` per GPU under ``dispatcher``, the one
     place both engines and the serving model take it from. ``share``: the fraction of the tokens moved
-    (one of ``k`` combine chunks: ``1/k``), latency paid in full.
+    (one of ``k`` combine chunks: ``1/k``), latency paid in full. ``nccl_table``: the ``alltoall`` dispatcher's
+    exchange is Megatron-Core's (training, both engines): timed from the measured nccl-tests all-to-all table
+    where it has the GPU and the group (:data:`NCCL_TABLE_PROTOCOL`;
+    :func:`costmodel.physics.comm.collectives.collective_time_s` ``tables=True``), else the modelled formula.
 
     >>> from costmodel.spec.presets import load_cluster, load_model
     >>> m, cl = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm").with_gpus(8)
@@ -297,4 +316,4 @@ def ep_dispatch_time_s(
         )
         return deepep_time_s(b, ep, cluster, engines)
     a2a = ep_alltoall_bytes(model, tokens, tp, ep, cluster.domain, dispatcher)
-    return collective_time_s("alltoall", share * a2a, ep, 1, cluster, engines=engines)
+    return collective_time_s("alltoall", share * a2a, ep, 1, cluster, engines=engines, tables=nccl_table or None)
