@@ -122,14 +122,27 @@ def attention_heldout() -> list[dict]:
 
 def moe_heldout() -> list[dict]:
     """MoE: in every table and configuration, the num_tokens values at odd positions except the last,
-    predicted from their neighbours (measured points only)."""
+    predicted from their neighbours (measured points only) by the package's look-up along num_tokens
+    (``moe.interp_tokens``: affine in the timed rank's load under the table's token distribution)."""
     out = []
     for f, e in sorted(manifest()["files"].items()):
         if e["op"] != "moe":
             continue
         z = load(f)
+        cfg, tok = z["cfg"], z["tokens"]
         lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
-        p, m = heldout_1d(np.log(z["tokens"].astype(float)), lat, ok, axis=1, scheme=moe_tables.SCHEME)
+        dist = e["moe"]["distribution"]
+        held = held_positions(len(tok))
+        keep = [j for j in range(len(tok)) if j not in set(held)]
+        preds, meas = [], []
+        for i, (code, _, _, _, topk, experts, _, ep) in enumerate(cfg.tolist()):
+            ridge = moe_tables.ridge_tokens(e["system"], code)
+            for j in held:
+                if ok[i, j - 1] and ok[i, j] and ok[i, j + 1]:
+                    p = moe_tables.interp_tokens(tok[keep], lat[i, keep], int(tok[j]), experts, topk, ep, dist, ridge)
+                    preds.append(p[0])
+                    meas.append(lat[i, j])
+        p, m = np.array(preds), np.array(meas)
         out.append({"system": e["system"], "backend": e["backend"], "what": "moe layer", "err": p / m - 1, "ms": m})
     return out
 

@@ -79,7 +79,7 @@ def test_each_table_names_its_scheme():
     assert gemm_mod.SCHEMES == (AFFINE, AFFINE, MONOTONE)
     assert gemm_mod.schemes("bfloat16") == gemm_mod.schemes("nvfp4") == gemm_mod.SCHEMES
     assert gemm_mod.schemes("fp8_block") == (AFFINE, AFFINE, monotone(below=128))
-    assert coll_mod.SCHEME == MONOTONE and moe_mod.SCHEME == AFFINE
+    assert coll_mod.SCHEME == MONOTONE and moe_mod.SCHEME == ("load", 1.0)  # affine in the rank's load
     assert att_mod.SCHEMES == (AFFINE, PCHIP)
 
 

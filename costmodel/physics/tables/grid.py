@@ -32,6 +32,12 @@ one axis at a time (the last first) on the local window around the asked point:
   does not cross ``x = exp(brk)`` (a kernel path that changes there, e.g. block-scaled fp8 below one
   128-wide scale block of k). Grid values themselves stay as measured.
 
+- ``affine_in`` (:func:`affine_in`): the time affine in a coordinate the caller computes from the
+  axis value (the MoE layer's load on the timed rank, :mod:`.moe`), where the time is ``a + b c``
+  with ``a, b >= 0`` but ``c`` does not follow the axis monotonically. Where ``c`` falls outside
+  the two grid values' range the line through them is extended, held between the bounds ``a, b >= 0``
+  allow from the nearer value ``(c_n, t_n)``: ``t_n c / c_n`` (no floor) and ``t_n`` (no slope).
+
 A grid value is reproduced exactly (no round trip through ``exp``/``log``).
 """
 
@@ -157,3 +163,22 @@ def interpolate(axes: list[np.ndarray], values: np.ndarray, x: tuple[float, ...]
     corners = list(itertools.product(*parts))
     exact = len(corners) == 1 and all(isclose(xi, b[2], rel_tol=0, abs_tol=1e-9) for xi, b in zip(x, brackets))
     return float(v), corners, exact, tuple(b[2] for b in brackets)
+
+
+def affine_in(c0: float, c1: float, c: float, t0: float, t1: float, axis: tuple[float, float, float]):
+    """``(t, beyond)``: the time at coordinate ``c`` from ``(c0, t0)`` and ``(c1, t1)`` (times, not
+    logarithms), affine in the coordinate (module doc); ``axis`` = ``(x0, x1, x)``, the axis values
+    (raw), read affinely where the two coordinates are equal (nothing else tells the points apart).
+    ``beyond`` is 0 where ``c`` lies between ``c0`` and ``c1``, else ``|log2(c / c_n)|`` from the
+    nearer one (an extrapolation along the coordinate)."""
+    if isclose(c0, c1, rel_tol=1e-12, abs_tol=0.0):
+        (x0, x1, x), beyond = axis, 0.0
+        if not isclose(c, c0, rel_tol=1e-12, abs_tol=0.0):
+            beyond = abs(log(c / c0) / log(2)) if c > 0 and c0 > 0 else inf
+        return t0 + (t1 - t0) * (x - x0) / (x1 - x0), beyond
+    t = t0 + (t1 - t0) * (c - c0) / (c1 - c0)
+    if min(c0, c1) <= c <= max(c0, c1):
+        return t, 0.0
+    cn, tn = (c0, t0) if abs(c - c0) < abs(c - c1) else (c1, t1)
+    lo, hi = sorted((tn, tn * c / cn))
+    return min(max(t, lo), hi), abs(log(c / cn) / log(2))
