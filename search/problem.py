@@ -151,6 +151,7 @@ class Limits:
 #: ParallelConfig fields a problem may fix for every plan (:attr:`Problem.options`)
 PLAN_OPTIONS = (
     "fp8_param_gather",
+    "fused_norm",
     "loss_impl",
     "optimizer_dtype",
     "recompute_modules",

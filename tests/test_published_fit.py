@@ -31,11 +31,12 @@ KNOWN_UNFIT: dict = {
     # empty of dev/new rows since h-mem4: new 112 (Llama 3 405B pp16 8K, 32 micro-batches) fits at 76.3 GiB once
     # each model chunk frees its received input, as arXiv 2407.21783 section 3.3.2 says its schedule does
     # (pp_free_stage_inputs; 80.9 GiB without)
-    # issue 38's sealed rows, as placed (their plans as the sources state them; only the memory is read):
-    ("new", "220"): "torchtitan Llama 2 13B, 64 A100 80GB, local batch 2 x 4096, no AC: 94.6 GiB of 80 as filled",
-    ("new", "229"): "KempnerForge 7B on one H200 (80.7 GB measured): 139.4 GiB of 131 as filled (FP32 Adam state "
-    "for 8B parameters alone is 120 GiB)",
-    ("new", "248"): "KempnerForge 70B TP4 x FSDP2 on 8 H200 (128.5 GB measured, 'memory-bound'): 138.0 GiB of 131",
+    # issue 38's sealed rows 220, 229 and 248 fit since issue 42 traced their frameworks (their plans as the sources
+    # state them; only the memory is read): 220 (torchtitan Llama 2 13B, 64 A100, local batch 2 x 4096, no AC) 94.6 ->
+    # 68.4 GiB of 80 once eager RoPE saves no FP32 Q/K (MulBackward0 keeps ``self`` only for ``other``'s gradient) and
+    # the preset's fused_rmsnorm runs fused; 229 (KempnerForge 7B on one H200) 139.4 -> 94.5 and 248 (70B TP4 x FSDP2
+    # on 8 H200) 138.0 -> 72.3 GiB of 131 once KempnerForge's BF16 model and BF16 Adam moments are charged
+    # (benchmarks/published/sources.py TORCHTITAN_FUSED_RMSNORM, BF16_MODEL)
     # issue 39's development rows (the Megatron-Bridge tables' Blackwell rows), with the 25.11 performance recipes traced
     # (benchmarks/published/sources.py BRIDGE_2511_RECIPES, BRIDGE_BF16_GRADS, MXFP8_PARAMS; issue 42). Fit since:
     # 268 (cpu_offloading_num_layers 20), 269, 271, 279, 280, 286, 287, 288 (BF16 gradient buffer, MXFP8 parameters,

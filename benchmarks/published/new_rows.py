@@ -18,6 +18,7 @@ from .measured import measured_step_s
 from .row import Row
 from .sources import (
     AUTOMODEL_FULL_AC,
+    BF16_MODEL,
     COMPILE_STATED,
     FULL_SHARD,
     GPUS_PER_NODE,
@@ -41,6 +42,7 @@ from .sources import (
     MXFP8_PARAMS,
     NOT_MODELLED,
     TORCHTITAN,
+    TORCHTITAN_FUSED_RMSNORM,
     TUNED_TABLES,
     nemo_bf16_grads,
 )
@@ -333,6 +335,12 @@ def new_row(r: dict, set_name: str = "new") -> Row:
             "pp_free_stage_inputs: 'we proactively deallocate tensors that will not be used for future "
             "computation, including the input and output tensors of each pipeline stage' (section 3.3.2)"
         )
+    if not fused and (src, preset) in TORCHTITAN_FUSED_RMSNORM:
+        extra["fused_norm"] = True
+        notes.append("fused_norm: the preset's norm_type = 'fused_rmsnorm' (TORCHTITAN_FUSED_RMSNORM)")
+    if src in BF16_MODEL:
+        extra["optimizer_dtype"] = "bf16"
+        notes.append("optimizer_dtype bf16: the model is cast to BF16 and AdamW updates it in place (BF16_MODEL)")
     if src == "nemo_automodel":
         extra["optimizer_dtype"] = "bf16"
         notes.append(

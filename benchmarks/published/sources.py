@@ -358,6 +358,17 @@ GPUS_PER_NODE = dict.fromkeys(KEMPNERFORGE, 4)
 #: rule of their own: KempnerForge (above); fms-fsdp's "FSDP" rows (``sharding_strategy=fsdp``, FULL_SHARD); TinyLlama
 #: (Lightning ``FSDPStrategy`` of pretrain/tinyllama.py sets no sharding_strategy: FULL_SHARD, the default)
 FULL_SHARD = KEMPNERFORGE + ("fms_fsdp_2024", "tinyllama_2023")
+#: torchtitan's 64-A100 presets at the performance page's commit (041336434, 2024-04-24) whose ``[model] norm_type``
+#: is ``"fused_rmsnorm"`` (its Triton RMSNorm, ``torchtitan/models/norms.py``): ``train_configs/llama2_13b.toml`` and
+#: ``llama3_8b.toml``; ``llama2_70b.toml`` and ``llama3_70b.toml`` set ``"rmsnorm"`` (eager). Keyed by
+#: (source, model preset): with ``compile = false`` the rows run ``fused_norm`` True beside eager RoPE and SwiGLU
+TORCHTITAN_FUSED_RMSNORM = {("torchtitan_perf_a100_2024", "llama2-13b"), ("torchtitan_perf_a100_2024", "llama3-8b")}
+#: KempnerForge builds its model in the training dtype and lets ``torch.optim.AdamW`` update it in place:
+#: ``scripts/train.py`` @9f3f03a0 l. 113 and 135 and ``build_parallel_model`` (``kempnerforge/distributed/
+#: parallel.py``) run ``model.to(dtype=param_dtype)`` after ``fully_shard`` (``mixed_precision = "bf16"``), so the
+#: sharded parameters, their gradients and Adam's moments are BF16 (``optimizer_dtype='bf16'``; FSDP2 still reduces
+#: in FP32, ``default_mp_policy``'s ``reduce_dtype``). Unchanged at the snapshot's HEAD (5666d0d).
+BF16_MODEL = KEMPNERFORGE
 #: sources whose rows say whether ``torch.compile`` ran (other_metric ``torch.compile no``: eager element-wise kernels)
 COMPILE_STATED = TORCHTITAN + KEMPNERFORGE + ("fms_fsdp_2024",)
 #: Megatron-DeepSpeed of 2022 (BLOOM's tr11 run, bigscience-workshop/Megatron-DeepSpeed): no sequence parallelism (it

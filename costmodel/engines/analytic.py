@@ -230,6 +230,7 @@ def _layer_base(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
         c.recomputed_modules,
         c.flash_attention,
         c.fused_elementwise,
+        c.norms_fused,
         c.cp_impl,
         c.ep_dispatcher,
         c.ep_overlap,
@@ -313,7 +314,7 @@ def _layer_core(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Parallel
     selective and full recompute of a layer share it (DeepSeek-V3 / 2048 H800: 4,410 bases, 3,206 cores); and
     less the EP dispatcher and overlap, whose EP terms :func:`_with_ep` adds (searches under each dispatcher)."""
     key = (model, cluster, w, c.tp, c.cp, c.ep, c.mb, c.sp_on, c.chunks, c.flash_attention, c.fused_elementwise)
-    key += (c.cp_impl, moe, tuple(eng[k] for k in ("tp", "cp", "ep")))
+    key += (c.norms_fused, c.cp_impl, moe, tuple(eng[k] for k in ("tp", "cp", "ep")))
     core = _memo(_CORE, key, lambda: _layer_core_of(model, cluster, w, c, moe, eng))
     if not (moe and c.ep > 1):
         return core

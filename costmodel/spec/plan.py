@@ -82,6 +82,10 @@ class ParallelConfig:
         run as fused kernels (Megatron-Core / Transformer Engine, or PyTorch under
         ``torch.compile``); False: PyTorch eager, one kernel per operator
         (:func:`costmodel.physics.kernels.compute.layer_ops`; torchtitan ``training.compile = false``).
+    fused_norm : the norms run as one fused kernel each, whatever ``fused_elementwise`` says of the rest;
+        unset: as ``fused_elementwise``. True with ``fused_elementwise=False`` is torchtitan of
+        2024-04 to 2025-02 with ``model.norm_type = "fused_rmsnorm"`` (its Triton RMSNorm, which saves the
+        BF16 input and the row statistics) and ``training.compile = false`` (removed in torchtitan 37c4b818).
     ep_dispatcher : how MoE tokens reach their experts: ``alltoall`` (NCCL AllToAll-V, one copy
         per routed expert) or ``deepep`` (DeepEP, one copy per destination node over the network,
         forwarded inside the node over NVLink; Megatron-Core
@@ -179,6 +183,7 @@ class ParallelConfig:
     layers_per_stage: tuple[int, ...] | None = None
     framework: str = "megatron"
     fused_elementwise: bool = True
+    fused_norm: bool | None = None
     ep_dispatcher: str = "alltoall"
     cp_impl: str = "ring"
     fsdp_copies: bool | None = None
@@ -230,6 +235,11 @@ class ParallelConfig:
         return frozenset(self.recompute_modules or ("core_attn",))
 
     @property
+    def norms_fused(self) -> bool:
+        """The norms run as fused kernels (``fused_norm``, unset: as ``fused_elementwise``)."""
+        return self.fused_elementwise if self.fused_norm is None else self.fused_norm
+
+    @property
     def sp_on(self) -> bool:
         """Sequence parallelism in effect (it needs tp > 1)."""
         return self.sp and self.tp > 1
@@ -243,6 +253,8 @@ class ParallelConfig:
         d["bucket_mb"] = d.pop("bucket_bytes") / MB
         if self.cp_impl == "ring":
             del d["cp_impl"]  # the default: plans without torch CP keep their keys
+        if self.fused_norm is None:
+            del d["fused_norm"]  # as the other element-wise ops: plan keys unchanged
         if self.fsdp_copies == (self.framework == "fsdp2"):
             del d["fsdp_copies"]  # the framework's own: plan keys unchanged
         if self.sp_saved_inputs == ("gathered" if self.framework == "fsdp2" else "sharded"):
@@ -300,6 +312,7 @@ class ParallelConfig:
                 "layers_per_stage",
                 "framework",
                 "fused_elementwise",
+                "fused_norm",
                 "ep_dispatcher",
                 "cp_impl",
                 "fsdp_copies",

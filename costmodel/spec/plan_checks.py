@@ -75,6 +75,9 @@ def check_fields(cfg) -> None:
     for f in ("sp", "flash_attention", "fused_elementwise", "fsdp_copies", "pp_free_stage_inputs", "ep_overlap"):
         if type(getattr(cfg, f)) is not bool:
             raise SpecError(f, getattr(cfg, f), "true or false")
+    fn = cfg.fused_norm
+    if not (fn is None or (type(fn) is bool and (fn or not cfg.fused_elementwise))):
+        raise SpecError("fused_norm", cfg.fused_norm, "true, or false only with fused_elementwise false, or unset")
     if cfg.zero not in (0, 1, 2, 3) or isinstance(cfg.zero, bool):
         raise SpecError("zero", cfg.zero, "one of 0, 1, 2, 3")
     if cfg.ep_dispatcher not in EP_DISPATCHERS:

@@ -219,21 +219,21 @@ def layer_ops(
         w.mode == "infer",
         c.fused_elementwise,
         c.framework,
+        c.norms_fused,
     )
 
 
 @lru_cache(maxsize=4096)
 def _layer_ops(
     model, dev, seq_len, dtype, tp, cp, mb, sp, ep, moe, flash, decode=False, kv_bytes=0, serving=False, fused=True,
-    framework="megatron",
+    framework="megatron", fused_norm=True,
 ):  # fmt: skip
     h = model.hidden
     n = mb if decode else mb * seq_len / cp  # tokens on this GPU
     n_sp = n / tp if sp else n  # tokens held by element-wise ops (sequence parallel shards them)
     tp_comm = "rs" if sp else "ar"
     ops: list[Op] = []
-    # element-wise ops: fused kernels, or PyTorch eager (EAGER_* above)
-    norm_b, norm_k = (2 * ACT_BYTES, 1) if fused else (EAGER_NORM_BYTES, EAGER_NORM_KERNELS)
+    norm_b, norm_k = (2 * ACT_BYTES, 1) if fused_norm else (EAGER_NORM_BYTES, EAGER_NORM_KERNELS)  # fused, or eager
     ops.append(_elementwise("ln1", "attn", norm_b * n_sp * h, dev, norm_k))
     if model.is_mla:
         qkv_width = (model.attn_params - model.heads * model.v_head_dim * h) / h / tp
