@@ -102,18 +102,20 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
     res = _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
     res = _keep_margin(p, res, options, start, deadline, tables)
     res = act_offload_if_faster(p, res, options, solve, start, deadline)  # activation CPU offload, if it wins
-    res = when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits
-    return _pinned_tight(p, res, options, start, deadline)  # the user's plan over only by the assumed allowance
+    res = _pinned_tight(p, res, options, start, deadline)  # the user's plan over only by the assumed allowance
+    return when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits
 
 
 def _pinned_tight(p: Problem, res: SolveResult, options: SolveOptions, start: float, deadline: float) -> SolveResult:
     """Issue 42: a plan whose every degree the user pinned (:attr:`search.problem.Problem.degrees_pinned`) and that
     fits only without the assumed fragmentation allowance is accepted, ``tight``
     (:mod:`costmodel.physics.memory.verdict`). Only where nothing else answers (INFEASIBLE, not a refused pin, after
-    both offloads looked) is the problem solved once more with the fit tests charging no allowance
-    (:attr:`~search.problem.Problem.fragmentation_allowance` False; the offloads the user did not state not offered
-    again); its answer, if any, is the result with ``memory_verdict`` ``tight`` and ``memory_warning`` the one line
-    that says so. A free search (some degree left to the search) never takes this path: it would exploit the
+    the activation offload looked) is the problem solved once more with the fit tests charging no allowance
+    (:attr:`~search.problem.Problem.fragmentation_allowance` False; the offloads the user did not state not offered);
+    its answer, if any, is the result with ``memory_verdict`` ``tight`` and ``memory_warning`` the one line that says
+    so. It comes before the optimizer CPU offload (:func:`search.offload_choice.when_nothing_fits`): the plan the user
+    pinned, as pinned and with the warning, rather than one with an offload they did not ask for (Megatron-Bridge's
+    Llama 3.1 405B GB200 recipe, row 278, ran without one). A free search (some degree left to the search) never takes this path: it would exploit the
     optimism of leaving out an allowance whose size is assumed."""
     if (
         not options.pinned_tight

@@ -150,3 +150,12 @@ def test_free_recommend_answers_fit():
     r = recommend(MODEL, CLUSTER, gpus=GPUS, global_batch=BATCH, seq=SEQ, mb=1, recompute="none", zero=0)
     assert r.status == "OPTIMAL" and r.memory_verdict == FITS and not r.memory_warning
     assert r.best.reported.peak_memory_bytes <= r.best.reported.hbm_bytes
+
+
+def test_a_tight_pinned_plan_is_answered_as_pinned_before_an_optimizer_offload():
+    # zero=1 under Megatron-Core could take an optimizer CPU offload that fits (fraction 0.5 on this case); the user
+    # pinned a plan without one, which is over only by the allowance at 26,624 tokens: 81.4 GiB, 78.7 without
+    with pytest.warns(UserWarning, match="memory tight:"):
+        r = recommend(MODEL, CLUSTER, gpus=GPUS, global_batch=BATCH, seq=26624, **{**PINS, "zero": 1})
+    assert r.status == "OPTIMAL" and r.memory_verdict == TIGHT
+    assert r.best.reported.config.optimizer_offload_fraction == 0.0
