@@ -8,8 +8,10 @@ input/output lengths; each row cites its source and table. Nothing is fitted to 
 device constants are those of the cluster presets (calibrated on training runs only).
 
 How a row is predicted (:mod:`costmodel.serving.scheduler`, the engine's step loop): ``batching=static``
-rows (TensorRT-LLM ``gptSessionBenchmark``) run one wave of ``batch`` requests whose prompts are
-prefilled in one step (token budget ``batch * input_len``, ``max_seqs = batch``);
+rows (TensorRT-LLM ``gptSessionBenchmark``, vLLM ``benchmark_latency``) run one wave of ``batch`` requests that
+all arrive at t = 0 (the session generates the whole batch; ``benchmark_latency`` hands every prompt to one
+``llm.generate`` call) and whose prompts are prefilled in one step (token budget ``batch * input_len``,
+``max_seqs = batch``);
 ``offline`` rows (``trtllm-bench throughput``: every request queued at once, the engine's own
 scheduler) run ``batch`` requests that all arrive at t = 0, one per client, measured over the whole run;
 ``continuous`` rows are a closed loop of ``batch`` clients on the engine's scheduler with its
@@ -182,6 +184,7 @@ def predict(row: dict):
             max_seqs=per_replica,
             num_requests=per_replica,
             measure="all",
+            stagger=False,  # the whole batch at t = 0 (module docstring)
         )
     elif row["batching"] == "offline":
         kw = dict(num_requests=per_replica, measure="all", stagger=False)
