@@ -204,6 +204,7 @@ def recommend(
     >>> r.status, r.best is None, "no plan fits in memory" in r.explanation
     ('INFEASIBLE', True, True)
     """
+    from costmodel.frameworks.rules import recipe_dispatcher
     from search.pins import check_pins
     from search.problem import Problem
     from search.solve import solve
@@ -259,10 +260,16 @@ def recommend(
         memory_margin=memory_margin,
         margin_cost=PREFER[prefer],
     )
+    dispatchers = not robust and objective == "step" and not pareto and framework == "megatron" and m.is_moe
+    dispatchers = dispatchers and "ep_dispatcher" not in dict(problem.options)  # the user's dispatcher stands
     if robust:
         from search.robust import solve_robust
 
         result = solve_robust(problem, options)
+    elif dispatchers and recipe_dispatcher(framework, cl) != "alltoall":  # the recipes' own first (issue 39)
+        result = solve(
+            replace(problem, options=problem.options + (("ep_dispatcher", recipe_dispatcher(framework, cl)),)), options
+        )
     else:
         result = solve(problem, options)
     if refuse_pins and result.stats.refused is not None:  # solve checked the pins once and answered with the rule
@@ -272,9 +279,8 @@ def recommend(
 
         warnings.warn(result.memory_warning, stacklevel=2)
     result.dispatchers = None
-    if not robust and objective == "step" and not pareto and framework == "megatron" and m.is_moe:
-        if "ep_dispatcher" not in dict(problem.options):
-            result = _with_best_dispatcher(problem, options, result, deadline)
+    if dispatchers:
+        result = _with_best_dispatcher(problem, options, result, deadline)
     result.ranking = None
     if train_tokens is not None and result.plans:  # ordered by the objective before the band goes on the first
         result.plans, result.ranking = rank(result.plans, m, cl, workload, objective, train_tokens, objective_inputs)

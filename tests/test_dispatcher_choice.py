@@ -69,3 +69,20 @@ def test_the_dispatcher_line_says_what_each_search_outcome_means():
     R.dispatchers = dict(R.dispatchers, searched="cut short")
     (line,) = dispatcher_lines(R)
     assert "the time limit stopped that search before it proved its answer and it found none faster" in line
+
+
+def test_the_recipes_dispatcher_is_searched_first_on_a_rack():
+    from costmodel.frameworks.rules import recipe_dispatcher
+    from costmodel.spec.presets import load_cluster
+
+    rack, hgx = load_cluster("gb200-nvl72").with_gpus(144), load_cluster("b200").with_gpus(16)
+    assert recipe_dispatcher("megatron", rack) == "hybridep" and recipe_dispatcher("megatron", hgx) == "alltoall"
+    assert recipe_dispatcher("fsdp2", rack) == "alltoall"
+    # on the rack the first search runs HybridEP; the others are timed on its answer and searched only when faster
+    r = recommend("qwen3-30b-a3b", "gb200-nvl72", **{**ARGS, "gpus": 144, "ep": 8, "global_batch": 144})
+    d = r.dispatchers
+    assert set(d["step_time_s"]) == {"alltoall", "deepep", "hybridep"}
+    fastest = min(d["step_time_s"], key=d["step_time_s"].get)
+    first = d["step_time_s"]["hybridep"]
+    assert d["searched"] == ("yes" if d["step_time_s"][fastest] < (1 - 1e-3) * first else "no")
+    assert r.best.reported.step_time_s <= first * (1 + 1e-9)

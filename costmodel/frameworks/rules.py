@@ -393,3 +393,15 @@ def required_zero(framework: str, optimizer_dtype: str = "fp32", optimizer_offlo
     if framework == "megatron" and (optimizer_dtype != "fp32" or optimizer_offload_fraction):
         return 1
     return None
+
+
+def recipe_dispatcher(framework: str, cluster) -> str:
+    """The MoE token dispatcher ``framework``'s own recipes run on ``cluster``, which a search tries first (the
+    other dispatchers are timed on its answer and searched when faster: ``planner.api``). Megatron-Core on an NVLink
+    domain wider than a node (GB200/GB300 NVL72): ``hybridep``, the flex dispatcher's HybridEP backend that every
+    DeepSeek-V3 and Qwen3 GB200/GB300 performance config of Megatron-Bridge sets
+    (``moe_flex_dispatcher_backend="hybridep"``, NVIDIA-NeMo/Megatron-Bridge@7af9601c9 (v0.2.0)
+    ``scripts/performance/configs/``; their B200 configs keep the all-to-all). Elsewhere ``alltoall``."""
+    if framework == "megatron" and cluster.domain > cluster.gpus_per_node:
+        return "hybridep"
+    return "alltoall"
