@@ -157,9 +157,10 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
             _set(ns, k, defaults[k], src, "framework_defaults")
     workload = make_workload(ns.global_batch, ns.seq, ns.dtype)
     config = config_from_args(ns, gpus, model.layers)
-    if "fused_elementwise" in fi.stated:
-        config = replace(config, fused_elementwise=fi.stated["fused_elementwise"])
-        src["stated"]["fused_elementwise"] = fi.stated["fused_elementwise"]
+    for k in ("fused_elementwise", "fused_norm"):  # kernel settings a configuration states, not flags
+        if k in fi.stated:
+            config = replace(config, **{k: fi.stated[k]})
+            src["stated"][k] = fi.stated[k]
     src["flags"] = {k: v for k, v in src["flags"].items() if k not in src["stated"]}
     return model, cluster, workload, config, src
 

@@ -79,6 +79,14 @@ def test_torchtitan_toml_names_its_version_and_refuses_fp16():
         emit_text("fsdp2", c, Workload(global_batch=256, seq_len=8192, dtype="fp16"), 32)
 
 
+def test_torchtitan_toml_says_a_fused_norm_it_cannot_run():
+    c = ParallelConfig(tp=1, dp=8, zero=3, framework="fsdp2", fused_elementwise=False, fused_norm=True)
+    text, _ = emit_text("fsdp2", c, W, 32)
+    assert "fused RMSNorm" in text and "[compile]" not in text
+    plain, _ = emit_text("fsdp2", ParallelConfig(tp=1, dp=8, zero=3, framework="fsdp2", fused_elementwise=False), W, 32)
+    assert "fused RMSNorm" not in plain
+
+
 def test_cli_emit_megatron_starts_with_the_architecture(capsys):
     rc = main(
         [

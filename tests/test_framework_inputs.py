@@ -312,6 +312,19 @@ def test_torchtitan_v022_defaults(capsys, tmp_path):
     assert (e["workload"]["global_batch"], e["workload"]["seq_len"]) == (64, 2048)
 
 
+def test_torchtitan_2024_fused_rmsnorm(capsys, tmp_path):
+    # torchtitan 2024-04..2025-02: [model] norm_type = "fused_rmsnorm" (its Triton RMSNorm) with compile off ->
+    # fused norms beside eager RoPE and SwiGLU (ParallelConfig.fused_norm); compiled, the key changes nothing
+    f = tmp_path / "job.toml"
+    f.write_text('[model]\nnorm_type = "fused_rmsnorm"\n[parallelism]\ntensor_parallel_degree = 2\n')
+    argv = ["evaluate", "--model", "llama3-8b", *H100, "--gpus", "16", "--torchtitan-config", str(f), "--json"]
+    c = run_json(capsys, *argv)["config"]
+    assert (c["fused_elementwise"], c["fused_norm"]) == (False, True)
+    f.write_text('[model]\nnorm_type = "fused_rmsnorm"\n[compile]\nenable = true\n')
+    c = run_json(capsys, *argv)["config"]
+    assert c["fused_elementwise"] is True and "fused_norm" not in c
+
+
 def test_torchtitan_async_tp_and_bad_key(capsys, tmp_path):
     f = tmp_path / "job.toml"
     f.write_text(

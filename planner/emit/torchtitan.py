@@ -76,6 +76,8 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
         out.append('selective_ac_option = "op"')
     if (c.chunks > 1 and c.tp > 1) or c.fused_elementwise:  # async TP needs it; fused element-wise ops are compiled
         out += ["", "[compile]", "enable = true"]
+    elif c.fused_norm:  # v0.2.2 has no fused_rmsnorm (removed in 37c4b818, 2025-02): its norms run eager
+        out.insert(0, "# the plan's fused RMSNorm (fused_norm) is not in this torchtitan: its norms run eager, slower")
     return out
 
 

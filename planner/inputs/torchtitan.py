@@ -138,5 +138,7 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
             "none, full, or selective with selective_ac_option 'op' or a positive integer",
         )
     s["fused_elementwise"] = bool(t.get("compile", {}).get("enable", dflt["enable"]))
+    if t.get("model", {}).get("norm_type") == "fused_rmsnorm" and not s["fused_elementwise"]:
+        s["fused_norm"] = True  # torchtitan 2024-04..2025-02: its Triton RMSNorm beside eager ops (ParallelConfig)
     s["bucket_mb"] = 100  # FSDP2 reduce-scatters per module, overlapped (costmodel.frameworks.defaults)
     return FrameworkInput(source="torchtitan_config", stated=s, deferred=deferred)
