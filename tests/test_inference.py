@@ -192,7 +192,8 @@ def test_max_concurrency_from_free_hbm():
     e = infer(tp=8, batch=1, input_len=2000, output_len=500)
     per_seq = kv_bytes_per_token(L70, "bf16", tp=8) * 2500
     free = e.hbm_bytes - e.memory["weights_bytes"] - e.memory["workspace_bytes"] - e.memory["reserved_bytes"]
-    assert e.max_concurrency_per_replica == math.floor(free / per_seq)
+    # vLLM (the default engine) gives its KV cache 0.9 of the HBM less the rest (costmodel.serving.kv_pool)
+    assert e.max_concurrency_per_replica == math.floor((free - 0.1 * e.hbm_bytes) / per_seq)
     # issue 24: more clients than the KV cache holds queue in the engine instead of "not fitting"
     over = infer(tp=8, batch=e.max_concurrency + 8, input_len=2000, output_len=500)
     assert over.fits and any("queue" in n for n in over.notes)

@@ -232,6 +232,7 @@ def evaluate_inference(
     memo: dict | None = None,
     lengths=None,
     cached=None,
+    engine_memory: bool = True,
 ) -> InferenceEstimate:
     """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config`` on ``engine``.
 
@@ -249,6 +250,9 @@ def evaluate_inference(
     :func:`~costmodel.serving.scheduler.simulate` but the token budget, and one whose budget never
     decided a step (``ServingStats.budget_need``) stands for every budget of at least what it
     scheduled: the engine loop then takes the same steps, so the figures are identical.
+
+    ``engine_memory``: the KV pool is what the engine's default memory setting leaves
+    (:mod:`costmodel.serving.kv_pool`); ``False``: the whole memory left (a static benchmark whose stated batch ran).
 
     ``lengths`` / ``cached``: a benchmark's own requests, each one's ``(prompt, output)`` tokens in the order sent
     and its prompt tokens already in the prefix cache (:func:`~costmodel.serving.scheduler.simulate`); the
@@ -269,10 +273,11 @@ def evaluate_inference(
     I, O, T = w.input_len, w.output_len, sched.token_budget
     B = w.global_batch // c.dp
     pb = max(1, T // I)  # whole prompts one step can hold (its activation workspace)
-    cap = serving_memory(model, cluster, w, c, kv_dtype, 1, pb)["max_concurrency_per_replica"]
+    pool = dict(engine=engine if engine_memory else None, token_budget=T)  # the KV pool (costmodel.serving.kv_pool)
+    cap = serving_memory(model, cluster, w, c, kv_dtype, 1, pb, **pool)["max_concurrency_per_replica"]
     limit = cap if sched.max_seqs is None else min(cap, sched.max_seqs)
     admitted = max(1, min(B, limit)) if request_rate is None else max(1, limit)
-    mem = serving_memory(model, cluster, w, c, kv_dtype, admitted, pb)  # raises when the weights never fit
+    mem = serving_memory(model, cluster, w, c, kv_dtype, admitted, pb, **pool)  # raises when the weights never fit
     # the engine's eager prefill host time as a floor under its prefill steps (SGLang: costmodel.serving.engine_host)
     sc = engine_step_cost(step_cost(model, cluster, w.dtype, c, kv_dtype), engine, model, dev)
     rate = None if request_rate is None else request_rate / c.dp

@@ -13,8 +13,9 @@
   routed and the shared experts), BF16, plus the FP32 logits of the prefill batch.
 * Reserve: :data:`costmodel.physics.memory.stage_memory.RESERVED_BYTES` (CUDA context, NCCL, fragmentation).
 
-The largest concurrency a replica holds is ``(HBM - weights - workspace - reserve) / KV per
-sequence`` on its tightest stage.
+The largest concurrency a replica holds is its KV pool over the KV per sequence, on its tightest stage: the pool is
+``HBM - weights - workspace - reserve`` with no engine named, or what the engine's own memory setting leaves
+(:mod:`costmodel.serving.kv_pool`).
 
 >>> from costmodel.spec.presets import load_model, load_cluster
 >>> from costmodel.spec.plan import ParallelConfig
@@ -36,6 +37,7 @@ from costmodel.physics.kernels.kvcache import kv_bytes_per_token
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.memory.stage_memory import RESERVED_BYTES
 from costmodel.physics.memory.stage_contents import stage_params
+from costmodel.serving.kv_pool import kv_pool_bytes
 from costmodel.spec.stages import stage_layers
 from costmodel.spec.specs import ClusterSpec, ModelSpec
 from costmodel.spec.workload import Workload
@@ -82,8 +84,11 @@ def serving_memory(
     kv_dtype: str,
     batch_per_replica: int,
     prefill_batch: int,
+    engine: str | None = None,
+    token_budget: int = 8192,
 ) -> dict:
-    """Peak bytes on the tightest GPU of a replica and the concurrency it can hold (see module doc)."""
+    """Peak bytes on the tightest GPU of a replica and the concurrency it can hold (see module doc); ``engine``
+    (and its step ``token_budget``) sizes the KV pool as that engine does (:mod:`costmodel.serving.kv_pool`)."""
     check_weights_fit(model, cluster, w.dtype)
     hbm = cluster.device.hbm_bytes
     seq = w.input_len + w.output_len
@@ -99,8 +104,10 @@ def serving_memory(
         kv_token = kv_bytes_per_token(model, kv_dtype, c.tp, layers=len(layers))
         kv = batch_per_replica * seq * kv_token
         total = weights + kv + workspace + RESERVED_BYTES
-        free = hbm - weights - workspace - RESERVED_BYTES
-        hold = max(0, int(free // (seq * kv_token))) if kv_token else batch_per_replica
+        pool = kv_pool_bytes(
+            engine, hbm, weights, workspace, RESERVED_BYTES, tp=c.tp, pp=c.pp, token_budget=token_budget
+        )
+        hold = max(0, int(pool // (seq * kv_token))) if kv_token else batch_per_replica
         cap = hold if cap is None else min(cap, hold)
         if best is None or total > best["total_bytes"]:
             best = {
