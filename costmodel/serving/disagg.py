@@ -101,12 +101,13 @@ def decode_step_s(model, cluster, c: ParallelConfig, n: float, ctx: float, dtype
 
 
 @lru_cache(maxsize=4096)
-def concurrency_cap(model, cluster, c: ParallelConfig, input_len, output_len, dtype, kv_dtype) -> int:
-    """Sequences one replica of ``c`` holds in its KV cache (0: the plan does not fit)."""
+def concurrency_cap(model, cluster, c: ParallelConfig, input_len, output_len, dtype, kv_dtype, engine=None) -> int:
+    """Sequences one replica of ``c`` holds in its KV cache (0: the plan does not fit), its pool as ``engine``
+    sizes it (:mod:`costmodel.serving.kv_pool`)."""
     w = Workload(mode="infer", global_batch=1, input_len=input_len, output_len=output_len, dtype=dtype)
     cl = cluster.with_gpus(c.gpus)
     try:
-        mem = serving_memory(model, cl, w, c, kv_dtype, 1, 1)
+        mem = serving_memory(model, cl, w, c, kv_dtype, 1, 1, engine=engine, token_budget=PREFILL_CHUNK)
     except PlannerError:  # the weights never fit on this many GPUs
         return 0
     if mem["total_bytes"] > cl.device.hbm_bytes:
@@ -285,13 +286,14 @@ def disagg_estimate(
     layerwise: bool = False,
     gaps: list[float] | None = None,
     floor: float = 0.0,
+    engine: str | None = None,
 ) -> DisaggEstimate | None:
     """The figures of ``prefill`` + ``decode`` pools (``None`` when a pool's plan does not fit, or
     when their goodput is below ``floor`` requests/s, a search's pruning bound: their capacity does
     not exceed it, or the bisection's upper end has fallen to it, the goodput always below that end)."""
     caps = []
     for pool in (prefill, decode):
-        cap = concurrency_cap(model, cluster, pool.config, input_len, output_len, dtype, kv_dtype)
+        cap = concurrency_cap(model, cluster, pool.config, input_len, output_len, dtype, kv_dtype, engine)
         if cap < 1:
             return None
         caps.append(cap)
