@@ -118,8 +118,10 @@ def test_moe_structure():
 
 def test_cluster_figures():
     assert load_cluster("h800").intra_link.effective_bw_bytes_per_s == pytest.approx(160e9)  # DeepSeek-V3 §3.2.2
-    assert load_cluster("h200").device.hbm_bytes == pytest.approx(141e9)
-    assert load_cluster("b200").device.hbm_bytes == pytest.approx(180e9)
+    # the capacity PyTorch's allocator reports ("GPU 0 has a total capacity of ... GiB")
+    assert load_cluster("h200").device.hbm_bytes == pytest.approx(139.80 * 2**30)
+    assert load_cluster("b200").device.hbm_bytes == pytest.approx(178.35 * 2**30)
+    assert load_cluster("h100-sxm").device.hbm_bytes == pytest.approx(79.19 * 2**30)
     assert load_cluster("a100-40g").device.hbm_bw_bytes_per_s == pytest.approx(1555e9)
     sg = load_cluster("sg2262-like").device
     cdma = sg.engines_for("intra")

@@ -49,20 +49,9 @@ KNOWN_UNFIT: dict = {
 #: (set, row_id) -> why the row is ``tight``: over the HBM with the assumed 5% fragmentation allowance, within it
 #: without (issue 42: accepted as a pinned plan, with a warning)
 KNOWN_TIGHT: dict = {
-    (
-        "new",
-        "277",
-    ): "Bridge Llama 3 70B FP8-CS on 64 GB200, Megatron-FSDP, MBS 2 x 8192, cpu_offloading_num_layers 40 of 80, no "
-    "recompute, BF16 grads, TE's cross entropy (Megatron-Bridge@e940d997d LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): "
-    "176.6 GiB of 173 (40 resident layers x 3.6 GiB = 145 GiB; FP8 parameters 1 B on Blackwell, BF16 grads 2 B), "
-    "169.2 GiB without the allowance",
-    (
-        "new",
-        "278",
-    ): "Bridge Llama 3.1 405B FP8-CS TP4 PP16 VP4 on 256 GB200, MBS 1, GBS 1536, no FSDP, no offloading, no recompute, "
-    "BF16 grads, TE's cross entropy (Megatron-Bridge@e940d997d LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2): 175.5 GiB "
-    "of 173 (stage 1: 77 chunks in flight as Megatron-Core@0d8e0714 get_pp_rank_microbatches warms up, 132.5 GiB of "
-    "activations; FP8 parameters 1 B on Blackwell, 181.4 GiB at 2 B), 168.8 GiB without the allowance",
+    # empty since the GB200 preset holds the 189,471 MiB nvidia-smi reports (185.0 GiB, was 173.2 read from 186e9
+    # bytes): 277 (Bridge Llama 3 70B FP8-CS, 64 GB200, Megatron-FSDP, 40 of 80 layers offloaded) 176.6 GiB and 278
+    # (Bridge Llama 3.1 405B FP8-CS TP4 PP16 VP4, 256 GB200) 175.5 GiB fit; both were tight at 173
 }
 
 GiB = 2**30
