@@ -8,6 +8,7 @@ import pytest
 from costmodel.physics.kernels.host import GRACE_OVER_X86
 from costmodel.serving import engine_host as eh
 from costmodel.serving.inference import evaluate_inference
+from costmodel.serving.engines import engine_cluster
 from costmodel.serving.step import step_cost
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.presets import load_cluster, load_model
@@ -30,7 +31,7 @@ def _est(qwen, engine, input_len, batch=1, output_len=64):
 def _prefill_step_s(qwen, input_len):
     """The GPU time of one whole-prompt prefill step (the step cost the replay prices)."""
     m, cl = qwen
-    sc = step_cost(m, cl, "bf16", TP8, "bf16")
+    sc = step_cost(m, engine_cluster(cl, "sglang"), "bf16", TP8, "bf16")  # the engine's own GEMM table
     return sc.time_s(tokens=input_len, sampled=1, prefill_pairs=input_len * input_len / 2.0, decode_ctx=0)
 
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token
+from costmodel.serving.engines import engine_cluster
 from costmodel.serving.memory import serving_memory
 from costmodel.serving.step import chunk_pairs, step_cost
 from costmodel.spec.errors import PlannerError
@@ -291,6 +292,8 @@ def disagg_estimate(
     """The figures of ``prefill`` + ``decode`` pools (``None`` when a pool's plan does not fit, or
     when their goodput is below ``floor`` requests/s, a search's pruning bound: their capacity does
     not exceed it, or the bisection's upper end has fallen to it, the goodput always below that end)."""
+    if engine is not None:
+        cluster = engine_cluster(cluster, engine)  # the engine's own measured GEMMs, as the aggregated replay
     caps = []
     for pool in (prefill, decode):
         cap = concurrency_cap(model, cluster, pool.config, input_len, output_len, dtype, kv_dtype, engine)

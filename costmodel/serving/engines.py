@@ -75,6 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from costmodel.physics.kernels.measured import table_system
 from costmodel.spec.errors import SpecError
 from costmodel.spec.specs import DeviceSpec
 from costmodel.spec.units import GiB
@@ -149,3 +150,15 @@ def scheduler_for(
     if max_seqs is not None:
         s = replace(s, max_seqs=max_seqs)
     return s
+
+
+def engine_cluster(cluster, engine: str):
+    """``cluster`` as ``engine`` runs its kernels: single GEMMs from that engine's own measured table
+    (AIConfigurator's per-engine GEMM tables, :mod:`costmodel.physics.kernels.measured`) at the table's clocks
+    (``DeviceSpec.sustained_clocks`` False: the tables time the engine's GEMMs as it launches them, and a serving
+    step is no training step held at the power limit), in place of the roofline whose efficiencies were fitted to
+    training steps. A table the user named stands; a GPU without a table keeps the roofline."""
+    dev = cluster.device
+    if table_system(dev)[0] is None:
+        return cluster
+    return replace(cluster, device=replace(dev, kernel_table=dev.kernel_table or engine, sustained_clocks=False))

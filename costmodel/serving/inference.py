@@ -45,7 +45,7 @@ from costmodel.spec.errors import SpecError
 from costmodel.serving.memory import serving_memory
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token, kv_dtype_bytes
 from costmodel.serving.scheduler import simulate
-from costmodel.serving.engines import scheduler_for
+from costmodel.serving.engines import engine_cluster, scheduler_for
 from costmodel.serving.engine_host import engine_step_cost, host_report, reissue_s, request_path_s, with_request_path
 from costmodel.serving.step import step_cost
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -268,6 +268,7 @@ def evaluate_inference(
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise SpecError(name, v, "a positive integer")
     validate_inference(model, cluster, workload, config)
+    cluster = engine_cluster(cluster, engine)  # the engine's own measured GEMMs (costmodel.serving.engines)
     c, w, dev = config, workload, cluster.device
     sched = scheduler_for(engine, dev, token_budget=prefill_tokens, max_seqs=max_seqs, chunked=chunked)
     I, O, T = w.input_len, w.output_len, sched.token_budget

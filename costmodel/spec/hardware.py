@@ -64,6 +64,9 @@ class DeviceSpec:
     dma_engines : engine classes (see :class:`DmaEngineClass`).
     kernel_table : the library whose measured GEMM table times single GEMMs (``trtllm``, ``vllm``, ``sglang``,
         optionally with a version; :mod:`costmodel.physics.kernels.measured`); empty: the fitted roofline.
+    sustained_clocks : a table time is divided by the generation's sustained clock ratio (a training step holds
+        the GPU at its power limit for seconds); False: as the table measured it (a serving engine's steps, as
+        AIConfigurator's tables time them for that engine: :func:`costmodel.serving.engines.engine_cluster`).
     fp8_transpose : whether per-tensor-scaled FP8 GEMMs take only the TN layout, so that Transformer Engine keeps a
         transposed copy of an FP8 tensor for the backward GEMMs (True: Hopper, Ada, the default). Blackwell (sm100,
         sm103) takes any layout: ``is_non_tn_fp8_gemm_supported`` is true for compute capability 10.x and >= 13
@@ -86,6 +89,7 @@ class DeviceSpec:
     comm_compute_interference: float = 0.1
     dma_engines: tuple[DmaEngineClass, ...] = ()
     kernel_table: str = ""
+    sustained_clocks: bool = True
     fp8_transpose: bool = True
 
     def __post_init__(self):

@@ -83,10 +83,9 @@ def table_gemm(m: float, n: float, k: float, dev, dtype: str) -> tuple[float | N
     t, ev = gemm_lookup(system, tdt, max(1, round(m)), max(1, round(n)), max(1, round(k)), dev.kernel_table or None)
     if t is None:
         return None, ev
-    clock = SUSTAINED_CLOCK[generation(system)]
-    note = "; ".join(
-        x for x in (ev.note, stand_in, TABLE_STAND_IN.get(dtype, ""), f"/ {clock:.3f} sustained clock") if x
-    )
+    clock = SUSTAINED_CLOCK[generation(system)] if dev.sustained_clocks else 1.0
+    at = f"/ {clock:.3f} sustained clock" if dev.sustained_clocks else "at the table's clocks (serving)"
+    note = "; ".join(x for x in (ev.note, stand_in, TABLE_STAND_IN.get(dtype, ""), at) if x)
     kind = "assumed" if dtype in TABLE_STAND_IN else ev.kind
     return t / clock, Evidence(kind, ev.table, note, ev.distance)
 
