@@ -35,7 +35,7 @@ KNOWN_UNFIT: dict = {
     # state them; only the memory is read): 220 (torchtitan Llama 2 13B, 64 A100, local batch 2 x 4096, no AC) 94.6 ->
     # 68.4 GiB of 80 once eager RoPE saves no FP32 Q/K (MulBackward0 keeps ``self`` only for ``other``'s gradient) and
     # the preset's fused_rmsnorm runs fused; 229 (KempnerForge 7B on one H200) 139.4 -> 94.5 and 248 (70B TP4 x FSDP2
-    # on 8 H200) 138.0 -> 72.3 GiB of 131 once KempnerForge's BF16 model and BF16 Adam moments are charged
+    # on 8 H200) 138.0 -> 72.3 GiB of 131 (139.8 since the measured HBM) once KempnerForge's BF16 model and BF16 Adam moments are charged
     # (benchmarks/published/sources.py TORCHTITAN_FUSED_RMSNORM, BF16_MODEL)
     # issue 39's development rows (the Megatron-Bridge tables' Blackwell rows), with the 25.11 performance recipes traced
     # (benchmarks/published/sources.py BRIDGE_2511_RECIPES, BRIDGE_BF16_GRADS, MXFP8_PARAMS; issue 42). Fit since:
@@ -49,8 +49,8 @@ KNOWN_UNFIT: dict = {
 #: (set, row_id) -> why the row is ``tight``: over the HBM with the assumed 5% fragmentation allowance, within it
 #: without (issue 42: accepted as a pinned plan, with a warning)
 KNOWN_TIGHT: dict = {
-    # empty since the GB200 preset holds the 189,471 MiB nvidia-smi reports (185.0 GiB, was 173.2 read from 186e9
-    # bytes): 277 (Bridge Llama 3 70B FP8-CS, 64 GB200, Megatron-FSDP, 40 of 80 layers offloaded) 176.6 GiB and 278
+    # empty since the GB200 preset holds the 184.31 GiB PyTorch's allocator reports (nvidia-smi: 189,471 MiB; was
+    # 173.2 read from 186e9 bytes): 277 (Bridge Llama 3 70B FP8-CS, 64 GB200, Megatron-FSDP, 40 of 80 layers offloaded) 176.6 GiB and 278
     # (Bridge Llama 3.1 405B FP8-CS TP4 PP16 VP4, 256 GB200) 175.5 GiB fit; both were tight at 173
 }
 
