@@ -86,7 +86,8 @@ def _engine_line(sv: dict) -> str:
         f"{limit}, {'chunked' if sv['chunked_prefill'] else 'whole'} prompts, "
         f"{'prefill mixed with decodes' if sv['mixed_batches'] else 'prefill and decode steps apart'}; "
         f"{load}; {sv['admitted_per_replica']} admitted per replica, {sv['queue_ms']:,.0f} ms queued on average, "
-        f"{sv['prefill_steps_per_request']:.2f} steps per prompt"
+        f"{sv['prefill_steps_per_request']:.2f} steps per prompt; GEMMs "
+        + (f"from the measured table {sv['gemm_table']}" if sv.get("gemm_table") else "from the fitted roofline")
     )
 
 

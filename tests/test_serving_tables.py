@@ -34,3 +34,14 @@ def test_training_divides_by_the_sustained_clock_and_a_named_table_stands():
 def test_a_gpu_without_tables_keeps_the_roofline():
     cl = load_cluster("sg2262-like")
     assert engine_cluster(cl, "vllm") is cl
+
+
+def test_the_report_names_the_table_or_the_roofline(capsys):
+    from planner.cli import main
+
+    args = ["evaluate", "--mode", "infer", "--model", "llama3.1-8b", "--tp", "1", "--gpus", "1", "--input-len", "200",
+            "--output-len", "50", "--global-batch", "4"]  # fmt: skip
+    assert main([*args, "--cluster", "h100-sxm"]) == 0
+    assert "GEMMs from the measured table h100_sxm/gemm/vllm/" in capsys.readouterr().out
+    assert main([*args, "--cluster", "sg2262-like"]) == 0
+    assert "GEMMs from the fitted roofline" in capsys.readouterr().out

@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from costmodel.physics.kernels.measured import table_system
+from costmodel.physics.kernels.measured import table_gemm, table_system
 from costmodel.spec.errors import SpecError
 from costmodel.spec.specs import DeviceSpec
 from costmodel.spec.units import GiB
@@ -162,3 +162,12 @@ def engine_cluster(cluster, engine: str):
     if table_system(dev)[0] is None:
         return cluster
     return replace(cluster, device=replace(dev, kernel_table=dev.kernel_table or engine, sustained_clocks=False))
+
+
+def gemm_table_of(dev, model, dtype: str) -> str:
+    """The measured GEMM table that times ``dev``'s single GEMMs (``system/gemm/backend/version``, read on the
+    model's hidden x hidden projection), or ``""`` where the fitted roofline does."""
+    if not dev.kernel_table:
+        return ""
+    t, ev = table_gemm(model.hidden, model.hidden, model.hidden, dev, dtype)
+    return ev.table if t is not None else ""
