@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import statistics
 import subprocess
 import sys
 
@@ -78,8 +79,7 @@ def main(argv=None) -> int:
         print("decode_attention_fixed: needs pandas and pyarrow", file=sys.stderr)
         return 2
     for system, per in res.items():
-        vals = sorted(us for us, _, _ in per.values())
-        med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+        med = statistics.median(us for us, _, _ in per.values())
         print(
             f"{system:9s} median {med:5.2f} us  "
             + "  ".join(f"{k}: {us} us (n={n}, {ks})" for k, (us, n, ks) in per.items())

@@ -20,8 +20,7 @@ import warnings
 from dataclasses import asdict
 
 from costmodel.physics.comm import dma
-from costmodel.physics.memory.stage_memory import allowance_bytes
-from costmodel.physics.memory.verdict import FITS, TIGHT, memory_verdict, tight_warning
+from costmodel.physics.memory.verdict import FITS, TIGHT, memory_verdict, peak_without_allowance, tight_warning
 from costmodel.training.estimate import Estimate
 from costmodel.trust.memory_margin import MEMORY_MARGIN, at_risk
 from costmodel.spec.presets import cluster_to_dict, model_to_dict
@@ -208,8 +207,7 @@ def fits_text(est: Estimate) -> str:
 
 def _stage_fits(m: dict, hbm_bytes: float) -> str:
     """``yes``, ``tight`` or ``NO`` of one stage (its ``StageMemory.to_dict``) against ``hbm_bytes``."""
-    total = m["total_bytes"]
-    verdict = memory_verdict(total, total - allowance_bytes(m["activations_bytes"]), hbm_bytes)
+    verdict = memory_verdict(m["total_bytes"], peak_without_allowance([m]), hbm_bytes)
     return {FITS: "yes", TIGHT: "tight"}.get(verdict, "NO")
 
 
@@ -264,8 +262,9 @@ def memory_lines(est: Estimate, max_rows: int = 16) -> list[str]:
     ]
     if len(shown) < len(stages):
         out.append(f"({len(stages) - len(shown)} more stages not shown; --json lists all)")
-    over = [m["stage"] for m in stages if _stage_fits(m, est.hbm_bytes) == "NO"]
-    tight = [m["stage"] for m in stages if _stage_fits(m, est.hbm_bytes) == "tight"]
+    verdicts = {m["stage"]: _stage_fits(m, est.hbm_bytes) for m in stages}
+    over = [s for s, v in verdicts.items() if v == "NO"]
+    tight = [s for s, v in verdicts.items() if v == "tight"]
     if over:
         out.append(f"does not fit: stage(s) {', '.join(map(str, over))} exceed {_gib(est.hbm_bytes)} GiB HBM")
     if tight:

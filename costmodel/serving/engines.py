@@ -75,7 +75,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from costmodel.physics.kernels.measured import table_gemm, table_system
+from costmodel.physics.kernels.measured import table_system
+from costmodel.physics.tables import table_for
 from costmodel.spec.errors import SpecError
 from costmodel.spec.specs import DeviceSpec
 from costmodel.spec.units import GiB
@@ -164,10 +165,9 @@ def engine_cluster(cluster, engine: str):
     return replace(cluster, device=replace(dev, kernel_table=dev.kernel_table or engine, sustained_clocks=False))
 
 
-def gemm_table_of(dev, model, dtype: str) -> str:
-    """The measured GEMM table that times ``dev``'s single GEMMs (``system/gemm/backend/version``, read on the
-    model's hidden x hidden projection), or ``""`` where the fitted roofline does."""
-    if not dev.kernel_table:
-        return ""
-    t, ev = table_gemm(model.hidden, model.hidden, model.hidden, dev, dtype)
-    return ev.table if t is not None else ""
+def gemm_table_of(dev) -> str:
+    """The measured GEMM table that times ``dev``'s single GEMMs (``system/gemm/backend/version``), or ``""`` where
+    the fitted roofline does."""
+    system, _ = table_system(dev)
+    choice = table_for(system, "gemm", dev.kernel_table) if dev.kernel_table and system else None
+    return choice.label if choice else ""

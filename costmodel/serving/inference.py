@@ -364,7 +364,7 @@ def evaluate_inference(
     phases = {"prefill": pf, "decode": dec}
     serving = {
         "engine": engine,
-        "gemm_table": gemm_table_of(dev, model, w.dtype),
+        "gemm_table": gemm_table_of(dev),
         "token_budget": T,
         "max_seqs": sched.max_seqs,
         "chunked_prefill": sched.chunked,
