@@ -11,6 +11,8 @@ Held-out rule (stated before any result was looked at):
   benchmarks/notes/2026-12-05-table-interpolation.md).
 - NCCL: in every NCCL table, op, dtype and GPU count, the message sizes at the odd positions except
   the last are removed and predicted from their neighbours the same way.
+- Serving engines' TP all-reduce (added with the engine all-reduce tables, 2026-12-06, same rule): in every
+  engine table, mode (CUDA graph, eager) and GPU count, the message sizes at the odd positions except the last.
 - Context attention (added with the attention tables, same rule): in every configuration of every
   table, the isl values at the odd positions except the last, predicted from their neighbours.
 - MoE layers (added with the MoE tables, same rule): the num_tokens values at the odd positions
@@ -147,10 +149,12 @@ def moe_heldout() -> list[dict]:
     return out
 
 
-def nccl_heldout() -> list[dict]:
+def nccl_heldout(op: str = "nccl") -> list[dict]:
+    """Held-out message sizes of the NCCL tables (``op="nccl"``, "what" = the collective) or of the serving
+    engines' all-reduce tables (``op="allreduce"``, "what" = the engine and its mode)."""
     out = []
     for f, e in sorted(manifest()["files"].items()):
-        if e["op"] != "nccl":
+        if e["op"] != op:
             continue
         z = load(f)
         for key in sorted(k[: -len(".bytes")] for k in z if k.endswith(".bytes")):
@@ -160,7 +164,7 @@ def nccl_heldout() -> list[dict]:
                 {
                     "system": e["system"],
                     "backend": e["backend_version"],
-                    "what": key.split(".")[0],
+                    "what": key.split(".")[0] if op == "nccl" else f"{e['backend']} {key.split('.')[1]}",
                     "err": p / m - 1,
                     "ms": m,
                 }
@@ -258,6 +262,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     args = ap.parse_args(argv)
     g_table, g_mean = summarise(gemm_heldout(), "GEMM")
     n_table, n_mean = summarise(nccl_heldout(), "NCCL")
+    r_table, r_mean = summarise(nccl_heldout("allreduce"), "engine all-reduce")
     a_table, a_mean = summarise(attention_heldout(), "attention")
     m_table, m_mean = summarise(moe_heldout(), "MoE")
     arows = attention_rows()
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         for r in summarise(b_rows, "backward")[0]
         if "measured >=" not in r["set"]
     ]
-    table = g_table + n_table + a_table + m_table + k_table + c_table + b_table
+    table = g_table + n_table + r_table + a_table + m_table + k_table + c_table + b_table
     for r in table:
         print(
             f"{r['set']:36s} {r['generation']:9s} {r['dtype/op']:15s} n={r['points']:7d} "
@@ -309,12 +314,14 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         for g, v in {
             **{f"GEMM {k}": v for k, v in g_mean.items()},
             **{f"NCCL {k}": v for k, v in n_mean.items()},
+            **{f"engine all-reduce {k}": v for k, v in r_mean.items()},
             **{f"attention {k}": v for k, v in a_mean.items()},
             **{f"MoE {k}": v for k, v in m_mean.items()},
         }.items()
     }
     head = {f"GEMM held-out {g} mean |err| %": results_io.pct(v) for g, v in g_mean.items()}
     head.update({f"NCCL held-out {g} mean |err| %": results_io.pct(v) for g, v in n_mean.items()})
+    head.update({f"engine all-reduce held-out {g} mean |err| %": results_io.pct(v) for g, v in r_mean.items()})
     head.update({f"attention held-out {g} mean |err| %": results_io.pct(v) for g, v in a_mean.items()})
     head.update({f"MoE held-out {g} mean |err| %": results_io.pct(v) for g, v in m_mean.items()})
     for r in b_table:

@@ -55,6 +55,14 @@ SYSTEMS = ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", 
 GEMM_DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4")
 NCCL_OPS = ("all_gather", "all_reduce", "reduce_scatter", "alltoall")
 NCCL_BYTES = {"half": 2, "int8": 1}
+#: engine all-reduce kernel sources -> series mode (CUDA-graph replay or eager calls) and the engine they belong to
+ALLREDUCE_SOURCES = {
+    "TRTLLM": ("graph", "trtllm"),
+    "vLLM_custom_graph": ("graph", "vllm"),
+    "vLLM_custom_eager": ("eager", "vllm"),
+    "SGLang_CustomAllReduce_graph": ("graph", "sglang"),
+    "SGLang_CustomAllReduce_eager": ("eager", "sglang"),
+}
 
 
 def version_key(v: str) -> tuple:
@@ -255,6 +263,26 @@ def nccl_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, info
 
 
+def allreduce_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
+    """An engine's TP all-reduce: latency over message bytes per (mode, GPU count); ``message_size`` is bf16
+    elements (the collector's ``get_input_shape_and_comm_size``), stored as bytes."""
+    df = df[df.allreduce_dtype == "bfloat16"].assign(mode=df.kernel_source.map(lambda k: ALLREDUCE_SOURCES[k][0]))
+    df = df.drop_duplicates(["mode", "num_gpus", "message_size"], keep="last")
+    arrays, info = {}, {}
+    for (mode, n), s in df.groupby(["mode", "num_gpus"], sort=True):
+        s = s.sort_values("message_size")
+        key = f"all_reduce.{mode}.{int(n)}"
+        arrays[key + ".bytes"] = s.message_size.to_numpy(dtype=np.int64) * 2
+        arrays[key + ".lat_ms"] = s.latency.to_numpy(dtype=np.float32)
+        info[key] = int(len(s))
+    return arrays, info
+
+
+def allreduce_engine_ok(df, backend: str) -> bool:
+    """Whether every row of an engine's all-reduce table is that engine's own kernel (module doc)."""
+    return bool(len(df)) and all(ALLREDUCE_SOURCES.get(k, ("", ""))[1] == backend for k in df.kernel_source.unique())
+
+
 def meta(repo: str, folder: str) -> dict:
     import yaml
 
@@ -286,6 +314,8 @@ def convert(repo: str, date: str) -> dict:
             ("moe", "reuse.yaml"),
         ) or (op == "comm" and backend == "nccl" and name in ("nccl_perf.parquet", "reuse.yaml")):
             tree.setdefault((system, op, backend), {}).setdefault(version, []).append(name)
+        elif op == "comm" and name == "custom_allreduce_perf.parquet":
+            tree.setdefault((system, "allreduce", backend), {}).setdefault(version, []).append(name)
     OUT.mkdir(parents=True, exist_ok=True)
     manifest = {
         "source": {
@@ -298,7 +328,11 @@ def convert(repo: str, date: str) -> dict:
             "path": SRC,
         },
         "converter": {"command": f"python -m benchmarks.tables_convert --aic {repo}", "date": date},
-        "units": {"gemm": "lat_ms: milliseconds per GEMM", "nccl": "bytes: nccl-tests size; lat_ms: milliseconds"},
+        "units": {
+            "gemm": "lat_ms: milliseconds per GEMM",
+            "nccl": "bytes: nccl-tests size; lat_ms: milliseconds",
+            "allreduce": "bytes: the all-reduced buffer (bf16 elements x 2); lat_ms: milliseconds per call",
+        },
         "files": {},
         "aliases": [],
         "dropped": [],
@@ -310,12 +344,23 @@ def convert(repo: str, date: str) -> dict:
         if op == "moe":  # the newest full collection: a partial top-up also declares reuse.yaml
             full = [v for v in collected if "reuse.yaml" not in versions[v]]
             collected = full or collected
+        if op == "allreduce":  # the newest version whose rows are the engine's own kernel
+            own = [
+                v
+                for v in collected
+                if allreduce_engine_ok(
+                    pd.read_parquet(io.BytesIO(git_show(repo, f"{SRC}/{system}/comm/{backend}/{v}/{versions[v][0]}"))),
+                    backend,
+                )
+            ]
+            foreign = set(collected) - set(own)
+            collected = own
         keep = collected if op == "comm" else collected[-1:]
         if op in ("attention", "moe") and backend != "trtllm":
             keep = []
         for v in sorted(versions, key=version_key):
-            folder = f"{SRC}/{system}/{op}/{backend}/{v}"
-            m = meta(repo, folder)
+            folder = f"{SRC}/{system}/{'comm' if op == 'allreduce' else op}/{backend}/{v}"
+            m = {} if op == "allreduce" else meta(repo, folder)
             if "reuse.yaml" in m:
                 first = ((m["reuse.yaml"] or {}).get("reuse") or [{}])[0]
                 manifest["aliases"].append(
@@ -336,9 +381,16 @@ def convert(repo: str, date: str) -> dict:
                 why = "size: only the newest collected version per backend is kept"
                 if op in ("attention", "moe") and backend != "trtllm":
                     why = f"size: {op} is kept for TensorRT-LLM only"
+                if op == "allreduce" and v in foreign:
+                    why = "its rows name another engine's kernel"
                 manifest["dropped"].append({"system": system, "op": op, "backend": backend, "version": v, "why": why})
                 continue
-            pq = {"gemm": "gemm_perf.parquet", "attention": "context_attention_perf.parquet", "moe": "moe_perf.parquet"}
+            pq = {
+                "gemm": "gemm_perf.parquet",
+                "attention": "context_attention_perf.parquet",
+                "moe": "moe_perf.parquet",
+                "allreduce": "custom_allreduce_perf.parquet",
+            }
             pq = pq.get(op, "nccl_perf.parquet")
             df = pd.read_parquet(io.BytesIO(git_show(repo, f"{folder}/{pq}")))
             if op == "moe":
@@ -349,6 +401,11 @@ def convert(repo: str, date: str) -> dict:
                 arrays, info = attention_arrays(df)
                 name = f"attention_{system}_{backend}_{v}.npz"
                 entry = {"op": "attention", "backend": backend, "backend_version": v, "context": info}
+            elif op == "allreduce":
+                arrays, info = allreduce_arrays(df)
+                name = f"allreduce_{system}_{backend}_{v}.npz"
+                entry = {"op": "allreduce", "backend": backend, "backend_version": v, "series": info}
+                m = meta(repo, folder)
             elif op == "gemm":
                 arrays, info = gemm_arrays(df)
                 name = f"gemm_{system}_{backend}_{v}.npz"

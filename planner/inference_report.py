@@ -88,6 +88,7 @@ def _engine_line(sv: dict) -> str:
         f"{load}; {sv['admitted_per_replica']} admitted per replica, {sv['queue_ms']:,.0f} ms queued on average, "
         f"{sv['prefill_steps_per_request']:.2f} steps per prompt; GEMMs "
         + (f"from the measured table {sv['gemm_table']}" if sv.get("gemm_table") else "from the fitted roofline")
+        + (f"; TP all-reduce from the measured table {sv['allreduce_table']}" if sv.get("allreduce_table") else "")
     )
 
 

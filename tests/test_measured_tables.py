@@ -60,8 +60,9 @@ def test_manifest_names_every_file_and_its_source():
             assert e["nccl_version"] == e["backend_version"], name
     systems = {e["system"] for e in m["files"].values()}
     assert systems == {"a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300"}
-    for s in systems:  # (a) GEMM and (b) NCCL for every system
-        assert {e["op"] for e in m["files"].values() if e["system"] == s} == {"gemm", "nccl", "attention", "moe"}, s
+    ops = {"gemm", "nccl", "attention", "moe", "allreduce"}
+    for s in systems:  # every kind for every system
+        assert {e["op"] for e in m["files"].values() if e["system"] == s} == ops, s
     assert (PKG / "NOTICE").read_text().count("Apache License") == 1
     assert sum(p.stat().st_size for p in DATA.iterdir()) < 10e6
 
@@ -90,7 +91,8 @@ def test_data_loads_as_grids():
             assert keys, name
             for k in keys:
                 b, lat = z[k], z[k.replace(".bytes", ".lat_ms")]
-                assert (np.diff(b) > 0).all() and (lat > 0).all() and b[-1] == 512 * 2**20, (name, k)
+                top = 2**30 if e["op"] == "allreduce" else 512 * 2**20  # 2^29 bf16 elements; nccl-tests' 512 MiB
+                assert (np.diff(b) > 0).all() and (lat > 0).all() and b[-1] == top, (name, k)
 
 
 def test_package_reads_with_numpy_only():

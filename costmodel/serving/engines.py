@@ -76,7 +76,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from costmodel.physics.kernels.measured import table_system
-from costmodel.physics.tables import table_for
+from costmodel.physics.tables import engine_allreduce_lookup, table_for
 from costmodel.spec.errors import SpecError
 from costmodel.spec.specs import DeviceSpec
 from costmodel.spec.units import GiB
@@ -163,6 +163,31 @@ def engine_cluster(cluster, engine: str):
     if table_system(dev)[0] is None:
         return cluster
     return replace(cluster, device=replace(dev, kernel_table=dev.kernel_table or engine, sustained_clocks=False))
+
+
+def engine_allreduce_s(cluster, nbytes: float, tp: int) -> float | None:
+    """Seconds of one TP all-reduce of ``nbytes`` as the stack's serving engine runs it (``DeviceSpec.kernel_table``,
+    which :func:`engine_cluster` sets to the engine), from that engine's measured table
+    (:mod:`costmodel.physics.tables.allreduce`), or None where no table times it (no engine named, a GPU without
+    tables, a GPU count the table lacks, a TP group wider than the NVLink domain): the caller keeps its model.
+
+    The CUDA-graph series times every step. Decode steps are graph replays; an eager prefill step issues the same
+    dispatch, and the eager series' floor (20-30 us at any size below 1 MiB on H100 and B200, against 3-8 us in a
+    graph) is the host's launch time between back-to-back calls, which an eager forward hides behind its GEMMs
+    (SGLang's eager prefill host time is charged by :mod:`costmodel.serving.engine_host`)."""
+    dev = cluster.device
+    if not dev.kernel_table or tp < 2 or tp > cluster.domain:
+        return None
+    return engine_allreduce_lookup(dev, dev.kernel_table, nbytes, tp, graph=True)[0]
+
+
+def allreduce_table_of(dev, tp: int) -> str:
+    """The measured engine all-reduce table that times ``dev``'s TP all-reduce at ``tp`` GPUs
+    (``system/allreduce/engine/version``), or ``""`` where the collective model does."""
+    if not dev.kernel_table or tp < 2:
+        return ""
+    t, ev = engine_allreduce_lookup(dev, dev.kernel_table, 1 << 20, tp, graph=True)
+    return ev.table if t is not None else ""
 
 
 def gemm_table_of(dev) -> str:

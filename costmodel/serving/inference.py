@@ -45,7 +45,7 @@ from costmodel.spec.errors import SpecError
 from costmodel.serving.memory import serving_memory
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token, kv_dtype_bytes
 from costmodel.serving.scheduler import simulate
-from costmodel.serving.engines import engine_cluster, gemm_table_of, scheduler_for
+from costmodel.serving.engines import allreduce_table_of, engine_cluster, gemm_table_of, scheduler_for
 from costmodel.serving.engine_host import engine_step_cost, host_report, reissue_s, request_path_s, with_request_path
 from costmodel.serving.step import step_cost
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -365,6 +365,7 @@ def evaluate_inference(
     serving = {
         "engine": engine,
         "gemm_table": gemm_table_of(dev),
+        "allreduce_table": allreduce_table_of(dev, c.tp),
         "token_budget": T,
         "max_seqs": sched.max_seqs,
         "chunked_prefill": sched.chunked,

@@ -13,6 +13,7 @@ from costmodel.physics.kernels.moe_decode import serving_moe_ops
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.comm.ep_dispatch import ep_dispatch_time_s
 from costmodel.physics.memory.stage_contents import is_moe_layer
+from costmodel.serving.engines import engine_allreduce_s
 from costmodel.compose.overlap import CommLedger, exposed_s
 from costmodel.spec.stages import stage_layers
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -101,6 +102,10 @@ def _layer(
             kind: collective_time_s(kind, msg, c.tp, 1, cluster, algorithm="direct")
             for kind in ("allreduce", "allgather", "reducescatter")
         }
+        # the engine's own all-reduce (custom kernels below a size, NCCL above) where its table times it
+        measured = engine_allreduce_s(cluster, msg, c.tp)
+        if measured is not None:
+            t["allreduce"] = measured
         coef = cluster.device.comm_compute_interference if sm else 0.0
         _, fwd = _tp_ledger(ops, t["allgather"], t["reducescatter"], t["allreduce"], c.sp_on, c.chunks, coef)
         led = led.merge(fwd)

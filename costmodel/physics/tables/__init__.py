@@ -7,11 +7,12 @@ by the scheme its cost follows (:mod:`.grid`), each number returned with its :cl
 Owns: the committed data files under ``data/`` (written by ``python -m benchmarks.tables_convert``),
 the loader (``store``), the interpolation (``grid``), GEMM and linear-layer look-ups
 (``gemm``), context-attention look-ups (``attention``), MoE-layer look-ups (``moe``) and collective look-ups
-(``collectives``). Pure numpy at run time.
+(``collectives``) and serving engines' own TP all-reduce look-ups (``allreduce``). Pure numpy at run time.
 
 The lowest sub-floor of ``costmodel.physics`` (below ``kernels``). May import: ``costmodel.spec`` only.
 """
 
+from .allreduce import engine_allreduce_lookup
 from .attention import attention_lookup
 from .collectives import collective_lookup
 from .evidence import KINDS, Evidence
@@ -26,6 +27,7 @@ __all__ = [
     "LinearTimes",
     "TableChoice",
     "collective_lookup",
+    "engine_allreduce_lookup",
     "gemm_lookup",
     "linear_fwd_bwd_lookup",
     "moe_lookup",
