@@ -241,7 +241,13 @@ def test_a_constant_the_runs_do_not_determine_keeps_its_prior_and_says_so():
 
     from costmodel.trust.calibration import UNDETERMINED_REL
 
-    runs = [replace(r, measured_s=r.measured_s * (1.05 if i % 2 else 0.95)) for i, r in enumerate(synthetic_runs())]
+    # TP under Transformer Engine's userbuffers (chunks = tp): the link constant times it (NCCL-issued TP is the
+    # measured table, which no constant moves)
+    plans = [{**p, "chunks": p["tp"]} if p["tp"] > 1 else p for p in PLANS]
+    runs = [
+        replace(r, measured_s=r.measured_s * (1.05 if i % 2 else 0.95))
+        for i, r in enumerate(synthetic_runs(plans=plans))
+    ]
     cal = fit(runs, H100, loo=False)
     assert "intra_link_efficiency" not in cal.names and cal.names  # the others are still fitted
     assert cal.after["intra_link_efficiency"] == cal.before["intra_link_efficiency"]

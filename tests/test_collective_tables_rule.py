@@ -87,8 +87,10 @@ def test_comm_known_reports_the_looked_up_kind_for_tp_and_the_ep_all_to_all():
     for group in ("tp", "ep"):
         k = comm_known(m, cfg, group, model, w)
         assert k.kind in ("measured", "interpolated") and "b200_sxm/nccl" in k.basis
-    # by default TP is the link's constant, the EP all-to-all the table (as the engines time them)
-    assert comm_known(B200, cfg, "tp", model, w).kind not in ("measured", "interpolated")
+    # by default the EP all-to-all and NCCL-issued TP are the table (as the engines time them); TP under
+    # Transformer Engine's userbuffers (chunks > 1) keeps the link's constant
+    assert comm_known(B200, cfg, "tp", model, w).kind in ("measured", "interpolated")
+    assert comm_known(B200, replace(cfg, chunks=2), "tp", model, w).kind not in ("measured", "interpolated")
     assert "b200_sxm/nccl" in comm_known(B200, cfg, "ep", model, w).basis
     # a DeepEP dispatch is not an NCCL all-to-all: the link's constant
     deepep = replace(cfg, ep_dispatcher="deepep")
@@ -172,3 +174,21 @@ def test_both_engines_charge_the_tables_all_to_all_and_agree():
         assert t.breakdown["ep_exposed_s"] > 1.2 * m.breakdown["ep_exposed_s"]
         assert t.step_time_s > m.step_time_s
     assert tabled[0].step_time_s == pytest.approx(tabled[1].step_time_s, rel=0.03)
+
+
+def test_nccl_issued_tp_is_the_table_in_training_and_userbuffers_tp_the_model():
+    from costmodel.engines.analytic import layer_timing
+    from costmodel.frameworks.stacks import tp_from_nccl_tables
+    from costmodel.physics.kernels.gemm import ACT_BYTES
+
+    model, cl = load_model("llama3.1-8b"), load_cluster("a100-80g").with_gpus(8)
+    w = Workload(global_batch=8, seq_len=2048)
+    assert tp_from_nccl_tables(w, ParallelConfig(tp=8)) is True
+    assert tp_from_nccl_tables(w, ParallelConfig(tp=8, sp=True, chunks=8)) is None  # userbuffers
+    assert tp_from_nccl_tables(replace(w, mode="infer"), ParallelConfig(tp=8)) is None  # engines' own all-reduce
+    msg = 2048 * model.hidden * ACT_BYTES
+    table = collective_time_s("allreduce", msg, 8, 1, cl, tables=True)
+    assert table != pytest.approx(collective_time_s("allreduce", msg, 8, 1, cl, tables=False), rel=0.01)
+    # a layer without SP all-reduces twice forward and twice backward, each the table's time
+    led = layer_timing(model, cl, w, ParallelConfig(tp=8, mb=1), False).ledger
+    assert led.link_s["tp"] == pytest.approx(4 * table)

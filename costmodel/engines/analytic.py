@@ -30,6 +30,7 @@ from costmodel.physics.comm import dma
 from costmodel.frameworks import rules as frameworks
 from costmodel.physics.kernels import mtp
 from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.frameworks.stacks import tp_from_nccl_tables
 from costmodel.physics.comm.groups import group_stride
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import cp_exchange, embedding_op, head_ops, layer_ops
@@ -339,9 +340,10 @@ def _layer_core_of(
     if c.tp > 1:
         msg = n * model.hidden * ACT_BYTES
         tp = eng["tp"]
-        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster, engines=tp)
-        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp)
-        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp)
+        nccl = tp_from_nccl_tables(w, c)
+        t_ar = collective_time_s("allreduce", msg, c.tp, 1, cluster, engines=tp, tables=nccl)
+        t_ag = collective_time_s("allgather", msg, c.tp, 1, cluster, engines=tp, tables=nccl)
+        t_rs = collective_time_s("reducescatter", msg, c.tp, 1, cluster, engines=tp, tables=nccl)
         led, fwd_led = _tp_ledger(ops, t_ag, t_rs, t_ar, c.sp_on, c.chunks, coef)
     else:
         led, fwd_led = CommLedger(), CommLedger()
@@ -417,14 +419,8 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         bwd += k * (head.bwd_s + ce.bwd_s)
         if c.tp > 1:  # data-gradient reduction of the head input, overlapped with its weight gradient
             kind = "reducescatter" if c.sp_on else "allreduce"
-            t = collective_time_s(
-                kind,
-                n * model.hidden * ACT_BYTES,
-                c.tp,
-                1,
-                cluster,
-                engines=dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp"),
-            )
+            msg, eng = n * model.hidden * ACT_BYTES, dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp")
+            t = collective_time_s(kind, msg, c.tp, 1, cluster, engines=eng, tables=tp_from_nccl_tables(w, c, True))
             coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
             led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, FREE, WHY_WINDOW, coef)
     # FSDP2 / ZeRO-3: the embedding and head units' collectives (costmodel.physics.mechanics.zero3_edges)

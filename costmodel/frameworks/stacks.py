@@ -230,3 +230,18 @@ def fa2_device(dev: DeviceSpec) -> DeviceSpec:
     if not any(h in dev.name for h in HOPPER):
         return dev
     return replace(dev, attention_efficiency=dev.attention_efficiency * FA2_HOPPER_RATIO)
+
+
+def tp_from_nccl_tables(w, c, head: bool = False) -> bool | None:
+    """``tables`` for a TP/SP collective of plan ``c`` under workload ``w`` (issue 38, the rule that put training's
+    EP all-to-all on the tables: where the framework runs the table's protocol, the measurement replaces the
+    formula). True in training without TP communication overlap (``chunks == 1``): Megatron-Core's TP all-reduce
+    and SP all-gather / reduce-scatter are ``torch.distributed`` NCCL calls, out of place on the compute stream
+    (``megatron/core/tensor_parallel/mappings.py``), as are torchtitan's DTensor collectives, which is what
+    nccl-tests times. None (the default rule) where Transformer Engine's userbuffers carry TP (``chunks > 1``,
+    ``--tp-comm-overlap``: peer-to-peer ring exchanges on registered buffers that no table measures) and in
+    serving (engines run their own all-reduce: :mod:`costmodel.serving.engines`); the formula and the tables are
+    :func:`costmodel.physics.comm.collectives.collective_time_s`'s ``tables``. ``head``: the LM head's input-gradient
+    reduction, Megatron-Core's own ``ColumnParallelLinear`` (``torch.distributed``, not a Transformer Engine
+    module), is NCCL under ``--tp-comm-overlap`` too."""
+    return True if w.mode != "infer" and (head or c.chunks == 1) else None

@@ -26,6 +26,7 @@ from pathlib import Path
 from costmodel.physics.comm.groups import group_stride, layout
 from costmodel.physics.kernels.compute import cp_exchange, layer_ops
 from costmodel.physics.comm.collectives import collective_evidence
+from costmodel.frameworks.stacks import tp_from_nccl_tables
 from costmodel.physics.comm.ep_dispatch import HIERARCHICAL, ep_alltoall_bytes
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.measured import table_system
@@ -196,9 +197,14 @@ def comm_known(
         scope = layout(size, stride, cluster.domain).scope
     msgs = _table_messages(model, workload, config, dim, cluster.domain) if scope == "intra" else None
     if msgs is not None:
-        # the EP all-to-all is tabled as the engines time it (ep_dispatch_time_s nccl_table=True), the rest only
-        # under --kernels measured
-        tables = True if dim == "ep" else None
+        # the EP all-to-all and NCCL-issued TP are tabled as the engines time them (ep_dispatch_time_s nccl_table=True,
+        # collectives.tp_from_nccl_tables), the rest only under --kernels measured
+        if dim == "ep":
+            tables = True
+        elif dim == "tp" and workload is not None:
+            tables = tp_from_nccl_tables(workload, config)
+        else:
+            tables = None
         evs = [
             collective_evidence(kind, b, size, stride, cluster, tables) for kind, b in msgs or [("allgather", 1 << 20)]
         ]

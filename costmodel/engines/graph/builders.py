@@ -43,6 +43,7 @@ import networkx as nx
 from costmodel.physics.comm import dma
 from costmodel.physics.mechanics.fsdp_copies import fsdp2_copies_s
 from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.frameworks.stacks import tp_from_nccl_tables
 from costmodel.physics.comm.groups import group_stride
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import Op, cp_exchange, layer_ops
@@ -77,6 +78,7 @@ class _Ctx:
         self.n = c.mb if decode else c.mb * w.seq_len / c.cp
         self.msg = self.n * model.hidden * ACT_BYTES  # TP/SP activation message (Korthikanti Table 2)
         self.tp, self.sp = c.tp, c.sp_on
+        self.nccl = tp_from_nccl_tables(w, c)  # whether the measured table times TP (issue 38)
         self.cpx = cp_exchange(model, self.n, c.tp, c.cp, c.cp_impl)
         self.kv_bytes = self.cpx.kv_bytes
         self.cp_stride = group_stride("cp", c.tp, c.cp, c.dp)
@@ -99,7 +101,7 @@ class _Ctx:
         direct (one-/two-shot) all-reduce of inference engines, as :mod:`costmodel.serving.inference` does."""
         algorithm = "direct" if self.w.mode == "infer" else "ring"
         engines = dma.engines_of(self.cluster, plan_dma(self.model, self.cluster, self.w, self.c), "tp")
-        return collective_time_s(kind, self.msg, self.tp, 1, self.cluster, algorithm=algorithm, engines=engines) / k
+        return collective_time_s(kind, self.msg, self.tp, 1, self.cluster, algorithm, engines, self.nccl) / k
 
 
 def _sfx(i: int, k: int) -> str:
@@ -249,11 +251,11 @@ def _bwd_op(b: GraphBuilder, op: Op, x: list, cx: _Ctx, tag: str) -> list:
         return dgr
     if split.reduce_input_grad == "reducescatter":
         # SP: re-gather the input for wgrad while dgrad runs; reduce-scatter dgrad while wgrad runs
-        ag_in = b.comm(f"{name}.ag_in", "allgather", cx.msg, cx.tp, 1, "sp", x, phase=ph)
-        red = b.comm(f"{name}.rs", "reducescatter", cx.msg, cx.tp, 1, "sp", dgr, phase=ph)
+        ag_in = b.comm(f"{name}.ag_in", "allgather", cx.msg, cx.tp, 1, "sp", x, phase=ph, tables=cx.nccl)
+        red = b.comm(f"{name}.rs", "reducescatter", cx.msg, cx.tp, 1, "sp", dgr, phase=ph, tables=cx.nccl)
         b.compute(f"{name}.wgrad", "gemm", wgrad_s, list(grads) + [ag_in], phase=ph)
     else:
-        red = b.comm(f"{name}.ar", "allreduce", cx.msg, cx.tp, 1, "tp", dgr, phase=ph)
+        red = b.comm(f"{name}.ar", "allreduce", cx.msg, cx.tp, 1, "tp", dgr, phase=ph, tables=cx.nccl)
         b.compute(f"{name}.wgrad", "gemm", wgrad_s, grads, phase=ph)
     return [red]
 

@@ -30,6 +30,7 @@ from costmodel.physics.mechanics import act_offload, fg_offload
 from costmodel.spec.plan_checks import OFFLOAD_MODULES
 from costmodel.physics.comm import dma
 from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.frameworks.stacks import tp_from_nccl_tables
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.compute import layer_ops
 from costmodel.spec.plan import ParallelConfig
@@ -261,7 +262,13 @@ def tp_feasibility(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paral
     """
     msg = c.mb * w.seq_len / c.cp * model.hidden * ACT_BYTES
     t_ar = collective_time_s(
-        "allreduce", msg, c.tp, 1, cluster, engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "tp")
+        "allreduce",
+        msg,
+        c.tp,
+        1,
+        cluster,
+        engines=dma.engines_of(cluster, plan_dma(model, cluster, w, c), "tp"),
+        tables=tp_from_nccl_tables(w, c),
     )
     t_mm = sum(
         o.fwd_s

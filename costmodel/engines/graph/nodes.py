@@ -110,6 +110,7 @@ class GraphBuilder:
         phase: str = "fwd",
         duration_s: float | None = None,
         sm_share: float | None = None,
+        tables: bool | None = None,
     ) -> str:
         """Add a collective of ``nbytes`` per GPU over ``size`` ranks at ``stride``.
 
@@ -117,6 +118,7 @@ class GraphBuilder:
         ``duration_s`` overrides the collective time (for synthetic graphs in tests).
         ``sm_share``: the fraction by which it slows compute while it runs, where its kernels hold SMs of their
         own (DeepEP's: :func:`costmodel.physics.comm.ep_dispatch.ep_sm_share`); ``None``: its engine class's.
+        ``tables``: whether a measured table may time it (:func:`collective_time_s`).
         """
         if kind not in COMM_KINDS:
             raise ValueError(f"kind={kind!r}: must be one of {', '.join(COMM_KINDS)}")
@@ -127,7 +129,13 @@ class GraphBuilder:
         scope = comm_scope(kind, size, stride, self.cluster)
         if duration_s is None:
             duration_s = collective_time_s(
-                kind, nbytes, size, stride, self.cluster, engines=_dma.engines_of(self.cluster, self.dma, strategy)
+                kind,
+                nbytes,
+                size,
+                stride,
+                self.cluster,
+                engines=_dma.engines_of(self.cluster, self.dma, strategy),
+                tables=tables,
             )
         resource = _dma.pool_of(self.dma, strategy) or self.cluster.device.engines_for(scope).name
         node = self._name(name)

@@ -8,6 +8,7 @@ import networkx as nx
 
 from costmodel.engines.graph.builders import plan_dma
 from costmodel.engines.graph.nodes import GraphBuilder
+from costmodel.frameworks.stacks import tp_from_nccl_tables
 from costmodel.physics.kernels.compute import head_ops
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.kernels.mtp import extra_ops
@@ -32,7 +33,8 @@ def head_graph(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: ParallelC
     if c.tp > 1:
         msg = c.mb * w.seq_len / c.cp * model.hidden * ACT_BYTES
         kind, strat = ("reducescatter", "sp") if c.sp_on else ("allreduce", "tp")
-        out = [b.comm("lm_head.b." + strat, kind, msg, c.tp, 1, strat, [d], phase="bwd")]
+        nccl = tp_from_nccl_tables(w, c, head=True)
+        out = [b.comm("lm_head.b." + strat, kind, msg, c.tp, 1, strat, [d], phase="bwd", tables=nccl)]
     b.compute("lm_head.b.wgrad", "gemm", head.wgrad_s, [y], phase="bwd")
     b.sink("out", out, phase="bwd")
     return b.graph

@@ -342,15 +342,15 @@ def collective_time_s(
         a numpy array (one time per entry) for all-reduce, all-gather and reduce-scatter under
         ``ring``.
     size, stride : group size and rank stride (see :func:`group_stride`).
-    algorithm : ``ring`` (NCCL ring/tree, the default) or ``direct``: an all-reduce inside one
-        node done by reading the peers' buffers over NVLink/NVSwitch, as inference engines do
-        for small messages (vLLM ``csrc/custom_all_reduce.cuh``: one-shot, every rank reads the
-        ``size - 1`` peer buffers, one latency; two-shot, reduce-scatter then all-gather, two
-        latencies), whichever is faster. Other kinds and multi-node groups fall back to ``ring``.
+    algorithm : ``ring`` (NCCL ring/tree, the default) or ``direct``: an all-reduce inside one node done by
+        reading the peers' buffers over NVLink/NVSwitch, as inference engines do for small messages (vLLM
+        ``csrc/custom_all_reduce.cuh``: one-shot, every rank reads the ``size - 1`` peer buffers, one latency;
+        two-shot, reduce-scatter then all-gather, two latencies), whichever is faster (serving reads the engine's
+        own table where it has one: :mod:`costmodel.physics.tables.allreduce`); other kinds and nodes: ``ring``.
     engines : the ``(engine class, count)`` the stream carrying it was given
         (:func:`costmodel.physics.comm.dma.engines_of`); ``None``: all engines of the class serving the scope.
-    tables : a measured nccl-tests table may time it (:func:`_table_times`): None, under ``--kernels measured``;
-        True, also without (the caller's protocol is the table's: training's all-to-all dispatch); False, never.
+    tables : a measured nccl-tests table may time it (:func:`_table_times`): None, under ``--kernels measured``; True,
+        also without (the caller runs the table's protocol: training's EP all-to-all, NCCL-issued TP); False, never.
     """
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: must be one of {', '.join(KINDS)}")
