@@ -11,6 +11,8 @@ Held-out rule (stated before any result was looked at):
   benchmarks/notes/2026-12-05-table-interpolation.md).
 - NCCL: in every NCCL table, op, dtype and GPU count, the message sizes at the odd positions except
   the last are removed and predicted from their neighbours the same way.
+- MLA decode attention (added with the MLA tables, 2026-12-06, same rule): in every table and configuration,
+  the context values at the odd positions except the last, predicted from their neighbours.
 - Serving engines' TP all-reduce (added with the engine all-reduce tables, 2026-12-06, same rule): in every
   engine table, mode (CUDA graph, eager) and GPU count, the message sizes at the odd positions except the last.
 - Context attention (added with the attention tables, same rule): in every configuration of every
@@ -61,6 +63,7 @@ from benchmarks.component_tables_rows import (
 from costmodel.physics.tables import attention as attention_tables
 from costmodel.physics.tables import collectives as nccl_tables
 from costmodel.physics.tables import gemm as gemm_tables
+from costmodel.physics.tables import mla as mla_tables
 from costmodel.physics.tables import moe as moe_tables
 from costmodel.physics.tables.grid import interp_1d
 from costmodel.physics.tables.store import load, manifest
@@ -119,6 +122,28 @@ def attention_heldout() -> list[dict]:
         lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
         p, m = heldout_1d(np.log(z["isl"].astype(float)), lat, ok, axis=2, scheme=attention_tables.SCHEMES[1])
         out.append({"system": e["system"], "backend": e["backend"], "what": "context fwd", "err": p / m - 1, "ms": m})
+    return out
+
+
+def mla_heldout() -> list[dict]:
+    """MLA decode attention: in every table and configuration, the context values at odd positions except the
+    last, predicted from their neighbours (measured points only)."""
+    out = []
+    for f, e in sorted(manifest()["files"].items()):
+        if e["op"] != "mla":
+            continue
+        z = load(f)
+        lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
+        p, m = heldout_1d(np.log(z["ctx"].astype(float)), lat, ok, axis=2, scheme=mla_tables.SCHEMES[1])
+        out.append(
+            {
+                "system": e["system"],
+                "backend": e["backend"],
+                "what": f"{e['backend']} mla decode",
+                "err": p / m - 1,
+                "ms": m,
+            }
+        )
     return out
 
 
@@ -264,6 +289,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     n_table, n_mean = summarise(nccl_heldout(), "NCCL")
     r_table, r_mean = summarise(nccl_heldout("allreduce"), "engine all-reduce")
     a_table, a_mean = summarise(attention_heldout(), "attention")
+    l_table, l_mean = summarise(mla_heldout(), "MLA decode")
     m_table, m_mean = summarise(moe_heldout(), "MoE")
     arows = attention_rows()
     krows, crows = kernel_rows(), collective_rows()
@@ -285,7 +311,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         for r in summarise(b_rows, "backward")[0]
         if "measured >=" not in r["set"]
     ]
-    table = g_table + n_table + r_table + a_table + m_table + k_table + c_table + b_table
+    table = g_table + n_table + r_table + a_table + l_table + m_table + k_table + c_table + b_table
     for r in table:
         print(
             f"{r['set']:36s} {r['generation']:9s} {r['dtype/op']:15s} n={r['points']:7d} "
@@ -316,6 +342,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
             **{f"NCCL {k}": v for k, v in n_mean.items()},
             **{f"engine all-reduce {k}": v for k, v in r_mean.items()},
             **{f"attention {k}": v for k, v in a_mean.items()},
+            **{f"MLA decode {k}": v for k, v in l_mean.items()},
             **{f"MoE {k}": v for k, v in m_mean.items()},
         }.items()
     }
@@ -323,6 +350,7 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     head.update({f"NCCL held-out {g} mean |err| %": results_io.pct(v) for g, v in n_mean.items()})
     head.update({f"engine all-reduce held-out {g} mean |err| %": results_io.pct(v) for g, v in r_mean.items()})
     head.update({f"attention held-out {g} mean |err| %": results_io.pct(v) for g, v in a_mean.items()})
+    head.update({f"MLA decode held-out {g} mean |err| %": results_io.pct(v) for g, v in l_mean.items()})
     head.update({f"MoE held-out {g} mean |err| %": results_io.pct(v) for g, v in m_mean.items()})
     for r in b_table:
         if r["dtype/op"] == "all":

@@ -26,7 +26,17 @@ attention (``context_attention_perf``, latency in ms: ``collector/trtllm/collect
 ``results["latency_ms"]``): the newest TensorRT-LLM collection only, rows whose KV-cache dtype equals
 the attention dtype. MoE layers (``moe_perf``, ms, ``collector/trtllm/collect_moe.py``): the newest
 full TensorRT-LLM collection (a partial top-up that also declares reuse.yaml is passed over), the
-balanced distribution (power_law_1.01 on A100, which has none), no min-latency kernels, float16. Grid holes (shapes a
+balanced distribution (power_law_1.01 on A100, which has none), no min-latency kernels, float16. The serving
+engines' own TP all-reduce (``comm/<engine>/<version>/custom_allreduce_perf``: vLLM's and SGLang's
+``tensor_model_parallel_all_reduce``, SGLang's custom all-reduce on, and TensorRT-LLM's ``AllReduce`` with strategy
+AUTO, replayed 5 at a time in a CUDA graph, vLLM and SGLang also eagerly; ``collector/network/collect_all_reduce.py``,
+whose ``message_size`` counts bf16 ELEMENTS and whose ``latency`` is ms per call): the newest version of each
+engine whose rows are its own kernel (SGLang 0.5.6.post2 on H100/H200 holds ``TRTLLM`` rows: passed over), bytes
+per series ``all_reduce.<graph|eager>.<GPUs>``. MLA decode attention (``mla/<engine>/<version>/
+generation_mla_perf``: the engine's MLA generation kernel, one new token per sequence; ``collector/trtllm/
+collect_mla.py``, ``collector/sglang/collect_mla.py``, ms): the newest TensorRT-LLM and SGLang collections (vLLM
+measured the MLA module, projections included, not the kernel), one (batch x context) grid per (KV-cache dtype,
+local heads), context = ``isl + step``. Grid holes (shapes a
 collection did not measure, mostly the largest m x n x k) are filled by constant throughput from the
 nearest measured neighbour along the grid and flagged (``<dtype>.fill`` > 0: tenths of log2 units to
 the donor), so a look-up touching one is never called "measured". Duplicated rows (some NCCL files
@@ -263,6 +273,48 @@ def nccl_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, info
 
 
+MLA_KV = {"bfloat16": 0, "fp8": 1}
+MLA_CFG = ("kv_dtype", "heads")
+
+
+def mla_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
+    """MLA decode attention: one (batch x context) grid per (KV-cache dtype code, local heads); the
+    collections' tp_size only labels how many heads a GPU holds, so rows are keyed by ``num_heads``. Holes are
+    filled along batch and context (time proportional to each)."""
+    df = df[(df.mla_dtype == "bfloat16") & df.kv_cache_dtype.isin(list(MLA_KV))].assign(ctx=df.isl + df.step)
+    df = df.drop_duplicates(["kv_cache_dtype", "num_heads", "batch_size", "ctx"], keep="last")
+    b_ax = np.array(sorted(df.batch_size.unique()), dtype=np.int64)
+    c_ax = np.array(sorted(df.ctx.unique()), dtype=np.int64)
+    groups = sorted(df.groupby(["kv_cache_dtype", "num_heads"]), key=lambda kv: (MLA_KV[kv[0][0]], kv[0][1]))
+    cfg = np.array([[MLA_KV[k[0]], k[1]] for k, _ in groups], dtype=np.int32)
+    lat = np.full((len(groups), len(b_ax), len(c_ax)), np.nan)
+    fill = np.zeros(lat.shape, dtype=np.uint8)
+    holes = 0
+    for i, (_, g) in enumerate(groups):
+        lat[i, np.searchsorted(b_ax, g.batch_size.to_numpy()), np.searchsorted(c_ax, g.ctx.to_numpy())] = (
+            g.latency.to_numpy(float)
+        )
+        holes += int(np.isnan(lat[i]).sum())
+        fill[i] = fill_holes(lat[i], [b_ax, c_ax], (1, 1))
+    arrays = {
+        "cfg": cfg,
+        "batch": b_ax.astype(np.int32),
+        "ctx": c_ax.astype(np.int32),
+        "lat_ms": lat.astype(np.float32),
+        "fill": fill,
+    }
+    info = {
+        "cfg_columns": list(MLA_CFG),
+        "kv_dtype_codes": MLA_KV,
+        "configs": len(groups),
+        "points": int(len(df)),
+        "holes_filled": holes,
+        "kernel_source": sorted(df.kernel_source.unique().tolist()),
+        "left_out": "mla_dtype other than bfloat16",
+    }
+    return arrays, info
+
+
 def allreduce_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     """An engine's TP all-reduce: latency over message bytes per (mode, GPU count); ``message_size`` is bf16
     elements (the collector's ``get_input_shape_and_comm_size``), stored as bytes."""
@@ -316,6 +368,8 @@ def convert(repo: str, date: str) -> dict:
             tree.setdefault((system, op, backend), {}).setdefault(version, []).append(name)
         elif op == "comm" and name == "custom_allreduce_perf.parquet":
             tree.setdefault((system, "allreduce", backend), {}).setdefault(version, []).append(name)
+        elif op == "mla" and name == "generation_mla_perf.parquet" and backend in ("trtllm", "sglang"):
+            tree.setdefault((system, "mla", backend), {}).setdefault(version, []).append(name)
     OUT.mkdir(parents=True, exist_ok=True)
     manifest = {
         "source": {
@@ -332,6 +386,7 @@ def convert(repo: str, date: str) -> dict:
             "gemm": "lat_ms: milliseconds per GEMM",
             "nccl": "bytes: nccl-tests size; lat_ms: milliseconds",
             "allreduce": "bytes: the all-reduced buffer (bf16 elements x 2); lat_ms: milliseconds per call",
+            "mla": "ctx: cached tokens (isl + step); lat_ms: milliseconds per MLA decode-attention call",
         },
         "files": {},
         "aliases": [],
@@ -360,7 +415,7 @@ def convert(repo: str, date: str) -> dict:
             keep = []
         for v in sorted(versions, key=version_key):
             folder = f"{SRC}/{system}/{'comm' if op == 'allreduce' else op}/{backend}/{v}"
-            m = {} if op == "allreduce" else meta(repo, folder)
+            m = {} if op in ("allreduce", "mla") else meta(repo, folder)
             if "reuse.yaml" in m:
                 first = ((m["reuse.yaml"] or {}).get("reuse") or [{}])[0]
                 manifest["aliases"].append(
@@ -390,6 +445,7 @@ def convert(repo: str, date: str) -> dict:
                 "attention": "context_attention_perf.parquet",
                 "moe": "moe_perf.parquet",
                 "allreduce": "custom_allreduce_perf.parquet",
+                "mla": "generation_mla_perf.parquet",
             }
             pq = pq.get(op, "nccl_perf.parquet")
             df = pd.read_parquet(io.BytesIO(git_show(repo, f"{folder}/{pq}")))
@@ -401,6 +457,11 @@ def convert(repo: str, date: str) -> dict:
                 arrays, info = attention_arrays(df)
                 name = f"attention_{system}_{backend}_{v}.npz"
                 entry = {"op": "attention", "backend": backend, "backend_version": v, "context": info}
+            elif op == "mla":
+                arrays, info = mla_arrays(df)
+                name = f"mla_{system}_{backend}_{v}.npz"
+                entry = {"op": "mla", "backend": backend, "backend_version": v, "generation": info}
+                m = meta(repo, folder)
             elif op == "allreduce":
                 arrays, info = allreduce_arrays(df)
                 name = f"allreduce_{system}_{backend}_{v}.npz"

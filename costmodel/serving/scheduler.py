@@ -245,7 +245,8 @@ def simulate(
                 waiting.append(issued)
             issued += 1
 
-    lines: dict = {}  # (decodes, micro-batches) -> (time at no context, slope)
+    lines: dict = {}  # (decodes, micro-batches[, context octave]) -> (time at no context, slope)
+    octaves = bool(getattr(cost, "ctx_octaves", False))
     chunked, mixed = sched.chunked, sched.mixed
     need, bound = (0 if chunked else max(a - c for a, c in zip(ilen, pre))), False  # ServingStats.budget_need
     heappop, heappush = heapq.heappop, heapq.heappush
@@ -333,8 +334,16 @@ def simulate(
             # decode-only stretch up to the next finish (or arrival): context grows d tokens a step
             k = heap[0] // n_req - G
             key = (d, pp if running >= pp else (running if running > 1 else 1))
+            if octaves:  # piecewise linear: the secant over the octave of the mean context (StepCost.ctx_octaves)
+                key = (*key, max(0, int(math.log2(max(ctx0 / d, 1.0)))))
             line = lines.get(key)
-            if line is None:  # a decode step's time is linear in the context it reads
+            if octaves:  # the run stops at the octave's end; the next one takes its own line
+                k = max(1, min(k, math.ceil((d * 2.0 ** (key[2] + 1) - ctx0) / d)))
+            if line is None and octaves:
+                c1, c2 = d * 2.0 ** key[2], d * 2.0 ** (key[2] + 1)
+                t1, t2 = step_time(d, d, 0.0, c1, running), step_time(d, d, 0.0, c2, running)
+                line = lines[key] = (t1 - (t2 - t1) / (c2 - c1) * c1, (t2 - t1) / (c2 - c1) * d)
+            elif line is None:  # a decode step's time is linear in the context it reads
                 b0 = step_time(d, d, 0.0, 0.0, running)
                 line = lines[key] = (b0, (step_time(d, d, 0.0, 1e6, running) - b0) / 1e6 * d)
             base, slope = line  # slope: per step, the context grows d tokens

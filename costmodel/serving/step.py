@@ -23,7 +23,9 @@ inventory as :func:`costmodel.serving.phase._phase` (one place for the layer cos
   :func:`costmodel.physics.kernels.compute._decode_attention` (KV bytes read, or FLOPs for MLA), linear in the
   number of cached tokens the step's decodes read. The call's fixed time (the KV-cache write and the decode
   kernel at small context, measured per GPU in AIConfigurator's generation-attention tables:
-  :mod:`costmodel.physics.kernels.decode_attention`, 9-12 us on Hopper and Blackwell) is in ``body_s``.
+  :mod:`costmodel.physics.kernels.decode_attention`, 9-12 us on Hopper and Blackwell) is in ``body_s``. MLA
+  where the engine's measured MLA kernel times it (:mod:`costmodel.physics.tables.mla`) is not linear in the
+  cached tokens: a step's decodes share one call, priced at their count and mean context (:meth:`StepCost.mla_s`).
 
 Launches. Engines replay decode steps as CUDA graphs, so no per-step or per-layer launch term is charged: a
 step is the sum of its kernels and collectives. vLLM's default (``-O2``) is ``cudagraph_mode
@@ -63,7 +65,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from costmodel.physics.kernels.compute import _decode_attention, attention_flops
-from costmodel.physics.kernels.decode_attention import decode_attention_fixed_s
+from costmodel.physics.kernels.decode_attention import decode_attention_fixed_s, mla_table_s
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.kernels.kvcache import kv_dtype_bytes
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -107,6 +109,10 @@ class StepCost:
         probe = _decode_attention(model, dev, 1, _PROBE_CTX, tp, kv_dtype_bytes(kv_dtype))
         # the call's fixed time is in body_s (its attention op at one cached token); this is the cache reads
         self.decode_ctx_s = model.layers * (probe.fwd_s - decode_attention_fixed_s(dev)) / _PROBE_CTX
+        # MLA from the engine's measured kernel: its time is no line in the cached tokens (a batch's sequences
+        # share a call: its time at b sequences of the mean context, less the one token body_s holds)
+        self.mla = mla_table_s(model, dev, 1, 1, tp, kv_dtype_bytes(kv_dtype)) is not None
+        self.ctx_octaves = self.mla  # the scheduler's decode-run lines: one per octave of the context
         self._body: dict[tuple[int, int], float] = {}
         self._head: dict[int, float] = {}
         # time_s's memo of body_s / head_s by their exact arguments (a replay prices thousands of
@@ -156,6 +162,13 @@ class StepCost:
         a = (x - lo) / (hi - lo)
         return (1 - a) * table[key(lo)] + a * table[key(hi)]
 
+    def mla_s(self, b: float, ctx: float) -> float:
+        """All layers' MLA decode attention of ``b`` sequences over ``ctx`` cached tokens each beyond the one-token
+        call in :meth:`body_s` (the engine's measured kernel, :func:`mla_table_s`)."""
+        dev, tp, kvb = self.cluster.device, self.config.tp, kv_dtype_bytes(self.kv_dtype)
+        full, one = mla_table_s(self.model, dev, b, ctx, tp, kvb), mla_table_s(self.model, dev, b, 1, tp, kvb)
+        return self.model.layers * max(0.0, full[0] - one[0])
+
     def body_s(self, tokens: float, micro_batches: int = 1) -> float:
         """All layers' GEMMs, element-wise ops and collectives for ``tokens`` tokens (no attention work, no head)."""
         if tokens <= 0:
@@ -185,7 +198,10 @@ class StepCost:
         """:meth:`time_s` with positional arguments (the replay loop's call, :mod:`costmodel.serving.scheduler`)."""
         pp = self.config.pp
         mm = micro_batches if 1 <= micro_batches <= pp else max(1, min(micro_batches, pp))
-        attn = (self.prefill_pair_s * prefill_pairs + self.decode_ctx_s * decode_ctx) / mm
+        if self.mla and decode_ctx > 0 and sampled > 0:
+            attn = self.prefill_pair_s * prefill_pairs / mm + self.mla_s(sampled / mm, decode_ctx / sampled)
+        else:
+            attn = (self.prefill_pair_s * prefill_pairs + self.decode_ctx_s * decode_ctx) / mm
         body = self._body_at.get((tokens, mm))
         if body is None:
             body = self._body_at[tokens, mm] = self.body_s(tokens, mm)

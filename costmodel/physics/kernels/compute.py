@@ -36,7 +36,7 @@ from costmodel.physics.kernels.kvcache import kv_dtype_bytes, kv_elements_per_to
 from costmodel.spec.specs import DeviceSpec, ModelSpec
 from costmodel.spec.workload import Workload
 from costmodel.physics.kernels.measured import table_evidence
-from costmodel.physics.kernels.decode_attention import decode_attention_evidence, decode_attention_fixed_s
+from costmodel.physics.kernels.decode_attention import decode_attention_evidence, decode_attention_fixed_s, mla_table_s
 from costmodel.physics.kernels.gemm import TE_GROUPED_GEMM_STREAMS, gemm_time_s, elementwise_time_s, grouped_gemm_time_s
 from costmodel.physics.kernels.moe_load import moe_imbalance
 from costmodel.physics.kernels.gemm import ACT_BYTES, gemm_class
@@ -141,15 +141,15 @@ def _decode_attention(model, dev, b: int, s: int, tp: int, kv_bytes: int) -> Op:
     many query heads share each cached byte (MLA): roofline of FLOPs and cache bytes, plus the call's
     fixed time (the KV-cache write and the decode kernel at small context, measured per GPU:
     :func:`costmodel.physics.kernels.decode_attention.decode_attention_fixed_s`; for MLA the GQA tables'
-    figure is assumed).
+    figure is assumed), or MLA as the serving engine's measured kernel runs it where it has a table (``mla_table_s``).
     """
     flops = attention_flops(model, b, s, tp, mla_absorbed=True)
     cache_bytes = b * s * kv_elements_per_token_layer(model, tp) * kv_bytes
-    t = max(
-        flops / (dev.peak_bf16_flops_per_s * dev.attention_efficiency),
-        cache_bytes / (dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency),
-    ) + decode_attention_fixed_s(dev)
-    ev = "assumed" if model.is_mla else decode_attention_evidence(dev)
+    rate, bw = dev.peak_bf16_flops_per_s * dev.attention_efficiency, dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency
+    t, ev = mla_table_s(model, dev, b, s, tp, kv_bytes) or (
+        max(flops / rate, cache_bytes / bw) + decode_attention_fixed_s(dev),
+        "assumed" if model.is_mla else decode_attention_evidence(dev),
+    )
     return Op("attn_core", "attention", "attn", flops, t, 0.0, evidence=ev)
 
 

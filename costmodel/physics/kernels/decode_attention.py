@@ -36,6 +36,7 @@ from __future__ import annotations
 from statistics import median
 
 from costmodel.physics.kernels.measured import table_system
+from costmodel.physics.tables.mla import mla_decode_lookup
 
 #: per table system: engine table -> median small-context decode-attention latency, us (module doc), from
 #: ``python -m benchmarks.decode_attention_fixed --aic <ai-dynamo/aiconfigurator @095f58a>``. Measured.
@@ -66,3 +67,15 @@ def decode_attention_evidence(dev) -> str:
     """``measured`` where :data:`FIXED_S` times ``dev`` (a stand-in die included), else ``assumed``."""
     system, _ = table_system(dev)
     return "measured" if system in FIXED_S else "assumed"
+
+
+def mla_table_s(model, dev, b: float, s: float, tp: int, kv_bytes: int):
+    """``(seconds, evidence kind)`` of one MLA decode-attention call (``b`` sequences over ``s`` cached tokens, the
+    model's heads over ``tp`` GPUs) from the serving engine's measured MLA kernel (``DeviceSpec.kernel_table``, set
+    by :func:`costmodel.serving.engines.engine_cluster`; :mod:`costmodel.physics.tables.mla`), or None where no engine
+    is named or its table lacks the GPU or the cache dtype (the caller's roofline stands)."""
+    if not (model.is_mla and dev.kernel_table):
+        return None
+    kv = "fp8" if kv_bytes == 1 else "bf16"
+    t, ev = mla_decode_lookup(dev, dev.kernel_table, b, s, max(1.0, model.heads / tp), kv)
+    return None if t is None else (t, ev.kind)

@@ -7,7 +7,8 @@ by the scheme its cost follows (:mod:`.grid`), each number returned with its :cl
 Owns: the committed data files under ``data/`` (written by ``python -m benchmarks.tables_convert``),
 the loader (``store``), the interpolation (``grid``), GEMM and linear-layer look-ups
 (``gemm``), context-attention look-ups (``attention``), MoE-layer look-ups (``moe``) and collective look-ups
-(``collectives``) and serving engines' own TP all-reduce look-ups (``allreduce``). Pure numpy at run time.
+(``collectives``), serving engines' own TP all-reduce look-ups (``allreduce``) and MLA decode-attention kernel
+look-ups (``mla``). Pure numpy at run time.
 
 The lowest sub-floor of ``costmodel.physics`` (below ``kernels``). May import: ``costmodel.spec`` only.
 """
@@ -17,6 +18,7 @@ from .attention import attention_lookup
 from .collectives import collective_lookup
 from .evidence import KINDS, Evidence
 from .gemm import LinearTimes, gemm_lookup, linear_fwd_bwd_lookup
+from .mla import mla_decode_lookup
 from .moe import moe_lookup
 from .store import TableChoice, system_of, table_for
 
@@ -30,6 +32,7 @@ __all__ = [
     "engine_allreduce_lookup",
     "gemm_lookup",
     "linear_fwd_bwd_lookup",
+    "mla_decode_lookup",
     "moe_lookup",
     "system_of",
     "table_for",

@@ -1,0 +1,93 @@
+"""MLA decode attention from the serving engines' measured kernels (issues 38 and 40).
+
+AIConfigurator timed each engine's MLA generation kernel for one new token per sequence over a cache of
+``isl + step`` tokens (``generation_mla_perf``: TensorRT-LLM's MLA attention op, ``collector/trtllm/collect_mla.py``;
+SGLang's attention backend, ``collector/sglang/collect_mla.py``: TRTLLM-GEN MLA on Blackwell, FlashAttention-3 on
+Hopper), BF16 queries, BF16 or FP8 cache, per local head count (1 to 128), batch 1 to 512 and context 2 to
+65,536 (ai-dynamo/aiconfigurator@095f58a; ``benchmarks.tables_convert`` keeps the newest collection of each).
+
+A look-up reads the configuration of the cache dtype and the GPU's head count (between two measured counts:
+``log latency`` linear in ``log heads``; beyond them, proportional above, the floor below) and interpolates its
+(batch, context) grid (:mod:`.grid`: ``AFFINE`` over batch, a floor plus work per sequence; ``MONOTONE`` over
+the context, affine with each context's time taken as the lesser of its own and the next larger's: more cached
+tokens never cost less, and the Hopper TensorRT-LLM tables hold isolated points 30-200x their neighbours, e.g.
+H100, 2 heads, batch 1: 17 us at 4,096 tokens, 1,517 us at 8,192, 24 us at 16,384); beyond the grid the time grows in proportion to batch and to context, below it the
+smallest's time stands. ``(None, Evidence("assumed", ...))`` where the engine or the GPU has no table.
+
+>>> from costmodel.spec.presets import load_cluster
+>>> t, ev = mla_decode_lookup(load_cluster("b200").device, "trtllm", 32, 3000, 16, "bf16")
+>>> 30e-6 < t < 60e-6, ev.kind, ev.table
+(True, 'interpolated', 'b200_sxm/mla/trtllm/1.3.0rc20')
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from math import exp, log
+
+import numpy as np
+
+from .attention import _along
+from .evidence import Evidence, join_notes
+from .grid import AFFINE, MONOTONE, interpolate
+from .store import load, system_of, table_for
+
+KV_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
+SCHEMES = (AFFINE, MONOTONE)
+
+
+@lru_cache(maxsize=32)
+def _table(file: str):
+    z = load(file)
+    axes = [np.log(z["batch"].astype(float)), np.log(z["ctx"].astype(float))]
+    index = {(int(r[0]), int(r[1])): i for i, r in enumerate(z["cfg"])}
+    return axes, np.log(z["lat_ms"].astype(float)), z["fill"], z["batch"], z["ctx"], index
+
+
+def _one(file: str, i: int, batch: int, ctx: int):
+    """(log ms, kind, distance, notes) of configuration ``i`` at (batch, ctx)."""
+    axes, loglat, fill, b_ax, c_ax, _ = _table(file)
+    x = (log(batch), log(ctx))
+    v, corners, exact, clamped = interpolate(axes, loglat[i], x, SCHEMES)
+    far, notes = 0.0, []
+    for name, xi, xc, raw in (("batch", x[0], clamped[0], b_ax), ("context", x[1], clamped[1], c_ax)):
+        d = (xi - xc) / log(2)
+        if d > 1e-9:
+            v += xi - xc  # proportional beyond the largest
+            notes.append(f"{name} {2**d:.1f}x beyond the table's largest ({int(raw[-1])})")
+        elif d < -1e-9:
+            notes.append(f"{name} below the table's smallest ({int(raw[0])}): latency floor")
+        far = max(far, abs(d))
+    hole = max(int(fill[i][c]) for c in corners) / 10.0
+    if hole > 0:
+        notes.append("reads a grid hole filled by constant throughput")
+    kind = "extrapolated" if far > 1e-9 or hole > 0 else "measured" if exact else "interpolated"
+    return v, kind, max(far, hole), notes
+
+
+@lru_cache(maxsize=1 << 14)
+def _mla(system: str, engine: str, batch: int, ctx: int, heads: int, kv_dtype: str):
+    code = KV_CODE.get(kv_dtype)
+    choice = table_for(system, "mla", engine)
+    if choice is None or code is None:
+        return None, Evidence("assumed", "", f"no MLA decode table on {system} for a {kv_dtype} cache")
+    index = _table(choice.file)[-1]
+    counts = sorted(h for (k, h) in index if k == code)
+    if not counts:
+        return None, Evidence("assumed", choice.label, f"no {kv_dtype} cache configuration")
+    v, kind, d, notes = _along(counts, heads, lambda h: _one(choice.file, index[(code, h)], batch, ctx), "heads")
+    return exp(v) * 1e-3, Evidence(kind, choice.label, join_notes(choice.note, *dict.fromkeys(notes)), d)
+
+
+def mla_decode_lookup(device, engine: str, batch: float, ctx: float, heads: float, kv_dtype: str):
+    """``(seconds or None, Evidence)`` of one MLA decode-attention call of ``batch`` sequences over ``ctx`` cached
+    tokens each, ``heads`` query heads on this GPU, as serving engine ``engine`` runs it on ``device``."""
+    system = system_of(device)
+    if system is None:
+        return None, Evidence("assumed", "", f"no measured tables for {getattr(device, 'name', device)}")
+    b, c, h = (max(1, int(round(x))) for x in (batch, ctx, heads))
+    return _mla(system, engine, b, c, h, kv_dtype)
+
+
+def cache_clear() -> None:
+    _mla.cache_clear()
