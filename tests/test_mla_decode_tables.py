@@ -78,3 +78,15 @@ def test_a_decode_run_follows_the_kernels_curve():
                  num_requests=1, kv_capacity=8, measure="all")  # fmt: skip
     steps = [cost.price(1, 1, 0.0, 1000.0 + i, 1) for i in range(1, 3000)]
     assert s.tpot_s == pytest.approx(sum(steps) / len(steps), rel=0.01)
+
+
+def test_the_steps_fast_read_is_the_look_up_between_grid_contexts():
+    from costmodel.physics.tables.mla import mla_decode_s
+
+    for sys_, engine in (("h100-sxm", "trtllm"), ("b200", "sglang")):
+        dev = load_cluster(sys_).device
+        for b, ctx in ((1, 1.0), (3, 2.0), (16, 700.0), (64, 3000.0), (200, 12345.0), (512, 200000.0)):
+            for kv in ("bf16", "fp8"):
+                want = mla_decode_lookup(dev, engine, b, ctx, 16, kv)[0]
+                assert mla_decode_s(dev, engine, b, ctx, 16, kv) == pytest.approx(want, rel=1e-6), (sys_, b, ctx, kv)
+    assert mla_decode_s(load_cluster("sg2262-like").device, "trtllm", 8, 100.0, 16, "bf16") is None

@@ -65,7 +65,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from costmodel.physics.kernels.compute import _decode_attention, attention_flops
-from costmodel.physics.kernels.decode_attention import decode_attention_fixed_s, mla_table_s
+from costmodel.physics.kernels.decode_attention import decode_attention_fixed_s, mla_curve
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.kernels.kvcache import kv_dtype_bytes
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -111,8 +111,10 @@ class StepCost:
         self.decode_ctx_s = model.layers * (probe.fwd_s - decode_attention_fixed_s(dev)) / _PROBE_CTX
         # MLA from the engine's measured kernel: its time is no line in the cached tokens (a batch's sequences
         # share a call: its time at b sequences of the mean context, less the one token body_s holds)
-        self.mla = mla_table_s(model, dev, 1, 1, tp, kv_dtype_bytes(kv_dtype)) is not None
+        self._mla_f = mla_curve(model, dev, tp, kv_dtype_bytes(kv_dtype))
+        self.mla = self._mla_f is not None
         self.ctx_octaves = self.mla  # the scheduler's decode-run lines: one per octave of the context
+        self._mla_at: dict = {}  # mla_s by its arguments (the replays of one plan price the same steps again)
         self._body: dict[tuple[int, int], float] = {}
         self._head: dict[int, float] = {}
         # time_s's memo of body_s / head_s by their exact arguments (a replay prices thousands of
@@ -164,10 +166,11 @@ class StepCost:
 
     def mla_s(self, b: float, ctx: float) -> float:
         """All layers' MLA decode attention of ``b`` sequences over ``ctx`` cached tokens each beyond the one-token
-        call in :meth:`body_s` (the engine's measured kernel, :func:`mla_table_s`)."""
-        dev, tp, kvb = self.cluster.device, self.config.tp, kv_dtype_bytes(self.kv_dtype)
-        full, one = mla_table_s(self.model, dev, b, ctx, tp, kvb), mla_table_s(self.model, dev, b, 1, tp, kvb)
-        return self.model.layers * max(0.0, full[0] - one[0])
+        call in :meth:`body_s` (the engine's measured kernel, :func:`mla_curve`)."""
+        v = self._mla_at.get((b, ctx))
+        if v is None:
+            v = self._mla_at[b, ctx] = self.model.layers * max(0.0, self._mla_f(b, ctx) - self._mla_f(b, 1.0))
+        return v
 
     def body_s(self, tokens: float, micro_batches: int = 1) -> float:
         """All layers' GEMMs, element-wise ops and collectives for ``tokens`` tokens (no attention work, no head)."""

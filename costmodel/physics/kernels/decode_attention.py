@@ -36,7 +36,7 @@ from __future__ import annotations
 from statistics import median
 
 from costmodel.physics.kernels.measured import table_system
-from costmodel.physics.tables.mla import mla_decode_lookup
+from costmodel.physics.tables.mla import mla_decode_curve, mla_decode_lookup
 
 #: per table system: engine table -> median small-context decode-attention latency, us (module doc), from
 #: ``python -m benchmarks.decode_attention_fixed --aic <ai-dynamo/aiconfigurator @095f58a>``. Measured.
@@ -69,6 +69,15 @@ def decode_attention_evidence(dev) -> str:
     return "measured" if system in FIXED_S else "assumed"
 
 
+def mla_curve(model, dev, tp: int, kv_bytes: int):
+    """``f(b, s)``: the seconds of :func:`mla_table_s` by the line of the context's grid cell
+    (:func:`~costmodel.physics.tables.mla.mla_decode_curve`), resolved once for a serving step's many contexts;
+    None where :func:`mla_table_s` is."""
+    if not (model.is_mla and dev.kernel_table):
+        return None
+    return mla_decode_curve(dev, dev.kernel_table, max(1.0, model.heads / tp), "fp8" if kv_bytes == 1 else "bf16")
+
+
 def mla_table_s(model, dev, b: float, s: float, tp: int, kv_bytes: int):
     """``(seconds, evidence kind)`` of one MLA decode-attention call (``b`` sequences over ``s`` cached tokens, the
     model's heads over ``tp`` GPUs) from the serving engine's measured MLA kernel (``DeviceSpec.kernel_table``, set
@@ -76,6 +85,6 @@ def mla_table_s(model, dev, b: float, s: float, tp: int, kv_bytes: int):
     is named or its table lacks the GPU or the cache dtype (the caller's roofline stands)."""
     if not (model.is_mla and dev.kernel_table):
         return None
-    kv = "fp8" if kv_bytes == 1 else "bf16"
-    t, ev = mla_decode_lookup(dev, dev.kernel_table, b, s, max(1.0, model.heads / tp), kv)
+    kv, heads = ("fp8" if kv_bytes == 1 else "bf16"), max(1.0, model.heads / tp)
+    t, ev = mla_decode_lookup(dev, dev.kernel_table, b, s, heads, kv)
     return None if t is None else (t, ev.kind)

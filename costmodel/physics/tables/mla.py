@@ -22,6 +22,7 @@ smallest's time stands. ``(None, Evidence("assumed", ...))`` where the engine or
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import lru_cache
 from math import exp, log
 
@@ -65,10 +66,15 @@ def _one(file: str, i: int, batch: int, ctx: int):
     return v, kind, max(far, hole), notes
 
 
+@lru_cache(maxsize=64)
+def _choice(system: str, engine: str):
+    return table_for(system, "mla", engine)
+
+
 @lru_cache(maxsize=1 << 14)
 def _mla(system: str, engine: str, batch: int, ctx: int, heads: int, kv_dtype: str):
     code = KV_CODE.get(kv_dtype)
-    choice = table_for(system, "mla", engine)
+    choice = _choice(system, engine)
     if choice is None or code is None:
         return None, Evidence("assumed", "", f"no MLA decode table on {system} for a {kv_dtype} cache")
     index = _table(choice.file)[-1]
@@ -89,5 +95,75 @@ def mla_decode_lookup(device, engine: str, batch: float, ctx: float, heads: floa
     return _mla(system, engine, b, c, h, kv_dtype)
 
 
+@lru_cache(maxsize=1 << 14)
+def _cell(system: str, engine: str, batch: int, j: int, heads: int, kv_dtype: str) -> tuple[float, float]:
+    """``(intercept, slope)`` of the look-up over context cell ``j`` (between the grid's contexts ``j - 1`` and
+    ``j``; 0: below the smallest, ``len``: beyond the largest) at ``batch``: linear in the context inside a cell
+    (``AFFINE`` / ``MONOTONE`` between two grid values, the floor below, proportional above), so two points inside
+    it give it exactly."""
+    c = _table(_choice(system, engine).file)[4]
+    lo = 1 if j == 0 else int(c[j - 1]) + 1
+    hi = int(c[j]) - 1 if j < len(c) else 2 * int(c[-1])
+    if hi <= lo:  # adjacent grid values (no context strictly between them): the straight line through the ends
+        lo, hi = (int(c[j - 1]), int(c[j])) if 0 < j < len(c) else (lo, lo + 1)
+    t1, t2 = _mla(system, engine, batch, lo, heads, kv_dtype)[0], _mla(system, engine, batch, hi, heads, kv_dtype)[0]
+    slope = (t2 - t1) / (hi - lo)
+    return t1 - slope * lo, slope
+
+
+def mla_decode_curve(device, engine: str, heads: float, kv_dtype: str):
+    """``f(batch, ctx)``: the seconds of :func:`mla_decode_lookup` without its evidence, for the serving step's many
+    contexts: the line of the context's grid cell (:func:`_cell`) at ``ctx`` itself (no rounding of the context).
+    None without a table for the GPU, engine and cache dtype."""
+    system = system_of(device)
+    choice = _choice(system, engine) if system else None
+    h = max(1, int(round(heads)))
+    if choice is None or KV_CODE.get(kv_dtype) is None or _mla(system, engine, 1, 2, h, kv_dtype)[0] is None:
+        return None
+    grid = [int(x) for x in _table(choice.file)[4]]
+    on_grid = (KV_CODE[kv_dtype], h) in _table(choice.file)[-1]
+
+    def f(batch: float, ctx: float) -> float:
+        c, b = max(ctx, 1.0), max(1, int(round(batch)))
+        j = bisect_left(grid, c)
+        if on_grid:
+            a, k = _cells(choice.file, b, KV_CODE[kv_dtype], h)
+            return float(a[j] + k[j] * c)
+        a, k = _cell(system, engine, b, j, h, kv_dtype)
+        return a + k * c
+
+    return f
+
+
+@lru_cache(maxsize=1 << 12)
+def _cells(file: str, batch: int, code: int, heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every context cell's ``(intercept, slope)`` (:func:`_cell`) at once for a head count on the grid: the
+    batch-grid rows around ``batch`` with their ``MONOTONE`` ends, combined affinely in batch (proportionally
+    beyond the largest), as :func:`interpolate` reads them one point at a time."""
+    _, loglat, _, b_ax, c_ax, index = _table(file)
+    lat = np.exp(loglat[index[(code, heads)]]) * 1e-3  # (batch, ctx) seconds
+    bb, cc = b_ax.astype(float), c_ax.astype(float)
+    j = int(np.searchsorted(bb, batch, side="right")) - 1
+    rows = [(lat[-1], batch / bb[-1])] if j >= len(bb) - 1 else [(lat[j], 1.0)]
+    if j < len(bb) - 1:
+        w = (batch - bb[j]) / (bb[j + 1] - bb[j])
+        rows = [(lat[j], 1.0 - w), (lat[j + 1], w)] if w > 0 else rows
+    lo = sum(wt * np.minimum(v[:-1], v[1:]) for v, wt in rows)  # cell j (1..n-1): from c[j-1] to c[j]
+    hi = sum(wt * np.minimum(v[1:], np.append(v[2:], v[-1])) for v, wt in rows)
+    hi[-1] = sum(wt * v[-1] for v, wt in rows)  # the last grid value as measured (nothing after it)
+    first, last = sum(wt * v[0] for v, wt in rows), sum(wt * v[-1] for v, wt in rows)
+    k = (hi - lo) / (cc[1:] - cc[:-1])
+    a = lo - k * cc[:-1]
+    return np.concatenate(([first], a, [0.0])), np.concatenate(([0.0], k, [last / cc[-1]]))
+
+
+def mla_decode_s(device, engine: str, batch: float, ctx: float, heads: float, kv_dtype: str) -> float | None:
+    """One value of :func:`mla_decode_curve` (None without a table)."""
+    f = mla_decode_curve(device, engine, heads, kv_dtype)
+    return None if f is None else f(batch, ctx)
+
+
 def cache_clear() -> None:
     _mla.cache_clear()
+    _cell.cache_clear()
+    _cells.cache_clear()
