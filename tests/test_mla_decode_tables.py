@@ -60,13 +60,18 @@ def test_the_decode_op_reads_the_engines_kernel_only_for_mla_with_an_engine():
 
 
 def test_a_step_prices_its_decodes_as_one_call_at_their_count_and_mean_context():
+    from costmodel.physics.kernels.decode_attention import decode_attention_fixed_s
+
     cl = engine_cluster(load_cluster("b200").with_gpus(8), "trtllm")
     cost = step_cost(DSV3, cl, "fp8", ParallelConfig(tp=8), "bf16")
     assert cost.mla and cost.ctx_octaves
-    one = cost.price(16, 16, 0.0, 16 * 1.0, 1)
+    body = cost.price(16, 16, 0.0, 0.0, 1)  # no cached tokens: the step's body, its attention calls holding no work
     t = cost.price(16, 16, 0.0, 16 * 3000.0, 1)
-    call = lambda s: mla_decode_lookup(cl.device, "trtllm", 16, s, 16, "bf16")[0]  # noqa: E731
-    assert t - one == pytest.approx(DSV3.layers * (call(3000) - call(1)), rel=1e-6)
+    call = mla_decode_lookup(cl.device, "trtllm", 16, 3000, 16, "bf16")[0]
+    assert t - body == pytest.approx(DSV3.layers * (call - decode_attention_fixed_s(cl.device)), rel=1e-6)
+    # a prefill chunk's tokens are no decode sequences: the body's probe (one cached token) stays the roofline's
+    wide = _decode_attention(DSV3, cl.device, 4096, 1, 8, 2)
+    assert wide.evidence == "assumed" and wide.fwd_s < 2 * call
 
 
 def test_a_decode_run_follows_the_kernels_curve():

@@ -110,7 +110,7 @@ class StepCost:
         # the call's fixed time is in body_s (its attention op at one cached token); this is the cache reads
         self.decode_ctx_s = model.layers * (probe.fwd_s - decode_attention_fixed_s(dev)) / _PROBE_CTX
         # MLA from the engine's measured kernel: its time is no line in the cached tokens (a batch's sequences
-        # share a call: its time at b sequences of the mean context, less the one token body_s holds)
+        # share a call: its time at b sequences of the mean context, less the fixed time body_s holds)
         self._mla_f = mla_curve(model, dev, tp, kv_dtype_bytes(kv_dtype))
         self.mla = self._mla_f is not None
         self.ctx_octaves = self.mla  # the scheduler's decode-run lines: one per octave of the context
@@ -165,11 +165,14 @@ class StepCost:
         return (1 - a) * table[key(lo)] + a * table[key(hi)]
 
     def mla_s(self, b: float, ctx: float) -> float:
-        """All layers' MLA decode attention of ``b`` sequences over ``ctx`` cached tokens each beyond the one-token
-        call in :meth:`body_s` (the engine's measured kernel, :func:`mla_curve`)."""
+        """All layers' MLA decode attention of ``b`` sequences over ``ctx`` cached tokens each (the engine's measured
+        kernel, :func:`mla_curve`) beyond the call's fixed time :meth:`body_s` holds: its probe, at one cached token,
+        is the roofline's call holding no work whatever the step's token count (a prefill chunk's tokens are no
+        decode sequences)."""
         v = self._mla_at.get((b, ctx))
         if v is None:
-            v = self._mla_at[b, ctx] = self.model.layers * max(0.0, self._mla_f(b, ctx) - self._mla_f(b, 1.0))
+            fixed = decode_attention_fixed_s(self.cluster.device)  # the call body_s holds (its probe holds no work)
+            v = self._mla_at[b, ctx] = self.model.layers * max(0.0, self._mla_f(b, ctx) - fixed)
         return v
 
     def body_s(self, tokens: float, micro_batches: int = 1) -> float:

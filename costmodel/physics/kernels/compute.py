@@ -141,12 +141,12 @@ def _decode_attention(model, dev, b: int, s: int, tp: int, kv_bytes: int) -> Op:
     many query heads share each cached byte (MLA): roofline of FLOPs and cache bytes, plus the call's
     fixed time (the KV-cache write and the decode kernel at small context, measured per GPU:
     :func:`costmodel.physics.kernels.decode_attention.decode_attention_fixed_s`; for MLA the GQA tables'
-    figure is assumed), or MLA as the serving engine's measured kernel runs it where it has a table (``mla_table_s``).
-    """
+    figure is assumed), or MLA as the serving engine's measured kernel runs it where it has a table (``mla_table_s``;
+    beyond one cached token: the serving step's probe of a call holding no work stays the roofline's)."""
     flops = attention_flops(model, b, s, tp, mla_absorbed=True)
     cache_bytes = b * s * kv_elements_per_token_layer(model, tp) * kv_bytes
     rate, bw = dev.peak_bf16_flops_per_s * dev.attention_efficiency, dev.hbm_bw_bytes_per_s * dev.mem_bw_efficiency
-    t, ev = mla_table_s(model, dev, b, s, tp, kv_bytes) or (
+    t, ev = (mla_table_s(model, dev, b, s, tp, kv_bytes) if s > 1 else None) or (
         max(flops / rate, cache_bytes / bw) + decode_attention_fixed_s(dev),
         "assumed" if model.is_mla else decode_attention_evidence(dev),
     )
