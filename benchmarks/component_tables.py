@@ -111,40 +111,29 @@ def gemm_heldout(files: list[str] | None = None) -> list[dict]:
     return out
 
 
-def attention_heldout() -> list[dict]:
-    """Context attention: in every table and configuration, the isl values at odd positions except the
-    last are removed and predicted from their neighbours (measured points only)."""
+def grid_heldout(op: str, axis: str, scheme, what) -> list[dict]:
+    """In every table of ``op`` and configuration, the ``axis`` values (the grid's last axis) at odd positions
+    except the last are removed and predicted from their neighbours (measured points only); ``what(entry)``
+    names the row group."""
     out = []
     for f, e in sorted(manifest()["files"].items()):
-        if e["op"] != "attention":
+        if e["op"] != op:
             continue
         z = load(f)
         lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
-        p, m = heldout_1d(np.log(z["isl"].astype(float)), lat, ok, axis=2, scheme=attention_tables.SCHEMES[1])
-        out.append({"system": e["system"], "backend": e["backend"], "what": "context fwd", "err": p / m - 1, "ms": m})
+        p, m = heldout_1d(np.log(z[axis].astype(float)), lat, ok, axis=2, scheme=scheme)
+        out.append({"system": e["system"], "backend": e["backend"], "what": what(e), "err": p / m - 1, "ms": m})
     return out
+
+
+def attention_heldout() -> list[dict]:
+    """Context attention: the isl values, per table and configuration (:func:`grid_heldout`)."""
+    return grid_heldout("attention", "isl", attention_tables.SCHEMES[1], lambda e: "context fwd")
 
 
 def mla_heldout() -> list[dict]:
-    """MLA decode attention: in every table and configuration, the context values at odd positions except the
-    last, predicted from their neighbours (measured points only)."""
-    out = []
-    for f, e in sorted(manifest()["files"].items()):
-        if e["op"] != "mla":
-            continue
-        z = load(f)
-        lat, ok = z["lat_ms"].astype(float), z["fill"] == 0
-        p, m = heldout_1d(np.log(z["ctx"].astype(float)), lat, ok, axis=2, scheme=mla_tables.SCHEMES[1])
-        out.append(
-            {
-                "system": e["system"],
-                "backend": e["backend"],
-                "what": f"{e['backend']} mla decode",
-                "err": p / m - 1,
-                "ms": m,
-            }
-        )
-    return out
+    """MLA decode attention: the context values, per table and configuration (:func:`grid_heldout`)."""
+    return grid_heldout("mla", "ctx", mla_tables.SCHEMES[1], lambda e: f"{e['backend']} mla decode")
 
 
 def moe_heldout() -> list[dict]:

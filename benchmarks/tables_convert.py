@@ -175,6 +175,27 @@ ATTN_DTYPES = {"bfloat16": 0, "fp8": 1}
 ATTN_CFG = ("dtype", "head_dim", "window", "heads", "kv_heads")
 
 
+def config_grids(df, keys: list[str], codes: dict, x: str, power=lambda key: 1):
+    """One (batch x ``x``) latency grid per configuration ``keys`` (the first a dtype column, coded by ``codes``),
+    holes filled along batch (time proportional) and ``x`` (time proportional to ``x ** power(key)``): returns
+    ``(arrays, groups, holes)`` with ``arrays`` = cfg, batch, ``x``, lat_ms (float32), fill."""
+    b_ax = np.array(sorted(df.batch_size.unique()), dtype=np.int64)
+    x_ax = np.array(sorted(df[x].unique()), dtype=np.int64)
+    groups = sorted(df.groupby(keys), key=lambda kv: (codes[kv[0][0]], *kv[0][1:]))
+    cfg = np.array([[codes[k[0]], *k[1:]] for k, _ in groups], dtype=np.int32)
+    lat = np.full((len(groups), len(b_ax), len(x_ax)), np.nan)
+    fill = np.zeros(lat.shape, dtype=np.uint8)
+    holes = 0
+    for i, (k, g) in enumerate(groups):
+        lat[i, np.searchsorted(b_ax, g.batch_size.to_numpy()), np.searchsorted(x_ax, g[x].to_numpy())] = (
+            g.latency.to_numpy(float)
+        )
+        holes += int(np.isnan(lat[i]).sum())
+        fill[i] = fill_holes(lat[i], [b_ax, x_ax], (1, power(k)))
+    arrays = {"cfg": cfg, "batch": b_ax.astype(np.int32), x: x_ax.astype(np.int32), "lat_ms": lat.astype(np.float32)}
+    return {**arrays, "fill": fill}, len(groups), holes
+
+
 def attention_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     """Context (prefill) attention: one (batch x isl) grid per configuration (dtype code, head_dim,
     window, heads, kv_heads); rows whose KV-cache dtype differs from the attention dtype (a serving
@@ -186,31 +207,12 @@ def attention_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     df = df.drop_duplicates(
         ["attn_dtype", "head_dim", "window_size", "num_heads", "num_key_value_heads", "batch_size", "isl"], keep="last"
     )
-    b_ax = np.array(sorted(df.batch_size.unique()), dtype=np.int64)
-    s_ax = np.array(sorted(df.isl.unique()), dtype=np.int64)
     keys = ["attn_dtype", "head_dim", "window_size", "num_heads", "num_key_value_heads"]
-    groups = sorted(df.groupby(keys), key=lambda kv: (ATTN_DTYPES[kv[0][0]], *kv[0][1:]))
-    cfg = np.array([[ATTN_DTYPES[k[0]], *k[1:]] for k, _ in groups], dtype=np.int32)
-    lat = np.full((len(groups), len(b_ax), len(s_ax)), np.nan)
-    fill = np.zeros(lat.shape, dtype=np.uint8)
-    holes = 0
-    for i, (k, g) in enumerate(groups):
-        lat[i, np.searchsorted(b_ax, g.batch_size.to_numpy()), np.searchsorted(s_ax, g.isl.to_numpy())] = (
-            g.latency.to_numpy(float)
-        )
-        holes += int(np.isnan(lat[i]).sum())
-        fill[i] = fill_holes(lat[i], [b_ax, s_ax], (1, 2 if k[2] == 0 else 1))
-    arrays = {
-        "cfg": cfg,
-        "batch": b_ax.astype(np.int32),
-        "isl": s_ax.astype(np.int32),
-        "lat_ms": lat.astype(np.float32),
-        "fill": fill,
-    }
+    arrays, configs, holes = config_grids(df, keys, ATTN_DTYPES, "isl", lambda k: 2 if k[2] == 0 else 1)
     info = {
         "cfg_columns": list(ATTN_CFG),
         "dtype_codes": ATTN_DTYPES,
-        "configs": len(groups),
+        "configs": configs,
         "points": int(len(df)),
         "holes_filled": holes,
         "kernel_source": sorted(df.kernel_source.unique().tolist()),
@@ -283,30 +285,11 @@ def mla_arrays(df) -> tuple[dict[str, np.ndarray], dict]:
     filled along batch and context (time proportional to each)."""
     df = df[(df.mla_dtype == "bfloat16") & df.kv_cache_dtype.isin(list(MLA_KV))].assign(ctx=df.isl + df.step)
     df = df.drop_duplicates(["kv_cache_dtype", "num_heads", "batch_size", "ctx"], keep="last")
-    b_ax = np.array(sorted(df.batch_size.unique()), dtype=np.int64)
-    c_ax = np.array(sorted(df.ctx.unique()), dtype=np.int64)
-    groups = sorted(df.groupby(["kv_cache_dtype", "num_heads"]), key=lambda kv: (MLA_KV[kv[0][0]], kv[0][1]))
-    cfg = np.array([[MLA_KV[k[0]], k[1]] for k, _ in groups], dtype=np.int32)
-    lat = np.full((len(groups), len(b_ax), len(c_ax)), np.nan)
-    fill = np.zeros(lat.shape, dtype=np.uint8)
-    holes = 0
-    for i, (_, g) in enumerate(groups):
-        lat[i, np.searchsorted(b_ax, g.batch_size.to_numpy()), np.searchsorted(c_ax, g.ctx.to_numpy())] = (
-            g.latency.to_numpy(float)
-        )
-        holes += int(np.isnan(lat[i]).sum())
-        fill[i] = fill_holes(lat[i], [b_ax, c_ax], (1, 1))
-    arrays = {
-        "cfg": cfg,
-        "batch": b_ax.astype(np.int32),
-        "ctx": c_ax.astype(np.int32),
-        "lat_ms": lat.astype(np.float32),
-        "fill": fill,
-    }
+    arrays, configs, holes = config_grids(df, ["kv_cache_dtype", "num_heads"], MLA_KV, "ctx")
     info = {
         "cfg_columns": list(MLA_CFG),
         "kv_dtype_codes": MLA_KV,
-        "configs": len(groups),
+        "configs": configs,
         "points": int(len(df)),
         "holes_filled": holes,
         "kernel_source": sorted(df.kernel_source.unique().tolist()),

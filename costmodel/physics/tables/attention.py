@@ -26,7 +26,7 @@ from math import exp, log, log2
 import numpy as np
 
 from .evidence import Evidence, join_notes, weakest
-from .grid import AFFINE, PCHIP, interpolate
+from .grid import AFFINE, PCHIP, read_point
 from .store import load, system_of, table_for
 
 DTYPE_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
@@ -43,24 +43,11 @@ def _table(file: str):
 
 
 def _one(file: str, i: int, batch: int, isl: int, window: int):
-    """(log ms, kind, distance, notes) of configuration ``i`` at (batch, isl)."""
-    cfg, axes, loglat, fill, b_ax, s_ax, _ = _table(file)
-    x = (log(batch), log(isl))
-    v, corners, exact, (bc, sc) = interpolate(axes, loglat[i], x, SCHEMES)
-    far, notes = 0.0, []
-    for name, xi, xc, raw, power in (("batch", x[0], bc, b_ax, 1), ("isl", x[1], sc, s_ax, 2 if window == 0 else 1)):
-        d = (xi - xc) / log(2)
-        if d > 1e-9:
-            v += power * (xi - xc)
-            notes.append(f"{name} {2**d:.1f}x beyond the table's largest ({int(raw[-1])})")
-        elif d < -1e-9:
-            notes.append(f"{name} below the table's smallest ({int(raw[0])}): latency floor")
-        far = max(far, abs(d))
-    hole = max(int(fill[i][c]) for c in corners) / 10.0
-    if hole > 0:
-        notes.append("reads a grid hole filled by constant throughput")
-    kind = "extrapolated" if far > 1e-9 or hole > 0 else "measured" if exact else "interpolated"
-    return v, kind, max(far, hole), notes
+    """(log ms, kind, distance, notes) of configuration ``i`` at (batch, isl) (:func:`.grid.read_point`: beyond the
+    grid proportional to batch, to isl squared without a window and to isl with one)."""
+    _, axes, loglat, fill, b_ax, s_ax, _ = _table(file)
+    powers = (1, 2 if window == 0 else 1)
+    return read_point(axes, loglat[i], fill[i], (b_ax, s_ax), (log(batch), log(isl)), SCHEMES, ("batch", "isl"), powers)
 
 
 def _along(values: list[int], x: int, read, name: str, power: float = 1.0):

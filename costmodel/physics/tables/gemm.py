@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .evidence import Evidence, join_notes
-from .grid import AFFINE, MONOTONE, interpolate, monotone
+from .grid import AFFINE, MONOTONE, monotone, read_point
 from .store import load, system_of, table_for
 
 #: planner dtype -> table dtype (costmodel/spec/units.py DTYPE_BYTES knows fp32, bf16, fp16, fp8)
@@ -92,23 +92,13 @@ def _gemm(system: str, dtype: str, m: int, n: int, k: int, backend: str | None):
         return _assumed(f"no {tdt} GEMM table on {system}")
     axes, loglat, fill, raw = _grid(choice.file, tdt)
     x = (log(m), log(n), log(k))
-    value, corners, exact, clamped = interpolate(axes, loglat, x, schemes(tdt))
-    lat_ms = float(np.exp(value))
-    far, notes = 0.0, []
-    for c, xi, xc, r in zip(AXES, x, clamped, raw):
-        d = (xi - xc) / log(2)
-        if d > 1e-9:
-            lat_ms *= 2.0**d  # constant FLOP/s of the edge point
-            notes.append(f"{c} {2.0**d:.1f}x beyond the table's largest ({int(r[-1])}): constant FLOP/s")
-        elif d < -1e-9:
-            notes.append(f"{c} below the table's smallest ({int(r[0])}): latency floor")
-        far = max(far, abs(d))
-    hole = max(int(fill[idx]) for idx in corners) / 10.0
-    if hole > 0:
-        notes.append(f"reads a grid hole filled by constant throughput ({hole:.1f} log2 from a measured point)")
-    kind = "extrapolated" if far > 1e-9 or hole > 0 else "measured" if exact else "interpolated"
-    ev = Evidence(kind, choice.label, join_notes(DTYPE_NOTE.get(dtype, ""), choice.note, *notes), max(far, hole))
-    return lat_ms * 1e-3, ev
+    # beyond the grid: constant FLOP/s of the edge point (time proportional to each of m, n, k)
+    v, kind, d, notes = read_point(
+        axes, loglat, fill, raw, x, schemes(tdt), tuple(AXES), (1, 1, 1), ": constant FLOP/s"
+    )
+    return float(np.exp(v)) * 1e-3, Evidence(
+        kind, choice.label, join_notes(DTYPE_NOTE.get(dtype, ""), choice.note, *notes), d
+    )
 
 
 def gemm_lookup(device, dtype: str, m: int, n: int, k: int, backend: str | None = None):

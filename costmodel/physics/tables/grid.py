@@ -182,3 +182,27 @@ def affine_in(c0: float, c1: float, c: float, t0: float, t1: float, axis: tuple[
     cn, tn = (c0, t0) if abs(c - c0) < abs(c - c1) else (c1, t1)
     lo, hi = sorted((tn, tn * c / cn))
     return min(max(t, lo), hi), abs(log(c / cn) / log(2))
+
+
+def read_point(axes, values, fill, raws, x: tuple, schemes, names: tuple, powers: tuple, beyond: str = ""):
+    """``(log latency, kind, distance, notes)`` of one configuration's grid (``values`` log latency over ``axes``,
+    ``fill`` its hole flags, ``raws`` the axes' values) at ``x`` (log coordinates): :func:`interpolate` inside the
+    grid; beyond an axis' largest value the time grows as that coordinate to ``powers`` (constant throughput of
+    the nearest edge), below its smallest the smallest's time stands (the latency floor); ``kind``
+    ``extrapolated`` beyond the grid or on a filled hole (distance in log2 units), else ``measured`` on a grid
+    point and ``interpolated`` between. ``beyond``: said after each axis read beyond its largest value."""
+    v, corners, exact, clamped = interpolate(axes, values, x, schemes)
+    far, notes = 0.0, []
+    for name, xi, xc, raw, power in zip(names, x, clamped, raws, powers):
+        d = (xi - xc) / log(2)
+        if d > 1e-9:
+            v += power * (xi - xc)
+            notes.append(f"{name} {2**d:.1f}x beyond the table's largest ({int(raw[-1])}){beyond}")
+        elif d < -1e-9:
+            notes.append(f"{name} below the table's smallest ({int(raw[0])}): latency floor")
+        far = max(far, abs(d))
+    hole = max(int(fill[c]) for c in corners) / 10.0
+    if hole > 0:
+        notes.append(f"reads a grid hole filled by constant throughput ({hole:.1f} log2 from a measured point)")
+    kind = "extrapolated" if far > 1e-9 or hole > 0 else "measured" if exact else "interpolated"
+    return v, kind, max(far, hole), notes

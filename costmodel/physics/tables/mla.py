@@ -30,7 +30,7 @@ import numpy as np
 
 from .attention import _along
 from .evidence import Evidence, join_notes
-from .grid import AFFINE, MONOTONE, interpolate
+from .grid import AFFINE, MONOTONE, read_point
 from .store import load, system_of, table_for
 
 KV_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
@@ -46,24 +46,11 @@ def _table(file: str):
 
 
 def _one(file: str, i: int, batch: int, ctx: int):
-    """(log ms, kind, distance, notes) of configuration ``i`` at (batch, ctx)."""
+    """(log ms, kind, distance, notes) of configuration ``i`` at (batch, ctx) (:func:`.grid.read_point`: beyond the
+    grid proportional to batch and to context)."""
     axes, loglat, fill, b_ax, c_ax, _ = _table(file)
     x = (log(batch), log(ctx))
-    v, corners, exact, clamped = interpolate(axes, loglat[i], x, SCHEMES)
-    far, notes = 0.0, []
-    for name, xi, xc, raw in (("batch", x[0], clamped[0], b_ax), ("context", x[1], clamped[1], c_ax)):
-        d = (xi - xc) / log(2)
-        if d > 1e-9:
-            v += xi - xc  # proportional beyond the largest
-            notes.append(f"{name} {2**d:.1f}x beyond the table's largest ({int(raw[-1])})")
-        elif d < -1e-9:
-            notes.append(f"{name} below the table's smallest ({int(raw[0])}): latency floor")
-        far = max(far, abs(d))
-    hole = max(int(fill[i][c]) for c in corners) / 10.0
-    if hole > 0:
-        notes.append("reads a grid hole filled by constant throughput")
-    kind = "extrapolated" if far > 1e-9 or hole > 0 else "measured" if exact else "interpolated"
-    return v, kind, max(far, hole), notes
+    return read_point(axes, loglat[i], fill[i], (b_ax, c_ax), x, SCHEMES, ("batch", "context"), (1, 1))
 
 
 @lru_cache(maxsize=64)
