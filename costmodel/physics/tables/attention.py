@@ -26,7 +26,7 @@ from math import exp, log, log2
 import numpy as np
 
 from .evidence import Evidence, join_notes, weakest
-from .grid import AFFINE, PCHIP, read_point
+from .grid import AFFINE, PCHIP, config_grid, read_point
 from .store import load, system_of, table_for
 
 DTYPE_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
@@ -36,10 +36,7 @@ SCHEMES = (AFFINE, PCHIP)
 
 @lru_cache(maxsize=16)
 def _table(file: str):
-    z = load(file)
-    axes = [np.log(z["batch"].astype(float)), np.log(z["isl"].astype(float))]
-    index = {tuple(int(x) for x in row): i for i, row in enumerate(z["cfg"])}
-    return z["cfg"], axes, np.log(z["lat_ms"].astype(float)), z["fill"], z["batch"], z["isl"], index
+    return config_grid(load(file), "isl")
 
 
 def _one(file: str, i: int, batch: int, isl: int, window: int):

@@ -206,3 +206,11 @@ def read_point(axes, values, fill, raws, x: tuple, schemes, names: tuple, powers
         notes.append(f"reads a grid hole filled by constant throughput ({hole:.1f} log2 from a measured point)")
     kind = "extrapolated" if far > 1e-9 or hole > 0 else "measured" if exact else "interpolated"
     return v, kind, max(far, hole), notes
+
+
+def config_grid(z: dict, axis: str) -> tuple:
+    """A per-configuration (batch x ``axis``) table's arrays as the look-ups read them: ``(cfg, log axes, log
+    latency, fill, batch values, axis values, {configuration tuple: row})``."""
+    axes = [np.log(z["batch"].astype(float)), np.log(z[axis].astype(float))]
+    index = {tuple(int(x) for x in row): i for i, row in enumerate(z["cfg"])}
+    return z["cfg"], axes, np.log(z["lat_ms"].astype(float)), z["fill"], z["batch"], z[axis], index

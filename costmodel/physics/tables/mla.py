@@ -30,7 +30,7 @@ import numpy as np
 
 from .attention import _along
 from .evidence import Evidence, join_notes
-from .grid import AFFINE, MONOTONE, read_point
+from .grid import AFFINE, MONOTONE, config_grid, read_point
 from .store import load, system_of, table_for
 
 KV_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
@@ -39,10 +39,7 @@ SCHEMES = (AFFINE, MONOTONE)
 
 @lru_cache(maxsize=32)
 def _table(file: str):
-    z = load(file)
-    axes = [np.log(z["batch"].astype(float)), np.log(z["ctx"].astype(float))]
-    index = {(int(r[0]), int(r[1])): i for i, r in enumerate(z["cfg"])}
-    return axes, np.log(z["lat_ms"].astype(float)), z["fill"], z["batch"], z["ctx"], index
+    return config_grid(load(file), "ctx")[1:]  # (log axes, log latency, fill, batch, ctx, index)
 
 
 def _one(file: str, i: int, batch: int, ctx: int):
