@@ -25,8 +25,8 @@ from math import exp, log, log2
 
 import numpy as np
 
-from .evidence import Evidence, join_notes, weakest
-from .grid import AFFINE, PCHIP, config_grid, read_point
+from .evidence import Evidence, join_notes
+from .grid import AFFINE, PCHIP, along, config_grid, read_point
 from .store import load, system_of, table_for
 
 DTYPE_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
@@ -45,29 +45,6 @@ def _one(file: str, i: int, batch: int, isl: int, window: int):
     _, axes, loglat, fill, b_ax, s_ax, _ = _table(file)
     powers = (1, 2 if window == 0 else 1)
     return read_point(axes, loglat[i], fill[i], (b_ax, s_ax), (log(batch), log(isl)), SCHEMES, ("batch", "isl"), powers)
-
-
-def _along(values: list[int], x: int, read, name: str, power: float = 1.0):
-    """Interpolate ``read(value)`` (log ms, kind, distance, notes) linearly in log between the measured
-    ``values`` around ``x``; proportional above the largest, the floor below the smallest."""
-    vs = sorted(values)
-    if x in vs:
-        return read(x)
-    lo = max((v for v in vs if v < x), default=None)
-    hi = min((v for v in vs if v > x), default=None)
-    if lo is not None and hi is not None:
-        a, b = read(lo), read(hi)
-        w = (log(x) - log(lo)) / (log(hi) - log(lo))
-        return (1 - w) * a[0] + w * b[0], weakest("interpolated", a[1], b[1]), max(a[2], b[2]), a[3] + b[3]
-    edge = lo if hi is None else hi
-    v, kind, d, notes = read(edge)
-    step = abs(log2(x / edge))
-    if hi is None:
-        v += power * (log(x) - log(edge))
-        notes = [*notes, f"{name} {x / edge:.1f}x beyond the table's largest ({edge})"]
-    else:
-        notes = [*notes, f"{name} below the table's smallest ({edge}): latency floor"]
-    return v, "extrapolated", max(d, step), notes
 
 
 @lru_cache(maxsize=1 << 14)
@@ -92,9 +69,9 @@ def _attention(system, dtype, batch, isl, heads, kv_heads, head_dim, window, bac
             notes.append(f"GQA group {g} stands in for {heads // kv_heads}")
         rows = rows[rows[:, 3] // rows[:, 4] == g]
         index = {int(r[3]): pos[tuple(int(x) for x in r)] for r in rows}
-        return _along(list(index), heads, lambda h: _one(choice.file, index[h], batch, isl, window), "heads")
+        return along(list(index), heads, lambda h: _one(choice.file, index[h], batch, isl, window), "heads")
 
-    v, kind, d, extra = _along(sorted({int(x) for x in mine[:, 1]}), head_dim, at_dim, "head_dim")
+    v, kind, d, extra = along(sorted({int(x) for x in mine[:, 1]}), head_dim, at_dim, "head_dim")
     note = join_notes(*dict.fromkeys(n for n in notes + extra if n))
     return exp(v) * 1e-3, Evidence(kind, choice.label, note, d)
 

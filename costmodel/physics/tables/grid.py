@@ -44,9 +44,11 @@ A grid value is reproduced exactly (no round trip through ``exp``/``log``).
 from __future__ import annotations
 
 import itertools
-from math import inf, isclose, log
+from math import inf, isclose, log, log2
 
 import numpy as np
+
+from .evidence import weakest
 
 AFFINE = ("affine", 1.0)
 LOGLOG = ("loglog", 0.0)
@@ -214,3 +216,27 @@ def config_grid(z: dict, axis: str) -> tuple:
     axes = [np.log(z["batch"].astype(float)), np.log(z[axis].astype(float))]
     index = {tuple(int(x) for x in row): i for i, row in enumerate(z["cfg"])}
     return z["cfg"], axes, np.log(z["lat_ms"].astype(float)), z["fill"], z["batch"], z[axis], index
+
+
+def along(values: list[int], x: int, read, name: str, power: float = 1.0):
+    """Interpolate ``read(value)`` (log ms, kind, distance, notes) across measured configurations: linearly in log
+    between the measured ``values`` around ``x`` (heads, head_dim); proportional above the largest (to ``x **
+    power``), the floor below the smallest; ``extrapolated`` there, with the distance in log2 units."""
+    vs = sorted(values)
+    if x in vs:
+        return read(x)
+    lo = max((v for v in vs if v < x), default=None)
+    hi = min((v for v in vs if v > x), default=None)
+    if lo is not None and hi is not None:
+        a, b = read(lo), read(hi)
+        w = (log(x) - log(lo)) / (log(hi) - log(lo))
+        return (1 - w) * a[0] + w * b[0], weakest("interpolated", a[1], b[1]), max(a[2], b[2]), a[3] + b[3]
+    edge = lo if hi is None else hi
+    v, kind, d, notes = read(edge)
+    step = abs(log2(x / edge))
+    if hi is None:
+        v += power * (log(x) - log(edge))
+        notes = [*notes, f"{name} {x / edge:.1f}x beyond the table's largest ({edge})"]
+    else:
+        notes = [*notes, f"{name} below the table's smallest ({edge}): latency floor"]
+    return v, "extrapolated", max(d, step), notes

@@ -28,9 +28,8 @@ from math import exp, log
 
 import numpy as np
 
-from .attention import _along
 from .evidence import Evidence, join_notes
-from .grid import AFFINE, MONOTONE, config_grid, read_point
+from .grid import AFFINE, MONOTONE, along, config_grid, read_point
 from .store import load, system_of, table_for
 
 KV_CODE = {"bf16": 0, "bfloat16": 0, "fp16": 0, "fp8": 1}
@@ -65,7 +64,7 @@ def _mla(system: str, engine: str, batch: int, ctx: int, heads: int, kv_dtype: s
     counts = sorted(h for (k, h) in index if k == code)
     if not counts:
         return None, Evidence("assumed", choice.label, f"no {kv_dtype} cache configuration")
-    v, kind, d, notes = _along(counts, heads, lambda h: _one(choice.file, index[(code, h)], batch, ctx), "heads")
+    v, kind, d, notes = along(counts, heads, lambda h: _one(choice.file, index[(code, h)], batch, ctx), "heads")
     return exp(v) * 1e-3, Evidence(kind, choice.label, join_notes(choice.note, *dict.fromkeys(notes)), d)
 
 
