@@ -69,13 +69,18 @@ def decode_attention_evidence(dev) -> str:
     return "measured" if system in FIXED_S else "assumed"
 
 
+def _mla_args(model, tp: int, kv_bytes: int) -> tuple[float, str]:
+    """The MLA tables' (heads on one of ``tp`` GPUs, cache dtype) of ``model``."""
+    return max(1.0, model.heads / tp), "fp8" if kv_bytes == 1 else "bf16"
+
+
 def mla_curve(model, dev, tp: int, kv_bytes: int):
     """``f(b, s)``: the seconds of :func:`mla_table_s` by the line of the context's grid cell
     (:func:`~costmodel.physics.tables.mla.mla_decode_curve`), resolved once for a serving step's many contexts;
     None where :func:`mla_table_s` is."""
     if not (model.is_mla and dev.kernel_table):
         return None
-    return mla_decode_curve(dev, dev.kernel_table, max(1.0, model.heads / tp), "fp8" if kv_bytes == 1 else "bf16")
+    return mla_decode_curve(dev, dev.kernel_table, *_mla_args(model, tp, kv_bytes))
 
 
 def mla_table_s(model, dev, b: float, s: float, tp: int, kv_bytes: int):
@@ -85,6 +90,6 @@ def mla_table_s(model, dev, b: float, s: float, tp: int, kv_bytes: int):
     is named or its table lacks the GPU or the cache dtype (the caller's roofline stands)."""
     if not (model.is_mla and dev.kernel_table):
         return None
-    kv, heads = ("fp8" if kv_bytes == 1 else "bf16"), max(1.0, model.heads / tp)
+    heads, kv = _mla_args(model, tp, kv_bytes)
     t, ev = mla_decode_lookup(dev, dev.kernel_table, b, s, heads, kv)
     return None if t is None else (t, ev.kind)

@@ -35,7 +35,6 @@ from .evidence import Evidence, join_notes
 from .store import load, system_of, table_for
 
 OP = "all_reduce"
-MODES = ("graph", "eager")
 
 
 def counts(file: str, mode: str) -> list[int]:
