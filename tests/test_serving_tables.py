@@ -45,3 +45,16 @@ def test_the_report_names_the_table_or_the_roofline(capsys):
     assert "GEMMs from the measured table h100_sxm/gemm/vllm/" in capsys.readouterr().out
     assert main([*args, "--cluster", "sg2262-like"]) == 0
     assert "GEMMs from the fitted roofline" in capsys.readouterr().out
+
+
+def test_a_prediction_outside_its_band_says_where_the_runs_fell(capsys):
+    from planner.cli import main
+
+    args = ["evaluate", "--mode", "infer", "--model", "llama3.1-70b", "--cluster", "h100-sxm", "--tp", "2", "--gpus",
+            "2", "--dtype", "fp8", "--kv-dtype", "fp8", "--input-len", "5000", "--output-len", "500", "--global-batch",
+            "1", "--engine", "trtllm"]  # fmt: skip
+    assert main(args) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("TTFT", "TPOT"))}
+    # TensorRT-LLM's TPOT rows were all measured below the model: the band lies under the point, and says so
+    assert "the runs behind it measured below the prediction" in lines["TPOT"]
+    assert "measured" not in lines["TTFT"].split("(80% band")[1].split(")")[0]
