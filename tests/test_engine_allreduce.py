@@ -54,6 +54,7 @@ def test_no_series_or_no_table_leaves_the_model():
     assert engine_allreduce_s(plain, 1 << 16, 2) is None  # no engine named: the collective model
     assert engine_allreduce_s(engine_cluster(plain, "sglang"), 1 << 16, 2) is not None
     assert engine_allreduce_s(engine_cluster(plain, "sglang"), 1 << 16, 16) is None  # wider than the node
+    assert engine_allreduce_s(engine_cluster(plain, "sglang"), 0, 2) is None  # nothing to reduce: the model's 0
 
 
 def test_a_decode_layer_pays_two_of_the_engines_all_reduces():

@@ -176,7 +176,7 @@ def engine_allreduce_s(cluster, nbytes: float, tp: int) -> float | None:
     graph) is the host's launch time between back-to-back calls, which an eager forward hides behind its GEMMs
     (SGLang's eager prefill host time is charged by :mod:`costmodel.serving.engine_host`)."""
     dev = cluster.device
-    if not dev.kernel_table or tp < 2 or tp > cluster.domain:
+    if not dev.kernel_table or tp < 2 or tp > cluster.domain or nbytes <= 0:
         return None
     return engine_allreduce_lookup(dev, dev.kernel_table, nbytes, tp, graph=True)[0]
 
