@@ -64,6 +64,8 @@ def engine_allreduce_lookup(device, engine: str, nbytes: float, ngpus: int, grap
     system = system_of(device)
     if system is None:
         return None, Evidence("assumed", "", f"no measured tables for {getattr(device, 'name', device)}")
+    if nbytes <= 0:
+        return 0.0, Evidence("assumed", "", "nothing to reduce")
     return _lookup(system, engine, float(nbytes), int(ngpus), bool(graph))
 
 
