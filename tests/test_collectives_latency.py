@@ -18,7 +18,12 @@ from costmodel.physics.comm.collectives import (
 )
 from costmodel.spec.presets import load_cluster
 
-A_I, A_E = 8e-6, 15e-6  # a100-80g: latency of one NVLink step and of one network step
+A_I, A_E = 3.4e-6, 14e-6  # a100-80g: one NVLink and one network step of NCCL's Simple ring (tuning.cc hwLatencies)
+BASE = 8.4e-6  # NCCL's base latency of a Simple ring or tree (tuning.cc baseLatencies)
+# DGX A100 hosts are AMD: in a ring that crosses nodes an NVLink step costs at least 3 x 2 us under Simple,
+# 2 us under LL128 and LL (tuning.cc getNetOverhead, "inter-node rings still have to launch nsteps * net overhead")
+A_I_AMD = 6e-6
+LL128_I_AMD, LL128_E = 2e-6, 4e-6  # LL128 steps: max(1.9, 2.0) us on NVLink across nodes, 4.0 us on the network
 
 
 @pytest.fixture
@@ -28,22 +33,27 @@ def a100():
 
 # --------------------------------------------------------------------------- hand-computed
 def test_ring_allgather_one_gpu_per_node(a100):
-    # 64 ranks at stride 8: one GPU on each of 64 nodes, a ring of 63 network steps
-    # t = 63/64 * S / (25 GB/s * 0.9) + 63 * 15 us
+    # 64 ranks at stride 8: one GPU on each of 64 nodes, a ring of 63 network steps (with one GPU per node
+    # NCCL charges the tree's network step: Simple 14 us, LL 5 us)
+    # 100 MB, Simple: t = 63/64 * S / (25 GB/s * 0.9) + 8.4 us + 63 * 14 us (LL128 would pay 1/0.92 of the
+    # bandwidth term for 341 us less latency: 40 us slower)
     S = 1e8
-    expected = 63 / 64 * S / (25e9 * 0.9) + 63 * A_E
+    expected = 63 / 64 * S / (25e9 * 0.9) + BASE + 63 * A_E
     assert collective_time_s("allgather", S, 64, 8, a100) == pytest.approx(expected)
-    assert collective_latency_s("allgather", 64, 8, a100) == pytest.approx(63 * A_E)
+    # a 1-byte all-gather takes LL: 6.6 us + 63 * 5 us
+    assert collective_latency_s("allgather", 64, 8, a100) == pytest.approx(6.6e-6 + 63 * 5e-6)
 
 
 def test_ring_reducescatter_across_nodes_is_one_pipelined_ring(a100):
     # 32 ranks at stride 1: 8 GPUs x 4 nodes, one ring whose hops are NVLink (234 GB/s) or the
     # node's 8 NICs (8 x 22.5 = 180 GB/s): bus bandwidth min(234, 180) = 180 GB/s (tuning.cc:
     # busBw = nChannels * bwInter), bandwidth term 31/32 * S / 180 GB/s. Latency: p - 1 = 31
-    # steps, nodes - 1 = 3 across the network: 28 * 8 us + 3 * 15 us = 269 us.
+    # steps, nodes - 1 = 3 across the network. At 1 MB NCCL runs LL128: 0.92 of the bandwidth,
+    # 14 us + 28 * 2 us + 3 * 4 us = 82 us of latency (Simple: 8.4 + 28 * 6 + 3 * 14 = 218 us).
     S = 1e6
     bw = 31 / 32 * S / (8 * 25e9 * 0.9)
-    assert collective_time_s("reducescatter", S, 32, 1, a100) == pytest.approx(bw + 28 * A_I + 3 * A_E)
+    expected = bw / 0.92 + 14e-6 + 28 * LL128_I_AMD + 3 * LL128_E
+    assert collective_time_s("reducescatter", S, 32, 1, a100) == pytest.approx(expected)
 
 
 def test_allreduce_ring_and_tree_latencies():
@@ -58,37 +68,37 @@ def test_allreduce_ring_and_tree_latencies():
 
 
 def test_small_allreduce_across_many_nodes_uses_the_tree(a100):
-    # 1 KB over 128 nodes (one GPU each): tree latency 2 * 7 * 15 us = 210 us beats the ring's
-    # 254 * 15 us = 3.81 ms; the tree's bandwidth term: every node sends 2 S over its NIC
-    # (tuning.cc: tree algbw = busBw * .5), at 0.92 of the ring's bus bandwidth and NCCL's
-    # medium-size correction (1 KB: log2i(1000 >> 6) = 3 -> 0.9, tuning.cc treeCorrectionFactor)
+    # 1 KB over 128 nodes (one GPU each): the LL tree, 6.8 us + 2 * 7 network steps of 5 us = 76.8 us,
+    # beats every ring (254 network steps); the tree's bandwidth term: every node sends 2 S over its NIC
+    # (tuning.cc: tree algbw = busBw * .5), at 0.92 of the ring's bus bandwidth, LL's 1/3.8 and LL's
+    # medium-size correction (1 KB: log2i(1000 >> 6) = 3 -> 1.0, tuning.cc treeCorrectionFactor)
     t = collective_time_s("allreduce", 1e3, 128, 8, a100)
     bw = 2 * 1e3 / (25e9 * 0.9)
-    assert t == pytest.approx(bw / (TREE_BW_FACTOR * 0.9) + 2 * 7 * A_E)
-    assert collective_latency_s("allreduce", 128, 8, a100, nbytes=1e3) == pytest.approx(2 * 7 * A_E)
+    assert t == pytest.approx(bw * 3.8 / TREE_BW_FACTOR + 6.8e-6 + 2 * 7 * 5e-6)
+    assert collective_latency_s("allreduce", 128, 8, a100, nbytes=1e3) == pytest.approx(6.8e-6 + 2 * 7 * 5e-6)
 
 
 def test_large_allreduce_on_few_nodes_uses_the_ring(a100):
     # 1 GB over 2 nodes: the ring's 8% bandwidth advantage outweighs its latency
-    # one rank per node: 2 (p-1) = 2 network steps, times NCCL's ring plateau factor 1.4
+    # one rank per node: 2 (p-1) = 2 network steps and the base, times NCCL's ring plateau factor 1.4
     S = 1e9
-    ring = 2 * 1 / 2 * S / (25e9 * 0.9) + RING_PLATEAU_LATENCY_FACTOR * 2 * A_E
+    ring = 2 * 1 / 2 * S / (25e9 * 0.9) + RING_PLATEAU_LATENCY_FACTOR * (BASE + 2 * A_E)
     assert collective_time_s("allreduce", S, 2, 8, a100) == pytest.approx(ring)
 
 
 def test_inside_a_node_unchanged(a100):
-    # one node: ring, 2 (n-1) steps for all-reduce, n - 1 for the others
+    # one node: the Simple ring at 100 MB, 2 (n-1) steps for all-reduce, n - 1 for the others
     S = 1e8
-    assert collective_time_s("allgather", S, 8, 1, a100) == pytest.approx(7 / 8 * S / 234e9 + 7 * A_I)
-    assert collective_time_s("allreduce", S, 8, 1, a100) == pytest.approx(2 * 7 / 8 * S / 234e9 + 14 * A_I)
+    assert collective_time_s("allgather", S, 8, 1, a100) == pytest.approx(7 / 8 * S / 234e9 + BASE + 7 * A_I)
+    assert collective_time_s("allreduce", S, 8, 1, a100) == pytest.approx(2 * 7 / 8 * S / 234e9 + BASE + 14 * A_I)
 
 
 def test_issue_claim_allgather_latency_grows_linearly_at_scale(a100):
-    # 1,536 GPUs with TP 8: a DP AllGather over 192 nodes pays 191 network steps (2.9 ms),
-    # where a log-depth tree would pay 2 * 8 = 16
+    # 1,536 GPUs with TP 8: a DP AllGather over 192 nodes pays 191 network steps (LL: 6.6 us + 191 * 5 us,
+    # about 1 ms), where a log-depth tree would pay 2 * 8 = 16
     lat = collective_latency_s("allgather", 192, 8, a100)
-    assert lat == pytest.approx(191 * A_E)
-    assert lat > 10 * 2 * math.ceil(math.log2(192)) * A_E / 2
+    assert lat == pytest.approx(6.6e-6 + 191 * 5e-6)
+    assert lat > 10 * 2 * math.ceil(math.log2(192)) * 5e-6 / 2
 
 
 # --------------------------------------------------------------------------- properties
@@ -110,18 +120,18 @@ def test_ring_latency_monotone_in_ranks(kind):
         assert all(b > a for a, b in zip(lats, lats[1:]))
 
 
-def test_allreduce_never_slower_than_its_ring(a100):
-    # NCCL picks the faster algorithm, so the ring all-reduce bounds the result from above
+def test_allreduce_never_slower_than_its_simple_ring(a100):
+    # NCCL picks the fastest algorithm and protocol, so the Simple ring all-reduce bounds the result from above
     for size, stride in ((16, 1), (64, 8), (256, 2), (1024, 8)):
         for S in (1e3, 1e6, 1e8, 1e9):
             k = min(size, 8 // stride) if stride < 8 else 1
-            ring_lat = ring_latency_s("allreduce", k, size // k, A_I, A_E)
-            bw_ring = collective_time_s("allreduce", S, size, stride, a100) - collective_latency_s(
-                "allreduce", size, stride, a100, nbytes=S
-            )
-            plateau = ring_plateau_factor(S, k, size // k)
-            assert collective_latency_s("allreduce", size, stride, a100, nbytes=S) <= plateau * ring_lat + 1e-12
-            assert bw_ring > 0
+            nodes = size // k
+            ring_lat = BASE + ring_latency_s("allreduce", k, nodes, A_I_AMD, A_E)
+            bus = 25e9 * 0.9 * k if nodes > 1 else 234e9
+            ring = 2 * (size - 1) / size * S / min(bus, 234e9) + ring_plateau_factor(S, k, nodes) * ring_lat
+            t = collective_time_s("allreduce", S, size, stride, a100)
+            assert t <= ring * (1 + 1e-12)
+            assert t > collective_latency_s("allreduce", size, stride, a100, nbytes=S) > 0
 
 
 def test_latency_kind_checked(a100):
@@ -137,10 +147,13 @@ def test_array_of_sizes_picks_the_algorithm_per_entry(a100):
     for kind in ("allreduce", "allgather", "reducescatter"):
         arr = collective_time_s(kind, np.array(sizes), 128, 1, a100)
         assert arr.tolist() == pytest.approx([collective_time_s(kind, s, 128, 1, a100) for s in sizes], rel=1e-12)
-    # the sizes straddle the crossover: the tree at 1 KB, the ring at 10 GB
-    assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e3) == pytest.approx(tree_latency_s(8, 16, A_I, A_E))
+    # the sizes straddle the crossover: the LL tree at 1 KB (NVLink step 0.6 us, network 5 us), the Simple ring
+    # at 10 GB
+    assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e3) == pytest.approx(
+        6.8e-6 + tree_latency_s(8, 16, 0.6e-6, 5e-6)
+    )
     assert collective_latency_s("allreduce", 128, 1, a100, nbytes=1e10) == pytest.approx(
-        RING_PLATEAU_LATENCY_FACTOR * ring_latency_s("allreduce", 8, 16, A_I, A_E)
+        RING_PLATEAU_LATENCY_FACTOR * (BASE + ring_latency_s("allreduce", 8, 16, A_I_AMD, A_E))
     )
     assert collective_time_s("allreduce", np.array(sizes), 128, 1, a100)[0] == 0.0
 
@@ -164,17 +177,18 @@ def test_a_ring_step_is_as_slow_as_its_slowest_hop(a100):
 def test_ring_across_nodes_is_bound_by_its_slowest_hop():
     # B200: NVLink 900 GB/s x 0.8 = 720 GB/s per GPU, 8 NICs x 45 GB/s = 360 GB/s per node.
     # 4 nodes x 8: one ring, bus bandwidth min(720, 360) = 360 GB/s: 31/32 * S / 360 GB/s
+    # Simple: Intel hosts, so an NVLink step stays 3.4 us (3 x 1 us of network overhead is less)
     b200 = load_cluster("b200")
     S = 1e9
-    expected = 31 / 32 * S / (8 * 50e9 * 0.9) + 28 * 8e-6 + 3 * 15e-6
+    expected = 31 / 32 * S / (8 * 50e9 * 0.9) + BASE + 28 * 3.4e-6 + 3 * 14e-6
     assert collective_time_s("allgather", S, 32, 1, b200) == pytest.approx(expected)
 
 
 def test_two_node_tree_beats_a_network_bound_ring():
     # H100 nodes with 25 GB/s per GPU (A3-Mega-like): the ring's bus bandwidth is the node's
     # 8 x 22.5 = 180 GB/s; on two nodes the tree sends S once per node over those NICs, and 2 S
-    # over NVLink (chain up and down): max(2 S / 360, S / 180) / 0.92. Tree latency:
-    # 2 * (7 * 8 us + 1 * 15 us) = 142 us.
+    # over NVLink (chain up and down): max(2 S / 360, S / 180) / 0.92. Tree latency (Simple): the base
+    # and 2 * (7 * 4 us + 1 * 14 us) = 84 us.
     # (NVLSTree switched off here: the next tests cover it)
     from dataclasses import replace
 
@@ -187,7 +201,7 @@ def test_two_node_tree_beats_a_network_bound_ring():
         ),
     )
     S = 8e9
-    tree = max(2 * S / 360e9, S / 180e9) / TREE_BW_FACTOR + 2 * (7 * 8e-6 + 15e-6)
+    tree = max(2 * S / 360e9, S / 180e9) / TREE_BW_FACTOR + BASE + 2 * (7 * 4e-6 + 14e-6)
     ring = 2 * 15 / 16 * S / 180e9
     assert tree < ring
     assert collective_time_s("allreduce", S, 16, 1, h) == pytest.approx(tree)
@@ -196,12 +210,12 @@ def test_two_node_tree_beats_a_network_bound_ring():
 # NVLSTree (NCCL tuning.cc NCCL_ALGO_NVLS_TREE): NVLS inside the node, a tree between nodes.
 # H100 preset: NVLink 450 x 0.8 = 360 GB/s, NVLS 0.85 of it = 306 GB/s; 8 NICs x 45 GB/s = 360 GB/s;
 # per-channel caps 45.5 GB/s (> 2 nodes) and 57.7 GB/s (2 nodes) on 8 channels.
-NVLS_TREE_STEP_S = 15e-6 * 20.9 / 14.0
+NVLS_TREE_STEP_S = 14e-6 * 20.9 / 14.0
 
 
 def test_nvls_tree_across_many_hopper_nodes():
     # 1,024 GPUs (128 nodes), 16 GiB: max(S / 306, 2 S / 360, 2 S / (8 x 45.5)) = 2 S / 360 GB/s
-    # (network-bound), latency 25 us + 2 * 7 network steps of 15 us x 20.9 / 14
+    # (network-bound), latency 25 us + 2 * 7 network steps of 20.9 us
     h = load_cluster("h100-sxm")
     S = 2.0**34
     expected = 2 * S / 360e9 + 25e-6 + 14 * NVLS_TREE_STEP_S
@@ -271,9 +285,9 @@ def test_nvls_allreduce_inside_a_hopper_node():
     assert collective_time_s("allreduce", S, 8, 1, h) == pytest.approx(S / (360e9 * 0.85) + 25e-6)
     # no NVLS on A100 (nvls_efficiency 0): the ring, as before
     a = load_cluster("a100-80g")
-    assert collective_time_s("allreduce", S, 8, 1, a) == pytest.approx(2 * 7 / 8 * S / 234e9 + 14 * A_I)
-    # NVLS is an all-reduce algorithm: all-gather stays a ring
-    assert collective_time_s("allgather", S, 8, 1, h) == pytest.approx(7 / 8 * S / 360e9 + 7 * 8e-6)
+    assert collective_time_s("allreduce", S, 8, 1, a) == pytest.approx(2 * 7 / 8 * S / 234e9 + BASE + 14 * A_I)
+    # NVLS is an all-reduce algorithm: all-gather stays a (Simple) ring
+    assert collective_time_s("allgather", S, 8, 1, h) == pytest.approx(7 / 8 * S / 360e9 + BASE + 7 * 3.4e-6)
 
 
 def test_more_nic_bandwidth_never_slows_a_collective():
@@ -310,12 +324,13 @@ def test_ring_plateau_only_across_nodes_and_only_for_allreduce(a100):
     arr = ring_plateau_factor(np.array([1e3, 1e9]), 8, 4)
     assert arr.tolist() == [1.0, RING_PLATEAU_LATENCY_FACTOR]
     # all-gather and reduce-scatter rings keep NCCL's unscaled latency across nodes
-    assert collective_latency_s("allgather", 32, 1, a100, nbytes=1e9) == pytest.approx(28 * A_I + 3 * A_E)
+    assert collective_latency_s("allgather", 32, 1, a100, nbytes=1e9) == pytest.approx(BASE + 28 * A_I_AMD + 3 * A_E)
 
 
 def test_ring_plateau_raises_a_large_multinode_ring_allreduce(a100):
-    # 1 GB over 2 nodes x 1 GPU: the ring wins and pays 1.4 x its 2 network steps, so its latency
-    # rises by exactly 0.4 x 2 x A_E over the unscaled ring
+    # 1 GB over 2 nodes x 1 GPU: the Simple ring wins and pays 1.4 x its base and 2 network steps, so its
+    # latency rises by exactly 0.4 x (base + 2 x A_E) over the unscaled ring
     lat = collective_latency_s("allreduce", 2, 8, a100, nbytes=1e9)
-    assert lat == pytest.approx(RING_PLATEAU_LATENCY_FACTOR * ring_latency_s("allreduce", 1, 2, A_I, A_E))
-    assert lat - ring_latency_s("allreduce", 1, 2, A_I, A_E) == pytest.approx(0.4 * 2 * A_E)
+    unscaled = BASE + ring_latency_s("allreduce", 1, 2, A_I, A_E)
+    assert lat == pytest.approx(RING_PLATEAU_LATENCY_FACTOR * unscaled)
+    assert lat - unscaled == pytest.approx(0.4 * (BASE + 2 * A_E))

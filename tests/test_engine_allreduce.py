@@ -67,9 +67,9 @@ def test_a_decode_layer_pays_two_of_the_engines_all_reduces():
         led = _layer(model, cl, w, c, False, True, "fp8")[2]
         t, _ = engine_allreduce_lookup(cl.device, engine, msg, 2)
         assert led.link_s["tp"] == pytest.approx(2 * t)
-    # the collective model it replaces charges several times more at this size (the reason for the change)
+    # without an engine the collective model times it (its one-shot peer read and NCCL's Simple ring step), not the table
     plain = _layer(model, load_cluster("h100-sxm").with_gpus(2), w, c, False, True, "fp8")[2]
-    assert plain.link_s["tp"] > 2 * led.link_s["tp"]
+    assert plain.link_s["tp"] != pytest.approx(led.link_s["tp"], rel=0.05)
 
 
 def test_the_serving_report_names_the_all_reduce_table(capsys):

@@ -63,12 +63,15 @@ def test_bucket_size_trades_overlap_against_latency():
     # smallest weight matrix (4096 x 512 elements per GPU at tp 8, 8.4 MB of FP32 gradients) every
     # bucket is one matrix (the norms join the next one), so 4 MB and 0.5 MB buckets are the same
     model, w = load_model("gpt-7.5b"), Workload(global_batch=16, seq_len=2048)
-    exposed = {
-        b: graph_step(model, A100.with_gpus(64), w, ParallelConfig(tp=8, dp=8, bucket_bytes=b)).dp_exposed_s
-        for b in (4e9, 400e6, 40e6, 4e6, 0.5e6)
+    steps = {
+        b: graph_step(model, A100.with_gpus(64), w, ParallelConfig(tp=8, dp=8, bucket_bytes=b))
+        for b in (4e9, 400e6, 100e6, 40e6, 4e6, 0.5e6)
     }
+    exposed = {b: s.dp_exposed_s for b, s in steps.items()}
+    link = {b: s.dp_link_s for b, s in steps.items()}
     assert exposed[400e6] < exposed[4e9]
-    assert exposed[4e6] > exposed[40e6] > exposed[400e6]
+    assert exposed[100e6] < min(exposed[400e6], exposed[4e6])  # an interior optimum
+    assert link[4e6] > link[40e6] > link[400e6]  # each bucket pays its collective's latency
     assert exposed[0.5e6] == exposed[4e6]
 
 

@@ -71,9 +71,10 @@ def test_decode_step_batch_1_is_weight_bytes_over_hbm_bandwidth_plus_allreduce_l
     attn = L70.layers * decode_attention_fixed_s(dev)
     # the all-reduce of 8192 BF16 values (16 kB) as the engine runs it (vLLM, evaluate_inference's default: its
     # custom all-reduce in a CUDA graph, measured on 8 H100 in AIConfigurator's table; issue 40), not the
-    # collective model's one-shot 7 * 16 kB / 360 GB/s + 8 us
+    # collective model's one-shot 7 * 16 kB / 360 GB/s + 3.4 us
     t_ar, ev = engine_allreduce_lookup(H100.device, "vllm", 16384, 8)
-    assert ev.kind == "measured" and 4e-6 < t_ar < 7e-6 < collective_time_s("allreduce", 16384, 8, 1, H100, "direct")
+    assert ev.kind == "measured" and 4e-6 < t_ar < 7e-6
+    assert t_ar != pytest.approx(collective_time_s("allreduce", 16384, 8, 1, H100, "direct"), rel=0.05)
     t_ag = collective_time_s("allgather", L70.vocab * 2, 8, 1, H100)  # logits to every rank
     expected = t_weights + kernels * dev.kernel_overhead_s + attn + (2 * L70.layers + 1) * t_ar + t_ag
     assert e.decode_step_s == pytest.approx(expected, rel=0.03)

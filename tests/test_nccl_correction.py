@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from costmodel.physics.comm.collectives import collective_time_s, _tree_bw_s, TREE_BW_FACTOR
+from costmodel.physics.comm.collectives import collective_time_s, nvls_tree_time_s, _tree_bw_s, TREE_BW_FACTOR
 from costmodel.spec.errors import SpecError
 from costmodel.physics.comm.nccl_correction import TREE_CORRECTION_SIMPLE, tree_correction
 from costmodel.spec.presets import load_cluster
@@ -40,9 +40,10 @@ def test_tree_bandwidth_term_carries_the_correction():
 def test_nvls_tree_corrected_on_b200_only():
     b200 = load_cluster("b200").with_gpus(32)
     off = replace(b200, intra_link=replace(b200.intra_link, nvls_tree_medium_correction=False))
-    s = 16 * 2**20  # 16 MiB: factor 0.7
-    assert collective_time_s("allreduce", s, 32, 1, b200) > collective_time_s("allreduce", s, 32, 1, off)
+    s = 16 * 2**20  # 16 MiB: factor 0.7 (NVLSTree as NCCL_ALGO=NVLSTree forces it: at this size LL128 rings win)
+    assert nvls_tree_time_s(s, 32, 1, b200) > nvls_tree_time_s(s, 32, 1, off)
     big = 2**34  # past the table: no correction
+    assert nvls_tree_time_s(big, 32, 1, b200) == nvls_tree_time_s(big, 32, 1, off)
     assert collective_time_s("allreduce", big, 32, 1, b200) == collective_time_s("allreduce", big, 32, 1, off)
     assert not load_cluster("h100-sxm").intra_link.nvls_tree_medium_correction
 

@@ -13,7 +13,7 @@ rank layout, see :func:`costmodel.physics.comm.groups.layout`).
 >>> y = b.compute("bda2", "elementwise", 1e-4, deps=[ar])
 >>> g = b.graph
 >>> g.nodes[ar]["resource"], g.nodes[ar]["link"], round(g.nodes[ar]["duration_s"] * 1e3, 2)
-('nccl-sm', 'intra', 0.86)
+('nccl-sm', 'intra', 0.8)
 >>> sorted(g.edges)
 [('fc2', 'fc2.ar'), ('fc2.ar', 'bda2')]
 """

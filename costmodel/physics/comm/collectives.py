@@ -47,10 +47,19 @@ NCCL picks the fastest algorithm for each message size; the model takes the mini
   all-reduce's bandwidth is scaled by a factor per power of two of the size from 64 B (0.5 at
   512 KiB-4 MiB, 0.9 from 128 MiB, 1 from 512 MiB), and so is NVLSTree's on Blackwell with x86
   hosts (``intra_link.nvls_tree_medium_correction``). NCCL both chooses and is timed by the
-  corrected model; the Simple protocol's row is used (the model has no LL / LL128).
+  corrected model, each protocol by its own row.
 
-Latency terms follow the same cost model. ``link.latency_s`` is the latency of one ring step
-(hop) on that link; a group of ``p = intra * nodes`` ranks pays:
+Protocols (:mod:`costmodel.physics.comm.nccl_protocols`): every ring and tree is priced under NCCL's LL,
+LL128 and Simple protocols, each with its bandwidth factor, its per-step latencies and its base latency,
+and the fastest is taken, as NCCL does; NVLS and NVLSTree run Simple only. Until 2026-12-06 the model had
+Simple only, at an assumed 8 us per NVLink step and 15 us per network step: 2-4x too slow on the small
+and medium messages of the measured one-node tables and of multi-node nccl-tests runs
+(``benchmarks/component_collectives.py``; ``benchmarks/notes/2026-12-06-nccl-protocols.md``).
+
+Latency terms follow the same cost model. ``link.latency_s`` is one step of the Simple ring on that
+link (the presets carry NCCL's 3.4 us NVLink and 14 us network figures); the other protocols' and the
+tree's steps are NCCL's ratios of it. A group of ``p = intra * nodes`` ranks pays NCCL's base latency
+once and:
 
 * AllGather / ReduceScatter: NCCL runs them as rings only (tuning.cc skips the tree for every
   collective but AllReduce), ``p - 1`` steps of which ``nodes - 1`` cross the network:
@@ -60,24 +69,34 @@ Latency terms follow the same cost model. ``link.latency_s`` is the latency of o
   tuning.cc@5067397 (``ncclPatEnable``: only where ``nNodes == nRanks``): busBw x 0.75, latency 8 us + ``log2i(nodes)`` x 14 / 3.5 us + 2.8 us per rank,
   still linear in the ranks; no measurement of it was found to check it against.)
 * AllReduce, ring: ``2 (p - 1)`` steps, ``2 (nodes - 1)`` of them across the network, and across
-  nodes NCCL's "plateau effect of ring": the ring all-reduce's latency times 1.4
+  nodes NCCL's "plateau effect of ring": the Simple ring all-reduce's latency times 1.4
   (:data:`RING_PLATEAU_LATENCY_FACTOR`, :func:`ring_plateau_factor`); tree:
   ``2 ((intra - 1) alpha_intra + floor(log2 nodes) alpha_inter)``.
+* In a ring that crosses nodes an NVLink step costs at least the host's network post overhead
+  (:func:`costmodel.physics.comm.nccl_protocols.ring_steps_s`).
 
 >>> from costmodel.spec.presets import load_cluster
 >>> cl = load_cluster("a100-80g")
->>> t = collective_time_s("allreduce", 100e6, 8, 1, cl)   # 100 MB over 8 GPUs of one node
->>> round(t * 1e3, 3)  # 2*7/8*100e6 / (300e9*0.78) + 14 * 8us
-0.86
+>>> t = collective_time_s("allreduce", 100e6, 8, 1, cl)   # 100 MB over 8 GPUs of one node, Simple ring
+>>> round(t * 1e3, 3)  # 2*7/8*100e6 / (300e9*0.78) + 8.4 us + 14 * 3.4 us
+0.804
 """
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import numpy as np
 
+from costmodel.physics.comm import nccl_protocols
+from costmodel.physics.comm.nccl_protocols import (  # noqa: F401  (re-exported: the latency model's parts)
+    NVLS_LATENCY_S,
+    RING_PLATEAU_LATENCY_FACTOR,
+    nvls_tree_latency_s,
+    ring_latency_s,
+    ring_plateau_factor,
+    tree_latency_s,
+)
 from costmodel.physics.comm.nccl_correction import NVLS_TREE_CORRECTION_SIZES, tree_correction
 from costmodel.spec.specs import ClusterSpec, DmaEngineClass
 from costmodel.physics.kernels.measured import table_collective
@@ -107,87 +126,6 @@ def _bw_s(kind: str, nbytes: float, n: int, bw: float) -> float:
     return (2 if kind == "allreduce" else 1) * (n - 1) / n * nbytes / bw
 
 
-def ring_latency_s(kind: str, intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
-    """Latency of NCCL's ring over ``intra`` ranks on each of ``inter`` nodes.
-
-    NCCL tuning.cc (@5067397 ``ncclTopoTuneModel``; the same since 2.7, @01afd20):
-    ``nsteps = 2 (p-1)`` (all-reduce) or ``p - 1`` (all-gather, reduce-scatter),
-    ``nInterSteps = 2 (nodes - 1)`` (all-reduce across nodes) or ``nodes - 1``; latency
-    ``(nsteps - nInterSteps) alpha_intra + nInterSteps alpha_inter``. (NCCL's "plateau" factor on
-    the multi-node ring all-reduce depends on the size: :func:`ring_plateau_factor`.)
-
-    >>> ring_latency_s("allgather", 8, 4, 1.0, 10.0)   # p = 32: 28 intra steps + 3 inter steps
-    58.0
-    >>> ring_latency_s("allreduce", 8, 4, 1.0, 10.0)   # 62 steps: 56 intra + 2 * 3 inter
-    116.0
-    >>> ring_latency_s("allreduce", 8, 1, 1.0, 10.0)   # 2 * 7 intra steps
-    14.0
-    """
-    p = intra * inter
-    if p <= 1:
-        return 0.0
-    if kind == "allreduce":
-        nsteps, n_inter = 2 * (p - 1), 2 * (inter - 1)
-    else:
-        nsteps, n_inter = p - 1, inter - 1
-    return (nsteps - n_inter) * alpha_intra_s + n_inter * alpha_inter_s
-
-
-#: NCCL's "plateau effect of ring": a ring all-reduce across nodes under the Simple protocol is
-#: expected to take 1.4x its modelled latency on compute capability 8.0 and later (1.9x before),
-#: once every rank's share per channel reaches 64 bytes (NVIDIA/nccl src/graph/tuning.cc@5067397,
-#: ``ncclTopoGetAlgoTime``: ``if (algorithm == NCCL_ALGO_RING && protocol == NCCL_PROTO_SIMPLE &&
-#: comm->nNodes > 1 && coll == ncclFuncAllReduce && nBytes / (comm->nChannels * comm->nRanks) >= 64)
-#: lat *= comm->minCompCap < 80 ? 1.9 : 1.4``; 2.8-era @01afd20: 1.9x). Every preset is sm80 or
-#: later (A100, Hopper, Blackwell), so 1.4.
-RING_PLATEAU_LATENCY_FACTOR = 1.4
-RING_PLATEAU_MIN_BYTES = 64
-
-
-def ring_plateau_factor(nbytes, intra: int, inter: int):
-    """NCCL's factor on the latency of a ring all-reduce of ``nbytes`` over ``intra`` ranks on each
-    of ``inter`` nodes (:data:`RING_PLATEAU_LATENCY_FACTOR` across nodes once
-    ``nbytes / (channels * p) >= 64``, else 1); element-wise for arrays.
-
-    NCCL divides by its channel count, which the model does not carry: it takes one channel per
-    rank of the node (one per NIC, as for NVLSTree: nccl#1041), the fewest an 8-NIC node runs, so
-    the factor starts at the smallest size NCCL could start it at. Below that size the ring's
-    latency (linear in the ranks) has already lost to the tree's across nodes.
-
-    >>> ring_plateau_factor(1e9, 8, 4), ring_plateau_factor(1e3, 8, 4), ring_plateau_factor(1e9, 8, 1)
-    (1.4, 1.0, 1.0)
-    """
-    if inter <= 1:
-        return 1.0
-    threshold = RING_PLATEAU_MIN_BYTES * max(intra, 1) * intra * inter
-    if isinstance(nbytes, np.ndarray):
-        return np.where(nbytes >= threshold, RING_PLATEAU_LATENCY_FACTOR, 1.0)
-    return RING_PLATEAU_LATENCY_FACTOR if nbytes >= threshold else 1.0
-
-
-def tree_latency_s(intra: int, inter: int, alpha_intra_s: float, alpha_inter_s: float) -> float:
-    """Latency of NCCL's tree all-reduce: up and down a chain of ``intra`` ranks inside each node
-    and a double binary tree over ``inter`` nodes (tuning.cc:
-    ``2 * ((nRanks/nNodes - 1) * intraLat + log2i(nNodes) * interLat)``, ``log2i`` = floor).
-
-    >>> tree_latency_s(8, 32, 1.0, 10.0)   # 2 * (7 * 1 + 5 * 10)
-    114.0
-    """
-    if intra * inter <= 1:
-        return 0.0
-    depth = int(math.floor(math.log2(inter))) if inter > 1 else 0
-    return 2 * ((intra - 1) * alpha_intra_s + depth * alpha_inter_s)
-
-
-#: latency of an NVLS (NVLink SHARP) all-reduce: NCCL's NVLink ``hwLat`` for NVLS/Simple is
-#: 25 us, with no base latency (src/graph/tuning.cc@5067397, ``ncclTunerConstantsDefaults``)
-NVLS_LATENCY_S = 25e-6
-
-#: an NVLSTree network step costs NCCL 20.9 us against 14 us for a tree step (tuning.cc@5067397
-#: ``hwLatencies`` NET, Simple): the preset's per-step network latency is scaled by that ratio
-NVLS_TREE_NET_STEP_RATIO = 20.9 / 14.0
-
-
 def _ring_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
     """Bandwidth term of NCCL's ring over ``k`` ranks on each of ``nodes`` nodes: one pipelined
     ring, as fast as its slowest hop, an NVLink hop (``bi``) or a node's ``k`` NICs (``k be``).
@@ -202,12 +140,13 @@ def _ring_bw_s(kind: str, nbytes: float, k: int, nodes: int, bi: float, be: floa
     return _bw_s(kind, nbytes, k * nodes, min(bi, k * be))
 
 
-def _tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float) -> float:
+def _tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float, proto: str = "Simple") -> float:
     """Bandwidth term of NCCL's tree all-reduce across ``nodes >= 2`` nodes: the chain inside a
     node moves ``2 S`` over NVLink (reduce up, broadcast down); between nodes each node sends
     ``2 S`` over its ``k`` NICs, or ``S`` when there are only two nodes (each is the root of one
-    of the two trees); the slower of the two, at 0.92 of the ring's bus bandwidth and NCCL's
-    medium-size correction (:func:`tree_correction`; tuning.cc).
+    of the two trees); the slower of the two, at 0.92 of the ring's bus bandwidth, the protocol's
+    factor (:data:`costmodel.physics.comm.nccl_protocols.TREE_BW_FACTOR`) and NCCL's medium-size
+    correction of that protocol (:func:`tree_correction`; tuning.cc).
 
     >>> _tree_bw_s(1e9, 8, 2, 2.0, 0.125) == 1e9 / 1.0 / TREE_BW_FACTOR   # two nodes: S / (k be)
     True
@@ -215,21 +154,7 @@ def _tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float) -> float
     t_intra = 2 * nbytes / bi if k > 1 else 0.0
     t_net = (1 if nodes == 2 else 2) * nbytes / (k * be)
     t = np.maximum(t_intra, t_net) if isinstance(nbytes, np.ndarray) else max(t_intra, t_net)
-    return t / (TREE_BW_FACTOR * tree_correction(nbytes))
-
-
-def nvls_tree_latency_s(inter: int, alpha_inter_s: float) -> float:
-    """Latency of NCCL's NVLSTree all-reduce over ``inter >= 2`` nodes: the NVLS step inside the
-    node once, then up and down the tree between nodes (tuning.cc:
-    ``intraLat + 2 * log2i(nNodes) * interLat``, NVLink ``hwLat`` for NVLSTree/Simple 25 us).
-
-    The preset's network step latency ``alpha_inter_s`` stands for NCCL's tree step (14 us) and is
-    scaled by :data:`NVLS_TREE_NET_STEP_RATIO` (20.9 / 14).
-
-    >>> round(nvls_tree_latency_s(128, 14e-6) * 1e6, 1)   # 25 + 2 * 7 * 20.9
-    317.6
-    """
-    return NVLS_LATENCY_S + 2 * int(math.floor(math.log2(inter))) * alpha_inter_s * NVLS_TREE_NET_STEP_RATIO
+    return t / (TREE_BW_FACTOR * nccl_protocols.TREE_BW_FACTOR[proto] * tree_correction(nbytes, proto=proto))
 
 
 def _nvls_tree_bw_s(nbytes: float, k: int, nodes: int, bi: float, be: float, nvls: float, cap_ch: float):
@@ -272,28 +197,66 @@ def _nccl_s(
     if k * nodes <= 1 or (not array and nbytes <= 0):
         return 0.0, 0.0
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
-    lat = ring_latency_s(kind, k, nodes, a_i, a_e)
-    if kind == "allreduce":
-        lat = lat * ring_plateau_factor(nbytes, k, nodes)
-    t = _ring_bw_s(kind, nbytes, k, nodes, bi, be) + lat
+    dev = cluster.device.name
+    t_bw = _ring_bw_s(kind, nbytes, k, nodes, bi, be)
+    ll_slow = max(1.0, (bi if nodes == 1 else min(bi, k * be)) / nccl_protocols.ll_max_bw_bytes_per_s(nodes, dev))
+    t = lat = None
+    for proto in nccl_protocols.PROTOCOLS:
+        s_i, s_e = nccl_protocols.ring_steps_s(proto, a_i, a_e, nodes, k, dev)
+        lat_p = nccl_protocols.base_latency_s("ring", proto) + ring_latency_s(kind, k, nodes, s_i, s_e)
+        if kind == "allreduce" and proto == "Simple":
+            lat_p = lat_p * ring_plateau_factor(nbytes, k, nodes)
+        slow = 1.0 / nccl_protocols.RING_BW_FACTOR[proto] * (ll_slow if proto == "LL" else 1.0)
+        t_p = t_bw * slow + lat_p
+        t, lat = (t_p, lat_p) if t is None else _pick(array, t, lat, t_p, lat_p)
     if kind == "allreduce" and nodes > 1:
-        lat_tree = tree_latency_s(k, nodes, a_i, a_e)
-        t, lat = _pick(array, t, lat, _tree_bw_s(nbytes, k, nodes, bi, be) + lat_tree, lat_tree)
-    intra = cluster.intra_link
-    nvls = intra.nvls_efficiency
+        for proto in nccl_protocols.PROTOCOLS:
+            s_i = nccl_protocols.step_latency_s(a_i, "nvlink", "tree", proto)
+            s_e = nccl_protocols.step_latency_s(a_e, "net", "tree", proto)
+            lat_tree = nccl_protocols.base_latency_s("tree", proto) + tree_latency_s(k, nodes, s_i, s_e)
+            t_tree = _tree_bw_s(nbytes, k, nodes, bi, be, proto)
+            if proto == "LL":
+                floor = 2 * nbytes / nccl_protocols.ll_max_bw_bytes_per_s(nodes, dev)
+                t_tree = np.maximum(t_tree, floor) if array else max(t_tree, floor)
+            t, lat = _pick(array, t, lat, t_tree + lat_tree, lat_tree)
+    nvls = cluster.intra_link.nvls_efficiency
     if kind == "allreduce" and nodes == 1 and nvls > 0:
         t, lat = _pick(array, t, lat, nbytes / (bi * nvls) + NVLS_LATENCY_S, NVLS_LATENCY_S)
-    cap_ch = intra.nvls_tree_2node_channel_bw_bytes_per_s if nodes == 2 else intra.nvls_tree_channel_bw_bytes_per_s
-    if kind == "allreduce" and nodes > 1 and k >= 2 and nvls > 0 and cap_ch > 0:
-        lat_nt = nvls_tree_latency_s(nodes, a_e)
-        t_nt = _nvls_tree_bw_s(nbytes, k, nodes, bi, be, nvls, cap_ch)
-        if intra.nvls_tree_medium_correction:
-            t_nt = t_nt / tree_correction(nbytes, NVLS_TREE_CORRECTION_SIZES)
-        t, lat = _pick(array, t, lat, t_nt + lat_nt, lat_nt)
+    nt = _nvls_tree_s(nbytes, k, nodes, cluster, bi, be) if kind == "allreduce" else None
+    if nt is not None:
+        t, lat = _pick(array, t, lat, nt[0] + nt[1], nt[1])
     if array:
         on = np.asarray(nbytes) > 0
         return np.where(on, t, 0.0), np.where(on, lat, 0.0)
     return t, lat
+
+
+def _nvls_tree_s(nbytes, k: int, nodes: int, cluster: ClusterSpec, bi: float, be: float):
+    """(bandwidth term, latency) of NCCL's NVLSTree all-reduce over ``k`` ranks on each of ``nodes`` nodes, or None
+    where it does not run: one node, fewer than two GPUs of a node, or a link without NVLS or NVLSTree caps."""
+    intra = cluster.intra_link
+    cap_ch = intra.nvls_tree_2node_channel_bw_bytes_per_s if nodes == 2 else intra.nvls_tree_channel_bw_bytes_per_s
+    if nodes < 2 or k < 2 or intra.nvls_efficiency <= 0 or cap_ch <= 0:
+        return None
+    t_nt = _nvls_tree_bw_s(nbytes, k, nodes, bi, be, intra.nvls_efficiency, cap_ch)
+    if intra.nvls_tree_medium_correction:
+        t_nt = t_nt / tree_correction(nbytes, NVLS_TREE_CORRECTION_SIZES)
+    return t_nt, nvls_tree_latency_s(nodes, cluster.inter_link.latency_s)
+
+
+def nvls_tree_time_s(nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float | None:
+    """Seconds of an all-reduce NCCL is forced to run as NVLSTree (``NCCL_ALGO=NVLSTree``), or None where NVLSTree
+    cannot run it (:func:`_nvls_tree_s`); :func:`collective_time_s` takes it only where it is the fastest.
+
+    >>> from costmodel.spec.presets import load_cluster
+    >>> h = load_cluster("h100-sxm")
+    >>> round(nvls_tree_time_s(512, 16, 1, h) * 1e6, 1)   # the latency floor: 25 us + 2 network steps of 20.9 us
+    66.8
+    """
+    lay = layout(size, stride, cluster.domain)
+    bi, be = link_bw_bytes_per_s(cluster, "intra"), link_bw_bytes_per_s(cluster, "inter")
+    nt = _nvls_tree_s(nbytes, lay.intra, lay.inter, cluster, bi, be)
+    return None if nt is None else nt[0] + nt[1]
 
 
 def link_bw_bytes_per_s(cluster: ClusterSpec, scope: str, engines: Engines = None) -> float:
@@ -437,11 +400,11 @@ def collective_latency_s(
     every extra bucket or per-module collective pays again.
 
     >>> from costmodel.spec.presets import load_cluster
-    >>> cl = load_cluster("a100-80g")   # 8 us per NVLink step, 15 us per network step
-    >>> round(collective_latency_s("allgather", 64, 8, cl) * 1e6, 1)   # 64 nodes, 1 GPU each: 63 * 15 us
-    945.0
-    >>> round(collective_latency_s("allreduce", 64, 8, cl) * 1e6, 1)   # small: tree, 2 * 6 * 15 us
-    180.0
+    >>> cl = load_cluster("a100-80g")   # Simple steps: 3.4 us on NVLink, 14 us on the network
+    >>> round(collective_latency_s("allgather", 64, 8, cl) * 1e6, 1)   # 64 nodes, 1 GPU each, LL: 6.6 + 63 * 5 us
+    321.6
+    >>> round(collective_latency_s("allreduce", 64, 8, cl) * 1e6, 1)   # small: the LL tree, 6.8 + 2 * 6 * 5 us
+    66.8
     """
     if kind not in ("allreduce", "allgather", "reducescatter"):
         raise ValueError(f"kind={kind!r}: must be allreduce, allgather or reducescatter")
