@@ -47,6 +47,14 @@ validate_published's regime table (graph engine) and kernel_regimes' per-generat
 form) of each. A variant names the dimensions whose collectives the tables time: the EP all-to-all, TP issued by
 NCCL, TP issued by Transformer Engine's userbuffers (``chunks > 1``), DP/CP; the dimension of a call is read from
 the engine's frames (the plan's ``tp`` and ``chunks``), a probe for this comparison only.
+
+    python -m benchmarks.component_collectives --formula-vs-tables
+
+``--formula-vs-tables`` times every point of the measured one-node nccl-tests tables (AIConfigurator @095f58a,
+the newest NCCL version of each GPU: all-gather, reduce-scatter and all-reduce at 2 to 8 GPUs, 512 B to 512 MiB)
+with the collective model alone (:func:`collective_time_s` with ``tables=False``, on the GPU's preset) and prints
+the mean |err| and signed error per GPU generation and size band (below 64 KiB: latency; 64 KiB to 8 MiB;
+from 8 MiB: bandwidth); it checks the model's per-step latencies and protocols where the planner reads tables.
 """
 
 from __future__ import annotations
@@ -69,7 +77,7 @@ from benchmarks.published import load_set, predict
 from costmodel import api
 from costmodel.engines.analytic import _layer_base, layer_timing
 from costmodel.physics.comm import collectives
-from costmodel.physics.comm.collectives import collective_time_s
+from costmodel.physics.comm.collectives import collective_time_s, nvls_tree_time_s
 from costmodel.physics.comm.groups import group_stride, layout
 from costmodel.physics.kernels.measured import NCCL_STAND_IN, generation, table_collective
 from costmodel.physics.tables import system_of
@@ -199,7 +207,14 @@ def measured_s(c: Case) -> float:
 
 
 def predicted_s(c: Case) -> float:
-    return collective_time_s(c.collective, c.message_bytes, c.gpus, 1, cluster_for(c))
+    """The model's time; a row whose run forced NVLSTree (``NCCL_ALGO=NVLSTree``) is timed as NVLSTree, not as the
+    fastest of NCCL's algorithms and protocols."""
+    cl = cluster_for(c)
+    if c.algorithm_stated.startswith("NVLSTree (forced") and c.collective == "allreduce":
+        t = nvls_tree_time_s(c.message_bytes, c.gpus, 1, cl)
+        if t is not None:
+            return t
+    return collective_time_s(c.collective, c.message_bytes, c.gpus, 1, cl)
 
 
 def evaluate(cases: list[Case]) -> list[dict]:
@@ -535,6 +550,95 @@ def _step_rows(set_name: str, variant: str) -> tuple[dict, list[dict]]:
     )
 
 
+#: size bands of ``--formula-vs-tables``: (label, lowest size, highest size)
+BANDS = (("< 64 KiB", 0, 1 << 16), ("64 KiB - 8 MiB", 1 << 16, 1 << 23), (">= 8 MiB", 1 << 23, 1 << 62))
+#: the nccl-tests op of each collective kind
+TABLE_OPS = {"allgather": "all_gather", "reducescatter": "reduce_scatter", "allreduce": "all_reduce"}
+
+
+def formula_vs_tables() -> list[dict]:
+    """One row per table point: system, generation, kind, GPUs, bytes, model and measured seconds."""
+    from costmodel.physics.tables.collectives import _nccl_files
+    from costmodel.physics.tables.store import load, version_key
+    from costmodel.spec.precision import generation
+    from costmodel.spec.presets import preset_names
+
+    seen, out = set(), []
+    for name in preset_names("clusters"):
+        cl = load_cluster(name)
+        system = system_of(cl.device)
+        files = _nccl_files(system) if system else []
+        if not files or system in seen:
+            continue
+        seen.add(system)
+        f = max(files, key=lambda fe: version_key(fe[1]["backend_version"]))[0]
+        z = load(f)
+        for kind, op in TABLE_OPS.items():
+            for n in (2, 4, 8):
+                key = f"{op}.half.{n}"
+                if f"{key}.bytes" not in z or n > cl.gpus_per_node:
+                    continue
+                for b, ms in zip(z[f"{key}.bytes"], z[f"{key}.lat_ms"]):
+                    model = collective_time_s(kind, float(b), n, 1, cl.with_gpus(n), tables=False)
+                    out.append(
+                        {
+                            "system": system,
+                            "generation": generation(cl.device.name),
+                            "kind": kind,
+                            "gpus": n,
+                            "bytes": float(b),
+                            "model_s": model,
+                            "measured_s": float(ms) * 1e-3,
+                        }
+                    )
+    return out
+
+
+def formula_main(argv, record_results: bool = False) -> int:
+    pts = formula_vs_tables()
+    table = []
+    print("collective model vs the measured one-node nccl-tests tables (AIConfigurator @095f58a)")
+    print(f"{'generation':<11} {'size band':<16} {'points':>6} {'mean |err|':>10} {'signed':>8}")
+    for gen in sorted({p["generation"] for p in pts}) + ["all"]:
+        for band, lo, hi in BANDS + (("all sizes", 0, 1 << 62),):
+            es = [
+                p["model_s"] / p["measured_s"] - 1
+                for p in pts
+                if (gen == "all" or p["generation"] == gen) and lo <= p["bytes"] < hi
+            ]
+            if not es:
+                continue
+            m, sg = statistics.fmean(map(abs, es)), statistics.fmean(es)
+            print(f"{gen:<11} {band:<16} {len(es):>6} {m:>9.1%} {sg:>+8.1%}")
+            table.append(
+                {
+                    "generation": gen,
+                    "size band": band,
+                    "points": len(es),
+                    "mean |err| %": results_io.pct(m),
+                    "signed %": results_io.pct(sg),
+                }
+            )
+    every = [p["model_s"] / p["measured_s"] - 1 for p in pts]
+    small = [p["model_s"] / p["measured_s"] - 1 for p in pts if p["bytes"] < BANDS[0][2]]
+    results_io.record(
+        "component_collectives_formula",
+        argv,
+        module="component_collectives",
+        title="the collective model against the measured one-node nccl-tests tables",
+        headline={
+            "table points": len(every),
+            "mean |err| %": results_io.pct(statistics.fmean(map(abs, every))),
+            "< 64 KiB mean |err| %": results_io.pct(statistics.fmean(map(abs, small))),
+            "systems": len({p["system"] for p in pts}),
+        },
+        table=table,
+        inputs=["costmodel", "benchmarks/component_collectives.py"],
+        enabled=record_results,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", type=Path, default=DATA, help="cases to score (default: the repository's data)")
@@ -548,9 +652,14 @@ def main(argv: list[str] | None = None, record_results: bool = False) -> int:
         help=f"with --step: comma-separated variants of which collectives the tables time ({', '.join(VARIANTS)})",
     )
     ap.add_argument("--verbose", action="store_true", help="with --plans: one line per distinct collective")
+    ap.add_argument(
+        "--formula-vs-tables", action="store_true", help="the model alone against every one-node nccl-tests table point"
+    )
     a = ap.parse_args(argv)
     if a.plans:
         return plans_main(a)
+    if a.formula_vs_tables:
+        return formula_main(argv, record_results)
     try:
         cases = load_cases(a.csv)
     except (OSError, RowError) as e:

@@ -42,6 +42,7 @@ TOPICS = [
             ("component_kernels", "python -m benchmarks.component_kernels --model kernel"),
             ("component_kernels_preset", "python -m benchmarks.component_kernels"),
             ("component_collectives", "python -m benchmarks.component_collectives"),
+            ("component_collectives_formula", "python -m benchmarks.component_collectives --formula-vs-tables"),
             ("component_memory", "python -m benchmarks.component_memory"),
             ("component_mechanics", "python -m benchmarks.component_mechanics"),
             ("component_ep", "python -m benchmarks.component_ep"),

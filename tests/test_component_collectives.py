@@ -178,3 +178,18 @@ def test_the_step_variants_table_the_dimensions_they_name(monkeypatch):
     assert timed(tp8, "alltoall", tables=True) != pytest.approx(table["alltoall"])
     monkeypatch.setattr(collectives, "_table_times", cc._variant_rule(cc.VARIANTS["ep"]))
     assert timed(tp8, "alltoall") == pytest.approx(table["alltoall"]) and timed(tp8) == model
+
+
+def test_formula_vs_one_node_tables_per_size_band():
+    """The collective model alone against every measured one-node nccl-tests point (1,197 on 7 systems).
+
+    With NCCL's three protocols and its own per-step latencies the model is 23.8% mean |err| below 64 KiB and
+    22.4% at 64 KiB-8 MiB (2026-12-06); the Simple-only 8 us model it replaced was 124% and 82%. A bound of 30%
+    per band fails if the latency side regresses to anything like the old model."""
+    pts = cc.formula_vs_tables()
+    assert len(pts) > 1000
+    assert {p["generation"] for p in pts} >= {"ampere", "hopper", "blackwell"}
+    for band, lo, hi in cc.BANDS:
+        errs = [abs(p["model_s"] / p["measured_s"] - 1) for p in pts if lo <= p["bytes"] < hi]
+        assert errs, band
+        assert sum(errs) / len(errs) < 0.30, band
