@@ -5,7 +5,7 @@
 For every usable row of the development set (``benchmarks/data/published_dev.csv``, see
 ``benchmarks/published``; ``--set new`` or ``all`` for the new set) the published plan is
 predicted as ``validate_published.py`` does (unstated settings filled by one rule per source; the
-best value for unstated micro-batch and interleave), and ``planner recommend`` plans the same model,
+best value for unstated micro-batch and interleave; the op-graph engine), and ``planner recommend`` plans the same model,
 cluster, GPU count, global batch, sequence length and precision, under the framework that ran it
 (Megatron-Core, DeepSpeed or FSDP2) and its gradient dtype, with the attention kernel of the published
 software (FlashAttention or not), the run's numerics (its plan options: optimizer dtype, FP8 parameter
@@ -13,22 +13,51 @@ gather, ...) and an interleave cap that admits the published one, and everything
 not choose (eager element-wise kernels, PyTorch's context_parallel, the DeepEP dispatcher, FSDP1's flat
 buffers) are listed, not compared: the recommendation would run another stack. Expected: the recommended plan's predicted step time is no worse
 than the published plan's (the published plan lies in the search space whenever its settings do).
-Measured step times are shown for reference; the comparison is prediction against prediction.
+Both step times are the op graph's, and the answer is ``planner recommend``'s (``search.options.ANSWER_OPTIONS``: the
+near-optimal plans re-scored by the op graph, the memory margin kept, the memory tie). Until 2026-12-06 this benchmark
+answered with the analytic objective alone (no re-score, no margin) and compared it with the published plan's
+op-graph time: row 287 read 0.2% "slower" although recommend's answer was the published plan itself. A recommendation
+slower than the published plan is named with the rule that made it so (:func:`answer_rule`: the published plan sits
+within the memory model's measured margin of the HBM, or the answer is within the memory tie and leaner), or counted
+as slower otherwise (the target). Measured step times are shown for reference; the comparison is prediction against
+prediction.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+from dataclasses import replace
 import sys
 import time
 
 from benchmarks import results_io
 from benchmarks.published import load_set, predict
+from costmodel.api import evaluate
+from costmodel.trust.memory_margin import at_risk
 from search.problem import Limits, Problem
-from search.solve import SolveOptions, solve
+from search.options import ANSWER_OPTIONS
+from search.solve import solve
 
-TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate
+TOLERANCE = 1e-6  # relative; both numbers come from the same evaluate (the op graph)
+
+
+def answer_rule(res, pub, usable_bytes: float, ratio: float) -> str:
+    """Which of ``planner recommend``'s stated rules makes its answer slower than the published plan, or ''
+    (:mod:`search.rescore`): the published plan is within the memory model's measured margin of the HBM and the
+    answer keeps it (``--prefer safe``, issue 42), or the answer is within the memory tie of it and leaner."""
+    rec = res.best.estimate
+    if res.margin_kept and at_risk(pub.peak_memory_bytes, usable_bytes, res.memory_margin):
+        return (
+            f"the answer keeps the {100 * res.memory_margin:.1f}% memory margin the published plan does not: "
+            f"{pub.peak_memory_bytes / 2**30:.1f} GiB predicted of {usable_bytes / 2**30:.0f} GiB usable"
+        )
+    if res.memory_tie and ratio <= 1 + res.memory_tie and rec.peak_memory_bytes < pub.peak_memory_bytes:
+        return (
+            f"within the {100 * res.memory_tie:.0f}% memory tie, {rec.peak_memory_bytes / 2**30:.1f} GiB against "
+            f"{pub.peak_memory_bytes / 2**30:.1f}"
+        )
+    return ""
 
 
 def plan_text(c) -> str:
@@ -66,7 +95,7 @@ def main(argv=None, record_results: bool = False) -> int:
         f"{'row':>4} {'model':<18} {'gpus':>5} {'meas s':>8} {'published plan':<40} {'pred s':>8} "
         f"{'recommended plan':<44} {'pred s':>8} {'rec/pub':>8} {'solve':>8}"
     )
-    better = same = worse = overflow = 0
+    better = same = worse = by_rule = overflow = 0
     notes, answers = [], []
     for r in rows:
         if r.skip:
@@ -90,13 +119,16 @@ def main(argv=None, record_results: bool = False) -> int:
             options=r.plan_options(),
         )  # the run's numerics, as pinned_recommend keeps them
         t0 = time.perf_counter()
-        res = solve(p, SolveOptions(time_limit_s=args.time_limit, workers=2))
+        res = solve(p, replace(ANSWER_OPTIONS, time_limit_s=args.time_limit))  # planner recommend's answer
         dt = time.perf_counter() - t0
         if not res.plans:
             notes.append(f"row {r.row_id}: no recommended plan ({res.explanation})")
             continue
         rec = res.best.estimate
-        ratio = rec.step_time_s / pub.step_time_s
+        rec_s = res.best.graph_step_time_s  # the op graph's, as ``predict`` times the published plan
+        if rec_s is None:  # not re-scored (a search cut short): schedule the answer itself
+            rec_s = evaluate(r.model, r.cluster, r.workload, rec.config, engine="graph").step_time_s
+        ratio = rec_s / pub.step_time_s
         if not pub.fits:
             overflow += 1
             notes.append(
@@ -109,22 +141,28 @@ def main(argv=None, record_results: bool = False) -> int:
         elif ratio <= 1 + TOLERANCE:
             same += 1
         else:
-            worse += 1
+            rule = answer_rule(res, pub, p.hbm_cap_bytes, ratio)
+            if rule:
+                by_rule += 1
+            else:
+                worse += 1
             notes.append(
-                f"row {r.row_id}: slower than the published plan (outside the search space, or the "
-                f"solver stopped at its time limit: {res.status})"
+                f"row {r.row_id}: {100 * (ratio - 1):.2f}% slower than the published plan ("
+                + (rule or f"outside the search space, or the solver stopped at its time limit: {res.status}")
+                + ")"
             )
         answers.append(f"{r.row_id} {plan_text(rec.config)}")
         meas = f"{r.measured_s:.2f}" if r.measured_s else "-"
         print(
             f"{r.row_id:>4} {r.label[:18]:<18} {r.cluster.num_gpus:>5} {meas:>8} {plan_text(pub.config):<40} "
-            f"{pub.step_time_s:>8.3f} {plan_text(rec.config):<44} {rec.step_time_s:>8.3f} {ratio:>8.3f} "
+            f"{pub.step_time_s:>8.3f} {plan_text(rec.config):<44} {rec_s:>8.3f} {ratio:>8.3f} "
             f"{res.status[:3]} {dt:>4.1f}s",
             flush=True,
         )
     print()
     print(
-        f"recommended vs published (predicted step time): {better} faster, {same} equal, {worse} slower; "
+        f"recommended vs published (predicted step time): {better} faster, {same} equal, {by_rule} slower by the "
+        f"answer's own rules (memory margin, memory tie), {worse} slower otherwise; "
         f"{overflow} published plans over HBM by the cost model (not compared)"
     )
     for n in notes:
@@ -138,11 +176,17 @@ def main(argv=None, record_results: bool = False) -> int:
             "recommended": len(answers),
             "faster": better,
             "equal": same,
+            "slower by the answer's rules": by_rule,
             "slower": worse,
             "published plans over HBM": overflow,
             "plans digest": hashlib.sha256("\n".join(answers).encode()).hexdigest()[:12],
         },
-        targets=[{"name": "no recommended plan slower than the published one", "met": worse == 0}],
+        targets=[
+            {
+                "name": "no recommended plan slower than the published one but by the answer's memory rules",
+                "met": worse == 0,
+            }
+        ],
         inputs=[
             "costmodel",
             "search",
