@@ -67,6 +67,7 @@ def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True,
             help="with --request-rate: Gamma-distributed gaps between arrivals with this coefficient "
             "of variation (burstiness; 1 = Poisson, the default; > 1 burstier)",
         )
+        add_speculation_args(g)
     if targets:
         g.add_argument(
             "--ttft-ms",
@@ -80,3 +81,30 @@ def add_inference_args(parser: argparse.ArgumentParser, *, targets: bool = True,
             metavar="MS",
             help="time-per-output-token target in milliseconds",
         )
+
+
+def add_speculation_args(g) -> None:
+    """``--spec-tokens K --spec-accept A --spec-method {mtp,eagle}``: speculative decoding
+    (:mod:`costmodel.serving.speculative`)."""
+    from costmodel.serving.speculative import MAX_TOKENS, METHODS, MTP_ACCEPTANCE
+
+    g.add_argument(
+        "--spec-tokens",
+        type=int_arg("spec_tokens"),
+        metavar="K",
+        help=f"speculative decoding: K draft tokens a step (1-{MAX_TOKENS}), verified in one pass of the model",
+    )
+    g.add_argument(
+        "--spec-accept",
+        type=float_arg("spec_accept"),
+        metavar="A",
+        help="with --spec-tokens: each draft token's acceptance rate, in [0, 1) (the workload's; default "
+        f"{MTP_ACCEPTANCE:g} for a model's own MTP module, DeepSeek-V3's reported low end; none for EAGLE)",
+    )
+    g.add_argument(
+        "--spec-method",
+        type=choice_arg("spec_method", METHODS),
+        metavar="{" + ",".join(METHODS) + "}",
+        help="with --spec-tokens: the draft, the model's multi-token-prediction module (default where it has one) "
+        "or an EAGLE head",
+    )

@@ -94,6 +94,8 @@ def pool_launches(p: InferProblem, d: DisaggResult) -> list[dict]:
             dtype=p.dtype,
             prefill_tokens=PREFILL_CHUNK if pool.role == "prefill" else None,
             moe=p.model.is_moe,
+            # the decode pool drafts and verifies (costmodel.serving.disagg)
+            speculation=p.speculation.to_dict() if p.speculation is not None and pool.role == "decode" else None,
         )
         notes = list(lay["notes"])
         args = list(lay["args"])
@@ -101,7 +103,7 @@ def pool_launches(p: InferProblem, d: DisaggResult) -> list[dict]:
             args += ROLE_FLAGS[engine][pool.role]
         else:
             notes.append("TensorRT-LLM disaggregated serving (trtllm-serve disaggregated, a YAML) is not emitted")
-        head = lay["command"][: len(lay["command"]) - len(" ".join(lay["args"]))].rstrip()
+        head = lay["head"]
         out.append(
             {
                 "role": pool.role,

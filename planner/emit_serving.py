@@ -19,6 +19,14 @@ Flag names are those the engines document (checked in ``tests/test_emit_serving.
   ``kv_cache_config: {dtype: fp8}``).
   It has no data-parallel flag: replicas are separate servers.
 
+Speculative decoding (:mod:`costmodel.serving.speculative`; :func:`speculative_args`): vLLM ``--speculative-config``
+JSON with ``method`` ``deepseek_mtp`` (the model's MTP module; ``vllm/config/speculative.py`` ``MTPModelTypes``) or
+``eagle3`` with the draft's ``model``, and ``num_speculative_tokens`` K; SGLang ``--speculative-algorithm EAGLE``
+(on an MTP model SGLang drafts with its NextN weights; ``EAGLE3`` and ``--speculative-draft-model-path`` for a draft
+head) ``--speculative-num-steps K --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1`` (a chain of K
+drafts, as modelled); TensorRT-LLM ``speculative_config: {decoding_type: MTP, num_nextn_predict_layers: K}`` in the
+options YAML (MTP only: its EAGLE settings are not emitted).
+
 The parallel settings come from :func:`search.infer.server_layout` (the one table of what each
 engine can run, :data:`search.infer.ENGINES`); :func:`search.infer.engine_config` reads them
 back, so ``exact`` says the arguments run the evaluated plan. Concurrency limits
@@ -36,6 +44,9 @@ silently dropped.
 """
 
 from __future__ import annotations
+
+import json
+import shlex
 
 from costmodel.spec.plan import ParallelConfig
 from search.serving_engines import ENGINES, ServerLayout, server_layout
@@ -141,8 +152,10 @@ def engine_launch(
     prefill_tokens: int | None = None,
     model: str = MODEL,
     moe: bool | None = None,
+    speculation: dict | None = None,
 ) -> dict:
-    """``{"args", "command", "notes", "replicas", "exact", "files"}`` of one engine for plan ``c``.
+    """``{"args", "command", "notes", "replicas", "exact", "files"}`` of one engine for plan ``c``; ``speculation``
+    the estimate's (``InferenceEstimate.serving["speculation"]``).
 
     ``moe``: whether the model has experts (``None``: assumed when ``c.ep > 1``); vLLM runs a
     MoE model's replicas without EP as separate servers (one server's ``--data-parallel-size``
@@ -180,6 +193,8 @@ def engine_launch(
         )
     if prefill_tokens is not None:
         args += [f["prefill"], str(prefill_tokens)]
+    if speculation:
+        args, files = speculative_args(engine, speculation, args, files, notes)
     if files:
         args += ["--extra_llm_api_options", TRTLLM_OPTIONS]
         notes.append(f"{TRTLLM_OPTIONS}: " + files[TRTLLM_OPTIONS].replace("\n", " ").strip())
@@ -200,12 +215,44 @@ def engine_launch(
     head = f["head"].format(model=model)
     return {
         "args": args,
-        "command": " ".join([head, *args]),
+        "command": " ".join([head, *map(shlex.quote, args)]),
+        "head": head,
         "notes": notes,
         "replicas": lay.replicas,
         "exact": exact,
         "files": files,
     }
+
+
+def speculative_args(engine: str, spec: dict, args: list, files: dict, notes: list) -> tuple[list, dict]:
+    """``args`` and ``files`` with the engine's speculative-decoding settings (module doc); what it cannot express
+    goes to ``notes``."""
+    k, mtp = spec["draft_tokens"], spec["method"] == "mtp"
+    if engine == "vllm":
+        cfg = {"method": "deepseek_mtp"} if mtp else {"method": "eagle3", "model": "$DRAFT"}
+        cfg["num_speculative_tokens"] = k
+        args = [*args, "--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+        notes.append(
+            "deepseek_mtp: DeepSeek's MTP module (another model's has its own method, e.g. glm4_moe_mtp)"
+            if mtp
+            else "set $DRAFT to the EAGLE-3 draft checkpoint"
+        )
+    elif engine == "sglang":
+        args = [*args, "--speculative-algorithm", "EAGLE" if mtp else "EAGLE3"]
+        if not mtp:
+            args += ["--speculative-draft-model-path", "$DRAFT"]
+            notes.append("set $DRAFT to the EAGLE-3 draft checkpoint")
+        args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+        args += ["--speculative-num-draft-tokens", str(k + 1)]
+    elif mtp:
+        yaml = files.get(TRTLLM_OPTIONS, "")
+        files = {
+            **files,
+            TRTLLM_OPTIONS: yaml + f"speculative_config:\n  decoding_type: MTP\n  num_nextn_predict_layers: {k}\n",
+        }
+    else:
+        notes.append("EAGLE speculative decoding: set speculative_config in the options YAML yourself (not emitted)")
+    return args, files
 
 
 def vllm_args(c: ParallelConfig, **kw) -> tuple[list[str], list[str]]:
@@ -232,6 +279,7 @@ def serving_launch(
     model: str = MODEL,
     moe: bool | None = None,
     engines=("vllm", "sglang"),
+    speculation: dict | None = None,
 ) -> dict:
     """``{engine: {...}}`` (:func:`engine_launch`) for each of ``engines``."""
     kw = dict(
@@ -243,6 +291,7 @@ def serving_launch(
         prefill_tokens=prefill_tokens,
         model=model,
         moe=moe,
+        speculation=speculation,
     )
     return {name: engine_launch(name, c, **kw) for name in engines}
 
@@ -269,4 +318,5 @@ def launch_for_estimate(
         model=model,
         moe=moe,
         engines=engines,
+        speculation=getattr(est, "serving", {}).get("speculation"),
     )

@@ -139,6 +139,19 @@ def inference_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def speculation_from_args(args: argparse.Namespace, model):
+    """The :class:`costmodel.serving.speculative.Speculation` of ``--spec-tokens --spec-accept --spec-method``
+    for ``model``, or ``None``."""
+    from costmodel.serving.speculative import speculation_for
+
+    return speculation_for(
+        model,
+        getattr(args, "spec_tokens", None),
+        getattr(args, "spec_accept", None),
+        getattr(args, "spec_method", None),
+    )
+
+
 def fg_offload_modules(args: argparse.Namespace) -> tuple[str, ...] | None:
     """``--fine-grained-activation-offloading --offload-modules M ...`` as ``ParallelConfig.offload_modules``; one
     without the other refused (Megatron ignores the modules without the flag and asserts on the flag alone)."""

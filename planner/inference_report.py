@@ -95,6 +95,23 @@ def _engine_line(sv: dict) -> str:
     )
 
 
+def speculation_lines(spec: dict | None) -> list[str]:
+    """Speculative decoding as replayed (``serving["speculation"]``): the draft, its tokens a step, the acceptance
+    and how it is known."""
+    if not spec:
+        return []
+    how = (
+        "assumed: DeepSeek-V3's reported MTP rate; --spec-accept states your workload's"
+        if spec["acceptance_evidence"] == "assumed"
+        else "stated"
+    )
+    return [
+        f"speculative: {spec['method']} drafts {spec['draft_tokens']} token(s) a step, each accepted at "
+        f"{spec['acceptance']:g} ({how}): {spec['tokens_per_step']:.2f} tokens per request per step; the bands are "
+        "of runs without speculation"
+    ]
+
+
 def _percentile_lines(sv: dict) -> list[str]:
     """p50 / p90 / p99 of TTFT, TPOT and end-to-end latency over the replayed requests."""
     pct = sv.get("percentiles_ms") if sv else None
@@ -130,10 +147,13 @@ def inference_text(est: InferenceEstimate, model: ModelSpec, cluster: ClusterSpe
         f"{w.dtype} weights, {est.kv_dtype} KV cache",
         f"config: {serving_config_line(est)}",
         f"engine: {_engine_line(sv)}",
+        *speculation_lines((sv or {}).get("speculation")),
         "",
         f"TTFT                  {_dur(est.ttft_s)}{_band(bd, 'ttft_ms', 1e-3, est.ttft_s)}",
-        f"TPOT                  {_dur(est.tpot_s)}{_band(bd, 'tpot_ms', 1e-3, est.tpot_s)} (decode step alone "
-        f"{_dur(est.decode_step_s)}; other requests' prefill chunks share or interleave with its steps)",
+        f"TPOT                  {_dur(est.tpot_s)}{_band(bd, 'tpot_ms', 1e-3, est.tpot_s)} ("
+        + ("a plain " if sv.get("speculation") else "")
+        + f"decode step alone {_dur(est.decode_step_s)}; other requests' prefill chunks share or interleave with "
+        "its steps)",
         f"end-to-end latency    {_dur(est.e2e_latency_s)}",
         *_percentile_lines(sv),
         f"output tokens/s       {est.tokens_per_s:,.1f} ({est.tokens_per_s_per_replica:,.1f} per replica, "

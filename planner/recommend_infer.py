@@ -24,8 +24,10 @@ from search.solve import SolveOptions
 
 from . import disagg_report
 from .args import add_inference_args, choice_arg, int_arg
+from .args_infer import add_speculation_args
+from .flags import speculation_from_args
 from .emit_serving import launch_for_estimate
-from .inference_report import SERVING_KEYS, launch_lines
+from .inference_report import SERVING_KEYS, launch_lines, speculation_lines
 from .problem import resolve_cluster, resolve_model
 from .report import model_json, model_label, print_json, table
 
@@ -53,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, with_mode: bool = True) ->
         "launch command (default: vllm)",
     )
     g.add_argument("--plot", metavar="FILE.png", help="write the throughput/latency Pareto front (needs matplotlib)")
+    add_speculation_args(g)
     disagg_report.add_arguments(g)
 
 
@@ -66,6 +69,9 @@ SERVING_ONLY = (
     "plot",
     "engine",
     "disagg",
+    "spec_tokens",
+    "spec_accept",
+    "spec_method",
 )
 
 
@@ -143,6 +149,7 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
         prefill_tokens=getattr(args, "prefill_tokens", None),
         limits=Limits(fixed=fixed, maximum=maximum, tp_across_nodes=getattr(args, "tp_across_nodes", False)),
         engine=getattr(args, "engine", None) or "vllm",
+        speculation=speculation_from_args(args, model),
     )
 
 
@@ -237,6 +244,7 @@ def result_text(p: InferProblem, r: InferResult, prefill_tokens: int | None) -> 
         f"{p.output_len} out tokens ({p.dtype} weights, {p.kv_dtype} KV cache{engine}); "
         f"targets: {', '.join(targets) or 'none'}",
         f"solve: {r.status} in {r.time_s:.2f} s ({r.evaluated} plans that fit evaluated, {r.rejected} rejected)",
+        *speculation_lines(p.speculation.to_dict() if p.speculation is not None else None),
         "",
     ]
     if r.plans:

@@ -71,6 +71,8 @@ class InferProblem:
     limits : fix, bound or exclude ``tp pp dp ep sp chunks`` as in training (:class:`Limits`).
     engine : the serving engine whose settings the search is restricted to (:data:`ENGINES`);
         ``None``: every shape the cost model accepts (sequence parallelism and chunks included).
+    speculation : speculative decoding every plan runs (:class:`costmodel.serving.speculative.Speculation`), or
+        ``None``.
     """
 
     model: ModelSpec
@@ -85,6 +87,7 @@ class InferProblem:
     prefill_tokens: int | None = None
     limits: Limits = field(default_factory=Limits)
     engine: str | None = "vllm"
+    speculation: object | None = None
 
     def __post_init__(self):
         if not self.cluster.num_gpus:
@@ -239,7 +242,7 @@ def table(p: InferProblem) -> tuple[list[InferenceEstimate], int]:
     default = default_scheduler(engine, p.cluster.device).token_budget
     # one memo for the whole table: an engine replay whose token budget never bound serves every
     # larger budget, and each reported phase is computed once (evaluate_inference's memo)
-    opts = dict(kv_dtype=p.kv_dtype, engine=engine, memo={})
+    opts = dict(kv_dtype=p.kv_dtype, engine=engine, memo={}, speculation=p.speculation)
     rows, rejected = [], 0
     for c in shapes(p):
         probe_budget = token_budgets(p, 1)[-1]

@@ -97,6 +97,7 @@ def best_split(p: InferProblem) -> tuple[DisaggEstimate | None, int]:
         tpot_target_s=p.tpot_target_s,
         gaps=gaps,
         engine=p.engine or "vllm",  # each pool's KV as its engine sizes it; vLLM where none is named (the launches')
+        speculation=p.speculation,  # the decode pool drafts and verifies
     )
     best, scored = None, 0
     for gp, pplans in plans.items():

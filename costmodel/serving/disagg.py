@@ -48,6 +48,7 @@ from functools import lru_cache
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token
 from costmodel.serving.engines import engine_cluster
 from costmodel.serving.memory import serving_memory
+from costmodel.serving.speculative import draft_s, verify_ctx
 from costmodel.serving.step import chunk_pairs, step_cost
 from costmodel.spec.errors import PlannerError
 from costmodel.spec.plan import ParallelConfig
@@ -94,21 +95,33 @@ def prefill_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, input_l
     return t
 
 
-def decode_step_s(model, cluster, c: ParallelConfig, n: float, ctx: float, dtype: str, kv_dtype: str) -> float:
-    """One decode step of ``n`` sequences (mean context ``ctx``) on one replica of ``c``."""
+def decode_step_s(
+    model, cluster, c: ParallelConfig, n: float, ctx: float, dtype: str, kv_dtype: str, speculation=None
+) -> float:
+    """One decode step of ``n`` sequences (mean context ``ctx``) on one replica of ``c``; with ``speculation``
+    its K draft passes and the verify pass of ``1 + K`` rows per sequence (:mod:`costmodel.serving.speculative`)."""
     sc = step_cost(model, cluster, dtype, replace(c, mb=1), kv_dtype)
     n = max(1.0, n)
-    return sc.time_s(tokens=n, sampled=n, prefill_pairs=0.0, decode_ctx=n * ctx, micro_batches=min(c.pp, math.ceil(n)))
+    mm = min(c.pp, math.ceil(n))
+    if speculation is None:
+        return sc.time_s(tokens=n, sampled=n, prefill_pairs=0.0, decode_ctx=n * ctx, micro_batches=mm)
+    k = speculation.k
+    rows, read = n * (1 + k), verify_ctx(n * ctx, k, sc.mla)
+    return sc.time_s(tokens=rows, sampled=rows, prefill_pairs=0.0, decode_ctx=read, micro_batches=mm) + draft_s(
+        sc, k, n
+    )
 
 
 @lru_cache(maxsize=4096)
-def concurrency_cap(model, cluster, c: ParallelConfig, input_len, output_len, dtype, kv_dtype, engine=None) -> int:
+def concurrency_cap(
+    model, cluster, c: ParallelConfig, input_len, output_len, dtype, kv_dtype, engine=None, draft=None
+) -> int:
     """Sequences one replica of ``c`` holds in its KV cache (0: the plan does not fit), its pool as ``engine``
-    sizes it (:mod:`costmodel.serving.kv_pool`)."""
+    sizes it (:mod:`costmodel.serving.kv_pool`), beside a speculative ``draft``'s weights and KV."""
     w = Workload(mode="infer", global_batch=1, input_len=input_len, output_len=output_len, dtype=dtype)
     cl = cluster.with_gpus(c.gpus)
     try:
-        mem = serving_memory(model, cl, w, c, kv_dtype, 1, 1, engine=engine, token_budget=PREFILL_CHUNK)
+        mem = serving_memory(model, cl, w, c, kv_dtype, 1, 1, engine=engine, token_budget=PREFILL_CHUNK, draft=draft)
     except PlannerError:  # the weights never fit on this many GPUs
         return 0
     if mem["total_bytes"] > cl.device.hbm_bytes:
@@ -246,17 +259,24 @@ def steady_wait_p(rate: float, servers: int, service_s: float, q: float, cv: flo
 
 
 class _Decode:
-    def __init__(self, model, cluster, c, ctx, dtype, kv_dtype, cap):
-        self.args = (model, cluster, c, ctx, dtype, kv_dtype)
+    """The decode pool's time per output token of each of ``n`` running sequences: one decode step, or with
+    ``speculation`` one verify step over the tokens it emits per sequence (``Speculation.per_step``)."""
+
+    def __init__(self, model, cluster, c, ctx, dtype, kv_dtype, cap, speculation=None):
+        self.args = (model, cluster, c, ctx, dtype, kv_dtype, speculation)
         self.cap = cap
+        self.per_step = 1 if speculation is None else speculation.per_step
         self._memo: dict[int, float] = {}
 
-    def step(self, n: float) -> float:
+    def raw(self, n: float) -> float:
+        """One engine step (a decode step, or a draft-and-verify step) of ``n`` running sequences."""
         k = max(1, min(self.cap, math.ceil(n)))
         if k not in self._memo:
-            model, cluster, c, ctx, dtype, kv_dtype = self.args
-            self._memo[k] = decode_step_s(model, cluster, c, k, ctx, dtype, kv_dtype)
+            self._memo[k] = decode_step_s(*self.args[:3], k, *self.args[3:])
         return self._memo[k]
+
+    def step(self, n: float) -> float:
+        return self.raw(n) / self.per_step
 
     def running(self, rate_per_replica: float, output_len: int) -> tuple[float, float]:
         """(mean running sequences, TPOT) at ``rate_per_replica`` by Little's law (fixed point)."""
@@ -288,6 +308,7 @@ def disagg_estimate(
     gaps: list[float] | None = None,
     floor: float = 0.0,
     engine: str | None = None,
+    speculation=None,
 ) -> DisaggEstimate | None:
     """The figures of ``prefill`` + ``decode`` pools (``None`` when a pool's plan does not fit, or
     when their goodput is below ``floor`` requests/s, a search's pruning bound: their capacity does
@@ -296,7 +317,8 @@ def disagg_estimate(
         cluster = engine_cluster(cluster, engine)  # the engine's own measured GEMMs, as the aggregated replay
     caps = []
     for pool in (prefill, decode):
-        cap = concurrency_cap(model, cluster, pool.config, input_len, output_len, dtype, kv_dtype, engine)
+        draft = speculation.method if speculation is not None and pool is decode else None
+        cap = concurrency_cap(model, cluster, pool.config, input_len, output_len, dtype, kv_dtype, engine, draft)
         if cap < 1:
             return None
         caps.append(cap)
@@ -307,7 +329,7 @@ def disagg_estimate(
     senders = prefill.config.tp * prefill.config.pp
     t_kv = kv_transfer_s(nbytes, cluster, senders, same_domain=same, layers=model.layers, layerwise=layerwise)
     ctx = input_len + (output_len - 1) / 2
-    dec = _Decode(model, d_cl, decode.config, ctx, dtype, kv_dtype, caps[1])
+    dec = _Decode(model, d_cl, decode.config, ctx, dtype, kv_dtype, caps[1], speculation)
     first = dec.step(1)
     pf_cap = prefill.replicas / t_pf
     d_cap = decode.replicas * caps[1] / (output_len * dec.step(caps[1]))
@@ -319,7 +341,7 @@ def disagg_estimate(
         waits = sorted(prefill_waits(rate, prefill.replicas, t_pf, gaps))  # _pct sorts a sorted list in one pass
         n, tpot = dec.running(rate / decode.replicas, output_len)
         n90 = n + Z90 * math.sqrt(n)
-        base = t_pf + t_kv + dec.step(n)
+        base = t_pf + t_kv + dec.raw(n)
         return {
             "rate_rps": rate,
             "ttft_ms": {

@@ -233,6 +233,7 @@ def evaluate_inference(
     lengths=None,
     cached=None,
     engine_memory: bool = True,
+    speculation=None,
 ) -> InferenceEstimate:
     """Predict TTFT, TPOT, throughput and memory of serving ``workload`` with ``config`` on ``engine``.
 
@@ -257,6 +258,9 @@ def evaluate_inference(
     ``lengths`` / ``cached``: a benchmark's own requests, each one's ``(prompt, output)`` tokens in the order sent
     and its prompt tokens already in the prefix cache (:func:`~costmodel.serving.scheduler.simulate`); the
     workload's lengths are then their means.
+
+    ``speculation``: a :class:`~costmodel.serving.speculative.Speculation` (speculative decoding: K draft tokens a
+    step, verified in one target pass); its draft's weights and KV are added to the memory.
     """
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
@@ -275,6 +279,8 @@ def evaluate_inference(
     B = w.global_batch // c.dp
     pb = max(1, T // I)  # whole prompts one step can hold (its activation workspace)
     pool = dict(engine=engine if engine_memory else None, token_budget=T)  # the KV pool (costmodel.serving.kv_pool)
+    if speculation is not None:
+        pool["draft"] = speculation.method
     cap = serving_memory(model, cluster, w, c, kv_dtype, 1, pb, **pool)["max_concurrency_per_replica"]
     limit = cap if sched.max_seqs is None else min(cap, sched.max_seqs)
     admitted = max(1, min(B, limit)) if request_rate is None else max(1, limit)
@@ -302,6 +308,8 @@ def evaluate_inference(
         sim["lengths"] = tuple(tuple(x) for x in lengths)
     if cached is not None:
         sim["cached"] = tuple(cached)
+    if speculation is not None:
+        sim["speculation"] = speculation
     st = _replay(sc, sched, sim, memo)
     st = with_request_path(st, request_path_s(engine, I), rate is None)  # the request's host hops (SGLang)
 
@@ -377,6 +385,7 @@ def evaluate_inference(
         "steps": st.steps,
         "prefill_steps_per_request": st.prefill_steps_per_request,
         **host_report(sc, request_path_s(engine, I)),
+        **({"speculation": speculation.to_dict()} if speculation is not None else {}),
         "load": ("poisson" if arrival_cv == 1 else "gamma") if rate is not None else "closed_loop",
         "measure": measure,
         "percentiles_ms": {

@@ -36,7 +36,7 @@ from costmodel.spec.errors import SpecError
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token
 from costmodel.physics.kernels.gemm import ACT_BYTES
 from costmodel.physics.memory.stage_memory import RESERVED_BYTES
-from costmodel.physics.memory.stage_contents import stage_params
+from costmodel.physics.memory.stage_contents import layer_params, stage_params
 from costmodel.serving.kv_pool import kv_pool_bytes
 from costmodel.spec.stages import stage_layers
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -86,9 +86,13 @@ def serving_memory(
     prefill_batch: int,
     engine: str | None = None,
     token_budget: int = 8192,
+    draft: str | None = None,
 ) -> dict:
     """Peak bytes on the tightest GPU of a replica and the concurrency it can hold (see module doc); ``engine``
-    (and its step ``token_budget``) sizes the KV pool as that engine does (:mod:`costmodel.serving.kv_pool`)."""
+    (and its step ``token_budget``) sizes the KV pool as that engine does (:mod:`costmodel.serving.kv_pool`).
+    ``draft``: the speculative draft the last stage also holds (:mod:`costmodel.serving.speculative`): ``"mtp"`` the
+    model's MTP modules (their weights and one KV layer each), ``"eagle"`` one dense decoder layer of the model
+    (weights and KV; an assumed size: the draft's own checkpoint is not read)."""
     check_weights_fit(model, cluster, w.dtype)
     hbm = cluster.device.hbm_bytes
     seq = w.input_len + w.output_len
@@ -98,10 +102,16 @@ def serving_memory(
     best, cap = None, None
     for stage in range(c.pp):
         layers = stage_layers(model.layers, c.pp, stage, c.layers_per_stage)
-        # serving loads no MTP module (speculative decoding with it is not modelled): the decoder's weights only
-        dense, expert = stage_params(replace(model, mtp_layers=0) if model.mtp_layers else model, c, stage)
+        last = stage == c.pp - 1
+        # serving loads the MTP modules only to draft with them (speculative decoding): else the decoder's weights only
+        mtp = draft == "mtp" and last
+        dense, expert = stage_params(model if mtp or not model.mtp_layers else replace(model, mtp_layers=0), c, stage)
+        extra_layers = model.mtp_layers if mtp else 0
+        if draft == "eagle" and last:
+            dense += layer_params(model, c, False)[0]
+            extra_layers = 1
         weights = (dense + expert) * wb
-        kv_token = kv_bytes_per_token(model, kv_dtype, c.tp, layers=len(layers))
+        kv_token = kv_bytes_per_token(model, kv_dtype, c.tp, layers=len(layers) + extra_layers)
         kv = batch_per_replica * seq * kv_token
         total = weights + kv + workspace + RESERVED_BYTES
         pool = kv_pool_bytes(

@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 
 from costmodel.spec.errors import SpecError
 from costmodel.serving.engines import SchedulerSpec
+from costmodel.serving.speculative import draft_s, verify_ctx
 from costmodel.serving.replay_stats import _of_sorted, _overload, percentile, request_lengths  # noqa: F401
 
 #: closed-loop benchmarks send this many requests per client unless told otherwise
@@ -144,13 +145,17 @@ def simulate(
     reissue_s: float = 0.0,
     lengths=None,
     cached=None,
+    speculation=None,
 ) -> ServingStats:
     """Run the engine loop (module doc). ``cost.time_s(tokens=, sampled=, prefill_pairs=,
     decode_ctx=, micro_batches=)`` prices one step (:class:`costmodel.serving.step.StepCost`).
     ``reissue_s`` and ``sched.overlap``: when a closed loop's next request reaches the scheduler (module doc).
     ``lengths``: each request's ``(prompt, output)`` tokens in the order the requests are sent (a benchmark whose
     draws are known, ``num_requests`` of them; ``input_len`` / ``output_len`` stay the run's means, for ``stagger``);
-    ``cached``: each request's prompt tokens already in the engine's prefix cache (module doc)."""
+    ``cached``: each request's prompt tokens already in the engine's prefix cache (module doc).
+    ``speculation``: a :class:`costmodel.serving.speculative.Speculation`: each decode step is K draft passes and
+    one verify pass of ``1 + K`` tokens per decoding request, and emits ``per_step`` tokens per request (so a
+    request takes ``Speculation.steps(output)`` decode steps and its context grows ``per_step`` a step)."""
     I, O, T = input_len, output_len, sched.token_budget
     _check_int("input_len", I)
     _check_int("output_len", O)
@@ -200,11 +205,16 @@ def simulate(
         lrng = random.Random(seed + 1)
         olen = [max(1, round(O * (1 + output_spread * (2 * lrng.random() - 1)))) for _ in range(n_req)]
 
+    # decode steps of each request after its first token, and the tokens its context grows by a step (speculation)
+    if speculation is None:
+        nsteps, E = [o - 1 for o in olen], 1
+    else:
+        nsteps, E = [speculation.steps(o) for o in olen], speculation.per_step
     if concurrency is not None:
         issued = concurrency
         # stagger: the clients' first requests spread over one request's life (period below), the
         # phase a closed loop of real clients settles into; otherwise all at time 0 (lockstep)
-        period = _cycle_s(cost, concurrency, I, O, T) if stagger else 0.0
+        period = _cycle_s(cost, concurrency, I, O, T, speculation) if stagger else 0.0
         for r in range(concurrency):
             arr[r] = r * period / concurrency
             if r and stagger:
@@ -259,6 +269,15 @@ def simulate(
 
     def step_time(tokens, sampled, pairs, ctx, running):
         return price(tokens, sampled, pairs, ctx, min(pp, max(1, running)))
+
+    # speculation: a decode's verify rows, the cached tokens its attention is charged for, and the draft passes
+    spec = speculation is not None
+    if spec:
+        K = speculation.k
+        K1, mla = 1 + K, bool(getattr(cost, "mla", False))
+
+        def draft(dd):
+            return draft_s(cost, K, dd)
 
     # overlap (module doc): a batch is chosen, and an eager prefill's host launch starts, at the step before's start
     overlap = sched.overlap
@@ -329,7 +348,8 @@ def simulate(
                 prev_dt = 0.0
                 continue
             raise SpecError("kv_capacity", kv_capacity, "enough for one request (the engine cannot progress)")
-        ctx0 = isum + d * (G + 1) - g0sum if decode_now else 0  # cached tokens the decodes read at tick G+1
+        # cached tokens the decodes read at tick G+1: each its prompt, its first token and E a decode step
+        ctx0 = (isum + d * (G + 1) - g0sum if E == 1 else isum + d + E * (d * G - g0sum)) if decode_now else 0
         if not chunks and not (waiting and running < limit):
             # decode-only stretch up to the next finish (or arrival): context grows d tokens a step
             k = heap[0] // n_req - G
@@ -338,27 +358,37 @@ def simulate(
                 key = (*key, max(0, int(math.log2(max(ctx0 / d, 1.0)))))
             line = lines.get(key)
             if octaves:  # the run stops at the octave's end; the next one takes its own line
-                k = max(1, min(k, math.ceil((d * 2.0 ** (key[2] + 1) - ctx0) / d)))
+                k = max(1, min(k, math.ceil((d * 2.0 ** (key[2] + 1) - ctx0) / (d * E))))
             if line is None and octaves:
                 c1, c2 = d * 2.0 ** key[2], d * 2.0 ** (key[2] + 1)
-                t1, t2 = step_time(d, d, 0.0, c1, running), step_time(d, d, 0.0, c2, running)
+                if spec:
+                    t1 = step_time(d * K1, d * K1, 0.0, verify_ctx(c1, K, mla), running) + draft(d)
+                    t2 = step_time(d * K1, d * K1, 0.0, verify_ctx(c2, K, mla), running) + draft(d)
+                else:
+                    t1, t2 = step_time(d, d, 0.0, c1, running), step_time(d, d, 0.0, c2, running)
                 line = lines[key] = (t1 - (t2 - t1) / (c2 - c1) * c1, (t2 - t1) / (c2 - c1) * d)
             elif line is None:  # a decode step's time is linear in the context it reads
-                b0 = step_time(d, d, 0.0, 0.0, running)
-                line = lines[key] = (b0, (step_time(d, d, 0.0, 1e6, running) - b0) / 1e6 * d)
-            base, slope = line  # slope: per step, the context grows d tokens
-            # k steps take k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2 (written out below)
+                if spec:
+                    b0 = step_time(d * K1, d * K1, 0.0, 0.0, running) + draft(d)
+                    b1 = step_time(d * K1, d * K1, 0.0, verify_ctx(1e6, K, mla), running) + draft(d)
+                else:
+                    b0 = step_time(d, d, 0.0, 0.0, running)
+                    b1 = step_time(d, d, 0.0, 1e6, running)
+                line = lines[key] = (b0, (b1 - b0) / 1e6 * d)
+            base, slope = line  # slope: the time of d more context tokens; per step the context grows d * E
+            grow = slope * E
+            # k steps take k * (base + slope / d * ctx0) + grow * k * (k - 1) / 2 (written out below)
             if arrivals and running < limit:
                 gap = arrivals[0][0] - t
                 if gap <= 0:  # arrived, not seen yet (overlap): one step, then the scheduler sees it
                     k = 1
-                elif k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2 > gap:  # stop at the first step past it
-                    a, b = slope / 2, base + slope / d * ctx0 - slope / 2
+                elif k * (base + slope / d * ctx0) + grow * k * (k - 1) / 2 > gap:  # stop at the first step past it
+                    a, b = grow / 2, base + slope / d * ctx0 - grow / 2
                     n = math.ceil((-b + math.sqrt(b * b + 4 * a * gap)) / (2 * a)) if a > 0 else math.ceil(gap / b)
                     k = max(1, min(k, n))
-            dt = k * (base + slope / d * ctx0) + slope * k * (k - 1) / 2
+            dt = k * (base + slope / d * ctx0) + grow * k * (k - 1) / 2
             if overlap:
-                prev_dt = base + slope / d * ctx0 + slope * (k - 1)  # the stretch's last step
+                prev_dt = base + slope / d * ctx0 + grow * (k - 1)  # the stretch's last step
             t += dt
             busy_integral += running * dt
             G += k
@@ -366,11 +396,12 @@ def simulate(
         else:
             dd = d if decode_now else 0
             mm = pp if running >= pp else (running if running > 1 else 1)
+            rows, cx, extra = (dd * K1, verify_ctx(ctx0, K, mla), draft(dd)) if spec else (dd, ctx0, 0.0)
             if gpu_price is not None and chunks:  # eager prefill launched from the iteration's start (overlap)
                 cpu_free = max(cpu_free, t - prev_dt) + host
-                dt = max(gpu_price(dd + ptokens, dd + completing, pairs, ctx0, mm), cpu_free - t)
+                dt = max(gpu_price(rows + ptokens, rows + completing, pairs, cx, mm) + extra, cpu_free - t)
             else:
-                dt = price(dd + ptokens, dd + completing, pairs, ctx0, mm)
+                dt = price(rows + ptokens, rows + completing, pairs, cx, mm) + extra
             if overlap:
                 prev_dt = dt
             t += dt
@@ -407,7 +438,7 @@ def simulate(
                 g0sum += G
                 isum += ilen[rid]
                 d += 1
-                heappush(heap, (G + olen[rid] - 1) * n_req + rid)
+                heappush(heap, (G + nsteps[rid]) * n_req + rid)
     steady = measure == "steady" and concurrency is not None and n_req > concurrency
     ids = range(concurrency, n_req) if steady else range(n_req)
     n = len(ids)
@@ -443,8 +474,14 @@ def simulate(
     )
 
 
-def _cycle_s(cost, C: int, I: int, O: int, T: int) -> float:
+def _cycle_s(cost, C: int, I: int, O: int, T: int, speculation=None) -> float:
     """About one client's request cycle with ``C`` clients decoding: ``O`` decode steps of ``C``
     requests at the mean context (what spreads a closed loop's clients over a cycle,
-    :func:`simulate` ``stagger``; only the spread of the first requests depends on it)."""
-    return O * cost.time_s(tokens=C, sampled=C, prefill_pairs=0.0, decode_ctx=C * (I + O / 2), micro_batches=1)
+    :func:`simulate` ``stagger``; only the spread of the first requests depends on it); with ``speculation``, its
+    verify steps of ``1 + K`` rows per request and their drafts."""
+    if speculation is None:
+        return O * cost.time_s(tokens=C, sampled=C, prefill_pairs=0.0, decode_ctx=C * (I + O / 2), micro_batches=1)
+    K = speculation.k
+    ctx = verify_ctx(C * (I + O / 2), K, bool(getattr(cost, "mla", False)))
+    step = cost.time_s(tokens=C * (1 + K), sampled=C * (1 + K), prefill_pairs=0.0, decode_ctx=ctx, micro_batches=1)
+    return (speculation.steps(O) + 1) * (step + draft_s(cost, K, C))

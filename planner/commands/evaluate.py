@@ -22,7 +22,7 @@ from costmodel.trust.serving_band import with_serving_bands
 
 from ..args import add_flop_args
 from ..args import add_config_args, add_inference_args, add_output_args, add_problem_args, choice_arg
-from ..flags import config_from_args, inference_batch, inference_options, problem_from_args
+from ..flags import config_from_args, inference_batch, inference_options, problem_from_args, speculation_from_args
 from ..emit import FORMATS, deepspeed_config, emit_text, megatron_args, refuse_unless_runnable, torchtitan_lines
 from ..completion import chosen_line, stated_plan
 from ..tuning import fmt_knob
@@ -93,6 +93,9 @@ INFER_ONLY = (
     "max_seqs",
     "request_rate",
     "arrival_cv",
+    "spec_tokens",
+    "spec_accept",
+    "spec_method",
 )
 
 
@@ -107,7 +110,8 @@ def _run_infer(args: argparse.Namespace) -> int:
     workload = inference_batch(args, workload, config)
     if not cluster.num_gpus:
         cluster = cluster.with_gpus(config.gpus)
-    est = with_serving_bands(evaluate_inference(model, cluster, workload, config, **inference_options(args)))
+    opts = dict(inference_options(args), speculation=speculation_from_args(args, model))
+    est = with_serving_bands(evaluate_inference(model, cluster, workload, config, **opts))
     # with --engine: that engine's launch; without: vLLM's scheduler was simulated, and the same
     # layout is printed for vLLM and SGLang as before
     engines = (args.engine,) if args.engine else ("vllm", "sglang")
