@@ -199,14 +199,20 @@ def _nccl_s(
     a_i, a_e = cluster.intra_link.latency_s, cluster.inter_link.latency_s
     dev = cluster.device.name
     t_bw = _ring_bw_s(kind, nbytes, k, nodes, bi, be)
-    ll_slow = max(1.0, (bi if nodes == 1 else min(bi, k * be)) / nccl_protocols.ll_max_bw_bytes_per_s(nodes, dev))
+    bus = bi if nodes == 1 else min(bi, k * be)  # the ring's bus bandwidth (_ring_bw_s)
+    ll_slow = max(1.0, bus / nccl_protocols.ll_max_bw_bytes_per_s(nodes, dev))
+    # LL128 across nodes: NCCL's per-channel cap on the search graph's channels (one per NIC, k NICs)
+    ll128_slow = 1.0
+    if nodes > 1:
+        cap = nccl_protocols.ring_ll128_cap_bytes_per_s(k, cluster.inter_link.bw_bytes_per_s, dev)
+        ll128_slow = max(1.0, nccl_protocols.RING_BW_FACTOR["LL128"] * bus / cap)
     t = lat = None
     for proto in nccl_protocols.PROTOCOLS:
         s_i, s_e = nccl_protocols.ring_steps_s(proto, a_i, a_e, nodes, k, dev)
         lat_p = nccl_protocols.base_latency_s("ring", proto) + ring_latency_s(kind, k, nodes, s_i, s_e)
         if kind == "allreduce" and proto == "Simple":
             lat_p = lat_p * ring_plateau_factor(nbytes, k, nodes)
-        slow = 1.0 / nccl_protocols.RING_BW_FACTOR[proto] * (ll_slow if proto == "LL" else 1.0)
+        slow = 1.0 / nccl_protocols.RING_BW_FACTOR[proto] * {"LL": ll_slow, "LL128": ll128_slow}.get(proto, 1.0)
         t_p = t_bw * slow + lat_p
         t, lat = (t_p, lat_p) if t is None else _pick(array, t, lat, t_p, lat_p)
     if kind == "allreduce" and nodes > 1:

@@ -18,14 +18,21 @@ node the ring's network steps take the tree's network latency ("with ppn=1 laten
 
 The model keeps the cluster's per-step latencies (``LinkSpec.latency_s``) as the Simple ring's step on that
 link (the presets carry NCCL's 3.4 us NVLink and 14 us network figures) and scales the other protocols' and
-the tree's steps by NCCL's ratios, so a user's link latency still moves every protocol. Not modelled: the
-per-channel caps (``perChMaxRingLL128Bws``, ``perChMaxTreeBws``: the model carries no channel count; at 16
-channels they exceed the network-bound bus bandwidth of the presets), PAT (one GPU per node only), CollNet.
+the tree's steps by NCCL's ratios, so a user's link latency still moves every protocol.
+
+Across nodes the ring's LL128 bus bandwidth is capped at the search graph's channels times
+``perChMaxRingLL128Bws`` (tuning.cc@5067397 l. 329, ``busBw = min(busBw * 0.92, nChannels * perChMaxRingLL128Bw)``;
+:func:`ring_ll128_cap_bytes_per_s`): on an 8-NIC Hopper node 8 x 36.7 = 293.6 GB/s, below the 0.92 of the NICs'
+bus bandwidth, which moves NCCL's LL128 -> Simple switch for an 80-rank all-gather to about 228 MiB, where
+measured runs step (``benchmarks/notes/2026-12-06-nccl-multinode-allgather.md``). Not modelled: the cap inside one
+node (its ring channels depend on the NVLink topology search, not carried), ``perChMaxTreeBws``, PAT (one GPU per
+node only), CollNet.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -96,6 +103,35 @@ def ring_steps_s(
 def base_latency_s(algo: str, proto: str) -> float:
     """NCCL's base latency of one collective of ``algo`` under ``proto``."""
     return BASE_LATENCY_US[algo][PROTOCOLS.index(proto)] * 1e-6
+
+
+#: ``perChMaxRingLL128Bws`` (GB/s per channel) by generation, the same for 1, 2 and more nodes (tuning.cc@5067397
+#: l. 184-190); Hopper's where the generation is unknown
+PER_CH_MAX_RING_LL128_GBPS = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+
+
+def ring_channels(nics: int, nic_bw_bytes_per_s: float, device_name: str) -> int:
+    """The ring channels NCCL's topology search gives a node driving ``nics`` NICs: one per NIC, doubled by
+    ``ncclTopoDupChannels`` (search.cc@5067397 l. 1036-1049) unless the compute capability is above 8.0, the
+    channel's bandwidth below 50 GB/s (a 400 Gb/s NIC's channel runs at 48) and there are more than 4 channels.
+
+    >>> ring_channels(8, 50e9, "H100"), ring_channels(4, 50e9, "H100"), ring_channels(8, 25e9, "A100"), ring_channels(8, 100e9, "B300")
+    (8, 8, 16, 16)
+    """
+    newer = generation(device_name) in ("hopper", "blackwell")
+    return nics if newer and nic_bw_bytes_per_s <= 50e9 and nics > 4 else 2 * nics
+
+
+@lru_cache(maxsize=256)
+def ring_ll128_cap_bytes_per_s(nics: int, nic_bw_bytes_per_s: float, device_name: str) -> float:
+    """NCCL's cap on the ring LL128 bus bandwidth across nodes (module doc): :func:`ring_channels` times
+    ``perChMaxRingLL128Bws``.
+
+    >>> round(ring_ll128_cap_bytes_per_s(8, 50e9, "H100") / 1e9, 1)
+    293.6
+    """
+    per_ch = PER_CH_MAX_RING_LL128_GBPS.get(generation(device_name), 36.7)
+    return ring_channels(nics, nic_bw_bytes_per_s, device_name) * per_ch * 1e9
 
 
 def ll_max_bw_bytes_per_s(nodes: int, device_name: str) -> float:
