@@ -97,6 +97,12 @@ def float_arg(field: str, minimum: float = 0.0):
     return _converter(field, float, f"a finite number >= {minimum:g}", lambda v: math.isfinite(v) and v >= minimum)
 
 
+def nonempty_arg(field: str, what: str):
+    """Text that is not empty or blank: ``what`` (``a file path``) names what it should be. An empty path was
+    taken as "not given" (``--report ''`` wrote nothing) or as the working directory (``sweep --out ''``)."""
+    return _converter(field, str, f"{what}, not empty", lambda v: bool(v.strip()))
+
+
 def choice_arg(field: str, choices):
     """One of ``choices`` (strings, or ints given as text)."""
     by_text = {str(c): c for c in choices}

@@ -69,7 +69,11 @@ def parse_baseline(text: str, layers: int | None = None) -> dict:
             raise SpecError("baseline", item, "key=value pairs separated by commas (e.g. tp=8,pp=8,mb=1)")
         if key not in KEYS:
             raise SpecError("baseline", key, f"one of {', '.join(KEYS)}")
+        if key in out:  # tp=8,tp=4 took the last
+            raise SpecError(f"baseline.{key}", value.strip(), f"given once (it is given twice in {text.strip()!r})")
         out[key] = _value(key, value.strip())
+    if not out:  # ',,,' was an empty plan
+        raise SpecError("baseline", text, "a plan such as 'tp=8,pp=8,mb=1' or Megatron-LM arguments")
     return out
 
 

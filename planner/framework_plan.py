@@ -114,6 +114,8 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
             _set(ns, k, 1, src, "framework_defaults")
     tp, cp = ns.tp, ns.cp
     pp = ns.pp or len(ns.layers_per_stage)
+    if getattr(ns, "dp", None) is None and gpus and gpus % (tp * pp * cp):  # dp was floored, to 0 where they exceed it
+        raise SpecError("tp*pp*cp", tp * pp * cp, f"a divisor of gpus={gpus} (tp={tp} pp={pp} cp={cp}), or give dp")
     dp = getattr(ns, "dp", None) or (gpus // (tp * pp * cp) if gpus else None)
     d = fi.deferred
     if fi.source == "deepspeed_config":

@@ -8,6 +8,8 @@ naming the argument (:class:`SpecError`).
 
 from __future__ import annotations
 
+import math
+
 from costmodel.spec.errors import SpecError
 
 
@@ -33,7 +35,7 @@ def as_int(name: str, v) -> int:
         f = float(v)
     except (TypeError, ValueError):
         raise SpecError(name, v, "an integer") from None
-    if f != int(f):
+    if not math.isfinite(f) or f != int(f):  # nan, inf and past-float digits were a ValueError / OverflowError
         raise SpecError(name, v, "an integer")
     return int(f)
 

@@ -12,11 +12,14 @@ import sys
 
 from costmodel.spec.errors import PlannerError
 
+from .arg_types import nonempty_arg
+
 
 def add_report_arg(parser: argparse.ArgumentParser) -> None:
     """The ``--report FILE.html`` flag."""
     parser.add_argument(
         "--report",
+        type=nonempty_arg("report", "a file path"),
         metavar="FILE.html",
         help="also write a self-contained HTML report (plan, step-time breakdown, memory, overlap timeline, "
         "objectives; needs the 'report' extra: jinja2, matplotlib)",

@@ -133,6 +133,8 @@ def _parse_engines(text: str, value) -> tuple[str, int]:
     engine, star, n = text.strip().partition("*")
     if not engine or not star or not n.strip().isdigit():
         _fail(value, FORMAT)
+    if len(n.strip()) > 18:  # int() refused 4,300 digits and more as a ValueError
+        _fail(value, "an engine count >= 1 per group (no device has 10**18 engines)")
     return engine.strip(), _count(int(n), value)
 
 

@@ -14,6 +14,22 @@ from costmodel.spec.errors import SpecError
 from costmodel.spec.units import GiB
 
 
+#: the most engines of one DMA class a device may have: a sanity bound (B200 has a few tens of copy engines);
+#: a count of 1e30 was an OverflowError traceback
+MAX_DMA_ENGINES = 1_024
+
+
+def _text(name: str, value) -> None:
+    """A name-like field must be a string: a list or object failed later, unhashable, as a traceback."""
+    if not isinstance(value, str):
+        raise SpecError(name, value, "a string")
+
+
+def _flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise SpecError(name, value, "true or false")
+
+
 # --------------------------------------------------------------------------- cluster
 @dataclass(frozen=True, kw_only=True)
 class DmaEngineClass:
@@ -37,12 +53,17 @@ class DmaEngineClass:
     uses_compute: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise SpecError("dma.name", self.name, "a string")
         _positive_int(f"dma.{self.name}.count", self.count)
+        if self.count > MAX_DMA_ENGINES:
+            raise SpecError(f"dma.{self.name}.count", self.count, f"at most {MAX_DMA_ENGINES:,} (a sanity bound)")
         _positive(f"dma.{self.name}.bw_bytes_per_s", self.bw_bytes_per_s, allow_zero=True)
         object.__setattr__(self, "scopes", tuple(self.scopes))
         for s in self.scopes:
             if s not in ("intra", "inter"):
                 raise SpecError(f"dma.{self.name}.scopes", s, "'intra' or 'inter'")
+        _flag(f"dma.{self.name}.uses_compute", self.uses_compute)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +114,10 @@ class DeviceSpec:
     fp8_transpose: bool = True
 
     def __post_init__(self):
+        for f in ("name", "kernel_table"):
+            _text(f, getattr(self, f))
+        for f in ("sustained_clocks", "fp8_transpose"):
+            _flag(f, getattr(self, f))
         _positive("peak_bf16_flops_per_s", self.peak_bf16_flops_per_s)
         _positive("peak_fp8_flops_per_s", self.peak_fp8_flops_per_s, allow_zero=True)
         _positive("hbm_bytes", self.hbm_bytes)
@@ -104,6 +129,7 @@ class DeviceSpec:
             )
         _positive("hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s)
         _positive_int("sm_count", self.sm_count)
+        _bounded(self)
         for f in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "mem_bw_efficiency"):
             v = getattr(self, f)
             _positive(f, v, allow_zero=f == "fp8_gemm_efficiency")
@@ -214,6 +240,8 @@ class ClusterSpec:
     stack: str = "mcore-2025"
 
     def __post_init__(self):
+        for f in ("name", "stack"):
+            _text(f, getattr(self, f))
         _positive_int("gpus_per_node", self.gpus_per_node)
         _positive_int("nvlink_domain", self.nvlink_domain, allow_zero=True)
         _positive_int("num_gpus", self.num_gpus, allow_zero=True)

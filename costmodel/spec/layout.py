@@ -116,11 +116,26 @@ class Layout:
         return format_layout(self)
 
 
+#: the longest unrolled layout :func:`parse` takes (a million layer characters): a repeat count past it is refused
+#: before it is unrolled (``(t|)*1000000000`` built a 2 GB string for 49 s before it was refused)
+MAX_UNROLLED = 1_000_000
+
+
 def _unroll(text: str) -> str:
-    """Megatron-Core's ``parse_str_to_list`` expansion: commas dropped, ``(...)*n`` then ``x*n`` unrolled."""
+    """Megatron-Core's ``parse_str_to_list`` expansion: commas dropped, ``(...)*n`` then ``x*n`` unrolled.
+    OverflowError where a pass would make more than :data:`MAX_UNROLLED` characters."""
     text = text.replace(",", "")
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        text = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), text)
+        made = 0
+
+        def repeat(x):
+            nonlocal made
+            made += len(x.group(1)) * int(x.group(2))
+            if made > MAX_UNROLLED:
+                raise OverflowError("layout too long")
+            return x.group(1) * int(x.group(2))
+
+        text = re.sub(pattern, repeat, text)
     return text
 
 
@@ -142,9 +157,9 @@ def parse(text: str, pp: int) -> Layout:
         raise SpecError("layout", text, "a layout string such as 'Et*3|(tt|)*29,m|L'")
     try:
         flat = _unroll(text)
-    except (OverflowError, MemoryError):
+    except (OverflowError, MemoryError, ValueError):  # ValueError: a count past int()'s 4,300 digits
         flat = "?"
-    if len(flat) > 1_000_000 or any(ch not in "EtmL|" for ch in flat):
+    if len(flat) > MAX_UNROLLED or any(ch not in "EtmL|" for ch in flat):
         raise SpecError(
             "layout",
             text,

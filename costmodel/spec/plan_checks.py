@@ -188,7 +188,7 @@ def check_fields(cfg) -> None:
                 ",".join(map(str, lps)),
                 f"{cfg.pp} integers >= 1, one per pipeline stage (pp={cfg.pp}; a stage holds at least one layer)",
             )
-    if not isinstance(cfg.bucket_bytes, (int, float)) or cfg.bucket_bytes < 0:
+    if not isinstance(cfg.bucket_bytes, (int, float)) or not 0 <= cfg.bucket_bytes < float("inf"):  # nan, inf too
         raise SpecError("bucket_mb", cfg.bucket_bytes, "a non-negative size in MB (0 = no overlap)")
 
 

@@ -12,6 +12,7 @@ Preset files live in ``costmodel/spec/presets/{models,clusters}/<name>.json`` an
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
@@ -90,6 +91,18 @@ def _presets_hint(kind: str, name: str) -> str:
     return f"a preset ({guess}`planner presets` lists all {len(names)})"
 
 
+def _known_keys(key, known: list[str]) -> str:
+    """The keys an unknown ``key`` may have meant: the closest, else all of them while they fit a short line
+    (the model's 45 keys made a 676-character refusal, cut mid-list)."""
+    import difflib
+
+    close = difflib.get_close_matches(str(key)[:100], known, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(close)}?"
+    listing = ", ".join(known)
+    return listing if len(listing) <= 160 else f"{len(known)} keys: {listing[:120].rsplit(', ', 1)[0]}, ..."
+
+
 def _build(cls, data: dict, field: str, human: dict | None = None, raw: dict | None = None):
     """Construct a spec dataclass from a dict, naming any unknown, missing or bad key as the
     user wrote it (``human`` maps SI field names back to the file's keys)."""
@@ -100,7 +113,9 @@ def _build(cls, data: dict, field: str, human: dict | None = None, raw: dict | N
         if k in _DOC_KEYS:
             continue
         if k not in allowed:
-            raise SpecError(f"{field}.{k}", v, f"a known key ({', '.join(sorted(names.get(a, a) for a in allowed))})")
+            raise SpecError(
+                f"{field}.{k}", v, f"a known key ({_known_keys(k, sorted(names.get(a, a) for a in allowed))})"
+            )
         kw[k] = v
     try:
         return cls(**kw)
@@ -153,6 +168,8 @@ def _scale(data: dict, units: dict, field: str) -> dict:
             name, factor = units[k]
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise SpecError(f"{field}.{k}", v, "a number")
+            if v in (math.inf, -math.inf):  # Infinity / .inf: no device or link is infinitely fast
+                raise SpecError(f"{field}.{k}", v, "a finite number")
             out[name] = v * factor
         else:
             out[k] = v

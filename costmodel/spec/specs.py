@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from costmodel.spec.bounds import _bounded, _positive, _positive_int
+from costmodel.spec.bounds import MAX_SIZE, _bounded, _positive, _positive_int
 from costmodel.spec.errors import SpecError
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
@@ -24,6 +24,9 @@ AUX_LOSS_LOAD_CV = 0.3
 #: (64 experts, so the busiest is z = Phi^-1((64 - 0.375) / 64.25) = 2.40 standard deviations above the mean)
 LOSS_FREE_LOAD_CV = 0.04 / NormalDist().inv_cdf((64 - 0.375) / 64.25)
 MOE_ROUTINGS = ("uniform", "consecutive")  # costmodel.physics.comm.ep_dispatch.fanout
+#: the largest ``moe_load_cv``: every token on one of the most experts a model may have (bounds.MAX_SIZE),
+#: sqrt(100,000 - 1) = 316
+MAX_LOAD_CV = (MAX_SIZE["experts"] - 1) ** 0.5
 
 
 # --------------------------------------------------------------------------- model
@@ -138,6 +141,8 @@ class ModelSpec:
     activation_clamp: float | None = None
 
     def __post_init__(self):
+        if not isinstance(self.name, str):  # a list or object would fail later, unhashable, as a traceback
+            raise SpecError("name", self.name, "a string")
         for f in ("layers", "hidden", "heads", "ffn_hidden", "vocab"):
             _positive_int(f, getattr(self, f))
         _bounded(self)
@@ -178,6 +183,8 @@ class ModelSpec:
         if self.moe_load_cv is None:  # the skew the model's load balancing leaves (the field's docstring)
             object.__setattr__(self, "moe_load_cv", LOSS_FREE_LOAD_CV if self.router_expert_bias else AUX_LOSS_LOAD_CV)
         _positive("moe_load_cv", self.moe_load_cv, allow_zero=True)
+        if not self.moe_load_cv <= MAX_LOAD_CV:  # inf and 1e30 overflowed the cost model
+            raise SpecError("moe_load_cv", self.moe_load_cv, f"at most {MAX_LOAD_CV:.0f} (a sanity bound)")
         for f in ("hidden_dropout", "attention_dropout"):
             p = getattr(self, f)
             if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p < 1:
@@ -197,7 +204,7 @@ class ModelSpec:
         ):
             if getattr(self, f) not in allowed:
                 raise SpecError(f, getattr(self, f), f"one of {', '.join(str(a).lower() for a in allowed)}")
-        for f in ("qk_layernorm", "router_expert_bias", "moe_pad_to_capacity"):
+        for f in ("tied_embeddings", "qk_layernorm", "router_expert_bias", "moe_pad_to_capacity"):
             if not isinstance(getattr(self, f), bool):
                 raise SpecError(f, getattr(self, f), "true or false")
         if self.moe_capacity_factor is not None:

@@ -22,9 +22,11 @@ from costmodel.spec.presets import cluster_to_dict
 
 from costmodel.spec.units import DTYPES
 
+from ..arg_types import _converter
 from ..args import choice_arg, int_arg
 from ..report import print_json, table, to_plain
-from ..runs import LOG_FLAGS, cluster_for, read_runs
+from ..runs import LOG_FLAGS, cluster_for, looks_like_log, read_runs
+from ..problem import resolve_model
 
 NAME = "calibrate"
 
@@ -59,7 +61,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--fit",
         metavar="A,B",
-        type=_names,
+        type=_converter("fit", _names, "comma-separated constant names"),
         help=f"constants to fit (default: those the runs determine); any of {', '.join(CONSTANTS)}",
     )
     p.add_argument(
@@ -94,8 +96,27 @@ def _mean_abs(xs) -> float | None:
     return statistics.mean(abs(x) for x in xs) if xs else None
 
 
+def _check_unused_model(model: str, paths) -> None:
+    """``--model`` where every run names its own model: refused all the same when it is no model (it went
+    unread, so a misspelt preset or a missing file passed silently). A relative path is looked for beside the
+    run files too, as a table's rows look for it."""
+    try:
+        if not Path(model).is_absolute() and not Path(model).exists():
+            beside = [Path(p).parent / model for p in paths if (Path(p).parent / model).exists()]
+            model = str(beside[0]) if beside else model
+    except OSError:  # a name too long for a path: resolve_model names it
+        pass
+    resolve_model(model)
+
+
 def run(args: argparse.Namespace) -> int:
+    if not any(looks_like_log(Path(p)) for p in args.runs):  # the flags fill in a log; a table's rows ignored them
+        for k in LOG_FLAGS:
+            if getattr(args, k) is not None:
+                raise SpecError(k, getattr(args, k), "unset unless a run file is a training log (a table states it)")
     runs = read_runs(args.runs, model=args.model, given={k: getattr(args, k) for k in LOG_FLAGS})
+    if args.model is not None and not any(r.model_ref == args.model for r in runs):
+        _check_unused_model(args.model, args.runs)
     base = cluster_for(runs, args.cluster)
     if base.calibrated_constants:
         raise SpecError(

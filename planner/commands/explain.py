@@ -27,11 +27,12 @@ from costmodel.engines.graph.trace import write_chrome_trace, write_gantt
 from costmodel.spec.layout import of as layout_of
 from search.layout import with_best_layout
 
+from ..arg_types import nonempty_arg
 from ..args import add_config_args, add_inference_args, add_output_args, add_problem_args, int_arg
 from ..flags import config_from_args, inference_batch, problem_from_args
 from ..completion import chosen_line, stated_plan
 from ..report import dma_assignment_json, model_json, model_label, print_json, stack_json, stack_line, with_trust
-from .evaluate import add_completion_args
+from .evaluate import INFER_ONLY, add_completion_args
 
 NAME = "explain"
 
@@ -47,9 +48,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_completion_args(p)
     add_inference_args(p, targets=False)
     g = p.add_argument_group("timeline")
-    g.add_argument("--trace", metavar="FILE", help="write a Chrome trace-event JSON of one step of one stage")
+    g.add_argument(
+        "--trace",
+        type=nonempty_arg("trace", "a file path"),
+        metavar="FILE",
+        help="write a Chrome trace-event JSON of one step of one stage",
+    )
     g.add_argument(
         "--gantt",
+        type=nonempty_arg("gantt", "a file path"),
         metavar="FILE.png",
         help="draw the same timeline as a PNG, SVG or PDF (by the file's suffix; needs matplotlib)",
     )
@@ -114,6 +121,10 @@ def placement_line(config, cluster) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.mode != "infer":  # as evaluate refuses them: a serving flag in training mode was silently ignored
+        for f in INFER_ONLY:
+            if getattr(args, f, None) is not None:
+                raise SpecError(f, getattr(args, f), "unset unless --mode infer")
     if args.trace:
         check_output("--trace", args.trace)
     if args.gantt:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from costmodel.spec.bounds import MAX_SIZE
 from costmodel.spec.errors import SpecError
 from search.options import ANSWER_OPTIONS, PREFER, PREFER_DEFAULT
 
@@ -34,6 +35,7 @@ from ..args import (
     float_arg,
     int_arg,
 )
+from ..arg_types import nonempty_arg
 from ..emit import FORMATS, refuse_unstated_gradients
 from ..flags import constraints_from_args, framework_from_args, plan_options, problem_from_args
 from ..flags import problem_of  # noqa: F401  (benchmarks/evaluate_partial.py imports it from here)
@@ -45,6 +47,12 @@ NAME = "recommend"
 #: most plans --top shows: each is scored by both engines after the search (top 50 of Llama-3-70B on
 #: 64 H100 take 13.5 s with the 10 s default limit; --top 100000 ran 38 s, issue 24)
 MAX_TOP = 50
+#: CP-SAT's ``num_workers`` and ``random_seed`` are 32-bit parameters: a larger --workers or --seed was an
+#: OverflowError traceback from OR-Tools
+CP_SAT_INT_MAX = 2**31 - 1
+#: the largest --vp-max: no model has more layers (costmodel.spec.bounds.MAX_SIZE), so no larger interleave is a
+#: candidate; the search enumerated every value up to it (--vp-max 1000000000 ran past a minute)
+MAX_VP = MAX_SIZE["layers"]
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -66,14 +74,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--workers",
-        type=int_arg("workers"),
+        type=_converter(
+            "workers",
+            int,
+            f"an integer from 1 to {CP_SAT_INT_MAX:,} (CP-SAT's limit)",
+            lambda v: 1 <= v <= CP_SAT_INT_MAX,
+        ),
         default=ANSWER_OPTIONS.workers,
         metavar="N",
         help="CP-SAT workers (default: %(default)s)",
     )
     g.add_argument(
         "--seed",
-        type=int_arg("seed", 0),
+        type=_converter(
+            "seed", int, f"an integer from 0 to {CP_SAT_INT_MAX:,} (CP-SAT's limit)", lambda v: 0 <= v <= CP_SAT_INT_MAX
+        ),
         default=ANSWER_OPTIONS.seed,
         metavar="N",
         help="CP-SAT random seed (default: %(default)s)",
@@ -122,7 +137,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--vp-max",
-        type=int_arg("vp_max"),
+        type=_converter(
+            "vp_max", int, f"an integer from 1 to {MAX_VP:,} (no model has more layers)", lambda v: 1 <= v <= MAX_VP
+        ),
         default=8,
         metavar="N",
         help="largest interleave factor considered (default: %(default)s)",
@@ -135,6 +152,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--baseline",
+        type=nonempty_arg("baseline", "a plan such as 'tp=8,pp=8,mb=1' or Megatron-LM arguments"),
         metavar="PLAN",
         help='your current plan, "tp=8,pp=8,mb=1,..." or a Megatron-LM argument line: evaluated and '
         "compared with the recommendation against the model's 80%% band",
@@ -156,9 +174,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Flags -> :func:`planner.api.recommend` -> :func:`planner.recommend_report.render`."""
     refuse_serving(args)
+    if args.layout is not None:  # the search chooses the layout; the flag was accepted and ignored
+        raise SpecError(
+            "layout", args.layout, "unset for recommend (the search chooses the layout; evaluate --layout prices one)"
+        )
     if args.mode == "infer":
         if args.objective != "step" or args.train_tokens is not None or args.pareto:
             raise SpecError("objective", args.objective, "step, without --train-tokens or --pareto, in --mode infer")
+        if args.global_batch is not None:  # the serving search sizes the batch itself; the flag was ignored
+            raise SpecError(
+                "global_batch",
+                args.global_batch,
+                "unset for recommend --mode infer (it searches the batch per replica; bound it with --max-batch)",
+            )
         return recommend_infer.run(args)
     recommend_infer.reject_serving_flags(args)
     if args.dtype == "auto" or "," in args.dtype:
@@ -166,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     model, cluster, workload = problem_from_args(args)
     if not cluster.num_gpus:
         raise SpecError("gpus", None, "given (--gpus N): recommend plans for a GPU count")
+    _check_dma_engines(args.dma, cluster)
     grad_dtype = getattr(args, "grad_dtype", None) or "fp32"
     if args.emit:  # a gradient dtype the emitted format cannot state: refused before the search
         refuse_unstated_gradients(args.emit, grad_dtype, workload.dtype)
@@ -208,6 +237,30 @@ def run(args: argparse.Namespace) -> int:
             baseline=args.baseline,
         )
     return code
+
+
+def _check_dma_engines(dma, cluster) -> None:
+    """``--dma``'s engine classes and counts against the device, before the search: every plan broke them alike
+    and the search answered "no plan fits in memory" (as evaluate, costmodel.physics.comm.dma.check)."""
+    if dma is None:
+        return
+    streams = [s for g in dma.groups for s in g.streams]
+    if len(streams) != len(set(streams)):
+        raise SpecError("dma", str(dma), "each stream in one group only")
+    have = {e.name: e.count for e in cluster.device.dma_engines}
+    used: dict = {}
+    for g in dma.groups:
+        if g.engine not in have:
+            raise SpecError(
+                "dma", str(dma), f"engine classes of {cluster.device.name}: {', '.join(have)} (got {g.engine!r})"
+            )
+        used[g.engine] = used.get(g.engine, 0) + g.engines
+        if used[g.engine] > have[g.engine]:
+            raise SpecError(
+                "dma",
+                str(dma),
+                f"at most {have[g.engine]} {g.engine} engines in all (the groups of {g.engine} hold {used[g.engine]})",
+            )
 
 
 def _each_recipe(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from costmodel.spec.errors import SpecError
 
+from ..arg_types import nonempty_arg
 from ..args import add_output_args, choice_arg, int_arg
 from ..objective_flags import add_objective_args, objective_options
 from ..report import print_json
@@ -59,7 +60,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.split(": ", 1)[1].strip(),
     )
     g = p.add_argument_group("grid (comma-separated values; the product is swept)")
-    g.add_argument("--grid", metavar="FILE", help="YAML/JSON file with the same keys (global_batch or global-batch)")
+    g.add_argument(
+        "--grid",
+        type=nonempty_arg("grid", "a file path"),
+        metavar="FILE",
+        help="YAML/JSON file with the same keys (global_batch or global-batch)",
+    )
     for flag, key, text in GRID_FLAGS:
         g.add_argument(flag, dest=f"grid_{key}", metavar="S" if key == "time_limit_s" else "LIST", help=text)
     r = p.add_argument_group("running")
@@ -100,6 +106,8 @@ def grid_and_run_options(args: argparse.Namespace):
             run[key] = getattr(args, key)
     if "out" not in run:
         raise SpecError("out", None, "given (--out DIR, or out: in the grid file)")
+    if not isinstance(run["out"], str) or not run["out"].strip():  # '' wrote the results into the working directory
+        raise SpecError("out", run["out"], "a directory path, not empty")
     if "workers" in run:
         int_arg("workers")(str(run["workers"]))
         run["workers"] = int(run["workers"])

@@ -56,6 +56,15 @@ TORCHTITAN_READ = {
 SCHEDULES = {"1F1B": False, "Interleaved1F1B": True}
 
 
+def _count(section: dict, sec: str, key: str, default, *, auto: bool = False):
+    """``section[key]`` (else ``default``) as a positive integer; ``auto``: -1 too (torchtitan's "the rest" /
+    "local x DP"). A string, float, 0 or inf was a TypeError, ZeroDivisionError or OverflowError traceback."""
+    v = section.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not (v >= 1 or (auto and v == -1)):
+        raise SpecError(f"torchtitan_config.{sec}.{key}", v, "a positive integer" + (" or -1" if auto else ""))
+    return v
+
+
 def parse_torchtitan_text(text: str) -> FrameworkInput:
     """Planner fields of a torchtitan v0.2.2 job TOML (keys absent: that version's defaults)."""
     try:
@@ -68,8 +77,11 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
                 raise SpecError(f"torchtitan_config.{sec}", k, "a key of torchtitan v0.2.2's job config")
     dflt = TORCHTITAN_V022_DEFAULTS
     par, tr, ac = t.get("parallelism", {}), t.get("training", {}), t.get("activation_checkpoint", {})
-    rep = par.get("data_parallel_replicate_degree", dflt["data_parallel_replicate_degree"])
-    shard = par.get("data_parallel_shard_degree", dflt["data_parallel_shard_degree"])
+    for sec, given in (("parallelism", par), ("training", tr), ("activation_checkpoint", ac)):
+        if not isinstance(given, dict):
+            raise SpecError(f"torchtitan_config.{sec}", given, "a TOML table")
+    rep = _count(par, "parallelism", "data_parallel_replicate_degree", dflt["data_parallel_replicate_degree"])
+    shard = _count(par, "parallelism", "data_parallel_shard_degree", dflt["data_parallel_shard_degree"], auto=True)
     if rep > 1 and shard not in (1,):
         raise SpecError(
             "torchtitan_config.parallelism.data_parallel_shard_degree",
@@ -83,7 +95,7 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
         ("cp", "context_parallel_degree"),
         ("ep", "expert_parallel_degree"),
     ):
-        s[key] = int(par.get(name, 1))
+        s[key] = _count(par, "parallelism", name, 1)
     s["sp"] = s["tp"] > 1  # torchtitan's TP is always sequence-parallel
     if rep > 1 or shard > 1:
         s["dp"] = rep * shard
@@ -96,6 +108,8 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
     sched = par.get("pipeline_parallel_schedule", dflt["pipeline_parallel_schedule"])
     if pp > 1 and sched not in SCHEDULES:
         raise SpecError("torchtitan_config.parallelism.pipeline_parallel_schedule", sched, "1F1B or Interleaved1F1B")
+    if par.get("pipeline_parallel_layers_per_stage") is not None:
+        _count(par, "parallelism", "pipeline_parallel_layers_per_stage", None)
     deferred = {
         "layers_per_stage": par.get("pipeline_parallel_layers_per_stage"),
         "less": (
@@ -104,16 +118,16 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
         ),
         "interleaved": pp > 1 and SCHEDULES.get(sched, False),
     }
-    local = int(tr.get("local_batch_size", dflt["local_batch_size"]))
+    local = _count(tr, "training", "local_batch_size", dflt["local_batch_size"])
     s["mb"] = (
         local
         if pp == 1
-        else int(par.get("pipeline_parallel_microbatch_size", dflt["pipeline_parallel_microbatch_size"]))
+        else _count(par, "parallelism", "pipeline_parallel_microbatch_size", dflt["pipeline_parallel_microbatch_size"])
     )
     deferred["local_batch"] = local
-    deferred["global_batch"] = int(tr.get("global_batch_size", dflt["global_batch_size"]))
+    deferred["global_batch"] = _count(tr, "training", "global_batch_size", dflt["global_batch_size"], auto=True)
     if "seq_len" in tr:
-        s["seq"] = int(tr["seq_len"])
+        s["seq"] = _count(tr, "training", "seq_len", None)
     param = tr.get("mixed_precision_param", dflt["mixed_precision_param"])
     if param != "bfloat16":
         raise SpecError("torchtitan_config.training.mixed_precision_param", param, "bfloat16 (the planner's dtypes)")
