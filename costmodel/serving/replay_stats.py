@@ -1,12 +1,40 @@
-"""What a replay reports beyond its means (:func:`costmodel.serving.scheduler.simulate`): percentiles of its
-requests, and whether an open loop's engine keeps up with the arrivals (moved out of ``scheduler.py`` as they were);
+"""What a replay reports (:func:`costmodel.serving.scheduler.simulate`): its means (:class:`ServingStats`), percentiles
+of its requests, and whether an open loop's engine keeps up with the arrivals (moved out of ``scheduler.py`` as they were);
 and the per-request lengths it replays (:func:`request_lengths`)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from costmodel.spec.errors import SpecError
+
+
+@dataclass(frozen=True)
+class ServingStats:
+    """Means over all requests of one simulated benchmark (seconds)."""
+
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    queue_s: float  # arrival -> admission
+    duration_s: float  # time until the last request finished
+    output_tokens_per_s: float
+    requests_per_s: float
+    running_mean: float  # time-averaged running requests
+    admitted_limit: int  # min(kv_capacity, max_seqs)
+    steps: int
+    prefill_steps_per_request: float  # steps a prompt spans, on average
+    requests: int
+    percentiles: dict = field(default_factory=dict)  # {"ttft_s": {"p50":, "p90":, "p99":}, "tpot_s": ..., "e2e_s": ...}
+    offered_rps: float | None = None  # open loop: the arrival rate
+    served_rps: float | None = None  # open loop: completions per second while requests kept arriving
+    overloaded: bool = False  # open loop: arrivals outpace what the engine serves
+    queue_growth_per_s: float = 0.0  # requests the queue gains per second when overloaded
+    queue_at_last_arrival: int = 0  # requests waiting for admission when the last one arrived
+    #: the token budget never decided a step: every budget of at least this many tokens replays these
+    #: same steps (None: it cut a prompt or held one back, so only the budget given does)
+    budget_need: int | None = None
 
 
 def request_lengths(lengths, cached, n: int, input_len: int):

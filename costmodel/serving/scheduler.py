@@ -80,45 +80,17 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
 
 from costmodel.spec.errors import SpecError
 from costmodel.serving.engines import SchedulerSpec
 from costmodel.serving.speculative import draft_s, verify_ctx
-from costmodel.serving.replay_stats import _of_sorted, _overload, percentile, request_lengths  # noqa: F401
+from costmodel.serving.replay_stats import ServingStats, _of_sorted, _overload, percentile, request_lengths  # noqa: F401
 
 #: closed-loop benchmarks send this many requests per client unless told otherwise
 REQUESTS_PER_CLIENT = 8
 MIN_REQUESTS = 16
 #: open-loop replays send this many requests unless told otherwise (enough for p99 and for the queue's trend)
 OPEN_LOOP_REQUESTS = 200
-
-
-@dataclass(frozen=True)
-class ServingStats:
-    """Means over all requests of one simulated benchmark (seconds)."""
-
-    ttft_s: float
-    tpot_s: float
-    e2e_s: float
-    queue_s: float  # arrival -> admission
-    duration_s: float  # time until the last request finished
-    output_tokens_per_s: float
-    requests_per_s: float
-    running_mean: float  # time-averaged running requests
-    admitted_limit: int  # min(kv_capacity, max_seqs)
-    steps: int
-    prefill_steps_per_request: float  # steps a prompt spans, on average
-    requests: int
-    percentiles: dict = field(default_factory=dict)  # {"ttft_s": {"p50":, "p90":, "p99":}, "tpot_s": ..., "e2e_s": ...}
-    offered_rps: float | None = None  # open loop: the arrival rate
-    served_rps: float | None = None  # open loop: completions per second while requests kept arriving
-    overloaded: bool = False  # open loop: arrivals outpace what the engine serves
-    queue_growth_per_s: float = 0.0  # requests the queue gains per second when overloaded
-    queue_at_last_arrival: int = 0  # requests waiting for admission when the last one arrived
-    #: the token budget never decided a step: every budget of at least this many tokens replays these
-    #: same steps (None: it cut a prompt or held one back, so only the budget given does)
-    budget_need: int | None = None
 
 
 def _check_int(name: str, v, low: int = 1) -> None:
@@ -270,14 +242,14 @@ def simulate(
     def step_time(tokens, sampled, pairs, ctx, running):
         return price(tokens, sampled, pairs, ctx, min(pp, max(1, running)))
 
-    # speculation: a decode's verify rows, the cached tokens its attention is charged for, and the draft passes
-    spec = speculation is not None
-    if spec:
-        K = speculation.k
-        K1, mla = 1 + K, bool(getattr(cost, "mla", False))
+    spec = speculation is not None  # speculation: verify rows, the cached tokens charged, the drafts
+    K = speculation.k if spec else 0
+    K1, mla = 1 + K, bool(getattr(cost, "mla", False))
 
-        def draft(dd):
-            return draft_s(cost, K, dd)
+    def decode_step(d, ctx, running):  # a step of d decodes reading ctx cached tokens, speculating or not
+        if spec:
+            return step_time(d * K1, d * K1, 0.0, verify_ctx(ctx, K, mla), running) + draft_s(cost, K, d)
+        return step_time(d, d, 0.0, ctx, running)
 
     # overlap (module doc): a batch is chosen, and an eager prefill's host launch starts, at the step before's start
     overlap = sched.overlap
@@ -361,20 +333,11 @@ def simulate(
                 k = max(1, min(k, math.ceil((d * 2.0 ** (key[2] + 1) - ctx0) / (d * E))))
             if line is None and octaves:
                 c1, c2 = d * 2.0 ** key[2], d * 2.0 ** (key[2] + 1)
-                if spec:
-                    t1 = step_time(d * K1, d * K1, 0.0, verify_ctx(c1, K, mla), running) + draft(d)
-                    t2 = step_time(d * K1, d * K1, 0.0, verify_ctx(c2, K, mla), running) + draft(d)
-                else:
-                    t1, t2 = step_time(d, d, 0.0, c1, running), step_time(d, d, 0.0, c2, running)
+                t1, t2 = decode_step(d, c1, running), decode_step(d, c2, running)
                 line = lines[key] = (t1 - (t2 - t1) / (c2 - c1) * c1, (t2 - t1) / (c2 - c1) * d)
             elif line is None:  # a decode step's time is linear in the context it reads
-                if spec:
-                    b0 = step_time(d * K1, d * K1, 0.0, 0.0, running) + draft(d)
-                    b1 = step_time(d * K1, d * K1, 0.0, verify_ctx(1e6, K, mla), running) + draft(d)
-                else:
-                    b0 = step_time(d, d, 0.0, 0.0, running)
-                    b1 = step_time(d, d, 0.0, 1e6, running)
-                line = lines[key] = (b0, (b1 - b0) / 1e6 * d)
+                b0 = decode_step(d, 0.0, running)
+                line = lines[key] = (b0, (decode_step(d, 1e6, running) - b0) / 1e6 * d)
             base, slope = line  # slope: the time of d more context tokens; per step the context grows d * E
             grow = slope * E
             # k steps take k * (base + slope / d * ctx0) + grow * k * (k - 1) / 2 (written out below)
@@ -396,7 +359,7 @@ def simulate(
         else:
             dd = d if decode_now else 0
             mm = pp if running >= pp else (running if running > 1 else 1)
-            rows, cx, extra = (dd * K1, verify_ctx(ctx0, K, mla), draft(dd)) if spec else (dd, ctx0, 0.0)
+            rows, cx, extra = (dd * K1, verify_ctx(ctx0, K, mla), draft_s(cost, K, dd)) if spec else (dd, ctx0, 0.0)
             if gpu_price is not None and chunks:  # eager prefill launched from the iteration's start (overlap)
                 cpu_free = max(cpu_free, t - prev_dt) + host
                 dt = max(gpu_price(rows + ptokens, rows + completing, pairs, cx, mm) + extra, cpu_free - t)
