@@ -20,6 +20,8 @@ RECOMMEND = ["recommend", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gp
 RECOMMEND += ["--seq", "2048", "--time-limit", "1"]
 SERVE = ["recommend", "--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8"]
 SERVE += ["--input-len", "512", "--output-len", "128"]
+INFER_EVAL = ["evaluate", "--mode", "infer", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "1"]
+INFER_EVAL += ["--input-len", "100", "--output-len", "10"]
 SWEEP = ["sweep", "--models", "llama3-8b", "--clusters", "h100-sxm", "--gpus", "8", "--global-batch", "64"]
 SWEEP += ["--seq", "2048", "--no-progress"]
 RUNS = str(Path(__file__).parent / "data" / "korthikanti2022_runs.csv")
@@ -141,6 +143,18 @@ CASES = [
     ("sweep_grid_empty", [*SWEEP, "--grid", "", "--out", "{tmp}/sweep"], "grid"),
     # a converter's own error named its Python function ("invalid _names value")
     ("calibrate_fit_empty", ["calibrate", RUNS, "--cluster", "a100-80g", "--fit", ""], "fit"),
+    # training settings evaluate --mode infer ignored (the serving replay reads none of them)
+    *[
+        (f"evaluate_infer_{field}", [*INFER_EVAL, *flag], field)
+        for field, flag in (
+            ("bucket_mb", ["--bucket-mb", "25"]),
+            ("loss_impl", ["--loss-impl", "te"]),
+            ("activation_offload_layers", ["--activation-offload-layers", "1"]),
+            ("pp_free_stage_inputs", ["--pp-free-stage-inputs"]),
+            ("dma", ["--dma", "tp:nccl-sm*4"]),
+            ("flash_attention", ["--no-flash-attention"]),
+        )
+    ],
 ]
 
 # baselines are read after the search (one solve of --time-limit 1 each)

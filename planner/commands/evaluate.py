@@ -99,12 +99,28 @@ INFER_ONLY = (
 )
 
 
+#: training settings ``evaluate --mode infer`` refuses: the serving replay reads none of them (checked: each left a
+#: Mixtral serving prediction unchanged); ``flash_attention`` is refused only as ``--no-flash-attention``
+SERVING_IGNORES = (
+    "bucket_mb",
+    "loss_impl",
+    "activation_offload_layers",
+    "pp_free_stage_inputs",
+    "dma",
+    "flash_attention",
+)
+
+
 def _run_infer(args: argparse.Namespace) -> int:
     for f in ("megatron_args", "deepspeed_config", "torchtitan_config"):
         if getattr(args, f, None) is not None:
             raise SpecError(f, getattr(args, f)[:40], "unset with --mode infer (a training configuration)")
     if args.emit:
         raise SpecError("emit", args.emit, "unset with --mode infer (serving launch arguments are printed)")
+    for f in SERVING_IGNORES:  # training settings the serving replay does not read: a mistake, not a no-op
+        if getattr(args, f, None) not in (None, True if f == "flash_attention" else None):
+            v = str(args.dma) if f == "dma" else getattr(args, f)  # the assignment as --dma writes it
+            raise SpecError(f, v, "unset with --mode infer (a training setting; serving does not read it)")
     model, cluster, workload = problem_from_args(args)
     config = config_from_args(args, cluster.num_gpus or None, model.layers)
     workload = inference_batch(args, workload, config)
