@@ -25,7 +25,7 @@ from search.solve import SolveOptions
 from . import disagg_report
 from .args import add_inference_args, choice_arg, int_arg
 from .args_infer import add_speculation_args
-from .flags import speculation_from_args
+from .flags import speculation_from_args, with_mtp_layers
 from .emit_serving import launch_for_estimate
 from .inference_report import SERVING_KEYS, launch_lines, speculation_lines
 from .problem import resolve_cluster, resolve_model
@@ -127,7 +127,7 @@ def problem_from_args(args: argparse.Namespace) -> InferProblem:
     fixed = {k: getattr(args, k) for k in FIXABLE if getattr(args, k, None) is not None}
     maximum = {k: getattr(args, f"{k}_max") for k in ("tp", "pp") if getattr(args, f"{k}_max", None) is not None}
     ms = {f: getattr(args, f, None) for f in ("ttft_ms", "tpot_ms")}
-    model = resolve_model(args.model)
+    model = with_mtp_layers(resolve_model(args.model), args)  # --mtp-layers (speculative drafts), as evaluate reads it
     ctx = model.max_position_embeddings
     if ctx is not None and args.input_len + args.output_len > ctx:  # as evaluate refuses it (validate_inference)
         raise SpecError(

@@ -143,6 +143,8 @@ CASES = [
     ("sweep_grid_empty", [*SWEEP, "--grid", "", "--out", "{tmp}/sweep"], "grid"),
     # a converter's own error named its Python function ("invalid _names value")
     ("calibrate_fit_empty", ["calibrate", RUNS, "--cluster", "a100-80g", "--fit", ""], "fit"),
+    # recommend --mode infer ignored --mtp-layers (the model's MTP modules are speculative decoding's drafts)
+    ("serve_mtp_layers_huge", [*SERVE, "--mtp-layers", "1" + "0" * 20], "mtp_layers"),
     # training settings evaluate --mode infer ignored (the serving replay reads none of them)
     *[
         (f"evaluate_infer_{field}", [*INFER_EVAL, *flag], field)
