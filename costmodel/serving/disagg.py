@@ -48,7 +48,7 @@ from functools import lru_cache
 from costmodel.physics.kernels.kvcache import kv_bytes_per_token
 from costmodel.serving.engines import engine_cluster
 from costmodel.serving.memory import serving_memory
-from costmodel.serving.speculative import draft_s, verify_ctx
+from costmodel.serving.speculative import step_s
 from costmodel.serving.step import chunk_pairs, step_cost
 from costmodel.spec.errors import PlannerError
 from costmodel.spec.plan import ParallelConfig
@@ -102,14 +102,7 @@ def decode_step_s(
     its K draft passes and the verify pass of ``1 + K`` rows per sequence (:mod:`costmodel.serving.speculative`)."""
     sc = step_cost(model, cluster, dtype, replace(c, mb=1), kv_dtype)
     n = max(1.0, n)
-    mm = min(c.pp, math.ceil(n))
-    if speculation is None:
-        return sc.time_s(tokens=n, sampled=n, prefill_pairs=0.0, decode_ctx=n * ctx, micro_batches=mm)
-    k = speculation.k
-    rows, read = n * (1 + k), verify_ctx(n * ctx, k, sc.mla)
-    return sc.time_s(tokens=rows, sampled=rows, prefill_pairs=0.0, decode_ctx=read, micro_batches=mm) + draft_s(
-        sc, k, n
-    )
+    return step_s(sc.price, sc, speculation, n, n * ctx, min(c.pp, math.ceil(n)))
 
 
 @lru_cache(maxsize=4096)

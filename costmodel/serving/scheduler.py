@@ -83,7 +83,7 @@ from collections import deque
 
 from costmodel.spec.errors import SpecError
 from costmodel.serving.engines import SchedulerSpec
-from costmodel.serving.speculative import draft_s, verify_ctx
+from costmodel.serving.speculative import step_s
 from costmodel.serving.replay_stats import ServingStats, _of_sorted, _overload, percentile, request_lengths  # noqa: F401
 
 #: closed-loop benchmarks send this many requests per client unless told otherwise
@@ -239,17 +239,8 @@ def simulate(
         )
     )
 
-    def step_time(tokens, sampled, pairs, ctx, running):
-        return price(tokens, sampled, pairs, ctx, min(pp, max(1, running)))
-
-    spec = speculation is not None  # speculation: verify rows, the cached tokens charged, the drafts
-    K = speculation.k if spec else 0
-    K1, mla = 1 + K, bool(getattr(cost, "mla", False))
-
     def decode_step(d, ctx, running):  # a step of d decodes reading ctx cached tokens, speculating or not
-        if spec:
-            return step_time(d * K1, d * K1, 0.0, verify_ctx(ctx, K, mla), running) + draft_s(cost, K, d)
-        return step_time(d, d, 0.0, ctx, running)
+        return step_s(price, cost, speculation, d, ctx, min(pp, max(1, running)))
 
     # overlap (module doc): a batch is chosen, and an eager prefill's host launch starts, at the step before's start
     overlap = sched.overlap
@@ -359,12 +350,11 @@ def simulate(
         else:
             dd = d if decode_now else 0
             mm = pp if running >= pp else (running if running > 1 else 1)
-            rows, cx, extra = (dd * K1, verify_ctx(ctx0, K, mla), draft_s(cost, K, dd)) if spec else (dd, ctx0, 0.0)
             if gpu_price is not None and chunks:  # eager prefill launched from the iteration's start (overlap)
                 cpu_free = max(cpu_free, t - prev_dt) + host
-                dt = max(gpu_price(rows + ptokens, rows + completing, pairs, cx, mm) + extra, cpu_free - t)
+                dt = max(step_s(gpu_price, cost, speculation, dd, ctx0, mm, ptokens, completing, pairs), cpu_free - t)
             else:
-                dt = price(rows + ptokens, rows + completing, pairs, cx, mm) + extra
+                dt = step_s(price, cost, speculation, dd, ctx0, mm, ptokens, completing, pairs)
             if overlap:
                 prev_dt = dt
             t += dt
@@ -441,10 +431,10 @@ def _cycle_s(cost, C: int, I: int, O: int, T: int, speculation=None) -> float:
     """About one client's request cycle with ``C`` clients decoding: ``O`` decode steps of ``C``
     requests at the mean context (what spreads a closed loop's clients over a cycle,
     :func:`simulate` ``stagger``; only the spread of the first requests depends on it); with ``speculation``, its
-    verify steps of ``1 + K`` rows per request and their drafts."""
-    if speculation is None:
-        return O * cost.time_s(tokens=C, sampled=C, prefill_pairs=0.0, decode_ctx=C * (I + O / 2), micro_batches=1)
-    K = speculation.k
-    ctx = verify_ctx(C * (I + O / 2), K, bool(getattr(cost, "mla", False)))
-    step = cost.time_s(tokens=C * (1 + K), sampled=C * (1 + K), prefill_pairs=0.0, decode_ctx=ctx, micro_batches=1)
-    return (speculation.steps(O) + 1) * (step + draft_s(cost, K, C))
+    verify steps (:func:`costmodel.serving.speculative.step_s`), one per ``per_step`` tokens."""
+
+    def price(tokens, sampled, pairs, ctx, mm):
+        return cost.time_s(tokens=tokens, sampled=sampled, prefill_pairs=pairs, decode_ctx=ctx, micro_batches=mm)
+
+    steps = O if speculation is None else speculation.steps(O) + 1
+    return steps * step_s(price, cost, speculation, C, C * (I + O / 2))

@@ -112,6 +112,21 @@ def speculation_for(model: ModelSpec, k: int | None, acceptance: float | None, m
     return Speculation(k=k, acceptance=acceptance, method=method)
 
 
+def step_s(price, cost, spec, decodes, ctx, mm=1, tokens=0, sampled=0, pairs=0.0) -> float:
+    """One engine step of ``decodes`` decoding requests reading ``ctx`` cached tokens, with ``tokens`` prompt tokens
+    (``sampled`` of them completing prompts, ``pairs`` causal pairs) beside them: ``price(tokens, sampled, pairs, ctx,
+    micro_batches)`` of the step, and with ``spec`` its verify rows, the cached tokens they are charged for
+    (:func:`verify_ctx`) and the draft passes (:func:`draft_s`) of ``cost`` (a
+    :class:`costmodel.serving.step.StepCost`). The one pricing of a speculative step (the replay, its stagger period
+    and the disaggregated decode pool)."""
+    if spec is None:
+        return price(decodes + tokens, decodes + sampled, pairs, ctx, mm)
+    k = spec.k
+    rows = decodes * (1 + k)
+    read = verify_ctx(ctx, k, bool(getattr(cost, "mla", False)))
+    return price(rows + tokens, rows + sampled, pairs, read, mm) + draft_s(cost, k, decodes)
+
+
 def verify_ctx(ctx: float, k: int, mla: bool) -> float:
     """Cached tokens the verify step's attention is charged for: read once per request for ``1 + k`` queries, or
     per query where the kernel is compute-bound (MLA; module doc)."""

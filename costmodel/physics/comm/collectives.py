@@ -206,13 +206,14 @@ def _nccl_s(
     if nodes > 1:
         cap = nccl_protocols.ring_ll128_cap_bytes_per_s(k, cluster.inter_link.bw_bytes_per_s, dev)
         ll128_slow = max(1.0, nccl_protocols.RING_BW_FACTOR["LL128"] * bus / cap)
+    slow_of = {"LL": ll_slow, "LL128": ll128_slow, "Simple": 1.0}  # each protocol's caps beyond its bandwidth factor
     t = lat = None
     for proto in nccl_protocols.PROTOCOLS:
         s_i, s_e = nccl_protocols.ring_steps_s(proto, a_i, a_e, nodes, k, dev)
         lat_p = nccl_protocols.base_latency_s("ring", proto) + ring_latency_s(kind, k, nodes, s_i, s_e)
         if kind == "allreduce" and proto == "Simple":
             lat_p = lat_p * ring_plateau_factor(nbytes, k, nodes)
-        slow = 1.0 / nccl_protocols.RING_BW_FACTOR[proto] * {"LL": ll_slow, "LL128": ll128_slow}.get(proto, 1.0)
+        slow = 1.0 / nccl_protocols.RING_BW_FACTOR[proto] * slow_of[proto]
         t_p = t_bw * slow + lat_p
         t, lat = (t_p, lat_p) if t is None else _pick(array, t, lat, t_p, lat_p)
     if kind == "allreduce" and nodes > 1:
