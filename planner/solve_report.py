@@ -99,6 +99,14 @@ def solve_lines(result) -> list[str]:
                 else ""
             )
         )
+    ic = s.interleave_check
+    if ic:  # search.interleave_check: the interleaved closed form's blind spot, seen on the answer
+        lines.append(
+            f"interleave check: the best plan (vp {ic['vp']}, {_opt_s(ic['objective_s'])} s analytic) runs "
+            f"{100 * ic['gap']:.1f}% slower under the op graph ({_opt_s(ic['graph_s'])} s; the closed form prices a "
+            f"stage by the sum of its chunks, unequal chunks stall); the best without interleaving runs "
+            f"{_opt_s(ic['flat_graph_s'])} s: " + ("it answers" if ic["chosen"] else "the interleaved plan stays")
+        )
     if result.band is None:
         lines[-1] += f"; the op-graph scheduler re-scores the best plan at {_opt_s(best.graph_step_time_s)} s"
     else:

@@ -34,6 +34,7 @@ from costmodel.spec.errors import SpecError
 from .act_offload_choice import better as act_offload_if_faster
 from .exhaustive import Scored, all_choices
 from .explain import explain_infeasible
+from .interleave_check import without_interleaving
 from .offload_choice import when_nothing_fits
 from .options import CPSAT_MAX_CHOICES, MEMORY_TIE, RESCORE_BAND, RESCORE_MAX, SMALL_SPACE, SolveOptions
 from .part import distinct, solve_small, solve_space
@@ -101,6 +102,7 @@ def solve(p: Problem, options: SolveOptions = SolveOptions(), tables: Tables | N
         parts = [solve_space(p, tables, options, deadline)]
     res = _finish(p, parts, tables, options, start, deadline, exhaustive=exhaustive)
     res = _keep_margin(p, res, options, start, deadline, tables)
+    res = without_interleaving(p, res, options, solve, tables, start, deadline)  # the closed form's blind spot
     res = act_offload_if_faster(p, res, options, solve, start, deadline)  # activation CPU offload, if it wins
     res = _pinned_tight(p, res, options, start, deadline)  # the user's plan over only by the assumed allowance
     return when_nothing_fits(p, res, options, solve, start, deadline)  # optimizer CPU offload, if nothing fits

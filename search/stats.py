@@ -62,6 +62,7 @@ class SearchStats:
     cpsat_agrees: bool | None = None
     activation_offload: dict | None = None  # search.act_offload_choice: what was looked at
     optimizer_offload: dict | None = None  # search.offload_choice: what was tried
+    interleave_check: dict | None = None  # search.interleave_check: the answer against the best without interleaving
 
     def __setattr__(self, name: str, value) -> None:
         object.__setattr__(self, name, value)

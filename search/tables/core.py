@@ -63,6 +63,17 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
             out._relaxed = None if rt is None else rt.with_problem(replace(rt.p, limits=problem.limits))
         return out
 
+    def with_limits(self, problem: Problem) -> "Tables":
+        """Tables of ``problem``, ``self``'s but for a smaller ``vp_max`` (:mod:`search.interleave_check`), sharing the
+        caches of times and bytes per choice (layers, affine terms, stage parts: keyed by the choice, none reads
+        ``vp_max``) and none that holds candidate lists or bounds (those read the limits)."""
+        same = replace(problem, limits=replace(problem.limits, vp_max=self.p.limits.vp_max))
+        if same != self.p:
+            raise ValueError("Tables.with_limits: only vp_max may differ")
+        out = Tables(problem)
+        out._layer, out._affine, out._parts = self._layer, self._affine, self._parts
+        return out
+
     def relaxed(self) -> "Tables":
         """Tables on a cluster where every engine-bound DMA class (:func:`search.candidates.dma_values`)
         has as many engines per stream as it has in all: each stream of any plan at least as fast

@@ -1,0 +1,77 @@
+"""The interleaved closed form's blind spot, checked where it shows: an answer with ``vp > 1`` that the op graph
+times more than the re-score band above its analytic objective is compared with the best plan without
+interleaving, and the faster of the two under the op graph answers.
+
+The search's objective prices a pipeline by :func:`costmodel.compose.step.pipeline_s`, which sees a stage through
+the sum of its model chunks. Megatron's interleaved order pairs each chunk's forward with another chunk's backward,
+so unequal chunks within a stage stall its neighbours, which the sum cannot show
+(:func:`costmodel.engines.graph.pipeline.simulate` schedules every chunk: ``p = 8, v = 4, m = 64`` with chunks 1.5 /
+0.5 / 1 / 1 on every stage runs 12.2% above the closed form; ``benchmarks/notes/2026-12-06-answer-vs-published-and-
+speculation.md``). A MoE model has such chunks by construction (dense first layers, the MTP module and the LM head
+on the last chunk), so the search can rank a deep interleave first on an optimism of 10-20% that the re-score band
+(2%, the engines' measured disagreement elsewhere) never reaches past: DeepSeek-V3 / 256 B200 answered TP2 PP8 VP4
+at 8.23 s analytic, 9.80 s op graph, while the best plan without interleaving schedules at 9.03 s.
+
+Without interleaving (``vp = 1``) the closed form is exact when the last stage is the slowest or the stages are
+equal and above the schedule otherwise (:mod:`costmodel.compose.step`), so its optimum is a plan the blind spot
+cannot flatter. The check solves the problem once more with ``vp_max = 1`` (the times already tabled) and answers
+with that plan when the op graph times it faster than the interleaved answer. It runs only where the blind spot is
+seen: the answer interleaves, its op-graph time is more than ``band`` above its analytic objective, ``vp`` is not
+pinned and time is left. A ``vp`` between 1 and the answer's is not searched: its closed form has the same blind spot.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from .options import SolveOptions
+from .problem import Problem
+from .result import OPTIMAL, SolveResult, binding_constraints
+from .tables import Tables
+
+
+def seen(res: SolveResult, options: SolveOptions) -> float | None:
+    """How far above its analytic objective the op graph times ``res``'s interleaved answer (a fraction), when that
+    is more than ``options.band``; ``None`` otherwise (no answer, not interleaved, not re-scored, or within the band)."""
+    if not options.rescore or not res.plans or res.graph_objective_s is None or res.best.config.vp <= 1:
+        return None
+    gap = res.graph_objective_s / res.best.objective_s - 1
+    return gap if gap > options.band else None
+
+
+def without_interleaving(
+    p: Problem, res: SolveResult, options: SolveOptions, solve, tables: Tables, start: float, deadline: float
+) -> SolveResult:
+    """``res``, or the best plan without interleaving when the op graph times it faster (module docstring).
+    ``res.stats.interleave_check`` records what was compared."""
+    gap = seen(res, options)
+    if gap is None or "vp" in p.limits.fixed or time.perf_counter() >= deadline:
+        return res
+    flat = replace(p, limits=replace(p.limits, vp_max=1))
+    alt = solve(
+        flat,
+        replace(options, time_limit_s=max(0.05, deadline - time.perf_counter())),
+        tables.with_limits(flat),
+    )
+    check = {
+        "vp": res.best.config.vp,
+        "objective_s": res.best.objective_s,
+        "graph_s": res.graph_objective_s,
+        "gap": gap,
+        "flat_objective_s": alt.best.objective_s if alt.plans else None,
+        "flat_graph_s": alt.graph_objective_s,
+        "chosen": False,
+    }
+    if alt.plans and alt.graph_objective_s is not None and alt.graph_objective_s < res.graph_objective_s:
+        check["chosen"] = True
+        if res.status != OPTIMAL and alt.status == OPTIMAL:  # the interleaved plans were not searched to the end
+            alt.status, alt.bound_s = res.status, None
+        alt.stats.interleave_check = check
+        # what binds, against the user's problem (vp_max = 1 is the check's limit, not the user's)
+        alt.plans = [replace(pl, binding=tuple(binding_constraints(p, pl.choice, pl.estimate))) for pl in alt.plans]
+        alt.time_s = time.perf_counter() - start
+        return alt
+    res.stats.interleave_check = check
+    res.time_s = time.perf_counter() - start
+    return res
