@@ -1,6 +1,7 @@
 """Invariants of the overlap scheduler (Hypothesis), stated in the source document's terms:
-r in [0, 1]; max(T_compute, T_comm) <= T_eff <= T_compute + T_comm; more DMA engines or
-bandwidth never make a step slower; chunks -> many approaches the critical condition; with no
+r in [0, 1]; max(T_compute, T_comm) <= T_eff <= T_compute + T_comm; more bandwidth never makes a step
+slower, and more DMA engines never on a layer's graph (on an arbitrary graph, by at most one transfer: greedy
+dispatch has Graham's anomalies); chunks -> many approaches the critical condition; with no
 communication the makespan is the compute critical path."""
 
 from dataclasses import replace
@@ -85,10 +86,36 @@ def test_r_in_unit_interval_and_teff_bounds(g, engines, interference):
 
 @FAST
 @given(random_graph(), st.integers(1, 3))
-def test_more_engines_never_slower_on_random_graphs(g, engines):
+def test_more_engines_cost_at_most_one_transfer_on_random_graphs(g, engines):
+    """One more engine is not always faster under greedy dispatch (a Graham anomaly, Graham 1969, "Bounds on
+    multiprocessing timing anomalies": the spare engine starts a transfer that shares the link with a running one,
+    and a transfer the compute stream waits on then finds no engine free; the test below). What holds: the loss is
+    at most the longest transfer (150,000 random graphs, 17 slower, none by more; 2026-12-06)."""
     slow = schedule(g, Resources((("nccl-sm", engines),)))
     fast = schedule(g, Resources((("nccl-sm", engines + 1),)))
-    assert fast.makespan_s <= slow.makespan_s * (1 + 1e-9) + 1e-12
+    longest = max([d["duration_s"] for _, d in g.nodes(data=True) if d["resource"] != "compute"] or [0.0])
+    assert fast.makespan_s <= slow.makespan_s + longest + 1e-9
+
+
+def test_one_more_engine_can_be_slower_when_a_transfer_shares_the_link():
+    """The anomaly Hypothesis found (CI, 2026-12): a 1.5 s transfer runs; at t = 1 a 1.0 s transfer (m2) becomes
+    ready just before a zero-length one the compute stream waits on (m3). With one engine m3 goes first at 1.5 s and
+    the step ends at 2.5 s; with two, m2 takes the spare engine at once, halves the running transfer's bandwidth
+    (both end later), and m3 waits for an engine until 2.0 s: 3.0 s."""
+    b = GraphBuilder(CLUSTER)
+    c1 = b.compute("c1", "gemm", 0.0, [])
+    m1 = b.comm("m1", "allreduce", 0, 8, 1, "tp", [c1], issue="async", duration_s=1.5)
+    c2 = b.compute("c2", "gemm", 1.0, [])
+    m2 = b.comm("m2", "allreduce", 0, 8, 1, "tp", [c2], issue="async", duration_s=1.0)
+    c3 = b.compute("c3", "gemm", 0.0, [])
+    m3 = b.comm("m3", "allreduce", 0, 8, 1, "tp", [c3], issue="sync", duration_s=0.0)
+    b.compute("c4", "gemm", 0.0, [m3])
+    c6 = b.compute("c6", "gemm", 1.0, [])
+    c7 = b.compute("c7", "gemm", 0.0, [m2])
+    b.sink("out", [m1, m2, m3, c6, c7])
+    one = schedule(b.graph, Resources((("nccl-sm", 1),))).makespan_s
+    two = schedule(b.graph, Resources((("nccl-sm", 2),))).makespan_s
+    assert one == pytest.approx(2.5) and two == pytest.approx(3.0)
 
 
 CONFIGS = [
