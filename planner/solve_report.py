@@ -104,8 +104,13 @@ def solve_lines(result) -> list[str]:
         lines.append(
             f"interleave check: the best plan (vp {ic['vp']}, {_opt_s(ic['objective_s'])} s analytic) runs "
             f"{100 * ic['gap']:.1f}% slower under the op graph ({_opt_s(ic['graph_s'])} s; the closed form prices a "
-            f"stage by the sum of its chunks, unequal chunks stall); the best without interleaving runs "
-            f"{_opt_s(ic['flat_graph_s'])} s: " + ("it answers" if ic["chosen"] else "the interleaved plan stays")
+            f"stage by the sum of its chunks, unequal chunks stall); "
+            + (
+                f"the best without interleaving at its TP/CP/EP runs {_opt_s(ic['flat_graph_s'])} s: "
+                + ("it answers" if ic["chosen"] else "the interleaved plan stays")
+                if ic["flat_graph_s"] is not None
+                else "no plan without interleaving at its TP/CP/EP comes within the band of that: it stays"
+            )
         )
     if result.band is None:
         lines[-1] += f"; the op-graph scheduler re-scores the best plan at {_opt_s(best.graph_step_time_s)} s"

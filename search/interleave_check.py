@@ -14,10 +14,17 @@ at 8.23 s analytic, 9.80 s op graph, while the best plan without interleaving sc
 
 Without interleaving (``vp = 1``) the closed form is exact when the last stage is the slowest or the stages are
 equal and above the schedule otherwise (:mod:`costmodel.compose.step`), so its optimum is a plan the blind spot
-cannot flatter. The check solves the problem once more with ``vp_max = 1`` (the times already tabled) and answers
-with that plan when the op graph times it faster than the interleaved answer. It runs only where the blind spot is
-seen: the answer interleaves, its op-graph time is more than ``band`` above its analytic objective, ``vp`` is not
-pinned and time is left. A ``vp`` between 1 and the answer's is not searched: its closed form has the same blind spot.
+cannot flatter. The check solves the problem once more with ``vp_max = 1`` and the answer's TP, CP and EP pinned
+(the layers as the answer shards them, whose times the closed form gets right: the pipeline, its depth, DP,
+micro-batch, split, recompute and ZeRO are chosen again; the times and bounds already tabled), looking only for
+plans whose analytic objective is within the band of the answer's op-graph time (a cutoff that ends the search at
+once where none is that fast), and answers with that plan when the op graph times it faster than the interleaved
+answer. DeepSeek-V3 / 1,152 GB200: 0.15 s (a free search at ``vp = 1`` took 3-4 s).
+
+It runs only where the blind spot is seen: the answer interleaves, its op-graph time is more than ``band`` above its
+analytic objective, ``vp`` is not pinned and time is left; once per search (the margin solve's answer is checked by
+the search that runs it). A ``vp`` between 1 and the answer's is not searched: its closed form has the same blind
+spot.
 """
 
 from __future__ import annotations
@@ -30,11 +37,20 @@ from .problem import Problem
 from .result import OPTIMAL, SolveResult, binding_constraints
 from .tables import Tables
 
+#: plans without interleaving the check re-scores at most (best analytic first): their closed form is exact or above
+#: the schedule, so the analytic order holds but for the engines' disagreement (each re-score is 0.05-0.5 s)
+FLAT_RESCORED = 4
+
 
 def seen(res: SolveResult, options: SolveOptions) -> float | None:
     """How far above its analytic objective the op graph times ``res``'s interleaved answer (a fraction), when that
     is more than ``options.band``; ``None`` otherwise (no answer, not interleaved, not re-scored, or within the band)."""
-    if not options.rescore or not res.plans or res.graph_objective_s is None or res.best.config.vp <= 1:
+    if (
+        not (options.rescore and options.interleave_check)
+        or not res.plans
+        or res.graph_objective_s is None
+        or res.best.config.vp <= 1
+    ):
         return None
     gap = res.graph_objective_s / res.best.objective_s - 1
     return gap if gap > options.band else None
@@ -48,10 +64,23 @@ def without_interleaving(
     gap = seen(res, options)
     if gap is None or "vp" in p.limits.fixed or time.perf_counter() >= deadline:
         return res
-    flat = replace(p, limits=replace(p.limits, vp_max=1))
+    c = res.best.config
+    # the layers as the answer shards them (their times are what the closed form gets right); the pipeline re-chosen
+    fixed = {**p.limits.fixed, "tp": c.tp, "cp": c.cp, "ep": c.ep}
+    flat = replace(p, limits=replace(p.limits, vp_max=1, fixed=fixed))
     alt = solve(
         flat,
-        replace(options, time_limit_s=max(0.05, deadline - time.perf_counter())),
+        replace(
+            options,
+            time_limit_s=max(0.05, deadline - time.perf_counter()),
+            # only plans that may beat the answer: an analytic objective within the band of its op-graph time
+            cutoff_s=res.graph_objective_s * (1 + options.band),
+            explain=False,
+            offload=False,
+            act_offload=False,
+            pinned_tight=False,
+            rescore_max=min(options.rescore_max, FLAT_RESCORED),
+        ),
         tables.with_limits(flat),
     )
     check = {

@@ -62,6 +62,12 @@ class SolveOptions:
     pinned_tight : when no plan fits and the user pinned every degree, accept the plan that fits only without the
         assumed fragmentation allowance, ``tight`` (``search.solve._pinned_tight``, :mod:`costmodel.physics.memory.verdict`);
         off in the searches a search runs inside itself (the offloads', the margin's), whose answers must fit.
+    interleave_check : compare an interleaved answer the op graph times beyond the band above its analytic objective
+        with the best plan without interleaving (:mod:`search.interleave_check`); off in the margin solve, whose
+        answer the search that runs it checks.
+    cutoff_s : look only for plans whose analytic objective is at most this (seconds): presolve starts with it as
+        its pruning threshold, so a search with none that fast ends at once, INFEASIBLE (``None``: no cutoff). For
+        the searches a search runs inside itself to compare with a plan in hand (:mod:`search.interleave_check`).
     """
 
     time_limit_s: float = 10.0
@@ -81,6 +87,8 @@ class SolveOptions:
     act_offload: bool = True
     margin_cost: float | None = None
     pinned_tight: bool = True
+    interleave_check: bool = True
+    cutoff_s: float | None = None
 
     @property
     def margin_cost_or_band(self) -> float:

@@ -77,7 +77,14 @@ def solve_space(p: Problem, tables: Tables, options: SolveOptions, deadline: flo
     slack = options.band if options.rescore else 0.0
     probes = None if options.probes is None else max(options.probes, 2 * options.top_k)
     pre = presolve(
-        p, tables, options.top_k, probes=probes, bounds=options.presolve_bounds, slack=slack, deadline=deadline
+        p,
+        tables,
+        options.top_k,
+        probes=probes,
+        bounds=options.presolve_bounds,
+        slack=slack,
+        deadline=deadline,
+        cutoff_s=options.cutoff_s,
     )
     stats = SearchStats.of_presolve(pre.counts, pre.time_s, tables.res_s)
     if pre.timed_out:

@@ -76,6 +76,7 @@ def presolve(
     bounds: bool = True,
     slack: float = 0.0,
     deadline: float | None = None,
+    cutoff_s: float | None = None,
 ) -> Presolved:
     """Reduce the space by best-first branch and bound over choices.
 
@@ -96,7 +97,8 @@ def presolve(
     waiting for it to beat every group left; Qwen3-30B-A3B / 1,024 H100 with 10 s ran 14.5 s to
     its first plan, now 10.2 s); past the deadline, presolve stops expanding; ``timed_out`` is set
     and ``unexplored_ticks`` bounds every choice it did not look at (``None``: not even the group
-    bounds were all computed, so nothing is proven).
+    bounds were all computed, so nothing is proven). ``cutoff_s``: the pruning threshold before any incumbent
+    (choices bounded above it are pruned; ``SolveOptions.cutoff_s``).
     """
     start = time.perf_counter()
     counts = PresolveCounts()
@@ -143,7 +145,7 @@ def presolve(
         counts.groups_memory += len(groups) - len(kept_groups)
         groups = kept_groups
     heapq.heapify(groups)
-    ub = math.inf
+    ub = math.inf if cutoff_s is None else math.floor(cutoff_s / res)
     lower: dict = {}  # choice -> refined bound (ticks); once probed, its exact optimum
     heap: list = []  # (bound, level: 0 quick, 1 with its span's DP bound, 2 refined, choice)
     spans: dict = {}  # a group's pushed choices by what their DP traffic depends on (_span_key)

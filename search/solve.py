@@ -167,6 +167,7 @@ def _keep_margin(
             memory_margin=0.0,
             act_offload=False,
             pinned_tight=False,
+            interleave_check=False,  # the answer this solve chooses is checked once, after it
             time_limit_s=max(0.05, deadline - time.perf_counter()),
         ),
         tables.with_problem(lean),

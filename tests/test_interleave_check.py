@@ -24,7 +24,7 @@ class _Plan:
 
 
 def _res(vp, objective_s, graph_s, status=OPTIMAL):
-    plan = _Plan(config=SimpleNamespace(vp=vp), objective_s=objective_s)
+    plan = _Plan(config=SimpleNamespace(vp=vp, tp=2, cp=1, ep=8), objective_s=objective_s)
     return SolveResult(status, plans=[plan], objective_s=objective_s, graph_objective_s=graph_s)
 
 
@@ -54,7 +54,7 @@ def test_the_faster_under_the_op_graph_answers(flat_graph_s, chosen, monkeypatch
     res, flat = _res(4, 1.0, 1.10), _res(1, 1.06, flat_graph_s)
     t = _Tables()
     out = without_interleaving(_problem(), res, ANSWER_OPTIONS, lambda p, o, tb: flat, t, 0.0, float("inf"))
-    assert t.flat.limits.vp_max == 1
+    assert t.flat.limits.vp_max == 1 and t.flat.limits.fixed == {"tp": 2, "cp": 1, "ep": 8}  # the answer's layers
     assert (out is flat) == chosen
     assert out.best.binding == (("against the user's",) if chosen else ())
     assert out.stats.interleave_check["chosen"] is chosen
@@ -86,3 +86,39 @@ def test_deepseek_v3_on_256_b200_answers_the_plan_the_op_graph_times_faster():
     assert check is not None and check["vp"] > 1 and check["gap"] > ANSWER_OPTIONS.band
     assert check["chosen"] and res.best.config.vp == 1
     assert res.graph_objective_s == check["flat_graph_s"] < check["graph_s"]
+
+
+def _small():
+    from costmodel.spec.presets import load_cluster, load_model
+    from costmodel.spec.workload import Workload
+
+    return Problem(
+        model=load_model("gpt-1.7b"),
+        cluster=load_cluster("a100-80g").with_gpus(16),
+        workload=Workload(global_batch=64, seq_len=2048),
+    )
+
+
+def test_a_cutoff_below_the_optimum_finds_nothing_and_above_it_the_same_plan():
+    p = _small()
+    opts = SolveOptions(small_space=-1, explain=False, offload=False, act_offload=False)
+    free = solve(p, opts)
+    assert free.status == OPTIMAL
+    above = solve(p, replace(opts, cutoff_s=free.objective_s * 1.01))
+    assert (above.objective_s, above.best.config) == (free.objective_s, free.best.config)
+    below = solve(p, replace(opts, cutoff_s=free.objective_s * 0.9))
+    assert not below.plans
+
+
+def test_tables_with_limits_answer_as_fresh_tables():
+    """The check's tables share the first search's caches of times and bounds: the flat search answers as if alone."""
+    from search.tables import Tables
+
+    p = _small()
+    opts = SolveOptions(small_space=-1, explain=False, offload=False, act_offload=False)
+    t = Tables(p)
+    solve(p, opts, t)  # fills the caches at vp_max 8
+    flat = replace(p, limits=replace(p.limits, vp_max=1, fixed={"tp": 2}))
+    shared, fresh = solve(flat, opts, t.with_limits(flat)), solve(flat, opts)
+    assert shared.best.config.vp == 1 and shared.best.config.tp == 2
+    assert (shared.objective_s, shared.best.config) == (fresh.objective_s, fresh.best.config)

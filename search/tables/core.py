@@ -24,6 +24,26 @@ from .ticks import resolution_s
 
 
 _UNSET = object()  # Tables._relaxed before relaxed() is first asked
+#: the ``shared`` caches keyed by a choice, a group ``(shape, mb, vp)``, a shape or a ``(pp, vp)``: what one group or
+#: choice costs, whatever interleaves the limits allow (:meth:`Tables.with_limits`); the group and choice lists
+#: (``presolve.group_lists``, ``presolve.refined``) are not among them
+VP_FREE = (
+    "bounds.extras",
+    "bounds.opt",
+    "bounds.totals",
+    "bounds.bytes",
+    "bounds.dp_free",
+    "bounds.spans",
+    "bounds.largest",
+    "bounds.quick",
+    "bounds.split_relief",
+    "presolve.chunks",
+    "presolve.values",
+    "presolve.sp_chunks",
+    "presolve.recomputes",
+    "presolve.group_lb",
+    "presolve.subgroups",
+)
 
 
 class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
@@ -64,14 +84,20 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
         return out
 
     def with_limits(self, problem: Problem) -> "Tables":
-        """Tables of ``problem``, ``self``'s but for a smaller ``vp_max`` (:mod:`search.interleave_check`), sharing the
-        caches of times and bytes per choice (layers, affine terms, stage parts: keyed by the choice, none reads
-        ``vp_max``) and none that holds candidate lists or bounds (those read the limits)."""
-        same = replace(problem, limits=replace(problem.limits, vp_max=self.p.limits.vp_max))
+        """Tables of ``problem``, ``self``'s but for a smaller ``vp_max`` and more pins (:mod:`search.interleave_check`),
+        sharing the caches keyed by a choice, a group ``(shape, mb, vp)`` or a shape, which neither changes (layers,
+        affine terms, stage parts, :data:`VP_FREE`'s bounds), and none that lists groups or choices (those read
+        them)."""
+        same = replace(problem, limits=replace(problem.limits, vp_max=self.p.limits.vp_max, fixed=self.p.limits.fixed))
         if same != self.p:
-            raise ValueError("Tables.with_limits: only vp_max may differ")
+            raise ValueError("Tables.with_limits: only vp_max and the pins may differ")
         out = Tables(problem)
         out._layer, out._affine, out._parts = self._layer, self._affine, self._parts
+        for name in VP_FREE:
+            out.shared[name] = self.shared.setdefault(name, {})
+        if self._relaxed is not _UNSET:  # the relaxed cluster's tables (the group bounds), likewise (None: ``self``)
+            rt = self._relaxed
+            out._relaxed = None if rt is None else rt.with_limits(replace(rt.p, limits=problem.limits))
         return out
 
     def relaxed(self) -> "Tables":
