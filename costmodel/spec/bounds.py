@@ -44,6 +44,46 @@ MAX_SIZE = {
 }
 
 
+#: physical sanity ranges of the cluster's rates and times (issue: a link latency of 1e30 s, a bandwidth of 1e-30
+#: or 1e300 GB/s or a peak of 1e300 TFLOP/s was accepted and priced as numpy overflow warnings, infinite tick
+#: counts or nonsense): SI field -> (lowest, highest, whether 0 means "none", the key and factor of the unit a
+#: cluster file states it in, that unit). Every bound is orders of magnitude beyond any real device (B300's 5,000
+#: dense FP8 TFLOP/s, NVLink 5's 900 GB/s, HBM3e's 8 TB/s, a 14 us NIC step): 1 GFLOP/s to 1 EFLOP/s, 1 MB/s
+#: to 1 EB/s, times up to 1 s
+RANGES = {
+    "peak_bf16_flops_per_s": (1e9, 1e18, False, "peak_bf16_tflops", 1e12, "TFLOP/s"),
+    "peak_fp8_flops_per_s": (1e9, 1e18, True, "peak_fp8_tflops", 1e12, "TFLOP/s"),
+    "hbm_bw_bytes_per_s": (1e6, 1e18, False, "hbm_bw_gbps", 1e9, "GB/s"),
+    "kernel_overhead_s": (0.0, 1.0, True, "kernel_overhead_us", 1e-6, "us"),
+    "bw_bytes_per_s": (1e6, 1e18, False, "bw_gbps", 1e9, "GB/s"),
+    "latency_s": (0.0, 1.0, True, "latency_us", 1e-6, "us"),
+    "nvls_tree_channel_bw_bytes_per_s": (1e6, 1e18, True, "nvls_tree_channel_bw_gbps", 1e9, "GB/s"),
+    "nvls_tree_2node_channel_bw_bytes_per_s": (1e6, 1e18, True, "nvls_tree_2node_channel_bw_gbps", 1e9, "GB/s"),
+}
+_SI_UNIT = {"TFLOP/s": "FLOP/s", "GB/s": "B/s", "us": "s"}
+
+
+def _in_range(spec, name: str, field: str | None = None, kind: str = "") -> None:
+    """Raise SpecError (naming ``field``, default ``name``) when ``spec.name`` is outside its :data:`RANGES`.
+
+    The allowed range is stated in the unit a cluster file uses and in SI; ``kind`` picks a zero-means-none rule
+    other than the table's (``"zero"``: 0 allowed).
+
+    >>> from types import SimpleNamespace
+    >>> _in_range(SimpleNamespace(latency_s=1e30), "latency_s")
+    Traceback (most recent call last):
+    ...
+    costmodel.spec.errors.SpecError: latency_s=1e+30: must be a number in [0, 1e+06] us (0 to 1 s; a sanity bound)
+    """
+    lo, hi, zero_ok, _, factor, unit = RANGES[name]
+    zero_ok = zero_ok or kind == "zero"
+    value = getattr(spec, name)
+    if (zero_ok and value == 0) or lo <= value <= hi:
+        return
+    text = f"a number in [{lo / factor:g}, {hi / factor:g}] {unit} ({lo:g} to {hi:g} {_SI_UNIT[unit]}; a sanity bound)"
+    raise SpecError(field or name, value, f"0 (none) or {text}" if zero_ok and lo > 0 else text)
+
+
 def _bounded(spec) -> None:
     """Raise SpecError for the first field of ``spec`` above its :data:`MAX_SIZE`."""
     for name, most in MAX_SIZE.items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from costmodel.spec.bounds import MAX_HBM_BYTES, _bounded, _positive, _positive_int
+from costmodel.spec.bounds import MAX_HBM_BYTES, _bounded, _in_range, _positive, _positive_int
 from costmodel.spec.errors import SpecError
 from costmodel.spec.units import GiB
 
@@ -59,6 +59,7 @@ class DmaEngineClass:
         if self.count > MAX_DMA_ENGINES:
             raise SpecError(f"dma.{self.name}.count", self.count, f"at most {MAX_DMA_ENGINES:,} (a sanity bound)")
         _positive(f"dma.{self.name}.bw_bytes_per_s", self.bw_bytes_per_s, allow_zero=True)
+        _in_range(self, "bw_bytes_per_s", f"dma.{self.name}.bw_bytes_per_s", kind="zero")
         object.__setattr__(self, "scopes", tuple(self.scopes))
         for s in self.scopes:
             if s not in ("intra", "inter"):
@@ -128,6 +129,8 @@ class DeviceSpec:
                 f"at most {MAX_HBM_BYTES / GiB:,.0f} GiB per device (a sanity bound; was it given in bytes?)",
             )
         _positive("hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s)
+        for f in ("peak_bf16_flops_per_s", "peak_fp8_flops_per_s", "hbm_bw_bytes_per_s"):
+            _in_range(self, f)
         _positive_int("sm_count", self.sm_count)
         _bounded(self)
         for f in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "mem_bw_efficiency"):
@@ -136,6 +139,7 @@ class DeviceSpec:
             if v > 1:
                 raise SpecError(f, v, "a fraction in (0, 1]")
         _positive("kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
+        _in_range(self, "kernel_overhead_s")
         _positive("comm_compute_interference", self.comm_compute_interference, allow_zero=True)
         if self.comm_compute_interference >= 1:
             raise SpecError("comm_compute_interference", self.comm_compute_interference, "a fraction in [0, 1)")
@@ -200,6 +204,13 @@ class LinkSpec:
         _positive(
             "nvls_tree_2node_channel_bw_bytes_per_s", self.nvls_tree_2node_channel_bw_bytes_per_s, allow_zero=True
         )
+        for f in (
+            "bw_bytes_per_s",
+            "latency_s",
+            "nvls_tree_channel_bw_bytes_per_s",
+            "nvls_tree_2node_channel_bw_bytes_per_s",
+        ):
+            _in_range(self, f)
         if not isinstance(self.nvls_tree_medium_correction, bool):
             raise SpecError("nvls_tree_medium_correction", self.nvls_tree_medium_correction, "true or false")
 

@@ -128,9 +128,11 @@ def _build(cls, data: dict, field: str, human: dict | None = None, raw: dict | N
     except SpecError as e:
         if e.field.startswith(field + "."):
             raise
-        key = names.get(e.field, e.field)
-        value = (raw if raw is not None else data).get(key, e.value)
-        raise SpecError(f"{field}.{key}", value, e.allowed) from None
+        # an SI name, alone or last (``dma.nccl-sm.bw_bytes_per_s``), as the file's key, with the value it wrote
+        head, dot, last = e.field.rpartition(".")
+        human = names.get(last, last)
+        value = (raw if raw is not None else data).get(human, e.value)
+        raise SpecError(f"{field}.{head}{dot}{human}", value, e.allowed) from None
 
 
 def model_from_dict(data: dict) -> ModelSpec:

@@ -1,0 +1,115 @@
+"""Absurd but finite cluster numbers: each was accepted (a link latency of 1e30 s priced a step of 6e30 s, an HBM
+bandwidth of 1e-300 GB/s was an OverflowError traceback, a bandwidth or peak of 1e300 a numpy overflow warning or
+nonsense) and now exits 2 with one line naming the field, the value and the allowed range
+(:data:`costmodel.spec.bounds.RANGES`).
+"""
+
+import json
+import warnings
+
+import pytest
+
+from costmodel.spec.bounds import RANGES
+from costmodel.spec.presets import cluster_from_dict, preset_info, preset_names
+from planner import cli
+
+EVALUATE = ["evaluate", "--model", "llama3-8b", "--cluster", "{cluster}", "--gpus", "16", "--global-batch", "64"]
+EVALUATE += ["--seq", "2048", "--tp", "8"]
+
+
+def _cluster(path: str, value) -> dict:
+    """The h100-sxm preset with ``path`` (``device.hbm_bw_gbps``, ``device.dma_engines.0.bw_gbps``) set to
+    ``value``."""
+    d = json.loads(json.dumps(preset_info("clusters", "h100-sxm")))
+    *parents, key = path.split(".")
+    target = d
+    for p in parents:
+        target = target[int(p)] if isinstance(target, list) else target[p]
+    target[key] = value
+    return d
+
+
+# (id, key path, value, field the error names, the range it states)
+RANGE_CASES = [
+    ("latency_huge", "inter_link.latency_us", 1e36, "inter_link.latency_us", "[0, 1e+06] us"),
+    ("latency_negative", "intra_link.latency_us", -1.0, "intra_link.latency_us", "non-negative"),
+    ("intra_bw_tiny", "intra_link.bw_gbps", 1e-30, "intra_link.bw_gbps", "[0.001, 1e+09] GB/s"),
+    ("inter_bw_huge", "inter_link.bw_gbps", 1e300, "inter_link.bw_gbps", "[0.001, 1e+09] GB/s"),
+    ("nvls_tree_bw_huge", "intra_link.nvls_tree_channel_bw_gbps", 1e300, "nvls_tree_channel_bw_gbps", "0 (none) or"),
+    ("nvls_tree_2node_tiny", "intra_link.nvls_tree_2node_channel_bw_gbps", 1e-9, "nvls_tree_2node", "GB/s"),
+    ("hbm_huge", "device.hbm_gib", 1e40, "device.hbm_gib", "16,384 GiB"),
+    ("hbm_bw_tiny", "device.hbm_bw_gbps", 1e-300, "device.hbm_bw_gbps", "[0.001, 1e+09] GB/s"),
+    ("hbm_bw_huge", "device.hbm_bw_gbps", 1e300, "device.hbm_bw_gbps", "1e+18 B/s"),
+    ("peak_bf16_huge", "device.peak_bf16_tflops", 1e300, "device.peak_bf16_tflops", "[0.001, 1e+06] TFLOP/s"),
+    ("peak_bf16_tiny", "device.peak_bf16_tflops", 1e-300, "device.peak_bf16_tflops", "1e+09 to 1e+18 FLOP/s"),
+    ("peak_fp8_huge", "device.peak_fp8_tflops", 1e300, "device.peak_fp8_tflops", "0 (none) or"),
+    ("kernel_overhead_huge", "device.kernel_overhead_us", 1e30, "device.kernel_overhead_us", "0 to 1 s"),
+    ("dma_bw_huge", "device.dma_engines.0.bw_gbps", 1e300, "nccl-sm.bw_gbps", "0 (none) or"),
+    ("dma_bw_tiny", "device.dma_engines.0.bw_gbps", 1e-300, "nccl-sm.bw_gbps", "GB/s"),
+    ("sm_count_huge", "device.sm_count", 10**9, "device.sm_count", "at most 100,000"),
+    ("gpus_per_node_huge", "gpus_per_node", 10**6, "cluster.gpus_per_node", "at most 1,024"),
+    ("gpus_per_node_float", "gpus_per_node", 8.5, "cluster.gpus_per_node", "positive integer"),
+]
+
+
+def assert_one_line_error(code, out, err, *needles):
+    assert code == 2, (code, err)
+    assert out == ""
+    assert "Traceback" not in err and "warning" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("planner: error: "), lines[0]
+    assert ": must be " in lines[0], lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert len(lines[0]) <= 300, lines[0]
+
+
+def _evaluate(capsys, tmp_path, doc: dict):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy overflow warning fails the test
+        code = cli.main([a.replace("{cluster}", str(path)) for a in EVALUATE])
+    return (code, *capsys.readouterr())
+
+
+@pytest.mark.parametrize("path, value, field, allowed", [c[1:] for c in RANGE_CASES], ids=[c[0] for c in RANGE_CASES])
+def test_absurd_cluster_number_exits_2_naming_field_and_range(capsys, tmp_path, path, value, field, allowed):
+    code, out, err = _evaluate(capsys, tmp_path, _cluster(path, value))
+    assert_one_line_error(code, out, err, field, allowed, repr(value))
+
+
+@pytest.mark.parametrize("name", preset_names("clusters"))
+def test_every_preset_sits_inside_the_ranges(name):
+    """The ranges are generous: each shipped preset is at least 100x inside every bound it has a value for."""
+    c = cluster_from_dict(preset_info("clusters", name))
+    parts = {"device": c.device, "intra_link": c.intra_link, "inter_link": c.inter_link}
+    parts.update({f"dma.{e.name}": e for e in c.device.dma_engines})
+    for where, spec in parts.items():
+        for field, (lo, hi, zero_ok, *_) in RANGES.items():
+            v = getattr(spec, field, None)
+            if v is None or (v == 0 and (zero_ok or where.startswith("dma."))):  # 0: none / the link's own
+                continue
+            assert lo * 100 <= v or lo == 0, (name, where, field, v)
+            assert v * 100 <= hi, (name, where, field, v)
+
+
+@pytest.mark.parametrize("edge", ["floor", "ceiling"])
+def test_values_at_the_bounds_run_without_overflow(capsys, tmp_path, edge):
+    """A cluster at the edge of every range is priced without a warning (the bounds sit below overflow)."""
+    doc = json.loads(json.dumps(preset_info("clusters", "h100-sxm")))
+    rate, gb = (1e-3, 1e-3) if edge == "floor" else (1e6, 1e9)
+    doc["device"].update(peak_bf16_tflops=rate, peak_fp8_tflops=rate, hbm_bw_gbps=gb, kernel_overhead_us=1e6)
+    for link in ("intra_link", "inter_link"):
+        doc[link].update(bw_gbps=gb, latency_us=1e6)
+    doc["intra_link"].update(nvls_tree_channel_bw_gbps=gb, nvls_tree_2node_channel_bw_gbps=gb)
+    doc["device"]["dma_engines"][0]["bw_gbps"] = gb
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code = cli.main([a.replace("{cluster}", str(path)) for a in EVALUATE])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "step time" in out and "warning" not in err
