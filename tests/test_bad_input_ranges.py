@@ -1,7 +1,9 @@
-"""Absurd but finite cluster numbers: each was accepted (a link latency of 1e30 s priced a step of 6e30 s, an HBM
-bandwidth of 1e-300 GB/s was an OverflowError traceback, a bandwidth or peak of 1e300 a numpy overflow warning or
-nonsense) and now exits 2 with one line naming the field, the value and the allowed range
-(:data:`costmodel.spec.bounds.RANGES`).
+"""Absurd but finite cluster numbers and a string where a list belongs.
+
+Each cluster case was accepted: a link latency of 1e30 s priced a step of 6e30 s, an HBM bandwidth of 1e-300 GB/s
+was an OverflowError traceback, a bandwidth or peak of 1e300 a numpy overflow warning or nonsense; a
+``calibrated_constants`` of ``"x"`` was read as the constant ``'x'``. Now each exits 2 with one line naming the
+field, the value and the allowed range (:data:`costmodel.spec.bounds.RANGES`).
 """
 
 import json
@@ -51,6 +53,25 @@ RANGE_CASES = [
     ("gpus_per_node_float", "gpus_per_node", 8.5, "cluster.gpus_per_node", "positive integer"),
 ]
 
+# (id, top-level key, value, field the error names)
+LIST_CASES = [
+    ("calibrated_constants_string", "calibrated_constants", "x", "cluster.calibrated_constants"),
+    ("calibrated_constants_numbers", "calibrated_constants", [1, 2], "cluster.calibrated_constants"),
+    ("calibrated_constants_object", "calibrated_constants", {"gemm_efficiency": 1}, "cluster.calibrated_constants"),
+    ("calibrated_constants_unknown", "calibrated_constants", ["gemm_eficiency"], "cluster.calibrated_constants"),
+    ("log_residuals_string", "calibration_log_residuals", "1", "cluster.calibration_log_residuals"),
+    ("log_residuals_text", "calibration_log_residuals", ["x"], "cluster.calibration_log_residuals"),
+    ("calibrated_fitted_string", "calibrated", {"fitted": "x"}, "cluster.calibrated.fitted"),
+    ("calibrated_fitted_unknown", "calibrated", {"fitted": ["bogus"]}, "cluster.calibrated.fitted"),
+    ("log_residuals_inf", "calibration_log_residuals", [float("inf")], "cluster.calibration_log_residuals"),
+    (
+        "calibrated_residuals_inf",
+        "calibrated",
+        {"fitted": ["gemm_efficiency"], "loo_log_residuals": [float("inf")]},
+        "cluster.calibrated.loo_log_residuals",
+    ),
+]
+
 
 def assert_one_line_error(code, out, err, *needles):
     assert code == 2, (code, err)
@@ -78,6 +99,21 @@ def _evaluate(capsys, tmp_path, doc: dict):
 def test_absurd_cluster_number_exits_2_naming_field_and_range(capsys, tmp_path, path, value, field, allowed):
     code, out, err = _evaluate(capsys, tmp_path, _cluster(path, value))
     assert_one_line_error(code, out, err, field, allowed, repr(value))
+
+
+@pytest.mark.parametrize("key, value, field", [c[1:] for c in LIST_CASES], ids=[c[0] for c in LIST_CASES])
+def test_calibration_list_fields_refuse_non_lists(capsys, tmp_path, key, value, field):
+    code, out, err = _evaluate(capsys, tmp_path, {**preset_info("clusters", "h100-sxm"), key: value})
+    assert_one_line_error(code, out, err, field)
+
+
+def test_calibrated_cluster_file_still_loads():
+    doc = {
+        **preset_info("clusters", "h100-sxm"),
+        "calibrated": {"fitted": ["gemm_efficiency"], "loo_log_residuals": [0.1]},
+    }
+    c = cluster_from_dict(doc)
+    assert c.calibrated_constants == ("gemm_efficiency",) and c.calibration_log_residuals == (0.1,)
 
 
 @pytest.mark.parametrize("name", preset_names("clusters"))

@@ -7,6 +7,7 @@ SI units inside, the unit in every name; each validates itself on construction a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from costmodel.spec.bounds import MAX_HBM_BYTES, _bounded, _in_range, _positive, _positive_int
@@ -23,6 +24,10 @@ def _text(name: str, value) -> None:
     """A name-like field must be a string: a list or object failed later, unhashable, as a traceback."""
     if not isinstance(value, str):
         raise SpecError(name, value, "a string")
+
+
+def _finite_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def _flag(name: str, value) -> None:
@@ -263,8 +268,14 @@ class ClusterSpec:
                 self.nvlink_domain,
                 f"a multiple of gpus_per_node={self.gpus_per_node} (or 0: one node)",
             )
-        object.__setattr__(self, "calibrated_constants", tuple(self.calibrated_constants))
-        object.__setattr__(self, "calibration_log_residuals", tuple(float(x) for x in self.calibration_log_residuals))
+        # a list, never a string: "x" was read as the constants 'x' (its characters), "1" as the residual 1.0
+        names, resid = self.calibrated_constants, self.calibration_log_residuals
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise SpecError("calibrated_constants", names, "a list of constant names (strings)")
+        if not isinstance(resid, (list, tuple)) or not all(_finite_number(x) for x in resid):
+            raise SpecError("calibration_log_residuals", resid, "a list of finite numbers")
+        object.__setattr__(self, "calibrated_constants", tuple(names))
+        object.__setattr__(self, "calibration_log_residuals", tuple(float(x) for x in resid))
 
     def with_gpus(self, num_gpus: int) -> "ClusterSpec":
         return replace(self, num_gpus=num_gpus)

@@ -193,9 +193,9 @@ def cluster_from_dict(data: dict) -> ClusterSpec:
         if not isinstance(fitted, list) or not all(isinstance(x, str) for x in fitted):
             raise SpecError("cluster.calibrated.fitted", fitted, "a list of constant names")
         if not isinstance(resid, list) or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) for x in resid
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in resid
         ):
-            raise SpecError("cluster.calibrated.loo_log_residuals", resid, "a list of numbers")
+            raise SpecError("cluster.calibrated.loo_log_residuals", resid, "a list of finite numbers")
         d["calibrated_constants"], d["calibration_log_residuals"] = tuple(fitted), tuple(resid)
     for key in ("device", "intra_link", "inter_link"):
         if key not in d:
@@ -210,7 +210,20 @@ def cluster_from_dict(data: dict) -> ClusterSpec:
     d["device"] = _build(DeviceSpec, dev, "device", _DEVICE_UNITS, d["device"])
     for link in ("intra_link", "inter_link"):
         d[link] = _build(LinkSpec, _scale(d[link], _LINK_UNITS, link), link, _LINK_UNITS, d[link])
-    return _build(ClusterSpec, d, "cluster")
+    spec = _build(ClusterSpec, d, "cluster")
+    _check_calibrated_names(
+        spec, "cluster.calibrated.fitted" if "calibrated" in data else "cluster.calibrated_constants"
+    )
+    return spec
+
+
+def _check_calibrated_names(spec: ClusterSpec, field: str) -> None:
+    """A fitted constant's name must be one a calibration fits: an unknown one (a typo) was silently ignored."""
+    from costmodel.trust.calibration_constants import CONSTANTS
+
+    for name in spec.calibrated_constants:
+        if name not in CONSTANTS:
+            raise SpecError(field, name, f"a calibrated constant ({_known_keys(name, list(CONSTANTS))})")
 
 
 def cluster_to_dict(c: ClusterSpec) -> dict:
