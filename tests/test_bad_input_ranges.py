@@ -62,7 +62,7 @@ LIST_CASES = [
     ("log_residuals_string", "calibration_log_residuals", "1", "cluster.calibration_log_residuals"),
     ("log_residuals_text", "calibration_log_residuals", ["x"], "cluster.calibration_log_residuals"),
     ("calibrated_fitted_string", "calibrated", {"fitted": "x"}, "cluster.calibrated.fitted"),
-    ("calibrated_fitted_unknown", "calibrated", {"fitted": ["bogus"]}, "cluster.calibrated.fitted"),
+    ("calibrated_fitted_unknown", "calibrated", {"fitted": ["bogus"]}, "cluster.calibrated_constants='bogus'"),
     ("log_residuals_inf", "calibration_log_residuals", [float("inf")], "cluster.calibration_log_residuals"),
     (
         "calibrated_residuals_inf",

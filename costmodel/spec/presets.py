@@ -210,20 +210,7 @@ def cluster_from_dict(data: dict) -> ClusterSpec:
     d["device"] = _build(DeviceSpec, dev, "device", _DEVICE_UNITS, d["device"])
     for link in ("intra_link", "inter_link"):
         d[link] = _build(LinkSpec, _scale(d[link], _LINK_UNITS, link), link, _LINK_UNITS, d[link])
-    spec = _build(ClusterSpec, d, "cluster")
-    _check_calibrated_names(
-        spec, "cluster.calibrated.fitted" if "calibrated" in data else "cluster.calibrated_constants"
-    )
-    return spec
-
-
-def _check_calibrated_names(spec: ClusterSpec, field: str) -> None:
-    """A fitted constant's name must be one a calibration fits: an unknown one (a typo) was silently ignored."""
-    from costmodel.trust.calibration_constants import CONSTANTS
-
-    for name in spec.calibrated_constants:
-        if name not in CONSTANTS:
-            raise SpecError(field, name, f"a calibrated constant ({_known_keys(name, list(CONSTANTS))})")
+    return _build(ClusterSpec, d, "cluster")
 
 
 def cluster_to_dict(c: ClusterSpec) -> dict:
