@@ -32,8 +32,13 @@ def run(capsys, *argv):
 
 
 def test_the_band_covers_the_measured_engine_disagreement():
-    # benchmarks/engine_agreement.py (RESULTS section 2): p90 of |analytic - graph| / graph is 1.88%
-    assert 0.0188 <= RESCORE_BAND == 0.02
+    """The band stands for the measured p90 of |analytic - graph| / graph (benchmarks/engine_agreement.py's recorded
+    result, RESULTS section 2); its blind spot beyond the band is search.interleave_check's."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "benchmarks/results/engine_agreement.json").read_text())
+    assert doc["headline"]["p90 |diff| %"] / 100 <= RESCORE_BAND == 0.02
 
 
 def test_the_answer_is_the_best_under_the_graph_and_the_proof_stays_analytic():
