@@ -28,6 +28,7 @@ from .args_infer import add_speculation_args
 from .flags import speculation_from_args, with_mtp_layers
 from .emit_serving import launch_for_estimate
 from .inference_report import SERVING_KEYS, launch_lines, speculation_lines
+from .no_plan_line import no_plan_line
 from .problem import resolve_cluster, resolve_model
 from .report import model_json, model_label, print_json, table
 
@@ -429,5 +430,5 @@ def run(args: argparse.Namespace) -> int:
     if plotted:  # on stderr under --json: stdout stays one JSON object
         print(plot_line(args.plot, *plotted), file=sys.stderr if args.json else sys.stdout)
     if not r.plans and not (d and d.choice == "disaggregated"):
-        raise InfeasibleConfig(f"targets=unmet: {r.explanation}")
+        raise InfeasibleConfig(no_plan_line("targets=unmet", r.explanation))
     return 0

@@ -22,6 +22,7 @@ from .objective_report import objective_lines, objective_view, objectives_json, 
 from .report import ENGINE_NAMES, _s, estimate_json, model_label, print_json, stack_line, table
 from .tuning import fmt_knob, recommend_choices
 from .moe_report import dispatcher_lines, ep_overlap_gain, ep_overlap_lines
+from .no_plan_line import no_plan_line
 from .solve_report import solve_lines
 
 
@@ -39,8 +40,8 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
         what = "infeasible" if result.status == "INFEASIBLE" else "unsolved"
         if args.json:
             print_json({"status": what, "solve": result.solve_dict(), "alternatives": []})
-        changes = "; smallest changes: " + ", ".join(result.changes) if result.changes else ""
-        raise InfeasibleConfig(f"problem={what}: {result.explanation}{changes}")
+        # the binding reason and the smallest change in one short line; --json keeps every detail
+        raise InfeasibleConfig(no_plan_line(f"problem={what}", result.explanation, result.changes))
     best = result.best
     comparison = None
     if args.baseline:

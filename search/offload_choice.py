@@ -119,8 +119,8 @@ def when_nothing_fits(p: Problem, res: SolveResult, options, solve, start: float
     info = {"without": INFEASIBLE, "fractions": list(FRACTIONS), "tried": tried}
     if best is None:
         res.stats.optimizer_offload = info
-        res.explanation += (
-            " Optimizer CPU offload (fraction "
+        res.explanation = res.explanation.rstrip(" .") + (  # a sentence of its own ("either Optimizer" ran on)
+            ". Optimizer CPU offload (fraction "
             + ", ".join(f"{t['fraction']:g}" for t in tried)
             + ") does not make a plan fit either."
         )

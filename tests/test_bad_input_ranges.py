@@ -1,9 +1,11 @@
-"""Absurd but finite cluster numbers and a string where a list belongs.
+"""Absurd but finite cluster numbers, a string where a list belongs, and the "no plan" line of ``recommend``.
 
 Each cluster case was accepted: a link latency of 1e30 s priced a step of 6e30 s, an HBM bandwidth of 1e-300 GB/s
 was an OverflowError traceback, a bandwidth or peak of 1e300 a numpy overflow warning or nonsense; a
 ``calibrated_constants`` of ``"x"`` was read as the constant ``'x'``. Now each exits 2 with one line naming the
-field, the value and the allowed range (:data:`costmodel.spec.bounds.RANGES`).
+field, the value and the allowed range (:data:`costmodel.spec.bounds.RANGES`). The "no plan" explanation ran to
+~500 characters on one line; it is now the binding reason and the smallest change in at most 200
+(:mod:`planner.no_plan_line`).
 """
 
 import json
@@ -14,6 +16,7 @@ import pytest
 from costmodel.spec.bounds import RANGES
 from costmodel.spec.presets import cluster_from_dict, preset_info, preset_names
 from planner import cli
+from planner.no_plan_line import NO_PLAN_CHARS, no_plan_line
 
 EVALUATE = ["evaluate", "--model", "llama3-8b", "--cluster", "{cluster}", "--gpus", "16", "--global-batch", "64"]
 EVALUATE += ["--seq", "2048", "--tp", "8"]
@@ -149,3 +152,59 @@ def test_values_at_the_bounds_run_without_overflow(capsys, tmp_path, edge):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "step time" in out and "warning" not in err
+
+
+# --------------------------------------------------------------------------- the "no plan" line
+INFEASIBLE = [
+    # a 405B model on 8 GPUs of 40 GiB: was 464 characters (the leanest plan, two offload notes, two changes)
+    ["--model", "llama3.1-405b", "--cluster", "a100-40g", "--gpus", "8", "--global-batch", "64", "--seq", "2048"],
+    # pinned degrees that leave no plan in memory: was 460 characters
+    ["--model", "llama3-70b", "--cluster", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq", "8192"]
+    + ["--tp", "2", "--pp", "1"],
+]
+
+
+@pytest.mark.parametrize("argv", INFEASIBLE, ids=["405b_on_8_a100_40g", "70b_pinned_tp2_pp1"])
+def test_no_plan_line_is_short_and_names_reason_and_change(capsys, argv):
+    code = cli.main(["recommend", *argv, "--time-limit", "5"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", err
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    line = lines[0]
+    assert line.startswith("planner: error: problem=infeasible: no plan fits in memory: "), line
+    assert "GiB per GPU" in line and "usable" in line, line  # the binding reason, with its numbers
+    assert "smallest changes: " in line, line  # and the smallest change
+    assert len(line) <= len("planner: error: ") + NO_PLAN_CHARS, (len(line), line)
+
+
+def test_pinned_tp_not_dividing_heads_is_one_short_line(capsys):
+    code = cli.main(["recommend", "--model", "llama3-8b", *INFEASIBLE[0][2:], "--tp", "3"])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, "tp=3", "heads=32")
+
+
+def test_no_plan_line_keeps_reason_first_and_drops_detail_last():
+    why = (
+        "no plan fits in memory: the leanest (tp=8 pp=1 dp=1 cp=1 ep=1 mb=1 zero=0 recompute=full) needs 852.5 GiB per"
+        " GPU, 40.0 GiB usable; activation CPU offload (Megatron --cpu-offloading-num-layers, up to 125 layers, pp = 1"
+        " without recompute) does not make a plan fit either. Optimizer CPU offload (fraction 0.5, 1) does not make a"
+        " plan fit either."
+    )
+    changes = ["--gpus 192 (more GPUs: +184)", "HBM >= 852.5 GiB per GPU (have 40.0)", "--global-batch 8"]
+    line = no_plan_line("problem=infeasible", why, changes)
+    assert len(line) <= NO_PLAN_CHARS and "\n" not in line
+    assert line.startswith("problem=infeasible: no plan fits in memory: the leanest plan needs 852.5 GiB per GPU")
+    assert "smallest changes: --gpus 192" in line and line.endswith("(details: --json)")
+    # a short explanation is kept whole, offload notes summarised
+    short = no_plan_line(
+        "problem=infeasible",
+        "no plan fits in memory: x. Optimizer CPU offload (fraction 1) does not make a plan fit either.",
+        ["--gpus 16"],
+    )
+    assert short == (
+        "problem=infeasible: no plan fits in memory: x; optimizer CPU offload does not help either; "
+        "smallest changes: --gpus 16"
+    )
+    # one endless clause is clipped, never longer than the cap
+    assert len(no_plan_line("problem=infeasible", "y" * 1000)) <= NO_PLAN_CHARS
