@@ -208,3 +208,18 @@ def test_no_plan_line_keeps_reason_first_and_drops_detail_last():
     )
     # one endless clause is clipped, never longer than the cap
     assert len(no_plan_line("problem=infeasible", "y" * 1000)) <= NO_PLAN_CHARS
+
+
+@pytest.mark.parametrize("path", ["device.gemm_efficiency", "device.mem_bw_efficiency", "intra_link.efficiency"])
+def test_an_efficiency_below_one_percent_exits_2(capsys, tmp_path, path):
+    code, out, err = _evaluate(capsys, tmp_path, _cluster(path, 1e-300))
+    assert_one_line_error(code, out, err, path.split(".")[-1], "[0.01, 1]")
+
+
+@pytest.mark.parametrize("value", [0.1, 0.99])
+def test_an_efficiency_outside_the_calibration_bounds_is_priced(capsys, tmp_path, value):
+    """GEMM efficiency 0.1 or 0.99 is outside the calibration's bounds [0.3, 0.95]: the band's sensitivity was taken
+    at steps the calibration refuses ('gemm_efficiency=0.11: must be within its bounds'); now at the nearest bound."""
+    code, out, err = _evaluate(capsys, tmp_path, _cluster("device.gemm_efficiency", value))
+    assert code == 0, err
+    assert "step time" in out and err == ""

@@ -18,6 +18,9 @@ from costmodel.spec.units import GiB
 #: the most engines of one DMA class a device may have: a sanity bound (B200 has a few tens of copy engines);
 #: a count of 1e30 was an OverflowError traceback
 MAX_DMA_ENGINES = 1_024
+#: the smallest kernel or link efficiency a cluster file may state (a sanity bound: no kernel that runs reaches under
+#: 1% of its peak; 1e-300 priced a step past float range, with numpy overflow warnings)
+MIN_EFFICIENCY = 0.01
 
 
 def _text(name: str, value) -> None:
@@ -141,8 +144,8 @@ class DeviceSpec:
         for f in ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "mem_bw_efficiency"):
             v = getattr(self, f)
             _positive(f, v, allow_zero=f == "fp8_gemm_efficiency")
-            if v > 1:
-                raise SpecError(f, v, "a fraction in (0, 1]")
+            if v > 1 or 0 < v < MIN_EFFICIENCY:
+                raise SpecError(f, v, f"a fraction in [{MIN_EFFICIENCY:g}, 1] (a sanity bound)")
         _positive("kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
         _in_range(self, "kernel_overhead_s")
         _positive("comm_compute_interference", self.comm_compute_interference, allow_zero=True)
@@ -200,8 +203,8 @@ class LinkSpec:
         _positive("bw_bytes_per_s", self.bw_bytes_per_s)
         _positive("latency_s", self.latency_s, allow_zero=True)
         _positive("efficiency", self.efficiency)
-        if self.efficiency > 1:
-            raise SpecError("efficiency", self.efficiency, "a fraction in (0, 1]")
+        if self.efficiency > 1 or self.efficiency < MIN_EFFICIENCY:
+            raise SpecError("efficiency", self.efficiency, f"a fraction in [{MIN_EFFICIENCY:g}, 1] (a sanity bound)")
         _positive("nvls_efficiency", self.nvls_efficiency, allow_zero=True)
         if self.nvls_efficiency > 1:
             raise SpecError("nvls_efficiency", self.nvls_efficiency, "a fraction in [0, 1]")

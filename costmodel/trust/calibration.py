@@ -115,16 +115,19 @@ def max_constants(n_runs: int) -> int:
 def sensitivity_matrix(runs, cluster: ClusterSpec, names, engine: str = "analytic") -> np.ndarray:
     """``S[i, j]``: change of ``ln(predicted_i)`` for a typical error of constant ``names[j]``.
 
-    Central differences of +-``scale`` (one-sided at a bound), divided back to one ``scale``.
+    Central differences of +-``scale`` (one-sided at a bound), divided back to one ``scale``. A value outside the
+    constant's bounds (a user's cluster file may state one) is differenced at the nearest bound: the steps stay
+    where :func:`apply` takes them.
     """
     base = _log_residuals(runs, cluster, engine)
     S = np.zeros((len(runs), len(names)))
     for j, name in enumerate(names):
         c, v = constant(name), get_value(cluster, name)
-        h = c.scale_of(v)
-        up, dn = min(v + h, c.hi), max(v - h, c.lo)
-        r_up = _log_residuals(runs, apply(cluster, {name: up}), engine) if up > v else base
-        r_dn = _log_residuals(runs, apply(cluster, {name: dn}), engine) if dn < v else base
+        h, at = c.scale_of(v), min(max(v, c.lo), c.hi)
+        mid = base if at == v else _log_residuals(runs, apply(cluster, {name: at}), engine)
+        up, dn = min(at + h, c.hi), max(at - h, c.lo)
+        r_up = _log_residuals(runs, apply(cluster, {name: up}), engine) if up > at else mid
+        r_dn = _log_residuals(runs, apply(cluster, {name: dn}), engine) if dn < at else mid
         S[:, j] = (r_up - r_dn) / (up - dn) * h if up > dn else 0.0
     return S
 
