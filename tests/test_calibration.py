@@ -249,10 +249,12 @@ def test_a_constant_the_runs_do_not_determine_keeps_its_prior_and_says_so():
         for i, r in enumerate(synthetic_runs(plans=plans))
     ]
     cal = fit(runs, H100, loo=False)
-    assert "intra_link_efficiency" not in cal.names and cal.names  # the others are still fitted
-    assert cal.after["intra_link_efficiency"] == cal.before["intra_link_efficiency"]
-    value, se, kept = cal.undetermined["intra_link_efficiency"]
-    assert se > UNDETERMINED_REL * value and kept == cal.before["intra_link_efficiency"]
-    assert any(w.startswith("intra_link_efficiency is not determined by these runs") for w in cal.warnings)
+    # which constants these runs leave undetermined depends on the model's sensitivities (intra_link_efficiency
+    # until the DP reductions' SM interference entered the closed form, 2026-12-06; inter-link and interference now)
+    assert cal.undetermined and cal.names  # some are not determined, the others are still fitted
+    for name, (value, se, kept) in cal.undetermined.items():
+        assert name not in cal.names and cal.after[name] == cal.before[name] == kept
+        assert se > UNDETERMINED_REL * abs(value)
+        assert any(w.startswith(f"{name} is not determined by these runs") for w in cal.warnings)
     for n in cal.names:  # what is kept is determined
         assert cal.stderr[n] is None or cal.stderr[n] <= UNDETERMINED_REL * cal.after[n]

@@ -12,7 +12,7 @@ from costmodel.physics.comm import dma
 from costmodel.frameworks import rules as frameworks
 from costmodel.physics.mechanics import offload
 from costmodel.physics.comm.collectives import collective_time_s
-from costmodel.physics.comm.groups import group_stride
+from costmodel.physics.comm.groups import group_stride, layout
 from costmodel.spec.plan import ParallelConfig
 from costmodel.physics.mechanics.grad_buckets import stage_grad_buckets
 from costmodel.physics.memory.stage_memory import grad_elem_bytes, param_gather_bytes
@@ -152,6 +152,16 @@ def stage_dp_terms(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, st
         )
     lat_grad, lat_param = dp_latency(model, cluster, c, stage, counts=(gb.dense_count, gb.expert_count))
     return DpTerms(t_grad, t_param, lat_grad, lat_param, gb.count, gb.pieces())
+
+
+def dp_interference(cluster: ClusterSpec, c: ParallelConfig) -> float:
+    """The fraction by which the end-of-step DP reductions slow the last backward they overlap
+    (:func:`costmodel.compose.step.dp_exposure`'s ``interference``): the device's ``comm_compute_interference`` where
+    the DP x CP group's link is served by SM-based engines (NCCL kernels), else 0 (the analytic ledger's rule,
+    :mod:`costmodel.engines.analytic`)."""
+    scope = layout(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp), cluster.domain).scope
+    dev = cluster.device
+    return dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
 
 
 def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> float:

@@ -86,7 +86,19 @@ def even_pieces(buckets, v):
 
 
 def dp_exposure(
-    t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p=1, v=1, layers=1, pieces=None
+    t_grad,
+    t_param,
+    lat_grad,
+    lat_param,
+    buckets,
+    backward_s,
+    forward_s,
+    stage,
+    p=1,
+    v=1,
+    layers=1,
+    pieces=None,
+    interference=0.0,
 ):
     """(gradient exposed, parameter-gather exposed, gradient link, parameter link) seconds of a
     stage's end-of-step DP traffic; every argument may be a numpy array (broadcast).
@@ -104,7 +116,14 @@ def dp_exposure(
     reductions queue in that order, ``buckets / v`` pipelined with each chunk's backward, so
     the stage finishes ``F = max_c [exposed(t_grad (c + 1) / v, b_c, buckets / v) - c p b_c]``
     after its last backward, and its last backward ends ``stage * b_c`` before stage 0's (the
-    1F1B drain). ``buckets = 0``: one reduction after backward, fully exposed.
+    1F1B drain). ``buckets = 0``: one reduction after backward, fully exposed. ``interference``: the device's
+    ``comm_compute_interference`` where the reductions run on SM-based engines (:func:`dp_interference`), else 0:
+    while they run beside the backward, its compute runs at ``1 - interference`` of its speed (the op graph's
+    scheduler, :mod:`costmodel.engines.graph.scheduler`), so the last backward ends ``interference`` times the
+    reduction time it overlapped later, and the last piece (``t_grad / (v k_first)``) goes after it:
+    ``max(tail, interference (t_grad - tail) + t_grad / (v k_first))`` (a reduction longer than the backward hides
+    the slowdown behind itself). Until 2026-12-06 the closed form left this out (GPT 16B / 192 H100, DP 96, 160 MB
+    buckets: 2.0 ms exposed against the op graph's 27.7 ms; ``tests/test_dp_interference.py``).
 
     Parameters (ZeRO-1/2, Megatron ``--overlap-param-gather``): gathered in layer order behind
     the next step's first forward; layer ``i`` of chunk ``c`` is first needed
@@ -116,7 +135,7 @@ def dp_exposure(
     args = (t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, layers)
     k_first, k_rest = even_pieces(buckets, v) if pieces is None else pieces
     if not any(isinstance(a, np.ndarray) for a in args + (k_first, k_rest)):
-        return _dp_exposure_scalar(*args[:8], p, v, args[8], k_first, k_rest)
+        return _dp_exposure_scalar(*args[:8], p, v, args[8], k_first, k_rest, interference)
     t_grad = bucketed_s(t_grad, lat_grad, buckets)
     t_param = bucketed_s(t_param, lat_param, buckets)
     b_c = np.asarray(backward_s, float) / v
@@ -127,6 +146,7 @@ def dp_exposure(
     c = np.arange(v).reshape((v,) + (1,) * max(np.ndim(t_grad), np.ndim(b_c), np.ndim(k_f), np.ndim(k_r)))
     k_c = np.where(c == 0, k_f, k_r)
     tail = np.max(exposed_s(np.asarray(t_grad * (c + 1) / v, float), b_c, k_c) - c * p * b_c, axis=0)
+    tail = np.maximum(tail, interference * np.maximum(0.0, t_grad - tail) + t_grad / (v * k_f))
     ex = np.maximum(0.0, np.where(on, tail, t_grad) - np.asarray(stage) * b_c)
     n = np.maximum(np.asarray(layers, float), 1.0)
     n_c = n / v
@@ -142,7 +162,7 @@ def dp_exposure(
 
 
 def _dp_exposure_scalar(
-    t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p, v, layers, k_first, k_rest
+    t_grad, t_param, lat_grad, lat_param, buckets, backward_s, forward_s, stage, p, v, layers, k_first, k_rest, coef
 ):
     """:func:`dp_exposure` on plain numbers (the fast path scores thousands of plans a second)."""
     extra = max(buckets - 1, 0)
@@ -151,6 +171,7 @@ def _dp_exposure_scalar(
     if k_first > 0:
         k_f, k_r = max(k_first, 1.0), max(k_rest, 1.0)
         tail = max(exposed_s(t_grad * (c + 1) / v, b_c, k_f if c == 0 else k_r) - c * p * b_c for c in range(v))
+        tail = max(tail, coef * max(0.0, t_grad - tail) + t_grad / (v * k_f))
         ex = max(0.0, tail - stage * b_c)
         n = max(float(layers), 1.0)
         n_c = n / v
@@ -225,15 +246,17 @@ def compose(
     p: int,
     v: int,
     weights=None,
+    interference: float = 0.0,
 ) -> Composition:
     """The step of one plan from arrays over (some of) its stages: ``stages`` are their indices
     (the head start of each), the other arrays their per-micro-batch time, forward, backward
     (with recompute), DP collective terms, bucket count and pieces (:func:`dp_exposure`), optimizer
     time and layer count;
-    ``weights`` how many stages each stands for (default one each: all ``p`` stages given)."""
+    ``weights`` how many stages each stands for (default one each: all ``p`` stages given);
+    ``interference`` the DP reductions' slowdown of the backward they overlap (:func:`dp_exposure`)."""
     t_mb, stages = [float(x) for x in t_mb], list(stages)
     dps = [
-        dp_exposure(*terms, p=p, v=v, layers=n, pieces=k)
+        dp_exposure(*terms, p=p, v=v, layers=n, pieces=k, interference=interference)
         for terms, n, k in zip(
             zip(t_grad, t_param, lat_grad, lat_param, buckets, backward, fwd, stages), layers, pieces
         )

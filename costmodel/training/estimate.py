@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from costmodel.compose.stage_terms import stage_dp_terms, stage_optimizer_s
+from costmodel.compose.stage_terms import dp_interference, stage_dp_terms, stage_optimizer_s
 from costmodel.engines.analytic import stage_timing
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.validity import validate_config
@@ -258,4 +258,5 @@ def _analytic_composition(model: ModelSpec, cluster: ClusterSpec, c: ParallelCon
         m,
         c.pp,
         c.vp,
+        interference=dp_interference(cluster, c),
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from costmodel.physics.comm import dma
 from costmodel.frameworks import rules as frameworks
-from costmodel.compose.stage_terms import stage_dp_terms, stage_optimizer_s
+from costmodel.compose.stage_terms import dp_interference, stage_dp_terms, stage_optimizer_s
 from costmodel.engines.analytic import stage_timing
 from costmodel.spec.plan import ParallelConfig, micro_batches
 from costmodel.physics.validity import validate_config
@@ -280,6 +280,7 @@ class Scorer:
             c.pp,
             c.vp,
             weights,
+            interference=dp_interference(self.cluster, c),
         ).step_s
         if c.activation_offload_layers:  # pp = 1: one stage (costmodel.physics.mechanics.act_offload)
             step += act_offload.step_exposed_s(

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel.physics.comm import dma
+from costmodel.compose.stage_terms import dp_interference
 from costmodel.compose.step import dp_exposure
 
 from ..candidates import stage_count_ok, stage_kinds
@@ -144,6 +145,7 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
         shard_d = s.dp * s.cp if choice.zero >= 1 else 1
         shard_e = self._expert_dp(choice) if choice.zero >= 1 else 1
         out = {name: {} for name in ("time", "dp", "opt", "mem", "valid", "stall")}
+        coef = dp_interference(p.cluster, choice.config())  # the DP reductions' slowdown of the last backward
         for kind in stage_kinds(s.pp):
             time, fwd, bwd, rec = self.timing(choice, kind)
             stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
@@ -176,6 +178,7 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
                     vp,
                     (n + self.mtp_on(kind))[at],
                     pieces=b["pieces"],
+                    interference=coef,
                 )
                 dp[at] = ex + zx
             for name, arr in (("time", time), ("dp", dp), ("opt", opt), ("mem", mem), ("valid", valid)):
