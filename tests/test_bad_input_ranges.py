@@ -17,21 +17,10 @@ from costmodel.spec.bounds import RANGES
 from costmodel.spec.presets import cluster_from_dict, preset_info, preset_names
 from planner import cli
 from planner.no_plan_line import NO_PLAN_CHARS, no_plan_line
+from tests.test_cli_bad_input_sweep import _cluster  # the h100-sxm preset with one key path set
 
 EVALUATE = ["evaluate", "--model", "llama3-8b", "--cluster", "{cluster}", "--gpus", "16", "--global-batch", "64"]
 EVALUATE += ["--seq", "2048", "--tp", "8"]
-
-
-def _cluster(path: str, value) -> dict:
-    """The h100-sxm preset with ``path`` (``device.hbm_bw_gbps``, ``device.dma_engines.0.bw_gbps``) set to
-    ``value``."""
-    d = json.loads(json.dumps(preset_info("clusters", "h100-sxm")))
-    *parents, key = path.split(".")
-    target = d
-    for p in parents:
-        target = target[int(p)] if isinstance(target, list) else target[p]
-    target[key] = value
-    return d
 
 
 # (id, key path, value, field the error names, the range it states)
