@@ -212,3 +212,16 @@ def test_an_efficiency_outside_the_calibration_bounds_is_priced(capsys, tmp_path
     code, out, err = _evaluate(capsys, tmp_path, _cluster("device.gemm_efficiency", value))
     assert code == 0, err
     assert "step time" in out and err == ""
+
+
+@pytest.mark.parametrize(
+    "flag, value, field",
+    [("--nic-gbps", "1e300", "nic_gbps"), ("--nvlink-gbps", "1e-9", "nvlink_gbps"), ("--hbm-gib", "1e9", "hbm_gib")],
+)
+def test_sweep_whatifs_outside_the_cluster_bounds_exit_2(capsys, tmp_path, flag, value, field):
+    """A what-if is refused at the grid as the same number in a cluster file is (it was a per-case error naming the
+    internal field: 'bw_bytes_per_s=inf')."""
+    argv = ["sweep", "--models", "gpt3-175b", "--clusters", "a100-80g", "--gpus", "64", "--global-batch", "64"]
+    code = cli.main(argv + ["--seq", "2048", flag, value, "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert_one_line_error(code, out, err, f"{field}=", "a sanity bound")

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costmodel.spec.plan_checks import GRAD_DTYPES
-from costmodel.spec.bounds import MAX_SPEC_FILE_BYTES, read_text_file
+from costmodel.spec.bounds import MAX_HBM_BYTES, MAX_SPEC_FILE_BYTES, RANGES, read_text_file
 from costmodel.spec.errors import SpecError
+from costmodel.spec.hardware import MAX_DMA_ENGINES
 from costmodel.spec.plan_checks import DEFAULT_FRAMEWORK, FRAMEWORKS
 from search.options import ANSWER_OPTIONS
 from costmodel.spec.specs import ClusterSpec, ModelSpec
@@ -68,6 +69,15 @@ OPTIONS = {"time_limit_s": ("float", ANSWER_OPTIONS.time_limit_s)}  # planner re
 #: how a sweep runs (not part of a case): may sit in the grid file, flags override them
 RUN_KEYS = ("out", "workers", "backend", "address")
 ALIASES = {"model": "models", "cluster": "clusters", "batch": "global_batch", "time_limit": "time_limit_s"}
+
+#: the what-ifs' sanity bounds, in their own units: the cluster files' (costmodel.spec.bounds.RANGES, MAX_HBM_BYTES,
+#: costmodel.spec.hardware.MAX_DMA_ENGINES), so a what-if is refused at the grid as the same value in a file would be
+WHATIF_RANGES = {
+    "nvlink_gbps": (RANGES["bw_bytes_per_s"][0] / GB, RANGES["bw_bytes_per_s"][1] / GB, "GB/s"),
+    "nic_gbps": (RANGES["bw_bytes_per_s"][0] / GB, RANGES["bw_bytes_per_s"][1] / GB, "GB/s"),
+    "hbm_gib": (0.0, MAX_HBM_BYTES / GiB, "GiB"),
+    "dma_engines": (1, MAX_DMA_ENGINES, "engines"),
+}
 
 _ALLOWED = {
     "int": "positive integers",
@@ -243,6 +253,15 @@ def _split(key: str, value) -> list:
 
 
 def _value(key: str, kind: str, v):
+    out = _typed(key, kind, v)
+    if key in WHATIF_RANGES:
+        lo, hi, unit = WHATIF_RANGES[key]
+        if not lo <= out <= hi:
+            raise SpecError(key, v, f"a number in [{lo:g}, {hi:g}] {unit} (a sanity bound)")
+    return out
+
+
+def _typed(key: str, kind: str, v):
     bad = SpecError(key, v, f"{_ALLOWED[kind]} (a list, or comma-separated)")
     if kind == "int":
         if isinstance(v, bool):
