@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 
 from costmodel.physics.comm import dma
 from costmodel.frameworks import rules as frameworks
+from costmodel.frameworks.defaults import megatron_ddp_bucket_elements
+from costmodel.spec.units import GRAD_BYTES
 from costmodel.spec.plan import ParallelConfig
 from costmodel.spec.errors import SpecError
 
@@ -308,7 +310,9 @@ def engine_bound(cluster, c, model) -> bool:
 def bucket_values(p: Problem, s: Shape) -> list[float]:
     """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default); a
     framework that fixes its bucket (torchtitan's 100 MB, :data:`costmodel.frameworks.rules.FIXED_BUCKET_MB`)
-    runs that one unless the user pins another."""
+    runs that one unless the user pins another. Megatron's options hold its own default for the shape's DP
+    (:func:`costmodel.frameworks.defaults.megatron_ddp_bucket_elements`: 48M elements at DP 48, 192 MB of FP32
+    gradients), what its published plans run (row 109, Megatron-LM 2024's GPT 462B, DP 48)."""
     if not data_parallel(p, s):
         return [float(b) for b in _moot(p, "bucket_mb", 40.0)]
     if p.framework in frameworks.FIXED_BUCKET_MB:
@@ -316,6 +320,8 @@ def bucket_values(p: Problem, s: Shape) -> list[float]:
     opts = set(float(b) for b in p.limits.bucket_mb_options)
     if "bucket_mb" in p.limits.fixed:
         opts.add(float(p.limits.fixed["bucket_mb"]))
+    elif p.framework == "megatron":  # what Megatron-Core runs without --ddp-bucket-size: it grows with DP past 40
+        opts.add(megatron_ddp_bucket_elements(s.dp) * (GRAD_BYTES if p.grad_dtype == "fp32" else 2) / 1e6)
     return p.limits.filter("bucket_mb", sorted(opts))
 
 

@@ -350,3 +350,20 @@ def test_only_moe_layers_with_expert_parallelism_read_the_dispatcher_and_the_ep_
                     else:
                         assert got == plain, (base, moe, d, overlap)
     assert differs  # the options do move an MoE layer with EP
+
+
+def test_megatron_bucket_options_hold_its_default_for_the_dp_size():
+    """Megatron-Core without --ddp-bucket-size reduces max(40M, 1M x DP) gradient elements a bucket: 48M at DP 48
+    (192 MB of FP32 gradients, what Megatron-LM 2024's GPT 462B ran); the search offers it beside 25 and 160 MB."""
+    from dataclasses import replace
+
+    p = problem("gpt3-175b", "h100-sxm", 6144, 1536, 2048)
+    wide = next(s for s in shapes(p) if s.dp == 48)
+    narrow = next(s for s in shapes(p) if 1 < s.dp <= 40)
+    assert bucket_values(p, wide) == [25.0, 160.0, 192.0]
+    assert bucket_values(p, narrow) == [25.0, 160.0]  # the default is 40M elements there: 160 MB
+    bf16 = replace(p, grad_dtype="bf16")
+    assert 96.0 in bucket_values(bf16, wide)  # 48M BF16 elements
+    pinned = replace(p, limits=replace(p.limits, fixed={"bucket_mb": 50}))
+    assert 192.0 not in bucket_values(pinned, wide)
+    assert 192.0 not in bucket_values(replace(p, framework="deepspeed"), wide)
