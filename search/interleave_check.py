@@ -9,7 +9,7 @@ so unequal chunks within a stage stall its neighbours, which the sum cannot show
 0.5 / 1 / 1 on every stage runs 12.2% above the closed form; ``benchmarks/notes/2026-12-06-answer-vs-published-and-
 speculation.md``). A MoE model has such chunks by construction (dense first layers, the MTP module and the LM head
 on the last chunk), so the search can rank a deep interleave first on an optimism of 10-20% that the re-score band
-(2.5%, the engines' measured p90 disagreement) never reaches past: DeepSeek-V3 / 256 B200 answered TP2 PP8 VP4
+(2%, the engines' measured disagreement elsewhere) never reaches past: DeepSeek-V3 / 256 B200 answered TP2 PP8 VP4
 at 8.23 s analytic, 9.80 s op graph, while the best plan without interleaving schedules at 9.03 s.
 
 Without interleaving (``vp = 1``) the closed form is exact when the last stage is the slowest or the stages are

@@ -1,7 +1,7 @@
 """Issue 42 item 5: the safe plan is the default answer.
 
-When keeping the memory model's measured margin (:mod:`costmodel.trust.memory_margin`) costs more than the
-re-score band (2.5%), ``planner recommend`` used to answer the faster plan at 93-99% of HBM. Now the default answer is
+When keeping the memory model's measured margin (:mod:`costmodel.trust.memory_margin`) costs more than the 2%
+re-score band, ``planner recommend`` used to answer the faster plan at 93-99% of HBM. Now the default answer is
 the fastest plan that keeps the margin, the faster one at risk is shown beside it (a column of the table, and
 ``margin_alternative`` in ``--json``), and ``--prefer fast`` or ``--memory-margin 0`` answers the faster one.
 
@@ -45,7 +45,7 @@ def _argv(model_file, *extra):
         "--global-batch",
         "256",
         "--seq",
-        "8192",
+        "4096",
         "--time-limit",
         "60",  # both searches (the plain one and the one with the margin as a hard limit) finish on a loaded host
         *extra,
@@ -92,13 +92,13 @@ def test_the_table_shows_both(capsys, model_file):
 def test_api_answers_the_safe_plan_too(model_file):
     from planner import Planner, recommend
 
-    kw = dict(gpus=16, global_batch=256, seq=8192, time_limit_s=60)
+    kw = dict(gpus=16, global_batch=256, seq=4096, time_limit_s=60)
     r = recommend(model_file, "a100-80g", **kw)
     assert r.margin_kept is True and r.margin_alternative is not None
     peak, usable = r.best.reported.peak_memory_bytes, r.best.reported.hbm_bytes
     assert not at_risk(peak, usable, MEMORY_MARGIN)
     assert at_risk(r.margin_alternative.reported.peak_memory_bytes, usable, MEMORY_MARGIN)
-    t = Planner(model=model_file, cluster="a100-80g", gpus=16, global_batch=256, seq=8192).recommend(time_limit_s=60)
+    t = Planner(model=model_file, cluster="a100-80g", gpus=16, global_batch=256, seq=4096).recommend(time_limit_s=60)
     assert t.best.config == r.best.config
     f = recommend(model_file, "a100-80g", **kw, prefer="fast")
     assert f.best.config == r.margin_alternative.config and f.margin_kept is False
