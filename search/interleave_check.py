@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from .options import SolveOptions
 from .problem import Problem
-from .result import OPTIMAL, SolveResult, binding_constraints
+from .result import SolveResult, binding_constraints
 from .tables import Tables
 
 #: plans without interleaving the check re-scores at most (best analytic first): their closed form is exact or above
@@ -94,8 +94,10 @@ def without_interleaving(
     }
     if alt.plans and alt.graph_objective_s is not None and alt.graph_objective_s < res.graph_objective_s:
         check["chosen"] = True
-        if res.status != OPTIMAL and alt.status == OPTIMAL:  # the interleaved plans were not searched to the end
-            alt.status, alt.bound_s = res.status, None
+        # the proof stays the first search's: the analytic optimum of the whole space, its bound and its op-graph
+        # time (the answer is a plan the check took over it, as the re-score takes one within the band)
+        alt.status, alt.objective_s, alt.bound_s = res.status, res.objective_s, res.bound_s
+        alt.analytic_best_graph_s = res.analytic_best_graph_s
         alt.stats.interleave_check = check
         # what binds, against the user's problem (vp_max = 1 is the check's limit, not the user's)
         alt.plans = [replace(pl, binding=tuple(binding_constraints(p, pl.choice, pl.estimate))) for pl in alt.plans]
