@@ -52,15 +52,13 @@ def _known_calibrated(spec: ClusterSpec) -> None:
     """A fitted constant's name (a cluster file's ``calibrated.fitted`` or ``calibrated_constants``) must be one a
     calibration fits: an unknown one (a typo) was silently ignored. Checked here, not in ``costmodel.spec``, whose
     floor may not import the calibration's constants (``costmodel.trust``)."""
-    from difflib import get_close_matches
-
+    from costmodel.spec.presets import known_keys_hint
     from costmodel.trust.calibration_constants import CONSTANTS
 
     for name in spec.calibrated_constants:
         if name not in CONSTANTS:
-            close = get_close_matches(name[:100], list(CONSTANTS), n=3, cutoff=0.6)
-            known = f"did you mean {' or '.join(close)}?" if close else ", ".join(CONSTANTS)
-            raise SpecError("cluster.calibrated_constants", name, f"a calibrated constant ({known})")
+            hint = known_keys_hint(name, list(CONSTANTS))
+            raise SpecError("cluster.calibrated_constants", name, f"a calibrated constant ({hint})")
 
 
 def make_workload(global_batch, seq, dtype: str = "bf16") -> Workload:

@@ -154,14 +154,12 @@ def stage_dp_terms(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, st
     return DpTerms(t_grad, t_param, lat_grad, lat_param, gb.count, gb.pieces())
 
 
-def dp_interference(cluster: ClusterSpec, c: ParallelConfig) -> float:
+def dp_interference(cluster: ClusterSpec, c) -> float:
     """The fraction by which the end-of-step DP reductions slow the last backward they overlap
-    (:func:`costmodel.compose.step.dp_exposure`'s ``interference``): the device's ``comm_compute_interference`` where
-    the DP x CP group's link is served by SM-based engines (NCCL kernels), else 0 (the analytic ledger's rule,
-    :mod:`costmodel.engines.analytic`)."""
+    (:func:`costmodel.compose.step.dp_exposure`'s ``interference``): :meth:`DeviceSpec.interference_on` the DP x CP
+    group's link. ``c``: anything with ``tp``, ``cp`` and ``dp`` (a plan, or the search's shape)."""
     scope = layout(c.dp * c.cp, group_stride("dpcp", c.tp, c.cp, c.dp), cluster.domain).scope
-    dev = cluster.device
-    return dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
+    return cluster.device.interference_on(scope)
 
 
 def stage_optimizer_s(model: ModelSpec, cluster: ClusterSpec, c: ParallelConfig, stage: int) -> float:

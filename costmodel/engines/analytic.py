@@ -93,7 +93,7 @@ def layer_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
         zero = dma.engines_of(cluster, a, "zero")
         t_ag, t_rs = _zero3_collectives(model, cluster, c, moe, zero)
         scope = scopes["zero"]
-        coef = dev.comm_compute_interference if dev.engines_for(scope).uses_compute else 0.0
+        coef = dev.interference_on(scope)
         # the layer's other exposed communication on *another* link (e.g. TP on NVLink while the
         # gather crosses nodes) is time the gather runs on too; on the same link, or on DMA engines
         # it shares (costmodel.physics.comm.dma), they share it
@@ -334,7 +334,7 @@ def _layer_core_of(
     fwd = sum([o.fwd_s for o in ops])
     bwd = sum([o.bwd_s for o in ops])
     n = c.mb * w.seq_len / c.cp
-    coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
+    coef = dev.interference_on("intra")
     t_ag = t_ar = t_a2a = 0.0
     experts, k = None, 0
     if c.tp > 1:
@@ -421,7 +421,7 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, w: Workload, c: Paralle
             kind = "reducescatter" if c.sp_on else "allreduce"
             msg, eng = n * model.hidden * ACT_BYTES, dma.engines_of(cluster, dma.resolve(cluster, c, model), "tp")
             t = collective_time_s(kind, msg, c.tp, 1, cluster, engines=eng, tables=tp_from_nccl_tables(w, c, True))
-            coef = dev.comm_compute_interference if dev.engines_for("intra").uses_compute else 0.0
+            coef = dev.interference_on("intra")
             led.overlap("sp" if c.sp_on else "tp", t, head.wgrad_s, FREE, WHY_WINDOW, coef)
     # FSDP2 / ZeRO-3: the embedding and head units' collectives (costmodel.physics.mechanics.zero3_edges)
     edge_link, edge_f, edge_b = edge_times(model, cluster, c, stage)

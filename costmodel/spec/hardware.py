@@ -61,8 +61,7 @@ class DmaEngineClass:
     uses_compute: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.name, str):
-            raise SpecError("dma.name", self.name, "a string")
+        _text("dma.name", self.name)
         _positive_int(f"dma.{self.name}.count", self.count)
         if self.count > MAX_DMA_ENGINES:
             raise SpecError(f"dma.{self.name}.count", self.count, f"at most {MAX_DMA_ENGINES:,} (a sanity bound)")
@@ -171,6 +170,11 @@ class DeviceSpec:
                 return e
         raise SpecError("dma_engines", [e.name for e in self.dma_engines], f"an engine class serving '{scope}'")
 
+    def interference_on(self, scope: str) -> float:
+        """The fraction by which collectives of ``scope`` slow concurrent compute: ``comm_compute_interference``
+        where SM-based engines (NCCL kernels) carry them, 0 on dedicated DMA engines."""
+        return self.comm_compute_interference if self.engines_for(scope).uses_compute else 0.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class LinkSpec:
@@ -219,8 +223,7 @@ class LinkSpec:
             "nvls_tree_2node_channel_bw_bytes_per_s",
         ):
             _in_range(self, f)
-        if not isinstance(self.nvls_tree_medium_correction, bool):
-            raise SpecError("nvls_tree_medium_correction", self.nvls_tree_medium_correction, "true or false")
+        _flag("nvls_tree_medium_correction", self.nvls_tree_medium_correction)
 
     @property
     def effective_bw_bytes_per_s(self) -> float:

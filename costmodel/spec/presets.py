@@ -91,7 +91,7 @@ def _presets_hint(kind: str, name: str) -> str:
     return f"a preset ({guess}`planner presets` lists all {len(names)})"
 
 
-def _known_keys(key, known: list[str]) -> str:
+def known_keys_hint(key, known: list[str]) -> str:
     """The keys an unknown ``key`` may have meant: the closest, else all of them while they fit a short line
     (the model's 45 keys made a 676-character refusal, cut mid-list)."""
     import difflib
@@ -114,7 +114,7 @@ def _build(cls, data: dict, field: str, human: dict | None = None, raw: dict | N
             continue
         if k not in allowed:
             raise SpecError(
-                f"{field}.{k}", v, f"a known key ({_known_keys(k, sorted(names.get(a, a) for a in allowed))})"
+                f"{field}.{k}", v, f"a known key ({known_keys_hint(k, sorted(names.get(a, a) for a in allowed))})"
             )
         kw[k] = v
     try:

@@ -76,13 +76,7 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
         same = replace(problem, limits=replace(problem.limits, headroom_bytes=self.p.limits.headroom_bytes))
         if same != self.p:  # the caches' keys leave out everything else a problem fixes (flash attention, ...)
             raise ValueError("Tables.with_problem: only the memory headroom may differ")
-        out = Tables(problem)
-        out._layer, out._affine, out._parts = self._layer, self._affine, self._parts
-        out.shared = self.shared  # one dict: what either search fills, the other reads
-        if self._relaxed is not _UNSET:  # the relaxed cluster's tables, at the new headroom (None: ``self``)
-            rt = self._relaxed
-            out._relaxed = None if rt is None else rt.with_problem(replace(rt.p, limits=problem.limits))
-        return out
+        return self._sharing(problem, self.shared, Tables.with_problem)  # one dict: what either fills, both read
 
     def with_limits(self, problem: Problem) -> "Tables":
         """Tables of ``problem``, ``self``'s but for a smaller ``vp_max`` and more pins (:mod:`search.interleave_check`),
@@ -92,13 +86,19 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
         same = replace(problem, limits=replace(problem.limits, vp_max=self.p.limits.vp_max, fixed=self.p.limits.fixed))
         if same != self.p:
             raise ValueError("Tables.with_limits: only vp_max and the pins may differ")
+        shared = {name: self.shared.setdefault(name, {}) for name in VP_FREE}
+        return self._sharing(problem, shared, Tables.with_limits)
+
+    def _sharing(self, problem: Problem, shared: dict, derive) -> "Tables":
+        """Tables of ``problem`` holding ``self``'s caches of times and bytes per choice and ``shared`` as their
+        search modules' caches; the relaxed cluster's tables, once built, derived alike (``derive``, at the new
+        limits; None: ``self``)."""
         out = Tables(problem)
         out._layer, out._affine, out._parts = self._layer, self._affine, self._parts
-        for name in VP_FREE:
-            out.shared[name] = self.shared.setdefault(name, {})
-        if self._relaxed is not _UNSET:  # the relaxed cluster's tables (the group bounds), likewise (None: ``self``)
+        out.shared = shared
+        if self._relaxed is not _UNSET:
             rt = self._relaxed
-            out._relaxed = None if rt is None else rt.with_limits(replace(rt.p, limits=problem.limits))
+            out._relaxed = None if rt is None else derive(rt, replace(rt.p, limits=problem.limits))
         return out
 
     def relaxed(self) -> "Tables":
@@ -145,7 +145,7 @@ class Tables(LayerTerms, OffloadTerms, AffineTerms, BucketTerms, StageTerms):
         shard_d = s.dp * s.cp if choice.zero >= 1 else 1
         shard_e = self._expert_dp(choice) if choice.zero >= 1 else 1
         out = {name: {} for name in ("time", "dp", "opt", "mem", "valid", "stall")}
-        coef = dp_interference(p.cluster, choice.config())  # the DP reductions' slowdown of the last backward
+        coef = dp_interference(p.cluster, s)  # the DP reductions' slowdown of the last backward
         for kind in stage_kinds(s.pp):
             time, fwd, bwd, rec = self.timing(choice, kind)
             stage = {"first": 0, "only": 0, "mid": 1, "last": s.pp - 1}[kind]
