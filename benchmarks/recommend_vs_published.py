@@ -9,7 +9,8 @@ best value for unstated micro-batch and interleave; the op-graph engine), and ``
 cluster, GPU count, global batch, sequence length and precision, under the framework that ran it
 (Megatron-Core, DeepSpeed or FSDP2) and its gradient dtype, with the attention kernel of the published
 software (FlashAttention or not), the run's numerics (its plan options: optimizer dtype, FP8 parameter
-gather, ...) and an interleave cap that admits the published one, and everything else free. Rows whose software stack the search does
+gather, ...), an interleave cap that admits the published one, what the 2020-22 Megatron-LM rows' code lacked
+(:func:`era_limits`), and everything else free. Rows whose software stack the search does
 not choose (eager element-wise kernels, PyTorch's context_parallel, the DeepEP dispatcher, FSDP1's flat
 buffers) are listed, not compared: the recommendation would run another stack. Expected: the recommended plan's predicted step time is no worse
 than the published plan's (the published plan lies in the search space whenever its settings do).
@@ -33,8 +34,9 @@ import sys
 import time
 
 from benchmarks import results_io
-from benchmarks.published import load_set, predict
+from benchmarks.published import MEGATRON_ERA, load_set, predict
 from costmodel.api import evaluate
+from costmodel.frameworks.stacks import era_pins
 from costmodel.trust.memory_margin import at_risk
 from search.problem import Limits, Problem
 from search.options import ANSWER_OPTIONS
@@ -85,6 +87,43 @@ def unsearched_stack(fixed: dict) -> str:
     return ", ".join(out)
 
 
+#: the Megatron-LM era source that ran the 2022 code: sequence parallelism and selective recompute are its own
+#: contribution (Korthikanti et al. 2022, arXiv 2205.05198), the rest of the era stack stands
+ERA_WITH_SP = ("korthikanti2022",)
+
+
+#: the Megatron-LM v1 source (9edfdae, Aug 2020): pipelines without interleaving (the interleaved schedule and
+#: ``--num-layers-per-virtual-pipeline-stage`` came with v2.0 and Narayanan et al. 2021, arXiv 2104.04473)
+ERA_WITHOUT_INTERLEAVE = ("megatron_readme_2020",)
+
+
+def era_limits(source: str) -> dict:
+    """``Limits`` keywords of what a row's framework version could not choose (``costmodel.frameworks.stacks``
+    ``megatron-lm-2021``: no distributed optimizer, overlapped gradient reduction, TP overlap or context
+    parallelism, even stages only, and before 2022 no sequence parallelism or selective recompute), as
+    ``planner recommend --stack megatron-lm-2021`` pins them; ``{}`` for a row of a later stack. The published
+    plan ran on that stack, so its recommendation must.
+
+    >>> era_limits("narayanan2021")["fixed"], era_limits("narayanan2021")["exclude"]
+    ({'zero': 0, 'sp': False, 'bucket_mb': 0.0, 'chunks': 1, 'cp': 1}, {'recompute': ('selective',)})
+    >>> era_limits("korthikanti2022")
+    {'fixed': {'zero': 0, 'bucket_mb': 0.0, 'chunks': 1, 'cp': 1}, 'exclude': {}, 'uneven_stages': False}
+    >>> era_limits("megatron_readme_2020")["fixed"]["vp"], era_limits("nemo_2407")
+    (1, {})
+    """
+    if source not in MEGATRON_ERA:
+        return {}
+    fixed = era_pins("megatron-lm-2021")
+    exclude = fixed.pop("exclude", {})
+    uneven = fixed.pop("uneven_stages", True)
+    if source in ERA_WITH_SP:
+        fixed.pop("sp")
+        exclude = {}
+    if source in ERA_WITHOUT_INTERLEAVE:
+        fixed["vp"] = 1
+    return {"fixed": fixed, "exclude": exclude, "uneven_stages": uneven}
+
+
 def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="dev", choices=("dev", "new", "all"), help="published rows (default dev)")
@@ -115,7 +154,7 @@ def main(argv=None, record_results: bool = False) -> int:
             model=r.model,
             cluster=r.cluster,
             workload=r.workload,
-            limits=Limits(flash_attention=flash, vp_max=max(Limits().vp_max, pub.config.vp)),
+            limits=Limits(flash_attention=flash, vp_max=max(Limits().vp_max, pub.config.vp), **era_limits(r.source)),
             framework=r.fixed.get("framework", "megatron"),
             grad_dtype=r.fixed.get("grad_dtype", "fp32"),
             options=r.plan_options(),

@@ -203,7 +203,8 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
         fields["offload_modules"] = fg
     fields["framework"] = framework_from_args(args)
     era = era_pins(stack_of(args))  # what the stack's framework version runs for lack of a choice
-    era.pop("exclude", None)
+    era.pop("exclude", None)  # (search limits: a stated plan is evaluated as stated)
+    era.pop("uneven_stages", None)
     for k, v in {**stack_config(stack_of(args)), **era}.items():
         if k != "framework" and fields.get(k) is None:
             fields[k] = v

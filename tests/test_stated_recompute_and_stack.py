@@ -75,3 +75,14 @@ def test_megatron_lm_2021_stated_flags_win(capsys):
         "selective",
     )["config"]
     assert (c["zero"], c["sp"], c["bucket_mb"], c["recompute"]) == (1, True, 40.0, "selective")
+
+
+def test_megatron_lm_2021_recommends_no_context_parallelism_and_even_stages(capsys):
+    # GPT-22B has 48 layers; on 64 GPUs at 32k tokens the default stack is free to choose CP and an uneven split,
+    # Megatron-LM v2.6 has neither (costmodel.frameworks.stacks: era_source)
+    problem = ["--model", "gpt-22b", "--cluster", "a100-80g", "--gpus", "64", "--global-batch", "64", "--seq", "32768"]
+    c = run_json(capsys, "recommend", *problem, *OLD)["config"]
+    lps = c["layers_per_stage"] or [48 // c["pp"]] * c["pp"]
+    assert c["cp"] == 1 and len(set(lps)) == 1 and 48 % (c["pp"] * c["vp"]) == 0
+    new = run_json(capsys, "recommend", *problem)["config"]
+    assert new["cp"] > 1  # the default stack would split the 32k sequence

@@ -46,7 +46,8 @@ class Stack:
     era : ``(knob, value)`` pairs the framework version runs because it has nothing else (a knob it
         lacks, e.g. no distributed optimizer: ``zero`` 0), set unless the user states the knob
         (:func:`era_pins`); ``lacks_recompute`` the recomputation kinds it does not have (not searched
-        unless stated). era_source : where those are read from.
+        unless stated); ``even_stages`` every pipeline stage and model chunk holds the same layer count (the
+        search tries no other split: ``Limits.uneven_stages``). era_source : where those are read from.
     gemm_table : the measured GEMM table that stands nearest to the stack's GEMM library
         (:mod:`costmodel.physics.tables`: ``trtllm``, ``vllm`` or ``sglang``), read with ``--kernels measured``
         (:func:`with_measured_kernels`); gemm_table_source : why that one.
@@ -60,6 +61,7 @@ class Stack:
     source: str
     era: tuple = ()
     lacks_recompute: tuple = ()
+    even_stages: bool = False
     era_source: str = ""
     gemm_table: str = "trtllm"
     gemm_table_source: str = (
@@ -101,14 +103,19 @@ STACKS = {
             "Megatron-LM v2.6 (3860e995, 2021-08-27) megatron/arguments.py turns bias-GeLU, bias-dropout-add and "
             "scale-mask-softmax fusion on by default (--no-bias-gelu-fusion, --no-bias-dropout-fusion, "
             "--no-masked-softmax-fusion opt out) and megatron/model/fused_layer_norm.py is apex's fused LayerNorm",
-            era=(("zero", 0), ("sp", False), ("bucket_mb", 0.0), ("chunks", 1)),
+            era=(("zero", 0), ("sp", False), ("bucket_mb", 0.0), ("chunks", 1), ("cp", 1)),
             lacks_recompute=("selective",),
+            even_stages=True,
             era_source="Megatron-LM v2.6 (3860e995, 2021-08-27) megatron/arguments.py has no "
             "--use-distributed-optimizer (ZeRO 0), no --sequence-parallel, no --overlap-grad-reduce (training.py "
             "train_step all-reduces the gradients after forward_backward_func: bucket 0, no overlap), no "
             "--tp-comm-overlap (1 chunk), and recomputes only whole layers (--checkpoint-activations, "
             "--activations-checkpoint-method uniform|block); the distributed optimizer, sequence parallelism "
-            "and selective recompute came with Megatron-LM v3.0 in 2022 (Korthikanti et al. 2022, arXiv 2205.05198)",
+            "and selective recompute came with Megatron-LM v3.0 in 2022 (Korthikanti et al. 2022, arXiv 2205.05198), "
+            "context parallelism (--context-parallel-size) with Megatron-Core in 2023; every pipeline stage holds "
+            "num_layers / pipeline size layers (megatron/model/transformer.py ParallelTransformer asserts "
+            "num_layers % pipeline_model_parallel_size == 0, and the interleaved schedule an equal count per "
+            "model chunk): no uneven first or last stage",
         ),
         Stack(
             name="torchtitan-2024",
@@ -199,16 +206,22 @@ def stack_config(stack: str | Stack) -> dict:
 
 def era_pins(stack: str | Stack) -> dict:
     """``{knob: value}`` the stack's framework version runs for lack of anything else (:attr:`Stack.era`),
-    and ``exclude`` of the recomputation kinds it lacks: a planner input sets each only where the user states
-    nothing for it (``planner.flags.constraints_from_args``, ``config_from_args``).
+    ``exclude`` of the recomputation kinds it lacks, and ``uneven_stages`` False where every stage holds the same
+    layers: a planner input sets each only where the user states nothing for it
+    (``planner.flags.constraints_from_args``, ``config_from_args``; ``exclude`` and ``uneven_stages`` are
+    search limits, not plan fields).
 
     >>> era_pins("megatron-lm-2021")["zero"], era_pins("megatron-lm-2021")["exclude"], era_pins("mcore-2025")
     (0, {'recompute': ('selective',)}, {})
+    >>> era_pins("megatron-lm-2021")["cp"], era_pins("megatron-lm-2021")["uneven_stages"]
+    (1, False)
     """
     s = load_stack(stack)
     out = dict(s.era)
     if s.lacks_recompute:
         out["exclude"] = {"recompute": tuple(s.lacks_recompute)}
+    if s.even_stages:
+        out["uneven_stages"] = False
     return out
 
 
