@@ -65,6 +65,7 @@ TOPICS = [
             ("evaluate_partial", "python -m benchmarks.evaluate_partial --set all"),
         ],
     ),
+    ("Emitted flags", [("flags_roundtrip", "python -m benchmarks.flags_roundtrip")]),
     (
         "API and sweep speed",
         [
