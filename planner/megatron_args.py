@@ -237,9 +237,9 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     f.update(act_offload_fields(a))
     f.update(fg_offload_fields(a))
     if f["recompute"] == "selective" and not _none(a.get("recompute_modules")):
-        mods = recompute_modules(a["recompute_modules"])
-        if mods != ("core_attn",):  # Megatron's default: the plan's default too
-            f["recompute_modules"] = mods
+        # as stated, Megatron's default (core_attn) too: the plan's None and ("core_attn",) recompute the same, and a
+        # plan that names the modules reads back naming them
+        f["recompute_modules"] = recompute_modules(a["recompute_modules"])
     grad = grad_dtype(a)
     if grad != "fp32" or any(
         k in a for k in ("bf16", "fp16", "grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32")
