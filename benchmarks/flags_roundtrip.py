@@ -47,23 +47,23 @@ def megatron_rows(name: str = "all") -> list[Row]:
     return [r for r in load_set(name) if not r.skip and r.fixed.get("framework", "megatron") == "megatron"]
 
 
-def emitted_line(config: ParallelConfig, row: Row) -> str:
+def emitted_line(config: ParallelConfig, model, workload) -> str:
     """The plan as ``planner recommend ... --emit megatron`` prints it (``planner.recommend_report._emit``)."""
     from planner.emit import emit_text
 
-    text, _notes = emit_text("megatron", config, row.workload, row.model.layers, row.model.is_moe, model=row.model)
+    text, _notes = emit_text("megatron", config, workload, model.layers, model.is_moe, model=model)
     return text
 
 
-def read_back(text: str, row: Row, gpus: int):
-    """``planner evaluate --megatron-args TEXT --gpus N`` on the row's model and cluster: the estimate it prints."""
+def read_back(text: str, model, cluster, gpus: int):
+    """``planner evaluate --megatron-args TEXT --gpus N`` on ``model`` and ``cluster``: the estimate it prints."""
     from planner.cli import build_parser
     from planner.completion import stated_plan
 
     args = build_parser().parse_args(
-        ["evaluate", "--megatron-args", text, "--model", "row", "--cluster", "row", "--gpus", str(gpus), "--json"]
+        ["evaluate", "--megatron-args", text, "--model", "spec", "--cluster", "spec", "--gpus", str(gpus), "--json"]
     )
-    args.model, args.cluster = row.model, row.cluster  # the specs themselves, as a --model/--cluster file would give
+    args.model, args.cluster = model, cluster  # the specs themselves, as a --model/--cluster file would give them
     return stated_plan(args).estimate
 
 
@@ -72,27 +72,37 @@ def differences(want: ParallelConfig, got: ParallelConfig) -> dict:
     return {k: (getattr(want, k), getattr(got, k)) for k in COMPARED if getattr(want, k) != getattr(got, k)}
 
 
-def roundtrip(row: Row) -> dict:
-    """One plan's round trip: ``status`` (``same``, ``differs``, ``emit refused``, ``read refused``, ``no
-    prediction``), ``fields`` (:func:`differences`), ``rel`` (read-back step time / original - 1) and ``why``."""
-    out = {"row": row.row_id, "set": row.set, "source": row.source, "label": row.label, "fields": {}, "rel": None}
+def roundtrip_estimate(est, model, cluster, workload) -> dict:
+    """The round trip of the plan of estimate ``est`` (of ``model``, ``cluster``, ``workload``): ``status``
+    (``same``, ``differs``, ``emit refused``, ``read refused``), ``fields`` (:func:`differences`), ``rel``
+    (read-back step time / original - 1) and ``why`` (the refusal)."""
+    out = {"fields": {}, "rel": None, "why": ""}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a tight or framework-refused plan is still priced, with a warning
-        est, why = predict(row)
-        if est is None:
-            return {**out, "status": "no prediction", "why": why}
         try:
-            text = emitted_line(est.config, row)
+            text = emitted_line(est.config, model, workload)
         except PlannerError as e:
             return {**out, "status": "emit refused", "why": str(e)}
         try:
-            back = read_back(text, row, est.config.gpus)
+            back = read_back(text, model, cluster, est.config.gpus)
         except PlannerError as e:
             return {**out, "status": "read refused", "why": str(e)}
     diff = differences(est.config, back.config)
     rel = back.step_time_s / est.step_time_s - 1
     same = not diff and abs(rel) <= REL_TOL
-    return {**out, "status": "same" if same else "differs", "fields": diff, "rel": rel, "why": ""}
+    return {**out, "status": "same" if same else "differs", "fields": diff, "rel": rel}
+
+
+def roundtrip(row: Row) -> dict:
+    """One published plan's round trip (:func:`roundtrip_estimate` of ``benchmarks.published.predict``'s estimate;
+    ``status`` ``no prediction`` where it has none), with the row's id, set, source and label."""
+    out = {"row": row.row_id, "set": row.set, "source": row.source, "label": row.label}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est, why = predict(row)
+    if est is None:
+        return {**out, "status": "no prediction", "fields": {}, "rel": None, "why": why}
+    return {**out, **roundtrip_estimate(est, row.model, row.cluster, row.workload)}
 
 
 def _fmt(v) -> str:
