@@ -52,7 +52,12 @@ CLI_KEYS = (
     "ep_dispatcher",
     "ep_overlap",
     "fp8_param_gather",  # --fp8-param-gather: was read from the line and dropped here (its plan re-ran 0.8% slower)
-    "recompute_modules",  # --recompute-modules: was dropped here (the published Qwen3 plans re-ran -7.7% to +23.5%)
+    "recompute_modules",  # --recompute-modules: was dropped here (the published Qwen3 plans re-ran -7.3% to +23.5%)
+    # the offloads (planner.megatron_args offload_fields, act_offload_fields, fg_offload_fields), dropped here before:
+    "optimizer_offload_fraction",  # --optimizer-cpu-offload --optimizer-offload-fraction F
+    "overlap_cpu_optimizer_d2h_h2d",  # --overlap-cpu-optimizer-d2h-h2d
+    "activation_offload_layers",  # --cpu-offloading-num-layers N
+    "offload_modules",  # --fine-grained-activation-offloading --offload-modules M ...
     "first_stage_layers",
     "last_stage_layers",
     "account_for_embedding",
@@ -67,7 +72,7 @@ CLI_KEYS = (
 #: CLI keys whose parsed value is a list of tokens, each a tuple of module names (``nargs='+'`` of comma-separated
 #: lists: ``--recompute-modules layernorm moe_act`` -> ``[("layernorm",), ("moe_act",)]``), where a configuration
 #: states, and the plan holds, one tuple (``("layernorm", "moe_act")``)
-MODULE_LISTS = ("recompute_modules",)
+MODULE_LISTS = ("recompute_modules", "offload_modules")
 
 
 def to_cli(k: str, v):
@@ -116,6 +121,8 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
     for k, v in fi.stated.items():
         if k in CLI_KEYS + ("dtype",):
             _set(ns, k, v, src, "stated")
+    if "offload_modules" in fi.stated:  # the modules come with their switch (planner.flags.fg_offload_modules)
+        ns.fine_grained_activation_offloading = True
     for k in CLI_KEYS:
         if k not in fi.stated and getattr(args, k, None) not in (None, False):
             src["flags"][k] = from_cli(k, getattr(args, k))
