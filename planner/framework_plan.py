@@ -53,6 +53,7 @@ CLI_KEYS = (
     "ep_overlap",
     "fp8_param_gather",  # --fp8-param-gather: was read from the line and dropped here (its plan re-ran 0.8% slower)
     "recompute_modules",  # --recompute-modules: was dropped here (the published Qwen3 plans re-ran -7.3% to +23.5%)
+    "loss_impl",  # --cross-entropy-loss-fusion --cross-entropy-fusion-impl te: was not read (26 published plans)
     # the offloads (planner.megatron_args offload_fields, act_offload_fields, fg_offload_fields), dropped here before:
     "optimizer_offload_fraction",  # --optimizer-cpu-offload --optimizer-offload-fraction F
     "overlap_cpu_optimizer_d2h_h2d",  # --overlap-cpu-optimizer-d2h-h2d

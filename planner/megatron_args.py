@@ -233,6 +233,9 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
     if "fp8_param_gather" in a:
         f["fp8_param_gather"] = as_bool("fp8_param_gather", a["fp8_param_gather"])
+    loss = loss_impl(a)
+    if loss is not None:
+        f["loss_impl"] = loss
     f.update(offload_fields(a))
     f.update(act_offload_fields(a))
     f.update(fg_offload_fields(a))
@@ -266,6 +269,26 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     ):
         f["ep_overlap"] = True  # costmodel.compose.ep_overlap
     return f
+
+
+def loss_impl(a: dict) -> str | None:
+    """``ParallelConfig.loss_impl`` of normalised arguments ``a``: ``te`` for ``--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te`` (Transformer Engine's cross-entropy, the gradient written over the logits:
+    ``language_module.py`` ``compute_language_model_loss``), None otherwise (the plan's default, ``fused``: Megatron-Core's
+    vocab-parallel cross-entropy, unfused or ``native``-fused alike, keeps the FP32 softmax; ``model_parallel_config.py``
+    at d98e8a64: ``cross_entropy_loss_fusion`` defaults to False, ``cross_entropy_fusion_impl`` to ``native``).
+
+    >>> loss_impl({"cross_entropy_loss_fusion": "True", "cross_entropy_fusion_impl": "te"}), loss_impl({"cross_entropy_fusion_impl": "te"})
+    ('te', None)
+    """
+    if "cross_entropy_loss_fusion" not in a or not as_bool("cross_entropy_loss_fusion", a["cross_entropy_loss_fusion"]):
+        return None  # the fusion off: the impl is not read
+    impl = (
+        "native" if _none(a.get("cross_entropy_fusion_impl")) else str(a["cross_entropy_fusion_impl"]).strip().lower()
+    )
+    if impl not in ("native", "te"):
+        raise SpecError("cross_entropy_fusion_impl", a["cross_entropy_fusion_impl"], "native or te")
+    return "te" if impl == "te" else None
 
 
 def flash_attention(args: dict) -> bool | None:

@@ -79,7 +79,7 @@ def megatron_args(
                 ["--recompute-method", "block"],
                 ["--recompute-num-layers", str(c.recompute_layers)],
             ]
-    if c.loss_impl == "te":  # Transformer Engine's cross-entropy (Megatron-LM@0d8e0714 arguments.py)
+    if c.loss_impl == "te":  # Transformer Engine's cross-entropy (model_parallel_config.py; see megatron_notes)
         out.append(["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"])
     elif c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
         raise SpecError(
@@ -297,6 +297,13 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
                 if c.tp > 1 or c.cp > 1
                 else ""
             )
+        )
+    if c.loss_impl == "te":  # arguments.py@d98e8a64 validate_args (168cb15d, core_v0.19.0); model_parallel_config warns
+        notes.append(
+            "Transformer Engine's cross-entropy (--cross-entropy-fusion-impl te): Megatron-LM's validate_args refuses it "
+            "from core_v0.19.0 on (d98e8a64 included: 'known stability issues'), Megatron-Core's TransformerConfig "
+            "only warns (Megatron-Bridge and older Megatron-LM run it); on such a Megatron-LM use "
+            "--cross-entropy-fusion-impl native, which the planner prices as --loss-impl fused (6 B a logit, not 2)"
         )
     if c.offload_modules:  # arguments.py@d98e8a64 validate_args asserts it with Transformer Engine >= 2.10
         notes.append("export NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM requires it for fine-grained activation offloading)")
