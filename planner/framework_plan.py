@@ -64,6 +64,7 @@ CLI_KEYS = (
     "account_for_embedding",
     "account_for_loss",
     "layers_per_stage",
+    "layout",  # --pipeline-model-parallel-layout: was refused (the published DeepSeek-V3 plans that state one)
     "global_batch",
     "seq",
     "gpus",
@@ -103,6 +104,13 @@ def _refuse_contradictions(fi: FrameworkInput, args: argparse.Namespace) -> None
         cli = from_cli(k, getattr(args, k, None))
         if k == "dtype":
             cli = None if cli == "bf16" else cli  # argparse's default: not told apart from unstated
+        if k == "layout" and cli is not None:  # the same layout however it is spelt (the stated one is formatted)
+            from costmodel.spec.layout import parse
+
+            try:
+                cli = str(parse(cli, fi.stated.get("pp") or 1))
+            except SpecError:
+                pass  # another rank count: differs, refused below
         if cli is not None and cli != v and k in CLI_KEYS + ("dtype",):
             raise SpecError(k, cli, f"{v!r} as {fi.label} states it (or drop {_flag(k)})")
 

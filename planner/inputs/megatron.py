@@ -23,8 +23,6 @@ def megatron_names() -> frozenset:
 
 #: arguments the planner does not model: refused rather than predicted without them
 MEGATRON_REFUSED = {
-    "pipeline_model_parallel_layout": "unset (the layout string is not read: give the split with "
-    "--decoder-first/last-pipeline-num-layers or --layers-per-stage)",
     "cpu_offloading": "unset (activation offloading is not modelled)",
 }
 
