@@ -109,7 +109,7 @@ def megatron_args(
     out += offload_args(c)
     out += act_offload_args(c)
     out += fg_offload_args(c)
-    if c.bucket_bytes > 0 and c.dp * c.cp > 1:
+    if c.bucket_bytes > 0:  # at dp * cp = 1 too: with ep > 1 the experts' gradients are reduced over tp*dp*cp/ep ranks
         out.append(["--overlap-grad-reduce"])
         if c.zero in (1, 3):
             out.append(["--overlap-param-gather"])
