@@ -231,8 +231,17 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
             f["recompute_layers"] = n
     else:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
-    if "fp8_param_gather" in a:
-        f["fp8_param_gather"] = as_bool("fp8_param_gather", a["fp8_param_gather"])
+    # FP8 or NVFP4 parameters (ParallelConfig.fp8_param_gather is either: --emit megatron writes --fp4-param-gather
+    # for NVFP4, transformer_config.py at d98e8a64 field fp4_param, which a printed dump names so)
+    gathers = [k for k in ("fp8_param_gather", "fp4_param_gather", "fp4_param") if k in a]
+    if gathers:
+        f["fp8_param_gather"] = any(as_bool(k, a[k]) for k in gathers)
+    fp4 = a.get("fp4_format", a.get("fp4"))
+    fp4_gather = next((k for k in gathers if k != "fp8_param_gather" and as_bool(k, a[k])), None)
+    if fp4_gather and (_none(fp4) or str(fp4).lower() in ("false", "0")):
+        raise SpecError(
+            fp4_gather, a[fp4_gather], "unset without --fp4-format (Megatron-Core: fp4_param needs fp4 mode)"
+        )
     loss = loss_impl(a)
     if loss is not None:
         f["loss_impl"] = loss
