@@ -36,6 +36,7 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
     _refuse_half_gradients(fmt, c.grad_dtype)
     if fmt == "megatron":  # its only chunked overlap: TE userbuffers, a ring exchange of tp steps
         frameworks.check_userbuffers_chunks(tp=c.tp, sp=c.sp_on, chunks=c.chunks)
+        _refuse_unstated_kernels(c)
     if fmt == "fsdp2" and c.pp > 1 and c.pp_grad_reduce != "step":
         # torch.distributed.pipelining turns gradient sync off for every micro-batch but the last
         # (stage.py, backward_maybe_with_nosync); torchtitan has no setting that reduce-scatters per micro-batch
@@ -68,6 +69,27 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
             fmt,
             f"megatron for full recompute of {c.recompute_layers} layers per stage "
             f"({fmt} recomputes every layer or none)",
+        )
+
+
+def _refuse_unstated_kernels(c: ParallelConfig) -> None:
+    """Plan fields a Megatron-LM line has no words for, off the values Megatron-Core runs: before, the line was
+    written without them and ran another plan (``benchmarks/flags_roundtrip.py`` reads every emitted line back)."""
+    if not c.norms_fused or not c.fused_elementwise:
+        # Transformer Engine's norms are fused kernels whatever the flags (TENorm, LayerNormLinear); the opt-outs
+        # (--no-bias-swiglu-fusion, --no-rope-fusion, ...) unfuse some element-wise ops, not the set the plan charges
+        raise SpecError(
+            "fused_elementwise" if not c.fused_elementwise else "fused_norm",
+            False,
+            "true for --emit megatron (Megatron-Core runs fused norms and element-wise kernels; "
+            "no set of its flags runs them one PyTorch operator at a time, as the plan is charged)",
+        )
+    if c.cp_impl != "ring":
+        raise SpecError(
+            "cp_impl",
+            c.cp_impl,
+            "ring for --emit megatron (Megatron-Core's context parallelism passes the K/V shards rank to rank, "
+            "Transformer Engine's p2p exchange; torch is PyTorch's context_parallel, which torchtitan runs)",
         )
 
 
