@@ -40,13 +40,34 @@ EXCLUDED = {
 }
 #: the fields compared
 COMPARED = tuple(f.name for f in fields(ParallelConfig) if f.name not in EXCLUDED)
-#: compared fields whose value is compared by what it means, not as it is spelt, each with its reason
+#: compared fields whose value is compared by what it means, not as it is spelt, each with its reason (the values
+#: compared: :func:`meaning`)
 BY_MEANING = {
     "layout": "compared as the layout the plan runs (costmodel.spec.layout.of: unset stands for the layout of "
     "layers_per_stage and vp): Megatron-LM states a split one way, so a plan stating a layout that a per-rank "
     "split flag builds is written with that flag and reads back unset, and a plan whose split no flag builds is "
     "written as --pipeline-model-parallel-layout and reads back with the layout",
+    "sp": "compared as sequence parallelism in effect (ParallelConfig.sp_on: it needs tp > 1); --sequence-parallel "
+    "is written only then, and Megatron-LM turns it off at tp 1",
+    "ep_dispatcher": "compared where ep > 1: at ep 1 no token is dispatched, and the line's dispatcher is not read",
+    "pp_free_stage_inputs": "compared where pp > 1, where --emit megatron refuses it (no framework frees a "
+    "stage's received input); at pp 1 it changes nothing and is not written",
 }
+
+
+def meaning(model, c: ParallelConfig, k: str):
+    """Field ``k`` of plan ``c`` as compared: its value, or for :data:`BY_MEANING` what it means for ``model``."""
+    from costmodel.spec.layout import of
+
+    if k == "layout":
+        return of(model, c)
+    if k == "sp":
+        return c.sp_on
+    if k == "ep_dispatcher":
+        return c.ep_dispatcher if c.ep > 1 else None
+    if k == "pp_free_stage_inputs":
+        return c.pp_free_stage_inputs and c.pp > 1
+    return getattr(c, k)
 
 
 def megatron_rows(name: str = "all") -> list[Row]:
@@ -75,14 +96,9 @@ def read_back(text: str, model, cluster, gpus: int):
 
 
 def differences(want: ParallelConfig, got: ParallelConfig, model) -> dict:
-    """``{field: (original, read back)}`` of the :data:`COMPARED` fields that differ (those of :data:`BY_MEANING`
-    by what they mean for ``model``)."""
-    from costmodel.spec.layout import of
-
-    def value(c: ParallelConfig, k: str):
-        return of(model, c) if k == "layout" else getattr(c, k)
-
-    return {k: (value(want, k), value(got, k)) for k in COMPARED if value(want, k) != value(got, k)}
+    """``{field: (original, read back)}`` of the :data:`COMPARED` fields that differ (:func:`meaning`)."""
+    pairs = {k: (meaning(model, want, k), meaning(model, got, k)) for k in COMPARED}
+    return {k: (a, b) for k, (a, b) in pairs.items() if a != b}
 
 
 def roundtrip_estimate(est, model, cluster, workload) -> dict:
