@@ -85,7 +85,7 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
             d["megatron_args"] = [
                 t
                 for a in megatron_args(
-                    best.config, workload.global_batch, model.layers, workload.dtype, model.is_moe, model.mtp_layers
+                    best.config, workload.global_batch, model.layers, workload.recipe, model.is_moe, model.mtp_layers
                 )
                 for t in a
             ]

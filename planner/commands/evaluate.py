@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
             d["megatron_args"] = [
                 t
                 for a in megatron_args(
-                    config, workload.global_batch, model.layers, workload.dtype, model.is_moe, model.mtp_layers
+                    config, workload.global_batch, model.layers, workload.recipe, model.is_moe, model.mtp_layers
                 )
                 for t in a
             ]
