@@ -232,7 +232,7 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     else:
         raise SpecError("recompute_granularity", gran, "full, selective or None")
     # FP8 or NVFP4 parameters (ParallelConfig.fp8_param_gather is either: --emit megatron writes --fp4-param-gather
-    # for NVFP4, transformer_config.py at d98e8a64 field fp4_param, which a printed dump names so)
+    # for NVFP4, arguments.py at d98e8a64; TransformerConfig's field, which its printed config names, is fp4_param)
     gathers = [k for k in ("fp8_param_gather", "fp4_param_gather", "fp4_param") if k in a]
     if gathers:
         f["fp8_param_gather"] = any(as_bool(k, a[k]) for k in gathers)
@@ -240,7 +240,9 @@ def config_fields(args: dict, layers: int | None = None) -> dict:
     fp4_gather = next((k for k in gathers if k != "fp8_param_gather" and as_bool(k, a[k])), None)
     if fp4_gather and (_none(fp4) or str(fp4).lower() in ("false", "0")):
         raise SpecError(
-            fp4_gather, a[fp4_gather], "unset without --fp4-format (Megatron-Core: fp4_param needs fp4 mode)"
+            fp4_gather,
+            a[fp4_gather],
+            "unset without --fp4-format (Megatron-LM validate_args: it must be used together with --fp4-format)",
         )
     loss = loss_impl(a)
     if loss is not None:
