@@ -8,6 +8,7 @@ each source); then plans no published row has (optimizer offload, NVFP4, Megatro
 named, experts reduced at dp 1); then the converters and parsers the round trip needed.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from costmodel.spec.plan import ParallelConfig  # noqa: E402
 from costmodel.spec.presets import load_cluster, load_model  # noqa: E402
 from costmodel.spec.workload import Workload  # noqa: E402
 from planner import megatron_args as mg  # noqa: E402
-from planner.cli import build_parser  # noqa: E402
+from planner.cli import build_parser, main  # noqa: E402
 from planner.emit.megatron import megatron_args  # noqa: E402
 from planner.framework_plan import from_cli, to_cli  # noqa: E402
 from search.problem import PLAN_OPTIONS  # noqa: E402
@@ -202,3 +203,20 @@ def test_overlap_is_written_at_dp_one():
     argv = [t for a in megatron_args(c, 64, 32, moe=True) for t in a]
     assert "--overlap-grad-reduce" in argv
     assert mg.config_fields(mg.parse_command_line(" ".join(argv)))["bucket_mb"] == pytest.approx(c.bucket_bytes / 1e6)
+
+
+def test_the_cli_reads_its_own_emitted_file_back(capsys, tmp_path):
+    # the commands themselves: evaluate --emit megatron writes the file, evaluate --megatron-args FILE reads it
+    problem = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm", "--gpus", "16"]
+    plan = "--global-batch 128 --seq 4096 --tp 1 --pp 1 --cp 2 --ep 8 --mb 2 --zero 1 --bucket-mb 40 --recompute selective "
+    plan += "--recompute-modules layernorm moe_act --loss-impl te --fine-grained-activation-offloading "
+    plan += "--offload-modules expert_fc1 --ep-dispatcher deepep --framework-defaults"
+    assert main(["evaluate", *problem, *plan.split(), "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", *problem, *plan.split(), "--emit", "megatron"]) == 0
+    f = tmp_path / "plan.args"
+    f.write_text(capsys.readouterr().out)
+    assert main(["evaluate", *problem, "--megatron-args", str(f), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["config"] == want["config"]
+    assert got["step_time_s"] == pytest.approx(want["step_time_s"], rel=F.REL_TOL)
