@@ -79,14 +79,19 @@ def megatron_args(
                 ["--recompute-method", "block"],
                 ["--recompute-num-layers", str(c.recompute_layers)],
             ]
-    if c.loss_impl == "te":  # Transformer Engine's cross-entropy (model_parallel_config.py; see megatron_notes)
-        out.append(["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"])
-    elif c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
+    if c.loss_impl == "te":  # arguments.py@d98e8a64 validate_args (168cb15d, core_v0.19.0); the parser still reads it
         raise SpecError(
             "loss_impl",
             c.loss_impl,
-            "fused or te for --emit megatron (Megatron-Core's vocab-parallel cross-entropy, or Transformer Engine's; "
-            "fp32 is torchtitan's eager loss)",
+            "fused for --emit megatron (Megatron-LM d98e8a64's validate_args refuses Transformer Engine's "
+            "cross-entropy, --cross-entropy-fusion-impl te, for 'known stability issues'; Megatron-Bridge's older "
+            "Megatron-LM runs it: keep that line, or plan with --loss-impl fused)",
+        )
+    if c.loss_impl != "fused":  # Megatron-Core's vocab-parallel cross-entropy is the loss the plan is charged
+        raise SpecError(
+            "loss_impl",
+            c.loss_impl,
+            "fused for --emit megatron (Megatron-Core's vocab-parallel cross-entropy; fp32 is torchtitan's eager loss)",
         )
     if c.optimizer_dtype != "fp32":  # Megatron-LM's optimizers keep FP32 (or FP16) main params: --main-params-dtype
         raise SpecError(
@@ -297,13 +302,6 @@ def megatron_notes(c: ParallelConfig) -> list[str]:
                 if c.tp > 1 or c.cp > 1
                 else ""
             )
-        )
-    if c.loss_impl == "te":  # arguments.py@d98e8a64 validate_args (168cb15d, core_v0.19.0); model_parallel_config warns
-        notes.append(
-            "Transformer Engine's cross-entropy (--cross-entropy-fusion-impl te): Megatron-LM's validate_args refuses it "
-            "from core_v0.19.0 on (d98e8a64 included: 'known stability issues'), Megatron-Core's TransformerConfig "
-            "only warns (Megatron-Bridge and older Megatron-LM run it); on such a Megatron-LM use "
-            "--cross-entropy-fusion-impl native, which the planner prices as --loss-impl fused (6 B a logit, not 2)"
         )
     if c.offload_modules:  # arguments.py@d98e8a64 validate_args asserts it with Transformer Engine >= 2.10
         notes.append("export NVTE_CPU_OFFLOAD_V1=1 (Megatron-LM requires it for fine-grained activation offloading)")
