@@ -70,6 +70,52 @@ def expected_args(m, seq_len: int) -> dict:
     return out
 
 
+#: the compute capability major the harness answers for each GPU generation (Megatron-LM's
+#: ``get_device_arch_version``, ``torch.cuda.get_device_capability``): MXFP8 / NVFP4 need 10
+ARCH = {"ampere": 8, "hopper": 9, "blackwell": 10}
+
+
+def published_plans(set_name: str = "all") -> list[dict]:
+    """The plan of every usable Megatron-framework published row (``benchmarks.published.predict``: the recipes,
+    layouts, dispatchers, recompute modules and offloads the sources state), emitted as ``--emit megatron`` prints
+    it, each on its own GPU generation's capability."""
+    import warnings
+
+    from benchmarks.flags_roundtrip import megatron_rows
+    from benchmarks.published import predict
+    from costmodel.spec.errors import PlannerError
+    from costmodel.spec.precision import generation
+    from planner.emit import emit_text
+
+    out = []
+    for r in megatron_rows(set_name):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est, _ = predict(r)
+            if est is None:
+                continue
+            c, m = est.config, r.model
+            try:
+                text, notes = emit_text("megatron", c, r.workload, m.layers, m.is_moe, model=m)
+            except PlannerError:  # no Megatron-LM flags for the plan (flags_roundtrip counts these)
+                continue
+        out.append(
+            {
+                "model": f"row {r.row_id} {m.name}",
+                "vocab": m.vocab,
+                "gpus": c.gpus,
+                "dp": c.dp,
+                "config": c.to_dict(),
+                "dtype": r.workload.recipe,
+                "text": text,
+                "notes": notes,
+                "arch": ARCH.get(generation(r.cluster.device.name), 9),
+                "expect": expected_args(m, r.workload.seq_len),
+            }
+        )
+    return out
+
+
 def draw_plans(n: int, framework: str, seed: int) -> list[dict]:
     """``n`` random plans the planner accepts and emits for ``framework``, as plain values."""
     from costmodel.frameworks import rules as frameworks
@@ -182,11 +228,12 @@ def check_megatron(plans: list[dict]) -> list[str | None]:
     from megatron.training.argument_utils import core_transformer_config_from_args
     import megatron.core.transformer.transformer_config as TC
 
-    A.get_device_arch_version = lambda: 9
-    torch.cuda.get_device_capability = lambda *a: (9, 0)
     A.is_te_min_version = TC.is_te_min_version = lambda *a, **k: True  # a current Transformer Engine
     results = []
     for p in plans:
+        arch = p.get("arch", 9)  # the plan's GPU (the random plans: Hopper)
+        A.get_device_arch_version = lambda arch=arch: arch
+        torch.cuda.get_device_capability = lambda *a, arch=arch: (arch, 0)
         os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
         os.environ.update({"WORLD_SIZE": str(p["gpus"]), "RANK": "0", "LOCAL_RANK": "0"})
         if any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in p["notes"]):
@@ -246,6 +293,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plans", type=int, default=40, help="plans per framework (default 40)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--published",
+        action="store_true",
+        help="also check the plan of every Megatron-framework published row (their recipes, layouts, dispatchers)",
+    )
     ap.add_argument("--check", help=argparse.SUPPRESS)  # the second Python's entry point
     a = ap.parse_args(argv)
     if a.check:
@@ -259,6 +311,8 @@ def main(argv=None) -> int:
         return 0
     plans = {"megatron": draw_plans(a.plans, "megatron", a.seed), "deepspeed": draw_plans(a.plans, "deepspeed", a.seed)}
     plans["megatron_broken"], plans["deepspeed_broken"] = broken(plans)
+    if a.published:
+        plans["megatron_published"] = published_plans()
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "plans.json"
         f.write_text(json.dumps(plans))
@@ -280,7 +334,7 @@ def main(argv=None) -> int:
         f"DeepSpeed {subprocess.run([py, '-c', 'import deepspeed; print(deepspeed.__version__)'], capture_output=True, text=True).stdout.strip().splitlines()[-1:]}"
     )
     bad = 0
-    for fw in ("megatron", "deepspeed"):
+    for fw in ("megatron", "deepspeed") + (("megatron_published",) if a.published else ()):
         ok = sum(e is None for e in res[fw])
         bad += len(res[fw]) - ok
         models = sorted({p["model"] for p in plans[fw]})
