@@ -6,7 +6,7 @@
 Draws random plans (model, degrees, micro-batch, ZeRO, recompute, overlap, attention kernel, dtype),
 keeps those the planner accepts and emits (``planner.emit.emit_text`` with the model's architecture),
 and runs each through the real parsers in a second Python (``MEGATRON_PYTHON``, with torch CPU, the
-Megatron-LM dependencies and ``deepspeed``; this repository's code is not imported there):
+Megatron-LM dependencies, ``deepspeed`` and ``torchtitan``; this repository's code is not imported there):
 
 * Megatron-LM: ``megatron.training.arguments.parse_args`` and ``validate_args`` on the emitted
   arguments, then ``argument_utils.core_transformer_config_from_args`` (the model's
@@ -19,6 +19,12 @@ Megatron-LM dependencies and ``deepspeed``; this repository's code is not import
   (:func:`expected_args`; a line that parses but trains another model counts as rejected).
 * DeepSpeed: ``deepspeed.runtime.config.DeepSpeedConfig`` on the emitted JSON, with a model-parallel
   unit stating the plan's data-parallel size (the batch identity is checked against it).
+* torchtitan (v0.2.2, ``pip install torchtitan==0.2.2`` with ``tyro``, ``tokenizers``, ``torchdata``): its
+  ``ConfigManager`` on the emitted job TOML (unknown keys and wrong types refused), then ``ParallelDims`` on the
+  parsed degrees at the plan's GPU count, as its ``train.py`` builds it.
+
+``--published`` adds the plan of every published row of each framework (their recipes, layouts, dispatchers,
+recompute modules and offloads), each Megatron line checked on its GPU generation's compute capability.
 
 Prints how many each accepted and every rejection with its message. Not a CI test: CI has neither
 Megatron-LM nor torch. Without ``MEGATRON``/``MEGATRON_PYTHON`` it says so and stops.
@@ -75,20 +81,20 @@ def expected_args(m, seq_len: int) -> dict:
 ARCH = {"ampere": 8, "hopper": 9, "blackwell": 10}
 
 
-def published_plans(set_name: str = "all") -> list[dict]:
-    """The plan of every usable Megatron-framework published row (``benchmarks.published.predict``: the recipes,
-    layouts, dispatchers, recompute modules and offloads the sources state), emitted as ``--emit megatron`` prints
-    it, each on its own GPU generation's capability."""
+def published_plans(set_name: str = "all", framework: str = "megatron") -> list[dict]:
+    """The plan of every usable published row of ``framework`` (``benchmarks.published.predict``: the recipes,
+    layouts, dispatchers, recompute modules and offloads the sources state), emitted as ``--emit`` prints it, each on
+    its own GPU generation's capability."""
     import warnings
 
-    from benchmarks.flags_roundtrip import megatron_rows
-    from benchmarks.published import predict
+    from benchmarks.published import load_set, predict
     from costmodel.spec.errors import PlannerError
     from costmodel.spec.precision import generation
     from planner.emit import emit_text
 
     out = []
-    for r in megatron_rows(set_name):
+    rows = [r for r in load_set(set_name) if not r.skip and r.fixed.get("framework", "megatron") == framework]
+    for r in rows:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             est, _ = predict(r)
@@ -96,8 +102,8 @@ def published_plans(set_name: str = "all") -> list[dict]:
                 continue
             c, m = est.config, r.model
             try:
-                text, notes = emit_text("megatron", c, r.workload, m.layers, m.is_moe, model=m)
-            except PlannerError:  # no Megatron-LM flags for the plan (flags_roundtrip counts these)
+                text, notes = emit_text(framework, c, r.workload, m.layers, m.is_moe, model=m)
+            except PlannerError:  # no flags of the framework for the plan (flags_roundtrip counts these)
                 continue
         out.append(
             {
@@ -110,7 +116,7 @@ def published_plans(set_name: str = "all") -> list[dict]:
                 "text": text,
                 "notes": notes,
                 "arch": ARCH.get(generation(r.cluster.device.name), 9),
-                "expect": expected_args(m, r.workload.seq_len),
+                "expect": expected_args(m, r.workload.seq_len) if framework == "megatron" else {},
             }
         )
     return out
@@ -216,6 +222,15 @@ def broken(plans: dict) -> tuple[list[dict], list[dict]]:
     return meg, ds
 
 
+def broken_torchtitan(plans: list[dict]) -> list[dict]:
+    """torchtitan controls: GPUs not the product of the degrees; a misspelt key."""
+    t = plans[0]
+    return [
+        {**t, "gpus": t["gpus"] + 1},
+        {**t, "text": t["text"].replace("tensor_parallel_degree", "tensor_parallel_degre", 1)},
+    ]
+
+
 # --------------------------------------------------------------------------- run in MEGATRON_PYTHON
 def check_megatron(plans: list[dict]) -> list[str | None]:
     """None for each plan Megatron-LM accepts, else the first line of its error."""
@@ -282,9 +297,41 @@ def check_deepspeed(plans: list[dict]) -> list[str | None]:
     return results
 
 
+def check_torchtitan(plans: list[dict]) -> list[str | None]:
+    """torchtitan's own ``ConfigManager`` on each emitted TOML (unknown keys and wrong types refused), then its
+    ``ParallelDims`` on the parsed degrees at the plan's world size, as ``torchtitan/train.py`` builds it."""
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    results = []
+    for p in plans:
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write(p["text"])
+            f.flush()
+            try:
+                cfg = ConfigManager().parse_args(["--job.config_file", f.name]).parallelism
+                ParallelDims(
+                    dp_shard=cfg.data_parallel_shard_degree,
+                    dp_replicate=cfg.data_parallel_replicate_degree,
+                    cp=cfg.context_parallel_degree,
+                    tp=cfg.tensor_parallel_degree,
+                    pp=cfg.pipeline_parallel_degree,
+                    ep=cfg.expert_parallel_degree,
+                    etp=cfg.expert_tensor_parallel_degree,
+                    world_size=p["gpus"],
+                )
+                results.append(None)
+            except BaseException as e:
+                results.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+    return results
+
+
+CHECKS = {"megatron": check_megatron, "deepspeed": check_deepspeed, "torchtitan": check_torchtitan}
+
+
 def checker_main(path: str) -> int:
     data = json.loads(Path(path).read_text())  # Megatron-LM is on PYTHONPATH (main)
-    res = {k: (check_megatron if k.startswith("megatron") else check_deepspeed)(v) for k, v in data.items()}
+    res = {k: CHECKS[k.split("_")[0]](v) for k, v in data.items()}
     Path(path).with_suffix(".out.json").write_text(json.dumps(res))
     return 0
 
@@ -309,10 +356,17 @@ def main(argv=None) -> int:
             "dependencies and deepspeed)"
         )
         return 0
-    plans = {"megatron": draw_plans(a.plans, "megatron", a.seed), "deepspeed": draw_plans(a.plans, "deepspeed", a.seed)}
+    plans = {
+        "megatron": draw_plans(a.plans, "megatron", a.seed),
+        "deepspeed": draw_plans(a.plans, "deepspeed", a.seed),
+        "torchtitan": draw_plans(a.plans, "fsdp2", a.seed),
+    }
     plans["megatron_broken"], plans["deepspeed_broken"] = broken(plans)
+    plans["torchtitan_broken"] = broken_torchtitan(plans["torchtitan"])
     if a.published:
         plans["megatron_published"] = published_plans()
+        plans["torchtitan_published"] = published_plans(framework="fsdp2")
+        plans["deepspeed_published"] = published_plans(framework="deepspeed")
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "plans.json"
         f.write_text(json.dumps(plans))
@@ -334,7 +388,10 @@ def main(argv=None) -> int:
         f"DeepSpeed {subprocess.run([py, '-c', 'import deepspeed; print(deepspeed.__version__)'], capture_output=True, text=True).stdout.strip().splitlines()[-1:]}"
     )
     bad = 0
-    for fw in ("megatron", "deepspeed") + (("megatron_published",) if a.published else ()):
+    published = ("megatron_published", "torchtitan_published", "deepspeed_published") if a.published else ()
+    for fw in ("megatron", "deepspeed", "torchtitan") + published:
+        if not plans[fw]:  # (no published row of that framework emits)
+            continue
         ok = sum(e is None for e in res[fw])
         bad += len(res[fw]) - ok
         models = sorted({p["model"] for p in plans[fw]})
@@ -342,7 +399,7 @@ def main(argv=None) -> int:
         for p, e in zip(plans[fw], res[fw]):
             if e is not None:
                 print(f"  rejected {p['model']} {p['config']}: {e}")
-    for fw in ("megatron_broken", "deepspeed_broken"):
+    for fw in ("megatron_broken", "deepspeed_broken", "torchtitan_broken"):
         refused = sum(e is not None for e in res[fw])
         bad += len(res[fw]) - refused
         print(f"control, {fw.replace('_', ' ')} plans: {refused} of {len(res[fw])} refused")
