@@ -70,6 +70,86 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
             f"megatron for full recompute of {c.recompute_layers} layers per stage "
             f"({fmt} recomputes every layer or none)",
         )
+    if fmt == "fsdp2":
+        _refuse_unstated_torchtitan(c)
+
+
+#: the one bucket torchtitan runs: its DDP's (``replicate(model, device_mesh=dp_mesh, bucket_cap_mb=100)``,
+#: ``torchtitan/models/llama3/infra/parallelize.py`` ``apply_ddp`` at v0.2.2; no job-config key sets it), and what
+#: the planner prices FSDP2's per-block reduction as (:data:`costmodel.frameworks.rules.FIXED_BUCKET_MB`)
+TORCHTITAN_BUCKET_BYTES = frameworks.FIXED_BUCKET_MB["fsdp2"] * 1e6
+
+
+def _refuse_unstated_torchtitan(c: ParallelConfig) -> None:
+    """Plan fields torchtitan v0.2.2's job config has no words for, off the values it runs (``torchtitan/config/
+    job_config.py`` and ``models/llama3/infra/parallelize.py`` at 73a0e69): before, the TOML was written without
+    them and ran another plan (``benchmarks/emit_roundtrip_other.py`` reads every emitted TOML back)."""
+    if not c.flash_attention:
+        raise SpecError(
+            "flash_attention",
+            False,
+            "true for --emit fsdp2 (torchtitan's attention is F.scaled_dot_product_attention's flash kernel or "
+            "FlexAttention; no setting of it stores the s x s scores)",
+        )
+    if c.norms_fused != c.fused_elementwise:
+        raise SpecError(
+            "fused_norm",
+            c.fused_norm,
+            "unset for --emit fsdp2 (torchtitan v0.2.2 has no fused RMSNorm, removed in 37c4b818: its norms are "
+            "compiled with the model or run eager with it)",
+        )
+    if c.chunks > 1 and not c.fused_elementwise:
+        raise SpecError(
+            "chunks",
+            c.chunks,
+            "1 for --emit fsdp2 with eager element-wise ops (async TP needs 'model' in compile.components, "
+            "torchtitan maybe_enable_async_tp, and the compiled model runs fused element-wise kernels)",
+        )
+    if not c.fsdp_copies:
+        raise SpecError(
+            "fsdp_copies",
+            False,
+            "true for --emit fsdp2 (FSDP2's fully_shard copies each gathered parameter out of the all-gather "
+            "buffer and each gradient into the reduce-scatter buffer; no torchtitan setting gathers into a flat "
+            "buffer, as FSDP1 does)",
+        )
+    if c.recompute == "selective":
+        raise SpecError(
+            "recompute",
+            c.recompute,
+            "none, full or op_sac for --emit fsdp2 (torchtitan has no attention-only selective recompute; "
+            'selective_ac_option = "op" is op_sac)',
+        )
+    if c.zero == 0 and (c.cp > 1 or (c.dp > 1 and (c.tp, c.pp, c.ep) != (1, 1, 1))):
+        raise SpecError(
+            "zero",
+            0,
+            "2 or 3 for --emit fsdp2 with cp > 1, or dp > 1 beside tp, pp or ep > 1 (torchtitan's apply_ddp raises "
+            "'DDP has not supported > 1D parallelism'; with cp > 1 it shards over the CP ranks, ParallelDims 'fsdp')",
+        )
+    if c.dp * c.cp > 1 and frameworks.of(c).step_grad and c.bucket_bytes != TORCHTITAN_BUCKET_BYTES:
+        raise SpecError(
+            "bucket_mb",
+            c.bucket_bytes / 1e6,
+            "100 for --emit fsdp2 where the gradients are reduced once per step, DDP at zero 0 or FSDP2 without "
+            "resharding under a pipeline (torchtitan's DDP runs bucket_cap_mb=100, apply_ddp, and FSDP2 reduces per "
+            "fully_shard block, priced as 100 MB buckets: costmodel.frameworks.rules.FIXED_BUCKET_MB; no job-config "
+            "key sets another)",
+        )
+    if c.dp == 1 and c.cp == 1 and (c.tp > 1 or c.pp > 1) and c.optimizer_dtype == "fp32":
+        raise SpecError(
+            "dp",
+            1,
+            "> 1 (or cp > 1, or optimizer_dtype bf16) for --emit fsdp2 with tp or pp > 1: without data or context "
+            "parallel ranks torchtitan applies no fully_shard, and with TP or PP it then trains without mixed "
+            "precision (distributed/utils.py maybe_enable_amp: 'Mixed precision training is disabled'), in FP32",
+        )
+    if c.ep > 1 and c.ep_dispatcher not in ("alltoall", "deepep"):
+        raise SpecError(
+            "ep_dispatcher",
+            c.ep_dispatcher,
+            "alltoall or deepep for --emit fsdp2 (torchtitan's expert_parallel_comm_backend is 'standard' or 'deepep')",
+        )
 
 
 def _refuse_unstated_kernels(c: ParallelConfig) -> None:

@@ -11,15 +11,21 @@ from costmodel.spec.layout import Layout, from_split
 from costmodel.spec.workload import Workload
 
 
-def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list[str]:
+def torchtitan_lines(
+    c: ParallelConfig, workload: Workload, layers: int, *, moe: bool = False, mtp_layers: int = 0
+) -> list[str]:
     """The plan as torchtitan job-config TOML (``torchtitan/config/job_config.py``: ``Parallelism``,
-    ``Training``, ``ActivationCheckpoint``): FSDP2 shards over ``dp`` (zero 2/3) or DDP replicates
-    (zero 0); zero=3 reshards after forward (``fsdp_reshard_after_forward = "always"``), zero=2 not
-    (``"never"``); chunked TP overlap is async TP, which needs ``torch.compile``. With a pipeline,
-    the even split the plan was evaluated with: ``pipeline_parallel_layers_per_stage`` layers per
-    virtual stage and the embedding / output not counted as layers (torchtitan's ``pipeline_llm``
-    counts each as one layer by default, ``pipeline_parallel_first/last_stage_less_layers = 1``); an uneven
-    split (per-rank counts, a layout) as ``module_fqns_per_model_part`` (:func:`torchtitan_model_parts`).
+    ``Training``, ``Model``, ``Quantize``, ``ActivationCheckpoint``, ``Compile``): FSDP2 shards over ``dp``
+    (zero 2/3) or DDP replicates (zero 0); zero=3 reshards after forward (``fsdp_reshard_after_forward =
+    "always"``), zero=2 not (``"never"``); chunked TP overlap is async TP, which needs the model compiled. With a
+    pipeline, the even split the plan was evaluated with: ``pipeline_parallel_layers_per_stage`` layers per
+    virtual stage and the embedding / output not counted as layers (torchtitan's ``pipeline_llm`` counts each as
+    one layer by default, ``pipeline_parallel_first/last_stage_less_layers = 1``); an uneven split (per-rank
+    counts, a layout) as ``module_fqns_per_model_part`` (:func:`torchtitan_model_parts`). Each plan field the
+    TOML states, and the reason: :func:`torchtitan_fields`; what it cannot state is refused before
+    (:func:`planner.emit.refuse.refuse_unless_runnable`). ``moe`` (the model has routed experts; ep > 1 implies
+    it) and ``mtp_layers`` (the MTP layers the plan was priced with) refuse what torchtitan does not train: FP8
+    experts under the dense float8 converter, and MTP modules.
 
     >>> print("\\n".join(torchtitan_lines(ParallelConfig(tp=8, pp=2, dp=4, sp=True, zero=3, framework="fsdp2"),
     ...                                    Workload(global_batch=64, seq_len=4096), 32)[:5]))
@@ -30,6 +36,13 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
     tensor_parallel_degree = 8
     """
     frameworks.check_fields("fsdp2", zero=c.zero, tp=c.tp, sp=c.sp_on, chunks=c.chunks)
+    if mtp_layers:
+        raise SpecError(
+            "mtp_layers",
+            mtp_layers,
+            "0 for --emit fsdp2 (torchtitan v0.2.2 trains no multi-token-prediction module; --mtp-layers 0 plans "
+            "without it)",
+        )
     shard = c.zero >= 2
     out = [
         "[parallelism]",
@@ -60,6 +73,10 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
     out += [
         f"context_parallel_degree = {c.cp}",
         f"expert_parallel_degree = {c.ep}",
+    ]
+    if c.ep > 1:  # "No effect for non-MoE models or when ep = 1"
+        out.append(f'expert_parallel_comm_backend = "{"deepep" if c.ep_dispatcher == "deepep" else "standard"}"')
+    out += [
         "",
         "[training]",
         f"global_batch_size = {workload.global_batch}",
@@ -68,17 +85,86 @@ def torchtitan_lines(c: ParallelConfig, workload: Workload, layers: int) -> list
         f"local_batch_size = {c.mb if c.pp == 1 else workload.global_batch // c.dp}",
         f"seq_len = {workload.seq_len}",
         f'mixed_precision_param = "{_torchtitan_param_dtype(workload.dtype)}"',
+    ]
+    if c.optimizer_dtype == "bf16":  # the model built in BF16, updated in place: no FP32 master copy
+        out.append('dtype = "bfloat16"')
+    converter = _torchtitan_converter(workload.recipe, c, moe or c.ep > 1)
+    if converter:
+        out += [
+            "",
+            "[model]",
+            f'converters = ["{converter}"]',
+            "",
+            "[quantize.linear.float8]",
+            'recipe_name = "tensorwise"',
+        ]
+    out += [
         "",
         "[activation_checkpoint]",
         f'mode = "{"selective" if c.recompute == "op_sac" else c.recompute}"',
     ]
-    if c.recompute in ("selective", "op_sac"):  # op_sac is torchtitan's per-op selective checkpointing
+    if c.recompute == "op_sac":  # torchtitan's per-op selective checkpointing
         out.append('selective_ac_option = "op"')
-    if (c.chunks > 1 and c.tp > 1) or c.fused_elementwise:  # async TP needs it; fused element-wise ops are compiled
-        out += ["", "[compile]", "enable = true"]
-    elif c.fused_norm:  # v0.2.2 has no fused_rmsnorm (removed in 37c4b818, 2025-02): its norms run eager
-        out.insert(0, "# the plan's fused RMSNorm (fused_norm) is not in this torchtitan: its norms run eager, slower")
+    components = [name for name, on in (("model", c.fused_elementwise), ("loss", c.loss_impl == "fused")) if on]
+    out += ["", "[compile]", f"enable = {'true' if components else 'false'}"]
+    if components:
+        out.append("components = [" + ", ".join(f'"{n}"' for n in components) + "]")
     return out
+
+
+def torchtitan_fields() -> dict[str, str]:
+    """``{plan field: the job-config key that states it}`` for the fields :func:`torchtitan_lines` writes beyond
+    the degrees, batch and split, each with what torchtitan v0.2.2 runs (73a0e69)."""
+    return {
+        "optimizer_dtype": 'training.dtype = "bfloat16" builds the model in BF16 and AdamW updates it in place, '
+        "no FP32 master copy (train.py: set_default_dtype(training.dtype) around the model's construction); "
+        "unset (float32): mixed precision",
+        "ep_dispatcher": 'parallelism.expert_parallel_comm_backend = "deepep" (DeepEP kernels) or "standard" '
+        "(all-to-all)",
+        "fused_elementwise": 'compile.components holds "model": each TransformerBlock compiled (apply_compile), '
+        "its element-wise ops fused; without it they run eager",
+        "loss_impl": 'compile.components holds "loss": cross_entropy(pred.float(), labels) compiled (fused); '
+        "without it the eager FP32 log-softmax runs (loss_impl fp32; components/loss.py build_cross_entropy_loss)",
+        "workload.recipe": 'model.converters = ["quantize.linear.float8"] with quantize.linear.float8.recipe_name '
+        '"tensorwise": every nn.Linear but the output head in FP8 with dynamic per-tensor scales (fp8-tensorwise)',
+        "cp_impl": "context_parallel_degree > 1 runs PyTorch's context_parallel, K/V all-gathered (cp_impl torch)",
+    }
+
+
+def _torchtitan_converter(recipe: str, c: ParallelConfig, moe: bool) -> str | None:
+    """The ``model.converters`` entry of a recipe: ``quantize.linear.float8`` for FP8 with dynamic per-tensor
+    scaling, none for BF16; another recipe is refused. torchao's Float8Linear scales each tensor from its current
+    amax (``Float8LinearConfig()``, tensorwise; delayed scaling left torchao in 2025), so the planner's ``fp8``
+    (delayed scaling, Megatron's default) has no torchtitan setting. With TP it is refused: torchtitan v0.2.2
+    turns on its Float8 TP plan only for a converter named ``"float8"`` (``parallelize.py``: ``"float8" in
+    job_config.model.converters``), a name its converter registry lacks, so FP8 with TP runs BF16 all-gathers the
+    plan is not priced with. For an MoE model (``moe``) it is refused: the converter swaps ``nn.Linear`` modules,
+    not the experts' grouped weights (``quantize.grouped_mm.float8`` scales them row-wise, a prototype that refuses
+    PP and CP), so the experts run BF16 GEMMs."""
+    if recipe == "bf16":
+        return None
+    if recipe != "fp8-tensorwise":
+        raise SpecError(
+            "dtype",
+            recipe,
+            "bf16 or fp8-tensorwise for --emit fsdp2 (torchtitan's float8 converter scales each tensor dynamically, "
+            "torchao Float8LinearConfig tensorwise; no torchtitan setting runs delayed, blockwise or FP4 recipes)",
+        )
+    if c.tp > 1:
+        raise SpecError(
+            "dtype",
+            recipe,
+            "bf16 for --emit fsdp2 with tp > 1 (torchtitan v0.2.2 applies its Float8 TP plan only for a converter "
+            'named "float8", which its registry lacks: quantize.linear.float8 with TP gathers BF16 inputs)',
+        )
+    if moe:
+        raise SpecError(
+            "dtype",
+            recipe,
+            "bf16 for --emit fsdp2 with routed experts (quantize.linear.float8 swaps nn.Linear modules, not the "
+            "experts' grouped GEMMs, which stay BF16; quantize.grouped_mm.float8 scales row-wise)",
+        )
+    return "quantize.linear.float8"
 
 
 #: the torchtitan whose job-config TOML :func:`torchtitan_lines` writes (``torchtitan/config/job_config.py``
@@ -132,10 +218,7 @@ def _torchtitan_param_dtype(dtype: str) -> str:
 
 
 def torchtitan_notes(c: ParallelConfig) -> list[str]:
-    notes = []
-    if c.recompute == "selective":
-        notes.append(
-            'torchtitan has no attention-only selective recompute; selective_ac_option = "op" replays '
-            "more (every second matmul, element-wise ops): evaluate recompute=op_sac for that"
-        )
-    return notes
+    """Nothing the TOML leaves out: a plan it cannot state is refused (attention-only selective recompute too,
+    :func:`planner.emit.refuse.refuse_unless_runnable`)."""
+    del c
+    return []

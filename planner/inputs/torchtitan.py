@@ -118,6 +118,13 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
         ),
         "interleaved": pp > 1 and SCHEDULES.get(sched, False),
     }
+    parts = par.get("module_fqns_per_model_part")
+    if pp > 1 and parts is not None:
+        # the modules of every virtual stage, stated: pipeline_llm takes them as they are (the layers-per-stage and
+        # less-layers keys only feed generate_llm_fqn_per_model_part, which is then not called)
+        s["layout"] = model_parts_layout(parts, pp, interleaved=deferred["interleaved"])
+        s["vp"] = len(parts) // pp
+        deferred.update(layers_per_stage=None, less=(0, 0), interleaved=False)
     local = _count(tr, "training", "local_batch_size", dflt["local_batch_size"])
     s["mb"] = (
         local
@@ -131,9 +138,26 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
     param = tr.get("mixed_precision_param", dflt["mixed_precision_param"])
     if param != "bfloat16":
         raise SpecError("torchtitan_config.training.mixed_precision_param", param, "bfloat16 (the planner's dtypes)")
-    converters = t.get("model", {}).get("converters", [])
-    converters = converters.split(",") if isinstance(converters, str) else converters
-    s["dtype"] = "fp8" if any("float8" in c for c in converters) else "bf16"
+    model_dtype = tr.get("dtype", "float32")
+    if model_dtype not in ("float32", "bfloat16"):
+        raise SpecError("torchtitan_config.training.dtype", model_dtype, "float32 or bfloat16")
+    if model_dtype == "bfloat16":  # train.py builds the model in BF16: AdamW updates it in place, no FP32 master
+        s["optimizer_dtype"] = "bf16"
+    s["dtype"] = _recipe(t)
+    if s["ep"] > 1:  # "No effect for non-MoE models or when ep = 1"
+        backend = par.get("expert_parallel_comm_backend", "standard")
+        if backend not in ("standard", "deepep"):
+            raise SpecError("torchtitan_config.parallelism.expert_parallel_comm_backend", backend, "standard or deepep")
+        s["ep_dispatcher"] = "deepep" if backend == "deepep" else "alltoall"
+    if s["cp"] > 1:  # PyTorch's context_parallel (distributed/context_parallel.py), not Transformer Engine's ring
+        rotate = par.get("context_parallel_rotate_method", "allgather")
+        if rotate != "allgather":
+            raise SpecError(
+                "torchtitan_config.parallelism.context_parallel_rotate_method",
+                rotate,
+                "allgather (the K/V exchange modelled: cp_impl torch)",
+            )
+        s["cp_impl"] = "torch"
     mode = ac.get("mode", dflt["mode"])
     option = str(ac.get("selective_ac_option", dflt["selective_ac_option"]))
     if mode == "none":
@@ -151,8 +175,116 @@ def parse_torchtitan_text(text: str) -> FrameworkInput:
             f"{mode}/{option}",
             "none, full, or selective with selective_ac_option 'op' or a positive integer",
         )
-    s["fused_elementwise"] = bool(t.get("compile", {}).get("enable", dflt["enable"]))
+    compiled = _compiled(t.get("compile", {}))
+    s["fused_elementwise"] = "model" in compiled  # each TransformerBlock compiled: fused element-wise kernels
+    # components/loss.py: cross_entropy(pred.float(), labels), compiled with "loss" (fused), else eager FP32 softmax
+    s["loss_impl"] = "fused" if "loss" in compiled else "fp32"
+    if s["chunks"] > 1 and "model" not in compiled:
+        raise SpecError(
+            "torchtitan_config.parallelism.enable_async_tensor_parallel",
+            True,
+            "false without compile.enable and 'model' in compile.components (torchtitan maybe_enable_async_tp: "
+            "'Async TP requires 'model' in --compile.components and --compile.enable')",
+        )
     if t.get("model", {}).get("norm_type") == "fused_rmsnorm" and not s["fused_elementwise"]:
         s["fused_norm"] = True  # torchtitan 2024-04..2025-02: its Triton RMSNorm beside eager ops (ParallelConfig)
     s["bucket_mb"] = 100  # FSDP2 reduce-scatters per module, overlapped (costmodel.frameworks.defaults)
-    return FrameworkInput(source="torchtitan_config", stated=s, deferred=deferred)
+    # torchtitan v0.2.2 trains no multi-token-prediction module (models/deepseek_v3 has none): a model's MTP layers
+    # are not run
+    return FrameworkInput(source="torchtitan_config", stated=s, deferred=deferred, mtp_layers=0)
+
+
+def _compiled(compile_section) -> set:
+    """What ``[compile]`` compiles: ``components`` (default model and loss) when ``enable``, else nothing."""
+    if not isinstance(compile_section, dict):
+        raise SpecError("torchtitan_config.compile", compile_section, "a TOML table")
+    if not compile_section.get("enable", TORCHTITAN_V022_DEFAULTS["enable"]):
+        return set()
+    components = compile_section.get("components", ["model", "loss"])
+    components = components.split(",") if isinstance(components, str) else components
+    if not isinstance(components, list) or not set(components) <= {"model", "loss"}:
+        raise SpecError("torchtitan_config.compile.components", components, "a list of model and loss")
+    return set(components)
+
+
+#: the converters read (``model.converters``; torchtitan v0.2.2 ``components/quantization``): the float8 linear
+#: converter with dynamic per-tensor scaling (``quantize.linear.float8``; ``float8``, its name before the
+#: quantization refactor 8a2686c4, runs the same Float8Linear)
+FLOAT8_LINEAR = ("quantize.linear.float8", "float8")
+
+
+def _recipe(t: dict) -> str:
+    """The precision recipe of the TOML: ``fp8-tensorwise`` for torchao's Float8Linear with its default
+    (tensorwise: dynamic per-tensor scales, ``Float8LinearConfig()``), else ``bf16``; converters the planner has no
+    recipe for (row-wise float8, MX, grouped-GEMM FP8) are refused."""
+    model = t.get("model", {})
+    converters = model.get("converters", []) if isinstance(model, dict) else []
+    converters = converters.split(",") if isinstance(converters, str) else converters
+    if not isinstance(converters, list):
+        raise SpecError("torchtitan_config.model.converters", converters, "a list of converter names")
+    other = [c for c in converters if c not in FLOAT8_LINEAR]
+    if other:
+        raise SpecError(
+            "torchtitan_config.model.converters",
+            ",".join(map(str, other)),
+            "quantize.linear.float8 only (MX and grouped-GEMM FP8 converters are not modelled)",
+        )
+    if not converters:
+        return "bf16"
+    float8 = (
+        (((t.get("quantize") or {}).get("linear") or {}).get("float8") or {})
+        if isinstance(t.get("quantize"), dict)
+        else {}
+    )
+    recipe = float8.get("recipe_name") if isinstance(float8, dict) else None
+    if recipe not in (None, "tensorwise"):
+        raise SpecError(
+            "torchtitan_config.quantize.linear.float8.recipe_name",
+            recipe,
+            "tensorwise or unset (row-wise scaling is not a planner recipe)",
+        )
+    return "fp8-tensorwise"
+
+
+def model_parts_layout(parts, pp: int, *, interleaved: bool) -> str:
+    """The planner layout (Megatron-Core's text, :mod:`costmodel.spec.layout`) of torchtitan's
+    ``module_fqns_per_model_part``: one list of module names per virtual stage, stage ``k`` on rank ``k % pp``
+    (``pipeline_module_split._get_stage_indices``, style "loop" for 1F1B and Interleaved1F1B), ``tok_embeddings``
+    the embedding, ``layers.<i>`` decoder layers in model order, ``norm`` with ``output`` the head and loss.
+
+    >>> model_parts_layout([["tok_embeddings", "layers.0", "layers.1"], ["layers.2", "norm", "output"]], 2,
+    ...                    interleaved=False)
+    'Ett|tL'
+    """
+    from costmodel.spec.layout import Layout, VirtualStage
+
+    key = "torchtitan_config.parallelism.module_fqns_per_model_part"
+    if not isinstance(parts, list) or not parts or not all(isinstance(p, list) and p for p in parts):
+        raise SpecError(key, parts, "a list of non-empty lists of module names, one per virtual stage")
+    if len(parts) % pp or (not interleaved and len(parts) != pp):
+        raise SpecError(
+            key,
+            f"{len(parts)} parts",
+            f"{pp} parts with 1F1B (one stage per rank), a multiple of pipeline_parallel_degree={pp} with "
+            "Interleaved1F1B (pipeline_module_split: num_stages divisible by the PP degree)",
+        )
+    stages, nxt = [], 0
+    for names in parts:
+        head = {n for n in names if n in ("norm", "output")}
+        ids = sorted(int(n[7:]) for n in names if isinstance(n, str) and n.startswith("layers.") and n[7:].isdigit())
+        other = [n for n in names if n not in head and n != "tok_embeddings" and not str(n).startswith("layers.")]
+        if (
+            other
+            or len(ids) + len(head) + names.count("tok_embeddings") != len(names)
+            or ids != list(range(nxt, nxt + len(ids)))
+        ):
+            raise SpecError(
+                key,
+                ",".join(map(str, names)),
+                f"tok_embeddings, layers.<i> in model order (layers.{nxt} next, each once), norm or output",
+            )
+        decoder, nxt = len(ids), nxt + len(ids)
+        if head and head != {"norm", "output"}:
+            raise SpecError(key, ",".join(sorted(head)), "norm and output in the same part (the head and the loss)")
+        stages.append(VirtualStage(decoder=decoder, embedding="tok_embeddings" in names, loss=bool(head)))
+    return str(Layout(pp=pp, stages=stages))
