@@ -22,8 +22,13 @@ def deepspeed_config(c: ParallelConfig, global_batch: int, dtype: str = "bf16") 
     """
     frameworks.check_fields("deepspeed", zero=c.zero, pp=c.pp, vp=c.vp, cp=c.cp, chunks=c.chunks)
     m = micro_batches(Workload(global_batch=global_batch, seq_len=1), c)
-    zero = {"stage": c.zero, "overlap_comm": c.bucket_bytes > 0, "contiguous_gradients": True, "reduce_scatter": True}
-    if c.bucket_bytes > 0:
+    # DeepSpeed overlaps the gradient reduction only in its ZeRO optimizer, and not under its pipeline engine
+    # (engine.py at edaa72212: stage 0 all-reduces after backward, buffered_allreduce_fallback; with a
+    # PipelineModule "overlapped communication ... will be disabled"): there the JSON states no overlap and no
+    # bucket, what DeepSpeed runs (read back as bucket 0; a plan priced with one differs: the search's to mend)
+    overlap = c.bucket_bytes > 0 and c.zero > 0 and c.pp == 1
+    zero = {"stage": c.zero, "overlap_comm": overlap, "contiguous_gradients": True, "reduce_scatter": True}
+    if overlap:
         zero["reduce_bucket_size"] = bucket_elements(c)
         zero["allgather_bucket_size"] = bucket_elements(c)
         if c.zero == 3:

@@ -72,6 +72,8 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
         )
     if fmt == "fsdp2":
         _refuse_unstated_torchtitan(c)
+    if fmt == "deepspeed":
+        _refuse_unstated_deepspeed(c)
 
 
 #: the one bucket torchtitan runs: its DDP's (``replicate(model, device_mesh=dp_mesh, bucket_cap_mb=100)``,
@@ -149,6 +151,25 @@ def _refuse_unstated_torchtitan(c: ParallelConfig) -> None:
             "ep_dispatcher",
             c.ep_dispatcher,
             "alltoall or deepep for --emit fsdp2 (torchtitan's expert_parallel_comm_backend is 'standard' or 'deepep')",
+        )
+
+
+def _refuse_unstated_deepspeed(c: ParallelConfig) -> None:
+    """Plan fields neither DeepSpeed's JSON nor the planner flags the training script's settings are read back
+    from (``evaluate --deepspeed-config``) can state, off the values DeepSpeed runs."""
+    if c.ep > 1 and c.ep_dispatcher != "alltoall":
+        raise SpecError(
+            "ep_dispatcher",
+            c.ep_dispatcher,
+            "alltoall for --emit deepspeed (deepspeed.moe dispatches tokens with one all-to-all, "
+            "moe/sharded_moe.py _AllToAll; DeepSpeed has no DeepEP or HybridEP dispatcher)",
+        )
+    if not c.fused_elementwise or not c.norms_fused:
+        raise SpecError(
+            "fused_elementwise" if not c.fused_elementwise else "fused_norm",
+            False,
+            "true for --emit deepspeed (the element-wise kernels are the model code's; no DeepSpeed JSON key "
+            "or planner flag states them eager)",
         )
 
 

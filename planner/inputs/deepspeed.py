@@ -96,12 +96,14 @@ def parse_deepspeed_text(text: str) -> FrameworkInput:
     stage = as_int("deepspeed_config.zero_optimization.stage", z.get("stage", 0))
     if stage not in (0, 1, 2, 3):
         raise SpecError("deepspeed_config.zero_optimization.stage", stage, "one of 0, 1, 2, 3")
-    # DeepSpeedZeroConfig.overlap_comm_valid: unset means stage == 3
+    # DeepSpeedZeroConfig.overlap_comm_valid: unset means stage == 3. Stage 0 builds no ZeRO optimizer, whose
+    # setting it is: engine.py (edaa72212) all-reduces the gradients after backward (allreduce_gradients ->
+    # buffered_allreduce_fallback), never overlapped
     overlap = (
         as_bool("deepspeed_config.zero_optimization.overlap_comm", z["overlap_comm"])
         if z.get("overlap_comm") is not None
         else stage == 3
-    )
+    ) and stage > 0
     bf16 = _enabled(d, "bf16") or _enabled(d, "bfloat16")
     fp16 = _enabled(d, "fp16")
     if bf16 and fp16:
