@@ -65,7 +65,13 @@ TOPICS = [
             ("evaluate_partial", "python -m benchmarks.evaluate_partial --set all"),
         ],
     ),
-    ("Emitted flags", [("flags_roundtrip", "python -m benchmarks.flags_roundtrip")]),
+    (
+        "Emitted flags",
+        [
+            ("flags_roundtrip", "python -m benchmarks.flags_roundtrip"),
+            ("emit_roundtrip_other", "python -m benchmarks.emit_roundtrip_other"),
+        ],
+    ),
     (
         "API and sweep speed",
         [
