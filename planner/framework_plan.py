@@ -51,6 +51,7 @@ CLI_KEYS = (
     "flash_attention",
     "ep_dispatcher",
     "ep_overlap",
+    "optimizer_dtype",  # --optimizer-dtype: torchtitan's training.dtype = "bfloat16" (a BF16 model, no FP32 master)
     "fp8_param_gather",  # --fp8-param-gather: was read from the line and dropped here (its plan re-ran 0.8% slower)
     "recompute_modules",  # --recompute-modules: was dropped here (the published Qwen3 plans re-ran -7.3% to +23.5%)
     "loss_impl",  # --cross-entropy-loss-fusion --cross-entropy-fusion-impl te: was not read (26 published plans)
@@ -115,6 +116,13 @@ def _refuse_contradictions(fi: FrameworkInput, args: argparse.Namespace) -> None
             raise SpecError(k, cli, f"{v!r} as {fi.label} states it (or drop {_flag(k)})")
 
 
+def _fp8_class(dtype) -> bool:
+    """Whether ``--dtype`` names a recipe with FP8-class GEMMs (fp8, fp8-tensorwise, mxfp8, nvfp4 ...)."""
+    from costmodel.spec.precision import RECIPES
+
+    return dtype in RECIPES and RECIPES[dtype].gemm_class == "fp8"
+
+
 def _set(ns, k, v, sources, where):
     setattr(ns, k, to_cli(k, v))  # as the planner's flag would give it (config_from_args reads those)
     sources[where][k] = v
@@ -122,6 +130,9 @@ def _set(ns, k, v, sources, where):
 
 def resolve(fi: FrameworkInput, args: argparse.Namespace):
     """``(model, cluster, workload, config, config_source)`` for ``evaluate`` with a framework input."""
+    if fi.source == "deepspeed_config" and fi.stated.get("dtype") == "bf16" and _fp8_class(args.dtype):
+        # the JSON's bf16 is the run's half precision; FP8 GEMMs are the model code's (Transformer Engine layers)
+        fi = replace(fi, stated={k: v for k, v in fi.stated.items() if k != "dtype"})
     _refuse_contradictions(fi, args)
     if getattr(args, "mode", "train") != "train":
         raise SpecError("mode", args.mode, f"train with --{fi.source.replace('_', '-')} (a training configuration)")
@@ -201,7 +212,7 @@ def resolve(fi: FrameworkInput, args: argparse.Namespace):
             _set(ns, k, defaults[k], src, "framework_defaults")
     workload = make_workload(ns.global_batch, ns.seq, ns.dtype)
     config = config_from_args(ns, gpus, model.layers)
-    for k in ("fused_elementwise", "fused_norm"):  # kernel settings a configuration states, not flags
+    for k in ("fused_elementwise", "fused_norm", "cp_impl"):  # settings a configuration states, not flags
         if k in fi.stated:
             config = replace(config, **{k: fi.stated[k]})
             src["stated"][k] = fi.stated[k]

@@ -93,7 +93,9 @@ def render(result, args: argparse.Namespace, model, cluster, workload) -> int:
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(best.config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
-            d["torchtitan_config"] = torchtitan_lines(best.config, workload, model.layers)
+            d["torchtitan_config"] = torchtitan_lines(
+                best.config, workload, model.layers, moe=model.is_moe, mtp_layers=model.mtp_layers
+            )
         print_json(d)
         return 0
     print(report_text(result, model, cluster, workload))

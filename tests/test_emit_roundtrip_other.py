@@ -35,9 +35,10 @@ from planner.inputs.deepspeed import parse_deepspeed_text  # noqa: E402
 from planner.inputs.torchtitan import model_parts_layout, parse_torchtitan_text  # noqa: E402
 
 W = Workload(global_batch=64, seq_len=4096)
-#: the plan fields a refusal of a recommended plan may name: what the search answers and the format cannot run
-#: (the recipe a problem pins; dp 1 beside TP or PP, where torchtitan trains without mixed precision)
-REFUSABLE = {"dtype", "dp"}
+#: the plan fields a refusal of a recommended or stated plan may name: what the format cannot run (the recipe a
+#: problem pins; dp 1 beside TP or PP, where torchtitan trains without mixed precision; a model's MTP layers, which
+#: torchtitan v0.2.2 does not train)
+REFUSABLE = {"dtype", "dp", "mtp_layers"}
 
 
 def subset() -> list:
@@ -54,17 +55,9 @@ CASES = subset()
 def blocked(r: dict) -> str:
     """Why a plan cannot read back identical through the emitters and parsers alone: the file and change it waits
     for ('' if none). Decided by the plan and what differs, as the benchmark reports them."""
-    fields, c = r["fields"], r.get("config")
-    if "optimizer_dtype" in fields:  # torchtitan's training.dtype = "bfloat16" is parsed, and dropped
-        return 'planner/framework_plan.py: "optimizer_dtype" among CLI_KEYS'
+    fields = r["fields"]
     if "cp_impl" in fields or "stated cp_impl" in fields:  # torchtitan's CP is PyTorch's: cp_impl torch
-        return 'planner/framework_plan.py: "cp_impl" among the stated settings; search: fsdp2 CP priced as torch'
-    if "model.mtp_layers" in fields:  # torchtitan trains no MTP module; emit_text does not pass the model's
-        return "planner/emit/__init__.py: emit_text passes mtp_layers=model.mtp_layers to torchtitan_lines"
-    if r["framework"] == "deepspeed" and r.get("recipe", "bf16") not in ("bf16", "fp16"):
-        return "planner/framework_plan.py: an FP8 --dtype beside a DeepSpeed JSON's bf16 (model-code GEMMs)"
-    if r["framework"] == "deepspeed" and c is not None and c.pp > 1 and c.bucket_bytes > 0:
-        return "search: DeepSpeed plans with pp > 1 priced without an overlapped bucket (the pipeline engine has none)"
+        return "search: an FSDP2 plan's CP priced as torchtitan runs it (cp_impl torch; NeMo AutoModel's FSDP2 runs TE ring)"
     return ""
 
 

@@ -172,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
         elif args.emit == "deepspeed":
             d["deepspeed_config"] = deepspeed_config(config, workload.global_batch, workload.dtype)
         elif args.emit == "fsdp2":
-            d["torchtitan_config"] = torchtitan_lines(config, workload, model.layers)
+            d["torchtitan_config"] = torchtitan_lines(
+                config, workload, model.layers, moe=model.is_moe, mtp_layers=model.mtp_layers
+            )
         print_json(d)
     elif args.emit:
         text, notes = emit_text(args.emit, config, workload, model.layers, model.is_moe, model=model)

@@ -71,7 +71,8 @@ def emit_text(
 
     refuse_unless_runnable(fmt, c)
     if fmt == "fsdp2":
-        text = "\n".join([TORCHTITAN_HEADER] + torchtitan_lines(c, workload, layers))
+        mtp = model.mtp_layers if model is not None else 0
+        text = "\n".join([TORCHTITAN_HEADER] + torchtitan_lines(c, workload, layers, moe=moe, mtp_layers=mtp))
         notes = torchtitan_notes(c)
     elif fmt == "megatron":
         from ..emit_arch import with_model_lines
