@@ -310,13 +310,18 @@ def engine_bound(cluster, c, model) -> bool:
 def bucket_values(p: Problem, s: Shape) -> list[float]:
     """Bucket sizes in MB; without data parallelism the bucket is irrelevant (40 MB default); a
     framework that fixes its bucket (torchtitan's 100 MB, :data:`costmodel.frameworks.rules.FIXED_BUCKET_MB`)
-    runs that one unless the user pins another. Megatron's options hold its own default for the shape's DP
+    runs that one unless the user pins another; DeepSpeed's pipeline engine overlaps none (0). Megatron's options hold its own default for the shape's DP
     (:func:`costmodel.frameworks.defaults.megatron_ddp_bucket_elements`: 48M elements at DP 48, 192 MB of FP32
     gradients), what its published plans run (row 109, Megatron-LM 2024's GPT 462B, DP 48)."""
     if not data_parallel(p, s):
         return [float(b) for b in _moot(p, "bucket_mb", 40.0)]
     if p.framework in frameworks.FIXED_BUCKET_MB:
         return [float(b) for b in _moot(p, "bucket_mb", frameworks.FIXED_BUCKET_MB[p.framework])]
+    if p.framework == "deepspeed" and s.pp > 1:
+        # DeepSpeed's pipeline engine reduces the gradients after the schedule, not from the backward hooks
+        # (deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__: "We schedule the all-reduces, so disable it
+        # in super().backward()", enable_backward_allreduce = False): no overlapped bucket
+        return [float(b) for b in _moot(p, "bucket_mb", 0.0)]
     opts = set(float(b) for b in p.limits.bucket_mb_options)
     if "bucket_mb" in p.limits.fixed:
         opts.add(float(p.limits.fixed["bucket_mb"]))
