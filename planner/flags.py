@@ -9,6 +9,7 @@ this module turns a parsed ``argparse.Namespace`` into specs (:func:`problem_fro
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from costmodel.frameworks.rules import required_zero
 from costmodel.spec.errors import SpecError
@@ -225,7 +226,17 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     config = make_config(gpus, **fields)
     if getattr(args, "sp", None) is True and config.tp == 1:
         raise SpecError("sp", True, "off when tp=1 (sequence parallelism needs --tp 2 or more)")
+    if config.cp > 1 and torchtitan_cp(args):
+        config = replace(config, cp_impl="torch")
     return config
+
+
+def torchtitan_cp(args: argparse.Namespace) -> bool:
+    """Whether the plan's context parallelism is torchtitan's: ``--emit fsdp2`` writes a torchtitan job, whose CP
+    is PyTorch's ``context_parallel`` (``cp_impl`` torch: ``torchtitan/distributed/utils.py`` at v0.2.2,
+    ``create_context_parallel_ctx``), not the ring of Transformer Engine that Megatron-Core and NeMo AutoModel's
+    FSDP2 run."""
+    return getattr(args, "emit", None) == "fsdp2"
 
 
 def stack_of(args: argparse.Namespace, cluster=None) -> str:
@@ -308,6 +319,7 @@ def plan_options(args: argparse.Namespace, model=None) -> tuple:
         "ep_overlap": overlap or None,  # off: the default, no option
         "module_layout": getattr(args, "module_layout", None),
         "offload_modules": fg_offload_modules(args),  # a stated plan option every plan runs, not searched
+        "cp_impl": "torch" if torchtitan_cp(args) else None,  # the plans with cp > 1 (search.choice)
         **memory_fields(args),
         **offload,
     }

@@ -135,6 +135,8 @@ class Choice:
             opts.pop("fp8_param_gather", None)
         if self.shape.ep == 1:
             opts.pop("ep_dispatcher", None)  # no expert-parallel dispatch to run
+        if self.shape.cp == 1:
+            opts.pop("cp_impl", None)  # no context parallelism to run
         if opts.get("ep_overlap") and (
             self.shape.ep == 1
             or self.recompute == "full"

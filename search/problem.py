@@ -165,6 +165,7 @@ PLAN_OPTIONS = (
     "overlap_cpu_optimizer_d2h_h2d",
     "activation_offload_layers",
     "offload_modules",
+    "cp_impl",
 )
 
 
@@ -280,6 +281,7 @@ class Problem:
                 "optimizer_offload_fraction": dict(zero=1),
                 "overlap_cpu_optimizer_d2h_h2d": dict(zero=1, optimizer_offload_fraction=1.0),
                 "ep_overlap": dict(ep=2),
+                "cp_impl": dict(cp=2),
             }.get(k, {})
             if not (k == "activation_offload_layers" and v == FEWEST_FITTING):  # (the search's own value)
                 ParallelConfig(framework=self.framework, **probe, **{k: v})  # refuses a value the framework cannot run

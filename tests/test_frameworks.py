@@ -195,8 +195,14 @@ def test_every_recommended_plan_is_emitted_for_its_framework(framework):
     (19, 21, 21, 19) under DeepSpeed that ``--emit deepspeed`` refuses, and could answer
     attention-only selective or partial recompute that torchtitan cannot state."""
     w = Workload(global_batch=64, seq_len=8192)
+    # as recommend --emit fsdp2 poses it: torchtitan's CP is PyTorch's (planner.flags.torchtitan_cp)
+    opts = (("cp_impl", "torch"),) if framework == "fsdp2" else ()
     p = Problem(
-        model=load_model("llama3-70b"), cluster=load_cluster("h100-sxm").with_gpus(16), workload=w, framework=framework
+        model=load_model("llama3-70b"),
+        cluster=load_cluster("h100-sxm").with_gpus(16),
+        workload=w,
+        framework=framework,
+        options=opts,
     )
     r = solve(p, SolveOptions(time_limit_s=20, top_k=5))
     assert r.plans

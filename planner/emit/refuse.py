@@ -47,6 +47,15 @@ def refuse_unless_runnable(fmt: str, c: ParallelConfig) -> None:
             "pipeline schedule reduces gradients once per step; no torchtitan setting runs it per "
             "micro-batch)",
         )
+    if fmt == "fsdp2" and c.cp > 1 and c.cp_impl != "torch":
+        # torchtitan's CP is PyTorch's context_parallel (torchtitan/distributed/utils.py create_context_parallel_ctx
+        # at v0.2.2); the ring exchange is Transformer Engine's (Megatron-Core, NeMo AutoModel's FSDP2)
+        raise SpecError(
+            "cp_impl",
+            c.cp_impl,
+            "torch for --emit fsdp2 (torchtitan's context parallelism is PyTorch's context_parallel; recommend and "
+            "evaluate price it so with --emit fsdp2)",
+        )
     if fmt == "fsdp2" and c.sp_on and c.sp_saved_inputs != "gathered":
         # torchtitan's TP is DTensor's: PrepareModuleInput all-gathers the block input and aten.mm saves it
         raise SpecError(

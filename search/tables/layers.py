@@ -10,9 +10,11 @@ from ..choice import Choice
 
 
 def _timed_options(moe: bool, ep: int) -> tuple[str, ...]:
-    """The plan options :func:`costmodel.engines.analytic.layer_timing` reads of a layer: the recompute modules, and
-    of an MoE layer with ``ep > 1`` the EP dispatcher and the EP overlap (``tests/test_search_tables.py``)."""
-    return ("recompute_modules", "ep_dispatcher", "ep_overlap") if moe and ep > 1 else ("recompute_modules",)
+    """The plan options :func:`costmodel.engines.analytic.layer_timing` reads of a layer: the recompute modules and the
+    CP exchange, and of an MoE layer with ``ep > 1`` the EP dispatcher and the EP overlap
+    (``tests/test_search_tables.py``)."""
+    layer = ("recompute_modules", "cp_impl")
+    return layer + ("ep_dispatcher", "ep_overlap") if moe and ep > 1 else layer
 
 
 class LayerTerms:
