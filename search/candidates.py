@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from costmodel.physics.comm import dma
 from costmodel.frameworks import rules as frameworks
+from costmodel.frameworks.degrees import check_degrees
 from costmodel.frameworks.defaults import megatron_ddp_bucket_elements
 from costmodel.spec.units import GRAD_BYTES
 from costmodel.spec.plan import ParallelConfig
@@ -164,7 +165,8 @@ def ep_values(p: Problem, tp: int, cp: int, dp: int) -> list[int]:
 
 
 def shapes(p: Problem) -> list[Shape]:
-    """Every ``(tp, cp, pp, dp, ep)`` with ``tp*cp*pp*dp = GPUs`` and ``dp`` dividing the batch."""
+    """Every ``(tp, cp, pp, dp, ep)`` with ``tp*cp*pp*dp = GPUs``, ``dp`` dividing the batch and degrees the
+    framework runs together (:func:`costmodel.frameworks.degrees.check_degrees`)."""
     out = []
     for tp, cp, pp in itertools.product(tp_values(p), cp_values(p), pp_values(p)):
         inner = tp * cp * pp
@@ -172,6 +174,12 @@ def shapes(p: Problem) -> list[Shape]:
             continue
         dp = p.gpus // inner
         if p.workload.global_batch % dp or not p.limits.allows("dp", dp):
+            continue
+        try:
+            check_degrees(
+                p.framework, tp=tp, pp=pp, cp=cp, dp=dp, bf16_model=dict(p.options).get("optimizer_dtype") == "bf16"
+            )
+        except SpecError:
             continue
         out.extend(Shape(tp, cp, pp, dp, ep) for ep in ep_values(p, tp, cp, dp))
     return sorted(out)
@@ -251,7 +259,7 @@ def data_parallel(p: Problem, s: Shape) -> bool:
 
 def _runnable(p: Problem, s: Shape, var: str, values: list) -> list:
     """``values`` of ``var`` that ``p.framework`` can run with shape ``s`` (costmodel.frameworks.rules)."""
-    return [v for v in values if frameworks.allows(p.framework, var, v, pp=s.pp, tp=s.tp)]
+    return [v for v in values if frameworks.allows(p.framework, var, v, pp=s.pp, tp=s.tp, cp=s.cp, dp=s.dp, ep=s.ep)]
 
 
 def zero_values(p: Problem, s: Shape) -> list[int]:

@@ -18,12 +18,15 @@ shape needs at least as much memory.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
 
 import numpy as np
 
+from costmodel.frameworks.degrees import check_degrees
 from costmodel.spec.bounds import MAX_HBM_BYTES
+from costmodel.spec.errors import SpecError
 from costmodel.spec.units import GiB
 
 from .candidates import (
@@ -120,6 +123,15 @@ def _memory_table(t):
 
 def _why_no_shape(p: Problem) -> str:
     g, b = p.gpus, p.workload.global_batch
+    for tp, cp, pp in itertools.product(tp_values(p), cp_values(p), pp_values(p)):
+        dp = g // (tp * cp * pp) if g % (tp * cp * pp) == 0 else 0
+        if dp and b % dp == 0 and p.limits.allows("dp", dp):  # divisible: the framework's degree rule refused it
+            try:
+                check_degrees(
+                    p.framework, tp=tp, pp=pp, cp=cp, dp=dp, bf16_model=dict(p.options).get("optimizer_dtype") == "bf16"
+                )
+            except SpecError as e:
+                return f"no division of the GPUs {p.framework} runs: {e} (the first: tp={tp} cp={cp} pp={pp} dp={dp})"
     parts = [f"tp in {tp_values(p)}", f"cp in {cp_values(p)}", f"pp in {pp_values(p)}"]
     return (
         f"no way to divide {g} GPUs as tp*cp*pp*dp with dp dividing the global batch {b} "

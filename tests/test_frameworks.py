@@ -382,3 +382,20 @@ def test_a_pinned_chunk_count_leaves_no_choice_without_sp_and_the_search_still_a
     assert r.status == "OPTIMAL" and all(pl.config.chunks == 8 == pl.config.tp and pl.config.sp_on for pl in r.plans)
     ex = solve_exhaustive(p)
     assert ex.complete and ex.best.objective * Tables(p).res_s == pytest.approx(r.objective_s)
+
+
+def test_fsdp2_degrees_torchtitan_runs_together():
+    # without data- or context-parallel ranks beside TP, torchtitan applies no fully_shard and trains in FP32; its
+    # DDP (ZeRO 0) replicates over one dimension only: evaluate refuses both, the search never answers them
+    with pytest.raises(SpecError, match="dp=1: must be > 1"):
+        check(ParallelConfig(tp=8, sp=True, dp=1, zero=3, framework="fsdp2"))
+    with pytest.raises(SpecError, match="zero=0: must be 2 or 3"):
+        check(ParallelConfig(tp=2, sp=True, dp=4, zero=0, framework="fsdp2"))
+    check(ParallelConfig(pp=2, dp=1, zero=2, optimizer_dtype="bf16", framework="fsdp2"))  # a BF16 model: runs
+    pinned = _recommend("fsdp2", gpus=8, tp=8)
+    assert not pinned.plans and "dp=1" in pinned.explanation, pinned.explanation
+    r = _recommend("fsdp2", gpus=8)
+    assert r.plans
+    for c in (pl.config for pl in r.plans):
+        assert c.dp * c.cp > 1 or (c.tp, c.pp) == (1, 1)
+        assert c.zero > 0 or (c.tp, c.pp, c.cp) == (1, 1, 1)

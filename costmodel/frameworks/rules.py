@@ -64,6 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.spec.errors import SpecError
+from costmodel.frameworks.degrees import check_degrees
 from costmodel.spec.plan_checks import FRAMEWORKS, DEFAULT_FRAMEWORK
 
 
@@ -219,7 +220,8 @@ def check_fields(
     chunks: int = 1,
     recompute: str = "none",
 ) -> None:
-    """Raise :class:`SpecError` naming the first rule the settings break under ``framework``."""
+    """Raise :class:`SpecError` naming the first rule the settings break under ``framework`` (one part of a plan; the
+    degrees together: :func:`check_degrees`)."""
     semantics(framework, zero)
     if recompute == "op_sac" and framework != "fsdp2":
         raise SpecError(
@@ -331,11 +333,14 @@ def chunk_options(framework: str, tp: int, options, device=None) -> list[int]:
     return opts
 
 
-def allows(framework: str, var: str, value, *, pp: int = 1, tp: int = 1) -> bool:
-    """Whether the search may consider ``var = value`` under ``framework`` (shape ``pp``, ``tp``)."""
-    if var == "zero":
-        return value in zero_stages(framework, pp)
+def allows(framework: str, var: str, value, *, pp: int = 1, tp: int = 1, cp: int = 1, dp: int = 1, ep: int = 1) -> bool:
+    """Whether the search may consider ``var = value`` under ``framework`` (shape ``pp``, ``tp``, ``cp``, ``dp``,
+    ``ep``)."""
     try:
+        if var == "zero":
+            # the ZeRO rule only: the search's shapes already hold the data-parallel one (search.candidates.shapes)
+            check_degrees(framework, tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, zero=value, bf16_model=True)
+            return value in zero_stages(framework, pp)
         if var == "sp":
             check_fields(framework, tp=tp, sp=value)
         elif var == "chunks":
@@ -351,7 +356,18 @@ def check(c) -> None:
     """Raise :class:`SpecError` if plan ``c`` (a :class:`~costmodel.spec.plan.ParallelConfig`) is
     not runnable by ``c.framework``."""
     check_fields(
-        c.framework, zero=c.zero, pp=c.pp, vp=c.vp, tp=c.tp, cp=c.cp, sp=c.sp_on, chunks=c.chunks, recompute=c.recompute
+        c.framework,
+        zero=c.zero,
+        pp=c.pp,
+        vp=c.vp,
+        tp=c.tp,
+        cp=c.cp,
+        sp=c.sp_on,
+        chunks=c.chunks,
+        recompute=c.recompute,
+    )
+    check_degrees(
+        c.framework, tp=c.tp, pp=c.pp, cp=c.cp, dp=c.dp, ep=c.ep, zero=c.zero, bf16_model=c.optimizer_dtype == "bf16"
     )
 
 

@@ -131,13 +131,6 @@ def _refuse_unstated_torchtitan(c: ParallelConfig) -> None:
             "none, full or op_sac for --emit fsdp2 (torchtitan has no attention-only selective recompute; "
             'selective_ac_option = "op" is op_sac)',
         )
-    if c.zero == 0 and (c.cp > 1 or (c.dp > 1 and (c.tp, c.pp, c.ep) != (1, 1, 1))):
-        raise SpecError(
-            "zero",
-            0,
-            "2 or 3 for --emit fsdp2 with cp > 1, or dp > 1 beside tp, pp or ep > 1 (torchtitan's apply_ddp raises "
-            "'DDP has not supported > 1D parallelism'; with cp > 1 it shards over the CP ranks, ParallelDims 'fsdp')",
-        )
     if c.dp * c.cp > 1 and frameworks.of(c).step_grad and c.bucket_bytes != TORCHTITAN_BUCKET_BYTES:
         raise SpecError(
             "bucket_mb",
@@ -146,14 +139,6 @@ def _refuse_unstated_torchtitan(c: ParallelConfig) -> None:
             "resharding under a pipeline (torchtitan's DDP runs bucket_cap_mb=100, apply_ddp, and FSDP2 reduces per "
             "fully_shard block, priced as 100 MB buckets: costmodel.frameworks.rules.FIXED_BUCKET_MB; no job-config "
             "key sets another)",
-        )
-    if c.dp == 1 and c.cp == 1 and (c.tp > 1 or c.pp > 1) and c.optimizer_dtype == "fp32":
-        raise SpecError(
-            "dp",
-            1,
-            "> 1 (or cp > 1, or optimizer_dtype bf16) for --emit fsdp2 with tp or pp > 1: without data or context "
-            "parallel ranks torchtitan applies no fully_shard, and with TP or PP it then trains without mixed "
-            "precision (distributed/utils.py maybe_enable_amp: 'Mixed precision training is disabled'), in FP32",
         )
     if c.ep > 1 and c.ep_dispatcher not in ("alltoall", "deepep"):
         raise SpecError(
