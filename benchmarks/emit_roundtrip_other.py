@@ -46,6 +46,7 @@ import warnings
 from dataclasses import dataclass, fields
 
 from benchmarks import flags_roundtrip as F
+from benchmarks.flags_roundtrip import detail
 from benchmarks import results_io
 from benchmarks.published import load_set, predict
 from costmodel.spec.errors import PlannerError
@@ -551,14 +552,6 @@ def roundtrip_problem(problem: Problem) -> dict:
 
 
 # --------------------------------------------------------------------------- report
-def detail(r: dict) -> str:
-    """The printed reason: each field that differs (original -> read back) and the step time's change, or why."""
-    if r["status"] == "differs":
-        parts = [f"{k} {F._fmt(a)} -> {F._fmt(b)}" for k, (a, b) in r["fields"].items()]
-        return f"step {100 * r['rel']:+.4f}%" + ("; " + "; ".join(parts) if parts else "")
-    return r["why"]
-
-
 def run_cases(only: str | None = None, names: set | None = None) -> list[dict]:
     results = []
     if only in (None, "published"):
