@@ -23,10 +23,11 @@ def check_degrees(
 
     * without data- or context-parallel ranks beside TP or PP it applies no ``fully_shard`` and so no FSDP mixed
       precision, and trains in FP32 (``torchtitan/distributed/utils.py`` ``maybe_enable_amp``: "Mixed precision
-      training is disabled"), which no FSDP2 plan here is priced as; a BF16 model (``bf16_model``: the optimizer
-      dtype bf16, ``training.dtype``) trains in BF16 there;
-    * ZeRO 0 is its DDP, which replicates over one dimension only (``apply_ddp``: "DDP has not supported > 1D
-      parallelism"), and with cp > 1 it shards over the CP ranks (``ParallelDims`` "fsdp").
+      training with TP or PP is only supported when FSDP/HSDP/CP is enabled"), which no FSDP2 plan here is priced
+      as; a BF16 model (``bf16_model``: the optimizer dtype bf16, ``training.dtype``) trains in BF16 there;
+    * ZeRO 0 is its DDP, which replicates over one dimension only (``models/llama3/infra/parallelize.py``, before
+      ``apply_ddp``: "DDP has not supported > 1D parallelism"), and with cp > 1 it shards over the CP ranks
+      (``ParallelDims`` "fsdp").
 
     >>> check_degrees("fsdp2", tp=8, dp=1)
     Traceback (most recent call last):
@@ -51,5 +52,5 @@ def check_degrees(
             "zero",
             zero,
             "2 or 3 under framework=fsdp2 with cp > 1, or dp > 1 beside tp, pp or ep > 1 (torchtitan's DDP "
-            "replicates over one dimension only: apply_ddp 'DDP has not supported > 1D parallelism')",
+            "replicates over one dimension only: 'DDP has not supported > 1D parallelism')",
         )
