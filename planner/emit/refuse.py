@@ -158,27 +158,30 @@ def _refuse_unstated_deepspeed(c: ParallelConfig) -> None:
             "alltoall for --emit deepspeed (deepspeed.moe dispatches tokens with one all-to-all, "
             "moe/sharded_moe.py _AllToAll; DeepSpeed has no DeepEP or HybridEP dispatcher)",
         )
+    _refuse_eager_kernels(
+        c,
+        "true for --emit deepspeed (the element-wise kernels are the model code's; no DeepSpeed JSON key "
+        "or planner flag states them eager)",
+    )
+
+
+def _refuse_eager_kernels(c: ParallelConfig, allowed: str) -> None:
+    """Refuse a plan charged with eager element-wise kernels or unfused norms, naming the first (``allowed``: what
+    the format runs, and why)."""
     if not c.fused_elementwise or not c.norms_fused:
-        raise SpecError(
-            "fused_elementwise" if not c.fused_elementwise else "fused_norm",
-            False,
-            "true for --emit deepspeed (the element-wise kernels are the model code's; no DeepSpeed JSON key "
-            "or planner flag states them eager)",
-        )
+        raise SpecError("fused_elementwise" if not c.fused_elementwise else "fused_norm", False, allowed)
 
 
 def _refuse_unstated_kernels(c: ParallelConfig) -> None:
     """Plan fields a Megatron-LM line has no words for, off the values Megatron-Core runs: before, the line was
     written without them and ran another plan (``benchmarks/flags_roundtrip.py`` reads every emitted line back)."""
-    if not c.norms_fused or not c.fused_elementwise:
-        # Transformer Engine's norms are fused kernels whatever the flags (TENorm, LayerNormLinear); the opt-outs
-        # (--no-bias-swiglu-fusion, --no-rope-fusion, ...) unfuse some element-wise ops, not the set the plan charges
-        raise SpecError(
-            "fused_elementwise" if not c.fused_elementwise else "fused_norm",
-            False,
-            "true for --emit megatron (Megatron-Core runs fused norms and element-wise kernels; "
-            "no set of its flags runs them one PyTorch operator at a time, as the plan is charged)",
-        )
+    # Transformer Engine's norms are fused kernels whatever the flags (TENorm, LayerNormLinear); the opt-outs
+    # (--no-bias-swiglu-fusion, --no-rope-fusion, ...) unfuse some element-wise ops, not the set the plan charges
+    _refuse_eager_kernels(
+        c,
+        "true for --emit megatron (Megatron-Core runs fused norms and element-wise kernels; "
+        "no set of its flags runs them one PyTorch operator at a time, as the plan is charged)",
+    )
     if c.cp_impl != "ring":
         raise SpecError(
             "cp_impl",
