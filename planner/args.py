@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 
 from costmodel.spec.plan_checks import (
+    CP_IMPLS,
     EP_DISPATCHERS,
     GRAD_DTYPES,
     LOSS_IMPLS,
@@ -152,7 +153,7 @@ def _offload_list(text: str) -> tuple[str, ...]:
 
 def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -> None:
     """The parallel plan: ``--tp --pp --dp --ep --cp --vp --mb --sp/--no-sp --zero --recompute ...``;
-    ``dispatcher``: also ``--ep-dispatcher`` (evaluate, explain: the search plans the alltoall one)."""
+    ``dispatcher``: also ``--ep-dispatcher`` and ``--cp-impl`` (evaluate, explain, recommend)."""
     g = parser.add_argument_group("parallel config (unset: 1 / off; dp = gpus/(tp*pp*cp))")
     for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("dp", "data"), ("ep", "expert"), ("cp", "context")):
         g.add_argument(f"--{flag}", type=int_arg(flag), metavar="N", help=f"{what}-parallel degree")
@@ -221,6 +222,14 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
             "alltoall, the default), deepep (flex dispatcher, DeepEP backend: one network copy "
             "per destination node) or hybridep (flex dispatcher, HybridEP backend: one network copy per "
             "destination NVLink domain, 72 GPUs on GB200/GB300 NVL72)",
+        )
+        g.add_argument(
+            "--cp-impl",
+            type=choice_arg("cp_impl", CP_IMPLS),
+            metavar="{" + ",".join(CP_IMPLS) + "}",
+            help="how context parallelism exchanges K/V: ring (Transformer Engine's ring attention, as Megatron-Core "
+            "and NeMo AutoModel run it; the default) or torch (PyTorch's context_parallel, as torchtitan runs it; "
+            "the default with --emit fsdp2)",
         )
     g.add_argument(
         "--ep-overlap",

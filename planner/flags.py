@@ -226,17 +226,28 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     config = make_config(gpus, **fields)
     if getattr(args, "sp", None) is True and config.tp == 1:
         raise SpecError("sp", True, "off when tp=1 (sequence parallelism needs --tp 2 or more)")
-    if config.cp > 1 and torchtitan_cp(args):
-        config = replace(config, cp_impl="torch")
+    impl = cp_impl_of(args)
+    if config.cp > 1 and impl is not None:
+        config = replace(config, cp_impl=impl)
     return config
 
 
-def torchtitan_cp(args: argparse.Namespace) -> bool:
-    """Whether the plan's context parallelism is torchtitan's: ``--emit fsdp2`` writes a torchtitan job, whose CP
-    is PyTorch's ``context_parallel`` (``cp_impl`` torch: ``torchtitan/distributed/utils.py`` at v0.2.2,
-    ``create_context_parallel_ctx``), not the ring of Transformer Engine that Megatron-Core and NeMo AutoModel's
-    FSDP2 run."""
-    return getattr(args, "emit", None) == "fsdp2"
+def cp_impl_of(args: argparse.Namespace) -> str | None:
+    """The plan's context-parallel exchange (``ParallelConfig.cp_impl``): ``--cp-impl`` as stated, else torch for
+    ``--emit fsdp2``, else ``None`` (unstated: the ring). ``--emit fsdp2`` writes a torchtitan job, whose CP is
+    PyTorch's ``context_parallel`` (``torchtitan/distributed/utils.py`` at v0.2.2, ``create_context_parallel_ctx``),
+    not the ring of Transformer Engine that Megatron-Core and NeMo AutoModel's FSDP2 run: ``--cp-impl ring`` with
+    it is refused."""
+    impl, emit = getattr(args, "cp_impl", None), getattr(args, "emit", None)
+    if emit == "fsdp2":
+        if impl not in (None, "torch"):
+            raise SpecError(
+                "cp_impl",
+                impl,
+                "torch or unset with --emit fsdp2 (torchtitan v0.2.2 runs PyTorch's context_parallel, not the ring)",
+            )
+        return "torch"
+    return impl
 
 
 def stack_of(args: argparse.Namespace, cluster=None) -> str:
@@ -319,7 +330,7 @@ def plan_options(args: argparse.Namespace, model=None) -> tuple:
         "ep_overlap": overlap or None,  # off: the default, no option
         "module_layout": getattr(args, "module_layout", None),
         "offload_modules": fg_offload_modules(args),  # a stated plan option every plan runs, not searched
-        "cp_impl": "torch" if torchtitan_cp(args) else None,  # the plans with cp > 1 (search.choice)
+        "cp_impl": "torch" if cp_impl_of(args) == "torch" else None,  # plans with cp > 1 (search.choice); ring: default
         **memory_fields(args),
         **offload,
     }

@@ -51,6 +51,7 @@ CLI_KEYS = (
     "flash_attention",
     "ep_dispatcher",
     "ep_overlap",
+    "cp_impl",  # --cp-impl: torchtitan's TOML states torch (context_parallel_degree > 1); a flag saying ring is refused
     "optimizer_dtype",  # --optimizer-dtype: torchtitan's training.dtype = "bfloat16" (a BF16 model, no FP32 master)
     "fp8_param_gather",  # --fp8-param-gather: was read from the line and dropped here (its plan re-ran 0.8% slower)
     "recompute_modules",  # --recompute-modules: was dropped here (the published Qwen3 plans re-ran -7.3% to +23.5%)

@@ -86,6 +86,7 @@ def reject_serving_flags(args: argparse.Namespace) -> None:
 #: training-only flags of ``recommend`` (the serving search has none of these settings)
 TRAINING_ONLY = (
     "cp",
+    "cp_impl",
     "vp",
     "mb",
     "zero",

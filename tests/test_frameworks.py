@@ -195,7 +195,7 @@ def test_every_recommended_plan_is_emitted_for_its_framework(framework):
     (19, 21, 21, 19) under DeepSpeed that ``--emit deepspeed`` refuses, and could answer
     attention-only selective or partial recompute that torchtitan cannot state."""
     w = Workload(global_batch=64, seq_len=8192)
-    # as recommend --emit fsdp2 poses it: torchtitan's CP is PyTorch's (planner.flags.torchtitan_cp)
+    # as recommend --emit fsdp2 poses it: torchtitan's CP is PyTorch's (planner.flags.cp_impl_of)
     opts = (("cp_impl", "torch"),) if framework == "fsdp2" else ()
     p = Problem(
         model=load_model("llama3-70b"),

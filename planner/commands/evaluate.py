@@ -108,6 +108,7 @@ SERVING_IGNORES = (
     "pp_free_stage_inputs",
     "dma",
     "flash_attention",
+    "cp_impl",
 )
 
 
