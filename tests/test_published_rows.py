@@ -44,13 +44,6 @@ EXPECTED_SKIPS = {
 }
 if "mxfp8" in __import__("costmodel.spec.workload", fromlist=["DTYPES"]).DTYPES:  # the dtype has landed: rows run
     EXPECTED_SKIPS = {k: v for k, v in EXPECTED_SKIPS.items() if "MXFP8" not in v}
-    # the sealed MXFP8 rows state TFLOP/s by an MLA FLOP count the loader does not have
-    EXPECTED_SKIPS.update(
-        {
-            ("sealed", str(i)): "no step time, throughput or TFLOP/s with a known FLOP convention"
-            for i in (296, 297, 298)
-        }
-    )
 
 
 def test_doctests_of_the_benchmark_modules():
@@ -431,6 +424,15 @@ def test_issue_39_rows_are_read_as_stated():
     assert BY_ID[("sealed", "296")].cluster.name == "gb200-nvl72"  # structure only: the sealed rows are never scored
     disp = [BY_ID[("sealed", str(i))].fixed["ep_dispatcher"] for i in (296, 297, 298)]
     assert disp == ["alltoall", "deepep", "hybridep"]
+    guide = BY_ID[("sealed", "298")]  # the guide's reproduce command (MCORE_DSV3_GUIDE): structure, never a prediction
+    assert guide.fixed["layout"] == "Et|(tt|)*30L" and "layers_per_stage" not in guide.fixed
+    assert guide.fixed["fp8_param_gather"] and guide.fixed["loss_impl"] == "te"
+    assert guide.model.mtp_layers == 0 and guide.model.moe_load_cv == 0
+    # its TFLOP/s column read back through Megatron-Core's MLA count: 249,812,054,016 FLOP per token is what
+    # num_floating_point_operations of NVIDIA/Megatron-LM@1d9edcf8 (megatron/training/training.py) returns for the
+    # guide's reproduce arguments (--seq-length 4096, no MTP, padded vocabulary 129,280), run on its own
+    assert guide.measured_how.endswith("(MLA, causal)")
+    assert guide.measured_s == pytest.approx(2048 * 4096 * 249_812_054_016 / (970.01e12 * 256), rel=1e-9)
     zoo = BY_ID[("new", "293")]  # ModelZoo GB200 MXFP8: A2A_OVERLAP=1, PP4 VPP6, selective recompute
     assert zoo.fixed["ep_dispatcher"] == "hybridep" and zoo.fixed["ep_overlap"] is True
     assert zoo.fixed["recompute_modules"] == ("moe_act", "layernorm")

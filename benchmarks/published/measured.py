@@ -19,11 +19,11 @@ def flops_megatron_core(model, batch: int, seq: int, causal: bool = False) -> fl
     with q = heads x head_dim, g/a = kv_heads/heads, k_routed = top-k (1 for dense), m_gated = 3/2
     for SwiGLU. r0.8.0 (the 2024 README) counts attention in full; the 2025 version
     (``transformer_flops``, "causal mask (only half of the mask is non-zero)") halves the s/h term.
-    MoE layers and leading dense layers are averaged over L. MLA is not covered (not needed:
-    no MLA row is converted from TFLOP/s)."""
-    if model.is_mla:
-        raise ValueError("Megatron-Core MLA FLOP count not implemented")
+    MoE layers and leading dense layers are averaged over L. An MLA model's count is
+    :func:`_mla_flops_per_token`'s."""
     B, s, L, h = batch, seq, model.layers, model.hidden
+    if model.is_mla:
+        return B * s * _mla_flops_per_token(model, s, causal)
     q_ratio = model.heads * model.head_dim / h
     gated = 1.5 if model.activation == "swiglu" else 1.0
     if model.is_moe:
@@ -34,6 +34,32 @@ def flops_megatron_core(model, batch: int, seq: int, causal: bool = False) -> fl
         mlp = model.ffn_hidden / h * gated
     attn = (1 + model.kv_heads / model.heads + s / h / (2 if causal else 1)) * q_ratio
     return 12 * B * s * L * h * h * (attn + mlp + model.vocab / (2 * L * h))
+
+
+def _mla_flops_per_token(model, seq: int, causal: bool) -> float:
+    """Megatron-Core ``num_floating_point_operations`` of an MLA model per token (``transformer_flops`` at
+    NVIDIA/Megatron-LM@1d9edcf8, ``megatron/training/training.py``): ``12 h (f g dense + f_moe k g moe + f_sh g moe)``
+    over the layers, ``6 x`` the MLA block per layer (q and kv low-rank projections with their norms, the RoPE key,
+    the output projection, and the core attention ``s a (d_qk + d_rope) / 2 + s a d_v / 2`` with the causal halving),
+    ``6 (3h + 2h^2)`` per MTP layer, and ``6 h V (mtp + 1)`` for the logits; MTP layers count as MoE layers."""
+    h, a, L, mtp = model.hidden, model.heads, model.layers, model.mtp_layers
+    qk, rope, v = model.head_dim, model.qk_rope_head_dim, model.v_head_dim
+    gated = 1.5 if model.activation == "swiglu" else 1.0
+    dense, moe = model.dense_layers, L - model.dense_layers + mtp
+    n = L + mtp
+    shared = model.shared_experts * model.moe_ffn_hidden
+    mlp = 12 * h * gated * (model.ffn_hidden * dense + (model.moe_ffn_hidden * model.topk + shared) * moe)
+    q = model.q_lora_rank * (h + a * (qk + rope) + 1) if model.q_lora_rank else h * a * (qk + rope)
+    half = 2 if causal else 1
+    block = (
+        q
+        + model.kv_lora_rank * (h + a * (qk + v) + 1)
+        + h * rope
+        + a * v * h
+        + seq * a * (qk + rope) / half
+        + seq * a * v / half
+    )
+    return mlp + 6 * n * block + 6 * mtp * (3 * h + 2 * h * h) + 6 * h * model.vocab * (mtp + 1)
 
 
 def flops_nemo_llama(model, batch: int, seq: int) -> float:
@@ -70,6 +96,10 @@ CONVENTION = {
     "nemo_longseq": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
     "nemo_2407": (flops_nemo_llama, "NeMo flops_formulas.llama2"),
     "llama3_2024": (flops_palm, "PaLM 6N + 12LHQT"),
+    "mcore_dsv3_gb200_guide_2025": (
+        lambda m, B, s: flops_megatron_core(m, B, s, causal=True),
+        "Megatron-Core 1d9edcf8 num_floating_point_operations (MLA, causal)",
+    ),
 }
 
 

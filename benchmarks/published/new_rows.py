@@ -36,6 +36,7 @@ from .sources import (
     FSDP2_COPIES,
     LLAMA3_VP,
     MCORE_MODULE_NAMES,
+    MCORE_DSV3_GUIDE,
     MCORE_RECIPES,
     MODEL_PRESET,
     MODELZOO_FG_OFFLOAD,
@@ -307,6 +308,14 @@ def new_row(r: dict, set_name: str = "new") -> Row:
                 f"{', '.join(f'{k} {v}' for k, v in recipe.items())}: the Bridge 25.09 performance script "
                 "for this model and GPU (BRIDGE_2509_RECIPES)"
             )
+    if src in MCORE_DSV3_GUIDE:
+        extra.update(MCORE_DSV3_GUIDE[src])
+        notes.append(
+            "layout Et|(tt|)*30L, fp8_param_gather, loss_impl te, forced balance, no MTP: the guide's reproduce "
+            "command (MCORE_DSV3_GUIDE); its BF16 Adam moments are charged as FP32"
+        )
+        if model is not None:
+            model = replace(model, mtp_layers=0)
     if src == "nemo_automodel" and model is not None and model.mtp_layers:
         # AutoModel's DeepseekV3Model builds num_hidden_layers blocks and no MTP module (nemo_automodel/components/
         # models/deepseek_v3/model.py@cb976544); Megatron-Bridge's recipe sets cfg.model.mtp_num_layers = 1
@@ -382,7 +391,9 @@ def new_row(r: dict, set_name: str = "new") -> Row:
             fixed["layers_per_stage"] = lps
         if model.is_moe:
             other = r["other_metric"].lower()
-            balanced = src in BRIDGE_TABLES or src == "nemo_automodel" or "forced balance" in other
+            balanced = (
+                src in BRIDGE_TABLES or src in MCORE_DSV3_GUIDE or src == "nemo_automodel" or "forced balance" in other
+            )
             if balanced:
                 model = replace(model, moe_load_cv=0.0)
                 notes.append("moe_load_cv 0 (source forced a balanced router / token drop)")

@@ -230,6 +230,16 @@ BRIDGE_TE_LOSS = ("megatron_bridge_perf_blackwell",)
 #: with ``OPTIMIZER_OFFLOAD`` at its default 0 (``sbatch_benchmarking.sh`` at yanring/Megatron-MoE-ModelZoo@798dfb5)
 #: and the Megatron-Bridge recipe docs (issue 39, second batch): "MXFP8 parameter gather reuses the gradient buffer"
 MXFP8_PARAMS = ("megatron_bridge_perf_blackwell", "moe_modelzoo_blackwell", "megatron_bridge_recipe_docs_2026")
+#: the Megatron-LM DeepSeek-V3 GB200 guide (issue 39, sealed): what its reproduce command runs beyond the stated degrees,
+#: the benchmark setup every row of its optimisation history shares (``docs/discussions/deepseek-v3-gb200-optimization/
+#: deepseek-v3-gb200-reproduce-guide.md`` at NVIDIA/Megatron-LM@1d9edcf8): ``--pipeline-model-parallel-layout
+#: "Et|(tt|)*30L"``, ``--fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag``, ``--cross-entropy-fusion-impl te``,
+#: ``--moe-router-force-load-balancing`` and no ``--mtp-num-layers`` (the layout has no ``m``); read before any of its
+#: rows was predicted. Not modelled: its ``--exp-avg-dtype bf16`` moments (charged as FP32) and the partial CUDA graphs
+#: of the last row.
+MCORE_DSV3_GUIDE = {
+    "mcore_dsv3_gb200_guide_2025": dict(layout="Et|(tt|)*30L", fp8_param_gather=True, loss_impl="te"),
+}
 #: Megatron-Bridge's 25.11 performance runs on Blackwell, what ``scripts/performance`` sets beyond the table's stated
 #: degrees (recompute, activation offloading, dispatcher, pipeline layout), keyed by (model label, GPU, precision
 #: column), each with where it was read. The release's recipes are tag v0.2.0 (7af9601c9); the table's 70B / 405B
