@@ -59,6 +59,7 @@ TOPICS = [
             ("search_equality", "python -m benchmarks.search_equality --instances 200 --seed 0"),
             ("layout_equality", "python -m benchmarks.layout_equality --instances 100"),
             ("search_speed", "python -m benchmarks.search_speed"),
+            ("search_speed_vs_base", "python -m benchmarks.search_speed_vs_base"),
             ("rack_scale", "python -m benchmarks.rack_scale"),
             ("recommend_vs_published", "python -m benchmarks.recommend_vs_published --set all"),
             ("pinned_recommend", "python -m benchmarks.pinned_recommend --set all"),
