@@ -17,8 +17,13 @@ from costmodel.frameworks.stacks import DEFAULT_STACK, apply_stack, era_pins, st
 from costmodel.spec.workload import Workload
 from costmodel.spec.units import GiB
 from costmodel.spec.plan_checks import FRAMEWORKS
+from search.problem import VARIABLES
 
 from .problem import SPLIT_KEYS, make_config, make_workload, resolve_cluster, resolve_model, stage_split
+
+#: the config flags that pin a search variable (:data:`search.problem.VARIABLES`: what ``recommend`` may fix, bound
+#: or exclude), each named as its :class:`ParallelConfig` field
+FIXABLE = VARIABLES
 
 
 def problem_from_args(args: argparse.Namespace):
@@ -175,27 +180,7 @@ def config_from_args(args: argparse.Namespace, gpus: int | None, layers: int | N
     tensor-parallel group, and there is none. ``layers`` (the model's) turns the split flags
     into ``layers_per_stage``; ``--layers-per-stage`` alone sets ``pp`` to its length.
     """
-    keys = (
-        "tp",
-        "pp",
-        "dp",
-        "ep",
-        "cp",
-        "vp",
-        "mb",
-        "sp",
-        "zero",
-        "recompute",
-        "recompute_layers",
-        "bucket_mb",
-        "chunks",
-        "flash_attention",
-        "dma",
-        "grad_dtype",
-        "ep_dispatcher",
-        "ep_overlap",
-        "module_layout",
-    )
+    keys = FIXABLE + ("flash_attention", "grad_dtype", "ep_dispatcher", "ep_overlap", "module_layout")
     fields = {**{k: getattr(args, k, None) for k in keys}, **memory_fields(args), **offload_fields(args)}
     if getattr(args, "activation_offload_layers", None) is not None:  # costmodel.physics.mechanics.act_offload
         fields["activation_offload_layers"] = args.activation_offload_layers
@@ -253,24 +238,6 @@ def cp_impl_of(args: argparse.Namespace) -> str | None:
 def stack_of(args: argparse.Namespace, cluster=None) -> str:
     """``--stack``, else the stack a cluster file was prepared for, else :data:`DEFAULT_STACK`."""
     return getattr(args, "stack", None) or (cluster.stack if cluster is not None else DEFAULT_STACK)
-
-
-FIXABLE = (
-    "tp",
-    "pp",
-    "dp",
-    "ep",
-    "cp",
-    "vp",
-    "mb",
-    "sp",
-    "zero",
-    "recompute",
-    "recompute_layers",
-    "bucket_mb",
-    "chunks",
-    "dma",
-)
 
 
 def constraints_from_args(args: argparse.Namespace) -> dict:
