@@ -24,28 +24,16 @@ from costmodel.spec.specs import ModelSpec
 from costmodel.frameworks.stacks import apply_stack
 from costmodel.spec.units import MB
 
-from .flags import config_from_args, stack_of, with_mtp_layers
+from .flags import FIXABLE, config_from_args, stack_of, with_mtp_layers
 from .tuning import TUNING  # the tuning knobs, filled from the framework's defaults when unstated
 from .inputs import FrameworkInput
 from .inputs.deepspeed import deepspeed_batch
 from .inputs.megatron import check_model
 from .problem import make_workload, resolve_cluster, resolve_model
 
-#: knobs a configuration may state (CLI dest names); ``fused_elementwise`` is not a flag
-CLI_KEYS = (
-    "tp",
-    "pp",
-    "dp",
-    "ep",
-    "cp",
-    "vp",
-    "mb",
-    "sp",
-    "zero",
-    "recompute",
-    "recompute_layers",
-    "bucket_mb",
-    "chunks",
+#: knobs a configuration may state (CLI dest names): the degrees and tuning knobs (:data:`planner.flags.FIXABLE` but
+#: ``dma``, which no configuration states), then these; ``fused_elementwise`` is not a flag
+CLI_KEYS = tuple(k for k in FIXABLE if k != "dma") + (
     "framework",
     "grad_dtype",
     "flash_attention",
