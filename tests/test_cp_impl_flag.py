@@ -8,6 +8,7 @@ import pytest
 from costmodel.spec.errors import SpecError
 from planner.cli import build_parser, main
 from planner.flags import config_from_args, cp_impl_of, plan_options
+from tests.test_framework_inputs import one_line_error  # exit 2, one stderr line naming the words
 
 PROBLEM = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--seq", "16384", "--global-batch", "64"]
 CP2 = [*PROBLEM, "--cp", "2", "--tp", "1"]
@@ -21,14 +22,6 @@ def _json(capsys, *argv):
     assert main(list(argv)) == 0
     out, err = capsys.readouterr()
     return json.loads(out)
-
-
-def _one_line_error(capsys, argv, *words):
-    assert main(list(argv)) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.strip().splitlines()) == 1, err
-    for w in words:
-        assert w in err, err
 
 
 @pytest.mark.parametrize(
@@ -85,18 +78,18 @@ def test_recommend_plans_with_torch_cp(capsys):
 @pytest.mark.parametrize("command", ["evaluate", "recommend"])
 def test_ring_for_torchtitan_exits_2(capsys, command):
     argv = [command, *CP2, "--cp-impl", "ring", "--emit", "fsdp2"]
-    _one_line_error(capsys, argv, "cp_impl='ring'", "--emit fsdp2", "context_parallel")
+    one_line_error(capsys, argv, "cp_impl='ring'", "--emit fsdp2", "context_parallel")
 
 
 def test_torch_for_megatron_refused_by_the_emitter(capsys):
     argv = ["evaluate", *CP2, "--cp-impl", "torch", "--emit", "megatron"]
-    _one_line_error(capsys, argv, "cp_impl='torch'", "ring for --emit megatron")
+    one_line_error(capsys, argv, "cp_impl='torch'", "ring for --emit megatron")
 
 
 @pytest.mark.parametrize("command", ["evaluate", "recommend"])
 def test_serving_refuses_it(capsys, command):
     argv = [command, "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "8", "--mode", "infer"]
-    _one_line_error(capsys, [*argv, "--cp-impl", "torch"], "cp_impl='torch'", "--mode infer")
+    one_line_error(capsys, [*argv, "--cp-impl", "torch"], "cp_impl='torch'", "--mode infer")
 
 
 def test_torchtitan_config_states_torch(capsys, tmp_path):
@@ -104,4 +97,4 @@ def test_torchtitan_config_states_torch(capsys, tmp_path):
     f.write_text("[parallelism]\ncontext_parallel_degree = 2\n[compile]\nenable = true\n")
     argv = ["evaluate", "--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--torchtitan-config", str(f)]
     assert _json(capsys, *argv, "--cp-impl", "torch", "--json")["config"]["cp_impl"] == "torch"
-    _one_line_error(capsys, [*argv, "--cp-impl", "ring"], "cp_impl='ring'", "'torch' as", "--cp-impl")
+    one_line_error(capsys, [*argv, "--cp-impl", "ring"], "cp_impl='ring'", "'torch' as", "--cp-impl")
