@@ -116,3 +116,26 @@ def test_script_prints_error_per_row(capsys):
     out = capsys.readouterr().out
     assert "err%" in out and "mean |err|" in out
     assert len([line for line in out.splitlines() if line[:3].strip().isdigit()]) == len(ROWS)
+
+
+def test_issue_40_targets_read_the_median_rows_and_the_largest_factor():
+    """Synthetic rows (no prediction): TTFT p50 at 10% and 29% (mean 19.5%, met), TPOT p50 at 15% (not
+    met), no P90 row (absent, not met), and one throughput row predicted at 0.45x the measured (off by 2.2x)."""
+
+    def row(metric, pred, meas):
+        return {"metric": metric, "predicted": pred, "measured": meas, "error": pred / meas - 1}
+
+    out = [
+        row("ttft_p50_ms", 110, 100),
+        row("ttft_p50_ms", 71, 100),
+        row("tpot_p50_ms", 11.5, 10),
+        row("tokens_per_s", 45, 100),
+    ]
+    head, targets = vi.issue_40_targets(out)
+    met = {t["name"]: t["met"] for t in targets}
+    assert head["ttft_p50_ms mean |err| %"] == pytest.approx(19.5)
+    assert met["ttft_p50_ms: mean |err| <= 20%"] is True
+    assert met["tpot_p50_ms: mean |err| <= 12%"] is False
+    assert met["ttft_p90_ms: mean |err| <= 25% (no row states it)"] is False
+    assert head["largest factor off"] == pytest.approx(2.22)
+    assert met["no prediction off by more than 2x"] is False
