@@ -41,6 +41,9 @@ EXPECTED_SKIPS = {
     **{("new", str(i)): "MXFP8 recipe not modelled" for i in (267, 271, 273, 276, 280, 282, 285, 287, 288, 290, 291)},
     **{("new", str(i)): "MXFP8 recipe not modelled" for i in (293, 294, 295)},
     **{("sealed", str(i)): "MXFP8 recipe not modelled" for i in (296, 297, 298)},
+    # issue 39, second batch: the PyTorch/Nebius MXFP8 run quantized only the routed experts' grouped GEMMs
+    # (benchmarks/published/sources.py EXPERTS_ONLY_BLOCK_SCALED; a per-module precision is not modelled, whatever DTYPES holds)
+    ("sealed", "302"): "routed experts' grouped GEMMs only",
 }
 if "mxfp8" in __import__("costmodel.spec.workload", fromlist=["DTYPES"]).DTYPES:  # the dtype has landed: rows run
     EXPECTED_SKIPS = {k: v for k, v in EXPECTED_SKIPS.items() if "MXFP8" not in v}
@@ -112,7 +115,8 @@ def test_sealed_split_is_the_stated_rule():
     s = max(math.ceil(0.3 * k), math.ceil(0.3 * n_all) - P.SEALED_BEFORE_39)
     sealed39 = set(sorted(named, key=_sha)[:s])
     assert (s, n_all) == (2, 30) and P.SEALED_BEFORE_39 + s >= 0.3 * n_all
-    assert sealed - before39 <= sealed39 and not (new & sealed39)  # a named source with no row keeps its place
+    # a named source with no row keeps its place; the second batch's sealed source is checked below
+    assert sealed - before39 - named_b <= sealed39 and not (new & sealed39)
     assert spent39 <= new and not (spent39 & sealed)
     # issue 39, second batch: only its named sources are candidates, ceil(0.3 k) sealed, smallest sha256 first
     assert not (named_b & (before39 | named | spent39))

@@ -43,7 +43,9 @@ from .sources import (
     MXFP8_PARAMS,
     NOT_MODELLED,
     TORCHTITAN,
+    TORCHTITAN_DSV3,
     TORCHTITAN_FUSED_RMSNORM,
+    EXPERTS_ONLY_BLOCK_SCALED,
     TUNED_TABLES,
     nemo_bf16_grads,
 )
@@ -135,7 +137,12 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         notes.append(f"ep {ep}: EP '-' in the table; DeepEP runs and the named benchmark config sets ep_size = GPUs")
     dtype = "fp8" if r["precision"] == "FP8" else "bf16"
     block = BLOCK_SCALED.get(r["precision"].strip().upper())
-    if block is not None:
+    if block is not None and src in EXPERTS_ONLY_BLOCK_SCALED:
+        skip = skip or (
+            f"{r['precision']} on the routed experts' grouped GEMMs only (attention, shared-expert and dense "
+            "linears BF16): a per-module precision is not modelled (EXPERTS_ONLY_BLOCK_SCALED)"
+        )
+    elif block is not None:
         if block in DTYPES:
             dtype = block
             notes.append(f"dtype {block}: the stated {r['precision']} recipe")
@@ -322,6 +329,9 @@ def new_row(r: dict, set_name: str = "new") -> Row:
         # (src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py@067f987d): those rows keep the model's
         model = replace(model, mtp_layers=0)
         notes.append("mtp_layers 0: AutoModel's DeepSeek-V3 has no MTP module")
+    if src in TORCHTITAN_DSV3 and model is not None and model.mtp_layers:
+        model = replace(model, mtp_layers=0)
+        notes.append("mtp_layers 0: torchtitan's DeepSeek-V3 has no MTP module (TORCHTITAN_DSV3)")
     if src == "llama3_2024" and framework == "fsdp2" and zero == 2 and pp > 1:
         extra["pp_grad_reduce"] = "microbatch"
         notes.append(
@@ -403,6 +413,10 @@ def new_row(r: dict, set_name: str = "new") -> Row:
                 # layers.py@cb97654), neighbouring experts on one or two ranks (costmodel.physics.comm.ep_dispatch.fanout)
                 model = replace(model, moe_routing="consecutive")
                 notes.append("moe_routing consecutive: AutoModel's FakeBalancedGate (fake_balanced_gate: true)")
+            if src in TORCHTITAN_DSV3 and balanced:
+                # torchtitan's --debug.moe_force_load_balance: token t to experts t*k .. t*k+k-1 mod E (moe.py)
+                model = replace(model, moe_routing="consecutive")
+                notes.append("moe_routing consecutive: torchtitan's --debug.moe_force_load_balance (TORCHTITAN_DSV3)")
     if batch is None:
         skip = skip or "global batch not stated"
     elif dp and batch % dp:

@@ -350,14 +350,29 @@ BLOCK_SCALED = {"MXFP8": "mxfp8", "NVFP4": "nvfp4"}
 #: set's rule for tuned tables; module docstring, "New set")
 TUNED_TABLES = ("megatron_readme_2024",)
 #: torchtitan runs: the benchmark files of torchtitan and the torchao pages that ran torchtitan's Llama 3 8B
-#: (torchao/float8/README.md, torchtitan docs/mxfp8.md: "torch.compile, FSDP2, per-op SAC")
+#: (torchao/float8/README.md, torchtitan docs/mxfp8.md: "torch.compile, FSDP2, per-op SAC"), and the PyTorch/Nebius
+#: DeepSeek-V3 runs (issue 39, second batch: the post's recipe nebius/ml-cookbook pytorch-dsv3-mxfp8/train_671b.sh
+#: launches ``torchtitan.train`` at torchtitan 1a36996b)
 TORCHTITAN = (
     "torchtitan_2024",
     "torchtitan_2025_asynctp",
     "torchtitan_perf_a100_2024",
     "torchao_float8_h100_2025",
     "torchtitan_mxfp8_b200_2025",
+    "pytorch_mxfp8_deepep_dsv3_b200_2026",
 )
+#: torchtitan's own DeepSeek-V3 (``torchtitan/models/deepseek_v3`` at 1a36996b, the commit the recipe pins in its
+#: ``setup.sh``): ``DeepSeekV3Model`` builds ``n_layers`` blocks and no multi-token-prediction module (``mtp_layers``
+#: 0), and ``--debug.moe_force_load_balance`` (passed by ``train_671b.sh``) replaces the router's choice by
+#: ``_debug_force_load_balance_routing``: token t to experts t*k .. t*k+k-1 mod E (``torchtitan/models/moe/moe.py``),
+#: AutoModel's FakeBalancedGate's pattern (``moe_routing`` consecutive, ``moe_load_cv`` 0)
+TORCHTITAN_DSV3 = ("pytorch_mxfp8_deepep_dsv3_b200_2026",)
+#: sources whose block-scaled recipe quantizes only the routed experts' grouped GEMMs: the recipe's ``mxfp8_default``
+#: passes ``--model.converters=quantize.grouped_mm.mx --quantize.grouped_mm.mx.fqns=experts`` (attention, shared
+#: expert, dense-layer and output linears stay BF16; its README: "applies MXFP8 only to grouped GEMMs, not to attention
+#: or shared-expert linear layers"). The planner's dtype is one format for every GEMM, so such a row is skipped
+#: (never charged as MXFP8 everywhere, nor as BF16)
+EXPERTS_ONLY_BLOCK_SCALED = ("pytorch_mxfp8_deepep_dsv3_b200_2026",)
 #: KempnerForge's benchmark reports (KempnerInstitute/KempnerForge benchmarks/): PyTorch FSDP2 ``fully_shard`` over
 #: ``dp_shard`` with the default ``reshard_after_forward=True`` (ZeRO-3; the 175B report: "FSDP2 dp_shard=90"), DTensor
 #: TP inside a node, 4 H200 per node ("8 nodes, 4x NVIDIA H200 (141 GB) per node", every report's Hardware line)
@@ -395,6 +410,7 @@ FRAMEWORK = {
     "torchtitan_perf_a100_2024": "fsdp2",
     "torchao_float8_h100_2025": "fsdp2",
     "torchtitan_mxfp8_b200_2025": "fsdp2",
+    "pytorch_mxfp8_deepep_dsv3_b200_2026": "fsdp2",  # torchtitan: FSDP2 (dp_shard), TP, PP, EP
     **dict.fromkeys(KEMPNERFORGE, "fsdp2"),
     "fms_fsdp_2024": "fsdp2",  # PyTorch FSDP (FSDP1, FlatParameter): fms_fsdp/utils/train_utils.py wraps with FSDP(...)
     "tinyllama_2023": "fsdp2",  # Lightning Fabric FSDPStrategy: PyTorch FSDP1
@@ -409,6 +425,7 @@ FSDP2_COPIES = (
     "torchtitan_perf_a100_2024",
     "torchao_float8_h100_2025",
     "torchtitan_mxfp8_b200_2025",
+    "pytorch_mxfp8_deepep_dsv3_b200_2026",
     *KEMPNERFORGE,
 )
 #: NeMo AutoModel rows whose benchmark config (named by the source's table, ``examples/llm_benchmark/`` at the
