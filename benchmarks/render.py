@@ -33,9 +33,16 @@ TOPICS = [
         [
             ("validate_published", "python -m benchmarks.validate_published --set all"),
             ("validate_published_analytic", "python -m benchmarks.validate_published --set all --engine analytic"),
+            ("validate_published_sealed", "python -m benchmarks.validate_published --set sealed"),
         ],
     ),
-    ("Serving accuracy", [("validate_inference", "python -m benchmarks.validate_inference")]),
+    (
+        "Serving accuracy",
+        [
+            ("validate_inference", "python -m benchmarks.validate_inference"),
+            ("validate_inference_sealed", "python -m benchmarks.validate_inference --sealed"),
+        ],
+    ),
     (
         "Components",
         [
