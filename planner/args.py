@@ -229,7 +229,7 @@ def add_config_args(parser: argparse.ArgumentParser, dispatcher: bool = False) -
             metavar="{" + ",".join(CP_IMPLS) + "}",
             help="how context parallelism exchanges K/V: ring (Transformer Engine's ring attention, as Megatron-Core "
             "and NeMo AutoModel run it; the default) or torch (PyTorch's context_parallel, as torchtitan runs it; "
-            "the default with --emit fsdp2)",
+            "the default with --emit fsdp2; needs --framework fsdp2)",
         )
     g.add_argument(
         "--ep-overlap",

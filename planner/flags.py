@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from costmodel.frameworks.rules import required_zero
+from costmodel.frameworks.rules import check_fields, required_zero
 from costmodel.spec.errors import SpecError
 from costmodel.frameworks.stacks import DEFAULT_STACK, apply_stack, era_pins, stack_config, with_measured_kernels
 from costmodel.spec.workload import Workload
@@ -232,6 +232,8 @@ def cp_impl_of(args: argparse.Namespace) -> str | None:
                 "torch or unset with --emit fsdp2 (torchtitan v0.2.2 runs PyTorch's context_parallel, not the ring)",
             )
         return "torch"
+    if impl == "torch":
+        check_fields(framework_from_args(args), cp_impl=impl)
     return impl
 
 

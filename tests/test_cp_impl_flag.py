@@ -12,6 +12,7 @@ from tests.test_framework_inputs import one_line_error  # exit 2, one stderr lin
 
 PROBLEM = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus", "16", "--seq", "16384", "--global-batch", "64"]
 CP2 = [*PROBLEM, "--cp", "2", "--tp", "1"]
+FSDP2 = [*CP2, "--framework", "fsdp2"]  # PyTorch's context_parallel is torchtitan's (costmodel.frameworks.rules)
 
 
 def _args(*argv):
@@ -29,7 +30,7 @@ def _json(capsys, *argv):
     [
         ([], None),
         (["--cp-impl", "ring"], "ring"),
-        (["--cp-impl", "torch"], "torch"),
+        (["--cp-impl", "torch", "--framework", "fsdp2"], "torch"),
         (["--emit", "fsdp2"], "torch"),  # torchtitan's CP, as before the flag
         (["--emit", "fsdp2", "--cp-impl", "torch"], "torch"),
         (["--emit", "megatron"], None),
@@ -47,20 +48,20 @@ def test_ring_with_emit_fsdp2_refused():
 
 
 def test_flag_reaches_config_and_plan_options():
-    torch = _args(*CP2, "--cp-impl", "torch")
+    torch = _args(*FSDP2, "--cp-impl", "torch")
     assert config_from_args(torch, 16, 32).cp_impl == "torch"
     assert ("cp_impl", "torch") in plan_options(torch)
     ring = _args(*CP2, "--cp-impl", "ring")
     assert config_from_args(ring, 16, 32).cp_impl == "ring"
     assert "cp_impl" not in dict(plan_options(ring))  # the default: the problem is the unstated one
     # cp 1: no context parallelism to exchange; the plan stays the default (search.choice drops the option alike)
-    assert config_from_args(_args(*PROBLEM, "--cp-impl", "torch"), 16, 32).cp_impl == "ring"
+    assert config_from_args(_args(*PROBLEM, "--cp-impl", "torch", "--framework", "fsdp2"), 16, 32).cp_impl == "ring"
 
 
 def test_evaluate_prices_the_torch_exchange(capsys):
-    base = _json(capsys, "evaluate", *CP2, "--json")
-    ring = _json(capsys, "evaluate", *CP2, "--cp-impl", "ring", "--json")
-    torch = _json(capsys, "evaluate", *CP2, "--cp-impl", "torch", "--json")
+    base = _json(capsys, "evaluate", *FSDP2, "--json")
+    ring = _json(capsys, "evaluate", *FSDP2, "--cp-impl", "ring", "--json")
+    torch = _json(capsys, "evaluate", *FSDP2, "--cp-impl", "torch", "--json")
     assert "cp_impl" not in ring["config"] and ring["step_time_s"] == base["step_time_s"]
     assert torch["config"]["cp_impl"] == "torch"
     # K/V repeated to the query heads and all-gathered, dK/dV in FP32: more bytes than the ring's GQA shards
@@ -68,7 +69,7 @@ def test_evaluate_prices_the_torch_exchange(capsys):
 
 
 def test_recommend_plans_with_torch_cp(capsys):
-    argv = ["recommend", *PROBLEM, "--cp", "2", "--time-limit", "10", "--json"]
+    argv = ["recommend", *PROBLEM, "--cp", "2", "--framework", "fsdp2", "--time-limit", "10", "--json"]
     torch = _json(capsys, *argv, "--cp-impl", "torch")
     ring = _json(capsys, *argv)
     assert torch["config"]["cp"] == 2 and torch["config"]["cp_impl"] == "torch"
@@ -81,9 +82,22 @@ def test_ring_for_torchtitan_exits_2(capsys, command):
     one_line_error(capsys, argv, "cp_impl='ring'", "--emit fsdp2", "context_parallel")
 
 
-def test_torch_for_megatron_refused_by_the_emitter(capsys):
-    argv = ["evaluate", *CP2, "--cp-impl", "torch", "--emit", "megatron"]
-    one_line_error(capsys, argv, "cp_impl='torch'", "ring for --emit megatron")
+@pytest.mark.parametrize("framework", [[], ["--framework", "megatron"], ["--emit", "megatron"]])
+def test_torch_for_megatron_refused(capsys, framework):
+    """Megatron-Core's CP is Transformer Engine's (cp_comm_type p2p/a2a/allgather): a torch-CP plan under it is a plan
+    Megatron would run otherwise, refused before it is priced (the default framework included)."""
+    argv = ["evaluate", *CP2, "--cp-impl", "torch", *framework]
+    one_line_error(capsys, argv, "cp_impl='torch'", "ring under framework=megatron")
+
+
+def test_the_rule_holds_every_plan_not_only_the_flag():
+    from costmodel.frameworks import rules
+    from costmodel.spec.plan import ParallelConfig
+
+    with pytest.raises(SpecError, match="ring under framework=deepspeed"):
+        rules.check(ParallelConfig(dp=2, cp=2, framework="deepspeed", cp_impl="torch"))
+    rules.check(ParallelConfig(dp=2, cp=2, framework="fsdp2", zero=3, cp_impl="torch"))
+    rules.check(ParallelConfig(dp=2, cp=1, framework="megatron", cp_impl="torch"))  # cp 1: nothing exchanged
 
 
 @pytest.mark.parametrize("command", ["evaluate", "recommend"])

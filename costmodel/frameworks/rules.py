@@ -219,10 +219,17 @@ def check_fields(
     sp: bool = False,
     chunks: int = 1,
     recompute: str = "none",
+    cp_impl: str = "ring",
 ) -> None:
     """Raise :class:`SpecError` naming the first rule the settings break under ``framework`` (one part of a plan; the
     degrees together: :func:`check_degrees`)."""
     semantics(framework, zero)
+    if cp_impl == "torch" and framework != "fsdp2":
+        # PyTorch's context_parallel is torchtitan's (torchtitan/distributed/utils.py, create_context_parallel_ctx);
+        # Megatron-Core's CP is Transformer Engine's (cp_comm_type p2p/a2a/allgather), DeepSpeed has none
+        raise SpecError(
+            "cp_impl", cp_impl, f"ring under framework={framework} (PyTorch's context_parallel is torchtitan's: fsdp2)"
+        )
     if recompute == "op_sac" and framework != "fsdp2":
         raise SpecError(
             "recompute",
@@ -365,6 +372,7 @@ def check(c) -> None:
         sp=c.sp_on,
         chunks=c.chunks,
         recompute=c.recompute,
+        cp_impl=c.cp_impl if c.cp > 1 else "ring",
     )
     check_degrees(
         c.framework, tp=c.tp, pp=c.pp, cp=c.cp, dp=c.dp, ep=c.ep, zero=c.zero, bf16_model=c.optimizer_dtype == "bf16"
