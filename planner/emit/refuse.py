@@ -182,13 +182,6 @@ def _refuse_unstated_kernels(c: ParallelConfig) -> None:
         "true for --emit megatron (Megatron-Core runs fused norms and element-wise kernels; "
         "no set of its flags runs them one PyTorch operator at a time, as the plan is charged)",
     )
-    if c.cp_impl != "ring":
-        raise SpecError(
-            "cp_impl",
-            c.cp_impl,
-            "ring for --emit megatron (Megatron-Core's context parallelism passes the K/V shards rank to rank, "
-            "Transformer Engine's p2p exchange; torch is PyTorch's context_parallel, which torchtitan runs)",
-        )
 
 
 def _refuse_half_gradients(fmt: str, grad_dtype: str) -> None:
