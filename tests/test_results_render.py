@@ -43,7 +43,7 @@ def test_readme_figures_are_what_the_json_gives():
 
 def test_results_md_is_short_by_topic_and_has_no_latest_block():
     text = render.OUT.read_text()
-    assert len(text.splitlines()) < 800
+    assert len(text.splitlines()) < 900  # 31 results by topic (the history file held 5,000 lines)
     assert "latest" not in text.lower()
     heads = [line[3:] for line in text.splitlines() if line.startswith("## ")]
     order = [t for t, _ in render.TOPICS]
