@@ -597,7 +597,6 @@ def main(argv=None, record_results: bool = False) -> int:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
         for k in r["fields"]:
             by_field[k] = by_field.get(k, 0) + 1
-    emitted = sum(counts.get(s, 0) for s in ("same", "differs", "read refused"))
     bad = counts.get("differs", 0) + counts.get("read refused", 0)
     print(
         f"\n{len(results)} plans: {counts.get('same', 0)} read back identical (config, workload and step time), "
@@ -617,12 +616,7 @@ def main(argv=None, record_results: bool = False) -> int:
             "published plans": sum(r["case"].startswith("row ") for r in results),
             "recommended plans": sum(r["case"] in {p.name for p in PROBLEMS} for r in results),
             "stated plans": sum(r["case"] in {c[0] for c in STATED} for r in results),
-            "emitted": emitted,
-            "read back identical": counts.get("same", 0),
-            "differ": counts.get("differs", 0),
-            "not read back": counts.get("read refused", 0),
-            "not emitted": counts.get("emit refused", 0),
-            "fields compared": len(COMPARED),
+            **F.readback_counts(counts, COMPARED),
         },
         table=[
             {

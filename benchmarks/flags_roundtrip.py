@@ -146,6 +146,18 @@ def detail(r: dict) -> str:
     return r["why"]
 
 
+def readback_counts(counts: dict, compared: tuple = COMPARED) -> dict:
+    """The headline figures of a round trip's status counts (this benchmark's and ``emit_roundtrip_other``'s)."""
+    return {
+        "emitted": sum(counts.get(s, 0) for s in ("same", "differs", "read refused")),
+        "read back identical": counts.get("same", 0),
+        "differ": counts.get("differs", 0),
+        "not read back": counts.get("read refused", 0),
+        "not emitted": counts.get("emit refused", 0),
+        "fields compared": len(compared),
+    }
+
+
 def main(argv=None, record_results: bool = False) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="all", choices=("dev", "new", "all"))
@@ -169,7 +181,6 @@ def main(argv=None, record_results: bool = False) -> int:
         for k in r["fields"]:
             by_field[k] = by_field.get(k, 0) + 1
         print(f"{row.row_id:>5} {row.set:<3} {row.source[:22]:22} {row.label[:20]:20} {r['status']:13} {detail(r)}")
-    emitted = sum(counts.get(s, 0) for s in ("same", "differs", "read refused"))
     bad = counts.get("differs", 0) + counts.get("read refused", 0)
     print(
         f"\n{len(results)} Megatron plans: {counts.get('same', 0)} read back identical (config and step time), "
@@ -185,12 +196,7 @@ def main(argv=None, record_results: bool = False) -> int:
         title="emitted Megatron-LM flags read back by evaluate --megatron-args: same plan and step time",
         headline={
             "Megatron plans": len(results),
-            "emitted": emitted,
-            "read back identical": counts.get("same", 0),
-            "differ": counts.get("differs", 0),
-            "not read back": counts.get("read refused", 0),
-            "not emitted": counts.get("emit refused", 0),
-            "fields compared": len(COMPARED),
+            **readback_counts(counts),
         },
         table=[
             {"row": r["row"], "set": r["set"], "source": r["source"], "status": r["status"], "detail": detail(r)}
